@@ -1,0 +1,5 @@
+import sys
+
+from moeconf.cli import main
+
+sys.exit(main())

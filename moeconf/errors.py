@@ -1,0 +1,53 @@
+"""Errors a user can hit. Each carries where it happened (file and byte offset, or line and
+column, or a tensor name) so the CLI can print one clear line instead of a traceback."""
+
+from __future__ import annotations
+
+
+class MoeconfError(Exception):
+    """An input problem the user can fix: bad file, bad plan, bad arguments."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        offset: int | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.offset = offset
+        self.line = line
+        self.column = column
+        self.hint = hint
+
+    def location(self) -> str:
+        if self.path is None:
+            return ""
+        loc = self.path
+        if self.line is not None:
+            loc += f":{self.line}"
+            if self.column is not None:
+                loc += f":{self.column}"
+        elif self.offset is not None:
+            loc += f" (byte offset {self.offset})"
+        return loc
+
+    def __str__(self) -> str:
+        loc = self.location()
+        text = f"{loc}: {self.message}" if loc else self.message
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class GGUFError(MoeconfError):
+    """A GGUF file that cannot be read: not a GGUF, truncated, corrupt, unsupported."""
+
+
+class ManifestError(MoeconfError):
+    """A manifest JSON that does not describe an inventory."""

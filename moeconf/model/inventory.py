@@ -1,0 +1,405 @@
+"""The tensor inventory: a model exactly as the engines see it.
+
+An `Inventory` is built from raw facts (architecture, placement-relevant metadata, and each
+tensor's name, type and shape), read from a GGUF header (all shards of a split model) or from a
+manifest. Everything else (byte sizes, layers, groups, layer kinds) is derived here, so a GGUF
+and its manifest give identical inventories.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+from moeconf.errors import GGUFError, MoeconfError
+from moeconf.model import ggml
+from moeconf.model.gguf_header import GGUFHeader, SkippedArray, read_header
+from moeconf.model.taxonomy import Group, LayerKind, classify_name
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """The metadata that matters for placement. Counts absent from the file are None."""
+
+    arch: str
+    block_count: int
+    name: str | None = None
+    file_type: int | None = None
+    expert_count: int | None = None
+    expert_used_count: int | None = None
+    expert_shared_count: int | None = None
+    leading_dense_block_count: int | None = None
+    interleave_moe_layer_step: int | None = None
+    moe_every_n_layers: int | None = None
+    nextn_predict_layers: int | None = None
+    embedding_length: int | None = None
+    expert_feed_forward_length: int | None = None
+    context_length: int | None = None
+    head_count: int | None = None
+    head_count_kv: int | tuple[int, ...] | None = None
+
+    @property
+    def file_type_name(self) -> str | None:
+        if self.file_type is None:
+            return None
+        return ggml.file_type_names().get(self.file_type, f"ftype#{self.file_type}")
+
+    # Keys as they are spelled in a GGUF, `{arch}` replaced by the architecture.
+    ARCH_KEYS: ClassVar[dict[str, str]] = {
+        "block_count": "block_count",
+        "expert_count": "expert_count",
+        "expert_used_count": "expert_used_count",
+        "expert_shared_count": "expert_shared_count",
+        "leading_dense_block_count": "leading_dense_block_count",
+        "interleave_moe_layer_step": "interleave_moe_layer_step",
+        "moe_every_n_layers": "moe_every_n_layers",
+        "nextn_predict_layers": "nextn_predict_layers",
+        "embedding_length": "embedding_length",
+        "expert_feed_forward_length": "expert_feed_forward_length",
+        "context_length": "context_length",
+        "head_count": "attention.head_count",
+        "head_count_kv": "attention.head_count_kv",
+    }
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k in ("arch", "name", "file_type", *self.ARCH_KEYS):
+            v = getattr(self, k)
+            out[k] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelMetadata:
+        kwargs = dict(data)
+        kv = kwargs.get("head_count_kv")
+        if isinstance(kv, list):
+            kwargs["head_count_kv"] = tuple(kv)
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor: name, ggml type name, shape (ggml order, as the engines print it), byte
+    size, layer index (None outside `blk.N`), group, and the group it would have outside a
+    nextn block (`role`: for `blk.46.ffn_up_exps.weight` of GLM-4.5-Air, group `nextn`, role
+    `experts`), and its base name (`ffn_up_exps`)."""
+
+    name: str
+    type: str
+    shape: tuple[int, ...]
+    nbytes: int
+    layer: int | None
+    group: Group
+    role: Group
+    base: str
+
+
+@dataclass(frozen=True)
+class Layer:
+    index: int
+    kind: LayerKind
+
+
+@dataclass(frozen=True)
+class RawTensor:
+    """What a source (GGUF or manifest) says of a tensor, before classification."""
+
+    name: str
+    type: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """A model's tensors, layers and placement metadata. Equality ignores where it came from."""
+
+    metadata: ModelMetadata
+    tensors: tuple[Tensor, ...]
+    layers: tuple[Layer, ...]
+    warnings: tuple[str, ...] = ()
+    source: str = field(default="", compare=False)
+    shards: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def arch(self) -> str:
+        return self.metadata.arch
+
+    @property
+    def block_count(self) -> int:
+        return self.metadata.block_count
+
+    @cached_property
+    def by_name(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self.tensors}
+
+    def layers_of_kind(self, kind: LayerKind) -> list[int]:
+        return [layer.index for layer in self.layers if layer.kind == kind]
+
+    def layers_with(self, group: Group) -> list[int]:
+        """Block indices that have at least one tensor whose role is `group`."""
+        return sorted({t.layer for t in self.tensors if t.layer is not None and t.role == group})
+
+    def total_bytes(self, tensors: Iterable[Tensor] | None = None) -> int:
+        return sum(t.nbytes for t in (self.tensors if tensors is None else tensors))
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+
+def build_inventory(
+    metadata: ModelMetadata, raw: Iterable[RawTensor], *, source: str = "", shards: tuple[str, ...] = ()
+) -> Inventory:
+    """Classify raw tensors and layers; cross-check layer kinds against the metadata."""
+    warnings: list[str] = []
+    per_layer_roles: dict[int, set[str]] = {}
+    classified: list[tuple[RawTensor, Any]] = []
+    unknown: list[str] = []
+    for r in raw:
+        k = classify_name(r.name)
+        classified.append((r, k))
+        if not k.known:
+            unknown.append(r.name)
+        if k.layer is not None:
+            roles = per_layer_roles.setdefault(k.layer, set())
+            roles.add(k.group)
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        warnings.append(f"{len(unknown)} tensor name(s) unknown to gguf {_gguf_version()}, grouped as 'other': {shown}")
+
+    kinds: dict[int, LayerKind] = {}
+    for il, roles in per_layer_roles.items():
+        if "nextn" in roles:
+            kinds[il] = "nextn"
+        elif "experts" in roles:
+            kinds[il] = "moe"
+        else:
+            kinds[il] = "dense"
+
+    nb = metadata.block_count
+    top = max(per_layer_roles, default=-1)
+    if top >= nb:
+        warnings.append(f"tensors name block {top}, but {metadata.arch}.block_count is {nb}")
+    missing = [il for il in range(nb) if il not in kinds]
+    if missing:
+        warnings.append(f"blocks without tensors: {format_ranges(missing)} (block_count {nb})")
+    warnings.extend(_cross_check(metadata, kinds))
+
+    tensors = tuple(
+        Tensor(
+            name=r.name, type=r.type, shape=r.shape, nbytes=r.nbytes, layer=k.layer,
+            group="nextn" if k.layer is not None and kinds.get(k.layer) == "nextn" else k.group,
+            role=k.group, base=k.base,
+        )
+        for r, k in classified
+    )
+    layers = tuple(Layer(il, kinds[il]) for il in sorted(kinds))
+    return Inventory(metadata, tensors, layers, tuple(warnings), source, shards)
+
+
+def _cross_check(md: ModelMetadata, kinds: dict[int, LayerKind]) -> list[str]:
+    """Where the metadata's block arithmetic disagrees with the tensors present."""
+    out: list[str] = []
+    nb = md.block_count
+    n_nextn = md.nextn_predict_layers or 0
+    expected: dict[int, LayerKind] = {}
+    lead = md.leading_dense_block_count or 0
+    step = md.interleave_moe_layer_step or md.moe_every_n_layers or 1
+    has_experts = bool(md.expert_count)
+    for il in range(nb):
+        if il >= nb - n_nextn:
+            expected[il] = "nextn"
+        elif has_experts and il >= lead and (il + 1) % step == 0:
+            expected[il] = "moe"
+        else:
+            expected[il] = "dense"
+    if not has_experts and any(k == "moe" for k in kinds.values()):
+        out.append(f"tensors have routed experts but {md.arch}.expert_count is {md.expert_count}")
+        return out
+    by_pair: dict[tuple[str, str], list[int]] = {}
+    for il, kind in sorted(kinds.items()):
+        exp = expected.get(il)
+        if exp is not None and exp != kind:
+            by_pair.setdefault((kind, exp), []).append(il)
+    for (found, meta), ils in by_pair.items():
+        out.append(
+            f"layers {format_ranges(ils)} are {found} by their tensors but {meta} by the metadata "
+            f"(leading_dense_block_count={md.leading_dense_block_count}, "
+            f"interleave step={md.interleave_moe_layer_step or md.moe_every_n_layers}, "
+            f"nextn_predict_layers={md.nextn_predict_layers}); the tensors win"
+        )
+    return out
+
+
+def format_ranges(values: Iterable[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    vs = sorted(set(values))
+    if not vs:
+        return "none"
+    parts: list[str] = []
+    start = prev = vs[0]
+    for v in vs[1:]:
+        if v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = v
+    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)
+
+
+def _gguf_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("gguf")
+    except Exception:
+        return "(unknown version)"
+
+
+# ---------------------------------------------------------------------------------------------
+# From GGUF files
+
+_SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def _int_meta(header: GGUFHeader, key: str) -> int | None:
+    v = header.get(key)
+    if v is None or isinstance(v, SkippedArray):
+        return None
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    return None
+
+
+def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
+    arch = header.get("general.architecture")
+    if not isinstance(arch, str):
+        raise GGUFError("no general.architecture string in the metadata", path=header.path)
+    block_count = _int_meta(header, f"{arch}.block_count")
+    if block_count is None:
+        raise GGUFError(f"no {arch}.block_count in the metadata", path=header.path)
+    values: dict[str, Any] = {}
+    for attr, key in ModelMetadata.ARCH_KEYS.items():
+        if attr == "block_count":
+            continue
+        if attr == "head_count_kv":
+            v = header.get(f"{arch}.{key}")
+            if isinstance(v, list):
+                values[attr] = tuple(int(x) for x in v)
+            elif isinstance(v, int):
+                values[attr] = v
+            continue
+        values[attr] = _int_meta(header, f"{arch}.{key}")
+    name = header.get("general.name")
+    return ModelMetadata(
+        arch=arch, block_count=block_count,
+        name=name if isinstance(name, str) else None,
+        file_type=_int_meta(header, "general.file_type"),
+        **values,
+    )
+
+
+def shard_paths(path: str) -> tuple[str, list[str]]:
+    """For `X-0000k-of-0000n.gguf`, (first shard, all shard paths); else (path, [path])."""
+    folder, base = os.path.split(path)
+    m = _SPLIT_RE.match(base)
+    if not m:
+        return path, [path]
+    count = int(m.group("count"))
+    prefix = m.group("prefix")
+    paths = [os.path.join(folder, f"{prefix}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    return paths[0], paths
+
+
+def read_gguf_inventory(path: str | os.PathLike[str]) -> Inventory:
+    """Read a GGUF (any shard of a split model: every shard's tensor table is read)."""
+    spath = os.fspath(path)
+    first, expected_paths = shard_paths(spath)
+    if first != spath and not os.path.exists(first):
+        raise GGUFError(
+            "this is a later shard of a split model, and its first shard is missing",
+            path=first, hint=f"the metadata lives in shard 1; expected {first}",
+        )
+    head = read_header(first)
+    count = _int_meta(head, "split.count")
+    if count is None or count <= 1:
+        if len(expected_paths) > 1:
+            raise GGUFError(
+                f"the file name says {len(expected_paths)} shards but the metadata has no split.count > 1",
+                path=first,
+            )
+        headers = [head]
+    else:
+        no = _int_meta(head, "split.no")
+        if no not in (0, None):
+            raise GGUFError(f"expected shard 1 (split.no 0), found split.no {no}", path=first)
+        if len(expected_paths) == 1:
+            # A split model whose first shard was renamed: shard names cannot be derived.
+            raise GGUFError(
+                f"split.count is {count}, but the file name is not NAME-00001-of-{count:05d}.gguf, "
+                "so the other shards cannot be found", path=first,
+            )
+        if len(expected_paths) != count:
+            raise GGUFError(
+                f"split.count is {count} but the file name says {len(expected_paths)} shards", path=first
+            )
+        headers = [head]
+        for i, p in enumerate(expected_paths[1:], start=1):
+            if not os.path.exists(p):
+                raise GGUFError(f"shard {i + 1} of {count} is missing", path=p)
+            h = read_header(p)
+            sno = _int_meta(h, "split.no")
+            scount = _int_meta(h, "split.count")
+            if sno != i or scount != count:
+                raise GGUFError(
+                    f"shard mismatch: expected split.no {i} of split.count {count}, found "
+                    f"split.no {sno} of split.count {scount}", path=p,
+                )
+            headers.append(h)
+        total = _int_meta(head, "split.tensors.count")
+        found = sum(len(h.tensors) for h in headers)
+        if total is not None and total != found:
+            raise GGUFError(
+                f"split.tensors.count is {total} but the {count} shards hold {found} tensors",
+                path=first,
+            )
+    metadata = metadata_from_header(head)
+    raw: list[RawTensor] = []
+    seen: dict[str, str] = {}
+    for h in headers:
+        for t in h.tensors:
+            if t.name in seen:
+                raise GGUFError(f"tensor {t.name!r} appears in two shards (also in {seen[t.name]})", path=h.path)
+            seen[t.name] = h.path
+            raw.append(RawTensor(t.name, t.type_name, t.shape, t.nbytes))
+    return build_inventory(metadata, raw, source=spath, shards=tuple(h.path for h in headers))
+
+
+def load_inventory(path: str | os.PathLike[str]) -> Inventory:
+    """Load a model inventory from a GGUF (first or any shard) or a moeconf manifest (.json)."""
+    spath = os.fspath(path)
+    if spath.endswith(".json"):
+        from moeconf.model.manifest import read_manifest
+
+        return read_manifest(spath)
+    if not os.path.exists(spath):
+        raise MoeconfError("no such file", path=spath)
+    if os.path.isdir(spath):
+        raise MoeconfError("is a directory; give a .gguf file or a manifest .json", path=spath)
+    with open(spath, "rb") as f:
+        start = f.read(64).lstrip()
+    if start.startswith(b"{"):
+        from moeconf.model.manifest import read_manifest
+
+        return read_manifest(spath)
+    return read_gguf_inventory(spath)

@@ -1,0 +1,1 @@
+"""Human and machine renderings of moeconf's data (inventories, placements, findings)."""

@@ -1,0 +1,304 @@
+"""Inventories: layer kinds, groups, split models and manifests for the realistic layouts."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import gguf
+import jsonschema
+import pytest
+
+from moeconf.errors import GGUFError, ManifestError, MoeconfError
+from moeconf.fixtures import LAYOUTS, write_gguf, write_layout
+from moeconf.model.inventory import format_ranges, load_inventory
+from moeconf.model.manifest import dumps_manifest, read_manifest, write_manifest
+from moeconf.model.taxonomy import GROUPS, classify_name, group_of_kind, moe_architectures
+from tests.conftest import REPO
+
+VT = gguf.GGUFValueType
+
+EXPECTED_KINDS = {
+    # key: (dense layers, moe layers, nextn layers)
+    "deepseek-v3": ("0-2", "3-60", "none"),
+    "kimi-k2": ("0", "1-60", "none"),
+    "glm-4.5": ("0-2", "3-91", "92"),
+    "glm-4.5-air": ("0", "1-45", "46"),
+    "qwen3-30b-a3b": ("none", "0-47", "none"),
+    "qwen3-235b-a22b": ("none", "0-93", "none"),
+    "gpt-oss-120b": ("none", "0-35", "none"),
+    "gpt-oss-20b": ("none", "0-23", "none"),
+    "llama-4-maverick": (
+        format_ranges(range(0, 48, 2)), format_ranges(range(1, 48, 2)), "none",
+    ),
+}
+
+
+@pytest.mark.parametrize("key", sorted(LAYOUTS))
+def test_layer_kinds(layout_paths: dict[str, Path], key: str) -> None:
+    inv = load_inventory(layout_paths[key])
+    assert inv.warnings == ()
+    got = tuple(format_ranges(inv.layers_of_kind(k)) for k in ("dense", "moe", "nextn"))
+    assert got == EXPECTED_KINDS[key]
+    assert inv.block_count == LAYOUTS[key].blocks
+    assert len(inv.layers) == inv.block_count
+
+
+def test_groups_deepseek(layout_paths: dict[str, Path]) -> None:
+    inv = load_inventory(layout_paths["deepseek-v3"])
+    g = {t.name: t.group for t in inv.tensors}
+    assert g["blk.3.ffn_up_exps.weight"] == "experts"
+    assert g["blk.3.ffn_down_shexp.weight"] == "shexp"
+    assert g["blk.3.ffn_gate_inp.weight"] == "router"
+    assert g["blk.3.exp_probs_b.bias"] == "router"
+    assert g["blk.3.attn_kv_a_mqa.weight"] == "attn"
+    assert g["blk.3.attn_k_b.weight"] == "attn"
+    assert g["blk.0.ffn_up.weight"] == "dense"
+    assert g["blk.0.attn_q_a_norm.weight"] == "norm"
+    assert g["token_embd.weight"] == "embd"
+    assert g["output.weight"] == "output"
+    assert g["output_norm.weight"] == "norm"
+    t = inv.by_name["blk.3.ffn_up_exps.weight"]
+    assert t.shape == (7168, 2048, 256)
+    assert t.type == "Q4_K"
+    assert t.nbytes == 7168 // 256 * 144 * 2048 * 256
+    assert t.layer == 3
+    assert t.base == "ffn_up_exps"
+    assert inv.by_name["token_embd.weight"].layer is None
+
+
+def test_nextn_block_glm_air(layout_paths: dict[str, Path]) -> None:
+    inv = load_inventory(layout_paths["glm-4.5-air"])
+    block = [t for t in inv.tensors if t.layer == 46]
+    assert {t.group for t in block} == {"nextn"}
+    roles = {t.base: t.role for t in block}
+    assert roles["ffn_up_exps"] == "experts"
+    assert roles["nextn.eh_proj"] == "nextn"
+    assert roles["attn_q"] == "attn"
+    assert inv.layers_with("experts") == list(range(1, 47))
+
+
+def test_gpt_oss_expert_biases(layout_paths: dict[str, Path]) -> None:
+    inv = load_inventory(layout_paths["gpt-oss-120b"])
+    t = inv.by_name["blk.0.ffn_down_exps.bias"]
+    assert (t.group, t.type, t.shape) == ("experts", "F32", (2880, 128))
+    assert inv.by_name["blk.0.ffn_up_exps.weight"].type == "MXFP4"
+    assert inv.by_name["blk.0.ffn_gate_inp.bias"].group == "router"
+    assert inv.by_name["blk.0.attn_sinks.weight"].group == "attn"
+
+
+def test_qwen3_attn_v_types_differ(layout_paths: dict[str, Path]) -> None:
+    inv = load_inventory(layout_paths["qwen3-30b-a3b"])
+    v = {t.layer: t.type for t in inv.tensors if t.base == "attn_v"}
+    q = {t.layer: t.type for t in inv.tensors if t.base == "attn_q"}
+    differ = [il for il in v if v[il] != q[il]]
+    assert 0 in differ and 47 in differ and 10 not in differ
+
+
+def test_taxonomy_covers_every_moe_architecture() -> None:
+    c = gguf.constants
+    archs = moe_architectures()
+    assert {"deepseek2", "glm4moe", "qwen3moe", "gpt-oss", "llama4", "qwen3next"} <= set(archs)
+    for arch, kinds in c.MODEL_TENSORS.items():
+        if c.MODEL_ARCH_NAMES[arch] not in archs:
+            continue
+        for kind in kinds:
+            template = c.TENSOR_NAMES[kind]
+            name = template.format(bid=7) + ".weight"
+            k = classify_name(name)
+            assert k.known, (arch, kind, name)
+            assert k.group in GROUPS
+            if "{bid}" in template:
+                assert k.layer == 7
+    assert group_of_kind("FFN_GATE_UP_EXP") == "experts"
+    assert group_of_kind("FFN_DOWN_CHEXP") == "experts"
+    assert group_of_kind("FFN_GATE_INP_SHEXP") == "shexp"
+    assert group_of_kind("SSM_CONV1D") == "ssm"
+    assert group_of_kind("ATTN_KV_A_MQA") == "attn"
+    assert group_of_kind("NEXTN_EH_PROJ") == "nextn"
+
+
+def test_unknown_names_warn(tmp_path: Path) -> None:
+    p = tmp_path / "u.gguf"
+    write_gguf(p, "qwen3moe", [("qwen3moe.block_count", 1, VT.UINT32)],
+               [("blk.0.attn_norm.weight", "F32", (8,)), ("blk.0.mystery.weight", "F32", (8,)),
+                ("weird_global", "F32", (8,))])
+    inv = load_inventory(p)
+    assert inv.by_name["blk.0.mystery.weight"].group == "other"
+    assert inv.by_name["weird_global"].layer is None
+    assert any("2 tensor name(s) unknown" in w and "blk.0.mystery.weight" in w for w in inv.warnings)
+
+
+def test_metadata_disagreement_is_a_warning(tmp_path: Path) -> None:
+    p = tmp_path / "m.gguf"
+    kv = [("qwen3moe.block_count", 3, VT.UINT32), ("qwen3moe.expert_count", 4, VT.UINT32),
+          ("qwen3moe.leading_dense_block_count", 2, VT.UINT32)]
+    ts = []
+    for il in range(3):
+        ts.append((f"blk.{il}.attn_norm.weight", "F32", (8,)))
+        ts.append((f"blk.{il}.ffn_up_exps.weight", "F32", (8, 4, 4)))
+    write_gguf(p, "qwen3moe", kv, ts)
+    inv = load_inventory(p)
+    assert inv.layers_of_kind("moe") == [0, 1, 2]
+    assert any("layers 0-1 are moe by their tensors but dense by the metadata" in w for w in inv.warnings)
+
+
+# --- split models ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def split_model(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    d = tmp_path_factory.mktemp("split")
+    return write_layout(LAYOUTS["glm-4.5-air"], d / "GLM-4.5-Air-Q4_K_M.gguf", split_max_tensors=250, vocab=500)
+
+
+def test_split_reads_every_shard(split_model: list[Path], layout_paths: dict[str, Path]) -> None:
+    assert split_model[0].name == "GLM-4.5-Air-Q4_K_M-00001-of-00004.gguf"
+    inv = load_inventory(split_model[0])
+    whole = load_inventory(layout_paths["glm-4.5-air"])
+    assert len(inv.shards) == 4
+    assert inv.tensors == whole.tensors
+    assert inv == whole  # same facts, whatever the files
+    # any shard leads to the whole model
+    assert load_inventory(split_model[2]) == inv
+
+
+def _copy(paths: list[Path], dest: Path) -> list[Path]:
+    """Copy sparse shards: the header bytes for real, the data region as a hole."""
+    dest.mkdir()
+    out = []
+    for p in paths:
+        q = dest / p.name
+        size = p.stat().st_size
+        with open(p, "rb") as src, open(q, "wb") as dst:
+            dst.write(src.read(1 << 20))
+            dst.truncate(size)
+        out.append(q)
+    return out
+
+
+def test_split_missing_shard(split_model: list[Path], tmp_path: Path) -> None:
+    files = _copy(split_model, tmp_path / "m")
+    os.unlink(files[2])
+    with pytest.raises(GGUFError, match="shard 3 of 4 is missing") as ei:
+        load_inventory(files[0])
+    assert str(files[2]) in str(ei.value)
+
+
+def test_split_missing_first_shard(split_model: list[Path], tmp_path: Path) -> None:
+    files = _copy(split_model, tmp_path / "m")
+    os.unlink(files[0])
+    with pytest.raises(GGUFError, match="first shard is missing"):
+        load_inventory(files[1])
+
+
+def test_split_mismatched_shard(split_model: list[Path], tmp_path: Path) -> None:
+    files = _copy(split_model, tmp_path / "m")
+    os.unlink(files[1])
+    _copy([files[2]], tmp_path / "other")[0].rename(files[1])
+    with pytest.raises(GGUFError, match=r"expected split\.no 1 of split\.count 4, found split\.no 2") as ei:
+        load_inventory(files[0])
+    assert str(files[1]) in str(ei.value)
+
+
+def test_split_renamed_first_shard(split_model: list[Path], tmp_path: Path) -> None:
+    files = _copy(split_model, tmp_path / "m")
+    renamed = tmp_path / "m" / "model.gguf"
+    files[0].rename(renamed)
+    with pytest.raises(GGUFError, match=r"split\.count is 4"):
+        load_inventory(renamed)
+
+
+def test_split_tensor_count_mismatch(tmp_path: Path) -> None:
+    files = write_gguf(
+        tmp_path / "x.gguf", "qwen3moe", [("qwen3moe.block_count", 1, VT.UINT32)],
+        [("blk.0.attn_norm.weight", "F32", (8,)), ("blk.0.ffn_norm.weight", "F32", (8,))],
+        split_max_tensors=1,
+    )
+    # rewrite shard 1's split.tensors.count (INT32) from 2 to 3 in place
+    data = bytearray(files[0].read_bytes())
+    key = b"split.tensors.count"
+    at = data.index(key) + len(key) + 4
+    data[at : at + 4] = (3).to_bytes(4, "little")
+    files[0].write_bytes(bytes(data))
+    with pytest.raises(GGUFError, match=r"split\.tensors\.count is 3 but the 2 shards hold 2 tensors"):
+        load_inventory(files[0])
+
+
+# --- manifests ------------------------------------------------------------------------------
+
+
+def _schema(name: str) -> dict[str, object]:
+    return json.loads((REPO / "schemas" / name).read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("key", sorted(LAYOUTS))
+def test_manifest_roundtrip(layout_paths: dict[str, Path], tmp_path: Path, key: str) -> None:
+    inv = load_inventory(layout_paths[key])
+    out = tmp_path / f"{key}.json"
+    write_manifest(inv, out)
+    data = json.loads(out.read_text())
+    jsonschema.validate(data, _schema("manifest.schema.json"))
+    back = load_inventory(out)
+    assert back == inv
+    assert back.tensors == inv.tensors
+    assert back.metadata == inv.metadata
+
+
+def test_manifest_is_one_tensor_a_line(layout_paths: dict[str, Path]) -> None:
+    text = dumps_manifest(load_inventory(layout_paths["qwen3-30b-a3b"]))
+    lines = text.splitlines()
+    assert sum(1 for line in lines if line.startswith('    {"name": ')) == 579
+
+
+def test_shipped_examples_match_fixtures(layout_paths: dict[str, Path]) -> None:
+    shipped = sorted((REPO / "examples" / "models").glob("*.manifest.json"))
+    assert len(shipped) >= 6
+    for path in shipped:
+        key = path.name.removesuffix(".manifest.json")
+        jsonschema.validate(json.loads(path.read_text()), _schema("manifest.schema.json"))
+        assert read_manifest(path) == load_inventory(layout_paths[key]), (
+            f"{path} is stale: regenerate with `python -m moeconf.fixtures.regenerate`"
+        )
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda d: d.update(format="x"), "format: expected 'moeconf-manifest'"),
+        (lambda d: d.update(version=9), "unsupported manifest version 9"),
+        (lambda d: d["metadata"].update(block_count=-1), "metadata.block_count: expected an integer >= 0"),
+        (lambda d: d["metadata"].update(colour="red"), "metadata.colour: unknown key"),
+        (lambda d: d["tensors"][0].update(type="Q9_Z"), "unknown ggml type 'Q9_Z'"),
+        (lambda d: d["tensors"][0].update(nbytes=1), "disagrees with"),
+        (lambda d: d["tensors"][0].update(shape=[]), "expected 1 to 4 dimensions"),
+        (lambda d: d["tensors"].append(dict(d["tensors"][0])), "appears twice"),
+        (lambda d: d["tensors"][1].update(shape=[100, 3], type="Q4_K"), "not a multiple of the block size 256"),
+    ],
+)
+def test_bad_manifests(layout_paths: dict[str, Path], tmp_path: Path, mutate: object, fragment: str) -> None:
+    inv = load_inventory(layout_paths["qwen3-30b-a3b"])
+    data = json.loads(dumps_manifest(inv))
+    mutate(data)  # type: ignore[operator]
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ManifestError) as ei:
+        load_inventory(p)
+    assert fragment in str(ei.value)
+    assert str(p) in str(ei.value)
+
+
+def test_manifest_json_syntax_error_has_line_and_column(tmp_path: Path) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text('{\n  "format": "moeconf-manifest",\n  "version": 1,,\n}')
+    with pytest.raises(ManifestError) as ei:
+        load_inventory(p)
+    assert f"{p}:3:16: invalid JSON" in str(ei.value)
+
+
+def test_load_inventory_errors(tmp_path: Path) -> None:
+    with pytest.raises(MoeconfError, match="no such file"):
+        load_inventory(tmp_path / "missing.gguf")
+    with pytest.raises(MoeconfError, match="is a directory"):
+        load_inventory(tmp_path)
