@@ -161,14 +161,15 @@ class _Cursor:
         return v
 
     def skip_strings(self, count: int, what: str) -> None:
-        # Hot loop: a DeepSeek vocabulary is ~260k strings (tokens + merges).
-        buf, off, end, unpack = self.buf, self.off, self.end, _U64.unpack_from
-        for _ in range(count):
-            if off + 8 > end:
-                self.off = off
-                raise self.fail(f"file is truncated inside {what}")
-            off += 8 + unpack(buf, off)[0]
-        if off > end:
+        # Hot loop: a DeepSeek vocabulary is ~230k strings (tokens + merges). Reading past the
+        # buffer raises struct.error; a corrupt length only makes `off` large, checked after.
+        buf, off, unpack = self.buf, self.off, _U64.unpack_from
+        try:
+            for _ in range(count):
+                off += 8 + unpack(buf, off)[0]
+        except struct.error:
+            raise self.fail(f"file is truncated inside {what}", min(off, self.end)) from None
+        if off > self.end:
             raise self.fail(f"file is truncated inside {what}")
         self.off = off
 

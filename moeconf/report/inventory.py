@@ -93,7 +93,8 @@ def render_summary(inv: Inventory, *, list_tensors: bool = False) -> str:
         ts = by_group.get(g)
         if not ts:
             continue
-        layers = format_ranges(t.layer for t in ts if t.layer is not None)
+        in_blocks = [t.layer for t in ts if t.layer is not None]
+        layers = format_ranges(in_blocks) if in_blocks else "-"
         types = ", ".join(sorted({t.type for t in ts}))
         rows.append([g, str(len(ts)), gib(inv.total_bytes(ts)), layers, types])
     lines += _table(rows, {1, 2})

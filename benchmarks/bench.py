@@ -1,0 +1,120 @@
+"""moeconf benchmarks: one command, printed tables.
+
+    python benchmarks/bench.py            # every table
+    python benchmarks/bench.py inventory  # header reader vs gguf.GGUFReader, CLI wall time
+
+Times are wall-clock on this machine; each row says how many runs it took the median of.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def _median_time(fn: Callable[[], object], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _fmt_s(sec: float) -> str:
+    return f"{sec * 1000:.1f} ms" if sec < 1 else f"{sec:.2f} s"
+
+
+def _print_table(title: str, rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    print(f"\n## {title}\n")
+    for n, r in enumerate(rows):
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+        if n == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def bench_inventory(runs: int, ref_runs: int) -> None:
+    import gguf
+
+    from moeconf.fixtures import LAYOUTS, write_layout
+    from moeconf.model.gguf_header import read_header
+    from moeconf.model.inventory import load_inventory
+
+    lay = LAYOUTS["deepseek-v3"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_layout(lay, Path(tmp) / "DeepSeek-V3-0324-Q4_K_M.gguf")[0]
+        (Path(tmp) / "split").mkdir()
+        split = write_layout(lay, Path(tmp) / "split" / "DeepSeek-V3-0324-Q4_K_M.gguf", split_max_tensors=130)
+        header = read_header(path)
+        n_tokens = header.get("tokenizer.ggml.tokens").count
+        n_merges = header.get("tokenizer.ggml.merges").count
+        size_gb = path.stat().st_size / 1e9
+        print(f"\nmodel: DeepSeek-V3-shaped GGUF, {len(header.tensors)} tensors, {lay.blocks} blocks, "
+              f"{n_tokens:,} tokens, {n_merges:,} merges, {size_gb:.0f} GB (sparse), "
+              f"header {header.data_offset / 1e6:.1f} MB")
+
+        ours = _median_time(lambda: read_header(path), runs)
+        inv = _median_time(lambda: load_inventory(path), runs)
+        inv_split = _median_time(lambda: load_inventory(split[0]), runs)
+        ref = _median_time(lambda: gguf.GGUFReader(path), ref_runs)
+
+        cli = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "moeconf", "inspect", str(path)], capture_output=True, cwd=REPO)
+            cli.append(time.perf_counter() - t)
+            assert r.returncode == 0, r.stderr
+        cli_json = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "moeconf", "inspect", str(path), "--json"],
+                               capture_output=True, cwd=REPO)
+            cli_json.append(time.perf_counter() - t)
+        python_start = _median_time(
+            lambda: subprocess.run([sys.executable, "-c", "pass"], capture_output=True), runs)
+
+    rows = [
+        ["what", "runs", "median", "vs gguf.GGUFReader"],
+        ["gguf.GGUFReader(path) (reference)", str(ref_runs), _fmt_s(ref), "1x"],
+        ["moeconf read_header(path)", str(runs), _fmt_s(ours), f"{ref / ours:.0f}x faster"],
+        ["moeconf load_inventory(path) (+ taxonomy)", str(runs), _fmt_s(inv), f"{ref / inv:.0f}x faster"],
+        [f"load_inventory, split into {len(split)} shards", str(runs), _fmt_s(inv_split),
+         f"{ref / inv_split:.0f}x faster"],
+        ["`moeconf inspect MODEL` (whole command, wall)", str(runs), _fmt_s(statistics.median(cli)), ""],
+        ["`moeconf inspect MODEL --json` (wall)", str(runs), _fmt_s(statistics.median(cli_json)), ""],
+        ["`python -c pass` (interpreter start, for scale)", str(runs), _fmt_s(python_start), ""],
+    ]
+    _print_table("Inventory: GGUF header reading", rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("tables", nargs="*", metavar="TABLE", help=f"which tables: {', '.join(TABLES)} (default: all)")
+    p.add_argument("--runs", type=int, default=7, help="runs per measurement (median is shown)")
+    p.add_argument("--ref-runs", type=int, default=3, help="runs of the slow reference reader")
+    args = p.parse_args(argv)
+    unknown = sorted(set(args.tables) - set(TABLES))
+    if unknown:
+        p.error(f"unknown table {unknown[0]!r} (choose from {', '.join(TABLES)})")
+    for name in args.tables or TABLES:
+        TABLES[name](args)
+    return 0
+
+
+TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
+    "inventory": lambda a: bench_inventory(a.runs, a.ref_runs),
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
