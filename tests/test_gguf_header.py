@@ -324,3 +324,11 @@ def test_sparse_file_of_700_gb(tmp_path: Path) -> None:
         f.truncate(f.seek(0, 2) + 256 + nb + 700 * 10**9)
     h = read_header(p)
     assert h.tensors[1].nbytes == nb
+
+
+def test_version_2_reads_like_3(tmp_path: Path) -> None:
+    g = R.minimal()
+    g.version = 2
+    h = read_header(write(tmp_path, g.build()))
+    assert h.version == 2
+    assert h.get("general.architecture") == "qwen3moe"
