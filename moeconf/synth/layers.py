@@ -1,0 +1,300 @@
+"""The shortest regex for a set of block numbers, used between `blk\\.` and `\\.`.
+
+The regex must match the decimal string of every number in `must`, and of no number in
+`forbid`; every other string (numbers the model does not have, leading zeros) is a don't-care,
+which is what makes `14..47 of 48` come out as `(1[4-9]|[2-4]\\d)`.
+
+The search space is alternations of *terms*; a term is a sequence of digit atoms (a digit `5`, a
+range class `[1-3]`, or `\\d`), optionally with a leading `?` atom (`[12]?\\d` covers 0-29).
+Valid terms are enumerated with pruning, then a weighted set cover picks the cheapest
+alternation: exactly (branch and bound) for small sets, greedily with a clean-up pass otherwise.
+No regex contains `,`, `=`, whitespace or `{}` quantifiers, so it survives `-ot` parsing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+
+DIGITS = "0123456789"
+
+
+@cache
+def _atoms() -> tuple[frozenset[str], ...]:
+    """Contiguous digit ranges: singletons, [a-b] classes, and \\d."""
+    out = []
+    for lo in range(10):
+        for hi in range(lo, 10):
+            out.append(frozenset(DIGITS[lo : hi + 1]))
+    return tuple(out)
+
+
+def render_atom(atom: frozenset[str]) -> str:
+    """A digit set as the shortest of `5`, `\\d` or a class: runs of three or more as `a-c`."""
+    ds = sorted(atom)
+    if len(ds) == 10:
+        return r"\d"
+    if len(ds) == 1:
+        return ds[0]
+    parts: list[str] = []
+    run = [ds[0]]
+    for d in ds[1:]:
+        if int(d) == int(run[-1]) + 1:
+            run.append(d)
+            continue
+        parts.append(_run(run))
+        run = [d]
+    parts.append(_run(run))
+    return "[" + "".join(parts) + "]"
+
+
+def _run(run: list[str]) -> str:
+    return f"{run[0]}-{run[-1]}" if len(run) >= 3 else "".join(run)
+
+
+@dataclass(frozen=True)
+class Term:
+    atoms: tuple[frozenset[str], ...]
+    optional_first: bool = False
+
+    def render(self) -> str:
+        parts = [render_atom(a) for a in self.atoms]
+        if self.optional_first:
+            parts[0] += "?"
+        return "".join(parts)
+
+    @property
+    def cost(self) -> int:
+        return len(self.render())
+
+    def matches(self, s: str) -> bool:
+        n = len(self.atoms)
+        if len(s) == n:
+            return all(c in a for c, a in zip(s, self.atoms, strict=True))
+        if self.optional_first and len(s) == n - 1:
+            return all(c in a for c, a in zip(s, self.atoms[1:], strict=True))
+        return False
+
+
+def _enumerate(length: int, must: list[str], forbid: list[str]) -> list[tuple[tuple[frozenset[str], ...], int]]:
+    """Every product of atoms of this length that covers >= 1 of `must` and none of `forbid`,
+    with the bitmask (over `must`) of what it covers."""
+    atoms = _atoms()
+    # per position, per atom: which must / forbid strings have a digit of the atom there
+    m_masks = [[sum(1 << i for i, s in enumerate(must) if s[p] in a) for a in atoms] for p in range(length)]
+    f_masks = [[sum(1 << i for i, s in enumerate(forbid) if s[p] in a) for a in atoms] for p in range(length)]
+    out: list[tuple[tuple[frozenset[str], ...], int]] = []
+    chosen: list[frozenset[str]] = []
+
+    def rec(pos: int, m: int, f: int) -> None:
+        if pos == length:
+            if not f:
+                out.append((tuple(chosen), m))
+            return
+        for k, a in enumerate(atoms):
+            m2 = m & m_masks[pos][k]
+            if not m2:
+                continue
+            chosen.append(a)
+            rec(pos + 1, m2, f & f_masks[pos][k])
+            chosen.pop()
+
+    rec(0, (1 << len(must)) - 1, (1 << len(forbid)) - 1)
+    return out
+
+
+def _product_valid(atoms: tuple[frozenset[str], ...], forbid: Iterable[str]) -> bool:
+    return not any(all(c in a for c, a in zip(s, atoms, strict=True)) for s in forbid)
+
+
+def candidate_terms(must: Iterable[str], forbid: Iterable[str]) -> list[tuple[Term, frozenset[str]]]:
+    """Valid terms with the must-strings each covers, dominated ones removed."""
+    must_l = sorted(set(must), key=lambda s: (len(s), s))
+    index = {s: i for i, s in enumerate(must_l)}
+    forbid_s = set(forbid)
+    by_len_m: dict[int, list[str]] = {}
+    by_len_f: dict[int, list[str]] = {}
+    for s in must_l:
+        by_len_m.setdefault(len(s), []).append(s)
+    for s in forbid_s:
+        by_len_f.setdefault(len(s), []).append(s)
+    terms: dict[Term, int] = {}
+    valid_rest: dict[tuple[frozenset[str], ...], bool] = {}
+    for n, ms in sorted(by_len_m.items()):
+        local = [index[s] for s in ms]
+        for atoms, mask in _enumerate(n, ms, by_len_f.get(n, [])):
+            cov = 0
+            for i, gi in enumerate(local):
+                if mask >> i & 1:
+                    cov |= 1 << gi
+            terms[Term(atoms)] = cov
+            # the same term with an optional first atom also covers shorter strings
+            shorter = by_len_m.get(n - 1)
+            if not (n >= 2 and shorter):
+                continue
+            ok = valid_rest.get(atoms[1:])
+            if ok is None:
+                ok = valid_rest[atoms[1:]] = _product_valid(atoms[1:], by_len_f.get(n - 1, []))
+            if ok:
+                rest = Term(atoms[1:])
+                extra = 0
+                for s in shorter:
+                    if rest.matches(s):
+                        extra |= 1 << index[s]
+                if extra:
+                    terms[Term(atoms, True)] = cov | extra
+    # dominance: drop a term when another covers a superset at no higher cost
+    cheapest: dict[int, tuple[int, str, Term]] = {}
+    for t, cov in terms.items():
+        key = (t.cost, t.render())
+        if cov not in cheapest or key < cheapest[cov][:2]:
+            cheapest[cov] = (*key, t)
+    items = sorted(((c, r, t, cov) for cov, (c, r, t) in cheapest.items()), key=lambda x: (x[0], -x[3].bit_count(), x[1]))
+    kept: list[tuple[Term, int]] = []
+    # kept masks indexed by each bit they cover: a superset of `cov` holds every bit of cov,
+    # so only the shortest of those lists needs checking
+    by_bit: dict[int, list[int]] = {}
+    for _c, _r, t, cov in items:
+        bits = [i for i in range(cov.bit_length()) if cov >> i & 1]
+        probe = min((by_bit.get(b, []) for b in bits), key=len)
+        if any(cov & ~c2 == 0 for c2 in probe):
+            continue
+        kept.append((t, cov))
+        for b in bits:
+            by_bit.setdefault(b, []).append(cov)
+    return [(t, frozenset(must_l[i] for i in range(len(must_l)) if cov >> i & 1)) for t, cov in kept]
+
+
+def _join(terms: list[Term]) -> str:
+    rendered = sorted((t.render() for t in terms), key=_sort_key)
+    if len(rendered) == 1:
+        return rendered[0]
+    return "(" + "|".join(rendered) + ")"
+
+
+def _sort_key(s: str) -> tuple[int, str]:
+    # shorter numbers first, then lexically: (1[4-9]|[2-4]\d) reads in layer order
+    return (len(s.replace("\\d", "d").replace("?", "")) - s.count("[") * 0, s)
+
+
+def _greedy(universe: frozenset[str], cands: list[tuple[Term, frozenset[str]]]) -> list[Term]:
+    uncovered = set(universe)
+    chosen: list[tuple[Term, frozenset[str]]] = []
+    while uncovered:
+        best = min(
+            (c for c in cands if c[1] & uncovered),
+            key=lambda c: ((c[0].cost + 1) / len(c[1] & uncovered), c[0].cost, c[0].render()),
+        )
+        chosen.append(best)
+        uncovered -= best[1]
+    # clean-up: drop terms made redundant by later picks
+    changed = True
+    while changed:
+        changed = False
+        for i, (_t, _cov) in enumerate(chosen):
+            others = frozenset().union(*(c for j, (_, c) in enumerate(chosen) if j != i))
+            if universe <= others:
+                del chosen[i]
+                changed = True
+                break
+    return [t for t, _ in chosen]
+
+
+def _exact(
+    universe: frozenset[str], cands: list[tuple[Term, frozenset[str]]], upper: int, node_limit: int
+) -> list[Term] | None:
+    """Branch and bound over covers minimising sum(cost + 1); None if it found nothing better."""
+    best: list[list[Term] | None] = [None]
+    best_cost = [upper]
+    nodes = [0]
+    covering: dict[str, list[tuple[Term, frozenset[str]]]] = {s: [] for s in universe}
+    for t, cov in cands:
+        for s in cov:
+            covering[s].append((t, cov))
+    min_cost = min(t.cost + 1 for t, _ in cands)
+    max_cover = max(len(c) for _, c in cands)
+
+    def rec(uncovered: frozenset[str], chosen: list[Term], cost: int) -> None:
+        nodes[0] += 1
+        if nodes[0] > node_limit:
+            return
+        if not uncovered:
+            if cost < best_cost[0]:
+                best_cost[0] = cost
+                best[0] = list(chosen)
+            return
+        lower = cost + -(-len(uncovered) // max_cover) * min_cost
+        if lower >= best_cost[0]:
+            return
+        pivot = min(uncovered, key=lambda s: len(covering[s]))
+        options = sorted(covering[pivot], key=lambda c: (c[0].cost + 1) / len(c[1] & uncovered))
+        for t, cov in options:
+            chosen.append(t)
+            rec(uncovered - cov, chosen, cost + t.cost + 1)
+            chosen.pop()
+
+    rec(universe, [], 0)
+    return best[0]
+
+
+def _merge(terms: list[Term]) -> list[Term]:
+    """Merge terms that differ only in one position into one with a wider class, while that is
+    shorter. The union of such products is exactly the merged product, so it stays valid."""
+    terms = list(terms)
+    while True:
+        best: tuple[int, list[Term], Term] | None = None
+        for k in range(max((len(t.atoms) for t in terms), default=0)):
+            groups: dict[tuple[object, ...], list[Term]] = {}
+            for t in terms:
+                if k < len(t.atoms):
+                    key = (len(t.atoms), t.optional_first, t.atoms[:k], t.atoms[k + 1 :])
+                    groups.setdefault(key, []).append(t)
+            for group in groups.values():
+                if len(group) < 2:
+                    continue
+                atoms = list(group[0].atoms)
+                atoms[k] = frozenset().union(*(t.atoms[k] for t in group))
+                merged = Term(tuple(atoms), group[0].optional_first)
+                saving = sum(t.cost + 1 for t in group) - 1 - merged.cost
+                if saving > 0 and (best is None or saving > best[0]):
+                    best = (saving, group, merged)
+        if best is None:
+            return terms
+        _, group, merged = best
+        terms = [t for t in terms if t not in group] + [merged]
+
+
+def layer_set_regex(must: Iterable[int], forbid: Iterable[int]) -> str:
+    """Shortest regex (in the term space above) for the decimal strings of `must` that matches
+    none of `forbid`. Every other number is a don't-care. `must` must not be empty."""
+    return _layer_set_regex(frozenset(must), frozenset(forbid))
+
+
+@cache
+def _layer_set_regex(must: frozenset[int], forbid: frozenset[int], node_limit: int = 20000) -> str:
+    must_s = frozenset(str(n) for n in must)
+    forbid_s = frozenset(str(n) for n in forbid)
+    if not must_s:
+        raise ValueError("layer_set_regex needs at least one number to match")
+    if must_s & forbid_s:
+        raise ValueError(f"numbers both required and forbidden: {sorted(must_s & forbid_s, key=int)}")
+    cands = candidate_terms(must_s, forbid_s)
+    # a single term covering everything needs no group
+    single = [t for t, cov in cands if cov == must_s]
+    best_single = min(single, key=lambda t: (t.cost, t.render())) if single else None
+    greedy = _greedy(must_s, cands)
+    multi = greedy
+    multi_cost = sum(t.cost + 1 for t in greedy)
+    exact = _exact(must_s, cands, multi_cost, node_limit)
+    if exact is not None:
+        multi = exact
+    options = [multi, _merge(multi), _merge(greedy)]
+    if best_single is not None:
+        options.append([best_single])
+    return min((_join(o) for o in options), key=lambda r: (len(r), r))
+
+
+def regex_for_numbers(must: Iterable[int], forbid: Iterable[int]) -> str:
+    """`layer_set_regex`, bounded as it appears in a tensor-name regex: `blk\\.R\\.`."""
+    return r"blk\." + layer_set_regex(must, forbid) + r"\."
