@@ -150,7 +150,9 @@ def candidate_terms(must: Iterable[str], forbid: Iterable[str]) -> list[tuple[Te
         key = (t.cost, t.render())
         if cov not in cheapest or key < cheapest[cov][:2]:
             cheapest[cov] = (*key, t)
-    items = sorted(((c, r, t, cov) for cov, (c, r, t) in cheapest.items()), key=lambda x: (x[0], -x[3].bit_count(), x[1]))
+    items = sorted(
+        ((c, r, t, cov) for cov, (c, r, t) in cheapest.items()), key=lambda x: (x[0], -x[3].bit_count(), x[1])
+    )
     kept: list[tuple[Term, int]] = []
     # kept masks indexed by each bit they cover: a superset of `cov` holds every bit of cov,
     # so only the shortest of those lists needs checking
@@ -175,7 +177,7 @@ def _join(terms: list[Term]) -> str:
 
 def _sort_key(s: str) -> tuple[int, str]:
     # shorter numbers first, then lexically: (1[4-9]|[2-4]\d) reads in layer order
-    return (len(s.replace("\\d", "d").replace("?", "")) - s.count("[") * 0, s)
+    return (len(s.replace("\\d", "d").replace("?", "")), s)
 
 
 def _greedy(universe: frozenset[str], cands: list[tuple[Term, frozenset[str]]]) -> list[Term]:
