@@ -38,7 +38,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     ins.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
     ins.add_argument("--tensors", action="store_true", help="also list every tensor in the text summary")
-    ins.add_argument("--color", choices=["auto", "always", "never"], default="auto", help=argparse.SUPPRESS)
+
+    targets = ("llama.cpp", "ik_llama.cpp", "argv", "env", "docker", "compose", "llama-swap", "json", "ot")
+    comp = sub.add_parser(
+        "compile",
+        help="compile a plan into verified -ot rules and the engine's command line",
+        description="Resolve PLAN against its model, synthesize the shortest -ot rules that reproduce the "
+        "placement (re-simulated before printing), and print them in the form a deployment needs.",
+    )
+    comp.add_argument("plan", help="plan.toml")
+    comp.add_argument("--target", "-T", choices=targets, default=None,
+                      help="output form (default: a command line for the plan's engine)")
+    comp.add_argument("--model", metavar="PATH", help="use this GGUF or manifest instead of the plan's model")
+    comp.add_argument("--json", action="store_true", help="same as --target json")
+    comp.add_argument("--write", metavar="FILE", help="write the output to FILE (atomically)")
+    comp.add_argument("-q", "--quiet", action="store_true", help="no summary on standard error")
+
+    ini = sub.add_parser(
+        "init",
+        help="write a commented starter plan for a model",
+        description="Write a starter plan: always-active tensors on the GPU, routed experts in system RAM.",
+    )
+    ini.add_argument("model", help="a .gguf file or a manifest .json")
+    ini.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: standard output)")
+    ini.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp")
+    ini.add_argument("--force", action="store_true", help="overwrite an existing FILE")
+
+    sub.add_parser("schema", help="print the plan JSON Schema", description="Print the plan file's JSON Schema.")
     return p
 
 
@@ -77,6 +103,50 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from moeconf.compile import compile_plan, with_engine
+    from moeconf.emit.targets import emit
+    from moeconf.plan import load_plan
+
+    plan = load_plan(args.plan)
+    target = "json" if args.json else (args.target or plan.config.engine.name)
+    if target in ("llama.cpp", "ik_llama.cpp"):
+        plan = with_engine(plan, target)
+    compiled = compile_plan(plan, model=args.model)
+    text = emit(compiled, target)
+    if args.write:
+        from moeconf.report.compile import header_for
+
+        text = header_for(target, args.plan) + text
+    _write_output(text, args.write)
+    if not args.quiet:
+        from moeconf.report.compile import summary
+
+        print(summary(compiled), file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    from moeconf.model.inventory import load_inventory
+    from moeconf.plan.starter import starter_plan
+
+    if args.output and os.path.exists(args.output) and not args.force:
+        raise MoeconfError("already exists (use --force to overwrite)", path=args.output)
+    inv = load_inventory(args.model)
+    out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
+    _write_output(starter_plan(inv, args.model, out_dir, args.engine), args.output)
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from moeconf.plan.schema import plan_schema
+
+    sys.stdout.write(json.dumps(plan_schema(), indent=2) + "\n")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -88,12 +158,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    handlers = {"inspect": _cmd_inspect}
+    handlers = {"inspect": _cmd_inspect, "compile": _cmd_compile, "init": _cmd_init, "schema": _cmd_schema}
     try:
         return handlers[args.command](args)
     except MoeconfError as e:
         print(f"moeconf: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except AssertionError as e:
+        # SynthesisError and other invariants: a moeconf bug, never printed as a result
+        print(f"moeconf: internal error: {e}\nplease report this with your plan and model manifest",
+              file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("moeconf: interrupted", file=sys.stderr)
         return 130

@@ -16,6 +16,7 @@ class MoeconfError(Exception):
         line: int | None = None,
         column: int | None = None,
         hint: str | None = None,
+        context: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -24,6 +25,7 @@ class MoeconfError(Exception):
         self.line = line
         self.column = column
         self.hint = hint
+        self.context = context
 
     def location(self) -> str:
         if self.path is None:
@@ -40,6 +42,8 @@ class MoeconfError(Exception):
     def __str__(self) -> str:
         loc = self.location()
         text = f"{loc}: {self.message}" if loc else self.message
+        if self.context:
+            text += "\n" + self.context
         if self.hint:
             text += f"\n  hint: {self.hint}"
         return text
@@ -51,3 +55,7 @@ class GGUFError(MoeconfError):
 
 class ManifestError(MoeconfError):
     """A manifest JSON that does not describe an inventory."""
+
+
+class PlanError(MoeconfError):
+    """A plan file that cannot be used: TOML syntax, unknown keys, bad rules, bad devices."""

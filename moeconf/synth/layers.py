@@ -259,7 +259,8 @@ def _merge(terms: list[Term]) -> list[Term]:
                 atoms[k] = frozenset().union(*(t.atoms[k] for t in group))
                 merged = Term(tuple(atoms), group[0].optional_first)
                 saving = sum(t.cost + 1 for t in group) - 1 - merged.cost
-                if saving > 0 and (best is None or saving > best[0]):
+                # ties merge too: one class reads better than an alternation of digits
+                if saving >= 0 and (best is None or saving > best[0]):
                     best = (saving, group, merged)
         if best is None:
             return terms
@@ -294,7 +295,7 @@ def _layer_set_regex(must: frozenset[int], forbid: frozenset[int], node_limit: i
     options = [multi, _merge(multi), _merge(greedy)]
     if best_single is not None:
         options.append([best_single])
-    return min((_join(o) for o in options), key=lambda r: (len(r), r))
+    return min((_join(o) for o in options), key=lambda r: (len(r), r.count("|"), r))
 
 
 def regex_for_numbers(must: Iterable[int], forbid: Iterable[int]) -> str:

@@ -1,0 +1,95 @@
+"""The compiler: plan -> inventory -> Placement -> verified `-ot` items -> engine argv."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from moeconf.engines import Engine, engine
+from moeconf.errors import PlanError
+from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.placement import Placement
+from moeconf.plan import Plan, load_plan
+from moeconf.resolve import Diagnostic, gpu_devices, resolve
+from moeconf.synth.rules import Synthesis, check, synthesize
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """Everything a target needs: the plan, the model, where each tensor goes, the verified
+    `-ot` items and the engine's argv (binary first)."""
+
+    plan: Plan
+    engine: Engine
+    inventory: Inventory
+    placement: Placement
+    synthesis: Synthesis
+    argv: tuple[str, ...]
+    warnings: tuple[Diagnostic, ...]
+
+    @property
+    def ot(self) -> str:
+        """The comma-joined `-ot` value ('' when the defaults already hold)."""
+        return self.synthesis.value
+
+    def json(self) -> dict[str, object]:
+        return {
+            "engine": self.engine.name,
+            "engine_version": self.engine.version,
+            "model": self.inventory.source,
+            "ot": self.ot,
+            "items": [it.render() for it in self.synthesis.items],
+            "argv": list(self.argv),
+            "placement": self.placement.as_json(),
+            "bytes_by_device": self.placement.bytes_by_device(),
+            "warnings": [str(w) for w in self.warnings],
+        }
+
+
+def with_engine(plan: Plan, name: str) -> Plan:
+    """The plan retargeted at another engine (for `--target ik_llama.cpp` on a mainline plan)."""
+    if plan.config.engine.name == name:
+        return plan
+    eng_cfg = plan.config.engine.model_copy(update={"name": name, "version": None})
+    return replace(plan, config=plan.config.model_copy(update={"engine": eng_cfg}))
+
+
+def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = None,
+                 inventory: Inventory | None = None) -> Compiled:
+    """Compile a plan (a `Plan` or a path). `model` overrides the plan's model path;
+    `inventory` skips reading the model. Raises `MoeconfError` subclasses on bad input and
+    `SynthesisError` (an internal error) if the rules would not reproduce the placement."""
+    from moeconf.emit.argv import build_argv
+
+    p = plan if isinstance(plan, Plan) else load_plan(plan)
+    inv = inventory if inventory is not None else load_inventory(model or p.model_path)
+    eng = engine(p.config.engine.name, p.config.engine.version)
+    _check_flags(p, eng)
+    res = resolve(p, inv)
+    syn = synthesize(res.placement)
+    check(res.placement, syn)
+    argv = build_argv(p, eng, inv, syn, model_path=model)
+    return Compiled(p, eng, inv, res.placement, syn, tuple(argv), res.warnings)
+
+
+def _check_flags(plan: Plan, eng: Engine) -> None:
+    f = plan.config.flags
+    if f.merge_qkv and not eng.has_merge_qkv:
+        raise plan.error_at_key(("flags", "merge_qkv"), f"{eng.name} has no --merge-qkv (an ik_llama.cpp flag)")
+    if f.merge_up_gate and not eng.has_merge_up_gate:
+        raise plan.error_at_key(("flags", "merge_up_gate"),
+                                f"{eng.name} has no --merge-up-gate-experts (an ik_llama.cpp flag)")
+    if f.split_mode and f.split_mode not in eng.split_modes:
+        raise plan.error_at_key(("flags", "split_mode"),
+                                f"{eng.label} has no -sm {f.split_mode} (it has {', '.join(eng.split_modes)})")
+    if f.fit and plan.rules and eng.fit_with_overrides == "error":
+        raise plan.error_at_key(("flags", "fit"), f"{eng.name} refuses --fit together with -ot "
+                                "(\"Manual tensor overrides cannot be used with --fit\")",
+                                hint="remove fit = true: the plan places tensors itself")
+    if f.fit is not None and not eng.has_fit:
+        raise plan.error_at_key(("flags", "fit"), f"{eng.label} has no --fit (mainline b7416+)")
+    if f.tensor_split and len(f.tensor_split) > len(gpu_devices(plan, eng)):
+        raise plan.error_at_key(("flags", "tensor_split"),
+                                f"{len(f.tensor_split)} proportions for {len(gpu_devices(plan, eng))} devices")
+    if not isinstance(plan.config.flags.n_gpu_layers, str) and plan.config.flags.n_gpu_layers < 0:
+        raise PlanError("n_gpu_layers must be >= 0 or \"all\"", path=plan.path)

@@ -1,0 +1,108 @@
+"""The engine's own argv for a compiled plan, in each engine's spelling (binary first).
+
+Order matters: `--rpc` comes before `-ot` (the RPC device must exist when `-ot` names it).
+For manual placement on mainline, `-fit off` is emitted unless the plan asks for fit: fit would
+give up on user-set `-ngl`/`-ot` anyway, after possibly cutting the context.
+"""
+
+from __future__ import annotations
+
+from moeconf.engines import Engine
+from moeconf.errors import PlanError
+from moeconf.model.inventory import Inventory
+from moeconf.plan import Plan
+from moeconf.synth.rules import Synthesis
+
+DEFAULT_BINARY = "llama-server"
+
+
+def serve_path(plan: Plan, inv: Inventory, override: str | None = None) -> str:
+    if override:
+        return override
+    cfg = plan.config.model
+    if cfg.serve_path:
+        return str(cfg.serve_path)
+    if cfg.path.endswith(".gguf"):
+        return plan.resolve_path(cfg.path)
+    raise plan.error_at_key(
+        ("model", "path"),
+        "the model is a manifest, so moeconf does not know the GGUF path the engine should load",
+        hint="set [model] serve_path = \"/models/NAME-00001-of-0000N.gguf\" (the path as the server sees it)",
+    )
+
+
+def _load_mode(plan: Plan, eng: Engine) -> list[str]:
+    f = plan.config.flags
+    if not (f.no_mmap or f.mlock):
+        return []
+    if eng.has_load_mode:
+        mode = {(True, False): "none", (True, True): "mlock", (False, True): "mmap+mlock"}[(f.no_mmap, f.mlock)]
+        return ["-lm", mode]
+    out = []
+    if f.no_mmap:
+        out.append("--no-mmap")
+    if f.mlock:
+        out.append("--mlock")
+    return out
+
+
+def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_path: str | None = None,
+               *, with_binary: bool = True) -> list[str]:
+    f = plan.config.flags
+    t = plan.config.targets
+    argv: list[str] = [t.binary or DEFAULT_BINARY] if with_binary else []
+    argv += ["-m", serve_path(plan, inv, model_path)]
+    if f.rpc:
+        argv += ["--rpc", ",".join(f.rpc)]
+    ngl = f.n_gpu_layers
+    argv += ["-ngl", "999" if ngl == "all" else str(ngl)]
+    if eng.has_fit:
+        if eng.fit_flag == "-fit":
+            argv += ["-fit", "on" if f.fit else "off"]
+        elif f.fit:
+            argv += ["--fit"]
+    if f.ctx_size is not None:
+        argv += ["-c", str(f.ctx_size)]
+    if f.batch is not None:
+        argv += ["-b", str(f.batch)]
+    if f.ubatch is not None:
+        argv += ["-ub", str(f.ubatch)]
+    if f.flash_attn is not None:
+        if eng.fa_takes_value:
+            argv += ["-fa", f.flash_attn]
+        elif f.flash_attn == "on":
+            argv += ["-fa"]
+        elif f.flash_attn == "auto":
+            raise plan.error_at_key(("flags", "flash_attn"), f"{eng.label} has no -fa auto (b6325+)")
+    if f.cache_type_k:
+        argv += ["-ctk", f.cache_type_k]
+    if f.cache_type_v:
+        argv += ["-ctv", f.cache_type_v]
+    argv += _load_mode(plan, eng)
+    if f.merge_qkv:
+        argv += ["-mqkv"]
+    if f.merge_up_gate:
+        argv += ["-muge"]
+    if f.split_mode:
+        argv += ["-sm", f.split_mode]
+    if f.tensor_split:
+        argv += ["-ts", ",".join(_num(x) for x in f.tensor_split)]
+    if f.main_gpu is not None:
+        argv += ["-mg", str(f.main_gpu)]
+    if f.threads is not None:
+        argv += ["-t", str(f.threads)]
+    if t.host:
+        argv += ["--host", t.host]
+    if t.port is not None:
+        argv += ["--port", str(t.port)]
+    if syn.items:
+        if eng.max_overrides is not None and len(syn.items) > eng.max_overrides:
+            raise PlanError(f"{len(syn.items)} -ot items exceed {eng.name}'s limit of {eng.max_overrides}",
+                            path=plan.path)
+        argv += ["-ot", syn.value]
+    argv += list(f.extra)
+    return argv
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)

@@ -1,0 +1,222 @@
+"""Every output form of a compiled plan. Each one round-trips: a shell split, a YAML load or a
+dotenv parse of the output gives back the exact `-ot` value (tested for every form).
+
+- `llama.cpp` / `ik_llama.cpp`: one shell-quoted command line for that engine's server
+- `argv`: the same as a JSON array
+- `env`: dotenv lines (`LLAMA_ARG_*`), mainline only (ik_llama.cpp reads no `-ot` from env)
+- `docker`: a `docker run` line with the engine's official image for the backend
+- `compose`: a docker compose service (command as a list; `$` doubled; regexes single-quoted)
+- `llama-swap`: a `models` entry whose `cmd` survives llama-swap's own processing
+- `json`: `ot`, `argv`, `placement` and more, for other tools
+- `ot`: only the `-ot` value
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Final
+
+from moeconf.compile import Compiled
+from moeconf.emit.argv import build_argv
+from moeconf.errors import MoeconfError
+
+TARGETS: Final = ("llama.cpp", "ik_llama.cpp", "argv", "env", "docker", "compose", "llama-swap", "json", "ot")
+
+MAINLINE_IMAGE = "ghcr.io/ggml-org/llama.cpp"
+IK_IMAGE = "ghcr.io/ikawrakow/ik-llama-cpp"
+_MAINLINE_TAGS = {"cpu": "server", "cuda": "server-cuda", "cuda13": "server-cuda13", "rocm": "server-rocm",
+                  "vulkan": "server-vulkan", "intel": "server-intel", "musa": "server-musa"}
+_IK_TAGS = {"cpu": "cpu-server", "cuda": "cu12-server", "cuda13": "cu13-server"}
+_DOCKER_DEVICES = {"cuda": ["--gpus", "all"], "cuda13": ["--gpus", "all"], "rocm": ["--device", "/dev/kfd", "--device",
+                   "/dev/dri"], "vulkan": ["--device", "/dev/dri"], "intel": ["--device", "/dev/dri"],
+                   "musa": ["--device", "/dev/mtgpu"], "cpu": []}
+DEFAULT_PORT = 8080
+
+
+def shell_line(argv: list[str] | tuple[str, ...]) -> str:
+    return shlex.join(argv)
+
+
+def docker_image(c: Compiled) -> str:
+    t = c.plan.config.targets
+    if t.docker_image:
+        return str(t.docker_image)
+    backend = t.docker_backend
+    if c.engine.name == "llama.cpp":
+        tag = _MAINLINE_TAGS[backend]
+        if c.engine.version and c.engine.build is not None and c.engine.version.lstrip("b").isdigit():
+            tag += f"-b{c.engine.build}"
+        return f"{MAINLINE_IMAGE}:{tag}"
+    if backend not in _IK_TAGS:
+        raise MoeconfError(
+            f"ik_llama.cpp publishes no {backend!r} image (it has {', '.join(_IK_TAGS)})",
+            path=c.plan.path, hint="set [targets] docker_image to your own image",
+        )
+    return f"{IK_IMAGE}:{_IK_TAGS[backend]}"
+
+
+def _server_args(c: Compiled, *, for_container: bool) -> list[str]:
+    """Server arguments without the binary (container images start the server themselves)."""
+    args = build_argv(c.plan, c.engine, c.inventory, c.synthesis, model_path=_model_override(c),
+                      with_binary=False)
+    t = c.plan.config.targets
+    if for_container and not t.host:
+        # mainline images set LLAMA_ARG_HOST=0.0.0.0; ik's do not: listen on all interfaces
+        args += ["--host", "0.0.0.0"]
+    if for_container and t.port is None:
+        args += ["--port", str(DEFAULT_PORT)]
+    return args
+
+
+def _model_override(c: Compiled) -> str | None:
+    i = c.argv.index("-m")
+    return c.argv[i + 1]
+
+
+def emit_env(c: Compiled) -> str:
+    eng = c.engine
+    if not eng.env_override_tensor:
+        why = ("ik_llama.cpp reads no -ot, --n-cpu-moe, --fit or split mode from the environment"
+               if eng.name == "ik_llama.cpp" else f"{eng.label} has no LLAMA_ARG_OVERRIDE_TENSOR (b7536+)")
+        raise MoeconfError(f"no env form for {eng.label}: {why}", path=c.plan.path,
+                           hint="use --target " + eng.name + ", docker, compose or llama-swap")
+    f = c.plan.config.flags
+    t = c.plan.config.targets
+    if f.extra:
+        raise MoeconfError("[flags] extra arguments have no environment form", path=c.plan.path,
+                           hint="drop them, or use another target")
+    lines: list[tuple[str, str]] = [("LLAMA_ARG_MODEL", _model_override(c) or "")]
+    if f.rpc:
+        lines.append(("LLAMA_ARG_RPC", ",".join(f.rpc)))
+    ngl = f.n_gpu_layers
+    lines.append(("LLAMA_ARG_N_GPU_LAYERS", "999" if ngl == "all" else str(ngl)))
+    if eng.has_fit:
+        lines.append(("LLAMA_ARG_FIT", "on" if f.fit else "off"))
+    simple = [("LLAMA_ARG_CTX_SIZE", f.ctx_size), ("LLAMA_ARG_BATCH", f.batch), ("LLAMA_ARG_UBATCH", f.ubatch),
+              ("LLAMA_ARG_FLASH_ATTN", f.flash_attn), ("LLAMA_ARG_CACHE_TYPE_K", f.cache_type_k),
+              ("LLAMA_ARG_CACHE_TYPE_V", f.cache_type_v), ("LLAMA_ARG_SPLIT_MODE", f.split_mode),
+              ("LLAMA_ARG_MAIN_GPU", f.main_gpu), ("LLAMA_ARG_THREADS", f.threads),
+              ("LLAMA_ARG_HOST", t.host), ("LLAMA_ARG_PORT", t.port)]
+    lines += [(k, str(v)) for k, v in simple if v is not None]
+    if f.tensor_split:
+        lines.append(("LLAMA_ARG_TENSOR_SPLIT", ",".join(str(x) for x in f.tensor_split)))
+    if f.no_mmap or f.mlock:
+        if eng.has_load_mode:
+            mode = {(True, False): "none", (True, True): "mlock", (False, True): "mmap+mlock"}[(f.no_mmap, f.mlock)]
+            lines.append(("LLAMA_ARG_LOAD_MODE", mode))
+        else:
+            if f.no_mmap:
+                lines.append(("LLAMA_ARG_NO_MMAP", "1"))
+            if f.mlock:
+                lines.append(("LLAMA_ARG_MLOCK", "1"))
+    if c.ot:
+        lines.append(("LLAMA_ARG_OVERRIDE_TENSOR", c.ot))
+    for k, v in lines:
+        if any(ch in v for ch in " \t\n#'\"$"):
+            raise MoeconfError(f"{k} value {v!r} cannot be written unquoted in a .env file", path=c.plan.path)
+    # Unquoted: docker --env-file takes values verbatim (quotes would become part of the value)
+    return "".join(f"{k}={v}\n" for k, v in lines)
+
+
+def emit_docker(c: Compiled) -> str:
+    t = c.plan.config.targets
+    port = t.port or DEFAULT_PORT
+    argv = ["docker", "run", "--rm", *_DOCKER_DEVICES[t.docker_backend], "-p", f"{port}:{port}"]
+    for v in t.docker_volumes:
+        argv += ["-v", v]
+    argv.append(docker_image(c))
+    argv += _server_args(c, for_container=True)
+    return shell_line(argv) + "\n"
+
+
+def yaml_str(s: str, compose: bool = False) -> str:
+    """A YAML single-quoted scalar: backslashes stay literal; compose needs `$` doubled."""
+    if compose:
+        s = s.replace("$", "$$")
+    return "'" + s.replace("'", "''") + "'"
+
+
+def emit_compose(c: Compiled) -> str:
+    t = c.plan.config.targets
+    port = t.port or DEFAULT_PORT
+    lines = ["services:", f"  {t.compose_service}:", f"    image: {yaml_str(docker_image(c))}", "    command:"]
+    lines += [f"      - {yaml_str(a, compose=True)}" for a in _server_args(c, for_container=True)]
+    lines += ["    ports:", f"      - {yaml_str(f'{port}:{port}')}"]
+    if t.docker_volumes:
+        lines.append("    volumes:")
+        lines += [f"      - {yaml_str(v, compose=True)}" for v in t.docker_volumes]
+    if t.docker_backend in ("cuda", "cuda13"):
+        lines += ["    deploy:", "      resources:", "        reservations:", "          devices:",
+                  "            - driver: nvidia", "              count: all", "              capabilities: [gpu]"]
+    elif t.docker_backend != "cpu":
+        lines.append("    devices:")
+        devs = _DOCKER_DEVICES[t.docker_backend][1::2]
+        lines += [f"      - {yaml_str(d)}" for d in devs]
+    return "\n".join(lines) + "\n"
+
+
+def emit_llama_swap(c: Compiled) -> str:
+    t = c.plan.config.targets
+    name = t.llama_swap_model or _plan_stem(c)
+    argv = list(c.argv)
+    if t.port is None:
+        argv += ["--port", "${PORT}"]
+    # llama-swap drops lines starting with '#', joins trailing backslashes, expands ${...}
+    # macros, then splits like a POSIX shell: one argument pair a line, regexes single-quoted.
+    body = _pairs(argv)
+    lines = ["models:", f"  {yaml_str(name)}:", "    cmd: |"]
+    lines += [f"      {line}" for line in body]
+    if t.port is not None:
+        lines.append(f"    proxy: {yaml_str(f'http://127.0.0.1:{t.port}')}")
+    return "\n".join(lines) + "\n"
+
+
+def _pairs(argv: list[str]) -> list[str]:
+    out: list[str] = [_swap_quote(argv[0])]
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            out.append(f"{_swap_quote(a)} {_swap_quote(argv[i + 1])}")
+            i += 2
+        else:
+            out.append(_swap_quote(a))
+            i += 1
+    return out
+
+
+def _swap_quote(a: str) -> str:
+    if a == "${PORT}":
+        return a
+    q = shlex.quote(a)
+    return q
+
+
+def _plan_stem(c: Compiled) -> str:
+    import os
+
+    base = os.path.basename(c.plan.path)
+    return base.rsplit(".", 1)[0] if "." in base else base
+
+
+def emit(c: Compiled, target: str) -> str:
+    if target in ("llama.cpp", "ik_llama.cpp"):
+        if target != c.engine.name:  # pragma: no cover - the CLI recompiles for the asked engine
+            raise MoeconfError(f"compiled for {c.engine.name}, not {target}")
+        return shell_line(c.argv) + "\n"
+    if target == "argv":
+        return json.dumps(list(c.argv)) + "\n"
+    if target == "env":
+        return emit_env(c)
+    if target == "docker":
+        return emit_docker(c)
+    if target == "compose":
+        return emit_compose(c)
+    if target == "llama-swap":
+        return emit_llama_swap(c)
+    if target == "json":
+        return json.dumps(c.json(), indent=1) + "\n"
+    if target == "ot":
+        return c.ot + "\n"
+    raise MoeconfError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")

@@ -1,0 +1,181 @@
+"""What each engine (and version) accepts and does, as data plus small functions.
+
+Lint rules, the resolver and the emitters ask this module; they do not hard-code engine facts.
+`ik_llama.cpp` is described as llama.cpp plus its differences (the sqlglot idea: a table of
+differences on a shared base). Sources: `shared/engine-facts.md` and the engines' code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Final, Literal
+
+EngineName = Literal["llama.cpp", "ik_llama.cpp"]
+ENGINE_NAMES: Final[tuple[EngineName, ...]] = ("llama.cpp", "ik_llama.cpp")
+
+# The device a tensor gets when the engine spreads layers over several GPUs by their free memory:
+# which GPU is not knowable from the files, so it is never the target of a compiled rule.
+AUTO_GPU: Final = "GPU(auto)"
+
+# Newest mainline build these facts were read from; a plan without a version targets it.
+NEWEST_MAINLINE_BUILD: Final = 10573
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine at a version. `build` is mainline's build number (bNNNN); ik_llama.cpp has
+    none, its facts are those of the newest code read (2026-08)."""
+
+    name: EngineName
+    version: str | None
+    build: int | None
+    # -ot parsing
+    trims_ot_whitespace: bool
+    max_overrides: int | None
+    # env
+    env_override_tensor: bool  # LLAMA_ARG_OVERRIDE_TENSOR
+    env_cpu_moe: bool  # LLAMA_ARG_CPU_MOE / LLAMA_ARG_N_CPU_MOE
+    # --n-cpu-moe takes the first N block indices, or the last N layers with experts
+    ncmoe_takes: Literal["first", "last"]
+    ncmoe_skips_nextn: bool
+    ncmoe_pattern_has_gate_up: bool
+    # -ngl: does N count the output layer (mainline) or only repeating blocks (ik)
+    ngl_counts_output: bool
+    ngl_words: bool  # auto / all
+    default_ngl: int  # what the engine does without -ngl (-1: "auto", all layers when fit is off)
+    # --fit
+    has_fit: bool
+    fit_default_on: bool
+    fit_with_overrides: Literal["absent", "gives-up", "error"]
+    # nextn / MTP blocks: does the loader create (and so place) their tensors
+    creates_nextn_tensors: bool
+    # names
+    rpc_indexed: bool  # RPC0[host:port] (b6688+) rather than RPC[host:port]
+    metal_name: str  # MTL0 (b7917+) or Metal
+    has_merge_qkv: bool
+    has_merge_up_gate: bool
+    split_modes: tuple[str, ...]
+    fa_takes_value: bool  # -fa on|off|auto rather than a bare switch
+    has_load_mode: bool  # -lm/--load-mode (mainline b10108+; --no-mmap/--mlock deprecated)
+    ot_needs_gpu: bool  # ik: -ngl 0 or no GPU drops every -ot and --n-cpu-moe rule
+    output_on_gpu_any_ngl_modes: tuple[str, ...]  # ik: split modes where any -ngl > 0 offloads the output
+    fit_flag: str  # how to write fit off/on: "-fit" (takes on|off) or "--fit" (a bare switch)
+
+    @property
+    def label(self) -> str:
+        return self.name + (f" {self.version}" if self.version else "")
+
+    # -- buffer-type names -------------------------------------------------------------------
+
+    def device_name_error(self, name: str) -> str | None:
+        """Why `name` is not a buffer-type name this engine's `-ot` accepts, or None."""
+        if _DEVICE_RE.fullmatch(name) or name == "CPU" or name in ("OpenCL",):
+            if name.startswith("RPC"):
+                m = _RPC_RE.fullmatch(name)
+                if not m:
+                    return f"{name!r} is not an RPC device name: write RPC0[host:port]"
+                if self.rpc_indexed and not m.group(1):
+                    return f"{self.label} names RPC devices RPC0[host:port] (since b6688), not {name!r}"
+                if not self.rpc_indexed and m.group(1):
+                    return f"{self.label} names RPC devices RPC[host:port], not {name!r}"
+                return None
+            if name.startswith("MTL") and self.metal_name == "Metal":
+                return f"{self.label} names the Metal device 'Metal' (MTL0 since b7917)"
+            if name == "Metal" and self.metal_name != "Metal":
+                return f"{self.label} names the Metal device MTL0 (since b7917), not 'Metal'"
+            return None
+        return _explain_bad_device(name)
+
+
+_DEVICE_RE = re.compile(
+    r"CPU|(?:CUDA|ROCm|MUSA|Vulkan|SYCL|CANN|MTL)\d+(?:_Private)?|Metal|OpenCL|RPC\d*\[[^\],=\s]+\]"
+)
+_RPC_RE = re.compile(r"RPC(\d*)\[([^\]:,=\s]+):(\d+)\]")
+_KNOWN_PREFIXES = ("CPU", "CUDA", "ROCm", "MUSA", "Vulkan", "SYCL", "CANN", "MTL", "Metal", "OpenCL", "RPC")
+
+
+def _explain_bad_device(name: str) -> str:
+    if "$" in name:
+        return f"{name!r} holds an unexpanded variable"
+    low = name.lower()
+    if low in ("cpu_repack", "cpu_mapped", "amx", "cpu_aarch64") or low.endswith("_host"):
+        return f"{name!r} is a host/extra buffer type, which -ot does not accept: write CPU"
+    for p in _KNOWN_PREFIXES:
+        if low.startswith(p.lower()):
+            rest = name[len(p):]
+            if name[: len(p)] != p:
+                fixed = p + rest
+                return f"buffer-type names are case-sensitive: did you mean {fixed!r}?"
+            if rest in ("", "x", "X", "N", "n", "#") and p not in ("CPU", "Metal", "OpenCL"):
+                return f"{name!r} needs a device index: {p}0, {p}1, ..."
+    return f"{name!r} is not a buffer-type name (CPU, CUDA0, ROCm0, Vulkan0, SYCL0, MTL0, RPC0[host:port], ...)"
+
+
+def _parse_build(version: str | None) -> int | None:
+    if version is None:
+        return None
+    m = re.fullmatch(r"b?(\d+)", version.strip())
+    return int(m.group(1)) if m else None
+
+
+def mainline(version: str | None = None) -> Engine:
+    build = _parse_build(version)
+    b = build if build is not None else NEWEST_MAINLINE_BUILD
+    return Engine(
+        name="llama.cpp", version=version, build=b,
+        trims_ot_whitespace=False, max_overrides=4095,
+        env_override_tensor=b >= 7536, env_cpu_moe=b >= 6586,
+        ncmoe_takes="first", ncmoe_skips_nextn=False, ncmoe_pattern_has_gate_up=b >= 8307,
+        ngl_counts_output=True, ngl_words=b >= 7556, default_ngl=-1,
+        has_fit=b >= 7416, fit_default_on=b >= 7416,
+        fit_with_overrides="gives-up" if b >= 7416 else "absent",
+        creates_nextn_tensors=False,
+        rpc_indexed=b >= 6688, metal_name="MTL0" if b >= 7917 else "Metal",
+        has_merge_qkv=False, has_merge_up_gate=False,
+        split_modes=("none", "layer", "row", "tensor") if b >= 8740 else ("none", "layer", "row"),
+        fa_takes_value=b >= 6325,
+        has_load_mode=b >= 10108,
+        ot_needs_gpu=False,
+        output_on_gpu_any_ngl_modes=(),
+        fit_flag="-fit",
+    )
+
+
+# ik_llama.cpp releases whose behaviour differs from the newest code read (2026-08-15).
+# 0.1.5 is the PyPI source package: it loads a glm4moe nextn block's tensors, and its
+# --n-cpu-moe takes the last N layers without skipping nextn blocks [run, shared/oracle.md].
+_IK_VERSIONS: dict[str, dict[str, object]] = {
+    "0.1.5": {"creates_nextn_tensors": True, "ncmoe_skips_nextn": False},
+}
+
+
+def ik(version: str | None = None) -> Engine:
+    base = replace(
+        mainline(None),
+        name="ik_llama.cpp", version=version, build=None,
+        trims_ot_whitespace=False, max_overrides=None,
+        env_override_tensor=False, env_cpu_moe=False,
+        ncmoe_takes="last", ncmoe_skips_nextn=True, ncmoe_pattern_has_gate_up=True,
+        ngl_counts_output=False, ngl_words=False, default_ngl=-1,
+        has_fit=True, fit_default_on=False, fit_with_overrides="error",
+        creates_nextn_tensors=False,
+        rpc_indexed=True, metal_name="Metal",
+        has_merge_qkv=True, has_merge_up_gate=True,
+        split_modes=("none", "layer", "graph", "attn"),
+        fa_takes_value=True,
+        has_load_mode=False,
+        ot_needs_gpu=True,
+        output_on_gpu_any_ngl_modes=("none", "graph", "attn"),
+        fit_flag="--fit",
+    )
+    known = _IK_VERSIONS.get((version or "").lstrip("v"))
+    return replace(base, **known) if known else base  # type: ignore[arg-type]
+
+
+def engine(name: str, version: str | None = None) -> Engine:
+    if name in ("llama.cpp", "llamacpp", "mainline"):
+        return mainline(version)
+    if name in ("ik_llama.cpp", "ik_llamacpp", "ik"):
+        return ik(version)
+    raise ValueError(f"unknown engine {name!r} (llama.cpp or ik_llama.cpp)")

@@ -1,0 +1,158 @@
+"""Simulate an engine: default placement for `-ngl`, and `-ot` rules applied the way the
+engines apply them (`std::regex_search`, ECMAScript, unanchored, first match wins)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from moeconf.engines import AUTO_GPU, Engine
+from moeconf.model.inventory import Inventory, Tensor
+
+OUTPUT_LAYER_BASES = frozenset({"output", "output_norm"})
+
+Matcher = Callable[[str], Callable[[str], bool]]
+
+
+@dataclass(frozen=True)
+class OverrideItem:
+    """One `regex=DEVICE` item, in the order the engine tests them. `origin` says where it came
+    from (a plan rule, `-ot` argument k item j, `--cpu-moe`, an env var)."""
+
+    pattern: str
+    device: str
+    origin: str = ""
+
+    def render(self) -> str:
+        return f"{self.pattern}={self.device}"
+
+
+def created(t: Tensor, inv: Inventory, eng: Engine) -> bool:
+    """Whether the engine's loader creates (and so places) this tensor at all."""
+    return eng.creates_nextn_tensors or t.group != "nextn"
+
+
+def _gpu_for(il: int, i_gpu_start: int, act: int, gpus: Sequence[str], tensor_split: Sequence[float] | None) -> str:
+    if len(gpus) == 1:
+        return gpus[0]
+    if not tensor_split:
+        return AUTO_GPU
+    total = sum(tensor_split[: len(gpus)])
+    splits, acc = [], 0.0
+    for i in range(len(gpus)):
+        acc += tensor_split[i] if i < len(tensor_split) else 0.0
+        splits.append(acc / total if total else 0.0)
+    x = float(il - i_gpu_start) / act
+    for i, s in enumerate(splits):  # std::upper_bound
+        if s > x:
+            return gpus[i]
+    return gpus[-1]
+
+
+def default_devices(
+    inv: Inventory,
+    eng: Engine,
+    n_gpu_layers: int,
+    gpus: Sequence[str],
+    tensor_split: Sequence[float] | None = None,
+    split_mode: str | None = None,
+) -> dict[str, str | None]:
+    """Where each tensor goes when no `-ot` rule matches it; None for tensors never created.
+
+    `n_gpu_layers` < 0 (auto / all, with `--fit` off) offloads everything."""
+    n_layer = inv.block_count
+    n = n_layer + 1 if n_gpu_layers < 0 else n_gpu_layers
+    out: dict[str, str | None] = {}
+    if eng.ngl_counts_output:
+        i_gpu_start = max(n_layer + 1 - n, 0)
+        act = min(n, n_layer + 1)
+    else:
+        i_gpu_start = max(n_layer - n, 0)
+        act = min(n, n_layer)
+
+    def layer_device(il: int) -> str:
+        if not gpus or act <= 0:
+            return "CPU"
+        if il == n_layer:
+            if eng.ngl_counts_output:
+                on_gpu = il >= i_gpu_start
+            elif (split_mode or "layer") in eng.output_on_gpu_any_ngl_modes:
+                on_gpu = n > 0
+            else:
+                on_gpu = n > n_layer
+        else:
+            on_gpu = il >= i_gpu_start and (il - i_gpu_start) < act
+        if not on_gpu:
+            return "CPU"
+        if not eng.ngl_counts_output and len(gpus) > 1:
+            return AUTO_GPU
+        return _gpu_for(min(il, n_layer), i_gpu_start, max(act, 1), gpus, tensor_split)
+
+    per_layer = {il: layer_device(il) for il in range(n_layer + 1)}
+    for t in inv.tensors:
+        if not created(t, inv, eng):
+            out[t.name] = None
+        elif t.layer is not None:
+            out[t.name] = per_layer.get(t.layer, "CPU")
+        elif t.base in OUTPUT_LAYER_BASES:
+            out[t.name] = per_layer[n_layer]
+        else:
+            out[t.name] = "CPU"  # the input layer (token_embd) always stays on the CPU
+    return out
+
+
+@cache
+def python_matcher(pattern: str) -> Callable[[str], bool]:
+    rx = re.compile(pattern)
+    return lambda name: rx.search(name) is not None
+
+
+@cache
+def ecmascript_matcher(pattern: str) -> Callable[[str], bool]:
+    """ECMAScript semantics through the `regress` engine (what std::regex ECMAScript reads)."""
+    import regress
+
+    rx = regress.Regex(pattern)
+    return lambda name: rx.find(name) is not None
+
+
+@dataclass(frozen=True)
+class Simulation:
+    devices: dict[str, str | None]  # tensor -> device (None: not created)
+    matched_by: dict[str, int | None]  # tensor -> index of the first matching item
+    hits: tuple[int, ...]  # per item: how many created tensors it was the first match for
+    touches: tuple[int, ...]  # per item: how many created tensors it matches at all
+
+
+def simulate(
+    inv: Inventory,
+    items: Sequence[OverrideItem],
+    defaults: Mapping[str, str | None],
+    matcher: Matcher = python_matcher,
+) -> Simulation:
+    tests = [matcher(it.pattern) for it in items]
+    devices: dict[str, str | None] = {}
+    matched_by: dict[str, int | None] = {}
+    hits = [0] * len(items)
+    touches = [0] * len(items)
+    for t in inv.tensors:
+        d = defaults.get(t.name)
+        if d is None:
+            devices[t.name] = None
+            matched_by[t.name] = None
+            continue
+        first: int | None = None
+        for k, test in enumerate(tests):
+            if test(t.name):
+                touches[k] += 1
+                if first is None:
+                    first = k
+        if first is not None:
+            hits[first] += 1
+            devices[t.name] = items[first].device
+        else:
+            devices[t.name] = d
+        matched_by[t.name] = first
+    return Simulation(devices, matched_by, tuple(hits), tuple(touches))

@@ -1,0 +1,55 @@
+"""The Placement IR: for every tensor of a model, the device the engine will put it on, and why.
+
+The compiler goes plan -> Placement -> regexes; `explain` and the linter go regexes -> Placement
+(by simulating the engine). A Placement is plain data and compares by value.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from moeconf.engines import Engine
+from moeconf.model.inventory import Inventory, Tensor
+
+
+@dataclass(frozen=True)
+class Placement:
+    """`devices[name]` is a buffer-type name (`CPU`, `CUDA0`, `RPC0[10.0.0.2:50052]`), or None
+    for a tensor the engine never creates (a glm4moe nextn block on mainline).
+    `defaults[name]` is where the engine puts it when no rule matches; `reasons[name]` says what
+    decided (`default`, or the rule)."""
+
+    inventory: Inventory = field(compare=False, repr=False)
+    engine: Engine
+    devices: dict[str, str | None]
+    defaults: dict[str, str | None] = field(compare=False, repr=False)
+    reasons: dict[str, str] = field(compare=False, repr=False)
+
+    def device(self, name: str) -> str | None:
+        return self.devices[name]
+
+    def created(self, t: Tensor) -> bool:
+        return self.devices[t.name] is not None
+
+    def overridden(self) -> list[Tensor]:
+        """Tensors whose device differs from the engine default."""
+        return [t for t in self.inventory.tensors if self.devices[t.name] != self.defaults[t.name]]
+
+    def bytes_by_device(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for t in self.inventory.tensors:
+            d = self.devices[t.name]
+            out[d if d is not None else "(not loaded)"] += t.nbytes
+        return dict(out)
+
+    def as_json(self) -> dict[str, Any]:
+        return {t.name: self.devices[t.name] for t in self.inventory.tensors}
+
+    def same_as(self, other: Placement) -> list[str]:
+        """Tensor names placed differently (created tensors only)."""
+        return [
+            n for n, d in self.devices.items()
+            if d is not None and other.devices.get(n) != d
+        ]

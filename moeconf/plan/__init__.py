@@ -1,0 +1,143 @@
+"""Plans: `plan.toml` files, loaded, validated and with every error pointing at file:line:col."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from moeconf.errors import PlanError
+from moeconf.plan.positions import Pos, locate, scan
+from moeconf.plan.rules import Rule, RuleSyntaxError, Span, caret, parse_rule
+
+__all__ = ["Plan", "PlanError", "Rule", "load_plan", "plan_from_text"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A loaded plan: the validated TOML (`config`), its parsed rules and where things are."""
+
+    path: str
+    config: Any  # moeconf.plan.model.PlanModel (imported lazily: pydantic is heavy)
+    rules: tuple[Rule, ...]
+    rule_positions: tuple[Pos | None, ...] = field(repr=False)
+    positions: dict[tuple[str | int, ...], Pos] = field(repr=False, compare=False)
+
+    @property
+    def folder(self) -> str:
+        return os.path.dirname(os.path.abspath(self.path))
+
+    def resolve_path(self, p: str) -> str:
+        return p if os.path.isabs(p) else os.path.normpath(os.path.join(self.folder, p))
+
+    @property
+    def model_path(self) -> str:
+        return self.resolve_path(self.config.model.path)
+
+    def error_at_rule(self, rule: Rule, span: Span, message: str, hint: str | None = None) -> PlanError:
+        """An error about part of a rule: file:line:col of that part, and the rule with a caret."""
+        pos = self.rule_positions[rule.index]
+        line = pos.line if pos else None
+        column = pos.column + 1 + span.start if pos else None
+        return PlanError(message, path=self.path, line=line, column=column, hint=hint,
+                         context=caret(rule.text, span))
+
+    def error_at_key(self, key_path: tuple[str | int, ...], message: str, hint: str | None = None) -> PlanError:
+        pos = locate(self.positions, key_path)
+        return PlanError(message, path=self.path, line=pos.line if pos else None,
+                         column=pos.column if pos else None, hint=hint)
+
+
+_TOML_POS = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def _friendly(err: Any, cfg: dict[str, Any]) -> str:
+    loc = err["loc"]
+    kind = err["type"]
+    where = ".".join(str(p) for p in loc)
+    if kind == "extra_forbidden":
+        table = ".".join(str(p) for p in loc[:-1])
+        from moeconf.plan.model import PlanModel
+
+        model: Any = PlanModel
+        for part in loc[:-1]:
+            field_info = model.model_fields.get(part)
+            model = getattr(field_info, "annotation", None) if field_info else None
+        known = sorted(model.model_fields) if hasattr(model, "model_fields") else []
+        place = f"[{table}]" if table else "the top level"
+        msg = f"unknown key {loc[-1]!r} in {place}"
+        if known:
+            import difflib
+
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            msg += f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+        return msg
+    if kind == "missing":
+        return f"{where} is required"
+    return f"{where}: {err['msg']}"
+
+
+def plan_from_text(text: str, path: str) -> Plan:
+    """Validate plan text; `path` is used for messages and to resolve relative paths."""
+    from pydantic import ValidationError
+
+    from moeconf.plan.model import PlanModel
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        msg = str(e)
+        m = _TOML_POS.search(msg)
+        line, col = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+        raise PlanError(f"TOML syntax: {_TOML_POS.sub('', msg).strip()}", path=path, line=line, column=col) from None
+    positions = scan(text)
+    if "rules" in data and not isinstance(data["rules"], list):
+        pos = locate(positions, ("rules",))
+        raise PlanError("rules must be a list of strings, e.g. rules = [\"experts -> cpu\"]", path=path,
+                        line=pos.line if pos else None, column=pos.column if pos else None)
+    for table in ("model", "engine", "flags", "targets"):
+        if isinstance(data.get(table), dict) and "rules" in data[table]:
+            pos = locate(positions, (table, "rules"))
+            raise PlanError(
+                f"'rules' is inside [{table}]: move `rules = [...]` above the first [table] header",
+                path=path, line=pos.line if pos else None, column=pos.column if pos else None,
+            )
+    try:
+        config = PlanModel.model_validate(data)
+    except ValidationError as e:
+        errors = e.errors()
+        first = errors[0]
+        pos = locate(positions, tuple(first["loc"]))
+        more = [_friendly(x, data) for x in errors[1:]]
+        hint = ("also: " + "; ".join(more)) if more else None
+        raise PlanError(_friendly(first, data), path=path, line=pos.line if pos else None,
+                        column=pos.column if pos else None, hint=hint) from None
+    rule_positions = tuple(positions.get(("rules", i)) for i in range(len(config.rules)))
+    rules: list[Rule] = []
+    for i, text_i in enumerate(config.rules):
+        try:
+            rules.append(parse_rule(text_i, i))
+        except RuleSyntaxError as e:
+            pos = rule_positions[i]
+            raise PlanError(
+                e.message, path=path, line=pos.line if pos else None,
+                column=(pos.column + 1 + (e.offset or 0)) if pos else None, context=e.context,
+            ) from None
+    return Plan(path, config, tuple(rules), rule_positions, positions)
+
+
+def load_plan(path: str | os.PathLike[str]) -> Plan:
+    """Load and validate a plan file. Raises `PlanError` with file:line:col."""
+    spath = os.fspath(path)
+    try:
+        with open(spath, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise PlanError("no such file", path=spath) from None
+    except IsADirectoryError:
+        raise PlanError("is a directory, not a plan file", path=spath) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PlanError(f"cannot read: {e}", path=spath) from None
+    return plan_from_text(text, spath)

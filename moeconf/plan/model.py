@@ -1,0 +1,123 @@
+"""The plan file (`plan.toml`), modelled with pydantic. `schemas/plan.schema.json` is generated
+from these models (`moeconf schema`); a test fails when it is stale."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DockerBackend = Literal["cpu", "cuda", "cuda13", "rocm", "vulkan", "intel", "musa"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    """The model whose tensors the rules place."""
+
+    path: str = Field(
+        description="A .gguf file (first or any shard of a split model) or a moeconf manifest .json, "
+        "relative to the plan file."
+    )
+    serve_path: str | None = Field(
+        default=None,
+        description="The model path as the engine sees it (`-m`), e.g. inside a container. "
+        "Defaults to `path` when that is a .gguf; required when `path` is a manifest and a target "
+        "needs `-m`.",
+    )
+
+
+class EngineSection(_Section):
+    """Which engine the compiled rules are for."""
+
+    name: Literal["llama.cpp", "ik_llama.cpp"] = Field(default="llama.cpp", description="The engine.")
+    version: str | None = Field(
+        default=None,
+        description="Engine version: a mainline build like `b7600`, or an ik_llama.cpp version. "
+        "Default: the newest known.",
+    )
+    gpus: list[str] = Field(
+        default_factory=lambda: ["CUDA0"],
+        description="Buffer-type names of the GPUs, in order: `gpu` and `gpu0` are the first, `gpu1` "
+        "the second. An empty list means a CPU-only machine.",
+    )
+
+
+class Flags(_Section):
+    """Engine flags that bear on placement. moeconf emits them in the engine's own spelling."""
+
+    n_gpu_layers: int | Literal["all"] = Field(
+        default="all",
+        description="`-ngl`: layers offloaded by default. Tensors no rule selects stay where this puts "
+        "them. `all` (the default) is emitted as `-ngl 999`.",
+    )
+    fit: bool | None = Field(
+        default=None,
+        description="llama.cpp `--fit`. Unset: moeconf emits `-fit off` whenever the plan places "
+        "tensors by hand (fit would give up anyway, after possibly cutting the context). ik_llama.cpp "
+        "refuses `--fit` together with `-ot`.",
+    )
+    ctx_size: int | None = Field(default=None, ge=0, description="`-c`: context size in tokens.")
+    batch: int | None = Field(default=None, ge=1, description="`-b`: logical batch size.")
+    ubatch: int | None = Field(default=None, ge=1, description="`-ub`: physical batch size.")
+    flash_attn: Literal["on", "off", "auto"] | None = Field(default=None, description="`-fa`.")
+    cache_type_k: str | None = Field(default=None, description="`-ctk`: K cache type (f16, q8_0, ...).")
+    cache_type_v: str | None = Field(default=None, description="`-ctv`: V cache type.")
+    no_mmap: bool = Field(default=False, description="`--no-mmap`: read the weights instead of mapping them.")
+    mlock: bool = Field(default=False, description="`--mlock`.")
+    merge_qkv: bool = Field(default=False, description="ik_llama.cpp `-mqkv`: merge Q, K, V where their types agree.")
+    merge_up_gate: bool = Field(
+        default=False, description="ik_llama.cpp `-muge`: merge up and gate experts where both land together."
+    )
+    split_mode: Literal["none", "layer", "row", "graph", "attn"] | None = Field(default=None, description="`-sm`.")
+    tensor_split: list[float] | None = Field(
+        default=None, description="`-ts`: proportions per GPU; also used to predict default placement."
+    )
+    main_gpu: int | None = Field(default=None, ge=0, description="`-mg`.")
+    rpc: list[str] = Field(default_factory=list, description="`--rpc` servers, `host:port` each.")
+    threads: int | None = Field(default=None, ge=1, description="`-t`.")
+    extra: list[str] = Field(default_factory=list, description="More arguments, appended as given.")
+
+    @field_validator("rpc")
+    @classmethod
+    def _rpc_form(cls, v: list[str]) -> list[str]:
+        for s in v:
+            host, _, port = s.rpartition(":")
+            if not host or not port.isdigit() or "," in s or " " in s:
+                raise ValueError(f"{s!r} is not host:port")
+        return v
+
+
+class Targets(_Section):
+    """Deployment details for the emitted forms."""
+
+    binary: str | None = Field(default=None, description="Server binary. Default: `llama-server`.")
+    host: str | None = Field(default=None, description="`--host`.")
+    port: int | None = Field(default=None, ge=1, le=65535, description="`--port`.")
+    docker_image: str | None = Field(
+        default=None, description="Image for `docker`/`compose`. Default: the engine's official server image."
+    )
+    docker_backend: DockerBackend = Field(default="cuda", description="Which official image flavour.")
+    docker_volumes: list[str] = Field(default_factory=list, description="`-v` mounts, `host:container`.")
+    compose_service: str = Field(default="llama", description="Service name in the compose snippet.")
+    llama_swap_model: str | None = Field(
+        default=None, description="Model name in the llama-swap `models` entry. Default: the plan's file name."
+    )
+
+
+class PlanModel(BaseModel):
+    """A moeconf plan: which tensors go where, in the user's words."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, title="moeconf plan")
+
+    rules: list[str] = Field(
+        default_factory=list,
+        description="Placement rules, `SELECTOR -> DEVICE`, in order: later rules refine earlier ones. "
+        "Write `rules` before the first [table].",
+    )
+    model: ModelSection
+    engine: EngineSection = Field(default_factory=EngineSection)
+    flags: Flags = Field(default_factory=Flags)
+    targets: Targets = Field(default_factory=Targets)

@@ -1,0 +1,155 @@
+"""Parse placement rules (`experts layers 31.. -> cpu`) with the lark grammar in `plan.lark`.
+
+A syntax error shows the rule with a caret under the problem. Names are checked later, against
+the model (`moeconf.resolve`), where "did you mean" suggestions can use the model's own names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+from moeconf.errors import PlanError
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int  # 0-based offsets into the rule text
+    end: int
+
+
+@dataclass(frozen=True)
+class LayerSet:
+    """A rule's layer set. `spans` are (lo, hi) with None for an open end (`31..`, `..30`)."""
+
+    form: Literal["list", "first", "last", "kind"]
+    spans: tuple[tuple[int | None, int | None], ...] = ()
+    count: int = 0
+    kind: Literal["moe", "dense", "nextn"] | None = None
+    span: Span = Span(0, 0)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One parsed rule. `targets` are the words before the layer set (groups, tensor kinds,
+    `layer`, `all`); empty when the rule names only layers (then it means `layer`)."""
+
+    text: str
+    index: int
+    targets: tuple[str, ...]
+    target_spans: tuple[Span, ...]
+    layers: LayerSet | None
+    device: str
+    device_span: Span
+
+
+def caret(text: str, span: Span, indent: str = "    ") -> str:
+    width = max(1, span.end - span.start)
+    return f"{indent}{text}\n{indent}{' ' * span.start}{'^' * width}"
+
+
+_FRIENDLY = {
+    "_ARROW": "'->'", "NAME": "a group or tensor kind", "DEVICE": "a device", "INT": "a layer number",
+    "COMMA": "','", "LAYERS": "'layers'", "FIRST": "'first'", "LAST": "'last'", "LAYER_KIND": "moe/dense/nextn",
+    "__ANON_0": "'..'", "DOT": "'.'", "$END": "the end of the rule", "<END-OF-FILE>": "the end of the rule",
+}
+
+
+@cache
+def _parser() -> Any:
+    from lark import Lark
+
+    grammar = resources.files("moeconf.plan").joinpath("plan.lark").read_text(encoding="utf-8")
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+class RuleSyntaxError(PlanError):
+    """A rule that does not parse; `column` is within the rule text (0-based `offset`)."""
+
+
+def parse_rule(text: str, index: int = 0) -> Rule:
+    from lark import Token, Tree
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+    if not text.strip():
+        raise RuleSyntaxError("empty rule: write SELECTOR -> DEVICE, e.g. 'experts -> cpu'", offset=0,
+                              context=caret(text, Span(0, 1)))
+    try:
+        tree = _parser().parse(text)
+    except UnexpectedInput as e:
+        pos = getattr(e, "pos_in_stream", None)
+        if pos is None or pos < 0:
+            pos = len(text)
+        if isinstance(e, UnexpectedCharacters):
+            msg = f"unexpected character {text[pos]!r}"
+            allowed = sorted(_FRIENDLY.get(x, x) for x in (e.allowed or ()))
+        elif isinstance(e, UnexpectedToken):
+            tok = e.token
+            if tok.type == "$END":
+                pos = len(text)
+                msg = "the rule ends too early"
+            else:
+                msg = f"unexpected {str(tok)!r}"
+            allowed = sorted({_FRIENDLY.get(x, x) for x in e.expected})
+        elif isinstance(e, UnexpectedEOF):
+            pos = len(text)
+            msg = "the rule ends too early"
+            allowed = sorted({_FRIENDLY.get(x, x) for x in e.expected})
+        else:  # pragma: no cover - lark has no other kinds
+            msg, allowed = str(e), []
+        if "->" not in text and "→" not in text:
+            msg += "; a rule is SELECTOR -> DEVICE"
+        elif allowed:
+            msg += f"; expected {' or '.join(allowed)}"
+        raise RuleSyntaxError(msg, offset=pos, context=caret(text, Span(pos, pos + 1))) from None
+
+    def span_of(node: Any) -> Span:
+        if isinstance(node, Token):
+            return Span(node.start_pos or 0, node.end_pos or 0)
+        return Span(node.meta.start_pos, node.meta.end_pos)
+
+    selector, device_tree = tree.children
+    device_tok = device_tree.children[0]
+    targets: list[str] = []
+    tspans: list[Span] = []
+    layers: LayerSet | None = None
+    for part in selector.children:
+        if part.data == "targets":
+            for tnode in part.children:
+                tok = tnode.children[0]
+                targets.append(str(tok))
+                tspans.append(span_of(tok))
+            continue
+        span = span_of(part)
+        if part.data == "layer_list":
+            spans: list[tuple[int | None, int | None]] = []
+            for item in part.children[0].children:
+                nums = [int(str(t)) for t in item.children]
+                if item.data == "span":
+                    if nums[0] > nums[1]:
+                        raise RuleSyntaxError(
+                            f"empty range {nums[0]}..{nums[1]}: write the smaller number first",
+                            offset=span_of(item).start, context=caret(text, span_of(item)),
+                        )
+                    spans.append((nums[0], nums[1]))
+                elif item.data == "from_n":
+                    spans.append((nums[0], None))
+                elif item.data == "up_to":
+                    spans.append((None, nums[0]))
+                else:
+                    spans.append((nums[0], nums[0]))
+            layers = LayerSet("list", tuple(spans), span=span)
+        elif part.data in ("first_n", "last_n"):
+            n = int(str(part.children[-1]))
+            if n == 0:
+                raise RuleSyntaxError(f"'{part.data[:-2]} 0' selects nothing", offset=span.start,
+                                      context=caret(text, span))
+            layers = LayerSet("first" if part.data == "first_n" else "last", count=n, span=span)
+        elif part.data == "layer_kind":
+            kind = str(part.children[-1])
+            layers = LayerSet("kind", kind=kind, span=span)  # type: ignore[arg-type]
+        elif isinstance(part, Tree):  # pragma: no cover - grammar has no other forms
+            raise AssertionError(part.data)
+    return Rule(text, index, tuple(targets), tuple(tspans), layers, str(device_tok), span_of(device_tok))

@@ -1,0 +1,228 @@
+"""Resolve a plan against a model: every tensor -> device, and the rule that put it there.
+
+Rules apply in order and later rules refine earlier ones; tensors no rule selects keep the
+engine's default for the plan's `-ngl`. Names and devices are checked here, against the model
+and the engine, with "did you mean" suggestions from the model's own names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from moeconf.engines import AUTO_GPU, Engine, engine
+from moeconf.engines.simulate import default_devices
+from moeconf.model.inventory import Inventory, Tensor, format_ranges
+from moeconf.model.taxonomy import GROUPS, _base_names
+from moeconf.placement import Placement
+from moeconf.plan import Plan
+from moeconf.plan.rules import Rule
+
+TARGET_WORDS = ("layer", "all")
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A warning about a plan, with where it points."""
+
+    message: str
+    path: str
+    line: int | None
+    column: int | None
+    rule: int | None = None
+
+    def __str__(self) -> str:
+        loc = self.path
+        if self.line is not None:
+            loc += f":{self.line}"
+            if self.column is not None:
+                loc += f":{self.column}"
+        return f"{loc}: {self.message}"
+
+
+def plan_engine(plan: Plan) -> Engine:
+    cfg = plan.config.engine
+    return engine(cfg.name, cfg.version)
+
+
+def n_gpu_layers(plan: Plan) -> int:
+    v = plan.config.flags.n_gpu_layers
+    return -1 if v == "all" else int(v)
+
+
+def rpc_devices(plan: Plan, eng: Engine) -> list[str]:
+    fmt = "RPC0[{}]" if eng.rpc_indexed else "RPC[{}]"
+    return [fmt.format(s) for s in plan.config.flags.rpc]
+
+
+def gpu_devices(plan: Plan, eng: Engine) -> list[str]:
+    """Every accelerator device the engine will have: RPC servers first (as llama.cpp adds them
+    to the front of its device list), then local GPUs."""
+    return [*rpc_devices(plan, eng), *plan.config.engine.gpus]
+
+
+def resolve_device(plan: Plan, eng: Engine, rule: Rule) -> str:
+    word = rule.device
+    gpus = plan.config.engine.gpus
+    low = word.lower()
+    if low == "cpu":
+        return "CPU"
+    m = re.fullmatch(r"gpu(\d*)", low)
+    if m:
+        idx = int(m.group(1) or 0)
+        if idx >= len(gpus):
+            have = ", ".join(f"gpu{i} = {g}" for i, g in enumerate(gpus)) or "none"
+            raise plan.error_at_rule(
+                rule, rule.device_span, f"{word} names GPU #{idx}, but engine.gpus has {len(gpus)} ({have})",
+                hint="list your GPUs' buffer-type names in [engine] gpus = [\"CUDA0\", \"CUDA1\"]",
+            )
+        return str(gpus[idx])
+    why = eng.device_name_error(word)
+    if why:
+        raise plan.error_at_rule(rule, rule.device_span, f"unknown device: {why}",
+                                 hint="devices are cpu, gpu, gpu1, ... or an exact buffer-type name")
+    known = ["CPU", *gpu_devices(plan, eng)]
+    if word not in known:
+        if word.startswith("RPC"):
+            hint = "add the server to [flags] rpc = [\"host:port\"]"
+        else:
+            hint = f"add it to [engine] gpus (now {plan.config.engine.gpus})"
+        raise plan.error_at_rule(
+            rule, rule.device_span,
+            f"device {word!r} is not one this machine will have (known: {', '.join(known)})", hint=hint,
+        )
+    return word
+
+
+def _group_is(group: str) -> Callable[[Tensor], bool]:
+    return lambda t: t.group == group
+
+
+def _base_is(base: str) -> Callable[[Tensor], bool]:
+    return lambda t: t.base == base
+
+
+def _selector(plan: Plan, inv: Inventory, rule: Rule, warnings: list[Diagnostic]) -> Callable[[Tensor], bool]:
+    bases = {t.base for t in inv.tensors}
+    preds: list[Callable[[Tensor], bool]] = []
+    for word, span in zip(rule.targets, rule.target_spans, strict=True):
+        if word in GROUPS:
+            preds.append(_group_is(word))
+        elif word == "layer":
+            preds.append(lambda t: t.layer is not None)
+        elif word == "all":
+            preds.append(lambda t: True)
+        elif word in bases:
+            preds.append(_base_is(word))
+        else:
+            block, top = _base_names()
+            if word in block or word in top:
+                warnings.append(_warn(plan, rule, span.start,
+                                      f"tensor kind {word!r} does not occur in this model: the rule selects nothing"))
+                preds.append(lambda t: False)
+                continue
+            choices = [*GROUPS, *TARGET_WORDS, *sorted(bases)]
+            close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+            hint = (f"did you mean {close[0]!r}?" if close
+                    else f"groups: {', '.join(GROUPS)}; or a tensor kind such as ffn_up_exps")
+            raise plan.error_at_rule(rule, span, f"unknown group or tensor kind {word!r}", hint=hint)
+    if not preds:
+        return lambda t: t.layer is not None
+    return lambda t: any(p(t) for p in preds)
+
+
+def _warn(plan: Plan, rule: Rule, offset: int, message: str) -> Diagnostic:
+    pos = plan.rule_positions[rule.index]
+    return Diagnostic(message, plan.path, pos.line if pos else None,
+                      (pos.column + 1 + offset) if pos else None, rule.index)
+
+
+def select(plan: Plan, inv: Inventory, rule: Rule, warnings: list[Diagnostic]) -> list[Tensor]:
+    """The tensors a rule selects."""
+    pred = _selector(plan, inv, rule, warnings)
+    chosen = [t for t in inv.tensors if pred(t)]
+    ls = rule.layers
+    if ls is None:
+        return chosen
+    last_block = inv.block_count - 1
+    if ls.form == "list":
+        wanted: set[int] = set()
+        for lo, hi in ls.spans:
+            lo_i = 0 if lo is None else lo
+            hi_i = last_block if hi is None else hi
+            if lo_i > last_block or (hi is not None and hi > last_block):
+                warnings.append(_warn(plan, rule, ls.span.start,
+                                      f"the model's blocks are 0..{last_block}: layers beyond are ignored"))
+            wanted.update(range(lo_i, min(hi_i, last_block) + 1))
+        return [t for t in chosen if t.layer in wanted]
+    if ls.form == "kind":
+        kinds = {layer.index: layer.kind for layer in inv.layers}
+        return [t for t in chosen if t.layer is not None and kinds.get(t.layer) == ls.kind]
+    with_group = sorted({t.layer for t in chosen if t.layer is not None})
+    if len(with_group) < ls.count:
+        warnings.append(_warn(plan, rule, ls.span.start,
+                              f"only {len(with_group)} layers have what this rule selects; '{ls.form} {ls.count}' "
+                              "takes them all"))
+    picked = set(with_group[: ls.count] if ls.form == "first" else with_group[-ls.count :])
+    return [t for t in chosen if t.layer in picked]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    placement: Placement
+    warnings: tuple[Diagnostic, ...]
+    selected: tuple[tuple[str, ...], ...]  # per rule: the tensors it selects
+    decisive: tuple[tuple[str, ...], ...]  # per rule: the tensors whose device it decides
+
+
+def locate_engine(plan: Plan) -> tuple[int | None, int | None]:
+    from moeconf.plan.positions import locate
+
+    pos = locate(plan.positions, ("engine", "gpus")) or locate(plan.positions, ("engine",))
+    return (pos.line, pos.column) if pos else (None, None)
+
+
+def resolve(plan: Plan, inv: Inventory) -> Resolution:
+    eng = plan_engine(plan)
+    flags = plan.config.flags
+    warnings: list[Diagnostic] = []
+    devices_all = gpu_devices(plan, eng)
+    defaults = default_devices(inv, eng, n_gpu_layers(plan), devices_all, flags.tensor_split, flags.split_mode)
+    devices: dict[str, str | None] = dict(defaults)
+    reasons: dict[str, str] = {n: "default" for n in devices}
+    decided_by: dict[str, int] = {}
+    selected: list[tuple[str, ...]] = []
+    for rule in plan.rules:
+        dev = resolve_device(plan, eng, rule)
+        tensors = select(plan, inv, rule, warnings)
+        selected.append(tuple(t.name for t in tensors))
+        if not tensors:
+            warnings.append(_warn(plan, rule, 0, "this rule selects no tensor of the model"))
+            continue
+        live = [t for t in tensors if defaults[t.name] is not None]
+        if not live:
+            warnings.append(_warn(plan, rule, 0,
+                                  f"{eng.name} does not load any tensor this rule selects "
+                                  f"(nextn blocks {format_ranges(inv.layers_of_kind('nextn'))})"))
+        for t in live:
+            devices[t.name] = dev
+            reasons[t.name] = f"rule {rule.index + 1}: {rule.text}"
+            decided_by[t.name] = rule.index
+    decisive = [tuple(n for n, r in decided_by.items() if r == i) for i in range(len(plan.rules))]
+    for rule, sel, dec in zip(plan.rules, selected, decisive, strict=True):
+        if sel and not dec and any(defaults[n] is not None for n in sel):
+            warnings.append(_warn(plan, rule, 0, "every tensor this rule selects is re-placed by a later rule"))
+    if any(d == AUTO_GPU for d in devices.values()):
+        pos = locate_engine(plan)
+        warnings.append(Diagnostic(
+            f"tensors no rule places are spread over {', '.join(devices_all)} by the engine (by free memory): "
+            "moeconf cannot predict which device each gets; set [flags] tensor_split to pin the split",
+            plan.path, pos[0], pos[1]))
+    if eng.ot_needs_gpu and (not devices_all or n_gpu_layers(plan) == 0) and plan.rules:
+        pos = locate_engine(plan)
+        warnings.append(Diagnostic(
+            f"{eng.name} drops every -ot rule when -ngl is 0 or there is no GPU", plan.path, pos[0], pos[1]))
+    placement = Placement(inv, eng, devices, defaults, reasons)
+    return Resolution(placement, tuple(warnings), tuple(selected), tuple(decisive))
