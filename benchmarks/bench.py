@@ -97,6 +97,50 @@ def bench_inventory(runs: int, ref_runs: int) -> None:
     _print_table("Inventory: GGUF header reading", rows)
 
 
+# (model manifest, plan rules, extra plan TOML, what users write by hand, where it comes from)
+HAND_WRITTEN = [
+    ("glm-4.5", ["experts -> cpu", "layers ..30 -> gpu"], "",
+     r"blk\.([0-9]|[1-2][0-9]|30)\.=CUDA0,exps=CPU", "guide: layers 0-30 on CUDA0, other experts on CPU"),
+    ("glm-4.5", ["experts -> cpu", "layers ..30 -> gpu"], "",
+     "blk\\.(" + "|".join(str(i) for i in range(31)) + ")\\.=CUDA0,exps=CPU", "guide, spelled out"),
+    ("qwen3-30b-a3b", ["experts layers 14..47 -> cpu"], "",
+     ",".join(rf"blk\.{i}\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU" for i in range(14, 48)),
+     "llama-fit-params style: 34 items"),
+    ("qwen3-235b-a22b", ["experts layers 0..87 -> cpu"], "",
+     r"blk\.(?:[0-9]|[1-7][0-9]|[8][0-7])\.ffn_.*_exps\.=CPU", "guide: experts of layers 0-87 on CPU"),
+    ("deepseek-v3", ["experts -> cpu"], "", r"\.ffn_.*_exps\.=CPU", "guide: all routed experts on CPU"),
+    ("deepseek-v3", ["experts -> cpu", "layers ..9 -> gpu", "layers 10..19 -> gpu1"],
+     '[engine]\ngpus = ["CUDA0", "CUDA1"]\n',
+     r"blk\.([0-9])\.=CUDA0,blk\.(1[0-9])\.=CUDA1,exps=CPU", "guide: two GPUs"),
+    ("glm-4.5", ["experts layers 19.. -> cpu"], "",
+     r"blk\.(19|[2-9][0-9])\.ffn_(up|gate|down)_exps\.weight=CPU", "guide (-sm graph): experts of 19+ on CPU"),
+]
+
+
+def bench_ot_length(args: argparse.Namespace) -> None:
+    from moeconf.compile import compile_plan
+    from moeconf.engines.simulate import OverrideItem, simulate
+    from moeconf.plan import plan_from_text
+
+    rows = [["model", "placement", "hand-written", "moeconf", "shorter by", "same placement", "compile"]]
+    for model, rules, extra, hand, what in HAND_WRITTEN:
+        rl = "[" + ", ".join(f'"{r}"' for r in rules) + "]"
+        text = (f'rules = {rl}\n[model]\npath = "{REPO}/examples/models/{model}.manifest.json"\n'
+                f'serve_path = "/m.gguf"\n{extra}')
+        plan = plan_from_text(text, str(REPO / "bench-plan.toml"))
+        t = time.perf_counter()
+        c = compile_plan(plan)
+        dt = time.perf_counter() - t
+        items = [OverrideItem(*it.rsplit("=", 1)) for it in hand.split(",")]
+        sim = simulate(c.inventory, items, c.placement.defaults)
+        same = all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)
+        rows.append([model, what, f"{len(hand)} chars, {len(items)} item{'s' if len(items) > 1 else ''}",
+                     f"{len(c.ot)} chars, {len(c.synthesis.items)} item{'s' if len(c.synthesis.items) > 1 else ''}",
+                     f"{100 * (len(hand) - len(c.ot)) / len(hand):.0f}%", "yes" if same else "NO", _fmt_s(dt)])
+        print(f"  {model}: {c.ot}", file=sys.stderr)
+    _print_table("-ot length: moeconf against hand-written rules (same effective placement)", rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tables", nargs="*", metavar="TABLE", help=f"which tables: {', '.join(TABLES)} (default: all)")
@@ -113,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
 TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "inventory": lambda a: bench_inventory(a.runs, a.ref_runs),
+    "ot-length": bench_ot_length,
 }
 
 

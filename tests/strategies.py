@@ -78,7 +78,7 @@ DEVICES = ["cpu", "gpu", "gpu1", "CUDA1", "cpu"]
 def rules(draw: st.DrawFn, inv: Inventory) -> str:
     bases = sorted({t.base for t in inv.tensors if t.layer is not None})
     groups = sorted({t.group for t in inv.tensors})
-    target_pool = groups + ["layer", "all"] + bases
+    target_pool = [*groups, "layer", "all", *bases]
     targets = draw(st.lists(st.sampled_from(target_pool), min_size=1, max_size=3, unique=True))
     last = inv.block_count - 1
     layerset = draw(st.one_of(

@@ -99,7 +99,7 @@ def test_examples_round_trip_every_target(plan: Path) -> None:
 def test_env_refused_for_ik() -> None:
     c = compile_plan(EXAMPLES / "plans" / "deepseek-v3.toml")
     assert c.engine.name == "ik_llama.cpp"
-    with pytest.raises(MoeconfError, match="ik_llama.cpp reads no -ot"):
+    with pytest.raises(MoeconfError, match=r"ik_llama\.cpp reads no -ot"):
         emit(c, "env")
 
 

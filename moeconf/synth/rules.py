@@ -360,8 +360,20 @@ def synthesize(pl: Placement) -> Synthesis:
     layouts.append(direct)
 
     # carved: a broad item for device B last; earlier items catch what it must not take
+    need_names = {t.name for t in need}
     for broad_dev in by_dev:
-        for broad in cover(by_dev[broad_dev], [], blocks)[:3]:
+        # how much the broad item may over-match, from anything to nearly nothing
+        levels = [
+            [],
+            [t for t in live if want[t.name] == AUTO_GPU],
+            [t for t in live if want[t.name] != broad_dev and t.name not in need_names],
+        ]
+        broads: list[str] = []
+        for forbid_level in levels:
+            for b in cover(by_dev[broad_dev], forbid_level, blocks)[:2]:
+                if b not in broads:
+                    broads.append(b)
+        for broad in broads:
             rx = re.compile(broad)
             wrongly = [t for t in live if want[t.name] != broad_dev and rx.search(t.name)]
             if any(want[t.name] == AUTO_GPU for t in wrongly):
