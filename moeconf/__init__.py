@@ -1,25 +1,45 @@
 """moeconf: declarative, checked tensor placement for MoE models on llama.cpp and ik_llama.cpp.
 
-The public API is small and typed; heavy modules load on first use.
+The public API is small and typed; heavy modules (pydantic, lark) load on first use, so
+`import moeconf` stays cheap for tools that only read inventories.
+
+    inv = moeconf.load_inventory("model.gguf")          # or a manifest .json
+    plan = moeconf.load_plan("plan.toml")
+    compiled = moeconf.compile_plan(plan)               # Compiled: .ot, .argv, .placement
+    print(moeconf.emit(compiled, "compose"))
 """
 
 from __future__ import annotations
 
-from moeconf.errors import GGUFError, ManifestError, MoeconfError
+from typing import TYPE_CHECKING, Any
+
+from moeconf.errors import GGUFError, ManifestError, MoeconfError, PlanError
 from moeconf.model.inventory import Inventory, Layer, ModelMetadata, Tensor, load_inventory
+
+if TYPE_CHECKING:
+    from moeconf.compile import Compiled
+    from moeconf.placement import Placement
+    from moeconf.plan import Plan
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Compiled",
     "GGUFError",
     "Inventory",
     "Layer",
     "ManifestError",
     "ModelMetadata",
     "MoeconfError",
+    "Placement",
+    "Plan",
+    "PlanError",
     "Tensor",
     "__version__",
+    "compile_plan",
+    "emit",
     "load_inventory",
+    "load_plan",
     "write_manifest",
 ]
 
@@ -29,3 +49,41 @@ def write_manifest(inventory: Inventory, path: str) -> None:
     from moeconf.model.manifest import write_manifest as _write
 
     _write(inventory, path)
+
+
+def load_plan(path: str) -> Plan:
+    """Load and validate a plan file; `PlanError` (with file:line:col) on bad input."""
+    from moeconf.plan import load_plan as _load
+
+    return _load(path)
+
+
+def compile_plan(plan: Plan | str, *, model: str | None = None, inventory: Inventory | None = None) -> Compiled:
+    """Compile a plan (or a plan path) into verified `-ot` items, placement and argv."""
+    from moeconf.compile import compile_plan as _compile
+
+    return _compile(plan, model=model, inventory=inventory)
+
+
+def emit(compiled: Compiled, target: str) -> str:
+    """Render a compiled plan for a target: llama.cpp, ik_llama.cpp, argv, env, docker, compose,
+    llama-swap, json or ot."""
+    from moeconf.emit.targets import emit as _emit
+
+    return _emit(compiled, target)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Compiled":
+        from moeconf.compile import Compiled
+
+        return Compiled
+    if name == "Placement":
+        from moeconf.placement import Placement
+
+        return Placement
+    if name == "Plan":
+        from moeconf.plan import Plan
+
+        return Plan
+    raise AttributeError(f"module 'moeconf' has no attribute {name!r}")
