@@ -3,6 +3,8 @@ column, or a tensor name) so the CLI can print one clear line instead of a trace
 
 from __future__ import annotations
 
+import os
+
 
 class MoeconfError(Exception):
     """An input problem the user can fix: bad file, bad plan, bad arguments."""
@@ -59,3 +61,17 @@ class ManifestError(MoeconfError):
 
 class PlanError(MoeconfError):
     """A plan file that cannot be used: TOML syntax, unknown keys, bad rules, bad devices."""
+
+
+def read_text(path: str | os.PathLike[str], error: type[MoeconfError], what: str) -> str:
+    """A UTF-8 text file's content, or `error` naming the file and why it cannot be read."""
+    spath = os.fspath(path)
+    try:
+        with open(spath, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise error("no such file", path=spath) from None
+    except IsADirectoryError:
+        raise error(f"is a directory, not {what}", path=spath) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"cannot read: {e}", path=spath) from None

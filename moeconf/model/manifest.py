@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from moeconf.atomic import write_text_atomic
-from moeconf.errors import ManifestError
+from moeconf.errors import ManifestError, read_text
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, ModelMetadata, RawTensor, build_inventory
 
@@ -141,13 +141,7 @@ def parse_manifest(data: Any, path: str) -> Inventory:
 
 def read_manifest(path: str | os.PathLike[str]) -> Inventory:
     spath = os.fspath(path)
-    try:
-        with open(spath, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise ManifestError("no such file", path=spath) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ManifestError(f"cannot read: {e}", path=spath) from None
+    text = read_text(spath, ManifestError, "a manifest")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

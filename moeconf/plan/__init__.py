@@ -8,7 +8,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from moeconf.errors import PlanError
+from moeconf.errors import PlanError, read_text
 from moeconf.plan.positions import Pos, locate, scan
 from moeconf.plan.rules import Rule, RuleSyntaxError, Span, caret, parse_rule
 
@@ -131,13 +131,4 @@ def plan_from_text(text: str, path: str) -> Plan:
 def load_plan(path: str | os.PathLike[str]) -> Plan:
     """Load and validate a plan file. Raises `PlanError` with file:line:col."""
     spath = os.fspath(path)
-    try:
-        with open(spath, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise PlanError("no such file", path=spath) from None
-    except IsADirectoryError:
-        raise PlanError("is a directory, not a plan file", path=spath) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise PlanError(f"cannot read: {e}", path=spath) from None
-    return plan_from_text(text, spath)
+    return plan_from_text(read_text(spath, PlanError, "a plan file"), spath)
