@@ -1,0 +1,121 @@
+"""`moeconf explain`: simulate an engine invocation on a model and say where every tensor goes,
+which item put it there, and which items matched nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from moeconf.engines import AUTO_GPU, Engine
+from moeconf.engines.cmdline import Arg, Invocation, engine_items, parse_invocation
+from moeconf.engines.regex import check_regex
+from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, simulate
+from moeconf.model.inventory import Inventory
+from moeconf.placement import Placement
+
+
+@dataclass(frozen=True)
+class ItemReport:
+    """One item the engine tests: its text, where it came from, and what it matched."""
+
+    pattern: str
+    device: str
+    origin: str
+    raw_index: int | None  # index into Invocation.items(), None for --cpu-moe / --n-cpu-moe rules
+    hits: int  # tensors it was the first match for
+    touches: int  # tensors it matches at all
+
+
+@dataclass(frozen=True)
+class Explanation:
+    invocation: Invocation
+    placement: Placement
+    items: tuple[ItemReport, ...]
+    refusals: tuple[str, ...]  # why the engine would not start (bad items, unknown devices)
+    notes: tuple[str, ...]
+
+    @property
+    def unmatched(self) -> list[ItemReport]:
+        return [it for it in self.items if it.touches == 0]
+
+    def json(self) -> dict[str, object]:
+        return {
+            "engine": self.invocation.engine.label,
+            "placement": self.placement.as_json(),
+            "reasons": dict(self.placement.reasons),
+            "items": [
+                {"item": f"{it.pattern}={it.device}", "origin": it.origin, "first_match_for": it.hits,
+                 "matches": it.touches}
+                for it in self.items
+            ],
+            "unmatched": [f"{it.pattern}={it.device}" for it in self.unmatched],
+            "bytes_by_device": self.placement.bytes_by_device(),
+            "refusals": list(self.refusals),
+            "notes": list(self.notes),
+        }
+
+
+def available_devices(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
+    return ["CPU", *invocation.rpc_devices(), *gpus]
+
+
+def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[str]) -> Explanation:
+    eng = invocation.engine
+    devices = available_devices(invocation, gpus)
+    accel = devices[1:]
+    refusals: list[str] = [msg for _arg, msg in invocation.problems]
+    notes: list[str] = []
+    ngl = invocation.n_gpu_layers()
+    if ngl < 0:
+        ngl = -1
+    sm = invocation.split_mode.text if invocation.split_mode else None
+    ts = None
+    if invocation.tensor_split:
+        try:
+            ts = [float(x) for x in invocation.tensor_split.text.replace("/", ",").split(",") if x]
+        except ValueError:
+            refusals.append(f"-ts {invocation.tensor_split.text!r} is not a list of numbers")
+    if eng.has_fit and eng.fit_default_on and invocation.fit is None and not (
+            invocation.ngl or invocation.ot or invocation.cpu_moe or invocation.n_cpu_moe):
+        notes.append("--fit is on by default and nothing is set by hand: fit chooses -ngl and overrides at "
+                     "load time from free memory; the map shows everything offloaded")
+    defaults = default_devices(inv, eng, ngl, accel, ts, sm)
+    for raw in invocation.items():
+        if raw.pattern is None:
+            refusals.append(f"-ot item {raw.text!r} has no '=' (REGEX=DEVICE)")
+            continue
+        if raw.device not in devices:
+            refusals.append(f"unknown buffer type {raw.device!r} (available: {', '.join(devices)})")
+        problem = check_regex(raw.pattern)
+        if problem:
+            refusals.append(f"regex {raw.pattern!r}: {problem.message}")
+    items = engine_items(invocation, inv)
+    if eng.ot_needs_gpu and (not accel or ngl == 0) and items:
+        notes.append(f"{eng.name} drops every -ot and --n-cpu-moe rule with -ngl 0 or no GPU")
+        items = []
+    usable = [(p, d, o, k) for p, d, o, k in items if d in devices and check_regex(p) is None]
+    overrides = [OverrideItem(p, d, o) for p, d, o, _ in usable]
+    sim = simulate(inv, overrides, defaults, ecmascript_matcher)
+    reasons = {}
+    for t in inv.tensors:
+        k = sim.matched_by[t.name]
+        if sim.devices[t.name] is None:
+            reasons[t.name] = "not loaded by the engine"
+        elif k is None:
+            reasons[t.name] = "default (-ngl)" if defaults[t.name] != AUTO_GPU else "default (split by free memory)"
+        else:
+            p, d, o, _ = usable[k]
+            reasons[t.name] = f"{o}: {p}={d}"
+    reports = tuple(
+        ItemReport(p, d, o, raw_k, sim.hits[n], sim.touches[n]) for n, (p, d, o, raw_k) in enumerate(usable)
+    )
+    placement = Placement(inv, eng, sim.devices, defaults, reasons)
+    return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes))
+
+
+def explain(inv: Inventory, engine: Engine, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+            gpus: Sequence[str] = ("CUDA0",)) -> Explanation:
+    """Simulate `argv` (the engine's command line, binary first or not) on the model."""
+    args = [Arg(a) for a in argv]
+    envs = {k: Arg(v) for k, v in (env or {}).items()}
+    return explain_invocation(inv, parse_invocation(args, engine, envs), gpus)
