@@ -33,6 +33,7 @@ class Explanation:
     items: tuple[ItemReport, ...]
     refusals: tuple[str, ...]  # why the engine would not start (bad items, unknown devices)
     notes: tuple[str, ...]
+    matched_by: dict[str, int | None]  # tensor -> index into `items` of its first match
 
     @property
     def unmatched(self) -> list[ItemReport]:
@@ -110,7 +111,7 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
         ItemReport(p, d, o, raw_k, sim.hits[n], sim.touches[n]) for n, (p, d, o, raw_k) in enumerate(usable)
     )
     placement = Placement(inv, eng, sim.devices, defaults, reasons)
-    return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes))
+    return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes), dict(sim.matched_by))
 
 
 def explain(inv: Inventory, engine: Engine, argv: Sequence[str], *, env: Mapping[str, str] | None = None,

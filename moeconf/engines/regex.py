@@ -40,5 +40,5 @@ def check_regex(pattern: str) -> RegexProblem | None:
     try:
         regress.Regex(pattern)
     except Exception as e:  # regress raises RegressError (a plain Exception subclass)
-        return RegexProblem(0, f"not a valid ECMAScript regex: {e}", "invalid")
+        return RegexProblem(0, f"not a valid ECMAScript regex: {str(e).rstrip('.')}", "invalid")
     return None
