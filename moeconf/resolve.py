@@ -104,8 +104,17 @@ def _base_is(base: str) -> Callable[[Tensor], bool]:
     return lambda t: t.base == base
 
 
+def _suffixed(t: Tensor) -> str:
+    return t.base + "." + t.name.rsplit(".", 1)[-1]
+
+
+def _suffixed_is(word: str) -> Callable[[Tensor], bool]:
+    return lambda t: _suffixed(t) == word
+
+
 def _selector(plan: Plan, inv: Inventory, rule: Rule, warnings: list[Diagnostic]) -> Callable[[Tensor], bool]:
     bases = {t.base for t in inv.tensors}
+    suffixed = {_suffixed(t) for t in inv.tensors}
     preds: list[Callable[[Tensor], bool]] = []
     for word, span in zip(rule.targets, rule.target_spans, strict=True):
         if word in GROUPS:
@@ -116,6 +125,8 @@ def _selector(plan: Plan, inv: Inventory, rule: Rule, warnings: list[Diagnostic]
             preds.append(lambda t: True)
         elif word in bases:
             preds.append(_base_is(word))
+        elif word in suffixed:  # a kind with its suffix: ffn_up_exps.bias
+            preds.append(_suffixed_is(word))
         else:
             block, top = _base_names()
             if word in block or word in top:

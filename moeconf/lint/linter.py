@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 
 from moeconf.engines import Engine, engine
@@ -169,8 +169,11 @@ def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> l
     return _run_rules(ctx, config, rules, plan=True)
 
 
-def lint(paths: Sequence[str], config: Config | None = None, rules: Sequence[ModuleType] = ALL) -> LintResult:
-    """Lint plan files and launch files (directories are searched). Findings are plain data."""
+def lint(paths: Sequence[str], config: Config | None = None, rules: Sequence[ModuleType] = ALL,
+         overrides: dict[str, object] | None = None) -> LintResult:
+    """Lint plan files and launch files (directories are searched). Findings are plain data.
+    `config` replaces the `.moeconf.toml` search; `overrides` (engine, select, ignore) apply on
+    top of whichever config is used."""
     result = LintResult()
     models = _Models()
     for p in paths:
@@ -178,6 +181,8 @@ def lint(paths: Sequence[str], config: Config | None = None, rules: Sequence[Mod
             raise MoeconfError("no such file or directory", path=p)
     for path in walk(list(paths)):
         cfg = config or find_config(path)
+        if overrides:
+            cfg = replace(cfg, **overrides)  # type: ignore[arg-type]
         result.files.append(path)
         if path.endswith(".toml"):
             if not _looks_like_plan(path):

@@ -101,6 +101,20 @@ def _from_table(data: dict[str, Any], path: str) -> Config:
     )
 
 
+def load_config_file(path: str) -> Config:
+    """A config from an explicit file: `.moeconf.toml`, or `pyproject.toml` with `[tool.moeconf]`."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise MoeconfError(f"cannot read: {e.strerror or e}", path=path) from None
+    except tomllib.TOMLDecodeError as e:
+        raise MoeconfError(f"TOML syntax: {e}", path=path) from None
+    if os.path.basename(path) == "pyproject.toml":
+        data = data.get("tool", {}).get("moeconf", {})
+    return _from_table(data, path)
+
+
 def find_config(start: str) -> Config:
     """The nearest `.moeconf.toml` (or `pyproject.toml` with `[tool.moeconf]`) from `start` upwards."""
     folder = os.path.abspath(start if os.path.isdir(start) else os.path.dirname(os.path.abspath(start)))

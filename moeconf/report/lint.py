@@ -1,0 +1,100 @@
+"""Lint findings as text, JSON (`schemas/lint.schema.json`) and SARIF 2.1.0 for code scanning."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from moeconf.lint.linter import LintResult
+from moeconf.lint.model import Finding
+
+_SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+
+
+def _rule_doc(code: str) -> tuple[str, str]:
+    from moeconf.lint.rules import BY_CODE
+
+    mod = BY_CODE.get(code)
+    if mod is None:
+        return "", ""
+    doc = (mod.__doc__ or "").strip()
+    first, _, rest = doc.partition("\n")
+    short = first.split(":", 1)[1].strip() if ":" in first else first
+    why = rest.strip().split("\n\nFAIL", 1)[0].strip()
+    return short, why
+
+
+def text(result: LintResult) -> str:
+    lines = [f.text() for f in result.findings]
+    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
+    summary = (f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info in "
+               f"{len(result.files)} file(s), {result.launches} engine invocation(s)")
+    return "\n".join([*lines, summary]) + "\n"
+
+
+def as_json(result: LintResult) -> dict[str, Any]:
+    return {
+        "findings": [f.json() for f in result.findings],
+        "files": list(result.files),
+        "launches": result.launches,
+    }
+
+
+def sarif(result: LintResult, base: str | None = None) -> dict[str, Any]:
+    from moeconf import __version__
+    from moeconf.lint.rules import ALL
+
+    rules = []
+    index = {}
+    for i, mod in enumerate(ALL):
+        short, why = _rule_doc(mod.CODE)
+        index[mod.CODE] = i
+        rules.append({
+            "id": mod.CODE,
+            "name": mod.NAME,
+            "shortDescription": {"text": short},
+            "fullDescription": {"text": why or short},
+            "defaultConfiguration": {"level": _SARIF_LEVEL[mod.SEVERITY]},
+            "properties": {"tags": ["moe", "placement"]},
+        })
+    rules.append({"id": "MOE032", "name": "plan-invalid", "shortDescription": {"text": "a plan that does not compile"},
+                  "defaultConfiguration": {"level": "error"}})
+    index["MOE032"] = len(rules) - 1
+
+    def uri(path: str) -> str:
+        rel = os.path.relpath(path, base) if base else path
+        return rel.replace(os.sep, "/")
+
+    results = []
+    for f in result.findings:
+        results.append(_sarif_result(f, index, uri(f.path)))
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "moeconf", "version": __version__, "rules": rules}},
+            "results": results,
+        }],
+    }
+
+
+def _sarif_result(f: Finding, index: dict[str, int], uri: str) -> dict[str, Any]:
+    return {
+        "ruleId": f.code,
+        "ruleIndex": index.get(f.code, 0),
+        "level": _SARIF_LEVEL[f.severity],
+        "message": {"text": f"{f.name}: {f.message}"},
+        "locations": [{"physicalLocation": {
+            "artifactLocation": {"uri": uri},
+            "region": {"startLine": max(f.line, 1), "startColumn": max(f.column, 1)},
+        }}],
+    }
+
+
+def render(result: LintResult, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(as_json(result), indent=1) + "\n"
+    if fmt == "sarif":
+        return json.dumps(sarif(result, os.getcwd()), indent=1) + "\n"
+    return text(result)
