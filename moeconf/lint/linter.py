@@ -46,8 +46,8 @@ class _Models:
 
 
 def _engine_for(src: SourceFile, launch: Launch, config: Config) -> tuple[Engine, str]:
-    name = file_directive(src, "engine", launch.line)
-    version = file_directive(src, "version", launch.line) or file_directive(src, "engine_version", launch.line)
+    name = file_directive(src, "engine", launch)
+    version = file_directive(src, "version", launch) or file_directive(src, "engine_version", launch)
     if name:
         return engine(name, version or config.engine_version), "directive"
     if launch.image:
@@ -66,7 +66,7 @@ def _engine_for(src: SourceFile, launch: Launch, config: Config) -> tuple[Engine
 def _model_for(src: SourceFile, launch: Launch, inv: Invocation, config: Config, models: _Models,
                ) -> Inventory | MoeconfError | None:
     folder = os.path.dirname(os.path.abspath(src.path))
-    directive = file_directive(src, "model", launch.line)
+    directive = file_directive(src, "model", launch)
     if directive:
         return models.load(directive if os.path.isabs(directive) else os.path.join(folder, directive))
     m = inv.model
@@ -121,7 +121,7 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
     model = _model_for(src, launch, invocation, config, models)
     inventory = model if isinstance(model, Inventory) else None
     explanation = None
-    gpus_directive = file_directive(src, "gpus", launch.line)
+    gpus_directive = file_directive(src, "gpus", launch)
     gpus = gpus_directive.split("+") if gpus_directive else list(config.gpus)
     if inventory is not None:
         from moeconf.explain import explain_invocation

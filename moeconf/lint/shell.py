@@ -136,7 +136,17 @@ def split_commands(
         else:
             value = raw
         for ch in value:
+            if not quoted and ch in " \t\n":
+                # an unquoted expansion is split into words, as the shell does
+                if cur is not None and (cur.chars or cur.quoted):
+                    words.append(cur)
+                cur = None
+                continue
+            if cur is None:
+                cur = Word()
             cur.add(ch, start_pos)
+        if cur is None:
+            cur = Word()
         advance(length)
 
     while i < n:

@@ -34,6 +34,10 @@ class Launch:
     name: str = ""  # service / model name
     has_binary: bool = True
 
+    @property
+    def end_line(self) -> int:
+        return max([self.line, *(a.line for a in self.args), *(a.line for a in self.env.values())])
+
 
 @dataclass
 class SourceFile:
@@ -61,14 +65,30 @@ def parse_directives(lines: list[str]) -> dict[int, dict[str, str]]:
     return out
 
 
-def file_directive(src: SourceFile, key: str, before_line: int | None = None) -> str | None:
-    """The last `# moeconf: key=value` at or before `before_line` (any line when None)."""
+def _header_end(lines: list[str]) -> int:
+    """The last line of the file's opening comment block (shebang and comments)."""
+    n = 0
+    for n, line in enumerate(lines, start=1):
+        s = line.strip()
+        if s and not s.startswith("#"):
+            return n - 1
+    return n
+
+
+def file_directive(src: SourceFile, key: str, launch: Launch | None = None) -> str | None:
+    """`# moeconf: key=value` for a launch: the last one inside the launch (or on the line just
+    above it), else one in the file's opening comment block."""
+    header = _header_end(src.lines)
     value = None
     for n in sorted(src.directives):
-        if before_line is not None and n > before_line:
-            break
-        if key in src.directives[n]:
-            value = src.directives[n][key]
+        if key not in src.directives[n]:
+            continue
+        if n <= header:
+            value = value or src.directives[n][key]
+    if launch is not None:
+        for n in sorted(src.directives):
+            if key in src.directives[n] and launch.line - 1 <= n <= launch.end_line and n > header:
+                value = src.directives[n][key]
     return value
 
 
@@ -82,6 +102,30 @@ def _on_line(position: PosFn, line: int) -> PosFn:
 
 def _fixed(line: int, col0: int) -> PosFn:
     return lambda _ln, col: (line, col0 + col)
+
+
+def _mapped(line: int, col0: int, cols: list[int]) -> PosFn:
+    """Positions in text whose characters came from columns `cols` of the original line."""
+    return lambda _ln, col: (line, col0 + (cols[col - 1] if 0 < col <= len(cols) else col))
+
+
+def _substitute(text: str, macros: dict[str, str]) -> tuple[str, list[int]]:
+    """llama-swap's textual ${macro} substitution, with the original column of each character."""
+    out: list[str] = []
+    cols: list[int] = []
+    i = 0
+    while i < len(text):
+        m = re.match(r"\$\{([A-Za-z0-9_.-]+)\}", text[i:])
+        if m and m.group(1) in macros:
+            for ch in macros[m.group(1)]:
+                out.append(ch)
+                cols.append(i + 1)
+            i += m.end()
+            continue
+        out.append(text[i])
+        cols.append(i + 1)
+        i += 1
+    return "".join(out), cols
 
 
 # --- shell -----------------------------------------------------------------------------------
@@ -141,52 +185,41 @@ def shell_launches(path: str, text: str, kind: str = "shell") -> list[Launch]:
 
 def _scalar_args(node: Any, path: str, lines: list[str], variables: dict[str, str],
                  compose: bool) -> list[Arg]:
-    """A YAML scalar holding a command line: split like a shell, positions in the file."""
-    value = str(node.value)
-    if compose:
-        value = _compose_interpolate(value, variables)
+    """A YAML scalar holding a command line: split like a shell, positions in the file.
+
+    Block scalars (`|`, `>`) are read from the file's own lines, one line at a time, so every
+    word keeps its line and column; folding only joins lines with spaces, which a shell split
+    does not distinguish from newlines."""
     style = node.style
     sl, sc = node.start_mark.line, node.start_mark.column
+    words: list[Word] = []
     if style in ("|", ">"):
-        # block scalar: map each content line to its line in the file
-        mapping: list[tuple[int, int]] = []
-        file_line = sl + 1
-        for content in value.split("\n"):
-            stripped = content.strip()
-            found = None
-            for fl in range(file_line, min(len(lines), file_line + 200)):
-                idx = lines[fl].find(stripped) if stripped else -1
-                if stripped and idx != -1:
-                    found = (fl, idx - (len(content) - len(content.lstrip())))
-                    file_line = fl + 1
-                    break
-            mapping.append((found[0] + 1, found[1] + 1) if found else (0, 0))
-
-        def position(ln: int, col: int) -> tuple[int, int]:
-            if 1 <= ln <= len(mapping) and mapping[ln - 1][0]:
-                return mapping[ln - 1][0], mapping[ln - 1][1] + col - 1
-            return (0, 0)
-
-        lines_in = value.split("\n")
-        if not compose:
-            # llama-swap: drop comment lines; a trailing backslash joins lines (a space)
-            lines_in = ["" if ln.lstrip().startswith("#") else (ln[:-1] if ln.endswith("\\") else ln)
-                        for ln in lines_in]
-        words: list[Word] = []
-        for ln_no, ln in enumerate(lines_in, start=1):
-            cmds, _ = split_commands(ln, variables if not compose else {}, position=_on_line(position, ln_no),
-                                     assign=False)
+        el = node.end_mark.line if node.end_mark.column == 0 else node.end_mark.line + 1
+        for fl in range(sl + 1, min(el, len(lines))):
+            raw = lines[fl]
+            body = raw.lstrip()
+            indent = len(raw) - len(body)
+            if not compose and body.startswith("#"):
+                continue  # llama-swap drops comment lines
+            if body.endswith("\\"):
+                body = body[:-1]
+            if compose:
+                body = body.replace("$$", "$")
+                cmds, _ = split_commands(body, variables, position=_fixed(fl + 1, indent), assign=False)
+            else:
+                text, cols = _substitute(body, variables)
+                cmds, _ = split_commands(text, {}, position=_mapped(fl + 1, indent, cols), assign=False)
             for cmd in cmds:
                 words.extend(cmd.words)
         return [to_arg(w, path) for w in words]
+    value = str(node.value)
     offset = 1 if style in ("'", '"') else 0
-
-    def pos_flow(_ln: int, col: int) -> tuple[int, int]:
-        return sl + 1, sc + offset + col
-
-    if not compose:
-        value = _swap_macros(value, variables)
-    cmds, _ = split_commands(value, variables if not compose else {}, position=pos_flow, assign=False)
+    if compose:
+        value = value.replace("$$", "$")
+        cmds, _ = split_commands(value, variables, position=_fixed(sl + 1, sc + offset), assign=False)
+    else:
+        text, cols = _substitute(value, variables)
+        cmds, _ = split_commands(text, {}, position=_mapped(sl + 1, sc + offset, cols), assign=False)
     return [to_arg(w, path) for c in cmds for w in c.words]
 
 
@@ -212,6 +245,11 @@ def _compose_interpolate(value: str, variables: dict[str, str]) -> str:
         out.append(value[i])
         i += 1
     return "".join(out)
+
+
+def _expanded(macros: dict[str, str]) -> dict[str, str]:
+    """Macros whose values use other macros, expanded (llama-swap allows that)."""
+    return {k: _swap_macros(v, macros) for k, v in macros.items()}
 
 
 def _swap_macros(value: str, macros: dict[str, str]) -> str:
@@ -327,9 +365,7 @@ def yaml_launches(path: str, text: str) -> list[Launch]:
             if isinstance(lm, yaml.MappingNode):
                 for k, v in lm.value:
                     local[str(k.value)] = str(v.value)
-            if cmd.style in ("|", ">"):
-                cmd.value = _swap_macros(str(cmd.value), local)
-            args = _scalar_args(cmd, path, lines, local, compose=False)
+            args = _scalar_args(cmd, path, lines, _expanded(local), compose=False)
             env_node = _mapping_get(model, "env")
             env = _env_node(env_node, path, {}) if env_node is not None else {}
             out.append(Launch(path, "llama-swap", name_node.start_mark.line + 1, name_node.start_mark.column + 1,
