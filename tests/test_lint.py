@@ -142,8 +142,9 @@ def test_explain_cpu_moe_order_and_env() -> None:
     inv = load_inventory(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
     t = "blk.3.ffn_up_exps.weight"
     # mainline: -ot before --cpu-moe wins; after it loses
-    assert explain(inv, engine("llama.cpp"), ["-ot", "blk\\.3\\.ffn_up_exps=CUDA0", "--cpu-moe"]).placement.devices[t] == "CUDA0"
-    assert explain(inv, engine("llama.cpp"), ["--cpu-moe", "-ot", "blk\\.3\\.ffn_up_exps=CUDA0"]).placement.devices[t] == "CPU"
+    one = "blk\\.3\\.ffn_up_exps=CUDA0"
+    assert explain(inv, engine("llama.cpp"), ["-ot", one, "--cpu-moe"]).placement.devices[t] == "CUDA0"
+    assert explain(inv, engine("llama.cpp"), ["--cpu-moe", "-ot", one]).placement.devices[t] == "CPU"
     # env items come before the command line
     ex = explain(inv, engine("llama.cpp"), ["-ot", "exps=CUDA0"], env={"LLAMA_ARG_OVERRIDE_TENSOR": "exps=CPU"})
     assert ex.placement.devices[t] == "CPU"

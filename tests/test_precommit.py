@@ -29,7 +29,7 @@ def git(cwd: Path, *args: str) -> None:
 def try_repo(cwd: Path, hook: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(WHEELHOUSE), "PRE_COMMIT_HOME": str(home),
            "NO_COLOR": "1"}
-    return subprocess.run(["pre-commit", "try-repo", str(REPO), hook, "--all-files"], cwd=cwd, env=env,
+    return subprocess.run(["pre-commit", "try-repo", str(REPO), hook, "--all-files", "--verbose"], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=900)
 
 
