@@ -18,6 +18,9 @@ from moeconf.model.inventory import Inventory, Layer, ModelMetadata, Tensor, loa
 
 if TYPE_CHECKING:
     from moeconf.compile import Compiled
+    from moeconf.explanation import Explanation
+    from moeconf.linting.linter import LintResult
+    from moeconf.linting.model import Finding
     from moeconf.placement import Placement
     from moeconf.plan import Plan
 
@@ -25,9 +28,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Compiled",
+    "Explanation",
+    "Finding",
     "GGUFError",
     "Inventory",
     "Layer",
+    "LintResult",
     "ManifestError",
     "ModelMetadata",
     "MoeconfError",
@@ -38,6 +44,8 @@ __all__ = [
     "__version__",
     "compile_plan",
     "emit",
+    "explain",
+    "lint",
     "load_inventory",
     "load_plan",
     "write_manifest",
@@ -73,11 +81,52 @@ def emit(compiled: Compiled, target: str) -> str:
     return _emit(compiled, target)
 
 
+def lint(paths: list[str] | str, *, engine: str | None = None, select: list[str] | None = None,
+         ignore: list[str] | None = None) -> LintResult:
+    """Lint plan files and launch files (directories are searched). Returns a `LintResult` whose
+    `findings` are plain `Finding`s (code, name, severity, path, line, column, message). The
+    nearest `.moeconf.toml` applies; the keyword arguments override it."""
+    from moeconf.linting.linter import lint as _lint
+
+    overrides: dict[str, object] = {}
+    if engine:
+        overrides["engine"] = engine
+    if select:
+        overrides["select"] = select
+    if ignore:
+        overrides["ignore"] = ignore
+    return _lint([paths] if isinstance(paths, str) else list(paths), overrides=overrides)
+
+
+def explain(model: Inventory | str, argv: list[str], *, engine: str = "llama.cpp", version: str | None = None,
+            env: dict[str, str] | None = None, gpus: list[str] | None = None) -> Explanation:
+    """Simulate an engine command line on a model: `.placement.devices` says where every tensor
+    goes, `.items` what each override matched, `.unmatched` the items that matched nothing,
+    `.refusals` why the engine would not start."""
+    from moeconf.engines import engine as _engine
+    from moeconf.explanation import explain as _explain
+
+    inv = model if isinstance(model, Inventory) else load_inventory(model)
+    return _explain(inv, _engine(engine, version), argv, env=env, gpus=gpus or ["CUDA0"])
+
+
 def __getattr__(name: str) -> Any:
     if name == "Compiled":
         from moeconf.compile import Compiled
 
         return Compiled
+    if name == "Explanation":
+        from moeconf.explanation import Explanation
+
+        return Explanation
+    if name == "Finding":
+        from moeconf.linting.model import Finding
+
+        return Finding
+    if name == "LintResult":
+        from moeconf.linting.linter import LintResult
+
+        return LintResult
     if name == "Placement":
         from moeconf.placement import Placement
 

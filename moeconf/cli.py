@@ -191,8 +191,8 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_lint(args: argparse.Namespace) -> int:
-    from moeconf.lint.linter import lint
-    from moeconf.lint.model import at_least, find_config, load_config_file
+    from moeconf.linting.linter import lint
+    from moeconf.linting.model import at_least, find_config, load_config_file
     from moeconf.report.lint import render
 
     config = None
@@ -220,7 +220,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     import json
 
     from moeconf.engines import engine
-    from moeconf.explain import explain
+    from moeconf.explanation import explain
     from moeconf.model.inventory import load_inventory
     from moeconf.report.explain import render
 

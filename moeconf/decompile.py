@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import tomli_w
 
 from moeconf.errors import MoeconfError
-from moeconf.explain import Explanation
+from moeconf.explanation import Explanation
 from moeconf.model.inventory import Inventory, Tensor
 
 

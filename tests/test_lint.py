@@ -13,8 +13,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from moeconf.lint.linter import lint
-from moeconf.lint.rules import ALL
+from moeconf.linting.linter import lint
+from moeconf.linting.rules import ALL
 from tests.conftest import EXAMPLES, REPO
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -136,7 +136,7 @@ def test_explain_map_and_json() -> None:
 
 def test_explain_cpu_moe_order_and_env() -> None:
     from moeconf.engines import engine
-    from moeconf.explain import explain
+    from moeconf.explanation import explain
     from moeconf.model.inventory import load_inventory
 
     inv = load_inventory(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
@@ -189,3 +189,14 @@ def test_check_detects_stale_artifacts(tmp_path: Path) -> None:
     assert bad.returncode == 1
     assert "launch-qwen3-30b.sh: stale" in bad.stdout
     assert "+llama-server" in bad.stdout and "-llama-server" in bad.stdout
+
+
+def test_library_api() -> None:
+    import moeconf
+
+    r = moeconf.lint(str(CORPUS / "swap.yaml"))
+    assert [(f.code, f.name, f.line) for f in r.findings] == [("MOE018", "ngl-conflict", 7)]
+    ex = moeconf.explain(str(EXAMPLES / "models" / "deepseek-v3.manifest.json"), ["-ngl", "999", "-ot", "exps=CPU"])
+    assert ex.placement.devices["blk.3.ffn_up_exps.weight"] == "CPU"
+    assert ex.unmatched == []
+    assert ex.json()["unmatched"] == []

@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 
-from moeconf.lint.linter import lint
-from moeconf.lint.rules import ALL
+from moeconf.linting.linter import lint
+from moeconf.linting.rules import ALL
 from tests.conftest import EXAMPLES
 
 _HEAD = re.compile(r"^(FAIL|PASS)(?: \((?P<opts>[^)]*)\))?:$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from moeconf.engines.cmdline import Arg
-from moeconf.lint.sources import read_source
+from moeconf.linting.sources import read_source
 
 
 def find(args: list[Arg], text: str) -> Arg:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from moeconf.engines import AUTO_GPU
-from moeconf.explain import Explanation
+from moeconf.explanation import Explanation
 from moeconf.model.taxonomy import GROUPS
 from moeconf.report.inventory import gib
 

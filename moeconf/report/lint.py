@@ -6,14 +6,14 @@ import json
 import os
 from typing import Any
 
-from moeconf.lint.linter import LintResult
-from moeconf.lint.model import Finding
+from moeconf.linting.linter import LintResult
+from moeconf.linting.model import Finding
 
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
 def _rule_doc(code: str) -> tuple[str, str]:
-    from moeconf.lint.rules import BY_CODE
+    from moeconf.linting.rules import BY_CODE
 
     mod = BY_CODE.get(code)
     if mod is None:
@@ -43,7 +43,7 @@ def as_json(result: LintResult) -> dict[str, Any]:
 
 def sarif(result: LintResult, base: str | None = None) -> dict[str, Any]:
     from moeconf import __version__
-    from moeconf.lint.rules import ALL
+    from moeconf.linting.rules import ALL
 
     rules = []
     index = {}

@@ -1,0 +1,46 @@
+"""The lint rules, one module each. A module's docstring is its documentation, with FAIL and
+PASS examples that the tests run. Codes and names are part of the interface: never reuse them."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from moeconf.linting.rules import (
+    always_active_to_cpu,
+    comma_in_pattern,
+    dense_layer_to_cpu,
+    duplicate_rule,
+    env_unsupported,
+    fit_conflict,
+    invalid_regex,
+    merge_qkv_mismatch,
+    merge_up_gate_split,
+    missing_equals,
+    model_unknown,
+    ncmoe_semantics,
+    nextn_experts_placed,
+    ngl_conflict,
+    overbroad_catch_all,
+    prefix_collision,
+    repeated_ot,
+    rpc_order,
+    rule_overridden,
+    rule_selects_nothing,
+    shadowed_rule,
+    space_in_list,
+    trailing_comma,
+    unescaped_dot,
+    unknown_device,
+    unmatched_pattern,
+    unsupported_regex_syntax,
+)
+
+ALL: tuple[ModuleType, ...] = (
+    model_unknown, comma_in_pattern, space_in_list, trailing_comma, missing_equals, invalid_regex,
+    unsupported_regex_syntax, unknown_device, prefix_collision, unescaped_dot, unmatched_pattern,
+    shadowed_rule, duplicate_rule, overbroad_catch_all, always_active_to_cpu, dense_layer_to_cpu,
+    nextn_experts_placed, ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
+    merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
+)
+BY_CODE = {m.CODE: m for m in ALL}
+BY_NAME = {m.NAME: m for m in ALL}

@@ -1,0 +1,46 @@
+"""fit-conflict: `--fit` fighting manual placement.
+
+Why: mainline turns `--fit` on by default (b7416+). With `-ngl`, `-ot`, `--cpu-moe` or
+`--n-cpu-moe` set by hand, fit gives up ("already set by user, abort") and loads your settings,
+which may not fit, but only after it may have cut the context to `--fit-ctx` (4096) when `-c`
+was not given. Write `-fit off`. ik_llama.cpp refuses `--fit` with `-ot` or `--n-cpu-moe`
+outright ("Manual tensor overrides cannot be used with --fit").
+
+FAIL (engine=llama.cpp, model=glm-4.5-air):
+    llama-server -m m.gguf -ngl 999 -ot "exps=CPU"
+
+PASS (engine=llama.cpp, model=glm-4.5-air):
+    llama-server -m m.gguf -ngl 999 -fit off -c 32768 -ot "exps=CPU"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from moeconf.linting.model import Context
+from moeconf.linting.rules._base import Hit
+
+CODE = "MOE020"
+NAME = "fit-conflict"
+SEVERITY = "warning"
+NEEDS_MODEL = False
+
+
+def check(ctx: Context) -> Iterator[Hit]:
+    inv, eng = ctx.invocation, ctx.engine
+    if not eng.has_fit:
+        return
+    manual = bool(inv.ot or inv.cpu_moe or inv.n_cpu_moe)
+    if eng.fit_with_overrides == "error":
+        if inv.fit and inv.fit[1] and (inv.ot or inv.n_cpu_moe or inv.cpu_moe):
+            yield Hit(*ctx.at_arg(inv.fit[0]), "ik_llama.cpp refuses --fit with -ot or --n-cpu-moe "
+                      "(\"Manual tensor overrides cannot be used with --fit\"): remove --fit", "error")
+        return
+    fit_on = inv.fit[1] if inv.fit else eng.fit_default_on
+    if not fit_on or not (manual or inv.ngl):
+        return
+    where = ctx.at_arg(inv.fit[0]) if inv.fit else (ctx.line, ctx.column)
+    how = "-fit on" if inv.fit else f"--fit is on by default ({eng.label})"
+    ctx_cut = "" if inv.ctx_size else ", after possibly cutting the context to --fit-ctx (4096) since -c is not given"
+    yield Hit(*where, f"{how} with manual placement: fit gives up (\"already set by user, abort\") and loads "
+              f"your settings{ctx_cut}; add -fit off")

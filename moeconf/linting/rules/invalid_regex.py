@@ -1,0 +1,34 @@
+r"""invalid-regex: a pattern that C++ `std::regex` (ECMAScript) cannot compile.
+
+Why: the engines do not check patterns when they parse arguments; the model load fails later,
+after minutes of reading weights. Typical: `[6-10]` (a range is per character: write
+`([6-9]|10)`), unbalanced parentheses, a stray `*` at the start.
+
+FAIL (engine=llama.cpp):
+    llama-server -m m.gguf -ot "blk\.[6-10]\.ffn_.*_exps=CPU"
+
+PASS (engine=llama.cpp):
+    llama-server -m m.gguf -ot "blk\.([6-9]|10)\.ffn_.*_exps=CPU"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from moeconf.engines.regex import check_regex
+from moeconf.linting.model import Context
+from moeconf.linting.rules._base import Hit
+
+CODE = "MOE005"
+NAME = "invalid-regex"
+SEVERITY = "error"
+NEEDS_MODEL = False
+
+
+def check(ctx: Context) -> Iterator[Hit]:
+    for item in ctx.invocation.items():
+        if item.pattern is None:
+            continue
+        p = check_regex(item.pattern)
+        if p and p.kind == "invalid":
+            yield Hit(*ctx.at_item(item, p.offset), f"{item.pattern!r}: {p.message}; the model load will fail")

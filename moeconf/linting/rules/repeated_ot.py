@@ -1,0 +1,31 @@
+"""repeated-ot: more than one `-ot` on a command line.
+
+Why: every `-ot` value appends, but mainline (b7464+) prints a misleading "DEPRECATED ... only
+last value will be used" warning for repeats, and in server router/preset mode only the last
+`-ot` survives. One comma-joined value says the same thing everywhere.
+
+FAIL (engine=llama.cpp):
+    llama-server -m m.gguf -ot "blk\\.3\\.=CUDA0" -ot "exps=CPU"
+
+PASS (engine=llama.cpp):
+    llama-server -m m.gguf -ot "blk\\.3\\.=CUDA0,exps=CPU"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from moeconf.linting.model import Context
+from moeconf.linting.rules._base import Hit
+
+CODE = "MOE024"
+NAME = "repeated-ot"
+SEVERITY = "warning"
+NEEDS_MODEL = False
+
+
+def check(ctx: Context) -> Iterator[Hit]:
+    cli = [ov for ov in ctx.invocation.ot if ov.flag is not None]
+    for ov in cli[1:]:
+        yield Hit(*ctx.at_arg(ov.flag), f"-ot given {len(cli)} times: join the values with ',' into one -ot "
+                  "(repeats print a misleading 'only last value will be used' and router mode keeps only the last)")

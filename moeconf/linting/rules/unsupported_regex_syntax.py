@@ -1,0 +1,34 @@
+r"""unsupported-regex-syntax: regex syntax that Python or PCRE has but `std::regex` ECMAScript lacks.
+
+Why: patterns copied from Python or PCRE habits (lookbehind `(?<=`, named groups `(?P<n>`,
+inline flags `(?i)`, `\A` `\Z`, possessive `*+`, atomic `(?>`) make `std::regex` throw when the
+model loads.
+
+FAIL (engine=llama.cpp):
+    llama-server -m m.gguf -ot "(?i)FFN_.*_EXPS=CPU"
+
+PASS (engine=llama.cpp):
+    llama-server -m m.gguf -ot "ffn_.*_exps=CPU"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from moeconf.engines.regex import check_regex
+from moeconf.linting.model import Context
+from moeconf.linting.rules._base import Hit
+
+CODE = "MOE006"
+NAME = "unsupported-regex-syntax"
+SEVERITY = "error"
+NEEDS_MODEL = False
+
+
+def check(ctx: Context) -> Iterator[Hit]:
+    for item in ctx.invocation.items():
+        if item.pattern is None:
+            continue
+        p = check_regex(item.pattern)
+        if p and p.kind == "unsupported":
+            yield Hit(*ctx.at_item(item, p.offset), f"{item.pattern!r}: {p.message}; the model load will fail")
