@@ -75,3 +75,11 @@ def test_rule_examples(tmp_path: Path, rule: ModuleType, kind: str, opts: dict[s
             assert f.line >= 1 and f.column >= 1
     else:
         assert not mine, f"{rule.NAME}: PASS example produced {[f.text() for f in mine]}"
+
+
+def test_readme_lists_every_rule() -> None:
+    from tests.conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    for rule in ALL:
+        assert f"| `{rule.CODE}` | `{rule.NAME}` | {rule.SEVERITY} |" in readme, rule.NAME
