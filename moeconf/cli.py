@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--gpus", default="CUDA0", metavar="LIST", help="comma-separated GPU buffer types (default CUDA0)")
     exp.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variables the engine sees")
     exp.add_argument("--json", action="store_true", help="print placement, items and unmatched as JSON")
+    exp.add_argument("--tensors", action="store_true", help="also list every tensor, its device and what decided it")
     exp.add_argument("--plan", metavar="FILE", help="write the equivalent plan (decompile) to FILE")
     exp.add_argument("--color", choices=["auto", "always", "never"], default="auto")
 
@@ -246,7 +247,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                            and not os.environ.get("NO_COLOR"))
-        sys.stdout.write(render(ex, color=color))
+        sys.stdout.write(render(ex, color=color, tensors=args.tensors))
     return EXIT_OK
 
 

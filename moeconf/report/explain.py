@@ -31,7 +31,7 @@ def _symbols(devices: list[str]) -> dict[str, str]:
     return out
 
 
-def render(ex: Explanation, color: bool = False) -> str:
+def render(ex: Explanation, color: bool = False, tensors: bool = False) -> str:
     pl = ex.placement
     inv = pl.inventory
     devices = sorted({d for d in pl.devices.values() if d is not None}, key=lambda d: (d != "CPU", d))
@@ -90,4 +90,10 @@ def render(ex: Explanation, color: bool = False) -> str:
     if ex.unmatched:
         lines.append("")
         lines.append("unmatched: " + ", ".join(f"{it.pattern}={it.device}" for it in ex.unmatched))
+    if tensors:
+        lines.append("")
+        width = max(len(t.name) for t in inv.tensors)
+        for t in inv.tensors:
+            dev = pl.devices[t.name]
+            lines.append(f"{t.name:{width}}  {dev or '-':8}  {pl.reasons[t.name]}")
     return "\n".join(lines) + "\n"
