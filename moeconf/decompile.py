@@ -12,21 +12,11 @@ import tomli_w
 
 from moeconf.errors import MoeconfError
 from moeconf.explanation import Explanation
-from moeconf.model.inventory import Inventory, Tensor
+from moeconf.model.inventory import Inventory, Tensor, format_ranges
 
 
 def _ranges(values: Sequence[int]) -> str:
-    vs = sorted(set(values))
-    parts: list[str] = []
-    start = prev = vs[0]
-    for v in vs[1:]:
-        if v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}..{prev}")
-        start = prev = v
-    parts.append(str(start) if start == prev else f"{start}..{prev}")
-    return ", ".join(parts)
+    return format_ranges(values, "..")
 
 
 def _device_word(dev: str, gpus: Sequence[str]) -> str:

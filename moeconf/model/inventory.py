@@ -238,8 +238,8 @@ def _cross_check(md: ModelMetadata, kinds: dict[int, LayerKind]) -> list[str]:
     return out
 
 
-def format_ranges(values: Iterable[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+def format_ranges(values: Iterable[int], sep: str = "-") -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8' (with sep='..': '0..2, 5, 7..8', the plan's form)."""
     vs = sorted(set(values))
     if not vs:
         return "none"
@@ -249,9 +249,9 @@ def format_ranges(values: Iterable[int]) -> str:
         if v == prev + 1:
             prev = v
             continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        parts.append(str(start) if start == prev else f"{start}{sep}{prev}")
         start = prev = v
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    parts.append(str(start) if start == prev else f"{start}{sep}{prev}")
     return ", ".join(parts)
 
 

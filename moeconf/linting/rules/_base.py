@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from moeconf.linting.model import Context, Severity
@@ -46,6 +47,30 @@ def describe(tensors: list[Tensor]) -> str:
     layers = sorted({t.layer for t in tensors if t.layer is not None})
     where = f" in layers {format_ranges(layers)}" if layers else ""
     return f"{len(tensors)} tensors ({parts}){where}, {gib(sum(t.nbytes for t in tensors))} GiB"
+
+
+def regex_problems(ctx: Context, kind: str) -> Iterator[Hit]:
+    """Items whose pattern std::regex would not compile, for one kind of problem."""
+    from moeconf.engines.regex import check_regex
+
+    for item in ctx.invocation.items():
+        if item.pattern is None:
+            continue
+        p = check_regex(item.pattern)
+        if p and p.kind == kind:
+            yield Hit(*ctx.at_item(item, p.offset), f"{item.pattern!r}: {p.message}; the model load will fail")
+
+
+def moved_to_cpu(ctx: Context, what: str, groups: tuple[str, ...], why: str) -> Iterator[Hit]:
+    """Items that send tensors of `groups` from a GPU (their default) to the CPU."""
+    assert ctx.explanation is not None
+    pl = ctx.explanation.placement
+    for k, tensors in item_tensors(ctx).items():
+        it = ctx.explanation.items[k]
+        moved = [t for t in tensors if it.device == "CPU" and t.group in groups
+                 and pl.defaults[t.name] not in (None, "CPU")]
+        if moved:
+            yield Hit(*where_item(ctx, k), f"{it.pattern!r} sends {what} to CPU: {describe(moved)}; {why}")
 
 
 def item_text(ctx: Context, k: int) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import ALWAYS_ACTIVE, Hit, describe, item_tensors, where_item
+from moeconf.linting.rules._base import ALWAYS_ACTIVE, Hit, moved_to_cpu
 
 CODE = "MOE014"
 NAME = "always-active-to-cpu"
@@ -25,12 +25,5 @@ NEEDS_MODEL = True
 
 
 def check(ctx: Context) -> Iterator[Hit]:
-    assert ctx.explanation is not None
-    pl = ctx.explanation.placement
-    for k, tensors in item_tensors(ctx).items():
-        it = ctx.explanation.items[k]
-        moved = [t for t in tensors if it.device == "CPU" and t.group in ALWAYS_ACTIVE
-                 and pl.defaults[t.name] not in (None, "CPU")]
-        if moved:
-            yield Hit(*where_item(ctx, k), f"{it.pattern!r} sends always-active tensors to CPU: {describe(moved)}; "
-                      "they run for every token, keep them on the GPU")
+    return moved_to_cpu(ctx, "always-active tensors", ALWAYS_ACTIVE,
+                        "they run for every token, keep them on the GPU")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, describe, item_tensors, where_item
+from moeconf.linting.rules._base import Hit, moved_to_cpu
 
 CODE = "MOE015"
 NAME = "dense-layer-to-cpu"
@@ -24,12 +24,5 @@ NEEDS_MODEL = True
 
 
 def check(ctx: Context) -> Iterator[Hit]:
-    assert ctx.explanation is not None
-    pl = ctx.explanation.placement
-    for k, tensors in item_tensors(ctx).items():
-        it = ctx.explanation.items[k]
-        moved = [t for t in tensors if it.device == "CPU" and t.group == "dense"
-                 and pl.defaults[t.name] not in (None, "CPU")]
-        if moved:
-            yield Hit(*where_item(ctx, k), f"{it.pattern!r} sends dense-layer FFNs to CPU: {describe(moved)}; "
-                      "they run for every token (only routed experts belong in RAM)")
+    return moved_to_cpu(ctx, "dense-layer FFNs", ("dense",),
+                        "they run for every token (only routed experts belong in RAM)")

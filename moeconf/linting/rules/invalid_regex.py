@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moeconf.engines.regex import check_regex
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit
+from moeconf.linting.rules._base import Hit, regex_problems
 
 CODE = "MOE005"
 NAME = "invalid-regex"
@@ -26,9 +25,4 @@ NEEDS_MODEL = False
 
 
 def check(ctx: Context) -> Iterator[Hit]:
-    for item in ctx.invocation.items():
-        if item.pattern is None:
-            continue
-        p = check_regex(item.pattern)
-        if p and p.kind == "invalid":
-            yield Hit(*ctx.at_item(item, p.offset), f"{item.pattern!r}: {p.message}; the model load will fail")
+    return regex_problems(ctx, "invalid")

@@ -1,0 +1,132 @@
+"""Run the real engines (built by scripts/build-engines.sh) just far enough to load a model, and
+read back from their logs where they put each tensor."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from moeconf.model.inventory import Inventory
+
+CACHE = Path(os.environ.get("MOECONF_ENGINE_CACHE", Path.home() / ".cache" / "moeconf" / "engines"))
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    name: str  # llama.cpp / ik_llama.cpp
+    package: str  # PyPI package and version the build came from
+    version: str | None  # what moeconf calls this version
+    cli: Path
+    rpc_server: Path
+
+    def available(self) -> bool:
+        return self.cli.is_file() and self.rpc_server.is_file()
+
+
+MAINLINE = EngineBuild("llama.cpp", "llama-cpp-python 0.3.36", None,
+                       CACHE / "llama-cpp-python-0.3.36" / "build" / "bin" / "llama-completion",
+                       CACHE / "llama-cpp-python-0.3.36" / "build" / "bin" / "ggml-rpc-server")
+IK = EngineBuild("ik_llama.cpp", "ik-llama-cpp-python 0.1.5", "0.1.5",
+                 CACHE / "ik-llama-cpp-python-0.1.5" / "build" / "bin" / "llama-cli",
+                 CACHE / "ik-llama-cpp-python-0.1.5" / "build" / "bin" / "rpc-server")
+BUILDS = {b.name: b for b in (MAINLINE, IK)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def rpc_servers(build: EngineBuild, n: int) -> Iterator[list[str]]:
+    """Start n RPC servers on 127.0.0.1; yield their host:port endpoints."""
+    procs = []
+    endpoints = []
+    try:
+        for _ in range(n):
+            port = free_port()
+            p = subprocess.Popen([str(build.rpc_server), "-H", "127.0.0.1", "-p", str(port)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(p)
+            endpoints.append(f"127.0.0.1:{port}")
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline or p.poll() is not None:
+                        raise RuntimeError(f"rpc server on port {port} did not start") from None
+                    time.sleep(0.1)
+        yield endpoints
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    log: str
+
+
+def run_engine(build: EngineBuild, model: Path, args: Sequence[str], env: dict[str, str] | None = None) -> Run:
+    """Load `model` with `args` (engine arguments, no binary, no -m) and generate one token."""
+    argv = [str(build.cli), "-m", str(model), *args, "-n", "1", "-p", "hi", "--verbose", "-no-cnv",
+            "-t", "1", "-c", "256", "--temp", "0"]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    full_env.update(env or {})
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=full_env, stdin=subprocess.DEVNULL)
+    return Run(p.returncode, p.stdout + "\n" + p.stderr)
+
+
+_MAIN_OVERRIDE = re.compile(r"tensor (\S+) \([^)]*\) buffer type overridden to (\S+)")
+_MAIN_LAYER = re.compile(r"load_tensors: layer +(\d+) assigned to device (\S+?),")
+_IK_OVERRIDE = re.compile(r"Tensor (\S+)(?: \(size = [^)]*\))? buffer type overr?idd?en to (\S+)")
+
+
+def device_names(endpoints: Sequence[str]) -> dict[str, str]:
+    """Engine device names (as the layer log prints them) -> buffer-type names."""
+    out = {"CPU": "CPU"}
+    for i, ep in enumerate(endpoints):
+        out[f"RPC{i}"] = f"RPC0[{ep}]"
+        out[f"RPC0[{ep}]"] = f"RPC0[{ep}]"
+    return out
+
+
+def parse_mainline(log: str, inv: Inventory, endpoints: Sequence[str]) -> dict[str, str]:
+    """Every tensor's buffer type: the override lines, else the device of its layer; the input
+    layer (token_embd) is on the CPU."""
+    names = device_names(endpoints)
+    layer_dev: dict[int, str] = {}
+    for m in _MAIN_LAYER.finditer(log):
+        layer_dev[int(m.group(1))] = names.get(m.group(2), m.group(2))
+    overrides = {m.group(1): m.group(2) for m in _MAIN_OVERRIDE.finditer(log)}
+    out: dict[str, str] = {}
+    for t in inv.tensors:
+        if t.name in overrides:
+            out[t.name] = overrides[t.name]
+        elif t.layer is not None:
+            out[t.name] = layer_dev.get(t.layer, "?")
+        elif t.base in ("output", "output_norm"):
+            out[t.name] = layer_dev.get(inv.block_count, "?")
+        else:
+            out[t.name] = "CPU"
+    return out
+
+
+def parse_ik_overrides(log: str) -> dict[str, str]:
+    return {m.group(1): m.group(2) for m in _IK_OVERRIDE.finditer(log)}
