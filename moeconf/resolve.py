@@ -65,7 +65,8 @@ def gpu_devices(plan: Plan, eng: Engine) -> list[str]:
 
 def resolve_device(plan: Plan, eng: Engine, rule: Rule) -> str:
     word = rule.device
-    gpus = plan.config.engine.gpus
+    # gpu, gpu1, ...: the GPUs of engine.gpus in order, then the RPC servers of flags.rpc
+    gpus = [*plan.config.engine.gpus, *rpc_devices(plan, eng)]
     low = word.lower()
     if low == "cpu":
         return "CPU"
@@ -75,7 +76,8 @@ def resolve_device(plan: Plan, eng: Engine, rule: Rule) -> str:
         if idx >= len(gpus):
             have = ", ".join(f"gpu{i} = {g}" for i, g in enumerate(gpus)) or "none"
             raise plan.error_at_rule(
-                rule, rule.device_span, f"{word} names GPU #{idx}, but engine.gpus has {len(gpus)} ({have})",
+                rule, rule.device_span,
+                f"{word} names accelerator #{idx}, but engine.gpus and flags.rpc give {len(gpus)} ({have})",
                 hint="list your GPUs' buffer-type names in [engine] gpus = [\"CUDA0\", \"CUDA1\"]",
             )
         return str(gpus[idx])

@@ -90,7 +90,7 @@ def test_unknown_group_suggestion(tmp_path: Path) -> None:
         ("cuda0", "case-sensitive: did you mean 'CUDA0'?"),
         ("CUDAx", "needs a device index"),
         ("CUDA_Host", "host/extra buffer type"),
-        ("gpu1", "gpu1 names GPU #1, but engine.gpus has 1"),
+        ("gpu1", "gpu1 names accelerator #1, but engine.gpus and flags.rpc give 1"),
         ("CUDA1", "device 'CUDA1' is not one this machine will have"),
         ("RPC0[10.0.0.2:50052]", "device 'RPC0[10.0.0.2:50052]' is not one"),
         ("RPC[10.0.0.2:50052]", "names RPC devices RPC0[host:port]"),

@@ -122,13 +122,17 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
     inventory = model if isinstance(model, Inventory) else None
     explanation = None
     gpus_directive = file_directive(src, "gpus", launch)
-    gpus = gpus_directive.split("+") if gpus_directive else list(config.gpus)
+    if gpus_directive:
+        gpus = [g for g in gpus_directive.split("+") if g]
+    else:
+        gpus = list(config.gpus) if config.gpus is not None else ["CUDA0"]
+    gpus_known = bool(gpus_directive) or config.gpus is not None
     if inventory is not None:
         from moeconf.explanation import explain_invocation
 
         explanation = explain_invocation(inventory, invocation, gpus)
     ctx = Context(src.path, launch.line, launch.column, eng, invocation, inventory, explanation, gpus,
-                  kind=launch.kind, engine_source=how)
+                  kind=launch.kind, engine_source=how, gpus_known=gpus_known)
     findings = _run_rules(ctx, config, rules, plan=False)
     if isinstance(model, MoeconfError):
         findings = [f for f in findings if f.name != "model-unknown"]
@@ -165,7 +169,8 @@ def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> l
     gpus = list(plan.config.engine.gpus)
     explanation = explain_invocation(compiled.inventory, invocation, gpus)
     ctx = Context(path, line, col, compiled.engine, invocation, compiled.inventory, explanation, gpus,
-                  kind="plan", engine_source="config", plan=plan, plan_diagnostics=list(res.warnings))
+                  kind="plan", engine_source="config", plan=plan, plan_diagnostics=list(res.warnings),
+                  gpus_known=True)
     return _run_rules(ctx, config, rules, plan=True)
 
 

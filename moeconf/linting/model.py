@@ -47,7 +47,7 @@ class Config:
     path: str | None = None
     engine: str | None = None
     engine_version: str | None = None
-    gpus: list[str] = field(default_factory=lambda: ["CUDA0"])
+    gpus: list[str] | None = None  # the machine's GPUs; None: not configured (CUDA0 is assumed)
     models: dict[str, str] = field(default_factory=dict)  # key (path or basename) -> GGUF/manifest
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
@@ -95,7 +95,7 @@ def _from_table(data: dict[str, Any], path: str) -> Config:
         raise MoeconfError(f"engine must be llama.cpp or ik_llama.cpp, not {engine!r}", path=path)
     return Config(
         path=path, engine=engine, engine_version=data.get("engine_version"),
-        gpus=list(data.get("gpus", ["CUDA0"])), models=models,
+        gpus=list(data["gpus"]) if "gpus" in data else None, models=models,
         select=list(data.get("select", [])), ignore=list(data.get("ignore", [])),
         severity=dict(data.get("severity", {})), fail_on=fail_on,
     )
@@ -153,6 +153,7 @@ class Context:
     explanation: Any  # moeconf.explanation.Explanation | None
     gpus: list[str]
     kind: str = "shell"
+    gpus_known: bool = False  # gpus come from the config or a directive, not assumed
     engine_source: str = "default"  # directive, image, binary, config or default
     plan: Any = None  # moeconf.plan.Plan when linting a plan
     plan_diagnostics: list[Any] = field(default_factory=list)  # moeconf.resolve.Diagnostic

@@ -4,7 +4,9 @@ Why: names are exact and case-sensitive and come from the devices present at run
 engine prints "Available buffer types" and exits. Common slips: `cuda0`, placeholders such as
 `CUDAx` or an unexpanded `$GPU`, host buffers (`CUDA_Host`, `CPU_REPACK`), old names (`Metal`
 for `MTL0`, `RPC[host:port]` for `RPC0[host:port]`), and an RPC device whose `--rpc` server is
-not given.
+not given. When the machine's GPUs are known (`gpus` in `.moeconf.toml`, or a
+`# moeconf: gpus=CUDA0+CUDA1` directive), a well-formed name of a device it does not have is
+reported too: the engine refuses it just the same.
 
 FAIL (engine=llama.cpp):
     llama-server -m m.gguf -ot "exps=cuda0"
@@ -39,3 +41,7 @@ def check(ctx: Context) -> Iterator[Hit]:
         elif dev.startswith("RPC") and dev not in rpc:
             known = ", ".join(rpc) or "none: there is no --rpc"
             yield Hit(*where, f"{dev!r} is not one of the RPC devices ({known}); add --rpc host:port before -ot")
+        elif ctx.gpus_known and dev not in ("CPU", *ctx.gpus, *rpc):
+            have = ", ".join(["CPU", *ctx.gpus, *rpc])
+            yield Hit(*where, f"{dev!r} is not a device of this machine (it has {have}): the engine will list "
+                      "its buffer types and exit; fix the name or `gpus` in .moeconf.toml")
