@@ -85,8 +85,10 @@ class Run:
 
 def run_engine(build: EngineBuild, model: Path, args: Sequence[str], env: dict[str, str] | None = None) -> Run:
     """Load `model` with `args` (engine arguments, no binary, no -m) and generate one token."""
-    argv = [str(build.cli), "-m", str(model), *args, "-n", "1", "-p", "hi", "--verbose", "-no-cnv",
+    argv = [str(build.cli), "-m", str(model), *args, "-n", "1", "-p", "hi", "--verbose",
             "-t", "1", "-c", "256", "--temp", "0"]
+    if build.name == "llama.cpp":
+        argv.append("-no-cnv")  # llama-completion would start a chat; ik's llama-cli does not know it
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     full_env.update(env or {})
     p = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=full_env, stdin=subprocess.DEVNULL)

@@ -18,8 +18,8 @@ def main(path: str) -> int:
         agg["plans" if "rules" in r else "cmdlines"] += 1  # type: ignore[operator]
         agg["tensors"] += r["tensors"]  # type: ignore[operator]
         agg["disagreements"] += r["disagreements"]  # type: ignore[operator]
-    print("| engine | package | architectures | plans checked | command lines explained | tensors compared "
-          "| disagreements |")
+    print("| engine | package | architectures | plans checked | command lines explained | tensor placements "
+          "compared | disagreements |")
     print("|---|---|---|---|---|---|---|")
     for (engine, package), a in sorted(by.items()):
         archs = ", ".join(sorted(a["archs"]))  # type: ignore[call-overload]
