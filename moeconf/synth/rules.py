@@ -99,31 +99,26 @@ def substring_cover(
     if not must:
         return []
     fset = list(set(forbid))
+    # one string to search: no name contains a newline, so no match spans two names
+    haystack = "\n" + "\n".join(fset) + "\n"
     cands: dict[str, set[int]] = {}
     src = sources if sources is not None else must
-    seen_src: set[str] = set()
-    for s in src:
-        if s in seen_src:
-            continue
-        seen_src.add(s)
+    for s in set(src):
         for sub in _substrings(s):
-            if sub in cands or any(sub in f for f in fset):
-                continue
-            cands[sub] = set()
+            if sub not in cands and sub not in haystack:
+                cands[sub] = set()
+    must_text = list(must)
     for sub in cands:
-        cands[sub] = {i for i, m in enumerate(must) if sub in m}
+        cands[sub] = {i for i, m in enumerate(must_text) if sub in m}
     if anchored:
-        for m in set(must):
-            # a prefix that names a block must include the dot after its number: `^blk\.4\.`
-            blk = re.match(r"blk\.\d+\.", m)
+        # ^prefix alternatives, for names outside blocks (`^output\.`); whole blocks are the
+        # rectangles' job, where the layer number is bounded
+        for m in {x for x in must if not x.startswith("blk.")}:
             for j in _boundaries(m)[1:]:
-                if blk and j < blk.end():
-                    continue
                 p = m[:j]
-                if any(f.startswith(p) for f in fset):
+                if ("\n" + p) in haystack:
                     continue
-                key = "^" + p
-                cands[key] = {i for i, x in enumerate(must) if x.startswith(p)}
+                cands["^" + p] = {i for i, x in enumerate(must_text) if x.startswith(p)}
                 break
     cands = {k: v for k, v in cands.items() if v}
     uncovered = set(range(len(must)))
@@ -324,8 +319,33 @@ def _verify(inv: Inventory, pl: Placement, items: Sequence[OverrideItem], ecmasc
     return all(sim.devices[n] == d for n, d in pl.devices.items() if d is not None)
 
 
+def top_level_alternatives(pattern: str) -> list[str]:
+    """`a|b(c|d)|[|]e` -> ['a', 'b(c|d)', '[|]e']: split on `|` outside groups and classes."""
+    parts, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    parts.append(pattern[start:])
+    return parts
+
+
 def _prune(inv: Inventory, pl: Placement, items: list[OverrideItem]) -> list[OverrideItem]:
-    """Drop items whose removal keeps the placement (e.g. a carve-out nothing needs)."""
+    """Drop items, then alternatives inside items, whose removal keeps the placement (a
+    carve-out nothing needs, a rectangle another one already covers)."""
     i = 0
     while i < len(items):
         trial = items[:i] + items[i + 1:]
@@ -333,6 +353,17 @@ def _prune(inv: Inventory, pl: Placement, items: list[OverrideItem]) -> list[Ove
             items = trial
         else:
             i += 1
+    for i, it in enumerate(items):
+        alts = top_level_alternatives(it.pattern)
+        j = 0
+        while len(alts) > 1 and j < len(alts):
+            fewer = alts[:j] + alts[j + 1:]
+            trial = [*items[:i], OverrideItem("|".join(fewer), it.device, it.origin), *items[i + 1:]]
+            if _verify(inv, pl, trial):
+                alts = fewer
+                items = trial
+            else:
+                j += 1
     return items
 
 
