@@ -32,6 +32,9 @@ class Diagnostic:
     line: int | None
     column: int | None
     rule: int | None = None
+    # what it is about: "selects-nothing" (no tensor, or layers beyond the model), "overridden"
+    # (a later rule re-places everything), "not-loaded", "engine" (engine-level notes)
+    kind: str = "engine"
 
     def __str__(self) -> str:
         loc = self.path
@@ -146,10 +149,10 @@ def _selector(plan: Plan, inv: Inventory, rule: Rule, warnings: list[Diagnostic]
     return lambda t: any(p(t) for p in preds)
 
 
-def _warn(plan: Plan, rule: Rule, offset: int, message: str) -> Diagnostic:
+def _warn(plan: Plan, rule: Rule, offset: int, message: str, kind: str = "selects-nothing") -> Diagnostic:
     pos = plan.rule_positions[rule.index]
     return Diagnostic(message, plan.path, pos.line if pos else None,
-                      (pos.column + 1 + offset) if pos else None, rule.index)
+                      (pos.column + 1 + offset) if pos else None, rule.index, kind)
 
 
 def select(plan: Plan, inv: Inventory, rule: Rule, warnings: list[Diagnostic]) -> list[Tensor]:
@@ -216,7 +219,7 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
             continue
         live = [t for t in tensors if defaults[t.name] is not None]
         if not live:
-            warnings.append(_warn(plan, rule, 0,
+            warnings.append(_warn(plan, rule, 0, kind="not-loaded", message=
                                   f"{eng.name} does not load any tensor this rule selects "
                                   f"(nextn blocks {format_ranges(inv.layers_of_kind('nextn'))})"))
         for t in live:
@@ -226,7 +229,8 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
     decisive = [tuple(n for n, r in decided_by.items() if r == i) for i in range(len(plan.rules))]
     for rule, sel, dec in zip(plan.rules, selected, decisive, strict=True):
         if sel and not dec and any(defaults[n] is not None for n in sel):
-            warnings.append(_warn(plan, rule, 0, "every tensor this rule selects is re-placed by a later rule"))
+            warnings.append(_warn(plan, rule, 0, "every tensor this rule selects is re-placed by a later rule",
+                                  "overridden"))
     if any(d == AUTO_GPU for d in devices.values()):
         pos = locate_engine(plan)
         warnings.append(Diagnostic(

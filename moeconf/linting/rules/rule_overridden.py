@@ -32,5 +32,5 @@ PLAN_ONLY = True
 
 def check(ctx: Context) -> Iterator[Hit]:
     for d in ctx.plan_diagnostics:
-        if "re-placed by a later rule" in d.message:
+        if d.kind == "overridden":
             yield Hit(d.line or ctx.line, d.column or ctx.column, d.message)

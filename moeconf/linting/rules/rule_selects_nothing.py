@@ -32,5 +32,5 @@ PLAN_ONLY = True
 
 def check(ctx: Context) -> Iterator[Hit]:
     for d in ctx.plan_diagnostics:
-        if "selects no tensor" in d.message or "does not occur in this model" in d.message or "beyond" in d.message:
+        if d.kind in ("selects-nothing", "not-loaded"):
             yield Hit(d.line or ctx.line, d.column or ctx.column, d.message)
