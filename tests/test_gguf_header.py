@@ -128,6 +128,8 @@ def test_every_value_type_and_array_type(tmp_path: Path) -> None:
 def test_every_quant_type(tmp_path: Path) -> None:
     tensors = []
     for tid, name in sorted(ggml.type_names().items()):
+        if name not in gguf.GGMLQuantizationType.__members__:
+            continue  # ik_llama.cpp's own types: gguf's writer and reader do not know them
         block = ggml.quant_sizes()[tid][0]
         tensors.append((f"t.{name}", name, (block * 3, 5, 2)))
         tensors.append((f"t1.{name}", name, (block,)))
@@ -173,7 +175,7 @@ scalar_values = st.one_of(
     st.tuples(st.just(VT.ARRAY), st.lists(st.text(max_size=5), min_size=1, max_size=20)),
     st.tuples(st.just(VT.ARRAY), st.lists(st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=20)),
 )
-type_names = sorted(ggml.type_names().values())
+type_names = sorted(n for n in ggml.type_names().values() if n in gguf.GGMLQuantizationType.__members__)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -332,3 +334,27 @@ def test_version_2_reads_like_3(tmp_path: Path) -> None:
     h = read_header(write(tmp_path, g.build()))
     assert h.version == 2
     assert h.get("general.architecture") == "qwen3moe"
+
+
+def test_ik_llama_cpp_quant_types(tmp_path: Path) -> None:
+    """ik_llama.cpp's own types (IQ4_KS = 144, IQ2_KT = 153, Q8_K_R8 = 399) read with the
+    right sizes, so ik quants of DeepSeek and Kimi can be inspected."""
+    from moeconf.model.inventory import load_inventory
+
+    g = R.minimal("deepseek2")
+    g.tensors.append(("blk.0.ffn_up_exps.weight", (7168, 2048, 4), 144, 256))
+    g.tensors.append(("blk.0.ffn_down_exps.weight", (2048, 7168, 4), 153, 256 + 7168 // 256 * 136 * 2048 * 4))
+    size = 256 + 7168 // 256 * 136 * 2048 * 4 + 2048 // 256 * 68 * 7168 * 4
+    g.data_size = size
+    p = write(tmp_path, g.build(), "ik.gguf")
+    h = read_header(p)
+    up, down = h.tensors[1], h.tensors[2]
+    assert (up.type_name, up.nbytes) == ("IQ4_KS", 7168 // 256 * 136 * 2048 * 4)
+    assert (down.type_name, down.nbytes) == ("IQ2_KT", 2048 // 256 * 68 * 7168 * 4)
+    inv = load_inventory(p)
+    assert inv.by_name["blk.0.ffn_up_exps.weight"].group == "experts"
+    # and a manifest keeps them
+    from moeconf.model.manifest import read_manifest, write_manifest
+
+    write_manifest(inv, tmp_path / "ik.json")
+    assert read_manifest(tmp_path / "ik.json") == inv

@@ -316,8 +316,8 @@ def _parse(buf: Any, path: str, size: int) -> GGUFHeader:
         type_id = cur.u32(f"type of {name!r}")
         if type_id not in sizes:
             raise cur.fail(
-                f"tensor {name!r} has ggml type {type_id}, which the installed gguf package "
-                f"does not know (known: {', '.join(sorted(names.values()))})",
+                f"tensor {name!r} has ggml type {type_id}, which moeconf does not know (it knows the "
+                "installed gguf package's types and ik_llama.cpp's); a newer gguf package may",
                 type_at,
             )
         block = sizes[type_id][0]
