@@ -46,10 +46,3 @@ class Placement:
 
     def as_json(self) -> dict[str, Any]:
         return {t.name: self.devices[t.name] for t in self.inventory.tensors}
-
-    def same_as(self, other: Placement) -> list[str]:
-        """Tensor names placed differently (created tensors only)."""
-        return [
-            n for n, d in self.devices.items()
-            if d is not None and other.devices.get(n) != d
-        ]

@@ -31,13 +31,17 @@ def serve_path(plan: Plan, inv: Inventory, override: str | None = None) -> str:
     )
 
 
+def load_mode(no_mmap: bool, mlock: bool) -> str:
+    """mainline `-lm` value for the old --no-mmap / --mlock switches (b10108+)."""
+    return {(True, False): "none", (True, True): "mlock", (False, True): "mmap+mlock"}[(no_mmap, mlock)]
+
+
 def _load_mode(plan: Plan, eng: Engine) -> list[str]:
     f = plan.config.flags
     if not (f.no_mmap or f.mlock):
         return []
     if eng.has_load_mode:
-        mode = {(True, False): "none", (True, True): "mlock", (False, True): "mmap+mlock"}[(f.no_mmap, f.mlock)]
-        return ["-lm", mode]
+        return ["-lm", load_mode(f.no_mmap, f.mlock)]
     out = []
     if f.no_mmap:
         out.append("--no-mmap")

@@ -18,7 +18,7 @@ import shlex
 from typing import Final
 
 from moeconf.compile import Compiled
-from moeconf.emit.argv import build_argv
+from moeconf.emit.argv import build_argv, load_mode
 from moeconf.errors import MoeconfError
 
 TARGETS: Final = ("llama.cpp", "ik_llama.cpp", "argv", "env", "docker", "compose", "llama-swap", "json", "ot")
@@ -103,8 +103,7 @@ def emit_env(c: Compiled) -> str:
         lines.append(("LLAMA_ARG_TENSOR_SPLIT", ",".join(str(x) for x in f.tensor_split)))
     if f.no_mmap or f.mlock:
         if eng.has_load_mode:
-            mode = {(True, False): "none", (True, True): "mlock", (False, True): "mmap+mlock"}[(f.no_mmap, f.mlock)]
-            lines.append(("LLAMA_ARG_LOAD_MODE", mode))
+            lines.append(("LLAMA_ARG_LOAD_MODE", load_mode(f.no_mmap, f.mlock)))
         else:
             if f.no_mmap:
                 lines.append(("LLAMA_ARG_NO_MMAP", "1"))
@@ -187,10 +186,7 @@ def _pairs(argv: list[str]) -> list[str]:
 
 
 def _swap_quote(a: str) -> str:
-    if a == "${PORT}":
-        return a
-    q = shlex.quote(a)
-    return q
+    return a if a == "${PORT}" else shlex.quote(a)  # the macro must stay unquoted for llama-swap
 
 
 def _plan_stem(c: Compiled) -> str:

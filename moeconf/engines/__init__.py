@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 EngineName = Literal["llama.cpp", "ik_llama.cpp"]
-ENGINE_NAMES: Final[tuple[EngineName, ...]] = ("llama.cpp", "ik_llama.cpp")
 
 # The device a tensor gets when the engine spreads layers over several GPUs by their free memory:
 # which GPU is not knowable from the files, so it is never the target of a compiled rule.
@@ -31,7 +30,6 @@ class Engine:
     version: str | None
     build: int | None
     # -ot parsing
-    trims_ot_whitespace: bool
     max_overrides: int | None
     # env
     env_override_tensor: bool  # LLAMA_ARG_OVERRIDE_TENSOR
@@ -124,7 +122,7 @@ def mainline(version: str | None = None) -> Engine:
     b = build if build is not None else NEWEST_MAINLINE_BUILD
     return Engine(
         name="llama.cpp", version=version, build=b,
-        trims_ot_whitespace=False, max_overrides=4095,
+        max_overrides=4095,
         env_override_tensor=b >= 7536, env_cpu_moe=b >= 6586,
         ncmoe_takes="first", ncmoe_skips_nextn=False, ncmoe_pattern_has_gate_up=b >= 8307,
         ngl_counts_output=True, ngl_words=b >= 7556, default_ngl=-1,
@@ -154,7 +152,7 @@ def ik(version: str | None = None) -> Engine:
     base = replace(
         mainline(None),
         name="ik_llama.cpp", version=version, build=None,
-        trims_ot_whitespace=False, max_overrides=None,
+        max_overrides=None,
         env_override_tensor=False, env_cpu_moe=False,
         ncmoe_takes="last", ncmoe_skips_nextn=True, ncmoe_pattern_has_gate_up=True,
         ngl_counts_output=False, ngl_words=False, default_ngl=-1,

@@ -252,8 +252,7 @@ def ncmoe_blocks(engine: Engine, inv: Inventory, n: int) -> list[int]:
     if engine.ncmoe_takes == "first":
         return list(range(min(n, inv.block_count)))
     nextn = set(inv.layers_of_kind("nextn"))
-    with_experts = sorted({t.layer for t in inv.tensors if t.layer is not None and t.base == "ffn_down_exps"} |
-                          ({t.layer for t in inv.tensors if t.layer in nextn and t.base == "ffn_down_exps"}))
+    with_experts = sorted({t.layer for t in inv.tensors if t.layer is not None and t.base == "ffn_down_exps"})
     if engine.ncmoe_skips_nextn:
         with_experts = [il for il in with_experts if il not in nextn]
     return with_experts[-n:] if n else []

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from moeconf.engines import Engine
 from moeconf.engines.cmdline import Arg, Invocation, RawItem
 from moeconf.errors import MoeconfError
-from moeconf.model.inventory import Inventory, Tensor
+from moeconf.model.inventory import Inventory
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -166,18 +165,3 @@ class Context:
     def at_item(self, item: RawItem, within: int = 0) -> tuple[int, int]:
         line, col = item.position(within)
         return (line, col) if line else (self.line, self.column)
-
-    def tensors(self) -> list[Tensor]:
-        return list(self.inventory.tensors) if self.inventory else []
-
-
-def with_severity(f: Finding, sev: Severity) -> Finding:
-    return replace(f, severity=sev)
-
-
-def worst(findings: Iterable[Finding]) -> Severity | None:
-    ranks = [_RANK[f.severity] for f in findings]
-    if not ranks:
-        return None
-    by_rank: dict[int, Severity] = {0: "info", 1: "warning", 2: "error"}
-    return by_rank[max(ranks)]

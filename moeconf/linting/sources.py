@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moeconf.engines.cmdline import Arg
-from moeconf.linting.shell import Command, PosArg, Word, leading_assignments, split_commands, to_arg
+from moeconf.linting.shell import PosArg, Word, leading_assignments, split_commands, to_arg
 
 _BINARY = re.compile(r"(^|/)(llama-server|llama-cli|llama-completion|llama-mtmd-cli|llama-bench|server|main)(\.exe)?$")
 _IMAGE = re.compile(r"(ggml-org/llama\.cpp|ik-llama-cpp|ik_llama|llama\.cpp:|llama-cpp)", re.I)
@@ -528,7 +528,3 @@ def walk(paths: list[str]) -> Iterator[str]:
                         yield fp
         else:
             yield p
-
-
-def command_of(cmd: Command) -> list[str]:  # pragma: no cover - debugging aid
-    return [w.text for w in cmd.words]

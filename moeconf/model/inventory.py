@@ -72,14 +72,6 @@ class ModelMetadata:
             out[k] = list(v) if isinstance(v, tuple) else v
         return out
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelMetadata:
-        kwargs = dict(data)
-        kv = kwargs.get("head_count_kv")
-        if isinstance(kv, list):
-            kwargs["head_count_kv"] = tuple(kv)
-        return cls(**kwargs)
-
 
 @dataclass(frozen=True)
 class Tensor:

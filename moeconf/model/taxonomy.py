@@ -23,20 +23,6 @@ GROUPS: Final[tuple[Group, ...]] = (
 LayerKind = Literal["dense", "moe", "nextn"]
 LAYER_KINDS: Final[tuple[LayerKind, ...]] = ("dense", "moe", "nextn")
 
-GROUP_DOCS: Final[dict[Group, str]] = {
-    "experts": "routed experts: ffn_{gate,up,down,gate_up}_exps, ffn_*_chexps (+ .bias/.scale)",
-    "shexp": "shared experts: ffn_{gate,up,down}_shexp, ffn_gate_inp_shexp",
-    "router": "expert router: ffn_gate_inp, exp_probs_b",
-    "attn": "attention: attn_q/k/v/qkv/output, MLA attn_q_a/q_b/kv_a_mqa/kv_b/k_b/v_b, sinks",
-    "dense": "feed-forward of dense layers: ffn_gate, ffn_up, ffn_down",
-    "norm": "normalisation weights: attn_norm, ffn_norm, output_norm, q/k norms, ...",
-    "embd": "token embeddings: token_embd",
-    "output": "output head: output",
-    "nextn": "every tensor of a nextn / MTP block",
-    "ssm": "recurrent and linear-attention tensors: ssm_*, time_mix_*, shortconv_*",
-    "other": "everything else (rope factors, vision/audio towers, unknown names)",
-}
-
 _EXPERT_KINDS = frozenset({
     "FFN_GATE_EXP", "FFN_DOWN_EXP", "FFN_UP_EXP", "FFN_GATE_UP_EXP",
     "FFN_GATE_CHEXP", "FFN_DOWN_CHEXP", "FFN_UP_CHEXP",

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from moeconf.linting.linter import LintResult
+from moeconf.linting.linter import PLAN_INVALID, LintResult
 from moeconf.linting.model import Finding
 
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
@@ -58,9 +58,10 @@ def sarif(result: LintResult, base: str | None = None) -> dict[str, Any]:
             "defaultConfiguration": {"level": _SARIF_LEVEL[mod.SEVERITY]},
             "properties": {"tags": ["moe", "placement"]},
         })
-    rules.append({"id": "MOE032", "name": "plan-invalid", "shortDescription": {"text": "a plan that does not compile"},
-                  "defaultConfiguration": {"level": "error"}})
-    index["MOE032"] = len(rules) - 1
+    code, name, sev = PLAN_INVALID
+    rules.append({"id": code, "name": name, "shortDescription": {"text": "a plan that does not compile"},
+                  "defaultConfiguration": {"level": _SARIF_LEVEL[sev]}})
+    index[code] = len(rules) - 1
 
     def uri(path: str) -> str:
         rel = os.path.relpath(path, base) if base else path

@@ -296,8 +296,3 @@ def _layer_set_regex(must: frozenset[int], forbid: frozenset[int], node_limit: i
     if best_single is not None:
         options.append([best_single])
     return min((_join(o) for o in options), key=lambda r: (len(r), r.count("|"), r))
-
-
-def regex_for_numbers(must: Iterable[int], forbid: Iterable[int]) -> str:
-    """`layer_set_regex`, bounded as it appears in a tensor-name regex: `blk\\.R\\.`."""
-    return r"blk\." + layer_set_regex(must, forbid) + r"\."

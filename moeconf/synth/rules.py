@@ -219,7 +219,7 @@ def _common_prefix(words: list[str]) -> str:
 # --- covering one device's tensors ---------------------------------------------------------
 
 
-def cover(must: Sequence[Tensor], forbid: Sequence[Tensor], all_blocks: Sequence[int]) -> list[str]:
+def cover(must: Sequence[Tensor], forbid: Sequence[Tensor]) -> list[str]:
     """Candidate regexes that match every `must` tensor name and no `forbid` one, shortest first."""
     if not must:
         return []
@@ -375,7 +375,6 @@ def synthesize(pl: Placement) -> Synthesis:
     need = [t for t in live if want[t.name] != pl.defaults[t.name]]
     if not need:
         return Synthesis(())
-    blocks = sorted({t.layer for t in live if t.layer is not None})
     by_dev: dict[str, list[Tensor]] = defaultdict(list)
     for t in need:
         d = want[t.name]
@@ -387,7 +386,7 @@ def synthesize(pl: Placement) -> Synthesis:
     direct = []
     for d in _device_order(by_dev):
         forbid = [t for t in live if want[t.name] != d]
-        direct.append(OverrideItem(cover(by_dev[d], forbid, blocks)[0], d))
+        direct.append(OverrideItem(cover(by_dev[d], forbid)[0], d))
     layouts.append(direct)
 
     # carved: a broad item for device B last; earlier items catch what it must not take
@@ -401,7 +400,7 @@ def synthesize(pl: Placement) -> Synthesis:
         ]
         broads: list[str] = []
         for forbid_level in levels:
-            for b in cover(by_dev[broad_dev], forbid_level, blocks)[:2]:
+            for b in cover(by_dev[broad_dev], forbid_level)[:2]:
                 if b not in broads:
                     broads.append(b)
         for broad in broads:
@@ -423,7 +422,7 @@ def synthesize(pl: Placement) -> Synthesis:
                 if not catch:
                     continue
                 forbid = [t for t in live if want[t.name] != d]
-                opts = cover(catch, forbid, blocks)
+                opts = cover(catch, forbid)
                 if not opts:
                     ok = False
                     break

@@ -43,4 +43,3 @@ ALL: tuple[ModuleType, ...] = (
     merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
 )
 BY_CODE = {m.CODE: m for m in ALL}
-BY_NAME = {m.NAME: m for m in ALL}
