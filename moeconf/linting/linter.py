@@ -146,7 +146,6 @@ def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> l
     from moeconf.explanation import explain_invocation
     from moeconf.plan import load_plan
     from moeconf.plan.positions import locate
-    from moeconf.resolve import resolve
 
     code, name, sev = PLAN_INVALID
     try:
@@ -155,7 +154,6 @@ def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> l
     except MoeconfError as e:
         hint = f" ({e.hint})" if e.hint else ""
         return [Finding(code, name, sev, path, e.line or 1, e.column or 1, e.message + hint)]
-    res = resolve(plan, compiled.inventory)
     pos = locate(plan.positions, ("rules",)) or locate(plan.positions, ("model",))
     line, col = (pos.line, pos.column) if pos else (1, 1)
     keyed = {"-ngl": ("flags", "n_gpu_layers"), "-fit": ("flags", "fit"), "--fit": ("flags", "fit"),
@@ -169,7 +167,7 @@ def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> l
     gpus = list(plan.config.engine.gpus)
     explanation = explain_invocation(compiled.inventory, invocation, gpus)
     ctx = Context(path, line, col, compiled.engine, invocation, compiled.inventory, explanation, gpus,
-                  kind="plan", engine_source="config", plan=plan, plan_diagnostics=list(res.warnings),
+                  kind="plan", engine_source="config", plan=plan, plan_diagnostics=list(compiled.warnings),
                   gpus_known=True)
     return _run_rules(ctx, config, rules, plan=True)
 
