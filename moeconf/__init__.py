@@ -76,7 +76,7 @@ def compile_plan(plan: Plan | str, *, model: str | None = None, inventory: Inven
 def emit(compiled: Compiled, target: str) -> str:
     """Render a compiled plan for a target: llama.cpp, ik_llama.cpp, argv, env, docker, compose,
     llama-swap, json or ot."""
-    from moeconf.emit.targets import emit as _emit
+    from moeconf.emitting.targets import emit as _emit
 
     return _emit(compiled, target)
 

@@ -9,10 +9,14 @@ import sys
 from collections.abc import Sequence
 
 from moeconf.errors import MoeconfError
+from moeconf.textsafe import safe
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+BUG_HINT = "this is a bug in moeconf: please report it with the command line and the input files"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -110,15 +114,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _write_output(text: str, output: str | None) -> None:
+    """Standard output, or FILE: atomically, regular files only (see moeconf.atomic)."""
     if output is None:
         sys.stdout.write(text)
         return
-    from moeconf.atomic import write_text_atomic
+    from moeconf.atomic import write_output
 
-    try:
-        write_text_atomic(output, text)
-    except OSError as e:
-        raise MoeconfError(f"cannot write: {e.strerror or e}", path=output) from None
+    write_output(output, text)
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -140,13 +142,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
         _write_output(render_summary(inv, list_tensors=args.tensors), args.output)
     for w in inv.warnings:
-        print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)
+        print(safe(f"moeconf: warning: {inv.source}: {w}"), file=sys.stderr)
     return EXIT_OK
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from moeconf.compile import compile_plan, with_engine
-    from moeconf.emit.targets import emit
+    from moeconf.emitting.targets import emit
     from moeconf.plan import load_plan
 
     plan = load_plan(args.plan)
@@ -158,9 +160,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if args.write:
         from moeconf.report.compile import header_for, with_generated_by
 
-        folder = os.path.dirname(os.path.abspath(args.write))
-        plan_rel = os.path.relpath(os.path.abspath(args.plan), folder)
-        model_rel = os.path.relpath(os.path.abspath(args.model), folder) if args.model else None
+        # paths relative to the folder the file really lands in (a link is followed by the write)
+        folder = os.path.dirname(os.path.realpath(args.write))
+        plan_rel = os.path.relpath(os.path.realpath(args.plan), folder)
+        model_rel = os.path.relpath(os.path.realpath(args.model), folder) if args.model else None
         text = with_generated_by(target, text, header_for(target, plan_rel, model_rel))
     _write_output(text, args.write)
     if not args.quiet:
@@ -174,7 +177,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
     from moeconf.model.inventory import load_inventory
     from moeconf.plan.starter import starter_plan
 
-    if args.output and os.path.exists(args.output) and not args.force:
+    if args.output and os.path.lexists(args.output) and not args.force:
         raise MoeconfError("already exists (use --force to overwrite)", path=args.output)
     inv = load_inventory(args.model)
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
@@ -282,11 +285,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MoeconfError as e:
         print(f"moeconf: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except AssertionError as e:
-        # SynthesisError and other invariants: a moeconf bug, never printed as a result
-        print(f"moeconf: internal error: {e}\nplease report this with your plan and model manifest",
-              file=sys.stderr)
-        return 3
     except KeyboardInterrupt:
         print("moeconf: interrupted", file=sys.stderr)
         return 130
@@ -295,6 +293,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    except Exception as e:  # the guard: a bug is exit 3 with one line, never a traceback
+        # (RecursionError and MemoryError included; SynthesisError and other invariants arrive here
+        # as AssertionError.) MOECONF_DEBUG=1 re-raises for a traceback.
+        if os.environ.get("MOECONF_DEBUG", "") not in ("", "0"):
+            raise
+        if isinstance(e, OSError) and e.filename is not None and not isinstance(e, BrokenPipeError):
+            # the environment, not moeconf: a file that vanished or cannot be read
+            name = os.fsdecode(e.filename) if isinstance(e.filename, (str, bytes)) else str(e.filename)
+            print(f"moeconf: error: {safe(name)}: {safe(e.strerror or str(e))}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"moeconf: internal error: {type(e).__name__}: {safe(_short(e))}\n  {BUG_HINT} "
+              "(MOECONF_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _short(e: BaseException) -> str:
+    try:
+        text = str(e)
+    except Exception:  # a broken __str__ must not escape the guard
+        text = "(no message)"
+    return text if len(text) <= 500 else text[:500] + "..."
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     """Compile a plan (a `Plan` or a path). `model` overrides the plan's model path;
     `inventory` skips reading the model. Raises `MoeconfError` subclasses on bad input and
     `SynthesisError` (an internal error) if the rules would not reproduce the placement."""
-    from moeconf.emit.argv import build_argv
+    from moeconf.emitting.argv import build_argv
 
     p = plan if isinstance(plan, Plan) else load_plan(plan)
     inv = inventory if inventory is not None else load_inventory(model or p.model_path)

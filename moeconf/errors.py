@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from moeconf.textsafe import safe
+
 
 class MoeconfError(Exception):
     """An input problem the user can fix: bad file, bad plan, bad arguments."""
@@ -32,7 +34,7 @@ class MoeconfError(Exception):
     def location(self) -> str:
         if self.path is None:
             return ""
-        loc = self.path
+        loc = safe(self.path)
         if self.line is not None:
             loc += f":{self.line}"
             if self.column is not None:
@@ -42,12 +44,15 @@ class MoeconfError(Exception):
         return loc
 
     def __str__(self) -> str:
+        """One line (plus context and hint lines); characters from files that could act on a
+        terminal are shown escaped (moeconf.textsafe)."""
         loc = self.location()
-        text = f"{loc}: {self.message}" if loc else self.message
+        message = safe(self.message)
+        text = f"{loc}: {message}" if loc else message
         if self.context:
-            text += "\n" + self.context
+            text += "\n" + safe(self.context, keep="\n\t")
         if self.hint:
-            text += f"\n  hint: {self.hint}"
+            text += "\n  hint: " + safe(self.hint)
         return text
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from moeconf.cli import main
-from moeconf.emit.targets import TARGETS
+from moeconf.emitting.targets import TARGETS
 from moeconf.model.inventory import load_inventory
 from tests.conftest import EXAMPLES, REPO
 

@@ -118,17 +118,19 @@ def test_usage_errors() -> None:
     assert v.returncode == 0 and v.stdout.startswith("moeconf ")
 
 
-def test_cli_start_up_imports_nothing_heavy() -> None:
+def test_cli_start_up_imports_nothing_heavy(tmp_path: Path) -> None:
     """The inspect command must not import numpy, the gguf package, lark, pydantic or jsonschema:
     that is what keeps a pre-commit hook instant."""
+    out = tmp_path / "inventory.json"
     code = (
         "import sys; from moeconf.cli import main; "
-        "rc = main(['inspect', 'examples/models/deepseek-v3.manifest.json', '--json', '-o', '/dev/null']); "
+        f"rc = main(['inspect', 'examples/models/deepseek-v3.manifest.json', '--json', '-o', {str(out)!r}]); "
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'gguf', 'lark', 'pydantic', 'jsonschema'}); "
         "print(rc, heavy)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.stdout.strip() == "0 []", r.stdout + r.stderr
+    assert json.loads(out.read_text())["arch"] == "deepseek2"
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

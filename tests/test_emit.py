@@ -15,7 +15,7 @@ import yaml
 from dotenv import dotenv_values
 
 from moeconf.compile import Compiled, compile_plan
-from moeconf.emit.targets import TARGETS, emit
+from moeconf.emitting.targets import TARGETS, emit
 from moeconf.errors import MoeconfError
 from tests.conftest import EXAMPLES
 
@@ -113,7 +113,7 @@ def test_env_for_mainline_has_the_flags() -> None:
 
 
 def test_compose_doubles_dollars_and_quotes_backslashes() -> None:
-    from moeconf.emit.targets import yaml_str
+    from moeconf.emitting.targets import yaml_str
 
     assert yaml_str(r"a\.b$=CPU", compose=True) == r"'a\.b$$=CPU'"
     assert yaml.safe_load("x: " + yaml_str("it's")) == {"x": "it's"}

@@ -9,6 +9,7 @@ from moeconf.engines import AUTO_GPU
 from moeconf.explanation import Explanation
 from moeconf.model.taxonomy import GROUPS
 from moeconf.report.inventory import gib
+from moeconf.textsafe import safe
 
 _COLORS = ["\033[33m", "\033[32m", "\033[36m", "\033[35m", "\033[34m", "\033[31m"]
 _RESET = "\033[0m"
@@ -59,6 +60,7 @@ def render(ex: Explanation, color: bool = False, tensors: bool = False) -> str:
     header = " blk  kind   " + " ".join(_SHORT[g] for g in groups)
     lines.append(header)
     kinds = {layer.index: layer.kind for layer in inv.layers}
+    painted: set[int] = set()  # the map rows: moeconf's own symbols and colours, nothing from a file
     for il in sorted(kinds):
         row = []
         for g in groups:
@@ -73,7 +75,8 @@ def render(ex: Explanation, color: bool = False, tensors: bool = False) -> str:
                 d = next(iter(ds))
                 assert d is not None
                 row.append(paint(d, f" {sym[d]} "))
-        lines.append((f"{il:4d}  {kinds[il]:5s} " + " ".join(row)).rstrip())
+        painted.add(len(lines))
+        lines.append((f"{il:4d}  {safe(kinds[il]):5s} " + " ".join(row)).rstrip())
     glob = [t for t in inv.tensors if t.layer is None]
     if glob:
         lines.append("global: " + ", ".join(f"{t.name} {pl.devices[t.name]}" for t in glob))
@@ -92,8 +95,10 @@ def render(ex: Explanation, color: bool = False, tensors: bool = False) -> str:
         lines.append("unmatched: " + ", ".join(f"{it.pattern}={it.device}" for it in ex.unmatched))
     if tensors:
         lines.append("")
-        width = max(len(t.name) for t in inv.tensors)
+        width = max(len(safe(t.name)) for t in inv.tensors)
         for t in inv.tensors:
             dev = pl.devices[t.name]
-            lines.append(f"{t.name:{width}}  {dev or '-':8}  {pl.reasons[t.name]}")
-    return "\n".join(lines) + "\n"
+            lines.append(f"{safe(t.name):{width}}  {dev or '-':8}  {pl.reasons[t.name]}")
+    # names, patterns, devices and notes come from files and command lines: escape what could
+    # act on a terminal (the colours above are the only escape sequences moeconf writes)
+    return "\n".join(line if i in painted else safe(line) for i, line in enumerate(lines)) + "\n"

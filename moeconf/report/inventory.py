@@ -8,6 +8,7 @@ from typing import Any
 
 from moeconf.model.inventory import Inventory, Tensor, format_ranges
 from moeconf.model.taxonomy import GROUPS, LAYER_KINDS
+from moeconf.textsafe import safe
 
 GIB = float(1 << 30)
 
@@ -40,6 +41,7 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
 
 
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    rows = [[safe(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for r in rows:
@@ -108,4 +110,4 @@ def render_summary(inv: Inventory, *, list_tensors: bool = False) -> str:
     if inv.warnings:
         lines.append("")
         lines += [f"warning: {w}" for w in inv.warnings]
-    return "\n".join(lines) + "\n"
+    return "\n".join(safe(line) for line in lines) + "\n"

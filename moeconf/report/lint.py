@@ -8,6 +8,7 @@ from typing import Any
 
 from moeconf.linting.linter import PLAN_INVALID, LintResult
 from moeconf.linting.model import Finding
+from moeconf.textsafe import safe
 
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
@@ -26,7 +27,7 @@ def _rule_doc(code: str) -> tuple[str, str]:
 
 
 def text(result: LintResult) -> str:
-    lines = [f.text() for f in result.findings]
+    lines = [safe(f.text()) for f in result.findings]
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
     summary = (f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info in "
                f"{len(result.files)} file(s), {result.launches} engine invocation(s)")

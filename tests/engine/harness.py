@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -50,11 +51,12 @@ def rpc_servers(build: EngineBuild, n: int) -> Iterator[list[str]]:
     """Start n RPC servers on 127.0.0.1; yield their host:port endpoints."""
     procs = []
     endpoints = []
+    scratch = tempfile.TemporaryDirectory(prefix="moeconf-rpc-")
     try:
         for _ in range(n):
             port = free_port()
             p = subprocess.Popen([str(build.rpc_server), "-H", "127.0.0.1", "-p", str(port)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=scratch.name)
             procs.append(p)
             endpoints.append(f"127.0.0.1:{port}")
             deadline = time.monotonic() + 20
@@ -75,6 +77,8 @@ def rpc_servers(build: EngineBuild, n: int) -> Iterator[list[str]]:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
+        scratch.cleanup()
 
 
 @dataclass(frozen=True)
@@ -84,14 +88,19 @@ class Run:
 
 
 def run_engine(build: EngineBuild, model: Path, args: Sequence[str], env: dict[str, str] | None = None) -> Run:
-    """Load `model` with `args` (engine arguments, no binary, no -m) and generate one token."""
-    argv = [str(build.cli), "-m", str(model), *args, "-n", "1", "-p", "hi", "--verbose",
+    """Load `model` with `args` (engine arguments, no binary, no -m) and generate one token.
+
+    The engine runs in a temporary folder: ik_llama.cpp's llama-cli writes `main.log` into its
+    working directory, which must never be the checkout."""
+    argv = [str(build.cli), "-m", os.path.abspath(model), *args, "-n", "1", "-p", "hi", "--verbose",
             "-t", "1", "-c", "256", "--temp", "0"]
     if build.name == "llama.cpp":
         argv.append("-no-cnv")  # llama-completion would start a chat; ik's llama-cli does not know it
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     full_env.update(env or {})
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=full_env, stdin=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="moeconf-engine-") as cwd:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=full_env,
+                           stdin=subprocess.DEVNULL, cwd=cwd)
     return Run(p.returncode, p.stdout + "\n" + p.stderr)
 
 

@@ -18,7 +18,7 @@ import shlex
 from typing import Final
 
 from moeconf.compile import Compiled
-from moeconf.emit.argv import build_argv, load_mode
+from moeconf.emitting.argv import build_argv, load_mode
 from moeconf.errors import MoeconfError
 
 TARGETS: Final = ("llama.cpp", "ik_llama.cpp", "argv", "env", "docker", "compose", "llama-swap", "json", "ot")
