@@ -78,7 +78,7 @@ def test_every_writer_refuses_a_directory_and_a_fifo(tmp_path: Path, index: int,
     os.mkfifo(fifo)
     for target, kind in ((folder, "is a directory"), (fifo, "is a FIFO")):
         rc, out, err = run_cli(_commands(str(target))[index], capsys)
-        assert rc == 2, err
+        assert rc == 2 and out == "", err
         assert err.startswith(f"moeconf: error: {target}: ") and kind in err, err
         assert "Traceback" not in err
     assert stat.S_ISFIFO(fifo.lstat().st_mode) and folder.is_dir()
