@@ -3,7 +3,8 @@ control characters are shown escaped (`\\x1b`, `\\n`, `\\u202e`), so a name can 
 clear the screen, recolour the terminal, fake a line of a report nor reorder text (bidi controls).
 
 Escaped: C0 and C1 controls and DEL, line and paragraph separators, bidi embedding/override/
-isolate marks, the byte-order mark, and lone surrogates (undecodable bytes of a file name), which
+isolate marks, the byte-order mark and the noncharacters U+FFFE/U+FFFF (which YAML refuses), and
+lone surrogates (undecodable bytes of a file name), which
 would otherwise make printing fail. A backslash is left alone (regexes are full of them).
 """
 
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import re
 
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ud800-\udfff]")
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ufffe\uffff\ud800-\udfff]"
+)
 
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

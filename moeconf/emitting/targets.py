@@ -6,20 +6,29 @@ dotenv parse of the output gives back the exact `-ot` value (tested for every fo
 - `env`: dotenv lines (`LLAMA_ARG_*`), mainline only (ik_llama.cpp reads no `-ot` from env)
 - `docker`: a `docker run` line with the engine's official image for the backend
 - `compose`: a docker compose service (command as a list; `$` doubled; regexes single-quoted)
-- `llama-swap`: a `models` entry whose `cmd` survives llama-swap's own processing
+- `llama-swap`: a `models` entry whose `cmd` survives llama-swap's own processing (`${...}` in a
+  value is left for llama-swap to expand: that is its macro syntax)
 - `json`: `ot`, `argv`, `placement` and more, for other tools
 - `ot`: only the `-ot` value
+
+No value can change the structure of what is written: shell words are quoted with `shlex`, YAML
+scalars are single-quoted, the compose service name is restricted to compose's own charset (by the
+plan schema), and a value with a control character or line break (which no text form can carry
+safely) is refused with the plan key's file:line. `argv` and `json` carry any value (JSON escapes).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
+from collections.abc import Iterator
 from typing import Final
 
 from moeconf.compile import Compiled
 from moeconf.emitting.argv import build_argv, load_mode
 from moeconf.errors import MoeconfError
+from moeconf.textsafe import first_unsafe
 
 TARGETS: Final = ("llama.cpp", "ik_llama.cpp", "argv", "env", "docker", "compose", "llama-swap", "json", "ot")
 
@@ -32,6 +41,62 @@ _DOCKER_DEVICES = {"cuda": ["--gpus", "all"], "cuda13": ["--gpus", "all"], "rocm
                    "/dev/dri"], "vulkan": ["--device", "/dev/dri"], "intel": ["--device", "/dev/dri"],
                    "musa": ["--device", "/dev/mtgpu"], "cpu": []}
 DEFAULT_PORT = 8080
+
+
+_TEXT_TARGETS: Final = ("llama.cpp", "ik_llama.cpp", "env", "docker", "compose", "llama-swap", "ot")
+_YAML_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_YAML_SPECIAL = {"y", "n", "yes", "no", "true", "false", "on", "off", "null"}
+
+
+def _plan_strings(c: Compiled) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """Every free-form string of the plan that ends up in an output, with its key."""
+    cfg = c.plan.config
+    if cfg.model.serve_path:
+        yield ("model", "serve_path"), cfg.model.serve_path
+    elif c.plan.resolve_path(cfg.model.path) == _model_override(c):
+        yield ("model", "path"), cfg.model.path  # it is the -m value
+    t, f = cfg.targets, cfg.flags
+    for key in ("binary", "host", "docker_image", "compose_service", "llama_swap_model"):
+        v = getattr(t, key)
+        if v:
+            yield ("targets", key), v
+    for i, v in enumerate(t.docker_volumes):
+        yield ("targets", "docker_volumes", i), v
+    for key in ("cache_type_k", "cache_type_v"):
+        v = getattr(f, key)
+        if v:
+            yield ("flags", key), v
+    for i, v in enumerate(f.rpc):
+        yield ("flags", "rpc", i), v
+    for i, v in enumerate(f.extra):
+        yield ("flags", "extra", i), v
+
+
+def check_printable(c: Compiled, target: str) -> None:
+    """Refuse what a text target cannot carry: a control character or line break in any value
+    (a newline in a YAML or llama-swap value would change the document, an escape sequence would
+    act on the terminal the output is printed to). Plan values are reported at their key."""
+    if target not in _TEXT_TARGETS:
+        return
+    for key, v in _plan_strings(c):
+        bad = first_unsafe(v)
+        if bad is not None:
+            name = ".".join(str(k) for k in key[:2]) + (f"[{key[2]}]" if len(key) > 2 else "")
+            raise c.plan.error_at_key(key, f"{name} has a control character ({bad}): it cannot be written "
+                                      f"safely into the {target} output", hint="remove it from the value")
+    for v in (*c.argv, *([_plan_stem(c)] if target == "llama-swap" else [])):
+        bad = first_unsafe(v)
+        if bad is not None:
+            raise MoeconfError(f"the value {v!r} has a control character ({bad}): it cannot be written safely "
+                               f"into the {target} output", path=c.plan.path,
+                               hint="a tensor name or a path given on the command line carries it")
+
+
+def yaml_key(s: str) -> str:
+    """A mapping key: plain when YAML reads it back as the same string, else single-quoted."""
+    if _YAML_PLAIN_KEY.fullmatch(s) and s.lower() not in _YAML_SPECIAL:
+        return s
+    return yaml_str(s)
 
 
 def shell_line(argv: list[str] | tuple[str, ...]) -> str:
@@ -56,7 +121,7 @@ def docker_image(c: Compiled) -> str:
     return f"{IK_IMAGE}:{_IK_TAGS[backend]}"
 
 
-def _server_args(c: Compiled, *, for_container: bool) -> list[str]:
+def server_args(c: Compiled, *, for_container: bool) -> list[str]:
     """Server arguments without the binary (container images start the server themselves)."""
     args = build_argv(c.plan, c.engine, c.inventory, c.synthesis, model_path=_model_override(c),
                       with_binary=False)
@@ -118,19 +183,26 @@ def emit_env(c: Compiled) -> str:
     return "".join(f"{k}={v}\n" for k, v in lines)
 
 
-def emit_docker(c: Compiled) -> str:
+def docker_argv(c: Compiled) -> list[str]:
+    """The `docker run` command line, one word a value (quoted by `emit_docker`)."""
     t = c.plan.config.targets
     port = t.port or DEFAULT_PORT
     argv = ["docker", "run", "--rm", *_DOCKER_DEVICES[t.docker_backend], "-p", f"{port}:{port}"]
     for v in t.docker_volumes:
         argv += ["-v", v]
     argv.append(docker_image(c))
-    argv += _server_args(c, for_container=True)
-    return shell_line(argv) + "\n"
+    argv += server_args(c, for_container=True)
+    return argv
+
+
+def emit_docker(c: Compiled) -> str:
+    return shell_line(docker_argv(c)) + "\n"
 
 
 def yaml_str(s: str, compose: bool = False) -> str:
-    """A YAML single-quoted scalar: backslashes stay literal; compose needs `$` doubled."""
+    """A YAML single-quoted scalar: backslashes stay literal; compose needs `$` doubled. Only for
+    values without control characters or line breaks (`check_printable`): single quotes would
+    fold a line break into a space."""
     if compose:
         s = s.replace("$", "$$")
     return "'" + s.replace("'", "''") + "'"
@@ -139,8 +211,9 @@ def yaml_str(s: str, compose: bool = False) -> str:
 def emit_compose(c: Compiled) -> str:
     t = c.plan.config.targets
     port = t.port or DEFAULT_PORT
-    lines = ["services:", f"  {t.compose_service}:", f"    image: {yaml_str(docker_image(c))}", "    command:"]
-    lines += [f"      - {yaml_str(a, compose=True)}" for a in _server_args(c, for_container=True)]
+    lines = ["services:", f"  {yaml_key(t.compose_service)}:", f"    image: {yaml_str(docker_image(c), compose=True)}",
+             "    command:"]
+    lines += [f"      - {yaml_str(a, compose=True)}" for a in server_args(c, for_container=True)]
     lines += ["    ports:", f"      - {yaml_str(f'{port}:{port}')}"]
     if t.docker_volumes:
         lines.append("    volumes:")
@@ -164,7 +237,7 @@ def emit_llama_swap(c: Compiled) -> str:
     # llama-swap drops lines starting with '#', joins trailing backslashes, expands ${...}
     # macros, then splits like a POSIX shell: one argument pair a line, regexes single-quoted.
     body = _pairs(argv)
-    lines = ["models:", f"  {yaml_str(name)}:", "    cmd: |"]
+    lines = ["models:", f"  {yaml_str(name)}:", "    cmd: |"]  # a line break in any value is refused
     lines += [f"      {line}" for line in body]
     if t.port is not None:
         lines.append(f"    proxy: {yaml_str(f'http://127.0.0.1:{t.port}')}")
@@ -197,6 +270,7 @@ def _plan_stem(c: Compiled) -> str:
 
 
 def emit(c: Compiled, target: str) -> str:
+    check_printable(c, target)
     if target in ("llama.cpp", "ik_llama.cpp"):
         if target != c.engine.name:  # pragma: no cover - the CLI recompiles for the asked engine
             raise MoeconfError(f"compiled for {c.engine.name}, not {target}")

@@ -101,7 +101,10 @@ class Targets(_Section):
     )
     docker_backend: DockerBackend = Field(default="cuda", description="Which official image flavour.")
     docker_volumes: list[str] = Field(default_factory=list, description="`-v` mounts, `host:container`.")
-    compose_service: str = Field(default="llama", description="Service name in the compose snippet.")
+    compose_service: str = Field(
+        default="llama", pattern=r"^[a-zA-Z0-9._-]+$",
+        description="Service name in the compose snippet: letters, digits, `.`, `_` and `-` (compose's own rule).",
+    )
     llama_swap_model: str | None = Field(
         default=None, description="Model name in the llama-swap `models` entry. Default: the plan's file name."
     )
