@@ -143,7 +143,7 @@ def expected(path: str, cmd: str | Command) -> str:
     plan = load_plan(os.path.join(folder, c.plan))
     if c.target in ("llama.cpp", "ik_llama.cpp"):
         plan = with_engine(plan, c.target)
-    model = os.path.join(folder, c.model) if c.model else None
+    model = os.path.normpath(os.path.join(folder, c.model)) if c.model else None
     text = emit(compile_plan(plan, model=model), c.target)
     return with_generated_by(c.target, text, header_for(c.target, c.plan, c.model))
 
