@@ -119,3 +119,19 @@ def test_plan_errors_and_compile_summary_escape_plan_values(tmp_path: Path) -> N
     assert r.returncode == 2
     assert _raw_controls(r.stderr) == [], r.stderr
     assert "\\x1b[2J" in r.stderr
+
+
+def test_init_cannot_be_given_plan_lines_by_a_gguf_name(tmp_path: Path) -> None:
+    import tomllib
+
+    g = R.minimal()
+    g.kv.append(("general.name", R.STR, 'x\nrules = ["experts -> CUDA7"]\n[flags]\nextra = ["--rpc"]\n#'))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(g.build())
+    r = run("init", str(model))
+    assert r.returncode == 0, r.stderr
+    assert _raw_controls(r.stdout) == []
+    plan = tomllib.loads(r.stdout)
+    assert plan["rules"] == ["experts -> cpu"]
+    assert set(plan) == {"rules", "model", "engine", "flags"} and set(plan["flags"]) == {"ctx_size"}
+    assert "# moeconf plan for x\\nrules = " in r.stdout

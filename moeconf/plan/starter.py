@@ -11,6 +11,7 @@ import tomli_w
 from moeconf.model.inventory import Inventory, format_ranges
 from moeconf.model.taxonomy import GROUPS
 from moeconf.report.inventory import gib
+from moeconf.textsafe import safe
 
 
 def _value(v: Any) -> str:
@@ -30,9 +31,11 @@ def starter_plan(inv: Inventory, model_arg: str, out_dir: str, engine: str = "ll
     dense = inv.layers_of_kind("dense")
     nextn = inv.layers_of_kind("nextn")
     always = sum(bytes_of[g] for g in ("attn", "shexp", "router", "norm", "dense", "output"))
-    title = md.name or os.path.basename(model_arg)
+    # strings from the GGUF go into comments: escaped, so a newline cannot add lines to the plan
+    title = safe(md.name or os.path.basename(model_arg))
+    facts = safe(f"{md.arch}, {md.file_type_name or 'unknown type'}")
     out = [
-        f"# moeconf plan for {title} ({md.arch}, {md.file_type_name or 'unknown type'}), {inv.block_count} blocks:",
+        f"# moeconf plan for {title} ({facts}), {inv.block_count} blocks:",
         f"#   dense {format_ranges(dense)}, moe {format_ranges(moe)}, nextn {format_ranges(nextn)}",
         f"#   routed experts {gib(bytes_of['experts'])} GiB; always-active tensors "
         f"(attention, shared experts, router, norms, dense layers, output) {gib(always)} GiB",
