@@ -25,6 +25,16 @@ def _raw_controls(text: str) -> list[str]:
     return sorted({ch for ch in text if first_unsafe(ch) is not None and ch != "\n"})
 
 
+def _strings(obj: object) -> list[str]:
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, dict):
+        return [s for k, v in obj.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return []
+
+
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "moeconf", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=120, errors="surrogateescape")
@@ -104,9 +114,10 @@ def test_lint_text_escapes_file_content_and_names(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     assert _raw_controls(r.stdout + r.stderr) == []
     assert "run\\x1b[2J.sh:1:" in r.stdout
-    sarif = run("lint", str(script), "--format", "sarif")
-    assert _raw_controls(sarif.stdout) == []
-    json.loads(sarif.stdout)
+    for fmt in ("sarif", "json"):
+        r = run("lint", str(script), "--format", fmt)
+        assert _raw_controls(r.stdout) == []
+        assert any(CLEAR in v for v in _strings(json.loads(r.stdout)))  # the value itself is intact
 
 
 def test_plan_errors_and_compile_summary_escape_plan_values(tmp_path: Path) -> None:
