@@ -8,16 +8,21 @@ half of it, even on an error or Ctrl-C, and nothing but a regular file is ever r
 - a directory, a device, a FIFO or a socket: refused with a `MoeconfError` naming the path;
 - `write_output` only: `-`, `/dev/stdout`, `/dev/stderr` and `/dev/fd/N` are written straight
   through (never renamed over), and `/dev/null` discards the text.
-No temporary file is left behind on any error.
+No temporary file is left behind on any error, on Ctrl-C, or on SIGTERM (a CI timeout, a killed
+hook): while the temporary file exists, SIGTERM exits with status 143 after removing it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
 from moeconf.errors import MoeconfError
 
@@ -45,6 +50,25 @@ def _fd_path(target: str) -> bool:
         if target.startswith(prefix) and target[len(prefix):].isdigit():
             return True
     return False
+
+
+@contextlib.contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit(143) for the duration, so `finally`/`except` clean-up runs
+    (only where Python allows it and nobody else handles SIGTERM)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def write_output(path: str | os.PathLike[str], text: str) -> None:
@@ -97,6 +121,17 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         if not os.access(real, os.W_OK):
             raise MoeconfError("cannot write: permission denied (the file is read-only)", path=target)
     folder = os.path.dirname(real)
+    with _terminate_cleanly():
+        _replace(target, real, folder, st, text)
+    with contextlib.suppress(OSError):
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _replace(target: str, real: str, folder: str, st: os.stat_result | None, text: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp", dir=folder)
     except OSError as e:
@@ -123,9 +158,3 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         if isinstance(e, OSError):
             raise MoeconfError(f"cannot write: {e.strerror or e}", path=target) from None
         raise
-    with contextlib.suppress(OSError):
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)

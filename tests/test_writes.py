@@ -242,3 +242,27 @@ def test_init_refuses_an_existing_link_without_force(tmp_path: Path, capsys: pyt
     rc, _, err = run_cli(["init", MANIFEST, "-o", str(link)], capsys)
     assert rc == 2 and "already exists" in err
     assert _listing(tmp_path) == ["plan.toml"]
+
+
+def test_sigterm_mid_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """A CI timeout or a killed hook sends SIGTERM: the old file stays, the temporary one goes."""
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    code = ("import os, sys, time\n"
+            "import moeconf.atomic as a\n"
+            "def stuck(fd):\n"
+            "    print('writing', flush=True)\n"
+            "    time.sleep(60)\n"
+            "os.fsync = stuck\n"
+            "a.write_text_atomic(sys.argv[1], 'new')\n")
+    with subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True,
+                          cwd=REPO) as p:
+        try:
+            assert p.stdout is not None and p.stdout.readline() == "writing\n"
+            assert len(_listing(tmp_path)) == 2  # the temporary file exists now
+            p.terminate()
+            assert p.wait(timeout=30) == 143
+        finally:
+            p.kill()
+    assert _listing(tmp_path) == ["out.txt"]
+    assert target.read_text() == "old"
