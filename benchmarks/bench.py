@@ -2,6 +2,7 @@
 
     python benchmarks/bench.py            # every table
     python benchmarks/bench.py inventory  # header reader vs gguf.GGUFReader, CLI wall time
+    python benchmarks/bench.py lint-corpus  # linter precision/recall on real-world launch lines
 
 Times are wall-clock on this machine; each row says how many runs it took the median of.
 """
@@ -141,11 +142,36 @@ def bench_ot_length(args: argparse.Namespace) -> None:
     _print_table("-ot length: moeconf against hand-written rules (same effective placement)", rows)
 
 
+def bench_lint_corpus(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import lintcorpus
+
+    t = time.perf_counter()
+    s = lintcorpus.score()
+    dt = time.perf_counter() - t
+    prec, rec = lintcorpus.tables(s)
+    print(f"\ncorpus: {s.launches} launches, {s.values} distinct -ot values, {s.items} items, {s.models} models, "
+          f"{s.sources} sources; linted and judged in {_fmt_s(dt)}")
+    _print_table("lint precision per rule (truth: the reference simulation)", prec)
+    _print_table("lint recall per problem type", rec)
+    if s.unjudged:
+        print("\nnot judged (rules with no reference label): " + ", ".join(f"{k} {v}" for k, v in sorted(s.unjudged.items())))
+    print(f"error-severity findings on launches the engine runs as written: {len(s.errors_on_clean)}")
+    if args.verbose:
+        for line in s.false_positives:
+            print("FP   " + line)
+        for line in s.misses:
+            print("MISS " + line)
+        for line in s.errors_on_clean:
+            print("ERR  " + line)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tables", nargs="*", metavar="TABLE", help=f"which tables: {', '.join(TABLES)} (default: all)")
     p.add_argument("--runs", type=int, default=7, help="runs per measurement (median is shown)")
     p.add_argument("--ref-runs", type=int, default=3, help="runs of the slow reference reader")
+    p.add_argument("-v", "--verbose", action="store_true", help="lint-corpus: list false positives and misses")
     args = p.parse_args(argv)
     unknown = sorted(set(args.tables) - set(TABLES))
     if unknown:
@@ -158,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "inventory": lambda a: bench_inventory(a.runs, a.ref_runs),
     "ot-length": bench_ot_length,
+    "lint-corpus": bench_lint_corpus,
 }
 
 

@@ -1,0 +1,476 @@
+"""The real-world lint corpus: an independent reference simulation, per-item problem labels, and
+the scoring of moeconf's linter against them.
+
+The reference simulation shares no code with moeconf's rules or simulator: it reads the model
+manifests as JSON, splits `-ot` values itself, matches with `regress` (ECMAScript, searched,
+first match wins) and places unmatched tensors by the engines' `-ngl` rule. The labels say what
+is wrong with each item, judged against what the item's own text says it is for:
+
+- unmatched: the item matches no tensor of the model (and the engine accepts it);
+- refused: the engine will not start (no `=`, empty item, a regex std::regex rejects, a
+  device name no backend has);
+- layer-overreach: the item's layer number (the digits, classes and alternatives written where a
+  block number stands, e.g. `blk\\.1`, `6.ffn`, `[1-4]\\.`) denotes a set of block numbers, and
+  the item takes tensors of blocks outside that set;
+- dot-widens: writing one of its unescaped `.` as `\\.` would change the set of tensors the item
+  takes, and the escaped form still takes some (so the dot stood for a literal dot and let in more);
+- always-active-to-cpu: the item sends to CPU tensors used on every token (attention, shared
+  experts, router, norms, dense FFN) whose default is a GPU; `implicit` when the item's text
+  names none of those kinds (a catch-all like `ffn.*=CPU`);
+- shadowed / redundant: the item matches tensors but earlier items take every one of them, to a
+  different device (shadowed: the order is wrong) or to the same device (redundant);
+- sm-graph-overrides: ik_llama.cpp `-sm graph`/`-sm attn` with `-ot` and no `-smgs` (graph
+  scheduling is silently turned off).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "tests" / "corpus" / "realworld" / "launches.jsonl"
+MODELS = REPO / "examples" / "models"
+
+ALWAYS_ACTIVE_KINDS = re.compile(r"^(attn_|ffn_(up|down|gate)_shexp|ffn_gate_inp|exp_probs_b|ffn_norm|post_attention_norm"
+                                 r"|ffn_(up|down|gate)\.|attn_norm)")
+ALWAYS_ACTIVE_WORDS = re.compile(r"attn|shexp|gate_inp|norm|ffn_(up|down|gate)(?!_)")
+DEVICE = re.compile(r"CPU|(?:CUDA|ROCm|MUSA|Vulkan|SYCL|CANN|MTL)\d+|Metal|OpenCL|RPC\d*\[[^\]]+\]")
+IK_TRIM_UNTIL = "2025-09-01"  # ik_llama.cpp split -ot values with `stream >> word` before this date
+IK_TRIM_BUILD = 3870  # the first ik_llama.cpp build (commit count) without it
+
+
+@dataclass(frozen=True)
+class RefTensor:
+    name: str
+    layer: int | None
+    kind: str
+
+
+@cache
+def model_tensors(model: str) -> tuple[tuple[RefTensor, ...], int]:
+    data = json.loads((MODELS / f"{model}.manifest.json").read_text())
+    out = []
+    for t in data["tensors"]:
+        m = re.match(r"blk\.(\d+)\.(.*)", t["name"])
+        out.append(RefTensor(t["name"], int(m.group(1)) if m else None, m.group(2) if m else t["name"]))
+    return tuple(out), int(data["metadata"]["block_count"])
+
+
+@dataclass
+class Launch:
+    ot: list[str]
+    flags: list[str]
+    model: str
+    engine: str
+    version: str | None
+    source: str
+    index: int = 0
+
+
+@dataclass
+class RefItem:
+    value: int
+    index: int  # within its value
+    text: str
+    pattern: str | None
+    device: str | None
+    takes: set[str] = field(default_factory=set)
+    touches: set[str] = field(default_factory=set)
+    problems: set[str] = field(default_factory=set)
+
+
+def load_corpus(path: Path = CORPUS) -> list[Launch]:
+    out = []
+    for n, line in enumerate(path.read_text().splitlines()):
+        d = json.loads(line)
+        out.append(Launch(d["ot"], d["flags"], d["model"], d["engine"], d.get("version"), d["source"], n))
+    return out
+
+
+def ik_trims(launch: Launch) -> bool:
+    if launch.engine != "ik_llama.cpp" or not launch.version:
+        return False
+    v = launch.version
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+        return v < IK_TRIM_UNTIL
+    m = re.fullmatch(r"b?(\d+)", v)
+    return bool(m) and int(m.group(1)) < IK_TRIM_BUILD
+
+
+def split_items(launch: Launch) -> list[RefItem]:
+    items = []
+    for vi, value in enumerate(launch.ot):
+        if ik_trims(launch):
+            # getline on ',' then `>> word`: whitespace skipped, the item ends at a space, a
+            # trailing comma gives no item
+            parts = value.split(",")
+            if parts and parts[-1] == "":
+                parts = parts[:-1]
+            texts = [(p.split() or [""])[0] for p in parts]
+        else:
+            texts = value.split(",")
+        for ii, text in enumerate(texts):
+            pat, eq, dev = text.partition("=")
+            items.append(RefItem(vi, ii, text, pat if eq else None, dev if eq else None))
+    return items
+
+
+def compile_regex(pattern: str):  # type: ignore[no-untyped-def]
+    import regress
+
+    if re.search(r"\(\?<[=!a-zA-Z]|\(\?[imsx]|\\[pPAZz]|\(\?>", pattern):
+        return None  # lookbehind, named groups, inline flags, \p, \A \Z, atomic: std::regex rejects
+    try:
+        return regress.Regex(pattern)
+    except Exception:
+        return None
+
+
+def flag(flags: list[str], *names: str) -> str | None:
+    for i, f in enumerate(flags):
+        if f in names and i + 1 < len(flags):
+            return flags[i + 1]
+    return None
+
+
+def default_on_gpu(launch: Launch, t: RefTensor, n_layer: int) -> bool:
+    ngl_text = flag(launch.flags, "-ngl", "--n-gpu-layers", "--gpu-layers")
+    ngl = 10**6 if ngl_text in (None, "all", "auto", "-1") else int(ngl_text)
+    if t.name.startswith("token_embd"):
+        return False
+    if launch.engine == "ik_llama.cpp":
+        start = max(n_layer - ngl, 0)
+        output = ngl > n_layer
+    else:
+        start = max(n_layer + 1 - ngl, 0)
+        output = ngl >= 1
+    if t.layer is None:
+        return output
+    return t.layer >= start
+
+
+def simulate(items: list[RefItem], tensors: Iterable[RefTensor], cpu_moe: bool = False
+             ) -> dict[str, int | None]:
+    """tensor -> index (into items) of its first match; cpu_moe appends the --cpu-moe rule."""
+    compiled = [(k, compile_regex(it.pattern)) for k, it in enumerate(items) if it.pattern is not None]
+    extra = compile_regex(r"\.ffn_(up|down|gate)_exps") if cpu_moe else None
+    out: dict[str, int | None] = {}
+    for t in tensors:
+        out[t.name] = None
+        for k, rx in compiled:
+            if rx is not None and rx.find(t.name) is not None:
+                out[t.name] = k
+                break
+        else:
+            if extra is not None and extra.find(t.name) is not None:
+                out[t.name] = -1
+    return out
+
+
+_ATOM = r"(?:\d|\\d|\[\^?[\d\-]+\]|\((?:\?:)?(?:[\d|\[\]\-]|\\d)+\))[?*+]?"
+_NUMRUN = re.compile(r"(?:(?<=blk\\\.)|(?<=blk\.)|(?<=^)|(?<=\^)|(?<=\\\.)|(?<=\|)|(?<=\())(?P<num>(?:" + _ATOM + r")+)"
+                     r"(?=\\\.|\.|\)|$|_)")
+
+
+def top_level_alternatives(pattern: str) -> list[str]:
+    out, depth, cur, i, in_class = [], 0, "", 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            cur += pattern[i:i + 2]
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(cur)
+            cur = ""
+            i += 1
+            continue
+        cur += c
+        i += 1
+    return [*out, cur]
+
+
+def intended_layers(pattern: str, n_layer: int) -> set[int] | None:
+    """The block numbers the pattern's layer-number parts denote (union over them), or None
+    when it has none. A number stands where a block number stands: after `blk.`, at the start,
+    or as the first part of the name (`6.ffn`, `[1-4]\\.`)."""
+    got: set[int] = set()
+    found = False
+    for m in _NUMRUN.finditer(pattern):
+        num = m.group("num")
+        before = pattern[: m.start()]
+        if not (before.endswith(("blk\\.", "blk.")) or before in ("", "^", "(", "^(", "(?:")):
+            continue
+        try:
+            rx = re.compile(r"(?:" + num + r")\Z")
+        except re.error:
+            continue
+        nums = {n for n in range(max(n_layer, 1000)) if rx.match(str(n))}
+        if nums:
+            found = True
+            got |= nums
+    return got if found else None
+
+
+def overreach(pattern: str, takes: Iterable[RefTensor], n_layer: int) -> bool:
+    """Does the item take a tensor of a block its own layer numbers exclude?"""
+    alts = []
+    for alt in top_level_alternatives(pattern):
+        rx = compile_regex(alt)
+        if rx is not None:
+            alts.append((rx, intended_layers(alt, n_layer)))
+    for t in takes:
+        if t.layer is None:
+            continue
+        fits = [meant for rx, meant in alts if rx.find(t.name) is not None]
+        if fits and all(meant is not None and t.layer not in meant for meant in fits):
+            return True
+    return False
+
+
+def unescaped_dots(pattern: str) -> list[int]:
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            in_class = True
+        elif c == "]":
+            in_class = False
+        elif c == "." and not in_class and not (i + 1 < len(pattern) and pattern[i + 1] in "*+?{"):
+            out.append(i)
+        i += 1
+    return out
+
+
+def label(launch: Launch) -> tuple[list[RefItem], set[str]]:
+    tensors, n_layer = model_tensors(launch.model)
+    items = split_items(launch)
+    launch_problems: set[str] = set()
+    for it in items:
+        if it.pattern is None or it.text == "":
+            it.problems.add("refused")
+        elif compile_regex(it.pattern) is None:
+            it.problems.add("refused")
+        elif not DEVICE.fullmatch(it.device or ""):
+            it.problems.add("refused")
+    cpu_moe = "--cpu-moe" in launch.flags or "-cmoe" in launch.flags
+    first = simulate(items, tensors, cpu_moe)
+    for k, it in enumerate(items):
+        rx = compile_regex(it.pattern) if it.pattern is not None else None
+        it.touches = {t.name for t in tensors if rx is not None and rx.find(t.name) is not None}
+        it.takes = {n for n, j in first.items() if j == k}
+    by_name = {t.name: t for t in tensors}
+    for k, it in enumerate(items):
+        if "refused" in it.problems or it.pattern is None:
+            continue
+        if not it.touches:
+            it.problems.add("unmatched")
+            continue
+        if not it.takes:
+            others = {items[first[n]].device for n in it.touches if first[n] is not None and first[n] != -1}
+            it.problems.add("redundant" if others == {it.device} else "shadowed")
+            continue
+        meant = intended_layers(it.pattern, n_layer)
+        if meant is not None and overreach(it.pattern, (by_name[n] for n in it.takes), n_layer):
+            it.problems.add("layer-overreach")
+        for pos in unescaped_dots(it.pattern):
+            escaped = it.pattern[:pos] + "\\." + it.pattern[pos + 1:]
+            alt = [RefItem(x.value, x.index, x.text, escaped if j == k else x.pattern, x.device)
+                   for j, x in enumerate(items)]
+            first2 = simulate(alt, tensors, cpu_moe)
+            takes2 = {n for n, j in first2.items() if j == k}
+            if takes2 and takes2 != it.takes:
+                it.problems.add("dot-widens")
+                break
+        if it.device == "CPU":
+            active = [by_name[n] for n in it.takes
+                      if ALWAYS_ACTIVE_KINDS.match(by_name[n].kind) and default_on_gpu(launch, by_name[n], n_layer)]
+            if active:
+                it.problems.add("always-active-to-cpu")
+                if not ALWAYS_ACTIVE_WORDS.search(it.pattern) and meant is None:
+                    it.problems.add("always-active-to-cpu:implicit")
+    if launch.engine == "llama.cpp" and len(launch.ot) > 1 and (
+            not launch.version or int(launch.version.lstrip("b")) >= 7464):
+        launch_problems.add("repeated-ot")  # mainline prints "only last value will be used"
+    sm = flag(launch.flags, "-sm", "--split-mode")
+    if (launch.engine == "ik_llama.cpp" and sm in ("graph", "attn") and launch.ot
+            and "-smgs" not in launch.flags):
+        launch_problems.add("sm-graph-overrides")
+    return items, launch_problems
+
+
+# --- scoring -----------------------------------------------------------------------------------
+
+# which problem types make a finding of each rule true (a finding on an item with none of them,
+# or a launch-level finding on a launch without one, is a false positive)
+RULE_TYPES: dict[str, set[str]] = {
+    "unmatched-pattern": {"unmatched"},
+    "space-in-list": {"unmatched", "refused"},
+    "trailing-comma": {"refused"},
+    "missing-equals": {"refused"},
+    "invalid-regex": {"refused"},
+    "unsupported-regex-syntax": {"refused"},
+    "unknown-device": {"refused"},
+    "comma-in-pattern": {"refused", "unmatched"},
+    "prefix-collision": {"layer-overreach"},
+    "unescaped-dot": {"dot-widens"},
+    "shadowed-rule": {"shadowed", "redundant"},
+    "duplicate-rule": {"shadowed", "redundant"},
+    "overbroad-catch-all": {"always-active-to-cpu:implicit"},
+    "always-active-to-cpu": {"always-active-to-cpu"},
+    "dense-layer-to-cpu": {"always-active-to-cpu"},
+    "sm-graph-overrides": {"sm-graph-overrides"},
+    "repeated-ot": {"repeated-ot"},
+}
+# a deliberate placement (the item names the kind or the blocks): a true finding, not a miss
+NOT_RECALLED = {"always-active-to-cpu", "repeated-ot"}
+# the problem types recall is measured on, and the rules that may find each
+TYPE_RULES: dict[str, set[str]] = defaultdict(set)
+for _rule, _types in RULE_TYPES.items():
+    for _t in _types:
+        TYPE_RULES[_t].add(_rule)
+
+
+@dataclass
+class Score:
+    launches: int = 0
+    values: int = 0
+    items: int = 0
+    models: int = 0
+    sources: int = 0
+    tp: Counter[str] = field(default_factory=Counter)
+    fp: Counter[str] = field(default_factory=Counter)
+    unjudged: Counter[str] = field(default_factory=Counter)
+    found: Counter[str] = field(default_factory=Counter)
+    total: Counter[str] = field(default_factory=Counter)
+    errors_on_clean: list[str] = field(default_factory=list)
+    false_positives: list[str] = field(default_factory=list)
+    misses: list[str] = field(default_factory=list)
+
+
+def _write_launch(tmp: Path, launch: Launch) -> tuple[Path, list[tuple[int, int, int]]]:
+    """A shell file for the launch, and each item's (start, end, item index) columns (1-based)."""
+    line = "llama-server -m m.gguf " + " ".join(shlex.quote(f) for f in launch.flags)
+    spans: list[tuple[int, int, int]] = []
+    k = 0
+    items = split_items(launch)
+    for vi, value in enumerate(launch.ot):
+        line += " -ot "
+        quoted = shlex.quote(value)
+        base = len(line) + 1 + (1 if quoted != value else 0)
+        pos = 0
+        for it in items:
+            if it.value != vi:
+                continue
+            start = value.find(it.text, pos) if it.text else pos
+            start = max(start, pos)
+            end = start + max(len(it.text), 1)
+            spans.append((base + start, base + end, k))
+            pos = end
+            k += 1
+        line += quoted
+    path = tmp / f"launch{launch.index}.sh"
+    path.write_text(line + "\n")
+    return path, spans
+
+
+def run_linter(launches: list[Launch]) -> dict[int, list[object]]:
+    from moeconf.linting.linter import lint
+    from moeconf.linting.model import Config
+
+    out: dict[int, list[object]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for launch in launches:
+            path, _ = _write_launch(Path(tmp), launch)
+            cfg = Config(engine=launch.engine, engine_version=launch.version,
+                         models={"m.gguf": str(MODELS / f"{launch.model}.manifest.json")})
+            out[launch.index] = list(lint([str(path)], config=cfg).findings)
+    return out
+
+
+def score(launches: list[Launch] | None = None) -> Score:
+    launches = load_corpus() if launches is None else launches
+    s = Score(launches=len(launches), values=len({v for la in launches for v in la.ot}),
+              models=len({la.model for la in launches}), sources=len({la.source for la in launches}))
+    findings = run_linter(launches)
+    with tempfile.TemporaryDirectory() as tmp:
+        for launch in launches:
+            items, launch_problems = label(launch)
+            s.items += len(items)
+            _, spans = _write_launch(Path(tmp), launch)
+            per_item: dict[int, set[str]] = defaultdict(set)
+            launch_rules: set[str] = set()
+            for f in findings[launch.index]:
+                name = f.name  # type: ignore[attr-defined]
+                col = f.column  # type: ignore[attr-defined]
+                k = next((k for a, b, k in spans if a <= col < b), None)
+                types = RULE_TYPES.get(name)
+                if types is None:
+                    s.unjudged[name] += 1
+                    continue
+                here = items[k].problems if k is not None else launch_problems
+                if k is None and name not in ("sm-graph-overrides", "repeated-ot"):
+                    # a launch-level finding of an item rule: true if any item has the problem
+                    here = set().union(*(it.problems for it in items)) if items else set()
+                if here & types:
+                    s.tp[name] += 1
+                else:
+                    s.fp[name] += 1
+                    s.false_positives.append(f"{launch.source} [{launch.model}] {f.text()}")  # type: ignore[attr-defined]
+                if k is not None:
+                    per_item[k].add(name)
+                else:
+                    launch_rules.add(name)
+                if f.severity == "error" and not any(it.problems for it in items) and not launch_problems:  # type: ignore[attr-defined]
+                    s.errors_on_clean.append(f"{launch.source}: {f.text()}")  # type: ignore[attr-defined]
+            for k, it in enumerate(items):
+                for p in it.problems:
+                    s.total[p] += 1
+                    if per_item[k] & TYPE_RULES.get(p, set()):
+                        s.found[p] += 1
+                    elif p not in NOT_RECALLED:
+                        s.misses.append(f"{launch.source} [{launch.model}] {p}: {it.text!r}")
+            for p in launch_problems:
+                s.total[p] += 1
+                if launch_rules & TYPE_RULES.get(p, set()):
+                    s.found[p] += 1
+                else:
+                    s.misses.append(f"{launch.source} [{launch.model}] {p}")
+    return s
+
+
+def tables(s: Score) -> tuple[list[list[str]], list[list[str]]]:
+    prec = [["rule", "findings", "true", "precision"]]
+    for rule in sorted(set(s.tp) | set(s.fp)):
+        n = s.tp[rule] + s.fp[rule]
+        prec.append([rule, str(n), str(s.tp[rule]), f"{100 * s.tp[rule] / n:.0f}%"])
+    n = sum(s.tp.values()) + sum(s.fp.values())
+    prec.append(["all", str(n), str(sum(s.tp.values())), f"{100 * sum(s.tp.values()) / max(n, 1):.1f}%"])
+    rec = [["problem", "labelled", "found", "recall"]]
+    for p in sorted(s.total):
+        if p in NOT_RECALLED:
+            continue
+        rec.append([p, str(s.total[p]), str(s.found[p]), f"{100 * s.found[p] / s.total[p]:.0f}%"])
+    t = sum(n for p, n in s.total.items() if p not in NOT_RECALLED)
+    f = sum(n for p, n in s.found.items() if p not in NOT_RECALLED)
+    rec.append(["all", str(t), str(f), f"{100 * f / max(t, 1):.1f}%"])
+    return prec, rec
