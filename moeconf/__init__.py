@@ -102,12 +102,13 @@ def explain(model: Inventory | str, argv: list[str], *, engine: str = "llama.cpp
             env: dict[str, str] | None = None, gpus: list[str] | None = None) -> Explanation:
     """Simulate an engine command line on a model: `.placement.devices` says where every tensor
     goes, `.items` what each override matched, `.unmatched` the items that matched nothing,
-    `.refusals` why the engine would not start."""
+    `.refusals` why the engine would not start. Without `gpus`, CUDA0 and every well-formed GPU
+    name the command line uses are simulated (as `moeconf lint` does without `gpus` configured)."""
     from moeconf.engines import engine as _engine
     from moeconf.explanation import explain as _explain
 
     inv = model if isinstance(model, Inventory) else load_inventory(model)
-    return _explain(inv, _engine(engine, version), argv, env=env, gpus=gpus or ["CUDA0"])
+    return _explain(inv, _engine(engine, version), argv, env=env, gpus=gpus)
 
 
 def __getattr__(name: str) -> Any:

@@ -99,7 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp",
                      help="the engine to simulate (default: llama.cpp)")
     exp.add_argument("--engine-version", metavar="V", help="b7600, 0.1.5, ... (default: newest known)")
-    exp.add_argument("--gpus", default="CUDA0", metavar="LIST", help="comma-separated GPU buffer types (default CUDA0)")
+    exp.add_argument("--gpus", metavar="LIST", help="comma-separated GPU buffer types (default: CUDA0 and every "
+                     "well-formed GPU name the command line uses)")
     exp.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variables the engine sees")
     exp.add_argument("--json", action="store_true", help="print placement, items and unmatched as JSON")
     exp.add_argument("--tensors", action="store_true", help="also list every tensor, its device and what decided it")
@@ -244,12 +245,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         if not eq:
             raise MoeconfError(f"--env needs KEY=VALUE, not {kv!r}")
         env[k] = v
-    gpus = [g for g in args.gpus.split(",") if g]
+    gpus = [g for g in args.gpus.split(",") if g] if args.gpus is not None else None
     ex = explain(inv, eng, argv, env=env, gpus=gpus)
     if args.plan:
         from moeconf.decompile import decompile
+        from moeconf.explanation import assumed_gpus
 
-        _write_output(decompile(ex, args.plan, args.model, gpus), args.plan)
+        _write_output(decompile(ex, args.plan, args.model, gpus if gpus is not None
+                                else assumed_gpus(ex.invocation)), args.plan)
     if args.json:
         sys.stdout.write(json.dumps(ex.json(), indent=1) + "\n")
     else:

@@ -3,6 +3,7 @@ which item put it there, and which items matched nothing."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -60,8 +61,29 @@ def available_devices(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
     return ["CPU", *invocation.rpc_devices(), *gpus]
 
 
-def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[str]) -> Explanation:
+def assumed_gpus(invocation: Invocation) -> list[str]:
+    """The GPUs to simulate when the machine's are not known: CUDA0, plus every well-formed
+    accelerator name the items use (so `CUDA3` is simulated as a device, not dropped). Names the
+    engine would refuse (`cuda0`, `CUDA_Host`, RPC) are not added."""
+    names = {"CUDA0"}
+    for item in invocation.items():
+        dev = item.device
+        if (dev and dev != "CPU" and not dev.startswith("RPC")
+                and invocation.engine.device_name_error(dev) is None):
+            names.add(dev)
+
+    def key(name: str) -> tuple[str, int]:
+        m = re.fullmatch(r"(\D+?)(\d+)(?:_Private)?", name)
+        return (m.group(1), int(m.group(2))) if m else (name, -1)
+
+    return sorted(names, key=key)
+
+
+def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[str] | None) -> Explanation:
+    """Simulate the invocation. `gpus=None`: the machine's GPUs are not known (see assumed_gpus)."""
     eng = invocation.engine
+    if gpus is None:
+        gpus = assumed_gpus(invocation)
     devices = available_devices(invocation, gpus)
     accel = devices[1:]
     refusals: list[str] = [msg for _arg, msg in invocation.problems]
@@ -115,8 +137,9 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
 
 
 def explain(inv: Inventory, engine: Engine, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-            gpus: Sequence[str] = ("CUDA0",)) -> Explanation:
-    """Simulate `argv` (the engine's command line, binary first or not) on the model."""
+            gpus: Sequence[str] | None = None) -> Explanation:
+    """Simulate `argv` (the engine's command line, binary first or not) on the model. Without
+    `gpus`, CUDA0 and every well-formed GPU name the items use are simulated."""
     args = [Arg(a) for a in argv]
     envs = {k: Arg(v) for k, v in (env or {}).items()}
     return explain_invocation(inv, parse_invocation(args, engine, envs), gpus)

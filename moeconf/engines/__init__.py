@@ -59,6 +59,10 @@ class Engine:
     ot_needs_gpu: bool  # ik: -ngl 0 or no GPU drops every -ot and --n-cpu-moe rule
     output_on_gpu_any_ngl_modes: tuple[str, ...]  # ik: split modes where any -ngl > 0 offloads the output
     fit_flag: str  # how to write fit off/on: "-fit" (takes on|off) or "--fit" (a bare switch)
+    # ik_llama.cpp before 2025-09-01 (build 3870) read each comma-separated -ot item with
+    # `stream >> word`: leading/trailing whitespace dropped, an item ends at its first space, a
+    # trailing comma adds no item
+    ot_items_read_as_words: bool = False
 
     @property
     def label(self) -> str:
@@ -168,7 +172,25 @@ def ik(version: str | None = None) -> Engine:
         fit_flag="--fit",
     )
     known = _IK_VERSIONS.get((version or "").lstrip("v"))
+    if ik_before_word_split_change(version):
+        base = replace(base, ot_items_read_as_words=True)
     return replace(base, **known) if known else base  # type: ignore[arg-type]
+
+
+# ik_llama.cpp commit d7882c3cf (2025-09-01, build 3870) replaced the `>> word` item reader
+IK_WORD_SPLIT_UNTIL: Final = ("2025-09-01", 3870)
+
+
+def ik_before_word_split_change(version: str | None) -> bool:
+    """An ik_llama.cpp version given as a date (2025-08-31) or a build number (b3869, 3869)
+    from before the -ot item reader stopped trimming whitespace."""
+    if not version:
+        return False
+    v = version.strip()
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+        return v < IK_WORD_SPLIT_UNTIL[0]
+    m = re.fullmatch(r"b?(\d{4,})", v)
+    return bool(m) and int(m.group(1)) < IK_WORD_SPLIT_UNTIL[1]
 
 
 def engine(name: str, version: str | None = None) -> Engine:

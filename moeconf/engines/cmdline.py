@@ -9,6 +9,8 @@ from the environment.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -101,10 +103,18 @@ class Invocation:
     def items(self) -> list[RawItem]:
         """Every user item, in the order the engine tests them (env first on mainline)."""
         out: list[RawItem] = []
+        words = self.engine.ot_items_read_as_words
         for ov in sorted(self.ot, key=lambda o: o.order):
             pos = 0
-            for part in ov.value.text.split(","):
-                out.append(RawItem(part, ov, pos))
+            parts = ov.value.text.split(",")
+            if words and len(parts) > 1 and parts[-1] == "":
+                parts.pop()  # getline adds no item after a trailing comma
+            for part in parts:
+                if words:
+                    m = re.search(r"\S+", part)
+                    out.append(RawItem(m.group(0), ov, pos + m.start()) if m else RawItem("", ov, pos))
+                else:
+                    out.append(RawItem(part, ov, pos))
                 pos += len(part) + 1
         return out
 

@@ -122,10 +122,14 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
     inventory = model if isinstance(model, Inventory) else None
     explanation = None
     gpus_directive = file_directive(src, "gpus", launch)
+    from moeconf.explanation import assumed_gpus
+
     if gpus_directive:
         gpus = [g for g in gpus_directive.split("+") if g]
+    elif config.gpus is not None:
+        gpus = list(config.gpus)
     else:
-        gpus = list(config.gpus) if config.gpus is not None else ["CUDA0"]
+        gpus = assumed_gpus(invocation)  # what `explain` simulates without --gpus: they agree
     gpus_known = bool(gpus_directive) or config.gpus is not None
     if inventory is not None:
         from moeconf.explanation import explain_invocation
