@@ -116,10 +116,13 @@ def split_items(launch: Launch) -> list[RefItem]:
                 parts = parts[:-1]
             texts = [(p.split() or [""])[0] for p in parts]
         else:
-            texts = value.split(",")
+            parts = texts = value.split(",")
         for ii, text in enumerate(texts):
             pat, eq, dev = text.partition("=")
-            items.append(RefItem(vi, ii, text, pat if eq else None, dev if eq else None))
+            it = RefItem(vi, ii, text, pat if eq else None, dev if eq else None)
+            if parts[ii] != text:
+                it.problems.add("space-trimmed")  # this build drops it; newer ik and mainline would not
+            items.append(it)
     return items
 
 
@@ -175,7 +178,7 @@ def simulate(items: list[RefItem], tensors: Iterable[RefTensor], cpu_moe: bool =
     return out
 
 
-_ATOM = r"(?:\d|\\d|\[\^?[\d\-]+\]|\((?:\?:)?(?:[\d|\[\]\-]|\\d)+\))[?*+]?"
+_ATOM = r"(?:\d|\\d|\[\^?[^\]]*\]|\((?:\?:)?(?:[\d|\-]|\\d|\[\^?[^\]]*\])+\))[?*+]?"
 _NUMRUN = re.compile(r"(?:(?<=blk\\\.)|(?<=blk\.)|(?<=^)|(?<=\^)|(?<=\\\.)|(?<=\|)|(?<=\())(?P<num>(?:" + _ATOM + r")+)"
                      r"(?=\\\.|\.|\)|$|_)")
 
@@ -324,7 +327,7 @@ def label(launch: Launch) -> tuple[list[RefItem], set[str]]:
 # or a launch-level finding on a launch without one, is a false positive)
 RULE_TYPES: dict[str, set[str]] = {
     "unmatched-pattern": {"unmatched"},
-    "space-in-list": {"unmatched", "refused"},
+    "space-in-list": {"unmatched", "refused", "space-trimmed"},
     "trailing-comma": {"refused"},
     "missing-equals": {"refused"},
     "invalid-regex": {"refused"},
@@ -342,7 +345,7 @@ RULE_TYPES: dict[str, set[str]] = {
     "repeated-ot": {"repeated-ot"},
 }
 # a deliberate placement (the item names the kind or the blocks): a true finding, not a miss
-NOT_RECALLED = {"always-active-to-cpu", "repeated-ot"}
+NOT_RECALLED = {"always-active-to-cpu", "repeated-ot", "space-trimmed"}
 # the problem types recall is measured on, and the rules that may find each
 TYPE_RULES: dict[str, set[str]] = defaultdict(set)
 for _rule, _types in RULE_TYPES.items():
@@ -422,7 +425,7 @@ def score(launches: list[Launch] | None = None) -> Score:
             for f in findings[launch.index]:
                 name = f.name  # type: ignore[attr-defined]
                 col = f.column  # type: ignore[attr-defined]
-                k = next((k for a, b, k in spans if a <= col < b), None)
+                k = next((k for a, b, k in spans if a <= col <= b), None)
                 types = RULE_TYPES.get(name)
                 if types is None:
                     s.unjudged[name] += 1

@@ -106,12 +106,37 @@ def _run_rules(ctx: Context, config: Config, rules: Sequence[ModuleType], plan: 
         if rule.NEEDS_MODEL and (ctx.inventory is None or ctx.explanation is None):
             continue
         hit: Hit
+        groups: dict[object, list[Finding]] = {}
         for hit in rule.check(ctx):
             default: Severity = hit.severity or rule.SEVERITY
             sev = config.severity_of(rule.CODE, rule.NAME, default)
-            out.append(Finding(rule.CODE, rule.NAME, sev, ctx.path, hit.line or ctx.line,
-                               hit.column or ctx.column, hit.message))
+            f = Finding(rule.CODE, rule.NAME, sev, ctx.path, hit.line or ctx.line, hit.column or ctx.column,
+                        hit.message)
+            groups.setdefault(_value_of(ctx, f) or f, []).append(f)
+        for group in groups.values():
+            out.append(_grouped(group))
     return out
+
+
+def _value_of(ctx: Context, f: Finding) -> int | None:
+    """Which -ot value (index) a finding points into, if any: findings of one rule on one value
+    are shown as one, with a count."""
+    for n, ov in enumerate(ctx.invocation.ot):
+        line, start = ov.value.at(0)
+        end_line, end = ov.value.at(len(ov.value.text))
+        if line and line == end_line == f.line and start <= f.column <= end:
+            return n
+    return None
+
+
+def _grouped(group: list[Finding]) -> Finding:
+    first = group[0]
+    if len(group) == 1:
+        return first
+    worst = max(group, key=lambda f: ("info", "warning", "error").index(f.severity)).severity
+    return replace(first, severity=worst,
+                   message=f"{first.message} [and {len(group) - 1} more {first.name} finding"
+                   f"{'s' if len(group) > 2 else ''} in this -ot value]")
 
 
 def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models,

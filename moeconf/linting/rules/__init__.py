@@ -27,6 +27,7 @@ from moeconf.linting.rules import (
     rule_overridden,
     rule_selects_nothing,
     shadowed_rule,
+    sm_graph_overrides,
     space_in_list,
     trailing_comma,
     unescaped_dot,
@@ -41,5 +42,6 @@ ALL: tuple[ModuleType, ...] = (
     shadowed_rule, duplicate_rule, overbroad_catch_all, always_active_to_cpu, dense_layer_to_cpu,
     nextn_experts_placed, ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
     merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
+    sm_graph_overrides,
 )
 BY_CODE = {m.CODE: m for m in ALL}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from moeconf.linting.model import Context, Severity
@@ -32,13 +32,14 @@ def item_tensors(ctx: Context) -> dict[int, list[Tensor]]:
     return out
 
 
-def where_item(ctx: Context, k: int) -> tuple[int, int]:
-    """Position of explanation item k (its -ot item, or the launch for built-in rules)."""
+def where_item(ctx: Context, k: int, within: int = 0) -> tuple[int, int]:
+    """Position of explanation item k (its -ot item, or the launch for built-in rules), `within`
+    characters into the item."""
     assert ctx.explanation is not None
     raw_index = ctx.explanation.items[k].raw_index
     if raw_index is None:
         return ctx.line, ctx.column
-    return ctx.at_item(ctx.invocation.items()[raw_index])
+    return ctx.at_item(ctx.invocation.items()[raw_index], within)
 
 
 def describe(tensors: list[Tensor]) -> str:
@@ -47,6 +48,69 @@ def describe(tensors: list[Tensor]) -> str:
     layers = sorted({t.layer for t in tensors if t.layer is not None})
     where = f" in layers {format_ranges(layers)}" if layers else ""
     return f"{len(tensors)} tensors ({parts}){where}, {gib(sum(t.nbytes for t in tensors))} GiB"
+
+
+def q(text: str) -> str:
+    """A pattern or item quoted as the user wrote it (no repr escaping of backslashes)."""
+    return f"'{text}'"
+
+
+def matches(pattern: str) -> Callable[[str], bool] | None:
+    """ECMAScript search (as the engines' std::regex), or None if the pattern does not compile."""
+    from moeconf.engines.regex import check_regex
+    from moeconf.engines.simulate import ecmascript_matcher
+
+    if check_regex(pattern) is not None:
+        return None
+    try:
+        return ecmascript_matcher(pattern)
+    except Exception:  # regress raises RegressError, a plain Exception subclass
+        return None
+
+
+def explanation_index(ctx: Context) -> dict[int, int]:
+    """Raw item index (Invocation.items()) -> explanation item index."""
+    assert ctx.explanation is not None
+    return {it.raw_index: k for k, it in enumerate(ctx.explanation.items) if it.raw_index is not None}
+
+
+def created(ctx: Context) -> list[Tensor]:
+    assert ctx.explanation is not None and ctx.inventory is not None
+    return [t for t in ctx.inventory.tensors if ctx.explanation.placement.devices[t.name] is not None]
+
+
+def takes_if(ctx: Context, k: int, pattern: str) -> list[Tensor]:
+    """The tensors explanation item k would take if its pattern were `pattern` (every other item
+    unchanged: a tensor an earlier item takes stays with it)."""
+    assert ctx.explanation is not None
+    m = matches(pattern)
+    if m is None:
+        return []
+    by = ctx.explanation.matched_by
+    return [t for t in created(ctx) if m(t.name) and (by.get(t.name) is None or by[t.name] >= k)]
+
+
+def always_active_moved_to_cpu(ctx: Context, k: int) -> list[Tensor]:
+    """Tensors used on every token (attention, shared experts, router, norms, dense FFN) that
+    item k sends to CPU although their default is a GPU."""
+    assert ctx.explanation is not None
+    it = ctx.explanation.items[k]
+    if it.device != "CPU":
+        return []
+    pl = ctx.explanation.placement
+    return [t for t in item_tensors(ctx).get(k, []) if t.group in (*ALWAYS_ACTIVE, "dense")
+            and pl.defaults[t.name] not in (None, "CPU")]
+
+
+def implicit_catch_all(ctx: Context, k: int) -> bool:
+    """Item k sends always-active tensors to CPU without naming them or any block: a catch-all
+    (`ffn.*=CPU`, `.*=CPU`) whose author meant the experts."""
+    from moeconf.linting.rules._patterns import names_always_active, names_blocks
+
+    assert ctx.explanation is not None
+    pattern = ctx.explanation.items[k].pattern
+    return (not names_always_active(pattern) and not names_blocks(pattern)
+            and bool(always_active_moved_to_cpu(ctx, k)))
 
 
 def regex_problems(ctx: Context, kind: str) -> Iterator[Hit]:
@@ -58,22 +122,25 @@ def regex_problems(ctx: Context, kind: str) -> Iterator[Hit]:
             continue
         p = check_regex(item.pattern)
         if p and p.kind == kind:
-            yield Hit(*ctx.at_item(item, p.offset), f"{item.pattern!r}: {p.message}; the model load will fail")
+            yield Hit(*ctx.at_item(item, p.offset), f"{q(item.pattern)}: {p.message}; the model load will fail")
 
 
 def moved_to_cpu(ctx: Context, what: str, groups: tuple[str, ...], why: str) -> Iterator[Hit]:
-    """Items that send tensors of `groups` from a GPU (their default) to the CPU."""
+    """Items that send tensors of `groups` from a GPU (their default) to the CPU. Catch-alls
+    that do it without naming them are overbroad-catch-all's."""
     assert ctx.explanation is not None
     pl = ctx.explanation.placement
     for k, tensors in item_tensors(ctx).items():
         it = ctx.explanation.items[k]
         moved = [t for t in tensors if it.device == "CPU" and t.group in groups
                  and pl.defaults[t.name] not in (None, "CPU")]
-        if moved:
-            yield Hit(*where_item(ctx, k), f"{it.pattern!r} sends {what} to CPU: {describe(moved)}; {why}")
+        if moved and not (it.raw_index is not None and implicit_catch_all(ctx, k)):
+            yield Hit(*where_item(ctx, k), f"{q(it.pattern)} sends {what} to CPU: {describe(moved)}; {why}")
 
 
 def item_text(ctx: Context, k: int) -> str:
     assert ctx.explanation is not None
     it = ctx.explanation.items[k]
+    if it.raw_index is None:
+        return f"{it.origin} ({it.pattern}={it.device})"
     return f"{it.pattern}={it.device}"

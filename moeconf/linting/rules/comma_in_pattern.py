@@ -45,5 +45,5 @@ def check(ctx: Context) -> Iterator[Hit]:
         a, b = items[k - 1], items[k]
         quant = a.text[a.text.rindex("{"):] + "," + b.text[: b.text.index("}") + 1]
         yield Hit(*ctx.at_item(b, -1),
-                  f"{quant!r} was cut at its comma: -ot splits on every ','; write the alternatives out "
+                  f"'{quant}' was cut at its comma: -ot splits on every ','; write the alternatives out "
                   "(e.g. '([0-9]|[0-9][0-9])' for '[0-9]{1,2}')")

@@ -29,6 +29,6 @@ def check(ctx: Context) -> Iterator[Hit]:
         if not item.text or item.pattern is None:
             continue
         if item.text in seen:
-            yield Hit(*ctx.at_item(item), f"{item.text!r} repeats item {seen[item.text] + 1}; remove one")
+            yield Hit(*ctx.at_item(item), f"'{item.text}' repeats item {seen[item.text] + 1}; remove one")
         else:
             seen[item.text] = k

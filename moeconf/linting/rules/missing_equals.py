@@ -31,5 +31,5 @@ def check(ctx: Context) -> Iterator[Hit]:
     for k, item in enumerate(items):
         if item.text and "=" not in item.text and k not in cut and k + 1 not in cut:
             yield Hit(*ctx.at_item(item, len(item.text)),
-                      f"item {item.text!r} has no '=DEVICE': write {item.text + '=CPU'!r} or join regexes "
+                      f"item '{item.text}' has no '=DEVICE': write '{item.text}=CPU' or join regexes "
                       "with '|' to share a device")

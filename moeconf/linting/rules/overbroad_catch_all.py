@@ -1,14 +1,30 @@
-r"""overbroad-catch-all: one item takes several kinds of tensor in (nearly) every layer.
+r"""overbroad-catch-all: a catch-all sends tensors used on every token to the CPU.
 
-Why: `ffn.*=CPU` looks like "the experts" but also takes the shared experts, the router and the
-dense FFNs; `.*=CUDA0` takes everything, token embeddings included. Always-active tensors in RAM
-cost speed on every token. Name the group you mean (`exps=CPU`), or bound the layers.
+Why: `ffn.*=CPU` or `.*=CPU` look like "the experts" but also take the shared experts, the
+router, the norms and the dense FFNs (and `.*` attention too): everything not taken by an
+earlier item, in every layer. Those run for every token; in RAM they cost speed on every token.
+Only catch-alls that name none of those kinds and no blocks are reported (an item that names
+them, `attn_kv_b=CPU` or `blk\.(4[0-9])\..*=CPU`, is deliberate), and only when they really
+move such tensors off a GPU: `.*=CUDA0` after `exps=CPU`, or an explicit list of attention and
+shared-expert tensors sent to a GPU, move nothing to the CPU and are fine.
 
 FAIL (engine=llama.cpp, model=deepseek-v3):
     llama-server -m m.gguf -ngl 999 -ot "ffn.*=CPU"
 
+FAIL (engine=ik_llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -ot "blk\.(3|4|5)\.ffn_.*=CUDA0,ffn.*=CPU"
+
 PASS (engine=llama.cpp, model=deepseek-v3):
     llama-server -m m.gguf -ngl 999 -ot "exps=CPU"
+
+PASS (engine=llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -ot "exps=CPU,.*=CUDA0"
+
+PASS (engine=llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -ot "\.attn_.*\.weight|\.ffn_.*_shexp\.|blk\.0\.ffn|blk\.1\.ffn|blk\.2\.ffn|output\.weight=CUDA0,exps=CPU"
+
+PASS (engine=llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -ot "exps=CPU,...=CUDA0"
 """
 
 from __future__ import annotations
@@ -16,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, describe, item_tensors, where_item
+from moeconf.linting.rules._base import Hit, always_active_moved_to_cpu, describe, implicit_catch_all, q, where_item
 
 CODE = "MOE013"
 NAME = "overbroad-catch-all"
@@ -25,14 +41,11 @@ NEEDS_MODEL = True
 
 
 def check(ctx: Context) -> Iterator[Hit]:
-    assert ctx.explanation is not None and ctx.inventory is not None
-    all_layers = {layer.index for layer in ctx.inventory.layers}
-    for k, tensors in item_tensors(ctx).items():
-        it = ctx.explanation.items[k]
-        if it.raw_index is None:
+    assert ctx.explanation is not None
+    for k, it in enumerate(ctx.explanation.items):
+        if it.raw_index is None or not implicit_catch_all(ctx, k):
             continue
-        groups = {t.group for t in tensors}
-        layers = {t.layer for t in tensors if t.layer is not None}
-        if len(groups) >= 3 and len(layers) >= 0.9 * len(all_layers):
-            yield Hit(*where_item(ctx, k), f"{it.pattern!r} takes {describe(tensors)} to {it.device}: name the "
-                      "group you mean (e.g. 'exps=CPU' for routed experts) or bound the layers")
+        moved = always_active_moved_to_cpu(ctx, k)
+        fix = "ffn_.*_exps=CPU" if "ffn" in it.pattern else "exps=CPU"
+        yield Hit(*where_item(ctx, k), f"{q(it.pattern + '=CPU')} is a catch-all: besides routed experts it sends "
+                  f"{describe(moved)} to CPU, and those run for every token; name the experts: {q(fix)}")

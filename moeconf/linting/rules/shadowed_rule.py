@@ -1,11 +1,16 @@
 r"""shadowed-rule: an -ot item that matches tensors but is never the first match for any.
 
-Why: the engine uses the first item that matches a tensor. An item whose every tensor an
-earlier item (or an earlier `--cpu-moe`) already takes does nothing: usually the order is
-backwards (write the exceptions first, the catch-all last).
+Why: the engine uses the first item that matches a tensor. When earlier items (or an earlier
+`--cpu-moe`) take every tensor an item matches, the item does nothing. If they send those
+tensors to another device, the order is backwards (write the exception first, the catch-all
+last); the finding names the item that really takes them. If they send them to the same
+device, the item is merely redundant: remove it.
 
 FAIL (engine=llama.cpp, model=glm-4.5-air):
     llama-server -m m.gguf -ngl 999 -ot "exps=CPU,blk\.(1|2|3)\.ffn_.*_exps=CUDA0"
+
+FAIL (engine=llama.cpp, model=glm-4.5-air):
+    llama-server -m m.gguf -ngl 999 -ot "exps=CPU,ffn_up_exps=CPU"
 
 PASS (engine=llama.cpp, model=glm-4.5-air):
     llama-server -m m.gguf -ngl 999 -ot "blk\.[1-3]\.ffn_.*_exps=CUDA0,exps=CPU"
@@ -13,10 +18,11 @@ PASS (engine=llama.cpp, model=glm-4.5-air):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, item_text, where_item
+from moeconf.linting.rules._base import Hit, created, item_text, matches, q, where_item
 
 CODE = "MOE011"
 NAME = "shadowed-rule"
@@ -27,9 +33,23 @@ NEEDS_MODEL = True
 def check(ctx: Context) -> Iterator[Hit]:
     assert ctx.explanation is not None
     items = ctx.explanation.items
+    by = ctx.explanation.matched_by
+    names = [t.name for t in created(ctx)]
     for k, it in enumerate(items):
-        if it.touches and not it.hits and it.raw_index is not None:
-            first = next((j for j in range(k) if items[j].hits), None)
-            by = f" (earlier: {item_text(ctx, first)!r})" if first is not None else ""
-            yield Hit(*where_item(ctx, k), f"{it.pattern!r} matches {it.touches} tensors but an earlier item takes "
-                      f"every one{by}: move it before the broader item")
+        if not (it.touches and not it.hits and it.raw_index is not None):
+            continue
+        m = matches(it.pattern)
+        mine = [n for n in names if m is not None and m(n)]
+        takers = Counter(by[n] for n in mine if by.get(n) is not None and by[n] != k)
+        if not takers:
+            continue
+        devices = {items[j].device for j in takers}
+        named = " and ".join(q(item_text(ctx, j)) for j, _ in takers.most_common(2))
+        more = f" (and {len(takers) - 2} more)" if len(takers) > 2 else ""
+        if devices == {it.device}:
+            yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is redundant: {named}{more} already send all "
+                      f"{len(mine)} tensors it matches to {it.device}; remove it")
+        else:
+            yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is never used: {named}{more}, earlier, take all "
+                      f"{len(mine)} tensors it matches (to {', '.join(sorted(devices))}); to send them to "
+                      f"{it.device}, put it before that item")

@@ -1,50 +1,60 @@
-r"""unescaped-dot: a `.` between name parts, where a literal dot was meant.
+r"""unescaped-dot: a `.` that matches any character and so lets the item take more tensors.
 
-Why: in a regex `.` matches any character. `blk.1.ffn` also matches `blk11ffn`-like text, and
-combined with an unbounded number it widens what a rule takes. Write `\.` for the dot in tensor
-names. (A deliberate `.*` or `.+` is fine.)
+Why: in a regex `.` matches any character. Usually that changes nothing (`blk\.3.ffn` takes the
+same tensors as `blk\.3\.ffn`), and sometimes the dot deliberately stands for another
+character (`ffn.exps` for `ffn_exps`): neither is reported. It is reported only when writing
+the dot as `\.` would change the set of tensors the item takes, and then the message says which
+tensors it also takes. With a layer number (`blk.1.` also takes blk.10-19) prefix-collision
+says the same from the number's side.
 
-FAIL (engine=llama.cpp):
-    llama-server -m m.gguf -ot "blk.3.ffn_up_exps=CPU"
+FAIL (engine=llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -ot "blk\.2.=CUDA0,exps=CPU"
 
-PASS (engine=llama.cpp):
-    llama-server -m m.gguf -ot "blk\.3\.ffn_up_exps=CPU"
+PASS (engine=llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -ot "blk\.2\.=CUDA0,exps=CPU"
+
+PASS (engine=llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -ot "blk\.3.ffn_up_exps=CPU,ffn.(up|down|gate)_exps=CPU"
+
+PASS (engine=ik_llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -ot "blk.(3|4|5|6).ffn.=CUDA0,ffn.*=CPU"
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit
+from moeconf.linting.rules._base import Hit, describe, item_tensors, q, takes_if, where_item
+from moeconf.linting.rules._patterns import unescaped_dots
 
 CODE = "MOE009"
 NAME = "unescaped-dot"
 SEVERITY = "warning"
-NEEDS_MODEL = False
-
-_DOT = re.compile(r"(?<![\\\[])(?:\\\\)*\.(?![*+?{])")
+NEEDS_MODEL = True
 
 
 def check(ctx: Context) -> Iterator[Hit]:
-    for item in ctx.invocation.items():
-        pat = item.pattern
-        if not pat:
+    assert ctx.explanation is not None
+    taken = item_tensors(ctx)
+    for k, it in enumerate(ctx.explanation.items):
+        if it.raw_index is None or not taken.get(k):
             continue
-        in_class = False
-        for i, ch in enumerate(pat):
-            if ch == "[" and (i == 0 or pat[i - 1] != "\\"):
-                in_class = True
-            elif ch == "]" and in_class:
-                in_class = False
-            if ch != "." or in_class or (i > 0 and pat[i - 1] == "\\"):
-                continue
-            nxt = pat[i + 1] if i + 1 < len(pat) else ""
-            prev = pat[i - 1] if i > 0 else ""
-            if nxt in "*+?{":
-                continue
-            if ((prev.isalnum() or prev in "_)") and (nxt.isalnum() or nxt in "_(")) or pat[max(0, i - 3):i] == "blk":
-                yield Hit(*ctx.at_item(item, i),
-                          f"'.' at {pat[max(0, i - 4):i + 5]!r} matches any character; write '\\.' for a literal dot")
-                break
+        now = {t.name for t in taken[k]}
+        widening = []
+        for pos in unescaped_dots(it.pattern):
+            escaped = it.pattern[:pos] + "\\." + it.pattern[pos + 1:]
+            then = {t.name for t in takes_if(ctx, k, escaped)}
+            if then and then != now:  # empty: the dot stands for another character; equal: style
+                widening.append(pos)
+        if not widening:
+            continue
+        fixed = it.pattern
+        for pos in reversed(widening):
+            fixed = fixed[:pos] + "\\." + fixed[pos + 1:]
+        extra = [t for t in taken[k] if t.name not in {x.name for x in takes_if(ctx, k, fixed)}]
+        if not extra:
+            continue
+        yield Hit(*where_item(ctx, k, widening[0]),
+                  f"'.' in {q(it.pattern)} matches any character, so the item also takes {describe(extra)} "
+                  f"(e.g. {extra[0].name}); write {q(fixed)}")

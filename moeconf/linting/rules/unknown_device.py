@@ -40,8 +40,8 @@ def check(ctx: Context) -> Iterator[Hit]:
             yield Hit(*where, f"{why}; fix the device after '='")
         elif dev.startswith("RPC") and dev not in rpc:
             known = ", ".join(rpc) or "none: there is no --rpc"
-            yield Hit(*where, f"{dev!r} is not one of the RPC devices ({known}); add --rpc host:port before -ot")
+            yield Hit(*where, f"'{dev}' is not one of the RPC devices ({known}); add --rpc host:port before -ot")
         elif ctx.gpus_known and dev not in ("CPU", *ctx.gpus, *rpc):
             have = ", ".join(["CPU", *ctx.gpus, *rpc])
-            yield Hit(*where, f"{dev!r} is not a device of this machine (it has {have}): the engine will list "
+            yield Hit(*where, f"'{dev}' is not a device of this machine (it has {have}): the engine will list "
                       "its buffer types and exit; fix the name or `gpus` in .moeconf.toml")

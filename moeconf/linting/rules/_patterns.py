@@ -1,0 +1,116 @@
+"""Reading an `-ot` regex the way its author wrote it: top-level alternatives, unescaped dots,
+and the layer-number parts (where a block number stands) with the block numbers they denote."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# one atom of a layer number: a digit, \d, a class, or a group of those, with a quantifier
+_ATOM = r"(?:\d|\\d|\[\^?[^\]]*\]|\((?:\?:)?(?:[\d|\-]|\\d|\[\^?[^\]]*\])+\))[?*+]?"
+_RUN = re.compile(r"(?:" + _ATOM + r")+")
+_BLK = re.compile(r"(?:blk)(?:\\\.|\.)$")
+
+
+def alternatives(pattern: str) -> list[tuple[int, str]]:
+    """Top-level `|` alternatives with their offsets (classes and groups respected)."""
+    out: list[tuple[int, str]] = []
+    depth, start, i, in_class = 0, 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append((start, pattern[start:i]))
+            start = i + 1
+        i += 1
+    out.append((start, pattern[start:]))
+    return out
+
+
+def unescaped_dots(pattern: str) -> list[int]:
+    """Offsets of `.` that match any character and are not a `.*`/`.+`/`.?`/`.{}` wildcard."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "." and not (i + 1 < len(pattern) and pattern[i + 1] in "*+?{"):
+            out.append(i)
+        i += 1
+    return out
+
+
+@dataclass(frozen=True)
+class LayerNumber:
+    """A layer-number part of one alternative: `num` at [start, end) of the alternative, after
+    `prefix_start` (where `blk.` begins, or `start`), and the block numbers it denotes."""
+
+    start: int
+    end: int
+    prefix_start: int
+    num: str
+    meant: frozenset[int]
+    bounded: bool  # followed by `\.` (or `_`): it cannot run into a longer number
+
+    def fix(self, alt: str) -> str:
+        """The alternative with this number written `blk\\.N\\.`."""
+        rest = alt[self.end:]
+        if rest.startswith("\\."):
+            rest = rest[2:]
+        elif rest.startswith(".") and not rest[1:2] in ("*", "+", "?", "{"):
+            rest = rest[1:]
+        return alt[: self.prefix_start] + "blk\\." + self.num + "\\." + rest
+
+
+def layer_numbers(alt: str, upto: int = 1000) -> list[LayerNumber]:
+    """Layer-number parts of one alternative: right after `blk.`/`blk\\.`, or at its very start
+    (`6.ffn`, `[1-4]\\.`, `(3|4)\\.`) when a `.` follows. Numbers elsewhere (`_exps.0`) are not
+    block numbers."""
+    out = []
+    for m in _RUN.finditer(alt):
+        before = alt[: m.start()]
+        after = alt[m.end():]
+        blk = _BLK.search(before)
+        if blk:
+            prefix_start = blk.start()
+        elif before in ("", "^") and (after.startswith(("\\.", ".")) or after == ""):
+            prefix_start = m.start()
+        else:
+            continue
+        try:
+            rx = re.compile(r"(?:" + m.group(0) + r")\Z")
+        except re.error:
+            continue
+        meant = frozenset(n for n in range(upto) if rx.match(str(n)))
+        if not meant:
+            continue
+        bounded = after.startswith(("\\.", "_", "\\b", "[^0-9]", "\\D"))
+        out.append(LayerNumber(m.start(), m.end(), prefix_start, m.group(0), meant, bounded))
+    return out
+
+
+ALWAYS_ACTIVE_WORDS = re.compile(r"attn|shexp|gate_inp|norm|router|ffn_(?:up|down|gate)(?![_a-z])|token_embd|output")
+
+
+def names_always_active(pattern: str) -> bool:
+    """Does the pattern name an always-active kind (so sending it somewhere is deliberate)?"""
+    return bool(ALWAYS_ACTIVE_WORDS.search(pattern))
+
+
+def names_blocks(pattern: str) -> bool:
+    return any(layer_numbers(alt) for _, alt in alternatives(pattern))
