@@ -314,6 +314,13 @@ def label(launch: Launch) -> tuple[list[RefItem], set[str]]:
     if launch.engine == "llama.cpp" and len(launch.ot) > 1 and (
             not launch.version or int(launch.version.lstrip("b")) >= 7464):
         launch_problems.add("repeated-ot")  # mainline prints "only last value will be used"
+    fit = flag(launch.flags, "-fit", "--fit")
+    manual = bool(launch.ot) or cpu_moe or flag(launch.flags, "--n-cpu-moe", "-ncmoe") is not None
+    if (launch.engine == "llama.cpp" and (not launch.version or int(launch.version.lstrip("b")) >= 7416)
+            and fit not in ("off", "0") and (manual or flag(launch.flags, "-ngl", "--n-gpu-layers"))):
+        launch_problems.add("fit-conflict")  # fit on by default gives up on manual placement (b7416+)
+    if launch.engine == "ik_llama.cpp" and ("--fit" in launch.flags) and manual:
+        launch_problems.add("fit-conflict")  # ik refuses --fit with -ot
     sm = flag(launch.flags, "-sm", "--split-mode")
     if (launch.engine == "ik_llama.cpp" and sm in ("graph", "attn") and launch.ot
             and "-smgs" not in launch.flags):
@@ -343,6 +350,7 @@ RULE_TYPES: dict[str, set[str]] = {
     "dense-layer-to-cpu": {"always-active-to-cpu"},
     "sm-graph-overrides": {"sm-graph-overrides"},
     "repeated-ot": {"repeated-ot"},
+    "fit-conflict": {"fit-conflict"},
 }
 # a deliberate placement (the item names the kind or the blocks): a true finding, not a miss
 NOT_RECALLED = {"always-active-to-cpu", "repeated-ot", "space-trimmed"}
@@ -431,7 +439,7 @@ def score(launches: list[Launch] | None = None) -> Score:
                     s.unjudged[name] += 1
                     continue
                 here = items[k].problems if k is not None else launch_problems
-                if k is None and name not in ("sm-graph-overrides", "repeated-ot"):
+                if k is None and name not in ("sm-graph-overrides", "repeated-ot", "fit-conflict"):
                     # a launch-level finding of an item rule: true if any item has the problem
                     here = set().union(*(it.problems for it in items)) if items else set()
                 if here & types:

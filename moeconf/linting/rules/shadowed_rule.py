@@ -46,10 +46,11 @@ def check(ctx: Context) -> Iterator[Hit]:
         devices = {items[j].device for j in takers}
         named = " and ".join(q(item_text(ctx, j)) for j, _ in takers.most_common(2))
         more = f" (and {len(takers) - 2} more)" if len(takers) > 2 else ""
+        n = f"{len(mine)} tensor{'s' if len(mine) > 1 else ''}"
         if devices == {it.device}:
-            yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is redundant: {named}{more} already send all "
-                      f"{len(mine)} tensors it matches to {it.device}; remove it")
+            yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is redundant: the {n} it matches already go to "
+                      f"{it.device} through {named}{more}; remove it")
         else:
-            yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is never used: {named}{more}, earlier, take all "
-                      f"{len(mine)} tensors it matches (to {', '.join(sorted(devices))}); to send them to "
-                      f"{it.device}, put it before that item")
+            yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is never used: {named}{more}, earlier, take the "
+                      f"{n} it matches (to {', '.join(sorted(devices))}); to send them to {it.device}, put it "
+                      "before that item")

@@ -34,6 +34,12 @@ SEVERITY = "warning"
 NEEDS_MODEL = True
 
 
+def _escape(pattern: str, dots: list[int]) -> str:
+    for pos in sorted(dots, reverse=True):
+        pattern = pattern[:pos] + "\\." + pattern[pos + 1:]
+    return pattern
+
+
 def check(ctx: Context) -> Iterator[Hit]:
     assert ctx.explanation is not None
     taken = item_tensors(ctx)
@@ -41,18 +47,21 @@ def check(ctx: Context) -> Iterator[Hit]:
         if it.raw_index is None or not taken.get(k):
             continue
         now = {t.name for t in taken[k]}
-        widening = []
+        widening, literal = [], []
         for pos in unescaped_dots(it.pattern):
-            escaped = it.pattern[:pos] + "\\." + it.pattern[pos + 1:]
-            then = {t.name for t in takes_if(ctx, k, escaped)}
-            if then and then != now:  # empty: the dot stands for another character; equal: style
-                widening.append(pos)
+            then = {t.name for t in takes_if(ctx, k, _escape(it.pattern, [pos]))}
+            if then:  # empty: the dot stands for another character (ffn.exps): leave it
+                literal.append(pos)
+                if then != now:
+                    widening.append(pos)
         if not widening:
-            continue
-        fixed = it.pattern
-        for pos in reversed(widening):
-            fixed = fixed[:pos] + "\\." + fixed[pos + 1:]
-        extra = [t for t in taken[k] if t.name not in {x.name for x in takes_if(ctx, k, fixed)}]
+            continue  # escaping changes nothing: style only
+        fixed = _escape(it.pattern, literal)
+        kept = {x.name for x in takes_if(ctx, k, fixed)}
+        if not kept or not kept <= now:
+            fixed = _escape(it.pattern, widening)
+            kept = {x.name for x in takes_if(ctx, k, fixed)}
+        extra = [t for t in taken[k] if t.name not in kept]
         if not extra:
             continue
         yield Hit(*where_item(ctx, k, widening[0]),

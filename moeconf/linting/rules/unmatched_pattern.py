@@ -42,6 +42,23 @@ _KINDS = ("chexps", "shexp", "exps", "gate_inp", "attn_kv_b", "attn_k_b", "attn_
           "attn_qkv", "attn_kv_a_mqa", "ffn_gate_up", "attn_sinks", "exp_probs_b", "post_attention_norm", "nextn")
 
 
+def number_range(lo: int, hi: int) -> str:
+    """A regex for the block numbers lo..hi: `[0-9]`, `1[0-9]`, `([3-9]|1[0-2])`."""
+    parts: list[str] = []
+    n = lo
+    while n <= hi:
+        if n < 10:
+            top = min(hi, 9)
+            parts.append(f"[{n}-{top}]" if top > n else str(n))
+        else:
+            head, digit = divmod(n, 10)
+            top = min(hi, head * 10 + 9)
+            last = top % 10
+            parts.append(f"{head}[{digit}-{last}]" if last > digit else str(n))
+        n = top + 1
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
+
+
 def why(ctx: Context, pattern: str) -> str:
     assert ctx.inventory is not None and ctx.explanation is not None
     names = [t.name for t in ctx.inventory.tensors]
@@ -51,11 +68,12 @@ def why(ctx: Context, pattern: str) -> str:
         fixed = re.sub(r"\s+", "", pattern)
         return f"the regex contains a space (at {q(pattern[max(0, space.start() - 6):space.start() + 6])}), which " \
                f"no tensor name has; write {q(fixed)}"
-    rng = re.search(r"\((\d)-(\d)\)", pattern)
-    if rng:
-        fixed = pattern[:rng.start()] + f"[{rng.group(1)}-{rng.group(2)}]" + pattern[rng.end():]
-        return f"{q(rng.group(0))} is a group matching the text '{rng.group(0)[1:-1]}'; a range is written " \
-               f"{q('[' + rng.group(0)[1:-1] + ']')}: {q(fixed)}"
+    rng = re.search(r"\((\d+)-(\d+)\)", pattern)
+    if rng and int(rng.group(1)) <= int(rng.group(2)) < 1000:
+        written = number_range(int(rng.group(1)), int(rng.group(2)))
+        fixed = pattern[:rng.start()] + written + pattern[rng.end():]
+        return f"{q(rng.group(0))} is a group matching the text '{rng.group(0)[1:-1]}', not a range of numbers; " \
+               f"write {q(fixed)}"
     m = matches(pattern)
     unloaded = [t.name for t in ctx.inventory.tensors
                 if ctx.explanation.placement.devices[t.name] is None and m is not None and m(t.name)]
@@ -63,8 +81,8 @@ def why(ctx: Context, pattern: str) -> str:
         return f"it matches only tensors {ctx.engine.name} does not load ({len(unloaded)}, e.g. {unloaded[0]})"
     has = {k: any(k in n for n in names) for k in _KINDS}
     if "attn_kv_b" in pattern and not has["attn_kv_b"] and has["attn_k_b"]:
-        return f"{model} has the split MLA layout attn_k_b/attn_v_b (GGUFs converted since 2025-05), not " \
-               f"attn_kv_b; write {q(pattern.replace('attn_kv_b', 'attn_(k|v)_b'))}"
+        return f"{model} has the split MLA tensors attn_k_b/attn_v_b (newer conversions), not attn_kv_b; write " \
+               f"{q(pattern.replace('attn_kv_b', 'attn_(k|v)_b'))}"
     if re.search(r"attn_[kv]_b|attn_\(k\|v\)_b", pattern) and not has["attn_k_b"] and has["attn_kv_b"]:
         return f"{model} has the older MLA layout attn_kv_b (no attn_k_b/attn_v_b); write it with attn_kv_b"
     exp = re.search(r"_exp(?![s])", pattern)
