@@ -32,6 +32,7 @@ import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 from functools import cache
 from pathlib import Path
 
@@ -82,6 +83,7 @@ class RefItem:
     text: str
     pattern: str | None
     device: str | None
+    raw: str = ""  # the comma-separated part as written (before an old ik build trims it)
     takes: set[str] = field(default_factory=set)
     touches: set[str] = field(default_factory=set)
     problems: set[str] = field(default_factory=set)
@@ -119,8 +121,10 @@ def split_items(launch: Launch) -> list[RefItem]:
             parts = texts = value.split(",")
         for ii, text in enumerate(texts):
             pat, eq, dev = text.partition("=")
-            it = RefItem(vi, ii, text, pat if eq else None, dev if eq else None)
-            if parts[ii] != text:
+            it = RefItem(vi, ii, text, pat if eq else None, dev if eq else None, raw=parts[ii])
+            if len(parts[ii].split()) > 1:
+                it.problems.add("words-dropped")  # this build reads the first word, ignores the rest
+            elif parts[ii] != text:
                 it.problems.add("space-trimmed")  # this build drops it; newer ik and mainline would not
             items.append(it)
     return items
@@ -276,6 +280,11 @@ def label(launch: Launch) -> tuple[list[RefItem], set[str]]:
         elif not DEVICE.fullmatch(it.device or ""):
             it.problems.add("refused")
     cpu_moe = "--cpu-moe" in launch.flags or "-cmoe" in launch.flags
+    if launch.engine == "ik_llama.cpp" and flag(launch.flags, "-ngl", "--n-gpu-layers") == "0":
+        for it in items:  # ik ignores every -ot rule when nothing is offloaded
+            if not it.problems:
+                it.problems.add("ot-ignored")
+        return items, set()
     first = simulate(items, tensors, cpu_moe)
     for k, it in enumerate(items):
         rx = compile_regex(it.pattern) if it.pattern is not None else None
@@ -334,7 +343,7 @@ def label(launch: Launch) -> tuple[list[RefItem], set[str]]:
 # or a launch-level finding on a launch without one, is a false positive)
 RULE_TYPES: dict[str, set[str]] = {
     "unmatched-pattern": {"unmatched"},
-    "space-in-list": {"unmatched", "refused", "space-trimmed"},
+    "space-in-list": {"unmatched", "refused", "space-trimmed", "words-dropped"},
     "trailing-comma": {"refused"},
     "missing-equals": {"refused"},
     "invalid-regex": {"refused"},
@@ -351,7 +360,12 @@ RULE_TYPES: dict[str, set[str]] = {
     "sm-graph-overrides": {"sm-graph-overrides"},
     "repeated-ot": {"repeated-ot"},
     "fit-conflict": {"fit-conflict"},
+    "item-not-simulated": {"ot-ignored"},
 }
+# only a note (info) is true of whitespace the engine version drops
+INFO_ONLY = {"space-trimmed"}
+# problems with which the engine still runs the line as its author meant
+AS_INTENDED = {"space-trimmed", "always-active-to-cpu", "repeated-ot", "fit-conflict", "redundant"}
 # a deliberate placement (the item names the kind or the blocks): a true finding, not a miss
 NOT_RECALLED = {"always-active-to-cpu", "repeated-ot", "space-trimmed"}
 # the problem types recall is measured on, and the rules that may find each
@@ -378,8 +392,15 @@ class Score:
     misses: list[str] = field(default_factory=list)
 
 
+HEADER_LINES = 1  # the directive line above each launch
+
+
 def _write_launch(tmp: Path, launch: Launch) -> tuple[Path, list[tuple[int, int, int]]]:
-    """A shell file for the launch, and each item's (start, end, item index) columns (1-based)."""
+    """A shell file for the launch (a directive names its engine, version and model), and each
+    item's (start, end, item index) columns, 1-based, on the launch's line."""
+    directive = f"# moeconf: engine={launch.engine} model={MODELS / (launch.model + '.manifest.json')}"
+    if launch.version:
+        directive += f" version={launch.version}"
     line = "llama-server -m m.gguf " + " ".join(shlex.quote(f) for f in launch.flags)
     spans: list[tuple[int, int, int]] = []
     k = 0
@@ -392,29 +413,29 @@ def _write_launch(tmp: Path, launch: Launch) -> tuple[Path, list[tuple[int, int,
         for it in items:
             if it.value != vi:
                 continue
-            start = value.find(it.text, pos) if it.text else pos
+            raw = it.raw or it.text
+            start = value.find(raw, pos) if raw else pos
             start = max(start, pos)
-            end = start + max(len(it.text), 1)
+            end = start + max(len(raw), 1)
             spans.append((base + start, base + end, k))
             pos = end
             k += 1
         line += quoted
     path = tmp / f"launch{launch.index}.sh"
-    path.write_text(line + "\n")
+    path.write_text(directive + "\n" + line + "\n")
     return path, spans
 
 
-def run_linter(launches: list[Launch]) -> dict[int, list[object]]:
+def run_linter(launches: list[Launch]) -> dict[int, list[Any]]:
+    """moeconf's findings for each launch (one lint run over all of them, no config)."""
     from moeconf.linting.linter import lint
     from moeconf.linting.model import Config
 
-    out: dict[int, list[object]] = {}
+    out: dict[int, list[Any]] = {la.index: [] for la in launches}
     with tempfile.TemporaryDirectory() as tmp:
-        for launch in launches:
-            path, _ = _write_launch(Path(tmp), launch)
-            cfg = Config(engine=launch.engine, engine_version=launch.version,
-                         models={"m.gguf": str(MODELS / f"{launch.model}.manifest.json")})
-            out[launch.index] = list(lint([str(path)], config=cfg).findings)
+        paths = {str(_write_launch(Path(tmp), la)[0]): la.index for la in launches}
+        for f in lint(sorted(paths), config=Config()).findings:
+            out[paths[f.path]].append(f)
     return out
 
 
@@ -442,6 +463,8 @@ def score(launches: list[Launch] | None = None) -> Score:
                 if k is None and name not in ("sm-graph-overrides", "repeated-ot", "fit-conflict"):
                     # a launch-level finding of an item rule: true if any item has the problem
                     here = set().union(*(it.problems for it in items)) if items else set()
+                if f.severity != "info":  # type: ignore[attr-defined]
+                    here = here - INFO_ONLY
                 if here & types:
                     s.tp[name] += 1
                 else:
@@ -451,7 +474,8 @@ def score(launches: list[Launch] | None = None) -> Score:
                     per_item[k].add(name)
                 else:
                     launch_rules.add(name)
-                if f.severity == "error" and not any(it.problems for it in items) and not launch_problems:  # type: ignore[attr-defined]
+                real = set().union(launch_problems, *(it.problems for it in items)) - AS_INTENDED
+                if f.severity == "error" and not real:  # type: ignore[attr-defined]
                     s.errors_on_clean.append(f"{launch.source}: {f.text()}")  # type: ignore[attr-defined]
             for k, it in enumerate(items):
                 for p in it.problems:
