@@ -313,6 +313,17 @@ def label(launch: Launch) -> tuple[list[RefItem], set[str]]:
             if takes2 and takes2 != it.takes:
                 it.problems.add("dot-widens")
                 break
+        if re.fullmatch(r"[a-z][a-z0-9_]*", it.pattern):
+            # a bare name: meant is the tensor kind of that name (or the experts, for `exp`)
+            kinds = {re.sub(r"\.(weight|bias|scale)$", "", t.kind) for t in tensors}
+            taken_kinds = {re.sub(r"\.(weight|bias|scale)$", "", by_name[n].kind) for n in it.takes}
+            if it.pattern in kinds and taken_kinds - {it.pattern}:
+                it.problems.add("name-overreach")
+            elif (it.pattern == "exp" and any(x.endswith("_exps") for x in taken_kinds)
+                  and any(not x.endswith("_exps") for x in taken_kinds)):
+                # `exp` taking routed experts means the experts; what else it takes is collateral
+                # (when earlier items already placed the experts, it can only mean the rest)
+                it.problems.add("name-overreach")
         if it.device == "CPU":
             active = [by_name[n] for n in it.takes
                       if ALWAYS_ACTIVE_KINDS.match(by_name[n].kind) and default_on_gpu(launch, by_name[n], n_layer)]
@@ -361,7 +372,9 @@ RULE_TYPES: dict[str, set[str]] = {
     "repeated-ot": {"repeated-ot"},
     "fit-conflict": {"fit-conflict"},
     "item-not-simulated": {"ot-ignored"},
+    "name-collision": {"name-overreach"},
 }
+GROUPED = re.compile(r"\[and (\d+) more \S+ findings? in this -ot value\]$")
 # only a note (info) is true of whitespace the engine version drops
 INFO_ONLY = {"space-trimmed"}
 # problems with which the engine still runs the line as its author meant
@@ -472,6 +485,20 @@ def score(launches: list[Launch] | None = None) -> Score:
                     s.false_positives.append(f"{launch.source} [{launch.model}] {f.text()}")  # type: ignore[attr-defined]
                 if k is not None:
                     per_item[k].add(name)
+                    more = GROUPED.search(f.message)  # type: ignore[attr-defined]
+                    if more:
+                        # one finding for several items of one -ot value: the others it counts must
+                        # have a problem of the rule's kind too, and are found by it
+                        others = [j for j, x in enumerate(items) if j != k and x.value == items[k].value
+                                  and (x.problems - (INFO_ONLY if f.severity != "info" else set())) & types]  # type: ignore[attr-defined]
+                        claimed = int(more.group(1))
+                        for j in others[:claimed]:
+                            per_item[j].add(name)
+                        if len(others) < claimed:
+                            s.fp[name] += claimed - len(others)
+                            s.false_positives.append(f"{launch.source}: {claimed - len(others)} of the grouped "
+                                                     f"{name} findings have no labelled problem")
+                        s.tp[name] += min(claimed, len(others))
                 else:
                     launch_rules.add(name)
                 real = set().union(launch_problems, *(it.problems for it in items)) - AS_INTENDED

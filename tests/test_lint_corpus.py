@@ -56,6 +56,8 @@ def test_corpus_shape() -> None:
     (launch(["attn_kv_b=CPU"]), [{"unmatched"}]),
     (launch([r"blk\.(0-9)\.=CUDA0"], "glm-4.5"), [{"unmatched"}]),
     (launch(["exps=cuda0"]), [{"refused"}]),
+    (launch(["exps=CPU,output=CUDA0"], "qwen3-30b-a3b"), [set(), {"name-overreach"}]),
+    (launch(["exps=CPU,^output\\.=CUDA0"], "qwen3-30b-a3b"), [set(), set()]),
     (launch(["exps"]), [{"refused"}]),
     (launch(["exps=CPU, attn_q=CPU"], engine="ik_llama.cpp", version="2025-06-01"),
      [set(), {"space-trimmed", "always-active-to-cpu"}]),
@@ -76,7 +78,7 @@ def test_layer_numbers_as_written() -> None:
 
 
 def _finding(name: str, column: int, severity: str = "warning") -> SimpleNamespace:
-    return SimpleNamespace(name=name, column=column, severity=severity, path="x",
+    return SimpleNamespace(name=name, column=column, severity=severity, path="x", message="m",
                            text=lambda: f"x:2:{column}: {name}")
 
 

@@ -112,7 +112,8 @@ def _run_rules(ctx: Context, config: Config, rules: Sequence[ModuleType], plan: 
             sev = config.severity_of(rule.CODE, rule.NAME, default)
             f = Finding(rule.CODE, rule.NAME, sev, ctx.path, hit.line or ctx.line, hit.column or ctx.column,
                         hit.message)
-            groups.setdefault(_value_of(ctx, f) or f, []).append(f)
+            value = _value_of(ctx, f)
+            groups.setdefault(f if value is None else value, []).append(f)
         for group in groups.values():
             out.append(_grouped(group))
     return out

@@ -17,6 +17,7 @@ from moeconf.linting.rules import (
     merge_qkv_mismatch,
     merge_up_gate_split,
     missing_equals,
+    name_collision,
     model_unknown,
     ncmoe_semantics,
     nextn_experts_placed,
@@ -43,6 +44,6 @@ ALL: tuple[ModuleType, ...] = (
     shadowed_rule, duplicate_rule, overbroad_catch_all, always_active_to_cpu, dense_layer_to_cpu,
     nextn_experts_placed, ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
     merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
-    sm_graph_overrides, item_not_simulated,
+    sm_graph_overrides, item_not_simulated, name_collision,
 )
 BY_CODE = {m.CODE: m for m in ALL}
