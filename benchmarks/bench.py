@@ -155,7 +155,8 @@ def bench_lint_corpus(args: argparse.Namespace) -> None:
     _print_table("lint precision per rule (truth: the reference simulation)", prec)
     _print_table("lint recall per problem type", rec)
     if s.unjudged:
-        print("\nnot judged (rules with no reference label): " + ", ".join(f"{k} {v}" for k, v in sorted(s.unjudged.items())))
+        print("\nnot judged (rules with no reference label): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(s.unjudged.items())))
     print(f"error-severity findings on launches the engine runs as written: {len(s.errors_on_clean)}")
     if args.verbose:
         for line in s.false_positives:

@@ -32,15 +32,16 @@ import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "corpus" / "realworld" / "launches.jsonl"
 MODELS = REPO / "examples" / "models"
 
-ALWAYS_ACTIVE_KINDS = re.compile(r"^(attn_|ffn_(up|down|gate)_shexp|ffn_gate_inp|exp_probs_b|ffn_norm|post_attention_norm"
+ALWAYS_ACTIVE_KINDS = re.compile(r"^(attn_|ffn_(up|down|gate)_shexp|ffn_gate_inp|exp_probs_b|ffn_norm"
+                                 r"|post_attention_norm"
                                  r"|ffn_(up|down|gate)\.|attn_norm)")
 ALWAYS_ACTIVE_WORDS = re.compile(r"attn|shexp|gate_inp|norm|ffn_(up|down|gate)(?!_)")
 DEVICE = re.compile(r"CPU|(?:CUDA|ROCm|MUSA|Vulkan|SYCL|CANN|MTL)\d+|Metal|OpenCL|RPC\d*\[[^\]]+\]")
@@ -273,11 +274,8 @@ def label(launch: Launch) -> tuple[list[RefItem], set[str]]:
     items = split_items(launch)
     launch_problems: set[str] = set()
     for it in items:
-        if it.pattern is None or it.text == "":
-            it.problems.add("refused")
-        elif compile_regex(it.pattern) is None:
-            it.problems.add("refused")
-        elif not DEVICE.fullmatch(it.device or ""):
+        if (it.pattern is None or it.text == "" or compile_regex(it.pattern) is None
+                or not DEVICE.fullmatch(it.device or "")):
             it.problems.add("refused")
     cpu_moe = "--cpu-moe" in launch.flags or "-cmoe" in launch.flags
     if launch.engine == "ik_llama.cpp" and flag(launch.flags, "-ngl", "--n-gpu-layers") == "0":

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-import lintcorpus as L  # noqa: E402
+import lintcorpus as L
 
 
 def launch(ot: list[str], model: str = "deepseek-v3", engine: str = "llama.cpp", flags: list[str] | None = None,

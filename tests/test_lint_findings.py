@@ -30,7 +30,8 @@ def test_space_after_comma_follows_the_ik_version(tmp_path: Path) -> None:
     assert [s for _, s, _ in old] == ["info"]  # that build trims: the line works as written
     assert not [f for f in run(tmp_path, line, "ik_llama.cpp", "b3869") if f[1] != "info"]
     for version in ("b3870", None):
-        new = [f for f in run(tmp_path, line, "ik_llama.cpp", version) if f[0] in ("space-in-list", "unmatched-pattern")]
+        new = [f for f in run(tmp_path, line, "ik_llama.cpp", version)
+               if f[0] in ("space-in-list", "unmatched-pattern")]
         assert [(n, s) for n, s, _ in new] == [("space-in-list", "warning")]
     trailing = run(tmp_path, 'llama-server -m m.gguf -ngl 999 -ot "exps=CPU ,attn=CUDA0"')
     assert ("space-in-list", "error") in [(n, s) for n, s, _ in trailing]

@@ -190,7 +190,7 @@ def ik_before_word_split_change(version: str | None) -> bool:
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
         return v < IK_WORD_SPLIT_UNTIL[0]
     m = re.fullmatch(r"b?(\d{4,})", v)
-    return bool(m) and int(m.group(1)) < IK_WORD_SPLIT_UNTIL[1]
+    return m is not None and int(m.group(1)) < IK_WORD_SPLIT_UNTIL[1]
 
 
 def engine(name: str, version: str | None = None) -> Engine:

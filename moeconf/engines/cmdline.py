@@ -10,7 +10,6 @@ from the environment.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 

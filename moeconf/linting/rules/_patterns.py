@@ -72,7 +72,7 @@ class LayerNumber:
         rest = alt[self.end:]
         if rest.startswith("\\."):
             rest = rest[2:]
-        elif rest.startswith(".") and not rest[1:2] in ("*", "+", "?", "{"):
+        elif rest.startswith(".") and rest[1:2] not in ("*", "+", "?", "{"):
             rest = rest[1:]
         return alt[: self.prefix_start] + "blk\\." + self.num + "\\." + rest
 

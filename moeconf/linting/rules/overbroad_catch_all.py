@@ -21,7 +21,7 @@ PASS (engine=llama.cpp, model=deepseek-v3):
     llama-server -m m.gguf -ngl 999 -ot "exps=CPU,.*=CUDA0"
 
 PASS (engine=llama.cpp, model=deepseek-v3):
-    llama-server -m m.gguf -ngl 999 -ot "\.attn_.*\.weight|\.ffn_.*_shexp\.|blk\.0\.ffn|blk\.1\.ffn|blk\.2\.ffn|output\.weight=CUDA0,exps=CPU"
+    llama-server -m m.gguf -ngl 999 -ot "\.attn_.*\.weight|\.ffn_.*_shexp\.|blk\.[0-2]\.ffn=CUDA0,exps=CPU"
 
 PASS (engine=llama.cpp, model=deepseek-v3):
     llama-server -m m.gguf -ngl 999 -ot "exps=CPU,...=CUDA0"

@@ -28,18 +28,31 @@ PASS (engine=llama.cpp, model=qwen3-30b-a3b):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit, item_tensors, matches, q
 from moeconf.model.inventory import format_ranges
 
-from ._patterns import alternatives, layer_numbers
+from ._patterns import LayerNumber, alternatives, layer_numbers
 
 CODE = "MOE008"
 NAME = "prefix-collision"
 SEVERITY = "warning"
 NEEDS_MODEL = False
+
+
+_Compiled = list[tuple[int, str, list[LayerNumber], Callable[[str], bool] | None]]
+
+
+def _fits_elsewhere(compiled: _Compiled, me: str, name: str, layer: int) -> bool:
+    """Does another alternative of the item take this tensor as meant (no number, or its number)?"""
+    for _, other, nums, m in compiled:
+        if other is me or m is None or not m(name):
+            continue
+        if not nums or any(layer in n.meant for n in nums):
+            return True
+    return False
 
 
 def check(ctx: Context) -> Iterator[Hit]:
@@ -68,17 +81,8 @@ def check(ctx: Context) -> Iterator[Hit]:
             if not nums or m is None:
                 continue
             meant = set().union(*(n.meant for n in nums))
-
-            def fits_elsewhere(name: str, layer: int, me: str = alt) -> bool:
-                for _, other, onums, om in compiled:
-                    if other is me or om is None or not om(name):
-                        continue
-                    if not onums or any(layer in n.meant for n in onums):
-                        return True
-                return False
-
             extra = [t for t in mine if t.layer is not None and t.layer not in meant and m(t.name)
-                     and not fits_elsewhere(t.name, t.layer)]
+                     and not _fits_elsewhere(compiled, alt, t.name, t.layer)]
             if not extra:
                 continue
             n = nums[0]
