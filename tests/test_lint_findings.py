@@ -40,7 +40,7 @@ def test_space_after_comma_follows_the_ik_version(tmp_path: Path) -> None:
 def test_ik_before_the_change_reads_items_as_words(tmp_path: Path) -> None:
     found = run(tmp_path, 'llama-server -m m.gguf -ngl 999 -ot "exps=CPU attn_q_b=CUDA0,"', "ik_llama.cpp",
                 "2025-06-01")
-    assert [(n, s) for n, s, _ in found if n in ("space-in-list", "trailing-comma")] == [("space-in-list", "warning")]
+    assert [(n, s) for n, s, _ in found if n in ("space-in-list", "trailing-comma")] == [("space-in-list", "error")]
     assert "attn_q_b=CUDA0" in next(m for n, _, m in found if n == "space-in-list")
 
 
@@ -85,4 +85,4 @@ def test_lint_and_explain_agree_without_gpus(tmp_path: Path) -> None:
 
 def test_ik_ignores_ot_without_offload(tmp_path: Path) -> None:
     found = run(tmp_path, 'llama-server -m m.gguf -ngl 0 -ot "exps=CPU"', "ik_llama.cpp")
-    assert [(n, s) for n, s, _ in found if n == "item-not-simulated"] == [("item-not-simulated", "warning")]
+    assert [(n, s) for n, s, _ in found if n == "item-not-simulated"] == [("item-not-simulated", "error")]

@@ -3,8 +3,9 @@ r"""item-not-simulated: an -ot item that the placement check could not include.
 Why: a finding-free report should mean every item was simulated. Items the engine refuses are
 reported by their own rules (unknown-device, invalid-regex, missing-equals, ...); anything else
 left out of the simulation is reported here rather than silently dropped: ik_llama.cpp ignores
-every `-ot` and `--n-cpu-moe` rule when nothing is offloaded (`-ngl 0`), so the item has no
-effect (a warning); otherwise moeconf says it could not check the item (info).
+every `-ot` and `--n-cpu-moe` rule when nothing is offloaded (`-ngl 0`), so the item is never
+applied (an error: the placement is certainly not what the line says); otherwise moeconf says
+it could not check the item (info).
 
 FAIL (engine=ik_llama.cpp, model=qwen3-30b-a3b):
     llama-server -m m.gguf -ngl 0 -ot "exps=CPU"
@@ -40,7 +41,7 @@ def check(ctx: Context) -> Iterator[Hit]:
             continue  # unknown-device, invalid-regex, unsupported-regex-syntax say why
         if dropped:
             yield Hit(*ctx.at_item(item), f"{q(item.text)} has no effect: {dropped[0]}; offload layers with "
-                      "-ngl N (N > 0) or remove the -ot", "warning")
+                      "-ngl N (N > 0) or remove the -ot", "error")
         else:
             yield Hit(*ctx.at_item(item), f"{q(item.text)} could not be simulated, so nothing was checked for it; "
                       "see `moeconf explain`")

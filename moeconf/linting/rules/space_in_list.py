@@ -7,7 +7,8 @@ whitespace after the device makes the device name unknown and the engine refuses
 error). ik_llama.cpp before 2025-09-01 read each item as a word, dropping the whitespace: the
 same line works there, so for those versions (`engine_version = "2025-08-15"` or a build
 number below 3870) the finding is an info note that newer builds will break it; text after a
-space inside an item is ignored by those builds (a warning).
+space inside an item is silently ignored by those builds (an error: the items it holds are
+never applied).
 
 FAIL (engine=llama.cpp):
     llama-server -m m.gguf -ot "ffn_up_exps=CPU, ffn_down_exps=CPU"
@@ -41,7 +42,7 @@ def check(ctx: Context) -> Iterator[Hit]:
                 if len(words) > 1:
                     at = ctx.at_arg(ov.value, pos + part.index(words[1]))
                     yield Hit(*at, f"{ctx.engine.label} reads the item {q(part.strip())} only up to the space: "
-                              f"{q(' '.join(words[1:]))} is ignored; remove the space", "warning")
+                              f"{q(' '.join(words[1:]))} is ignored; remove the space", "error")
                 elif part != part.strip() and words:
                     yield Hit(*ctx.at_arg(ov.value, pos), f"{ctx.engine.label} drops the whitespace around "
                               f"{q(part.strip())}, but ik_llama.cpp since 2025-09-01 and mainline keep it and the "
