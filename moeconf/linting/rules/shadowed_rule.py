@@ -48,7 +48,8 @@ def check(ctx: Context) -> Iterator[Hit]:
         more = f" (and {len(takers) - 2} more)" if len(takers) > 2 else ""
         n = f"{len(mine)} tensor{'s' if len(mine) > 1 else ''}"
         if devices == {it.device}:
-            yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is redundant: the {n} it matches already go to "
+            yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is redundant: the {n} it matches already "
+                      f"{'go' if len(mine) > 1 else 'goes'} to "
                       f"{it.device} through {named}{more}; remove it")
         else:
             yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is never used: {named}{more}, earlier, take the "
