@@ -21,6 +21,9 @@ PASS (engine=llama.cpp, model=deepseek-v3):
     llama-server -m m.gguf -ngl 999 -ot "exps=CPU,.*=CUDA0"
 
 PASS (engine=llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -ot ".*=CUDA0"
+
+PASS (engine=llama.cpp, model=deepseek-v3):
     llama-server -m m.gguf -ngl 999 -ot "\.attn_.*\.weight|\.ffn_.*_shexp\.|blk\.[0-2]\.ffn=CUDA0,exps=CPU"
 
 PASS (engine=llama.cpp, model=deepseek-v3):

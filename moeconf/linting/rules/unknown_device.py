@@ -1,4 +1,4 @@
-"""unknown-device: a buffer-type name the engine (at this version) will not accept.
+r"""unknown-device: a buffer-type name the engine (at this version) will not accept.
 
 Why: names are exact and case-sensitive and come from the devices present at run time. The
 engine prints "Available buffer types" and exits. Common slips: `cuda0`, placeholders such as
@@ -13,6 +13,9 @@ FAIL (engine=llama.cpp):
 
 PASS (engine=llama.cpp):
     llama-server -m m.gguf -ot "exps=CPU"
+
+PASS (engine=llama.cpp):
+    llama-server -m m.gguf -ot "blk\.(3|4)\.ffn_.*_exps=CUDA3,exps=CPU"
 """
 
 from __future__ import annotations
