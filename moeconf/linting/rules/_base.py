@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -135,7 +136,9 @@ def moved_to_cpu(ctx: Context, what: str, groups: tuple[str, ...], why: str) -> 
         moved = [t for t in tensors if it.device == "CPU" and t.group in groups
                  and pl.defaults[t.name] not in (None, "CPU")]
         if moved and not (it.raw_index is not None and implicit_catch_all(ctx, k)):
-            yield Hit(*where_item(ctx, k), f"{q(it.pattern)} sends {what} to CPU: {describe(moved)}; {why}")
+            fix = re.sub(r"ffn(_?\.\*|\.|_)$", "ffn_.*_exps", it.pattern)
+            how = f" (write {q(fix)} to move only the routed experts)" if fix != it.pattern else ""
+            yield Hit(*where_item(ctx, k), f"{q(it.pattern)} sends {what} to CPU: {describe(moved)}; {why}{how}")
 
 
 def item_text(ctx: Context, k: int) -> str:
