@@ -53,6 +53,16 @@ def test_findings_of_one_rule_on_one_value_are_grouped(tmp_path: Path) -> None:
     assert len([n for n, _, _ in found if n == "prefix-collision"]) == 2
 
 
+def test_prefix_collision_without_a_model(tmp_path: Path) -> None:
+    path = tmp_path / "launch.sh"
+    cases = {r"blk\.1=CPU": True, r"blk\.(1|2)\..*=CPU": False, "blk.(0|1|2).ffn.=CUDA0": False,
+             "6.ffn_down_exps=CPU": True, "blk.1.*ffn=CPU": True}
+    for value, fires in cases.items():
+        path.write_text(f'llama-server -m unknown.gguf -ngl 999 -fit off -ot "{value}"\n')
+        found = [f.name for f in lint([str(path)], config=Config()).findings]
+        assert ("prefix-collision" in found) == fires, (value, found)
+
+
 def test_messages_show_patterns_as_written(tmp_path: Path) -> None:
     found = run(tmp_path, r'llama-server -m m.gguf -ngl 999 -fit off -ot "exps=CPU,blk\.3\.ffn_up_exps=CUDA0"')
     shadowed = next(m for n, _, m in found if n == "shadowed-rule")

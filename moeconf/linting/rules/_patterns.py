@@ -65,7 +65,7 @@ class LayerNumber:
     prefix_start: int
     num: str
     meant: frozenset[int]
-    bounded: bool  # followed by `\.` (or `_`): it cannot run into a longer number
+    bounded: bool  # after `blk.` and closed on the right: it cannot be part of a longer number
 
     def fix(self, alt: str) -> str:
         """The alternative with this number written `blk\\.N\\.`."""
@@ -99,7 +99,11 @@ def layer_numbers(alt: str, upto: int = 1000) -> list[LayerNumber]:
         meant = frozenset(n for n in range(upto) if rx.match(str(n)))
         if not meant:
             continue
-        bounded = after.startswith(("\\.", "_", "\\b", "[^0-9]", "\\D"))
+        # closed by `\.`, or by any character followed by a letter (`blk.1.ffn`: a longer number
+        # would have to be followed by `.ffn` there, which no tensor name has)
+        # without `blk.` in front, `6` also matches the end of 16, 26, ...
+        bounded = bool(blk) and (after.startswith(("\\.", "_", "\\b", "[^0-9]", "\\D"))
+                                 or bool(re.match(r"\.[A-Za-z_]", after)))
         out.append(LayerNumber(m.start(), m.end(), prefix_start, m.group(0), meant, bounded))
     return out
 

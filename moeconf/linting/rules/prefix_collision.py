@@ -71,9 +71,12 @@ def check(ctx: Context) -> Iterator[Hit]:
                 for n in nums:
                     if not n.bounded:
                         fix = pat[:off] + n.fix(alt) + pat[off + len(alt):]
-                        yield Hit(*ctx.at_item(item, off + n.end),
-                                  f"{q(alt[n.prefix_start:n.end])} is not closed by '\\.', so it also matches longer "
-                                  f"block numbers (blk.1 -> blk.10-19); write {q(fix)}")
+                        said = q(alt[n.prefix_start:n.end])
+                        why = (f"{said} is not closed by '\\.', so it also matches longer block numbers "
+                               "(blk.1 -> blk.10-19)") if n.prefix_start != n.start else (
+                               f"{said} has no 'blk\\.' in front, so it also matches the end of longer block "
+                               "numbers (6 -> 16, 26, ...)")
+                        yield Hit(*ctx.at_item(item, off + n.end), f"{why}; write {q(fix)}")
             continue
         mine = taken.get(index[raw_k], [])
         compiled = [(off, alt, nums, matches(alt)) for off, alt, nums in numbered]
