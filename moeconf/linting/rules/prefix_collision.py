@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, item_tensors, matches, q
+from moeconf.linting.rules._base import Hit, explanation_index, item_tensors, matches, q
 from moeconf.model.inventory import format_ranges
 
 from ._patterns import LayerNumber, alternatives, layer_numbers
@@ -56,8 +56,7 @@ def _fits_elsewhere(compiled: _Compiled, me: str, name: str, layer: int) -> bool
 
 
 def check(ctx: Context) -> Iterator[Hit]:
-    index = ({it.raw_index: k for k, it in enumerate(ctx.explanation.items) if it.raw_index is not None}
-             if ctx.explanation is not None else {})
+    index = explanation_index(ctx) if ctx.explanation is not None else {}
     taken = item_tensors(ctx)
     n_layer = len(ctx.inventory.layers) if ctx.inventory is not None else 1000
     for raw_k, item in enumerate(ctx.invocation.items()):
