@@ -167,6 +167,34 @@ def bench_lint_corpus(args: argparse.Namespace) -> None:
             print("ERR  " + line)
 
 
+def bench_lint_mutants(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from collections import Counter
+
+    import lintcorpus
+
+    t = time.perf_counter()
+    pairs = lintcorpus.mutants()
+    kinds = Counter(what for what, _ in pairs)
+    s = lintcorpus.score([la for _, la in pairs])
+    dt = time.perf_counter() - t
+    prec, rec = lintcorpus.tables(s)
+    print(f"\nmutants: {s.launches} launches ({', '.join(f'{k} {n}' for k, n in kinds.most_common())}); "
+          f"linted and judged in {_fmt_s(dt)}")
+    _print_table("lint precision per rule on the mutants", prec)
+    _print_table("lint recall per problem type on the mutants", rec)
+    if s.unjudged:
+        print("\nnot judged: " + ", ".join(f"{k} {v}" for k, v in sorted(s.unjudged.items())))
+    print(f"error-severity findings on launches the engine runs as written: {len(s.errors_on_clean)}")
+    if args.verbose:
+        for line in s.false_positives:
+            print("FP   " + line)
+        for line in s.misses:
+            print("MISS " + line)
+        for line in s.errors_on_clean:
+            print("ERR  " + line)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tables", nargs="*", metavar="TABLE", help=f"which tables: {', '.join(TABLES)} (default: all)")
@@ -186,6 +214,7 @@ TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "inventory": lambda a: bench_inventory(a.runs, a.ref_runs),
     "ot-length": bench_ot_length,
     "lint-corpus": bench_lint_corpus,
+    "lint-mutants": bench_lint_mutants,
 }
 
 

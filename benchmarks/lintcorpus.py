@@ -123,9 +123,9 @@ def split_items(launch: Launch) -> list[RefItem]:
         for ii, text in enumerate(texts):
             pat, eq, dev = text.partition("=")
             it = RefItem(vi, ii, text, pat if eq else None, dev if eq else None, raw=parts[ii])
-            if len(parts[ii].split()) > 1:
+            if ik_trims(launch) and len(parts[ii].split()) > 1:
                 it.problems.add("words-dropped")  # this build reads the first word, ignores the rest
-            elif parts[ii] != text:
+            elif ik_trims(launch) and parts[ii] != text:
                 it.problems.add("space-trimmed")  # this build drops it; newer ik and mainline would not
             items.append(it)
     return items
@@ -140,6 +140,17 @@ def compile_regex(pattern: str):  # type: ignore[no-untyped-def]
         return regress.Regex(pattern)
     except Exception:
         return None
+
+
+def rpc_name_ok(launch: Launch, device: str) -> bool:
+    """RPC devices are RPC[host:port] on mainline before b6688, RPC<n>[host:port] since (and on ik)."""
+    if not device.startswith("RPC"):
+        return True
+    indexed = bool(re.match(r"RPC\d+\[", device))
+    if launch.engine == "ik_llama.cpp":
+        return indexed
+    build = int(launch.version.lstrip("b")) if launch.version else 10**6
+    return indexed == (build >= 6688)
 
 
 def flag(flags: list[str], *names: str) -> str | None:
@@ -275,7 +286,7 @@ def label(launch: Launch) -> tuple[list[RefItem], set[str]]:
     launch_problems: set[str] = set()
     for it in items:
         if (it.pattern is None or it.text == "" or compile_regex(it.pattern) is None
-                or not DEVICE.fullmatch(it.device or "")):
+                or not DEVICE.fullmatch(it.device or "") or not rpc_name_ok(launch, it.device or "")):
             it.problems.add("refused")
     cpu_moe = "--cpu-moe" in launch.flags or "-cmoe" in launch.flags
     if launch.engine == "ik_llama.cpp" and flag(launch.flags, "-ngl", "--n-gpu-layers") == "0":
@@ -487,7 +498,7 @@ def score(launches: list[Launch] | None = None) -> Score:
                     if more:
                         # one finding for several items of one -ot value: the others it counts must
                         # have a problem of the rule's kind too, and are found by it
-                        others = [j for j, x in enumerate(items) if j != k and x.value == items[k].value
+                        others = [j for j, x in enumerate(items) if j > k and x.value == items[k].value
                                   and (x.problems - (INFO_ONLY if f.severity != "info" else set())) & types]  # type: ignore[attr-defined]
                         claimed = int(more.group(1))
                         for j in others[:claimed]:
@@ -534,3 +545,44 @@ def tables(s: Score) -> tuple[list[list[str]], list[list[str]]]:
     f = sum(n for p, n in s.found.items() if p not in NOT_RECALLED)
     rec.append(["all", str(t), str(f), f"{100 * f / max(t, 1):.1f}%"])
     return prec, rec
+
+
+# --- mutants: the corpus with the mistakes people make, put in on purpose ------------------------
+
+def _mutations(value: str) -> list[tuple[str, str]]:
+    out = []
+    m = re.search(r"(blk\\\.(?:\d+|\[[^\]]*\]|\([^)]*\)))\\\.", value)
+    if m:
+        out.append(("unbounded layer number", value[:m.end() - 2] + value[m.end():]))
+    if "," in value:
+        out.append(("space after comma", value.replace(",", ", ")))
+        items = value.split(",")
+        out.append(("catch-all first", ",".join([items[-1], *items[:-1]])))
+    if "\\." in value:
+        out.append(("dots unescaped", value.replace("\\.", ".")))
+    if "_exps" in value:
+        out.append(("exp for exps", value.replace("_exps", "_exp", 1)))
+    if "[0-9]" in value:
+        out.append(("(0-9) for [0-9]", value.replace("[0-9]", "(0-9)", 1)))
+    if "exps=CPU" in value and "ffn" not in value:
+        out.append(("ffn catch-all", value.replace("exps=CPU", "ffn.*=CPU", 1)))
+    return out
+
+
+def mutants(launches: list[Launch] | None = None) -> list[tuple[str, Launch]]:
+    """Each corpus launch with one mistake put into one of its values, deduplicated."""
+    launches = load_corpus() if launches is None else launches
+    out: list[tuple[str, Launch]] = []
+    seen: set[tuple[str, ...]] = set()
+    for la in launches:
+        for vi, value in enumerate(la.ot):
+            for what, mutated in _mutations(value):
+                ot = [*la.ot[:vi], mutated, *la.ot[vi + 1:]]
+                key = (la.model, la.engine, *la.flags, *ot)
+                if key in seen or mutated == value:
+                    continue
+                seen.add(key)
+                # spaces after commas on the newest builds, which keep them; other mistakes as posted
+                version = None if what == "space after comma" and la.engine == "ik_llama.cpp" else la.version
+                out.append((what, Launch(ot, la.flags, la.model, la.engine, version, la.source, len(out))))
+    return out

@@ -113,7 +113,7 @@ def _run_rules(ctx: Context, config: Config, rules: Sequence[ModuleType], plan: 
             f = Finding(rule.CODE, rule.NAME, sev, ctx.path, hit.line or ctx.line, hit.column or ctx.column,
                         hit.message)
             value = _value_of(ctx, f)
-            groups.setdefault(f if value is None else value, []).append(f)
+            groups.setdefault(f if value is None else (value, sev), []).append(f)
         for group in groups.values():
             out.append(_grouped(group))
     return out
@@ -131,12 +131,11 @@ def _value_of(ctx: Context, f: Finding) -> int | None:
 
 
 def _grouped(group: list[Finding]) -> Finding:
+    """One finding for a rule's findings of one severity on one -ot value, with a count."""
     first = group[0]
     if len(group) == 1:
         return first
-    worst = max(group, key=lambda f: ("info", "warning", "error").index(f.severity)).severity
-    return replace(first, severity=worst,
-                   message=f"{first.message} [and {len(group) - 1} more {first.name} finding"
+    return replace(first, message=f"{first.message} [and {len(group) - 1} more {first.name} finding"
                    f"{'s' if len(group) > 2 else ''} in this -ot value]")
 
 
