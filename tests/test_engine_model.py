@@ -146,3 +146,13 @@ def test_plan_with_an_unknown_version_is_refused(tmp_path: Path) -> None:
 
 def test_engine_accepts_both_spellings() -> None:
     assert engine("ik", "0.1.5").date == "2026-04-13" and engine("llama.cpp", "b7600").build == 7600
+
+
+def test_init_says_what_the_version_decides(tmp_path: Path) -> None:
+    from moeconf.plan.starter import starter_plan
+
+    inv = load_inventory(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    text = starter_plan(inv, str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json"), str(tmp_path), "ik_llama.cpp")
+    assert "0.1.5" in text and "2026-08-15" in text and "--n-cpu-moe" in text
+    plan = plan_from_text(text, str(tmp_path / "plan.toml"))
+    assert compile_plan(plan, inventory=inv).ot
