@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from moeconf.engines import Engine, ik, mainline
+from moeconf.engines import IK_NEWEST_DATE, Engine, ik, mainline
 from moeconf.engines.cmdline import NcmoeTake, invocation_ncmoe, ncmoe_take
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
@@ -140,7 +140,9 @@ def check(ctx: Context) -> Iterator[Hit]:
         problems = []
         taken = set(take.blocks)
         if dense & taken:
-            problems.append(f"dense blocks {format_ranges(sorted(dense & taken))} have no experts, so only "
+            d = sorted(dense & taken)
+            problems.append(f"dense block{'s' if len(d) > 1 else ''} {format_ranges(d)} "
+                            f"{'have' if len(d) > 1 else 'has'} no experts, so only "
                             f"{len(taken - dense - nextn)} MoE layers move")
         if nextn & taken:
             problems.append(f"it counts the nextn block {format_ranges(sorted(nextn & taken))}")
@@ -154,7 +156,7 @@ def check(ctx: Context) -> Iterator[Hit]:
             problems.append("the blocks are not a first-N or last-N range")
         if ctx.engine_source == "default" and way is None:
             others = {e.label: sorted(ncmoe_take(e, inv, take.n, n_devices=len(gpus)).blocks)
-                      for e in (mainline(), ik("0.1.5"), ik())}
+                      for e in (mainline(), ik("0.1.5"), ik(IK_NEWEST_DATE))}
             if len({tuple(b) for b in others.values()}) > 1:
                 problems.append("the engine is not declared: " + "; ".join(
                     f"{label} takes {format_ranges(b)}" for label, b in others.items())
