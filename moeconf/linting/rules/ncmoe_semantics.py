@@ -21,8 +21,18 @@ FAIL (engine=ik_llama.cpp, version=2026-08-15, model=qwen3-30b-a3b):
     # keep the MoE weights of the first 10 layers in RAM
     llama-server -m m.gguf -ngl 999 --n-cpu-moe 10
 
+FAIL (engine=ik_llama.cpp, version=0.1.5, model=qwen3-30b-a3b):
+    # moeconf: gpus=CUDA0+CUDA1
+    # keep the MoE weights of the first 10 layers in RAM
+    llama-server -m m.gguf -ngl 999 --n-cpu-moe 10
+
 PASS (engine=ik_llama.cpp, version=0.1.5, model=qwen3-30b-a3b):
     # keep the MoE weights of the first 10 layers in RAM
+    llama-server -m m.gguf -ngl 999 --n-cpu-moe 10
+
+PASS (engine=ik_llama.cpp, version=0.1.5, model=qwen3-30b-a3b):
+    # moeconf: gpus=CUDA0+CUDA1
+    # --n-cpu-moe is shared per GPU: each GPU keeps its last layers' experts in RAM
     llama-server -m m.gguf -ngl 999 --n-cpu-moe 10
 
 PASS (engine=ik_llama.cpp, version=2026-08-15, model=qwen3-30b-a3b):
