@@ -70,6 +70,7 @@ class Engine:
     creates_nextn_tensors: bool
     # names
     rpc_indexed: bool  # RPC0[host:port] (b6688+) rather than RPC[host:port]
+    rpc_repeats_add: bool  # a second --rpc adds servers (mainline) or replaces the first (ik)
     metal_name: str  # MTL0 (b7917+) or Metal
     has_merge_qkv: bool
     has_merge_up_gate: bool
@@ -150,7 +151,7 @@ def mainline(version: str | None = None) -> Engine:
         has_fit=b >= 7416, fit_default_on=b >= 7416,
         fit_with_overrides="gives-up" if b >= 7416 else "absent",
         creates_nextn_tensors=False,
-        rpc_indexed=b >= 6688, metal_name="MTL0" if b >= 7917 else "Metal",
+        rpc_indexed=b >= 6688, rpc_repeats_add=True, metal_name="MTL0" if b >= 7917 else "Metal",
         has_merge_qkv=False, has_merge_up_gate=False,
         split_modes=("none", "layer", "row", "tensor") if b >= 8740 else ("none", "layer", "row"),
         fa_takes_value=b >= 6325,
@@ -215,7 +216,7 @@ def ik(version: str | None = None) -> Engine:
         # without -mtp a nextn block's tensors are created TENSOR_SKIP ("model has unused tensor
         # ... -- ignoring"): not loaded, though an override line is logged for them first
         creates_nextn_tensors=False,
-        rpc_indexed=True, metal_name="Metal",
+        rpc_indexed=True, rpc_repeats_add=False, metal_name="Metal",
         has_merge_qkv=True, has_merge_up_gate=True,
         split_modes=("none", "layer", "graph", "attn"),
         fa_takes_value=True,

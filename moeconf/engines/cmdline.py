@@ -113,7 +113,8 @@ class Invocation:
 
     def rpc_devices(self) -> list[str]:
         fmt = "RPC0[{}]" if self.engine.rpc_indexed else "RPC[{}]"
-        return [fmt.format(s) for _, v, _ in self.rpc for s in v.text.split(",") if s]
+        used = self.rpc if self.engine.rpc_repeats_add else self.rpc[-1:]
+        return [fmt.format(s) for _, v, _ in used for s in v.text.split(",") if s]
 
     def n_gpu_layers(self) -> int:
         return self.ngl[1] if self.ngl else self.engine.default_ngl

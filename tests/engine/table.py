@@ -20,7 +20,10 @@ def main(path: str) -> int:
     with open(path) as f:
         rows = json.load(f)
     by: dict[tuple[str, str], Totals] = {}
+    crashes = [c for r in rows if "crashes_after_loading" in r for c in r["crashes_after_loading"]]
     for r in rows:
+        if "engine" not in r:
+            continue
         agg = by.setdefault((r["engine"], r["package"]), Totals())
         agg.archs.add(r["model"].removeprefix("tiny-"))
         if "rules" in r:
@@ -37,6 +40,10 @@ def main(path: str) -> int:
         cmd = sum(a.cmdlines.values())
         print(f"| {engine} | {package} | {', '.join(sorted(a.archs))} | {a.plans} | {cmd} ({a.cmdlines.get(1, 0)} / "
               f"{a.cmdlines.get(2, 0)}) | {a.tensors} | {a.disagreements} |")
+    if crashes:
+        print(f"\n{len(crashes)} ik_llama.cpp run(s) crashed after placing every tensor (placement compared):")
+        for c in crashes:
+            print(f"- {c['model']}: {' '.join(c['args'])} (exit {c['returncode']})")
     return 0
 
 

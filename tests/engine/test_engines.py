@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from tests.strategies import rules
 pytestmark = pytest.mark.engine
 
 RESULTS: list[dict[str, object]] = []
+CRASHES: list[dict[str, object]] = []
+_IK_LOADED = re.compile(r"llm_load_tensors: offloaded \d+/\d+ layers to GPU")
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +54,7 @@ def results_table() -> Iterator[None]:
     yield
     if RESULTS:
         out = Path(os.environ.get("MOECONF_ENGINE_RESULTS", Path.cwd() / "engine-results.json"))
-        out.write_text(json.dumps(RESULTS, indent=1))
+        out.write_text(json.dumps([*RESULTS, {"crashes_after_loading": CRASHES}] if CRASHES else RESULTS, indent=1))
 
 
 def actual_placement(build: EngineBuild, model: Path, inv: Inventory, args: list[str], endpoints: list[str],
@@ -59,7 +62,12 @@ def actual_placement(build: EngineBuild, model: Path, inv: Inventory, args: list
     """Every tensor's device as the engine's log tells it (None: the engine does not load it),
     and, for ik_llama.cpp, what else its log says (layer split, --n-cpu-moe shares)."""
     run = run_engine(build, model, args, env, endpoints)
-    assert run.returncode == 0, run.log[-3000:]
+    if run.returncode != 0 and build.name == "ik_llama.cpp" and _IK_LOADED.search(run.log):
+        # ik 0.1.5 placed every tensor (its load summary is printed after placement) and then
+        # crashed setting up the context: the placement is still what it did
+        CRASHES.append({"model": str(model.name), "args": args, "returncode": run.returncode})
+    else:
+        assert run.returncode == 0, run.log[-3000:]
     if build.name == "llama.cpp":
         return dict(parse_mainline(run.log, inv, endpoints)), None
     ik_log = parse_ik(run.log, inv, endpoints)
@@ -194,8 +202,8 @@ def test_explain_matches_engine(build: EngineBuild, tiny_models: dict[str, Path]
     inv = load_inventory(model)
     eng = engine(build.name, build.version)
     with rpc_servers(build, n_rpc) as endpoints:
-        args = [*(a for e in endpoints for a in ("--rpc", e)),
-                *[a.replace("@rpc0", f"RPC0[{endpoints[0]}]") for a in cmd]]
+        # one --rpc with every server: ik keeps only the last --rpc
+        args = ["--rpc", ",".join(endpoints), *[a.replace("@rpc0", f"RPC0[{endpoints[0]}]") for a in cmd]]
         if build.name == "llama.cpp":
             args += ["-fit", "off"]
         got, ik_log = actual_placement(build, model, inv, args, endpoints)
