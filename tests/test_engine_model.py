@@ -156,3 +156,13 @@ def test_init_says_what_the_version_decides(tmp_path: Path) -> None:
     assert "0.1.5" in text and "2026-08-15" in text and "--n-cpu-moe" in text
     plan = plan_from_text(text, str(tmp_path / "plan.toml"))
     assert compile_plan(plan, inventory=inv).ot
+
+
+def test_lint_config_with_an_unknown_version_is_refused(tmp_path: Path) -> None:
+    from moeconf.errors import MoeconfError
+    from moeconf.linting.linter import lint
+
+    (tmp_path / ".moeconf.toml").write_text('engine = "ik_llama.cpp"\nengine_version = "latest"\n')
+    (tmp_path / "run.sh").write_text("llama-server -m m.gguf -ngl 999\n")
+    with pytest.raises(MoeconfError, match="YYYY-MM-DD"):
+        lint([str(tmp_path / "run.sh")])
