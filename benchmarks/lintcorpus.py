@@ -47,6 +47,10 @@ ALWAYS_ACTIVE_WORDS = re.compile(r"attn|shexp|gate_inp|norm|ffn_(up|down|gate)(?
 DEVICE = re.compile(r"CPU|(?:CUDA|ROCm|MUSA|Vulkan|SYCL|CANN|MTL)\d+|Metal|OpenCL|RPC\d*\[[^\]]+\]")
 IK_TRIM_UNTIL = "2025-09-01"  # ik_llama.cpp split -ot values with `stream >> word` before this date
 IK_TRIM_BUILD = 3870  # the first ik_llama.cpp build (commit count) without it
+# ik_llama.cpp PR #2209 (2026-07-30): -ngl defaults to 999 (before: 0, nothing offloaded), and
+# -ngl 0 drops every -ot rule (before: applied)
+IK_AUTO_NGL_SINCE = "2026-07-30"
+IK_PACKAGE_DATES = {"0.1.5": "2026-04-13"}
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,16 @@ def ik_trims(launch: Launch) -> bool:
     return bool(m) and int(m.group(1)) < IK_TRIM_BUILD
 
 
+def ik_auto_ngl(launch: Launch) -> bool:
+    """ik_llama.cpp at or after PR #2209 (an unversioned line means the newest code)."""
+    v = (launch.version or "").lstrip("v")
+    v = IK_PACKAGE_DATES.get(v, v)
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+        return v >= IK_AUTO_NGL_SINCE
+    m = re.fullmatch(r"b?(\d+)", v)
+    return not m  # ik build numbers are all from before 2026-07
+
+
 def split_items(launch: Launch) -> list[RefItem]:
     items = []
     for vi, value in enumerate(launch.ot):
@@ -163,6 +177,8 @@ def flag(flags: list[str], *names: str) -> str | None:
 def default_on_gpu(launch: Launch, t: RefTensor, n_layer: int) -> bool:
     ngl_text = flag(launch.flags, "-ngl", "--n-gpu-layers", "--gpu-layers")
     ngl = 10**6 if ngl_text in (None, "all", "auto", "-1") else int(ngl_text)
+    if ngl_text is None and launch.engine == "ik_llama.cpp" and not ik_auto_ngl(launch):
+        ngl = 0
     if t.name.startswith("token_embd"):
         return False
     if launch.engine == "ik_llama.cpp":
@@ -289,7 +305,12 @@ def label(launch: Launch) -> tuple[list[RefItem], set[str]]:
                 or not DEVICE.fullmatch(it.device or "") or not rpc_name_ok(launch, it.device or "")):
             it.problems.add("refused")
     cpu_moe = "--cpu-moe" in launch.flags or "-cmoe" in launch.flags
-    if launch.engine == "ik_llama.cpp" and flag(launch.flags, "-ngl", "--n-gpu-layers") == "0":
+    if launch.engine == "ik_llama.cpp" and not ik_auto_ngl(launch) and flag(
+            launch.flags, "-ngl", "--n-gpu-layers", "--gpu-layers") is None and any(
+            it.device not in (None, "CPU") for it in items):
+        launch_problems.add("nothing-offloaded")  # old ik: no -ngl offloads no layer (KV stays in RAM)
+    if (launch.engine == "ik_llama.cpp" and ik_auto_ngl(launch)
+            and flag(launch.flags, "-ngl", "--n-gpu-layers", "--gpu-layers") == "0"):
         for it in items:  # ik ignores every -ot rule when nothing is offloaded
             if not it.problems:
                 it.problems.add("ot-ignored")
@@ -381,8 +402,11 @@ RULE_TYPES: dict[str, set[str]] = {
     "repeated-ot": {"repeated-ot"},
     "fit-conflict": {"fit-conflict"},
     "item-not-simulated": {"ot-ignored"},
+    "ngl-conflict": {"nothing-offloaded"},
     "name-collision": {"name-overreach"},
 }
+# rules whose findings are about the whole launch line, judged by its launch-level problems
+LAUNCH_RULES = {"sm-graph-overrides", "repeated-ot", "fit-conflict", "ngl-conflict"}
 GROUPED = re.compile(r"\[and (\d+) more \S+ findings? in this -ot value\]$")
 # only a note (info) is true of whitespace the engine version drops
 INFO_ONLY = {"space-trimmed"}
@@ -482,7 +506,7 @@ def score(launches: list[Launch] | None = None) -> Score:
                     s.unjudged[name] += 1
                     continue
                 here = items[k].problems if k is not None else launch_problems
-                if k is None and name not in ("sm-graph-overrides", "repeated-ot", "fit-conflict"):
+                if k is None and name not in LAUNCH_RULES:
                     # a launch-level finding of an item rule: true if any item has the problem
                     here = set().union(*(it.problems for it in items)) if items else set()
                 if f.severity != "info":  # type: ignore[attr-defined]

@@ -98,7 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--ot", action="append", default=[], metavar="VALUE", help="an -ot value (repeatable)")
     exp.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp",
                      help="the engine to simulate (default: llama.cpp)")
-    exp.add_argument("--engine-version", metavar="V", help="b7600, 0.1.5, ... (default: newest known)")
+    exp.add_argument("--engine-version", metavar="V",
+                     help="llama.cpp: a build (b7600); ik_llama.cpp: a package version (0.1.5) or the commit "
+                     "date (2026-08-15) (default: newest known)")
     exp.add_argument("--gpus", metavar="LIST", help="comma-separated GPU buffer types (default: CUDA0 and every "
                      "well-formed GPU name the command line uses)")
     exp.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variables the engine sees")
@@ -229,11 +231,14 @@ def _lint_overrides(args: argparse.Namespace) -> dict[str, object]:
 def _cmd_explain(args: argparse.Namespace) -> int:
     import json
 
-    from moeconf.engines import engine
+    from moeconf.engines import engine, version_error
     from moeconf.explanation import explain
     from moeconf.model.inventory import load_inventory
     from moeconf.report.explain import render
 
+    bad_version = version_error(args.engine, args.engine_version)
+    if bad_version:
+        raise MoeconfError(f"--engine-version: {bad_version}")
     inv = load_inventory(args.model)
     eng = engine(args.engine, args.engine_version)
     argv = list(args.engine_args)

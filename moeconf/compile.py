@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from moeconf.engines import Engine, engine
+from moeconf.engines import Engine, engine, version_error
 from moeconf.errors import PlanError
 from moeconf.model.inventory import Inventory, load_inventory
 from moeconf.placement import Placement
@@ -62,6 +62,9 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     from moeconf.emitting.argv import build_argv
 
     p = plan if isinstance(plan, Plan) else load_plan(plan)
+    bad_version = version_error(p.config.engine.name, p.config.engine.version)
+    if bad_version:
+        raise p.error_at_key(("engine", "version"), bad_version)
     inv = inventory if inventory is not None else load_inventory(model or p.model_path)
     eng = engine(p.config.engine.name, p.config.engine.version)
     _check_flags(p, eng)

@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.engines.cmdline import Arg, Invocation, engine_items, parse_invocation
+from moeconf.engines.cmdline import Arg, Invocation, engine_items, invocation_ncmoe, parse_invocation
 from moeconf.engines.regex import check_regex
 from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, simulate
-from moeconf.model.inventory import Inventory
+from moeconf.model.inventory import Inventory, format_ranges
 from moeconf.placement import Placement
 
 
@@ -58,7 +58,13 @@ class Explanation:
 
 
 def available_devices(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
-    return ["CPU", *invocation.rpc_devices(), *gpus]
+    """CPU, then the accelerators: RPC servers first (both engines put them in front), then local
+    GPUs; `-dev` keeps the ones it names, in its order (`none`: no accelerator)."""
+    have = [*invocation.rpc_devices(), *gpus]
+    if invocation.device_list is not None:
+        named = [d for d in invocation.device_list.text.split(",") if d]
+        have = [] if named == ["none"] else [d for d in named if d in have]
+    return ["CPU", *have]
 
 
 def assumed_gpus(invocation: Invocation) -> list[str]:
@@ -79,8 +85,11 @@ def assumed_gpus(invocation: Invocation) -> list[str]:
     return sorted(names, key=key)
 
 
-def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[str] | None) -> Explanation:
-    """Simulate the invocation. `gpus=None`: the machine's GPUs are not known (see assumed_gpus)."""
+def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[str] | None,
+                       layer_devices: Sequence[int] | None = None) -> Explanation:
+    """Simulate the invocation. `gpus=None`: the machine's GPUs are not known (see assumed_gpus).
+    `layer_devices`: where ik_llama.cpp put each block (then the output layer) when it split
+    them over several devices, as its log reports it; unknown (None) it splits by free memory."""
     eng = invocation.engine
     if gpus is None:
         gpus = assumed_gpus(invocation)
@@ -102,7 +111,7 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
             invocation.ngl or invocation.ot or invocation.cpu_moe or invocation.n_cpu_moe):
         notes.append("--fit is on by default and nothing is set by hand: fit chooses -ngl and overrides at "
                      "load time from free memory; the map shows everything offloaded")
-    defaults = default_devices(inv, eng, ngl, accel, ts, sm)
+    defaults = default_devices(inv, eng, ngl, accel, ts, sm, layer_devices)
     for raw in invocation.items():
         if raw.pattern is None:
             refusals.append(f"-ot item {raw.text!r} has no '=' (REGEX=DEVICE)")
@@ -112,10 +121,14 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
         problem = check_regex(raw.pattern)
         if problem:
             refusals.append(f"regex {raw.pattern!r}: {problem.message}")
-    items = engine_items(invocation, inv)
+    items = engine_items(invocation, inv, len(accel), layer_devices)
     if eng.ot_needs_gpu and (not accel or ngl == 0) and items:
-        notes.append(f"{eng.name} drops every -ot and --n-cpu-moe rule with -ngl 0 or no GPU")
+        notes.append(f"{eng.label} drops every -ot and --n-cpu-moe rule with -ngl 0 or no GPU")
         items = []
+    else:
+        notes += ncmoe_notes(invocation, inv, accel, layer_devices)
+    if invocation.ngl is None and eng.default_ngl == 0 and accel:
+        notes.append(f"{eng.label} offloads nothing without -ngl (default 0): every layer stays on the CPU")
     usable = [(p, d, o, k) for p, d, o, k in items if d in devices and check_regex(p) is None]
     overrides = [OverrideItem(p, d, o) for p, d, o, _ in usable]
     sim = simulate(inv, overrides, defaults, ecmascript_matcher)
@@ -136,10 +149,33 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes), dict(sim.matched_by))
 
 
+def ncmoe_notes(invocation: Invocation, inv: Inventory, accel: Sequence[str],
+                layer_devices: Sequence[int] | None = None) -> list[str]:
+    """What each --n-cpu-moe / --cpu-moe takes, said in the engine's own terms."""
+    out = []
+    for take, origin, _order in invocation_ncmoe(invocation, inv, len(accel), layer_devices):
+        if take.path == "all":
+            continue
+        if take.path == "none":
+            out.append(f"{origin}: {invocation.engine.label} applies no --n-cpu-moe rule with -sm none and "
+                       f"{len(accel)} devices")
+            continue
+        blocks = format_ranges(sorted(take.blocks)) if take.blocks else "none"
+        if take.path == "per-device":
+            per = "; ".join(f"{accel[d]}: {c} layers -> {k}" for d, (c, k) in enumerate(take.shares))
+            est = (" (the layer split is moeconf's estimate: ik splits layers by free memory)"
+                   if take.estimated_split else "")
+            out.append(f"{origin}: shared over {len(accel)} devices by their layer counts ({per}); each gives "
+                       f"up its own last blocks, experts or not: blocks {blocks}, weights only{est}")
+        else:
+            out.append(f"{origin}: blocks {blocks}")
+    return out
+
+
 def explain(inv: Inventory, engine: Engine, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-            gpus: Sequence[str] | None = None) -> Explanation:
+            gpus: Sequence[str] | None = None, layer_devices: Sequence[int] | None = None) -> Explanation:
     """Simulate `argv` (the engine's command line, binary first or not) on the model. Without
     `gpus`, CUDA0 and every well-formed GPU name the items use are simulated."""
     args = [Arg(a) for a in argv]
     envs = {k: Arg(v) for k, v in (env or {}).items()}
-    return explain_invocation(inv, parse_invocation(args, engine, envs), gpus)
+    return explain_invocation(inv, parse_invocation(args, engine, envs), gpus, layer_devices)

@@ -240,6 +240,6 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
     if eng.ot_needs_gpu and (not devices_all or n_gpu_layers(plan) == 0) and plan.rules:
         pos = locate_engine(plan)
         warnings.append(Diagnostic(
-            f"{eng.name} drops every -ot rule when -ngl is 0 or there is no GPU", plan.path, pos[0], pos[1]))
+            f"{eng.label} drops every -ot rule when -ngl is 0 or there is no GPU", plan.path, pos[0], pos[1]))
     placement = Placement(inv, eng, devices, defaults, reasons)
     return Resolution(placement, tuple(warnings), tuple(selected), tuple(decisive))

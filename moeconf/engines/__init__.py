@@ -20,24 +20,44 @@ AUTO_GPU: Final = "GPU(auto)"
 # Newest mainline build these facts were read from; a plan without a version targets it.
 NEWEST_MAINLINE_BUILD: Final = 10573
 
+# ik_llama.cpp has no release numbers in git: moeconf names an ik_llama.cpp version either by a
+# PyPI package version it knows (below) or by the date of the ik_llama.cpp commit it was built
+# from, YYYY-MM-DD (`git log -1 --format=%cs`). Each fact below carries the date of the pull
+# request that introduced it. Dates are modelled from the oldest code read (0.1.5's) on; a date
+# past the newest code read gets the newest code's facts.
+IK_PACKAGES: Final = {"0.1.5": "2026-04-13"}  # ik-llama-cpp-python 0.1.5 vendors ik commit 55d3c05bf
+IK_OLDEST_DATE: Final = "2026-04-13"
+IK_NEWEST_DATE: Final = "2026-08-15"  # ik commit 8337e4cd3, the newest code read
+IK_PR_OUTPUT_ON_GPU_PARTIAL_NGL: Final = "2026-05-23"  # PR #1869: -sm none/graph/attn, any -ngl > 0
+IK_PR_AUTO_NGL: Final = "2026-07-30"  # PR #2209: -ngl defaults to 999; -ngl 0 drops -ot and -ncmoe
+IK_PR_NCMOE_LAST: Final = "2026-08-07"  # PR #2262: one device: the last N layers with experts
+
 
 @dataclass(frozen=True)
 class Engine:
-    """An engine at a version. `build` is mainline's build number (bNNNN); ik_llama.cpp has
-    none, its facts are those of the newest code read (2026-08)."""
+    """An engine at a version. `build` is mainline's build number (bNNNN); `date` is the date of
+    the ik_llama.cpp commit (ik has no build numbers; see IK_PACKAGES)."""
 
     name: EngineName
     version: str | None
     build: int | None
+    date: str | None
     # -ot parsing
     max_overrides: int | None
     # env
     env_override_tensor: bool  # LLAMA_ARG_OVERRIDE_TENSOR
     env_cpu_moe: bool  # LLAMA_ARG_CPU_MOE / LLAMA_ARG_N_CPU_MOE
-    # --n-cpu-moe takes the first N block indices, or the last N layers with experts
+    # --n-cpu-moe N on one device: the first N block indices (dense blocks included), or the last
+    # N layers with routed experts
     ncmoe_takes: Literal["first", "last"]
     ncmoe_skips_nextn: bool
     ncmoe_pattern_has_gate_up: bool
+    # what follows the expert kinds in ik's one-device pattern: r"\.weight" (biases stay) or
+    # r"\.(weight|scale)"; "" for mainline's `_(ch|)exps` with no suffix
+    ncmoe_suffix: str
+    # ik: with 2+ devices in -sm layer and N < block count, N is shared over the devices in
+    # proportion to their layer counts and each device gives up its own last layers
+    ncmoe_per_device: bool
     # -ngl: does N count the output layer (mainline) or only repeating blocks (ik)
     ngl_counts_output: bool
     ngl_words: bool  # auto / all
@@ -50,6 +70,7 @@ class Engine:
     creates_nextn_tensors: bool
     # names
     rpc_indexed: bool  # RPC0[host:port] (b6688+) rather than RPC[host:port]
+    rpc_repeats_add: bool  # a second --rpc adds servers (mainline) or replaces the first (ik)
     metal_name: str  # MTL0 (b7917+) or Metal
     has_merge_qkv: bool
     has_merge_up_gate: bool
@@ -125,15 +146,16 @@ def mainline(version: str | None = None) -> Engine:
     build = _parse_build(version)
     b = build if build is not None else NEWEST_MAINLINE_BUILD
     return Engine(
-        name="llama.cpp", version=version, build=b,
+        name="llama.cpp", version=version, build=b, date=None,
         max_overrides=4095,
         env_override_tensor=b >= 7536, env_cpu_moe=b >= 6586,
         ncmoe_takes="first", ncmoe_skips_nextn=False, ncmoe_pattern_has_gate_up=b >= 8307,
+        ncmoe_suffix="", ncmoe_per_device=False,
         ngl_counts_output=True, ngl_words=b >= 7556, default_ngl=-1,
         has_fit=b >= 7416, fit_default_on=b >= 7416,
         fit_with_overrides="gives-up" if b >= 7416 else "absent",
         creates_nextn_tensors=False,
-        rpc_indexed=b >= 6688, metal_name="MTL0" if b >= 7917 else "Metal",
+        rpc_indexed=b >= 6688, rpc_repeats_add=True, metal_name="MTL0" if b >= 7917 else "Metal",
         has_merge_qkv=False, has_merge_up_gate=False,
         split_modes=("none", "layer", "row", "tensor") if b >= 8740 else ("none", "layer", "row"),
         fa_takes_value=b >= 6325,
@@ -144,37 +166,70 @@ def mainline(version: str | None = None) -> Engine:
     )
 
 
-# ik_llama.cpp releases whose behaviour differs from the newest code read (2026-08-15).
-# 0.1.5 is the PyPI source package: it loads a glm4moe nextn block's tensors, and its
-# --n-cpu-moe takes the last N layers without skipping nextn blocks [run, shared/oracle.md].
-_IK_VERSIONS: dict[str, dict[str, object]] = {
-    "0.1.5": {"creates_nextn_tensors": True, "ncmoe_skips_nextn": False},
-}
+def ik_date(version: str | None) -> str:
+    """The ik_llama.cpp commit date a version names (see IK_PACKAGES); the newest code read for
+    None or a version moeconf cannot read (version_error says why)."""
+    v = (version or "").strip().lstrip("v")
+    if v in IK_PACKAGES:
+        return IK_PACKAGES[v]
+    if _DATE_RE.fullmatch(v):
+        # before the oldest code read: its facts are the closest known (engine-facts.md)
+        return max(min(v, IK_NEWEST_DATE), IK_OLDEST_DATE)
+    return IK_NEWEST_DATE
+
+
+_DATE_RE = re.compile(r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])")
+
+
+def version_error(name: str, version: str | None) -> str | None:
+    """Why `version` is not a version of engine `name` moeconf can model, or None."""
+    if version is None:
+        return None
+    v = version.strip()
+    if name in ("ik_llama.cpp", "ik_llamacpp", "ik"):
+        v = v.lstrip("v")
+        if v in IK_PACKAGES:
+            return None
+        if _DATE_RE.fullmatch(v):
+            # dates before the oldest code read take its facts (and the -ot word split before
+            # 2025-09-01): see ik_date and ik_before_word_split_change
+            return None
+        return (f"ik_llama.cpp version {version!r}: write a package version ({', '.join(IK_PACKAGES)}) or the "
+                "date of the ik_llama.cpp commit, YYYY-MM-DD (git log -1 --format=%cs)")
+    if _parse_build(v) is None:
+        return f"llama.cpp version {version!r}: write a build number like b7600"
+    return None
 
 
 def ik(version: str | None = None) -> Engine:
-    base = replace(
+    """ik_llama.cpp at a version (package version or commit date; None: the newest code read)."""
+    d = ik_date(version)
+    return replace(
         mainline(None),
-        name="ik_llama.cpp", version=version, build=None,
+        name="ik_llama.cpp", version=version, build=None, date=d,
         max_overrides=None,
         env_override_tensor=False, env_cpu_moe=False,
-        ncmoe_takes="last", ncmoe_skips_nextn=True, ncmoe_pattern_has_gate_up=True,
-        ngl_counts_output=False, ngl_words=False, default_ngl=-1,
+        ncmoe_takes="last" if d >= IK_PR_NCMOE_LAST else "first",
+        ncmoe_skips_nextn=d >= IK_PR_NCMOE_LAST,
+        ncmoe_pattern_has_gate_up=True,
+        ncmoe_suffix=r"\.(weight|scale)" if d >= IK_PR_NCMOE_LAST else r"\.weight",
+        ncmoe_per_device=True,
+        ngl_counts_output=False, ngl_words=False,
+        default_ngl=999 if d >= IK_PR_AUTO_NGL else 0,
         has_fit=True, fit_default_on=False, fit_with_overrides="error",
+        # without -mtp a nextn block's tensors are created TENSOR_SKIP ("model has unused tensor
+        # ... -- ignoring"): not loaded, though an override line is logged for them first
         creates_nextn_tensors=False,
-        rpc_indexed=True, metal_name="Metal",
+        rpc_indexed=True, rpc_repeats_add=False, metal_name="Metal",
         has_merge_qkv=True, has_merge_up_gate=True,
         split_modes=("none", "layer", "graph", "attn"),
         fa_takes_value=True,
         has_load_mode=False,
-        ot_needs_gpu=True,
-        output_on_gpu_any_ngl_modes=("none", "graph", "attn"),
+        ot_needs_gpu=d >= IK_PR_AUTO_NGL,
+        output_on_gpu_any_ngl_modes=("none", "graph", "attn") if d >= IK_PR_OUTPUT_ON_GPU_PARTIAL_NGL else (),
         fit_flag="--fit",
+        ot_items_read_as_words=ik_before_word_split_change(version),
     )
-    known = _IK_VERSIONS.get((version or "").lstrip("v"))
-    if ik_before_word_split_change(version):
-        base = replace(base, ot_items_read_as_words=True)
-    return replace(base, **known) if known else base  # type: ignore[arg-type]
 
 
 # ik_llama.cpp commit d7882c3cf (2025-09-01, build 3870) replaced the `>> word` item reader

@@ -9,7 +9,9 @@ from the environment.
 
 from __future__ import annotations
 
+import math
 import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -97,6 +99,7 @@ class Invocation:
     merge_qkv: Arg | None = None
     merge_up_gate: Arg | None = None
     ctx_size: Arg | None = None
+    device_list: Arg | None = None  # -dev/--device: the devices the engine may use, in order
     problems: list[tuple[Arg, str]] = field(default_factory=list)  # values the engine rejects
 
     def items(self) -> list[RawItem]:
@@ -119,7 +122,8 @@ class Invocation:
 
     def rpc_devices(self) -> list[str]:
         fmt = "RPC0[{}]" if self.engine.rpc_indexed else "RPC[{}]"
-        return [fmt.format(s) for _, v, _ in self.rpc for s in v.text.split(",") if s]
+        used = self.rpc if self.engine.rpc_repeats_add else self.rpc[-1:]
+        return [fmt.format(s) for _, v, _ in used for s in v.text.split(",") if s]
 
     def n_gpu_layers(self) -> int:
         return self.ngl[1] if self.ngl else self.engine.default_ngl
@@ -224,6 +228,8 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             inv.merge_up_gate = flag
         elif name in ("-c", "--ctx-size"):
             inv.ctx_size = value
+        elif name in ("-dev", "--device"):
+            inv.device_list = value
     return inv
 
 
@@ -243,48 +249,217 @@ def _parse_ngl(inv: Invocation, v: Arg) -> tuple[Arg, int] | None:
 
 # --- the engines' own MoE rules ----------------------------------------------------------------
 
-def cpu_moe_pattern(engine: Engine, block: int | None = None) -> str:
-    """The regex `--cpu-moe` (block None) or one block of `--n-cpu-moe` adds."""
+def cpu_moe_pattern(engine: Engine, block: int | None = None, *, per_device: bool = False) -> str:
+    """The regex `--cpu-moe` (block None, mainline) or one block of `--n-cpu-moe` adds. ik's
+    per-device share (2+ devices, -sm layer) always names the weights only."""
     if engine.name == "ik_llama.cpp":
         assert block is not None
-        return rf"blk\.{block}\.ffn_(up|down|gate|gate_up)_exps\.(weight|scale)"
+        suffix = r"\.weight" if per_device else engine.ncmoe_suffix
+        return rf"blk\.{block}\.ffn_(up|down|gate|gate_up)_exps{suffix}"
     kinds = "up|down|gate|gate_up" if engine.ncmoe_pattern_has_gate_up else "up|down|gate"
     ch = "_(ch|)exps" if (engine.build or 0) >= 6586 else "_exps"
     body = rf"\.ffn_({kinds}){ch}"
     return body if block is None else rf"blk\.{block}{body}"
 
 
-def ncmoe_blocks(engine: Engine, inv: Inventory, n: int) -> list[int]:
-    """Which blocks `--n-cpu-moe n` moves: the first n block indices on mainline (dense blocks
-    included); the last n layers that have routed experts on ik_llama.cpp (skipping nextn
-    blocks in newer builds)."""
-    if engine.ncmoe_takes == "first":
-        return list(range(min(n, inv.block_count)))
-    nextn = set(inv.layers_of_kind("nextn"))
-    with_experts = sorted({t.layer for t in inv.tensors if t.layer is not None and t.base == "ffn_down_exps"})
-    if engine.ncmoe_skips_nextn:
-        with_experts = [il for il in with_experts if il not in nextn]
-    return with_experts[-n:] if n else []
+@dataclass(frozen=True)
+class NcmoeTake:
+    """What `--n-cpu-moe N` (ik: also `--cpu-moe`, which is N = 999) does on a device setup."""
+
+    n: int
+    path: str  # "first", "last", "per-device", or "none" (ik: -sm none with 2+ devices)
+    blocks: tuple[int, ...]  # blocks whose experts move to the CPU, in the order of the rules
+    patterns: tuple[str, ...]  # one regex per block, same order
+    # ik's per-device path: per device (its layer count, its share of N); the layer split it
+    # was computed from, and whether that split is moeconf's estimate (ik splits by free memory)
+    shares: tuple[tuple[int, int], ...] = ()
+    layer_devices: tuple[int, ...] = ()
+    estimated_split: bool = False
+
+    def device_of(self, block: int) -> int | None:
+        return self.layer_devices[block] if self.layer_devices else None
 
 
-def engine_items(inv_: Invocation, model: Inventory) -> list[tuple[str, str, str, int | None]]:
+def ik_layer_devices(n_layer: int, ngl: int, n_devices: int, weights: Sequence[float] | None = None) -> list[int]:
+    """moeconf's estimate of ik_llama.cpp's default device per block with 2+ devices: ik fills
+    the devices in order, each up to its share (of free memory, or -ts), with the offloaded
+    blocks (and the output layer when -ngl exceeds the block count); blocks left on the CPU
+    count as the last device's. This is ik's own greedy with equal block sizes: the real split
+    also weighs each block's bytes, KV cache and compute buffers, so it is an estimate. One entry
+    per block, then one for the output layer."""
+    ngl = n_layer + 1 if ngl < 0 else ngl
+    i_gpu_start = max(n_layer - ngl, 0)
+    out = [n_devices - 1] * (n_layer + 1)
+    w = [float(x) for x in (weights or [])][:n_devices]
+    w += [0.0] * (n_devices - len(w))
+    if not any(w):
+        w = [1.0] * n_devices
+    total = sum(w)
+    splits, acc = [], 0.0
+    for x in w:
+        acc += x
+        splits.append(acc / total)
+    n_last = n_layer + (1 if ngl > n_layer else 0)
+    size = n_last - i_gpu_start
+    last, loaded = i_gpu_start, 0.0
+    for d in range(n_devices):
+        split_size = splits[d] * size
+        il = last
+        while il < n_last:
+            if loaded + 1 <= split_size:
+                out[il] = d
+                loaded += 1
+                il += 1
+                continue
+            if loaded + 1 - split_size < split_size - loaded:
+                out[il] = d
+                loaded += 1
+                il += 1
+            break
+        last = il
+    return out
+
+
+def _f32(x: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def ik_ncmoe_share(counts: Sequence[int], n: int, n_layer: int) -> list[int]:
+    """ik_llama.cpp's share of `--n-cpu-moe n` per device, as its loader computes it (in float):
+    round(count * n / n_layer) each (half away from zero), then while the total is over n take
+    one from the device furthest above its exact share (the first on ties), while under n give
+    one to the device furthest below it (never more than its layer count)."""
+    share = []
+    for c in counts:
+        x = _f32(_f32(_f32(c) / n_layer) * n)
+        share.append(math.floor(x + 0.5))
+    want = [_f32(_f32(_f32(c) * n) / n_layer) for c in counts]
+    total = sum(share)
+    while total > n:
+        best, ib = -1e30, -1
+        for i in range(len(counts)):
+            if share[i] == 0:
+                continue
+            err = _f32(share[i] - 1 - want[i])
+            if err > best:
+                best, ib = err, i
+        if ib < 0:
+            break
+        share[ib] -= 1
+        total -= 1
+    while total < n:
+        best, ib = 1e30, -1
+        for i in range(len(counts)):
+            if share[i] >= counts[i]:
+                continue
+            err = _f32(share[i] + 1 - want[i])
+            if err < best:
+                best, ib = err, i
+        if ib < 0:
+            break
+        share[ib] += 1
+        total += 1
+    return share
+
+
+def ncmoe_take(engine: Engine, inv: Inventory, n: int, *, n_devices: int = 1, split_mode: str | None = None,
+               ngl: int | None = None, tensor_split: Sequence[float] | None = None,
+               layer_devices: Sequence[int] | None = None) -> NcmoeTake:
+    """Which blocks `--n-cpu-moe n` moves, and with which patterns.
+
+    Mainline: blocks 0..n-1, whatever the devices. ik_llama.cpp with one device (or -sm
+    graph/attn, or n >= block count): 0.1.5 takes blocks 0..n-1 (weights only); since PR #2262
+    the last n blocks that have `ffn_down_exps`, skipping nextn blocks (`weight|scale`). ik with
+    2+ devices in -sm layer: n is shared over the devices by their layer counts
+    (ik_ncmoe_share) and each device gives up its own last blocks, experts or not (weights
+    only); `layer_devices` is ik's split when known (read from its log), else estimated."""
+    n_layer = inv.block_count
+    if engine.name != "ik_llama.cpp":
+        blocks = tuple(range(min(n, n_layer)))
+        return NcmoeTake(n, "first", blocks, tuple(cpu_moe_pattern(engine, il) for il in blocks))
+    if n <= 0:
+        return NcmoeTake(n, "first", (), ())
+    sm = split_mode or "layer"
+    if sm in ("graph", "attn") or n >= n_layer or n_devices < 2:
+        if engine.ncmoe_takes == "first":
+            blocks = tuple(range(min(n, n_layer)))
+        else:
+            skip = set(inv.layers_of_kind("nextn")) if engine.ncmoe_skips_nextn else set()
+            with_experts = sorted({t.layer for t in inv.tensors
+                                   if t.layer is not None and t.base == "ffn_down_exps" and t.layer not in skip})
+            blocks = tuple(reversed(with_experts))[:n]
+        return NcmoeTake(n, engine.ncmoe_takes, blocks, tuple(cpu_moe_pattern(engine, il) for il in blocks))
+    if sm != "layer":
+        return NcmoeTake(n, "none", (), ())
+    estimated = layer_devices is None
+    devs = list(layer_devices) if layer_devices is not None else ik_layer_devices(
+        n_layer, engine.default_ngl if ngl is None else ngl, n_devices, tensor_split)
+    counts = [sum(1 for d in devs[:n_layer] if d == i) for i in range(n_devices)]
+    share = ik_ncmoe_share(counts, n, n_layer)
+    left = list(share)
+    picked = []
+    for il in range(n_layer - 1, -1, -1):
+        if left[devs[il]] > 0:
+            picked.append(il)
+            left[devs[il]] -= 1
+    return NcmoeTake(n, "per-device", tuple(picked),
+                     tuple(cpu_moe_pattern(engine, il, per_device=True) for il in picked),
+                     tuple(zip(counts, share, strict=True)), tuple(devs), estimated)
+
+
+def ncmoe_blocks(engine: Engine, inv: Inventory, n: int, n_devices: int = 1) -> list[int]:
+    """The blocks `--n-cpu-moe n` moves (sorted); see ncmoe_take."""
+    return sorted(ncmoe_take(engine, inv, n, n_devices=n_devices).blocks)
+
+
+def ik_ncmoe_value(inv_: Invocation) -> tuple[int, int, str, str] | None:
+    """ik_llama.cpp keeps one --n-cpu-moe value: the last of --cpu-moe (999) and --n-cpu-moe N
+    on the command line. (N, order, source, flag)."""
+    cands = [(999, order, src, "--cpu-moe") for _f, order, src in inv_.cpu_moe]
+    cands += [(n, order, src, "--n-cpu-moe") for _f, n, order, src in inv_.n_cpu_moe]
+    return max(cands, key=lambda c: c[1]) if cands else None
+
+
+def invocation_ncmoe(inv_: Invocation, model: Inventory, n_devices: int = 1,
+                     layer_devices: Sequence[int] | None = None) -> list[tuple[NcmoeTake, str, int]]:
+    """Every --n-cpu-moe / --cpu-moe the engine applies: (what it takes, origin, order)."""
+    eng = inv_.engine
+    out: list[tuple[NcmoeTake, str, int]] = []
+    sm = inv_.split_mode.text if inv_.split_mode else None
+    ts = None
+    if inv_.tensor_split:
+        try:
+            ts = [float(x) for x in inv_.tensor_split.text.replace("/", ",").split(",") if x]
+        except ValueError:
+            ts = None
+    if eng.name == "ik_llama.cpp":
+        v = ik_ncmoe_value(inv_)
+        if v is not None:
+            n, order, src, flag = v
+            take = ncmoe_take(eng, model, n, n_devices=n_devices, split_mode=sm, ngl=inv_.n_gpu_layers(),
+                              tensor_split=ts, layer_devices=layer_devices)
+            out.append((take, f"{flag}{'' if flag == '--cpu-moe' else f' {n}'} ({src})", order))
+        return out
+    for _flag, order, src in inv_.cpu_moe:
+        out.append((NcmoeTake(999, "all", (), (cpu_moe_pattern(eng),)), f"--cpu-moe ({src})", order))
+    for _flag, n, order, src in inv_.n_cpu_moe:
+        out.append((ncmoe_take(eng, model, n), f"--n-cpu-moe {n} ({src})", order))
+    return out
+
+
+def engine_items(inv_: Invocation, model: Inventory, n_devices: int = 1,
+                 layer_devices: Sequence[int] | None = None) -> list[tuple[str, str, str, int | None]]:
     """All items the engine tests, in order: (pattern, device, origin, raw item index or None).
-    Raw items that the engine would reject are left out (the engine would not start)."""
+    Raw items that the engine would reject are left out (the engine would not start).
+    `n_devices`: the accelerators the engine uses (ik's --n-cpu-moe depends on it)."""
     eng = inv_.engine
     raw = inv_.items()
     user = [(it.pattern or "", it.device or "", f"-ot item {k + 1}", k, it.source.order)
             for k, it in enumerate(raw) if it.pattern is not None]
     moe: list[tuple[str, str, str, int | None, int]] = []
-    for _flag, order, src in inv_.cpu_moe:
-        if eng.name == "ik_llama.cpp":
-            for il in ncmoe_blocks(eng, model, 999):
-                moe.append((cpu_moe_pattern(eng, il), "CPU", f"--cpu-moe ({src})", None, order))
-        else:
-            moe.append((cpu_moe_pattern(eng), "CPU", f"--cpu-moe ({src})", None, order))
-    for _flag, n, order, src in inv_.n_cpu_moe:
-        for il in ncmoe_blocks(eng, model, n):
-            moe.append((cpu_moe_pattern(eng, il), "CPU", f"--n-cpu-moe {n} ({src})", None, order))
+    for take, origin, order in invocation_ncmoe(inv_, model, n_devices, layer_devices):
+        for p in take.patterns:
+            moe.append((p, "CPU", origin, None, order))
     # ik: user rules first, then its --n-cpu-moe rules; mainline: sources in order
     merged = user + moe if eng.name == "ik_llama.cpp" else sorted(user + moe, key=lambda x: x[4])
     return [(p, d, o, k) for p, d, o, k, _ in merged]
-

@@ -58,10 +58,14 @@ def default_devices(
     gpus: Sequence[str],
     tensor_split: Sequence[float] | None = None,
     split_mode: str | None = None,
+    layer_devices: Sequence[int] | None = None,
 ) -> dict[str, str | None]:
     """Where each tensor goes when no `-ot` rule matches it; None for tensors never created.
 
-    `n_gpu_layers` < 0 (auto / all, with `--fit` off) offloads everything."""
+    `n_gpu_layers` < 0 (auto / all, with `--fit` off) offloads everything. ik_llama.cpp splits
+    layers over 2+ devices by free memory, which the files do not tell: those layers get
+    GPU(auto), unless `layer_devices` (ik's device index per block, then the output layer, as
+    its log reports them) says where they went."""
     n_layer = inv.block_count
     n = n_layer + 1 if n_gpu_layers < 0 else n_gpu_layers
     out: dict[str, str | None] = {}
@@ -87,7 +91,7 @@ def default_devices(
         if not on_gpu:
             return "CPU"
         if not eng.ngl_counts_output and len(gpus) > 1:
-            return AUTO_GPU
+            return gpus[layer_devices[il]] if layer_devices is not None else AUTO_GPU
         return _gpu_for(min(il, n_layer), i_gpu_start, max(act, 1), gpus, tensor_split)
 
     per_layer = {il: layer_device(il) for il in range(n_layer + 1)}

@@ -7,7 +7,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from moeconf.engines import Engine
+from moeconf.engines import Engine, version_error
 from moeconf.engines.cmdline import Arg, Invocation, RawItem
 from moeconf.errors import MoeconfError
 from moeconf.model.inventory import Inventory
@@ -92,6 +92,10 @@ def _from_table(data: dict[str, Any], path: str) -> Config:
     engine = data.get("engine")
     if engine is not None and engine not in ("llama.cpp", "ik_llama.cpp"):
         raise MoeconfError(f"engine must be llama.cpp or ik_llama.cpp, not {engine!r}", path=path)
+    version = data.get("engine_version")
+    bad = version_error(engine, str(version)) if engine is not None and version is not None else None
+    if bad:  # (without `engine`, the version is for whichever engine each file names)
+        raise MoeconfError(f"engine_version: {bad}", path=path)
     return Config(
         path=path, engine=engine, engine_version=data.get("engine_version"),
         gpus=list(data["gpus"]) if "gpus" in data else None, models=models,

@@ -22,6 +22,18 @@ def _table(name: str, data: dict[str, Any]) -> str:
     return f"[{name}]\n" + tomli_w.dumps(data)
 
 
+def _version_hint(engine: str) -> str:
+    """A comment on [engine] version, from the engine facts (what changes with the version)."""
+    from moeconf.engines import IK_NEWEST_DATE, IK_PACKAGES, NEWEST_MAINLINE_BUILD
+
+    if engine == "ik_llama.cpp":
+        return (f"# version: the ik_llama.cpp you run, a package version ({', '.join(IK_PACKAGES)}) or its commit "
+                f"date YYYY-MM-DD;\n#   unset means the newest moeconf knows ({IK_NEWEST_DATE}). It decides the "
+                "-ngl default and what --n-cpu-moe takes.")
+    return (f"# version: the llama.cpp build you run (b7600); unset means the newest moeconf knows "
+            f"(b{NEWEST_MAINLINE_BUILD}).")
+
+
 def starter_plan(inv: Inventory, model_arg: str, out_dir: str, engine: str = "llama.cpp") -> str:
     md = inv.metadata
     model_abs = os.path.abspath(model_arg)
@@ -57,6 +69,7 @@ def starter_plan(inv: Inventory, model_arg: str, out_dir: str, engine: str = "ll
         model["serve_path"] = f"/models/{(md.name or 'model').replace(' ', '-')}.gguf"
         out.append("# serve_path: the GGUF path as the server sees it (a manifest has no weights). Adjust it.")
     out.append(_table("model", model))
+    out.append(_version_hint(engine))
     out.append(_table("engine", {"name": engine, "gpus": ["CUDA0"]}))
     out.append("# Placement-relevant flags; see the README for all of them.")
     out.append(_table("flags", {"ctx_size": 32768}))

@@ -87,13 +87,24 @@ class Run:
     log: str
 
 
-def run_engine(build: EngineBuild, model: Path, args: Sequence[str], env: dict[str, str] | None = None) -> Run:
-    """Load `model` with `args` (engine arguments, no binary, no -m) and generate one token.
+def user_devices(build: EngineBuild, endpoints: Sequence[str]) -> list[str]:
+    """What makes the engine see exactly the devices a user with that many GPUs has. A CPU-only
+    ik_llama.cpp build counts its CPU as a device (so one RPC server would make two devices and
+    take ik's multi-device paths): name the RPC devices with -dev. Mainline does not count it."""
+    if build.name == "ik_llama.cpp" and endpoints:
+        return ["-dev", ",".join(f"RPC0[{e}]" for e in endpoints)]
+    return []
+
+
+def run_engine(build: EngineBuild, model: Path, args: Sequence[str], env: dict[str, str] | None = None,
+               endpoints: Sequence[str] = ()) -> Run:
+    """Load `model` with `args` (engine arguments, no binary, no -m) and generate one token; ik
+    gets `-dev` naming the RPC `endpoints` (user_devices).
 
     The engine runs in a temporary folder: ik_llama.cpp's llama-cli writes `main.log` into its
     working directory, which must never be the checkout."""
-    argv = [str(build.cli), "-m", os.path.abspath(model), *args, "-n", "1", "-p", "hi", "--verbose",
-            "-t", "1", "-c", "256", "--temp", "0"]
+    argv = [str(build.cli), "-m", os.path.abspath(model), *args, *user_devices(build, endpoints), "-n", "1",
+            "-p", "hi", "--verbose", "-t", "1", "-c", "256", "--temp", "0"]
     if build.name == "llama.cpp":
         argv.append("-no-cnv")  # llama-completion would start a chat; ik's llama-cli does not know it
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
@@ -141,3 +152,62 @@ def parse_mainline(log: str, inv: Inventory, endpoints: Sequence[str]) -> dict[s
 
 def parse_ik_overrides(log: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in _IK_OVERRIDE.finditer(log)}
+
+
+_IK_OFFLOAD = re.compile(r"offloading (\d+) repeating layers to GPU")
+_IK_OUTPUT = re.compile(r"offloading non-repeating layers to GPU")
+_IK_LAYER = re.compile(r"Setting default device in layer +(\d+) to (\d+)")
+_IK_UNUSED = re.compile(r"model has unused tensor (\S+) ")
+_IK_SHARE = re.compile(r"device (\d+): (\d+) layers -> (\d+) overrides")
+
+
+@dataclass(frozen=True)
+class IkLog:
+    """What ik_llama.cpp's log says about placement."""
+
+    placement: dict[str, str | None]  # tensor -> buffer type; None: not loaded (skipped)
+    layer_devices: list[int] | None  # per block, then the output layer: its device index (2+ devices)
+    shares: list[tuple[int, int]]  # --n-cpu-moe per device: (layers, overrides)
+
+
+def parse_ik(log: str, inv: Inventory, endpoints: Sequence[str]) -> IkLog:
+    """Every tensor's buffer type from ik_llama.cpp's log: its per-tensor override lines, else its
+    layer's default: `offloading N repeating layers to GPU` puts the last N blocks on the GPU
+    (with 2+ devices, on the device of `Setting default device in layer L to D`), and
+    `offloading non-repeating layers to GPU` the output layer; token_embd stays on the CPU.
+    Tensors ik skips (`model has unused tensor`) are not loaded, though an override line may
+    name them first. With a CPU-only build the default layers' buffers are not the RPC device's
+    (ik maps device indices past its CPU), so the logical device is read from these lines."""
+    n_layer = inv.block_count
+    m = _IK_OFFLOAD.search(log)
+    n_gpu = int(m.group(1)) if m else 0
+    output_on_gpu = bool(_IK_OUTPUT.search(log))
+    set_dev = {int(a): int(b) for a, b in _IK_LAYER.findall(log)}
+    devices = [f"RPC0[{e}]" for e in endpoints]
+    layer_devices = None
+    if len(devices) > 1 and set_dev:
+        layer_devices = [set_dev.get(il, len(devices) - 1) for il in range(n_layer + 1)]
+    overrides = parse_ik_overrides(log)
+    unused = set(_IK_UNUSED.findall(log))
+
+    def gpu_of(il: int) -> str:
+        if not devices:
+            return "CPU"
+        if len(devices) == 1:
+            return devices[0]
+        return devices[layer_devices[il]] if layer_devices else "GPU(auto)"
+
+    out: dict[str, str | None] = {}
+    for t in inv.tensors:
+        if t.name in unused:
+            out[t.name] = None
+        elif t.name in overrides:
+            out[t.name] = overrides[t.name]
+        elif t.layer is not None:
+            out[t.name] = gpu_of(t.layer) if t.layer >= n_layer - n_gpu else "CPU"
+        elif t.base in ("output", "output_norm"):
+            out[t.name] = gpu_of(n_layer) if output_on_gpu else "CPU"
+        else:
+            out[t.name] = "CPU"
+    shares = [(int(c), int(k)) for _d, c, k in _IK_SHARE.findall(log)]
+    return IkLog(out, layer_devices, shares)

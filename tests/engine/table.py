@@ -4,27 +4,46 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Totals:
+    archs: set[str] = field(default_factory=set)
+    plans: int = 0
+    cmdlines: dict[int, int] = field(default_factory=dict)  # devices -> command lines
+    tensors: int = 0
+    disagreements: int = 0
 
 
 def main(path: str) -> int:
     with open(path) as f:
         rows = json.load(f)
-    by: dict[tuple[str, str], dict[str, object]] = defaultdict(lambda: {"archs": set(), "plans": 0, "cmdlines": 0,
-                                                                       "tensors": 0, "disagreements": 0})
+    by: dict[tuple[str, str], Totals] = {}
+    crashes = [c for r in rows if "crashes_after_loading" in r for c in r["crashes_after_loading"]]
     for r in rows:
-        agg = by[(r["engine"], r["package"])]
-        agg["archs"].add(r["model"].removeprefix("tiny-"))  # type: ignore[union-attr]
-        agg["plans" if "rules" in r else "cmdlines"] += 1  # type: ignore[operator]
-        agg["tensors"] += r["tensors"]  # type: ignore[operator]
-        agg["disagreements"] += r["disagreements"]  # type: ignore[operator]
-    print("| engine | package | architectures | plans checked | command lines explained | tensor placements "
-          "compared | disagreements |")
+        if "engine" not in r:
+            continue
+        agg = by.setdefault((r["engine"], r["package"]), Totals())
+        agg.archs.add(r["model"].removeprefix("tiny-"))
+        if "rules" in r:
+            agg.plans += 1
+        else:
+            n = int(r.get("devices", 1))
+            agg.cmdlines[n] = agg.cmdlines.get(n, 0) + 1
+        agg.tensors += int(r["tensors"])
+        agg.disagreements += int(r["disagreements"])
+    print("| engine | package | architectures | plans checked | command lines explained (one / two devices) "
+          "| tensor placements compared | disagreements |")
     print("|---|---|---|---|---|---|---|")
     for (engine, package), a in sorted(by.items()):
-        archs = ", ".join(sorted(a["archs"]))  # type: ignore[call-overload]
-        print(f"| {engine} | {package} | {archs} | {a['plans']} | {a['cmdlines']} | {a['tensors']} "
-              f"| {a['disagreements']} |")
+        cmd = sum(a.cmdlines.values())
+        print(f"| {engine} | {package} | {', '.join(sorted(a.archs))} | {a.plans} | {cmd} ({a.cmdlines.get(1, 0)} / "
+              f"{a.cmdlines.get(2, 0)}) | {a.tensors} | {a.disagreements} |")
+    if crashes:
+        print(f"\n{len(crashes)} ik_llama.cpp run(s) crashed after placing every tensor (placement compared):")
+        for c in crashes:
+            print(f"- {c['model']}: {' '.join(c['args'])} (exit {c['returncode']})")
     return 0
 
 

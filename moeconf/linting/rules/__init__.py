@@ -1,5 +1,7 @@
 """The lint rules, one module each. A module's docstring is its documentation, with FAIL and
-PASS examples that the tests run. Codes and names are part of the interface: never reuse them."""
+PASS examples that the tests run. Codes and names are part of the interface: never reuse them.
+Retired: MOE016 nextn-experts-placed (its premise, that ik_llama.cpp loads a nextn block without
+MTP, came from an override line ik logs before it skips the tensor)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ from moeconf.linting.rules import (
     model_unknown,
     name_collision,
     ncmoe_semantics,
-    nextn_experts_placed,
     ngl_conflict,
     overbroad_catch_all,
     prefix_collision,
@@ -42,7 +43,7 @@ ALL: tuple[ModuleType, ...] = (
     model_unknown, comma_in_pattern, space_in_list, trailing_comma, missing_equals, invalid_regex,
     unsupported_regex_syntax, unknown_device, prefix_collision, unescaped_dot, unmatched_pattern,
     shadowed_rule, duplicate_rule, overbroad_catch_all, always_active_to_cpu, dense_layer_to_cpu,
-    nextn_experts_placed, ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
+    ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
     merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
     sm_graph_overrides, item_not_simulated, name_collision,
 )
