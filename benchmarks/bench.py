@@ -3,6 +3,7 @@
     python benchmarks/bench.py            # every table
     python benchmarks/bench.py inventory  # header reader vs gguf.GGUFReader, CLI wall time
     python benchmarks/bench.py lint-corpus  # linter precision/recall on real-world launch lines
+    python benchmarks/bench.py lint-size --size-mb 50   # `moeconf lint` on huge launch files
 
 Times are wall-clock on this machine; each row says how many runs it took the median of.
 """
@@ -195,12 +196,120 @@ def bench_lint_mutants(args: argparse.Namespace) -> None:
             print("ERR  " + line)
 
 
+# (file name, what it is, a function of the size in bytes -> the file's text)
+def _shell_lines(size: int) -> str:
+    line = "llama-server -m /models/m.gguf -ngl 999 -c 32768 -ot 'blk\\.(1[4-9]|[2-4]\\d)\\..*exps=CPU'\n"
+    return line * max(1, size // len(line))
+
+
+def _shell_comment(size: int) -> str:
+    return "#!/bin/sh\n# " + "x" * size + "\nllama-server -m /m.gguf -ot exps=CPU\n"
+
+
+def _shell_word(size: int) -> str:
+    return "llama-server -m /m.gguf --alias " + "w" * size + " -ot exps=CPU\n"
+
+
+def _shell_ot(size: int) -> str:
+    item = "blk\\.1\\.ffn_up_exps=CPU,"
+    return "llama-server -m /m.gguf -ot '" + item * max(1, size // len(item)) + "exps=CPU'\n"
+
+
+def _shell_many_words(size: int) -> str:
+    return "llama-server -m /m.gguf " + "-c 1 " * max(1, size // 5) + "\n"
+
+
+def _shell_long_item(size: int) -> str:
+    return "llama-server -m /m.gguf -ot 'blk\\." + "(a|b)" * max(1, size // 5) + "=CPU'\n"
+
+
+def _compose_services(size: int) -> str:
+    svc = ("  s{n}:\n    image: ghcr.io/ggml-org/llama.cpp:server-cuda-b7600\n    command: -m /m.gguf -ngl 999 "
+           "-ot 'blk\\.1\\.ffn_up_exps=CPU'\n    environment:\n      - LLAMA_ARG_N_CPU_MOE=2\n")
+    n = max(1, size // len(svc.format(n=100000)))
+    return "services:\n" + "".join(svc.format(n=i) for i in range(n))
+
+
+def _compose_command(size: int) -> str:
+    item = "blk\\.1\\.ffn_up_exps=CPU,"
+    return ("services:\n  s:\n    image: ghcr.io/ggml-org/llama.cpp:server-cuda-b7600\n"
+            "    command: -m /m.gguf -ot '" + item * max(1, size // len(item)) + "exps=CPU'\n")
+
+
+def _swap_models(size: int) -> str:
+    m = "  m{n}:\n    cmd: |\n      ${{server}} -m /m.gguf -ngl 999\n      -ot 'blk\\.1\\.ffn_up_exps=CPU'\n"
+    n = max(1, size // len(m.format(n=100000)))
+    return "macros:\n  server: llama-server --port ${PORT}\nmodels:\n" + "".join(m.format(n=i) for i in range(n))
+
+
+LINT_SIZE = [
+    ("launch.sh", "shell, many launch lines", _shell_lines),
+    ("comment.sh", "shell, one long comment line", _shell_comment),
+    ("word.sh", "shell, one long word", _shell_word),
+    ("ot.sh", "shell, one single-line -ot", _shell_ot),
+    ("words.sh", "shell, one command of many words", _shell_many_words),
+    ("item.sh", "shell, one huge -ot item", _shell_long_item),
+    ("docker-compose.yml", "compose, many services", _compose_services),
+    ("one-command.yml", "compose, one long command", _compose_command),
+    ("llama-swap.yaml", "llama-swap, many models", _swap_models),
+]
+
+
+def bench_lint_size(args: argparse.Namespace) -> None:
+    """`moeconf lint FILE` in a fresh process: wall time and peak RSS (of the child, via wait4)."""
+    import os
+
+    sizes = [int(float(s) * 1e6) for s in args.size_mb]
+    rows = [["file kind", "size", "exit", "seconds", "peak MB", "findings shown"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, what, _ in LINT_SIZE:
+            for size in sizes:
+                path = Path(tmp) / name
+                # written by a child process: the parent stays small, and a child's peak RSS
+                # (ru_maxrss) starts from its parent's size at fork
+                subprocess.run([sys.executable, __file__, "--make", name, str(size), str(path)], check=True)
+                real = path.stat().st_size
+                out_path = Path(tmp) / "out.json"
+                t = time.perf_counter()
+                with out_path.open("wb") as out_file:
+                    proc = subprocess.Popen([sys.executable, "-m", "moeconf", "lint", "--format", "json", str(path)],
+                                            stdout=out_file, stderr=subprocess.DEVNULL, cwd=tmp,
+                                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                    code: int | None = None
+                    while True:  # wait4 gives the child's own peak RSS; poll it to enforce the timeout
+                        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                        if pid:
+                            code = os.waitstatus_to_exitcode(status)
+                            break
+                        if time.perf_counter() - t > args.timeout:
+                            proc.kill()
+                            _, _, usage = os.wait4(proc.pid, 0)
+                            break
+                        time.sleep(0.02)
+                    proc.returncode = -1  # reaped above; keep Popen from waiting again
+                dt = time.perf_counter() - t
+                out = out_path.read_bytes()
+                shown = str(out.count(b'"code"')) if code is not None else "-"
+                rows.append([what, f"{real / 1e6:.1f} MB", str(code) if code is not None else "timeout",
+                             f"{dt:.1f}" + ("" if code is not None else "+"), f"{usage.ru_maxrss / 1024:.0f}", shown])
+                print(f"  {what} {real / 1e6:.1f} MB: {dt:.1f} s", file=sys.stderr)
+    _print_table("lint-size: `moeconf lint` on large launch files (one process each)", rows)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--make"]:  # lint-size: write one file (in a child process)
+        _, name, size, path = argv
+        Path(path).write_text(next(make for n, _, make in LINT_SIZE if n == name)(int(size)))
+        return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tables", nargs="*", metavar="TABLE", help=f"which tables: {', '.join(TABLES)} (default: all)")
     p.add_argument("--runs", type=int, default=7, help="runs per measurement (median is shown)")
     p.add_argument("--ref-runs", type=int, default=3, help="runs of the slow reference reader")
     p.add_argument("-v", "--verbose", action="store_true", help="lint-corpus: list false positives and misses")
+    p.add_argument("--size-mb", nargs="+", default=["1", "50"], metavar="MB",
+                   help="lint-size: file sizes in MB (default 1 50)")
+    p.add_argument("--timeout", type=float, default=120, help="lint-size: seconds before a run is stopped")
     args = p.parse_args(argv)
     unknown = sorted(set(args.tables) - set(TABLES))
     if unknown:
@@ -215,6 +324,7 @@ TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "ot-length": bench_ot_length,
     "lint-corpus": bench_lint_corpus,
     "lint-mutants": bench_lint_mutants,
+    "lint-size": bench_lint_size,
 }
 
 

@@ -212,6 +212,11 @@ def _cmd_lint(args: argparse.Namespace) -> int:
         config = find_config(args.config) if os.path.isdir(args.config) else load_config_file(args.config)
     result = lint(args.paths, config, overrides=_lint_overrides(args))
     _write_output(render(result, args.format), args.output)
+    if result.broken:
+        # a file that cannot be read as its kind is a user error, not a finding (CI can tell them apart)
+        print("moeconf: error: some input is broken (MOE090 input-invalid above); fix it and run again",
+              file=sys.stderr)
+        return EXIT_USAGE
     fail_on = args.fail_on or (config.fail_on if config else None)
     failing = [f for f in result.findings if at_least(f.severity, fail_on or "warning")]
     return EXIT_FINDINGS if failing else EXIT_OK

@@ -3,6 +3,7 @@ findings, filtered by config and inline `# moeconf: ignore[...]` comments."""
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from collections.abc import Sequence
@@ -15,10 +16,23 @@ from moeconf.errors import MoeconfError
 from moeconf.linting.model import Config, Context, Finding, Severity, find_config
 from moeconf.linting.rules import ALL
 from moeconf.linting.rules._base import Hit
-from moeconf.linting.sources import Launch, SourceFile, file_directive, read_source, walk
+from moeconf.linting.sources import Launch, Note, SourceFile, file_directive, kind_of, not_regular, read_source, walk
 from moeconf.model.inventory import Inventory, load_inventory
 
 PLAN_INVALID: tuple[str, str, Severity] = ("MOE032", "plan-invalid", "error")
+# findings about the input itself rather than a rule (codes are part of the interface)
+INPUT_INVALID: tuple[str, str, Severity] = ("MOE090", "input-invalid", "error")  # exit 2: the file is broken
+INPUT_SKIPPED: tuple[str, str, Severity] = ("MOE091", "input-skipped", "info")
+CANNOT_CHECK: tuple[str, str, Severity] = ("MOE092", "cannot-check", "info")
+FINDINGS_CAPPED: tuple[str, str, Severity] = ("MOE093", "findings-capped", "info")
+TOO_MANY_OVERRIDES: tuple[str, str, Severity] = ("MOE094", "too-many-overrides", "error")
+META = (INPUT_INVALID, INPUT_SKIPPED, CANNOT_CHECK, FINDINGS_CAPPED, TOO_MANY_OVERRIDES)
+_NOTE_KIND = {"invalid": INPUT_INVALID, "skipped": INPUT_SKIPPED, "cannot-check": CANNOT_CHECK,
+              "capped": FINDINGS_CAPPED}
+MAX_ITEMS = 4095  # -ot items checked per value (mainline's own limit)
+MAX_ITEM_CHARS = 8192  # longest -ot item checked (a real one is under a few hundred characters)
+MAX_PER_RULE = 20  # findings of one rule per engine invocation
+MAX_PER_FILE = 200  # findings per file
 _IK_HINT = re.compile(r"ik[-_]llama", re.I)
 
 
@@ -28,20 +42,39 @@ class LintResult:
     files: list[str] = field(default_factory=list)
     launches: int = 0
 
+    @property
+    def broken(self) -> bool:
+        """Some input could not be read as its kind (exit 2, whatever else was found)."""
+        return any(f.code == INPUT_INVALID[0] for f in self.findings)
+
 
 class _Models:
     """Inventories loaded once per path."""
 
-    def __init__(self) -> None:
+    def __init__(self, roots: Sequence[str] = ()) -> None:
         self.cache: dict[str, Inventory | MoeconfError] = {}
+        self.roots = [os.path.realpath(r) for r in roots]
+
+    def inside(self, path: str) -> bool:
+        """Whether `path` lies in the tree being linted (messages may quote only those files)."""
+        real = os.path.realpath(path)
+        return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
 
     def load(self, path: str) -> Inventory | MoeconfError:
         key = os.path.abspath(path)
         if key not in self.cache:
+            what = not_regular(key)
+            if what is not None:
+                self.cache[key] = MoeconfError(f"not read: {what}, not a regular file", path=key)
+                return self.cache[key]
             try:
                 self.cache[key] = load_inventory(key)
-            except MoeconfError as e:
-                self.cache[key] = e
+            except MoeconfError as err:
+                # never quote a file outside the linted tree (its bytes may be anything)
+                kind = "a moeconf manifest" if key.endswith(".json") else "a GGUF file"
+                self.cache[key] = err if self.inside(key) else MoeconfError(f"not {kind} moeconf can read", path=key)
+            except (OSError, ValueError, RecursionError, MemoryError) as e:
+                self.cache[key] = MoeconfError(f"cannot read: {type(e).__name__}", path=key)
         return self.cache[key]
 
 
@@ -49,18 +82,18 @@ def _engine_for(src: SourceFile, launch: Launch, config: Config) -> tuple[Engine
     name = file_directive(src, "engine", launch)
     version = file_directive(src, "version", launch) or file_directive(src, "engine_version", launch)
     if name:
-        return engine(name, version or config.engine_version), "directive"
+        return _engine(name, version or config.engine_version), "directive"
     if launch.image:
-        tag = re.search(r":[^:]*-b(\d+)$", launch.image)
+        tag = re.search(r":[^:]*-b(\d+)$", launch.image) if len(launch.image) < 1024 else None
         if _IK_HINT.search(launch.image):
-            return engine("ik_llama.cpp", version), "image"
-        return engine("llama.cpp", f"b{tag.group(1)}" if tag else version), "image"
+            return _engine("ik_llama.cpp", version), "image"
+        return _engine("llama.cpp", f"b{tag.group(1)}" if tag else version), "image"
     binary = launch.args[0].text if launch.args and launch.has_binary else ""
     if binary and _IK_HINT.search(binary):
-        return engine("ik_llama.cpp", version or config.engine_version), "binary"
+        return _engine("ik_llama.cpp", version or config.engine_version), "binary"
     if config.engine:
-        return engine(config.engine, config.engine_version), "config"
-    return engine("llama.cpp", version), "default"
+        return _engine(config.engine, config.engine_version), "config"
+    return _engine("llama.cpp", version), "default"
 
 
 def _model_for(src: SourceFile, launch: Launch, inv: Invocation, config: Config, models: _Models,
@@ -82,7 +115,7 @@ def _model_for(src: SourceFile, launch: Launch, inv: Invocation, config: Config,
 
 
 def _suppressed(src: SourceFile | None, f: Finding) -> bool:
-    if src is None:
+    if src is None or f.code == INPUT_INVALID[0]:
         return False
     for line in (f.line, f.line - 1):
         d = src.directives.get(line)
@@ -96,8 +129,20 @@ def _suppressed(src: SourceFile | None, f: Finding) -> bool:
     return False
 
 
+def meta_finding(kind: tuple[str, str, Severity], config: Config, path: str, line: int, column: int,
+                 message: str) -> Finding | None:
+    """A finding about the input itself; None if the config ignores it (a broken input never is)."""
+    code, name, sev = kind
+    if kind is not INPUT_INVALID and (code in config.ignore or name in config.ignore):
+        return None
+    if kind is not INPUT_INVALID:
+        sev = config.severity_of(code, name, sev)
+    return Finding(code, name, sev, path, line, column, message)
+
+
 def _run_rules(ctx: Context, config: Config, rules: Sequence[ModuleType], plan: bool) -> list[Finding]:
     out: list[Finding] = []
+    values = _Values(ctx)
     for rule in rules:
         if getattr(rule, "PLAN_ONLY", False) and not plan:
             continue
@@ -107,27 +152,120 @@ def _run_rules(ctx: Context, config: Config, rules: Sequence[ModuleType], plan: 
             continue
         hit: Hit
         groups: dict[object, list[Finding]] = {}
+        more = 0
+        first_more: tuple[int, int] | None = None
         for hit in rule.check(ctx):
             default: Severity = hit.severity or rule.SEVERITY
             sev = config.severity_of(rule.CODE, rule.NAME, default)
             f = Finding(rule.CODE, rule.NAME, sev, ctx.path, hit.line or ctx.line, hit.column or ctx.column,
                         hit.message)
-            value = _value_of(ctx, f)
+            if len(groups) >= MAX_PER_RULE:
+                more += 1  # past the cap: only counted
+                first_more = first_more or (f.line, f.column)
+                continue
+            value = values.of(f)
             groups.setdefault(f if value is None else (value, sev), []).append(f)
         for group in groups.values():
             out.append(_grouped(group))
+        if first_more is not None:
+            capped = meta_finding(FINDINGS_CAPPED, config, ctx.path, *first_more,
+                                  f"{more} more {rule.CODE} {rule.NAME} finding(s) for this engine invocation "
+                                  f"not shown (at most {MAX_PER_RULE} a rule)")
+            if capped is not None:
+                out.append(capped)
     return out
 
 
-def _value_of(ctx: Context, f: Finding) -> int | None:
+def _unknowable(invocation: Invocation, config: Config, path: str) -> list[Finding]:
+    """Values the file does not fix (command substitutions, variables set elsewhere) are not
+    checked: each gets a cannot-check note instead of findings about its literal text. An -ot
+    value with more items than moeconf checks is cut, with a note."""
+    out: list[Finding] = []
+
+    def note(kind: tuple[str, str, Severity], arg: Arg, offset: int, message: str) -> None:
+        line, col = arg.at(offset) if arg.line else (0, 0)
+        f = meta_finding(kind, config, path, line or 1, col or 1, message)
+        if f is not None:
+            out.append(f)
+
+    kept = []
+    for ov in invocation.ot:
+        depends = getattr(ov.value, "depends", "")
+        if depends:
+            note(CANNOT_CHECK, ov.value, 0, f"cannot check this -ot value: it depends on {depends}")
+            continue
+        text = ov.value.text
+        cut = -1
+        for _ in range(MAX_ITEMS):
+            cut = text.find(",", cut + 1)
+            if cut == -1:
+                break
+        if cut != -1:
+            rest = text.count(",", cut)
+            eng = invocation.engine
+            if eng.max_overrides is not None and rest + MAX_ITEMS > eng.max_overrides:
+                note(TOO_MANY_OVERRIDES, ov.value, cut + 1,
+                     f"{eng.name} accepts at most {eng.max_overrides} -ot items and refuses to start; this value "
+                     f"has {MAX_ITEMS + rest}: merge items (moeconf compile writes the shortest rules); "
+                     f"items after the {MAX_ITEMS}th were not checked")
+            else:
+                note(CANNOT_CHECK, ov.value, cut + 1, f"{rest} -ot item(s) after the first {MAX_ITEMS} of this "
+                                                      f"value were not checked")
+            ov = replace(ov, value=replace(ov.value, text=text[:cut]))
+        start, longest, at = 0, 0, 0
+        value = ov.value.text
+        while True:
+            k = value.find(",", start)
+            end = len(value) if k == -1 else k
+            if end - start > longest:
+                longest, at = end - start, start
+            if k == -1:
+                break
+            start = k + 1
+        if longest > MAX_ITEM_CHARS:
+            note(CANNOT_CHECK, ov.value, at, f"cannot check this -ot value: an item of {longest:,} characters "
+                                             f"(moeconf checks items up to {MAX_ITEM_CHARS:,})")
+            continue
+        kept.append(ov)
+    invocation.ot = kept
+    problems = []
+    for arg, message in invocation.problems:
+        depends = getattr(arg, "depends", "")
+        if depends:
+            note(CANNOT_CHECK, arg, 0, f"cannot check {arg.text[:60]!r}: it depends on {depends}")
+        else:
+            problems.append((arg, message))
+    invocation.problems = problems
+    return out
+
+
+class _Values:
     """Which -ot value (index) a finding points into, if any: findings of one rule on one value
-    are shown as one, with a count."""
-    for n, ov in enumerate(ctx.invocation.ot):
-        line, start = ov.value.at(0)
-        end_line, end = ov.value.at(len(ov.value.text))
-        if line and line == end_line == f.line and start <= f.column <= end:
-            return n
-    return None
+    are shown as one, with a count. Indexed once per invocation (a line may hold many values)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.by_line: dict[int, list[tuple[int, int, int]]] = {}
+        for n, ov in enumerate(ctx.invocation.ot):
+            line, start = ov.value.at(0)
+            end_line, end = ov.value.at(len(ov.value.text))
+            if line and line == end_line:
+                self.by_line.setdefault(line, []).append((start, end, n))
+        for spans in self.by_line.values():
+            spans.sort()
+
+    def of(self, f: Finding) -> int | None:
+        spans = self.by_line.get(f.line)
+        if not spans:
+            return None
+        k = bisect.bisect_right(spans, (f.column, 1 << 62, 1 << 62)) - 1
+        while k >= 0:
+            start, end, n = spans[k]
+            if start <= f.column <= end:
+                return n
+            if k == 0 or spans[k - 1][1] < f.column:
+                return None  # spans do not overlap: nothing earlier can hold the column
+            k -= 1
+        return None
 
 
 def _grouped(group: list[Finding]) -> Finding:
@@ -143,6 +281,7 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
                 rules: Sequence[ModuleType] = ALL) -> list[Finding]:
     eng, how = _engine_for(src, launch, config)
     invocation = parse_invocation(launch.args, eng, launch.env)
+    notes = _unknowable(invocation, config, src.path)
     model = _model_for(src, launch, invocation, config, models)
     inventory = model if isinstance(model, Inventory) else None
     explanation = None
@@ -162,7 +301,7 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
         explanation = explain_invocation(inventory, invocation, gpus)
     ctx = Context(src.path, launch.line, launch.column, eng, invocation, inventory, explanation, gpus,
                   kind=launch.kind, engine_source=how, gpus_known=gpus_known)
-    findings = _run_rules(ctx, config, rules, plan=False)
+    findings = notes + _run_rules(ctx, config, rules, plan=False)
     if isinstance(model, MoeconfError):
         findings = [f for f in findings if f.name != "model-unknown"]
         findings.append(Finding("MOE000", "model-unknown", "info", src.path, launch.line, launch.column,
@@ -201,46 +340,139 @@ def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> l
     return _run_rules(ctx, config, rules, plan=True)
 
 
+def known_rules() -> dict[str, str]:
+    """Every code -> name that select, ignore and [severity] may name."""
+    out = {mod.CODE: mod.NAME for mod in ALL}
+    for code, name, _ in (PLAN_INVALID, *META):
+        out[code] = name
+    return out
+
+
+def _check_names(names: Sequence[str], where: str, config: Config | None, key: str) -> None:
+    import difflib
+
+    known = known_rules()
+    words = sorted(set(known) | set(known.values()))
+    for i, n in enumerate(names):
+        if n in known or n in known.values():
+            continue
+        digits = "MOE" + n[3:].upper().replace("O", "0").replace("I", "1").replace("L", "1")
+        close = ([digits] if n.upper().startswith("MOE") and digits in known else []) or difflib.get_close_matches(
+            n, words, n=1, cutoff=0.5) or difflib.get_close_matches(
+            n.upper(), words, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}" + (f" ({known[close[0]]})" if close[0] in known else "") + "?" \
+            if close else "`moeconf lint --help` and the README list the rules"
+        message = f"unknown rule {n!r} in {where}"
+        if config is not None and config.where is not None:
+            raise config.where.error(message, key, i if key != "severity" else n, hint=hint)
+        raise MoeconfError(message, hint=hint)
+
+
+def check_config_rules(config: Config) -> None:
+    """Rule names in a config's select, ignore and [severity] must be known (file:line:col if not)."""
+    _check_names(config.select, "select", config, "select")
+    _check_names(config.ignore, "ignore", config, "ignore")
+    _check_names(list(config.severity), "[severity]", config, "severity")
+
+
+def _engine(name: str, version: str | None) -> Engine:
+    try:
+        return engine(name, version)
+    except ValueError as e:
+        raise MoeconfError(str(e), hint="write `# moeconf: engine=llama.cpp` or `engine=ik_llama.cpp`") from None
+
+
 def lint(paths: Sequence[str], config: Config | None = None, rules: Sequence[ModuleType] = ALL,
          overrides: dict[str, object] | None = None) -> LintResult:
     """Lint plan files and launch files (directories are searched). Findings are plain data.
     `config` replaces the `.moeconf.toml` search; `overrides` (engine, select, ignore) apply on
-    top of whichever config is used."""
+    top of whichever config is used. A file that cannot be read as its kind gives an
+    `input-invalid` finding (`LintResult.broken`), never an exception; other files are still linted."""
     result = LintResult()
-    models = _Models()
+    models = _Models([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p)) for p in paths])
     for p in paths:
-        if not os.path.exists(p):
+        if not os.path.lexists(p):
             raise MoeconfError("no such file or directory", path=p)
+    for key in ("select", "ignore"):
+        if overrides and key in overrides:
+            _check_names(list(overrides[key]), f"--{key}", None, key)  # type: ignore[call-overload]
+    if config is not None:
+        check_config_rules(config)
+    configs: dict[str, Config] = {}
     for path in walk(list(paths)):
-        cfg = config or find_config(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        if config is not None:
+            cfg = config
+        else:
+            if folder not in configs:
+                configs[folder] = find_config(folder)
+                check_config_rules(configs[folder])
+            cfg = configs[folder]
         if overrides:
             cfg = replace(cfg, **overrides)  # type: ignore[arg-type]
         result.files.append(path)
-        if path.endswith(".toml"):
-            if not _looks_like_plan(path):
-                continue
-            for f in lint_plan(path, cfg, rules):
-                result.findings.append(f)
-            continue
-        try:
-            src = read_source(path)
-        except OSError as e:
-            raise MoeconfError(f"cannot read: {e}", path=path) from None
-        if src is None:
-            continue
-        for launch in src.launches:
-            result.launches += 1
-            for f in lint_launch(src, launch, cfg, models, rules):
-                if not _suppressed(src, f):
-                    result.findings.append(f)
+        result.findings += _cap(lint_file(path, cfg, models, rules, result), cfg)
     result.findings = sorted(set(result.findings), key=lambda f: (f.path, f.line, f.column, f.code, f.message))
     return result
 
 
-def _looks_like_plan(path: str) -> bool:
+def lint_file(path: str, cfg: Config, models: _Models, rules: Sequence[ModuleType], result: LintResult,
+              ) -> list[Finding]:
+    """Findings for one file (launch file or plan); special files are noted and skipped."""
+    what = not_regular(path)
+    if what is not None:
+        if what.startswith("unreadable"):
+            f = meta_finding(INPUT_INVALID, cfg, path, 1, 1, f"cannot read: {what[len('unreadable '):].strip('()')}")
+        else:
+            f = meta_finding(INPUT_SKIPPED, cfg, path, 1, 1, f"skipped: {what}, not a regular file "
+                                                             f"(moeconf reads only regular files)")
+        return [f] if f is not None else []
+    if path.endswith(".toml") and kind_of(path) == "plan":
+        return lint_plan(path, cfg, rules) if _looks_like_plan(path) else []
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(20000)
+        src = read_source(path)
+    except OSError as e:
+        f = meta_finding(INPUT_INVALID, cfg, path, 1, 1, f"cannot read: {e.strerror or e}")
+        return [f] if f is not None else []
+    if src is None:
+        return []
+    out = [f for n in src.notes if (f := _note_finding(n, cfg, path)) is not None]
+    for launch in src.launches:
+        result.launches += 1
+        try:
+            found = lint_launch(src, launch, cfg, models, rules)
+        except MoeconfError as e:
+            # a directive naming an unknown engine or version: this launch cannot be linted
+            found = [f for f in [meta_finding(INPUT_INVALID, cfg, path, launch.line, launch.column,
+                                              f"{e.message}{f' ({e.hint})' if e.hint else ''}")] if f]
+        out += [f for f in found if not _suppressed(src, f)]
+    return out
+
+
+def _note_finding(n: Note, cfg: Config, path: str) -> Finding | None:
+    return meta_finding(_NOTE_KIND[n.kind], cfg, path, n.line or 1, n.column or 1, n.message)
+
+
+def _cap(findings: list[Finding], cfg: Config) -> list[Finding]:
+    """At most MAX_PER_FILE findings a file (broken-input findings always kept), plus a count."""
+    findings = sorted(set(findings), key=lambda f: (f.line, f.column, f.code, f.message))
+    if len(findings) <= MAX_PER_FILE:
+        return findings
+    kept = findings[:MAX_PER_FILE] + [f for f in findings[MAX_PER_FILE:] if f.code == INPUT_INVALID[0]]
+    rest = findings[MAX_PER_FILE:]
+    dropped = [f for f in rest if f.code != INPUT_INVALID[0]]
+    first = dropped[0]
+    note = meta_finding(FINDINGS_CAPPED, cfg, first.path, first.line, first.column,
+                        f"{len(dropped)} more finding(s) in this file not shown (at most {MAX_PER_FILE} a file); "
+                        f"fix these and run again")
+    return kept + ([note] if note is not None else [])
+
+
+def _looks_like_plan(path: str) -> bool:
+    from moeconf.linting.sources import read_regular
+
+    try:
+        text = read_regular(path, 20000)
     except OSError:
         return False
     return bool(re.search(r"^\s*rules\s*=", text, re.M)) and "[model]" in text

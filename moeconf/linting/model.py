@@ -52,6 +52,7 @@ class Config:
     ignore: list[str] = field(default_factory=list)
     severity: dict[str, str] = field(default_factory=dict)
     fail_on: str = "warning"
+    where: Any = field(default=None, compare=False, repr=False)  # key positions in the config file
 
     def enabled(self, code: str, name: str) -> bool:
         if self.select and code not in self.select and name not in self.select:
@@ -75,47 +76,145 @@ class Config:
 _KEYS = {"engine", "engine_version", "gpus", "models", "select", "ignore", "severity", "fail_on"}
 
 
-def _from_table(data: dict[str, Any], path: str) -> Config:
+class _Where:
+    """Positions of keys in the config's TOML text, for errors that say file:line:col."""
+
+    def __init__(self, path: str, text: str, prefix: tuple[str, ...]) -> None:
+        from moeconf.plan.positions import scan
+
+        self.path, self.prefix = path, prefix
+        try:
+            self.positions = scan(text)
+        except (ValueError, IndexError, RecursionError):
+            self.positions = {}
+
+    def at(self, *key: str | int) -> tuple[int, int] | None:
+        from moeconf.plan.positions import locate
+
+        pos = locate(self.positions, (*self.prefix, *key))
+        return (pos.line, pos.column) if pos else None
+
+    def error(self, message: str, *key: str | int, hint: str | None = None) -> MoeconfError:
+        at = self.at(*key)
+        return MoeconfError(message, path=self.path, line=at[0] if at else None, column=at[1] if at else None,
+                            hint=hint)
+
+
+def _type_name(v: object) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a table"}.get(type(v), type(v).__name__)
+
+
+def _str_list(data: dict[str, Any], key: str, where: _Where) -> list[str]:
+    v = data.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        bad = v if not isinstance(v, list) else next(x for x in v if not isinstance(x, str))
+        got = _type_name(v) if bad is v else "a list holding " + _type_name(bad)
+        raise where.error(f"{key} must be a list of strings, not {got}", key,
+                          hint=f'write {key} = ["CUDA0", "CUDA1"]' if key == "gpus" else
+                          f'write {key} = ["MOE010", "unescaped-dot"]')
+    return list(v)
+
+
+def _from_table(data: dict[str, Any], path: str, text: str = "", prefix: tuple[str, ...] = ()) -> Config:
+    import difflib
+
+    where = _Where(path, text, prefix)
     unknown = sorted(set(data) - _KEYS)
     if unknown:
-        raise MoeconfError(f"unknown key {unknown[0]!r} in the moeconf config (known: {', '.join(sorted(_KEYS))})",
-                           path=path)
+        close = difflib.get_close_matches(unknown[0], sorted(_KEYS), n=1)
+        raise where.error(f"unknown key {unknown[0]!r} in the moeconf config (known: {', '.join(sorted(_KEYS))})",
+                          unknown[0], hint=f"did you mean {close[0]!r}?" if close else None)
     folder = os.path.dirname(os.path.abspath(path))
     models = {}
-    for k, v in (data.get("models") or {}).items():
+    table = data.get("models", {})
+    if not isinstance(table, dict):
+        raise where.error(f"[models] must be a table of model name -> GGUF or manifest path, not {_type_name(table)}",
+                          "models")
+    for k, v in table.items():
         if not isinstance(v, str):
-            raise MoeconfError(f"[models] {k!r} must map to a path", path=path)
-        models[k] = v if os.path.isabs(v) else os.path.normpath(os.path.join(folder, v))
+            raise where.error(f"[models] {k!r} must map to a path (a string), not {_type_name(v)}", "models", k)
+        full = v if os.path.isabs(v) else os.path.normpath(os.path.join(folder, v))
+        problem = _not_a_model_file(full)
+        if problem:
+            raise where.error(f"[models] {k!r} points at {v!r}, which is {problem}", "models", k,
+                              hint="fix the path (relative paths are relative to the config file) or remove the entry")
+        models[k] = full
     fail_on = data.get("fail_on", "warning")
     if fail_on not in SEVERITIES:
-        raise MoeconfError(f"fail_on must be one of {', '.join(SEVERITIES)}", path=path)
+        raise where.error(f"fail_on must be one of {', '.join(SEVERITIES)}, not {fail_on!r}", "fail_on")
     engine = data.get("engine")
     if engine is not None and engine not in ("llama.cpp", "ik_llama.cpp"):
-        raise MoeconfError(f"engine must be llama.cpp or ik_llama.cpp, not {engine!r}", path=path)
+        raise where.error(f"engine must be llama.cpp or ik_llama.cpp, not {engine!r}", "engine")
     version = data.get("engine_version")
-    bad = version_error(engine, str(version)) if engine is not None and version is not None else None
+    if version is not None and not isinstance(version, str):
+        raise where.error(f"engine_version must be a string such as \"b7600\", not {_type_name(version)}",
+                          "engine_version")
+    bad = version_error(engine, version) if engine is not None and version is not None else None
     if bad:  # (without `engine`, the version is for whichever engine each file names)
-        raise MoeconfError(f"engine_version: {bad}", path=path)
-    return Config(
-        path=path, engine=engine, engine_version=data.get("engine_version"),
-        gpus=list(data["gpus"]) if "gpus" in data else None, models=models,
-        select=list(data.get("select", [])), ignore=list(data.get("ignore", [])),
-        severity=dict(data.get("severity", {})), fail_on=fail_on,
+        raise where.error(f"engine_version: {bad}", "engine_version")
+    gpus = _str_list(data, "gpus", where) if "gpus" in data else None
+    if gpus is not None and not all(g.strip() for g in gpus):
+        raise where.error("gpus must not hold an empty name", "gpus")
+    severity = data.get("severity", {})
+    if not isinstance(severity, dict):
+        raise where.error(f"[severity] must be a table of rule -> severity, not {_type_name(severity)}", "severity")
+    for k, v in severity.items():
+        if v not in SEVERITIES:
+            raise where.error(f"[severity] {k}: severity must be one of {', '.join(SEVERITIES)}, not {v!r}",
+                              "severity", k)
+    config = Config(
+        path=path, engine=engine, engine_version=version, gpus=gpus, models=models,
+        select=_str_list(data, "select", where), ignore=_str_list(data, "ignore", where),
+        severity=dict(severity), fail_on=fail_on,
     )
+    config.where = where
+    return config
+
+
+def _not_a_model_file(path: str) -> str | None:
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "a broken symbolic link" if os.path.islink(path) else "missing"
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    return None if stat.S_ISREG(st.st_mode) else "not a regular file"
+
+
+def _read_config(path: str) -> tuple[dict[str, Any], str]:
+    import stat
+
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise MoeconfError("not a regular file; a config must be a TOML file", path=path)
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise MoeconfError(f"cannot read: {e.strerror or e}", path=path) from None
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        return tomllib.loads(text), text
+    except tomllib.TOMLDecodeError as e:
+        raise MoeconfError(f"TOML syntax: {e}", path=path) from None
+    except RecursionError:
+        raise MoeconfError("TOML nested too deeply to read", path=path) from None
+    except ValueError as e:  # an integer of more than 4300 digits
+        raise MoeconfError(f"TOML value cannot be read: {str(e).split(':')[0]}", path=path) from None
 
 
 def load_config_file(path: str) -> Config:
     """A config from an explicit file: `.moeconf.toml`, or `pyproject.toml` with `[tool.moeconf]`."""
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise MoeconfError(f"cannot read: {e.strerror or e}", path=path) from None
-    except tomllib.TOMLDecodeError as e:
-        raise MoeconfError(f"TOML syntax: {e}", path=path) from None
+    data, text = _read_config(path)
     if os.path.basename(path) == "pyproject.toml":
-        data = data.get("tool", {}).get("moeconf", {})
-    return _from_table(data, path)
+        table = data.get("tool", {}).get("moeconf", {})
+        if not isinstance(table, dict):
+            raise MoeconfError("[tool.moeconf] must be a table", path=path)
+        return _from_table(table, path, text, ("tool", "moeconf"))
+    return _from_table(data, path, text)
 
 
 def find_config(start: str) -> Config:
@@ -125,17 +224,15 @@ def find_config(start: str) -> Config:
         for name in (".moeconf.toml", "pyproject.toml"):
             p = os.path.join(folder, name)
             if os.path.isfile(p):
-                try:
-                    with open(p, "rb") as f:
-                        data = tomllib.load(f)
-                except tomllib.TOMLDecodeError as e:
-                    raise MoeconfError(f"TOML syntax: {e}", path=p) from None
+                data, text = _read_config(p)
                 if name == "pyproject.toml":
                     table = data.get("tool", {}).get("moeconf")
                     if table is None:
                         continue
-                    return _from_table(table, p)
-                return _from_table(data, p)
+                    if not isinstance(table, dict):
+                        raise MoeconfError("[tool.moeconf] must be a table", path=p)
+                    return _from_table(table, p, text, ("tool", "moeconf"))
+                return _from_table(data, p, text)
         parent = os.path.dirname(folder)
         if parent == folder:
             return Config()

@@ -6,9 +6,26 @@ import json
 import os
 from typing import Any
 
-from moeconf.linting.linter import PLAN_INVALID, LintResult
+from moeconf.linting.linter import (
+    CANNOT_CHECK,
+    FINDINGS_CAPPED,
+    INPUT_INVALID,
+    INPUT_SKIPPED,
+    PLAN_INVALID,
+    TOO_MANY_OVERRIDES,
+    LintResult,
+)
 from moeconf.linting.model import Finding
 from moeconf.textsafe import safe
+
+# findings about the input itself, not from a rule module
+_META_DOC = {
+    INPUT_INVALID: "a file that cannot be read as its kind (the tool that reads it would refuse it)",
+    INPUT_SKIPPED: "a special file (FIFO, device, socket, broken link) or an oversized file, not read",
+    CANNOT_CHECK: "a value the file does not fix (command substitution, unset variable) or over a budget",
+    FINDINGS_CAPPED: "more findings, invocations or YAML nodes than moeconf reports or reads",
+    TOO_MANY_OVERRIDES: "more -ot items than the engine accepts",
+}
 
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
@@ -63,6 +80,10 @@ def sarif(result: LintResult, base: str | None = None) -> dict[str, Any]:
     rules.append({"id": code, "name": name, "shortDescription": {"text": "a plan that does not compile"},
                   "defaultConfiguration": {"level": _SARIF_LEVEL[sev]}})
     index[code] = len(rules) - 1
+    for (code, name, sev), doc in _META_DOC.items():
+        rules.append({"id": code, "name": name, "shortDescription": {"text": doc},
+                      "defaultConfiguration": {"level": _SARIF_LEVEL[sev]}})
+        index[code] = len(rules) - 1
 
     def uri(path: str) -> str:
         rel = os.path.relpath(path, base) if base else path
