@@ -71,10 +71,10 @@ def test_broken_input_exits_2_with_position(tmp_path: Path, capsys: pytest.Captu
 
 def test_broken_file_does_not_stop_the_others(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write(tmp_path, "a.yml", "services: [\n")
-    write(tmp_path, "b.sh", "llama-server -m /m.gguf -ot 'blk.1.=CPU'\n")
+    write(tmp_path, "b.sh", "llama-server -m /m.gguf -ot 'exps=CPU,'\n")
     code, out, _ = run_lint(capsys, "--format", "json", str(tmp_path))
     assert code == 2
-    assert '"MOE009"' in out and '"MOE090"' in out  # b.sh still linted
+    assert '"MOE003"' in out and '"MOE090"' in out  # b.sh still linted
 
 
 def test_valid_systemd_reset_and_unrelated_yaml_are_not_broken(tmp_path: Path,
@@ -96,14 +96,14 @@ def test_special_files_are_skipped_with_a_note(tmp_path: Path, capsys: pytest.Ca
     (tmp_path / "zero.sh").symlink_to("/dev/zero")
     (tmp_path / "pipe-link.env").symlink_to(tmp_path / "fifo.sh")
     os.mkfifo(tmp_path / "runme")  # no extension: not sniffed (that would block)
-    write(tmp_path, "ok.sh", "llama-server -m /m.gguf -ot 'blk.1.=CPU'\n")
+    write(tmp_path, "ok.sh", "llama-server -m /m.gguf -ot 'exps=CPU,'\n")
     code, out, _ = run_lint(capsys, str(tmp_path))
     assert code == 1, out
     for name, what in [("fifo.sh", "FIFO"), ("dangling.yml", "broken symbolic link"), ("zero.sh", "character device"),
                        ("pipe-link.env", "FIFO"), ("fifo-plan.toml", "FIFO")]:
         lines = out.splitlines()
         assert any(name in ln and "MOE091 input-skipped [info]" in ln and what in ln for ln in lines), (name, out)
-    assert "MOE009" in out
+    assert "MOE003" in out
 
 
 def test_model_paths_must_be_regular_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,8 +144,8 @@ def test_substitutions_are_not_checked_but_noted(tmp_path: Path, value: str) -> 
 
 
 def test_known_variables_are_still_checked(tmp_path: Path) -> None:
-    p = write(tmp_path, "run.sh", "OT='blk.1.=CPU'\nllama-server -m /m.gguf -fit off -ot \"$OT\"\n")
-    assert "MOE009" in {f.code for f in lint([str(p)]).findings}
+    p = write(tmp_path, "run.sh", "OT='exps=CPU,'\nllama-server -m /m.gguf -fit off -ot \"$OT\"\n")
+    assert "MOE003" in {f.code for f in lint([str(p)]).findings}
 
 
 def test_heredoc_bodies_are_data_unless_fed_to_a_shell(tmp_path: Path) -> None:
@@ -205,12 +205,12 @@ def test_items_beyond_the_engine_limit_are_reported_not_simulated(tmp_path: Path
 
 
 def test_findings_are_capped_with_a_count(tmp_path: Path) -> None:
-    ot = ",".join(["exps=CPU"] * 400)  # hundreds of duplicate items, one rule
-    p = write(tmp_path, "run.sh", f"llama-server -m /m.gguf -fit off -ot '{ot}'\n")
+    # findings of one rule on one -ot value are grouped; each value is its own group
+    p = write(tmp_path, "run.sh", "llama-server -m /m.gguf -fit off" + " -ot 'exps=CPU,'" * (MAX_PER_RULE + 10) + "\n")
     result = lint([str(p)])
-    dup = [f for f in result.findings if f.code == "MOE012"]
+    trailing = [f for f in result.findings if f.code == "MOE003"]
     capped = [f for f in result.findings if f.code == "MOE093"]
-    assert len(dup) == MAX_PER_RULE and capped and "more MOE012" in capped[0].message
+    assert len(trailing) == MAX_PER_RULE and capped and "10 more MOE003" in capped[0].message
     lines = "".join(f"llama-server -m /m.gguf -fit off -ot 'blk.{i}.=CPU'\n" for i in range(MAX_PER_FILE))
     p.write_text(lines)
     result = lint([str(p)])
@@ -293,14 +293,14 @@ def test_unreadable_file_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_compose_variables_from_dotenv_are_checked_others_noted(tmp_path: Path) -> None:
-    write(tmp_path, ".env", "OT=blk.1.=CPU\n")
+    write(tmp_path, ".env", "OT=exps=CPU,\n")
     p = write(tmp_path, "compose.yml", (
         "services:\n  a:\n    image: ghcr.io/ggml-org/llama.cpp:server\n"
         "    command: [-m, /m.gguf, -fit, 'off', -ot, '${OT}']\n"
         "  b:\n    image: ghcr.io/ggml-org/llama.cpp:server\n"
         "    environment:\n      LLAMA_ARG_OVERRIDE_TENSOR: ${UNSET}=CPU\n"))
     found = {(f.line, f.code) for f in lint([str(p)]).findings}
-    assert (4, "MOE009") in found and (8, "MOE092") in found, found
+    assert (4, "MOE003") in found and (8, "MOE092") in found, found
 
 
 def test_sarif_names_the_input_findings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
