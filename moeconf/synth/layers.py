@@ -59,7 +59,7 @@ class Term:
     optional_first: bool = False
 
     def render(self) -> str:
-        parts = [render_atom(a) for a in self.atoms]
+        parts = [_atom_str(a) for a in self.atoms]
         if self.optional_first:
             parts[0] += "?"
         return "".join(parts)
@@ -77,39 +77,47 @@ class Term:
         return False
 
 
-def _enumerate(length: int, must: list[str], forbid: list[str]) -> list[tuple[tuple[frozenset[str], ...], int]]:
-    """Every product of atoms of this length that covers >= 1 of `must` and none of `forbid`,
-    with the bitmask (over `must`) of what it covers."""
+_ATOM_STR: dict[frozenset[str], str] = {}
+
+
+def _atom_str(a: frozenset[str]) -> str:
+    r = _ATOM_STR.get(a)
+    if r is None:
+        r = _ATOM_STR[a] = render_atom(a)
+    return r
+
+
+def _enumerate(length: int, must: list[str], forbid: list[str]) -> list[tuple[tuple[int, ...], int]]:
+    """Every product of atoms (as indices into `_atoms()`) of this length that covers >= 1 of
+    `must` and none of `forbid`, with the bitmask (over `must`) of what it covers."""
     atoms = _atoms()
     # per position, per atom: which must / forbid strings have a digit of the atom there
     m_masks = [[sum(1 << i for i, s in enumerate(must) if s[p] in a) for a in atoms] for p in range(length)]
     f_masks = [[sum(1 << i for i, s in enumerate(forbid) if s[p] in a) for a in atoms] for p in range(length)]
-    out: list[tuple[tuple[frozenset[str], ...], int]] = []
-    chosen: list[frozenset[str]] = []
+    out: list[tuple[tuple[int, ...], int]] = []
+    ks = range(len(atoms))
 
-    def rec(pos: int, m: int, f: int) -> None:
-        if pos == length:
-            if not f:
-                out.append((tuple(chosen), m))
-            return
-        for k, a in enumerate(atoms):
-            m2 = m & m_masks[pos][k]
+    def rec(pos: int, m: int, f: int, chosen: tuple[int, ...]) -> None:
+        mm, fm = m_masks[pos], f_masks[pos]
+        last = pos == length - 1
+        for k in ks:
+            m2 = m & mm[k]
             if not m2:
                 continue
-            chosen.append(a)
-            rec(pos + 1, m2, f & f_masks[pos][k])
-            chosen.pop()
+            if last:
+                if not f & fm[k]:
+                    out.append(((*chosen, k), m2))
+            else:
+                rec(pos + 1, m2, f & fm[k], (*chosen, k))
 
-    rec(0, (1 << len(must)) - 1, (1 << len(forbid)) - 1)
+    rec(0, (1 << len(must)) - 1, (1 << len(forbid)) - 1, ())
     return out
-
-
-def _product_valid(atoms: tuple[frozenset[str], ...], forbid: Iterable[str]) -> bool:
-    return not any(all(c in a for c, a in zip(s, atoms, strict=True)) for s in forbid)
 
 
 def candidate_terms(must: Iterable[str], forbid: Iterable[str]) -> list[tuple[Term, frozenset[str]]]:
     """Valid terms with the must-strings each covers, dominated ones removed."""
+    atoms = _atoms()
+    astr = [_atom_str(a) for a in atoms]
     must_l = sorted(set(must), key=lambda s: (len(s), s))
     index = {s: i for i, s in enumerate(must_l)}
     forbid_s = set(forbid)
@@ -119,37 +127,48 @@ def candidate_terms(must: Iterable[str], forbid: Iterable[str]) -> list[tuple[Te
         by_len_m.setdefault(len(s), []).append(s)
     for s in forbid_s:
         by_len_f.setdefault(len(s), []).append(s)
-    terms: dict[Term, int] = {}
-    valid_rest: dict[tuple[frozenset[str], ...], bool] = {}
+    # (atom indices, optional first) -> coverage bitmask over must_l
+    terms: dict[tuple[tuple[int, ...], bool], int] = {}
+    # for the optional-first forms: which shorter strings the rest of a product covers (None: it
+    # also covers a forbidden one)
+    rest_cov: dict[tuple[int, ...], int | None] = {}
     for n, ms in sorted(by_len_m.items()):
-        local = [index[s] for s in ms]
-        for atoms, mask in _enumerate(n, ms, by_len_f.get(n, [])):
-            cov = 0
-            for i, gi in enumerate(local):
-                if mask >> i & 1:
-                    cov |= 1 << gi
-            terms[Term(atoms)] = cov
+        offset = index[ms[0]]  # must_l is sorted by length: each length's strings are contiguous
+        shorter = by_len_m.get(n - 1) if n >= 2 else None
+        if shorter:
+            short_idx = [index[s] for s in shorter]
+            short_f = by_len_f.get(n - 1, [])
+        for ats, mask in _enumerate(n, ms, by_len_f.get(n, [])):
+            cov = mask << offset
+            terms[(ats, False)] = cov
             # the same term with an optional first atom also covers shorter strings
-            shorter = by_len_m.get(n - 1)
-            if not (n >= 2 and shorter):
+            if not shorter:
                 continue
-            ok = valid_rest.get(atoms[1:])
-            if ok is None:
-                ok = valid_rest[atoms[1:]] = _product_valid(atoms[1:], by_len_f.get(n - 1, []))
-            if ok:
-                rest = Term(atoms[1:])
-                extra = 0
-                for s in shorter:
-                    if rest.matches(s):
-                        extra |= 1 << index[s]
-                if extra:
-                    terms[Term(atoms, True)] = cov | extra
+            rest = ats[1:]
+            extra = rest_cov.get(rest, 0)
+            if rest not in rest_cov:
+                rest_atoms = [atoms[k] for k in rest]
+                if any(all(c in a for c, a in zip(s, rest_atoms, strict=True)) for s in short_f):
+                    extra = None
+                else:
+                    extra = 0
+                    for s, gi in zip(shorter, short_idx, strict=True):
+                        if all(c in a for c, a in zip(s, rest_atoms, strict=True)):
+                            extra |= 1 << gi
+                rest_cov[rest] = extra
+            if extra:
+                terms[(ats, True)] = cov | extra
     # dominance: drop a term when another covers a superset at no higher cost
-    cheapest: dict[int, tuple[int, str, Term]] = {}
-    for t, cov in terms.items():
-        key = (t.cost, t.render())
-        if cov not in cheapest or key < cheapest[cov][:2]:
-            cheapest[cov] = (*key, t)
+    cheapest: dict[int, tuple[int, str, tuple[tuple[int, ...], bool]]] = {}
+    for key_t, cov in terms.items():
+        ats, opt = key_t
+        r = "".join(astr[k] for k in ats)
+        if opt:
+            r = r[: len(astr[ats[0]])] + "?" + r[len(astr[ats[0]]):]
+        key = (len(r), r)
+        old = cheapest.get(cov)
+        if old is None or key < old[:2]:
+            cheapest[cov] = (*key, key_t)
     items = sorted(
         ((c, r, t, cov) for cov, (c, r, t) in cheapest.items()), key=lambda x: (x[0], -x[3].bit_count(), x[1])
     )
@@ -157,13 +176,13 @@ def candidate_terms(must: Iterable[str], forbid: Iterable[str]) -> list[tuple[Te
     # kept masks indexed by each bit they cover: a superset of `cov` holds every bit of cov,
     # so only the shortest of those lists needs checking
     by_bit: dict[int, list[int]] = {}
-    for _c, _r, t, cov in items:
-        bits = [i for i in range(cov.bit_length()) if cov >> i & 1]
-        probe = min((by_bit.get(b, []) for b in bits), key=len)
-        if any(cov & ~c2 == 0 for c2 in probe):
+    for _c, _r, (ats, opt), cov in items:
+        lo = by_bit.get((cov & -cov).bit_length() - 1, [])
+        hi = by_bit.get(cov.bit_length() - 1, [])
+        if any(cov & ~c2 == 0 for c2 in (lo if len(lo) < len(hi) else hi)):
             continue
-        kept.append((t, cov))
-        for b in bits:
+        kept.append((Term(tuple(atoms[k] for k in ats), opt), cov))
+        for b in [i for i in range(cov.bit_length()) if cov >> i & 1]:
             by_bit.setdefault(b, []).append(cov)
     return [(t, frozenset(must_l[i] for i in range(len(must_l)) if cov >> i & 1)) for t, cov in kept]
 
