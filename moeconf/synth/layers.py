@@ -87,20 +87,72 @@ def _atom_str(a: frozenset[str]) -> str:
     return r
 
 
+@cache
+def _atom_index() -> dict[tuple[int, int], int]:
+    return {(int(min(a)), int(max(a))): k for k, a in enumerate(_atoms())}
+
+
 def _enumerate(length: int, must: list[str], forbid: list[str]) -> list[tuple[tuple[int, ...], int]]:
-    """Every product of atoms (as indices into `_atoms()`) of this length that covers >= 1 of
-    `must` and none of `forbid`, with the bitmask (over `must`) of what it covers."""
+    """Products of atoms (as indices into `_atoms()`) of this length that cover >= 1 of `must`
+    and none of `forbid`, with the bitmask (over `must`) of what each covers. Atoms that another
+    atom beats at no higher cost are skipped: an atom whose end digit no remaining must-string
+    has there is no better than the one trimmed to such digits (a trimmed range never costs more,
+    except that `\\d` stays), and in the last position, of the ranges of three or more digits
+    (all `[a-c]`, five characters) only the widest that avoids the forbidden digits is needed."""
     atoms = _atoms()
-    # per position, per atom: which must / forbid strings have a digit of the atom there
-    m_masks = [[sum(1 << i for i, s in enumerate(must) if s[p] in a) for a in atoms] for p in range(length)]
-    f_masks = [[sum(1 << i for i, s in enumerate(forbid) if s[p] in a) for a in atoms] for p in range(length)]
+    index = _atom_index()
+    dm = [[0] * 10 for _ in range(length)]
+    df = [[0] * 10 for _ in range(length)]
+    for i, s in enumerate(must):
+        for p, c in enumerate(s):
+            dm[p][ord(c) - 48] |= 1 << i
+    for i, s in enumerate(forbid):
+        for p, c in enumerate(s):
+            df[p][ord(c) - 48] |= 1 << i
+    m_masks = [[0] * len(atoms) for _ in range(length)]
+    f_masks = [[0] * len(atoms) for _ in range(length)]
+    for p in range(length):
+        for (lo, hi), k in index.items():
+            mm = ff = 0
+            for d in range(lo, hi + 1):
+                mm |= dm[p][d]
+                ff |= df[p][d]
+            m_masks[p][k] = mm
+            f_masks[p][k] = ff
+    all_digits = index[(0, 9)]
     out: list[tuple[tuple[int, ...], int]] = []
-    ks = range(len(atoms))
+
+    def choices(pos: int, m: int, f: int) -> list[int]:
+        ds = [d for d in range(10) if dm[pos][d] & m]
+        if pos < length - 1:
+            ks = {index[(lo, hi)] for x, lo in enumerate(ds) for hi in ds[x:]}
+            ks.add(all_digits)
+            return list(ks)
+        bad = {d for d in range(10) if df[pos][d] & f}
+        if not bad:
+            return [all_digits, *(index[(d, d)] for d in ds), *(index[(d, d + 1)] for d in ds if d + 1 in ds)]
+        ks = set()
+        for d in ds:
+            if d in bad:
+                continue
+            ks.add(index[(d, d)])
+            if d + 1 in ds and d + 1 not in bad:
+                ks.add(index[(d, d + 1)])
+        run: list[int] = []
+        for d in [*range(10), -1]:
+            if d >= 0 and d not in bad:
+                run.append(d)
+                continue
+            inside = [x for x in run if x in ds]
+            if len(inside) >= 2 and inside[-1] - inside[0] >= 2:
+                ks.add(index[(inside[0], inside[-1])])
+            run = []
+        return list(ks)
 
     def rec(pos: int, m: int, f: int, chosen: tuple[int, ...]) -> None:
         mm, fm = m_masks[pos], f_masks[pos]
         last = pos == length - 1
-        for k in ks:
+        for k in choices(pos, m, f):
             m2 = m & mm[k]
             if not m2:
                 continue
@@ -116,6 +168,12 @@ def _enumerate(length: int, must: list[str], forbid: list[str]) -> list[tuple[tu
 
 def candidate_terms(must: Iterable[str], forbid: Iterable[str]) -> list[tuple[Term, frozenset[str]]]:
     """Valid terms with the must-strings each covers, dominated ones removed."""
+    must_l, kept = _candidates(must, forbid)
+    return [(t, frozenset(must_l[i] for i in range(len(must_l)) if cov >> i & 1)) for t, _c, cov in kept]
+
+
+def _candidates(must: Iterable[str], forbid: Iterable[str]) -> tuple[list[str], list[tuple[Term, int, int]]]:
+    """(must strings in bit order, [(term, cost, coverage bitmask)]) with dominated terms removed."""
     atoms = _atoms()
     astr = [_atom_str(a) for a in atoms]
     must_l = sorted(set(must), key=lambda s: (len(s), s))
@@ -172,7 +230,7 @@ def candidate_terms(must: Iterable[str], forbid: Iterable[str]) -> list[tuple[Te
     items = sorted(
         ((c, r, t, cov) for cov, (c, r, t) in cheapest.items()), key=lambda x: (x[0], -x[3].bit_count(), x[1])
     )
-    kept: list[tuple[Term, int]] = []
+    kept: list[tuple[Term, int, int]] = []
     # kept masks indexed by each bit they cover: a superset of `cov` holds every bit of cov,
     # so only the shortest of those lists needs checking
     by_bit: dict[int, list[int]] = {}
@@ -181,10 +239,10 @@ def candidate_terms(must: Iterable[str], forbid: Iterable[str]) -> list[tuple[Te
         hi = by_bit.get(cov.bit_length() - 1, [])
         if any(cov & ~c2 == 0 for c2 in (lo if len(lo) < len(hi) else hi)):
             continue
-        kept.append((Term(tuple(atoms[k] for k in ats), opt), cov))
+        kept.append((Term(tuple(atoms[k] for k in ats), opt), _c, cov))
         for b in [i for i in range(cov.bit_length()) if cov >> i & 1]:
             by_bit.setdefault(b, []).append(cov)
-    return [(t, frozenset(must_l[i] for i in range(len(must_l)) if cov >> i & 1)) for t, cov in kept]
+    return must_l, kept
 
 
 def _join(terms: list[Term]) -> str:
@@ -199,44 +257,51 @@ def _sort_key(s: str) -> tuple[int, str]:
     return (len(s.replace("\\d", "d").replace("?", "")), s)
 
 
-def _greedy(universe: frozenset[str], cands: list[tuple[Term, frozenset[str]]]) -> list[Term]:
-    uncovered = set(universe)
-    chosen: list[tuple[Term, frozenset[str]]] = []
+_Cand = tuple[Term, int, int]  # term, cost, coverage bitmask
+
+
+def _greedy(universe: int, cands: list[_Cand]) -> list[_Cand]:
+    uncovered = universe
+    chosen: list[_Cand] = []
     while uncovered:
         best = min(
-            (c for c in cands if c[1] & uncovered),
-            key=lambda c: ((c[0].cost + 1) / len(c[1] & uncovered), c[0].cost, c[0].render()),
+            (c for c in cands if c[2] & uncovered),
+            key=lambda c: ((c[1] + 1) / (c[2] & uncovered).bit_count(), c[1], c[0].render()),
         )
         chosen.append(best)
-        uncovered -= best[1]
+        uncovered &= ~best[2]
     # clean-up: drop terms made redundant by later picks
     changed = True
     while changed:
         changed = False
-        for i, (_t, _cov) in enumerate(chosen):
-            others = frozenset().union(*(c for j, (_, c) in enumerate(chosen) if j != i))
-            if universe <= others:
+        for i in range(len(chosen)):
+            others = 0
+            for j, c in enumerate(chosen):
+                if j != i:
+                    others |= c[2]
+            if universe & ~others == 0:
                 del chosen[i]
                 changed = True
                 break
-    return [t for t, _ in chosen]
+    return chosen
 
 
-def _exact(
-    universe: frozenset[str], cands: list[tuple[Term, frozenset[str]]], upper: int, node_limit: int
-) -> list[Term] | None:
+def _exact(universe: int, cands: list[_Cand], upper: int, node_limit: int) -> list[_Cand] | None:
     """Branch and bound over covers minimising sum(cost + 1); None if it found nothing better."""
-    best: list[list[Term] | None] = [None]
+    best: list[list[_Cand] | None] = [None]
     best_cost = [upper]
     nodes = [0]
-    covering: dict[str, list[tuple[Term, frozenset[str]]]] = {s: [] for s in universe}
-    for t, cov in cands:
-        for s in cov:
-            covering[s].append((t, cov))
-    min_cost = min(t.cost + 1 for t, _ in cands)
-    max_cover = max(len(c) for _, c in cands)
+    covering: dict[int, list[_Cand]] = {}
+    for c in cands:
+        m = c[2]
+        while m:
+            low = m & -m
+            covering.setdefault(low, []).append(c)
+            m ^= low
+    min_cost = min(c[1] + 1 for c in cands)
+    max_cover = max(c[2].bit_count() for c in cands)
 
-    def rec(uncovered: frozenset[str], chosen: list[Term], cost: int) -> None:
+    def rec(uncovered: int, chosen: list[_Cand], cost: int) -> None:
         nodes[0] += 1
         if nodes[0] > node_limit:
             return
@@ -245,14 +310,22 @@ def _exact(
                 best_cost[0] = cost
                 best[0] = list(chosen)
             return
-        lower = cost + -(-len(uncovered) // max_cover) * min_cost
+        lower = cost + -(-uncovered.bit_count() // max_cover) * min_cost
         if lower >= best_cost[0]:
             return
-        pivot = min(uncovered, key=lambda s: len(covering[s]))
-        options = sorted(covering[pivot], key=lambda c: (c[0].cost + 1) / len(c[1] & uncovered))
-        for t, cov in options:
-            chosen.append(t)
-            rec(uncovered - cov, chosen, cost + t.cost + 1)
+        pivot = -1
+        fewest = 1 << 30
+        m = uncovered
+        while m:
+            low = m & -m
+            n = len(covering[low])
+            if n < fewest:
+                pivot, fewest = low, n
+            m ^= low
+        options = sorted(covering[pivot], key=lambda c: (c[1] + 1) / (c[2] & uncovered).bit_count())
+        for c in options:
+            chosen.append(c)
+            rec(uncovered & ~c[2], chosen, cost + c[1] + 1)
             chosen.pop()
 
     rec(universe, [], 0)
@@ -301,17 +374,19 @@ def _layer_set_regex(must: frozenset[int], forbid: frozenset[int], node_limit: i
         raise ValueError("layer_set_regex needs at least one number to match")
     if must_s & forbid_s:
         raise ValueError(f"numbers both required and forbidden: {sorted(must_s & forbid_s, key=int)}")
-    cands = candidate_terms(must_s, forbid_s)
+    must_l, cands = _candidates(must_s, forbid_s)
+    universe = (1 << len(must_l)) - 1
     # a single term covering everything needs no group
-    single = [t for t, cov in cands if cov == must_s]
-    best_single = min(single, key=lambda t: (t.cost, t.render())) if single else None
-    greedy = _greedy(must_s, cands)
+    single = [c for c in cands if c[2] == universe]
+    best_single = min(single, key=lambda c: (c[1], c[0].render()))[0] if single else None
+    greedy = _greedy(universe, cands)
     multi = greedy
-    multi_cost = sum(t.cost + 1 for t in greedy)
-    exact = _exact(must_s, cands, multi_cost, node_limit)
+    exact = _exact(universe, cands, sum(c[1] + 1 for c in greedy), node_limit)
     if exact is not None:
         multi = exact
-    options = [multi, _merge(multi), _merge(greedy)]
+    multi_t = [c[0] for c in multi]
+    greedy_t = [c[0] for c in greedy]
+    options = [multi_t, _merge(multi_t), _merge(greedy_t)]
     if best_single is not None:
         options.append([best_single])
     return min((_join(o) for o in options), key=lambda r: (len(r), r.count("|"), r))

@@ -1,14 +1,21 @@
 """Placement -> the shortest ordered list of `regex=DEVICE` items that the engine maps back to
 exactly that placement on this inventory.
 
-For each device, candidate regexes are built from two shapes and the shortest valid one wins:
-- substrings of the tensor names (`exps`, `^output\\.`), joined with `|`;
-- rectangles `blk\\.LAYERS\\.KIND`: a layer-set regex (`moeconf.synth.layers`) times a kind
-  pattern (`.*exps`, `ffn_(up|down)`), one per group of kinds that share a layer set.
-Then two layouts are tried: *direct* (one item per device, matching nothing it must not), and
-*carved* (a broad item last, with earlier items that catch its exceptions first, as the engines'
-first-match-wins allows). Items that change nothing are dropped. Every candidate is simulated
-against the inventory; a layout that does not reproduce the placement is never returned.
+The search space (the *readable forms*): each item's regex is an alternation of terms, and a
+term is one of
+- a whole name part (`exps`, `ffn_down_exps`, `attn`, `blk`) or a `^prefix` of a name outside
+  the blocks (`^output\\.`), never a fragment: every occurrence of the part in every tensor name
+  of the model sits between separators, so `b` (which is inside `blk`) never qualifies;
+- a block term `blk\\.(R)\\.K` or `\\.(R)\\.K`: a layer-set regex R (`moeconf.synth.layers`)
+  times a kind pattern K after the block number (empty: the whole block; `.*exps`;
+  `ffn_(up|gate)_exps`).
+Layouts are *direct* (one item per device, matching only tensors that want it) or *carved*
+(one broad item last, whose over-match earlier items catch first, as first-match-wins allows:
+`\\.(\\d|10)\\.=CUDA0,exps=CPU`). Carve items may take whole blocks whose other tensors already
+end up on their device. Each item's alternation is an exact minimum-cost set cover over the
+terms (branch and bound). Everything is computed on bitmasks over the live tensors, which is
+exactly what the engine's unanchored first-match search does; the chosen list is then
+re-simulated with real regex engines (`check`), and a disagreement is an internal error.
 """
 
 from __future__ import annotations
@@ -17,10 +24,11 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from moeconf.engines import AUTO_GPU
 from moeconf.engines.simulate import OverrideItem, ecmascript_matcher, python_matcher, simulate
-from moeconf.model.inventory import Inventory, Tensor
+from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 from moeconf.synth.layers import layer_set_regex
 
@@ -28,6 +36,7 @@ _SPECIAL = set("\\.^$|?*+()[]{}/")
 _HEX = {",": r"\x2c", "=": r"\x3d", " ": r"\x20", "\t": r"\x09"}
 
 
+@cache
 def escape(s: str) -> str:
     """Escape a literal for a regex both std::regex ECMAScript and Python `re` read the same way,
     with no `,` `=` or whitespace (which `-ot` parsing would split on)."""
@@ -46,24 +55,7 @@ class SynthesisError(AssertionError):
     """The synthesizer could not reproduce a placement: a bug in moeconf, never user error."""
 
 
-@dataclass(frozen=True)
-class _Names:
-    """A tensor name split as the rectangles see it: layer and the rest after `blk.N.`."""
-
-    name: str
-    layer: int | None
-    rest: str
-
-
-def _split(t: Tensor) -> _Names:
-    if t.layer is None:
-        return _Names(t.name, None, t.name)
-    prefix = f"blk.{t.layer}."
-    return _Names(t.name, t.layer, t.name[len(prefix):] if t.name.startswith(prefix) else t.name)
-
-
-# --- substring covers -----------------------------------------------------------------------
-
+# --- name parts ------------------------------------------------------------------------------
 
 _SEPARATORS = "._"
 
@@ -77,9 +69,9 @@ def _boundaries(s: str) -> list[int]:
     return sorted(b)
 
 
-def _substrings(s: str) -> set[str]:
-    """Whole name parts only (`exps`, `_exps`, `ffn_up`, `exps.`), never fragments such as `xp`:
-    the rules stay readable and keep their meaning on other quantizations of the same model."""
+@cache
+def _substrings(s: str) -> frozenset[str]:
+    """Substrings of `s` from one part boundary to another (`exps`, `_exps`, `ffn_up`, `exps.`)."""
     b = _boundaries(s)
     out = set()
     for x, i in enumerate(b):
@@ -87,114 +79,49 @@ def _substrings(s: str) -> set[str]:
             sub = s[i:j]
             if sub.strip(_SEPARATORS):
                 out.add(sub)
-    return out
+    return frozenset(out)
 
 
-def substring_cover(
-    must: Sequence[str], forbid: Sequence[str], *, sources: Sequence[str] | None = None, anchored: bool = True
-) -> list[str] | None:
-    """Regex alternatives (already escaped) such that every `must` string contains one and no
-    `forbid` string contains any; `^prefix` alternatives are allowed when `anchored`. Greedy
-    weighted set cover; None when some must string cannot be separated."""
-    if not must:
-        return []
-    fset = list(set(forbid))
-    # one string to search: no name contains a newline, so no match spans two names
-    haystack = "\n" + "\n".join(fset) + "\n"
-    cands: dict[str, set[int]] = {}
-    src = sources if sources is not None else must
-    for s in set(src):
-        for sub in _substrings(s):
-            if sub not in cands and sub not in haystack:
-                cands[sub] = set()
-    must_text = list(must)
-    for sub in cands:
-        cands[sub] = {i for i, m in enumerate(must_text) if sub in m}
-    if anchored:
-        # ^prefix alternatives, for names outside blocks (`^output\.`); whole blocks are the
-        # rectangles' job, where the layer number is bounded
-        for m in {x for x in must if not x.startswith("blk.")}:
-            for j in _boundaries(m)[1:]:
-                p = m[:j]
-                if ("\n" + p) in haystack:
-                    continue
-                cands["^" + p] = {i for i, x in enumerate(must_text) if x.startswith(p)}
-                break
-    cands = {k: v for k, v in cands.items() if v}
-    uncovered = set(range(len(must)))
-    chosen: list[str] = []
-    costs = {k: len(escape(k[1:])) + 1 if k.startswith("^") else len(escape(k)) for k in cands}
-    while uncovered:
-        best = None
-        for k, cov in cands.items():
-            gain = len(cov & uncovered)
-            if not gain:
-                continue
-            score = (costs[k] + 1) / gain
-            if best is None or (score, costs[k], k) < best[0]:
-                best = ((score, costs[k], k), k)
-        if best is None:
-            return None
-        k = best[1]
-        chosen.append(k)
-        uncovered -= cands[k]
-    # drop alternatives made redundant by later ones
-    for k in list(chosen):
-        rest = [c for c in chosen if c != k]
-        if set().union(*(cands[c] for c in rest)) >= set(range(len(must))) if rest else False:
-            chosen = rest
-    return ["^" + escape(k[1:]) if k.startswith("^") else escape(k) for k in chosen]
+@cache
+def _aligned_in(sub: str, name: str) -> bool:
+    """Every occurrence of `sub` in `name` starts and ends on a part boundary."""
+    bounds = set(_boundaries(name))
+    k = name.find(sub)
+    while k >= 0:
+        if k not in bounds or k + len(sub) not in bounds:
+            return False
+        k = name.find(sub, k + 1)
+    return True
 
 
-def _alternation(parts: Sequence[str]) -> str:
+def _alternation(parts: Iterable[str]) -> str:
     return "|".join(sorted(set(parts), key=lambda p: (len(p), p)))
 
 
-# --- kind patterns (what follows blk\.N\.) --------------------------------------------------
-
-
-def kind_patterns(must: Iterable[str], forbid: Iterable[str]) -> list[str]:
-    """Patterns K, each anchored right after `blk\\.N\\.`, matching every `must` rest and no
-    `forbid` rest: '' when nothing is forbidden, `.*sub1|...`, or a factored prefix list."""
-    ms = sorted(set(must))
-    fs = sorted(set(forbid))
-    out: list[str] = []
-    if not fs:
-        out.append("")
-    cover = substring_cover(ms, fs, anchored=False)
-    if cover is not None:
-        if len(cover) == 1:
-            out.append(".*" + cover[0])
-        else:
-            out.append(".*(" + "|".join(sorted(cover)) + ")")
-    prefixes = []
-    for m in ms:
-        for j in _boundaries(m)[1:]:
-            if not any(f.startswith(m[:j]) for f in fs):
-                prefixes.append(m[:j])
-                break
-        else:
-            prefixes = []
-            break
-    if prefixes:
-        out.append(_factor(sorted(set(prefixes))))
-    return out
-
-
 def _factor(words: list[str]) -> str:
-    """`ffn_up_e`, `ffn_gate_e` -> `ffn_(up|gate)_e`: common prefix and suffix pulled out."""
+    """`ffn_up_exps`, `ffn_gate_exps` -> `ffn_(up|gate)_exps`: the common prefix and suffix (cut
+    at part boundaries, so no fragment is pulled out) outside the group."""
     words = _minimal_prefixes(words)
     if len(words) == 1:
         return escape(words[0])
     pre = _common_prefix(words)
     rest = [w[len(pre):] for w in words]
     suf = _common_prefix([r[::-1] for r in rest])[::-1]
+    suf = suf[len(suf) - _cut_suffix(suf):] if suf else ""
     if any(len(r) - len(suf) <= 0 for r in rest):
         suf = ""
     mid = [r[: len(r) - len(suf)] if suf else r for r in rest]
     if any(not m for m in mid):
         return escape(pre) + "(" + "|".join(escape(r) for r in rest) + ")"
     return escape(pre) + "(" + "|".join(escape(m) for m in mid) + ")" + escape(suf)
+
+
+def _cut_suffix(suf: str) -> int:
+    """Length of the longest tail of `suf` that starts at a separator (`_exps` of `p_exps`)."""
+    for k, ch in enumerate(suf):
+        if ch in _SEPARATORS:
+            return len(suf) - k
+    return 0
 
 
 def _minimal_prefixes(words: list[str]) -> list[str]:
@@ -213,87 +140,410 @@ def _common_prefix(words: list[str]) -> str:
     i = 0
     while i < len(lo) and i < len(hi) and lo[i] == hi[i]:
         i += 1
+    # back to a part boundary: `ffn_gate_` of `ffn_gate_exps`/`ffn_gate_inp`, never `attn_k` of
+    # `attn_k_b`/`attn_kv_b`
+    while i > 0 and lo[i - 1] not in _SEPARATORS and i < len(lo) and lo[i] not in _SEPARATORS:
+        i -= 1
     return lo[:i]
 
 
-# --- covering one device's tensors ---------------------------------------------------------
+# --- the inventory as bitmasks -----------------------------------------------------------------
 
 
-def cover(must: Sequence[Tensor], forbid: Sequence[Tensor]) -> list[str]:
-    """Candidate regexes that match every `must` tensor name and no `forbid` one, shortest first."""
-    if not must:
-        return []
-    m_split = [_split(t) for t in must]
-    f_split = [_split(t) for t in forbid]
-    options: list[str] = []
+@dataclass(frozen=True)
+class _Term:
+    regex: str
+    mask: int  # the live tensors it matches
 
-    # A. plain substrings of names (from the part after blk.N.), and ^prefixes
-    sources = [x.rest for x in m_split] + (["blk."] if all(x.layer is not None for x in m_split) else [])
-    sub = substring_cover([x.name for x in m_split], [x.name for x in f_split], sources=sources)
-    if sub is not None:
-        options.append(_alternation(sub))
-
-    # B. rectangles for tensors in blocks, A. for the global ones
-    blocks = [x for x in m_split if x.layer is not None]
-    globals_ = [x for x in m_split if x.layer is None]
-    parts: list[str] = []
-    if globals_:
-        g = substring_cover([x.name for x in globals_], [x.name for x in f_split])
-        if g is None:
-            g = ["^" + escape(x.name) + "$" for x in globals_]
-        parts.extend(g)
-    if blocks:
-        rect = _rectangles(blocks, f_split)
-        if rect is not None:
-            parts.append(rect)
-            options.append(_alternation(parts))
-    # C. exact names: always possible
-    options.append(_exact_names(must))
-    return sorted(set(options), key=lambda r: (len(r), r))
+    @property
+    def cost(self) -> int:
+        return len(self.regex)
 
 
-def _exact_names(tensors: Sequence[Tensor]) -> str:
-    return "^(" + "|".join(escape(t.name) for t in tensors) + ")$"
-
-
-def _rectangles(blocks: list[_Names], forbid: list[_Names]) -> str | None:
-    """`blk\\.L\\.K` terms, one per group of rests sharing a layer set, joined with `|`."""
-    layers_of: dict[str, set[int]] = defaultdict(set)
-    for x in blocks:
-        assert x.layer is not None
-        layers_of[x.rest].add(x.layer)
-    groups: dict[frozenset[int], list[str]] = defaultdict(list)
-    for rest, layer_set in layers_of.items():
-        groups[frozenset(layer_set)].append(rest)
-    forbid_by_layer: dict[int, list[str]] = defaultdict(list)
-    for f in forbid:
-        if f.layer is not None:
-            forbid_by_layer[f.layer].append(f.rest)
-    names_of: dict[str, list[str]] = defaultdict(list)
-    for x in blocks:
-        names_of[x.rest].append(x.name)
-    forbid_names = [f.name for f in forbid]
-    terms: list[str] = []
-    for ls, rests in groups.items():
-        best: str | None = None
-        # the group may not need its layers named at all
-        plain = substring_cover([n for r in rests for n in names_of[r]], forbid_names,
-                                sources=rests, anchored=False)
-        if plain is not None:
-            best = _alternation(plain)
-        inside = [r for layer in ls for r in forbid_by_layer.get(layer, ())]
-        for k in kind_patterns(rests, inside):
-            krx = re.compile(k)
-            bad_layers = {layer for layer, rs in forbid_by_layer.items()
-                          if layer not in ls and any(krx.match(r) for r in rs)}
-            lrx = layer_set_regex(ls, bad_layers)
-            term = r"blk\." + lrx + r"\." + k
-            if best is None or len(term) < len(best):
-                best = term
-        if best is None:
+def _literal(rx: str) -> str | None:
+    """The string an `escape()`d literal matches, or None if `rx` has regex syntax in it."""
+    out = []
+    i = 0
+    while i < len(rx):
+        ch = rx[i]
+        if ch == "\\":
+            if i + 1 >= len(rx) or rx[i + 1] not in _SPECIAL:
+                return None
+            out.append(rx[i + 1])
+            i += 2
+            continue
+        if ch in _SPECIAL:
             return None
-        terms.append(best)
-    return _alternation(terms)
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+_DIGIT_SEGMENT = re.compile(r"\.(\d+)\.")
+
+
+class _Space:
+    """The live tensors of a placement as bit positions, with what each wants."""
+
+    def __init__(self, pl: Placement) -> None:
+        inv = pl.inventory
+        self.live = [t for t in inv.tensors if pl.devices[t.name] is not None]
+        self.names = [t.name for t in self.live]
+        self.n = len(self.live)
+        self.full = (1 << self.n) - 1
+        want: dict[str, int] = defaultdict(int)
+        self.wrong_default = 0
+        for i, t in enumerate(self.live):
+            d = pl.devices[t.name]
+            assert d is not None
+            want[d] |= 1 << i
+            if d != pl.defaults[t.name]:
+                self.wrong_default |= 1 << i
+        self.want = dict(want)
+        self.auto = self.want.get(AUTO_GPU, 0)
+        # block structure: rest after `blk.N.` and layer, for live tensors
+        self.rest: list[str | None] = []
+        self.layer: list[int | None] = []
+        rest_masks: dict[str, int] = defaultdict(int)
+        layer_masks: dict[int, int] = defaultdict(int)
+        self.global_mask = 0
+        for i, t in enumerate(self.live):
+            prefix = f"blk.{t.layer}."
+            if t.layer is not None and t.name.startswith(prefix):
+                r = t.name[len(prefix):]
+                self.rest.append(r)
+                self.layer.append(t.layer)
+                rest_masks[r] |= 1 << i
+                layer_masks[t.layer] |= 1 << i
+            else:
+                self.rest.append(None)
+                self.layer.append(None)
+                self.global_mask |= 1 << i
+        self.rest_masks = dict(rest_masks)
+        self.global_bits = [i for i in range(self.n) if self.rest[i] is None]
+        self.rest_bits: dict[str, list[int]] = defaultdict(list)
+        for i, r in enumerate(self.rest):
+            if r is not None:
+                self.rest_bits[r].append(i)
+        self.layer_masks = dict(layer_masks)
+        self.layers = sorted({t.layer for t in inv.tensors if t.layer is not None})
+        # names (all, created or not) a digit-free part is checked against for readability: a
+        # block number changes no part boundary around a digit-free part
+        all_names = [t.name for t in inv.tensors]
+        self.reps = sorted({_DIGIT_SEGMENT.sub(".0.", nm, count=1) for nm in all_names})
+        self.all_names = all_names
+        # live names with a `.digits.` segment other than a leading `blk.N.`: where `\.(R)\.`
+        # could match outside the block number
+        self.odd = [i for i, nm in enumerate(self.names)
+                    if any(m.start() != 3 or not nm.startswith("blk.") for m in _DIGIT_SEGMENT.finditer(nm))]
+        self._sub: dict[str, int] = {}
+        self._readable: dict[str, bool] = {}
+        self._kmatch: dict[str, int] = {}
+        self._krests: dict[str, tuple[str, ...]] = {}
+        self._rlayers: dict[str, frozenset[int]] = {}
+        self._covers: dict[tuple[int, int], list[_Term]] = {}
+
+    # masks of the simple shapes
+
+    def sub_mask(self, s: str) -> int:
+        m = self._sub.get(s)
+        if m is None:
+            m = 0
+            if any(c.isdigit() for c in s):
+                for i, nm in enumerate(self.names):
+                    if s in nm:
+                        m |= 1 << i
+            else:
+                # a digit-free string sits wholly in `blk.` or in `.rest` of `blk.N.rest`
+                if s in "blk.":
+                    m = self.full & ~self.global_mask
+                else:
+                    for r, rm in self.rest_masks.items():
+                        if s in "." + r:
+                            m |= rm
+                for i in self.global_bits:
+                    if s in self.names[i]:
+                        m |= 1 << i
+            self._sub[s] = m
+        return m
+
+    def prefix_mask(self, p: str) -> int:
+        m = 0
+        for i, nm in enumerate(self.names):
+            if nm.startswith(p):
+                m |= 1 << i
+        return m
+
+    def readable(self, s: str) -> bool:
+        """`s` is a whole name part wherever it occurs in the model's names."""
+        ok = self._readable.get(s)
+        if ok is None:
+            pool = self.all_names if any(c.isdigit() for c in s) else self.reps
+            ok = self._readable[s] = all(_aligned_in(s, nm) for nm in pool if s in nm)
+        return ok
+
+    def kind_rests(self, k: str) -> tuple[str, ...]:
+        """The rests (after `blk.N.`) the kind pattern matches at their start."""
+        got = self._krests.get(k)
+        if got is None:
+            lit = _literal(k[2:]) if k.startswith(".*") else None
+            if k == "":
+                got = tuple(self.rest_masks)
+            elif lit is not None:
+                got = tuple(r for r in self.rest_masks if lit in r)
+            else:
+                rx = re.compile(k)
+                got = tuple(r for r in self.rest_masks if rx.match(r))
+            self._krests[k] = got
+        return got
+
+    def kind_mask(self, k: str) -> int:
+        m = self._kmatch.get(k)
+        if m is None:
+            m = 0
+            for r in self.kind_rests(k):
+                m |= self.rest_masks[r]
+            self._kmatch[k] = m
+        return m
+
+    def regex_layers(self, r: str) -> frozenset[int]:
+        got = self._rlayers.get(r)
+        if got is None:
+            rx = re.compile(r)
+            got = self._rlayers[r] = frozenset(x for x in self.layers if rx.fullmatch(str(x)))
+        return got
+
+    def block_terms(self, r: str, k: str, kmask: int) -> list[_Term]:
+        """`blk\\.(R)\\.K` and, where it matches the same tensors or only more allowed ones,
+        `\\.(R)\\.K`. Masks are exact: computed from the block structure, plus a real regex search
+        of the few names with other `.digits.` segments."""
+        base = 0
+        for layer in self.regex_layers(r):
+            base |= self.layer_masks.get(layer, 0)
+        mask = base & kmask
+        out = [_Term(r"blk\." + r + r"\." + k, mask)]
+        short = r"\." + r + r"\." + k
+        extra = 0
+        if self.odd:
+            rx = re.compile(short)
+            for i in self.odd:
+                if rx.search(self.names[i]):
+                    extra |= 1 << i
+        out.append(_Term(short, mask | extra))
+        return out
+
+    # covers
+
+    def terms(self, must: int, allowed: int) -> list[_Term]:
+        """Readable terms matching some of `must` and nothing outside `allowed`."""
+        forbid = self.full & ~allowed
+        out: dict[str, _Term] = {}
+
+        def add(t: _Term) -> None:
+            if t.mask & must and not t.mask & forbid:
+                out.setdefault(t.regex, t)
+
+        rests = {r for i, r in enumerate(self.rest) if must >> i & 1 and r is not None}
+        globals_ = [self.names[i] for i in range(self.n) if must >> i & 1 and self.rest[i] is None]
+        sources = [*rests, *globals_]
+        if rests:
+            sources.append("blk.")
+        parts = {p for s in sources for p in _substrings(s)}
+        for p in parts:
+            if self.readable(p):
+                add(_Term(escape(p), self.sub_mask(p)))
+        for g in globals_:
+            for j in _boundaries(g)[1:]:
+                p = g[:j]
+                pm = self.prefix_mask(p)
+                if not pm & forbid:
+                    add(_Term("^" + escape(p), pm))
+                    break
+        if rests:
+            kinds = {""}
+            for r in rests:
+                kinds.update(".*" + escape(p) for p in _substrings(r) if self.readable(p))
+            kinds.update(self._group_kinds(must, forbid))
+            # per rest: the layers where it is required, and where it is forbidden
+            need_at: dict[str, set[int]] = defaultdict(set)
+            bad_at: dict[str, set[int]] = defaultdict(set)
+            for r, bits in self.rest_bits.items():
+                for i in bits:
+                    if must >> i & 1:
+                        need_at[r].add(self.layer[i])  # type: ignore[arg-type]
+                    elif forbid >> i & 1:
+                        bad_at[r].add(self.layer[i])  # type: ignore[arg-type]
+            # one pattern per set of rests it matches: the shortest
+            by_rests: dict[tuple[str, ...], str] = {}
+            for k in kinds:
+                kr = self.kind_rests(k)
+                old = by_rests.get(kr)
+                if old is None or (len(k), k) < (len(old), old):
+                    by_rests[kr] = k
+            for kr, k in by_rests.items():
+                need: set[int] = set()
+                bad: set[int] = set()
+                for r in kr:
+                    need |= need_at.get(r, set())
+                    bad |= bad_at.get(r, set())
+                need -= bad
+                if not need:
+                    continue
+                lrx = layer_set_regex(need, bad)
+                for t in self.block_terms(lrx, k, self.kind_mask(k)):
+                    add(t)
+        return list(out.values())
+
+    def _group_kinds(self, must: int, forbid: int) -> set[str]:
+        """Kind patterns that name several rests at once, for each set of rests sharing a layer
+        set: `ffn_(up|gate)_exps`, `.*(up|down)_exps`."""
+        layers_of_rest: dict[str, set[int]] = defaultdict(set)
+        for i in range(self.n):
+            if must >> i & 1 and self.rest[i] is not None:
+                r = self.rest[i]
+                lay = self.layer[i]
+                assert r is not None and lay is not None
+                layers_of_rest[r].add(lay)
+        groups: dict[frozenset[int], list[str]] = defaultdict(list)
+        for r, ls in layers_of_rest.items():
+            groups[frozenset(ls)].append(r)
+        out = set()
+        for ls, rs in groups.items():
+            if len(rs) < 2:
+                continue
+            inside = {self.rest[i] for i in range(self.n) if forbid >> i & 1 and self.layer[i] in ls}
+            fs = sorted(r for r in inside if r is not None)
+            prefixes = []
+            for m in sorted(rs):
+                for j in _boundaries(m)[1:]:
+                    if not any(f.startswith(m[:j]) for f in fs):
+                        prefixes.append(m[:j])
+                        break
+                else:
+                    prefixes = []
+                    break
+            if prefixes:
+                out.add(_factor(sorted(set(prefixes))))
+            # `.*(a|b)`: two whole parts that between them name every rest of the group
+            parts = sorted({p for r in rs for p in _substrings(r) if self.readable(p)
+                            and not any(p in f for f in fs)}, key=lambda p: (len(p), p))
+            for x, a in enumerate(parts[:12]):
+                for b in parts[x + 1:12]:
+                    if all(a in r or b in r for r in rs):
+                        out.add(".*(" + "|".join(sorted((escape(a), escape(b)))) + ")")
+        return out
+
+    def cover(self, must: int, allowed: int) -> list[_Term]:
+        """The cheapest alternation of readable terms matching all of `must` and nothing outside
+        `allowed` (exact names when nothing else can)."""
+        key = (must, allowed)
+        got = self._covers.get(key)
+        if got is None:
+            got = self._covers[key] = self._cover(must, allowed)
+        return got
+
+    def _cover(self, must: int, allowed: int) -> list[_Term]:
+        terms = self.terms(must, allowed)
+        chosen = _set_cover(must, terms)
+        if chosen is None:
+            names = [self.names[i] for i in range(self.n) if must >> i & 1]
+            return [_Term("^(" + "|".join(escape(n) for n in names) + ")$", must)]
+        return chosen
+
+
+def _set_cover(universe: int, terms: list[_Term], node_limit: int = 20000) -> list[_Term] | None:
+    """Minimum total length of an alternation (sum of term lengths + one `|` between terms)
+    whose terms together hold every bit of `universe`: exact branch and bound over the classes
+    of bits no term tells apart, after dropping dominated terms; greedy beyond `node_limit`."""
+    if not universe:
+        return []
+    cheapest: dict[int, _Term] = {}
+    for t in terms:
+        m = t.mask & universe
+        old = cheapest.get(m)
+        if old is None or (t.cost, t.regex) < (old.cost, old.regex):
+            cheapest[m] = t
+    terms = list(cheapest.values())
+    # classes: refine the universe by every term
+    classes = [universe]
+    for t in terms:
+        m = t.mask & universe
+        if not m:
+            continue
+        nxt = []
+        for c in classes:
+            a, b = c & m, c & ~m
+            if a and b:
+                nxt.extend((a, b))
+            else:
+                nxt.append(c)
+        classes = nxt
+    cls_of: list[tuple[int, _Term]] = []
+    for t in terms:
+        cm = 0
+        for k, c in enumerate(classes):
+            if c & t.mask:
+                cm |= 1 << k
+        if cm:
+            cls_of.append((cm, t))
+    full = (1 << len(classes)) - 1
+    if not cls_of:
+        return None
+    union = 0
+    for cm, _ in cls_of:
+        union |= cm
+    if union != full:
+        return None
+    # dominance: keep, per class set, the cheapest term; drop a term whose classes another no
+    # dearer term includes
+    best_for: dict[int, _Term] = {}
+    for cm, t in cls_of:
+        old = best_for.get(cm)
+        if old is None or (t.cost, t.regex) < (old.cost, old.regex):
+            best_for[cm] = t
+    ordered = sorted(best_for.items(), key=lambda x: (x[1].cost, -x[0].bit_count(), x[1].regex))
+    kept: list[tuple[int, _Term]] = []
+    for cm, t in ordered:
+        if any(cm & ~c2 == 0 and t2.cost <= t.cost for c2, t2 in kept):
+            continue
+        kept.append((cm, t))
+    # greedy upper bound
+    uncovered = full
+    greedy: list[tuple[int, _Term]] = []
+    while uncovered:
+        cm, t = min((x for x in kept if x[0] & uncovered),
+                    key=lambda x: ((x[1].cost + 1) / (x[0] & uncovered).bit_count(), x[1].cost, x[1].regex))
+        greedy.append((cm, t))
+        uncovered &= ~cm
+    best = [t for _, t in greedy]
+    best_cost = [sum(t.cost + 1 for t in best)]
+    best_list = [best]
+    covering: dict[int, list[tuple[int, _Term]]] = {k: [x for x in kept if x[0] >> k & 1] for k in range(len(classes))}
+    min_cost = min(t.cost + 1 for _, t in kept)
+    max_cover = max(cm.bit_count() for cm, _ in kept)
+    nodes = [0]
+
+    def rec(uncovered: int, chosen: list[_Term], cost: int) -> None:
+        nodes[0] += 1
+        if nodes[0] > node_limit:
+            return
+        if not uncovered:
+            key = (cost, _alternation(t.regex for t in chosen))
+            if key < (best_cost[0], _alternation(t.regex for t in best_list[0])):
+                best_cost[0] = cost
+                best_list[0] = list(chosen)
+            return
+        if cost + -(-uncovered.bit_count() // max_cover) * min_cost > best_cost[0]:
+            return
+        pivot = min((k for k in range(len(classes)) if uncovered >> k & 1), key=lambda k: len(covering[k]))
+        options = sorted(covering[pivot], key=lambda x: (x[1].cost + 1) / (x[0] & uncovered).bit_count())
+        for cm, t in options:
+            chosen.append(t)
+            rec(uncovered & ~cm, chosen, cost + t.cost + 1)
+            chosen.pop()
+
+    rec(full, [], 0)
+    return best_list[0]
 
 
 # --- layouts ---------------------------------------------------------------------------------
@@ -311,6 +561,116 @@ class Synthesis:
 
 def _device_order(devices: Iterable[str]) -> list[str]:
     return sorted(set(devices), key=lambda d: (d == "CPU", d))
+
+
+_Layout = list[tuple[list[_Term], str]]
+
+
+def _outcome_ok(sp: _Space, layout: _Layout) -> bool:
+    """First match wins, unmatched tensors keep their default: does every live tensor end where
+    it should?"""
+    remaining = sp.full
+    for terms, dev in layout:
+        m = 0
+        for t in terms:
+            m |= t.mask
+        hit = m & remaining
+        if hit & ~sp.want.get(dev, 0):
+            return False
+        remaining &= ~hit
+    return not remaining & sp.wrong_default
+
+
+def _render(layout: _Layout) -> str:
+    return ",".join(_alternation(t.regex for t in terms) + "=" + dev for terms, dev in layout)
+
+
+def _prune(sp: _Space, layout: _Layout) -> _Layout:
+    """Drop items, then terms inside items, whose removal keeps the placement (a carve-out
+    nothing needs, a block term another one already covers)."""
+    i = 0
+    while i < len(layout):
+        trial = layout[:i] + layout[i + 1:]
+        if _outcome_ok(sp, trial):
+            layout = trial
+        else:
+            i += 1
+    for i in range(len(layout)):
+        terms, dev = layout[i]
+        for t in sorted(terms, key=lambda x: -x.cost):
+            if len(terms) < 2:
+                break
+            fewer = [x for x in terms if x is not t]
+            trial = [*layout[:i], (fewer, dev), *layout[i + 1:]]
+            if _outcome_ok(sp, trial):
+                terms = fewer
+                layout = trial
+    return layout
+
+
+def _layouts(sp: _Space) -> list[_Layout]:
+    need = sp.wrong_default
+    devices = _device_order(d for d in sp.want if d != AUTO_GPU)
+    need_of = {d: need & sp.want[d] for d in devices if need & sp.want[d]}
+    out: list[_Layout] = []
+    # direct: one item per device, matching nothing that wants another device
+    out.append([(sp.cover(m, sp.want[d]), d) for d, m in need_of.items()])
+    # carved: a broad item for device B last; earlier items catch what it must not take
+    not_auto = sp.full & ~sp.auto
+    for b_dev, b_need in need_of.items():
+        broads: dict[str, list[_Term]] = {}
+        for t in sp.terms(b_need, not_auto):
+            if not b_need & ~t.mask:
+                broads.setdefault(t.regex, [t])
+        for allowed in (not_auto, sp.want[b_dev] | need):
+            c = sp.cover(b_need, allowed)
+            broads.setdefault(_alternation(t.regex for t in c), c)
+        for broad in broads.values():
+            bmask = 0
+            for t in broad:
+                bmask |= t.mask
+            wrongly = bmask & ~sp.want[b_dev]
+            if not wrongly:
+                continue  # the direct layout has it
+            items: _Layout = []
+            for d in devices:
+                if d == b_dev:
+                    continue
+                catch = need_of.get(d, 0) | (wrongly & sp.want[d])
+                if catch:
+                    items.append((sp.cover(catch, sp.want[d]), d))
+            items.append((broad, b_dev))
+            out.append(items)
+    return out
+
+
+def synthesize(pl: Placement) -> Synthesis:
+    """The shortest verified item list for `pl`. Raises SynthesisError if none reproduces it."""
+    sp = _Space(pl)
+    if not sp.wrong_default:
+        return Synthesis(())
+    best: _Layout | None = None
+    best_key: tuple[int, str] | None = None
+    for layout in _layouts(sp):
+        if not _outcome_ok(sp, layout):
+            continue
+        layout = _prune(sp, layout)
+        value = _render(layout)
+        if best_key is None or (len(value), value) < best_key:
+            best, best_key = layout, (len(value), value)
+    if best is not None:
+        items = tuple(OverrideItem(_alternation(t.regex for t in terms), dev) for terms, dev in best)
+        if _verify(pl.inventory, pl, items):
+            return Synthesis(items)
+    # exact names: always right, and a sign that the masks above disagree with the regexes
+    by_dev: dict[str, list[str]] = defaultdict(list)
+    for i in range(sp.n):
+        if sp.wrong_default >> i & 1:
+            by_dev[pl.devices[sp.names[i]] or ""].append(sp.names[i])
+    fallback = tuple(OverrideItem("^(" + "|".join(escape(n) for n in ns) + ")$", d) for d, ns in by_dev.items())
+    if not _verify(pl.inventory, pl, fallback):
+        raise SynthesisError("no rule list reproduces the placement (exact names failed too)")
+    return Synthesis(fallback)
 
 
 def _verify(inv: Inventory, pl: Placement, items: Sequence[OverrideItem], ecmascript: bool = False) -> bool:
@@ -341,110 +701,6 @@ def top_level_alternatives(pattern: str) -> list[str]:
         i += 1
     parts.append(pattern[start:])
     return parts
-
-
-def _prune(inv: Inventory, pl: Placement, items: list[OverrideItem]) -> list[OverrideItem]:
-    """Drop items, then alternatives inside items, whose removal keeps the placement (a
-    carve-out nothing needs, a rectangle another one already covers)."""
-    i = 0
-    while i < len(items):
-        trial = items[:i] + items[i + 1:]
-        if _verify(inv, pl, trial):
-            items = trial
-        else:
-            i += 1
-    for i, it in enumerate(items):
-        alts = top_level_alternatives(it.pattern)
-        j = 0
-        while len(alts) > 1 and j < len(alts):
-            fewer = alts[:j] + alts[j + 1:]
-            trial = [*items[:i], OverrideItem("|".join(fewer), it.device, it.origin), *items[i + 1:]]
-            if _verify(inv, pl, trial):
-                alts = fewer
-                items = trial
-            else:
-                j += 1
-    return items
-
-
-def synthesize(pl: Placement) -> Synthesis:
-    """The shortest verified item list for `pl`. Raises SynthesisError if none reproduces it."""
-    inv = pl.inventory
-    live = [t for t in inv.tensors if pl.devices[t.name] is not None]
-    want = {t.name: pl.devices[t.name] for t in live}
-    need = [t for t in live if want[t.name] != pl.defaults[t.name]]
-    if not need:
-        return Synthesis(())
-    by_dev: dict[str, list[Tensor]] = defaultdict(list)
-    for t in need:
-        d = want[t.name]
-        assert d is not None
-        by_dev[d].append(t)
-
-    layouts: list[list[OverrideItem]] = []
-    # direct: one item per device, matching nothing that wants another device
-    direct = []
-    for d in _device_order(by_dev):
-        forbid = [t for t in live if want[t.name] != d]
-        direct.append(OverrideItem(cover(by_dev[d], forbid)[0], d))
-    layouts.append(direct)
-
-    # carved: a broad item for device B last; earlier items catch what it must not take
-    need_names = {t.name for t in need}
-    for broad_dev in by_dev:
-        # how much the broad item may over-match, from anything to nearly nothing
-        levels = [
-            [],
-            [t for t in live if want[t.name] == AUTO_GPU],
-            [t for t in live if want[t.name] != broad_dev and t.name not in need_names],
-        ]
-        broads: list[str] = []
-        for forbid_level in levels:
-            for b in cover(by_dev[broad_dev], forbid_level)[:2]:
-                if b not in broads:
-                    broads.append(b)
-        for broad in broads:
-            rx = re.compile(broad)
-            wrongly = [t for t in live if want[t.name] != broad_dev and rx.search(t.name)]
-            if any(want[t.name] == AUTO_GPU for t in wrongly):
-                continue  # those must match no rule at all: no carve-out can name their device
-            extra: dict[str, list[Tensor]] = defaultdict(list)
-            for t in wrongly:
-                d = want[t.name]
-                assert d is not None
-                extra[d].append(t)
-            items: list[OverrideItem] = []
-            ok = True
-            for d in _device_order(set(by_dev) | set(extra)):
-                if d == broad_dev:
-                    continue
-                catch = by_dev.get(d, []) + extra.get(d, [])
-                if not catch:
-                    continue
-                forbid = [t for t in live if want[t.name] != d]
-                opts = cover(catch, forbid)
-                if not opts:
-                    ok = False
-                    break
-                items.append(OverrideItem(opts[0], d))
-            if ok:
-                layouts.append([*items, OverrideItem(broad, broad_dev)])
-
-    best: list[OverrideItem] | None = None
-    best_key: tuple[int, str] | None = None
-    for layout in layouts:
-        if not _verify(inv, pl, layout):
-            continue
-        layout = _prune(inv, pl, layout)
-        value = ",".join(it.render() for it in layout)
-        if best_key is None or (len(value), value) < best_key:
-            best, best_key = layout, (len(value), value)
-    if best is None:
-        fallback = [OverrideItem(_exact_names(ts), d) for d, ts in by_dev.items()]
-        if not _verify(inv, pl, fallback):
-            raise SynthesisError("no rule list reproduces the placement (exact names failed too)")
-        best = fallback
-    return Synthesis(tuple(best))
 
 
 def check(pl: Placement, synthesis: Synthesis) -> None:
