@@ -44,3 +44,169 @@ def test_compiled_rules_reproduce_the_placement(data: st.DataObject) -> None:
     if c.synthesis.items:
         for target, value in extract_ot_all_targets(c).items():
             assert value == c.ot, target
+
+
+# --- no longer than an exhaustive search over the readable forms ---------------------------------
+#
+# The readable forms (README, "What the compiler emits"): an item's regex is an alternation of
+# terms; a term is a whole name part (every occurrence in every name of the model sits between
+# `.`/`_` separators or the ends), or a block term PREFIX(R)\.K with PREFIX `blk\.` or `\.`, R the
+# layer-set regex of any set of blocks, K empty or `.*PART`. Layouts: one item per device that
+# needs one, each matching only tensors that want its device (direct), or a one-term broad item
+# last whose over-match one item per other device catches first (carved). The search below is
+# independent of the synthesizer: every term's matches come from `re.search` over the names, and
+# each item is an exact minimum-cost cover by dynamic programming.
+
+import itertools  # noqa: E402
+import re  # noqa: E402
+
+from moeconf.engines import AUTO_GPU  # noqa: E402
+from moeconf.model.inventory import Inventory, ModelMetadata, RawTensor, build_inventory  # noqa: E402
+from moeconf.synth.layers import layer_set_regex  # noqa: E402
+from moeconf.synth.rules import escape  # noqa: E402
+
+MOE_KINDS = ["attn_norm", "attn_q_a", "attn_k_b", "attn_kv_a_mqa", "ffn_gate_inp", "ffn_up_exps",
+             "ffn_down_exps", "ffn_gate_exps", "ffn_up_shexp", "exp_probs_b"]
+DENSE_KINDS = ["attn_norm", "attn_q_a", "ffn_up", "ffn_down", "ffn_gate"]
+
+
+@st.composite
+def small_inventories(draw: st.DrawFn) -> Inventory:
+    n = draw(st.integers(1, 4))
+    lead = draw(st.integers(0, min(1, n - 1)))
+    moe = draw(st.lists(st.sampled_from(MOE_KINDS), min_size=1, max_size=4, unique=True))
+    if not any(k.endswith("_exps") for k in moe):
+        moe.append("ffn_down_exps")
+    dense = draw(st.lists(st.sampled_from(DENSE_KINDS), min_size=1, max_size=3, unique=True))
+    tops = ["token_embd", *draw(st.lists(st.sampled_from(["output_norm", "output"]), unique=True))]
+    raw = [RawTensor(t + ".weight", "F32", (32,), 128) for t in tops]
+    for il in range(n):
+        for k in (dense if il < lead else moe):
+            suffix = ".bias" if k == "exp_probs_b" else ".weight"
+            raw.append(RawTensor(f"blk.{il}.{k}{suffix}", "F32", (32,), 128))
+    md = ModelMetadata(arch="deepseek2", block_count=n, expert_count=8, expert_used_count=2,
+                       leading_dense_block_count=lead or None)
+    return build_inventory(md, raw, source="small")
+
+
+def _bounds(s: str) -> set[int]:
+    out = {0, len(s)}
+    for k, ch in enumerate(s):
+        if ch in "._":
+            out |= {k, k + 1}
+    return out
+
+
+def _parts(s: str) -> set[str]:
+    b = sorted(_bounds(s))
+    return {s[i:j] for x, i in enumerate(b) for j in b[x + 1:] if s[i:j].strip("._")}
+
+
+def _readable(p: str, names: list[str]) -> bool:
+    for nm in names:
+        bounds = _bounds(nm)
+        for m in re.finditer("(?=" + re.escape(p) + ")", nm):
+            if m.start() not in bounds or m.start() + len(p) not in bounds:
+                return False
+    return True
+
+
+def readable_terms(inv: Inventory, live: list[str]) -> dict[int, int]:
+    """Every readable term, as {match bitmask over `live`: shortest length}."""
+    all_names = [t.name for t in inv.tensors]
+    # parts of the names around the block numbers (a layer number is only ever written bounded)
+    rest_parts = {p for t in inv.tensors if t.layer is not None
+                  for p in _parts(t.name.split(".", 2)[2]) if _readable(p, all_names)}
+    parts = rest_parts | {p for t in inv.tensors if t.layer is None for p in _parts(t.name)
+                          if _readable(p, all_names)} | {"blk", "blk."}
+    blocks = sorted({t.layer for t in inv.tensors if t.layer is not None})
+    regexes = [escape(p) for p in parts]
+    for k in range(1, len(blocks) + 1):
+        for layer_set in itertools.combinations(blocks, k):
+            r = layer_set_regex(layer_set, set(blocks) - set(layer_set))
+            for kind in ["", *(".*" + escape(p) for p in rest_parts)]:
+                regexes += [r"blk\." + r + r"\." + kind, r"\." + r + r"\." + kind]
+    out: dict[int, int] = {}
+    for rx in regexes:
+        c = re.compile(rx)
+        mask = sum(1 << i for i, nm in enumerate(live) if c.search(nm))
+        if mask and len(rx) < out.get(mask, 10**9):
+            out[mask] = len(rx)
+    return out
+
+
+def min_alternation(must: int, allowed: int, terms: dict[int, int]) -> int | None:
+    """Shortest alternation of terms matching all of `must` and nothing outside `allowed`."""
+    usable = {m & must: c for m, c in terms.items() if m & must and not m & ~allowed}
+    best: dict[int, int] = {}
+    for m, c in usable.items():
+        best[m] = min(best.get(m, 10**9), c)
+    # DP over the subsets of `must` reachable as unions of terms
+    dist = {0: -1}
+    frontier = [0]
+    while frontier:
+        nxt = []
+        for cov in frontier:
+            for m, c in best.items():
+                u = cov | m
+                d = dist[cov] + c + 1
+                if d < dist.get(u, 10**9):
+                    dist[u] = d
+                    nxt.append(u)
+        frontier = nxt
+    return dist.get(must)
+
+
+def exhaustive_length(pl: object) -> int:
+    from moeconf.placement import Placement
+
+    assert isinstance(pl, Placement)
+    inv = pl.inventory
+    live = [t.name for t in inv.tensors if pl.devices[t.name] is not None]
+    want: dict[str, int] = {}
+    need = 0
+    for i, nm in enumerate(live):
+        d = pl.devices[nm]
+        assert d is not None
+        want[d] = want.get(d, 0) | 1 << i
+        if d != pl.defaults[nm]:
+            need |= 1 << i
+    if not need:
+        return 0
+    terms = readable_terms(inv, live)
+    auto = want.get(AUTO_GPU, 0)
+    devices = [d for d in want if d != AUTO_GPU]
+    need_of = {d: need & want[d] for d in devices if need & want[d]}
+    inf = 10**9
+    best = inf
+    direct = 0
+    for d, m in need_of.items():
+        c = min_alternation(m, want[d], terms)
+        direct = inf if c is None else direct + c + len(d) + 2
+    best = min(best, direct - 1)
+    for b_dev, b_need in need_of.items():
+        for bmask, bcost in terms.items():
+            if b_need & ~bmask or bmask & auto:
+                continue
+            total = bcost + len(b_dev) + 1
+            for d in devices:
+                if d == b_dev:
+                    continue
+                catch = need_of.get(d, 0) | (bmask & want[d])
+                if catch:
+                    c = min_alternation(catch, want[d], terms)
+                    total = inf if c is None else total + c + len(d) + 2
+            best = min(best, total)
+    return best
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_no_longer_than_exhaustive_search_over_readable_forms(data: st.DataObject) -> None:
+    inv = data.draw(small_inventories())
+    engine, extra, _ = data.draw(st.sampled_from(CONFIGS))
+    rule_list = data.draw(st.lists(rules(inv), min_size=1, max_size=4))
+    plan = plan_from_text(plan_text(rule_list, engine, extra), "/tmp/random-plan.toml")
+    c = compile_plan(plan, inventory=inv)
+    bound = exhaustive_length(c.placement)
+    assert len(c.ot) <= bound, (rule_list, c.ot, bound)

@@ -212,3 +212,37 @@ def test_examples_validate_against_schema(plan: Path) -> None:
     text = plan.read_text()
     assert text.startswith("#:schema ../../schemas/plan.schema.json")
     jsonschema.validate(tomllib.loads(text), plan_schema())
+
+
+# --- the fast rule recognizer agrees with the grammar ------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from moeconf.plan.rules import _fast_parse, lark_parse_rule  # noqa: E402
+
+_PIECES = ["experts", "shexp", "ffn_up_exps", "ffn_up_exps.bias", "attn", "layer", "all", "layers", "first",
+           "last", "moe", "dense", "nextn", "3", "10", "0", "..", ",", "->", "\u2192", "cpu", "gpu1", "CUDA0",
+           "RPC0[10.0.0.2:50052]", "$X", " ", "  ", "\t", ".", "-", "[", "x.1", "a b"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=9), st.lists(st.sampled_from(["", " "]), min_size=9,
+                                                                            max_size=9))
+def test_fast_rule_parser_agrees_with_lark(pieces: list[str], gaps: list[str]) -> None:
+    text = "".join(p + g for p, g in zip(pieces, gaps, strict=False))
+    fast = _fast_parse(text, 0)
+    if fast is None:
+        return
+    assert lark_parse_rule(text, 0) == fast, text
+
+
+@pytest.mark.parametrize("text", [
+    "experts -> cpu", "experts layers 31.. -> cpu", "experts, shexp layers 3..10 -> gpu1",
+    "ffn_up_exps last 8 -> CUDA1", "layer layers moe -> RPC0[10.0.0.2:50052]", "layers ..30,40, 50..52 -> gpu",
+    "first 4 -> gpu", "layers first 4 -> gpu", "ffn_up_exps.bias layers 1 → cpu", "all -> CPU",
+])
+def test_fast_rule_parser_takes_the_common_shapes(text: str) -> None:
+    fast = _fast_parse(text, 0)
+    assert fast is not None
+    assert fast == lark_parse_rule(text, 0)

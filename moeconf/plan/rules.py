@@ -6,6 +6,7 @@ the model (`moeconf.resolve`), where "did you mean" suggestions can use the mode
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -69,7 +70,117 @@ class RuleSyntaxError(PlanError):
     """A rule that does not parse; `column` is within the rule text (0-based `offset`)."""
 
 
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+)
+  | (?P<arrow>->|→)
+  | (?P<dots>\.\.)
+  | (?P<comma>,)
+  | (?P<int>[0-9]+)
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+""", re.VERBOSE)
+_DEVICE = re.compile(r"[A-Za-z$][A-Za-z0-9_${}]*(?:\[[^\]\s]*\])?")
+_KEYWORDS = frozenset({"layers", "first", "last", "moe", "dense", "nextn"})
+
+
+def _fast_parse(text: str, index: int) -> Rule | None:
+    """The rule, for the plain shapes the grammar accepts without any ambiguity; None for
+    anything else (errors, names that are also keywords), which then goes to the lark parser.
+    A property test checks that whatever this accepts, lark parses the same way."""
+    toks: list[tuple[str, str, int, int]] = []
+    pos = 0
+    arrow_end = -1
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            return None
+        kind = m.lastgroup or ""
+        if kind == "arrow":
+            arrow_end = m.end()
+            toks.append((kind, m.group(), m.start(), m.end()))
+            break
+        if kind != "ws":
+            toks.append((kind, m.group(), m.start(), m.end()))
+        pos = m.end()
+    if arrow_end < 0:
+        return None
+    tail = text[arrow_end:]
+    lead = len(tail) - len(tail.lstrip())
+    dm = _DEVICE.match(text, arrow_end + lead)
+    if dm is None or text[dm.end():].strip():
+        return None
+    sel = toks[:-1]
+    targets: list[str] = []
+    tspans: list[Span] = []
+    i = 0
+    while i < len(sel) and sel[i][0] == "name" and sel[i][1] not in _KEYWORDS:
+        targets.append(sel[i][1])
+        tspans.append(Span(sel[i][2], sel[i][3]))
+        i += 1
+        if i < len(sel) and sel[i][0] == "comma":
+            i += 1
+            if i >= len(sel) or sel[i][0] != "name" or sel[i][1] in _KEYWORDS:
+                return None
+        else:
+            break
+    rest = sel[i:]
+    layers: LayerSet | None = None
+    if rest:
+        words = [t[1] if t[0] == "name" else t[0] for t in rest]
+        start = rest[0][2]
+        end = rest[-1][3]
+        if words[:1] == ["layers"] and len(rest) == 2 and rest[1][1] in ("moe", "dense", "nextn"):
+            layers = LayerSet("kind", kind=rest[1][1], span=Span(start, end))  # type: ignore[arg-type]
+        elif words in (["first", "int"], ["last", "int"], ["layers", "first", "int"], ["layers", "last", "int"]):
+            n = int(rest[-1][1])
+            if n == 0:
+                return None
+            layers = LayerSet("first" if "first" in words else "last", count=n, span=Span(start, end))
+        elif words[:1] == ["layers"] and len(rest) > 1:
+            spans: list[tuple[int | None, int | None]] = []
+            items = rest[1:]
+            k = 0
+            while True:
+                shape = [t[0] for t in items[k:k + 3]]
+                if shape[:3] == ["int", "dots", "int"]:
+                    lo, hi = int(items[k][1]), int(items[k + 2][1])
+                    if lo > hi:
+                        return None
+                    spans.append((lo, hi))
+                    k += 3
+                elif shape[:2] == ["int", "dots"]:
+                    spans.append((int(items[k][1]), None))
+                    k += 2
+                elif shape[:2] == ["dots", "int"]:
+                    spans.append((None, int(items[k + 1][1])))
+                    k += 2
+                elif shape[:1] == ["int"]:
+                    spans.append((int(items[k][1]), int(items[k][1])))
+                    k += 1
+                else:
+                    return None
+                if k == len(items):
+                    break
+                if items[k][0] != "comma" or k + 1 == len(items):
+                    return None
+                k += 1
+            layers = LayerSet("list", tuple(spans), span=Span(start, end))
+        else:
+            return None
+    elif not targets:
+        return None
+    return Rule(text, index, tuple(targets), tuple(tspans), layers, dm.group(), Span(dm.start(), dm.end()))
+
+
 def parse_rule(text: str, index: int = 0) -> Rule:
+    """Parse one rule; `RuleSyntaxError` (with a caret) when it does not parse."""
+    fast = _fast_parse(text, index)
+    if fast is not None:
+        return fast
+    return lark_parse_rule(text, index)
+
+
+def lark_parse_rule(text: str, index: int = 0) -> Rule:
+    """Parse with the lark grammar (`plan.lark`): the reference, and the error messages."""
     from lark import Token, Tree
     from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 

@@ -20,6 +20,7 @@ re-simulated with real regex engines (`check`), and a disagreement is an interna
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -373,6 +374,11 @@ class _Space:
                         need_at[r].add(self.layer[i])  # type: ignore[arg-type]
                     elif forbid >> i & 1:
                         bad_at[r].add(self.layer[i])  # type: ignore[arg-type]
+            # must tensors some name part alone already takes: block terms may leave them out
+            must_blocks = must & ~self.global_mask
+            named = 0
+            for t in out.values():
+                named |= t.mask & must
             # one pattern per set of rests it matches: the shortest
             by_rests: dict[tuple[str, ...], str] = {}
             for k in kinds:
@@ -389,10 +395,25 @@ class _Space:
                 need -= bad
                 if not need:
                     continue
-                lrx = layer_set_regex(need, bad)
-                for t in self.block_terms(lrx, k, self.kind_mask(k)):
-                    add(t)
+                for layer_set in self._layer_sets(need, must_blocks & self.kind_mask(k), named):
+                    lrx = layer_set_regex(layer_set, bad)
+                    for t in self.block_terms(lrx, k, self.kind_mask(k)):
+                        add(t)
         return list(out.values())
+
+    def _layer_sets(self, need: set[int], kmust: int, named: int) -> list[frozenset[int]]:
+        """Layer sets for the block terms of one kind pattern: all the layers it is needed in;
+        those without the layers whose tensors name parts already take; and, for a few layers,
+        every subset (a shorter layer regex plus another term can beat one wide term)."""
+        out = {frozenset(need)}
+        rest = {x for x in need if self.layer_masks[x] & kmust & ~named}
+        if rest:
+            out.add(frozenset(rest))
+        if len(need) <= 4:
+            ls = sorted(need)
+            for k in range(1, len(ls)):
+                out.update(frozenset(c) for c in itertools.combinations(ls, k))
+        return list(out)
 
     def _group_kinds(self, must: int, forbid: int) -> set[str]:
         """Kind patterns that name several rests at once, for each set of rests sharing a layer
