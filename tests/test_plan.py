@@ -246,3 +246,91 @@ def test_fast_rule_parser_takes_the_common_shapes(text: str) -> None:
     fast = _fast_parse(text, 0)
     assert fast is not None
     assert fast == lark_parse_rule(text, 0)
+
+
+# --- validation without pydantic agrees with pydantic --------------------------------------------
+
+from moeconf.plan.config import Section, plan_schema_file, validate  # noqa: E402
+from moeconf.plan.model import PlanModel  # noqa: E402
+from moeconf.plan.schema import plan_schema  # noqa: E402
+
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 70000), st.floats(-2, 5, allow_nan=False), st.sampled_from(
+        ["all", "llama.cpp", "ik_llama.cpp", "on", "auto", "q8_0", "CUDA0", "10.0.0.2:50052", "a b:1", "h:x", "cuda",
+         "graph", "x", ""]),
+    st.lists(st.sampled_from(["CUDA0", "10.0.0.2:50052", "h:1,2", "-v"]), max_size=3),
+    st.lists(st.one_of(st.integers(0, 3), st.floats(0, 2, allow_nan=False), st.booleans()), max_size=3),
+)
+_KEYS = {
+    "model": ["path", "serve_path", "x"],
+    "engine": ["name", "version", "gpus", "x"],
+    "flags": ["n_gpu_layers", "fit", "ctx_size", "batch", "ubatch", "flash_attn", "no_mmap", "merge_qkv", "split_mode",
+              "tensor_split", "main_gpu", "rpc", "threads", "extra", "cache_type_k", "x"],
+    "targets": ["binary", "port", "docker_backend", "docker_volumes", "compose_service", "x"],
+}
+
+
+_GOOD: dict[str, st.SearchStrategy[object]] = {
+    "path": st.just("m.json"), "serve_path": st.sampled_from(["/m.gguf", None]),
+    "name": st.sampled_from(["llama.cpp", "ik_llama.cpp"]), "version": st.sampled_from(["b7600", None]),
+    "gpus": st.lists(st.sampled_from(["CUDA0", "CUDA1", "Vulkan0"]), max_size=2),
+    "n_gpu_layers": st.one_of(st.just("all"), st.integers(0, 99)), "fit": st.sampled_from([True, False, None]),
+    "ctx_size": st.integers(0, 10**6), "batch": st.integers(1, 4096), "ubatch": st.integers(1, 4096),
+    "flash_attn": st.sampled_from(["on", "off", "auto"]), "no_mmap": st.booleans(), "merge_qkv": st.booleans(),
+    "split_mode": st.sampled_from(["layer", "graph", "row"]),
+    "tensor_split": st.lists(st.one_of(st.integers(0, 3), st.floats(0, 2, allow_nan=False)), max_size=3),
+    "main_gpu": st.integers(0, 3), "rpc": st.lists(st.sampled_from(["10.0.0.2:50052", "[::1]:5"]), max_size=2),
+    "threads": st.integers(1, 64), "extra": st.lists(st.sampled_from(["-v", "--jinja"]), max_size=2),
+    "cache_type_k": st.sampled_from(["q8_0", "f16"]), "binary": st.just("llama-server"),
+    "port": st.integers(1, 65535), "docker_backend": st.sampled_from(["cpu", "cuda", "rocm"]),
+    "docker_volumes": st.lists(st.just("/a:/b"), max_size=1), "compose_service": st.just("llm"),
+}
+
+
+@st.composite
+def plan_dicts(draw: st.DrawFn) -> dict[str, object]:
+    def value(key: str) -> object:
+        good = _GOOD.get(key)
+        return draw(good) if good is not None and draw(st.integers(0, 5)) else draw(_VALUES)
+
+    out: dict[str, object] = {}
+    if draw(st.booleans()):
+        out["rules"] = draw(st.one_of(st.lists(st.just("experts -> cpu"), max_size=2), _VALUES))
+    for table, keys in _KEYS.items():
+        if table != "model" and draw(st.integers(0, 3)) == 0:
+            continue
+        sub = {k: value(k) for k in draw(st.lists(st.sampled_from(keys[:-1]), unique=True, max_size=4))}
+        if draw(st.integers(0, 12)) == 0:
+            sub[keys[-1]] = 1  # an unknown key
+        if table == "model" and draw(st.integers(0, 8)):
+            sub["path"] = "m.json"
+        out[table] = sub if draw(st.integers(0, 20)) else draw(_VALUES)
+    return out
+
+
+@settings(max_examples=800, deadline=None)
+@given(plan_dicts())
+def test_validation_without_pydantic_agrees_with_pydantic(data: dict[str, object]) -> None:
+    from pydantic import ValidationError
+
+    light = validate(data)
+    try:
+        model = PlanModel.model_validate(data)
+    except ValidationError:
+        assert light is None, data
+        return
+    if light is not None:
+        assert light.model_dump() == model.model_dump(), data
+
+
+def test_validation_without_pydantic_takes_the_shipped_plans() -> None:
+    for p in sorted((EXAMPLES / "plans").glob("*.toml")):
+        data = tomllib.loads(p.read_text())
+        light = validate(data)
+        assert isinstance(light, Section), p
+        assert light.model_dump() == PlanModel.model_validate(data).model_dump()
+        assert light.engine.model_copy(update={"name": "x"}).name == "x"
+
+
+def test_packaged_schema_is_current() -> None:
+    assert plan_schema_file() == plan_schema()

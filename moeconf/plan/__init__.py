@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moeconf.errors import PlanError, read_text
+from moeconf.plan.config import validate
 from moeconf.plan.positions import Pos, locate, scan
 from moeconf.plan.rules import Rule, RuleSyntaxError, Span, caret, parse_rule
 
@@ -20,7 +21,9 @@ class Plan:
     """A loaded plan: the validated TOML (`config`), its parsed rules and where things are."""
 
     path: str
-    config: Any  # moeconf.plan.model.PlanModel (imported lazily: pydantic is heavy)
+    # a `moeconf.plan.config.Section` (validated against the schema generated from the pydantic
+    # model), or the `moeconf.plan.model.PlanModel` itself when only pydantic could decide
+    config: Any
     rules: tuple[Rule, ...]
     rule_positions: tuple[Pos | None, ...] = field(repr=False)
     positions: dict[tuple[str | int, ...], Pos] = field(repr=False, compare=False)
@@ -79,12 +82,26 @@ def _friendly(err: Any, cfg: dict[str, Any]) -> str:
     return f"{where}: {err['msg']}"
 
 
-def plan_from_text(text: str, path: str) -> Plan:
-    """Validate plan text; `path` is used for messages and to resolve relative paths."""
+def _validate_with_pydantic(data: dict[str, Any], positions: dict[tuple[str | int, ...], Pos], path: str) -> Any:
+    """The pydantic model's verdict: its value, or a PlanError at file:line:col."""
     from pydantic import ValidationError
 
     from moeconf.plan.model import PlanModel
 
+    try:
+        return PlanModel.model_validate(data)
+    except ValidationError as e:
+        errors = e.errors()
+        first = errors[0]
+        pos = locate(positions, tuple(first["loc"]))
+        more = [_friendly(x, data) for x in errors[1:]]
+        hint = ("also: " + "; ".join(more)) if more else None
+        raise PlanError(_friendly(first, data), path=path, line=pos.line if pos else None,
+                        column=pos.column if pos else None, hint=hint) from None
+
+
+def plan_from_text(text: str, path: str) -> Plan:
+    """Validate plan text; `path` is used for messages and to resolve relative paths."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -104,16 +121,9 @@ def plan_from_text(text: str, path: str) -> Plan:
                 f"'rules' is inside [{table}]: move `rules = [...]` above the first [table] header",
                 path=path, line=pos.line if pos else None, column=pos.column if pos else None,
             )
-    try:
-        config = PlanModel.model_validate(data)
-    except ValidationError as e:
-        errors = e.errors()
-        first = errors[0]
-        pos = locate(positions, tuple(first["loc"]))
-        more = [_friendly(x, data) for x in errors[1:]]
-        hint = ("also: " + "; ".join(more)) if more else None
-        raise PlanError(_friendly(first, data), path=path, line=pos.line if pos else None,
-                        column=pos.column if pos else None, hint=hint) from None
+    config = validate(data)
+    if config is None:
+        config = _validate_with_pydantic(data, positions, path)
     rule_positions = tuple(positions.get(("rules", i)) for i in range(len(config.rules)))
     rules: list[Rule] = []
     for i, text_i in enumerate(config.rules):

@@ -3,9 +3,13 @@ from these models (`moeconf schema`); a test fails when it is stale."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# host:port with no comma or space anywhere (what `_rpc_form` accepts)
+RPC_PATTERN = r"^[^, ]+:[0-9]+$"
 
 DockerBackend = Literal["cpu", "cuda", "cuda13", "rocm", "vulkan", "intel", "musa"]
 
@@ -39,7 +43,7 @@ class EngineSection(_Section):
         "Default: the newest known.",
     )
     gpus: list[str] = Field(
-        default_factory=lambda: ["CUDA0"],
+        default=["CUDA0"],
         description="Buffer-type names of the GPUs, in order: `gpu` and `gpu0` are the first, `gpu1` "
         "the second. An empty list means a CPU-only machine.",
     )
@@ -76,16 +80,19 @@ class Flags(_Section):
         default=None, description="`-ts`: proportions per GPU; also used to predict default placement."
     )
     main_gpu: int | None = Field(default=None, ge=0, description="`-mg`.")
-    rpc: list[str] = Field(default_factory=list, description="`--rpc` servers, `host:port` each.")
+    rpc: list[str] = Field(
+        default=[], description="`--rpc` servers, `host:port` each.",
+        # the same check as `_rpc_form`, for validators that read only the schema
+        json_schema_extra={"items": {"type": "string", "pattern": RPC_PATTERN}},
+    )
     threads: int | None = Field(default=None, ge=1, description="`-t`.")
-    extra: list[str] = Field(default_factory=list, description="More arguments, appended as given.")
+    extra: list[str] = Field(default=[], description="More arguments, appended as given.")
 
     @field_validator("rpc")
     @classmethod
     def _rpc_form(cls, v: list[str]) -> list[str]:
         for s in v:
-            host, _, port = s.rpartition(":")
-            if not host or not port.isdigit() or "," in s or " " in s:
+            if not re.fullmatch(RPC_PATTERN, s):
                 raise ValueError(f"{s!r} is not host:port")
         return v
 
@@ -100,7 +107,7 @@ class Targets(_Section):
         default=None, description="Image for `docker`/`compose`. Default: the engine's official server image."
     )
     docker_backend: DockerBackend = Field(default="cuda", description="Which official image flavour.")
-    docker_volumes: list[str] = Field(default_factory=list, description="`-v` mounts, `host:container`.")
+    docker_volumes: list[str] = Field(default=[], description="`-v` mounts, `host:container`.")
     compose_service: str = Field(
         default="llama", pattern=r"^[a-zA-Z0-9._-]+$",
         description="Service name in the compose snippet: letters, digits, `.`, `_` and `-` (compose's own rule).",
@@ -116,7 +123,7 @@ class PlanModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, title="moeconf plan")
 
     rules: list[str] = Field(
-        default_factory=list,
+        default=[],
         description="Placement rules, `SELECTOR -> DEVICE`, in order: later rules refine earlier ones. "
         "Write `rules` before the first [table].",
     )
