@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -180,6 +180,15 @@ def _literal(rx: str) -> str | None:
     return "".join(out)
 
 
+def _literals(rx: str) -> list[str] | None:
+    """`a\\.b` -> ['a.b'], `(a|b)` -> ['a', 'b']; None for any other regex syntax."""
+    if rx.startswith("(") and rx.endswith(")"):
+        alts = [_literal(a) for a in rx[1:-1].split("|")]
+        return None if any(a is None for a in alts) else [a for a in alts if a is not None]
+    lit = _literal(rx)
+    return None if lit is None else [lit]
+
+
 _DIGIT_SEGMENT = re.compile(r"\.(\d+)\.")
 
 
@@ -243,6 +252,7 @@ class _Space:
         self._krests: dict[str, tuple[str, ...]] = {}
         self._rlayers: dict[str, frozenset[int]] = {}
         self._covers: dict[tuple[int, int], list[_Term]] = {}
+        self._terms: dict[tuple[int, int], list[_Term]] = {}
 
     # masks of the simple shapes
 
@@ -287,11 +297,11 @@ class _Space:
         """The rests (after `blk.N.`) the kind pattern matches at their start."""
         got = self._krests.get(k)
         if got is None:
-            lit = _literal(k[2:]) if k.startswith(".*") else None
+            lits = _literals(k[2:]) if k.startswith(".*") else None
             if k == "":
                 got = tuple(self.rest_masks)
-            elif lit is not None:
-                got = tuple(r for r in self.rest_masks if lit in r)
+            elif lits is not None:
+                got = tuple(r for r in self.rest_masks if any(x in r for x in lits))
             else:
                 rx = re.compile(k)
                 got = tuple(r for r in self.rest_masks if rx.match(r))
@@ -337,6 +347,13 @@ class _Space:
 
     def terms(self, must: int, allowed: int) -> list[_Term]:
         """Readable terms matching some of `must` and nothing outside `allowed`."""
+        key = (must, allowed)
+        got = self._terms.get(key)
+        if got is None:
+            got = self._terms[key] = self._make_terms(must, allowed)
+        return got
+
+    def _make_terms(self, must: int, allowed: int) -> list[_Term]:
         forbid = self.full & ~allowed
         out: dict[str, _Term] = {}
 
@@ -409,7 +426,7 @@ class _Space:
         rest = {x for x in need if self.layer_masks[x] & kmust & ~named}
         if rest:
             out.add(frozenset(rest))
-        if len(need) <= 4:
+        if len(need) <= 3:
             ls = sorted(need)
             for k in range(1, len(ls)):
                 out.update(frozenset(c) for c in itertools.combinations(ls, k))
@@ -629,13 +646,15 @@ def _prune(sp: _Space, layout: _Layout) -> _Layout:
     return layout
 
 
-def _layouts(sp: _Space) -> list[_Layout]:
+def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
+    """Direct layouts first, then carved ones, broad items shortest first. A caller that knows
+    how long its best layout is sends that length back, and broad items too long to beat it are
+    skipped (a layout is never shorter than its broad item)."""
     need = sp.wrong_default
     devices = _device_order(d for d in sp.want if d != AUTO_GPU)
     need_of = {d: need & sp.want[d] for d in devices if need & sp.want[d]}
-    out: list[_Layout] = []
     # direct: one item per device, matching nothing that wants another device
-    out.append([(sp.cover(m, sp.want[d]), d) for d, m in need_of.items()])
+    best = yield [(sp.cover(m, sp.want[d]), d) for d, m in need_of.items()]
     # carved: a broad item for device B last; earlier items catch what it must not take
     not_auto = sp.full & ~sp.auto
     for b_dev, b_need in need_of.items():
@@ -646,7 +665,9 @@ def _layouts(sp: _Space) -> list[_Layout]:
         for allowed in (not_auto, sp.want[b_dev] | need):
             c = sp.cover(b_need, allowed)
             broads.setdefault(_alternation(t.regex for t in c), c)
-        for broad in broads.values():
+        for key, broad in sorted(broads.items(), key=lambda kv: (len(kv[0]), kv[0])):
+            if best is not None and len(key) + len(b_dev) + 1 > best:
+                break
             bmask = 0
             for t in broad:
                 bmask |= t.mask
@@ -661,8 +682,9 @@ def _layouts(sp: _Space) -> list[_Layout]:
                 if catch:
                     items.append((sp.cover(catch, sp.want[d]), d))
             items.append((broad, b_dev))
-            out.append(items)
-    return out
+            got = yield items
+            if got is not None:
+                best = got
 
 
 def synthesize(pl: Placement) -> Synthesis:
@@ -672,13 +694,18 @@ def synthesize(pl: Placement) -> Synthesis:
         return Synthesis(())
     best: _Layout | None = None
     best_key: tuple[int, str] | None = None
-    for layout in _layouts(sp):
-        if not _outcome_ok(sp, layout):
-            continue
-        layout = _prune(sp, layout)
-        value = _render(layout)
-        if best_key is None or (len(value), value) < best_key:
-            best, best_key = layout, (len(value), value)
+    gen = _layouts(sp)
+    layout: _Layout | None = next(gen)
+    while layout is not None:
+        if _outcome_ok(sp, layout):
+            layout = _prune(sp, layout)
+            value = _render(layout)
+            if best_key is None or (len(value), value) < best_key:
+                best, best_key = layout, (len(value), value)
+        try:
+            layout = gen.send(best_key[0] if best_key else None)
+        except StopIteration:
+            layout = None
     if best is not None:
         items = tuple(OverrideItem(_alternation(t.regex for t in terms), dev) for terms, dev in best)
         if _verify(pl.inventory, pl, items):
