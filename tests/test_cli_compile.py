@@ -135,3 +135,82 @@ def test_init_writes_a_plan_that_compiles(tmp_path: Path) -> None:
 def test_schema_command_matches_file() -> None:
     r = run("schema")
     assert json.loads(r.stdout) == json.loads((REPO / "schemas" / "plan.schema.json").read_text())
+
+
+# --- held-out shapes and the guides' plans: exact output, no longer than the best hand-written --
+
+from moeconf.compile import compile_plan  # noqa: E402
+from moeconf.engines.simulate import OverrideItem, simulate  # noqa: E402
+from moeconf.plan import plan_from_text  # noqa: E402
+from moeconf.synth.describe import describe_items  # noqa: E402
+
+# (model, rules, extra TOML, expected -ot, best hand-written form we know)
+SHAPES = [
+    ("kimi-k2", ["experts -> cpu", "experts first 10 -> gpu"], "",
+     r"\.(\d|10)\.=CUDA0,exps=CPU", r"\.(\d|10)\.=CUDA0,exps=CPU"),
+    ("deepseek-v3", ["layer -> cpu", "layers 3..4 -> gpu1", "experts layers 1,3,4 -> gpu1"],
+     '[engine]\nname = "ik_llama.cpp"\n[flags]\nrpc = ["10.0.0.2:50052"]\n',
+     r"\.[34]\.=RPC0[10.0.0.2:50052],blk=CPU", r"blk\.[34]\.=RPC0[10.0.0.2:50052],blk=CPU"),
+    ("glm-4.5", ["experts -> cpu", "layers ..30 -> gpu"], "",
+     r"\.(3[1-9]|[4-9]\d)\..*exps=CPU", r"blk\.([0-9]|[1-2][0-9]|30)\.=CUDA0,exps=CPU"),
+    ("qwen3-30b-a3b", ["experts layers 14..47 -> cpu"], "",
+     r"\.(1[4-9]|[2-4]\d)\..*exps=CPU", r"blk\.(1[4-9]|[2-4]\d)\..*exps=CPU"),
+    ("qwen3-235b-a22b", ["experts layers 0..87 -> cpu"], "",
+     r"\.(9\d|8[89])\.=CUDA0,exps=CPU", r"blk\.(?:[0-9]|[1-7][0-9]|[8][0-7])\.ffn_.*_exps\.=CPU"),
+    ("deepseek-v3", ["experts -> cpu"], "", "exps=CPU", r"\.ffn_.*_exps\.=CPU"),
+    ("deepseek-v3", ["experts -> cpu", "layers ..9 -> gpu", "layers 10..19 -> gpu1"],
+     '[engine]\ngpus = ["CUDA0", "CUDA1"]\n',
+     r"\.\d\.=CUDA0,\.1\d\.=CUDA1,exps=CPU", r"blk\.([0-9])\.=CUDA0,blk\.(1[0-9])\.=CUDA1,exps=CPU"),
+    ("glm-4.5", ["experts layers 19.. -> cpu"], "",
+     r"\.(19|[2-9]\d)\..*exps=CPU", r"blk\.(19|[2-9][0-9])\.ffn_(up|gate|down)_exps\.weight=CPU"),
+]
+
+
+def _shape_plan(model: str, rules: list[str], extra: str) -> object:
+    rl = "[" + ", ".join(f'"{r}"' for r in rules) + "]"
+    text = (f'rules = {rl}\n[model]\npath = "{EXAMPLES}/models/{model}.manifest.json"\n'
+            f'serve_path = "/m.gguf"\n{extra}')
+    return plan_from_text(text, str(REPO / "shape.toml"))
+
+
+@pytest.mark.parametrize(("model", "rules", "extra", "expected", "hand"), SHAPES,
+                         ids=[f"{s[0]}-{i}" for i, s in enumerate(SHAPES)])
+def test_shapes_compile_to_the_shortest_readable_form(model: str, rules: list[str], extra: str, expected: str,
+                                                      hand: str) -> None:
+    c = compile_plan(_shape_plan(model, rules, extra))  # type: ignore[arg-type]
+    assert c.ot == expected
+    assert len(c.ot) <= len(hand)
+    # the hand-written form gives the same placement: the comparison is fair
+    items = [OverrideItem(*it.rsplit("=", 1)) for it in hand.split(",")]
+    sim = simulate(c.inventory, items, c.placement.defaults)
+    assert all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)
+    # never a fragment of a name part: every literal alternative is a whole part
+    for it in c.synthesis.items:
+        for alt in it.pattern.split("|"):
+            if alt.isalnum():
+                assert any(alt in part.split("_") or alt == part for t in c.inventory.tensors
+                           for part in t.name.split(".")), alt
+
+
+def test_readability_report_names_what_each_item_matches() -> None:
+    r = run("compile", "examples/plans/deepseek-v3.toml", "--target", "ot")
+    assert r.returncode == 0, r.stderr
+    assert "moeconf:   \\.[3-6]\\.=CUDA0  <- layers 3-6 stay on CUDA0 (taken before the items after it)" in r.stderr
+    assert "moeconf:   exps=CPU         <- experts of layers 7-60" in r.stderr
+    quiet = run("compile", "examples/plans/deepseek-v3.toml", "--target", "ot", "-q")
+    assert quiet.stderr == ""
+
+
+def test_readability_report_reads_the_regex_not_the_rules() -> None:
+    c = compile_plan(_shape_plan("kimi-k2", ["experts -> cpu", "experts first 10 -> gpu"], ""))  # type: ignore[arg-type]
+    defaults = c.placement.defaults
+    items = [OverrideItem(r"blk\.(1[1-9]|[2-6]\d)\..*exps", "CPU")]
+    assert describe_items(c.inventory, items, defaults) == ["experts of layers 11-60"]
+    # a hand-written item that also catches the shared experts, and one that matches a kind in
+    # some layers only: described by what they match, whatever the plan said
+    items = [OverrideItem(r"blk\.(5|7)\.ffn_up_exps", "CPU"), OverrideItem(r"blk\.[4-7]\..*(exps|shexp)", "CPU")]
+    assert describe_items(c.inventory, items, defaults) == [
+        "ffn_up_exps of layers 5, 7", "experts of layers 4, 6, shared experts of layers 4-7, "
+        "ffn_down_exps of layers 5, 7, ffn_gate_exps of layers 5, 7"]
+    assert describe_items(c.inventory, [OverrideItem("^output", "CPU")], defaults) == ["output, output_norm"]
+    assert describe_items(c.inventory, [OverrideItem("nothing", "CPU")], defaults) == ["nothing"]

@@ -43,6 +43,12 @@ def summary(c: Compiled) -> str:
     if n:
         lines.append(f"moeconf: {len(c.plan.rules)} rule(s) -> {n} -ot item(s), {len(c.ot)} characters, "
                      f"verified against {len(c.inventory)} tensors ({c.engine.label})")
+        from moeconf.synth.describe import describe_items
+
+        items = c.synthesis.items
+        width = max(len(it.render()) for it in items)
+        for it, words in zip(items, describe_items(c.inventory, items, c.placement.defaults), strict=True):
+            lines.append(f"moeconf:   {it.render().ljust(width)}  <- {words}")
     else:
         lines.append(f"moeconf: the engine defaults already give this placement: no -ot needed ({c.engine.label})")
     per = sorted(c.placement.bytes_by_device().items(), key=lambda kv: (kv[0] == "(not loaded)", kv[0] == "CPU", kv[0]))
