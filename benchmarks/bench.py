@@ -4,6 +4,7 @@
     python benchmarks/bench.py inventory  # header reader vs gguf.GGUFReader, CLI wall time
     python benchmarks/bench.py lint-corpus  # linter precision/recall on real-world launch lines
     python benchmarks/bench.py lint-size --size-mb 50   # `moeconf lint` on huge launch files
+    python benchmarks/bench.py cli --baseline 611898a  # whole commands, beside an older revision
 
 Times are wall-clock on this machine; each row says how many runs it took the median of.
 """
@@ -101,6 +102,11 @@ def bench_inventory(runs: int, ref_runs: int) -> None:
 
 # (model manifest, plan rules, extra plan TOML, what users write by hand, where it comes from)
 HAND_WRITTEN = [
+    ("kimi-k2", ["experts -> cpu", "experts first 10 -> gpu"], "",
+     r"\.(\d|10)\.=CUDA0,exps=CPU", "guide shape: layers 0-10 carved first, experts on CPU"),
+    ("deepseek-v3", ["layer -> cpu", "layers 3..4 -> gpu1", "experts layers 1,3,4 -> gpu1"],
+     '[engine]\nname = "ik_llama.cpp"\n[flags]\nrpc = ["10.0.0.2:50052"]\n',
+     r"blk\.[34]\.=RPC0[10.0.0.2:50052],blk=CPU", "ik: whole layers on CPU, 3-4 on an RPC server"),
     ("glm-4.5", ["experts -> cpu", "layers ..30 -> gpu"], "",
      r"blk\.([0-9]|[1-2][0-9]|30)\.=CUDA0,exps=CPU", "guide: layers 0-30 on CUDA0, other experts on CPU"),
     ("glm-4.5", ["experts -> cpu", "layers ..30 -> gpu"], "",
@@ -124,19 +130,29 @@ def bench_ot_length(args: argparse.Namespace) -> None:
     from moeconf.engines.simulate import OverrideItem, simulate
     from moeconf.plan import plan_from_text
 
-    rows = [["model", "placement", "hand-written", "moeconf", "shorter by", "same placement", "compile"]]
+    base = _baseline_tree(args.baseline) if args.baseline else None
+    rows = [["model", "placement", "hand-written", *(["before"] if base else []), "moeconf", "shorter by",
+             "same placement", "compile"]]
     for model, rules, extra, hand, what in HAND_WRITTEN:
         rl = "[" + ", ".join(f'"{r}"' for r in rules) + "]"
         text = (f'rules = {rl}\n[model]\npath = "{REPO}/examples/models/{model}.manifest.json"\n'
                 f'serve_path = "/m.gguf"\n{extra}')
         plan = plan_from_text(text, str(REPO / "bench-plan.toml"))
+        before: list[str] = []
+        if base:
+            with tempfile.TemporaryDirectory() as tmp:
+                pf = Path(tmp) / "plan.toml"
+                pf.write_text(text)
+                r = subprocess.run([sys.executable, "-m", "moeconf", "compile", str(pf), "-T", "ot", "-q"],
+                                   capture_output=True, text=True, cwd=base)
+                before = [f"{len(r.stdout.strip())} chars" if r.returncode == 0 else f"exit {r.returncode}"]
         t = time.perf_counter()
         c = compile_plan(plan)
         dt = time.perf_counter() - t
         items = [OverrideItem(*it.rsplit("=", 1)) for it in hand.split(",")]
         sim = simulate(c.inventory, items, c.placement.defaults)
         same = all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)
-        rows.append([model, what, f"{len(hand)} chars, {len(items)} item{'s' if len(items) > 1 else ''}",
+        rows.append([model, what, f"{len(hand)} chars, {len(items)} item{'s' if len(items) > 1 else ''}", *before,
                      f"{len(c.ot)} chars, {len(c.synthesis.items)} item{'s' if len(c.synthesis.items) > 1 else ''}",
                      f"{100 * (len(hand) - len(c.ot)) / len(hand):.0f}%", "yes" if same else "NO", _fmt_s(dt)])
         print(f"  {model}: {c.ot}", file=sys.stderr)
@@ -296,6 +312,77 @@ def bench_lint_size(args: argparse.Namespace) -> None:
     _print_table("lint-size: `moeconf lint` on large launch files (one process each)", rows)
 
 
+def _baseline_tree(rev: str) -> Path:
+    """The source tree of an older revision, unpacked once into a temporary folder (`git archive`:
+    the checkout is not touched). Commands run there with this interpreter, so `python -m moeconf`
+    imports that revision's code."""
+    cached = _BASELINES.get(rev)
+    if cached is not None:
+        return cached
+    out = Path(tempfile.mkdtemp(prefix="moeconf-baseline-"))
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    _BASELINES[rev] = out
+    return out
+
+
+_BASELINES: dict[str, Path] = {}
+
+
+def _run_timed(cmd: list[str], cwd: Path, runs: int) -> tuple[float, float, int]:
+    """Median wall time and median CPU time (user + system, of the child) of `runs` runs."""
+    import resource
+
+    walls, cpus = [], []
+    rc = 0
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, cwd=cwd)
+        walls.append(time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        rc = r.returncode
+    return statistics.median(walls), statistics.median(cpus), rc
+
+
+def bench_cli(args: argparse.Namespace) -> None:
+    """Whole commands as a pre-commit hook runs them: compile of each shipped plan, lint of the
+    deploy example, --version; beside the same commands on a baseline revision."""
+    base = _baseline_tree(args.baseline) if args.baseline else None
+    plans = sorted((REPO / "examples" / "plans").glob("*.toml"))
+    commands = [[f"compile examples/plans/{p.name}", "compile", f"examples/plans/{p.name}", "-q"] for p in plans]
+    commands += [["lint examples/deploy", "lint", "examples/deploy"], ["--version", "--version"]]
+    head = ["command", "runs"]
+    if base:
+        head += [f"wall ({args.baseline})", "wall (now)", f"CPU ({args.baseline})", "CPU (now)"]
+    else:
+        head += ["wall", "CPU"]
+    rows = [head]
+    for label, *argv in commands:
+        cmd = [sys.executable, "-m", "moeconf", *argv]
+        wall, cpu, _ = _run_timed(cmd, REPO, args.runs)
+        if base:
+            bwall, bcpu, _ = _run_timed(cmd, base, args.runs)
+            rows.append([f"`moeconf {label}`", str(args.runs), _fmt_s(bwall), _fmt_s(wall), _fmt_s(bcpu), _fmt_s(cpu)])
+        else:
+            rows.append([f"`moeconf {label}`", str(args.runs), _fmt_s(wall), _fmt_s(cpu)])
+    start, start_cpu, _ = _run_timed([sys.executable, "-c", "pass"], REPO, args.runs)
+    rows.append(["`python -c pass` (interpreter start)", str(args.runs), *([_fmt_s(start)] * (2 if base else 1)),
+                 *([_fmt_s(start_cpu)] * (2 if base else 1))])
+    _print_table("Whole commands: wall time and CPU time (median)", rows)
+    if base:
+        rows = [["plan", f"-ot ({args.baseline})", "-ot (now)"]]
+        for p in plans:
+            got = []
+            for cwd in (base, REPO):
+                r = subprocess.run([sys.executable, "-m", "moeconf", "compile", f"examples/plans/{p.name}", "-T", "ot",
+                                    "-q"], capture_output=True, text=True, cwd=cwd)
+                got.append(f"`{r.stdout.strip()}` ({len(r.stdout.strip())})")
+            rows.append([p.stem, *got])
+        _print_table("-ot of the shipped plans", rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--make"]:  # lint-size: write one file (in a child process)
@@ -310,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size-mb", nargs="+", default=["1", "50"], metavar="MB",
                    help="lint-size: file sizes in MB (default 1 50)")
     p.add_argument("--timeout", type=float, default=120, help="lint-size: seconds before a run is stopped")
+    p.add_argument("--baseline", metavar="REV", help="also measure this git revision (e.g. main, 611898a)")
     args = p.parse_args(argv)
     unknown = sorted(set(args.tables) - set(TABLES))
     if unknown:
@@ -325,6 +413,7 @@ TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "lint-corpus": bench_lint_corpus,
     "lint-mutants": bench_lint_mutants,
     "lint-size": bench_lint_size,
+    "cli": bench_cli,
 }
 
 
