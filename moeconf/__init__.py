@@ -14,13 +14,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from moeconf.errors import GGUFError, ManifestError, MoeconfError, PlanError
-from moeconf.model.inventory import Inventory, Layer, ModelMetadata, Tensor, load_inventory
 
 if TYPE_CHECKING:
     from moeconf.compile import Compiled
     from moeconf.explanation import Explanation
     from moeconf.linting.linter import LintResult
     from moeconf.linting.model import Finding
+    from moeconf.model.inventory import Inventory, Layer, ModelMetadata, Tensor
     from moeconf.placement import Placement
     from moeconf.plan import Plan
 
@@ -50,6 +50,13 @@ __all__ = [
     "load_plan",
     "write_manifest",
 ]
+
+
+def load_inventory(path: str) -> Inventory:
+    """Read a model's tensor inventory from a GGUF (any shard of a split model) or a manifest."""
+    from moeconf.model.inventory import load_inventory as _load
+
+    return _load(path)
 
 
 def write_manifest(inventory: Inventory, path: str) -> None:
@@ -107,11 +114,18 @@ def explain(model: Inventory | str, argv: list[str], *, engine: str = "llama.cpp
     from moeconf.engines import engine as _engine
     from moeconf.explanation import explain as _explain
 
-    inv = model if isinstance(model, Inventory) else load_inventory(model)
+    inv = load_inventory(model) if isinstance(model, str) else model
     return _explain(inv, _engine(engine, version), argv, env=env, gpus=gpus)
 
 
+_INVENTORY_NAMES = ("Inventory", "Layer", "ModelMetadata", "Tensor")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _INVENTORY_NAMES:
+        import moeconf.model.inventory as inventory
+
+        return getattr(inventory, name)
     if name == "Compiled":
         from moeconf.compile import Compiled
 
