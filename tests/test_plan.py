@@ -252,7 +252,6 @@ def test_fast_rule_parser_takes_the_common_shapes(text: str) -> None:
 
 from moeconf.plan.config import Section, plan_schema_file, validate  # noqa: E402
 from moeconf.plan.model import PlanModel  # noqa: E402
-from moeconf.plan.schema import plan_schema  # noqa: E402
 
 _VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 70000), st.floats(-2, 5, allow_nan=False), st.sampled_from(

@@ -52,8 +52,8 @@ def describe_tensors(inv: Inventory, chosen: Sequence[Tensor], created: Mapping[
                 group_layers[g].add(layer)
             else:
                 partial.extend(picked)
-    for g, ls in group_layers.items():
-        parts.append(f"{_GROUP_WORDS.get(g, g)} of {_layers(sorted(ls))}")
+    for gname, ls in group_layers.items():
+        parts.append(f"{_GROUP_WORDS.get(gname, gname)} of {_layers(sorted(ls))}")
     kind_layers: dict[str, set[int]] = defaultdict(set)
     for t in partial:
         assert t.layer is not None

@@ -232,9 +232,9 @@ class _Space:
         self.rest_masks = dict(rest_masks)
         self.global_bits = [i for i in range(self.n) if self.rest[i] is None]
         self.rest_bits: dict[str, list[int]] = defaultdict(list)
-        for i, r in enumerate(self.rest):
-            if r is not None:
-                self.rest_bits[r].append(i)
+        for i, rr in enumerate(self.rest):
+            if rr is not None:
+                self.rest_bits[rr].append(i)
         self.layer_masks = dict(layer_masks)
         self.layers = sorted({t.layer for t in inv.tensors if t.layer is not None})
         # names (all, created or not) a digit-free part is checked against for readability: a
@@ -443,8 +443,8 @@ class _Space:
                 assert r is not None and lay is not None
                 layers_of_rest[r].add(lay)
         groups: dict[frozenset[int], list[str]] = defaultdict(list)
-        for r, ls in layers_of_rest.items():
-            groups[frozenset(ls)].append(r)
+        for r, layer_set in layers_of_rest.items():
+            groups[frozenset(layer_set)].append(r)
         out = set()
         for ls, rs in groups.items():
             if len(rs) < 2:
@@ -508,7 +508,7 @@ def _set_cover(universe: int, terms: list[_Term], node_limit: int = 20000) -> li
         m = t.mask & universe
         if not m:
             continue
-        nxt = []
+        nxt: list[int] = []
         for c in classes:
             a, b = c & m, c & ~m
             if a and b:
