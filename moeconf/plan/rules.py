@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 from moeconf.errors import PlanError
@@ -60,6 +59,8 @@ _FRIENDLY = {
 
 @cache
 def _parser() -> Any:
+    from importlib import resources
+
     from lark import Lark
 
     grammar = resources.files("moeconf.plan").joinpath("plan.lark").read_text(encoding="utf-8")

@@ -674,13 +674,12 @@ def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
             wrongly = bmask & ~sp.want[b_dev]
             if not wrongly:
                 continue  # the direct layout has it
-            items: _Layout = []
-            for d in devices:
-                if d == b_dev:
-                    continue
-                catch = need_of.get(d, 0) | (wrongly & sp.want[d])
-                if catch:
-                    items.append((sp.cover(catch, sp.want[d]), d))
+            catches = [(d, need_of.get(d, 0) | (wrongly & sp.want[d])) for d in devices if d != b_dev]
+            catches = [(d, c) for d, c in catches if c]
+            # each carve-out costs at least a one-character regex, `=DEVICE` and a comma
+            if best is not None and len(key) + len(b_dev) + 1 + sum(len(d) + 3 for d, _ in catches) > best:
+                continue
+            items: _Layout = [(sp.cover(c, sp.want[d]), d) for d, c in catches]
             items.append((broad, b_dev))
             got = yield items
             if got is not None:
