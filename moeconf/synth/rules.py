@@ -253,6 +253,7 @@ class _Space:
         self._rlayers: dict[str, frozenset[int]] = {}
         self._covers: dict[tuple[int, int], list[_Term]] = {}
         self._terms: dict[tuple[int, int], list[_Term]] = {}
+        self._rparts: dict[str, tuple[str, ...]] = {}
 
     # masks of the simple shapes
 
@@ -292,6 +293,13 @@ class _Space:
             pool = self.all_names if any(c.isdigit() for c in s) else self.reps
             ok = self._readable[s] = all(_aligned_in(s, nm) for nm in pool if s in nm)
         return ok
+
+    def readable_parts(self, s: str) -> tuple[str, ...]:
+        """The whole name parts of `s` that are readable in this model."""
+        got = self._rparts.get(s)
+        if got is None:
+            got = self._rparts[s] = tuple(p for p in _substrings(s) if self.readable(p))
+        return got
 
     def kind_rests(self, k: str) -> tuple[str, ...]:
         """The rests (after `blk.N.`) the kind pattern matches at their start."""
@@ -366,10 +374,9 @@ class _Space:
         sources = [*rests, *globals_]
         if rests:
             sources.append("blk.")
-        parts = {p for s in sources for p in _substrings(s)}
+        parts = {p for s in sources for p in self.readable_parts(s)}
         for p in parts:
-            if self.readable(p):
-                add(_Term(escape(p), self.sub_mask(p)))
+            add(_Term(escape(p), self.sub_mask(p)))
         for g in globals_:
             for j in _boundaries(g)[1:]:
                 p = g[:j]
@@ -380,7 +387,7 @@ class _Space:
         if rests:
             kinds = {""}
             for r in rests:
-                kinds.update(".*" + escape(p) for p in _substrings(r) if self.readable(p))
+                kinds.update(".*" + escape(p) for p in self.readable_parts(r))
             kinds.update(self._group_kinds(must, forbid))
             # per rest: the layers where it is required, and where it is forbidden
             need_at: dict[str, set[int]] = defaultdict(set)
@@ -463,8 +470,8 @@ class _Space:
             if prefixes:
                 out.add(_factor(sorted(set(prefixes))))
             # `.*(a|b)`: two whole parts that between them name every rest of the group
-            parts = sorted({p for r in rs for p in _substrings(r) if self.readable(p)
-                            and not any(p in f for f in fs)}, key=lambda p: (len(p), p))
+            parts = sorted({p for r in rs for p in self.readable_parts(r)
+                            if not any(p in f for f in fs)}, key=lambda p: (len(p), p))
             for x, a in enumerate(parts[:12]):
                 for b in parts[x + 1:12]:
                     if all(a in r or b in r for r in rs):
