@@ -4,6 +4,7 @@ every target's output gives back the same `-ot` value."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -210,3 +211,31 @@ def test_no_longer_than_exhaustive_search_over_readable_forms(data: st.DataObjec
     c = compile_plan(plan, inventory=inv)
     bound = exhaustive_length(c.placement)
     assert len(c.ot) <= bound, (rule_list, c.ot, bound)
+
+
+def test_wrong_masks_never_reach_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search runs on bitmasks; if they ever disagreed with the regexes, a list they chose
+    would fail the real re-simulation, and a longer one that passes (at worst exact names) is
+    printed, never a wrong rule."""
+    import moeconf.synth.rules as synth_rules
+    from tests.conftest import EXAMPLES
+
+    plan = plan_from_text(
+        f'rules = ["experts -> cpu", "experts first 10 -> gpu"]\n[model]\n'
+        f'path = "{EXAMPLES}/models/kimi-k2.manifest.json"\nserve_path = "/m.gguf"\n', "/tmp/lie.toml")
+    honest = compile_plan(plan)
+    assert honest.ot == r"\.(\d|10)\.=CUDA0,exps=CPU"
+    # a lying mask: `exps` claims to match only the experts of layers 11-60
+    real = synth_rules._Space.sub_mask
+
+    def lying(self: synth_rules._Space, s: str) -> int:
+        m = real(self, s)
+        if s == "exps":
+            m &= ~sum(1 << i for i, nm in enumerate(self.names) if any(f"blk.{k}." in nm for k in range(11)))
+        return m
+
+    monkeypatch.setattr(synth_rules._Space, "sub_mask", lying)
+    c = compile_plan(plan)
+    assert c.ot != honest.ot and "exps=CPU" not in c.ot.split(",")
+    sim = simulate(c.inventory, c.synthesis.items, c.placement.defaults)
+    assert all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)

@@ -698,22 +698,25 @@ def synthesize(pl: Placement) -> Synthesis:
     sp = _Space(pl)
     if not sp.wrong_default:
         return Synthesis(())
-    best: _Layout | None = None
-    best_key: tuple[int, str] | None = None
+    found: dict[str, _Layout] = {}
+    best_len: int | None = None
     gen = _layouts(sp)
     layout: _Layout | None = next(gen)
     while layout is not None:
         if _outcome_ok(sp, layout):
             layout = _prune(sp, layout)
             value = _render(layout)
-            if best_key is None or (len(value), value) < best_key:
-                best, best_key = layout, (len(value), value)
+            found.setdefault(value, layout)
+            if best_len is None or len(value) < best_len:
+                best_len = len(value)
         try:
-            layout = gen.send(best_key[0] if best_key else None)
+            layout = gen.send(best_len)
         except StopIteration:
             layout = None
-    if best is not None:
-        items = tuple(OverrideItem(_alternation(t.regex for t in terms), dev) for terms, dev in best)
+    # shortest first, each re-simulated with the regexes themselves: the masks are a model of
+    # the regexes, and a layout the real search disagrees with is skipped, never printed
+    for value in sorted(found, key=lambda v: (len(v), v)):
+        items = tuple(OverrideItem(_alternation(t.regex for t in terms), dev) for terms, dev in found[value])
         if _verify(pl.inventory, pl, items):
             return Synthesis(items)
     # exact names: always right, and a sign that the masks above disagree with the regexes
