@@ -1,0 +1,12 @@
+"""Does it fit? Memory per device (weights, KV cache, compute, reserve) for a placement, as the
+engines compute it. Sits above `model/` and `engines/`, below the reports and the CLI."""
+
+from __future__ import annotations
+
+from moeconf.memory.estimate import HOST, DeviceMemory, MemoryEstimate, estimate, weight_bytes
+from moeconf.memory.settings import DEFAULT_RESERVE, MemorySettings, cache_types, read_settings
+
+__all__ = [
+    "DEFAULT_RESERVE", "HOST", "DeviceMemory", "MemoryEstimate", "MemorySettings", "cache_types", "estimate",
+    "read_settings", "weight_bytes",
+]
