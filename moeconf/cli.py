@@ -109,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--plan", metavar="FILE", help="write the equivalent plan (decompile) to FILE")
     exp.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                      help="colour the map by device (default: auto, on a terminal unless NO_COLOR is set)")
+    exp.add_argument("--reserve", default="1GiB", metavar="SIZE",
+                     help="memory kept free per GPU for what no engine reports (default 1GiB)")
 
     chk = sub.add_parser(
         "check",
@@ -257,6 +259,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         env[k] = v
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus is not None else None
     ex = explain(inv, eng, argv, env=env, gpus=gpus)
+    from moeconf.memory import estimate, parse_size, read_settings
+    from moeconf.report.memory import render_memory
+
+    est = estimate(ex.placement, read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve")))
     if args.plan:
         from moeconf.decompile import decompile
         from moeconf.explanation import assumed_gpus
@@ -264,11 +270,18 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         _write_output(decompile(ex, args.plan, args.model, gpus if gpus is not None
                                 else assumed_gpus(ex.invocation)), args.plan)
     if args.json:
-        sys.stdout.write(json.dumps(ex.json(), indent=1) + "\n")
+        out = ex.json()
+        out["memory"] = est.json()
+        out["memory_problems"] = list(est.problems)
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                            and not os.environ.get("NO_COLOR"))
         sys.stdout.write(render(ex, color=color, tensors=args.tensors))
+        sys.stdout.write(render_memory(est))
+    for w in inv.warnings:
+        if "manifest version 1" in w:
+            print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -4,9 +4,9 @@ engines compute it. Sits above `model/` and `engines/`, below the reports and th
 from __future__ import annotations
 
 from moeconf.memory.estimate import HOST, DeviceMemory, MemoryEstimate, estimate, weight_bytes
-from moeconf.memory.settings import DEFAULT_RESERVE, MemorySettings, cache_types, read_settings
+from moeconf.memory.settings import DEFAULT_RESERVE, MemorySettings, cache_types, parse_size, read_settings
 
 __all__ = [
     "DEFAULT_RESERVE", "HOST", "DeviceMemory", "MemoryEstimate", "MemorySettings", "cache_types", "estimate",
-    "read_settings", "weight_bytes",
+    "parse_size", "read_settings", "weight_bytes",
 ]

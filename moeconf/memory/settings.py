@@ -23,6 +23,26 @@ IK_ONLY_CACHE_TYPES: dict[str, tuple[int, int]] = {"q6_0": (26, 32)}
 Q8_KV = "q8_kv"
 
 
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 1000**2, "mib": MiB,
+          "g": GiB, "gb": 1000**3, "gib": GiB, "t": 1024**4, "tb": 1000**4, "tib": 1024**4}
+
+
+def parse_size(text: str, where: str = "size") -> int:
+    """'24 GiB', '16GiB', '512MiB', '24G' -> bytes (a bare number is bytes)."""
+    from moeconf.errors import MoeconfError
+
+    t = text.strip().replace(" ", "").replace("_", "")
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    unit = t[len(num):].lower()
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1.0
+    if value < 0 or unit not in _UNITS:
+        raise MoeconfError(f"{where}: {text!r} is not a size (write 24GiB, 16 GiB, 512MiB)")
+    return int(value * _UNITS[unit])
+
+
 def cache_types(engine: Engine) -> tuple[str, ...]:
     if engine.name == "ik_llama.cpp":
         return (*CACHE_TYPES, *IK_ONLY_CACHE_TYPES, Q8_KV)
