@@ -23,7 +23,7 @@ def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None)
             + ("" if s.offload_kqv else ", KV in host memory (-nkvo)")
             + (f", {est.swa_cells} cells on sliding-window layers" if est.swa_cells else ""))
     lines = [head]
-    cols = ("device", "weights", "KV", "compute", "reserve", "total", "budget", "free")
+    cols: tuple[str, ...] = ("device", "weights", "KV", "compute", "reserve", "total", "budget", "free")
     rows: list[tuple[str, ...]] = []
     for d, m in est.devices.items():
         if d == HOST or m.total:
@@ -32,6 +32,9 @@ def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None)
                          _mib(m.kv) if est.complete else "?", _mib(m.compute) if est.complete else "?",
                          _mib(m.reserve), _mib(m.total), _mib(b) if b is not None else "-",
                          _mib(b - m.total) if b is not None else "-"))
+    if not budgets:
+        cols = cols[:6]
+        rows = [r[:6] for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     lines.append("  " + "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cols)))
     for r in rows:
