@@ -18,6 +18,7 @@ from moeconf.engines import AUTO_GPU
 from moeconf.memory.geometry import GeometryUnknown, geometry
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.model import ggml
+from moeconf.model.inventory import Tensor
 from moeconf.placement import Placement
 
 MiB = 1024 * 1024
@@ -29,6 +30,7 @@ _MOE_FF_TENSORS: dict[str, int] = {"gpt-oss": 2}
 # architectures whose attention masks stay alive through the output layer (interleaved SWA:
 # measured on gpt-oss and llama4)
 _CUDA_MATRIX_ROW_PADDING = 512
+_PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
 
 
 @dataclass(frozen=True)
@@ -87,24 +89,27 @@ def is_gpu(device: str) -> bool:
     return device != HOST
 
 
+def alloc_size(t: Tensor, device: str) -> int:
+    """A tensor's size in `device`'s model buffer: rounded up to the buffer's alignment, with
+    CUDA's padding of quantized rows whose width is not a multiple of 512 (`MATRIX_ROW_PADDING`).
+    RPC servers are taken as CPU backends (no padding)."""
+    size = t.nbytes
+    align = 32
+    if device.startswith(("CUDA", "ROCm", "MUSA")):
+        align = 128
+        block, bsize = ggml.quant_sizes()[ggml.type_ids()[t.type]]
+        if block > 1 and t.shape[0] % _CUDA_MATRIX_ROW_PADDING:
+            size += (_CUDA_MATRIX_ROW_PADDING - t.shape[0] % _CUDA_MATRIX_ROW_PADDING) // block * bsize
+    return _align(size, align)
+
+
 def weight_bytes(placement: Placement) -> dict[str, int]:
-    """Exactly what each buffer type's model buffer holds: each tensor's size rounded up to the
-    buffer's alignment, with CUDA's padding of quantized rows (`MATRIX_ROW_PADDING`)."""
+    """Exactly what each buffer type's model buffer holds."""
     out: dict[str, int] = defaultdict(int)
-    type_ids = ggml.type_ids()
-    quant = ggml.quant_sizes()
     for t in placement.inventory.tensors:
         dev = placement.devices[t.name]
-        if dev is None:
-            continue
-        size = t.nbytes
-        align = 32
-        if dev.startswith(("CUDA", "ROCm", "MUSA")):
-            align = 128
-            block, bsize = quant[type_ids[t.type]]
-            if block > 1 and t.shape[0] % _CUDA_MATRIX_ROW_PADDING:
-                size += (_CUDA_MATRIX_ROW_PADDING - t.shape[0] % _CUDA_MATRIX_ROW_PADDING) // block * bsize
-        out[dev] += _align(size, align)
+        if dev is not None:
+            out[dev] += alloc_size(t, dev)
     return dict(out)
 
 
@@ -135,7 +140,9 @@ _ROUTER_BASES = ("ffn_gate_inp",)
 _DENSE_BASES = ("ffn_down", "ffn_up")
 
 
-def estimate(placement: Placement, settings: MemorySettings) -> MemoryEstimate:
+def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False) -> MemoryEstimate:
+    """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
+    keeps 4 copies of every graph input and of every split's inputs, never freed."""
     inv = placement.inventory
     eng = placement.engine
     weights = weight_bytes(placement)
@@ -251,13 +258,19 @@ def estimate(placement: Placement, settings: MemorySettings) -> MemoryEstimate:
     out_dev = placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
     output_phase = f4 * (geo.n_vocab + 2 * e) + (masks if has_swa else 0)
     compute: dict[str, int] = defaultdict(int)
+    copies = _PIPELINE_COPIES if pipeline and not ik else 1
     for d in devices | set(phases) | {out_dev}:
         live = masks if (d in attn_devs or d == HOST) else 0
+        if copies > 1 and d != HOST:
+            # each split's inputs (the hidden state arriving, the masks) in 4 persistent copies;
+            # the last stage (the output device) holds two more hidden states (measured)
+            live = copies * (live + f4 * e) + (4 if d == out_dev else 2) * f4 * e
         peak = max((p + live for p in phases.get(d, [])), default=0)
         if d == out_dev:
-            peak = max(peak, output_phase)
+            peak = max(peak, output_phase + (live if copies > 1 else 0))
         if d == HOST:
-            peak = max(peak, masks + 2 * f4 * e)  # the inputs: token embeddings, masks
+            # the graph inputs (token embeddings input, masks) and the input layer's output
+            peak = max(peak, copies * (masks + f4 * e) + f4 * e)
         compute[d] = peak
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
@@ -288,6 +301,16 @@ def estimate(placement: Placement, settings: MemorySettings) -> MemoryEstimate:
         notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
                      "to see each GPU's share")
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems))
+
+
+def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,
+                      settings: MemorySettings, has_overrides: bool) -> bool:
+    """llama.cpp (`llama-context.cpp`) runs a pipeline when the model has several devices, every
+    layer is offloaded (-ngl above block_count), split mode is layer, the KV cache is offloaded
+    and no tensor override (-ot, --cpu-moe, --n-cpu-moe) is given."""
+    nb = placement.inventory.block_count
+    return (placement.engine.name == "llama.cpp" and n_devices > 1 and (n_gpu_layers < 0 or n_gpu_layers > nb)
+            and (split_mode or "layer") == "layer" and settings.offload_kqv and not has_overrides)
 
 
 def _width(placement: Placement, il: int, base: str) -> int:

@@ -4,6 +4,7 @@ weights (shared/memory-facts.md section 3). RPC servers on 127.0.0.1 stand in fo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -24,6 +25,7 @@ _BREAKDOWN = re.compile(
     r"\|\s+- (?P<name>[^|(]+?)(?: \((?P<ep>[^)]*)\))?\s+\|[^|]*?(?P<self>\d+) = +(?P<model>\d+) \+ +(?P<ctx>\d+) \+ +"
     r"(?P<compute>\d+)"
 )
+_FREE = re.compile(r"\|\s+- RPC\d+ \(([^)]*)\)\s+\|\s+\d+ = (\d+) \+ \(")
 _COMPUTE = re.compile(r"sched_reserve: +(\S+) compute buffer size = +([\d.]+) MiB")
 
 
@@ -37,6 +39,12 @@ class Projection:
     compute: dict[str, int]
     compute_exact: dict[str, float]
     log: str
+    free: dict[str, int] = dataclasses.field(default_factory=dict)  # MiB the device reports free
+
+    def total(self, device: str) -> float:
+        """Model + context + compute in MiB (compute to 0.01 MiB)."""
+        return self.model.get(device, 0) + self.context.get(device, 0) + self.compute_exact.get(
+            device, float(self.compute.get(device, 0)))
 
 
 def available() -> bool:
@@ -65,6 +73,9 @@ def project(model: Path, args: Sequence[str], endpoints: Sequence[str] = ()) -> 
         model_mib[key] = model_mib.get(key, 0) + int(m.group("model"))
         ctx_mib[key] = ctx_mib.get(key, 0) + int(m.group("ctx"))
         comp_mib[key] = comp_mib.get(key, 0) + int(m.group("compute"))
+    free: dict[str, int] = {}
+    for m in _FREE.finditer(p.stderr):
+        free[f"RPC0[{m.group(1)}]"] = int(m.group(2))
     exact: dict[str, float] = {}
     for m in _COMPUTE.finditer(p.stderr):
         key = m.group(1)
@@ -73,4 +84,17 @@ def project(model: Path, args: Sequence[str], endpoints: Sequence[str] = ()) -> 
     rows = [_ROW.match(line) for line in p.stdout.splitlines()]
     if not any(rows):
         raise RuntimeError(f"no projection printed: {p.stdout[-2000:]}")
-    return Projection(model_mib, ctx_mib, comp_mib, exact, p.stderr)
+    return Projection(model_mib, ctx_mib, comp_mib, exact, p.stderr, free)
+
+
+def llama_fit(model: Path, args: Sequence[str], targets_mib: Sequence[int]) -> list[str]:
+    """llama.cpp's own fit (`llama-fit-params` without -fitp): the arguments it would add
+    (`-c -ngl [-ts] [-ot]`), aiming to leave `targets_mib` free on each device (-fitt)."""
+    import shlex
+
+    argv = [str(FIT_PARAMS), "-m", str(model), *args, "-fitt", ",".join(str(t) for t in targets_mib)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    if p.returncode != 0:
+        raise RuntimeError(f"llama-fit-params fit failed ({p.returncode}): {p.stderr[-3000:]}")
+    return shlex.split(p.stdout.strip().splitlines()[-1])

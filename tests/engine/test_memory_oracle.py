@@ -19,7 +19,7 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS, MLA
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import estimate, read_settings
+from moeconf.memory import estimate_explained, read_settings
 from moeconf.model.inventory import Inventory, load_inventory
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
@@ -152,7 +152,7 @@ def _run(model: str, line: str, sparse_models: dict[str, tuple[Path, Inventory]]
     eng = engine("llama.cpp")
     ex = explain(inv, eng, args, gpus=[])
     assert not ex.refusals, ex.refusals
-    est = estimate(ex.placement, read_settings(args, eng))
+    est = estimate_explained(ex, read_settings(args, eng))
     rows = []
     for dev in sorted(set(proj.model) | {d for d, m in est.devices.items() if m.weights or m.kv or m.compute}):
         m = est.devices.get(dev)
