@@ -21,11 +21,12 @@ from moeconf.compile import Compiled, compile_plan
 from moeconf.engines import Engine
 from moeconf.errors import MoeconfError
 from moeconf.explanation import explain
-from moeconf.memory import MemoryEstimate, estimate_explained, read_settings
+from moeconf.memory import MemoryEstimate, estimate_explained, pipeline_parallel, read_settings
 from moeconf.memory.estimate import alloc_size
 from moeconf.model.inventory import Inventory, format_ranges
 from moeconf.placement import Placement
 from moeconf.plan import plan_from_text
+from moeconf.resolve import resolve
 
 MiB = 1024 * 1024
 Policy = Literal["first", "last"]
@@ -193,11 +194,32 @@ class _Solver:
             raise MoeconfError(f"give a budget for every --rpc device: --gpu '{missing[0]}=SIZE'")
         self.budget = {b.device: b.size for b in self.budgets}
         self.names = {d: d for d in self.order}
+        self.settings = read_settings(list(user_argv), eng, reserve=reserve)
+        if self.settings.problems:
+            raise MoeconfError("; ".join(self.settings.problems))
+
+    def _text(self, assigned: dict[str, list[int]], splits: list[tuple[int, str, tuple[str, ...]]],
+              ts: list[int] | None) -> str:
+        return _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
+                          ts, _rules(self.inv, assigned, splits, self.names), self.budgets, self.reserve,
+                          self.policy)
+
+    def measure(self, assigned: dict[str, list[int]], splits: list[tuple[int, str, tuple[str, ...]]],
+                ts: list[int] | None) -> tuple[Placement, MemoryEstimate]:
+        """The plan's placement (resolved, not yet compiled to -ot) and its memory."""
+        from moeconf.memory import estimate
+
+        plan = plan_from_text(self._text(assigned, splits, ts), os.path.join(self.plan_dir, "fit.plan.toml"))
+        placement = resolve(plan, self.inv).placement
+        overrides = any(placement.devices[n] != d for n, d in placement.defaults.items())
+        pipe = pipeline_parallel(placement, len(self.order), -1, self.fields.get("split_mode"),  # type: ignore[arg-type]
+                                 self.settings, overrides)
+        return placement, estimate(placement, self.settings, pipeline=pipe)
 
     def compile(self, assigned: dict[str, list[int]], splits: list[tuple[int, str, tuple[str, ...]]],
                 ts: list[int] | None) -> tuple[str, Compiled, MemoryEstimate]:
-        text = _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra, ts,
-                          _rules(self.inv, assigned, splits, self.names), self.budgets, self.reserve, self.policy)
+        """Compile to the engine's command line, simulate that command line, and measure it."""
+        text = self._text(assigned, splits, ts)
         plan = plan_from_text(text, os.path.join(self.plan_dir, "fit.plan.toml"))
         compiled = compile_plan(plan, inventory=self.inv)
         argv = list(compiled.argv)
@@ -216,18 +238,18 @@ class _Solver:
     def solve(self) -> FitResult:
         ts = self._tensor_split()
         assigned: dict[str, list[int]] = {d: [] for d in self.order}
-        text, compiled, mem = self.compile(assigned, [], ts)
+        placement, mem = self.measure(assigned, [], ts)
         if not mem.complete:
             raise FitError("this model's memory cannot be computed: " + "; ".join(mem.notes))
         over = self.over(mem)
         if over:
             raise self._infeasible(mem, over)
-        home = self._homes(compiled.placement)
+        home = self._homes(placement)
         free = {d: self.budget[d] - mem.devices[d].total for d in self.order}
         layers = sorted({t.layer for t in self.inv.tensors if t.group == "experts" and t.layer is not None})
         if self.policy == "last":
             layers.reverse()
-        sizes = self._expert_sizes(compiled.placement)
+        sizes = self._expert_sizes(placement)
         closed: set[str] = set()
         candidates: list[tuple[int, str]] = []
         for il in layers:
@@ -242,9 +264,9 @@ class _Solver:
                 closed.add(dev)
                 candidates.append((il, dev))
         splits = self._split(candidates, free) if self.split else []
-        # verify with the whole model; back off one layer at a time where a device overflows
+        # measure the whole model; back off one layer at a time where a device overflows
         while True:
-            text, compiled, mem = self.compile(assigned, splits, ts)
+            placement, mem = self.measure(assigned, splits, ts)
             over = self.over(mem)
             if not over:
                 break
@@ -255,6 +277,10 @@ class _Solver:
                 if not assigned[d]:
                     raise self._infeasible(mem, over)
                 assigned[d].pop()
+        # the command line itself, simulated and measured again: what is printed is what was checked
+        text, compiled, mem = self.compile(assigned, splits, ts)
+        if compiled.placement.devices != placement.devices or self.over(mem):
+            raise AssertionError("fit: the compiled command line does not match the solved placement")
         return FitResult(text, compiled, mem, {d: sorted(v) for d, v in assigned.items()}, tuple(splits),
                          tuple(self.budgets))
 
