@@ -27,8 +27,6 @@ HOST = "CPU"
 # FFN activation tensors per routed expert (gate, up, and the gated product); gpt-oss fuses the
 # gated activation (swiglu_oai) and keeps two (measured with llama-fit-params)
 _MOE_FF_TENSORS: dict[str, int] = {"gpt-oss": 2}
-# architectures whose attention masks stay alive through the output layer (interleaved SWA:
-# measured on gpt-oss and llama4)
 _CUDA_MATRIX_ROW_PADDING = 512
 _PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
 
@@ -218,7 +216,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     n_kv_full = cells if any(not la.swa for la in geo.layers) else 0
     n_kv_swa = swa_cells if any(la.swa for la in geo.layers) else 0
     masks = T * mask_el * (n_kv_full + n_kv_swa)
-    has_swa = n_kv_swa > 0
     e = geo.n_embd
     moe_tensors = _MOE_FF_TENSORS.get(inv.arch, 3)
     phases: dict[str, list[int]] = defaultdict(list)
@@ -256,11 +253,15 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             n_ff = _width(placement, il, "ffn_up") or geo.n_ff_dense
             phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
     out_dev = placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
-    output_phase = f4 * (geo.n_vocab + 2 * e) + (masks if has_swa else 0)
+    output_phase = f4 * (geo.n_vocab + 2 * e)
     compute: dict[str, int] = defaultdict(int)
     copies = _PIPELINE_COPIES if pipeline and not ik else 1
     for d in devices | set(phases) | {out_dev}:
         live = masks if (d in attn_devs or d == HOST) else 0
+        if d == HOST and d in attn_devs:
+            # layers run on the CPU while the unused token-embeddings input stays allocated,
+            # plus one hidden state more (measured on glm4moe and llama4)
+            live += 2 * f4 * e
         if copies > 1 and d != HOST:
             # each split's inputs (the hidden state arriving, the masks) in 4 persistent copies;
             # the last stage (the output device) holds two more hidden states (measured)
