@@ -1,14 +1,11 @@
 """`moeconf fit`: the most routed-expert layers that fit each GPU's memory budget, as a plan that
 compiles to a verified command line.
 
-Always-active tensors (attention, shared experts, router, norms, output) and every layer's KV
-cache go to the GPUs (all layers offloaded; with several GPUs, `-ts` gives each a contiguous
-range sized by its budget); routed experts start in system RAM and whole layers move to the GPU
-holding them, lowest blocks first (`first`, the guides' layout) or highest (`last`), while the
-device's predicted total (weights + KV + compute + reserve) stays within its budget. Optionally
-one more layer per GPU is split by tensor kind (down, gate, up: each that fits). The result is re-checked
-with the memory model on the compiled command line before it is returned; the user's context,
-batch and cache types are never changed."""
+The plan it writes is the answer: every layer offloaded (with several GPUs, `-ts` gives each a
+contiguous range sized by its budget), a `[budget]` table with each GPU's memory, and one fill
+rule, `experts -> CUDA0, CUDA1, cpu`, which `resolve` solves with the memory model (see
+`moeconf.fill`). The compiled command line is simulated and measured again before it is returned;
+the user's context, batch and cache types are never changed."""
 
 from __future__ import annotations
 
@@ -19,18 +16,14 @@ from typing import Literal
 
 from moeconf.compile import Compiled, compile_plan
 from moeconf.engines import Engine
-from moeconf.errors import MoeconfError
+from moeconf.errors import MoeconfError, PlanError
 from moeconf.explanation import explain
-from moeconf.memory import MemoryEstimate, estimate_explained, pipeline_parallel, read_settings
-from moeconf.memory.estimate import alloc_size
-from moeconf.model.inventory import Inventory, format_ranges
-from moeconf.placement import Placement
+from moeconf.memory import MemoryEstimate, estimate_explained, read_settings
+from moeconf.model.inventory import Inventory
 from moeconf.plan import plan_from_text
-from moeconf.resolve import resolve
 
 MiB = 1024 * 1024
 Policy = Literal["first", "last"]
-SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps")  # the order llama.cpp's fit overflows them
 
 # engine flags fit decides itself
 _REFUSED = {"-ngl", "--gpu-layers", "--n-gpu-layers", "-ot", "--override-tensor", "-ts", "--tensor-split",
@@ -130,12 +123,9 @@ def _toml_str(s: str) -> str:
 def _plan_text(model_path: str, serve_path: str | None, eng: Engine, gpus: list[str], rpc: list[str],
                fields: dict[str, object],
                extra: list[str], ts: list[int] | None, rules: list[str], budgets: Sequence[Budget],
-               reserve: int, policy: Policy) -> str:
-    lines = ["# Written by `moeconf fit`: routed experts on the GPUs up to each budget, the rest in RAM.",
-             "# Budgets used (total per device, reserve included): "
-             + ", ".join(f"{b.device} = {b.size / 2**30:.2f} GiB" for b in budgets)
-             + f"; reserve {reserve / 2**30:.2f} GiB per GPU; policy {policy}.",
-             "# Edit the rules freely; `moeconf explain` shows what a change costs.",
+               reserve: int, policy: Policy, split: bool) -> str:
+    lines = ["# Written by `moeconf fit`: routed experts fill the GPUs up to each [budget], in order; the rest",
+             "# stays in system RAM. Edit the budgets or rules; `moeconf compile` solves it again.",
              "rules = ["]
     lines += [f"  {_toml_str(r)}," for r in rules]
     lines += ["]", "", "[model]", f"path = {_toml_str(model_path)}"]
@@ -154,18 +144,18 @@ def _plan_text(model_path: str, serve_path: str | None, eng: Engine, gpus: list[
         lines.append("rpc = [" + ", ".join(_toml_str(r) for r in rpc) + "]")
     if extra:
         lines.append("extra = [" + ", ".join(_toml_str(x) for x in extra) + "]")
+    lines += ["", "[budget]"]
+    lines += [f"{_toml_str(b.device)} = {_toml_str(_size_text(b.size))}" for b in budgets]
+    lines += [f"reserve = {_toml_str(_size_text(reserve))}", f"policy = {_toml_str(policy)}",
+              f"split = {'true' if split else 'false'}"]
     return "\n".join(lines) + "\n"
 
 
-def _rules(inv: Inventory, assigned: dict[str, list[int]], splits: list[tuple[int, str, tuple[str, ...]]],
-           names: dict[str, str]) -> list[str]:
-    rules = ["experts -> cpu"]
-    for dev, layers in assigned.items():
-        if layers:
-            rules.append(f"experts layers {format_ranges(layers, '..')} -> {names[dev]}")
-    for il, dev, kinds in splits:
-        rules.append(f"{', '.join(kinds)} layers {il} -> {names[dev]}")
-    return rules
+def _size_text(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", MiB)):
+        if n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"
 
 
 class _Solver:
@@ -193,158 +183,51 @@ class _Solver:
         if missing:
             raise MoeconfError(f"give a budget for every --rpc device: --gpu '{missing[0]}=SIZE'")
         self.budget = {b.device: b.size for b in self.budgets}
-        self.names = {d: d for d in self.order}
-        self.settings = read_settings(list(user_argv), eng, reserve=reserve)
-        if self.settings.problems:
-            raise MoeconfError("; ".join(self.settings.problems))
+        settings = read_settings(list(user_argv), eng, reserve=reserve)
+        if settings.problems:
+            raise MoeconfError("; ".join(settings.problems))
 
-    def _text(self, assigned: dict[str, list[int]], splits: list[tuple[int, str, tuple[str, ...]]],
-              ts: list[int] | None) -> str:
-        return _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
-                          ts, _rules(self.inv, assigned, splits, self.names), self.budgets, self.reserve,
-                          self.policy)
-
-    def measure(self, assigned: dict[str, list[int]], splits: list[tuple[int, str, tuple[str, ...]]],
-                ts: list[int] | None) -> tuple[Placement, MemoryEstimate]:
-        """The plan's placement (resolved, not yet compiled to -ot) and its memory."""
-        from moeconf.memory import estimate
-
-        plan = plan_from_text(self._text(assigned, splits, ts), os.path.join(self.plan_dir, "fit.plan.toml"))
-        placement = resolve(plan, self.inv).placement
-        overrides = any(placement.devices[n] != d for n, d in placement.defaults.items())
-        pipe = pipeline_parallel(placement, len(self.order), -1, self.fields.get("split_mode"),  # type: ignore[arg-type]
-                                 self.settings, overrides)
-        return placement, estimate(placement, self.settings, pipeline=pipe)
-
-    def compile(self, assigned: dict[str, list[int]], splits: list[tuple[int, str, tuple[str, ...]]],
-                ts: list[int] | None) -> tuple[str, Compiled, MemoryEstimate]:
-        """Compile to the engine's command line, simulate that command line, and measure it."""
-        text = self._text(assigned, splits, ts)
+    def solve(self) -> FitResult:
+        ts = self._tensor_split()
+        rules = [f"experts -> {', '.join(self.order)}, cpu"]
+        text = _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
+                          ts, rules, self.budgets, self.reserve, self.policy, self.split)
         plan = plan_from_text(text, os.path.join(self.plan_dir, "fit.plan.toml"))
-        compiled = compile_plan(plan, inventory=self.inv)
+        try:
+            compiled = compile_plan(plan, inventory=self.inv)
+        except PlanError as e:
+            if e.message.startswith("does not fit"):
+                raise FitError(e.message) from None
+            raise
+        # the command line itself, simulated and measured again: what is printed is what was checked
         argv = list(compiled.argv)
         ex = explain(self.inv, self.eng, argv, gpus=self.gpus)
         if ex.placement.devices != compiled.placement.devices:
             raise AssertionError("fit: the compiled command line does not reproduce the plan's placement")
-        settings = read_settings(argv, self.eng, reserve=self.reserve)
-        if settings.problems:
-            raise MoeconfError("; ".join(settings.problems))
-        return text, compiled, estimate_explained(ex, settings)
-
-    def over(self, mem: MemoryEstimate) -> dict[str, int]:
-        return {d: mem.devices[d].total - self.budget[d] for d in self.order
+        mem = estimate_explained(ex, read_settings(argv, self.eng, reserve=self.reserve))
+        over = {d: mem.devices[d].total - self.budget[d] for d in self.order
                 if d in mem.devices and mem.devices[d].total > self.budget[d]}
-
-    def solve(self) -> FitResult:
-        ts = self._tensor_split()
-        assigned: dict[str, list[int]] = {d: [] for d in self.order}
-        placement, mem = self.measure(assigned, [], ts)
-        if not mem.complete:
-            raise FitError("this model's memory cannot be computed: " + "; ".join(mem.notes))
-        over = self.over(mem)
         if over:
-            raise self._infeasible(mem, over)
-        home = self._homes(placement)
-        free = {d: self.budget[d] - mem.devices[d].total for d in self.order}
-        layers = sorted({t.layer for t in self.inv.tensors if t.group == "experts" and t.layer is not None})
-        if self.policy == "last":
-            layers.reverse()
-        sizes = self._expert_sizes(placement)
-        closed: set[str] = set()
-        candidates: list[tuple[int, str]] = []
-        for il in layers:
-            dev = home.get(il)
-            if dev is None or dev in closed:
+            raise AssertionError(f"fit: the compiled command line is over budget on {', '.join(over)}")
+        per_dev: dict[str, dict[int, set[str]]] = {d: {} for d in self.order}
+        all_kinds: dict[int, set[str]] = {}
+        for t in self.inv.tensors:
+            if t.group != "experts" or t.layer is None or compiled.placement.devices[t.name] is None:
                 continue
-            need = sizes.get((il, dev), 0)
-            if need <= free[dev]:
-                assigned[dev].append(il)
-                free[dev] -= need
-            else:
-                closed.add(dev)
-                candidates.append((il, dev))
-        splits = self._split(candidates, free) if self.split else []
-        # measure the whole model; back off one layer at a time where a device overflows
-        while True:
-            placement, mem = self.measure(assigned, splits, ts)
-            over = self.over(mem)
-            if not over:
-                break
-            if any(sp[1] in over for sp in splits):
-                splits = [sp for sp in splits if sp[1] not in over]
-                continue
-            for d in over:
-                if not assigned[d]:
-                    raise self._infeasible(mem, over)
-                assigned[d].pop()
-        # the command line itself, simulated and measured again: what is printed is what was checked
-        text, compiled, mem = self.compile(assigned, splits, ts)
-        if compiled.placement.devices != placement.devices or self.over(mem):
-            raise AssertionError("fit: the compiled command line does not match the solved placement")
-        return FitResult(text, compiled, mem, {d: sorted(v) for d, v in assigned.items()}, tuple(splits),
-                         tuple(self.budgets))
-
-    def _split(self, candidates: list[tuple[int, str]],
-               free: dict[str, int]) -> list[tuple[int, str, tuple[str, ...]]]:
-        """One more layer per device, by tensor kind (down, gate, up: each that still fits)."""
-        out = []
-        for il, dev in candidates:
-            kinds: list[str] = []
-            room = free[dev]
-            for kind in SPLIT_KINDS:
-                t = self.inv.by_name.get(f"blk.{il}.{kind}.weight")
-                if t is None:
-                    continue
-                need = alloc_size(t, dev)
-                if need <= room:
-                    kinds.append(kind)
-                    room -= need
-            if kinds:
-                out.append((il, dev, tuple(kinds)))
-        return out
+            all_kinds.setdefault(t.layer, set()).add(t.name)
+            d = compiled.placement.devices[t.name]
+            if d in per_dev:
+                per_dev[d].setdefault(t.layer, set()).add(t.name)
+        whole = {d: sorted(il for il, names in v.items() if names == all_kinds[il]) for d, v in per_dev.items()}
+        splits = tuple((il, d, tuple(sorted({self.inv.by_name[n].base for n in names})))
+                       for d, v in per_dev.items() for il, names in sorted(v.items()) if names != all_kinds[il])
+        return FitResult(text, compiled, mem, whole, splits, tuple(self.budgets))
 
     def _tensor_split(self) -> list[int] | None:
         if len(self.order) < 2:
             return None
         usable = [max(self.budget[d] - self.reserve, 1) for d in self.order]
         return [max(1, round(u / MiB)) for u in usable]
-
-    def _homes(self, placement: Placement) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for t in self.inv.tensors:
-            if t.layer is not None and t.layer not in out:
-                d = placement.defaults.get(t.name)
-                if d in self.budget:
-                    out[t.layer] = d
-        return out
-
-    def _expert_sizes(self, placement: Placement) -> dict[tuple[int, str], int]:
-        """Bytes a layer's routed experts take on each device (aligned and padded as there)."""
-        out: dict[tuple[int, str], int] = {}
-        for t in self.inv.tensors:
-            if t.group == "experts" and t.layer is not None and placement.devices.get(t.name) is not None:
-                for dev in self.order:
-                    out[(t.layer, dev)] = out.get((t.layer, dev), 0) + alloc_size(t, dev)
-        return out
-
-    def _infeasible(self, mem: MemoryEstimate, over: dict[str, int]) -> FitError:
-        parts = []
-        s = mem.settings
-        for d, short in over.items():
-            m = mem.devices[d]
-            parts.append(f"{d} needs {m.total / MiB:,.0f} MiB (weights {m.weights / MiB:,.0f}, KV {m.kv / MiB:,.0f}, "
-                         f"compute {m.compute / MiB:,.0f}, reserve {m.reserve / MiB:,.0f}) with every routed expert "
-                         f"in system RAM: {short / MiB:,.0f} MiB over its {self.budget[d] / MiB:,.0f} MiB budget")
-        hints = []
-        kv = sum(mem.devices[d].kv for d in over)
-        if kv:
-            hints.append(f"a smaller -c (the KV cache takes {kv / MiB:,.0f} MiB there; half the context, half of it)")
-            if s.cache_type_k == "f16" or s.cache_type_v == "f16":
-                hints.append("-ctk q8_0 -ctv q8_0 (about half the KV cache)")
-        if s.n_ubatch > 128:
-            hints.append(f"a smaller -ub (compute grows with it; -ub {s.n_ubatch // 2} roughly halves it)")
-        hints.append("fewer layers on the GPU, or a smaller --reserve if you know your driver's overhead")
-        return FitError("does not fit: " + "; ".join(parts) + ". What would help: " + "; ".join(hints))
 
 
 def fit(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str], *, model_path: str,

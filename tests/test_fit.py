@@ -69,7 +69,9 @@ def test_verification_catches_a_solver_that_overfills(qwen: Inventory, tmp_path:
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # the greedy step thinks experts cost nothing: the check on the compiled command line must
     # still bring the device back within its budget
-    monkeypatch.setattr(fit_mod._Solver, "_expert_sizes", lambda self, placement: {})
+    import moeconf.fill
+
+    monkeypatch.setattr(moeconf.fill, "alloc_size", lambda t, dev: 0)
     r = _fit(qwen, [Budget("CUDA0", 12 * GiB)], ["-c", "32768"], tmp_path, split=False)
     assert r.memory.devices["CUDA0"].total <= 12 * GiB
     assert 0 < len(r.gpu_expert_layers["CUDA0"]) < 48
