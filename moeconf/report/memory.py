@@ -44,7 +44,7 @@ def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None)
             lines.append(f"  * {d}: {term} (estimated: not measurable without the device)")
     if any(m.reserve for m in est.devices.values()):
         lines.append(f"  reserve: {_mib(s.reserve)} MiB per GPU for what no engine reports (CUDA context, "
-                     "cuBLAS workspace); --reserve changes it")
+                     "cuBLAS workspace): --reserve, or reserve in a plan's [budget]")
     for n in est.notes:
         lines.append(f"  note: {n}")
     for p in est.problems:

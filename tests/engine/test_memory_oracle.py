@@ -90,26 +90,18 @@ CASES: list[tuple[str, str]] = [
 ]
 
 # Compute cases moeconf does not yet model within tolerance (listed, so the gap stays visible and
-# a fix shows up as an unexpected pass): pipeline parallelism (several devices, every layer
-# offloaded: the scheduler keeps 4 copies of each split's inputs), expert outputs returning from
-# the CPU to a GPU, host buffers with some layers on the CPU, and allocator fragmentation on
-# interleaved sliding-window models (gpt-oss, llama4). Weights and KV have no gaps.
+# a fix shows up as an unexpected pass): routed experts on the CPU with attention on a GPU (the
+# GPU's buffer holds more of what crosses between the two: 24-127 MiB more than modelled), and
+# llama4 with every layer on one device at -c 8192 and more (21 MiB more). Weights and KV have no gaps.
 COMPUTE_GAPS: set[tuple[str, str]] = {
-    ("qwen3moe", "2rpc -c 8192 -ngl 999 -ts 3,1"),
-    ("qwen3moe", "2rpc -c 8192 -ngl 40 -ts 1,1 -ot exps=CPU"),
     ("deepseek2", "-c 4096 -ngl 999 -ot exps=CPU"),
-    ("deepseek2", r"2rpc -c 8192 -ngl 40 -ts 1,1 -ot blk\.[3-9]\.ffn_.*_exps=CPU"),
     ("deepseek2-kv_b", "-c 4096 -ngl 999 -ctk q8_0 -ctv q8_0 -ot exps=CPU"),
     ("glm4moe", "-c 8192 -ngl 999 -ot exps=CPU,^output\\.weight=CPU"),
-    ("glm4moe", "-c 8192 -ngl 20"),
-    ("glm4moe", "2rpc -c 8192 -ngl 30 -ts 1,1"),
-    ("glm4moe", "2rpc -c 8192 -ngl 999 -ts 1,1"),
-    ("gpt-oss", "-c 16384 -ngl 999 -ub 1024"),
-    ("gpt-oss", "-c 8192 -ngl 999 -fa off -ot ^output\\.weight=CPU"),
     ("gpt-oss", "2rpc -c 8192 -ngl 20 -ts 1,1 -ot exps=CPU"),
+    ("llama4", "-c 16384 -ngl 999 --swa-full"),
     ("llama4", "-c 32768 -ngl 999"),
-    ("llama4", "-c 8192 -ngl 24"),
-    ("llama4", "2rpc -c 8192 -ngl 30 -ts 2,1"),
+    ("llama4", "-c 8192 -ngl 999 -ctk q8_0 -ctv q8_0"),
+    ("qwen3moe", "2rpc -c 8192 -ngl 40 -ts 1,1 -ot exps=CPU"),
 }
 
 
