@@ -126,7 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--gpu", action="append", default=[], metavar="[NAME=]SIZE", required=True,
                      help="a GPU's memory: 24GiB (CUDA0, then CUDA1, ...), CUDA1=16GiB, "
                      "'RPC0[host:port]=18GiB' (with --rpc host:port among the engine flags)")
-    fit.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp")
+    fit.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp",
+                     help="the engine the command line is for (default: llama.cpp)")
     fit.add_argument("--engine-version", metavar="V", help="b7600, 0.1.5, ... (default: newest known)")
     fit.add_argument("--reserve", default="1GiB", metavar="SIZE",
                      help="kept free per GPU for what no engine reports (default 1GiB)")
@@ -314,12 +315,15 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     import json
     import shlex
 
-    from moeconf.engines import engine
+    from moeconf.engines import engine, version_error
     from moeconf.fit import Budget, fit
     from moeconf.memory import parse_size
     from moeconf.model.inventory import load_inventory
     from moeconf.report.memory import render_memory
 
+    bad_version = version_error(args.engine, args.engine_version)
+    if bad_version:
+        raise MoeconfError(f"--engine-version: {bad_version}")
     inv = load_inventory(args.model)
     eng = engine(args.engine, args.engine_version)
     budgets: list[Budget] = []
