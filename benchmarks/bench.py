@@ -386,6 +386,61 @@ def bench_cli(args: argparse.Namespace) -> None:
                 got.append(f"`{r.stdout.strip()}` ({len(r.stdout.strip())})")
             rows.append([p.stem, *got])
         _print_table("-ot of the shipped plans", rows)
+def bench_fit(args: argparse.Namespace) -> None:
+    """`moeconf fit` (whole process) beside llama.cpp's own fit (`llama-fit-params -fitt`) on the
+    same sparse full-size model and budget, one and two devices (RPC servers on 127.0.0.1)."""
+    import os
+    import re
+    import socket
+
+    from moeconf.fixtures import LAYOUTS, write_layout
+
+    cache = Path(os.environ.get("MOECONF_ENGINE_CACHE", Path.home() / ".cache" / "moeconf" / "engines"))
+    bin_dir = cache / "llama-cpp-python-0.3.36" / "build" / "bin"
+    fit_params, rpc_server = bin_dir / "llama-fit-params", bin_dir / "ggml-rpc-server"
+    have_llama = fit_params.is_file() and rpc_server.is_file()
+    cases = [("qwen3-30b-a3b", [12]), ("qwen3-30b-a3b", [8, 6]), ("glm-4.5-air", [20]), ("glm-4.5-air", [14, 10])]
+    rows = [["model", "budgets (GiB)", "runs", "moeconf fit", "llama-fit-params", "faster"]]
+    procs = []
+    try:
+        ports = []
+        for _ in range(2):
+            with socket.socket() as sk:
+                sk.bind(("127.0.0.1", 0))
+                ports.append(sk.getsockname()[1])
+        if have_llama:
+            for port in ports:
+                procs.append(subprocess.Popen([str(rpc_server), "-H", "127.0.0.1", "-p", str(port)],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(1)
+        with tempfile.TemporaryDirectory() as tmp:
+            for key, budgets in cases:
+                path = Path(tmp) / f"{key}.gguf"
+                if not path.exists():
+                    write_layout(LAYOUTS[key], path)
+                eps = [f"127.0.0.1:{p}" for p in ports[: len(budgets)]]
+                gpus = [arg for ep, b in zip(eps, budgets, strict=True) for arg in ("--gpu", f"RPC0[{ep}]={b}GiB")]
+                ours = [sys.executable, "-m", "moeconf", "fit", str(path), *gpus, "--", "-c", "8192", "--rpc",
+                        ",".join(eps)]
+                t_ours = _median_time(lambda cmd=ours: subprocess.run(cmd, check=True, capture_output=True),
+                                      args.fit_runs)
+                t_theirs = None
+                if have_llama:
+                    probe = subprocess.run([str(fit_params), "-m", str(path), "--rpc", ",".join(eps), "-fitp", "on",
+                                            "-v", "-c", "8192"], capture_output=True, text=True)
+                    free = [int(m.group(1)) for m in re.finditer(r"RPC\d+ \([^)]*\)\s+\|\s+\d+ = (\d+)", probe.stderr)]
+                    fitt = ",".join(str(f - (b - 1) * 1024) for f, b in zip(free, budgets, strict=False))
+                    theirs = [str(fit_params), "-m", str(path), "--rpc", ",".join(eps), "-c", "8192", "-fitt", fitt]
+                    t_theirs = _median_time(lambda cmd=theirs: subprocess.run(cmd, check=True, capture_output=True),
+                                            args.fit_runs)
+                rows.append([key, "+".join(map(str, budgets)), str(args.fit_runs), _fmt_s(t_ours),
+                             _fmt_s(t_theirs) if t_theirs else "(not built)",
+                             f"{t_theirs / t_ours:.1f}x" if t_theirs else "-"])
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+    _print_table("fit: moeconf fit against llama.cpp's own fit (whole process, same model and budget)", rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="lint-size: file sizes in MB (default 1 50)")
     p.add_argument("--timeout", type=float, default=120, help="lint-size: seconds before a run is stopped")
     p.add_argument("--baseline", metavar="REV", help="also measure this git revision (e.g. main, 611898a)")
+    p.add_argument("--fit-runs", type=int, default=3, help="runs per fit measurement")
     args = p.parse_args(argv)
     unknown = sorted(set(args.tables) - set(TABLES))
     if unknown:
@@ -419,6 +475,7 @@ TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "lint-mutants": bench_lint_mutants,
     "lint-size": bench_lint_size,
     "cli": bench_cli,
+    "fit": bench_fit,
 }
 
 

@@ -109,6 +109,34 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--plan", metavar="FILE", help="write the equivalent plan (decompile) to FILE")
     exp.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                      help="colour the map by device (default: auto, on a terminal unless NO_COLOR is set)")
+    exp.add_argument("--reserve", default="1GiB", metavar="SIZE",
+                     help="memory kept free per GPU for what no engine reports (default 1GiB)")
+
+    fit = sub.add_parser(
+        "fit",
+        usage="moeconf fit MODEL --gpu [NAME=]SIZE [--gpu ...] [options] [-- ENGINE FLAGS...]",
+        help="put as many routed-expert layers on the GPUs as their memory allows, and print the command",
+        description="Solve the placement for GPU memory budgets: always-active tensors and the KV cache on the "
+        "GPUs, routed experts on the GPUs layer by layer while each device's predicted memory (weights, KV, "
+        "compute, reserve) fits, the rest in system RAM. Prints the command line and the memory table. Engine "
+        "flags (-c, -b, -ub, -ctk, -ctv, -fa, -nkvo, -np, --swa-full, --rpc, ...) go after --; the context, "
+        "batch and cache types are never changed.",
+    )
+    fit.add_argument("model", help="a .gguf file or a manifest .json")
+    fit.add_argument("--gpu", action="append", default=[], metavar="[NAME=]SIZE", required=True,
+                     help="a GPU's memory: 24GiB (CUDA0, then CUDA1, ...), CUDA1=16GiB, "
+                     "'RPC0[host:port]=18GiB' (with --rpc host:port among the engine flags)")
+    fit.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp",
+                     help="the engine the command line is for (default: llama.cpp)")
+    fit.add_argument("--engine-version", metavar="V", help="b7600, 0.1.5, ... (default: newest known)")
+    fit.add_argument("--reserve", default="1GiB", metavar="SIZE",
+                     help="kept free per GPU for what no engine reports (default 1GiB)")
+    fit.add_argument("--policy", choices=["first", "last"], default="first",
+                     help="which expert layers go to the GPU first: the lowest blocks (default) or the highest")
+    fit.add_argument("--no-split", action="store_true",
+                     help="move whole layers only (default: one more layer per GPU may be split by kind)")
+    fit.add_argument("-o", "--output", metavar="PLAN", help="write the solved plan (editable) to PLAN")
+    fit.add_argument("--json", action="store_true", help='print {"argv": [...], "ot": "...", "memory": {...}}')
 
     chk = sub.add_parser(
         "check",
@@ -257,6 +285,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         env[k] = v
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus is not None else None
     ex = explain(inv, eng, argv, env=env, gpus=gpus)
+    from moeconf.memory import estimate_explained, parse_size, read_settings
+    from moeconf.report.memory import render_memory
+
+    est = estimate_explained(ex, read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve")))
     if args.plan:
         from moeconf.decompile import decompile
         from moeconf.explanation import assumed_gpus
@@ -264,11 +296,66 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         _write_output(decompile(ex, args.plan, args.model, gpus if gpus is not None
                                 else assumed_gpus(ex.invocation)), args.plan)
     if args.json:
-        sys.stdout.write(json.dumps(ex.json(), indent=1) + "\n")
+        out = ex.json()
+        out["memory"] = est.json()
+        out["memory_problems"] = list(est.problems)
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                            and not os.environ.get("NO_COLOR"))
         sys.stdout.write(render(ex, color=color, tensors=args.tensors))
+        sys.stdout.write(render_memory(est))
+    for w in inv.warnings:
+        if "manifest version 1" in w:
+            print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    import json
+    import shlex
+
+    from moeconf.engines import engine, version_error
+    from moeconf.fit import Budget, fit
+    from moeconf.memory import parse_size
+    from moeconf.model.inventory import load_inventory
+    from moeconf.report.memory import render_memory
+
+    bad_version = version_error(args.engine, args.engine_version)
+    if bad_version:
+        raise MoeconfError(f"--engine-version: {bad_version}")
+    inv = load_inventory(args.model)
+    eng = engine(args.engine, args.engine_version)
+    budgets: list[Budget] = []
+    for g in args.gpu:
+        name, eq, size = g.rpartition("=")
+        if not eq:
+            name = f"CUDA{sum(1 for b in budgets if b.device.startswith('CUDA'))}"
+        budgets.append(Budget(name, parse_size(size, f"--gpu {g}")))
+    if len({b.device for b in budgets}) != len(budgets):
+        raise MoeconfError("--gpu names a device twice")
+    out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
+    model_path = os.path.relpath(os.path.abspath(args.model), out_dir)
+    result = fit(inv, eng, budgets, args.engine_args, model_path=model_path, plan_dir=out_dir,
+                 reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split)
+    if args.output:
+        _write_output(result.plan_text, args.output)
+    if args.json:
+        sys.stdout.write(json.dumps(result.json(), indent=1) + "\n")
+        return EXIT_OK
+    lines = [shlex.join(result.argv), ""]
+    for dev, layers in result.gpu_expert_layers.items():
+        from moeconf.model.inventory import format_ranges
+
+        lines.append(f"{dev}: routed experts of {len(layers)} layer(s) ({format_ranges(layers)})")
+    for il, dev, kinds in result.split_layers:
+        lines.append(f"{dev}: also {', '.join(kinds)} of layer {il}")
+    total_experts = sum(t.nbytes for t in inv.tensors if t.group == "experts")
+    on_gpu = sum(t.nbytes for t in inv.tensors if t.group == "experts"
+                 and result.compiled.placement.devices[t.name] not in (None, "CPU"))
+    lines.append(f"routed experts on the GPUs: {on_gpu / 2**30:.2f} of {total_experts / 2**30:.2f} GiB")
+    sys.stdout.write("\n".join(lines) + "\n\n")
+    sys.stdout.write(render_memory(result.memory, {b.device: b.size for b in budgets}))
     return EXIT_OK
 
 
@@ -283,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     words = list(sys.argv[1:] if argv is None else argv)
     tail: list[str] = []
-    if "--" in words and "explain" in words[: words.index("--")]:
+    if "--" in words and ({"explain", "fit"} & set(words[: words.index("--")])):
         cut = words.index("--")
         words, tail = words[:cut], words[cut + 1:]
     args = parser.parse_args(words)
@@ -297,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handlers = {"inspect": _cmd_inspect, "compile": _cmd_compile, "init": _cmd_init, "schema": _cmd_schema,
-                "lint": _cmd_lint, "explain": _cmd_explain, "check": _cmd_check}
+                "lint": _cmd_lint, "explain": _cmd_explain, "check": _cmd_check, "fit": _cmd_fit}
     try:
         return handlers[args.command](args)
     except MoeconfError as e:

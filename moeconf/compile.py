@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine, engine, version_error
 from moeconf.errors import PlanError
@@ -12,6 +14,9 @@ from moeconf.placement import Placement
 from moeconf.plan import Plan, load_plan
 from moeconf.resolve import Diagnostic, gpu_devices, resolve
 from moeconf.synth.rules import Synthesis, check, synthesize
+
+if TYPE_CHECKING:
+    from moeconf.memory import MemoryEstimate
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,26 @@ class Compiled:
         """The comma-joined `-ot` value ('' when the defaults already hold)."""
         return self.synthesis.value
 
+    @cached_property
+    def memory(self) -> MemoryEstimate:
+        """Memory per device of the compiled command line (weights, KV, compute, reserve)."""
+        from moeconf.explanation import explain
+        from moeconf.fill import plan_settings
+        from moeconf.memory import estimate_explained
+
+        ex = explain(self.inventory, self.engine, list(self.argv), gpus=list(self.plan.config.engine.gpus))
+        return estimate_explained(ex, plan_settings(self.plan, self.engine))
+
+    def budgets(self) -> dict[str, int]:
+        """The plan's `[budget]` per buffer type (empty without one)."""
+        from moeconf.fill import budgets
+        from moeconf.resolve import resolve_device
+
+        rule = self.plan.rules[0] if self.plan.rules else None
+        if rule is None:
+            return {}
+        return budgets(self.plan, lambda w: resolve_device(self.plan, self.engine, rule, w, rule.device_span))
+
     def json(self) -> dict[str, object]:
         return {
             "engine": self.engine.name,
@@ -42,6 +67,7 @@ class Compiled:
             "argv": list(self.argv),
             "placement": self.placement.as_json(),
             "bytes_by_device": self.placement.bytes_by_device(),
+            "memory": self.memory.json(),
             "warnings": [str(w) for w in self.warnings],
         }
 

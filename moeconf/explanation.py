@@ -35,6 +35,7 @@ class Explanation:
     refusals: tuple[str, ...]  # why the engine would not start (bad items, unknown devices)
     notes: tuple[str, ...]
     matched_by: dict[str, int | None]  # tensor -> index into `items` of its first match
+    accelerators: tuple[str, ...] = ()  # the devices besides CPU: RPC servers, then GPUs
 
     @property
     def unmatched(self) -> list[ItemReport]:
@@ -146,7 +147,8 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
         ItemReport(p, d, o, raw_k, sim.hits[n], sim.touches[n]) for n, (p, d, o, raw_k) in enumerate(usable)
     )
     placement = Placement(inv, eng, sim.devices, defaults, reasons)
-    return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes), dict(sim.matched_by))
+    return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes), dict(sim.matched_by),
+                       tuple(accel))
 
 
 def ncmoe_notes(invocation: Invocation, inv: Inventory, accel: Sequence[str],

@@ -18,7 +18,7 @@ from moeconf.model.inventory import Inventory, Tensor, format_ranges
 from moeconf.model.taxonomy import GROUPS, _base_names
 from moeconf.placement import Placement
 from moeconf.plan import Plan
-from moeconf.plan.rules import Rule
+from moeconf.plan.rules import Rule, Span
 
 TARGET_WORDS = ("layer", "all")
 
@@ -66,8 +66,10 @@ def gpu_devices(plan: Plan, eng: Engine) -> list[str]:
     return [*rpc_devices(plan, eng), *plan.config.engine.gpus]
 
 
-def resolve_device(plan: Plan, eng: Engine, rule: Rule) -> str:
-    word = rule.device
+def resolve_device(plan: Plan, eng: Engine, rule: Rule, word: str | None = None, span: Span | None = None) -> str:
+    """The buffer type a rule's device word names (its last device, or `word` at `span`)."""
+    span = rule.device_span if word is None or span is None else span
+    word = rule.device if word is None else word
     # gpu, gpu1, ...: the GPUs of engine.gpus in order, then the RPC servers of flags.rpc
     gpus = [*plan.config.engine.gpus, *rpc_devices(plan, eng)]
     low = word.lower()
@@ -79,14 +81,14 @@ def resolve_device(plan: Plan, eng: Engine, rule: Rule) -> str:
         if idx >= len(gpus):
             have = ", ".join(f"gpu{i} = {g}" for i, g in enumerate(gpus)) or "none"
             raise plan.error_at_rule(
-                rule, rule.device_span,
+                rule, span,
                 f"{word} names accelerator #{idx}, but engine.gpus and flags.rpc give {len(gpus)} ({have})",
                 hint="list your GPUs' buffer-type names in [engine] gpus = [\"CUDA0\", \"CUDA1\"]",
             )
         return str(gpus[idx])
     why = eng.device_name_error(word)
     if why:
-        raise plan.error_at_rule(rule, rule.device_span, f"unknown device: {why}",
+        raise plan.error_at_rule(rule, span, f"unknown device: {why}",
                                  hint="devices are cpu, gpu, gpu1, ... or an exact buffer-type name")
     known = ["CPU", *gpu_devices(plan, eng)]
     if word not in known:
@@ -95,7 +97,7 @@ def resolve_device(plan: Plan, eng: Engine, rule: Rule) -> str:
         else:
             hint = f"add it to [engine] gpus (now {plan.config.engine.gpus})"
         raise plan.error_at_rule(
-            rule, rule.device_span,
+            rule, span,
             f"device {word!r} is not one this machine will have (known: {', '.join(known)})", hint=hint,
         )
     return word
@@ -226,6 +228,21 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
             devices[t.name] = dev
             reasons[t.name] = f"rule {rule.index + 1}: {rule.text}"
             decided_by[t.name] = rule.index
+    fills = [r for r in plan.rules if r.fill]
+    if fills:
+        from moeconf.fill import FillRequest, fill
+
+        requests = [FillRequest(r, (*(resolve_device(plan, eng, r, w, sp) for w, sp in zip(r.fill, r.fill_spans,
+                                                                                             strict=True)),
+                                    resolve_device(plan, eng, r)),
+                                tuple(n for n, k in decided_by.items() if k == r.index)) for r in fills]
+        base = Placement(inv, eng, dict(devices), defaults, reasons)
+        filled = fill(plan, inv, eng, base, [q for q in requests if q.tensors],
+                      lambda w: resolve_device(plan, eng, fills[0], w, fills[0].device_span)) if any(
+            q.tensors for q in requests) else {}
+        for n, d in filled.items():
+            devices[n] = d
+            reasons[n] = reasons[n] + f" (filled: {d})"
     decisive = [tuple(n for n, r in decided_by.items() if r == i) for i in range(len(plan.rules))]
     for rule, sel, dec in zip(plan.rules, selected, decisive, strict=True):
         if sel and not dec and any(defaults[n] is not None for n in sel):

@@ -29,15 +29,28 @@ fetch() {  # fetch PKG NAME-VERSION: unpack the source package into $CACHE/NAME-
   fi
 }
 
+LLAMA_TARGETS="llama-completion ggml-rpc-server llama-fit-params"
+
 build_llama() {
   local dir="$CACHE/llama-cpp-python-0.3.36"
-  if [ -f "$dir/DONE" ]; then echo "llama.cpp: cached in $dir"; return; fi
+  if [ -f "$dir/DONE" ]; then
+    # a cached build gains the targets added since it was made (llama-fit-params: the memory oracle)
+    local t missing=""
+    for t in $LLAMA_TARGETS; do [ -x "$dir/build/bin/$t" ] || missing="$missing $t"; done
+    if [ -n "$missing" ]; then
+      echo "llama.cpp: adding$missing to the cached build in $dir"
+      # shellcheck disable=SC2086
+      cmake --build "$dir/build" -j "$JOBS" --target $missing >> "$dir/build.log"
+    fi
+    echo "llama.cpp: cached in $dir"; return
+  fi
   fetch "$LLAMA_PKG" llama-cpp-python-0.3.36
   local src="$dir/src/vendor/llama.cpp"
   cmake -S "$src" -B "$dir/build" -DGGML_RPC=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DGGML_NATIVE=OFF -DCMAKE_BUILD_TYPE=Release > "$dir/configure.log"
-  cmake --build "$dir/build" -j "$JOBS" --target llama-completion ggml-rpc-server > "$dir/build.log"
+  # shellcheck disable=SC2086
+  cmake --build "$dir/build" -j "$JOBS" --target $LLAMA_TARGETS > "$dir/build.log"
   touch "$dir/DONE"
   echo "llama.cpp: built in $dir"
 }

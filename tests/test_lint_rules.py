@@ -58,6 +58,9 @@ def test_rule_examples(tmp_path: Path, rule: ModuleType, kind: str, opts: dict[s
     cfg = [f'engine = "{opts.get("engine", "llama.cpp")}"']
     if "version" in opts:
         cfg.append(f'engine_version = "{opts["version"]}"')
+    if "gpu_memory" in opts:
+        sizes = ", ".join(f'"{d}" = "{s}"' for d, s in (x.split(":") for x in opts["gpu_memory"].split("+")))
+        cfg.append(f"gpu_memory = {{{sizes}}}")
     if model:
         cfg.append("[models]")
         cfg.append(f'"m.gguf" = "{EXAMPLES}/models/{model}.manifest.json"')

@@ -300,7 +300,8 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
 
         explanation = explain_invocation(inventory, invocation, gpus)
     ctx = Context(src.path, launch.line, launch.column, eng, invocation, inventory, explanation, gpus,
-                  kind=launch.kind, engine_source=how, gpus_known=gpus_known)
+                  kind=launch.kind, engine_source=how, gpus_known=gpus_known, gpu_memory=config.gpu_memory,
+                  reserve=config.reserve)
     findings = notes + _run_rules(ctx, config, rules, plan=False)
     if isinstance(model, MoeconfError):
         findings = [f for f in findings if f.name != "model-unknown"]
@@ -336,7 +337,7 @@ def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> l
     explanation = explain_invocation(compiled.inventory, invocation, gpus)
     ctx = Context(path, line, col, compiled.engine, invocation, compiled.inventory, explanation, gpus,
                   kind="plan", engine_source="config", plan=plan, plan_diagnostics=list(compiled.warnings),
-                  gpus_known=True)
+                  gpus_known=True, gpu_memory=config.gpu_memory, reserve=config.reserve)
     return _run_rules(ctx, config, rules, plan=True)
 
 

@@ -53,6 +53,8 @@ class Config:
     severity: dict[str, str] = field(default_factory=dict)
     fail_on: str = "warning"
     where: Any = field(default=None, compare=False, repr=False)  # key positions in the config file
+    gpu_memory: dict[str, int] = field(default_factory=dict)  # buffer type -> bytes (`[gpu_memory]`)
+    reserve: int | None = None  # bytes kept free per GPU (default 1 GiB)
 
     def enabled(self, code: str, name: str) -> bool:
         if self.select and code not in self.select and name not in self.select:
@@ -73,7 +75,8 @@ class Config:
         return self.models.get(base)
 
 
-_KEYS = {"engine", "engine_version", "gpus", "models", "select", "ignore", "severity", "fail_on"}
+_KEYS = {"engine", "engine_version", "gpus", "models", "select", "ignore", "severity", "fail_on", "gpu_memory",
+         "reserve"}
 
 
 class _Where:
@@ -163,7 +166,26 @@ def _from_table(data: dict[str, Any], path: str, text: str = "", prefix: tuple[s
         if v not in SEVERITIES:
             raise where.error(f"[severity] {k}: severity must be one of {', '.join(SEVERITIES)}, not {v!r}",
                               "severity", k)
+    from moeconf.memory.settings import parse_size
+
+    gpu_memory: dict[str, int] = {}
+    table = data.get("gpu_memory") or {}
+    if not isinstance(table, dict):
+        raise where.error('gpu_memory must be a table: [gpu_memory] CUDA0 = "24GiB"', "gpu_memory")
+    for dev, size in table.items():
+        if not isinstance(size, str | int):
+            raise where.error(f"gpu_memory {dev!r} must be a size like \"24GiB\"", "gpu_memory", dev)
+        try:
+            gpu_memory[dev] = parse_size(str(size), f"gpu_memory {dev}")
+        except MoeconfError as e:
+            raise where.error(e.message, "gpu_memory", dev) from None
+    reserve = data.get("reserve")
+    try:
+        reserve_bytes = parse_size(str(reserve), "reserve") if reserve is not None else None
+    except MoeconfError as e:
+        raise where.error(e.message, "reserve") from None
     config = Config(
+        gpu_memory=gpu_memory, reserve=reserve_bytes,
         path=path, engine=engine, engine_version=version, gpus=gpus, models=models,
         select=_str_list(data, "select", where), ignore=_str_list(data, "ignore", where),
         severity=dict(severity), fail_on=fail_on,
@@ -257,6 +279,8 @@ class Context:
     engine_source: str = "default"  # directive, image, binary, config or default
     plan: Any = None  # moeconf.plan.Plan when linting a plan
     plan_diagnostics: list[Any] = field(default_factory=list)  # moeconf.resolve.Diagnostic
+    gpu_memory: dict[str, int] = field(default_factory=dict)  # from the config: buffer type -> bytes
+    reserve: int | None = None
 
     def at_arg(self, arg: Arg | None, offset: int = 0) -> tuple[int, int]:
         if arg is None or not arg.line:

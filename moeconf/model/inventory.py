@@ -41,6 +41,19 @@ class ModelMetadata:
     context_length: int | None = None
     head_count: int | None = None
     head_count_kv: int | tuple[int, ...] | None = None
+    # attention geometry, for the memory model (manifest version 2)
+    key_length: int | None = None
+    value_length: int | None = None
+    key_length_mla: int | None = None
+    value_length_mla: int | None = None
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    rope_dimension_count: int | None = None
+    sliding_window: int | None = None
+    sliding_window_pattern: int | tuple[int, ...] | None = None
+    vocab_size: int | None = None
+    # False for a version-1 manifest, which predates the geometry keys above
+    geometry_known: bool = True
 
     @property
     def file_type_name(self) -> str | None:
@@ -63,7 +76,24 @@ class ModelMetadata:
         "context_length": "context_length",
         "head_count": "attention.head_count",
         "head_count_kv": "attention.head_count_kv",
+        "key_length": "attention.key_length",
+        "value_length": "attention.value_length",
+        "key_length_mla": "attention.key_length_mla",
+        "value_length_mla": "attention.value_length_mla",
+        "kv_lora_rank": "attention.kv_lora_rank",
+        "q_lora_rank": "attention.q_lora_rank",
+        "rope_dimension_count": "rope.dimension_count",
+        "sliding_window": "attention.sliding_window",
+        "sliding_window_pattern": "attention.sliding_window_pattern",
+        "vocab_size": "vocab_size",
     }
+    # keys whose value may be a per-layer array
+    ARRAY_KEYS: ClassVar[frozenset[str]] = frozenset({"head_count_kv", "sliding_window_pattern"})
+    # keys a version-1 manifest does not have: without them, KV and compute cannot be computed
+    GEOMETRY_KEYS: ClassVar[tuple[str, ...]] = (
+        "key_length", "value_length", "key_length_mla", "value_length_mla", "kv_lora_rank", "q_lora_rank",
+        "rope_dimension_count", "sliding_window", "sliding_window_pattern", "vocab_size",
+    )
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -284,14 +314,20 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
     for attr, key in ModelMetadata.ARCH_KEYS.items():
         if attr == "block_count":
             continue
-        if attr == "head_count_kv":
+        if attr in ModelMetadata.ARRAY_KEYS:
             v = header.get(f"{arch}.{key}")
             if isinstance(v, list):
                 values[attr] = tuple(int(x) for x in v)
             elif isinstance(v, int):
-                values[attr] = v
+                values[attr] = int(v)
             continue
         values[attr] = _int_meta(header, f"{arch}.{key}")
+    if values.get("vocab_size") is None:
+        tokens = header.get("tokenizer.ggml.tokens")
+        if isinstance(tokens, SkippedArray):
+            values["vocab_size"] = tokens.count
+        elif isinstance(tokens, list):
+            values["vocab_size"] = len(tokens)
     name = header.get("general.name")
     return ModelMetadata(
         arch=arch, block_count=block_count,

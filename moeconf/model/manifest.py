@@ -17,9 +17,12 @@ from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, ModelMetadata, RawTensor, build_inventory
 
 FORMAT = "moeconf-manifest"
-VERSION = 1
+VERSION = 2
+# version 1 lacks the attention geometry (key/value lengths, MLA ranks, sliding window, vocab):
+# still read, with a warning that memory cannot be computed
+READS = (1, 2)
 
-_INT_FIELDS = tuple(k for k in ModelMetadata.ARCH_KEYS if k != "head_count_kv")
+_INT_FIELDS = tuple(k for k in ModelMetadata.ARCH_KEYS if k not in ModelMetadata.ARRAY_KEYS)
 
 
 def manifest_dict(inv: Inventory) -> dict[str, Any]:
@@ -68,13 +71,16 @@ def parse_manifest(data: Any, path: str) -> Inventory:
         raise _fail(path, "", "a manifest is a JSON object")
     if data.get("format") != FORMAT:
         raise _fail(path, "format", f"expected {FORMAT!r}: is this a moeconf manifest?")
-    if data.get("version") != VERSION:
-        found = data.get("version")
-        raise _fail(path, "version", f"unsupported manifest version {found!r} (this moeconf reads {VERSION})")
+    version = data.get("version")
+    if isinstance(version, bool) or version not in READS:
+        raise _fail(path, "version", f"unsupported manifest version {version!r} (this moeconf reads "
+                    f"{', '.join(map(str, READS))})")
     md = data.get("metadata")
     if not isinstance(md, dict):
         raise _fail(path, "metadata", "expected an object")
     known = {"arch", "name", "file_type", *ModelMetadata.ARCH_KEYS}
+    if version == 1:
+        known -= set(ModelMetadata.GEOMETRY_KEYS)
     extra = sorted(set(md) - known)
     if extra:
         raise _fail(path, f"metadata.{extra[0]}", f"unknown key (known: {', '.join(sorted(known))})")
@@ -87,15 +93,16 @@ def parse_manifest(data: Any, path: str) -> Inventory:
     values: dict[str, Any] = {}
     for k in _INT_FIELDS:
         values[k] = _want_int(path, f"metadata.{k}", md.get(k), nullable=k != "block_count")
-    kv = md.get("head_count_kv")
-    if isinstance(kv, list):
-        values["head_count_kv"] = tuple(
-            _want_int(path, f"metadata.head_count_kv[{i}]", x, nullable=False) for i, x in enumerate(kv)
-        )
-    else:
-        values["head_count_kv"] = _want_int(path, "metadata.head_count_kv", kv, nullable=True)
+    for k in ModelMetadata.ARRAY_KEYS:
+        kv = md.get(k)
+        if isinstance(kv, list):
+            values[k] = tuple(
+                _want_int(path, f"metadata.{k}[{i}]", x, nullable=False) for i, x in enumerate(kv)
+            )
+        else:
+            values[k] = _want_int(path, f"metadata.{k}", kv, nullable=True)
     values["file_type"] = _want_int(path, "metadata.file_type", md.get("file_type"), nullable=True)
-    metadata = ModelMetadata(arch=arch, name=name, **values)
+    metadata = ModelMetadata(arch=arch, name=name, geometry_known=version != 1, **values)
 
     tensors = data.get("tensors")
     if not isinstance(tensors, list):
@@ -136,7 +143,15 @@ def parse_manifest(data: Any, path: str) -> Inventory:
     shards: tuple[str, ...] = ()
     if isinstance(src, dict) and isinstance(src.get("shards"), int) and src["shards"] > 1:
         shards = tuple(f"shard {i + 1}" for i in range(src["shards"]))
-    return build_inventory(metadata, raw, source=path, shards=shards)
+    inv = build_inventory(metadata, raw, source=path, shards=shards)
+    if version == 1:
+        from dataclasses import replace
+
+        inv = replace(inv, warnings=(*inv.warnings, (
+            "manifest version 1 has no attention geometry (key/value lengths, MLA ranks, sliding window, "
+            "vocabulary): weights per device are exact, KV cache and compute cannot be computed; regenerate "
+            "it with `moeconf inspect MODEL.gguf --manifest`")))
+    return inv
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Inventory:

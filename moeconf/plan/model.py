@@ -117,6 +117,25 @@ class Targets(_Section):
     )
 
 
+class BudgetSection(BaseModel):
+    """Memory per device, for fill rules (`experts -> gpu, gpu1, cpu`): each device takes the
+    selected tensors layer by layer while its predicted memory (weights, KV cache, compute,
+    reserve) stays within its budget; the last device of the rule takes the rest. Keys are
+    devices as rules name them (`gpu`, `gpu1`, `CUDA1`, `RPC0[host:port]`, `cpu`), values sizes."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, json_schema_extra={
+        "additionalProperties": {"type": "string", "pattern": r"^\s*[0-9.]+\s*([KMGT]i?B?|B)?\s*$",
+                                 "description": "A device's memory: \"24 GiB\", \"16GiB\", \"512MiB\"."}})
+
+    reserve: str = Field(default="1GiB", description="Kept free on each GPU for what no engine reports "
+                         "(CUDA context, cuBLAS workspace).")
+    policy: Literal["first", "last"] = Field(
+        default="first", description="Which layers fill first: the lowest blocks (`first`, the guides' layout) or "
+        "the highest (`last`).")
+    split: bool = Field(default=False, description="Let one more layer per device split by tensor kind (down, "
+                        "gate, up: each that still fits) to use the remainder.")
+
+
 class PlanModel(BaseModel):
     """A moeconf plan: which tensors go where, in the user's words."""
 
@@ -131,3 +150,4 @@ class PlanModel(BaseModel):
     engine: EngineSection = Field(default_factory=EngineSection)
     flags: Flags = Field(default_factory=Flags)
     targets: Targets = Field(default_factory=Targets)
+    budget: BudgetSection | None = Field(default=None, description="Memory per device, for fill rules.")

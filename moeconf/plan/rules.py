@@ -41,8 +41,11 @@ class Rule:
     targets: tuple[str, ...]
     target_spans: tuple[Span, ...]
     layers: LayerSet | None
-    device: str
+    device: str  # where the selected tensors go; for a fill rule, the last device (the rest)
     device_span: Span
+    # a fill rule (`experts -> gpu, gpu1, cpu`): the devices filled first, in order, up to their budgets
+    fill: tuple[str, ...] = ()
+    fill_spans: tuple[Span, ...] = ()
 
 
 def caret(text: str, span: Span, indent: str = "    ") -> str:
@@ -222,8 +225,9 @@ def lark_parse_rule(text: str, index: int = 0) -> Rule:
             return Span(node.start_pos or 0, node.end_pos or 0)
         return Span(node.meta.start_pos, node.meta.end_pos)
 
-    selector, device_tree = tree.children
-    device_tok = device_tree.children[0]
+    selector, devices_tree = tree.children
+    device_toks = [d.children[0] for d in devices_tree.children]
+    device_tok = device_toks[-1]
     targets: list[str] = []
     tspans: list[Span] = []
     layers: LayerSet | None = None
@@ -264,4 +268,9 @@ def lark_parse_rule(text: str, index: int = 0) -> Rule:
             layers = LayerSet("kind", kind=kind, span=span)  # type: ignore[arg-type]
         elif isinstance(part, Tree):  # pragma: no cover - grammar has no other forms
             raise AssertionError(part.data)
-    return Rule(text, index, tuple(targets), tuple(tspans), layers, str(device_tok), span_of(device_tok))
+    fill = tuple(str(t) for t in device_toks[:-1])
+    if len({*fill, str(device_tok)}) != len(device_toks):
+        raise RuleSyntaxError("a device appears twice in the list", offset=span_of(device_toks[0]).start,
+                              context=caret(text, Span(span_of(device_toks[0]).start, span_of(device_tok).end)))
+    return Rule(text, index, tuple(targets), tuple(tspans), layers, str(device_tok), span_of(device_tok),
+                fill, tuple(span_of(t) for t in device_toks[:-1]))

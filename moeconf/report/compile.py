@@ -54,4 +54,7 @@ def summary(c: Compiled) -> str:
     per = sorted(c.placement.bytes_by_device().items(), key=lambda kv: (kv[0] == "(not loaded)", kv[0] == "CPU", kv[0]))
     lines.append("moeconf: " + ", ".join(f"{dev} {gib(b)} GiB" for dev, b in per))
     lines += [f"moeconf: warning: {w}" for w in c.warnings]
+    from moeconf.report.memory import render_memory
+
+    lines += render_memory(c.memory, c.budgets()).rstrip("\n").split("\n")
     return "\n".join(safe(line) for line in lines)

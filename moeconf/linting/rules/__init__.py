@@ -9,6 +9,7 @@ from types import ModuleType
 
 from moeconf.linting.rules import (
     always_active_to_cpu,
+    cache_type_refused,
     comma_in_pattern,
     dense_layer_to_cpu,
     duplicate_rule,
@@ -16,6 +17,7 @@ from moeconf.linting.rules import (
     fit_conflict,
     invalid_regex,
     item_not_simulated,
+    memory_over_device,
     merge_qkv_mismatch,
     merge_up_gate_split,
     missing_equals,
@@ -46,5 +48,6 @@ ALL: tuple[ModuleType, ...] = (
     ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
     merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
     sm_graph_overrides, item_not_simulated, name_collision,
+    memory_over_device, cache_type_refused,
 )
 BY_CODE = {m.CODE: m for m in ALL}

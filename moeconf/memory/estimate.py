@@ -1,0 +1,327 @@
+"""Memory per device for a placement: weights (exact, aligned and padded as the buffer type
+allocates them), KV cache (on each layer's home device), compute buffers (the scheduler's
+worst-case graph, by phases), and a reserve per GPU for what no engine reports.
+
+Compute is modelled as the largest set of tensors alive at once on each device: the attention
+of a layer (with the KQ matrix when flash attention is off), its FFN (routed experts, dense FFN),
+and the output (logits), plus the attention masks that stay alive while layers run. The figures
+were checked against llama.cpp's own projection (`llama-fit-params -fitp on`, see the README's
+accuracy table); CUDA-only terms cannot be checked there and are labelled estimated."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from moeconf.engines import AUTO_GPU
+from moeconf.memory.geometry import GeometryUnknown, geometry
+from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
+from moeconf.model import ggml
+from moeconf.model.inventory import Tensor
+from moeconf.placement import Placement
+
+MiB = 1024 * 1024
+HOST = "CPU"
+
+# FFN activation tensors per routed expert (gate, up, and the gated product); gpt-oss fuses the
+# gated activation (swiglu_oai) and keeps two (measured with llama-fit-params)
+_MOE_FF_TENSORS: dict[str, int] = {"gpt-oss": 2}
+_CUDA_MATRIX_ROW_PADDING = 512
+_PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Bytes on one buffer type. `estimated` names the terms that are modelled, not measured."""
+
+    device: str
+    weights: int = 0
+    kv: int = 0
+    compute: int = 0
+    reserve: int = 0
+    estimated: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute + self.reserve
+
+    def json(self) -> dict[str, int]:
+        return {"weights": self.weights, "kv": self.kv, "compute": self.compute, "reserve": self.reserve,
+                "total": self.total}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    devices: dict[str, DeviceMemory]  # buffer type -> memory; host memory under "CPU"
+    settings: MemorySettings
+    n_ctx: int  # the context the engine allocates (padded)
+    kv_cells: int  # cells per stream, full-attention layers
+    swa_cells: int  # cells per stream, sliding-window layers (0: none)
+    flash_attn: bool
+    notes: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()  # settings the engine refuses for this model
+    complete: bool = True  # False: KV and compute could not be computed (see notes)
+    by_term: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def json(self) -> dict[str, dict[str, int]]:
+        return {d: m.json() for d, m in self.devices.items()}
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def _row_bytes(cache_type: str, n: int) -> int:
+    if cache_type == Q8_KV:
+        return n + 8
+    size, block = {**CACHE_TYPES, **IK_ONLY_CACHE_TYPES}[cache_type]
+    return (n + block - 1) // block * size
+
+
+def _pad(n: int, p: int) -> int:
+    return (n + p - 1) // p * p
+
+
+def is_gpu(device: str) -> bool:
+    return device != HOST
+
+
+def alloc_size(t: Tensor, device: str) -> int:
+    """A tensor's size in `device`'s model buffer: rounded up to the buffer's alignment, with
+    CUDA's padding of quantized rows whose width is not a multiple of 512 (`MATRIX_ROW_PADDING`).
+    RPC servers are taken as CPU backends (no padding)."""
+    size = t.nbytes
+    align = 32
+    if device.startswith(("CUDA", "ROCm", "MUSA")):
+        align = 128
+        block, bsize = ggml.quant_sizes()[ggml.type_ids()[t.type]]
+        if block > 1 and t.shape[0] % _CUDA_MATRIX_ROW_PADDING:
+            size += (_CUDA_MATRIX_ROW_PADDING - t.shape[0] % _CUDA_MATRIX_ROW_PADDING) // block * bsize
+    return _align(size, align)
+
+
+def weight_bytes(placement: Placement) -> dict[str, int]:
+    """Exactly what each buffer type's model buffer holds."""
+    out: dict[str, int] = defaultdict(int)
+    for t in placement.inventory.tensors:
+        dev = placement.devices[t.name]
+        if dev is not None:
+            out[dev] += alloc_size(t, dev)
+    return dict(out)
+
+
+def _layer_devices(placement: Placement) -> dict[int, str]:
+    """Each block's home device (from -ngl/-ts, never from -ot): where its KV cache lives."""
+    out: dict[int, str] = {}
+    for t in placement.inventory.tensors:
+        if t.layer is not None and t.layer not in out:
+            d = placement.defaults.get(t.name)
+            if d is not None:
+                out[t.layer] = d
+    return out
+
+
+def _where(placement: Placement, il: int, bases: tuple[str, ...]) -> str | None:
+    """The device holding the first of `bases` in block il (where its op runs)."""
+    for b in bases:
+        for suffix in (".weight",):
+            d = placement.devices.get(f"blk.{il}.{b}{suffix}")
+            if d is not None:
+                return d
+    return None
+
+
+_ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_output")
+_EXPERT_BASES = ("ffn_down_exps", "ffn_up_exps", "ffn_gate_up_exps")
+_ROUTER_BASES = ("ffn_gate_inp",)
+_DENSE_BASES = ("ffn_down", "ffn_up")
+
+
+def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False) -> MemoryEstimate:
+    """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
+    keeps 4 copies of every graph input and of every split's inputs, never freed."""
+    inv = placement.inventory
+    eng = placement.engine
+    weights = weight_bytes(placement)
+    devices = set(weights) | {HOST}
+    layer_dev = _layer_devices(placement)
+    devices |= set(layer_dev.values())
+    gpus = sorted(d for d in devices if is_gpu(d))
+    notes: list[str] = []
+    problems: list[str] = list(settings.problems)
+    try:
+        geo = geometry(inv)
+    except GeometryUnknown as err:
+        notes.append(f"KV cache and compute not computed: {err}")
+        partial = {d: DeviceMemory(d, weights=weights.get(d, 0), reserve=settings.reserve if is_gpu(d) else 0)
+               for d in [HOST, *gpus]}
+        return MemoryEstimate(partial, settings, 0, 0, 0, True, tuple(notes), tuple(problems), complete=False)
+
+    ik = eng.name == "ik_llama.cpp"
+    # flash attention: auto resolves to on for CPU, RPC and CUDA devices
+    fa = settings.flash_attn != "off"
+    if not ik and geo.mla and settings.cache_type_k != settings.cache_type_v:
+        problems.append(f"{eng.label} refuses different K and V cache types on an MLA model "
+                        f"(-ctk {settings.cache_type_k} -ctv {settings.cache_type_v}): give both")
+    if is_quantized(settings.cache_type_v) and settings.flash_attn == "off" and not (ik and geo.mla_arch):
+        problems.append(f"{eng.label} refuses a quantized V cache ({settings.cache_type_v}) with flash attention off")
+    # context: 0 = the model's training context
+    n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
+    pad = 256 if (not ik or fa) else 32
+    n_ctx = _pad(n_ctx, pad)
+    n_seq = settings.n_parallel
+    unified = settings.kv_unified or n_seq == 1
+    n_stream = 1 if unified else n_seq
+    cells = n_ctx if unified else _pad(n_ctx // n_seq, pad)
+    n_batch = min(n_ctx, settings.n_batch)
+    T = min(n_batch, settings.n_ubatch)  # worst-case ubatch tokens
+    swa_cells = 0
+    if geo.swa_type != "none" and any(la.swa for la in geo.layers):
+        if ik or settings.swa_full:
+            swa_cells = cells
+        else:
+            swa_cells = _pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
+
+    # --- KV cache -------------------------------------------------------------------------------
+    kv: dict[str, int] = defaultdict(int)
+    ctk, ctv = settings.cache_type_k, settings.cache_type_v
+    for la in geo.layers:
+        dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
+        if dev == AUTO_GPU:
+            dev = AUTO_GPU
+        n = (swa_cells if la.swa else cells) * n_stream
+        if geo.mla_arch and ik:
+            mla = settings.mla if settings.mla is not None else 3
+            if mla and not geo.has_kv_b:
+                mla = 1
+            if mla:
+                width = geo.kv_lora_rank + geo.n_rot
+                ktype = ctk if (fa or mla == 1) else ctv
+                size = _row_bytes(ktype, width) * n
+                if mla == 1 and not fa:
+                    size += _row_bytes(ctv, geo.kv_lora_rank * n)
+                kv[dev] += size
+                continue
+        k_row = la.head_k * la.n_head_kv
+        v_row = la.head_v * la.n_head_kv
+        size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else _row_bytes(ctk, k_row) * n
+        if not geo.mla:  # mainline MLA: V is a view of the latent K cache
+            size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else _row_bytes(ctv, v_row) * n
+        kv[dev] += size
+
+    # --- compute --------------------------------------------------------------------------------
+    f4 = 4 * T
+    mask_el = 2 if fa else 4
+    n_kv_full = cells if any(not la.swa for la in geo.layers) else 0
+    n_kv_swa = swa_cells if any(la.swa for la in geo.layers) else 0
+    masks = T * mask_el * (n_kv_full + n_kv_swa)
+    e = geo.n_embd
+    moe_tensors = _MOE_FF_TENSORS.get(inv.arch, 3)
+    phases: dict[str, list[int]] = defaultdict(list)
+    attn_devs: set[str] = set()
+    for la in geo.layers:
+        il = la.index
+        a_dev = _where(placement, il, _ATTN_BASES) or layer_dev.get(il, HOST)
+        attn_devs.add(a_dev)
+        n_kv = swa_cells if la.swa else cells
+        if geo.mla:
+            # absorbed MLA: queries in the latent space (kv_lora + rope per head), the latent
+            # output, the per-head queries and values
+            r = geo.kv_lora_rank
+            act = la.n_head * ((r + geo.n_rot) + r + geo.head_k_mla + geo.head_v_mla) + 2 * e
+        else:
+            act = la.n_head * la.head_k + la.n_head_kv * (la.head_k + la.head_v) + 2 * la.n_head * la.head_v
+        attn = f4 * act
+        if not fa:
+            attn += n_kv * T * la.n_head * 4
+        phases[a_dev].append(attn)
+        x_dev = _where(placement, il, _EXPERT_BASES)
+        r_dev = _where(placement, il, _ROUTER_BASES)
+        d_dev = _where(placement, il, _DENSE_BASES)
+        if x_dev is not None and geo.n_ff_exp:
+            moe = moe_tensors * geo.n_expert_used * geo.n_ff_exp + geo.n_expert_used * e
+            if x_dev == (r_dev or a_dev):
+                phases[x_dev].append(f4 * (moe + 2 * e + 2 * geo.n_expert))
+            else:
+                phases[x_dev].append(f4 * (moe + e))
+                phases[r_dev or a_dev].append(f4 * (2 * e + 2 * geo.n_expert))
+            s_dev = _where(placement, il, ("ffn_down_shexp", "ffn_up_shexp"))
+            if s_dev is not None and geo.n_ff_shexp:
+                phases[s_dev].append(f4 * (3 * geo.n_ff_shexp + 3 * e))
+        if d_dev is not None:
+            n_ff = _width(placement, il, "ffn_up") or geo.n_ff_dense
+            phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
+    out_dev = placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
+    output_phase = f4 * (geo.n_vocab + 2 * e)
+    compute: dict[str, int] = defaultdict(int)
+    copies = _PIPELINE_COPIES if pipeline and not ik else 1
+    for d in devices | set(phases) | {out_dev}:
+        live = masks if (d in attn_devs or d == HOST) else 0
+        if d == HOST and d in attn_devs:
+            # layers run on the CPU while the unused token-embeddings input stays allocated,
+            # plus one hidden state more (measured on glm4moe and llama4)
+            live += 2 * f4 * e
+        if copies > 1 and d != HOST:
+            # each split's inputs (the hidden state arriving, the masks) in 4 persistent copies;
+            # the last stage (the output device) holds two more hidden states (measured)
+            live = copies * (live + f4 * e) + (4 if d == out_dev else 2) * f4 * e
+        peak = max((p + live for p in phases.get(d, [])), default=0)
+        if d == out_dev:
+            peak = max(peak, output_phase + (live if copies > 1 else 0))
+        if d == HOST:
+            # the graph inputs (token embeddings input, masks) and the input layer's output
+            peak = max(peak, copies * (masks + f4 * e) + f4 * e)
+        compute[d] = peak
+
+    estimated_terms: dict[str, list[str]] = defaultdict(list)
+    if ik:
+        notes.append("ik_llama.cpp compute buffers are modelled on llama.cpp's graph: estimated")
+        for d in compute:
+            estimated_terms[d].append("compute")
+    for d in gpus:
+        if d.startswith("CUDA") and d != AUTO_GPU:
+            # CUDA only (not measurable without a GPU): op offload copies the largest routed
+            # expert tensor left in host memory; FA with a quantized cache converts K and V to f16
+            host_experts = [t.nbytes for t in inv.tensors
+                            if t.role == "experts" and placement.devices[t.name] == HOST]
+            if host_experts and T >= 32:
+                compute[d] += max(host_experts)
+                estimated_terms[d].append("compute: op-offload copy of the largest CPU expert tensor")
+            if fa and (is_quantized(ctk) or is_quantized(ctv)):
+                per_layer = max((la.n_head_kv * (la.head_k + la.head_v) for la in geo.layers), default=0)
+                compute[d] += cells * per_layer * 2
+                estimated_terms[d].append("compute: f16 copy of K and V for flash attention")
+    mem: dict[str, DeviceMemory] = {}
+    for d in [HOST, *sorted(devices - {HOST})]:
+        mem[d] = DeviceMemory(
+            d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute.get(d, 0),
+            reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(estimated_terms.get(d, ())),
+        )
+    if AUTO_GPU in mem:
+        notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
+                     "to see each GPU's share")
+    return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems))
+
+
+def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,
+                      settings: MemorySettings, has_overrides: bool) -> bool:
+    """llama.cpp (`llama-context.cpp`) runs a pipeline when the model has several devices, every
+    layer is offloaded (-ngl above block_count), split mode is layer, the KV cache is offloaded
+    and no tensor override (-ot, --cpu-moe, --n-cpu-moe) is given."""
+    nb = placement.inventory.block_count
+    return (placement.engine.name == "llama.cpp" and n_devices > 1 and (n_gpu_layers < 0 or n_gpu_layers > nb)
+            and (split_mode or "layer") == "layer" and settings.offload_kqv and not has_overrides)
+
+
+def _width(placement: Placement, il: int, base: str) -> int:
+    t = placement.inventory.by_name.get(f"blk.{il}.{base}.weight")
+    return t.shape[1] if t is not None and len(t.shape) > 1 else 0
+
+
+def host_total(est: MemoryEstimate) -> int:
+    return est.devices[HOST].total
+
+
+def totals(est: MemoryEstimate) -> Mapping[str, int]:
+    return {d: m.total for d, m in est.devices.items()}

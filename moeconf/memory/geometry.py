@@ -1,0 +1,124 @@
+"""Attention and activation geometry of a model, as the engines derive it from the metadata:
+per layer K and V row widths, sliding-window (or chunked) layers, MLA, and the FFN sizes the
+compute buffers scale with. Architecture-specific facts are data (`ARCH_SWA`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from moeconf.model.inventory import Inventory
+
+SwaType = Literal["none", "standard", "chunked"]
+
+# Sliding-window attention per architecture in mainline llama.cpp (src/models/<arch>.cpp,
+# load_arch_hparams): (type, window when the GGUF has no key (None: the key is required), pattern
+# n: layer il is windowed when il % n < n - 1). llama4 is chunked (8192) unless its GGUF sets
+# sliding_window 0.
+ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
+    "gpt-oss": ("standard", None, 2),
+    "llama4": ("chunked", 8192, 4),
+}
+
+# DeepSeek-style MLA architectures (attn_kv_a_mqa): ik_llama.cpp's -mla applies to these
+MLA_ARCHS = frozenset({"deepseek2", "deepseek", "kimi-k2", "glm-dsa", "minicpm3", "mistral4"})
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    index: int
+    n_head: int
+    n_head_kv: int
+    head_k: int
+    head_v: int
+    swa: bool
+
+
+@dataclass(frozen=True)
+class Geometry:
+    n_embd: int
+    n_vocab: int
+    n_head: int
+    layers: tuple[LayerAttention, ...]  # layers that have a KV cache (nextn blocks excluded)
+    swa_type: SwaType
+    n_swa: int
+    mla: bool  # mainline's is_mla(): the GGUF has key_length_mla / value_length_mla
+    mla_arch: bool  # attn_kv_a_mqa layers (what ik's -mla acts on)
+    kv_lora_rank: int
+    head_k_mla: int  # per-head query/key width before absorption (nope + rope)
+    head_v_mla: int
+    n_rot: int
+    has_kv_b: bool  # attn_kv_b present (ik: otherwise -mla falls back to 1)
+    # FFN sizes (from tensor shapes): routed expert width and count, shared width, dense width
+    n_ff_exp: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_shexp: int
+    n_ff_dense: int
+
+
+class GeometryUnknown(Exception):
+    """The inventory lacks what memory needs (a version-1 manifest, or missing head counts)."""
+
+
+def _per_layer(v: int | tuple[int, ...] | None, il: int, default: int) -> int:
+    if v is None:
+        return default
+    if isinstance(v, tuple):
+        return v[il] if il < len(v) else default
+    return v
+
+
+def geometry(inv: Inventory) -> Geometry:
+    md = inv.metadata
+    if not md.geometry_known:
+        raise GeometryUnknown("the manifest is version 1 (no attention geometry): regenerate it with "
+                              "`moeconf inspect MODEL.gguf --manifest`")
+    if md.embedding_length is None or md.head_count is None:
+        raise GeometryUnknown(f"the metadata has no {md.arch}.embedding_length or attention.head_count")
+    n_embd = md.embedding_length
+    n_head = md.head_count
+    by = inv.by_name
+    n_vocab = md.vocab_size or 0
+    if not n_vocab:
+        emb = by.get("token_embd.weight") or by.get("output.weight")
+        n_vocab = emb.shape[1] if emb is not None and len(emb.shape) > 1 else 0
+    head_k = md.key_length or n_embd // n_head
+    head_v = md.value_length or n_embd // n_head
+    mla = bool(md.key_length_mla and md.value_length_mla)
+    swa_type: SwaType = "none"
+    n_swa = 0
+    pattern: int | tuple[int, ...] = 0
+    arch_swa = ARCH_SWA.get(md.arch)
+    if arch_swa is not None:
+        kind, default_window, default_pattern = arch_swa
+        window = md.sliding_window if md.sliding_window is not None else default_window
+        if window:
+            swa_type, n_swa = kind, window if kind != "chunked" else (default_window or window)
+            pattern = md.sliding_window_pattern if md.sliding_window_pattern is not None else default_pattern
+    nextn = set(inv.layers_of_kind("nextn"))
+    layers = []
+    for il in range(md.block_count):
+        if il in nextn:
+            continue
+        if isinstance(pattern, tuple):
+            swa = bool(pattern[il]) if il < len(pattern) else False
+        else:
+            swa = swa_type != "none" and (pattern == 0 or il % pattern < pattern - 1)
+        layers.append(LayerAttention(il, _per_layer(None, il, n_head), _per_layer(md.head_count_kv, il, n_head),
+                                     head_k, head_v, swa))
+    bases = {t.base for t in inv.tensors}
+    mla_arch = "attn_kv_a_mqa" in bases
+
+    def width(base: str, dim: int) -> int:
+        return max((t.shape[dim] for t in inv.tensors if t.base == base and len(t.shape) > dim), default=0)
+
+    return Geometry(
+        n_embd=n_embd, n_vocab=n_vocab, n_head=n_head, layers=tuple(layers), swa_type=swa_type, n_swa=n_swa,
+        mla=mla, mla_arch=mla_arch, kv_lora_rank=md.kv_lora_rank or 0,
+        head_k_mla=md.key_length_mla or head_k, head_v_mla=md.value_length_mla or head_v,
+        n_rot=md.rope_dimension_count or head_k, has_kv_b="attn_kv_b" in bases,
+        n_ff_exp=width("ffn_up_exps", 1), n_expert=width("ffn_up_exps", 2),
+        n_expert_used=md.expert_used_count or 0, n_ff_shexp=width("ffn_up_shexp", 1),
+        n_ff_dense=width("ffn_up", 1),
+    )

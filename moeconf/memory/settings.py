@@ -1,0 +1,199 @@
+"""The memory-relevant settings of an engine invocation (context, batch, cache types, flash
+attention, KV offload, parallel sequences, SWA cache size, ik's MLA mode), read from argv and
+the `LLAMA_ARG_*` environment the way each engine reads them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from moeconf.engines import Engine
+
+GiB = 1024**3
+MiB = 1024**2
+DEFAULT_RESERVE = GiB
+
+# KV cache types each engine's `-ctk`/`-ctv` accepts: bytes per block and block size
+CACHE_TYPES: dict[str, tuple[int, int]] = {
+    "f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32), "q4_1": (20, 32),
+    "iq4_nl": (18, 32), "q5_0": (22, 32), "q5_1": (24, 32),
+}
+IK_ONLY_CACHE_TYPES: dict[str, tuple[int, int]] = {"q6_0": (26, 32)}
+# ik's q8_KV: 1 byte per element plus 8 bytes per row (one row per head)
+Q8_KV = "q8_kv"
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 1000**2, "mib": MiB,
+          "g": GiB, "gb": 1000**3, "gib": GiB, "t": 1024**4, "tb": 1000**4, "tib": 1024**4}
+
+
+def parse_size(text: str, where: str = "size") -> int:
+    """'24 GiB', '16GiB', '512MiB', '24G' -> bytes (a bare number is bytes)."""
+    from moeconf.errors import MoeconfError
+
+    t = text.strip().replace(" ", "").replace("_", "")
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    unit = t[len(num):].lower()
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1.0
+    if value < 0 or unit not in _UNITS:
+        raise MoeconfError(f"{where}: {text!r} is not a size (write 24GiB, 16 GiB, 512MiB)")
+    return int(value * _UNITS[unit])
+
+
+def cache_types(engine: Engine) -> tuple[str, ...]:
+    if engine.name == "ik_llama.cpp":
+        return (*CACHE_TYPES, *IK_ONLY_CACHE_TYPES, Q8_KV)
+    return tuple(CACHE_TYPES)
+
+
+def is_quantized(cache_type: str) -> bool:
+    return cache_type not in ("f32", "f16", "bf16")
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """What decides the KV cache and compute buffers. `n_ctx` 0 means the model's training
+    context; `flash_attn` is on|off|auto (auto resolves to on for the devices modelled here)."""
+
+    n_ctx: int = 0
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: str = "auto"
+    offload_kqv: bool = True
+    n_parallel: int = 1
+    kv_unified: bool = False
+    swa_full: bool = False
+    mla: int | None = None  # ik_llama.cpp -mla (None: the engine's default)
+    reserve: int = DEFAULT_RESERVE  # per GPU, for what no engine reports (CUDA context, cuBLAS)
+    problems: tuple[str, ...] = ()
+
+
+_TRUE = {"on", "enabled", "true", "1"}
+_FALSE = {"off", "disabled", "false", "0"}
+
+# option spellings -> setting; None value means a switch
+_VALUED = {
+    "-c": "n_ctx", "--ctx-size": "n_ctx", "-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch",
+    "--ubatch-size": "n_ubatch", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
+    "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-np": "n_parallel", "--parallel": "n_parallel",
+    "-mla": "mla", "--mla-use": "mla",
+}
+_SWITCHES = {
+    "-nkvo": ("offload_kqv", False), "--no-kv-offload": ("offload_kqv", False),
+    "-kvo": ("offload_kqv", True), "--kv-offload": ("offload_kqv", True),
+    "--swa-full": ("swa_full", True), "-kvu": ("kv_unified", True), "--kv-unified": ("kv_unified", True),
+    "-no-kvu": ("kv_unified", False), "--no-kv-unified": ("kv_unified", False),
+}
+_ENV = {
+    "LLAMA_ARG_CTX_SIZE": "n_ctx", "LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch",
+    "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k", "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
+    "LLAMA_ARG_N_PARALLEL": "n_parallel", "LLAMA_ARG_FLASH_ATTN": "flash_attn",
+}
+_ENV_BOOL = {"LLAMA_ARG_KV_OFFLOAD": "offload_kqv", "LLAMA_ARG_SWA_FULL": "swa_full",
+             "LLAMA_ARG_KV_UNIFIED": "kv_unified"}
+# ik_llama.cpp reads a short fixed list of LLAMA_ARG_* (engine facts section 1)
+_IK_ENV = {"LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_BATCH", "LLAMA_ARG_UBATCH", "LLAMA_ARG_CACHE_TYPE_K",
+           "LLAMA_ARG_CACHE_TYPE_V", "LLAMA_ARG_FLASH_ATTN", "LLAMA_ARG_N_PARALLEL"}
+
+
+def read_settings(
+    argv: Sequence[str], engine: Engine, env: Mapping[str, str] | None = None, *, reserve: int = DEFAULT_RESERVE
+) -> MemorySettings:
+    """Settings from argv (binary first or not) and env; a command-line value beats its env var."""
+    values: dict[str, object] = {}
+    problems: list[str] = []
+    kinds = {"n_ctx": int, "n_batch": int, "n_ubatch": int, "n_parallel": int, "mla": int}
+    accepted = cache_types(engine)
+
+    def put(key: str, text: str, where: str) -> None:
+        if key in kinds:
+            try:
+                n = int(text)
+            except ValueError:
+                problems.append(f"{where} needs a number, not {text!r}")
+                return
+            if (n < 0 and key != "n_parallel") or (key in ("n_batch", "n_ubatch") and n == 0):
+                problems.append(f"{where} {n} is out of range")
+                return
+            values[key] = n
+        elif key in ("cache_type_k", "cache_type_v"):
+            t = text.lower() if text.lower() == Q8_KV else text
+            if t not in accepted:
+                problems.append(f"{where}: {engine.label} does not accept cache type {text!r} "
+                                f"(allowed: {', '.join(accepted)})")
+                return
+            values[key] = t
+        elif key == "flash_attn":
+            low = text.lower()
+            if low in _TRUE:
+                values[key] = "on"
+            elif low in _FALSE:
+                values[key] = "off"
+            elif low in ("auto", "-1"):
+                values[key] = "auto"
+            else:
+                problems.append(f"{where}: flash attention takes on|off|auto, not {text!r}")
+
+    for k, v in (env or {}).items():
+        if engine.name == "ik_llama.cpp" and k not in _IK_ENV:
+            continue
+        if k in _ENV:
+            put(_ENV[k], v, k)
+        elif k in _ENV_BOOL:
+            if v in _TRUE:
+                values[_ENV_BOOL[k]] = True
+            elif v in _FALSE:
+                values[_ENV_BOOL[k]] = False
+        elif k == "LLAMA_ARG_NO_KV_OFFLOAD":
+            values["offload_kqv"] = False
+    words = list(argv)
+    i = 1 if words and not words[0].startswith("-") else 0
+    while i < len(words):
+        w = words[i]
+        name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
+        value = inline if eq else None
+        if name in _VALUED or name in ("-fa", "--flash-attn"):
+            if value is None and name in ("-fa", "--flash-attn"):
+                nxt = words[i + 1] if i + 1 < len(words) else ""
+                if engine.fa_takes_value and nxt.lower() in {*_TRUE, *_FALSE, "auto", "-1"}:
+                    value = nxt
+                    i += 1
+                else:
+                    value = "on"  # a bare switch (older mainline, ik)
+            elif value is None:
+                if i + 1 >= len(words):
+                    problems.append(f"{name} needs a value")
+                    break
+                value = words[i + 1]
+                i += 1
+            put("flash_attn" if name in ("-fa", "--flash-attn") else _VALUED[name], value, name)
+        elif name in _SWITCHES:
+            key, val = _SWITCHES[name]
+            values[key] = val
+        i += 1
+    def num(key: str, default: int) -> int:
+        v = values.get(key, default)
+        return v if isinstance(v, int) else default
+
+    def text(key: str, default: str) -> str:
+        v = values.get(key, default)
+        return v if isinstance(v, str) else default
+
+    def flag(key: str, default: bool) -> bool:
+        v = values.get(key, default)
+        return v if isinstance(v, bool) else default
+
+    mla = values.get("mla")
+    return MemorySettings(
+        n_ctx=num("n_ctx", 0), n_batch=num("n_batch", 2048), n_ubatch=num("n_ubatch", 512),
+        cache_type_k=text("cache_type_k", "f16"), cache_type_v=text("cache_type_v", "f16"),
+        flash_attn=text("flash_attn", "auto"), offload_kqv=flag("offload_kqv", True),
+        n_parallel=max(num("n_parallel", 1), 1), kv_unified=flag("kv_unified", False),
+        swa_full=flag("swa_full", False), mla=mla if isinstance(mla, int) else None,
+        reserve=reserve, problems=tuple(problems),
+    )

@@ -1,0 +1,43 @@
+"""Render the memory accuracy table for the README from the engine suite's results:
+`MOECONF_MEMORY_RESULTS=r.json pytest -m engine tests/engine/test_memory_oracle.py`, then
+`python -m tests.engine.memory_table r.json`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+
+
+def _ok(term: str, device: str, ours: float, theirs: float) -> bool:
+    if term == "compute":
+        return abs(ours - theirs) <= max(16.0, 0.03 * theirs)
+    floors = 2 if device == "host" and term == "weights" else 1
+    return 0 <= ours - theirs < floors or abs(ours - theirs) <= 1.0
+
+
+def main(path: str) -> int:
+    with open(path) as f:
+        rows = json.load(f)
+    by: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for r in rows:
+        by[r["model"]].append(r)
+    print("| model | command lines | device rows | max weights error (MiB) | max KV error (MiB) | "
+          "max compute error (MiB) | compute within 3% / 16 MiB |")
+    print("|---|---|---|---|---|---|---|")
+    total_cases = 0
+    for model in sorted(by):
+        rs = by[model]
+        cases = {r["args"] for r in rs}
+        total_cases += len(cases)
+        worst = {t: max(abs(r[t][0] - r[t][1]) for r in rs) for t in ("weights", "kv", "compute")}  # type: ignore[index]
+        good = {c for c in cases if all(_ok("compute", r["device"], *r["compute"]) for r in rs  # type: ignore[arg-type]
+                                        if r["args"] == c)}
+        print(f"| {model} | {len(cases)} | {len(rs)} | {worst['weights']:.2f} | {worst['kv']:.2f} | "
+              f"{worst['compute']:.1f} | {len(good)} of {len(cases)} |")
+    print(f"\n{total_cases} command lines, llama.cpp (llama-cpp-python 0.3.36) `llama-fit-params -fitp on`.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "memory-results.json"))

@@ -1,0 +1,133 @@
+"""`moeconf fit` against llama.cpp: its results, measured by llama.cpp's own projection
+(`llama-fit-params -fitp on`), stay within each budget, and keep at least as many routed-expert
+bytes on the GPUs as llama.cpp's own fit for the same budget (emulated with -fitt on RPC devices,
+which report the machine's RAM as free). Results go to $MOECONF_FIT_RESULTS for the README."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from moeconf.engines import engine
+from moeconf.explanation import explain
+from moeconf.fit import Budget, fit
+from moeconf.fixtures.layouts import LAYOUTS
+from moeconf.fixtures.writer import write_layout
+from moeconf.model.inventory import Inventory, load_inventory
+from tests.engine import oracle
+from tests.engine.harness import MAINLINE, rpc_servers
+
+pytestmark = pytest.mark.engine
+
+GiB = 1024**3
+MiB = 1024**2
+RESERVE = GiB
+RESULTS: list[dict[str, object]] = []
+
+MODELS = {"qwen3moe": "qwen3-30b-a3b", "glm4moe": "glm-4.5-air", "deepseek2": "deepseek-v3", "gpt-oss": "gpt-oss-20b",
+          "llama4": "llama-4-maverick"}
+
+# (model, budgets in GiB per RPC device, engine flags)
+# Where llama.cpp's fit keeps more expert bytes: on glm4moe its -ngl is off by one (the nextn
+# block counts), so block 0's attention and dense FFN (about 210 MiB) stay on the CPU and it uses
+# that room for experts; moeconf keeps every always-active tensor on the GPU. Listed so the gap
+# stays visible (a strict xfail: a fix shows up as an unexpected pass).
+LOSSES = {("glm4moe", (20,), "-c 16384"), ("glm4moe", (14, 10), "-c 8192 -ctk q8_0 -ctv q8_0")}
+
+CASES = [
+    ("qwen3moe", [12], "-c 32768 -ctk q8_0 -ctv q8_0"),
+    ("qwen3moe", [8, 6], "-c 16384"),
+    ("glm4moe", [20], "-c 16384"),
+    ("glm4moe", [14, 10], "-c 8192 -ctk q8_0 -ctv q8_0"),
+    ("deepseek2", [22], "-c 8192"),
+    ("gpt-oss", [8], "-c 16384"),
+    ("llama4", [20], "-c 8192 -ctk q8_0 -ctv q8_0"),
+]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
+    if not oracle.available():
+        pytest.fail(f"llama-fit-params is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
+    d = tmp_path_factory.mktemp("fit")
+    out = {}
+    for key in {m for m, _, _ in CASES}:
+        path = d / f"{key}.gguf"
+        write_layout(LAYOUTS[MODELS[key]], path)
+        out[key] = (path, load_inventory(path))
+    return out
+
+
+@pytest.fixture(scope="module")
+def endpoints() -> Iterator[list[str]]:
+    with rpc_servers(MAINLINE, 2) as eps:
+        yield eps
+
+
+@pytest.fixture(scope="module", autouse=True)
+def results_file() -> Iterator[None]:
+    yield
+    target = os.environ.get("MOECONF_FIT_RESULTS")
+    if RESULTS and target:
+        Path(target).write_text(json.dumps(RESULTS, indent=1) + "\n")
+
+
+ALWAYS_ACTIVE = ("attn", "norm", "shexp", "router", "dense", "output")
+
+
+def _always_active_on_cpu(inv: Inventory, argv: list[str]) -> int:
+    ex = explain(inv, engine("llama.cpp"), argv, gpus=[])
+    return sum(t.nbytes for t in inv.tensors if t.group in ALWAYS_ACTIVE and t.layer is not None
+               and ex.placement.devices[t.name] == "CPU")
+
+
+def _expert_bytes_on_gpus(inv: Inventory, argv: list[str]) -> int:
+    ex = explain(inv, engine("llama.cpp"), argv, gpus=[])
+    return sum(t.nbytes for t in inv.tensors
+               if t.group == "experts" and ex.placement.devices[t.name] not in (None, "CPU"))
+
+
+@pytest.mark.parametrize(("model", "budgets", "flags"), CASES, ids=[f"{m}:{b}:{f}" for m, b, f in CASES])
+def test_fit_stays_within_budget_and_beats_llama_cpp_fit(
+        model: str, budgets: list[int], flags: str, models: dict[str, tuple[Path, Inventory]],
+        endpoints: list[str], tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    path, inv = models[model]
+    eps = endpoints[: len(budgets)]
+    devs = [f"RPC0[{ep}]" for ep in eps]
+    user = ["--rpc", ",".join(eps), *flags.split()]
+    res = fit(inv, engine("llama.cpp"), [Budget(d, b * GiB) for d, b in zip(devs, budgets, strict=True)], user,
+              model_path=str(path), plan_dir=str(tmp_path), reserve=RESERVE)
+    args = list(res.argv[3:])  # drop the binary and -m PATH
+    assert res.argv[1] == "-m"
+    proj = oracle.project(path, args, eps)
+    for d, b in zip(devs, budgets, strict=True):
+        used = proj.total(d) * MiB + RESERVE
+        assert used <= b * GiB, f"{d}: llama.cpp projects {proj.total(d):.0f} MiB + reserve, over {b} GiB"
+    # llama.cpp's own fit for the same usable memory (budget minus the same reserve)
+    free = [proj.free[d] for d in devs]
+    targets = [f - (b * 1024 - RESERVE // MiB) for f, b in zip(free, budgets, strict=True)]
+    theirs_args = oracle.llama_fit(path, ["--rpc", ",".join(eps), *flags.split()], targets)
+    theirs_full = ["--rpc", ",".join(eps), *flags.split(), *theirs_args]
+    theirs_proj = oracle.project(path, theirs_full, eps)
+    ours_gpu = _expert_bytes_on_gpus(inv, list(res.argv))
+    theirs_gpu = _expert_bytes_on_gpus(inv, theirs_full)
+    theirs_ot = theirs_args[theirs_args.index("-ot") + 1] if "-ot" in theirs_args else ""
+    RESULTS.append({
+        "model": model, "budgets_gib": budgets, "flags": flags,
+        "moeconf_expert_gib": ours_gpu / GiB, "llama_fit_expert_gib": theirs_gpu / GiB,
+        "moeconf_ot_chars": len(res.ot), "llama_fit_ot_chars": len(theirs_ot),
+        "moeconf_projected_mib": {d: round(proj.total(d)) for d in devs},
+        "llama_fit_projected_mib": {d: round(theirs_proj.total(d)) for d in devs},
+        "moeconf_always_active_on_cpu_mib": _always_active_on_cpu(inv, list(res.argv)) / MiB,
+        "llama_fit_always_active_on_cpu_mib": _always_active_on_cpu(inv, theirs_full) / MiB,
+    })
+    assert _always_active_on_cpu(inv, list(res.argv)) == 0
+    assert len(res.ot) < len(theirs_ot) or not theirs_ot
+    if (model, tuple(budgets), flags) in LOSSES:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="llama.cpp's fit trades block 0 for experts"))
+    assert ours_gpu >= theirs_gpu, (f"moeconf {ours_gpu / GiB:.2f} GiB of experts on GPUs, "
+                                    f"llama.cpp {theirs_gpu / GiB:.2f}")

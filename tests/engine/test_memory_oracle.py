@@ -1,0 +1,193 @@
+"""moeconf's memory per device against llama.cpp's own projection (`llama-fit-params -fitp on`),
+on sparse full-size GGUFs of real layouts, with RPC servers on 127.0.0.1 as GPUs.
+
+Tolerances (issue 10): weights and KV within 1 MiB (the engine prints whole MiB), compute within
+3% or 16 MiB. Results go to $MOECONF_MEMORY_RESULTS (JSON) for `python -m tests.engine.memory_table`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from moeconf.engines import engine
+from moeconf.explanation import explain
+from moeconf.fixtures.layouts import LAYOUTS, MLA
+from moeconf.fixtures.writer import write_layout
+from moeconf.memory import estimate_explained, read_settings
+from moeconf.model.inventory import Inventory, load_inventory
+from tests.engine import oracle
+from tests.engine.harness import MAINLINE, rpc_servers
+
+pytestmark = pytest.mark.engine
+
+MiB = 1024 * 1024
+RESULTS: list[dict[str, object]] = []
+
+LAYOUT_KEYS = {
+    "qwen3moe": LAYOUTS["qwen3-30b-a3b"],
+    "deepseek2": LAYOUTS["deepseek-v3"],
+    # an older DeepSeek conversion: attn_kv_b, no key_length_mla (full multi-head KV)
+    "deepseek2-kv_b": dataclasses.replace(LAYOUTS["deepseek-v3"], key="deepseek-v3-kvb", heads_kv=128,
+                                          mla=MLA(kv_b=True)),
+    "glm4moe": LAYOUTS["glm-4.5-air"],
+    "gpt-oss": LAYOUTS["gpt-oss-20b"],
+    "llama4": LAYOUTS["llama-4-maverick"],
+}
+
+# (model, command line); "2rpc" means two RPC devices. -fit off and --rpc are added.
+CASES: list[tuple[str, str]] = [
+    ("qwen3moe", "-c 4096 -ngl 999"),
+    ("qwen3moe", "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0"),
+    ("qwen3moe", "-c 16384 -ngl 999 -ctk q4_0 -ctv q4_0 -ub 1024"),
+    ("qwen3moe", "-c 8192 -ngl 999 -ctk bf16 -ctv bf16 -ub 256"),
+    ("qwen3moe", "-c 8192 -ngl 999 -ctk q5_1 -ctv q5_0"),
+    ("qwen3moe", "-c 8192 -ngl 999 -ctk iq4_nl -ctv q4_1"),
+    ("qwen3moe", "-c 4096 -ngl 999 -ctk f32 -ctv f32"),
+    ("qwen3moe", "-c 8192 -ngl 999 -fa off"),
+    ("qwen3moe", "-c 8192 -ngl 999 -nkvo"),
+    ("qwen3moe", "-c 8192 -ngl 20"),
+    ("qwen3moe", "-c 8192 -ngl 20 -fa off -ub 1024"),
+    ("qwen3moe", "-c 8192 -ngl 999 -np 4"),
+    ("qwen3moe", "-c 8192 -ngl 999 -ot exps=CPU"),
+    ("qwen3moe", r"-c 8192 -ngl 999 -ot blk\.[1-3][0-9]\.ffn_.*_exps=CPU,^output\.weight=CPU"),
+    ("qwen3moe", "2rpc -c 8192 -ngl 30 -ts 1,1"),
+    ("qwen3moe", "2rpc -c 8192 -ngl 999 -ts 3,1"),
+    ("qwen3moe", "2rpc -c 8192 -ngl 40 -ts 1,1 -ot exps=CPU"),
+    ("deepseek2", "-c 8192 -ngl 999"),
+    ("deepseek2", "-c 16384 -ngl 999 -ctk q8_0 -ctv q8_0"),
+    ("deepseek2", "-c 4096 -ngl 999 -ot exps=CPU"),
+    ("deepseek2", "-c 4096 -ngl 30 -fa off"),
+    ("deepseek2", "-c 8192 -ngl 999 -nkvo -ub 1024"),
+    ("deepseek2", r"2rpc -c 8192 -ngl 40 -ts 1,1 -ot blk\.[3-9]\.ffn_.*_exps=CPU"),
+    ("deepseek2-kv_b", "-c 4096 -ngl 999"),
+    ("deepseek2-kv_b", "-c 4096 -ngl 999 -ctk q8_0 -ctv q8_0 -ot exps=CPU"),
+    ("glm4moe", "-c 8192 -ngl 999"),
+    ("glm4moe", "-c 32768 -ngl 999 -ctk q4_0 -ctv q4_0"),
+    ("glm4moe", "-c 8192 -ngl 999 -ot exps=CPU,^output\\.weight=CPU"),
+    ("glm4moe", "-c 8192 -ngl 20"),
+    ("glm4moe", "-c 8192 -ngl 999 -fa off -ot ^output\\.weight=CPU"),
+    ("glm4moe", "2rpc -c 8192 -ngl 30 -ts 1,1"),
+    ("glm4moe", "2rpc -c 8192 -ngl 999 -ts 1,1"),
+    ("gpt-oss", "-c 4096 -ngl 999"),
+    ("gpt-oss", "-c 4096 -ngl 999 --swa-full"),
+    ("gpt-oss", "-c 16384 -ngl 999 -ub 1024"),
+    ("gpt-oss", "-c 8192 -ngl 999 -np 2"),
+    ("gpt-oss", "-c 8192 -ngl 999 -fa off -ot ^output\\.weight=CPU"),
+    ("gpt-oss", "-c 8192 -ngl 12 -ctk q8_0 -ctv q8_0"),
+    ("gpt-oss", "2rpc -c 8192 -ngl 20 -ts 1,1 -ot exps=CPU"),
+    ("llama4", "-c 32768 -ngl 999"),
+    ("llama4", "-c 8192 -ngl 999 -ctk q8_0 -ctv q8_0"),
+    ("llama4", "-c 4096 -ngl 999 -ot exps=CPU,^output\\.weight=CPU"),
+    ("llama4", "-c 8192 -ngl 24"),
+    ("llama4", "-c 16384 -ngl 999 --swa-full"),
+    ("llama4", "2rpc -c 8192 -ngl 30 -ts 2,1"),
+]
+
+# Compute cases moeconf does not yet model within tolerance (listed, so the gap stays visible and
+# a fix shows up as an unexpected pass): routed experts on the CPU with attention on a GPU (the
+# GPU's buffer holds more of what crosses between the two: 24-127 MiB more than modelled), and
+# llama4 with every layer on one device at -c 8192 and more (21 MiB more). Weights and KV have no gaps.
+COMPUTE_GAPS: set[tuple[str, str]] = {
+    ("deepseek2", "-c 4096 -ngl 999 -ot exps=CPU"),
+    ("deepseek2-kv_b", "-c 4096 -ngl 999 -ctk q8_0 -ctv q8_0 -ot exps=CPU"),
+    ("glm4moe", "-c 8192 -ngl 999 -ot exps=CPU,^output\\.weight=CPU"),
+    ("gpt-oss", "2rpc -c 8192 -ngl 20 -ts 1,1 -ot exps=CPU"),
+    ("llama4", "-c 16384 -ngl 999 --swa-full"),
+    ("llama4", "-c 32768 -ngl 999"),
+    ("llama4", "-c 8192 -ngl 999 -ctk q8_0 -ctv q8_0"),
+    ("qwen3moe", "2rpc -c 8192 -ngl 40 -ts 1,1 -ot exps=CPU"),
+}
+
+
+@pytest.fixture(scope="session")
+def sparse_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
+    if not oracle.available():
+        pytest.fail(f"llama-fit-params is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
+    d = tmp_path_factory.mktemp("sparse")
+    out = {}
+    for key, lay in LAYOUT_KEYS.items():
+        path = d / f"{key}.gguf"
+        write_layout(lay, path)
+        out[key] = (path, load_inventory(path))
+    return out
+
+
+@pytest.fixture(scope="session")
+def endpoints() -> Iterator[list[str]]:
+    with rpc_servers(MAINLINE, 2) as eps:
+        yield eps
+
+
+@pytest.fixture(scope="session", autouse=True)
+def results_file() -> Iterator[None]:
+    yield
+    target = os.environ.get("MOECONF_MEMORY_RESULTS")
+    if RESULTS and target:
+        Path(target).write_text(json.dumps(RESULTS, indent=1) + "\n")
+
+
+def _run(model: str, line: str, sparse_models: dict[str, tuple[Path, Inventory]],
+         endpoints: list[str]) -> list[dict[str, object]]:
+    words = shlex.split(line)
+    n = 2 if "2rpc" in words else 1
+    words = [w for w in words if w != "2rpc"]
+    eps = endpoints[:n]
+    args = ["--rpc", ",".join(eps), "-fit", "off", *words]
+    path, inv = sparse_models[model]
+    proj = oracle.project(path, args, eps)
+    eng = engine("llama.cpp")
+    ex = explain(inv, eng, args, gpus=[])
+    assert not ex.refusals, ex.refusals
+    est = estimate_explained(ex, read_settings(args, eng))
+    rows = []
+    for dev in sorted(set(proj.model) | {d for d, m in est.devices.items() if m.weights or m.kv or m.compute}):
+        m = est.devices.get(dev)
+        ours = (m.weights, m.kv, m.compute) if m else (0, 0, 0)
+        theirs_c = proj.compute_exact.get(dev, float(proj.compute.get(dev, 0)))
+        rows.append({
+            "model": model, "args": line, "device": "host" if dev == "CPU" else f"RPC{eps.index(dev[5:-1])}",
+            "weights": [ours[0] / MiB, proj.model.get(dev, 0)], "kv": [ours[1] / MiB, proj.context.get(dev, 0)],
+            "compute": [ours[2] / MiB, theirs_c],
+        })
+    return rows
+
+
+def _within(row: dict[str, object], term: str) -> bool:
+    ours, theirs = row[term]  # type: ignore[misc]
+    if term == "compute":
+        return abs(ours - theirs) <= max(16.0, 0.03 * theirs)
+    # the engine floors each buffer to whole MiB; host weights are two buffers (CPU, CPU_REPACK)
+    floors = 2 if row["device"] == "host" and term == "weights" else 1
+    return 0 <= ours - theirs < floors or abs(ours - theirs) <= 1.0
+
+
+@pytest.mark.parametrize(("model", "line"), CASES, ids=[f"{m}:{c}" for m, c in CASES])
+def test_memory_matches_llama_cpp(model: str, line: str, sparse_models: dict[str, tuple[Path, Inventory]],
+                                  endpoints: list[str], request: pytest.FixtureRequest) -> None:
+    rows = _run(model, line, sparse_models, endpoints)
+    RESULTS.extend(rows)
+    bad_exact = [(r["device"], t, r[t]) for r in rows for t in ("weights", "kv") if not _within(r, t)]
+    assert not bad_exact, f"weights/KV off by more than 1 MiB: {bad_exact}"
+    bad_compute = [(r["device"], r["compute"]) for r in rows if not _within(r, "compute")]
+    if (model, line) in COMPUTE_GAPS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="compute gap listed in COMPUTE_GAPS"))
+    assert not bad_compute, f"compute outside 3% / 16 MiB: {bad_compute}"
+
+
+def test_a_wrong_estimate_is_caught(sparse_models: dict[str, tuple[Path, Inventory]], endpoints: list[str]) -> None:
+    """The comparison refuses an answer 2 MiB off in weights and 20 MiB off in compute."""
+    rows = _run("qwen3moe", "-c 4096 -ngl 999", sparse_models, endpoints)
+    row = dict(rows[-1])
+    assert _within(row, "weights") and _within(row, "compute")
+    w = row["weights"]
+    row["weights"] = [w[0] + 2, w[1]]  # type: ignore[index]
+    c = row["compute"]
+    assert not _within(row, "weights")
+    row["compute"] = [c[0] + 20, c[1]]  # type: ignore[index]
+    assert not _within(row, "compute")

@@ -1,0 +1,122 @@
+"""`moeconf fit`: budgets respected by the memory model, layers filled in policy order, the
+verification step catching a solver that over-fills, and clear errors when nothing fits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moeconf import fit as fit_mod
+from moeconf.cli import main
+from moeconf.engines import engine
+from moeconf.errors import MoeconfError
+from moeconf.fit import Budget, FitError, fit
+from moeconf.model.inventory import Inventory, load_inventory
+
+MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
+GiB = 1024**3
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Inventory:
+    return load_inventory(MODELS / "qwen3-30b-a3b.manifest.json")
+
+
+def _fit(inv: Inventory, budgets: list[Budget], argv: list[str], tmp: Path, **kw: object) -> fit_mod.FitResult:
+    return fit(inv, engine("llama.cpp"), budgets, argv, model_path=str(inv.source), plan_dir=str(tmp),
+               reserve=GiB, **kw)  # type: ignore[arg-type]
+
+
+def test_everything_fits_on_a_big_card(qwen: Inventory, tmp_path: Path) -> None:
+    r = _fit(qwen, [Budget("CUDA0", 24 * GiB)], ["-c", "32768", "-ctk", "q8_0", "-ctv", "q8_0"], tmp_path)
+    assert r.gpu_expert_layers["CUDA0"] == list(range(48)) and r.ot == ""
+    assert r.memory.devices["CUDA0"].total <= 24 * GiB
+    assert "-c" in r.argv and "32768" in r.argv  # the context is the user's
+
+
+@pytest.mark.parametrize("policy", ["first", "last"])
+def test_fill_policy_takes_contiguous_layers(qwen: Inventory, tmp_path: Path, policy: str) -> None:
+    r = _fit(qwen, [Budget("CUDA0", 12 * GiB)], ["-c", "32768"], tmp_path, policy=policy, split=False)
+    layers = r.gpu_expert_layers["CUDA0"]
+    assert 0 < len(layers) < 48
+    assert layers == (list(range(len(layers))) if policy == "first" else list(range(48 - len(layers), 48)))
+    assert r.memory.devices["CUDA0"].total <= 12 * GiB
+    # one more whole layer would not fit
+    more = r.memory.devices["CUDA0"].total + sum(
+        t.nbytes for t in qwen.tensors if t.layer == (layers[-1] + 1 if policy == "first" else layers[0] - 1)
+        and t.group == "experts")
+    assert more > 12 * GiB
+
+
+def test_split_layer_uses_the_remainder(qwen: Inventory, tmp_path: Path) -> None:
+    whole = _fit(qwen, [Budget("CUDA0", 12 * GiB)], ["-c", "32768"], tmp_path, split=False)
+    split = _fit(qwen, [Budget("CUDA0", 12 * GiB)], ["-c", "32768"], tmp_path)
+    assert split.split_layers and split.split_layers[0][0] == whole.gpu_expert_layers["CUDA0"][-1] + 1
+    assert whole.memory.devices["CUDA0"].weights < split.memory.devices["CUDA0"].weights
+    assert split.memory.devices["CUDA0"].total <= 12 * GiB
+
+
+def test_two_gpus_get_a_tensor_split_and_both_budgets_hold(qwen: Inventory, tmp_path: Path) -> None:
+    r = _fit(qwen, [Budget("CUDA0", 8 * GiB), Budget("CUDA1", 6 * GiB)], ["-c", "16384"], tmp_path)
+    assert "-ts" in r.argv
+    assert r.memory.devices["CUDA0"].total <= 8 * GiB and r.memory.devices["CUDA1"].total <= 6 * GiB
+    assert r.gpu_expert_layers["CUDA0"] and r.gpu_expert_layers["CUDA1"]
+
+
+def test_verification_catches_a_solver_that_overfills(qwen: Inventory, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # the greedy step thinks experts cost nothing: the check on the compiled command line must
+    # still bring the device back within its budget
+    import moeconf.fill
+
+    monkeypatch.setattr(moeconf.fill, "alloc_size", lambda t, dev: 0)
+    r = _fit(qwen, [Budget("CUDA0", 12 * GiB)], ["-c", "32768"], tmp_path, split=False)
+    assert r.memory.devices["CUDA0"].total <= 12 * GiB
+    assert 0 < len(r.gpu_expert_layers["CUDA0"]) < 48
+
+
+def test_infeasible_names_the_device_and_what_would_help(tmp_path: Path) -> None:
+    inv = load_inventory(MODELS / "deepseek-v3.manifest.json")
+    with pytest.raises(FitError) as ei:
+        _fit(inv, [Budget("CUDA0", 8 * GiB)], ["-c", "65536"], tmp_path)
+    msg = str(ei.value)
+    assert "CUDA0 needs" in msg and "MiB over its 8,192 MiB budget" in msg
+    assert "smaller -c" in msg and "-ctk q8_0 -ctv q8_0" in msg and "-ub" in msg
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["-ngl", "20"], "fit chooses -ngl itself"),
+    (["-ot", "exps=CPU"], "fit chooses -ot itself"),
+    (["-c"], "-c needs a value"),
+])
+def test_flags_fit_decides_are_refused(qwen: Inventory, tmp_path: Path, argv: list[str], message: str) -> None:
+    with pytest.raises(MoeconfError, match=message):
+        _fit(qwen, [Budget("CUDA0", 24 * GiB)], argv, tmp_path)
+
+
+def test_rpc_budget_needs_its_server(qwen: Inventory, tmp_path: Path) -> None:
+    with pytest.raises(MoeconfError, match="give its server with --rpc"):
+        _fit(qwen, [Budget("RPC0[10.0.0.2:50052]", 18 * GiB)], [], tmp_path)
+    r = _fit(qwen, [Budget("RPC0[10.0.0.2:50052]", 12 * GiB)], ["--rpc", "10.0.0.2:50052", "-c", "8192"], tmp_path)
+    assert r.argv.index("--rpc") < r.argv.index("-ot")
+    assert r.memory.devices["RPC0[10.0.0.2:50052]"].total <= 12 * GiB
+
+
+def test_cli_writes_a_plan_that_compiles_to_the_same_command(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "plan.toml"
+    model = str(MODELS / "qwen3-30b-a3b.manifest.json")
+    assert main(["fit", model, "--gpu", "12GiB", "-o", str(plan), "--json", "--", "-c", "32768"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"argv", "ot", "memory"} and out["memory"]["CUDA0"]["total"] <= 12 * GiB
+    assert main(["compile", str(plan), "-q", "--target", "argv"]) == 0
+    compiled = json.loads(capsys.readouterr().out)
+    assert compiled == out["argv"]
+
+
+def test_cli_infeasible_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["fit", str(MODELS / "deepseek-v3.manifest.json"), "--gpu", "8GiB", "--", "-c", "65536"])
+    assert rc == 2 and "does not fit" in capsys.readouterr().err
+    assert main(["fit", str(MODELS / "deepseek-v3.manifest.json"), "--gpu", "lots"]) == 2

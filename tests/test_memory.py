@@ -1,0 +1,159 @@
+"""The memory model against figures read from the engines' code and measured with llama.cpp's
+own projection (shared/memory-facts.md); the engine suite checks many more command lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moeconf.engines import engine
+from moeconf.explanation import explain
+from moeconf.memory import estimate, read_settings
+from moeconf.model.inventory import Inventory, load_inventory
+
+MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, Inventory]:
+    return {k: load_inventory(MODELS / f"{k}.manifest.json")
+            for k in ("qwen3-30b-a3b", "deepseek-v3", "glm-4.5-air", "gpt-oss-20b", "llama-4-maverick")}
+
+
+def mem(inv: Inventory, argv: list[str], eng: str = "llama.cpp", gpus: tuple[str, ...] = ("CUDA0",),
+        env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    e = engine(eng)
+    ex = explain(inv, e, argv, env=env, gpus=gpus)
+    return estimate(ex.placement, read_settings(argv, e, env))
+
+
+@pytest.mark.parametrize(("ctk", "mib"), [("f16", 3072), ("q8_0", 1632), ("q4_0", 864)])
+def test_qwen3_kv_matches_the_engine(models: dict[str, Inventory], ctk: str, mib: int) -> None:
+    est = mem(models["qwen3-30b-a3b"], ["-c", "32768", "-ngl", "99", "-ctk", ctk, "-ctv", ctk])
+    assert est.devices["CUDA0"].kv == mib * MiB
+    assert est.devices["CPU"].kv == 0
+
+
+def test_deepseek_mla_caches_the_latent_only(models: dict[str, Inventory]) -> None:
+    est = mem(models["deepseek-v3"], ["-c", "32768", "-ngl", "99"])
+    assert est.devices["CUDA0"].kv == 2196 * MiB  # 61 layers x 576 x 32768 x 2 bytes
+    est = mem(models["deepseek-v3"], ["-c", "32768", "-ngl", "99", "-ctk", "q8_0", "-ctv", "q8_0"])
+    assert round(est.devices["CUDA0"].kv / MiB, 2) == 1166.62
+
+
+def test_mla_refuses_different_k_and_v_types(models: dict[str, Inventory]) -> None:
+    est = mem(models["deepseek-v3"], ["-c", "8192", "-ngl", "99", "-ctk", "q8_0"])
+    assert any("different K and V cache types" in p for p in est.problems)
+    assert not mem(models["qwen3-30b-a3b"], ["-c", "8192", "-ngl", "99", "-ctk", "q8_0"]).problems
+
+
+def test_quantized_v_without_flash_attention_is_refused(models: dict[str, Inventory]) -> None:
+    est = mem(models["qwen3-30b-a3b"], ["-c", "8192", "-ctv", "q8_0", "-fa", "off"])
+    assert any("flash attention off" in p for p in est.problems)
+
+
+def test_nextn_block_has_no_kv_on_mainline(models: dict[str, Inventory]) -> None:
+    est = mem(models["glm-4.5-air"], ["-c", "8192", "-ngl", "99"])
+    assert est.devices["CUDA0"].kv == 46 * 8192 * 8 * 128 * 2 * 2  # 46 of 47 blocks
+
+
+def test_sliding_window_layers_get_window_plus_ubatch(models: dict[str, Inventory]) -> None:
+    est = mem(models["gpt-oss-20b"], ["-c", "4096", "-ngl", "99"])
+    assert est.swa_cells == 768  # PAD(128 + 512, 256)
+    assert est.devices["CUDA0"].kv == 114 * MiB
+    full = mem(models["gpt-oss-20b"], ["-c", "4096", "-ngl", "99", "--swa-full"])
+    assert full.swa_cells == 4096 and full.devices["CUDA0"].kv == 192 * MiB
+
+
+def test_llama4_chunked_layers(models: dict[str, Inventory]) -> None:
+    est = mem(models["llama-4-maverick"], ["-c", "32768", "-ngl", "99"])
+    assert est.swa_cells == 8192 + 512  # PAD(min(32768, 8192 + 512), 256)
+    per_cell = 8 * 128 * 2 * 2
+    assert est.devices["CUDA0"].kv == (12 * 32768 + 36 * 8704) * per_cell
+
+
+def test_nkvo_and_partial_ngl_move_kv_not_weights(models: dict[str, Inventory]) -> None:
+    inv = models["qwen3-30b-a3b"]
+    base = mem(inv, ["-c", "8192", "-ngl", "99"])
+    nkvo = mem(inv, ["-c", "8192", "-ngl", "99", "-nkvo"])
+    assert nkvo.devices["CUDA0"].kv == 0 and nkvo.devices["CPU"].kv == base.devices["CUDA0"].kv
+    assert nkvo.devices["CUDA0"].weights == base.devices["CUDA0"].weights
+    part = mem(inv, ["-c", "8192", "-ngl", "11"])  # output + the last 10 blocks
+    assert part.devices["CUDA0"].kv == 10 * 8192 * 4 * 128 * 2 * 2
+    # -ot moves the experts' weights, never the KV cache of their layer
+    ot = mem(inv, ["-c", "8192", "-ngl", "99", "-ot", "exps=CPU"])
+    assert ot.devices["CUDA0"].kv == base.devices["CUDA0"].kv
+    assert ot.devices["CPU"].weights > 16 * 1024 * MiB
+
+
+def test_parallel_sequences_keep_the_total(models: dict[str, Inventory]) -> None:
+    inv = models["qwen3-30b-a3b"]
+    one = mem(inv, ["-c", "8192", "-ngl", "99"])
+    four = mem(inv, ["-c", "8192", "-ngl", "99", "-np", "4"])
+    assert four.kv_cells == 2048 and four.devices["CUDA0"].kv == one.devices["CUDA0"].kv
+
+
+def test_env_forms_are_read(models: dict[str, Inventory]) -> None:
+    inv = models["qwen3-30b-a3b"]
+    env = {"LLAMA_ARG_CTX_SIZE": "32768", "LLAMA_ARG_CACHE_TYPE_K": "q8_0", "LLAMA_ARG_CACHE_TYPE_V": "q8_0",
+           "LLAMA_ARG_N_GPU_LAYERS": "99"}
+    assert mem(inv, [], env=env).devices["CUDA0"].kv == 1632 * MiB
+    # the command line beats the env var
+    assert mem(inv, ["-c", "16384"], env=env).devices["CUDA0"].kv == 816 * MiB
+
+
+def test_compute_logits_live_on_the_output_device(models: dict[str, Inventory]) -> None:
+    inv = models["qwen3-30b-a3b"]
+    est = mem(inv, ["-c", "4096", "-ngl", "99", "-ub", "512"])
+    logits = 151936 * 512 * 4
+    assert est.devices["CUDA0"].compute >= logits
+    moved = mem(inv, ["-c", "4096", "-ngl", "99", "-ub", "512", "-ot", r"^output\.weight=CPU"])
+    assert moved.devices["CPU"].compute >= logits > moved.devices["CUDA0"].compute
+    # twice the ubatch, twice the compute
+    big = mem(inv, ["-c", "4096", "-ngl", "99", "-ub", "1024"])
+    assert big.devices["CUDA0"].compute == pytest.approx(2 * est.devices["CUDA0"].compute, rel=0.05)
+
+
+def test_flash_attention_off_adds_the_kq_matrix(models: dict[str, Inventory]) -> None:
+    inv = models["qwen3-30b-a3b"]
+    argv = ["-c", "32768", "-ngl", "99", "-ot", r"^output\.weight=CPU"]
+    on = mem(inv, argv).devices["CUDA0"].compute
+    off = mem(inv, [*argv, "-fa", "off"]).devices["CUDA0"].compute
+    assert off >= 32768 * 512 * 32 * 4 > on  # the KQ matrix: cells x ubatch x heads x f32
+
+
+def test_cuda_only_terms_are_labelled_estimated(models: dict[str, Inventory]) -> None:
+    est = mem(models["qwen3-30b-a3b"], ["-c", "8192", "-ngl", "99", "-ot", "exps=CPU", "-ctk", "q8_0",
+                                        "-ctv", "q8_0"])
+    labels = est.devices["CUDA0"].estimated
+    assert any("op-offload" in x for x in labels) and any("f16 copy" in x for x in labels)
+    assert est.devices["CUDA0"].reserve == 1024 * MiB and est.devices["CPU"].reserve == 0
+
+
+def test_unknown_cache_type_is_a_problem(models: dict[str, Inventory]) -> None:
+    est = mem(models["qwen3-30b-a3b"], ["-ctk", "q6_0"])
+    assert any("does not accept cache type 'q6_0'" in p for p in est.problems)
+    assert not mem(models["qwen3-30b-a3b"], ["-ctk", "q6_0"], eng="ik_llama.cpp").problems
+
+
+def test_version_1_manifest_warns_and_gives_weights_only(models: dict[str, Inventory], tmp_path: Path) -> None:
+    data = json.loads((MODELS / "qwen3-30b-a3b.manifest.json").read_text())
+    data["version"] = 1
+    for k in ("key_length", "value_length", "key_length_mla", "value_length_mla", "kv_lora_rank", "q_lora_rank",
+              "rope_dimension_count", "sliding_window", "sliding_window_pattern", "vocab_size"):
+        data["metadata"].pop(k)
+    p = tmp_path / "old.manifest.json"
+    p.write_text(json.dumps(data))
+    inv = load_inventory(p)
+    assert any("manifest version 1" in w for w in inv.warnings)
+    est = mem(inv, ["-c", "8192", "-ngl", "99"])
+    assert not est.complete and est.devices["CUDA0"].kv == 0
+    assert est.devices["CUDA0"].weights == mem(models["qwen3-30b-a3b"], ["-ngl", "99"]).devices["CUDA0"].weights
+    # version 2 keys in a version 1 manifest are refused
+    data["metadata"]["key_length"] = 128
+    p.write_text(json.dumps(data))
+    with pytest.raises(Exception, match="unknown key"):
+        load_inventory(p)
