@@ -92,13 +92,16 @@ def _atom_index() -> dict[tuple[int, int], int]:
     return {(int(min(a)), int(max(a))): k for k, a in enumerate(_atoms())}
 
 
-def _enumerate(length: int, must: list[str], forbid: list[str]) -> list[tuple[tuple[int, ...], int]]:
+def _enumerate(length: int, must: list[str], forbid: list[str],
+               shorter: Iterable[str] = (), short_forbid: Iterable[str] = ()) -> list[tuple[tuple[int, ...], int]]:
     """Products of atoms (as indices into `_atoms()`) of this length that cover >= 1 of `must`
     and none of `forbid`, with the bitmask (over `must`) of what each covers. Atoms that another
     atom beats at no higher cost are skipped: an atom whose end digit no remaining must-string
     has there is no better than the one trimmed to such digits (a trimmed range never costs more,
     except that `\\d` stays), and in the last position, of the ranges of three or more digits
-    (all `[a-c]`, five characters) only the widest that avoids the forbidden digits is needed."""
+    (all `[a-c]`, five characters) only the widest that avoids the forbidden digits is needed.
+    `shorter`: the must-strings one digit shorter, which a product with an optional first atom
+    also covers through its other atoms; their digits count as wanted at the position after."""
     atoms = _atoms()
     index = _atom_index()
     dm = [[0] * 10 for _ in range(length)]
@@ -109,6 +112,12 @@ def _enumerate(length: int, must: list[str], forbid: list[str]) -> list[tuple[tu
     for i, s in enumerate(forbid):
         for p, c in enumerate(s):
             df[p][ord(c) - 48] |= 1 << i
+    wanted_short: list[set[int]] = [set() for _ in range(length)]
+    for s in shorter:
+        for p, c in enumerate(s):
+            wanted_short[p + 1].add(ord(c) - 48)
+    # digits that end a forbidden string one shorter: an optional-first form must avoid them too
+    short_bad = {ord(s[-1]) - 48 for s in short_forbid if s}
     m_masks = [[0] * len(atoms) for _ in range(length)]
     f_masks = [[0] * len(atoms) for _ in range(length)]
     for p in range(length):
@@ -123,12 +132,18 @@ def _enumerate(length: int, must: list[str], forbid: list[str]) -> list[tuple[tu
     out: list[tuple[tuple[int, ...], int]] = []
 
     def choices(pos: int, m: int, f: int) -> list[int]:
-        ds = [d for d in range(10) if dm[pos][d] & m]
+        ds = [d for d in range(10) if dm[pos][d] & m or d in wanted_short[pos]]
         if pos < length - 1:
             ks = {index[(lo, hi)] for x, lo in enumerate(ds) for hi in ds[x:]}
             ks.add(all_digits)
             return list(ks)
         bad = {d for d in range(10) if df[pos][d] & f}
+        ks = last_choices(ds, bad)
+        if short_bad - bad:
+            ks = list({*ks, *last_choices(ds, bad | short_bad)})
+        return ks
+
+    def last_choices(ds: list[int], bad: set[int]) -> list[int]:
         if not bad:
             return [all_digits, *(index[(d, d)] for d in ds), *(index[(d, d + 1)] for d in ds if d + 1 in ds)]
         ks = set()
@@ -196,7 +211,8 @@ def _candidates(must: Iterable[str], forbid: Iterable[str]) -> tuple[list[str], 
         if shorter:
             short_idx = [index[s] for s in shorter]
             short_f = by_len_f.get(n - 1, [])
-        for ats, mask in _enumerate(n, ms, by_len_f.get(n, [])):
+        for ats, mask in _enumerate(n, ms, by_len_f.get(n, []), shorter or (),
+                                    by_len_f.get(n - 1, []) if shorter else ()):
             cov = mask << offset
             terms[(ats, False)] = cov
             # the same term with an optional first atom also covers shorter strings
