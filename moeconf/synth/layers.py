@@ -138,10 +138,10 @@ def _enumerate(length: int, must: list[str], forbid: list[str],
             ks.add(all_digits)
             return list(ks)
         bad = {d for d in range(10) if df[pos][d] & f}
-        ks = last_choices(ds, bad)
+        picks = last_choices(ds, bad)
         if short_bad - bad:
-            ks = list({*ks, *last_choices(ds, bad | short_bad)})
-        return ks
+            picks = list({*picks, *last_choices(ds, bad | short_bad)})
+        return picks
 
     def last_choices(ds: list[int], bad: set[int]) -> list[int]:
         if not bad:
