@@ -248,23 +248,6 @@ def ik_before_word_split_change(version: str | None) -> bool:
     return m is not None and int(m.group(1)) < IK_WORD_SPLIT_UNTIL[1]
 
 
-def version_error(name: str, version: str | None) -> str | None:
-    """Why `version` is not a version of engine `name` moeconf knows, or None (None: newest)."""
-    if version is None:
-        return None
-    if name in ("llama.cpp", "llamacpp", "mainline"):
-        if _parse_build(version) is None:
-            return (f"{version!r} is not a llama.cpp version: write a build number like b{NEWEST_MAINLINE_BUILD} "
-                    f"(or {NEWEST_MAINLINE_BUILD})")
-        return None
-    v = version.strip()
-    if v.lstrip("v") in _IK_VERSIONS or re.fullmatch(r"\d{4}-\d{2}-\d{2}|b?\d{4,}", v):
-        return None
-    known = ", ".join(sorted(_IK_VERSIONS))
-    return (f"{version!r} is not an ik_llama.cpp version moeconf knows (known: {known}; or a commit date "
-            "like 2025-08-31, or a build number like b3869; leave the version out for the newest code)")
-
-
 def engine(name: str, version: str | None = None) -> Engine:
     if name in ("llama.cpp", "llamacpp", "mainline"):
         return mainline(version)

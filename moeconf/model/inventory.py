@@ -411,7 +411,7 @@ def read_gguf_inventory(path: str | os.PathLike[str]) -> Inventory:
             )
         headers = [head]
         for i, p in enumerate(expected_paths[1:], start=1):
-            if not os.path.exists(p):
+            if not os.path.lexists(p):  # a link is read (and refused) by read_header
                 raise GGUFError(f"shard {i + 1} of {count} is missing", path=p)
             h = read_header(p)
             sno = _int_meta(h, "split.no")
