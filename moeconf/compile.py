@@ -109,7 +109,8 @@ def _check_devices(plan: Plan, eng: Engine) -> None:
         why = eng.device_name_error(name)
         if why:
             raise plan.error_at_key(("engine", "gpus", i), f"engine.gpus: {why}",
-                                    hint="write the buffer-type names the engine prints, e.g. gpus = [\"CUDA0\", \"CUDA1\"]")
+                                    hint="write the buffer-type names the engine prints, e.g. "
+                                    "gpus = [\"CUDA0\", \"CUDA1\"]")
         if name == "CPU":
             raise plan.error_at_key(("engine", "gpus", i), "engine.gpus lists the CPU: it names accelerators only",
                                     hint="a CPU-only machine is gpus = []")

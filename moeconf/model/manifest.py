@@ -227,8 +227,8 @@ def loads_manifest_json(text: str, path: str) -> Any:
     except RecursionError:
         err = _nesting_error(text, path)
         raise (err or ManifestError("JSON nested too deeply", path=path)) from None
-    except ValueError as e:  # int too long to convert: the decoder gives no position
-        m = re.search(r"\d{%d,}" % (sys.get_int_max_str_digits() + 1), text) if sys.get_int_max_str_digits() else None
+    except ValueError:  # int too long to convert: the decoder gives no position
+        m = re.search(r"\d{" + str(sys.get_int_max_str_digits() + 1) + ",}", text)
         line, col = _position(text, m.start()) if m else (None, None)
         limit = sys.get_int_max_str_digits()
         raise ManifestError(f"a number in the JSON has more than {limit} digits", path=path, line=line,

@@ -147,8 +147,8 @@ def plan_from_text(text: str, path: str) -> Plan:
         line, col = _deep_nesting(text)
         raise PlanError("arrays or tables nested too deeply for the TOML parser (a plan nests 2 deep)",
                         path=path, line=line, column=col) from None
-    except ValueError as e:  # an integer with more digits than Python converts (4300)
-        m = re.search(r"\d{%d,}" % (sys.get_int_max_str_digits() + 1), text)
+    except ValueError:  # an integer with more digits than Python converts (4300)
+        m = re.search(r"\d{" + str(sys.get_int_max_str_digits() + 1) + ",}", text)
         line, col = _line_col(text, m.start()) if m else (None, None)
         raise PlanError(f"a number has more than {sys.get_int_max_str_digits()} digits",
                         path=path, line=line, column=col) from None

@@ -32,6 +32,7 @@ from moeconf.linting.rules import (
     rule_overridden,
     rule_selects_nothing,
     shadowed_rule,
+    slow_regex,
     sm_graph_overrides,
     space_in_list,
     trailing_comma,
@@ -43,7 +44,7 @@ from moeconf.linting.rules import (
 
 ALL: tuple[ModuleType, ...] = (
     model_unknown, comma_in_pattern, space_in_list, trailing_comma, missing_equals, invalid_regex,
-    unsupported_regex_syntax, unknown_device, prefix_collision, unescaped_dot, unmatched_pattern,
+    unsupported_regex_syntax, slow_regex, unknown_device, prefix_collision, unescaped_dot, unmatched_pattern,
     shadowed_rule, duplicate_rule, overbroad_catch_all, always_active_to_cpu, dense_layer_to_cpu,
     ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
     merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
