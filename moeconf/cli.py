@@ -308,7 +308,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     for w in inv.warnings:
         if "manifest version 1" in w:
             print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)
-    return EXIT_OK
+    # an engine that would refuse (or stall on) the command line is a finding about it
+    return EXIT_FINDINGS if ex.refusals else EXIT_OK
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:

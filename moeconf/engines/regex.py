@@ -38,6 +38,7 @@ import re
 import select
 import signal
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -351,7 +352,9 @@ def python_disagreement(pattern: str) -> str | None:
     parsed = _parsed(pattern)
     notes = list(parsed.python_notes)
     try:
-        re.compile(pattern)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            re.compile(pattern)
     except re.error as e:
         if not notes:
             notes.append(f"Python's re refuses it ({e.msg} at {e.pos})")
