@@ -101,8 +101,10 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--engine-version", metavar="V",
                      help="llama.cpp: a build (b7600); ik_llama.cpp: a package version (0.1.5) or the commit "
                      "date (2026-08-15) (default: newest known)")
-    exp.add_argument("--gpus", metavar="LIST", help="comma-separated GPU buffer types (default: CUDA0 and every "
-                     "well-formed GPU name the command line uses)")
+    exp.add_argument("--gpus", metavar="LIST",
+                     help="comma-separated buffer-type names of the machine's local GPUs (default: CUDA0 and every "
+                     "well-formed GPU name the command line uses; --gpus= for none). Devices of --rpc servers in "
+                     "the command line are added by the engine itself: a name given here too counts once")
     exp.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variables the engine sees")
     exp.add_argument("--json", action="store_true", help="print placement, items and unmatched as JSON")
     exp.add_argument("--tensors", action="store_true", help="also list every tensor, its device and what decided it")
@@ -284,6 +286,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             raise MoeconfError(f"--env needs KEY=VALUE, not {kv!r}")
         env[k] = v
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus is not None else None
+    for g in gpus or ():
+        why = eng.device_name_error(g)
+        if why:
+            raise MoeconfError(f"--gpus: {why}")
     ex = explain(inv, eng, argv, env=env, gpus=gpus)
     from moeconf.memory import estimate_explained, parse_size, read_settings
     from moeconf.report.memory import render_memory
@@ -291,10 +297,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     est = estimate_explained(ex, read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve")))
     if args.plan:
         from moeconf.decompile import decompile
-        from moeconf.explanation import assumed_gpus
+        from moeconf.explanation import assumed_gpus, local_gpus
 
-        _write_output(decompile(ex, args.plan, args.model, gpus if gpus is not None
-                                else assumed_gpus(ex.invocation)), args.plan)
+        _write_output(decompile(ex, args.plan, args.model, local_gpus(
+            ex.invocation, gpus if gpus is not None else assumed_gpus(ex.invocation))), args.plan)
     if args.json:
         out = ex.json()
         out["memory"] = est.json()

@@ -8,7 +8,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.engines.cmdline import Arg, Invocation, engine_items, invocation_ncmoe, parse_invocation
+from moeconf.engines.cmdline import (
+    Arg,
+    Invocation,
+    engine_items,
+    invocation_ncmoe,
+    parse_invocation,
+    unknown_flag_message,
+)
 from moeconf.engines.regex import RegexProblem, check_regex, ecmascript_search, misreadings, python_disagreement
 from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, simulate
 from moeconf.model.inventory import Inventory, format_ranges
@@ -58,10 +65,22 @@ class Explanation:
         }
 
 
+def local_gpus(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
+    """The local GPUs among `gpus`: a name that an `--rpc` server already adds is that one
+    device, not a second one; a name given twice is one device."""
+    rpc = set(invocation.rpc_devices())
+    out: list[str] = []
+    for g in gpus:
+        if g not in rpc and g not in out:
+            out.append(g)
+    return out
+
+
 def available_devices(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
     """CPU, then the accelerators: RPC servers first (both engines put them in front), then local
-    GPUs; `-dev` keeps the ones it names, in its order (`none`: no accelerator)."""
-    have = [*invocation.rpc_devices(), *gpus]
+    GPUs (a name an RPC server already adds counts once); `-dev` keeps the ones it names, in its
+    order (`none`: no accelerator)."""
+    have = [*dict.fromkeys(invocation.rpc_devices()), *local_gpus(invocation, gpus)]
     if invocation.device_list is not None:
         named = [d for d in invocation.device_list.text.split(",") if d]
         have = [] if named == ["none"] else [d for d in named if d in have]
@@ -97,6 +116,7 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     devices = available_devices(invocation, gpus)
     accel = devices[1:]
     refusals: list[str] = [msg for _arg, msg in invocation.problems]
+    refusals += [unknown_flag_message(eng, arg.text, closest) for arg, closest in invocation.unknown_flags]
     notes: list[str] = []
     ngl = invocation.n_gpu_layers()
     if ngl < 0:

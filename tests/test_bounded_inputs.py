@@ -348,3 +348,38 @@ def test_no_traceback_for_model_errors(tmp_path: Path, capsys: pytest.CaptureFix
     assert sys.getrecursionlimit() >= 1000
     with pytest.raises(MoeconfError):
         load_inventory(p)
+
+
+# --- the pre-print verification checks both Python re and ECMAScript ----------------------------
+
+
+@pytest.mark.parametrize("half", ["python_matcher", "ecmascript_matcher"])
+def test_verification_refuses_when_one_matcher_lies(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str], half: str) -> None:
+    """Each half of the check before printing, fed a wrong result, refuses: exit 3, nothing printed."""
+    import moeconf.compile as compile_mod
+    from moeconf.synth import rules
+
+    real = getattr(rules, half)
+    original_check = compile_mod.check
+
+    def liar(pattern: str) -> object:
+        m = real(pattern)
+        return lambda name: not m(name)
+
+    def lying_check(pl: object, syn: object) -> None:
+        monkeypatch.setattr(rules, half, liar)
+        try:
+            original_check(pl, syn)  # type: ignore[arg-type]
+        finally:
+            monkeypatch.setattr(rules, half, real)
+
+    monkeypatch.setattr(compile_mod, "check", lying_check)
+    code, out, err = cli(capsys, "compile", str(EXAMPLES / "plans" / "qwen3-235b-a22b.toml"), "-q")
+    assert code == 3, err
+    assert out == ""
+    assert "internal error" in err
+    # and the honest check passes
+    monkeypatch.setattr(compile_mod, "check", original_check)
+    code, out, err = cli(capsys, "compile", str(EXAMPLES / "plans" / "qwen3-235b-a22b.toml"), "-q")
+    assert code == 0, err

@@ -38,6 +38,7 @@ from moeconf.linting.rules import (
     trailing_comma,
     unescaped_dot,
     unknown_device,
+    unknown_flag,
     unmatched_pattern,
     unsupported_regex_syntax,
 )
@@ -49,6 +50,6 @@ ALL: tuple[ModuleType, ...] = (
     ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
     merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
     sm_graph_overrides, item_not_simulated, name_collision,
-    memory_over_device, cache_type_refused,
+    memory_over_device, cache_type_refused, unknown_flag,
 )
 BY_CODE = {m.CODE: m for m in ALL}

@@ -24,6 +24,7 @@ PASS (engine=llama.cpp, model=glm-4.5-air):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
