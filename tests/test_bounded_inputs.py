@@ -108,7 +108,7 @@ def test_manifest_huge_shape(tmp_path: Path) -> None:
     data["tensors"][0]["shape"] = [2**40, 2**40]  # type: ignore[index]
     p = tmp_path / "m.json"
     p.write_text(json.dumps(data))
-    with pytest.raises(ManifestError, match="element count of .* overflows"):
+    with pytest.raises(ManifestError, match=r"element count of .* overflows"):
         load_inventory(p)
 
 
@@ -252,8 +252,8 @@ BASE = f'rules = ["experts -> cpu"]\n[model]\npath = "{MANIFEST}"\nserve_path = 
         ('[engine]\nname = "ik_llama.cpp"\nversion = "b7600"\n',
          "'b7600' is not an ik_llama.cpp version moeconf knows (known: 0.1.5", 7, 1),
         ('[flags]\nctx_size = ' + "9" * 5000 + "\n", "a number has more than 4300 digits", 6, 12),
-        ('[flags]\nctx_size = 99999999999999999999\n', "flags.ctx_size: Input should be less than or equal to 2147483647",
-         6, 1),
+        ('[flags]\nctx_size = 99999999999999999999\n',
+         "flags.ctx_size: Input should be less than or equal to 2147483647", 6, 1),
         ('[flags]\nn_gpu_layers = 4294967296\n', "less than or equal to 2147483647", 6, 1),
         ('[flags]\nextra = ' + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply", 6, 73),
         ('[flags]\ntensor_split = [1, inf]\n', "inf is not a proportion", 6, 1),
@@ -343,7 +343,7 @@ def test_no_traceback_for_model_errors(tmp_path: Path, capsys: pytest.CaptureFix
     g = rg.minimal()
     g.kv[1] = ("qwen3moe.block_count", rg.U64, 2**63)
     p.write_bytes(g.build())
-    code, out, err = cli(capsys, "inspect", str(p))
+    code, _, err = cli(capsys, "inspect", str(p))
     assert code == 2 and "Traceback" not in err and f"{p}: qwen3moe.block_count is" in err
     assert sys.getrecursionlimit() >= 1000
     with pytest.raises(MoeconfError):
