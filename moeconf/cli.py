@@ -193,7 +193,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     target = "json" if args.json else (args.target or plan.config.engine.name)
     if target in ("llama.cpp", "ik_llama.cpp"):
         plan = with_engine(plan, target)
-    compiled = compile_plan(plan, model=args.model)
+    # the bare -ot value needs no -m, so a manifest without serve_path is fine for it
+    compiled = compile_plan(plan, model=args.model, need_model=target != "ot")
     text = emit(compiled, target)
     if args.write:
         from moeconf.report.compile import header_for, with_generated_by

@@ -81,10 +81,12 @@ def with_engine(plan: Plan, name: str) -> Plan:
 
 
 def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = None,
-                 inventory: Inventory | None = None) -> Compiled:
+                 inventory: Inventory | None = None, need_model: bool = True) -> Compiled:
     """Compile a plan (a `Plan` or a path). `model` overrides the plan's model path;
-    `inventory` skips reading the model. Raises `MoeconfError` subclasses on bad input and
-    `SynthesisError` (an internal error) if the rules would not reproduce the placement."""
+    `inventory` skips reading the model; `need_model=False` lets a manifest without
+    `serve_path` compile with no `-m` in the argv (for the bare `-ot` output). Raises
+    `MoeconfError` subclasses on bad input and `SynthesisError` (an internal error) if the rules
+    would not reproduce the placement."""
     from moeconf.emitting.argv import build_argv
 
     p = plan if isinstance(plan, Plan) else load_plan(plan)
@@ -97,7 +99,7 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     res = resolve(p, inv)
     syn = synthesize(res.placement)
     check(res.placement, syn)
-    argv = build_argv(p, eng, inv, syn, model_path=model)
+    argv = build_argv(p, eng, inv, syn, model_path=model, need_model=need_model)
     return Compiled(p, eng, inv, res.placement, syn, tuple(argv), res.warnings)
 
 

@@ -383,3 +383,16 @@ def test_verification_refuses_when_one_matcher_lies(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(compile_mod, "check", original_check)
     code, out, err = cli(capsys, "compile", str(EXAMPLES / "plans" / "qwen3-235b-a22b.toml"), "-q")
     assert code == 0, err
+
+
+def test_manifest_without_serve_path_only_fails_targets_that_need_dash_m(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "p.toml"
+    plan.write_text(f'rules = ["experts -> cpu"]\n[model]\npath = "{MANIFEST}"\n')
+    code, out, err = cli(capsys, "compile", str(plan), "-q", "--target", "ot")
+    assert code == 0, err
+    assert out.strip().endswith("=CPU")
+    for target in ("llama.cpp", "argv", "docker", "compose", "llama-swap", "json", "env"):
+        code, out, err = cli(capsys, "compile", str(plan), "-q", "--target", target)
+        assert code == 2 and out == "", target
+        assert "serve_path" in err

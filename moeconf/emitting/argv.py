@@ -59,11 +59,14 @@ def _load_mode(plan: Plan, eng: Engine) -> list[str]:
 
 
 def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_path: str | None = None,
-               *, with_binary: bool = True) -> list[str]:
+               *, with_binary: bool = True, need_model: bool = True) -> list[str]:
+    """The engine's argv. `need_model=False` (for outputs without a command line, like the bare
+    `-ot` value) leaves `-m` out when the model is a manifest without `serve_path`."""
     f = plan.config.flags
     t = plan.config.targets
     argv: list[str] = [t.binary or DEFAULT_BINARY] if with_binary else []
-    argv += ["-m", serve_path(plan, inv, model_path)]
+    if need_model or plan.config.model.serve_path or not inv.from_manifest:
+        argv += ["-m", serve_path(plan, inv, model_path)]
     if f.rpc:
         argv += ["--rpc", ",".join(f.rpc)]
     ngl = f.n_gpu_layers
