@@ -16,7 +16,14 @@ from moeconf.engines.cmdline import (
     parse_invocation,
     unknown_flag_message,
 )
-from moeconf.engines.regex import RegexProblem, check_regex, ecmascript_search, misreadings, python_disagreement
+from moeconf.engines.regex import (
+    RegexProblem,
+    TimeBudget,
+    check_regex,
+    ecmascript_search,
+    misreadings,
+    python_disagreement,
+)
 from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, simulate
 from moeconf.model.inventory import Inventory, format_ranges
 from moeconf.placement import Placement
@@ -135,6 +142,7 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     defaults = default_devices(inv, eng, ngl, accel, ts, sm, layer_devices)
     names = [t.name for t in inv.tensors]
     matches: dict[str, frozenset[str]] = {}  # pattern -> the names std::regex_search finds it in
+    budget = TimeBudget()
     for raw in invocation.items():
         if raw.pattern is None:
             refusals.append(f"-ot item {raw.text!r} has no '=' (REGEX=DEVICE)")
@@ -143,7 +151,7 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
             refusals.append(f"unknown buffer type {raw.device!r} (available: {', '.join(devices)})")
         if raw.pattern in matches:
             continue
-        found = ecmascript_search(raw.pattern, names)
+        found = ecmascript_search(raw.pattern, names, budget.limit())
         if isinstance(found, RegexProblem):
             refusals.append(f"regex {raw.pattern!r}: {found.message}")
             continue

@@ -97,3 +97,15 @@ def test_flag_tables_hold_both_engines_flags() -> None:
     assert known_flags(engine("ik_llama.cpp")) is IK and len(MAINLINE) > 400 and len(IK) > 400
     assert closest_flag(engine("llama.cpp"), "--n-cpu-mo") == "--n-cpu-moe"
     assert closest_flag(engine("llama.cpp"), "--completely-different") is None
+
+
+def test_many_catastrophic_items_share_one_time_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    ot = ",".join(f"(.|.)*Q{i}=CPU" for i in range(20))
+    t = time.monotonic()
+    code = main(["explain", MANIFEST, "--ot", ot])
+    out, _ = capsys.readouterr()
+    assert time.monotonic() - t < 8  # 3 s of budget, then 0.1 s each, not 20 x 1 s
+    assert code == 1
+    assert out.count("takes too long to match") == 20

@@ -393,20 +393,40 @@ def ecmascript_search(pattern: str, names: Sequence[str], time_limit: float | No
                       ) -> frozenset[str] | RegexProblem:
     """The names `std::regex_search` finds `pattern` in, or why it cannot be simulated (the
     pattern is invalid, or takes longer than `time_limit` seconds over `names`). Never raises
-    and never runs longer than about `time_limit`."""
+    and never runs longer than about `time_limit`. Results are cached per (pattern, names)."""
     problem = check_regex(pattern)
     if problem is not None:
         return problem
-    limit = MATCH_TIME_LIMIT if time_limit is None else time_limit
-    return _search_cached(pattern, tuple(names), limit)
-
-
-@lru_cache(maxsize=256)
-def _search_cached(pattern: str, names: tuple[str, ...], limit: float) -> frozenset[str] | RegexProblem:
+    key = (pattern, tuple(names))
+    hit = _RESULTS.get(key)
+    if hit is not None:
+        return hit
     parsed = _parsed(pattern)
     if parsed.suspect is None or not hasattr(os, "fork"):
-        return _search_inline(pattern, names)
-    return _search_forked(pattern, names, limit, parsed.suspect)
+        result: frozenset[str] | RegexProblem = _search_inline(pattern, key[1])
+    else:
+        limit = MATCH_TIME_LIMIT if time_limit is None else time_limit
+        result = _search_forked(pattern, key[1], limit, parsed.suspect)
+    if len(_RESULTS) >= 256:
+        _RESULTS.clear()
+    _RESULTS[key] = result
+    return result
+
+
+_RESULTS: dict[tuple[str, tuple[str, ...]], frozenset[str] | RegexProblem] = {}
+
+
+class TimeBudget:
+    """A total time for the slow patterns of one command line: each gets at most
+    MATCH_TIME_LIMIT, and none less than `floor` (a screened pattern that is in fact cheap
+    takes ~15 ms), so many catastrophic items cannot add up to minutes."""
+
+    def __init__(self, total: float = 3.0, floor: float = 0.1) -> None:
+        self.end = time.monotonic() + total
+        self.floor = floor
+
+    def limit(self) -> float:
+        return max(self.floor, min(MATCH_TIME_LIMIT, self.end - time.monotonic()))
 
 
 def _search_forked(pattern: str, names: tuple[str, ...], limit: float, why: str) -> frozenset[str] | RegexProblem:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moeconf.engines.regex import ecmascript_search
+from moeconf.engines.regex import TimeBudget, ecmascript_search
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 
@@ -38,11 +38,12 @@ TYPICAL_NAMES = (
 def check(ctx: Context) -> Iterator[Hit]:
     names = [t.name for t in ctx.inventory.tensors] if ctx.inventory is not None else list(TYPICAL_NAMES)
     seen: set[str] = set()
+    budget = TimeBudget()
     for item in ctx.invocation.items():
         pat = item.pattern
         if not pat or pat in seen:
             continue
         seen.add(pat)
-        found = ecmascript_search(pat, names)
+        found = ecmascript_search(pat, names, budget.limit())
         if not isinstance(found, frozenset) and found.kind == "slow":
             yield Hit(*ctx.at_item(item), f"{pat!r}: {found.message}")
