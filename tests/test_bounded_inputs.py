@@ -396,3 +396,11 @@ def test_manifest_without_serve_path_only_fails_targets_that_need_dash_m(
         code, out, err = cli(capsys, "compile", str(plan), "-q", "--target", target)
         assert code == 2 and out == "", target
         assert "serve_path" in err
+
+
+def test_rule_numbers_too_large(tmp_path: Path) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text(BASE.replace('"experts -> cpu"', '"experts layers 0..' + "9" * 5000 + ' -> cpu"'))
+    with pytest.raises(PlanError, match="is too large for a layer number") as ei:
+        load_plan(p)
+    assert (ei.value.line, ei.value.column) == (1, 29)
