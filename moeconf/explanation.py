@@ -25,7 +25,7 @@ from moeconf.engines.regex import (
     python_disagreement,
 )
 from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, simulate
-from moeconf.model.inventory import Inventory, format_ranges
+from moeconf.model.inventory import Inventory, first_shard, format_ranges
 from moeconf.placement import Placement
 
 
@@ -124,6 +124,10 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     accel = devices[1:]
     refusals: list[str] = [msg for _arg, msg in invocation.problems]
     refusals += [unknown_flag_message(eng, arg.text, closest) for arg, closest in invocation.unknown_flags]
+    if invocation.model is not None and first_shard(invocation.model.text) != invocation.model.text:
+        refusals.append(f"-m {invocation.model.text} is not the first shard of a split model: the engine loads "
+                        f"only from the first (\"model must be loaded with the first split\"): write -m "
+                        f"{first_shard(invocation.model.text)}")
     notes: list[str] = []
     ngl = invocation.n_gpu_layers()
     if ngl < 0:

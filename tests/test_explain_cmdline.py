@@ -109,3 +109,10 @@ def test_many_catastrophic_items_share_one_time_budget(capsys: pytest.CaptureFix
     assert time.monotonic() - t < 8  # 3 s of budget, then 0.1 s each, not 20 x 1 s
     assert code == 1
     assert out.count("takes too long to match") == 20
+
+
+def test_dash_m_naming_a_later_shard_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain", MANIFEST, "--", "llama-server", "-m", "/m/q-00002-of-00003.gguf", "-ngl", "99"])
+    out, _ = capsys.readouterr()
+    assert code == 1
+    assert "write -m /m/q-00001-of-00003.gguf" in out
