@@ -125,7 +125,7 @@ def regex_problems(ctx: Context, kind: str) -> Iterator[Hit]:
             continue
         if kind == "misread":
             for m in misreadings(item.pattern) if check_regex(item.pattern) is None else ():
-                yield Hit(*ctx.at_item(item, m.offset), f"{item.pattern!r}: {m.message}")
+                yield Hit(*ctx.at_item(item, m.offset), f"{q(item.pattern)}: {m.message}")
             continue
         p = check_regex(item.pattern)
         if p and p.kind == kind:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 from moeconf.engines.regex import TimeBudget, ecmascript_search
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit
+from moeconf.linting.rules._base import Hit, q
 
 CODE = "MOE036"
 NAME = "slow-regex"
@@ -46,4 +46,4 @@ def check(ctx: Context) -> Iterator[Hit]:
         seen.add(pat)
         found = ecmascript_search(pat, names, budget.limit())
         if not isinstance(found, frozenset) and found.kind == "slow":
-            yield Hit(*ctx.at_item(item), f"{pat!r}: {found.message}")
+            yield Hit(*ctx.at_item(item), f"{q(pat)}: {found.message}")
