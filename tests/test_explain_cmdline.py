@@ -116,3 +116,16 @@ def test_dash_m_naming_a_later_shard_is_refused(capsys: pytest.CaptureFixture[st
     out, _ = capsys.readouterr()
     assert code == 1
     assert "write -m /m/q-00001-of-00003.gguf" in out
+
+
+def test_flags_removed_since_a_version_are_known_before_it() -> None:
+    words = [Arg(w) for w in ["llama-server", "-fmoe", "-ngl", "99"]]
+    old = parse_invocation(words, engine("ik_llama.cpp", "2025-06-09"))
+    assert old.unknown_flags == [] and old.ngl is not None and old.ngl[1] == 99
+    assert parse_invocation(words, engine("ik_llama.cpp", "b3900")).unknown_flags == []
+    new = parse_invocation(words, engine("ik_llama.cpp"))
+    assert [a.text for a, _ in new.unknown_flags] == ["-fmoe"]
+    from moeconf.engines.cmdline import unknown_flag_message
+
+    msg = unknown_flag_message(engine("ik_llama.cpp"), "-fmoe", None)
+    assert "removed 2025-10-25" in msg and "-no-fmoe" in msg

@@ -39,6 +39,35 @@ COMMON_ARG_BINARIES = frozenset({
 })
 
 
+@dataclass(frozen=True)
+class RemovedFlag:
+    """A flag the newest code no longer has: builds before `date` (ik: or `build`) still take it."""
+
+    date: str
+    build: int
+    values: int
+    note: str
+
+
+# Flags gone from the newest code read, with when they went (the flag table has only the newest).
+REMOVED_FLAGS: dict[str, dict[str, RemovedFlag]] = {
+    "ik_llama.cpp": {
+        name: RemovedFlag("2025-10-25", 3928, 0, "fused MoE is on by default since PR #863; -no-fmoe turns it off")
+        for name in ("-fmoe", "--fused-moe")
+    },
+}
+
+
+def _before(engine: Engine, removed: RemovedFlag) -> bool:
+    """Whether `engine`'s declared version predates the removal (dates and build numbers)."""
+    v = (engine.version or "").strip()
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+        return v < removed.date
+    m = re.fullmatch(r"b?(\d+)", v)
+    build = engine.build if engine.name == "llama.cpp" else (int(m.group(1)) if m else None)
+    return build is not None and build < removed.build
+
+
 def known_flags(engine: Engine) -> dict[str, int]:
     """Every flag `engine`'s argument parser knows -> how many values it takes (from the
     engines' sources: engines/flagtable.py)."""
@@ -66,6 +95,10 @@ def closest_flag(engine: Engine, name: str) -> str | None:
 
 def unknown_flag_message(engine: Engine, name: str, closest: str | None) -> str:
     """What the engine does with an unknown flag, and what was probably meant."""
+    removed = REMOVED_FLAGS.get(engine.name, {}).get(normalize_flag(name))
+    if removed is not None:
+        return (f"{engine.label} has no {name} any more (removed {removed.date}: {removed.note}); builds since "
+                "stop with an unknown-argument error")
     if "=" in name and closest is not None and closest == normalize_flag(name.partition("=")[0]):
         value = name.partition("=")[2]
         return (f"{engine.label} does not split {name!r} at '=': it stops with an unknown-argument error "
@@ -220,6 +253,9 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
                 inv.unknown_flags.append((w, name if name in table else closest_flag(engine, name)))
         flag = Arg(name, w.path, w.line, w.column)
         n_values = table.get(name)
+        removed = REMOVED_FLAGS.get(engine.name, {}).get(name)
+        if n_values is None and removed is not None and _before(engine, removed):
+            n_values = removed.values  # the declared version still has it
         if n_values is None and name.startswith("-") and not _is_number(name):
             closest = closest_flag(engine, name)
             if check_flags and value is None:
