@@ -122,7 +122,7 @@ def test_flags_removed_since_a_version_are_known_before_it() -> None:
     words = [Arg(w) for w in ["llama-server", "-fmoe", "-ngl", "99"]]
     old = parse_invocation(words, engine("ik_llama.cpp", "2025-06-09"))
     assert old.unknown_flags == [] and old.ngl is not None and old.ngl[1] == 99
-    assert parse_invocation(words, engine("ik_llama.cpp", "b3900")).unknown_flags == []
+    assert [a.text for a, _ in parse_invocation(words, engine("ik_llama.cpp", "0.1.5")).unknown_flags] == ["-fmoe"]
     new = parse_invocation(words, engine("ik_llama.cpp"))
     assert [a.text for a, _ in new.unknown_flags] == ["-fmoe"]
     from moeconf.engines.cmdline import unknown_flag_message

@@ -41,7 +41,8 @@ COMMON_ARG_BINARIES = frozenset({
 
 @dataclass(frozen=True)
 class RemovedFlag:
-    """A flag the newest code no longer has: builds before `date` (ik: or `build`) still take it."""
+    """A flag the newest code no longer has: versions before `date` (ik_llama.cpp commit dates)
+    or before build `build` (mainline) still take it."""
 
     date: str
     build: int
@@ -52,20 +53,20 @@ class RemovedFlag:
 # Flags gone from the newest code read, with when they went (the flag table has only the newest).
 REMOVED_FLAGS: dict[str, dict[str, RemovedFlag]] = {
     "ik_llama.cpp": {
-        name: RemovedFlag("2025-10-25", 3928, 0, "fused MoE is on by default since PR #863; -no-fmoe turns it off")
+        name: RemovedFlag("2025-10-25", 0, 0, "fused MoE is on by default since PR #863; -no-fmoe turns it off")
         for name in ("-fmoe", "--fused-moe")
     },
 }
 
 
 def _before(engine: Engine, removed: RemovedFlag) -> bool:
-    """Whether `engine`'s declared version predates the removal (dates and build numbers)."""
-    v = (engine.version or "").strip()
+    """Whether `engine`'s declared version predates the removal."""
+    if engine.name == "llama.cpp":
+        return engine.build is not None and engine.build < removed.build
+    v = (engine.version or "").strip().lstrip("v")
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
-        return v < removed.date
-    m = re.fullmatch(r"b?(\d+)", v)
-    build = engine.build if engine.name == "llama.cpp" else (int(m.group(1)) if m else None)
-    return build is not None and build < removed.build
+        return v < removed.date  # the date as written: Engine.date is clamped to the code read
+    return engine.version is not None and (engine.date or "9999") < removed.date
 
 
 def known_flags(engine: Engine) -> dict[str, int]:
