@@ -78,7 +78,7 @@ class Flags(_Section):
         default=False, description="ik_llama.cpp `-muge`: merge up and gate experts where both land together."
     )
     split_mode: Literal["none", "layer", "row", "graph", "attn"] | None = Field(default=None, description="`-sm`.")
-    tensor_split: list[float] | None = Field(
+    tensor_split: list[Annotated[float, Field(ge=0)]] | None = Field(
         default=None, description="`-ts`: proportions per GPU; also used to predict default placement."
     )
     main_gpu: int | None = Field(default=None, ge=0, le=INT_MAX, description="`-mg`.")
