@@ -443,6 +443,31 @@ def bench_fit(args: argparse.Namespace) -> None:
     _print_table("fit: moeconf fit against llama.cpp's own fit (whole process, same model and budget)", rows)
 
 
+def bench_regex(args: argparse.Namespace) -> None:
+    """User patterns over every tensor name of DeepSeek-V3 (1,086 names): the static screen
+    matches cheap patterns in process; suspect ones go to a forked worker with a time limit."""
+    from moeconf.engines import regex as rxmod
+    from moeconf.model.inventory import load_inventory
+
+    inv = load_inventory(REPO / "examples" / "models" / "deepseek-v3.manifest.json")
+    names = [t.name for t in inv.tensors]
+    rows = [["pattern", "screen", "result", f"time (median of {args.runs})"]]
+    for pattern in [r"blk\.(1|2|3)\.ffn_.*_exps", r"\.ffn_(up|down|gate)_(ch|)exps", "(ffn_(up|down)_exps)+",
+                    r"(\d+\.)+ffn", "(.|.)*Q", ".*.*.*.*Q"]:
+        results: list[object] = []
+
+        def run(p: str = pattern, out: list[object] = results) -> None:
+            rxmod._RESULTS.clear()
+            out.append(rxmod.ecmascript_search(p, names))
+
+        t = _median_time(run, args.runs if "Q" not in pattern else 1)
+        r = results[-1]
+        shown = f"{len(r)} names" if isinstance(r, frozenset) else f"reported {r.kind}"  # type: ignore[union-attr]
+        screen = "fork" if rxmod._parsed(pattern).suspect else "in process"
+        rows.append([f"`{pattern}`".replace("|", "\\|"), screen, shown, _fmt_s(t)])
+    _print_table("Regex simulation over 1,086 tensor names (time limit 1 s per suspect pattern)", rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--make"]:  # lint-size: write one file (in a child process)
@@ -476,6 +501,7 @@ TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "lint-size": bench_lint_size,
     "cli": bench_cli,
     "fit": bench_fit,
+    "regex": bench_regex,
 }
 
 

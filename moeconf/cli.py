@@ -101,8 +101,10 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--engine-version", metavar="V",
                      help="llama.cpp: a build (b7600); ik_llama.cpp: a package version (0.1.5) or the commit "
                      "date (2026-08-15) (default: newest known)")
-    exp.add_argument("--gpus", metavar="LIST", help="comma-separated GPU buffer types (default: CUDA0 and every "
-                     "well-formed GPU name the command line uses)")
+    exp.add_argument("--gpus", metavar="LIST",
+                     help="comma-separated buffer-type names of the machine's local GPUs (default: CUDA0 and every "
+                     "well-formed GPU name the command line uses; --gpus= for none). Devices of --rpc servers in "
+                     "the command line are added by the engine itself: a name given here too counts once")
     exp.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variables the engine sees")
     exp.add_argument("--json", action="store_true", help="print placement, items and unmatched as JSON")
     exp.add_argument("--tensors", action="store_true", help="also list every tensor, its device and what decided it")
@@ -191,7 +193,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     target = "json" if args.json else (args.target or plan.config.engine.name)
     if target in ("llama.cpp", "ik_llama.cpp"):
         plan = with_engine(plan, target)
-    compiled = compile_plan(plan, model=args.model)
+    # the bare -ot value needs no -m, so a manifest without serve_path is fine for it
+    compiled = compile_plan(plan, model=args.model, need_model=target != "ot")
     text = emit(compiled, target)
     if args.write:
         from moeconf.report.compile import header_for, with_generated_by
@@ -284,6 +287,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             raise MoeconfError(f"--env needs KEY=VALUE, not {kv!r}")
         env[k] = v
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus is not None else None
+    for g in gpus or ():
+        why = eng.device_name_error(g)
+        if why:
+            raise MoeconfError(f"--gpus: {why}")
     ex = explain(inv, eng, argv, env=env, gpus=gpus)
     from moeconf.memory import estimate_explained, parse_size, read_settings
     from moeconf.report.memory import render_memory
@@ -291,10 +298,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     est = estimate_explained(ex, read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve")))
     if args.plan:
         from moeconf.decompile import decompile
-        from moeconf.explanation import assumed_gpus
+        from moeconf.explanation import assumed_gpus, local_gpus
 
-        _write_output(decompile(ex, args.plan, args.model, gpus if gpus is not None
-                                else assumed_gpus(ex.invocation)), args.plan)
+        _write_output(decompile(ex, args.plan, args.model, local_gpus(
+            ex.invocation, gpus if gpus is not None else assumed_gpus(ex.invocation))), args.plan)
     if args.json:
         out = ex.json()
         out["memory"] = est.json()
@@ -308,7 +315,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     for w in inv.warnings:
         if "manifest version 1" in w:
             print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)
-    return EXIT_OK
+    # an engine that would refuse (or stall on) the command line is a finding about it
+    return EXIT_FINDINGS if ex.refusals else EXIT_OK
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from moeconf.errors import PlanError
 from moeconf.model.inventory import Inventory, load_inventory
 from moeconf.placement import Placement
 from moeconf.plan import Plan, load_plan
-from moeconf.resolve import Diagnostic, gpu_devices, resolve
+from moeconf.resolve import Diagnostic, gpu_devices, resolve, rpc_devices
 from moeconf.synth.rules import Synthesis, check, synthesize
 
 if TYPE_CHECKING:
@@ -81,10 +81,12 @@ def with_engine(plan: Plan, name: str) -> Plan:
 
 
 def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = None,
-                 inventory: Inventory | None = None) -> Compiled:
+                 inventory: Inventory | None = None, need_model: bool = True) -> Compiled:
     """Compile a plan (a `Plan` or a path). `model` overrides the plan's model path;
-    `inventory` skips reading the model. Raises `MoeconfError` subclasses on bad input and
-    `SynthesisError` (an internal error) if the rules would not reproduce the placement."""
+    `inventory` skips reading the model; `need_model=False` lets a manifest without
+    `serve_path` compile with no `-m` in the argv (for the bare `-ot` output). Raises
+    `MoeconfError` subclasses on bad input and `SynthesisError` (an internal error) if the rules
+    would not reproduce the placement."""
     from moeconf.emitting.argv import build_argv
 
     p = plan if isinstance(plan, Plan) else load_plan(plan)
@@ -97,11 +99,36 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     res = resolve(p, inv)
     syn = synthesize(res.placement)
     check(res.placement, syn)
-    argv = build_argv(p, eng, inv, syn, model_path=model)
+    argv = build_argv(p, eng, inv, syn, model_path=model, need_model=need_model)
     return Compiled(p, eng, inv, res.placement, syn, tuple(argv), res.warnings)
 
 
+def _check_devices(plan: Plan, eng: Engine) -> None:
+    """Every buffer-type name the compiled command line can carry, checked by the engine facts
+    before anything is printed: a name the engine refuses is a plan error at its own line."""
+    gpus = plan.config.engine.gpus
+    for i, name in enumerate(gpus):
+        why = eng.device_name_error(name)
+        if why:
+            raise plan.error_at_key(("engine", "gpus", i), f"engine.gpus: {why}",
+                                    hint="write the buffer-type names the engine prints, e.g. "
+                                    "gpus = [\"CUDA0\", \"CUDA1\"]")
+        if name == "CPU":
+            raise plan.error_at_key(("engine", "gpus", i), "engine.gpus lists the CPU: it names accelerators only",
+                                    hint="a CPU-only machine is gpus = []")
+        if name in gpus[:i]:
+            raise plan.error_at_key(("engine", "gpus", i), f"engine.gpus names {name!r} twice")
+    for name in rpc_devices(plan, eng):
+        why = eng.device_name_error(name)
+        if why:
+            raise plan.error_at_key(("flags", "rpc"), f"flags.rpc: {why}")
+    if set(gpus) & set(rpc_devices(plan, eng)):
+        raise plan.error_at_key(("engine", "gpus"), "engine.gpus names an RPC device that flags.rpc already adds",
+                                hint="list only local GPUs in gpus; RPC servers go in [flags] rpc")
+
+
 def _check_flags(plan: Plan, eng: Engine) -> None:
+    _check_devices(plan, eng)
     f = plan.config.flags
     if f.merge_qkv and not eng.has_merge_qkv:
         raise plan.error_at_key(("flags", "merge_qkv"), f"{eng.name} has no --merge-qkv (an ik_llama.cpp flag)")

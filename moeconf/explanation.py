@@ -4,14 +4,28 @@ which item put it there, and which items matched nothing."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.engines.cmdline import Arg, Invocation, engine_items, invocation_ncmoe, parse_invocation
-from moeconf.engines.regex import check_regex
+from moeconf.engines.cmdline import (
+    Arg,
+    Invocation,
+    engine_items,
+    invocation_ncmoe,
+    parse_invocation,
+    unknown_flag_message,
+)
+from moeconf.engines.regex import (
+    RegexProblem,
+    TimeBudget,
+    check_regex,
+    ecmascript_search,
+    misreadings,
+    python_disagreement,
+)
 from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, simulate
-from moeconf.model.inventory import Inventory, format_ranges
+from moeconf.model.inventory import Inventory, first_shard, format_ranges
 from moeconf.placement import Placement
 
 
@@ -58,10 +72,22 @@ class Explanation:
         }
 
 
+def local_gpus(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
+    """The local GPUs among `gpus`: a name that an `--rpc` server already adds is that one
+    device, not a second one; a name given twice is one device."""
+    rpc = set(invocation.rpc_devices())
+    out: list[str] = []
+    for g in gpus:
+        if g not in rpc and g not in out:
+            out.append(g)
+    return out
+
+
 def available_devices(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
     """CPU, then the accelerators: RPC servers first (both engines put them in front), then local
-    GPUs; `-dev` keeps the ones it names, in its order (`none`: no accelerator)."""
-    have = [*invocation.rpc_devices(), *gpus]
+    GPUs (a name an RPC server already adds counts once); `-dev` keeps the ones it names, in its
+    order (`none`: no accelerator)."""
+    have = [*dict.fromkeys(invocation.rpc_devices()), *local_gpus(invocation, gpus)]
     if invocation.device_list is not None:
         named = [d for d in invocation.device_list.text.split(",") if d]
         have = [] if named == ["none"] else [d for d in named if d in have]
@@ -97,6 +123,11 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     devices = available_devices(invocation, gpus)
     accel = devices[1:]
     refusals: list[str] = [msg for _arg, msg in invocation.problems]
+    refusals += [unknown_flag_message(eng, arg.text, closest) for arg, closest in invocation.unknown_flags]
+    if invocation.model is not None and first_shard(invocation.model.text) != invocation.model.text:
+        refusals.append(f"-m {invocation.model.text} is not the first shard of a split model: the engine loads "
+                        f"only from the first (\"model must be loaded with the first split\"): write -m "
+                        f"{first_shard(invocation.model.text)}")
     notes: list[str] = []
     ngl = invocation.n_gpu_layers()
     if ngl < 0:
@@ -113,15 +144,26 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
         notes.append("--fit is on by default and nothing is set by hand: fit chooses -ngl and overrides at "
                      "load time from free memory; the map shows everything offloaded")
     defaults = default_devices(inv, eng, ngl, accel, ts, sm, layer_devices)
+    names = [t.name for t in inv.tensors]
+    matches: dict[str, frozenset[str]] = {}  # pattern -> the names std::regex_search finds it in
+    budget = TimeBudget()
     for raw in invocation.items():
         if raw.pattern is None:
             refusals.append(f"-ot item {raw.text!r} has no '=' (REGEX=DEVICE)")
             continue
         if raw.device not in devices:
             refusals.append(f"unknown buffer type {raw.device!r} (available: {', '.join(devices)})")
-        problem = check_regex(raw.pattern)
-        if problem:
-            refusals.append(f"regex {raw.pattern!r}: {problem.message}")
+        if raw.pattern in matches:
+            continue
+        found = ecmascript_search(raw.pattern, names, budget.limit())
+        if isinstance(found, RegexProblem):
+            refusals.append(f"regex {raw.pattern!r}: {found.message}")
+            continue
+        matches[raw.pattern] = found
+        notes.extend(f"regex {raw.pattern!r}: {m.message}" for m in misreadings(raw.pattern))
+        differs = python_disagreement(raw.pattern)
+        if differs:
+            notes.append(f"regex {raw.pattern!r} is read as ECMAScript (std::regex), not as Python's re: {differs}")
     items = engine_items(invocation, inv, len(accel), layer_devices)
     if eng.ot_needs_gpu and (not accel or ngl == 0) and items:
         notes.append(f"{eng.label} drops every -ot and --n-cpu-moe rule with -ngl 0 or no GPU")
@@ -130,9 +172,15 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
         notes += ncmoe_notes(invocation, inv, accel, layer_devices)
     if invocation.ngl is None and eng.default_ngl == 0 and accel:
         notes.append(f"{eng.label} offloads nothing without -ngl (default 0): every layer stays on the CPU")
-    usable = [(p, d, o, k) for p, d, o, k in items if d in devices and check_regex(p) is None]
+    usable = [(p, d, o, k) for p, d, o, k in items
+              if d in devices and (p in matches or (k is None and check_regex(p) is None))]
+
+    def matcher(pattern: str) -> Callable[[str], bool]:
+        found = matches.get(pattern)
+        return found.__contains__ if found is not None else ecmascript_matcher(pattern)
+
     overrides = [OverrideItem(p, d, o) for p, d, o, _ in usable]
-    sim = simulate(inv, overrides, defaults, ecmascript_matcher)
+    sim = simulate(inv, overrides, defaults, matcher)
     reasons = {}
     for t in inv.tensors:
         k = sim.matched_by[t.name]

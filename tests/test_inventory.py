@@ -273,7 +273,7 @@ def test_shipped_examples_match_fixtures(layout_paths: dict[str, Path]) -> None:
         (lambda d: d.update(version=9), "unsupported manifest version 9"),
         (lambda d: d["metadata"].update(block_count=-1), "metadata.block_count: expected an integer >= 0"),
         (lambda d: d["metadata"].update(colour="red"), "metadata.colour: unknown key"),
-        (lambda d: d["tensors"][0].update(type="Q9_Z"), "unknown ggml type 'Q9_Z'"),
+        (lambda d: d["tensors"][0].update(type="Q9_Z"), 'unknown ggml type "Q9_Z"'),
         (lambda d: d["tensors"][0].update(nbytes=1), "disagrees with"),
         (lambda d: d["tensors"][0].update(shape=[]), "expected 1 to 4 dimensions"),
         (lambda d: d["tensors"].append(dict(d["tensors"][0])), "appears twice"),

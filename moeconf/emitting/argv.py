@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from moeconf.engines import Engine
 from moeconf.errors import PlanError
-from moeconf.model.inventory import Inventory
+from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import Plan
 from moeconf.synth.rules import Synthesis
 
@@ -17,13 +17,21 @@ DEFAULT_BINARY = "llama-server"
 
 
 def serve_path(plan: Plan, inv: Inventory, override: str | None = None) -> str:
-    if override:
-        return override
+    """The `-m` path: `[model] serve_path` when set, else the GGUF that was read (`override`, the
+    `--model` path, or the plan's `path`). Always the first shard of a split model: the engines
+    refuse any other. A manifest has no GGUF path, so without `serve_path` it is an error."""
     cfg = plan.config.model
     if cfg.serve_path:
-        return str(cfg.serve_path)
-    if cfg.path.endswith(".gguf"):
-        return plan.resolve_path(cfg.path)
+        return first_shard(str(cfg.serve_path))
+    if not inv.from_manifest:
+        return first_shard(override or plan.resolve_path(cfg.path))
+    if override:
+        raise PlanError(
+            f"--model {override} is a manifest, so moeconf does not know the GGUF path the engine should load",
+            path=plan.path,
+            hint="set [model] serve_path = \"/models/NAME-00001-of-0000N.gguf\" (the path as the server sees it) "
+            "or give --model the GGUF",
+        )
     raise plan.error_at_key(
         ("model", "path"),
         "the model is a manifest, so moeconf does not know the GGUF path the engine should load",
@@ -51,11 +59,14 @@ def _load_mode(plan: Plan, eng: Engine) -> list[str]:
 
 
 def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_path: str | None = None,
-               *, with_binary: bool = True) -> list[str]:
+               *, with_binary: bool = True, need_model: bool = True) -> list[str]:
+    """The engine's argv. `need_model=False` (for outputs without a command line, like the bare
+    `-ot` value) leaves `-m` out when the model is a manifest without `serve_path`."""
     f = plan.config.flags
     t = plan.config.targets
     argv: list[str] = [t.binary or DEFAULT_BINARY] if with_binary else []
-    argv += ["-m", serve_path(plan, inv, model_path)]
+    if need_model or plan.config.model.serve_path or not inv.from_manifest:
+        argv += ["-m", serve_path(plan, inv, model_path)]
     if f.rpc:
         argv += ["--rpc", ",".join(f.rpc)]
     ngl = f.n_gpu_layers

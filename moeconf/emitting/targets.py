@@ -135,6 +135,10 @@ def server_args(c: Compiled, *, for_container: bool) -> list[str]:
 
 
 def _model_override(c: Compiled) -> str | None:
+    """The compiled `-m` value; None when there is none (a manifest without serve_path,
+    compiled for the bare `-ot` output)."""
+    if "-m" not in c.argv:
+        return None
     i = c.argv.index("-m")
     return c.argv[i + 1]
 

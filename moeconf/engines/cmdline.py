@@ -33,20 +33,81 @@ class Arg:
         return self.line, (self.column + offset) if self.column else 0
 
 
-# options that take a value (both engines' spellings)
-_VALUED = {
-    "-m", "--model", "-ngl", "--gpu-layers", "--n-gpu-layers", "-ot", "--override-tensor", "-ncmoe",
-    "--n-cpu-moe", "--rpc", "-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu", "-c",
-    "--ctx-size", "-b", "--batch-size", "-ub", "--ubatch-size", "-t", "--threads", "-tb", "--threads-batch",
-    "-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "--host", "--port", "-lm", "--load-mode", "-fitt",
-    "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-a", "--alias", "-np", "--parallel", "-n",
-    "--n-predict", "-p", "--prompt", "--chat-template", "--chat-template-file", "-md", "--model-draft",
-    "--spec-type", "--temp", "--top-k", "--top-p", "--min-p", "--seed", "-s", "--mmproj", "-dev", "--device",
-    "--numa", "-cb", "--api-key", "--slot-save-path", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file",
-    "--lora", "--control-vector", "--grammar", "--grammar-file", "-j", "--json-schema", "--reasoning-format",
-    "--reasoning-budget", "-ngld", "--gpu-layers-draft", "--draft-max", "--draft-min", "-otd",
-    "--override-tensor-draft", "-amb", "-ser", "--cache-ram", "-gfm", "--gpu-fit-margin", "--max-gpu",
+# Binaries that read the engines' common argument parser (the flag table applies to them).
+COMMON_ARG_BINARIES = frozenset({
+    "llama-server", "llama-cli", "llama-completion", "llama-mtmd-cli", "server", "main",
+})
+
+
+@dataclass(frozen=True)
+class RemovedFlag:
+    """A flag the newest code no longer has: versions before `date` (ik_llama.cpp commit dates)
+    or before build `build` (mainline) still take it."""
+
+    date: str
+    build: int
+    values: int
+    note: str
+
+
+# Flags gone from the newest code read, with when they went (the flag table has only the newest).
+REMOVED_FLAGS: dict[str, dict[str, RemovedFlag]] = {
+    "ik_llama.cpp": {
+        name: RemovedFlag("2025-10-25", 0, 0, "fused MoE is on by default since PR #863; -no-fmoe turns it off")
+        for name in ("-fmoe", "--fused-moe")
+    },
 }
+
+
+def _before(engine: Engine, removed: RemovedFlag) -> bool:
+    """Whether `engine`'s declared version predates the removal."""
+    if engine.name == "llama.cpp":
+        return engine.build is not None and engine.build < removed.build
+    v = (engine.version or "").strip().lstrip("v")
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+        return v < removed.date  # the date as written: Engine.date is clamped to the code read
+    return engine.version is not None and (engine.date or "9999") < removed.date
+
+
+def known_flags(engine: Engine) -> dict[str, int]:
+    """Every flag `engine`'s argument parser knows -> how many values it takes (from the
+    engines' sources: engines/flagtable.py)."""
+    from moeconf.engines.flagtable import IK, MAINLINE
+
+    return IK if engine.name == "ik_llama.cpp" else MAINLINE
+
+
+def normalize_flag(name: str) -> str:
+    """As both engines read a word: `--a_b` is `--a-b` (underscores only in long flags)."""
+    return name.replace("_", "-") if name.startswith("--") else name
+
+
+def closest_flag(engine: Engine, name: str) -> str | None:
+    """The known flag `name` was most likely meant to be (`--n-cpu-mo` -> `--n-cpu-moe`)."""
+    import difflib
+
+    table = known_flags(engine)
+    base = name.partition("=")[0]
+    if base != name and normalize_flag(base) in table:
+        return normalize_flag(base)
+    close = difflib.get_close_matches(normalize_flag(base), list(table), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def unknown_flag_message(engine: Engine, name: str, closest: str | None) -> str:
+    """What the engine does with an unknown flag, and what was probably meant."""
+    removed = REMOVED_FLAGS.get(engine.name, {}).get(normalize_flag(name))
+    if removed is not None:
+        return (f"{engine.label} has no {name} any more (removed {removed.date}: {removed.note}); builds since "
+                "stop with an unknown-argument error")
+    if "=" in name and closest is not None and closest == normalize_flag(name.partition("=")[0]):
+        value = name.partition("=")[2]
+        return (f"{engine.label} does not split {name!r} at '=': it stops with an unknown-argument error "
+                f"(write {closest} {value})")
+    meant = f" (did you mean {closest}?)" if closest else ""
+    return f"unknown argument {name!r}{meant}: {engine.label} stops with an invalid-argument error"
+
+
 _FA_VALUES = {"on", "off", "auto", "enabled", "disabled", "true", "false", "1", "0", "-1"}
 
 
@@ -101,6 +162,7 @@ class Invocation:
     ctx_size: Arg | None = None
     device_list: Arg | None = None  # -dev/--device: the devices the engine may use, in order
     problems: list[tuple[Arg, str]] = field(default_factory=list)  # values the engine rejects
+    unknown_flags: list[tuple[Arg, str | None]] = field(default_factory=list)  # (flag, closest known flag)
 
     def items(self) -> list[RawItem]:
         """Every user item, in the order the engine tests them (env first on mainline)."""
@@ -127,6 +189,14 @@ class Invocation:
 
     def n_gpu_layers(self) -> int:
         return self.ngl[1] if self.ngl else self.engine.default_ngl
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _int(text: str) -> int | None:
@@ -168,21 +238,42 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
     if words and not words[0].text.startswith("-"):
         inv.binary = words[0]
         i = 1
+    table = known_flags(engine)
+    binary = inv.binary.text.rsplit("/", 1)[-1].removesuffix(".exe") if inv.binary else None
+    check_flags = binary is None or binary in COMMON_ARG_BINARIES
     while i < len(words):
         w = words[i]
-        name, value = w.text, None
+        name, value = normalize_flag(w.text), None
         if name.startswith("--") and "=" in name:
-            name, _, rest = name.partition("=")
+            # Neither engine splits --flag=value (both stop at the unknown argument); what was
+            # meant is still simulated, and the word reported.
+            name, _, rest = w.text.partition("=")
+            name = normalize_flag(name)
             value = Arg(rest, w.path, w.line, w.column + len(name) + 1 if w.column else 0)
+            if check_flags:
+                inv.unknown_flags.append((w, name if name in table else closest_flag(engine, name)))
         flag = Arg(name, w.path, w.line, w.column)
-        takes = name in _VALUED or (name in ("-fa", "--flash-attn") and engine.fa_takes_value) or (
-            name in ("-fit", "--fit") and engine.fit_flag == "-fit")
+        n_values = table.get(name)
+        removed = REMOVED_FLAGS.get(engine.name, {}).get(name)
+        if n_values is None and removed is not None and _before(engine, removed):
+            n_values = removed.values  # the declared version still has it
+        if n_values is None and name.startswith("-") and not _is_number(name):
+            closest = closest_flag(engine, name)
+            if check_flags and value is None:
+                inv.unknown_flags.append((flag, closest))
+            # read the words after it as the flag that was probably meant would
+            n_values = table.get(closest, 0) if closest else 0
+        takes = bool(n_values)
+        if name in ("-fa", "--flash-attn"):
+            takes = engine.fa_takes_value
         if takes and value is None:
             if name in ("-fa", "--flash-attn") and (i + 1 >= len(words) or words[i + 1].text not in _FA_VALUES):
                 takes = False
             elif i + 1 < len(words):
                 value = words[i + 1]
                 i += 1
+                if n_values == 2 and i + 1 < len(words):
+                    i += 1  # the second value of a two-value flag (--lora-scaled FNAME SCALE)
             else:
                 inv.problems.append((flag, f"{name} needs a value"))
                 i += 1

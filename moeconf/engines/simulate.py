@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from moeconf.engines import AUTO_GPU, Engine
+from moeconf.engines.regex import RegexProblem
 from moeconf.model.inventory import Inventory, Tensor
 
 OUTPUT_LAYER_BASES = frozenset({"output", "output_norm"})
@@ -115,11 +116,34 @@ def python_matcher(pattern: str) -> Callable[[str], bool]:
 
 @cache
 def ecmascript_matcher(pattern: str) -> Callable[[str], bool]:
-    """ECMAScript semantics through the `regress` engine (what std::regex ECMAScript reads)."""
-    import regress
+    """ECMAScript semantics through the `regress` engine (what std::regex ECMAScript reads), for
+    patterns moeconf wrote. Raises ValueError for a pattern std::regex refuses. User patterns go
+    through `bounded_matcher`, which also bounds the time."""
+    from moeconf.engines.regex import check_regex, ecmascript_compiled
 
-    rx = regress.Regex(pattern)
+    problem = check_regex(pattern)
+    if problem is not None:
+        raise ValueError(f"{pattern!r}: {problem.message}")
+    rx = ecmascript_compiled(pattern)
     return lambda name: rx.find(name) is not None
+
+
+def bounded_matcher(names: Sequence[str]) -> tuple[Matcher, dict[str, RegexProblem]]:
+    """A matcher for user patterns over `names` that never raises and never runs long: each
+    pattern is matched once over all names, in bounded time (engines/regex.py). Patterns that
+    std::regex refuses or that take too long match nothing and are listed in the dict."""
+    from moeconf.engines.regex import ecmascript_search
+
+    problems: dict[str, RegexProblem] = {}
+
+    def matcher(pattern: str) -> Callable[[str], bool]:
+        found = ecmascript_search(pattern, names)
+        if isinstance(found, frozenset):
+            return found.__contains__
+        problems[pattern] = found
+        return lambda _name: False
+
+    return matcher, problems
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from moeconf.errors import GGUFError
+from moeconf.errors import GGUFError, open_regular
 from moeconf.model import ggml
 
 GGUF_MAGIC = b"GGUF"
@@ -223,7 +223,7 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     """Read the header of one GGUF file (one shard of a split model)."""
     spath = os.fspath(path)
     try:
-        with open(spath, "rb") as f:
+        with open_regular(spath, GGUFError, "a GGUF file") as f:
             size = os.fstat(f.fileno()).st_size
             if size < _HEADER.size:
                 raise GGUFError(

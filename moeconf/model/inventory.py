@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
-from moeconf.errors import GGUFError, MoeconfError
+from moeconf.errors import GGUFError, MoeconfError, open_regular
 from moeconf.model import ggml
 from moeconf.model.gguf_header import GGUFHeader, SkippedArray, read_header
 from moeconf.model.taxonomy import Group, LayerKind, classify_name
@@ -146,6 +146,7 @@ class Inventory:
     warnings: tuple[str, ...] = ()
     source: str = field(default="", compare=False)
     shards: tuple[str, ...] = field(default=(), compare=False)
+    from_manifest: bool = field(default=False, compare=False)  # read from a manifest: no weights, no GGUF path
 
     @property
     def arch(self) -> str:
@@ -177,9 +178,21 @@ class Inventory:
 
 
 def build_inventory(
-    metadata: ModelMetadata, raw: Iterable[RawTensor], *, source: str = "", shards: tuple[str, ...] = ()
+    metadata: ModelMetadata, raw: Iterable[RawTensor], *, source: str = "", shards: tuple[str, ...] = (),
+    error: type[MoeconfError] = MoeconfError, from_manifest: bool = False,
 ) -> Inventory:
-    """Classify raw tensors and layers; cross-check layer kinds against the metadata."""
+    """Classify raw tensors and layers; cross-check layer kinds against the metadata.
+
+    Counts from the metadata are checked against the tensors present before anything loops
+    over them: every block holds at least one tensor, so a `block_count` above the number of
+    tensors (a corrupt or hostile header claiming billions of blocks) is an `error`."""
+    raw = list(raw)
+    check_count(f"{metadata.arch}.block_count", metadata.block_count, len(raw), "tensors",
+                source, error, hint="every block holds at least one tensor (a vocabulary-only GGUF has no "
+                "tensors to place)")
+    if isinstance(metadata.head_count_kv, tuple) and len(metadata.head_count_kv) > max(metadata.block_count, 1):
+        raise error(f"{metadata.arch}.attention.head_count_kv has {len(metadata.head_count_kv)} entries for "
+                    f"{metadata.block_count} blocks", path=source or None)
     warnings: list[str] = []
     per_layer_roles: dict[int, set[str]] = {}
     classified: list[tuple[RawTensor, Any]] = []
@@ -223,7 +236,15 @@ def build_inventory(
         for r, k in classified
     )
     layers = tuple(Layer(il, kinds[il]) for il in sorted(kinds))
-    return Inventory(metadata, tensors, layers, tuple(warnings), source, shards)
+    return Inventory(metadata, tensors, layers, tuple(warnings), source, shards, from_manifest)
+
+
+def check_count(what: str, value: int, limit: int, limit_what: str, source: str,
+                error: type[MoeconfError] = MoeconfError, hint: str | None = None) -> None:
+    """Raise `error` when a count read from a file exceeds what the file can hold."""
+    if value > limit:
+        raise error(f"{what} is {value}, but there are only {limit} {limit_what}: the count is corrupt",
+                    path=source or None, hint=hint)
 
 
 def _cross_check(md: ModelMetadata, kinds: dict[int, LayerKind]) -> list[str]:
@@ -349,6 +370,13 @@ def shard_paths(path: str) -> tuple[str, list[str]]:
     return paths[0], paths
 
 
+def first_shard(path: str) -> str:
+    """The path the engines must be given for a split model: `X-00002-of-00003.gguf` ->
+    `X-00001-of-00003.gguf` (llama.cpp refuses "model must be loaded with the first split");
+    any other path unchanged. Works on the name alone (for paths as a server sees them)."""
+    return shard_paths(path)[0]
+
+
 def read_gguf_inventory(path: str | os.PathLike[str]) -> Inventory:
     """Read a GGUF (any shard of a split model: every shard's tensor table is read)."""
     spath = os.fspath(path)
@@ -383,7 +411,7 @@ def read_gguf_inventory(path: str | os.PathLike[str]) -> Inventory:
             )
         headers = [head]
         for i, p in enumerate(expected_paths[1:], start=1):
-            if not os.path.exists(p):
+            if not os.path.lexists(p):  # a link is read (and refused) by read_header
                 raise GGUFError(f"shard {i + 1} of {count} is missing", path=p)
             h = read_header(p)
             sno = _int_meta(h, "split.no")
@@ -410,7 +438,7 @@ def read_gguf_inventory(path: str | os.PathLike[str]) -> Inventory:
                 raise GGUFError(f"tensor {t.name!r} appears in two shards (also in {seen[t.name]})", path=h.path)
             seen[t.name] = h.path
             raw.append(RawTensor(t.name, t.type_name, t.shape, t.nbytes))
-    return build_inventory(metadata, raw, source=spath, shards=tuple(h.path for h in headers))
+    return build_inventory(metadata, raw, source=spath, shards=tuple(h.path for h in headers), error=GGUFError)
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
@@ -420,11 +448,7 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
         from moeconf.model.manifest import read_manifest
 
         return read_manifest(spath)
-    if not os.path.exists(spath):
-        raise MoeconfError("no such file", path=spath)
-    if os.path.isdir(spath):
-        raise MoeconfError("is a directory; give a .gguf file or a manifest .json", path=spath)
-    with open(spath, "rb") as f:
+    with open_regular(spath, MoeconfError, "a GGUF file or a manifest .json") as f:
         start = f.read(64).lstrip()
     if start.startswith(b"{"):
         from moeconf.model.manifest import read_manifest

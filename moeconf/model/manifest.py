@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 from typing import Any
 
 from moeconf.atomic import write_text_atomic
@@ -57,12 +59,21 @@ def _fail(path: str, where: str, message: str) -> ManifestError:
     return ManifestError(f"{where}: {message}" if where else message, path=path)
 
 
+def _short(v: Any) -> str:
+    """A JSON value for a message, cut short (a wrong-typed value may be huge)."""
+    try:
+        text = json.dumps(v)
+    except (ValueError, RecursionError):
+        text = type(v).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _want_int(path: str, where: str, v: Any, *, nullable: bool, minimum: int = 0) -> int | None:
     if v is None and nullable:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
         kind = f"an integer >= {minimum}" + (" or null" if nullable else "")
-        raise _fail(path, where, f"expected {kind}, got {json.dumps(v)}")
+        raise _fail(path, where, f"expected {kind}, got {_short(v)}")
     return v
 
 
@@ -73,7 +84,7 @@ def parse_manifest(data: Any, path: str) -> Inventory:
         raise _fail(path, "format", f"expected {FORMAT!r}: is this a moeconf manifest?")
     version = data.get("version")
     if isinstance(version, bool) or version not in READS:
-        raise _fail(path, "version", f"unsupported manifest version {version!r} (this moeconf reads "
+        raise _fail(path, "version", f"unsupported manifest version {_short(version)} (this moeconf reads "
                     f"{', '.join(map(str, READS))})")
     md = data.get("metadata")
     if not isinstance(md, dict):
@@ -123,27 +134,42 @@ def parse_manifest(data: Any, path: str) -> Inventory:
         seen.add(tname)
         ttype = t.get("type")
         if not isinstance(ttype, str) or ttype not in type_ids:
-            raise _fail(path, f"{where}.type", f"unknown ggml type {ttype!r}")
+            raise _fail(path, f"{where}.type", f"unknown ggml type {_short(ttype)}")
         shape = t.get("shape")
         if not isinstance(shape, list) or not 1 <= len(shape) <= 4:
             raise _fail(path, f"{where}.shape", "expected 1 to 4 dimensions")
         dims = tuple(_want_int(path, f"{where}.shape", d, nullable=False, minimum=1) or 0 for d in shape)
+        n_elements = 1
+        for d in dims:
+            n_elements *= d
+        if n_elements >= 1 << 62:  # the same bound as the GGUF reader's
+            raise _fail(path, f"{where}.shape", f"element count of {_short(list(dims))} overflows")
         try:
             size = ggml.nbytes(type_ids[ttype], dims)
         except ValueError as e:
             raise _fail(path, f"{where}.shape", str(e)) from None
         nbytes = t.get("nbytes")
         if size is None or nbytes != size:
-            raise _fail(path, f"{where}.nbytes", f"{nbytes!r} disagrees with {ttype} {list(dims)}: {size} bytes")
+            raise _fail(path, f"{where}.nbytes", f"{_short(nbytes)} disagrees with {ttype} {list(dims)}: {size} bytes")
         extra_t = sorted(set(t) - {"name", "type", "shape", "nbytes"})
         if extra_t:
             raise _fail(path, f"{where}.{extra_t[0]}", "unknown key")
         raw.append(RawTensor(tname, ggml.type_names()[type_ids[ttype]], dims, size))
-    src = data.get("source")
-    shards: tuple[str, ...] = ()
-    if isinstance(src, dict) and isinstance(src.get("shards"), int) and src["shards"] > 1:
-        shards = tuple(f"shard {i + 1}" for i in range(src["shards"]))
-    inv = build_inventory(metadata, raw, source=path, shards=shards)
+    src = data.get("source", {})
+    if not isinstance(src, dict):
+        raise _fail(path, "source", "expected an object {file, shards}")
+    extra_s = sorted(set(src) - {"file", "shards"})
+    if extra_s:
+        raise _fail(path, f"source.{extra_s[0]}", "unknown key (known: file, shards)")
+    if src.get("file") is not None and not isinstance(src["file"], str):
+        raise _fail(path, "source.file", f"expected a file name or null, got {_short(src['file'])}")
+    n_shards = _want_int(path, "source.shards", src.get("shards", 1), nullable=False, minimum=1) or 1
+    # a shard holds at least one tensor, except the first, which may hold only metadata
+    if n_shards > len(raw) + 1:
+        raise _fail(path, "source.shards", f"{n_shards} shards cannot hold {len(raw)} tensors (each shard but "
+                    "the first holds at least one): the count is corrupt")
+    shards = tuple(f"shard {i + 1}" for i in range(n_shards)) if n_shards > 1 else ()
+    inv = build_inventory(metadata, raw, source=path, shards=shards, error=ManifestError, from_manifest=True)
     if version == 1:
         from dataclasses import replace
 
@@ -154,11 +180,62 @@ def parse_manifest(data: Any, path: str) -> Inventory:
     return inv
 
 
+# A manifest of the largest models is well under a megabyte; anything far larger is not one.
+MAX_MANIFEST_BYTES = 64 << 20
+# A manifest nests four deep (object > tensors > tensor > shape); Python's json recursion fails
+# somewhere near 1000.
+MAX_NESTING = 64
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _nesting_error(text: str, path: str) -> ManifestError | None:
+    """Where `text` first nests deeper than MAX_NESTING (strings skipped), or None."""
+    depth = 0
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                line, col = _position(text, i)
+                return ManifestError(f"JSON nested more than {MAX_NESTING} deep (a manifest nests 4 deep)",
+                                     path=path, line=line, column=col)
+        elif ch in "]}":
+            depth -= 1
+    return None
+
+
+def loads_manifest_json(text: str, path: str) -> Any:
+    """json.loads with every failure a ManifestError at line:col: syntax, nesting too deep for
+    the parser, integers longer than Python converts (4300 digits)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"invalid JSON: {e.msg}", path=path, line=e.lineno, column=e.colno) from None
+    except RecursionError:
+        err = _nesting_error(text, path)
+        raise (err or ManifestError("JSON nested too deeply", path=path)) from None
+    except ValueError:  # int too long to convert: the decoder gives no position
+        m = re.search(r"\d{" + str(sys.get_int_max_str_digits() + 1) + ",}", text)
+        line, col = _position(text, m.start()) if m else (None, None)
+        limit = sys.get_int_max_str_digits()
+        raise ManifestError(f"a number in the JSON has more than {limit} digits", path=path, line=line,
+                            column=col) from None
+
+
 def read_manifest(path: str | os.PathLike[str]) -> Inventory:
     spath = os.fspath(path)
-    text = read_text(spath, ManifestError, "a manifest")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"invalid JSON: {e.msg}", path=spath, line=e.lineno, column=e.colno) from None
-    return parse_manifest(data, spath)
+    text = read_text(spath, ManifestError, "a manifest", max_bytes=MAX_MANIFEST_BYTES)
+    return parse_manifest(loads_manifest_json(text, spath), spath)

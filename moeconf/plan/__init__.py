@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,39 @@ def _friendly(err: Any, cfg: dict[str, Any]) -> str:
     return f"{where}: {err['msg']}"
 
 
+def _line_col(text: str, offset: int) -> tuple[int, int]:
+    return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _deep_nesting(text: str, limit: int = 64) -> tuple[int | None, int | None]:
+    """Where brackets outside strings first nest deeper than `limit` (an approximation of TOML's
+    structure good enough to point at the spot), or (None, None)."""
+    depth = 0
+    quote = ""
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            j = text.find("\n", i)
+            i = len(text) if j < 0 else j
+            continue
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return _line_col(text, i)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return None, None
+
+
 def _validate_with_pydantic(data: dict[str, Any], positions: dict[tuple[str | int, ...], Pos], path: str) -> Any:
     """The pydantic model's verdict: its value, or a PlanError at file:line:col."""
     from pydantic import ValidationError
@@ -109,6 +143,15 @@ def plan_from_text(text: str, path: str) -> Plan:
         m = _TOML_POS.search(msg)
         line, col = (int(m.group(1)), int(m.group(2))) if m else (None, None)
         raise PlanError(f"TOML syntax: {_TOML_POS.sub('', msg).strip()}", path=path, line=line, column=col) from None
+    except RecursionError:
+        line, col = _deep_nesting(text)
+        raise PlanError("arrays or tables nested too deeply for the TOML parser (a plan nests 2 deep)",
+                        path=path, line=line, column=col) from None
+    except ValueError:  # an integer with more digits than Python converts (4300)
+        m = re.search(r"\d{" + str(sys.get_int_max_str_digits() + 1) + ",}", text)
+        line, col = _line_col(text, m.start()) if m else (None, None)
+        raise PlanError(f"a number has more than {sys.get_int_max_str_digits()} digits",
+                        path=path, line=line, column=col) from None
     positions = scan(text)
     if "rules" in data and not isinstance(data["rules"], list):
         pos = locate(positions, ("rules",))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 from functools import cache
@@ -110,6 +111,8 @@ def _value(v: Any, sch: dict[str, Any], defs: dict[str, Any]) -> Any:
     elif t == "number":
         if not isinstance(v, int | float) or isinstance(v, bool):
             raise _Reject
+        if isinstance(v, float) and not math.isfinite(v):
+            raise _Reject  # nan and inf: pydantic's validators decide
         _bounds(v, sch)
         v = float(v)
     elif t == "boolean":

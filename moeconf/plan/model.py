@@ -4,12 +4,14 @@ from these models (`moeconf schema`); a test fails when it is stale."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # host:port with no comma or space anywhere (what `_rpc_form` accepts)
 RPC_PATTERN = r"^[^, ]+:[0-9]+$"
+# The engines read integer flags with std::stoi: larger values stop them at start-up.
+INT_MAX = 2**31 - 1
 
 DockerBackend = Literal["cpu", "cuda", "cuda13", "rocm", "vulkan", "intel", "musa"]
 
@@ -52,7 +54,7 @@ class EngineSection(_Section):
 class Flags(_Section):
     """Engine flags that bear on placement. moeconf emits them in the engine's own spelling."""
 
-    n_gpu_layers: int | Literal["all"] = Field(
+    n_gpu_layers: Annotated[int, Field(le=INT_MAX)] | Literal["all"] = Field(
         default="all",
         description="`-ngl`: layers offloaded by default. Tensors no rule selects stay where this puts "
         "them. `all` (the default) is emitted as `-ngl 999`.",
@@ -63,9 +65,9 @@ class Flags(_Section):
         "tensors by hand (fit would give up anyway, after possibly cutting the context). ik_llama.cpp "
         "refuses `--fit` together with `-ot`.",
     )
-    ctx_size: int | None = Field(default=None, ge=0, description="`-c`: context size in tokens.")
-    batch: int | None = Field(default=None, ge=1, description="`-b`: logical batch size.")
-    ubatch: int | None = Field(default=None, ge=1, description="`-ub`: physical batch size.")
+    ctx_size: int | None = Field(default=None, ge=0, le=INT_MAX, description="`-c`: context size in tokens.")
+    batch: int | None = Field(default=None, ge=1, le=INT_MAX, description="`-b`: logical batch size.")
+    ubatch: int | None = Field(default=None, ge=1, le=INT_MAX, description="`-ub`: physical batch size.")
     flash_attn: Literal["on", "off", "auto"] | None = Field(default=None, description="`-fa`.")
     cache_type_k: str | None = Field(default=None, description="`-ctk`: K cache type (f16, q8_0, ...).")
     cache_type_v: str | None = Field(default=None, description="`-ctv`: V cache type.")
@@ -76,17 +78,27 @@ class Flags(_Section):
         default=False, description="ik_llama.cpp `-muge`: merge up and gate experts where both land together."
     )
     split_mode: Literal["none", "layer", "row", "graph", "attn"] | None = Field(default=None, description="`-sm`.")
-    tensor_split: list[float] | None = Field(
+    tensor_split: list[Annotated[float, Field(ge=0)]] | None = Field(
         default=None, description="`-ts`: proportions per GPU; also used to predict default placement."
     )
-    main_gpu: int | None = Field(default=None, ge=0, description="`-mg`.")
+    main_gpu: int | None = Field(default=None, ge=0, le=INT_MAX, description="`-mg`.")
     rpc: list[str] = Field(
         default=[], description="`--rpc` servers, `host:port` each.",
         # the same check as `_rpc_form`, for validators that read only the schema
         json_schema_extra={"items": {"type": "string", "pattern": RPC_PATTERN}},
     )
-    threads: int | None = Field(default=None, ge=1, description="`-t`.")
+    threads: int | None = Field(default=None, ge=1, le=INT_MAX, description="`-t`.")
     extra: list[str] = Field(default=[], description="More arguments, appended as given.")
+
+    @field_validator("tensor_split")
+    @classmethod
+    def _finite(cls, v: list[float] | None) -> list[float] | None:
+        import math
+
+        for x in v or ():
+            if not math.isfinite(x) or x < 0:
+                raise ValueError(f"{x} is not a proportion (a finite number >= 0)")
+        return v
 
     @field_validator("rpc")
     @classmethod

@@ -71,6 +71,8 @@ def _scan_array(lines: list[str], row: int, col: int, path: Path, out: dict[Path
             if ch == "#":
                 break
             if ch == "[":
+                if depth == 1 and (*path, index) not in out:
+                    out[(*path, index)] = Pos(r + 1, c + 1)  # a nested array
                 depth += 1
             elif ch == "]":
                 depth -= 1
@@ -83,6 +85,8 @@ def _scan_array(lines: list[str], row: int, col: int, path: Path, out: dict[Path
                     out[(*path, index)] = Pos(r + 1, c + 1)
                 c = _skip_string(line, c)
                 continue
+            elif depth == 1 and not ch.isspace() and (*path, index) not in out:
+                out[(*path, index)] = Pos(r + 1, c + 1)  # a number, a boolean, an inline table
             c += 1
         r += 1
         c = 0

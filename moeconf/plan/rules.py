@@ -102,6 +102,8 @@ def _fast_parse(text: str, index: int) -> Rule | None:
             arrow_end = m.end()
             toks.append((kind, m.group(), m.start(), m.end()))
             break
+        if kind == "int" and len(m.group()) > 9:
+            return None  # the grammar path reports it (_number)
         if kind != "ws":
             toks.append((kind, m.group(), m.start(), m.end()))
         pos = m.end()
@@ -175,6 +177,18 @@ def _fast_parse(text: str, index: int) -> Rule | None:
     return Rule(text, index, tuple(targets), tuple(tspans), layers, dm.group(), Span(dm.start(), dm.end()))
 
 
+def _number(tok: Any, text: str) -> int:
+    """A layer number or count from the rule; more than 9 digits is no model's (and would not
+    even convert past 4300 digits)."""
+    digits = str(tok)
+    if len(digits) > 9:
+        start = getattr(tok, "start_pos", None) or 0
+        raise RuleSyntaxError(f"number {digits[:12]}{'...' if len(digits) > 12 else ''} is too large for a "
+                              "layer number or count", offset=start,
+                              context=caret(text, Span(start, start + min(len(digits), 40))))
+    return int(digits)
+
+
 def parse_rule(text: str, index: int = 0) -> Rule:
     """Parse one rule; `RuleSyntaxError` (with a caret) when it does not parse."""
     fast = _fast_parse(text, index)
@@ -242,7 +256,7 @@ def lark_parse_rule(text: str, index: int = 0) -> Rule:
         if part.data == "layer_list":
             spans: list[tuple[int | None, int | None]] = []
             for item in part.children[0].children:
-                nums = [int(str(t)) for t in item.children]
+                nums = [_number(t, text) for t in item.children]
                 if item.data == "span":
                     if nums[0] > nums[1]:
                         raise RuleSyntaxError(
@@ -258,7 +272,7 @@ def lark_parse_rule(text: str, index: int = 0) -> Rule:
                     spans.append((nums[0], nums[0]))
             layers = LayerSet("list", tuple(spans), span=span)
         elif part.data in ("first_n", "last_n"):
-            n = int(str(part.children[-1]))
+            n = _number(part.children[-1], text)
             if n == 0:
                 raise RuleSyntaxError(f"'{part.data[:-2]} 0' selects nothing", offset=span.start,
                                       context=caret(text, span))

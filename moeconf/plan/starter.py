@@ -8,7 +8,7 @@ from typing import Any
 
 import tomli_w
 
-from moeconf.model.inventory import Inventory, format_ranges
+from moeconf.model.inventory import Inventory, first_shard, format_ranges
 from moeconf.model.taxonomy import GROUPS
 from moeconf.report.inventory import gib
 from moeconf.textsafe import safe
@@ -36,7 +36,8 @@ def _version_hint(engine: str) -> str:
 
 def starter_plan(inv: Inventory, model_arg: str, out_dir: str, engine: str = "llama.cpp") -> str:
     md = inv.metadata
-    model_abs = os.path.abspath(model_arg)
+    # a later shard of a split model: the plan names the first, which the engines load
+    model_abs = os.path.abspath(model_arg if inv.from_manifest else first_shard(model_arg))
     rel = os.path.relpath(model_abs, out_dir)
     bytes_of = {g: inv.total_bytes(t for t in inv.tensors if t.group == g) for g in GROUPS}
     moe = inv.layers_of_kind("moe")
@@ -65,7 +66,7 @@ def starter_plan(inv: Inventory, model_arg: str, out_dir: str, engine: str = "ll
     out.append("]")
     out.append("")
     model: dict[str, Any] = {"path": rel}
-    if not model_arg.endswith(".gguf"):
+    if inv.from_manifest:
         model["serve_path"] = f"/models/{(md.name or 'model').replace(' ', '-')}.gguf"
         out.append("# serve_path: the GGUF path as the server sees it (a manifest has no weights). Adjust it.")
     out.append(_table("model", model))

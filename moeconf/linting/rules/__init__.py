@@ -32,22 +32,24 @@ from moeconf.linting.rules import (
     rule_overridden,
     rule_selects_nothing,
     shadowed_rule,
+    slow_regex,
     sm_graph_overrides,
     space_in_list,
     trailing_comma,
     unescaped_dot,
     unknown_device,
+    unknown_flag,
     unmatched_pattern,
     unsupported_regex_syntax,
 )
 
 ALL: tuple[ModuleType, ...] = (
     model_unknown, comma_in_pattern, space_in_list, trailing_comma, missing_equals, invalid_regex,
-    unsupported_regex_syntax, unknown_device, prefix_collision, unescaped_dot, unmatched_pattern,
+    unsupported_regex_syntax, slow_regex, unknown_device, prefix_collision, unescaped_dot, unmatched_pattern,
     shadowed_rule, duplicate_rule, overbroad_catch_all, always_active_to_cpu, dense_layer_to_cpu,
     ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
     merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
     sm_graph_overrides, item_not_simulated, name_collision,
-    memory_over_device, cache_type_refused,
+    memory_over_device, cache_type_refused, unknown_flag,
 )
 BY_CODE = {m.CODE: m for m in ALL}

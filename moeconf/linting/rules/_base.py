@@ -57,11 +57,13 @@ def q(text: str) -> str:
 
 
 def matches(pattern: str) -> Callable[[str], bool] | None:
-    """ECMAScript search (as the engines' std::regex), or None if the pattern does not compile."""
-    from moeconf.engines.regex import check_regex
+    """ECMAScript search (as the engines' std::regex), or None if the pattern does not compile
+    or cannot be proved cheap to match (its time may explode: slow-regex and the explanation,
+    which match it under a time limit, say so; rules that test names one by one skip it)."""
+    from moeconf.engines.regex import check_regex, provably_cheap
     from moeconf.engines.simulate import ecmascript_matcher
 
-    if check_regex(pattern) is not None:
+    if check_regex(pattern) is not None or not provably_cheap(pattern):
         return None
     try:
         return ecmascript_matcher(pattern)
@@ -116,10 +118,14 @@ def implicit_catch_all(ctx: Context, k: int) -> bool:
 
 def regex_problems(ctx: Context, kind: str) -> Iterator[Hit]:
     """Items whose pattern std::regex would not compile, for one kind of problem."""
-    from moeconf.engines.regex import check_regex
+    from moeconf.engines.regex import check_regex, misreadings
 
     for item in ctx.invocation.items():
         if item.pattern is None:
+            continue
+        if kind == "misread":
+            for m in misreadings(item.pattern) if check_regex(item.pattern) is None else ():
+                yield Hit(*ctx.at_item(item, m.offset), f"{q(item.pattern)}: {m.message}")
             continue
         p = check_regex(item.pattern)
         if p and p.kind == kind:

@@ -1,0 +1,33 @@
+r"""unknown-flag: a command-line flag the engine does not know (often a typo of one it does).
+
+Why: both engines stop at an argument they do not know, and neither splits `--flag=value`. A
+typo such as `--n-cpu-mo 4` for `--n-cpu-moe 4` means the server does not start, or, when the
+line is edited until it does, that the placement the author meant is not the one used. The
+finding names the closest known flag. Flags are read from the engines' own argument parsers
+(`moeconf/engines/flagtable.py`); only servers and CLIs that use that parser are checked.
+
+FAIL (engine=llama.cpp):
+    llama-server -m m.gguf -ngl 99 --n-cpu-mo 4
+
+PASS (engine=llama.cpp):
+    llama-server -m m.gguf -ngl 99 --n-cpu-moe 4
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from moeconf.engines.cmdline import unknown_flag_message
+from moeconf.linting.model import Context
+from moeconf.linting.rules._base import Hit
+
+CODE = "MOE037"
+NAME = "unknown-flag"
+SEVERITY = "warning"
+NEEDS_MODEL = False
+
+
+def check(ctx: Context) -> Iterator[Hit]:
+    for arg, closest in ctx.invocation.unknown_flags:
+        line, column = (arg.line, arg.column) if arg.line else (ctx.line, ctx.column)
+        yield Hit(line, column, unknown_flag_message(ctx.engine, arg.text, closest))

@@ -1,0 +1,131 @@
+"""`explain` command lines: RPC devices counted once, unknown flags named with the closest known
+one, the engines' own flag tables deciding which flags take a value, and exit 1 when the engine
+would refuse the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moeconf.cli import main
+from moeconf.engines import engine
+from moeconf.engines.cmdline import Arg, closest_flag, known_flags, parse_invocation
+from moeconf.engines.flagtable import IK, MAINLINE
+from tests.conftest import EXAMPLES
+
+MANIFEST = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+
+
+def explain_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, object]]:
+    code = main(["explain", MANIFEST, "--json", *args])
+    out, _ = capsys.readouterr()
+    return code, json.loads(out)
+
+
+@pytest.mark.parametrize("gpus", ["RPC0[h:1]", "RPC0[h:1],RPC0[h:1]", ""])
+def test_rpc_devices_named_in_gpus_count_once(capsys: pytest.CaptureFixture[str], gpus: str) -> None:
+    code, data = explain_json(capsys, f"--gpus={gpus}", "--", "--rpc", "h:1", "-ngl", "99")
+    assert code == 0
+    assert set(data["bytes_by_device"]) == {"CPU", "RPC0[h:1]"}  # type: ignore[arg-type]
+
+
+def test_rpc_plus_a_local_gpu_is_two_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    code, data = explain_json(capsys, "--gpus=RPC0[h:1],CUDA0", "--", "--rpc", "h:1", "-ngl", "99", "-ts", "1,1")
+    assert code == 0
+    assert {"CPU", "RPC0[h:1]", "CUDA0"} == set(data["bytes_by_device"])  # type: ignore[arg-type]
+
+
+def test_bad_gpu_names_are_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", MANIFEST, "--gpus", "cuda0", "--ot", "exps=CPU"]) == 2
+    assert "did you mean 'CUDA0'" in capsys.readouterr().err
+
+
+def test_help_says_what_gpus_means(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["explain", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "local GPUs" in out and "--rpc" in out and "counts once" in out
+
+
+@pytest.mark.parametrize(("words", "fragment"), [
+    (["--n-cpu-mo", "4"], "unknown argument '--n-cpu-mo' (did you mean --n-cpu-moe?)"),
+    (["--ctx-size=4096"], "does not split '--ctx-size=4096' at '=': it stops with an unknown-argument error "
+                          "(write --ctx-size 4096)"),
+    (["--gpu-layerz", "99"], "did you mean --gpu-layers?"),
+    (["-ot"], "-ot needs a value"),
+    (["-ot", "(.|.)*Q=CPU"], "takes too long to match"),
+    (["-ot", "exps=cuda0"], "unknown buffer type 'cuda0'"),
+])
+def test_refused_command_lines_exit_1(capsys: pytest.CaptureFixture[str], words: list[str], fragment: str) -> None:
+    code = main(["explain", MANIFEST, "--", "llama-server", "-m", "x.gguf", *words])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert "error: the engine would refuse to start" in out
+    assert fragment in out
+
+
+def test_clean_command_line_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain", MANIFEST, "--", "llama-server", "-m", "x.gguf", "-ngl", "99", "--n_cpu_moe", "4",
+                 "--jinja", "-fa", "on", "--host", "0.0.0.0"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "refuse" not in out
+
+
+def test_flag_tables_decide_which_flags_take_values() -> None:
+    eng = engine("llama.cpp")
+    # --jinja takes no value: the -ot after it is read as -ot (a table without --jinja swallowed it)
+    inv = parse_invocation([Arg(w) for w in ["llama-server", "--jinja", "-ot", "exps=CPU"]], eng)
+    assert [o.value.text for o in inv.ot] == ["exps=CPU"] and not inv.unknown_flags
+    # --alias takes one: its value is not read as a flag
+    inv = parse_invocation([Arg(w) for w in ["llama-server", "--alias", "-ot", "-ngl", "3"]], eng)
+    assert inv.ot == [] and inv.ngl is not None and inv.ngl[1] == 3
+    # an unknown flag reads its words as the flag it most likely meant
+    inv = parse_invocation([Arg(w) for w in ["llama-server", "--n-cpu-mo", "4", "-ngl", "5"]], eng)
+    assert [(a.text, c) for a, c in inv.unknown_flags] == [("--n-cpu-mo", "--n-cpu-moe")]
+    assert inv.ngl is not None and inv.ngl[1] == 5
+    # llama-bench has its own parser: not checked against the server's flags
+    inv = parse_invocation([Arg(w) for w in ["llama-bench", "-r", "3", "-p", "512"]], eng)
+    assert inv.unknown_flags == []
+
+
+def test_flag_tables_hold_both_engines_flags() -> None:
+    assert MAINLINE["-ot"] == MAINLINE["--override-tensor"] == 1
+    assert MAINLINE["--cpu-moe"] == 0 and MAINLINE["-fit"] == 1 and MAINLINE["--no-mmap"] == 0
+    assert IK["-mqkv"] == 0 and IK["--fit"] == 0 and "-fit" not in IK and IK["-ncmoe"] == 1
+    assert known_flags(engine("ik_llama.cpp")) is IK and len(MAINLINE) > 400 and len(IK) > 400
+    assert closest_flag(engine("llama.cpp"), "--n-cpu-mo") == "--n-cpu-moe"
+    assert closest_flag(engine("llama.cpp"), "--completely-different") is None
+
+
+def test_many_catastrophic_items_share_one_time_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    ot = ",".join(f"(.|.)*Q{i}=CPU" for i in range(20))
+    t = time.monotonic()
+    code = main(["explain", MANIFEST, "--ot", ot])
+    out, _ = capsys.readouterr()
+    assert time.monotonic() - t < 8  # 3 s of budget, then 0.1 s each, not 20 x 1 s
+    assert code == 1
+    assert out.count("takes too long to match") == 20
+
+
+def test_dash_m_naming_a_later_shard_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain", MANIFEST, "--", "llama-server", "-m", "/m/q-00002-of-00003.gguf", "-ngl", "99"])
+    out, _ = capsys.readouterr()
+    assert code == 1
+    assert "write -m /m/q-00001-of-00003.gguf" in out
+
+
+def test_flags_removed_since_a_version_are_known_before_it() -> None:
+    words = [Arg(w) for w in ["llama-server", "-fmoe", "-ngl", "99"]]
+    old = parse_invocation(words, engine("ik_llama.cpp", "2025-06-09"))
+    assert old.unknown_flags == [] and old.ngl is not None and old.ngl[1] == 99
+    assert [a.text for a, _ in parse_invocation(words, engine("ik_llama.cpp", "0.1.5")).unknown_flags] == ["-fmoe"]
+    new = parse_invocation(words, engine("ik_llama.cpp"))
+    assert [a.text for a, _ in new.unknown_flags] == ["-fmoe"]
+    from moeconf.engines.cmdline import unknown_flag_message
+
+    msg = unknown_flag_message(engine("ik_llama.cpp"), "-fmoe", None)
+    assert "removed 2025-10-25" in msg and "-no-fmoe" in msg
