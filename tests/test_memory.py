@@ -157,3 +157,19 @@ def test_version_1_manifest_warns_and_gives_weights_only(models: dict[str, Inven
     p.write_text(json.dumps(data))
     with pytest.raises(Exception, match="unknown key"):
         load_inventory(p)
+
+
+@pytest.mark.parametrize(("model", "mib"), [
+    # the engine's live set at the node that weights the returned expert output (scheduler dump,
+    # GGML_SCHED_DEBUG=2): the copy 8 x n_embd x ub x 4, the running sum, the residual, the mask
+    # (8192 x 512 x 2), and for GLM's shared expert its FFN input
+    ("glm-4.5-air", 8 * 8 + 3 * 8 + 8),
+    ("qwen3-30b-a3b", 8 * 4 + 2 * 4 + 8),
+])
+def test_experts_output_returning_from_the_cpu_is_copied_into_the_gpu_buffer(
+        models: dict[str, Inventory], model: str, mib: int) -> None:
+    rpc = "RPC0[127.0.0.1:50052]"
+    argv = ["--rpc", "127.0.0.1:50052", "-c", "8192", "-ngl", "999", "-ot", r"exps=CPU,^output\.weight=CPU"]
+    est = mem(models[model], argv, gpus=())
+    assert est.devices[rpc].compute == mib * MiB
+    assert not est.devices[rpc].estimated  # RPC: no CUDA-only terms

@@ -243,10 +243,18 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             moe = moe_tensors * geo.n_expert_used * geo.n_ff_exp + geo.n_expert_used * e
             if x_dev == (r_dev or a_dev):
                 phases[x_dev].append(f4 * (moe + 2 * e + 2 * geo.n_expert))
-            else:
-                phases[x_dev].append(f4 * (moe + e))
-                phases[r_dev or a_dev].append(f4 * (2 * e + 2 * geo.n_expert))
             s_dev = _where(placement, il, ("ffn_down_shexp", "ffn_up_shexp"))
+            if x_dev != (r_dev or a_dev):
+                back = r_dev or a_dev
+                phases[x_dev].append(f4 * (moe + e))
+                phases[back].append(f4 * (2 * e + 2 * geo.n_expert))
+                # the experts' output crosses back as a split input: the scheduler copies it into
+                # the router device's compute buffer at the start of that split (ggml-backend.cpp,
+                # ggml_backend_sched_split_graph pass 5 and graph_copy); the weighting runs in place
+                # on the copy while the running sum, the residual and (for a shared expert) the
+                # FFN input stay alive
+                kept = 2 + (1 if s_dev == back and geo.n_ff_shexp else 0)
+                phases[back].append(f4 * (geo.n_expert_used * e + kept * e))
             if s_dev is not None and geo.n_ff_shexp:
                 phases[s_dev].append(f4 * (3 * geo.n_ff_shexp + 3 * e))
         if d_dev is not None:

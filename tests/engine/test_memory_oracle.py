@@ -70,6 +70,7 @@ CASES: list[tuple[str, str]] = [
     ("glm4moe", "-c 8192 -ngl 999"),
     ("glm4moe", "-c 32768 -ngl 999 -ctk q4_0 -ctv q4_0"),
     ("glm4moe", "-c 8192 -ngl 999 -ot exps=CPU,^output\\.weight=CPU"),
+    ("glm4moe", "-c 8192 -ngl 999 -ot exps=CPU"),
     ("glm4moe", "-c 8192 -ngl 20"),
     ("glm4moe", "-c 8192 -ngl 999 -fa off -ot ^output\\.weight=CPU"),
     ("glm4moe", "2rpc -c 8192 -ngl 30 -ts 1,1"),
@@ -90,13 +91,18 @@ CASES: list[tuple[str, str]] = [
 ]
 
 # Compute cases moeconf does not yet model within tolerance (listed, so the gap stays visible and
-# a fix shows up as an unexpected pass): routed experts on the CPU with attention on a GPU (the
-# GPU's buffer holds more of what crosses between the two: 24-127 MiB more than modelled), and
-# llama4 with every layer on one device at -c 8192 and more (21 MiB more). Weights and KV have no gaps.
+# a fix shows up as an unexpected pass). What remains is where ggml-alloc places tensors, not a
+# tensor moeconf leaves out: the modelled live set at the peak node is exact (the return of the
+# routed experts' output from the CPU, n_expert_used * n_embd * ub * 4 bytes, is modelled), but the
+# allocator (ggml-alloc.c, best fit over free blocks, else the growing last block) leaves holes
+# that only a node-by-node replay of the graph reproduces. Routed experts on the CPU with attention
+# on a GPU: 16-127 MiB of holes on the GPU; llama4 with every layer on one device at -c 8192 and
+# more: the logits land 41 MiB up the buffer (30.75 MiB of holes under them) instead of 20 MiB.
 COMPUTE_GAPS: set[tuple[str, str]] = {
     ("deepseek2", "-c 4096 -ngl 999 -ot exps=CPU"),
     ("deepseek2-kv_b", "-c 4096 -ngl 999 -ctk q8_0 -ctv q8_0 -ot exps=CPU"),
     ("glm4moe", "-c 8192 -ngl 999 -ot exps=CPU,^output\\.weight=CPU"),
+    ("glm4moe", "-c 8192 -ngl 999 -ot exps=CPU"),
     ("gpt-oss", "2rpc -c 8192 -ngl 20 -ts 1,1 -ot exps=CPU"),
     ("llama4", "-c 16384 -ngl 999 --swa-full"),
     ("llama4", "-c 32768 -ngl 999"),
