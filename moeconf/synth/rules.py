@@ -736,33 +736,10 @@ def _verify(inv: Inventory, pl: Placement, items: Sequence[OverrideItem], ecmasc
     return all(sim.devices[n] == d for n, d in pl.devices.items() if d is not None)
 
 
-def top_level_alternatives(pattern: str) -> list[str]:
-    """`a|b(c|d)|[|]e` -> ['a', 'b(c|d)', '[|]e']: split on `|` outside groups and classes."""
-    parts, depth, start, i, in_class = [], 0, 0, 0, False
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "|" and depth == 0:
-            parts.append(pattern[start:i])
-            start = i + 1
-        i += 1
-    parts.append(pattern[start:])
-    return parts
-
-
 def check(pl: Placement, synthesis: Synthesis) -> None:
-    """Re-simulate the items against the inventory, under Python `re` and ECMAScript when the
-    `regress` engine is installed; any disagreement is an internal error, never an output."""
+    """Re-simulate the items against the inventory, under Python `re` and under ECMAScript (the
+    `regress` engine, a hard dependency: without it this raises, it never skips the check); any
+    disagreement is an internal error, never an output."""
     inv = pl.inventory
     for it in synthesis.items:
         bad = [c for c in (",", "=", " ", "\t", "{", "}") if c in it.pattern]
@@ -770,9 +747,5 @@ def check(pl: Placement, synthesis: Synthesis) -> None:
             raise SynthesisError(f"pattern {it.pattern!r} contains {bad[0]!r}")
     if not _verify(inv, pl, synthesis.items):
         raise SynthesisError(f"the compiled rules {synthesis.value!r} do not reproduce the placement")
-    try:
-        import regress  # noqa: F401
-    except ImportError:
-        return
     if not _verify(inv, pl, synthesis.items, ecmascript=True):
         raise SynthesisError(f"ECMAScript reads {synthesis.value!r} differently from Python re")
