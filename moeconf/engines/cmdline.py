@@ -162,6 +162,12 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         inv.fit = (v, v.text in ("on", "enabled", "true", "1"))
     if "LLAMA_ARG_MODEL" in inv.env:
         inv.model = inv.env["LLAMA_ARG_MODEL"]
+    if engine.env_split:
+        inv.split_mode = inv.env.get("LLAMA_ARG_SPLIT_MODE")
+        inv.tensor_split = inv.env.get("LLAMA_ARG_TENSOR_SPLIT")
+        if "LLAMA_ARG_RPC" in inv.env:
+            inv.rpc.append((Arg("LLAMA_ARG_RPC"), inv.env["LLAMA_ARG_RPC"], order))
+            order += 1
 
     words = list(args)
     i = 0
@@ -174,6 +180,8 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         if name.startswith("--") and "=" in name:
             name, _, rest = name.partition("=")
             value = Arg(rest, w.path, w.line, w.column + len(name) + 1 if w.column else 0)
+        if name.startswith("--"):
+            name = name.replace("_", "-")  # both engines read --n_gpu_layers as --n-gpu-layers
         flag = Arg(name, w.path, w.line, w.column)
         takes = name in _VALUED or (name in ("-fa", "--flash-attn") and engine.fa_takes_value) or (
             name in ("-fit", "--fit") and engine.fit_flag == "-fit")
