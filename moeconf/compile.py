@@ -139,7 +139,8 @@ def _check_extra(plan: Plan, eng: Engine) -> list[Diagnostic]:
     for i, name in owned:
         line, col = _extra_at(plan, i)
         raise PlanError(f"[flags] extra may not hold {words[i]!r}: moeconf writes that option from the plan's "
-                        "own keys, and checks what it does", path=plan.path, line=line, column=col, hint=f"use {PLAN_KEYS[name]}")
+                        "own keys, and checks what it does", path=plan.path, line=line, column=col,
+                        hint=f"use {PLAN_KEYS[name]}")
     out = []
     for i, word in unknown:
         line, col = _extra_at(plan, i)

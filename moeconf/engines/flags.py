@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Final
 
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
 # every spelling llama.cpp's server accepts
-MAINLINE_OPTIONS: Final = frozenset("""
+MAINLINE_OPTIONS: Final = _words("""
 --adaptive-decay --adaptive-target --agent --alias --api-key --api-key-file --api-prefix --attention --audio
 --backend-sampling --batch-size --binary-file --cache-idle-slots --cache-list --cache-prompt --cache-ram
 --cache-reuse --cache-type-k --cache-type-k-draft --cache-type-v --cache-type-v-draft --chat-template
@@ -82,10 +86,10 @@ MAINLINE_OPTIONS: Final = frozenset("""
 -md -mg -mli -mm -mmu -mu -n -ncmoe -ncmoed -ndio -ngl -ngld -nkvo -no-ag -no-cnv -no-kvu -nocb -np -npl -npp
 -nr -ns -ntg -o -ofreq -opt -ot -otd -p -pps -ptc -r -rea -s -sm -sp -sps -st -sys -sysf -t -tb -tbd -td -tgs
 -to -ts -ub -v -val-split -wd
-""".split())
+""")
 
 # ... of which these take a value
-MAINLINE_VALUED: Final = frozenset("""
+MAINLINE_VALUED: Final = _words("""
 --adaptive-decay --adaptive-target --alias --api-key --api-key-file --api-prefix --attention --audio
 --batch-size --binary-file --cache-ram --cache-reuse --cache-type-k --cache-type-k-draft --cache-type-v
 --cache-type-v-draft --chat-template --chat-template-file --chat-template-kwargs --checkpoint-min-step --chunk
@@ -135,10 +139,10 @@ MAINLINE_VALUED: Final = frozenset("""
 -epochs -f -fa -fit -fitc -fitp -fitt -gan -gaw -hf -hfd -hff -hfr -hfrd -hft -j -jf -l -lcd -lcs -lm -lr
 -lr-min -lv -md -mg -mm -mmu -mu -n -ncmoe -ncmoed -ngl -ngld -np -npl -npp -ns -ntg -o -ofreq -opt -ot -otd
 -p -ptc -r -rea -s -sm -sps -sys -sysf -t -tb -tbd -td -to -ts -ub -val-split -wd
-""".split())
+""")
 
 # every spelling ik_llama.cpp's server accepts
-IK_OPTIONS: Final = frozenset("""
+IK_OPTIONS: Final = _words("""
 --adaptive-decay --adaptive-target --adaptive-updt-w-cur --alias --all-logits --allowlist-keyword
 --allowlist-keyword-delay --allowlist-pieces --allowlist-unicode-rule --api-key --api-key-file --attention
 --attention-max-batch --audio --banned-n --banned-string-file --batch-size --binary-file --cache-ram
@@ -193,10 +197,10 @@ IK_OPTIONS: Final = frozenset("""
 -no-fa -no-fmoe -no-fug -no-gr -no-mmad -no-mtp -no-ooae -nocb -np -npl -npp -nrep -ns -ntg -o -ofreq -okv -op
 -ot -p -pps -ps -ptc -ptcall -r -rcache -rea -rtr -s -sas -ser -sm -smf16 -smf32 -smgs -sp -spf -sps -t -tb
 -tbd -td -thp -tm -to -ts -ub -v -vhad -vq -wb -wgt
-""".split())
+""")
 
 # ... of which these take a value
-IK_VALUED: Final = frozenset("""
+IK_VALUED: Final = _words("""
 --adaptive-decay --adaptive-target --alias --allowlist-keyword --allowlist-keyword-delay --allowlist-pieces
 --allowlist-unicode-rule --api-key --api-key-file --attention --attention-max-batch --audio --banned-n
 --banned-string-file --batch-size --binary-file --cache-ram --cache-ram-n-min --cache-ram-similarity
@@ -235,7 +239,7 @@ IK_VALUED: Final = frozenset("""
 -ctx-ckpt-i -ctx-ckpt-t -cuda -dev -devd -draft -dsatk -dt -f -fa -fdn -gan -gap -gaw -gfm -grt -hff -hfr
 -ictk -j -l -lcd -lcs -ld -m -md -mea -mg -mla -mtprot -mu -n -ncmoe -ngl -ngld -np -npl -npp -nrep -ns -ntg
 -o -ofreq -okv -op -ot -p -ps -ptc -r -rea -s -ser -sm -spf -sps -t -tb -tbd -td -tm -to -ts -ub -wgt
-""".split())
+""")
 
 
 _NGL = "[flags] n_gpu_layers"
