@@ -121,8 +121,11 @@ def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str,
 
 def verify_output(c: Compiled, target: str, text: str) -> None:
     """`text` (one target's output) read back and simulated: same words, same placement."""
-    argv, env, want = read_back(c, target, text)
     what = f"the {target} output"
+    try:
+        argv, env, want = read_back(c, target, text)
+    except (ValueError, KeyError, TypeError, IndexError) as e:  # JSON that does not parse, a missing key
+        raise OutputMismatch(f"{what} does not read back: {e}") from None
     if want is not None:
         _same(argv, want, what)
     verify_invocation(c, argv, env, what)
