@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -166,3 +167,40 @@ def test_compile_agrees_with_the_reference_engine(data: st.DataObject) -> None:
     assert got == want, (rules, c.ot)  # the reference engine's reading of the command line
     if c.synthesis.items:
         assert_explain_reproduces(c)
+
+
+@st.composite
+def ot_items(draw: st.DrawFn, inv: Inventory, gpus: list[str]) -> list[tuple[str, str]]:
+    """Overlapping `-ot` items: whole-name fragments, layer alternations, anchors."""
+    names = [t.name for t in inv.tensors]
+
+    def fragment(name: str) -> str:
+        i = draw(st.integers(0, len(name) - 1))
+        j = draw(st.integers(i + 1, len(name)))
+        return re.escape(name[i:j])
+
+    kinds = st.one_of(
+        st.sampled_from(names).map(fragment),
+        st.lists(st.integers(0, inv.block_count - 1), min_size=1, max_size=3).map(
+            lambda xs: r"blk\.(" + "|".join(map(str, xs)) + r")\."),
+        st.sampled_from(["exps", "_exps", r"ffn_(up|down)", "attn", r"^output\.", "norm", r"\.bias", "shexp"]),
+    )
+    return draw(st.lists(st.tuples(kinds, st.sampled_from(["CPU", *gpus])), min_size=1, max_size=5))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_explain_agrees_with_the_reference_engine(data: st.DataObject) -> None:
+    inv = data.draw(inventories(max_blocks=48))
+    engine, version, gpus, ngl_s, ts_s, sm = data.draw(st.sampled_from(CONFIGS))
+    ngl, ts = data.draw(ngl_s), data.draw(ts_s)
+    n = 999 if ngl == "all" else int(ngl)  # type: ignore[call-overload]
+    items = data.draw(ot_items(inv, gpus))
+    argv = ["llama-server", "-m", "/m/x.gguf", "-ngl", str(n)]
+    argv += ["-ts", ",".join(map(str, ts))] if ts else []
+    argv += ["-sm", sm] if sm else []
+    argv += ["-ot", ",".join(f"{p}={d}" for p, d in items)]
+    ex = explain(inv, argv, engine=engine, version=version, gpus=gpus)
+    assert not ex.refusals, ex.refusals
+    want = engine_placement(inv, FACTS[(engine, version)], argv, gpus, default_ngl=n)
+    assert ex.placement.devices == want, items
