@@ -26,13 +26,20 @@ class Facts:
     ngl_counts_output: bool  # mainline: -ngl N = output layer + the last N-1 blocks
     drops_ot_without_gpu: bool  # ik (newer than 0.1.5): -ngl 0 or no GPU ignores every -ot
     creates_nextn: bool  # does the loader create a nextn block's tensors
+    ik_moe_rules: bool  # --n-cpu-moe: ik's (after every user -ot; the last N layers with experts)
+    gate_up: bool  # mainline --cpu-moe pattern has gate_up (b8307+)
 
 
 FACTS: dict[tuple[str, str | None], Facts] = {
-    ("llama.cpp", None): Facts(ngl_counts_output=True, drops_ot_without_gpu=False, creates_nextn=False),
-    ("llama.cpp", "b7600"): Facts(ngl_counts_output=True, drops_ot_without_gpu=False, creates_nextn=False),
-    ("ik_llama.cpp", None): Facts(ngl_counts_output=False, drops_ot_without_gpu=True, creates_nextn=False),
-    ("ik_llama.cpp", "0.1.5"): Facts(ngl_counts_output=False, drops_ot_without_gpu=False, creates_nextn=True),
+    ("llama.cpp", None): Facts(ngl_counts_output=True, drops_ot_without_gpu=False, creates_nextn=False,
+                               ik_moe_rules=False, gate_up=True),
+    ("llama.cpp", "b7600"): Facts(ngl_counts_output=True, drops_ot_without_gpu=False, creates_nextn=False,
+                                  ik_moe_rules=False, gate_up=False),
+    ("ik_llama.cpp", None): Facts(ngl_counts_output=False, drops_ot_without_gpu=True, creates_nextn=False,
+                                  ik_moe_rules=True, gate_up=True),
+    # 0.1.5's --n-cpu-moe (engine-facts 4) is not modelled here: the property tests give it none
+    ("ik_llama.cpp", "0.1.5"): Facts(ngl_counts_output=False, drops_ot_without_gpu=False, creates_nextn=True,
+                                     ik_moe_rules=True, gate_up=True),
 }
 
 
@@ -156,10 +163,11 @@ def _ik_layers(n_layer: int, ngl: int, gpus: Sequence[str], sm: str | None) -> l
     return out
 
 
-def read_argv(argv: Sequence[str]) -> tuple[int | None, list[float] | None, str | None, list[tuple[str, str]]]:
-    """(-ngl, -ts, -sm, the -ot items in order) of a command line, by hand."""
+def read_argv(argv: Sequence[str]) -> tuple[int | None, list[float] | None, str | None, list[tuple[str, object]]]:
+    """(-ngl, -ts, -sm, the placement sources in command-line order) of a command line, by hand:
+    ("ot", [(pattern, device), ...]), ("cpu-moe", None), ("n-cpu-moe", N)."""
     ngl = ts = sm = None
-    items: list[tuple[str, str]] = []
+    sources: list[tuple[str, object]] = []
     for k, a in enumerate(argv):
         nxt = argv[k + 1] if k + 1 < len(argv) else ""
         if a in ("-ngl", "--n-gpu-layers", "--gpu-layers"):
@@ -169,20 +177,49 @@ def read_argv(argv: Sequence[str]) -> tuple[int | None, list[float] | None, str 
         elif a in ("-sm", "--split-mode"):
             sm = nxt
         elif a in ("-ot", "--override-tensor"):
-            for item in nxt.split(","):
-                pattern, _, device = item.partition("=")
-                items.append((pattern, device))
-        assert a not in ("-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe"), argv
-    return ngl, ts, sm, items
+            sources.append(("ot", [tuple(item.split("=", 1)) for item in nxt.split(",")]))
+        elif a in ("-cmoe", "--cpu-moe"):
+            sources.append(("cpu-moe", None))
+        elif a in ("-ncmoe", "--n-cpu-moe"):
+            sources.append(("n-cpu-moe", int(nxt)))
+    return ngl, ts, sm, sources
+
+
+def _moe_items(inv: Inventory, facts: Facts, kind: str, n: int | None) -> list[tuple[str, str]]:
+    """The CPU rules --cpu-moe / --n-cpu-moe N add (engine-facts 4, newest builds, one GPU)."""
+    if facts.ik_moe_rules:
+        kinds = {layer.index: layer.kind for layer in inv.layers}
+        with_experts = sorted({t.layer for t in inv.tensors if t.layer is not None
+                               and t.name.startswith(f"blk.{t.layer}.ffn_down_exps.") and kinds[t.layer] != "nextn"})
+        take = with_experts if kind == "cpu-moe" else (with_experts[-n:] if n else [])
+        return [(rf"blk\.{il}\.ffn_(up|down|gate|gate_up)_exps\.(weight|scale)", "CPU") for il in take]
+    body = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps" if facts.gate_up else r"\.ffn_(up|down|gate)_(ch|)exps"
+    if kind == "cpu-moe":
+        return [(body, "CPU")]
+    return [(rf"blk\.{il}" + body, "CPU") for il in range(min(n or 0, inv.block_count))]
 
 
 def engine_placement(inv: Inventory, facts: Facts, argv: Sequence[str], gpus: Sequence[str],
                      default_ngl: int) -> dict[str, str | None]:
     """What the engine does with `argv`: std::regex_search (ECMAScript) of each item in order,
-    the first match wins; tensors no item matches keep the `-ngl` default."""
-    ngl, ts, sm, items = read_argv(argv)
+    the first match wins; tensors no item matches keep the `-ngl` default. Mainline tests the
+    sources in command-line order; ik_llama.cpp every user -ot first, then its MoE rules."""
+    ngl, ts, sm, sources = read_argv(argv)
     n = default_ngl if ngl is None else ngl
     defaults = default_placement(inv, facts, n, gpus, ts, sm)
+    user: list[tuple[str, str]] = []
+    moe: list[tuple[str, str]] = []
+    ordered: list[tuple[str, str]] = []
+    for kind, value in sources:
+        if kind == "ot":
+            items = list(value)  # type: ignore[call-overload]
+            user += items
+            ordered += items
+        else:
+            rules = _moe_items(inv, facts, kind, value)  # type: ignore[arg-type]
+            moe += rules
+            ordered += rules
+    items = user + moe if facts.ik_moe_rules else ordered
     if facts.drops_ot_without_gpu and (n == 0 or not gpus):
         items = []
     compiled = [(regress.Regex(p), d) for p, d in items]

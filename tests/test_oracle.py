@@ -200,7 +200,31 @@ def test_explain_agrees_with_the_reference_engine(data: st.DataObject) -> None:
     argv += ["-ts", ",".join(map(str, ts))] if ts else []
     argv += ["-sm", sm] if sm else []
     argv += ["-ot", ",".join(f"{p}={d}" for p, d in items)]
+    if len(gpus) == 1 and version != "0.1.5":  # the engines' own MoE flags, before or after the -ot
+        flag = data.draw(st.sampled_from([[], ["--cpu-moe"], ["--n-cpu-moe", "2"], ["-ncmoe", "5"]]))
+        at = data.draw(st.sampled_from([len(argv) - 2, len(argv)]))
+        argv[at:at] = flag
     ex = explain(inv, argv, engine=engine, version=version, gpus=gpus)
     assert not ex.refusals, ex.refusals
     want = engine_placement(inv, FACTS[(engine, version)], argv, gpus, default_ngl=n)
     assert ex.placement.devices == want, items
+
+
+MODEL_NAMES = sorted(p.name.removesuffix(".manifest.json") for p in (EXAMPLES / "models").glob("*.json"))
+
+
+@pytest.mark.parametrize("model", MODEL_NAMES)
+def test_default_split_agrees_with_the_reference_at_every_boundary(model: str) -> None:
+    """-ngl and -ts defaults swept (not sampled): exact split boundaries such as 0.5 included."""
+    from moeconf.model.inventory import load_inventory
+
+    inv = load_inventory(EXAMPLES / "models" / f"{model}.manifest.json")
+    n = inv.block_count
+    for engine, gpus in (("llama.cpp", ["CUDA0", "CUDA1"]), ("llama.cpp", ["CUDA0", "CUDA1", "CUDA2"]),
+                         ("llama.cpp", ["CUDA0"]), ("ik_llama.cpp", ["CUDA0"])):
+        for ngl in sorted({0, 1, 2, 3, n // 2, n // 2 + 1, n - 1, n, n + 1, n + 2, 999}):
+            for ts in ([], [1, 1], [1, 1, 1], [3, 2], [1, 3], [0.1, 0.2]) if len(gpus) > 1 else ([],):
+                argv = ["-ngl", str(ngl), *(["-ts", ",".join(map(str, ts))] if ts else [])]
+                ex = explain(inv, argv, engine=engine, gpus=gpus)
+                want = engine_placement(inv, FACTS[(engine, None)], argv, gpus, default_ngl=ngl)
+                assert ex.placement.devices == want, (engine, gpus, ngl, ts)
