@@ -228,3 +228,21 @@ def test_default_split_agrees_with_the_reference_at_every_boundary(model: str) -
                 ex = explain(inv, argv, engine=engine, gpus=gpus)
                 want = engine_placement(inv, FACTS[(engine, None)], argv, gpus, default_ngl=ngl)
                 assert ex.placement.devices == want, (engine, gpus, ngl, ts)
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "ik_llama.cpp"])
+@pytest.mark.parametrize("flag", [["--cpu-moe"], ["--n-cpu-moe", "3"], ["-ncmoe", "999"]])
+@pytest.mark.parametrize("before", [True, False], ids=["moe-flag-first", "ot-first"])
+def test_moe_flags_and_ot_order_agree_with_the_reference(engine: str, flag: list[str], before: bool) -> None:
+    """An -ot that also matches what --cpu-moe / --n-cpu-moe move: mainline reads them in
+    command-line order, ik_llama.cpp every user -ot first."""
+    from moeconf.model.inventory import load_inventory
+
+    for model in ("qwen3-30b-a3b", "glm-4.5-air", "deepseek-v3"):
+        inv = load_inventory(EXAMPLES / "models" / f"{model}.manifest.json")
+        ot = ["-ot", r"exps=CUDA0,ffn_down=CUDA0"]
+        argv = ["-ngl", "999", *(flag + ot if before else ot + flag)]
+        ex = explain(inv, argv, engine=engine, gpus=["CUDA0"])
+        want = engine_placement(inv, FACTS[(engine, None)], argv, ["CUDA0"], default_ngl=999)
+        assert ex.placement.devices == want, (model, argv)
+        assert set(want.values()) >= {"CPU", "CUDA0"}  # the flag and the -ot both decide something
