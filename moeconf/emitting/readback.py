@@ -101,6 +101,9 @@ def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str,
     if target == "env":
         launches = sources.dotenv_launches(what, text)
         env = {k: a.text for la in launches for k, a in la.env.items()}
+        model = c.argv[c.argv.index("-m") + 1]
+        if env.get("LLAMA_ARG_MODEL") != model:
+            raise OutputMismatch(f"{what}: LLAMA_ARG_MODEL reads back as {env.get('LLAMA_ARG_MODEL')!r}, not {model!r}")
         return [], env, None
     if target in ("compose", "llama-swap"):
         launches, notes = sources.yaml_launches(what, text, variables={})
