@@ -11,8 +11,8 @@ import pytest
 
 from moeconf.cli import main
 from moeconf.compile import Compiled, compile_plan
-from moeconf.emit.readback import OutputMismatch, verify_output
-from moeconf.emit.targets import emit
+from moeconf.emitting.readback import OutputMismatch, verify_output
+from moeconf.emitting.targets import emit
 from moeconf.engines.flags import PLAN_KEYS
 from moeconf.errors import MoeconfError, PlanError
 from moeconf.plan import plan_from_text
@@ -67,7 +67,7 @@ def test_every_target_read_back_refuses_a_corrupted_output(plan: str, how: str,
 
 
 def test_read_back_refuses_a_quoting_bug(compiled: dict[str, Compiled], monkeypatch: pytest.MonkeyPatch) -> None:
-    import moeconf.emit.targets as tg
+    import moeconf.emitting.targets as tg
 
     c = compiled["qwen3-235b-a22b"]
     monkeypatch.setattr(tg, "shell_line", lambda argv: " ".join(argv))  # forgets to quote
@@ -92,7 +92,7 @@ def test_env_read_back_refuses_a_missing_tensor_split(compiled: dict[str, Compil
 
 def test_whole_argv_check_refuses_an_argv_that_places_differently(monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    import moeconf.emit.argv as argv_mod
+    import moeconf.emitting.argv as argv_mod
 
     real = argv_mod.build_argv
     monkeypatch.setattr(argv_mod, "build_argv", lambda *a, **k: [*real(*a, **k), "--cpu-moe"])
@@ -104,7 +104,7 @@ def test_whole_argv_check_refuses_an_argv_that_places_differently(monkeypatch: p
 
 
 def test_whole_argv_check_refuses_a_wrong_ngl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import moeconf.emit.argv as argv_mod
+    import moeconf.emitting.argv as argv_mod
 
     real = argv_mod.build_argv
 

@@ -95,7 +95,7 @@ def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str,
         image = tg.docker_image(c)
         if words[:2] != ["docker", "run"] or image not in words:
             raise OutputMismatch(f"{what}: no `docker run ... {image}` command")
-        return words[words.index(image) + 1:], {}, tg._server_args(c, for_container=True)
+        return words[words.index(image) + 1:], {}, tg.server_args(c, for_container=True)
     from moeconf.linting import sources
 
     if target == "env":
@@ -115,7 +115,7 @@ def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str,
         args = [a.text for a in la.args]
         env = {k: a.text for k, a in la.env.items()}
         if target == "compose":
-            return args, env, tg._server_args(c, for_container=True)
+            return args, env, tg.server_args(c, for_container=True)
         want = tg.llama_swap_argv(c)
         # llama-swap fills ${PORT} with the port it picks: any value reads back
         return args, env, [a if w == "${PORT}" else w for a, w in zip(args, want, strict=False)] + want[len(args):]
