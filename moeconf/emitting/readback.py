@@ -56,7 +56,9 @@ def _same(got: Sequence[str], want: Sequence[str], what: str) -> None:
 def _one_command(text: str, what: str) -> list[str]:
     from moeconf.linting.shell import split_commands
 
-    commands, _ = split_commands(text, assign=False)
+    commands, _, problems = split_commands(text, assign=False)
+    if problems:
+        raise OutputMismatch(f"{what}: a shell would refuse it: {problems[0].message}")
     if len(commands) != 1:
         raise OutputMismatch(f"{what}: a shell reads {len(commands)} commands, not one")
     return [w.text for w in commands[0].words]
