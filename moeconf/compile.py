@@ -12,6 +12,7 @@ from moeconf.errors import PlanError
 from moeconf.model.inventory import Inventory, load_inventory
 from moeconf.placement import Placement
 from moeconf.plan import Plan, load_plan
+from moeconf.plan.positions import locate
 from moeconf.resolve import Diagnostic, gpu_devices, resolve, rpc_devices
 from moeconf.synth.rules import Synthesis, check, synthesize
 
@@ -88,6 +89,7 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     `MoeconfError` subclasses on bad input and `SynthesisError` (an internal error) if the rules
     would not reproduce the placement."""
     from moeconf.emitting.argv import build_argv
+    from moeconf.emitting.readback import verify_argv
 
     p = plan if isinstance(plan, Plan) else load_plan(plan)
     bad_version = version_error(p.config.engine.name, p.config.engine.version)
@@ -96,11 +98,14 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     inv = inventory if inventory is not None else load_inventory(model or p.model_path)
     eng = engine(p.config.engine.name, p.config.engine.version)
     _check_flags(p, eng)
+    extra_warnings = _check_extra(p, eng)
     res = resolve(p, inv)
     syn = synthesize(res.placement)
     check(res.placement, syn)
     argv = build_argv(p, eng, inv, syn, model_path=model, need_model=need_model)
-    return Compiled(p, eng, inv, res.placement, syn, tuple(argv), res.warnings)
+    compiled = Compiled(p, eng, inv, res.placement, syn, tuple(argv), (*res.warnings, *extra_warnings))
+    verify_argv(compiled)  # the whole command line, read as `explain` reads it
+    return compiled
 
 
 def _check_devices(plan: Plan, eng: Engine) -> None:
@@ -149,3 +154,34 @@ def _check_flags(plan: Plan, eng: Engine) -> None:
                                 f"{len(f.tensor_split)} proportions for {len(gpu_devices(plan, eng))} devices")
     if not isinstance(plan.config.flags.n_gpu_layers, str) and plan.config.flags.n_gpu_layers < 0:
         raise PlanError("n_gpu_layers must be >= 0 or \"all\"", path=plan.path)
+
+
+def _check_extra(plan: Plan, eng: Engine) -> list[Diagnostic]:
+    """`[flags] extra`: options a plan key owns are refused (they would be a second, unsimulated
+    copy the engine reads last); options the engine does not know pass with a warning."""
+    from moeconf.engines.flags import PLAN_KEYS, scan_extra
+
+    words = list(plan.config.flags.extra)
+    owned, unknown = scan_extra(words, eng.name)
+    for i, name in owned:
+        line, col = _extra_at(plan, i)
+        raise PlanError(f"[flags] extra may not hold {words[i]!r}: moeconf writes that option from the plan's "
+                        "own keys, and checks what it does", path=plan.path, line=line, column=col,
+                        hint=f"use {PLAN_KEYS[name]}")
+    out = []
+    for i, word in unknown:
+        line, col = _extra_at(plan, i)
+        what = "an option" if word.startswith("-") else "an argument"
+        out.append(Diagnostic(f"[flags] extra: {word!r} is not {what} {eng.name} is known to accept; passed through "
+                              "unchecked (the engine refuses arguments it does not know)",
+                              plan.path, line, col, kind="extra"))
+    return out
+
+
+def _extra_at(plan: Plan, i: int) -> tuple[int | None, int | None]:
+    """Line and column of the first character of `[flags] extra`'s item i (or of the key)."""
+    exact = plan.positions.get(("flags", "extra", i))
+    if exact is not None:
+        return exact.line, exact.column + 1  # the opening quote is at exact.column
+    pos = locate(plan.positions, ("flags", "extra"))
+    return (pos.line, pos.column) if pos else (None, None)

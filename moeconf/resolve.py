@@ -202,6 +202,23 @@ def locate_engine(plan: Plan) -> tuple[int | None, int | None]:
     return (pos.line, pos.column) if pos else (None, None)
 
 
+def _refuse_dropped_rules(plan: Plan, eng: Engine, devices: dict[str, str | None],
+                          defaults: dict[str, str | None], decided_by: dict[str, int]) -> None:
+    """The engine ignores every -ot with -ngl 0 or no GPU: a rule that would move a tensor cannot
+    be honoured, so the plan is refused rather than compiled to rules that do nothing."""
+    moved = [n for n, i in decided_by.items() if devices[n] != defaults[n]]
+    if not moved:
+        return
+    rule = plan.rules[min(decided_by[n] for n in moved)]
+    why = "-ngl is 0" if plan.config.engine.gpus or plan.config.flags.rpc else "there is no GPU"
+    raise plan.error_at_rule(
+        rule, Span(0, len(rule.text)),
+        f"{eng.label} ignores every -ot rule when {why}: this rule would move tensors, but they would stay "
+        "where -ngl puts them",
+        hint="set [flags] n_gpu_layers (e.g. \"all\") and place what stays on the CPU with rules",
+    )
+
+
 def resolve(plan: Plan, inv: Inventory) -> Resolution:
     eng = plan_engine(plan)
     flags = plan.config.flags
@@ -255,6 +272,7 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
             "moeconf cannot predict which device each gets; set [flags] tensor_split to pin the split",
             plan.path, pos[0], pos[1]))
     if eng.ot_needs_gpu and (not devices_all or n_gpu_layers(plan) == 0) and plan.rules:
+        _refuse_dropped_rules(plan, eng, devices, defaults, decided_by)
         pos = locate_engine(plan)
         warnings.append(Diagnostic(
             f"{eng.label} drops every -ot rule when -ngl is 0 or there is no GPU", plan.path, pos[0], pos[1]))

@@ -358,3 +358,28 @@ def test_ik_llama_cpp_quant_types(tmp_path: Path) -> None:
 
     write_manifest(inv, tmp_path / "ik.json")
     assert read_manifest(tmp_path / "ik.json") == inv
+
+
+# bits per weight of ik_llama.cpp's own types, as its quantize tool lists them
+# (examples/quantize/quantize.cpp, rounded there to 2-3 digits): an oracle for the size table
+IK_BPW = {"Q6_0": 6.5, "IQ1_BN": 1.62, "IQ2_BN": 2.0, "IQ2_K": 2.375, "IQ3_K": 3.44, "IQ4_K": 4.5, "IQ5_K": 5.5,
+          "IQ6_K": 6.6, "IQ4_KS": 4.25, "IQ2_KS": 2.1875, "IQ4_KSS": 4.0, "IQ5_KS": 5.25, "IQ2_KT": 2.125,
+          "IQ3_KT": 3.125, "IQ4_KT": 4.0, "IQ3_KS": 3.19, "IQ2_KL": 2.69, "IQ1_KT": 1.75, "IQ1_S_R4": 1.5,
+          "Q8_KV": 8.0}
+# repacked forms whose blocks are not the base type's (they drop or merge per-block sums)
+_REPACK_OWN = {"IQ1_S_R4", "Q8_K_R8", "Q8_K_R16", "Q8_KR8"}
+
+
+def test_ik_type_sizes_match_ik_bits_per_weight() -> None:
+    from moeconf.model.ggml import IK_TYPES, quant_sizes, type_ids
+
+    sizes, ids = quant_sizes(), type_ids()
+    for name, bpw in IK_BPW.items():
+        block, size = sizes[ids[name]]
+        assert abs(size * 8 / block - bpw) < 0.03, name  # one byte a block is 0.03+
+    for _tid, (name, block, size) in IK_TYPES.items():
+        base = name.rsplit("_R", 1)[0]
+        if "_R" not in name or name in _REPACK_OWN or base not in ids:
+            continue
+        b_block, b_size = sizes[ids[base]]
+        assert size / block == b_size / b_block, name  # a repacked type keeps its base's bytes per weight

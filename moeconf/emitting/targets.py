@@ -235,9 +235,7 @@ def emit_compose(c: Compiled) -> str:
 def emit_llama_swap(c: Compiled) -> str:
     t = c.plan.config.targets
     name = t.llama_swap_model or _plan_stem(c)
-    argv = list(c.argv)
-    if t.port is None:
-        argv += ["--port", "${PORT}"]
+    argv = llama_swap_argv(c)
     # llama-swap drops lines starting with '#', joins trailing backslashes, expands ${...}
     # macros, then splits like a POSIX shell: one argument pair a line, regexes single-quoted.
     body = _pairs(argv)
@@ -246,6 +244,11 @@ def emit_llama_swap(c: Compiled) -> str:
     if t.port is not None:
         lines.append(f"    proxy: {yaml_str(f'http://127.0.0.1:{t.port}')}")
     return "\n".join(lines) + "\n"
+
+
+def llama_swap_argv(c: Compiled) -> list[str]:
+    """The command the llama-swap entry runs; llama-swap fills `${PORT}` when no port is set."""
+    return list(c.argv) + (["--port", "${PORT}"] if c.plan.config.targets.port is None else [])
 
 
 def _pairs(argv: list[str]) -> list[str]:
@@ -274,7 +277,17 @@ def _plan_stem(c: Compiled) -> str:
 
 
 def emit(c: Compiled, target: str) -> str:
+    """One target's text, read back and simulated as the engine will receive it before it is
+    returned (`moeconf.emitting.readback`): a mismatch is an internal error, never an output."""
+    from moeconf.emitting.readback import verify_output
+
     check_printable(c, target)
+    text = _render(c, target)
+    verify_output(c, target, text)
+    return text
+
+
+def _render(c: Compiled, target: str) -> str:
     if target in ("llama.cpp", "ik_llama.cpp"):
         if target != c.engine.name:  # pragma: no cover - the CLI recompiles for the asked engine
             raise MoeconfError(f"compiled for {c.engine.name}, not {target}")

@@ -47,6 +47,7 @@ class Engine:
     # env
     env_override_tensor: bool  # LLAMA_ARG_OVERRIDE_TENSOR
     env_cpu_moe: bool  # LLAMA_ARG_CPU_MOE / LLAMA_ARG_N_CPU_MOE
+    env_split: bool  # LLAMA_ARG_SPLIT_MODE / LLAMA_ARG_TENSOR_SPLIT / LLAMA_ARG_RPC
     # --n-cpu-moe N on one device: the first N block indices (dense blocks included), or the last
     # N layers with routed experts
     ncmoe_takes: Literal["first", "last"]
@@ -148,7 +149,7 @@ def mainline(version: str | None = None) -> Engine:
     return Engine(
         name="llama.cpp", version=version, build=b, date=None,
         max_overrides=4095,
-        env_override_tensor=b >= 7536, env_cpu_moe=b >= 6586,
+        env_override_tensor=b >= 7536, env_cpu_moe=b >= 6586, env_split=True,
         ncmoe_takes="first", ncmoe_skips_nextn=False, ncmoe_pattern_has_gate_up=b >= 8307,
         ncmoe_suffix="", ncmoe_per_device=False,
         ngl_counts_output=True, ngl_words=b >= 7556, default_ngl=-1,
@@ -208,7 +209,7 @@ def ik(version: str | None = None) -> Engine:
         mainline(None),
         name="ik_llama.cpp", version=version, build=None, date=d,
         max_overrides=None,
-        env_override_tensor=False, env_cpu_moe=False,
+        env_override_tensor=False, env_cpu_moe=False, env_split=False,
         ncmoe_takes="last" if d >= IK_PR_NCMOE_LAST else "first",
         ncmoe_skips_nextn=d >= IK_PR_NCMOE_LAST,
         ncmoe_pattern_has_gate_up=True,

@@ -232,6 +232,12 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         inv.fit = (v, v.text in ("on", "enabled", "true", "1"))
     if "LLAMA_ARG_MODEL" in inv.env:
         inv.model = inv.env["LLAMA_ARG_MODEL"]
+    if engine.env_split:
+        inv.split_mode = inv.env.get("LLAMA_ARG_SPLIT_MODE")
+        inv.tensor_split = inv.env.get("LLAMA_ARG_TENSOR_SPLIT")
+        if "LLAMA_ARG_RPC" in inv.env:
+            inv.rpc.append((Arg("LLAMA_ARG_RPC"), inv.env["LLAMA_ARG_RPC"], order))
+            order += 1
 
     words = list(args)
     i = 0

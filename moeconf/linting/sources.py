@@ -609,7 +609,8 @@ def compose_limited(text: str) -> tuple[list[Any], Note | None]:
     return roots, note
 
 
-def yaml_launches(path: str, text: str, lines: list[str] | None = None) -> tuple[list[Launch], list[Note]]:
+def yaml_launches(path: str, text: str, lines: list[str] | None = None,
+                  variables: dict[str, str] | None = None) -> tuple[list[Launch], list[Note]]:
     import yaml
 
     try:
@@ -628,7 +629,7 @@ def yaml_launches(path: str, text: str, lines: list[str] | None = None) -> tuple
     for root in roots:
         try:
             if _mapping_get(root, "services") is not None:
-                _compose(root, path, lines, budget, out)
+                _compose(root, path, lines, budget, out, variables)
             elif _mapping_get(root, "models") is not None:
                 _swap(root, path, lines, budget, out)
         except _Broken as e:
@@ -641,7 +642,10 @@ def yaml_launches(path: str, text: str, lines: list[str] | None = None) -> tuple
     return launches, notes + ([stopped] if stopped else [])
 
 
-def _compose(root: Any, path: str, lines: list[str], budget: _YamlBudget, out: _Collector) -> None:
+def _compose(root: Any, path: str, lines: list[str], budget: _YamlBudget, out: _Collector,
+             variables: dict[str, str] | None = None) -> None:
+    """A compose file's services. `variables` are what compose interpolates (default: the `.env`
+    file next to `path`)."""
     import yaml
 
     services = _mapping_get(root, "services")
@@ -650,7 +654,8 @@ def _compose(root: Any, path: str, lines: list[str], budget: _YamlBudget, out: _
     if not isinstance(services, yaml.MappingNode):
         raise _Broken(services, f"compose `services:` must be a mapping of service names to services, "
                                 f"not {_shape(services)}")
-    variables = _dotenv_vars(os.path.dirname(os.path.abspath(path)))
+    if variables is None:
+        variables = _dotenv_vars(os.path.dirname(os.path.abspath(path)))
     for name_node, svc in services.value:
         name = _scalar(name_node, "a service name", budget)
         if isinstance(svc, yaml.ScalarNode) and svc.tag == "tag:yaml.org,2002:null":

@@ -1,0 +1,93 @@
+"""The options a plan sets through its own keys (so `[flags] extra` may not repeat them), and a
+reader of `extra` as the engine reads it. Which options each engine knows comes from the one
+table read from the engines' argument parsers (engines/flagtable.py). Both engines refuse an
+argument they do not know, and both read a long option with `_` as `-`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+_NGL = "[flags] n_gpu_layers"
+_FIT = "[flags] fit (moeconf plans place tensors themselves; fit would choose at load time)"
+_RULES_CPU = "rules (\"experts -> cpu\", \"experts first N -> cpu\", ...)"
+
+# Options a plan sets through its own keys, in every spelling: placement, the devices, memory.
+# In `[flags] extra` they would be a second, unsimulated copy that the engine reads last.
+PLAN_KEYS: Final[dict[str, str]] = {
+    "-m": "[model] serve_path", "--model": "[model] serve_path",
+    "-ngl": _NGL, "--gpu-layers": _NGL, "--n-gpu-layers": _NGL,
+    "-ot": "rules", "--override-tensor": "rules",
+    "-cmoe": _RULES_CPU, "--cpu-moe": _RULES_CPU, "-ncmoe": _RULES_CPU, "--n-cpu-moe": _RULES_CPU,
+    "-ts": "[flags] tensor_split", "--tensor-split": "[flags] tensor_split",
+    "-sm": "[flags] split_mode", "--split-mode": "[flags] split_mode",
+    "-mg": "[flags] main_gpu", "--main-gpu": "[flags] main_gpu",
+    "-dev": "[engine] gpus (the devices the plan places on)", "--device": "[engine] gpus (the devices the plan "
+    "places on)", "--max-gpu": "[engine] gpus (the devices the plan places on)",
+    "--rpc": "[flags] rpc",
+    "-fit": _FIT, "--fit": _FIT, "-fitt": _FIT, "--fit-target": _FIT, "-fitc": _FIT, "--fit-ctx": _FIT,
+    "--fit-margin": _FIT, "-gfm": _FIT, "--gpu-fit-margin": _FIT,
+    "-c": "[flags] ctx_size", "--ctx-size": "[flags] ctx_size",
+    "-b": "[flags] batch", "--batch-size": "[flags] batch", "-ub": "[flags] ubatch", "--ubatch-size": "[flags] ubatch",
+    "-fa": "[flags] flash_attn", "--flash-attn": "[flags] flash_attn",
+    "-ctk": "[flags] cache_type_k", "--cache-type-k": "[flags] cache_type_k",
+    "-ctv": "[flags] cache_type_v", "--cache-type-v": "[flags] cache_type_v",
+    "--no-mmap": "[flags] no_mmap", "--mmap": "[flags] no_mmap", "--mlock": "[flags] mlock",
+    "-lm": "[flags] no_mmap and mlock", "--load-mode": "[flags] no_mmap and mlock",
+    "-mqkv": "[flags] merge_qkv", "--merge-qkv": "[flags] merge_qkv",
+    "-muge": "[flags] merge_up_gate", "--merge-up-gate-experts": "[flags] merge_up_gate",
+    "-t": "[flags] threads", "--threads": "[flags] threads",
+    "--host": "[targets] host", "--port": "[targets] port",
+}
+
+
+def option_name(word: str) -> str:
+    """The option a command-line word names, as the engines look it up: a long option with `_`
+    read as `-`; `--name=value` cut at `=` (moeconf reads that form; the engines refuse it)."""
+    if not word.startswith("--"):
+        return word
+    name = word.split("=", 1)[0]
+    return name.replace("_", "-")
+
+
+def known_options(engine_name: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(every option, the options that take a value) of an engine's argument parser, from the
+    one table read from the engines' sources (engines/flagtable.py)."""
+    from moeconf.engines.flagtable import IK, MAINLINE
+
+    table = IK if engine_name == "ik_llama.cpp" else MAINLINE
+    return frozenset(table), frozenset(k for k, n in table.items() if n > 0)
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def scan_extra(words: list[str], engine_name: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """Read `[flags] extra` as the engine would: (index, option) pairs a plan key owns, and
+    (index, word) pairs the engine does not know (it would refuse to start). A value of a known
+    option is skipped, as the engine skips it; so is the word after an unknown option when it
+    does not look like an option."""
+    options, valued = known_options(engine_name)
+    owned: list[tuple[int, str]] = []
+    unknown: list[tuple[int, str]] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        name = option_name(w)
+        if name in PLAN_KEYS:
+            owned.append((i, name))
+        elif name not in options:
+            unknown.append((i, w))
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            if w.startswith("-") and "=" not in w and nxt is not None and (
+                    not nxt.startswith("-") or _is_number(nxt)):
+                i += 1  # its value, as far as anyone can tell
+        elif name in valued and "=" not in w:
+            i += 1
+        i += 1
+    return owned, unknown
