@@ -139,8 +139,12 @@ def test_no_value_changes_the_structure(plan: str, fields: dict[str, Any]) -> No
     try:
         c = with_fields(c0, fields)
     except ValidationError as e:
+        loc = e.errors()[0]["loc"]
+        if loc == ("targets", "binary"):  # a binary the engine would read as an option
+            assert fields["binary"].startswith("-"), e
+            return
         assert not re.fullmatch(r"[a-zA-Z0-9._-]+", fields["compose_service"]), e
-        assert e.errors()[0]["loc"] == ("targets", "compose_service")
+        assert loc == ("targets", "compose_service")
         return
     assert json.loads(emit(c, "argv")) == list(c.argv)  # JSON carries any value
     assert json.loads(emit(c, "json"))["argv"] == list(c.argv)

@@ -112,7 +112,9 @@ class Flags(_Section):
 class Targets(_Section):
     """Deployment details for the emitted forms."""
 
-    binary: str | None = Field(default=None, description="Server binary. Default: `llama-server`.")
+    binary: str | None = Field(default=None, min_length=1, pattern=r"^[^-]",
+                               description="Server binary (not starting with `-`, which the engine would read "
+                               "as an option). Default: `llama-server`.")
     host: str | None = Field(default=None, description="`--host`.")
     port: int | None = Field(default=None, ge=1, le=65535, description="`--port`.")
     docker_image: str | None = Field(
