@@ -116,13 +116,13 @@ def _parser() -> argparse.ArgumentParser:
 
     fit = sub.add_parser(
         "fit",
-        usage="moeconf fit MODEL --gpu [NAME=]SIZE [--gpu ...] [options] [-- ENGINE FLAGS...]",
+        usage="moeconf fit MODEL --gpu [NAME=]SIZE [--gpu ...] [options] [ENGINE FLAGS...]",
         help="put as many routed-expert layers on the GPUs as their memory allows, and print the command",
         description="Solve the placement for GPU memory budgets: always-active tensors and the KV cache on the "
         "GPUs, routed experts on the GPUs layer by layer while each device's predicted memory (weights, KV, "
         "compute, reserve) fits, the rest in system RAM. Prints the command line and the memory table. Engine "
-        "flags (-c, -b, -ub, -ctk, -ctv, -fa, -nkvo, -np, --swa-full, --rpc, ...) go after --; the context, "
-        "batch and cache types are never changed.",
+        "flags (-c, -b, -ub, -ctk, -ctv, -fa, -nkvo, -np, --swa-full, --rpc, ...) follow, as the engine takes "
+        "them (a -- before them is allowed); the context, batch and cache types are never changed.",
     )
     fit.add_argument("model", help="a .gguf file or a manifest .json")
     fit.add_argument("--gpu", action="append", default=[], metavar="[NAME=]SIZE", required=True,
@@ -381,8 +381,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in words and ({"explain", "fit"} & set(words[: words.index("--")])):
         cut = words.index("--")
         words, tail = words[:cut], words[cut + 1:]
-    args = parser.parse_args(words)
-    args.engine_args = tail
+    # explain and fit take engine flags as they are (`-c 32768 -ctk q8_0 --rpc HOST:PORT`), with or
+    # without a `--` before them: what moeconf's own options do not claim is the engine's
+    args, extra = parser.parse_known_args(words)
+    if extra and args.command not in ("explain", "fit"):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.engine_args = [*extra, *tail]
     if args.version:
         from moeconf import __version__
 

@@ -120,3 +120,18 @@ def test_cli_infeasible_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["fit", str(MODELS / "deepseek-v3.manifest.json"), "--gpu", "8GiB", "--", "-c", "65536"])
     assert rc == 2 and "does not fit" in capsys.readouterr().err
     assert main(["fit", str(MODELS / "deepseek-v3.manifest.json"), "--gpu", "lots"]) == 2
+
+
+def test_cli_takes_engine_flags_inline_as_the_issue_writes_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """`moeconf fit MODEL --gpu 24GiB -c 32768 -ctk q8_0 -ctv q8_0` (no `--`) reads the engine flags,
+    exactly as with `--` before them; commands that take no engine flags still refuse extra words."""
+    model = str(MODELS / "qwen3-30b-a3b.manifest.json")
+    flags = ["-c", "32768", "-ctk", "q8_0", "-ctv", "q8_0"]
+    assert main(["fit", model, "--gpu", "24GiB", "--json", *flags]) == 0
+    inline = json.loads(capsys.readouterr().out)
+    assert main(["fit", model, "--gpu", "24GiB", "--json", "--", *flags]) == 0
+    assert json.loads(capsys.readouterr().out) == inline
+    assert inline["argv"][inline["argv"].index("-c") + 1] == "32768" and "q8_0" in inline["argv"]
+    with pytest.raises(SystemExit) as e:
+        main(["inspect", model, "-c", "5"])
+    assert e.value.code == 2 and "unrecognized arguments: -c 5" in capsys.readouterr().err
