@@ -241,6 +241,7 @@ def test_fast_rule_parser_agrees_with_lark(pieces: list[str], gaps: list[str]) -
     "experts -> cpu", "experts layers 31.. -> cpu", "experts, shexp layers 3..10 -> gpu1",
     "ffn_up_exps last 8 -> CUDA1", "layer layers moe -> RPC0[10.0.0.2:50052]", "layers ..30,40, 50..52 -> gpu",
     "first 4 -> gpu", "layers first 4 -> gpu", "ffn_up_exps.bias layers 1 → cpu", "all -> CPU",
+    "experts -> gpu, cpu", "experts layers 3.. -> gpu,gpu1 , cpu", "ffn_down_exps -> RPC0[10.0.0.2:50052], CPU",
 ])
 def test_fast_rule_parser_takes_the_common_shapes(text: str) -> None:
     fast = _fast_parse(text, 0)
@@ -266,10 +267,14 @@ _KEYS = {
     "flags": ["n_gpu_layers", "fit", "ctx_size", "batch", "ubatch", "flash_attn", "no_mmap", "merge_qkv", "split_mode",
               "tensor_split", "main_gpu", "rpc", "threads", "extra", "cache_type_k", "x"],
     "targets": ["binary", "port", "docker_backend", "docker_volumes", "compose_service", "x"],
+    "budget": ["reserve", "policy", "split", "gpu", "CUDA1", "x"],  # devices are extra keys
 }
 
 
 _GOOD: dict[str, st.SearchStrategy[object]] = {
+    "reserve": st.sampled_from(["1GiB", "512 MiB"]), "policy": st.sampled_from(["first", "last"]),
+    "split": st.booleans(), "gpu": st.sampled_from(["24 GiB", "16GiB", "1.5T", "lots"]),
+    "CUDA1": st.sampled_from(["8GiB", "100"]),
     "path": st.just("m.json"), "serve_path": st.sampled_from(["/m.gguf", None]),
     "name": st.sampled_from(["llama.cpp", "ik_llama.cpp"]), "version": st.sampled_from(["b7600", None]),
     "gpus": st.lists(st.sampled_from(["CUDA0", "CUDA1", "Vulkan0"]), max_size=2),

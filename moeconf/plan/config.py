@@ -24,11 +24,18 @@ from typing import Any
 class Section:
     """A validated plan table: attribute access, immutable, compares by value."""
 
-    __slots__ = ("_values",)
+    __slots__ = ("_extra", "_values")
     __hash__ = None  # type: ignore[assignment]
 
-    def __init__(self, values: dict[str, Any]) -> None:
+    def __init__(self, values: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
         object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_extra", extra)
+
+    @property
+    def model_extra(self) -> dict[str, Any] | None:
+        """Keys a table allows beyond its fields (`[budget]` devices), as pydantic's `model_extra`."""
+        extra: dict[str, Any] | None = self._extra
+        return extra
 
     def __getattr__(self, key: str) -> Any:
         try:
@@ -41,7 +48,7 @@ class Section:
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Section):
-            return bool(self._values == other._values)
+            return bool(self._values == other._values and self._extra == other._extra)
         return NotImplemented
 
     def __repr__(self) -> str:
@@ -49,10 +56,11 @@ class Section:
 
     def model_copy(self, update: dict[str, Any] | None = None) -> Section:
         """A copy with some values replaced (pydantic's spelling, so either config works)."""
-        return Section({**self._values, **(update or {})})
+        return Section({**self._values, **(update or {})}, self._extra)
 
     def model_dump(self) -> dict[str, Any]:
-        return {k: v.model_dump() if isinstance(v, Section) else copy.deepcopy(v) for k, v in self._values.items()}
+        items = {**self._values, **(self._extra or {})}
+        return {k: v.model_dump() if isinstance(v, Section) else copy.deepcopy(v) for k, v in items.items()}
 
 
 @cache
@@ -143,7 +151,11 @@ def _object(v: Any, sch: dict[str, Any], defs: dict[str, Any]) -> Section:
     if not isinstance(v, dict):
         raise _Reject
     props: dict[str, Any] = sch.get("properties", {})
-    if sch.get("additionalProperties") is not False or set(v) - set(props):
+    extra_schema = sch.get("additionalProperties")
+    extra: dict[str, Any] | None = None
+    if isinstance(extra_schema, dict):  # extra="allow" with a schema for the extra values
+        extra = {k: _value(x, extra_schema, defs) for k, x in v.items() if k not in props}
+    elif extra_schema is not False or set(v) - set(props):
         raise _Reject
     required = set(sch.get("required", ()))
     out: dict[str, Any] = {}
@@ -158,4 +170,4 @@ def _object(v: Any, sch: dict[str, Any], defs: dict[str, Any]) -> Section:
             out[key] = _value({}, psch, defs)  # a table left out: all its defaults
         else:
             raise _Reject
-    return Section(out)
+    return Section(out, extra)

@@ -109,11 +109,29 @@ def _fast_parse(text: str, index: int) -> Rule | None:
         pos = m.end()
     if arrow_end < 0:
         return None
-    tail = text[arrow_end:]
-    lead = len(tail) - len(tail.lstrip())
-    dm = _DEVICE.match(text, arrow_end + lead)
-    if dm is None or text[dm.end():].strip():
-        return None
+    # DEVICE ("," DEVICE)*: a fill rule's devices in order of preference, the last takes the rest
+    devs: list[re.Match[str]] = []
+    pos = arrow_end
+    while True:
+        while pos < len(text) and text[pos] in " \t":
+            pos += 1
+        dm = _DEVICE.match(text, pos)
+        if dm is None:
+            return None
+        devs.append(dm)
+        pos = dm.end()
+        while pos < len(text) and text[pos] in " \t":
+            pos += 1
+        if pos == len(text):
+            break
+        if text[pos] != ",":
+            return None
+        pos += 1
+    if len({d.group() for d in devs}) != len(devs):
+        return None  # the grammar path words the error
+    dm = devs[-1]
+    fill = tuple(d.group() for d in devs[:-1])
+    fill_spans = tuple(Span(d.start(), d.end()) for d in devs[:-1])
     sel = toks[:-1]
     targets: list[str] = []
     tspans: list[Span] = []
@@ -174,7 +192,8 @@ def _fast_parse(text: str, index: int) -> Rule | None:
             return None
     elif not targets:
         return None
-    return Rule(text, index, tuple(targets), tuple(tspans), layers, dm.group(), Span(dm.start(), dm.end()))
+    return Rule(text, index, tuple(targets), tuple(tspans), layers, dm.group(), Span(dm.start(), dm.end()),
+                fill, fill_spans)
 
 
 def _number(tok: Any, text: str) -> int:
