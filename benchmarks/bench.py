@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -174,8 +175,14 @@ def bench_lint_corpus(args: argparse.Namespace) -> None:
     if s.unjudged:
         print("\nnot judged (rules with no reference label): "
               + ", ".join(f"{k} {v}" for k, v in sorted(s.unjudged.items())))
+    _print_corpus_details(s, args.verbose)
+
+
+def _print_corpus_details(s: Any, verbose: bool) -> None:
+    """The closing lines of a corpus score: errors on clean lines, then (-v) every false
+    positive, miss and such error."""
     print(f"error-severity findings on launches the engine runs as written: {len(s.errors_on_clean)}")
-    if args.verbose:
+    if verbose:
         for line in s.false_positives:
             print("FP   " + line)
         for line in s.misses:
@@ -202,14 +209,7 @@ def bench_lint_mutants(args: argparse.Namespace) -> None:
     _print_table("lint recall per problem type on the mutants", rec)
     if s.unjudged:
         print("\nnot judged: " + ", ".join(f"{k} {v}" for k, v in sorted(s.unjudged.items())))
-    print(f"error-severity findings on launches the engine runs as written: {len(s.errors_on_clean)}")
-    if args.verbose:
-        for line in s.false_positives:
-            print("FP   " + line)
-        for line in s.misses:
-            print("MISS " + line)
-        for line in s.errors_on_clean:
-            print("ERR  " + line)
+    _print_corpus_details(s, args.verbose)
 
 
 # (file name, what it is, a function of the size in bytes -> the file's text)
