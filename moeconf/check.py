@@ -14,12 +14,11 @@ import json
 import os
 import re
 import shlex
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
-from moeconf.errors import MoeconfError
+from moeconf.errors import MoeconfError, open_regular
 from moeconf.textsafe import safe
 
 HEAD_BYTES = 4096  # a header is within the first bytes of a file
@@ -44,34 +43,6 @@ class Command:
     plan: str  # relative to the generated file's folder, as written in the header
     target: str
     model: str | None
-
-
-def _open_regular(path: str) -> int | None:
-    """A read descriptor of `path` if it is a regular file (after links), else None. Opened
-    non-blocking and checked on the descriptor, so a FIFO can neither hang nor slip in."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
-
-
-def _read(fd: int, limit: int) -> bytes:
-    chunks = []
-    left = limit
-    while left > 0:
-        b = os.read(fd, min(left, 1 << 20))
-        if not b:
-            break
-        chunks.append(b)
-        left -= len(b)
-    return b"".join(chunks)
 
 
 def origin_of(head: str) -> Origin | None:
@@ -184,11 +155,12 @@ def check_paths(paths: list[str], out: TextIO) -> list[str]:
     broken = 0
     checked = 0
     for path in _candidates(paths):
-        fd = _open_regular(path)
-        if fd is None:
-            continue
         try:
-            head = _read(fd, HEAD_BYTES)
+            f = open_regular(path, MoeconfError, "a generated file")
+        except MoeconfError:
+            continue  # not a regular file (or unreadable): nothing moeconf generated
+        try:
+            head = f.read(HEAD_BYTES)
             if _MARK.encode() not in head:
                 continue
             origin = origin_of(head.decode("utf-8", errors="replace"))
@@ -215,10 +187,10 @@ def check_paths(paths: list[str], out: TextIO) -> list[str]:
                 broken += 1
                 out.write(f"{where}: cannot compile the plan it names: {e}\n")
                 continue
-            os.lseek(fd, 0, os.SEEK_SET)
-            raw = _read(fd, MAX_BYTES + 1)
+            f.seek(0)
+            raw = f.read(MAX_BYTES + 1)
         finally:
-            os.close(fd)
+            f.close()
         current = raw.decode("utf-8", errors="surrogateescape")
         if want == current:
             continue
