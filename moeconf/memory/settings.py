@@ -197,3 +197,27 @@ def read_settings(
         swa_full=flag("swa_full", False), mla=mla if isinstance(mla, int) else None,
         reserve=reserve, problems=tuple(problems),
     )
+
+
+def settings_argv(s: MemorySettings, engine: Engine) -> list[str]:
+    """The engine flags that reproduce `s` (only what differs from the defaults), in the form
+    `moeconf fit` and `explain` take: the memory-relevant part of a launch, whatever spelling or
+    `LLAMA_ARG_*` variable it came from."""
+    d = MemorySettings()
+    out: list[str] = []
+    for flag, key in (("-c", "n_ctx"), ("-b", "n_batch"), ("-ub", "n_ubatch"), ("-ctk", "cache_type_k"),
+                      ("-ctv", "cache_type_v"), ("-np", "n_parallel")):
+        v = getattr(s, key)
+        if v != getattr(d, key):
+            out += [flag, str(v)]
+    if s.flash_attn != d.flash_attn:
+        out += ["-fa", s.flash_attn] if engine.fa_takes_value else (["-fa"] if s.flash_attn == "on" else [])
+    if not s.offload_kqv:
+        out.append("-nkvo")
+    if s.swa_full:
+        out.append("--swa-full")
+    if s.kv_unified:
+        out.append("-kvu")
+    if s.mla is not None:
+        out += ["-mla", str(s.mla)]
+    return out

@@ -6,8 +6,18 @@ which may not fit, but only after it may have cut the context to `--fit-ctx` (40
 was not given. Write `-fit off`. ik_llama.cpp refuses `--fit` with `-ot` or `--n-cpu-moe`
 outright ("Manual tensor overrides cannot be used with --fit").
 
+What fit would do instead: when `.moeconf.toml` gives the size of every GPU the line uses
+(`[gpu_memory]`) and the model is known, the finding also says what `moeconf fit` places for
+those budgets at the line's own context, batch and cache types (which blocks' routed experts
+stay on each GPU, the `-ot` and the predicted memory), and the command that writes it. That
+answer keeps every always-active tensor on the GPU; llama.cpp's own fit would only move whole
+layers, and does nothing once placement is manual.
+
 FAIL (engine=llama.cpp, model=glm-4.5-air):
     llama-server -m m.gguf -ngl 999 -ot "exps=CPU"
+
+FAIL (engine=llama.cpp, model=qwen3-30b-a3b, gpu_memory=CUDA0:16GiB):
+    llama-server -m m.gguf -ngl 999 -c 32768 -ctk q8_0 -ctv q8_0 -ot "exps=CPU"
 
 PASS (engine=llama.cpp, model=glm-4.5-air):
     llama-server -m m.gguf -ngl 999 -fit off -c 32768 -ot "exps=CPU"
@@ -19,6 +29,7 @@ from collections.abc import Iterator
 
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
+from moeconf.linting.rules._memory import fit_instead
 
 CODE = "MOE020"
 NAME = "fit-conflict"
@@ -34,7 +45,8 @@ def check(ctx: Context) -> Iterator[Hit]:
     if eng.fit_with_overrides == "error":
         if inv.fit and inv.fit[1] and (inv.ot or inv.n_cpu_moe or inv.cpu_moe):
             yield Hit(*ctx.at_arg(inv.fit[0]), "ik_llama.cpp refuses --fit with -ot or --n-cpu-moe "
-                      "(\"Manual tensor overrides cannot be used with --fit\"): remove --fit", "error")
+                      "(\"Manual tensor overrides cannot be used with --fit\"): remove --fit" + fit_instead(ctx),
+                      "error")
         return
     fit_on = inv.fit[1] if inv.fit else eng.fit_default_on
     if not fit_on or not (manual or inv.ngl):
@@ -43,4 +55,5 @@ def check(ctx: Context) -> Iterator[Hit]:
     how = "-fit on" if inv.fit else f"--fit is on by default ({eng.label})"
     ctx_cut = "" if inv.ctx_size else ", after possibly cutting the context to --fit-ctx (4096) since -c is not given"
     yield Hit(*where, f"{how} with manual placement: fit gives up (\"already set by user, abort\") and loads "
-              f"your settings{ctx_cut}; add -fit off")
+              f"your settings{ctx_cut}; add -fit off" + fit_instead(ctx))
+

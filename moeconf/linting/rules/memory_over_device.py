@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
+from moeconf.linting.rules._memory import fit_command, line_settings
 
 CODE = "MOE040"
 NAME = "memory-over-device"
@@ -32,38 +33,45 @@ MiB = 1024 * 1024
 def check(ctx: Context) -> Iterator[Hit]:
     if not ctx.gpu_memory or ctx.explanation is None or ctx.inventory is None:
         return
-    from moeconf.memory import DEFAULT_RESERVE, estimate_explained, read_settings
+    from dataclasses import replace
 
-    inv = ctx.invocation
-    settings = read_settings([a.text for a in inv.args], ctx.engine, {k: v.text for k, v in inv.env.items()},
-                             reserve=ctx.reserve if ctx.reserve is not None else DEFAULT_RESERVE)
+    from moeconf.memory import estimate, estimate_explained
+    from moeconf.memory.settings import settings_argv
+
+    settings = line_settings(ctx)
     est = estimate_explained(ctx.explanation, settings)
     if not est.complete:
         return
-    devices = ctx.explanation.placement.devices
+    placement = ctx.explanation.placement
     for dev, size in ctx.gpu_memory.items():
         m = est.devices.get(dev)
         if m is None or m.total <= size:
             continue
         short = m.total - size
-        # routed-expert layers on this device, highest block first: what moving them frees
-        per_layer: dict[int, int] = {}
-        for t in ctx.inventory.tensors:
-            if t.group == "experts" and t.layer is not None and devices.get(t.name) == dev:
-                per_layer[t.layer] = per_layer.get(t.layer, 0) + t.nbytes
-        freed, moved = 0, []
-        for il in sorted(per_layer, reverse=True):
-            if freed >= short:
-                break
-            freed += per_layer[il]
+        # routed-expert layers on this device, highest block first, moved to the CPU one at a time
+        # and measured again (the compute buffer changes too), until the device fits
+        layers = sorted({t.layer for t in ctx.inventory.tensors
+                         if t.group == "experts" and t.layer is not None and placement.devices.get(t.name) == dev},
+                        reverse=True)
+        devices = dict(placement.devices)
+        moved: list[int] = []
+        fits = False
+        for il in layers:
+            for t in ctx.inventory.tensors:
+                if t.layer == il and t.group == "experts" and devices.get(t.name) == dev:
+                    devices[t.name] = "CPU"
             moved.append(il)
-        if freed >= short:
-            advice = (f"moving the routed experts of {len(moved)} more layer(s) to the CPU frees "
-                      f"{freed / MiB:,.0f} MiB (e.g. blocks {min(moved)}-{max(moved)})")
+            after = estimate(replace(placement, devices=devices), settings).devices[dev]
+            if after.total <= size:
+                fits = True
+                break
+        if fits:
+            advice = (f"moving the routed experts of {len(moved)} more layer(s) to the CPU (blocks "
+                      f"{min(moved)}-{max(moved)}) brings it to {after.total / MiB:,.0f} MiB")
         else:
             advice = "even with every routed expert on the CPU it does not fit: a smaller -c, -ctk/-ctv q8_0 or -ub"
+        _, command = fit_command(ctx, settings_argv(settings, ctx.engine))
         yield Hit(ctx.line, ctx.column,
                   f"{dev}: predicted {m.total / MiB:,.0f} MiB (weights {m.weights / MiB:,.0f}, KV {m.kv / MiB:,.0f}, "
                   f"compute {m.compute / MiB:,.0f}, reserve {m.reserve / MiB:,.0f}) is {short / MiB:,.0f} MiB over "
-                  f"its {size / MiB:,.0f} MiB; {advice}; `moeconf fit MODEL --gpu {dev}={size / 2**30:g}GiB` "
-                  "writes the command")
+                  f"its {size / MiB:,.0f} MiB; {advice}; `{command}` writes the command")

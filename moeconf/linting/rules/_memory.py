@@ -1,0 +1,98 @@
+"""Memory helpers shared by the memory rules (`memory-over-device`, `fit-conflict`): the line's
+memory settings, the `moeconf fit` command for its GPUs, and what fit would place instead."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import TYPE_CHECKING
+
+from moeconf.linting.model import Context
+from moeconf.model.inventory import format_ranges
+
+if TYPE_CHECKING:
+    from moeconf.memory import MemorySettings
+
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+def _size(n: int) -> str:
+    return f"{n // GiB}GiB" if n % GiB == 0 else f"{n // MiB}MiB" if n % MiB == 0 else str(n)
+
+
+def fit_command(ctx: Context, flags: list[str]) -> tuple[list[str], str]:
+    """(fit's engine flags with the line's --rpc servers, the `moeconf fit` command for the
+    line's devices and GPU sizes)."""
+    ex, model, inv = ctx.explanation, ctx.inventory, ctx.invocation
+    devices = [d for d in (ex.accelerators if ex is not None else ()) if d in ctx.gpu_memory]
+    servers = [d[d.index("[") + 1:-1] for d in devices if d.startswith("RPC")]
+    flags = [*flags, "--rpc", ",".join(servers)] if servers else list(flags)
+    model_word = (model.source if model is not None and model.source else
+                  inv.model.text if inv.model is not None else "MODEL")
+    gpu_args = " ".join(f"--gpu {d}={_size(ctx.gpu_memory[d])}" if not d.startswith("RPC")
+                        else f"--gpu '{d}={_size(ctx.gpu_memory[d])}'" for d in devices)
+    engine_args = f" --engine {ctx.engine.name}" if ctx.engine.name != "llama.cpp" else ""
+    if ctx.engine.version:
+        engine_args += f" --engine-version {ctx.engine.version}"
+    if ctx.reserve is not None:
+        engine_args += f" --reserve {_size(ctx.reserve)}"
+    return flags, f"moeconf fit {shlex.quote(model_word)} {gpu_args}{engine_args} {shlex.join(flags)}".rstrip()
+
+
+def line_settings(ctx: Context) -> MemorySettings:
+    from moeconf.memory import DEFAULT_RESERVE, read_settings
+
+    inv = ctx.invocation
+    env = {k: v.text for k, v in inv.env.items()}
+    reserve = ctx.reserve if ctx.reserve is not None else DEFAULT_RESERVE
+    return read_settings([a.text for a in inv.args], ctx.engine, env, reserve=reserve)
+
+
+def fit_instead(ctx: Context) -> str:
+    """What `moeconf fit` places for the GPU sizes of `[gpu_memory]` at the line's own memory
+    settings, as a sentence for the finding; "" when a GPU's size or the model is unknown, or the
+    line's settings cannot be given to fit as they are."""
+    ex, model = ctx.explanation, ctx.inventory
+    if not ctx.gpu_memory or ex is None or model is None or not ex.accelerators:
+        return ""
+    if any(d not in ctx.gpu_memory for d in ex.accelerators):
+        return ""
+    inv = ctx.invocation
+    if inv.split_mode is not None and inv.split_mode.text != "layer":
+        return ""
+    from moeconf.errors import MoeconfError
+    from moeconf.fit import Budget, FitError, fit
+    from moeconf.memory import read_settings
+    from moeconf.memory.settings import settings_argv
+
+    settings = line_settings(ctx)
+    reserve = settings.reserve
+    flags = settings_argv(settings, ctx.engine)
+    if settings.problems or read_settings(flags, ctx.engine, reserve=reserve) != settings:
+        return ""
+    budgets = [Budget(d, ctx.gpu_memory[d]) for d in ex.accelerators]
+    model_word = inv.model.text if inv.model is not None else "MODEL"
+    flags, command = fit_command(ctx, flags)
+    try:
+        res = fit(model, ctx.engine, budgets, flags, model_path=model.source or model_word,
+                  plan_dir=os.path.dirname(os.path.abspath(ctx.path)), reserve=reserve,
+                  serve_path=model_word)
+    except FitError as e:
+        return f". Instead, moeconf fit finds no placement for these GPU sizes: {e.message} ({command})"
+    except MoeconfError:
+        return ""
+    parts = []
+    for d in ex.accelerators:
+        layers = res.gpu_expert_layers.get(d, [])
+        split = [f"{', '.join(k.removeprefix('ffn_').removesuffix('_exps') for k in kinds)} of block {il}"
+                 for il, dev, kinds in res.split_layers if dev == d]
+        held = (f"the routed experts of blocks {format_ranges(layers)}" if layers else "no whole expert layer")
+        if split:
+            held += " and the " + "; ".join(split)
+        m = res.memory.devices[d]
+        parts.append(f"{d} {held} (predicted {m.total / MiB:,.0f} of {ctx.gpu_memory[d] / MiB:,.0f} MiB)")
+    return (f". Instead, for the GPU sizes in [gpu_memory], moeconf fit keeps every attention, shared-expert "
+            f"and dense tensor on the GPU and gives {'; '.join(parts)}, the other routed experts in RAM: "
+            f"-ot '{res.ot}' ({command})")
