@@ -10,7 +10,7 @@ import tomli_w
 
 from moeconf.model.inventory import Inventory, first_shard, format_ranges
 from moeconf.model.taxonomy import GROUPS
-from moeconf.report.inventory import gib
+from moeconf.units import gib
 from moeconf.textsafe import safe
 
 

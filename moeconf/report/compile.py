@@ -6,7 +6,7 @@ import shlex
 
 from moeconf.compile import Compiled
 from moeconf.errors import MoeconfError
-from moeconf.report.inventory import gib
+from moeconf.units import gib
 from moeconf.textsafe import first_unsafe, safe
 
 _COMMENT = {"llama.cpp": "# ", "ik_llama.cpp": "# ", "docker": "# ", "env": "# ", "compose": "# ",

@@ -9,12 +9,7 @@ from typing import Any
 from moeconf.model.inventory import Inventory, Tensor, format_ranges
 from moeconf.model.taxonomy import GROUPS, LAYER_KINDS
 from moeconf.textsafe import safe
-
-GIB = float(1 << 30)
-
-
-def gib(n: int) -> str:
-    return f"{n / GIB:.2f}"
+from moeconf.units import gib
 
 
 def inventory_json(inv: Inventory) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from moeconf.linting.model import Context, Severity
 from moeconf.model.inventory import Tensor, format_ranges
-from moeconf.report.inventory import gib
+from moeconf.units import gib
 
 ALWAYS_ACTIVE = ("attn", "shexp", "router", "norm")
 
