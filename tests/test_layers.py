@@ -33,8 +33,8 @@ def _imports(path: Path) -> set[str]:
             names = [a.name for a in node.names]
         for name in names:
             parts = name.split(".")
-            if parts[0] == "moeconf" and len(parts) > 1 and (PKG / parts[1]).with_suffix(".py").exists() or (
-                    parts[0] == "moeconf" and len(parts) > 1 and (PKG / parts[1]).is_dir()):
+            if parts[0] == "moeconf" and len(parts) > 1 and (
+                    (PKG / parts[1]).with_suffix(".py").exists() or (PKG / parts[1]).is_dir()):
                 out.add(parts[1])
     return out
 

@@ -10,8 +10,8 @@ import tomli_w
 
 from moeconf.model.inventory import Inventory, first_shard, format_ranges
 from moeconf.model.taxonomy import GROUPS
-from moeconf.units import gib
 from moeconf.textsafe import safe
+from moeconf.units import gib
 
 
 def _value(v: Any) -> str:

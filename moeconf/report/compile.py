@@ -6,8 +6,8 @@ import shlex
 
 from moeconf.compile import Compiled
 from moeconf.errors import MoeconfError
-from moeconf.units import gib
 from moeconf.textsafe import first_unsafe, safe
+from moeconf.units import gib
 
 _COMMENT = {"llama.cpp": "# ", "ik_llama.cpp": "# ", "docker": "# ", "env": "# ", "compose": "# ",
             "llama-swap": "# "}

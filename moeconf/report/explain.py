@@ -8,8 +8,8 @@ from collections import defaultdict
 from moeconf.engines import AUTO_GPU
 from moeconf.explanation import Explanation
 from moeconf.model.taxonomy import GROUPS
-from moeconf.units import gib
 from moeconf.textsafe import safe
+from moeconf.units import gib
 
 _COLORS = ["\033[33m", "\033[32m", "\033[36m", "\033[35m", "\033[34m", "\033[31m"]
 _RESET = "\033[0m"
