@@ -40,7 +40,7 @@ def test_ik_version_names() -> None:
     assert ik_date("2026-08-01") == "2026-08-01"
     assert version_error("ik_llama.cpp", "0.1.5") is None
     assert version_error("ik_llama.cpp", "2026-08-07") is None
-    assert "YYYY-MM-DD" in (version_error("ik_llama.cpp", "b4000") or "")
+    assert "YYYY-MM-DD" in (version_error("ik_llama.cpp", "b0") or "")
     assert "YYYY-MM-DD" in (version_error("ik_llama.cpp", "2026-13-01") or "")
     # older dates take the oldest code's facts, plus the -ot word split before 2025-09-01
     assert version_error("ik_llama.cpp", "2025-09-01") is None and ik_date("2025-03-14") == "2026-04-13"
@@ -48,6 +48,23 @@ def test_ik_version_names() -> None:
     assert ik("2025-03-14").default_ngl == 0 and ik("2025-03-14").ncmoe_takes == "first"
     assert version_error("llama.cpp", "b7600") is None and version_error("llama.cpp", "7600") is None
     assert "build number" in (version_error("llama.cpp", "0.1.5") or "")
+
+
+def test_ik_build_numbers_name_their_commit_dates() -> None:
+    """`build = N` from ik's log: N is the commit count; the table maps it to the commit's date,
+    and each fact switches at the first build of its PR's date (read from ik's history)."""
+    assert version_error("ik_llama.cpp", "b4000") is None and version_error("ik_llama.cpp", "4000") is None
+    assert ik_date("b4411") == "2026-04-13"  # 0.1.5 vendors commit 55d3c05bf, build 4411
+    assert ik("b3869").ot_items_read_as_words and not ik("b3870").ot_items_read_as_words
+    assert (ik("b4753").default_ngl, ik("b4754").default_ngl) == (0, 999)
+    assert (ik("b4794").ncmoe_takes, ik("b4795").ncmoe_takes) == ("first", "last")
+    assert not ik("b4533").output_on_gpu_any_ngl_modes and ik("b4534").output_on_gpu_any_ngl_modes
+    assert ik_date("b99999") == "2026-08-15"  # after the newest build read: its facts
+    # the table is ordered by build and by date
+    from moeconf.engines.ikbuilds import IK_BUILD_DATES, IK_NEWEST_BUILD
+    builds = [b for b, _ in IK_BUILD_DATES]
+    dates = [d for _, d in IK_BUILD_DATES]
+    assert builds == sorted(set(builds)) and dates == sorted(set(dates)) and builds[-1] <= IK_NEWEST_BUILD
 
 
 def test_ik_facts_change_on_their_pull_requests() -> None:

@@ -369,3 +369,28 @@ def test_oversized_files_are_skipped_with_a_note(tmp_path: Path, monkeypatch: py
     p = write(tmp_path, "run.sh", "llama-server -m /m.gguf -ot 'blk.1.=CPU'\n" * 5)
     found = lint([str(p)]).findings
     assert [(f.code, f.severity) for f in found] == [("MOE091", "info")] and "larger than" in found[0].message
+
+
+@pytest.mark.parametrize(("directive", "words"), [
+    ("engine=ik_llama.cpp version=3.x", "ik_llama.cpp version '3.x'"),
+    ("version=banana", "llama.cpp version 'banana': write a build number"),
+    ("engine=ik_llama.cpp version=2025-13-01", "YYYY-MM-DD"),
+])
+def test_a_version_directive_moeconf_cannot_read_is_input_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  directive: str, words: str) -> None:
+    """Before, an unreadable `version=` was taken silently as the newest code read."""
+    write(tmp_path, "run.sh", f"# moeconf: {directive}\nllama-server -m m.gguf -ngl 99 -ot exps=CPU\n")
+    code, out, _ = run_lint(capsys, str(tmp_path / "run.sh"))
+    assert code == 2 and "MOE090 input-invalid" in out and "`# moeconf: version=` directive" in out and words in out
+
+
+def test_the_config_version_belongs_to_the_config_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mainline build number in the config is not read as the ik_llama.cpp version of a launch
+    that a directive or its binary names as ik."""
+    write(tmp_path, ".moeconf.toml", 'engine = "llama.cpp"\nengine_version = "b7600"\n')
+    write(tmp_path, "a.sh", "# moeconf: engine=ik_llama.cpp\nllama-server -m m.gguf -ngl 99 -ot exps=CPU\n")
+    write(tmp_path, "b.sh", "/opt/ik_llama.cpp/build/bin/llama-server -m m.gguf -ngl 99 -ot exps=CPU\n")
+    code, out, _ = run_lint(capsys, str(tmp_path))
+    assert code == 0 and "MOE090" not in out
+    found = lint([str(tmp_path)]).findings
+    assert {f.code for f in found} == {"MOE000"}

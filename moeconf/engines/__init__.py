@@ -7,6 +7,7 @@ differences on a shared base). Sources: `shared/engine-facts.md` and the engines
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, replace
 from typing import Final, Literal
@@ -36,7 +37,7 @@ IK_PR_NCMOE_LAST: Final = "2026-08-07"  # PR #2262: one device: the last N layer
 @dataclass(frozen=True)
 class Engine:
     """An engine at a version. `build` is mainline's build number (bNNNN); `date` is the date of
-    the ik_llama.cpp commit (ik has no build numbers; see IK_PACKAGES)."""
+    the ik_llama.cpp commit (from a package version, IK_PACKAGES, or a build number, ikbuilds)."""
 
     name: EngineName
     version: str | None
@@ -173,6 +174,9 @@ def ik_date(version: str | None) -> str:
     v = (version or "").strip().lstrip("v")
     if v in IK_PACKAGES:
         return IK_PACKAGES[v]
+    build = _ik_build(v)
+    if build is not None:
+        v = ik_build_date(build)
     if _DATE_RE.fullmatch(v):
         # before the oldest code read: its facts are the closest known (engine-facts.md)
         return max(min(v, IK_NEWEST_DATE), IK_OLDEST_DATE)
@@ -182,6 +186,20 @@ def ik_date(version: str | None) -> str:
 _DATE_RE = re.compile(r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])")
 
 
+def _ik_build(v: str) -> int | None:
+    """An ik_llama.cpp build number as its log prints it (`build = 3871`), written b3871 or 3871."""
+    m = re.fullmatch(r"b?(\d{1,9})", v)
+    return int(m.group(1)) if m and int(m.group(1)) >= 1 else None
+
+
+def ik_build_date(build: int) -> str:
+    """The commit date of ik_llama.cpp build `build` (builds after the newest read: its date)."""
+    from moeconf.engines.ikbuilds import IK_BUILD_DATES
+
+    i = bisect.bisect_right(IK_BUILD_DATES, (build, "9999")) - 1
+    return IK_BUILD_DATES[max(i, 0)][1]
+
+
 def version_error(name: str, version: str | None) -> str | None:
     """Why `version` is not a version of engine `name` moeconf can model, or None."""
     if version is None:
@@ -189,14 +207,15 @@ def version_error(name: str, version: str | None) -> str | None:
     v = version.strip()
     if name in ("ik_llama.cpp", "ik_llamacpp", "ik"):
         v = v.lstrip("v")
-        if v in IK_PACKAGES:
+        if v in IK_PACKAGES or _ik_build(v) is not None:
             return None
         if _DATE_RE.fullmatch(v):
             # dates before the oldest code read take its facts (and the -ot word split before
             # 2025-09-01): see ik_date and ik_before_word_split_change
             return None
-        return (f"ik_llama.cpp version {version!r}: write a package version ({', '.join(IK_PACKAGES)}) or the "
-                "date of the ik_llama.cpp commit, YYYY-MM-DD (git log -1 --format=%cs)")
+        return (f"ik_llama.cpp version {version!r}: write a package version ({', '.join(IK_PACKAGES)}), the build "
+                "number its log prints (`build = 3871`: b3871) or the date of the ik_llama.cpp commit, YYYY-MM-DD "
+                "(git log -1 --format=%cs)")
     if _parse_build(v) is None:
         return f"llama.cpp version {version!r}: write a build number like b7600"
     return None
@@ -245,8 +264,8 @@ def ik_before_word_split_change(version: str | None) -> bool:
     v = version.strip()
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
         return v < IK_WORD_SPLIT_UNTIL[0]
-    m = re.fullmatch(r"b?(\d{4,})", v)
-    return m is not None and int(m.group(1)) < IK_WORD_SPLIT_UNTIL[1]
+    build = _ik_build(v)
+    return build is not None and build < IK_WORD_SPLIT_UNTIL[1]
 
 
 def engine(name: str, version: str | None = None) -> Engine:

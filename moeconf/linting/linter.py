@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 
-from moeconf.engines import Engine, engine
+from moeconf.engines import Engine, engine, version_error
 from moeconf.engines.cmdline import Arg, Invocation, parse_invocation
 from moeconf.errors import MoeconfError
 from moeconf.linting.model import Config, Context, Finding, Severity, find_config
@@ -81,19 +81,30 @@ class _Models:
 def _engine_for(src: SourceFile, launch: Launch, config: Config) -> tuple[Engine, str]:
     name = file_directive(src, "engine", launch)
     version = file_directive(src, "version", launch) or file_directive(src, "engine_version", launch)
+
+    def configured(engine_name: str) -> str | None:
+        # the config's version belongs to the config's engine only
+        same = config.engine is not None and _canonical(config.engine) == _canonical(engine_name)
+        return version or (config.engine_version if same else None)
+
     if name:
-        return _engine(name, version or config.engine_version), "directive"
+        return _engine(name, configured(name), directive=version is not None), "directive"
     if launch.image:
         tag = re.search(r":[^:]*-b(\d+)$", launch.image) if len(launch.image) < 1024 else None
         if _IK_HINT.search(launch.image):
-            return _engine("ik_llama.cpp", version), "image"
-        return _engine("llama.cpp", f"b{tag.group(1)}" if tag else version), "image"
+            return _engine("ik_llama.cpp", version, directive=version is not None), "image"
+        return _engine("llama.cpp", f"b{tag.group(1)}" if tag else version,
+                       directive=version is not None and not tag), "image"
     binary = launch.args[0].text if launch.args and launch.has_binary else ""
     if binary and _IK_HINT.search(binary):
-        return _engine("ik_llama.cpp", version or config.engine_version), "binary"
+        return _engine("ik_llama.cpp", configured("ik_llama.cpp"), directive=version is not None), "binary"
     if config.engine:
-        return _engine(config.engine, config.engine_version), "config"
-    return _engine("llama.cpp", version), "default"
+        return _engine(config.engine, configured(config.engine), directive=version is not None), "config"
+    return _engine("llama.cpp", version, directive=version is not None), "default"
+
+
+def _canonical(name: str) -> str:
+    return "ik_llama.cpp" if name in ("ik_llama.cpp", "ik_llamacpp", "ik") else name
 
 
 def _model_for(src: SourceFile, launch: Launch, inv: Invocation, config: Config, models: _Models,
@@ -376,7 +387,12 @@ def check_config_rules(config: Config) -> None:
     _check_names(list(config.severity), "[severity]", config, "severity")
 
 
-def _engine(name: str, version: str | None) -> Engine:
+def _engine(name: str, version: str | None, *, directive: bool = False) -> Engine:
+    """The engine at `version`; a `version=` directive moeconf cannot read is refused (the
+    launch gets input-invalid) rather than silently taken as the newest code read."""
+    bad = version_error(name, version) if directive else None
+    if bad:
+        raise MoeconfError(f"the `# moeconf: version=` directive: {bad}")
     try:
         return engine(name, version)
     except ValueError as e:
