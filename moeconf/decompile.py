@@ -102,7 +102,10 @@ def decompile(ex: Explanation, plan_path: str, model_path: str, gpus: Sequence[s
     if inv.model is not None:
         model["serve_path"] = inv.model.text
     elif not model_path.endswith(".gguf"):
-        model["serve_path"] = "/models/model.gguf"
+        # a manifest and no -m: the GGUF file the manifest was made from (its `source.file`)
+        from moeconf.fit import manifest_gguf_name
+
+        model["serve_path"] = manifest_gguf_name(os.path.abspath(model_path), folder)
     data["model"] = model
     eng: dict[str, object] = {"name": inv.engine.name, "gpus": list(gpus)}
     if inv.engine.version:

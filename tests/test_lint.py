@@ -167,6 +167,11 @@ def test_explain_plan_round_trips(tmp_path: Path) -> None:
     c = run("compile", str(plan), "--json", "-q")
     assert c.returncode == 0, c.stderr
     assert json.loads(c.stdout)["placement"] == want
+    # no -m on the line and a manifest: -m is the GGUF the manifest was made from, not a made-up path
+    source = json.loads((EXAMPLES / "models" / "glm-4.5-air.manifest.json").read_text())["source"]["file"]
+    assert f'serve_path = "{source}"' in plan.read_text()
+    argv = json.loads(run("compile", str(plan), "-q", "--target", "argv").stdout)
+    assert argv[argv.index("-m") + 1] == source
 
 
 def test_explain_refusal_is_shown() -> None:
