@@ -96,3 +96,18 @@ def test_lint_and_explain_agree_without_gpus(tmp_path: Path) -> None:
 def test_ik_ignores_ot_without_offload(tmp_path: Path) -> None:
     found = run(tmp_path, 'llama-server -m m.gguf -ngl 0 -ot "exps=CPU"', "ik_llama.cpp")
     assert [(n, s) for n, s, _ in found if n == "item-not-simulated"] == [("item-not-simulated", "error")]
+
+
+def test_long_items_are_quoted_by_their_ends_but_fixes_stay_whole(tmp_path: Path) -> None:
+    """A llama-fit-params style item hundreds of characters long: the finding names it by its start
+    and end (its column points into it), and the replacement it asks for is printed whole."""
+    blocks = "|".join(str(i) for i in range(3, 61))
+    item = f"blk\\.({blocks})\\.ffn.*=CPU"
+    found = run(tmp_path, f'llama-server -m m.gguf -ngl 999 -fit off -ot "{item}"')
+    moved = [m for n, _, m in found if n == "always-active-to-cpu"]
+    assert moved, found
+    msg = moved[0]
+    pattern = item.removesuffix("=CPU")
+    assert msg.startswith("'blk\\.(3|4|") and "\u2026" in msg and f"({len(pattern):,} chars)" in msg
+    assert pattern not in msg
+    assert msg.endswith(f"(write 'blk\\.({blocks})\\.ffn_.*_exps' to move only the routed experts)")  # whole

@@ -51,8 +51,19 @@ def describe(tensors: list[Tensor]) -> str:
     return f"{len(tensors)} tensors ({parts}){where}, {gib(sum(t.nbytes for t in tensors))} GiB"
 
 
+QUOTE_LIMIT = 120
+
+
 def q(text: str) -> str:
-    """A pattern or item quoted as the user wrote it (no repr escaping of backslashes)."""
+    """A pattern or item quoted as the user wrote it (no repr escaping of backslashes); one longer
+    than QUOTE_LIMIT is shown by its start and end (the finding's column points into it)."""
+    if len(text) > QUOTE_LIMIT:
+        return f"'{text[:60]}\u2026{text[-40:]}' ({len(text):,} chars)"
+    return f"'{text}'"
+
+
+def qfix(text: str) -> str:
+    """A replacement the user is told to write: always whole, however long."""
     return f"'{text}'"
 
 
@@ -143,7 +154,7 @@ def moved_to_cpu(ctx: Context, what: str, groups: tuple[str, ...], why: str) -> 
                  and pl.defaults[t.name] not in (None, "CPU")]
         if moved and not (it.raw_index is not None and implicit_catch_all(ctx, k)):
             fix = re.sub(r"ffn(_?\.\*|\.|_)$", "ffn_.*_exps", it.pattern)
-            how = f" (write {q(fix)} to move only the routed experts)" if fix != it.pattern else ""
+            how = f" (write {qfix(fix)} to move only the routed experts)" if fix != it.pattern else ""
             yield Hit(*where_item(ctx, k), f"{q(it.pattern)} sends {what} to CPU: {describe(moved)}; {why}{how}")
 
 

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, describe, item_tensors, q, where_item
+from moeconf.linting.rules._base import Hit, describe, item_tensors, q, qfix, where_item
 
 CODE = "MOE028"
 NAME = "name-collision"
@@ -58,4 +58,4 @@ def check(ctx: Context) -> Iterator[Hit]:
             names = sorted({_kind(t.name) for t in other})
             shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             yield Hit(*where_item(ctx, k), f"{q(word)} is matched anywhere in a name, so it also takes {shown}: "
-                      f"{describe(other)}; write {q(fix + '=' + it.device)}")
+                      f"{describe(other)}; write {qfix(fix + '=' + it.device)}")

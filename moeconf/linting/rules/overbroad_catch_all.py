@@ -35,7 +35,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, always_active_moved_to_cpu, describe, implicit_catch_all, q, where_item
+from moeconf.linting.rules._base import (
+    Hit,
+    always_active_moved_to_cpu,
+    describe,
+    implicit_catch_all,
+    q,
+    qfix,
+    where_item,
+)
 
 CODE = "MOE013"
 NAME = "overbroad-catch-all"
@@ -51,4 +59,4 @@ def check(ctx: Context) -> Iterator[Hit]:
         moved = always_active_moved_to_cpu(ctx, k)
         fix = "ffn_.*_exps=CPU" if "ffn" in it.pattern else "exps=CPU"
         yield Hit(*where_item(ctx, k), f"{q(it.pattern + '=CPU')} is a catch-all: besides routed experts it sends "
-                  f"{describe(moved)} to CPU, and those run for every token; name the experts: {q(fix)}")
+                  f"{describe(moved)} to CPU, and those run for every token; name the experts: {qfix(fix)}")

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, explanation_index, item_tensors, matches, q
+from moeconf.linting.rules._base import Hit, explanation_index, item_tensors, matches, q, qfix
 from moeconf.model.inventory import format_ranges
 
 from ._patterns import LayerNumber, alternatives, layer_numbers
@@ -75,7 +75,7 @@ def check(ctx: Context) -> Iterator[Hit]:
                                "(blk.1 -> blk.10-19)") if n.prefix_start != n.start else (
                                f"{said} has no 'blk\\.' in front, so it also matches the end of longer block "
                                "numbers (6 -> 16, 26, ...)")
-                        yield Hit(*ctx.at_item(item, off + n.end), f"{why}; write {q(fix)}")
+                        yield Hit(*ctx.at_item(item, off + n.end), f"{why}; write {qfix(fix)}")
             continue
         mine = taken.get(index[raw_k], [])
         compiled = [(off, alt, nums, matches(alt)) for off, alt, nums in numbered]
@@ -97,4 +97,4 @@ def check(ctx: Context) -> Iterator[Hit]:
             yield Hit(*ctx.at_item(item, off + n.end),
                       f"{q(alt[n.prefix_start:n.end])}{'' if alt == pat else ' in ' + q(pat)} means block(s) {said} "
                       f"but also takes blocks "
-                      f"{also} ({len(extra)} tensors); write {q(fix)}")
+                      f"{also} ({len(extra)} tensors); write {qfix(fix)}")

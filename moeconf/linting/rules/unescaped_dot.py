@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, describe, item_tensors, q, takes_if, where_item
+from moeconf.linting.rules._base import Hit, describe, item_tensors, q, qfix, takes_if, where_item
 from moeconf.linting.rules._patterns import unescaped_dots
 
 CODE = "MOE009"
@@ -66,4 +66,4 @@ def check(ctx: Context) -> Iterator[Hit]:
             continue
         yield Hit(*where_item(ctx, k, widening[0]),
                   f"'.' in {q(it.pattern)} matches any character, so the item also takes {describe(extra)} "
-                  f"(e.g. {extra[0].name}); write {q(fixed)}")
+                  f"(e.g. {extra[0].name}); write {qfix(fixed)}")

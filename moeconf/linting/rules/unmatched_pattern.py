@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, matches, q, where_item
+from moeconf.linting.rules._base import Hit, matches, q, qfix, where_item
 from moeconf.linting.rules._patterns import alternatives, layer_numbers
 from moeconf.model.inventory import format_ranges
 
@@ -67,13 +67,13 @@ def why(ctx: Context, pattern: str) -> str:
     if space:
         fixed = re.sub(r"\s+", "", pattern)
         return f"the regex contains a space (at {q(pattern[max(0, space.start() - 6):space.start() + 6])}), which " \
-               f"no tensor name has; write {q(fixed)}"
+               f"no tensor name has; write {qfix(fixed)}"
     rng = re.search(r"\((\d+)-(\d+)\)", pattern)
     if rng and int(rng.group(1)) <= int(rng.group(2)) < 1000:
         written = number_range(int(rng.group(1)), int(rng.group(2)))
         fixed = pattern[:rng.start()] + written + pattern[rng.end():]
         return f"{q(rng.group(0))} is a group matching the text '{rng.group(0)[1:-1]}', not a range of numbers; " \
-               f"write {q(fixed)}"
+               f"write {qfix(fixed)}"
     m = matches(pattern)
     unloaded = [t.name for t in ctx.inventory.tensors
                 if ctx.explanation.placement.devices[t.name] is None and m is not None and m(t.name)]
@@ -82,12 +82,13 @@ def why(ctx: Context, pattern: str) -> str:
     has = {k: any(k in n for n in names) for k in _KINDS}
     if "attn_kv_b" in pattern and not has["attn_kv_b"] and has["attn_k_b"]:
         return f"{model} has the split MLA tensors attn_k_b/attn_v_b (newer conversions), not attn_kv_b; write " \
-               f"{q(pattern.replace('attn_kv_b', 'attn_(k|v)_b'))}"
+               f"{qfix(pattern.replace('attn_kv_b', 'attn_(k|v)_b'))}"
     if re.search(r"attn_[kv]_b|attn_\(k\|v\)_b", pattern) and not has["attn_k_b"] and has["attn_kv_b"]:
         return f"{model} has the older MLA layout attn_kv_b (no attn_k_b/attn_v_b); write it with attn_kv_b"
     exp = re.search(r"_exp(?![s])", pattern)
     if exp and has["exps"]:
-        return f"routed-expert tensors are named ..._exps; write {q(pattern[:exp.end()] + 's' + pattern[exp.end():])}"
+        fixed = pattern[:exp.end()] + "s" + pattern[exp.end():]
+        return f"routed-expert tensors are named ..._exps; write {qfix(fixed)}"
     n_layer = len(ctx.inventory.layers)
     for _, alt in alternatives(pattern):
         for n in layer_numbers(alt):
