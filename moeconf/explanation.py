@@ -24,7 +24,7 @@ from moeconf.engines.regex import (
     misreadings,
     python_disagreement,
 )
-from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, simulate
+from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, layer_gpus, simulate
 from moeconf.model.inventory import Inventory, first_shard, format_ranges
 from moeconf.placement import Placement
 
@@ -143,7 +143,27 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
             invocation.ngl or invocation.ot or invocation.cpu_moe or invocation.n_cpu_moe):
         notes.append("--fit is on by default and nothing is set by hand: fit chooses -ngl and overrides at "
                      "load time from free memory; the map shows everything offloaded")
-    defaults = default_devices(inv, eng, ngl, accel, ts, sm, layer_devices)
+    main_gpu = None
+    if invocation.main_gpu is not None:
+        try:
+            main_gpu = int(invocation.main_gpu.text)
+        except ValueError:
+            refusals.append(f"-mg {invocation.main_gpu.text!r} is not a number")
+    spread, refused = layer_gpus(eng, accel, sm, main_gpu)
+    if refused:
+        refusals.append(refused)
+    elif spread != accel:
+        notes.append(f"-sm none: {eng.label} keeps only {spread[0]} (-mg {main_gpu or 0}) for the layers"
+                     if spread else f"-sm none -mg {main_gpu}: {eng.label} uses no GPU, every layer stays on the CPU")
+        # the context gets backends for the model's devices only: a tensor -ot puts on another one
+        # is loaded there, then the scheduler aborts ("pre-allocated tensor ... in a buffer ... that
+        # cannot run the operation"), measured on llama.cpp as vendored by llama-cpp-python 0.3.36
+        for dev in dict.fromkeys(r.device for r in invocation.items() if r.device in accel and r.device not in spread):
+            refusals.append(f"-ot names {dev}, but with -sm none {eng.label} runs only "
+                            f"{spread[0] if spread else 'the CPU'}: it aborts at start (\"pre-allocated tensor in a "
+                            f"buffer ({dev}) that cannot run the operation\"); drop -sm none or send those tensors to "
+                            f"{spread[0] if spread else 'CPU'}")
+    defaults = default_devices(inv, eng, ngl, spread, ts, sm, layer_devices)
     names = [t.name for t in inv.tensors]
     matches: dict[str, frozenset[str]] = {}  # pattern -> the names std::regex_search finds it in
     budget = TimeBudget()

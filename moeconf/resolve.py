@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from moeconf.engines import AUTO_GPU, Engine, engine
-from moeconf.engines.simulate import default_devices
+from moeconf.engines.simulate import default_devices, layer_gpus
 from moeconf.model.inventory import Inventory, Tensor, format_ranges
 from moeconf.model.taxonomy import GROUPS, _base_names
 from moeconf.placement import Placement
@@ -67,7 +67,23 @@ def gpu_devices(plan: Plan, eng: Engine) -> list[str]:
 
 
 def resolve_device(plan: Plan, eng: Engine, rule: Rule, word: str | None = None, span: Span | None = None) -> str:
-    """The buffer type a rule's device word names (its last device, or `word` at `span`)."""
+    """The buffer type a rule's device word names (its last device, or `word` at `span`); a GPU
+    the engine will not run (llama.cpp `-sm none` keeps only the main GPU) is refused there."""
+    dev = _resolve_device(plan, eng, rule, word, span)
+    flags = plan.config.flags
+    gpus = gpu_devices(plan, eng)
+    spread, _ = layer_gpus(eng, gpus, flags.split_mode, flags.main_gpu)
+    if dev in gpus and dev not in spread:
+        raise plan.error_at_rule(
+            rule, rule.device_span if word is None or span is None else span,
+            f"{dev} is not used with split_mode = \"none\": {eng.label} runs only "
+            f"{spread[0] if spread else 'the CPU'} (main_gpu) and aborts at start when a tensor is on another "
+            "device (\"pre-allocated tensor in a buffer that cannot run the operation\")",
+            hint="drop split_mode = \"none\" to use several GPUs, or place these tensors on main_gpu's GPU")
+    return dev
+
+
+def _resolve_device(plan: Plan, eng: Engine, rule: Rule, word: str | None, span: Span | None) -> str:
     span = rule.device_span if word is None or span is None else span
     word = rule.device if word is None else word
     # gpu, gpu1, ...: the GPUs of engine.gpus in order, then the RPC servers of flags.rpc
@@ -224,7 +240,10 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
     flags = plan.config.flags
     warnings: list[Diagnostic] = []
     devices_all = gpu_devices(plan, eng)
-    defaults = default_devices(inv, eng, n_gpu_layers(plan), devices_all, flags.tensor_split, flags.split_mode)
+    spread, refused = layer_gpus(eng, devices_all, flags.split_mode, flags.main_gpu)
+    if refused:
+        raise plan.error_at_key(("flags", "main_gpu"), refused)
+    defaults = default_devices(inv, eng, n_gpu_layers(plan), spread, flags.tensor_split, flags.split_mode)
     devices: dict[str, str | None] = dict(defaults)
     reasons: dict[str, str] = {n: "default" for n in devices}
     decided_by: dict[str, int] = {}

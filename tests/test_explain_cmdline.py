@@ -129,3 +129,52 @@ def test_flags_removed_since_a_version_are_known_before_it() -> None:
 
     msg = unknown_flag_message(engine("ik_llama.cpp"), "-fmoe", None)
     assert "removed 2025-10-25" in msg and "-no-fmoe" in msg
+
+
+def test_split_mode_none_keeps_only_the_main_gpu(tmp_path: object) -> None:
+    """llama.cpp -sm none: the layers go to the device -mg names (checked against the engine in
+    tests/engine/test_engines.py::test_split_mode_none_uses_the_main_gpu)."""
+    from moeconf.explanation import explain
+    from moeconf.model.inventory import load_inventory
+
+    inv = load_inventory(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    eng = engine("llama.cpp")
+    gpus = ["CUDA0", "CUDA1"]
+
+    def layered(argv: list[str]) -> set[str | None]:
+        ex = explain(inv, eng, argv, gpus=gpus)
+        return {ex.placement.devices[t.name] for t in inv.tensors if t.layer is not None}
+
+    assert layered(["-ngl", "999", "-sm", "none"]) == {"CUDA0"}
+    assert layered(["-ngl", "999", "-sm", "none", "-mg", "1"]) == {"CUDA1"}
+    assert layered(["-ngl", "999", "-sm", "none", "-mg", "-1"]) == {"CPU"}
+    assert layered(["-ngl", "999", "-sm", "layer", "-mg", "1", "-ts", "1,1"]) == {"CUDA0", "CUDA1"}
+    assert layered(["-ngl", "999"]) == {"GPU(auto)"}  # no -ts: split by free memory
+    bad = explain(inv, eng, ["-ngl", "999", "-sm", "none", "-mg", "2"], gpus=gpus)
+    assert any("invalid value for main_gpu: 2" in r for r in bad.refusals)
+    other = explain(inv, eng, ["-ngl", "999", "-sm", "none", "-ot", "exps=CUDA1"], gpus=gpus)
+    assert any("aborts at start" in r for r in other.refusals)
+    env = explain(inv, eng, ["-ngl", "999"], env={"LLAMA_ARG_SPLIT_MODE": "none", "LLAMA_ARG_MAIN_GPU": "1"},
+                  gpus=gpus)
+    assert {env.placement.devices[t.name] for t in inv.tensors if t.layer is not None} == {"CUDA1"}
+
+
+def test_plan_rule_naming_a_gpu_split_mode_none_drops_is_refused(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from moeconf.compile import compile_plan
+    from moeconf.errors import PlanError
+    from moeconf.plan import plan_from_text
+
+    base = ('[model]\npath = "{m}"\nserve_path = "/m/q.gguf"\n[engine]\nname = "llama.cpp"\n'
+            'gpus = ["CUDA0", "CUDA1"]\n[flags]\nn_gpu_layers = "all"\nsplit_mode = "none"\n')
+    m = EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json"
+    where = str(Path(str(tmp_path)) / "plan.toml")
+    text = 'rules = ["experts -> cpu", "experts layers 0..3 -> gpu1"]\n' + base.format(m=m)
+    with pytest.raises(PlanError, match="CUDA1 is not used with split_mode") as e:
+        compile_plan(plan_from_text(text, where))
+    assert (e.value.line, e.value.column) == (1, 52)
+    ok = compile_plan(plan_from_text(text.replace("0..3 -> gpu1", "0..3 -> gpu") + "main_gpu = 0\n", where))
+    assert "CUDA1" not in ok.ot
+    moved = compile_plan(plan_from_text(text.replace("0..3 -> gpu1", "0..3 -> gpu1") + "main_gpu = 1\n", where))
+    assert moved.placement.devices["blk.0.attn_q.weight"] == "CUDA1" and "-mg" in moved.argv

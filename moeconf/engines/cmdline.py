@@ -157,6 +157,7 @@ class Invocation:
     rpc: list[tuple[Arg, Arg, int]] = field(default_factory=list)  # (flag, value, order)
     split_mode: Arg | None = None
     tensor_split: Arg | None = None
+    main_gpu: Arg | None = None
     merge_qkv: Arg | None = None
     merge_up_gate: Arg | None = None
     ctx_size: Arg | None = None
@@ -235,6 +236,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
     if engine.env_split:
         inv.split_mode = inv.env.get("LLAMA_ARG_SPLIT_MODE")
         inv.tensor_split = inv.env.get("LLAMA_ARG_TENSOR_SPLIT")
+        inv.main_gpu = inv.env.get("LLAMA_ARG_MAIN_GPU")
         if "LLAMA_ARG_RPC" in inv.env:
             inv.rpc.append((Arg("LLAMA_ARG_RPC"), inv.env["LLAMA_ARG_RPC"], order))
             order += 1
@@ -319,6 +321,8 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             inv.split_mode = value
         elif name in ("-ts", "--tensor-split"):
             inv.tensor_split = value
+        elif name in ("-mg", "--main-gpu"):
+            inv.main_gpu = value
         elif name in ("-mqkv", "--merge-qkv"):
             inv.merge_qkv = flag
         elif name in ("-muge", "--merge-up-gate-experts"):

@@ -52,6 +52,24 @@ def _gpu_for(il: int, i_gpu_start: int, act: int, gpus: Sequence[str], tensor_sp
     return gpus[-1]
 
 
+def layer_gpus(eng: Engine, gpus: Sequence[str], split_mode: str | None,
+               main_gpu: int | None) -> tuple[list[str], str | None]:
+    """The devices `-ngl` and `-ts` spread layers over, and why the engine would refuse to load.
+    llama.cpp with `-sm none` keeps only the model device `-mg` names (default 0; negative: none,
+    every layer stays on the CPU) and stops on an index beyond its devices (src/llama.cpp,
+    "invalid value for main_gpu"). `-ot` may still name any device. ik_llama.cpp's `-sm none`
+    (matrices on the main GPU, the rest by the layer split) is not modelled here."""
+    if eng.name != "llama.cpp" or (split_mode or "layer") != "none" or not gpus:
+        return list(gpus), None
+    mg = 0 if main_gpu is None else main_gpu
+    if mg < 0:
+        return [], None
+    if mg >= len(gpus):
+        return list(gpus), (f"-sm none -mg {mg}: {eng.label} stops with \"invalid value for main_gpu: {mg} "
+                            f"(available devices: {len(gpus)})\"")
+    return [gpus[mg]], None
+
+
 def default_devices(
     inv: Inventory,
     eng: Engine,

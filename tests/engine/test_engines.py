@@ -25,7 +25,7 @@ from moeconf.fixtures.layouts import TINY
 from moeconf.fixtures.tiny import write_tiny
 from moeconf.model.inventory import Inventory, load_inventory
 from moeconf.plan import plan_from_text
-from tests.engine.harness import BUILDS, EngineBuild, IkLog, parse_ik, parse_mainline, rpc_servers, run_engine
+from tests.engine.harness import BUILDS, MAINLINE, EngineBuild, IkLog, parse_ik, parse_mainline, rpc_servers, run_engine
 from tests.strategies import rules
 
 pytestmark = pytest.mark.engine
@@ -221,6 +221,39 @@ def test_explain_matches_engine(build: EngineBuild, tiny_models: dict[str, Path]
     RESULTS.append({"engine": build.name, "package": build.package, "model": key, "cmdline": cmd, "devices": n_rpc,
                     "tensors": compared(build, want), "disagreements": len(diff)})
     assert not diff, f"{build.name} {key} {cmd} on {n_rpc} devices: {dict(list(diff.items())[:8])}"
+
+
+# llama.cpp -sm none keeps only the model device -mg names for the layers; -ot may still name any
+SM_NONE: list[list[str]] = [
+    ["-ngl", "999", "-sm", "none"],
+    ["-ngl", "999", "-sm", "none", "-mg", "1"],
+    ["-ngl", "999", "-sm", "none", "-mg", "1", "-ot", "exps=CPU,blk\\.0\\.attn_.*=@rpc0"],
+    ["-ngl", "3", "-sm", "none", "-mg", "1"],
+]
+
+
+@pytest.mark.parametrize("key", sorted(TINY))
+@pytest.mark.parametrize("cmd", SM_NONE, ids=" ".join)
+def test_split_mode_none_uses_the_main_gpu(tiny_models: dict[str, Path], key: str, cmd: list[str]) -> None:
+    model = tiny_models[key]
+    inv = load_inventory(model)
+    with rpc_servers(MAINLINE, 2) as endpoints:
+        args = ["--rpc", ",".join(endpoints), "-fit", "off",
+                *[a.replace("@rpc0", f"RPC0[{endpoints[0]}]") for a in cmd]]
+        ex = explain(inv, engine("llama.cpp"), args, gpus=[])
+        if "@rpc0" in " ".join(cmd):
+            # -ot naming a device -sm none drops: the engine aborts at start, and explain says so
+            run = run_engine(MAINLINE, model, args, None, endpoints)
+            assert run.returncode != 0 and "cannot run the operation" in run.log
+            assert any("-sm none" in r and "aborts at start" in r for r in ex.refusals), ex.refusals
+            return
+        got, _ = actual_placement(MAINLINE, model, inv, args, endpoints)
+    want = ex.placement.devices
+    mg = int(cmd[cmd.index("-mg") + 1]) if "-mg" in cmd else 0
+    layered = {want[t.name] for t in inv.tensors if t.layer is not None and t.group not in ("experts",)}
+    assert f"RPC0[{endpoints[mg]}]" in layered  # the simulation uses the main GPU ...
+    diff = differences(MAINLINE, want, got)  # ... and the engine agrees, tensor by tensor
+    assert not diff, f"{key} {cmd}: {dict(list(diff.items())[:8])}"
 
 
 def test_env_override_tensor_beats_command_line(tiny_models: dict[str, Path]) -> None:
