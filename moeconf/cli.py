@@ -99,8 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp",
                      help="the engine to simulate (default: llama.cpp)")
     exp.add_argument("--engine-version", metavar="V",
-                     help="llama.cpp: a build (b7600); ik_llama.cpp: a package version (0.1.5) or the commit "
-                     "date (2026-08-15) (default: newest known)")
+                     help="llama.cpp: a build (b7600); ik_llama.cpp: a package version (0.1.5), the build its "
+                     "log prints (b3871) or the commit date (2026-08-15) (default: newest known)")
     exp.add_argument("--gpus", metavar="LIST",
                      help="comma-separated buffer-type names of the machine's local GPUs (default: CUDA0 and every "
                      "well-formed GPU name the command line uses; --gpus= for none). Devices of --rpc servers in "
@@ -113,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="colour the map by device (default: auto, on a terminal unless NO_COLOR is set)")
     exp.add_argument("--reserve", default="1GiB", metavar="SIZE",
                      help="memory kept free per GPU for what no engine reports (default 1GiB)")
+    exp.add_argument("--budget", action="append", default=[], metavar="[NAME=]SIZE",
+                     help="a GPU's memory, to show its budget and free memory and exit 1 when the command line "
+                     "needs more: 24GiB (CUDA0, then CUDA1, ...), CUDA1=16GiB, 'RPC0[host:port]=18GiB'; "
+                     "cpu=128GiB for system RAM (repeatable)")
 
     fit = sub.add_parser(
         "fit",
@@ -296,6 +300,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from moeconf.report.memory import render_memory
 
     est = estimate_explained(ex, read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve")))
+    budgets = _budgets(args.budget, "--budget", allow_cpu=True)
+    over = {d: est.devices[d].total - b for d, b in budgets.items()
+            if d in est.devices and est.devices[d].total > b}
+    unknown = [d for d in budgets if d not in est.devices]
+    if unknown:
+        raise MoeconfError(f"--budget {unknown[0]}: the command line puts nothing there (devices: "
+                           f"{', '.join(est.devices)})")
     if args.plan:
         from moeconf.decompile import decompile
         from moeconf.explanation import assumed_gpus, local_gpus
@@ -306,17 +317,40 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out = ex.json()
         out["memory"] = est.json()
         out["memory_problems"] = list(est.problems)
+        if budgets:
+            out["budgets"] = budgets
+            out["over_budget"] = over
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                            and not os.environ.get("NO_COLOR"))
         sys.stdout.write(render(ex, color=color, tensors=args.tensors))
-        sys.stdout.write(render_memory(est))
+        sys.stdout.write(render_memory(est, budgets))
+        for d, short in over.items():
+            sys.stdout.write(f"error: {d} needs {short / 2**20:,.0f} MiB more than its {budgets[d] / 2**20:,.0f} "
+                             f"MiB budget: `moeconf fit` finds the placement that fits\n")
     for w in inv.warnings:
         if "manifest version 1" in w:
             print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)
-    # an engine that would refuse (or stall on) the command line is a finding about it
-    return EXIT_FINDINGS if ex.refusals else EXIT_OK
+    # an engine that would refuse (or stall on) the command line, or run out of memory, is a finding
+    return EXIT_FINDINGS if ex.refusals or est.problems or over else EXIT_OK
+
+
+def _budgets(values: list[str], flag: str, *, allow_cpu: bool = False) -> dict[str, int]:
+    """`[NAME=]SIZE` values -> {buffer type: bytes}; unnamed ones are CUDA0, CUDA1, ... in order."""
+    from moeconf.memory import parse_size
+
+    out: dict[str, int] = {}
+    for g in values:
+        name, eq, size = g.rpartition("=")
+        if not eq:
+            name = f"CUDA{sum(1 for d in out if d.startswith('CUDA'))}"
+        if allow_cpu and name.lower() == "cpu":
+            name = "CPU"
+        if name in out:
+            raise MoeconfError(f"{flag} names {name} twice")
+        out[name] = parse_size(size, f"{flag} {g}")
+    return out
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
@@ -334,14 +368,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         raise MoeconfError(f"--engine-version: {bad_version}")
     inv = load_inventory(args.model)
     eng = engine(args.engine, args.engine_version)
-    budgets: list[Budget] = []
-    for g in args.gpu:
-        name, eq, size = g.rpartition("=")
-        if not eq:
-            name = f"CUDA{sum(1 for b in budgets if b.device.startswith('CUDA'))}"
-        budgets.append(Budget(name, parse_size(size, f"--gpu {g}")))
-    if len({b.device for b in budgets}) != len(budgets):
-        raise MoeconfError("--gpu names a device twice")
+    budgets = [Budget(d, size) for d, size in _budgets(args.gpu, "--gpu").items()]
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
     model_path = os.path.relpath(os.path.abspath(args.model), out_dir)
     result = fit(inv, eng, budgets, args.engine_args, model_path=model_path, plan_dir=out_dir,

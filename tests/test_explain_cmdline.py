@@ -178,3 +178,34 @@ def test_plan_rule_naming_a_gpu_split_mode_none_drops_is_refused(tmp_path: objec
     assert "CUDA1" not in ok.ot
     moved = compile_plan(plan_from_text(text.replace("0..3 -> gpu1", "0..3 -> gpu1") + "main_gpu = 1\n", where))
     assert moved.placement.devices["blk.0.attn_q.weight"] == "CUDA1" and "-mg" in moved.argv
+
+
+def _explain_json(capsys: pytest.CaptureFixture[str], model: str, *args: str) -> tuple[int, dict[str, object]]:
+    code = main(["explain", model, "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_explain_budgets_show_free_memory_and_exit_1_when_over(capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    flags = ["--", "-ngl", "999", "-c", "32768", "-ot", "blk\\.(4[0-7])\\.ffn_.*_exps=CPU"]
+    code, out = _explain_json(capsys, model, "--budget", "16GiB", "--budget", "cpu=32GiB", *flags)
+    assert code == 1
+    assert out["budgets"] == {"CUDA0": 16 * 2**30, "CPU": 32 * 2**30}
+    over = out["over_budget"]
+    assert isinstance(over, dict) and set(over) == {"CUDA0"}
+    assert over["CUDA0"] == out["memory"]["CUDA0"]["total"] - 16 * 2**30  # type: ignore[index]
+    code, out = _explain_json(capsys, model, "--budget", "24GiB", *flags)
+    assert code == 0 and out["over_budget"] == {}
+    assert main(["explain", model, "--budget", "24GiB", *flags]) == 0
+    text = capsys.readouterr().out
+    assert "budget" in text and "free" in text
+    assert main(["explain", model, "--budget", "CUDA3=8GiB", *flags]) == 2
+    assert "puts nothing there" in capsys.readouterr().err
+    assert main(["explain", model, "--budget", "8GiB", "--budget", "CUDA0=9GiB", *flags]) == 2
+    assert "names CUDA0 twice" in capsys.readouterr().err
+
+
+def test_explain_exits_1_when_the_engine_refuses_the_cache_types(capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(EXAMPLES / "models" / "deepseek-v3.manifest.json")
+    code, out = _explain_json(capsys, model, "--", "-ngl", "999", "-c", "8192", "-ctk", "q8_0", "-ot", "exps=CPU")
+    assert code == 1 and any("different K and V cache types" in p for p in out["memory_problems"])  # type: ignore[union-attr]
