@@ -25,7 +25,7 @@ from moeconf.cli import main
 from moeconf.compile import Compiled, compile_plan
 from moeconf.emitting.argv import build_argv
 from moeconf.emitting.targets import docker_argv, docker_image, emit, server_args
-from moeconf.errors import MoeconfError
+from moeconf.errors import MoeconfError, PlanError
 from moeconf.plan.model import PlanModel
 from moeconf.textsafe import first_unsafe
 from tests.conftest import EXAMPLES
@@ -128,6 +128,10 @@ def _expect_refusal(target: str, fields: dict[str, Any]) -> bool:
     if target == "env":
         in_env = [fields["serve_path"], fields["host"], fields["cache_type_k"]]
         return bool(fields["extra"]) or any(ENV_UNQUOTABLE & set(v) for v in in_env)
+    if target == "llama-swap":
+        # llama-swap expands ${...} in cmd, quoted or not: a value the command line carries with it is refused
+        in_cmd = [fields["serve_path"], fields["binary"], fields["host"], fields["cache_type_k"], *fields["extra"]]
+        return any("${" in v for v in in_cmd)
     return False
 
 
@@ -189,9 +193,20 @@ def test_awkward_but_printable_values_round_trip(tmp_path: Path, capsys: pytest.
     """Quotes, spaces, `$`, `#` and YAML indicators in paths and names survive every target."""
     fields = {"serve_path": "/models/it's a \"model\" $HOME #1: - [x].gguf", "binary": "/opt/llama server/bin",
               "host": "::", "docker_image": "reg.example/llama:$TAG", "docker_volumes": ["/m y:/models:ro"],
-              "compose_service": "llm.svc-1", "llama_swap_model": "true", "extra": ["--alias", "a 'b' \"c\" ${x}"],
+              "compose_service": "llm.svc-1", "llama_swap_model": "true", "extra": ["--alias", "a 'b' \"c\" $x {y}"],
               "cache_type_k": "q8_0"}
     for plan in ("qwen3-235b-a22b.toml", "gpt-oss-120b.toml"):
         c = with_fields(base(plan), fields)
         for target in (c.engine.name, "docker", "compose", "llama-swap"):
             _parse_back(c, target, emit(c, target))
+
+
+def test_a_macro_in_a_llama_swap_value_is_refused_at_its_key(tmp_path: Path) -> None:
+    """llama-swap expands ${...} anywhere in cmd, quoted or not (and ${PORT} itself): a value with
+    `${` would not reach the engine as written, so it is a plan error at its key, never exit 3."""
+    c = with_fields(base("gpt-oss-120b.toml"), {"serve_path": "/m/${PORT}.gguf", "binary": "", "host": "",
+                                                   "docker_image": "", "docker_volumes": [], "compose_service": "x",
+                                                   "llama_swap_model": "", "extra": [], "cache_type_k": ""})
+    with pytest.raises(PlanError, match=r"model.serve_path contains '\$\{': llama-swap expands"):
+        emit(c, "llama-swap")
+    assert "${PORT}" in emit(c, c.engine.name)  # the shell target quotes it as it is

@@ -84,6 +84,18 @@ def check_printable(c: Compiled, target: str) -> None:
             name = ".".join(str(k) for k in key[:2]) + (f"[{key[2]}]" if len(key) > 2 else "")
             raise c.plan.error_at_key(key, f"{name} has a control character ({bad}): it cannot be written "
                                       f"safely into the {target} output", hint="remove it from the value")
+    if target == "llama-swap":
+        # llama-swap expands ${...} macros anywhere in cmd, inside quotes too, and has no escape
+        for key, v in _plan_strings(c):
+            if "${" in v and any(v in a for a in c.argv):
+                name = ".".join(str(k) for k in key[:2]) + (f"[{key[2]}]" if len(key) > 2 else "")
+                raise c.plan.error_at_key(key, f"{name} contains '${{': llama-swap expands ${{...}} macros anywhere "
+                                          "in cmd, quoted or not, so the value cannot be written as it is",
+                                          hint="remove the '${' (or give the value through a macro of your own)")
+        for v in c.argv:
+            if "${" in v:
+                raise MoeconfError(f"the value {v!r} contains '${{': llama-swap would expand it as a macro",
+                                   path=c.plan.path)
     for v in (*c.argv, *([_plan_stem(c)] if target == "llama-swap" else [])):
         bad = first_unsafe(v)
         if bad is not None:
