@@ -4,13 +4,15 @@ worst-case graph, by phases), and a reserve per GPU for what no engine reports.
 
 Compute is modelled as the largest set of tensors alive at once on each device: the attention
 of a layer (with the KQ matrix when flash attention is off), its FFN (routed experts, dense FFN),
-and the output (logits), plus the attention masks that stay alive while layers run. Where routed experts run on another
-device than their layer (`-ot exps=CPU`), where the allocator places the copies of their output
-decides the peak, and is modelled from ggml-alloc's rules (best fit among the free blocks, else the
-end of the buffer; a tensor freed after its last consumer; in-place reuse of a single-consumer
-parent): the residual stream above the returned copy, the logits above the residual, the first
-split's inputs above the copies it starts with. The figures were checked against llama.cpp's own projection (`llama-fit-params -fitp on`, see the README's
-accuracy table); CUDA-only terms cannot be checked there and are labelled estimated."""
+and the output (logits), plus the attention masks that stay alive while layers run. Where routed
+experts run on another device than their layer (`-ot exps=CPU`), where the allocator places the
+copies of their output decides the peak, and is modelled from ggml-alloc's rules (best fit among
+the free blocks, else the end of the buffer; a tensor freed after its last consumer; in-place
+reuse of a single-consumer parent): the residual stream above the returned copy, the logits above
+the residual, the first split's inputs above the copies it starts with (measured with an
+instrumented ggml-alloc printing every allocation's offset). The figures were checked against
+llama.cpp's own projection (`llama-fit-params -fitp on`, see the README's accuracy table);
+CUDA-only terms cannot be checked there and are labelled estimated."""
 
 from __future__ import annotations
 
