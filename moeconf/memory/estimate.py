@@ -4,9 +4,15 @@ worst-case graph, by phases), and a reserve per GPU for what no engine reports.
 
 Compute is modelled as the largest set of tensors alive at once on each device: the attention
 of a layer (with the KQ matrix when flash attention is off), its FFN (routed experts, dense FFN),
-and the output (logits), plus the attention masks that stay alive while layers run. The figures
-were checked against llama.cpp's own projection (`llama-fit-params -fitp on`, see the README's
-accuracy table); CUDA-only terms cannot be checked there and are labelled estimated."""
+and the output (logits), plus the attention masks that stay alive while layers run. Where routed
+experts run on another device than their layer (`-ot exps=CPU`), where the allocator places the
+copies of their output decides the peak, and is modelled from ggml-alloc's rules (best fit among
+the free blocks, else the end of the buffer; a tensor freed after its last consumer; in-place
+reuse of a single-consumer parent): the residual stream above the returned copy, the logits above
+the residual, the first split's inputs above the copies it starts with (measured with an
+instrumented ggml-alloc printing every allocation's offset). The figures were checked against
+llama.cpp's own projection (`llama-fit-params -fitp on`, see the README's accuracy table);
+CUDA-only terms cannot be checked there and are labelled estimated."""
 
 from __future__ import annotations
 
@@ -220,11 +226,35 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     moe_tensors = _MOE_FF_TENSORS.get(inv.arch, 3)
     phases: dict[str, list[int]] = defaultdict(list)
     attn_devs: set[str] = set()
+    last = geo.layers[-1].index if geo.layers else -1
+    # a layer run entirely on the CPU hands its routed experts' output to the next layer's GPU: the
+    # weighting, the experts' sum and the residual add carry no weights, and the scheduler's
+    # "expand GPU up" pass (ggml-backend.cpp, ggml_backend_sched_split_graph) gives them the backend
+    # of the next node that has one. That GPU's first split then starts with the copies of the
+    # experts' output and the residual, then the graph inputs (positions, KV indices, masks), which
+    # stay allocated until its last attention layer, above those copies
+    first_on: dict[str, int] = {}
+    for la in geo.layers:
+        d = _where(placement, la.index, _ATTN_BASES) or layer_dev.get(la.index, HOST)
+        first_on.setdefault(d, la.index)
+    tail_base: dict[str, int] = {}
+    for d, il0 in first_on.items():
+        prev = il0 - 1
+        if (d != HOST and prev >= 0 and geo.n_ff_exp
+                and (_where(placement, prev, _ATTN_BASES) or layer_dev.get(prev, HOST)) == HOST
+                and _where(placement, prev, _EXPERT_BASES) == HOST
+                and (_where(placement, prev, _ROUTER_BASES) or HOST) == HOST):
+            tail_base[d] = f4 * (geo.n_expert_used * e + e)
+    # where the residual stream sits (bytes from the buffer's start) on a device after a layer whose
+    # routed experts' output came back from another device; None: low in the buffer (not modelled)
+    residual_at: dict[str, int | None] = {}
     for la in geo.layers:
         il = la.index
         a_dev = _where(placement, il, _ATTN_BASES) or layer_dev.get(il, HOST)
         attn_devs.add(a_dev)
         n_kv = swa_cells if la.swa else cells
+        after_copy = residual_at.get(a_dev)
+        residual_at[a_dev] = None
         if geo.mla:
             # absorbed MLA: queries in the latent space (kv_lora + rope per head), the latent
             # output, the per-head queries and values
@@ -236,6 +266,18 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if not fa:
             attn += n_kv * T * la.n_head * 4
         phases[a_dev].append(attn)
+        if after_copy is not None:
+            # the previous layer's residual sits above its experts' returned copy (see below); this
+            # layer's attention tensors that do not fit in the hole the copy left (the copy and the
+            # FFN input, freed) are stacked above it (ggml-alloc.c: best fit among the free blocks,
+            # else the end of the buffer). Absorbed MLA: the absorbed queries and the concatenated
+            # latent queries are alive together at the peak; otherwise Q (and KQ with FA off)
+            hole = f4 * (geo.n_expert_used * e + e)
+            if geo.mla:
+                big = [la.n_head * geo.kv_lora_rank * f4, la.n_head * (geo.kv_lora_rank + geo.n_rot) * f4]
+            else:
+                big = [la.n_head * la.head_k * f4] + ([] if fa else [n_kv * T * la.n_head * 4])
+            phases[a_dev].append(after_copy + f4 * e + sum(b for b in big if b > hole) - masks)
         x_dev = _where(placement, il, _EXPERT_BASES)
         r_dev = _where(placement, il, _ROUTER_BASES)
         d_dev = _where(placement, il, _DENSE_BASES)
@@ -254,7 +296,25 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 # on the copy while the running sum, the residual and (for a shared expert) the
                 # FFN input stay alive
                 kept = 2 + (1 if s_dev == back and geo.n_ff_shexp else 0)
-                phases[back].append(f4 * (geo.n_expert_used * e + kept * e))
+                copy = geo.n_expert_used * e
+                phases[back].append(f4 * (copy + kept * e))
+                # where the copy lands: the residual (ffn_inp) was allocated by the attention
+                # output projection while the attention result (n_head * head_v) was alive, so it
+                # sits above it; the copy goes above the residual unless it fits in the hole the
+                # attention result left (less the router's scratch allocated there meanwhile)
+                router = f4 * (geo.n_expert + 2 * geo.n_expert_used + 1)
+                attn_out = la.n_head * (geo.head_v_mla if geo.mla else la.head_v)
+                if a_dev == back and f4 * copy > f4 * attn_out - router:
+                    phases[back].append(f4 * (2 * e + attn_out + copy))
+                if back in tail_base:
+                    # the copies of this device's layers land above the first split's inputs
+                    phases[back].append(tail_base[back] + f4 * copy)
+                if s_dev == back and geo.n_ff_shexp:
+                    # the shared expert still needs the FFN input, so no hole of n_embd is free
+                    # below the copy: the experts' sum (its first ADD is allocated while the copy is
+                    # alive; the later ADDs, the residual add and the output norm run in place on
+                    # it) lands above the copy and carries the residual stream from there on
+                    residual_at[back] = f4 * (2 * e + copy) + router + (masks if il != last else 0)
             if s_dev is not None and geo.n_ff_shexp:
                 phases[s_dev].append(f4 * (3 * geo.n_ff_shexp + 3 * e))
         if d_dev is not None:
@@ -262,6 +322,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
     out_dev = placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
     output_phase = f4 * (geo.n_vocab + 2 * e)
+    if residual_at.get(out_dev) is not None:
+        # the output norm runs in place on the residual; the logits go above it
+        output_phase = (residual_at[out_dev] or 0) + f4 * (geo.n_vocab + e)
     compute: dict[str, int] = defaultdict(int)
     copies = _PIPELINE_COPIES if pipeline and not ik else 1
     for d in devices | set(phases) | {out_dev}:
