@@ -4,6 +4,7 @@ line `...` in the README stands for lines left out."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 from pathlib import Path
@@ -19,7 +20,7 @@ _BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.S)
 def _examples() -> list[tuple[str, str]]:
     blocks = _BLOCK.findall((REPO / "README.md").read_text())
     out = []
-    for (lang, body), (next_lang, printed) in zip(blocks, blocks[1:], strict=False):
+    for (lang, body), (next_lang, printed) in itertools.pairwise(blocks):
         if lang != "sh" or next_lang != "":
             continue
         cmd = body.strip().split(" && ")[-1]
