@@ -112,6 +112,18 @@ def assumed_gpus(invocation: Invocation) -> list[str]:
     return sorted(names, key=key)
 
 
+def ik_split(invocation: Invocation, inv: Inventory, ngl: int, ts: Sequence[float],
+             n_devices: int) -> list[int] | str:
+    """ik_llama.cpp's layer split by -ts (memory/iksplit.py), from the invocation's own settings."""
+    from moeconf.memory.iksplit import ik_layer_split, read_ik_split_settings
+
+    settings = read_ik_split_settings([a.text for a in invocation.args],
+                                      {k: v.text for k, v in invocation.env.items()})
+    if isinstance(settings, str):
+        return settings
+    return ik_layer_split(inv, invocation.engine, settings, ngl, ts, n_devices)
+
+
 def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[str] | None,
                        layer_devices: Sequence[int] | None = None) -> Explanation:
     """Simulate the invocation. `gpus=None`: the machine's GPUs are not known (see assumed_gpus).
@@ -163,6 +175,14 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
                             f"{spread[0] if spread else 'the CPU'}: it aborts at start (\"pre-allocated tensor in a "
                             f"buffer ({dev}) that cannot run the operation\"); drop -sm none or send those tensors to "
                             f"{spread[0] if spread else 'CPU'}")
+    if layer_devices is None and eng.name == "ik_llama.cpp" and len(spread) > 1 and ts is not None \
+            and (sm or "layer") == "layer" and ngl != 0:
+        predicted = ik_split(invocation, inv, ngl, ts, len(spread))
+        if isinstance(predicted, str):
+            notes.append(f"{eng.label} splits the layers over {len(spread)} devices by free memory here "
+                         f"({predicted}): they show as {AUTO_GPU}")
+        else:
+            layer_devices = predicted
     defaults = default_devices(inv, eng, ngl, spread, ts, sm, layer_devices)
     names = [t.name for t in inv.tensors]
     matches: dict[str, frozenset[str]] = {}  # pattern -> the names std::regex_search finds it in

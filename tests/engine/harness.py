@@ -96,15 +96,19 @@ def user_devices(build: EngineBuild, endpoints: Sequence[str]) -> list[str]:
     return []
 
 
+DEFAULT_CTX = 256  # the context the engines run with unless a test's args give -c
+
+
 def run_engine(build: EngineBuild, model: Path, args: Sequence[str], env: dict[str, str] | None = None,
                endpoints: Sequence[str] = ()) -> Run:
     """Load `model` with `args` (engine arguments, no binary, no -m) and generate one token; ik
     gets `-dev` naming the RPC `endpoints` (user_devices).
 
-    The engine runs in a temporary folder: ik_llama.cpp's llama-cli writes `main.log` into its
+    The context is -c DEFAULT_CTX unless `args` set it. The engine runs in a temporary folder: ik_llama.cpp's llama-cli writes `main.log` into its
     working directory, which must never be the checkout."""
+    ctx = [] if any(a in ("-c", "--ctx-size") for a in args) else ["-c", str(DEFAULT_CTX)]
     argv = [str(build.cli), "-m", os.path.abspath(model), *args, *user_devices(build, endpoints), "-n", "1",
-            "-p", "hi", "--verbose", "-t", "1", "-c", "256", "--temp", "0"]
+            "-p", "hi", "--verbose", "-t", "1", *ctx, "--temp", "0"]
     if build.name == "llama.cpp":
         argv.append("-no-cnv")  # llama-completion would start a chat; ik's llama-cli does not know it
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
