@@ -105,13 +105,18 @@ class IkSplitSettings:
     worst_graph_tokens: int = 0  # -wgt
 
 
-_IK_VALUED = {"-c": "n_ctx", "--ctx-size": "n_ctx", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
-              "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-mla": "mla", "--mla-use": "mla",
-              "-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch", "-amb": "amb", "--attention-max-batch": "amb",
-              "-wgt": "worst_graph_tokens", "--worst-graph-tokens": "worst_graph_tokens",
-              "-fa": "flash_attn", "--flash-attn": "flash_attn"}
-_IK_ENV = {"LLAMA_ARG_CTX_SIZE": "n_ctx", "LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch", "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k",
-           "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v", "LLAMA_ARG_FLASH_ATTN": "flash_attn"}
+_IK_VALUED = {
+    "-c": "n_ctx", "--ctx-size": "n_ctx", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
+    "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-mla": "mla", "--mla-use": "mla",
+    "-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch",
+    "-amb": "amb", "--attention-max-batch": "amb", "-wgt": "worst_graph_tokens",
+    "--worst-graph-tokens": "worst_graph_tokens", "-fa": "flash_attn", "--flash-attn": "flash_attn",
+}
+_IK_ENV = {
+    "LLAMA_ARG_CTX_SIZE": "n_ctx", "LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch",
+    "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k", "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
+    "LLAMA_ARG_FLASH_ATTN": "flash_attn",
+}
 # flags after which ik moves layers by free memory or loads what is not modelled
 UNPREDICTABLE_FLAGS = {"--fit": "--fit moves layers by free memory", "-mtp": "-mtp loads the nextn layers",
                        "--multi-token-prediction": "-mtp loads the nextn layers",
@@ -256,7 +261,7 @@ def layer_sizes(inv: Inventory, eng: Engine, s: IkSplitSettings, n_gpu_layers: i
         result[il] += size
         if exact and (name.endswith(".bias") or name.endswith(".scale")):
             continue
-        shape = tuple(t.shape) + (1, 1, 1)
+        shape = (*t.shape, 1, 1, 1)
         if has_mla and any(k in name for k in ("attn_k_b.weight", "attn_v_b.weight", "attn_kv_b.weight")):
             key = "k_b" if "attn_k_b.weight" in name else "v_b" if "attn_v_b.weight" in name else "kv_b"
             mla[il][key] = shape
@@ -350,7 +355,8 @@ def _cache_size(inv: Inventory, il: int, s: IkSplitSettings, mla_attn: int, kv_s
     n_head_kv = _per_layer(md.head_count_kv, il, n_head)
     head_k = md.key_length or n_embd // n_head
     head_v = md.value_length or n_embd // n_head
-    return _row_size(s.cache_type_k, head_k) * n_head_kv * kv_size + _row_size(s.cache_type_v, head_v * n_head_kv) * kv_size
+    k_size = _row_size(s.cache_type_k, head_k) * n_head_kv * kv_size
+    return k_size + _row_size(s.cache_type_v, head_v * n_head_kv) * kv_size
 
 
 def split_points(tensor_split: Sequence[float], n_devices: int) -> list[float] | None:

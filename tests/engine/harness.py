@@ -104,8 +104,9 @@ def run_engine(build: EngineBuild, model: Path, args: Sequence[str], env: dict[s
     """Load `model` with `args` (engine arguments, no binary, no -m) and generate one token; ik
     gets `-dev` naming the RPC `endpoints` (user_devices).
 
-    The context is -c DEFAULT_CTX unless `args` set it. The engine runs in a temporary folder: ik_llama.cpp's llama-cli writes `main.log` into its
-    working directory, which must never be the checkout."""
+    The context is -c DEFAULT_CTX unless `args` set it. The engine runs in a temporary folder:
+    ik_llama.cpp's llama-cli writes `main.log` into its working directory, which must never be
+    the checkout."""
     ctx = [] if any(a in ("-c", "--ctx-size") for a in args) else ["-c", str(DEFAULT_CTX)]
     argv = [str(build.cli), "-m", os.path.abspath(model), *args, *user_devices(build, endpoints), "-n", "1",
             "-p", "hi", "--verbose", "-t", "1", *ctx, "--temp", "0"]

@@ -20,12 +20,23 @@ from hypothesis import strategies as st
 from moeconf.compile import compile_plan
 from moeconf.engines import AUTO_GPU, engine
 from moeconf.engines.cmdline import invocation_ncmoe
-from moeconf.explanation import explain
+from moeconf.explanation import explain, ik_split
 from moeconf.fixtures.layouts import TINY
 from moeconf.fixtures.tiny import write_tiny
 from moeconf.model.inventory import Inventory, load_inventory
 from moeconf.plan import plan_from_text
-from tests.engine.harness import BUILDS, MAINLINE, EngineBuild, IkLog, parse_ik, parse_mainline, rpc_servers, run_engine
+from tests.engine.harness import (
+    BUILDS,
+    DEFAULT_CTX,
+    IK,
+    MAINLINE,
+    EngineBuild,
+    IkLog,
+    parse_ik,
+    parse_mainline,
+    rpc_servers,
+    run_engine,
+)
 from tests.strategies import rules
 
 pytestmark = pytest.mark.engine
@@ -282,3 +293,118 @@ def test_unknown_device_exactly_when_engine_refuses(build: EngineBuild, tiny_mod
     fired = any(f.name == "unknown-device" for f in lint([str(script)]).findings)
     ex = explain(load_inventory(model), engine(build.name, build.version), ["-ot", f"exps={device}"], gpus=[])
     assert refused == fired == bool(ex.refusals), run.log[-2000:]
+
+
+# --- ik_llama.cpp's layer split with -ts, predicted (no log fed in) --------------------------
+
+# -ts (sizes by layer bytes + KV cache + compute), partial -ngl, cache settings that change the
+# layer sizes, -ot and --n-cpu-moe (which do not: ik sizes layers from the file)
+IK_TS: list[list[str]] = [
+    ["-ngl", "999", "-ts", "1,1"],
+    ["-ngl", "999", "-ts", "3,1"],
+    ["-ngl", "999", "-ts", "1,3"],
+    ["-ngl", "999", "-ts", "1/4"],
+    ["-ngl", "3", "-ts", "1,1"],
+    ["-ngl", "5", "-ts", "1,2", "-fa", "off"],
+    ["-ngl", "999", "-ts", "1,1", "-c", "512"],
+    ["-ngl", "999", "-ts", "5,1", "-c", "2048", "-ctk", "q8_0"],
+    ["-ngl", "999", "-ts", "2,1", "-ctk", "q8_0", "-ctv", "q4_0", "-c", "1024"],
+    ["-ngl", "999", "-ts", "2,3", "-ub", "128", "-b", "256"],
+    ["-ngl", "999", "-ts", "1,1", "-mla", "1", "-fa", "off"],
+    ["-ngl", "999", "-ts", "1,1", "-ot", "exps=CPU"],
+    ["-ngl", "999", "-ts", "1,2", "--n-cpu-moe", "2"],
+]
+
+
+def with_ctx(args: list[str]) -> list[str]:
+    """The command line as the engine runs it: the harness's context unless the case sets one."""
+    return args if "-c" in args else [*args, "-c", str(DEFAULT_CTX)]
+
+
+def moved_boundary(split: list[int], inv: Inventory) -> list[int]:
+    """A wrong split: the first loaded layer on the second device goes to the first (with no
+    boundary among loaded layers, the first loaded layer changes device)."""
+    skipped = set(inv.layers_of_kind("nextn"))
+    loaded = [il for il in range(len(split)) if il not in skipped]
+    wrong = list(split)
+    for a, b in zip(loaded, loaded[1:], strict=False):
+        if wrong[a] != wrong[b]:
+            wrong[b] = wrong[a]
+            return wrong
+    wrong[loaded[0]] = 1 - wrong[loaded[0]]
+    return wrong
+
+
+@pytest.mark.parametrize("key", sorted(TINY))
+@pytest.mark.parametrize("cmd", IK_TS, ids=" ".join)
+def test_ik_split_by_tensor_split_is_predicted(tiny_models: dict[str, Path], key: str, cmd: list[str]) -> None:
+    model = tiny_models[key]
+    inv = load_inventory(model)
+    eng = engine(IK.name, IK.version)
+    with rpc_servers(IK, 2) as endpoints:
+        args = with_ctx(["--rpc", ",".join(endpoints), *cmd])
+        got, ik_log = actual_placement(IK, model, inv, args, endpoints)
+    assert ik_log is not None and ik_log.layer_devices is not None, "ik logged no split"
+    ex = explain(inv, eng, args, gpus=[])  # no layer_devices: moeconf predicts the split
+    predicted = ik_split(ex.invocation, inv, ex.invocation.n_gpu_layers(), ts_values(args), 2)
+    assert isinstance(predicted, list), predicted
+    diff = differences(IK, ex.placement.devices, got)
+    if predicted != ik_log.layer_devices:
+        diff["(layer split)"] = (str(predicted), str(ik_log.layer_devices))
+    takes = [t for t, _o, _k in invocation_ncmoe(ex.invocation, inv, 2, predicted)]
+    if ik_log.shares != [share for t in takes for share in t.shares]:
+        diff["(--n-cpu-moe shares)"] = (str([s for t in takes for s in t.shares]), str(ik_log.shares))
+    RESULTS.append({"engine": IK.name, "package": IK.package, "model": key, "cmdline": cmd, "devices": 2,
+                    "predicted_split": predicted, "tensors": compared(IK, ex.placement.devices),
+                    "disagreements": len(diff)})
+    assert not diff, f"{key} {cmd}: {dict(list(diff.items())[:8])}"
+    # the comparison sees a wrong split: one layer moved across the boundary changes placements
+    wrong = moved_boundary(ik_log.layer_devices, inv)
+    bad = explain(inv, eng, args, gpus=[], layer_devices=wrong)
+    assert differences(IK, bad.placement.devices, got), f"a wrong split {wrong} went unnoticed"
+
+
+def ts_values(args: list[str]) -> list[float]:
+    return [float(x) for x in args[args.index("-ts") + 1].replace("/", ",").split(",")]
+
+
+# sparse full-size layouts (realistic layer sizes): ik's --dry-run computes the split and skips
+# reading the data; -ot exps=CPU keeps the RPC buffers small (the split still weighs the experts)
+FULL_SIZE: list[tuple[str, list[str]]] = [
+    ("qwen3-30b-a3b", ["-ts", "1,1", "-c", "32768"]),
+    ("qwen3-30b-a3b", ["-ts", "3,2", "-c", "8192", "-ctk", "q8_0", "-ctv", "q8_0"]),
+    ("qwen3-30b-a3b", ["-ts", "1,1", "-c", "4096", "-ngl", "30"]),
+    ("gpt-oss-20b", ["-ts", "2,1", "-c", "16384"]),
+    ("gpt-oss-20b", ["-ts", "1,1", "-c", "131072", "-fa", "off"]),
+    ("glm-4.5-air", ["-ts", "1,1", "-c", "4096"]),
+]
+
+
+@pytest.fixture(scope="module")
+def full_size_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+
+    d = tmp_path_factory.mktemp("full")
+    out = {}
+    for name in dict.fromkeys(n for n, _ in FULL_SIZE):
+        out[name] = d / f"{name}.gguf"
+        write_layout(LAYOUTS[name], out[name])
+    return out
+
+
+@pytest.mark.parametrize(("name", "cmd"), FULL_SIZE, ids=lambda c: c if isinstance(c, str) else " ".join(c))
+def test_ik_split_by_tensor_split_full_size(full_size_models: dict[str, Path], name: str, cmd: list[str]) -> None:
+    model = full_size_models[name]
+    inv = load_inventory(model)
+    eng = engine(IK.name, IK.version)
+    with rpc_servers(IK, 2) as endpoints:
+        args = ["--rpc", ",".join(endpoints), *([] if "-ngl" in cmd else ["-ngl", "999"]), "-ot", "exps=CPU", *cmd]
+        run = run_engine(IK, model, [*args, "--dry-run"], None, endpoints)
+        ik_log = parse_ik(run.log, inv, endpoints)
+    assert ik_log.layer_devices is not None, run.log[-3000:]
+    ex = explain(inv, eng, args, gpus=[])
+    predicted = ik_split(ex.invocation, inv, ex.invocation.n_gpu_layers(), ts_values(args), 2)
+    RESULTS.append({"engine": IK.name, "package": IK.package, "model": name, "cmdline": cmd, "devices": 2,
+                    "predicted_split": predicted, "disagreements": int(predicted != ik_log.layer_devices)})
+    assert predicted == ik_log.layer_devices
