@@ -235,6 +235,27 @@ def _refuse_dropped_rules(plan: Plan, eng: Engine, devices: dict[str, str | None
     )
 
 
+def plan_ik_split(plan: Plan, inv: Inventory, eng: Engine, n_devices: int) -> list[int] | None:
+    """ik_llama.cpp's layer split over 2+ devices when the plan sets `tensor_split` (-sm layer),
+    from the plan's own context, batch, cache and `extra` flags (memory/iksplit.py); None when
+    ik splits by free memory or the split cannot be predicted (the layers stay GPU(auto))."""
+    f = plan.config.flags
+    if eng.name != "ik_llama.cpp" or n_devices < 2 or not f.tensor_split or (f.split_mode or "layer") != "layer":
+        return None
+    from moeconf.memory.iksplit import ik_layer_split, read_ik_split_settings
+
+    words = ["--fit"] if f.fit else []
+    for flag, value in (("-c", f.ctx_size), ("-b", f.batch), ("-ub", f.ubatch), ("-fa", f.flash_attn),
+                        ("-ctk", f.cache_type_k), ("-ctv", f.cache_type_v)):
+        if value is not None:
+            words += [flag, str(value)]
+    settings = read_ik_split_settings([*words, *f.extra])
+    if isinstance(settings, str):
+        return None
+    split = ik_layer_split(inv, eng, settings, n_gpu_layers(plan), f.tensor_split, n_devices)
+    return None if isinstance(split, str) else split
+
+
 def resolve(plan: Plan, inv: Inventory) -> Resolution:
     eng = plan_engine(plan)
     flags = plan.config.flags
@@ -243,7 +264,8 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
     spread, refused = layer_gpus(eng, devices_all, flags.split_mode, flags.main_gpu)
     if refused:
         raise plan.error_at_key(("flags", "main_gpu"), refused)
-    defaults = default_devices(inv, eng, n_gpu_layers(plan), spread, flags.tensor_split, flags.split_mode)
+    defaults = default_devices(inv, eng, n_gpu_layers(plan), spread, flags.tensor_split, flags.split_mode,
+                               plan_ik_split(plan, inv, eng, len(spread)))
     devices: dict[str, str | None] = dict(defaults)
     reasons: dict[str, str] = {n: "default" for n in devices}
     decided_by: dict[str, int] = {}
