@@ -128,7 +128,8 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
                        layer_devices: Sequence[int] | None = None) -> Explanation:
     """Simulate the invocation. `gpus=None`: the machine's GPUs are not known (see assumed_gpus).
     `layer_devices`: where ik_llama.cpp put each block (then the output layer) when it split
-    them over several devices, as its log reports it; unknown (None) it splits by free memory."""
+    them over several devices, as its log reports it; None: predicted from `-ts` in `-sm layer`
+    (ik_split), else unknown (ik splits by free memory: GPU(auto))."""
     eng = invocation.engine
     if gpus is None:
         gpus = assumed_gpus(invocation)

@@ -83,8 +83,9 @@ def default_devices(
 
     `n_gpu_layers` < 0 (auto / all, with `--fit` off) offloads everything. ik_llama.cpp splits
     layers over 2+ devices by free memory, which the files do not tell: those layers get
-    GPU(auto), unless `layer_devices` (ik's device index per block, then the output layer, as
-    its log reports them) says where they went."""
+    GPU(auto), unless `layer_devices` (ik's device index per block, then the output layer) says
+    where they went: read from its log, or predicted from `-ts` (memory/iksplit.py, which the
+    callers run since it needs the context and cache settings)."""
     n_layer = inv.block_count
     n = n_layer + 1 if n_gpu_layers < 0 else n_gpu_layers
     out: dict[str, str | None] = {}
