@@ -1,28 +1,40 @@
-"""Fill rules (`experts -> gpu, gpu1, cpu`): the selected tensors go, layer by layer in the
-plan's `[budget] policy` order, to the first device of the list whose predicted memory still
-fits its `[budget]`; the last device takes the rest. A device that refuses a layer takes no
-later one (each keeps a contiguous run of layers); with `split = true` it may first take part of
-that layer by tensor kind (down, gate, up: each that still fits). Memory is the memory model's
-(weights, KV cache, compute, reserve) for the plan's own flags, and the result is measured again
-as a whole: where a device is still over, its last layer goes back."""
+"""Fill rules (`experts -> gpu, gpu1, cpu`) and the layer split over several GPUs.
+
+The selected tensors go, layer by layer in the plan's `[budget] policy` order, to the first
+device of the list whose predicted memory still fits its `[budget]`; the last device takes the
+rest. A device that refuses a layer takes no later one (each keeps a contiguous run of layers);
+with `split = true` it first takes the part of that layer that uses its remaining room best: the
+subset of the layer's expert tensor kinds (down, gate, up) with the most bytes that still fits.
+Memory is the memory model's (weights, KV cache, compute, reserve) for the plan's own flags, and
+the result is measured again as a whole: where a device is still over, the fewest bytes of its
+last layer that bring it back go to the rule's last device.
+
+With several GPUs on llama.cpp and no `tensor_split`, moeconf chooses `-ts` itself: each GPU gets
+a contiguous range of layers (`-ts` holds the layer counts, which llama.cpp maps back to exactly
+those ranges), every range's always-active tensors, KV cache and compute must fit its GPU's
+budget, and among the splits that fit, the one that lets the fill put the most bytes on the GPUs
+wins (two GPUs: every split is tried; more: one boundary at a time until nothing improves).
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
-from moeconf.engines import Engine
+from moeconf.engines import AUTO_GPU, Engine
+from moeconf.engines.simulate import default_devices, default_layer_devices, layer_gpus, offloaded_range
 from moeconf.errors import PlanError
 from moeconf.memory import MemoryEstimate, MemorySettings, estimate, parse_size, pipeline_parallel, read_settings
 from moeconf.memory.estimate import alloc_size
-from moeconf.model.inventory import Inventory, Tensor
+from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 from moeconf.plan import Plan
 from moeconf.plan.rules import Rule
 
 MiB = 1024 * 1024
-SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps")
+SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
 
 @dataclass(frozen=True)
@@ -70,9 +82,238 @@ def budgets(plan: Plan, device_of: Callable[[str], str]) -> dict[str, int]:
     return out
 
 
-def fill(plan: Plan, inv: Inventory, eng: Engine, placement: Placement, requests: list[FillRequest],
-         device_of: Callable[[str], str]) -> dict[str, str]:
-    """Where each tensor of the fill rules goes: {tensor: device}."""
+@dataclass(frozen=True)
+class FillSolution:
+    devices: dict[str, str]  # each fill tensor -> its device
+    tensor_split: tuple[int, ...] | None  # the -ts moeconf chose (layer counts); None: the plan's own
+    defaults: dict[str, str | None]  # the engine's default placement under that split
+
+
+@dataclass
+class _Candidate:
+    """One layer split, measured with every fill tensor on its rule's last device."""
+
+    counts: tuple[int, ...] | None
+    defaults: dict[str, str | None]
+    devices: dict[str, str | None]
+    mem: MemoryEstimate
+    over: dict[str, int]
+    score: int = -1  # bytes the greedy fill puts on accelerators (-1: the split does not fit)
+    slack: int = 0  # the least room the greedy fill leaves on a GPU
+    away: int = 0  # of its bytes, those on a GPU other than their layer's (its activations cross over)
+
+
+class _Filler:
+    def __init__(self, plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | None],
+                 requests: list[FillRequest], sizes: dict[str, int], settings: MemorySettings) -> None:
+        from moeconf.resolve import gpu_devices, n_gpu_layers
+
+        self.plan, self.inv, self.eng, self.overlay, self.requests = plan, inv, eng, overlay, requests
+        self.sizes, self.settings = sizes, settings
+        self.split_mode: str | None = plan.config.flags.split_mode
+        # the devices -ngl and -ts spread layers over (-sm none: main_gpu's alone)
+        self.accelerators, _ = layer_gpus(eng, gpu_devices(plan, eng), self.split_mode, plan.config.flags.main_gpu)
+        self.ngl = n_gpu_layers(plan)
+        budget = plan.config.budget
+        self.policy: str = budget.policy
+        self.split: bool = budget.split
+        self.merge_up_gate = bool(plan.config.flags.merge_up_gate)
+        self.last_device = {n: req.devices[-1] for req in requests for n in req.tensors}
+
+    # -- measuring -------------------------------------------------------------------------------
+
+    def candidate(self, counts: Sequence[float] | None) -> _Candidate:
+        defaults = default_devices(self.inv, self.eng, self.ngl, self.accelerators, counts, self.split_mode)
+        devices = {**defaults, **self.overlay}
+        mem = self.measure(devices, defaults)
+        return _Candidate(tuple(int(c) for c in counts) if counts is not None else None, defaults, devices, mem,
+                          self.over(mem))
+
+    def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> MemoryEstimate:
+        pl = Placement(self.inv, self.eng, dict(devs), dict(defaults), {})
+        overrides = any(devs[n] != d for n, d in defaults.items())
+        accel = len({d for d in defaults.values() if d not in (None, "CPU")})
+        pipe = pipeline_parallel(pl, accel, self.ngl, self.split_mode, self.settings, overrides)
+        return estimate(pl, self.settings, pipeline=pipe)
+
+    def over(self, mem: MemoryEstimate) -> dict[str, int]:
+        return {d: mem.devices[d].total - s for d, s in self.sizes.items()
+                if d in mem.devices and mem.devices[d].total > s}
+
+    def free(self, mem: MemoryEstimate) -> dict[str, int]:
+        return {d: s - mem.devices[d].total if d in mem.devices else s for d, s in self.sizes.items()}
+
+    # -- filling ---------------------------------------------------------------------------------
+
+    def greedy(self, free: dict[str, int]) -> tuple[dict[str, str], dict[str, list[list[str]]], dict[str, int]]:
+        """Each request's units (layers, in policy order) to the first device with room; a device
+        that refuses a unit closes, after taking the best-packed part of it when `split` is on."""
+        free = dict(free)
+        assign: dict[str, str] = {}
+        placed: dict[str, list[list[str]]] = defaultdict(list)  # device -> units (tensor names), in order
+        for req in self.requests:
+            closed: set[str] = set()
+            for unit in _units(self.inv, req.tensors, self.policy):
+                rest = list(unit)
+                for dev in req.devices[:-1]:
+                    if dev in closed or not rest:
+                        continue
+                    need = sum(alloc_size(self.inv.by_name[n], dev) for n in rest)
+                    if need <= free[dev]:
+                        placed[dev].append(rest)
+                        free[dev] -= need
+                        assign.update((n, dev) for n in rest)
+                        rest = []
+                        continue
+                    closed.add(dev)
+                    if self.split:
+                        part = pack(self.inv, rest, dev, free[dev], self.merge_up_gate)
+                        used = sum(alloc_size(self.inv.by_name[n], dev) for n in part)
+                        if used > free[dev] or not set(part) <= set(rest):
+                            raise AssertionError(f"fill: the packing of {dev}'s split layer takes {used:,} bytes "
+                                                 f"where {free[dev]:,} are free")
+                        if part:
+                            placed[dev].append(part)
+                            free[dev] -= used
+                            assign.update((n, dev) for n in part)
+                            rest = [n for n in rest if n not in part]
+        return assign, placed, free
+
+    def complete(self, cand: _Candidate) -> tuple[dict[str, str | None], MemoryEstimate]:
+        """The fill on one split, measured again as a whole. A device's compute grows when experts
+        run there: where a device comes out over, the fill runs again with its room smaller by the
+        excess (a few rounds), and if it is still over, the fewest bytes of its last unit that
+        cover the excess go back to the rule's last device, until every budget holds."""
+        free = self.free(cand.mem)
+        for _round in range(4):
+            # where a device came out over, its room was that much smaller: fill again with less
+            assign, placed, _ = self.greedy(free)
+            devices: dict[str, str | None] = {**cand.devices, **assign}
+            mem = self.measure(devices, cand.defaults)
+            bad = self.over(mem)
+            if not bad:
+                return devices, mem
+            for d, excess in bad.items():
+                free[d] -= excess
+        while True:
+            mem = self.measure(devices, cand.defaults)
+            bad = self.over(mem)
+            if not bad:
+                return devices, mem
+            for d, excess in bad.items():
+                if not placed[d]:
+                    raise PlanError(shortfall_message(mem, bad, self.sizes), path=self.plan.path)
+                unit = placed[d][-1]
+                drop = _cover(self.inv, unit, d, excess)
+                for n in drop:
+                    devices[n] = self.last_device[n]
+                unit[:] = [n for n in unit if n not in drop]
+                if not unit:
+                    placed[d].pop()
+
+    def slack(self, mem: MemoryEstimate) -> int:
+        """The least room left on an accelerator."""
+        return min(self.free(mem)[d] for d in self.accelerators)
+
+    def away(self, devices: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> int:
+        """Bytes of the fill's tensors on a GPU other than their layer's."""
+        return sum(self.inv.by_name[n].nbytes for n in self.last_device
+                   if devices.get(n) not in (None, "CPU") and devices.get(n) != defaults[n])
+
+    def gpu_bytes(self, devices: Mapping[str, str | None]) -> int:
+        """Bytes of the fill's tensors on accelerators."""
+        return sum(self.inv.by_name[n].nbytes for n in self.last_device if devices.get(n) not in (None, "CPU"))
+
+    # -- the layer split -------------------------------------------------------------------------
+
+    def chooses_split(self) -> bool:
+        """moeconf picks -ts: several accelerators, llama.cpp's -ngl/-ts semantics (ik spreads
+        layers by its own size estimate), layer split mode, and the plan gives no tensor_split."""
+        return bool(self.plan.config.flags.tensor_split is None and len(self.accelerators) >= 2
+                    and self.eng.ngl_counts_output and (self.split_mode or "layer") == "layer")
+
+    def proportional(self, act: int) -> tuple[int, ...]:
+        """Layer counts proportional to each GPU's budget less its reserve (largest remainder),
+        at least one layer each: the start of the search and its tie-break."""
+        usable = [max(self.sizes[d] - self.settings.reserve, 1) for d in self.accelerators]
+        spare = act - len(usable)
+        exact = [spare * u / sum(usable) for u in usable]
+        counts = [int(x) for x in exact]
+        for i in sorted(range(len(usable)), key=lambda i: counts[i] - exact[i])[: spare - sum(counts)]:
+            counts[i] += 1
+        return tuple(c + 1 for c in counts)
+
+    def search(self) -> list[_Candidate]:
+        """Every split tried, best first: the ones that fit by the bytes the fill puts on the GPUs,
+        then by the most room left on the fullest GPU (a margin for what the model misses), then
+        by the fewest bytes away from their layer's GPU (each such layer sends its activations
+        from one GPU to the other and back), then by closeness to the proportional split."""
+        missing = [d for d in self.accelerators if d not in self.sizes]
+        if missing:
+            key = missing[0] if missing[0].isalnum() else f'"{missing[0]}"'
+            raise self.plan.error_at_key(
+                ("budget",), f"no [budget] for {missing[0]}: with several GPUs moeconf chooses -ts (the layers "
+                "of each) from every GPU's budget",
+                hint=f'for example: {key} = "16 GiB"; or pin the split with [flags] tensor_split')
+        _, act = offloaded_range(self.inv, self.eng, self.ngl)
+        k = len(self.accelerators)
+        if act < k:
+            raise PlanError(f"{act} offloaded layer(s) for {k} GPUs: offload at least one layer per GPU "
+                            "(n_gpu_layers) or set [flags] tensor_split", path=self.plan.path)
+        start = self.proportional(act)
+        seen: dict[tuple[int, ...], _Candidate] = {}
+
+        def evaluate(counts: tuple[int, ...]) -> _Candidate:
+            if counts not in seen:
+                cand = self.candidate(counts)
+                self.check_ranges(counts)
+                if not cand.over and AUTO_GPU not in cand.mem.devices and cand.mem.complete:
+                    assign, _, left = self.greedy(self.free(cand.mem))
+                    cand.score = self.gpu_bytes(assign)
+                    cand.slack = min(left[d] for d in self.accelerators)
+                    cand.away = self.away(assign, cand.defaults)
+                seen[counts] = cand
+            return seen[counts]
+
+        def rank(c: _Candidate) -> tuple[int, int, int, int]:
+            assert c.counts is not None
+            return c.score, c.slack, -c.away, -sum(abs(a - b) for a, b in zip(c.counts, start, strict=True))
+
+        best = evaluate(start)
+        for _sweep in range(4):
+            improved = False
+            for j in range(k - 1):  # the boundary between GPU j and GPU j+1
+                counts = list(best.counts or start)
+                pair = counts[j] + counts[j + 1]
+                for a in range(1, pair):
+                    c = evaluate((*counts[:j], a, pair - a, *counts[j + 2:]))
+                    if rank(c) > rank(best):
+                        best, improved = c, True
+            if not improved or k == 2:
+                break
+        return sorted(seen.values(), key=rank, reverse=True)
+
+    def check_ranges(self, counts: Sequence[int]) -> None:
+        """The -ts value, read with the engine's own -ngl/-ts semantics, gives each GPU exactly the
+        contiguous range of layers the counts mean (the output layer counted last)."""
+        i0, act = offloaded_range(self.inv, self.eng, self.ngl)
+        got = default_layer_devices(self.inv, self.eng, self.ngl, self.accelerators, counts, self.split_mode)
+        want: dict[int, str] = {}
+        il = i0
+        for dev, c in zip(self.accelerators, counts, strict=True):
+            for _ in range(c):
+                want[il] = dev
+                il += 1
+        if il != i0 + act or any(got[i] != d for i, d in want.items()):
+            raise AssertionError(f"fill: -ts {','.join(map(str, counts))} does not give each GPU the layers "
+                                 "it was chosen for")
+
+
+def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | None], requests: list[FillRequest],
+         device_of: Callable[[str], str]) -> FillSolution:
+    """Where each tensor of the fill rules goes, and the -ts moeconf chose for several GPUs.
+    `overlay`: what the plan's rules decide (tensor -> device), fill tensors on their rule's last
+    device."""
     budget = plan.config.budget
     sizes = budgets(plan, device_of)
     if budget is None:
@@ -87,68 +328,55 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, placement: Placement, requests
     settings = plan_settings(plan, eng)
     if settings.problems:
         raise PlanError("; ".join(settings.problems), path=plan.path)
-    devices = dict(placement.devices)
-    accel = len({d for d in placement.defaults.values() if d not in (None, "CPU")})
+    f = _Filler(plan, inv, eng, overlay, requests, sizes, settings)
+    if f.chooses_split():
+        ranked = f.search()
+        feasible = [c for c in ranked if c.score >= 0]
+        if not feasible:
+            least = min(ranked, key=lambda c: sum(c.over.values()))
+            if not least.mem.complete:
+                raise PlanError("fill rules need the model's memory, which cannot be computed: "
+                                + "; ".join(least.mem.notes), path=plan.path)
+            assert least.counts is not None
+            raise PlanError(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
+                            f"{','.join(map(str, least.counts))}); " + shortfall_message(least.mem, least.over, sizes),
+                            path=plan.path)
+        # measured again, a fill may give part of a layer back (compute grows where experts run):
+        # finish every split whose first fill could still beat the best finished one
+        best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None]] | None = None
+        for c in feasible:
+            if best is not None and c.score < best[0][0]:
+                break
+            devices, mem = f.complete(c)
+            # room on the fullest GPU counts in steps of 16 MiB (what the compute model may miss)
+            key = (f.gpu_bytes(devices), f.slack(mem) // (16 * MiB), -f.away(devices, c.defaults))
+            if best is None or key > best[0]:
+                best = (key, c, devices)
+        assert best is not None
+        _, cand, devices = best
+    else:
+        cand = f.candidate(plan.config.flags.tensor_split)
+        if not cand.mem.complete:
+            raise PlanError("fill rules need the model's memory, which cannot be computed: "
+                            + "; ".join(cand.mem.notes), path=plan.path)
+        if AUTO_GPU in cand.mem.devices:
+            raise PlanError(_auto_split_message(eng, f.accelerators), path=plan.path)
+        if cand.over:
+            raise PlanError(shortfall_message(cand.mem, cand.over, sizes), path=plan.path)
+        devices, _ = f.complete(cand)
+    filled = {n: d for n in f.last_device if (d := devices[n]) is not None}
+    return FillSolution(filled, cand.counts, cand.defaults)
 
-    def measure(devs: Mapping[str, str | None]) -> MemoryEstimate:
-        pl = Placement(inv, eng, dict(devs), placement.defaults, placement.reasons)
-        overrides = any(devs[n] != d for n, d in placement.defaults.items())
-        ngl = plan.config.flags.n_gpu_layers
-        pipe = pipeline_parallel(pl, accel, -1 if ngl == "all" else ngl, plan.config.flags.split_mode, settings,
-                                 overrides)
-        return estimate(pl, settings, pipeline=pipe)
 
-    def over(mem: MemoryEstimate) -> dict[str, int]:
-        return {d: mem.devices[d].total - s for d, s in sizes.items()
-                if d in mem.devices and mem.devices[d].total > s}
-
-    base = measure(devices)
-    if not base.complete:
-        raise PlanError("fill rules need the model's memory, which cannot be computed: " + "; ".join(base.notes),
-                        path=plan.path)
-    short = over(base)
-    if short:
-        raise PlanError(shortfall_message(base, short, sizes), path=plan.path)
-    free = {d: s - base.devices[d].total if d in base.devices else s for d, s in sizes.items()}
-    placed: dict[str, list[list[str]]] = defaultdict(list)  # device -> units (tensor names), in order
-    for req in requests:
-        units = _units(inv, req.tensors, budget.policy)
-        closed: set[str] = set()
-        for unit in units:
-            rest = list(unit)
-            for dev in req.devices[:-1]:
-                if dev in closed or not rest:
-                    continue
-                need = sum(alloc_size(inv.by_name[n], dev) for n in rest)
-                if need <= free[dev]:
-                    placed[dev].append(rest)
-                    free[dev] -= need
-                    for n in rest:
-                        devices[n] = dev
-                    rest = []
-                    continue
-                closed.add(dev)
-                if budget.split:
-                    part = _split(inv, rest, dev, free[dev])
-                    if part:
-                        placed[dev].append(part)
-                        free[dev] -= sum(alloc_size(inv.by_name[n], dev) for n in part)
-                        for n in part:
-                            devices[n] = dev
-                        rest = [n for n in rest if n not in part]
-    # the whole model again: where a device is still over, its last unit goes to the rule's last device
-    last_device = {n: req.devices[-1] for req in requests for n in req.tensors}
-    while True:
-        mem = measure(devices)
-        bad = over(mem)
-        if not bad:
-            break
-        for d in bad:
-            if not placed[d]:
-                raise PlanError(shortfall_message(mem, bad, sizes), path=plan.path)
-            for n in placed[d].pop():
-                devices[n] = last_device[n]
-    return {n: devices[n] for req in requests for n in req.tensors if devices[n] is not None}  # type: ignore[misc]
+def _auto_split_message(eng: Engine, accelerators: Sequence[str]) -> str:
+    if not eng.ngl_counts_output:
+        return (f"{eng.label} spreads layers over {', '.join(accelerators)} by its own estimate of each layer's "
+                "size, -ts included: which device holds each layer's attention and KV cache is not known in "
+                "advance, so a fill rule cannot be checked against the budgets (with ik_llama.cpp, fill one "
+                "device per plan; llama.cpp takes -ts as exact layer ranges)")
+    return (f"layers are spread over {', '.join(accelerators)} by the engine's free memory: a fill rule cannot be "
+            "checked against the budgets (leave split_mode at layer and tensor_split unset, and moeconf chooses "
+            "-ts; or set tensor_split)")
 
 
 def _units(inv: Inventory, names: tuple[str, ...], policy: str) -> list[list[str]]:
@@ -161,17 +389,49 @@ def _units(inv: Inventory, names: tuple[str, ...], policy: str) -> list[list[str
     return ([glob] if glob else []) + [by_layer[il] for il in order]
 
 
-def _split(inv: Inventory, names: list[str], dev: str, room: int) -> list[str]:
-    tensors: list[Tensor] = [inv.by_name[n] for n in names]
-    out: list[str] = []
-    for kind in SPLIT_KINDS:
-        for t in tensors:
-            if t.base == kind:
-                need = alloc_size(t, dev)
-                if need <= room:
-                    out.append(t.name)
-                    room -= need
-    return out
+def _parts(inv: Inventory, names: Sequence[str], merge_up_gate: bool) -> list[tuple[int, list[str]]]:
+    """The parts a layer may be split into: one per expert tensor kind (a kind's weight and bias
+    together), in SPLIT_KINDS order; gate and up as one part with ik's -muge (it merges them only
+    when both land in the same buffer)."""
+    parts: dict[int, list[str]] = defaultdict(list)
+    for n in names:
+        base = inv.by_name[n].base
+        if base in SPLIT_KINDS:
+            k = SPLIT_KINDS.index("ffn_gate_exps" if merge_up_gate and base == "ffn_up_exps" else base)
+            parts[k].append(n)
+    return sorted(parts.items())
+
+
+def pack(inv: Inventory, names: Sequence[str], dev: str, room: int, merge_up_gate: bool = False) -> list[str]:
+    """The part of a layer to put on `dev`: the subset of its expert tensor kinds with the most
+    bytes that fits `room` (on ties, fewer kinds, then the earlier kinds of SPLIT_KINDS)."""
+    parts = _parts(inv, names, merge_up_gate)
+    sizes = [sum(alloc_size(inv.by_name[n], dev) for n in part) for _, part in parts]
+    best: tuple[int, ...] = ()
+    best_key: tuple[int, int, tuple[int, ...]] = (0, 0, ())
+    for r in range(1, len(parts) + 1):
+        for combo in combinations(range(len(parts)), r):
+            total = sum(sizes[i] for i in combo)
+            key = (total, -r, tuple(-parts[i][0] for i in combo))
+            if total <= room and key > best_key:
+                best, best_key = combo, key
+    return [n for i in best for n in parts[i][1]]
+
+
+def _cover(inv: Inventory, unit: Sequence[str], dev: str, excess: int) -> list[str]:
+    """What to take back from a device's last unit when it is `excess` bytes over: the parts
+    (expert tensor kinds) with the fewest bytes that free at least that much, else the unit."""
+    parts = _parts(inv, unit, False)
+    if len(parts) > 8 or sum(len(p) for _, p in parts) != len(unit):
+        return list(unit)
+    sizes = [sum(alloc_size(inv.by_name[n], dev) for n in part) for _, part in parts]
+    best: tuple[int, ...] | None = None
+    for r in range(1, len(parts) + 1):
+        for combo in combinations(range(len(parts)), r):
+            total = sum(sizes[i] for i in combo)
+            if total >= excess and (best is None or total < sum(sizes[i] for i in best)):
+                best = combo
+    return list(unit) if best is None else [n for i in best for n in parts[i][1]]
 
 
 def shortfall_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Mapping[str, int]) -> str:

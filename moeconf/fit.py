@@ -1,11 +1,12 @@
 """`moeconf fit`: the most routed-expert layers that fit each GPU's memory budget, as a plan that
 compiles to a verified command line.
 
-The plan it writes is the answer: every layer offloaded (with several GPUs, `-ts` gives each a
-contiguous range sized by its budget), a `[budget]` table with each GPU's memory, and one fill
-rule, `experts -> CUDA0, CUDA1, cpu`, which `resolve` solves with the memory model (see
-`moeconf.fill`). The compiled command line is simulated and measured again before it is returned;
-the user's context, batch and cache types are never changed."""
+The plan it writes is the answer: every layer offloaded, a `[budget]` table with each GPU's
+memory, and one fill rule, `experts -> CUDA0, CUDA1, cpu`, which `resolve` solves with the memory
+model (see `moeconf.fill`); with several GPUs the same solver chooses `-ts` (each GPU's range of
+layers), so `moeconf compile` on the written plan gives the same command. The compiled command
+line is simulated and measured again before it is returned; the user's context, batch and cache
+types are never changed."""
 
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def _toml_str(s: str) -> str:
 
 def _plan_text(model_path: str, serve_path: str | None, eng: Engine, gpus: list[str], rpc: list[str],
                fields: dict[str, object],
-               extra: list[str], ts: list[int] | None, rules: list[str], budgets: Sequence[Budget],
+               extra: list[str], rules: list[str], budgets: Sequence[Budget],
                reserve: int, policy: Policy, split: bool) -> str:
     lines = ["# Written by `moeconf fit`: routed experts fill the GPUs up to each [budget], in order; the rest",
              "# stays in system RAM. Edit the budgets or rules; `moeconf compile` solves it again.",
@@ -138,8 +139,8 @@ def _plan_text(model_path: str, serve_path: str | None, eng: Engine, gpus: list[
     lines += ["", "[flags]", 'n_gpu_layers = "all"']
     for k, v in fields.items():
         lines.append(f"{k} = {v}" if isinstance(v, int) else f"{k} = {_toml_str(str(v))}")
-    if ts:
-        lines.append("tensor_split = [" + ", ".join(str(x) for x in ts) + "]")
+    if len(budgets) > 1:
+        lines.append("# no tensor_split: compile chooses -ts (each GPU's layers) from the budgets; set it to pin them")
     if rpc:
         lines.append("rpc = [" + ", ".join(_toml_str(r) for r in rpc) + "]")
     if extra:
@@ -188,10 +189,9 @@ class _Solver:
             raise MoeconfError("; ".join(settings.problems))
 
     def solve(self) -> FitResult:
-        ts = self._tensor_split()
         rules = [f"experts -> {', '.join(self.order)}, cpu"]
         text = _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
-                          ts, rules, self.budgets, self.reserve, self.policy, self.split)
+                          rules, self.budgets, self.reserve, self.policy, self.split)
         plan = plan_from_text(text, os.path.join(self.plan_dir, "fit.plan.toml"))
         try:
             compiled = compile_plan(plan, inventory=self.inv)
@@ -222,12 +222,6 @@ class _Solver:
         splits = tuple((il, d, tuple(sorted({self.inv.by_name[n].base for n in names})))
                        for d, v in per_dev.items() for il, names in sorted(v.items()) if names != all_kinds[il])
         return FitResult(text, compiled, mem, whole, splits, tuple(self.budgets))
-
-    def _tensor_split(self) -> list[int] | None:
-        if len(self.order) < 2:
-            return None
-        usable = [max(self.budget[d] - self.reserve, 1) for d in self.order]
-        return [max(1, round(u / MiB)) for u in usable]
 
 
 def fit(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str], *, model_path: str,

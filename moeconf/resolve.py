@@ -209,6 +209,8 @@ class Resolution:
     warnings: tuple[Diagnostic, ...]
     selected: tuple[tuple[str, ...], ...]  # per rule: the tensors it selects
     decisive: tuple[tuple[str, ...], ...]  # per rule: the tensors whose device it decides
+    # the -ts moeconf chose for a fill over several GPUs (layer counts per device), None: the plan's
+    tensor_split: tuple[int, ...] | None = None
 
 
 def locate_engine(plan: Plan) -> tuple[int | None, int | None]:
@@ -270,6 +272,7 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
     reasons: dict[str, str] = {n: "default" for n in devices}
     decided_by: dict[str, int] = {}
     selected: list[tuple[str, ...]] = []
+    tensor_split: tuple[int, ...] | None = None
     for rule in plan.rules:
         dev = resolve_device(plan, eng, rule)
         tensors = select(plan, inv, rule, warnings)
@@ -294,13 +297,18 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
                                                                                              strict=True)),
                                     resolve_device(plan, eng, r)),
                                 tuple(n for n, k in decided_by.items() if k == r.index)) for r in fills]
-        base = Placement(inv, eng, dict(devices), defaults, reasons)
-        filled = fill(plan, inv, eng, base, [q for q in requests if q.tensors],
-                      lambda w: resolve_device(plan, eng, fills[0], w, fills[0].device_span)) if any(
-            q.tensors for q in requests) else {}
-        for n, d in filled.items():
-            devices[n] = d
-            reasons[n] = reasons[n] + f" (filled: {d})"
+        live_requests = [q for q in requests if q.tensors]
+        if live_requests:
+            overlay = {n: devices[n] for n in decided_by}
+            sol = fill(plan, inv, eng, overlay, live_requests,
+                       lambda w: resolve_device(plan, eng, fills[0], w, fills[0].device_span))
+            if sol.tensor_split is not None:  # moeconf chose -ts: the defaults follow it
+                tensor_split = sol.tensor_split
+                defaults = sol.defaults
+                devices = {**defaults, **overlay}
+            for n, d in sol.devices.items():
+                devices[n] = d
+                reasons[n] = reasons[n] + f" (filled: {d})"
     decisive = [tuple(n for n, r in decided_by.items() if r == i) for i in range(len(plan.rules))]
     for rule, sel, dec in zip(plan.rules, selected, decisive, strict=True):
         if sel and not dec and any(defaults[n] is not None for n in sel):
@@ -318,4 +326,4 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
         warnings.append(Diagnostic(
             f"{eng.label} drops every -ot rule when -ngl is 0 or there is no GPU", plan.path, pos[0], pos[1]))
     placement = Placement(inv, eng, devices, defaults, reasons)
-    return Resolution(placement, tuple(warnings), tuple(selected), tuple(decisive))
+    return Resolution(placement, tuple(warnings), tuple(selected), tuple(decisive), tensor_split)

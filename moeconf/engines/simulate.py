@@ -70,7 +70,17 @@ def layer_gpus(eng: Engine, gpus: Sequence[str], split_mode: str | None,
     return [gpus[mg]], None
 
 
-def default_devices(
+def offloaded_range(inv: Inventory, eng: Engine, n_gpu_layers: int) -> tuple[int, int]:
+    """(first offloaded layer, how many): the layers `-ngl` puts on the accelerators, counting
+    the output layer as layer `block_count` where the engine's -ngl counts it (mainline)."""
+    n_layer = inv.block_count
+    n = n_layer + 1 if n_gpu_layers < 0 else n_gpu_layers
+    if eng.ngl_counts_output:
+        return max(n_layer + 1 - n, 0), min(n, n_layer + 1)
+    return max(n_layer - n, 0), min(n, n_layer)
+
+
+def default_layer_devices(
     inv: Inventory,
     eng: Engine,
     n_gpu_layers: int,
@@ -78,23 +88,12 @@ def default_devices(
     tensor_split: Sequence[float] | None = None,
     split_mode: str | None = None,
     layer_devices: Sequence[int] | None = None,
-) -> dict[str, str | None]:
-    """Where each tensor goes when no `-ot` rule matches it; None for tensors never created.
-
-    `n_gpu_layers` < 0 (auto / all, with `--fit` off) offloads everything. ik_llama.cpp splits
-    layers over 2+ devices by free memory, which the files do not tell: those layers get
-    GPU(auto), unless `layer_devices` (ik's device index per block, then the output layer) says
-    where they went: read from its log, or predicted from `-ts` (memory/iksplit.py, which the
-    callers run since it needs the context and cache settings)."""
+) -> dict[int, str]:
+    """Each block's device when no `-ot` rule matches (see default_devices), and the output
+    layer's under the index `block_count`."""
     n_layer = inv.block_count
     n = n_layer + 1 if n_gpu_layers < 0 else n_gpu_layers
-    out: dict[str, str | None] = {}
-    if eng.ngl_counts_output:
-        i_gpu_start = max(n_layer + 1 - n, 0)
-        act = min(n, n_layer + 1)
-    else:
-        i_gpu_start = max(n_layer - n, 0)
-        act = min(n, n_layer)
+    i_gpu_start, act = offloaded_range(inv, eng, n_gpu_layers)
 
     def layer_device(il: int) -> str:
         if not gpus or act <= 0:
@@ -114,7 +113,28 @@ def default_devices(
             return gpus[layer_devices[il]] if layer_devices is not None else AUTO_GPU
         return _gpu_for(min(il, n_layer), i_gpu_start, max(act, 1), gpus, tensor_split)
 
-    per_layer = {il: layer_device(il) for il in range(n_layer + 1)}
+    return {il: layer_device(il) for il in range(n_layer + 1)}
+
+
+def default_devices(
+    inv: Inventory,
+    eng: Engine,
+    n_gpu_layers: int,
+    gpus: Sequence[str],
+    tensor_split: Sequence[float] | None = None,
+    split_mode: str | None = None,
+    layer_devices: Sequence[int] | None = None,
+) -> dict[str, str | None]:
+    """Where each tensor goes when no `-ot` rule matches it; None for tensors never created.
+
+    `n_gpu_layers` < 0 (auto / all, with `--fit` off) offloads everything. ik_llama.cpp splits
+    layers over 2+ devices by free memory, which the files do not tell: those layers get
+    GPU(auto), unless `layer_devices` (ik's device index per block, then the output layer) says
+    where they went: read from its log, or predicted from `-ts` (memory/iksplit.py, which the
+    callers run since it needs the context and cache settings)."""
+    n_layer = inv.block_count
+    per_layer = default_layer_devices(inv, eng, n_gpu_layers, gpus, tensor_split, split_mode, layer_devices)
+    out: dict[str, str | None] = {}
     for t in inv.tensors:
         if not created(t, inv, eng):
             out[t.name] = None

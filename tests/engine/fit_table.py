@@ -13,13 +13,14 @@ def main(path: str) -> int:
         rows = json.load(f)
     print("| model | budgets (GiB) | flags | llama.cpp's projection of moeconf's command (MiB) "
           "| expert GiB on GPUs: moeconf | llama.cpp fit | always-active on CPU, llama.cpp fit (MiB) "
-          "| `-ot` chars: moeconf | llama.cpp fit |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| host MiB read per token: moeconf | llama.cpp fit | `-ot` chars: moeconf | llama.cpp fit |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         proj = " + ".join(f"{v:,}" for v in r["moeconf_projected_mib"].values())
         print(f"| {r['model']} | {' + '.join(map(str, r['budgets_gib']))} | `{r['flags']}` | {proj} "
               f"| {r['moeconf_expert_gib']:.2f} | {r['llama_fit_expert_gib']:.2f} "
-              f"| {r['llama_fit_always_active_on_cpu_mib']:.0f} | {r['moeconf_ot_chars']} "
+              f"| {r['llama_fit_always_active_on_cpu_mib']:.0f} | {r['moeconf_host_read_mib_per_token']:,.0f} "
+              f"| {r['llama_fit_host_read_mib_per_token']:,.0f} | {r['moeconf_ot_chars']} "
               f"| {r['llama_fit_ot_chars']} |")
     return 0
 
