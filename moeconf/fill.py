@@ -37,6 +37,11 @@ MiB = 1024 * 1024
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
 
+class DoesNotFit(PlanError):
+    """The budgets cannot hold what the plan fixes (the always-active tensors, KV cache and
+    compute of each device's layers), or cannot be checked at all."""
+
+
 @dataclass(frozen=True)
 class FillRequest:
     rule: Rule
@@ -202,7 +207,7 @@ class _Filler:
                 return devices, mem
             for d, excess in bad.items():
                 if not placed[d]:
-                    raise PlanError(shortfall_message(mem, bad, self.sizes), path=self.plan.path)
+                    raise DoesNotFit(shortfall_message(mem, bad, self.sizes), path=self.plan.path)
                 unit = placed[d][-1]
                 drop = _cover(self.inv, unit, d, excess)
                 for n in drop:
@@ -338,7 +343,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                 raise PlanError("fill rules need the model's memory, which cannot be computed: "
                                 + "; ".join(least.mem.notes), path=plan.path)
             assert least.counts is not None
-            raise PlanError(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
+            raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
                             f"{','.join(map(str, least.counts))}); " + shortfall_message(least.mem, least.over, sizes),
                             path=plan.path)
         # measured again, a fill may give part of a layer back (compute grows where experts run):
@@ -360,9 +365,9 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
             raise PlanError("fill rules need the model's memory, which cannot be computed: "
                             + "; ".join(cand.mem.notes), path=plan.path)
         if AUTO_GPU in cand.mem.devices:
-            raise PlanError(_auto_split_message(eng, f.accelerators), path=plan.path)
+            raise DoesNotFit(_auto_split_message(eng, f.accelerators), path=plan.path)
         if cand.over:
-            raise PlanError(shortfall_message(cand.mem, cand.over, sizes), path=plan.path)
+            raise DoesNotFit(shortfall_message(cand.mem, cand.over, sizes), path=plan.path)
         devices, _ = f.complete(cand)
     filled = {n: d for n in f.last_device if (d := devices[n]) is not None}
     return FillSolution(filled, cand.counts, cand.defaults)

@@ -17,8 +17,9 @@ from typing import Literal
 
 from moeconf.compile import Compiled, compile_plan
 from moeconf.engines import Engine
-from moeconf.errors import MoeconfError, PlanError
+from moeconf.errors import MoeconfError
 from moeconf.explanation import explain
+from moeconf.fill import DoesNotFit
 from moeconf.memory import MemoryEstimate, estimate_explained, read_settings
 from moeconf.model.inventory import Inventory
 from moeconf.plan import plan_from_text
@@ -195,10 +196,8 @@ class _Solver:
         plan = plan_from_text(text, os.path.join(self.plan_dir, "fit.plan.toml"))
         try:
             compiled = compile_plan(plan, inventory=self.inv)
-        except PlanError as e:
-            if e.message.startswith("does not fit"):
-                raise FitError(e.message) from None
-            raise
+        except DoesNotFit as e:
+            raise FitError(e.message) from None
         # the command line itself, simulated and measured again: what is printed is what was checked
         argv = list(compiled.argv)
         ex = explain(self.inv, self.eng, argv, gpus=self.gpus)

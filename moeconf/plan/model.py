@@ -79,7 +79,8 @@ class Flags(_Section):
     )
     split_mode: Literal["none", "layer", "row", "graph", "attn"] | None = Field(default=None, description="`-sm`.")
     tensor_split: list[Annotated[float, Field(ge=0)]] | None = Field(
-        default=None, description="`-ts`: proportions per GPU; also used to predict default placement."
+        default=None, description="`-ts`: proportions per GPU; also used to predict default placement. Unset "
+        "with a fill rule over several GPUs (llama.cpp), moeconf chooses it from the budgets."
     )
     main_gpu: int | None = Field(default=None, ge=0, le=INT_MAX, description="`-mg`.")
     rpc: list[str] = Field(
@@ -146,8 +147,9 @@ class BudgetSection(BaseModel):
     policy: Literal["first", "last"] = Field(
         default="first", description="Which layers fill first: the lowest blocks (`first`, the guides' layout) or "
         "the highest (`last`).")
-    split: bool = Field(default=False, description="Let one more layer per device split by tensor kind (down, "
-                        "gate, up: each that still fits) to use the remainder.")
+    split: bool = Field(default=False, description="Let one more layer per device split by tensor kind to use "
+                        "the remainder: the subset of its expert kinds (down, gate, up) with the most bytes that "
+                        "still fits.")
 
 
 class PlanModel(BaseModel):
