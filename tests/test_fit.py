@@ -60,9 +60,25 @@ def test_split_layer_uses_the_remainder(qwen: Inventory, tmp_path: Path) -> None
 
 def test_two_gpus_get_a_tensor_split_and_both_budgets_hold(qwen: Inventory, tmp_path: Path) -> None:
     r = _fit(qwen, [Budget("CUDA0", 8 * GiB), Budget("CUDA1", 6 * GiB)], ["-c", "16384"], tmp_path)
-    assert "-ts" in r.argv
+    assert "-ts" in r.argv and "tensor_split" not in r.plan_text.replace("no tensor_split", "")
     assert r.memory.devices["CUDA0"].total <= 8 * GiB and r.memory.devices["CUDA1"].total <= 6 * GiB
     assert r.gpu_expert_layers["CUDA0"] and r.gpu_expert_layers["CUDA1"]
+    # the plan it writes leaves -ts to the solver: compiled, it chooses the same split
+    from moeconf.compile import compile_plan
+    from moeconf.plan import plan_from_text
+
+    again = compile_plan(plan_from_text(r.plan_text, str(tmp_path / "fit.plan.toml")), inventory=qwen)
+    assert again.argv == r.argv
+
+
+def test_ik_fit_takes_one_gpu(qwen: Inventory, tmp_path: Path) -> None:
+    ik = engine("ik_llama.cpp")
+    with pytest.raises(FitError, match="by its own estimate of each layer's size"):
+        fit(qwen, ik, [Budget("CUDA0", 8 * GiB), Budget("CUDA1", 6 * GiB)], ["-c", "16384"],
+            model_path=str(qwen.source), plan_dir=str(tmp_path), reserve=GiB)
+    one = fit(qwen, ik, [Budget("CUDA0", 12 * GiB)], ["-c", "16384"], model_path=str(qwen.source),
+              plan_dir=str(tmp_path), reserve=GiB)
+    assert one.memory.devices["CUDA0"].total <= 12 * GiB
 
 
 def test_verification_catches_a_solver_that_overfills(qwen: Inventory, tmp_path: Path,
