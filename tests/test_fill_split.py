@@ -105,8 +105,13 @@ def test_compile_and_explain_agree_on_the_chosen_split(tmp_path: Path) -> None:
     ex = explain(c.inventory, c.engine, list(c.argv), gpus=["CUDA0", "CUDA1"])
     assert ex.placement.devices == c.placement.devices
     assert not any(d == "GPU(auto)" for d in ex.placement.devices.values())
-    # the chosen -ts is the plan's from then on: the env target carries it too
-    assert c.plan.config.flags.tensor_split == [float(x) for x in c.argv[c.argv.index("-ts") + 1].split(",")]
+    # the chosen -ts is the plan's from then on: every target carries it (and is read back)
+    ts = c.argv[c.argv.index("-ts") + 1]
+    assert c.plan.config.flags.tensor_split == [float(x) for x in ts.split(",")]
+    from moeconf.emitting.targets import emit
+
+    assert f"LLAMA_ARG_TENSOR_SPLIT={ts}" in emit(c, "env")
+    assert f"- '-ts'\n      - '{ts}'" in emit(c, "compose")
 
 
 def test_a_user_tensor_split_is_kept_and_refused_with_the_shortfall_when_its_ranges_do_not_fit(

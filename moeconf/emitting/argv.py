@@ -101,7 +101,7 @@ def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_pa
     if f.split_mode:
         argv += ["-sm", f.split_mode]
     if f.tensor_split:
-        argv += ["-ts", ",".join(_num(x) for x in f.tensor_split)]
+        argv += ["-ts", tensor_split_text(f.tensor_split)]
     if f.main_gpu is not None:
         argv += ["-mg", str(f.main_gpu)]
     if f.threads is not None:
@@ -117,6 +117,11 @@ def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_pa
         argv += ["-ot", syn.value]
     argv += list(f.extra)
     return argv
+
+
+def tensor_split_text(ts: list[float]) -> str:
+    """`-ts` as written on a command line or in LLAMA_ARG_TENSOR_SPLIT: whole numbers without `.0`."""
+    return ",".join(_num(x) for x in ts)
 
 
 def _num(x: float) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from moeconf.compile import Compiled
-from moeconf.emitting.argv import build_argv, load_mode
+from moeconf.emitting.argv import build_argv, load_mode, tensor_split_text
 from moeconf.errors import MoeconfError
 from moeconf.textsafe import first_unsafe
 
@@ -181,7 +181,7 @@ def emit_env(c: Compiled) -> str:
               ("LLAMA_ARG_HOST", t.host), ("LLAMA_ARG_PORT", t.port)]
     lines += [(k, str(v)) for k, v in simple if v is not None]
     if f.tensor_split:
-        lines.append(("LLAMA_ARG_TENSOR_SPLIT", ",".join(str(x) for x in f.tensor_split)))
+        lines.append(("LLAMA_ARG_TENSOR_SPLIT", tensor_split_text(f.tensor_split)))
     if f.no_mmap or f.mlock:
         if eng.has_load_mode:
             lines.append(("LLAMA_ARG_LOAD_MODE", load_mode(f.no_mmap, f.mlock)))
