@@ -34,6 +34,7 @@ from moeconf.plan import Plan
 from moeconf.plan.rules import Rule
 
 MiB = 1024 * 1024
+_TIES_FINISHED = 12  # splits finished only for the tie-breaks (room left, experts away from home)
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
 
@@ -347,11 +348,17 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                             f"{','.join(map(str, least.counts))}); " + shortfall_message(least.mem, least.over, sizes),
                             path=plan.path)
         # measured again, a fill may give part of a layer back (compute grows where experts run):
-        # finish every split whose first fill could still beat the best finished one
+        # finish every split whose first fill could still beat the best finished one on bytes,
+        # and the first few of those that could only tie with it (for the room they leave)
         best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None]] | None = None
+        ties = 0
         for c in feasible:
             if best is not None and c.score < best[0][0]:
                 break
+            if best is not None and c.score == best[0][0]:
+                ties += 1
+                if ties > _TIES_FINISHED:
+                    break
             devices, mem = f.complete(c)
             # room on the fullest GPU counts in steps of 16 MiB (what the compute model may miss)
             key = (f.gpu_bytes(devices), f.slack(mem) // (16 * MiB), -f.away(devices, c.defaults))
