@@ -144,6 +144,12 @@ def test_ik_with_several_devices_is_refused_rather_than_unchecked(tmp_path: Path
             _compile(_plan("glm-4.5-air", (14, 10), "ctx_size = 8192", ts=ts, engine_name="ik_llama.cpp"), tmp_path)
 
 
+def test_row_split_is_refused_rather_than_unchecked(tmp_path: Path) -> None:
+    # -sm row: no layer ranges to choose, and without -ts the engine splits by free memory
+    with pytest.raises(DoesNotFit, match="spread over CUDA0, CUDA1 by the engine's free memory"):
+        _compile(_plan("glm-4.5-air", (14, 10), 'ctx_size = 8192\nsplit_mode = "row"'), tmp_path)
+
+
 def test_a_split_whose_ranges_differ_from_its_counts_is_refused(tmp_path: Path) -> None:
     """The check that reads -ts back with the engine's semantics, handed wrong answers."""
     plan = plan_from_text(_plan("glm-4.5-air", (14, 10), "ctx_size = 8192"), str(tmp_path / "p.toml"))
