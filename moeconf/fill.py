@@ -26,15 +26,16 @@ from itertools import combinations
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.engines.simulate import default_devices, default_layer_devices, layer_gpus, offloaded_range
 from moeconf.errors import PlanError
-from moeconf.memory import MemoryEstimate, MemorySettings, estimate, parse_size, pipeline_parallel, read_settings
-from moeconf.memory.estimate import alloc_size
+from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, estimate, parse_size, read_settings
+from moeconf.memory.estimate import alloc_size, pipeline_parallel
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 from moeconf.plan import Plan
 from moeconf.plan.rules import Rule
 
 MiB = 1024 * 1024
-_TIES_FINISHED = 12  # splits finished only for the tie-breaks (room left, experts away from home)
+_MARGIN_MIN = 16 * MiB
+_TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away from home, room left)
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
 
@@ -143,11 +144,12 @@ class _Filler:
         return estimate(pl, self.settings, pipeline=pipe)
 
     def over(self, mem: MemoryEstimate) -> dict[str, int]:
-        return {d: mem.devices[d].total - s for d, s in self.sizes.items()
-                if d in mem.devices and mem.devices[d].total > s}
+        """Devices over their budget, by how much (the compute model's tolerance kept free)."""
+        return {d: -f for d, f in self.free(mem).items() if f < 0}
 
     def free(self, mem: MemoryEstimate) -> dict[str, int]:
-        return {d: s - mem.devices[d].total if d in mem.devices else s for d, s in self.sizes.items()}
+        return {d: s - (mem.devices[d].total + model_margin(mem.devices[d])) if d in mem.devices else s
+                for d, s in self.sizes.items()}
 
     # -- filling ---------------------------------------------------------------------------------
 
@@ -251,9 +253,9 @@ class _Filler:
 
     def search(self) -> list[_Candidate]:
         """Every split tried, best first: the ones that fit by the bytes the fill puts on the GPUs,
-        then by the most room left on the fullest GPU (a margin for what the model misses), then
-        by the fewest bytes away from their layer's GPU (each such layer sends its activations
-        from one GPU to the other and back), then by closeness to the proportional split."""
+        then by the fewest of those on a GPU other than their layer's (each such layer sends its
+        activations from one GPU to the other and back), then by the most room left on the
+        fullest GPU, then by closeness to the proportional split."""
         missing = [d for d in self.accelerators if d not in self.sizes]
         if missing:
             key = missing[0] if missing[0].isalnum() else f'"{missing[0]}"'
@@ -283,7 +285,7 @@ class _Filler:
 
         def rank(c: _Candidate) -> tuple[int, int, int, int]:
             assert c.counts is not None
-            return c.score, c.slack, -c.away, -sum(abs(a - b) for a, b in zip(c.counts, start, strict=True))
+            return c.score, -c.away, c.slack, -sum(abs(a - b) for a, b in zip(c.counts, start, strict=True))
 
         best = evaluate(start)
         for _sweep in range(4):
@@ -360,8 +362,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                 if ties > _TIES_FINISHED:
                     break
             devices, mem = f.complete(c)
-            # room on the fullest GPU counts in steps of 16 MiB (what the compute model may miss)
-            key = (f.gpu_bytes(devices), f.slack(mem) // (16 * MiB), -f.away(devices, c.defaults))
+            key = (f.gpu_bytes(devices), -f.away(devices, c.defaults), f.slack(mem))
             if best is None or key > best[0]:
                 best = (key, c, devices)
         assert best is not None
@@ -446,13 +447,22 @@ def _cover(inv: Inventory, unit: Sequence[str], dev: str, excess: int) -> list[s
     return list(unit) if best is None else [n for i in best for n in parts[i][1]]
 
 
+def model_margin(m: DeviceMemory) -> int:
+    """What a fill keeps free on a GPU beyond its predicted total: the compute model's tolerance
+    against the engine's own figures (16 MiB or 3% of the compute buffer, the larger), so that a
+    filled GPU stays within its budget by the engine's count too. None on the host."""
+    return 0 if m.device == HOST else max(_MARGIN_MIN, m.compute * 3 // 100)
+
+
 def shortfall_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Mapping[str, int]) -> str:
     """Which device is short, by how much, and what would make it fit."""
     parts = []
     for d, short in over.items():
         m = mem.devices[d]
+        margin = model_margin(m)
+        kept = f" and {margin / MiB:,.0f} MiB kept for the compute estimate's tolerance" if margin else ""
         parts.append(f"{d} needs {m.total / MiB:,.0f} MiB (weights {m.weights / MiB:,.0f}, KV {m.kv / MiB:,.0f}, "
-                     f"compute {m.compute / MiB:,.0f}, reserve {m.reserve / MiB:,.0f}) before any fill: "
+                     f"compute {m.compute / MiB:,.0f}, reserve {m.reserve / MiB:,.0f}){kept} before any fill: "
                      f"{short / MiB:,.0f} MiB over its {budgets[d] / MiB:,.0f} MiB budget")
     s = mem.settings
     hints = []
