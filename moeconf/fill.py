@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, pairwise
+from typing import TYPE_CHECKING
 
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.engines.simulate import default_devices, default_layer_devices, layer_gpus, offloaded_range
@@ -32,6 +33,9 @@ from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 from moeconf.plan import Plan
 from moeconf.plan.rules import Rule
+
+if TYPE_CHECKING:
+    from moeconf.memory.iksplit import LayerSizes
 
 MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
@@ -92,7 +96,7 @@ def budgets(plan: Plan, device_of: Callable[[str], str]) -> dict[str, int]:
 @dataclass(frozen=True)
 class FillSolution:
     devices: dict[str, str]  # each fill tensor -> its device
-    tensor_split: tuple[int, ...] | None  # the -ts moeconf chose (layer counts); None: the plan's own
+    tensor_split: tuple[int, ...] | None  # the -ts moeconf chose; None: the plan's own
     defaults: dict[str, str | None]  # the engine's default placement under that split
 
 
@@ -100,7 +104,8 @@ class FillSolution:
 class _Candidate:
     """One layer split, measured with every fill tensor on its rule's last device."""
 
-    counts: tuple[int, ...] | None
+    counts: tuple[int, ...] | None  # layers per device (the search's coordinates)
+    ts: tuple[int, ...] | None  # the -ts value that gives them (mainline: the counts themselves)
     defaults: dict[str, str | None]
     devices: dict[str, str | None]
     mem: MemoryEstimate
@@ -121,6 +126,8 @@ class _Filler:
         # the devices -ngl and -ts spread layers over (-sm none: main_gpu's alone)
         self.accelerators, _ = layer_gpus(eng, gpu_devices(plan, eng), self.split_mode, plan.config.flags.main_gpu)
         self.ngl = n_gpu_layers(plan)
+        self.ik = not eng.ngl_counts_output  # ik_llama.cpp: -ts weighs ik's own layer sizes
+        self._ik_sizes: LayerSizes | str | None = None
         budget = plan.config.budget
         self.policy: str = budget.policy
         self.split: bool = budget.split
@@ -129,12 +136,22 @@ class _Filler:
 
     # -- measuring -------------------------------------------------------------------------------
 
-    def candidate(self, counts: Sequence[float] | None) -> _Candidate:
-        defaults = default_devices(self.inv, self.eng, self.ngl, self.accelerators, counts, self.split_mode)
+    def candidate(self, ts: Sequence[float] | None, counts: tuple[int, ...] | None = None) -> _Candidate:
+        defaults = default_devices(self.inv, self.eng, self.ngl, self.accelerators, ts, self.split_mode,
+                                   self.ik_layer_devices(ts))
         devices = {**defaults, **self.overlay}
         mem = self.measure(devices, defaults)
-        return _Candidate(tuple(int(c) for c in counts) if counts is not None else None, defaults, devices, mem,
+        return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
                           self.over(mem))
+
+    def ik_layer_devices(self, ts: Sequence[float] | None) -> list[int] | None:
+        """ik_llama.cpp's split for `ts`, predicted as its loader computes it (None: mainline, or
+        ik splits by free memory, or the split cannot be predicted)."""
+        if not self.ik or not ts:
+            return None
+        from moeconf.resolve import plan_ik_split
+
+        return plan_ik_split(self.plan, self.inv, self.eng, len(self.accelerators), ts)
 
     def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> MemoryEstimate:
         pl = Placement(self.inv, self.eng, dict(devs), dict(defaults), {})
@@ -238,7 +255,50 @@ class _Filler:
         """moeconf picks -ts: several accelerators, llama.cpp's -ngl/-ts semantics (ik spreads
         layers by its own size estimate), layer split mode, and the plan gives no tensor_split."""
         return bool(self.plan.config.flags.tensor_split is None and len(self.accelerators) >= 2
-                    and self.eng.ngl_counts_output and (self.split_mode or "layer") == "layer")
+                    and (self.split_mode or "layer") == "layer")
+
+    def split_range(self) -> tuple[int, int]:
+        """(first, how many) of the layers -ts spreads, the output layer as layer block_count where
+        the split counts it (mainline always; ik when -ngl exceeds the block count)."""
+        if not self.ik:
+            return offloaded_range(self.inv, self.eng, self.ngl)
+        n_layer = self.inv.block_count
+        ngl = n_layer + 1 if self.ngl < 0 else self.ngl
+        i0 = max(n_layer - ngl, 0)
+        return i0, n_layer + (1 if ngl > n_layer else 0) - i0
+
+    def ik_sizes(self) -> LayerSizes | str:
+        """ik's own size of each layer and its largest compute buffer, which its -ts split weighs."""
+        if self._ik_sizes is None:
+            from moeconf.memory.iksplit import layer_sizes
+            from moeconf.resolve import plan_ik_settings
+
+            settings = plan_ik_settings(self.plan)
+            n_layer = self.inv.block_count
+            self._ik_sizes = settings if isinstance(settings, str) else layer_sizes(
+                self.inv, self.eng, settings, n_layer + 1 if self.ngl < 0 else self.ngl)
+        return self._ik_sizes
+
+    def ts_for(self, counts: Sequence[int]) -> tuple[int, ...]:
+        """The -ts value that gives each device `counts` layers. llama.cpp: the counts (it splits
+        layers in proportion to -ts). ik_llama.cpp splits the sum of its layer sizes and compute
+        buffers in proportion to -ts, each device taking layers while its running total stays
+        within its share (the one crossing it when that is closer): each share ends a quarter of
+        the next layer past the device's last layer, in MiB."""
+        if not self.ik:
+            return tuple(counts)
+        ls = self.ik_sizes()
+        assert not isinstance(ls, str)
+        i0, n = self.split_range()
+        points: list[float] = []  # where each device's share ends, in ik's running total
+        total, at = 0.0, i0
+        for c in counts:
+            total += ls.max_compute + sum(ls.sizes[at:at + c])
+            at += c
+            points.append(total + (ls.sizes[at] / 4 if at < i0 + n else 0.0))
+        points[-1] = total
+        shares = [points[0]] + [b - a for a, b in pairwise(points)]
+        return tuple(max(1, round(x / MiB)) for x in shares)
 
     def proportional(self, act: int) -> tuple[int, ...]:
         """Layer counts proportional to each GPU's budget less its reserve (largest remainder),
@@ -263,7 +323,11 @@ class _Filler:
                 ("budget",), f"no [budget] for {missing[0]}: with several GPUs moeconf chooses -ts (the layers "
                 "of each) from every GPU's budget",
                 hint=f'for example: {key} = "16 GiB"; or pin the split with [flags] tensor_split')
-        _, act = offloaded_range(self.inv, self.eng, self.ngl)
+        if self.ik:
+            ls = self.ik_sizes()
+            if isinstance(ls, str):
+                raise DoesNotFit(_auto_split_message(self.eng, self.accelerators, ls), path=self.plan.path)
+        _, act = self.split_range()
         k = len(self.accelerators)
         if act < k:
             raise PlanError(f"{act} offloaded layer(s) for {k} GPUs: offload at least one layer per GPU "
@@ -273,9 +337,10 @@ class _Filler:
 
         def evaluate(counts: tuple[int, ...]) -> _Candidate:
             if counts not in seen:
-                cand = self.candidate(counts)
-                self.check_ranges(counts)
-                if not cand.over and AUTO_GPU not in cand.mem.devices and cand.mem.complete:
+                ts = self.ts_for(counts)
+                cand = self.candidate(ts, counts)
+                exact = self.check_ranges(counts, ts)
+                if exact and not cand.over and AUTO_GPU not in cand.mem.devices and cand.mem.complete:
                     assign, _, left = self.greedy(self.free(cand.mem))
                     cand.score = self.gpu_bytes(assign)
                     cand.slack = min(left[d] for d in self.accelerators)
@@ -301,20 +366,26 @@ class _Filler:
                 break
         return sorted(seen.values(), key=rank, reverse=True)
 
-    def check_ranges(self, counts: Sequence[int]) -> None:
-        """The -ts value, read with the engine's own -ngl/-ts semantics, gives each GPU exactly the
-        contiguous range of layers the counts mean (the output layer counted last)."""
-        i0, act = offloaded_range(self.inv, self.eng, self.ngl)
-        got = default_layer_devices(self.inv, self.eng, self.ngl, self.accelerators, counts, self.split_mode)
+    def check_ranges(self, counts: Sequence[int], ts: Sequence[float]) -> bool:
+        """Whether the -ts value, read with the engine's own -ngl/-ts semantics, gives each GPU
+        exactly the contiguous range of layers the counts mean (the output layer counted last).
+        llama.cpp's rule is exact, so a mismatch there is an internal error; ik's split is
+        predicted from its layer sizes, and a value whose predicted split differs is not used."""
+        i0, act = self.split_range()
+        got = default_layer_devices(self.inv, self.eng, self.ngl, self.accelerators, ts, self.split_mode,
+                                    self.ik_layer_devices(ts))
         want: dict[int, str] = {}
         il = i0
         for dev, c in zip(self.accelerators, counts, strict=True):
             for _ in range(c):
                 want[il] = dev
                 il += 1
-        if il != i0 + act or any(got[i] != d for i, d in want.items()):
-            raise AssertionError(f"fill: -ts {','.join(map(str, counts))} does not give each GPU the layers "
-                                 "it was chosen for")
+        if il == i0 + act and all(got[i] == d for i, d in want.items()):
+            return True
+        if self.ik:
+            return False
+        raise AssertionError(f"fill: -ts {','.join(map(str, ts))} does not give each GPU the layers "
+                             "it was chosen for")
 
 
 def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | None], requests: list[FillRequest],
@@ -345,9 +416,9 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
             if not least.mem.complete:
                 raise PlanError("fill rules need the model's memory, which cannot be computed: "
                                 + "; ".join(least.mem.notes), path=plan.path)
-            assert least.counts is not None
+            assert least.ts is not None
             raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
-                            f"{','.join(map(str, least.counts))}); " + shortfall_message(least.mem, least.over, sizes),
+                            f"{','.join(map(str, least.ts))}); " + shortfall_message(least.mem, least.over, sizes),
                             path=plan.path)
         # measured again, a fill may give part of a layer back (compute grows where experts run):
         # finish every split whose first fill could still beat the best finished one on bytes,
@@ -369,24 +440,30 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
         _, cand, devices = best
     else:
         cand = f.candidate(plan.config.flags.tensor_split)
+        ts_given = plan.config.flags.tensor_split
         if not cand.mem.complete:
             raise PlanError("fill rules need the model's memory, which cannot be computed: "
                             + "; ".join(cand.mem.notes), path=plan.path)
         if AUTO_GPU in cand.mem.devices:
-            raise DoesNotFit(_auto_split_message(eng, f.accelerators), path=plan.path)
+            why = None
+            if f.ik and ts_given:
+                ls = f.ik_sizes()
+                why = ls if isinstance(ls, str) else None
+            raise DoesNotFit(_auto_split_message(eng, f.accelerators, why), path=plan.path)
         if cand.over:
             raise DoesNotFit(shortfall_message(cand.mem, cand.over, sizes), path=plan.path)
         devices, _ = f.complete(cand)
     filled = {n: d for n in f.last_device if (d := devices[n]) is not None}
-    return FillSolution(filled, cand.counts, cand.defaults)
+    return FillSolution(filled, cand.ts if f.chooses_split() else None, cand.defaults)
 
 
-def _auto_split_message(eng: Engine, accelerators: Sequence[str]) -> str:
+def _auto_split_message(eng: Engine, accelerators: Sequence[str], why: str | None = None) -> str:
     if not eng.ngl_counts_output:
-        return (f"{eng.label} spreads layers over {', '.join(accelerators)} by its own estimate of each layer's "
-                "size, -ts included: which device holds each layer's attention and KV cache is not known in "
-                "advance, so a fill rule cannot be checked against the budgets (with ik_llama.cpp, fill one "
-                "device per plan; llama.cpp takes -ts as exact layer ranges)")
+        reason = f" ({why})" if why else ""
+        return (f"{eng.label}'s split of the layers over {', '.join(accelerators)} cannot be predicted here{reason}: "
+                "which device holds each layer's attention and KV cache is not known in advance, so a fill rule "
+                "cannot be checked against the budgets (ik splits by free memory without -ts, and by its own "
+                "layer sizes with it; leave split_mode at layer and moeconf chooses -ts)")
     return (f"layers are spread over {', '.join(accelerators)} by the engine's free memory: a fill rule cannot be "
             "checked against the budgets (leave split_mode at layer and tensor_split unset, and moeconf chooses "
             "-ts; or set tensor_split)")

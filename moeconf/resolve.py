@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from moeconf.engines import AUTO_GPU, Engine, engine
 from moeconf.engines.simulate import default_devices, layer_gpus
@@ -19,6 +20,9 @@ from moeconf.model.taxonomy import GROUPS, _base_names
 from moeconf.placement import Placement
 from moeconf.plan import Plan
 from moeconf.plan.rules import Rule, Span
+
+if TYPE_CHECKING:
+    from moeconf.memory.iksplit import IkSplitSettings
 
 TARGET_WORDS = ("layer", "all")
 
@@ -237,24 +241,35 @@ def _refuse_dropped_rules(plan: Plan, eng: Engine, devices: dict[str, str | None
     )
 
 
-def plan_ik_split(plan: Plan, inv: Inventory, eng: Engine, n_devices: int) -> list[int] | None:
-    """ik_llama.cpp's layer split over 2+ devices when the plan sets `tensor_split` (-sm layer),
-    from the plan's own context, batch, cache and `extra` flags (memory/iksplit.py); None when
-    ik splits by free memory or the split cannot be predicted (the layers stay GPU(auto))."""
-    f = plan.config.flags
-    if eng.name != "ik_llama.cpp" or n_devices < 2 or not f.tensor_split or (f.split_mode or "layer") != "layer":
-        return None
-    from moeconf.memory.iksplit import ik_layer_split, read_ik_split_settings
+def plan_ik_settings(plan: Plan) -> IkSplitSettings | str:
+    """What ik_llama.cpp's layer split depends on, from the plan's own context, batch, cache and
+    `extra` flags (memory/iksplit.py); a str says why it cannot be predicted."""
+    from moeconf.memory.iksplit import read_ik_split_settings
 
+    f = plan.config.flags
     words = ["--fit"] if f.fit else []
     for flag, value in (("-c", f.ctx_size), ("-b", f.batch), ("-ub", f.ubatch), ("-fa", f.flash_attn),
                         ("-ctk", f.cache_type_k), ("-ctv", f.cache_type_v)):
         if value is not None:
             words += [flag, str(value)]
-    settings = read_ik_split_settings([*words, *f.extra])
+    return read_ik_split_settings([*words, *f.extra])
+
+
+def plan_ik_split(plan: Plan, inv: Inventory, eng: Engine, n_devices: int,
+                  tensor_split: Sequence[float] | None = None) -> list[int] | None:
+    """ik_llama.cpp's layer split over 2+ devices when the plan sets `tensor_split` (or the
+    `tensor_split` given, for a split moeconf is choosing) in -sm layer; None when ik splits by
+    free memory or the split cannot be predicted (the layers stay GPU(auto))."""
+    f = plan.config.flags
+    ts = tensor_split if tensor_split is not None else f.tensor_split
+    if eng.name != "ik_llama.cpp" or n_devices < 2 or not ts or (f.split_mode or "layer") != "layer":
+        return None
+    from moeconf.memory.iksplit import ik_layer_split
+
+    settings = plan_ik_settings(plan)
     if isinstance(settings, str):
         return None
-    split = ik_layer_split(inv, eng, settings, n_gpu_layers(plan), f.tensor_split, n_devices)
+    split = ik_layer_split(inv, eng, settings, n_gpu_layers(plan), ts, n_devices)
     return None if isinstance(split, str) else split
 
 

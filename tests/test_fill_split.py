@@ -139,11 +139,32 @@ def test_every_gpu_needs_a_budget_to_choose_the_split(tmp_path: Path) -> None:
         _compile(text, tmp_path)
 
 
-def test_ik_with_several_devices_is_refused_rather_than_unchecked(tmp_path: Path) -> None:
-    # ik spreads layers by its own estimate of their sizes, -ts or not: the budgets cannot be checked
-    for ts in (None, [24, 24]):
-        with pytest.raises(DoesNotFit, match=r"ik_llama\.cpp spreads layers over CUDA0, CUDA1 by its own estimate"):
-            _compile(_plan("glm-4.5-air", (14, 10), "ctx_size = 8192", ts=ts, engine_name="ik_llama.cpp"), tmp_path)
+@pytest.mark.parametrize(("model", "budgets", "flags"), [
+    ("glm-4.5-air", (14, 10), "ctx_size = 8192"),
+    ("qwen3-30b-a3b", (8, 6), "ctx_size = 16384"),
+    ("deepseek-v3", (24, 24), 'ctx_size = 32768\nflash_attn = "on"\nextra = ["-mla", "3"]'),
+])
+def test_ik_gets_a_split_from_its_own_layer_sizes(model: str, budgets: tuple[int, int], flags: str,
+                                                   tmp_path: Path) -> None:
+    """ik_llama.cpp splits the sum of its layer sizes by -ts: the chosen value's split, predicted as
+    ik's loader computes it, gives each GPU one range, and compile's re-simulation agrees."""
+    c = _compile(_plan(model, budgets, flags, engine_name="ik_llama.cpp"), tmp_path)
+    ts = c.argv[c.argv.index("-ts") + 1]
+    ex = explain(c.inventory, c.engine, list(c.argv), gpus=["CUDA0", "CUDA1"])
+    assert ex.placement.devices == c.placement.devices
+    homes = _layer_homes(c)
+    assert "GPU(auto)" not in homes and homes == sorted(homes), (ts, homes)
+    for dev, b in zip(("CUDA0", "CUDA1"), budgets, strict=True):
+        assert c.memory.devices[dev].total <= b * GiB
+    assert _gpu_expert_bytes(c) > 0
+
+
+def test_ik_split_that_cannot_be_predicted_is_refused_rather_than_unchecked(tmp_path: Path) -> None:
+    # -mtp loads the nextn layers, which ik's split then weighs: not modelled
+    text = _plan("glm-4.5-air", (14, 10), 'ctx_size = 8192\nextra = ["-mtp"]', engine_name="ik_llama.cpp")
+    with pytest.raises(DoesNotFit, match=r"split of the layers over CUDA0, CUDA1 cannot be predicted here "
+                       r"\(-mtp loads the nextn layers\)"):
+        _compile(text, tmp_path)
 
 
 def test_row_split_is_refused_rather_than_unchecked(tmp_path: Path) -> None:
@@ -159,10 +180,19 @@ def test_a_split_whose_ranges_differ_from_its_counts_is_refused(tmp_path: Path) 
     eng = engine("llama.cpp")
     f = moeconf.fill._Filler(plan, inv, eng, {}, [], {"CUDA0": 14 * GiB, "CUDA1": 10 * GiB},
                              moeconf.fill.plan_settings(plan, eng))
-    f.check_ranges((24, 24))  # 48 = 47 blocks + the output layer
-    for wrong in ((24, 23), (24, 25)):
+    assert f.check_ranges((24, 24), (24, 24))  # 48 = 47 blocks + the output layer
+    for wrong in ((24, 23), (23, 25), (2, 1)):
         with pytest.raises(AssertionError, match="does not give each GPU the layers"):
-            f.check_ranges(wrong)
+            f.check_ranges((24, 24), wrong)
+    # ik: the split is a prediction from its layer sizes; a value predicted to split elsewhere is
+    # not used (the search skips it)
+    ik_plan = plan_from_text(_plan("glm-4.5-air", (14, 10), "ctx_size = 8192", engine_name="ik_llama.cpp"),
+                             str(tmp_path / "ik.toml"))
+    ik = engine("ik_llama.cpp")
+    g = moeconf.fill._Filler(ik_plan, inv, ik, {}, [], {"CUDA0": 14 * GiB, "CUDA1": 10 * GiB},
+                             moeconf.fill.plan_settings(ik_plan, ik))
+    assert g.check_ranges((20, 28), g.ts_for((20, 28)))  # 47 blocks and the output layer
+    assert not g.check_ranges((20, 28), (1, 1)) and not g.check_ranges((20, 28), g.ts_for((21, 27)))
 
 
 def test_the_search_refuses_a_split_the_engine_would_read_differently(tmp_path: Path,

@@ -71,14 +71,17 @@ def test_two_gpus_get_a_tensor_split_and_both_budgets_hold(qwen: Inventory, tmp_
     assert again.argv == r.argv
 
 
-def test_ik_fit_takes_one_gpu(qwen: Inventory, tmp_path: Path) -> None:
+def test_ik_fit_over_two_gpus_splits_by_its_layer_sizes(qwen: Inventory, tmp_path: Path) -> None:
     ik = engine("ik_llama.cpp")
-    with pytest.raises(FitError, match="by its own estimate of each layer's size"):
-        fit(qwen, ik, [Budget("CUDA0", 8 * GiB), Budget("CUDA1", 6 * GiB)], ["-c", "16384"],
+    r = fit(qwen, ik, [Budget("CUDA0", 8 * GiB), Budget("CUDA1", 6 * GiB)], ["-c", "16384"],
             model_path=str(qwen.source), plan_dir=str(tmp_path), reserve=GiB)
-    one = fit(qwen, ik, [Budget("CUDA0", 12 * GiB)], ["-c", "16384"], model_path=str(qwen.source),
-              plan_dir=str(tmp_path), reserve=GiB)
-    assert one.memory.devices["CUDA0"].total <= 12 * GiB
+    assert "-ts" in r.argv and "GPU(auto)" not in r.memory.devices
+    assert r.memory.devices["CUDA0"].total <= 8 * GiB and r.memory.devices["CUDA1"].total <= 6 * GiB
+    from moeconf.compile import compile_plan
+    from moeconf.plan import plan_from_text
+
+    again = compile_plan(plan_from_text(r.plan_text, str(tmp_path / "fit.plan.toml")), inventory=qwen)
+    assert again.argv == r.argv
 
 
 def test_verification_catches_a_solver_that_overfills(qwen: Inventory, tmp_path: Path,
