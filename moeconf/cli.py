@@ -137,6 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--engine-version", metavar="V", help="b7600, 0.1.5, ... (default: newest known)")
     fit.add_argument("--reserve", default="1GiB", metavar="SIZE",
                      help="kept free per GPU for what no engine reports (default 1GiB)")
+    fit.add_argument("--ram", metavar="SIZE",
+                     help="system RAM for what the GPUs leave (routed experts, host compute): checked after the fill")
     fit.add_argument("--policy", choices=["first", "last"], default="first",
                      help="which expert layers go to the GPU first: the lowest blocks (default) or the highest")
     fit.add_argument("--no-split", action="store_true",
@@ -371,8 +373,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     budgets = [Budget(d, size) for d, size in _budgets(args.gpu, "--gpu").items()]
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
     model_path = os.path.relpath(os.path.abspath(args.model), out_dir)
+    ram = parse_size(args.ram, "--ram") if args.ram else None
     result = fit(inv, eng, budgets, args.engine_args, model_path=model_path, plan_dir=out_dir,
-                 reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split)
+                 reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split, ram=ram)
     if args.output:
         _write_output(result.plan_text, args.output)
     if args.json:
@@ -390,7 +393,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                  and result.compiled.placement.devices[t.name] not in (None, "CPU"))
     lines.append(f"routed experts on the GPUs: {on_gpu / 2**30:.2f} of {total_experts / 2**30:.2f} GiB")
     sys.stdout.write("\n".join(lines) + "\n\n")
-    sys.stdout.write(render_memory(result.memory, {b.device: b.size for b in budgets}))
+    sys.stdout.write(render_memory(result.memory, {b.device: b.size for b in budgets}
+                                   | ({"CPU": ram} if ram is not None else {})))
     return EXIT_OK
 
 

@@ -133,6 +133,8 @@ class _Filler:
         self.split: bool = budget.split
         self.merge_up_gate = bool(plan.config.flags.merge_up_gate)
         self.last_device = {n: req.devices[-1] for req in requests for n in req.tensors}
+        # a rule's last device takes the rest: its budget is checked once the others are filled
+        self.sinks = {req.devices[-1] for req in requests} - {d for req in requests for d in req.devices[:-1]}
 
     # -- measuring -------------------------------------------------------------------------------
 
@@ -142,7 +144,7 @@ class _Filler:
         devices = {**defaults, **self.overlay}
         mem = self.measure(devices, defaults)
         return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
-                          self.over(mem))
+                          self.over(mem, sinks=False))
 
     def ik_layer_devices(self, ts: Sequence[float] | None) -> list[int] | None:
         """ik_llama.cpp's split for `ts`, predicted as its loader computes it (None: mainline, or
@@ -160,9 +162,16 @@ class _Filler:
         pipe = pipeline_parallel(pl, accel, self.ngl, self.split_mode, self.settings, overrides)
         return estimate(pl, self.settings, pipeline=pipe)
 
-    def over(self, mem: MemoryEstimate) -> dict[str, int]:
-        """Devices over their budget, by how much (the compute model's tolerance kept free)."""
-        return {d: -f for d, f in self.free(mem).items() if f < 0}
+    def over(self, mem: MemoryEstimate, *, sinks: bool = False) -> dict[str, int]:
+        """Devices over their budget, by how much (the compute model's tolerance kept free); the
+        rules' last devices (which take the rest) only with `sinks`."""
+        return {d: -f for d, f in self.free(mem).items() if f < 0 and (sinks or d not in self.sinks)}
+
+    def check_sinks(self, mem: MemoryEstimate) -> None:
+        """The rules' last devices, once every other device holds what fits."""
+        bad = {d: e for d, e in self.over(mem, sinks=True).items() if d in self.sinks}
+        if bad:
+            raise DoesNotFit(rest_message(mem, bad, self.sizes), path=self.plan.path)
 
     def free(self, mem: MemoryEstimate) -> dict[str, int]:
         return {d: s - (mem.devices[d].total + model_margin(mem.devices[d])) if d in mem.devices else s
@@ -217,6 +226,7 @@ class _Filler:
             mem = self.measure(devices, cand.defaults)
             bad = self.over(mem)
             if not bad:
+                self.check_sinks(mem)
                 return devices, mem
             for d, excess in bad.items():
                 free[d] -= excess
@@ -224,6 +234,7 @@ class _Filler:
             mem = self.measure(devices, cand.defaults)
             bad = self.over(mem)
             if not bad:
+                self.check_sinks(mem)
                 return devices, mem
             for d, excess in bad.items():
                 if not placed[d]:
@@ -529,6 +540,26 @@ def model_margin(m: DeviceMemory) -> int:
     against the engine's own figures (16 MiB or 3% of the compute buffer, the larger), so that a
     filled GPU stays within its budget by the engine's count too. None on the host."""
     return 0 if m.device == HOST else max(_MARGIN_MIN, m.compute * 3 // 100)
+
+
+def rest_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Mapping[str, int]) -> str:
+    """A rule's last device (which takes what the others cannot hold) is over its budget."""
+    parts = []
+    for d, short in over.items():
+        m = mem.devices[d]
+        what = "system RAM" if d == HOST else d
+        parts.append(f"{what} holds {m.total / MiB:,.0f} MiB (weights {m.weights / MiB:,.0f}, KV "
+                     f"{m.kv / MiB:,.0f}, compute {m.compute / MiB:,.0f}, reserve {m.reserve / MiB:,.0f}) once the "
+                     f"devices before it in the rule hold all they can: {short / MiB:,.0f} MiB over its "
+                     f"{budgets[d] / MiB:,.0f} MiB budget")
+    hints = ["more memory on the devices before it in the rule (each MiB there is one less here)",
+             "a smaller quant of the routed experts"]
+    if HOST in over:
+        hints.append("or a larger cpu budget: with mmap (the default) the engine still starts, but pages routed "
+                     "experts from disk on every token")
+    else:
+        hints.append("or one more device at the end of the rule (\"..., cpu\")")
+    return "does not fit: " + "; ".join(parts) + ". What would help: " + "; ".join(hints)
 
 
 def shortfall_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Mapping[str, int]) -> str:

@@ -125,7 +125,7 @@ def _toml_str(s: str) -> str:
 def _plan_text(model_path: str, serve_path: str | None, eng: Engine, gpus: list[str], rpc: list[str],
                fields: dict[str, object],
                extra: list[str], rules: list[str], budgets: Sequence[Budget],
-               reserve: int, policy: Policy, split: bool) -> str:
+               reserve: int, policy: Policy, split: bool, ram: int | None = None) -> str:
     lines = ["# Written by `moeconf fit`: routed experts fill the GPUs up to each [budget], in order; the rest",
              "# stays in system RAM. Edit the budgets or rules; `moeconf compile` solves it again.",
              "rules = ["]
@@ -148,6 +148,8 @@ def _plan_text(model_path: str, serve_path: str | None, eng: Engine, gpus: list[
         lines.append("extra = [" + ", ".join(_toml_str(x) for x in extra) + "]")
     lines += ["", "[budget]"]
     lines += [f"{_toml_str(b.device)} = {_toml_str(_size_text(b.size))}" for b in budgets]
+    if ram is not None:
+        lines.append(f"cpu = {_toml_str(_size_text(ram))}  # system RAM: what the GPUs leave must fit")
     lines += [f"reserve = {_toml_str(_size_text(reserve))}", f"policy = {_toml_str(policy)}",
               f"split = {'true' if split else 'false'}"]
     return "\n".join(lines) + "\n"
@@ -163,9 +165,10 @@ def _size_text(n: int) -> str:
 class _Solver:
     def __init__(self, inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
                  model_path: str, serve_path: str | None, plan_dir: str, reserve: int, policy: Policy,
-                 split: bool) -> None:
+                 split: bool, ram: int | None = None) -> None:
         self.inv, self.eng, self.budgets, self.reserve, self.policy, self.split = (
             inv, eng, list(budgets), reserve, policy, split)
+        self.ram = ram
         self.fields, self.rpc, self.extra = _engine_flags(user_argv)
         self.model_path = model_path
         self.serve_path = serve_path
@@ -192,7 +195,7 @@ class _Solver:
     def solve(self) -> FitResult:
         rules = [f"experts -> {', '.join(self.order)}, cpu"]
         text = _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
-                          rules, self.budgets, self.reserve, self.policy, self.split)
+                          rules, self.budgets, self.reserve, self.policy, self.split, self.ram)
         plan = plan_from_text(text, os.path.join(self.plan_dir, "fit.plan.toml"))
         try:
             compiled = compile_plan(plan, inventory=self.inv)
@@ -206,6 +209,8 @@ class _Solver:
         mem = estimate_explained(ex, read_settings(argv, self.eng, reserve=self.reserve))
         over = {d: mem.devices[d].total - self.budget[d] for d in self.order
                 if d in mem.devices and mem.devices[d].total > self.budget[d]}
+        if self.ram is not None and mem.devices["CPU"].total > self.ram:
+            over["CPU"] = mem.devices["CPU"].total - self.ram
         if over:
             raise AssertionError(f"fit: the compiled command line is over budget on {', '.join(over)}")
         per_dev: dict[str, dict[int, set[str]]] = {d: {} for d in self.order}
@@ -225,15 +230,16 @@ class _Solver:
 
 def fit(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str], *, model_path: str,
         plan_dir: str, reserve: int, policy: Policy = "first", split: bool = True,
-        serve_path: str | None = None) -> FitResult:
+        serve_path: str | None = None, ram: int | None = None) -> FitResult:
     """Solve the placement; raise FitError (with the shortfall and what would help) if nothing fits.
-    `serve_path`: the GGUF path the engine loads, needed when `model_path` is a manifest."""
+    `serve_path`: the GGUF path the engine loads, needed when `model_path` is a manifest; `ram`:
+    system RAM for what the GPUs leave (weights in RAM and host compute), checked after the fill."""
     if not budgets:
         raise MoeconfError("give at least one --gpu SIZE")
     if serve_path is None and model_path.endswith(".json"):
         serve_path = manifest_gguf_name(model_path, plan_dir)
     return _Solver(inv, eng, budgets, user_argv, model_path, serve_path, plan_dir, reserve, policy,
-                   split).solve()
+                   split, ram).solve()
 
 
 def manifest_gguf_name(model_path: str, plan_dir: str) -> str:

@@ -155,3 +155,16 @@ def test_cli_takes_engine_flags_inline_as_the_issue_writes_them(capsys: pytest.C
     with pytest.raises(SystemExit) as e:
         main(["inspect", model, "-c", "5"])
     assert e.value.code == 2 and "unrecognized arguments: -c 5" in capsys.readouterr().err
+
+
+def test_ram_budget_is_written_and_checked_after_the_fill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(MODELS / "glm-4.5-air.manifest.json")
+    plan = tmp_path / "plan.toml"
+    assert main(["fit", model, "--gpu", "24GiB", "--ram", "64GiB", "-o", str(plan), "--json", "-c", "32768"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory"]["CPU"]["total"] <= 64 * GiB and 'cpu = "64 GiB"' in plan.read_text()
+    assert main(["compile", str(plan), "-q", "--target", "argv"]) == 0
+    assert json.loads(capsys.readouterr().out) == out["argv"]
+    assert main(["fit", model, "--gpu", "24GiB", "--ram", "32GiB", "-c", "32768"]) == 2
+    err = capsys.readouterr().err
+    assert "system RAM holds" in err and "over its 32,768 MiB budget" in err

@@ -84,3 +84,23 @@ def test_compile_json_has_memory(tmp_path: Path) -> None:
     mem = c.json()["memory"]
     assert set(mem["CPU"]) == {"weights", "kv", "compute", "reserve", "total"}  # type: ignore[index]
     assert mem["CUDA0"]["kv"] > 0  # type: ignore[index]
+
+
+def test_the_last_device_budget_is_checked_after_the_fill(tmp_path: Path) -> None:
+    """`cpu = ...` bounds what the GPUs leave in system RAM: before the fill every routed expert
+    would be there, so it is checked once the GPU holds what fits (a 60 GiB RAM budget fits
+    GLM-4.5-Air with 24 GiB on the GPU; 16 GiB does not, and the message says what would help)."""
+    ok = _compile(tmp_path, _plan(tmp_path, ["experts -> gpu, cpu"], '[budget]\ngpu = "24 GiB"\ncpu = "60 GiB"\n'))
+    assert ok.memory.devices["CPU"].total <= 60 * GiB and ok.memory.devices["CUDA0"].total <= 24 * GiB
+    assert _expert_layers(ok, "CUDA0")
+    with pytest.raises(MoeconfError) as e:
+        _compile(tmp_path, _plan(tmp_path, ["experts -> gpu, cpu"], '[budget]\ngpu = "24 GiB"\ncpu = "16 GiB"\n'))
+    msg = e.value.message
+    assert "system RAM holds" in msg and "over its 16,384 MiB budget" in msg and "fewer layers on the GPU" not in msg
+    # too little RAM even with more room on the GPU is the same error, never "before any fill"
+    with pytest.raises(MoeconfError, match="once the devices before it in the rule hold all they can"):
+        _compile(tmp_path, _plan(tmp_path, ["experts -> gpu, cpu"], '[budget]\ngpu = "40 GiB"\ncpu = "8 GiB"\n'))
+    # a GPU last in the rule takes the rest too
+    with pytest.raises(MoeconfError, match="CUDA1 holds .* one more device at the end of the rule"):
+        _compile(tmp_path, _plan(tmp_path, ["experts -> gpu, gpu1"], '[budget]\ngpu = "24 GiB"\ngpu1 = "24 GiB"\n',
+                                 engine='[engine]\ngpus = ["CUDA0", "CUDA1"]\n'))
