@@ -61,7 +61,7 @@ class GeometryUnknown(Exception):
     """The inventory lacks what memory needs (a version-1 manifest, or missing head counts)."""
 
 
-def _per_layer(v: int | tuple[int, ...] | None, il: int, default: int) -> int:
+def per_layer(v: int | tuple[int, ...] | None, il: int, default: int) -> int:
     if v is None:
         return default
     if isinstance(v, tuple):
@@ -105,7 +105,7 @@ def geometry(inv: Inventory) -> Geometry:
             swa = bool(pattern[il]) if il < len(pattern) else False
         else:
             swa = swa_type != "none" and (pattern == 0 or il % pattern < pattern - 1)
-        layers.append(LayerAttention(il, _per_layer(None, il, n_head), _per_layer(md.head_count_kv, il, n_head),
+        layers.append(LayerAttention(il, per_layer(None, il, n_head), per_layer(md.head_count_kv, il, n_head),
                                      head_k, head_v, swa))
     bases = {t.base for t in inv.tensors}
     mla_arch = "attn_kv_a_mqa" in bases

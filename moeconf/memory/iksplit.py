@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from moeconf.engines import Engine
+from moeconf.memory.geometry import per_layer
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
@@ -176,14 +177,6 @@ def _row_size(cache_type: str, n: int) -> int:
         return n + 8  # one byte per element plus ik's per-row scale
     size, block = {**CACHE_TYPES, **IK_ONLY_CACHE_TYPES}[cache_type]
     return size * n // block
-
-
-def _per_layer(v: int | tuple[int, ...] | None, il: int, default: int) -> int:
-    if v is None:
-        return default
-    if isinstance(v, tuple):
-        return v[il] if il < len(v) else default
-    return v
 
 
 def _kind(table: tuple[tuple[str, str], ...], name: str, il: int, exact: bool) -> str | None:
@@ -351,8 +344,8 @@ def _cache_size(inv: Inventory, il: int, s: IkSplitSettings, mla_attn: int, kv_s
             size += _row_size(s.cache_type_v, rank * kv_size)
         return size
     n_embd = md.embedding_length or 0
-    n_head = _per_layer(None, il, md.head_count or 1)
-    n_head_kv = _per_layer(md.head_count_kv, il, n_head)
+    n_head = per_layer(None, il, md.head_count or 1)
+    n_head_kv = per_layer(md.head_count_kv, il, n_head)
     head_k = md.key_length or n_embd // n_head
     head_v = md.value_length or n_embd // n_head
     k_size = _row_size(s.cache_type_k, head_k) * n_head_kv * kv_size
