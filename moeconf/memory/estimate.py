@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU
-from moeconf.memory.geometry import GeometryUnknown, geometry
+from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.replay import Llama4Shape, llama4_peak
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.model import ggml
 from moeconf.model.inventory import Tensor
@@ -344,6 +345,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # the graph inputs (token embeddings input, masks) and the input layer's output
             peak = max(peak, copies * (masks + f4 * e) + f4 * e)
         compute[d] = peak
+    if not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
+        replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
+        if replayed is not None:
+            compute[out_dev] = replayed
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     if ik:
@@ -373,6 +378,48 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
                      "to see each GPU's share")
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems))
+
+
+def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
+                            swa_cells: int) -> int | None:
+    """The output device's compute buffer by a replay of ggml-alloc over its graph (see
+    `replay`), where the architecture's node list is known and the device runs a whole tail of
+    layers and the output: Llama 4 with chunked attention and one routed expert. None elsewhere."""
+    inv = placement.inventory
+    if (inv.arch != "llama4" or geo.swa_type != "chunked" or geo.n_expert_used != 1 or not is_gpu(out_dev)
+            or out_dev == AUTO_GPU or geo.mla or not geo.layers):
+        return None
+    if any(placement.devices.get(n) != out_dev for n in ("output_norm.weight", "output.weight")
+           if n in inv.by_name):
+        return None
+    where: dict[int, set[str | None]] = defaultdict(set)
+    for t in inv.tensors:
+        if t.layer is not None:
+            where[t.layer].add(placement.devices[t.name])
+    n_layer = len(geo.layers)
+    if [la.index for la in geo.layers] != list(range(n_layer)):
+        return None
+    first = n_layer
+    while first > 0 and where[first - 1] == {out_dev}:
+        first -= 1
+    if first == n_layer:
+        return None
+    if first > 0 and len(where[first - 1]) != 1:
+        return None  # the layer before is split between devices: its tail is not modelled
+    heads = {(la.n_head, la.n_head_kv, la.head_k, la.head_v) for la in geo.layers}
+    if len(heads) != 1:
+        return None
+    n_head, n_head_kv, head_k, head_v = heads.pop()
+    shape = Llama4Shape(
+        n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k, head_v=head_v,
+        n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
+        n_ff_shexp=geo.n_ff_shexp or geo.n_ff_exp,
+        n_ff=tuple(0 if f"blk.{il}.ffn_gate_inp.weight" in inv.by_name else _width(placement, il, "ffn_up")
+                   for il in range(n_layer)),
+        full_attn=tuple(not la.swa for la in geo.layers), n_tokens=n_tokens, n_kv=cells, n_kv_swa=swa_cells,
+        first=first, after_cpu=first > 0 and where[first - 1] == {HOST},
+    )
+    return llama4_peak(shape, 128 if out_dev.startswith(("CUDA", "ROCm", "MUSA")) else 32)
 
 
 def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,
