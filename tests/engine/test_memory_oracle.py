@@ -98,6 +98,7 @@ CASES: list[tuple[str, str]] = [
     # Llama 4's output device by a replay of ggml-alloc (moeconf/memory/replay.py)
     ("llama4", "-c 8192 -ngl 999 -ub 1024"),
     ("llama4", "-c 16384 -ngl 10 -ub 2048"),
+    ("llama4", "2rpc -c 8192 -ngl 30 -ts 1,1"),
 ]
 
 # Compute cases moeconf does not yet model within tolerance (listed, so the gap stays visible and
