@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
-from moeconf.memory.replay import Llama4Shape, llama4_peak
+from moeconf.memory.replay import Llama4Shape, MoeShape, glm4moe_peaks, llama4_peak
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.model import ggml
 from moeconf.model.inventory import Tensor
@@ -349,6 +349,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
         if replayed is not None:
             compute[out_dev] = replayed
+        both = _replayed_one_gpu(placement, geo, out_dev, T, cells)
+        if both is not None:
+            compute[out_dev], compute[HOST] = both
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     if ik:
@@ -420,6 +423,58 @@ def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n
         first=first, after_cpu=first > 0 and where[first - 1] == {HOST},
     )
     return llama4_peak(shape, 128 if out_dev.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+
+
+_ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+
+
+def _replayed_one_gpu(placement: Placement, geo: Geometry, gpu: str, n_tokens: int,
+                      cells: int) -> tuple[int, int] | None:
+    """(GPU, host) compute buffers by a replay of ggml-alloc over the whole graph (see `replay`)
+    where the architecture's node list is known (GLM-4.5 style: glm4moe) and one GPU runs every
+    layer and the output, each layer's routed experts there or on the CPU (`-ot exps=CPU`, or
+    some layers' experts only). Where the experts' sum lands then depends on holes the masks, the
+    copies and the routers left; a replay places it exactly. None elsewhere."""
+    inv = placement.inventory
+    if (inv.arch != "glm4moe" or geo.swa_type != "none" or geo.mla or geo.n_expert_used < 2 or not is_gpu(gpu)
+            or gpu == AUTO_GPU or not geo.layers or not geo.n_ff_exp):
+        return None
+    if any(placement.devices.get(n) != gpu for n in ("output_norm.weight", "output.weight") if n in inv.by_name):
+        return None
+    if placement.devices.get("token_embd.weight") != HOST:
+        return None
+    n_layer = len(geo.layers)
+    if [la.index for la in geo.layers] != list(range(n_layer)):
+        return None
+    experts_cpu = [False] * n_layer
+    routed: dict[int, set[str | None]] = defaultdict(set)
+    for t in inv.tensors:
+        il = t.layer
+        if il is None or il >= n_layer:
+            continue  # the nextn block is not in the graph
+        dev = placement.devices[t.name]
+        if t.base in _ROUTED:
+            routed[il].add(dev)
+        elif dev != gpu or t.base in ("attn_q_norm", "attn_k_norm", "ffn_gate_up_exps"):
+            return None
+    for il, devs in routed.items():
+        if len(devs) != 1 or not devs <= {gpu, HOST}:
+            return None
+        experts_cpu[il] = devs == {HOST}
+    heads = {(la.n_head, la.n_head_kv, la.head_k, la.head_v) for la in geo.layers}
+    if len(heads) != 1:
+        return None
+    n_head, n_head_kv, head_k, head_v = heads.pop()
+    shape = MoeShape(
+        n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k, head_v=head_v,
+        n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
+        n_ff_shexp=geo.n_ff_shexp or geo.n_ff_exp,
+        n_ff=tuple(0 if il in routed else _width(placement, il, "ffn_up") for il in range(n_layer)),
+        experts_cpu=tuple(experts_cpu), n_tokens=n_tokens, n_kv=cells,
+    )
+    if not geo.n_ff_shexp or any(not w and il not in routed for il, w in enumerate(shape.n_ff)):
+        return None
+    return glm4moe_peaks(shape, 128 if gpu.startswith(("CUDA", "ROCm", "MUSA")) else 32)
 
 
 def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,

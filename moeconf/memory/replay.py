@@ -97,27 +97,57 @@ class _Node:
     view_of: int  # the tensor a view's data belongs to (-1: not a view)
     inplace: bool  # the op may reuse a source of the same size in place
     output: bool = False
+    buf: int = 0  # the buffer (device) it is allocated in
+    order: tuple[int, int] = (0, 1)  # (split, 0 for the split's input copies, 1 for its nodes)
 
 
 class Graph:
-    """The nodes of one buffer's share of a graph, in execution order (indices into `nodes`)."""
+    """The nodes of a graph in execution order (indices into `nodes`), each in a buffer, grouped in
+    the scheduler's splits: `split(buf)` starts one, `input` adds a copy to the current one."""
 
     def __init__(self) -> None:
         self.nodes: list[_Node] = []
-        self._inputs: dict[object, int] = {}
+        self._copies: dict[tuple[object, int], int] = {}
+        self._split = 0
+        self.buf = 0
 
-    def input(self, key: object, size: int) -> int:
-        """The split's copy of a tensor computed elsewhere (a graph input, another device's
-        output), created at its first use; `inputs_first` moves the copies to the split's start."""
-        if key not in self._inputs:
-            self._inputs[key] = self.op(size)
-        return self._inputs[key]
+    def op(self, size: int, *srcs: int, inplace: bool = False, output: bool = False) -> int:
+        """A node computing `size` bytes from `srcs` (0: it writes into a tensor outside the
+        buffers, as SET_ROWS writes into the KV cache, or it only keeps its sources alive)."""
+        self.nodes.append(_Node(size, srcs, -1, inplace, output, self.buf, (self._split, 1)))
+        return len(self.nodes) - 1
 
-    def inputs_first(self) -> None:
-        """The scheduler copies a split's inputs before its first node, in order of first use."""
-        first = list(self._inputs.values())
-        firsts = set(first)
-        order = first + [i for i in range(len(self.nodes)) if i not in firsts]
+    def view(self, src: int) -> int:
+        """A VIEW, RESHAPE or PERMUTE of `src` (no memory of its own)."""
+        n = self.nodes[src]
+        root = n.view_of if n.view_of >= 0 else src
+        self.nodes.append(_Node(0, (src,), root, False, False, n.buf, (self._split, 1)))
+        return len(self.nodes) - 1
+
+    def leaf(self, size: int, buf: int) -> int:
+        """A graph input (positions, KV indices, masks, ...): allocated before any node runs."""
+        self.nodes.append(_Node(size, (), -1, False, False, buf, (-1, 0)))
+        return len(self.nodes) - 1
+
+    def split(self, buf: int) -> None:
+        self._split += 1
+        self.buf = buf
+
+    def input(self, key: object, size: int, src: int = -1) -> int:
+        """The current split's copy of a tensor computed in another buffer (`src`, kept alive until
+        the copy by a node of the scheduler's) or of a graph input, made at the split's start and
+        shared by the later splits on the same buffer."""
+        k = (key, self.buf)
+        if k not in self._copies:
+            if src >= 0:
+                self.nodes.append(_Node(0, (src,), -1, False, False, self.nodes[src].buf, (self._split, -1)))
+            self.nodes.append(_Node(size, (), -1, False, False, self.buf, (self._split, 0)))
+            self._copies[k] = len(self.nodes) - 1
+        return self._copies[k]
+
+    def finish(self) -> None:
+        """The execution order: the graph inputs, then each split's copies before its nodes."""
+        order = sorted(range(len(self.nodes)), key=lambda i: self.nodes[i].order)
         new = {old: i for i, old in enumerate(order)}
         nodes = [self.nodes[i] for i in order]
         for n in nodes:
@@ -125,23 +155,14 @@ class Graph:
             if n.view_of >= 0:
                 n.view_of = new[n.view_of]
         self.nodes = nodes
-        self._inputs = {k: new[v] for k, v in self._inputs.items()}
-
-    def op(self, size: int, *srcs: int, inplace: bool = False, output: bool = False) -> int:
-        """A node computing `size` bytes from `srcs` (0: it writes into a tensor outside this
-        buffer, as SET_ROWS writes into the KV cache)."""
-        self.nodes.append(_Node(size, srcs, -1, inplace, output))
-        return len(self.nodes) - 1
-
-    def view(self, src: int) -> int:
-        """A VIEW, RESHAPE or PERMUTE of `src` (no memory of its own)."""
-        n = self.nodes[src]
-        root = n.view_of if n.view_of >= 0 else src
-        self.nodes.append(_Node(0, (src,), root, False))
-        return len(self.nodes) - 1
+        self._copies = {k: new[v] for k, v in self._copies.items()}
 
     def peak(self, alignment: int) -> int:
-        """ggml_gallocr_alloc_graph_impl over the nodes: the buffer's size."""
+        """ggml_gallocr_alloc_graph_impl over the nodes: buffer 0's size."""
+        return self.peaks((alignment,))[0]
+
+    def peaks(self, alignments: tuple[int, ...]) -> tuple[int, ...]:
+        """ggml_gallocr_alloc_graph_impl over the nodes: each buffer's size."""
         nodes = self.nodes
         n = len(nodes)
         children = [0] * n
@@ -151,7 +172,7 @@ class Graph:
                 views[node.view_of] += 1
             for s in node.srcs:
                 children[s] += 1
-        alloc = Allocator(alignment)
+        allocs = [Allocator(a) for a in alignments]
         addr = [-1] * n  # offset while allocated, -1 otherwise
         for i, node in enumerate(nodes):
             if node.view_of < 0 and node.size:
@@ -162,7 +183,7 @@ class Graph:
                         addr[i], addr[s] = addr[s], -1
                         break
                 else:
-                    addr[i] = alloc.alloc(node.size)
+                    addr[i] = allocs[node.buf].alloc(node.size)
             for s in node.srcs:
                 children[s] -= 1
                 if children[s] or views[s]:
@@ -171,12 +192,12 @@ class Graph:
                 if root >= 0:
                     views[root] -= 1
                     if views[root] == 0 and children[root] == 0 and addr[root] >= 0:
-                        alloc.free(addr[root], nodes[root].size)
+                        allocs[nodes[root].buf].free(addr[root], nodes[root].size)
                         addr[root] = -1
                 elif addr[s] >= 0 and not nodes[s].output:
-                    alloc.free(addr[s], nodes[s].size)
+                    allocs[nodes[s].buf].free(addr[s], nodes[s].size)
                     addr[s] = -1
-        return alloc.max_size
+        return tuple(a.max_size for a in allocs)
 
 
 @dataclass(frozen=True)
@@ -280,10 +301,120 @@ def llama4_graph(s: Llama4Shape) -> Graph:
         inp = g.op(e * f, out, ffn_inp, inplace=True)  # l_out
     x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
     g.op(s.n_vocab * f, x, output=True)
-    g.inputs_first()
+    g.finish()
     return g
 
 
 @lru_cache(maxsize=256)
 def llama4_peak(s: Llama4Shape, alignment: int) -> int:
     return llama4_graph(s).peak(alignment)
+
+
+GPU, CPU = 0, 1  # buffer ids in the two-buffer graphs
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """What a GLM-4.5-style graph's tensor sizes depend on: every layer and the output on one GPU,
+    each MoE layer's routed experts there or on the CPU."""
+
+    n_embd: int
+    n_vocab: int
+    n_head: int
+    n_head_kv: int
+    head_k: int
+    head_v: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    n_ff_shexp: int
+    n_ff: tuple[int, ...]  # per layer: the dense FFN's width, 0 for a MoE layer
+    experts_cpu: tuple[bool, ...]  # per layer: its routed experts run on the CPU
+    n_tokens: int
+    n_kv: int
+
+
+def glm4moe_graph(s: MoeShape) -> Graph:
+    """llama.cpp's glm4moe graph (src/models/glm4-moe.cpp, `build_moe_ffn` in llama-graph.cpp)
+    with flash attention, the nextn block left out: sigmoid gating with a selection bias, the
+    chosen experts' weights normalised and applied after the experts, their outputs summed by a
+    chain of ADDs over views, a shared expert. Buffer GPU holds everything but the routed experts
+    the CPU runs; buffer CPU holds the graph inputs, the token embeddings' rows, and the experts'
+    splits (copies of the FFN input and of the chosen experts' ids, the experts' tensors)."""
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    e = s.n_embd
+    used = s.n_expert_used
+    n_layer = len(s.n_ff)
+    # graph inputs, in the order the graph reaches them: token ids, the (unused) embeddings input,
+    # positions, K and V cell indices (int64), the f16 mask, the output ids
+    tokens = g.leaf(f, CPU)
+    g.leaf(e * f, CPU)
+    leaf_pos, leaf_kidx, leaf_vidx = g.leaf(f, CPU), g.leaf(8 * T, CPU), g.leaf(8 * T, CPU)
+    leaf_mask, leaf_out = g.leaf(2 * T * s.n_kv, CPU), g.leaf(f, CPU)
+    g.split(CPU)
+    embd = g.op(e * f, tokens)  # GET_ROWS of the token embeddings, on the CPU
+    g.split(GPU)
+    inp = g.input("embd", e * f, embd)
+    hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
+    for il in range(n_layer):
+        norm = g.op(e * f, inp, inplace=True)
+        cur = g.op(e * f, norm, inplace=True)  # attn_norm
+        pos = g.input("pos", f, leaf_pos)
+        q = g.op(hq * f, g.view(g.op(hq * f, cur)), pos, inplace=True)  # Q (+ bias, in place), RoPE
+        v = g.view(g.op(hv * f, cur))
+        k = g.op(hkv * f, g.view(g.op(hkv * f, cur)), pos, inplace=True)
+        g.op(0, g.view(k), g.input("k_idxs", 8 * T, leaf_kidx))  # SET_ROWS into the cache
+        g.op(0, g.view(v), g.input("v_idxs", 8 * T, leaf_vidx))
+        attn = g.op(s.n_head * s.head_v * f, g.view(q), g.input("mask", 2 * T * s.n_kv, leaf_mask))
+        cur = g.op(e * f, g.view(attn))  # wo
+        res = inp
+        if il == n_layer - 1:
+            out_ids = g.input("out_ids", f, leaf_out)
+            cur = g.op(e * f, cur, out_ids)
+            res = g.op(e * f, res, out_ids)
+        ffn_inp = g.op(e * f, cur, res, inplace=True)
+        x = g.op(e * f, g.op(e * f, ffn_inp, inplace=True), inplace=True)  # post_attention_norm
+        if s.n_ff[il]:
+            ff = s.n_ff[il] * f
+            out = g.op(e * f, g.op(ff, g.op(ff, x), g.op(ff, x)))
+        else:
+            ne = s.n_expert * f
+            probs = g.op(ne, g.op(ne, x), inplace=True)  # logits, sigmoid in place
+            probs_r = g.view(probs)
+            topk = g.view(g.op(ne, g.op(ne, probs)))  # biased selection scores, ARGSORT, top-k
+            weights = g.view(g.op(used * f, probs_r, topk))  # GET_ROWS
+            wsum = g.op(f, g.op(f, weights), inplace=True)  # SUM_ROWS, CLAMP in place
+            weights = g.view(g.op(used * f, weights, wsum, inplace=True))  # DIV
+            xr = g.view(x)
+            ffe = s.n_ff_exp * used * f
+            if s.experts_cpu[il]:
+                g.split(CPU)
+                # the copies of the FFN input and of the ids (a strided view of the ARGSORT)
+                xc = g.input(("x", il), e * f, xr)
+                tc = g.input(("topk", il), (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4, topk)
+                down = g.op(e * used * f, g.op(ffe, g.op(ffe, xc, tc), g.op(ffe, xc, tc)), tc)
+                g.split(GPU)
+                down = g.input(("down", il), e * used * f, down)
+            else:
+                down = g.op(e * used * f, g.op(ffe, g.op(ffe, xr, topk), g.op(ffe, xr, topk)), topk)
+            weighted = g.op(e * used * f, down, weights, inplace=True)
+            moe = g.op(e * f, g.view(weighted), g.view(weighted))
+            for _ in range(used - 2):
+                moe = g.op(e * f, moe, g.view(weighted), inplace=True)
+            ffs = s.n_ff_shexp * f
+            sh = g.op(e * f, g.op(ffs, g.op(ffs, x), g.op(ffs, x)))
+            out = g.op(e * f, moe, sh, inplace=True)
+        inp = g.op(e * f, out, ffn_inp, inplace=True)  # l_out
+    x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
+    g.op(s.n_vocab * f, x, output=True)
+    g.finish()
+    return g
+
+
+@lru_cache(maxsize=256)
+def glm4moe_peaks(s: MoeShape, alignment: int) -> tuple[int, int]:
+    """(GPU, CPU) compute buffer sizes."""
+    gpu, cpu = glm4moe_graph(s).peaks((alignment, 32))
+    return gpu, cpu
