@@ -269,3 +269,23 @@ def test_replay_reuses_a_sole_consumers_source_and_keeps_viewed_tensors() -> Non
     g.op(1024, a)  # a is freed after its last consumer: the next tensor takes its place
     g.op(1024)
     assert g.peak(32) == 2048
+
+
+# llama-fit-params -fitp on (MiB: the RPC device's and the host's compute buffers): GLM-4.5-Air on
+# one GPU, replayed over the whole graph (moeconf/memory/replay.py). At -c 32768 the last layer
+# frees its 32 MiB mask before the FFN and the experts' sum takes that hole: the logits sit 72 MiB
+# lower than at -c 8192 to 24576; the host's peak depends on which freed inputs its copies fill
+@pytest.mark.parametrize(("argv", "gpu_mib", "host_mib"), [
+    (["-c", "32768", "-ctk", "q8_0", "-ctv", "q8_0", "-ot", "exps=CPU"], 312.00, 148.09),
+    (["-c", "24576", "-ot", "exps=CPU"], 384.28, 162.01),
+    (["-c", "8192", "-ot", "exps=CPU"], 384.28, 146.26),
+    # some layers' experts on the CPU, as `fit` writes them
+    (["-c", "8192", "-ub", "256", "-ot", r"blk\.(2[0-9]|3[0-9]|4[0-5])\.ffn_.*_exps=CPU"], 192.14, 73.13),
+    (["-c", "16384", "-ot", r"blk\.([1-9]|1[0-9])\.ffn_.*_exps=CPU"], 320.00, 154.01),
+    (["-c", "8192"], 320.00, 24.01),
+])
+def test_glm_on_one_gpu_is_replayed(models: dict[str, Inventory], argv: list[str], gpu_mib: float,
+                                    host_mib: float) -> None:
+    est = mem(models["glm-4.5-air"], ["--rpc", "127.0.0.1:50052", "-ngl", "999", *argv], gpus=())
+    assert round(est.devices["RPC0[127.0.0.1:50052]"].compute / MiB, 2) == gpu_mib
+    assert abs(est.devices["CPU"].compute / MiB - host_mib) <= 0.1
