@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
-from moeconf.memory.replay import Llama4Shape, MoeShape, glm4moe_peaks, llama4_peak
+from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, glm4moe_peaks, host_peak, llama4_peak
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.model import ggml
 from moeconf.model.inventory import Tensor
@@ -349,6 +349,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
         if replayed is not None:
             compute[out_dev] = replayed
+        host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
+        if host is not None:
+            compute[HOST] = host
         both = _replayed_one_gpu(placement, geo, out_dev, T, cells)
         if both is not None:
             compute[out_dev], compute[HOST] = both
@@ -475,6 +478,63 @@ def _replayed_one_gpu(placement: Placement, geo: Geometry, gpu: str, n_tokens: i
     if not geo.n_ff_shexp or any(not w and il not in routed for il, w in enumerate(shape.n_ff)):
         return None
     return glm4moe_peaks(shape, 128 if gpu.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+
+
+# architectures whose routed experts' CPU split is known: a SwiGLU over gate and up, a down
+# projection (gpt-oss: each followed by its bias, in place); Llama 4 weights the experts' input
+# before them, so the CPU receives one weighted copy per chosen expert
+_HOST_REPLAYED = {"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"}
+
+
+def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
+                   swa_cells: int) -> int | None:
+    """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
+    `replay.host_graph`), where GPUs run every layer (attention, router, shared expert) and the
+    output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
+    graph inputs left once copied to the GPUs. None elsewhere."""
+    inv = placement.inventory
+    if (inv.arch not in _HOST_REPLAYED or not geo.layers or not geo.n_ff_exp or not is_gpu(out_dev)
+            or placement.devices.get("token_embd.weight") != HOST):
+        return None
+    n_layer = len(geo.layers)
+    if [la.index for la in geo.layers] != list(range(n_layer)):
+        return None
+    home: dict[int, set[str | None]] = defaultdict(set)
+    routed: dict[int, set[str | None]] = defaultdict(set)
+    for t in inv.tensors:
+        il = t.layer
+        if il is None or il >= n_layer:
+            continue
+        (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
+    buffers: dict[str, int] = {}
+    layers = []
+    f = 4 * n_tokens
+    for la in geo.layers:
+        devs = home[la.index]
+        if len(devs) != 1:
+            return None
+        dev = next(iter(devs))
+        if dev is None or not is_gpu(dev) or dev == AUTO_GPU or not routed[la.index] <= {dev, HOST}:
+            return None
+        if len(routed[la.index]) > 1:
+            return None
+        buffers.setdefault(dev, 0 if not buffers else len(buffers) + 1)  # buffer 1 is the host's
+        full = not la.swa
+        kind = "" if full else "_swa"
+        n_kv = cells if full else swa_cells
+        rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
+        reads = (rope, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
+        reads += (("mask" + kind, 2 * n_tokens * n_kv),)
+        layers.append((buffers[dev], reads, routed[la.index] == {HOST}))
+    if not any(cpu for _, _, cpu in layers):
+        return None
+    used = geo.n_expert_used
+    shape = HostShape(
+        n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used, n_ff_exp=geo.n_ff_exp,
+        biased=inv.arch == "gpt-oss", x_size=f * geo.n_embd * (used if inv.arch == "llama4" else 1),
+        layers=tuple(layers),
+    )
+    return host_peak(shape)
 
 
 def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,

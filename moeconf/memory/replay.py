@@ -418,3 +418,74 @@ def glm4moe_peaks(s: MoeShape, alignment: int) -> tuple[int, int]:
     """(GPU, CPU) compute buffer sizes."""
     gpu, cpu = glm4moe_graph(s).peaks((alignment, 32))
     return gpu, cpu
+
+
+@dataclass(frozen=True)
+class HostShape:
+    """What the host's compute buffer depends on when GPUs run every layer's attention and the
+    output, and the CPU only some layers' routed experts (`-ot exps=CPU`)."""
+
+    n_embd: int
+    n_tokens: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    biased: bool  # gpt-oss: each expert matmul followed by its bias (ADD_ID, in place)
+    x_size: int  # the experts' input copied to the CPU (bytes)
+    # per layer: the GPU running it (1, 2, ...), the graph inputs its attention reads in order
+    # (name, bytes), and whether its routed experts run on the CPU
+    layers: tuple[tuple[int, tuple[tuple[str, int], ...], bool], ...]
+
+
+def host_graph(s: HostShape) -> Graph:
+    """The host's share of the worst-case graph: the graph inputs (allocated first, in the order
+    the graph first reads them), the token embeddings' rows, and per layer whose routed experts
+    run on the CPU a split with the copies of their input and of the chosen ids, and the experts'
+    matmuls (`build_moe_ffn`). A graph input lives until the scheduler copied it to the last GPU
+    reading it; what the GPUs compute in between allocates nothing here."""
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    e = s.n_embd
+    used = s.n_expert_used
+    tokens = g.leaf(f, CPU)
+    g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
+    leaves: dict[str, int] = {}
+    g.split(CPU)
+    embd = g.op(e * f, tokens)
+    gpu = -1
+    n_layer = len(s.layers)
+    for il, (dev, reads, experts_cpu) in enumerate(s.layers):
+        if dev != gpu:
+            gpu = dev
+            g.split(gpu)
+            g.input("embd" if il == 0 else ("l_out", il), e * f, embd if il == 0 else -1)
+        for name, size in reads + ((("out_ids", f),) if il == n_layer - 1 else ()):
+            if name not in leaves:
+                leaves[name] = g.leaf(size, CPU)
+            g.input(name, size, leaves[name])
+        if not experts_cpu:
+            continue
+        g.split(CPU)
+        xc = g.input(("x", il), s.x_size)
+        tc = g.input(("topk", il), (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4)
+        ffe = s.n_ff_exp * used * f
+        gate = g.op(ffe, xc, tc)
+        if s.biased:
+            gate = g.op(ffe, gate, tc, inplace=True)
+        up = g.op(ffe, xc, tc)
+        if s.biased:
+            up = g.op(ffe, up, tc, inplace=True)
+        down = g.op(e * used * f, g.op(ffe, gate, up), tc)
+        if s.biased:
+            down = g.op(e * used * f, down, tc, inplace=True)
+        g.split(gpu)
+        g.input(("down", il), e * used * f, down)
+    g.finish()
+    return g
+
+
+@lru_cache(maxsize=256)
+def host_peak(s: HostShape) -> int:
+    bufs = max(CPU, *(dev for dev, _, _ in s.layers)) + 1
+    return host_graph(s).peaks(tuple([32] * bufs))[CPU]
