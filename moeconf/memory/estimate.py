@@ -10,7 +10,10 @@ copies of their output decides the peak, and is modelled from ggml-alloc's rules
 the free blocks, else the end of the buffer; a tensor freed after its last consumer; in-place
 reuse of a single-consumer parent): the residual stream above the returned copy, the logits above
 the residual, the first split's inputs above the copies it starts with (measured with an
-instrumented ggml-alloc printing every allocation's offset). The figures were checked against
+instrumented ggml-alloc printing every allocation's offset). Where a hole of a few MiB decides the
+peak and the graph's node list is known (Llama 4's output device; GLM-4.5 on one GPU; the host
+when it runs only routed experts), the allocator is replayed node by node instead (`replay`).
+The figures were checked against
 llama.cpp's own projection (`llama-fit-params -fitp on`, see the README's accuracy table);
 CUDA-only terms cannot be checked there and are labelled estimated."""
 
