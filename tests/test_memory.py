@@ -306,3 +306,19 @@ def test_host_compute_with_experts_on_the_cpu_is_replayed(models: dict[str, Inve
     eps = "127.0.0.1:50052,127.0.0.1:50053" if "-ts" in argv else "127.0.0.1:50052"
     est = mem(models[model], ["--rpc", eps, "-ngl", "999", "-ot", "exps=CPU", *argv], gpus=())
     assert round(est.devices["CPU"].compute / MiB, 2) == host_mib
+
+
+# llama-fit-params -fitp on (MiB, per RPC device): Qwen3-30B-A3B's GPUs replayed over their share
+# of the graph. The middle GPU of a partial offload starts with the copies of the CPU layer's
+# routed experts' output, weights and residual (its tail runs there), keeps the mask above them,
+# and peaks on its experts above that (the phase model said 84.5); the last one holds the logits
+@pytest.mark.parametrize(("argv", "mib"), [
+    (["-c", "8192", "-ngl", "30", "-ts", "1,1"], {"127.0.0.1:50052": 100.03, "127.0.0.1:50053": 300.75}),
+    (["-c", "16384", "-ngl", "40", "-ts", "1,1", "-ot", "exps=CPU", "-ub", "1024"],
+     {"127.0.0.1:50052": 168.05, "127.0.0.1:50053": 601.5}),
+    (["-c", "4096", "-ngl", "999"], {"127.0.0.1:50052": 300.75}),
+    (["-c", "8192", "-ngl", "999", "-ctk", "bf16", "-ctv", "bf16", "-ub", "256"], {"127.0.0.1:50052": 150.38}),
+])
+def test_qwen3_gpus_are_replayed(models: dict[str, Inventory], argv: list[str], mib: dict[str, float]) -> None:
+    est = mem(models["qwen3-30b-a3b"], ["--rpc", ",".join(mib), *argv], gpus=())
+    assert {ep: round(est.devices[f"RPC0[{ep}]"].compute / MiB, 2) for ep in mib} == mib

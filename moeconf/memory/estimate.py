@@ -11,8 +11,9 @@ the free blocks, else the end of the buffer; a tensor freed after its last consu
 reuse of a single-consumer parent): the residual stream above the returned copy, the logits above
 the residual, the first split's inputs above the copies it starts with (measured with an
 instrumented ggml-alloc printing every allocation's offset). Where a hole of a few MiB decides the
-peak and the graph's node list is known (Llama 4's output device; GLM-4.5 on one GPU; the host
-when it runs only routed experts), the allocator is replayed node by node instead (`replay`).
+peak and the graph's node list is known (Llama 4's output device; each GPU running a range of
+Qwen3-MoE or GLM-4.5 layers; the host when it runs only routed experts), the allocator is
+replayed node by node instead (`replay`).
 The figures were checked against
 llama.cpp's own projection (`llama-fit-params -fitp on`, see the README's accuracy table);
 CUDA-only terms cannot be checked there and are labelled estimated."""
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
-from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, glm4moe_peaks, host_peak, llama4_peak
+from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.model import ggml
 from moeconf.model.inventory import Tensor
@@ -355,9 +356,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
         if host is not None:
             compute[HOST] = host
-        both = _replayed_one_gpu(placement, geo, out_dev, T, cells)
-        if both is not None:
-            compute[out_dev], compute[HOST] = both
+        compute.update(_replayed_moe(placement, geo, out_dev, T, cells))
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     if ik:
@@ -434,53 +433,84 @@ def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n
 _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
-def _replayed_one_gpu(placement: Placement, geo: Geometry, gpu: str, n_tokens: int,
-                      cells: int) -> tuple[int, int] | None:
-    """(GPU, host) compute buffers by a replay of ggml-alloc over the whole graph (see `replay`)
-    where the architecture's node list is known (GLM-4.5 style: glm4moe) and one GPU runs every
-    layer and the output, each layer's routed experts there or on the CPU (`-ot exps=CPU`, or
-    some layers' experts only). Where the experts' sum lands then depends on holes the masks, the
-    copies and the routers left; a replay places it exactly. None elsewhere."""
+# architectures whose graph `replay.moe_graph` rebuilds: (per-head Q and K norms, sigmoid gating
+# with a selection bias)
+_MOE_REPLAYED = {"qwen3moe": (True, False), "glm4moe": (False, True)}
+
+
+def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int) -> dict[str, int]:
+    """Compute buffers by a replay of ggml-alloc over a GPU's share of the graph (see `replay`),
+    for each GPU running one contiguous range of whole layers (its routed experts there or on the
+    CPU), after the CPU's layers or another GPU's, and the output if it runs the last layer; and
+    the host's when one GPU runs every layer. Where the experts' output, their sum and the logits
+    land depends on the holes masks, copies and routers leave; a replay places them exactly."""
     inv = placement.inventory
-    if (inv.arch != "glm4moe" or geo.swa_type != "none" or geo.mla or geo.n_expert_used < 2 or not is_gpu(gpu)
-            or gpu == AUTO_GPU or not geo.layers or not geo.n_ff_exp):
-        return None
-    if any(placement.devices.get(n) != gpu for n in ("output_norm.weight", "output.weight") if n in inv.by_name):
-        return None
-    if placement.devices.get("token_embd.weight") != HOST:
-        return None
+    spec = _MOE_REPLAYED.get(inv.arch)
     n_layer = len(geo.layers)
-    if [la.index for la in geo.layers] != list(range(n_layer)):
-        return None
-    experts_cpu = [False] * n_layer
+    if (spec is None or geo.swa_type != "none" or geo.mla or geo.n_expert_used < 2 or not geo.n_ff_exp
+            or not n_layer or [la.index for la in geo.layers] != list(range(n_layer))):
+        return {}
+    qk_norm, biased = spec
+    home: dict[int, set[str | None]] = defaultdict(set)
     routed: dict[int, set[str | None]] = defaultdict(set)
+    normed: set[int] = set()
     for t in inv.tensors:
         il = t.layer
         if il is None or il >= n_layer:
             continue  # the nextn block is not in the graph
-        dev = placement.devices[t.name]
-        if t.base in _ROUTED:
-            routed[il].add(dev)
-        elif dev != gpu or t.base in ("attn_q_norm", "attn_k_norm", "ffn_gate_up_exps"):
-            return None
-    for il, devs in routed.items():
-        if len(devs) != 1 or not devs <= {gpu, HOST}:
-            return None
-        experts_cpu[il] = devs == {HOST}
+        if t.base == "ffn_gate_up_exps":
+            return {}
+        if t.base == "attn_q_norm":
+            normed.add(il)
+        (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
+    if normed != (set(range(n_layer)) if qk_norm else set()):
+        return {}
     heads = {(la.n_head, la.n_head_kv, la.head_k, la.head_v) for la in geo.layers}
-    if len(heads) != 1:
-        return None
+    if len(heads) != 1 or not geo.n_ff_exp:
+        return {}
+    dev_of: list[str] = []
+    for il in range(n_layer):
+        if len(home[il]) != 1 or len(routed[il]) > 1:
+            return {}
+        d = next(iter(home[il]))
+        if d is None or d == AUTO_GPU or not routed[il] <= {d, HOST}:
+            return {}
+        dev_of.append(d)
+    n_ff = tuple(0 if routed[il] else _width(placement, il, "ffn_up") for il in range(n_layer))
+    if any(not routed[il] and not n_ff[il] for il in range(n_layer)):
+        return {}
     n_head, n_head_kv, head_k, head_v = heads.pop()
-    shape = MoeShape(
-        n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k, head_v=head_v,
-        n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
-        n_ff_shexp=geo.n_ff_shexp or geo.n_ff_exp,
-        n_ff=tuple(0 if il in routed else _width(placement, il, "ffn_up") for il in range(n_layer)),
-        experts_cpu=tuple(experts_cpu), n_tokens=n_tokens, n_kv=cells,
-    )
-    if not geo.n_ff_shexp or any(not w and il not in routed for il, w in enumerate(shape.n_ff)):
-        return None
-    return glm4moe_peaks(shape, 128 if gpu.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+    runs: list[tuple[str, int, int]] = []
+    for il, d in enumerate(dev_of):
+        if runs and runs[-1][0] == d:
+            runs[-1] = (d, runs[-1][1], il + 1)
+        else:
+            runs.append((d, il, il + 1))
+    out: dict[str, int] = {}
+    for i, (d, first, last) in enumerate(runs):
+        if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
+            continue
+        if last == n_layer:
+            if out_dev != d or any(placement.devices.get(n) != d for n in ("output_norm.weight", "output.weight")
+                                   if n in inv.by_name):
+                continue
+        elif not is_gpu(runs[i + 1][0]) or out_dev == d:
+            continue
+        after_cpu = first > 0 and dev_of[first - 1] == HOST
+        if after_cpu and routed[first - 1] - {HOST}:
+            continue
+        shape = MoeShape(
+            n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
+            head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
+            n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
+            experts_cpu=tuple(routed[il] == {HOST} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
+            first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu,
+        )
+        gpu, host = moe_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+        out[d] = gpu
+        if first == 0 and last == n_layer and placement.devices.get("token_embd.weight") == HOST:
+            out[HOST] = host
+    return out
 
 
 # architectures whose routed experts' CPU split is known: a SwiGLU over gate and up, a down

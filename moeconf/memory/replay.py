@@ -315,8 +315,8 @@ GPU, CPU = 0, 1  # buffer ids in the two-buffer graphs
 
 @dataclass(frozen=True)
 class MoeShape:
-    """What a GLM-4.5-style graph's tensor sizes depend on: every layer and the output on one GPU,
-    each MoE layer's routed experts there or on the CPU."""
+    """What a Qwen3-MoE or GLM-4.5 style graph's tensor sizes depend on, for the GPU running
+    layers `first` to `last` - 1 (routed experts there or on the CPU)."""
 
     n_embd: int
     n_vocab: int
@@ -327,63 +327,105 @@ class MoeShape:
     n_expert: int
     n_expert_used: int
     n_ff_exp: int
-    n_ff_shexp: int
+    n_ff_shexp: int  # 0: no shared expert
+    qk_norm: bool  # RMS norms of Q and K per head before RoPE (Qwen3)
+    biased_selection: bool  # sigmoid gating, experts chosen on scores plus a bias (GLM-4.5); else softmax
     n_ff: tuple[int, ...]  # per layer: the dense FFN's width, 0 for a MoE layer
     experts_cpu: tuple[bool, ...]  # per layer: its routed experts run on the CPU
     n_tokens: int
     n_kv: int
+    first: int = 0
+    last: int = -1  # -1: every layer from `first` on, and the output
+    after_cpu: bool = False  # the layer before `first` ran wholly on the CPU (else on another GPU)
 
 
-def glm4moe_graph(s: MoeShape) -> Graph:
-    """llama.cpp's glm4moe graph (src/models/glm4-moe.cpp, `build_moe_ffn` in llama-graph.cpp)
-    with flash attention, the nextn block left out: sigmoid gating with a selection bias, the
-    chosen experts' weights normalised and applied after the experts, their outputs summed by a
-    chain of ADDs over views, a shared expert. Buffer GPU holds everything but the routed experts
-    the CPU runs; buffer CPU holds the graph inputs, the token embeddings' rows, and the experts'
-    splits (copies of the FFN input and of the chosen experts' ids, the experts' tensors)."""
+def moe_graph(s: MoeShape) -> Graph:
+    """llama.cpp's qwen3moe and glm4moe graphs (src/models/qwen3moe.cpp, glm4-moe.cpp,
+    `build_moe_ffn` in llama-graph.cpp) with flash attention, the nextn block left out: the
+    router (softmax, or sigmoid with a selection bias), the chosen experts' weights normalised and
+    applied after the experts, their outputs summed by a chain of ADDs over views, a shared expert.
+    Buffer GPU holds the device's share; with `first` 0 and the output here, buffer CPU holds the
+    graph inputs, the token embeddings' rows and the routed experts' splits (copies of the FFN
+    input and of the chosen ids, the experts' matmuls)."""
     g = Graph()
     T = s.n_tokens
     f = 4 * T
     e = s.n_embd
     used = s.n_expert_used
     n_layer = len(s.n_ff)
-    # graph inputs, in the order the graph reaches them: token ids, the (unused) embeddings input,
-    # positions, K and V cell indices (int64), the f16 mask, the output ids
-    tokens = g.leaf(f, CPU)
-    g.leaf(e * f, CPU)
-    leaf_pos, leaf_kidx, leaf_vidx = g.leaf(f, CPU), g.leaf(8 * T, CPU), g.leaf(8 * T, CPU)
-    leaf_mask, leaf_out = g.leaf(2 * T * s.n_kv, CPU), g.leaf(f, CPU)
-    g.split(CPU)
-    embd = g.op(e * f, tokens)  # GET_ROWS of the token embeddings, on the CPU
-    g.split(GPU)
-    inp = g.input("embd", e * f, embd)
+    last = n_layer if s.last < 0 else s.last
+    whole = s.first == 0 and last == n_layer  # the host's share is replayed too
+    leaves: dict[str, int] = {}
+
+    def graph_input(name: str, size: int) -> int:
+        if whole and name not in leaves:
+            leaves[name] = g.leaf(size, CPU)
+        return g.input(name, size, leaves.get(name, -1))
+
+    def moe_sum(down: int, weights: int) -> int:
+        weighted = g.op(e * used * f, down, weights, inplace=True)
+        moe = g.op(e * f, g.view(weighted), g.view(weighted))
+        for _ in range(used - 2):
+            moe = g.op(e * f, moe, g.view(weighted), inplace=True)
+        return moe
+
+    if whole:
+        tokens = g.leaf(f, CPU)
+        g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
+        g.split(CPU)
+        embd = g.op(e * f, tokens)  # GET_ROWS of the token embeddings
+        g.split(GPU)
+        inp = g.input("embd", e * f, embd)
+    elif s.first == 0:
+        inp = g.input("embd", e * f)
+    elif not s.after_cpu:
+        inp = -1  # the GPU before ran this layer's first RMS_NORM ("expand GPU down")
+    else:
+        # the CPU layer's weightless tail runs here ("expand GPU up"): its split starts with the
+        # copies of that tail's sources
+        prev = s.first - 1
+        ffn_inp = g.input("ffn_inp", e * f)
+        if s.n_ff[prev]:
+            out = g.input("ffn_out", e * f)
+        elif s.n_ff_shexp:
+            out = g.op(e * f, g.input("moe_out", e * f), g.input("shexp", e * f), inplace=True)
+        else:
+            out = moe_sum(g.input("down", e * used * f), g.input("weights", used * f))
+        inp = g.op(e * f, out, ffn_inp, inplace=True)
     hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
-    for il in range(n_layer):
-        norm = g.op(e * f, inp, inplace=True)
+    for il in range(s.first, last):
+        norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
         cur = g.op(e * f, norm, inplace=True)  # attn_norm
-        pos = g.input("pos", f, leaf_pos)
-        q = g.op(hq * f, g.view(g.op(hq * f, cur)), pos, inplace=True)  # Q (+ bias, in place), RoPE
+        pos = graph_input("pos", f)
+        q = g.view(g.op(hq * f, cur))  # Q (+ bias, in place)
+        if s.qk_norm:
+            q = g.op(hq * f, g.op(hq * f, q), inplace=True)  # RMS_NORM of the view, its MUL
+        q = g.op(hq * f, q, pos, inplace=True)  # RoPE
         v = g.view(g.op(hv * f, cur))
-        k = g.op(hkv * f, g.view(g.op(hkv * f, cur)), pos, inplace=True)
-        g.op(0, g.view(k), g.input("k_idxs", 8 * T, leaf_kidx))  # SET_ROWS into the cache
-        g.op(0, g.view(v), g.input("v_idxs", 8 * T, leaf_vidx))
-        attn = g.op(s.n_head * s.head_v * f, g.view(q), g.input("mask", 2 * T * s.n_kv, leaf_mask))
+        k = g.view(g.op(hkv * f, cur))
+        if s.qk_norm:
+            k = g.op(hkv * f, g.op(hkv * f, k), inplace=True)
+        k = g.op(hkv * f, k, pos, inplace=True)
+        g.op(0, g.view(k), graph_input("k_idxs", 8 * T))  # SET_ROWS into the cache
+        g.op(0, g.view(v), graph_input("v_idxs", 8 * T))
+        attn = g.op(s.n_head * s.head_v * f, g.view(q), graph_input("mask", 2 * T * s.n_kv))
         cur = g.op(e * f, g.view(attn))  # wo
-        res = inp
+        res = g.input("l_out", e * f) if inp < 0 else inp
         if il == n_layer - 1:
-            out_ids = g.input("out_ids", f, leaf_out)
+            out_ids = graph_input("out_ids", f)
             cur = g.op(e * f, cur, out_ids)
             res = g.op(e * f, res, out_ids)
         ffn_inp = g.op(e * f, cur, res, inplace=True)
-        x = g.op(e * f, g.op(e * f, ffn_inp, inplace=True), inplace=True)  # post_attention_norm
+        x = g.op(e * f, g.op(e * f, ffn_inp, inplace=True), inplace=True)  # the FFN's norm
         if s.n_ff[il]:
             ff = s.n_ff[il] * f
             out = g.op(e * f, g.op(ff, g.op(ff, x), g.op(ff, x)))
         else:
             ne = s.n_expert * f
-            probs = g.op(ne, g.op(ne, x), inplace=True)  # logits, sigmoid in place
+            probs = g.op(ne, g.op(ne, x), inplace=True)  # logits, sigmoid or softmax in place
             probs_r = g.view(probs)
-            topk = g.view(g.op(ne, g.op(ne, probs)))  # biased selection scores, ARGSORT, top-k
+            scores = g.op(ne, probs) if s.biased_selection else probs  # plus the selection bias
+            topk = g.view(g.op(ne, scores))  # ARGSORT, its top-k view
             weights = g.view(g.op(used * f, probs_r, topk))  # GET_ROWS
             wsum = g.op(f, g.op(f, weights), inplace=True)  # SUM_ROWS, CLAMP in place
             weights = g.view(g.op(used * f, weights, wsum, inplace=True))  # DIV
@@ -399,24 +441,28 @@ def glm4moe_graph(s: MoeShape) -> Graph:
                 down = g.input(("down", il), e * used * f, down)
             else:
                 down = g.op(e * used * f, g.op(ffe, g.op(ffe, xr, topk), g.op(ffe, xr, topk)), topk)
-            weighted = g.op(e * used * f, down, weights, inplace=True)
-            moe = g.op(e * f, g.view(weighted), g.view(weighted))
-            for _ in range(used - 2):
-                moe = g.op(e * f, moe, g.view(weighted), inplace=True)
-            ffs = s.n_ff_shexp * f
-            sh = g.op(e * f, g.op(ffs, g.op(ffs, x), g.op(ffs, x)))
-            out = g.op(e * f, moe, sh, inplace=True)
+            out = moe_sum(down, weights)
+            if s.n_ff_shexp:
+                ffs = s.n_ff_shexp * f
+                sh = g.op(e * f, g.op(ffs, g.op(ffs, x), g.op(ffs, x)))
+                out = g.op(e * f, out, sh, inplace=True)
         inp = g.op(e * f, out, ffn_inp, inplace=True)  # l_out
-    x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
-    g.op(s.n_vocab * f, x, output=True)
+    if last == n_layer:
+        x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
+        g.op(s.n_vocab * f, x, output=True)
+    else:
+        # the next GPU's first RMS_NORM runs here; the next GPU copies it and the residual
+        g.op(0, g.op(e * f, inp))
+        g.op(0, inp)
     g.finish()
     return g
 
 
-@lru_cache(maxsize=256)
-def glm4moe_peaks(s: MoeShape, alignment: int) -> tuple[int, int]:
-    """(GPU, CPU) compute buffer sizes."""
-    gpu, cpu = glm4moe_graph(s).peaks((alignment, 32))
+@lru_cache(maxsize=512)
+def moe_peaks(s: MoeShape, alignment: int) -> tuple[int, int]:
+    """(GPU, CPU) compute buffer sizes; CPU is the host's only when `first` is 0 and the output
+    is on this GPU."""
+    gpu, cpu = moe_graph(s).peaks((alignment, 32))
     return gpu, cpu
 
 
