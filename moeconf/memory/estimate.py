@@ -353,10 +353,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
         if replayed is not None:
             compute[out_dev] = replayed
-        host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
+        replayed_moe = _replayed_moe(placement, geo, out_dev, T, cells)
+        compute.update(replayed_moe)
+        host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
         if host is not None:
             compute[HOST] = host
-        compute.update(_replayed_moe(placement, geo, out_dev, T, cells))
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     if ik:
