@@ -200,3 +200,125 @@ def test_compute_where_the_allocator_places_the_returned_expert_output(
     ours = est.devices[rpc].compute / MiB
     # well inside the engine suite's 3%: leaving out any of the placements above misses by 9-36%
     assert abs(ours - engine_mib) <= 0.02 * engine_mib, (ours, engine_mib)
+
+
+# llama-fit-params -fitp on, RPC devices (sched_reserve's compute buffer size, MiB): Llama 4's
+# output device, replayed node by node (moeconf/memory/replay.py). Its one routed expert's output
+# lands in a hole of exactly n_embd x ub floats (the logits at 20 MiB) or 0.75 MiB of router scratch
+# higher (at 40.75 MiB), depending on where earlier layers left the residual stream
+@pytest.mark.parametrize(("argv", "engine_mib"), [
+    (["-c", "32768", "-ngl", "999"], 435.38),  # every layer here
+    (["-c", "8192", "-ngl", "999", "-ub", "1024"], 870.75),
+    (["-c", "4096", "-ngl", "999", "-ub", "256"], 207.31),
+    # layer 24 on the CPU: its residual ADD runs on the GPU, whose split starts with its sources
+    (["-c", "8192", "-ngl", "24"], 414.62),
+    (["-c", "16384", "-ngl", "10", "-ub", "2048"], 1658.50),
+    # the layer before on another GPU, which runs this layer's first RMS_NORM (layer 38 dense, 33
+    # MoE: copying the MoE layer's sources instead would put the logits 20.75 MiB higher)
+    (["-c", "8192", "-ngl", "30", "-ts", "2,1"], 414.62),
+    (["-c", "8192", "-ngl", "30", "-ts", "1,1"], 414.62),
+])
+def test_llama4_output_device_is_replayed(models: dict[str, Inventory], argv: list[str],
+                                          engine_mib: float) -> None:
+    two = "-ts" in argv
+    eps = ["127.0.0.1:50052", "127.0.0.1:50053"] if two else ["127.0.0.1:50052"]
+    est = mem(models["llama-4-maverick"], ["--rpc", ",".join(eps), *argv], gpus=())
+    assert round(est.devices[f"RPC0[{eps[-1]}]"].compute / MiB, 2) == engine_mib
+
+
+def test_allocator_takes_the_best_fitting_hole_and_merges_freed_neighbours() -> None:
+    from moeconf.memory.replay import Allocator
+    a = Allocator(32)
+    x, y, z, w = a.alloc(100), a.alloc(64), a.alloc(64), a.alloc(32)
+    assert (x, y, z, w) == (0, 128, 192, 256)  # sizes rounded up to the alignment
+    a.free(x, 100)
+    a.free(z, 64)
+    assert a.alloc(64) == z  # the smallest hole that fits, not the first
+    a.free(z, 64)
+    assert a.alloc(200) == 288  # no hole fits: the end, and the buffer grows
+    assert a.max_size == 512  # 200 rounded up to 224
+    a.free(y, 64)  # merges with the holes on both sides: 0..256
+    assert a.alloc(256) == 0
+    b = Allocator(32)
+    p, _, q, _ = b.alloc(64), b.alloc(32), b.alloc(64), b.alloc(32)
+    b.free(p, 64)
+    b.free(q, 64)
+    assert b.alloc(64) == q  # equal holes: the later one
+
+
+def test_replay_reuses_a_sole_consumers_source_and_keeps_viewed_tensors() -> None:
+    from moeconf.memory.replay import Graph
+    g = Graph()
+    a = g.op(1024)
+    b = g.op(1024, a, inplace=True)  # a's only consumer: b runs in place
+    g.op(1024, b)
+    assert g.peak(32) == 2048
+    g = Graph()
+    a = g.op(1024)
+    g.op(1024, a, inplace=True)
+    g.op(1024, a)  # a has two consumers: no reuse
+    assert g.peak(32) == 3072
+    g = Graph()
+    a = g.op(1024)
+    v = g.view(a)
+    g.op(1024)
+    g.op(1024, v)  # a stays alive until its view's last consumer ran
+    assert g.peak(32) == 3072
+    g = Graph()
+    a = g.op(1024)
+    g.op(1024, a)  # a is freed after its last consumer: the next tensor takes its place
+    g.op(1024)
+    assert g.peak(32) == 2048
+
+
+# llama-fit-params -fitp on (MiB: the RPC device's and the host's compute buffers): GLM-4.5-Air on
+# one GPU, replayed over the whole graph (moeconf/memory/replay.py). At -c 32768 the last layer
+# frees its 32 MiB mask before the FFN and the experts' sum takes that hole: the logits sit 72 MiB
+# lower than at -c 8192 to 24576; the host's peak depends on which freed inputs its copies fill
+@pytest.mark.parametrize(("argv", "gpu_mib", "host_mib"), [
+    (["-c", "32768", "-ctk", "q8_0", "-ctv", "q8_0", "-ot", "exps=CPU"], 312.00, 148.09),
+    (["-c", "24576", "-ot", "exps=CPU"], 384.28, 162.01),
+    (["-c", "8192", "-ot", "exps=CPU"], 384.28, 146.26),
+    # some layers' experts on the CPU, as `fit` writes them
+    (["-c", "8192", "-ub", "256", "-ot", r"blk\.(2[0-9]|3[0-9]|4[0-5])\.ffn_.*_exps=CPU"], 192.14, 73.13),
+    (["-c", "16384", "-ot", r"blk\.([1-9]|1[0-9])\.ffn_.*_exps=CPU"], 320.00, 154.01),
+    (["-c", "8192"], 320.00, 24.01),
+])
+def test_glm_on_one_gpu_is_replayed(models: dict[str, Inventory], argv: list[str], gpu_mib: float,
+                                    host_mib: float) -> None:
+    est = mem(models["glm-4.5-air"], ["--rpc", "127.0.0.1:50052", "-ngl", "999", *argv], gpus=())
+    assert round(est.devices["RPC0[127.0.0.1:50052]"].compute / MiB, 2) == gpu_mib
+    assert abs(est.devices["CPU"].compute / MiB - host_mib) <= 0.1
+
+
+# llama-fit-params -fitp on, the host's compute buffer (MiB) with routed experts on the CPU, by a
+# replay of the host's share of the graph: the experts' splits fill the holes the graph inputs left
+# once copied to the GPUs (the phase model was 14 to 28 MiB under on these)
+@pytest.mark.parametrize(("model", "argv", "host_mib"), [
+    ("deepseek-v3", ["-c", "4096", "-ub", "1024"], 480.02),
+    ("deepseek-v3", ["-c", "4096"], 240.01),
+    ("gpt-oss-20b", ["-c", "8192", "-ub", "2048"], 356.09),
+    # two GPUs: the masks live until copied to the second, the experts' copies go above them
+    ("glm-4.5-air", ["-c", "8192", "-ts", "1,1"], 154.26),
+])
+def test_host_compute_with_experts_on_the_cpu_is_replayed(models: dict[str, Inventory], model: str,
+                                                          argv: list[str], host_mib: float) -> None:
+    eps = "127.0.0.1:50052,127.0.0.1:50053" if "-ts" in argv else "127.0.0.1:50052"
+    est = mem(models[model], ["--rpc", eps, "-ngl", "999", "-ot", "exps=CPU", *argv], gpus=())
+    assert round(est.devices["CPU"].compute / MiB, 2) == host_mib
+
+
+# llama-fit-params -fitp on (MiB, per RPC device): Qwen3-30B-A3B's GPUs replayed over their share
+# of the graph. The middle GPU of a partial offload starts with the copies of the CPU layer's
+# routed experts' output, weights and residual (its tail runs there), keeps the mask above them,
+# and peaks on its experts above that (the phase model said 84.5); the last one holds the logits
+@pytest.mark.parametrize(("argv", "mib"), [
+    (["-c", "8192", "-ngl", "30", "-ts", "1,1"], {"127.0.0.1:50052": 100.03, "127.0.0.1:50053": 300.75}),
+    (["-c", "16384", "-ngl", "40", "-ts", "1,1", "-ot", "exps=CPU", "-ub", "1024"],
+     {"127.0.0.1:50052": 168.05, "127.0.0.1:50053": 601.5}),
+    (["-c", "4096", "-ngl", "999"], {"127.0.0.1:50052": 300.75}),
+    (["-c", "8192", "-ngl", "999", "-ctk", "bf16", "-ctv", "bf16", "-ub", "256"], {"127.0.0.1:50052": 150.38}),
+])
+def test_qwen3_gpus_are_replayed(models: dict[str, Inventory], argv: list[str], mib: dict[str, float]) -> None:
+    est = mem(models["qwen3-30b-a3b"], ["--rpc", ",".join(mib), *argv], gpus=())
+    assert {ep: round(est.devices[f"RPC0[{ep}]"].compute / MiB, 2) for ep in mib} == mib

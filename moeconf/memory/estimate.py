@@ -10,7 +10,11 @@ copies of their output decides the peak, and is modelled from ggml-alloc's rules
 the free blocks, else the end of the buffer; a tensor freed after its last consumer; in-place
 reuse of a single-consumer parent): the residual stream above the returned copy, the logits above
 the residual, the first split's inputs above the copies it starts with (measured with an
-instrumented ggml-alloc printing every allocation's offset). The figures were checked against
+instrumented ggml-alloc printing every allocation's offset). Where a hole of a few MiB decides the
+peak and the graph's node list is known (Llama 4's output device; each GPU running a range of
+Qwen3-MoE or GLM-4.5 layers; the host when it runs only routed experts), the allocator is
+replayed node by node instead (`replay`).
+The figures were checked against
 llama.cpp's own projection (`llama-fit-params -fitp on`, see the README's accuracy table);
 CUDA-only terms cannot be checked there and are labelled estimated."""
 
@@ -21,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU
-from moeconf.memory.geometry import GeometryUnknown, geometry
+from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.model import ggml
 from moeconf.model.inventory import Tensor
@@ -344,6 +349,15 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # the graph inputs (token embeddings input, masks) and the input layer's output
             peak = max(peak, copies * (masks + f4 * e) + f4 * e)
         compute[d] = peak
+    if not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
+        replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
+        if replayed is not None:
+            compute[out_dev] = replayed
+        replayed_moe = _replayed_moe(placement, geo, out_dev, T, cells)
+        compute.update(replayed_moe)
+        host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
+        if host is not None:
+            compute[HOST] = host
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     if ik:
@@ -373,6 +387,188 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
                      "to see each GPU's share")
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems))
+
+
+def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
+                            swa_cells: int) -> int | None:
+    """The output device's compute buffer by a replay of ggml-alloc over its graph (see
+    `replay`), where the architecture's node list is known and the device runs a whole tail of
+    layers and the output: Llama 4 with chunked attention and one routed expert. None elsewhere."""
+    inv = placement.inventory
+    if (inv.arch != "llama4" or geo.swa_type != "chunked" or geo.n_expert_used != 1 or not is_gpu(out_dev)
+            or out_dev == AUTO_GPU or geo.mla or not geo.layers):
+        return None
+    if any(placement.devices.get(n) != out_dev for n in ("output_norm.weight", "output.weight")
+           if n in inv.by_name):
+        return None
+    where: dict[int, set[str | None]] = defaultdict(set)
+    for t in inv.tensors:
+        if t.layer is not None:
+            where[t.layer].add(placement.devices[t.name])
+    n_layer = len(geo.layers)
+    if [la.index for la in geo.layers] != list(range(n_layer)):
+        return None
+    first = n_layer
+    while first > 0 and where[first - 1] == {out_dev}:
+        first -= 1
+    if first == n_layer:
+        return None
+    if first > 0 and len(where[first - 1]) != 1:
+        return None  # the layer before is split between devices: its tail is not modelled
+    heads = {(la.n_head, la.n_head_kv, la.head_k, la.head_v) for la in geo.layers}
+    if len(heads) != 1:
+        return None
+    n_head, n_head_kv, head_k, head_v = heads.pop()
+    shape = Llama4Shape(
+        n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k, head_v=head_v,
+        n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
+        n_ff_shexp=geo.n_ff_shexp or geo.n_ff_exp,
+        n_ff=tuple(0 if f"blk.{il}.ffn_gate_inp.weight" in inv.by_name else _width(placement, il, "ffn_up")
+                   for il in range(n_layer)),
+        full_attn=tuple(not la.swa for la in geo.layers), n_tokens=n_tokens, n_kv=cells, n_kv_swa=swa_cells,
+        first=first, after_cpu=first > 0 and where[first - 1] == {HOST},
+    )
+    return llama4_peak(shape, 128 if out_dev.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+
+
+_ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+
+
+# architectures whose graph `replay.moe_graph` rebuilds: (per-head Q and K norms, sigmoid gating
+# with a selection bias)
+_MOE_REPLAYED = {"qwen3moe": (True, False), "glm4moe": (False, True)}
+
+
+def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int) -> dict[str, int]:
+    """Compute buffers by a replay of ggml-alloc over a GPU's share of the graph (see `replay`),
+    for each GPU running one contiguous range of whole layers (its routed experts there or on the
+    CPU), after the CPU's layers or another GPU's, and the output if it runs the last layer; and
+    the host's when one GPU runs every layer. Where the experts' output, their sum and the logits
+    land depends on the holes masks, copies and routers leave; a replay places them exactly."""
+    inv = placement.inventory
+    spec = _MOE_REPLAYED.get(inv.arch)
+    n_layer = len(geo.layers)
+    if (spec is None or geo.swa_type != "none" or geo.mla or geo.n_expert_used < 2 or not geo.n_ff_exp
+            or not n_layer or [la.index for la in geo.layers] != list(range(n_layer))):
+        return {}
+    qk_norm, biased = spec
+    home: dict[int, set[str | None]] = defaultdict(set)
+    routed: dict[int, set[str | None]] = defaultdict(set)
+    normed: set[int] = set()
+    for t in inv.tensors:
+        il = t.layer
+        if il is None or il >= n_layer:
+            continue  # the nextn block is not in the graph
+        if t.base == "ffn_gate_up_exps":
+            return {}
+        if t.base == "attn_q_norm":
+            normed.add(il)
+        (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
+    if normed != (set(range(n_layer)) if qk_norm else set()):
+        return {}
+    heads = {(la.n_head, la.n_head_kv, la.head_k, la.head_v) for la in geo.layers}
+    if len(heads) != 1 or not geo.n_ff_exp:
+        return {}
+    dev_of: list[str] = []
+    for il in range(n_layer):
+        if len(home[il]) != 1 or len(routed[il]) > 1:
+            return {}
+        d = next(iter(home[il]))
+        if d is None or d == AUTO_GPU or not routed[il] <= {d, HOST}:
+            return {}
+        dev_of.append(d)
+    n_ff = tuple(0 if routed[il] else _width(placement, il, "ffn_up") for il in range(n_layer))
+    if any(not routed[il] and not n_ff[il] for il in range(n_layer)):
+        return {}
+    n_head, n_head_kv, head_k, head_v = heads.pop()
+    runs: list[tuple[str, int, int]] = []
+    for il, d in enumerate(dev_of):
+        if runs and runs[-1][0] == d:
+            runs[-1] = (d, runs[-1][1], il + 1)
+        else:
+            runs.append((d, il, il + 1))
+    out: dict[str, int] = {}
+    for i, (d, first, last) in enumerate(runs):
+        if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
+            continue
+        if last == n_layer:
+            if out_dev != d or any(placement.devices.get(n) != d for n in ("output_norm.weight", "output.weight")
+                                   if n in inv.by_name):
+                continue
+        elif not is_gpu(runs[i + 1][0]) or out_dev == d:
+            continue
+        after_cpu = first > 0 and dev_of[first - 1] == HOST
+        if after_cpu and routed[first - 1] - {HOST}:
+            continue
+        shape = MoeShape(
+            n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
+            head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
+            n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
+            experts_cpu=tuple(routed[il] == {HOST} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
+            first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu,
+        )
+        gpu, host = moe_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+        out[d] = gpu
+        if first == 0 and last == n_layer and placement.devices.get("token_embd.weight") == HOST:
+            out[HOST] = host
+    return out
+
+
+# architectures whose routed experts' CPU split is known: a SwiGLU over gate and up, a down
+# projection (gpt-oss: each followed by its bias, in place); Llama 4 weights the experts' input
+# before them, so the CPU receives one weighted copy per chosen expert
+_HOST_REPLAYED = {"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"}
+
+
+def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
+                   swa_cells: int) -> int | None:
+    """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
+    `replay.host_graph`), where GPUs run every layer (attention, router, shared expert) and the
+    output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
+    graph inputs left once copied to the GPUs. None elsewhere."""
+    inv = placement.inventory
+    if (inv.arch not in _HOST_REPLAYED or not geo.layers or not geo.n_ff_exp or not is_gpu(out_dev)
+            or placement.devices.get("token_embd.weight") != HOST):
+        return None
+    n_layer = len(geo.layers)
+    if [la.index for la in geo.layers] != list(range(n_layer)):
+        return None
+    home: dict[int, set[str | None]] = defaultdict(set)
+    routed: dict[int, set[str | None]] = defaultdict(set)
+    for t in inv.tensors:
+        il = t.layer
+        if il is None or il >= n_layer:
+            continue
+        (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
+    buffers: dict[str, int] = {}
+    layers = []
+    f = 4 * n_tokens
+    for la in geo.layers:
+        devs = home[la.index]
+        if len(devs) != 1:
+            return None
+        dev = next(iter(devs))
+        if dev is None or not is_gpu(dev) or dev == AUTO_GPU or not routed[la.index] <= {dev, HOST}:
+            return None
+        if len(routed[la.index]) > 1:
+            return None
+        buffers.setdefault(dev, 0 if not buffers else len(buffers) + 1)  # buffer 1 is the host's
+        full = not la.swa
+        kind = "" if full else "_swa"
+        n_kv = cells if full else swa_cells
+        rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
+        reads = (rope, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
+        reads += (("mask" + kind, 2 * n_tokens * n_kv),)
+        layers.append((buffers[dev], reads, routed[la.index] == {HOST}))
+    if not any(cpu for _, _, cpu in layers):
+        return None
+    used = geo.n_expert_used
+    shape = HostShape(
+        n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used, n_ff_exp=geo.n_ff_exp,
+        biased=inv.arch == "gpt-oss", x_size=f * geo.n_embd * (used if inv.arch == "llama4" else 1),
+        layers=tuple(layers),
+    )
+    return host_peak(shape)
 
 
 def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,

@@ -1,0 +1,537 @@
+"""A node-by-node replay of ggml-alloc over a device's share of the worst-case graph, for the
+architectures whose compute buffer the phase model in `estimate` cannot place exactly.
+
+Where a tensor lands in a compute buffer depends on every allocation and free before it: the
+scheduler reserves the buffer by running ggml-alloc's graph allocator (`ggml-alloc.c`,
+`ggml_gallocr_alloc_graph_impl`) over the graph once, and the buffer's size is the highest offset
+it ever used. Llama 4's one routed expert leaves the residual stream either in a hole of exactly
+n_embd x ubatch floats or 0.75 MiB of router scratch higher, depending on where earlier layers
+left it; the logits (the largest tensor) go above it. Only a replay decides that, so this module
+rebuilds the graph's nodes (sizes, sources, views, in-place candidates) as llama.cpp's graph
+builders emit them, and runs the allocator's rules over them:
+
+- a node is allocated before it runs, unless it is a view, or it can run in place (`ggml_op_can_inplace`:
+  ADD, MUL, RMS_NORM, ROPE, UNARY, SCALE, SOFT_MAX, ...) on a source of the same layout that is
+  not a view, not a graph output, has this node as its only consumer and no views;
+- a source is freed once its last consumer ran and no view of it is left (a view's last consumer
+  frees the tensor it views);
+- the dynamic allocator (`ggml_dyn_tallocr_alloc`) takes the smallest free block that fits among
+  all but the last (ties: the higher one), else the last block, which reaches the buffer's end;
+  a freed range merges with the free block it touches;
+- the scheduler's copies of a split's inputs are nodes of the split, allocated in the order the
+  split's nodes first use them (`ggml_backend_sched_split_graph`).
+
+The node lists were read off an instrumented ggml-alloc printing every allocation's offset, size
+and name, every free and every in-place reuse (llama.cpp b7000 series, `llama-fit-params`), and
+replay its offsets exactly. Results are cached: a `fit` calls `estimate` many times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+_LAST_BLOCK = 1 << 62  # the last free block reaches the end of a buffer that grows on demand
+
+
+class Allocator:
+    """ggml_dyn_tallocr with one chunk: free blocks sorted by offset, the last one open-ended."""
+
+    __slots__ = ("alignment", "blocks", "max_size")
+
+    def __init__(self, alignment: int) -> None:
+        self.alignment = alignment
+        self.blocks: list[list[int]] = [[0, _LAST_BLOCK]]
+        self.max_size = 0
+
+    def _aligned(self, size: int) -> int:
+        a = self.alignment
+        return (size + a - 1) // a * a
+
+    def alloc(self, size: int) -> int:
+        size = self._aligned(size)
+        blocks = self.blocks
+        best = -1
+        best_size = _LAST_BLOCK
+        for i in range(len(blocks) - 1):
+            bs = blocks[i][1]
+            if size <= bs <= best_size:  # best fit; a tie goes to the later block
+                best, best_size = i, bs
+        if best < 0:
+            best = len(blocks) - 1
+        block = blocks[best]
+        off = block[0]
+        block[0] += size
+        block[1] -= size
+        if block[1] == 0:
+            del blocks[best]
+        self.max_size = max(self.max_size, off + size)
+        return off
+
+    def free(self, off: int, size: int) -> None:
+        size = self._aligned(size)
+        blocks = self.blocks
+        for i, block in enumerate(blocks):
+            if block[0] + block[1] == off:  # the freed range ends this block: extend it
+                block[1] += size
+                if i + 1 < len(blocks) and block[0] + block[1] == blocks[i + 1][0]:
+                    block[1] += blocks[i + 1][1]
+                    del blocks[i + 1]
+                return
+            if off + size == block[0]:  # the freed range starts this block
+                block[0] = off
+                block[1] += size
+                if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == off:
+                    blocks[i - 1][1] += block[1]
+                    del blocks[i]
+                return
+        pos = 0
+        while pos < len(blocks) and blocks[pos][0] < off:
+            pos += 1
+        blocks.insert(pos, [off, size])
+
+
+@dataclass(slots=True)
+class _Node:
+    size: int  # bytes; 0 for a view
+    srcs: tuple[int, ...]
+    view_of: int  # the tensor a view's data belongs to (-1: not a view)
+    inplace: bool  # the op may reuse a source of the same size in place
+    output: bool = False
+    buf: int = 0  # the buffer (device) it is allocated in
+    order: tuple[int, int] = (0, 1)  # (split, 0 for the split's input copies, 1 for its nodes)
+
+
+class Graph:
+    """The nodes of a graph in execution order (indices into `nodes`), each in a buffer, grouped in
+    the scheduler's splits: `split(buf)` starts one, `input` adds a copy to the current one."""
+
+    def __init__(self) -> None:
+        self.nodes: list[_Node] = []
+        self._copies: dict[tuple[object, int], int] = {}
+        self._split = 0
+        self.buf = 0
+
+    def op(self, size: int, *srcs: int, inplace: bool = False, output: bool = False) -> int:
+        """A node computing `size` bytes from `srcs` (0: it writes into a tensor outside the
+        buffers, as SET_ROWS writes into the KV cache, or it only keeps its sources alive)."""
+        self.nodes.append(_Node(size, srcs, -1, inplace, output, self.buf, (self._split, 1)))
+        return len(self.nodes) - 1
+
+    def view(self, src: int) -> int:
+        """A VIEW, RESHAPE or PERMUTE of `src` (no memory of its own)."""
+        n = self.nodes[src]
+        root = n.view_of if n.view_of >= 0 else src
+        self.nodes.append(_Node(0, (src,), root, False, False, n.buf, (self._split, 1)))
+        return len(self.nodes) - 1
+
+    def leaf(self, size: int, buf: int) -> int:
+        """A graph input (positions, KV indices, masks, ...): allocated before any node runs."""
+        self.nodes.append(_Node(size, (), -1, False, False, buf, (-1, 0)))
+        return len(self.nodes) - 1
+
+    def split(self, buf: int) -> None:
+        self._split += 1
+        self.buf = buf
+
+    def input(self, key: object, size: int, src: int = -1) -> int:
+        """The current split's copy of a tensor computed in another buffer (`src`, kept alive until
+        the copy by a node of the scheduler's) or of a graph input, made at the split's start and
+        shared by the later splits on the same buffer."""
+        k = (key, self.buf)
+        if k not in self._copies:
+            if src >= 0:
+                self.nodes.append(_Node(0, (src,), -1, False, False, self.nodes[src].buf, (self._split, -1)))
+            self.nodes.append(_Node(size, (), -1, False, False, self.buf, (self._split, 0)))
+            self._copies[k] = len(self.nodes) - 1
+        return self._copies[k]
+
+    def finish(self) -> None:
+        """The execution order: the graph inputs, then each split's copies before its nodes."""
+        order = sorted(range(len(self.nodes)), key=lambda i: self.nodes[i].order)
+        new = {old: i for i, old in enumerate(order)}
+        nodes = [self.nodes[i] for i in order]
+        for n in nodes:
+            n.srcs = tuple(new[x] for x in n.srcs)
+            if n.view_of >= 0:
+                n.view_of = new[n.view_of]
+        self.nodes = nodes
+        self._copies = {k: new[v] for k, v in self._copies.items()}
+
+    def peak(self, alignment: int) -> int:
+        """ggml_gallocr_alloc_graph_impl over the nodes: buffer 0's size."""
+        return self.peaks((alignment,))[0]
+
+    def peaks(self, alignments: tuple[int, ...]) -> tuple[int, ...]:
+        """ggml_gallocr_alloc_graph_impl over the nodes: each buffer's size."""
+        nodes = self.nodes
+        n = len(nodes)
+        children = [0] * n
+        views = [0] * n
+        for node in nodes:
+            if node.view_of >= 0:
+                views[node.view_of] += 1
+            for s in node.srcs:
+                children[s] += 1
+        allocs = [Allocator(a) for a in alignments]
+        addr = [-1] * n  # offset while allocated, -1 otherwise
+        for i, node in enumerate(nodes):
+            if node.view_of < 0 and node.size:
+                for s in node.srcs if node.inplace else ():
+                    p = nodes[s]
+                    if (p.view_of < 0 and addr[s] >= 0 and not p.output and p.size == node.size
+                            and children[s] == 1 and views[s] == 0):
+                        addr[i], addr[s] = addr[s], -1
+                        break
+                else:
+                    addr[i] = allocs[node.buf].alloc(node.size)
+            for s in node.srcs:
+                children[s] -= 1
+                if children[s] or views[s]:
+                    continue
+                root = nodes[s].view_of
+                if root >= 0:
+                    views[root] -= 1
+                    if views[root] == 0 and children[root] == 0 and addr[root] >= 0:
+                        allocs[nodes[root].buf].free(addr[root], nodes[root].size)
+                        addr[root] = -1
+                elif addr[s] >= 0 and not nodes[s].output:
+                    allocs[nodes[s].buf].free(addr[s], nodes[s].size)
+                    addr[s] = -1
+        return tuple(a.max_size for a in allocs)
+
+
+@dataclass(frozen=True)
+class Llama4Shape:
+    """What the llama4 graph's tensor sizes depend on (bytes are 4 per float unless noted)."""
+
+    n_embd: int
+    n_vocab: int
+    n_head: int
+    n_head_kv: int
+    head_k: int
+    head_v: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    n_ff_shexp: int
+    n_ff: tuple[int, ...]  # per layer: the dense FFN's width, 0 for a MoE layer
+    full_attn: tuple[bool, ...]  # per layer: full attention, no RoPE (else chunked, RoPE)
+    n_tokens: int  # the ubatch
+    n_kv: int  # KV cells the full-attention mask spans
+    n_kv_swa: int  # KV cells the chunked mask spans (0: no chunked layers)
+    first: int  # the first layer this buffer runs; the output runs here too
+    after_cpu: bool  # the layer before `first` ran on the CPU (not another GPU)
+
+
+def llama4_graph(s: Llama4Shape) -> Graph:
+    """llama.cpp's `llama_model_llama4::graph` (src/models/llama4.cpp) with flash attention, from
+    layer `first` to the logits, as the buffer holding them sees it. With flash attention the
+    masks are f16, KV indices int64; the worst-case graph outputs every token."""
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    e = s.n_embd
+    n_layer = len(s.full_attn)
+    # the split's inputs are copied at its start, in the order its nodes first use them
+    # (`g.input`). After a layer run on the CPU, that layer's weightless tail (the residual ADD,
+    # in a MoE layer the ADD of the shared and routed experts too) runs here (the scheduler's
+    # "expand GPU up" pass in ggml_backend_sched_split_graph), so the split starts with the copies
+    # of its sources; after a layer run on another GPU, that GPU takes this layer's first
+    # weightless op, the attention's RMS_NORM ("expand GPU down"): the split copies the norm, and
+    # the residual stream when the attention's output is added to it
+    prev_gpu = s.first > 0 and not s.after_cpu
+    if s.first == 0:
+        inp = g.input("embd", e * f)
+    elif prev_gpu:
+        inp = -1
+    elif s.n_ff[s.first - 1]:
+        inp = g.op(e * f, g.input("ffn_out", e * f), g.input("ffn_inp", e * f), inplace=True)
+    else:
+        merged = g.op(e * f, g.input("moe_out", e * f), g.input("shexp", e * f), inplace=True)
+        inp = g.op(e * f, merged, g.input("ffn_inp", e * f), inplace=True)
+    hq, hkv = s.n_head * s.head_k, s.n_head_kv * s.head_k
+    for il in range(s.first, n_layer):
+        full = s.full_attn[il]
+        cells = s.n_kv if full else s.n_kv_swa
+        norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
+        cur = g.op(e * f, norm, inplace=True)  # attn_norm
+        q = g.view(g.op(hq * f, cur))
+        if full:  # no RoPE: the attention temperature scales the queries
+            q = g.op(hq * f, q, g.input("attn_scale", f), inplace=True)
+        else:
+            q = g.op(hq * f, q, g.input("pos", f), inplace=True)
+        k = g.view(g.op(hkv * f, cur))
+        if not full:
+            k = g.op(hkv * f, k, g.input("pos", f), inplace=True)
+        v = g.view(g.op(s.n_head_kv * s.head_v * f, cur))
+        # SET_ROWS into the cache (a view of the cache, no memory here), by int64 cell indices
+        g.op(0, g.view(k), g.input(("k_idxs", full), 8 * T))
+        g.op(0, g.view(v), g.input(("v_idxs", full), 8 * T))
+        mask = g.input(("mask", full), 2 * T * cells)  # f16 with flash attention
+        attn = g.op(s.n_head * s.head_v * f, g.view(q), mask)  # FLASH_ATTN_EXT
+        cur = g.op(e * f, g.view(attn))  # wo
+        res = g.input("l_out", e * f) if inp < 0 else inp
+        if il == n_layer - 1:
+            out_ids = g.input("out_ids", f)
+            cur = g.op(e * f, cur, out_ids)  # GET_ROWS: only the outputs go on
+            res = g.op(e * f, res, out_ids)
+        ffn_inp = g.op(e * f, cur, res, inplace=True)
+        x = g.op(e * f, g.op(e * f, ffn_inp, inplace=True), inplace=True)  # ffn_norm
+        if s.n_ff[il]:
+            ff = s.n_ff[il] * f
+            glu = g.op(ff, g.op(ff, x), g.op(ff, x))
+            out = g.op(e * f, glu)
+        else:
+            # build_moe_ffn: sigmoid gating, experts chosen on the logits, the input weighted
+            # before the experts (repeated per chosen expert), one expert's output a CONT copy
+            used = s.n_expert_used
+            logits = g.op(s.n_expert * f, x)
+            probs = g.op(s.n_expert * f, logits, inplace=True)
+            topk = g.view(g.op(s.n_expert * f, logits))  # ARGSORT, its top-k view
+            weights = g.op(used * f, g.view(probs), topk)
+            rep = g.op(e * used * f, g.view(x))
+            xw = g.op(e * used * f, rep, weights, inplace=True)
+            ffe = s.n_ff_exp * used * f
+            glu = g.op(ffe, g.op(ffe, xw, topk), g.op(ffe, xw, topk))
+            down = g.op(e * used * f, glu, topk)
+            moe = g.op(e * f, g.view(down))
+            ffs = s.n_ff_shexp * f
+            sh = g.op(e * f, g.op(ffs, g.op(ffs, x), g.op(ffs, x)))
+            out = g.op(e * f, moe, sh, inplace=True)
+        inp = g.op(e * f, out, ffn_inp, inplace=True)  # l_out
+    x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
+    g.op(s.n_vocab * f, x, output=True)
+    g.finish()
+    return g
+
+
+@lru_cache(maxsize=256)
+def llama4_peak(s: Llama4Shape, alignment: int) -> int:
+    return llama4_graph(s).peak(alignment)
+
+
+GPU, CPU = 0, 1  # buffer ids in the two-buffer graphs
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """What a Qwen3-MoE or GLM-4.5 style graph's tensor sizes depend on, for the GPU running
+    layers `first` to `last` - 1 (routed experts there or on the CPU)."""
+
+    n_embd: int
+    n_vocab: int
+    n_head: int
+    n_head_kv: int
+    head_k: int
+    head_v: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    n_ff_shexp: int  # 0: no shared expert
+    qk_norm: bool  # RMS norms of Q and K per head before RoPE (Qwen3)
+    biased_selection: bool  # sigmoid gating, experts chosen on scores plus a bias (GLM-4.5); else softmax
+    n_ff: tuple[int, ...]  # per layer: the dense FFN's width, 0 for a MoE layer
+    experts_cpu: tuple[bool, ...]  # per layer: its routed experts run on the CPU
+    n_tokens: int
+    n_kv: int
+    first: int = 0
+    last: int = -1  # -1: every layer from `first` on, and the output
+    after_cpu: bool = False  # the layer before `first` ran wholly on the CPU (else on another GPU)
+
+
+def moe_graph(s: MoeShape) -> Graph:
+    """llama.cpp's qwen3moe and glm4moe graphs (src/models/qwen3moe.cpp, glm4-moe.cpp,
+    `build_moe_ffn` in llama-graph.cpp) with flash attention, the nextn block left out: the
+    router (softmax, or sigmoid with a selection bias), the chosen experts' weights normalised and
+    applied after the experts, their outputs summed by a chain of ADDs over views, a shared expert.
+    Buffer GPU holds the device's share; with `first` 0 and the output here, buffer CPU holds the
+    graph inputs, the token embeddings' rows and the routed experts' splits (copies of the FFN
+    input and of the chosen ids, the experts' matmuls)."""
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    e = s.n_embd
+    used = s.n_expert_used
+    n_layer = len(s.n_ff)
+    last = n_layer if s.last < 0 else s.last
+    whole = s.first == 0 and last == n_layer  # the host's share is replayed too
+    leaves: dict[str, int] = {}
+
+    def graph_input(name: str, size: int) -> int:
+        if whole and name not in leaves:
+            leaves[name] = g.leaf(size, CPU)
+        return g.input(name, size, leaves.get(name, -1))
+
+    def moe_sum(down: int, weights: int) -> int:
+        weighted = g.op(e * used * f, down, weights, inplace=True)
+        moe = g.op(e * f, g.view(weighted), g.view(weighted))
+        for _ in range(used - 2):
+            moe = g.op(e * f, moe, g.view(weighted), inplace=True)
+        return moe
+
+    if whole:
+        tokens = g.leaf(f, CPU)
+        g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
+        g.split(CPU)
+        embd = g.op(e * f, tokens)  # GET_ROWS of the token embeddings
+        g.split(GPU)
+        inp = g.input("embd", e * f, embd)
+    elif s.first == 0:
+        inp = g.input("embd", e * f)
+    elif not s.after_cpu:
+        inp = -1  # the GPU before ran this layer's first RMS_NORM ("expand GPU down")
+    else:
+        # the CPU layer's weightless tail runs here ("expand GPU up"): its split starts with the
+        # copies of that tail's sources
+        prev = s.first - 1
+        ffn_inp = g.input("ffn_inp", e * f)
+        if s.n_ff[prev]:
+            out = g.input("ffn_out", e * f)
+        elif s.n_ff_shexp:
+            out = g.op(e * f, g.input("moe_out", e * f), g.input("shexp", e * f), inplace=True)
+        else:
+            out = moe_sum(g.input("down", e * used * f), g.input("weights", used * f))
+        inp = g.op(e * f, out, ffn_inp, inplace=True)
+    hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
+    for il in range(s.first, last):
+        norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
+        cur = g.op(e * f, norm, inplace=True)  # attn_norm
+        pos = graph_input("pos", f)
+        q = g.view(g.op(hq * f, cur))  # Q (+ bias, in place)
+        if s.qk_norm:
+            q = g.op(hq * f, g.op(hq * f, q), inplace=True)  # RMS_NORM of the view, its MUL
+        q = g.op(hq * f, q, pos, inplace=True)  # RoPE
+        v = g.view(g.op(hv * f, cur))
+        k = g.view(g.op(hkv * f, cur))
+        if s.qk_norm:
+            k = g.op(hkv * f, g.op(hkv * f, k), inplace=True)
+        k = g.op(hkv * f, k, pos, inplace=True)
+        g.op(0, g.view(k), graph_input("k_idxs", 8 * T))  # SET_ROWS into the cache
+        g.op(0, g.view(v), graph_input("v_idxs", 8 * T))
+        attn = g.op(s.n_head * s.head_v * f, g.view(q), graph_input("mask", 2 * T * s.n_kv))
+        cur = g.op(e * f, g.view(attn))  # wo
+        res = g.input("l_out", e * f) if inp < 0 else inp
+        if il == n_layer - 1:
+            out_ids = graph_input("out_ids", f)
+            cur = g.op(e * f, cur, out_ids)
+            res = g.op(e * f, res, out_ids)
+        ffn_inp = g.op(e * f, cur, res, inplace=True)
+        x = g.op(e * f, g.op(e * f, ffn_inp, inplace=True), inplace=True)  # the FFN's norm
+        if s.n_ff[il]:
+            ff = s.n_ff[il] * f
+            out = g.op(e * f, g.op(ff, g.op(ff, x), g.op(ff, x)))
+        else:
+            ne = s.n_expert * f
+            probs = g.op(ne, g.op(ne, x), inplace=True)  # logits, sigmoid or softmax in place
+            probs_r = g.view(probs)
+            scores = g.op(ne, probs) if s.biased_selection else probs  # plus the selection bias
+            topk = g.view(g.op(ne, scores))  # ARGSORT, its top-k view
+            weights = g.view(g.op(used * f, probs_r, topk))  # GET_ROWS
+            wsum = g.op(f, g.op(f, weights), inplace=True)  # SUM_ROWS, CLAMP in place
+            weights = g.view(g.op(used * f, weights, wsum, inplace=True))  # DIV
+            xr = g.view(x)
+            ffe = s.n_ff_exp * used * f
+            if s.experts_cpu[il]:
+                g.split(CPU)
+                # the copies of the FFN input and of the ids (a strided view of the ARGSORT)
+                xc = g.input(("x", il), e * f, xr)
+                tc = g.input(("topk", il), (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4, topk)
+                down = g.op(e * used * f, g.op(ffe, g.op(ffe, xc, tc), g.op(ffe, xc, tc)), tc)
+                g.split(GPU)
+                down = g.input(("down", il), e * used * f, down)
+            else:
+                down = g.op(e * used * f, g.op(ffe, g.op(ffe, xr, topk), g.op(ffe, xr, topk)), topk)
+            out = moe_sum(down, weights)
+            if s.n_ff_shexp:
+                ffs = s.n_ff_shexp * f
+                sh = g.op(e * f, g.op(ffs, g.op(ffs, x), g.op(ffs, x)))
+                out = g.op(e * f, out, sh, inplace=True)
+        inp = g.op(e * f, out, ffn_inp, inplace=True)  # l_out
+    if last == n_layer:
+        x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
+        g.op(s.n_vocab * f, x, output=True)
+    else:
+        # the next GPU's first RMS_NORM runs here; the next GPU copies it and the residual
+        g.op(0, g.op(e * f, inp))
+        g.op(0, inp)
+    g.finish()
+    return g
+
+
+@lru_cache(maxsize=512)
+def moe_peaks(s: MoeShape, alignment: int) -> tuple[int, int]:
+    """(GPU, CPU) compute buffer sizes; CPU is the host's only when `first` is 0 and the output
+    is on this GPU."""
+    gpu, cpu = moe_graph(s).peaks((alignment, 32))
+    return gpu, cpu
+
+
+@dataclass(frozen=True)
+class HostShape:
+    """What the host's compute buffer depends on when GPUs run every layer's attention and the
+    output, and the CPU only some layers' routed experts (`-ot exps=CPU`)."""
+
+    n_embd: int
+    n_tokens: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    biased: bool  # gpt-oss: each expert matmul followed by its bias (ADD_ID, in place)
+    x_size: int  # the experts' input copied to the CPU (bytes)
+    # per layer: the GPU running it (1, 2, ...), the graph inputs its attention reads in order
+    # (name, bytes), and whether its routed experts run on the CPU
+    layers: tuple[tuple[int, tuple[tuple[str, int], ...], bool], ...]
+
+
+def host_graph(s: HostShape) -> Graph:
+    """The host's share of the worst-case graph: the graph inputs (allocated first, in the order
+    the graph first reads them), the token embeddings' rows, and per layer whose routed experts
+    run on the CPU a split with the copies of their input and of the chosen ids, and the experts'
+    matmuls (`build_moe_ffn`). A graph input lives until the scheduler copied it to the last GPU
+    reading it; what the GPUs compute in between allocates nothing here."""
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    e = s.n_embd
+    used = s.n_expert_used
+    tokens = g.leaf(f, CPU)
+    g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
+    leaves: dict[str, int] = {}
+    g.split(CPU)
+    embd = g.op(e * f, tokens)
+    gpu = -1
+    n_layer = len(s.layers)
+    for il, (dev, reads, experts_cpu) in enumerate(s.layers):
+        if dev != gpu:
+            gpu = dev
+            g.split(gpu)
+            g.input("embd" if il == 0 else ("l_out", il), e * f, embd if il == 0 else -1)
+        for name, size in reads + ((("out_ids", f),) if il == n_layer - 1 else ()):
+            if name not in leaves:
+                leaves[name] = g.leaf(size, CPU)
+            g.input(name, size, leaves[name])
+        if not experts_cpu:
+            continue
+        g.split(CPU)
+        xc = g.input(("x", il), s.x_size)
+        tc = g.input(("topk", il), (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4)
+        ffe = s.n_ff_exp * used * f
+        gate = g.op(ffe, xc, tc)
+        if s.biased:
+            gate = g.op(ffe, gate, tc, inplace=True)
+        up = g.op(ffe, xc, tc)
+        if s.biased:
+            up = g.op(ffe, up, tc, inplace=True)
+        down = g.op(e * used * f, g.op(ffe, gate, up), tc)
+        if s.biased:
+            down = g.op(e * used * f, down, tc, inplace=True)
+        g.split(gpu)
+        g.input(("down", il), e * used * f, down)
+    g.finish()
+    return g
+
+
+@lru_cache(maxsize=256)
+def host_peak(s: HostShape) -> int:
+    bufs = max(CPU, *(dev for dev, _, _ in s.layers)) + 1
+    return host_graph(s).peaks(tuple([32] * bufs))[CPU]
