@@ -101,6 +101,6 @@ def test_the_last_device_budget_is_checked_after_the_fill(tmp_path: Path) -> Non
     with pytest.raises(MoeconfError, match="once the devices before it in the rule hold all they can"):
         _compile(tmp_path, _plan(tmp_path, ["experts -> gpu, cpu"], '[budget]\ngpu = "40 GiB"\ncpu = "8 GiB"\n'))
     # a GPU last in the rule takes the rest too
-    with pytest.raises(MoeconfError, match="CUDA1 holds .* one more device at the end of the rule"):
+    with pytest.raises(MoeconfError, match=r"CUDA1 holds .* one more device at the end of the rule"):
         _compile(tmp_path, _plan(tmp_path, ["experts -> gpu, gpu1"], '[budget]\ngpu = "24 GiB"\ngpu1 = "24 GiB"\n',
                                  engine='[engine]\ngpus = ["CUDA0", "CUDA1"]\n'))
