@@ -142,7 +142,9 @@ class _Filler:
         defaults = default_devices(self.inv, self.eng, self.ngl, self.accelerators, ts, self.split_mode,
                                    self.ik_layer_devices(ts))
         devices = {**defaults, **self.overlay}
-        mem = self.measure(devices, defaults)
+        # the search ranks splits on the phase model; `complete` measures the chosen fill with the
+        # allocator replays and gives back what does not fit
+        mem = self.measure(devices, defaults, exact=False)
         return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
                           self.over(mem, sinks=False))
 
@@ -155,12 +157,13 @@ class _Filler:
 
         return plan_ik_split(self.plan, self.inv, self.eng, len(self.accelerators), ts)
 
-    def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> MemoryEstimate:
+    def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None], *,
+                exact: bool = True) -> MemoryEstimate:
         pl = Placement(self.inv, self.eng, dict(devs), dict(defaults), {})
         overrides = any(devs[n] != d for n, d in defaults.items())
         accel = len({d for d in defaults.values() if d not in (None, "CPU")})
         pipe = pipeline_parallel(pl, accel, self.ngl, self.split_mode, self.settings, overrides)
-        return estimate(pl, self.settings, pipeline=pipe)
+        return estimate(pl, self.settings, pipeline=pipe, replay=exact)
 
     def over(self, mem: MemoryEstimate, *, sinks: bool = False) -> dict[str, int]:
         """Devices over their budget, by how much (the compute model's tolerance kept free); the

@@ -149,9 +149,12 @@ _ROUTER_BASES = ("ffn_gate_inp",)
 _DENSE_BASES = ("ffn_down", "ffn_up")
 
 
-def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False) -> MemoryEstimate:
+def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False,
+             replay: bool = True) -> MemoryEstimate:
     """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
-    keeps 4 copies of every graph input and of every split's inputs, never freed."""
+    keeps 4 copies of every graph input and of every split's inputs, never freed. `replay=False`
+    skips the node-by-node replays (compute from the phase model only, within a few tens of MiB):
+    for searches that measure the chosen placement again with them."""
     inv = placement.inventory
     eng = placement.engine
     weights = weight_bytes(placement)
@@ -349,7 +352,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # the graph inputs (token embeddings input, masks) and the input layer's output
             peak = max(peak, copies * (masks + f4 * e) + f4 * e)
         compute[d] = peak
-    if not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
+    if replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
         replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
         if replayed is not None:
             compute[out_dev] = replayed
