@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from moeconf.engines import AUTO_GPU, Engine
+from moeconf.engines import AUTO_GPU, Engine, engine_device_order
 from moeconf.engines.cmdline import (
     Arg,
     Invocation,
@@ -73,14 +73,15 @@ class Explanation:
 
 
 def local_gpus(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
-    """The local GPUs among `gpus`: a name that an `--rpc` server already adds is that one
-    device, not a second one; a name given twice is one device."""
+    """The local GPUs among `gpus`, in the engine's order (CUDA0 before CUDA1): a name that an
+    `--rpc` server already adds is that one device, not a second one; a name given twice is one
+    device."""
     rpc = set(invocation.rpc_devices())
     out: list[str] = []
     for g in gpus:
         if g not in rpc and g not in out:
             out.append(g)
-    return out
+    return engine_device_order(out)
 
 
 def available_devices(invocation: Invocation, gpus: Sequence[str]) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from moeconf.compile import Compiled, compile_plan
-from moeconf.engines import Engine
+from moeconf.engines import Engine, engine_device_order
 from moeconf.errors import MoeconfError
 from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit
@@ -181,7 +181,7 @@ class _Solver:
             problem = eng.device_name_error(b.device)
             if problem or b.device == "CPU":
                 raise MoeconfError(f"--gpu {b.device}: {problem or 'the CPU is not a GPU'}")
-        self.gpus = [b.device for b in self.budgets if not b.device.startswith("RPC")]
+        self.gpus = engine_device_order([b.device for b in self.budgets if not b.device.startswith("RPC")])
         # the engine's device order: RPC servers first, then local GPUs
         self.order = [*[r for r in rpc_names if r in {b.device for b in self.budgets}], *self.gpus]
         missing = [r for r in rpc_names if r not in self.order]

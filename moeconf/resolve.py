@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moeconf.engines import AUTO_GPU, Engine, engine
+from moeconf.engines import AUTO_GPU, Engine, engine, engine_device_order
 from moeconf.engines.simulate import default_devices, layer_gpus
 from moeconf.model.inventory import Inventory, Tensor, format_ranges
 from moeconf.model.taxonomy import GROUPS, _base_names
@@ -66,8 +66,9 @@ def rpc_devices(plan: Plan, eng: Engine) -> list[str]:
 
 def gpu_devices(plan: Plan, eng: Engine) -> list[str]:
     """Every accelerator device the engine will have: RPC servers first (as llama.cpp adds them
-    to the front of its device list), then local GPUs."""
-    return [*rpc_devices(plan, eng), *plan.config.engine.gpus]
+    to the front of its device list), then local GPUs in the engine's order (CUDA0 before CUDA1,
+    however `engine.gpus` lists them: `-ts` and `-mg` count in this order)."""
+    return [*rpc_devices(plan, eng), *engine_device_order(plan.config.engine.gpus)]
 
 
 def resolve_device(plan: Plan, eng: Engine, rule: Rule, word: str | None = None, span: Span | None = None) -> str:

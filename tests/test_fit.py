@@ -168,3 +168,19 @@ def test_ram_budget_is_written_and_checked_after_the_fill(tmp_path: Path, capsys
     assert main(["fit", model, "--gpu", "24GiB", "--ram", "32GiB", "-c", "32768"]) == 2
     err = capsys.readouterr().err
     assert "system RAM holds" in err and "over its 32,768 MiB budget" in err
+
+
+def test_gpu_order_as_given_does_not_change_what_the_engine_numbers(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """llama.cpp numbers local GPUs CUDA0, CUDA1 whatever order --gpu names them in; -ts counts in
+    that order. Judged by explain with the GPUs listed either way."""
+    model = str(MODELS / "qwen3-30b-a3b.manifest.json")
+    assert main(["fit", model, "--gpu", "CUDA1=16GiB", "--gpu", "CUDA0=6GiB", "--json"]) == 0
+    rev = json.loads(capsys.readouterr().out)
+    assert main(["fit", model, "--gpu", "CUDA0=6GiB", "--gpu", "CUDA1=16GiB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["argv"] == rev["argv"]
+    for listed in ("CUDA1,CUDA0", "CUDA0,CUDA1"):
+        code = main(["explain", model, "--gpus", listed, "--budget", "CUDA0=6GiB", "--budget", "CUDA1=16GiB",
+                     "--", *rev["argv"][3:]])
+        capsys.readouterr()
+        assert code == 0, listed

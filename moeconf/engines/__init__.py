@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
@@ -266,6 +267,20 @@ def ik_before_word_split_change(version: str | None) -> bool:
         return v < IK_WORD_SPLIT_UNTIL[0]
     build = _ik_build(v)
     return build is not None and build < IK_WORD_SPLIT_UNTIL[1]
+
+
+def engine_device_order(names: Sequence[str]) -> list[str]:
+    """Local GPUs in the order the engine numbers them: by index within each backend (CUDA0
+    before CUDA1, whatever order they were listed in), backends in the order first listed. `-ts`
+    and `-mg` count devices in this order."""
+    first: dict[str, int] = {}
+    keyed = []
+    for n in names:
+        m = re.fullmatch(r"(\D+?)(\d+)((?:_Private)?)", n)
+        prefix, idx = (m.group(1) + m.group(3), int(m.group(2))) if m else (n, -1)
+        first.setdefault(prefix, len(first))
+        keyed.append(((first[prefix], idx), n))
+    return [n for _, n in sorted(keyed, key=lambda k: k[0])]
 
 
 def engine(name: str, version: str | None = None) -> Engine:
