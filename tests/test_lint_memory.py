@@ -121,3 +121,34 @@ def test_fit_conflict_when_nothing_fits_says_so(tmp_path: Path) -> None:
     line = "llama-server -m m.gguf -ngl 999 -c 131072 -ot exps=CPU"
     found = [f for f in _lint(tmp_path, line, "deepseek-v3", {"CUDA0": "8GiB"}) if f.code == "MOE020"]
     assert len(found) == 1 and "finds no placement" in found[0].message and "does not fit: CUDA0" in found[0].message
+
+
+def test_fit_conflict_on_two_gpus_gives_the_split_with_the_ot(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """With two GPUs fit's -ot holds only with fit's -ts: the finding gives both, and the line with
+    them (and -fit off) has no memory finding (review: the -ot alone left CUDA0 4 GiB over)."""
+    sizes = {"CUDA0": "24GiB", "CUDA1": "16GiB"}
+    cfg = 'gpus = ["CUDA0", "CUDA1"]'
+    line = "llama-server -m m.gguf -ngl 999 -c 32768 -ts 1,1 -ot exps=CPU"
+    found = [f for f in _lint(tmp_path, line, "qwen3-235b-a22b", sizes, extra_cfg=cfg) if f.code == "MOE020"]
+    assert len(found) == 1
+    m = re.search(r"in RAM: -ts (\S+) -ot '([^']*)' \((moeconf fit [^)]*)\)$", found[0].message)
+    assert m, found[0].message
+    ts, ot = m.group(1), m.group(2)
+    fixed = f"llama-server -m m.gguf -ngl 999 -fit off -c 32768 -ts {ts} -ot '{ot}'"
+    assert not _codes(_lint(tmp_path, fixed, "qwen3-235b-a22b", sizes, extra_cfg=cfg)) & {"MOE020", "MOE040"}
+    assert main([*shlex.split(m.group(3))[1:], "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ot"] == ot and out["argv"][out["argv"].index("-ts") + 1] == ts
+
+
+def test_memory_over_device_is_silent_when_the_engine_splits_by_free_memory(tmp_path: Path) -> None:
+    """Two GPUs and no -ts: which layers each GPU gets is not known, so no total and no fix can be
+    claimed (review: it reported CUDA0 with KV 0 and advice that left it 4 GiB over)."""
+    sizes = {"CUDA0": "24GiB", "CUDA1": "16GiB"}
+    cfg = 'gpus = ["CUDA0", "CUDA1"]'
+    line = ("llama-server -m m.gguf -ngl 999 -fit off -c 32768 "
+            "-ot 'blk\\.(1?[0-9])\\.ffn_.*_exps=CUDA0' -ot exps=CPU")
+    assert "MOE040" not in _codes(_lint(tmp_path, line, "deepseek-v3", sizes, extra_cfg=cfg))
+    pinned = line.replace("-c 32768", "-c 32768 -ts 24,37")
+    assert "MOE040" in _codes(_lint(tmp_path, pinned, "deepseek-v3", sizes, extra_cfg=cfg))

@@ -83,6 +83,9 @@ def fit_instead(ctx: Context) -> str:
         return f". Instead, moeconf fit finds no placement for these GPU sizes: {e.message} ({command})"
     except MoeconfError:
         return ""
+    # with several GPUs the -ot holds only with fit's own layer split: both are the advice
+    argv = list(res.argv)
+    ts = f"-ts {argv[argv.index('-ts') + 1]} " if "-ts" in argv else ""
     parts = []
     for d in ex.accelerators:
         layers = res.gpu_expert_layers.get(d, [])
@@ -95,4 +98,4 @@ def fit_instead(ctx: Context) -> str:
         parts.append(f"{d} {held} (predicted {m.total / MiB:,.0f} of {ctx.gpu_memory[d] / MiB:,.0f} MiB)")
     return (f". Instead, for the GPU sizes in [gpu_memory], moeconf fit keeps every attention, shared-expert "
             f"and dense tensor on the GPU and gives {'; '.join(parts)}, the other routed experts in RAM: "
-            f"-ot '{res.ot}' ({command})")
+            f"{ts}-ot '{res.ot}' ({command})")
