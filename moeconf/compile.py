@@ -108,7 +108,25 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     argv = build_argv(p, eng, inv, syn, model_path=model, need_model=need_model)
     compiled = Compiled(p, eng, inv, res.placement, syn, tuple(argv), (*res.warnings, *extra_warnings))
     verify_argv(compiled)  # the whole command line, read as `explain` reads it
+    _check_budgets(compiled)
     return compiled
+
+
+def _check_budgets(c: Compiled) -> None:
+    """A plan's `[budget]` holds whether or not a fill rule uses it: a device over its budget (by
+    the memory model) is an error naming it, the shortfall and what would help."""
+    if c.plan.config.budget is None:
+        return
+    sizes = c.budgets()
+    if not sizes:
+        return
+    from moeconf.fill import DoesNotFit, shortfall_message
+
+    mem = c.memory
+    over = {d: mem.devices[d].total - b for d, b in sizes.items() if d in mem.devices and mem.devices[d].total > b}
+    if over and mem.complete:
+        raise DoesNotFit(shortfall_message(mem, over, sizes, when="with the plan's placement",
+                                                  margin_kept=False), path=c.plan.path)
 
 
 def _check_devices(plan: Plan, eng: Engine) -> None:

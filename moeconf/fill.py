@@ -565,15 +565,16 @@ def rest_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Mapping[
     return "does not fit: " + "; ".join(parts) + ". What would help: " + "; ".join(hints)
 
 
-def shortfall_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Mapping[str, int]) -> str:
+def shortfall_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Mapping[str, int],
+                      when: str = "before any fill", margin_kept: bool = True) -> str:
     """Which device is short, by how much, and what would make it fit."""
     parts = []
     for d, short in over.items():
         m = mem.devices[d]
-        margin = model_margin(m)
+        margin = model_margin(m) if margin_kept else 0
         kept = f" and {margin / MiB:,.0f} MiB kept for the compute estimate's tolerance" if margin else ""
         parts.append(f"{d} needs {m.total / MiB:,.0f} MiB (weights {m.weights / MiB:,.0f}, KV {m.kv / MiB:,.0f}, "
-                     f"compute {m.compute / MiB:,.0f}, reserve {m.reserve / MiB:,.0f}){kept} before any fill: "
+                     f"compute {m.compute / MiB:,.0f}, reserve {m.reserve / MiB:,.0f}){kept} {when}: "
                      f"{short / MiB:,.0f} MiB over its {budgets[d] / MiB:,.0f} MiB budget")
     s = mem.settings
     hints = []
@@ -584,5 +585,8 @@ def shortfall_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Map
             hints.append("-ctk q8_0 -ctv q8_0 (about half the KV cache)")
     if s.n_ubatch > 128:
         hints.append(f"a smaller -ub (compute grows with it; -ub {s.n_ubatch // 2} roughly halves it)")
-    hints.append("fewer layers on the GPU, or a smaller reserve if you know your driver's overhead")
+    if any(d != HOST for d in over):
+        hints.append("fewer layers on the GPU, or a smaller reserve if you know your driver's overhead")
+    if HOST in over:
+        hints.append("for system RAM: more routed experts on the GPUs, or a smaller quant")
     return "does not fit: " + "; ".join(parts) + ". What would help: " + "; ".join(hints)

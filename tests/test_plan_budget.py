@@ -104,3 +104,18 @@ def test_the_last_device_budget_is_checked_after_the_fill(tmp_path: Path) -> Non
     with pytest.raises(MoeconfError, match=r"CUDA1 holds .* one more device at the end of the rule"):
         _compile(tmp_path, _plan(tmp_path, ["experts -> gpu, gpu1"], '[budget]\ngpu = "24 GiB"\ngpu1 = "24 GiB"\n',
                                  engine='[engine]\ngpus = ["CUDA0", "CUDA1"]\n'))
+
+
+def test_a_budget_without_a_fill_rule_is_still_a_budget(tmp_path: Path) -> None:
+    """A plan whose fixed rules put more on a device than its [budget] allows is refused, naming
+    the device and the shortfall (review: it compiled with exit 0 and a negative free column)."""
+    text = _plan(tmp_path, ["experts -> cpu"], '[budget]\ngpu = "4 GiB"\ncpu = "1 GiB"\n',
+                 engine='[engine]\ngpus = ["CUDA0"]\n')
+    with pytest.raises(MoeconfError) as e:
+        _compile(tmp_path, text)
+    msg = e.value.message
+    assert "CUDA0 needs" in msg and "over its 4,096 MiB budget" in msg and "over its 1,024 MiB budget" in msg
+    assert "for system RAM" in msg and "before any fill" not in msg
+    ok = _compile(tmp_path, _plan(tmp_path, ["experts -> cpu"], '[budget]\ngpu = "40 GiB"\ncpu = "128 GiB"\n',
+                                  engine='[engine]\ngpus = ["CUDA0"]\n'))
+    assert ok.memory.devices["CUDA0"].total <= 40 * GiB
