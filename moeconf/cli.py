@@ -305,10 +305,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     budgets = _budgets(args.budget, "--budget", allow_cpu=True)
     over = {d: est.devices[d].total - b for d, b in budgets.items()
             if d in est.devices and est.devices[d].total > b}
-    unknown = [d for d in budgets if d not in est.devices]
+    unknown = [d for d in budgets if d not in est.devices and d not in ex.accelerators]
     if unknown:
-        raise MoeconfError(f"--budget {unknown[0]}: the command line puts nothing there (devices: "
-                           f"{', '.join(est.devices)})")
+        raise MoeconfError(f"--budget {unknown[0]}: not a device of this command line (devices: "
+                           f"{', '.join(['CPU', *ex.accelerators])})")
+    from moeconf.engines import AUTO_GPU
+
+    # a device of the line that holds nothing known: nothing at all, or layers split by free memory
+    unchecked = [d for d in budgets if d not in est.devices and AUTO_GPU in est.devices]
     if args.plan:
         from moeconf.decompile import decompile
         from moeconf.explanation import assumed_gpus, local_gpus
@@ -322,6 +326,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         if budgets:
             out["budgets"] = budgets
             out["over_budget"] = over
+            out["unchecked_budgets"] = unchecked
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
@@ -329,8 +334,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         sys.stdout.write(render(ex, color=color, tensors=args.tensors))
         sys.stdout.write(render_memory(est, budgets))
         for d, short in over.items():
+            fix = ("more routed experts on the GPUs, or a smaller quant" if d == "CPU"
+                   else "`moeconf fit` finds the placement that fits")
             sys.stdout.write(f"error: {d} needs {short / 2**20:,.0f} MiB more than its {budgets[d] / 2**20:,.0f} "
-                             f"MiB budget: `moeconf fit` finds the placement that fits\n")
+                             f"MiB budget: {fix}\n")
+        for d in unchecked:
+            sys.stdout.write(f"note: {d}'s budget cannot be checked: the engine splits layers over the GPUs by "
+                             "free memory; give -ts to pin them\n")
     for w in inv.warnings:
         if "manifest version 1" in w:
             print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)

@@ -200,7 +200,7 @@ def test_explain_budgets_show_free_memory_and_exit_1_when_over(capsys: pytest.Ca
     text = capsys.readouterr().out
     assert "budget" in text and "free" in text
     assert main(["explain", model, "--budget", "CUDA3=8GiB", *flags]) == 2
-    assert "puts nothing there" in capsys.readouterr().err
+    assert "not a device of this command line" in capsys.readouterr().err
     assert main(["explain", model, "--budget", "8GiB", "--budget", "CUDA0=9GiB", *flags]) == 2
     assert "names CUDA0 twice" in capsys.readouterr().err
 
@@ -209,3 +209,13 @@ def test_explain_exits_1_when_the_engine_refuses_the_cache_types(capsys: pytest.
     model = str(EXAMPLES / "models" / "deepseek-v3.manifest.json")
     code, out = _explain_json(capsys, model, "--", "-ngl", "999", "-c", "8192", "-ctk", "q8_0", "-ot", "exps=CPU")
     assert code == 1 and any("different K and V cache types" in p for p in out["memory_problems"])  # type: ignore[union-attr]
+
+
+def test_explain_budget_on_a_free_memory_split_is_noted_not_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two GPUs and no -ts: CUDA0 is a device of the line, its share is not known (review: exit 2,
+    'puts nothing there'); -ngl 0: it holds nothing, within any budget."""
+    model = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    code, out = _explain_json(capsys, model, "--gpus", "CUDA0,CUDA1", "--budget", "CUDA0=8GiB", "--", "-ngl", "999")
+    assert code == 0 and out["unchecked_budgets"] == ["CUDA0"] and out["over_budget"] == {}
+    code, out = _explain_json(capsys, model, "--budget", "CUDA0=8GiB", "--", "-ngl", "0")
+    assert code == 0 and out["over_budget"] == {} and out["unchecked_budgets"] == []
