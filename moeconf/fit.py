@@ -17,7 +17,7 @@ from typing import Literal
 
 from moeconf.compile import Compiled, compile_plan
 from moeconf.engines import Engine, engine_device_order
-from moeconf.errors import MoeconfError
+from moeconf.errors import MoeconfError, PlanError
 from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit
 from moeconf.memory import MemoryEstimate, estimate_explained, read_settings
@@ -107,6 +107,9 @@ def _engine_flags(argv: Sequence[str]) -> tuple[dict[str, object], list[str], li
                     fields[key] = int(value)
                 except ValueError:
                     raise MoeconfError(f"{name} needs a number, not {value!r}") from None
+                if key == "main_gpu" and int(value) < 0:
+                    raise MoeconfError(f"{name} {value}: a negative main GPU keeps every layer on the CPU "
+                                       "(-sm none): there is nothing for fit to place on a GPU")
             elif key == "flash_attn":
                 low = value.lower()
                 fields[key] = "on" if low in ("on", "1", "true", "enabled") else (
@@ -116,6 +119,16 @@ def _engine_flags(argv: Sequence[str]) -> tuple[dict[str, object], list[str], li
         else:
             extra += [name, value] if value is not None and not eq else [w]
     return fields, rpc, extra
+
+
+_PLAN_WORDS = (("; or set tensor_split)", ")"), ('split_mode = "none"', "-sm none"), ("flags.main_gpu", "-mg"),
+               ("main_gpu", "-mg"), ("split_mode", "-sm"), ("tensor_split", "-ts"), ("flags.", ""))
+
+
+def _flag_words(text: str) -> str:
+    for plan_word, flag in _PLAN_WORDS:
+        text = text.replace(plan_word, flag)
+    return text
 
 
 def _toml_str(s: str) -> str:
@@ -200,7 +213,10 @@ class _Solver:
         try:
             compiled = compile_plan(plan, inventory=self.inv)
         except DoesNotFit as e:
-            raise FitError(e.message) from None
+            raise FitError(_flag_words(e.message)) from None
+        except PlanError as e:
+            # the plan is fit's own (not a file the user has): say it in the command line's words
+            raise MoeconfError(_flag_words(e.message), hint=_flag_words(e.hint) if e.hint else None) from None
         # the command line itself, simulated and measured again: what is printed is what was checked
         argv = list(compiled.argv)
         ex = explain(self.inv, self.eng, argv, gpus=self.gpus)

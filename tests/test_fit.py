@@ -184,3 +184,20 @@ def test_gpu_order_as_given_does_not_change_what_the_engine_numbers(tmp_path: Pa
                      "--", *rev["argv"][3:]])
         capsys.readouterr()
         assert code == 0, listed
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["-sm", "none"], "CUDA1 is not used with -sm none"),
+    (["-sm", "row"], "leave -sm at layer and -ts unset, and moeconf chooses -ts)"),
+])
+def test_fit_errors_speak_in_flags_not_in_its_own_plan(capsys: pytest.CaptureFixture[str], flags: list[str],
+                                                       words: str) -> None:
+    """fit's plan is its own, not a file the user has: no fit.plan.toml:line:col, no plan keys."""
+    rc = main(["fit", str(MODELS / "qwen3-30b-a3b.manifest.json"), "--gpu", "24GiB", "--gpu", "24GiB", *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and "fit.plan.toml" not in err and "split_mode" not in err
+
+
+def test_fit_refuses_a_negative_main_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", str(MODELS / "qwen3-30b-a3b.manifest.json"), "--gpu", "24GiB", "-mg", "-1", "-sm", "none"]) == 2
+    assert "nothing for fit to place" in capsys.readouterr().err
