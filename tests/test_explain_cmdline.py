@@ -219,3 +219,24 @@ def test_explain_budget_on_a_free_memory_split_is_noted_not_refused(capsys: pyte
     assert code == 0 and out["unchecked_budgets"] == ["CUDA0"] and out["over_budget"] == {}
     code, out = _explain_json(capsys, model, "--budget", "CUDA0=8GiB", "--", "-ngl", "0")
     assert code == 0 and out["over_budget"] == {} and out["unchecked_budgets"] == []
+
+
+@pytest.mark.parametrize(("engine_name", "version", "refused"), [
+    ("llama.cpp", None, True),            # since b6325 -fa takes on|off|auto: '-c' is its value, refused
+    ("llama.cpp", "b6000", False),        # before, a bare switch
+    ("ik_llama.cpp", None, True),         # ik PR #944 (2025-11-13), as in 0.1.5's common.cpp
+    ("ik_llama.cpp", "0.1.5", True),
+    ("ik_llama.cpp", "2025-10-01", False),
+    ("ik_llama.cpp", "b3983", False),     # a build of the day before PR #944 (builds map to their day)
+    ("ik_llama.cpp", "b3985", True),
+])
+def test_a_bare_fa_before_another_flag_is_refused_where_fa_takes_a_value(engine_name: str, version: str | None,
+                                                                          refused: bool) -> None:
+    from moeconf.explanation import explain
+    from moeconf.model.inventory import load_inventory
+
+    inv = load_inventory(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    ex = explain(inv, engine(engine_name, version), ["-ngl", "99", "-fa", "-c", "4096"])
+    assert any("unknown value for -fa: '-c'" in r for r in ex.refusals) == refused, ex.refusals
+    ok = explain(inv, engine(engine_name, version), ["-ngl", "99", "-fa", "on", "-c", "4096"])
+    assert not [r for r in ok.refusals if "-fa" in r]

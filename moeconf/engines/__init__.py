@@ -244,7 +244,7 @@ def ik(version: str | None = None) -> Engine:
         rpc_indexed=True, rpc_repeats_add=False, metal_name="Metal",
         has_merge_qkv=True, has_merge_up_gate=True,
         split_modes=("none", "layer", "graph", "attn"),
-        fa_takes_value=True,
+        fa_takes_value=not ik_before(version, IK_FA_TAKES_VALUE_SINCE),
         has_load_mode=False,
         ot_needs_gpu=d >= IK_PR_AUTO_NGL,
         output_on_gpu_any_ngl_modes=("none", "graph", "attn") if d >= IK_PR_OUTPUT_ON_GPU_PARTIAL_NGL else (),
@@ -255,6 +255,24 @@ def ik(version: str | None = None) -> Engine:
 
 # ik_llama.cpp commit d7882c3cf (2025-09-01, build 3870) replaced the `>> word` item reader
 IK_WORD_SPLIT_UNTIL: Final = ("2025-09-01", 3870)
+# ik_llama.cpp PR #944 (commit 874926800, 2025-11-13): `-fa` takes a value (on|off|auto|1|0; auto
+# means on); before, it was a bare switch
+IK_FA_TAKES_VALUE_SINCE: Final = "2025-11-13"
+
+
+def ik_before(version: str | None, date: str) -> bool:
+    """An ik_llama.cpp version (date, build number or package) from before `date`, read as
+    given (ik_date clamps older dates to the oldest code read; facts that changed before it
+    need the version as written)."""
+    if not version:
+        return False
+    v = version.strip().lstrip("v")
+    if v in IK_PACKAGES:
+        return IK_PACKAGES[v] < date
+    build = _ik_build(v)
+    if build is not None:
+        return ik_build_date(build) < date
+    return bool(_DATE_RE.fullmatch(v)) and v < date
 
 
 def ik_before_word_split_change(version: str | None) -> bool:

@@ -109,6 +109,7 @@ def unknown_flag_message(engine: Engine, name: str, closest: str | None) -> str:
 
 
 _FA_VALUES = {"on", "off", "auto", "enabled", "disabled", "true", "false", "1", "0", "-1"}
+_IK_FA_VALUES = {"on", "off", "auto", "1", "0"}  # ik_llama.cpp common.cpp, case-insensitive
 
 
 @dataclass(frozen=True)
@@ -275,9 +276,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         if name in ("-fa", "--flash-attn"):
             takes = engine.fa_takes_value
         if takes and value is None:
-            if name in ("-fa", "--flash-attn") and (i + 1 >= len(words) or words[i + 1].text not in _FA_VALUES):
-                takes = False
-            elif i + 1 < len(words):
+            if i + 1 < len(words):
                 value = words[i + 1]
                 i += 1
                 if n_values == 2 and i + 1 < len(words):
@@ -287,6 +286,11 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
                 i += 1
                 continue
         i += 1
+        if name in ("-fa", "--flash-attn") and value is not None and value.text.lower() not in (
+                _IK_FA_VALUES if engine.name == "ik_llama.cpp" else _FA_VALUES):
+            # both engines read the next word as the value, whatever it is, and stop on a bad one
+            inv.problems.append((value, f"unknown value for {name}: {value.text!r} ({engine.label} takes on, off "
+                                        "or auto after it, and stops otherwise)"))
         if name in ("-m", "--model"):
             inv.model = value
         elif name in ("-ot", "--override-tensor"):

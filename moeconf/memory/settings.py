@@ -159,12 +159,14 @@ def read_settings(
         value = inline if eq else None
         if name in _VALUED or name in ("-fa", "--flash-attn"):
             if value is None and name in ("-fa", "--flash-attn"):
-                nxt = words[i + 1] if i + 1 < len(words) else ""
-                if engine.fa_takes_value and nxt.lower() in {*_TRUE, *_FALSE, "auto", "-1"}:
-                    value = nxt
+                if engine.fa_takes_value and i + 1 < len(words):
+                    value = words[i + 1]  # the next word, whatever it is (put() refuses a bad one)
                     i += 1
+                elif engine.fa_takes_value:
+                    problems.append(f"{name} needs a value")
+                    break
                 else:
-                    value = "on"  # a bare switch (older mainline, ik)
+                    value = "on"  # a bare switch (mainline before b6325, ik before 2025-11-13)
             elif value is None:
                 if i + 1 >= len(words):
                     problems.append(f"{name} needs a value")
