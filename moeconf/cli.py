@@ -7,9 +7,14 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from moeconf.errors import MoeconfError
 from moeconf.textsafe import safe
+
+if TYPE_CHECKING:
+    from moeconf.engines import Engine
+    from moeconf.model.inventory import Inventory
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -270,19 +275,24 @@ def _lint_overrides(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
-def _cmd_explain(args: argparse.Namespace) -> int:
-    import json
-
+def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
+    """The MODEL argument's inventory and the --engine at its checked --engine-version."""
     from moeconf.engines import engine, version_error
-    from moeconf.explanation import explain
     from moeconf.model.inventory import load_inventory
-    from moeconf.report.explain import render
 
     bad_version = version_error(args.engine, args.engine_version)
     if bad_version:
         raise MoeconfError(f"--engine-version: {bad_version}")
-    inv = load_inventory(args.model)
-    eng = engine(args.engine, args.engine_version)
+    return load_inventory(args.model), engine(args.engine, args.engine_version)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    import json
+
+    from moeconf.explanation import explain
+    from moeconf.report.explain import render
+
+    inv, eng = _model_and_engine(args)
     argv = list(args.engine_args)
     for v in args.ot:
         argv += ["-ot", v]
@@ -369,17 +379,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     import json
     import shlex
 
-    from moeconf.engines import engine, version_error
     from moeconf.fit import Budget, fit
     from moeconf.memory import parse_size
-    from moeconf.model.inventory import load_inventory
     from moeconf.report.memory import render_memory
 
-    bad_version = version_error(args.engine, args.engine_version)
-    if bad_version:
-        raise MoeconfError(f"--engine-version: {bad_version}")
-    inv = load_inventory(args.model)
-    eng = engine(args.engine, args.engine_version)
+    inv, eng = _model_and_engine(args)
     budgets = [Budget(d, size) for d, size in _budgets(args.gpu, "--gpu").items()]
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
     model_path = os.path.relpath(os.path.abspath(args.model), out_dir)

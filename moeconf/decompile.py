@@ -119,7 +119,10 @@ def decompile(ex: Explanation, plan_path: str, model_path: str, gpus: Sequence[s
     if inv.split_mode is not None:
         flags["split_mode"] = inv.split_mode.text
     if inv.tensor_split is not None:
-        flags["tensor_split"] = [float(x) for x in inv.tensor_split.text.replace("/", ",").split(",") if x]
+        ts = inv.tensor_split_values()
+        if ts is None:
+            raise MoeconfError(f"-ts {inv.tensor_split.text!r} is not a list of numbers")
+        flags["tensor_split"] = ts
     if flags:
         data["flags"] = flags
     text = "# decompiled by `moeconf explain --plan` from the engine command line\n" + tomli_w.dumps(data)

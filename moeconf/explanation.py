@@ -147,12 +147,9 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     if ngl < 0:
         ngl = -1
     sm = invocation.split_mode.text if invocation.split_mode else None
-    ts = None
-    if invocation.tensor_split:
-        try:
-            ts = [float(x) for x in invocation.tensor_split.text.replace("/", ",").split(",") if x]
-        except ValueError:
-            refusals.append(f"-ts {invocation.tensor_split.text!r} is not a list of numbers")
+    ts = invocation.tensor_split_values()
+    if invocation.tensor_split and ts is None:
+        refusals.append(f"-ts {invocation.tensor_split.text!r} is not a list of numbers")
     if eng.has_fit and eng.fit_default_on and invocation.fit is None and not (
             invocation.ngl or invocation.ot or invocation.cpu_moe or invocation.n_cpu_moe):
         notes.append("--fit is on by default and nothing is set by hand: fit chooses -ngl and overrides at "

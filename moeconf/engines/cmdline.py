@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
+from moeconf.engines.flags import is_number
 from moeconf.model.inventory import Inventory
 
 
@@ -192,13 +193,14 @@ class Invocation:
     def n_gpu_layers(self) -> int:
         return self.ngl[1] if self.ngl else self.engine.default_ngl
 
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    def tensor_split_values(self) -> list[float] | None:
+        """`-ts` as numbers (`,` or `/` between them); None when not given or not numbers."""
+        if self.tensor_split is None:
+            return None
+        try:
+            return [float(x) for x in self.tensor_split.text.replace("/", ",").split(",") if x]
+        except ValueError:
+            return None
 
 
 def _int(text: str) -> int | None:
@@ -266,7 +268,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         removed = REMOVED_FLAGS.get(engine.name, {}).get(name)
         if n_values is None and removed is not None and _before(engine, removed):
             n_values = removed.values  # the declared version still has it
-        if n_values is None and name.startswith("-") and not _is_number(name):
+        if n_values is None and name.startswith("-") and not is_number(name):
             closest = closest_flag(engine, name)
             if check_flags and value is None:
                 inv.unknown_flags.append((flag, closest))
@@ -532,12 +534,7 @@ def invocation_ncmoe(inv_: Invocation, model: Inventory, n_devices: int = 1,
     eng = inv_.engine
     out: list[tuple[NcmoeTake, str, int]] = []
     sm = inv_.split_mode.text if inv_.split_mode else None
-    ts = None
-    if inv_.tensor_split:
-        try:
-            ts = [float(x) for x in inv_.tensor_split.text.replace("/", ",").split(",") if x]
-        except ValueError:
-            ts = None
+    ts = inv_.tensor_split_values()
     if eng.name == "ik_llama.cpp":
         v = ik_ncmoe_value(inv_)
         if v is not None:

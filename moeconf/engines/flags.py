@@ -59,7 +59,8 @@ def known_options(engine_name: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(table), frozenset(k for k, n in table.items() if n > 0)
 
 
-def _is_number(word: str) -> bool:
+def is_number(word: str) -> bool:
+    """A word the engines read as a number (a negative value, not an option)."""
     try:
         float(word)
     except ValueError:
@@ -85,7 +86,7 @@ def scan_extra(words: list[str], engine_name: str) -> tuple[list[tuple[int, str]
             unknown.append((i, w))
             nxt = words[i + 1] if i + 1 < len(words) else None
             if w.startswith("-") and "=" not in w and nxt is not None and (
-                    not nxt.startswith("-") or _is_number(nxt)):
+                    not nxt.startswith("-") or is_number(nxt)):
                 i += 1  # its value, as far as anyone can tell
         elif name in valued and "=" not in w:
             i += 1
