@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import os
+import resource
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,3 +30,17 @@ def layout_paths(layout_dir: Path) -> dict[str, Path]:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("NO_COLOR", "1")
+
+
+@contextmanager
+def address_space_cap(extra: int = 1 << 30) -> Iterator[None]:
+    """At most `extra` bytes more address space than now: a blow-up fails fast instead of
+    swapping (the defects the bounded-input and fuzz suites guard against allocated gigabytes)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as f:
+        now = int(f.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (now + extra, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import stat
 import sys
@@ -21,7 +20,7 @@ from moeconf.fixtures import write_gguf
 from moeconf.model.inventory import first_shard, load_inventory
 from moeconf.plan import load_plan
 from tests import rawgguf as rg
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, address_space_cap
 
 MANIFEST = EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json"
 
@@ -36,14 +35,8 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 def limited_memory() -> object:
     """Cap the address space at 1 GiB more than now, so a huge allocation fails fast instead of
     swapping (the defect this file guards against allocated gigabytes)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/statm") as f:
-        now = int(f.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (now + (1 << 30), hard))
-    try:
+    with address_space_cap():
         yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 # --- counts against what the file holds ---------------------------------------------------------

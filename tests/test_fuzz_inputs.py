@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import resource
 import struct
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from moeconf.cli import main
 from moeconf.errors import MoeconfError
 from moeconf.fixtures import write_gguf
 from moeconf.model.inventory import load_inventory
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, address_space_cap
 
 EXAMPLES_PER_TEST = int(os.environ.get("MOECONF_FUZZ_EXAMPLES", "30"))
 SECONDS_PER_INPUT = 5.0
@@ -39,14 +38,8 @@ TRIED: dict[str, int] = {}
 @pytest.fixture(autouse=True)
 def bounded_memory() -> Iterator[None]:
     """At most 1 GiB more address space than now: a blow-up fails fast, it does not swap."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/statm") as f:
-        now = int(f.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (now + (1 << 30), hard))
-    try:
+    with address_space_cap():
         yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str, surface: str) -> int:

@@ -5,13 +5,17 @@ weights (shared/memory-facts.md section 3). RPC servers on 127.0.0.1 stand in fo
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from moeconf.fixtures.layouts import ModelLayout
+from moeconf.fixtures.writer import write_layout
+from moeconf.model.inventory import Inventory, load_inventory
 from tests.engine.harness import CACHE
 
 FIT_PARAMS = CACHE / "llama-cpp-python-0.3.36" / "build" / "bin" / "llama-fit-params"
@@ -98,3 +102,20 @@ def llama_fit(model: Path, args: Sequence[str], targets_mib: Sequence[int]) -> l
     if p.returncode != 0:
         raise RuntimeError(f"llama-fit-params fit failed ({p.returncode}): {p.stderr[-3000:]}")
     return shlex.split(p.stdout.strip().splitlines()[-1])
+
+
+def write_sparse(folder: Path, layouts: Mapping[str, ModelLayout]) -> dict[str, tuple[Path, Inventory]]:
+    """Each layout as a sparse full-size GGUF in `folder` (`KEY.gguf`), with its inventory."""
+    out = {}
+    for key, layout in layouts.items():
+        path = folder / f"{key}.gguf"
+        write_layout(layout, path)
+        out[key] = (path, load_inventory(path))
+    return out
+
+
+def save_results(env_var: str, rows: Sequence[object]) -> None:
+    """The suite's rows as JSON where `env_var` says (the README tables are rendered from them)."""
+    target = os.environ.get(env_var)
+    if rows and target:
+        Path(target).write_text(json.dumps(rows, indent=1) + "\n")

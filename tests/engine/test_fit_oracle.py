@@ -5,8 +5,6 @@ which report the machine's RAM as free). Results go to $MOECONF_FIT_RESULTS for 
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +14,7 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fit import Budget, fit
 from moeconf.fixtures.layouts import LAYOUTS
-from moeconf.fixtures.writer import write_layout
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
 
@@ -54,13 +51,7 @@ CASES = [
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
     if not oracle.available():
         pytest.fail(f"llama-fit-params is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
-    d = tmp_path_factory.mktemp("fit")
-    out = {}
-    for key in {m for m, _, _ in CASES}:
-        path = d / f"{key}.gguf"
-        write_layout(LAYOUTS[MODELS[key]], path)
-        out[key] = (path, load_inventory(path))
-    return out
+    return oracle.write_sparse(tmp_path_factory.mktemp("fit"), {key: LAYOUTS[MODELS[key]] for key, _, _ in CASES})
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +63,7 @@ def endpoints() -> Iterator[list[str]]:
 @pytest.fixture(scope="module", autouse=True)
 def results_file() -> Iterator[None]:
     yield
-    target = os.environ.get("MOECONF_FIT_RESULTS")
-    if RESULTS and target:
-        Path(target).write_text(json.dumps(RESULTS, indent=1) + "\n")
+    oracle.save_results("MOECONF_FIT_RESULTS", RESULTS)
 
 
 ALWAYS_ACTIVE = ("attn", "norm", "shexp", "router", "dense", "output")

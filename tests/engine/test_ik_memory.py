@@ -21,9 +21,9 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
-from moeconf.fixtures.writer import write_layout
 from moeconf.memory import estimate_explained, read_settings
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from tests.engine import oracle
 from tests.engine.harness import IK, rpc_servers
 
 pytestmark = pytest.mark.engine
@@ -42,13 +42,7 @@ _KV = re.compile(r"llama_kv_cache_init: +(\S+) KV buffer size = +([\d.]+) MiB")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
     if not IK.available():
         pytest.fail(f"ik_llama.cpp is not built: run scripts/build-engines.sh (looked for {IK.cli})")
-    d = tmp_path_factory.mktemp("ik")
-    out = {}
-    for key, name in MODELS.items():
-        path = d / f"{key}.gguf"
-        write_layout(LAYOUTS[name], path)
-        out[key] = (path, load_inventory(path))
-    return out
+    return oracle.write_sparse(tmp_path_factory.mktemp("ik"), {key: LAYOUTS[name] for key, name in MODELS.items()})
 
 
 @pytest.fixture(scope="module")

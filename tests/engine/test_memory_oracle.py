@@ -7,8 +7,6 @@ Tolerances (issue 10): weights and KV within 1 MiB (the engine prints whole MiB)
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +16,8 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS, MLA
-from moeconf.fixtures.writer import write_layout
 from moeconf.memory import estimate_explained, read_settings
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
 
@@ -120,13 +117,7 @@ COMPUTE_GAPS: set[tuple[str, str]] = set()
 def sparse_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
     if not oracle.available():
         pytest.fail(f"llama-fit-params is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
-    d = tmp_path_factory.mktemp("sparse")
-    out = {}
-    for key, lay in LAYOUT_KEYS.items():
-        path = d / f"{key}.gguf"
-        write_layout(lay, path)
-        out[key] = (path, load_inventory(path))
-    return out
+    return oracle.write_sparse(tmp_path_factory.mktemp("sparse"), LAYOUT_KEYS)
 
 
 @pytest.fixture(scope="session")
@@ -138,9 +129,7 @@ def endpoints() -> Iterator[list[str]]:
 @pytest.fixture(scope="session", autouse=True)
 def results_file() -> Iterator[None]:
     yield
-    target = os.environ.get("MOECONF_MEMORY_RESULTS")
-    if RESULTS and target:
-        Path(target).write_text(json.dumps(RESULTS, indent=1) + "\n")
+    oracle.save_results("MOECONF_MEMORY_RESULTS", RESULTS)
 
 
 def _run(model: str, line: str, sparse_models: dict[str, tuple[Path, Inventory]],
