@@ -4,6 +4,7 @@ and the layer-number parts (where a block number stands) with the block numbers 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 # one atom of a layer number: a digit, \d, a class, or a group of those, with a quantifier
@@ -12,10 +13,10 @@ _RUN = re.compile(r"(?:" + _ATOM + r")+")
 _BLK = re.compile(r"(?:blk)(?:\\\.|\.)$")
 
 
-def alternatives(pattern: str) -> list[tuple[int, str]]:
-    """Top-level `|` alternatives with their offsets (classes and groups respected)."""
-    out: list[tuple[int, str]] = []
-    depth, start, i, in_class = 0, 0, 0, False
+def _outside_classes(pattern: str) -> Iterator[tuple[int, str]]:
+    """Each character of `pattern` that is neither escaped nor inside (or opening) a `[...]`
+    class, with its offset."""
+    i, in_class = 0, False
     while i < len(pattern):
         c = pattern[i]
         if c == "\\":
@@ -25,34 +26,31 @@ def alternatives(pattern: str) -> list[tuple[int, str]]:
             in_class = c != "]"
         elif c == "[":
             in_class = True
-        elif c == "(":
+        else:
+            yield i, c
+        i += 1
+
+
+def alternatives(pattern: str) -> list[tuple[int, str]]:
+    """Top-level `|` alternatives with their offsets (classes and groups respected)."""
+    out: list[tuple[int, str]] = []
+    depth, start = 0, 0
+    for i, c in _outside_classes(pattern):
+        if c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
         elif c == "|" and depth == 0:
             out.append((start, pattern[start:i]))
             start = i + 1
-        i += 1
     out.append((start, pattern[start:]))
     return out
 
 
 def unescaped_dots(pattern: str) -> list[int]:
     """Offsets of `.` that match any character and are not a `.*`/`.+`/`.?`/`.{}` wildcard."""
-    out, i, in_class = [], 0, False
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-        elif c == "." and not (i + 1 < len(pattern) and pattern[i + 1] in "*+?{"):
-            out.append(i)
-        i += 1
-    return out
+    return [i for i, c in _outside_classes(pattern)
+            if c == "." and not (i + 1 < len(pattern) and pattern[i + 1] in "*+?{")]
 
 
 @dataclass(frozen=True)
