@@ -229,16 +229,10 @@ class _Filler:
             mem = self.measure(devices, cand.defaults)
             bad = self.over(mem)
             if not bad:
-                self.check_sinks(mem)
-                return devices, mem
+                break
             for d, excess in bad.items():
                 free[d] -= excess
-        while True:
-            mem = self.measure(devices, cand.defaults)
-            bad = self.over(mem)
-            if not bad:
-                self.check_sinks(mem)
-                return devices, mem
+        while bad:
             for d, excess in bad.items():
                 if not placed[d]:
                     raise DoesNotFit(shortfall_message(mem, bad, self.sizes), path=self.plan.path)
@@ -249,6 +243,10 @@ class _Filler:
                 unit[:] = [n for n in unit if n not in drop]
                 if not unit:
                     placed[d].pop()
+            mem = self.measure(devices, cand.defaults)
+            bad = self.over(mem)
+        self.check_sinks(mem)
+        return devices, mem
 
     def slack(self, mem: MemoryEstimate) -> int:
         """The least room left on an accelerator."""
