@@ -24,12 +24,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from moeconf.engines import AUTO_GPU
+from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.model import ggml
-from moeconf.model.inventory import Tensor
+from moeconf.model.inventory import Inventory, Tensor
 from moeconf.placement import Placement
 
 MiB = 1024 * 1024
@@ -149,6 +149,26 @@ _ROUTER_BASES = ("ffn_gate_inp",)
 _DENSE_BASES = ("ffn_down", "ffn_up")
 
 
+def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
+                     geo: Geometry | None = None) -> list[str]:
+    """What the engine refuses to start with, of these settings on this model: the settings' own
+    problems, different K and V cache types on an MLA model (llama.cpp), a quantized V cache with
+    flash attention off. Cheap: no memory is computed."""
+    problems = list(settings.problems)
+    if geo is None:
+        try:
+            geo = geometry(inv)
+        except GeometryUnknown:
+            return problems
+    ik = eng.name == "ik_llama.cpp"
+    if not ik and geo.mla and settings.cache_type_k != settings.cache_type_v:
+        problems.append(f"{eng.label} refuses different K and V cache types on an MLA model "
+                        f"(-ctk {settings.cache_type_k} -ctv {settings.cache_type_v}): give both")
+    if is_quantized(settings.cache_type_v) and settings.flash_attn == "off" and not (ik and geo.mla_arch):
+        problems.append(f"{eng.label} refuses a quantized V cache ({settings.cache_type_v}) with flash attention off")
+    return problems
+
+
 def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False,
              replay: bool = True) -> MemoryEstimate:
     """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
@@ -175,11 +195,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     ik = eng.name == "ik_llama.cpp"
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
     fa = settings.flash_attn != "off"
-    if not ik and geo.mla and settings.cache_type_k != settings.cache_type_v:
-        problems.append(f"{eng.label} refuses different K and V cache types on an MLA model "
-                        f"(-ctk {settings.cache_type_k} -ctv {settings.cache_type_v}): give both")
-    if is_quantized(settings.cache_type_v) and settings.flash_attn == "off" and not (ik and geo.mla_arch):
-        problems.append(f"{eng.label} refuses a quantized V cache ({settings.cache_type_v}) with flash attention off")
+    problems = refused_settings(inv, eng, settings, geo)
     # context: 0 = the model's training context
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
     pad = 256 if (not ik or fa) else 32

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
+from moeconf.linting.rules._memory import line_settings
 
 CODE = "MOE041"
 NAME = "cache-type-refused"
@@ -26,13 +27,13 @@ NEEDS_MODEL = False
 
 
 def check(ctx: Context) -> Iterator[Hit]:
-    from moeconf.memory import estimate_explained, read_settings
+    from moeconf.memory.estimate import refused_settings
 
     inv = ctx.invocation
-    settings = read_settings([a.text for a in inv.args], ctx.engine, {k: v.text for k, v in inv.env.items()})
+    settings = line_settings(ctx)
     problems = list(settings.problems)
-    if ctx.explanation is not None:
-        problems = list(estimate_explained(ctx.explanation, settings).problems)
+    if ctx.inventory is not None:
+        problems = refused_settings(ctx.inventory, ctx.engine, settings)
     elif settings.flash_attn == "off" and settings.cache_type_v not in ("f16", "f32", "bf16"):
         problems.append(f"{ctx.engine.label} refuses a quantized V cache ({settings.cache_type_v}) with flash "
                         "attention off")
