@@ -29,6 +29,7 @@ from moeconf.engines.simulate import default_devices, default_layer_devices, lay
 from moeconf.errors import PlanError
 from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, estimate, parse_size, read_settings
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
+from moeconf.memory.support import unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 from moeconf.plan import Plan
@@ -419,6 +420,11 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
     settings = plan_settings(plan, eng)
     if settings.problems:
         raise PlanError("; ".join(settings.problems), path=plan.path)
+    not_modelled = unmodelled(inv, eng.name)
+    if not_modelled:
+        # refuse before any search: an estimate without the KV cache and compute would fit anything
+        raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
+                        + "; ".join(not_modelled), path=plan.path)
     f = _Filler(plan, inv, eng, overlay, requests, sizes, settings)
     if f.chooses_split():
         ranked = f.search()
@@ -426,7 +432,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
         if not feasible:
             least = min(ranked, key=lambda c: sum(c.over.values()))
             if not least.mem.complete:
-                raise PlanError("fill rules need the model's memory, which cannot be computed: "
+                raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
                                 + "; ".join(least.mem.notes), path=plan.path)
             assert least.ts is not None
             raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
@@ -454,7 +460,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
         cand = f.candidate(plan.config.flags.tensor_split)
         ts_given = plan.config.flags.tensor_split
         if not cand.mem.complete:
-            raise PlanError("fill rules need the model's memory, which cannot be computed: "
+            raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
                             + "; ".join(cand.mem.notes), path=plan.path)
         if AUTO_GPU in cand.mem.devices:
             why = None

@@ -143,7 +143,8 @@ def test_version_1_manifest_warns_and_gives_weights_only(models: dict[str, Inven
     data = json.loads((MODELS / "qwen3-30b-a3b.manifest.json").read_text())
     data["version"] = 1
     for k in ("key_length", "value_length", "key_length_mla", "value_length_mla", "kv_lora_rank", "q_lora_rank",
-              "rope_dimension_count", "sliding_window", "sliding_window_pattern", "vocab_size"):
+              "rope_dimension_count", "sliding_window", "sliding_window_pattern", "vocab_size", "hparams",
+              "arch_keys"):
         data["metadata"].pop(k)
     p = tmp_path / "old.manifest.json"
     p.write_text(json.dumps(data))

@@ -28,6 +28,7 @@ from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
+from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
 from moeconf.placement import Placement
@@ -184,13 +185,20 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     gpus = sorted(d for d in devices if is_gpu(d))
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
+    why = unmodelled(inv, eng.name)
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:
-        notes.append(f"KV cache and compute not computed: {err}")
+        why.insert(0, f"KV cache and compute not computed: {err}")
+    if why:
+        # weights as placed, KV cache and compute left out: a number moeconf did not model is never
+        # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
+        notes.extend(why)
         partial = {d: DeviceMemory(d, weights=weights.get(d, 0), reserve=settings.reserve if is_gpu(d) else 0)
-               for d in [HOST, *gpus]}
-        return MemoryEstimate(partial, settings, 0, 0, 0, True, tuple(notes), tuple(problems), complete=False)
+                   for d in [HOST, *gpus]}
+        n_ctx = settings.n_ctx or (inv.metadata.context_length or 0)
+        return MemoryEstimate(partial, settings, n_ctx, 0, 0, settings.flash_attn != "off", tuple(notes),
+                              tuple(problems), complete=False)
 
     ik = eng.name == "ik_llama.cpp"
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices

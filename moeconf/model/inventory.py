@@ -54,6 +54,23 @@ class ModelMetadata:
     vocab_size: int | None = None
     # False for a version-1 manifest, which predates the geometry keys above
     geometry_known: bool = True
+    # every other integer (bool, integer array) `{arch}.*` key, by its name after `{arch}.`
+    # (`ssm.state_size`, `full_attention_interval`): what architecture-specific memory reads
+    hparams: tuple[tuple[str, int | tuple[int, ...]], ...] = ()
+    # the name after `{arch}.` of every `{arch}.*` key in the file, whatever its type; None where
+    # the source did not record them (a manifest before version 3)
+    arch_keys: tuple[str, ...] | None = None
+
+    def hparam(self, key: str) -> int | tuple[int, ...] | None:
+        """An `{arch}.KEY` integer (or integer array) from the file, by its name after `{arch}.`."""
+        for k, v in self.hparams:
+            if k == key:
+                return v
+        attr = self.KEY_ATTRS.get(key)
+        if attr is not None:
+            value: int | tuple[int, ...] | None = getattr(self, attr)
+            return value
+        return None
 
     @property
     def file_type_name(self) -> str | None:
@@ -87,6 +104,8 @@ class ModelMetadata:
         "sliding_window_pattern": "attention.sliding_window_pattern",
         "vocab_size": "vocab_size",
     }
+    # the attribute of each key (by its name after `{arch}.`)
+    KEY_ATTRS: ClassVar[dict[str, str]] = {}
     # keys whose value may be a per-layer array
     ARRAY_KEYS: ClassVar[frozenset[str]] = frozenset({"head_count_kv", "sliding_window_pattern"})
     # keys a version-1 manifest does not have: without them, KV and compute cannot be computed
@@ -100,7 +119,18 @@ class ModelMetadata:
         for k in ("arch", "name", "file_type", *self.ARCH_KEYS):
             v = getattr(self, k)
             out[k] = list(v) if isinstance(v, tuple) else v
+        if self.hparams:
+            out["hparams"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.hparams}
+        if self.arch_keys is not None:
+            out["arch_keys"] = list(self.arch_keys)
         return out
+
+
+ModelMetadata.KEY_ATTRS.update({key: attr for attr, key in ModelMetadata.ARCH_KEYS.items()})
+
+# integer arrays longer than this are not kept in `hparams` (a per-layer array is at most a few
+# hundred entries; anything longer is no hyperparameter memory reads)
+MAX_HPARAM_ARRAY = 4096
 
 
 @dataclass(frozen=True)
@@ -350,10 +380,28 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         elif isinstance(tokens, list):
             values["vocab_size"] = len(tokens)
     name = header.get("general.name")
+    prefix = f"{arch}."
+    read = set(ModelMetadata.ARCH_KEYS.values())
+    arch_keys: list[str] = []
+    hparams: list[tuple[str, int | tuple[int, ...]]] = []
+    for key, entry in header.metadata.items():
+        if not key.startswith(prefix):
+            continue
+        suffix = key[len(prefix):]
+        arch_keys.append(suffix)
+        if suffix in read:
+            continue
+        v = entry.value
+        if isinstance(v, bool | int):
+            hparams.append((suffix, int(v)))
+        elif (isinstance(v, list) and len(v) <= MAX_HPARAM_ARRAY
+              and all(isinstance(x, bool | int) for x in v)):
+            hparams.append((suffix, tuple(int(x) for x in v)))
     return ModelMetadata(
         arch=arch, block_count=block_count,
         name=name if isinstance(name, str) else None,
         file_type=_int_meta(header, "general.file_type"),
+        hparams=tuple(sorted(hparams)), arch_keys=tuple(sorted(arch_keys)),
         **values,
     )
 

@@ -16,13 +16,15 @@ from typing import Any
 from moeconf.atomic import write_text_atomic
 from moeconf.errors import ManifestError, read_text
 from moeconf.model import ggml
-from moeconf.model.inventory import Inventory, ModelMetadata, RawTensor, build_inventory
+from moeconf.model.inventory import MAX_HPARAM_ARRAY, Inventory, ModelMetadata, RawTensor, build_inventory
 
 FORMAT = "moeconf-manifest"
-VERSION = 2
+VERSION = 3
 # version 1 lacks the attention geometry (key/value lengths, MLA ranks, sliding window, vocab):
-# still read, with a warning that memory cannot be computed
-READS = (1, 2)
+# still read, with a warning that memory cannot be computed. Version 3 adds every other integer
+# `{arch}.*` key (`hparams`) and the names of all of them (`arch_keys`), which the memory model
+# needs for architectures beyond the first five and to know what it does not model
+READS = (1, 2, 3)
 
 _INT_FIELDS = tuple(k for k in ModelMetadata.ARCH_KEYS if k not in ModelMetadata.ARRAY_KEYS)
 
@@ -77,6 +79,24 @@ def _want_int(path: str, where: str, v: Any, *, nullable: bool, minimum: int = 0
     return v
 
 
+def _hparams(path: str, data: Any) -> tuple[tuple[str, int | tuple[int, ...]], ...]:
+    if not isinstance(data, dict):
+        raise _fail(path, "metadata.hparams", "expected an object of integer (or integer list) keys")
+    out: list[tuple[str, int | tuple[int, ...]]] = []
+    for k, v in data.items():
+        where = f"metadata.hparams.{k}"
+        if k in ModelMetadata.KEY_ATTRS:
+            raise _fail(path, where, f"a key of its own in metadata ({ModelMetadata.KEY_ATTRS[k]})")
+        if isinstance(v, list):
+            if len(v) > MAX_HPARAM_ARRAY:
+                raise _fail(path, where, f"more than {MAX_HPARAM_ARRAY} entries")
+            out.append((k, tuple(_want_int(path, f"{where}[{i}]", x, nullable=False, minimum=-(1 << 63)) or 0
+                                 for i, x in enumerate(v))))
+        else:
+            out.append((k, _want_int(path, where, v, nullable=False, minimum=-(1 << 63)) or 0))
+    return tuple(sorted(out))
+
+
 def parse_manifest(data: Any, path: str) -> Inventory:
     if not isinstance(data, dict):
         raise _fail(path, "", "a manifest is a JSON object")
@@ -92,6 +112,8 @@ def parse_manifest(data: Any, path: str) -> Inventory:
     known = {"arch", "name", "file_type", *ModelMetadata.ARCH_KEYS}
     if version == 1:
         known -= set(ModelMetadata.GEOMETRY_KEYS)
+    if version >= 3:
+        known |= {"hparams", "arch_keys"}
     extra = sorted(set(md) - known)
     if extra:
         raise _fail(path, f"metadata.{extra[0]}", f"unknown key (known: {', '.join(sorted(known))})")
@@ -113,6 +135,12 @@ def parse_manifest(data: Any, path: str) -> Inventory:
         else:
             values[k] = _want_int(path, f"metadata.{k}", kv, nullable=True)
     values["file_type"] = _want_int(path, "metadata.file_type", md.get("file_type"), nullable=True)
+    values["hparams"] = _hparams(path, md.get("hparams", {}))
+    arch_keys = md.get("arch_keys")
+    if arch_keys is not None:
+        if not isinstance(arch_keys, list) or not all(isinstance(k, str) and k for k in arch_keys):
+            raise _fail(path, "metadata.arch_keys", "expected a list of key names (after `{arch}.`)")
+        values["arch_keys"] = tuple(sorted(set(arch_keys) | {k for k, _ in values["hparams"]}))
     metadata = ModelMetadata(arch=arch, name=name, geometry_known=version != 1, **values)
 
     tensors = data.get("tensors")
