@@ -151,6 +151,14 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("-o", "--output", metavar="PLAN", help="write the solved plan (editable) to PLAN")
     fit.add_argument("--json", action="store_true", help='print {"argv": [...], "ot": "...", "memory": {...}}')
 
+    rul = sub.add_parser(
+        "rule",
+        help="print a lint rule's page: what it catches, why, a failing and a passing example",
+        description="Print the page of the lint rule CODE (MOE008) or NAME (prefix-collision); "
+        "without one, list every rule.",
+    )
+    rul.add_argument("rule", nargs="?", metavar="CODE", help="a rule's code or name")
+
     chk = sub.add_parser(
         "check",
         help="check that files written by `moeconf compile --write` are up to date",
@@ -412,6 +420,16 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_rule(args: argparse.Namespace) -> int:
+    from moeconf.report.lint import rule_page, rule_index
+
+    if args.rule is None:
+        sys.stdout.write(rule_index())
+    else:
+        sys.stdout.write(rule_page(args.rule))
+    return EXIT_OK
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from moeconf.check import check_paths
 
@@ -441,7 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handlers = {"inspect": _cmd_inspect, "compile": _cmd_compile, "init": _cmd_init, "schema": _cmd_schema,
-                "lint": _cmd_lint, "explain": _cmd_explain, "check": _cmd_check, "fit": _cmd_fit}
+                "lint": _cmd_lint, "explain": _cmd_explain, "check": _cmd_check, "fit": _cmd_fit,
+                "rule": _cmd_rule}
     try:
         return handlers[args.command](args)
     except MoeconfError as e:

@@ -373,11 +373,16 @@ def _check_names(names: Sequence[str], where: str, config: Config | None, key: s
             n, words, n=1, cutoff=0.5) or difflib.get_close_matches(
             n.upper(), words, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}" + (f" ({known[close[0]]})" if close[0] in known else "") + "?" \
-            if close else "`moeconf lint --help` and the README list the rules"
+            if close else "`moeconf rule` lists the rules"
         message = f"unknown rule {n!r} in {where}"
         if config is not None and config.where is not None:
             raise config.where.error(message, key, i if key != "severity" else n, hint=hint)
         raise MoeconfError(message, hint=hint)
+
+
+def check_rule_names(names: Sequence[str], where: str) -> None:
+    """Every name a known rule's code or name (else an error naming the closest)."""
+    _check_names(names, where, None, "")
 
 
 def check_config_rules(config: Config) -> None:
