@@ -421,7 +421,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _cmd_rule(args: argparse.Namespace) -> int:
-    from moeconf.report.lint import rule_page, rule_index
+    from moeconf.report.lint import rule_index, rule_page
 
     if args.rule is None:
         sys.stdout.write(rule_index())
