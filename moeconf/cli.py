@@ -297,7 +297,7 @@ def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
 def _cmd_explain(args: argparse.Namespace) -> int:
     import json
 
-    from moeconf.explanation import explain
+    from moeconf.linting.linter import lint_command
     from moeconf.report.explain import render
 
     inv, eng = _model_and_engine(args)
@@ -315,7 +315,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         why = eng.device_name_error(g)
         if why:
             raise MoeconfError(f"--gpus: {why}")
-    ex = explain(inv, eng, argv, env=env, gpus=gpus)
+    # the simulation, and what `moeconf lint` says about the line (the same rules)
+    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus)
     from moeconf.memory import estimate_explained, parse_size, read_settings
     from moeconf.report.memory import render_memory
 
@@ -339,6 +340,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             ex.invocation, gpus if gpus is not None else assumed_gpus(ex.invocation))), args.plan)
     if args.json:
         out = ex.json()
+        out["findings"] = [{k: v for k, v in f.json().items() if k not in ("path", "line")} for f in findings]
         out["memory"] = est.json()
         out["memory_problems"] = list(est.problems)
         if budgets:
@@ -349,7 +351,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                            and not os.environ.get("NO_COLOR"))
-        sys.stdout.write(render(ex, color=color, tensors=args.tensors))
+        sys.stdout.write(render(ex, color=color, tensors=args.tensors, findings=findings))
         sys.stdout.write(render_memory(est, budgets))
         for d, short in over.items():
             fix = ("more routed experts on the GPUs, or a smaller quant" if d == "CPU"

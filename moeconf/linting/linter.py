@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
+from typing import Any
 
 from moeconf.engines import Engine, engine, version_error
 from moeconf.engines.cmdline import Arg, Invocation, parse_invocation
@@ -317,6 +318,38 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
         findings.append(Finding("MOE000", "model-unknown", "info", src.path, launch.line, launch.column,
                                 f"model could not be read ({model}); model-aware rules were skipped"))
     return findings
+
+
+COMMAND_LINE = "<command line>"  # the path of findings on a command line given to `explain`
+
+
+def command_words(argv: Sequence[str]) -> list[Arg]:
+    """The words of a command line, placed as if written on one line separated by single spaces
+    (line 1, 1-based columns), so a finding's column names the word and the place in it."""
+    out, column = [], 1
+    for w in argv:
+        out.append(Arg(w, COMMAND_LINE, 1, column))
+        column += len(w) + 1
+    return out
+
+
+def lint_command(inventory: Inventory, eng: Engine, argv: Sequence[str], *, env: dict[str, str] | None = None,
+                 gpus: Sequence[str] | None = None, config: Config | None = None,
+                 rules: Sequence[ModuleType] = ALL) -> tuple[Any, list[Finding]]:
+    """`explain`'s simulation of a command line and what `moeconf lint` says about it, by the same
+    rules: (the Explanation, the findings, at line 1 and the column of `command_words`). The
+    memory rules state nothing without `config.gpu_memory`; explain prints the memory itself."""
+    from moeconf.explanation import assumed_gpus, explain_invocation
+
+    config = config or Config()
+    invocation = parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()})
+    simulated = explain_invocation(inventory, invocation, gpus)
+    known = list(gpus) if gpus is not None else assumed_gpus(invocation)
+    ctx = Context(COMMAND_LINE, 1, 1, eng, invocation, inventory, simulated, known, kind="explain",
+                  engine_source="explain", gpus_known=gpus is not None, gpu_memory=config.gpu_memory,
+                  reserve=config.reserve)
+    findings = sorted(_run_rules(ctx, config, rules, plan=False), key=lambda f: (f.line, f.column, f.code))
+    return simulated, findings
 
 
 def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> list[Finding]:
