@@ -117,3 +117,11 @@ def test_tensors_that_stay_where_they_were_are_no_finding(tmp_path: Path) -> Non
     moved = lint_text(tmp_path, "llama-server -m /models/m.gguf -ngl 999 -fit off -ot exp=CPU\n",
                       model="deepseek-v3")
     assert "name-collision" in {f.name for f in moved}
+
+
+def test_an_unknown_flag_stops_the_memory_rules_too(tmp_path: Path) -> None:
+    line = "llama-server -m /models/m.gguf -ngl 999 --ctx-sise 131072 -ot 'blk\\.[1-9]\\.ffn_.*_exps=CUDA0,exps=CPU'\n"
+    found = {f.name for f in lint_text(tmp_path, line, gpu_memory={"CUDA0": 8 * 2**30})}
+    assert "unknown-flag" in found and not {"memory-over-device", "fit-conflict"} & found, found
+    fixed = {f.name for f in lint_text(tmp_path, line.replace("sise", "size"), gpu_memory={"CUDA0": 8 * 2**30})}
+    assert {"memory-over-device", "fit-conflict"} <= fixed, fixed
