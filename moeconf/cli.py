@@ -151,6 +151,14 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("-o", "--output", metavar="PLAN", help="write the solved plan (editable) to PLAN")
     fit.add_argument("--json", action="store_true", help='print {"argv": [...], "ot": "...", "memory": {...}}')
 
+    rul = sub.add_parser(
+        "rule",
+        help="print a lint rule's page: what it catches, why, a failing and a passing example",
+        description="Print the page of the lint rule CODE (MOE008) or NAME (prefix-collision); "
+        "without one, list every rule.",
+    )
+    rul.add_argument("rule", nargs="?", metavar="CODE", help="a rule's code or name")
+
     chk = sub.add_parser(
         "check",
         help="check that files written by `moeconf compile --write` are up to date",
@@ -289,7 +297,7 @@ def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
 def _cmd_explain(args: argparse.Namespace) -> int:
     import json
 
-    from moeconf.explanation import explain
+    from moeconf.linting.linter import lint_command
     from moeconf.report.explain import render
 
     inv, eng = _model_and_engine(args)
@@ -307,7 +315,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         why = eng.device_name_error(g)
         if why:
             raise MoeconfError(f"--gpus: {why}")
-    ex = explain(inv, eng, argv, env=env, gpus=gpus)
+    # the simulation, and what `moeconf lint` says about the line (the same rules)
+    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus)
     from moeconf.memory import estimate_explained, parse_size, read_settings
     from moeconf.report.memory import render_memory
 
@@ -331,6 +340,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             ex.invocation, gpus if gpus is not None else assumed_gpus(ex.invocation))), args.plan)
     if args.json:
         out = ex.json()
+        out["findings"] = [{k: v for k, v in f.json().items() if k not in ("path", "line")} for f in findings]
         out["memory"] = est.json()
         out["memory_problems"] = list(est.problems)
         if budgets:
@@ -341,7 +351,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                            and not os.environ.get("NO_COLOR"))
-        sys.stdout.write(render(ex, color=color, tensors=args.tensors))
+        sys.stdout.write(render(ex, color=color, tensors=args.tensors, findings=findings))
         sys.stdout.write(render_memory(est, budgets))
         for d, short in over.items():
             fix = ("more routed experts on the GPUs, or a smaller quant" if d == "CPU"
@@ -412,6 +422,16 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_rule(args: argparse.Namespace) -> int:
+    from moeconf.report.lint import rule_index, rule_page
+
+    if args.rule is None:
+        sys.stdout.write(rule_index())
+    else:
+        sys.stdout.write(rule_page(args.rule))
+    return EXIT_OK
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from moeconf.check import check_paths
 
@@ -441,7 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handlers = {"inspect": _cmd_inspect, "compile": _cmd_compile, "init": _cmd_init, "schema": _cmd_schema,
-                "lint": _cmd_lint, "explain": _cmd_explain, "check": _cmd_check, "fit": _cmd_fit}
+                "lint": _cmd_lint, "explain": _cmd_explain, "check": _cmd_check, "fit": _cmd_fit,
+                "rule": _cmd_rule}
     try:
         return handlers[args.command](args)
     except MoeconfError as e:

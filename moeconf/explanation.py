@@ -53,7 +53,9 @@ class Explanation:
 
     @property
     def unmatched(self) -> list[ItemReport]:
-        return [it for it in self.items if it.touches == 0]
+        """The items the user wrote that match nothing (not the rules --cpu-moe and --n-cpu-moe
+        add: those of --n-cpu-moe on a dense block match nothing by design)."""
+        return [it for it in self.items if it.touches == 0 and it.raw_index is not None]
 
     def json(self) -> dict[str, object]:
         return {

@@ -14,6 +14,12 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
 
+def doc_pages() -> list[Path]:
+    """The README and every page under docs/: the tests that check the README's examples and
+    tables check these the same way."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
 @pytest.fixture(scope="session")
 def layout_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every realistic layout written once as a sparse GGUF with its real vocabulary size."""

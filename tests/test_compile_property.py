@@ -49,7 +49,7 @@ def test_compiled_rules_reproduce_the_placement(data: st.DataObject) -> None:
 
 # --- no longer than an exhaustive search over the readable forms ---------------------------------
 #
-# The readable forms (README, "What the compiler emits"): an item's regex is an alternation of
+# The readable forms (docs/plans.md, "What the compiler emits"): an item's regex is an alternation of
 # terms; a term is a whole name part (every occurrence in every name of the model sits between
 # `.`/`_` separators or the ends), or a block term PREFIX(R)\.K with PREFIX `blk\.` or `\.`, R the
 # layer-set regex of any set of blocks, K empty or `.*PART`. Layouts: one item per device that

@@ -1,5 +1,5 @@
 """What lint findings say and how they are shown: severities that follow the engine version,
-grouping per -ot value, patterns quoted as written, nothing skipped without `gpus`, and lint and
+every instance a finding, patterns quoted as written, nothing skipped without `gpus`, and lint and
 explain simulating the same devices."""
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ def test_ik_before_the_change_reads_items_as_words(tmp_path: Path) -> None:
     assert "attn_q_b=CUDA0" in next(m for n, _, m in found if n == "space-in-list")
 
 
-def test_findings_of_one_rule_on_one_value_are_grouped(tmp_path: Path) -> None:
+def test_every_instance_on_one_value_is_a_finding(tmp_path: Path) -> None:
     found = run(tmp_path, r'llama-server -m m.gguf -ngl 999 -fit off -ot "blk\.3=CPU,blk\.4=CPU,blk\.5=CPU"')
     prefix = [m for n, _, m in found if n == "prefix-collision"]
-    assert len(prefix) == 1 and prefix[0].endswith("[and 2 more prefix-collision findings in this -ot value]")
-    # separate -ot values stay separate
+    assert [m.split("'")[1] for m in prefix] == [r"blk\.3", r"blk\.4", r"blk\.5"]
+    assert not any("more prefix-collision" in m for m in prefix)
     found = run(tmp_path, r'llama-server -m m.gguf -ngl 999 -fit off -ot "blk\.3=CPU" -ot "blk\.4=CPU"')
     assert len([n for n, _, _ in found if n == "prefix-collision"]) == 2
 

@@ -119,8 +119,13 @@ def test_fit_conflict_on_ik_states_the_alternative_too(tmp_path: Path) -> None:
 
 def test_fit_conflict_when_nothing_fits_says_so(tmp_path: Path) -> None:
     line = "llama-server -m m.gguf -ngl 999 -c 131072 -ot exps=CPU"
-    found = [f for f in _lint(tmp_path, line, "deepseek-v3", {"CUDA0": "8GiB"}) if f.code == "MOE020"]
+    found = [f for f in _lint(tmp_path, line, "deepseek-v3", {"CUDA0": "8GiB"}, extra_cfg='ignore = ["MOE040"]')
+             if f.code == "MOE020"]
     assert len(found) == 1 and "finds no placement" in found[0].message and "does not fit: CUDA0" in found[0].message
+    # with memory-over-device on, that finding states the analysis and fit-conflict points at it
+    both = {f.code: f.message for f in _lint(tmp_path, line, "deepseek-v3", {"CUDA0": "8GiB"})}
+    assert "moeconf fit" in both["MOE040"] and "memory-over-device at this line" in both["MOE020"]
+    assert "moeconf fit" not in both["MOE020"]
 
 
 def test_fit_conflict_on_two_gpus_gives_the_split_with_the_ot(tmp_path: Path,

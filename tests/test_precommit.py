@@ -56,3 +56,39 @@ def test_hooks_in_a_deployment_repo(tmp_path: Path) -> None:
     stale = try_repo(repo, "moeconf-check", home)
     assert stale.returncode == 1
     assert "launch-qwen3-30b.sh: stale" in stale.stdout
+
+
+def _readme_clone_config() -> str:
+    """The README's pre-commit configuration for a clone (a path and a commit), as written there."""
+    import re
+
+    blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    found = [b for b in blocks if "repo: /path/to/moeconf" in b]
+    assert len(found) == 1, "the README lost its pre-commit configuration for a clone"
+    return found[0]
+
+
+def test_readme_clone_config_works(tmp_path: Path) -> None:
+    """The README's configuration from a clone, with the path and commit filled in, runs both hooks
+    through `pre-commit run` in a deployment repository."""
+    import re
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    config = _readme_clone_config()
+    config = config.replace("/path/to/moeconf", str(REPO))
+    config = re.sub(r"rev: [0-9a-f]{40}", f"rev: {head}", config)
+    repo = tmp_path / "deploy-repo"
+    shutil.copytree(EXAMPLES / "deploy", repo / "deploy")
+    shutil.copytree(EXAMPLES / "models", repo / "models")
+    (repo / ".pre-commit-config.yaml").write_text(config)
+    git(repo, "init", "-q")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "deploy")
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(WHEELHOUSE),
+           "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "NO_COLOR": "1"}
+    run = subprocess.run(["pre-commit", "run", "--all-files", "--verbose"], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 1, run.stdout + run.stderr  # the deliberate mistakes of examples/deploy
+    assert "deploy/run-glm-air.sh:8:25" in run.stdout and "MOE002 space-in-list" in run.stdout
+    assert "1 generated file(s), 0 stale" in run.stdout

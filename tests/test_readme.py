@@ -1,5 +1,6 @@
-"""The README's library examples run as doctests (```pycon blocks; ```python blocks are executed),
-so the README cannot drift from the library; `moeconf.emit()` works in every import order."""
+"""The library examples of the README and docs/*.md run as doctests (```pycon blocks; ```python
+blocks are executed), so the docs cannot drift from the library; `moeconf.emit()` works in every
+import order."""
 
 from __future__ import annotations
 
@@ -13,15 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, doc_pages
 
 _BLOCK = re.compile(r"^```(?P<lang>pycon|python)\n(?P<code>.*?)^```$", re.M | re.S)
 
 
-def blocks(lang: str) -> list[tuple[int, str]]:
-    text = (REPO / "README.md").read_text()
-    return [(text.count("\n", 0, m.start("code")) + 1, m.group("code"))
-            for m in _BLOCK.finditer(text) if m.group("lang") == lang]
+def blocks(lang: str) -> list[tuple[Path, int, str]]:
+    out = []
+    for page in doc_pages():
+        text = page.read_text()
+        out += [(page, text.count("\n", 0, m.start("code")) + 1, m.group("code"))
+                for m in _BLOCK.finditer(text) if m.group("lang") == lang]
+    return out
 
 
 @pytest.fixture
@@ -35,20 +39,21 @@ def readme_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_readme_library_doctest(readme_dir: Path) -> None:
     found = blocks("pycon")
-    assert found, "the README's library section lost its doctest"
+    assert found, "the library page lost its doctest"
     parser = doctest.DocTestParser()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     out = io.StringIO()
     tried = 0
-    for line, code in found:
-        test = parser.get_doctest(code, {}, f"README.md:{line}", str(REPO / "README.md"), line - 1)
+    for page, line, code in found:
+        name = str(page.relative_to(REPO))
+        test = parser.get_doctest(code, {}, f"{name}:{line}", str(page), line - 1)
         runner.run(test, out=out.write)
         tried += len(test.examples)
     assert runner.failures == 0, out.getvalue()
     assert tried >= 20
     assert (readme_dir / "deepseek-v3.manifest.json").is_file()  # write_manifest wrote here, not in the checkout
-    for line, code in blocks("python"):  # plain code examples, if any: they must at least run
-        exec(compile(code, f"README.md:{line}", "exec"), {})
+    for page, line, code in blocks("python"):  # plain code examples, if any: they must at least run
+        exec(compile(code, f"{page.relative_to(REPO)}:{line}", "exec"), {})
 
 
 @pytest.mark.parametrize("first", ["import moeconf.emitting.targets", "import moeconf.emitting",

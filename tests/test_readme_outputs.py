@@ -1,6 +1,6 @@
-"""The README's example outputs are what the commands print today: every ```sh block running
-`moeconf` that is followed by an output block is run (in-process) and compared line by line; a
-line `...` in the README stands for lines left out."""
+"""The example outputs of the README and docs/*.md are what the commands print today: every ```sh
+block running `moeconf` that is followed by an output block is run (in-process) and compared line
+by line; a line `...` in the page stands for lines left out."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from moeconf.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, doc_pages
 
 _BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.S)
 
 
 def _examples() -> list[tuple[str, str]]:
-    blocks = _BLOCK.findall((REPO / "README.md").read_text())
+    blocks = [b for page in doc_pages() for b in _BLOCK.findall(page.read_text())]
     out = []
     for (lang, body), (next_lang, printed) in itertools.pairwise(blocks):
         if lang != "sh" or next_lang != "":
@@ -45,7 +45,7 @@ def _matches(want: list[str], got: list[str]) -> bool:
 
 
 def test_the_readme_has_examples_to_check() -> None:
-    assert len(EXAMPLES) >= 4, [c for c, _ in EXAMPLES]
+    assert len(EXAMPLES) >= 7, [c for c, _ in EXAMPLES]
 
 
 @pytest.mark.parametrize(("command", "printed"), EXAMPLES, ids=[c[:60] for c, _ in EXAMPLES])

@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
+from typing import Any
 
 from moeconf.engines import Engine, engine, version_error
 from moeconf.engines.cmdline import Arg, Invocation, parse_invocation
@@ -31,7 +32,7 @@ _NOTE_KIND = {"invalid": INPUT_INVALID, "skipped": INPUT_SKIPPED, "cannot-check"
               "capped": FINDINGS_CAPPED}
 MAX_ITEMS = 4095  # -ot items checked per value (mainline's own limit)
 MAX_ITEM_CHARS = 8192  # longest -ot item checked (a real one is under a few hundred characters)
-MAX_PER_RULE = 20  # findings of one rule per engine invocation
+MAX_PER_RULE = 20  # -ot values (or places outside one) one rule reports on per engine invocation
 MAX_PER_FILE = 200  # findings per file
 _IK_HINT = re.compile(r"ik[-_]llama", re.I)
 
@@ -152,17 +153,22 @@ def meta_finding(kind: tuple[str, str, Severity], config: Config, path: str, lin
 
 
 def _run_rules(ctx: Context, config: Config, rules: Sequence[ModuleType], plan: bool) -> list[Finding]:
+    from moeconf.linting.rules import flag_value_refused
+
     out: list[Finding] = []
     values = _Values(ctx)
-    for rule in rules:
-        if getattr(rule, "PLAN_ONLY", False) and not plan:
-            continue
-        if not config.enabled(rule.CODE, rule.NAME):
-            continue
-        if rule.NEEDS_MODEL and (ctx.inventory is None or ctx.explanation is None):
+    runs = [rule for rule in rules
+            if not (getattr(rule, "PLAN_ONLY", False) and not plan) and config.enabled(rule.CODE, rule.NAME)
+            and not (rule.NEEDS_MODEL and (ctx.inventory is None or ctx.explanation is None))]
+    ctx.enabled = frozenset(rule.NAME for rule in runs)
+    # a line the engine cannot read as written is not judged by what its settings would cost:
+    # the finding that says why it cannot be read is the one to fix first
+    misread = flag_value_refused.misread(ctx)
+    for rule in runs:
+        if misread and getattr(rule, "READS_SETTINGS", False):
             continue
         hit: Hit
-        groups: dict[object, list[Finding]] = {}
+        values_seen: set[object] = set()
         more = 0
         first_more: tuple[int, int] | None = None
         for hit in rule.check(ctx):
@@ -170,14 +176,16 @@ def _run_rules(ctx: Context, config: Config, rules: Sequence[ModuleType], plan: 
             sev = config.severity_of(rule.CODE, rule.NAME, default)
             f = Finding(rule.CODE, rule.NAME, sev, ctx.path, hit.line or ctx.line, hit.column or ctx.column,
                         hit.message)
-            if len(groups) >= MAX_PER_RULE:
+            # every instance is a finding (JSON and SARIF list each location); the cap counts the
+            # -ot values (or the places outside one) a rule reports on
+            value = values.of(f)
+            key = f if value is None else value
+            if key not in values_seen and len(values_seen) >= MAX_PER_RULE:
                 more += 1  # past the cap: only counted
                 first_more = first_more or (f.line, f.column)
                 continue
-            value = values.of(f)
-            groups.setdefault(f if value is None else (value, sev), []).append(f)
-        for group in groups.values():
-            out.append(_grouped(group))
+            values_seen.add(key)
+            out.append(f)
         if first_more is not None:
             capped = meta_finding(FINDINGS_CAPPED, config, ctx.path, *first_more,
                                   f"{more} more {rule.CODE} {rule.NAME} finding(s) for this engine invocation "
@@ -279,15 +287,6 @@ class _Values:
         return None
 
 
-def _grouped(group: list[Finding]) -> Finding:
-    """One finding for a rule's findings of one severity on one -ot value, with a count."""
-    first = group[0]
-    if len(group) == 1:
-        return first
-    return replace(first, message=f"{first.message} [and {len(group) - 1} more {first.name} finding"
-                   f"{'s' if len(group) > 2 else ''} in this -ot value]")
-
-
 def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models,
                 rules: Sequence[ModuleType] = ALL) -> list[Finding]:
     eng, how = _engine_for(src, launch, config)
@@ -319,6 +318,38 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
         findings.append(Finding("MOE000", "model-unknown", "info", src.path, launch.line, launch.column,
                                 f"model could not be read ({model}); model-aware rules were skipped"))
     return findings
+
+
+COMMAND_LINE = "<command line>"  # the path of findings on a command line given to `explain`
+
+
+def command_words(argv: Sequence[str]) -> list[Arg]:
+    """The words of a command line, placed as if written on one line separated by single spaces
+    (line 1, 1-based columns), so a finding's column names the word and the place in it."""
+    out, column = [], 1
+    for w in argv:
+        out.append(Arg(w, COMMAND_LINE, 1, column))
+        column += len(w) + 1
+    return out
+
+
+def lint_command(inventory: Inventory, eng: Engine, argv: Sequence[str], *, env: dict[str, str] | None = None,
+                 gpus: Sequence[str] | None = None, config: Config | None = None,
+                 rules: Sequence[ModuleType] = ALL) -> tuple[Any, list[Finding]]:
+    """`explain`'s simulation of a command line and what `moeconf lint` says about it, by the same
+    rules: (the Explanation, the findings, at line 1 and the column of `command_words`). The
+    memory rules state nothing without `config.gpu_memory`; explain prints the memory itself."""
+    from moeconf.explanation import assumed_gpus, explain_invocation
+
+    config = config or Config()
+    invocation = parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()})
+    simulated = explain_invocation(inventory, invocation, gpus)
+    known = list(gpus) if gpus is not None else assumed_gpus(invocation)
+    ctx = Context(COMMAND_LINE, 1, 1, eng, invocation, inventory, simulated, known, kind="explain",
+                  engine_source="explain", gpus_known=gpus is not None, gpu_memory=config.gpu_memory,
+                  reserve=config.reserve)
+    findings = sorted(_run_rules(ctx, config, rules, plan=False), key=lambda f: (f.line, f.column, f.code))
+    return simulated, findings
 
 
 def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> list[Finding]:
@@ -373,11 +404,16 @@ def _check_names(names: Sequence[str], where: str, config: Config | None, key: s
             n, words, n=1, cutoff=0.5) or difflib.get_close_matches(
             n.upper(), words, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}" + (f" ({known[close[0]]})" if close[0] in known else "") + "?" \
-            if close else "`moeconf lint --help` and the README list the rules"
+            if close else "`moeconf rule` lists the rules"
         message = f"unknown rule {n!r} in {where}"
         if config is not None and config.where is not None:
             raise config.where.error(message, key, i if key != "severity" else n, hint=hint)
         raise MoeconfError(message, hint=hint)
+
+
+def check_rule_names(names: Sequence[str], where: str) -> None:
+    """Every name a known rule's code or name (else an error naming the closest)."""
+    _check_names(names, where, None, "")
 
 
 def check_config_rules(config: Config) -> None:
@@ -471,17 +507,21 @@ def _note_finding(n: Note, cfg: Config, path: str) -> Finding | None:
 
 
 def _cap(findings: list[Finding], cfg: Config) -> list[Finding]:
-    """At most MAX_PER_FILE findings a file (broken-input findings always kept), plus a count."""
+    """At most MAX_PER_FILE findings a file (broken input and too many -ot items always kept), plus a count."""
     findings = sorted(set(findings), key=lambda f: (f.line, f.column, f.code, f.message))
     if len(findings) <= MAX_PER_FILE:
         return findings
-    kept = findings[:MAX_PER_FILE] + [f for f in findings[MAX_PER_FILE:] if f.code == INPUT_INVALID[0]]
-    rest = findings[MAX_PER_FILE:]
-    dropped = [f for f in rest if f.code != INPUT_INVALID[0]]
-    first = dropped[0]
+    # broken input is always shown; the notes about the input (an engine limit, what was not
+    # checked) come before the rules' findings in what the cap keeps
+    meta = {kind[0] for kind in META}
+    by_priority = sorted(findings, key=lambda f: f.code not in meta)
+    kept = by_priority[:MAX_PER_FILE] + [f for f in by_priority[MAX_PER_FILE:] if f.code == INPUT_INVALID[0]]
+    dropped = [f for f in by_priority[MAX_PER_FILE:] if f.code != INPUT_INVALID[0]]
+    first = min(dropped, key=lambda f: (f.line, f.column, f.code, f.message))
     note = meta_finding(FINDINGS_CAPPED, cfg, first.path, first.line, first.column,
                         f"{len(dropped)} more finding(s) in this file not shown (at most {MAX_PER_FILE} a file); "
                         f"fix these and run again")
+    kept = sorted(kept, key=lambda f: (f.line, f.column, f.code, f.message))
     return kept + ([note] if note is not None else [])
 
 

@@ -281,6 +281,9 @@ class Context:
     plan_diagnostics: list[Any] = field(default_factory=list)  # moeconf.resolve.Diagnostic
     gpu_memory: dict[str, int] = field(default_factory=dict)  # from the config: buffer type -> bytes
     reserve: int | None = None
+    enabled: frozenset[str] = frozenset()  # names of the rules that run on this invocation
+    # analyses computed once per invocation and shared by the rules that state them
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def at_arg(self, arg: Arg | None, offset: int = 0) -> tuple[int, int]:
         if arg is None or not arg.line:

@@ -15,7 +15,7 @@ peak and the graph's node list is known (Llama 4's output device; each GPU runni
 Qwen3-MoE or GLM-4.5 layers; the host when it runs only routed experts), the allocator is
 replayed node by node instead (`replay`).
 The figures were checked against
-llama.cpp's own projection (`llama-fit-params -fitp on`, see the README's accuracy table);
+llama.cpp's own projection (`llama-fit-params -fitp on`, see docs/memory.md's accuracy table);
 CUDA-only terms cannot be checked there and are labelled estimated."""
 
 from __future__ import annotations

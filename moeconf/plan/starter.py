@@ -72,6 +72,6 @@ def starter_plan(inv: Inventory, model_arg: str, out_dir: str, engine: str = "ll
     out.append(_table("model", model))
     out.append(_version_hint(engine))
     out.append(_table("engine", {"name": engine, "gpus": ["CUDA0"]}))
-    out.append("# Placement-relevant flags; see the README for all of them.")
+    out.append("# Placement-relevant flags; docs/plans.md lists all of them.")
     out.append(_table("flags", {"ctx_size": 32768}))
     return "\n".join(out)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from moeconf.engines import AUTO_GPU
-from moeconf.explanation import Explanation
+from moeconf.explanation import Explanation, ItemReport
+from moeconf.linting.model import Finding
 from moeconf.model.taxonomy import GROUPS
 from moeconf.textsafe import safe
 from moeconf.units import gib
@@ -32,7 +33,65 @@ def _symbols(devices: list[str]) -> dict[str, str]:
     return out
 
 
-def render(ex: Explanation, color: bool = False, tensors: bool = False) -> str:
+# rules whose findings are the engine's refusals, which explain prints first ("error: the engine
+# would refuse to start: ...")
+_REFUSALS = frozenset({"invalid-regex", "slow-regex", "unknown-device", "missing-equals", "unknown-flag",
+                       "flag-value-refused", "unsupported-regex-syntax"})
+
+
+def _item_of(ex: Explanation, f: Finding) -> int | None:
+    """The explanation item (index) a finding on the command line points into, if any."""
+    if f.line != 1:
+        return None
+    for raw, item in enumerate(ex.invocation.items()):
+        v = item.source.value
+        if not v.line:
+            continue
+        start = v.column + item.offset
+        if start <= f.column <= start + len(item.text):
+            return next((k for k, it in enumerate(ex.items) if it.raw_index == raw), None)
+    return None
+
+
+def _word_at(ex: Explanation, f: Finding) -> str | None:
+    """The command-line word a finding points at (None: the command line as a whole)."""
+    if f.line != 1:
+        return None
+    for a in ex.invocation.args:
+        if a.line and a.column <= f.column <= a.column + max(len(a.text) - 1, 0) and f.column > 1:
+            return a.text
+    return None
+
+
+def _generated(ex: Explanation) -> list[tuple[int, int]]:
+    """Runs [first, last] of consecutive items the engine adds for one flag (--cpu-moe,
+    --n-cpu-moe), shown as that flag rather than as items the user wrote."""
+    runs: list[tuple[int, int]] = []
+    for k, it in enumerate(ex.items):
+        if it.raw_index is None and runs and runs[-1][1] == k - 1 and ex.items[runs[-1][0]].origin == it.origin:
+            runs[-1] = (runs[-1][0], k)
+        elif it.raw_index is None:
+            runs.append((k, k))
+    return runs
+
+
+def _flag_line(ex: Explanation, first: int, last: int) -> str:
+    from moeconf.model.inventory import format_ranges
+
+    k_set = set(range(first, last + 1))
+    taken = [t for t in ex.placement.inventory.tensors if ex.matched_by.get(t.name) in k_set]
+    blocks = sorted({t.layer for t in taken if t.layer is not None})
+    items: list[ItemReport] = list(ex.items[first:last + 1])
+    device = ", ".join(sorted({it.device for it in items}))
+    what = (f"the routed experts of blocks {format_ranges(blocks)} ({len(taken)} tensors) to {device}" if taken
+            else "no tensor")
+    rules = f"{len(items)} rule(s) the engine adds" if len(items) > 1 else "1 rule the engine adds"
+    span = f"{first + 1}-{last + 1}" if last > first else f"{first + 1}"
+    return f"  {span:>2}. {items[0].origin}: {rules}, taking {what}"
+
+
+def render(ex: Explanation, color: bool = False, tensors: bool = False,
+           findings: tuple[Finding, ...] | list[Finding] = ()) -> str:
     pl = ex.placement
     inv = pl.inventory
     devices = sorted({d for d in pl.devices.values() if d is not None}, key=lambda d: (d != "CPU", d))
@@ -83,16 +142,40 @@ def render(ex: Explanation, color: bool = False, tensors: bool = False) -> str:
     lines.append("")
     per = pl.bytes_by_device()
     lines.append("GiB by device: " + ", ".join(f"{d} {gib(b)}" for d, b in sorted(per.items(), key=lambda kv: kv[0])))
+    on_item: dict[int, list[Finding]] = defaultdict(list)
+    elsewhere: list[Finding] = []
+    for f in findings:
+        if f.name in _REFUSALS and ex.refusals:
+            continue  # said above, as why the engine would refuse to start
+        k = _item_of(ex, f)
+        (on_item[k] if k is not None else elsewhere).append(f)
     if ex.items:
         lines.append("")
         lines.append("items (in the order the engine tests them):")
-        for k, it in enumerate(ex.items):
+        runs = {first: last for first, last in _generated(ex)}
+        k = 0
+        while k < len(ex.items):
+            if k in runs:
+                lines.append(_flag_line(ex, k, runs[k]))
+                k = runs[k] + 1
+                continue
+            it = ex.items[k]
             status = "matches nothing" if not it.touches else (
                 f"first match for {it.hits} of {it.touches} tensors it matches")
             lines.append(f"  {k + 1:2d}. {it.pattern}={it.device}  [{it.origin}]  {status}")
+            for f in on_item.get(k, ()):
+                lines.append(f"      {f.code} {f.name} [{f.severity}] {f.message}")
+            k += 1
     if ex.unmatched:
         lines.append("")
         lines.append("unmatched: " + ", ".join(f"{it.pattern}={it.device}" for it in ex.unmatched))
+    if elsewhere:
+        lines.append("")
+        lines.append("the command line (the rules of `moeconf lint`; `moeconf rule CODE` explains each):")
+        for f in elsewhere:
+            word = _word_at(ex, f)
+            at = f"at {word!r}: " if word is not None else ""
+            lines.append(f"  {f.code} {f.name} [{f.severity}] {at}{f.message}")
     if tensors:
         lines.append("")
         width = max(len(safe(t.name)) for t in inv.tensors)

@@ -27,6 +27,8 @@ _META_DOC = {
     TOO_MANY_OVERRIDES: "more -ot items than the engine accepts",
 }
 
+_PLAN_INVALID_DOC = "a plan that does not compile"
+
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
@@ -41,6 +43,42 @@ def _rule_doc(code: str) -> tuple[str, str]:
     short = first.split(":", 1)[1].strip() if ":" in first else first
     why = rest.strip().split("\n\nFAIL", 1)[0].strip()
     return short, why
+
+
+def _meta_doc(code: str) -> str:
+    if code == PLAN_INVALID[0]:
+        return _PLAN_INVALID_DOC
+    return next((doc for kind, doc in _META_DOC.items() if kind[0] == code), "")
+
+
+def rule_page(name: str) -> str:
+    """`moeconf rule CODE`: the rule module's docstring (what it catches, why, FAIL and PASS
+    examples, which the tests run), headed by its code, name and default severity."""
+    from moeconf.linting.linter import check_rule_names, known_rules
+    from moeconf.linting.rules import BY_CODE
+
+    check_rule_names([name], "`moeconf rule`")  # an unknown one: exit 2 naming the closest
+    known = known_rules()
+    code = name if name in known else next(c for c, n in known.items() if n == name)
+    mod = BY_CODE.get(code)
+    if mod is None:  # a finding of the linter itself (plan-invalid, input-invalid, ...): no module
+        return f"{code} {known[code]}\n\n{_meta_doc(code)}\n"
+    doc = (mod.__doc__ or "").strip()
+    needs = "needs the model" if mod.NEEDS_MODEL else "works without the model"
+    return f"{mod.CODE} {mod.NAME} [{mod.SEVERITY}] ({needs})\n\n{doc}\n"
+
+
+def rule_index() -> str:
+    """`moeconf rule`: every rule, one line each."""
+    from moeconf.linting.linter import known_rules
+    from moeconf.linting.rules import BY_CODE
+
+    lines = []
+    for code, name in sorted(known_rules().items()):
+        mod = BY_CODE.get(code)
+        short = _rule_doc(code)[0] if mod is not None else _meta_doc(code)
+        lines.append(f"{code} {name:<26} {short}")
+    return "\n".join(lines) + "\n`moeconf rule CODE` prints a rule's page.\n"
 
 
 def text(result: LintResult) -> str:
@@ -77,7 +115,7 @@ def sarif(result: LintResult, base: str | None = None) -> dict[str, Any]:
             "properties": {"tags": ["moe", "placement"]},
         })
     code, name, sev = PLAN_INVALID
-    rules.append({"id": code, "name": name, "shortDescription": {"text": "a plan that does not compile"},
+    rules.append({"id": code, "name": name, "shortDescription": {"text": _PLAN_INVALID_DOC},
                   "defaultConfiguration": {"level": _SARIF_LEVEL[sev]}})
     index[code] = len(rules) - 1
     for (code, name, sev), doc in _META_DOC.items():

@@ -1,4 +1,4 @@
-"""Render the fit head-to-head table for the README from the engine suite's results:
+"""Render the fit head-to-head table for docs/benchmarks.md from the engine suite's results:
 `MOECONF_FIT_RESULTS=f.json pytest -m engine tests/engine/test_fit_oracle.py`, then
 `python -m tests.engine.fit_table f.json`."""
 

@@ -1,4 +1,4 @@
-"""Render the memory accuracy table for the README from the engine suite's results:
+"""Render the memory accuracy table for docs/memory.md from the engine suite's results:
 `MOECONF_MEMORY_RESULTS=r.json pytest -m engine tests/engine/test_memory_oracle.py`, then
 `python -m tests.engine.memory_table r.json`."""
 

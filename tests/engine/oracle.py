@@ -115,7 +115,7 @@ def write_sparse(folder: Path, layouts: Mapping[str, ModelLayout]) -> dict[str, 
 
 
 def save_results(env_var: str, rows: Sequence[object]) -> None:
-    """The suite's rows as JSON where `env_var` says (the README tables are rendered from them)."""
+    """The suite's rows as JSON where `env_var` says (the docs/ tables are rendered from them)."""
     target = os.environ.get(env_var)
     if rows and target:
         Path(target).write_text(json.dumps(rows, indent=1) + "\n")

@@ -1,4 +1,4 @@
-"""Print the engine suite's results as the README table: `python -m tests.engine.table FILE`."""
+"""Print the engine suite's results as the table of docs/engines.md: `python -m tests.engine.table FILE`."""
 
 from __future__ import annotations
 

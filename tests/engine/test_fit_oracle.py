@@ -1,7 +1,7 @@
 """`moeconf fit` against llama.cpp: its results, measured by llama.cpp's own projection
 (`llama-fit-params -fitp on`), stay within each budget, and keep at least as many routed-expert
 bytes on the GPUs as llama.cpp's own fit for the same budget (emulated with -fitt on RPC devices,
-which report the machine's RAM as free). Results go to $MOECONF_FIT_RESULTS for the README."""
+which report the machine's RAM as free). Results go to $MOECONF_FIT_RESULTS for docs/benchmarks.md."""
 
 from __future__ import annotations
 

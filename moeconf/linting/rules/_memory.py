@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from moeconf.linting.model import Context
 from moeconf.model.inventory import format_ranges
@@ -48,6 +48,30 @@ def line_settings(ctx: Context) -> MemorySettings:
     env = {k: v.text for k, v in inv.env.items()}
     reserve = ctx.reserve if ctx.reserve is not None else DEFAULT_RESERVE
     return read_settings([a.text for a in inv.args], ctx.engine, env, reserve=reserve)
+
+
+def line_estimate(ctx: Context) -> Any:
+    """The line's memory per device (moeconf.memory.MemoryEstimate), computed once per line and
+    shared by the memory rules; None when the model is unknown."""
+    if "estimate" not in ctx.cache:
+        from moeconf.memory import estimate_explained
+
+        ctx.cache["estimate"] = (estimate_explained(ctx.explanation, line_settings(ctx))
+                                 if ctx.explanation is not None and ctx.inventory is not None else None)
+    return ctx.cache["estimate"]
+
+
+def over_devices(ctx: Context) -> list[str]:
+    """The GPUs of [gpu_memory] whose predicted total is over their size on this line (what
+    memory-over-device reports; [] when it cannot be stated)."""
+    from moeconf.engines import AUTO_GPU
+
+    if not ctx.gpu_memory or ctx.explanation is None or ctx.inventory is None:
+        return []
+    est = line_estimate(ctx)
+    if est is None or not est.complete or AUTO_GPU in est.devices:
+        return []
+    return [d for d, size in ctx.gpu_memory.items() if d in est.devices and est.devices[d].total > size]
 
 
 def fit_instead(ctx: Context) -> str:

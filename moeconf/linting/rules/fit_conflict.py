@@ -29,12 +29,22 @@ from collections.abc import Iterator
 
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
-from moeconf.linting.rules._memory import fit_instead
+from moeconf.linting.rules._memory import fit_instead, over_devices
 
 CODE = "MOE020"
 NAME = "fit-conflict"
 SEVERITY = "warning"
 NEEDS_MODEL = False
+READS_SETTINGS = True  # skipped on a line the engine cannot read (flag-value-refused)
+
+
+def _instead(ctx: Context) -> str:
+    """What moeconf fit places instead, stated once per line: when memory-over-device reports the
+    line (and the fit command with it), a pointer to that finding instead of a second analysis."""
+    over = over_devices(ctx) if "memory-over-device" in ctx.enabled else []
+    if over:
+        return f" (memory-over-device at this line: {', '.join(over)} over its size, and what fits)"
+    return fit_instead(ctx)
 
 
 def check(ctx: Context) -> Iterator[Hit]:
@@ -45,7 +55,7 @@ def check(ctx: Context) -> Iterator[Hit]:
     if eng.fit_with_overrides == "error":
         if inv.fit and inv.fit[1] and (inv.ot or inv.n_cpu_moe or inv.cpu_moe):
             yield Hit(*ctx.at_arg(inv.fit[0]), "ik_llama.cpp refuses --fit with -ot or --n-cpu-moe "
-                      "(\"Manual tensor overrides cannot be used with --fit\"): remove --fit" + fit_instead(ctx),
+                      "(\"Manual tensor overrides cannot be used with --fit\"): remove --fit" + _instead(ctx),
                       "error")
         return
     fit_on = inv.fit[1] if inv.fit else eng.fit_default_on
@@ -55,5 +65,5 @@ def check(ctx: Context) -> Iterator[Hit]:
     how = "-fit on" if inv.fit else f"--fit is on by default ({eng.label})"
     ctx_cut = "" if inv.ctx_size else ", after possibly cutting the context to --fit-ctx (4096) since -c is not given"
     yield Hit(*where, f"{how} with manual placement: fit gives up (\"already set by user, abort\") and loads "
-              f"your settings{ctx_cut}; add -fit off" + fit_instead(ctx))
+              f"your settings{ctx_cut}; add -fit off" + _instead(ctx))
 

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moeconf.engines import AUTO_GPU
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
-from moeconf.linting.rules._memory import fit_command, line_settings
+from moeconf.linting.rules._memory import fit_command, line_estimate, line_settings, over_devices
 
 CODE = "MOE040"
 NAME = "memory-over-device"
 SEVERITY = "error"
 NEEDS_MODEL = True
+READS_SETTINGS = True  # skipped on a line the engine cannot read (flag-value-refused)
 
 MiB = 1024 * 1024
 _ROUGH = 128 * MiB  # more than the phase model is ever off from the replays (72 MiB at most measured)
@@ -37,20 +37,18 @@ def check(ctx: Context) -> Iterator[Hit]:
         return
     from dataclasses import replace
 
-    from moeconf.memory import estimate, estimate_explained
+    from moeconf.memory import estimate
     from moeconf.memory.settings import settings_argv
 
     settings = line_settings(ctx)
-    est = estimate_explained(ctx.explanation, settings)
-    if not est.complete or AUTO_GPU in est.devices:
-        # layers split by free memory: which GPU holds what is not known, so neither the total
-        # nor a fix can be stated (give -ts, or pin the GPUs in the config)
-        return
+    est = line_estimate(ctx)
+    # (none over where layers are split by free memory: which GPU holds what is not known, so
+    # neither the total nor a fix can be stated; give -ts, or pin the GPUs in the config)
+    over = over_devices(ctx)
     placement = ctx.explanation.placement
-    for dev, size in ctx.gpu_memory.items():
-        m = est.devices.get(dev)
-        if m is None or m.total <= size:
-            continue
+    for dev in over:
+        size = ctx.gpu_memory[dev]
+        m = est.devices[dev]
         short = m.total - size
         # routed-expert layers on this device, highest block first, moved to the CPU one at a time
         # and measured again (the compute buffer changes too), until the device fits

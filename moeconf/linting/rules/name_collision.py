@@ -4,16 +4,20 @@ Why: `-ot` regexes are searched, not anchored, so a name is matched anywhere: `o
 (meant for the output matrix) also takes `output_norm` and every layer's `attn_output`;
 `exp=CPU` (meant for the experts) also takes the shared experts and the router bias
 (`ffn_up_shexp`, `exp_probs_b`). Anchor the name (`^output\.`) or write the exact kind
-(`exps`). Reported only when the item really takes such tensors.
+(`exps`). Reported only when the item really takes such tensors and moves them: `exp=CUDA0`
+under `-ngl 999` also takes the shared experts, but to the GPU they were on anyway.
 
 FAIL (engine=llama.cpp, model=qwen3-30b-a3b):
-    llama-server -m m.gguf -ngl 999 -fit off -ot "exps=CPU,output=CUDA0"
+    llama-server -m m.gguf -ngl 999 -fit off -ot "exps=CPU,output=CPU"
 
 FAIL (engine=llama.cpp, model=deepseek-v3):
     llama-server -m m.gguf -ngl 999 -fit off -ot "exp=CPU"
 
 PASS (engine=llama.cpp, model=qwen3-30b-a3b):
     llama-server -m m.gguf -ngl 999 -fit off -ot "exps=CPU,^output\.=CUDA0"
+
+PASS (engine=llama.cpp, model=deepseek-v3):
+    llama-server -m m.gguf -ngl 999 -fit off -ot "exp=CUDA0"
 """
 
 from __future__ import annotations
@@ -54,6 +58,10 @@ def check(ctx: Context) -> Iterator[Hit]:
             fix = "exps"
         else:
             continue
+        # tensors that end up where they would have gone anyway change nothing: not a finding
+        # (`exp=CUDA0` under -ngl 999 also takes the shared experts, to the GPU they were on)
+        defaults = ctx.explanation.placement.defaults
+        other = [t for t in other if defaults.get(t.name) != it.device]
         if other:
             names = sorted({_kind(t.name) for t in other})
             shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")

@@ -68,7 +68,9 @@ _PER_DEVICE = re.compile(r"\bper\s+(gpu|device)\b|\beach\s+(gpu|device)\b|\bprop
 
 def words(ctx: Context) -> str:
     """The comments by the launch that talk about MoE offload: the comment block right above the
-    launch, and comments on the launch's own lines."""
+    launch, and comments on the launch's own lines (none for a command line given to explain)."""
+    if ctx.kind == "explain":
+        return ""
     try:
         with open(ctx.path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()

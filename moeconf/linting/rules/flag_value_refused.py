@@ -1,0 +1,98 @@
+"""flag-value-refused: a flag whose value the engine cannot read, so it stops at start.
+
+Why: both engines read the word after a valued flag as its value, whatever it is. A bare `-fa`
+(a switch on old builds, a valued flag on llama.cpp since b6325 and on ik_llama.cpp since
+2025-11-13) before another flag takes that flag as its value: `-fa --ctx-size 4096` stops with
+"unknown value for --flash-attn". The same holds for `-c`, `-ngl`, `--n-cpu-moe`, `-b`, `-ub`,
+`-np` or `-mla` given a word that is not a number, or a flag given no value at the end of the
+line. A line the engine cannot read is not judged further: the memory and fit rules
+(memory-over-device, fit-conflict, cache-type-refused) are skipped for it, since what they would
+compute is not what the engine would run. Write the value (`-fa on`).
+
+FAIL (engine=llama.cpp, model=glm-4.5-air):
+    llama-server -m m.gguf -ngl 999 --cpu-moe -fa --ctx-size 4096
+
+FAIL (engine=llama.cpp):
+    llama-server -m m.gguf -ngl 999 -c 32k -ot exps=CPU
+
+PASS (engine=llama.cpp, model=glm-4.5-air):
+    llama-server -m m.gguf -ngl 999 --cpu-moe -fa on --ctx-size 4096
+
+PASS (engine=llama.cpp, version=b6000, model=glm-4.5-air):
+    llama-server -m m.gguf -ngl 999 --cpu-moe -fa --ctx-size 4096
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from moeconf.engines.cmdline import Arg
+from moeconf.linting.model import Context
+from moeconf.linting.rules._base import Hit
+
+CODE = "MOE042"
+NAME = "flag-value-refused"
+SEVERITY = "error"
+NEEDS_MODEL = False
+
+# the memory settings' valued flags whose values the rule reads (the cache types are
+# cache-type-refused's, -fa and -ngl the command-line reader's)
+_NUMERIC = ("-c", "--ctx-size", "-b", "--batch-size", "-ub", "--ubatch-size", "-np", "--parallel", "-mla",
+            "--mla-use")
+
+
+def problems(ctx: Context) -> list[tuple[Arg | None, str]]:
+    """Every value of the line the engine cannot read, with the word it is about (None: the
+    launch): the command-line reader's (a bare -fa before another word, a flag without a value,
+    -ngl or --n-cpu-moe not a number) and the memory settings' numbers. Cached per line."""
+    cached = ctx.cache.get(NAME)
+    if cached is not None:
+        return list(cached)
+    from moeconf.memory import read_settings
+
+    inv = ctx.invocation
+    words = inv.args
+    out: list[tuple[Arg | None, str]] = []
+    seen = set()
+    for arg, message in inv.problems:
+        seen.add(id(arg))
+        k = next((i for i, w in enumerate(words) if w is arg), -1)
+        flag = words[k - 1] if k > 0 else None
+        if flag is not None and flag.text in ("-fa", "--flash-attn") and arg.text.startswith("-"):
+            # a bare -fa before another flag: the finding is about the -fa
+            out.append((flag, f"a bare {flag.text} takes the next word as its value on {ctx.engine.label}, here "
+                              f"{arg.text!r}, which it refuses, so the engine stops at start (and {arg.text} is "
+                              f"never read); write '{flag.text} on'"))
+        else:
+            out.append((arg, message))
+    for i, w in enumerate(words):
+        name, eq, inline = w.text.partition("=") if w.text.startswith("--") else (w.text, "", "")
+        if name not in _NUMERIC:
+            continue
+        if eq:
+            value, at = inline, Arg(inline, w.path, w.line, w.column + len(name) + 1 if w.column else 0)
+        elif i + 1 < len(words):
+            value, at = words[i + 1].text, words[i + 1]
+        else:
+            continue  # "needs a value": the command-line reader's
+        if id(at) in seen:
+            continue
+        for p in read_settings([name, value], ctx.engine).problems:
+            out.append((at, p))
+    for key, arg in inv.env.items():
+        for p in read_settings([], ctx.engine, {key: arg.text}).problems:
+            if "cache type" not in p:
+                out.append((arg, p))
+    ctx.cache[NAME] = tuple(out)
+    return out
+
+
+def misread(ctx: Context) -> bool:
+    """The engine would not read this line as written: a value it refuses, or a flag it does not
+    know (both engines stop there, and the words after it are read only as a guess)."""
+    return bool(problems(ctx) or ctx.invocation.unknown_flags)
+
+
+def check(ctx: Context) -> Iterator[Hit]:
+    for arg, message in problems(ctx):
+        yield Hit(*ctx.at_arg(arg), message)
