@@ -19,6 +19,25 @@ MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 GiB = 1024**3
 
 
+@pytest.fixture(autouse=True)
+def _every_printed_command_is_one_explain_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 18: each command a test here gets from fit is run through explain (its own
+    simulation and memory settings) and fails the test on any refusal."""
+    from moeconf.explanation import explain
+    from moeconf.memory import estimate_explained, read_settings
+
+    solve = fit_mod._Solver.solve
+
+    def checked(self: fit_mod._Solver) -> fit_mod.FitResult:
+        r = solve(self)
+        ex = explain(self.inv, self.eng, list(r.argv), gpus=self.gpus)
+        est = estimate_explained(ex, read_settings(list(r.argv), self.eng))
+        assert not ex.refusals and not est.problems, (r.argv, ex.refusals, est.problems)
+        return r
+
+    monkeypatch.setattr(fit_mod._Solver, "solve", checked)
+
+
 @pytest.fixture(scope="module")
 def qwen() -> Inventory:
     return load_inventory(MODELS / "qwen3-30b-a3b.manifest.json")
