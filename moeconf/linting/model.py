@@ -224,8 +224,11 @@ def _read_config(path: str) -> tuple[dict[str, Any], str]:
         import re
 
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        raise MoeconfError(f"TOML syntax: {re.sub(r' *[(]at line .*[)]', '', str(e))}", path=path,
-                           line=int(m.group(1)) if m else None, column=int(m.group(2)) if m else None) from None
+        line, col = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+        if m is None and "end of document" in str(e):  # where the text ends
+            line, col = text.count("\n") + 1, len(text.rsplit("\n", 1)[-1]) + 1
+        raise MoeconfError(f"TOML syntax: {re.sub(r' *[(]at (line|end).*[)]', '', str(e))}", path=path,
+                           line=line, column=col) from None
     except RecursionError:
         raise MoeconfError("TOML nested too deeply to read", path=path) from None
     except ValueError as e:  # an integer of more than 4300 digits
