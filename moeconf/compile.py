@@ -208,8 +208,9 @@ _PASSABLE: dict[str, str] = {
 
 def _passable_key_set(plan: Plan, key: str) -> bool:
     f, t = plan.config.flags, plan.config.targets
-    return {"threads": f.threads is not None, "host": t.host is not None, "port": t.port is not None,
-            "load": f.no_mmap or f.mlock}[key]
+    is_set: dict[str, bool] = {"threads": f.threads is not None, "host": t.host is not None,
+                               "port": t.port is not None, "load": bool(f.no_mmap or f.mlock)}
+    return is_set[key]
 
 
 def _check_extra(plan: Plan, eng: Engine) -> list[Diagnostic]:

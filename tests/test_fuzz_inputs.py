@@ -153,17 +153,19 @@ def test_gguf_huge_counts(tmp_path_factory: pytest.TempPathFactory, capsys: pyte
     run_cli(capsys, "inspect", str(p), surface="gguf-counts")
 
 
-_ARRAY_KEYS = ("attention.head_count_kv", "attention.head_count", "feed_forward_length", "attention.sliding_window_pattern")
+_ARRAY_KEYS = ("attention.head_count_kv", "attention.head_count", "feed_forward_length",
+               "attention.sliding_window_pattern")
 
 
 @FUZZ
 @given(key=st.sampled_from(_ARRAY_KEYS),
-       items=st.lists(st.one_of(st.integers(0, 2**32 - 1).map(lambda v: (0, v)), st.text(max_size=6).map(lambda v: (1, v)),
-                                st.booleans().map(lambda v: (2, v)), st.floats(allow_nan=True).map(lambda v: (3, v))),
-                      max_size=4),
+       items=st.lists(st.one_of(st.integers(0, 2**32 - 1).map(lambda v: (0, v)),
+                                st.text(max_size=6).map(lambda v: (1, v)), st.booleans().map(lambda v: (2, v)),
+                                st.floats(allow_nan=True).map(lambda v: (3, v))), max_size=4),
        digits=st.integers(1, 6000), name_tail=st.sampled_from([".attn_norm.weight", ".ffn_up_exps.weight", ""]))
-def test_gguf_odd_arrays_and_block_numbers(tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str],
-                                          key: str, items: list[tuple[int, Any]], digits: int, name_tail: str) -> None:
+def test_gguf_odd_arrays_and_block_numbers(tmp_path_factory: pytest.TempPathFactory,
+                                          capsys: pytest.CaptureFixture[str], key: str, items: list[tuple[int, Any]],
+                                          digits: int, name_tail: str) -> None:
     """Issue 18: a `head_count_kv` array of strings and a tensor named `blk.<5000 digits>` were
     internal errors (exit 3): metadata arrays of any element type, block numbers of any length."""
     from tests import rawgguf as rg

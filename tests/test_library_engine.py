@@ -60,7 +60,7 @@ def test_explain_lint_and_compile_take_a_name_or_an_engine(how: str | Engine) ->
 
 
 def test_an_unknown_engine_name_is_an_error() -> None:
-    with pytest.raises(moeconf.MoeconfError, match="moeconf knows llama.cpp and ik_llama.cpp"):
+    with pytest.raises(moeconf.MoeconfError, match=r"moeconf knows llama\.cpp and ik_llama\.cpp"):
         moeconf.explain(QWEN, [], engine="vllm")
     with pytest.raises(moeconf.MoeconfError, match="engine version"):
         fit(QWEN, "llama.cpp", {"CUDA0": "12GiB"}, [], version="banana")

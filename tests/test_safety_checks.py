@@ -195,7 +195,8 @@ def test_extra_unknown_options_are_refused_naming_the_close_flag(tmp_path: Path)
     assert (e.value.line, e.value.column) == (6, 22)
     assert "unknown argument '--flash-attn-typo' (did you mean --flash-attn?)" in e.value.message
     # a binary that is not the engines' common parser: its flags are not known, so they pass with a warning
-    plan.write_text(BASE + '[flags]\nextra = ["--jinja", "--frobnicate", "7", "-fmoe"]\n[targets]\nbinary = "my-server"\n')
+    plan.write_text(BASE + '[flags]\nextra = ["--jinja", "--frobnicate", "7", "-fmoe"]\n'
+                    '[targets]\nbinary = "my-server"\n')
     c = compile_plan(plan)
     assert c.argv[-4:] == ("--jinja", "--frobnicate", "7", "-fmoe")
     assert [str(w) for w in c.warnings] == [
