@@ -446,8 +446,6 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                  and result.compiled.placement.devices[t.name] not in (None, "CPU"))
     lines.append(f"routed experts on the GPUs: {on_gpu / 2**30:.2f} of {total_experts / 2**30:.2f} GiB")
     sys.stdout.write("\n".join(lines) + "\n\n")
-    cpu_budget = {"CPU": ram - headroom} if ram is not None else {}
-    sys.stdout.write(render_memory(result.memory, {b.device: b.size for b in budgets} | cpu_budget))
     mib = 2**20
     given_text = ", ".join(f"{b.device} {b.given} = {b.size / mib:,.0f} MiB" for b in budgets)
     version = assumed_version(eng) + ("" if eng.version else " (the newest moeconf knows; --engine-version to change)")
@@ -455,7 +453,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if ram is not None:
         lines.append(f"assumed: RAM {args.ram} = {ram / mib:,.0f} MiB, less {headroom / mib:,.0f} MiB kept for the "
                      f"system (--ram-headroom): {(ram - headroom) / mib:,.0f} MiB for the model")
+    # the assumptions head the table they were computed with
     sys.stdout.write("\n".join(lines) + "\n")
+    cpu_budget = {"CPU": ram - headroom} if ram is not None else {}
+    sys.stdout.write(render_memory(result.memory, {b.device: b.size for b in budgets} | cpu_budget))
     return EXIT_OK
 
 
