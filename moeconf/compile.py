@@ -128,7 +128,12 @@ def _check_refused(c: Compiled) -> None:
 
     problems = refused_settings(c.inventory, c.engine, plan_settings(c.plan, c.engine))
     if problems:
-        key = ("flags", "cache_type_v") if "cache" in problems[0] else ("flags",)
+        f = c.plan.config.flags
+        key: tuple[str, ...] = ("flags",)
+        if "flash attention off" in problems[0] and f.flash_attn is not None:
+            key = ("flags", "flash_attn")
+        elif "cache type" in problems[0]:
+            key = ("flags", "cache_type_v" if f.cache_type_v is not None else "cache_type_k")
         raise c.plan.error_at_key(key, f"{c.engine.label} would refuse the compiled command: {problems[0]}",
                                   hint="; ".join(problems[1:]) or None)
 

@@ -166,3 +166,24 @@ def test_fit_completes_ctv_on_an_mla_model_and_says_so(capsys: pytest.CaptureFix
     assert main(["fit", DSV3, "--gpu", "24GiB", "-c", "32768", "-ctk", "q8_0", "-ctv", "f16"]) == 2
     out = capsys.readouterr()
     assert out.out == "" and "refuses different K and V cache types on an MLA model" in out.err
+
+
+def test_compile_never_prints_what_the_engine_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """compile runs the same checks: a plan whose settings the engine refuses is exit 2 at the
+    plan's line, never a printed command."""
+    plan = tmp_path / "p.toml"
+    head = f'rules = ["experts -> cpu"]\n[model]\npath = "{DSV3}"\nserve_path = "/m/d.gguf"\n[flags]\n'
+    plan.write_text(head + 'cache_type_k = "q8_0"\n')
+    assert main(["compile", str(plan)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "refuses different K and V cache types on an MLA model" in out.err
+    plan.write_text(head + 'cache_type_k = "q8_0"\ncache_type_v = "q8_0"\nflash_attn = "off"\n')
+    assert main(["compile", str(plan)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and f"{plan}:8:1: " in out.err and "quantized V cache" in out.err
+    plan.write_text(head + 'cache_type_k = "q8_0"\ncache_type_v = "q8_0"\nextra = ["--ctk", "q8_0"]\n')
+    assert main(["compile", str(plan)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "unknown argument '--ctk' (did you mean -ctk?)" in out.err
+    plan.write_text(head + 'cache_type_k = "q8_0"\ncache_type_v = "q8_0"\n')
+    assert main(["compile", str(plan), "-q"]) == 0
