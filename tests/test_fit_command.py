@@ -176,3 +176,20 @@ def test_engine_and_version_are_printed_and_in_json(capsys: pytest.CaptureFixtur
     assert a["engine"] == "llama.cpp" and a["engine_version"] == "b7600" and a["engine_version_given"] is True
     assert a["flash_attn"] == "on" and a["ctx_size"] == 8192 and a["reserve_per_gpu"] == GiB
     assert a["budgets"] == {"CUDA0": {"bytes": 24 * 10**9, "given": "24GB"}}
+
+
+def test_the_fit_command_lint_suggests_for_a_gb_budget_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Sizes need a unit now: lint's suggested `moeconf fit` for a `[gpu_memory]` in GB (not a
+    whole MiB) must still give one (it wrote the bytes bare)."""
+    import re
+
+    from tests.test_lint_memory import _lint
+
+    line = "llama-server -m m.gguf -ngl 999 -c 8192 -ot exps=CPU"
+    found = [f for f in _lint(tmp_path, line, "qwen3-30b-a3b", {"CUDA0": "13GB"}) if f.code == "MOE020"]
+    assert len(found) == 1
+    m = re.search(r"\((moeconf fit [^)]*)\)$", found[0].message)
+    assert m and "--gpu CUDA0=13000000000B" in m.group(1)
+    words = shlex.split(m.group(1))[1:]
+    words[1] = QWEN  # the model the config names
+    assert main(words) == 0, capsys.readouterr().err
