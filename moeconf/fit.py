@@ -22,7 +22,7 @@ from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit
 from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, estimate_explained, parse_size, read_settings
 from moeconf.memory.estimate import refused_settings
-from moeconf.model.inventory import Inventory
+from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import plan_from_text
 
 MiB = 1024 * 1024
@@ -273,6 +273,9 @@ class _Solver:
             raise MoeconfError(f"-m {uf.serve_path} and --serve-path {serve_path}: give the served path once")
         self.model_path = model_path
         self.serve_path = serve_path or uf.serve_path
+        if self.serve_path is not None and first_shard(self.serve_path) != self.serve_path:
+            self.notes.append(f"-m {first_shard(self.serve_path)}, not {self.serve_path}: the engine loads a split "
+                              "model only from its first shard")
         if self.serve_path is None and model_path.endswith(".json"):
             self.serve_path = manifest_gguf_name(model_path, plan_dir)
         self.plan_dir = plan_dir

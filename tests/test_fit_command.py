@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from moeconf.cli import main
+from tests.test_fit import _every_printed_command_is_one_explain_accepts  # noqa: F401  (autouse: explain checks)
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 GLM = str(MODELS / "glm-4.5-air.manifest.json")
@@ -193,3 +194,10 @@ def test_the_fit_command_lint_suggests_for_a_gb_budget_runs(tmp_path: Path, caps
     words = shlex.split(m.group(1))[1:]
     words[1] = QWEN  # the model the config names
     assert main(words) == 0, capsys.readouterr().err
+
+
+def test_a_later_shard_is_served_as_the_first_and_said(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192", "-m", "/models/GLM-00002-of-00002.gguf"]) == 0
+    out = capsys.readouterr()
+    assert " -m /models/GLM-00001-of-00002.gguf " in out.out.splitlines()[0]
+    assert "moeconf: note: -m /models/GLM-00001-of-00002.gguf, not /models/GLM-00002-of-00002.gguf" in out.err
