@@ -454,7 +454,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         lines.append(f"assumed: RAM {args.ram} = {ram / mib:,.0f} MiB, less {headroom / mib:,.0f} MiB kept for the "
                      f"system (--ram-headroom): {(ram - headroom) / mib:,.0f} MiB for the model")
     # the assumptions head the table they were computed with
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write("\n".join(safe(line) for line in lines) + "\n")
     cpu_budget = {"CPU": ram - headroom} if ram is not None else {}
     sys.stdout.write(render_memory(result.memory, {b.device: b.size for b in budgets} | cpu_budget))
     return EXIT_OK
