@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import os
 import sys
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -187,3 +188,32 @@ def test_compile_never_prints_what_the_engine_refuses(tmp_path: Path, capsys: py
     assert out.out == "" and "unknown argument '--ctk' (did you mean -ctk?)" in out.err
     plan.write_text(head + 'cache_type_k = "q8_0"\ncache_type_v = "q8_0"\n')
     assert main(["compile", str(plan), "-q"]) == 0
+
+
+_WORDS = ["-c", "4096", "8192", "-ctk", "-ctv", "q8_0", "f16", "q4_0", "-fa", "on", "off", "auto", "-t", "16",
+          "--host", "--port", "8080", "--no-mmap", "--mlock", "-lm", "none", "--jinja", "-np", "2", "-nkvo",
+          "--swa-full", "-b", "-ub", "512", "0", "-1", "x", "--ctk", "--flash-attn-typo", "-m", "/m/a.gguf",
+          "-ngl", "--alias", "--ctx-size=9", "-sm", "row", "layer", "-mg"]
+
+
+def test_fit_on_random_engine_flags_prints_only_what_explain_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    """A property over word sequences from the flags above: fit exits 2 with a message, or prints a
+    command `explain` accepts; never an internal error."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=int(os.environ.get("MOECONF_FUZZ_EXAMPLES", "25")), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(words=st.lists(st.sampled_from(_WORDS), max_size=8), model=st.sampled_from([QWEN, DSV3]))
+    def run(words: list[str], model: str) -> None:
+        rc = main(["fit", model, "--gpu", "80GiB", "--json", "--", *words])
+        out = capsys.readouterr()
+        assert rc in (0, 2), (words, out.err)
+        if rc == 2:
+            assert out.out == "" and out.err.startswith("moeconf: error: ")
+            return
+        printed = json.loads(out.out)["argv"]
+        code, text = _explain(model, printed, capsys)
+        data = json.loads(text)
+        assert code == 0 and not data["refusals"] and not data["memory_problems"], (words, printed, data)
+
+    run()
