@@ -202,7 +202,8 @@ def test_fit_on_random_engine_flags_prints_only_what_explain_accepts(capsys: pyt
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=int(os.environ.get("MOECONF_FUZZ_EXAMPLES", "25")), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=int(os.environ.get("MOECONF_FUZZ_EXAMPLES", "25")), deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
     @given(words=st.lists(st.sampled_from(_WORDS), max_size=8), model=st.sampled_from([QWEN, DSV3]))
     def run(words: list[str], model: str) -> None:
         rc = main(["fit", model, "--gpu", "80GiB", "--json", "--", *words])
