@@ -7,6 +7,11 @@ The public API is small and typed; heavy modules (pydantic, lark) load on first 
     plan = moeconf.load_plan("plan.toml")
     compiled = moeconf.compile_plan(plan)               # Compiled: .ot, .argv, .placement
     print(moeconf.emit(compiled, "compose"))
+
+Every call that involves an engine takes `engine="llama.cpp"` (or "ik_llama.cpp", with
+`version=`) or an `Engine` (`moeconf.engines.engine(name, version)`); so does
+`moeconf.fit.fit(model, engine, budgets, flags)`. (`fit` is not a name in this package because
+`moeconf.fit` is the module: importing it would replace such a function.)
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from moeconf.errors import GGUFError, ManifestError, MoeconfError, PlanError
 
 if TYPE_CHECKING:
     from moeconf.compile import Compiled
+    from moeconf.engines import Engine
     from moeconf.explanation import Explanation
     from moeconf.linting.linter import LintResult
     from moeconf.linting.model import Finding
@@ -73,10 +79,39 @@ def load_plan(path: str) -> Plan:
     return _load(path)
 
 
-def compile_plan(plan: Plan | str, *, model: str | None = None, inventory: Inventory | None = None) -> Compiled:
-    """Compile a plan (or a plan path) into verified `-ot` items, placement and argv."""
-    from moeconf.compile import compile_plan as _compile
+def _engine_of(engine: str | Engine, version: str | None) -> Engine:
+    """"llama.cpp" / "ik_llama.cpp" (at `version`, default the newest known) or an Engine as it is."""
+    from moeconf.engines import Engine as _Engine
+    from moeconf.engines import engine as _engine
+    from moeconf.engines import version_error
 
+    if isinstance(engine, _Engine):
+        return engine
+    bad = version_error(engine, version)
+    if bad:
+        raise MoeconfError(f"engine version: {bad}")
+    if engine not in ("llama.cpp", "ik_llama.cpp"):
+        raise MoeconfError(f"engine {engine!r}: moeconf knows llama.cpp and ik_llama.cpp")
+    return _engine(engine, version)
+
+
+def compile_plan(plan: Plan | str, *, model: str | None = None, inventory: Inventory | None = None,
+                 engine: str | Engine | None = None, version: str | None = None) -> Compiled:
+    """Compile a plan (or a plan path) into verified `-ot` items, placement and argv. `engine`
+    ("llama.cpp", "ik_llama.cpp" or an Engine) compiles it for that engine instead of the plan's
+    (as `moeconf compile --target ik_llama.cpp` does)."""
+    from moeconf.compile import compile_plan as _compile
+    from moeconf.compile import with_engine
+
+    if engine is not None:
+        eng = _engine_of(engine, version)
+        p = load_plan(plan) if isinstance(plan, str) else plan
+        plan = with_engine(p, eng.name)
+        if eng.version:
+            cfg = plan.config.engine.model_copy(update={"version": eng.version})
+            import dataclasses
+
+            plan = dataclasses.replace(plan, config=plan.config.model_copy(update={"engine": cfg}))
     return _compile(plan, model=model, inventory=inventory)
 
 
@@ -88,16 +123,20 @@ def emit(compiled: Compiled, target: str) -> str:
     return _emit(compiled, target)
 
 
-def lint(paths: list[str] | str, *, engine: str | None = None, select: list[str] | None = None,
-         ignore: list[str] | None = None) -> LintResult:
+def lint(paths: list[str] | str, *, engine: str | Engine | None = None, select: list[str] | None = None,
+         ignore: list[str] | None = None, version: str | None = None) -> LintResult:
     """Lint plan files and launch files (directories are searched). Returns a `LintResult` whose
     `findings` are plain `Finding`s (code, name, severity, path, line, column, message). The
-    nearest `.moeconf.toml` applies; the keyword arguments override it."""
+    nearest `.moeconf.toml` applies; the keyword arguments override it (`engine`: "llama.cpp",
+    "ik_llama.cpp" or an Engine, whose version then applies too)."""
     from moeconf.linting.linter import lint as _lint
 
     overrides: dict[str, object] = {}
     if engine:
-        overrides["engine"] = engine
+        eng = _engine_of(engine, version)
+        overrides["engine"] = eng.name
+        if eng.version:
+            overrides["engine_version"] = eng.version
     if select:
         overrides["select"] = select
     if ignore:
@@ -105,17 +144,16 @@ def lint(paths: list[str] | str, *, engine: str | None = None, select: list[str]
     return _lint([paths] if isinstance(paths, str) else list(paths), overrides=overrides)
 
 
-def explain(model: Inventory | str, argv: list[str], *, engine: str = "llama.cpp", version: str | None = None,
+def explain(model: Inventory | str, argv: list[str], *, engine: str | Engine = "llama.cpp", version: str | None = None,
             env: dict[str, str] | None = None, gpus: list[str] | None = None) -> Explanation:
     """Simulate an engine command line on a model: `.placement.devices` says where every tensor
     goes, `.items` what each override matched, `.unmatched` the items that matched nothing,
     `.refusals` why the engine would not start. Without `gpus`, CUDA0 and every well-formed GPU
     name the command line uses are simulated (as `moeconf lint` does without `gpus` configured)."""
-    from moeconf.engines import engine as _engine
     from moeconf.explanation import explain as _explain
 
     inv = load_inventory(model) if isinstance(model, str) else model
-    return _explain(inv, _engine(engine, version), argv, env=env, gpus=gpus)
+    return _explain(inv, _engine_of(engine, version), argv, env=env, gpus=gpus)
 
 
 _INVENTORY_NAMES = ("Inventory", "Layer", "ModelMetadata", "Tensor")

@@ -13,7 +13,9 @@ from moeconf.errors import MoeconfError
 from moeconf.textsafe import safe
 
 if TYPE_CHECKING:
+    from moeconf.compile import Compiled
     from moeconf.engines import Engine
+    from moeconf.fit import FitResult
     from moeconf.model.inventory import Inventory
 
 EXIT_OK = 0
@@ -143,13 +145,24 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--reserve", default="1GiB", metavar="SIZE",
                      help="kept free per GPU for what no engine reports (default 1GiB)")
     fit.add_argument("--ram", metavar="SIZE",
-                     help="system RAM for what the GPUs leave (routed experts, host compute): checked after the fill")
+                     help="system RAM for what the GPUs leave (routed experts, host compute): checked after the fill, "
+                     "less --ram-headroom")
+    fit.add_argument("--ram-headroom", default="4GiB", metavar="SIZE",
+                     help="of --ram, kept for the operating system, its services and page cache (default 4GiB)")
+    fit.add_argument("--serve-path", metavar="PATH",
+                     help="the model path in the printed command (as the server sees it; -m PATH among the engine "
+                     "flags does the same); default: the GGUF given, or the file a manifest was made from")
+    fit.add_argument("--target", "-T", choices=targets, default=None,
+                     help="output form, as for compile (default: a command line for --engine)")
+    fit.add_argument("--docker-volume", action="append", default=[], metavar="HOST:CONTAINER",
+                     help="a volume for --target docker/compose (repeatable)")
     fit.add_argument("--policy", choices=["first", "last"], default="first",
                      help="which expert layers go to the GPU first: the lowest blocks (default) or the highest")
     fit.add_argument("--no-split", action="store_true",
                      help="move whole layers only (default: one more layer per GPU may be split by kind)")
     fit.add_argument("-o", "--output", metavar="PLAN", help="write the solved plan (editable) to PLAN")
-    fit.add_argument("--json", action="store_true", help='print {"argv": [...], "ot": "...", "memory": {...}}')
+    fit.add_argument("--json", action="store_true",
+                     help='print {"argv": [...], "ot": "...", "memory": {...}, "assumptions": {...}, ...}')
 
     rul = sub.add_parser(
         "rule",
@@ -215,6 +228,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     # the bare -ot value needs no -m, so a manifest without serve_path is fine for it
     compiled = compile_plan(plan, model=args.model, need_model=target != "ot")
     text = emit(compiled, target)
+    from moeconf.emitting.targets import container_warnings
+
+    for w in container_warnings(compiled, target):
+        print(f"moeconf: warning: {w}", file=sys.stderr)
     if args.write:
         from moeconf.report.compile import header_for, with_generated_by
 
@@ -389,23 +406,45 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     import json
     import shlex
 
-    from moeconf.fit import Budget, fit
+    from moeconf.fit import Budget, assumed_version, fit
     from moeconf.memory import parse_size
     from moeconf.report.memory import render_memory
 
     inv, eng = _model_and_engine(args)
-    budgets = [Budget(d, size) for d, size in _budgets(args.gpu, "--gpu").items()]
+    sizes = _budgets(args.gpu, "--gpu")
+    given = {name: g.rpartition("=")[2] for name, g in zip(sizes, args.gpu, strict=True)}
+    budgets = [Budget(d, size, given[d]) for d, size in sizes.items()]
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
     model_path = os.path.relpath(os.path.abspath(args.model), out_dir)
     ram = parse_size(args.ram, "--ram") if args.ram else None
+    headroom = parse_size(args.ram_headroom, "--ram-headroom")
     result = fit(inv, eng, budgets, args.engine_args, model_path=model_path, plan_dir=out_dir,
-                 reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split, ram=ram)
+                 reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split, ram=ram,
+                 ram_headroom=headroom, serve_path=args.serve_path)
+    for note in result.notes:
+        print(safe(f"moeconf: note: {note}"), file=sys.stderr)
+    plan_text = result.plan_text
+    target = args.target
+    compiled = result.compiled
+    if target is not None or args.docker_volume:
+        plan_text = _with_targets(plan_text, args.docker_volume)
+        compiled = _recompiled(result, plan_text, out_dir, target or eng.name)
+        if compiled.argv != result.argv:  # pragma: no cover - the same plan, solved twice
+            raise AssertionError("fit: the plan with its targets compiles to another command")
     if args.output:
-        _write_output(result.plan_text, args.output)
+        _write_output(plan_text, args.output)
     if args.json:
         sys.stdout.write(json.dumps(result.json(), indent=1) + "\n")
         return EXIT_OK
-    lines = [shlex.join(result.argv), ""]
+    if target is not None and target not in ("llama.cpp", "ik_llama.cpp"):
+        from moeconf.emitting.targets import container_warnings, emit
+
+        sys.stdout.write(emit(compiled, target))
+        for w in container_warnings(compiled, target):
+            print(safe(f"moeconf: warning: {w}"), file=sys.stderr)
+        lines = [""]
+    else:
+        lines = [shlex.join(result.argv), ""]
     for dev, layers in result.gpu_expert_layers.items():
         from moeconf.model.inventory import format_ranges
 
@@ -417,8 +456,17 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                  and result.compiled.placement.devices[t.name] not in (None, "CPU"))
     lines.append(f"routed experts on the GPUs: {on_gpu / 2**30:.2f} of {total_experts / 2**30:.2f} GiB")
     sys.stdout.write("\n".join(lines) + "\n\n")
-    sys.stdout.write(render_memory(result.memory, {b.device: b.size for b in budgets}
-                                   | ({"CPU": ram} if ram is not None else {})))
+    mib = 2**20
+    given_text = ", ".join(f"{b.device} {b.given} = {b.size / mib:,.0f} MiB" for b in budgets)
+    version = assumed_version(eng) + ("" if eng.version else " (the newest moeconf knows; --engine-version to change)")
+    lines = [f"assumed: {eng.name} {version}", f"assumed: GPU budgets {given_text}"]
+    if ram is not None:
+        lines.append(f"assumed: RAM {args.ram} = {ram / mib:,.0f} MiB, less {headroom / mib:,.0f} MiB kept for the "
+                     f"system (--ram-headroom): {(ram - headroom) / mib:,.0f} MiB for the model")
+    # the assumptions head the table they were computed with
+    sys.stdout.write("\n".join(safe(line) for line in lines) + "\n")
+    cpu_budget = {"CPU": ram - headroom} if ram is not None else {}
+    sys.stdout.write(render_memory(result.memory, {b.device: b.size for b in budgets} | cpu_budget))
     return EXIT_OK
 
 
@@ -430,6 +478,24 @@ def _cmd_rule(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(rule_page(args.rule))
     return EXIT_OK
+
+
+def _with_targets(plan_text: str, volumes: list[str]) -> str:
+    if not volumes:
+        return plan_text
+    from moeconf.fit import _toml_str
+
+    return plan_text + "\n[targets]\ndocker_volumes = [" + ", ".join(_toml_str(v) for v in volumes) + "]\n"
+
+
+def _recompiled(result: FitResult, plan_text: str, out_dir: str, target: str) -> Compiled:
+    from moeconf.compile import compile_plan
+    from moeconf.plan import plan_from_text
+
+    plan = plan_from_text(plan_text, os.path.join(out_dir, "fit.plan.toml"))
+    if target in ("llama.cpp", "ik_llama.cpp") and target != plan.config.engine.name:
+        raise MoeconfError(f"--target {target}: fit solved for {plan.config.engine.name}; use --engine {target}")
+    return compile_plan(plan, inventory=result.compiled.inventory)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

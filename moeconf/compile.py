@@ -95,6 +95,12 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     bad_version = version_error(p.config.engine.name, p.config.engine.version)
     if bad_version:
         raise p.error_at_key(("engine", "version"), bad_version)
+    if inventory is None and model is None and not os.path.lexists(p.model_path):
+        raw = p.config.model.path
+        where = ("" if os.path.isabs(raw) else
+                 f"; [model] path is relative to the plan's folder, {p.folder or '.'}, not to where moeconf runs")
+        raise p.error_at_key(("model", "path"), f"[model] path {raw!r}: no such file: {p.model_path}{where}",
+                             hint="fix the path, or give the model with --model PATH")
     inv = inventory if inventory is not None else load_inventory(model or p.model_path)
     eng = engine(p.config.engine.name, p.config.engine.version)
     _check_flags(p, eng)
@@ -108,8 +114,28 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     argv = build_argv(p, eng, inv, syn, model_path=model, need_model=need_model)
     compiled = Compiled(p, eng, inv, res.placement, syn, tuple(argv), (*res.warnings, *extra_warnings))
     verify_argv(compiled)  # the whole command line, read as `explain` reads it
+    _check_refused(compiled)
     _check_budgets(compiled)
     return compiled
+
+
+def _check_refused(c: Compiled) -> None:
+    """The settings `explain` would report the engine refuses (different K and V cache types on
+    an MLA model, a quantized V cache with flash attention off, bad values): an error at the
+    plan, never a printed command."""
+    from moeconf.fill import plan_settings
+    from moeconf.memory.estimate import refused_settings
+
+    problems = refused_settings(c.inventory, c.engine, plan_settings(c.plan, c.engine))
+    if problems:
+        f = c.plan.config.flags
+        key: tuple[str, ...] = ("flags",)
+        if "flash attention off" in problems[0] and f.flash_attn is not None:
+            key = ("flags", "flash_attn")
+        elif "cache type" in problems[0]:
+            key = ("flags", "cache_type_v" if f.cache_type_v is not None else "cache_type_k")
+        raise c.plan.error_at_key(key, f"{c.engine.label} would refuse the compiled command: {problems[0]}",
+                                  hint="; ".join(problems[1:]) or None)
 
 
 def _check_budgets(c: Compiled) -> None:
@@ -177,25 +203,49 @@ def _check_flags(plan: Plan, eng: Engine) -> None:
         raise PlanError("n_gpu_layers must be >= 0 or \"all\"", path=plan.path)
 
 
+# Options a plan key owns that `[flags] extra` may still carry as written while that key is unset:
+# they decide neither placement nor memory (moeconf fit passes a user's own flags through this way)
+_PASSABLE: dict[str, str] = {
+    "-t": "threads", "--threads": "threads", "--host": "host", "--port": "port",
+    "--no-mmap": "load", "--mmap": "load", "--mlock": "load", "-lm": "load", "--load-mode": "load",
+}
+
+
+def _passable_key_set(plan: Plan, key: str) -> bool:
+    f, t = plan.config.flags, plan.config.targets
+    is_set: dict[str, bool] = {"threads": f.threads is not None, "host": t.host is not None,
+                               "port": t.port is not None, "load": bool(f.no_mmap or f.mlock)}
+    return is_set[key]
+
+
 def _check_extra(plan: Plan, eng: Engine) -> list[Diagnostic]:
     """`[flags] extra`: options a plan key owns are refused (they would be a second, unsimulated
-    copy the engine reads last); options the engine does not know pass with a warning."""
+    copy the engine reads last), except the few that decide neither placement nor memory while
+    their key is unset; options the engine does not know are refused as the engine refuses them
+    (with the flag that was probably meant)."""
+    from moeconf.engines.cmdline import COMMON_ARG_BINARIES, closest_flag, unknown_flag_message
     from moeconf.engines.flags import PLAN_KEYS, scan_extra
 
     words = list(plan.config.flags.extra)
     owned, unknown = scan_extra(words, eng.name)
     for i, name in owned:
+        if name in _PASSABLE and not _passable_key_set(plan, _PASSABLE[name]) and "=" not in words[i]:
+            continue
         line, col = _extra_at(plan, i)
         raise PlanError(f"[flags] extra may not hold {words[i]!r}: moeconf writes that option from the plan's "
                         "own keys, and checks what it does", path=plan.path, line=line, column=col,
                         hint=f"use {PLAN_KEYS[name]}")
+    binary = (plan.config.targets.binary or "llama-server").rsplit("/", 1)[-1].removesuffix(".exe")
     out = []
     for i, word in unknown:
         line, col = _extra_at(plan, i)
+        if binary in COMMON_ARG_BINARIES:
+            # the engine stops at an argument it does not know: never printed
+            raise PlanError(f"[flags] extra: {unknown_flag_message(eng, word, closest_flag(eng, word))}",
+                            path=plan.path, line=line, column=col)
         what = "an option" if word.startswith("-") else "an argument"
         out.append(Diagnostic(f"[flags] extra: {word!r} is not {what} {eng.name} is known to accept; passed through "
-                              "unchecked (the engine refuses arguments it does not know)",
-                              plan.path, line, col, kind="extra"))
+                              "unchecked", plan.path, line, col, kind="extra"))
     return out
 
 

@@ -11,8 +11,8 @@ types are never changed."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 from moeconf.compile import Compiled, compile_plan
@@ -20,23 +20,40 @@ from moeconf.engines import Engine, engine_device_order
 from moeconf.errors import MoeconfError, PlanError
 from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit
-from moeconf.memory import MemoryEstimate, estimate_explained, read_settings
-from moeconf.model.inventory import Inventory
+from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, estimate_explained, parse_size, read_settings
+from moeconf.memory.estimate import refused_settings
+from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import plan_from_text
 
 MiB = 1024 * 1024
 Policy = Literal["first", "last"]
 
-# engine flags fit decides itself
+# engine flags fit decides itself (placement and the devices), in every spelling
 _REFUSED = {"-ngl", "--gpu-layers", "--n-gpu-layers", "-ot", "--override-tensor", "-ts", "--tensor-split",
-            "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe", "-fit", "--fit", "-m", "--model"}
-# engine flags that are plan fields; the rest goes to flags.extra as written
+            "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe", "-fit", "--fit", "-fitt", "--fit-target", "-fitc",
+            "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "-dev", "--device", "--max-gpu"}
+_MODEL = {"-m", "--model"}
+# engine flags that are plan fields (memory and the split); the rest goes to flags.extra as written
 _FIELDS = {"-c": "ctx_size", "--ctx-size": "ctx_size", "-b": "batch", "--batch-size": "batch",
            "-ub": "ubatch", "--ubatch-size": "ubatch", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
            "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-fa": "flash_attn", "--flash-attn": "flash_attn",
            "-sm": "split_mode", "--split-mode": "split_mode", "-mg": "main_gpu", "--main-gpu": "main_gpu"}
+_BOOL_FIELDS = {"-mqkv": "merge_qkv", "--merge-qkv": "merge_qkv", "-muge": "merge_up_gate",
+                "--merge-up-gate-experts": "merge_up_gate"}
+_NO_FA = {"-no-fa", "--no-flash-attn"}  # ik_llama.cpp's switch for -fa off
 _INT_FIELDS = {"ctx_size", "batch", "ubatch", "main_gpu"}
-_SWITCHES_WITH_VALUE = {"-np", "--parallel", "-mla", "--mla-use", "-t", "--threads", "-amb"}
+# flags that load more onto the devices than the memory model knows of: refused, not guessed
+_NOT_MODELLED = {
+    **dict.fromkeys(("-md", "--model-draft", "-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-model",
+                     "--spec-draft-hf", "-devd", "--device-draft", "-ngld", "--gpu-layers-draft",
+                     "--n-gpu-layers-draft", "--spec-draft-ngl"), "a draft model"),
+    **dict.fromkeys(("-mm", "--mmproj", "-mmu", "--mmproj-url", "--mmproj-auto"), "a multimodal projector"),
+    **dict.fromkeys(("--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled"),
+                    "LoRA adapters and control vectors"),
+    **dict.fromkeys(("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url", "--docker-repo"),
+                    "a model downloaded by the engine (give the file as MODEL and --serve-path)"),
+    **dict.fromkeys(("-amb", "--attention-max-batch"), "ik_llama.cpp's attention batch limit (-amb)"),
+}
 
 
 class FitError(MoeconfError):
@@ -47,6 +64,7 @@ class FitError(MoeconfError):
 class Budget:
     device: str  # buffer-type name (CUDA0, RPC0[host:port])
     size: int  # bytes
+    given: str | None = None  # as the user wrote it (24GB), for the assumptions
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,8 @@ class FitResult:
     gpu_expert_layers: dict[str, list[int]]  # device -> blocks whose routed experts it holds
     split_layers: tuple[tuple[int, str, tuple[str, ...]], ...]  # (block, device, kinds): layers split by kind
     budgets: tuple[Budget, ...]
+    notes: tuple[str, ...] = ()  # values fit completed (-ctv to match -ctk on an MLA model, ...)
+    assumptions: dict[str, object] = field(default_factory=dict)
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -69,56 +89,102 @@ class FitResult:
     def json(self) -> dict[str, object]:
         return {"argv": list(self.argv), "ot": self.ot, "memory": self.memory.json(),
                 "budgets": {b.device: b.size for b in self.budgets},
-                "gpu_expert_layers": {d: ls for d, ls in self.gpu_expert_layers.items()}}
+                "gpu_expert_layers": {d: ls for d, ls in self.gpu_expert_layers.items()},
+                "notes": list(self.notes), "assumptions": dict(self.assumptions)}
 
 
-def _engine_flags(argv: Sequence[str]) -> tuple[dict[str, object], list[str], list[str]]:
-    """User engine flags -> (plan flag fields, rpc servers, extra arguments)."""
-    fields: dict[str, object] = {}
-    rpc: list[str] = []
-    extra: list[str] = []
-    i = 0
+@dataclass
+class _UserFlags:
+    fields: dict[str, object] = field(default_factory=dict)
+    rpc: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    serve_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
+    """User engine flags -> plan flag fields, rpc servers, the model path (-m) and extra
+    arguments (passed through as written, in order). Every word is read as the engine reads it,
+    against its flag table (engines/flagtable.py): an unknown flag, a value the engine refuses,
+    or `--flag=value` (which neither engine splits) is an error naming it."""
+    from moeconf.engines.cmdline import REMOVED_FLAGS, closest_flag, known_flags, normalize_flag, unknown_flag_message
+    from moeconf.engines.flags import is_number
+
+    table = known_flags(eng)
+    out = _UserFlags()
     words = list(argv)
+    i = 0
     while i < len(words):
         w = words[i]
-        name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
+        name = normalize_flag(w)
+        if w.startswith("--") and "=" in w:
+            raise MoeconfError(unknown_flag_message(eng, w, closest_flag(eng, w)))
+        if not w.startswith("-") or is_number(w):
+            raise MoeconfError(f"{w!r}: an engine flag was expected here ({eng.label} stops at a word it does not "
+                               "know); the model is moeconf's MODEL argument, or --serve-path for the path in "
+                               "the command")
+        n_values = table.get(name)
+        if n_values is None:
+            removed = REMOVED_FLAGS.get(eng.name, {}).get(name)
+            raise MoeconfError(unknown_flag_message(eng, w, None if removed else closest_flag(eng, name)))
         if name in _REFUSED:
             raise MoeconfError(f"fit chooses {name} itself: leave it out (and give budgets with --gpu)")
-        needs = name in _FIELDS or name == "--rpc" or name in _SWITCHES_WITH_VALUE or name in (
-            "-dev", "--device", "--host", "--port", "-a", "--alias")
-        value = inline if eq else None
-        if needs and value is None:
-            if name in ("-fa", "--flash-attn") and (i + 1 >= len(words) or words[i + 1].startswith("-")):
-                value = "on"
-            elif i + 1 >= len(words):
-                raise MoeconfError(f"{name} needs a value")
-            else:
-                value = words[i + 1]
+        if name in _NOT_MODELLED:
+            raise MoeconfError(f"{name}: {_NOT_MODELLED[name]} is not modelled by fit's memory estimate, so it "
+                               "cannot promise a fit with it; size it without, then leave room with --reserve")
+        takes = n_values
+        if name in ("-fa", "--flash-attn"):
+            takes = 1 if eng.fa_takes_value else 0
+            nxt = words[i + 1].lower() if i + 1 < len(words) else None
+            if takes and (nxt is None or (nxt.startswith("-") and nxt != "-1")):
+                # the engine would read the next word as the value and stop: what was meant is on
+                out.notes.append(f"{name} without a value: {eng.label} takes on|off|auto after it; written as "
+                                 f"{name} on")
+                out.fields["flash_attn"] = "on"
                 i += 1
-        i += 1
-        if name == "--rpc":
-            assert value is not None
-            rpc += [s for s in value.split(",") if s]
+                continue
+        if takes and i + takes >= len(words):
+            raise MoeconfError(f"{name} needs a value")
+        values = words[i + 1:i + 1 + takes]
+        i += 1 + takes
+        if name in _MODEL:
+            out.serve_path = values[0]
+        elif name == "--rpc":
+            out.rpc += [s for s in values[0].split(",") if s]
+        elif name in _BOOL_FIELDS:
+            out.fields[_BOOL_FIELDS[name]] = True
+        elif name in _NO_FA:
+            out.fields["flash_attn"] = "off"
         elif name in _FIELDS:
             key = _FIELDS[name]
-            assert value is not None
+            value = values[0] if values else "on"  # a bare -fa switch (engines before -fa took a value)
             if key in _INT_FIELDS:
                 try:
-                    fields[key] = int(value)
+                    n = int(value)
                 except ValueError:
                     raise MoeconfError(f"{name} needs a number, not {value!r}") from None
-                if key == "main_gpu" and int(value) < 0:
+                if key == "main_gpu" and n < 0:
                     raise MoeconfError(f"{name} {value}: a negative main GPU keeps every layer on the CPU "
                                        "(-sm none): there is nothing for fit to place on a GPU")
+                if n < 0 or (n == 0 and key in ("batch", "ubatch")):
+                    raise MoeconfError(f"{name} {value} is out of range")
+                out.fields[key] = n
             elif key == "flash_attn":
                 low = value.lower()
-                fields[key] = "on" if low in ("on", "1", "true", "enabled") else (
-                    "off" if low in ("off", "0", "false", "disabled") else "auto")
+                if low in ("on", "1", "true", "enabled"):
+                    out.fields[key] = "on"
+                elif low in ("off", "0", "false", "disabled"):
+                    out.fields[key] = "off"
+                elif low in ("auto", "-1"):
+                    out.fields[key] = "auto"
+                else:
+                    raise MoeconfError(f"unknown value for {name}: {value!r} ({eng.label} takes on, off or auto "
+                                       "after it, and stops otherwise)")
             else:
-                fields[key] = value
+                out.fields[key] = value
         else:
-            extra += [name, value] if value is not None and not eq else [w]
-    return fields, rpc, extra
+            out.extra += [w, *values]
+    return out
 
 
 _PLAN_WORDS = (("; or set tensor_split)", ")"), ('split_mode = "none"', "-sm none"), ("flags.main_gpu", "-mg"),
@@ -138,7 +204,7 @@ def _toml_str(s: str) -> str:
 def _plan_text(model_path: str, serve_path: str | None, eng: Engine, gpus: list[str], rpc: list[str],
                fields: dict[str, object],
                extra: list[str], rules: list[str], budgets: Sequence[Budget],
-               reserve: int, policy: Policy, split: bool, ram: int | None = None) -> str:
+               reserve: int, policy: Policy, split: bool, ram: int | None = None, ram_headroom: int = 0) -> str:
     lines = ["# Written by `moeconf fit`: routed experts fill the GPUs up to each [budget], in order; the rest",
              "# stays in system RAM. Edit the budgets or rules; `moeconf compile` solves it again.",
              "rules = ["]
@@ -162,7 +228,8 @@ def _plan_text(model_path: str, serve_path: str | None, eng: Engine, gpus: list[
     lines += ["", "[budget]"]
     lines += [f"{_toml_str(b.device)} = {_toml_str(_size_text(b.size))}" for b in budgets]
     if ram is not None:
-        lines.append(f"cpu = {_toml_str(_size_text(ram))}  # system RAM: what the GPUs leave must fit")
+        lines.append(f"cpu = {_toml_str(_size_text(ram))}  # system RAM less {_size_text(ram_headroom)} kept for the "
+                     "system (--ram-headroom): what the GPUs leave must fit")
     lines += [f"reserve = {_toml_str(_size_text(reserve))}", f"policy = {_toml_str(policy)}",
               f"split = {'true' if split else 'false'}"]
     return "\n".join(lines) + "\n"
@@ -175,16 +242,42 @@ def _size_text(n: int) -> str:
     return f"{n} B"
 
 
+DEFAULT_RAM_HEADROOM = 4 * 2**30
+
+
+def assumed_version(eng: Engine) -> str:
+    """The engine version the facts are read for: the one given, else the newest moeconf knows."""
+    from moeconf.engines import IK_NEWEST_DATE, NEWEST_MAINLINE_BUILD
+
+    if eng.version:
+        return eng.version
+    return f"b{NEWEST_MAINLINE_BUILD}" if eng.name == "llama.cpp" else IK_NEWEST_DATE
+
+
 class _Solver:
     def __init__(self, inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
                  model_path: str, serve_path: str | None, plan_dir: str, reserve: int, policy: Policy,
-                 split: bool, ram: int | None = None) -> None:
+                 split: bool, ram: int | None = None, ram_headroom: int = DEFAULT_RAM_HEADROOM) -> None:
         self.inv, self.eng, self.budgets, self.reserve, self.policy, self.split = (
             inv, eng, list(budgets), reserve, policy, split)
-        self.ram = ram
-        self.fields, self.rpc, self.extra = _engine_flags(user_argv)
+        self.ram_total = ram
+        self.ram_headroom = ram_headroom
+        if ram is not None and ram <= ram_headroom:
+            raise MoeconfError(f"--ram {ram / MiB:,.0f} MiB leaves nothing after the {ram_headroom / MiB:,.0f} MiB "
+                               "kept for the system (--ram-headroom)")
+        self.ram = ram - ram_headroom if ram is not None else None
+        uf = _engine_flags(user_argv, eng)
+        self.fields, self.rpc, self.extra = uf.fields, uf.rpc, uf.extra
+        self.notes = list(uf.notes)
+        if serve_path is not None and uf.serve_path is not None and serve_path != uf.serve_path:
+            raise MoeconfError(f"-m {uf.serve_path} and --serve-path {serve_path}: give the served path once")
         self.model_path = model_path
-        self.serve_path = serve_path
+        self.serve_path = serve_path or uf.serve_path
+        if self.serve_path is not None and first_shard(self.serve_path) != self.serve_path:
+            self.notes.append(f"-m {first_shard(self.serve_path)}, not {self.serve_path}: the engine loads a split "
+                              "model only from its first shard")
+        if self.serve_path is None and model_path.endswith(".json"):
+            self.serve_path = manifest_gguf_name(model_path, plan_dir)
         self.plan_dir = plan_dir
         rpc_names = [f"RPC0[{s}]" if eng.rpc_indexed else f"RPC[{s}]" for s in self.rpc]
         for b in self.budgets:
@@ -201,14 +294,67 @@ class _Solver:
         if missing:
             raise MoeconfError(f"give a budget for every --rpc device: --gpu '{missing[0]}=SIZE'")
         self.budget = {b.device: b.size for b in self.budgets}
-        settings = read_settings(list(user_argv), eng, reserve=reserve)
-        if settings.problems:
-            raise MoeconfError("; ".join(settings.problems))
+        self._complete()
+        settings = read_settings(self._settings_argv(), eng, reserve=reserve)
+        problems = refused_settings(inv, eng, settings)
+        if problems:
+            raise MoeconfError(f"{eng.label} would refuse this command: {'; '.join(problems)}")
+
+    def _settings_argv(self) -> list[str]:
+        out: list[str] = []
+        for key, flag in (("ctx_size", "-c"), ("batch", "-b"), ("ubatch", "-ub"), ("cache_type_k", "-ctk"),
+                          ("cache_type_v", "-ctv"), ("flash_attn", "-fa")):
+            if key in self.fields:
+                out += [flag, str(self.fields[key])]
+        return out + list(self.extra)
+
+    def _complete(self) -> None:
+        """Values the engine would take implicitly, or refuse without, written into the command,
+        each said in `notes`: the other cache type on an MLA model (llama.cpp refuses different K
+        and V types there), flash attention and the context the memory table assumes."""
+        from moeconf.memory.geometry import GeometryUnknown, geometry
+
+        f = self.fields
+        try:
+            geo = geometry(self.inv)
+        except GeometryUnknown:
+            geo = None
+        if geo is not None and geo.mla and self.eng.name == "llama.cpp":
+            k, v = f.get("cache_type_k"), f.get("cache_type_v")
+            if k is not None and v is None and k != "f16":
+                f["cache_type_v"] = k
+                self.notes.append(f"-ctv {k} added to match -ctk {k}: {self.eng.label} refuses different K and V "
+                                  "cache types on an MLA model")
+            elif v is not None and k is None and v != "f16":
+                f["cache_type_k"] = v
+                self.notes.append(f"-ctk {v} added to match -ctv {v}: {self.eng.label} refuses different K and V "
+                                  "cache types on an MLA model")
+        if "flash_attn" not in f:
+            # the memory table reads the engine's default (auto) as on: the command says so
+            f["flash_attn"] = "on"
+        if "ctx_size" not in f:
+            f["ctx_size"] = self.inv.metadata.context_length or 4096
+
+    def assumptions(self, mem: MemoryEstimate) -> dict[str, object]:
+        s = mem.settings
+        out: dict[str, object] = {
+            "engine": self.eng.name, "engine_version": assumed_version(self.eng),
+            "engine_version_given": self.eng.version is not None,
+            "ctx_size": mem.n_ctx, "batch": s.n_batch, "ubatch": s.n_ubatch,
+            "cache_type_k": s.cache_type_k, "cache_type_v": s.cache_type_v,
+            "flash_attn": "on" if mem.flash_attn else "off", "kv_offload": s.offload_kqv,
+            "n_parallel": s.n_parallel, "reserve_per_gpu": self.reserve,
+            "budgets": {b.device: {"bytes": b.size, "given": b.given or _size_text(b.size)} for b in self.budgets},
+        }
+        if self.ram_total is not None:
+            out["ram"] = {"bytes": self.ram_total, "headroom": self.ram_headroom,
+                          "budget": self.ram_total - self.ram_headroom}
+        return out
 
     def solve(self) -> FitResult:
         rules = [f"experts -> {', '.join(self.order)}, cpu"]
         text = _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
-                          rules, self.budgets, self.reserve, self.policy, self.split, self.ram)
+                          rules, self.budgets, self.reserve, self.policy, self.split, self.ram, self.ram_headroom)
         plan = plan_from_text(text, os.path.join(self.plan_dir, "fit.plan.toml"))
         try:
             compiled = compile_plan(plan, inventory=self.inv)
@@ -220,9 +366,13 @@ class _Solver:
         # the command line itself, simulated and measured again: what is printed is what was checked
         argv = list(compiled.argv)
         ex = explain(self.inv, self.eng, argv, gpus=self.gpus)
+        mem = estimate_explained(ex, read_settings(argv, self.eng, reserve=self.reserve))
+        refused = [*ex.refusals, *mem.problems]
+        if refused:
+            # explain's own checks on the final command line: never print one the engine refuses
+            raise MoeconfError(f"{self.eng.label} would refuse the command fit made: {'; '.join(refused)}")
         if ex.placement.devices != compiled.placement.devices:
             raise AssertionError("fit: the compiled command line does not reproduce the plan's placement")
-        mem = estimate_explained(ex, read_settings(argv, self.eng, reserve=self.reserve))
         over = {d: mem.devices[d].total - self.budget[d] for d in self.order
                 if d in mem.devices and mem.devices[d].total > self.budget[d]}
         if self.ram is not None and mem.devices["CPU"].total > self.ram:
@@ -241,21 +391,50 @@ class _Solver:
         whole = {d: sorted(il for il, names in v.items() if names == all_kinds[il]) for d, v in per_dev.items()}
         splits = tuple((il, d, tuple(sorted({self.inv.by_name[n].base for n in names})))
                        for d, v in per_dev.items() for il, names in sorted(v.items()) if names != all_kinds[il])
-        return FitResult(text, compiled, mem, whole, splits, tuple(self.budgets))
+        return FitResult(text, compiled, mem, whole, splits, tuple(self.budgets), tuple(self.notes),
+                         self.assumptions(mem))
 
 
-def fit(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str], *, model_path: str,
-        plan_dir: str, reserve: int, policy: Policy = "first", split: bool = True,
-        serve_path: str | None = None, ram: int | None = None) -> FitResult:
+def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
+        budgets: Sequence[Budget] | Mapping[str, int | str] = (), user_argv: Sequence[str] = (), *,
+        model_path: str | None = None, plan_dir: str | None = None, reserve: int = DEFAULT_RESERVE,
+        policy: Policy = "first", split: bool = True, serve_path: str | None = None, ram: int | str | None = None,
+        ram_headroom: int | str = DEFAULT_RAM_HEADROOM, version: str | None = None) -> FitResult:
     """Solve the placement; raise FitError (with the shortfall and what would help) if nothing fits.
-    `serve_path`: the GGUF path the engine loads, needed when `model_path` is a manifest; `ram`:
-    system RAM for what the GPUs leave (weights in RAM and host compute), checked after the fill."""
+
+    `inv`: an Inventory or a model path (GGUF or manifest); `engine`: "llama.cpp",
+    "ik_llama.cpp" (at `version`, default the newest known) or an Engine; `budgets`: Budget
+    objects or {"CUDA0": "24GiB", ...} (sizes need a unit; bytes as int); `user_argv`: the
+    engine flags, as for `moeconf fit`. `model_path`: the plan's `[model] path` (default: the
+    inventory's source); `plan_dir`: the folder the plan is for (default: the current one);
+    `serve_path`: the GGUF path the command loads (default: the GGUF, or the file a manifest was
+    made from); `ram`: system RAM, of which `ram_headroom` is kept for the system and the rest
+    must hold what the GPUs leave (weights in RAM, host compute)."""
+    from moeconf.engines import engine as engine_named
+    from moeconf.engines import version_error
+    from moeconf.model.inventory import load_inventory
+
+    if isinstance(engine, str):
+        bad = version_error(engine, version)
+        if bad:
+            raise MoeconfError(f"engine version: {bad}")
+        eng = engine_named(engine, version)
+    else:
+        eng = engine
+    if isinstance(inv, str):
+        model_path = model_path or inv
+        inv = load_inventory(inv)
+    if isinstance(budgets, Mapping):
+        budgets = [Budget(d, v if isinstance(v, int) else parse_size(v, f"budget {d}"),
+                          None if isinstance(v, int) else v) for d, v in budgets.items()]
     if not budgets:
         raise MoeconfError("give at least one --gpu SIZE")
-    if serve_path is None and model_path.endswith(".json"):
-        serve_path = manifest_gguf_name(model_path, plan_dir)
+    model_path = model_path or inv.source
+    plan_dir = plan_dir or os.getcwd()
+    ram_b = parse_size(ram, "ram") if isinstance(ram, str) else ram
+    headroom = parse_size(ram_headroom, "ram_headroom") if isinstance(ram_headroom, str) else ram_headroom
     return _Solver(inv, eng, budgets, user_argv, model_path, serve_path, plan_dir, reserve, policy,
-                   split, ram).solve()
+                   split, ram_b, headroom).solve()
 
 
 def manifest_gguf_name(model_path: str, plan_dir: str) -> str:

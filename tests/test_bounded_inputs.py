@@ -408,3 +408,116 @@ def test_rule_numbers_too_large(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="is too large for a layer number") as ei:
         load_plan(p)
     assert (ei.value.line, ei.value.column) == (1, 29)
+
+
+# --- issue 18: the five inputs that ended in "internal error" (exit 3) ---------------------------
+
+
+def _gguf_with(tmp_path: Path, name: str, g: rg.RawGGUF) -> Path:
+    p = tmp_path / name
+    p.write_bytes(g.build())
+    return p
+
+
+def test_head_count_kv_array_of_strings_is_a_located_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    g = rg.minimal()
+    g.kv.append(("qwen3moe.attention.head_count_kv", rg.ARR, (rg.STR, ["a", "b"])))
+    p = _gguf_with(tmp_path, "hkv.gguf", g)
+    code, _, err = cli(capsys, "inspect", str(p))
+    assert code == 2 and err.startswith(f"moeconf: error: {p}: qwen3moe.attention.head_count_kv is an array holding "
+                                        "str values")
+
+
+def test_a_block_number_of_5000_digits_is_a_located_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    g = rg.minimal()
+    g.tensors = [("blk." + "9" * 5000 + ".attn_norm.weight", (64,), 0, 0)]
+    p = _gguf_with(tmp_path, "long.gguf", g)
+    code, _, err = cli(capsys, "inspect", str(p))
+    assert code == 2 and err.startswith(f"moeconf: error: {p}: tensor blk.999") and "5000 digits" in err
+    assert len(err) < 400
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs /proc/self/mem (Linux)")
+@pytest.mark.parametrize("command", ["inspect", "explain", "fit"])
+def test_a_read_that_fails_with_eio_is_an_error_naming_the_file(capsys: pytest.CaptureFixture[str],
+                                                                 command: str) -> None:
+    extra = ["--gpu", "24GiB"] if command == "fit" else []
+    code, out, err = cli(capsys, command, "/proc/self/mem", *extra)
+    assert code == 2 and out == "" and err.startswith("moeconf: error: /proc/self/mem: cannot read: ")
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "ik_llama.cpp"])
+@pytest.mark.parametrize("command", ["explain", "fit"])
+def test_an_engine_version_of_5000_digits_is_refused(capsys: pytest.CaptureFixture[str], engine: str,
+                                                     command: str) -> None:
+    extra = ["--gpu", "24GiB"] if command == "fit" else []
+    code, _, err = cli(capsys, command, str(MANIFEST), "--engine", engine, "--engine-version", "b" + "9" * 5000,
+                       *extra)
+    assert code == 2 and err.startswith("moeconf: error: --engine-version: ") and "'b9999999999999999999...9999" in err
+    assert len(err) < 400
+
+
+def test_an_engine_version_of_5000_digits_in_a_plan_is_located(tmp_path: Path) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text(BASE + f'[engine]\nversion = "b{"9" * 5000}"\n')
+    from moeconf.compile import compile_plan
+
+    with pytest.raises(PlanError, match="write a build number") as e:
+        compile_plan(p)
+    assert e.value.line == 6
+
+
+@pytest.mark.parametrize(("text", "line", "message"), [
+    ("tool = 5\n", 1, "tool must be a table"),
+    ("[tool]\nmoeconf = 5\n", 2, "[tool.moeconf] must be a table, not an integer"),
+    ("[tool.moeconf]\nengine = \"llama.cpp\"\nx = [\n", 4, "TOML syntax"),
+])
+def test_pyproject_errors_are_located(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, line: int,
+                                      message: str) -> None:
+    """`tool = 5` in pyproject.toml was an internal error; a TOML error had no line or column."""
+    (tmp_path / "pyproject.toml").write_text(text)
+    (tmp_path / "run.sh").write_text("llama-server -m m.gguf -ot exps=CPU\n")
+    code, _, err = cli(capsys, "lint", str(tmp_path / "run.sh"))
+    assert code == 2 and f"{tmp_path / 'pyproject.toml'}:{line}:" in err and message in err
+
+
+def test_a_moeconf_toml_syntax_error_has_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / ".moeconf.toml").write_text('engine = "llama.cpp"\n[severity\n')
+    (tmp_path / "run.sh").write_text("llama-server -m m.gguf -ot exps=CPU\n")
+    code, _, err = cli(capsys, "lint", str(tmp_path / "run.sh"))
+    assert code == 2 and f"{tmp_path / '.moeconf.toml'}:2:10: TOML syntax" in err
+
+
+def test_a_plan_copied_elsewhere_names_its_model_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It said only `.../glm-4.5-air.manifest.json: no such file`: now the plan's line, and that
+    `path` is relative to the plan's folder."""
+    plan = tmp_path / "glm.toml"
+    shutil.copy(EXAMPLES / "plans" / "glm-4.5-air.toml", plan)
+    code, _, err = cli(capsys, "compile", str(plan))
+    line = next(i for i, t in enumerate(plan.read_text().splitlines(), 1) if t.startswith("path"))
+    assert code == 2 and err.startswith(f"moeconf: error: {plan}:{line}:1: [model] path ")
+    assert f"no such file: {tmp_path.parent / 'models' / 'glm-4.5-air.manifest.json'}" in err
+    assert f"relative to the plan's folder, {tmp_path}" in err
+    # lint's plan-invalid says the same, at the same line
+    code, out, _ = cli(capsys, "lint", str(plan))
+    assert code == 1 and f"{plan}:{line}:1: MOE032 plan-invalid" in out and "no such file: " in out
+
+
+def test_lint_plan_invalid_names_the_file_that_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`MOE032 plan-invalid no such file` said no file: a GGUF the plan names that is gone."""
+    gone = tmp_path / "m-00001-of-00002.gguf"
+    g = rg.minimal()
+    g.kv += [("split.count", rg.U16, 2), ("split.no", rg.U16, 0)]
+    gone.write_bytes(g.build())
+    plan = tmp_path / "p.toml"
+    plan.write_text(f'rules = ["experts -> cpu"]\n[model]\npath = "{gone.name}"\n')
+    code, out, _ = cli(capsys, "lint", str(plan))
+    assert code == 1 and "MOE032 plan-invalid" in out and str(tmp_path / "m-00002-of-00002.gguf") in out
+
+
+def test_a_plan_toml_error_at_the_end_of_the_file_is_located(tmp_path: Path) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text(BASE + "[flags]\nextra = [\n")
+    with pytest.raises(PlanError, match="TOML syntax") as e:
+        load_plan(p)
+    assert (e.value.line, e.value.column) == (7, 1)  # where the text ends

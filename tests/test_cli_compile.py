@@ -95,7 +95,9 @@ def test_compile_errors_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert f"{bad}:1:22: unknown device" not in r.stderr  # model is read first: its error wins
-    assert "x.json: no such file" in r.stderr
+    # the plan's line that names it, the file, and that `path` is relative to the plan (issue 18)
+    assert f"{bad}:3:1: [model] path 'x.json': no such file: {tmp_path / 'x.json'}; [model] path is relative to " \
+        f"the plan's folder, {tmp_path}" in r.stderr
     bad.write_text(f'rules = ["experts -> cuda0"]\n[model]\npath = "{EXAMPLES}/models/kimi-k2.manifest.json"\n')
     r = run("compile", str(bad))
     assert r.returncode == 2

@@ -19,6 +19,25 @@ MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 GiB = 1024**3
 
 
+@pytest.fixture(autouse=True)
+def _every_printed_command_is_one_explain_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 18: each command a test here gets from fit is run through explain (its own
+    simulation and memory settings) and fails the test on any refusal."""
+    from moeconf.explanation import explain
+    from moeconf.memory import estimate_explained, read_settings
+
+    solve = fit_mod._Solver.solve
+
+    def checked(self: fit_mod._Solver) -> fit_mod.FitResult:
+        r = solve(self)
+        ex = explain(self.inv, self.eng, list(r.argv), gpus=self.gpus)
+        est = estimate_explained(ex, read_settings(list(r.argv), self.eng))
+        assert not ex.refusals and not est.problems, (r.argv, ex.refusals, est.problems)
+        return r
+
+    monkeypatch.setattr(fit_mod._Solver, "solve", checked)
+
+
 @pytest.fixture(scope="module")
 def qwen() -> Inventory:
     return load_inventory(MODELS / "qwen3-30b-a3b.manifest.json")
@@ -162,12 +181,14 @@ def test_ram_budget_is_written_and_checked_after_the_fill(tmp_path: Path, capsys
     plan = tmp_path / "plan.toml"
     assert main(["fit", model, "--gpu", "24GiB", "--ram", "64GiB", "-o", str(plan), "--json", "-c", "32768"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["memory"]["CPU"]["total"] <= 64 * GiB and 'cpu = "64 GiB"' in plan.read_text()
+    # 4 GiB of the 64 are kept for the system (--ram-headroom's default)
+    assert out["memory"]["CPU"]["total"] <= 60 * GiB and 'cpu = "60 GiB"' in plan.read_text()
+    assert out["assumptions"]["ram"] == {"bytes": 64 * GiB, "headroom": 4 * GiB, "budget": 60 * GiB}
     assert main(["compile", str(plan), "-q", "--target", "argv"]) == 0
     assert json.loads(capsys.readouterr().out) == out["argv"]
     assert main(["fit", model, "--gpu", "24GiB", "--ram", "32GiB", "-c", "32768"]) == 2
     err = capsys.readouterr().err
-    assert "system RAM holds" in err and "over its 32,768 MiB budget" in err
+    assert "system RAM holds" in err and "over its 28,672 MiB budget" in err
 
 
 def test_gpu_order_as_given_does_not_change_what_the_engine_numbers(tmp_path: Path,

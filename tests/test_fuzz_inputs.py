@@ -153,6 +153,61 @@ def test_gguf_huge_counts(tmp_path_factory: pytest.TempPathFactory, capsys: pyte
     run_cli(capsys, "inspect", str(p), surface="gguf-counts")
 
 
+_ARRAY_KEYS = ("attention.head_count_kv", "attention.head_count", "feed_forward_length",
+               "attention.sliding_window_pattern")
+
+
+@FUZZ
+@given(key=st.sampled_from(_ARRAY_KEYS),
+       items=st.lists(st.one_of(st.integers(0, 2**32 - 1).map(lambda v: (0, v)),
+                                st.text(max_size=6).map(lambda v: (1, v)), st.booleans().map(lambda v: (2, v)),
+                                st.floats(width=32, allow_nan=True).map(lambda v: (3, v))), max_size=4),
+       digits=st.integers(1, 6000), name_tail=st.sampled_from([".attn_norm.weight", ".ffn_up_exps.weight", ""]))
+def test_gguf_odd_arrays_and_block_numbers(tmp_path_factory: pytest.TempPathFactory,
+                                          capsys: pytest.CaptureFixture[str], key: str, items: list[tuple[int, Any]],
+                                          digits: int, name_tail: str) -> None:
+    """Issue 18: a `head_count_kv` array of strings and a tensor named `blk.<5000 digits>` were
+    internal errors (exit 3): metadata arrays of any element type, block numbers of any length."""
+    from tests import rawgguf as rg
+
+    g = rg.minimal()
+    etype = {0: rg.U32, 1: rg.STR, 2: rg.BOOL, 3: rg.F32}
+    kinds = {k for k, _ in items} or {0}
+    if len(kinds) == 1:  # a GGUF array holds one element type
+        k = kinds.pop()
+        g.kv.append((f"qwen3moe.{key}", rg.ARR, (etype[k], [v for _, v in items])))
+    g.tensors.append(("blk." + "7" * digits + name_tail, (64,), 0, 256))
+    g.data_size = 512
+    p = tmp_path_factory.mktemp("a") / "m.gguf"
+    p.write_bytes(g.build())
+    code = run_cli(capsys, "inspect", str(p), surface="gguf-arrays-blocks")
+    assert code != 2 or digits > 9 or kinds or items  # a plain file with a short block number reads
+
+
+@FUZZ
+@given(version=st.one_of(st.tuples(st.sampled_from(["b", "", "v", "0.1."]), st.integers(1, 7000),
+                                   st.sampled_from("0179")).map(lambda t: t[0] + t[2] * t[1]),
+                         st.text(max_size=30)),
+       engine=st.sampled_from(["llama.cpp", "ik_llama.cpp"]), command=st.sampled_from(["explain", "fit"]))
+def test_engine_versions_of_any_length(capsys: pytest.CaptureFixture[str], version: str, engine: str,
+                                       command: str) -> None:
+    """`--engine-version b<5000 digits>` was an internal error (exit 3)."""
+    if version.startswith("-") or "\0" in version:
+        version = "v" + version.replace("\0", "")
+    extra = ["--gpu", "24GiB", "-c", "4096"] if command == "fit" else ["--ot", "exps=CPU"]
+    run_cli(capsys, command, OT_MANIFEST, "--engine", engine, "--engine-version", version, *extra,
+            surface="engine-version")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs /proc/self/mem (Linux)")
+@pytest.mark.parametrize("command", ["inspect", "explain", "fit", "init", "lint"])
+def test_a_file_that_fails_with_eio(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Reading `/proc/self/mem` fails with EIO: a located error, exit 2, never exit 3."""
+    extra = {"fit": ["--gpu", "24GiB"]}.get(command, [])
+    code = run_cli(capsys, command, "/proc/self/mem", *extra, surface="eio")
+    assert code in (1, 2)
+
+
 @pytest.fixture(scope="module")
 def split_files(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
     d = tmp_path_factory.mktemp("split")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from moeconf.cli import main
-from moeconf.compile import Compiled, compile_plan
+from moeconf.compile import _PASSABLE, Compiled, compile_plan
 from moeconf.emitting.readback import OutputMismatch, verify_output
 from moeconf.emitting.targets import emit
 from moeconf.engines.flags import PLAN_KEYS
@@ -142,7 +142,8 @@ def test_decompile_refuses_rules_that_do_not_reproduce(monkeypatch: pytest.Monke
 BASE = f'rules = ["experts -> cpu"]\n[model]\npath = "{MODELS}/qwen3-30b-a3b.manifest.json"\nserve_path = "/m/q.gguf"\n'
 
 
-@pytest.mark.parametrize("flag", [*sorted(PLAN_KEYS), "--n_gpu_layers", "--n-gpu-layers=3", "--cpu_moe"])
+@pytest.mark.parametrize("flag", [*sorted(set(PLAN_KEYS) - set(_PASSABLE)), "--n_gpu_layers", "--n-gpu-layers=3",
+                                  "--cpu_moe", "--port=8080"])
 def test_extra_refuses_options_a_plan_key_owns(flag: str) -> None:
     text = BASE + f'[flags]\nextra = ["--jinja", "{flag}", "1"]\n'
     with pytest.raises(PlanError, match=re.escape(f"[flags] extra may not hold '{flag}'")) as e:
@@ -156,16 +157,53 @@ def test_extra_value_of_a_known_option_is_not_an_option() -> None:
     assert c.argv[-3:] == ("--alias", "-ngl", "--jinja") and not c.warnings
 
 
-def test_extra_unknown_options_pass_with_a_warning(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flag", "key"), [("-t", "threads = 8"), ("--threads", "threads = 8"),
+                                           ("--no-mmap", "no_mmap = true"), ("--mlock", "mlock = true"),
+                                           ("-lm", "mlock = true"), ("--load-mode", "no_mmap = true"),
+                                           ("--mmap", "no_mmap = true")])
+def test_extra_passes_a_flag_that_decides_no_placement_while_its_key_is_unset(flag: str, key: str) -> None:
+    """What `moeconf fit` writes for `-t 16 --no-mmap ...`: as given, in order, when the plan does
+    not set the same thing; set both ways it is still refused (two copies, the engine reads the last)."""
+    words = {"-lm": [flag, "none"], "--load-mode": [flag, "none"], "-t": [flag, "16"], "--threads": [flag, "16"]
+             }.get(flag, [flag])
+    extra = ", ".join(f'"{w}"' for w in ["--jinja", *words])
+    c = compile_plan(plan_from_text(BASE + f'[flags]\nextra = [{extra}]\n', "/x/p.toml"))
+    assert c.argv[-len(words) - 1:] == ("--jinja", *words)
+    with pytest.raises(PlanError, match=re.escape(f"[flags] extra may not hold '{flag}'")):
+        compile_plan(plan_from_text(BASE + f'[flags]\n{key}\nextra = [{extra}]\n', "/x/p.toml"))
+
+
+def test_extra_host_and_port_pass_and_containers_use_them() -> None:
+    from moeconf.emitting.targets import emit
+
+    c = compile_plan(plan_from_text(BASE + '[flags]\nextra = ["--host", "127.0.0.1", "--port", "9000"]\n',
+                                    "/x/p.toml"))
+    docker = emit(c, "docker")
+    assert "-p 9000:9000" in docker and docker.count("--port") == 1 and docker.count("--host") == 1
+    assert "'--port', '${PORT}'" not in emit(c, "llama-swap") and "${PORT}" not in emit(c, "llama-swap")
+    with pytest.raises(PlanError, match=re.escape("[flags] extra may not hold '--port'")):
+        compile_plan(plan_from_text(BASE + '[targets]\nport = 8000\n[flags]\nextra = ["--port", "9000"]\n',
+                                    "/x/p.toml"))
+
+
+def test_extra_unknown_options_are_refused_naming_the_close_flag(tmp_path: Path) -> None:
+    """The engine stops at an argument it does not know: compile never prints one (issue 18)."""
     plan = tmp_path / "p.toml"
-    plan.write_text(BASE + '[flags]\nextra = ["--jinja", "--frobnicate", "7", "-fmoe"]\n')
+    plan.write_text(BASE + '[flags]\nextra = ["--jinja", "--flash-attn-typo", "on"]\n')
+    with pytest.raises(PlanError) as e:
+        compile_plan(plan)
+    assert (e.value.line, e.value.column) == (6, 22)
+    assert "unknown argument '--flash-attn-typo' (did you mean --flash-attn?)" in e.value.message
+    # a binary that is not the engines' common parser: its flags are not known, so they pass with a warning
+    plan.write_text(BASE + '[flags]\nextra = ["--jinja", "--frobnicate", "7", "-fmoe"]\n'
+                    '[targets]\nbinary = "my-server"\n')
     c = compile_plan(plan)
     assert c.argv[-4:] == ("--jinja", "--frobnicate", "7", "-fmoe")
     assert [str(w) for w in c.warnings] == [
         f"{plan}:6:22: [flags] extra: '--frobnicate' is not an option llama.cpp is known to accept; passed through "
-        "unchecked (the engine refuses arguments it does not know)",
+        "unchecked",
         f"{plan}:6:43: [flags] extra: '-fmoe' is not an option llama.cpp is known to accept; passed through "
-        "unchecked (the engine refuses arguments it does not know)",
+        "unchecked",
     ]
 
 

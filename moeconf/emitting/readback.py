@@ -101,9 +101,12 @@ def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str,
     if target == "docker":
         words = _one_command(text, what)
         image = tg.docker_image(c)
-        if words[:2] != ["docker", "run"] or image not in words:
+        server = tg.server_args(c, for_container=True)
+        # the words up to the image, by position: a volume may read the same as the image
+        head = len(tg.docker_argv(c)) - len(server)
+        if words[:2] != ["docker", "run"] or len(words) < head or words[head - 1] != image:
             raise OutputMismatch(f"{what}: no `docker run ... {image}` command")
-        return words[words.index(image) + 1:], {}, tg.server_args(c, for_container=True)
+        return words[head:], {}, server
     from moeconf.linting import sources
 
     if target == "env":

@@ -138,12 +138,29 @@ def server_args(c: Compiled, *, for_container: bool) -> list[str]:
     args = build_argv(c.plan, c.engine, c.inventory, c.synthesis, model_path=_model_override(c),
                       with_binary=False)
     t = c.plan.config.targets
-    if for_container and not t.host:
+    if for_container and not t.host and extra_value(c, "--host") is None:
         # mainline images set LLAMA_ARG_HOST=0.0.0.0; ik's do not: listen on all interfaces
         args += ["--host", "0.0.0.0"]
-    if for_container and t.port is None:
+    if for_container and t.port is None and extra_value(c, "--port") is None:
         args += ["--port", str(DEFAULT_PORT)]
     return args
+
+
+def extra_value(c: Compiled, option: str) -> str | None:
+    """The value `[flags] extra` gives `option` (`--host`, `--port`), as the engine reads it (the
+    last one wins), or None."""
+    words = list(c.plan.config.flags.extra)
+    found = None
+    for i, w in enumerate(words[:-1]):
+        if w == option:
+            found = words[i + 1]
+    return found
+
+
+def published_port(c: Compiled) -> int | str:
+    """The port the server listens on: `[targets] port`, else `--port` in `[flags] extra`, else 8080."""
+    t = c.plan.config.targets
+    return t.port or extra_value(c, "--port") or DEFAULT_PORT
 
 
 def _model_override(c: Compiled) -> str | None:
@@ -202,7 +219,7 @@ def emit_env(c: Compiled) -> str:
 def docker_argv(c: Compiled) -> list[str]:
     """The `docker run` command line, one word a value (quoted by `emit_docker`)."""
     t = c.plan.config.targets
-    port = t.port or DEFAULT_PORT
+    port = published_port(c)
     argv = ["docker", "run", "--rm", *_DOCKER_DEVICES[t.docker_backend], "-p", f"{port}:{port}"]
     for v in t.docker_volumes:
         argv += ["-v", v]
@@ -226,7 +243,7 @@ def yaml_str(s: str, compose: bool = False) -> str:
 
 def emit_compose(c: Compiled) -> str:
     t = c.plan.config.targets
-    port = t.port or DEFAULT_PORT
+    port = published_port(c)
     lines = ["services:", f"  {yaml_key(t.compose_service)}:", f"    image: {yaml_str(docker_image(c), compose=True)}",
              "    command:"]
     lines += [f"      - {yaml_str(a, compose=True)}" for a in server_args(c, for_container=True)]
@@ -253,14 +270,16 @@ def emit_llama_swap(c: Compiled) -> str:
     body = _pairs(argv)
     lines = ["models:", f"  {yaml_str(name)}:", "    cmd: |"]  # a line break in any value is refused
     lines += [f"      {line}" for line in body]
-    if t.port is not None:
-        lines.append(f"    proxy: {yaml_str(f'http://127.0.0.1:{t.port}')}")
+    port = t.port or extra_value(c, "--port")
+    if port is not None:
+        lines.append(f"    proxy: {yaml_str(f'http://127.0.0.1:{port}')}")
     return "\n".join(lines) + "\n"
 
 
 def llama_swap_argv(c: Compiled) -> list[str]:
     """The command the llama-swap entry runs; llama-swap fills `${PORT}` when no port is set."""
-    return list(c.argv) + (["--port", "${PORT}"] if c.plan.config.targets.port is None else [])
+    unset = c.plan.config.targets.port is None and extra_value(c, "--port") is None
+    return list(c.argv) + (["--port", "${PORT}"] if unset else [])
 
 
 def _pairs(argv: list[str]) -> list[str]:
@@ -319,3 +338,14 @@ def _render(c: Compiled, target: str) -> str:
     if target == "ot":
         return c.ot + "\n"
     raise MoeconfError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")
+
+
+def container_warnings(c: Compiled, target: str) -> list[str]:
+    """What a container output cannot do as printed: with no volume the container has no file at
+    the `-m` path (docker and compose mount nothing by default)."""
+    if target not in ("docker", "compose") or c.plan.config.targets.docker_volumes:
+        return []
+    model = _model_override(c) or "the model"
+    return [f"the {target} output mounts no volume, so the container has no file at -m {model}: set [targets] "
+            "docker_volumes = [\"/host/models:/models\"] (moeconf fit: --docker-volume HOST:CONTAINER), with -m "
+            "the path inside the container"]

@@ -141,7 +141,8 @@ def _explain_bad_device(name: str) -> str:
 def _parse_build(version: str | None) -> int | None:
     if version is None:
         return None
-    m = re.fullmatch(r"b?(\d+)", version.strip())
+    # a build number has at most 9 digits (b<5000 digits> is not one, and would not convert)
+    m = re.fullmatch(r"b?(\d{1,9})", version.strip())
     return int(m.group(1)) if m else None
 
 
@@ -206,6 +207,8 @@ def version_error(name: str, version: str | None) -> str | None:
     if version is None:
         return None
     v = version.strip()
+    if len(version) > 40:  # quoted by its start and end: the message stays one line
+        version = f"{version[:20]}...{version[-8:]}"
     if name in ("ik_llama.cpp", "ik_llamacpp", "ik"):
         v = v.lstrip("v")
         if v in IK_PACKAGES or _ik_build(v) is not None:

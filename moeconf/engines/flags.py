@@ -82,6 +82,8 @@ def scan_extra(words: list[str], engine_name: str) -> tuple[list[tuple[int, str]
         name = option_name(w)
         if name in PLAN_KEYS:
             owned.append((i, name))
+            if name in valued and "=" not in w:
+                i += 1  # its value is the option's, not a word of its own
         elif name not in options:
             unknown.append((i, w))
             nxt = words[i + 1] if i + 1 < len(words) else None

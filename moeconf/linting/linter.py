@@ -364,7 +364,9 @@ def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> l
         compiled = compile_plan(plan)
     except MoeconfError as e:
         hint = f" ({e.hint})" if e.hint else ""
-        return [Finding(code, name, sev, path, e.line or 1, e.column or 1, e.message + hint)]
+        # an error in another file (the model the plan names) says which file (issue 18)
+        other = f"{e.path}: " if e.path and os.path.abspath(e.path) != os.path.abspath(path) else ""
+        return [Finding(code, name, sev, path, e.line or 1, e.column or 1, other + e.message + hint)]
     pos = locate(plan.positions, ("rules",)) or locate(plan.positions, ("model",))
     line, col = (pos.line, pos.column) if pos else (1, 1)
     keyed = {"-ngl": ("flags", "n_gpu_layers"), "-fit": ("flags", "fit"), "--fit": ("flags", "fit"),

@@ -221,7 +221,14 @@ def _read_config(path: str) -> tuple[dict[str, Any], str]:
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as e:
-        raise MoeconfError(f"TOML syntax: {e}", path=path) from None
+        import re
+
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        line, col = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+        if m is None and "end of document" in str(e):  # where the text ends
+            line, col = text.count("\n") + 1, len(text.rsplit("\n", 1)[-1]) + 1
+        raise MoeconfError(f"TOML syntax: {re.sub(r' *[(]at (line|end).*[)]', '', str(e))}", path=path,
+                           line=line, column=col) from None
     except RecursionError:
         raise MoeconfError("TOML nested too deeply to read", path=path) from None
     except ValueError as e:  # an integer of more than 4300 digits
@@ -232,11 +239,25 @@ def load_config_file(path: str) -> Config:
     """A config from an explicit file: `.moeconf.toml`, or `pyproject.toml` with `[tool.moeconf]`."""
     data, text = _read_config(path)
     if os.path.basename(path) == "pyproject.toml":
-        table = data.get("tool", {}).get("moeconf", {})
-        if not isinstance(table, dict):
-            raise MoeconfError("[tool.moeconf] must be a table", path=path)
-        return _from_table(table, path, text, ("tool", "moeconf"))
+        table = _tool_moeconf(data, path, text)
+        return _from_table(table or {}, path, text, ("tool", "moeconf"))
     return _from_table(data, path, text)
+
+
+def _tool_moeconf(data: dict[str, Any], path: str, text: str) -> dict[str, Any] | None:
+    """pyproject.toml's `[tool.moeconf]` table (None when absent); `tool = 5` or `[tool] moeconf = 5`
+    is an error at its line, as it is for every other key of the config."""
+    tool = data.get("tool")
+    if tool is None:
+        return None
+    if not isinstance(tool, dict):
+        raise _Where(path, text, ()).error(f"tool must be a table ([tool.moeconf] holds moeconf's config), not "
+                                           f"{_type_name(tool)}", "tool")
+    table = tool.get("moeconf")
+    if table is not None and not isinstance(table, dict):
+        raise _Where(path, text, ()).error(f"[tool.moeconf] must be a table, not {_type_name(table)}", "tool",
+                                           "moeconf")
+    return table
 
 
 def find_config(start: str) -> Config:
@@ -248,11 +269,9 @@ def find_config(start: str) -> Config:
             if os.path.isfile(p):
                 data, text = _read_config(p)
                 if name == "pyproject.toml":
-                    table = data.get("tool", {}).get("moeconf")
+                    table = _tool_moeconf(data, p, text)
                     if table is None:
                         continue
-                    if not isinstance(table, dict):
-                        raise MoeconfError("[tool.moeconf] must be a table", path=p)
                     return _from_table(table, p, text, ("tool", "moeconf"))
                 return _from_table(data, p, text)
         parent = os.path.dirname(folder)

@@ -28,7 +28,8 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 100
 
 
 def parse_size(text: str, where: str = "size") -> int:
-    """'24 GiB', '16GiB', '512MiB', '24G' -> bytes (a bare number is bytes)."""
+    """'24 GiB', '16GiB', '512MiB', '24G', '24GB' (10**9) -> bytes. A unit is required: a bare
+    number is an error naming the GiB reading (`24` is not 24 bytes by accident)."""
     from moeconf.errors import MoeconfError
 
     t = text.strip().replace(" ", "").replace("_", "")
@@ -38,6 +39,8 @@ def parse_size(text: str, where: str = "size") -> int:
         value = float(num)
     except ValueError:
         value = -1.0
+    if value >= 0 and unit == "" and num:
+        raise MoeconfError(f"{where}: {text!r} has no unit: write {num}GiB (or {num}GB for 10^9 bytes, {num}MiB)")
     if value < 0 or unit not in _UNITS:
         raise MoeconfError(f"{where}: {text!r} is not a size (write 24GiB, 16 GiB, 512MiB)")
     return int(value * _UNITS[unit])

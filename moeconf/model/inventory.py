@@ -228,6 +228,10 @@ def build_inventory(
     classified: list[tuple[RawTensor, Any]] = []
     unknown: list[str] = []
     for r in raw:
+        parts = r.name.split(".", 2)
+        if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit() and len(parts[1]) > 9:
+            raise error(f"tensor {r.name[:40]}...{r.name[-20:]}: a block number of {len(parts[1])} digits (no model "
+                        "has that many blocks)", path=source or None)
         k = classify_name(r.name)
         classified.append((r, k))
         if not k.known:
@@ -368,7 +372,11 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         if attr in ModelMetadata.ARRAY_KEYS:
             v = header.get(f"{arch}.{key}")
             if isinstance(v, list):
-                values[attr] = tuple(int(x) for x in v)
+                if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+                    odd = next(x for x in v if not isinstance(x, int) or isinstance(x, bool))
+                    raise GGUFError(f"{arch}.{key} is an array holding {type(odd).__name__} values ({odd!r:.40}), "
+                                    "not integers (one per block)", path=header.path)
+                values[attr] = tuple(v)
             elif isinstance(v, int):
                 values[attr] = int(v)
             continue
@@ -497,7 +505,10 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
 
         return read_manifest(spath)
     with open_regular(spath, MoeconfError, "a GGUF file or a manifest .json") as f:
-        start = f.read(64).lstrip()
+        try:
+            start = f.read(64).lstrip()
+        except OSError as e:  # EIO and the like: the file, not moeconf
+            raise MoeconfError(f"cannot read: {e.strerror or e}", path=spath) from None
     if start.startswith(b"{"):
         from moeconf.model.manifest import read_manifest
 

@@ -142,6 +142,9 @@ def plan_from_text(text: str, path: str) -> Plan:
         msg = str(e)
         m = _TOML_POS.search(msg)
         line, col = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+        if m is None and "(at end of document)" in msg:  # where the text ends
+            line, col = text.count("\n") + 1, len(text.rsplit("\n", 1)[-1]) + 1
+            msg = msg.replace("(at end of document)", "at the end of the file")
         raise PlanError(f"TOML syntax: {_TOML_POS.sub('', msg).strip()}", path=path, line=line, column=col) from None
     except RecursionError:
         line, col = _deep_nesting(text)

@@ -19,7 +19,7 @@ GiB = 1024 * MiB
 
 
 def _size(n: int) -> str:
-    return f"{n // GiB}GiB" if n % GiB == 0 else f"{n // MiB}MiB" if n % MiB == 0 else str(n)
+    return f"{n // GiB}GiB" if n % GiB == 0 else f"{n // MiB}MiB" if n % MiB == 0 else f"{n}B"  # fit needs a unit
 
 
 def fit_command(ctx: Context, flags: list[str]) -> tuple[list[str], str]:

@@ -1,0 +1,203 @@
+"""Issue 18, items 2 and 3: `fit` prints the whole command a user runs (their own flags passed
+through as written, in order; the model path they serve; any output target) and every assumption
+the memory table was computed with."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from moeconf.cli import main
+from tests.test_fit import _every_printed_command_is_one_explain_accepts  # noqa: F401  (autouse: explain checks)
+
+MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
+GLM = str(MODELS / "glm-4.5-air.manifest.json")
+QWEN = str(MODELS / "qwen3-30b-a3b.manifest.json")
+QWEN235 = str(MODELS / "qwen3-235b-a22b.manifest.json")
+GiB = 2**30
+MiB = 2**20
+
+
+def _fit_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    rc = main(["fit", *args, "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    data: dict[str, object] = json.loads(out.out)
+    return data
+
+
+def _fit_err(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    rc = main(["fit", *args])
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == "" and "internal error" not in out.err, (rc, out)
+    return out.err
+
+
+PASSTHROUGH = ["-t", "16", "--threads-batch", "8", "--host", "0.0.0.0", "--port", "8081", "--no-mmap", "--mlock",
+               "--jinja", "-lm", "none", "--alias", "glm", "--metrics", "-np", "1"]
+
+
+def test_flags_that_decide_no_placement_pass_through_as_written_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    """`-t 16 --host ... --no-mmap --mlock --jinja -lm none` used to be refused ("[flags] extra may
+    not hold '-t'"); now they are the end of the command, word for word."""
+    out = _fit_json(capsys, GLM, "--gpu", "24GiB", "-c", "16384", *PASSTHROUGH)
+    argv = out["argv"]
+    assert isinstance(argv, list)
+    assert argv[-len(PASSTHROUGH):] == PASSTHROUGH
+    # the memory flags are read into the estimate (and the plan), not passed blind
+    assert argv[argv.index("-c") + 1] == "16384"
+
+
+def test_passthrough_is_checked_against_the_engines_flag_table() -> None:
+    from moeconf.engines import engine
+    from moeconf.engines.flagtable import MAINLINE
+    from moeconf.fit import _engine_flags
+
+    uf = _engine_flags(PASSTHROUGH, engine("llama.cpp"))
+    words = [w for w in uf.extra if w.startswith("-")]
+    assert words and all(w in MAINLINE for w in words)
+
+
+@pytest.mark.parametrize(("flags", "named", "meant"), [
+    (["--ctk", "q8_0"], "'--ctk'", "-ctk"),
+    (["--flash-attn-typo", "on"], "'--flash-attn-typo'", "--flash-attn"),
+    (["--theads", "16"], "'--theads'", "--threads"),
+    (["--ctx-size=32768"], "'--ctx-size=32768'", "write --ctx-size 32768"),
+])
+def test_unknown_flags_and_typos_are_errors_naming_the_close_flag(capsys: pytest.CaptureFixture[str],
+                                                                 flags: list[str], named: str, meant: str) -> None:
+    err = _fit_err(capsys, GLM, "--gpu", "24GiB", *flags)
+    assert named in err and meant in err
+
+
+def test_a_stray_word_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "an engine flag was expected" in _fit_err(capsys, GLM, "--gpu", "24GiB", "-c", "8192", "extra-word")
+
+
+def test_flags_that_load_more_than_the_estimate_knows_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _fit_err(capsys, GLM, "--gpu", "24GiB", "-md", "/m/draft.gguf")
+    assert "a draft model is not modelled" in err
+
+
+@pytest.mark.parametrize("how", [["--serve-path", "/models/GLM-4.5-Air-Q4_K_M-00001-of-00002.gguf"],
+                                 ["-m", "/models/GLM-4.5-Air-Q4_K_M-00001-of-00002.gguf"]])
+def test_the_served_model_path_is_the_users(capsys: pytest.CaptureFixture[str], how: list[str]) -> None:
+    """With a manifest, `-m /models/...` was refused and the bare file name printed."""
+    out = _fit_json(capsys, GLM, "--gpu", "24GiB", "-c", "8192", *how)
+    argv = out["argv"]
+    assert isinstance(argv, list) and argv[argv.index("-m") + 1] == "/models/GLM-4.5-Air-Q4_K_M-00001-of-00002.gguf"
+
+
+def test_two_different_served_paths_are_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "give the served path once" in _fit_err(capsys, GLM, "--gpu", "24GiB", "--serve-path", "/a.gguf",
+                                                   "-m", "/b.gguf")
+
+
+def test_target_works_for_fit_as_for_compile(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    plan = tmp_path / "fit.toml"
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192", "--serve-path", "/models/glm.gguf", "--target",
+                 "docker", "--docker-volume", "/srv/models:/models", "-o", str(plan), "--port", "9000"]) == 0
+    out = capsys.readouterr()
+    docker = out.out.splitlines()[0]
+    words = shlex.split(docker)
+    assert words[:2] == ["docker", "run"] and "/srv/models:/models" in words and "9000:9000" in words
+    assert words.count("--port") == 1 and "moeconf: warning" not in out.err
+    # the written plan compiles to the same docker command
+    assert main(["compile", str(plan), "--target", "docker", "-q"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == docker
+
+
+@pytest.mark.parametrize("target", ["docker", "compose"])
+def test_docker_without_volumes_warns_for_fit_and_compile(capsys: pytest.CaptureFixture[str], target: str,
+                                                          tmp_path: Path) -> None:
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192", "--serve-path", "/models/glm.gguf",
+                 "--target", target]) == 0
+    err = capsys.readouterr().err
+    assert "mounts no volume, so the container has no file at -m /models/glm.gguf" in err
+    plan = tmp_path / "p.toml"
+    plan.write_text(f'rules = ["experts -> cpu"]\n[model]\npath = "{QWEN}"\nserve_path = "/models/q.gguf"\n')
+    assert main(["compile", str(plan), "--target", target, "-q"]) == 0
+    assert "mounts no volume, so the container has no file at -m /models/q.gguf" in capsys.readouterr().err
+    with plan.open("a") as f:
+        f.write('[targets]\ndocker_volumes = ["/srv/models:/models"]\n')
+    assert main(["compile", str(plan), "--target", target, "-q"]) == 0
+    assert "mounts no volume" not in capsys.readouterr().err
+
+
+# --- item 3: assumptions on the page -------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", [["--gpu", "24"], ["--gpu", "24GiB", "--ram", "128"],
+                                  ["--gpu", "24GiB", "--reserve", "1024"]])
+def test_sizes_need_a_unit(capsys: pytest.CaptureFixture[str], flag: list[str]) -> None:
+    """`--gpu 24` was 24 bytes ("over its 0 MiB budget")."""
+    err = _fit_err(capsys, GLM, *flag)
+    n = flag[-1]
+    assert f"{n!r} has no unit: write {n}GiB" in err
+
+
+def test_gb_and_gib_are_both_taken_and_echoed_in_mib(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", GLM, "--gpu", "24GB", "-c", "8192"]) == 0
+    out = capsys.readouterr().out
+    assert "assumed: GPU budgets CUDA0 24GB = 22,888 MiB" in out
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192"]) == 0
+    assert "assumed: GPU budgets CUDA0 24GiB = 24,576 MiB" in capsys.readouterr().out
+
+
+def test_ram_keeps_a_headroom_for_the_system(capsys: pytest.CaptureFixture[str]) -> None:
+    """Qwen3-235B with --ram 128GiB was accepted with 1.6 GiB of RAM left."""
+    err = _fit_err(capsys, QWEN235, "--gpu", "24GiB", "--ram", "128GiB", "-c", "32768")
+    assert "over its 126,976 MiB budget" in err  # 128 GiB less the 4 GiB default headroom
+    out = _fit_json(capsys, QWEN235, "--gpu", "32GiB", "--ram", "128GiB", "--ram-headroom", "1GiB", "-c", "32768")
+    mem = out["memory"]
+    assert isinstance(mem, dict) and mem["CPU"]["total"] <= 127 * GiB
+    assert out["assumptions"]["ram"] == {"bytes": 128 * GiB, "headroom": GiB, "budget": 127 * GiB}  # type: ignore[index]
+    assert "leaves nothing" in _fit_err(capsys, GLM, "--gpu", "24GiB", "--ram", "4GiB")
+
+
+def test_the_command_holds_every_setting_the_table_assumes(capsys: pytest.CaptureFixture[str]) -> None:
+    """The table said "flash attention on" while the command had no -fa."""
+    assert main(["fit", QWEN, "--gpu", "24GiB"]) == 0
+    out = capsys.readouterr().out
+    command = shlex.split(out.splitlines()[0])
+    header = next(line for line in out.splitlines() if line.startswith("memory (MiB) at"))
+    assert "flash attention on" in header and command[command.index("-fa") + 1] == "on"
+    ctx = header.split("-c ")[1].split()[0]
+    assert command[command.index("-c") + 1] == ctx  # the model's own context, written out
+
+
+def test_engine_and_version_are_printed_and_in_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", QWEN, "--gpu", "24GiB", "-c", "8192"]) == 0
+    assert "assumed: llama.cpp b10573 (the newest moeconf knows" in capsys.readouterr().out
+    out = _fit_json(capsys, QWEN, "--gpu", "24GB", "-c", "8192", "--engine-version", "b7600")
+    a = out["assumptions"]
+    assert isinstance(a, dict)
+    assert a["engine"] == "llama.cpp" and a["engine_version"] == "b7600" and a["engine_version_given"] is True
+    assert a["flash_attn"] == "on" and a["ctx_size"] == 8192 and a["reserve_per_gpu"] == GiB
+    assert a["budgets"] == {"CUDA0": {"bytes": 24 * 10**9, "given": "24GB"}}
+
+
+def test_the_fit_command_lint_suggests_for_a_gb_budget_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Sizes need a unit now: lint's suggested `moeconf fit` for a `[gpu_memory]` in GB (not a
+    whole MiB) must still give one (it wrote the bytes bare)."""
+    import re
+
+    from tests.test_lint_memory import _lint
+
+    line = "llama-server -m m.gguf -ngl 999 -c 8192 -ot exps=CPU"
+    found = [f for f in _lint(tmp_path, line, "qwen3-30b-a3b", {"CUDA0": "13GB"}) if f.code == "MOE020"]
+    assert len(found) == 1
+    m = re.search(r"\((moeconf fit [^)]*)\)$", found[0].message)
+    assert m and "--gpu CUDA0=13000000000B" in m.group(1)
+    words = shlex.split(m.group(1))[1:]
+    words[1] = QWEN  # the model the config names
+    assert main(words) == 0, capsys.readouterr().err
+
+
+def test_a_later_shard_is_served_as_the_first_and_said(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192", "-m", "/models/GLM-00002-of-00002.gguf"]) == 0
+    out = capsys.readouterr()
+    assert " -m /models/GLM-00001-of-00002.gguf " in out.out.splitlines()[0]
+    assert "moeconf: note: -m /models/GLM-00001-of-00002.gguf, not /models/GLM-00002-of-00002.gguf" in out.err

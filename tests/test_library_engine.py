@@ -1,0 +1,66 @@
+"""Issue 18, item 7: one library signature. Every public call that involves an engine takes
+`engine="llama.cpp"` (a name, with `version=`) or an `Engine`, `moeconf.fit.fit` included (it
+raised AttributeError on a name)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+import moeconf
+from moeconf.engines import Engine, engine
+from moeconf.fit import fit
+
+EX = Path(__file__).resolve().parent.parent / "examples"
+QWEN = str(EX / "models" / "qwen3-30b-a3b.manifest.json")
+
+
+def _engine_params() -> list[str]:
+    out = []
+    for name in moeconf.__all__:
+        obj = getattr(moeconf, name)
+        if inspect.isfunction(obj) and "engine" in inspect.signature(obj).parameters:
+            out.append(name)
+    return out
+
+
+def test_every_public_function_with_an_engine_takes_a_name_or_an_engine() -> None:
+    names = _engine_params()
+    assert {"explain", "lint", "compile_plan"} <= set(names)
+    for name in [*names, "fit"]:
+        fn = fit if name == "fit" else getattr(moeconf, name)
+        ann = str(inspect.signature(fn).parameters["engine"].annotation)
+        assert "str" in ann and "Engine" in ann, (name, ann)
+
+
+@pytest.mark.parametrize("how", ["llama.cpp", engine("llama.cpp"), engine("llama.cpp", "b7600")])
+def test_fit_takes_a_name_or_an_engine(how: str | Engine) -> None:
+    inv = moeconf.load_inventory(QWEN)
+    r = fit(inv, how, {"CUDA0": "12GiB"}, ["-c", "8192"])
+    assert r.memory.devices["CUDA0"].total <= 12 * 2**30 and r.argv[0] == "llama-server"
+    assert r.compiled.engine.name == "llama.cpp"
+    assert r.assumptions["engine_version"] == ("b7600" if isinstance(how, Engine) and how.version else "b10573")
+
+
+def test_fit_budgets_need_units_in_the_library_too() -> None:
+    with pytest.raises(moeconf.MoeconfError, match="has no unit: write 12GiB"):
+        fit(QWEN, "llama.cpp", {"CUDA0": "12"}, [])
+
+
+@pytest.mark.parametrize("how", ["ik_llama.cpp", engine("ik_llama.cpp", "0.1.5")])
+def test_explain_lint_and_compile_take_a_name_or_an_engine(how: str | Engine) -> None:
+    ex = moeconf.explain(QWEN, ["-ngl", "99", "-ot", "exps=CPU"], engine=how)
+    assert ex.invocation.engine.name == "ik_llama.cpp"
+    c = moeconf.compile_plan(str(EX / "plans" / "glm-4.5-air.toml"), engine=how)
+    assert c.engine.name == "ik_llama.cpp"
+    result = moeconf.lint([str(EX / "deploy")], engine=how)
+    assert result.findings
+
+
+def test_an_unknown_engine_name_is_an_error() -> None:
+    with pytest.raises(moeconf.MoeconfError, match=r"moeconf knows llama\.cpp and ik_llama\.cpp"):
+        moeconf.explain(QWEN, [], engine="vllm")
+    with pytest.raises(moeconf.MoeconfError, match="engine version"):
+        fit(QWEN, "llama.cpp", {"CUDA0": "12GiB"}, [], version="banana")
