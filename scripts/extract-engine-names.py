@@ -256,8 +256,9 @@ def loader_facts(body: str, helpers: dict[str, set[tuple[str, str]]]) -> tuple[s
         in_mtp = False
         for s, e in _blocks_around(body, pos):
             kind, cond = _head(body, s)
-            if kind == "if" and _FALSE_IN_MTP.search(cond):
-                in_mtp = False
+            neg = re.fullmatch(r"!\s*(\w+)", cond.strip()) if kind == "if" else None
+            if kind == "if" and (_FALSE_IN_MTP.search(cond) or (neg and neg.group(1) in carried)):
+                in_mtp = False  # `if (!flags)`: only where the skip flag is not set
                 break
             if kind == "else" and _TRUE_IN_MTP.search(cond):
                 in_mtp = False

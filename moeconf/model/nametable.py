@@ -1518,7 +1518,4 @@ IK_MTP_SKIPPED: Final[tuple[str, ...]] = (
 # the skip flag: loaded on their layer's device even when MTP is not
 IK_MTP_LOADED: Final[dict[str, tuple[str, ...]]] = {
     'glm-dsa': ('attn_k_b.weight', 'attn_v_b.weight',),
-    'glm4moe': (
-        'attn_k.bias', 'attn_k.weight', 'attn_q.bias', 'attn_q.weight', 'attn_v.bias', 'attn_v.weight',
-    ),
 }
