@@ -29,9 +29,11 @@ from moeconf.resolve import resolve
 from tests.conftest import REPO
 
 VT = gguf.GGUFValueType
-ML_SRC = Path(os.environ.get("MOECONF_LLAMA_CPP_SRC", Path.home() / ".cache/moeconf/engines/llama-cpp-python-0.3.36/src/vendor/llama.cpp"))
+_ENGINES = Path.home() / ".cache" / "moeconf" / "engines"
+ML_SRC = Path(os.environ.get("MOECONF_LLAMA_CPP_SRC", _ENGINES / "llama-cpp-python-0.3.36/src/vendor/llama.cpp"))
 IK_SRC = Path(os.environ.get("MOECONF_IK_LLAMA_CPP_SRC",
-                             Path.home() / ".cache/moeconf/engines/ik-llama-cpp-python-0.1.5/src/vendor/ik_llama.cpp"))
+                             _ENGINES / "ik-llama-cpp-python-0.1.5/src/vendor/ik_llama.cpp"))
+HAVE_SOURCES = (ML_SRC / "src" / "llama-arch.cpp").exists() and (IK_SRC / "src" / "llama-arch.cpp").exists()
 
 
 def _script() -> ModuleType:
@@ -42,7 +44,7 @@ def _script() -> ModuleType:
     return mod
 
 
-@pytest.mark.skipif(not (ML_SRC / "src" / "llama-arch.cpp").exists() or not (IK_SRC / "src" / "llama-arch.cpp").exists(),
+@pytest.mark.skipif(not HAVE_SOURCES,
                     reason="pinned llama.cpp / ik_llama.cpp sources absent (scripts/build-engines.sh fetches them)")
 def test_nametable_is_fresh() -> None:
     """Regenerating from the pinned sources gives the committed moeconf/model/nametable.py."""
@@ -250,8 +252,7 @@ def _source_patterns() -> tuple[str, str]:
     return ml.group(1).replace("\\\\", "\\"), ik.group(1).replace("\\\\", "\\")
 
 
-@pytest.mark.skipif(not (ML_SRC / "common" / "common.h").exists() or not (IK_SRC / "src").exists(),
-                    reason="pinned engine sources absent")
+@pytest.mark.skipif(not HAVE_SOURCES, reason="pinned engine sources absent")
 def test_cpu_moe_patterns_are_the_engines() -> None:
     """--cpu-moe / --n-cpu-moe as moeconf writes them match exactly the tensors the engines' own
     patterns match, over every expert-like name the engines know (fused, chunked, per-expert, with
@@ -265,3 +266,14 @@ def test_cpu_moe_patterns_are_the_engines() -> None:
         theirs = [n for n in names if re.search(pattern, n)]
         assert [n for n in names if re.search(ours, n)] == theirs, (pattern, ours)
         assert "blk.7.ffn_gate_up_exps.weight" in theirs
+
+
+def test_names_the_arch_loader_does_not_create_are_warned() -> None:
+    """A known name whose kind the architecture's loader never creates (a delta-net tensor in a
+    qwen3moe file) is named in a warning: the engines refuse such a file."""
+    inv = _inv("qwen3moe", {0: ["attn_norm.weight", "ffn_up_exps.weight", "ssm_conv1d.weight"]})
+    (w,) = [w for w in inv.warnings if "loader does not create" in w]
+    assert "blk.0.ssm_conv1d.weight" in w and "ffn_up_exps" not in w
+    assert not [w for w in _qwen35().warnings if "loader does not create" in w]
+    unknown_arch = _inv("frobnimoe", {0: ["attn_norm.weight"]})
+    assert any("architecture 'frobnimoe' is unknown to the pinned engines" in w for w in unknown_arch.warnings)

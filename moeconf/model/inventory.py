@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 from moeconf.errors import GGUFError, MoeconfError, open_regular
 from moeconf.model import ggml
 from moeconf.model.gguf_header import GGUFHeader, SkippedArray, read_header
-from moeconf.model.taxonomy import Group, LayerKind, classify_name, is_recurrent_layer, known_architectures
+from moeconf.model.taxonomy import (
+    Group,
+    LayerKind,
+    arch_tensor_kinds,
+    classify_name,
+    is_recurrent_layer,
+    known_architectures,
+)
 
 
 @dataclass(frozen=True)
@@ -224,6 +231,11 @@ def build_inventory(
     if not any(metadata.arch in archs for archs in engines.values()):
         warnings.append(f"architecture {metadata.arch!r} is unknown to the pinned engines "
                         f"({', '.join(engines)}): they refuse to load it")
+    foreign = _not_created(metadata.arch, classified)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        warnings.append(f"{len(foreign)} tensor(s) of kinds the pinned engines' {metadata.arch} loader does not create "
+                        f"(the engines refuse a file with tensors they do not create): {shown}")
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         warnings.append(f"{len(unknown)} tensor name(s) unknown to the pinned engines, grouped as 'other' "
@@ -259,6 +271,16 @@ def build_inventory(
         Layer(il, kinds[il], is_recurrent_layer(metadata.arch, per_layer_roles[il], per_layer_bases.get(il, set())))
         for il in sorted(kinds))
     return Inventory(metadata, tensors, layers, tuple(warnings), source, shards, from_manifest)
+
+
+def _not_created(arch: str, classified: list[tuple[RawTensor, Any]]) -> list[str]:
+    """Known names whose kinds no pinned engine's loader for `arch` creates (empty when neither
+    engine knows the architecture: that is warned about on its own)."""
+    loaders = [k for k in (arch_tensor_kinds("llama.cpp", arch), arch_tensor_kinds("ik_llama.cpp", arch)) if k]
+    if not loaders:
+        return []
+    made = frozenset().union(*loaders)
+    return [r.name for r, k in classified if k.known and not made.intersection(k.kinds)]
 
 
 def check_count(what: str, value: int, limit: int, limit_what: str, source: str,

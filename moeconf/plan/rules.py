@@ -55,7 +55,8 @@ def caret(text: str, span: Span, indent: str = "    ") -> str:
 
 _FRIENDLY = {
     "_ARROW": "'->'", "NAME": "a group or tensor kind", "DEVICE": "a device", "INT": "a layer number",
-    "COMMA": "','", "LAYERS": "'layers'", "FIRST": "'first'", "LAST": "'last'", "LAYER_KIND": "moe/dense/nextn/recurrent",
+    "COMMA": "','", "LAYERS": "'layers'", "FIRST": "'first'", "LAST": "'last'",
+    "LAYER_KIND": "moe/dense/nextn/recurrent",
     "__ANON_0": "'..'", "DOT": "'.'", "$END": "the end of the rule", "<END-OF-FILE>": "the end of the rule",
 }
 
