@@ -29,9 +29,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-from moeconf.model import nametable
+if TYPE_CHECKING:
+    from types import ModuleType
 
 Group = Literal[
     "experts", "shexp", "router", "attn", "dense", "norm", "embd", "output", "nextn", "ssm", "hc", "other"
@@ -68,6 +69,14 @@ _ATTN_PREFIXES = ("ATTN_", "INDEXER_")
 _OTHER_PREFIXES = ("V_", "A_", "ENC_", "DEC_", "POS_NET_", "CONVNEXT_", "CLS", "VISEXP_", "DFLASH_", "DSPARK_",
                    "ROPE_", "ALTUP_", "LAUREL_", "HRM_")
 _OTHER_KINDS = frozenset({"FC", "D2T", "CONV1D"})
+
+
+@cache
+def _table() -> ModuleType:
+    """The generated name table, imported on first use (a large literal module)."""
+    from moeconf.model import nametable
+
+    return nametable
 
 
 def group_of_kind(kind: str) -> Group:
@@ -124,7 +133,7 @@ _XID = re.compile(r"(.+)\.(\d+)\Z")  # ffn_gate.7 (one expert's matrix), convnex
 def _base_names() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
     """(block-level base name -> kinds, global name -> kinds), from the engines' name tables;
     templates with an index keep it as `{xid}` / `{bid}`."""
-    return dict(nametable.BLOCK_TENSORS), dict(nametable.GLOBAL_TENSORS)
+    return dict(_table().BLOCK_TENSORS), dict(_table().GLOBAL_TENSORS)
 
 
 def _group_of_kinds(kinds: tuple[str, ...]) -> Group:
@@ -189,13 +198,13 @@ def is_recurrent_layer(arch: str, roles: set[str], bases: set[str]) -> bool:
 @cache
 def known_architectures() -> dict[str, tuple[str, ...]]:
     """Engine name -> every architecture name it knows."""
-    return dict(nametable.ARCHS)
+    return dict(_table().ARCHS)
 
 
 @cache
 def arch_tensor_kinds(engine: str, arch: str) -> frozenset[str] | None:
     """The tensor kinds `engine`'s loader creates for `arch` (None: the engine does not know it)."""
-    table = nametable.ML_ARCH_TENSORS if engine == "llama.cpp" else nametable.IK_ARCH_TENSORS
+    table = _table().ML_ARCH_TENSORS if engine == "llama.cpp" else _table().IK_ARCH_TENSORS
     kinds = table.get(arch)
     return frozenset(kinds) if kinds is not None else None
 
@@ -203,7 +212,7 @@ def arch_tensor_kinds(engine: str, arch: str) -> frozenset[str] | None:
 def mtp_skipped(engine: str, arch: str) -> bool:
     """Whether `engine`'s loader creates the tensors of `arch`'s MTP/nextn blocks with TENSOR_SKIP
     when MTP is not loaded (the default)."""
-    skipped = nametable.ML_MTP_SKIPPED if engine == "llama.cpp" else nametable.IK_MTP_SKIPPED
+    skipped = _table().ML_MTP_SKIPPED if engine == "llama.cpp" else _table().IK_MTP_SKIPPED
     return arch in skipped
 
 
@@ -211,7 +220,7 @@ def mtp_loaded_names(engine: str, arch: str) -> frozenset[str]:
     """Tensors (names after `blk.N.`) `engine`'s loader creates in an MTP/nextn block of `arch`
     without the skip flag: loaded on their layer's device though MTP is not (deepseek32 and glm-dsa:
     `exp_probs_b.bias`)."""
-    table = nametable.ML_MTP_LOADED if engine == "llama.cpp" else nametable.IK_MTP_LOADED
+    table = _table().ML_MTP_LOADED if engine == "llama.cpp" else _table().IK_MTP_LOADED
     return frozenset(table.get(arch, ()))
 
 
@@ -219,7 +228,7 @@ def mtp_loaded_names(engine: str, arch: str) -> frozenset[str]:
 def moe_architectures() -> tuple[str, ...]:
     """Architectures whose loader (either engine) creates routed experts."""
     out = set()
-    for table in (nametable.ML_ARCH_TENSORS, nametable.IK_ARCH_TENSORS):
+    for table in (_table().ML_ARCH_TENSORS, _table().IK_ARCH_TENSORS):
         for arch, kinds in table.items():
             if any(k in _EXPERT_KINDS for k in kinds):
                 out.add(arch)
