@@ -277,3 +277,12 @@ def test_names_the_arch_loader_does_not_create_are_warned() -> None:
     assert not [w for w in _qwen35().warnings if "loader does not create" in w]
     unknown_arch = _inv("frobnimoe", {0: ["attn_norm.weight"]})
     assert any("architecture 'frobnimoe' is unknown to the pinned engines" in w for w in unknown_arch.warnings)
+
+
+def test_mtp_block_is_picked_by_index_where_the_loader_does() -> None:
+    """qwen35moe's loader skips the last nextn_predict_layers blocks by index, whatever their
+    tensors: a last block without nextn.* names is still not loaded."""
+    inv = _inv("qwen35moe", {0: _QWEN35_RECR, 1: _QWEN35_ATTN, 2: _QWEN35_ATTN}, nextn_predict_layers=1)
+    ex = explain(inv, engine("llama.cpp"), ["llama-server", "-m", "/m.gguf", "-ngl", "99"], gpus=["CUDA0"])
+    assert ex.placement.devices["blk.2.attn_q.weight"] is None
+    assert ex.placement.devices["blk.1.attn_q.weight"] == "CUDA0"

@@ -11,7 +11,7 @@ from functools import cache
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.engines.regex import RegexProblem
 from moeconf.model.inventory import Inventory, Tensor
-from moeconf.model.taxonomy import mtp_loaded_names
+from moeconf.model.taxonomy import mtp_loaded_names, mtp_skipped
 
 OUTPUT_LAYER_BASES = frozenset({"output", "output_norm"})
 
@@ -39,8 +39,13 @@ def created(t: Tensor, inv: Inventory, eng: Engine) -> bool:
     pinned sources): deepseek32 and glm-dsa create the MTP block's `exp_probs_b.bias` with
     TENSOR_NOT_REQUIRED alone, so mainline loads it on its layer's device
     (src/models/deepseek32.cpp, glm-dsa.cpp: load_arch_tensors)."""
-    if eng.creates_nextn_tensors or t.group != "nextn" or t.layer is None:
+    if eng.creates_nextn_tensors or t.layer is None:
         return True
+    if t.group != "nextn":
+        # the loaders that skip MTP blocks pick them by index: the last nextn_predict_layers blocks
+        n_nextn = inv.metadata.nextn_predict_layers or 0
+        if not (n_nextn and t.layer >= inv.block_count - n_nextn and mtp_skipped(eng.name, inv.arch)):
+            return True
     rest = t.name[len(f"blk.{t.layer}."):]
     return rest in mtp_loaded_names(eng.name, inv.arch)
 
