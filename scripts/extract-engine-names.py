@@ -104,6 +104,16 @@ def _name_entries(block: str) -> dict[str, str]:
     return out
 
 
+def mainline_unused_kinds(arch_cpp: str) -> set[str]:
+    """Kinds whose LLM_TENSOR_INFOS op is GGML_OP_NONE: the loader creates them as unused
+    ("model has unused tensor ... -- ignoring", llama-model-loader.cpp create_tensor)."""
+    src = _strip_comments(arch_cpp)
+    start = src.index("LLM_TENSOR_INFOS")
+    brace = src.index("{", start)
+    block = src[brace: _matching(src, brace, "{", "}")]
+    return set(re.findall(r"\{\s*LLM_TENSOR_(\w+)\s*,\s*\{[^}]*\bGGML_OP_NONE\s*\}", block))
+
+
 def mainline_tensor_names(arch_cpp: str) -> dict[str, str]:
     src = _strip_comments(arch_cpp)
     start = src.index("LLM_TENSOR_NAMES")
@@ -448,6 +458,11 @@ def render(ml_root: Path, ik_root: Path | None, rev_ml: str, rev_ik: str) -> str
         "\n# tensor names outside blocks (`{bid}`: an index) -> enum kinds\n",
         _tuple_map("GLOBAL_TENSORS", "dict[str, tuple[str, ...]]", {k: list(v) for k, v in top.items()}),
     ]
+    unused = sorted(mainline_unused_kinds((ml_root / "src" / "llama-arch.cpp").read_text()))
+    parts.append("\n# llama.cpp: kinds its loader never loads (LLM_TENSOR_INFOS op GGML_OP_NONE: \"model has unused\n"
+                 "# tensor ... -- ignoring\")\n")
+    parts.append("ML_UNUSED_KINDS: Final[tuple[str, ...]] = (\n" + "\n".join(_wrap([f"{k!r}," for k in unused]))
+                 + "\n)\n")
     for e, (_, _, loaders) in engines.items():
         tag = "ML" if e == "llama.cpp" else "IK"
         parts.append(f"\n# {e}: per architecture, the tensor kinds its loader creates\n")

@@ -286,3 +286,12 @@ def test_mtp_block_is_picked_by_index_where_the_loader_does() -> None:
     ex = explain(inv, engine("llama.cpp"), ["llama-server", "-m", "/m.gguf", "-ngl", "99"], gpus=["CUDA0"])
     assert ex.placement.devices["blk.2.attn_q.weight"] is None
     assert ex.placement.devices["blk.1.attn_q.weight"] == "CUDA0"
+
+
+def test_kinds_mainline_never_loads_are_not_placed() -> None:
+    """masked_embd_* have no op in mainline's LLM_TENSOR_INFOS: created as unused, never placed."""
+    inv = _inv("qwen3moe", {0: ["attn_norm.weight", "ffn_up_exps.weight"]},
+               top=("token_embd.weight", "output.weight", "masked_embd_centroids.weight"))
+    ex = explain(inv, engine("llama.cpp"), ["llama-server", "-m", "/m.gguf", "-ngl", "99"], gpus=["CUDA0"])
+    assert ex.placement.devices["masked_embd_centroids.weight"] is None
+    assert ex.placement.devices["token_embd.weight"] == "CPU"

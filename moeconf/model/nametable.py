@@ -332,6 +332,12 @@ GLOBAL_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     'token_types': ('TOKEN_TYPES',),
 }
 
+# llama.cpp: kinds its loader never loads (LLM_TENSOR_INFOS op GGML_OP_NONE: "model has unused
+# tensor ... -- ignoring")
+ML_UNUSED_KINDS: Final[tuple[str, ...]] = (
+    'DEC_CROSS_ATTN_REL_B', 'MASKED_EMBD_CENTROIDS', 'MASKED_EMBD_ORDERING',
+)
+
 # llama.cpp: per architecture, the tensor kinds its loader creates
 ML_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     'afmoe': (

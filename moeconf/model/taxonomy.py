@@ -225,6 +225,12 @@ def mtp_loaded_names(engine: str, arch: str) -> frozenset[str]:
 
 
 @cache
+def unused_kinds() -> frozenset[str]:
+    """Kinds mainline's loader never loads (LLM_TENSOR_INFOS op GGML_OP_NONE)."""
+    return frozenset(_table().ML_UNUSED_KINDS)
+
+
+@cache
 def moe_architectures() -> tuple[str, ...]:
     """Architectures whose loader (either engine) creates routed experts."""
     out = set()
