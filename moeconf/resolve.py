@@ -197,8 +197,9 @@ def select(plan: Plan, inv: Inventory, rule: Rule, warnings: list[Diagnostic]) -
             wanted.update(range(lo_i, min(hi_i, last_block) + 1))
         return [t for t in chosen if t.layer in wanted]
     if ls.form == "kind":
-        kinds = {layer.index: layer.kind for layer in inv.layers}
-        return [t for t in chosen if t.layer is not None and kinds.get(t.layer) == ls.kind]
+        assert ls.kind is not None
+        of_kind = set(inv.layers_of_kind(ls.kind))  # recurrent: by mixer; moe/dense/nextn: by FFN
+        return [t for t in chosen if t.layer is not None and t.layer in of_kind]
     with_group = sorted({t.layer for t in chosen if t.layer is not None})
     if len(with_group) < ls.count:
         warnings.append(_warn(plan, rule, ls.span.start,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import regress
 
+from moeconf.model import nametable
 from moeconf.model.inventory import Inventory, Tensor
 
 AUTO = "GPU(auto)"  # a GPU the engine picks by free memory: not knowable from the files
@@ -28,6 +29,7 @@ class Facts:
     creates_nextn: bool  # does the loader create a nextn block's tensors
     ik_moe_rules: bool  # --n-cpu-moe: ik's (after every user -ot; the last N layers with experts)
     gate_up: bool  # mainline --cpu-moe pattern has gate_up (b8307+)
+    loader: str = "llama.cpp"  # whose loader facts (moeconf.model.nametable, read from its source) apply
 
 
 FACTS: dict[tuple[str, str | None], Facts] = {
@@ -36,12 +38,12 @@ FACTS: dict[tuple[str, str | None], Facts] = {
     ("llama.cpp", "b7600"): Facts(ngl_counts_output=True, drops_ot_without_gpu=False, creates_nextn=False,
                                   ik_moe_rules=False, gate_up=False),
     ("ik_llama.cpp", None): Facts(ngl_counts_output=False, drops_ot_without_gpu=True, creates_nextn=False,
-                                  ik_moe_rules=True, gate_up=True),
+                                  ik_moe_rules=True, gate_up=True, loader="ik_llama.cpp"),
     # 0.1.5's --n-cpu-moe (engine-facts 4) is not modelled here: the property tests give it none.
     # It skips a nextn block's tensors without -mtp (the engine suite's runs; engine-facts 2 said
     # otherwise before those runs)
     ("ik_llama.cpp", "0.1.5"): Facts(ngl_counts_output=False, drops_ot_without_gpu=False, creates_nextn=False,
-                                     ik_moe_rules=True, gate_up=True),
+                                     ik_moe_rules=True, gate_up=True, loader="ik_llama.cpp"),
 }
 
 
@@ -109,10 +111,22 @@ def default_placement(inv: Inventory, facts: Facts, ngl: int, gpus: Sequence[str
         layer_dev = _mainline_layers(n_layer, ngl, gpus, ts)
     else:
         layer_dev = _ik_layers(n_layer, ngl, gpus, sm)
+    # the loaders' MTP facts, generated from their sources: the architectures whose loader skips
+    # the last nextn_predict_layers blocks, and the tensors it still creates there
+    ml = facts.loader == "llama.cpp"
+    skips = inv.arch in (nametable.ML_MTP_SKIPPED if ml else nametable.IK_MTP_SKIPPED)
+    still = set((nametable.ML_MTP_LOADED if ml else nametable.IK_MTP_LOADED).get(inv.arch, ()))
+    n_nextn = inv.metadata.nextn_predict_layers or 0
+    unused = {n for table in (nametable.BLOCK_TENSORS, nametable.GLOBAL_TENSORS) for n, ks in table.items()
+              if all(k in nametable.ML_UNUSED_KINDS for k in ks)} if ml else set()
     out: dict[str, str | None] = {}
     for t in inv.tensors:
-        if t.layer is not None:
-            if kinds.get(t.layer) == "nextn" and not facts.creates_nextn:
+        rest = t.name[len(f"blk.{t.layer}."):] if t.layer is not None else t.name
+        if rest.rsplit(".", 1)[0] in unused:
+            out[t.name] = None
+        elif t.layer is not None:
+            mtp = kinds.get(t.layer) == "nextn" or (skips and n_nextn and t.layer >= n_layer - n_nextn)
+            if mtp and not facts.creates_nextn and rest not in still:
                 out[t.name] = None
             else:
                 out[t.name] = layer_dev[t.layer]

@@ -59,7 +59,8 @@ def test_inspect_json_schema(layout_paths: dict[str, Path]) -> None:
     jsonschema.Draft202012Validator(schema, registry=registry).validate(data)
     assert data["arch"] == "gpt-oss"
     assert data["block_count"] == 36
-    assert data["layers"][0] == {"index": 0, "kind": "moe"}
+    assert data["layers"][0] == {"index": 0, "kind": "moe", "recurrent": False}
+    assert data["unknown_tensors"] == []
     t = next(t for t in data["tensors"] if t["name"] == "blk.5.ffn_up_exps.bias")
     assert t == {"name": "blk.5.ffn_up_exps.bias", "type": "F32", "shape": [2880, 128], "nbytes": 2880 * 128 * 4,
                  "group": "experts", "role": "experts", "layer": 5}

@@ -13,6 +13,7 @@ import pytest
 
 from moeconf.errors import GGUFError, ManifestError, MoeconfError
 from moeconf.fixtures import LAYOUTS, write_gguf, write_layout
+from moeconf.model import nametable
 from moeconf.model.inventory import format_ranges, load_inventory
 from moeconf.model.manifest import dumps_manifest, read_manifest, write_manifest
 from moeconf.model.taxonomy import GROUPS, classify_name, group_of_kind, moe_architectures
@@ -98,22 +99,34 @@ def test_qwen3_attn_v_types_differ(layout_paths: dict[str, Path]) -> None:
 
 
 def test_taxonomy_covers_every_moe_architecture() -> None:
-    c = gguf.constants
+    """Every tensor kind the pinned engines' loaders create for an MoE architecture has a name the
+    taxonomy knows, in the group of its kind (names from moeconf.model.nametable, generated from the
+    engines' sources)."""
     archs = moe_architectures()
-    assert {"deepseek2", "glm4moe", "qwen3moe", "gpt-oss", "llama4", "qwen3next"} <= set(archs)
-    for arch, kinds in c.MODEL_TENSORS.items():
-        if c.MODEL_ARCH_NAMES[arch] not in archs:
-            continue
-        for kind in kinds:
-            template = c.TENSOR_NAMES[kind]
-            name = template.format(bid=7) + ".weight"
-            k = classify_name(name)
-            assert k.known, (arch, kind, name)
-            assert k.group in GROUPS
-            if "{bid}" in template:
-                assert k.layer == 7
-    assert group_of_kind("FFN_GATE_UP_EXP") == "experts"
-    assert group_of_kind("FFN_DOWN_CHEXP") == "experts"
+    assert {"deepseek2", "glm4moe", "qwen3moe", "gpt-oss", "llama4", "qwen3next", "qwen35moe", "glm-dsa",
+            "glm5-next", "nemotron_h_moe", "kimi-linear", "minimax-m2", "deepseek32"} <= set(archs)
+    template_of = {k: n for n, ks in nametable.BLOCK_TENSORS.items() for k in ks}
+    top_of = {k: n for n, ks in nametable.GLOBAL_TENSORS.items() for k in ks}
+    checked = 0
+    for table in (nametable.ML_ARCH_TENSORS, nametable.IK_ARCH_TENSORS):
+        for arch in archs:
+            for kind in table.get(arch, ()):
+                if kind in template_of:
+                    name = f"blk.7.{template_of[kind].format(xid=3)}.weight"
+                elif kind in top_of and "{" not in top_of[kind]:
+                    name = top_of[kind] + ".weight"
+                else:
+                    continue
+                k = classify_name(name)
+                assert k.known, (arch, kind, name)
+                assert k.group in GROUPS
+                assert kind in k.kinds or k.group == group_of_kind(kind), (arch, kind, name)
+                if name.startswith("blk."):
+                    assert k.layer == 7
+                checked += 1
+    assert checked > 1000
+    assert group_of_kind("FFN_GATE_UP_EXPS") == "experts"
+    assert group_of_kind("FFN_DOWN_CHEXPS") == "experts"
     assert group_of_kind("FFN_GATE_INP_SHEXP") == "shexp"
     assert group_of_kind("SSM_CONV1D") == "ssm"
     assert group_of_kind("ATTN_KV_A_MQA") == "attn"
@@ -129,6 +142,8 @@ def test_unknown_names_warn(tmp_path: Path) -> None:
     assert inv.by_name["blk.0.mystery.weight"].group == "other"
     assert inv.by_name["weird_global"].layer is None
     assert any("2 tensor name(s) unknown" in w and "blk.0.mystery.weight" in w for w in inv.warnings)
+    assert inv.unknown_tensors == ("blk.0.mystery.weight", "weird_global")
+    assert not inv.by_name["blk.0.mystery.weight"].known and inv.by_name["blk.0.attn_norm.weight"].known
 
 
 def test_metadata_disagreement_is_a_warning(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from functools import cache
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.engines.regex import RegexProblem
 from moeconf.model.inventory import Inventory, Tensor
+from moeconf.model.taxonomy import classify_name, mtp_loaded_names, mtp_skipped, unused_kinds
 
 OUTPUT_LAYER_BASES = frozenset({"output", "output_norm"})
 
@@ -31,8 +32,32 @@ class OverrideItem:
 
 
 def created(t: Tensor, inv: Inventory, eng: Engine) -> bool:
-    """Whether the engine's loader creates (and so places) this tensor at all."""
-    return eng.creates_nextn_tensors or t.group != "nextn"
+    """Whether the engine's loader creates (and so places) this tensor at all.
+
+    Outside MTP/nextn blocks: always. In one (MTP not loaded, the default): only the tensors the
+    architecture's loader creates without the skip flag (moeconf.model.nametable, read from the
+    pinned sources): deepseek32 and glm-dsa create the MTP block's `exp_probs_b.bias` with
+    TENSOR_NOT_REQUIRED alone, so mainline loads it on its layer's device
+    (src/models/deepseek32.cpp, glm-dsa.cpp: load_arch_tensors)."""
+    if eng.name == "llama.cpp" and _never_loaded(t.name):
+        return False
+    if eng.creates_nextn_tensors or t.layer is None:
+        return True
+    if t.group != "nextn":
+        # the loaders that skip MTP blocks pick them by index: the last nextn_predict_layers blocks
+        n_nextn = inv.metadata.nextn_predict_layers or 0
+        if not (n_nextn and t.layer >= inv.block_count - n_nextn and mtp_skipped(eng.name, inv.arch)):
+            return True
+    rest = t.name[len(f"blk.{t.layer}."):]
+    return rest in mtp_loaded_names(eng.name, inv.arch)
+
+
+def _never_loaded(name: str) -> bool:
+    """Mainline creates tensors of these kinds as unused, whatever the architecture (their
+    LLM_TENSOR_INFOS op is GGML_OP_NONE: "model has unused tensor ... -- ignoring",
+    src/llama-model-loader.cpp create_tensor)."""
+    kinds = classify_name(name).kinds
+    return bool(kinds) and all(k in unused_kinds() for k in kinds)
 
 
 def _gpu_for(il: int, i_gpu_start: int, act: int, gpus: Sequence[str], tensor_split: Sequence[float] | None) -> str:

@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 from moeconf.errors import GGUFError, MoeconfError, open_regular
 from moeconf.model import ggml
 from moeconf.model.gguf_header import GGUFHeader, SkippedArray, read_header
-from moeconf.model.taxonomy import Group, LayerKind, classify_name
+from moeconf.model.taxonomy import (
+    Group,
+    LayerKind,
+    arch_tensor_kinds,
+    classify_name,
+    is_recurrent_layer,
+    known_architectures,
+)
 
 
 @dataclass(frozen=True)
@@ -148,12 +155,17 @@ class Tensor:
     group: Group
     role: Group
     base: str
+    known: bool = True  # False: no pinned engine knows the name (group `other`)
 
 
 @dataclass(frozen=True)
 class Layer:
+    """A block: `kind` is its FFN (dense, moe, nextn); `recurrent` says its mixer keeps a
+    recurrent state (SSM, gated delta-net, KDA, linear attention) instead of or beside attention."""
+
     index: int
     kind: LayerKind
+    recurrent: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,7 +203,15 @@ class Inventory:
         return {t.name: t for t in self.tensors}
 
     def layers_of_kind(self, kind: LayerKind) -> list[int]:
+        """Block indices of a layer kind; `recurrent` selects by mixer, the others by FFN."""
+        if kind == "recurrent":
+            return [layer.index for layer in self.layers if layer.recurrent]
         return [layer.index for layer in self.layers if layer.kind == kind]
+
+    @property
+    def unknown_tensors(self) -> tuple[str, ...]:
+        """Names no pinned engine knows (grouped `other`; the engine would refuse the file)."""
+        return tuple(t.name for t in self.tensors if not t.known)
 
     def layers_with(self, group: Group) -> list[int]:
         """Block indices that have at least one tensor whose role is `group`."""
@@ -225,6 +245,7 @@ def build_inventory(
                     f"{metadata.block_count} blocks", path=source or None)
     warnings: list[str] = []
     per_layer_roles: dict[int, set[str]] = {}
+    per_layer_bases: dict[int, set[str]] = {}
     classified: list[tuple[RawTensor, Any]] = []
     unknown: list[str] = []
     for r in raw:
@@ -239,9 +260,20 @@ def build_inventory(
         if k.layer is not None:
             roles = per_layer_roles.setdefault(k.layer, set())
             roles.add(k.group)
+            per_layer_bases.setdefault(k.layer, set()).add(k.base)
+    engines = known_architectures()
+    if not any(metadata.arch in archs for archs in engines.values()):
+        warnings.append(f"architecture {metadata.arch!r} is unknown to the pinned engines "
+                        f"({', '.join(engines)}): they refuse to load it")
+    foreign = _not_created(metadata.arch, classified)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        warnings.append(f"{len(foreign)} tensor(s) of kinds the pinned engines' {metadata.arch} loader does not create "
+                        f"(the engines refuse a file with tensors they do not create): {shown}")
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        warnings.append(f"{len(unknown)} tensor name(s) unknown to gguf {_gguf_version()}, grouped as 'other': {shown}")
+        warnings.append(f"{len(unknown)} tensor name(s) unknown to the pinned engines, grouped as 'other' "
+                        f"(the engines refuse a file with tensors they do not create): {shown}")
 
     kinds: dict[int, LayerKind] = {}
     for il, roles in per_layer_roles.items():
@@ -265,12 +297,24 @@ def build_inventory(
         Tensor(
             name=r.name, type=r.type, shape=r.shape, nbytes=r.nbytes, layer=k.layer,
             group="nextn" if k.layer is not None and kinds.get(k.layer) == "nextn" else k.group,
-            role=k.group, base=k.base,
+            role=k.group, base=k.base, known=k.known,
         )
         for r, k in classified
     )
-    layers = tuple(Layer(il, kinds[il]) for il in sorted(kinds))
+    layers = tuple(
+        Layer(il, kinds[il], is_recurrent_layer(metadata.arch, per_layer_roles[il], per_layer_bases.get(il, set())))
+        for il in sorted(kinds))
     return Inventory(metadata, tensors, layers, tuple(warnings), source, shards, from_manifest)
+
+
+def _not_created(arch: str, classified: list[tuple[RawTensor, Any]]) -> list[str]:
+    """Known names whose kinds no pinned engine's loader for `arch` creates (empty when neither
+    engine knows the architecture: that is warned about on its own)."""
+    loaders = [k for k in (arch_tensor_kinds("llama.cpp", arch), arch_tensor_kinds("ik_llama.cpp", arch)) if k]
+    if not loaders:
+        return []
+    made = frozenset().union(*loaders)
+    return [r.name for r, k in classified if k.known and not made.intersection(k.kinds)]
 
 
 def check_count(what: str, value: int, limit: int, limit_what: str, source: str,
@@ -330,15 +374,6 @@ def format_ranges(values: Iterable[int], sep: str = "-") -> str:
         start = prev = v
     parts.append(str(start) if start == prev else f"{start}{sep}{prev}")
     return ", ".join(parts)
-
-
-def _gguf_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("gguf")
-    except Exception:
-        return "(unknown version)"
 
 
 # ---------------------------------------------------------------------------------------------

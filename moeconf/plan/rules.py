@@ -27,7 +27,7 @@ class LayerSet:
     form: Literal["list", "first", "last", "kind"]
     spans: tuple[tuple[int | None, int | None], ...] = ()
     count: int = 0
-    kind: Literal["moe", "dense", "nextn"] | None = None
+    kind: Literal["moe", "dense", "nextn", "recurrent"] | None = None
     span: Span = Span(0, 0)
 
 
@@ -55,7 +55,8 @@ def caret(text: str, span: Span, indent: str = "    ") -> str:
 
 _FRIENDLY = {
     "_ARROW": "'->'", "NAME": "a group or tensor kind", "DEVICE": "a device", "INT": "a layer number",
-    "COMMA": "','", "LAYERS": "'layers'", "FIRST": "'first'", "LAST": "'last'", "LAYER_KIND": "moe/dense/nextn",
+    "COMMA": "','", "LAYERS": "'layers'", "FIRST": "'first'", "LAST": "'last'",
+    "LAYER_KIND": "moe/dense/nextn/recurrent",
     "__ANON_0": "'..'", "DOT": "'.'", "$END": "the end of the rule", "<END-OF-FILE>": "the end of the rule",
 }
 
@@ -83,7 +84,7 @@ _TOKEN = re.compile(r"""
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
 """, re.VERBOSE)
 _DEVICE = re.compile(r"[A-Za-z$][A-Za-z0-9_${}]*(?:\[[^\]\s]*\])?")
-_KEYWORDS = frozenset({"layers", "first", "last", "moe", "dense", "nextn"})
+_KEYWORDS = frozenset({"layers", "first", "last", "moe", "dense", "nextn", "recurrent"})
 
 
 def _fast_parse(text: str, index: int) -> Rule | None:
@@ -152,7 +153,7 @@ def _fast_parse(text: str, index: int) -> Rule | None:
         words = [t[1] if t[0] == "name" else t[0] for t in rest]
         start = rest[0][2]
         end = rest[-1][3]
-        if words[:1] == ["layers"] and len(rest) == 2 and rest[1][1] in ("moe", "dense", "nextn"):
+        if words[:1] == ["layers"] and len(rest) == 2 and rest[1][1] in ("moe", "dense", "nextn", "recurrent"):
             layers = LayerSet("kind", kind=rest[1][1], span=Span(start, end))  # type: ignore[arg-type]
         elif words in (["first", "int"], ["last", "int"], ["layers", "first", "int"], ["layers", "last", "int"]):
             n = int(rest[-1][1])

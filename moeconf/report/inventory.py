@@ -23,7 +23,7 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
         "source": inv.source,
         "shards": list(inv.shards),
         "total_bytes": inv.total_bytes(),
-        "layers": [{"index": layer.index, "kind": layer.kind} for layer in inv.layers],
+        "layers": [{"index": layer.index, "kind": layer.kind, "recurrent": layer.recurrent} for layer in inv.layers],
         "tensors": [
             {
                 "name": t.name, "type": t.type, "shape": list(t.shape), "nbytes": t.nbytes,
@@ -31,6 +31,7 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
             }
             for t in inv.tensors
         ],
+        "unknown_tensors": list(inv.unknown_tensors),
         "warnings": list(inv.warnings),
     }
 
@@ -43,6 +44,9 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
         out.append("  ".join(cells).rstrip())
     return out
+
+
+_UNKNOWN_SHOWN = 20
 
 
 def render_summary(inv: Inventory, *, list_tensors: bool = False) -> str:
@@ -102,6 +106,13 @@ def render_summary(inv: Inventory, *, list_tensors: bool = False) -> str:
             rows.append([t.name, t.type, "[" + ", ".join(map(str, t.shape)) + "]",
                          f"{t.nbytes / (1 << 20):.2f}", t.group])
         lines += _table(rows, {3})
+    unknown = inv.unknown_tensors
+    if unknown:
+        lines.append("")
+        lines.append(f"unknown tensors ({len(unknown)}, no pinned engine knows them; grouped as 'other'):")
+        lines += [f"  {n}" for n in unknown[:_UNKNOWN_SHOWN]]
+        if len(unknown) > _UNKNOWN_SHOWN:
+            lines.append(f"  ... and {len(unknown) - _UNKNOWN_SHOWN} more (--json lists all)")
     if inv.warnings:
         lines.append("")
         lines += [f"warning: {w}" for w in inv.warnings]
