@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moeconf.engines import Engine
+from moeconf.engines.tied import TIED_OUTPUT_ARCHS
 from moeconf.model.inventory import Inventory, Tensor
+
+
+# how the second copy of `token_embd` (a tied output) is named in placements and reports
+TIED_OUTPUT = "token_embd.weight (output copy)"
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,29 @@ class Placement:
         for t in self.inventory.tensors:
             d = self.devices[t.name]
             out[d if d is not None else "(not loaded)"] += t.nbytes
+        tied = self.tied_output()
+        if tied is not None:
+            out[tied] += self.inventory.by_name["token_embd.weight"].nbytes
         return dict(out)
 
     def as_json(self) -> dict[str, Any]:
-        return {t.name: self.devices[t.name] for t in self.inventory.tensors}
+        out: dict[str, Any] = {t.name: self.devices[t.name] for t in self.inventory.tensors}
+        tied = self.tied_output()
+        if tied is not None:
+            out[TIED_OUTPUT] = tied
+        return out
+
+    def tied_output(self) -> str | None:
+        """Where the engine puts the second copy of `token_embd` it creates as the output of a
+        tied-output model (engines/tied.py); None where it creates none: the file has an
+        `output.weight`, or the copy would land on the buffer type already holding `token_embd`.
+        The copy is the output layer's tensor (the `-ngl` default of `output_norm`), unless the
+        `-ot` item that placed `token_embd` (it matches the copy by the same name) sent it elsewhere."""
+        inv = self.inventory
+        emb = "token_embd.weight"
+        if "output.weight" in inv.by_name or emb not in inv.by_name or inv.arch not in TIED_OUTPUT_ARCHS:
+            return None
+        placed = self.devices.get(emb)
+        overridden = placed != self.defaults.get(emb) or not self.reasons.get(emb, "default").startswith("default")
+        dev = placed if overridden else self.defaults.get("output_norm.weight", placed)
+        return None if dev is None or dev == placed else dev

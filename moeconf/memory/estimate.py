@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
+from moeconf.memory.classic import output_device
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
@@ -120,6 +121,10 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
         dev = placement.devices[t.name]
         if dev is not None:
             out[dev] += alloc_size(t, dev)
+    # h17classic: a tied output's second copy of token_embd (memory/classic.py)
+    tied = placement.tied_output()
+    if tied is not None:
+        out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
     return dict(out)
 
 
@@ -352,7 +357,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if d_dev is not None:
             n_ff = _width(placement, il, "ffn_up") or geo.n_ff_dense
             phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
-    out_dev = placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
+    out_dev = output_device(placement)  # h17classic: a tied output computes the logits where its copy lies
     output_phase = f4 * (geo.n_vocab + 2 * e)
     if residual_at.get(out_dev) is not None:
         # the output norm runs in place on the residual; the logits go above it

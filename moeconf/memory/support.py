@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.model.inventory import Inventory
 
 # `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine: rope
@@ -70,6 +71,8 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
 }
+# h17classic: the classic MoEs checked within tolerance (memory/classic.py)
+MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
 
 
 def unmodelled(inv: Inventory, engine: str) -> list[str]:
