@@ -81,3 +81,54 @@ CLASSIC_MODELLED: dict[str, tuple[frozenset[str], frozenset[str], str]] = {
     "qwen3vlmoe": (frozenset({"n_deepstack_layers", "rope.dimension_sections"}), _MAINLINE,
                    _CHECKED + " (Qwen3-VL-30B-A3B)"),
 }
+
+
+# Architectures whose MoE layer is the common one the GPU replay rebuilds (replay.moe_graph), read
+# from their graph builders (pinned llama.cpp src/models/<arch>.cpp): attention norm, separate Q,
+# K and V projections, per-head Q and K norms BEFORE RoPE where the model has them, the FFN norm,
+# the router (softmax or sigmoid: same sizes), the selection bias where the model has
+# `exp_probs_b`, the routed experts, a shared expert computed and added AFTER them, the residual.
+# Not in it: hunyuan-moe (Q/K norms after RoPE, the shared expert computed before the routed
+# experts, so alive across them), bailingmoe2 (one fused QKV projection: a tensor of
+# (n_head + 2 n_head_kv) x head_dim per token where the replay has three).
+COMMON_MOE_LAYER = frozenset({"qwen3moe", "qwen3vlmoe", "glm4moe", "ernie4_5-moe", "dots1"})
+
+# architectures that weight the experts' input before them (llama4: the CPU receives one weighted
+# copy per chosen expert); elsewhere the weights are applied to the experts' output
+_WEIGHT_BEFORE = frozenset({"llama4"})
+
+
+def moe_replay_spec(inv: Inventory) -> tuple[bool, bool] | None:
+    """(per-head Q/K norms, selection bias) of the GPU replay for this model's graph, read from its
+    tensors; None where the graph is not the common MoE layer (another layer order, a fused QKV,
+    Qwen3-VL's deepstack inputs added to the first layers' output)."""
+    if inv.arch not in COMMON_MOE_LAYER:
+        return None
+    shape = graph_shape(inv)
+    if shape.fused_qkv or shape.wide_input:
+        return None
+    return shape.qk_norm, shape.biased
+
+
+def host_replayable(inv: Inventory) -> bool:
+    """Whether the host replay (replay.host_graph) rebuilds this model's routed experts on the CPU:
+    gate, up and down projections per expert (SwiGLU), each without a bias or with gpt-oss's biases
+    (in place), weights applied to their output (or Llama 4's weighted inputs). What the GPUs run
+    (attention, router, shared expert) allocates nothing in the host's buffer, so the layer's
+    attention and router shapes do not matter here, only the graph inputs (their widths)."""
+    bases = {t.base for t in inv.tensors if t.layer is not None}
+    if "ffn_gate_up_exps" in bases or not {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"} <= bases:
+        return False
+    biases = any(t.name.endswith("_exps.bias") for t in inv.tensors)
+    return not biases or inv.arch == "gpt-oss"
+
+
+def weights_before(inv: Inventory) -> bool:
+    return inv.arch in _WEIGHT_BEFORE
+
+
+def input_width(inv: Inventory, n_embd: int) -> int:
+    """The graph's input embedding width (llama_hparams::n_embd_inp): Qwen3-VL's deepstack adds
+    n_embd per deepstack layer (the vision features the first layers add back)."""
+    deep = inv.metadata.hparam("n_deepstack_layers")
+    return n_embd * (1 + (deep if isinstance(deep, int) else 0))
