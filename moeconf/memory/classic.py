@@ -74,7 +74,6 @@ _MAINLINE = frozenset({"llama.cpp"})
 CLASSIC_MODELLED: dict[str, tuple[frozenset[str], frozenset[str], str]] = {
     "ernie4_5-moe": (frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}), _MAINLINE,
                      _CHECKED + " (ERNIE-4.5-21B-A3B)"),
-    "hunyuan-moe": (frozenset(), _MAINLINE, _CHECKED + " (Hunyuan-A13B)"),
     "bailingmoe2": (frozenset({"leading_dense_block_count", "nextn_predict_layers"}), _MAINLINE,
                     _CHECKED + " (Ling-mini-2.0)"),
     "dots1": (frozenset({"leading_dense_block_count"}), _MAINLINE, _CHECKED + " (dots.llm1)"),
@@ -132,3 +131,35 @@ def input_width(inv: Inventory, n_embd: int) -> int:
     n_embd per deepstack layer (the vision features the first layers add back)."""
     deep = inv.metadata.hparam("n_deepstack_layers")
     return n_embd * (1 + (deep if isinstance(deep, int) else 0))
+
+
+# Architectures whose memory is refused, and why (measured against llama-fit-params -fitp on,
+# llama.cpp 0.3.36, on the sparse full-size layout named): support.unmodelled gives this reason
+# instead of the generic one. Weights (the tied output's copy included) are still shown as placed.
+CLASSIC_REFUSED: dict[str, str] = {
+    "hunyuan-moe": (
+        "compute is not modelled for 'hunyuan-moe': its layer graph differs from the MoE layer moeconf "
+        "replays (the shared expert runs before the routed experts and stays alive across them, Q/K norms "
+        "after RoPE); on Hunyuan-A13B the phase model was 72 MiB under at -c 32768 -ctk q8_0 -ctv q8_0, "
+        "225 MiB over at -c 131072 -ub 2048 and 80 over / 72 under over two GPUs (-ts 1,1): KV cache and "
+        "compute are not computed"),
+}
+
+
+def unmodelled_settings(inv: Inventory, flash_attn: bool, pipeline: bool) -> list[str]:
+    """Settings under which a modelled architecture's compute is not modelled (measured outside
+    tolerance): the estimate is incomplete with this note instead of a wrong number."""
+    out = []
+    if inv.arch == "ernie4_5-moe" and not flash_attn:
+        out.append("compute is not modelled for ernie4_5-moe with flash attention off (the phase model was "
+                   "30 MiB per 512 ubatch tokens under on the GPU, ERNIE-4.5-21B-A3B): KV cache and compute "
+                   "are not computed")
+    if inv.arch == "ernie4_5-moe" and pipeline:
+        out.append("compute is not modelled for ernie4_5-moe split over several GPUs with pipeline parallelism "
+                   "(every layer offloaded, no -ot/--n-cpu-moe: the output GPU's was 35 MiB under, the others' "
+                   "22 MiB over, ERNIE-4.5-21B-A3B): KV cache and compute are not computed; an -ot item "
+                   "turns pipeline parallelism off")
+    if inv.arch == "dots1" and not flash_attn:
+        out.append("compute is not modelled for dots1 with flash attention off (the host's was 16 MiB per 512 "
+                   "ubatch tokens under, dots.llm1): KV cache and compute are not computed")
+    return out

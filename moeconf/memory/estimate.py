@@ -25,7 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.memory.classic import host_replayable, input_width, moe_replay_spec, output_device, weights_before
+from moeconf.memory.classic import (
+    host_replayable,
+    input_width,
+    moe_replay_spec,
+    output_device,
+    unmodelled_settings,
+    weights_before,
+)
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
@@ -191,6 +198,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
     why = unmodelled(inv, eng.name)
+    if not why:  # h17classic: settings a modelled architecture's compute is not checked under
+        why = unmodelled_settings(inv, settings.flash_attn != "off", pipeline)
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:
