@@ -38,7 +38,10 @@ def _variant(tmp_path: Path, name: str, *, arch: str | None = None, key: tuple[s
 def test_shipped_models_are_modelled(path: Path, eng: str) -> None:
     inv = read_manifest(path)
     assert inv.metadata.arch_keys, "a version-3 manifest records its architecture keys"
-    assert unmodelled(inv, eng) == []
+    if eng in MODELLED[inv.arch].engines:
+        assert unmodelled(inv, eng) == []
+    else:  # modelled for llama.cpp only (h17classic's architectures): a refusal naming the engine
+        assert unmodelled(inv, eng) == [f"memory is not modelled for {inv.arch!r} on {eng}"]
 
 
 def test_every_modelled_key_is_a_real_engine_key() -> None:

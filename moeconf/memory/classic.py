@@ -74,7 +74,8 @@ _MAINLINE = frozenset({"llama.cpp"})
 CLASSIC_MODELLED: dict[str, tuple[frozenset[str], frozenset[str], str]] = {
     "ernie4_5-moe": (frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}), _MAINLINE,
                      _CHECKED + " (ERNIE-4.5-21B-A3B)"),
-    "bailingmoe2": (frozenset({"leading_dense_block_count", "nextn_predict_layers"}), _MAINLINE,
+    "bailingmoe2": (frozenset({"leading_dense_block_count", "nextn_predict_layers", "expert_group_count",
+                               "expert_group_used_count"}), _MAINLINE,
                     _CHECKED + " (Ling-mini-2.0)"),
     "dots1": (frozenset({"leading_dense_block_count"}), _MAINLINE, _CHECKED + " (dots.llm1)"),
     "qwen3vlmoe": (frozenset({"n_deepstack_layers", "rope.dimension_sections"}), _MAINLINE,
@@ -146,10 +147,21 @@ CLASSIC_REFUSED: dict[str, str] = {
 }
 
 
-def unmodelled_settings(inv: Inventory, flash_attn: bool, pipeline: bool) -> list[str]:
+# architectures whose compute is not modelled when every block runs on the CPU (-ngl 0, or -ngl 1:
+# the output layer alone on a GPU), measured: ERNIE-4.5-21B-A3B's host 44 MiB under at -ngl 0;
+# dots.llm1's 20 MiB under; Qwen3-VL-30B-A3B's output GPU 32 MiB under at -ngl 1
+_CPU_LAYERS_UNMODELLED = frozenset({"ernie4_5-moe", "dots1", "qwen3vlmoe"})
+
+
+def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool) -> list[str]:
     """Settings under which a modelled architecture's compute is not modelled (measured outside
     tolerance): the estimate is incomplete with this note instead of a wrong number."""
+    inv = placement.inventory
     out = []
+    if inv.arch in _CPU_LAYERS_UNMODELLED and all(
+            placement.defaults.get(t.name) in (HOST, None) for t in inv.tensors if t.layer is not None):
+        out.append(f"compute is not modelled for {inv.arch} with every block on the CPU (-ngl 0, or -ngl 1: "
+                   "only the output layer offloaded): KV cache and compute are not computed")
     if inv.arch == "ernie4_5-moe" and not flash_attn:
         out.append("compute is not modelled for ernie4_5-moe with flash attention off (the phase model was "
                    "30 MiB per 512 ubatch tokens under on the GPU, ERNIE-4.5-21B-A3B): KV cache and compute "

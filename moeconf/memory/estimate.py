@@ -199,7 +199,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     problems: list[str] = list(settings.problems)
     why = unmodelled(inv, eng.name)
     if not why:  # h17classic: settings a modelled architecture's compute is not checked under
-        why = unmodelled_settings(inv, settings.flash_attn != "off", pipeline)
+        why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline)
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:
