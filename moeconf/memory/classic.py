@@ -153,7 +153,7 @@ CLASSIC_REFUSED: dict[str, str] = {
 _CPU_LAYERS_UNMODELLED = frozenset({"ernie4_5-moe", "dots1", "qwen3vlmoe"})
 
 
-def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool) -> list[str]:
+def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool, n_ubatch: int) -> list[str]:
     """Settings under which a modelled architecture's compute is not modelled (measured outside
     tolerance): the estimate is incomplete with this note instead of a wrong number."""
     inv = placement.inventory
@@ -166,6 +166,11 @@ def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool) 
         out.append("compute is not modelled for ernie4_5-moe with flash attention off (the phase model was "
                    "30 MiB per 512 ubatch tokens under on the GPU, ERNIE-4.5-21B-A3B): KV cache and compute "
                    "are not computed")
+    if inv.arch == "ernie4_5-moe" and n_ubatch > 512 and any(
+            placement.defaults.get(t.name) == HOST for t in inv.tensors if t.layer is not None):
+        out.append("compute is not modelled for ernie4_5-moe where the CPU runs whole layers at -ub above 512 "
+                   "(the host's was 24 MiB over at -ub 1024 and 49 MiB at 2048, ERNIE-4.5-21B-A3B): KV cache and "
+                   "compute are not computed")
     if inv.arch == "ernie4_5-moe" and pipeline:
         out.append("compute is not modelled for ernie4_5-moe split over several GPUs with pipeline parallelism "
                    "(every layer offloaded, no -ot/--n-cpu-moe: the output GPU's was 35 MiB under, the others' "

@@ -199,7 +199,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     problems: list[str] = list(settings.problems)
     why = unmodelled(inv, eng.name)
     if not why:  # h17classic: settings a modelled architecture's compute is not checked under
-        why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline)
+        why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline,
+                                  min(settings.n_batch, settings.n_ubatch))
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:
@@ -379,7 +380,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if d == HOST and d in attn_devs:
             # layers run on the CPU while the unused token-embeddings input stays allocated,
             # plus one hidden state more (measured on glm4moe and llama4)
-            live += f4 * e + f4 * e_inp
+            # h17classic: with a wider input (Qwen3-VL's deepstack) the padded input runs here too
+            # and stays alive while the first layers add its views back
+            live += f4 * e_inp + f4 * (e_inp if first_on.get(HOST) == 0 else e)
         if copies > 1 and d != HOST:
             # each split's inputs (the hidden state arriving, the masks) in 4 persistent copies;
             # the last stage (the output device) holds two more hidden states (measured)
