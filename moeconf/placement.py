@@ -14,7 +14,6 @@ from moeconf.engines import Engine
 from moeconf.engines.tied import TIED_OUTPUT_ARCHS
 from moeconf.model.inventory import Inventory, Tensor
 
-
 # how the second copy of `token_embd` (a tied output) is named in placements and reports
 TIED_OUTPUT = "token_embd.weight (output copy)"
 _REPACKED_AVX2 = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"})
