@@ -83,7 +83,8 @@ class Placement:
             # (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type). Measured: ERNIE-4.5's
             # Q4_K token_embd (103,424 rows), -ngl 0: host weights 142 MiB more; Hunyuan-A13B's
             # (128,167 rows): none. An AMX host may repack more types (not modelled here)
+            # (llama.cpp; ik_llama.cpp's CPU buffer types are not modelled here: no copy counted)
             t = inv.by_name[emb]
             repacked = t.type in _REPACKED_AVX2 and len(t.shape) > 1 and t.shape[1] % 8 == 0
-            return dev if repacked and placed == "CPU" else None
+            return dev if repacked and placed == "CPU" and self.engine.name == "llama.cpp" else None
         return None if dev is None or dev == placed else dev
