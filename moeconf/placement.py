@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moeconf.engines import Engine
+from moeconf.engines.tied import TIED_OUTPUT_ARCHS
 from moeconf.model.inventory import Inventory, Tensor
+
+# how the second copy of `token_embd` (a tied output) is named in placements and reports
+TIED_OUTPUT = "token_embd.weight (output copy)"
+_REPACKED_AVX2 = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"})
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,44 @@ class Placement:
         for t in self.inventory.tensors:
             d = self.devices[t.name]
             out[d if d is not None else "(not loaded)"] += t.nbytes
+        tied = self.tied_output()
+        if tied is not None:
+            out[tied] += self.inventory.by_name["token_embd.weight"].nbytes
         return dict(out)
 
     def as_json(self) -> dict[str, Any]:
-        return {t.name: self.devices[t.name] for t in self.inventory.tensors}
+        out: dict[str, Any] = {t.name: self.devices[t.name] for t in self.inventory.tensors}
+        tied = self.tied_output()
+        if tied is not None:
+            out[TIED_OUTPUT] = tied
+        return out
+
+    def tied_output(self) -> str | None:
+        """Where the engine puts the second copy of `token_embd` it creates as the output of a
+        tied-output model (engines/tied.py); None where it creates none: the file has an
+        `output.weight`, or the copy would land on the buffer type already holding `token_embd`
+        (a GPU's, where `-ot` sent token_embd there). On the CPU the copy is counted: the engine
+        makes it in a repacked buffer where the host has one for the type (AVX2, AMX hosts), an
+        upper bound on a host without.
+        The copy is the output layer's tensor (the `-ngl` default of `output_norm`), unless the
+        `-ot` item that placed `token_embd` (it matches the copy by the same name) sent it elsewhere."""
+        inv = self.inventory
+        emb = "token_embd.weight"
+        if "output.weight" in inv.by_name or emb not in inv.by_name or inv.arch not in TIED_OUTPUT_ARCHS:
+            return None
+        placed = self.devices.get(emb)
+        overridden = placed != self.defaults.get(emb) or not self.reasons.get(emb, "default").startswith("default")
+        dev = placed if overridden else self.defaults.get("output_norm.weight", placed)
+        if dev == "CPU":
+            # on the CPU the output's matrix multiply picks the CPU's extra buffer types first
+            # (llama-model-loader.cpp, select_weight_buft over the CPU list), so the copy is made
+            # in CPU_REPACK where the host repacks its type, beside token_embd's plain CPU buffer:
+            # on an AVX2 host Q4_0, Q4_K, IQ4_NL and MXFP4 with rows in whole groups of 8
+            # (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type). Measured: ERNIE-4.5's
+            # Q4_K token_embd (103,424 rows), -ngl 0: host weights 142 MiB more; Hunyuan-A13B's
+            # (128,167 rows): none. An AMX host may repack more types (not modelled here)
+            # (llama.cpp; ik_llama.cpp's CPU buffer types are not modelled here: no copy counted)
+            t = inv.by_name[emb]
+            repacked = t.type in _REPACKED_AVX2 and len(t.shape) > 1 and t.shape[1] % 8 == 0
+            return dev if repacked and placed == "CPU" and self.engine.name == "llama.cpp" else None
+        return None if dev is None or dev == placed else dev

@@ -34,6 +34,12 @@ EXPECTED_KINDS = {
     "llama-4-maverick": (
         format_ranges(range(0, 48, 2)), format_ranges(range(1, 48, 2)), "none",
     ),
+    # h17classic
+    "ernie-4.5-21b-a3b": ("0", "1-27", "none"),
+    "hunyuan-a13b": ("none", "0-31", "none"),
+    "ling-mini-2.0": ("0", "1-19", "20"),
+    "dots.llm1": ("0", "1-61", "none"),
+    "qwen3-vl-30b-a3b": ("none", "0-47", "none"),
 }
 
 

@@ -25,6 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
+from moeconf.memory.classic import (
+    host_replayable,
+    input_width,
+    moe_replay_spec,
+    output_device,
+    unmodelled_settings,
+    weights_before,
+)
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
@@ -120,6 +128,10 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
         dev = placement.devices[t.name]
         if dev is not None:
             out[dev] += alloc_size(t, dev)
+    # h17classic: a tied output's second copy of token_embd (memory/classic.py)
+    tied = placement.tied_output()
+    if tied is not None:
+        out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
     return dict(out)
 
 
@@ -186,6 +198,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
     why = unmodelled(inv, eng.name)
+    if not why:  # h17classic: settings a modelled architecture's compute is not checked under
+        why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline,
+                                  min(settings.n_batch, settings.n_ubatch))
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:
@@ -255,6 +270,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     n_kv_swa = swa_cells if any(la.swa for la in geo.layers) else 0
     masks = T * mask_el * (n_kv_full + n_kv_swa)
     e = geo.n_embd
+    e_inp = input_width(inv, e)  # h17classic
     moe_tensors = _MOE_FF_TENSORS.get(inv.arch, 3)
     phases: dict[str, list[int]] = defaultdict(list)
     attn_devs: set[str] = set()
@@ -352,7 +368,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if d_dev is not None:
             n_ff = _width(placement, il, "ffn_up") or geo.n_ff_dense
             phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
-    out_dev = placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
+    out_dev = output_device(placement)  # h17classic: a tied output computes the logits where its copy lies
     output_phase = f4 * (geo.n_vocab + 2 * e)
     if residual_at.get(out_dev) is not None:
         # the output norm runs in place on the residual; the logits go above it
@@ -364,7 +380,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if d == HOST and d in attn_devs:
             # layers run on the CPU while the unused token-embeddings input stays allocated,
             # plus one hidden state more (measured on glm4moe and llama4)
-            live += 2 * f4 * e
+            # h17classic: with a wider input (Qwen3-VL's deepstack) the padded input runs here too
+            # and stays alive while the first layers add its views back
+            live += f4 * e_inp + f4 * (e_inp if first_on.get(HOST) == 0 else e)
         if copies > 1 and d != HOST:
             # each split's inputs (the hidden state arriving, the masks) in 4 persistent copies;
             # the last stage (the output device) holds two more hidden states (measured)
@@ -373,8 +391,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if d == out_dev:
             peak = max(peak, output_phase + (live if copies > 1 else 0))
         if d == HOST:
-            # the graph inputs (token embeddings input, masks) and the input layer's output
-            peak = max(peak, copies * (masks + f4 * e) + f4 * e)
+            # the graph inputs (token embeddings input, masks) and the input layer's output; the
+            # input is n_embd_inp wide (h17classic: Qwen3-VL's deepstack), the rows looked up
+            # n_embd (the padding to n_embd_inp runs where the first layer does)
+            peak = max(peak, copies * (masks + f4 * e_inp) + f4 * e)
         compute[d] = peak
     if replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
         replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
@@ -461,9 +481,7 @@ def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n
 _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
-# architectures whose graph `replay.moe_graph` rebuilds: (per-head Q and K norms, sigmoid gating
-# with a selection bias)
-_MOE_REPLAYED = {"qwen3moe": (True, False), "glm4moe": (False, True)}
+# the graphs `replay.moe_graph` rebuilds are chosen by their shape (memory/classic.py, moe_replay_spec)
 
 
 def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int) -> dict[str, int]:
@@ -473,7 +491,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
     the host's when one GPU runs every layer. Where the experts' output, their sum and the logits
     land depends on the holes masks, copies and routers leave; a replay places them exactly."""
     inv = placement.inventory
-    spec = _MOE_REPLAYED.get(inv.arch)
+    spec = moe_replay_spec(inv)  # h17classic: keyed by the graph's shape (memory/classic.py)
     n_layer = len(geo.layers)
     if (spec is None or geo.swa_type != "none" or geo.mla or geo.n_expert_used < 2 or not geo.n_ff_exp
             or not n_layer or [la.index for la in geo.layers] != list(range(n_layer))):
@@ -541,10 +559,10 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
     return out
 
 
-# architectures whose routed experts' CPU split is known: a SwiGLU over gate and up, a down
-# projection (gpt-oss: each followed by its bias, in place); Llama 4 weights the experts' input
-# before them, so the CPU receives one weighted copy per chosen expert
-_HOST_REPLAYED = {"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"}
+# the routed experts' CPU split is replayed where its shape is known (memory/classic.py,
+# host_replayable): a SwiGLU over gate and up, a down projection (gpt-oss: each followed by its
+# bias, in place); Llama 4 weights the experts' input before them, so the CPU receives one
+# weighted copy per chosen expert
 
 
 def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
@@ -554,7 +572,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
     output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
     graph inputs left once copied to the GPUs. None elsewhere."""
     inv = placement.inventory
-    if (inv.arch not in _HOST_REPLAYED or not geo.layers or not geo.n_ff_exp or not is_gpu(out_dev)
+    if (not host_replayable(inv) or not geo.layers or not geo.n_ff_exp or not is_gpu(out_dev)
             or placement.devices.get("token_embd.weight") != HOST):
         return None
     n_layer = len(geo.layers)
@@ -592,8 +610,8 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
     used = geo.n_expert_used
     shape = HostShape(
         n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used, n_ff_exp=geo.n_ff_exp,
-        biased=inv.arch == "gpt-oss", x_size=f * geo.n_embd * (used if inv.arch == "llama4" else 1),
-        layers=tuple(layers),
+        biased=inv.arch == "gpt-oss", x_size=f * geo.n_embd * (used if weights_before(inv) else 1),
+        layers=tuple(layers), n_embd_inp=input_width(inv, geo.n_embd),
     )
     return host_peak(shape)
 

@@ -481,6 +481,7 @@ class HostShape:
     # per layer: the GPU running it (1, 2, ...), the graph inputs its attention reads in order
     # (name, bytes), and whether its routed experts run on the CPU
     layers: tuple[tuple[int, tuple[tuple[str, int], ...], bool], ...]
+    n_embd_inp: int = 0  # the input embedding's width where wider than n_embd (h17classic: deepstack)
 
 
 def host_graph(s: HostShape) -> Graph:
@@ -495,7 +496,7 @@ def host_graph(s: HostShape) -> Graph:
     e = s.n_embd
     used = s.n_expert_used
     tokens = g.leaf(f, CPU)
-    g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
+    g.leaf((s.n_embd_inp or e) * f, CPU)  # the embeddings input, unused with token ids
     leaves: dict[str, int] = {}
     g.split(CPU)
     embd = g.op(e * f, tokens)

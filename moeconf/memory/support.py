@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
 from moeconf.model.inventory import Inventory
 
 # `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine: rope
@@ -70,6 +71,8 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
 }
+# h17classic: the classic MoEs checked within tolerance (memory/classic.py)
+MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
 
 
 def unmodelled(inv: Inventory, engine: str) -> list[str]:
@@ -77,6 +80,8 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     each `{arch}.*` key of the file the model does not read and that may change memory."""
     arch = inv.arch
     spec = MODELLED.get(arch)
+    if spec is None and arch in CLASSIC_REFUSED:  # h17classic: measured and refused, with why
+        return [CLASSIC_REFUSED[arch]]
     if spec is None:
         return [f"memory is not modelled for the {arch!r} architecture (modelled: {', '.join(sorted(MODELLED))}): "
                 "KV cache and compute are not computed, and weights are only the file's tensors as placed"]

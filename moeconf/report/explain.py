@@ -9,6 +9,7 @@ from moeconf.engines import AUTO_GPU
 from moeconf.explanation import Explanation, ItemReport
 from moeconf.linting.model import Finding
 from moeconf.model.taxonomy import GROUPS
+from moeconf.placement import TIED_OUTPUT
 from moeconf.textsafe import safe
 from moeconf.units import gib
 
@@ -137,8 +138,10 @@ def render(ex: Explanation, color: bool = False, tensors: bool = False,
         painted.add(len(lines))
         lines.append((f"{il:4d}  {safe(kinds[il]):5s} " + " ".join(row)).rstrip())
     glob = [t for t in inv.tensors if t.layer is None]
-    if glob:
-        lines.append("global: " + ", ".join(f"{t.name} {pl.devices[t.name]}" for t in glob))
+    tied = pl.tied_output()  # h17classic: the engine's second copy of token_embd, as the output
+    if glob or tied is not None:
+        lines.append("global: " + ", ".join([f"{t.name} {pl.devices[t.name]}" for t in glob]
+                                            + ([f"{TIED_OUTPUT} {tied}"] if tied is not None else [])))
     lines.append("")
     per = pl.bytes_by_device()
     lines.append("GiB by device: " + ", ".join(f"{d} {gib(b)}" for d, b in sorted(per.items(), key=lambda kv: kv[0])))
@@ -182,6 +185,9 @@ def render(ex: Explanation, color: bool = False, tensors: bool = False,
         for t in inv.tensors:
             dev = pl.devices[t.name]
             lines.append(f"{safe(t.name):{width}}  {dev or '-':8}  {pl.reasons[t.name]}")
+        if tied is not None:
+            lines.append(f"{TIED_OUTPUT:{width}}  {tied:8}  tied output: the engine loads token_embd again "
+                         "as the output layer's tensor")
     # names, patterns, devices and notes come from files and command lines: escape what could
     # act on a terminal (the colours above are the only escape sequences moeconf writes)
     return "\n".join(line if i in painted else safe(line) for i, line in enumerate(lines)) + "\n"

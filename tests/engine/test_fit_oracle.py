@@ -46,6 +46,17 @@ CASES = [
     ("llama4", [20], "-c 8192 -ctk q8_0 -ctv q8_0"),
 ]
 
+# h17classic: the classic MoEs (moeconf/fixtures/layouts_classic.py); ERNIE's 8 GiB fit needed
+# 7,393 MiB against 7,168 before the tied output was modelled
+MODELS.update({"ernie4_5-moe": "ernie-4.5-21b-a3b", "bailingmoe2": "ling-mini-2.0", "dots1": "dots.llm1",
+               "qwen3vlmoe": "qwen3-vl-30b-a3b"})
+CASES += [
+    ("ernie4_5-moe", [8], "-c 32768"),
+    ("bailingmoe2", [6], "-c 32768 -ctk q8_0 -ctv q8_0"),
+    ("dots1", [40, 24], "-c 16384"),
+    ("qwen3vlmoe", [12], "-c 32768"),
+]
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:

@@ -105,6 +105,28 @@ CASES: list[tuple[str, str]] = [
     ("glm4moe", r"-c 16384 -ngl 999 -ot blk\.([1-9]|1[0-9])\.ffn_.*_exps=CPU"),
 ]
 
+# --- h17classic: the classic MoEs beyond the first five (moeconf/fixtures/layouts_classic.py) ---
+# Hunyuan-A13B is refused (memory/classic.py, CLASSIC_REFUSED); the ERNIE line over two GPUs carries
+# an -ot item (pipeline parallelism, not modelled for it, is refused)
+LAYOUT_KEYS.update({
+    "ernie4_5-moe": LAYOUTS["ernie-4.5-21b-a3b"],
+    "bailingmoe2": LAYOUTS["ling-mini-2.0"],
+    "dots1": LAYOUTS["dots.llm1"],
+    "qwen3vlmoe": LAYOUTS["qwen3-vl-30b-a3b"],
+})
+CASES += [
+    (arch, line)
+    for arch in ("ernie4_5-moe", "bailingmoe2", "dots1", "qwen3vlmoe")
+    for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0", "-c 131072 -ngl 999 -ub 2048",
+                 "-c 32768 -ngl 999 -ot exps=CPU", "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU",
+                 "-c 32768 -ngl 12", "-c 32768 -ngl 999 --n-cpu-moe 10")
+] + [
+    ("bailingmoe2", "2rpc -c 32768 -ngl 999 -ts 1,1"),
+    ("dots1", "2rpc -c 32768 -ngl 999 -ts 1,1"),
+    ("qwen3vlmoe", "2rpc -c 32768 -ngl 999 -ts 1,1"),
+    ("ernie4_5-moe", "-c 4096 -ngl 999 -ot token_embd=CPU"),  # the tied output's copy in CPU_REPACK
+]
+
 # Compute cases moeconf does not yet model within tolerance (listed, so a gap stays visible and a
 # fix shows up as an unexpected pass). None: Llama 4 (the output device) and GLM-4.5 on one GPU
 # (with or without routed experts on the CPU) are replayed node by node (moeconf/memory/replay.py),

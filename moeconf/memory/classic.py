@@ -1,0 +1,182 @@
+"""Memory facts of the "classic" MoE architectures beyond the first five (issue 17, h17classic):
+the tied output's second copy of `token_embd` (engines/tied.py), where the logits are computed,
+and the graph shape the allocator replays are keyed by (what a layer's graph holds, read from
+the model's tensors and keys, never from the architecture's name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeconf.model.inventory import Inventory
+from moeconf.placement import Placement
+
+HOST = "CPU"
+
+
+def output_device(placement: Placement) -> str:
+    """The device that computes the logits: the one holding the output matrix (for a tied output,
+    the engine's second copy of `token_embd`, or `token_embd` itself where no copy is made)."""
+    tied = placement.tied_output()
+    if tied is not None:
+        return tied
+    return placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
+
+
+def tied_output_bytes(placement: Placement) -> tuple[str, int] | None:
+    """(device, bytes) of the tied output's second copy, as the model buffer holds it."""
+    tied = placement.tied_output()
+    if tied is None:
+        return None
+    return tied, placement.inventory.by_name["token_embd.weight"].nbytes
+
+
+@dataclass(frozen=True)
+class GraphShape:
+    """What the allocator replays depend on in a MoE layer's graph (llama-graph.cpp build_moe_ffn
+    and the architectures' src/models/<arch>.cpp): per-head Q and K norms before RoPE, a selection
+    bias added to the router's probabilities (`exp_probs_b`), the gating function (softmax or
+    sigmoid), a fused QKV projection. Architectures whose layers have the same shape build the
+    same graph node for node and share a replay."""
+
+    qk_norm: bool
+    biased: bool
+    sigmoid: bool
+    fused_qkv: bool
+    wide_input: bool  # the input embedding is wider than n_embd (Qwen3-VL's deepstack)
+
+
+# the gating function each architecture's graph passes to build_moe_ffn where the file has no
+# {arch}.expert_gating_func key (src/models/<arch>.cpp): softmax unless listed
+_SIGMOID_DEFAULT = frozenset({"glm4moe", "deepseek2", "dots1"})
+_SOFTMAX_FIXED = frozenset({"ernie4_5-moe", "qwen3moe", "qwen3vlmoe", "hunyuan-moe"})
+
+
+def graph_shape(inv: Inventory) -> GraphShape:
+    bases = {t.base for t in inv.tensors}
+    gating = inv.metadata.hparam("expert_gating_func")
+    if inv.arch in _SOFTMAX_FIXED:
+        sigmoid = False
+    elif isinstance(gating, int):
+        sigmoid = gating == 2
+    else:
+        sigmoid = inv.arch in _SIGMOID_DEFAULT
+    deep = inv.metadata.hparam("n_deepstack_layers")
+    return GraphShape(qk_norm="attn_q_norm" in bases, biased="exp_probs_b" in bases, sigmoid=sigmoid,
+                      fused_qkv="attn_qkv" in bases, wide_input=isinstance(deep, int) and deep > 0)
+
+
+
+_CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
+_MAINLINE = frozenset({"llama.cpp"})
+
+# architectures whose memory is modelled (added to support.MODELLED): the `{arch}.*` keys read
+# beyond support.NO_MEMORY_EFFECT, the engines, and what they were checked against
+CLASSIC_MODELLED: dict[str, tuple[frozenset[str], frozenset[str], str]] = {
+    "ernie4_5-moe": (frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}), _MAINLINE,
+                     _CHECKED + " (ERNIE-4.5-21B-A3B)"),
+    "bailingmoe2": (frozenset({"leading_dense_block_count", "nextn_predict_layers", "expert_group_count",
+                               "expert_group_used_count"}), _MAINLINE,
+                    _CHECKED + " (Ling-mini-2.0)"),
+    "dots1": (frozenset({"leading_dense_block_count"}), _MAINLINE, _CHECKED + " (dots.llm1)"),
+    "qwen3vlmoe": (frozenset({"n_deepstack_layers", "rope.dimension_sections"}), _MAINLINE,
+                   _CHECKED + " (Qwen3-VL-30B-A3B)"),
+}
+
+
+# Architectures whose MoE layer is the common one the GPU replay rebuilds (replay.moe_graph), read
+# from their graph builders (pinned llama.cpp src/models/<arch>.cpp): attention norm, separate Q,
+# K and V projections, per-head Q and K norms BEFORE RoPE where the model has them, the FFN norm,
+# the router (softmax or sigmoid: same sizes), the selection bias where the model has
+# `exp_probs_b`, the routed experts, a shared expert computed and added AFTER them, the residual.
+# Not in it: hunyuan-moe (Q/K norms after RoPE, the shared expert computed before the routed
+# experts, so alive across them), bailingmoe2 (one fused QKV projection: a tensor of
+# (n_head + 2 n_head_kv) x head_dim per token where the replay has three).
+COMMON_MOE_LAYER = frozenset({"qwen3moe", "qwen3vlmoe", "glm4moe", "ernie4_5-moe", "dots1"})
+
+# architectures that weight the experts' input before them (llama4: the CPU receives one weighted
+# copy per chosen expert); elsewhere the weights are applied to the experts' output
+_WEIGHT_BEFORE = frozenset({"llama4"})
+
+
+def moe_replay_spec(inv: Inventory) -> tuple[bool, bool] | None:
+    """(per-head Q/K norms, selection bias) of the GPU replay for this model's graph, read from its
+    tensors; None where the graph is not the common MoE layer (another layer order, a fused QKV,
+    Qwen3-VL's deepstack inputs added to the first layers' output)."""
+    if inv.arch not in COMMON_MOE_LAYER:
+        return None
+    shape = graph_shape(inv)
+    if shape.fused_qkv or shape.wide_input:
+        return None
+    return shape.qk_norm, shape.biased
+
+
+def host_replayable(inv: Inventory) -> bool:
+    """Whether the host replay (replay.host_graph) rebuilds this model's routed experts on the CPU:
+    gate, up and down projections per expert (SwiGLU), each without a bias or with gpt-oss's biases
+    (in place), weights applied to their output (or Llama 4's weighted inputs). What the GPUs run
+    (attention, router, shared expert) allocates nothing in the host's buffer, so the layer's
+    attention and router shapes do not matter here, only the graph inputs (their widths)."""
+    bases = {t.base for t in inv.tensors if t.layer is not None}
+    if "ffn_gate_up_exps" in bases or not {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"} <= bases:
+        return False
+    biases = any(t.name.endswith("_exps.bias") for t in inv.tensors)
+    return not biases or inv.arch == "gpt-oss"
+
+
+def weights_before(inv: Inventory) -> bool:
+    return inv.arch in _WEIGHT_BEFORE
+
+
+def input_width(inv: Inventory, n_embd: int) -> int:
+    """The graph's input embedding width (llama_hparams::n_embd_inp): Qwen3-VL's deepstack adds
+    n_embd per deepstack layer (the vision features the first layers add back)."""
+    deep = inv.metadata.hparam("n_deepstack_layers")
+    return n_embd * (1 + (deep if isinstance(deep, int) else 0))
+
+
+# Architectures whose memory is refused, and why (measured against llama-fit-params -fitp on,
+# llama.cpp 0.3.36, on the sparse full-size layout named): support.unmodelled gives this reason
+# instead of the generic one. Weights (the tied output's copy included) are still shown as placed.
+CLASSIC_REFUSED: dict[str, str] = {
+    "hunyuan-moe": (
+        "compute is not modelled for 'hunyuan-moe': its layer graph differs from the MoE layer moeconf "
+        "replays (the shared expert runs before the routed experts and stays alive across them, Q/K norms "
+        "after RoPE); on Hunyuan-A13B the phase model was 72 MiB under at -c 32768 -ctk q8_0 -ctv q8_0, "
+        "225 MiB over at -c 131072 -ub 2048 and 80 over / 72 under over two GPUs (-ts 1,1): KV cache and "
+        "compute are not computed"),
+}
+
+
+# architectures whose compute is not modelled when every block runs on the CPU (-ngl 0, or -ngl 1:
+# the output layer alone on a GPU), measured: ERNIE-4.5-21B-A3B's host 44 MiB under at -ngl 0;
+# dots.llm1's 20 MiB under; Qwen3-VL-30B-A3B's output GPU 32 MiB under at -ngl 1
+_CPU_LAYERS_UNMODELLED = frozenset({"ernie4_5-moe", "dots1", "qwen3vlmoe"})
+
+
+def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool, n_ubatch: int) -> list[str]:
+    """Settings under which a modelled architecture's compute is not modelled (measured outside
+    tolerance): the estimate is incomplete with this note instead of a wrong number."""
+    inv = placement.inventory
+    out = []
+    if inv.arch in _CPU_LAYERS_UNMODELLED and all(
+            placement.defaults.get(t.name) in (HOST, None) for t in inv.tensors if t.layer is not None):
+        out.append(f"compute is not modelled for {inv.arch} with every block on the CPU (-ngl 0, or -ngl 1: "
+                   "only the output layer offloaded): KV cache and compute are not computed")
+    if inv.arch == "ernie4_5-moe" and not flash_attn:
+        out.append("compute is not modelled for ernie4_5-moe with flash attention off (the phase model was "
+                   "30 MiB per 512 ubatch tokens under on the GPU, ERNIE-4.5-21B-A3B): KV cache and compute "
+                   "are not computed")
+    if inv.arch == "ernie4_5-moe" and n_ubatch > 512 and any(
+            placement.defaults.get(t.name) == HOST for t in inv.tensors if t.layer is not None):
+        out.append("compute is not modelled for ernie4_5-moe where the CPU runs whole layers at -ub above 512 "
+                   "(the host's was 24 MiB over at -ub 1024 and 49 MiB at 2048, ERNIE-4.5-21B-A3B): KV cache and "
+                   "compute are not computed")
+    if inv.arch == "ernie4_5-moe" and pipeline:
+        out.append("compute is not modelled for ernie4_5-moe split over several GPUs with pipeline parallelism "
+                   "(every layer offloaded, no -ot/--n-cpu-moe: the output GPU's was 35 MiB under, the others' "
+                   "22 MiB over, ERNIE-4.5-21B-A3B): KV cache and compute are not computed; an -ot item "
+                   "turns pipeline parallelism off")
+    if inv.arch == "dots1" and not flash_attn:
+        out.append("compute is not modelled for dots1 with flash attention off (the host's was 16 MiB per 512 "
+                   "ubatch tokens under, dots.llm1): KV cache and compute are not computed")
+    return out
