@@ -1,0 +1,35 @@
+"""Models where users find them: Hugging Face repos (`hf://OWNER/REPO/PATH.gguf`, `OWNER/REPO:TAG`
+as llama.cpp's -hf takes it), any URL of a GGUF, and the local Hugging Face cache.
+
+`load_model` is the one place a MODEL string becomes an inventory, for the CLI and the library:
+a local GGUF or manifest as before, a remote one by its header alone (docs/hub.md). This module
+imports nothing heavy: huggingface_hub is imported only when the Hub is asked.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from moeconf.hub.ref import RemoteRef, looks_remote, parse_ref
+
+if TYPE_CHECKING:
+    from moeconf.hub.remote import Progress
+    from moeconf.model.inventory import Inventory
+
+__all__ = ["RemoteRef", "is_remote", "load_model", "parse_ref"]
+
+
+def is_remote(spec: str | os.PathLike[str]) -> bool:
+    return isinstance(spec, str) and looks_remote(spec)
+
+
+def load_model(spec: str | os.PathLike[str], *, progress: Progress | None = None) -> Inventory:
+    """A GGUF (any shard), a manifest, or a remote MODEL string -> its inventory."""
+    if is_remote(spec):
+        from moeconf.hub.remote import load
+
+        return load(parse_ref(str(spec)), progress=progress)
+    from moeconf.model.inventory import load_inventory
+
+    return load_inventory(spec)
