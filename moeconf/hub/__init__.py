@@ -24,12 +24,14 @@ def is_remote(spec: str | os.PathLike[str]) -> bool:
     return isinstance(spec, str) and looks_remote(spec)
 
 
-def load_model(spec: str | os.PathLike[str], *, progress: Progress | None = None) -> Inventory:
-    """A GGUF (any shard), a manifest, or a remote MODEL string -> its inventory."""
+def load_model(spec: str | os.PathLike[str], *, progress: Progress | None = None,
+               offline: bool = False) -> Inventory:
+    """A GGUF (any shard), a manifest, or a remote MODEL string -> its inventory. `offline`:
+    a remote model from the caches only."""
     if is_remote(spec):
         from moeconf.hub.remote import load
 
-        return load(parse_ref(str(spec)), progress=progress)
+        return load(parse_ref(str(spec)), progress=progress, offline=offline)
     from moeconf.model.inventory import load_inventory
 
     return load_inventory(spec)

@@ -67,16 +67,17 @@ class Listing:
     source: str  # "hub", "moeconf cache" or "HF cache"
 
 
-def list_repo(repo: str, revision: str = "main", *, allow_offline: bool = True) -> Listing:
+def list_repo(repo: str, revision: str = "main", *, force_offline: bool = False) -> Listing:
     """The repo's files at `revision` (the Hub through huggingface_hub; moeconf's listing cache
     within its TTL; offline: that cache, else the local HF cache)."""
     ep = endpoint()
     if not names.is_valid_repo_id(repo):
         raise HubError(f"{repo!r} is not a Hugging Face repo id (OWNER/NAME of letters, digits, '_', '.', '-')")
-    cached = store.get_listing(ep, repo, revision, any_age=offline())
+    off = force_offline or offline()
+    cached = store.get_listing(ep, repo, revision, any_age=off)
     if cached is not None:
         return _listing_from(cached, "moeconf cache")
-    if offline():
+    if off:
         local = cached_repo(repo) if revision == "main" else None
         if local is not None:
             return Listing(repo, revision, local.commit, local.files, {}, "HF cache")
@@ -152,17 +153,19 @@ class Resolved:
     local: CachedRepo | None  # the files are in the local HF cache
 
 
-def resolve(ref: RemoteRef, listing: Listing | None = None) -> Resolved:
+def resolve(ref: RemoteRef, listing: Listing | None = None, *, force_offline: bool = False) -> Resolved:
     """Which files `ref` names, as llama.cpp's `-hf`/`--hf-file` picks them."""
     assert ref.repo is not None
-    lst = listing or list_repo(ref.repo, ref.revision)
+    lst = listing or list_repo(ref.repo, ref.revision, force_offline=force_offline)
     if "preset.ini" in lst.files and ref.file is None:
         raise HubError(f"{ref.repo} has a preset.ini: llama.cpp -hf then loads the preset, which moeconf does not "
                        "model", hint=f"name the model file: hf://{ref.repo}/PATH.gguf")
     if ref.file is not None:
         if ref.file not in lst.files:
             raise HubError(f"{ref.repo} has no file {ref.file!r}", hint=_available(lst))
-        primary = ref.file
+        primary = names.expected_shards(ref.file)[0]  # any shard names the model; shard 1 holds its metadata
+        if primary not in lst.files:
+            raise HubError(f"{ref.repo}: {ref.file} is a later shard, and shard 1 ({primary}) is not in the listing")
     else:
         found = names.find_best_model(lst.files, ref.tag or "")
         if found is None:
@@ -194,16 +197,16 @@ def _available(lst: Listing) -> str:
 Progress = Callable[[str], None]
 
 
-def load(ref: RemoteRef, *, progress: Progress | None = None) -> Inventory:
+def load(ref: RemoteRef, *, progress: Progress | None = None, offline: bool = False) -> Inventory:
     """The inventory of a remote model: moeconf's header cache, the local HF cache (read from
-    disk), else the headers over HTTP."""
+    disk), else the headers over HTTP. `offline`: the caches only (as the engine's --offline)."""
     if ref.url is not None:
-        return _load_url(ref, progress)
-    res = resolve(ref)
-    return load_resolved(res, progress=progress)
+        return _load_url(ref, progress, offline)
+    res = resolve(ref, force_offline=offline)
+    return load_resolved(res, progress=progress, force_offline=offline)
 
 
-def load_resolved(res: Resolved, *, progress: Progress | None = None) -> Inventory:
+def load_resolved(res: Resolved, *, progress: Progress | None = None, force_offline: bool = False) -> Inventory:
     ref = res.ref
     assert ref.repo is not None
     ep = endpoint()
@@ -218,11 +221,12 @@ def load_resolved(res: Resolved, *, progress: Progress | None = None) -> Invento
         local = res.local
         headers = [read_header(local.local(f)) for f in res.files]
     else:
-        if offline():
+        if force_offline or offline():
             raise HubError(f"offline, and the header of {ref.display} is not cached", hint="run once online")
         base = f"{ep}/{ref.repo}/resolve/{res.commit}/"
         headers = _fetch_all([(base + _quote(f), f"{ref.repo}/{f}") for f in res.files], progress)
-    inv = inventory_from_headers(headers, ref.display, n_named=len(names.expected_shards(res.files[0])))
+    inv = inventory_from_headers(headers, f"hf://{ref.repo}/{res.files[0]}",
+                                 n_named=len(names.expected_shards(res.files[0])))
     text = dumps_manifest(inv)
     store.put_manifest(text, *key)
     return _as_remote(parse_manifest(loads_manifest_json(text, ref.display), ref.display), ref, res.files)
@@ -258,16 +262,17 @@ def _fetch_all(jobs: list[tuple[str, str]], progress: Progress | None) -> list[G
         return list(pool.map(one, jobs))
 
 
-def _load_url(ref: RemoteRef, progress: Progress | None) -> Inventory:
+def _load_url(ref: RemoteRef, progress: Progress | None, force_offline: bool = False) -> Inventory:
     """A plain https:// (or http://) GGUF: keyed by URL and ETag. A split model's shards are the
     URLs with -0000k-of-0000n as llama.cpp's `common_download_get_all_parts` builds them."""
     from moeconf.hub.fetch import head
 
     url = ref.url
     assert url is not None
-    etag = store.get_url_etag(url, any_age=offline())
+    off = force_offline or offline()
+    etag = store.get_url_etag(url, any_age=off)
     if etag is None:
-        if offline():
+        if off:
             raise HubError("offline, and this URL's header is not cached", path=url)
         etag = head(url, _auth_headers()).get("etag", "")
         if etag:
