@@ -170,7 +170,7 @@ def resolve(ref: RemoteRef, listing: Listing | None = None, *, force_offline: bo
         found = names.find_best_model(lst.files, ref.tag or "")
         if found is None:
             if ref.tag:
-                tags = names.repo_tags(lst.files)
+                tags = [q.tag for q in names.quants(lst.files)]
                 raise HubError(f"{ref.repo} has no model file for tag {ref.tag!r} (llama.cpp matches "
                                f"'{ref.tag}[.-]' case-insensitively)",
                                hint=f"its tags: {', '.join(tags)}" if tags else _available(lst))
@@ -239,7 +239,7 @@ def _quote(path: str) -> str:
 
 
 def _as_remote(inv: Inventory, ref: RemoteRef, files: Sequence[str]) -> Inventory:
-    return replace(inv, source=ref.display, shards=tuple(files) if len(files) > 1 else ())
+    return replace(inv, source=ref.display, shards=tuple(files))
 
 
 def _fetch_all(jobs: list[tuple[str, str]], progress: Progress | None) -> list[GGUFHeader]:
@@ -281,7 +281,8 @@ def _load_url(ref: RemoteRef, progress: Progress | None, force_offline: bool = F
     hit = store.get_manifest(*key) if etag else None
     if hit is not None:
         try:
-            return replace(parse_manifest(hit, store.header_path(*key)), source=url)
+            inv = parse_manifest(hit, store.header_path(*key))
+            return replace(inv, source=url, shards=_url_shards(url, len(inv.shards) or 1))
         except Exception:  # noqa: BLE001, S110
             pass
     folder, name = url.rsplit("/", 1)
@@ -291,7 +292,13 @@ def _load_url(ref: RemoteRef, progress: Progress | None, force_offline: bool = F
     text = dumps_manifest(inv)
     if etag:
         store.put_manifest(text, *key)
-    return replace(parse_manifest(loads_manifest_json(text, url), url), source=url)
+    return replace(parse_manifest(loads_manifest_json(text, url), url), source=url, shards=_url_shards(url, len(shards)))
+
+
+def _url_shards(url: str, n: int) -> tuple[str, ...]:
+    folder, name = url.rsplit("/", 1)
+    shards = names.expected_shards(name)
+    return tuple(f"{folder}/{s}" for s in shards) if len(shards) == n else (url,)
 
 
 def stderr_progress(prefix: str) -> Progress:
