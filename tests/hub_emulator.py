@@ -56,6 +56,7 @@ class Hub:
     hidden: set[str] = field(default_factory=set)
     log: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, Range)
     auth_seen: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Authorization)
+    sent: int = 0  # body bytes of files written to clients
     server: ThreadingHTTPServer | None = None
 
     @property
@@ -244,6 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not chunk:
                 break
             self.wfile.write(chunk)
+            hub.sent += len(chunk)
             pos += len(chunk)
             send -= len(chunk)
         self.wfile.flush()
