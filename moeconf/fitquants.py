@@ -5,14 +5,16 @@ one per first shard, split files and folders per quant included); only their hea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from moeconf.engines import Engine
 from moeconf.errors import MoeconfError
-from moeconf.fit import Budget, FitResult, Policy, fit
-from moeconf.hub import names
+from moeconf.fit import Budget, Policy, fit
+from moeconf.hub import names, store
 from moeconf.hub.ref import RemoteRef
 from moeconf.hub.remote import Listing, Progress, list_repo, load_resolved, resolve
 from moeconf.model.inventory import Inventory
@@ -26,7 +28,7 @@ class QuantRow:
     ref: RemoteRef  # how the engine's -hf names it
     files: tuple[str, ...]
     size: int  # bytes of every shard (the listing's sizes, else the tensors' bytes)
-    result: FitResult | None
+    argv: tuple[str, ...] | None  # the command, when it fits
     why: str | None  # why it does not fit, or could not be read
     experts_on_gpu: int = 0  # bytes of routed experts on the GPUs
     experts_total: int = 0
@@ -35,13 +37,20 @@ class QuantRow:
 
     @property
     def fits(self) -> bool:
-        return self.result is not None
+        return self.argv is not None
 
     def json(self) -> dict[str, object]:
         return {"quant": self.label, "hf": self.ref.display, "files": list(self.files), "size": self.size,
                 "fits": self.fits, "why": self.why, "experts_on_gpu": self.experts_on_gpu,
                 "experts_total": self.experts_total, "host_read_per_token": self.host_read_per_token,
-                "headroom": dict(self.headroom), "argv": list(self.result.argv) if self.result else None}
+                "headroom": dict(self.headroom), "argv": list(self.argv) if self.argv else None}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], ref: RemoteRef) -> QuantRow:
+        return cls(str(d["quant"]), ref, tuple(d["files"]), int(d["size"]),
+                   tuple(d["argv"]) if d["argv"] is not None else None, d["why"], int(d["experts_on_gpu"]),
+                   int(d["experts_total"]), int(d["host_read_per_token"]),
+                   tuple((str(k), int(v)) for k, v in d["headroom"].items()))
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,22 @@ def _row(q: names.Quant, ref: RemoteRef, lst: Listing, inv: Inventory | MoeconfE
     size = sum(s for s in sizes if s is not None) if all(s is not None for s in sizes) else 0
     if isinstance(inv, MoeconfError):
         return QuantRow(q.tag, ref, q.files, size, None, f"not read: {inv}")
+    key = _solve_key(lst, q, eng, budgets, user_argv, plan_dir, reserve, policy, split, ram)
+    hit = store.get_solved(key)
+    if hit is not None:
+        try:
+            return QuantRow.from_json(hit, ref)
+        except (KeyError, TypeError, ValueError):
+            pass
+    row = _solve(q, ref, size, inv, eng, budgets, user_argv, plan_dir, reserve, policy, split, ram)
+    if not row.why or not row.why.startswith("not read"):
+        store.put_solved(key, row.json())
+    return row
+
+
+def _solve(q: names.Quant, ref: RemoteRef, size: int, inv: Inventory, eng: Engine, budgets: Sequence[Budget],
+           user_argv: Sequence[str], plan_dir: str, reserve: int, policy: Policy, split: bool,
+           ram: int | None) -> QuantRow:
     size = size or inv.total_bytes()
     experts_total = inv.total_bytes(t for t in inv.tensors if t.group == "experts")
     try:
@@ -95,8 +120,39 @@ def _row(q: names.Quant, ref: RemoteRef, lst: Listing, inv: Inventory | MoeconfE
     room = [(b.device, b.size - res.memory.devices[b.device].total) for b in budgets if b.device in res.memory.devices]
     if ram is not None:
         room.append(("CPU", ram - res.memory.devices["CPU"].total))
-    return QuantRow(q.tag, ref, q.files, size, res, None, on_gpu, experts_total,
+    return QuantRow(q.tag, ref, q.files, size, res.argv, None, on_gpu, experts_total,
                     host_read_per_token(inv, devices), tuple(room))
+
+
+_CODE_HASH: list[str] = []
+
+
+def _code_hash() -> str:
+    """A digest of moeconf's own source: a solved row is reused only by the code that solved it."""
+    if not _CODE_HASH:
+        import hashlib
+        import os
+
+        root = os.path.dirname(os.path.abspath(__file__))
+        h = hashlib.sha256()
+        for dirpath, dirs, files in os.walk(root):
+            dirs.sort()
+            for f in sorted(files):
+                if f.endswith((".py", ".lark", ".json")):
+                    with open(os.path.join(dirpath, f), "rb") as fh:
+                        h.update(f.encode() + b"\0" + fh.read())
+        _CODE_HASH.append(h.hexdigest())
+    return _CODE_HASH[0]
+
+
+def _solve_key(lst: Listing, q: names.Quant, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
+               plan_dir: str, reserve: int, policy: Policy, split: bool, ram: int | None) -> str:
+    """Everything a quant's row depends on: the code, the repo's commit and files, the engine, the
+    budgets and flags (the header itself is fixed by the commit)."""
+    from moeconf.hub.remote import endpoint
+
+    return json.dumps([_code_hash(), endpoint(), lst.repo, lst.commit, list(q.files), eng.name, eng.version,
+                       [(b.device, b.size) for b in budgets], list(user_argv), plan_dir, reserve, policy, split, ram])
 
 
 def fit_quants(repo: str, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str], *, plan_dir: str,
@@ -166,8 +222,8 @@ def render_table(table: QuantTable) -> str:
         lines.append("no quant fits these budgets")
     lines.append("")
     for r in table.rows:
-        if r.result is not None:
-            lines.append(f"{r.label}: {shlex.join(r.result.argv)}")
+        if r.argv is not None:
+            lines.append(f"{r.label}: {shlex.join(r.argv)}")
     not_fitting = [r for r in table.rows if not r.fits]
     if not_fitting:
         lines.append("")

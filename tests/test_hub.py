@@ -383,3 +383,22 @@ def test_start_up_and_warm_runs_do_not_import_huggingface_hub(hub: Hub) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
                        env={**os.environ})
     assert r.stdout.strip() == "0 []", r.stdout + r.stderr
+
+
+def test_solved_rows_are_reused_only_for_the_same_question(hub: Hub, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import moeconf.fitquants as fq
+
+    args = ["fit", AIR, "--gpu", "24GiB", "-c", "32768", "--json"]
+    assert main([*args, "--ram", "128GiB"]) == 0
+    big = json.loads(capsys.readouterr().out)
+    assert main([*args, "--ram", "80GiB"]) == 0  # another budget: solved again, not the cached rows
+    small = json.loads(capsys.readouterr().out)
+    assert big["largest_fitting"] == "Q8_0" and small["largest_fitting"] == "Q4_K_M"
+    calls: list[str] = []
+    real = fq._solve
+    monkeypatch.setattr(fq, "_solve", lambda *a: calls.append(a[0].tag) or real(*a))
+    assert main([*args, "--ram", "128GiB"]) == 0 and calls == []  # the same question: reused
+    assert json.loads(capsys.readouterr().out) == big
+    monkeypatch.setattr(fq, "_CODE_HASH", ["another moeconf"])
+    assert main([*args, "--ram", "128GiB"]) == 0 and len(calls) == 3  # other code: solved again

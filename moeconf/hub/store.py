@@ -5,6 +5,7 @@
       hub/headers/<sha256(endpoint, repo, commit, path)>.json a manifest of the model
       hub/headers/<sha256(url, etag)>.json                 a manifest of a plain URL's model
       hub/urls/<sha256(url)>.json                          the URL's last ETag
+      hub/solved/<sha256(...)>.json                        a quant's row of `fit REPO` (moeconf.fitquants)
 
 A header keyed by a commit (or an ETag) never changes, so it is kept for good. A listing says
 which commit `main` is: it is used without asking the Hub again for MOECONF_HUB_TTL seconds
@@ -108,3 +109,14 @@ def get_url_etag(url: str, *, any_age: bool) -> str | None:
 
 def put_url_etag(url: str, etag: str) -> None:
     _write(_path("urls", url), {"url": url, "etag": etag, "fetched_at": time.time()})
+
+
+def get_solved(key: str) -> dict[str, Any] | None:
+    """A quant's solved row of `moeconf fit REPO` (moeconf.fitquants), keyed by everything it
+    depends on (moeconf's own source included)."""
+    data = _read(_path("solved", key))
+    return data if isinstance(data, dict) else None
+
+
+def put_solved(key: str, data: dict[str, Any]) -> None:
+    _write(_path("solved", key), data)
