@@ -552,7 +552,8 @@ def bench_hub(args: argparse.Namespace) -> None:
     rows = [["model", "shards", "header MiB read", "range requests", "max per shard", "HTTP hops", "file GiB",
              "inspect cold", "inspect warm"]]
     for spec, files in (("unsloth/DeepSeek-V3-0324-GGUF:Q4_K_M", ds_files),
-                        ("unsloth/GLM-4.5-Air-GGUF:Q4_K_M", [air_files[k] for k in sorted(air_files) if "Q4_K_M/" in k])):
+                        ("unsloth/GLM-4.5-Air-GGUF:Q4_K_M",
+                         [air_files[k] for k in sorted(air_files) if "Q4_K_M/" in k])):
         cache = f"c-{spec.split('/')[1].split(':')[0]}"
         n0 = len(hub.log)
         cold, hops, sent, _ = run(["inspect", spec], cache)

@@ -169,6 +169,7 @@ def fit_quants(repo: str, eng: Engine, budgets: Sequence[Budget], user_argv: Seq
     done = [0]
 
     def read(ref: RemoteRef) -> Inventory | MoeconfError:
+        inv: Inventory | MoeconfError
         try:
             inv = load_resolved(resolve(ref, lst))
         except MoeconfError as e:

@@ -18,6 +18,7 @@ announcing its full length), `hidden` (paths served but missing from the listing
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -105,13 +106,13 @@ def _etag(src: Path | bytes, path: str) -> str:
 class _Handler(BaseHTTPRequestHandler):
     hub: Hub
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._serve(head=True)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._serve(head=False)
 
     def _json(self, code: int, data: Any, error_code: str | None = None) -> None:
@@ -135,10 +136,8 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(hub.latency)
         if hub.delay:
             time.sleep(hub.delay)
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._route(path, urllib.parse.parse_qs(url.query), head)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def _route(self, path: str, query: dict[str, list[str]], head: bool) -> None:
         hub = self.hub

@@ -12,6 +12,7 @@ import pytest
 from moeconf.hub import is_remote, names, parse_ref
 from moeconf.hub.ref import RemoteRef
 
+BART = "zai-org_GLM-4.5-Air"
 LISTINGS: dict[str, list[str]] = json.loads(
     (Path(__file__).parent / "data" / "hf_listings.json").read_text())["repos"]
 
@@ -27,9 +28,9 @@ LISTINGS: dict[str, list[str]] = json.loads(
     # the tag is searched, not anchored: 'F16[.-]' matches ...-BF16.gguf (mmproj-F16.gguf is no model)
     ("unsloth/gemma-3-27b-it-GGUF", "F16", "gemma-3-27b-it-BF16.gguf"),
     ("unsloth/gemma-3-27b-it-GGUF", "F32", None),  # only mmproj-F32.gguf matches, and it is no model
-    ("bartowski/zai-org_GLM-4.5-Air-GGUF", "", "zai-org_GLM-4.5-Air-Q4_K_M/zai-org_GLM-4.5-Air-Q4_K_M-00001-of-00002.gguf"),
-    ("bartowski/zai-org_GLM-4.5-Air-GGUF", "Q4_K_L", "zai-org_GLM-4.5-Air-Q4_K_L/zai-org_GLM-4.5-Air-Q4_K_L-00001-of-00002.gguf"),
-    ("bartowski/zai-org_GLM-4.5-Air-GGUF", "BF16", "zai-org_GLM-4.5-Air-bf16/zai-org_GLM-4.5-Air-bf16-00001-of-00005.gguf"),
+    ("bartowski/zai-org_GLM-4.5-Air-GGUF", "", f"{BART}-Q4_K_M/{BART}-Q4_K_M-00001-of-00002.gguf"),
+    ("bartowski/zai-org_GLM-4.5-Air-GGUF", "Q4_K_L", f"{BART}-Q4_K_L/{BART}-Q4_K_L-00001-of-00002.gguf"),
+    ("bartowski/zai-org_GLM-4.5-Air-GGUF", "BF16", f"{BART}-bf16/{BART}-bf16-00001-of-00005.gguf"),
     # no Q4_K_M and no Q8_0: the first model file (shard 1)
     ("ggml-org/gpt-oss-120b-GGUF", "", "gpt-oss-120b-mxfp4-00001-of-00003.gguf"),
     ("ggml-org/gpt-oss-120b-GGUF", "MXFP4", "gpt-oss-120b-mxfp4-00001-of-00003.gguf"),

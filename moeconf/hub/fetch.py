@@ -167,7 +167,7 @@ class _Reader:
             self.etag = self.etag or hdrs.get("etag")
             self.commit = self.commit or hdrs.get("x-repo-commit")
             if r.status == 206:
-                c_start, c_end, total = _content_range(hdrs.get("content-range"), self.label)
+                c_start, _c_end, total = _content_range(hdrs.get("content-range"), self.label)
                 if c_start != start:
                     raise HubError(f"asked for bytes from {start}, the server sent from {c_start}", path=self.label)
                 self.size = total
@@ -209,8 +209,8 @@ class _Reader:
             got += len(chunk)
             STATS.add(nbytes=len(chunk))
             if time.monotonic() - t0 > self.deadline_s:
-                raise HubError(f"timed out: the server sent {got:,} bytes in {self.deadline_s:g} s (MOECONF_HUB_TIMEOUT "
-                               "sets the limit)", path=self.label)
+                raise HubError(f"timed out: the server sent {got:,} bytes in {self.deadline_s:g} s "
+                               "(MOECONF_HUB_TIMEOUT sets the limit)", path=self.label)
 
 
 def read_remote_header(url: str, headers: dict[str, str], label: str) -> tuple[GGUFHeader, _Reader]:

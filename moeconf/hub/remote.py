@@ -215,7 +215,7 @@ def load_resolved(res: Resolved, *, progress: Progress | None = None, force_offl
     if hit is not None:
         try:
             return _as_remote(parse_manifest(hit, store.header_path(*key)), ref, res.files)
-        except Exception:  # noqa: BLE001, S110 - a damaged cache entry is read again from the source
+        except Exception:
             pass
     if res.local is not None:
         local = res.local
@@ -283,7 +283,7 @@ def _load_url(ref: RemoteRef, progress: Progress | None, force_offline: bool = F
         try:
             inv = parse_manifest(hit, store.header_path(*key))
             return replace(inv, source=url, shards=_url_shards(url, len(inv.shards) or 1))
-        except Exception:  # noqa: BLE001, S110
+        except Exception:
             pass
     folder, name = url.rsplit("/", 1)
     shards = names.expected_shards(name)
@@ -292,7 +292,8 @@ def _load_url(ref: RemoteRef, progress: Progress | None, force_offline: bool = F
     text = dumps_manifest(inv)
     if etag:
         store.put_manifest(text, *key)
-    return replace(parse_manifest(loads_manifest_json(text, url), url), source=url, shards=_url_shards(url, len(shards)))
+    inv = parse_manifest(loads_manifest_json(text, url), url)
+    return replace(inv, source=url, shards=_url_shards(url, len(shards)))
 
 
 def _url_shards(url: str, n: int) -> tuple[str, ...]:

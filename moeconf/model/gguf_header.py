@@ -110,7 +110,7 @@ class GGUFHeader:
         return default if entry is None else entry.value
 
 
-class NeedMore(Exception):  # noqa: N818 - a signal, not an error
+class NeedMore(Exception):
     """A header read from a prefix of the file (a remote range read) stopped at the prefix's end:
     `offset` is the first byte it still needs, `estimate` how far the header probably reaches."""
 
