@@ -404,3 +404,11 @@ def test_solved_rows_are_reused_only_for_the_same_question(hub: Hub, capsys: pyt
     assert json.loads(capsys.readouterr().out) == big
     monkeypatch.setattr(fq, "_CODE_HASH", ["another moeconf"])
     assert main([*args, "--ram", "128GiB"]) == 0 and len(calls) == 3  # other code: solved again
+
+
+def test_an_mmproj_sibling_is_named_as_not_modelled(hub: Hub, quant_files: dict[str, Path]) -> None:
+    hub.repos["o/vision"] = Repo({"m-Q4_K_M.gguf": quant_files["GLM-4.5-Air-Q4_K_M.gguf"],
+                                  "mmproj-F16.gguf": b"GGUF"})
+    for _ in range(2):  # cold, then from the header cache
+        inv = load_model("o/vision:Q4_K_M")
+        assert any("also downloads and loads mmproj-F16.gguf" in w and "not modelled" in w for w in inv.warnings)

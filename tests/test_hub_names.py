@@ -134,3 +134,16 @@ def test_model_strings() -> None:
         assert not is_remote(local), local
     for remote in ("o/r", "o/r:Q4_K_M", "hf://o/r/m.gguf", "http://127.0.0.1/m.gguf"):
         assert is_remote(remote), remote
+
+
+def test_mmproj_sibling_as_find_best_sibling() -> None:
+    files = LISTINGS["unsloth/gemma-3-27b-it-GGUF"]
+    # at the same depth the bits closest to the model's (BF16 and F16 tie at 16: the first listed)
+    assert names.find_mmproj(files, "gemma-3-27b-it-Q4_K_M.gguf") == "mmproj-BF16.gguf"
+    assert names.find_mmproj(LISTINGS["ggml-org/gemma-3-4b-it-GGUF"], "gemma-3-4b-it-Q4_K_M.gguf") == (
+        "mmproj-model-f16.gguf")
+    # a folder deeper than the model's is not its sibling; one above it is
+    assert names.find_mmproj(["Q4/m-Q4_K_M.gguf", "other/mmproj-F16.gguf"], "Q4/m-Q4_K_M.gguf") is None
+    assert names.find_mmproj(["Q4/m-Q4_K_M.gguf", "mmproj-F16.gguf", "Q4/mmproj-F32.gguf"],
+                             "Q4/m-Q4_K_M.gguf") == "Q4/mmproj-F32.gguf"
+    assert names.find_mmproj(LISTINGS["unsloth/GLM-4.5-Air-GGUF"], "GLM-4.5-Air-Q2_K.gguf") is None

@@ -202,3 +202,29 @@ def selector_tag(files: Sequence[str], primary: str) -> str | None:
         if find_best_model(files, tag) == primary:
             return tag
     return None
+
+
+def find_mmproj(files: Sequence[str], model: str) -> str | None:
+    """`find_best_sibling(files, model, "mmproj")` (what `-hf` downloads and loads beside the model
+    unless --no-mmproj): a .gguf whose path holds `mmproj`, in the model's folder or one above it;
+    the deepest folder wins, then the quant bits closest to the model's."""
+
+    def bits(path: str) -> int:
+        info = split_info(path)
+        m = re.search(r"[0-9]+", info.tag) if info else None
+        return int(m.group(0)) if m else 0
+
+    model_dir = model.split("/")[:-1]
+    model_bits = bits(model)
+    best: tuple[int, int] | None = None
+    chosen = None
+    for f in files:
+        if not f.endswith(".gguf") or "mmproj" not in f:
+            continue
+        sib_dir = f.split("/")[:-1]
+        if sib_dir != model_dir[: len(sib_dir)]:
+            continue
+        key = (len(sib_dir), -abs(bits(f) - model_bits))
+        if best is None or key[0] > best[0] or (key[0] == best[0] and key[1] > best[1]):
+            best, chosen = key, f
+    return chosen

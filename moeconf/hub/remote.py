@@ -214,7 +214,7 @@ def load_resolved(res: Resolved, *, progress: Progress | None = None, force_offl
     hit = store.get_manifest(*key)
     if hit is not None:
         try:
-            return _as_remote(parse_manifest(hit, store.header_path(*key)), ref, res.files)
+            return _as_remote(parse_manifest(hit, store.header_path(*key)), ref, res.files, res.listing)
         except Exception:
             pass
     if res.local is not None:
@@ -229,7 +229,8 @@ def load_resolved(res: Resolved, *, progress: Progress | None = None, force_offl
                                  n_named=len(names.expected_shards(res.files[0])))
     text = dumps_manifest(inv)
     store.put_manifest(text, *key)
-    return _as_remote(parse_manifest(loads_manifest_json(text, ref.display), ref.display), ref, res.files)
+    return _as_remote(parse_manifest(loads_manifest_json(text, ref.display), ref.display), ref, res.files,
+                      res.listing)
 
 
 def _quote(path: str) -> str:
@@ -238,8 +239,13 @@ def _quote(path: str) -> str:
     return urllib.parse.quote(path, safe="/")
 
 
-def _as_remote(inv: Inventory, ref: RemoteRef, files: Sequence[str]) -> Inventory:
-    return replace(inv, source=ref.display, shards=tuple(files))
+def _as_remote(inv: Inventory, ref: RemoteRef, files: Sequence[str], listing: Listing | None = None) -> Inventory:
+    warnings = inv.warnings
+    mmproj = names.find_mmproj(listing.files, files[0]) if listing is not None and ref.url is None else None
+    if mmproj:
+        warnings = (*warnings, f"llama.cpp -hf also downloads and loads {mmproj} (a vision projector) unless "
+                    "--no-mmproj is given: its memory is not modelled")
+    return replace(inv, source=ref.display, shards=tuple(files), warnings=warnings)
 
 
 def _fetch_all(jobs: list[tuple[str, str]], progress: Progress | None) -> list[GGUFHeader]:
