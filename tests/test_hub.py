@@ -412,3 +412,17 @@ def test_an_mmproj_sibling_is_named_as_not_modelled(hub: Hub, quant_files: dict[
     for _ in range(2):  # cold, then from the header cache
         inv = load_model("o/vision:Q4_K_M")
         assert any("also downloads and loads mmproj-F16.gguf" in w and "not modelled" in w for w in inv.warnings)
+
+
+def test_a_missing_relative_path_is_named_as_both(hub: Hub, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "models/glm"]) == 2
+    assert "models/glm: no such file, and no repo models/glm" in capsys.readouterr().err
+
+
+def test_the_token_goes_to_the_hub_only(hub: Hub, quant_files: dict[str, Path],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    hub.plain["GLM-4.5-Air-Q4_K_M.gguf"] = quant_files["GLM-4.5-Air-Q4_K_M.gguf"]
+    monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # another host than the URL's
+    load_model(f"{hub.endpoint}/files/GLM-4.5-Air-Q4_K_M.gguf")
+    assert hub.auth_seen and all(a is None for _, a in hub.auth_seen)

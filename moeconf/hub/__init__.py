@@ -29,9 +29,17 @@ def load_model(spec: str | os.PathLike[str], *, progress: Progress | None = None
     """A GGUF (any shard), a manifest, or a remote MODEL string -> its inventory. `offline`:
     a remote model from the caches only."""
     if is_remote(spec):
+        from moeconf.hub.fetch import HubError
         from moeconf.hub.remote import load
 
-        return load(parse_ref(str(spec)), progress=progress, offline=offline)
+        ref = parse_ref(str(spec))
+        try:
+            return load(ref, progress=progress, offline=offline)
+        except HubError as e:
+            if ref.tag is None and ref.file is None and ref.url is None and e.message.startswith("no repo "):
+                # OWNER/NAME is also how a relative path looks: say that it is not one either
+                raise HubError(f"{spec}: no such file, and {e.message}", hint=e.hint) from None
+            raise
     from moeconf.model.inventory import load_inventory
 
     return load_inventory(spec)

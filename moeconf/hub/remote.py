@@ -248,9 +248,17 @@ def _as_remote(inv: Inventory, ref: RemoteRef, files: Sequence[str], listing: Li
     return replace(inv, source=ref.display, shards=tuple(files), warnings=warnings)
 
 
+def _token_for(url: str) -> dict[str, str]:
+    """The Hub token, for the Hub's own host only (never for another server's URL)."""
+    import urllib.parse
+
+    same = urllib.parse.urlsplit(url).netloc == urllib.parse.urlsplit(endpoint()).netloc
+    return _auth_headers() if same else {}
+
+
 def _fetch_all(jobs: list[tuple[str, str]], progress: Progress | None) -> list[GGUFHeader]:
     """Every shard's header at once (threads: the reads wait on the network)."""
-    headers = _auth_headers()
+    headers = _token_for(jobs[0][0])
     done = [0]
     lock = threading.Lock()
 
@@ -280,7 +288,7 @@ def _load_url(ref: RemoteRef, progress: Progress | None, force_offline: bool = F
     if etag is None:
         if off:
             raise HubError("offline, and this URL's header is not cached", path=url)
-        etag = head(url, _auth_headers()).get("etag", "")
+        etag = head(url, _token_for(url)).get("etag", "")
         if etag:
             store.put_url_etag(url, etag)
     key = (url, etag)
