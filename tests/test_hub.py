@@ -426,3 +426,12 @@ def test_the_token_goes_to_the_hub_only(hub: Hub, quant_files: dict[str, Path],
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # another host than the URL's
     load_model(f"{hub.endpoint}/files/GLM-4.5-Air-Q4_K_M.gguf")
     assert hub.auth_seen and all(a is None for _, a in hub.auth_seen)
+
+
+def test_models_config_may_name_a_remote_model(hub: Hub, tmp_path: Path) -> None:
+    from moeconf.linting.linter import lint
+
+    (tmp_path / ".moeconf.toml").write_text(f'[models]\n"air.gguf" = "{AIR}:Q4_K_M"\n')
+    (tmp_path / "run.sh").write_text('llama-server -m /models/air.gguf -ngl 99 -fit off -ot "nothing_here=CPU"\n')
+    res = lint([str(tmp_path / "run.sh")])
+    assert any(f.name == "unmatched-pattern" for f in res.findings), res.findings
