@@ -549,35 +549,50 @@ def bench_hub(args: argparse.Namespace) -> None:
             raise SystemExit(f"moeconf {' '.join(argv)} failed: {r.stderr}")
         return wall, len(hub.log) - n, hub.sent - sent, r.stdout
 
+    runs = max(1, min(args.fit_runs, 5))
+
+    def cold_warm(argv: list[str], name: str
+                  ) -> tuple[list[float], list[float], int, int, int, list[tuple[str, str, str]]]:
+        """Median inputs: `runs` cold runs (each with an empty cache) and `runs` warm ones."""
+        colds, warms, log = [], [], []
+        hops = sent = warm_hops = 0
+        for i in range(runs):
+            n0 = len(hub.log)
+            wall, hops, sent, _ = run(argv, f"{name}-{i}")
+            log = hub.log[n0:]
+            colds.append(wall)
+        for _ in range(runs):
+            wall, warm_hops, _, _ = run(argv, f"{name}-0")
+            warms.append(wall)
+        return colds, warms, hops, sent, warm_hops, log
+
     rows = [["model", "shards", "header MiB read", "range requests", "max per shard", "HTTP hops", "file GiB",
              "inspect cold", "inspect warm"]]
     for spec, files in (("unsloth/DeepSeek-V3-0324-GGUF:Q4_K_M", ds_files),
                         ("unsloth/GLM-4.5-Air-GGUF:Q4_K_M",
                          [air_files[k] for k in sorted(air_files) if "Q4_K_M/" in k])):
-        cache = f"c-{spec.split('/')[1].split(':')[0]}"
-        n0 = len(hub.log)
-        cold, hops, sent, _ = run(["inspect", spec], cache)
-        log = hub.log[n0:]
+        colds, warms, hops, sent, warm_hops, log = cold_warm(["inspect", spec],
+                                                             f"c-{spec.split('/')[1].split(':')[0]}")
         per_file: dict[str, int] = {}
         for _m, p, r in log:
             if r and ("/resolve/" in p or not r.startswith("bytes=0-")):
                 per_file[p.rsplit("/", 1)[-1]] = per_file.get(p.rsplit("/", 1)[-1], 0) + 1
-        warm, warm_hops, _, _ = run(["inspect", spec], cache)
         size = sum(os.path.getsize(f) for f in files)
         rows.append([spec, str(len(files)), f"{sent / 2**20:.1f}", str(sum(per_file.values())),
                      str(max(per_file.values())), f"{hops} (warm {warm_hops})", f"{size / 2**30:.0f}",
-                     _fmt_s(cold), _fmt_s(warm)])
-    _print_table("Remote headers (Hub emulator, 50 ms per HTTP request; a request to resolve/ is redirected: 2 hops)",
-                 rows)
+                     _fmt_s(statistics.median(colds)), _fmt_s(statistics.median(warms))])
+    _print_table(f"Remote headers (Hub emulator, 50 ms per HTTP request; a request to resolve/ is redirected: 2 hops; "
+                 f"median of {runs} whole processes)", rows)
     fit_argv = ["fit", "unsloth/GLM-4.5-Air-GGUF", "--gpu", "24GiB", "--ram", "128GiB", "-c", "32768"]
-    cold, hops, sent, out = run(fit_argv, "c-table")
-    warm, warm_hops, _, _ = run(fit_argv, "c-table")
+    colds, warms, hops, sent, warm_hops, _ = cold_warm(fit_argv, "c-table")
+    _, _, _, out = run(fit_argv, "c-table-0")
     fits = sum(1 for line in out.splitlines() if "  yes  " in line)
     rows = [["repo", "quants (files)", "fit", "header MiB read", "HTTP hops", "wall"],
             ["unsloth/GLM-4.5-Air-GGUF", f"{len(_HUB_QUANTS)} ({len(air_files)})", f"{fits} fit", f"{sent / 2**20:.1f}",
-             str(hops), f"cold {_fmt_s(cold)}"],
-            ["", "", "", "0.0", str(warm_hops), f"warm {_fmt_s(warm)}"]]
-    _print_table("`moeconf fit REPO --gpu 24GiB --ram 128GiB -c 32768`: the quant table (whole process)", rows)
+             str(hops), f"cold {_fmt_s(statistics.median(colds))}"],
+            ["", "", "", "0.0", str(warm_hops), f"warm {_fmt_s(statistics.median(warms))}"]]
+    _print_table(f"`moeconf fit REPO --gpu 24GiB --ram 128GiB -c 32768`: the quant table (median of {runs} whole "
+                 "processes)", rows)
     hub.stop()
     import shutil
 
