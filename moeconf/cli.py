@@ -99,7 +99,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Simulate the engine on MODEL with the given command line (after --) or -ot value, and "
         "show a layer x group map, GiB per device, which item matched what, and items that matched nothing.",
     )
-    exp.add_argument("model", help="a .gguf file or a manifest .json")
+    exp.add_argument("model", nargs="?", help="a .gguf file, a manifest .json or a remote model (docs/hub.md); "
+                     "left out: the command line's own -m, or -hf [--hf-file] resolved as llama.cpp does")
     exp.add_argument("--ot", action="append", default=[], metavar="VALUE", help="an -ot value (repeatable)")
     exp.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp",
                      help="the engine to simulate (default: llama.cpp)")
@@ -306,12 +307,30 @@ def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
     return _load_model(args.model), engine(args.engine, args.engine_version)
 
 
+def _line_model(words: list[str]) -> str:
+    """The MODEL a command line names itself: -hf REPO[:TAG] (with --hf-file: that file), else -m."""
+    kinds = {"-hf": "repo", "-hfr": "repo", "--hf-repo": "repo", "-hff": "file", "--hf-file": "file",
+             "-m": "model", "--model": "model"}
+    found: dict[str, str] = {}
+    for i, w in enumerate(words[:-1]):
+        if w in kinds:
+            found[kinds[w]] = words[i + 1]  # the last one counts, as the engines read them
+    if "repo" in found:
+        repo = found["repo"].split(":")[0]
+        return f"hf://{repo}/{found['file']}" if "file" in found else found["repo"]
+    if "model" in found:
+        return found["model"]
+    raise MoeconfError("give MODEL, or a command line with -m or -hf")
+
+
 def _cmd_explain(args: argparse.Namespace) -> int:
     import json
 
     from moeconf.explanation import explain
     from moeconf.report.explain import render
 
+    if args.model is None:
+        args.model = _line_model(list(args.engine_args))
     inv, eng = _model_and_engine(args)
     argv = list(args.engine_args)
     for v in args.ot:

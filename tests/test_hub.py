@@ -435,3 +435,15 @@ def test_models_config_may_name_a_remote_model(hub: Hub, tmp_path: Path) -> None
     (tmp_path / "run.sh").write_text('llama-server -m /models/air.gguf -ngl 99 -fit off -ot "nothing_here=CPU"\n')
     res = lint([str(tmp_path / "run.sh")])
     assert any(f.name == "unmatched-pattern" for f in res.findings), res.findings
+
+
+def test_explain_takes_the_model_from_the_command_line(hub: Hub, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--json", "--", "-hf", f"{AIR}:Q8_0", "-ngl", "99", "-fit", "off", "-ot", "exps=CPU",
+                 "-c", "4096"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory"]["CPU"]["weights"] > 0
+    assert main(["explain", "--", "-hf", AIR, "--hf-file", "GLM-4.5-Air-Q4_K_M.gguf", "-ngl", "99", "-c",
+                 "4096"]) in (0, 1)
+    assert "GLM-4.5-Air" in capsys.readouterr().out
+    assert main(["explain", "--", "-ngl", "99"]) == 2
+    assert "give MODEL, or a command line with -m or -hf" in capsys.readouterr().err
