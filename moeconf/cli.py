@@ -458,7 +458,6 @@ def _cmd_fit_quants(args: argparse.Namespace) -> int:
     import json
 
     from moeconf.engines import engine, version_error
-    from moeconf.fit import Budget
     from moeconf.fitquants import fit_quants, render_table
     from moeconf.hub.remote import stderr_progress
     from moeconf.memory import parse_size
@@ -469,7 +468,7 @@ def _cmd_fit_quants(args: argparse.Namespace) -> int:
     if bad_version:
         raise MoeconfError(f"--engine-version: {bad_version}")
     eng = engine(args.engine, args.engine_version)
-    budgets = [Budget(d, size) for d, size in _budgets(args.gpu, "--gpu").items()]
+    budgets = list(_budgets(args.gpu, "--gpu").items())
     ram = parse_size(args.ram, "--ram") if args.ram else None
     progress = stderr_progress(f"moeconf: {safe(args.model)}")
     try:

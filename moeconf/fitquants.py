@@ -6,20 +6,24 @@ one per first shard, split files and folders per quant included); only their hea
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from moeconf.engines import Engine
 from moeconf.errors import MoeconfError
-from moeconf.fit import Budget, Policy, fit
 from moeconf.hub import names, store
 from moeconf.hub.ref import RemoteRef
 from moeconf.hub.remote import Listing, Progress, list_repo, load_resolved, resolve
 from moeconf.model.inventory import Inventory
 
+if TYPE_CHECKING:
+    from moeconf.fit import Budget
+
 GiB = 2**30
+Policy = Literal["first", "last"]  # as moeconf.fit's (imported only when a quant is solved, not from the cache)
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def host_read_per_token(inv: Inventory, devices: dict[str, str | None]) -> int:
 
 
 def _row(q: names.Quant, ref: RemoteRef, lst: Listing, inv: Inventory | MoeconfError, eng: Engine,
-         budgets: Sequence[Budget], user_argv: Sequence[str], plan_dir: str, reserve: int, policy: Policy,
+         budgets: Sequence[tuple[str, int]], user_argv: Sequence[str], plan_dir: str, reserve: int, policy: Policy,
          split: bool, ram: int | None) -> QuantRow:
     sizes = [lst.sizes.get(f) for f in q.files]
     size = sum(s for s in sizes if s is not None) if all(s is not None for s in sizes) else 0
@@ -98,7 +102,10 @@ def _row(q: names.Quant, ref: RemoteRef, lst: Listing, inv: Inventory | MoeconfE
             return QuantRow.from_json(hit, ref)
         except (KeyError, TypeError, ValueError):
             pass
-    row = _solve(q, ref, size, inv, eng, budgets, user_argv, plan_dir, reserve, policy, split, ram)
+    from moeconf.fit import Budget
+
+    row = _solve(q, ref, size, inv, eng, [Budget(d, n) for d, n in budgets], user_argv, plan_dir, reserve, policy,
+                 split, ram)
     if not row.why or not row.why.startswith("not read"):
         store.put_solved(key, row.json())
     return row
@@ -107,6 +114,8 @@ def _row(q: names.Quant, ref: RemoteRef, lst: Listing, inv: Inventory | MoeconfE
 def _solve(q: names.Quant, ref: RemoteRef, size: int, inv: Inventory, eng: Engine, budgets: Sequence[Budget],
            user_argv: Sequence[str], plan_dir: str, reserve: int, policy: Policy, split: bool,
            ram: int | None) -> QuantRow:
+    from moeconf.fit import fit
+
     size = size or inv.total_bytes()
     experts_total = inv.total_bytes(t for t in inv.tensors if t.group == "experts")
     try:
@@ -145,17 +154,17 @@ def _code_hash() -> str:
     return _CODE_HASH[0]
 
 
-def _solve_key(lst: Listing, q: names.Quant, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
+def _solve_key(lst: Listing, q: names.Quant, eng: Engine, budgets: Sequence[tuple[str, int]], user_argv: Sequence[str],
                plan_dir: str, reserve: int, policy: Policy, split: bool, ram: int | None) -> str:
     """Everything a quant's row depends on: the code, the repo's commit and files, the engine, the
     budgets and flags (the header itself is fixed by the commit)."""
     from moeconf.hub.remote import endpoint
 
     return json.dumps([_code_hash(), endpoint(), lst.repo, lst.commit, list(q.files), eng.name, eng.version,
-                       [(b.device, b.size) for b in budgets], list(user_argv), plan_dir, reserve, policy, split, ram])
+                       [list(b) for b in budgets], list(user_argv), plan_dir, reserve, policy, split, ram])
 
 
-def fit_quants(repo: str, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str], *, plan_dir: str,
+def fit_quants(repo: str, eng: Engine, budgets: Sequence[tuple[str, int]], user_argv: Sequence[str], *, plan_dir: str,
                reserve: int, policy: Policy = "first", split: bool = True, ram: int | None = None,
                progress: Progress | None = None) -> QuantTable:
     lst = list_repo(repo)
@@ -167,6 +176,7 @@ def fit_quants(repo: str, eng: Engine, budgets: Sequence[Budget], user_argv: Seq
         tag = names.selector_tag(lst.files, q.primary)
         refs.append(RemoteRef(repo=repo, tag=tag) if tag else RemoteRef(repo=repo, file=q.primary))
     done = [0]
+    lock = threading.Lock()
 
     def read(ref: RemoteRef) -> Inventory | MoeconfError:
         inv: Inventory | MoeconfError
@@ -174,11 +184,13 @@ def fit_quants(repo: str, eng: Engine, budgets: Sequence[Budget], user_argv: Seq
             inv = load_resolved(resolve(ref, lst))
         except MoeconfError as e:
             inv = e
-        done[0] += 1
-        if progress:
-            from moeconf.hub.fetch import STATS
+        from moeconf.hub.fetch import STATS
 
-            progress(f"{done[0]}/{len(refs)} quants read ({STATS.requests} requests, {STATS.bytes / 2**20:.1f} MiB)")
+        with lock:
+            done[0] += 1
+            if progress:
+                progress(f"{done[0]}/{len(refs)} quants read ({STATS.requests} requests, "
+                         f"{STATS.bytes / 2**20:.1f} MiB)")
         return inv
 
     with ThreadPoolExecutor(max_workers=min(8, len(refs))) as pool:

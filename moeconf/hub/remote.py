@@ -320,8 +320,13 @@ def stderr_progress(prefix: str) -> Progress:
     """A progress line on standard error, rewritten in place on a terminal."""
     tty = sys.stderr.isatty()
     last = [0.0]
+    lock = threading.Lock()
 
     def show(msg: str) -> None:
+        with lock:
+            _show(msg)
+
+    def _show(msg: str) -> None:
         now = time.monotonic()
         if tty:
             sys.stderr.write(f"\r\x1b[K{prefix}: {msg}")
