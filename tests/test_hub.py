@@ -447,3 +447,12 @@ def test_explain_takes_the_model_from_the_command_line(hub: Hub, capsys: pytest.
     assert "GLM-4.5-Air" in capsys.readouterr().out
     assert main(["explain", "--", "-ngl", "99"]) == 2
     assert "give MODEL, or a command line with -m or -hf" in capsys.readouterr().err
+
+
+def test_compile_model_option_takes_a_remote_model(hub: Hub, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "p.toml"
+    plan.write_text('rules = ["experts -> cpu"]\n[model]\npath = "missing.gguf"\n[engine]\nname = "llama.cpp"\n'
+                    'gpus = ["CUDA0"]\n[flags]\nn_gpu_layers = "all"\n')
+    assert main(["compile", str(plan), "--model", f"hf://{AIR}/GLM-4.5-Air-Q4_K_M.gguf", "-q"]) == 0
+    assert f"-hf {AIR} --hf-file GLM-4.5-Air-Q4_K_M.gguf" in capsys.readouterr().out
