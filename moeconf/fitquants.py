@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -193,11 +193,15 @@ def fit_quants(repo: str, eng: Engine, budgets: Sequence[tuple[str, int]], user_
                          f"{STATS.bytes / 2**20:.1f} MiB)")
         return inv
 
+    # each quant is solved here as soon as its headers arrive, while the others are still read
+    rows: list[QuantRow | None] = [None] * len(refs)
     with ThreadPoolExecutor(max_workers=min(8, len(refs))) as pool:
-        invs = list(pool.map(read, refs))
-    rows = [_row(q, ref, lst, inv, eng, budgets, user_argv, plan_dir, reserve, policy, split, ram)
-            for q, ref, inv in zip(quants, refs, invs, strict=True)]
-    return QuantTable(repo, lst.commit, tuple(rows))
+        futures = {pool.submit(read, ref): i for i, ref in enumerate(refs)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            rows[i] = _row(quants[i], refs[i], lst, fut.result(), eng, budgets, user_argv, plan_dir, reserve, policy,
+                           split, ram)
+    return QuantTable(repo, lst.commit, tuple(r for r in rows if r is not None))
 
 
 def render_table(table: QuantTable) -> str:
