@@ -5,6 +5,7 @@
     python benchmarks/bench.py lint-corpus  # linter precision/recall on real-world launch lines
     python benchmarks/bench.py lint-size --size-mb 50   # `moeconf lint` on huge launch files
     python benchmarks/bench.py cli --baseline 611898a  # whole commands, beside an older revision
+    python benchmarks/bench.py hub        # remote headers against the Hub emulator (50 ms a request)
 
 Times are wall-clock on this machine; each row says how many runs it took the median of.
 """
@@ -493,6 +494,111 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# (label in the file name, expert type, file type, shards): a 20-quant repo laid out as Unsloth's
+_HUB_QUANTS = [
+    ("UD-IQ1_S", "IQ1_S", "IQ1_S", 1), ("UD-IQ1_M", "IQ1_M", "IQ1_M", 1), ("UD-IQ2_XXS", "IQ2_XXS", "IQ2_XXS", 1),
+    ("IQ2_XS", "IQ2_XS", "IQ2_XS", 1), ("UD-Q2_K_XL", "Q2_K", "Q2_K", 1), ("Q2_K", "Q2_K", "Q2_K", 1),
+    ("IQ3_XXS", "IQ3_XXS", "IQ3_XXS", 1), ("Q3_K_M", "Q3_K", "Q3_K_M", 1), ("UD-Q3_K_XL", "Q3_K", "Q3_K_L", 1),
+    ("IQ4_XS", "IQ4_XS", "IQ4_XS", 1), ("IQ4_NL", "IQ4_NL", "IQ4_NL", 1), ("Q4_0", "Q4_0", "Q4_0", 1),
+    ("Q4_1", "Q4_1", "Q4_1", 1), ("Q4_K_S", "Q4_K", "Q4_K_S", 1), ("Q4_K_M", "Q4_K", "Q4_K_M", 2),
+    ("UD-Q4_K_XL", "Q4_K", "Q4_K_M", 2), ("Q5_K_M", "Q5_K", "Q5_K_M", 2), ("Q6_K", "Q6_K", "Q6_K", 2),
+    ("Q8_0", "Q8_0", "Q8_0", 3), ("BF16", "BF16", "BF16", 5),
+]
+
+
+def bench_hub(args: argparse.Namespace) -> None:
+    """Remote models against the Hub emulator (tests/hub_emulator.py) with 50 ms added to every
+    HTTP request: header bytes and requests per model (DeepSeek-V3 in 9 shards, GLM-4.5-Air),
+    `moeconf inspect`, and `moeconf fit REPO` over a 20-quant repo, cold and warm (whole processes)."""
+    import dataclasses
+    import math
+    import os
+
+    from moeconf.fixtures import LAYOUTS, write_layout
+    from moeconf.fixtures.layouts import tensors
+    from tests.hub_emulator import Hub, Repo
+
+    tmp = Path(tempfile.mkdtemp(prefix="moeconf-bench-hub-"))
+    print(f"\nwriting sparse GGUFs with real vocabularies under {tmp} ...", file=sys.stderr)
+    ds = LAYOUTS["deepseek-v3"]
+    ds_files = write_layout(ds, tmp / "ds" / "DeepSeek-V3-0324-Q4_K_M.gguf",
+                            split_max_tensors=math.ceil(len(tensors(ds)) / 9)) if (tmp / "ds").mkdir() is None else []
+    air = LAYOUTS["glm-4.5-air"]
+    air_files: dict[str, Path] = {}
+    for label, et, ft, shards in _HUB_QUANTS:
+        folder = tmp / "air" / (label if shards > 1 else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        per = math.ceil(len(tensors(air)) / shards) if shards > 1 else 0
+        for p in write_layout(dataclasses.replace(air, expert_type=et, file_type=ft, attn_type="Q8_0"),
+                              folder / f"GLM-4.5-Air-{label}.gguf", split_max_tensors=per):
+            air_files[f"{label}/{p.name}" if shards > 1 else p.name] = p
+    hub = Hub(latency=0.05).start()
+    hub.repos["unsloth/DeepSeek-V3-0324-GGUF"] = Repo({f"Q4_K_M/{p.name}": p for p in ds_files})
+    hub.repos["unsloth/GLM-4.5-Air-GGUF"] = Repo(air_files)
+    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "LLAMA_CACHE": str(tmp / "hf-empty"), "HF_HOME": str(tmp / "hfh")}
+    for var in ("HF_HUB_OFFLINE", "MODEL_ENDPOINT", "HF_TOKEN"):
+        env.pop(var, None)
+
+    def run(argv: list[str], cache: str) -> tuple[float, int, int, str]:
+        n, sent = len(hub.log), hub.sent
+        t = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "moeconf", *argv], cwd=REPO, capture_output=True, text=True,
+                           env={**env, "MOECONF_CACHE_DIR": str(tmp / cache)}, timeout=600)
+        wall = time.perf_counter() - t
+        if r.returncode not in (0, 1):
+            raise SystemExit(f"moeconf {' '.join(argv)} failed: {r.stderr}")
+        return wall, len(hub.log) - n, hub.sent - sent, r.stdout
+
+    runs = max(1, min(args.fit_runs, 5))
+
+    def cold_warm(argv: list[str], name: str
+                  ) -> tuple[list[float], list[float], int, int, int, list[tuple[str, str, str]]]:
+        """Median inputs: `runs` cold runs (each with an empty cache) and `runs` warm ones."""
+        colds, warms, log = [], [], []
+        hops = sent = warm_hops = 0
+        for i in range(runs):
+            n0 = len(hub.log)
+            wall, hops, sent, _ = run(argv, f"{name}-{i}")
+            log = hub.log[n0:]
+            colds.append(wall)
+        for _ in range(runs):
+            wall, warm_hops, _, _ = run(argv, f"{name}-0")
+            warms.append(wall)
+        return colds, warms, hops, sent, warm_hops, log
+
+    rows = [["model", "shards", "header MiB read", "range requests", "max per shard", "HTTP hops", "file GiB",
+             "inspect cold", "inspect warm"]]
+    for spec, files in (("unsloth/DeepSeek-V3-0324-GGUF:Q4_K_M", ds_files),
+                        ("unsloth/GLM-4.5-Air-GGUF:Q4_K_M",
+                         [air_files[k] for k in sorted(air_files) if "Q4_K_M/" in k])):
+        colds, warms, hops, sent, warm_hops, log = cold_warm(["inspect", spec],
+                                                             f"c-{spec.split('/')[1].split(':')[0]}")
+        per_file: dict[str, int] = {}
+        for _m, p, r in log:
+            if r and ("/resolve/" in p or not r.startswith("bytes=0-")):
+                per_file[p.rsplit("/", 1)[-1]] = per_file.get(p.rsplit("/", 1)[-1], 0) + 1
+        size = sum(os.path.getsize(f) for f in files)
+        rows.append([spec, str(len(files)), f"{sent / 2**20:.1f}", str(sum(per_file.values())),
+                     str(max(per_file.values())), f"{hops} (warm {warm_hops})", f"{size / 2**30:.0f}",
+                     _fmt_s(statistics.median(colds)), _fmt_s(statistics.median(warms))])
+    _print_table(f"Remote headers (Hub emulator, 50 ms per HTTP request; a request to resolve/ is redirected: 2 hops; "
+                 f"median of {runs} whole processes)", rows)
+    fit_argv = ["fit", "unsloth/GLM-4.5-Air-GGUF", "--gpu", "24GiB", "--ram", "128GiB", "-c", "32768"]
+    colds, warms, hops, sent, warm_hops, _ = cold_warm(fit_argv, "c-table")
+    _, _, _, out = run(fit_argv, "c-table-0")
+    fits = sum(1 for line in out.splitlines() if "  yes  " in line)
+    rows = [["repo", "quants (files)", "fit", "header MiB read", "HTTP hops", "wall"],
+            ["unsloth/GLM-4.5-Air-GGUF", f"{len(_HUB_QUANTS)} ({len(air_files)})", f"{fits} fit", f"{sent / 2**20:.1f}",
+             str(hops), f"cold {_fmt_s(statistics.median(colds))}"],
+            ["", "", "", "0.0", str(warm_hops), f"warm {_fmt_s(statistics.median(warms))}"]]
+    _print_table(f"`moeconf fit REPO --gpu 24GiB --ram 128GiB -c 32768`: the quant table (median of {runs} whole "
+                 "processes)", rows)
+    hub.stop()
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "inventory": lambda a: bench_inventory(a.runs, a.ref_runs),
     "ot-length": bench_ot_length,
@@ -502,6 +608,7 @@ TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "cli": bench_cli,
     "fit": bench_fit,
     "regex": bench_regex,
+    "hub": bench_hub,
 }
 
 

@@ -59,10 +59,12 @@ __all__ = [
 
 
 def load_inventory(path: str) -> Inventory:
-    """Read a model's tensor inventory from a GGUF (any shard of a split model) or a manifest."""
-    from moeconf.model.inventory import load_inventory as _load
+    """Read a model's tensor inventory from a GGUF (any shard of a split model), a manifest, or a
+    remote model: `hf://OWNER/REPO/PATH.gguf`, `OWNER/REPO[:TAG]` (as llama.cpp's -hf), an
+    https:// URL of a GGUF (headers only, by range requests; see docs/hub.md)."""
+    from moeconf.hub import load_model
 
-    return _load(path)
+    return load_model(path)
 
 
 def write_manifest(inventory: Inventory, path: str) -> None:

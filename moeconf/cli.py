@@ -101,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Simulate the engine on MODEL with the given command line (after --) or -ot value, and "
         "show a layer x group map, GiB per device, which item matched what, and items that matched nothing.",
     )
-    exp.add_argument("model", help="a .gguf file or a manifest .json")
+    exp.add_argument("model", nargs="?", help="a .gguf file, a manifest .json or a remote model (docs/hub.md); "
+                     "left out: the command line's own -m, or -hf [--hf-file] resolved as llama.cpp does")
     exp.add_argument("--ot", action="append", default=[], metavar="VALUE", help="an -ot value (repeatable)")
     exp.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp",
                      help="the engine to simulate (default: llama.cpp)")
@@ -193,10 +194,31 @@ def _write_output(text: str, output: str | None) -> None:
     write_output(output, text)
 
 
-def _cmd_inspect(args: argparse.Namespace) -> int:
-    from moeconf.model.inventory import load_inventory
+def _load_model(spec: str) -> Inventory:
+    """A MODEL argument: a GGUF, a manifest, or a remote model (moeconf.hub, with a progress line
+    on standard error while headers are fetched)."""
+    from moeconf.hub import is_remote, load_model
 
-    inv = load_inventory(args.model)
+    if not is_remote(spec):
+        return load_model(spec)
+    from moeconf.hub.remote import stderr_progress
+
+    progress = stderr_progress(f"moeconf: {safe(spec)}")
+    try:
+        return load_model(spec, progress=progress)
+    finally:
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\x1b[K")
+
+
+def _remote(spec: str | None) -> bool:
+    from moeconf.hub import is_remote
+
+    return spec is not None and is_remote(spec) and not os.path.exists(spec)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    inv = _load_model(args.model)
     if args.manifest:
         from moeconf.model.manifest import dumps_manifest
 
@@ -238,7 +260,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         # paths relative to the folder the file really lands in (a link is followed by the write)
         folder = os.path.dirname(os.path.realpath(args.write))
         plan_rel = os.path.relpath(os.path.realpath(args.plan), folder)
-        model_rel = os.path.relpath(os.path.realpath(args.model), folder) if args.model else None
+        model_rel = (args.model if _remote(args.model) else os.path.relpath(os.path.realpath(args.model), folder)
+                     ) if args.model else None
         text = with_generated_by(target, text, header_for(target, plan_rel, model_rel))
     _write_output(text, args.write)
     if not args.quiet:
@@ -249,14 +272,13 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    from moeconf.model.inventory import load_inventory
     from moeconf.plan.starter import starter_plan
 
     if args.output and os.path.lexists(args.output) and not args.force:
         raise MoeconfError("already exists (use --force to overwrite)", path=args.output)
-    inv = load_inventory(args.model)
+    inv = _load_model(args.model)
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
-    _write_output(starter_plan(inv, args.model, out_dir, args.engine), args.output)
+    _write_output(starter_plan(inv, args.model, out_dir, args.engine, remote=_remote(args.model)), args.output)
     return EXIT_OK
 
 
@@ -303,12 +325,27 @@ def _lint_overrides(args: argparse.Namespace) -> dict[str, object]:
 def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
     """The MODEL argument's inventory and the --engine at its checked --engine-version."""
     from moeconf.engines import engine, version_error
-    from moeconf.model.inventory import load_inventory
 
     bad_version = version_error(args.engine, args.engine_version)
     if bad_version:
         raise MoeconfError(f"--engine-version: {bad_version}")
-    return load_inventory(args.model), engine(args.engine, args.engine_version)
+    return _load_model(args.model), engine(args.engine, args.engine_version)
+
+
+def _line_model(words: list[str]) -> str:
+    """The MODEL a command line names itself: -hf REPO[:TAG] (with --hf-file: that file), else -m."""
+    kinds = {"-hf": "repo", "-hfr": "repo", "--hf-repo": "repo", "-hff": "file", "--hf-file": "file",
+             "-m": "model", "--model": "model"}
+    found: dict[str, str] = {}
+    for i, w in enumerate(words[:-1]):
+        if w in kinds:
+            found[kinds[w]] = words[i + 1]  # the last one counts, as the engines read them
+    if "repo" in found:
+        repo = found["repo"].split(":")[0]
+        return f"hf://{repo}/{found['file']}" if "file" in found else found["repo"]
+    if "model" in found:
+        return found["model"]
+    raise MoeconfError("give MODEL, or a command line with -m or -hf")
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -317,6 +354,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from moeconf.linting.linter import lint_command
     from moeconf.report.explain import render
 
+    if args.model is None:
+        args.model = _line_model(list(args.engine_args))
     inv, eng = _model_and_engine(args)
     argv = list(args.engine_args)
     for v in args.ot:
@@ -410,12 +449,14 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from moeconf.memory import parse_size
     from moeconf.report.memory import render_memory
 
+    if _remote(args.model) and ":" not in args.model and not args.model.startswith(("hf://", "http")):
+        return _cmd_fit_quants(args)  # OWNER/REPO with no tag: every quant of the repo
     inv, eng = _model_and_engine(args)
     sizes = _budgets(args.gpu, "--gpu")
     given = {name: g.rpartition("=")[2] for name, g in zip(sizes, args.gpu, strict=True)}
     budgets = [Budget(d, size, given[d]) for d, size in sizes.items()]
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
-    model_path = os.path.relpath(os.path.abspath(args.model), out_dir)
+    model_path = args.model if _remote(args.model) else os.path.relpath(os.path.abspath(args.model), out_dir)
     ram = parse_size(args.ram, "--ram") if args.ram else None
     headroom = parse_size(args.ram_headroom, "--ram-headroom")
     result = fit(inv, eng, budgets, args.engine_args, model_path=model_path, plan_dir=out_dir,
@@ -496,6 +537,38 @@ def _recompiled(result: FitResult, plan_text: str, out_dir: str, target: str) ->
     if target in ("llama.cpp", "ik_llama.cpp") and target != plan.config.engine.name:
         raise MoeconfError(f"--target {target}: fit solved for {plan.config.engine.name}; use --engine {target}")
     return compile_plan(plan, inventory=result.compiled.inventory)
+
+
+def _cmd_fit_quants(args: argparse.Namespace) -> int:
+    """`fit OWNER/REPO` with no tag: every quant of the repo solved for the same budgets, one table."""
+    import json
+
+    from moeconf.engines import engine, version_error
+    from moeconf.fitquants import fit_quants, render_table
+    from moeconf.hub.remote import stderr_progress
+    from moeconf.memory import parse_size
+
+    if args.output:
+        raise MoeconfError("-o writes one plan: give the quant (OWNER/REPO:TAG) to write its plan")
+    bad_version = version_error(args.engine, args.engine_version)
+    if bad_version:
+        raise MoeconfError(f"--engine-version: {bad_version}")
+    eng = engine(args.engine, args.engine_version)
+    budgets = list(_budgets(args.gpu, "--gpu").items())
+    ram = parse_size(args.ram, "--ram") if args.ram else None
+    progress = stderr_progress(f"moeconf: {safe(args.model)}")
+    try:
+        table = fit_quants(args.model, eng, budgets, args.engine_args, plan_dir=os.getcwd(),
+                           reserve=parse_size(args.reserve, "--reserve"), policy=args.policy,
+                           split=not args.no_split, ram=ram, progress=progress)
+    finally:
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\x1b[K")
+    if args.json:
+        sys.stdout.write(json.dumps(table.json(), indent=1) + "\n")
+    else:
+        sys.stdout.write(render_table(table))
+    return EXIT_OK if table.largest_fitting is not None else EXIT_FINDINGS
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

@@ -95,13 +95,20 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     bad_version = version_error(p.config.engine.name, p.config.engine.version)
     if bad_version:
         raise p.error_at_key(("engine", "version"), bad_version)
-    if inventory is None and model is None and not os.path.lexists(p.model_path):
-        raw = p.config.model.path
-        where = ("" if os.path.isabs(raw) else
-                 f"; [model] path is relative to the plan's folder, {p.folder or '.'}, not to where moeconf runs")
-        raise p.error_at_key(("model", "path"), f"[model] path {raw!r}: no such file: {p.model_path}{where}",
-                             hint="fix the path, or give the model with --model PATH")
-    inv = inventory if inventory is not None else load_inventory(model or p.model_path)
+    if inventory is not None:
+        inv = inventory
+    else:
+        from moeconf.hub import is_remote, load_model
+
+        spec = model or p.config.model.path
+        remote = is_remote(spec) and not os.path.exists(p.resolve_path(spec))
+        if not remote and model is None and not os.path.lexists(p.model_path):
+            raw = p.config.model.path
+            where = ("" if os.path.isabs(raw) else
+                     f"; [model] path is relative to the plan's folder, {p.folder or '.'}, not to where moeconf runs")
+            raise p.error_at_key(("model", "path"), f"[model] path {raw!r}: no such file: {p.model_path}{where}",
+                                 hint="fix the path, or give the model with --model PATH")
+        inv = load_model(spec) if remote else load_inventory(model or p.model_path)
     eng = engine(p.config.engine.name, p.config.engine.version)
     _check_flags(p, eng)
     extra_warnings = _check_extra(p, eng)

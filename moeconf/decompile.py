@@ -98,10 +98,13 @@ def decompile(ex: Explanation, plan_path: str, model_path: str, gpus: Sequence[s
     rules = decompile_rules(pl.inventory, pl.devices, pl.defaults, gpus)
     folder = os.path.dirname(os.path.abspath(plan_path))
     data: dict[str, object] = {"rules": rules}
-    model: dict[str, str] = {"path": os.path.relpath(os.path.abspath(model_path), folder)}
+    from moeconf.hub import is_remote
+
+    remote = is_remote(model_path) and not os.path.exists(model_path)
+    model: dict[str, str] = {"path": model_path if remote else os.path.relpath(os.path.abspath(model_path), folder)}
     if inv.model is not None:
         model["serve_path"] = inv.model.text
-    elif not model_path.endswith(".gguf"):
+    elif not model_path.endswith(".gguf") and not remote:
         # a manifest and no -m: the GGUF file the manifest was made from (its `source.file`)
         from moeconf.fit import manifest_gguf_name
 

@@ -36,6 +36,22 @@ def layout_paths(layout_dir: Path) -> dict[str, Path]:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("NO_COLOR", "1")
+    # remote models (moeconf.hub): never the user's caches, never the Hub
+    import tempfile
+
+    cache = tempfile.mkdtemp(prefix="moeconf-test-cache-")
+    config._moeconf_cache = cache  # type: ignore[attr-defined]
+    os.environ["MOECONF_CACHE_DIR"] = os.path.join(cache, "moeconf")
+    os.environ["LLAMA_CACHE"] = os.path.join(cache, "hf-empty")
+    os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens: a test that forgets the emulator fails fast
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    cache = getattr(config, "_moeconf_cache", None)
+    if cache:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 @contextmanager

@@ -120,13 +120,14 @@ def test_usage_errors() -> None:
 
 
 def test_cli_start_up_imports_nothing_heavy(tmp_path: Path) -> None:
-    """The inspect command must not import numpy, the gguf package, lark, pydantic or jsonschema:
-    that is what keeps a pre-commit hook instant."""
+    """The inspect command must not import numpy, the gguf package, lark, pydantic, jsonschema or
+    huggingface_hub (and its HTTP clients): that is what keeps a pre-commit hook instant."""
     out = tmp_path / "inventory.json"
     code = (
         "import sys; from moeconf.cli import main; "
         f"rc = main(['inspect', 'examples/models/deepseek-v3.manifest.json', '--json', '-o', {str(out)!r}]); "
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'gguf', 'lark', 'pydantic', 'jsonschema'}); "
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'gguf', 'lark', 'pydantic', 'jsonschema', "
+        "'huggingface_hub', 'httpx', 'httpx2', 'requests'}); "
         "print(rc, heavy)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)

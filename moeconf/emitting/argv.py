@@ -39,6 +39,27 @@ def serve_path(plan: Plan, inv: Inventory, override: str | None = None) -> str:
     )
 
 
+def remote_model_args(plan: Plan, eng: Engine, inv: Inventory, override: str | None = None) -> list[str] | None:
+    """How the engine fetches a remote model (moeconf.hub) itself, when the plan's model is one and
+    no `serve_path` is set: llama.cpp `-hf REPO[:TAG]` (`--hf-file PATH` for hf://) or `-mu URL`;
+    ik_llama.cpp 0.1.5 has no tag resolution, so `-hfr REPO -hff PATH` with the file moeconf
+    resolved. None for a local model."""
+    import os
+
+    from moeconf.hub import is_remote, parse_ref
+
+    spec = override or plan.config.model.path
+    if plan.config.model.serve_path or not inv.from_manifest or not is_remote(spec) or os.path.exists(
+            plan.resolve_path(spec)):
+        return None
+    ref = parse_ref(spec)
+    if eng.name == "ik_llama.cpp" and ref.url is None:
+        from moeconf.hub.remote import resolve
+
+        return ["-hfr", str(ref.repo), "-hff", resolve(ref).files[0]]
+    return ref.engine_args()
+
+
 def load_mode(no_mmap: bool, mlock: bool) -> str:
     """mainline `-lm` value for the old --no-mmap / --mlock switches (b10108+)."""
     return {(True, False): "none", (True, True): "mlock", (False, True): "mmap+mlock"}[(no_mmap, mlock)]
@@ -65,7 +86,10 @@ def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_pa
     f = plan.config.flags
     t = plan.config.targets
     argv: list[str] = [t.binary or DEFAULT_BINARY] if with_binary else []
-    if need_model or plan.config.model.serve_path or not inv.from_manifest:
+    remote = remote_model_args(plan, eng, inv, model_path)
+    if remote is not None:
+        argv += remote
+    elif need_model or plan.config.model.serve_path or not inv.from_manifest:
         argv += ["-m", serve_path(plan, inv, model_path)]
     if f.rpc:
         argv += ["--rpc", ",".join(f.rpc)]

@@ -151,6 +151,11 @@ class Invocation:
     env: dict[str, Arg] = field(default_factory=dict)
     binary: Arg | None = None
     model: Arg | None = None
+    # -hf/-hfr/--hf-repo and -hff/--hf-file (or LLAMA_ARG_HF_REPO / _FILE), --offline: a model from
+    # Hugging Face (moeconf.hub resolves it as the engine does)
+    hf_repo: Arg | None = None
+    hf_file: Arg | None = None
+    offline: bool = False
     ot: list[OtValue] = field(default_factory=list)
     cpu_moe: list[tuple[Arg, int, str]] = field(default_factory=list)  # (flag, order, "cli"|"env")
     n_cpu_moe: list[tuple[Arg, int, int, str]] = field(default_factory=list)  # (flag, N, order, source)
@@ -236,6 +241,10 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         inv.fit = (v, v.text in ("on", "enabled", "true", "1"))
     if "LLAMA_ARG_MODEL" in inv.env:
         inv.model = inv.env["LLAMA_ARG_MODEL"]
+    inv.hf_repo = inv.env.get("LLAMA_ARG_HF_REPO")
+    inv.hf_file = inv.env.get("LLAMA_ARG_HF_FILE")
+    inv.offline = inv.env.get("LLAMA_ARG_OFFLINE") is not None and inv.env["LLAMA_ARG_OFFLINE"].text.lower() in (
+        "1", "true", "on", "enabled")
     if engine.env_split:
         inv.split_mode = inv.env.get("LLAMA_ARG_SPLIT_MODE")
         inv.tensor_split = inv.env.get("LLAMA_ARG_TENSOR_SPLIT")
@@ -295,6 +304,12 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
                                         "or auto after it, and stops otherwise)"))
         if name in ("-m", "--model"):
             inv.model = value
+        elif name in ("-hf", "-hfr", "--hf-repo"):
+            inv.hf_repo = value
+        elif name in ("-hff", "--hf-file"):
+            inv.hf_file = value
+        elif name == "--offline":
+            inv.offline = True
         elif name in ("-ot", "--override-tensor"):
             assert value is not None
             inv.ot.append(OtValue(value, flag, order))

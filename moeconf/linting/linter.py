@@ -61,7 +61,29 @@ class _Models:
         real = os.path.realpath(path)
         return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
 
+    def load_remote(self, spec: str, *, offline: bool = False, ref: object = None) -> Inventory | MoeconfError:
+        """A remote model (moeconf.hub), resolved as the engine resolves -hf; loaded once."""
+        key = f"remote:{offline}:{ref or spec}"
+        if key not in self.cache:
+            from moeconf.hub import load_model
+            from moeconf.hub.ref import RemoteRef
+
+            try:
+                if isinstance(ref, RemoteRef):
+                    from moeconf.hub.remote import load
+
+                    self.cache[key] = load(ref, offline=offline)
+                else:
+                    self.cache[key] = load_model(spec, offline=offline)
+            except MoeconfError as err:
+                self.cache[key] = err
+        return self.cache[key]
+
     def load(self, path: str) -> Inventory | MoeconfError:
+        from moeconf.hub import is_remote
+
+        if is_remote(path) and not os.path.exists(path):
+            return self.load_remote(path)
         key = os.path.abspath(path)
         if key not in self.cache:
             what = not_regular(key)
@@ -114,6 +136,8 @@ def _model_for(src: SourceFile, launch: Launch, inv: Invocation, config: Config,
     directive = file_directive(src, "model", launch)
     if directive:
         return models.load(directive if os.path.isabs(directive) else os.path.join(folder, directive))
+    if inv.hf_repo is not None:
+        return _hf_model(inv, config, models)
     m = inv.model
     if m is None:
         return None
@@ -124,6 +148,38 @@ def _model_for(src: SourceFile, launch: Launch, inv: Invocation, config: Config,
     if mapped:
         return models.load(mapped)
     return None
+
+
+def _hf_model(inv: Invocation, config: Config, models: _Models) -> Inventory | MoeconfError | None:
+    """The model of a `-hf REPO[:TAG]` (`--hf-file FILE`) line: mapped in [models] (by the -hf
+    value), else resolved as the engine resolves it (moeconf.hub: the Hub, or the caches when
+    offline). ik_llama.cpp 0.1.5 has no tag resolution: `-hfr REPO` needs `-hff FILE` or `-m FILE`
+    (`gpt_params_handle_model_default` in its common/common.cpp)."""
+    from moeconf.hub.names import split_repo_tag
+    from moeconf.hub.ref import RemoteRef
+
+    assert inv.hf_repo is not None
+    repo_text = inv.hf_repo.text
+    for arg in (inv.hf_repo, inv.hf_file):
+        depends = getattr(arg, "depends", "") if arg is not None else ""
+        if depends:
+            return MoeconfError(f"the -hf model depends on {depends}")
+    mapped = config.model_for(repo_text)
+    if mapped:
+        return models.load(mapped)
+    file = inv.hf_file.text if inv.hf_file is not None else None
+    if inv.engine.name == "ik_llama.cpp":
+        file = file or (inv.model.text if inv.model is not None else None)
+        if not file:
+            return MoeconfError(f"{inv.engine.name} needs --hf-file (or -m) with --hf-repo {repo_text}: it has no "
+                                "tag resolution and refuses to start")
+        return models.load_remote(repo_text, offline=inv.offline, ref=RemoteRef(repo=repo_text, file=file))
+    try:
+        repo, tag = split_repo_tag(repo_text)
+    except ValueError as e:
+        return MoeconfError(str(e))
+    ref = RemoteRef(repo=repo, file=file) if file else RemoteRef(repo=repo, tag=tag or None)
+    return models.load_remote(repo_text, offline=inv.offline, ref=ref)
 
 
 def _suppressed(src: SourceFile | None, f: Finding) -> bool:

@@ -137,6 +137,13 @@ def _from_table(data: dict[str, Any], path: str, text: str = "", prefix: tuple[s
     for k, v in table.items():
         if not isinstance(v, str):
             raise where.error(f"[models] {k!r} must map to a path (a string), not {_type_name(v)}", "models", k)
+        from moeconf.hub.ref import looks_remote
+
+        # a remote model (moeconf.hub) in a form no path takes (a bare OWNER/NAME stays a path: a typo is caught)
+        if (v.startswith(("hf://", "https://", "http://")) or ":" in v) and looks_remote(v) and not os.path.exists(
+                os.path.join(folder, v)):
+            models[k] = v
+            continue
         full = v if os.path.isabs(v) else os.path.normpath(os.path.join(folder, v))
         problem = _not_a_model_file(full)
         if problem:

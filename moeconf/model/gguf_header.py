@@ -110,22 +110,48 @@ class GGUFHeader:
         return default if entry is None else entry.value
 
 
+class NeedMore(Exception):
+    """A header read from a prefix of the file (a remote range read) stopped at the prefix's end:
+    `offset` is the first byte it still needs, `estimate` how far the header probably reaches."""
+
+    def __init__(self, offset: int, estimate: int, in_metadata: bool = True) -> None:
+        super().__init__(offset)
+        self.offset = offset
+        self.estimate = max(offset, estimate)
+        self.in_metadata = in_metadata  # stopped before the tensor infos
+
+
 class _Cursor:
-    """Bounds-checked little-endian reads over a buffer, raising GGUFError with offsets."""
+    """Bounds-checked little-endian reads over a buffer, raising GGUFError with offsets. `end` is
+    the bytes the buffer holds; `size` the file's size (larger when only a prefix was read: a read
+    past `end` but within `size` raises NeedMore instead of "truncated")."""
 
-    __slots__ = ("buf", "end", "off", "path")
+    __slots__ = ("buf", "end", "in_tensors", "off", "path", "size", "tensor_room")
 
-    def __init__(self, buf: Any, path: str, end: int) -> None:
+    def __init__(self, buf: Any, path: str, end: int, size: int | None = None) -> None:
         self.buf = buf
         self.path = path
         self.end = end
+        self.size = end if size is None else size
         self.off = 0
+        self.tensor_room = 0  # bytes the tensor infos probably take, once the counts are known
+        self.in_tensors = False
+
+    def more(self, upto: int) -> NeedMore | None:
+        """NeedMore when byte `upto` lies beyond the prefix but within the file."""
+        if self.end < self.size and upto <= self.size:
+            return NeedMore(upto, upto + self.tensor_room + (64 << 10), not self.in_tensors)
+        return None
 
     def fail(self, message: str, offset: int | None = None) -> GGUFError:
         return GGUFError(message, path=self.path, offset=self.off if offset is None else offset)
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.off + n > self.end:
+            if n >= 0:
+                more = self.more(self.off + n)
+                if more is not None:
+                    raise more
             raise self.fail(
                 f"file is truncated: {what} needs {n} bytes but only {max(self.end - self.off, 0)} remain"
             )
@@ -164,13 +190,20 @@ class _Cursor:
         # Hot loop: a DeepSeek vocabulary is ~230k strings (tokens + merges). Reading past the
         # buffer raises struct.error; a corrupt length only makes `off` large, checked after.
         buf, off, unpack = self.buf, self.off, _U64.unpack_from
+        start, done = off, 0
         try:
-            for _ in range(count):
+            for done in range(count):  # noqa: B007 - `done` is read after the loop
                 off += 8 + unpack(buf, off)[0]
+            done = count
         except struct.error:
-            raise self.fail(f"file is truncated inside {what}", min(off, self.end)) from None
-        if off > self.end:
-            raise self.fail(f"file is truncated inside {what}")
+            pass
+        if done < count or off > self.end:
+            if self.end < self.size:
+                # a prefix: the strings read so far tell how far the rest of the array reaches
+                avg = (off - start) / max(done, 1)
+                estimate = int(off + avg * (count - done) * 1.1) + self.tensor_room + (64 << 10)
+                raise NeedMore(min(off, self.end) + 8, estimate, not self.in_tensors)
+            raise self.fail(f"file is truncated inside {what}", min(off, self.end))
         self.off = off
 
 
@@ -188,7 +221,7 @@ def _read_value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> MetadataV
         count = cur.u64(f"array length of {key!r}")
         if etype not in VALUE_TYPE_NAMES:
             raise cur.fail(f"metadata {key!r}: unknown array element type {etype}", etype_at)
-        remaining = cur.end - cur.off
+        remaining = cur.size - cur.off
         if etype in _SCALAR:
             width = _SCALAR[etype].size
             if count > remaining // width:
@@ -200,6 +233,7 @@ def _read_value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> MetadataV
                 cur.off += count * width
                 return MetadataValue(vtype, SkippedArray(etype, count), etype)
             fmt = struct.Struct(f"<{count}{_SCALAR[etype].format[-1]}")
+            cur.need(fmt.size, f"array {key!r}")
             values = list(fmt.unpack_from(cur.buf, cur.off))
             cur.off += fmt.size
             return MetadataValue(vtype, values, etype)
@@ -244,8 +278,19 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
         raise GGUFError(f"cannot read: {e}", path=spath) from None
 
 
-def _parse(buf: Any, path: str, size: int) -> GGUFHeader:
-    cur = _Cursor(buf, path, size)
+def parse_prefix(buf: bytes, path: str, file_size: int) -> GGUFHeader:
+    """The header from the first len(buf) bytes of a file of `file_size` bytes (a remote range
+    read). Raises NeedMore when the header reaches past the prefix, GGUFError when it is bad."""
+    if file_size < _HEADER.size:
+        raise GGUFError(f"not a GGUF file: only {file_size} bytes (a GGUF header has at least {_HEADER.size})",
+                        path=path, offset=0)
+    if len(buf) < _HEADER.size:
+        raise NeedMore(_HEADER.size, 1 << 20)
+    return _parse(buf, path, file_size, available=min(len(buf), file_size))
+
+
+def _parse(buf: Any, path: str, size: int, available: int | None = None) -> GGUFHeader:
+    cur = _Cursor(buf, path, size if available is None else available, size)
     magic, version, n_tensors, n_kv = _HEADER.unpack_from(buf, 0)
     if magic != GGUF_MAGIC:
         if magic[::-1] == GGUF_MAGIC:
@@ -268,6 +313,7 @@ def _parse(buf: Any, path: str, size: int) -> GGUFHeader:
         raise cur.fail(f"corrupt metadata count {n_kv}: the file has room for far fewer", 16)
     if n_tensors > remaining // 24:
         raise cur.fail(f"corrupt tensor count {n_tensors}: the file has room for far fewer", 8)
+    cur.tensor_room = n_tensors * 128  # a tensor info is ~60-120 bytes (name, dims, type, offset)
 
     metadata: dict[str, MetadataValue] = {}
     for i in range(n_kv):
@@ -291,6 +337,7 @@ def _parse(buf: Any, path: str, size: int) -> GGUFHeader:
 
     sizes = ggml.quant_sizes()
     names = ggml.type_names()
+    cur.in_tensors = True
     tensors: list[TensorInfo] = []
     seen: set[str] = set()
     for i in range(n_tensors):
@@ -330,6 +377,7 @@ def _parse(buf: Any, path: str, size: int) -> GGUFHeader:
         if offset % alignment:
             raise cur.fail(f"tensor {name!r}: data offset {offset} is not aligned to {alignment}", at)
         tensors.append(TensorInfo(name, dims, type_id, offset, at))
+        cur.tensor_room = (n_tensors - i - 1) * 128
 
     data_offset = (cur.off + alignment - 1) // alignment * alignment
     header = GGUFHeader(path, version, metadata, tuple(tensors), alignment, data_offset, size)

@@ -479,10 +479,33 @@ def read_gguf_inventory(path: str | os.PathLike[str]) -> Inventory:
         )
     head = read_header(first)
     count = _int_meta(head, "split.count")
-    if count is None or count <= 1:
-        if len(expected_paths) > 1:
+    headers = [head]
+    if count is not None and count > 1:
+        if len(expected_paths) == 1:
+            # A split model whose first shard was renamed: shard names cannot be derived.
             raise GGUFError(
-                f"the file name says {len(expected_paths)} shards but the metadata has no split.count > 1",
+                f"split.count is {count}, but the file name is not NAME-00001-of-{count:05d}.gguf, "
+                "so the other shards cannot be found", path=first,
+            )
+        if len(expected_paths) == count:
+            for i, p in enumerate(expected_paths[1:], start=1):
+                if not os.path.lexists(p):  # a link is read (and refused) by read_header
+                    raise GGUFError(f"shard {i + 1} of {count} is missing", path=p)
+                headers.append(read_header(p))
+    return inventory_from_headers(headers, spath, n_named=len(expected_paths))
+
+
+def inventory_from_headers(headers: list[GGUFHeader], source: str, n_named: int) -> Inventory:
+    """The inventory of a model from its shards' headers, in order (shard 1 first), checked
+    against each other: split.no and split.count of each, split.tensors.count, no tensor twice.
+    `n_named`: how many shards the file names say there are (1 for a name without -0000k-of-0000n)."""
+    head = headers[0]
+    first = head.path
+    count = _int_meta(head, "split.count")
+    if count is None or count <= 1:
+        if n_named > 1:
+            raise GGUFError(
+                f"the file name says {n_named} shards but the metadata has no split.count > 1",
                 path=first,
             )
         headers = [head]
@@ -490,29 +513,20 @@ def read_gguf_inventory(path: str | os.PathLike[str]) -> Inventory:
         no = _int_meta(head, "split.no")
         if no not in (0, None):
             raise GGUFError(f"expected shard 1 (split.no 0), found split.no {no}", path=first)
-        if len(expected_paths) == 1:
-            # A split model whose first shard was renamed: shard names cannot be derived.
+        if n_named != count:
             raise GGUFError(
-                f"split.count is {count}, but the file name is not NAME-00001-of-{count:05d}.gguf, "
-                "so the other shards cannot be found", path=first,
+                f"split.count is {count} but the file name says {n_named} shards", path=first
             )
-        if len(expected_paths) != count:
-            raise GGUFError(
-                f"split.count is {count} but the file name says {len(expected_paths)} shards", path=first
-            )
-        headers = [head]
-        for i, p in enumerate(expected_paths[1:], start=1):
-            if not os.path.lexists(p):  # a link is read (and refused) by read_header
-                raise GGUFError(f"shard {i + 1} of {count} is missing", path=p)
-            h = read_header(p)
+        for i, h in enumerate(headers[1:], start=1):
             sno = _int_meta(h, "split.no")
             scount = _int_meta(h, "split.count")
             if sno != i or scount != count:
                 raise GGUFError(
                     f"shard mismatch: expected split.no {i} of split.count {count}, found "
-                    f"split.no {sno} of split.count {scount}", path=p,
+                    f"split.no {sno} of split.count {scount}", path=h.path,
                 )
-            headers.append(h)
+        if len(headers) != count:
+            raise GGUFError(f"{len(headers)} of the {count} shards were read", path=first)
         total = _int_meta(head, "split.tensors.count")
         found = sum(len(h.tensors) for h in headers)
         if total is not None and total != found:
@@ -529,7 +543,7 @@ def read_gguf_inventory(path: str | os.PathLike[str]) -> Inventory:
                 raise GGUFError(f"tensor {t.name!r} appears in two shards (also in {seen[t.name]})", path=h.path)
             seen[t.name] = h.path
             raw.append(RawTensor(t.name, t.type_name, t.shape, t.nbytes))
-    return build_inventory(metadata, raw, source=spath, shards=tuple(h.path for h in headers), error=GGUFError)
+    return build_inventory(metadata, raw, source=source, shards=tuple(h.path for h in headers), error=GGUFError)
 
 
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:

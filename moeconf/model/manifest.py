@@ -34,7 +34,9 @@ def manifest_dict(inv: Inventory) -> dict[str, Any]:
         "format": FORMAT,
         "version": VERSION,
         "source": {
-            "file": os.path.basename(inv.source) if inv.source else None,
+            # shard 1's name (a remote model's source is its MODEL string; a local one may be a later shard)
+            "file": os.path.basename(inv.shards[0]) if inv.shards and inv.shards[0].endswith(".gguf") else (
+                os.path.basename(inv.source) if inv.source else None),
             "shards": len(inv.shards) or 1,
         },
         "metadata": inv.metadata.as_dict(),

@@ -34,11 +34,14 @@ def _version_hint(engine: str) -> str:
             f"(b{NEWEST_MAINLINE_BUILD}).")
 
 
-def starter_plan(inv: Inventory, model_arg: str, out_dir: str, engine: str = "llama.cpp") -> str:
+def starter_plan(inv: Inventory, model_arg: str, out_dir: str, engine: str = "llama.cpp",
+                 *, remote: bool = False) -> str:
+    """`remote`: model_arg is a remote MODEL string (moeconf.hub), kept as written; compile turns it
+    into the engine's -hf / -mu."""
     md = inv.metadata
     # a later shard of a split model: the plan names the first, which the engines load
     model_abs = os.path.abspath(model_arg if inv.from_manifest else first_shard(model_arg))
-    rel = os.path.relpath(model_abs, out_dir)
+    rel = model_arg if remote else os.path.relpath(model_abs, out_dir)
     bytes_of = {g: inv.total_bytes(t for t in inv.tensors if t.group == g) for g in GROUPS}
     moe = inv.layers_of_kind("moe")
     dense = inv.layers_of_kind("dense")
@@ -66,7 +69,7 @@ def starter_plan(inv: Inventory, model_arg: str, out_dir: str, engine: str = "ll
     out.append("]")
     out.append("")
     model: dict[str, Any] = {"path": rel}
-    if inv.from_manifest:
+    if inv.from_manifest and not remote:
         model["serve_path"] = f"/models/{(md.name or 'model').replace(' ', '-')}.gguf"
         out.append("# serve_path: the GGUF path as the server sees it (a manifest has no weights). Adjust it.")
     out.append(_table("model", model))
