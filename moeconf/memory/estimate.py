@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
+from moeconf.memory import recurrent as rec  # h17hybrid
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
@@ -224,10 +225,14 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # --- KV cache -------------------------------------------------------------------------------
     kv: dict[str, int] = defaultdict(int)
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
+    rshape = rec.shape(inv)  # h17hybrid: recurrent layers' state (memory/recurrent.py)
     for la in geo.layers:
         dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
             dev = AUTO_GPU
+        if la.recurrent:  # h17hybrid: F32 conv + delta-net state per sequence, no KV
+            kv[dev] += rshape.state_bytes(n_seq) if rshape is not None else 0
+            continue
         n = (swa_cells if la.swa else cells) * n_stream
         if geo.mla_arch and ik:
             mla = settings.mla if settings.mla is not None else 3
@@ -283,7 +288,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     for la in geo.layers:
         il = la.index
         a_dev = _where(placement, il, _ATTN_BASES) or layer_dev.get(il, HOST)
-        attn_devs.add(a_dev)
+        if not la.recurrent:  # h17hybrid
+            attn_devs.add(a_dev)
         n_kv = swa_cells if la.swa else cells
         after_copy = residual_at.get(a_dev)
         residual_at[a_dev] = None
@@ -297,6 +303,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         attn = f4 * act
         if not fa:
             attn += n_kv * T * la.n_head * 4
+        if la.recurrent and rshape is not None:  # h17hybrid
+            attn = rec.layer_activations(rshape, e, T)
         phases[a_dev].append(attn)
         if after_copy is not None:
             # the previous layer's residual sits above its experts' returned copy (see below); this
@@ -341,7 +349,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 if back in tail_base:
                     # the copies of this device's layers land above the first split's inputs
                     phases[back].append(tail_base[back] + f4 * copy)
-                if s_dev == back and geo.n_ff_shexp:
+                if s_dev == back and geo.n_ff_shexp and rshape is None:  # h17hybrid: see recurrent.py
                     # the shared expert still needs the FFN input, so no hole of n_embd is free
                     # below the copy: the experts' sum (its first ADD is allocated while the copy is
                     # alive; the later ADDs, the residual add and the output norm run in place on
@@ -544,7 +552,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
 # architectures whose routed experts' CPU split is known: a SwiGLU over gate and up, a down
 # projection (gpt-oss: each followed by its bias, in place); Llama 4 weights the experts' input
 # before them, so the CPU receives one weighted copy per chosen expert
-_HOST_REPLAYED = {"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"}
+_HOST_REPLAYED = {"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"} | rec.GATED_DELTA_NET  # h17hybrid
 
 
 def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
@@ -586,6 +594,8 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
         reads = (rope, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
         reads += (("mask" + kind, 2 * n_tokens * n_kv),)
+        if la.recurrent:  # h17hybrid: a recurrent layer reads only its state rows' indices
+            reads = (("s_copy", 4),)
         layers.append((buffers[dev], reads, routed[la.index] == {HOST}))
     if not any(cpu for _, _, cpu in layers):
         return None

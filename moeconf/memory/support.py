@@ -47,6 +47,11 @@ _MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla
                          "attention.q_lora_rank"})
 _SWA: Final = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
 
+# h17hybrid: gated delta-net hybrids (moeconf/memory/recurrent.py)
+_RECURRENT: Final = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
+                               "ssm.group_count", "full_attention_interval", "attention.recurrent_layers",
+                               "rope.dimension_sections", "nextn_predict_layers"})
+_MAINLINE: Final = frozenset({"llama.cpp"})
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
 _CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
@@ -69,6 +74,9 @@ MODELLED: Final[dict[str, ArchMemory]] = {
                             _CHECKED + " (DeepSeek-V3, Kimi-K2)"),
     "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
+    # --- h17hybrid ---
+    "qwen35moe": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-35B-A3B)"),
+    "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
 }
 
 
