@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory import recurrent as rec  # h17hybrid
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.replay_hybrid import replayed_hybrid  # h17hybrid
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.memory.support import unmodelled
@@ -388,7 +389,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
         if replayed is not None:
             compute[out_dev] = replayed
-        replayed_moe = _replayed_moe(placement, geo, out_dev, T, cells)
+        replayed_moe = (_replayed_moe(placement, geo, out_dev, T, cells)
+                        or replayed_hybrid(placement, geo, out_dev, T, cells))  # h17hybrid
         compute.update(replayed_moe)
         host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
         if host is not None:
