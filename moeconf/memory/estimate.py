@@ -390,7 +390,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if replayed is not None:
             compute[out_dev] = replayed
         replayed_moe = (_replayed_moe(placement, geo, out_dev, T, cells)
-                        or replayed_hybrid(placement, geo, out_dev, T, cells))  # h17hybrid
+                        or replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv))  # h17hybrid
         compute.update(replayed_moe)
         host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
         if host is not None:

@@ -114,6 +114,15 @@ class HybridShape:
     first: int = 0
     last: int = -1  # -1: every layer from `first` on, and the output
     after_cpu: bool = False  # the layer before `first` ran wholly on the CPU
+    # Qwen3-Next (src/models/qwen3next.cpp): beta and alpha from one projection (`ssm_ba`, each
+    # made contiguous), q and k repeated to the value heads before the fused op, plain RoPE (one
+    # position per token); Qwen3.5-MoE: separate projections, no repeat, M-RoPE (four)
+    qwen3next: bool = False
+    # Hadamard rotations of Q/K and V for a quantized cache (src/llama-kv-cache.cpp, `attn_rot_k`,
+    # `attn_rot_v`: a quantized type and a head width that is a multiple of 64): the rotation
+    # matrix's side, 0 when off (src/llama-graph.cpp `build_attn`, `llama_mul_mat_hadamard`)
+    rot_k: int = 0
+    rot_v: int = 0
 
 
 def hybrid_graph(s: HybridShape) -> _ZeroGraph:
@@ -181,16 +190,30 @@ def hybrid_graph(s: HybridShape) -> _ZeroGraph:
             g.op(0, g.zero(extra))
             conv = g.op(chans * f, conv_in)  # SSM_CONV
             conv = g.op(chans * f, conv, inplace=True)  # SILU
+            rep = s.n_v_heads // max(s.n_group, 1) if s.qwen3next else 1
             q = g.op(k_dim * f, g.view(conv))
             q = g.op(k_dim * f, q, inplace=True)
+            if rep > 1:
+                q = g.op(rep * k_dim * f, g.view(q))  # REPEAT to the value heads
             k = g.op(k_dim * f, g.view(conv))
             k = g.op(k_dim * f, k, inplace=True)
-            alpha = g.op(s.n_v_heads * f, cur)
-            gate = g.op(s.n_v_heads * f, g.view(alpha))  # + dt bias
-            gate = g.op(s.n_v_heads * f, gate, inplace=True)  # softplus
-            gate = g.op(s.n_v_heads * f, gate, inplace=True)  # * A
-            beta = g.op(s.n_v_heads * f, cur)
-            beta = g.op(s.n_v_heads * f, g.view(beta))  # sigmoid
+            if rep > 1:
+                k = g.op(rep * k_dim * f, g.view(k))
+            if s.qwen3next:
+                ba = g.op(2 * s.n_v_heads * f, cur)
+                gate = g.op(s.n_v_heads * f, g.view(ba))  # CONT of alpha
+                gate = g.op(s.n_v_heads * f, gate, inplace=True)  # + dt bias
+                gate = g.op(s.n_v_heads * f, gate, inplace=True)  # softplus
+                gate = g.op(s.n_v_heads * f, gate, inplace=True)  # * A
+                beta = g.op(s.n_v_heads * f, g.view(ba))  # CONT of beta
+                beta = g.op(s.n_v_heads * f, beta, inplace=True)  # sigmoid
+            else:
+                alpha = g.op(s.n_v_heads * f, cur)
+                gate = g.op(s.n_v_heads * f, g.view(alpha))  # + dt bias
+                gate = g.op(s.n_v_heads * f, gate, inplace=True)  # softplus
+                gate = g.op(s.n_v_heads * f, gate, inplace=True)  # * A
+                beta = g.op(s.n_v_heads * f, cur)
+                beta = g.op(s.n_v_heads * f, g.view(beta))  # sigmoid
             res = g.op((s.d_inner * T + n_embd_s) * 4, q, k, g.view(conv), g.view(gate), beta, g.view(state))
             g.op(0, g.view(res))  # the new state copied into the cache
             nrm = g.op(s.d_inner * f, g.view(res))  # RMS_NORM of the output
@@ -200,19 +223,27 @@ def hybrid_graph(s: HybridShape) -> _ZeroGraph:
             nrm = g.op(s.d_inner * f, nrm, z, inplace=True)
             o = g.view(g.op(e * f, nrm))  # ssm_out
         else:
-            pos = graph_input("pos", 4 * f)  # four positions per token (M-RoPE)
+            pos = graph_input("pos", (1 if s.qwen3next else 4) * f)  # M-RoPE: four positions per token
             qf = g.op(2 * hq * f, cur)  # query and its gate
             qn = g.op(hq * f, g.view(qf))
             qn = g.op(hq * f, qn, inplace=True)
             qn = g.op(hq * f, qn, pos, inplace=True)  # RoPE
+            if s.rot_k:
+                qn = g.op(hq * f, g.view(qn), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
             v = g.op(hv * f, cur)
+            if s.rot_v:
+                v = g.op(hv * f, g.view(v), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
             k = g.op(hkv * f, cur)
             k = g.op(hkv * f, g.view(k))  # RMS_NORM
             k = g.op(hkv * f, k, inplace=True)
             k = g.op(hkv * f, k, pos, inplace=True)
+            if s.rot_k:
+                k = g.op(hkv * f, g.view(k), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
             g.op(0, g.view(k), graph_input("k_idxs", 8 * T))
             g.op(0, g.view(v), graph_input("v_idxs", 8 * T))
             attn = g.op(s.n_head * s.head_v * f, g.view(qn), graph_input("mask", 2 * T * s.n_kv))
+            if s.rot_v:
+                attn = g.op(s.n_head * s.head_v * f, g.view(attn), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
             gt = g.op(hq * f, g.view(qf))  # CONT of the gate
             gt = g.op(hq * f, gt, inplace=True)  # sigmoid
             a = g.op(hq * f, g.view(attn), gt, inplace=True)
@@ -261,7 +292,22 @@ def hybrid_peak(s: HybridShape, alignment: int) -> int:
     return hybrid_graph(s).peaks((alignment, 32))[0]
 
 
-def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int) -> dict[str, int]:
+def rotation(cache_type: str, head: int, k: bool) -> int:
+    """The Hadamard rotation's side for a cache of this type and head width (0: none)."""
+    from moeconf.memory.settings import is_quantized
+
+    if not is_quantized(cache_type) or head % 64:
+        return 0
+    if not k:
+        return 64
+    n = 64
+    while head % (2 * n) == 0:
+        n *= 2
+    return n
+
+
+def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
+                    ctk: str = "f16", ctv: str = "f16") -> dict[str, int]:
     """Each GPU's compute buffer by the replay above, for a GPU running one contiguous range of
     whole layers (its routed experts there or on the CPU), after the CPU's layers or another
     GPU's, and the output if it runs the last layer (as `estimate._replayed_moe` for Qwen3-MoE)."""
@@ -322,7 +368,8 @@ def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens:
             n_ff_shexp=geo.n_ff_shexp, d_conv=rs.d_conv, d_inner=rs.d_inner, d_state=rs.d_state,
             n_group=rs.n_group, n_v_heads=rs.n_v_heads, recurrent=tuple(la.recurrent for la in geo.layers),
             experts_cpu=tuple(routed[il] == {"CPU"} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
-            first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu,
+            first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, qwen3next=inv.arch == "qwen3next",
+            rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False),
         )
         out[d] = hybrid_peak(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
     return out
