@@ -170,9 +170,16 @@ def hybrid_graph(s: HybridShape) -> _ZeroGraph:
     elif not s.after_cpu:
         inp = -1
     else:
+        # the CPU layer's weightless tail runs here ("expand GPU up"): the shared expert's gate
+        # sigmoid, its weighting, the sum with the routed experts' output and the residual add,
+        # on copies of their sources
+        sg = g.input("shared_gate", f)
+        sh = g.input("shexp", e * f)
+        moe = g.input("moe_out", e * f)
         ffn_inp = g.input("ffn_inp", e * f)
-        moe = moe_sum(g.input("down", e * used * f), g.input("weights", used * f))
-        out = g.op(e * f, moe, g.input("shexp", e * f), inplace=True)
+        sg = g.op(f, sg, inplace=True)
+        sh = g.op(e * f, sh, sg, inplace=True)
+        out = g.op(e * f, moe, sh, inplace=True)
         inp = g.op(e * f, out, ffn_inp, inplace=True)
     hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
     for il in range(s.first, last):
