@@ -169,6 +169,16 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
                         f"(-ctk {settings.cache_type_k} -ctv {settings.cache_type_v}): give both")
     if is_quantized(settings.cache_type_v) and settings.flash_attn == "off" and not (ik and geo.mla_arch):
         problems.append(f"{eng.label} refuses a quantized V cache ({settings.cache_type_v}) with flash attention off")
+    # --- h17hybrid: llama.cpp (llama-context.cpp, llama_init_from_model) refuses a quantized K or
+    # V cache type whose block does not divide a layer's head width (n_embd_head_k / _v), with
+    # flash attention not off: e.g. Kimi-Linear's value_length 72 and q8_0
+    if not ik and settings.flash_attn != "off":
+        for which, ctype, width in (("K", settings.cache_type_k, "head_k"), ("V", settings.cache_type_v, "head_v")):
+            block = CACHE_TYPES.get(ctype, (0, 1))[1]
+            bad = sorted({getattr(la, width) for la in geo.layers if getattr(la, width) % block})
+            if is_quantized(ctype) and bad:
+                problems.append(f"{eng.label} refuses a {ctype} {which} cache on this model: its block of {block} "
+                                f"does not divide the head width {bad[0]} (-ct{which.lower()})")
     return problems
 
 
@@ -196,6 +206,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
         notes.extend(why)
+        problems = refused_settings(inv, eng, settings)  # h17hybrid: the engine's refusals hold unmodelled too
         partial = {d: DeviceMemory(d, weights=weights.get(d, 0), reserve=settings.reserve if is_gpu(d) else 0)
                    for d in [HOST, *gpus]}
         n_ctx = settings.n_ctx or (inv.metadata.context_length or 0)
@@ -385,12 +396,18 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # the graph inputs (token embeddings input, masks) and the input layer's output
             peak = max(peak, copies * (masks + f4 * e) + f4 * e)
         compute[d] = peak
-    if replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
+    # h17hybrid: the hybrids' replay takes any number of sequences (streams or a unified cache)
+    hybrid = rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
+    if hybrid:
+        compute.update(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq))
+        host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
+        if host is not None:
+            compute[HOST] = host
+    elif replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
         replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
         if replayed is not None:
             compute[out_dev] = replayed
-        replayed_moe = (_replayed_moe(placement, geo, out_dev, T, cells)
-                        or replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv))  # h17hybrid
+        replayed_moe = _replayed_moe(placement, geo, out_dev, T, cells)
         compute.update(replayed_moe)
         host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
         if host is not None:

@@ -118,6 +118,7 @@ class HybridShape:
     # made contiguous), q and k repeated to the value heads before the fused op, plain RoPE (one
     # position per token); Qwen3.5-MoE: separate projections, no repeat, M-RoPE (four)
     qwen3next: bool = False
+    n_seqs: int = 1  # sequences in the worst-case ubatch (n_seq_max): one state row set each
     # Hadamard rotations of Q/K and V for a quantized cache (src/llama-kv-cache.cpp, `attn_rot_k`,
     # `attn_rot_v`: a quantized type and a head width that is a multiple of 64): the rotation
     # matrix's side, 0 when off (src/llama-graph.cpp `build_attn`, `llama_mul_mat_hadamard`)
@@ -186,14 +187,15 @@ def hybrid_graph(s: HybridShape) -> _ZeroGraph:
         norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
         cur = g.op(e * f, norm, inplace=True)  # attn_norm
         if s.recurrent[il]:
-            s_copy = graph_input("s_copy_main", 4)
+            ns = s.n_seqs
+            s_copy = graph_input("s_copy_main", 4 * ns)
             extra = g.zero_input("s_copy_extra")  # the other sequences' rows: none in the reserve
-            conv_rows = g.op(n_embd_r * 4, s_copy)  # GET_ROWS of the conv state
+            conv_rows = g.op(n_embd_r * 4 * ns, s_copy)  # GET_ROWS of the conv state
             g.op(0, g.zero(extra))  # GET_ROWS of no extra rows, copied into the state
             qkv = g.op(chans * f, cur)
-            conv_in = g.op((T + s.d_conv - 1) * chans * 4, g.view(conv_rows), g.view(qkv))  # CONCAT
+            conv_in = g.op((T + (s.d_conv - 1) * ns) * chans * 4, g.view(conv_rows), g.view(qkv))  # CONCAT
             g.op(0, g.view(conv_in))  # the last columns copied into the state
-            state = g.op(n_embd_s * 4, s_copy)  # GET_ROWS of the delta-net state
+            state = g.op(n_embd_s * 4 * ns, s_copy)  # GET_ROWS of the delta-net state
             g.op(0, g.zero(extra))
             conv = g.op(chans * f, conv_in)  # SSM_CONV
             conv = g.op(chans * f, conv, inplace=True)  # SILU
@@ -221,7 +223,7 @@ def hybrid_graph(s: HybridShape) -> _ZeroGraph:
                 gate = g.op(s.n_v_heads * f, gate, inplace=True)  # * A
                 beta = g.op(s.n_v_heads * f, cur)
                 beta = g.op(s.n_v_heads * f, g.view(beta))  # sigmoid
-            res = g.op((s.d_inner * T + n_embd_s) * 4, q, k, g.view(conv), g.view(gate), beta, g.view(state))
+            res = g.op((s.d_inner * T + n_embd_s * ns) * 4, q, k, g.view(conv), g.view(gate), beta, g.view(state))
             g.op(0, g.view(res))  # the new state copied into the cache
             nrm = g.op(s.d_inner * f, g.view(res))  # RMS_NORM of the output
             nrm = g.op(s.d_inner * f, nrm, inplace=True)
@@ -314,7 +316,7 @@ def rotation(cache_type: str, head: int, k: bool) -> int:
 
 
 def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                    ctk: str = "f16", ctv: str = "f16") -> dict[str, int]:
+                    ctk: str = "f16", ctv: str = "f16", n_seqs: int = 1) -> dict[str, int]:
     """Each GPU's compute buffer by the replay above, for a GPU running one contiguous range of
     whole layers (its routed experts there or on the CPU), after the CPU's layers or another
     GPU's, and the output if it runs the last layer (as `estimate._replayed_moe` for Qwen3-MoE)."""
@@ -376,7 +378,7 @@ def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens:
             n_group=rs.n_group, n_v_heads=rs.n_v_heads, recurrent=tuple(la.recurrent for la in geo.layers),
             experts_cpu=tuple(routed[il] == {"CPU"} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
             first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, qwen3next=inv.arch == "qwen3next",
-            rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False),
+            n_seqs=max(1, n_seqs), rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False),
         )
         out[d] = hybrid_peak(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
     return out
