@@ -197,7 +197,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     gpus = sorted(d for d in devices if is_gpu(d))
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
-    why = unmodelled(inv, eng.name)
+    why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)  # h17hybrid
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from moeconf.memory import recurrent as _recurrent
 from moeconf.model.inventory import Inventory
 
 # `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine: rope
@@ -48,9 +49,7 @@ _MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla
 _SWA: Final = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
 
 # h17hybrid: gated delta-net hybrids (moeconf/memory/recurrent.py)
-_RECURRENT: Final = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
-                               "ssm.group_count", "full_attention_interval", "attention.recurrent_layers",
-                               "rope.dimension_sections", "nextn_predict_layers"})
+_RECURRENT: Final = _recurrent.KEYS
 _MAINLINE: Final = frozenset({"llama.cpp"})
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
 _CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
