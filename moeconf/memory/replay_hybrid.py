@@ -90,6 +90,11 @@ class _ZeroGraph(Graph):
         return tuple(a.max_size for a in allocs)
 
 
+# a layer's routed experts on the CPU, as bits: gate, up, down (ALL_CPU: the whole layer's)
+GATE_CPU, UP_CPU, DOWN_CPU = 1, 2, 4
+ALL_CPU = GATE_CPU | UP_CPU | DOWN_CPU
+
+
 @dataclass(frozen=True)
 class HybridShape:
     n_embd: int
@@ -108,7 +113,7 @@ class HybridShape:
     n_group: int  # key heads
     n_v_heads: int
     recurrent: tuple[bool, ...]  # per layer
-    experts_cpu: tuple[bool, ...]  # per layer: its routed experts run on the CPU
+    experts_cpu: tuple[int, ...]  # per layer: which of its routed experts run on the CPU (GATE_CPU | UP_CPU | DOWN_CPU)
     n_tokens: int
     n_kv: int
     first: int = 0
@@ -182,6 +187,47 @@ def hybrid_graph(s: HybridShape) -> _ZeroGraph:
         sh = g.op(e * f, sh, sg, inplace=True)
         out = g.op(e * f, moe, sh, inplace=True)
         inp = g.op(e * f, out, ffn_inp, inplace=True)
+    tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4  # the copy of the chosen ids (a strided view)
+
+    def split_experts(il: int, cpu: int, xr: int, topk: int, ffe: int) -> int:
+        """A layer whose routed experts are partly on the CPU (bits GATE_CPU, UP_CPU, DOWN_CPU):
+        each matmul runs where its weights are, the SwiGLU on the CPU only when up and down are
+        there, each crossing a copy at the start of the next split (measured with the scheduler's
+        debug output, GGML_SCHED_DEBUG=2)."""
+        here = GPU
+
+        def on(buf: int) -> None:
+            nonlocal here
+            if here != buf:
+                g.split(buf)
+                here = buf
+
+        def ids() -> int:
+            return topk if here == GPU else g.input(("topk", il), tk, topk)
+
+        def x() -> int:
+            return xr if here == GPU else g.input(("x", il), e * f, xr)
+
+        gate_buf = CPU if cpu & GATE_CPU else GPU
+        up_buf = CPU if cpu & UP_CPU else GPU
+        down_buf = CPU if cpu & DOWN_CPU else GPU
+        act_buf = CPU if up_buf == CPU and down_buf == CPU else GPU
+        on(gate_buf)
+        gx = x()
+        gate = g.op(ffe, gx, ids())
+        on(up_buf)
+        ux = x()
+        up = g.op(ffe, ux, ids())
+        on(act_buf)
+        ga = gate if gate_buf == act_buf else g.input(("gate", il), ffe, gate)
+        ua = up if up_buf == act_buf else g.input(("up", il), ffe, up)
+        act = g.op(ffe, ga, ua)
+        on(down_buf)
+        da = act if act_buf == down_buf else g.input(("act", il), ffe, act)
+        down = g.op(e * used * f, da, ids())
+        on(GPU)
+        return down if down_buf == GPU else g.input(("down", il), e * used * f, down)
+
     hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
     for il in range(s.first, last):
         norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
@@ -270,13 +316,16 @@ def hybrid_graph(s: HybridShape) -> _ZeroGraph:
         weights = g.view(g.op(used * f, weights, wsum, inplace=True))
         xr = g.view(x)
         ffe = s.n_ff_exp * used * f
-        if s.experts_cpu[il]:
+        cpu = s.experts_cpu[il]
+        if cpu == ALL_CPU:
             g.split(CPU)
             xc = g.input(("x", il), e * f, xr)
-            tc = g.input(("topk", il), (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4, topk)
+            tc = g.input(("topk", il), tk, topk)
             down = g.op(e * used * f, g.op(ffe, g.op(ffe, xc, tc), g.op(ffe, xc, tc)), tc)
             g.split(GPU)
             down = g.input(("down", il), e * used * f, down)
+        elif cpu:
+            down = split_experts(il, cpu, xr, topk, ffe)
         else:
             down = g.op(e * used * f, g.op(ffe, g.op(ffe, xr, topk), g.op(ffe, xr, topk)), topk)
         out = moe_sum(down, weights)
@@ -344,12 +393,17 @@ def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens:
     if len(heads) != 1:
         return {}
     dev_of: list[str] = []
+    experts: list[int] = []
     for il in range(n_layer):
-        if len(home[il]) != 1 or len(routed[il]) != 1:
+        if len(home[il]) != 1:
             return {}
         d = next(iter(home[il]))
         if d is None or d == AUTO_GPU or not routed[il] <= {d, "CPU"}:
             return {}
+        where = [placement.devices.get(f"blk.{il}.{b}.weight") for b in _ROUTED]
+        if any(w is None for w in where):
+            return {}
+        experts.append(sum(bit for bit, w in zip((GATE_CPU, UP_CPU, DOWN_CPU), where, strict=True) if w == "CPU"))
         dev_of.append(d)
     n_head, n_head_kv, head_k, head_v = heads.pop()
     runs: list[tuple[str, int, int]] = []
@@ -369,14 +423,14 @@ def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens:
         elif runs[i + 1][0] == "CPU" or out_dev == d:
             continue
         after_cpu = first > 0 and dev_of[first - 1] == "CPU"
-        if after_cpu and routed[first - 1] - {"CPU"}:
+        if after_cpu and experts[first - 1] != ALL_CPU:
             continue
         shape = HybridShape(
             n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
             head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
             n_ff_shexp=geo.n_ff_shexp, d_conv=rs.d_conv, d_inner=rs.d_inner, d_state=rs.d_state,
             n_group=rs.n_group, n_v_heads=rs.n_v_heads, recurrent=tuple(la.recurrent for la in geo.layers),
-            experts_cpu=tuple(routed[il] == {"CPU"} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
+            experts_cpu=tuple(experts), n_tokens=n_tokens, n_kv=cells,
             first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, qwen3next=inv.arch == "qwen3next",
             n_seqs=max(1, n_seqs), rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False),
         )
