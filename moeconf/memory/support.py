@@ -85,6 +85,10 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     arch = inv.arch
     spec = MODELLED.get(arch)
     if spec is None:
+        detail = _recurrent.NOT_MODELLED.get(arch)  # h17hybrid: what a known hybrid lacks
+        if detail is not None:
+            return [f"memory is not modelled for the {arch!r} architecture: {detail}. KV cache and compute are "
+                    "not computed, and weights are only the file's tensors as placed"]
         return [f"memory is not modelled for the {arch!r} architecture (modelled: {', '.join(sorted(MODELLED))}): "
                 "KV cache and compute are not computed, and weights are only the file's tensors as placed"]
     if engine not in spec.engines:

@@ -36,6 +36,12 @@ def main(path: str) -> int:
         print(f"| {model} | {len(cases)} | {len(rs)} | {worst['weights']:.2f} | {worst['kv']:.2f} | "
               f"{worst['compute']:.1f} | {len(good)} of {len(cases)} |")
     print(f"\n{total_cases} command lines, llama.cpp (llama-cpp-python 0.3.36) `llama-fit-params -fitp on`.")
+    # h17hybrid: architectures refused (memory not modelled), with what is missing
+    from moeconf.memory.recurrent import NOT_MODELLED
+
+    print("\nRefused (memory not modelled; `explain` prints ? with this note, `fit` refuses):\n")
+    for arch, why in sorted(NOT_MODELLED.items()):
+        print(f"- `{arch}`: {why}")
     return 0
 
 

@@ -105,6 +105,23 @@ CASES: list[tuple[str, str]] = [
     ("glm4moe", r"-c 16384 -ngl 999 -ot blk\.([1-9]|1[0-9])\.ffn_.*_exps=CPU"),
 ]
 
+# --- h17hybrid: hybrid recurrent MoEs (moeconf/memory/recurrent.py, replay_hybrid.py); the
+# default suite holds the model to the same lines' recorded figures (tests/test_memory_hybrid.py)
+LAYOUT_KEYS.update({"qwen35moe": LAYOUTS["qwen3.5-397b-a17b"], "qwen35moe-35b": LAYOUTS["qwen3.5-35b-a3b"],
+                    "qwen3next": LAYOUTS["qwen3-next-80b-a3b"]})
+CASES += [
+    (m, line) for m in ("qwen35moe", "qwen3next") for line in (
+        "-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0", "-c 131072 -ngl 999 -ub 2048",
+        "-c 32768 -ngl 999 -ot exps=CPU", "2rpc -c 32768 -ngl 999 -ts 1,1", "-c 32768 -ngl 999 -np 4",
+        "-c 32768 -ngl 20", "2rpc -c 32768 -ngl 30 -ts 1,1", "-c 65536 -ngl 999 -ot exps=CPU -ctk q8_0 -ctv q8_0 -np 2",
+    )
+] + [
+    ("qwen35moe-35b", "-c 32768 -ngl 999 -ot exps=CPU -ub 2048"),
+    ("qwen35moe-35b", "2rpc -c 32768 -ngl 999 -ts 3,1 -ot exps=CPU -ub 1024"),
+    ("qwen35moe-35b", "-c 16384 -ngl 999 -fa off"),
+]
+# --- end h17hybrid
+
 # Compute cases moeconf does not yet model within tolerance (listed, so a gap stays visible and a
 # fix shows up as an unexpected pass). None: Llama 4 (the output device) and GLM-4.5 on one GPU
 # (with or without routed experts on the CPU) are replayed node by node (moeconf/memory/replay.py),
