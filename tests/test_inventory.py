@@ -33,6 +33,11 @@ EXPECTED_KINDS = {
     "llama-4-maverick": (
         format_ranges(range(0, 48, 2)), format_ranges(range(1, 48, 2)), "none",
     ),
+    # h17hybrid: every layer of the hybrids is MoE (recurrent or attention)
+    "qwen3.5-397b-a17b": ("none", "0-59", "none"),
+    "qwen3.5-122b-a10b": ("none", "0-47", "none"),
+    "qwen3.5-35b-a3b": ("none", "0-39", "none"),
+    "qwen3-next-80b-a3b": ("none", "0-47", "none"),
 }
 
 

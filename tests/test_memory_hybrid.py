@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -106,7 +105,7 @@ def test_layer_map_from_the_interval_or_the_per_layer_array(layouts: dict[str, I
     assert sorted(set(range(60)) - rec.recurrent_layers(inv)) == list(range(3, 60, 4))
     md = inv.metadata
     arr = tuple(0 if il % 2 else 1 for il in range(60))
-    hp = tuple(kv for kv in md.hparams if kv[0] != "full_attention_interval") + (("attention.recurrent_layers", arr),)
+    hp = (*(kv for kv in md.hparams if kv[0] != "full_attention_interval"), ("attention.recurrent_layers", arr))
     alt = dataclasses.replace(inv, metadata=dataclasses.replace(md, hparams=tuple(sorted(hp))))
     assert rec.recurrent_layers(alt) == frozenset(range(0, 60, 2))
     interval = dataclasses.replace(md, hparams=tuple((k, 3 if k == "full_attention_interval" else v)

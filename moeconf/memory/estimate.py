@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory import recurrent as rec  # h17hybrid
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
-from moeconf.memory.replay_hybrid import replayed_hybrid  # h17hybrid
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
+from moeconf.memory.replay_hybrid import replayed_hybrid  # h17hybrid
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
