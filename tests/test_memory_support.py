@@ -38,6 +38,9 @@ def _variant(tmp_path: Path, name: str, *, arch: str | None = None, key: tuple[s
 def test_shipped_models_are_modelled(path: Path, eng: str) -> None:
     inv = read_manifest(path)
     assert inv.metadata.arch_keys, "a version-3 manifest records its architecture keys"
+    if eng not in MODELLED[inv.arch].engines:  # h17hybrid: the hybrids are modelled for llama.cpp only
+        assert unmodelled(inv, eng) == [f"memory is not modelled for {inv.arch!r} on {eng}"]
+        return
     assert unmodelled(inv, eng) == []
 
 
