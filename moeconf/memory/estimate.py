@@ -28,7 +28,7 @@ from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory import recurrent as rec  # h17hybrid
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
-from moeconf.memory.replay_hybrid import replayed_hybrid  # h17hybrid
+from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host  # h17hybrid
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
@@ -400,7 +400,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     hybrid = rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
     if hybrid:
         compute.update(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq))
-        host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
+        host = replayed_hybrid_host(placement, geo, out_dev, T, cells, n_seq)
         if host is not None:
             compute[HOST] = host
     elif replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:

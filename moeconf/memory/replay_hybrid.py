@@ -439,3 +439,128 @@ def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens:
 
 
 _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+
+
+def hybrid_host_graph(s: HybridHostShape) -> Graph:
+    """The host's share of the hybrid graph where GPUs run every layer and the output and the CPU
+    some of the routed experts, wholly or in part (as `replay.host_graph`, with the partial
+    layers' CPU matmuls and copies as `hybrid_graph.split_experts` places them)."""
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    e = s.n_embd
+    used = s.n_expert_used
+    tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4
+    ffe = s.n_ff_exp * used * f
+    tokens = g.leaf(f, CPU)
+    g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
+    leaves: dict[str, int] = {}
+    g.split(CPU)
+    embd = g.op(e * f, tokens)
+    gpu = -1
+    n_layer = len(s.layers)
+    for il, (dev, reads, cpu) in enumerate(s.layers):
+        if dev != gpu:
+            gpu = dev
+            g.split(gpu)
+            g.input("embd" if il == 0 else ("l_out", il), e * f, embd if il == 0 else -1)
+        for name, size in reads + ((("out_ids", f),) if il == n_layer - 1 else ()):
+            if name not in leaves:
+                leaves[name] = g.leaf(size, CPU)
+            g.input(name, size, leaves[name])
+        if not cpu:
+            continue
+        here = gpu
+
+        def on(buf: int) -> None:
+            nonlocal here
+            if here != buf:
+                g.split(buf)
+                here = buf
+
+        gate_buf = CPU if cpu & GATE_CPU else gpu
+        up_buf = CPU if cpu & UP_CPU else gpu
+        down_buf = CPU if cpu & DOWN_CPU else gpu
+        act_buf = CPU if up_buf == CPU and down_buf == CPU else gpu
+        outs: dict[str, int] = {}
+        for name, buf in (("gate", gate_buf), ("up", up_buf)):
+            on(buf)
+            if buf == CPU:
+                outs[name] = g.op(ffe, g.input(("x", il), e * f), g.input(("topk", il), tk))
+        on(act_buf)
+        if act_buf == CPU:
+            srcs = [outs[n] if n in outs else g.input((n, il), ffe) for n in ("gate", "up")]
+            outs["act"] = g.op(ffe, *srcs)
+        elif "gate" in outs or "up" in outs:
+            for n in ("gate", "up"):
+                if n in outs:
+                    g.input((n, il), ffe, outs[n])  # copied to the GPU
+        on(down_buf)
+        if down_buf == CPU:
+            act = outs["act"] if "act" in outs else g.input(("act", il), ffe)
+            down = g.op(e * used * f, act, g.input(("topk", il), tk))
+            on(gpu)
+            g.input(("down", il), e * used * f, down)
+        on(gpu)
+    g.finish()
+    return g
+
+
+@dataclass(frozen=True)
+class HybridHostShape:
+    n_embd: int
+    n_tokens: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    # per layer: the GPU running it (1, 2, ...), the graph inputs it reads (name, bytes), which of
+    # its routed experts run on the CPU (GATE_CPU | UP_CPU | DOWN_CPU)
+    layers: tuple[tuple[int, tuple[tuple[str, int], ...], int], ...]
+
+
+@lru_cache(maxsize=256)
+def hybrid_host_peak(s: HybridHostShape) -> int:
+    bufs = max(CPU, *(dev for dev, _, _ in s.layers)) + 1
+    return hybrid_host_graph(s).peaks(tuple([32] * bufs))[CPU]
+
+
+def replayed_hybrid_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
+                         n_seqs: int = 1) -> int | None:
+    """The host's compute buffer for a hybrid whose layers all run on GPUs (the output too) and
+    whose routed experts run wholly or partly on the CPU; None elsewhere."""
+    from collections import defaultdict
+
+    from moeconf.engines import AUTO_GPU
+
+    inv = placement.inventory
+    n_layer = len(geo.layers)
+    if (not n_layer or not geo.n_ff_exp or out_dev == "CPU" or placement.devices.get("token_embd.weight") != "CPU"
+            or [la.index for la in geo.layers] != list(range(n_layer))):
+        return None
+    home: dict[int, set[str | None]] = defaultdict(set)
+    for t in inv.tensors:
+        if t.layer is not None and t.layer < n_layer and t.base not in _ROUTED:
+            home[t.layer].add(placement.devices[t.name])
+    f = 4 * n_tokens
+    buffers: dict[str, int] = {}
+    layers = []
+    for la in geo.layers:
+        il = la.index
+        if len(home[il]) != 1:
+            return None
+        dev = next(iter(home[il]))
+        where = [placement.devices.get(f"blk.{il}.{b}.weight") for b in _ROUTED]
+        if dev is None or dev in ("CPU", AUTO_GPU) or any(w not in (dev, "CPU") for w in where):
+            return None
+        buffers.setdefault(dev, 0 if not buffers else len(buffers) + 1)  # buffer 1 is the host's
+        if la.recurrent:
+            reads: tuple[tuple[str, int], ...] = (("s_copy", 4 * max(1, n_seqs)),)
+        else:
+            pos = f * (1 if inv.arch == "qwen3next" else 4)
+            reads = (("pos", pos), ("k_idxs", 8 * n_tokens), ("v_idxs", 8 * n_tokens), ("mask", 2 * n_tokens * cells))
+        cpu = sum(bit for bit, w in zip((GATE_CPU, UP_CPU, DOWN_CPU), where, strict=True) if w == "CPU")
+        layers.append((buffers[dev], reads, cpu))
+    if not any(cpu for _, _, cpu in layers):
+        return None
+    shape = HybridHostShape(geo.n_embd, n_tokens, geo.n_expert, geo.n_expert_used, geo.n_ff_exp, tuple(layers))
+    return hybrid_host_peak(shape)
