@@ -40,6 +40,11 @@ EXPECTED_KINDS = {
     "ling-mini-2.0": ("0", "1-19", "20"),
     "dots.llm1": ("0", "1-61", "none"),
     "qwen3-vl-30b-a3b": ("none", "0-47", "none"),
+    # h17hybrid: every layer of the hybrids is MoE (recurrent or attention)
+    "qwen3.5-397b-a17b": ("none", "0-59", "none"),
+    "qwen3.5-122b-a10b": ("none", "0-47", "none"),
+    "qwen3.5-35b-a3b": ("none", "0-39", "none"),
+    "qwen3-next-80b-a3b": ("none", "0-47", "none"),
 }
 
 

@@ -13,8 +13,7 @@ from moeconf.cli import main
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.memory import estimate, read_settings
-from moeconf.memory.classic import CLASSIC_REFUSED
-from moeconf.memory.support import MODELLED, NO_MEMORY_EFFECT, unmodelled
+from moeconf.memory.support import MODELLED, NO_MEMORY_EFFECT, REFUSED, unmodelled
 from moeconf.model.inventory import load_inventory
 from moeconf.model.manifest import dumps_manifest, read_manifest
 
@@ -39,11 +38,11 @@ def _variant(tmp_path: Path, name: str, *, arch: str | None = None, key: tuple[s
 def test_shipped_models_are_modelled(path: Path, eng: str) -> None:
     inv = read_manifest(path)
     assert inv.metadata.arch_keys, "a version-3 manifest records its architecture keys"
-    if inv.arch in CLASSIC_REFUSED:  # measured and refused with its reason (Hunyuan-A13B)
-        assert unmodelled(inv, eng) == [CLASSIC_REFUSED[inv.arch]]
+    if inv.arch in REFUSED:  # measured and refused with its reason (Hunyuan-A13B)
+        assert unmodelled(inv, eng) == [REFUSED[inv.arch]]
     elif eng in MODELLED[inv.arch].engines:
         assert unmodelled(inv, eng) == []
-    else:  # modelled for llama.cpp only (h17classic's architectures): a refusal naming the engine
+    else:  # modelled for llama.cpp only: a refusal naming the engine
         assert unmodelled(inv, eng) == [f"memory is not modelled for {inv.arch!r} on {eng}"]
 
 
@@ -59,7 +58,7 @@ def test_every_modelled_key_is_a_real_engine_key() -> None:
 
 @pytest.mark.parametrize(("arch", "key", "fragment"), [
     ("afmoe", None, "not modelled for the 'afmoe' architecture"),
-    # measured and refused with its reason (memory/classic.py, CLASSIC_REFUSED)
+    # measured and refused with its reason (memory/classic.py, REFUSED)
     ("hunyuan-moe", None, "compute is not modelled for 'hunyuan-moe'"),
     ("qwen3moe", ("full_attention_interval", 4), "not modelled for qwen3moe.full_attention_interval"),
     ("qwen3moe", ("attn_logit_softcapping", 30), "not modelled for qwen3moe.attn_logit_softcapping"),

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
+from moeconf.memory import recurrent as rec  # h17hybrid
 from moeconf.memory.classic import (
     host_replayable,
     input_width,
@@ -35,6 +36,7 @@ from moeconf.memory.classic import (
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
+from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host  # h17hybrid
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
@@ -179,6 +181,16 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
                         f"(-ctk {settings.cache_type_k} -ctv {settings.cache_type_v}): give both")
     if is_quantized(settings.cache_type_v) and settings.flash_attn == "off" and not (ik and geo.mla_arch):
         problems.append(f"{eng.label} refuses a quantized V cache ({settings.cache_type_v}) with flash attention off")
+    # --- h17hybrid: llama.cpp (llama-context.cpp, llama_init_from_model) refuses a quantized K or
+    # V cache type whose block does not divide a layer's head width (n_embd_head_k / _v), with
+    # flash attention not off: e.g. Kimi-Linear's value_length 72 and q8_0
+    if not ik and settings.flash_attn != "off":
+        for which, ctype, width in (("K", settings.cache_type_k, "head_k"), ("V", settings.cache_type_v, "head_v")):
+            block = CACHE_TYPES.get(ctype, (0, 1))[1]
+            bad = sorted({getattr(la, width) for la in geo.layers if getattr(la, width) % block})
+            if is_quantized(ctype) and bad:
+                problems.append(f"{eng.label} refuses a {ctype} {which} cache on this model: its block of {block} "
+                                f"does not divide the head width {bad[0]} (-ct{which.lower()})")
     return problems
 
 
@@ -197,7 +209,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     gpus = sorted(d for d in devices if is_gpu(d))
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
-    why = unmodelled(inv, eng.name)
+    why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)  # h17hybrid
     if not why:  # h17classic: settings a modelled architecture's compute is not checked under
         why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline,
                                   min(settings.n_batch, settings.n_ubatch))
@@ -209,6 +221,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
         notes.extend(why)
+        problems = refused_settings(inv, eng, settings)  # h17hybrid: the engine's refusals hold unmodelled too
         partial = {d: DeviceMemory(d, weights=weights.get(d, 0), reserve=settings.reserve if is_gpu(d) else 0)
                    for d in [HOST, *gpus]}
         n_ctx = settings.n_ctx or (inv.metadata.context_length or 0)
@@ -239,10 +252,14 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # --- KV cache -------------------------------------------------------------------------------
     kv: dict[str, int] = defaultdict(int)
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
+    rshape = rec.shape(inv)  # h17hybrid: recurrent layers' state (memory/recurrent.py)
     for la in geo.layers:
         dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
             dev = AUTO_GPU
+        if la.recurrent:  # h17hybrid: F32 conv + delta-net state per sequence, no KV
+            kv[dev] += rshape.state_bytes(n_seq) if rshape is not None else 0
+            continue
         n = (swa_cells if la.swa else cells) * n_stream
         if geo.mla_arch and ik:
             mla = settings.mla if settings.mla is not None else 3
@@ -299,7 +316,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     for la in geo.layers:
         il = la.index
         a_dev = _where(placement, il, _ATTN_BASES) or layer_dev.get(il, HOST)
-        attn_devs.add(a_dev)
+        if not la.recurrent:  # h17hybrid
+            attn_devs.add(a_dev)
         n_kv = swa_cells if la.swa else cells
         after_copy = residual_at.get(a_dev)
         residual_at[a_dev] = None
@@ -313,6 +331,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         attn = f4 * act
         if not fa:
             attn += n_kv * T * la.n_head * 4
+        if la.recurrent and rshape is not None:  # h17hybrid
+            attn = rec.layer_activations(rshape, e, T)
         phases[a_dev].append(attn)
         if after_copy is not None:
             # the previous layer's residual sits above its experts' returned copy (see below); this
@@ -357,7 +377,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 if back in tail_base:
                     # the copies of this device's layers land above the first split's inputs
                     phases[back].append(tail_base[back] + f4 * copy)
-                if s_dev == back and geo.n_ff_shexp:
+                if s_dev == back and geo.n_ff_shexp and rshape is None:  # h17hybrid: see recurrent.py
                     # the shared expert still needs the FFN input, so no hole of n_embd is free
                     # below the copy: the experts' sum (its first ADD is allocated while the copy is
                     # alive; the later ADDs, the residual add and the output norm run in place on
@@ -396,7 +416,14 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # n_embd (the padding to n_embd_inp runs where the first layer does)
             peak = max(peak, copies * (masks + f4 * e_inp) + f4 * e)
         compute[d] = peak
-    if replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
+    # h17hybrid: the hybrids' replay takes any number of sequences (streams or a unified cache)
+    hybrid = rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
+    if hybrid:
+        compute.update(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq))
+        host = replayed_hybrid_host(placement, geo, out_dev, T, cells, n_seq)
+        if host is not None:
+            compute[HOST] = host
+    elif replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
         replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
         if replayed is not None:
             compute[out_dev] = replayed
@@ -604,6 +631,8 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
         reads = (rope, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
         reads += (("mask" + kind, 2 * n_tokens * n_kv),)
+        if la.recurrent:  # h17hybrid: a recurrent layer reads only its state rows' indices
+            reads = (("s_copy", 4),)
         layers.append((buffers[dev], reads, routed[la.index] == {HOST}))
     if not any(cpu for _, _, cpu in layers):
         return None

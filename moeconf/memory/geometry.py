@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from moeconf.memory.recurrent import recurrent_layers  # h17hybrid
 from moeconf.model.inventory import Inventory
 
 SwaType = Literal["none", "standard", "chunked"]
@@ -32,6 +33,7 @@ class LayerAttention:
     head_k: int
     head_v: int
     swa: bool
+    recurrent: bool = False  # h17hybrid: a recurrent (linear-attention) layer: state, no KV (memory/recurrent.py)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ def geometry(inv: Inventory) -> Geometry:
             swa_type, n_swa = kind, window if kind != "chunked" else (default_window or window)
             pattern = md.sliding_window_pattern if md.sliding_window_pattern is not None else default_pattern
     nextn = set(inv.layers_of_kind("nextn"))
+    recurrent = recurrent_layers(inv)
     layers = []
     for il in range(md.block_count):
         if il in nextn:
@@ -106,7 +109,7 @@ def geometry(inv: Inventory) -> Geometry:
         else:
             swa = swa_type != "none" and (pattern == 0 or il % pattern < pattern - 1)
         layers.append(LayerAttention(il, per_layer(None, il, n_head), per_layer(md.head_count_kv, il, n_head),
-                                     head_k, head_v, swa))
+                                     head_k, head_v, swa, recurrent=il in recurrent))
     bases = {t.base for t in inv.tensors}
     mla_arch = "attn_kv_a_mqa" in bases
 

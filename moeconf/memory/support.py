@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from moeconf.memory import recurrent as _recurrent
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
 from moeconf.model.inventory import Inventory
 
@@ -48,6 +49,9 @@ _MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla
                          "attention.q_lora_rank"})
 _SWA: Final = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
 
+# h17hybrid: gated delta-net hybrids (moeconf/memory/recurrent.py)
+_RECURRENT: Final = _recurrent.KEYS
+_MAINLINE: Final = frozenset({"llama.cpp"})
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
 _CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
@@ -70,9 +74,22 @@ MODELLED: Final[dict[str, ArchMemory]] = {
                             _CHECKED + " (DeepSeek-V3, Kimi-K2)"),
     "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
+    # --- h17hybrid ---
+    "qwen35moe": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-35B-A3B)"),
+    "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
 }
 # h17classic: the classic MoEs checked within tolerance (memory/classic.py)
 MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
+
+
+# Architectures measured or read and refused, with the whole reason `unmodelled` gives: what the
+# engine allocates that moeconf does not model (memory/classic.py, memory/recurrent.py)
+REFUSED: Final[dict[str, str]] = {
+    **CLASSIC_REFUSED,
+    **{arch: (f"memory is not modelled for the {arch!r} architecture: {detail}. KV cache and compute are not "
+              "computed, and weights are only the file's tensors as placed")
+       for arch, detail in _recurrent.NOT_MODELLED.items()},
+}
 
 
 def unmodelled(inv: Inventory, engine: str) -> list[str]:
@@ -80,9 +97,9 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     each `{arch}.*` key of the file the model does not read and that may change memory."""
     arch = inv.arch
     spec = MODELLED.get(arch)
-    if spec is None and arch in CLASSIC_REFUSED:  # h17classic: measured and refused, with why
-        return [CLASSIC_REFUSED[arch]]
     if spec is None:
+        if arch in REFUSED:
+            return [REFUSED[arch]]
         return [f"memory is not modelled for the {arch!r} architecture (modelled: {', '.join(sorted(MODELLED))}): "
                 "KV cache and compute are not computed, and weights are only the file's tensors as placed"]
     if engine not in spec.engines:

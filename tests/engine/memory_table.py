@@ -36,11 +36,12 @@ def main(path: str) -> int:
         print(f"| {model} | {len(cases)} | {len(rs)} | {worst['weights']:.2f} | {worst['kv']:.2f} | "
               f"{worst['compute']:.1f} | {len(good)} of {len(cases)} |")
     print(f"\n{total_cases} command lines, llama.cpp (llama-cpp-python 0.3.36) `llama-fit-params -fitp on`.")
-    # h17classic: architectures measured and refused, with why (memory/classic.py)
-    from moeconf.memory.classic import CLASSIC_REFUSED
+    # architectures refused (memory not modelled), with why (moeconf.memory.support.REFUSED)
+    from moeconf.memory.support import REFUSED
 
-    for arch, why in sorted(CLASSIC_REFUSED.items()):
-        print(f"\nRefused: {arch}: {why}.")
+    print("\nRefused (memory not modelled; `explain` prints ? with this note, `fit` refuses):\n")
+    for arch, why in sorted(REFUSED.items()):
+        print(f"- `{arch}`: {why}")
     return 0
 
 

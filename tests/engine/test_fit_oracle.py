@@ -56,6 +56,10 @@ CASES += [
     ("dots1", [40, 24], "-c 16384"),
     ("qwen3vlmoe", [12], "-c 32768"),
 ]
+# --- h17hybrid: hybrid recurrent MoEs
+MODELS.update({"qwen35moe": "qwen3.5-397b-a17b", "qwen3next": "qwen3-next-80b-a3b"})
+CASES += [("qwen35moe", [24], "-c 32768"), ("qwen3next", [16, 8], "-c 65536 -ctk q8_0 -ctv q8_0")]
+# --- end h17hybrid
 
 
 @pytest.fixture(scope="module")

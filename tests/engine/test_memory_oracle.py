@@ -106,7 +106,7 @@ CASES: list[tuple[str, str]] = [
 ]
 
 # --- h17classic: the classic MoEs beyond the first five (moeconf/fixtures/layouts_classic.py) ---
-# Hunyuan-A13B is refused (memory/classic.py, CLASSIC_REFUSED); the ERNIE line over two GPUs carries
+# Hunyuan-A13B is refused (moeconf.memory.support.REFUSED); the ERNIE line over two GPUs carries
 # an -ot item (pipeline parallelism, not modelled for it, is refused)
 LAYOUT_KEYS.update({
     "ernie4_5-moe": LAYOUTS["ernie-4.5-21b-a3b"],
@@ -126,6 +126,22 @@ CASES += [
     ("qwen3vlmoe", "2rpc -c 32768 -ngl 999 -ts 1,1"),
     ("ernie4_5-moe", "-c 4096 -ngl 999 -ot token_embd=CPU"),  # the tied output's copy in CPU_REPACK
 ]
+# --- h17hybrid: hybrid recurrent MoEs (moeconf/memory/recurrent.py, replay_hybrid.py); the
+# default suite holds the model to the same lines' recorded figures (tests/test_memory_hybrid.py)
+LAYOUT_KEYS.update({"qwen35moe": LAYOUTS["qwen3.5-397b-a17b"], "qwen35moe-35b": LAYOUTS["qwen3.5-35b-a3b"],
+                    "qwen3next": LAYOUTS["qwen3-next-80b-a3b"]})
+CASES += [
+    (m, line) for m in ("qwen35moe", "qwen3next") for line in (
+        "-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0", "-c 131072 -ngl 999 -ub 2048",
+        "-c 32768 -ngl 999 -ot exps=CPU", "2rpc -c 32768 -ngl 999 -ts 1,1", "-c 32768 -ngl 999 -np 4",
+        "-c 32768 -ngl 20", "2rpc -c 32768 -ngl 30 -ts 1,1", "-c 65536 -ngl 999 -ot exps=CPU -ctk q8_0 -ctv q8_0 -np 2",
+    )
+] + [
+    ("qwen35moe-35b", "-c 32768 -ngl 999 -ot exps=CPU -ub 2048"),
+    ("qwen35moe-35b", "2rpc -c 32768 -ngl 999 -ts 3,1 -ot exps=CPU -ub 1024"),
+    ("qwen35moe-35b", "-c 16384 -ngl 999 -fa off"),
+]
+# --- end h17hybrid
 
 # Compute cases moeconf does not yet model within tolerance (listed, so a gap stays visible and a
 # fix shows up as an unexpected pass). None: Llama 4 (the output device) and GLM-4.5 on one GPU

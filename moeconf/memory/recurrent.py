@@ -1,0 +1,135 @@
+"""Recurrent (linear-attention) layers of hybrid MoEs, as the pinned llama.cpp allocates them:
+which layers are recurrent, the per-sequence state they keep, and their activations.
+
+Facts (llama.cpp 0.3.36, vendored in llama-cpp-python):
+- Layer map: `{arch}.attention.recurrent_layers` (a per-layer array) if present, else every layer
+  whose `(il + 1) % full_attention_interval != 0` (default interval 4) among the trunk layers
+  (src/models/qwen35moe.cpp and qwen3next.cpp, `load_arch_hparams`). The attention KV cache is
+  created only for the other trunk layers (src/llama-model.cpp `create_memory`: the hybrid
+  memory's `filter_attn` / `filter_recr`).
+- State: `llama_memory_recurrent` (src/llama-memory-recurrent.cpp, constructor) gives each
+  recurrent layer two F32 tensors of `mem_size * (1 + n_rs_seq)` rows, `mem_size = max(1,
+  n_seq_max)`: the conv state, `n_embd_r = (ssm.conv_kernel - 1) * (ssm.inner_size + 2 *
+  ssm.group_count * ssm.state_size)` wide, and the delta-net state, `n_embd_s = ssm.state_size *
+  ssm.inner_size` wide (src/llama-hparams.cpp `n_embd_r`, `n_embd_s`). The types are fixed
+  (GGML_TYPE_F32 in `create_memory`): `-ctk/-ctv` do not apply to them. They live on the layer's
+  device (`dev_layer`) when the KV cache is offloaded, else in host memory (`-nkvo`). The state
+  does not depend on `-c`, and grows with `-np` whether or not the KV cache is unified.
+  `n_rs_seq` is 0 unless speculative decoding asks for rollback snapshots (common/common.cpp):
+  not modelled (the tools' defaults leave it 0).
+- Compute: the fused gated delta-net op is always used (src/llama-context.cpp sets
+  `fused_gdn_ar`/`fused_gdn_ch` and never resolves them), so a recurrent layer's activations are
+  the input projections (qkv, gate z, beta, alpha), the conv input (state rows + tokens) and its
+  output, the L2-normed q and k, and the op's result (per-token output + the new state)
+  (src/models/qwen35moe.cpp `build_layer_attn_linear`, src/models/delta-net-base.cpp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeconf.model.inventory import Inventory
+
+# architectures whose recurrent layers are gated delta-net layers laid out as above
+GATED_DELTA_NET = frozenset({"qwen35moe", "qwen3next"})
+
+# the `{arch}.*` keys this module reads (moeconf.memory.support lists them as modelled)
+KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
+                  "ssm.group_count", "full_attention_interval", "attention.recurrent_layers",
+                  "rope.dimension_sections"})
+
+
+@dataclass(frozen=True)
+class RecurrentShape:
+    d_conv: int  # ssm.conv_kernel
+    d_inner: int  # ssm.inner_size (value heads x head width)
+    d_state: int  # ssm.state_size (head width)
+    n_group: int  # ssm.group_count (key heads)
+    n_v_heads: int  # ssm.time_step_rank (value heads)
+
+    @property
+    def n_embd_r(self) -> int:
+        return max(self.d_conv - 1, 0) * (self.d_inner + 2 * self.n_group * self.d_state)
+
+    @property
+    def n_embd_s(self) -> int:
+        return self.d_state * self.d_inner
+
+    @property
+    def conv_channels(self) -> int:
+        return self.d_inner + 2 * self.n_group * self.d_state
+
+    def state_bytes(self, n_seq_max: int) -> int:
+        """One recurrent layer's conv + delta-net state, F32, for `n_seq_max` sequences."""
+        return (self.n_embd_r + self.n_embd_s) * 4 * max(1, n_seq_max)
+
+
+def _int(inv: Inventory, key: str) -> int | None:
+    v = inv.metadata.hparam(key)
+    return v if isinstance(v, int) else None
+
+
+def shape(inv: Inventory) -> RecurrentShape | None:
+    """The recurrent layers' dimensions, None when the architecture has none modelled here."""
+    if inv.arch not in GATED_DELTA_NET:
+        return None
+    vals = [_int(inv, k) for k in ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count",
+                                   "ssm.time_step_rank")]
+    if any(v is None for v in vals):
+        return None
+    d_conv, d_inner, d_state, n_group, n_v = (v or 0 for v in vals)
+    return RecurrentShape(d_conv, d_inner, d_state, n_group, n_v)
+
+
+def recurrent_layers(inv: Inventory) -> frozenset[int]:
+    """The trunk layers the engine marks recurrent (see the module's notes)."""
+    if inv.arch not in GATED_DELTA_NET:
+        return frozenset()
+    md = inv.metadata
+    n_nextn = _int(inv, "nextn_predict_layers") or 0
+    n_layer = md.block_count - n_nextn
+    arr = md.hparam("attention.recurrent_layers")
+    if isinstance(arr, tuple):
+        return frozenset(il for il in range(min(n_layer, len(arr))) if arr[il])
+    interval = _int(inv, "full_attention_interval") or 4
+    return frozenset(il for il in range(n_layer) if (il + 1) % interval != 0)
+
+
+def layer_activations(rs: RecurrentShape, n_embd: int, n_tokens: int, n_seqs: int = 1) -> int:
+    """Bytes alive at a gated delta-net layer's peak (the fused op's result being written): the
+    layer input and its norm, the gate z, the conv output (SiLU in place), the L2-normed q and k,
+    the state rows read for this ubatch and the op's result (per-token output + new state)."""
+    f4 = 4 * n_tokens
+    k_dim = rs.n_group * rs.d_state
+    v_dim = rs.d_inner
+    state = rs.n_embd_s * 4 * n_seqs
+    return (f4 * (2 * n_embd + v_dim + rs.conv_channels + 2 * k_dim + v_dim)
+            + 2 * state)
+
+
+def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
+    """Settings whose memory is not modelled for this hybrid (empty: all are)."""
+    if inv.arch in GATED_DELTA_NET and not offload_kqv:
+        # the state and the KV cache in host memory move the recurrent scans and the attention to
+        # the CPU: the host's compute buffer was measured 16-18 MiB above the phase model
+        # (Qwen3.5-397B and 122B, -c 32768); not replayed
+        return [f"memory is not modelled for -nkvo (--no-kv-offload) on {inv.arch}: the host's compute buffer "
+                "(recurrent scans and attention run on the CPU) is not computed"]
+    return []
+
+
+# Hybrid recurrent MoEs the pinned llama.cpp loads whose memory is NOT modelled, and what is
+# missing (support.unmodelled names it; tests/engine/memory_table.py lists them as refused)
+NOT_MODELLED: dict[str, str] = {
+    "nemotron_h_moe": (
+        "Nemotron-3's Mamba-2 layers keep a per-sequence F32 conv + SSM state (src/llama-hparams.cpp n_embd_r, "
+        "n_embd_s) and only layers with no FFN are attention or recurrent (create_memory's filters on n_ff); its "
+        "routed experts have no gate and run in a latent (ffn_latent_down/up); the SSM scan and the latent "
+        "experts' compute buffers are not replayed"),
+    "kimi-linear": (
+        "Kimi-Linear's KDA layers keep a per-sequence F32 state (3 conv states of (d_conv - 1) x heads x "
+        "kda.head_dim, and heads x head_dim^2) beside MLA attention layers; the KDA scan's compute is not replayed"),
+    "glm5-next": (
+        "GLM-5.3-Flash's KDA layers keep a per-sequence F32 state and its DSA layers an MLA latent plus an "
+        "indexer key cache (llama_memory_hybrid_idx), with mHC streams; none of these is modelled"),
+}
