@@ -67,7 +67,10 @@ def plan_settings(plan: Plan, eng: Engine) -> MemorySettings:
     argv += list(f.extra)
     budget = plan.config.budget
     reserve = _size(plan, "reserve", budget.reserve) if budget is not None else 1024 * MiB
-    return read_settings(argv, eng, reserve=reserve)
+    # the sequences as the binary the plan's command line runs defaults them (llama-server: 4 slots)
+    from moeconf.emitting.argv import DEFAULT_BINARY
+
+    return read_settings(argv, eng, reserve=reserve, binary=plan.config.targets.binary or DEFAULT_BINARY)
 
 
 def _size(plan: Plan, key: str, text: str) -> int:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
-from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
+from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
@@ -220,6 +220,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             swa_cells = cells
         else:
             swa_cells = _pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
+            # --- h17settings: sequences as the binary defaults them (memory/settings.py server_slots)
+            notes.extend(slot_notes(settings, eng))
+            # --- end h17settings
 
     # --- KV cache -------------------------------------------------------------------------------
     kv: dict[str, int] = defaultdict(int)
