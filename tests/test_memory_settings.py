@@ -96,3 +96,34 @@ def test_fit_sizes_for_the_slots_of_the_binary_it_prints(models: dict[str, Inven
     # 12 full-attention layers x 65536 cells + 36 chunked layers x (8192 x 4 + 512) cells, 8 KV heads of 128, f16
     assert r.memory.devices["CUDA0"].kv == (12 * 65536 + 36 * 33280) * 8 * 128 * 2 * 2 == 7752 * MiB
     assert r.memory.devices["CUDA0"].total <= 24 * GiB
+
+
+# -- ik_llama.cpp -mla on a mainline GGUF (attn_k_b + attn_v_b, no attn_kv_b) -----------------------
+# ik 0.1.5 computes wkv_b at load for -mla 2/3 (llm_prepare_mla), so the cache keeps -mla 3's single
+# latent even with flash attention off: a real-GPU log of DeepSeek-V3 at 32k f16 shows 2,196 MiB
+# (moeconf said 4,148: it fell back to -mla 1's K + V^T pair). -mla 1 really has that pair.
+@pytest.mark.parametrize(("flags", "kv_mib"), [
+    (["-mla", "3", "-fa", "off"], 2196), (["-fa", "off"], 2196), (["-mla", "2", "-fa", "off"], 2196),
+    (["-mla", "3"], 2196), (["-mla", "1", "-fa", "off"], 2196 + 1952),
+])
+def test_ik_mla_on_a_mainline_gguf(models: dict[str, Inventory], flags: list[str], kv_mib: int) -> None:
+    inv = models["deepseek-v3"]
+    e = engine("ik_llama.cpp", "0.1.5")
+    argv = ["llama-server", "-c", "32768", "-ngl", "99", *flags]
+    est = estimate(explain(inv, e, argv, gpus=["CUDA0"]).placement, read_settings(argv, e))
+    assert est.devices["CUDA0"].kv == kv_mib * MiB
+
+
+def test_ik_counts_the_wkv_b_it_computes(models: dict[str, Inventory]) -> None:
+    inv = models["deepseek-v3"]
+    e = engine("ik_llama.cpp", "0.1.5")
+
+    def weights(flags: list[str]) -> tuple[int, tuple[str, ...]]:
+        argv = ["llama-server", "-c", "4096", "-ngl", "99", *flags]
+        d = estimate(explain(inv, e, argv, gpus=["CUDA0"]).placement, read_settings(argv, e)).devices["CUDA0"]
+        return d.weights, d.estimated
+
+    (w3, est3), (w1, est1) = weights(["-mla", "3"]), weights(["-mla", "1"])
+    # 61 layers x wkv_b (512 x 128 x (128 + 128)) in Q8_0: 17 MiB each, labelled as modelled from the code
+    assert w3 - w1 == 61 * 17 * MiB
+    assert any("computes at load" in t for t in est3) and not any("computes at load" in t for t in est1)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
@@ -201,6 +202,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                               tuple(problems), complete=False)
 
     ik = eng.name == "ik_llama.cpp"
+    # --- h17settings: tensors ik_llama.cpp computes at load for MLA (memory/ikmla.py)
+    ik_computed = computed_weights(placement, geo, effective_mla(inv, geo, settings)) if ik else {}
+    for d, b in ik_computed.items():
+        weights[d] = weights.get(d, 0) + b
+    # --- end h17settings
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
     fa = settings.flash_attn != "off"
     problems = refused_settings(inv, eng, settings, geo)
@@ -233,9 +239,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             dev = AUTO_GPU
         n = (swa_cells if la.swa else cells) * n_stream
         if geo.mla_arch and ik:
-            mla = settings.mla if settings.mla is not None else 3
-            if mla and not geo.has_kv_b:
-                mla = 1
+            mla = effective_mla(inv, geo, settings)  # h17settings: ik computes wkv_b for -mla 2/3
             if mla:
                 width = geo.kv_lora_rank + geo.n_rot
                 ktype = ctk if (fa or mla == 1) else ctv
@@ -390,6 +394,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             compute[HOST] = host
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
+    for d in ik_computed:  # h17settings
+        estimated_terms[d].append("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)")
     if ik:
         notes.append("ik_llama.cpp compute buffers are modelled on llama.cpp's graph: estimated")
         for d in compute:
