@@ -127,3 +127,68 @@ def test_ik_counts_the_wkv_b_it_computes(models: dict[str, Inventory]) -> None:
     # 61 layers x wkv_b (512 x 128 x (128 + 128)) in Q8_0: 17 MiB each, labelled as modelled from the code
     assert w3 - w1 == 61 * 17 * MiB
     assert any("computes at load" in t for t in est3) and not any("computes at load" in t for t in est1)
+
+
+# -- flash attention off with routed experts on the CPU: the host's share replayed ------------------
+# (model, argv, host compute MiB by llama-fit-params -fitp on; the phase model said 700, 572, 476,
+# 254 and 272: at long contexts its f32 masks stacked on the experts)
+@pytest.mark.parametrize(("model", "argv", "host_mib", "tolerance"), [
+    ("deepseek-v3", ["-c", "65536", "-ub", "1024"], 508.02, 0.05),
+    ("deepseek-v3", ["-c", "32768", "-ub", "1024"], 508.02, 0.05),
+    ("deepseek-v3", ["-c", "8192", "-ub", "1024"], 476.02, 0.05),
+    ("deepseek-v3", ["-c", "16384"], 254.01, 0.05),
+    # within tolerance (max(3%, 16 MiB)), a few MiB under: the host holds one input more
+    ("qwen3-30b-a3b", ["-c", "32768", "-ub", "1024"], 204.02, 16),
+])
+def test_host_compute_with_flash_attention_off(models: dict[str, Inventory], model: str, argv: list[str],
+                                               host_mib: float, tolerance: float) -> None:
+    est = mem(models[model], ["llama-completion", "--rpc", RPC, "-ngl", "999", "-fa", "off", "-ot", "exps=CPU", *argv])
+    assert est.complete
+    assert abs(est.devices["CPU"].compute / MiB - host_mib) <= tolerance
+
+
+# -- families moeconf does not model: incomplete with a note, never a number --------------------------
+# each line with the engine's figure moeconf printed wrongly before (MiB: device, moeconf, engine)
+REFUSED = [
+    ("qwen3-30b-a3b", [RPC], ["-c", "32768", "-ot", "exps=CPU", "-nkvo"], "-nkvo"),  # host 104 vs 80
+    ("gpt-oss-20b", [RPC], ["-c", "8192", "-ot", "exps=CPU", "-nkvo"], "-nkvo"),  # GPU 404 vs 432.13
+    ("llama-4-maverick", [RPC, "127.0.0.1:50053"], ["-c", "8192", "-ts", "1,1", "-ot", "exps=CPU", "-nkvo"],
+     "-nkvo"),  # a GPU 132 vs 160
+    # a GPU 448 vs 608.2 (-ub 4096), 56 vs 76.03 (-ub 512)
+    ("qwen3-30b-a3b", [RPC, "127.0.0.1:50053"],
+     ["-c", "8192", "-ts", "1,1", "-b", "4096", "-ub", "4096", "-ot", r"exps=CPU,^output\.weight=CPU"], "output"),
+    ("qwen3-30b-a3b", [RPC, "127.0.0.1:50053"], ["-c", "8192", "-ts", "1,1", "-ot", r"exps=CPU,^output\.weight=CPU"],
+     "output"),
+]
+
+
+@pytest.mark.parametrize(("model", "eps", "argv", "fragment"), REFUSED)
+def test_unmodelled_setting_families_are_refused(models: dict[str, Inventory], model: str, eps: list[str],
+                                                 argv: list[str], fragment: str) -> None:
+    est = mem(models[model], ["llama-completion", "--rpc", ",".join(eps), "-ngl", "999", *argv])
+    assert not est.complete
+    assert any("not modelled" in n and fragment in n for n in est.notes)
+    assert all(m.kv == 0 and m.compute == 0 for m in est.devices.values())
+
+
+@pytest.mark.parametrize(("model", "argv"), [
+    # -nkvo with every expert on the GPU, and the output on the CPU with one GPU, stay modelled
+    ("qwen3-30b-a3b", ["-c", "8192", "-nkvo"]),
+    ("deepseek-v3", ["-c", "8192", "-nkvo", "-ub", "1024"]),
+    ("qwen3-30b-a3b", ["-c", "8192", "-ot", r"exps=CPU,^output\.weight=CPU"]),
+])
+def test_neighbouring_settings_stay_modelled(models: dict[str, Inventory], model: str, argv: list[str]) -> None:
+    assert mem(models[model], ["llama-completion", "--rpc", RPC, "-ngl", "999", *argv]).complete
+
+
+def test_fit_refuses_a_fill_in_an_unmodelled_family(models: dict[str, Inventory], tmp_path: Path) -> None:
+    from moeconf.errors import MoeconfError
+
+    inv = models["qwen3-30b-a3b"]
+    with pytest.raises(MoeconfError, match="-nkvo"):
+        fit(inv, engine("llama.cpp"), [Budget("CUDA0", 8 * GiB)], ["-c", "32768", "-nkvo"],
+            model_path=str(inv.source), plan_dir=str(tmp_path), reserve=GiB)
+    # with room for every expert on the GPU, -nkvo is modelled and fits
+    r = fit(inv, engine("llama.cpp"), [Budget("CUDA0", 40 * GiB)], ["-c", "32768", "-nkvo"],
+            model_path=str(inv.source), plan_dir=str(tmp_path), reserve=GiB)
+    assert r.memory.complete and r.memory.devices["CPU"].kv == 3072 * MiB

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.families import unmodelled_settings
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
@@ -172,11 +173,13 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
 
 
 def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False,
-             replay: bool = True) -> MemoryEstimate:
+             replay: bool = True, families: bool = True) -> MemoryEstimate:
     """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
     keeps 4 copies of every graph input and of every split's inputs, never freed. `replay=False`
     skips the node-by-node replays (compute from the phase model only, within a few tens of MiB):
-    for searches that measure the chosen placement again with them."""
+    for searches that measure the chosen placement again with them. `families=False` skips the
+    refusal of setting families moeconf does not model (memory/families.py): for a search that
+    checks them on the placement it chooses."""
     inv = placement.inventory
     eng = placement.engine
     weights = weight_bytes(placement)
@@ -191,6 +194,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         geo = geometry(inv)
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
+    # --- h17settings: setting families whose compute is not modelled (memory/families.py)
+    if not why and families:
+        why.extend(unmodelled_settings(placement, settings, gpus))
+    # --- end h17settings
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
@@ -392,6 +399,12 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
         if host is not None:
             compute[HOST] = host
+    # --- h17settings: flash attention off: the host's share is the same graph with f32 masks
+    if replay and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
+        host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells, mask_el=4)
+        if host is not None:
+            compute[HOST] = host
+    # --- end h17settings
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:  # h17settings
@@ -557,7 +570,7 @@ _HOST_REPLAYED = {"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"}
 
 
 def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                   swa_cells: int) -> int | None:
+                   swa_cells: int, mask_el: int = 2) -> int | None:
     """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
     `replay.host_graph`), where GPUs run every layer (attention, router, shared expert) and the
     output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
@@ -594,7 +607,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         n_kv = cells if full else swa_cells
         rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
         reads = (rope, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
-        reads += (("mask" + kind, 2 * n_tokens * n_kv),)
+        reads += (("mask" + kind, mask_el * n_tokens * n_kv),)
         layers.append((buffers[dev], reads, routed[la.index] == {HOST}))
     if not any(cpu for _, _, cpu in layers):
         return None
