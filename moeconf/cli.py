@@ -118,6 +118,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="colour the map by device (default: auto, on a terminal unless NO_COLOR is set)")
     exp.add_argument("--reserve", default="1GiB", metavar="SIZE",
                      help="memory kept free per GPU for what no engine reports (default 1GiB)")
+    exp.add_argument("--host-cpu", choices=["auto", "amx", "plain"], default="auto",
+                     help="the CPU the engine runs on: amx (llama.cpp packs CPU layers' matrices in a larger AMX "
+                     "buffer) or plain; auto (default) detects this machine's")
     exp.add_argument("--budget", action="append", default=[], metavar="[NAME=]SIZE",
                      help="a GPU's memory, to show its budget and free memory and exit 1 when the command line "
                      "needs more: 24GiB (CUDA0, then CUDA1, ...), CUDA1=16GiB, 'RPC0[host:port]=18GiB'; "
@@ -144,6 +147,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="kept free per GPU for what no engine reports (default 1GiB)")
     fit.add_argument("--ram", metavar="SIZE",
                      help="system RAM for what the GPUs leave (routed experts, host compute): checked after the fill")
+    fit.add_argument("--host-cpu", choices=["auto", "amx", "plain"], default="auto",
+                     help="the CPU the engine runs on, for host memory: amx (llama.cpp packs CPU layers' matrices "
+                     "in a larger AMX buffer) or plain; auto (default) detects this machine's")
     fit.add_argument("--policy", choices=["first", "last"], default="first",
                      help="which expert layers go to the GPU first: the lowest blocks (default) or the highest")
     fit.add_argument("--no-split", action="store_true",
@@ -311,7 +317,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from moeconf.memory import estimate_explained, parse_size, read_settings
     from moeconf.report.memory import render_memory
 
-    est = estimate_explained(ex, read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve")))
+    from dataclasses import replace
+
+    from moeconf.memory.amx import resolve_host_cpu
+
+    settings = read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve"))
+    est = estimate_explained(ex, replace(settings, host_cpu=resolve_host_cpu(args.host_cpu)))
     budgets = _budgets(args.budget, "--budget", allow_cpu=True)
     over = {d: est.devices[d].total - b for d, b in budgets.items()
             if d in est.devices and est.devices[d].total > b}
@@ -381,6 +392,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     from moeconf.fit import Budget, fit
     from moeconf.memory import parse_size
+    from moeconf.memory.amx import resolve_host_cpu
     from moeconf.report.memory import render_memory
 
     inv, eng = _model_and_engine(args)
@@ -389,7 +401,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     model_path = os.path.relpath(os.path.abspath(args.model), out_dir)
     ram = parse_size(args.ram, "--ram") if args.ram else None
     result = fit(inv, eng, budgets, args.engine_args, model_path=model_path, plan_dir=out_dir,
-                 reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split, ram=ram)
+                 reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split, ram=ram,
+                 host_cpu=resolve_host_cpu(args.host_cpu))
     if args.output:
         _write_output(result.plan_text, args.output)
     if args.json:

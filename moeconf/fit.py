@@ -10,6 +10,7 @@ types are never changed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -178,10 +179,11 @@ def _size_text(n: int) -> str:
 class _Solver:
     def __init__(self, inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
                  model_path: str, serve_path: str | None, plan_dir: str, reserve: int, policy: Policy,
-                 split: bool, ram: int | None = None) -> None:
+                 split: bool, ram: int | None = None, host_cpu: str = "plain") -> None:
         self.inv, self.eng, self.budgets, self.reserve, self.policy, self.split = (
             inv, eng, list(budgets), reserve, policy, split)
         self.ram = ram
+        self.host_cpu = host_cpu
         self.fields, self.rpc, self.extra = _engine_flags(user_argv)
         self.model_path = model_path
         self.serve_path = serve_path
@@ -222,7 +224,8 @@ class _Solver:
         ex = explain(self.inv, self.eng, argv, gpus=self.gpus)
         if ex.placement.devices != compiled.placement.devices:
             raise AssertionError("fit: the compiled command line does not reproduce the plan's placement")
-        mem = estimate_explained(ex, read_settings(argv, self.eng, reserve=self.reserve))
+        mem = estimate_explained(ex, dataclasses.replace(read_settings(argv, self.eng, reserve=self.reserve),
+                                                         host_cpu=self.host_cpu))
         over = {d: mem.devices[d].total - self.budget[d] for d in self.order
                 if d in mem.devices and mem.devices[d].total > self.budget[d]}
         if self.ram is not None and mem.devices["CPU"].total > self.ram:
@@ -246,7 +249,7 @@ class _Solver:
 
 def fit(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str], *, model_path: str,
         plan_dir: str, reserve: int, policy: Policy = "first", split: bool = True,
-        serve_path: str | None = None, ram: int | None = None) -> FitResult:
+        serve_path: str | None = None, ram: int | None = None, host_cpu: str = "plain") -> FitResult:
     """Solve the placement; raise FitError (with the shortfall and what would help) if nothing fits.
     `serve_path`: the GGUF path the engine loads, needed when `model_path` is a manifest; `ram`:
     system RAM for what the GPUs leave (weights in RAM and host compute), checked after the fill."""
@@ -255,7 +258,7 @@ def fit(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Seque
     if serve_path is None and model_path.endswith(".json"):
         serve_path = manifest_gguf_name(model_path, plan_dir)
     return _Solver(inv, eng, budgets, user_argv, model_path, serve_path, plan_dir, reserve, policy,
-                   split, ram).solve()
+                   split, ram, host_cpu).solve()
 
 
 def manifest_gguf_name(model_path: str, plan_dir: str) -> str:

@@ -85,7 +85,7 @@ def test_swa_models_say_which_sequence_count_they_assumed(models: dict[str, Inve
     inv = models["gpt-oss-20b"]
     assert any("4 slots by default" in n for n in mem(inv, ["llama-server", "-c", "8192"]).notes)
     assert any("no binary" in n for n in mem(inv, ["-c", "8192"]).notes)
-    assert not mem(inv, ["llama-completion", "-c", "8192"]).notes
+    assert not [n for n in mem(inv, ["llama-completion", "-c", "8192"]).notes if "slot" in n or "binary" in n]
 
 
 def test_fit_sizes_for_the_slots_of_the_binary_it_prints(models: dict[str, Inventory], tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.amx import amx_bytes
 from moeconf.memory.families import unmodelled_settings
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
@@ -209,7 +210,16 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                               tuple(problems), complete=False)
 
     ik = eng.name == "ik_llama.cpp"
-    # --- h17settings: tensors ik_llama.cpp computes at load for MLA (memory/ikmla.py)
+    # --- h17settings: host weights in llama.cpp's AMX buffer (memory/amx.py)
+    amx_extra = _amx_extra(placement)
+    if amx_extra and settings.host_cpu == "amx" and not ik:
+        weights[HOST] = weights.get(HOST, 0) + amx_extra
+        notes.append(f"host CPU with AMX: llama.cpp packs the CPU layers' matrices in its AMX buffer "
+                     f"(+{amx_extra / MiB:.0f} MiB of host weights)")
+    elif amx_extra >= MiB and not ik:
+        notes.append(f"on a host CPU with AMX, llama.cpp packs the CPU layers' matrices in its AMX buffer: "
+                     f"up to {amx_extra / MiB:.0f} MiB more host weights (--host-cpu amx counts them)")
+    # --- tensors ik_llama.cpp computes at load for MLA (memory/ikmla.py)
     ik_computed = computed_weights(placement, geo, effective_mla(inv, geo, settings)) if ik else {}
     for d, b in ik_computed.items():
         weights[d] = weights.get(d, 0) + b
@@ -436,6 +446,17 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
                      "to see each GPU's share")
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems))
+
+
+def _amx_extra(placement: Placement) -> int:
+    """Bytes the AMX buffer adds over the plain CPU buffer for the weights kept in host memory."""
+    extra = 0
+    for t in placement.inventory.tensors:
+        if placement.devices.get(t.name) == HOST:
+            b = amx_bytes(t)
+            if b is not None:
+                extra += b - alloc_size(t, HOST)
+    return extra
 
 
 def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,

@@ -73,6 +73,8 @@ class MemorySettings:
     problems: tuple[str, ...] = ()
     # the binary the sequence count was defaulted for (None: none on the line) and whether
     # n_parallel/kv_unified are that binary's default (`server_slots`) rather than given
+    # the host CPU: "amx" (llama.cpp packs CPU layers' matrices in its AMX buffer, memory/amx.py) or "plain"
+    host_cpu: str = "plain"
     binary: str | None = field(default=None, compare=False)
     auto_slots: bool = field(default=False, compare=False)
 
