@@ -192,3 +192,57 @@ def test_fit_refuses_a_fill_in_an_unmodelled_family(models: dict[str, Inventory]
     r = fit(inv, engine("llama.cpp"), [Budget("CUDA0", 40 * GiB)], ["-c", "32768", "-nkvo"],
             model_path=str(inv.source), plan_dir=str(tmp_path), reserve=GiB)
     assert r.memory.complete and r.memory.devices["CPU"].kv == 3072 * MiB
+
+
+# -- host weights on a CPU with AMX ------------------------------------------------------------------
+# llama-fit-params -fitp on -v with llama.cpp 0.3.36's CPU backend built with AMX (GGML_NATIVE on this
+# workplace's Sapphire Rapids CPUs): the host's model buffers `Host + CPU_REPACK + AMX`, each row
+# floored to a MiB (so the sum may fall up to 3 MiB under the bytes). moeconf without AMX said
+# 7,477.69, 210,482.14, 73,201.78, 145,303.57 and 626.35; gpt-oss's F16 attention is not packed.
+AMX = [
+    ("qwen3-30b-a3b", ["-c", "4096", "-ngl", "30"], 3178 + 4104 + 200),
+    ("deepseek-v3", ["-c", "4096", "-ngl", "30"], 85962 + 116928 + 7727),
+    ("glm-4.5-air", ["-c", "4096", "-ngl", "20", "-ot", "exps=CPU"], 34049 + 35640 + 3906),
+    ("llama-4-maverick", ["-c", "4096", "-ngl", "20"], 59391 + 80640 + 5545),
+    ("qwen3-30b-a3b", ["-c", "4096", "-ngl", "999", "-ot", r"output\.weight=CPU"], 166 + 465),
+    ("gpt-oss-20b", ["-c", "4096", "-ngl", "10"], 608 + 6051 + 759),
+]
+
+
+@pytest.mark.parametrize(("model", "argv", "host_mib"), AMX)
+def test_host_weights_on_an_amx_cpu(models: dict[str, Inventory], model: str, argv: list[str], host_mib: int) -> None:
+    import dataclasses
+
+    inv = models[model] if model in models else load_inventory(MODELS / f"{model}.manifest.json")
+    e = engine("llama.cpp")
+    full = ["llama-completion", "--rpc", RPC, *argv]
+    ex = explain(inv, e, full, gpus=())
+    settings = dataclasses.replace(read_settings(full, e), host_cpu="amx")
+    ours = estimate(ex.placement, settings).devices["CPU"].weights / MiB
+    assert host_mib <= ours < host_mib + 3
+
+
+def test_host_cpu_option_and_detection(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from moeconf.cli import main
+    from moeconf.memory.amx import resolve_host_cpu
+
+    model = str(MODELS / "qwen3-30b-a3b.manifest.json")
+    argv = ["explain", model, "--", "llama-completion", "-c", "4096", "-ngl", "30"]
+    assert main([*argv[:2], "--host-cpu", "amx", *argv[2:]]) == 0
+    assert "AMX buffer (+5 MiB of host weights)" in capsys.readouterr().out
+    assert main([*argv[:2], "--host-cpu", "plain", *argv[2:]]) == 0
+    assert "up to 5 MiB more host weights" in capsys.readouterr().out
+    monkeypatch.setenv("MOECONF_HOST_CPU", "amx")
+    assert resolve_host_cpu("auto") == "amx" and resolve_host_cpu("plain") == "plain"
+    monkeypatch.delenv("MOECONF_HOST_CPU")
+    assert resolve_host_cpu("auto") in ("amx", "plain")
+    # ik_llama.cpp has no AMX buffer type
+    ik = engine("ik_llama.cpp", "0.1.5")
+    inv = load_inventory(model)
+    full = ["llama-server", "-c", "4096", "-ngl", "30"]
+    import dataclasses
+
+    est = estimate(explain(inv, ik, full, gpus=["CUDA0"]).placement,
+                   dataclasses.replace(read_settings(full, ik), host_cpu="amx"))
+    assert not any("AMX" in n for n in est.notes)
