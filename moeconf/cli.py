@@ -314,12 +314,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         if why:
             raise MoeconfError(f"--gpus: {why}")
     ex = explain(inv, eng, argv, env=env, gpus=gpus)
-    from moeconf.memory import estimate_explained, parse_size, read_settings
-    from moeconf.report.memory import render_memory
-
     from dataclasses import replace
 
+    from moeconf.memory import estimate_explained, parse_size, read_settings
     from moeconf.memory.amx import resolve_host_cpu
+    from moeconf.report.memory import render_memory
 
     settings = read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve"))
     est = estimate_explained(ex, replace(settings, host_cpu=resolve_host_cpu(args.host_cpu)))

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.families import unmodelled_settings
+from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
