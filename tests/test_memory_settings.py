@@ -246,3 +246,29 @@ def test_host_cpu_option_and_detection(tmp_path: Path, capsys: pytest.CaptureFix
     est = estimate(explain(inv, ik, full, gpus=["CUDA0"]).placement,
                    dataclasses.replace(read_settings(full, ik), host_cpu="amx"))
     assert not any("AMX" in n for n in est.notes)
+
+
+# -- the linter sizes a launch for the binary it runs ------------------------------------------------
+@pytest.mark.parametrize(("line", "over"), [
+    # Llama 4 at 64k on a 22 GiB card (22,528 MiB): the GPU needs 9,534 + 7,752 (KV, 4 slots) + 4,635
+    # (compute, with CUDA's copy of a CPU expert tensor) + 1,024 = 22,945 MiB as llama-server, with
+    # 4,296 MiB of KV as llama-completion (19,489)
+    ("llama-server -m m.gguf -ngl 999 -fit off -c 65536 -ot exps=CPU", True),
+    ("llama-completion -m m.gguf -ngl 999 -fit off -c 65536 -ot exps=CPU", False),
+    ("docker run --gpus all ghcr.io/ggml-org/llama.cpp:server-cuda -m m.gguf -ngl 999 -fit off -c 65536 "
+     "-ot exps=CPU", True),
+    ("llama-server -m m.gguf -ngl 999 -fit off -c 65536 -ot exps=CPU -np 1", False),
+])
+def test_lint_sizes_for_the_binary(tmp_path: Path, line: str, over: bool) -> None:
+    from tests.test_lint_memory import _lint
+
+    found = [f for f in _lint(tmp_path, line, "llama-4-maverick", {"CUDA0": "22GiB"}) if f.code == "MOE040"]
+    assert bool(found) == over, [f.message for f in found]
+
+
+def test_image_binary() -> None:
+    from moeconf.linting.linter import image_binary
+
+    assert image_binary("ghcr.io/ggml-org/llama.cpp:server-cuda") == "llama-server"
+    assert image_binary("ghcr.io/ggml-org/llama.cpp:light") == "llama-cli"
+    assert image_binary("ghcr.io/ggml-org/llama.cpp:full") is None and image_binary(None) is None

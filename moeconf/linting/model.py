@@ -281,6 +281,9 @@ class Context:
     plan_diagnostics: list[Any] = field(default_factory=list)  # moeconf.resolve.Diagnostic
     gpu_memory: dict[str, int] = field(default_factory=dict)  # from the config: buffer type -> bytes
     reserve: int | None = None
+    # the binary a container image runs when the launch names none (its argv starts with options):
+    # the server images run llama-server (h17settings: it defaults the sequence count, 4 slots)
+    image_binary: str | None = None
 
     def at_arg(self, arg: Arg | None, offset: int = 0) -> tuple[int, int]:
         if arg is None or not arg.line:
