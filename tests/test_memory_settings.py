@@ -272,3 +272,18 @@ def test_image_binary() -> None:
     assert image_binary("ghcr.io/ggml-org/llama.cpp:server-cuda") == "llama-server"
     assert image_binary("ghcr.io/ggml-org/llama.cpp:light") == "llama-cli"
     assert image_binary("ghcr.io/ggml-org/llama.cpp:full") is None and image_binary(None) is None
+
+
+# the output on the CPU after a GPU that follows CPU layers, -ub above 512 (MiB, that GPU: moeconf
+# before, engine): Qwen3-30B-A3B 676 vs 704.2, GLM-4.5-Air 1,236 vs 1,296.08; at -ub 512 84.5 vs 88.03
+@pytest.mark.parametrize(("model", "argv", "refused"), [
+    ("qwen3-30b-a3b", ["-ngl", "30", "-b", "4096", "-ub", "4096"], True),
+    ("glm-4.5-air", ["-ngl", "30", "-b", "4096", "-ub", "4096"], True),
+    ("qwen3-30b-a3b", ["-ngl", "30"], False),
+    ("qwen3-30b-a3b", ["-ngl", "999", "-b", "4096", "-ub", "4096"], False),  # 676.08 as the engine
+])
+def test_output_on_the_cpu_after_a_partial_offload(model: str, argv: list[str], refused: bool) -> None:
+    inv = load_inventory(MODELS / f"{model}.manifest.json")
+    est = mem(inv, ["llama-completion", "--rpc", RPC, "-c", "8192", *argv, "-ot", r"output\.weight=CPU"])
+    assert est.complete != refused
+    assert refused == any("partial -ngl" in n for n in est.notes)
