@@ -121,6 +121,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="colour the map by device (default: auto, on a terminal unless NO_COLOR is set)")
     exp.add_argument("--reserve", default="1GiB", metavar="SIZE",
                      help="memory kept free per GPU for what no engine reports (default 1GiB)")
+    exp.add_argument("--host-cpu", choices=["auto", "amx", "plain"], default="auto",
+                     help="the CPU the engine runs on: amx (llama.cpp packs CPU layers' matrices in a larger AMX "
+                     "buffer) or plain; auto (default) detects this machine's")
     exp.add_argument("--budget", action="append", default=[], metavar="[NAME=]SIZE",
                      help="a GPU's memory, to show its budget and free memory and exit 1 when the command line "
                      "needs more: 24GiB (CUDA0, then CUDA1, ...), CUDA1=16GiB, 'RPC0[host:port]=18GiB'; "
@@ -157,6 +160,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="output form, as for compile (default: a command line for --engine)")
     fit.add_argument("--docker-volume", action="append", default=[], metavar="HOST:CONTAINER",
                      help="a volume for --target docker/compose (repeatable)")
+    fit.add_argument("--host-cpu", choices=["auto", "amx", "plain"], default="auto",
+                     help="the CPU the engine runs on, for host memory: amx (llama.cpp packs CPU layers' matrices "
+                     "in a larger AMX buffer) or plain; auto (default) detects this machine's")
     fit.add_argument("--policy", choices=["first", "last"], default="first",
                      help="which expert layers go to the GPU first: the lowest blocks (default) or the highest")
     fit.add_argument("--no-split", action="store_true",
@@ -373,10 +379,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             raise MoeconfError(f"--gpus: {why}")
     # the simulation, and what `moeconf lint` says about the line (the same rules)
     ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus)
+    from dataclasses import replace
+
     from moeconf.memory import estimate_explained, parse_size, read_settings
+    from moeconf.memory.amx import resolve_host_cpu
     from moeconf.report.memory import render_memory
 
-    est = estimate_explained(ex, read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve")))
+    settings = read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve"))
+    est = estimate_explained(ex, replace(settings, host_cpu=resolve_host_cpu(args.host_cpu)))
     budgets = _budgets(args.budget, "--budget", allow_cpu=True)
     over = {d: est.devices[d].total - b for d, b in budgets.items()
             if d in est.devices and est.devices[d].total > b}
@@ -447,6 +457,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     from moeconf.fit import Budget, assumed_version, fit
     from moeconf.memory import parse_size
+    from moeconf.memory.amx import resolve_host_cpu
     from moeconf.report.memory import render_memory
 
     if _remote(args.model) and ":" not in args.model and not args.model.startswith(("hf://", "http")):
@@ -461,7 +472,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     headroom = parse_size(args.ram_headroom, "--ram-headroom")
     result = fit(inv, eng, budgets, args.engine_args, model_path=model_path, plan_dir=out_dir,
                  reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split, ram=ram,
-                 ram_headroom=headroom, serve_path=args.serve_path)
+                 ram_headroom=headroom, serve_path=args.serve_path,
+                 host_cpu=resolve_host_cpu(args.host_cpu))
     for note in result.notes:
         print(safe(f"moeconf: note: {note}"), file=sys.stderr)
     plan_text = result.plan_text

@@ -67,7 +67,10 @@ def plan_settings(plan: Plan, eng: Engine) -> MemorySettings:
     argv += list(f.extra)
     budget = plan.config.budget
     reserve = _size(plan, "reserve", budget.reserve) if budget is not None else 1024 * MiB
-    return read_settings(argv, eng, reserve=reserve)
+    # the sequences as the binary the plan's command line runs defaults them (llama-server: 4 slots)
+    from moeconf.emitting.argv import DEFAULT_BINARY
+
+    return read_settings(argv, eng, reserve=reserve, binary=plan.config.targets.binary or DEFAULT_BINARY)
 
 
 def _size(plan: Plan, key: str, text: str) -> int:
@@ -164,7 +167,8 @@ class _Filler:
         overrides = any(devs[n] != d for n, d in defaults.items())
         accel = len({d for d in defaults.values() if d not in (None, "CPU")})
         pipe = pipeline_parallel(pl, accel, self.ngl, self.split_mode, self.settings, overrides)
-        return estimate(pl, self.settings, pipeline=pipe, replay=exact)
+        # setting families moeconf does not model are checked on the chosen fill (`_refuse_unmodelled`)
+        return estimate(pl, self.settings, pipeline=pipe, replay=exact, families=False)
 
     def over(self, mem: MemoryEstimate, *, sinks: bool = False) -> dict[str, int]:
         """Devices over their budget, by how much (the compute model's tolerance kept free); the
@@ -471,8 +475,23 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
         if cand.over:
             raise DoesNotFit(shortfall_message(cand.mem, cand.over, sizes), path=plan.path)
         devices, _ = f.complete(cand)
+    _refuse_unmodelled(plan, f, devices, cand.defaults)  # h17settings
     filled = {n: d for n in f.last_device if (d := devices[n]) is not None}
     return FillSolution(filled, cand.ts if f.chooses_split() else None, cand.defaults)
+
+
+def _refuse_unmodelled(plan: Plan, f: _Filler, devices: Mapping[str, str | None],
+                       defaults: Mapping[str, str | None]) -> None:
+    """The fill chosen, in a setting family moeconf does not model (memory/families.py: e.g. -nkvo
+    with routed experts left on the CPU), is refused: the search measured its candidates without
+    that check (each starts from every fill-able tensor on the CPU), its memory is not known."""
+    from moeconf.memory.families import unmodelled_settings
+
+    pl = Placement(f.inv, f.eng, dict(devices), dict(defaults), {})
+    why = unmodelled_settings(pl, f.settings, list(f.accelerators))
+    if why:
+        raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
+                        + "; ".join(why), path=plan.path)
 
 
 def _auto_split_message(eng: Engine, accelerators: Sequence[str], why: str | None = None) -> str:

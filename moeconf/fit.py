@@ -10,6 +10,7 @@ types are never changed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -257,11 +258,13 @@ def assumed_version(eng: Engine) -> str:
 class _Solver:
     def __init__(self, inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
                  model_path: str, serve_path: str | None, plan_dir: str, reserve: int, policy: Policy,
-                 split: bool, ram: int | None = None, ram_headroom: int = DEFAULT_RAM_HEADROOM) -> None:
+                 split: bool, ram: int | None = None, ram_headroom: int = DEFAULT_RAM_HEADROOM,
+                 host_cpu: str = "plain") -> None:
         self.inv, self.eng, self.budgets, self.reserve, self.policy, self.split = (
             inv, eng, list(budgets), reserve, policy, split)
         self.ram_total = ram
         self.ram_headroom = ram_headroom
+        self.host_cpu = host_cpu
         if ram is not None and ram <= ram_headroom:
             raise MoeconfError(f"--ram {ram / MiB:,.0f} MiB leaves nothing after the {ram_headroom / MiB:,.0f} MiB "
                                "kept for the system (--ram-headroom)")
@@ -366,7 +369,8 @@ class _Solver:
         # the command line itself, simulated and measured again: what is printed is what was checked
         argv = list(compiled.argv)
         ex = explain(self.inv, self.eng, argv, gpus=self.gpus)
-        mem = estimate_explained(ex, read_settings(argv, self.eng, reserve=self.reserve))
+        mem = estimate_explained(ex, dataclasses.replace(read_settings(argv, self.eng, reserve=self.reserve),
+                                                         host_cpu=self.host_cpu))
         refused = [*ex.refusals, *mem.problems]
         if refused:
             # explain's own checks on the final command line: never print one the engine refuses
@@ -399,7 +403,8 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
         budgets: Sequence[Budget] | Mapping[str, int | str] = (), user_argv: Sequence[str] = (), *,
         model_path: str | None = None, plan_dir: str | None = None, reserve: int = DEFAULT_RESERVE,
         policy: Policy = "first", split: bool = True, serve_path: str | None = None, ram: int | str | None = None,
-        ram_headroom: int | str = DEFAULT_RAM_HEADROOM, version: str | None = None) -> FitResult:
+        ram_headroom: int | str = DEFAULT_RAM_HEADROOM, version: str | None = None,
+        host_cpu: str = "plain") -> FitResult:
     """Solve the placement; raise FitError (with the shortfall and what would help) if nothing fits.
 
     `inv`: an Inventory or a model path (GGUF or manifest); `engine`: "llama.cpp",
@@ -434,7 +439,7 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
     ram_b = parse_size(ram, "ram") if isinstance(ram, str) else ram
     headroom = parse_size(ram_headroom, "ram_headroom") if isinstance(ram_headroom, str) else ram_headroom
     return _Solver(inv, eng, budgets, user_argv, model_path, serve_path, plan_dir, reserve, policy,
-                   split, ram_b, headroom).solve()
+                   split, ram_b, headroom, host_cpu).solve()
 
 
 def manifest_gguf_name(model_path: str, plan_dir: str) -> str:

@@ -343,6 +343,20 @@ class _Values:
         return None
 
 
+def image_binary(image: str | None) -> str | None:
+    """The binary an engine's container image runs: its server images (`...:server`, `:server-cuda`,
+    ik's `cu12-server`) llama-server, the `light` images llama-cli; None when unknown (`full` takes
+    the tool as an argument)."""
+    if not image:
+        return None
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    if "server" in tag:
+        return "llama-server"
+    if tag.startswith("light"):
+        return "llama-cli"
+    return None
+
+
 def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models,
                 rules: Sequence[ModuleType] = ALL) -> list[Finding]:
     eng, how = _engine_for(src, launch, config)
@@ -367,7 +381,7 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
         explanation = explain_invocation(inventory, invocation, gpus)
     ctx = Context(src.path, launch.line, launch.column, eng, invocation, inventory, explanation, gpus,
                   kind=launch.kind, engine_source=how, gpus_known=gpus_known, gpu_memory=config.gpu_memory,
-                  reserve=config.reserve)
+                  reserve=config.reserve, image_binary=image_binary(launch.image))
     findings = notes + _run_rules(ctx, config, rules, plan=False)
     if isinstance(model, MoeconfError):
         findings = [f for f in findings if f.name != "model-unknown"]

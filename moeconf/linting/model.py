@@ -310,6 +310,9 @@ class Context:
     enabled: frozenset[str] = frozenset()  # names of the rules that run on this invocation
     # analyses computed once per invocation and shared by the rules that state them
     cache: dict[str, Any] = field(default_factory=dict)
+    # the binary a container image runs when the launch names none (its argv starts with options):
+    # the server images run llama-server (h17settings: it defaults the sequence count, 4 slots)
+    image_binary: str | None = None
 
     def at_arg(self, arg: Arg | None, offset: int = 0) -> tuple[int, int]:
         if arg is None or not arg.line:

@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
+from moeconf.memory import families as setting_families  # h17settings
 from moeconf.memory import recurrent as rec  # h17hybrid
+from moeconf.memory.amx import amx_bytes
 from moeconf.memory.classic import (
     host_replayable,
     input_width,
@@ -35,9 +37,10 @@ from moeconf.memory.classic import (
     weights_before,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host  # h17hybrid
-from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
+from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
@@ -195,11 +198,13 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
 
 
 def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False,
-             replay: bool = True) -> MemoryEstimate:
+             replay: bool = True, families: bool = True) -> MemoryEstimate:
     """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
     keeps 4 copies of every graph input and of every split's inputs, never freed. `replay=False`
     skips the node-by-node replays (compute from the phase model only, within a few tens of MiB):
-    for searches that measure the chosen placement again with them."""
+    for searches that measure the chosen placement again with them. `families=False` skips the
+    refusal of setting families moeconf does not model (memory/families.py): for a search that
+    checks them on the placement it chooses."""
     inv = placement.inventory
     eng = placement.engine
     weights = weight_bytes(placement)
@@ -217,6 +222,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         geo = geometry(inv)
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
+    # --- h17settings: setting families whose compute is not modelled (memory/families.py)
+    if not why and families:
+        why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
+    # --- end h17settings
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
@@ -229,6 +238,20 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                               tuple(problems), complete=False)
 
     ik = eng.name == "ik_llama.cpp"
+    # --- h17settings: host weights in llama.cpp's AMX buffer (memory/amx.py)
+    amx_extra = _amx_extra(placement)
+    if amx_extra and settings.host_cpu == "amx" and not ik:
+        weights[HOST] = weights.get(HOST, 0) + amx_extra
+        notes.append(f"host CPU with AMX: llama.cpp packs the CPU layers' matrices in its AMX buffer "
+                     f"(+{amx_extra / MiB:.0f} MiB of host weights)")
+    elif amx_extra >= MiB and not ik:
+        notes.append(f"on a host CPU with AMX, llama.cpp packs the CPU layers' matrices in its AMX buffer: "
+                     f"up to {amx_extra / MiB:.0f} MiB more host weights (--host-cpu amx counts them)")
+    # --- tensors ik_llama.cpp computes at load for MLA (memory/ikmla.py)
+    ik_computed = computed_weights(placement, geo, effective_mla(inv, geo, settings)) if ik else {}
+    for d, b in ik_computed.items():
+        weights[d] = weights.get(d, 0) + b
+    # --- end h17settings
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
     fa = settings.flash_attn != "off"
     problems = refused_settings(inv, eng, settings, geo)
@@ -248,6 +271,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             swa_cells = cells
         else:
             swa_cells = _pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
+            # --- h17settings: sequences as the binary defaults them (memory/settings.py server_slots)
+            notes.extend(slot_notes(settings, eng))
+            # --- end h17settings
 
     # --- KV cache -------------------------------------------------------------------------------
     kv: dict[str, int] = defaultdict(int)
@@ -262,9 +288,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             continue
         n = (swa_cells if la.swa else cells) * n_stream
         if geo.mla_arch and ik:
-            mla = settings.mla if settings.mla is not None else 3
-            if mla and not geo.has_kv_b:
-                mla = 1
+            mla = effective_mla(inv, geo, settings)  # h17settings: ik computes wkv_b for -mla 2/3
             if mla:
                 width = geo.kv_lora_rank + geo.n_rot
                 ktype = ctk if (fa or mla == 1) else ctv
@@ -432,8 +456,16 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
         if host is not None:
             compute[HOST] = host
+    # --- h17settings: flash attention off: the host's share is the same graph with f32 masks
+    if replay and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
+        host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells, mask_el=4)
+        if host is not None:
+            compute[HOST] = host
+    # --- end h17settings
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
+    for d in ik_computed:  # h17settings
+        estimated_terms[d].append("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)")
     if ik:
         notes.append("ik_llama.cpp compute buffers are modelled on llama.cpp's graph: estimated")
         for d in compute:
@@ -461,6 +493,17 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
                      "to see each GPU's share")
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems))
+
+
+def _amx_extra(placement: Placement) -> int:
+    """Bytes the AMX buffer adds over the plain CPU buffer for the weights kept in host memory."""
+    extra = 0
+    for t in placement.inventory.tensors:
+        if placement.devices.get(t.name) == HOST:
+            b = amx_bytes(t)
+            if b is not None:
+                extra += b - alloc_size(t, HOST)
+    return extra
 
 
 def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
@@ -593,7 +636,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
 
 
 def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                   swa_cells: int) -> int | None:
+                   swa_cells: int, mask_el: int = 2) -> int | None:
     """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
     `replay.host_graph`), where GPUs run every layer (attention, router, shared expert) and the
     output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
@@ -630,7 +673,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         n_kv = cells if full else swa_cells
         rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
         reads = (rope, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
-        reads += (("mask" + kind, 2 * n_tokens * n_kv),)
+        reads += (("mask" + kind, mask_el * n_tokens * n_kv),)
         if la.recurrent:  # h17hybrid: a recurrent layer reads only its state rows' indices
             reads = (("s_copy", 4),)
         layers.append((buffers[dev], reads, routed[la.index] == {HOST}))

@@ -5,7 +5,7 @@ the `LLAMA_ARG_*` environment the way each engine reads them."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
 
@@ -74,6 +74,40 @@ class MemorySettings:
     mla: int | None = None  # ik_llama.cpp -mla (None: the engine's default)
     reserve: int = DEFAULT_RESERVE  # per GPU, for what no engine reports (CUDA context, cuBLAS)
     problems: tuple[str, ...] = ()
+    # the binary the sequence count was defaulted for (None: none on the line) and whether
+    # n_parallel/kv_unified are that binary's default (`server_slots`) rather than given
+    # the host CPU: "amx" (llama.cpp packs CPU layers' matrices in its AMX buffer, memory/amx.py) or "plain"
+    host_cpu: str = "plain"
+    binary: str | None = field(default=None, compare=False)
+    auto_slots: bool = field(default=False, compare=False)
+
+
+# llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
+# (common_params_parser_init) defaults n_parallel to -1 for LLAMA_EXAMPLE_SERVER only, and
+# tools/server/server.cpp (llama_server) turns -1 into 4 slots with one unified KV cache, whatever
+# -kvu/-no-kvu said. Every other mainline binary (llama-cli, llama-completion, llama-fit-params, ...)
+# keeps common.h's n_parallel = 1; ik_llama.cpp's server too (common.h, n_parallel = 1). Since
+# llama.cpp PR #16736 (2025-11); b7079 is the oldest build seen running it (llama.cpp issue #17300):
+# older builds are taken as one slot.
+SERVER_AUTO_SLOTS = 4
+SERVER_AUTO_SLOTS_SINCE = 7079
+SERVER_BINARIES = frozenset({"llama-server"})
+
+
+def binary_name(word: str | None) -> str | None:
+    """`/opt/llama.cpp/build/bin/llama-server.exe` -> `llama-server`; None for an option or nothing."""
+    if not word or word.startswith("-"):
+        return None
+    return word.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
+
+
+def server_slots(binary: str | None, engine: Engine) -> int | None:
+    """The slots `binary` runs with when -np is auto (not given, or -1), in one unified KV cache;
+    None where the binary has no auto slots (one sequence unless -np says otherwise)."""
+    if (binary in SERVER_BINARIES and engine.name == "llama.cpp"
+            and (engine.build or 0) >= SERVER_AUTO_SLOTS_SINCE):
+        return SERVER_AUTO_SLOTS
+    return None
 
 
 _TRUE = {"on", "enabled", "true", "1"}
@@ -105,9 +139,12 @@ _IK_ENV = {"LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_BATCH", "LLAMA_ARG_UBATCH", "LLAMA_A
 
 
 def read_settings(
-    argv: Sequence[str], engine: Engine, env: Mapping[str, str] | None = None, *, reserve: int = DEFAULT_RESERVE
+    argv: Sequence[str], engine: Engine, env: Mapping[str, str] | None = None, *, reserve: int = DEFAULT_RESERVE,
+    binary: str | None = None,
 ) -> MemorySettings:
-    """Settings from argv (binary first or not) and env; a command-line value beats its env var."""
+    """Settings from argv (binary first or not) and env; a command-line value beats its env var.
+    The sequence count defaults as the binary does (`server_slots`): argv's first word when it is
+    one, else `binary` (the binary the command line will run, when known apart from argv)."""
     values: dict[str, object] = {}
     problems: list[str] = []
     kinds = {"n_ctx": int, "n_batch": int, "n_ubatch": int, "n_parallel": int, "mla": int}
@@ -194,14 +231,38 @@ def read_settings(
         return v if isinstance(v, bool) else default
 
     mla = values.get("mla")
+    run = binary_name(words[0]) if words and not words[0].startswith("-") else binary_name(binary)
+    slots = server_slots(run, engine)
+    given_np = values.get("n_parallel")
+    auto = slots is not None and (not isinstance(given_np, int) or given_np < 0)
+    if run in SERVER_BINARIES and given_np == 0:
+        problems.append(f"{run} refuses -np 0 (give the number of slots, or -1 for auto)")
+    if auto:
+        values["n_parallel"] = slots
+        values["kv_unified"] = True
     return MemorySettings(
         n_ctx=num("n_ctx", 0), n_batch=num("n_batch", 2048), n_ubatch=num("n_ubatch", 512),
         cache_type_k=text("cache_type_k", "f16"), cache_type_v=text("cache_type_v", "f16"),
         flash_attn=text("flash_attn", "auto"), offload_kqv=flag("offload_kqv", True),
         n_parallel=max(num("n_parallel", 1), 1), kv_unified=flag("kv_unified", False),
         swa_full=flag("swa_full", False), mla=mla if isinstance(mla, int) else None,
-        reserve=reserve, problems=tuple(problems),
+        reserve=reserve, problems=tuple(problems), binary=run, auto_slots=auto,
     )
+
+
+def slot_notes(s: MemorySettings, engine: Engine) -> list[str]:
+    """What to say about the sequence count where it changes memory (a sliding-window cache holds
+    one window per sequence in a unified cache): the binary's default slots, or the binary that
+    was not given."""
+    if s.auto_slots:
+        return [f"{s.binary} runs {s.n_parallel} slots by default (-np auto) in one unified KV cache: the "
+                f"sliding-window layers keep {s.n_parallel} windows (-np 1 keeps one)"]
+    if s.binary is None and s.n_parallel == 1 and engine.name == "llama.cpp" and (
+            (engine.build or 0) >= SERVER_AUTO_SLOTS_SINCE):
+        return ["no binary on the command line: one sequence assumed (llama-cli, llama-completion); "
+                f"llama-server runs {SERVER_AUTO_SLOTS} slots by default and its sliding-window layers keep "
+                f"{SERVER_AUTO_SLOTS} windows: give the binary first, or -np"]
+    return []
 
 
 def settings_argv(s: MemorySettings, engine: Engine) -> list[str]:

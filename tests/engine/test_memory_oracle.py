@@ -16,7 +16,7 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS, MLA
-from moeconf.memory import estimate_explained, read_settings
+from moeconf.memory import estimate, estimate_explained, read_settings
 from moeconf.model.inventory import Inventory
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
@@ -103,6 +103,24 @@ CASES: list[tuple[str, str]] = [
     # some layers' routed experts on the CPU, as `fit` writes them (GPU and host replayed)
     ("qwen3moe", r"-c 16384 -ngl 999 -ot blk\.([0-9]|1[0-9])\.ffn_.*_exps=CPU"),
     ("glm4moe", r"-c 16384 -ngl 999 -ot blk\.([1-9]|1[0-9])\.ffn_.*_exps=CPU"),
+    # --- h17settings: setting families (tests/test_memory_settings.py holds the same figures)
+    # flash attention off with routed experts on the CPU: the host replayed with f32 masks (700 and
+    # 272 MiB before, against 508 and 204)
+    ("deepseek2", "-c 65536 -ngl 999 -fa off -ub 1024 -ot exps=CPU"),
+    ("qwen3moe", "-c 32768 -ngl 999 -fa off -ub 1024 -ot exps=CPU"),
+    # parallel sequences in separate streams: each gets its own window on sliding-window layers
+    ("gpt-oss", "-c 8192 -ngl 999 -np 4"),
+    ("llama4", "-c 32768 -ngl 999 -np 2 -ot exps=CPU"),
+    # --- end h17settings
+]
+
+# --- h17settings: setting families moeconf refuses (moeconf/memory/families.py): the estimate is
+# incomplete, and without the refusal its compute would be off (so the refusal stays needed)
+REFUSED_FAMILIES: list[tuple[str, str]] = [
+    ("qwen3moe", "-c 32768 -ngl 999 -ot exps=CPU -nkvo"),
+    ("gpt-oss", "-c 8192 -ngl 999 -ot exps=CPU -nkvo"),
+    ("qwen3moe", "2rpc -c 8192 -ngl 999 -ts 1,1 -b 4096 -ub 4096 -ot exps=CPU,^output\\.weight=CPU"),
+    ("glm4moe", "-c 8192 -ngl 30 -b 4096 -ub 4096 -ot ^output\\.weight=CPU"),
 ]
 
 # --- h17classic: the classic MoEs beyond the first five (moeconf/fixtures/layouts_classic.py) ---
@@ -229,3 +247,26 @@ def test_a_wrong_estimate_is_caught(sparse_models: dict[str, tuple[Path, Invento
     assert not _within(row, "weights")
     row["compute"] = [c[0] + 20, c[1]]  # type: ignore[index]
     assert not _within(row, "compute")
+
+
+@pytest.mark.parametrize(("model", "line"), REFUSED_FAMILIES, ids=[f"{m}:{c}" for m, c in REFUSED_FAMILIES])
+def test_refused_setting_families_would_be_off(model: str, line: str,
+                                               sparse_models: dict[str, tuple[Path, Inventory]],
+                                               endpoints: list[str]) -> None:
+    """h17settings: moeconf refuses these lines, and the engine shows why: the compute moeconf would
+    print without the refusal is outside the tolerance on some device."""
+    words = shlex.split(line)
+    n = 2 if "2rpc" in words else 1
+    words = [w for w in words if w != "2rpc"]
+    eps = endpoints[:n]
+    args = ["--rpc", ",".join(eps), "-fit", "off", *words]
+    path, inv = sparse_models[model]
+    proj = oracle.project(path, args, eps)
+    eng = engine("llama.cpp")
+    ex = explain(inv, eng, args, gpus=[])
+    settings = read_settings(args, eng)
+    assert not estimate(ex.placement, settings).complete
+    unchecked = estimate(ex.placement, settings, families=False)
+    off = [d for d, m in unchecked.devices.items()
+           if abs(m.compute / MiB - proj.compute_exact.get(d, 0.0)) > max(16.0, 0.03 * proj.compute_exact.get(d, 0.0))]
+    assert off, "the engine agrees with the unrefused estimate: the family may be modelled now"

@@ -47,7 +47,7 @@ def line_settings(ctx: Context) -> MemorySettings:
     inv = ctx.invocation
     env = {k: v.text for k, v in inv.env.items()}
     reserve = ctx.reserve if ctx.reserve is not None else DEFAULT_RESERVE
-    return read_settings([a.text for a in inv.args], ctx.engine, env, reserve=reserve)
+    return read_settings([a.text for a in inv.args], ctx.engine, env, reserve=reserve, binary=ctx.image_binary)
 
 
 def line_estimate(ctx: Context) -> Any:

@@ -1,0 +1,77 @@
+"""Host weights on a CPU with AMX (h17settings, issue 17). llama.cpp's CPU backend, built with AMX
+(`__AMX_INT8__` and `__AVX512VNNI__`, as native builds and the Sapphire Rapids variant of the
+multi-CPU builds are), offers the `AMX` buffer type FIRST among its extra buffer types
+(ggml/src/ggml-cpu/ggml-cpu.cpp, ggml_backend_cpu_get_extra_buffer_types), and the model loader
+puts each weight kept in host memory in the first buffer type whose backend supports the op using
+it (src/llama-model.cpp, select_weight_buft). The AMX buffer (ggml-cpu/amx/amx.cpp,
+extra_buffer_type::supports_op) takes:
+
+- weights of a MUL_MAT (not MUL_MAT_ID: routed experts go to CPU_REPACK, same bytes; not GET_ROWS:
+  token_embd stays in CPU), contiguous, with `ne[1] % 32 == 0`;
+- of type Q4_0, Q4_1, Q8_0 (`ne[0] % 32 == 0`), Q4_K, Q5_K, Q6_K, IQ4_XS (`ne[0] % 256 == 0`) or
+  F16 (`ne[0] % 16 == 0`).
+
+Its allocation (ggml-cpu/amx/mmq.cpp, ggml_backend_amx_get_alloc_size) packs the quantized types
+into a VNNI layout of `ne[1]` rows of `K/block` blocks each: Q8_0 adds an int32 compensation per
+block (38 bytes instead of 34), Q4_K and Q5_K 4 bytes per block, IQ4_XS 2; Q4_0, Q4_1, Q6_K keep
+their bytes; F16 is not packed. Rounded to the buffer's 32-byte alignment. ik_llama.cpp has no AMX
+buffer type."""
+
+from __future__ import annotations
+
+import os
+
+from moeconf.model import ggml
+from moeconf.model.inventory import Tensor
+
+# type -> (ne[0] alignment, extra bytes per block in the packed layout); F16 unpacked
+AMX_TYPES: dict[str, tuple[int, int]] = {
+    "Q4_0": (32, 0), "Q4_1": (32, 0), "Q8_0": (32, 4), "Q4_K": (256, 4), "Q5_K": (256, 4), "Q6_K": (256, 0),
+    "IQ4_XS": (256, 2), "F16": (16, 0),
+}
+HOST_CPUS = ("amx", "plain")
+_NOT_MUL_MAT = ("token_embd",)  # GET_ROWS
+
+
+def _align(n: int, a: int = 32) -> int:
+    return (n + a - 1) // a * a
+
+
+def amx_bytes(t: Tensor) -> int | None:
+    """The tensor's size in the AMX buffer, or None when the loader does not put it there."""
+    spec = AMX_TYPES.get(t.type)
+    if spec is None or not t.name.endswith(".weight") or len(t.shape) < 2:
+        return None
+    if t.base in _NOT_MUL_MAT or t.base.endswith("_exps") or t.role == "experts":
+        return None
+    align, extra = spec
+    ne0, ne1 = t.shape[0], t.shape[1]
+    if ne0 % align or ne1 % 32:
+        return None
+    if t.type == "F16":
+        return _align(t.nbytes)
+    block, size = ggml.quant_sizes()[ggml.type_ids()[t.type]]
+    # get_alloc_size counts ne[1] rows only (N = ne[1], whatever ne[2])
+    return _align(ne1 * (ne0 // block) * (size + extra))
+
+
+def local_host_cpu() -> str:
+    """`amx` when this machine's CPU has AMX-INT8 (Linux /proc/cpuinfo), else `plain`."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags") and "amx_int8" in line.split():
+                    return "amx"
+                if line.startswith("flags"):
+                    return "plain"
+    except OSError:
+        pass
+    return "plain"
+
+
+def resolve_host_cpu(choice: str) -> str:
+    """`auto` -> this machine's CPU (`MOECONF_HOST_CPU` overrides the detection), else the choice."""
+    if choice != "auto":
+        return choice
+    env = os.environ.get("MOECONF_HOST_CPU")
+    return env if env in HOST_CPUS else local_host_cpu()

@@ -1,0 +1,75 @@
+"""Setting families whose compute buffers moeconf does not model (h17settings, issue 17): on these
+the estimate is incomplete with a note naming the family, so `explain` prints "?" and `fit` and the
+fill rules refuse, rather than print a number the engine's projection contradicts. Each family was
+found on held-out command lines and measured with `llama-fit-params -fitp on` (llama.cpp 0.3.36,
+sparse full-size layouts, RPC devices); docs/memory-architectures.md lists the figures.
+
+- `-nkvo` (the KV cache in host memory) while routed experts of layers whose attention runs on a
+  GPU run on the CPU: the attention of every layer then runs where the cache is, and the splits
+  between host and GPUs are not the ones the phase model or the replays assume (Qwen3-30B-A3B
+  `-c 32768 -ot exps=CPU -nkvo`: host 104 modelled vs 80; gpt-oss-20b `-c 8192`: GPU 404 vs 432;
+  GLM-4.5-Air over two GPUs at 16k: 120 vs 176; Llama 4 `-ts 1,1`: 132 vs 160).
+- Routed experts of GPU layers AND the output on the CPU (`-ot exps=CPU,output=CPU`) over two or
+  more GPUs: what stays alive on each GPU between the expert round trips is not modelled
+  (Qwen3-30B-A3B `-ts 1,1`: a GPU 56 modelled vs 76 at `-ub 512`, 224 vs 304 at `-ub 2048`, 448 vs
+  608 at `-ub 4096`). On one GPU the model is exact at `-ub 512` (tests/test_memory.py) and over,
+  never under, at larger ubatches (Qwen3-30B-A3B `-ub 4096` 448 vs 384, GLM-4.5-Air 896 vs 770,
+  gpt-oss-20b 432 vs 413; deepseek2 and llama4 exact): those stay modelled.
+- The output on the CPU while a GPU runs layers that follow CPU layers (a partial `-ngl`), at
+  ubatches above 512: the GPU's buffer grows faster with the ubatch than modelled (Qwen3-30B-A3B
+  `-ngl 30 -b 4096 -ub 4096 -ot output=CPU`: 676 modelled vs 704; GLM-4.5-Air 1,236 vs 1,296; at
+  `-ub 512` 84.5 vs 88, within tolerance, and stays modelled)."""
+
+from __future__ import annotations
+
+from moeconf.memory.settings import MemorySettings
+from moeconf.placement import Placement
+
+HOST = "CPU"
+_EXPERTS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
+_ATTN = ("attn_q", "attn_qkv", "attn_q_a", "attn_kv_a_mqa", "attn_output")
+
+
+def _gpu_layers_with_cpu_experts(placement: Placement) -> bool:
+    inv = placement.inventory
+    attn_dev: dict[int, str | None] = {}
+    cpu_experts: set[int] = set()
+    for t in inv.tensors:
+        if t.layer is None:
+            continue
+        d = placement.devices.get(t.name)
+        if t.base in _ATTN and t.layer not in attn_dev:
+            attn_dev[t.layer] = d
+        if t.base in _EXPERTS and d == HOST:
+            cpu_experts.add(t.layer)
+    return any(attn_dev.get(il) not in (None, HOST) for il in cpu_experts)
+
+
+def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str]) -> list[str]:
+    """Why the compute buffers of these settings on this placement are not modelled (empty: they are)."""
+    if not gpus:
+        return []
+    why: list[str] = []
+    cpu_experts = _gpu_layers_with_cpu_experts(placement)
+    if cpu_experts and not settings.offload_kqv:
+        why.append("memory is not modelled for -nkvo (KV cache in host memory) with routed experts of GPU "
+                   "layers on the CPU: the compute buffers of that split are not computed")
+    devs = placement.devices
+    out = devs.get("output.weight") if "output.weight" in placement.inventory.by_name else devs.get("token_embd.weight")
+    if cpu_experts and out == HOST and len(gpus) > 1:
+        why.append("memory is not modelled for the output on the CPU with routed experts of GPU layers on the "
+                   "CPU over several GPUs: the GPUs' compute buffers of that split are not computed (keep "
+                   "output.weight on a GPU)")
+    if out == HOST and min(settings.n_ubatch, settings.n_batch) > 512 and _gpu_after_cpu_layer(placement):
+        why.append("memory is not modelled for the output on the CPU with a GPU running layers after CPU layers "
+                   "(a partial -ngl) at -ub above 512: that GPU's compute buffer is not computed")
+    return why
+
+
+def _gpu_after_cpu_layer(placement: Placement) -> bool:
+    """A layer whose attention runs on a GPU right after a layer whose attention runs on the CPU."""
+    attn_dev: dict[int, str | None] = {}
+    for t in placement.inventory.tensors:
+        if t.layer is not None and t.base in _ATTN and t.layer not in attn_dev:
+            attn_dev[t.layer] = placement.devices.get(t.name)
+    return any(attn_dev.get(il - 1) == HOST and d not in (None, HOST) for il, d in attn_dev.items())
