@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
+from moeconf.memory.archgraph import ffn_floats, host_replay_spec, moe_replay_spec
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
@@ -314,7 +315,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         r_dev = _where(placement, il, _ROUTER_BASES)
         d_dev = _where(placement, il, _DENSE_BASES)
         if x_dev is not None and geo.n_ff_exp:
-            moe = moe_tensors * geo.n_expert_used * geo.n_ff_exp + geo.n_expert_used * e
+            moe = ffn_floats(moe_tensors, geo.n_expert_used, geo.n_ff_exp, e)  # h17dsa: archgraph
             if x_dev == (r_dev or a_dev):
                 phases[x_dev].append(f4 * (moe + 2 * e + 2 * geo.n_expert))
             s_dev = _where(placement, il, ("ffn_down_shexp", "ffn_up_shexp"))
@@ -461,11 +462,6 @@ def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n
 _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
-# architectures whose graph `replay.moe_graph` rebuilds: (per-head Q and K norms, sigmoid gating
-# with a selection bias)
-_MOE_REPLAYED = {"qwen3moe": (True, False), "glm4moe": (False, True)}
-
-
 def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int) -> dict[str, int]:
     """Compute buffers by a replay of ggml-alloc over a GPU's share of the graph (see `replay`),
     for each GPU running one contiguous range of whole layers (its routed experts there or on the
@@ -473,7 +469,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
     the host's when one GPU runs every layer. Where the experts' output, their sum and the logits
     land depends on the holes masks, copies and routers leave; a replay places them exactly."""
     inv = placement.inventory
-    spec = _MOE_REPLAYED.get(inv.arch)
+    spec = moe_replay_spec(inv, geo)  # h17dsa: read from the layers' tensors (archgraph)
     n_layer = len(geo.layers)
     if (spec is None or geo.swa_type != "none" or geo.mla or geo.n_expert_used < 2 or not geo.n_ff_exp
             or not n_layer or [la.index for la in geo.layers] != list(range(n_layer))):
@@ -541,12 +537,10 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
     return out
 
 
-# architectures whose routed experts' CPU split is known: a SwiGLU over gate and up, a down
-# projection (gpt-oss: each followed by its bias, in place); Llama 4 weights the experts' input
-# before them, so the CPU receives one weighted copy per chosen expert
-_HOST_REPLAYED = {"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"}
-
-
+# the routed experts' CPU split: a SwiGLU over gate and up, a down projection (each followed by
+# its bias, in place, where the experts have biases: gpt-oss); Llama 4 weights the experts' input
+# before them, so the CPU receives one weighted copy per chosen expert. Which models it applies
+# to is read from their layers' tensors (archgraph.host_replay_spec, h17dsa)
 def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
                    swa_cells: int) -> int | None:
     """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
@@ -554,7 +548,8 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
     output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
     graph inputs left once copied to the GPUs. None elsewhere."""
     inv = placement.inventory
-    if (inv.arch not in _HOST_REPLAYED or not geo.layers or not geo.n_ff_exp or not is_gpu(out_dev)
+    biased = host_replay_spec(inv, geo)
+    if (biased is None or not geo.layers or not geo.n_ff_exp or not is_gpu(out_dev)
             or placement.devices.get("token_embd.weight") != HOST):
         return None
     n_layer = len(geo.layers)
@@ -592,7 +587,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
     used = geo.n_expert_used
     shape = HostShape(
         n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used, n_ff_exp=geo.n_ff_exp,
-        biased=inv.arch == "gpt-oss", x_size=f * geo.n_embd * (used if inv.arch == "llama4" else 1),
+        biased=biased, x_size=f * geo.n_embd * (used if inv.arch == "llama4" else 1),
         layers=tuple(layers),
     )
     return host_peak(shape)
