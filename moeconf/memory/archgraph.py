@@ -17,10 +17,14 @@ else gets none of the node-by-node replays.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from moeconf.memory.geometry import Geometry
 from moeconf.model.inventory import Inventory
+from moeconf.placement import Placement
+
+_HOST: Final = "CPU"
 
 _ROUTED: Final = frozenset({"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
 
@@ -74,3 +78,18 @@ def ffn_floats(moe_tensors: int, used: int, n_ff_exp: int, n_embd: int) -> int:
     if moe_tensors == 3 and down <= 2 * ffe:
         return 3 * ffe
     return moe_tensors * ffe + down
+
+
+
+def cpu_head(placement: Placement, runs: list[tuple[str, int, int]], i: int, n_layer: int,
+             routed: Mapping[int, set[str | None]]) -> bool:
+    """Whether run `i` (device, first layer, end) is the CPU running layers 0 to end - 1 whole
+    (routed experts included) while GPUs run every later layer and the output (a partial -ngl):
+    the host's buffer is then its share of `replay.moe_graph` plus the embeddings input, allocated
+    and never read with token ids (measured: MiniMax-M2 -ngl 40 and -ngl 30 -ub 2048, exact)."""
+    d, first, last = runs[i]
+    if d != _HOST or first != 0 or last >= n_layer or any(r[0] == _HOST for r in runs[i + 1:]):
+        return False
+    if any(routed[il] - {_HOST} for il in range(last)):
+        return False
+    return placement.devices.get("token_embd.weight") == _HOST

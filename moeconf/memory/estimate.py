@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.memory.archgraph import ffn_floats, host_replay_spec, moe_replay_spec
+from moeconf.memory.archgraph import cpu_head, ffn_floats, host_replay_spec, moe_replay_spec
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
@@ -512,6 +512,17 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             runs.append((d, il, il + 1))
     out: dict[str, int] = {}
     for i, (d, first, last) in enumerate(runs):
+        # h17dsa: the CPU running the first layers, GPUs the rest (a partial -ngl): the host's buffer
+        # is that run's share plus the unused embeddings input (archgraph.cpu_head)
+        if cpu_head(placement, runs, i, n_layer, routed):
+            shape = MoeShape(
+                n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
+                head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
+                n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
+                experts_cpu=tuple(False for _ in range(n_layer)), n_tokens=n_tokens, n_kv=cells, first=0, last=last,
+            )
+            out[HOST] = moe_peaks(shape, 32)[0] + 4 * n_tokens * geo.n_embd
+            continue
         if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
             continue
         if last == n_layer:
