@@ -93,3 +93,14 @@ def cpu_head(placement: Placement, runs: list[tuple[str, int, int]], i: int, n_l
     if any(routed[il] - {_HOST} for il in range(last)):
         return False
     return placement.devices.get("token_embd.weight") == _HOST
+
+
+# Architectures for which the engines force flash attention off whatever -fa says (llama.cpp
+# src/llama-context.cpp and ik_llama.cpp src/llama.cpp, llama_init_from_model: "flash_attn is not
+# compatible with Grok - forcing off"); both then refuse a quantized V cache.
+FA_FORCED_OFF: Final = frozenset({"grok"})
+
+
+def flash_attn_forced_off(arch: str) -> bool:
+    return arch in FA_FORCED_OFF
+

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.memory.archgraph import cpu_head, ffn_floats, host_replay_spec, moe_replay_spec
+from moeconf.memory.archgraph import cpu_head, ffn_floats, flash_attn_forced_off, host_replay_spec, moe_replay_spec
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
@@ -168,6 +168,9 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
                         f"(-ctk {settings.cache_type_k} -ctv {settings.cache_type_v}): give both")
     if is_quantized(settings.cache_type_v) and settings.flash_attn == "off" and not (ik and geo.mla_arch):
         problems.append(f"{eng.label} refuses a quantized V cache ({settings.cache_type_v}) with flash attention off")
+    elif is_quantized(settings.cache_type_v) and flash_attn_forced_off(inv.arch):  # h17dsa
+        problems.append(f"{eng.label} forces flash attention off for {inv.arch} and then refuses a quantized V cache "
+                        f"({settings.cache_type_v}): give -ctv f16 (a quantized -ctk alone is accepted)")
     return problems
 
 
@@ -203,7 +206,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
 
     ik = eng.name == "ik_llama.cpp"
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
-    fa = settings.flash_attn != "off"
+    fa = settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch)  # h17dsa: grok
     problems = refused_settings(inv, eng, settings, geo)
     # context: 0 = the model's training context
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
@@ -255,6 +258,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     n_kv_full = cells if any(not la.swa for la in geo.layers) else 0
     n_kv_swa = swa_cells if any(la.swa for la in geo.layers) else 0
     masks = T * mask_el * (n_kv_full + n_kv_swa)
+    if not fa and not geo.mla:
+        # h17dsa: with flash attention off V is stored transposed and its graph input indexes every
+        # element: 8 bytes per token and V row element (llama-kv-cache.cpp, build_input_v_idxs),
+        # alive beside the masks on every device running attention (measured on Grok-1: 4 MiB at -ub 512)
+        masks += 8 * T * max((la.n_head_kv * la.head_v for la in geo.layers), default=0) * (2 if n_kv_swa else 1)
     e = geo.n_embd
     moe_tensors = _MOE_FF_TENSORS.get(inv.arch, 3)
     phases: dict[str, list[int]] = defaultdict(list)
