@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory.archgraph import cpu_head, ffn_floats, flash_attn_forced_off, host_replay_spec, moe_replay_spec
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized
 from moeconf.memory.support import unmodelled
@@ -228,6 +229,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # --- KV cache -------------------------------------------------------------------------------
     kv: dict[str, int] = defaultdict(int)
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
+    # h17dsa: the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
+    idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
+    idx_width = indexer_width(inv)
     for la in geo.layers:
         dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
@@ -250,6 +254,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else _row_bytes(ctk, k_row) * n
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
             size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else _row_bytes(ctv, v_row) * n
+        if la.index in idx_layers:
+            size += _row_bytes(ctk, idx_width) * n
         kv[dev] += size
 
     # --- compute --------------------------------------------------------------------------------
