@@ -69,6 +69,18 @@ MODELLED: Final[dict[str, ArchMemory]] = {
                             _CHECKED + " (DeepSeek-V3, Kimi-K2)"),
     "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
+    # h17dsa: checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
+    "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
+    "grok": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (Grok-1; flash attention forced off)"),
+}
+
+# h17dsa: architectures whose memory is partly modelled, with what is missing (the refusal's reason)
+PARTIAL: Final[dict[str, str]] = {
+    arch: (f"memory is not modelled for {arch!r}: its KV cache is (the MLA latent and the lightning indexer's K "
+           "cache, moeconf.memory.indexer), but the compute of the DSA indexer (its scores, the sparse-attention "
+           "mask built from the top-k, measured 200-2,700 MiB over the MLA graph) is not: KV cache and compute "
+           "are not computed")
+    for arch in ("deepseek32", "glm-dsa")
 }
 
 
@@ -77,6 +89,8 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     each `{arch}.*` key of the file the model does not read and that may change memory."""
     arch = inv.arch
     spec = MODELLED.get(arch)
+    if spec is None and arch in PARTIAL:
+        return [PARTIAL[arch]]
     if spec is None:
         return [f"memory is not modelled for the {arch!r} architecture (modelled: {', '.join(sorted(MODELLED))}): "
                 "KV cache and compute are not computed, and weights are only the file's tensors as placed"]
