@@ -8,14 +8,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
 from moeconf.engines import engine
 from moeconf.explanation import explain
-from moeconf.memory import estimate_explained, read_settings
-from moeconf.memory import support
+from moeconf.memory import estimate_explained, read_settings, support
 from moeconf.memory.archgraph import ffn_floats, flash_attn_forced_off, host_replay_spec, moe_replay_spec
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.geometry import geometry
@@ -31,7 +31,8 @@ DSA = ("deepseek-v3.2", "glm-5")
 
 @pytest.fixture(scope="module")
 def models() -> dict[str, Inventory]:
-    return {k: load_inventory(MODELS / f"{k}.manifest.json") for k in ("deepseek-v3.2", "glm-5", "minimax-m2", "grok-1")}
+    keys = ("deepseek-v3.2", "glm-5", "minimax-m2", "grok-1")
+    return {k: load_inventory(MODELS / f"{k}.manifest.json") for k in keys}
 
 
 def _estimate(inv: Inventory, line: str) -> tuple[MemoryEstimate, list[str]]:
@@ -112,9 +113,6 @@ def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> 
 def test_without_the_indexer_cache_deepseek32_kv_is_the_latent_only(models: dict[str, Inventory],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """What moeconf printed before (2,196 MiB at 32k): the indexer cache is what brings it to 2,684."""
-    import moeconf.memory.estimate as est_mod  # noqa: F401  (the module, not the function)
-    import sys
-
     inv = models["deepseek-v3.2"]
     monkeypatch.setitem(support.MODELLED, inv.arch, support.ArchMemory(
         frozenset(inv.metadata.arch_keys or ()), frozenset({"llama.cpp"}), "test"))

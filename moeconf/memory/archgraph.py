@@ -56,7 +56,7 @@ def moe_replay_spec(inv: Inventory, geo: Geometry) -> tuple[bool, bool] | None:
     """(Q/K norms, selection bias) when `replay.moe_graph` is the model's graph; None otherwise."""
     n_layer = len(geo.layers)
     bases = _layer_bases(inv, n_layer)
-    if geo.mla or geo.swa_type != "none" or not bases <= _STANDARD or not _ROUTED <= bases or _routed_biases(inv):
+    if geo.mla or geo.swa_type != "none" or not bases <= _STANDARD or not bases >= _ROUTED or _routed_biases(inv):
         return None
     return "attn_q_norm" in bases, "exp_probs_b" in bases
 
@@ -65,7 +65,7 @@ def host_replay_spec(inv: Inventory, geo: Geometry) -> bool | None:
     """Whether the routed experts carry biases (each applied in place) when `replay.host_graph`
     is the host's share; None when the layers hold tensors whose graph inputs it does not know."""
     bases = _layer_bases(inv, len(geo.layers))
-    if not _ROUTED <= bases or not bases <= _NO_INPUT:
+    if not bases >= _ROUTED or not bases <= _NO_INPUT:
         return None
     return _routed_biases(inv)
 

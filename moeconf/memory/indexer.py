@@ -28,7 +28,8 @@ def indexer_width(inv: Inventory) -> int:
     """Elements per cell of each indexer-cached layer's K row (0: no indexer cache)."""
     if inv.arch not in DSA_ARCHS:
         return 0
-    return inv.metadata.hparam("attention.indexer.key_length") or 0
+    width = inv.metadata.hparam("attention.indexer.key_length")
+    return width if isinstance(width, int) else 0
 
 
 def indexer_unmodelled(inv: Inventory) -> list[str]:
