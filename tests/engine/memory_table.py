@@ -36,6 +36,11 @@ def main(path: str) -> int:
         print(f"| {model} | {len(cases)} | {len(rs)} | {worst['weights']:.2f} | {worst['kv']:.2f} | "
               f"{worst['compute']:.1f} | {len(good)} of {len(cases)} |")
     print(f"\n{total_cases} command lines, llama.cpp (llama-cpp-python 0.3.36) `llama-fit-params -fitp on`.")
+    # architectures refused (memory partly modelled): listed with what is missing (h17dsa)
+    from moeconf.memory.support import PARTIAL
+
+    for arch, why in sorted(PARTIAL.items()):
+        print(f"\n- {arch}: refused. {why}")
     return 0
 
 
