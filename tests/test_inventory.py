@@ -33,6 +33,11 @@ EXPECTED_KINDS = {
     "llama-4-maverick": (
         format_ranges(range(0, 48, 2)), format_ranges(range(1, 48, 2)), "none",
     ),
+    # h17dsa
+    "deepseek-v3.2": ("0-2", "3-60", "61"),
+    "glm-5": ("0-2", "3-77", "78"),
+    "minimax-m2": ("none", "0-61", "none"),
+    "grok-1": ("none", "0-63", "none"),
 }
 
 

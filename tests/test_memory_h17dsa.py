@@ -157,3 +157,25 @@ def test_down_projection_fills_the_gate_up_hole_only_when_it_fits() -> None:
     assert ffn_floats(3, 8, 1536, 3072) == 3 * 8 * 1536
     assert ffn_floats(3, 8, 768, 2048) == 3 * 8 * 768 + 8 * 2048
     assert ffn_floats(2, 4, 2880, 2880) == 2 * 4 * 2880 + 4 * 2880  # gpt-oss keeps its own count
+
+
+@pytest.mark.parametrize(("line", "host_mib"), [
+    ("-c 32768 -ngl 999", 92.01), ("-c 32768 -ngl 999 -ub 1024", 184.02), ("2rpc -c 32768 -ngl 999 -ts 1,1", 332.04),
+])
+def test_grok_host_holds_the_transposed_v_indices(models: dict[str, Inventory], line: str, host_mib: float) -> None:
+    """With flash attention off the V cache's element indices are a graph input (8 bytes per
+    token and V row element): without them the host is 4 MiB per 512 tokens (and copy) under."""
+    est, _ = _estimate(models["grok-1"], line)
+    assert abs(est.devices["CPU"].compute / MiB - host_mib) <= 0.1
+
+
+@pytest.mark.parametrize(("line", "host_mib"), [
+    ("-c 32768 -ngl 999 -ot exps=CPU", 134.01), ("-c 32768 -ngl 999 -ot exps=CPU -ub 2048", 536.05),
+    ("-c 32768 -ngl 999 --n-cpu-moe 30", 134.01), ("-c 32768 -ngl 40", 134.01), ("-c 32768 -ngl 30 -ub 2048", 536.05),
+])
+def test_minimax_host_is_replayed(models: dict[str, Inventory], line: str, host_mib: float) -> None:
+    """MiniMax-M2 is not in any list of architecture names: its layers hold the standard tensors,
+    so the host's share is replayed node by node (routed experts on the CPU; the CPU running the
+    first layers), exact to the engine's figure."""
+    est, _ = _estimate(models["minimax-m2"], line)
+    assert abs(est.devices["CPU"].compute / MiB - host_mib) <= 0.1
