@@ -179,3 +179,17 @@ def test_minimax_host_is_replayed(models: dict[str, Inventory], line: str, host_
     first layers), exact to the engine's figure."""
     est, _ = _estimate(models["minimax-m2"], line)
     assert abs(est.devices["CPU"].compute / MiB - host_mib) <= 0.1
+
+
+def test_grok2_style_layers_are_refused(models: dict[str, Inventory]) -> None:
+    """A Grok layer holding a dense FFN beside its routed experts (Grok-2) was not checked: refused."""
+    from moeconf.memory.support import unmodelled
+    from moeconf.model.inventory import Tensor
+
+    inv = models["grok-1"]
+    assert unmodelled(inv, "llama.cpp") == []
+    up = inv.by_name["blk.0.ffn_up_exps.weight"]
+    extra = dataclasses.replace(up, name="blk.0.ffn_up.weight", base="ffn_up", shape=up.shape[:2])
+    assert isinstance(extra, Tensor)
+    grok2 = dataclasses.replace(inv, tensors=(*inv.tensors, extra))
+    assert any("dense FFN beside the routed experts" in w for w in unmodelled(grok2, "llama.cpp"))

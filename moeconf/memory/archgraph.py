@@ -104,3 +104,17 @@ FA_FORCED_OFF: Final = frozenset({"grok"})
 def flash_attn_forced_off(arch: str) -> bool:
     return arch in FA_FORCED_OFF
 
+
+
+def unmodelled_structure(inv: Inventory) -> list[str]:
+    """Layer structures of a modelled architecture the model was not checked on (h17dsa): Grok-2
+    style layers holding a dense FFN beside the routed experts (src/models/grok.cpp adds both,
+    scaled), checked only on Grok-1's experts-only layers."""
+    if inv.arch != "grok":
+        return []
+    dense = {t.layer for t in inv.tensors if t.base == "ffn_up" and t.layer is not None}
+    routed = {t.layer for t in inv.tensors if t.base == "ffn_up_exps" and t.layer is not None}
+    if dense & routed:
+        return ["memory is not modelled for grok layers with a dense FFN beside the routed experts (Grok-2 style; "
+                "checked on Grok-1 only)"]
+    return []

@@ -71,7 +71,10 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
     # h17dsa: checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
-    "grok": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (Grok-1; flash attention forced off)"),
+    # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
+    # Grok's tanh unconditionally); final_logit_softcapping adds ops on the logits: not read
+    "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping"}), frozenset({"llama.cpp"}),
+                       _CHECKED + " (Grok-1; flash attention forced off)"),
 }
 
 # h17dsa: architectures whose memory is partly modelled, with what is missing (the refusal's reason)
@@ -100,4 +103,6 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     unknown = [k for k in keys if k not in NO_MEMORY_EFFECT and k not in spec.keys]
     if unknown:
         return [f"memory is not modelled for {arch}.{k} (a key moeconf does not read for {arch})" for k in unknown]
-    return []
+    from moeconf.memory.archgraph import unmodelled_structure  # h17dsa
+
+    return unmodelled_structure(inv)
