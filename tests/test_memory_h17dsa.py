@@ -16,7 +16,13 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.memory import estimate_explained, read_settings, support
-from moeconf.memory.archgraph import ffn_floats, flash_attn_forced_off, host_replay_spec, moe_replay_spec
+from moeconf.memory.archgraph import (
+    ffn_floats,
+    flash_attn_forced_off,
+    host_replay_spec,
+    moe_replay_spec,
+    split_ffn_floats,
+)
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.geometry import geometry
 from moeconf.memory.indexer import indexer_unmodelled
@@ -157,6 +163,10 @@ def test_down_projection_fills_the_gate_up_hole_only_when_it_fits() -> None:
     assert ffn_floats(3, 8, 1536, 3072) == 3 * 8 * 1536
     assert ffn_floats(3, 8, 768, 2048) == 3 * 8 * 768 + 8 * 2048
     assert ffn_floats(2, 4, 2880, 2880) == 2 * 4 * 2880 + 4 * 2880  # gpt-oss keeps its own count
+    # in their own split (routed experts on the CPU): Grok-1 (GELU, small down), Qwen3-30B, MiniMax-M2
+    assert split_ffn_floats(3, 2, 32768, 6144) == 3 * 2 * 32768
+    assert split_ffn_floats(3, 8, 768, 2048) == 2 * 8 * 768 + 8 * 2048
+    assert split_ffn_floats(3, 8, 1536, 3072) == 2 * 8 * 1536 + 8 * 3072
 
 
 @pytest.mark.parametrize(("line", "host_mib"), [

@@ -25,7 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.memory.archgraph import cpu_head, ffn_floats, flash_attn_forced_off, host_replay_spec, moe_replay_spec
+from moeconf.memory.archgraph import (
+    cpu_head,
+    ffn_floats,
+    flash_attn_forced_off,
+    host_replay_spec,
+    moe_replay_spec,
+    split_ffn_floats,
+)
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
@@ -312,6 +319,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         attn = f4 * act
         if not fa:
             attn += n_kv * T * la.n_head * 4
+            if not settings.offload_kqv and is_gpu(a_dev) and not geo.mla:
+                # h17dsa: -nkvo: the layer's K and V, read from host memory, are copied in whole
+                # (measured: Grok-1 -c 16384 -nkvo 1,680 MiB, 64 MiB over the KQ phase)
+                attn += (_row_bytes(ctk, la.head_k * la.n_head_kv) + _row_bytes(ctv, la.head_v * la.n_head_kv)) * n_kv
         phases[a_dev].append(attn)
         if after_copy is not None:
             # the previous layer's residual sits above its experts' returned copy (see below); this
@@ -335,7 +346,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             s_dev = _where(placement, il, ("ffn_down_shexp", "ffn_up_shexp"))
             if x_dev != (r_dev or a_dev):
                 back = r_dev or a_dev
-                phases[x_dev].append(f4 * (moe + e))
+                phases[x_dev].append(f4 * (split_ffn_floats(moe_tensors, geo.n_expert_used, geo.n_ff_exp, e) + e))
                 phases[back].append(f4 * (2 * e + 2 * geo.n_expert))
                 # the experts' output crosses back as a split input: the scheduler copies it into
                 # the router device's compute buffer at the start of that split (ggml-backend.cpp,
