@@ -81,20 +81,6 @@ def ffn_floats(moe_tensors: int, used: int, n_ff_exp: int, n_embd: int) -> int:
 
 
 
-def split_ffn_floats(moe_tensors: int, used: int, n_ff_exp: int, n_embd: int) -> int:
-    """The same for routed experts in their own split (another device than their router): gate,
-    up and their product alive together, or the product and one projection beside the down
-    projection's output, whichever is more (measured with routed experts on the CPU: MiniMax-M2
-    -nkvo 134.01 and -fa off 138.01 MiB, where all four give 158; Qwen3-30B-A3B -fa off 78.01,
-    where all four give 90; Grok-1 464.01, where the product and one projection beside down give
-    360)."""
-    ffe = used * n_ff_exp
-    down = used * n_embd
-    if moe_tensors != 3:
-        return moe_tensors * ffe + down
-    return max(3 * ffe, 2 * ffe + down)
-
-
 def cpu_head(placement: Placement, runs: list[tuple[str, int, int]], i: int, n_layer: int,
              routed: Mapping[int, set[str | None]]) -> bool:
     """Whether run `i` (device, first layer, end) is the CPU running layers 0 to end - 1 whole

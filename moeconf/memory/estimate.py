@@ -31,7 +31,6 @@ from moeconf.memory.archgraph import (
     flash_attn_forced_off,
     host_replay_spec,
     moe_replay_spec,
-    split_ffn_floats,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
@@ -346,7 +345,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             s_dev = _where(placement, il, ("ffn_down_shexp", "ffn_up_shexp"))
             if x_dev != (r_dev or a_dev):
                 back = r_dev or a_dev
-                phases[x_dev].append(f4 * (split_ffn_floats(moe_tensors, geo.n_expert_used, geo.n_ff_exp, e) + e))
+                phases[x_dev].append(f4 * (moe + e))
                 phases[back].append(f4 * (2 * e + 2 * geo.n_expert))
                 # the experts' output crosses back as a split input: the scheduler copies it into
                 # the router device's compute buffer at the start of that split (ggml-backend.cpp,

@@ -27,7 +27,7 @@ from moeconf.memory import estimate_explained, read_settings, support
 from moeconf.model.inventory import Inventory
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, parse_mainline, rpc_servers
-from tests.test_memory_h17dsa import DSA, FIGURES, within
+from tests.test_memory_h17dsa import COMPUTE_GAPS, DSA, FIGURES, within
 
 pytestmark = pytest.mark.engine
 
@@ -87,7 +87,8 @@ def _split(line: str, endpoints: list[str]) -> tuple[list[str], list[str]]:
 
 @pytest.mark.parametrize("fig", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
 def test_memory_against_llama_cpp(fig: dict[str, object], sparse: dict[str, tuple[Path, Inventory]],
-                                  endpoints: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+                                  endpoints: list[str], monkeypatch: pytest.MonkeyPatch,
+                                  request: pytest.FixtureRequest) -> None:
     model, line, devices = str(fig["model"]), str(fig["args"]), fig["devices"]
     assert isinstance(devices, dict)
     path, inv = sparse[model]
@@ -117,6 +118,9 @@ def test_memory_against_llama_cpp(fig: dict[str, object], sparse: dict[str, tupl
         for i, term in enumerate(("weights", "kv", "compute")):
             if term in terms and not within(term, ours[i], theirs[i], host=name == "host"):
                 bad.append((name, term, round(ours[i], 2), theirs[i]))
+    assert not [b for b in bad if b[1] != "compute"]
+    if (model, line) in COMPUTE_GAPS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="compute gap listed in COMPUTE_GAPS"))
     assert not bad
 
 
