@@ -605,7 +605,9 @@ def shortfall_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Map
     if kv:
         hints.append(f"a smaller -c (the KV cache takes {kv / MiB:,.0f} MiB there; half the context, half of it)")
         if s.cache_type_k == "f16" or s.cache_type_v == "f16":
-            hints.append("-ctk q8_0 -ctv q8_0 (about half the KV cache)")
+            # a quantized V cache needs flash attention (off by -fa off, or forced off: grok) (h17dsa)
+            hints.append("-ctk q8_0 -ctv q8_0 (about half the KV cache)" if mem.flash_attn else
+                         "-ctk q8_0 (a quantized K cache; with flash attention off the engine refuses a quantized V)")
     if s.n_ubatch > 128:
         hints.append(f"a smaller -ub (compute grows with it; -ub {s.n_ubatch // 2} roughly halves it)")
     if any(d != HOST for d in over):

@@ -45,6 +45,11 @@ EXPECTED_KINDS = {
     "qwen3.5-122b-a10b": ("none", "0-47", "none"),
     "qwen3.5-35b-a3b": ("none", "0-39", "none"),
     "qwen3-next-80b-a3b": ("none", "0-47", "none"),
+    # h17dsa
+    "deepseek-v3.2": ("0-2", "3-60", "61"),
+    "glm-5": ("0-2", "3-77", "78"),
+    "minimax-m2": ("none", "0-61", "none"),
+    "grok-1": ("none", "0-63", "none"),
 }
 
 

@@ -28,16 +28,24 @@ from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory import families as setting_families  # h17settings
 from moeconf.memory import recurrent as rec  # h17hybrid
 from moeconf.memory.amx import amx_bytes
+from moeconf.memory.archgraph import (
+    cpu_head,
+    ffn_floats,
+    flash_attn_forced_off,
+    host_replay_spec,
+    moe_replay_spec,
+)
 from moeconf.memory.classic import (
+    graph_shape,
     host_replayable,
     input_width,
-    moe_replay_spec,
     output_device,
     unmodelled_settings,
     weights_before,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.ikmla import computed_weights, effective_mla
+from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host  # h17hybrid
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
@@ -184,6 +192,9 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
                         f"(-ctk {settings.cache_type_k} -ctv {settings.cache_type_v}): give both")
     if is_quantized(settings.cache_type_v) and settings.flash_attn == "off" and not (ik and geo.mla_arch):
         problems.append(f"{eng.label} refuses a quantized V cache ({settings.cache_type_v}) with flash attention off")
+    elif is_quantized(settings.cache_type_v) and flash_attn_forced_off(inv.arch):  # h17dsa
+        problems.append(f"{eng.label} forces flash attention off for {inv.arch} and then refuses a quantized V cache "
+                        f"({settings.cache_type_v}): give -ctv f16 (a quantized -ctk alone is accepted)")
     # --- h17hybrid: llama.cpp (llama-context.cpp, llama_init_from_model) refuses a quantized K or
     # V cache type whose block does not divide a layer's head width (n_embd_head_k / _v), with
     # flash attention not off: e.g. Kimi-Linear's value_length 72 and q8_0
@@ -253,7 +264,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         weights[d] = weights.get(d, 0) + b
     # --- end h17settings
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
-    fa = settings.flash_attn != "off"
+    fa = settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch)  # h17dsa: grok
     problems = refused_settings(inv, eng, settings, geo)
     # context: 0 = the model's training context
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
@@ -279,6 +290,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     kv: dict[str, int] = defaultdict(int)
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     rshape = rec.shape(inv)  # h17hybrid: recurrent layers' state (memory/recurrent.py)
+    # h17dsa: the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
+    idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
+    idx_width = indexer_width(inv)
     for la in geo.layers:
         dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
@@ -302,6 +316,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else _row_bytes(ctk, k_row) * n
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
             size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else _row_bytes(ctv, v_row) * n
+        if la.index in idx_layers:
+            size += _row_bytes(ctk, idx_width) * n
         kv[dev] += size
 
     # --- compute --------------------------------------------------------------------------------
@@ -310,6 +326,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     n_kv_full = cells if any(not la.swa for la in geo.layers) else 0
     n_kv_swa = swa_cells if any(la.swa for la in geo.layers) else 0
     masks = T * mask_el * (n_kv_full + n_kv_swa)
+    if not fa and not geo.mla:
+        # h17dsa: with flash attention off V is stored transposed and its graph input indexes every
+        # element: 8 bytes per token and V row element (llama-kv-cache.cpp, build_input_v_idxs),
+        # alive beside the masks on every device running attention (measured on Grok-1: 4 MiB at -ub 512)
+        masks += 8 * T * max((la.n_head_kv * la.head_v for la in geo.layers), default=0) * (2 if n_kv_swa else 1)
     e = geo.n_embd
     e_inp = input_width(inv, e)  # h17classic
     moe_tensors = _MOE_FF_TENSORS.get(inv.arch, 3)
@@ -355,6 +376,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         attn = f4 * act
         if not fa:
             attn += n_kv * T * la.n_head * 4
+            if not settings.offload_kqv and is_gpu(a_dev) and not geo.mla:
+                # h17dsa: -nkvo: the layer's K and V, read from host memory, are copied in whole
+                # (measured: Grok-1 -c 16384 -nkvo 1,680 MiB, 64 MiB over the KQ phase)
+                attn += (_row_bytes(ctk, la.head_k * la.n_head_kv) + _row_bytes(ctv, la.head_v * la.n_head_kv)) * n_kv
         if la.recurrent and rshape is not None:  # h17hybrid
             attn = rec.layer_activations(rshape, e, T)
         phases[a_dev].append(attn)
@@ -374,7 +399,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         r_dev = _where(placement, il, _ROUTER_BASES)
         d_dev = _where(placement, il, _DENSE_BASES)
         if x_dev is not None and geo.n_ff_exp:
-            moe = moe_tensors * geo.n_expert_used * geo.n_ff_exp + geo.n_expert_used * e
+            moe = ffn_floats(moe_tensors, geo.n_expert_used, geo.n_ff_exp, e)  # h17dsa: archgraph
             if x_dev == (r_dev or a_dev):
                 phases[x_dev].append(f4 * (moe + 2 * e + 2 * geo.n_expert))
             s_dev = _where(placement, il, ("ffn_down_shexp", "ffn_up_shexp"))
@@ -561,7 +586,11 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
     the host's when one GPU runs every layer. Where the experts' output, their sum and the logits
     land depends on the holes masks, copies and routers leave; a replay places them exactly."""
     inv = placement.inventory
-    spec = moe_replay_spec(inv)  # h17classic: keyed by the graph's shape (memory/classic.py)
+    spec = moe_replay_spec(inv, geo)  # read from the layers' tensors (archgraph)
+    if spec is not None:
+        gshape = graph_shape(inv)  # and not a fused QKV or Qwen3-VL's wider input (memory/classic.py)
+        if gshape.fused_qkv or gshape.wide_input:
+            spec = None
     n_layer = len(geo.layers)
     if (spec is None or geo.swa_type != "none" or geo.mla or geo.n_expert_used < 2 or not geo.n_ff_exp
             or not n_layer or [la.index for la in geo.layers] != list(range(n_layer))):
@@ -604,6 +633,17 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             runs.append((d, il, il + 1))
     out: dict[str, int] = {}
     for i, (d, first, last) in enumerate(runs):
+        # h17dsa: the CPU running the first layers, GPUs the rest (a partial -ngl): the host's buffer
+        # is that run's share plus the unused embeddings input (archgraph.cpu_head)
+        if cpu_head(placement, runs, i, n_layer, routed):
+            shape = MoeShape(
+                n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
+                head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
+                n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
+                experts_cpu=tuple(False for _ in range(n_layer)), n_tokens=n_tokens, n_kv=cells, first=0, last=last,
+            )
+            out[HOST] = moe_peaks(shape, 32)[0] + 4 * n_tokens * geo.n_embd
+            continue
         if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
             continue
         if last == n_layer:
@@ -629,12 +669,10 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
     return out
 
 
-# the routed experts' CPU split is replayed where its shape is known (memory/classic.py,
-# host_replayable): a SwiGLU over gate and up, a down projection (gpt-oss: each followed by its
-# bias, in place); Llama 4 weights the experts' input before them, so the CPU receives one
-# weighted copy per chosen expert
-
-
+# the routed experts' CPU split: a SwiGLU over gate and up, a down projection (each followed by
+# its bias, in place, where the experts have biases: gpt-oss); Llama 4 weights the experts' input
+# before them, so the CPU receives one weighted copy per chosen expert. Which models it applies
+# to is read from their layers' tensors (archgraph.host_replay_spec, h17dsa)
 def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
                    swa_cells: int, mask_el: int = 2) -> int | None:
     """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
@@ -642,7 +680,12 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
     output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
     graph inputs left once copied to the GPUs. None elsewhere."""
     inv = placement.inventory
-    if (not host_replayable(inv) or not geo.layers or not geo.n_ff_exp or not is_gpu(out_dev)
+    biased = host_replay_spec(inv, geo)
+    if biased is None and host_replayable(inv):
+        # attention the GPUs run (a fused QKV included) adds no graph input to the host's buffer
+        # (memory/classic.py): only the routed experts' shapes and biases matter here
+        biased = any(t.base in _ROUTED and t.name.endswith(".bias") for t in inv.tensors)
+    if (biased is None or not geo.layers or not geo.n_ff_exp or not is_gpu(out_dev)
             or placement.devices.get("token_embd.weight") != HOST):
         return None
     n_layer = len(geo.layers)
@@ -682,7 +725,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
     used = geo.n_expert_used
     shape = HostShape(
         n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used, n_ff_exp=geo.n_ff_exp,
-        biased=inv.arch == "gpt-oss", x_size=f * geo.n_embd * (used if weights_before(inv) else 1),
+        biased=biased, x_size=f * geo.n_embd * (used if weights_before(inv) else 1),
         layers=tuple(layers), n_embd_inp=input_width(inv, geo.n_embd),
     )
     return host_peak(shape)

@@ -22,6 +22,7 @@ sparse full-size layouts, RPC devices); docs/memory-architectures.md lists the f
 
 from __future__ import annotations
 
+from moeconf.memory.classic import output_device
 from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement
 
@@ -54,8 +55,7 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
     if cpu_experts and not settings.offload_kqv:
         why.append("memory is not modelled for -nkvo (KV cache in host memory) with routed experts of GPU "
                    "layers on the CPU: the compute buffers of that split are not computed")
-    devs = placement.devices
-    out = devs.get("output.weight") if "output.weight" in placement.inventory.by_name else devs.get("token_embd.weight")
+    out = output_device(placement)  # a tied output's copy where the engine makes one
     if cpu_experts and out == HOST and len(gpus) > 1:
         why.append("memory is not modelled for the output on the CPU with routed experts of GPU layers on the "
                    "CPU over several GPUs: the GPUs' compute buffers of that split are not computed (keep "

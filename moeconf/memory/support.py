@@ -77,6 +77,12 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # --- h17hybrid ---
     "qwen35moe": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-35B-A3B)"),
     "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
+    # h17dsa: checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
+    "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
+    # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
+    # Grok's tanh unconditionally); final_logit_softcapping adds ops on the logits: not read
+    "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping"}), frozenset({"llama.cpp"}),
+                       _CHECKED + " (Grok-1; flash attention forced off)"),
 }
 # h17classic: the classic MoEs checked within tolerance (memory/classic.py)
 MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
@@ -89,6 +95,12 @@ REFUSED: Final[dict[str, str]] = {
     **{arch: (f"memory is not modelled for the {arch!r} architecture: {detail}. KV cache and compute are not "
               "computed, and weights are only the file's tensors as placed")
        for arch, detail in _recurrent.NOT_MODELLED.items()},
+    # DSA: KV cache modelled (memory/indexer.py), the indexer's compute not
+    **{arch: (f"memory is not modelled for {arch!r}: its KV cache is (the MLA latent and the lightning indexer's K "
+              "cache, moeconf.memory.indexer), but the compute of the DSA indexer (its scores, the sparse-attention "
+              "mask built from the top-k, measured 200-2,700 MiB over the MLA graph) is not: KV cache and compute "
+              "are not computed")
+       for arch in ("deepseek32", "glm-dsa")},
 }
 
 
@@ -108,4 +120,6 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     unknown = [k for k in keys if k not in NO_MEMORY_EFFECT and k not in spec.keys]
     if unknown:
         return [f"memory is not modelled for {arch}.{k} (a key moeconf does not read for {arch})" for k in unknown]
-    return []
+    from moeconf.memory.archgraph import unmodelled_structure  # h17dsa
+
+    return unmodelled_structure(inv)

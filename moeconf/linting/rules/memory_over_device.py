@@ -76,7 +76,9 @@ def check(ctx: Context) -> Iterator[Hit]:
             advice = (f"moving the routed experts of {len(moved)} more layer(s) to the CPU (blocks "
                       f"{min(moved)}-{max(moved)}) brings it to {after.total / MiB:,.0f} MiB")
         else:
-            advice = "even with every routed expert on the CPU it does not fit: a smaller -c, -ctk/-ctv q8_0 or -ub"
+            # a quantized V cache needs flash attention (h17dsa: grok forces it off)
+            kvq = "-ctk/-ctv q8_0" if est.flash_attn else "-ctk q8_0"
+            advice = f"even with every routed expert on the CPU it does not fit: a smaller -c, {kvq} or -ub"
         _, command = fit_command(ctx, settings_argv(settings, ctx.engine))
         yield Hit(ctx.line, ctx.column,
                   f"{dev}: predicted {m.total / MiB:,.0f} MiB (weights {m.weights / MiB:,.0f}, KV {m.kv / MiB:,.0f}, "

@@ -1,0 +1,52 @@
+"""The DSA lightning indexer's K cache (DeepSeek-V3.2 `deepseek32`, GLM-5 `glm-dsa`), beside the
+MLA latent cache, as the pinned llama.cpp allocates it (issue 17, h17dsa).
+
+llama.cpp 0.3.36 `src/llama-kv-cache-dsa.cpp` (llama_kv_cache_dsa): a second llama_kv_cache over
+the same cells and streams as the MLA one, with one KV head of `{arch}.attention.indexer.key_length`
+per layer, in the K cache type (-ctk); the model is MLA, so no V cache (the latent's V is a view of
+K, and so is the indexer's). Its layers (`src/llama-model.cpp`, create_memory): every layer below
+the nextn blocks for deepseek32; for glm-dsa those whose indexer is "full"
+(`hparams.is_indexer_full`): all of them when the training context is under 1,048,576 (GLM-5,
+GLM-5.1), else a built-in GLM-5.2 table, either overridden by `{arch}.attention.indexer.types`
+(src/models/glm-dsa.cpp, load_arch_hparams). Measured with `llama-fit-params -fitp on` on a sparse
+DeepSeek-V3.2: KV 2,684 MiB at -c 32768 f16 (2,196 latent + 488 indexer), 1,425 with q8_0."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from moeconf.model.inventory import Inventory
+
+DSA_ARCHS: Final = frozenset({"deepseek32", "glm-dsa"})
+# the indexer's keys the model reads (after `{arch}.`)
+INDEXER_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
+                                 "attention.indexer.top_k"})
+_GLM_52_CONTEXT: Final = 1048576  # glm-dsa: at or above it, the GLM-5.2 per-layer table applies
+
+
+def indexer_width(inv: Inventory) -> int:
+    """Elements per cell of each indexer-cached layer's K row (0: no indexer cache)."""
+    if inv.arch not in DSA_ARCHS:
+        return 0
+    width = inv.metadata.hparam("attention.indexer.key_length")
+    return width if isinstance(width, int) else 0
+
+
+def indexer_unmodelled(inv: Inventory) -> list[str]:
+    """What of the file's indexer the model does not read (empty: it reads all of it)."""
+    if inv.arch not in DSA_ARCHS:
+        return []
+    why = []
+    keys = set(inv.metadata.arch_keys or ())
+    if not indexer_width(inv):
+        why.append(f"{inv.arch}.attention.indexer.key_length is missing: the engine refuses the file")
+    if inv.arch == "glm-dsa" and ("attention.indexer.types" in keys
+                                  or (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT):
+        why.append("glm-dsa's per-layer indexer table (attention.indexer.types, or GLM-5.2's built-in one at a "
+                   "training context of 1M or more) is not modelled: which layers keep an indexer K cache is unknown")
+    return why
+
+
+def indexer_row_layers(inv: Inventory, layer_indices: list[int]) -> list[int]:
+    """The layers (of those with a KV cache, nextn blocks excluded) that keep an indexer K cache."""
+    return list(layer_indices) if indexer_width(inv) and not indexer_unmodelled(inv) else []
