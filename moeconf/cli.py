@@ -96,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser(
         "explain",
+        allow_abbrev=False,
         usage="moeconf explain MODEL [options] [-- ENGINE ARGS...]",
         help="show where an engine command line puts every tensor of a model",
         description="Simulate the engine on MODEL with the given command line (after --) or -ot value, and "
@@ -131,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
 
     fit = sub.add_parser(
         "fit",
+        # engine flags pass through after fit's own options: no abbreviations (--host is not --host-cpu)
+        allow_abbrev=False,
         usage="moeconf fit MODEL --gpu [NAME=]SIZE [--gpu ...] [options] [ENGINE FLAGS...]",
         help="put as many routed-expert layers on the GPUs as their memory allows, and print the command",
         description="Solve the placement for GPU memory budgets: always-active tensors and the KV cache on the "

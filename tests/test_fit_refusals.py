@@ -30,6 +30,7 @@ MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 QWEN = str(MODELS / "qwen3-30b-a3b.manifest.json")  # not MLA
 DSV3 = str(MODELS / "deepseek-v3.manifest.json")  # MLA
 # a V head 72 wide (Kimi-Linear's value_length): llama.cpp refuses a q8_0 V cache (block 32)
+GROK = str(MODELS / "grok-1.manifest.json")  # flash attention forced off by both engines
 HEAD72 = str(Path(__file__).resolve().parent / "data" / "head72.manifest.json")
 
 # (model, engine flags as a user gives them to explain and fit)
@@ -56,7 +57,9 @@ CASES: list[tuple[str, list[str]]] = [
     (DSV3, ["-c", "4096", "-ctk", "q8_0"]),  # MLA: fit sets -ctv to match
     (DSV3, ["-c", "4096", "-ctk", "q8_0", "-ctv", "q4_0"]),
     (QWEN, ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "off"]),  # quantized V without flash attention
-    (HEAD72, ["-c", "4096", "-ctk", "q8_0", "-ctv", "q8_0"]),  # the cache block does not divide the head
+    (HEAD72, ["-c", "4096", "-ctk", "q8_0", "-ctv", "q8_0"]),
+    (GROK, ["-c", "4096", "-ctk", "q8_0", "-ctv", "q8_0"]),  # Grok: FA forced off, then no quantized V
+    (QWEN, ["llama-server", "-np", "0"]),  # llama-server refuses -np 0  # the cache block does not divide the head
     (QWEN, ["--engine", "ik_llama.cpp", "--engine-version", "0.1.5", "-ngl", "auto"]),  # no -ngl words there
 ]
 
