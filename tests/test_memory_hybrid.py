@@ -19,8 +19,7 @@ from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory import estimate_explained, read_settings
 from moeconf.memory import recurrent as rec
-from moeconf.memory.replay import Allocator
-from moeconf.memory.replay_hybrid import _ZeroGraph
+from moeconf.memory.replay import Allocator, Graph
 from moeconf.model.inventory import Inventory, load_inventory
 
 DATA = Path(__file__).resolve().parent / "data" / "hybrid_memory_oracle.json"
@@ -160,8 +159,8 @@ def test_empty_tensors_are_allocated_as_ggml_alloc_does(layouts: dict[str, Inven
     inv = layouts["qwen3.5-35b-a3b"]
     gpu = f"RPC0[{EPS[0]}]"
     assert round(_estimate(inv, _args(line)).devices[gpu].compute / MiB, 2) == 556.19
-    monkeypatch.setattr(_ZeroGraph, "zero", lambda self, *srcs: self.op(0, *srcs))
-    monkeypatch.setattr(_ZeroGraph, "zero_input", lambda self, key: self.input(key, 0))
+    monkeypatch.setattr(Graph, "zero", lambda self, *srcs: self.op(0, *srcs))
+    monkeypatch.setattr(Graph, "zero_input", lambda self, key: self.input(key, 0))
     from moeconf.memory import replay_hybrid
     replay_hybrid.hybrid_peak.cache_clear()
     try:

@@ -110,6 +110,10 @@ class Graph:
         self._copies: dict[tuple[object, int], int] = {}
         self._split = 0
         self.buf = 0
+        # empty tensors ggml-alloc still allocates and frees with 0 bytes (`zero`): freeing one where
+        # no free block touches it inserts an empty free block, which later keeps neighbouring
+        # blocks from merging (`ggml_dyn_tallocr_free_bytes`); other 0-byte nodes take no memory
+        self.zeros: set[int] = set()
 
     def op(self, size: int, *srcs: int, inplace: bool = False, output: bool = False) -> int:
         """A node computing `size` bytes from `srcs` (0: it writes into a tensor outside the
@@ -132,6 +136,18 @@ class Graph:
     def split(self, buf: int) -> None:
         self._split += 1
         self.buf = buf
+
+    def zero(self, *srcs: int) -> int:
+        """An empty tensor computed from `srcs` (a GET_ROWS of no rows), allocated as ggml-alloc does."""
+        i = self.op(0, *srcs)
+        self.zeros.add(i)
+        return i
+
+    def zero_input(self, key: object) -> int:
+        """The current split's copy of an empty graph input, allocated as ggml-alloc does."""
+        i = self.input(key, 0)
+        self.zeros.add(i)
+        return i
 
     def input(self, key: object, size: int, src: int = -1) -> int:
         """The current split's copy of a tensor computed in another buffer (`src`, kept alive until
@@ -156,6 +172,7 @@ class Graph:
                 n.view_of = new[n.view_of]
         self.nodes = nodes
         self._copies = {k: new[v] for k, v in self._copies.items()}
+        self.zeros = {new[i] for i in self.zeros}
 
     def peak(self, alignment: int) -> int:
         """ggml_gallocr_alloc_graph_impl over the nodes: buffer 0's size."""
@@ -165,6 +182,7 @@ class Graph:
         """ggml_gallocr_alloc_graph_impl over the nodes: each buffer's size."""
         nodes = self.nodes
         n = len(nodes)
+        zeros = self.zeros
         children = [0] * n
         views = [0] * n
         for node in nodes:
@@ -175,7 +193,7 @@ class Graph:
         allocs = [Allocator(a) for a in alignments]
         addr = [-1] * n  # offset while allocated, -1 otherwise
         for i, node in enumerate(nodes):
-            if node.view_of < 0 and node.size:
+            if node.view_of < 0 and (node.size or i in zeros):
                 for s in node.srcs if node.inplace else ():
                     p = nodes[s]
                     if (p.view_of < 0 and addr[s] >= 0 and not p.output and p.size == node.size

@@ -18,76 +18,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from moeconf.memory.replay import CPU, GPU, Allocator, Graph
+from moeconf.memory.replay import CPU, GPU, Graph
 
 if TYPE_CHECKING:
     from moeconf.memory.geometry import Geometry
     from moeconf.placement import Placement
-
-
-class _ZeroGraph(Graph):
-    """A `Graph` whose empty tensors (`zero`: a GET_ROWS of no rows, the copy of an empty input)
-    are allocated and freed as ggml-alloc does with 0 bytes: freeing one where no free block
-    touches it inserts an empty free block, which later keeps neighbouring blocks from merging
-    (`ggml_dyn_tallocr_free_bytes`). The recurrent layers' extra-state reads are such tensors."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.zeros: set[int] = set()
-
-    def zero(self, *srcs: int) -> int:
-        i = self.op(0, *srcs)
-        self.zeros.add(i)
-        return i
-
-    def zero_input(self, key: object) -> int:
-        i = self.input(key, 0)
-        self.zeros.add(i)
-        return i
-
-    def finish(self) -> None:
-        order = sorted(range(len(self.nodes)), key=lambda i: self.nodes[i].order)
-        new = {old: i for i, old in enumerate(order)}
-        super().finish()
-        self.zeros = {new[i] for i in self.zeros}
-
-    def peaks(self, alignments: tuple[int, ...]) -> tuple[int, ...]:
-        nodes = self.nodes
-        n = len(nodes)
-        zeros = self.zeros
-        children = [0] * n
-        views = [0] * n
-        for node in nodes:
-            if node.view_of >= 0:
-                views[node.view_of] += 1
-            for s in node.srcs:
-                children[s] += 1
-        allocs = [Allocator(a) for a in alignments]
-        addr = [-1] * n
-        for i, node in enumerate(nodes):
-            if node.view_of < 0 and (node.size or i in zeros):
-                for s in node.srcs if node.inplace else ():
-                    p = nodes[s]
-                    if (p.view_of < 0 and addr[s] >= 0 and not p.output and p.size == node.size
-                            and children[s] == 1 and views[s] == 0):
-                        addr[i], addr[s] = addr[s], -1
-                        break
-                else:
-                    addr[i] = allocs[node.buf].alloc(node.size)
-            for s in node.srcs:
-                children[s] -= 1
-                if children[s] or views[s]:
-                    continue
-                root = nodes[s].view_of
-                if root >= 0:
-                    views[root] -= 1
-                    if views[root] == 0 and children[root] == 0 and addr[root] >= 0:
-                        allocs[nodes[root].buf].free(addr[root], nodes[root].size)
-                        addr[root] = -1
-                elif addr[s] >= 0 and not nodes[s].output:
-                    allocs[nodes[s].buf].free(addr[s], nodes[s].size)
-                    addr[s] = -1
-        return tuple(a.max_size for a in allocs)
 
 
 # a layer's routed experts on the CPU, as bits: gate, up, down (ALL_CPU: the whole layer's)
@@ -131,8 +66,8 @@ class HybridShape:
     rot_v: int = 0
 
 
-def hybrid_graph(s: HybridShape) -> _ZeroGraph:
-    g = _ZeroGraph()
+def hybrid_graph(s: HybridShape) -> Graph:
+    g = Graph()
     T = s.n_tokens
     f = 4 * T
     e = s.n_embd
