@@ -25,7 +25,7 @@ pytestmark = pytest.mark.engine
 
 MODELS = ("qwen3.5-397b-a17b", "qwen3-next-80b-a3b",
           # h17more: hybrids whose memory is refused (memory/recurrent.py NOT_MODELLED); placement still checked
-          "nemotron-3-nano-30b-a3b", "kimi-linear-48b-a3b")
+          "nemotron-3-nano-30b-a3b", "kimi-linear-48b-a3b", "glm-5.3-flash")
 LINES = [
     "-ngl 999 -ot exps=CPU",
     "-ngl 999 --n-cpu-moe 12",
