@@ -1,0 +1,121 @@
+"""Hybrid MoEs whose memory moeconf refuses (memory/recurrent.py NOT_MODELLED): Nemotron-3-Nano
+(`nemotron_h_moe`), Kimi-Linear (`kimi-linear`) and GLM-5.3-Flash (`glm5-next`), as sparse
+full-size layouts of the real models (moeconf/fixtures/layouts_hybrid.py) that the pinned
+llama.cpp loads (their placement is compared with its log in tests/engine/test_hybrid_placement.py).
+
+`explain` prints the refusal naming what is missing and no memory figure for KV or compute,
+`fit` refuses, and every tensor is one a pinned engine knows, in a group other than `other`,
+with the layer map (recurrent mixers, the MTP block) the engine's loader uses."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from moeconf.cli import main
+from moeconf.fixtures.layouts import LAYOUTS
+from moeconf.fixtures.layouts_hybrid import Glm5NextLayout, KimiLinearLayout, NemotronLayout
+from moeconf.fixtures.writer import write_layout
+from moeconf.memory.recurrent import NOT_MODELLED
+from moeconf.model.inventory import Inventory, load_inventory
+
+# layout -> (architecture, what the refusal must name)
+REFUSED = {
+    "nemotron-3-nano-30b-a3b": ("nemotron_h_moe", "Mamba-2"),
+    "kimi-linear-48b-a3b": ("kimi-linear", "KDA"),
+    "glm-5.3-flash": ("glm5-next", "indexer"),
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
+    folder = tmp_path_factory.mktemp("refused")
+    out = {}
+    for key in REFUSED:
+        path = folder / f"{key}.gguf"
+        write_layout(LAYOUTS[key], path)
+        out[key] = (path, load_inventory(path))
+    return out
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED))
+def test_explain_prints_the_refusal_and_no_kv_figure(files: dict[str, tuple[Path, Inventory]], key: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    arch, named = REFUSED[key]
+    path, inv = files[key]
+    assert inv.arch == arch and arch in NOT_MODELLED
+    assert main(["explain", str(path), "--", "-c", "32768", "-ngl", "999"]) == 0
+    out = capsys.readouterr().out
+    note = f"memory is not modelled for the {arch!r} architecture"
+    assert note in out and named in out
+    assert main(["explain", str(path), "--json", "--", "-c", "32768", "-ngl", "999"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["memory_complete"] is False
+    assert any(note in n for n in data["memory_notes"])
+    # KV and compute were not computed: null, not a 0 a script would add up
+    assert all(d["kv"] is None and d["compute"] is None for d in data["memory"].values())
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED))
+def test_fit_refuses(files: dict[str, tuple[Path, Inventory]], key: str, capsys: pytest.CaptureFixture[str]) -> None:
+    arch, named = REFUSED[key]
+    path, _ = files[key]
+    assert main(["fit", str(path), "--gpu", "24GiB", "--", "-c", "32768"]) == 2
+    captured = capsys.readouterr()
+    assert f"not modelled for the {arch!r} architecture" in captured.err and named in captured.err
+    assert "-ot" not in captured.out  # no command printed
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED))
+def test_every_tensor_is_known_and_grouped(files: dict[str, tuple[Path, Inventory]], key: str) -> None:
+    _, inv = files[key]
+    unknown = [t.name for t in inv.tensors if not t.known or t.group == "other"]
+    assert not unknown, unknown[:8]
+
+
+def _recurrent_map(key: str) -> set[int]:
+    lay = LAYOUTS[key]
+    if isinstance(lay, NemotronLayout):
+        return {il for il in range(lay.blocks) if lay.kind(il) == "recurrent"}
+    assert isinstance(lay, KimiLinearLayout)  # Glm5NextLayout is one
+    return {il for il in range(lay.blocks) if lay.is_recurrent(il)}
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED))
+def test_layer_map_is_the_loaders(files: dict[str, tuple[Path, Inventory]], key: str) -> None:
+    """Recurrent mixers where the loader marks them (Nemotron: head_count_kv and
+    feed_forward_length both 0; Kimi-Linear, GLM-5.3-Flash: head_count_kv 0), and GLM-5.3-Flash's
+    last block an MTP block whose tensors the engine does not load."""
+    _, inv = files[key]
+    assert set(inv.layers_of_kind("recurrent")) == _recurrent_map(key)
+    lay = LAYOUTS[key]
+    if isinstance(lay, Glm5NextLayout):
+        assert inv.layers_of_kind("nextn") == [lay.blocks - 1]
+        # the MTP block's tensors are created with TENSOR_SKIP (src/models/glm5-next.cpp)
+        assert all(t.group == "nextn" for t in inv.tensors if t.layer == lay.blocks - 1)
+
+
+def test_the_layouts_follow_their_configs() -> None:
+    """The layer maps are the published configs': a wrong pattern or full-attention list fails."""
+    nano = LAYOUTS["nemotron-3-nano-30b-a3b"]
+    assert isinstance(nano, NemotronLayout)
+    assert [nano.pattern.count(c) for c in "ME*"] == [23, 23, 6] and len(nano.pattern) == nano.blocks == 52
+    kimi = LAYOUTS["kimi-linear-48b-a3b"]
+    assert isinstance(kimi, KimiLinearLayout)
+    assert len(_recurrent_map("kimi-linear-48b-a3b")) == 20 and kimi.blocks == 27
+    glm = LAYOUTS["glm-5.3-flash"]
+    assert isinstance(glm, Glm5NextLayout)
+    assert len(_recurrent_map("glm-5.3-flash")) == 34 and glm.blocks == 46 and glm.nextn == 1
+
+
+def test_explain_renders_every_tensor_group() -> None:
+    """Every group the taxonomy can give a tensor has a column heading in explain's map (GLM-5.3-Flash's
+    mHC tensors, group `hc`, crashed the renderer)."""
+    from moeconf.model.taxonomy import GROUPS
+    from moeconf.report.explain import _SHORT
+
+    assert set(GROUPS) <= set(_SHORT)
+    assert all(re.fullmatch(r"[a-z]{3}", s) for s in _SHORT.values())
