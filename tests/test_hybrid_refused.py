@@ -119,3 +119,51 @@ def test_explain_renders_every_tensor_group() -> None:
 
     assert set(GROUPS) <= set(_SHORT)
     assert all(re.fullmatch(r"[a-z]{3}", s) for s in _SHORT.values())
+
+
+FIGURES = json.loads((Path(__file__).resolve().parent / "data" / "hybrid_refused_figures.json").read_text())
+MiB = 1024 * 1024
+
+
+def _cells(args: str) -> int:
+    return int(args.split("-c ")[1].split()[0])
+
+
+def _kv_row_bytes(n: int, cache_type: str) -> float:
+    return n * 2 if cache_type == "f16" else n * 34 / 32  # q8_0: 34 bytes a block of 32
+
+
+@pytest.mark.parametrize("row", [r for r in FIGURES["rows"] if "refused" not in r],
+                         ids=lambda r: f"{r['model']}:{r['args']}")
+def test_recorded_engine_figures_follow_the_layout(row: dict[str, object]) -> None:
+    """The engine's KV and recurrent state for these layouts, recorded for the step that models
+    them, are what the layouts' dimensions give by the engine's rules (src/llama-hparams.cpp
+    n_embd_r / n_embd_s for Mamba-2; KDA: three conv states of (d_conv - 1) x heads x head_dim
+    and heads x head_dim^2 per layer; all F32, one set per sequence, independent of -c): a figure
+    or a layout edited out of step fails here. The indexer cache of GLM-5.3-Flash measures 3 rows
+    of `indexer.key_length` per cell and DSA layer (not derived)."""
+    key, args = str(row["model"]), str(row["args"])
+    lay = LAYOUTS[key]
+    seqs = int(str(row["seqs"]))
+    ctype = "q8_0" if "q8_0" in args else "f16"
+    n_rec = len(_recurrent_map(key))
+    n_attn = lay.blocks - lay.nextn - n_rec
+    if isinstance(lay, NemotronLayout):
+        d_inner = lay.mamba_heads * lay.mamba_head_dim
+        r = (lay.conv_kernel - 1) * (d_inner + 2 * lay.ssm_groups * lay.ssm_state)
+        s = lay.ssm_state * d_inner
+        kv_row = 2 * _kv_row_bytes(lay.heads_kv * lay.head_dim, ctype)  # K and V
+        n_attn = lay.pattern.count("*")  # the MoE layers have neither KV nor state
+    else:
+        assert isinstance(lay, KimiLinearLayout) and lay.mla is not None
+        kda = lay.kda_heads * lay.kda_head_dim
+        r = 3 * (lay.conv_kernel - 1) * kda
+        s = lay.kda_heads * lay.kda_head_dim ** 2
+        latent = lay.mla.kv_lora_rank + lay.mla.qk_rope_head_dim
+        kv_row = _kv_row_bytes(latent, ctype)  # the MLA latent, K only
+    assert float(str(row["state_r"])) == pytest.approx(n_rec * r * 4 * seqs / MiB, abs=0.01)
+    assert float(str(row["state_s"])) == pytest.approx(n_rec * s * 4 * seqs / MiB, abs=0.01)
+    assert float(str(row["kv"])) == pytest.approx(n_attn * _cells(args) * kv_row / MiB, abs=0.01)
+    if isinstance(lay, Glm5NextLayout):
+        idx_row = 3 * _kv_row_bytes(lay.indexer_head_dim, ctype)
+        assert float(str(row["indexer"])) == pytest.approx(n_attn * _cells(args) * idx_row / MiB, abs=0.01)
