@@ -167,3 +167,21 @@ def test_recorded_engine_figures_follow_the_layout(row: dict[str, object]) -> No
     if isinstance(lay, Glm5NextLayout):
         idx_row = 3 * _kv_row_bytes(lay.indexer_head_dim, ctype)
         assert float(str(row["indexer"])) == pytest.approx(n_attn * _cells(args) * idx_row / MiB, abs=0.01)
+
+
+@pytest.mark.parametrize(("flags", "reason"), [
+    # llama_init_from_model: "model does not support different K (q8_0) and V (f16) cache types"
+    (["-ctk", "q8_0"], "different K and V cache types"),
+    # value_length 72 is not a multiple of q8_0's block of 32
+    (["-ctk", "q8_0", "-ctv", "q8_0"], "does not divide the head width 72"),
+])
+def test_kimi_linear_cache_types_the_engine_refuses(files: dict[str, tuple[Path, Inventory]], flags: list[str],
+                                                    reason: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both lines fail in llama-fit-params on this layout (tests/data/hybrid_refused_figures.json,
+    `refused`); explain must say so, not print memory for them."""
+    path, _ = files["kimi-linear-48b-a3b"]
+    rows = {r["args"]: r for r in FIGURES["rows"] if r["model"] == "kimi-linear-48b-a3b"}
+    assert "refused" in rows[" ".join(["-c", "32768", *flags])]
+    assert main(["explain", str(path), "--json", "--", "-c", "32768", *flags]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert any(reason in p for p in data["memory_problems"])
