@@ -411,6 +411,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out = ex.json()
         out["findings"] = [{k: v for k, v in f.json().items() if k not in ("path", "line")} for f in findings]
         out["memory"] = est.json()
+        if not est.complete:  # h17more: KV and compute not computed: null, never a silent 0
+            for dev in out["memory"].values():
+                dev["kv"] = dev["compute"] = None
+        out["memory_complete"] = est.complete
+        out["memory_notes"] = list(est.notes)
         out["memory_problems"] = list(est.problems)
         if budgets:
             out["budgets"] = budgets

@@ -50,6 +50,14 @@ EXPECTED_KINDS = {
     "glm-5": ("0-2", "3-77", "78"),
     "minimax-m2": ("none", "0-61", "none"),
     "grok-1": ("none", "0-63", "none"),
+    # h17more: Nemotron-3's Mamba-2 and attention layers have no FFN (dense: no experts)
+    "nemotron-3-nano-30b-a3b": ("0, 2, 4-5, 7, 9, 11-12, 14, 16, 18-19, 21, 23, 25-26, 28, 30, 32-33, 35, 37, 39, "
+                                "41-42, 44, 46, 48, 50",
+                                "1, 3, 6, 8, 10, 13, 15, 17, 20, 22, 24, 27, 29, 31, 34, 36, 38, 40, 43, 45, 47, "
+                                "49, 51",
+                                "none"),
+    "kimi-linear-48b-a3b": ("0", "1-26", "none"),
+    "glm-5.3-flash": ("0-2", "3-44", "45"),
 }
 
 

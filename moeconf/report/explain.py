@@ -16,7 +16,7 @@ from moeconf.units import gib
 _COLORS = ["\033[33m", "\033[32m", "\033[36m", "\033[35m", "\033[34m", "\033[31m"]
 _RESET = "\033[0m"
 _SHORT = {"experts": "exp", "shexp": "shx", "router": "rtr", "attn": "att", "dense": "dns", "norm": "nrm",
-          "embd": "emb", "output": "out", "nextn": "nxt", "ssm": "ssm", "other": "oth"}
+          "embd": "emb", "output": "out", "nextn": "nxt", "ssm": "ssm", "hc": "mhc", "other": "oth"}
 
 
 def _symbols(devices: list[str]) -> dict[str, str]:
