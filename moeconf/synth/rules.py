@@ -653,15 +653,46 @@ def _prune(sp: _Space, layout: _Layout) -> _Layout:
     return layout
 
 
+# orders of the items before the last one tried in full up to this many items (4! = 24 orders);
+# beyond, the device order and its reverse
+_ALL_ORDERS_UP_TO = 4
+
+
+def _orders(items: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    if len(items) <= _ALL_ORDERS_UP_TO:
+        return [list(p) for p in itertools.permutations(items)]
+    return [items, items[::-1]]
+
+
+def _in_order(sp: _Space, order: list[tuple[str, int]]) -> _Layout:
+    """One item per (device, must) in this order, each a cheapest cover of its `must`. First
+    match wins: the tensors an earlier item matches never reach a later one, so a later item may
+    match them too (don't-cares); it must match nothing else that wants another device."""
+    items: _Layout = []
+    taken = 0
+    for d, must in order:
+        terms = sp.cover(must, sp.want[d] | taken)
+        items.append((terms, d))
+        for t in terms:
+            taken |= t.mask
+    return items
+
+
 def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
     """Direct layouts first, then carved ones, broad items shortest first. A caller that knows
     how long its best layout is sends that length back, and broad items too long to beat it are
-    skipped (a layout is never shorter than its broad item)."""
+    skipped (a layout is never shorter than its broad item). Items are tried in every order (up
+    to `_ALL_ORDERS_UP_TO` of them): what an earlier item matches is a don't-care for a later one."""
     need = sp.wrong_default
     devices = _device_order(d for d in sp.want if d != AUTO_GPU)
     need_of = {d: need & sp.want[d] for d in devices if need & sp.want[d]}
-    # direct: one item per device, matching nothing that wants another device
-    best = yield [(sp.cover(m, sp.want[d]), d) for d, m in need_of.items()]
+    # direct: one item per device, matching nothing that wants another device and that no
+    # earlier item took
+    best: int | None = None
+    for order in _orders(list(need_of.items())):
+        got = yield _in_order(sp, order)
+        if got is not None:
+            best = got
     # carved: a broad item for device B last; earlier items catch what it must not take
     not_auto = sp.full & ~sp.auto
     for b_dev, b_need in need_of.items():
@@ -686,11 +717,12 @@ def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
             # each carve-out costs at least a one-character regex, `=DEVICE` and a comma
             if best is not None and len(key) + len(b_dev) + 1 + sum(len(d) + 3 for d, _ in catches) > best:
                 continue
-            items: _Layout = [(sp.cover(c, sp.want[d]), d) for d, c in catches]
-            items.append((broad, b_dev))
-            got = yield items
-            if got is not None:
-                best = got
+            for order in _orders(catches):
+                items = _in_order(sp, order)
+                items.append((broad, b_dev))
+                got = yield items
+                if got is not None:
+                    best = got
 
 
 def synthesize(pl: Placement) -> Synthesis:
