@@ -678,6 +678,26 @@ def _in_order(sp: _Space, order: list[tuple[str, int]]) -> _Layout:
     return items
 
 
+def _broad_allowed(sp: _Space, b_dev: str, devices: list[str]) -> list[int]:
+    """What a broad item for `b_dev` may over-match, as sets to draw its terms from: any tensor
+    (the catches take what is not B's), and B's and the moved ones plus the tensors of some of
+    the other devices (a narrower layer set can spare a device its catch: `\\.[12]\\.` where
+    `\\.\\d\\.` also takes block 0)."""
+    not_auto = sp.full & ~sp.auto
+    base = sp.want[b_dev] | sp.wrong_default
+    others = [d for d in devices if d != b_dev]
+    out = [not_auto]
+    if len(others) > _ALL_ORDERS_UP_TO:
+        return [*out, base & not_auto]
+    for k in range(len(others)):
+        for ds in itertools.combinations(others, k):
+            a = base
+            for d in ds:
+                a |= sp.want[d]
+            out.append(a & not_auto)
+    return list(dict.fromkeys(out))
+
+
 def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
     """Direct layouts first, then carved ones, broad items shortest first. A caller that knows
     how long its best layout is sends that length back, and broad items too long to beat it are
@@ -694,13 +714,12 @@ def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
         if got is not None:
             best = got
     # carved: a broad item for device B last; earlier items catch what it must not take
-    not_auto = sp.full & ~sp.auto
     for b_dev, b_need in need_of.items():
         broads: dict[str, list[_Term]] = {}
-        for t in sp.terms(b_need, not_auto):
-            if not b_need & ~t.mask:
-                broads.setdefault(t.regex, [t])
-        for allowed in (not_auto, sp.want[b_dev] | need):
+        for allowed in _broad_allowed(sp, b_dev, devices):
+            for t in sp.terms(b_need, allowed):
+                if not b_need & ~t.mask:
+                    broads.setdefault(t.regex, [t])
             c = sp.cover(b_need, allowed)
             broads.setdefault(_alternation(t.regex for t in c), c)
         for key, broad in sorted(broads.items(), key=lambda kv: (len(kv[0]), kv[0])):
