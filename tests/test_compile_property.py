@@ -283,3 +283,21 @@ def test_later_items_may_match_what_earlier_items_took(
         sim = simulate(inv, c.synthesis.items, c.placement.defaults, matcher)
         assert all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)
         assert all(h > 0 for h in sim.hits)
+
+
+def test_many_devices_try_the_reverse_order() -> None:
+    """Six items (beyond the orders tried in full): the device order and its reverse are both
+    tried; in the reverse one, each GPU's block term may take what the items before it took
+    (the device order alone gave 200 characters of kind-by-kind carving)."""
+    from tests.conftest import EXAMPLES
+
+    rule_list = ["experts -> cpu", "layers ..9 -> gpu", "layers 10..19 -> gpu1", "attn layers 20..29 -> gpu2",
+                 "experts layers 30..39 -> gpu3", "norm -> gpu4"]
+    plan = plan_from_text(
+        "rules = [" + ", ".join(f'"{r}"' for r in rule_list) + "]\n"
+        '[engine]\ngpus = ["CUDA0", "CUDA1", "CUDA2", "CUDA3", "CUDA4"]\n'
+        f'[model]\npath = "{EXAMPLES}/models/deepseek-v3.manifest.json"\nserve_path = "/m.gguf"\n', "/tmp/six.toml")
+    c = compile_plan(plan)
+    assert c.ot == r"norm=CUDA4,\.3\d\..*exps=CUDA3,\.2\d\.attn=CUDA2,\.1\d\.=CUDA1,\.\d\.=CUDA0,exps=CPU"
+    sim = simulate(c.inventory, c.synthesis.items, c.placement.defaults, ecmascript_matcher)
+    assert all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)

@@ -698,19 +698,20 @@ def _broad_allowed(sp: _Space, b_dev: str, devices: list[str]) -> list[int]:
     return list(dict.fromkeys(out))
 
 
-def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
+def _layouts(sp: _Space) -> Generator[tuple[_Layout, bool], int | None, None]:
     """Direct layouts first, then carved ones, broad items shortest first. A caller that knows
     how long its best layout is sends that length back, and broad items too long to beat it are
     skipped (a layout is never shorter than its broad item). Items are tried in every order (up
-    to `_ALL_ORDERS_UP_TO` of them): what an earlier item matches is a don't-care for a later one."""
+    to `_ALL_ORDERS_UP_TO` of them): what an earlier item matches is a don't-care for a later one.
+    Each layout comes with whether its items are in the device order (CPU last), which wins ties."""
     need = sp.wrong_default
     devices = _device_order(d for d in sp.want if d != AUTO_GPU)
     need_of = {d: need & sp.want[d] for d in devices if need & sp.want[d]}
     # direct: one item per device, matching nothing that wants another device and that no
     # earlier item took
     best: int | None = None
-    for order in _orders(list(need_of.items())):
-        got = yield _in_order(sp, order)
+    for k, order in enumerate(_orders(list(need_of.items()))):
+        got = yield _in_order(sp, order), k == 0
         if got is not None:
             best = got
     # carved: a broad item for device B last; earlier items catch what it must not take
@@ -736,10 +737,10 @@ def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
             # each carve-out costs at least a one-character regex, `=DEVICE` and a comma
             if best is not None and len(key) + len(b_dev) + 1 + sum(len(d) + 3 for d, _ in catches) > best:
                 continue
-            for order in _orders(catches):
+            for k, order in enumerate(_orders(catches)):
                 items = _in_order(sp, order)
                 items.append((broad, b_dev))
-                got = yield items
+                got = yield items, k == 0
                 if got is not None:
                     best = got
 
@@ -750,23 +751,28 @@ def synthesize(pl: Placement) -> Synthesis:
     if not sp.wrong_default:
         return Synthesis(())
     found: dict[str, _Layout] = {}
+    # 0 for a list whose items are in the device order: of two equally long lists, the one in
+    # the device order is printed
+    rank: dict[str, int] = {}
     best_len: int | None = None
     gen = _layouts(sp)
-    layout: _Layout | None = next(gen)
-    while layout is not None:
+    step: tuple[_Layout, bool] | None = next(gen)
+    while step is not None:
+        layout, in_device_order = step
         if _outcome_ok(sp, layout):
             layout = _prune(sp, layout)
             value = _render(layout)
             found.setdefault(value, layout)
+            rank[value] = min(rank.get(value, 1), 0 if in_device_order else 1)
             if best_len is None or len(value) < best_len:
                 best_len = len(value)
         try:
-            layout = gen.send(best_len)
+            step = gen.send(best_len)
         except StopIteration:
-            layout = None
+            step = None
     # shortest first, each re-simulated with the regexes themselves: the masks are a model of
     # the regexes, and a layout the real search disagrees with is skipped, never printed
-    for value in sorted(found, key=lambda v: (len(v), v)):
+    for value in sorted(found, key=lambda v: (len(v), rank[v], v)):
         items = tuple(OverrideItem(_alternation(t.regex for t in terms), dev) for terms, dev in found[value])
         if _verify(pl.inventory, pl, items):
             return Synthesis(items)
