@@ -14,10 +14,11 @@ earlier item already matched: first match wins, so those never reach it) or *car
 item last, whose over-match earlier items catch first: `\\.(\\d|10)\\.=CUDA0,exps=CPU`; its
 terms are drawn from several over-match sets). Items (a carved layout's before its broad one)
 are tried in every order, up to `_ALL_ORDERS_UP_TO` of them, else in the device order and its
-reverse. Carve items may take whole blocks whose other tensors already end up on their device. Each item's alternation is an exact minimum-cost set cover over the
-terms (branch and bound). Everything is computed on bitmasks over the live tensors, which is
-exactly what the engine's unanchored first-match search does; the chosen list is then
-re-simulated with real regex engines (`check`), and a disagreement is an internal error.
+reverse. Carve items may take whole blocks whose other tensors already end up on their device.
+Each item's alternation is an exact minimum-cost set cover over the terms (branch and bound).
+Everything is computed on bitmasks over the live tensors, which is exactly what the engine's
+unanchored first-match search does; the chosen list is then re-simulated with real regex
+engines (`check`), and a disagreement is an internal error.
 """
 
 from __future__ import annotations
