@@ -239,3 +239,65 @@ def test_wrong_masks_never_reach_the_output(monkeypatch: pytest.MonkeyPatch) -> 
     assert c.ot != honest.ot and "exps=CPU" not in c.ot.split(",")
     sim = simulate(c.inventory, c.synthesis.items, c.placement.defaults)
     assert all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)
+
+
+# --- counterexamples the property once found, kept as deterministic cases ----------------------
+
+
+def _small(blocks: int, kinds: list[str], tops: list[str], lead: int = 0,
+           dense: list[str] | None = None) -> Inventory:
+    raw = [RawTensor(t + ".weight", "F32", (32,), 128) for t in tops]
+    for il in range(blocks):
+        for k in (dense or [] if il < lead else kinds):
+            suffix = ".bias" if k == "exp_probs_b" else ".weight"
+            raw.append(RawTensor(f"blk.{il}.{k}{suffix}", "F32", (32,), 128))
+    md = ModelMetadata(arch="deepseek2", block_count=blocks, expert_count=8, expert_used_count=2,
+                       leading_dense_block_count=lead or None)
+    return build_inventory(md, raw, source="small")
+
+
+EARLIER_MATCHES = [
+    # (inventory, engine, extra TOML, rules, the -ot); the later item may match what an earlier
+    # one already took: `\.[12]\.` takes the experts of blocks 1-2 too, but `ffn` got them first
+    # (it used to exclude them: `\.[12]\..*attn=CPU`, 33 characters)
+    (_small(3, ["attn_norm", "ffn_down_exps"], ["token_embd"]), "llama.cpp", CONFIGS[1][1],
+     ["embd, experts, norm layers 1.. -> cpu", "embd, experts -> gpu1"], r"ffn|embd=CUDA1,\.[12]\.=CPU"),
+    # the CPU item first: then `ffn` and `blk` need not spare blocks 0-1 (in the device order,
+    # CPU last, the best is `\.[23]\.attn=CUDA1,\.[01]\.=CPU,blk=CUDA0`, 41 characters)
+    (_small(4, ["attn_q_a", "attn_k_b", "ffn_down_exps"], ["token_embd"], lead=1, dense=["attn_norm", "ffn_up"]),
+     "ik_llama.cpp", CONFIGS[4][1],
+     ["layer, norm, attn_norm layers 0..1 -> gpu1", "norm, ffn_down_exps first 5 -> gpu", "attn layers moe -> CUDA1",
+      "all, attn layers 0..1 -> cpu"], r"\.[01]\.=CPU,ffn=CUDA0,blk=CUDA1"),
+]
+
+
+@pytest.mark.parametrize(("inv", "engine", "extra", "rule_list", "ot"), EARLIER_MATCHES,
+                         ids=[f"case{k}" for k in range(len(EARLIER_MATCHES))])
+def test_later_items_may_match_what_earlier_items_took(
+        inv: Inventory, engine: str, extra: str, rule_list: list[str], ot: str) -> None:
+    plan = plan_from_text(plan_text(rule_list, engine, extra), "/tmp/random-plan.toml")
+    c = compile_plan(plan, inventory=inv)
+    assert c.ot == ot
+    assert len(c.ot) <= exhaustive_length(c.placement)
+    for matcher in (python_matcher, ecmascript_matcher):
+        sim = simulate(inv, c.synthesis.items, c.placement.defaults, matcher)
+        assert all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)
+        assert all(h > 0 for h in sim.hits)
+
+
+def test_many_devices_try_the_reverse_order() -> None:
+    """Six items (beyond the orders tried in full): the device order and its reverse are both
+    tried; in the reverse one, each GPU's block term may take what the items before it took
+    (the device order alone gave 200 characters of kind-by-kind carving)."""
+    from tests.conftest import EXAMPLES
+
+    rule_list = ["experts -> cpu", "layers ..9 -> gpu", "layers 10..19 -> gpu1", "attn layers 20..29 -> gpu2",
+                 "experts layers 30..39 -> gpu3", "norm -> gpu4"]
+    plan = plan_from_text(
+        "rules = [" + ", ".join(f'"{r}"' for r in rule_list) + "]\n"
+        '[engine]\ngpus = ["CUDA0", "CUDA1", "CUDA2", "CUDA3", "CUDA4"]\n'
+        f'[model]\npath = "{EXAMPLES}/models/deepseek-v3.manifest.json"\nserve_path = "/m.gguf"\n', "/tmp/six.toml")
+    c = compile_plan(plan)
+    assert c.ot == r"norm=CUDA4,\.3\d\..*exps=CUDA3,\.2\d\.attn=CUDA2,\.1\d\.=CUDA1,\.\d\.=CUDA0,exps=CPU"
+    sim = simulate(c.inventory, c.synthesis.items, c.placement.defaults, ecmascript_matcher)
+    assert all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)

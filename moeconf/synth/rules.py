@@ -9,13 +9,16 @@ term is one of
 - a block term `blk\\.(R)\\.K` or `\\.(R)\\.K`: a layer-set regex R (`moeconf.synth.layers`)
   times a kind pattern K after the block number (empty: the whole block; `.*exps`;
   `ffn_(up|gate)_exps`).
-Layouts are *direct* (one item per device, matching only tensors that want it) or *carved*
-(one broad item last, whose over-match earlier items catch first, as first-match-wins allows:
-`\\.(\\d|10)\\.=CUDA0,exps=CPU`). Carve items may take whole blocks whose other tensors already
-end up on their device. Each item's alternation is an exact minimum-cost set cover over the
-terms (branch and bound). Everything is computed on bitmasks over the live tensors, which is
-exactly what the engine's unanchored first-match search does; the chosen list is then
-re-simulated with real regex engines (`check`), and a disagreement is an internal error.
+Layouts are *direct* (one item per device, matching only tensors that want it or that an
+earlier item already matched: first match wins, so those never reach it) or *carved* (one broad
+item last, whose over-match earlier items catch first: `\\.(\\d|10)\\.=CUDA0,exps=CPU`; its
+terms are drawn from several over-match sets). Items (a carved layout's before its broad one)
+are tried in every order, up to `_ALL_ORDERS_UP_TO` of them, else in the device order and its
+reverse. Carve items may take whole blocks whose other tensors already end up on their device.
+Each item's alternation is an exact minimum-cost set cover over the terms (branch and bound).
+Everything is computed on bitmasks over the live tensors, which is exactly what the engine's
+unanchored first-match search does; the chosen list is then re-simulated with real regex
+engines (`check`), and a disagreement is an internal error.
 """
 
 from __future__ import annotations
@@ -653,23 +656,74 @@ def _prune(sp: _Space, layout: _Layout) -> _Layout:
     return layout
 
 
-def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
+# orders of the items before the last one tried in full up to this many items (4! = 24 orders);
+# beyond, the device order and its reverse
+_ALL_ORDERS_UP_TO = 4
+
+
+def _orders(items: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    if len(items) <= _ALL_ORDERS_UP_TO:
+        return [list(p) for p in itertools.permutations(items)]
+    return [items, items[::-1]]
+
+
+def _in_order(sp: _Space, order: list[tuple[str, int]]) -> _Layout:
+    """One item per (device, must) in this order, each a cheapest cover of its `must`. First
+    match wins: the tensors an earlier item matches never reach a later one, so a later item may
+    match them too (don't-cares); it must match nothing else that wants another device."""
+    items: _Layout = []
+    taken = 0
+    for d, must in order:
+        terms = sp.cover(must, sp.want[d] | taken)
+        items.append((terms, d))
+        for t in terms:
+            taken |= t.mask
+    return items
+
+
+def _broad_allowed(sp: _Space, b_dev: str, devices: list[str]) -> list[int]:
+    """What a broad item for `b_dev` may over-match, as sets to draw its terms from: any tensor
+    (the catches take what is not B's), and B's and the moved ones plus the tensors of some of
+    the other devices (a narrower layer set can spare a device its catch: `\\.[12]\\.` where
+    `\\.\\d\\.` also takes block 0)."""
+    not_auto = sp.full & ~sp.auto
+    base = sp.want[b_dev] | sp.wrong_default
+    others = [d for d in devices if d != b_dev]
+    out = [not_auto]
+    if len(others) > _ALL_ORDERS_UP_TO:
+        return [*out, base & not_auto]
+    for k in range(len(others)):
+        for ds in itertools.combinations(others, k):
+            a = base
+            for d in ds:
+                a |= sp.want[d]
+            out.append(a & not_auto)
+    return list(dict.fromkeys(out))
+
+
+def _layouts(sp: _Space) -> Generator[tuple[_Layout, bool], int | None, None]:
     """Direct layouts first, then carved ones, broad items shortest first. A caller that knows
     how long its best layout is sends that length back, and broad items too long to beat it are
-    skipped (a layout is never shorter than its broad item)."""
+    skipped (a layout is never shorter than its broad item). Items are tried in every order (up
+    to `_ALL_ORDERS_UP_TO` of them): what an earlier item matches is a don't-care for a later one.
+    Each layout comes with whether its items are in the device order (CPU last), which wins ties."""
     need = sp.wrong_default
     devices = _device_order(d for d in sp.want if d != AUTO_GPU)
     need_of = {d: need & sp.want[d] for d in devices if need & sp.want[d]}
-    # direct: one item per device, matching nothing that wants another device
-    best = yield [(sp.cover(m, sp.want[d]), d) for d, m in need_of.items()]
+    # direct: one item per device, matching nothing that wants another device and that no
+    # earlier item took
+    best: int | None = None
+    for k, order in enumerate(_orders(list(need_of.items()))):
+        got = yield _in_order(sp, order), k == 0
+        if got is not None:
+            best = got
     # carved: a broad item for device B last; earlier items catch what it must not take
-    not_auto = sp.full & ~sp.auto
     for b_dev, b_need in need_of.items():
         broads: dict[str, list[_Term]] = {}
-        for t in sp.terms(b_need, not_auto):
-            if not b_need & ~t.mask:
-                broads.setdefault(t.regex, [t])
-        for allowed in (not_auto, sp.want[b_dev] | need):
+        for allowed in _broad_allowed(sp, b_dev, devices):
+            for t in sp.terms(b_need, allowed):
+                if not b_need & ~t.mask:
+                    broads.setdefault(t.regex, [t])
             c = sp.cover(b_need, allowed)
             broads.setdefault(_alternation(t.regex for t in c), c)
         for key, broad in sorted(broads.items(), key=lambda kv: (len(kv[0]), kv[0])):
@@ -686,11 +740,12 @@ def _layouts(sp: _Space) -> Generator[_Layout, int | None, None]:
             # each carve-out costs at least a one-character regex, `=DEVICE` and a comma
             if best is not None and len(key) + len(b_dev) + 1 + sum(len(d) + 3 for d, _ in catches) > best:
                 continue
-            items: _Layout = [(sp.cover(c, sp.want[d]), d) for d, c in catches]
-            items.append((broad, b_dev))
-            got = yield items
-            if got is not None:
-                best = got
+            for k, order in enumerate(_orders(catches)):
+                items = _in_order(sp, order)
+                items.append((broad, b_dev))
+                got = yield items, k == 0
+                if got is not None:
+                    best = got
 
 
 def synthesize(pl: Placement) -> Synthesis:
@@ -699,23 +754,28 @@ def synthesize(pl: Placement) -> Synthesis:
     if not sp.wrong_default:
         return Synthesis(())
     found: dict[str, _Layout] = {}
+    # 0 for a list whose items are in the device order: of two equally long lists, the one in
+    # the device order is printed
+    rank: dict[str, int] = {}
     best_len: int | None = None
     gen = _layouts(sp)
-    layout: _Layout | None = next(gen)
-    while layout is not None:
+    step: tuple[_Layout, bool] | None = next(gen)
+    while step is not None:
+        layout, in_device_order = step
         if _outcome_ok(sp, layout):
             layout = _prune(sp, layout)
             value = _render(layout)
             found.setdefault(value, layout)
+            rank[value] = min(rank.get(value, 1), 0 if in_device_order else 1)
             if best_len is None or len(value) < best_len:
                 best_len = len(value)
         try:
-            layout = gen.send(best_len)
+            step = gen.send(best_len)
         except StopIteration:
-            layout = None
+            step = None
     # shortest first, each re-simulated with the regexes themselves: the masks are a model of
     # the regexes, and a layout the real search disagrees with is skipped, never printed
-    for value in sorted(found, key=lambda v: (len(v), v)):
+    for value in sorted(found, key=lambda v: (len(v), rank[v], v)):
         items = tuple(OverrideItem(_alternation(t.regex for t in terms), dev) for terms, dev in found[value])
         if _verify(pl.inventory, pl, items):
             return Synthesis(items)
