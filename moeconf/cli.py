@@ -411,7 +411,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out = ex.json()
         out["findings"] = [{k: v for k, v in f.json().items() if k not in ("path", "line")} for f in findings]
         out["memory"] = est.json()
-        if not est.complete:  # h17more: KV and compute not computed: null, never a silent 0
+        if not est.complete:  # KV and compute not computed: null, never a silent 0
             for dev in out["memory"].values():
                 dev["kv"] = dev["compute"] = None
         out["memory_complete"] = est.complete

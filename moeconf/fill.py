@@ -475,7 +475,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
         if cand.over:
             raise DoesNotFit(shortfall_message(cand.mem, cand.over, sizes), path=plan.path)
         devices, _ = f.complete(cand)
-    _refuse_unmodelled(plan, f, devices, cand.defaults)  # h17settings
+    _refuse_unmodelled(plan, f, devices, cand.defaults)
     filled = {n: d for n in f.last_device if (d := devices[n]) is not None}
     return FillSolution(filled, cand.ts if f.chooses_split() else None, cand.defaults)
 
@@ -605,7 +605,7 @@ def shortfall_message(mem: MemoryEstimate, over: Mapping[str, int], budgets: Map
     if kv:
         hints.append(f"a smaller -c (the KV cache takes {kv / MiB:,.0f} MiB there; half the context, half of it)")
         if s.cache_type_k == "f16" or s.cache_type_v == "f16":
-            # a quantized V cache needs flash attention (off by -fa off, or forced off: grok) (h17dsa)
+            # a quantized V cache needs flash attention (off by -fa off, or forced off: grok)
             hints.append("-ctk q8_0 -ctv q8_0 (about half the KV cache)" if mem.flash_attn else
                          "-ctk q8_0 (a quantized K cache; with flash attention off the engine refuses a quantized V)")
     if s.n_ubatch > 128:

@@ -34,23 +34,23 @@ EXPECTED_KINDS = {
     "llama-4-maverick": (
         format_ranges(range(0, 48, 2)), format_ranges(range(1, 48, 2)), "none",
     ),
-    # h17classic
+
     "ernie-4.5-21b-a3b": ("0", "1-27", "none"),
     "hunyuan-a13b": ("none", "0-31", "none"),
     "ling-mini-2.0": ("0", "1-19", "20"),
     "dots.llm1": ("0", "1-61", "none"),
     "qwen3-vl-30b-a3b": ("none", "0-47", "none"),
-    # h17hybrid: every layer of the hybrids is MoE (recurrent or attention)
+    # every layer of the hybrids is MoE (recurrent or attention)
     "qwen3.5-397b-a17b": ("none", "0-59", "none"),
     "qwen3.5-122b-a10b": ("none", "0-47", "none"),
     "qwen3.5-35b-a3b": ("none", "0-39", "none"),
     "qwen3-next-80b-a3b": ("none", "0-47", "none"),
-    # h17dsa
+
     "deepseek-v3.2": ("0-2", "3-60", "61"),
     "glm-5": ("0-2", "3-77", "78"),
     "minimax-m2": ("none", "0-61", "none"),
     "grok-1": ("none", "0-63", "none"),
-    # h17more: Nemotron-3's Mamba-2 and attention layers have no FFN (dense: no experts)
+    # Nemotron-3's Mamba-2 and attention layers have no FFN (dense: no experts)
     "nemotron-3-nano-30b-a3b": ("0, 2, 4-5, 7, 9, 11-12, 14, 16, 18-19, 21, 23, 25-26, 28, 30, 32-33, 35, 37, 39, "
                                 "41-42, 44, 46, 48, 50",
                                 "1, 3, 6, 8, 10, 13, 15, 17, 20, 22, 24, 27, 29, 31, 34, 36, 38, 40, 43, 45, 47, "

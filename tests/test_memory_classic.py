@@ -1,4 +1,4 @@
-"""The classic MoEs beyond the first five (issue 17, h17classic: ERNIE-4.5, Hunyuan-A13B, Ling 2.0,
+"""The classic MoEs beyond the first five (issue 17, ERNIE-4.5, Hunyuan-A13B, Ling 2.0,
 dots.llm1, Qwen3-VL-MoE) held to llama.cpp's own projection: tests/data/classic_oracle.json holds
 `llama-fit-params -fitp on` figures (llama.cpp 0.3.36, RPC devices, sparse full-size layouts of
 moeconf/fixtures/layouts_classic.py) per device: model MiB, context MiB, compute MiB (rows marked

@@ -1,4 +1,4 @@
-"""Setting families held to the engines' figures (h17settings, issue 17): the sequence count each
+"""Setting families held to the engines' figures (issue 17): the sequence count each
 binary defaults to, and the settings moeconf does not model, which it must refuse rather than
 under-estimate. Figures: `llama-fit-params -fitp on` (llama.cpp 0.3.36) on sparse full-size layouts
 with RPC devices; llama-server's unified cache measured by the same projection with `kv_unified`

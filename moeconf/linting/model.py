@@ -311,7 +311,7 @@ class Context:
     # analyses computed once per invocation and shared by the rules that state them
     cache: dict[str, Any] = field(default_factory=dict)
     # the binary a container image runs when the launch names none (its argv starts with options):
-    # the server images run llama-server (h17settings: it defaults the sequence count, 4 slots)
+    # the server images run llama-server (it defaults the sequence count, 4 slots)
     image_binary: str | None = None
 
     def at_arg(self, arg: Arg | None, offset: int = 0) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Host weights on a CPU with AMX (h17settings, issue 17). llama.cpp's CPU backend, built with AMX
+"""Host weights on a CPU with AMX (issue 17). llama.cpp's CPU backend, built with AMX
 (`__AMX_INT8__` and `__AVX512VNNI__`, as native builds and the Sapphire Rapids variant of the
 multi-CPU builds are), offers the `AMX` buffer type FIRST among its extra buffer types
 (ggml/src/ggml-cpu/ggml-cpu.cpp, ggml_backend_cpu_get_extra_buffer_types), and the model loader

@@ -1,5 +1,5 @@
 """What the compute model needs to know about an architecture's graph, read from the tensors its
-layers hold instead of from its name (issue 17, h17dsa), so that a new architecture whose layers
+layers hold instead of from its name (issue 17), so that a new architecture whose layers
 hold the same kinds of tensors as a modelled one gets the same model, and one that holds anything
 else gets none of the node-by-node replays.
 
@@ -107,7 +107,7 @@ def flash_attn_forced_off(arch: str) -> bool:
 
 
 def unmodelled_structure(inv: Inventory) -> list[str]:
-    """Layer structures of a modelled architecture the model was not checked on (h17dsa): Grok-2
+    """Layer structures of a modelled architecture the model was not checked on: Grok-2
     style layers holding a dense FFN beside the routed experts (src/models/grok.cpp adds both,
     scaled), checked only on Grok-1's experts-only layers."""
     if inv.arch != "grok":

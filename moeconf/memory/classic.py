@@ -1,4 +1,4 @@
-"""Memory facts of the "classic" MoE architectures beyond the first five (issue 17, h17classic):
+"""Memory facts of the "classic" MoE architectures beyond the first five (issue 17):
 the tied output's second copy of `token_embd` (engines/tied.py), where the logits are computed,
 and the graph shape the allocator replays are keyed by (what a layer's graph holds, read from
 the model's tensors and keys, never from the architecture's name)."""

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.memory import families as setting_families  # h17settings
-from moeconf.memory import recurrent as rec  # h17hybrid
+from moeconf.memory import families as setting_families
+from moeconf.memory import recurrent as rec
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
     cpu_head,
@@ -47,7 +47,7 @@ from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
-from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host  # h17hybrid
+from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
@@ -141,7 +141,7 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
         dev = placement.devices[t.name]
         if dev is not None:
             out[dev] += alloc_size(t, dev)
-    # h17classic: a tied output's second copy of token_embd (memory/classic.py)
+    # a tied output's second copy of token_embd (memory/classic.py)
     tied = placement.tied_output()
     if tied is not None:
         out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
@@ -192,10 +192,10 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
                         f"(-ctk {settings.cache_type_k} -ctv {settings.cache_type_v}): give both")
     if is_quantized(settings.cache_type_v) and settings.flash_attn == "off" and not (ik and geo.mla_arch):
         problems.append(f"{eng.label} refuses a quantized V cache ({settings.cache_type_v}) with flash attention off")
-    elif is_quantized(settings.cache_type_v) and flash_attn_forced_off(inv.arch):  # h17dsa
+    elif is_quantized(settings.cache_type_v) and flash_attn_forced_off(inv.arch):
         problems.append(f"{eng.label} forces flash attention off for {inv.arch} and then refuses a quantized V cache "
                         f"({settings.cache_type_v}): give -ctv f16 (a quantized -ctk alone is accepted)")
-    # --- h17hybrid: llama.cpp (llama-context.cpp, llama_init_from_model) refuses a quantized K or
+    # llama.cpp (llama-context.cpp, llama_init_from_model) refuses a quantized K or
     # V cache type whose block does not divide a layer's head width (n_embd_head_k / _v), with
     # flash attention not off: e.g. Kimi-Linear's value_length 72 and q8_0
     if not ik and settings.flash_attn != "off":
@@ -225,23 +225,22 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     gpus = sorted(d for d in devices if is_gpu(d))
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
-    why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)  # h17hybrid
-    if not why:  # h17classic: settings a modelled architecture's compute is not checked under
+    why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
+    if not why:  # settings a modelled architecture's compute is not checked under
         why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline,
                                   min(settings.n_batch, settings.n_ubatch))
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
-    # --- h17settings: setting families whose compute is not modelled (memory/families.py)
+    # setting families whose compute is not modelled (memory/families.py)
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
-    # --- end h17settings
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
         notes.extend(why)
-        problems = refused_settings(inv, eng, settings)  # h17hybrid: the engine's refusals hold unmodelled too
+        problems = refused_settings(inv, eng, settings)  # the engine's refusals hold unmodelled too
         partial = {d: DeviceMemory(d, weights=weights.get(d, 0), reserve=settings.reserve if is_gpu(d) else 0)
                    for d in [HOST, *gpus]}
         n_ctx = settings.n_ctx or (inv.metadata.context_length or 0)
@@ -249,7 +248,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                               tuple(problems), complete=False)
 
     ik = eng.name == "ik_llama.cpp"
-    # --- h17settings: host weights in llama.cpp's AMX buffer (memory/amx.py)
+    # host weights in llama.cpp's AMX buffer (memory/amx.py)
     amx_extra = _amx_extra(placement)
     if amx_extra and settings.host_cpu == "amx" and not ik:
         weights[HOST] = weights.get(HOST, 0) + amx_extra
@@ -262,9 +261,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     ik_computed = computed_weights(placement, geo, effective_mla(inv, geo, settings)) if ik else {}
     for d, b in ik_computed.items():
         weights[d] = weights.get(d, 0) + b
-    # --- end h17settings
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
-    fa = settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch)  # h17dsa: grok
+    fa = settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch)  # grok
     problems = refused_settings(inv, eng, settings, geo)
     # context: 0 = the model's training context
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
@@ -282,27 +280,26 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             swa_cells = cells
         else:
             swa_cells = _pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
-            # --- h17settings: sequences as the binary defaults them (memory/settings.py server_slots)
+            # sequences as the binary defaults them (memory/settings.py server_slots)
             notes.extend(slot_notes(settings, eng))
-            # --- end h17settings
 
     # --- KV cache -------------------------------------------------------------------------------
     kv: dict[str, int] = defaultdict(int)
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
-    rshape = rec.shape(inv)  # h17hybrid: recurrent layers' state (memory/recurrent.py)
-    # h17dsa: the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
+    rshape = rec.shape(inv)  # recurrent layers' state (memory/recurrent.py)
+    # the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
     idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
     idx_width = indexer_width(inv)
     for la in geo.layers:
         dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
             dev = AUTO_GPU
-        if la.recurrent:  # h17hybrid: F32 conv + delta-net state per sequence, no KV
+        if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
             kv[dev] += rshape.state_bytes(n_seq) if rshape is not None else 0
             continue
         n = (swa_cells if la.swa else cells) * n_stream
         if geo.mla_arch and ik:
-            mla = effective_mla(inv, geo, settings)  # h17settings: ik computes wkv_b for -mla 2/3
+            mla = effective_mla(inv, geo, settings)  # ik computes wkv_b for -mla 2/3
             if mla:
                 width = geo.kv_lora_rank + geo.n_rot
                 ktype = ctk if (fa or mla == 1) else ctv
@@ -327,12 +324,12 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     n_kv_swa = swa_cells if any(la.swa for la in geo.layers) else 0
     masks = T * mask_el * (n_kv_full + n_kv_swa)
     if not fa and not geo.mla:
-        # h17dsa: with flash attention off V is stored transposed and its graph input indexes every
+        # with flash attention off V is stored transposed and its graph input indexes every
         # element: 8 bytes per token and V row element (llama-kv-cache.cpp, build_input_v_idxs),
         # alive beside the masks on every device running attention (measured on Grok-1: 4 MiB at -ub 512)
         masks += 8 * T * max((la.n_head_kv * la.head_v for la in geo.layers), default=0) * (2 if n_kv_swa else 1)
     e = geo.n_embd
-    e_inp = input_width(inv, e)  # h17classic
+    e_inp = input_width(inv, e)
     moe_tensors = _MOE_FF_TENSORS.get(inv.arch, 3)
     phases: dict[str, list[int]] = defaultdict(list)
     attn_devs: set[str] = set()
@@ -361,7 +358,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     for la in geo.layers:
         il = la.index
         a_dev = _where(placement, il, _ATTN_BASES) or layer_dev.get(il, HOST)
-        if not la.recurrent:  # h17hybrid
+        if not la.recurrent:
             attn_devs.add(a_dev)
         n_kv = swa_cells if la.swa else cells
         after_copy = residual_at.get(a_dev)
@@ -377,10 +374,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if not fa:
             attn += n_kv * T * la.n_head * 4
             if not settings.offload_kqv and is_gpu(a_dev) and not geo.mla:
-                # h17dsa: -nkvo: the layer's K and V, read from host memory, are copied in whole
+                # -nkvo: the layer's K and V, read from host memory, are copied in whole
                 # (measured: Grok-1 -c 16384 -nkvo 1,680 MiB, 64 MiB over the KQ phase)
                 attn += (_row_bytes(ctk, la.head_k * la.n_head_kv) + _row_bytes(ctv, la.head_v * la.n_head_kv)) * n_kv
-        if la.recurrent and rshape is not None:  # h17hybrid
+        if la.recurrent and rshape is not None:
             attn = rec.layer_activations(rshape, e, T)
         phases[a_dev].append(attn)
         if after_copy is not None:
@@ -399,7 +396,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         r_dev = _where(placement, il, _ROUTER_BASES)
         d_dev = _where(placement, il, _DENSE_BASES)
         if x_dev is not None and geo.n_ff_exp:
-            moe = ffn_floats(moe_tensors, geo.n_expert_used, geo.n_ff_exp, e)  # h17dsa: archgraph
+            moe = ffn_floats(moe_tensors, geo.n_expert_used, geo.n_ff_exp, e)  # archgraph
             if x_dev == (r_dev or a_dev):
                 phases[x_dev].append(f4 * (moe + 2 * e + 2 * geo.n_expert))
             s_dev = _where(placement, il, ("ffn_down_shexp", "ffn_up_shexp"))
@@ -426,7 +423,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 if back in tail_base:
                     # the copies of this device's layers land above the first split's inputs
                     phases[back].append(tail_base[back] + f4 * copy)
-                if s_dev == back and geo.n_ff_shexp and rshape is None:  # h17hybrid: see recurrent.py
+                if s_dev == back and geo.n_ff_shexp and rshape is None:  # see recurrent.py
                     # the shared expert still needs the FFN input, so no hole of n_embd is free
                     # below the copy: the experts' sum (its first ADD is allocated while the copy is
                     # alive; the later ADDs, the residual add and the output norm run in place on
@@ -437,7 +434,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if d_dev is not None:
             n_ff = _width(placement, il, "ffn_up") or geo.n_ff_dense
             phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
-    out_dev = output_device(placement)  # h17classic: a tied output computes the logits where its copy lies
+    out_dev = output_device(placement)  # a tied output computes the logits where its copy lies
     output_phase = f4 * (geo.n_vocab + 2 * e)
     if residual_at.get(out_dev) is not None:
         # the output norm runs in place on the residual; the logits go above it
@@ -449,7 +446,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if d == HOST and d in attn_devs:
             # layers run on the CPU while the unused token-embeddings input stays allocated,
             # plus one hidden state more (measured on glm4moe and llama4)
-            # h17classic: with a wider input (Qwen3-VL's deepstack) the padded input runs here too
+            # with a wider input (Qwen3-VL's deepstack) the padded input runs here too
             # and stays alive while the first layers add its views back
             live += f4 * e_inp + f4 * (e_inp if first_on.get(HOST) == 0 else e)
         if copies > 1 and d != HOST:
@@ -461,11 +458,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             peak = max(peak, output_phase + (live if copies > 1 else 0))
         if d == HOST:
             # the graph inputs (token embeddings input, masks) and the input layer's output; the
-            # input is n_embd_inp wide (h17classic: Qwen3-VL's deepstack), the rows looked up
+            # input is n_embd_inp wide (Qwen3-VL's deepstack), the rows looked up
             # n_embd (the padding to n_embd_inp runs where the first layer does)
             peak = max(peak, copies * (masks + f4 * e_inp) + f4 * e)
         compute[d] = peak
-    # h17hybrid: the hybrids' replay takes any number of sequences (streams or a unified cache)
+    # the hybrids' replay takes any number of sequences (streams or a unified cache)
     hybrid = rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
     if hybrid:
         compute.update(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq))
@@ -481,15 +478,14 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
         if host is not None:
             compute[HOST] = host
-    # --- h17settings: flash attention off: the host's share is the same graph with f32 masks
+    # flash attention off: the host's share is the same graph with f32 masks
     if replay and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
         host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells, mask_el=4)
         if host is not None:
             compute[HOST] = host
-    # --- end h17settings
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
-    for d in ik_computed:  # h17settings
+    for d in ik_computed:
         estimated_terms[d].append("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)")
     if ik:
         notes.append("ik_llama.cpp compute buffers are modelled on llama.cpp's graph: estimated")
@@ -633,7 +629,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             runs.append((d, il, il + 1))
     out: dict[str, int] = {}
     for i, (d, first, last) in enumerate(runs):
-        # h17dsa: the CPU running the first layers, GPUs the rest (a partial -ngl): the host's buffer
+        # the CPU running the first layers, GPUs the rest (a partial -ngl): the host's buffer
         # is that run's share plus the unused embeddings input (archgraph.cpu_head)
         if cpu_head(placement, runs, i, n_layer, routed):
             shape = MoeShape(
@@ -672,7 +668,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
 # the routed experts' CPU split: a SwiGLU over gate and up, a down projection (each followed by
 # its bias, in place, where the experts have biases: gpt-oss); Llama 4 weights the experts' input
 # before them, so the CPU receives one weighted copy per chosen expert. Which models it applies
-# to is read from their layers' tensors (archgraph.host_replay_spec, h17dsa)
+# to is read from their layers' tensors (archgraph.host_replay_spec)
 def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
                    swa_cells: int, mask_el: int = 2) -> int | None:
     """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
@@ -717,7 +713,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
         reads = (rope, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
         reads += (("mask" + kind, mask_el * n_tokens * n_kv),)
-        if la.recurrent:  # h17hybrid: a recurrent layer reads only its state rows' indices
+        if la.recurrent:  # a recurrent layer reads only its state rows' indices
             reads = (("s_copy", 4),)
         layers.append((buffers[dev], reads, routed[la.index] == {HOST}))
     if not any(cpu for _, _, cpu in layers):

@@ -1,4 +1,4 @@
-"""Setting families whose compute buffers moeconf does not model (h17settings, issue 17): on these
+"""Setting families whose compute buffers moeconf does not model (issue 17): on these
 the estimate is incomplete with a note naming the family, so `explain` prints "?" and `fit` and the
 fill rules refuse, rather than print a number the engine's projection contradicts. Each family was
 found on held-out command lines and measured with `llama-fit-params -fitp on` (llama.cpp 0.3.36,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from moeconf.memory.recurrent import recurrent_layers  # h17hybrid
+from moeconf.memory.recurrent import recurrent_layers
 from moeconf.model.inventory import Inventory
 
 SwaType = Literal["none", "standard", "chunked"]
@@ -33,7 +33,7 @@ class LayerAttention:
     head_k: int
     head_v: int
     swa: bool
-    recurrent: bool = False  # h17hybrid: a recurrent (linear-attention) layer: state, no KV (memory/recurrent.py)
+    recurrent: bool = False  # a recurrent (linear-attention) layer: state, no KV (memory/recurrent.py)
 
 
 @dataclass(frozen=True)

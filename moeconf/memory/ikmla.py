@@ -1,5 +1,5 @@
 """ik_llama.cpp's MLA mode as it really runs, and the tensors it computes at load for it
-(h17settings, issue 17). Facts from ik_llama.cpp 0.1.5 (`src/llama.cpp`):
+(issue 17). Facts from ik_llama.cpp 0.1.5 (`src/llama.cpp`):
 
 - `llm_prepare_mla` (called from `llm_load_tensors` with the `-mla` value) converts between the two
   GGUF forms of DeepSeek's attention up-projection. A file with `attn_kv_b` but no `attn_k_b`

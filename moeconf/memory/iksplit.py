@@ -71,7 +71,7 @@ _TABLES: dict[str, str] = {
 TENSOR_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     arch: tuple((e.rpartition(":")[0], e.rpartition(":")[2]) for e in text.split()) for arch, text in _TABLES.items()
 }
-# h17classic: architectures whose per-layer compute in ik's log differs from get_layer_sizes as
+# architectures whose per-layer compute in ik's log differs from get_layer_sizes as
 # modelled here, measured on the tiny layouts (the split then lands one layer off)
 _COMPUTE_UNMODELLED = {
     "qwen3vlmoe": "ik_llama.cpp's layer sizes for architecture 'qwen3vlmoe' are not modelled: its log shows "
@@ -212,7 +212,7 @@ def layer_sizes(inv: Inventory, eng: Engine, s: IkSplitSettings, n_gpu_layers: i
     table = TENSOR_TABLES.get(md.arch)
     if table is None:
         return f"ik_llama.cpp's layer sizes for architecture {md.arch!r} are not modelled"
-    if md.arch in _COMPUTE_UNMODELLED:  # h17classic
+    if md.arch in _COMPUTE_UNMODELLED:
         return _COMPUTE_UNMODELLED[md.arch]
     if md.embedding_length is None or md.head_count is None:
         return "the model's metadata lacks embedding_length or head_count"

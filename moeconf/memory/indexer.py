@@ -1,5 +1,5 @@
 """The DSA lightning indexer's K cache (DeepSeek-V3.2 `deepseek32`, GLM-5 `glm-dsa`), beside the
-MLA latent cache, as the pinned llama.cpp allocates it (issue 17, h17dsa).
+MLA latent cache, as the pinned llama.cpp allocates it (issue 17).
 
 llama.cpp 0.3.36 `src/llama-kv-cache-dsa.cpp` (llama_kv_cache_dsa): a second llama_kv_cache over
 the same cells and streams as the MLA one, with one KV head of `{arch}.attention.indexer.key_length`

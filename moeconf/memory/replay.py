@@ -499,7 +499,7 @@ class HostShape:
     # per layer: the GPU running it (1, 2, ...), the graph inputs its attention reads in order
     # (name, bytes), and whether its routed experts run on the CPU
     layers: tuple[tuple[int, tuple[tuple[str, int], ...], bool], ...]
-    n_embd_inp: int = 0  # the input embedding's width where wider than n_embd (h17classic: deepstack)
+    n_embd_inp: int = 0  # the input embedding's width where wider than n_embd (deepstack)
 
 
 def host_graph(s: HostShape) -> Graph:

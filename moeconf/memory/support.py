@@ -49,7 +49,7 @@ _MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla
                          "attention.q_lora_rank"})
 _SWA: Final = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
 
-# h17hybrid: gated delta-net hybrids (moeconf/memory/recurrent.py)
+# gated delta-net hybrids (moeconf/memory/recurrent.py)
 _RECURRENT: Final = _recurrent.KEYS
 _MAINLINE: Final = frozenset({"llama.cpp"})
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
@@ -74,17 +74,16 @@ MODELLED: Final[dict[str, ArchMemory]] = {
                             _CHECKED + " (DeepSeek-V3, Kimi-K2)"),
     "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
-    # --- h17hybrid ---
     "qwen35moe": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-35B-A3B)"),
     "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
-    # h17dsa: checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
+    # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
     # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
     # Grok's tanh unconditionally); final_logit_softcapping adds ops on the logits: not read
     "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping"}), frozenset({"llama.cpp"}),
                        _CHECKED + " (Grok-1; flash attention forced off)"),
 }
-# h17classic: the classic MoEs checked within tolerance (memory/classic.py)
+# the classic MoEs checked within tolerance (memory/classic.py)
 MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
 
 
@@ -120,6 +119,5 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     unknown = [k for k in keys if k not in NO_MEMORY_EFFECT and k not in spec.keys]
     if unknown:
         return [f"memory is not modelled for {arch}.{k} (a key moeconf does not read for {arch})" for k in unknown]
-    from moeconf.memory.archgraph import unmodelled_structure  # h17dsa
-
+    from moeconf.memory.archgraph import unmodelled_structure
     return unmodelled_structure(inv)

@@ -334,7 +334,7 @@ def _cross_check(md: ModelMetadata, kinds: dict[int, LayerKind]) -> list[str]:
     lead = md.leading_dense_block_count or 0
     step = md.interleave_moe_layer_step or md.moe_every_n_layers or 1
     has_experts = bool(md.expert_count)
-    # h17more: Nemotron-H gives each layer its FFN width; 0 = no FFN (a Mamba-2 or attention
+    # Nemotron-H gives each layer its FFN width; 0 = no FFN (a Mamba-2 or attention
     # layer: pinned llama.cpp src/models/nemotron-h.cpp, load_arch_hparams / load_arch_tensors)
     ff = md.hparam("feed_forward_length") if md.arch == "nemotron_h_moe" else None
     no_ffn = {il for il, w in enumerate(ff) if w == 0} if isinstance(ff, tuple) else set()

@@ -138,7 +138,7 @@ def render(ex: Explanation, color: bool = False, tensors: bool = False,
         painted.add(len(lines))
         lines.append((f"{il:4d}  {safe(kinds[il]):5s} " + " ".join(row)).rstrip())
     glob = [t for t in inv.tensors if t.layer is None]
-    tied = pl.tied_output()  # h17classic: the engine's second copy of token_embd, as the output
+    tied = pl.tied_output()  # the engine's second copy of token_embd, as the output
     if glob or tied is not None:
         lines.append("global: " + ", ".join([f"{t.name} {pl.devices[t.name]}" for t in glob]
                                             + ([f"{TIED_OUTPUT} {tied}"] if tied is not None else [])))

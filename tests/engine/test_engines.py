@@ -337,7 +337,7 @@ def moved_boundary(split: list[int], inv: Inventory) -> list[int]:
     return wrong
 
 
-# h17classic: architectures whose ik split moeconf refuses to predict (no ik tensor table for dots1
+# architectures whose ik split moeconf refuses to predict (no ik tensor table for dots1
 # and bailingmoe2; qwen3vlmoe's logged per-layer compute is not modelled, memory/iksplit.py)
 IK_SPLIT_REFUSED = {"dots1", "bailingmoe2", "qwen3vlmoe"}
 
@@ -354,7 +354,7 @@ def test_ik_split_by_tensor_split_is_predicted(tiny_models: dict[str, Path], key
     assert ik_log is not None and ik_log.layer_devices is not None, "ik logged no split"
     ex = explain(inv, eng, args, gpus=[])  # no layer_devices: moeconf predicts the split
     predicted = ik_split(ex.invocation, inv, ex.invocation.n_gpu_layers(), ts_values(args), 2)
-    if inv.arch in IK_SPLIT_REFUSED:  # h17classic: moeconf says it cannot predict, and shows GPU(auto)
+    if inv.arch in IK_SPLIT_REFUSED:  # moeconf says it cannot predict, and shows GPU(auto)
         assert isinstance(predicted, str) and "not modelled" in predicted, predicted
         assert AUTO_GPU in ex.placement.devices.values()
         return

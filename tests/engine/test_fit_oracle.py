@@ -46,7 +46,7 @@ CASES = [
     ("llama4", [20], "-c 8192 -ctk q8_0 -ctv q8_0"),
 ]
 
-# h17classic: the classic MoEs (moeconf/fixtures/layouts_classic.py); ERNIE's 8 GiB fit needed
+# the classic MoEs (moeconf/fixtures/layouts_classic.py); ERNIE's 8 GiB fit needed
 # 7,393 MiB against 7,168 before the tied output was modelled
 MODELS.update({"ernie4_5-moe": "ernie-4.5-21b-a3b", "bailingmoe2": "ling-mini-2.0", "dots1": "dots.llm1",
                "qwen3vlmoe": "qwen3-vl-30b-a3b"})
@@ -56,13 +56,12 @@ CASES += [
     ("dots1", [40, 24], "-c 16384"),
     ("qwen3vlmoe", [12], "-c 32768"),
 ]
-# --- h17hybrid: hybrid recurrent MoEs
+# hybrid recurrent MoEs
 MODELS.update({"qwen35moe": "qwen3.5-397b-a17b", "qwen3next": "qwen3-next-80b-a3b"})
 # llama-fit-params plans one sequence; moeconf sizes the llama-server it prints for its 4 default
 # slots, whose recurrent state is 4 times one: -np 1 compares like with like (the qwen3next case
 # keeps the default slots and must still fit its budget by the engine's count)
 CASES += [("qwen35moe", [24], "-c 32768 -np 1"), ("qwen3next", [16, 8], "-c 65536 -ctk q8_0 -ctv q8_0")]
-# --- end h17hybrid
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from tests.engine.harness import MAINLINE, rpc_servers
 pytestmark = pytest.mark.engine
 
 MODELS = ("qwen3.5-397b-a17b", "qwen3-next-80b-a3b",
-          # h17more: hybrids whose memory is refused (memory/recurrent.py NOT_MODELLED); placement still checked
+          # hybrids whose memory is refused (memory/recurrent.py NOT_MODELLED); placement still checked
           "nemotron-3-nano-30b-a3b", "kimi-linear-48b-a3b", "glm-5.3-flash")
 LINES = [
     "-ngl 999 -ot exps=CPU",
@@ -69,7 +69,7 @@ def _engine_placement(model: Path, args: list[str], eps: list[str]) -> dict[str,
     out: dict[str, str | None] = {}
     for t, dev in overrides.items():
         out[t] = name(dev)
-    # h17more: tensors the loader creates with TENSOR_SKIP (GLM-5.3-Flash's MTP block) are
+    # tensors the loader creates with TENSOR_SKIP (GLM-5.3-Flash's MTP block) are
     # reported unused and never loaded: moeconf must say "not loaded" (None) for them
     for t in _UNUSED.findall(p.stderr):
         out[t] = None

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.engine
 MiB = 1024 * 1024
 # layout, and the blocks and experts it is cut to (real shapes per layer)
 MODELS = {"qwen3moe": ("qwen3-30b-a3b", {"blocks": 8, "experts": 16}),
-          # h17settings: a mainline DeepSeek GGUF (attn_k_b/attn_v_b): ik computes wkv_b at load
+          # a mainline DeepSeek GGUF (attn_k_b/attn_v_b): ik computes wkv_b at load
           "deepseek2": ("deepseek-v3", {"blocks": 4, "experts": 8})}
 CASES = [
     ("qwen3moe", "-c 4096"),

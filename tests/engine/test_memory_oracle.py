@@ -103,7 +103,7 @@ CASES: list[tuple[str, str]] = [
     # some layers' routed experts on the CPU, as `fit` writes them (GPU and host replayed)
     ("qwen3moe", r"-c 16384 -ngl 999 -ot blk\.([0-9]|1[0-9])\.ffn_.*_exps=CPU"),
     ("glm4moe", r"-c 16384 -ngl 999 -ot blk\.([1-9]|1[0-9])\.ffn_.*_exps=CPU"),
-    # --- h17settings: setting families (tests/test_memory_settings.py holds the same figures)
+    # setting families (tests/test_memory_settings.py holds the same figures)
     # flash attention off with routed experts on the CPU: the host replayed with f32 masks (700 and
     # 272 MiB before, against 508 and 204)
     ("deepseek2", "-c 65536 -ngl 999 -fa off -ub 1024 -ot exps=CPU"),
@@ -111,10 +111,9 @@ CASES: list[tuple[str, str]] = [
     # parallel sequences in separate streams: each gets its own window on sliding-window layers
     ("gpt-oss", "-c 8192 -ngl 999 -np 4"),
     ("llama4", "-c 32768 -ngl 999 -np 2 -ot exps=CPU"),
-    # --- end h17settings
 ]
 
-# --- h17settings: setting families moeconf refuses (moeconf/memory/families.py): the estimate is
+# setting families moeconf refuses (moeconf/memory/families.py): the estimate is
 # incomplete, and without the refusal its compute would be off (so the refusal stays needed)
 REFUSED_FAMILIES: list[tuple[str, str]] = [
     ("qwen3moe", "-c 32768 -ngl 999 -ot exps=CPU -nkvo"),
@@ -123,7 +122,7 @@ REFUSED_FAMILIES: list[tuple[str, str]] = [
     ("glm4moe", "-c 8192 -ngl 30 -b 4096 -ub 4096 -ot ^output\\.weight=CPU"),
 ]
 
-# --- h17classic: the classic MoEs beyond the first five (moeconf/fixtures/layouts_classic.py) ---
+# the classic MoEs beyond the first five (moeconf/fixtures/layouts_classic.py) ---
 # Hunyuan-A13B is refused (moeconf.memory.support.REFUSED); the ERNIE line over two GPUs carries
 # an -ot item (pipeline parallelism, not modelled for it, is refused)
 LAYOUT_KEYS.update({
@@ -144,7 +143,7 @@ CASES += [
     ("qwen3vlmoe", "2rpc -c 32768 -ngl 999 -ts 1,1"),
     ("ernie4_5-moe", "-c 4096 -ngl 999 -ot token_embd=CPU"),  # the tied output's copy in CPU_REPACK
 ]
-# --- h17hybrid: hybrid recurrent MoEs (moeconf/memory/recurrent.py, replay_hybrid.py); the
+# hybrid recurrent MoEs (moeconf/memory/recurrent.py, replay_hybrid.py); the
 # default suite holds the model to the same lines' recorded figures (tests/test_memory_hybrid.py)
 LAYOUT_KEYS.update({"qwen35moe": LAYOUTS["qwen3.5-397b-a17b"], "qwen35moe-35b": LAYOUTS["qwen3.5-35b-a3b"],
                     "qwen3next": LAYOUTS["qwen3-next-80b-a3b"]})
@@ -159,7 +158,6 @@ CASES += [
     ("qwen35moe-35b", "2rpc -c 32768 -ngl 999 -ts 3,1 -ot exps=CPU -ub 1024"),
     ("qwen35moe-35b", "-c 16384 -ngl 999 -fa off"),
 ]
-# --- end h17hybrid
 
 # Compute cases moeconf does not yet model within tolerance (listed, so a gap stays visible and a
 # fix shows up as an unexpected pass). None: Llama 4 (the output device) and GLM-4.5 on one GPU
@@ -253,7 +251,7 @@ def test_a_wrong_estimate_is_caught(sparse_models: dict[str, tuple[Path, Invento
 def test_refused_setting_families_would_be_off(model: str, line: str,
                                                sparse_models: dict[str, tuple[Path, Inventory]],
                                                endpoints: list[str]) -> None:
-    """h17settings: moeconf refuses these lines, and the engine shows why: the compute moeconf would
+    """moeconf refuses these lines, and the engine shows why: the compute moeconf would
     print without the refusal is outside the tolerance on some device."""
     words = shlex.split(line)
     n = 2 if "2rpc" in words else 1

@@ -76,7 +76,7 @@ def check(ctx: Context) -> Iterator[Hit]:
             advice = (f"moving the routed experts of {len(moved)} more layer(s) to the CPU (blocks "
                       f"{min(moved)}-{max(moved)}) brings it to {after.total / MiB:,.0f} MiB")
         else:
-            # a quantized V cache needs flash attention (h17dsa: grok forces it off)
+            # a quantized V cache needs flash attention (grok forces it off)
             kvq = "-ctk/-ctv q8_0" if est.flash_attn else "-ctk q8_0"
             advice = f"even with every routed expert on the CPU it does not fit: a smaller -c, {kvq} or -ub"
         _, command = fit_command(ctx, settings_argv(settings, ctx.engine))

@@ -1,7 +1,7 @@
 """The memory model held to llama.cpp's own projection on DeepSeek-V3.2, GLM-5, MiniMax-M2 and
-Grok-1 (issue 17, h17dsa): the figures in tests/engine/figures_h17dsa.json were measured with
+Grok-1 (issue 17): the figures in tests/engine/figures_dsa.json were measured with
 `llama-fit-params -fitp on` on the sparse layouts of moeconf.fixtures.layouts_dsa (the engine
-suite measures them again, tests/engine/test_memory_h17dsa.py)."""
+suite measures them again, tests/engine/test_memory_dsa.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from moeconf.memory.indexer import indexer_unmodelled
 from moeconf.model.inventory import Inventory, load_inventory
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
-FIGURES = json.loads((Path(__file__).resolve().parent / "engine" / "figures_h17dsa.json").read_text())["lines"]
+FIGURES = json.loads((Path(__file__).resolve().parent / "engine" / "figures_dsa.json").read_text())["lines"]
 EPS = ["127.0.0.1:50731", "127.0.0.1:50732"]
 MiB = 1024 * 1024
 DSA = ("deepseek-v3.2", "glm-5")
