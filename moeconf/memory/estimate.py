@@ -46,7 +46,7 @@ from moeconf.memory.classic import (
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
-from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, host_peak, llama4_peak, moe_peaks
+from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
@@ -621,12 +621,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
     if any(not routed[il] and not n_ff[il] for il in range(n_layer)):
         return {}
     n_head, n_head_kv, head_k, head_v = heads.pop()
-    runs: list[tuple[str, int, int]] = []
-    for il, d in enumerate(dev_of):
-        if runs and runs[-1][0] == d:
-            runs[-1] = (d, runs[-1][1], il + 1)
-        else:
-            runs.append((d, il, il + 1))
+    runs = device_runs(dev_of)
     out: dict[str, int] = {}
     for i, (d, first, last) in enumerate(runs):
         # the CPU running the first layers, GPUs the rest (a partial -ngl): the host's buffer

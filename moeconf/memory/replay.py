@@ -27,8 +27,10 @@ replay its offsets exactly. Results are cached: a `fit` calls `estimate` many ti
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 _LAST_BLOCK = 1 << 62  # the last free block reaches the end of a buffer that grows on demand
 
@@ -502,6 +504,48 @@ class HostShape:
     n_embd_inp: int = 0  # the input embedding's width where wider than n_embd (deepstack)
 
 
+Cpu = TypeVar("Cpu")
+
+
+def device_runs(dev_of: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Consecutive layers on one device, as (device, first layer, end): the ranges a replay's
+    splits follow."""
+    runs: list[tuple[str, int, int]] = []
+    for il, d in enumerate(dev_of):
+        if runs and runs[-1][0] == d:
+            runs[-1] = (d, runs[-1][1], il + 1)
+        else:
+            runs.append((d, il, il + 1))
+    return runs
+
+
+def host_layers(g: Graph, layers: tuple[tuple[int, tuple[tuple[str, int], ...], Cpu], ...], n_embd: int,
+                n_tokens: int, input_width: int) -> Iterator[tuple[int, int, Cpu]]:
+    """The host's share of the graph before each layer's routed experts (`host_graph`,
+    `replay_hybrid.hybrid_host_graph`): the token ids and the unused embeddings input, the
+    embeddings' rows, then per layer (its GPU buffer, the graph inputs it reads, what of its
+    experts runs on the CPU) the copies of the hidden state and of the graph inputs to its GPU.
+    Yields (layer, its GPU buffer, what runs on the CPU) for the caller to add the experts."""
+    f = 4 * n_tokens
+    tokens = g.leaf(f, CPU)
+    g.leaf(input_width * f, CPU)  # the embeddings input, unused with token ids
+    leaves: dict[str, int] = {}
+    g.split(CPU)
+    embd = g.op(n_embd * f, tokens)
+    gpu = -1
+    n_layer = len(layers)
+    for il, (dev, reads, cpu) in enumerate(layers):
+        if dev != gpu:
+            gpu = dev
+            g.split(gpu)
+            g.input("embd" if il == 0 else ("l_out", il), n_embd * f, embd if il == 0 else -1)
+        for name, size in reads + ((("out_ids", f),) if il == n_layer - 1 else ()):
+            if name not in leaves:
+                leaves[name] = g.leaf(size, CPU)
+            g.input(name, size, leaves[name])
+        yield il, gpu, cpu
+
+
 def host_graph(s: HostShape) -> Graph:
     """The host's share of the worst-case graph: the graph inputs (allocated first, in the order
     the graph first reads them), the token embeddings' rows, and per layer whose routed experts
@@ -513,22 +557,7 @@ def host_graph(s: HostShape) -> Graph:
     f = 4 * T
     e = s.n_embd
     used = s.n_expert_used
-    tokens = g.leaf(f, CPU)
-    g.leaf((s.n_embd_inp or e) * f, CPU)  # the embeddings input, unused with token ids
-    leaves: dict[str, int] = {}
-    g.split(CPU)
-    embd = g.op(e * f, tokens)
-    gpu = -1
-    n_layer = len(s.layers)
-    for il, (dev, reads, experts_cpu) in enumerate(s.layers):
-        if dev != gpu:
-            gpu = dev
-            g.split(gpu)
-            g.input("embd" if il == 0 else ("l_out", il), e * f, embd if il == 0 else -1)
-        for name, size in reads + ((("out_ids", f),) if il == n_layer - 1 else ()):
-            if name not in leaves:
-                leaves[name] = g.leaf(size, CPU)
-            g.input(name, size, leaves[name])
+    for il, gpu, experts_cpu in host_layers(g, s.layers, e, T, s.n_embd_inp or e):
         if not experts_cpu:
             continue
         g.split(CPU)

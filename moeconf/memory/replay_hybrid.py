@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from moeconf.memory.replay import CPU, GPU, Graph
+from moeconf.memory.replay import CPU, GPU, Graph, device_runs, host_layers
 
 if TYPE_CHECKING:
     from moeconf.memory.geometry import Geometry
@@ -341,12 +341,7 @@ def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens:
         experts.append(sum(bit for bit, w in zip((GATE_CPU, UP_CPU, DOWN_CPU), where, strict=True) if w == "CPU"))
         dev_of.append(d)
     n_head, n_head_kv, head_k, head_v = heads.pop()
-    runs: list[tuple[str, int, int]] = []
-    for il, d in enumerate(dev_of):
-        if runs and runs[-1][0] == d:
-            runs[-1] = (d, runs[-1][1], il + 1)
-        else:
-            runs.append((d, il, il + 1))
+    runs = device_runs(dev_of)
     out: dict[str, int] = {}
     for i, (d, first, last) in enumerate(runs):
         if d == "CPU" or sum(r[0] == d for r in runs) != 1:
@@ -387,22 +382,7 @@ def hybrid_host_graph(s: HybridHostShape) -> Graph:
     used = s.n_expert_used
     tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4
     ffe = s.n_ff_exp * used * f
-    tokens = g.leaf(f, CPU)
-    g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
-    leaves: dict[str, int] = {}
-    g.split(CPU)
-    embd = g.op(e * f, tokens)
-    gpu = -1
-    n_layer = len(s.layers)
-    for il, (dev, reads, cpu) in enumerate(s.layers):
-        if dev != gpu:
-            gpu = dev
-            g.split(gpu)
-            g.input("embd" if il == 0 else ("l_out", il), e * f, embd if il == 0 else -1)
-        for name, size in reads + ((("out_ids", f),) if il == n_layer - 1 else ()):
-            if name not in leaves:
-                leaves[name] = g.leaf(size, CPU)
-            g.input(name, size, leaves[name])
+    for il, gpu, cpu in host_layers(g, s.layers, e, T, e):
         if not cpu:
             continue
         here = gpu
