@@ -384,9 +384,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus)
     from dataclasses import replace
 
-    from moeconf.memory import estimate_explained, parse_size, read_settings
+    from moeconf.memory import parse_size, read_settings
     from moeconf.memory.amx import resolve_host_cpu
     from moeconf.report.memory import render_memory
+    from moeconf.sizing import estimate_explained
 
     settings = read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve"))
     est = estimate_explained(ex, replace(settings, host_cpu=resolve_host_cpu(args.host_cpu)))

@@ -43,7 +43,7 @@ class Compiled:
         """Memory per device of the compiled command line (weights, KV, compute, reserve)."""
         from moeconf.explanation import explain
         from moeconf.fill import plan_settings
-        from moeconf.memory import estimate_explained
+        from moeconf.sizing import estimate_explained
 
         ex = explain(self.inventory, self.engine, list(self.argv), gpus=list(self.plan.config.engine.gpus))
         return estimate_explained(ex, plan_settings(self.plan, self.engine))

@@ -21,10 +21,11 @@ from moeconf.engines import Engine, engine_device_order
 from moeconf.errors import MoeconfError, PlanError
 from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit
-from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, estimate_explained, parse_size, read_settings
+from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, parse_size, read_settings
 from moeconf.memory.estimate import refused_settings
 from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import plan_from_text
+from moeconf.sizing import estimate_explained
 
 MiB = 1024 * 1024
 Policy = Literal["first", "last"]

@@ -24,7 +24,8 @@ def _every_printed_command_is_one_explain_accepts(monkeypatch: pytest.MonkeyPatc
     """Issue 18: each command a test here gets from fit is run through explain (its own
     simulation and memory settings) and fails the test on any refusal."""
     from moeconf.explanation import explain
-    from moeconf.memory import estimate_explained, read_settings
+    from moeconf.memory import read_settings
+    from moeconf.sizing import estimate_explained
 
     solve = fit_mod._Solver.solve
 

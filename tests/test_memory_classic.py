@@ -19,11 +19,12 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import estimate, estimate_explained, read_settings
+from moeconf.memory import estimate, read_settings
 from moeconf.memory.classic import graph_shape, host_replayable, moe_replay_spec
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.model.inventory import Inventory, load_inventory
 from moeconf.placement import TIED_OUTPUT
+from moeconf.sizing import estimate_explained
 from tests.engine.memory_table import _ok
 
 DATA = Path(__file__).parent / "data" / "classic_oracle.json"

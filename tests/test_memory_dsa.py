@@ -15,7 +15,7 @@ import pytest
 
 from moeconf.engines import engine
 from moeconf.explanation import explain
-from moeconf.memory import estimate_explained, read_settings, support
+from moeconf.memory import read_settings, support
 from moeconf.memory.archgraph import (
     ffn_floats,
     flash_attn_forced_off,
@@ -26,6 +26,7 @@ from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.geometry import geometry
 from moeconf.memory.indexer import indexer_unmodelled
 from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.sizing import estimate_explained
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 FIGURES = json.loads((Path(__file__).resolve().parent / "engine" / "figures_dsa.json").read_text())["lines"]

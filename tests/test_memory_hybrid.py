@@ -17,10 +17,11 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import estimate_explained, read_settings
+from moeconf.memory import read_settings
 from moeconf.memory import recurrent as rec
 from moeconf.memory.replay import Allocator, Graph
 from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.sizing import estimate_explained
 
 DATA = Path(__file__).resolve().parent / "data" / "hybrid_memory_oracle.json"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"

@@ -24,9 +24,10 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
-from moeconf.memory import estimate_explained, read_settings
+from moeconf.memory import read_settings
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
+from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import IK, rpc_servers
 

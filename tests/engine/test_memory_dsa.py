@@ -23,8 +23,9 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fit import Budget, fit
 from moeconf.fixtures.layouts import LAYOUTS
-from moeconf.memory import estimate_explained, read_settings, support
+from moeconf.memory import read_settings, support
 from moeconf.model.inventory import Inventory
+from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, parse_mainline, rpc_servers
 from tests.test_memory_dsa import COMPUTE_GAPS, DSA, FIGURES, REFUSED_LINES, within

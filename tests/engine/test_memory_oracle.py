@@ -16,8 +16,9 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS, MLA
-from moeconf.memory import estimate, estimate_explained, read_settings
+from moeconf.memory import estimate, read_settings
 from moeconf.model.inventory import Inventory
+from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
 

@@ -54,7 +54,7 @@ def line_estimate(ctx: Context) -> Any:
     """The line's memory per device (moeconf.memory.MemoryEstimate), computed once per line and
     shared by the memory rules; None when the model is unknown."""
     if "estimate" not in ctx.cache:
-        from moeconf.memory import estimate_explained
+        from moeconf.sizing import estimate_explained
 
         ctx.cache["estimate"] = (estimate_explained(ctx.explanation, line_settings(ctx))
                                  if ctx.explanation is not None and ctx.inventory is not None else None)

@@ -1,0 +1,20 @@
+"""Memory for a simulated launch: the glue between `moeconf.explanation` (what a command line
+places where) and `moeconf.memory` (what a placement costs). It sits above both, so `memory/`
+reads a Placement and settings and never an Explanation."""
+
+from __future__ import annotations
+
+from moeconf.explanation import Explanation
+from moeconf.memory.estimate import MemoryEstimate, estimate, pipeline_parallel
+from moeconf.memory.settings import MemorySettings
+
+
+def estimate_explained(ex: Explanation, settings: MemorySettings) -> MemoryEstimate:
+    """Memory for a simulated command line (`moeconf.explanation.explain`), with the engine's
+    pipeline parallelism decided from the same invocation."""
+    inv = ex.invocation
+    n_devices = len(ex.accelerators)
+    sm = inv.split_mode.text if inv.split_mode else None
+    overrides = bool(ex.items)
+    pipe = pipeline_parallel(ex.placement, n_devices, inv.n_gpu_layers(), sm, settings, overrides)
+    return estimate(ex.placement, settings, pipeline=pipe)
