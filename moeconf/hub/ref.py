@@ -15,8 +15,8 @@ import os
 import re
 from dataclasses import dataclass
 
+import moeconf.hub.names as names
 from moeconf.errors import MoeconfError
-from moeconf.hub import names
 
 _HF = "hf://"
 

@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from moeconf.hub import names, store
+import moeconf.hub.names as names
+import moeconf.hub.store as store
 from moeconf.hub.fetch import STATS, HubError, read_remote_header
 from moeconf.hub.hfcache import CachedRepo, cached_repo
 from moeconf.hub.ref import RemoteRef

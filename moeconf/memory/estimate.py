@@ -24,9 +24,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import moeconf.memory.families as setting_families
+import moeconf.memory.recurrent as rec
 from moeconf.engines import AUTO_GPU, Engine
-from moeconf.memory import families as setting_families
-from moeconf.memory import recurrent as rec
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
     cpu_head,

@@ -306,8 +306,8 @@ def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens:
     GPU's, and the output if it runs the last layer (as `estimate._replayed_moe` for Qwen3-MoE)."""
     from collections import defaultdict
 
+    import moeconf.memory.recurrent as rec
     from moeconf.engines import AUTO_GPU
-    from moeconf.memory import recurrent as rec
 
     inv = placement.inventory
     rs = rec.shape(inv)

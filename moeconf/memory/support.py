@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from moeconf.memory import recurrent as _recurrent
+import moeconf.memory.recurrent as _recurrent
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
 from moeconf.model.inventory import Inventory
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules import comma_in_pattern
 from moeconf.linting.rules._base import Hit
+from moeconf.linting.rules.comma_in_pattern import cut_pairs
 
 CODE = "MOE004"
 NAME = "missing-equals"
@@ -27,7 +27,7 @@ NEEDS_MODEL = False
 
 def check(ctx: Context) -> Iterator[Hit]:
     items = ctx.invocation.items()
-    cut = comma_in_pattern.cut_pairs(ctx)
+    cut = cut_pairs(ctx)
     for k, item in enumerate(items):
         if item.text and "=" not in item.text and k not in cut and k + 1 not in cut:
             yield Hit(*ctx.at_item(item, len(item.text)),
