@@ -53,7 +53,7 @@ def bench_inventory(runs: int, ref_runs: int) -> None:
 
     from moeconf.fixtures import LAYOUTS, write_layout
     from moeconf.model.gguf_header import read_header
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     lay = LAYOUTS["deepseek-v3"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -448,7 +448,7 @@ def bench_regex(args: argparse.Namespace) -> None:
     """User patterns over every tensor name of DeepSeek-V3 (1,086 names): the static screen
     matches cheap patterns in process; suspect ones go to a forked worker with a time limit."""
     from moeconf.engines import regex as rxmod
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     inv = load_inventory(REPO / "examples" / "models" / "deepseek-v3.manifest.json")
     names = [t.name for t in inv.tensors]

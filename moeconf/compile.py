@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine, engine, version_error
 from moeconf.errors import PlanError
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from moeconf.placement import Placement
 from moeconf.plan import Plan, load_plan
 from moeconf.plan.positions import locate

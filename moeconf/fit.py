@@ -418,7 +418,7 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
     must hold what the GPUs leave (weights in RAM, host compute)."""
     from moeconf.engines import engine as engine_named
     from moeconf.engines import version_error
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     if isinstance(engine, str):
         bad = version_error(engine, version)

@@ -17,7 +17,8 @@ from gguf import GGUFValueType as VT
 from moeconf.cli import main
 from moeconf.errors import GGUFError, ManifestError, MoeconfError, PlanError
 from moeconf.fixtures import write_gguf
-from moeconf.model.inventory import first_shard, load_inventory
+from moeconf.model.inventory import first_shard
+from moeconf.model.load import load_inventory
 from moeconf.plan import load_plan
 from tests import rawgguf as rg
 from tests.conftest import EXAMPLES, address_space_cap

@@ -13,7 +13,7 @@ import pytest
 
 from moeconf.cli import main
 from moeconf.emitting.targets import TARGETS
-from moeconf.model.inventory import load_inventory
+from moeconf.model.load import load_inventory
 from tests.conftest import EXAMPLES, REPO
 
 PLANS = sorted((EXAMPLES / "plans").glob("*.toml"))

@@ -13,7 +13,7 @@ import pytest
 
 from moeconf.atomic import write_text_atomic
 from moeconf.cli import main
-from moeconf.model.inventory import load_inventory
+from moeconf.model.load import load_inventory
 from tests.conftest import EXAMPLES, REPO
 
 

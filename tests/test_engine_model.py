@@ -14,7 +14,8 @@ from moeconf.engines import engine, ik, ik_date, mainline, version_error
 from moeconf.engines.cmdline import ik_layer_devices, ik_ncmoe_share, ncmoe_take
 from moeconf.errors import PlanError
 from moeconf.explanation import explain
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from moeconf.plan import plan_from_text
 from tests.conftest import EXAMPLES
 

@@ -135,7 +135,7 @@ def test_split_mode_none_keeps_only_the_main_gpu(tmp_path: object) -> None:
     """llama.cpp -sm none: the layers go to the device -mg names (checked against the engine in
     tests/engine/test_engines.py::test_split_mode_none_uses_the_main_gpu)."""
     from moeconf.explanation import explain
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     inv = load_inventory(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
     eng = engine("llama.cpp")
@@ -233,7 +233,7 @@ def test_explain_budget_on_a_free_memory_split_is_noted_not_refused(capsys: pyte
 def test_a_bare_fa_before_another_flag_is_refused_where_fa_takes_a_value(engine_name: str, version: str | None,
                                                                           refused: bool) -> None:
     from moeconf.explanation import explain
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     inv = load_inventory(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
     ex = explain(inv, engine(engine_name, version), ["-ngl", "99", "-fa", "-c", "4096"])

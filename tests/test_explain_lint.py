@@ -15,7 +15,7 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.linting.linter import lint
 from moeconf.linting.model import Config
-from moeconf.model.inventory import load_inventory
+from moeconf.model.load import load_inventory
 from tests.conftest import EXAMPLES
 
 MODELS = EXAMPLES / "models"

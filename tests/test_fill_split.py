@@ -18,7 +18,8 @@ from moeconf.errors import PlanError
 from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit, pack
 from moeconf.memory.estimate import alloc_size
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from moeconf.plan import plan_from_text
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"

@@ -13,7 +13,8 @@ from moeconf.cli import main
 from moeconf.engines import engine
 from moeconf.errors import MoeconfError
 from moeconf.fit import Budget, FitError, fit
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 GiB = 1024**3

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from moeconf.cli import main
 from moeconf.errors import MoeconfError
 from moeconf.fixtures import write_gguf
-from moeconf.model.inventory import load_inventory
+from moeconf.model.load import load_inventory
 from tests.conftest import EXAMPLES, address_space_cap
 
 EXAMPLES_PER_TEST = int(os.environ.get("MOECONF_FUZZ_EXAMPLES", "30"))

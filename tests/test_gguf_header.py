@@ -339,7 +339,7 @@ def test_version_2_reads_like_3(tmp_path: Path) -> None:
 def test_ik_llama_cpp_quant_types(tmp_path: Path) -> None:
     """ik_llama.cpp's own types (IQ4_KS = 144, IQ2_KT = 153, Q8_K_R8 = 399) read with the
     right sizes, so ik quants of DeepSeek and Kimi can be inspected."""
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     g = R.minimal("deepseek2")
     g.tensors.append(("blk.0.ffn_up_exps.weight", (7168, 2048, 4), 144, 256))

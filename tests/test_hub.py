@@ -21,7 +21,7 @@ from moeconf.errors import MoeconfError
 from moeconf.fixtures import LAYOUTS, write_layout
 from moeconf.hub import load_model
 from moeconf.hub.fetch import FIRST_RANGE, STATS, HubError
-from moeconf.model.inventory import load_inventory
+from moeconf.model.load import load_inventory
 from tests.conftest import REPO
 from tests.hub_emulator import GOOD_TOKEN, Hub, Repo
 

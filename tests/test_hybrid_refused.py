@@ -20,7 +20,8 @@ from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.layouts_hybrid import Glm5NextLayout, KimiLinearLayout, NemotronLayout
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory.recurrent import NOT_MODELLED
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 
 # layout -> (architecture, what the refusal must name)
 REFUSED = {

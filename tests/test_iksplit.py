@@ -21,7 +21,8 @@ from moeconf.memory.iksplit import (
     read_ik_split_settings,
     split_points,
 )
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 
 MODELS = Path(__file__).parent.parent / "examples" / "models"
 IK015 = engine("ik_llama.cpp", "0.1.5")

@@ -14,7 +14,8 @@ import pytest
 from moeconf.errors import GGUFError, ManifestError, MoeconfError
 from moeconf.fixtures import LAYOUTS, write_gguf, write_layout
 from moeconf.model import nametable
-from moeconf.model.inventory import format_ranges, load_inventory
+from moeconf.model.inventory import format_ranges
+from moeconf.model.load import load_inventory
 from moeconf.model.manifest import dumps_manifest, read_manifest, write_manifest
 from moeconf.model.taxonomy import GROUPS, classify_name, group_of_kind, moe_architectures
 from tests.conftest import REPO

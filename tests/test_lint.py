@@ -137,7 +137,7 @@ def test_explain_map_and_json() -> None:
 def test_explain_cpu_moe_order_and_env() -> None:
     from moeconf.engines import engine
     from moeconf.explanation import explain
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     inv = load_inventory(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
     t = "blk.3.ffn_up_exps.weight"

@@ -11,7 +11,8 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.memory import estimate, read_settings
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 MiB = 1024 * 1024

@@ -22,7 +22,8 @@ from moeconf.fixtures.writer import write_layout
 from moeconf.memory import estimate, read_settings
 from moeconf.memory.classic import graph_shape, host_replayable, moe_replay_spec
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from moeconf.placement import TIED_OUTPUT
 from moeconf.sizing import estimate_explained
 from tests.engine.memory_table import _ok

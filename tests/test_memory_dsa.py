@@ -25,7 +25,8 @@ from moeconf.memory.archgraph import (
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.geometry import geometry
 from moeconf.memory.indexer import indexer_unmodelled
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"

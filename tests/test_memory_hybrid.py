@@ -20,7 +20,8 @@ from moeconf.fixtures.writer import write_layout
 from moeconf.memory import read_settings
 from moeconf.memory import recurrent as rec
 from moeconf.memory.replay import Allocator, Graph
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
 
 DATA = Path(__file__).resolve().parent / "data" / "hybrid_memory_oracle.json"

@@ -15,7 +15,8 @@ from moeconf.explanation import explain
 from moeconf.fit import Budget, fit
 from moeconf.memory import estimate, read_settings
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 MiB = 1024 * 1024

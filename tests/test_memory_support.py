@@ -14,7 +14,7 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.memory import estimate, read_settings
 from moeconf.memory.support import MODELLED, NO_MEMORY_EFFECT, REFUSED, unmodelled
-from moeconf.model.inventory import load_inventory
+from moeconf.model.load import load_inventory
 from moeconf.model.manifest import dumps_manifest, read_manifest
 
 REPO = Path(__file__).resolve().parent.parent

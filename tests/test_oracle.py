@@ -216,7 +216,7 @@ MODEL_NAMES = sorted(p.name.removesuffix(".manifest.json") for p in (EXAMPLES / 
 @pytest.mark.parametrize("model", MODEL_NAMES)
 def test_default_split_agrees_with_the_reference_at_every_boundary(model: str) -> None:
     """-ngl and -ts defaults swept (not sampled): exact split boundaries such as 0.5 included."""
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     inv = load_inventory(EXAMPLES / "models" / f"{model}.manifest.json")
     n = inv.block_count
@@ -236,7 +236,7 @@ def test_default_split_agrees_with_the_reference_at_every_boundary(model: str) -
 def test_moe_flags_and_ot_order_agree_with_the_reference(engine: str, flag: list[str], before: bool) -> None:
     """An -ot that also matches what --cpu-moe / --n-cpu-moe move: mainline reads them in
     command-line order, ik_llama.cpp every user -ot first."""
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     for model in ("qwen3-30b-a3b", "glm-4.5-air", "deepseek-v3"):
         inv = load_inventory(EXAMPLES / "models" / f"{model}.manifest.json")

@@ -11,7 +11,8 @@ import pytest
 
 from moeconf.compile import compile_plan
 from moeconf.errors import PlanError
-from moeconf.model.inventory import format_ranges, load_inventory
+from moeconf.model.inventory import format_ranges
+from moeconf.model.load import load_inventory
 from moeconf.plan import load_plan, plan_from_text
 from moeconf.plan.schema import plan_schema
 from moeconf.resolve import resolve

@@ -40,6 +40,6 @@ def load_model(spec: str | os.PathLike[str], *, progress: Progress | None = None
                 # OWNER/NAME is also how a relative path looks: say that it is not one either
                 raise HubError(f"{spec}: no such file, and {e.message}", hint=e.hint) from None
             raise
-    from moeconf.model.inventory import load_inventory
+    from moeconf.model.load import load_inventory
 
     return load_inventory(spec)

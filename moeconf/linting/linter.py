@@ -18,7 +18,8 @@ from moeconf.linting.model import Config, Context, Finding, Severity, find_confi
 from moeconf.linting.rules import ALL
 from moeconf.linting.rules._base import Hit
 from moeconf.linting.sources import Launch, Note, SourceFile, file_directive, kind_of, not_regular, read_source, walk
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 
 PLAN_INVALID: tuple[str, str, Severity] = ("MOE032", "plan-invalid", "error")
 # findings about the input itself rather than a rule (codes are part of the interface)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
-from moeconf.errors import GGUFError, MoeconfError, open_regular
+from moeconf.errors import GGUFError, MoeconfError
 from moeconf.model import ggml
 from moeconf.model.gguf_header import GGUFHeader, SkippedArray, read_header
 from moeconf.model.taxonomy import (
@@ -549,21 +549,3 @@ def inventory_from_headers(headers: list[GGUFHeader], source: str, n_named: int)
             raw.append(RawTensor(t.name, t.type_name, t.shape, t.nbytes))
     return build_inventory(metadata, raw, source=source, shards=tuple(h.path for h in headers), error=GGUFError)
 
-
-def load_inventory(path: str | os.PathLike[str]) -> Inventory:
-    """Load a model inventory from a GGUF (first or any shard) or a moeconf manifest (.json)."""
-    spath = os.fspath(path)
-    if spath.endswith(".json"):
-        from moeconf.model.manifest import read_manifest
-
-        return read_manifest(spath)
-    with open_regular(spath, MoeconfError, "a GGUF file or a manifest .json") as f:
-        try:
-            start = f.read(64).lstrip()
-        except OSError as e:  # EIO and the like: the file, not moeconf
-            raise MoeconfError(f"cannot read: {e.strerror or e}", path=spath) from None
-    if start.startswith(b"{"):
-        from moeconf.model.manifest import read_manifest
-
-        return read_manifest(spath)
-    return read_gguf_inventory(spath)

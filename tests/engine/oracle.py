@@ -15,7 +15,8 @@ from pathlib import Path
 
 from moeconf.fixtures.layouts import ModelLayout
 from moeconf.fixtures.writer import write_layout
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from tests.engine.harness import CACHE
 
 FIT_PARAMS = CACHE / "llama-cpp-python-0.3.36" / "build" / "bin" / "llama-fit-params"

@@ -25,7 +25,8 @@ from moeconf.engines.cmdline import invocation_ncmoe
 from moeconf.explanation import explain, ik_split
 from moeconf.fixtures.layouts import TINY
 from moeconf.fixtures.tiny import write_tiny
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from moeconf.plan import plan_from_text
 from tests.engine.harness import (
     BUILDS,
