@@ -14,7 +14,8 @@ from moeconf.model.load import load_inventory
 from moeconf.placement import Placement
 from moeconf.plan import Plan, load_plan
 from moeconf.plan.positions import locate
-from moeconf.resolve import Diagnostic, gpu_devices, resolve, rpc_devices
+from moeconf.planengine import gpu_devices, rpc_devices
+from moeconf.resolve import Diagnostic, resolve
 from moeconf.synth.rules import Synthesis, check, synthesize
 
 if TYPE_CHECKING:

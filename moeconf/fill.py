@@ -34,6 +34,7 @@ from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 from moeconf.plan import Plan
 from moeconf.plan.rules import Rule
+from moeconf.planengine import gpu_devices, n_gpu_layers, plan_ik_settings, plan_ik_split
 
 if TYPE_CHECKING:
     from moeconf.memory.iksplit import LayerSizes
@@ -122,8 +123,6 @@ class _Candidate:
 class _Filler:
     def __init__(self, plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | None],
                  requests: list[FillRequest], sizes: dict[str, int], settings: MemorySettings) -> None:
-        from moeconf.resolve import gpu_devices, n_gpu_layers
-
         self.plan, self.inv, self.eng, self.overlay, self.requests = plan, inv, eng, overlay, requests
         self.sizes, self.settings = sizes, settings
         self.split_mode: str | None = plan.config.flags.split_mode
@@ -157,8 +156,6 @@ class _Filler:
         ik splits by free memory, or the split cannot be predicted)."""
         if not self.ik or not ts:
             return None
-        from moeconf.resolve import plan_ik_split
-
         return plan_ik_split(self.plan, self.inv, self.eng, len(self.accelerators), ts)
 
     def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None], *,
@@ -288,7 +285,6 @@ class _Filler:
         """ik's own size of each layer and its largest compute buffer, which its -ts split weighs."""
         if self._ik_sizes is None:
             from moeconf.memory.iksplit import layer_sizes
-            from moeconf.resolve import plan_ik_settings
 
             settings = plan_ik_settings(self.plan)
             n_layer = self.inv.block_count

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from moeconf.engines import AUTO_GPU, Engine, engine, engine_device_order
+from moeconf.engines import AUTO_GPU, Engine
 from moeconf.engines.simulate import default_devices, layer_gpus
 from moeconf.model.inventory import Inventory, Tensor, format_ranges
 from moeconf.model.taxonomy import GROUPS, _base_names
 from moeconf.placement import Placement
 from moeconf.plan import Plan
 from moeconf.plan.rules import Rule, Span
-
-if TYPE_CHECKING:
-    from moeconf.memory.iksplit import IkSplitSettings
+from moeconf.planengine import gpu_devices, n_gpu_layers, plan_engine, plan_ik_split, rpc_devices
 
 TARGET_WORDS = ("layer", "all")
 
@@ -47,28 +44,6 @@ class Diagnostic:
             if self.column is not None:
                 loc += f":{self.column}"
         return f"{loc}: {self.message}"
-
-
-def plan_engine(plan: Plan) -> Engine:
-    cfg = plan.config.engine
-    return engine(cfg.name, cfg.version)
-
-
-def n_gpu_layers(plan: Plan) -> int:
-    v = plan.config.flags.n_gpu_layers
-    return -1 if v == "all" else int(v)
-
-
-def rpc_devices(plan: Plan, eng: Engine) -> list[str]:
-    fmt = "RPC0[{}]" if eng.rpc_indexed else "RPC[{}]"
-    return [fmt.format(s) for s in plan.config.flags.rpc]
-
-
-def gpu_devices(plan: Plan, eng: Engine) -> list[str]:
-    """Every accelerator device the engine will have: RPC servers first (as llama.cpp adds them
-    to the front of its device list), then local GPUs in the engine's order (CUDA0 before CUDA1,
-    however `engine.gpus` lists them: `-ts` and `-mg` count in this order)."""
-    return [*rpc_devices(plan, eng), *engine_device_order(plan.config.engine.gpus)]
 
 
 def resolve_device(plan: Plan, eng: Engine, rule: Rule, word: str | None = None, span: Span | None = None) -> str:
@@ -241,38 +216,6 @@ def _refuse_dropped_rules(plan: Plan, eng: Engine, devices: dict[str, str | None
         "where -ngl puts them",
         hint="set [flags] n_gpu_layers (e.g. \"all\") and place what stays on the CPU with rules",
     )
-
-
-def plan_ik_settings(plan: Plan) -> IkSplitSettings | str:
-    """What ik_llama.cpp's layer split depends on, from the plan's own context, batch, cache and
-    `extra` flags (memory/iksplit.py); a str says why it cannot be predicted."""
-    from moeconf.memory.iksplit import read_ik_split_settings
-
-    f = plan.config.flags
-    words = ["--fit"] if f.fit else []
-    for flag, value in (("-c", f.ctx_size), ("-b", f.batch), ("-ub", f.ubatch), ("-fa", f.flash_attn),
-                        ("-ctk", f.cache_type_k), ("-ctv", f.cache_type_v)):
-        if value is not None:
-            words += [flag, str(value)]
-    return read_ik_split_settings([*words, *f.extra])
-
-
-def plan_ik_split(plan: Plan, inv: Inventory, eng: Engine, n_devices: int,
-                  tensor_split: Sequence[float] | None = None) -> list[int] | None:
-    """ik_llama.cpp's layer split over 2+ devices when the plan sets `tensor_split` (or the
-    `tensor_split` given, for a split moeconf is choosing) in -sm layer; None when ik splits by
-    free memory or the split cannot be predicted (the layers stay GPU(auto))."""
-    f = plan.config.flags
-    ts = tensor_split if tensor_split is not None else f.tensor_split
-    if eng.name != "ik_llama.cpp" or n_devices < 2 or not ts or (f.split_mode or "layer") != "layer":
-        return None
-    from moeconf.memory.iksplit import ik_layer_split
-
-    settings = plan_ik_settings(plan)
-    if isinstance(settings, str):
-        return None
-    split = ik_layer_split(inv, eng, settings, n_gpu_layers(plan), ts, n_devices)
-    return None if isinstance(split, str) else split
 
 
 def resolve(plan: Plan, inv: Inventory) -> Resolution:

@@ -1,0 +1,70 @@
+"""What a plan's `[engine]` and `[flags]` tell the engine before any rule is read: the engine
+itself, its accelerators (RPC servers, then GPUs), `-ngl`, and ik_llama.cpp's layer split. Both
+`moeconf.resolve` (rules -> devices) and `moeconf.fill` (budgets -> devices) read these, so they
+sit below both."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from moeconf.engines import Engine, engine, engine_device_order
+from moeconf.model.inventory import Inventory
+from moeconf.plan import Plan
+
+if TYPE_CHECKING:
+    from moeconf.memory.iksplit import IkSplitSettings
+
+
+def plan_engine(plan: Plan) -> Engine:
+    cfg = plan.config.engine
+    return engine(cfg.name, cfg.version)
+
+
+def n_gpu_layers(plan: Plan) -> int:
+    v = plan.config.flags.n_gpu_layers
+    return -1 if v == "all" else int(v)
+
+
+def rpc_devices(plan: Plan, eng: Engine) -> list[str]:
+    fmt = "RPC0[{}]" if eng.rpc_indexed else "RPC[{}]"
+    return [fmt.format(s) for s in plan.config.flags.rpc]
+
+
+def gpu_devices(plan: Plan, eng: Engine) -> list[str]:
+    """Every accelerator device the engine will have: RPC servers first (as llama.cpp adds them
+    to the front of its device list), then local GPUs in the engine's order (CUDA0 before CUDA1,
+    however `engine.gpus` lists them: `-ts` and `-mg` count in this order)."""
+    return [*rpc_devices(plan, eng), *engine_device_order(plan.config.engine.gpus)]
+
+
+def plan_ik_settings(plan: Plan) -> IkSplitSettings | str:
+    """What ik_llama.cpp's layer split depends on, from the plan's own context, batch, cache and
+    `extra` flags (memory/iksplit.py); a str says why it cannot be predicted."""
+    from moeconf.memory.iksplit import read_ik_split_settings
+
+    f = plan.config.flags
+    words = ["--fit"] if f.fit else []
+    for flag, value in (("-c", f.ctx_size), ("-b", f.batch), ("-ub", f.ubatch), ("-fa", f.flash_attn),
+                        ("-ctk", f.cache_type_k), ("-ctv", f.cache_type_v)):
+        if value is not None:
+            words += [flag, str(value)]
+    return read_ik_split_settings([*words, *f.extra])
+
+
+def plan_ik_split(plan: Plan, inv: Inventory, eng: Engine, n_devices: int,
+                  tensor_split: Sequence[float] | None = None) -> list[int] | None:
+    """ik_llama.cpp's layer split over 2+ devices when the plan sets `tensor_split` (or the
+    `tensor_split` given, for a split moeconf is choosing) in -sm layer; None when ik splits by
+    free memory or the split cannot be predicted (the layers stay GPU(auto))."""
+    f = plan.config.flags
+    ts = tensor_split if tensor_split is not None else f.tensor_split
+    if eng.name != "ik_llama.cpp" or n_devices < 2 or not ts or (f.split_mode or "layer") != "layer":
+        return None
+    from moeconf.memory.iksplit import ik_layer_split
+
+    settings = plan_ik_settings(plan)
+    if isinstance(settings, str):
+        return None
+    split = ik_layer_split(inv, eng, settings, n_gpu_layers(plan), ts, n_devices)
+    return None if isinstance(split, str) else split
