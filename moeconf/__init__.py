@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from moeconf.errors import GGUFError, ManifestError, MoeconfError, PlanError
 
 if TYPE_CHECKING:
-    from moeconf.compile import Compiled
+    from moeconf.compiled import Compiled
     from moeconf.engines import Engine
     from moeconf.explanation import Explanation
     from moeconf.linting.linter import LintResult
@@ -167,7 +167,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(inventory, name)
     if name == "Compiled":
-        from moeconf.compile import Compiled
+        from moeconf.compiled import Compiled
 
         return Compiled
     if name == "Explanation":

@@ -13,7 +13,7 @@ from moeconf.errors import MoeconfError
 from moeconf.textsafe import safe
 
 if TYPE_CHECKING:
-    from moeconf.compile import Compiled
+    from moeconf.compiled import Compiled
     from moeconf.engines import Engine
     from moeconf.fit import FitResult
     from moeconf.model.inventory import Inventory

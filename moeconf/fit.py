@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from moeconf.compile import Compiled, compile_plan
+from moeconf.compile import compile_plan
+from moeconf.compiled import Compiled
 from moeconf.engines import Engine, engine_device_order
 from moeconf.errors import MoeconfError, PlanError
 from moeconf.explanation import explain

@@ -13,11 +13,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import moeconf.emitting.commands as tg
 from moeconf.engines.cmdline import Arg, parse_invocation, unknown_flag_message
 from moeconf.explanation import Explanation, explain_invocation
 
 if TYPE_CHECKING:
-    from moeconf.compile import Compiled
+    from moeconf.compiled import Compiled
 
 
 class OutputMismatch(AssertionError):
@@ -84,8 +85,6 @@ def _with_ot(argv: Sequence[str], value: str) -> list[str]:
 def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str, str], list[str] | None]:
     """(argv, env) as the engine receives them from `text`, and the argv moeconf meant to give it
     (None where only the placement can be compared)."""
-    from moeconf.emitting import targets as tg
-
     what = f"the {target} output"
     if target in ("llama.cpp", "ik_llama.cpp"):
         return _one_command(text, what), {}, list(c.argv)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from moeconf.compile import Compiled
+from moeconf.compiled import Compiled
 from moeconf.errors import MoeconfError
 from moeconf.textsafe import first_unsafe, safe
 from moeconf.units import gib
