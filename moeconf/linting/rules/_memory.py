@@ -42,12 +42,18 @@ def fit_command(ctx: Context, flags: list[str]) -> tuple[list[str], str]:
 
 
 def line_settings(ctx: Context) -> MemorySettings:
-    from moeconf.memory import DEFAULT_RESERVE, read_settings
+    """The line's memory settings (its flags and environment), read once per line and shared by
+    every rule that reads them (`MemorySettings` is frozen)."""
+    if "settings" not in ctx.cache:
+        from moeconf.memory import DEFAULT_RESERVE, read_settings
 
-    inv = ctx.invocation
-    env = {k: v.text for k, v in inv.env.items()}
-    reserve = ctx.reserve if ctx.reserve is not None else DEFAULT_RESERVE
-    return read_settings([a.text for a in inv.args], ctx.engine, env, reserve=reserve, binary=ctx.image_binary)
+        inv = ctx.invocation
+        env = {k: v.text for k, v in inv.env.items()}
+        reserve = ctx.reserve if ctx.reserve is not None else DEFAULT_RESERVE
+        ctx.cache["settings"] = read_settings([a.text for a in inv.args], ctx.engine, env, reserve=reserve,
+                                              binary=ctx.image_binary)
+    settings: MemorySettings = ctx.cache["settings"]
+    return settings
 
 
 def line_estimate(ctx: Context) -> Any:
