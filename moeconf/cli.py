@@ -418,6 +418,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out["memory_complete"] = est.complete
         out["memory_notes"] = list(est.notes)
         out["memory_problems"] = list(est.problems)
+        out["server_caches"] = est.server.json() if est.server is not None else None
         if budgets:
             out["budgets"] = budgets
             out["over_budget"] = over

@@ -24,6 +24,7 @@ from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit
 from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, parse_size, read_settings
 from moeconf.memory.estimate import refused_settings
+from moeconf.memory.servercache import PROMPT_CACHE_DEFAULT_MIB
 from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import plan_from_text
 from moeconf.sizing import estimate_explained
@@ -93,7 +94,8 @@ class FitResult:
         return {"argv": list(self.argv), "ot": self.ot, "memory": self.memory.json(),
                 "budgets": {b.device: b.size for b in self.budgets},
                 "gpu_expert_layers": {d: ls for d, ls in self.gpu_expert_layers.items()},
-                "notes": list(self.notes), "assumptions": dict(self.assumptions)}
+                "notes": list(self.notes), "assumptions": dict(self.assumptions),
+                "server_caches": self.memory.server.json() if self.memory.server is not None else None}
 
 
 @dataclass
@@ -356,6 +358,49 @@ class _Solver:
                           "budget": self.ram_total - self.ram_headroom}
         return out
 
+    def _server_cache_flags(self, mem: MemoryEstimate) -> list[str]:
+        """`--ctx-checkpoints` / `--cache-ram` that keep llama-server's host caches (memory/servercache.py)
+        within the RAM `--ram` leaves after the model's host memory; [] when their caps already fit
+        (or no RAM was given). Values the user gave are kept, and refused when they do not fit."""
+        sc = mem.server
+        if self.ram is None or sc is None:
+            return []
+        left = self.ram - mem.devices["CPU"].total
+        if sc.cap is not None and sc.cap <= left:
+            return []
+        out: list[str] = []
+        ckpt = sc.checkpoints_total
+        round_bytes = sc.slots * sc.checkpoint_bytes
+        if ckpt > left:
+            n = left // round_bytes if round_bytes else 0
+            if sc.checkpoints_given or n < 1:
+                raise FitError(
+                    f"llama-server's context checkpoints ({sc.slots} slot(s) x {sc.checkpoints} x "
+                    f"{sc.checkpoint_bytes / MiB:,.1f} MiB, {sc.checkpoint_of}) need {ckpt / MiB:,.0f} MiB of host "
+                    f"memory and --ram leaves {left // MiB:,} MiB after the model: give more --ram, fewer slots "
+                    "(-np), or --ctx-checkpoints N (0 turns them off: a changed prompt is then processed again "
+                    "from the start)")
+            out += ["--ctx-checkpoints", str(n)]
+            self.notes.append(f"--ctx-checkpoints {n} added: llama-server's default {sc.checkpoints} checkpoints "
+                              f"per slot ({sc.slots} x {sc.checkpoints} x {sc.checkpoint_bytes / MiB:,.1f} MiB) would "
+                              f"not fit in the {left // MiB:,} MiB of RAM left after the model")
+            ckpt = n * round_bytes
+        rest = left - ckpt
+        if sc.prompt_cache is None or sc.prompt_cache > rest:
+            if sc.prompt_cache_given:
+                size = "no byte limit" if sc.prompt_cache is None else f"{sc.prompt_cache / MiB:,.0f} MiB"
+                raise FitError(f"llama-server's prompt cache (--cache-ram: {size}) does not fit in the "
+                               f"{rest // MiB:,} MiB of RAM left after the model"
+                               + (" and its context checkpoints" if ckpt else "")
+                               + f": give --cache-ram {rest // MiB} or less, or more --ram")
+            mib = rest // MiB
+            out += ["--cache-ram", str(mib)]
+            self.notes.append(f"--cache-ram {mib} added: llama-server's prompt cache (default "
+                              f"{PROMPT_CACHE_DEFAULT_MIB:,} MiB) would not fit in the {mib:,} MiB of RAM left "
+                              "after the model" + (" and its context checkpoints" if ckpt else "")
+                              + ("; 0 turns it off" if mib == 0 else ""))
+        return out
+
     def solve(self) -> FitResult:
         rules = [f"experts -> {', '.join(self.order)}, cpu"]
         text = _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
@@ -385,6 +430,11 @@ class _Solver:
             over["CPU"] = mem.devices["CPU"].total - self.ram
         if over:
             raise AssertionError(f"fit: the compiled command line is over budget on {', '.join(over)}")
+        cache_flags = self._server_cache_flags(mem)
+        if cache_flags:
+            # the caches' caps change no buffer: the same placement, with the flags that keep them in RAM
+            self.extra = [*self.extra, *cache_flags]
+            return self.solve()
         per_dev: dict[str, dict[int, set[str]]] = {d: {} for d in self.order}
         all_kinds: dict[int, set[str]] = {}
         for t in self.inv.tensors:

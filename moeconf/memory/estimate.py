@@ -48,7 +48,8 @@ from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host
-from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
+from moeconf.memory.servercache import ServerCaches, server_caches
+from moeconf.memory.settings import CACHE_TYPES, Q8_KV, MemorySettings, cache_row_bytes, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
@@ -96,6 +97,9 @@ class MemoryEstimate:
     problems: tuple[str, ...] = ()  # settings the engine refuses for this model
     complete: bool = True  # False: KV and compute could not be computed (see notes)
     by_term: dict[str, dict[str, int]] = field(default_factory=dict)
+    # llama-server's prompt cache and context checkpoints: host memory beyond the table, as caps
+    # (memory/servercache.py); None for other binaries
+    server: ServerCaches | None = None
 
     def json(self) -> dict[str, dict[str, int]]:
         return {d: m.json() for d, m in self.devices.items()}
@@ -106,10 +110,7 @@ def _align(n: int, a: int) -> int:
 
 
 def _row_bytes(cache_type: str, n: int) -> int:
-    if cache_type == Q8_KV:
-        return n + 8
-    size, block = {**CACHE_TYPES, **IK_ONLY_CACHE_TYPES}[cache_type]
-    return (n + block - 1) // block * size
+    return cache_row_bytes(cache_type, n)
 
 
 def _pad(n: int, p: int) -> int:
@@ -513,7 +514,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if AUTO_GPU in mem:
         notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
                      "to see each GPU's share")
-    return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems))
+    return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
+                          server=server_caches(inv, geo, settings, eng))
 
 
 def _amx_extra(placement: Placement) -> int:

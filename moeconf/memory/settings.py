@@ -78,6 +78,10 @@ class MemorySettings:
     # n_parallel/kv_unified are that binary's default (`server_slots`) rather than given
     # the host CPU: "amx" (llama.cpp packs CPU layers' matrices in its AMX buffer, memory/amx.py) or "plain"
     host_cpu: str = "plain"
+    # llama-server's host caches (memory/servercache.py): --cache-ram MiB (-1: no limit) and
+    # --ctx-checkpoints per slot; None: the binary's default
+    cache_ram: int | None = None
+    ctx_checkpoints: int | None = None
     binary: str | None = field(default=None, compare=False)
     auto_slots: bool = field(default=False, compare=False)
 
@@ -92,6 +96,14 @@ class MemorySettings:
 SERVER_AUTO_SLOTS = 4
 SERVER_AUTO_SLOTS_SINCE = 7079
 SERVER_BINARIES = frozenset({"llama-server"})
+
+
+def cache_row_bytes(cache_type: str, n: int) -> int:
+    """Bytes of a cache row of `n` elements in `cache_type` (ik's q8_KV: 8 bytes of scale per row)."""
+    if cache_type == Q8_KV:
+        return n + 8
+    size, block = {**CACHE_TYPES, **IK_ONLY_CACHE_TYPES}[cache_type]
+    return (n + block - 1) // block * size
 
 
 def binary_name(word: str | None) -> str | None:
@@ -119,6 +131,8 @@ _VALUED = {
     "--ubatch-size": "n_ubatch", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
     "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-np": "n_parallel", "--parallel": "n_parallel",
     "-mla": "mla", "--mla-use": "mla",
+    "-cram": "cache_ram", "--cache-ram": "cache_ram", "-ctxcp": "ctx_checkpoints",
+    "--ctx-checkpoints": "ctx_checkpoints", "--swa-checkpoints": "ctx_checkpoints",
 }
 _SWITCHES = {
     "-nkvo": ("offload_kqv", False), "--no-kv-offload": ("offload_kqv", False),
@@ -130,6 +144,7 @@ _ENV = {
     "LLAMA_ARG_CTX_SIZE": "n_ctx", "LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch",
     "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k", "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
     "LLAMA_ARG_N_PARALLEL": "n_parallel", "LLAMA_ARG_FLASH_ATTN": "flash_attn",
+    "LLAMA_ARG_CACHE_RAM": "cache_ram", "LLAMA_ARG_CTX_CHECKPOINTS": "ctx_checkpoints",
 }
 _ENV_BOOL = {"LLAMA_ARG_KV_OFFLOAD": "offload_kqv", "LLAMA_ARG_SWA_FULL": "swa_full",
              "LLAMA_ARG_KV_UNIFIED": "kv_unified"}
@@ -147,7 +162,8 @@ def read_settings(
     one, else `binary` (the binary the command line will run, when known apart from argv)."""
     values: dict[str, object] = {}
     problems: list[str] = []
-    kinds = {"n_ctx": int, "n_batch": int, "n_ubatch": int, "n_parallel": int, "mla": int}
+    kinds = {"n_ctx": int, "n_batch": int, "n_ubatch": int, "n_parallel": int, "mla": int, "cache_ram": int,
+             "ctx_checkpoints": int}
     accepted = cache_types(engine)
 
     def put(key: str, text: str, where: str) -> None:
@@ -157,7 +173,8 @@ def read_settings(
             except ValueError:
                 problems.append(f"{where} needs a number, not {text!r}")
                 return
-            if (n < 0 and key != "n_parallel") or (key in ("n_batch", "n_ubatch") and n == 0):
+            # any negative --cache-ram is "no limit" (server_prompt_cache); -np -1 is auto
+            if (n < 0 and key not in ("n_parallel", "cache_ram")) or (key in ("n_batch", "n_ubatch") and n == 0):
                 problems.append(f"{where} {n} is out of range")
                 return
             values[key] = n
@@ -246,8 +263,13 @@ def read_settings(
         flash_attn=text("flash_attn", "auto"), offload_kqv=flag("offload_kqv", True),
         n_parallel=max(num("n_parallel", 1), 1), kv_unified=flag("kv_unified", False),
         swa_full=flag("swa_full", False), mla=mla if isinstance(mla, int) else None,
+        cache_ram=_opt_int(values.get("cache_ram")), ctx_checkpoints=_opt_int(values.get("ctx_checkpoints")),
         reserve=reserve, problems=tuple(problems), binary=run, auto_slots=auto,
     )
+
+
+def _opt_int(v: object) -> int | None:
+    return v if isinstance(v, int) else None
 
 
 def slot_notes(s: MemorySettings, engine: Engine) -> list[str]:

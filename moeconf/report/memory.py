@@ -48,6 +48,15 @@ def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None)
                      "cuBLAS workspace): --reserve, or reserve in a plan's [budget]")
     for n in est.notes:
         lines.append(f"  note: {n}")
+    if est.server is not None:
+        lines.extend(f"  {line}" for line in est.server.lines())
+        cpu_budget = budgets.get(HOST)
+        if cpu_budget is not None and est.complete:
+            left = cpu_budget - est.devices[HOST].total
+            cap = est.server.cap
+            if left >= 0 and (cap is None or cap > left):
+                lines.append(f"  warning: these may outgrow the {_mib(left)} MiB the CPU budget leaves: set "
+                             "--cache-ram and --ctx-checkpoints (`moeconf fit --ram` writes them)")
     for p in est.problems:
         lines.append(f"  error: the engine would refuse to start: {p}")
     return "\n".join(lines) + "\n"

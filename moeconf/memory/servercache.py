@@ -1,0 +1,170 @@
+"""What llama-server keeps in host memory beyond the engine's buffers: its prompt cache and its
+context checkpoints. Neither is allocated at start, so neither is in the memory table; both grow
+with use up to caps the command line sets, and users see them as the server's RSS climbing by
+gigabytes after hours of traffic (llama.cpp issues #21690, #22573; ollama #18264).
+
+Facts (llama.cpp 0.3.36, vendored in llama-cpp-python; history from the upstream repository):
+
+- **Prompt cache** (`tools/server/server-task.cpp`, `server_prompt_cache`; PR #16391, b6724):
+  when a slot takes a new prompt, the old prompt's whole sequence state (its KV cells, recurrent
+  state, checkpoints) is copied to host memory, oldest entries evicted to stay within
+  `--cache-ram N` MiB (`-cram`, `LLAMA_ARG_CACHE_RAM`; default 8192, 0 disables it, -1 means no
+  byte limit: only the context's token count bounds it). ik_llama.cpp's server has the same cache
+  and default (its `common.h`, `cache_ram_mib = 8192`; no token bound with -1).
+- **Context checkpoints** (`tools/server/server-context.cpp`, `create_checkpoint`): for a model
+  whose memory cannot drop the tail of a sequence (recurrent and hybrid models) or that keeps a
+  sliding-window cache (unless `--swa-full`), each slot keeps up to `--ctx-checkpoints N`
+  (`-ctxcp`, `--swa-checkpoints`, `LLAMA_ARG_CTX_CHECKPOINTS`) copies of the part of its state
+  that cannot be rolled back (`LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`): the recurrent state of one
+  sequence (`llama-memory-hybrid.cpp` writes only the recurrent part), or the sliding-window
+  cache's cells of that sequence that are not masked (`llama-kv-cache.cpp` `state_write`: at
+  most `n_swa` cells; `llama-kv-cache-iswa.cpp` writes only the SWA cache). Defaults by build:
+  3 sliding-window checkpoints from b6173 (PR #15293), 3 context checkpoints (recurrent models
+  too) from b6685 (PR #16382), 8 from b6724, 32 from b8232 (PR #20087). They are held by the
+  slot, outside the prompt cache's limit (which counts them again when the slot's prompt is
+  saved). ik_llama.cpp makes checkpoints only when asked (`do_checkpoint = false` by default).
+
+moeconf gives both as caps in host memory (`explain` prints them under the table; `fit --ram`
+keeps them within the RAM left, writing `--cache-ram` / `--ctx-checkpoints` into the command
+when the defaults would not fit). A checkpoint's size is the state `state_write` serializes: the
+rows, the cells' metadata and the headers (`llama_context::state_seq_get_size`: checked to the byte on
+cut layouts of Qwen3.5-35B-A3B, gpt-oss-20b and Llama-4-Maverick by tests/engine/test_server_caches.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from moeconf.memory import recurrent as rec
+from moeconf.memory.settings import cache_row_bytes
+
+if TYPE_CHECKING:
+    from moeconf.engines import Engine
+    from moeconf.memory.geometry import Geometry
+    from moeconf.memory.settings import MemorySettings
+    from moeconf.model.inventory import Inventory
+
+MiB: Final = 1024 * 1024
+PROMPT_CACHE_SINCE: Final = 6724  # llama.cpp PR #16391: --cache-ram, default 8192 MiB
+PROMPT_CACHE_DEFAULT_MIB: Final = 8192
+# llama.cpp builds from which the default checkpoint count changed, and the new count; before
+# b6685 only sliding-window models made them (PR #15293, --swa-checkpoints)
+CHECKPOINT_DEFAULTS: Final = ((6173, 3), (6685, 3), (6724, 8), (8232, 32))
+RECURRENT_CHECKPOINTS_SINCE: Final = 6685
+SERVER: Final = "llama-server"
+
+
+@dataclass(frozen=True)
+class ServerCaches:
+    """llama-server's host caches for one command line: caps, not allocations."""
+
+    binary: str
+    prompt_cache: int | None  # cap in bytes (0: disabled); None: no byte limit (-1)
+    prompt_cache_given: bool  # --cache-ram on the command line (else the binary's default)
+    slots: int
+    checkpoints: int  # per slot (0: none are made)
+    checkpoints_given: bool
+    checkpoint_bytes: int  # one checkpoint of one slot
+    checkpoint_of: str  # what a checkpoint holds, in words ("" when none are made)
+
+    @property
+    def checkpoints_total(self) -> int:
+        return self.slots * self.checkpoints * self.checkpoint_bytes
+
+    @property
+    def cap(self) -> int | None:
+        """The most host memory both may take (None: the prompt cache has no byte limit)."""
+        if self.prompt_cache is None:
+            return None
+        return self.prompt_cache + self.checkpoints_total
+
+    def json(self) -> dict[str, object]:
+        return {"binary": self.binary, "prompt_cache_bytes": self.prompt_cache,
+                "prompt_cache_given": self.prompt_cache_given, "slots": self.slots,
+                "checkpoints_per_slot": self.checkpoints, "checkpoints_given": self.checkpoints_given,
+                "checkpoint_bytes": self.checkpoint_bytes, "checkpoint_of": self.checkpoint_of or None,
+                "checkpoints_bytes": self.checkpoints_total, "cap_bytes": self.cap}
+
+    def lines(self) -> list[str]:
+        """What `explain` and `fit` print under the memory table."""
+        if self.prompt_cache is None:
+            pc = "with no byte limit (--cache-ram -1: up to the context's tokens of saved prompts)"
+        elif self.prompt_cache == 0:
+            pc = "off (--cache-ram 0)"
+        else:
+            flag = "--cache-ram" if self.prompt_cache_given else f"the default --cache-ram {PROMPT_CACHE_DEFAULT_MIB}"
+            pc = f"up to {self.prompt_cache / MiB:,.0f} MiB ({flag})"
+        out = [f"{self.binary} host caches, beyond the table (they grow with use): prompt cache {pc}"]
+        if self.checkpoints and self.checkpoint_bytes:
+            out.append(f"{self.binary} context checkpoints: up to {self.slots} slot(s) x {self.checkpoints} x "
+                       f"{self.checkpoint_bytes / MiB:,.1f} MiB ({self.checkpoint_of}) = "
+                       f"{self.checkpoints_total / MiB:,.0f} MiB ("
+                       + ("--ctx-checkpoints" if self.checkpoints_given else
+                          f"the default --ctx-checkpoints {self.checkpoints}") + ")")
+        return out
+
+
+def default_checkpoints(build: int | None) -> int:
+    """llama-server's default --ctx-checkpoints at a mainline build (0 before there were any)."""
+    n = 0
+    for since, count in CHECKPOINT_DEFAULTS:
+        if (build or 0) >= since:
+            n = count
+    return n
+
+
+def checkpoint(inv: Inventory, geo: Geometry, settings: MemorySettings, build: int | None) -> tuple[int, str]:
+    """One slot's checkpoint in bytes as `llama_state_seq_get_size_ext(..., PARTIAL_ONLY)` sizes
+    it, and what it holds; (0, "") where the model makes none. The recurrent state of one sequence
+    for a hybrid (`rec.shape`), else the sliding-window layers' K and V rows of the cells not
+    masked (`n_swa`, or fewer where a slot's context is shorter)."""
+    rs = rec.shape(inv)
+    rec_layers = [la for la in geo.layers if la.recurrent]
+    if rs is not None and rec_layers:
+        if (build or 0) < RECURRENT_CHECKPOINTS_SINCE:
+            return 0, ""
+        # the state's magic and seq id (8), then llama_memory_recurrent::state_write: cell count (4),
+        # the cell's pos and n_seq_id (8, no ids for one sequence), s_trans and n_layer (8), and per
+        # layer the conv (type 4 + row size 8 + row) and the SSM state (type 4 + row size 8 + row)
+        rows = len(rec_layers) * (rs.n_embd_r + rs.n_embd_s) * 4
+        return 8 + 4 + 8 + 8 + len(rec_layers) * 24 + rows, f"the recurrent state of {len(rec_layers)} layers"
+    swa_layers = [la for la in geo.layers if la.swa]
+    if not swa_layers or geo.n_swa <= 0 or settings.swa_full:
+        return 0, ""
+    n_seq = max(1, settings.n_parallel)
+    n_ctx = settings.n_ctx or inv.metadata.context_length or 0
+    # a slot of a unified cache may use the whole context, else its share
+    per_seq_ctx = max(1, n_ctx if settings.kv_unified or n_seq == 1 else n_ctx // n_seq)
+    cells = min(geo.n_swa, per_seq_ctx)
+    ctk, ctv = settings.cache_type_k, settings.cache_type_v
+    k = sum(cache_row_bytes(ctk, la.head_k * la.n_head_kv) for la in swa_layers)
+    v = sum(cache_row_bytes(ctv, la.head_v * la.n_head_kv) for la in swa_layers)
+    # the state's magic and seq id, n_stream, cell count, per cell pos + n_seq_id + seq id, v_trans,
+    # n_layer, per layer K and V type + row size (V transposed with flash attention off: type +
+    # element size + width, the same 12 bytes)
+    head = 8 + 4 + 4 + 4 + 4 + len(swa_layers) * 24
+    return head + cells * (12 + k + v), f"{cells} cells of {len(swa_layers)} sliding-window layers"
+
+
+def server_caches(inv: Inventory, geo: Geometry, settings: MemorySettings, eng: Engine) -> ServerCaches | None:
+    """llama-server's host caches for this command line; None for any other binary (or none
+    given: `explain` without a binary), or a build without them."""
+    if settings.binary != SERVER:
+        return None
+    ik = eng.name == "ik_llama.cpp"
+    if not ik and (eng.build or 0) < PROMPT_CACHE_SINCE and (eng.build or 0) < CHECKPOINT_DEFAULTS[0][0]:
+        return None
+    has_cache = ik or (eng.build or 0) >= PROMPT_CACHE_SINCE
+    given = settings.cache_ram
+    mib = given if given is not None else (PROMPT_CACHE_DEFAULT_MIB if has_cache else 0)
+    prompt = None if mib < 0 else mib * MiB
+    if ik:
+        # checkpoints only with ik's own switch (not modelled: off by default)
+        n_ckpt, size, what = 0, 0, ""
+    else:
+        n_ckpt = settings.ctx_checkpoints if settings.ctx_checkpoints is not None else default_checkpoints(eng.build)
+        size, what = checkpoint(inv, geo, settings, eng.build)
+        if not size:
+            n_ckpt = 0
+    return ServerCaches(SERVER, prompt, given is not None, max(1, settings.n_parallel), n_ckpt,
+                        settings.ctx_checkpoints is not None, size, what)
