@@ -18,7 +18,8 @@ from moeconf.fixtures.writer import write_layout
 from moeconf.memory.geometry import geometry
 from moeconf.memory.servercache import checkpoint, default_checkpoints, server_caches
 from moeconf.memory.settings import MemorySettings, read_settings
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from tests.conftest import REPO
 
 DATA = json.loads((REPO / "tests" / "data" / "server_checkpoints.json").read_text())

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from moeconf.memory import recurrent as rec
+import moeconf.memory.recurrent as rec
 from moeconf.memory.settings import cache_row_bytes
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from moeconf.fixtures.writer import write_layout
 from moeconf.memory.geometry import geometry
 from moeconf.memory.servercache import checkpoint
 from moeconf.memory.settings import MemorySettings
-from moeconf.model.inventory import load_inventory
+from moeconf.model.load import load_inventory
 from tests.conftest import REPO
 from tests.engine.harness import MAINLINE
 
