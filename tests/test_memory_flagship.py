@@ -31,6 +31,7 @@ FIGURES = json.loads((REPO / "tests" / "data" / "flagship_memory_oracle.json").r
 EPS = ["127.0.0.1:50861", "127.0.0.1:50862"]
 MiB = 1024 * 1024
 GiB = 1024**3
+VARIANTS = ("deepseek-v3-groups", "qwen3.5-35b-mtp")  # layouts of a real file that no manifest ships
 
 
 def grouped_deepseek_v3() -> FlagshipLayout:
@@ -42,13 +43,38 @@ def grouped_deepseek_v3() -> FlagshipLayout:
     return FlagshipLayout(**fields, extra=(("expert_group_count", "u32", 8), ("expert_group_used_count", "u32", 4)))
 
 
+def write_qwen35_with_mtp(path: Path) -> None:
+    """Qwen3.5-35B-A3B as the pinned converter writes it by default (conversion/qwen.py
+    `_QwenMtpMixin`): one more block (blk.40: full attention and MoE, as the trunk's attention
+    layers, plus the `nextn.*` tensors) and `nextn_predict_layers` 1."""
+    import gguf
+
+    from moeconf.fixtures.layouts import metadata, tensors
+    from moeconf.fixtures.writer import write_gguf
+
+    lay = LAYOUTS["qwen3.5-35b-a3b"]
+    ts = tensors(lay)
+    h = lay.hidden
+    mtp = [(n.replace("blk.3.", "blk.40."), t, s) for n, t, s in ts if n.startswith("blk.3.")]
+    mtp += [("blk.40.nextn.eh_proj.weight", "Q8_0", (2 * h, h)), ("blk.40.nextn.enorm.weight", "F32", (h,)),
+            ("blk.40.nextn.hnorm.weight", "F32", (h,)), ("blk.40.nextn.shared_head_norm.weight", "F32", (h,))]
+    md = metadata(lay) | {"qwen35moe.block_count": ("u32", 41), "qwen35moe.nextn_predict_layers": ("u32", 1)}
+    kinds = {"str": gguf.GGUFValueType.STRING, "u32": gguf.GGUFValueType.UINT32,
+             "f32": gguf.GGUFValueType.FLOAT32, "u32[]": gguf.GGUFValueType.ARRAY}
+    kv = [(k, v, kinds[t]) for k, (t, v) in md.items()]
+    kv += [("general.file_type", 15, gguf.GGUFValueType.UINT32), ("general.quantization_version", 2, None)]
+    trunk = [x for x in ts if not x[0].startswith("output")]
+    write_gguf(path, "qwen35moe", kv, trunk + mtp + [x for x in ts if x[0].startswith("output")], vocab=lay.vocab)
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
     out = {k: read_manifest(MODELS / f"{k}.manifest.json") for k in {line["model"] for line in FIGURES}
-           if k != "deepseek-v3-groups"}
-    path = tmp_path_factory.mktemp("groups") / "deepseek-v3-groups.gguf"
-    write_layout(grouped_deepseek_v3(), path)  # sparse: the header only is written
-    out["deepseek-v3-groups"] = load_inventory(path)
+           if k not in VARIANTS}
+    folder = tmp_path_factory.mktemp("variants")
+    write_layout(grouped_deepseek_v3(), folder / "deepseek-v3-groups.gguf")  # sparse: the header only is written
+    write_qwen35_with_mtp(folder / "qwen3.5-35b-mtp.gguf")
+    out |= {k: load_inventory(folder / f"{k}.gguf") for k in VARIANTS}
     return out
 
 
@@ -145,3 +171,22 @@ def test_the_docs_list_every_shipped_manifest_and_its_size() -> None:
         assert listed[key][3] == f"{inv.metadata.file_type_name}, {gib:.1f} GiB"
         assert listed[key][4] == str(inv.metadata.context_length)
         assert listed[key][5] == ("modelled" if not support.unmodelled(inv, "llama.cpp") else "refused")
+
+
+def test_qwen35_mtp_block_changes_no_memory(models: dict[str, Inventory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine gave the same figures with and without the MTP block (the loader skips it, the
+    trunk's memory leaves it out); moeconf agrees, and without `nextn_predict_layers` in its table it
+    would refuse every Qwen3.5 GGUF the pinned converter writes."""
+    with_mtp, without = models["qwen3.5-35b-mtp"], read_manifest(MODELS / "qwen3.5-35b-a3b.manifest.json")
+    assert with_mtp.block_count == without.block_count + 1
+    for line in ("-c 65536 -ngl 999 -ot exps=CPU", "-c 32768 -ngl 999"):
+        a, _ = _estimate(with_mtp, line)
+        b, _ = _estimate(without, line)
+        assert a.complete and b.complete
+        assert {d: (m.weights, m.kv, m.compute) for d, m in a.devices.items()} == {
+            d: (m.weights, m.kv, m.compute) for d, m in b.devices.items()}
+    spec = support.MODELLED["qwen35moe"]
+    monkeypatch.setitem(support.MODELLED, "qwen35moe",
+                        dataclasses.replace(spec, keys=spec.keys - {"nextn_predict_layers"}))
+    assert support.unmodelled(with_mtp, "llama.cpp") == [
+        "memory is not modelled for qwen35moe.nextn_predict_layers (a key moeconf does not read for qwen35moe)"]

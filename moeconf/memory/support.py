@@ -81,7 +81,12 @@ MODELLED: Final[dict[str, ArchMemory]] = {
                             _CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)"),
     "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
-    "qwen35moe": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-35B-A3B)"),
+    # the pinned converter keeps Qwen3.5's MTP block (nextn_predict_layers 1, one more block): the loader
+    # creates its tensors TENSOR_SKIP unless MTP is asked for (src/models/qwen35moe.cpp load_block_mtp)
+    # and the trunk's memory leaves the nextn layer out: no memory effect (checked on Qwen3.5-35B-A3B
+    # with the block, tests/test_memory_flagship.py); speculative decoding is not modelled anyway
+    "qwen35moe": ArchMemory(_RECURRENT | {"nextn_predict_layers"}, _MAINLINE,
+                            _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)"),
     "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),

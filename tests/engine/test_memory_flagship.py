@@ -1,7 +1,7 @@
-"""The flagship layouts (Kimi-K2.5, Qwen3-Coder-480B, GLM-4.7, Qwen3.5-122B and 35B, and DeepSeek-V3
-with its expert groups) against llama.cpp's own projection (`llama-fit-params -fitp on -v`, which
-allocates nothing) on sparse full-size GGUFs, with RPC servers on 127.0.0.1 as GPUs (issue 17
-item 6): the engine loads each, the figures the default suite holds the model to
+"""The flagship layouts (Kimi-K2.5, Qwen3-Coder-480B, GLM-4.7, Qwen3.5-122B and 35B, DeepSeek-V3
+with its expert groups, Qwen3.5-35B with its MTP block) against llama.cpp's own projection
+(`llama-fit-params -fitp on -v`, which allocates nothing) on sparse full-size GGUFs, with RPC
+servers on 127.0.0.1 as GPUs (issue 17 item 6): the engine loads each, the figures the default suite holds the model to
 (tests/data/flagship_memory_oracle.json) are measured again, and `moeconf fit`'s command stays
 within its budget when the engine measures it."""
 
@@ -16,10 +16,10 @@ import pytest
 from moeconf.engines import engine
 from moeconf.fit import Budget, fit
 from moeconf.fixtures.layouts import LAYOUTS
-from moeconf.model.inventory import Inventory
+from moeconf.model.inventory import Inventory, load_inventory
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
-from tests.test_memory_flagship import FIGURES, grouped_deepseek_v3, within
+from tests.test_memory_flagship import FIGURES, VARIANTS, grouped_deepseek_v3, within, write_qwen35_with_mtp
 
 pytestmark = pytest.mark.engine
 
@@ -40,9 +40,13 @@ FITS = [
 def sparse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
     if not oracle.available():
         pytest.fail(f"llama-fit-params is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
-    keys = {str(line["model"]) for line in FIGURES} - {"deepseek-v3-groups"}
+    keys = {str(line["model"]) for line in FIGURES} - set(VARIANTS)
     layouts = {k: LAYOUTS[k] for k in keys} | {"deepseek-v3-groups": grouped_deepseek_v3()}
-    return oracle.write_sparse(tmp_path_factory.mktemp("flagship"), layouts)
+    folder = tmp_path_factory.mktemp("flagship")
+    out = oracle.write_sparse(folder, layouts)
+    write_qwen35_with_mtp(folder / "qwen3.5-35b-mtp.gguf")
+    out["qwen3.5-35b-mtp"] = (folder / "qwen3.5-35b-mtp.gguf", load_inventory(folder / "qwen3.5-35b-mtp.gguf"))
+    return out
 
 
 @pytest.fixture(scope="module")
