@@ -59,6 +59,10 @@ EXPECTED_KINDS = {
                                 "none"),
     "kimi-linear-48b-a3b": ("0", "1-26", "none"),
     "glm-5.3-flash": ("0-2", "3-44", "45"),
+    # issue 17 item 6 (layouts_flagship.py)
+    "kimi-k2.5": ("0", "1-60", "none"),
+    "qwen3-coder-480b-a35b": ("none", "0-61", "none"),
+    "glm-4.7": ("0-2", "3-91", "92"),
 }
 
 

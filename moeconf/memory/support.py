@@ -66,15 +66,27 @@ class ArchMemory:
     checked: str
 
 
+# group-limited routing (the converters write n_group / topk_group of DeepSeek-V3, Kimi-K2.5, GLM-4.x):
+# llama.cpp builds the group selection only when expert_group_count > 1 (src/llama-graph.cpp
+# build_moe_ffn), a few small ops on the router's probabilities; ik_llama.cpp groups only
+# bailingmoe2 (src/llama-build-context.cpp). Checked: DeepSeek-V3 with 8 groups (4 used), Kimi-K2.5
+# and GLM-4.5-Air with 1, weights and KV exact, compute within 16 MiB (tests/test_memory_flagship.py).
+_GROUPS: Final = frozenset({"expert_group_count", "expert_group_used_count"})
+
 MODELLED: Final[dict[str, ArchMemory]] = {
-    "qwen3moe": ArchMemory(frozenset(), _BOTH, _CHECKED + " (Qwen3-30B-A3B, Qwen3-235B-A22B)"),
-    "glm4moe": ArchMemory(frozenset({"leading_dense_block_count", "nextn_predict_layers"}), _BOTH,
-                          _CHECKED + " (GLM-4.5-Air, GLM-4.5)"),
-    "deepseek2": ArchMemory(_MLA | {"leading_dense_block_count"}, _BOTH,
-                            _CHECKED + " (DeepSeek-V3, Kimi-K2)"),
+    "qwen3moe": ArchMemory(frozenset(), _BOTH, _CHECKED + " (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder-480B)"),
+    "glm4moe": ArchMemory(frozenset({"leading_dense_block_count", "nextn_predict_layers"}) | _GROUPS, _BOTH,
+                          _CHECKED + " (GLM-4.5-Air, GLM-4.5, GLM-4.7)"),
+    "deepseek2": ArchMemory(_MLA | {"leading_dense_block_count"} | _GROUPS, _BOTH,
+                            _CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)"),
     "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
-    "qwen35moe": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-35B-A3B)"),
+    # the pinned converter keeps Qwen3.5's MTP block (nextn_predict_layers 1, one more block): the loader
+    # creates its tensors TENSOR_SKIP unless MTP is asked for (src/models/qwen35moe.cpp load_block_mtp)
+    # and the trunk's memory leaves the nextn layer out: no memory effect (checked on Qwen3.5-35B-A3B
+    # with the block, tests/test_memory_flagship.py); speculative decoding is not modelled anyway
+    "qwen35moe": ArchMemory(_RECURRENT | {"nextn_predict_layers"}, _MAINLINE,
+                            _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)"),
     "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
