@@ -20,10 +20,12 @@ from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.layouts_flagship import FLAGSHIP_LAYOUTS, FlagshipLayout
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import estimate_explained, read_settings, support
+from moeconf.memory import read_settings, support
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from moeconf.model.manifest import read_manifest
+from moeconf.sizing import estimate_explained
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "examples" / "models"

@@ -16,7 +16,8 @@ import pytest
 from moeconf.engines import engine
 from moeconf.fit import Budget, fit
 from moeconf.fixtures.layouts import LAYOUTS
-from moeconf.model.inventory import Inventory, load_inventory
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
 from tests.test_memory_flagship import FIGURES, VARIANTS, grouped_deepseek_v3, within, write_qwen35_with_mtp
