@@ -357,6 +357,11 @@ class MoeShape:
     first: int = 0
     last: int = -1  # -1: every layer from `first` on, and the output
     after_cpu: bool = False  # the layer before `first` ran wholly on the CPU (else on another GPU)
+    # Hadamard rotations of Q/K and of V for a quantized cache: the rotation matrix's side, 0 when
+    # off (replay_hybrid.rotation; src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`, src/llama-graph.cpp
+    # `build_attn`: Q and K, V, and the attention's output each multiplied by it)
+    rot_k: int = 0
+    rot_v: int = 0
 
 
 def moe_graph(s: MoeShape) -> Graph:
@@ -421,14 +426,22 @@ def moe_graph(s: MoeShape) -> Graph:
         if s.qk_norm:
             q = g.op(hq * f, g.op(hq * f, q), inplace=True)  # RMS_NORM of the view, its MUL
         q = g.op(hq * f, q, pos, inplace=True)  # RoPE
+        if s.rot_k:  # MUL_MAT of a reshape by the rotation (llama_mul_mat_hadamard)
+            q = g.view(g.op(hq * f, g.view(q), graph_input("k_rot", 4 * s.rot_k * s.rot_k)))
         v = g.view(g.op(hv * f, cur))
+        if s.rot_v:
+            v = g.view(g.op(hv * f, g.view(v), graph_input("v_rot", 4 * s.rot_v * s.rot_v)))
         k = g.view(g.op(hkv * f, cur))
         if s.qk_norm:
             k = g.op(hkv * f, g.op(hkv * f, k), inplace=True)
         k = g.op(hkv * f, k, pos, inplace=True)
+        if s.rot_k:
+            k = g.view(g.op(hkv * f, g.view(k), graph_input("k_rot", 4 * s.rot_k * s.rot_k)))
         g.op(0, g.view(k), graph_input("k_idxs", 8 * T))  # SET_ROWS into the cache
         g.op(0, g.view(v), graph_input("v_idxs", 8 * T))
         attn = g.op(s.n_head * s.head_v * f, g.view(q), graph_input("mask", 2 * T * s.n_kv))
+        if s.rot_v:  # the attention's output rotated back
+            attn = g.op(s.n_head * s.head_v * f, g.view(attn), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
         cur = g.op(e * f, g.view(attn))  # wo
         res = g.input("l_out", e * f) if inp < 0 else inp
         if il == n_layer - 1:
