@@ -421,6 +421,9 @@ def moe_graph(s: MoeShape) -> Graph:
     for il in range(s.first, last):
         norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
         cur = g.op(e * f, norm, inplace=True)  # attn_norm
+        if whole and s.rot_k and "k_rot" not in leaves:
+            # the graph reaches the rotation (the Q rotation's first source) before the positions
+            leaves["k_rot"] = g.leaf(4 * s.rot_k * s.rot_k, CPU)
         pos = graph_input("pos", f)
         q = g.view(g.op(hq * f, cur))  # Q (+ bias, in place)
         if s.qk_norm:
@@ -552,9 +555,13 @@ def host_layers(g: Graph, layers: tuple[tuple[int, tuple[tuple[str, int], ...], 
             gpu = dev
             g.split(gpu)
             g.input("embd" if il == 0 else ("l_out", il), n_embd * f, embd if il == 0 else -1)
-        for name, size in reads + ((("out_ids", f),) if il == n_layer - 1 else ()):
+        reads += (("out_ids", f),) if il == n_layer - 1 else ()
+        # the graph reaches the K rotation's matrix before the positions (the Q rotation's first
+        # source), its copies are made in the order the split reads them
+        for name, size in sorted(reads, key=lambda r: r[0] != "k_rot"):
             if name not in leaves:
                 leaves[name] = g.leaf(size, CPU)
+        for name, size in reads:
             g.input(name, size, leaves[name])
         yield il, gpu, cpu
 
