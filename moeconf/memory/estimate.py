@@ -470,7 +470,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if host is not None:
             compute[HOST] = host
     elif replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
-        replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
+        replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells, ctk, ctv)
         if replayed is not None:
             compute[out_dev] = replayed
         replayed_moe = _replayed_moe(placement, geo, out_dev, T, cells, ctk, ctv)
@@ -529,7 +529,7 @@ def _amx_extra(placement: Placement) -> int:
 
 
 def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                            swa_cells: int) -> int | None:
+                            swa_cells: int, ctk: str = "f16", ctv: str = "f16") -> int | None:
     """The output device's compute buffer by a replay of ggml-alloc over its graph (see
     `replay`), where the architecture's node list is known and the device runs a whole tail of
     layers and the output: Llama 4 with chunked attention and one routed expert. None elsewhere."""
@@ -566,6 +566,7 @@ def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n
                    for il in range(n_layer)),
         full_attn=tuple(not la.swa for la in geo.layers), n_tokens=n_tokens, n_kv=cells, n_kv_swa=swa_cells,
         first=first, after_cpu=first > 0 and where[first - 1] == {HOST},
+        rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False),  # Hadamard (replay.MoeShape)
     )
     return llama4_peak(shape, 128 if out_dev.startswith(("CUDA", "ROCm", "MUSA")) else 32)
 
@@ -712,7 +713,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
         # the Hadamard rotations' matrices for a quantized cache (replay.MoeShape), read after the positions
         rk, rv = (0, 0) if geo.mla else (rotation(ctk, la.head_k, True), rotation(ctv, la.head_v, False))
-        rots = tuple((n, 4 * r * r) for n, r in (("k_rot", rk), ("v_rot", rv)) if r)
+        rots = tuple((n + kind, 4 * r * r) for n, r in (("k_rot", rk), ("v_rot", rv)) if r)  # per cache
         reads = (rope, *rots, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
         reads += (("mask" + kind, mask_el * n_tokens * n_kv),)
         if la.recurrent:  # a recurrent layer reads only its state rows' indices

@@ -241,6 +241,9 @@ class Llama4Shape:
     n_kv_swa: int  # KV cells the chunked mask spans (0: no chunked layers)
     first: int  # the first layer this buffer runs; the output runs here too
     after_cpu: bool  # the layer before `first` ran on the CPU (not another GPU)
+    # Hadamard rotations (see MoeShape): each cache (full, chunked) has its own matrices
+    rot_k: int = 0
+    rot_v: int = 0
 
 
 def llama4_graph(s: Llama4Shape) -> Graph:
@@ -280,15 +283,25 @@ def llama4_graph(s: Llama4Shape) -> Graph:
             q = g.op(hq * f, q, g.input("attn_scale", f), inplace=True)
         else:
             q = g.op(hq * f, q, g.input("pos", f), inplace=True)
+        rk, rv = g.input(("k_rot", full), 4 * s.rot_k ** 2) if s.rot_k else -1, -1
+        if s.rot_k:  # the iSWA attention rotates Q, K, then V (llm_graph_context::build_attn)
+            q = g.view(g.op(hq * f, g.view(q), rk))
         k = g.view(g.op(hkv * f, cur))
         if not full:
             k = g.op(hkv * f, k, g.input("pos", f), inplace=True)
+        if s.rot_k:
+            k = g.view(g.op(hkv * f, g.view(k), rk))
         v = g.view(g.op(s.n_head_kv * s.head_v * f, cur))
+        if s.rot_v:
+            rv = g.input(("v_rot", full), 4 * s.rot_v ** 2)
+            v = g.view(g.op(s.n_head_kv * s.head_v * f, g.view(v), rv))
         # SET_ROWS into the cache (a view of the cache, no memory here), by int64 cell indices
         g.op(0, g.view(k), g.input(("k_idxs", full), 8 * T))
         g.op(0, g.view(v), g.input(("v_idxs", full), 8 * T))
         mask = g.input(("mask", full), 2 * T * cells)  # f16 with flash attention
         attn = g.op(s.n_head * s.head_v * f, g.view(q), mask)  # FLASH_ATTN_EXT
+        if s.rot_v:
+            attn = g.op(s.n_head * s.head_v * f, g.view(attn), rv)
         cur = g.op(e * f, g.view(attn))  # wo
         res = g.input("l_out", e * f) if inp < 0 else inp
         if il == n_layer - 1:
@@ -558,7 +571,7 @@ def host_layers(g: Graph, layers: tuple[tuple[int, tuple[tuple[str, int], ...], 
         reads += (("out_ids", f),) if il == n_layer - 1 else ()
         # the graph reaches the K rotation's matrix before the positions (the Q rotation's first
         # source), its copies are made in the order the split reads them
-        for name, size in sorted(reads, key=lambda r: r[0] != "k_rot"):
+        for name, size in sorted(reads, key=lambda r: not r[0].startswith("k_rot")):
             if name not in leaves:
                 leaves[name] = g.leaf(size, CPU)
         for name, size in reads:
