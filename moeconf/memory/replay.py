@@ -420,16 +420,16 @@ def moe_graph(s: MoeShape) -> Graph:
         inp = -1  # the GPU before ran this layer's first RMS_NORM ("expand GPU down")
     else:
         # the CPU layer's weightless tail runs here ("expand GPU up"): its split starts with the
-        # copies of that tail's sources
+        # copies of that tail's sources (the split's copies are made in the order its nodes first
+        # read them: the FFN input, read by the residual ADD, comes last)
         prev = s.first - 1
-        ffn_inp = g.input("ffn_inp", e * f)
         if s.n_ff[prev]:
             out = g.input("ffn_out", e * f)
         elif s.n_ff_shexp:
             out = g.op(e * f, g.input("moe_out", e * f), g.input("shexp", e * f), inplace=True)
         else:
             out = moe_sum(g.input("down", e * used * f), g.input("weights", used * f))
-        inp = g.op(e * f, out, ffn_inp, inplace=True)
+        inp = g.op(e * f, out, g.input("ffn_inp", e * f), inplace=True)
     hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
     for il in range(s.first, last):
         norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
