@@ -206,3 +206,20 @@ def test_fit_refuses_what_is_not_modelled(models: dict[str, Inventory], tmp_path
     write_manifest(models["ernie-4.5-21b-a3b"], p)
     assert main(["fit", str(p), "--gpu", "8GiB", "-c", "32768", "-fa", "off"]) == 2
     assert "flash attention off" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line", ["2rpc -c 32768 -ngl 999 -ts 1,1", "-c 4096 -ngl 0"])
+def test_hunyuan_refusals_stay_needed(models: dict[str, Inventory], monkeypatch: pytest.MonkeyPatch,
+                                      line: str) -> None:
+    """Hunyuan-A13B's refused settings (pipeline parallelism, every block on the CPU): without the
+    refusal the estimate is complete and the comparison catches its compute (the output GPU 72 MiB
+    under, the host 84 MiB under)."""
+    import sys
+
+    row = next(r for r in ROWS if r["model"] == "hunyuan-a13b" and r["args"] == line)
+    est, _ = _estimate(models["hunyuan-a13b"], line)
+    assert not est.complete and any("hunyuan-moe" in n for n in est.notes)
+    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "unmodelled_settings", lambda *a, **k: [])
+    est, names = _estimate(models["hunyuan-a13b"], line)
+    assert est.complete
+    assert any("compute" in e for e in _errors(est, names, row["engine"]))  # type: ignore[arg-type]
