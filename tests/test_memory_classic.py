@@ -34,8 +34,8 @@ EPS = ("127.0.0.1:50052", "127.0.0.1:50053")
 # lines moeconf refuses (estimate incomplete, with a note): ERNIE's and Hunyuan's compute under
 # pipeline parallelism; ERNIE's with flash attention off; dots1's host with FA off
 REFUSED = {
-    (m, line) for m in ("ernie-4.5-21b-a3b", "hunyuan-a13b") for line in ("2rpc -c 32768 -ngl 999 -ts 1,1",
-                                                                         "2rpc -c 32768 -ngl 999 -ts 1,1 -ctk q8_0 -ctv q8_0")
+    (m, line) for m in ("ernie-4.5-21b-a3b", "hunyuan-a13b")
+    for line in ("2rpc -c 32768 -ngl 999 -ts 1,1", "2rpc -c 32768 -ngl 999 -ts 1,1 -ctk q8_0 -ctv q8_0")
     if any(r["model"] == m and r["args"] == line for r in ROWS)
 } | {
     ("ernie-4.5-21b-a3b", "-c 8192 -ngl 999 -fa off"),

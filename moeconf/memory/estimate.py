@@ -624,7 +624,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
     if any(not routed[il] and not n_ff[il] for il in range(n_layer)):
         return {}
     n_head, n_head_kv, head_k, head_v = heads.pop()
-    rot = {"rot_k": rotation(ctk, head_k, True), "rot_v": rotation(ctv, head_v, False)}  # Hadamard (replay.MoeShape)
+    rot_k, rot_v = rotation(ctk, head_k, True), rotation(ctv, head_v, False)  # Hadamard (replay.MoeShape)
     runs = device_runs(dev_of)
     out: dict[str, int] = {}
     for i, (d, first, last) in enumerate(runs):
@@ -636,7 +636,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
                 head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
                 n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
                 experts_cpu=tuple(False for _ in range(n_layer)), n_tokens=n_tokens, n_kv=cells, first=0, last=last,
-                **rot,
+                rot_k=rot_k, rot_v=rot_v,
             )
             out[HOST] = moe_peaks(shape, 32)[0] + 4 * n_tokens * geo.n_embd
             continue
@@ -656,7 +656,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
             n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
             experts_cpu=tuple(routed[il] == {HOST} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
-            first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, **rot,
+            first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, rot_k=rot_k, rot_v=rot_v,
         )
         gpu, host = moe_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         out[d] = gpu
