@@ -39,7 +39,6 @@ REFUSED = {
     if any(r["model"] == m and r["args"] == line for r in ROWS)
 } | {
     ("ernie-4.5-21b-a3b", "-c 8192 -ngl 999 -fa off"),
-    ("ernie-4.5-21b-a3b", "-c 16384 -ngl 20 -ot exps=CPU -ub 1024"),  # held out: 24.5 MiB over, now refused
     ("dots.llm1", "-c 8192 -ngl 40 -fa off"),
 } | {
     # every block on the CPU

@@ -172,11 +172,6 @@ def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool, 
         out.append("compute is not modelled for ernie4_5-moe with flash attention off (the phase model was "
                    "30 MiB per 512 ubatch tokens under on the GPU, ERNIE-4.5-21B-A3B): KV cache and compute "
                    "are not computed")
-    if inv.arch == "ernie4_5-moe" and n_ubatch > 512 and any(
-            placement.defaults.get(t.name) == HOST for t in inv.tensors if t.layer is not None):
-        out.append("compute is not modelled for ernie4_5-moe where the CPU runs whole layers at -ub above 512 "
-                   "(the host's was 24 MiB over at -ub 1024 and 49 MiB at 2048, ERNIE-4.5-21B-A3B): KV cache and "
-                   "compute are not computed")
     if inv.arch in _PIPELINE_UNMODELLED and pipeline:
         out.append(f"compute is not modelled for {inv.arch} split over several GPUs with pipeline parallelism "
                    f"(every layer offloaded, no -ot/--n-cpu-moe: {_PIPELINE_UNMODELLED[inv.arch]}): KV cache "

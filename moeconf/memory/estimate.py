@@ -636,9 +636,9 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
                 head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
                 n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
                 experts_cpu=tuple(False for _ in range(n_layer)), n_tokens=n_tokens, n_kv=cells, first=0, last=last,
-                rot_k=rot_k, rot_v=rot_v,
+                rot_k=rot_k, rot_v=rot_v, host_head=True,
             )
-            out[HOST] = moe_peaks(shape, 32)[0] + 4 * n_tokens * geo.n_embd
+            out[HOST] = moe_peaks(shape, 32)[0]
             continue
         if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
             continue

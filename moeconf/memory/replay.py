@@ -375,6 +375,9 @@ class MoeShape:
     # `build_attn`: Q and K, V, and the attention's output each multiplied by it)
     rot_k: int = 0
     rot_v: int = 0
+    # the buffer is the host's, running layers `first` (0) to `last` - 1 whole before the GPUs
+    # (archgraph.cpu_head): the graph inputs are its own leaves, alive until the GPUs copy them
+    host_head: bool = False
 
 
 def moe_graph(s: MoeShape) -> Graph:
@@ -396,6 +399,8 @@ def moe_graph(s: MoeShape) -> Graph:
     leaves: dict[str, int] = {}
 
     def graph_input(name: str, size: int) -> int:
+        if s.host_head:
+            return leaves[name]
         if whole and name not in leaves:
             leaves[name] = g.leaf(size, CPU)
         return g.input(name, size, leaves.get(name, -1))
@@ -407,7 +412,17 @@ def moe_graph(s: MoeShape) -> Graph:
             moe = g.op(e * f, moe, g.view(weighted), inplace=True)
         return moe
 
-    if whole:
+    if s.host_head:
+        # the graph inputs in the order the graph reaches them (the K rotation before the
+        # positions), the unused embeddings input among them, then the embeddings' rows
+        tokens = g.leaf(f, GPU)
+        g.leaf(e * f, GPU)
+        for name, size in (("k_rot", 4 * s.rot_k ** 2), ("pos", f), ("v_rot", 4 * s.rot_v ** 2),
+                           ("k_idxs", 8 * T), ("v_idxs", 8 * T), ("mask", 2 * T * s.n_kv), ("out_ids", f)):
+            if size:
+                leaves[name] = g.leaf(size, GPU)
+        inp = g.op(e * f, tokens)  # GET_ROWS
+    elif whole:
         tokens = g.leaf(f, CPU)
         g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
         g.split(CPU)
@@ -499,10 +514,13 @@ def moe_graph(s: MoeShape) -> Graph:
     if last == n_layer:
         x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
         g.op(s.n_vocab * f, x, output=True)
-    else:
+    elif not s.host_head:
         # the next GPU's first RMS_NORM runs here; the next GPU copies it and the residual
         g.op(0, g.op(e * f, inp))
         g.op(0, inp)
+    else:  # the last layer's weightless tail runs on the next GPU ("expand GPU up")
+        g.op(0, inp)
+        g.op(0, *(leaves[n] for n in leaves))  # the GPUs copy the graph inputs after these layers
     g.finish()
     return g
 

@@ -1,7 +1,10 @@
-"""The Hadamard rotations llama.cpp adds for a quantized K or V cache (src/llama-kv-cache.cpp
+"""Two details of the allocator replays (moeconf/memory/replay.py), held to llama.cpp's own
+projection. The Hadamard rotations llama.cpp adds for a quantized K or V cache (src/llama-kv-cache.cpp
 `attn_rot_k`/`attn_rot_v`: a quantized type and a head width that is a multiple of 64; src/llama-graph.cpp
 `build_attn`: Q and K, V and the attention's output each multiplied by a rotation matrix, a graph input
-of its own per cache) held to llama.cpp's own projection. tests/data/rotation_oracle.json holds
+of its own per cache); and the host running the first layers (a partial -ngl), replayed as its own
+graph (`MoeShape.host_head`: its graph inputs as leaves, alive until the GPUs copy them; GLM-4.5-Air's
+host was 14 to 28 MiB under before). tests/data/replay_oracle.json holds
 `llama-fit-params -fitp on` figures (llama.cpp 0.3.36, RPC devices, sparse full-size layouts) per
 device: model MiB, context MiB, compute MiB; tests/data/classic_oracle.json holds the classic MoEs'.
 Without the rotations the replays put Llama 4's logits 83 MiB too high at -ub 2048 (Hunyuan-A13B's
@@ -20,7 +23,7 @@ from moeconf.memory.replay_hybrid import rotation
 from moeconf.model.inventory import Inventory, load_inventory
 from tests.test_memory_classic import _errors, _estimate
 
-DATA = Path(__file__).parent / "data" / "rotation_oracle.json"
+DATA = Path(__file__).parent / "data" / "replay_oracle.json"
 ROWS = json.loads(DATA.read_text())
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 
@@ -36,7 +39,7 @@ def _clear() -> None:
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r['model']}:{r['args']}" for r in ROWS])
-def test_quantized_cache_compute_matches_recorded_engine_figures(models: dict[str, Inventory],
+def test_replayed_compute_matches_recorded_engine_figures(models: dict[str, Inventory],
                                                                  row: dict[str, object]) -> None:
     est, names = _estimate(models[str(row["model"])], str(row["args"]))
     assert est.complete, est.notes
@@ -68,3 +71,30 @@ def test_the_rotations_left_out_are_caught(models: dict[str, Inventory], monkeyp
 ])
 def test_rotation_side(ctype: str, head: int, k: bool, side: int) -> None:
     assert rotation(ctype, head, k) == side
+
+
+def test_the_host_head_as_the_gpu_graph_is_caught(models: dict[str, Inventory],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """GLM-4.5-Air at -c 32768 -ngl 16 -ub 1024: the host's layers replayed with the GPUs' graph
+    inputs (copies, the unused embeddings input added on top) are 28 MiB under; the comparison
+    refuses it."""
+    import dataclasses
+
+    line = "-c 32768 -ngl 16 -ub 1024"
+    row = next(r for r in ROWS if r["model"] == "glm-4.5-air" and r["args"] == line)
+    real = replay.moe_peaks
+    n_embd = models["glm-4.5-air"].metadata.embedding_length or 0
+
+    def as_gpu(s: replay.MoeShape, alignment: int) -> tuple[int, int]:
+        if not s.host_head:
+            return real(s, alignment)
+        gpu, host = real(dataclasses.replace(s, host_head=False), alignment)
+        return gpu + 4 * s.n_tokens * n_embd, host
+
+    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "moe_peaks", as_gpu)
+    _clear()
+    try:
+        wrong, names = _estimate(models["glm-4.5-air"], line)
+    finally:
+        _clear()
+    assert any("host compute" in e for e in _errors(wrong, names, row["engine"]))
