@@ -38,7 +38,7 @@ def _variant(tmp_path: Path, name: str, *, arch: str | None = None, key: tuple[s
 def test_shipped_models_are_modelled(path: Path, eng: str) -> None:
     inv = read_manifest(path)
     assert inv.metadata.arch_keys, "a version-3 manifest records its architecture keys"
-    if inv.arch in REFUSED:  # measured and refused with its reason (Hunyuan-A13B)
+    if inv.arch in REFUSED:  # measured and refused with its reason
         assert unmodelled(inv, eng) == [REFUSED[inv.arch]]
     elif eng in MODELLED[inv.arch].engines:
         assert unmodelled(inv, eng) == []
@@ -59,7 +59,7 @@ def test_every_modelled_key_is_a_real_engine_key() -> None:
 @pytest.mark.parametrize(("arch", "key", "fragment"), [
     ("afmoe", None, "not modelled for the 'afmoe' architecture"),
     # measured and refused with its reason (memory/classic.py, REFUSED)
-    ("hunyuan-moe", None, "compute is not modelled for 'hunyuan-moe'"),
+    ("glm-dsa", None, "the compute of the DSA indexer"),
     ("qwen3moe", ("full_attention_interval", 4), "not modelled for qwen3moe.full_attention_interval"),
     ("qwen3moe", ("attn_logit_softcapping", 30), "not modelled for qwen3moe.attn_logit_softcapping"),
 ])

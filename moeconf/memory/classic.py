@@ -80,6 +80,7 @@ CLASSIC_MODELLED: dict[str, tuple[frozenset[str], frozenset[str], str]] = {
     "dots1": (frozenset({"leading_dense_block_count"}), _MAINLINE, _CHECKED + " (dots.llm1)"),
     "qwen3vlmoe": (frozenset({"n_deepstack_layers", "rope.dimension_sections"}), _MAINLINE,
                    _CHECKED + " (Qwen3-VL-30B-A3B)"),
+    "hunyuan-moe": (frozenset(), _MAINLINE, _CHECKED + " (Hunyuan-A13B)"),
 }
 
 
@@ -88,10 +89,13 @@ CLASSIC_MODELLED: dict[str, tuple[frozenset[str], frozenset[str], str]] = {
 # K and V projections, per-head Q and K norms BEFORE RoPE where the model has them, the FFN norm,
 # the router (softmax or sigmoid: same sizes), the selection bias where the model has
 # `exp_probs_b`, the routed experts, a shared expert computed and added AFTER them, the residual.
-# Not in it: hunyuan-moe (Q/K norms after RoPE, the shared expert computed before the routed
-# experts, so alive across them), bailingmoe2 (one fused QKV projection: a tensor of
-# (n_head + 2 n_head_kv) x head_dim per token where the replay has three).
-COMMON_MOE_LAYER = frozenset({"qwen3moe", "qwen3vlmoe", "glm4moe", "ernie4_5-moe", "dots1"})
+# hunyuan-moe builds its shared expert first in the source, but the graph runs it after the routed
+# experts (build_moe_ffn expands its nodes into the graph, the shared expert's only reach it
+# through the final ADD); its Q/K norms after RoPE allocate as the others' before it (RoPE of the
+# projection's view allocated, the norm and its MUL in place): the same allocations node for node.
+# Not in it: bailingmoe2 (one fused QKV projection: a tensor of (n_head + 2 n_head_kv) x head_dim
+# per token where the replay has three).
+COMMON_MOE_LAYER = frozenset({"qwen3moe", "qwen3vlmoe", "glm4moe", "ernie4_5-moe", "dots1", "hunyuan-moe"})
 
 # architectures that weight the experts' input before them (llama4: the CPU receives one weighted
 # copy per chosen expert); elsewhere the weights are applied to the experts' output
@@ -137,20 +141,22 @@ def input_width(inv: Inventory, n_embd: int) -> int:
 # Architectures whose memory is refused, and why (measured against llama-fit-params -fitp on,
 # llama.cpp 0.3.36, on the sparse full-size layout named): support.unmodelled gives this reason
 # instead of the generic one. Weights (the tied output's copy included) are still shown as placed.
-CLASSIC_REFUSED: dict[str, str] = {
-    "hunyuan-moe": (
-        "compute is not modelled for 'hunyuan-moe': its layer graph differs from the MoE layer moeconf "
-        "replays (the shared expert runs before the routed experts and stays alive across them, Q/K norms "
-        "after RoPE); on Hunyuan-A13B the phase model was 72 MiB under at -c 32768 -ctk q8_0 -ctv q8_0, "
-        "225 MiB over at -c 131072 -ub 2048 and 80 over / 72 under over two GPUs (-ts 1,1): KV cache and "
-        "compute are not computed"),
-}
+CLASSIC_REFUSED: dict[str, str] = {}
 
 
 # architectures whose compute is not modelled when every block runs on the CPU (-ngl 0, or -ngl 1:
 # the output layer alone on a GPU), measured: ERNIE-4.5-21B-A3B's host 44 MiB under at -ngl 0;
-# dots.llm1's 20 MiB under; Qwen3-VL-30B-A3B's output GPU 32 MiB under at -ngl 1
-_CPU_LAYERS_UNMODELLED = frozenset({"ernie4_5-moe", "dots1", "qwen3vlmoe"})
+# dots.llm1's 20 MiB under; Qwen3-VL-30B-A3B's output GPU 32 MiB under at -ngl 1; Hunyuan-A13B's
+# host 84 MiB under at -ngl 0
+_CPU_LAYERS_UNMODELLED = frozenset({"ernie4_5-moe", "dots1", "qwen3vlmoe", "hunyuan-moe"})
+
+# architectures whose compute under pipeline parallelism is not modelled (the phase model's, measured
+# over two GPUs at -ts 1,1): ERNIE-4.5-21B-A3B's output GPU 35 MiB under, the others' 22 over;
+# Hunyuan-A13B's output GPU 72 MiB under (f16 and q8_0 caches), the other's 16 over
+_PIPELINE_UNMODELLED = {
+    "ernie4_5-moe": "the output GPU's was 35 MiB under, the others' 22 MiB over, ERNIE-4.5-21B-A3B",
+    "hunyuan-moe": "the output GPU's was 72 MiB under, the other's 16 MiB over, Hunyuan-A13B",
+}
 
 
 def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool, n_ubatch: int) -> list[str]:
@@ -166,16 +172,10 @@ def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool, 
         out.append("compute is not modelled for ernie4_5-moe with flash attention off (the phase model was "
                    "30 MiB per 512 ubatch tokens under on the GPU, ERNIE-4.5-21B-A3B): KV cache and compute "
                    "are not computed")
-    if inv.arch == "ernie4_5-moe" and n_ubatch > 512 and any(
-            placement.defaults.get(t.name) == HOST for t in inv.tensors if t.layer is not None):
-        out.append("compute is not modelled for ernie4_5-moe where the CPU runs whole layers at -ub above 512 "
-                   "(the host's was 24 MiB over at -ub 1024 and 49 MiB at 2048, ERNIE-4.5-21B-A3B): KV cache and "
-                   "compute are not computed")
-    if inv.arch == "ernie4_5-moe" and pipeline:
-        out.append("compute is not modelled for ernie4_5-moe split over several GPUs with pipeline parallelism "
-                   "(every layer offloaded, no -ot/--n-cpu-moe: the output GPU's was 35 MiB under, the others' "
-                   "22 MiB over, ERNIE-4.5-21B-A3B): KV cache and compute are not computed; an -ot item "
-                   "turns pipeline parallelism off")
+    if inv.arch in _PIPELINE_UNMODELLED and pipeline:
+        out.append(f"compute is not modelled for {inv.arch} split over several GPUs with pipeline parallelism "
+                   f"(every layer offloaded, no -ot/--n-cpu-moe: {_PIPELINE_UNMODELLED[inv.arch]}): KV cache "
+                   "and compute are not computed; an -ot item turns pipeline parallelism off")
     if inv.arch == "dots1" and not flash_attn:
         out.append("compute is not modelled for dots1 with flash attention off (the host's was 16 MiB per 512 "
                    "ubatch tokens under, dots.llm1): KV cache and compute are not computed")

@@ -47,7 +47,7 @@ from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
-from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host
+from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host, rotation
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import CACHE_TYPES, Q8_KV, MemorySettings, cache_row_bytes, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
@@ -471,12 +471,13 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if host is not None:
             compute[HOST] = host
     elif replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
-        replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells)
+        replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells, ctk, ctv)
         if replayed is not None:
             compute[out_dev] = replayed
-        replayed_moe = _replayed_moe(placement, geo, out_dev, T, cells)
+        replayed_moe = _replayed_moe(placement, geo, out_dev, T, cells, ctk, ctv)
         compute.update(replayed_moe)
-        host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
+        host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells,
+                                                                ctk=ctk, ctv=ctv)
         if host is not None:
             compute[HOST] = host
     # flash attention off: the host's share is the same graph with f32 masks
@@ -530,7 +531,7 @@ def _amx_extra(placement: Placement) -> int:
 
 
 def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                            swa_cells: int) -> int | None:
+                            swa_cells: int, ctk: str = "f16", ctv: str = "f16") -> int | None:
     """The output device's compute buffer by a replay of ggml-alloc over its graph (see
     `replay`), where the architecture's node list is known and the device runs a whole tail of
     layers and the output: Llama 4 with chunked attention and one routed expert. None elsewhere."""
@@ -567,6 +568,7 @@ def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n
                    for il in range(n_layer)),
         full_attn=tuple(not la.swa for la in geo.layers), n_tokens=n_tokens, n_kv=cells, n_kv_swa=swa_cells,
         first=first, after_cpu=first > 0 and where[first - 1] == {HOST},
+        rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False),  # Hadamard (replay.MoeShape)
     )
     return llama4_peak(shape, 128 if out_dev.startswith(("CUDA", "ROCm", "MUSA")) else 32)
 
@@ -577,7 +579,8 @@ _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 # the graphs `replay.moe_graph` rebuilds are chosen by their shape (memory/classic.py, moe_replay_spec)
 
 
-def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int) -> dict[str, int]:
+def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
+                  ctk: str = "f16", ctv: str = "f16") -> dict[str, int]:
     """Compute buffers by a replay of ggml-alloc over a GPU's share of the graph (see `replay`),
     for each GPU running one contiguous range of whole layers (its routed experts there or on the
     CPU), after the CPU's layers or another GPU's, and the output if it runs the last layer; and
@@ -623,6 +626,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
     if any(not routed[il] and not n_ff[il] for il in range(n_layer)):
         return {}
     n_head, n_head_kv, head_k, head_v = heads.pop()
+    rot_k, rot_v = rotation(ctk, head_k, True), rotation(ctv, head_v, False)  # Hadamard (replay.MoeShape)
     runs = device_runs(dev_of)
     out: dict[str, int] = {}
     for i, (d, first, last) in enumerate(runs):
@@ -634,8 +638,9 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
                 head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
                 n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
                 experts_cpu=tuple(False for _ in range(n_layer)), n_tokens=n_tokens, n_kv=cells, first=0, last=last,
+                rot_k=rot_k, rot_v=rot_v, host_head=True,
             )
-            out[HOST] = moe_peaks(shape, 32)[0] + 4 * n_tokens * geo.n_embd
+            out[HOST] = moe_peaks(shape, 32)[0]
             continue
         if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
             continue
@@ -653,7 +658,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
             n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
             experts_cpu=tuple(routed[il] == {HOST} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
-            first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu,
+            first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, rot_k=rot_k, rot_v=rot_v,
         )
         gpu, host = moe_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         out[d] = gpu
@@ -667,7 +672,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
 # before them, so the CPU receives one weighted copy per chosen expert. Which models it applies
 # to is read from their layers' tensors (archgraph.host_replay_spec)
 def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                   swa_cells: int, mask_el: int = 2) -> int | None:
+                   swa_cells: int, mask_el: int = 2, ctk: str = "f16", ctv: str = "f16") -> int | None:
     """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
     `replay.host_graph`), where GPUs run every layer (attention, router, shared expert) and the
     output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
@@ -708,7 +713,10 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         kind = "" if full else "_swa"
         n_kv = cells if full else swa_cells
         rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
-        reads = (rope, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
+        # the Hadamard rotations' matrices for a quantized cache (replay.MoeShape), read after the positions
+        rk, rv = (0, 0) if geo.mla else (rotation(ctk, la.head_k, True), rotation(ctv, la.head_v, False))
+        rots = tuple((n + kind, 4 * r * r) for n, r in (("k_rot", rk), ("v_rot", rv)) if r)  # per cache
+        reads = (rope, *rots, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
         reads += (("mask" + kind, mask_el * n_tokens * n_kv),)
         if la.recurrent:  # a recurrent layer reads only its state rows' indices
             reads = (("s_copy", 4),)

@@ -241,6 +241,9 @@ class Llama4Shape:
     n_kv_swa: int  # KV cells the chunked mask spans (0: no chunked layers)
     first: int  # the first layer this buffer runs; the output runs here too
     after_cpu: bool  # the layer before `first` ran on the CPU (not another GPU)
+    # Hadamard rotations (see MoeShape): each cache (full, chunked) has its own matrices
+    rot_k: int = 0
+    rot_v: int = 0
 
 
 def llama4_graph(s: Llama4Shape) -> Graph:
@@ -280,15 +283,25 @@ def llama4_graph(s: Llama4Shape) -> Graph:
             q = g.op(hq * f, q, g.input("attn_scale", f), inplace=True)
         else:
             q = g.op(hq * f, q, g.input("pos", f), inplace=True)
+        rk, rv = g.input(("k_rot", full), 4 * s.rot_k ** 2) if s.rot_k else -1, -1
+        if s.rot_k:  # the iSWA attention rotates Q, K, then V (llm_graph_context::build_attn)
+            q = g.view(g.op(hq * f, g.view(q), rk))
         k = g.view(g.op(hkv * f, cur))
         if not full:
             k = g.op(hkv * f, k, g.input("pos", f), inplace=True)
+        if s.rot_k:
+            k = g.view(g.op(hkv * f, g.view(k), rk))
         v = g.view(g.op(s.n_head_kv * s.head_v * f, cur))
+        if s.rot_v:
+            rv = g.input(("v_rot", full), 4 * s.rot_v ** 2)
+            v = g.view(g.op(s.n_head_kv * s.head_v * f, g.view(v), rv))
         # SET_ROWS into the cache (a view of the cache, no memory here), by int64 cell indices
         g.op(0, g.view(k), g.input(("k_idxs", full), 8 * T))
         g.op(0, g.view(v), g.input(("v_idxs", full), 8 * T))
         mask = g.input(("mask", full), 2 * T * cells)  # f16 with flash attention
         attn = g.op(s.n_head * s.head_v * f, g.view(q), mask)  # FLASH_ATTN_EXT
+        if s.rot_v:
+            attn = g.op(s.n_head * s.head_v * f, g.view(attn), rv)
         cur = g.op(e * f, g.view(attn))  # wo
         res = g.input("l_out", e * f) if inp < 0 else inp
         if il == n_layer - 1:
@@ -357,6 +370,14 @@ class MoeShape:
     first: int = 0
     last: int = -1  # -1: every layer from `first` on, and the output
     after_cpu: bool = False  # the layer before `first` ran wholly on the CPU (else on another GPU)
+    # Hadamard rotations of Q/K and of V for a quantized cache: the rotation matrix's side, 0 when
+    # off (replay_hybrid.rotation; src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`, src/llama-graph.cpp
+    # `build_attn`: Q and K, V, and the attention's output each multiplied by it)
+    rot_k: int = 0
+    rot_v: int = 0
+    # the buffer is the host's, running layers `first` (0) to `last` - 1 whole before the GPUs
+    # (archgraph.cpu_head): the graph inputs are its own leaves, alive until the GPUs copy them
+    host_head: bool = False
 
 
 def moe_graph(s: MoeShape) -> Graph:
@@ -378,6 +399,8 @@ def moe_graph(s: MoeShape) -> Graph:
     leaves: dict[str, int] = {}
 
     def graph_input(name: str, size: int) -> int:
+        if s.host_head:
+            return leaves[name]
         if whole and name not in leaves:
             leaves[name] = g.leaf(size, CPU)
         return g.input(name, size, leaves.get(name, -1))
@@ -389,7 +412,17 @@ def moe_graph(s: MoeShape) -> Graph:
             moe = g.op(e * f, moe, g.view(weighted), inplace=True)
         return moe
 
-    if whole:
+    if s.host_head:
+        # the graph inputs in the order the graph reaches them (the K rotation before the
+        # positions), the unused embeddings input among them, then the embeddings' rows
+        tokens = g.leaf(f, GPU)
+        g.leaf(e * f, GPU)
+        for name, size in (("k_rot", 4 * s.rot_k ** 2), ("pos", f), ("v_rot", 4 * s.rot_v ** 2),
+                           ("k_idxs", 8 * T), ("v_idxs", 8 * T), ("mask", 2 * T * s.n_kv), ("out_ids", f)):
+            if size:
+                leaves[name] = g.leaf(size, GPU)
+        inp = g.op(e * f, tokens)  # GET_ROWS
+    elif whole:
         tokens = g.leaf(f, CPU)
         g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
         g.split(CPU)
@@ -402,33 +435,44 @@ def moe_graph(s: MoeShape) -> Graph:
         inp = -1  # the GPU before ran this layer's first RMS_NORM ("expand GPU down")
     else:
         # the CPU layer's weightless tail runs here ("expand GPU up"): its split starts with the
-        # copies of that tail's sources
+        # copies of that tail's sources (the split's copies are made in the order its nodes first
+        # read them: the FFN input, read by the residual ADD, comes last)
         prev = s.first - 1
-        ffn_inp = g.input("ffn_inp", e * f)
         if s.n_ff[prev]:
             out = g.input("ffn_out", e * f)
         elif s.n_ff_shexp:
             out = g.op(e * f, g.input("moe_out", e * f), g.input("shexp", e * f), inplace=True)
         else:
             out = moe_sum(g.input("down", e * used * f), g.input("weights", used * f))
-        inp = g.op(e * f, out, ffn_inp, inplace=True)
+        inp = g.op(e * f, out, g.input("ffn_inp", e * f), inplace=True)
     hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
     for il in range(s.first, last):
         norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
         cur = g.op(e * f, norm, inplace=True)  # attn_norm
+        if whole and s.rot_k and "k_rot" not in leaves:
+            # the graph reaches the rotation (the Q rotation's first source) before the positions
+            leaves["k_rot"] = g.leaf(4 * s.rot_k * s.rot_k, CPU)
         pos = graph_input("pos", f)
         q = g.view(g.op(hq * f, cur))  # Q (+ bias, in place)
         if s.qk_norm:
             q = g.op(hq * f, g.op(hq * f, q), inplace=True)  # RMS_NORM of the view, its MUL
         q = g.op(hq * f, q, pos, inplace=True)  # RoPE
+        if s.rot_k:  # MUL_MAT of a reshape by the rotation (llama_mul_mat_hadamard)
+            q = g.view(g.op(hq * f, g.view(q), graph_input("k_rot", 4 * s.rot_k * s.rot_k)))
         v = g.view(g.op(hv * f, cur))
+        if s.rot_v:
+            v = g.view(g.op(hv * f, g.view(v), graph_input("v_rot", 4 * s.rot_v * s.rot_v)))
         k = g.view(g.op(hkv * f, cur))
         if s.qk_norm:
             k = g.op(hkv * f, g.op(hkv * f, k), inplace=True)
         k = g.op(hkv * f, k, pos, inplace=True)
+        if s.rot_k:
+            k = g.view(g.op(hkv * f, g.view(k), graph_input("k_rot", 4 * s.rot_k * s.rot_k)))
         g.op(0, g.view(k), graph_input("k_idxs", 8 * T))  # SET_ROWS into the cache
         g.op(0, g.view(v), graph_input("v_idxs", 8 * T))
         attn = g.op(s.n_head * s.head_v * f, g.view(q), graph_input("mask", 2 * T * s.n_kv))
+        if s.rot_v:  # the attention's output rotated back
+            attn = g.op(s.n_head * s.head_v * f, g.view(attn), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
         cur = g.op(e * f, g.view(attn))  # wo
         res = g.input("l_out", e * f) if inp < 0 else inp
         if il == n_layer - 1:
@@ -470,10 +514,13 @@ def moe_graph(s: MoeShape) -> Graph:
     if last == n_layer:
         x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
         g.op(s.n_vocab * f, x, output=True)
-    else:
+    elif not s.host_head:
         # the next GPU's first RMS_NORM runs here; the next GPU copies it and the residual
         g.op(0, g.op(e * f, inp))
         g.op(0, inp)
+    else:  # the last layer's weightless tail runs on the next GPU ("expand GPU up")
+        g.op(0, inp)
+        g.op(0, *(leaves[n] for n in leaves))  # the GPUs copy the graph inputs after these layers
     g.finish()
     return g
 
@@ -539,9 +586,13 @@ def host_layers(g: Graph, layers: tuple[tuple[int, tuple[tuple[str, int], ...], 
             gpu = dev
             g.split(gpu)
             g.input("embd" if il == 0 else ("l_out", il), n_embd * f, embd if il == 0 else -1)
-        for name, size in reads + ((("out_ids", f),) if il == n_layer - 1 else ()):
+        reads += (("out_ids", f),) if il == n_layer - 1 else ()
+        # the graph reaches the K rotation's matrix before the positions (the Q rotation's first
+        # source), its copies are made in the order the split reads them
+        for name, size in sorted(reads, key=lambda r: not r[0].startswith("k_rot")):
             if name not in leaves:
                 leaves[name] = g.leaf(size, CPU)
+        for name, size in reads:
             g.input(name, size, leaves[name])
         yield il, gpu, cpu
 

@@ -56,6 +56,9 @@ CASES += [
     ("dots1", [40, 24], "-c 16384"),
     ("qwen3vlmoe", [12], "-c 32768"),
 ]
+# Hunyuan-A13B (a quantized cache: the Hadamard rotations in its compute)
+MODELS.update({"hunyuan-moe": "hunyuan-a13b"})
+CASES += [("hunyuan-moe", [24], "-c 32768 -ctk q8_0 -ctv q8_0")]
 # hybrid recurrent MoEs
 MODELS.update({"qwen35moe": "qwen3.5-397b-a17b", "qwen3next": "qwen3-next-80b-a3b"})
 # llama-fit-params plans one sequence; moeconf sizes the llama-server it prints for its 4 default

@@ -160,6 +160,23 @@ CASES += [
     ("qwen35moe-35b", "-c 16384 -ngl 999 -fa off"),
 ]
 
+# Hunyuan-A13B (its layer allocates as the common MoE layer's, moeconf/memory/classic.py) and the
+# Hadamard rotations of a quantized cache (replay.MoeShape, Llama4Shape: 72, 289, 83 and 37 MiB off
+# on these lines without them); tests/test_memory_classic.py and test_memory_replay.py hold the figures
+LAYOUT_KEYS.update({"hunyuan-moe": LAYOUTS["hunyuan-a13b"]})
+CASES += [
+    ("hunyuan-moe", "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0"),
+    ("hunyuan-moe", "-c 65536 -ngl 999 -ub 2048 -ctk q8_0 -ctv q8_0"),
+    ("hunyuan-moe", "-c 32768 -ngl 999 -ot exps=CPU"),
+    ("hunyuan-moe", "-c 32768 -ngl 20 -ctk q8_0 -ctv q8_0"),
+    ("hunyuan-moe", "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU -ctk q4_0 -ctv q4_0"),
+    ("llama4", "-c 65536 -ngl 999 -ub 2048 -ctk q8_0 -ctv q8_0"),
+    ("ernie4_5-moe", "-c 32768 -ngl 999 -ctk q8_0"),
+    # the host running the first layers, replayed as its own graph (replay.MoeShape.host_head)
+    ("glm4moe", "-c 32768 -ngl 16 -ub 1024"),
+    ("ernie4_5-moe", "-c 16384 -ngl 12 -ub 2048 -ot exps=CPU"),
+]
+
 # Compute cases moeconf does not yet model within tolerance (listed, so a gap stays visible and a
 # fix shows up as an unexpected pass). None: Llama 4 (the output device) and GLM-4.5 on one GPU
 # (with or without routed experts on the CPU) are replayed node by node (moeconf/memory/replay.py),
