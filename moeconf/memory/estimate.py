@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory import families as setting_families
 from moeconf.memory import recurrent as rec
+from moeconf.memory import replay_nemotron
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
     cpu_head,
@@ -233,6 +234,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         geo = geometry(inv)
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
+    # --- Nemotron-3: compute only where the replay covers it (memory/replay_nemotron.py) ---
+    if not why and inv.arch in rec.MAMBA2:
+        why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
     # setting families whose compute is not modelled (memory/families.py)
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
@@ -463,7 +467,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             peak = max(peak, copies * (masks + f4 * e_inp) + f4 * e)
         compute[d] = peak
     # the hybrids' replay takes any number of sequences (streams or a unified cache)
-    hybrid = rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
+    hybrid = (rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
+              and inv.arch not in rec.MAMBA2)
     if hybrid:
         compute.update(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq))
         host = replayed_hybrid_host(placement, geo, out_dev, T, cells, n_seq)
@@ -478,6 +483,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells)
         if host is not None:
             compute[HOST] = host
+    # --- Nemotron-3: every device's compute by the replay (memory/replay_nemotron.py) ---
+    if inv.arch in rec.MAMBA2:
+        compute.update(replay_nemotron.replayed_nemotron(placement, geo, T, cells, n_seq, ctk, ctv))
     # flash attention off: the host's share is the same graph with f32 masks
     if replay and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
         host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells, mask_el=4)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from moeconf.memory import recurrent as _recurrent
+from moeconf.memory import replay_nemotron as _replay_nemotron
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
 from moeconf.model.inventory import Inventory
 
@@ -76,6 +77,9 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
     "qwen35moe": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-35B-A3B)"),
     "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
+        # Nemotron-3: Mamba-2 state, attention KV, compute by memory/replay_nemotron.py (llama.cpp only)
+    "nemotron_h_moe": ArchMemory(_RECURRENT | _replay_nemotron.KEYS, _MAINLINE,
+                                 _CHECKED + " (Nemotron-3-Nano-30B-A3B)"),
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
     # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
@@ -93,7 +97,7 @@ REFUSED: Final[dict[str, str]] = {
     **CLASSIC_REFUSED,
     **{arch: (f"memory is not modelled for the {arch!r} architecture: {detail}. KV cache and compute are not "
               "computed, and weights are only the file's tensors as placed")
-       for arch, detail in _recurrent.NOT_MODELLED.items()},
+       for arch, detail in _recurrent.NOT_MODELLED.items() if arch not in MODELLED},
     # DSA: KV cache modelled (memory/indexer.py), the indexer's compute not
     **{arch: (f"memory is not modelled for {arch!r}: its KV cache is (the MLA latent and the lightning indexer's K "
               "cache, moeconf.memory.indexer), but the compute of the DSA indexer (its scores, the sparse-attention "

@@ -1,0 +1,369 @@
+"""A replay of ggml-alloc (see `replay`) over Nemotron-3's graph (`nemotron_h_moe`): Mamba-2
+layers, attention layers (no RoPE) and FFN-only layers with gate-less routed experts (squared
+ReLU, optionally run in a latent: `ffn_latent_down` / `ffn_latent_up`) and a gate-less shared
+expert, one kind per layer.
+
+The node order is the graph's (a depth-first walk from each `ggml_build_forward_expand`), read
+from the pinned llama.cpp: src/models/nemotron-h.cpp (`graph`, `build_attention_layer`,
+`build_ffn_layer`), src/models/mamba-base.cpp (`build_mamba2_layer`), src/llama-graph.cpp
+(`build_rs`, `build_attn` expanding Q, V, K, the K and V stores and the attention's output,
+`build_moe_ffn` expanding the routing weights, the experts' output and their sum). What a layer
+builds without expanding (a Mamba-2 layer's gate, D skip, gated norm and output projection; an
+attention layer's output projection; an FFN layer's shared expert and latent up projection; every
+layer's residual add) is walked only by the next expand, so a Mamba-2 layer's first expands (the
+conv state's rows and the empty copy of the other sequences' rows, `build_rs`) come before the
+previous layer's tail. Checked node by node against an instrumented ggml-alloc of the pinned build.
+
+The replay covers what it was checked on: one GPU running every layer and the output, or a range
+of layers after the CPU's (partial `-ngl`) or another GPU's, routed experts there or on the CPU
+(up and down together), flash attention, the KV cache offloaded. `unmodelled` names what else a
+placement asks for; the estimate then refuses rather than guess."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from moeconf.memory.replay import CPU, GPU, Graph, device_runs
+
+if TYPE_CHECKING:
+    from moeconf.memory.geometry import Geometry
+    from moeconf.memory.settings import MemorySettings
+    from moeconf.placement import Placement
+
+MAMBA, ATTENTION, FFN = "M", "A", "E"
+_ROUTED = ("ffn_up_exps", "ffn_down_exps")
+# the `{arch}.*` keys the replay reads beyond recurrent.KEYS (moeconf.memory.support)
+KEYS = frozenset({"moe_latent_size"})
+
+
+@dataclass(frozen=True)
+class NemotronShape:
+    n_embd: int
+    n_vocab: int
+    n_head: int
+    n_head_kv: int
+    head_k: int
+    head_v: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    n_ff_shexp: int
+    latent: int  # moe_latent_size: the routed experts' width (0: n_embd, no latent projections)
+    d_conv: int
+    d_inner: int
+    d_state: int
+    n_group: int
+    n_ssm_head: int
+    kinds: tuple[str, ...]  # per layer: MAMBA, ATTENTION or FFN
+    experts_cpu: tuple[bool, ...]  # per layer: its routed experts run on the CPU
+    n_tokens: int
+    n_kv: int  # KV cells the mask spans (per stream: the mask is n_kv x n_tokens over the streams)
+    n_seqs: int = 1  # sequences in the worst-case ubatch: one state row each
+    first: int = 0
+    last: int = -1  # -1: every layer from `first` on, and the output
+    after_cpu: bool = False  # the layers before `first` ran on the CPU
+    # Hadamard rotations of Q/K and V for a quantized cache (replay_hybrid.rotation): the side, 0 = off
+    rot_k: int = 0
+    rot_v: int = 0
+
+
+def nemotron_graph(s: NemotronShape) -> Graph:
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    e = s.n_embd
+    m = s.latent or e
+    used = s.n_expert_used
+    ns = s.n_seqs
+    n_layer = len(s.kinds)
+    last = n_layer if s.last < 0 else s.last
+    whole = s.first == 0 and last == n_layer
+    leaves: dict[str, int] = {}
+    chans = s.d_inner + 2 * s.n_group * s.d_state
+    n_embd_r = (s.d_conv - 1) * chans
+    n_embd_s = s.d_state * s.d_inner
+    d_in_proj = 2 * s.d_inner + 2 * s.n_group * s.d_state + s.n_ssm_head
+    tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4  # the copy of the chosen ids (a strided view)
+
+    def graph_input(name: str, size: int) -> int:
+        if whole and name not in leaves:
+            leaves[name] = g.leaf(size, CPU)
+        return g.input(name, size, leaves.get(name, -1))
+
+    if whole:
+        tokens = g.leaf(f, CPU)
+        g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
+        g.split(CPU)
+        embd = g.op(e * f, tokens)
+        g.split(GPU)
+    # the previous layer's tail: it builds the residual stream's next value
+    pending: Callable[[], int] | None = None
+    inp = -1
+    for il in range(s.first, last):
+        kind = s.kinds[il]
+        rows = s_copy = extra = -1
+        if kind == MAMBA:  # build_rs: the conv state's rows, the other sequences' (none) copied
+            s_copy = graph_input("s_copy_main", 4 * ns)
+            extra = g.zero_input("s_copy_extra")
+            rows = g.op(n_embd_r * 4 * ns, s_copy)
+            g.op(0, g.zero(extra))
+        if pending is not None:
+            inp = pending()
+        elif il == 0:
+            inp = g.input("embd", e * f, embd if whole else -1)
+        elif s.after_cpu:
+            inp = g.input("l_out", e * f)  # the CPU layer's output
+        if inp < 0:  # the previous GPU ran this layer's first norm ("expand GPU down")
+            norm = g.input("norm", e * f)
+            res_in = g.input("l_out", e * f)
+        else:
+            norm = g.op(e * f, inp, inplace=True)
+            res_in = inp
+        cur = g.op(e * f, norm, inplace=True)  # attn_norm
+        if kind == MAMBA:
+            pending = _mamba(g, s, cur, res_in, rows, s_copy, extra, d_in_proj, chans, n_embd_s)
+        elif kind == ATTENTION:
+            pending = _attention(g, s, cur, res_in, graph_input)
+        else:
+            ne = s.n_expert * f
+            probs = g.op(ne, g.op(ne, cur), inplace=True)  # router logits, sigmoid in place
+            biased = g.op(ne, probs)  # + exp_probs_b (selection only)
+            topk = g.view(g.op(ne, biased))  # ARGSORT, its top-k view
+            w = g.op(used * f, g.view(probs), topk)  # GET_ROWS of the weights
+            wsum = g.op(f, g.op(f, g.view(w)), inplace=True)  # SUM_ROWS, CLAMP
+            w = g.op(used * f, g.view(w), wsum)  # DIV
+            w = g.op(used * f, g.view(w))  # SCALE (expert_weights_scale)
+            x = g.view(g.op(m * f, cur)) if s.latent else g.view(cur)  # ffn_latent_down
+            ffe = s.n_ff_exp * used * f
+            if s.experts_cpu[il]:
+                g.split(CPU)
+                xc = g.input(("x", il), m * f, x)
+                tc = g.input(("topk", il), tk, topk)
+                up = g.op(ffe, g.op(ffe, g.op(ffe, xc, tc), inplace=True), inplace=True)  # up, ReLU, square
+                down = g.op(m * used * f, up, tc)
+                g.split(GPU)
+                down = g.input(("down", il), m * used * f, down)
+            else:
+                up = g.op(ffe, g.op(ffe, g.op(ffe, x, topk), inplace=True), inplace=True)
+                down = g.op(m * used * f, up, topk)
+            weighted = g.op(m * used * f, down, w, inplace=True)
+            moe = g.op(m * f, g.view(weighted), g.view(weighted))
+            for _ in range(used - 2):
+                moe = g.op(m * f, moe, g.view(weighted), inplace=True)
+            pending = _ffn_tail(g, s, cur, res_in, moe)
+    assert pending is not None
+    out = pending()
+    if last == n_layer:
+        x = g.op(e * f, g.op(e * f, out, inplace=True), inplace=True, output=True)  # output norm (t_h_nextn)
+        rows_out = g.op(e * f, x, graph_input("out_ids", f))
+        g.op(s.n_vocab * f, rows_out, output=True)
+    else:
+        g.op(0, g.op(e * f, out))  # the next GPU's first norm runs here; it copies it and the residual
+        g.op(0, out)
+    g.finish()
+    return g
+
+
+def _mamba(g: Graph, s: NemotronShape, cur: int, res_in: int, rows: int, s_copy: int, extra: int, d_in_proj: int,
+           chans: int, n_embd_s: int) -> Callable[[], int]:
+    T, f, ns = s.n_tokens, 4 * s.n_tokens, s.n_seqs
+    zx = g.op(d_in_proj * f, cur)  # ssm_in: z, xBC, dt
+    conv_in = g.op((T + (s.d_conv - 1) * ns) * chans * 4, g.view(rows), g.view(zx))  # CONCAT
+    g.op(0, g.view(conv_in))  # the last columns copied into the conv state
+    conv = g.op(chans * f, conv_in)  # SSM_CONV
+    conv = g.op(chans * f, conv, inplace=True)  # + bias
+    conv = g.op(chans * f, conv, inplace=True)  # SiLU
+    dt = g.op(s.n_ssm_head * f, g.view(zx))  # CONT
+    dt = g.op(s.n_ssm_head * f, dt, inplace=True)  # + dt bias
+    scan = g.op((s.d_inner * T + n_embd_s * ns) * 4, g.view(conv), dt, g.view(conv), g.view(conv), s_copy)
+    g.op(0, g.zero(extra))  # the other sequences' SSM rows (none)
+    g.op(0, g.view(scan))  # the new state copied into the cache
+
+    def tail() -> int:
+        z = g.op(s.d_inner * f, g.view(zx))  # CONT of z
+        y = g.op(s.d_inner * f, g.view(conv))  # x * D
+        y = g.op(s.d_inner * f, g.view(scan), y, inplace=True)
+        y = g.op(s.d_inner * f, z, y)  # SWIGLU
+        y = g.op(s.d_inner * f, g.op(s.d_inner * f, g.view(y)), inplace=True)  # grouped RMS norm
+        o = g.op(s.n_embd * f, g.view(y))  # ssm_out
+        return g.op(s.n_embd * f, o, res_in, inplace=True)
+
+    return tail
+
+
+def _attention(g: Graph, s: NemotronShape, cur: int, res_in: int,
+               graph_input: Callable[[str, int], int]) -> Callable[[], int]:
+    T, f = s.n_tokens, 4 * s.n_tokens
+    hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
+    q = g.op(hq * f, cur)
+    if s.rot_k:
+        q = g.op(hq * f, g.view(q), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
+    v = g.op(hv * f, cur)
+    if s.rot_v:
+        v = g.op(hv * f, g.view(v), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
+    k = g.op(hkv * f, cur)
+    if s.rot_k:
+        k = g.op(hkv * f, g.view(k), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
+    g.op(0, g.view(k), graph_input("k_idxs", 8 * T))
+    g.op(0, g.view(v), graph_input("v_idxs", 8 * T))
+    attn = g.op(s.n_head * s.head_v * f, g.view(q), graph_input("mask", 2 * T * s.n_kv))
+
+    def tail() -> int:
+        a = attn
+        if s.rot_v:
+            a = g.op(s.n_head * s.head_v * f, g.view(a), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
+        o = g.op(s.n_embd * f, g.view(a))  # wo
+        return g.op(s.n_embd * f, o, res_in, inplace=True)
+
+    return tail
+
+
+def _ffn_tail(g: Graph, s: NemotronShape, cur: int, res_in: int, moe: int) -> Callable[[], int]:
+    f, e = 4 * s.n_tokens, s.n_embd
+
+    def tail() -> int:
+        out = g.op(e * f, moe) if s.latent else moe  # ffn_latent_up
+        ffs = s.n_ff_shexp * f
+        sh = g.op(ffs, g.op(ffs, g.op(ffs, cur), inplace=True), inplace=True)  # up, ReLU, square
+        out = g.op(e * f, out, g.op(e * f, sh), inplace=True)
+        return g.op(e * f, out, res_in, inplace=True)
+
+    return tail
+
+
+@lru_cache(maxsize=512)
+def nemotron_peaks(s: NemotronShape, alignment: int) -> tuple[int, int]:
+    """(GPU, CPU) compute buffer sizes; CPU is the host's only for the whole graph."""
+    gpu, cpu = nemotron_graph(s).peaks((alignment, 32))
+    return gpu, cpu
+
+
+def layer_kinds(placement: Placement) -> tuple[str, ...]:
+    """Each trunk layer's kind, as the pinned loader decides it (memory/recurrent.py)."""
+    from moeconf.memory.recurrent import recurrent_layers
+
+    inv = placement.inventory
+    ff = inv.metadata.hparam("feed_forward_length")
+    recurrent = recurrent_layers(inv)
+    out = []
+    for il in range(inv.metadata.block_count):
+        width = ff[il] if isinstance(ff, tuple) and il < len(ff) else ff
+        out.append(MAMBA if il in recurrent else ATTENTION if not width else FFN)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    kinds: tuple[str, ...]
+    dev_of: tuple[str, ...]  # each layer's device (its non-expert tensors)
+    experts_cpu: tuple[bool, ...]
+
+
+def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
+    """Where each layer runs, or why the replay does not cover this placement."""
+    from moeconf.engines import AUTO_GPU
+
+    inv = placement.inventory
+    kinds = layer_kinds(placement)
+    n_layer = len(kinds)
+    if [la.index for la in geo.layers] != list(range(n_layer)) or not n_layer:
+        return "its layers are not one trunk (MTP blocks are not modelled)"
+    home: dict[int, set[str | None]] = defaultdict(set)
+    routed: dict[int, dict[str, str | None]] = defaultdict(dict)
+    for t in inv.tensors:
+        if t.layer is None or t.layer >= n_layer:
+            continue
+        if t.base in _ROUTED:
+            routed[t.layer][t.base] = placement.devices[t.name]
+        else:
+            home[t.layer].add(placement.devices[t.name])
+    dev_of: list[str] = []
+    cpu: list[bool] = []
+    for il, kind in enumerate(kinds):
+        devs = home[il]
+        if len(devs) != 1 or None in devs or AUTO_GPU in devs:
+            return f"layer {il}'s tensors are split between devices"
+        d = next(iter(devs))
+        assert d is not None
+        where = set(routed[il].values())
+        if kind == FFN and (len(routed[il]) != 2 or f"blk.{il}.ffn_gate_inp.weight" not in inv.by_name):
+            return f"layer {il} is an FFN layer without gate-less routed experts (a dense MLP)"
+        if kind == FFN and where not in ({d}, {"CPU"}):
+            return (f"layer {il}'s routed experts are split (ffn_up_exps on {routed[il].get('ffn_up_exps')}, "
+                    f"ffn_down_exps on {routed[il].get('ffn_down_exps')}, the layer on {d})")
+        dev_of.append(d)
+        cpu.append(kind == FFN and where == {"CPU"} and d != "CPU")
+    return _Layout(kinds, tuple(dev_of), tuple(cpu))
+
+
+def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pipeline: bool) -> list[str]:
+    """Why Nemotron-3's compute is not replayed for this placement and these settings (empty: it is)."""
+    why = []
+    if settings.flash_attn == "off":
+        why.append("-fa off (the attention's KQ matrices)")
+    if not settings.offload_kqv:
+        why.append("-nkvo (the state, the KV cache and their ops in host memory)")
+    if pipeline:
+        why.append("pipeline parallelism (several GPUs, every layer offloaded, no -ot: 4 copies of each split's inputs)")
+    lay = _layout(placement, geo)
+    if isinstance(lay, str):
+        why.append(lay)
+    else:
+        runs = device_runs(lay.dev_of)
+        gpus = [r for r in runs if r[0] != "CPU"]
+        if len({r[0] for r in gpus}) != len(gpus):
+            why.append("a GPU runs two separate ranges of layers")
+        if any(r[0] == "CPU" for r in runs[1:]):
+            why.append("the CPU runs layers after a GPU's")
+        if len(gpus) > 1 and any(lay.experts_cpu):
+            why.append("several GPUs with routed experts on the CPU")
+        if len(gpus) > 1 and runs[0][0] == "CPU":
+            why.append("several GPUs after the CPU's layers")
+        if not gpus:
+            why.append("no GPU (the CPU runs every layer)")
+        from moeconf.memory.classic import output_device
+        if gpus and output_device(placement) != gpus[-1][0]:
+            why.append("the output on another device than the last layer")
+        if placement.devices.get("token_embd.weight") not in ("CPU", None):
+            why.append("token_embd on a GPU")
+    if not why:
+        return []
+    return [f"memory is not modelled for nemotron_h_moe with {w}: Nemotron-3's compute is replayed only for the "
+            "placements and settings checked (moeconf/memory/replay_nemotron.py)" for w in why]
+
+
+def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int,
+                      ctk: str, ctv: str) -> dict[str, int]:
+    """Each device's compute buffer (the host's too) by the replay, for a placement `unmodelled`
+    accepts."""
+    from moeconf.memory.recurrent import shape
+    from moeconf.memory.replay_hybrid import rotation
+
+    lay = _layout(placement, geo)
+    rs = shape(placement.inventory)
+    assert not isinstance(lay, str) and rs is not None
+    attn = [la for la in geo.layers if lay.kinds[la.index] == ATTENTION] or list(geo.layers)
+    n_head, n_head_kv, head_k, head_v = attn[0].n_head, attn[0].n_head_kv, attn[0].head_k, attn[0].head_v
+    latent = placement.inventory.metadata.hparam("moe_latent_size")
+    runs = device_runs(lay.dev_of)
+    out: dict[str, int] = {}
+    for d, first, end in runs:
+        if d == "CPU":
+            continue
+        shape_ = NemotronShape(
+            n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k, head_v=head_v,
+            n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp, n_ff_shexp=geo.n_ff_shexp,
+            latent=latent if isinstance(latent, int) else 0, d_conv=rs.d_conv, d_inner=rs.d_inner,
+            d_state=rs.d_state, n_group=rs.n_group, n_ssm_head=rs.n_v_heads, kinds=lay.kinds,
+            experts_cpu=lay.experts_cpu, n_tokens=n_tokens, n_kv=cells, n_seqs=max(1, n_seq), first=first,
+            last=-1 if end == len(lay.kinds) else end, after_cpu=first > 0 and lay.dev_of[first - 1] == "CPU",
+            rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False))
+        gpu, host = nemotron_peaks(shape_, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+        out[d] = gpu
+        if first == 0 and end == len(lay.kinds):
+            out["CPU"] = host
+    return out
