@@ -103,9 +103,17 @@ def nemotron_graph(s: NemotronShape) -> Graph:
     # the previous layer's tail: it builds the residual stream's next value
     pending: Callable[[], int] | None = None
     inp = -1
+    moe_in = -1  # the CPU layer's experts' sum, computed here (after_cpu)
     for il in range(s.first, last):
         kind = s.kinds[il]
         rows = s_copy = extra = -1
+        if s.after_cpu and il == s.first and s.kinds[il - 1] == FFN:
+            # the CPU layer's routed experts' weighting and sum run here ("expand GPU up"), on
+            # copies of their output and weights, before this layer's first expands
+            weighted = g.op(m * used * f, g.input("down", m * used * f), g.input("weights", used * f), inplace=True)
+            moe_in = g.op(m * f, g.view(weighted), g.view(weighted))
+            for _ in range(used - 2):
+                moe_in = g.op(m * f, moe_in, g.view(weighted), inplace=True)
         if kind == MAMBA:  # build_rs: the conv state's rows, the other sequences' (none) copied
             s_copy = graph_input("s_copy_main", 4 * ns)
             extra = g.zero_input("s_copy_extra")
@@ -116,7 +124,7 @@ def nemotron_graph(s: NemotronShape) -> Graph:
         elif il == 0:
             inp = g.input("embd", e * f, embd if whole else -1)
         elif s.after_cpu:
-            inp = g.input("l_out", e * f)  # the CPU layer's output
+            inp = _after_cpu(g, s, moe_in)
         if inp < 0:  # the previous GPU ran this layer's first norm ("expand GPU down")
             norm = g.input("norm", e * f)
             res_in = g.input("l_out", e * f)
@@ -166,6 +174,22 @@ def nemotron_graph(s: NemotronShape) -> Graph:
         g.op(0, out)
     g.finish()
     return g
+
+
+def _after_cpu(g: Graph, s: NemotronShape, moe: int) -> int:
+    """The first GPU layer's input after a layer run on the CPU: that layer's weightless tail runs
+    here on copies ("expand GPU up" in ggml_backend_sched_split_graph): after an FFN layer, the
+    experts' sum (already built) plus the shared expert's output, then the residual add; after a
+    Mamba-2 or attention layer, the residual add of its output projection. Traced on an FFN layer
+    (llama-fit-params -ngl 30); the others follow the same rule."""
+    f, e = 4 * s.n_tokens, s.n_embd
+    g.split(CPU)  # the CPU layer's shared expert (or output projection)
+    g.split(GPU)
+    if moe >= 0:
+        out = g.op(e * f, moe, g.input("shexp", e * f), inplace=True)
+    else:
+        out = g.input("layer_out", e * f)
+    return g.op(e * f, out, g.input("l_out", e * f), inplace=True)
 
 
 def _mamba(g: Graph, s: NemotronShape, cur: int, res_in: int, rows: int, s_copy: int, extra: int, d_in_proj: int,
@@ -323,6 +347,10 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
             why.append("several GPUs with routed experts on the CPU")
         if len(gpus) > 1 and runs[0][0] == "CPU":
             why.append("several GPUs after the CPU's layers")
+        if runs[0][0] == "CPU" and any(lay.experts_cpu):
+            why.append("the CPU running the first layers and routed experts of later ones")
+        if runs[0][0] == "CPU" and placement.inventory.metadata.hparam("moe_latent_size"):
+            why.append("latent experts (moe_latent_size) and the CPU running the first layers")
         if not gpus:
             why.append("no GPU (the CPU runs every layer)")
         from moeconf.memory.classic import output_device
@@ -352,8 +380,7 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
     runs = device_runs(lay.dev_of)
     out: dict[str, int] = {}
     for d, first, end in runs:
-        if d == "CPU":
-            continue
+        head = d == "CPU"  # the CPU running the first layers (partial -ngl)
         shape_ = NemotronShape(
             n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k, head_v=head_v,
             n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp, n_ff_shexp=geo.n_ff_shexp,
@@ -363,6 +390,11 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
             last=-1 if end == len(lay.kinds) else end, after_cpu=first > 0 and lay.dev_of[first - 1] == "CPU",
             rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False))
         gpu, host = nemotron_peaks(shape_, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+        if head:
+            # its share of the graph in its own buffer, plus the unused embeddings input (as
+            # archgraph.cpu_head for the classic MoEs): measured 109.01 MiB, replayed 109.008
+            out["CPU"] = gpu + 4 * n_tokens * geo.n_embd
+            continue
         out[d] = gpu
         if first == 0 and end == len(lay.kinds):
             out["CPU"] = host
