@@ -132,12 +132,6 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
 # Hybrid recurrent MoEs the pinned llama.cpp loads whose memory is NOT modelled, and what is
 # missing (support.unmodelled names it; tests/engine/memory_table.py lists them as refused)
 NOT_MODELLED: dict[str, str] = {
-    "nemotron_h_moe": (
-        "Nemotron-3's Mamba-2 layers keep a per-sequence F32 conv + SSM state (src/llama-hparams.cpp n_embd_r, "
-        "n_embd_s) and only layers with no FFN are attention or recurrent (create_memory's filters on n_ff); its "
-        "routed experts have no gate and run in a latent (ffn_latent_down/up); the SSM scan and the latent "
-        "experts' compute buffers are not replayed (llama.cpp 0.3.36 on Nemotron-3-Nano at -c 32768: attention KV "
-        "192 MiB on 6 layers, state 47.6 MiB per sequence)"),
     "kimi-linear": (
         "Kimi-Linear's KDA layers keep a per-sequence F32 state (3 conv states of (d_conv - 1) x heads x "
         "kda.head_dim, and heads x head_dim^2) beside MLA attention layers; the KDA scan's compute is not replayed "

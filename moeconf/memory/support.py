@@ -97,7 +97,7 @@ REFUSED: Final[dict[str, str]] = {
     **CLASSIC_REFUSED,
     **{arch: (f"memory is not modelled for the {arch!r} architecture: {detail}. KV cache and compute are not "
               "computed, and weights are only the file's tensors as placed")
-       for arch, detail in _recurrent.NOT_MODELLED.items() if arch not in MODELLED},
+       for arch, detail in _recurrent.NOT_MODELLED.items()},
     # DSA: KV cache modelled (memory/indexer.py), the indexer's compute not
     **{arch: (f"memory is not modelled for {arch!r}: its KV cache is (the MLA latent and the lightning indexer's K "
               "cache, moeconf.memory.indexer), but the compute of the DSA indexer (its scores, the sparse-attention "
