@@ -116,7 +116,6 @@ REFUSED_LINES = {
     "-c 32768 -ngl 999 -fa off": "-fa off",
     "-c 32768 -ngl 999 -nkvo": "-nkvo",
     "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU": "several GPUs and routed experts on the CPU",
-    "-c 32768 -ngl 999 -ot ffn_up_exps=CPU": "routed experts are split",
     "-c 32768 -ngl 30 -ot exps=CPU": "the CPU running the first layers and routed experts",
 }
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from moeconf.placement import Placement
 
 MAMBA, ATTENTION, FFN = "M", "A", "E"
+UP_CPU, DOWN_CPU = 1, 2  # a layer's routed experts on the CPU, as bits
 _ROUTED = ("ffn_up_exps", "ffn_down_exps")
 # the `{arch}.*` keys the replay reads beyond recurrent.KEYS (moeconf.memory.support)
 KEYS = frozenset({"moe_latent_size"})
@@ -59,7 +60,7 @@ class NemotronShape:
     n_group: int
     n_ssm_head: int
     kinds: tuple[str, ...]  # per layer: MAMBA, ATTENTION or FFN
-    experts_cpu: tuple[bool, ...]  # per layer: its routed experts run on the CPU
+    experts_cpu: tuple[int, ...]  # per layer: which of its routed experts run on the CPU (UP_CPU | DOWN_CPU)
     n_tokens: int
     n_kv: int  # KV cells the mask spans (per stream: the mask is n_kv x n_tokens over the streams)
     n_seqs: int = 1  # sequences in the worst-case ubatch: one state row each
@@ -147,12 +148,25 @@ def nemotron_graph(s: NemotronShape) -> Graph:
             w = g.op(used * f, g.view(w))  # SCALE (expert_weights_scale)
             x = g.view(g.op(m * f, cur)) if s.latent else g.view(cur)  # ffn_latent_down
             ffe = s.n_ff_exp * used * f
-            if s.experts_cpu[il]:
+            cpu = s.experts_cpu[il]
+            if cpu == UP_CPU | DOWN_CPU:
                 g.split(CPU)
                 xc = g.input(("x", il), m * f, x)
                 tc = g.input(("topk", il), tk, topk)
                 up = g.op(ffe, g.op(ffe, g.op(ffe, xc, tc), inplace=True), inplace=True)  # up, ReLU, square
                 down = g.op(m * used * f, up, tc)
+                g.split(GPU)
+                down = g.input(("down", il), m * used * f, down)
+            elif cpu == UP_CPU:  # the ReLU and square run where the down projection does
+                g.split(CPU)
+                up = g.op(ffe, g.input(("x", il), m * f, x), g.input(("topk", il), tk, topk))
+                g.split(GPU)
+                up = g.op(ffe, g.op(ffe, g.input(("up", il), ffe, up), inplace=True), inplace=True)
+                down = g.op(m * used * f, up, topk)
+            elif cpu == DOWN_CPU:
+                up = g.op(ffe, g.op(ffe, g.op(ffe, x, topk), inplace=True), inplace=True)
+                g.split(CPU)
+                down = g.op(m * used * f, g.input(("act", il), ffe, up), g.input(("topk", il), tk, topk))
                 g.split(GPU)
                 down = g.input(("down", il), m * used * f, down)
             else:
@@ -284,7 +298,7 @@ def layer_kinds(placement: Placement) -> tuple[str, ...]:
 class _Layout:
     kinds: tuple[str, ...]
     dev_of: tuple[str, ...]  # each layer's device (its non-expert tensors)
-    experts_cpu: tuple[bool, ...]
+    experts_cpu: tuple[int, ...]
 
 
 def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
@@ -316,11 +330,15 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
         where = set(routed[il].values())
         if kind == FFN and (len(routed[il]) != 2 or f"blk.{il}.ffn_gate_inp.weight" not in inv.by_name):
             return f"layer {il} is an FFN layer without gate-less routed experts (a dense MLP)"
-        if kind == FFN and where not in ({d}, {"CPU"}):
-            return (f"layer {il}'s routed experts are split (ffn_up_exps on {routed[il].get('ffn_up_exps')}, "
-                    f"ffn_down_exps on {routed[il].get('ffn_down_exps')}, the layer on {d})")
+        if kind == FFN and not where <= {d, "CPU"}:
+            return (f"layer {il}'s routed experts are on another GPU (ffn_up_exps on "
+                    f"{routed[il].get('ffn_up_exps')}, ffn_down_exps on {routed[il].get('ffn_down_exps')}, the layer on {d})")
         dev_of.append(d)
-        cpu.append(kind == FFN and where == {"CPU"} and d != "CPU")
+        bits = 0
+        if kind == FFN and d != "CPU":
+            bits = (UP_CPU if routed[il]["ffn_up_exps"] == "CPU" else 0) | (
+                DOWN_CPU if routed[il]["ffn_down_exps"] == "CPU" else 0)
+        cpu.append(bits)
     return _Layout(kinds, tuple(dev_of), tuple(cpu))
 
 
