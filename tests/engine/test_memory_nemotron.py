@@ -26,6 +26,17 @@ pytestmark = pytest.mark.engine
 
 MiB = 1024 * 1024
 GiB = 1024**3
+RESULTS: list[dict[str, object]] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def results_file() -> Iterator[None]:
+    yield
+    # beside test_memory_oracle's rows (the docs' accuracy table: tests/engine/memory_table.py)
+    from tests.engine import test_memory_oracle
+
+    test_memory_oracle.RESULTS.extend(RESULTS)
+    oracle.save_results("MOECONF_MEMORY_RESULTS", test_memory_oracle.RESULTS)
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +76,8 @@ def test_memory_against_llama_cpp(line: str, sparse: tuple[Path, Inventory], end
         assert (theirs[0], theirs[1]) == (row["weights"], row["kv"]) and abs(theirs[2] - row["compute"]) < 0.02
         m = est.devices[dev]
         ours = (m.weights / MiB, m.kv / MiB, m.compute / MiB)
+        RESULTS.append({"model": inv.arch, "args": line, "device": name, "weights": [ours[0], theirs[0]],
+                        "kv": [ours[1], theirs[1]], "compute": [ours[2], theirs[2]]})
         if not (-1 <= ours[0] - theirs[0] < 2 and -1 <= ours[1] - theirs[1] < 2
                 and abs(ours[2] - theirs[2]) <= max(16.0, 0.03 * theirs[2])):
             bad.append((name, ours, theirs))
