@@ -29,15 +29,24 @@ DATA = Path(__file__).resolve().parent / "data" / "nemotron_memory_oracle.json"
 MiB = 1024 * 1024
 RECORDED = json.loads(DATA.read_text())
 EPS: list[str] = RECORDED["endpoints"]
-LINES = sorted({r["args"] for r in RECORDED["rows"]})
+LINES = sorted({(r["model"], r["args"]) for r in RECORDED["rows"]})
 NANO = "nemotron-3-nano-30b-a3b"
+SUPER = "nemotron-3-super-120b-a12b"
 
 
 @pytest.fixture(scope="module")
-def nano(tmp_path_factory: pytest.TempPathFactory) -> Inventory:
-    path = tmp_path_factory.mktemp("nemotron") / f"{NANO}.gguf"
-    write_layout(LAYOUTS[NANO], path)
-    return load_inventory(path)
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
+    folder = tmp_path_factory.mktemp("nemotron")
+    out = {}
+    for key in (NANO, SUPER):
+        write_layout(LAYOUTS[key], folder / f"{key}.gguf")
+        out[key] = load_inventory(folder / f"{key}.gguf")
+    return out
+
+
+@pytest.fixture(scope="module")
+def nano(layouts: dict[str, Inventory]) -> Inventory:
+    return layouts[NANO]
 
 
 def _args(line: str) -> list[str]:
@@ -56,12 +65,12 @@ def _device(name: str) -> str:
     return "CPU" if name == "host" else f"RPC0[{EPS[int(name[3:])]}]"
 
 
-@pytest.mark.parametrize("line", LINES)
-def test_memory_matches_the_recorded_engine_figures(nano: Inventory, line: str) -> None:
-    est = _estimate(nano, _args(line))
+@pytest.mark.parametrize(("model", "line"), LINES, ids=[f"{m}:{line}" for m, line in LINES])
+def test_memory_matches_the_recorded_engine_figures(layouts: dict[str, Inventory], model: str, line: str) -> None:
+    est = _estimate(layouts[model], _args(line))
     assert est.complete, est.notes
     bad = []
-    for row in (r for r in RECORDED["rows"] if r["args"] == line):
+    for row in (r for r in RECORDED["rows"] if r["model"] == model and r["args"] == line):
         m = est.devices[_device(row["device"])]
         ours = {"weights": m.weights / MiB, "kv": m.kv / MiB, "compute": m.compute / MiB}
         for term in ("weights", "kv"):
@@ -75,9 +84,10 @@ def test_memory_matches_the_recorded_engine_figures(nano: Inventory, line: str) 
 
 
 def test_the_recorded_figures_cover_the_lines_asked_for() -> None:
-    assert {"-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0", "-c 131072 -ngl 999 -ub 2048",
-            "-c 32768 -ngl 999 -ot exps=CPU", "-c 32768 -ngl 999 --n-cpu-moe 20", "-c 32768 -ngl 30",
-            "-c 32768 -ngl 999 -np 4", "2rpc -c 32768 -ngl 40 -ts 1,1"} <= set(LINES)
+    for model in (NANO, SUPER):
+        assert {"-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0", "-c 131072 -ngl 999 -ub 2048",
+                "-c 32768 -ngl 999 -ot exps=CPU", "-c 32768 -ngl 999 --n-cpu-moe 20", "-c 32768 -ngl 30",
+                "-c 32768 -ngl 999 -np 4", "2rpc -c 32768 -ngl 40 -ts 1,1"} <= {a for m, a in LINES if m == model}
     assert all(r["exact"] for r in RECORDED["rows"])
 
 
@@ -127,17 +137,18 @@ def test_what_the_replay_was_not_checked_on_is_refused(nano: Inventory, line: st
     assert any(REFUSED_LINES[line] in n and "not modelled for nemotron_h_moe" in n for n in est.notes), est.notes
 
 
-def test_a_latent_key_is_read_not_ignored(nano: Inventory) -> None:
-    """moe_latent_size (Nemotron-3-Super's LatentMoE) changes the experts' width in the replay:
-    the same placement with a latent of 1024 gives another GPU figure."""
+def test_the_latent_is_read_not_ignored(layouts: dict[str, Inventory]) -> None:
+    """moe_latent_size (Nemotron-3-Super's LatentMoE) sets the routed experts' width in the
+    replay: Super read without it misses the engine's figure (324.12 MiB with the routed experts
+    on the CPU, where their input and output copies are latent-wide)."""
+    sup = layouts[SUPER]
     gpu = f"RPC0[{EPS[0]}]"
-    base = _estimate(nano, _args("-c 32768 -ngl 999")).devices[gpu].compute
-    md = nano.metadata
-    hp = tuple(sorted((*md.hparams, ("moe_latent_size", 1024))))
-    lat = dataclasses.replace(nano, metadata=dataclasses.replace(md, hparams=hp,
-                                                                 arch_keys=(*(md.arch_keys or ()), "moe_latent_size")))
-    est = _estimate(lat, _args("-c 32768 -ngl 999"))
-    assert est.complete and est.devices[gpu].compute != base
+    line = "-c 32768 -ngl 999 -ot exps=CPU"
+    assert round(_estimate(sup, _args(line)).devices[gpu].compute / MiB, 2) == 324.12
+    md = sup.metadata
+    without = dataclasses.replace(sup, metadata=dataclasses.replace(
+        md, hparams=tuple(kv for kv in md.hparams if kv[0] != "moe_latent_size")))
+    assert round(_estimate(without, _args(line)).devices[gpu].compute / MiB, 2) != 324.12
 
 
 def test_the_mamba_prologue_runs_before_the_previous_layers_tail(nano: Inventory,

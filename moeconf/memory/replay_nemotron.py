@@ -193,13 +193,18 @@ def nemotron_graph(s: NemotronShape) -> Graph:
 def _after_cpu(g: Graph, s: NemotronShape, moe: int) -> int:
     """The first GPU layer's input after a layer run on the CPU: that layer's weightless tail runs
     here on copies ("expand GPU up" in ggml_backend_sched_split_graph): after an FFN layer, the
-    experts' sum (already built) plus the shared expert's output, then the residual add; after a
-    Mamba-2 or attention layer, the residual add of its output projection. Traced on an FFN layer
+    experts' sum (already built; with latent experts copied back to the CPU for ffn_latent_up,
+    whose output comes here) plus the shared expert's output, then the residual add; after a Mamba-2 or
+    attention layer, the residual add of its output projection. Traced on an FFN layer
     (llama-fit-params -ngl 30); the others follow the same rule."""
     f, e = 4 * s.n_tokens, s.n_embd
     g.split(CPU)  # the CPU layer's shared expert (or output projection)
+    if moe >= 0 and s.latent:
+        g.input("moe_sum", s.latent * f, moe)  # copied back for ffn_latent_up (CPU)
     g.split(GPU)
-    if moe >= 0:
+    if moe >= 0 and s.latent:
+        out = g.op(e * f, g.input("moe_out", e * f), g.input("shexp", e * f), inplace=True)
+    elif moe >= 0:
         out = g.op(e * f, moe, g.input("shexp", e * f), inplace=True)
     else:
         out = g.input("layer_out", e * f)
@@ -367,8 +372,6 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
             why.append("several GPUs and routed experts on the CPU")
         if runs[0][0] == "CPU" and any(lay.experts_cpu):
             why.append("the CPU running the first layers and routed experts of later ones")
-        if runs[0][0] == "CPU" and placement.inventory.metadata.hparam("moe_latent_size"):
-            why.append("latent experts (moe_latent_size) and the CPU running the first layers")
         if not gpus:
             why.append("no GPU (the CPU runs every layer)")
         from moeconf.memory.classic import output_device

@@ -1,7 +1,7 @@
 """Nemotron-3-Nano (`nemotron_h_moe`) against llama.cpp's own projection (`llama-fit-params -fitp
 on -v`, which allocates nothing) on the sparse full-size layout, RPC servers on 127.0.0.1 as GPUs:
 the recorded figures (tests/data/nemotron_memory_oracle.json, which the default suite holds the
-replay to) are measured again and moeconf matches them; `moeconf fit` for a 12 GiB GPU (also as
+replay to) are measured again, on Nemotron-3-Nano and -Super, and moeconf matches them; `moeconf fit` for a 12 GiB GPU (also as
 llama-server with its 4 default slots) gives a command the engine counts within the budget."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from moeconf.memory import estimate_explained, read_settings
 from moeconf.model.inventory import Inventory
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
-from tests.test_memory_nemotron import LINES, NANO, RECORDED
+from tests.test_memory_nemotron import LINES, NANO, RECORDED, SUPER
 
 pytestmark = pytest.mark.engine
 
@@ -40,10 +40,15 @@ def results_file() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def sparse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Inventory]:
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
     if not oracle.available():
         pytest.fail(f"llama-fit-params is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
-    return oracle.write_sparse(tmp_path_factory.mktemp("nemotron"), {NANO: LAYOUTS[NANO]})[NANO]
+    return oracle.write_sparse(tmp_path_factory.mktemp("nemotron"), {k: LAYOUTS[k] for k in (NANO, SUPER)})
+
+
+@pytest.fixture(scope="module")
+def sparse(layouts: dict[str, tuple[Path, Inventory]]) -> tuple[Path, Inventory]:
+    return layouts[NANO]
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +63,17 @@ def _split(line: str, endpoints: list[str]) -> tuple[list[str], list[str]]:
     return ["--rpc", ",".join(eps), "-fit", "off", *(w for w in words if w != "2rpc")], eps
 
 
-@pytest.mark.parametrize("line", LINES)
-def test_memory_against_llama_cpp(line: str, sparse: tuple[Path, Inventory], endpoints: list[str]) -> None:
-    path, inv = sparse
+@pytest.mark.parametrize(("model", "line"), LINES, ids=[f"{m}:{line}" for m, line in LINES])
+def test_memory_against_llama_cpp(model: str, line: str, layouts: dict[str, tuple[Path, Inventory]],
+                                  endpoints: list[str]) -> None:
+    path, inv = layouts[model]
     args, eps = _split(line, endpoints)
     proj = oracle.project(path, args, eps)
     eng = engine("llama.cpp")
     est = estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng))
     assert est.complete, est.notes
     bad = []
-    for row in (r for r in RECORDED["rows"] if r["args"] == line):
+    for row in (r for r in RECORDED["rows"] if r["model"] == model and r["args"] == line):
         name = row["device"]
         dev = "CPU" if name == "host" else f"RPC0[{eps[int(name[3:])]}]"
         theirs = (proj.model.get(dev, 0), proj.context.get(dev, 0),
@@ -76,7 +82,7 @@ def test_memory_against_llama_cpp(line: str, sparse: tuple[Path, Inventory], end
         assert (theirs[0], theirs[1]) == (row["weights"], row["kv"]) and abs(theirs[2] - row["compute"]) < 0.02
         m = est.devices[dev]
         ours = (m.weights / MiB, m.kv / MiB, m.compute / MiB)
-        RESULTS.append({"model": inv.arch, "args": line, "device": name, "weights": [ours[0], theirs[0]],
+        RESULTS.append({"model": inv.arch + ("-super" if model == SUPER else ""), "args": line, "device": name, "weights": [ours[0], theirs[0]],
                         "kv": [ours[1], theirs[1]], "compute": [ours[2], theirs[2]]})
         if not (-1 <= ours[0] - theirs[0] < 2 and -1 <= ours[1] - theirs[1] < 2
                 and abs(ours[2] - theirs[2]) <= max(16.0, 0.03 * theirs[2])):
