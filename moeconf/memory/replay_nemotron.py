@@ -325,7 +325,7 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
         else:
             home[t.layer].add(placement.devices[t.name])
     dev_of: list[str] = []
-    cpu: list[bool] = []
+    cpu: list[int] = []
     for il, kind in enumerate(kinds):
         devs = home[il]
         if len(devs) != 1 or None in devs or AUTO_GPU in devs:
@@ -337,7 +337,8 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
             return f"layer {il} is an FFN layer without gate-less routed experts (a dense MLP)"
         if kind == FFN and not where <= {d, "CPU"}:
             return (f"layer {il}'s routed experts are on another GPU (ffn_up_exps on "
-                    f"{routed[il].get('ffn_up_exps')}, ffn_down_exps on {routed[il].get('ffn_down_exps')}, the layer on {d})")
+                    f"{routed[il].get('ffn_up_exps')}, ffn_down_exps on {routed[il].get('ffn_down_exps')}, "
+                    f"the layer on {d})")
         dev_of.append(d)
         bits = 0
         if kind == FFN and d != "CPU":
@@ -355,7 +356,8 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
     if not settings.offload_kqv:
         why.append("-nkvo (the state, the KV cache and their ops in host memory)")
     if pipeline:
-        why.append("pipeline parallelism (several GPUs, every layer offloaded, no -ot: 4 copies of each split's inputs)")
+        why.append("pipeline parallelism (several GPUs, every layer offloaded, no -ot: 4 copies of each split's "
+                   "inputs)")
     lay = _layout(placement, geo)
     if isinstance(lay, str):
         why.append(lay)

@@ -1,8 +1,9 @@
-"""Nemotron-3-Nano (`nemotron_h_moe`) against llama.cpp's own projection (`llama-fit-params -fitp
-on -v`, which allocates nothing) on the sparse full-size layout, RPC servers on 127.0.0.1 as GPUs:
-the recorded figures (tests/data/nemotron_memory_oracle.json, which the default suite holds the
-replay to) are measured again, on Nemotron-3-Nano and -Super, and moeconf matches them; `moeconf fit` for a 12 GiB GPU (also as
-llama-server with its 4 default slots) gives a command the engine counts within the budget."""
+"""Nemotron-3 (`nemotron_h_moe`) against llama.cpp's own projection (`llama-fit-params -fitp on
+-v`, which allocates nothing) on the sparse full-size layouts of Nano and Super, RPC servers on
+127.0.0.1 as GPUs: the recorded figures (tests/data/nemotron_memory_oracle.json, which the default
+suite holds the replay to) are measured again and moeconf matches them; `moeconf fit` for a 12 GiB
+GPU (also as llama-server with its 4 default slots) gives a command the engine counts within the
+budget."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def test_memory_against_llama_cpp(model: str, line: str, layouts: dict[str, tupl
         assert (theirs[0], theirs[1]) == (row["weights"], row["kv"]) and abs(theirs[2] - row["compute"]) < 0.02
         m = est.devices[dev]
         ours = (m.weights / MiB, m.kv / MiB, m.compute / MiB)
-        RESULTS.append({"model": inv.arch + ("-super" if model == SUPER else ""), "args": line, "device": name, "weights": [ours[0], theirs[0]],
+        arch = inv.arch + ("-super" if model == SUPER else "")
+        RESULTS.append({"model": arch, "args": line, "device": name, "weights": [ours[0], theirs[0]],
                         "kv": [ours[1], theirs[1]], "compute": [ours[2], theirs[2]]})
         if not (-1 <= ours[0] - theirs[0] < 2 and -1 <= ours[1] - theirs[1] < 2
                 and abs(ours[2] - theirs[2]) <= max(16.0, 0.03 * theirs[2])):
