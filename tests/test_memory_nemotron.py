@@ -122,7 +122,6 @@ def test_a_layer_map_from_other_arrays_moves_the_state(nano: Inventory) -> None:
 
 # what the replay was not checked on: refused, naming it
 REFUSED_LINES = {
-    "2rpc -c 32768 -ngl 999 -ts 1,1": "pipeline parallelism",
     "-c 32768 -ngl 999 -fa off": "-fa off",
     "-c 32768 -ngl 999 -nkvo": "-nkvo",
     "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU": "several GPUs and routed experts on the CPU",
