@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from moeconf.memory.replay import CPU, GPU, Graph, _Node, device_runs
+from moeconf.memory.replay import CPU, GPU, Graph, _Node, device_runs, host_layers
 
 if TYPE_CHECKING:
     from moeconf.memory.geometry import Geometry
@@ -131,7 +131,7 @@ def nemotron_graph(s: NemotronShape) -> Graph:
             inp = _after_cpu(g, s, moe_in)
         if inp < 0:  # the previous GPU ran this layer's first norm ("expand GPU down")
             norm = g.input("norm", e * f)
-            res_in = g.input("l_out", e * f)
+            res_in = -1  # copied from the previous GPU where the tail first reads it (`_residual`)
         else:
             norm = g.op(e * f, inp, inplace=True)
             res_in = inp
@@ -229,6 +229,12 @@ def _after_cpu(g: Graph, s: NemotronShape, moe: int) -> int:
     return g.op(e * f, out, g.input("l_out", e * f), inplace=True)
 
 
+def _residual(g: Graph, s: NemotronShape, res_in: int) -> int:
+    """The residual stream a layer's tail adds to: after another GPU's layer, its copy, made where
+    the tail first reads it (the split's inputs are copied in the order its nodes first use them)."""
+    return res_in if res_in >= 0 else g.input("l_out", s.n_embd * 4 * s.n_tokens)
+
+
 def _mamba(g: Graph, s: NemotronShape, cur: int, res_in: int, rows: int, s_copy: int, extra: int, d_in_proj: int,
            chans: int, n_embd_s: int) -> Callable[[], int]:
     T, f, ns = s.n_tokens, 4 * s.n_tokens, s.n_seqs
@@ -251,7 +257,7 @@ def _mamba(g: Graph, s: NemotronShape, cur: int, res_in: int, rows: int, s_copy:
         y = g.op(s.d_inner * f, z, y)  # SWIGLU
         y = g.op(s.d_inner * f, g.op(s.d_inner * f, g.view(y)), inplace=True)  # grouped RMS norm
         o = g.op(s.n_embd * f, g.view(y))  # ssm_out
-        return g.op(s.n_embd * f, o, res_in, inplace=True)
+        return g.op(s.n_embd * f, o, _residual(g, s, res_in), inplace=True)
 
     return tail
 
@@ -278,7 +284,7 @@ def _attention(g: Graph, s: NemotronShape, cur: int, res_in: int,
         if s.rot_v:
             a = g.op(s.n_head * s.head_v * f, g.view(a), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
         o = g.op(s.n_embd * f, g.view(a))  # wo
-        return g.op(s.n_embd * f, o, res_in, inplace=True)
+        return g.op(s.n_embd * f, o, _residual(g, s, res_in), inplace=True)
 
     return tail
 
@@ -291,9 +297,63 @@ def _ffn_tail(g: Graph, s: NemotronShape, cur: int, res_in: int, moe: int) -> Ca
         ffs = s.n_ff_shexp * f
         sh = g.op(ffs, g.op(ffs, g.op(ffs, cur), inplace=True), inplace=True)  # up, ReLU, square
         out = g.op(e * f, out, g.op(e * f, sh), inplace=True)
-        return g.op(e * f, out, res_in, inplace=True)
+        return g.op(e * f, out, _residual(g, s, res_in), inplace=True)
 
     return tail
+
+
+@dataclass(frozen=True)
+class HostShape:
+    """The host's share where several GPUs run the layers and the CPU some routed experts."""
+
+    n_embd: int
+    n_tokens: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    latent: int
+    # per layer: the GPU running it (1, 2, ...), the graph inputs it reads (name, bytes), which of
+    # its routed experts run on the CPU (UP_CPU | DOWN_CPU)
+    layers: tuple[tuple[int, tuple[tuple[str, int], ...], int], ...]
+
+
+def host_graph(s: HostShape) -> Graph:
+    """The host's buffer: the graph inputs (each freed once the last GPU reading it copied it), the
+    token embeddings' rows and the routed experts' CPU splits, as `nemotron_graph` places them
+    (`replay.host_layers` walks the GPUs' splits)."""
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    m = s.latent or s.n_embd
+    used = s.n_expert_used
+    tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4
+    ffe = s.n_ff_exp * used * f
+    for il, gpu, cpu in host_layers(g, s.layers, s.n_embd, T, s.n_embd):
+        if not cpu:
+            continue
+        g.split(CPU)
+        if cpu == UP_CPU | DOWN_CPU:
+            up = g.op(ffe, g.op(ffe, g.op(ffe, g.input(("x", il), m * f), g.input(("topk", il), tk)),
+                                inplace=True), inplace=True)
+            down = g.op(m * used * f, up, g.input(("topk", il), tk))
+            g.split(gpu)
+            g.input(("down", il), m * used * f, down)
+        elif cpu == UP_CPU:
+            up = g.op(ffe, g.input(("x", il), m * f), g.input(("topk", il), tk))
+            g.split(gpu)
+            g.input(("up", il), ffe, up)
+        else:
+            down = g.op(m * used * f, g.input(("act", il), ffe), g.input(("topk", il), tk))
+            g.split(gpu)
+            g.input(("down", il), m * used * f, down)
+    g.finish()
+    return g
+
+
+@lru_cache(maxsize=256)
+def host_peak(s: HostShape) -> int:
+    bufs = max(CPU, *(dev for dev, _, _ in s.layers)) + 1
+    return host_graph(s).peaks(tuple([32] * bufs))[CPU]
 
 
 @lru_cache(maxsize=512)
@@ -383,12 +443,11 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
             why.append("a GPU runs two separate ranges of layers")
         if any(r[0] == "CPU" for r in runs[1:]):
             why.append("the CPU runs layers after a GPU's")
-        if len(gpus) > 1 and any(lay.experts_cpu):
-            # the host's share and the later GPUs' are off by 6.5 and up to 21.75 MiB (measured
-            # -ts 1,1 -ot exps=CPU and --n-cpu-moe 10): not replayed
-            why.append("several GPUs and routed experts on the CPU")
-        if runs[0][0] == "CPU" and any(lay.experts_cpu):
-            why.append("the CPU running the first layers and routed experts of later ones")
+        if runs[0][0] == "CPU" and any(lay.experts_cpu) and FFN not in lay.kinds[:runs[0][2]]:
+            # the host's buffer is the CPU layers' share when they include an FFN layer (its
+            # experts' activations are the larger; measured -ngl 30/40/45/51 with experts on the CPU)
+            why.append("the CPU running the first layers, none of them an FFN layer, and routed experts of "
+                       "later ones")
         if not gpus:
             why.append("no GPU (the CPU runs every layer)")
         from moeconf.memory.classic import output_device
@@ -430,14 +489,44 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
         gpu, host = nemotron_peaks(shape_, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         if head:
             # its share of the graph in its own buffer, plus the unused embeddings input (as
-            # archgraph.cpu_head for the classic MoEs): measured 109.01 MiB, replayed 109.008
-            out["CPU"] = gpu + 4 * n_tokens * geo.n_embd
+            # archgraph.cpu_head for the classic MoEs) and the graph inputs its layers do not read
+            # (allocated first, freed when a GPU copies them): measured 109.01 MiB, replayed 109.008
+            out["CPU"] = gpu + 4 * n_tokens * geo.n_embd + _unread_inputs(shape_, lay.kinds[:end])
             continue
         out[d] = gpu
         if first == 0 and end == len(lay.kinds):
             out["CPU"] = host
     if copies > 1:
         out["CPU"] = _pipeline_host(shape_, lay, copies)
+    elif len([r for r in runs if r[0] != "CPU"]) > 1 and any(lay.experts_cpu):
+        gpu_ids: dict[str, int] = {}
+        layers = []
+        f = 4 * n_tokens
+        for il, (kind, d) in enumerate(zip(lay.kinds, lay.dev_of, strict=True)):
+            gpu_ids.setdefault(d, 0 if not gpu_ids else len(gpu_ids) + 1)  # buffer 1 is the host's
+            if kind == MAMBA:
+                reads: tuple[tuple[str, int], ...] = (("s_copy", 4 * max(1, n_seq)),)
+            elif kind == ATTENTION:
+                reads = (("k_idxs", 8 * n_tokens), ("v_idxs", 8 * n_tokens), ("mask", 2 * f // 4 * cells))
+                reads += tuple((name, 4 * r * r) for name, r in (("k_rot", shape_.rot_k), ("v_rot", shape_.rot_v)) if r)
+            else:
+                reads = ()
+            layers.append((gpu_ids[d], reads, lay.experts_cpu[il]))
+        out["CPU"] = host_peak(HostShape(geo.n_embd, n_tokens, geo.n_expert, geo.n_expert_used, geo.n_ff_exp,
+                                         shape_.latent, tuple(layers)))
+    return out
+
+
+def _unread_inputs(s: NemotronShape, kinds: tuple[str, ...]) -> int:
+    """Bytes of the graph inputs no layer of `kinds` reads (the output's row ids always)."""
+    def a(n: int) -> int:
+        return (n + 31) // 32 * 32
+
+    out = a(4 * s.n_tokens)
+    if MAMBA in s.kinds and MAMBA not in kinds:
+        out += a(4 * s.n_seqs)
+    if ATTENTION in s.kinds and ATTENTION not in kinds:
+        out += a(8 * s.n_tokens) * 2 + a(2 * s.n_tokens * s.n_kv) + sum(a(4 * r * r) for r in (s.rot_k, s.rot_v) if r)
     return out
 
 
