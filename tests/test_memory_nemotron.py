@@ -122,7 +122,6 @@ def test_a_layer_map_from_other_arrays_moves_the_state(nano: Inventory) -> None:
 
 # what the replay was not checked on: refused, naming it
 REFUSED_LINES = {
-    "-c 32768 -ngl 999 -fa off": "-fa off",
     "-c 32768 -ngl 999 -nkvo": "-nkvo",
     "-c 32768 -ngl 52 -ot exps=CPU": "none of them an FFN layer",
 }

@@ -73,6 +73,16 @@ class NemotronShape:
     # pipeline parallelism (GGML_SCHED_MAX_COPIES): each split input and graph input in this many
     # copies, allocated before any node and never freed
     copies: int = 1
+    fa: bool = True  # flash attention; off: the KQ matrix, an f32 mask, V stored transposed
+
+    def attn_inputs(self) -> tuple[tuple[str, int], ...]:
+        """The attention layers' graph inputs in the order they read them: the Hadamard rotations
+        of a quantized cache, the K and V cell indices (V transposed with flash attention off: one
+        index per element), the mask (f16 with flash attention, else f32)."""
+        T = self.n_tokens
+        v_idx = 8 * T * (1 if self.fa else self.n_head_kv * self.head_v)
+        rot = tuple((name, 4 * r * r) for name, r in (("k_rot", self.rot_k), ("v_rot", self.rot_v)) if r)
+        return (*rot, ("k_idxs", 8 * T), ("v_idxs", v_idx), ("mask", (2 if self.fa else 4) * T * self.n_kv))
 
 
 def nemotron_graph(s: NemotronShape) -> Graph:
@@ -275,9 +285,16 @@ def _attention(g: Graph, s: NemotronShape, cur: int, res_in: int,
     k = g.op(hkv * f, cur)
     if s.rot_k:
         k = g.op(hkv * f, g.view(k), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
-    g.op(0, g.view(k), graph_input("k_idxs", 8 * T))
-    g.op(0, g.view(v), graph_input("v_idxs", 8 * T))
-    attn = g.op(s.n_head * s.head_v * f, g.view(q), graph_input("mask", 2 * T * s.n_kv))
+    sizes = dict(s.attn_inputs())
+    g.op(0, g.view(k), graph_input("k_idxs", sizes["k_idxs"]))
+    g.op(0, g.view(v), graph_input("v_idxs", sizes["v_idxs"]))
+    mask = graph_input("mask", sizes["mask"])
+    if s.fa:
+        attn = g.op(s.n_head * s.head_v * f, g.view(q), mask)
+    else:  # build_attn_mha: KQ, its soft_max in place, KQV, the permuted result made contiguous
+        kq = g.op(s.n_kv * T * s.n_head * 4, g.view(q))
+        kq = g.op(s.n_kv * T * s.n_head * 4, kq, mask, inplace=True)
+        attn = g.op(s.n_head * s.head_v * f, g.view(g.op(s.n_head * s.head_v * f, kq)))
 
     def tail() -> int:
         a = attn
@@ -429,8 +446,6 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
 def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pipeline: bool) -> list[str]:
     """Why Nemotron-3's compute is not replayed for this placement and these settings (empty: it is)."""
     why = []
-    if settings.flash_attn == "off":
-        why.append("-fa off (the attention's KQ matrices)")
     if not settings.offload_kqv:
         why.append("-nkvo (the state, the KV cache and their ops in host memory)")
     lay = _layout(placement, geo)
@@ -462,7 +477,7 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
 
 
 def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int,
-                      ctk: str, ctv: str, copies: int = 1) -> dict[str, int]:
+                      ctk: str, ctv: str, copies: int = 1, fa: bool = True) -> dict[str, int]:
     """Each device's compute buffer (the host's too) by the replay, for a placement `unmodelled`
     accepts."""
     from moeconf.memory.recurrent import shape
@@ -485,7 +500,7 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
             d_state=rs.d_state, n_group=rs.n_group, n_ssm_head=rs.n_v_heads, kinds=lay.kinds,
             experts_cpu=lay.experts_cpu, n_tokens=n_tokens, n_kv=cells, n_seqs=max(1, n_seq), first=first,
             last=-1 if end == len(lay.kinds) else end, after_cpu=first > 0 and lay.dev_of[first - 1] == "CPU",
-            rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False), copies=copies)
+            rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False), copies=copies, fa=fa)
         gpu, host = nemotron_peaks(shape_, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         if head:
             # its share of the graph in its own buffer, plus the unused embeddings input (as
@@ -507,8 +522,7 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
             if kind == MAMBA:
                 reads: tuple[tuple[str, int], ...] = (("s_copy", 4 * max(1, n_seq)),)
             elif kind == ATTENTION:
-                reads = (("k_idxs", 8 * n_tokens), ("v_idxs", 8 * n_tokens), ("mask", 2 * f // 4 * cells))
-                reads += tuple((name, 4 * r * r) for name, r in (("k_rot", shape_.rot_k), ("v_rot", shape_.rot_v)) if r)
+                reads = shape_.attn_inputs()
             else:
                 reads = ()
             layers.append((gpu_ids[d], reads, lay.experts_cpu[il]))
@@ -526,7 +540,7 @@ def _unread_inputs(s: NemotronShape, kinds: tuple[str, ...]) -> int:
     if MAMBA in s.kinds and MAMBA not in kinds:
         out += a(4 * s.n_seqs)
     if ATTENTION in s.kinds and ATTENTION not in kinds:
-        out += a(8 * s.n_tokens) * 2 + a(2 * s.n_tokens * s.n_kv) + sum(a(4 * r * r) for r in (s.rot_k, s.rot_v) if r)
+        out += sum(a(n) for _, n in s.attn_inputs())
     return out
 
 
@@ -543,6 +557,5 @@ def _pipeline_host(s: NemotronShape, lay: _Layout, copies: int) -> int:
     if MAMBA in lay.kinds:
         inputs.append(4 * s.n_seqs)
     if ATTENTION in lay.kinds:
-        inputs += [8 * s.n_tokens, 8 * s.n_tokens, 2 * s.n_tokens * s.n_kv]
-        inputs += [4 * r * r for r in (s.rot_k, s.rot_v) if r]
+        inputs += [n for _, n in s.attn_inputs()]
     return copies * sum(a(n) for n in inputs) + a(s.n_embd * f)
