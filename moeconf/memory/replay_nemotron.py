@@ -516,7 +516,6 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
     elif len([r for r in runs if r[0] != "CPU"]) > 1 and any(lay.experts_cpu):
         gpu_ids: dict[str, int] = {}
         layers = []
-        f = 4 * n_tokens
         for il, (kind, d) in enumerate(zip(lay.kinds, lay.dev_of, strict=True)):
             gpu_ids.setdefault(d, 0 if not gpu_ids else len(gpu_ids) + 1)  # buffer 1 is the host's
             if kind == MAMBA:
