@@ -423,8 +423,10 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
     cpu: list[int] = []
     for il, kind in enumerate(kinds):
         devs = home[il]
-        if len(devs) != 1 or None in devs or AUTO_GPU in devs:
-            return f"layer {il}'s tensors are split between devices"
+        if AUTO_GPU in devs:
+            return "layers the engine splits over the GPUs by free memory (give -ts)"
+        if len(devs) != 1 or None in devs:
+            return f"layer {il}'s tensors split between devices"
         d = next(iter(devs))
         assert d is not None
         where = set(routed[il].values())
