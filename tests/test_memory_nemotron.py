@@ -122,7 +122,8 @@ def test_a_layer_map_from_other_arrays_moves_the_state(nano: Inventory) -> None:
 
 # what the replay was not checked on: refused, naming it
 REFUSED_LINES = {
-    "-c 32768 -ngl 999 -nkvo": "-nkvo",
+    "-c 32768 -ngl 999 -nkvo -ot exps=CPU": "-nkvo (the state and the KV cache in host memory) other than",
+    "-c 32768 -ngl 999 -nkvo -fa off": "-nkvo and -fa off",
     "-c 32768 -ngl 52 -ot exps=CPU": "none of them an FFN layer",
 }
 
@@ -132,6 +133,16 @@ def test_what_the_replay_was_not_checked_on_is_refused(nano: Inventory, line: st
     est = _estimate(nano, _args(line))
     assert not est.complete
     assert any(REFUSED_LINES[line] in n and "not modelled for nemotron_h_moe" in n for n in est.notes), est.notes
+
+
+def test_experts_that_differ_per_layer_are_refused(nano: Inventory) -> None:
+    """Nemotron-3 Puzzle gives each layer its own expert width and count (per-layer arrays): the
+    replay takes one of each, so such a file is refused, not replayed with the widest."""
+    md = nano.metadata
+    hp = tuple(sorted((*(kv for kv in md.hparams if kv[0] != "expert_used_count"),
+                       ("expert_used_count", tuple(4 if il % 2 else 6 for il in range(52))))))
+    est = _estimate(dataclasses.replace(nano, metadata=dataclasses.replace(md, hparams=hp)), _args("-ngl 999"))
+    assert not est.complete and any("differ per layer" in n for n in est.notes)
 
 
 def test_the_latent_is_read_not_ignored(layouts: dict[str, Inventory]) -> None:

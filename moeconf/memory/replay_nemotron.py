@@ -74,6 +74,10 @@ class NemotronShape:
     # copies, allocated before any node and never freed
     copies: int = 1
     fa: bool = True  # flash attention; off: the KQ matrix, an f32 mask, V stored transposed
+    # -nkvo: the KV cache and the Mamba-2 state in host memory (one GPU running the whole graph):
+    # bytes of one cell's K and V rows, 0 when the cache is offloaded
+    nkvo_k_row: int = 0
+    nkvo_v_row: int = 0
 
     def attn_inputs(self) -> tuple[tuple[str, int], ...]:
         """The attention layers' graph inputs in the order they read them: the Hadamard rotations
@@ -108,6 +112,11 @@ def nemotron_graph(s: NemotronShape) -> Graph:
             leaves[name] = g.leaf(size, CPU)
         return g.input(name, size, leaves.get(name, -1))
 
+    def leaf(name: str, size: int) -> int:  # a graph input read on the CPU itself (-nkvo)
+        if name not in leaves:
+            leaves[name] = g.leaf(size, CPU)
+        return leaves[name]
+
     if whole:
         tokens = g.leaf(f, CPU)
         g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
@@ -128,7 +137,13 @@ def nemotron_graph(s: NemotronShape) -> Graph:
             moe_in = g.op(m * f, g.view(weighted), g.view(weighted))
             for _ in range(used - 2):
                 moe_in = g.op(m * f, moe_in, g.view(weighted), inplace=True)
-        if kind == MAMBA:  # build_rs: the conv state's rows, the other sequences' (none) copied
+        if kind == MAMBA and s.nkvo_k_row:  # the state in host memory: its rows read on the CPU
+            g.split(CPU)
+            s_copy = leaf("s_copy_main", 4 * ns)
+            rows = g.op(n_embd_r * 4 * ns, s_copy)
+            g.op(0, g.zero(s_copy))
+            g.split(GPU)
+        elif kind == MAMBA:  # build_rs: the conv state's rows, the other sequences' (none) copied
             s_copy = graph_input("s_copy_main", 4 * ns)
             extra = g.zero_input("s_copy_extra")
             rows = g.op(n_embd_r * 4 * ns, s_copy)
@@ -146,8 +161,12 @@ def nemotron_graph(s: NemotronShape) -> Graph:
             norm = g.op(e * f, inp, inplace=True)
             res_in = inp
         cur = g.op(e * f, norm, inplace=True)  # attn_norm
-        if kind == MAMBA:
+        if kind == MAMBA and s.nkvo_k_row:
+            pending = _mamba_nkvo(g, s, il, cur, res_in, rows, s_copy, d_in_proj, chans, n_embd_s)
+        elif kind == MAMBA:
             pending = _mamba(g, s, cur, res_in, rows, s_copy, extra, d_in_proj, chans, n_embd_s)
+        elif kind == ATTENTION and s.nkvo_k_row:
+            pending = _attention_nkvo(g, s, il, cur, res_in, graph_input, leaf)
         elif kind == ATTENTION:
             pending = _attention(g, s, cur, res_in, graph_input)
         else:
@@ -259,6 +278,11 @@ def _mamba(g: Graph, s: NemotronShape, cur: int, res_in: int, rows: int, s_copy:
     scan = g.op((s.d_inner * T + n_embd_s * ns) * 4, g.view(conv), dt, g.view(conv), g.view(conv), s_copy)
     g.op(0, g.zero(extra))  # the other sequences' SSM rows (none)
     g.op(0, g.view(scan))  # the new state copied into the cache
+    return _mamba_tail(g, s, zx, conv, scan, res_in)
+
+
+def _mamba_tail(g: Graph, s: NemotronShape, zx: int, conv: int, scan: int, res_in: int) -> Callable[[], int]:
+    f = 4 * s.n_tokens
 
     def tail() -> int:
         z = g.op(s.d_inner * f, g.view(zx))  # CONT of z
@@ -267,6 +291,70 @@ def _mamba(g: Graph, s: NemotronShape, cur: int, res_in: int, rows: int, s_copy:
         y = g.op(s.d_inner * f, z, y)  # SWIGLU
         y = g.op(s.d_inner * f, g.op(s.d_inner * f, g.view(y)), inplace=True)  # grouped RMS norm
         o = g.op(s.n_embd * f, g.view(y))  # ssm_out
+        return g.op(s.n_embd * f, o, _residual(g, s, res_in), inplace=True)
+
+    return tail
+
+
+def _mamba_nkvo(g: Graph, s: NemotronShape, il: int, cur: int, res_in: int, rows: int, s_copy: int,
+                d_in_proj: int, chans: int, n_embd_s: int) -> Callable[[], int]:
+    """A Mamba-2 layer with its state in host memory (-nkvo): the conv state's rows come from the
+    CPU, the last columns go back to it (a copy of the strided view), the SSM scan runs here on a
+    copy of the whole SSM state (and a second one for the other sequences' empty GET_ROWS), and
+    the new state is copied back. Traced on Nemotron-3-Nano (llama-fit-params -nkvo)."""
+    T, f, ns = s.n_tokens, 4 * s.n_tokens, s.n_seqs
+    zx = g.op(d_in_proj * f, cur)
+    conv_in = g.op((T + (s.d_conv - 1) * ns) * chans * 4,
+                   g.view(g.input(("rows", il), (s.d_conv - 1) * chans * 4 * ns, rows)), g.view(zx))
+    nb1 = (T // ns + s.d_conv - 1) * 4
+    last_cols = 4 + (s.d_conv - 2) * 4 + (chans - 1) * nb1 + (ns - 1) * nb1 * chans  # the view's nbytes
+    g.split(CPU)
+    g.op(0, g.input(("conv_last", il), last_cols, g.view(conv_in)))
+    g.split(GPU)
+    conv = g.op(chans * f, g.op(chans * f, g.op(chans * f, conv_in), inplace=True), inplace=True)
+    dt = g.op(s.n_ssm_head * f, g.op(s.n_ssm_head * f, g.view(zx)), inplace=True)
+    state = g.input(("ssm_state", il), n_embd_s * 4 * ns)
+    scan = g.op((s.d_inner * T + n_embd_s * ns) * 4, state, g.view(conv), dt, g.view(conv), g.view(conv),
+                g.input("s_copy_main", 4 * ns, s_copy))
+    empty = g.zero(g.input(("ssm_state_rows", il), n_embd_s * 4 * ns), g.zero_input("s_copy_extra"))
+    g.split(CPU)
+    empty_copy = g.input(("empty", il), 0, empty)
+    g.zeros.add(empty_copy)
+    g.op(0, empty_copy)
+    g.op(0, g.input(("new_state", il), n_embd_s * 4 * ns, g.view(scan)))
+    g.split(GPU)
+    return _mamba_tail(g, s, zx, conv, scan, res_in)
+
+
+def _attention_nkvo(g: Graph, s: NemotronShape, il: int, cur: int, res_in: int,
+                    graph_input: Callable[[str, int], int], leaf: Callable[[str, int], int]) -> Callable[[], int]:
+    """An attention layer with its KV cache in host memory (-nkvo, flash attention): K and V are
+    copied to the CPU and stored there (SET_ROWS), and the attention runs here on copies of the
+    whole cache's K and V views and of the mask."""
+    T, f = s.n_tokens, 4 * s.n_tokens
+    hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
+    q = g.op(hq * f, cur)
+    if s.rot_k:
+        q = g.op(hq * f, g.view(q), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
+    v = g.op(hv * f, cur)
+    if s.rot_v:
+        v = g.op(hv * f, g.view(v), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
+    k = g.op(hkv * f, cur)
+    if s.rot_k:
+        k = g.op(hkv * f, g.view(k), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
+    kview = g.view(k)
+    g.split(CPU)
+    g.op(0, g.input(("k", il), hkv * f, kview), leaf("k_idxs", 8 * T))
+    g.op(0, g.input(("v", il), hv * f, g.view(v)), leaf("v_idxs", 8 * T))
+    g.split(GPU)
+    attn = g.op(s.n_head * s.head_v * f, g.view(q), g.input(("k_cache", il), s.n_kv * s.nkvo_k_row),
+                g.input(("v_cache", il), s.n_kv * s.nkvo_v_row), graph_input("mask", 2 * T * s.n_kv))
+
+    def tail() -> int:
+        a = attn
+        if s.rot_v:
+            a = g.op(s.n_head * s.head_v * f, g.view(a), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
+        o = g.op(s.n_embd * f, g.view(a))
         return g.op(s.n_embd * f, o, _residual(g, s, res_in), inplace=True)
 
     return tail
@@ -419,6 +507,12 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
             routed[t.layer][t.base] = placement.devices[t.name]
         else:
             home[t.layer].add(placement.devices[t.name])
+    md = inv.metadata
+    if any(isinstance(md.hparam(k), tuple) for k in ("expert_used_count", "expert_feed_forward_length")) or len(
+            {t.shape for t in inv.tensors if t.base == "ffn_up_exps"}) > 1:
+        return "experts that differ per layer (Nemotron-3 Puzzle's per-layer expert widths and counts)"
+    if (md.expert_used_count or 0) < 2:
+        return "fewer than two routed experts per token"
     dev_of: list[str] = []
     cpu: list[int] = []
     for il, kind in enumerate(kinds):
@@ -448,8 +542,8 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
 def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pipeline: bool) -> list[str]:
     """Why Nemotron-3's compute is not replayed for this placement and these settings (empty: it is)."""
     why = []
-    if not settings.offload_kqv:
-        why.append("-nkvo (the state, the KV cache and their ops in host memory)")
+    if not settings.offload_kqv and settings.flash_attn == "off":
+        why.append("-nkvo and -fa off together")
     lay = _layout(placement, geo)
     if isinstance(lay, str):
         why.append(lay)
@@ -472,6 +566,9 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
             why.append("the output on another device than the last layer")
         if placement.devices.get("token_embd.weight") not in ("CPU", None):
             why.append("token_embd on a GPU")
+        if not settings.offload_kqv and (len(runs) != 1 or runs[0][0] == "CPU" or any(lay.experts_cpu)):
+            why.append("-nkvo (the state and the KV cache in host memory) other than one GPU running every layer "
+                       "and its routed experts")
     if not why:
         return []
     return [f"memory is not modelled for nemotron_h_moe with {w}: Nemotron-3's compute is replayed only for the "
@@ -479,7 +576,7 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
 
 
 def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int,
-                      ctk: str, ctv: str, copies: int = 1, fa: bool = True) -> dict[str, int]:
+                      ctk: str, ctv: str, copies: int = 1, fa: bool = True, offload_kqv: bool = True) -> dict[str, int]:
     """Each device's compute buffer (the host's too) by the replay, for a placement `unmodelled`
     accepts."""
     from moeconf.memory.recurrent import shape
@@ -492,6 +589,15 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
     n_head, n_head_kv, head_k, head_v = attn[0].n_head, attn[0].n_head_kv, attn[0].head_k, attn[0].head_v
     latent = placement.inventory.metadata.hparam("moe_latent_size")
     runs = device_runs(lay.dev_of)
+    k_row = v_row = 0
+    if not offload_kqv:  # the cache's rows in host memory, copied whole (memory/settings.py cache types)
+        from moeconf.memory.settings import CACHE_TYPES
+
+        def row(cache_type: str, n: int) -> int:
+            size, block = CACHE_TYPES[cache_type]
+            return (n + block - 1) // block * size
+
+        k_row, v_row = row(ctk, n_head_kv * head_k), row(ctv, n_head_kv * head_v)
     out: dict[str, int] = {}
     for d, first, end in runs:
         head = d == "CPU"  # the CPU running the first layers (partial -ngl)
@@ -502,7 +608,8 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
             d_state=rs.d_state, n_group=rs.n_group, n_ssm_head=rs.n_v_heads, kinds=lay.kinds,
             experts_cpu=lay.experts_cpu, n_tokens=n_tokens, n_kv=cells, n_seqs=max(1, n_seq), first=first,
             last=-1 if end == len(lay.kinds) else end, after_cpu=first > 0 and lay.dev_of[first - 1] == "CPU",
-            rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False), copies=copies, fa=fa)
+            rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False), copies=copies, fa=fa,
+            nkvo_k_row=k_row, nkvo_v_row=v_row)
         gpu, host = nemotron_peaks(shape_, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         if head:
             # its share of the graph in its own buffer, plus the unused embeddings input (as
