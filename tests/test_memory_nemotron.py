@@ -125,6 +125,7 @@ REFUSED_LINES = {
     "-c 32768 -ngl 999 -nkvo -ot exps=CPU": "-nkvo (the state and the KV cache in host memory) other than",
     "-c 32768 -ngl 999 -nkvo -fa off": "-nkvo and -fa off",
     "-c 32768 -ngl 52 -ot exps=CPU": "none of them an FFN layer",
+    "2rpc -c 65536 -ngl 40 -ts 1,1 -ot exps=CPU": "the CPU running the first layers, several GPUs and routed",
 }
 
 

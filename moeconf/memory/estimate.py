@@ -486,7 +486,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # --- Nemotron-3: every device's compute by the replay (memory/replay_nemotron.py) ---
     if inv.arch in rec.MAMBA2:
         compute.update(replay_nemotron.replayed_nemotron(placement, geo, T, cells, n_seq, ctk, ctv, copies, fa,
-                                                         settings.offload_kqv))
+                                                         settings.offload_kqv, n_stream))
     # flash attention off: the host's share is the same graph with f32 masks
     if replay and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
         host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells, mask_el=4)

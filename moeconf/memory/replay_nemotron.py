@@ -14,10 +14,11 @@ layer's residual add) is walked only by the next expand, so a Mamba-2 layer's fi
 conv state's rows and the empty copy of the other sequences' rows, `build_rs`) come before the
 previous layer's tail. Checked node by node against an instrumented ggml-alloc of the pinned build.
 
-The replay covers what it was checked on: one GPU running every layer and the output, or a range
-of layers after the CPU's (partial `-ngl`) or another GPU's, routed experts there or on the CPU
-(up and down together), flash attention, the KV cache offloaded. `unmodelled` names what else a
-placement asks for; the estimate then refuses rather than guess."""
+The replay covers what it was checked on (docs/memory-architectures.md, "Nemotron-3"): one or
+several GPUs, the CPU running the first layers, routed experts on the CPU (up and down together
+or either alone), pipeline parallelism, flash attention on or off, `-nkvo` on one GPU.
+`unmodelled` names what else a placement or setting asks for; the estimate then refuses rather
+than guess."""
 
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ class NemotronShape:
     # bytes of one cell's K and V rows, 0 when the cache is offloaded
     nkvo_k_row: int = 0
     nkvo_v_row: int = 0
+    n_stream: int = 1  # KV streams (-np without a unified cache): -nkvo copies every stream's view
 
     def attn_inputs(self) -> tuple[tuple[str, int], ...]:
         """The attention layers' graph inputs in the order they read them: the Hadamard rotations
@@ -347,8 +349,9 @@ def _attention_nkvo(g: Graph, s: NemotronShape, il: int, cur: int, res_in: int,
     g.op(0, g.input(("k", il), hkv * f, kview), leaf("k_idxs", 8 * T))
     g.op(0, g.input(("v", il), hv * f, g.view(v)), leaf("v_idxs", 8 * T))
     g.split(GPU)
-    attn = g.op(s.n_head * s.head_v * f, g.view(q), g.input(("k_cache", il), s.n_kv * s.nkvo_k_row),
-                g.input(("v_cache", il), s.n_kv * s.nkvo_v_row), graph_input("mask", 2 * T * s.n_kv))
+    cells = s.n_kv * s.n_stream
+    attn = g.op(s.n_head * s.head_v * f, g.view(q), g.input(("k_cache", il), cells * s.nkvo_k_row),
+                g.input(("v_cache", il), cells * s.nkvo_v_row), graph_input("mask", 2 * T * s.n_kv))
 
     def tail() -> int:
         a = attn
@@ -554,6 +557,11 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
             why.append("a GPU runs two separate ranges of layers")
         if any(r[0] == "CPU" for r in runs[1:]):
             why.append("the CPU runs layers after a GPU's")
+        if runs[0][0] == "CPU" and len(gpus) > 1 and any(lay.experts_cpu):
+            # the later GPUs' graph inputs stay in host memory across the first GPU's expert splits:
+            # Nemotron-3-Super -ngl 60 -ts 1,1 -ot exps=CPU -ctk/-ctv q8_0 measured 263.59 MiB, the
+            # CPU layers' share 234.59 (not replayed)
+            why.append("the CPU running the first layers, several GPUs and routed experts on the CPU")
         if runs[0][0] == "CPU" and any(lay.experts_cpu) and FFN not in lay.kinds[:runs[0][2]]:
             # the host's buffer is the CPU layers' share when they include an FFN layer (its
             # experts' activations are the larger; measured -ngl 30/40/45/51 with experts on the CPU)
@@ -576,7 +584,8 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
 
 
 def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int,
-                      ctk: str, ctv: str, copies: int = 1, fa: bool = True, offload_kqv: bool = True) -> dict[str, int]:
+                      ctk: str, ctv: str, copies: int = 1, fa: bool = True, offload_kqv: bool = True,
+                      n_stream: int = 1) -> dict[str, int]:
     """Each device's compute buffer (the host's too) by the replay, for a placement `unmodelled`
     accepts."""
     from moeconf.memory.recurrent import shape
@@ -609,7 +618,7 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
             experts_cpu=lay.experts_cpu, n_tokens=n_tokens, n_kv=cells, n_seqs=max(1, n_seq), first=first,
             last=-1 if end == len(lay.kinds) else end, after_cpu=first > 0 and lay.dev_of[first - 1] == "CPU",
             rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False), copies=copies, fa=fa,
-            nkvo_k_row=k_row, nkvo_v_row=v_row)
+            nkvo_k_row=k_row, nkvo_v_row=v_row, n_stream=n_stream)
         gpu, host = nemotron_peaks(shape_, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         if head:
             # its share of the graph in its own buffer, plus the unused embeddings input (as
