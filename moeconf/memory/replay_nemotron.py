@@ -631,7 +631,7 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
             out["CPU"] = host
     if copies > 1:
         out["CPU"] = _pipeline_host(shape_, lay, copies)
-    elif len([r for r in runs if r[0] != "CPU"]) > 1 and any(lay.experts_cpu):
+    elif len(runs) > 1 and runs[0][0] != "CPU":  # several GPUs: the host's share by replay.host_layers
         gpu_ids: dict[str, int] = {}
         layers = []
         for il, (kind, d) in enumerate(zip(lay.kinds, lay.dev_of, strict=True)):
