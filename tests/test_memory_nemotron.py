@@ -122,7 +122,8 @@ def test_a_layer_map_from_other_arrays_moves_the_state(nano: Inventory) -> None:
 
 # what the replay was not checked on: refused, naming it
 REFUSED_LINES = {
-    "-c 32768 -ngl 999 -nkvo -ot exps=CPU": "-nkvo (the state and the KV cache in host memory) other than",
+    "-c 32768 -ngl 999 -nkvo -ot exps=CPU": "-nkvo (the state and the KV cache in host memory) with the CPU",
+    "-c 32768 -ngl 30 -nkvo": "-nkvo (the state and the KV cache in host memory) with the CPU",
     "-c 32768 -ngl 999 -nkvo -fa off": "-nkvo and -fa off",
     "-c 32768 -ngl 52 -ot exps=CPU": "none of them an FFN layer",
     "2rpc -c 65536 -ngl 40 -ts 1,1 -ot exps=CPU": "the CPU running the first layers, several GPUs and routed",

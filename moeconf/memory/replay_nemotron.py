@@ -16,7 +16,8 @@ previous layer's tail. Checked node by node against an instrumented ggml-alloc o
 
 The replay covers what it was checked on (docs/memory-architectures.md, "Nemotron-3"): one or
 several GPUs, the CPU running the first layers, routed experts on the CPU (up and down together
-or either alone), pipeline parallelism, flash attention on or off, `-nkvo` on one GPU.
+or either alone), pipeline parallelism, flash attention on or off, `-nkvo` on GPUs running every
+layer and expert.
 `unmodelled` names what else a placement or setting asks for; the estimate then refuses rather
 than guess."""
 
@@ -458,6 +459,82 @@ def host_graph(s: HostShape) -> Graph:
     return g
 
 
+@dataclass(frozen=True)
+class NkvoHostShape:
+    """The host's share with -nkvo where several GPUs run the layers: per layer (its GPU 1, 2,
+    ..., its kind) and the graph's sizes."""
+
+    shape: NemotronShape
+    layers: tuple[tuple[int, str], ...]
+
+
+def nkvo_host_graph(h: NkvoHostShape) -> Graph:
+    """The host's buffer with the state and the KV cache in host memory (as `_mamba_nkvo` and
+    `_attention_nkvo` place the ops): the graph inputs, the embeddings' rows, per Mamba-2 layer
+    the conv state's rows (kept until its GPU copied them), the copy of the conv input's last
+    columns and of the new SSM state (each freed once stored), per attention layer the copies
+    of K and V stored by SET_ROWS (reading the K and V indices here, never copied)."""
+    s = h.shape
+    g = Graph()
+    T, f, e, ns = s.n_tokens, 4 * s.n_tokens, s.n_embd, s.n_seqs
+    chans = s.d_inner + 2 * s.n_group * s.d_state
+    rows_bytes = (s.d_conv - 1) * chans * 4 * ns
+    nb1 = (T // ns + s.d_conv - 1) * 4
+    last_cols = 4 + (s.d_conv - 2) * 4 + (chans - 1) * nb1 + (ns - 1) * nb1 * chans
+    kinds = [k for _, k in h.layers]
+    tokens = g.leaf(f, CPU)
+    g.leaf(e * f, CPU)  # the embeddings input, unused with token ids
+    sizes = dict(s.attn_inputs())
+    leaves = {name: g.leaf(size, CPU) for name, size in (
+        ("s_copy", 4 * ns if MAMBA in kinds else 0), ("k_idxs", sizes["k_idxs"]), ("v_idxs", sizes["v_idxs"]),
+        ("mask", sizes["mask"]), ("out_ids", f)) if size and (ATTENTION in kinds or name in ("s_copy", "out_ids"))}
+    rots = [(name, n) for name, n in s.attn_inputs() if name.endswith("_rot")]
+    for name, n in rots:
+        leaves[name] = g.leaf(n, CPU)
+    g.split(CPU)
+    embd = g.op(e * f, tokens)
+    gpu = -1
+    for il, (dev, kind) in enumerate(h.layers):
+        rows = -1
+        if kind == MAMBA:
+            g.split(CPU)
+            rows = g.op(rows_bytes, leaves["s_copy"])
+            g.op(0, g.zero(leaves["s_copy"]))
+        g.split(dev)
+        if dev != gpu:
+            gpu = dev
+            g.input("embd" if il == 0 else ("l_out", il), e * f, embd if il == 0 else -1)
+        if kind == MAMBA:
+            g.input(("rows", il), rows_bytes, rows)
+            g.split(CPU)
+            g.op(0, g.input(("conv_last", il), last_cols))
+            g.split(dev)
+            g.input("s_copy", 4 * ns, leaves["s_copy"])
+            g.split(CPU)
+            empty = g.input(("empty", il), 0)
+            g.zeros.add(empty)
+            g.op(0, empty)
+            g.op(0, g.input(("new_state", il), s.d_state * s.d_inner * 4 * ns))
+            g.split(dev)
+        elif kind == ATTENTION:
+            for name, n in rots:
+                g.input(name, n, leaves[name])
+            g.split(CPU)
+            g.op(0, g.input(("k", il), s.n_head_kv * s.head_k * f), leaves["k_idxs"])
+            g.op(0, g.input(("v", il), s.n_head_kv * s.head_v * f), leaves["v_idxs"])
+            g.split(dev)
+            g.input("mask", sizes["mask"], leaves["mask"])
+    g.input("out_ids", f, leaves["out_ids"])
+    g.finish()
+    return g
+
+
+@lru_cache(maxsize=64)
+def nkvo_host_peak(h: NkvoHostShape) -> int:
+    bufs = max(CPU, *(dev for dev, _ in h.layers)) + 1
+    return nkvo_host_graph(h).peaks(tuple([32] * bufs))[CPU]
+
+
 @lru_cache(maxsize=256)
 def host_peak(s: HostShape) -> int:
     bufs = max(CPU, *(dev for dev, _, _ in s.layers)) + 1
@@ -574,9 +651,9 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
             why.append("the output on another device than the last layer")
         if placement.devices.get("token_embd.weight") not in ("CPU", None):
             why.append("token_embd on a GPU")
-        if not settings.offload_kqv and (len(runs) != 1 or runs[0][0] == "CPU" or any(lay.experts_cpu)):
-            why.append("-nkvo (the state and the KV cache in host memory) other than one GPU running every layer "
-                       "and its routed experts")
+        if not settings.offload_kqv and (runs[0][0] == "CPU" or any(lay.experts_cpu)):
+            why.append("-nkvo (the state and the KV cache in host memory) with the CPU running layers or routed "
+                       "experts")
     if not why:
         return []
     return [f"memory is not modelled for nemotron_h_moe with {w}: Nemotron-3's compute is replayed only for the "
@@ -631,6 +708,12 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
             out["CPU"] = host
     if copies > 1:
         out["CPU"] = _pipeline_host(shape_, lay, copies)
+    elif len(runs) > 1 and runs[0][0] != "CPU" and k_row:  # several GPUs, -nkvo
+        ids: dict[str, int] = {}
+        for d in lay.dev_of:
+            ids.setdefault(d, 0 if not ids else len(ids) + 1)  # buffer 1 is the host's
+        out["CPU"] = nkvo_host_peak(NkvoHostShape(shape_, tuple((ids[d], k) for d, k in zip(
+            lay.dev_of, lay.kinds, strict=True))))
     elif len(runs) > 1 and runs[0][0] != "CPU":  # several GPUs: the host's share by replay.host_layers
         gpu_ids: dict[str, int] = {}
         layers = []
