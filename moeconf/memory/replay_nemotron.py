@@ -81,6 +81,7 @@ class NemotronShape:
     nkvo_k_row: int = 0
     nkvo_v_row: int = 0
     n_stream: int = 1  # KV streams (-np without a unified cache): -nkvo copies every stream's view
+    n_outputs: int = 0  # the rows the output computes (0: n_tokens)
 
     def attn_inputs(self) -> tuple[tuple[str, int], ...]:
         """The attention layers' graph inputs in the order they read them: the Hadamard rotations
@@ -215,9 +216,10 @@ def nemotron_graph(s: NemotronShape) -> Graph:
     assert pending is not None
     out = pending()
     if last == n_layer:
+        fo = 4 * (s.n_outputs or T)
         x = g.op(e * f, g.op(e * f, out, inplace=True), inplace=True, output=True)  # output norm (t_h_nextn)
-        rows_out = g.op(e * f, x, graph_input("out_ids", f))
-        g.op(s.n_vocab * f, rows_out, output=True)
+        rows_out = g.op(e * fo, x, graph_input("out_ids", fo))
+        g.op(s.n_vocab * fo, rows_out, output=True)
     else:
         g.op(0, g.op(e * f, out))  # the next GPU's first norm runs here; it copies it and the residual
         g.op(0, out)
@@ -668,6 +670,11 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
     from moeconf.memory.recurrent import shape
     from moeconf.memory.replay_hybrid import rotation
 
+    # the worst-case ubatch holds n_seq equal sequences of ceil(n_tokens / n_seq) tokens
+    # (llama-context.cpp graph_reserve; measured: -ub 512 -np 3 builds 513 tokens), the output
+    # the ubatch's n_tokens rows
+    n_outputs = n_tokens
+    n_tokens = -(-n_tokens // max(1, n_seq)) * max(1, n_seq)
     lay = _layout(placement, geo)
     rs = shape(placement.inventory)
     assert not isinstance(lay, str) and rs is not None
@@ -695,7 +702,7 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
             experts_cpu=lay.experts_cpu, n_tokens=n_tokens, n_kv=cells, n_seqs=max(1, n_seq), first=first,
             last=-1 if end == len(lay.kinds) else end, after_cpu=first > 0 and lay.dev_of[first - 1] == "CPU",
             rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False), copies=copies, fa=fa,
-            nkvo_k_row=k_row, nkvo_v_row=v_row, n_stream=n_stream)
+            nkvo_k_row=k_row, nkvo_v_row=v_row, n_stream=n_stream, n_outputs=n_outputs)
         gpu, host = nemotron_peaks(shape_, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         if head:
             # its share of the graph in its own buffer, plus the unused embeddings input (as
