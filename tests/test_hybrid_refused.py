@@ -1,5 +1,5 @@
-"""Hybrid MoEs whose memory moeconf refuses (memory/recurrent.py NOT_MODELLED): Nemotron-3-Nano
-(`nemotron_h_moe`), Kimi-Linear (`kimi-linear`) and GLM-5.3-Flash (`glm5-next`), as sparse
+"""Hybrid MoEs whose memory moeconf refuses (memory/recurrent.py NOT_MODELLED): Kimi-Linear
+(`kimi-linear`) and GLM-5.3-Flash (`glm5-next`), as sparse
 full-size layouts of the real models (moeconf/fixtures/layouts_hybrid.py) that the pinned
 llama.cpp loads (their placement is compared with its log in tests/engine/test_hybrid_placement.py).
 
@@ -25,7 +25,6 @@ from moeconf.model.load import load_inventory
 
 # layout -> (architecture, what the refusal must name)
 REFUSED = {
-    "nemotron-3-nano-30b-a3b": ("nemotron_h_moe", "Mamba-2"),
     "kimi-linear-48b-a3b": ("kimi-linear", "KDA"),
     "glm-5.3-flash": ("glm5-next", "indexer"),
 }

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import moeconf.memory.families as setting_families
 import moeconf.memory.recurrent as rec
+import moeconf.memory.replay_nemotron as replay_nemotron
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
@@ -234,6 +235,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         geo = geometry(inv)
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
+    # --- Nemotron-3: compute only where the replay covers it (memory/replay_nemotron.py) ---
+    if not why and inv.arch in rec.MAMBA2:
+        why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
     # setting families whose compute is not modelled (memory/families.py)
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
@@ -464,7 +468,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             peak = max(peak, copies * (masks + f4 * e_inp) + f4 * e)
         compute[d] = peak
     # the hybrids' replay takes any number of sequences (streams or a unified cache)
-    hybrid = rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
+    hybrid = (rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
+              and inv.arch not in rec.MAMBA2)
     if hybrid:
         compute.update(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq))
         host = replayed_hybrid_host(placement, geo, out_dev, T, cells, n_seq)
@@ -480,6 +485,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                                                                 ctk=ctk, ctv=ctv)
         if host is not None:
             compute[HOST] = host
+    # --- Nemotron-3: every device's compute by the replay (memory/replay_nemotron.py) ---
+    if inv.arch in rec.MAMBA2:
+        compute.update(replay_nemotron.replayed_nemotron(placement, geo, T, cells, n_seq, ctk, ctv, copies, fa,
+                                                         settings.offload_kqv, n_stream))
     # flash attention off: the host's share is the same graph with f32 masks
     if replay and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
         host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells, mask_el=4)

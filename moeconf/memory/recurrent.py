@@ -32,6 +32,11 @@ from moeconf.model.inventory import Inventory
 
 # architectures whose recurrent layers are gated delta-net layers laid out as above
 GATED_DELTA_NET = frozenset({"qwen35moe", "qwen3next"})
+# Nemotron-3: Mamba-2 layers (src/models/mamba-base.cpp `build_mamba2_layer`); the same conv state
+# width and an SSM state of ssm.state_size x ssm.inner_size (src/llama-hparams.cpp `n_embd_r`,
+# `n_embd_s`); a layer is recurrent iff its per-layer attention.head_count_kv and
+# feed_forward_length are both 0 (src/models/nemotron-h.cpp `load_arch_hparams`); memory/replay_nemotron.py
+MAMBA2 = frozenset({"nemotron_h_moe"})
 
 # the `{arch}.*` keys this module reads (moeconf.memory.support lists them as modelled)
 KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
@@ -71,7 +76,7 @@ def _int(inv: Inventory, key: str) -> int | None:
 
 def shape(inv: Inventory) -> RecurrentShape | None:
     """The recurrent layers' dimensions, None when the architecture has none modelled here."""
-    if inv.arch not in GATED_DELTA_NET:
+    if inv.arch not in GATED_DELTA_NET | MAMBA2:
         return None
     vals = [_int(inv, k) for k in ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count",
                                    "ssm.time_step_rank")]
@@ -83,6 +88,12 @@ def shape(inv: Inventory) -> RecurrentShape | None:
 
 def recurrent_layers(inv: Inventory) -> frozenset[int]:
     """The trunk layers the engine marks recurrent (see the module's notes)."""
+    if inv.arch in MAMBA2:
+        kv, ff = inv.metadata.head_count_kv, inv.metadata.hparam("feed_forward_length")
+        n = inv.metadata.block_count
+        kv_of = kv if isinstance(kv, tuple) else (kv,) * n
+        ff_of = ff if isinstance(ff, tuple) else (ff,) * n
+        return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
     if inv.arch not in GATED_DELTA_NET:
         return frozenset()
     md = inv.metadata
@@ -121,12 +132,6 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
 # Hybrid recurrent MoEs the pinned llama.cpp loads whose memory is NOT modelled, and what is
 # missing (support.unmodelled names it; tests/engine/memory_table.py lists them as refused)
 NOT_MODELLED: dict[str, str] = {
-    "nemotron_h_moe": (
-        "Nemotron-3's Mamba-2 layers keep a per-sequence F32 conv + SSM state (src/llama-hparams.cpp n_embd_r, "
-        "n_embd_s) and only layers with no FFN are attention or recurrent (create_memory's filters on n_ff); its "
-        "routed experts have no gate and run in a latent (ffn_latent_down/up); the SSM scan and the latent "
-        "experts' compute buffers are not replayed (llama.cpp 0.3.36 on Nemotron-3-Nano at -c 32768: attention KV "
-        "192 MiB on 6 layers, state 47.6 MiB per sequence)"),
     "kimi-linear": (
         "Kimi-Linear's KDA layers keep a per-sequence F32 state (3 conv states of (d_conv - 1) x heads x "
         "kda.head_dim, and heads x head_dim^2) beside MLA attention layers; the KDA scan's compute is not replayed "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import moeconf.memory.recurrent as _recurrent
+import moeconf.memory.replay_nemotron as _replay_nemotron
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
 from moeconf.model.inventory import Inventory
 
@@ -88,6 +89,9 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     "qwen35moe": ArchMemory(_RECURRENT | {"nextn_predict_layers"}, _MAINLINE,
                             _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)"),
     "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
+    # Nemotron-3: Mamba-2 state, attention KV, compute by memory/replay_nemotron.py (llama.cpp only)
+    "nemotron_h_moe": ArchMemory(_RECURRENT | _replay_nemotron.KEYS, _MAINLINE,
+                                 _CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
     # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds

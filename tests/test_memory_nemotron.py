@@ -1,0 +1,191 @@
+"""Nemotron-3 (`nemotron_h_moe`): attention KV on the 6 attention layers only, the Mamba-2 state
+per sequence on the 23 recurrent layers, nothing on the FFN-only layers, and compute by the
+node-by-node replay (moeconf/memory/replay_nemotron.py), held to figures llama.cpp's own
+projection (`llama-fit-params -fitp on`, RPC devices) printed for the sparse full-size layout of
+Nemotron-3-Nano-30B-A3B (tests/data/nemotron_memory_oracle.json; the engine suite re-measures them:
+tests/engine/test_memory_nemotron.py). Placements and settings the replay was not checked on are
+refused, naming what is missing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from moeconf.engines import engine
+from moeconf.explanation import explain
+from moeconf.fixtures.layouts import LAYOUTS
+from moeconf.fixtures.layouts_hybrid import NemotronLayout
+from moeconf.fixtures.writer import write_layout
+from moeconf.memory import read_settings
+from moeconf.memory import recurrent as rec
+from moeconf.memory import replay_nemotron as rn
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
+from moeconf.sizing import estimate_explained
+
+DATA = Path(__file__).resolve().parent / "data" / "nemotron_memory_oracle.json"
+MiB = 1024 * 1024
+RECORDED = json.loads(DATA.read_text())
+EPS: list[str] = RECORDED["endpoints"]
+LINES = sorted({(r["model"], r["args"]) for r in RECORDED["rows"]})
+NANO = "nemotron-3-nano-30b-a3b"
+SUPER = "nemotron-3-super-120b-a12b"
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
+    folder = tmp_path_factory.mktemp("nemotron")
+    out = {}
+    for key in (NANO, SUPER):
+        write_layout(LAYOUTS[key], folder / f"{key}.gguf")
+        out[key] = load_inventory(folder / f"{key}.gguf")
+    return out
+
+
+@pytest.fixture(scope="module")
+def nano(layouts: dict[str, Inventory]) -> Inventory:
+    return layouts[NANO]
+
+
+def _args(line: str) -> list[str]:
+    words = shlex.split(line)
+    n = 2 if "2rpc" in words else 1
+    return ["--rpc", ",".join(EPS[:n]), "-fit", "off", *[w for w in words if w != "2rpc"]]
+
+
+def _estimate(inv: Inventory, argv: list[str]):  # type: ignore[no-untyped-def]
+    e = engine("llama.cpp")
+    ex = explain(inv, e, argv, gpus=[])
+    return estimate_explained(ex, read_settings(argv, e))
+
+
+def _device(name: str) -> str:
+    return "CPU" if name == "host" else f"RPC0[{EPS[int(name[3:])]}]"
+
+
+@pytest.mark.parametrize(("model", "line"), LINES, ids=[f"{m}:{line}" for m, line in LINES])
+def test_memory_matches_the_recorded_engine_figures(layouts: dict[str, Inventory], model: str, line: str) -> None:
+    est = _estimate(layouts[model], _args(line))
+    assert est.complete, est.notes
+    bad = []
+    for row in (r for r in RECORDED["rows"] if r["model"] == model and r["args"] == line):
+        m = est.devices[_device(row["device"])]
+        ours = {"weights": m.weights / MiB, "kv": m.kv / MiB, "compute": m.compute / MiB}
+        for term in ("weights", "kv"):
+            # the engine floors each buffer to whole MiB (the KV and the state are two buffers)
+            if not -1.0 <= ours[term] - row[term] < 2.0:
+                bad.append((row["device"], term, ours[term], row[term]))
+        tol = 0.05 if row["exact"] else max(16.0, 0.03 * row["compute"])
+        if abs(ours["compute"] - row["compute"]) > tol:
+            bad.append((row["device"], "compute", ours["compute"], row["compute"]))
+    assert not bad
+
+
+def test_the_recorded_figures_cover_the_lines_asked_for() -> None:
+    for model in (NANO, SUPER):
+        assert {"-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0", "-c 131072 -ngl 999 -ub 2048",
+                "-c 32768 -ngl 999 -ot exps=CPU", "-c 32768 -ngl 999 --n-cpu-moe 20", "-c 32768 -ngl 30",
+                "-c 32768 -ngl 999 -np 4", "2rpc -c 32768 -ngl 40 -ts 1,1"} <= {a for m, a in LINES if m == model}
+    assert all(r["exact"] for r in RECORDED["rows"])
+
+
+def test_layer_map_and_state_are_the_loaders(nano: Inventory) -> None:
+    """23 Mamba-2 layers (head_count_kv and feed_forward_length both 0), 6 attention layers
+    (feed_forward_length 0), 23 FFN layers; the state is F32 (conv (d_conv - 1) x (d_inner + 2
+    n_group d_state) + SSM d_state x d_inner) per sequence: 47.6 MiB; the KV 192 MiB at 32k
+    (6 layers x 2 heads x 128, K+V f16), q8_0 102 MiB; -np 4 keeps the KV and gives four states."""
+    lay = LAYOUTS[NANO]
+    assert isinstance(lay, NemotronLayout)
+    assert rec.recurrent_layers(nano) == frozenset(il for il in range(52) if lay.kind(il) == "recurrent")
+    kinds = rn.layer_kinds(explain(nano, engine("llama.cpp"), _args("-ngl 999"), gpus=[]).placement)
+    assert kinds == tuple({"M": rn.MAMBA, "*": rn.ATTENTION, "E": rn.FFN}[c] for c in lay.pattern)
+    rs = rec.shape(nano)
+    assert rs is not None and round(23 * rs.state_bytes(1) / MiB, 1) == 47.6
+    gpu = f"RPC0[{EPS[0]}]"
+    state = 23 * rs.state_bytes(1)
+    assert _estimate(nano, _args("-c 32768 -ngl 999")).devices[gpu].kv == 192 * MiB + state
+    assert _estimate(nano, _args("-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0")).devices[gpu].kv == 102 * MiB + state
+    assert _estimate(nano, _args("-c 32768 -ngl 999 -np 4")).devices[gpu].kv == 192 * MiB + 4 * state
+
+
+def test_a_layer_map_from_other_arrays_moves_the_state(nano: Inventory) -> None:
+    """The map is read from the per-layer arrays, not from the layout: an attention layer whose
+    head_count_kv reads 0 becomes a Mamba-2 layer (state, no KV)."""
+    md = nano.metadata
+    assert isinstance(md.head_count_kv, tuple)
+    kv = tuple(0 if il == 5 else v for il, v in enumerate(md.head_count_kv))
+    alt = dataclasses.replace(nano, metadata=dataclasses.replace(md, head_count_kv=kv))
+    assert 5 in rec.recurrent_layers(alt) and 5 not in rec.recurrent_layers(nano)
+
+
+# what the replay was not checked on: refused, naming it
+REFUSED_LINES = {
+    "-c 32768 -ngl 999 -nkvo -ot exps=CPU": "-nkvo (the state and the KV cache in host memory) with the CPU",
+    "-c 32768 -ngl 30 -nkvo": "-nkvo (the state and the KV cache in host memory) with the CPU",
+    "-c 32768 -ngl 999 -nkvo -fa off": "-nkvo and -fa off",
+    "-c 32768 -ngl 52 -ot exps=CPU": "none of them an FFN layer",
+    "2rpc -c 65536 -ngl 40 -ts 1,1 -ot exps=CPU": "the CPU running the first layers, several GPUs and routed",
+}
+
+
+@pytest.mark.parametrize("line", sorted(REFUSED_LINES))
+def test_what_the_replay_was_not_checked_on_is_refused(nano: Inventory, line: str) -> None:
+    est = _estimate(nano, _args(line))
+    assert not est.complete
+    assert any(REFUSED_LINES[line] in n and "not modelled for nemotron_h_moe" in n for n in est.notes), est.notes
+
+
+def test_experts_that_differ_per_layer_are_refused(nano: Inventory) -> None:
+    """Nemotron-3 Puzzle gives each layer its own expert width and count (per-layer arrays): the
+    replay takes one of each, so such a file is refused, not replayed with the widest."""
+    md = nano.metadata
+    hp = tuple(sorted((*(kv for kv in md.hparams if kv[0] != "expert_used_count"),
+                       ("expert_used_count", tuple(4 if il % 2 else 6 for il in range(52))))))
+    est = _estimate(dataclasses.replace(nano, metadata=dataclasses.replace(md, hparams=hp)), _args("-ngl 999"))
+    assert not est.complete and any("differ per layer" in n for n in est.notes)
+
+
+def test_the_latent_is_read_not_ignored(layouts: dict[str, Inventory]) -> None:
+    """moe_latent_size (Nemotron-3-Super's LatentMoE) sets the routed experts' width in the
+    replay: Super read without it misses the engine's figure (324.12 MiB with the routed experts
+    on the CPU, where their input and output copies are latent-wide)."""
+    sup = layouts[SUPER]
+    gpu = f"RPC0[{EPS[0]}]"
+    line = "-c 32768 -ngl 999 -ot exps=CPU"
+    assert round(_estimate(sup, _args(line)).devices[gpu].compute / MiB, 2) == 324.12
+    md = sup.metadata
+    without = dataclasses.replace(sup, metadata=dataclasses.replace(
+        md, hparams=tuple(kv for kv in md.hparams if kv[0] != "moe_latent_size")))
+    assert round(_estimate(without, _args(line)).devices[gpu].compute / MiB, 2) != 324.12
+
+
+def test_the_mamba_prologue_runs_before_the_previous_layers_tail(nano: Inventory,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Mamba-2 layer's conv-state rows are expanded (build_rs) before the previous layer's
+    unexpanded tail (its shared expert, its residual add). A replay emitting each layer's tail at
+    the layer's end instead misses the engine's figures on the recorded lines."""
+    lines = ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU", "-c 131072 -ngl 999 -ub 2048")
+    gpu = f"RPC0[{EPS[0]}]"
+
+    def figures() -> list[float]:
+        rn.nemotron_peaks.cache_clear()
+        return [round(_estimate(nano, _args(ln)).devices[gpu].compute / MiB, 2) for ln in lines]
+
+    assert figures() == [271.75, 305.63, 1100.5]
+    for name in ("_mamba", "_attention", "_ffn_tail"):
+        orig = getattr(rn, name)
+
+        def eager(*a: object, _orig=orig) -> object:  # the tail built at once, before the next layer
+            out = _orig(*a)()
+            return lambda: out
+
+        monkeypatch.setattr(rn, name, eager)
+    try:
+        assert figures() != [271.75, 305.63, 1100.5]
+    finally:
+        monkeypatch.undo()
+        rn.nemotron_peaks.cache_clear()
