@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory import families as setting_families
+from moeconf.memory import kda
 from moeconf.memory import recurrent as rec
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
@@ -287,6 +288,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     kv: dict[str, int] = defaultdict(int)
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     rshape = rec.shape(inv)  # recurrent layers' state (memory/recurrent.py)
+    kshape = rec.kda_shape(inv)  # Kimi-Linear's KDA layers (memory/recurrent.py, kda.py)
     # the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
     idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
     idx_width = indexer_width(inv)
@@ -295,7 +297,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if dev == AUTO_GPU:
             dev = AUTO_GPU
         if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
-            kv[dev] += rshape.state_bytes(n_seq) if rshape is not None else 0
+            kv[dev] += rec.state_bytes(inv, n_seq)
             continue
         n = (swa_cells if la.swa else cells) * n_stream
         if geo.mla_arch and ik:
@@ -379,6 +381,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 attn += (_row_bytes(ctk, la.head_k * la.n_head_kv) + _row_bytes(ctv, la.head_v * la.n_head_kv)) * n_kv
         if la.recurrent and rshape is not None:
             attn = rec.layer_activations(rshape, e, T)
+        if la.recurrent and kshape is not None:  # Kimi-Linear's KDA layers (memory/kda.py)
+            attn = kda.layer_activations(kshape, e, T, n_seq)
         phases[a_dev].append(attn)
         if after_copy is not None:
             # the previous layer's residual sits above its experts' returned copy (see below); this
@@ -434,9 +438,14 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if d_dev is not None:
             n_ff = _width(placement, il, "ffn_up") or geo.n_ff_dense
             phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
+    if kshape is not None:  # Kimi-Linear: an MLA layer's queries above the mask (memory/kda.py)
+        for d, b in kda.mla_after_copy(placement, geo, T).items():
+            phases[d].append(b)
     out_dev = output_device(placement)  # a tied output computes the logits where its copy lies
     output_phase = f4 * (geo.n_vocab + 2 * e)
-    if residual_at.get(out_dev) is not None:
+    # Kimi-Linear (memory/recurrent.py KDA): the last layer's out_ids GET_ROWS moves the residual low
+    # again (measured: logits + 2 x n_embd floats per token with the experts on the CPU, -ub 512 to 2048)
+    if residual_at.get(out_dev) is not None and inv.arch not in rec.KDA:
         # the output norm runs in place on the residual; the logits go above it
         output_phase = (residual_at[out_dev] or 0) + f4 * (geo.n_vocab + e)
     compute: dict[str, int] = defaultdict(int)

@@ -76,6 +76,9 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
     "qwen35moe": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-35B-A3B)"),
     "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
+    # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute memory/replay_kda.py
+    "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | _MLA | {"leading_dense_block_count"}, _MAINLINE,
+                              _CHECKED + " (Kimi-Linear-48B-A3B)"),
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
     # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
