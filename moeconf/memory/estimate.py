@@ -49,6 +49,7 @@ from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host
+from moeconf.memory.replay_kda import replayed_kda
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
@@ -438,14 +439,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if d_dev is not None:
             n_ff = _width(placement, il, "ffn_up") or geo.n_ff_dense
             phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
-    if kshape is not None:  # Kimi-Linear: an MLA layer's queries above the mask (memory/kda.py)
-        for d, b in kda.mla_after_copy(placement, geo, T).items():
-            phases[d].append(b)
     out_dev = output_device(placement)  # a tied output computes the logits where its copy lies
     output_phase = f4 * (geo.n_vocab + 2 * e)
-    # Kimi-Linear (memory/recurrent.py KDA): the last layer's out_ids GET_ROWS moves the residual low
-    # again (measured: logits + 2 x n_embd floats per token with the experts on the CPU, -ub 512 to 2048)
-    if residual_at.get(out_dev) is not None and inv.arch not in rec.KDA:
+    if residual_at.get(out_dev) is not None:
         # the output norm runs in place on the residual; the logits go above it
         output_phase = (residual_at[out_dev] or 0) + f4 * (geo.n_vocab + e)
     compute: dict[str, int] = defaultdict(int)
@@ -492,6 +488,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells, mask_el=4)
         if host is not None:
             compute[HOST] = host
+
+    # Kimi-Linear: each GPU running a range of whole layers by a replay (memory/replay_kda.py)
+    if kshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv:
+        compute.update(replayed_kda(placement, geo, out_dev, T, cells, n_seq))
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:
