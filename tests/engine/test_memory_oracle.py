@@ -158,6 +158,17 @@ CASES += [
     ("qwen35moe-35b", "2rpc -c 32768 -ngl 999 -ts 3,1 -ot exps=CPU -ub 1024"),
     ("qwen35moe-35b", "-c 16384 -ngl 999 -fa off"),
 ]
+# Kimi-Linear (moeconf/memory/recurrent.py KDA state, replay_kda.py); the default suite holds the
+# model to these and more lines' recorded figures (tests/test_memory_kda.py)
+LAYOUT_KEYS.update({"kimi-linear": LAYOUTS["kimi-linear-48b-a3b"]})
+CASES += [
+    ("kimi-linear", line) for line in (
+        "-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk bf16 -ctv bf16", "-c 131072 -ngl 999 -ub 2048",
+        "-c 32768 -ngl 999 -ot exps=CPU", "-c 32768 -ngl 999 --n-cpu-moe 12", "-c 32768 -ngl 14",
+        "-c 32768 -ngl 999 -np 4", "2rpc -c 32768 -ngl 999 -ts 1,1", "2rpc -c 32768 -ngl 999 -ts 1,12 -ot exps=CPU",
+        "-c 32768 -ngl 24 -ot exps=CPU",
+    )
+]
 
 # Compute cases moeconf does not yet model within tolerance (listed, so a gap stays visible and a
 # fix shows up as an unexpected pass). None: Llama 4 (the output device) and GLM-4.5 on one GPU
