@@ -7,6 +7,7 @@ engine suite re-measures them: tests/engine/test_memory_oracle.py)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import shlex
 from pathlib import Path
@@ -174,3 +175,22 @@ def test_the_shipped_manifest_is_modelled() -> None:
     assert inv.arch == "kimi-linear"
     est = _estimate(inv, "-c 32768 -ngl 999 -ot exps=CPU")
     assert est.complete and not est.notes
+
+
+REFUSED_LINES = sorted({r["args"] for r in RECORDED["refused_placements"]})
+
+
+@pytest.mark.parametrize("line", REFUSED_LINES)
+def test_placements_not_checked_are_refused_and_would_be_off(inv: Inventory, line: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routed experts split between devices, a layer's attention on another device, the host
+    running the last layer and the output: refused, and rightly so: without the refusal moeconf's
+    compute is outside max(3%, 16 MiB) of the engine's on some device of each line."""
+    est = _estimate(inv, line)
+    assert not est.complete and any("compute is not modelled for kimi-linear" in n for n in est.notes)
+    monkeypatch.setattr(importlib.import_module("moeconf.memory.estimate"), "unmodelled_placement",
+                        lambda placement: [])
+    unchecked = _estimate(inv, line)
+    assert unchecked.complete
+    rows = [{**r, "exact": False} for r in RECORDED["refused_placements"] if r["args"] == line]
+    assert any(b[1] == "compute" for b in mismatches(unchecked, rows))

@@ -49,7 +49,7 @@ from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host
-from moeconf.memory.replay_kda import replayed_kda
+from moeconf.memory.replay_kda import replayed_kda, unmodelled_placement
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
@@ -238,6 +238,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # setting families whose compute is not modelled (memory/families.py)
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
+    if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
+        why.extend(unmodelled_placement(placement))
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)

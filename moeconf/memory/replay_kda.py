@@ -272,3 +272,40 @@ def replayed_kda(placement: Placement, geo: Geometry, out_dev: str, n_tokens: in
         )
         out[d] = kda_peak(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
     return out
+
+
+def unmodelled_placement(placement: Placement) -> list[str]:
+    """Kimi-Linear placements whose compute neither the replay above nor the phase model was checked
+    on (measured off by 17-41 MiB where tried): a layer's own tensors over several devices, a
+    layer's routed experts split between devices, a GPU running two separate ranges of layers, the
+    host running the last layer and the output (empty: modelled)."""
+    from collections import defaultdict
+
+    inv = placement.inventory
+    n_layer = inv.metadata.block_count
+    home: dict[int, set[str | None]] = defaultdict(set)
+    routed: dict[int, dict[str, str | None]] = defaultdict(dict)
+    for t in inv.tensors:
+        if t.layer is None or t.layer >= n_layer:
+            continue
+        if t.base in _ROUTED:
+            routed[t.layer][t.base] = placement.devices[t.name]
+        else:
+            home[t.layer].add(placement.devices[t.name])
+    why: list[str] = []
+    split = sorted(il for il in range(n_layer) if len(home[il]) > 1)
+    if split:
+        why.append(f"layer {split[0]}'s tensors on several devices (-ot on its attention, KDA or norm tensors)")
+    dev_of = [next(iter(home[il])) if len(home[il]) == 1 else None for il in range(n_layer)]
+    parts = sorted(il for il in range(n_layer) if routed[il] and dev_of[il] is not None and (
+        len(set(routed[il].values())) > 1 or next(iter(routed[il].values())) not in (dev_of[il], "CPU")))
+    if parts:
+        why.append(f"layer {parts[0]}'s routed experts split between devices (gate, up and down not together on "
+                   "its device or on the CPU)")
+    runs = device_runs([d or "?" for d in dev_of])
+    twice = sorted({d for d, _, _ in runs if d not in ("CPU", "?") and sum(r[0] == d for r in runs) > 1})
+    if twice:
+        why.append(f"{twice[0]} running two separate ranges of layers")
+    if dev_of and dev_of[-1] == "CPU" and placement.devices.get("output.weight") == "CPU":
+        why.append("the host running the last layer and the output (-ngl 0; measured 41 MiB over the phase model)")
+    return [f"compute is not modelled for kimi-linear with {w}: KV cache and compute are not computed" for w in why]
