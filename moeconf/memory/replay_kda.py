@@ -44,21 +44,30 @@ class KdaGraphShape:
     n_ff_shexp: int
     n_ff: tuple[int, ...]  # per layer: the dense FFN's width, 0 for a MoE layer
     recurrent: tuple[bool, ...]  # per layer: a KDA layer (else MLA)
-    # per layer: which of its routed experts' matmuls run on another device (GATE_AWAY | UP_AWAY |
-    # DOWN_AWAY; ALL_AWAY: the whole layer's, on the CPU or another GPU; a part: on the CPU)
-    experts_away: tuple[int, ...]
+    # per layer: the device (0: this GPU, 1: the CPU, 2 on: other GPUs) of its own tensors and of its
+    # routed experts' gate, up and down matmuls (() for a dense layer)
+    homes: tuple[int, ...]
+    experts: tuple[tuple[int, ...], ...]
     n_tokens: int
     n_kv: int  # mask cells (per stream)
     n_seqs: int = 1
     first: int = 0
     last: int = -1  # -1: every layer from `first` on, and the output
     after_cpu: bool = False  # the layer before `first` ran wholly on the CPU (else on another GPU)
-    # layers outside [first, last) whose three routed expert matmuls run on this GPU
-    foreign: tuple[int, ...] = ()
 
 
-GATE_AWAY, UP_AWAY, DOWN_AWAY = 1, 2, 4
-ALL_AWAY = GATE_AWAY | UP_AWAY | DOWN_AWAY
+HERE, HOST = 0, 1  # device ids in `KdaGraphShape` (other GPUs: 2 on)
+
+
+def expert_devices(home: int, gate: int, up: int, down: int) -> tuple[int, int]:
+    """Where the scheduler runs a layer's SwiGLU and the weighting and sum of its routed experts'
+    outputs (ggml-backend.cpp `ggml_backend_sched_split_graph`, pass 2: GPU backends expand down,
+    then up, over nodes without weights; the CPU only where no GPU reaches): the SwiGLU where up
+    runs if that is a GPU, else where down runs if that is a GPU, else the CPU; the weighting and
+    the sum where down runs if that is a GPU, else on the layer's device (the shared expert after
+    them expands up)."""
+    act = up if up != HOST else (down if down != HOST else HOST)
+    return act, (down if down != HOST else home)
 
 
 def kda_graph(s: KdaGraphShape) -> Graph:
@@ -104,56 +113,59 @@ def kda_graph(s: KdaGraphShape) -> Graph:
     tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4  # the copy of the chosen ids (a strided view)
     ffe = s.n_ff_exp * used * f
 
-    def foreign(il: int) -> None:
-        """Another device's layer whose routed experts run here: a split of their own, copies of
-        the FFN input and the chosen ids in, the experts' output copied back out."""
-        g.split(GPU)
-        x = g.input(("fx", il), e * f)
-        t = g.input(("ft", il), tk)
-        down = g.op(e * used * f, g.op(ffe, g.op(ffe, x, t), g.op(ffe, x, t)), t)
-        g.split(CPU)
-        g.input(("fdown", il), e * used * f, down)
-        g.split(GPU)
+    def routed(il: int, xr: int, topk: int, weights: int) -> int:
+        """Layer il's routed experts, each node on its device (this GPU: buffer GPU; any other: buffer
+        CPU, a split per device), each crossing a copy made at the start of the consumer's split;
+        the experts' sum, on the layer's device (a copy if it was made elsewhere). For another
+        device's layer `xr`, `topk` and `weights` are -1: copied in where this GPU needs them."""
+        home = s.homes[il]
+        gate_d, up_d, down_d = s.experts[il]
+        act_d, sum_d = expert_devices(home, gate_d, up_d, down_d)
+        here = home
+        made: dict[int, int] = {}  # tensor -> the device it was made on
 
-    def split_experts(il: int, away: int, xr: int, topk: int) -> int:
-        """A layer whose routed experts are partly on the CPU: each matmul runs where its weights
-        are, the SwiGLU on the CPU only when up and down are, each crossing a copy at the start of
-        the next split (as `replay_hybrid.hybrid_graph`)."""
-        here = GPU
-
-        def on(buf: int) -> None:
+        def on(dev: int) -> None:
             nonlocal here
-            if here != buf:
-                g.split(buf)
-                here = buf
+            if here != dev:
+                g.split(GPU if dev == HERE else CPU)
+                here = dev
 
-        def ids() -> int:
-            return topk if here == GPU else g.input(("topk", il), tk, topk)
+        def use(key: str, t: int, size: int) -> int:
+            """Tensor t (-1: the layer's input `key`, made on its device, outside this graph) as a
+            source on the current device: itself, or the current split's copy of it."""
+            src = made.get(t, home) if t >= 0 else home
+            if t >= 0 and src == here:
+                return t
+            return g.input((key, il, here), size, t)
 
-        def xin() -> int:
-            return xr if here == GPU else g.input(("x", il), e * f, xr)
+        def op(dev: int, size: int, *srcs: tuple[str, int, int], inplace: bool = False) -> int:
+            on(dev)
+            t = g.op(size, *(use(k, x, n) for k, x, n in srcs), inplace=inplace)
+            made[t] = dev
+            return t
 
-        gate_buf = CPU if away & GATE_AWAY else GPU
-        up_buf = CPU if away & UP_AWAY else GPU
-        down_buf = CPU if away & DOWN_AWAY else GPU
-        act_buf = CPU if up_buf == CPU and down_buf == CPU else GPU
-        on(gate_buf)
-        gate = g.op(ffe, xin(), ids())
-        on(up_buf)
-        up = g.op(ffe, xin(), ids())
-        on(act_buf)
-        ga = gate if gate_buf == act_buf else g.input(("gate", il), ffe, gate)
-        ua = up if up_buf == act_buf else g.input(("up", il), ffe, up)
-        act = g.op(ffe, ga, ua)
-        on(down_buf)
-        da = act if act_buf == down_buf else g.input(("act", il), ffe, act)
-        down = g.op(e * used * f, da, ids())
-        on(GPU)
-        return down if down_buf == GPU else g.input(("down", il), e * used * f, down)
+        xs, ts = ("x", xr, e * f), ("topk", topk, tk)
+        gate = op(gate_d, ffe, xs, ts)
+        up = op(up_d, ffe, xs, ts)
+        act = op(act_d, ffe, ("gate", gate, ffe), ("up", up, ffe))
+        down = op(down_d, e * used * f, ("act", act, ffe), ts)
+        on(sum_d)
+        dn = use("down", down, e * used * f)
+        weighted = g.op(e * used * f, dn, g.view(use("weights", weights, used * f)), inplace=True)
+        moe = g.op(e * f, g.view(weighted), g.view(weighted))
+        for _ in range(used - 2):
+            moe = g.op(e * f, moe, g.view(weighted), inplace=True)
+        made[moe] = sum_d
+        on(home)
+        return use("moe_out", moe, e * f)
 
-    for il in s.foreign:
+    foreign = [il for il in range(n_layer) if not s.first <= il < last and s.homes[il] != HERE
+               and HERE in s.experts[il]]
+    for il in foreign:
         if il < s.first:
-            foreign(il)
+            here0 = g.buf
+            routed(il, -1, -1, -1)
+            g.split(here0)
     for il in range(s.first, last):
         norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
         cur = g.op(e * f, norm, inplace=True)  # attn_norm
@@ -230,22 +242,7 @@ def kda_graph(s: KdaGraphShape) -> Graph:
             wnorm = g.op(used * f, g.view(weights), wsum)  # DIV
             wscaled = g.op(used * f, g.view(wnorm))  # SCALE (expert_weights_scale)
             xr = g.view(x)
-            away = s.experts_away[il]
-            if away == ALL_AWAY:
-                g.split(CPU)
-                xc = g.input(("x", il), e * f, xr)
-                tc = g.input(("topk", il), tk, topk)
-                down = g.op(e * used * f, g.op(ffe, g.op(ffe, xc, tc), g.op(ffe, xc, tc)), tc)
-                g.split(GPU)
-                down = g.input(("down", il), e * used * f, down)
-            elif away:
-                down = split_experts(il, away, xr, topk)
-            else:
-                down = g.op(e * used * f, g.op(ffe, g.op(ffe, xr, topk), g.op(ffe, xr, topk)), topk)
-            weighted = g.op(e * used * f, down, g.view(wscaled), inplace=True)
-            moe = g.op(e * f, g.view(weighted), g.view(weighted))
-            for _ in range(used - 2):
-                moe = g.op(e * f, moe, g.view(weighted), inplace=True)
+            moe = routed(il, xr, topk, wscaled)
             ffs = s.n_ff_shexp * f
             sh = g.op(e * f, g.op(ffs, g.op(ffs, x), g.op(ffs, x)))
             out = g.op(e * f, moe, sh, inplace=True)
@@ -256,9 +253,9 @@ def kda_graph(s: KdaGraphShape) -> Graph:
     else:
         g.op(0, g.op(e * f, inp))  # the next GPU's first RMS_NORM runs here
         g.op(0, inp)
-    for il in s.foreign:
+    for il in foreign:
         if il >= last:
-            foreign(il)
+            routed(il, -1, -1, -1)
     g.finish()
     return g
 
@@ -270,7 +267,7 @@ def kda_peak(s: KdaGraphShape, alignment: int) -> int:
 
 
 _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
-_BITS = (GATE_AWAY, UP_AWAY, DOWN_AWAY)
+_BITS = (1, 2, 4)  # gate, up, down on the CPU (replay_hybrid's GATE_CPU, UP_CPU, DOWN_CPU)
 
 
 @dataclass(frozen=True)
@@ -315,14 +312,6 @@ def _layout(placement: Placement) -> _Layout | str | None:
             return None
         homes.append(d)
         parts.append(tuple(w for w in where if w is not None))
-    for il, (d, w) in enumerate(zip(homes, parts, strict=True)):
-        others = {x for x in w if x not in (d, "CPU")}
-        if len(others) > 1 or (others and set(w) != others and d != "CPU" and d in w):
-            return f"layer {il}'s routed experts split between {', '.join(sorted(set(w)))}"
-        if others and len(set(w)) > 1:
-            return f"layer {il}'s routed experts split between {', '.join(sorted(set(w)))}"
-        if d != "CPU" and d in w and len(set(w)) > 1 and set(w) - {d} != {"CPU"}:
-            return f"layer {il}'s routed experts split between {', '.join(sorted(set(w)))}"
     runs = device_runs(homes)
     twice = sorted({d for d, _, _ in runs if d != "CPU" and sum(r[0] == d for r in runs) > 1})
     if twice:
@@ -362,18 +351,17 @@ def replayed_kda(placement: Placement, geo: Geometry, out_dev: str, n_tokens: in
     for d, first, last in device_runs(list(lay.home)):
         if d == "CPU" or (last == n_layer and out_dev != d):
             continue
-        away = tuple(sum(bit for bit, w in zip(_BITS, lay.parts[il], strict=True) if w != d) if lay.parts[il] else 0
-                     for il in range(n_layer))
-        foreign = tuple(il for il in range(n_layer) if not first <= il < last and lay.parts[il]
-                        and set(lay.parts[il]) == {d})
+        ids = {d: HERE, "CPU": HOST}
+        for other in lay.home + tuple(w for ws in lay.parts for w in ws):
+            ids.setdefault(other, len(ids) + 1)
         shape = KdaGraphShape(
             n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, head_dim=ks.head_dim, d_conv=ks.d_conv,
             kv_lora_rank=geo.kv_lora_rank, n_rot=geo.n_rot, head_k_mla=geo.head_k_mla, head_v_mla=geo.head_v_mla,
             n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp, n_ff_shexp=geo.n_ff_shexp,
-            n_ff=lay.dense, recurrent=tuple(la.recurrent for la in geo.layers), experts_away=away,
+            n_ff=lay.dense, recurrent=tuple(la.recurrent for la in geo.layers),
+            homes=tuple(ids[h] for h in lay.home), experts=tuple(tuple(ids[w] for w in ws) for ws in lay.parts),
             n_tokens=n_tokens, n_kv=cells, n_seqs=max(1, n_seqs), first=first,
             last=-1 if last == n_layer else last, after_cpu=first > 0 and lay.home[first - 1] == "CPU",
-            foreign=foreign,
         )
         out[d] = kda_peak(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
     host = _host(placement, geo, lay, n_tokens, cells, n_seqs)
