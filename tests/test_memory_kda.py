@@ -41,7 +41,7 @@ def inv(tmp_path_factory: pytest.TempPathFactory) -> Inventory:
 
 
 def _args(line: str) -> list[str]:
-    words = shlex.split(line)
+    words = shlex.split(line.replace("{EP0}", EPS[0]).replace("{EP1}", EPS[1]))
     n = 2 if "2rpc" in words else 1
     return ["--rpc", ",".join(EPS[:n]), "-fit", "off", *[w for w in words if w != "2rpc"]]
 
@@ -183,9 +183,9 @@ REFUSED_LINES = sorted({r["args"] for r in RECORDED["refused_placements"]})
 @pytest.mark.parametrize("line", REFUSED_LINES)
 def test_placements_not_checked_are_refused_and_would_be_off(inv: Inventory, line: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Routed experts split between devices, a layer's attention on another device, the host
-    running the last layer and the output: refused, and rightly so: without the refusal moeconf's
-    compute is outside max(3%, 16 MiB) of the engine's on some device of each line."""
+    """A layer's attention on another device than the rest of it, the host running the last layer
+    and the output: refused, and rightly so: without the refusal moeconf's compute is outside
+    max(3%, 16 MiB) of the engine's on some device of each line."""
     est = _estimate(inv, line)
     assert not est.complete and any("compute is not modelled for kimi-linear" in n for n in est.notes)
     monkeypatch.setattr(importlib.import_module("moeconf.memory.estimate"), "unmodelled_placement",
@@ -194,3 +194,13 @@ def test_placements_not_checked_are_refused_and_would_be_off(inv: Inventory, lin
     assert unchecked.complete
     rows = [{**r, "exact": False} for r in RECORDED["refused_placements"] if r["args"] == line]
     assert any(b[1] == "compute" for b in mismatches(unchecked, rows))
+
+
+def test_moeconf_fit_results_are_recorded_and_modelled(inv: Inventory) -> None:
+    """`moeconf fit` over two GPUs splits a layer's routed experts between its GPU, the other GPU
+    and the CPU; four of its results are among the recorded lines, replayed exactly."""
+    fits = [line for line in LINES if "{EP" in line and "'" in line]
+    assert len(fits) >= 4
+    for line in fits:
+        est = _estimate(inv, line)
+        assert est.complete and all(r["exact"] for r in _rows(line)), line
