@@ -166,7 +166,8 @@ CASES += [
         "-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk bf16 -ctv bf16", "-c 131072 -ngl 999 -ub 2048",
         "-c 32768 -ngl 999 -ot exps=CPU", "-c 32768 -ngl 999 --n-cpu-moe 12", "-c 32768 -ngl 14",
         "-c 32768 -ngl 999 -np 4", "2rpc -c 32768 -ngl 999 -ts 1,1", "2rpc -c 32768 -ngl 999 -ts 1,12 -ot exps=CPU",
-        "-c 32768 -ngl 24 -ot exps=CPU",
+        "-c 32768 -ngl 24 -ot exps=CPU", "2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\\.2[0-6]\\.ffn_.*_exps=RPC0[{EP0}]",
+        "2rpc -c 32768 -ngl 999 -ts 10,18 -ot '\\.10\\..*gate_exps=RPC0[{EP0}],\\.(2\\d|1[5-9])\\..*exps=CPU'",
     )
 ]
 
@@ -199,7 +200,8 @@ def results_file() -> Iterator[None]:
 
 def _run(model: str, line: str, sparse_models: dict[str, tuple[Path, Inventory]],
          endpoints: list[str]) -> list[dict[str, object]]:
-    words = shlex.split(line)
+    # {EP0}/{EP1}: the first/second RPC device's endpoint (an -ot naming a device)
+    words = shlex.split(line.replace("{EP0}", endpoints[0]).replace("{EP1}", endpoints[1]))
     n = 2 if "2rpc" in words else 1
     words = [w for w in words if w != "2rpc"]
     eps = endpoints[:n]
