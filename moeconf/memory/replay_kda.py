@@ -122,6 +122,8 @@ def kda_graph(s: KdaGraphShape) -> Graph:
         gate_d, up_d, down_d = s.experts[il]
         act_d, sum_d = expert_devices(home, gate_d, up_d, down_d)
         here = home
+        if home != HERE:
+            g.split(CPU)  # another device's layer: its nodes there, a split of their own
         made: dict[int, int] = {}  # tensor -> the device it was made on
 
         def on(dev: int) -> None:
