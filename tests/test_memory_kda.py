@@ -204,3 +204,21 @@ def test_moeconf_fit_results_are_recorded_and_modelled(inv: Inventory) -> None:
     for line in fits:
         est = _estimate(inv, line)
         assert est.complete and all(r["exact"] for r in _rows(line)), line
+
+
+def test_where_the_scheduler_runs_the_swiglu_and_the_sum_matters(inv: Inventory,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a layer's down matmul on the other GPU and its up matmul on the CPU, the SwiGLU and the
+    experts' weighted sum run on the GPU holding down (the scheduler's GPU expansion); put them on
+    the layer's own GPU instead and the recorded figures no longer match."""
+    from moeconf.memory import replay_kda
+
+    line = next(x for x in LINES if "ffn_down_exps=RPC0[{EP0}],blk" in x)
+    assert not mismatches(_estimate(inv, line), _rows(line))
+    assert replay_kda.expert_devices(3, 3, 1, 0) == (0, 0)
+    monkeypatch.setattr(replay_kda, "expert_devices", lambda home, gate, up, down: (home, home))
+    replay_kda.kda_peak.cache_clear()
+    try:
+        assert mismatches(_estimate(inv, line), _rows(line))
+    finally:
+        replay_kda.kda_peak.cache_clear()
