@@ -11,8 +11,10 @@ its conv state rows once, then for Q, K and V in turn projects, concatenates the
 the tokens and writes the last columns back (expanded there), so the three concatenations are
 alive before the first SSM_CONV runs; each SiLU, RMS_NORM and the MUL/DIV/SCALE/SIGMOID on a
 reshaped tensor take new memory (ggml-alloc never runs an op in place on a view while the scheduler
-reserves). Checked node by node against an instrumented ggml-alloc of the pinned build
-(`AT_PRINTF`) and `GGML_SCHED_DEBUG=2` on Kimi-Linear-48B-A3B."""
+reserves). The node order and the splits were read off `GGML_SCHED_DEBUG=2` and the allocations
+of an instrumented ggml-alloc of the pinned build (`AT_PRINTF`) on Kimi-Linear-48B-A3B; the
+buffer sizes match llama-fit-params to 0.05 MiB on every GPU row replayed
+(tests/data/kda_memory_oracle.json)."""
 
 from __future__ import annotations
 
@@ -397,10 +399,10 @@ def _host(placement: Placement, geo: Geometry, lay: _Layout, n_tokens: int, cell
 
 def unmodelled_placement(placement: Placement) -> list[str]:
     """Kimi-Linear placements whose compute neither the replay above nor the phase model was checked
-    on (measured off by 17-41 MiB where tried): a layer's own tensors over several devices, a
-    layer's routed experts split between its GPU and another GPU, a GPU running two separate
-    ranges of layers, the output away from the last layer, the host running the last layer and the
-    output (empty: modelled)."""
+    on (measured off by 17-41 MiB where tried): a layer's own tensors over several devices, a GPU
+    running two separate ranges of layers, the output away from the last layer, the host running
+    the last layer and the output, a CPU layer with routed experts on the GPU that runs the next
+    layers (empty: modelled)."""
     lay = _layout(placement)
     if isinstance(lay, str):
         return [f"compute is not modelled for kimi-linear with {lay}: KV cache and compute are not computed"]
