@@ -1,5 +1,6 @@
-"""Hybrid MoEs whose memory moeconf refuses (memory/recurrent.py NOT_MODELLED): Kimi-Linear
-(`kimi-linear`) and GLM-5.3-Flash (`glm5-next`), as sparse
+"""Hybrid MoEs whose memory moeconf refuses (memory/recurrent.py NOT_MODELLED): GLM-5.3-Flash
+(`glm5-next`); and Kimi-Linear (`kimi-linear`, modelled since: tests/test_memory_kda.py; its tensors,
+layer map and recorded state are still checked here), as sparse
 full-size layouts of the real models (moeconf/fixtures/layouts_hybrid.py) that the pinned
 llama.cpp loads (their placement is compared with its log in tests/engine/test_hybrid_placement.py).
 
@@ -25,16 +26,16 @@ from moeconf.model.load import load_inventory
 
 # layout -> (architecture, what the refusal must name)
 REFUSED = {
-    "kimi-linear-48b-a3b": ("kimi-linear", "KDA"),
     "glm-5.3-flash": ("glm5-next", "indexer"),
 }
+HYBRIDS = sorted([*REFUSED, "kimi-linear-48b-a3b"])
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
     folder = tmp_path_factory.mktemp("refused")
     out = {}
-    for key in REFUSED:
+    for key in HYBRIDS:
         path = folder / f"{key}.gguf"
         write_layout(LAYOUTS[key], path)
         out[key] = (path, load_inventory(path))
@@ -69,7 +70,7 @@ def test_fit_refuses(files: dict[str, tuple[Path, Inventory]], key: str, capsys:
     assert "-ot" not in captured.out  # no command printed
 
 
-@pytest.mark.parametrize("key", sorted(REFUSED))
+@pytest.mark.parametrize("key", HYBRIDS)
 def test_every_tensor_is_known_and_grouped(files: dict[str, tuple[Path, Inventory]], key: str) -> None:
     _, inv = files[key]
     unknown = [t.name for t in inv.tensors if not t.known or t.group == "other"]
@@ -84,7 +85,7 @@ def _recurrent_map(key: str) -> set[int]:
     return {il for il in range(lay.blocks) if lay.is_recurrent(il)}
 
 
-@pytest.mark.parametrize("key", sorted(REFUSED))
+@pytest.mark.parametrize("key", HYBRIDS)
 def test_layer_map_is_the_loaders(files: dict[str, tuple[Path, Inventory]], key: str) -> None:
     """Recurrent mixers where the loader marks them (Nemotron: head_count_kv and
     feed_forward_length both 0; Kimi-Linear, GLM-5.3-Flash: head_count_kv 0), and GLM-5.3-Flash's

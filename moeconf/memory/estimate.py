@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import moeconf.memory.families as setting_families
+import moeconf.memory.kda as kda
 import moeconf.memory.recurrent as rec
 import moeconf.memory.replay_nemotron as replay_nemotron
 from moeconf.engines import AUTO_GPU, Engine
@@ -49,6 +50,7 @@ from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host, rotation
+from moeconf.memory.replay_kda import replayed_kda, unmodelled_placement
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import CACHE_TYPES, Q8_KV, MemorySettings, cache_row_bytes, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
@@ -241,6 +243,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # setting families whose compute is not modelled (memory/families.py)
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
+    if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
+        why.extend(unmodelled_placement(placement))
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
@@ -292,6 +296,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     kv: dict[str, int] = defaultdict(int)
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     rshape = rec.shape(inv)  # recurrent layers' state (memory/recurrent.py)
+    kshape = rec.kda_shape(inv)  # Kimi-Linear's KDA layers (memory/recurrent.py, kda.py)
     # the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
     idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
     idx_width = indexer_width(inv)
@@ -300,7 +305,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if dev == AUTO_GPU:
             dev = AUTO_GPU
         if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
-            kv[dev] += rshape.state_bytes(n_seq) if rshape is not None else 0
+            kv[dev] += rec.state_bytes(inv, n_seq)
             continue
         n = (swa_cells if la.swa else cells) * n_stream
         if geo.mla_arch and ik:
@@ -384,6 +389,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 attn += (_row_bytes(ctk, la.head_k * la.n_head_kv) + _row_bytes(ctv, la.head_v * la.n_head_kv)) * n_kv
         if la.recurrent and rshape is not None:
             attn = rec.layer_activations(rshape, e, T)
+        if la.recurrent and kshape is not None:  # Kimi-Linear's KDA layers (memory/kda.py)
+            attn = kda.layer_activations(kshape, e, T, n_seq)
         phases[a_dev].append(attn)
         if after_copy is not None:
             # the previous layer's residual sits above its experts' returned copy (see below); this
@@ -494,6 +501,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells, mask_el=4)
         if host is not None:
             compute[HOST] = host
+
+    # Kimi-Linear: each GPU running a range of whole layers by a replay (memory/replay_kda.py)
+    if kshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv:
+        compute.update(replayed_kda(placement, geo, out_dev, T, cells, n_seq))
 
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:

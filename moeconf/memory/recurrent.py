@@ -94,6 +94,8 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
         kv_of = kv if isinstance(kv, tuple) else (kv,) * n
         ff_of = ff if isinstance(ff, tuple) else (ff,) * n
         return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
+    if inv.arch in KDA:
+        return kda_layers(inv)
     if inv.arch not in GATED_DELTA_NET:
         return frozenset()
     md = inv.metadata
@@ -118,9 +120,71 @@ def layer_activations(rs: RecurrentShape, n_embd: int, n_tokens: int, n_seqs: in
             + 2 * state)
 
 
+# --- Kimi-Linear's KDA layers (kimi-linear) -----------------------------------------------------
+# Facts (llama.cpp 0.3.36): src/models/kimi-linear.cpp `load_arch_hparams` marks layer il recurrent
+# iff its `attention.head_count_kv` is 0, reads `ssm.conv_kernel` and `kda.head_dim`; the KDA
+# layers have `attention.head_count` heads of `kda.head_dim`. src/llama-hparams.cpp: `n_embd_r` =
+# 3 x (d_conv - 1) x heads x head_dim (the Q, K and V conv states side by side), `n_embd_s` = heads
+# x head_dim^2; `llama_memory_recurrent` keeps both F32, `max(1, n_seq_max)` rows, as above.
+KDA = frozenset({"kimi-linear"})
+KDA_KEYS = frozenset({"ssm.conv_kernel", "kda.head_dim"})
+
+
+@dataclass(frozen=True)
+class KdaShape:
+    d_conv: int  # ssm.conv_kernel
+    n_head: int  # attention.head_count
+    head_dim: int  # kda.head_dim
+
+    @property
+    def d_inner(self) -> int:
+        return self.n_head * self.head_dim
+
+    @property
+    def n_embd_r(self) -> int:
+        return 3 * max(self.d_conv - 1, 0) * self.d_inner
+
+    @property
+    def n_embd_s(self) -> int:
+        return self.head_dim * self.head_dim * self.n_head
+
+    def state_bytes(self, n_seq_max: int) -> int:
+        """One KDA layer's three conv states + its delta state, F32, for `n_seq_max` sequences."""
+        return (self.n_embd_r + self.n_embd_s) * 4 * max(1, n_seq_max)
+
+
+def kda_shape(inv: Inventory) -> KdaShape | None:
+    if inv.arch not in KDA:
+        return None
+    d_conv, head_dim, n_head = _int(inv, "ssm.conv_kernel"), _int(inv, "kda.head_dim"), inv.metadata.head_count
+    if not d_conv or not head_dim or not n_head:
+        return None
+    return KdaShape(d_conv, n_head, head_dim)
+
+
+def kda_layers(inv: Inventory) -> frozenset[int]:
+    """KDA layers: those whose per-layer `attention.head_count_kv` is 0."""
+    kv = inv.metadata.head_count_kv
+    n_layer = inv.metadata.block_count
+    if isinstance(kv, tuple):
+        return frozenset(il for il in range(min(n_layer, len(kv))) if kv[il] == 0)
+    return frozenset(range(n_layer)) if kv == 0 else frozenset()
+
+
+def state_bytes(inv: Inventory, n_seq_max: int) -> int:
+    """One recurrent layer's state (every recurrent layer of a model has the same), 0 if unknown."""
+    s: RecurrentShape | KdaShape | None = kda_shape(inv) if inv.arch in KDA else shape(inv)
+    return s.state_bytes(n_seq_max) if s is not None else 0
+# --- end of Kimi-Linear ---------------------------------------------------------------------------
+
+
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
     """Settings whose memory is not modelled for this hybrid (empty: all are)."""
-    if inv.arch in GATED_DELTA_NET and not offload_kqv:
+    if inv.arch in KDA and (kda_shape(inv) is None or not kda_layers(inv)):
+        # without them the KDA state and activations would silently be 0
+        return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
+                f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
+    if (inv.arch in GATED_DELTA_NET or inv.arch in KDA) and not offload_kqv:
         # the state and the KV cache in host memory move the recurrent scans and the attention to
         # the CPU: the host's compute buffer was measured 16-18 MiB above the phase model
         # (Qwen3.5-397B and 122B, -c 32768); not replayed
@@ -132,11 +196,6 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
 # Hybrid recurrent MoEs the pinned llama.cpp loads whose memory is NOT modelled, and what is
 # missing (support.unmodelled names it; tests/engine/memory_table.py lists them as refused)
 NOT_MODELLED: dict[str, str] = {
-    "kimi-linear": (
-        "Kimi-Linear's KDA layers keep a per-sequence F32 state (3 conv states of (d_conv - 1) x heads x "
-        "kda.head_dim, and heads x head_dim^2) beside MLA attention layers; the KDA scan's compute is not replayed "
-        "(llama.cpp 0.3.36 on Kimi-Linear-48B-A3B at -c 32768: MLA latent 252 MiB on 7 layers, state 42.8 MiB per "
-        "sequence)"),
     "glm5-next": (
         "GLM-5.3-Flash's KDA layers keep a per-sequence F32 state and its DSA layers an MLA latent plus an "
         "indexer key cache (llama_memory_hybrid_idx), with mHC streams; none of these is modelled (llama.cpp 0.3.36 on "

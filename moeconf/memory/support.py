@@ -92,6 +92,9 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # Nemotron-3: Mamba-2 state, attention KV, compute by memory/replay_nemotron.py (llama.cpp only)
     "nemotron_h_moe": ArchMemory(_RECURRENT | _replay_nemotron.KEYS, _MAINLINE,
                                  _CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
+    # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute memory/replay_kda.py
+    "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | _MLA | {"leading_dense_block_count"}, _MAINLINE,
+                              _CHECKED + " (Kimi-Linear-48B-A3B)"),
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
     # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds

@@ -65,6 +65,9 @@ MODELS.update({"qwen35moe": "qwen3.5-397b-a17b", "qwen3next": "qwen3-next-80b-a3
 # slots, whose recurrent state is 4 times one: -np 1 compares like with like (the qwen3next case
 # keeps the default slots and must still fit its budget by the engine's count)
 CASES += [("qwen35moe", [24], "-c 32768 -np 1"), ("qwen3next", [16, 8], "-c 65536 -ctk q8_0 -ctv q8_0")]
+# Kimi-Linear (KDA state per sequence, MLA latent): the second keeps llama-server's 4 slots
+MODELS.update({"kimi-linear": "kimi-linear-48b-a3b"})
+CASES += [("kimi-linear", [16], "-c 32768 -np 1"), ("kimi-linear", [12, 8], "-c 32768")]
 
 
 @pytest.fixture(scope="module")

@@ -159,6 +159,18 @@ CASES += [
     ("qwen35moe-35b", "2rpc -c 32768 -ngl 999 -ts 3,1 -ot exps=CPU -ub 1024"),
     ("qwen35moe-35b", "-c 16384 -ngl 999 -fa off"),
 ]
+# Kimi-Linear (moeconf/memory/recurrent.py KDA state, replay_kda.py); the default suite holds the
+# model to these and more lines' recorded figures (tests/test_memory_kda.py)
+LAYOUT_KEYS.update({"kimi-linear": LAYOUTS["kimi-linear-48b-a3b"]})
+CASES += [
+    ("kimi-linear", line) for line in (
+        "-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk bf16 -ctv bf16", "-c 131072 -ngl 999 -ub 2048",
+        "-c 32768 -ngl 999 -ot exps=CPU", "-c 32768 -ngl 999 --n-cpu-moe 12", "-c 32768 -ngl 14",
+        "-c 32768 -ngl 999 -np 4", "2rpc -c 32768 -ngl 999 -ts 1,1", "2rpc -c 32768 -ngl 999 -ts 1,12 -ot exps=CPU",
+        "-c 32768 -ngl 24 -ot exps=CPU", "2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\\.2[0-6]\\.ffn_.*_exps=RPC0[{EP0}]",
+        "2rpc -c 32768 -ngl 999 -ts 10,18 -ot '\\.10\\..*gate_exps=RPC0[{EP0}],\\.(2\\d|1[5-9])\\..*exps=CPU'",
+    )
+]
 
 # Hunyuan-A13B (its layer allocates as the common MoE layer's, moeconf/memory/classic.py) and the
 # Hadamard rotations of a quantized cache (replay.MoeShape, Llama4Shape: 72, 289, 83 and 37 MiB off
@@ -206,7 +218,8 @@ def results_file() -> Iterator[None]:
 
 def _run(model: str, line: str, sparse_models: dict[str, tuple[Path, Inventory]],
          endpoints: list[str]) -> list[dict[str, object]]:
-    words = shlex.split(line)
+    # {EP0}/{EP1}: the first/second RPC device's endpoint (an -ot naming a device)
+    words = shlex.split(line.replace("{EP0}", endpoints[0]).replace("{EP1}", endpoints[1]))
     n = 2 if "2rpc" in words else 1
     words = [w for w in words if w != "2rpc"]
     eps = endpoints[:n]
