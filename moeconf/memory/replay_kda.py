@@ -338,7 +338,7 @@ def replayed_kda(placement: Placement, geo: Geometry, out_dev: str, n_tokens: in
     layer; each layer's routed experts run on its GPU, wholly elsewhere (the CPU, another GPU), or
     partly on the CPU; a GPU also runs the routed experts of other devices' layers (empty: none
     replayed, see `unmodelled_placement`)."""
-    from moeconf.memory import recurrent as rec
+    import moeconf.memory.recurrent as rec
 
     inv = placement.inventory
     ks = rec.kda_shape(inv)
