@@ -45,8 +45,9 @@ from moeconf.memory.classic import (
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.ikmla import computed_weights, effective_mla
-from moeconf.memory.indexer import indexer_row_layers, indexer_width
+from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
+from moeconf.memory.replay_dsa import dsa_unmodelled, replayed_dsa
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
@@ -236,6 +237,12 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # setting families whose compute is not modelled (memory/families.py)
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
+    # --- DSA (deepseek32, glm-dsa): the settings and placements the replay covers (memory/replay_dsa.py)
+    if not why:
+        n_stream_dsa = 1 if (settings.kv_unified or settings.n_parallel == 1) else settings.n_parallel
+        why.extend(dsa_unmodelled(placement, geo, flash_attn=settings.flash_attn != "off",
+                                  offload_kqv=settings.offload_kqv, n_stream=n_stream_dsa, pipeline=pipeline))
+    # ---
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
@@ -484,6 +491,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if host is not None:
             compute[HOST] = host
 
+    # --- DSA (deepseek32, glm-dsa): every compute buffer by the replay (memory/replay_dsa.py)
+    if inv.arch in DSA_ARCHS and not ik:
+        compute = defaultdict(int, replayed_dsa(placement, geo, T, cells, pipeline=pipeline))
+    # ---
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:
         estimated_terms[d].append("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)")
