@@ -15,7 +15,7 @@ import pytest
 
 from moeconf.engines import engine
 from moeconf.explanation import explain
-from moeconf.memory import estimate_explained, read_settings, support
+from moeconf.memory import estimate_explained, read_settings
 from moeconf.memory.archgraph import (
     ffn_floats,
     flash_attn_forced_off,
@@ -104,19 +104,75 @@ def test_memory_matches_the_engines_figures(models: dict[str, Inventory], model:
 
 
 @pytest.mark.parametrize(("model", "line", "devices"), DSA_LINES, ids=[f"{m}:{a}" for m, a, _ in DSA_LINES])
-def test_dsa_kv_matches_the_engine_and_memory_is_refused(models: dict[str, Inventory], model: str, line: str,
-                                                          devices: dict[str, list[float]],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    inv = models[model]
-    est, _ = _estimate(inv, line)
-    # refused, with the reason naming what is missing: the indexer's compute
-    assert not est.complete and any("DSA indexer" in n for n in est.notes), est.notes
-    # the KV cache (MLA latent + indexer K cache) as it would be printed, against the engine
-    monkeypatch.setitem(support.MODELLED, inv.arch, support.ArchMemory(
-        frozenset(inv.metadata.arch_keys or ()), frozenset({"llama.cpp"}), "test"))
-    est, eps = _estimate(inv, line)
+def test_dsa_memory_matches_the_engines_figures(models: dict[str, Inventory], model: str, line: str,
+                                                devices: dict[str, list[float]]) -> None:
+    """Weights, KV (MLA latent + indexer K cache) and every compute buffer (the replay of
+    memory/replay_dsa.py: exact to 0.01 MiB on every recorded line)."""
+    est, eps = _estimate(models[model], line)
+    assert est.complete and not est.problems, (est.notes, est.problems)
+    assert not _errors(est, devices, eps)
+    for name, figures in devices.items():
+        assert abs(est.devices[_device(name, eps)].compute / MiB - figures[2]) < 0.01, name
+
+
+# (model, line, what the refusal names): settings and placements the DSA replay was not traced on
+DSA_REFUSED = [
+    ("deepseek-v3.2", "-c 32768 -ngl 999 -fa off", "flash attention off"),
+    ("glm-5", "-c 32768 -ngl 999 -nkvo", "-nkvo"),
+    ("glm-5", "-c 32768 -ngl 40 -ot exps=CPU", "the CPU running the first layers"),
+    ("deepseek-v3.2", "2rpc -c 32768 -ngl 40 -ts 1,1", "the CPU running the first layers"),
+    ("deepseek-v3.2", "-c 32768 -ngl 999 -ot ^output=CPU", "the output off the GPU"),
+    ("glm-5", r"-c 32768 -ngl 999 -ot blk\.5\.ffn_up_exps=CPU", "routed experts are split"),
+]
+
+
+@pytest.mark.parametrize(("model", "line", "why"), DSA_REFUSED, ids=[f"{m}:{a}" for m, a, _ in DSA_REFUSED])
+def test_dsa_refuses_what_the_replay_does_not_cover(models: dict[str, Inventory], model: str, line: str,
+                                                    why: str) -> None:
+    est, _ = _estimate(models[model], line)
+    assert not est.complete, line
+    assert any("(DSA)" in n and why in n for n in est.notes), est.notes
+
+
+def test_the_dsa_comparison_catches_a_wrong_replay(models: dict[str, Inventory],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay 20 MiB off (one zeros leaf per layer left out would be 4 MiB each) fails the check."""
+    from moeconf.memory import replay_dsa
+
+    model, line, devices = DSA_LINES[0]
+    est, eps = _estimate(models[model], line)
+    assert not _errors(est, devices, eps)
+    orig = replay_dsa.dsa_graph
+
+    def leafless(s: replay_dsa.DsaShape) -> replay_dsa.Graph:
+        g = orig(s)
+        for n in g.nodes:
+            if n.order == (-1, 0) and n.size == 4 * s.top_k * s.n_tokens and n.buf == replay_dsa.GPU:
+                n.size = 0
+        return g
+
+    replay_dsa.dsa_peaks.cache_clear()
+    monkeypatch.setattr(replay_dsa, "dsa_graph", leafless)
+    try:
+        wrong, _ = _estimate(models[model], line)
+        assert [b[:2] for b in _errors(wrong, devices, eps)] == [("RPC0", "compute")]
+    finally:
+        replay_dsa.dsa_peaks.cache_clear()
+
+
+def test_the_dsa_refusal_is_what_keeps_an_uncovered_placement_out(models: dict[str, Inventory],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the check, a placement the replay does not cover (the CPU's first layers with their
+    experts and a GPU's experts on the CPU) would not be refused."""
+    from moeconf.memory import replay_dsa
+
+    line = "-c 32768 -ngl 40 -ot exps=CPU"
+    est, _ = _estimate(models["glm-5"], line)
+    assert not est.complete
+    monkeypatch.setattr(replay_dsa, "_unmodelled", lambda *a, **k: "")
+    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "dsa_unmodelled", lambda *a, **k: [])
+    est, _ = _estimate(models["glm-5"], line)
     assert est.complete
-    assert not _errors(est, devices, eps, terms=("weights", "kv"))
 
 
 def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> None:
@@ -134,8 +190,6 @@ def test_without_the_indexer_cache_deepseek32_kv_is_the_latent_only(models: dict
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """What moeconf printed before (2,196 MiB at 32k): the indexer cache is what brings it to 2,684."""
     inv = models["deepseek-v3.2"]
-    monkeypatch.setitem(support.MODELLED, inv.arch, support.ArchMemory(
-        frozenset(inv.metadata.arch_keys or ()), frozenset({"llama.cpp"}), "test"))
     full, _ = _estimate(inv, "-c 32768 -ngl 999")
     monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "indexer_row_layers", lambda inv, layers: [])
     latent, _ = _estimate(inv, "-c 32768 -ngl 999")
