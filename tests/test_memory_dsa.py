@@ -122,7 +122,8 @@ DSA_REFUSED = [
     ("glm-5", "-c 32768 -ngl 40 -ot exps=CPU", "the CPU running the first layers"),
     ("deepseek-v3.2", "2rpc -c 32768 -ngl 40 -ts 1,1", "the CPU running the first layers"),
     ("deepseek-v3.2", "-c 32768 -ngl 999 -ot ^output=CPU", "the output off the GPU"),
-    ("glm-5", r"-c 32768 -ngl 999 -ot blk\.5\.ffn_up_exps=CPU", "routed experts are split"),
+    ("glm-5", r"2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\.5\.ffn_up_exps=RPC0[127.0.0.1:50732]",
+     "another GPU than its attention"),
 ]
 
 

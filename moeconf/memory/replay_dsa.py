@@ -33,6 +33,7 @@ from moeconf.memory.classic import output_device
 from moeconf.memory.geometry import Geometry
 from moeconf.memory.indexer import DSA_ARCHS, indexer_width
 from moeconf.memory.replay import CPU, GPU, Graph, HostShape, _Node, device_runs, host_peak
+from moeconf.memory.replay_hybrid import ALL_CPU, DOWN_CPU, GATE_CPU, UP_CPU, HybridHostShape, hybrid_host_peak
 from moeconf.placement import Placement
 
 
@@ -57,7 +58,7 @@ class DsaShape:
     n_ff_shexp: int
     weights_scaled: bool  # expert_weights_scale not 0 or 1: a SCALE of the routing weights
     n_ff: tuple[int, ...]  # per layer: the dense FFN's width, 0 for a MoE layer
-    experts_cpu: tuple[bool, ...]  # per layer: its routed experts run on the CPU
+    experts_cpu: tuple[int, ...]  # per layer: which of its routed experts run on the CPU (GATE_CPU | UP_CPU | DOWN_CPU)
     n_tokens: int
     n_kv: int
     first: int = 0
@@ -153,6 +154,45 @@ def dsa_graph(s: DsaShape) -> Graph:
         else:
             out = g.op(e * f, split_input("moe_out", e * f), split_input("shexp", e * f), inplace=True)
         inp = g.op(e * f, out, ffn_inp, inplace=True)
+    tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4  # the copy of the chosen ids (a strided view)
+
+    def split_experts(il: int, cpu: int, xr: int, topk: int, ffe: int) -> int:
+        """A layer whose routed experts are partly on the CPU (a fill's boundary layer): each matmul
+        runs where its weights are, the SwiGLU on the CPU only when up and down are there, each
+        crossing a copy at the start of the next split (as `replay_hybrid.hybrid_graph` has them;
+        traced here on GLM-5 with gate and up on the CPU)."""
+        here = GPU
+
+        def on(buf: int) -> None:
+            nonlocal here
+            if here != buf:
+                g.split(buf)
+                here = buf
+
+        def ids() -> int:
+            return topk if here == GPU else split_input(("topk", il), tk, topk)
+
+        def x() -> int:
+            return xr if here == GPU else split_input(("x", il), e * f, xr)
+
+        gate_buf = CPU if cpu & GATE_CPU else GPU
+        up_buf = CPU if cpu & UP_CPU else GPU
+        down_buf = CPU if cpu & DOWN_CPU else GPU
+        act_buf = CPU if up_buf == CPU and down_buf == CPU else GPU
+        on(gate_buf)
+        gate = g.op(ffe, x(), ids())
+        on(up_buf)
+        up = g.op(ffe, x(), ids())
+        on(act_buf)
+        ga = gate if gate_buf == act_buf else split_input(("gate", il), ffe, gate)
+        ua = up if up_buf == act_buf else split_input(("up", il), ffe, up)
+        act = g.op(ffe, ga, ua)
+        on(down_buf)
+        da = act if act_buf == down_buf else split_input(("act", il), ffe, act)
+        down = g.op(e * used * f, da, ids())
+        on(GPU)
+        return down if down_buf == GPU else split_input(("down", il), e * used * f, down)
+
     ikf = s.idx_head * f
     iqf = s.idx_heads * s.idx_head * f
     mask = 2 * T * s.n_kv  # f16 with flash attention, and the fused indexer's
@@ -217,10 +257,12 @@ def dsa_graph(s: DsaShape) -> Graph:
                 weights = g.op(used * f, weights, inplace=True)  # SCALE of a view
             xr = g.view(x)
             ffe = s.n_ff_exp * used * f
-            if s.experts_cpu[il]:
+            if s.experts_cpu[il] and s.experts_cpu[il] != ALL_CPU:
+                down = split_experts(il, s.experts_cpu[il], xr, topk_e, ffe)
+            elif s.experts_cpu[il]:
                 g.split(CPU)
                 xc = split_input(("x", il), e * f, xr)
-                tc = split_input(("topk", il), (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4, topk_e)
+                tc = split_input(("topk", il), tk, topk_e)
                 down = g.op(e * used * f, g.op(ffe, g.op(ffe, xc, tc), g.op(ffe, xc, tc)), tc)
                 g.split(GPU)
                 down = split_input(("down", il), e * used * f, down)
@@ -262,8 +304,11 @@ _ROUTED = frozenset({"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
 @dataclass(frozen=True)
 class _Layout:
     dev_of: tuple[str, ...]  # per layer: the device running its attention, router and shared expert
-    experts_cpu: tuple[bool, ...]  # per layer: its routed experts run on the CPU
+    experts_cpu: tuple[int, ...]  # per layer: which of its routed experts run on the CPU (bits)
     n_ff: tuple[int, ...]  # per layer: the dense FFN's width, 0 for a MoE layer
+
+
+_BITS = {"ffn_gate_exps": GATE_CPU, "ffn_up_exps": UP_CPU, "ffn_down_exps": DOWN_CPU}
 
 
 def _is_gpu(d: str) -> bool:
@@ -279,6 +324,7 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
     home: dict[int, set[str | None]] = defaultdict(set)
     routed: dict[int, set[str | None]] = defaultdict(set)
     dense: dict[int, int] = {}
+    on_cpu: dict[int, set[str]] = defaultdict(set)
     for t in inv.tensors:
         il = t.layer
         if il is None or il >= n_layer:
@@ -288,19 +334,21 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
         if t.base == "ffn_up" and t.shape:
             dense[il] = t.shape[-1]
         (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
+        if t.base in _ROUTED and placement.devices[t.name] == _HOST:
+            on_cpu[il].add(t.base)
     dev_of: list[str] = []
-    experts_cpu: list[bool] = []
+    experts_cpu: list[int] = []
     for il in range(n_layer):
         devs = home[il]
         d = next(iter(devs)) if len(devs) == 1 else None
         if d is None or d == AUTO_GPU:
             return f"layer {il}'s attention, router and shared expert are not on one device"
-        if len(routed[il]) > 1 or not routed[il] <= {d, _HOST}:
-            return f"layer {il}'s routed experts are split over devices, or on another GPU than its attention"
+        if not routed[il] <= {d, _HOST}:
+            return f"layer {il}'s routed experts on another GPU than its attention"
         if not routed[il] and il not in dense:
             return f"layer {il} has neither routed experts nor a dense FFN"
         dev_of.append(d)
-        experts_cpu.append(routed[il] == {_HOST})
+        experts_cpu.append(sum(bit for base, bit in _BITS.items() if base in on_cpu[il]))
     return _Layout(tuple(dev_of), tuple(experts_cpu), tuple(0 if routed[il] else dense[il] for il in range(n_layer)))
 
 
@@ -380,7 +428,7 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
         align = 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32
         if d == _HOST:
             # the CPU's own experts run in its own splits: no copies
-            own = _Layout(lay.dev_of, tuple(False for _ in lay.dev_of), lay.n_ff)
+            own = _Layout(lay.dev_of, tuple(0 for _ in lay.dev_of), lay.n_ff)
             shape = _shape(placement, geo, own, n_tokens, cells, last=last, host_head=True)
             out[_HOST] = dsa_peaks(shape, 32)[0]
             continue
@@ -400,11 +448,16 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
         reads = (("k_rot", 4 * shape.idx_head * shape.idx_head), ("pos", f), ("k_idxs_lid", 8 * n_tokens),
                  ("k_idxs_mla", 8 * n_tokens), ("mask_lid", 2 * n_tokens * cells), ("mask_mla", 2 * n_tokens * cells))
         buffer = {d: (0 if i == 0 else i + 1) for i, d in enumerate(dict.fromkeys(lay.dev_of))}  # 1: the host's
-        used = geo.n_expert_used
-        out[_HOST] = host_peak(HostShape(
-            n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used,
-            n_ff_exp=geo.n_ff_exp, biased=False, x_size=f * geo.n_embd,
-            layers=tuple((buffer[d], reads, cpu) for d, cpu in zip(lay.dev_of, lay.experts_cpu, strict=True))))
+        layers = tuple((buffer[d], reads, cpu) for d, cpu in zip(lay.dev_of, lay.experts_cpu, strict=True))
+        if all(cpu in (0, ALL_CPU) for cpu in lay.experts_cpu):
+            out[_HOST] = host_peak(HostShape(
+                n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used,
+                n_ff_exp=geo.n_ff_exp, biased=False, x_size=f * geo.n_embd,
+                layers=tuple((b, r, cpu == ALL_CPU) for b, r, cpu in layers)))
+        else:  # some layers' experts partly on the CPU: as the hybrids' host replay places them
+            out[_HOST] = hybrid_host_peak(HybridHostShape(
+                n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used,
+                n_ff_exp=geo.n_ff_exp, layers=layers))
     if _HOST not in out:
         # pipeline parallelism: every copy of every graph input, never freed, and the embeddings' rows
         shape = _shape(placement, geo, lay, n_tokens, cells)
