@@ -268,3 +268,43 @@ def test_grok2_style_layers_are_refused(models: dict[str, Inventory]) -> None:
     assert isinstance(extra, Tensor)
     grok2 = dataclasses.replace(inv, tensors=(*inv.tensors, extra))
     assert any("dense FFN beside the routed experts" in w for w in unmodelled(grok2, "llama.cpp"))
+
+
+def test_fit_places_glm5_within_its_budget(models: dict[str, Inventory], tmp_path: Path) -> None:
+    """`moeconf fit` works for a DSA model (refused before): GLM-5 on one 24 GiB GPU at 32k, its
+    command's memory complete and within the budget by moeconf's count (the engine suite measures
+    it: 23,000 MiB + 1 GiB reserve of 24,576)."""
+    from moeconf.fit import Budget, fit
+
+    inv = models["glm-5"]
+    res = fit(inv, engine("llama.cpp"), [Budget("RPC0[127.0.0.1:50731]", 24 * 1024 * MiB)],
+              ["--rpc", "127.0.0.1:50731", "-c", "32768"], model_path=str(inv.source), plan_dir=str(tmp_path),
+              reserve=1024 * MiB)
+    est = estimate_explained(explain(inv, engine("llama.cpp"), list(res.argv[3:]), gpus=[]),
+                             read_settings(list(res.argv[3:]), engine("llama.cpp")))
+    assert est.complete, est.notes
+    assert est.devices["RPC0[127.0.0.1:50731]"].total <= 24 * 1024 * MiB
+
+
+def test_fit_refuses_a_fill_the_dsa_replay_does_not_cover(models: dict[str, Inventory], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fill's search measures candidates the DSA check refuses (no compute: they would look
+    free); the chosen fill is measured again with every check, and refused rather than printed."""
+    from moeconf.errors import MoeconfError
+    from moeconf.fit import Budget, fit
+    from moeconf.memory import replay_dsa
+
+    real = replay_dsa._unmodelled
+
+    def no_split_layers(placement, geo, **kw):  # type: ignore[no-untyped-def]
+        lay = replay_dsa._layout(placement, geo)
+        if not isinstance(lay, str) and any(c not in (0, 7) for c in lay.experts_cpu):
+            return "a wrong answer: split expert layers"
+        return real(placement, geo, **kw)
+
+    monkeypatch.setattr(replay_dsa, "_unmodelled", no_split_layers)
+    inv = models["glm-5"]
+    with pytest.raises(MoeconfError, match="split expert layers"):
+        fit(inv, engine("llama.cpp"), [Budget("RPC0[127.0.0.1:50731]", 24 * 1024 * MiB)],
+            ["--rpc", "127.0.0.1:50731", "-c", "32768"], model_path=str(inv.source), plan_dir=str(tmp_path),
+            reserve=1024 * MiB)
