@@ -119,7 +119,7 @@ def test_dsa_memory_matches_the_engines_figures(models: dict[str, Inventory], mo
 DSA_REFUSED = [
     ("deepseek-v3.2", "-c 32768 -ngl 999 -fa off", "flash attention off"),
     ("glm-5", "-c 32768 -ngl 999 -nkvo", "-nkvo"),
-    ("glm-5", "-c 32768 -ngl 40 -ot exps=CPU", "the CPU running the first layers"),
+    ("glm-5", r"-c 32768 -ngl 40 -ot 'blk\.(4\d|5\d)\.ffn_up_exps=CPU'", "partly on the CPU"),
     ("deepseek-v3.2", "2rpc -c 32768 -ngl 40 -ts 1,1", "the CPU running the first layers"),
     ("deepseek-v3.2", "-c 32768 -ngl 999 -ot ^output=CPU", "the output off the GPU"),
     ("glm-5", r"2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\.5\.ffn_up_exps=RPC0[127.0.0.1:50732]",
@@ -163,11 +163,11 @@ def test_the_dsa_comparison_catches_a_wrong_replay(models: dict[str, Inventory],
 
 def test_the_dsa_refusal_is_what_keeps_an_uncovered_placement_out(models: dict[str, Inventory],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the check, a placement the replay does not cover (the CPU's first layers with their
-    experts and a GPU's experts on the CPU) would not be refused."""
+    """Without the check, a placement the replay does not cover (the CPU's first layers, and GPU
+    layers' routed experts partly on the CPU) would not be refused."""
     from moeconf.memory import replay_dsa
 
-    line = "-c 32768 -ngl 40 -ot exps=CPU"
+    line = r"-c 32768 -ngl 40 -ot 'blk\.(4\d|5\d)\.ffn_up_exps=CPU'"
     est, _ = _estimate(models["glm-5"], line)
     assert not est.complete
     monkeypatch.setattr(replay_dsa, "_unmodelled", lambda *a, **k: "")

@@ -193,6 +193,15 @@ def dsa_graph(s: DsaShape) -> Graph:
         on(GPU)
         return down if down_buf == GPU else split_input(("down", il), e * used * f, down)
 
+    def handed_over(*tail: int) -> None:
+        """The CPU's last layer: the GPU after it runs the weightless tail ("expand GPU up"): its
+        first split copies the FFN's outputs and input, then the graph inputs it reads, each freed
+        here once copied."""
+        for t in tail:
+            g.op(0, t)
+        for name in ("pos", "k_rot", "k_idxs_lid", "k_idxs_mla", "mask_lid", "mask_mla"):
+            g.op(0, leaves[name])
+
     ikf = s.idx_head * f
     iqf = s.idx_heads * s.idx_head * f
     mask = 2 * T * s.n_kv  # f16 with flash attention, and the fused indexer's
@@ -244,6 +253,9 @@ def dsa_graph(s: DsaShape) -> Graph:
         if s.n_ff[il]:
             ff = s.n_ff[il] * f
             out = g.op(e * f, g.op(ff, g.op(ff, x), g.op(ff, x)))
+            if s.host_head and il == last - 1:
+                handed_over(out, ffn_inp)
+                break
         else:
             ne = s.n_expert * f
             probs = g.op(ne, g.op(ne, x), inplace=True)  # logits, sigmoid in place
@@ -271,10 +283,27 @@ def dsa_graph(s: DsaShape) -> Graph:
             out = moe_sum(down, weights)
             ffs = s.n_ff_shexp * f
             sh = g.op(e * f, g.op(ffs, g.op(ffs, x), g.op(ffs, x)))
+            if s.host_head and il == last - 1:
+                handed_over(out, sh, ffn_inp)
+                break
             out = g.op(e * f, out, sh, inplace=True)
         inp = g.op(e * f, out, ffn_inp, inplace=True)  # l_out
     if s.host_head:
-        g.op(0, g.leaf(f, GPU))  # the output ids, copied by the GPU running the last layer
+        # then the routed experts of the GPU's layers that run here, each split copying the FFN
+        # input and the chosen ids, its output copied back; the output ids stay until the GPU's
+        # split holding the last layer's attention copies them
+        out_ids = g.leaf(f, GPU)
+        for il in range(last, n_layer):
+            if il == n_layer - 1 and s.experts_cpu[il]:
+                g.op(0, out_ids)
+            if not s.experts_cpu[il]:
+                continue
+            xc = g.op(e * f)  # the copies, made at the split's start
+            tc = g.op(tk)
+            ffe = s.n_ff_exp * used * f
+            g.op(0, g.op(e * used * f, g.op(ffe, g.op(ffe, xc, tc), g.op(ffe, xc, tc)), tc))
+        if not s.experts_cpu[n_layer - 1]:
+            g.op(0, out_ids)
     elif last == n_layer:
         x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
         g.op(s.n_vocab * f, x, output=True)
@@ -390,9 +419,10 @@ def _unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offloa
     if len(set(gpus)) != len(gpus):
         return "a GPU running two separate ranges of layers"
     head = runs[0][0] == _HOST
-    if head and (len(runs) != 2 or any(lay.experts_cpu[il] for il in range(runs[1][1], n_layer))):
-        return ("the CPU running the first layers and the GPUs the rest, other than one GPU with the routed "
-                "experts of its layers")
+    if head and len(runs) != 2:
+        return "the CPU running the first layers and several GPUs the rest"
+    if head and any(lay.experts_cpu[il] not in (0, ALL_CPU) for il in range(runs[1][1], n_layer)):
+        return "the CPU running the first layers and a GPU layer's routed experts partly on the CPU"
     if not head and any(not _is_gpu(d) for d, _, _ in runs):
         return "a layer on the CPU after a GPU's layers"
     return ""
@@ -427,8 +457,9 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
     for d, first, last in runs:
         align = 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32
         if d == _HOST:
-            # the CPU's own experts run in its own splits: no copies
-            own = _Layout(lay.dev_of, tuple(0 for _ in lay.dev_of), lay.n_ff)
+            # the CPU's own layers' experts run in its own splits: no copies; the GPU layers' experts
+            # on the CPU follow
+            own = _Layout(lay.dev_of, tuple(0 if il < last else c for il, c in enumerate(lay.experts_cpu)), lay.n_ff)
             shape = _shape(placement, geo, own, n_tokens, cells, last=last, host_head=True)
             out[_HOST] = dsa_peaks(shape, 32)[0]
             continue
