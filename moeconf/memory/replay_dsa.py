@@ -419,11 +419,11 @@ def _unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offloa
     if len(set(gpus)) != len(gpus):
         return "a GPU running two separate ranges of layers"
     head = runs[0][0] == _HOST
-    if head and len(runs) != 2:
-        return "the CPU running the first layers and several GPUs the rest"
+    if head and len(runs) > 2 and any(lay.experts_cpu[il] for il in range(runs[1][1], n_layer)):
+        return "the CPU running the first layers and several GPUs the rest, with GPU layers' routed experts on the CPU"
     if head and any(lay.experts_cpu[il] not in (0, ALL_CPU) for il in range(runs[1][1], n_layer)):
         return "the CPU running the first layers and a GPU layer's routed experts partly on the CPU"
-    if not head and any(not _is_gpu(d) for d, _, _ in runs):
+    if any(not _is_gpu(d) for d, _, _ in runs[1 if head else 0:]):
         return "a layer on the CPU after a GPU's layers"
     return ""
 
