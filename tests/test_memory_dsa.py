@@ -117,7 +117,7 @@ def test_dsa_memory_matches_the_engines_figures(models: dict[str, Inventory], mo
 
 # (model, line, what the refusal names): settings and placements the DSA replay was not traced on
 DSA_REFUSED = [
-    ("deepseek-v3.2", "-c 32768 -ngl 999 -fa off", "flash attention off"),
+    ("deepseek-v3.2", "-c 32768 -ngl 999 -fa off -ctk q8_0", "flash attention off with a q8_0 K cache"),
     ("glm-5", "-c 32768 -ngl 999 -nkvo", "-nkvo"),
     ("glm-5", r"-c 32768 -ngl 40 -ot 'blk\.(4\d|5\d)\.ffn_up_exps=CPU'", "partly on the CPU"),
     ("deepseek-v3.2", "2rpc -c 32768 -ngl 40 -ts 1,1 -ot exps=CPU", "several GPUs the rest, with GPU layers' routed"),

@@ -241,7 +241,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if not why:
         n_stream_dsa = 1 if (settings.kv_unified or settings.n_parallel == 1) else settings.n_parallel
         why.extend(dsa_unmodelled(placement, geo, flash_attn=settings.flash_attn != "off",
-                                  offload_kqv=settings.offload_kqv, n_stream=n_stream_dsa, pipeline=pipeline))
+                                  offload_kqv=settings.offload_kqv, n_stream=n_stream_dsa, pipeline=pipeline,
+                                  cache_type_k=settings.cache_type_k))
     # ---
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
@@ -493,7 +494,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
 
     # --- DSA (deepseek32, glm-dsa): every compute buffer by the replay (memory/replay_dsa.py)
     if inv.arch in DSA_ARCHS and not ik:
-        compute = defaultdict(int, replayed_dsa(placement, geo, T, cells, pipeline=pipeline))
+        compute = defaultdict(int, replayed_dsa(placement, geo, T, cells, pipeline=pipeline, flash_attn=fa,
+                                                cache_type_k=ctk))
     # ---
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:

@@ -66,6 +66,8 @@ class DsaShape:
     after_cpu: bool = False  # the layer before `first` ran wholly on the CPU (else on another GPU)
     copies: int = 1  # the scheduler's copies of every input (4 with pipeline parallelism)
     host_head: bool = False  # this is the CPU running layers 0 to `last` - 1 whole (a partial -ngl)
+    flash_attn: bool = True
+    kv_el: int = 2  # bytes per K cache element (flash attention off: V is copied out of it)
 
 
 def _set_rows_view(g: Graph, target_view: int, *srcs: int) -> int:
@@ -200,11 +202,12 @@ def dsa_graph(s: DsaShape) -> Graph:
         for t in tail:
             g.op(0, t)
         for name in ("pos", "k_rot", "k_idxs_lid", "k_idxs_mla", "mask_lid", "mask_mla"):
-            g.op(0, leaves[name])
+            g.op(0, leaves[name])  # (mask sizes as read above)
 
     ikf = s.idx_head * f
     iqf = s.idx_heads * s.idx_head * f
-    mask = 2 * T * s.n_kv  # f16 with flash attention, and the fused indexer's
+    mask = 2 * T * s.n_kv  # the fused indexer's mask: f16
+    mask_mla = (2 if s.flash_attn else 4) * T * s.n_kv  # the attention's: f16 with flash attention, else f32
     for il in range(s.first, last):
         norm = split_input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
         cur = g.op(e * f, norm, inplace=True)  # attn_norm
@@ -225,6 +228,12 @@ def dsa_graph(s: DsaShape) -> Graph:
         kcur = g.op((s.kv_lora + s.n_rot) * f, g.view(kv), kpe)  # CONCAT
         g.op(0, g.view(kcur), graph_input("k_idxs_mla", 8 * T))
         qv = g.view(g.view(qcur))
+        if not s.flash_attn:
+            # build_attn_mha without flash attention: V (the latent, a view of the K cache)
+            # transposed and made contiguous, in the cache's type, then KQ (f32, every head), which
+            # frees the queries
+            v_cont = g.op(s.n_kv * s.kv_lora * s.kv_el)
+            kq = g.op(4 * s.n_kv * T * s.n_head, qv)
         # build_attn's zeros: a leaf of this buffer (allocated before any node, in the order the
         # graph reaches it), filled in place
         zero = g.op(4 * s.top_k * T, g.leaf(4 * s.top_k * T, GPU), inplace=True)
@@ -236,12 +245,16 @@ def dsa_graph(s: DsaShape) -> Graph:
         score = g.op(4 * s.n_kv * T, g.view(iq), iw, graph_input("mask_lid", mask))  # LIGHTNING_INDEXER
         topk = g.op(4 * s.top_k * T, g.op(4 * s.top_k * T, score))  # TOP_K, CONT
         # the attention's mask: FILL of the MLA mask, SET_ROWS of the zeros at the top-k, ADD the mask
-        mla_mask = graph_input("mask_mla", mask)
-        filled = g.op(mask, mla_mask)
+        mla_mask = graph_input("mask_mla", mask_mla)
+        filled = g.op(mask_mla, mla_mask)
         rows = _set_rows_view(g, g.view(filled), zero, g.view(topk))
-        kq_mask = g.op(mask, g.view(rows), mla_mask, inplace=True)
-        attn = g.op(s.n_head * s.kv_lora * f, qv, kq_mask)  # FLASH_ATTN_EXT
-        vb = g.op(s.n_head * s.head_v * f, g.view(attn))  # wv_b
+        kq_mask = g.op(mask_mla, g.view(rows), mla_mask, inplace=True)
+        if s.flash_attn:
+            attn = g.view(g.op(s.n_head * s.kv_lora * f, qv, kq_mask))  # FLASH_ATTN_EXT
+        else:
+            soft = g.op(4 * s.n_kv * T * s.n_head, kq, kq_mask, inplace=True)  # SOFT_MAX in place
+            attn = g.op(s.n_head * s.kv_lora * f, v_cont, soft)  # KQV
+        vb = g.op(s.n_head * s.head_v * f, attn)  # wv_b
         cur = g.op(e * f, g.view(g.op(s.n_head * s.head_v * f, g.view(vb))))  # CONT, wo
         res = split_input("l_out", e * f) if inp < 0 else inp
         if il == n_layer - 1:
@@ -381,13 +394,16 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
     return _Layout(tuple(dev_of), tuple(experts_cpu), tuple(0 if routed[il] else dense[il] for il in range(n_layer)))
 
 
+_KV_EL = {"f16": 2, "bf16": 2, "f32": 4}  # K cache types whose V copy flash attention off was traced with
+
+
 def dsa_unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offload_kqv: bool, n_stream: int,
-                   pipeline: bool) -> list[str]:
+                   pipeline: bool, cache_type_k: str = "f16") -> list[str]:
     """Why the DSA replay does not cover these settings and this placement (empty: it does)."""
     if placement.inventory.arch not in DSA_ARCHS:
         return []
     what = _unmodelled(placement, geo, flash_attn=flash_attn, offload_kqv=offload_kqv, n_stream=n_stream,
-                       pipeline=pipeline)
+                       pipeline=pipeline, cache_type_k=cache_type_k)
     if not what:
         return []
     return [f"compute is not modelled for {placement.inventory.arch} (DSA) with {what}: KV cache and compute "
@@ -396,9 +412,9 @@ def dsa_unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, off
 
 
 def _unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offload_kqv: bool, n_stream: int,
-                pipeline: bool) -> str:
-    if not flash_attn:
-        return "flash attention off (-fa off: f32 masks and the unfused attention)"
+                pipeline: bool, cache_type_k: str = "f16") -> str:
+    if not flash_attn and cache_type_k not in _KV_EL:
+        return f"flash attention off with a {cache_type_k} K cache (the latent V is copied out of it)"
     if not offload_kqv:
         return "the KV cache in host memory (-nkvo)"
     if n_stream > 1:
@@ -429,6 +445,7 @@ def _unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offloa
 
 
 def _shape(placement: Placement, geo: Geometry, lay: _Layout, n_tokens: int, cells: int, **kw: object) -> DsaShape:
+    """The replay's shape for this model and layout (`kw`: the DsaShape fields of one buffer)."""
     inv = placement.inventory
     width = {t.base: t.shape[-1] for t in inv.tensors if t.layer == 0 and t.shape}
     top_k = inv.metadata.hparam("attention.indexer.top_k")
@@ -445,7 +462,8 @@ def _shape(placement: Placement, geo: Geometry, lay: _Layout, n_tokens: int, cel
     )
 
 
-def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int, *, pipeline: bool) -> dict[str, int]:
+def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int, *, pipeline: bool,
+                 flash_attn: bool = True, cache_type_k: str = "f16") -> dict[str, int]:
     """Every device's compute buffer (the host's included) by the replay, for a placement and
     settings `dsa_unmodelled` accepts."""
     lay = _layout(placement, geo)
@@ -454,18 +472,20 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
     n_layer = len(lay.dev_of)
     copies = 4 if pipeline else 1
     out: dict[str, int] = {}
+    attn = {"flash_attn": flash_attn, "kv_el": _KV_EL.get(cache_type_k, 2)}
+    mask_mla = (2 if flash_attn else 4) * n_tokens * cells
     for d, first, last in runs:
         align = 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32
         if d == _HOST:
             # the CPU's own layers' experts run in its own splits: no copies; the GPU layers' experts
             # on the CPU follow
             own = _Layout(lay.dev_of, tuple(0 if il < last else c for il, c in enumerate(lay.experts_cpu)), lay.n_ff)
-            shape = _shape(placement, geo, own, n_tokens, cells, last=last, host_head=True)
+            shape = _shape(placement, geo, own, n_tokens, cells, last=last, host_head=True, **attn)
             out[_HOST] = dsa_peaks(shape, 32)[0]
             continue
         after_cpu = first > 0 and lay.dev_of[first - 1] == _HOST
         shape = _shape(placement, geo, lay, n_tokens, cells, first=first, last=-1 if last == n_layer else last,
-                       after_cpu=after_cpu, copies=copies)
+                       after_cpu=after_cpu, copies=copies, **attn)
         gpu, host = dsa_peaks(shape, align)
         out[d] = gpu
         if len(runs) == 1:
@@ -477,7 +497,7 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
         shape = _shape(placement, geo, lay, n_tokens, cells)
         f = 4 * n_tokens
         reads = (("k_rot", 4 * shape.idx_head * shape.idx_head), ("pos", f), ("k_idxs_lid", 8 * n_tokens),
-                 ("k_idxs_mla", 8 * n_tokens), ("mask_lid", 2 * n_tokens * cells), ("mask_mla", 2 * n_tokens * cells))
+                 ("k_idxs_mla", 8 * n_tokens), ("mask_lid", 2 * n_tokens * cells), ("mask_mla", mask_mla))
         buffer = {d: (0 if i == 0 else i + 1) for i, d in enumerate(dict.fromkeys(lay.dev_of))}  # 1: the host's
         layers = tuple((buffer[d], reads, cpu) for d, cpu in zip(lay.dev_of, lay.experts_cpu, strict=True))
         if all(cpu in (0, ALL_CPU) for cpu in lay.experts_cpu):
@@ -496,6 +516,6 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
         # tokens, the unused embeddings input, the rotation, positions, two KV index sets, two masks,
         # output ids
         inputs = (f, shape.n_embd * f, 4 * shape.idx_head * shape.idx_head, f, 8 * n_tokens, 8 * n_tokens,
-                  2 * n_tokens * cells, 2 * n_tokens * cells, f)
+                  2 * n_tokens * cells, mask_mla, f)
         out[_HOST] = copies * sum(-(-x // 32) * 32 for x in inputs) + shape.n_embd * f
     return out
