@@ -29,7 +29,7 @@ from moeconf.model.inventory import Inventory, load_inventory
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 FIGURES = json.loads((Path(__file__).resolve().parent / "engine" / "figures_dsa.json").read_text())["lines"]
-EPS = ["127.0.0.1:50731", "127.0.0.1:50732"]
+EPS = ["127.0.0.1:50731", "127.0.0.1:50732", "127.0.0.1:50733"]
 MiB = 1024 * 1024
 DSA = ("deepseek-v3.2", "glm-5")
 
@@ -42,8 +42,8 @@ def models() -> dict[str, Inventory]:
 
 def _estimate(inv: Inventory, line: str) -> tuple[MemoryEstimate, list[str]]:
     words = shlex.split(line)
-    n = 2 if "2rpc" in words else 1
-    words = [w for w in words if w != "2rpc"]
+    n = 3 if "3rpc" in words else 2 if "2rpc" in words else 1
+    words = [w for w in words if w not in ("2rpc", "3rpc")]
     args = ["--rpc", ",".join(EPS[:n]), "-fit", "off", *words]
     eng = engine("llama.cpp")
     ex = explain(inv, eng, args, gpus=[])

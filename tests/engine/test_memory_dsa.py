@@ -66,7 +66,7 @@ def sparse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, In
 
 @pytest.fixture(scope="module")
 def endpoints() -> Iterator[list[str]]:
-    with rpc_servers(MAINLINE, 2) as eps:
+    with rpc_servers(MAINLINE, 3) as eps:
         yield eps
 
 
@@ -82,9 +82,9 @@ def results_file() -> Iterator[None]:
 
 def _split(line: str, endpoints: list[str]) -> tuple[list[str], list[str]]:
     words = shlex.split(line)
-    n = 2 if "2rpc" in words else 1
+    n = 3 if "3rpc" in words else 2 if "2rpc" in words else 1
     eps = endpoints[:n]
-    return ["--rpc", ",".join(eps), "-fit", "off", *(w for w in words if w != "2rpc")], eps
+    return ["--rpc", ",".join(eps), "-fit", "off", *(w for w in words if w not in ("2rpc", "3rpc"))], eps
 
 
 @pytest.mark.parametrize("fig", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
