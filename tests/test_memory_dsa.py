@@ -308,3 +308,11 @@ def test_fit_refuses_a_fill_the_dsa_replay_does_not_cover(models: dict[str, Inve
         fit(inv, engine("llama.cpp"), [Budget("RPC0[127.0.0.1:50731]", 24 * 1024 * MiB)],
             ["--rpc", "127.0.0.1:50731", "-c", "32768"], model_path=str(inv.source), plan_dir=str(tmp_path),
             reserve=1024 * MiB)
+
+
+def test_a_dsa_file_without_the_indexer_top_k_is_refused_not_a_traceback(models: dict[str, Inventory]) -> None:
+    inv = models["deepseek-v3.2"]
+    hp = tuple((k, v) for k, v in inv.metadata.hparams if k != "attention.indexer.top_k")
+    broken = dataclasses.replace(inv, metadata=dataclasses.replace(inv.metadata, hparams=hp))
+    est, _ = _estimate(broken, "-c 32768 -ngl 999")
+    assert not est.complete and any("attention.indexer.top_k" in n for n in est.notes), est.notes

@@ -79,9 +79,10 @@ def _set_rows_view(g: Graph, target_view: int, *srcs: int) -> int:
 
 
 def dsa_graph(s: DsaShape) -> Graph:
-    """llama.cpp's deepseek32 / glm-dsa graph (every layer's indexer full) with flash attention,
-    as the buffer running layers `first` to `last` - 1 sees it; with `first` 0 and the output
-    here, buffer CPU holds the graph inputs and the token embeddings' rows (the host's share)."""
+    """llama.cpp's deepseek32 / glm-dsa graph (every layer's indexer full), with flash attention or
+    without (`flash_attn`), as the buffer running layers `first` to `last` - 1 sees it; with
+    `first` 0 and the output here, buffer CPU holds the graph inputs and the token embeddings'
+    rows (the host's share); with `host_head`, buffer GPU is the CPU running the first layers."""
     g = Graph()
     T = s.n_tokens
     f = 4 * T
@@ -419,6 +420,10 @@ def _unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offloa
         return "the KV cache in host memory (-nkvo)"
     if n_stream > 1:
         return "a KV stream per sequence (-np above 1 without a unified cache)"
+    inv = placement.inventory
+    bases = {t.base for t in inv.tensors if t.layer == 0}
+    if not {"attn_q_a", "indexer.proj"} <= bases or not isinstance(inv.metadata.hparam("attention.indexer.top_k"), int):
+        return "a layer 0 without attn_q_a or indexer.proj, or no attention.indexer.top_k (the engine needs them)"
     if placement.inventory.metadata.hparam("expert_weights_norm") != 1:
         return "the routing weights not normalised (expert_weights_norm is not 1; the graph was traced with it)"
     lay = _layout(placement, geo)
