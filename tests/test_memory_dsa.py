@@ -120,7 +120,6 @@ DSA_REFUSED = [
     ("deepseek-v3.2", "-c 32768 -ngl 999 -fa off -ctk q8_0", "flash attention off with a q8_0 K cache"),
     ("glm-5", "-c 32768 -ngl 999 -nkvo", "-nkvo"),
     ("glm-5", r"-c 32768 -ngl 40 -ot 'blk\.(4\d|5\d)\.ffn_up_exps=CPU'", "partly on the CPU"),
-    ("deepseek-v3.2", "2rpc -c 32768 -ngl 40 -ts 1,1 -ot exps=CPU", "several GPUs the rest, with GPU layers' routed"),
     ("deepseek-v3.2", "-c 32768 -ngl 999 -ot ^output=CPU", "the output off the GPU"),
     ("glm-5", r"2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\.5\.ffn_up_exps=RPC0[127.0.0.1:50732]",
      "another GPU than its attention"),

@@ -494,7 +494,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
 
     # --- DSA (deepseek32, glm-dsa): every compute buffer by the replay (memory/replay_dsa.py)
     if inv.arch in DSA_ARCHS and not ik:
-        compute = defaultdict(int, replayed_dsa(placement, geo, T, cells, pipeline=pipeline, flash_attn=fa,
+        # the worst-case ubatch is rounded up to a multiple of the sequences (llama-context.cpp,
+        # graph_reserve: "making n_tokens a multiple of n_seqs")
+        t_dsa = -(-T // n_seq) * n_seq
+        compute = defaultdict(int, replayed_dsa(placement, geo, t_dsa, cells, pipeline=pipeline, flash_attn=fa,
                                                 cache_type_k=ctk))
     # ---
     estimated_terms: dict[str, list[str]] = defaultdict(list)

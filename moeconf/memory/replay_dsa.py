@@ -68,6 +68,7 @@ class DsaShape:
     host_head: bool = False  # this is the CPU running layers 0 to `last` - 1 whole (a partial -ngl)
     flash_attn: bool = True
     kv_el: int = 2  # bytes per K cache element (flash attention off: V is copied out of it)
+    last_gpu: int = 0  # with `host_head`: the first layer of the last GPU's run (it copies the graph inputs last)
 
 
 def _set_rows_view(g: Graph, target_view: int, *srcs: int) -> int:
@@ -198,12 +199,14 @@ def dsa_graph(s: DsaShape) -> Graph:
 
     def handed_over(*tail: int) -> None:
         """The CPU's last layer: the GPU after it runs the weightless tail ("expand GPU up"): its
-        first split copies the FFN's outputs and input, then the graph inputs it reads, each freed
-        here once copied."""
+        first split copies the FFN's outputs and input (then the graph inputs, `inputs_copied`:
+        freed here once the last GPU reading them copied them)."""
         for t in tail:
             g.op(0, t)
+
+    def inputs_copied() -> None:
         for name in ("pos", "k_rot", "k_idxs_lid", "k_idxs_mla", "mask_lid", "mask_mla"):
-            g.op(0, leaves[name])  # (mask sizes as read above)
+            g.op(0, leaves[name])
 
     ikf = s.idx_head * f
     iqf = s.idx_heads * s.idx_head * f
@@ -308,6 +311,8 @@ def dsa_graph(s: DsaShape) -> Graph:
         # split holding the last layer's attention copies them
         out_ids = g.leaf(f, GPU)
         for il in range(last, n_layer):
+            if il == max(s.last_gpu, last):
+                inputs_copied()
             if il == n_layer - 1 and s.experts_cpu[il]:
                 g.op(0, out_ids)
             if not s.experts_cpu[il]:
@@ -418,8 +423,7 @@ def _unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offloa
         return f"flash attention off with a {cache_type_k} K cache (the latent V is copied out of it)"
     if not offload_kqv:
         return "the KV cache in host memory (-nkvo)"
-    if n_stream > 1:
-        return "a KV stream per sequence (-np above 1 without a unified cache)"
+    # a KV stream per sequence (-np above 1 without a unified cache): the same sizes per stream
     inv = placement.inventory
     bases = {t.base for t in inv.tensors if t.layer == 0}
     if not {"attn_q_a", "indexer.proj"} <= bases or not isinstance(inv.metadata.hparam("attention.indexer.top_k"), int):
@@ -440,8 +444,6 @@ def _unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offloa
     if len(set(gpus)) != len(gpus):
         return "a GPU running two separate ranges of layers"
     head = runs[0][0] == _HOST
-    if head and len(runs) > 2 and any(lay.experts_cpu[il] for il in range(runs[1][1], n_layer)):
-        return "the CPU running the first layers and several GPUs the rest, with GPU layers' routed experts on the CPU"
     if head and any(lay.experts_cpu[il] not in (0, ALL_CPU) for il in range(runs[1][1], n_layer)):
         return "the CPU running the first layers and a GPU layer's routed experts partly on the CPU"
     if any(not _is_gpu(d) for d, _, _ in runs[1 if head else 0:]):
@@ -485,7 +487,8 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
             # the CPU's own layers' experts run in its own splits: no copies; the GPU layers' experts
             # on the CPU follow
             own = _Layout(lay.dev_of, tuple(0 if il < last else c for il, c in enumerate(lay.experts_cpu)), lay.n_ff)
-            shape = _shape(placement, geo, own, n_tokens, cells, last=last, host_head=True, **attn)
+            shape = _shape(placement, geo, own, n_tokens, cells, last=last, host_head=True, last_gpu=runs[-1][1],
+                           **attn)
             out[_HOST] = dsa_peaks(shape, 32)[0]
             continue
         after_cpu = first > 0 and lay.dev_of[first - 1] == _HOST
