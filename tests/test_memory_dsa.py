@@ -121,6 +121,7 @@ DSA_REFUSED = [
     ("glm-5", "-c 32768 -ngl 999 -nkvo", "-nkvo"),
     ("glm-5", r"-c 32768 -ngl 40 -ot 'blk\.(4\d|5\d)\.ffn_up_exps=CPU'", "partly on the CPU"),
     ("deepseek-v3.2", "-c 32768 -ngl 999 -ot ^output=CPU", "the output off the GPU"),
+    ("glm-5", "-c 32768 -ngl 0", "the last layers on the CPU"),
     ("glm-5", r"2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\.5\.ffn_up_exps=RPC0[127.0.0.1:50732]",
      "another GPU than its attention"),
 ]

@@ -389,7 +389,9 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
     for il in range(n_layer):
         devs = home[il]
         d = next(iter(devs)) if len(devs) == 1 else None
-        if d is None or d == AUTO_GPU:
+        if d == AUTO_GPU:
+            return "layers the engine splits over the GPUs by their free memory (give -ts)"
+        if d is None:
             return f"layer {il}'s attention, router and shared expert are not on one device"
         if not routed[il] <= {d, _HOST}:
             return f"layer {il}'s routed experts on another GPU than its attention"
@@ -413,8 +415,8 @@ def dsa_unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, off
     if not what:
         return []
     return [f"compute is not modelled for {placement.inventory.arch} (DSA) with {what}: KV cache and compute "
-            "are not computed (modelled: flash attention on, the KV cache on the GPUs, one stream; every "
-            "layer on GPUs, or the CPU running the first layers whole and one GPU the rest)"]
+            "are not computed (modelled: the KV cache on the GPUs; every layer on GPUs, or the CPU running the "
+            "first layers whole and GPUs the rest; docs/memory-architectures.md)"]
 
 
 def _unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offload_kqv: bool, n_stream: int,
@@ -436,7 +438,9 @@ def _unmodelled(placement: Placement, geo: Geometry, *, flash_attn: bool, offloa
     runs = device_runs(lay.dev_of)
     n_layer = len(lay.dev_of)
     out = output_device(placement)
-    if out != runs[-1][0] or placement.devices.get("output_norm.weight") != out or not _is_gpu(out):
+    if not _is_gpu(runs[-1][0]):
+        return "the last layers on the CPU (-ngl 0, or the output layer alone offloaded)"
+    if out != runs[-1][0] or placement.devices.get("output_norm.weight") != out:
         return "the output off the GPU running the last layer"
     if placement.devices.get("token_embd.weight") != _HOST:
         return "the token embeddings off the CPU"
