@@ -485,6 +485,12 @@ def _refuse_unmodelled(plan: Plan, f: _Filler, devices: Mapping[str, str | None]
 
     pl = Placement(f.inv, f.eng, dict(devices), dict(defaults), {})
     why = unmodelled_settings(pl, f.settings, list(f.accelerators))
+    # the DSA replay's placements (memory/replay_dsa.py): a search candidate it does not cover has
+    # no compute, so the chosen fill is checked again with every check on
+    if not why:
+        mem = f.measure(devices, defaults)
+        if not mem.complete:
+            why = list(mem.notes)
     if why:
         raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
                         + "; ".join(why), path=plan.path)

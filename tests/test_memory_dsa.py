@@ -15,7 +15,7 @@ import pytest
 
 from moeconf.engines import engine
 from moeconf.explanation import explain
-from moeconf.memory import read_settings, support
+from moeconf.memory import read_settings
 from moeconf.memory.archgraph import (
     ffn_floats,
     flash_attn_forced_off,
@@ -31,7 +31,7 @@ from moeconf.sizing import estimate_explained
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 FIGURES = json.loads((Path(__file__).resolve().parent / "engine" / "figures_dsa.json").read_text())["lines"]
-EPS = ["127.0.0.1:50731", "127.0.0.1:50732"]
+EPS = ["127.0.0.1:50731", "127.0.0.1:50732", "127.0.0.1:50733"]
 MiB = 1024 * 1024
 DSA = ("deepseek-v3.2", "glm-5")
 
@@ -44,8 +44,8 @@ def models() -> dict[str, Inventory]:
 
 def _estimate(inv: Inventory, line: str) -> tuple[MemoryEstimate, list[str]]:
     words = shlex.split(line)
-    n = 2 if "2rpc" in words else 1
-    words = [w for w in words if w != "2rpc"]
+    n = 3 if "3rpc" in words else 2 if "2rpc" in words else 1
+    words = [w for w in words if w not in ("2rpc", "3rpc")]
     args = ["--rpc", ",".join(EPS[:n]), "-fit", "off", *words]
     eng = engine("llama.cpp")
     ex = explain(inv, eng, args, gpus=[])
@@ -106,19 +106,76 @@ def test_memory_matches_the_engines_figures(models: dict[str, Inventory], model:
 
 
 @pytest.mark.parametrize(("model", "line", "devices"), DSA_LINES, ids=[f"{m}:{a}" for m, a, _ in DSA_LINES])
-def test_dsa_kv_matches_the_engine_and_memory_is_refused(models: dict[str, Inventory], model: str, line: str,
-                                                          devices: dict[str, list[float]],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    inv = models[model]
-    est, _ = _estimate(inv, line)
-    # refused, with the reason naming what is missing: the indexer's compute
-    assert not est.complete and any("DSA indexer" in n for n in est.notes), est.notes
-    # the KV cache (MLA latent + indexer K cache) as it would be printed, against the engine
-    monkeypatch.setitem(support.MODELLED, inv.arch, support.ArchMemory(
-        frozenset(inv.metadata.arch_keys or ()), frozenset({"llama.cpp"}), "test"))
-    est, eps = _estimate(inv, line)
+def test_dsa_memory_matches_the_engines_figures(models: dict[str, Inventory], model: str, line: str,
+                                                devices: dict[str, list[float]]) -> None:
+    """Weights, KV (MLA latent + indexer K cache) and every compute buffer (the replay of
+    memory/replay_dsa.py: exact to 0.01 MiB on every recorded line)."""
+    est, eps = _estimate(models[model], line)
+    assert est.complete and not est.problems, (est.notes, est.problems)
+    assert not _errors(est, devices, eps)
+    for name, figures in devices.items():
+        assert abs(est.devices[_device(name, eps)].compute / MiB - figures[2]) < 0.01, name
+
+
+# (model, line, what the refusal names): settings and placements the DSA replay was not traced on
+DSA_REFUSED = [
+    ("deepseek-v3.2", "-c 32768 -ngl 999 -fa off -ctk q8_0", "flash attention off with a q8_0 K cache"),
+    ("glm-5", "-c 32768 -ngl 999 -nkvo", "-nkvo"),
+    ("glm-5", r"-c 32768 -ngl 40 -ot 'blk\.(4\d|5\d)\.ffn_up_exps=CPU'", "partly on the CPU"),
+    ("deepseek-v3.2", "-c 32768 -ngl 999 -ot ^output=CPU", "the output off the GPU"),
+    ("glm-5", "-c 32768 -ngl 0", "the last layers on the CPU"),
+    ("glm-5", r"2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\.5\.ffn_up_exps=RPC0[127.0.0.1:50732]",
+     "another GPU than its attention"),
+]
+
+
+@pytest.mark.parametrize(("model", "line", "why"), DSA_REFUSED, ids=[f"{m}:{a}" for m, a, _ in DSA_REFUSED])
+def test_dsa_refuses_what_the_replay_does_not_cover(models: dict[str, Inventory], model: str, line: str,
+                                                    why: str) -> None:
+    est, _ = _estimate(models[model], line)
+    assert not est.complete, line
+    assert any("(DSA)" in n and why in n for n in est.notes), est.notes
+
+
+def test_the_dsa_comparison_catches_a_wrong_replay(models: dict[str, Inventory],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay 20 MiB off (one zeros leaf per layer left out would be 4 MiB each) fails the check."""
+    from moeconf.memory import replay_dsa
+
+    model, line, devices = DSA_LINES[0]
+    est, eps = _estimate(models[model], line)
+    assert not _errors(est, devices, eps)
+    orig = replay_dsa.dsa_graph
+
+    def leafless(s: replay_dsa.DsaShape) -> replay_dsa.Graph:
+        g = orig(s)
+        for n in g.nodes:
+            if n.order == (-1, 0) and n.size == 4 * s.top_k * s.n_tokens and n.buf == replay_dsa.GPU:
+                n.size = 0
+        return g
+
+    replay_dsa.dsa_peaks.cache_clear()
+    monkeypatch.setattr(replay_dsa, "dsa_graph", leafless)
+    try:
+        wrong, _ = _estimate(models[model], line)
+        assert [b[:2] for b in _errors(wrong, devices, eps)] == [("RPC0", "compute")]
+    finally:
+        replay_dsa.dsa_peaks.cache_clear()
+
+
+def test_the_dsa_refusal_is_what_keeps_an_uncovered_placement_out(models: dict[str, Inventory],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the check, a placement the replay does not cover (the CPU's first layers, and GPU
+    layers' routed experts partly on the CPU) would not be refused."""
+    from moeconf.memory import replay_dsa
+
+    line = r"-c 32768 -ngl 40 -ot 'blk\.(4\d|5\d)\.ffn_up_exps=CPU'"
+    est, _ = _estimate(models["glm-5"], line)
+    assert not est.complete
+    monkeypatch.setattr(replay_dsa, "_unmodelled", lambda *a, **k: "")
+    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "dsa_unmodelled", lambda *a, **k: [])
+    est, _ = _estimate(models["glm-5"], line)
     assert est.complete
-    assert not _errors(est, devices, eps, terms=("weights", "kv"))
 
 
 def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> None:
@@ -136,8 +193,6 @@ def test_without_the_indexer_cache_deepseek32_kv_is_the_latent_only(models: dict
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """What moeconf printed before (2,196 MiB at 32k): the indexer cache is what brings it to 2,684."""
     inv = models["deepseek-v3.2"]
-    monkeypatch.setitem(support.MODELLED, inv.arch, support.ArchMemory(
-        frozenset(inv.metadata.arch_keys or ()), frozenset({"llama.cpp"}), "test"))
     full, _ = _estimate(inv, "-c 32768 -ngl 999")
     monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "indexer_row_layers", lambda inv, layers: [])
     latent, _ = _estimate(inv, "-c 32768 -ngl 999")
@@ -215,3 +270,51 @@ def test_grok2_style_layers_are_refused(models: dict[str, Inventory]) -> None:
     assert isinstance(extra, Tensor)
     grok2 = dataclasses.replace(inv, tensors=(*inv.tensors, extra))
     assert any("dense FFN beside the routed experts" in w for w in unmodelled(grok2, "llama.cpp"))
+
+
+def test_fit_places_glm5_within_its_budget(models: dict[str, Inventory], tmp_path: Path) -> None:
+    """`moeconf fit` works for a DSA model (refused before): GLM-5 on one 24 GiB GPU at 32k, its
+    command's memory complete and within the budget by moeconf's count (the engine suite measures
+    it: 23,000 MiB + 1 GiB reserve of 24,576)."""
+    from moeconf.fit import Budget, fit
+
+    inv = models["glm-5"]
+    res = fit(inv, engine("llama.cpp"), [Budget("RPC0[127.0.0.1:50731]", 24 * 1024 * MiB)],
+              ["--rpc", "127.0.0.1:50731", "-c", "32768"], model_path=str(inv.source), plan_dir=str(tmp_path),
+              reserve=1024 * MiB)
+    est = estimate_explained(explain(inv, engine("llama.cpp"), list(res.argv[3:]), gpus=[]),
+                             read_settings(list(res.argv[3:]), engine("llama.cpp")))
+    assert est.complete, est.notes
+    assert est.devices["RPC0[127.0.0.1:50731]"].total <= 24 * 1024 * MiB
+
+
+def test_fit_refuses_a_fill_the_dsa_replay_does_not_cover(models: dict[str, Inventory], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fill's search measures candidates the DSA check refuses (no compute: they would look
+    free); the chosen fill is measured again with every check, and refused rather than printed."""
+    from moeconf.errors import MoeconfError
+    from moeconf.fit import Budget, fit
+    from moeconf.memory import replay_dsa
+
+    real = replay_dsa._unmodelled
+
+    def no_split_layers(placement, geo, **kw):  # type: ignore[no-untyped-def]
+        lay = replay_dsa._layout(placement, geo)
+        if not isinstance(lay, str) and any(c not in (0, 7) for c in lay.experts_cpu):
+            return "a wrong answer: split expert layers"
+        return real(placement, geo, **kw)
+
+    monkeypatch.setattr(replay_dsa, "_unmodelled", no_split_layers)
+    inv = models["glm-5"]
+    with pytest.raises(MoeconfError, match="split expert layers"):
+        fit(inv, engine("llama.cpp"), [Budget("RPC0[127.0.0.1:50731]", 24 * 1024 * MiB)],
+            ["--rpc", "127.0.0.1:50731", "-c", "32768"], model_path=str(inv.source), plan_dir=str(tmp_path),
+            reserve=1024 * MiB)
+
+
+def test_a_dsa_file_without_the_indexer_top_k_is_refused_not_a_traceback(models: dict[str, Inventory]) -> None:
+    inv = models["deepseek-v3.2"]
+    hp = tuple((k, v) for k, v in inv.metadata.hparams if k != "attention.indexer.top_k")
+    broken = dataclasses.replace(inv, metadata=dataclasses.replace(inv.metadata, hparams=hp))
+    est, _ = _estimate(broken, "-c 32768 -ngl 999")
+    assert not est.complete and any("attention.indexer.top_k" in n for n in est.notes), est.notes

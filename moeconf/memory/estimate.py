@@ -47,8 +47,9 @@ from moeconf.memory.classic import (
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.ikmla import computed_weights, effective_mla
-from moeconf.memory.indexer import indexer_row_layers, indexer_width
+from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
+from moeconf.memory.replay_dsa import dsa_unmodelled, replayed_dsa
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host, rotation
 from moeconf.memory.replay_kda import replayed_kda, unmodelled_placement
 from moeconf.memory.servercache import ServerCaches, server_caches
@@ -245,6 +246,13 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
     if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
         why.extend(unmodelled_placement(placement))
+    # --- DSA (deepseek32, glm-dsa): the settings and placements the replay covers (memory/replay_dsa.py)
+    if not why:
+        n_stream_dsa = 1 if (settings.kv_unified or settings.n_parallel == 1) else settings.n_parallel
+        why.extend(dsa_unmodelled(placement, geo, flash_attn=settings.flash_attn != "off",
+                                  offload_kqv=settings.offload_kqv, n_stream=n_stream_dsa, pipeline=pipeline,
+                                  cache_type_k=settings.cache_type_k))
+    # ---
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
@@ -506,6 +514,14 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if kshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv:
         compute.update(replayed_kda(placement, geo, out_dev, T, cells, n_seq))
 
+    # --- DSA (deepseek32, glm-dsa): every compute buffer by the replay (memory/replay_dsa.py)
+    if inv.arch in DSA_ARCHS and not ik:
+        # the worst-case ubatch is rounded up to a multiple of the sequences (llama-context.cpp,
+        # graph_reserve: "making n_tokens a multiple of n_seqs")
+        t_dsa = -(-T // n_seq) * n_seq
+        compute = defaultdict(int, replayed_dsa(placement, geo, t_dsa, cells, pipeline=pipeline, flash_attn=fa,
+                                                cache_type_k=ctk))
+    # ---
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:
         estimated_terms[d].append("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)")

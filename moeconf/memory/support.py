@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 import moeconf.memory.replay_nemotron as _replay_nemotron
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
@@ -53,6 +54,7 @@ _SWA: Final = frozenset({"attention.sliding_window", "attention.sliding_window_p
 # gated delta-net hybrids (moeconf/memory/recurrent.py)
 _RECURRENT: Final = _recurrent.KEYS
 _MAINLINE: Final = frozenset({"llama.cpp"})
+_DSA: Final = _indexer.INDEXER_KEYS | {"leading_dense_block_count", "nextn_predict_layers"}
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
 _CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
@@ -101,6 +103,10 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # Grok's tanh unconditionally); final_logit_softcapping adds ops on the logits: not read
     "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping"}), frozenset({"llama.cpp"}),
                        _CHECKED + " (Grok-1; flash attention forced off)"),
+    # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by a node-by-node
+    # replay of the DSA graph (memory/replay_dsa.py), on the placements and settings it covers
+    **{arch: ArchMemory(_MLA | _DSA, frozenset({"llama.cpp"}), _CHECKED + f" ({model})")
+       for arch, model in (("deepseek32", "DeepSeek-V3.2"), ("glm-dsa", "GLM-5"))},
 }
 # the classic MoEs checked within tolerance (memory/classic.py)
 MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
@@ -113,12 +119,6 @@ REFUSED: Final[dict[str, str]] = {
     **{arch: (f"memory is not modelled for the {arch!r} architecture: {detail}. KV cache and compute are not "
               "computed, and weights are only the file's tensors as placed")
        for arch, detail in _recurrent.NOT_MODELLED.items()},
-    # DSA: KV cache modelled (memory/indexer.py), the indexer's compute not
-    **{arch: (f"memory is not modelled for {arch!r}: its KV cache is (the MLA latent and the lightning indexer's K "
-              "cache, moeconf.memory.indexer), but the compute of the DSA indexer (its scores, the sparse-attention "
-              "mask built from the top-k, measured 200-2,700 MiB over the MLA graph) is not: KV cache and compute "
-              "are not computed")
-       for arch in ("deepseek32", "glm-dsa")},
 }
 
 

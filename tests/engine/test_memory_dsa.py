@@ -3,8 +3,8 @@ projection (`llama-fit-params -fitp on -v`, which allocates nothing) on sparse f
 (moeconf.fixtures.layouts_dsa), with RPC servers on 127.0.0.1 as GPUs (issue 17):
 
 - memory: the recorded figures (tests/engine/figures_dsa.json, which the default suite holds
-  the model to) are measured again, and moeconf is within tolerance on the modelled architectures;
-  on the DSA ones KV is exact and memory is refused (the indexer's compute is not modelled);
+  the model to) are measured again, and moeconf is within tolerance (the DSA ones' compute by the
+  replay of moeconf/memory/replay_dsa.py);
 - placement: every tensor's device from the same log (`layer N assigned to device`, the override
   lines, `model has unused tensor` for what the loader skips) against moeconf's;
 - fit: `moeconf fit`'s command, measured by the engine, within its budget."""
@@ -23,12 +23,12 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fit import Budget, fit
 from moeconf.fixtures.layouts import LAYOUTS
-from moeconf.memory import read_settings, support
+from moeconf.memory import read_settings
 from moeconf.model.inventory import Inventory
 from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, parse_mainline, rpc_servers
-from tests.test_memory_dsa import COMPUTE_GAPS, DSA, FIGURES, REFUSED_LINES, within
+from tests.test_memory_dsa import COMPUTE_GAPS, FIGURES, REFUSED_LINES, within
 
 pytestmark = pytest.mark.engine
 
@@ -46,8 +46,12 @@ PLACEMENT = [(k, line) for k in KEYS for line in (
 # created without the MTP skip flag (src/models/deepseek32.cpp, glm-dsa.cpp); the loader-skip
 # table is fixed on another branch, after which this set is empty
 
-# (model, budgets in GiB per RPC device, flags); the DSA ones refuse (memory not modelled)
+# (model, budgets in GiB per RPC device, flags)
 FITS = [
+    ("glm-5", [24], "-c 32768"),
+    ("deepseek-v3.2", [24], "-c 32768"),
+    ("glm-5", [24, 16], "-c 65536 -ctk q8_0 -ctv q8_0"),
+    ("deepseek-v3.2", [32, 24], "-c 131072 -ub 2048"),
     ("minimax-m2", [24], "-c 32768"),
     ("minimax-m2", [24, 16], "-c 65536 -ctk q8_0 -ctv q8_0"),
     ("grok-1", [64], "-c 32768"),
@@ -64,7 +68,7 @@ def sparse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, In
 
 @pytest.fixture(scope="module")
 def endpoints() -> Iterator[list[str]]:
-    with rpc_servers(MAINLINE, 2) as eps:
+    with rpc_servers(MAINLINE, 3) as eps:
         yield eps
 
 
@@ -80,14 +84,14 @@ def results_file() -> Iterator[None]:
 
 def _split(line: str, endpoints: list[str]) -> tuple[list[str], list[str]]:
     words = shlex.split(line)
-    n = 2 if "2rpc" in words else 1
+    n = 3 if "3rpc" in words else 2 if "2rpc" in words else 1
     eps = endpoints[:n]
-    return ["--rpc", ",".join(eps), "-fit", "off", *(w for w in words if w != "2rpc")], eps
+    return ["--rpc", ",".join(eps), "-fit", "off", *(w for w in words if w not in ("2rpc", "3rpc"))], eps
 
 
 @pytest.mark.parametrize("fig", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
 def test_memory_against_llama_cpp(fig: dict[str, object], sparse: dict[str, tuple[Path, Inventory]],
-                                  endpoints: list[str], monkeypatch: pytest.MonkeyPatch,
+                                  endpoints: list[str],
                                   request: pytest.FixtureRequest) -> None:
     model, line, devices = str(fig["model"]), str(fig["args"]), fig["devices"]
     assert isinstance(devices, dict)
@@ -96,11 +100,6 @@ def test_memory_against_llama_cpp(fig: dict[str, object], sparse: dict[str, tupl
     proj = oracle.project(path, args, eps)
     eng = engine("llama.cpp")
     est = estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng))
-    if model in DSA:
-        assert not est.complete and any("DSA indexer" in n for n in est.notes)
-        monkeypatch.setitem(support.MODELLED, inv.arch, support.ArchMemory(
-            frozenset(inv.metadata.arch_keys or ()), frozenset({"llama.cpp"}), "test"))
-        est = estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng))
     bad = []
     for name in devices:
         dev = "CPU" if name == "host" else f"RPC0[{eps[int(name[3:])]}]"
@@ -112,10 +111,10 @@ def test_memory_against_llama_cpp(fig: dict[str, object], sparse: dict[str, tupl
         m = est.devices[dev]
         ours = (m.weights / MiB, m.kv / MiB, m.compute / MiB)
         refused = (model, line) in REFUSED_LINES  # a setting family moeconf refuses: weights only
-        if model not in DSA and not refused:
+        if not refused:
             RESULTS.append({"model": inv.arch, "args": line, "device": name, "weights": [ours[0], theirs[0]],
                             "kv": [ours[1], theirs[1]], "compute": [ours[2], theirs[2]]})
-        terms = ("weights",) if refused else ("weights", "kv") if model in DSA else ("weights", "kv", "compute")
+        terms = ("weights",) if refused else ("weights", "kv", "compute")
         for i, term in enumerate(("weights", "kv", "compute")):
             if term in terms and not within(term, ours[i], theirs[i], host=name == "host"):
                 bad.append((name, term, round(ours[i], 2), theirs[i]))
@@ -163,17 +162,6 @@ def test_fit_within_budget_by_the_engines_count(model: str, budgets: list[int], 
     proj = oracle.project(path, list(res.argv[3:]), eps)
     for d, b in zip(devs, budgets, strict=True):
         assert proj.total(d) * MiB + GiB <= b * GiB, f"{d}: {proj.total(d):.0f} MiB + reserve over {b} GiB"
-
-
-def test_fit_refuses_the_dsa_models(sparse: dict[str, tuple[Path, Inventory]], endpoints: list[str],
-                                    tmp_path: Path) -> None:
-    from moeconf.errors import MoeconfError
-
-    path, inv = sparse["glm-5"]
-    dev = f"RPC0[{endpoints[0]}]"
-    with pytest.raises(MoeconfError, match="DSA indexer"):
-        fit(inv, engine("llama.cpp"), [Budget(dev, 24 * GiB)], ["--rpc", endpoints[0], "-c", "32768"],
-            model_path=str(path), plan_dir=str(tmp_path), reserve=GiB)
 
 
 def test_a_placement_difference_is_caught(sparse: dict[str, tuple[Path, Inventory]], endpoints: list[str]) -> None:
