@@ -242,3 +242,20 @@ def test_lint_claims_no_fit_with_a_draft_model(tmp_path: Path) -> None:
     (tmp_path / "launch.sh").write_text("llama-server -m m.gguf -ngl 999 -c 32768 -ot exps=CPU -md /m/d.gguf\n")
     for f in lint([str(tmp_path / "launch.sh")]).findings:
         assert "moeconf fit finds" not in f.message and "Instead, for the GPU sizes" not in f.message
+
+
+@pytest.mark.parametrize(("extra", "refused"), [('"-md", "/m/d.gguf"', True), ('"--spec-type", "ngram-mod"', True),
+                                                ('"-ngld", "99", "-ctkd", "q8_0"', False)])
+def test_a_plan_that_fills_by_budget_refuses_speculation(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         extra: str, refused: bool) -> None:
+    plan = tmp_path / "p.plan.toml"
+    plan.write_text(f'rules = ["experts -> CUDA0, cpu"]\n[model]\npath = "{QWEN}"\nserve_path = "q.gguf"\n'
+                    '[engine]\nname = "llama.cpp"\ngpus = ["CUDA0"]\n'
+                    f'[flags]\nn_gpu_layers = "all"\nctx_size = 8192\nflash_attn = "on"\nextra = [{extra}]\n'
+                    '[budget]\n"CUDA0" = "24 GiB"\nreserve = "1 GiB"\n')
+    rc = main(["compile", str(plan)])
+    err = capsys.readouterr().err
+    if refused:
+        assert rc == 2 and "memory is not modelled with speculative decoding" in err, err
+    else:
+        assert rc == 0, err
