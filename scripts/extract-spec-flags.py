@@ -57,6 +57,7 @@ def mainline(src: str, spec_src: str) -> dict[str, object]:
     valued: set[str] = set()
     params: set[str] = set()
     env: dict[str, str] = {}
+    env_examples: dict[str, tuple[str, ...]] = {}
     for m in re.finditer(r"common_arg\s*\(", src):
         end = _matching(src, m.end() - 1)
         body = src[m.end(): end - 1]
@@ -86,7 +87,24 @@ def mainline(src: str, spec_src: str) -> dict[str, object]:
         e = re.search(r'set_env\("([A-Z0-9_]+)"\)', tail)
         if e:
             env[e.group(1)] = kind
-    return {"types": tuple(types), "draft": draft, "typed": typed, "valued": valued, "params": params, "env": env}
+            ex = re.search(r"set_examples\(\{([^}]*)\}\)", tail)
+            # no set_examples: LLAMA_EXAMPLE_COMMON, every binary (common/arg.h)
+            env_examples[e.group(1)] = (tuple(sorted(re.findall(r"LLAMA_EXAMPLE_([A-Z_]+)", ex.group(1))))
+                                        if ex else ("COMMON",))
+    return {"types": tuple(types), "draft": draft, "typed": typed, "valued": valued, "params": params, "env": env,
+            "env_examples": env_examples}
+
+
+def binaries(root: Path) -> dict[str, str]:
+    """Each binary's example (its options): the `common_params_parse(..., LLAMA_EXAMPLE_X)` of each
+    program under tools/ and examples/, named `llama-<file stem>` as their CMakeLists name them."""
+    out: dict[str, str] = {}
+    for sub in ("tools", "examples"):
+        for f in sorted((root / sub).rglob("*.cpp")):
+            m = re.search(r"common_params_parse\([^;]*?LLAMA_EXAMPLE_([A-Z_]+)", f.read_text(errors="replace"))
+            if m:
+                out[f"llama-{f.stem}"] = m.group(1)
+    return out
 
 
 def ik(src: str) -> dict[str, object]:
@@ -169,6 +187,10 @@ def render(ml: dict[str, object], ikd: dict[str, object], rev_ml: str, rev_ik: s
         + _set("MAINLINE_PARAMS", s(ml, "params"))
         + "# llama.cpp: LLAMA_ARG_* variables of these flags: draft, types or param\n"
         + _dict("MAINLINE_ENV", "str", dd(ml, "env"))
+        + "# llama.cpp: the examples (binaries' option sets) that read each variable; COMMON: every one\n"
+        + _dict("MAINLINE_ENV_EXAMPLES", "tuple[str, ...]", dd(ml, "env_examples"))
+        + "# llama.cpp: each binary's example (tools/ and examples/: common_params_parse)\n"
+        + _dict("MAINLINE_BINARIES", "str", dd(ml, "binaries"))
         + "# ik_llama.cpp: flags that load a draft model (a file, or the draft's own parameters)\n"
         + _set("IK_DRAFT", s(ikd, "draft"))
         + "# ik_llama.cpp: flags that set the type of speculation without a draft model, and the names accepted\n"
@@ -185,6 +207,7 @@ def main(argv: list[str]) -> int:
     ml_root, ik_root = Path(argv[0]), Path(argv[1])
     rev_ml, rev_ik = (argv[2], argv[3]) if len(argv) >= 4 else ("unknown revision", "unknown revision")
     ml = mainline((ml_root / "common" / "arg.cpp").read_text(), (ml_root / "common" / "speculative.cpp").read_text())
+    ml["binaries"] = binaries(ml_root)
     ikd = ik((ik_root / "common" / "common.cpp").read_text())
     out = Path(__file__).resolve().parent.parent / "moeconf" / "engines" / "specflags.py"
     out.write_text(render(ml, ikd, rev_ml, rev_ik))

@@ -76,6 +76,7 @@ def test_specflags_is_generated_from_the_pinned_parsers() -> None:
     assert ml["draft"] == set(sf.MAINLINE_DRAFT) and ml["params"] == set(sf.MAINLINE_PARAMS)
     assert ml["valued"] == set(sf.MAINLINE_TYPE_VALUE) and ml["typed"] == sf.MAINLINE_TYPE_SET
     assert ml["env"] == sf.MAINLINE_ENV and ml["types"] == sf.MAINLINE_TYPES
+    assert ml["env_examples"] == sf.MAINLINE_ENV_EXAMPLES and mod.binaries(ML_SRC) == sf.MAINLINE_BINARIES
     assert ikd["draft"] == set(sf.IK_DRAFT) and ikd["params"] == set(sf.IK_PARAMS)
     assert ikd["valued"] == sf.IK_TYPE_VALUE and ikd["mtp_on"] == set(sf.IK_MTP_ON)
 
@@ -141,6 +142,15 @@ def test_mainline_environment(var: str, value: str, on: bool) -> None:
         _refused(est, var)
     else:
         _modelled(est)
+
+
+def test_mainline_a_binary_without_the_option_reads_no_variable_for_it() -> None:
+    # llama-completion's option set has no --spec-type or -md (common/arg.cpp set_examples)
+    for var, value in (("LLAMA_ARG_SPEC_TYPE", "ngram-mod"), ("LLAMA_ARG_SPEC_DRAFT_MODEL", "/m/d.gguf")):
+        _modelled(_estimate(QWEN, "llama.cpp", [], {var: value}, binary="llama-completion"))
+        _refused(_estimate(QWEN, "llama.cpp", [], {var: value}, binary="llama-cli"), var)
+    assert sf.MAINLINE_BINARIES["llama-server"] == "SERVER"
+    assert "SERVER" in sf.MAINLINE_ENV_EXAMPLES["LLAMA_ARG_SPEC_TYPE"]
 
 
 @pytest.mark.parametrize("binary", sorted(spec.SPECULATING_BINARIES))

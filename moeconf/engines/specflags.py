@@ -60,6 +60,35 @@ MAINLINE_ENV: Final[dict[str, str]] = {
     'LLAMA_ARG_SPEC_DRAFT_P_MIN': 'param', 'LLAMA_ARG_SPEC_DRAFT_P_SPLIT': 'param',
     'LLAMA_ARG_SPEC_SYNTH_LEN': 'param', 'LLAMA_ARG_SPEC_SYNTH_RATES': 'param', 'LLAMA_ARG_SPEC_TYPE': 'types',
 }
+# llama.cpp: the examples (binaries' option sets) that read each variable; COMMON: every one
+MAINLINE_ENV_EXAMPLES: Final[dict[str, tuple[str, ...]]] = {
+    'LLAMA_ARG_N_GPU_LAYERS_DRAFT': ('CLI', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING': ('CLI', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K': ('COMMON',), 'LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V': ('COMMON',),
+    'LLAMA_ARG_SPEC_DRAFT_CPU_MOE': ('CLI', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_DRAFT_HF_REPO': ('CLI', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_DRAFT_MODEL': ('CLI', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE': ('CLI', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_DRAFT_N_MAX': ('CLI', 'LOOKUP', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_DRAFT_N_MIN': ('CLI', 'LOOKUP', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_DRAFT_P_MIN': ('CLI', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_DRAFT_P_SPLIT': ('CLI', 'SERVER', 'SPECULATIVE'),
+    'LLAMA_ARG_SPEC_SYNTH_LEN': ('CLI', 'SERVER'), 'LLAMA_ARG_SPEC_SYNTH_RATES': ('CLI', 'SERVER'),
+    'LLAMA_ARG_SPEC_TYPE': ('CLI', 'SERVER', 'SPECULATIVE'),
+}
+# llama.cpp: each binary's example (tools/ and examples/: common_params_parse)
+MAINLINE_BINARIES: Final[dict[str, str]] = {
+    'llama-batched': 'BATCHED', 'llama-batched-bench': 'BENCH', 'llama-cli': 'CLI',
+    'llama-completion': 'COMPLETION', 'llama-cvector-generator': 'CVECTOR_GENERATOR', 'llama-debug': 'DEBUG',
+    'llama-diffusion-cli': 'DIFFUSION', 'llama-embedding': 'EMBEDDING', 'llama-eval-callback': 'COMMON',
+    'llama-export-lora': 'EXPORT_LORA', 'llama-finetune': 'FINETUNE', 'llama-fit-params': 'FIT_PARAMS',
+    'llama-idle': 'COMMON', 'llama-imatrix': 'IMATRIX', 'llama-lookahead': 'COMMON', 'llama-lookup': 'LOOKUP',
+    'llama-lookup-create': 'LOOKUP', 'llama-lookup-stats': 'LOOKUP', 'llama-mtmd-cli': 'MTMD',
+    'llama-mtmd-debug': 'MTMD', 'llama-parallel': 'PARALLEL', 'llama-passkey': 'PASSKEY',
+    'llama-perplexity': 'PERPLEXITY', 'llama-results': 'RESULTS', 'llama-retrieval': 'RETRIEVAL',
+    'llama-server': 'SERVER', 'llama-speculative': 'SPECULATIVE', 'llama-speculative-simple': 'SPECULATIVE',
+    'llama-tokenize': 'TOKENIZE', 'llama-tts': 'TTS',
+}
 # ik_llama.cpp: flags that load a draft model (a file, or the draft's own parameters)
 IK_DRAFT: Final[frozenset[str]] = frozenset({
     '--draft-params', '--model-draft', '-draft', '-md',

@@ -58,8 +58,10 @@ def read_speculation(words: Sequence[str], engine: Engine, env: Mapping[str, str
                      binary: str | None) -> Speculation:
     """What turns speculative decoding on in this launch: argv (binary first or not) and the
     environment, read as the engine reads them (llama.cpp applies the variables, then the
-    command line, and `--spec-type` appends; ik_llama.cpp reads no speculative variable and
-    its last `--spec-type`/`-mtp` wins)."""
+    command line, and `--spec-type` appends; a binary whose option set lacks the option reads
+    no variable for it; ik_llama.cpp reads no speculative variable and its last
+    `--spec-type`/`-mtp` wins). A flag the binary does not accept is still counted: the engine
+    refuses the launch, and no complete figure is printed for it either."""
     from moeconf.engines.cmdline import known_flags, normalize_flag
 
     ik = engine.name == "ik_llama.cpp"
@@ -70,8 +72,12 @@ def read_speculation(words: Sequence[str], engine: Engine, env: Mapping[str, str
     ik_type: tuple[str, str] | None = None
     ik_mtp: str | None = None
     if not ik:
+        example = sf.MAINLINE_BINARIES.get(binary or "")
         for var, value in (env or {}).items():
             kind = sf.MAINLINE_ENV.get(var)
+            read_by = sf.MAINLINE_ENV_EXAMPLES.get(var, ("COMMON",))
+            if example is not None and example not in read_by and "COMMON" not in read_by:
+                continue  # a binary without the option reads no variable for it (common/arg.cpp add_opt)
             if kind == "draft" and value:
                 found.append((DRAFT, f"{var}={value}"))
             elif kind == "types":
