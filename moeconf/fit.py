@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import moeconf.engines.specflags as specflags
 from moeconf.compile import compile_plan
 from moeconf.compiled import Compiled
 from moeconf.engines import Engine, engine_device_order
@@ -25,6 +26,7 @@ from moeconf.fill import DoesNotFit
 from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, parse_size, read_settings
 from moeconf.memory.estimate import refused_settings
 from moeconf.memory.servercache import PROMPT_CACHE_DEFAULT_MIB
+from moeconf.memory.speculative import unmodelled_speculation
 from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import plan_from_text
 from moeconf.sizing import estimate_explained
@@ -48,9 +50,9 @@ _NO_FA = {"-no-fa", "--no-flash-attn"}  # ik_llama.cpp's switch for -fa off
 _INT_FIELDS = {"ctx_size", "batch", "ubatch", "main_gpu"}
 # flags that load more onto the devices than the memory model knows of: refused, not guessed
 _NOT_MODELLED = {
-    **dict.fromkeys(("-md", "--model-draft", "-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-model",
-                     "--spec-draft-hf", "-devd", "--device-draft", "-ngld", "--gpu-layers-draft",
-                     "--n-gpu-layers-draft", "--spec-draft-ngl"), "a draft model"),
+    # a draft model: the flags that load one in either engine (engines/specflags.py, from the parsers);
+    # the other ways speculation turns on are refused from the settings (memory/speculative.py)
+    **dict.fromkeys(sorted(specflags.MAINLINE_DRAFT | specflags.IK_DRAFT), "a draft model"),
     **dict.fromkeys(("-mm", "--mmproj", "-mmu", "--mmproj-url", "--mmproj-auto"), "a multimodal projector"),
     **dict.fromkeys(("--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled"),
                     "LoRA adapters and control vectors"),
@@ -303,6 +305,11 @@ class _Solver:
         self.budget = {b.device: b.size for b in self.budgets}
         self._complete()
         settings = read_settings(self._settings_argv(), eng, reserve=reserve)
+        # speculative decoding (memory/speculative.py): memory not modelled, so no fit is promised
+        speculative = unmodelled_speculation(settings.speculation, inv)
+        if speculative:
+            raise MoeconfError(f"{speculative[0]}, so fit cannot promise a fit with it; size it without, then "
+                               "leave room with --reserve")
         problems = refused_settings(inv, eng, settings)
         if problems:
             raise MoeconfError(f"{eng.label} would refuse this command: {'; '.join(problems)}")

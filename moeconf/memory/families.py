@@ -18,10 +18,13 @@ sparse full-size layouts, RPC devices); docs/memory-architectures.md lists the f
 - The output on the CPU while a GPU runs layers that follow CPU layers (a partial `-ngl`), at
   ubatches above 512: the GPU's buffer grows faster with the ubatch than modelled (Qwen3-30B-A3B
   `-ngl 30 -b 4096 -ub 4096 -ot output=CPU`: 676 modelled vs 704; GLM-4.5-Air 1,236 vs 1,296; at
-  `-ub 512` 84.5 vs 88, within tolerance, and stays modelled)."""
+  `-ub 512` 84.5 vs 88, within tolerance, and stays modelled).
+- Speculative decoding (a draft model, an MTP head, n-gram drafting; memory/speculative.py), on
+  every device and engine, GPUs or not."""
 
 from __future__ import annotations
 
+import moeconf.memory.speculative as spec
 from moeconf.memory.classic import output_device
 from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement
@@ -48,9 +51,11 @@ def _gpu_layers_with_cpu_experts(placement: Placement) -> bool:
 
 def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str]) -> list[str]:
     """Why the compute buffers of these settings on this placement are not modelled (empty: they are)."""
+    # --- speculative decoding (h20spec): not modelled on any device
+    why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
+    # ---
     if not gpus:
-        return []
-    why: list[str] = []
+        return why
     cpu_experts = _gpu_layers_with_cpu_experts(placement)
     if cpu_experts and not settings.offload_kqv:
         why.append("memory is not modelled for -nkvo (KV cache in host memory) with routed experts of GPU "

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
+from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
 
 GiB = 1024**3
 MiB = 1024**2
@@ -84,6 +85,8 @@ class MemorySettings:
     ctx_checkpoints: int | None = None
     binary: str | None = field(default=None, compare=False)
     auto_slots: bool = field(default=False, compare=False)
+    # speculative decoding on this launch (memory/speculative.py): (kind, the flag or variable)
+    speculation: tuple[tuple[str, str], ...] = ()
 
 
 # llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
@@ -265,6 +268,7 @@ def read_settings(
         swa_full=flag("swa_full", False), mla=mla if isinstance(mla, int) else None,
         cache_ram=_opt_int(values.get("cache_ram")), ctx_checkpoints=_opt_int(values.get("ctx_checkpoints")),
         reserve=reserve, problems=tuple(problems), binary=run, auto_slots=auto,
+        speculation=read_speculation(words, engine, env, run),
     )
 
 
