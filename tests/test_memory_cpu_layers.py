@@ -161,3 +161,27 @@ def test_fill_refuses_a_refused_case(tmp_path: Path, capsys: pytest.CaptureFixtu
         rc = main(["compile", str(plan)])
         err = capsys.readouterr().err
         assert (rc == 2 and "every block" in err) if refused else (rc == 0 and "every block" not in err), err
+
+
+def test_the_output_gpu_holds_the_last_experts_copy(inventories: dict[str, Inventory],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """-ngl 1: the output GPU holds a copy of the last CPU layer's experts' outputs beside the logits
+    where that layer ends with its routed experts (gpt-oss 22.5 MiB, MiniMax-M2 48, Qwen3-VL-30B-A3B 32
+    at -ub 512), none where a shared expert or a norm after the experts keeps the sum on the CPU
+    (Ling, Grok). Without it the recorded figures refuse the estimate."""
+    import sys
+
+    line = "-c 32768 -ngl 1"
+    rows = {r["model"]: r for r in ROWS if r["args"] == line}
+    for model, mib in (("gpt-oss-20b", 22.5), ("minimax-m2", 48.0), ("qwen3-vl-30b-a3b", 32.0),
+                       ("ling-mini-2.0", 0.0), ("grok-1", 0.0)):
+        inv = inventories[model]
+        ex = explain(inv, engine("llama.cpp"), ["--rpc", EP, *shlex.split(line)], gpus=[])
+        n_used = inv.metadata.hparam("expert_used_count") or 0
+        assert classic.output_gpu_experts_copy(ex.placement, n_used, inv.metadata.embedding_length or 0,
+                                               512) == mib * MiB, model
+        if model != "grok-1":  # refused at -ngl 1 (its output GPU 24 MiB over at -ub 1024)
+            assert _errors(_estimate(inv, line), rows[model]["engine"]) == [], model
+    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "output_gpu_experts_copy", lambda *a: 0)
+    for model in ("gpt-oss-20b", "minimax-m2", "qwen3-vl-30b-a3b"):
+        assert any("RPC0 compute" in e for e in _errors(_estimate(inventories[model], line), rows[model]["engine"]))
