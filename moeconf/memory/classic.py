@@ -144,11 +144,55 @@ def input_width(inv: Inventory, n_embd: int) -> int:
 CLASSIC_REFUSED: dict[str, str] = {}
 
 
-# architectures whose compute is not modelled when every block runs on the CPU (-ngl 0, or -ngl 1:
-# the output layer alone on a GPU), measured: ERNIE-4.5-21B-A3B's host 44 MiB under at -ngl 0;
-# dots.llm1's 20 MiB under; Qwen3-VL-30B-A3B's output GPU 32 MiB under at -ngl 1; Hunyuan-A13B's
-# host 84 MiB under at -ngl 0
-_CPU_LAYERS_UNMODELLED = frozenset({"ernie4_5-moe", "dots1", "qwen3vlmoe", "hunyuan-moe"})
+# --- every block on the CPU (-ngl 0, -ngl 1; h20ngl) ---
+# The architectures whose memory with every block on the CPU was measured within tolerance against
+# `llama-fit-params -fitp on` (llama.cpp 0.3.36; every layout of moeconf/fixtures at -c 32768, -ub 512
+# and 1024, f16 and q8_0 caches, and at -c 4096 and 131072; -fa off on one layout each:
+# tests/data/cpu_layers_oracle.json). "host" is -ngl 0 (the output layer on the CPU too), "gpu_output"
+# is -ngl 1 (only the output layer offloaded: that GPU runs the output norm and the logits, plus what
+# `output_gpu_experts_copy` says). Any other architecture is refused in that case: its figures were
+# off (-ngl 0: Llama-4's host 30.75 MiB per 512 ubatch tokens under; dots.llm1's and Qwen3.5's host
+# exact at -c 32768 only, 20 MiB under at -c 4096, 106 at -c 131072; -ngl 1: Qwen3-Coder-480B's host
+# 22.8 MiB under at -ub 1024, the experts' down output placed above a hole it does not fit in; GLM's,
+# DeepSeek's, Grok's output GPU 20-28 MiB over at -ub 1024), or were never measured.
+CPU_LAYERS_EXACT: dict[str, frozenset[str]] = {
+    "host": frozenset({"bailingmoe2", "gpt-oss", "minimax-m2", "grok"}),
+    "gpu_output": frozenset({"bailingmoe2", "dots1", "ernie4_5-moe", "qwen35moe", "qwen3next", "gpt-oss",
+                             "minimax-m2", "qwen3vlmoe"}),
+}
+
+
+def cpu_layers_case(placement: Placement) -> str | None:
+    """"host" where -ngl puts every block and the output layer on the CPU, "gpu_output" where it
+    puts every block on the CPU and the output layer on a GPU (-ngl 1), None otherwise."""
+    inv = placement.inventory
+    if not all(placement.defaults.get(t.name) in (HOST, None) for t in inv.tensors if t.layer is not None):
+        return None
+    return "host" if output_device(placement) == HOST else "gpu_output"
+
+
+# weighted tensors a layer's graph uses after its routed experts' sum: a shared expert, a dense FFN
+# beside the experts, a norm after the FFN (Grok's layer_output_norm)
+_AFTER_EXPERTS = frozenset({"ffn_up", "ffn_gate", "ffn_down", "layer_output_norm", "ffn_post_norm", "post_ffw_norm"})
+
+
+def output_gpu_experts_copy(placement: Placement, n_expert_used: int, n_embd: int, n_tokens: int) -> int:
+    """Bytes the output GPU of -ngl 1 holds beside the logits when the last layer, run on the CPU, ends
+    with its routed experts: the weighting and sum of the experts' outputs and the residual add carry
+    no weights, so the scheduler's "expand GPU up" pass (ggml-backend.cpp,
+    ggml_backend_sched_split_graph) gives them the output GPU, whose split then starts with a copy of
+    the experts' outputs (n_embd x n_expert_used x ubatch floats), a split input kept allocated to the
+    end (measured: Qwen3-30B-A3B 32 MiB, gpt-oss 22.5, MiniMax-M2 48 at -ub 512). A shared expert,
+    a dense FFN or a norm after the experts has its weights on the CPU: the sum stays there (0)."""
+    if cpu_layers_case(placement) != "gpu_output":
+        return 0
+    inv = placement.inventory
+    last = max((t.layer for t in inv.tensors if t.layer is not None), default=None)
+    bases = {t.base for t in inv.tensors if t.layer == last}
+    if not any(b.endswith("_exps") for b in bases) or any("shexp" in b or b in _AFTER_EXPERTS for b in bases):
+        return 0
+    return 4 * n_tokens * n_expert_used * n_embd
+# --- end every block on the CPU ---
 
 # architectures whose compute under pipeline parallelism is not modelled (the phase model's, measured
 # over two GPUs at -ts 1,1): ERNIE-4.5-21B-A3B's output GPU 35 MiB under, the others' 22 over;
@@ -164,10 +208,12 @@ def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool, 
     tolerance): the estimate is incomplete with this note instead of a wrong number."""
     inv = placement.inventory
     out = []
-    if inv.arch in _CPU_LAYERS_UNMODELLED and all(
-            placement.defaults.get(t.name) in (HOST, None) for t in inv.tensors if t.layer is not None):
-        out.append(f"compute is not modelled for {inv.arch} with every block on the CPU (-ngl 0, or -ngl 1: "
-                   "only the output layer offloaded): KV cache and compute are not computed")
+    case = cpu_layers_case(placement)  # every block on the CPU (h20ngl)
+    if case is not None and inv.arch not in CPU_LAYERS_EXACT[case]:
+        what = ("every block and the output layer on the CPU (-ngl 0)" if case == "host" else
+                "every block on the CPU and only the output layer on a GPU (-ngl 1)")
+        out.append(f"compute is not modelled for {inv.arch} with {what}: not measured within tolerance of "
+                   "llama.cpp's own projection; KV cache and compute are not computed")
     if inv.arch == "ernie4_5-moe" and not flash_attn:
         out.append("compute is not modelled for ernie4_5-moe with flash attention off (the phase model was "
                    "30 MiB per 512 ubatch tokens under on the GPU, ERNIE-4.5-21B-A3B): KV cache and compute "

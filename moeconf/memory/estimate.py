@@ -42,6 +42,7 @@ from moeconf.memory.classic import (
     host_replayable,
     input_width,
     output_device,
+    output_gpu_experts_copy,
     unmodelled_settings,
     weights_before,
 )
@@ -456,6 +457,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
     out_dev = output_device(placement)  # a tied output computes the logits where its copy lies
     output_phase = f4 * (geo.n_vocab + 2 * e)
+    output_phase += output_gpu_experts_copy(placement, geo.n_expert_used, e, T)  # -ngl 1 (h20ngl)
     if residual_at.get(out_dev) is not None:
         # the output norm runs in place on the residual; the logits go above it
         output_phase = (residual_at[out_dev] or 0) + f4 * (geo.n_vocab + e)
