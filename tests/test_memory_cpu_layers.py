@@ -71,10 +71,11 @@ def _errors(est: MemoryEstimate, figures: dict[str, list[float]]) -> list[str]:
 
 def test_every_modelled_architecture_is_measured_in_both_cases() -> None:
     measured = {(_arch(r["model"]), _case(r["args"])) for r in ROWS}
-    assert {(a, c) for a in MODELLED for c in ("host", "gpu_output")} <= measured
+    own = classic.OWN_PLACEMENT_CHECKS
+    assert {(a, c) for a in MODELLED if a not in own for c in ("host", "gpu_output")} <= measured
     # every layout of a modelled architecture, at both ubatch sizes
     for key, lay in LAYOUTS.items():
-        if lay.arch in MODELLED:
+        if lay.arch in MODELLED and lay.arch not in own:
             lines = {r["args"] for r in ROWS if r["model"] == key}
             assert {"-c 32768 -ngl 0", "-c 32768 -ngl 1 -ub 1024"} <= lines, key
 
@@ -185,3 +186,16 @@ def test_the_output_gpu_holds_the_last_experts_copy(inventories: dict[str, Inven
     monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "output_gpu_experts_copy", lambda *a: 0)
     for model in ("gpt-oss-20b", "minimax-m2", "qwen3-vl-30b-a3b"):
         assert any("RPC0 compute" in e for e in _errors(_estimate(inventories[model], line), rows[model]["engine"]))
+
+
+@pytest.mark.parametrize("manifest", ["deepseek-v3.2", "glm-5", "kimi-linear-48b-a3b", "nemotron-3-nano-30b-a3b"])
+@pytest.mark.parametrize("ngl", ["0", "1"])
+def test_architectures_with_their_own_placement_checks_refuse_both_cases(manifest: str, ngl: str) -> None:
+    """The rule above leaves these to their replay modules: each must still refuse -ngl 0 and -ngl 1
+    (none was measured there), by its own note, not print a number."""
+    inv = load_inventory(Path(__file__).parent.parent / "examples" / "models" / f"{manifest}.manifest.json")
+    assert inv.arch in classic.OWN_PLACEMENT_CHECKS
+    est = _estimate(inv, f"-c 32768 -ngl {ngl}")
+    assert not est.complete
+    assert any("not modelled" in n for n in est.notes)
+    assert not any("not measured within tolerance of llama.cpp's own projection" in n for n in est.notes)

@@ -155,6 +155,11 @@ CLASSIC_REFUSED: dict[str, str] = {}
 # exact at -c 32768 only, 20 MiB under at -c 4096, 106 at -c 131072; -ngl 1: Qwen3-Coder-480B's host
 # 22.8 MiB under at -ub 1024, the experts' down output placed above a hole it does not fit in; GLM's,
 # DeepSeek's, Grok's output GPU 20-28 MiB over at -ub 1024), or were never measured.
+# architectures whose own replay module decides which placements it covers, and refuses -ngl 0 and
+# -ngl 1 by its own measured rule (memory/replay_dsa.py dsa_unmodelled, replay_kda.unmodelled_placement,
+# replay_nemotron.unmodelled): the rule below leaves them to it (tests/test_memory_cpu_layers.py checks
+# that each still refuses both cases)
+OWN_PLACEMENT_CHECKS: frozenset[str] = frozenset({"deepseek32", "glm-dsa", "kimi-linear", "nemotron_h_moe"})
 CPU_LAYERS_EXACT: dict[str, frozenset[str]] = {
     "host": frozenset({"bailingmoe2", "gpt-oss", "minimax-m2", "grok"}),
     "gpu_output": frozenset({"bailingmoe2", "dots1", "ernie4_5-moe", "qwen35moe", "qwen3next", "gpt-oss",
@@ -209,7 +214,7 @@ def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool, 
     inv = placement.inventory
     out = []
     case = cpu_layers_case(placement)  # every block on the CPU (h20ngl)
-    if case is not None and inv.arch not in CPU_LAYERS_EXACT[case]:
+    if case is not None and inv.arch not in CPU_LAYERS_EXACT[case] and inv.arch not in OWN_PLACEMENT_CHECKS:
         what = ("every block and the output layer on the CPU (-ngl 0)" if case == "host" else
                 "every block on the CPU and only the output layer on a GPU (-ngl 1)")
         out.append(f"compute is not modelled for {inv.arch} with {what}: not measured within tolerance of "
