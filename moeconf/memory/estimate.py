@@ -49,6 +49,8 @@ from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV, MemorySettings, is_quantized, slot_notes
+from moeconf.memory.ikarchs import compute_note as ik_compute_note
+from moeconf.memory.ikarchs import kv_only as ik_kv_only
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
@@ -95,6 +97,7 @@ class MemoryEstimate:
     notes: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()  # settings the engine refuses for this model
     complete: bool = True  # False: KV and compute could not be computed (see notes)
+    kv_known: bool = False  # with complete False: the KV cache was computed, compute was not (memory/ikarchs.py)
     by_term: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def json(self) -> dict[str, dict[str, int]]:
@@ -226,7 +229,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
     why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
-    if not why:  # settings a modelled architecture's compute is not checked under
+    kv_only = ik_kv_only(inv.arch, eng.name)  # compute not modelled at all (memory/ikarchs.py)
+    if not why and not kv_only:  # settings a modelled architecture's compute is not checked under
         why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline,
                                   min(settings.n_batch, settings.n_ubatch))
     try:
@@ -234,7 +238,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
     # setting families whose compute is not modelled (memory/families.py)
-    if not why and families:
+    if not why and families and not kv_only:
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
@@ -269,7 +273,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     pad = 256 if (not ik or fa) else 32
     n_ctx = _pad(n_ctx, pad)
     n_seq = settings.n_parallel
-    unified = settings.kv_unified or n_seq == 1
+    unified = settings.kv_unified or n_seq == 1 or ik  # ik: one cache of n_ctx cells whatever -np
     n_stream = 1 if unified else n_seq
     cells = n_ctx if unified else _pad(n_ctx // n_seq, pad)
     n_batch = min(n_ctx, settings.n_batch)
@@ -316,6 +320,16 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if la.index in idx_layers:
             size += _row_bytes(ctk, idx_width) * n
         kv[dev] += size
+
+    if kv_only:  # --- weights and KV modelled, compute not (memory/ikarchs.py) ---
+        notes.append(ik_compute_note(inv.arch))
+        kv_terms = {d: ("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)",)
+                    for d in ik_computed}
+        kv_mem = {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0),
+                                  reserve=settings.reserve if is_gpu(d) else 0, estimated=kv_terms.get(d, ()))
+                  for d in [HOST, *sorted(devices - {HOST})]}
+        return MemoryEstimate(kv_mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
+                              complete=False, kv_known=True)
 
     # --- compute --------------------------------------------------------------------------------
     f4 = 4 * T
