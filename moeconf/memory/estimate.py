@@ -312,6 +312,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                     size += _row_bytes(ctv, geo.kv_lora_rank * n)
                 kv[dev] += size
                 continue
+            if geo.mla:  # -mla 0 on a mainline conversion: ik restores full heads (memory/ikmla.py)
+                for ct, width in ((ctk, geo.head_k_mla), (ctv, geo.head_v_mla)):
+                    kv[dev] += ((width + 8) * geo.n_head if ct == Q8_KV else _row_bytes(ct, width * geo.n_head)) * n
+                continue
         k_row = la.head_k * la.n_head_kv
         v_row = la.head_v * la.n_head_kv
         size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else _row_bytes(ctk, k_row) * n
