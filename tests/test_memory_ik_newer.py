@@ -130,9 +130,10 @@ def test_explain_prints_kv_and_leaves_compute_unknown_and_fit_refuses(
     kv, compute = row.split()[2:4]
     assert kv != "?" and compute == "?" and ">=" in row
 
-    assert main(["fit", path, "--engine", "ik_llama.cpp", "--gpu", "24GiB", "-c", "32768"]) == 2
-    err = capsys.readouterr().err
-    assert "compute is not modelled" in err
+    for gpus in (["--gpu", "24GiB"], ["--gpu", "24GiB", "--gpu", "24GiB"]):
+        assert main(["fit", path, "--engine", "ik_llama.cpp", *gpus, "-c", "32768"]) == 2
+        captured = capsys.readouterr()
+        assert "compute is not modelled" in captured.err and "-ot" not in captured.out
 
 
 def test_on_llama_cpp_nothing_changes() -> None:
