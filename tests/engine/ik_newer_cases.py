@@ -3,10 +3,11 @@ architectures (moeconf/memory/ikarchs.py): shared by the engine test that measur
 (tests/engine/test_ik_newer.py) and the default-suite test that holds moeconf to the recorded
 figures (tests/test_memory_ik_newer.py, tests/data/ik_newer_figures.json).
 
-A real ik load reads the whole sparse file through mmap (its pages become resident), so each
-layout keeps its real layer shapes with fewer blocks and experts: the largest cut (GLM-5) maps
-2.6 GiB. Cuts of the hybrids keep whole groups of four layers (three recurrent, one attention);
-GLM-5 and Ling keep their dense lead and their MTP block."""
+ik has no allocation-free projection, and a real load reads the whole sparse file through mmap
+(its pages become resident), so each layout keeps its real layer shapes with fewer blocks and
+experts (the largest cuts, GLM-5 and Grok-1, map 2.7 GiB). Cuts of the hybrids keep whole
+groups of four layers (three recurrent, one attention); GLM-5 and Ling keep their dense lead and
+their MTP block."""
 
 from __future__ import annotations
 
