@@ -414,8 +414,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out["memory"] = est.json()
         if not est.complete:  # KV and compute not computed: null, never a silent 0
             for dev in out["memory"].values():
-                dev["kv"] = dev["compute"] = None
+                dev["compute"] = None
+                if not est.kv_known:  # ik_llama.cpp on the newer architectures: KV computed, compute not
+                    dev["kv"] = None
         out["memory_complete"] = est.complete
+        out["memory_kv_complete"] = est.complete or est.kv_known
         out["memory_notes"] = list(est.notes)
         out["memory_problems"] = list(est.problems)
         out["server_caches"] = est.server.json() if est.server is not None else None

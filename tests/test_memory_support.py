@@ -13,6 +13,7 @@ from moeconf.cli import main
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.memory import estimate, read_settings
+from moeconf.memory.ikarchs import kv_only
 from moeconf.memory.support import MODELLED, NO_MEMORY_EFFECT, REFUSED, unmodelled
 from moeconf.model.load import load_inventory
 from moeconf.model.manifest import dumps_manifest, read_manifest
@@ -38,7 +39,9 @@ def _variant(tmp_path: Path, name: str, *, arch: str | None = None, key: tuple[s
 def test_shipped_models_are_modelled(path: Path, eng: str) -> None:
     inv = read_manifest(path)
     assert inv.metadata.arch_keys, "a version-3 manifest records its architecture keys"
-    if inv.arch in REFUSED:  # measured and refused with its reason
+    if kv_only(inv.arch, eng):  # ik_llama.cpp: weights and KV modelled, compute "?" (memory/ikarchs.py)
+        assert unmodelled(inv, eng) == []
+    elif inv.arch in REFUSED:  # measured and refused with its reason
         assert unmodelled(inv, eng) == [REFUSED[inv.arch]]
     elif eng in MODELLED[inv.arch].engines:
         assert unmodelled(inv, eng) == []

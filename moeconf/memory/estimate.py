@@ -47,6 +47,8 @@ from moeconf.memory.classic import (
     weights_before,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.ikarchs import compute_note as ik_compute_note
+from moeconf.memory.ikarchs import kv_only as ik_kv_only
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
@@ -101,6 +103,7 @@ class MemoryEstimate:
     notes: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()  # settings the engine refuses for this model
     complete: bool = True  # False: KV and compute could not be computed (see notes)
+    kv_known: bool = False  # with complete False: the KV cache was computed, compute was not (memory/ikarchs.py)
     by_term: dict[str, dict[str, int]] = field(default_factory=dict)
     # llama-server's prompt cache and context checkpoints: host memory beyond the table, as caps
     # (memory/servercache.py); None for other binaries
@@ -232,7 +235,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
     why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
-    if not why:  # settings a modelled architecture's compute is not checked under
+    kv_only = ik_kv_only(inv.arch, eng.name)  # compute not modelled at all (memory/ikarchs.py)
+    if not why and not kv_only:  # settings a modelled architecture's compute is not checked under
         why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline,
                                   min(settings.n_batch, settings.n_ubatch))
     try:
@@ -243,7 +247,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if not why and inv.arch in rec.MAMBA2:
         why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
     # setting families whose compute is not modelled (memory/families.py)
-    if not why and families:
+    if not why and families and not kv_only:
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
     if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
         why.extend(unmodelled_placement(placement))
@@ -287,7 +291,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     pad = 256 if (not ik or fa) else 32
     n_ctx = _pad(n_ctx, pad)
     n_seq = settings.n_parallel
-    unified = settings.kv_unified or n_seq == 1
+    unified = settings.kv_unified or n_seq == 1 or ik  # ik: one cache of n_ctx cells whatever -np
     n_stream = 1 if unified else n_seq
     cells = n_ctx if unified else _pad(n_ctx // n_seq, pad)
     n_batch = min(n_ctx, settings.n_batch)
@@ -327,6 +331,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                     size += _row_bytes(ctv, geo.kv_lora_rank * n)
                 kv[dev] += size
                 continue
+            if geo.mla:  # -mla 0 on a mainline conversion: ik restores full heads (memory/ikmla.py)
+                for ct, width in ((ctk, geo.head_k_mla), (ctv, geo.head_v_mla)):
+                    kv[dev] += ((width + 8) * geo.n_head if ct == Q8_KV else _row_bytes(ct, width * geo.n_head)) * n
+                continue
         k_row = la.head_k * la.n_head_kv
         v_row = la.head_v * la.n_head_kv
         size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else _row_bytes(ctk, k_row) * n
@@ -335,6 +343,16 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if la.index in idx_layers:
             size += _row_bytes(ctk, idx_width) * n
         kv[dev] += size
+
+    if kv_only:  # --- weights and KV modelled, compute not (memory/ikarchs.py) ---
+        notes.append(ik_compute_note(inv.arch))
+        kv_terms = {d: ("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)",)
+                    for d in ik_computed}
+        kv_mem = {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0),
+                                  reserve=settings.reserve if is_gpu(d) else 0, estimated=kv_terms.get(d, ()))
+                  for d in [HOST, *sorted(devices - {HOST})]}
+        return MemoryEstimate(kv_mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
+                              complete=False, kv_known=True)
 
     # --- compute --------------------------------------------------------------------------------
     f4 = 4 * T

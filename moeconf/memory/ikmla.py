@@ -6,8 +6,13 @@
   (ik-style conversions) gets `wk_b` (Q8_0 when `attn_kv_b` is quantized, else its type,
   `nope x kv_lora_rank x n_head`) and `wv_b` (`attn_kv_b`'s type, `kv_lora_rank x v x n_head`) for
   any `-mla` > 0. A file with `attn_k_b` + `attn_v_b` but no `attn_kv_b` (mainline conversions)
-  gets `wkv_b` (`kv_lora_rank x n_head (nope + v)`, f16/bf16 when both are, else Q8_0) for `-mla` 2
-  or 3. Each is a buffer of its own, allocated on the buffer type of the tensor it is computed from.
+  gets `wkv_b` (`kv_lora_rank x n_head (nope + v)`, f16/bf16 when both are, else Q8_0) for any
+  `-mla` but 1 (0 included: `llm_prepare_mla` returns early only for 1). Each is a buffer of its
+  own, allocated on the buffer type of the tensor it is computed from.
+- `-mla 0` on a mainline conversion (`head_count_kv` 1, `key_length` 576): ik's `load_hparams`
+  (src/llama-hparams.cpp, deepseek2 and glm-dsa) restores `n_head` KV heads of `key_length_mla`
+  and `value_length_mla`, and `llama_kv_cache_init` keeps a full K and V cache of those heads
+  (GLM-5 cut to 4 attention layers at 4096 f16: 1,024 MiB against the latent's 18).
 - `llama_kv_cache_init` falls back to `-mla 1` only when a layer still has no `wkv_b` after that:
   so a mainline GGUF at `-mla 3 -fa off` keeps ONE latent cache of `kv_lora_rank + n_rot` per cell
   in the V type (DeepSeek-V3 at 32k f16: 2,196 MiB, as a real-GPU log shows), not the `-mla 1`
@@ -49,7 +54,7 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
     """Bytes per device of the tensors ik computes at load (see the module's note)."""
     inv = placement.inventory
     out: dict[str, int] = defaultdict(int)
-    if not mla or not geo.mla_arch:
+    if not geo.mla_arch:
         return {}
     n_head, r = geo.n_head, geo.kv_lora_rank
     nope = geo.head_k_mla - geo.n_rot
@@ -59,13 +64,13 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
         kv_b = by.get(f"blk.{il}.attn_kv_b.weight")
         k_b = by.get(f"blk.{il}.attn_k_b.weight")
         v_b = by.get(f"blk.{il}.attn_v_b.weight")
-        if kv_b is not None and k_b is None:
+        if kv_b is not None and k_b is None and mla > 0:
             dev = placement.devices.get(kv_b.name)
             if dev is None:
                 continue
             k_type = kv_b.type if kv_b.type in _QUANT_FREE else "Q8_0"
             out[dev] += _bytes(k_type, (nope, r, n_head)) + _bytes(kv_b.type, (r, v, n_head))
-        elif kv_b is None and k_b is not None and v_b is not None and mla > 1:
+        elif kv_b is None and k_b is not None and v_b is not None and mla != 1:
             dev = placement.devices.get(k_b.name)
             if dev is None:
                 continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+import moeconf.memory.ikarchs as _ikarchs
 import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 import moeconf.memory.replay_nemotron as _replay_nemotron
@@ -126,6 +127,12 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     """Why this model's memory on `engine` is not modelled (empty: it is): its architecture, or
     each `{arch}.*` key of the file the model does not read and that may change memory."""
     arch = inv.arch
+    # --- ik_llama.cpp on the newer architectures: weights and KV modelled, compute not (the
+    # estimate leaves compute "?" with memory/ikarchs.py's note, and fit refuses) ---
+    if _ikarchs.kv_only(arch, engine):
+        from moeconf.memory.archgraph import unmodelled_structure as _structure
+        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT) + _structure(inv)
+    # ---
     spec = MODELLED.get(arch)
     if spec is None:
         if arch in REFUSED:

@@ -29,7 +29,7 @@ def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None)
         if d == HOST or m.total:
             b = budgets.get(d)
             rows.append((d + (" (host)" if d == HOST else "") + ("*" if m.estimated else ""), _mib(m.weights),
-                         _mib(m.kv) if est.complete else "?", _mib(m.compute) if est.complete else "?",
+                         _mib(m.kv) if est.complete or est.kv_known else "?", _mib(m.compute) if est.complete else "?",
                          _mib(m.reserve), _mib(m.total) if est.complete else ">=" + _mib(m.total),
                          _mib(b) if b is not None else "-",
                          (_mib(b - m.total) if est.complete else "?") if b is not None else "-"))

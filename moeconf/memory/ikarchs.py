@@ -1,0 +1,105 @@
+"""ik_llama.cpp on the newer MoE architectures (issue 17): weights and KV cache modelled, compute
+not. Facts from ik_llama.cpp 0.1.5 (vendored in ik-llama-cpp-python 0.1.5, `src/`), checked
+against the buffer sizes ik logs on real loads of cut layouts (tests/engine/test_ik_newer.py,
+figures in tests/data/ik_newer_figures.json):
+
+- Weights: the tensors ik loads as placed (moeconf/model/nametable.py IK_ARCH_TENSORS), plus, for
+  glm-dsa, the `wkv_b` ik computes at load from `attn_k_b`/`attn_v_b` for `-mla` 2 and 3, in
+  every block including the MTP block whose other tensors it skips (`llm_prepare_mla`;
+  memory/ikmla.py).
+- KV (`llama_kv_cache_init`, src/llama.cpp): one cache of `n_ctx` cells whatever `-np` (ik has
+  no per-sequence streams), for the trunk blocks only (`n_layer - nextn_predict_layers`).
+  glm-dsa takes the MLA path (the latent of `kv_lora_rank + n_rot` per cell): ik allocates NO
+  lightning-indexer key cache (and never runs the indexer: its graph is DeepSeek's dense MLA).
+  Qwen3.5-MoE and Qwen3-Next: the attention layers keep K and V, each recurrent layer one F32
+  state of `n_embd_v_s()` per slot (`llama-hparams.h`: `(conv_kernel - 1) * (2 * state_size *
+  group_count + inner_size) + head_v_dim^2 * time_step_rank`, `head_v_dim = inner_size /
+  time_step_rank`), `min(max(1, -np), n_ctx)` slots (`llama_qwen3next_state_slots`), in the same
+  KV buffer as the layer's K and V. That equals mainline's conv + delta-net state when
+  `head_v_dim == state_size` (every published Qwen3-Next and Qwen3.5 model); a file where they
+  differ is refused here.
+- Which layers are recurrent (`src/llama-hparams.cpp`, `load_hparams`): qwen35moe reads
+  `full_attention_interval` (default 4); qwen3next ignores it and takes every 4th layer as
+  attention; neither reads `attention.recurrent_layers` nor, for qwen35moe, `nextn_predict_layers`.
+  A file whose keys would make mainline (and so moeconf's layer map) differ is refused on ik.
+- Compute: ik builds its own graphs (src/llama-build-context.cpp: fused MoE up/gate, its MLA and
+  delta-net kernels) and has no allocation-free projection to check them against; a CPU-only build
+  keeps every compute buffer in host memory. Measured host compute buffers at -ngl 0 are recorded
+  with the figures; the estimate leaves compute "?" on ik for these architectures and `fit`
+  refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+import moeconf.memory.recurrent as _recurrent
+from moeconf.memory.classic import CLASSIC_MODELLED
+from moeconf.model.inventory import Inventory
+
+ENGINE: Final = "ik_llama.cpp"
+
+_MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
+                         "attention.q_lora_rank"})
+_INDEXER: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
+                             "attention.indexer.top_k"})
+
+# architecture -> the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) whose effect on ik's
+# weights and KV cache is modelled; compute is not modelled for any of them on ik
+KV_ONLY: Final[dict[str, frozenset[str]]] = {
+    "qwen35moe": _recurrent.KEYS,
+    "qwen3next": _recurrent.KEYS,
+    "glm-dsa": _MLA | _INDEXER | {"leading_dense_block_count", "nextn_predict_layers"},
+    "minimax-m2": frozenset(),
+    # softcapping changes compute only (and forces flash attention off: the KV padding follows)
+    "grok": frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"}),
+    **{arch: spec[0] for arch, spec in CLASSIC_MODELLED.items()},
+    "hunyuan-moe": frozenset(),
+}
+
+CHECKED: Final = ("ik_llama.cpp 0.1.5's logged model and KV buffer sizes on real loads of cut layouts "
+                  "(tests/data/ik_newer_figures.json)")
+
+
+def kv_only(arch: str, engine: str) -> bool:
+    """Whether this architecture's weights and KV, but not its compute, are modelled on `engine`."""
+    return engine == ENGINE and arch in KV_ONLY
+
+
+def compute_note(arch: str) -> str:
+    return (f"compute is not modelled for {arch!r} on ik_llama.cpp (ik builds its own graphs and has no "
+            "allocation-free projection to check them against): weights and KV cache are, compute is not "
+            "computed")
+
+
+def _int(inv: Inventory, key: str) -> int | None:
+    v = inv.metadata.hparam(key)
+    return v if isinstance(v, int) else None
+
+
+def unmodelled(inv: Inventory, no_memory_effect: Iterable[str]) -> list[str]:
+    """Why this model's weights and KV on ik_llama.cpp are not modelled (empty: they are): a key
+    moeconf does not read for it on ik, or a layer map or state ik reads differently from the
+    file's keys (see the module's notes)."""
+    arch = inv.arch
+    known = set(no_memory_effect) | KV_ONLY[arch]
+    keys = inv.metadata.arch_keys or ()
+    why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
+           for k in keys if k not in known]
+    if arch in _recurrent.GATED_DELTA_NET:
+        if inv.metadata.hparam("attention.recurrent_layers") is not None:
+            why.append(f"memory is not modelled for {arch}.attention.recurrent_layers on ik_llama.cpp (ik 0.1.5 "
+                       "ignores the array and derives the recurrent layers from the attention interval)")
+        interval = _int(inv, "full_attention_interval")
+        if arch == "qwen3next" and interval not in (None, 4):
+            why.append(f"memory is not modelled for qwen3next.full_attention_interval = {interval} on ik_llama.cpp "
+                       "(ik 0.1.5 takes every 4th layer as attention whatever the key)")
+        if arch == "qwen35moe" and (_int(inv, "nextn_predict_layers") or 0):
+            why.append("memory is not modelled for qwen35moe.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does "
+                       "not read it: its MTP blocks would be taken as trunk layers)")
+        rs = _recurrent.shape(inv)
+        if rs is not None and rs.n_v_heads and rs.d_inner // rs.n_v_heads != rs.d_state:
+            why.append(f"memory is not modelled for {arch} on ik_llama.cpp with a value head width "
+                       f"({rs.d_inner // rs.n_v_heads}) other than ssm.state_size ({rs.d_state}): ik's recurrent "
+                       "state is sized by the value heads, mainline's by the state size")
+    return why

@@ -1,0 +1,165 @@
+"""ik_llama.cpp on the newer architectures (moeconf/memory/ikarchs.py): moeconf's weights and KV
+cache held to the buffer sizes ik_llama.cpp 0.1.5 logged on real loads of cut layouts
+(tests/data/ik_newer_figures.json, measured by tests/engine/test_ik_newer.py; the engine suite
+measures them again), and compute left "?" with a note, `fit` refusing.
+
+Tolerances: weights within 1 MiB (all of ik's model buffers, plus the `wkv_b` it computes for
+glm-dsa), KV within 0.01 MiB (ik logs two decimals)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from moeconf.cli import main
+from moeconf.engines import engine
+from moeconf.explanation import explain
+from moeconf.fixtures.writer import write_layout
+from moeconf.memory import read_settings
+from moeconf.memory.estimate import MemoryEstimate
+from moeconf.memory.ikarchs import KV_ONLY, kv_only
+from moeconf.memory.support import unmodelled
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
+from moeconf.sizing import estimate_explained
+from tests.engine import ik_newer_cases as cases
+
+DATA = Path(__file__).parent / "data" / "ik_newer_figures.json"
+ROWS: list[dict[str, Any]] = json.loads(DATA.read_text())
+KV_ROWS = [r for r in ROWS if "line" in r]
+MiB = 1024 * 1024
+EP = "127.0.0.1:50052"
+IK = engine("ik_llama.cpp", "0.1.5")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
+    folder = tmp_path_factory.mktemp("iknewer")
+    out = {}
+    for name in [*cases.CUTS, *cases.KV_ONLY_CUTS]:
+        path = cases.cut_path(folder, name)
+        write_layout(cases.cut_layout(name), path, vocab=256)  # the tensors' shapes keep the real vocabulary
+        out[name] = load_inventory(path)
+    return out
+
+
+def _estimate(inv: Inventory, line: str) -> tuple[MemoryEstimate, set[str]]:
+    args = cases.engine_args(line, None if line.startswith("host") else EP)
+    ex = explain(inv, IK, args, gpus=[])
+    unused = {n for n, d in ex.placement.devices.items() if d is None}
+    return estimate_explained(ex, read_settings(args, IK)), unused
+
+
+def mismatches(row: dict[str, Any], est: MemoryEstimate, inv: Inventory, unused: set[str]) -> list[str]:
+    """How moeconf's estimate differs from ik's logged figures of one line (empty: within tolerance)."""
+    out = []
+    if row.get("refused"):
+        return [] if est.problems else ["ik refused the settings; moeconf did not say it would"]
+    ik = row["ik"]
+    weights = sum(m.weights for m in est.devices.values())
+    if row["line"].startswith("host"):  # one mmap'ed host buffer: ik logs the file span (ik_newer_cases)
+        weights += cases.skipped_in_span(inv, unused)
+    if abs(weights / MiB - ik["weights"] - ik["computed"]) > 1.0:
+        out.append(f"weights {weights / MiB:.2f} MiB, ik {ik['weights'] + ik['computed']:.2f}")
+    kv = sum(m.kv for m in est.devices.values()) / MiB
+    if abs(kv - ik["kv"]) > 0.01:
+        out.append(f"KV {kv:.2f} MiB, ik {ik['kv']:.2f}")
+    return out
+
+
+def test_every_architecture_and_line_was_measured() -> None:
+    assert {r["model"] for r in KV_ROWS} == set(cases.CUTS) | set(cases.KV_ONLY_CUTS)
+    assert {(r["model"], r["line"]) for r in KV_ROWS} == set(cases.kv_cases())
+    placed = {r["model"]: 0 for r in ROWS if "placement" in r}
+    for r in ROWS:
+        if "placement" in r:
+            assert r["disagreements"] == 0, r
+            placed[r["model"]] += 1
+    assert placed == {m: len(cases.PLACEMENT_LINES) for m in cases.CUTS}
+    assert {cases.cut_layout(m).arch for m in cases.CUTS} == set(KV_ONLY)
+
+
+@pytest.mark.parametrize("row", KV_ROWS, ids=[f"{r['model']}:{r['line']}" for r in KV_ROWS])
+def test_weights_and_kv_match_ik(row: dict[str, Any], models: dict[str, Inventory]) -> None:
+    inv = models[row["model"]]
+    assert unmodelled(inv, "ik_llama.cpp") == []
+    est, unused = _estimate(inv, row["line"])
+    assert mismatches(row, est, inv, unused) == []
+    if kv_only(inv.arch, "ik_llama.cpp") and not row.get("refused"):
+        # KV known, compute "?": the estimate is incomplete (fit and fill rules refuse) with the note
+        assert est.kv_known and not est.complete
+        assert all(m.compute == 0 for m in est.devices.values())
+        assert any("compute is not modelled" in n and "on ik_llama.cpp" in n for n in est.notes)
+
+
+def test_a_wrong_figure_or_a_wrong_model_is_caught(models: dict[str, Inventory],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    row = next(r for r in KV_ROWS if r["model"] == "qwen3.5-35b-a3b" and r["line"] == "-c 5000 -fa off -np 3")
+    inv = models["qwen3.5-35b-a3b"]
+    est, unused = _estimate(inv, row["line"])
+    assert mismatches(row, est, inv, unused) == []
+    # a figure 0.5 MiB off, in KV or in weights
+    for key, delta in (("kv", 0.5), ("weights", 1.5)):
+        bad = {**row, "ik": {**row["ik"], key: row["ik"][key] + delta}}
+        assert any(m.startswith(key if key == "weights" else "KV") for m in mismatches(bad, est, inv, unused))
+    # a wrong model: the recurrent state kept for one sequence more than ik keeps
+    import moeconf.memory.recurrent as rec
+
+    monkeypatch.setattr(rec.RecurrentShape, "state_bytes",
+                        lambda self, n: (self.n_embd_r + self.n_embd_s) * 4 * (max(1, n) + 1))
+    wrong, _ = _estimate(inv, row["line"])
+    assert any(m.startswith("KV") for m in mismatches(row, wrong, inv, unused))
+
+
+@pytest.mark.parametrize("model", ["qwen3.5-397b-a17b", "qwen3-next-80b-a3b", "glm-5", "minimax-m2", "grok-1",
+                                   "dots.llm1", "hunyuan-a13b"])
+def test_explain_prints_kv_and_leaves_compute_unknown_and_fit_refuses(
+        model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(Path(__file__).resolve().parent.parent / "examples" / "models" / f"{model}.manifest.json")
+    argv = ["-ngl", "999", "-ot", "exps=CPU", "-c", "32768"]
+    assert main(["explain", path, "--engine", "ik_llama.cpp", "--json", "--", *argv]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["memory_complete"] is False and data["memory_kv_complete"] is True
+    gpu = data["memory"]["CUDA0"]
+    assert gpu["kv"] > 0 and gpu["compute"] is None
+    assert any("compute is not modelled" in n for n in data["memory_notes"])
+
+    assert main(["explain", path, "--engine", "ik_llama.cpp", "--", *argv]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("CUDA0"))
+    kv, compute = row.split()[2:4]
+    assert kv != "?" and compute == "?" and ">=" in row
+
+    for gpus in (["--gpu", "24GiB"], ["--gpu", "24GiB", "--gpu", "24GiB"]):
+        assert main(["fit", path, "--engine", "ik_llama.cpp", *gpus, "-c", "32768"]) == 2
+        captured = capsys.readouterr()
+        assert "compute is not modelled" in captured.err and "-ot" not in captured.out
+
+
+def test_on_llama_cpp_nothing_changes() -> None:
+    # the KV-only mode is ik's alone: on llama.cpp these architectures stay as modelled or refused
+    for arch in KV_ONLY:
+        assert not kv_only(arch, "llama.cpp")
+
+
+@pytest.mark.parametrize(("key", "value", "fragment"), [
+    ("full_attention_interval", 3, "qwen3next.full_attention_interval = 3 on ik_llama.cpp"),
+    ("ssm.inner_size", 8192, "value head width (256) other than ssm.state_size (128)"),
+    ("attention.temperature_scale_x", 1, "a key moeconf does not read"),
+])
+def test_what_ik_reads_differently_is_refused(tmp_path: Path, key: str, value: int, fragment: str) -> None:
+    data = json.loads((Path(__file__).resolve().parent.parent / "examples" / "models"
+                       / "qwen3-next-80b-a3b.manifest.json").read_text())
+    data["metadata"]["hparams"][key] = value
+    if key not in data["metadata"]["arch_keys"]:
+        data["metadata"]["arch_keys"].append(key)
+    p = tmp_path / "m.manifest.json"
+    p.write_text(json.dumps(data))
+    inv = load_inventory(p)
+    why = unmodelled(inv, "ik_llama.cpp")
+    assert any(fragment in w for w in why), why
+    args = ["-ngl", "999", "-c", "8192"]
+    est = estimate_explained(explain(inv, IK, args, gpus=["CUDA0"]), read_settings(args, IK))
+    assert not est.complete and not est.kv_known and all(m.kv == 0 for m in est.devices.values())
