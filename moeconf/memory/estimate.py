@@ -251,8 +251,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
     if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
         why.extend(unmodelled_placement(placement))
-    # --- DSA (deepseek32, glm-dsa): the settings and placements the replay covers (memory/replay_dsa.py)
-    if not why:
+    # --- DSA (deepseek32, glm-dsa): the settings and placements the replay covers (memory/replay_dsa.py;
+    # llama.cpp's graph: ik_llama.cpp runs its own, whose compute is refused by support.unmodelled)
+    if not why and eng.name != "ik_llama.cpp":
         n_stream_dsa = 1 if (settings.kv_unified or settings.n_parallel == 1) else settings.n_parallel
         why.extend(dsa_unmodelled(placement, geo, flash_attn=settings.flash_attn != "off",
                                   offload_kqv=settings.offload_kqv, n_stream=n_stream_dsa, pipeline=pipeline,
