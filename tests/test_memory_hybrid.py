@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 from pathlib import Path
 
 import pytest
 
-from moeconf.engines import engine
-from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import read_settings
 from moeconf.memory import recurrent as rec
 from moeconf.memory.replay import Allocator, Graph
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
-from moeconf.sizing import estimate_explained
+from tests.recorded_memory import estimate_line, mismatches, rpc_args
 
 DATA = Path(__file__).resolve().parent / "data" / "hybrid_memory_oracle.json"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
@@ -43,38 +39,11 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
     return out
 
 
-def _args(line: str) -> list[str]:
-    words = shlex.split(line)
-    n = 2 if "2rpc" in words else 1
-    return ["--rpc", ",".join(EPS[:n]), "-fit", "off", *[w for w in words if w != "2rpc"]]
-
-
-def _estimate(inv: Inventory, argv: list[str]):  # type: ignore[no-untyped-def]
-    e = engine("llama.cpp")
-    ex = explain(inv, e, argv, gpus=[])
-    return estimate_explained(ex, read_settings(argv, e))
-
-
-def _device(name: str) -> str:
-    return "CPU" if name == "host" else f"RPC0[{EPS[int(name[3:])]}]"
-
-
 @pytest.mark.parametrize(("model", "line"), LINES, ids=[f"{m}:{line}" for m, line in LINES])
 def test_memory_matches_the_recorded_engine_figures(layouts: dict[str, Inventory], model: str, line: str) -> None:
-    est = _estimate(layouts[model], _args(line))
+    est = estimate_line(layouts[model], rpc_args(line, EPS))
     assert est.complete, est.notes
-    bad = []
-    for row in (r for r in RECORDED["rows"] if r["model"] == model and r["args"] == line):
-        m = est.devices[_device(row["device"])]
-        ours = {"weights": m.weights / MiB, "kv": m.kv / MiB, "compute": m.compute / MiB}
-        for term in ("weights", "kv"):
-            # the engine floors each buffer to whole MiB (the KV and the state are two buffers)
-            if not -1.0 <= ours[term] - row[term] < 2.0:
-                bad.append((row["device"], term, ours[term], row[term]))
-        tol = 0.05 if row["exact"] else max(16.0, 0.03 * row["compute"])
-        if abs(ours["compute"] - row["compute"]) > tol:
-            bad.append((row["device"], "compute", ours["compute"], row["compute"]))
-    assert not bad
+    assert not mismatches(est, [r for r in RECORDED["rows"] if r["model"] == model and r["args"] == line], EPS)
 
 
 def test_the_recorded_figures_cover_the_lines_asked_for() -> None:
@@ -94,11 +63,11 @@ def test_qwen35_397b_kv_and_state_are_the_engines(layouts: dict[str, Inventory])
     state = 45 * rs.state_bytes(1)
     assert round(state / MiB, 1) == 186.3
     gpu = f"RPC0[{EPS[0]}]"
-    assert _estimate(inv, _args("-c 32768 -ngl 999")).devices[gpu].kv == 960 * MiB + state
-    assert _estimate(inv, _args("-c 131072 -ngl 999")).devices[gpu].kv == 3840 * MiB + state
-    q8 = _estimate(inv, _args("-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0")).devices[gpu].kv
+    assert estimate_line(inv, rpc_args("-c 32768 -ngl 999", EPS)).devices[gpu].kv == 960 * MiB + state
+    assert estimate_line(inv, rpc_args("-c 131072 -ngl 999", EPS)).devices[gpu].kv == 3840 * MiB + state
+    q8 = estimate_line(inv, rpc_args("-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0", EPS)).devices[gpu].kv
     assert q8 == 510 * MiB + state
-    assert _estimate(inv, _args("-c 32768 -ngl 999 -np 4")).devices[gpu].kv == 960 * MiB + 4 * state
+    assert estimate_line(inv, rpc_args("-c 32768 -ngl 999 -np 4", EPS)).devices[gpu].kv == 960 * MiB + 4 * state
 
 
 def test_layer_map_from_the_interval_or_the_per_layer_array(layouts: dict[str, Inventory]) -> None:
@@ -118,12 +87,12 @@ def test_layer_map_from_the_interval_or_the_per_layer_array(layouts: dict[str, I
 def test_shipped_manifests_are_modelled() -> None:
     for name in ("qwen3.5-397b-a17b", "qwen3-next-80b-a3b"):
         inv = load_inventory(EXAMPLES / f"{name}.manifest.json")
-        est = _estimate(inv, _args("-c 32768 -ngl 999 -ot exps=CPU"))
+        est = estimate_line(inv, rpc_args("-c 32768 -ngl 999 -ot exps=CPU", EPS))
         assert est.complete and not est.notes
 
 
 def test_nkvo_on_a_hybrid_is_refused_not_guessed(layouts: dict[str, Inventory]) -> None:
-    est = _estimate(layouts["qwen3.5-397b-a17b"], _args("-c 32768 -ngl 999 -nkvo"))
+    est = estimate_line(layouts["qwen3.5-397b-a17b"], rpc_args("-c 32768 -ngl 999 -nkvo", EPS))
     assert not est.complete
     assert any("-nkvo" in n for n in est.notes)
 
@@ -133,8 +102,8 @@ def test_an_mtp_block_key_is_refused(layouts: dict[str, Inventory]) -> None:
     inv = layouts["qwen3-next-80b-a3b"]
     md = inv.metadata
     keys = (*(md.arch_keys or ()), "nextn_predict_layers")
-    est = _estimate(dataclasses.replace(inv, metadata=dataclasses.replace(md, arch_keys=keys)),
-                    _args("-c 32768 -ngl 999"))
+    est = estimate_line(dataclasses.replace(inv, metadata=dataclasses.replace(md, arch_keys=keys)),
+                    rpc_args("-c 32768 -ngl 999", EPS))
     assert not est.complete and any("nextn_predict_layers" in n for n in est.notes)
 
 
@@ -145,10 +114,10 @@ def test_a_cache_block_that_does_not_divide_the_head_width_is_refused(layouts: d
     md = inv.metadata
     odd = dataclasses.replace(inv, metadata=dataclasses.replace(md, value_length=72))
     assert any("does not divide the head width 72" in p
-               for p in _estimate(odd, _args("-c 8192 -ngl 999 -ctk q8_0 -ctv q8_0")).problems)
-    assert not _estimate(odd, _args("-c 8192 -ngl 999")).problems
+               for p in estimate_line(odd, rpc_args("-c 8192 -ngl 999 -ctk q8_0 -ctv q8_0", EPS)).problems)
+    assert not estimate_line(odd, rpc_args("-c 8192 -ngl 999", EPS)).problems
     other = dataclasses.replace(odd, metadata=dataclasses.replace(odd.metadata, arch="kimi-linear"))
-    est = _estimate(other, _args("-c 8192 -ngl 999 -ctk q8_0 -ctv q8_0"))
+    est = estimate_line(other, rpc_args("-c 8192 -ngl 999 -ctk q8_0 -ctv q8_0", EPS))
     assert not est.complete and any("72" in p for p in est.problems)
 
 
@@ -161,13 +130,13 @@ def test_empty_tensors_are_allocated_as_ggml_alloc_does(layouts: dict[str, Inven
     line = "-c 32768 -ngl 999 -ot exps=CPU"
     inv = layouts["qwen3.5-35b-a3b"]
     gpu = f"RPC0[{EPS[0]}]"
-    assert round(_estimate(inv, _args(line)).devices[gpu].compute / MiB, 2) == 556.19
+    assert round(estimate_line(inv, rpc_args(line, EPS)).devices[gpu].compute / MiB, 2) == 556.19
     monkeypatch.setattr(Graph, "zero", lambda self, *srcs: self.op(0, *srcs))
     monkeypatch.setattr(Graph, "zero_input", lambda self, key: self.input(key, 0))
     from moeconf.memory import replay_hybrid
     replay_hybrid.hybrid_peak.cache_clear()
     try:
-        assert round(_estimate(inv, _args(line)).devices[gpu].compute / MiB, 2) == 493.0
+        assert round(estimate_line(inv, rpc_args(line, EPS)).devices[gpu].compute / MiB, 2) == 493.0
     finally:
         replay_hybrid.hybrid_peak.cache_clear()
 
@@ -186,6 +155,6 @@ def test_unmodelled_hybrids_are_refused_naming_what_is_missing(layouts: dict[str
                                                                named: str) -> None:
     inv = layouts["qwen3.5-397b-a17b"]
     other = dataclasses.replace(inv, metadata=dataclasses.replace(inv.metadata, arch=arch))
-    est = _estimate(other, _args("-c 32768 -ngl 999"))
+    est = estimate_line(other, rpc_args("-c 32768 -ngl 999", EPS))
     assert not est.complete
     assert any(named in n and "not modelled" in n for n in est.notes)

@@ -9,22 +9,19 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import shlex
 from pathlib import Path
 
 import pytest
 
-from moeconf.engines import engine
-from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import read_settings
 from moeconf.memory import recurrent as rec
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.replay import Graph
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
-from moeconf.sizing import estimate_explained
+from tests.recorded_memory import device_name, estimate_line, rpc_args
+from tests.recorded_memory import mismatches as recorded_mismatches
 
 DATA = Path(__file__).resolve().parent / "data" / "kda_memory_oracle.json"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
@@ -43,37 +40,19 @@ def inv(tmp_path_factory: pytest.TempPathFactory) -> Inventory:
 
 
 def _args(line: str) -> list[str]:
-    words = shlex.split(line.replace("{EP0}", EPS[0]).replace("{EP1}", EPS[1]))
-    n = 2 if "2rpc" in words else 1
-    return ["--rpc", ",".join(EPS[:n]), "-fit", "off", *[w for w in words if w != "2rpc"]]
+    return rpc_args(line, EPS)
 
 
 def _estimate(inv: Inventory, line: str) -> MemoryEstimate:
-    e = engine("llama.cpp")
-    argv = _args(line)
-    return estimate_explained(explain(inv, e, argv, gpus=[]), read_settings(argv, e))
+    return estimate_line(inv, _args(line))
 
 
 def _device(name: str) -> str:
-    return "CPU" if name == "host" else f"RPC0[{EPS[int(name[3:])]}]"
+    return device_name(name, EPS)
 
 
 def mismatches(est: MemoryEstimate, rows: list[dict[str, object]]) -> list[tuple[object, ...]]:
-    """Each recorded (device, term) moeconf misses: weights and KV within the engine's flooring
-    (each buffer floored to whole MiB: the host's weights are two, the KV and the state two),
-    compute to 0.05 MiB where replayed when recorded, else within max(3%, 16 MiB)."""
-    bad: list[tuple[object, ...]] = []
-    for row in rows:
-        m = est.devices[_device(str(row["device"]))]
-        ours = {"weights": m.weights / MiB, "kv": m.kv / MiB, "compute": m.compute / MiB}
-        for term in ("weights", "kv"):
-            if not -1.0 <= ours[term] - float(str(row[term])) < 2.0:
-                bad.append((row["device"], term, ours[term], row[term]))
-        theirs = float(str(row["compute"]))
-        tol = 0.05 if row["exact"] else max(16.0, 0.03 * theirs)
-        if abs(ours["compute"] - theirs) > tol:
-            bad.append((row["device"], "compute", ours["compute"], theirs))
-    return bad
+    return recorded_mismatches(est, rows, EPS)
 
 
 def _rows(line: str) -> list[dict[str, object]]:

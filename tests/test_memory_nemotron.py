@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,11 @@ from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.layouts_hybrid import NemotronLayout
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import read_settings
 from moeconf.memory import recurrent as rec
 from moeconf.memory import replay_nemotron as rn
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
-from moeconf.sizing import estimate_explained
+from tests.recorded_memory import estimate_line, mismatches, rpc_args
 
 DATA = Path(__file__).resolve().parent / "data" / "nemotron_memory_oracle.json"
 MiB = 1024 * 1024
@@ -51,38 +49,11 @@ def nano(layouts: dict[str, Inventory]) -> Inventory:
     return layouts[NANO]
 
 
-def _args(line: str) -> list[str]:
-    words = shlex.split(line)
-    n = 2 if "2rpc" in words else 1
-    return ["--rpc", ",".join(EPS[:n]), "-fit", "off", *[w for w in words if w != "2rpc"]]
-
-
-def _estimate(inv: Inventory, argv: list[str]):  # type: ignore[no-untyped-def]
-    e = engine("llama.cpp")
-    ex = explain(inv, e, argv, gpus=[])
-    return estimate_explained(ex, read_settings(argv, e))
-
-
-def _device(name: str) -> str:
-    return "CPU" if name == "host" else f"RPC0[{EPS[int(name[3:])]}]"
-
-
 @pytest.mark.parametrize(("model", "line"), LINES, ids=[f"{m}:{line}" for m, line in LINES])
 def test_memory_matches_the_recorded_engine_figures(layouts: dict[str, Inventory], model: str, line: str) -> None:
-    est = _estimate(layouts[model], _args(line))
+    est = estimate_line(layouts[model], rpc_args(line, EPS))
     assert est.complete, est.notes
-    bad = []
-    for row in (r for r in RECORDED["rows"] if r["model"] == model and r["args"] == line):
-        m = est.devices[_device(row["device"])]
-        ours = {"weights": m.weights / MiB, "kv": m.kv / MiB, "compute": m.compute / MiB}
-        for term in ("weights", "kv"):
-            # the engine floors each buffer to whole MiB (the KV and the state are two buffers)
-            if not -1.0 <= ours[term] - row[term] < 2.0:
-                bad.append((row["device"], term, ours[term], row[term]))
-        tol = 0.05 if row["exact"] else max(16.0, 0.03 * row["compute"])
-        if abs(ours["compute"] - row["compute"]) > tol:
-            bad.append((row["device"], "compute", ours["compute"], row["compute"]))
-    assert not bad
+    assert not mismatches(est, [r for r in RECORDED["rows"] if r["model"] == model and r["args"] == line], EPS)
 
 
 def test_the_recorded_figures_cover_the_lines_asked_for() -> None:
@@ -101,15 +72,16 @@ def test_layer_map_and_state_are_the_loaders(nano: Inventory) -> None:
     lay = LAYOUTS[NANO]
     assert isinstance(lay, NemotronLayout)
     assert rec.recurrent_layers(nano) == frozenset(il for il in range(52) if lay.kind(il) == "recurrent")
-    kinds = rn.layer_kinds(explain(nano, engine("llama.cpp"), _args("-ngl 999"), gpus=[]).placement)
+    kinds = rn.layer_kinds(explain(nano, engine("llama.cpp"), rpc_args("-ngl 999", EPS), gpus=[]).placement)
     assert kinds == tuple({"M": rn.MAMBA, "*": rn.ATTENTION, "E": rn.FFN}[c] for c in lay.pattern)
     rs = rec.shape(nano)
     assert rs is not None and round(23 * rs.state_bytes(1) / MiB, 1) == 47.6
     gpu = f"RPC0[{EPS[0]}]"
     state = 23 * rs.state_bytes(1)
-    assert _estimate(nano, _args("-c 32768 -ngl 999")).devices[gpu].kv == 192 * MiB + state
-    assert _estimate(nano, _args("-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0")).devices[gpu].kv == 102 * MiB + state
-    assert _estimate(nano, _args("-c 32768 -ngl 999 -np 4")).devices[gpu].kv == 192 * MiB + 4 * state
+    assert estimate_line(nano, rpc_args("-c 32768 -ngl 999", EPS)).devices[gpu].kv == 192 * MiB + state
+    q8 = rpc_args("-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0", EPS)
+    assert estimate_line(nano, q8).devices[gpu].kv == 102 * MiB + state
+    assert estimate_line(nano, rpc_args("-c 32768 -ngl 999 -np 4", EPS)).devices[gpu].kv == 192 * MiB + 4 * state
 
 
 def test_a_layer_map_from_other_arrays_moves_the_state(nano: Inventory) -> None:
@@ -134,7 +106,7 @@ REFUSED_LINES = {
 
 @pytest.mark.parametrize("line", sorted(REFUSED_LINES))
 def test_what_the_replay_was_not_checked_on_is_refused(nano: Inventory, line: str) -> None:
-    est = _estimate(nano, _args(line))
+    est = estimate_line(nano, rpc_args(line, EPS))
     assert not est.complete
     assert any(REFUSED_LINES[line] in n and "not modelled for nemotron_h_moe" in n for n in est.notes), est.notes
 
@@ -145,7 +117,8 @@ def test_experts_that_differ_per_layer_are_refused(nano: Inventory) -> None:
     md = nano.metadata
     hp = tuple(sorted((*(kv for kv in md.hparams if kv[0] != "expert_used_count"),
                        ("expert_used_count", tuple(4 if il % 2 else 6 for il in range(52))))))
-    est = _estimate(dataclasses.replace(nano, metadata=dataclasses.replace(md, hparams=hp)), _args("-ngl 999"))
+    puzzle = dataclasses.replace(nano, metadata=dataclasses.replace(md, hparams=hp))
+    est = estimate_line(puzzle, rpc_args("-ngl 999", EPS))
     assert not est.complete and any("differ per layer" in n for n in est.notes)
 
 
@@ -156,11 +129,11 @@ def test_the_latent_is_read_not_ignored(layouts: dict[str, Inventory]) -> None:
     sup = layouts[SUPER]
     gpu = f"RPC0[{EPS[0]}]"
     line = "-c 32768 -ngl 999 -ot exps=CPU"
-    assert round(_estimate(sup, _args(line)).devices[gpu].compute / MiB, 2) == 324.12
+    assert round(estimate_line(sup, rpc_args(line, EPS)).devices[gpu].compute / MiB, 2) == 324.12
     md = sup.metadata
     without = dataclasses.replace(sup, metadata=dataclasses.replace(
         md, hparams=tuple(kv for kv in md.hparams if kv[0] != "moe_latent_size")))
-    assert round(_estimate(without, _args(line)).devices[gpu].compute / MiB, 2) != 324.12
+    assert round(estimate_line(without, rpc_args(line, EPS)).devices[gpu].compute / MiB, 2) != 324.12
 
 
 def test_the_mamba_prologue_runs_before_the_previous_layers_tail(nano: Inventory,
@@ -173,7 +146,7 @@ def test_the_mamba_prologue_runs_before_the_previous_layers_tail(nano: Inventory
 
     def figures() -> list[float]:
         rn.nemotron_peaks.cache_clear()
-        return [round(_estimate(nano, _args(ln)).devices[gpu].compute / MiB, 2) for ln in lines]
+        return [round(estimate_line(nano, rpc_args(ln, EPS)).devices[gpu].compute / MiB, 2) for ln in lines]
 
     assert figures() == [271.75, 305.63, 1100.5]
     for name in ("_mamba", "_attention", "_ffn_tail"):

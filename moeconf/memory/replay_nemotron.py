@@ -331,12 +331,10 @@ def _mamba_nkvo(g: Graph, s: NemotronShape, il: int, cur: int, res_in: int, rows
     return _mamba_tail(g, s, zx, conv, scan, res_in)
 
 
-def _attention_nkvo(g: Graph, s: NemotronShape, il: int, cur: int, res_in: int,
-                    graph_input: Callable[[str, int], int], leaf: Callable[[str, int], int]) -> Callable[[], int]:
-    """An attention layer with its KV cache in host memory (-nkvo, flash attention): K and V are
-    copied to the CPU and stored there (SET_ROWS), and the attention runs here on copies of the
-    whole cache's K and V views and of the mask."""
-    T, f = s.n_tokens, 4 * s.n_tokens
+def _qvk(g: Graph, s: NemotronShape, cur: int, graph_input: Callable[[str, int], int]) -> tuple[int, int, int]:
+    """An attention layer's Q, V and K projections in the graph's order, each rotated (Hadamard)
+    where the cache type asks for it."""
+    f = 4 * s.n_tokens
     hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
     q = g.op(hq * f, cur)
     if s.rot_k:
@@ -347,6 +345,17 @@ def _attention_nkvo(g: Graph, s: NemotronShape, il: int, cur: int, res_in: int,
     k = g.op(hkv * f, cur)
     if s.rot_k:
         k = g.op(hkv * f, g.view(k), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
+    return q, v, k
+
+
+def _attention_nkvo(g: Graph, s: NemotronShape, il: int, cur: int, res_in: int,
+                    graph_input: Callable[[str, int], int], leaf: Callable[[str, int], int]) -> Callable[[], int]:
+    """An attention layer with its KV cache in host memory (-nkvo, flash attention): K and V are
+    copied to the CPU and stored there (SET_ROWS), and the attention runs here on copies of the
+    whole cache's K and V views and of the mask."""
+    T, f = s.n_tokens, 4 * s.n_tokens
+    hkv, hv = s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
+    q, v, k = _qvk(g, s, cur, graph_input)
     kview = g.view(k)
     g.split(CPU)
     g.op(0, g.input(("k", il), hkv * f, kview), leaf("k_idxs", 8 * T))
@@ -369,16 +378,7 @@ def _attention_nkvo(g: Graph, s: NemotronShape, il: int, cur: int, res_in: int,
 def _attention(g: Graph, s: NemotronShape, cur: int, res_in: int,
                graph_input: Callable[[str, int], int]) -> Callable[[], int]:
     T, f = s.n_tokens, 4 * s.n_tokens
-    hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
-    q = g.op(hq * f, cur)
-    if s.rot_k:
-        q = g.op(hq * f, g.view(q), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
-    v = g.op(hv * f, cur)
-    if s.rot_v:
-        v = g.op(hv * f, g.view(v), graph_input("v_rot", 4 * s.rot_v * s.rot_v))
-    k = g.op(hkv * f, cur)
-    if s.rot_k:
-        k = g.op(hkv * f, g.view(k), graph_input("k_rot", 4 * s.rot_k * s.rot_k))
+    q, v, k = _qvk(g, s, cur, graph_input)
     sizes = dict(s.attn_inputs())
     g.op(0, g.view(k), graph_input("k_idxs", sizes["k_idxs"]))
     g.op(0, g.view(v), graph_input("v_idxs", sizes["v_idxs"]))
