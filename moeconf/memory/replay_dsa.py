@@ -496,7 +496,11 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
             out[_HOST] = dsa_peaks(shape, 32)[0]
             continue
         after_cpu = first > 0 and lay.dev_of[first - 1] == _HOST
-        shape = _shape(placement, geo, lay, n_tokens, cells, first=first, last=-1 if last == n_layer else last,
+        # a GPU's graph reads the expert placement of its own layers only: the others' are left out
+        # of the shape, so that a search's candidates which differ elsewhere share the cached replay
+        mine = _Layout(lay.dev_of, tuple(c if first <= il < last else 0 for il, c in enumerate(lay.experts_cpu)),
+                       lay.n_ff) if len(runs) > 1 else lay
+        shape = _shape(placement, geo, mine, n_tokens, cells, first=first, last=-1 if last == n_layer else last,
                        after_cpu=after_cpu, copies=copies, **attn)
         gpu, host = dsa_peaks(shape, align)
         out[d] = gpu
