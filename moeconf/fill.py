@@ -30,6 +30,7 @@ from moeconf.errors import PlanError
 from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, estimate, parse_size, read_settings
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
 from moeconf.memory.ikarchs import compute_note, kv_only
+from moeconf.memory.indexer import DSA_ARCHS
 from moeconf.memory.support import unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -104,6 +105,11 @@ class FillSolution:
     devices: dict[str, str]  # each fill tensor -> its device
     tensor_split: tuple[int, ...] | None  # the -ts moeconf chose; None: the plan's own
     defaults: dict[str, str | None]  # the engine's default placement under that split
+
+
+class _SplitOver(Exception):
+    """A candidate split the search ranked on approximate compute that does not fit when measured
+    exactly, with nothing on the GPUs yet."""
 
 
 @dataclass
@@ -224,8 +230,14 @@ class _Filler:
         run there: where a device comes out over, the fill runs again with its room smaller by the
         excess (a few rounds), and if it is still over, the fewest bytes of its last unit that
         cover the excess go back to the rule's last device, until every budget holds."""
-        free = self.free(cand.mem)
+        mem = cand.mem
+        free = self.free(mem)
+        bad: dict[str, int] = {}
         for _round in range(4):
+            if self.inv.arch in DSA_ARCHS and _round and any(free[d] < 0 for d in self.accelerators):
+                # the search measured DSA's compute approximately (memory/replay_dsa.py), possibly
+                # low: measured exactly, this split is over with nothing of the fill on its GPUs
+                raise _SplitOver(shortfall_message(mem, bad, self.sizes))
             # where a device came out over, its room was that much smaller: fill again with less
             assign, placed, _ = self.greedy(free)
             devices: dict[str, str | None] = {**cand.devices, **assign}
@@ -445,6 +457,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
         # finish every split whose first fill could still beat the best finished one on bytes,
         # and the first few of those that could only tie with it (for the room they leave)
         best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None]] | None = None
+        last_over = ""
         ties = 0
         for c in feasible:
             if best is not None and c.score < best[0][0]:
@@ -453,11 +466,17 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                 ties += 1
                 if ties > _TIES_FINISHED:
                     break
-            devices, mem = f.complete(c)
+            try:
+                devices, mem = f.complete(c)
+            except _SplitOver as over:
+                last_over = str(over)
+                continue
             key = (f.gpu_bytes(devices), -f.away(devices, c.defaults), f.slack(mem))
             if best is None or key > best[0]:
                 best = (key, c, devices)
-        assert best is not None
+        if best is None:  # every split the search finished was over once measured exactly
+            raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits: {last_over}",
+                             path=plan.path)
         _, cand, devices = best
     else:
         cand = f.candidate(plan.config.flags.tensor_split)

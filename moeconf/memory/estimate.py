@@ -541,7 +541,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         # graph_reserve: "making n_tokens a multiple of n_seqs")
         t_dsa = -(-T // n_seq) * n_seq
         compute = defaultdict(int, replayed_dsa(placement, geo, t_dsa, cells, pipeline=pipeline, flash_attn=fa,
-                                                cache_type_k=ctk))
+                                                cache_type_k=ctk, approximate=not replay))
     # ---
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:

@@ -24,6 +24,7 @@ holds them to the recorded figures). The allocator's rules are `replay.Graph`'s.
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -363,8 +364,24 @@ def _is_gpu(d: str) -> bool:
     return d != _HOST
 
 
+# the last few placements' layouts: `estimate` asks twice per placement (the check, the replay);
+# keyed by the placement object itself (a weak reference: an id alone could be reused)
+_LAYOUTS: dict[int, tuple[weakref.ReferenceType[Placement], Geometry, _Layout | str]] = {}
+
+
 def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
     """The per-layer devices the replay needs, or why this placement is not one it covers."""
+    hit = _LAYOUTS.get(id(placement))
+    if hit is not None and hit[0]() is placement and hit[1] is geo:
+        return hit[2]
+    out = _layout_of(placement, geo)
+    if len(_LAYOUTS) >= 8:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(placement)] = (weakref.ref(placement), geo, out)
+    return out
+
+
+def _layout_of(placement: Placement, geo: Geometry) -> _Layout | str:
     inv = placement.inventory
     n_layer = len(geo.layers)
     if not n_layer or [la.index for la in geo.layers] != list(range(n_layer)):
@@ -473,10 +490,18 @@ def _shape(placement: Placement, geo: Geometry, lay: _Layout, n_tokens: int, cel
     )
 
 
+# layers of a GPU's run that an approximate replay keeps (the run's last ones)
+SEARCH_LAYERS = 4
+
+
 def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int, *, pipeline: bool,
-                 flash_attn: bool = True, cache_type_k: str = "f16") -> dict[str, int]:
+                 flash_attn: bool = True, cache_type_k: str = "f16", approximate: bool = False) -> dict[str, int]:
     """Every device's compute buffer (the host's included) by the replay, for a placement and
-    settings `dsa_unmodelled` accepts."""
+    settings `dsa_unmodelled` accepts. `approximate` is for a fit's search, which ranks candidate
+    splits and then measures the ones it finishes exactly (fill.py `complete`): each GPU's run is
+    replayed from its last `SEARCH_LAYERS` layers only. A layer's working set repeats, so that
+    peak differs from the whole run's only by where earlier layers left holes in the buffer; it
+    may be lower, which is why a finished candidate is measured again first."""
     lay = _layout(placement, geo)
     assert not isinstance(lay, str), lay
     runs = device_runs(lay.dev_of)
@@ -495,13 +520,24 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
                            **attn)
             out[_HOST] = dsa_peaks(shape, 32)[0]
             continue
+        if approximate and len(runs) > 1 and last - first > SEARCH_LAYERS:
+            first = last - SEARCH_LAYERS
         after_cpu = first > 0 and lay.dev_of[first - 1] == _HOST
         # a GPU's graph reads the expert placement of its own layers only: the others' are left out
         # of the shape, so that a search's candidates which differ elsewhere share the cached replay
-        mine = _Layout(lay.dev_of, tuple(c if first <= il < last else 0 for il, c in enumerate(lay.experts_cpu)),
-                       lay.n_ff) if len(runs) > 1 else lay
-        shape = _shape(placement, geo, mine, n_tokens, cells, first=first, last=-1 if last == n_layer else last,
-                       after_cpu=after_cpu, copies=copies, **attn)
+        if len(runs) > 1:
+            # the graph reads the layer before the run (what it hands over), the run's own layers and
+            # whether the output follows: the shape keeps just those, renumbered from 0, so runs of
+            # the same layers at other depths share one cached replay
+            lo = first - 1 if first > 0 else 0
+            hi = last + 1 if last < n_layer else n_layer
+            mine = _Layout(lay.dev_of[lo:hi], tuple(c if first <= il < last else 0 for il, c in
+                                                    enumerate(lay.experts_cpu))[lo:hi], lay.n_ff[lo:hi])
+            shape = _shape(placement, geo, mine, n_tokens, cells, first=first - lo,
+                           last=-1 if last == n_layer else last - lo, after_cpu=after_cpu, copies=copies, **attn)
+        else:
+            shape = _shape(placement, geo, lay, n_tokens, cells, first=first, last=-1 if last == n_layer else last,
+                           after_cpu=after_cpu, copies=copies, **attn)
         gpu, host = dsa_peaks(shape, align)
         out[d] = gpu
         if len(runs) == 1:
@@ -515,8 +551,11 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
         reads = (("k_rot", 4 * shape.idx_head * shape.idx_head), ("pos", f), ("k_idxs_lid", 8 * n_tokens),
                  ("k_idxs_mla", 8 * n_tokens), ("mask_lid", 2 * n_tokens * cells), ("mask_mla", mask_mla))
         buffer = {d: (0 if i == 0 else i + 1) for i, d in enumerate(dict.fromkeys(lay.dev_of))}  # 1: the host's
-        layers = tuple((buffer[d], reads, cpu) for d, cpu in zip(lay.dev_of, lay.experts_cpu, strict=True))
-        if all(cpu in (0, ALL_CPU) for cpu in lay.experts_cpu):
+        keep: list[int] | range = range(n_layer)
+        if approximate:  # each run's last layers, as for the GPUs above
+            keep = [il for _, f0, l0 in runs for il in range(max(f0, l0 - SEARCH_LAYERS), l0)]
+        layers = tuple((buffer[lay.dev_of[il]], reads, lay.experts_cpu[il]) for il in keep)
+        if all(cpu in (0, ALL_CPU) for _, _, cpu in layers):
             out[_HOST] = host_peak(HostShape(
                 n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used,
                 n_ff_exp=geo.n_ff_exp, biased=False, x_size=f * geo.n_embd,
