@@ -145,6 +145,9 @@ class _Filler:
         self.last_device = {n: req.devices[-1] for req in requests for n in req.tensors}
         # a rule's last device takes the rest: its budget is checked once the others are filled
         self.sinks = {req.devices[-1] for req in requests} - {d for req in requests for d in req.devices[:-1]}
+        # DSA's search ranks splits on an approximate replay (memory/replay_dsa.py), and falls back
+        # to the exact one where that finds nothing that fits
+        self.approximate = inv.arch in DSA_ARCHS
 
     # -- measuring -------------------------------------------------------------------------------
 
@@ -154,7 +157,7 @@ class _Filler:
         devices = {**defaults, **self.overlay}
         # the search ranks splits on the phase model; `complete` measures the chosen fill with the
         # allocator replays and gives back what does not fit
-        mem = self.measure(devices, defaults, exact=False)
+        mem = self.measure(devices, defaults, exact=self.inv.arch in DSA_ARCHS and not self.approximate)
         return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
                           self.over(mem, sinks=False))
 
@@ -442,42 +445,55 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                         + "; ".join(not_modelled), path=plan.path)
     f = _Filler(plan, inv, eng, overlay, requests, sizes, settings)
     if f.chooses_split():
-        ranked = f.search()
-        feasible = [c for c in ranked if c.score >= 0]
-        if not feasible:
-            least = min(ranked, key=lambda c: sum(c.over.values()))
-            if not least.mem.complete:
-                raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
-                                + "; ".join(least.mem.notes), path=plan.path)
-            assert least.ts is not None
-            raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
-                            f"{','.join(map(str, least.ts))}); " + shortfall_message(least.mem, least.over, sizes),
-                            path=plan.path)
-        # measured again, a fill may give part of a layer back (compute grows where experts run):
-        # finish every split whose first fill could still beat the best finished one on bytes,
-        # and the first few of those that could only tie with it (for the room they leave)
-        best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None]] | None = None
-        last_over = ""
-        ties = 0
-        for c in feasible:
-            if best is not None and c.score < best[0][0]:
-                break
-            if best is not None and c.score == best[0][0]:
-                ties += 1
-                if ties > _TIES_FINISHED:
+        def choose() -> tuple[_Candidate, dict[str, str | None]]:
+            ranked = f.search()
+            feasible = [c for c in ranked if c.score >= 0]
+            if not feasible:
+                if f.approximate:  # the exact search decides (below)
+                    raise _SplitOver("no split fits on the approximate replay")
+                least = min(ranked, key=lambda c: sum(c.over.values()))
+                if not least.mem.complete:
+                    raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
+                                    + "; ".join(least.mem.notes), path=plan.path)
+                assert least.ts is not None
+                raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
+                                f"{','.join(map(str, least.ts))}); " + shortfall_message(least.mem, least.over, sizes),
+                                path=plan.path)
+            # measured again, a fill may give part of a layer back (compute grows where experts run):
+            # finish every split whose first fill could still beat the best finished one on bytes,
+            # and the first few of those that could only tie with it (for the room they leave)
+            best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None]] | None = None
+            last_over = ""
+            ties = 0
+            for c in feasible:
+                if best is not None and c.score < best[0][0]:
                     break
-            try:
-                devices, mem = f.complete(c)
-            except _SplitOver as over:
-                last_over = str(over)
-                continue
-            key = (f.gpu_bytes(devices), -f.away(devices, c.defaults), f.slack(mem))
-            if best is None or key > best[0]:
-                best = (key, c, devices)
-        if best is None:  # every split the search finished was over once measured exactly
-            raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits: {last_over}",
-                             path=plan.path)
-        _, cand, devices = best
+                if best is not None and c.score == best[0][0]:
+                    ties += 1
+                    if ties > _TIES_FINISHED:
+                        break
+                try:
+                    devices, mem = f.complete(c)
+                except _SplitOver as over:
+                    last_over = str(over)
+                    continue
+                key = (f.gpu_bytes(devices), -f.away(devices, c.defaults), f.slack(mem))
+                if best is None or key > best[0]:
+                    best = (key, c, devices)
+            if best is None:  # every split the search finished was over once measured exactly
+                raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits: {last_over}",
+                                 path=plan.path)
+            return best[1], best[2]
+
+        try:
+            cand, devices = choose()
+        except (DoesNotFit, _SplitOver):
+            if not f.approximate:
+                raise
+            # DSA: the search on the approximate replay found no split that fits when measured
+            # exactly; the exact search decides (slower, as every split is replayed whole)
+            f.approximate = False
+            cand, devices = choose()
     else:
         cand = f.candidate(plan.config.flags.tensor_split)
         ts_given = plan.config.flags.tensor_split

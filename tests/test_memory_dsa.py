@@ -390,3 +390,28 @@ def test_the_layout_cache_is_per_placement_object(models: dict[str, Inventory]) 
     b = _estimate(inv, "-c 8192 -ngl 999")[0]
     assert a.devices["CPU"].compute != b.devices["CPU"].compute  # each placement its own layout
     assert len(replay_dsa._LAYOUTS) <= 8
+
+
+def test_when_the_approximation_finds_no_split_the_exact_search_decides(
+        models: dict[str, Inventory], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong answer the other way: the search's approximate compute far too high (a TiB more), so
+    no split seems to fit; fit falls back to the exact search (fill.py `choose`) and prints the
+    command the exact search prints, not a refusal."""
+    from moeconf.memory import replay_dsa
+
+    inv = models["glm-5"]
+    real = replay_dsa.replayed_dsa
+
+    def exact_only(*a, **kw):  # type: ignore[no-untyped-def]
+        return real(*a, **{**kw, "approximate": False})
+
+    with monkeypatch.context() as m:
+        m.setattr(sys.modules["moeconf.memory.estimate"], "replayed_dsa", exact_only)
+        want = _fit_two(inv, tmp_path).argv
+
+    def too_high(*a, **kw):  # type: ignore[no-untyped-def]
+        out = real(*a, **kw)
+        return {d: v + 2**40 for d, v in out.items()} if kw.get("approximate") else out
+
+    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "replayed_dsa", too_high)
+    assert _fit_two(inv, tmp_path).argv == want
