@@ -194,9 +194,12 @@ class _Filler:
 
     # -- filling ---------------------------------------------------------------------------------
 
-    def greedy(self, free: dict[str, int]) -> tuple[dict[str, str], dict[str, list[list[str]]], dict[str, int]]:
+    def greedy(self, free: dict[str, int], home: Mapping[str, str | None] | None = None,
+               ) -> tuple[dict[str, str], dict[str, list[list[str]]], dict[str, int]]:
         """Each request's units (layers, in policy order) to the first device with room; a device
-        that refuses a unit closes, after taking the best-packed part of it when `split` is on."""
+        that refuses a unit closes, after taking the best-packed part of it when `split` is on.
+        With `home` (each tensor's layer device), a unit goes only to its own layer's GPU (or the
+        rule's last device): for DSA, whose replay does not cover experts on another GPU."""
         free = dict(free)
         assign: dict[str, str] = {}
         placed: dict[str, list[list[str]]] = defaultdict(list)  # device -> units (tensor names), in order
@@ -205,7 +208,7 @@ class _Filler:
             for unit in _units(self.inv, req.tensors, self.policy):
                 rest = list(unit)
                 for dev in req.devices[:-1]:
-                    if dev in closed or not rest:
+                    if dev in closed or not rest or (home is not None and home.get(rest[0]) != dev):
                         continue
                     need = sum(alloc_size(self.inv.by_name[n], dev) for n in rest)
                     if need <= free[dev]:
@@ -242,7 +245,7 @@ class _Filler:
                 # low: measured exactly, this split is over with nothing of the fill on its GPUs
                 raise _SplitOver(shortfall_message(mem, bad, self.sizes))
             # where a device came out over, its room was that much smaller: fill again with less
-            assign, placed, _ = self.greedy(free)
+            assign, placed, _ = self.greedy(free, self.home(cand))
             devices: dict[str, str | None] = {**cand.devices, **assign}
             mem = self.measure(devices, cand.defaults)
             bad = self.over(mem)
@@ -269,6 +272,11 @@ class _Filler:
     def slack(self, mem: MemoryEstimate) -> int:
         """The least room left on an accelerator."""
         return min(self.free(mem)[d] for d in self.accelerators)
+
+    def home(self, cand: _Candidate) -> Mapping[str, str | None] | None:
+        """Where the fill may put a layer's experts only on their layer's own GPU: DSA (its replay
+        refuses experts on another GPU than their attention, memory/replay_dsa.py)."""
+        return cand.defaults if self.inv.arch in DSA_ARCHS else None
 
     def away(self, devices: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> int:
         """Bytes of the fill's tensors on a GPU other than their layer's."""
@@ -370,7 +378,7 @@ class _Filler:
                 cand = self.candidate(ts, counts)
                 exact = self.check_ranges(counts, ts)
                 if exact and not cand.over and AUTO_GPU not in cand.mem.devices and cand.mem.complete:
-                    assign, _, left = self.greedy(self.free(cand.mem))
+                    assign, _, left = self.greedy(self.free(cand.mem), self.home(cand))
                     cand.score = self.gpu_bytes(assign)
                     cand.slack = min(left[d] for d in self.accelerators)
                     cand.away = self.away(assign, cand.defaults)

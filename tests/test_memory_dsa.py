@@ -415,3 +415,24 @@ def test_when_the_approximation_finds_no_split_the_exact_search_decides(
 
     monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "replayed_dsa", too_high)
     assert _fit_two(inv, tmp_path).argv == want
+
+
+def test_two_gpu_fit_keeps_each_layers_experts_on_its_own_gpu(models: dict[str, Inventory], tmp_path: Path) -> None:
+    """DSA's replay refuses a layer's experts on another GPU than its attention, so the fill puts a
+    layer's experts only on its own GPU (fill.py `home`): DeepSeek-V3.2 on 32 + 24 GiB at 32k was
+    refused ("layer 7's routed experts on another GPU") before; now a command, within both budgets."""
+    from moeconf.fit import Budget, fit
+
+    inv = models["deepseek-v3.2"]
+    gib = (32, 24)
+    res = fit(inv, engine("llama.cpp"), [Budget(d, g * 1024 * MiB) for d, g in zip(TWO, gib, strict=True)],
+              ["--rpc", "127.0.0.1:50731,127.0.0.1:50732", "-c", "32768"], model_path=str(inv.source),
+              plan_dir=str(tmp_path), reserve=1024 * MiB)
+    argv = list(res.argv[3:])
+    est = _exact(inv, argv)
+    assert est.complete, est.notes
+    assert all(est.devices[d].total <= g * 1024 * MiB for d, g in zip(TWO, gib, strict=True))
+    pl = explain(inv, engine("llama.cpp"), argv, gpus=[]).placement
+    away = [t.name for t in inv.tensors if t.group == "experts" and pl.devices[t.name] not in (None, "CPU")
+            and pl.devices[t.name] != pl.defaults[t.name]]
+    assert not away
