@@ -127,7 +127,8 @@ def _expect_refusal(target: str, fields: dict[str, Any]) -> bool:
         return True
     if target == "env":
         in_env = [fields["serve_path"], fields["host"], fields["cache_type_k"]]
-        return bool(fields["extra"]) or any(ENV_UNQUOTABLE & set(v) for v in in_env)
+        return bool(fields["extra"]) or any(ENV_UNQUOTABLE & set(v) or any(ch.isspace() for ch in v)
+                                            for v in in_env)
     if target == "llama-swap":
         # llama-swap expands ${...} in cmd, quoted or not: a value the command line carries with it is refused
         in_cmd = [fields["serve_path"], fields["binary"], fields["host"], fields["cache_type_k"], *fields["extra"]]
@@ -210,3 +211,15 @@ def test_a_macro_in_a_llama_swap_value_is_refused_at_its_key(tmp_path: Path) -> 
     with pytest.raises(PlanError, match=r"model.serve_path contains '\$\{': llama-swap expands"):
         emit(c, "llama-swap")
     assert "${PORT}" in emit(c, c.engine.name)  # the shell target quotes it as it is
+
+
+@pytest.mark.parametrize("path", ["\xa0", "model\u2003.gguf", "\u3000m.gguf"])
+def test_env_refuses_unicode_whitespace_that_dotenv_strips(path: str) -> None:
+    """A counterexample hypothesis found: python-dotenv (and compose) strip a value's Unicode spaces
+    where docker --env-file keeps them, so `LLAMA_ARG_MODEL=\\xa0` read back as '' under compose; any
+    whitespace in a value is refused, as the ASCII space already was."""
+    fields = {"serve_path": path, "binary": "", "host": "", "docker_image": "", "docker_volumes": [],
+              "compose_service": "llama", "llama_swap_model": "", "extra": [], "cache_type_k": ""}
+    c = with_fields(base("qwen3-235b-a22b.toml"), fields)
+    with pytest.raises(MoeconfError, match="cannot be written unquoted"):
+        emit(c, "env")

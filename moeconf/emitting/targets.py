@@ -153,7 +153,9 @@ def emit_env(c: Compiled) -> str:
     if c.ot:
         lines.append(("LLAMA_ARG_OVERRIDE_TENSOR", c.ot))
     for k, v in lines:
-        if any(ch in v for ch in " \t\n#'\"$"):
+        # compose and python-dotenv strip a value's whitespace, Unicode spaces (U+00A0, ...) included,
+        # where docker --env-file keeps it: such a value would not read back the same everywhere
+        if any(ch in v for ch in " \t\n#'\"$") or any(ch.isspace() for ch in v):
             raise MoeconfError(f"{k} value {v!r} cannot be written unquoted in a .env file", path=c.plan.path)
     # Unquoted: docker --env-file takes values verbatim (quotes would become part of the value)
     return "".join(f"{k}={v}\n" for k, v in lines)
