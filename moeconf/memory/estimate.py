@@ -117,10 +117,6 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def _row_bytes(cache_type: str, n: int) -> int:
-    return cache_row_bytes(cache_type, n)
-
-
 def _pad(n: int, p: int) -> int:
     return (n + p - 1) // p * p
 
@@ -327,22 +323,23 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             if mla:
                 width = geo.kv_lora_rank + geo.n_rot
                 ktype = ctk if (fa or mla == 1) else ctv
-                size = _row_bytes(ktype, width) * n
+                size = cache_row_bytes(ktype, width) * n
                 if mla == 1 and not fa:
-                    size += _row_bytes(ctv, geo.kv_lora_rank * n)
+                    size += cache_row_bytes(ctv, geo.kv_lora_rank * n)
                 kv[dev] += size
                 continue
             if geo.mla:  # -mla 0 on a mainline conversion: ik restores full heads (memory/ikmla.py)
                 for ct, width in ((ctk, geo.head_k_mla), (ctv, geo.head_v_mla)):
-                    kv[dev] += ((width + 8) * geo.n_head if ct == Q8_KV else _row_bytes(ct, width * geo.n_head)) * n
+                    row = (width + 8) * geo.n_head if ct == Q8_KV else cache_row_bytes(ct, width * geo.n_head)
+                    kv[dev] += row * n
                 continue
         k_row = la.head_k * la.n_head_kv
         v_row = la.head_v * la.n_head_kv
-        size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else _row_bytes(ctk, k_row) * n
+        size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else cache_row_bytes(ctk, k_row) * n
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
-            size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else _row_bytes(ctv, v_row) * n
+            size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else cache_row_bytes(ctv, v_row) * n
         if la.index in idx_layers:
-            size += _row_bytes(ctk, idx_width) * n
+            size += cache_row_bytes(ctk, idx_width) * n
         kv[dev] += size
 
     if kv_only:  # --- weights and KV modelled, compute not (memory/ikarchs.py) ---
@@ -414,7 +411,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             if not settings.offload_kqv and is_gpu(a_dev) and not geo.mla:
                 # -nkvo: the layer's K and V, read from host memory, are copied in whole
                 # (measured: Grok-1 -c 16384 -nkvo 1,680 MiB, 64 MiB over the KQ phase)
-                attn += (_row_bytes(ctk, la.head_k * la.n_head_kv) + _row_bytes(ctv, la.head_v * la.n_head_kv)) * n_kv
+                attn += (cache_row_bytes(ctk, la.head_k * la.n_head_kv)
+                         + cache_row_bytes(ctv, la.head_v * la.n_head_kv)) * n_kv
         if la.recurrent and rshape is not None:
             attn = rec.layer_activations(rshape, e, T)
         if la.recurrent and kshape is not None:  # Kimi-Linear's KDA layers (memory/kda.py)

@@ -152,7 +152,7 @@ def server_caches(inv: Inventory, geo: Geometry, settings: MemorySettings, eng: 
     if settings.binary != SERVER:
         return None
     ik = eng.name == "ik_llama.cpp"
-    if not ik and (eng.build or 0) < PROMPT_CACHE_SINCE and (eng.build or 0) < CHECKPOINT_DEFAULTS[0][0]:
+    if not ik and (eng.build or 0) < CHECKPOINT_DEFAULTS[0][0]:  # the first of the two (b6173 < b6724)
         return None
     has_cache = ik or (eng.build or 0) >= PROMPT_CACHE_SINCE
     given = settings.cache_ram
