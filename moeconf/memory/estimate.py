@@ -20,6 +20,7 @@ CUDA-only terms cannot be checked there and are labelled estimated."""
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -142,15 +143,37 @@ def alloc_size(t: Tensor, device: str) -> int:
 def weight_bytes(placement: Placement) -> dict[str, int]:
     """Exactly what each buffer type's model buffer holds."""
     out: dict[str, int] = defaultdict(int)
-    for t in placement.inventory.tensors:
-        dev = placement.devices[t.name]
-        if dev is not None:
-            out[dev] += alloc_size(t, dev)
+    devices = placement.devices
+    padded: dict[str, bool] = {}  # device -> whether its buffer pads rows (CUDA); else 32-aligned
+    for t, size32 in _host_sizes(placement.inventory):
+        dev = devices[t.name]
+        if dev is None:
+            continue
+        pad = padded.get(dev)
+        if pad is None:
+            pad = padded[dev] = dev.startswith(("CUDA", "ROCm", "MUSA"))
+        out[dev] += alloc_size(t, dev) if pad else size32
     # a tied output's second copy of token_embd (memory/classic.py)
     tied = placement.tied_output()
     if tied is not None:
         out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
     return dict(out)
+
+
+# per inventory: each tensor with its size in a 32-aligned buffer (CPU, RPC): a fit measures
+# hundreds of placements of one model
+_HOST_SIZES: dict[int, tuple[weakref.ReferenceType[Inventory], tuple[tuple[Tensor, int], ...]]] = {}
+
+
+def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
+    hit = _HOST_SIZES.get(id(inv))
+    if hit is not None and hit[0]() is inv:
+        return hit[1]
+    sizes = tuple((t, _align(t.nbytes, 32)) for t in inv.tensors)
+    if len(_HOST_SIZES) >= 8:
+        _HOST_SIZES.clear()
+    _HOST_SIZES[id(inv)] = (weakref.ref(inv), sizes)
+    return sizes
 
 
 def _layer_devices(placement: Placement) -> dict[int, str]:

@@ -35,6 +35,7 @@ from moeconf.memory.geometry import Geometry
 from moeconf.memory.indexer import DSA_ARCHS, indexer_width
 from moeconf.memory.replay import CPU, GPU, Graph, HostShape, _Node, device_runs, host_peak
 from moeconf.memory.replay_hybrid import ALL_CPU, DOWN_CPU, GATE_CPU, UP_CPU, HybridHostShape, hybrid_host_peak
+from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 
 
@@ -347,7 +348,6 @@ def dsa_peaks(s: DsaShape, alignment: int) -> tuple[int, int]:
 # else is refused with the reason `dsa_unmodelled` gives, never estimated)
 
 _HOST = "CPU"
-_ROUTED = frozenset({"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
 
 
 @dataclass(frozen=True)
@@ -388,19 +388,20 @@ def _layout_of(placement: Placement, geo: Geometry) -> _Layout | str:
         return "the layers with a KV cache are not blocks 0 to n - 1"
     home: dict[int, set[str | None]] = defaultdict(set)
     routed: dict[int, set[str | None]] = defaultdict(set)
-    dense: dict[int, int] = {}
-    on_cpu: dict[int, set[str]] = defaultdict(set)
-    for t in inv.tensors:
-        il = t.layer
-        if il is None or il >= n_layer:
-            continue  # the nextn block is not in the trunk's graph
-        if t.base == "ffn_gate_up_exps":
-            return "fused gate-up expert tensors"
-        if t.base == "ffn_up" and t.shape:
-            dense[il] = t.shape[-1]
-        (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
-        if t.base in _ROUTED and placement.devices[t.name] == _HOST:
-            on_cpu[il].add(t.base)
+    on_cpu: dict[int, int] = defaultdict(int)
+    trunk = _trunk(inv, n_layer)
+    if isinstance(trunk, str):
+        return trunk
+    tensors, dense = trunk
+    devices = placement.devices
+    for il, name, bit in tensors:
+        d = devices[name]
+        if bit:
+            routed[il].add(d)
+            if d == _HOST:
+                on_cpu[il] |= bit
+        else:
+            home[il].add(d)
     dev_of: list[str] = []
     experts_cpu: list[int] = []
     for il in range(n_layer):
@@ -415,8 +416,33 @@ def _layout_of(placement: Placement, geo: Geometry) -> _Layout | str:
         if not routed[il] and il not in dense:
             return f"layer {il} has neither routed experts nor a dense FFN"
         dev_of.append(d)
-        experts_cpu.append(sum(bit for base, bit in _BITS.items() if base in on_cpu[il]))
+        experts_cpu.append(on_cpu[il])
     return _Layout(tuple(dev_of), tuple(experts_cpu), tuple(0 if routed[il] else dense[il] for il in range(n_layer)))
+
+
+# per inventory: the trunk's tensors (layer, name, the routed-expert bit or 0) and each dense
+# layer's FFN width; or why the replay does not cover the model
+_TRUNKS: dict[tuple[int, int], tuple[weakref.ReferenceType[Inventory],
+                                     tuple[tuple[tuple[int, str, int], ...], dict[int, int]] | str]] = {}
+
+
+def _trunk(inv: Inventory, n_layer: int) -> tuple[tuple[tuple[int, str, int], ...], dict[int, int]] | str:
+    hit = _TRUNKS.get((id(inv), n_layer))
+    if hit is not None and hit[0]() is inv:
+        return hit[1]
+    out: tuple[tuple[tuple[int, str, int], ...], dict[int, int]] | str
+    if any(t.base == "ffn_gate_up_exps" for t in inv.tensors if t.layer is not None and t.layer < n_layer):
+        out = "fused gate-up expert tensors"
+    else:
+        # the nextn block (a layer past n_layer) is not in the trunk's graph
+        out = (tuple((t.layer, t.name, _BITS.get(t.base, 0)) for t in inv.tensors
+                     if t.layer is not None and t.layer < n_layer),
+               {t.layer: t.shape[-1] for t in inv.tensors
+                if t.layer is not None and t.layer < n_layer and t.base == "ffn_up" and t.shape})
+    if len(_TRUNKS) >= 8:
+        _TRUNKS.clear()
+    _TRUNKS[(id(inv), n_layer)] = (weakref.ref(inv), out)
+    return out
 
 
 _KV_EL = {"f16": 2, "bf16": 2, "f32": 4}  # K cache types whose V copy flash attention off was traced with
