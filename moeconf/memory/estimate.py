@@ -599,13 +599,23 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
 
 def _amx_extra(placement: Placement) -> int:
     """Bytes the AMX buffer adds over the plain CPU buffer for the weights kept in host memory."""
-    extra = 0
-    for t in placement.inventory.tensors:
-        if placement.devices.get(t.name) == HOST:
-            b = amx_bytes(t)
-            if b is not None:
-                extra += b - alloc_size(t, HOST)
-    return extra
+    devices = placement.devices
+    return sum(extra for name, extra in _amx_tensors(placement.inventory) if devices.get(name) == HOST)
+
+
+_AMX: dict[int, tuple[weakref.ReferenceType[Inventory], tuple[tuple[str, int], ...]]] = {}
+
+
+def _amx_tensors(inv: Inventory) -> tuple[tuple[str, int], ...]:
+    """The tensors the AMX buffer would take, each with what it adds over the CPU buffer."""
+    hit = _AMX.get(id(inv))
+    if hit is not None and hit[0]() is inv:
+        return hit[1]
+    out = tuple((t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None)
+    if len(_AMX) >= 8:
+        _AMX.clear()
+    _AMX[id(inv)] = (weakref.ref(inv), out)
+    return out
 
 
 def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,

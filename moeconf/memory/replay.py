@@ -165,11 +165,18 @@ class Graph:
 
     def finish(self) -> None:
         """The execution order: the graph inputs, then each split's copies before its nodes."""
-        order = sorted(range(len(self.nodes)), key=lambda i: self.nodes[i].order)
-        new = {old: i for i, old in enumerate(order)}
+        keys = [n.order for n in self.nodes]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        if order == list(range(len(keys))):
+            return  # already in execution order
+        new = [0] * len(order)  # old index -> new
+        for i, old in enumerate(order):
+            new[old] = i
+        at = new.__getitem__
         nodes = [self.nodes[i] for i in order]
         for n in nodes:
-            n.srcs = tuple(new[x] for x in n.srcs)
+            if n.srcs:
+                n.srcs = tuple(map(at, n.srcs))
             if n.view_of >= 0:
                 n.view_of = new[n.view_of]
         self.nodes = nodes
@@ -185,6 +192,10 @@ class Graph:
         nodes = self.nodes
         n = len(nodes)
         zeros = self.zeros
+        size = [node.size for node in nodes]
+        view_of = [node.view_of for node in nodes]
+        buf = [node.buf for node in nodes]
+        output = [node.output for node in nodes]
         children = [0] * n
         views = [0] * n
         for node in nodes:
@@ -193,29 +204,32 @@ class Graph:
             for s in node.srcs:
                 children[s] += 1
         allocs = [Allocator(a) for a in alignments]
+        alloc = [a.alloc for a in allocs]
+        free = [a.free for a in allocs]
         addr = [-1] * n  # offset while allocated, -1 otherwise
         for i, node in enumerate(nodes):
-            if node.view_of < 0 and (node.size or i in zeros):
-                for s in node.srcs if node.inplace else ():
-                    p = nodes[s]
-                    if (p.view_of < 0 and addr[s] >= 0 and not p.output and p.size == node.size
+            srcs = node.srcs
+            sz = size[i]
+            if view_of[i] < 0 and (sz or i in zeros):
+                for s in srcs if node.inplace else ():
+                    if (view_of[s] < 0 and addr[s] >= 0 and not output[s] and size[s] == sz
                             and children[s] == 1 and views[s] == 0):
                         addr[i], addr[s] = addr[s], -1
                         break
                 else:
-                    addr[i] = allocs[node.buf].alloc(node.size)
-            for s in node.srcs:
+                    addr[i] = alloc[buf[i]](sz)
+            for s in srcs:
                 children[s] -= 1
                 if children[s] or views[s]:
                     continue
-                root = nodes[s].view_of
+                root = view_of[s]
                 if root >= 0:
                     views[root] -= 1
                     if views[root] == 0 and children[root] == 0 and addr[root] >= 0:
-                        allocs[nodes[root].buf].free(addr[root], nodes[root].size)
+                        free[buf[root]](addr[root], size[root])
                         addr[root] = -1
-                elif addr[s] >= 0 and not nodes[s].output:
-                    allocs[nodes[s].buf].free(addr[s], nodes[s].size)
+                elif addr[s] >= 0 and not output[s]:
+                    free[buf[s]](addr[s], size[s])
                     addr[s] = -1
         return tuple(a.max_size for a in allocs)
 
