@@ -4,7 +4,6 @@ engines apply them (`std::regex_search`, ECMAScript, unanchored, first match win
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -12,6 +11,7 @@ from functools import cache
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.engines.regex import RegexProblem
 from moeconf.model.inventory import Inventory, Tensor
+from moeconf.model.percache import per_inventory
 from moeconf.model.taxonomy import classify_name, mtp_loaded_names, mtp_skipped, unused_kinds
 
 OUTPUT_LAYER_BASES = frozenset({"output", "output_norm"})
@@ -158,30 +158,23 @@ def default_devices(
     GPU(auto), unless `layer_devices` (ik's device index per block, then the output layer) says
     where they went: read from its log, or predicted from `-ts` (memory/iksplit.py, which the
     callers run since it needs the context and cache settings)."""
-    per_layer: dict[int | None, str | None] = {
-        **default_layer_devices(inv, eng, n_gpu_layers, gpus, tensor_split, split_mode, layer_devices),
-        _NOT_CREATED: None, _INPUT: "CPU"}  # the input layer (token_embd) always stays on the CPU
+    per_layer: dict[int, str | None] = dict(
+        default_layer_devices(inv, eng, n_gpu_layers, gpus, tensor_split, split_mode, layer_devices))
+    per_layer[_NOT_CREATED] = None
+    per_layer[_INPUT] = "CPU"  # the input layer (token_embd) always stays on the CPU
     return {name: per_layer.get(at, "CPU") for name, at in _homes(inv, eng)}
 
 
 _NOT_CREATED, _INPUT = -2, -1
-# per inventory and engine: each tensor's name and the layer whose device it takes (the output
-# layer as block_count); a fit asks for the default placement of every split it tries
-_HOMES: dict[tuple[int, str, bool], tuple[weakref.ReferenceType[Inventory], tuple[tuple[str, int | None], ...]]] = {}
 
 
-def _homes(inv: Inventory, eng: Engine) -> tuple[tuple[str, int | None], ...]:
-    key = (id(inv), eng.name, eng.creates_nextn_tensors)
-    hit = _HOMES.get(key)
-    if hit is not None and hit[0]() is inv:
-        return hit[1]
+@per_inventory
+def _homes(inv: Inventory, eng: Engine) -> tuple[tuple[str, int], ...]:
+    """Each tensor's name and the layer whose device it takes (the output layer as block_count):
+    a fit asks for the default placement of every split it tries."""
     n_layer = inv.block_count
-    homes = tuple((t.name, _NOT_CREATED if not created(t, inv, eng) else t.layer if t.layer is not None
-                   else n_layer if t.base in OUTPUT_LAYER_BASES else _INPUT) for t in inv.tensors)
-    if len(_HOMES) >= 8:
-        _HOMES.clear()
-    _HOMES[key] = (weakref.ref(inv), homes)
-    return homes
+    return tuple((t.name, _NOT_CREATED if not created(t, inv, eng) else t.layer if t.layer is not None
+                  else n_layer if t.base in OUTPUT_LAYER_BASES else _INPUT) for t in inv.tensors)
 
 
 @cache

@@ -20,7 +20,6 @@ CUDA-only terms cannot be checked there and are labelled estimated."""
 
 from __future__ import annotations
 
-import weakref
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from moeconf.memory.settings import CACHE_TYPES, Q8_KV, MemorySettings, cache_ro
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
+from moeconf.model.percache import per_inventory
 from moeconf.placement import Placement
 
 MiB = 1024 * 1024
@@ -160,20 +160,10 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
     return dict(out)
 
 
-# per inventory: each tensor with its size in a 32-aligned buffer (CPU, RPC): a fit measures
-# hundreds of placements of one model
-_HOST_SIZES: dict[int, tuple[weakref.ReferenceType[Inventory], tuple[tuple[Tensor, int], ...]]] = {}
-
-
+@per_inventory
 def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
-    hit = _HOST_SIZES.get(id(inv))
-    if hit is not None and hit[0]() is inv:
-        return hit[1]
-    sizes = tuple((t, _align(t.nbytes, 32)) for t in inv.tensors)
-    if len(_HOST_SIZES) >= 8:
-        _HOST_SIZES.clear()
-    _HOST_SIZES[id(inv)] = (weakref.ref(inv), sizes)
-    return sizes
+    """Each tensor with its size in a 32-aligned buffer (CPU, RPC)."""
+    return tuple((t, _align(t.nbytes, 32)) for t in inv.tensors)
 
 
 def _layer_devices(placement: Placement) -> dict[int, str]:
@@ -603,19 +593,10 @@ def _amx_extra(placement: Placement) -> int:
     return sum(extra for name, extra in _amx_tensors(placement.inventory) if devices.get(name) == HOST)
 
 
-_AMX: dict[int, tuple[weakref.ReferenceType[Inventory], tuple[tuple[str, int], ...]]] = {}
-
-
+@per_inventory
 def _amx_tensors(inv: Inventory) -> tuple[tuple[str, int], ...]:
     """The tensors the AMX buffer would take, each with what it adds over the CPU buffer."""
-    hit = _AMX.get(id(inv))
-    if hit is not None and hit[0]() is inv:
-        return hit[1]
-    out = tuple((t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None)
-    if len(_AMX) >= 8:
-        _AMX.clear()
-    _AMX[id(inv)] = (weakref.ref(inv), out)
-    return out
+    return tuple((t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None)
 
 
 def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,

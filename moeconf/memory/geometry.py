@@ -4,12 +4,12 @@ compute buffers scale with. Architecture-specific facts are data (`ARCH_SWA`).""
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Literal
 
 from moeconf.memory.recurrent import recurrent_layers
 from moeconf.model.inventory import Inventory
+from moeconf.model.percache import per_inventory
 
 SwaType = Literal["none", "standard", "chunked"]
 
@@ -72,22 +72,8 @@ def per_layer(v: int | tuple[int, ...] | None, il: int, default: int) -> int:
     return v
 
 
-# per inventory (a fit estimates hundreds of placements of one model); Geometry is immutable
-_GEOMETRY: dict[int, tuple[weakref.ReferenceType[Inventory], Geometry]] = {}
-
-
+@per_inventory  # a fit estimates hundreds of placements of one model; Geometry is immutable
 def geometry(inv: Inventory) -> Geometry:
-    hit = _GEOMETRY.get(id(inv))
-    if hit is not None and hit[0]() is inv:
-        return hit[1]
-    geo = _geometry(inv)
-    if len(_GEOMETRY) >= 8:
-        _GEOMETRY.clear()
-    _GEOMETRY[id(inv)] = (weakref.ref(inv), geo)
-    return geo
-
-
-def _geometry(inv: Inventory) -> Geometry:
     md = inv.metadata
     if not md.geometry_known:
         raise GeometryUnknown("the manifest is version 1 (no attention geometry): regenerate it with "

@@ -36,6 +36,7 @@ from moeconf.memory.indexer import DSA_ARCHS, indexer_width
 from moeconf.memory.replay import CPU, GPU, Graph, HostShape, _Node, device_runs, host_peak
 from moeconf.memory.replay_hybrid import ALL_CPU, DOWN_CPU, GATE_CPU, UP_CPU, HybridHostShape, hybrid_host_peak
 from moeconf.model.inventory import Inventory
+from moeconf.model.percache import per_inventory
 from moeconf.placement import Placement
 
 
@@ -420,29 +421,17 @@ def _layout_of(placement: Placement, geo: Geometry) -> _Layout | str:
     return _Layout(tuple(dev_of), tuple(experts_cpu), tuple(0 if routed[il] else dense[il] for il in range(n_layer)))
 
 
-# per inventory: the trunk's tensors (layer, name, the routed-expert bit or 0) and each dense
-# layer's FFN width; or why the replay does not cover the model
-_TRUNKS: dict[tuple[int, int], tuple[weakref.ReferenceType[Inventory],
-                                     tuple[tuple[tuple[int, str, int], ...], dict[int, int]] | str]] = {}
-
-
+@per_inventory
 def _trunk(inv: Inventory, n_layer: int) -> tuple[tuple[tuple[int, str, int], ...], dict[int, int]] | str:
-    hit = _TRUNKS.get((id(inv), n_layer))
-    if hit is not None and hit[0]() is inv:
-        return hit[1]
-    out: tuple[tuple[tuple[int, str, int], ...], dict[int, int]] | str
+    """The trunk's tensors (layer, name, the routed-expert bit or 0) and each dense layer's FFN
+    width; or why the replay does not cover the model. The nextn block (a layer past n_layer) is
+    not in the trunk's graph."""
     if any(t.base == "ffn_gate_up_exps" for t in inv.tensors if t.layer is not None and t.layer < n_layer):
-        out = "fused gate-up expert tensors"
-    else:
-        # the nextn block (a layer past n_layer) is not in the trunk's graph
-        out = (tuple((t.layer, t.name, _BITS.get(t.base, 0)) for t in inv.tensors
-                     if t.layer is not None and t.layer < n_layer),
-               {t.layer: t.shape[-1] for t in inv.tensors
-                if t.layer is not None and t.layer < n_layer and t.base == "ffn_up" and t.shape})
-    if len(_TRUNKS) >= 8:
-        _TRUNKS.clear()
-    _TRUNKS[(id(inv), n_layer)] = (weakref.ref(inv), out)
-    return out
+        return "fused gate-up expert tensors"
+    return (tuple((t.layer, t.name, _BITS.get(t.base, 0)) for t in inv.tensors
+                  if t.layer is not None and t.layer < n_layer),
+            {t.layer: t.shape[-1] for t in inv.tensors
+             if t.layer is not None and t.layer < n_layer and t.base == "ffn_up" and t.shape})
 
 
 _KV_EL = {"f16": 2, "bf16": 2, "f32": 4}  # K cache types whose V copy flash attention off was traced with
