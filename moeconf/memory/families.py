@@ -20,10 +20,13 @@ sparse full-size layouts, RPC devices); docs/memory-architectures.md lists the f
   `-ngl 30 -b 4096 -ub 4096 -ot output=CPU`: 676 modelled vs 704; GLM-4.5-Air 1,236 vs 1,296; at
   `-ub 512` 84.5 vs 88, within tolerance, and stays modelled).
 - Speculative decoding (a draft model, an MTP head, n-gram drafting; memory/speculative.py), on
-  every device and engine, GPUs or not."""
+  every device and engine, GPUs or not.
+- Files loaded beside the model: a multimodal projector, LoRA adapters, control vectors
+  (memory/extrafiles.py), on every device and engine."""
 
 from __future__ import annotations
 
+import moeconf.memory.extrafiles as extrafiles
 import moeconf.memory.speculative as spec
 from moeconf.memory.classic import output_device
 from moeconf.memory.settings import MemorySettings
@@ -53,6 +56,8 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
     """Why the compute buffers of these settings on this placement are not modelled (empty: they are)."""
     # --- speculative decoding (h20spec): not modelled on any device
     why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
+    # --- files loaded beside the model (a projector, LoRA adapters, control vectors): on any device
+    why.extend(extrafiles.unmodelled_extra_files(settings.extra_files))
     # ---
     if not gpus:
         return why

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
+from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
 
 GiB = 1024**3
@@ -87,6 +88,8 @@ class MemorySettings:
     auto_slots: bool = field(default=False, compare=False)
     # speculative decoding on this launch (memory/speculative.py): (kind, the flag or variable)
     speculation: tuple[tuple[str, str], ...] = ()
+    # files loaded beside the model (memory/extrafiles.py): (kind, the flag or variable)
+    extra_files: tuple[tuple[str, str], ...] = ()
 
 
 # llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
@@ -269,6 +272,7 @@ def read_settings(
         cache_ram=_opt_int(values.get("cache_ram")), ctx_checkpoints=_opt_int(values.get("ctx_checkpoints")),
         reserve=reserve, problems=tuple(problems), binary=run, auto_slots=auto,
         speculation=read_speculation(words, engine, env, run),
+        extra_files=read_extra_files(words, engine, env, run),
     )
 
 
