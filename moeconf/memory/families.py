@@ -27,6 +27,7 @@ sparse full-size layouts, RPC devices); docs/memory-architectures.md lists the f
 from __future__ import annotations
 
 import moeconf.memory.extrafiles as extrafiles
+import moeconf.memory.kvoverride as kvoverride
 import moeconf.memory.speculative as spec
 from moeconf.memory.classic import output_device
 from moeconf.memory.settings import MemorySettings
@@ -58,6 +59,8 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
     why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
     # --- files loaded beside the model (a projector, LoRA adapters, control vectors): on any device
     why.extend(extrafiles.unmodelled_extra_files(settings.extra_files))
+    # --- --override-kv of a key that sizes anything
+    why.extend(kvoverride.unmodelled_overrides(settings.kv_overrides, placement.inventory.arch))
     # ---
     if not gpus:
         return why

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
+from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
 from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
 
 GiB = 1024**3
@@ -90,6 +91,8 @@ class MemorySettings:
     speculation: tuple[tuple[str, str], ...] = ()
     # files loaded beside the model (memory/extrafiles.py): (kind, the flag or variable)
     extra_files: tuple[tuple[str, str], ...] = ()
+    # --override-kv items (memory/kvoverride.py): (the key, the flag and item)
+    kv_overrides: tuple[tuple[str, str], ...] = ()
 
 
 # llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
@@ -263,6 +266,8 @@ def read_settings(
     if auto:
         values["n_parallel"] = slots
         values["kv_unified"] = True
+    overrides, refused = read_kv_overrides(words, engine)
+    problems.extend(refused)
     return MemorySettings(
         n_ctx=num("n_ctx", 0), n_batch=num("n_batch", 2048), n_ubatch=num("n_ubatch", 512),
         cache_type_k=text("cache_type_k", "f16"), cache_type_v=text("cache_type_v", "f16"),
@@ -273,6 +278,7 @@ def read_settings(
         reserve=reserve, problems=tuple(problems), binary=run, auto_slots=auto,
         speculation=read_speculation(words, engine, env, run),
         extra_files=read_extra_files(words, engine, env, run),
+        kv_overrides=overrides,
     )
 
 

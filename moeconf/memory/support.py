@@ -23,23 +23,11 @@ import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 import moeconf.memory.replay_nemotron as _replay_nemotron
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
+from moeconf.memory.keys import SCALARS_ONLY
 from moeconf.model.inventory import Inventory
 
-# `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine: rope
-# frequencies and scaling, norm epsilons, routing weights and functions, logit and activation
-# scales (pinned llama.cpp src/llama-arch.cpp LLM_KV_* names; their uses in src/llama-model.cpp
-# are all scalar hyperparameters of the graph). Softcapping is NOT here: Grok's forces flash
-# attention off (llama-context.cpp), which changes compute.
-NO_MEMORY_EFFECT: Final[frozenset[str]] = frozenset({
-    "rope.freq_base", "rope.freq_base_swa", "rope.scale_linear", "rope.scaling.type", "rope.scaling.factor",
-    "rope.scaling.alpha", "rope.scaling.attn_factor", "rope.scaling.original_context_length",
-    "rope.scaling.finetuned", "rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_ext_factor",
-    "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
-    "attention.layer_norm_epsilon", "attention.layer_norm_rms_epsilon", "attention.group_norm_epsilon",
-    "expert_gating_func", "expert_weights_scale", "expert_weights_norm",
-    "attention.scale", "attention.output_scale", "attention.value_scale", "attention.temperature_length",
-    "attention.temperature_scale", "attention.clamp_kqv", "logit_scale", "embedding_scale", "residual_scale",
-    "swiglu_clamp_exp", "swiglu_clamp_shexp",
+# `{arch}.*` keys with no effect the model does not read: the scalars, and what it reads anyway
+NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
     # sizes the model reads from the tensors' shapes instead
     "feed_forward_length", "expert_feed_forward_length", "expert_shared_feed_forward_length",
     # what every modelled architecture reads
