@@ -229,11 +229,27 @@ def test_host_cpu_option_and_detection(tmp_path: Path, capsys: pytest.CaptureFix
     from moeconf.memory.amx import resolve_host_cpu
 
     model = str(MODELS / "qwen3-30b-a3b.manifest.json")
-    argv = ["explain", model, "--", "llama-completion", "-c", "4096", "-ngl", "30"]
+    # an RPC server has no pinned host buffer type: the CPU's extra buffer types come first
+    argv = ["explain", model, "--", "llama-completion", "-c", "4096", "-ngl", "30", "--rpc", "127.0.0.1:50052"]
     assert main([*argv[:2], "--host-cpu", "amx", *argv[2:]]) == 0
     assert "AMX buffer (+5 MiB of host weights)" in capsys.readouterr().out
     assert main([*argv[:2], "--host-cpu", "plain", *argv[2:]]) == 0
     assert "up to 5 MiB more host weights" in capsys.readouterr().out
+    # -nr (--no-repack) turns the extra buffer types off
+    assert main([*argv[:2], "--host-cpu", "amx", *argv[2:], "-nr"]) == 0
+    assert "AMX" not in capsys.readouterr().out
+    # a CUDA GPU's pinned host buffer type comes before them: no AMX, unless --no-host
+    cuda = ["explain", model, "--", "llama-completion", "-c", "4096", "-ngl", "30"]
+    assert main([*cuda[:2], "--host-cpu", "amx", *cuda[2:]]) == 0
+    assert "AMX" not in capsys.readouterr().out
+    assert main([*cuda[:2], "--host-cpu", "amx", *cuda[2:], "--no-host"]) == 0
+    assert "AMX buffer (+5 MiB of host weights)" in capsys.readouterr().out
+    # the same by the variables the engine reads (explain's --env)
+    assert main([*cuda[:2], "--host-cpu", "amx", "--env", "LLAMA_ARG_NO_HOST=1", *cuda[2:]]) == 0
+    assert "AMX buffer (+5 MiB of host weights)" in capsys.readouterr().out
+    assert main([*cuda[:2], "--host-cpu", "amx", "--env", "LLAMA_ARG_NO_HOST=1", "--env", "LLAMA_ARG_REPACK=false",
+                 *cuda[2:]]) == 0
+    assert "AMX" not in capsys.readouterr().out
     monkeypatch.setenv("MOECONF_HOST_CPU", "amx")
     assert resolve_host_cpu("auto") == "amx" and resolve_host_cpu("plain") == "plain"
     monkeypatch.delenv("MOECONF_HOST_CPU")
@@ -288,3 +304,23 @@ def test_output_on_the_cpu_after_a_partial_offload(model: str, argv: list[str], 
     est = mem(inv, ["llama-completion", "--rpc", RPC, "-c", "8192", *argv, "-ot", r"output\.weight=CPU"])
     assert est.complete != refused
     assert refused == any("partial -ngl" in n for n in est.notes)
+
+
+def test_no_op_offload_drops_the_estimated_copy_of_a_host_expert_tensor() -> None:
+    """--no-op-offload (llama.cpp common.cpp: cparams.op_offload = !no_op_offload, handed to
+    ggml_backend_sched_new): the scheduler runs host ops where their weights are, so the GPU keeps
+    no copy of the largest routed-expert tensor left in host memory."""
+    inv = load_inventory(MODELS / "qwen3-30b-a3b.manifest.json")
+    eng = engine("llama.cpp")
+    line = ["llama-server", "-c", "8192", "-ngl", "999", "-ot", "exps=CPU"]
+    on = estimate(explain(inv, eng, line).placement, read_settings(line, eng))
+    off_line = [*line, "--no-op-offload"]
+    off = estimate(explain(inv, eng, off_line).placement, read_settings(off_line, eng))
+    largest = max(t.nbytes for t in inv.tensors if t.role == "experts")
+    assert on.devices["CUDA0"].compute - off.devices["CUDA0"].compute == largest
+    assert any("op-offload" in e for e in on.devices["CUDA0"].estimated)
+    assert not any("op-offload" in e for e in off.devices["CUDA0"].estimated)
+    # the last of --op-offload / --no-op-offload wins
+    again = [*off_line, "--op-offload"]
+    assert estimate(explain(inv, eng, again).placement, read_settings(again, eng)).devices["CUDA0"].compute == \
+        on.devices["CUDA0"].compute

@@ -280,8 +280,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                               tuple(problems), complete=False)
 
     ik = eng.name == "ik_llama.cpp"
-    # host weights in llama.cpp's AMX buffer (memory/amx.py)
-    amx_extra = _amx_extra(placement)
+    # host weights in llama.cpp's AMX buffer (memory/amx.py): only where the CPU's extra buffer types
+    # come first, no GPU's pinned host buffer type before them (or --no-host), and -nr is not given
+    amx_extra = _amx_extra(placement) if amx_possible(settings, gpus) else 0
     if amx_extra and settings.host_cpu == "amx" and not ik:
         weights[HOST] = weights.get(HOST, 0) + amx_extra
         notes.append(f"host CPU with AMX: llama.cpp packs the CPU layers' matrices in its AMX buffer "
@@ -567,7 +568,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # expert tensor left in host memory; FA with a quantized cache converts K and V to f16
             host_experts = [t.nbytes for t in inv.tensors
                             if t.role == "experts" and placement.devices[t.name] == HOST]
-            if host_experts and T >= 32:
+            if host_experts and T >= 32 and (settings.op_offload or ik):  # --no-op-offload: llama.cpp only
                 compute[d] += max(host_experts)
                 estimated_terms[d].append("compute: op-offload copy of the largest CPU expert tensor")
             if fa and (is_quantized(ctk) or is_quantized(ctv)):
@@ -585,6 +586,21 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                      "to see each GPU's share")
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                           server=server_caches(inv, geo, settings, eng))
+
+
+# backends whose devices offer a pinned host buffer type (ggml-cuda, ggml-sycl, ggml-vulkan, ggml-cann:
+# get_host_buffer_type), which llama.cpp's CPU buffer list puts before the CPU's extra buffer types
+_HOST_BUFFER_GPUS = ("CUDA", "ROCm", "MUSA", "SYCL", "Vulkan", "CANN")
+
+
+def amx_possible(settings: MemorySettings, gpus: list[str]) -> bool:
+    """Whether llama.cpp can put host weights in the AMX buffer: src/llama-model.cpp
+    make_cpu_buft_list lists the first device's pinned host buffer type (unless --no-host), then the
+    CPU's extra buffer types (unless -nr), then the CPU's; a weight takes the first that supports its
+    op, and a GPU's host buffer supports them all (with mmap, llama-model-loader then maps it as a
+    plain CPU buffer). So AMX packs host weights only with no such GPU (CPU alone, RPC servers,
+    Metal) or with --no-host."""
+    return settings.repack and (settings.no_host or not any(g.startswith(_HOST_BUFFER_GPUS) for g in gpus))
 
 
 def _amx_extra(placement: Placement) -> int:

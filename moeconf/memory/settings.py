@@ -81,6 +81,12 @@ class MemorySettings:
     # n_parallel/kv_unified are that binary's default (`server_slots`) rather than given
     # the host CPU: "amx" (llama.cpp packs CPU layers' matrices in its AMX buffer, memory/amx.py) or "plain"
     host_cpu: str = "plain"
+    # llama.cpp's host buffer choices (src/llama-model.cpp make_cpu_buft_list): --no-host skips the
+    # GPU's pinned host buffer type, -nr/--no-repack the CPU's extra buffer types (AMX, CPU_REPACK)
+    no_host: bool = False
+    repack: bool = True
+    # --no-op-offload: the scheduler does not offload host ops to the GPU (no copy of host weights)
+    op_offload: bool = True
     # llama-server's host caches (memory/servercache.py): --cache-ram MiB (-1: no limit) and
     # --ctx-checkpoints per slot; None: the binary's default
     cache_ram: int | None = None
@@ -148,6 +154,9 @@ _SWITCHES = {
     "-kvo": ("offload_kqv", True), "--kv-offload": ("offload_kqv", True),
     "--swa-full": ("swa_full", True), "-kvu": ("kv_unified", True), "--kv-unified": ("kv_unified", True),
     "-no-kvu": ("kv_unified", False), "--no-kv-unified": ("kv_unified", False),
+    # llama.cpp only (ik_llama.cpp has none of these: it stops on them)
+    "--no-host": ("no_host", True), "--repack": ("repack", True), "-nr": ("repack", False),
+    "--no-repack": ("repack", False), "--op-offload": ("op_offload", True), "--no-op-offload": ("op_offload", False),
 }
 _ENV = {
     "LLAMA_ARG_CTX_SIZE": "n_ctx", "LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch",
@@ -156,7 +165,7 @@ _ENV = {
     "LLAMA_ARG_CACHE_RAM": "cache_ram", "LLAMA_ARG_CTX_CHECKPOINTS": "ctx_checkpoints",
 }
 _ENV_BOOL = {"LLAMA_ARG_KV_OFFLOAD": "offload_kqv", "LLAMA_ARG_SWA_FULL": "swa_full",
-             "LLAMA_ARG_KV_UNIFIED": "kv_unified"}
+             "LLAMA_ARG_KV_UNIFIED": "kv_unified", "LLAMA_ARG_REPACK": "repack"}
 # ik_llama.cpp reads a short fixed list of LLAMA_ARG_* (engine facts section 1)
 _IK_ENV = {"LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_BATCH", "LLAMA_ARG_UBATCH", "LLAMA_ARG_CACHE_TYPE_K",
            "LLAMA_ARG_CACHE_TYPE_V", "LLAMA_ARG_FLASH_ATTN", "LLAMA_ARG_N_PARALLEL"}
@@ -217,6 +226,8 @@ def read_settings(
                 values[_ENV_BOOL[k]] = False
         elif k == "LLAMA_ARG_NO_KV_OFFLOAD":
             values["offload_kqv"] = False
+        elif k == "LLAMA_ARG_NO_HOST" and v in _TRUE:  # a switch's variable: set when truthy
+            values["no_host"] = True
     words = list(argv)
     i = 1 if words and not words[0].startswith("-") else 0
     while i < len(words):
@@ -274,6 +285,7 @@ def read_settings(
         flash_attn=text("flash_attn", "auto"), offload_kqv=flag("offload_kqv", True),
         n_parallel=max(num("n_parallel", 1), 1), kv_unified=flag("kv_unified", False),
         swa_full=flag("swa_full", False), mla=mla if isinstance(mla, int) else None,
+        no_host=flag("no_host", False), repack=flag("repack", True), op_offload=flag("op_offload", True),
         cache_ram=_opt_int(values.get("cache_ram")), ctx_checkpoints=_opt_int(values.get("ctx_checkpoints")),
         reserve=reserve, problems=tuple(problems), binary=run, auto_slots=auto,
         speculation=read_speculation(words, engine, env, run),
