@@ -114,7 +114,14 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
     arguments (passed through as written, in order). Every word is read as the engine reads it,
     against its flag table (engines/flagtable.py): an unknown flag, a value the engine refuses,
     or `--flag=value` (which neither engine splits) is an error naming it."""
-    from moeconf.engines.cmdline import REMOVED_FLAGS, closest_flag, known_flags, normalize_flag, unknown_flag_message
+    from moeconf.engines.cmdline import (
+        REMOVED_FLAGS,
+        closest_flag,
+        known_flags,
+        normalize_flag,
+        removed_values,
+        unknown_flag_message,
+    )
     from moeconf.engines.flags import is_number
 
     table = known_flags(eng)
@@ -131,6 +138,8 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
                                "know); the model is moeconf's MODEL argument, or --serve-path for the path in "
                                "the command")
         n_values = table.get(name)
+        if n_values is None:
+            n_values = removed_values(eng, name)  # gone from the newest code, not from the declared version
         if n_values is None:
             removed = REMOVED_FLAGS.get(eng.name, {}).get(name)
             raise MoeconfError(unknown_flag_message(eng, w, None if removed else closest_flag(eng, name)))

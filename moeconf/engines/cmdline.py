@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
-from moeconf.engines.flags import is_number
+from moeconf.engines.flags import flag_table, is_number
 from moeconf.model.inventory import Inventory
 
 
@@ -52,10 +52,20 @@ class RemovedFlag:
 
 
 # Flags gone from the newest code read, with when they went (the flag table has only the newest).
+# mainline: the load switches PR #20834 deprecated (b10108) are still in llama.cpp of 2026-08-22
+# (ngxson/llama.cpp 3f545bec) and gone from the pinned llama-cpp-python 0.3.36's common/arg.cpp
+# (0c1e57098, b11312: only -lm/--load-mode); PR #28334 (merged 2026-09-09) removed them. Its
+# build number is not read, so builds before b11312 are taken to still have them.
+_LOAD_SWITCH_NOTE = ("deprecated by PR #20834 (b10108) for -lm/--load-mode none|mmap|mlock|mmap+mlock|dio; gone "
+                     "from the parser since PR #28334")
 REMOVED_FLAGS: dict[str, dict[str, RemovedFlag]] = {
     "ik_llama.cpp": {
         name: RemovedFlag("2025-10-25", 0, 0, "fused MoE is on by default since PR #863; -no-fmoe turns it off")
         for name in ("-fmoe", "--fused-moe")
+    },
+    "llama.cpp": {
+        name: RemovedFlag("2026-09-09", 11312, 0, _LOAD_SWITCH_NOTE)
+        for name in ("--mmap", "--no-mmap", "--mlock", "-dio", "--direct-io", "-ndio", "--no-direct-io")
     },
 }
 
@@ -70,12 +80,17 @@ def _before(engine: Engine, removed: RemovedFlag) -> bool:
     return engine.version is not None and (engine.date or "9999") < removed.date
 
 
+def removed_values(engine: Engine, name: str) -> int | None:
+    """How many values a flag the newest code no longer has takes at `engine`'s declared version,
+    or None where that version no longer has it (or never had it)."""
+    removed = REMOVED_FLAGS.get(engine.name, {}).get(name)
+    return removed.values if removed is not None and _before(engine, removed) else None
+
+
 def known_flags(engine: Engine) -> dict[str, int]:
     """Every flag `engine`'s argument parser knows -> how many values it takes (from the
-    engines' sources: engines/flagtable.py)."""
-    from moeconf.engines.flagtable import IK, MAINLINE
-
-    return IK if engine.name == "ik_llama.cpp" else MAINLINE
+    engines' sources: engines/flags.py flag_table)."""
+    return flag_table(engine)
 
 
 def normalize_flag(name: str) -> str:
@@ -274,9 +289,8 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
                 inv.unknown_flags.append((w, name if name in table else closest_flag(engine, name)))
         flag = Arg(name, w.path, w.line, w.column)
         n_values = table.get(name)
-        removed = REMOVED_FLAGS.get(engine.name, {}).get(name)
-        if n_values is None and removed is not None and _before(engine, removed):
-            n_values = removed.values  # the declared version still has it
+        if n_values is None:
+            n_values = removed_values(engine, name)  # the declared version still has it
         if n_values is None and name.startswith("-") and not is_number(name):
             closest = closest_flag(engine, name)
             if check_flags and value is None:
