@@ -58,3 +58,13 @@ def describe_commit(repo: Path, rev: str) -> str:
 def git_show(repo: Path, rev: str, path: str) -> str:
     return subprocess.run(["git", "-C", str(repo), "show", f"{rev}:{path}"],
                           check=True, capture_output=True, text=True).stdout
+
+
+def take_out(argv: list[str]) -> tuple[list[str], Path | None]:
+    """`--out FILE` taken from the arguments: (the rest, FILE or None for the module in the checkout)."""
+    if "--out" not in argv:
+        return argv, None
+    k = argv.index("--out")
+    if k + 1 >= len(argv):
+        raise SystemExit("--out needs a file")
+    return argv[:k] + argv[k + 2:], Path(argv[k + 1])

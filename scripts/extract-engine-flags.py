@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _cparse.py, also when loaded by path
 from _cparse import matching as _matching
-from _pinned import describe, describe_commit, git_show
+from _pinned import describe, describe_commit, git_show, take_out
 
 _IK_VALUE = re.compile(r"\bCHECK_ARG\b|argv\[\+\+i\]|\(\s*\+\+i\s*>=\s*argc\s*\)")
 
@@ -121,11 +121,7 @@ def render_newest(ikf: dict[str, int], rev: str) -> str:
 
 def main(argv: list[str]) -> int:
     here = Path(__file__).resolve().parent.parent / "moeconf" / "engines"
-    out: Path | None = None
-    if "--out" in argv:
-        k = argv.index("--out")
-        out = Path(argv[k + 1])
-        argv = argv[:k] + argv[k + 2:]
+    argv, out = take_out(argv)
     if len(argv) == 3 and argv[0] == "--ik-repo":
         repo, rev = Path(argv[1]), argv[2]
         text = render_newest(ik(git_show(repo, rev, "common/common.cpp")), describe_commit(repo, rev))
