@@ -174,6 +174,8 @@ class Invocation:
     ot: list[OtValue] = field(default_factory=list)
     cpu_moe: list[tuple[Arg, int, str]] = field(default_factory=list)  # (flag, order, "cli"|"env")
     n_cpu_moe: list[tuple[Arg, int, int, str]] = field(default_factory=list)  # (flag, N, order, source)
+    # mainline -ncffn/--n-cpu-ffn N (or LLAMA_ARG_N_CPU_FFN): the dense FFN of blocks 0..N-1 on the CPU
+    n_cpu_ffn: list[tuple[Arg, int, int, str]] = field(default_factory=list)  # (flag, N, order, source)
     ngl: tuple[Arg, int] | None = None  # value; -1 auto, -2 all
     fit: tuple[Arg, bool] | None = None
     rpc: list[tuple[Arg, Arg, int]] = field(default_factory=list)  # (flag, value, order)
@@ -248,6 +250,13 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         n = _int(v.text)
         if n is not None:
             inv.n_cpu_moe.append((v, n, order, "env"))
+            order += 1
+    # common/arg.cpp applies the variables in option order: -ot, -cmoe, -ncmoe, then -ncffn
+    if engine.name == "llama.cpp" and engine.env_cpu_moe and "LLAMA_ARG_N_CPU_FFN" in inv.env:
+        v = inv.env["LLAMA_ARG_N_CPU_FFN"]
+        n = _int(v.text)
+        if n is not None and n >= 0:
+            inv.n_cpu_ffn.append((v, n, order, "env"))
             order += 1
     if "LLAMA_ARG_N_GPU_LAYERS" in inv.env:
         inv.ngl = _parse_ngl(inv, inv.env["LLAMA_ARG_N_GPU_LAYERS"])
@@ -339,6 +348,14 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             else:
                 inv.n_cpu_moe.append((flag, n, order, "cli"))
                 order += 1
+        elif name in ("-ncffn", "--n-cpu-ffn") and engine.name == "llama.cpp" and name in table:
+            assert value is not None
+            n = _int(value.text)
+            if n is None or n < 0:
+                inv.problems.append((value, f"--n-cpu-ffn needs a number >= 0, not {value.text!r}"))
+            else:
+                inv.n_cpu_ffn.append((flag, n, order, "cli"))
+                order += 1
         elif name in ("-ngl", "--gpu-layers", "--n-gpu-layers"):
             assert value is not None
             inv.ngl = _parse_ngl(inv, value)
@@ -384,6 +401,12 @@ def _parse_ngl(inv: Invocation, v: Arg) -> tuple[Arg, int] | None:
 
 
 # --- the engines' own MoE rules ----------------------------------------------------------------
+
+def cpu_ffn_pattern(block: int) -> str:
+    """The regex mainline's `--n-cpu-ffn` adds for one block (common/common.h:
+    llm_ffn_block_regex with LLM_FFN_DENSE_REGEX): the dense FFN matrices, not the experts."""
+    return rf"blk\.{block}\.ffn_(up|down|gate)\."
+
 
 def cpu_moe_pattern(engine: Engine, block: int | None = None, *, per_device: bool = False) -> str:
     """The regex `--cpu-moe` (block None, mainline) or one block of `--n-cpu-moe` adds. ik's
@@ -592,6 +615,9 @@ def engine_items(inv_: Invocation, model: Inventory, n_devices: int = 1,
     for take, origin, order in invocation_ncmoe(inv_, model, n_devices, layer_devices):
         for p in take.patterns:
             moe.append((p, "CPU", origin, None, order))
+    for _flag, n, order, src in inv_.n_cpu_ffn:  # one rule per block 0..n-1 (beyond the blocks: none match)
+        for il in range(min(n, model.block_count)):
+            moe.append((cpu_ffn_pattern(il), "CPU", f"--n-cpu-ffn {n} ({src})", None, order))
     # ik: user rules first, then its --n-cpu-moe rules; mainline: sources in order
     merged = user + moe if eng.name == "ik_llama.cpp" else sorted(user + moe, key=lambda x: x[4])
     return [(p, d, o, k) for p, d, o, k, _ in merged]
