@@ -36,8 +36,9 @@ Policy = Literal["first", "last"]
 
 # engine flags fit decides itself (placement and the devices), in every spelling
 _REFUSED = {"-ngl", "--gpu-layers", "--n-gpu-layers", "-ot", "--override-tensor", "-ts", "--tensor-split",
-            "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe", "-fit", "--fit", "-fitt", "--fit-target", "-fitc",
-            "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "-dev", "--device", "--max-gpu"}
+            "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe", "-ncffn", "--n-cpu-ffn", "-fit", "--fit", "-fitt",
+            "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "-dev", "--device",
+            "--max-gpu"}
 _MODEL = {"-m", "--model"}
 # engine flags that are plan fields (memory and the split); the rest goes to flags.extra as written
 _FIELDS = {"-c": "ctx_size", "--ctx-size": "ctx_size", "-b": "batch", "--batch-size": "batch",
@@ -145,6 +146,10 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
             raise MoeconfError(unknown_flag_message(eng, w, None if removed else closest_flag(eng, name)))
         if name in _REFUSED:
             raise MoeconfError(f"fit chooses {name} itself: leave it out (and give budgets with --gpu)")
+        if name == "--kv-unified-per-slot":
+            # llama-server sizes its KV pool n_parallel x N when -c is not given (tools/server/server.cpp)
+            raise MoeconfError("--kv-unified-per-slot: fit sizes the KV cache from -c; give -c (the number of "
+                               "slots times the context per slot) instead")
         if name in _NOT_MODELLED:
             raise MoeconfError(f"{name}: {_NOT_MODELLED[name]} is not modelled by fit's memory estimate, so it "
                                "cannot promise a fit with it; size it without, then leave room with --reserve")

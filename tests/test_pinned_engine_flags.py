@@ -10,7 +10,10 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 import moeconf.engines.specflags as sf
+from moeconf.cli import main
 from moeconf.engines import engine
 from moeconf.engines.cmdline import Arg, cpu_ffn_pattern, engine_items, parse_invocation
 from moeconf.explanation import explain
@@ -131,3 +134,29 @@ def test_kv_unified_per_slot_sizes_the_servers_kv_pool_without_c() -> None:
     kv = [sum(m.kv for m in estimate_explained(explain(inv, eng, shlex.split(ln)),
                                                read_settings(shlex.split(ln), eng)).devices.values()) for ln in lines]
     assert kv[0] == kv[1] > 0
+
+
+def test_explain_names_what_n_cpu_ffn_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", GLM_AIR, "--", "llama-server", "-m", "/m/GLM-4.5-Air-Q4_K_M.gguf", "-ngl", "99",
+                 "-ncffn", "2", "-c", "8192"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "--n-cpu-ffn 2 (cli): 2 rule(s) the engine adds, taking the dense FFN of blocks 0 (3 tensors) to CPU" in out
+    assert "unknown argument" not in out
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["-ncffn", "2"], "fit chooses -ncffn itself"),
+    (["--kv-unified-per-slot", "4096"], "fit sizes the KV cache from -c"),
+])
+def test_fit_refuses_the_new_placement_and_pool_flags(capsys: pytest.CaptureFixture[str], flags: list[str],
+                                                      says: str) -> None:
+    assert main(["fit", GLM_AIR, "--gpu", "24GiB", "-c", "4096", *flags]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_plan_may_not_pass_the_new_flags_unsimulated(tmp_path: Path) -> None:
+    from moeconf.engines.flags import PLAN_KEYS, scan_extra
+
+    owned, unknown = scan_extra(["-ncffn", "2", "--kv-unified-per-slot", "4096", "-t", "8"], engine("llama.cpp"))
+    assert [n for _i, n in owned] == ["-ncffn", "--kv-unified-per-slot", "-t"] and unknown == []
+    assert PLAN_KEYS["--n-cpu-ffn"] == "rules"
