@@ -431,8 +431,9 @@ def bench_fit(args: argparse.Namespace) -> None:
                 env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
                 env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
                 subprocess.run(ours, check=True, capture_output=True, env=env)
-                t_ours = _median_time(lambda cmd=ours: subprocess.run(cmd, check=True, capture_output=True, env=env),
-                                      args.fit_runs)
+                t_ours = _median_time(
+                    lambda cmd=ours, env=env: subprocess.run(cmd, check=True, capture_output=True, env=env),
+                    args.fit_runs)
                 t_theirs = None
                 if have_llama:
                     probe = subprocess.run([str(fit_params), "-m", str(path), "--rpc", ",".join(eps), "-fitp", "on",

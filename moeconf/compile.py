@@ -178,7 +178,7 @@ def _check_extra(plan: Plan, eng: Engine) -> list[Diagnostic]:
     from moeconf.engines.flags import PLAN_KEYS, scan_extra
 
     words = list(plan.config.flags.extra)
-    owned, unknown = scan_extra(words, eng.name)
+    owned, unknown = scan_extra(words, eng)
     for i, name in owned:
         if name in _PASSABLE and not _passable_key_set(plan, _PASSABLE[name]) and "=" not in words[i]:
             continue

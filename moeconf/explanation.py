@@ -153,7 +153,7 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     if invocation.tensor_split and ts is None:
         refusals.append(f"-ts {invocation.tensor_split.text!r} is not a list of numbers")
     if eng.has_fit and eng.fit_default_on and invocation.fit is None and not (
-            invocation.ngl or invocation.ot or invocation.cpu_moe or invocation.n_cpu_moe):
+            invocation.ngl or invocation.ot or invocation.cpu_moe or invocation.n_cpu_moe or invocation.n_cpu_ffn):
         notes.append("--fit is on by default and nothing is set by hand: fit chooses -ngl and overrides at "
                      "load time from free memory; the map shows everything offloaded")
     main_gpu = None

@@ -36,8 +36,9 @@ Policy = Literal["first", "last"]
 
 # engine flags fit decides itself (placement and the devices), in every spelling
 _REFUSED = {"-ngl", "--gpu-layers", "--n-gpu-layers", "-ot", "--override-tensor", "-ts", "--tensor-split",
-            "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe", "-fit", "--fit", "-fitt", "--fit-target", "-fitc",
-            "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "-dev", "--device", "--max-gpu"}
+            "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe", "-ncffn", "--n-cpu-ffn", "-fit", "--fit", "-fitt",
+            "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "-dev", "--device",
+            "--max-gpu"}
 _MODEL = {"-m", "--model"}
 # engine flags that are plan fields (memory and the split); the rest goes to flags.extra as written
 _FIELDS = {"-c": "ctx_size", "--ctx-size": "ctx_size", "-b": "batch", "--batch-size": "batch",
@@ -114,7 +115,14 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
     arguments (passed through as written, in order). Every word is read as the engine reads it,
     against its flag table (engines/flagtable.py): an unknown flag, a value the engine refuses,
     or `--flag=value` (which neither engine splits) is an error naming it."""
-    from moeconf.engines.cmdline import REMOVED_FLAGS, closest_flag, known_flags, normalize_flag, unknown_flag_message
+    from moeconf.engines.cmdline import (
+        REMOVED_FLAGS,
+        closest_flag,
+        known_flags,
+        normalize_flag,
+        removed_values,
+        unknown_flag_message,
+    )
     from moeconf.engines.flags import is_number
 
     table = known_flags(eng)
@@ -132,10 +140,16 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
                                "the command")
         n_values = table.get(name)
         if n_values is None:
+            n_values = removed_values(eng, name)  # gone from the newest code, not from the declared version
+        if n_values is None:
             removed = REMOVED_FLAGS.get(eng.name, {}).get(name)
             raise MoeconfError(unknown_flag_message(eng, w, None if removed else closest_flag(eng, name)))
         if name in _REFUSED:
             raise MoeconfError(f"fit chooses {name} itself: leave it out (and give budgets with --gpu)")
+        if name == "--kv-unified-per-slot":
+            # llama-server sizes its KV pool n_parallel x N when -c is not given (tools/server/server.cpp)
+            raise MoeconfError("--kv-unified-per-slot: fit sizes the KV cache from -c; give -c (the number of "
+                               "slots times the context per slot) instead")
         if name in _NOT_MODELLED:
             raise MoeconfError(f"{name}: {_NOT_MODELLED[name]} is not modelled by fit's memory estimate, so it "
                                "cannot promise a fit with it; size it without, then leave room with --reserve")

@@ -12,6 +12,7 @@ from moeconf.cli import main
 from moeconf.engines import engine
 from moeconf.engines.cmdline import Arg, closest_flag, known_flags, parse_invocation
 from moeconf.engines.flagtable import IK, MAINLINE
+from moeconf.engines.flagtable_iknewest import IK_NEWEST
 from tests.conftest import EXAMPLES
 
 MANIFEST = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
@@ -92,9 +93,15 @@ def test_flag_tables_decide_which_flags_take_values() -> None:
 
 def test_flag_tables_hold_both_engines_flags() -> None:
     assert MAINLINE["-ot"] == MAINLINE["--override-tensor"] == 1
-    assert MAINLINE["--cpu-moe"] == 0 and MAINLINE["-fit"] == 1 and MAINLINE["--no-mmap"] == 0
+    assert MAINLINE["--cpu-moe"] == 0 and MAINLINE["-fit"] == 1 and MAINLINE["-lm"] == 1
+    assert "--no-mmap" not in MAINLINE  # gone from the pinned llama.cpp (cmdline.REMOVED_FLAGS)
     assert IK["-mqkv"] == 0 and IK["--fit"] == 0 and "-fit" not in IK and IK["-ncmoe"] == 1
-    assert known_flags(engine("ik_llama.cpp")) is IK and len(MAINLINE) > 400 and len(IK) > 400
+    # ik's `argv[++i]` blocks take a value as CHECK_ARG ones do (an extractor once read 0)
+    assert IK["-ctk"] == IK["-ctkd"] == IK_NEWEST["-ctkd"] == IK["-hft"] == 1
+    assert known_flags(engine("ik_llama.cpp", "0.1.5")) is IK and len(MAINLINE) > 400 and len(IK) > 390
+    assert known_flags(engine("ik_llama.cpp", "2025-06-01")) is IK  # older: 0.1.5's facts
+    assert known_flags(engine("ik_llama.cpp")) is IK_NEWEST and set(IK) <= set(IK_NEWEST)
+    assert known_flags(engine("ik_llama.cpp", "2026-08-15")) is IK_NEWEST
     assert closest_flag(engine("llama.cpp"), "--n-cpu-mo") == "--n-cpu-moe"
     assert closest_flag(engine("llama.cpp"), "--completely-different") is None
 

@@ -36,12 +36,12 @@ def _fit_err(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     return out.err
 
 
-PASSTHROUGH = ["-t", "16", "--threads-batch", "8", "--host", "0.0.0.0", "--port", "8081", "--no-mmap", "--mlock",
-               "--jinja", "-lm", "none", "--alias", "glm", "--metrics", "-np", "1"]
+PASSTHROUGH = ["-t", "16", "--threads-batch", "8", "--host", "0.0.0.0", "--port", "8081", "--jinja", "-lm", "none",
+               "--alias", "glm", "--metrics", "-np", "1"]
 
 
 def test_flags_that_decide_no_placement_pass_through_as_written_in_order(capsys: pytest.CaptureFixture[str]) -> None:
-    """`-t 16 --host ... --no-mmap --mlock --jinja -lm none` used to be refused ("[flags] extra may
+    """`-t 16 --host ... --jinja -lm none` used to be refused ("[flags] extra may
     not hold '-t'"); now they are the end of the command, word for word."""
     out = _fit_json(capsys, GLM, "--gpu", "24GiB", "-c", "16384", *PASSTHROUGH)
     argv = out["argv"]
@@ -59,6 +59,18 @@ def test_passthrough_is_checked_against_the_engines_flag_table() -> None:
     uf = _engine_flags(PASSTHROUGH, engine("llama.cpp"))
     words = [w for w in uf.extra if w.startswith("-")]
     assert words and all(w in MAINLINE for w in words)
+
+
+def test_load_switches_pass_only_for_builds_that_still_take_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """--no-mmap/--mlock are gone from the pinned llama.cpp (only -lm/--load-mode): fit refuses
+    them for the newest build, naming -lm, and passes them for a build that still has them."""
+    from moeconf.engines import engine
+    from moeconf.fit import _engine_flags
+
+    old = ["--no-mmap", "--mlock", "-t", "8"]
+    assert _engine_flags(old, engine("llama.cpp", "b10000")).extra == old
+    err = _fit_err(capsys, GLM, "--gpu", "24GiB", "--", "--no-mmap")
+    assert "has no --no-mmap any more" in err and "--load-mode" in err
 
 
 @pytest.mark.parametrize(("flags", "named", "meant"), [
@@ -170,7 +182,7 @@ def test_the_command_holds_every_setting_the_table_assumes(capsys: pytest.Captur
 
 def test_engine_and_version_are_printed_and_in_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", QWEN, "--gpu", "24GiB", "-c", "8192"]) == 0
-    assert "assumed: llama.cpp b10573 (the newest moeconf knows" in capsys.readouterr().out
+    assert "assumed: llama.cpp b11312 (the newest moeconf knows" in capsys.readouterr().out
     out = _fit_json(capsys, QWEN, "--gpu", "24GB", "-c", "8192", "--engine-version", "b7600")
     a = out["assumptions"]
     assert isinstance(a, dict)

@@ -50,6 +50,7 @@ CASES: list[tuple[str, list[str]]] = [
     (QWEN, ["-fa"]),  # mainline's -fa takes a value
     (QWEN, ["-fa", "maybe"]),
     (QWEN, ["--n-cpu-moe", "-3"]),
+    (QWEN, ["--n-cpu-ffn", "x"]),  # mainline b11312: a number of blocks
     (QWEN, ["-ngl", "many"]),
     (QWEN, ["-c", "abc"]),
     (QWEN, ["-b", "0"]),

@@ -41,7 +41,7 @@ def test_fit_takes_a_name_or_an_engine(how: str | Engine) -> None:
     r = fit(inv, how, {"CUDA0": "12GiB"}, ["-c", "8192"])
     assert r.memory.devices["CUDA0"].total <= 12 * 2**30 and r.argv[0] == "llama-server"
     assert r.compiled.engine.name == "llama.cpp"
-    assert r.assumptions["engine_version"] == ("b7600" if isinstance(how, Engine) and how.version else "b10573")
+    assert r.assumptions["engine_version"] == ("b7600" if isinstance(how, Engine) and how.version else "b11312")
 
 
 def test_fit_budgets_need_units_in_the_library_too() -> None:

@@ -19,8 +19,12 @@ EngineName = Literal["llama.cpp", "ik_llama.cpp"]
 # which GPU is not knowable from the files, so it is never the target of a compiled rule.
 AUTO_GPU: Final = "GPU(auto)"
 
-# Newest mainline build these facts were read from; a plan without a version targets it.
-NEWEST_MAINLINE_BUILD: Final = 10573
+# Newest mainline build these facts were read from; a plan without a version targets it: the
+# pinned llama-cpp-python 0.3.36 vendors ggml-org/llama.cpp 0c1e57098 (its CHANGELOG.md), release
+# b11312 of 2026-10-01 (the package carries no build number: b11312 is that commit's release tag).
+# Its argument parser is engines/flagtable.py MAINLINE; the rest of the mainline facts were read
+# through b10573 and found unchanged in it where the engine suite checks them.
+NEWEST_MAINLINE_BUILD: Final = 11312
 
 # ik_llama.cpp has no release numbers in git: moeconf names an ik_llama.cpp version either by a
 # PyPI package version it knows (below) or by the date of the ik_llama.cpp commit it was built
@@ -30,6 +34,7 @@ NEWEST_MAINLINE_BUILD: Final = 10573
 IK_PACKAGES: Final = {"0.1.5": "2026-04-13"}  # ik-llama-cpp-python 0.1.5 vendors ik commit 55d3c05bf
 IK_OLDEST_DATE: Final = "2026-04-13"
 IK_NEWEST_DATE: Final = "2026-08-15"  # ik commit 8337e4cd3, the newest code read
+IK_NEWEST_COMMIT: Final = "8337e4cd3"  # engines/flagtable_iknewest.py and ikbuilds.py are read from it
 IK_PR_OUTPUT_ON_GPU_PARTIAL_NGL: Final = "2026-05-23"  # PR #1869: -sm none/graph/attn, any -ngl > 0
 IK_PR_AUTO_NGL: Final = "2026-07-30"  # PR #2209: -ngl defaults to 999; -ngl 0 drops -ot and -ncmoe
 IK_PR_NCMOE_LAST: Final = "2026-08-07"  # PR #2262: one device: the last N layers with experts

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
-from moeconf.engines.flags import is_number
+from moeconf.engines.flags import flag_table, is_number
 from moeconf.model.inventory import Inventory
 
 
@@ -52,10 +52,20 @@ class RemovedFlag:
 
 
 # Flags gone from the newest code read, with when they went (the flag table has only the newest).
+# mainline: the load switches PR #20834 deprecated (b10108) are still in llama.cpp of 2026-08-22
+# (ngxson/llama.cpp 3f545bec) and gone from the pinned llama-cpp-python 0.3.36's common/arg.cpp
+# (0c1e57098, b11312: only -lm/--load-mode); PR #28334 (merged 2026-09-09) removed them. Its
+# build number is not read, so builds before b11312 are taken to still have them.
+_LOAD_SWITCH_NOTE = ("deprecated by PR #20834 (b10108) for -lm/--load-mode none|mmap|mlock|mmap+mlock|dio; gone "
+                     "from the parser since PR #28334")
 REMOVED_FLAGS: dict[str, dict[str, RemovedFlag]] = {
     "ik_llama.cpp": {
         name: RemovedFlag("2025-10-25", 0, 0, "fused MoE is on by default since PR #863; -no-fmoe turns it off")
         for name in ("-fmoe", "--fused-moe")
+    },
+    "llama.cpp": {
+        name: RemovedFlag("2026-09-09", 11312, 0, _LOAD_SWITCH_NOTE)
+        for name in ("--mmap", "--no-mmap", "--mlock", "-dio", "--direct-io", "-ndio", "--no-direct-io")
     },
 }
 
@@ -70,12 +80,17 @@ def _before(engine: Engine, removed: RemovedFlag) -> bool:
     return engine.version is not None and (engine.date or "9999") < removed.date
 
 
+def removed_values(engine: Engine, name: str) -> int | None:
+    """How many values a flag the newest code no longer has takes at `engine`'s declared version,
+    or None where that version no longer has it (or never had it)."""
+    removed = REMOVED_FLAGS.get(engine.name, {}).get(name)
+    return removed.values if removed is not None and _before(engine, removed) else None
+
+
 def known_flags(engine: Engine) -> dict[str, int]:
     """Every flag `engine`'s argument parser knows -> how many values it takes (from the
-    engines' sources: engines/flagtable.py)."""
-    from moeconf.engines.flagtable import IK, MAINLINE
-
-    return IK if engine.name == "ik_llama.cpp" else MAINLINE
+    engines' sources: engines/flags.py flag_table)."""
+    return flag_table(engine)
 
 
 def normalize_flag(name: str) -> str:
@@ -159,6 +174,8 @@ class Invocation:
     ot: list[OtValue] = field(default_factory=list)
     cpu_moe: list[tuple[Arg, int, str]] = field(default_factory=list)  # (flag, order, "cli"|"env")
     n_cpu_moe: list[tuple[Arg, int, int, str]] = field(default_factory=list)  # (flag, N, order, source)
+    # mainline -ncffn/--n-cpu-ffn N (or LLAMA_ARG_N_CPU_FFN): the dense FFN of blocks 0..N-1 on the CPU
+    n_cpu_ffn: list[tuple[Arg, int, int, str]] = field(default_factory=list)  # (flag, N, order, source)
     ngl: tuple[Arg, int] | None = None  # value; -1 auto, -2 all
     fit: tuple[Arg, bool] | None = None
     rpc: list[tuple[Arg, Arg, int]] = field(default_factory=list)  # (flag, value, order)
@@ -234,6 +251,13 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         if n is not None:
             inv.n_cpu_moe.append((v, n, order, "env"))
             order += 1
+    # common/arg.cpp applies the variables in option order: -ot, -cmoe, -ncmoe, then -ncffn
+    if engine.name == "llama.cpp" and engine.env_cpu_moe and "LLAMA_ARG_N_CPU_FFN" in inv.env:
+        v = inv.env["LLAMA_ARG_N_CPU_FFN"]
+        n = _int(v.text)
+        if n is not None and n >= 0:
+            inv.n_cpu_ffn.append((v, n, order, "env"))
+            order += 1
     if "LLAMA_ARG_N_GPU_LAYERS" in inv.env:
         inv.ngl = _parse_ngl(inv, inv.env["LLAMA_ARG_N_GPU_LAYERS"])
     if engine.has_fit and engine.fit_flag == "-fit" and "LLAMA_ARG_FIT" in inv.env:
@@ -274,9 +298,8 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
                 inv.unknown_flags.append((w, name if name in table else closest_flag(engine, name)))
         flag = Arg(name, w.path, w.line, w.column)
         n_values = table.get(name)
-        removed = REMOVED_FLAGS.get(engine.name, {}).get(name)
-        if n_values is None and removed is not None and _before(engine, removed):
-            n_values = removed.values  # the declared version still has it
+        if n_values is None:
+            n_values = removed_values(engine, name)  # the declared version still has it
         if n_values is None and name.startswith("-") and not is_number(name):
             closest = closest_flag(engine, name)
             if check_flags and value is None:
@@ -325,6 +348,14 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             else:
                 inv.n_cpu_moe.append((flag, n, order, "cli"))
                 order += 1
+        elif name in ("-ncffn", "--n-cpu-ffn") and engine.name == "llama.cpp" and name in table:
+            assert value is not None
+            n = _int(value.text)
+            if n is None or n < 0:
+                inv.problems.append((value, f"--n-cpu-ffn needs a number >= 0, not {value.text!r}"))
+            else:
+                inv.n_cpu_ffn.append((flag, n, order, "cli"))
+                order += 1
         elif name in ("-ngl", "--gpu-layers", "--n-gpu-layers"):
             assert value is not None
             inv.ngl = _parse_ngl(inv, value)
@@ -370,6 +401,12 @@ def _parse_ngl(inv: Invocation, v: Arg) -> tuple[Arg, int] | None:
 
 
 # --- the engines' own MoE rules ----------------------------------------------------------------
+
+def cpu_ffn_pattern(block: int) -> str:
+    """The regex mainline's `--n-cpu-ffn` adds for one block (common/common.h:
+    llm_ffn_block_regex with LLM_FFN_DENSE_REGEX): the dense FFN matrices, not the experts."""
+    return rf"blk\.{block}\.ffn_(up|down|gate)\."
+
 
 def cpu_moe_pattern(engine: Engine, block: int | None = None, *, per_device: bool = False) -> str:
     """The regex `--cpu-moe` (block None, mainline) or one block of `--n-cpu-moe` adds. ik's
@@ -578,6 +615,9 @@ def engine_items(inv_: Invocation, model: Inventory, n_devices: int = 1,
     for take, origin, order in invocation_ncmoe(inv_, model, n_devices, layer_devices):
         for p in take.patterns:
             moe.append((p, "CPU", origin, None, order))
+    for _flag, n, order, src in inv_.n_cpu_ffn:  # one rule per block 0..n-1 (beyond the blocks: none match)
+        for il in range(min(n, model.block_count)):
+            moe.append((cpu_ffn_pattern(il), "CPU", f"--n-cpu-ffn {n} ({src})", None, order))
     # ik: user rules first, then its --n-cpu-moe rules; mainline: sources in order
     merged = user + moe if eng.name == "ik_llama.cpp" else sorted(user + moe, key=lambda x: x[4])
     return [(p, d, o, k) for p, d, o, k, _ in merged]

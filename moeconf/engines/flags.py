@@ -1,12 +1,15 @@
 """The options a plan sets through its own keys (so `[flags] extra` may not repeat them), and a
-reader of `extra` as the engine reads it. Which options each engine knows comes from the one
-table read from the engines' argument parsers (engines/flagtable.py). Both engines refuse an
+reader of `extra` as the engine reads it. Which options each engine knows comes from the
+tables read from the engines' argument parsers (engines/flagtable.py: the pinned packages;
+engines/flagtable_iknewest.py: the newest ik_llama.cpp code read). Both engines refuse an
 argument they do not know, and both read a long option with `_` as `-`.
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+from moeconf.engines import IK_OLDEST_DATE, Engine
 
 _NGL = "[flags] n_gpu_layers"
 _FIT = "[flags] fit (moeconf plans place tensors themselves; fit would choose at load time)"
@@ -19,6 +22,7 @@ PLAN_KEYS: Final[dict[str, str]] = {
     "-ngl": _NGL, "--gpu-layers": _NGL, "--n-gpu-layers": _NGL,
     "-ot": "rules", "--override-tensor": "rules",
     "-cmoe": _RULES_CPU, "--cpu-moe": _RULES_CPU, "-ncmoe": _RULES_CPU, "--n-cpu-moe": _RULES_CPU,
+    "-ncffn": "rules", "--n-cpu-ffn": "rules",
     "-ts": "[flags] tensor_split", "--tensor-split": "[flags] tensor_split",
     "-sm": "[flags] split_mode", "--split-mode": "[flags] split_mode",
     "-mg": "[flags] main_gpu", "--main-gpu": "[flags] main_gpu",
@@ -28,6 +32,7 @@ PLAN_KEYS: Final[dict[str, str]] = {
     "-fit": _FIT, "--fit": _FIT, "-fitt": _FIT, "--fit-target": _FIT, "-fitc": _FIT, "--fit-ctx": _FIT,
     "--fit-margin": _FIT, "-gfm": _FIT, "--gpu-fit-margin": _FIT,
     "-c": "[flags] ctx_size", "--ctx-size": "[flags] ctx_size",
+    "--kv-unified-per-slot": "[flags] ctx_size (the KV pool: slots x context per slot)",
     "-b": "[flags] batch", "--batch-size": "[flags] batch", "-ub": "[flags] ubatch", "--ubatch-size": "[flags] ubatch",
     "-fa": "[flags] flash_attn", "--flash-attn": "[flags] flash_attn",
     "-ctk": "[flags] cache_type_k", "--cache-type-k": "[flags] cache_type_k",
@@ -50,12 +55,31 @@ def option_name(word: str) -> str:
     return name.replace("_", "-")
 
 
-def known_options(engine_name: str) -> tuple[frozenset[str], frozenset[str]]:
-    """(every option, the options that take a value) of an engine's argument parser, from the
-    one table read from the engines' sources (engines/flagtable.py)."""
-    from moeconf.engines.flagtable import IK, MAINLINE
+def flag_table(engine: Engine) -> dict[str, int]:
+    """Every flag `engine`'s argument parser knows -> how many values it takes.
 
-    table = IK if engine_name == "ik_llama.cpp" else MAINLINE
+    llama.cpp: the pinned llama-cpp-python's parser (the newest mainline code read; flags it no
+    longer has are in cmdline.REMOVED_FLAGS with the builds that still take them). ik_llama.cpp:
+    the pinned ik-llama-cpp-python 0.1.5's parser for 0.1.5 and anything dated no later than its
+    commit (IK_OLDEST_DATE); for a newer ik, the newest ik code read (flagtable_iknewest: it
+    knows every flag of 0.1.5, so between the two a flag added after the named build is not
+    caught)."""
+    if engine.name == "ik_llama.cpp":
+        if engine.date is not None and engine.date <= IK_OLDEST_DATE:
+            from moeconf.engines.flagtable import IK
+
+            return IK
+        from moeconf.engines.flagtable_iknewest import IK_NEWEST
+
+        return IK_NEWEST
+    from moeconf.engines.flagtable import MAINLINE
+
+    return MAINLINE
+
+
+def known_options(engine: Engine) -> tuple[frozenset[str], frozenset[str]]:
+    """(every option, the options that take a value) of `engine`'s argument parser (flag_table)."""
+    table = flag_table(engine)
     return frozenset(table), frozenset(k for k, n in table.items() if n > 0)
 
 
@@ -68,12 +92,12 @@ def is_number(word: str) -> bool:
     return True
 
 
-def scan_extra(words: list[str], engine_name: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+def scan_extra(words: list[str], engine: Engine) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     """Read `[flags] extra` as the engine would: (index, option) pairs a plan key owns, and
     (index, word) pairs the engine does not know (it would refuse to start). A value of a known
     option is skipped, as the engine skips it; so is the word after an unknown option when it
     does not look like an option."""
-    options, valued = known_options(engine_name)
+    options, valued = known_options(engine)
     owned: list[tuple[int, str]] = []
     unknown: list[tuple[int, str]] = []
     i = 0

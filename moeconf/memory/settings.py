@@ -148,6 +148,7 @@ _VALUED = {
     "-mla": "mla", "--mla-use": "mla",
     "-cram": "cache_ram", "--cache-ram": "cache_ram", "-ctxcp": "ctx_checkpoints",
     "--ctx-checkpoints": "ctx_checkpoints", "--swa-checkpoints": "ctx_checkpoints",
+    "--kv-unified-per-slot": "kv_per_slot",
 }
 _SWITCHES = {
     "-nkvo": ("offload_kqv", False), "--no-kv-offload": ("offload_kqv", False),
@@ -163,6 +164,7 @@ _ENV = {
     "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k", "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
     "LLAMA_ARG_N_PARALLEL": "n_parallel", "LLAMA_ARG_FLASH_ATTN": "flash_attn",
     "LLAMA_ARG_CACHE_RAM": "cache_ram", "LLAMA_ARG_CTX_CHECKPOINTS": "ctx_checkpoints",
+    "LLAMA_ARG_KV_UNIFIED_PER_SLOT": "kv_per_slot",
 }
 _ENV_BOOL = {"LLAMA_ARG_KV_OFFLOAD": "offload_kqv", "LLAMA_ARG_SWA_FULL": "swa_full",
              "LLAMA_ARG_KV_UNIFIED": "kv_unified", "LLAMA_ARG_REPACK": "repack"}
@@ -181,7 +183,7 @@ def read_settings(
     values: dict[str, object] = {}
     problems: list[str] = []
     kinds = {"n_ctx": int, "n_batch": int, "n_ubatch": int, "n_parallel": int, "mla": int, "cache_ram": int,
-             "ctx_checkpoints": int}
+             "ctx_checkpoints": int, "kv_per_slot": int}
     accepted = cache_types(engine)
 
     def put(key: str, text: str, where: str) -> None:
@@ -192,7 +194,8 @@ def read_settings(
                 problems.append(f"{where} needs a number, not {text!r}")
                 return
             # any negative --cache-ram is "no limit" (server_prompt_cache); -np -1 is auto
-            if (n < 0 and key not in ("n_parallel", "cache_ram")) or (key in ("n_batch", "n_ubatch") and n == 0):
+            if (n < 0 and key not in ("n_parallel", "cache_ram", "kv_per_slot")) or (
+                    key in ("n_batch", "n_ubatch") and n == 0):
                 problems.append(f"{where} {n} is out of range")
                 return
             values[key] = n
@@ -279,6 +282,14 @@ def read_settings(
         values["kv_unified"] = True
     overrides, refused = read_kv_overrides(words, engine)
     problems.extend(refused)
+    # --- llama-server --kv-unified-per-slot N (pinned llama.cpp b11312, tools/server/server.cpp
+    # llama_server: after -np auto is resolved): without -c (`-c 0` pins the training context) the
+    # KV pool is n_parallel * N cells
+    per_slot = values.get("kv_per_slot")
+    if (isinstance(per_slot, int) and per_slot > 0 and "n_ctx" not in values and run in SERVER_BINARIES
+            and engine.name == "llama.cpp"):
+        values["n_ctx"] = max(num("n_parallel", 1), 1) * per_slot
+    # ---
     return MemorySettings(
         n_ctx=num("n_ctx", 0), n_batch=num("n_batch", 2048), n_ubatch=num("n_ubatch", 512),
         cache_type_k=text("cache_type_k", "f16"), cache_type_v=text("cache_type_v", "f16"),

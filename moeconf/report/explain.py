@@ -66,7 +66,7 @@ def _word_at(ex: Explanation, f: Finding) -> str | None:
 
 def _generated(ex: Explanation) -> list[tuple[int, int]]:
     """Runs [first, last] of consecutive items the engine adds for one flag (--cpu-moe,
-    --n-cpu-moe), shown as that flag rather than as items the user wrote."""
+    --n-cpu-moe, --n-cpu-ffn), shown as that flag rather than as items the user wrote."""
     runs: list[tuple[int, int]] = []
     for k, it in enumerate(ex.items):
         if it.raw_index is None and runs and runs[-1][1] == k - 1 and ex.items[runs[-1][0]].origin == it.origin:
@@ -84,7 +84,8 @@ def _flag_line(ex: Explanation, first: int, last: int) -> str:
     blocks = sorted({t.layer for t in taken if t.layer is not None})
     items: list[ItemReport] = list(ex.items[first:last + 1])
     device = ", ".join(sorted({it.device for it in items}))
-    what = (f"the routed experts of blocks {format_ranges(blocks)} ({len(taken)} tensors) to {device}" if taken
+    kinds = "the dense FFN" if items[0].origin.startswith("--n-cpu-ffn") else "the routed experts"
+    what = (f"{kinds} of blocks {format_ranges(blocks)} ({len(taken)} tensors) to {device}" if taken
             else "no tensor")
     rules = f"{len(items)} rule(s) the engine adds" if len(items) > 1 else "1 rule the engine adds"
     span = f"{first + 1}-{last + 1}" if last > first else f"{first + 1}"

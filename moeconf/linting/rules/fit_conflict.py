@@ -51,7 +51,7 @@ def check(ctx: Context) -> Iterator[Hit]:
     inv, eng = ctx.invocation, ctx.engine
     if not eng.has_fit:
         return
-    manual = bool(inv.ot or inv.cpu_moe or inv.n_cpu_moe)
+    manual = bool(inv.ot or inv.cpu_moe or inv.n_cpu_moe or inv.n_cpu_ffn)
     if eng.fit_with_overrides == "error":
         if inv.fit and inv.fit[1] and (inv.ot or inv.n_cpu_moe or inv.cpu_moe):
             yield Hit(*ctx.at_arg(inv.fit[0]), "ik_llama.cpp refuses --fit with -ot or --n-cpu-moe "
