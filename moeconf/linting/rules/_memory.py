@@ -47,8 +47,11 @@ def line_settings(ctx: Context) -> MemorySettings:
     if "settings" not in ctx.cache:
         from moeconf.memory import DEFAULT_RESERVE, read_settings
 
+        from moeconf.engines.llamaconfig import memory_env
+
         inv = ctx.invocation
-        env = {k: v.text for k, v in inv.env.items()}
+        # llama.cpp's config files come before the environment (engines/llamaconfig.py)
+        env = memory_env(inv.config, {k: v.text for k, v in inv.env.items()})
         reserve = ctx.reserve if ctx.reserve is not None else DEFAULT_RESERVE
         ctx.cache["settings"] = read_settings([a.text for a in inv.args], ctx.engine, env, reserve=reserve,
                                               binary=ctx.image_binary)
