@@ -431,7 +431,8 @@ def bench_fit(args: argparse.Namespace) -> None:
                 env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
                 env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
                 subprocess.run(ours, check=True, capture_output=True, env=env)
-                t_ours = _median_time(lambda cmd=ours: subprocess.run(cmd, check=True, capture_output=True, env=env),
+                t_ours = _median_time(lambda cmd=ours, e=env: subprocess.run(cmd, check=True, capture_output=True,
+                                                                             env=e),
                                       args.fit_runs)
                 t_theirs = None
                 if have_llama:

@@ -404,12 +404,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus, llama_config=_llama_config(args))
     from dataclasses import replace
 
+    from moeconf.engines.llamaconfig import memory_env, report, report_lines
     from moeconf.memory import parse_size, read_settings
     from moeconf.memory.amx import resolve_host_cpu
     from moeconf.report.memory import render_memory
     from moeconf.sizing import estimate_explained
-
-    from moeconf.engines.llamaconfig import memory_env, report, report_lines
 
     # llama.cpp's config files come before the environment (engines/llamaconfig.py)
     settings = read_settings(argv, eng, memory_env(ex.invocation.config, env),
@@ -510,7 +509,13 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     model_path = args.model if _remote(args.model) else os.path.relpath(os.path.abspath(args.model), out_dir)
     ram = parse_size(args.ram, "--ram") if args.ram else None
     headroom = parse_size(args.ram_headroom, "--ram-headroom")
-    result = fit(inv, eng, budgets, args.engine_args, model_path=model_path, plan_dir=out_dir,
+    from moeconf.engines.llamaconfig import fit_flags
+
+    # llama.cpp's config files (engines/llamaconfig.py): what they set, written into the command
+    config_words, config_notes = fit_flags(_llama_config(args), eng, list(args.engine_args))
+    for note in config_notes:
+        print(safe(f"moeconf: note: {note}"), file=sys.stderr)
+    result = fit(inv, eng, budgets, [*config_words, *args.engine_args], model_path=model_path, plan_dir=out_dir,
                  reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split, ram=ram,
                  ram_headroom=headroom, serve_path=args.serve_path,
                  host_cpu=resolve_host_cpu(args.host_cpu))

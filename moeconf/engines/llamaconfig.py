@@ -19,7 +19,8 @@ Facts, from llama.cpp (pinned llama-cpp-python 0.3.36; PR #26118, commit 8e7f22b
   after the config's: the config's -ot items are tested FIRST (the loader takes the first
   matching item), so they win over the command line's for the tensors both match.
 - common/preset.cpp `parse_ini_from_file`: a PEG grammar, one of per line: `[name]` (the name is
-  every character up to `]`, spaces kept: `[ * ]` is a section named " * "), `key = value`
+  every character up to `]` after the blanks that follow `[`, trailing blanks kept: `[ * ]` is a
+  section named "* "), `key = value`
   (key `[a-zA-Z_][a-zA-Z0-9_.-]*` at the very start of the line; the value runs to the end of the
   line or to the first `;` or `#`, trailing blanks dropped; nothing unquoted), a comment (`;` or
   `#` after optional blanks) or a blank line; newlines \\n, \\r\\n or \\r. Any other line (an
@@ -617,3 +618,43 @@ def report_lines(data: Mapping[str, object]) -> list[str]:
         lines.append(f"  {g['file']}:{g['line']}: section [{g['section']}] ignored: config files apply only [*] "
                      "and the default section")
     return lines
+
+
+# what `moeconf fit` does with a config setting it does not see on the user's flags: its command
+# line writes -ngl, -fit off and -m itself (they replace the config's); these it cannot leave to
+# the file, so it refuses them (the config's rules would come before its own -ot and win)
+FIT_REFUSED: Final[dict[str, str]] = {
+    "-ot": "its -ot rules are tested before the command line's and win, so the placement fit prints would not "
+           "be the engine's",
+    "-cmoe": "its --cpu-moe rule is tested before the command line's -ot and wins, so the placement fit prints "
+             "would not be the engine's",
+    "-ncmoe": "its --n-cpu-moe rules are tested before the command line's -ot and win, so the placement fit "
+              "prints would not be the engine's",
+    "-ts": "fit splits the model itself and writes no -ts, so the file's would apply to its command",
+    "-dev": "fit places on the devices of its --gpu budgets and writes no -dev, so the file's would apply",
+    "--rpc": "the command fit prints would add its --rpc servers after the file's (a server twice)",
+}
+FIT_REPLACED: Final = frozenset({"-ngl", "-fit", "-fitt", "-fitc", "-m"})
+
+
+def fit_flags(cfg: LlamaConfig, engine: Engine, user_argv: Sequence[str],
+              binary: str = "llama-server") -> tuple[list[str], list[str]]:
+    """The engine flags `moeconf fit` adds before the user's for what the config files set
+    (memory, -sm, -mg: written into the command, so it means the same with or without the
+    file), and a note for each. A setting fit cannot honour is a MoeconfError at its line."""
+    applied = apply(cfg, engine, binary)
+    words: list[str] = []
+    notes: list[str] = []
+    for s in applied.settings:
+        first = s.option.first
+        if overridden_by(s, user_argv, {}, engine) is not None or first in FIT_REPLACED:
+            continue
+        if first in FIT_REFUSED:
+            raise MoeconfError(f"llama.cpp config file sets {s.entry.key} = {s.entry.value}: {FIT_REFUSED[first]}; "
+                               "remove it from the file (or give --no-llama-config to size for a machine without "
+                               "it)", path=s.entry.path, line=s.entry.line, column=s.entry.column)
+        if first in MEMORY or first in ("-sm", "-mg"):
+            words += s.words()
+            notes.append(f"{s.where}: {s.entry.key} = {s.entry.value} (llama.cpp config file) written into the "
+                         f"command as {' '.join(s.words())}")
+    return words, notes

@@ -45,9 +45,8 @@ def line_settings(ctx: Context) -> MemorySettings:
     """The line's memory settings (its flags and environment), read once per line and shared by
     every rule that reads them (`MemorySettings` is frozen)."""
     if "settings" not in ctx.cache:
-        from moeconf.memory import DEFAULT_RESERVE, read_settings
-
         from moeconf.engines.llamaconfig import memory_env
+        from moeconf.memory import DEFAULT_RESERVE, read_settings
 
         inv = ctx.invocation
         # llama.cpp's config files come before the environment (engines/llamaconfig.py)
