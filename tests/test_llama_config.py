@@ -381,3 +381,10 @@ def test_lint_memory_reads_the_config(tmp_path: Path) -> None:
     codes = [f.code for f in lint([str(tmp_path / "run.sh")], llama_config=load([ini])).findings]
     assert "MOE041" in codes  # a quantized V cache with -fa off (from the file): the engine refuses
     assert "MOE041" not in [f.code for f in lint([str(tmp_path / "run.sh")]).findings]
+
+
+def test_the_config_ot_is_no_repeat_on_the_line(tmp_path: Path) -> None:
+    codes = _lint(tmp_path, "run.sh", "llama-server -m m.gguf -ngl 999 -ot 'exps=CPU'\n", "ot = blk\\.0\\.=CUDA0\n")
+    assert "MOE024" not in codes
+    codes = _lint(tmp_path, "run.sh", "llama-server -m m.gguf -ngl 999 -ot 'exps=CPU' -ot 'x=CPU'\n", "\n")
+    assert "MOE024" in codes
