@@ -67,3 +67,58 @@ def test_engine_and_moeconf_refuse_the_same_files(tmp_path: Path, text: str, acc
     except MoeconfError:
         moeconf_accepts = False
     assert moeconf_accepts == accepted
+
+
+# --- placement: the engine's own log against explain with the same config file ------------------
+
+PLACEMENT_CASES = [
+    # (config.ini, the command line's engine arguments (RPC0 stands for the server, EP for its
+    # address), env, whether the file changes the placement)
+    ("[*]\ncpu-moe = on\nn-gpu-layers = 99\n", ["--rpc", "EP", "-ot", r"blk\.1\.ffn_.*_exps=RPC0"], {}, True),
+    # the file's --rpc comes first, so its -ot may name the server; the environment's -ot follows it
+    ("rpc = EP\noverride-tensor = blk\\.1\\.ffn_up_exps=CPU\n", ["-ngl", "99"],
+     {"LLAMA_ARG_OVERRIDE_TENSOR": r"blk\.1\.ffn_(up|down)_exps=RPC0,exps=CPU"}, True),
+    ("n-gpu-layers = 2\nn-cpu-moe = 1\n", ["--rpc", "EP", "-ot", r"blk\.2\.ffn_up_exps=CPU"], {}, True),
+    # a value option: the environment replaces the file's, the command line the environment's
+    ("n-gpu-layers = 2\n", ["--rpc", "EP", "-ngl", "99"], {"LLAMA_ARG_N_GPU_LAYERS": "1"}, False),
+    ("n-gpu-layers = 2\n", ["--rpc", "EP"], {"LLAMA_ARG_N_GPU_LAYERS": "1"}, False),
+]
+
+
+@pytest.mark.skipif(not FIT_PARAMS.exists(), reason="pinned llama.cpp not built")
+@pytest.mark.skipif(os.path.exists("/etc/llama.cpp/config.ini"), reason="this machine has a system config file")
+@pytest.mark.parametrize(("text", "args", "env", "changes"), PLACEMENT_CASES)
+def test_placement_with_a_config_file(tmp_path: Path, text: str, args: list[str], env: dict[str, str],
+                                      changes: bool) -> None:
+    from moeconf.engines.cmdline import Arg, parse_invocation
+    from moeconf.explanation import explain_invocation
+    from moeconf.fixtures.layouts import TINY
+    from moeconf.fixtures.tiny import write_tiny
+    from moeconf.model.load import load_inventory
+    from tests.engine.harness import MAINLINE, parse_mainline, rpc_servers, run_engine
+
+    key = "qwen3moe" if "qwen3moe" in TINY else sorted(TINY)[0]
+    model = write_tiny(TINY[key], tmp_path / "m.gguf")
+    inv = load_inventory(model)
+    cfg_dir = tmp_path / "xdg" / "llama.cpp"
+    cfg_dir.mkdir(parents=True)
+    with rpc_servers(MAINLINE, 1) as endpoints:
+        dev = f"RPC0[{endpoints[0]}]"
+        def fill(t: str) -> str:
+            return t.replace("RPC0", dev).replace("EP", endpoints[0])
+
+        (cfg_dir / "config.ini").write_text(fill(text))
+        line = [fill(a) for a in args]
+        run_env = {k: fill(v) for k, v in env.items()}
+        run = run_engine(MAINLINE, model, line, {**run_env, "HOME": str(tmp_path),
+                                                 "XDG_CONFIG_HOME": str(tmp_path / "xdg")}, endpoints)
+        assert run.returncode == 0, run.log[-3000:]
+        got = parse_mainline(run.log, inv, endpoints)
+    invocation = parse_invocation([Arg(a) for a in ["llama-completion", *line]], engine("llama.cpp"),
+                                  {k: Arg(v) for k, v in run_env.items()}, load([str(cfg_dir / "config.ini")]))
+    want = explain_invocation(inv, invocation, []).placement.devices
+    without = explain_invocation(inv, parse_invocation(invocation.args, engine("llama.cpp"), invocation.env),
+                                 []).placement.devices
+    diff = {n: (w, got[n]) for n, w in want.items() if w is not None and w != got[n]}
+    assert not diff, diff
+    assert (want != without) == changes
