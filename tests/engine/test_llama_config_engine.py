@@ -122,3 +122,44 @@ def test_placement_with_a_config_file(tmp_path: Path, text: str, args: list[str]
     diff = {n: (w, got[n]) for n, w in want.items() if w is not None and w != got[n]}
     assert not diff, diff
     assert (want != without) == changes
+
+
+# --- the INI examples the pinned llama.cpp ships (docs/preset.md, tools/server/README.md) -------
+
+SRC = FIT_PARAMS.parent.parent.parent / "src" / "vendor" / "llama.cpp"
+
+
+def _ini_blocks() -> list[tuple[str, str]]:
+    import re
+
+    out = []
+    for rel in ("docs/preset.md", "tools/server/README.md"):
+        path = SRC / rel
+        if path.exists():
+            for k, m in enumerate(re.finditer(r"```ini\n(.*?)```", path.read_text(), re.S)):
+                out.append((f"{rel}#{k}", m.group(1)))
+    return out
+
+
+# keys of those examples that the pinned build no longer has: `mmap` went with --load-mode (b10108),
+# so llama-server ignores `mmap = 1` (with a warning) though its own docs still show it
+STALE = {"mmap"}
+
+
+@pytest.mark.skipif(not _ini_blocks(), reason="pinned llama.cpp source not present")
+def test_the_engines_own_ini_examples(tmp_path: Path) -> None:
+    """Every INI example of the pinned source parses, and every key in it names an option of
+    llama-server (or is `version`), but for the known stale ones: the key table (configtable.py)
+    and the reader agree with the engine's own documentation."""
+    from moeconf.engines.llamaconfig import option_for_key, parse_ini
+
+    unknown: set[str] = set()
+    for name, text in _ini_blocks():
+        f = parse_ini(text, name)
+        keys = [e.key for sec in f.sections.values() for e in sec.values()]
+        assert keys, name
+        unknown |= {k for k in keys if k != "version" and option_for_key(k, "SERVER") is None}
+        (tmp_path / "c.ini").write_text(text)
+        applied = apply(load([str(tmp_path / "c.ini")]), engine("llama.cpp"), "llama-server")
+        assert {e.key for e, _why in applied.ignored} <= STALE
+    assert unknown == STALE
