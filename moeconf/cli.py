@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from moeconf.errors import MoeconfError
 from moeconf.textsafe import safe
@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     lin.add_argument("--select", action="append", default=[], metavar="RULE", help="only these rules (code or name)")
     lin.add_argument("--ignore", action="append", default=[], metavar="RULE", help="skip these rules")
     lin.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE")
+    _add_llama_config_options(lin)
 
     exp = sub.add_parser(
         "explain",
@@ -129,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="a GPU's memory, to show its budget and free memory and exit 1 when the command line "
                      "needs more: 24GiB (CUDA0, then CUDA1, ...), CUDA1=16GiB, 'RPC0[host:port]=18GiB'; "
                      "cpu=128GiB for system RAM (repeatable)")
+    _add_llama_config_options(exp)
 
     fit = sub.add_parser(
         "fit",
@@ -173,6 +175,7 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("-o", "--output", metavar="PLAN", help="write the solved plan (editable) to PLAN")
     fit.add_argument("--json", action="store_true",
                      help='print {"argv": [...], "ot": "...", "memory": {...}, "assumptions": {...}, ...}')
+    _add_llama_config_options(fit)
 
     rul = sub.add_parser(
         "rule",
@@ -191,6 +194,23 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("paths", nargs="*", default=["."], metavar="PATH",
                      help="generated file or directory to search (default: .)")
     return p
+
+
+def _add_llama_config_options(sub: argparse.ArgumentParser) -> None:
+    g = sub.add_mutually_exclusive_group()
+    g.add_argument("--llama-config", action="append", default=None, metavar="PATH",
+                   help="a llama.cpp config.ini the engine reads (repeatable, in order), in place of the ones "
+                   "llama.cpp finds itself (/etc/llama.cpp/config.ini, ${XDG_CONFIG_HOME:-~/.config}/llama.cpp/"
+                   "config.ini; MOECONF_LLAMA_CONFIG=PATH[:PATH] does the same)")
+    g.add_argument("--no-llama-config", action="store_true",
+                   help="read no llama.cpp config file (as if none existed)")
+
+
+def _llama_config(args: argparse.Namespace) -> Any:
+    """llama.cpp's config files for a command run on this machine (engines/llamaconfig.py)."""
+    from moeconf.engines.llamaconfig import load
+
+    return load(args.llama_config, off=args.no_llama_config)
 
 
 def _write_output(text: str, output: str | None) -> None:
@@ -308,7 +328,7 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     config = None
     if args.config:
         config = find_config(args.config) if os.path.isdir(args.config) else load_config_file(args.config)
-    result = lint(args.paths, config, overrides=_lint_overrides(args))
+    result = lint(args.paths, config, overrides=_lint_overrides(args), llama_config=_llama_config(args))
     _write_output(render(result, args.format), args.output)
     if result.broken:
         # a file that cannot be read as its kind is a user error, not a finding (CI can tell them apart)
@@ -381,15 +401,18 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         if why:
             raise MoeconfError(f"--gpus: {why}")
     # the simulation, and what `moeconf lint` says about the line (the same rules)
-    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus)
+    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus, llama_config=_llama_config(args))
     from dataclasses import replace
 
+    from moeconf.engines.llamaconfig import memory_env, report, report_lines
     from moeconf.memory import parse_size, read_settings
     from moeconf.memory.amx import resolve_host_cpu
     from moeconf.report.memory import render_memory
     from moeconf.sizing import estimate_explained
 
-    settings = read_settings(argv, eng, env, reserve=parse_size(args.reserve, "--reserve"))
+    # llama.cpp's config files come before the environment (engines/llamaconfig.py)
+    settings = read_settings(argv, eng, memory_env(ex.invocation.config, env),
+                             reserve=parse_size(args.reserve, "--reserve"))
     est = estimate_explained(ex, replace(settings, host_cpu=resolve_host_cpu(args.host_cpu)))
     budgets = _budgets(args.budget, "--budget", allow_cpu=True)
     over = {d: est.devices[d].total - b for d, b in budgets.items()
@@ -412,6 +435,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out = ex.json()
         out["findings"] = [{k: v for k, v in f.json().items() if k not in ("path", "line")} for f in findings]
         out["memory"] = est.json()
+        out["llama_config"] = report(ex.invocation)
         if not est.complete:  # KV and compute not computed: null, never a silent 0
             for dev in out["memory"].values():
                 dev["compute"] = None
@@ -431,6 +455,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                            and not os.environ.get("NO_COLOR"))
         sys.stdout.write(render(ex, color=color, tensors=args.tensors, findings=findings))
+        for line in report_lines(report(ex.invocation)):
+            sys.stdout.write(safe(line) + "\n")
         sys.stdout.write(render_memory(est, budgets))
         for d, short in over.items():
             fix = ("more routed experts on the GPUs, or a smaller quant" if d == "CPU"
@@ -483,7 +509,13 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     model_path = args.model if _remote(args.model) else os.path.relpath(os.path.abspath(args.model), out_dir)
     ram = parse_size(args.ram, "--ram") if args.ram else None
     headroom = parse_size(args.ram_headroom, "--ram-headroom")
-    result = fit(inv, eng, budgets, args.engine_args, model_path=model_path, plan_dir=out_dir,
+    from moeconf.engines.llamaconfig import fit_flags
+
+    # llama.cpp's config files (engines/llamaconfig.py): what they set, written into the command
+    config_words, config_notes = fit_flags(_llama_config(args), eng, list(args.engine_args))
+    for note in config_notes:
+        print(safe(f"moeconf: note: {note}"), file=sys.stderr)
+    result = fit(inv, eng, budgets, [*config_words, *args.engine_args], model_path=model_path, plan_dir=out_dir,
                  reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split, ram=ram,
                  ram_headroom=headroom, serve_path=args.serve_path,
                  host_cpu=resolve_host_cpu(args.host_cpu))

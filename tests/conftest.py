@@ -13,6 +13,10 @@ from moeconf.fixtures import LAYOUTS, write_layout
 # `explain` and `fit` detect the host CPU (AMX packs host weights larger, moeconf/memory/amx.py):
 # the suite's outputs must not depend on the machine it runs on
 os.environ.setdefault("MOECONF_HOST_CPU", "plain")
+# nor on llama.cpp's config files of the machine (/etc/llama.cpp/config.ini, ~/.config/llama.cpp/
+# config.ini): `explain`, `fit` and `lint` read none unless a test names them
+# (engines/llamaconfig.py; tests of the discovery call `discover` with their own paths)
+os.environ["MOECONF_LLAMA_CONFIG"] = ""
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"

@@ -69,8 +69,15 @@ def test_rule_examples(tmp_path: Path, rule: ModuleType, kind: str, opts: dict[s
     name = opts.get("file", "launch.sh")
     if model:
         body = body.replace("@MODEL@", f"{EXAMPLES}/models/{model}.manifest.json")
+    llama_config = None
+    body, sep, ini = body.partition("--- llama.cpp config.ini ---\n")
+    if sep:  # the example's llama.cpp config file (engines/llamaconfig.py), in place of this machine's
+        from moeconf.engines.llamaconfig import load
+
+        (tmp_path / "config.ini").write_text(ini)
+        llama_config = load([str(tmp_path / "config.ini")])
     (tmp_path / name).write_text(body)
-    result = lint([str(tmp_path / name)])
+    result = lint([str(tmp_path / name)], llama_config=llama_config)
     mine = [f for f in result.findings if f.code == rule.CODE]
     if kind == "FAIL":
         assert mine, f"{rule.NAME}: FAIL example produced no finding; got {[f.text() for f in result.findings]}"

@@ -14,10 +14,14 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
 from moeconf.engines.flags import flag_table, is_number
 from moeconf.model.inventory import Inventory
+
+if TYPE_CHECKING:
+    from moeconf.engines.llamaconfig import Applied, LlamaConfig
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,26 @@ class Arg:
     def at(self, offset: int) -> tuple[int, int]:
         """Line and column of the character `offset` into this word."""
         return self.line, (self.column + offset) if self.column else 0
+
+
+@dataclass(frozen=True)
+class ConfigArg(Arg):
+    """A key or value from a llama.cpp config file (engines/llamaconfig.py). Its own line and
+    column stay 0, so a lint finding about it is placed at the launch it applies to; `file`,
+    `file_line` and `file_column` say where it is written."""
+
+    file: str = ""
+    file_line: int = 0
+    file_column: int = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.file_line}"
+
+
+def config_where(arg: Arg | None) -> str | None:
+    """`PATH:LINE` of a config file's word, None for a word of the command line or environment."""
+    return arg.where if isinstance(arg, ConfigArg) else None
 
 
 # Binaries that read the engines' common argument parser (the flag table applies to them).
@@ -188,6 +212,11 @@ class Invocation:
     device_list: Arg | None = None  # -dev/--device: the devices the engine may use, in order
     problems: list[tuple[Arg, str]] = field(default_factory=list)  # values the engine rejects
     unknown_flags: list[tuple[Arg, str | None]] = field(default_factory=list)  # (flag, closest known flag)
+    # llama.cpp's config files (engines/llamaconfig.py): what they set for this program, applied
+    # before the environment; None: none read (or not this machine's: `config_known` False)
+    config: Applied | None = None
+    config_known: bool = True
+    config_source: LlamaConfig | None = None
 
     def items(self) -> list[RawItem]:
         """Every user item, in the order the engine tests them (env first on mainline)."""
@@ -232,11 +261,99 @@ def _int(text: str) -> int | None:
         return None
 
 
-def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg] | None = None) -> Invocation:
-    """Read argv (binary first, or just options) and env as `engine` reads them."""
+def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg] | None = None,
+                     config: LlamaConfig | None = None) -> Invocation:
+    """Read argv (binary first, or just options) and env as `engine` reads them, after what
+    llama.cpp's config files `config` set for the program (engines/llamaconfig.py: mainline
+    b10398+ reads them before its environment)."""
     inv = Invocation(engine=engine, args=list(args), env=dict(env or {}))
+    words = list(args)
+    i = 0
+    if words and not words[0].text.startswith("-"):
+        inv.binary = words[0]
+        i = 1
+    binary = inv.binary.text.rsplit("/", 1)[-1].removesuffix(".exe") if inv.binary else None
     order = 0
-    # env first (mainline only: ik reads none of these)
+    table = known_flags(engine)
+
+    def take(name: str, flag: Arg, value: Arg | None, src: str) -> None:
+        """One option as the engine's handler takes it (the command line's, or the config's)."""
+        nonlocal order
+        if name in ("-m", "--model"):
+            inv.model = value
+        elif name in ("-hf", "-hfr", "--hf-repo"):
+            inv.hf_repo = value
+        elif name in ("-hff", "--hf-file"):
+            inv.hf_file = value
+        elif name == "--offline":
+            inv.offline = True
+        elif name in ("-ot", "--override-tensor"):
+            assert value is not None
+            inv.ot.append(OtValue(value, flag, order))
+            order += 1
+        elif name in ("-cmoe", "--cpu-moe"):
+            inv.cpu_moe.append((flag, order, src))
+            order += 1
+        elif name in ("-ncmoe", "--n-cpu-moe"):
+            assert value is not None
+            n = _int(value.text)
+            if n is None or n < 0:
+                inv.problems.append((value, f"--n-cpu-moe needs a number >= 0, not {value.text!r}"))
+            else:
+                inv.n_cpu_moe.append((flag, n, order, src))
+                order += 1
+        elif name in ("-ncffn", "--n-cpu-ffn") and engine.name == "llama.cpp" and name in table:
+            assert value is not None
+            n = _int(value.text)
+            if n is None or n < 0:
+                inv.problems.append((value, f"--n-cpu-ffn needs a number >= 0, not {value.text!r}"))
+            else:
+                inv.n_cpu_ffn.append((flag, n, order, src))
+                order += 1
+        elif name in ("-ngl", "--gpu-layers", "--n-gpu-layers"):
+            assert value is not None
+            inv.ngl = _parse_ngl(inv, value)
+        elif name in ("-fit", "--fit"):
+            if engine.fit_flag == "-fit":
+                assert value is not None
+                inv.fit = (value, value.text in ("on", "enabled", "true", "1"))
+            else:
+                inv.fit = (flag, True)
+        elif name in ("--rpc",):
+            assert value is not None
+            inv.rpc.append((flag, value, order))
+            order += 1
+        elif name in ("-sm", "--split-mode"):
+            inv.split_mode = value
+        elif name in ("-ts", "--tensor-split"):
+            inv.tensor_split = value
+        elif name in ("-mg", "--main-gpu"):
+            inv.main_gpu = value
+        elif name in ("-mqkv", "--merge-qkv"):
+            inv.merge_qkv = flag
+        elif name in ("-muge", "--merge-up-gate-experts"):
+            inv.merge_up_gate = flag
+        elif name in ("-c", "--ctx-size"):
+            inv.ctx_size = value
+        elif name in ("-dev", "--device"):
+            inv.device_list = value
+
+    # the config files first (mainline b10398+: common_params_apply_system_config)
+    if config is not None:
+        from moeconf.engines.llamaconfig import apply
+
+        inv.config_known = config.known
+        inv.config_source = config
+        applied = apply(config, engine, binary)
+        inv.config = applied
+        for st in applied.settings:
+            e = st.entry
+            words_ = st.words()
+            key = ConfigArg(words_[0], file=e.path, file_line=e.line, file_column=e.column)
+            val = (ConfigArg(words_[1], file=e.path, file_line=e.line, file_column=e.value_column)
+                   if len(words_) > 1 else None)
+            take(words_[0], key, val, st.where)
+    # env next (mainline only: ik reads none of these)
     if engine.env_override_tensor and "LLAMA_ARG_OVERRIDE_TENSOR" in inv.env:
         inv.ot.append(OtValue(inv.env["LLAMA_ARG_OVERRIDE_TENSOR"], None, order))
         order += 1
@@ -265,25 +382,18 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         inv.fit = (v, v.text in ("on", "enabled", "true", "1"))
     if "LLAMA_ARG_MODEL" in inv.env:
         inv.model = inv.env["LLAMA_ARG_MODEL"]
-    inv.hf_repo = inv.env.get("LLAMA_ARG_HF_REPO")
-    inv.hf_file = inv.env.get("LLAMA_ARG_HF_FILE")
-    inv.offline = inv.env.get("LLAMA_ARG_OFFLINE") is not None and inv.env["LLAMA_ARG_OFFLINE"].text.lower() in (
-        "1", "true", "on", "enabled")
+    inv.hf_repo = inv.env.get("LLAMA_ARG_HF_REPO", inv.hf_repo)
+    inv.hf_file = inv.env.get("LLAMA_ARG_HF_FILE", inv.hf_file)
+    if inv.env.get("LLAMA_ARG_OFFLINE") is not None:
+        inv.offline = inv.env["LLAMA_ARG_OFFLINE"].text.lower() in ("1", "true", "on", "enabled")
     if engine.env_split:
-        inv.split_mode = inv.env.get("LLAMA_ARG_SPLIT_MODE")
-        inv.tensor_split = inv.env.get("LLAMA_ARG_TENSOR_SPLIT")
-        inv.main_gpu = inv.env.get("LLAMA_ARG_MAIN_GPU")
+        inv.split_mode = inv.env.get("LLAMA_ARG_SPLIT_MODE", inv.split_mode)
+        inv.tensor_split = inv.env.get("LLAMA_ARG_TENSOR_SPLIT", inv.tensor_split)
+        inv.main_gpu = inv.env.get("LLAMA_ARG_MAIN_GPU", inv.main_gpu)
         if "LLAMA_ARG_RPC" in inv.env:
             inv.rpc.append((Arg("LLAMA_ARG_RPC"), inv.env["LLAMA_ARG_RPC"], order))
             order += 1
 
-    words = list(args)
-    i = 0
-    if words and not words[0].text.startswith("-"):
-        inv.binary = words[0]
-        i = 1
-    table = known_flags(engine)
-    binary = inv.binary.text.rsplit("/", 1)[-1].removesuffix(".exe") if inv.binary else None
     check_flags = binary is None or binary in COMMON_ARG_BINARIES
     while i < len(words):
         w = words[i]
@@ -325,64 +435,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             # both engines read the next word as the value, whatever it is, and stop on a bad one
             inv.problems.append((value, f"unknown value for {name}: {value.text!r} ({engine.label} takes on, off "
                                         "or auto after it, and stops otherwise)"))
-        if name in ("-m", "--model"):
-            inv.model = value
-        elif name in ("-hf", "-hfr", "--hf-repo"):
-            inv.hf_repo = value
-        elif name in ("-hff", "--hf-file"):
-            inv.hf_file = value
-        elif name == "--offline":
-            inv.offline = True
-        elif name in ("-ot", "--override-tensor"):
-            assert value is not None
-            inv.ot.append(OtValue(value, flag, order))
-            order += 1
-        elif name in ("-cmoe", "--cpu-moe"):
-            inv.cpu_moe.append((flag, order, "cli"))
-            order += 1
-        elif name in ("-ncmoe", "--n-cpu-moe"):
-            assert value is not None
-            n = _int(value.text)
-            if n is None or n < 0:
-                inv.problems.append((value, f"--n-cpu-moe needs a number >= 0, not {value.text!r}"))
-            else:
-                inv.n_cpu_moe.append((flag, n, order, "cli"))
-                order += 1
-        elif name in ("-ncffn", "--n-cpu-ffn") and engine.name == "llama.cpp" and name in table:
-            assert value is not None
-            n = _int(value.text)
-            if n is None or n < 0:
-                inv.problems.append((value, f"--n-cpu-ffn needs a number >= 0, not {value.text!r}"))
-            else:
-                inv.n_cpu_ffn.append((flag, n, order, "cli"))
-                order += 1
-        elif name in ("-ngl", "--gpu-layers", "--n-gpu-layers"):
-            assert value is not None
-            inv.ngl = _parse_ngl(inv, value)
-        elif name in ("-fit", "--fit"):
-            if engine.fit_flag == "-fit":
-                assert value is not None
-                inv.fit = (value, value.text in ("on", "enabled", "true", "1"))
-            else:
-                inv.fit = (flag, True)
-        elif name in ("--rpc",):
-            assert value is not None
-            inv.rpc.append((flag, value, order))
-            order += 1
-        elif name in ("-sm", "--split-mode"):
-            inv.split_mode = value
-        elif name in ("-ts", "--tensor-split"):
-            inv.tensor_split = value
-        elif name in ("-mg", "--main-gpu"):
-            inv.main_gpu = value
-        elif name in ("-mqkv", "--merge-qkv"):
-            inv.merge_qkv = flag
-        elif name in ("-muge", "--merge-up-gate-experts"):
-            inv.merge_up_gate = flag
-        elif name in ("-c", "--ctx-size"):
-            inv.ctx_size = value
-        elif name in ("-dev", "--device"):
-            inv.device_list = value
+        take(name, flag, value, "cli")
     return inv
 
 
@@ -580,6 +633,11 @@ def ik_ncmoe_value(inv_: Invocation) -> tuple[int, int, str, str] | None:
     return max(cands, key=lambda c: c[1]) if cands else None
 
 
+def _src(src: str) -> str:
+    """cli, env, or `config PATH:LINE` for a setting of a llama.cpp config file."""
+    return src if src in ("cli", "env") else f"config {src}"
+
+
 def invocation_ncmoe(inv_: Invocation, model: Inventory, n_devices: int = 1,
                      layer_devices: Sequence[int] | None = None) -> list[tuple[NcmoeTake, str, int]]:
     """Every --n-cpu-moe / --cpu-moe the engine applies: (what it takes, origin, order)."""
@@ -596,10 +654,15 @@ def invocation_ncmoe(inv_: Invocation, model: Inventory, n_devices: int = 1,
             out.append((take, f"{flag}{'' if flag == '--cpu-moe' else f' {n}'} ({src})", order))
         return out
     for _flag, order, src in inv_.cpu_moe:
-        out.append((NcmoeTake(999, "all", (), (cpu_moe_pattern(eng),)), f"--cpu-moe ({src})", order))
+        out.append((NcmoeTake(999, "all", (), (cpu_moe_pattern(eng),)), f"--cpu-moe ({_src(src)})", order))
     for _flag, n, order, src in inv_.n_cpu_moe:
-        out.append((ncmoe_take(eng, model, n), f"--n-cpu-moe {n} ({src})", order))
+        out.append((ncmoe_take(eng, model, n), f"--n-cpu-moe {n} ({_src(src)})", order))
     return out
+
+
+def _item_origin(it: RawItem, k: int) -> str:
+    where = config_where(it.source.value)
+    return f"-ot item {k + 1}" + (f" (config {where})" if where else "")
 
 
 def engine_items(inv_: Invocation, model: Inventory, n_devices: int = 1,
@@ -609,7 +672,7 @@ def engine_items(inv_: Invocation, model: Inventory, n_devices: int = 1,
     `n_devices`: the accelerators the engine uses (ik's --n-cpu-moe depends on it)."""
     eng = inv_.engine
     raw = inv_.items()
-    user = [(it.pattern or "", it.device or "", f"-ot item {k + 1}", k, it.source.order)
+    user = [(it.pattern or "", it.device or "", _item_origin(it, k), k, it.source.order)
             for k, it in enumerate(raw) if it.pattern is not None]
     moe: list[tuple[str, str, str, int | None, int]] = []
     for take, origin, order in invocation_ncmoe(inv_, model, n_devices, layer_devices):

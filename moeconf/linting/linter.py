@@ -13,6 +13,7 @@ from typing import Any
 
 from moeconf.engines import Engine, engine, version_error
 from moeconf.engines.cmdline import Arg, Invocation, parse_invocation
+from moeconf.engines.llamaconfig import LlamaConfig
 from moeconf.errors import MoeconfError
 from moeconf.linting.model import Config, Context, Finding, Severity, find_config
 from moeconf.linting.rules import ALL
@@ -358,10 +359,25 @@ def image_binary(image: str | None) -> str | None:
     return None
 
 
+# launches whose config files are not this machine's: a container's (compose, docker run), or a
+# proxy's (llama-swap) whose machine the file does not say
+_ELSEWHERE_KINDS = frozenset({"compose", "llama-swap"})
+
+
+def launch_llama_config(launch: Launch, llama_config: LlamaConfig | None) -> LlamaConfig | None:
+    """The llama.cpp config files a launch reads: this machine's (`llama_config`) for a command
+    run here, unknown (`known` False) for one in a container or under llama-swap."""
+    if llama_config is None:
+        return None
+    if launch.kind in _ELSEWHERE_KINDS or launch.image:
+        return LlamaConfig(looked=list(llama_config.looked), how=llama_config.how, known=False)
+    return llama_config
+
+
 def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models,
-                rules: Sequence[ModuleType] = ALL) -> list[Finding]:
+                rules: Sequence[ModuleType] = ALL, llama_config: LlamaConfig | None = None) -> list[Finding]:
     eng, how = _engine_for(src, launch, config)
-    invocation = parse_invocation(launch.args, eng, launch.env)
+    invocation = parse_invocation(launch.args, eng, launch.env, launch_llama_config(launch, llama_config))
     notes = _unknowable(invocation, config, src.path)
     model = _model_for(src, launch, invocation, config, models)
     inventory = model if isinstance(model, Inventory) else None
@@ -406,14 +422,16 @@ def command_words(argv: Sequence[str]) -> list[Arg]:
 
 def lint_command(inventory: Inventory, eng: Engine, argv: Sequence[str], *, env: dict[str, str] | None = None,
                  gpus: Sequence[str] | None = None, config: Config | None = None,
-                 rules: Sequence[ModuleType] = ALL) -> tuple[Any, list[Finding]]:
+                 rules: Sequence[ModuleType] = ALL, llama_config: LlamaConfig | None = None,
+                 ) -> tuple[Any, list[Finding]]:
     """`explain`'s simulation of a command line and what `moeconf lint` says about it, by the same
     rules: (the Explanation, the findings, at line 1 and the column of `command_words`). The
     memory rules state nothing without `config.gpu_memory`; explain prints the memory itself."""
     from moeconf.explanation import assumed_gpus, explain_invocation
 
     config = config or Config()
-    invocation = parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()})
+    invocation = parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()},
+                                  llama_config)
     simulated = explain_invocation(inventory, invocation, gpus)
     known = list(gpus) if gpus is not None else assumed_gpus(invocation)
     ctx = Context(COMMAND_LINE, 1, 1, eng, invocation, inventory, simulated, known, kind="explain",
@@ -509,10 +527,11 @@ def _engine(name: str, version: str | None, *, directive: bool = False) -> Engin
 
 
 def lint(paths: Sequence[str], config: Config | None = None, rules: Sequence[ModuleType] = ALL,
-         overrides: dict[str, object] | None = None) -> LintResult:
+         overrides: dict[str, object] | None = None, llama_config: LlamaConfig | None = None) -> LintResult:
     """Lint plan files and launch files (directories are searched). Findings are plain data.
     `config` replaces the `.moeconf.toml` search; `overrides` (engine, select, ignore) apply on
-    top of whichever config is used. A file that cannot be read as its kind gives an
+    top of whichever config is used. `llama_config`: llama.cpp's config files on this machine,
+    applied to the launches run here (None: none read). A file that cannot be read as its kind gives an
     `input-invalid` finding (`LintResult.broken`), never an exception; other files are still linted."""
     result = LintResult()
     models = _Models([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p)) for p in paths])
@@ -537,13 +556,13 @@ def lint(paths: Sequence[str], config: Config | None = None, rules: Sequence[Mod
         if overrides:
             cfg = replace(cfg, **overrides)  # type: ignore[arg-type]
         result.files.append(path)
-        result.findings += _cap(lint_file(path, cfg, models, rules, result), cfg)
+        result.findings += _cap(lint_file(path, cfg, models, rules, result, llama_config), cfg)
     result.findings = sorted(set(result.findings), key=lambda f: (f.path, f.line, f.column, f.code, f.message))
     return result
 
 
 def lint_file(path: str, cfg: Config, models: _Models, rules: Sequence[ModuleType], result: LintResult,
-              ) -> list[Finding]:
+              llama_config: LlamaConfig | None = None) -> list[Finding]:
     """Findings for one file (launch file or plan); special files are noted and skipped."""
     what = not_regular(path)
     if what is not None:
@@ -566,7 +585,7 @@ def lint_file(path: str, cfg: Config, models: _Models, rules: Sequence[ModuleTyp
     for launch in src.launches:
         result.launches += 1
         try:
-            found = lint_launch(src, launch, cfg, models, rules)
+            found = lint_launch(src, launch, cfg, models, rules, llama_config)
         except MoeconfError as e:
             # a directive naming an unknown engine or version: this launch cannot be linted
             found = [f for f in [meta_finding(INPUT_INVALID, cfg, path, launch.line, launch.column,

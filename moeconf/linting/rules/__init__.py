@@ -18,6 +18,7 @@ from moeconf.linting.rules import (
     flag_value_refused,
     invalid_regex,
     item_not_simulated,
+    llama_config_placement,
     memory_over_device,
     merge_qkv_mismatch,
     merge_up_gate_split,
@@ -51,6 +52,6 @@ ALL: tuple[ModuleType, ...] = (
     ncmoe_semantics, ngl_conflict, fit_conflict, merge_qkv_mismatch,
     merge_up_gate_split, env_unsupported, repeated_ot, rpc_order, rule_selects_nothing, rule_overridden,
     sm_graph_overrides, item_not_simulated, name_collision,
-    memory_over_device, cache_type_refused, unknown_flag, flag_value_refused,
+    memory_over_device, cache_type_refused, unknown_flag, flag_value_refused, llama_config_placement,
 )
 BY_CODE = {m.CODE: m for m in ALL}

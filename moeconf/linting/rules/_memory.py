@@ -45,10 +45,12 @@ def line_settings(ctx: Context) -> MemorySettings:
     """The line's memory settings (its flags and environment), read once per line and shared by
     every rule that reads them (`MemorySettings` is frozen)."""
     if "settings" not in ctx.cache:
+        from moeconf.engines.llamaconfig import memory_env
         from moeconf.memory import DEFAULT_RESERVE, read_settings
 
         inv = ctx.invocation
-        env = {k: v.text for k, v in inv.env.items()}
+        # llama.cpp's config files come before the environment (engines/llamaconfig.py)
+        env = memory_env(inv.config, {k: v.text for k, v in inv.env.items()})
         reserve = ctx.reserve if ctx.reserve is not None else DEFAULT_RESERVE
         ctx.cache["settings"] = read_settings([a.text for a in inv.args], ctx.engine, env, reserve=reserve,
                                               binary=ctx.image_binary)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from moeconf.engines.cmdline import config_where
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 
@@ -33,7 +34,8 @@ def check(ctx: Context) -> Iterator[Hit]:
     eng = ctx.engine
     if eng.name != "llama.cpp" or (eng.build is not None and eng.build < 7464):
         return
-    cli = [ov for ov in ctx.invocation.ot if ov.flag is not None]
+    # a llama.cpp config file's override-tensor is not a repeat on the line (llama-config-placement)
+    cli = [ov for ov in ctx.invocation.ot if ov.flag is not None and config_where(ov.flag) is None]
     if len(cli) > 1:
         yield Hit(*ctx.at_arg(cli[1].flag), f"-ot given {len(cli)} times: join the values with ',' into one -ot "
                   f"({eng.label} prints a misleading 'only last value will be used' for repeats, and router mode "
