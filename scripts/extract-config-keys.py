@@ -2,7 +2,9 @@
 """Regenerate moeconf/engines/configtable.py: every option of llama.cpp's common argument parser
 as its config files (config.ini, common/preset.cpp) see it.
 
-    python scripts/extract-config-keys.py LLAMA/common/arg.cpp [REV]
+    python scripts/extract-config-keys.py LLAMA_CPP_TREE [--out FILE]
+
+LLAMA_CPP_TREE: the pinned package's vendor/llama.cpp (its header names the package and commit).
 
 For each `common_arg({names}, [{negated names},] [hints,] help, handler)` in common/arg.cpp
 (common_params_parser_init): its first name (common_arg::operator< orders a preset's options by
@@ -22,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _cparse.py, also when loaded by path
 from _cparse import matching as _matching
+from _pinned import describe, take_out
 
 Row = tuple[tuple[str, ...], tuple[str, ...], str, str, tuple[str, ...], tuple[str, ...]]
 
@@ -110,10 +113,13 @@ def render(rows: list[Row], rev: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    src = Path(argv[0]).read_text()
-    rev = argv[1] if len(argv) >= 2 else "unknown revision"
-    out = Path(__file__).resolve().parent.parent / "moeconf" / "engines" / "configtable.py"
-    out.write_text(render(options(src), rev))
+    argv, out_arg = take_out(argv)
+    if len(argv) != 1:
+        raise SystemExit("usage: extract-config-keys.py LLAMA_CPP_TREE [--out FILE]")
+    root = Path(argv[0])
+    src = (root / "common" / "arg.cpp").read_text()
+    out = out_arg or Path(__file__).resolve().parent.parent / "moeconf" / "engines" / "configtable.py"
+    out.write_text(render(options(src), describe(root)))
     print(out)
     return 0
 

@@ -52,6 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["MOECONF_CACHE_DIR"] = os.path.join(cache, "moeconf")
     os.environ["LLAMA_CACHE"] = os.path.join(cache, "hf-empty")
     os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens: a test that forgets the emulator fails fast
+    # the engines the engine suite runs (llama.cpp b10398+) read ${XDG_CONFIG_HOME}/llama.cpp/config.ini
+    # before anything else: an empty folder, never the user's (/etc/llama.cpp/config.ini: test_isolation)
+    os.makedirs(os.path.join(cache, "xdg-config"), exist_ok=True)
+    os.environ["XDG_CONFIG_HOME"] = os.path.join(cache, "xdg-config")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
