@@ -1,0 +1,425 @@
+"""A replay of ggml-alloc (see `replay`) over the GLM-5.3-Flash (`glm5-next`) graph: mHC residual
+streams (four copies of the hidden state, mixed before and after each attention and FFN block by
+the fused DSV4 HC ops), KDA layers (Kimi delta attention, the fused gated delta-net op) and DSA
+layers (nope-only MLA latent attention whose mask is built from a k-pool lightning indexer), each
+followed by a dense FFN (the leading layers) or routed experts with a selection bias, clamped
+SwiGLU and a shared expert.
+
+The node order is the graph's, read from the pinned llama.cpp (0.3.36): src/models/glm5-next.cpp
+(`graph`, `glm5_conv1d`, `build_inp_kpool`, `build_hc_pre`/`build_hc_post` with the fused
+DSV4_HC_PRE/COMB/POST ops that `resolve_fused_ops` enables on CPU and RPC backends,
+`build_kda_layer`, `build_kpool_select` on the scatter path with the fused LIGHTNING_INDEXER,
+`build_dsa_layer`), src/llama-memory-hybrid-idx.cpp (the full-cache context the scheduler reserves
+with: `n_pool_real = cells / kpool * n_seq_max`, every pool counted as new, `kpool_pad`),
+src/llama-graph.cpp (`build_rs`, `build_moe_ffn`). Facts that set the buffer:
+
+- every k-pool graph input is a CPU leaf: pool cells (I32, n_pool), pool members (I32, kpool x
+  n_pool), the pool mask (F16 with the fused indexer, n_pool x tokens), the tail cells (I32, kpool-1
+  x tokens), the slot mask (F32, n_sel x tokens), the new pools' members (I32, kpool x n_new) and
+  their cells (I64, n_new), with `n_pool = max(64, pad64(n_pool_real + 1))`, `n_new = n_pool_real`,
+  `n_sel = kpool * min(n_pool, top_k / kpool) + kpool - 1`;
+- each DSA layer reshapes the attention mask, the slot mask and the new pools' members anew, so
+  the GPU's split copies all three once per DSA layer at its start and keeps each mask copy until
+  its layer (the mask copy then holds the layer's sparse mask: the ADD runs in place on it);
+- the flash-attention output (heads x kv_lora_rank x tokens, F32) of the first DSA layer lands
+  above everything else: the buffer's size.
+
+Checked against the allocations of an instrumented ggml-alloc of the pinned build (`AT_PRINTF`)
+on the sparse full-size GLM-5.3-Flash (tests/data/glm5next_memory_oracle.json)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from moeconf.memory.replay import CPU, GPU, Graph
+
+if TYPE_CHECKING:
+    from moeconf.memory.geometry import Geometry
+    from moeconf.placement import Placement
+
+
+@dataclass(frozen=True)
+class Glm5NextShape:
+    n_embd: int
+    n_vocab: int
+    hc: int  # hyper_connection.count (mHC streams)
+    n_head: int  # attention heads (KDA and MLA)
+    kda_head_dim: int
+    d_conv: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    head_k_mla: int  # nope-only: the query width per head
+    head_v_mla: int
+    idx_heads: int  # attention.indexer.head_count
+    idx_dim: int  # attention.indexer.key_length
+    idx_top_k: int
+    kpool: int
+    select_tail: bool
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    n_ff_shexp: int
+    n_ff: tuple[int, ...]  # per layer: the dense FFN's width, 0 for a MoE layer
+    recurrent: tuple[bool, ...]  # per layer: a KDA layer (else DSA)
+    n_tokens: int
+    n_kv: int  # cells per stream (the mask's width)
+    n_pool_real: int  # cells / kpool * n_seq_max
+    n_seqs: int = 1
+    on_host: bool = False  # every layer and the output on the host (-ngl 0): one buffer, no copies
+
+    @property
+    def n_pool(self) -> int:
+        return max(64, (self.n_pool_real + 1 + 63) // 64 * 64)
+
+    @property
+    def n_sel(self) -> int:
+        return self.kpool * min(self.n_pool, self.idx_top_k // self.kpool) + (self.kpool - 1 if self.select_tail else 0)
+
+
+def glm5next_graph(s: Glm5NextShape) -> Graph:
+    """The whole graph with every layer and the output on one GPU (buffer GPU), the embeddings
+    and the graph inputs on the host (buffer CPU); with `on_host`, all of it in buffer CPU (the
+    graph's nodes read the inputs themselves, or a view where a layer reshapes one)."""
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    e = s.n_embd
+    hc = s.hc
+    ns = max(1, s.n_seqs)
+    used = s.n_expert_used
+    n_layer = len(s.recurrent)
+    d_inner = s.n_head * s.kda_head_dim
+    n_embd_r = 3 * (s.d_conv - 1) * d_inner
+    n_embd_s = s.kda_head_dim * s.kda_head_dim * s.n_head
+    r = s.kv_lora_rank
+    idx = s.idx_dim
+    kp = s.kpool
+    n_pool, n_new, n_sel = s.n_pool, max(s.n_pool_real, 1), s.n_sel
+    n_top = min(n_pool, s.idx_top_k // kp)
+    dsa = [il for il in range(n_layer) if not s.recurrent[il]]
+
+    # the graph's leaves in the order the graph meets them: host inputs, the GPU's zero pads
+    leaves: dict[object, int] = {}
+
+    def leaf(key: object, size: int, buf: int = CPU) -> int:
+        leaves[key] = g.leaf(size, buf)
+        return leaves[key]
+
+    tokens = leaf("tokens", f)
+    leaf("embd", e * f)  # the embeddings input, unused with token ids
+    leaf("pool_cells", 4 * n_pool)
+    leaf("pool_idxs", 4 * kp * n_pool)
+    leaf("pool_mask", 2 * n_pool * T)
+    leaf("tail_idxs", 4 * (kp - 1) * T)
+    leaf("gather_mask", 4 * n_sel * T)
+    if any(s.recurrent):
+        leaf("s_copy", 4 * ns)
+    for i, il in enumerate(dsa):
+        leaf(("pzero", il), 4 * idx * T, CPU if s.on_host else GPU)
+        if i == 0:
+            leaf("idx_k_idxs", 8 * T)
+            leaf("new_pool_idxs", 4 * kp * n_new)
+            leaf("new_pool_rep", 8 * n_new)
+            leaf("k_idxs", 8 * T)
+            leaf("mask", 2 * s.n_kv * T)
+    leaf("out_ids", f)
+
+    def graph_input(key: object, size: int, name: str | None = None) -> int:
+        """This split's copy of a host input (`key`: its copy's identity, one per reshape); on the
+        host, the input itself or (`name` given: a layer's reshape) a view of it."""
+        if s.on_host:
+            return g.view(leaves[name]) if name is not None else leaves[key]
+        return g.input(key, size, leaves[name if name is not None else key])
+
+    g.split(CPU)
+    embd = g.op(e * f, tokens)
+    if not s.on_host:
+        g.split(GPU)
+        embd = g.input("embd_out", e * f, embd)
+    x = g.op(hc * e * f, g.view(embd))  # hc_init: REPEAT of the embeddings
+
+    def hc_pre(x: int) -> tuple[int, int]:
+        """DSV4 HC pre: the mixes of the flattened, normed streams and the block input."""
+        flat = g.op(hc * e * f, g.view(x))  # RMS_NORM of the reshaped streams
+        mixes = g.op((2 + hc) * hc * f, flat)
+        pre = g.op(hc * f, g.view(mixes))  # * scale
+        for _ in range(3):  # + base, sigmoid, scale_bias
+            pre = g.op(hc * f, pre, inplace=True)
+        cur = g.op(e * f, x, pre)
+        cur = g.op(e * f, cur, inplace=True)  # RMS_NORM
+        return g.op(e * f, cur, inplace=True), mixes  # * norm weight
+
+    def hc_post(out: int, residual: int, mixes: int) -> int:
+        post = g.op(hc * f, g.view(mixes))
+        for _ in range(3):  # + base, sigmoid, scale
+            post = g.op(hc * f, post, inplace=True)
+        comb = g.op(hc * hc * f, mixes)  # DSV4_HC_COMB
+        return g.op(hc * e * f, out, residual, post, comb)
+
+    def kda(cur: int) -> int:
+        s_copy = graph_input("s_copy", 4 * ns)
+        # the other sequences' rows: none in the reserve (on the host, a second view of s_copy)
+        extra = g.view(leaves["s_copy"]) if s.on_host else g.zero_input("s_copy_extra")
+        conv_rows = g.op(n_embd_r * 4 * ns, s_copy)
+        g.op(0, g.zero(extra))
+        cat = []
+        for _ in range(3):  # Q, K, V: projection, concat with the state rows, last columns saved
+            proj = g.op(d_inner * f, cur)
+            c = g.op((T + (s.d_conv - 1) * ns) * d_inner * 4, g.view(conv_rows), g.view(proj))
+            g.op(0, g.view(c))
+            cat.append(c)
+        state = g.op(n_embd_s * 4 * ns, s_copy)
+        g.op(0, g.zero(extra))
+        qkv = []
+        for i, c in enumerate(cat):
+            xc = g.op(d_inner * f, c)  # SSM_CONV
+            xc = g.op(d_inner * f, g.view(xc))  # SiLU of the reshaped output
+            if i < 2:  # Q and K: L2 norm (RMS_NORM of the 4d view, SCALE in place)
+                xc = g.op(d_inner * f, g.view(xc))
+                xc = g.op(d_inner * f, xc, inplace=True)
+            else:
+                xc = g.view(xc)
+            qkv.append(xc)
+        fa = g.op(s.kda_head_dim * f, cur)  # f_a
+        g1 = g.op(d_inner * f, fa)  # f_b
+        g1 = g.op(d_inner * f, g1, inplace=True)  # + dt bias
+        g1 = g.op(d_inner * f, g.view(g1))  # * A (on the reshaped tensor)
+        for _ in range(3):  # scale, sigmoid, scale (the gate's lower bound)
+            g1 = g.op(d_inner * f, g1, inplace=True)
+        beta = g.op(s.n_head * f, cur)
+        beta = g.op(s.n_head * f, g.view(beta))  # sigmoid of the reshaped
+        res = g.op((d_inner * T + n_embd_s * ns) * 4, qkv[0], qkv[1], qkv[2], g.view(g1), beta, g.view(state))
+        g.op(0, g.view(res))  # the new state copied into the cache
+        out = g.op(d_inner * f, g.view(res))  # CONT of the output
+        nrm = g.op(d_inner * f, g.view(out))  # o_norm: RMS_NORM of the reshaped output
+        nrm = g.op(d_inner * f, nrm, inplace=True)
+        ga = g.op(s.kda_head_dim * f, cur)  # g_a
+        g2 = g.op(d_inner * f, ga)  # g_b
+        g2 = g.op(d_inner * f, g.view(g2))  # sigmoid of the reshaped gate
+        nrm = g.op(d_inner * f, nrm, g2, inplace=True)
+        gated = g.op(d_inner * f, g.view(nrm))  # CONT
+        return g.op(e * f, gated)  # wo
+
+    def dsa_layer(il: int, cur: int) -> int:
+        # the indexer's key | gate | zero row per token, into its cache
+        ik = g.op(idx * f, cur)
+        ik = g.op(idx * f, ik)  # NORM (never in place)
+        ik = g.op(idx * f, ik, inplace=True)
+        ik = g.op(idx * f, ik, inplace=True)
+        ig = g.op(idx * f, cur)
+        packed = g.op(2 * idx * f, ik, ig)
+        pz = g.op(idx * f, leaves[("pzero", il)], inplace=True)  # FILL of the leaf, in place
+        packed = g.op(3 * idx * f, packed, pz)
+        g.op(0, g.view(g.view(packed)), graph_input("idx_k_idxs", 8 * T))  # SET_ROWS
+        # pooling every new pool: key | gate rows of its members, softmax over the pool, weighted sum
+        rows = g.op(2 * idx * kp * n_new * 4, graph_input(("new_pool_idxs", il), 4 * kp * n_new, "new_pool_idxs"))
+        pool = idx * kp * n_new * 4
+        logits = g.op(pool, g.view(rows))  # + ape
+        logits = g.op(pool, g.view(logits))  # CONT of the permuted
+        probs = g.op(pool, g.view(logits))  # SOFT_MAX of the reshaped
+        pk = g.op(pool, g.view(g.view(rows)))  # CONT of the permuted keys
+        pk = g.op(pool, g.view(probs), pk, inplace=True)
+        pooled = g.op(idx * n_new * 4, pk)  # SUM_ROWS
+        g.op(0, g.view(pooled), graph_input("new_pool_rep", 8 * n_new))  # SET_ROWS into the pooled slots
+        # the absorbed query and the latent
+        qr = g.op(s.q_lora_rank * f, cur)
+        qr = g.op(s.q_lora_rank * f, qr, inplace=True)
+        qr = g.op(s.q_lora_rank * f, qr, inplace=True)
+        q = g.op(s.n_head * s.head_k_mla * f, qr)
+        qa = g.op(s.n_head * r * f, g.view(q))  # wk_b
+        kv = g.op(r * f, cur)
+        kv = g.op(r * f, kv, inplace=True)
+        kv = g.op(r * f, kv, inplace=True)
+        g.op(0, g.view(kv), graph_input("k_idxs", 8 * T))
+        # the lightning indexer over the pooled keys, the top pools by score
+        iq = g.op(s.idx_heads * idx * f, qr)
+        pooled = g.op(idx * 4 * n_pool, graph_input("pool_cells", 4 * n_pool))  # GET_ROWS
+        w = g.op(s.idx_heads * f, cur)
+        w = g.op(s.idx_heads * f, w, inplace=True)
+        score = g.op(4 * n_pool * T, g.view(iq), g.view(pooled), w, graph_input("pool_mask", 2 * n_pool * T))
+        tf = 4 * n_top * T
+        top = g.op(tf, score)  # TOP_K
+        top_f = g.op(tf, top)  # cast to F32
+        sel_score = g.op(tf, g.view(score), top)
+        order = g.op(tf, g.view(sel_score))  # ARGSORT
+        top = g.op(tf, g.view(top_f), order)  # GET_ROWS
+        top = g.op(tf, g.view(top))  # CONT
+        top = g.op(tf, top)  # cast to I32
+        sel = g.op(kp * tf, graph_input("pool_idxs", 4 * kp * n_pool), g.view(top))
+        if s.select_tail:
+            sel = g.op(4 * n_sel * T, g.view(sel), graph_input("tail_idxs", 4 * (kp - 1) * T))
+        # the scatter path: an all -inf mask with the selected cells set to 0, plus the causal mask
+        seed = g.op(4, g.view(sel))  # cast of the first index
+        zero_seed = g.op(4, seed)  # FILL (not in place: the seed has another consumer)
+        zeros = g.op(4 * n_sel * T, zero_seed)  # REPEAT
+        idx_f = g.op(4 * n_sel * T, sel)  # cast
+        dump = g.op(4 * n_sel, )  # ARANGE
+        idx_f = g.op(4 * n_sel * T, idx_f, dump, inplace=True)  # SUB
+        live = g.op(4 * n_sel * T, graph_input(("gather_mask", il), 4 * n_sel * T, "gather_mask"),
+                    inplace=True)  # EXP of the slot mask copy, in place
+        idx_f = g.op(4 * n_sel * T, idx_f, live, inplace=True)
+        idx_f = g.op(4 * n_sel * T, idx_f, dump, inplace=True)
+        idx_i = g.op(4 * n_sel * T, idx_f)  # cast to I32
+        mseed = g.op(2, seed)  # cast to the mask's F16
+        mseed = g.op(2, mseed, inplace=True)  # FILL -inf
+        mask_all = g.op(2 * (s.n_kv + n_sel) * T, mseed)  # REPEAT
+        rows_set = g.view(g.view(mask_all))
+        g.nodes[rows_set].srcs += (zeros, idx_i)  # SET_ROWS: a view of the mask, from zeros at idx
+        masked = g.op(2 * s.n_kv * T, g.view(rows_set),
+                      graph_input(("mask", il), 2 * s.n_kv * T, "mask"), inplace=True)
+        att = g.op(s.n_head * r * f, g.view(qa), g.view(masked))  # FLASH_ATTN_EXT
+        vb = g.op(s.n_head * s.head_v_mla * f, g.view(att))  # wv_b
+        vb = g.op(s.n_head * s.head_v_mla * f, g.view(vb))  # CONT of the permuted
+        return g.op(e * f, g.view(vb))  # wo
+
+    for il in range(n_layer):
+        residual = x
+        cur, mixes = hc_pre(x)
+        out = kda(cur) if s.recurrent[il] else dsa_layer(il, cur)
+        x = hc_post(out, residual, mixes)
+        residual = x
+        cur, mixes = hc_pre(x)
+        if s.n_ff[il]:
+            ff = s.n_ff[il] * f
+            gate, up = g.op(ff, cur), g.op(ff, cur)
+            out = g.op(e * f, g.op(ff, gate, up))
+        else:
+            ne = s.n_expert * f
+            probs = g.op(ne, g.op(ne, cur), inplace=True)  # logits, sigmoid in place
+            biased = g.op(ne, probs)  # + the selection bias
+            topk = g.view(g.op(ne, biased))  # ARGSORT, its top-k view
+            weights = g.op(used * f, g.view(probs), topk)  # GET_ROWS
+            wsum = g.op(f, g.op(f, g.view(weights)), inplace=True)  # SUM_ROWS, CLAMP in place
+            wnorm = g.op(used * f, g.view(weights), wsum)  # DIV
+            wscaled = g.op(used * f, g.view(wnorm))  # SCALE (expert_weights_scale)
+            xr = g.view(cur)
+            ffe = s.n_ff_exp * used * f
+            gate = g.op(ffe, xr, topk)
+            up = g.op(ffe, xr, topk)
+            act = g.op(ffe, gate, up)  # SWIGLU_CLAMP
+            down = g.op(e * used * f, act, topk)
+            weighted = g.op(e * used * f, down, g.view(wscaled), inplace=True)
+            moe = g.op(e * f, g.view(weighted), g.view(weighted))
+            for _ in range(used - 2):
+                moe = g.op(e * f, moe, g.view(weighted), inplace=True)
+            ffs = s.n_ff_shexp * f
+            sg, su = g.op(ffs, cur), g.op(ffs, cur)
+            sh = g.op(e * f, g.op(ffs, sg, su))
+            out = g.op(e * f, moe, sh, inplace=True)
+        x = hc_post(out, residual, mixes)
+    # the outputs' rows of the streams, their mean, the output norm and the logits
+    x = g.op(hc * e * f, g.view(x), graph_input("out_ids", f))
+    acc = g.op(e * f, g.view(x), g.view(x))
+    for _ in range(hc - 2):
+        acc = g.op(e * f, acc, g.view(x), inplace=True)
+    for _ in range(3):  # scale, RMS_NORM, * output norm
+        acc = g.op(e * f, acc, inplace=True)
+    g.op(s.n_vocab * f, acc, output=True)
+    g.finish()
+    return g
+
+
+@lru_cache(maxsize=256)
+def glm5next_peaks(s: Glm5NextShape, alignment: int) -> tuple[int, int]:
+    """The GPU's and the host's compute buffer sizes."""
+    gpu, host = glm5next_graph(s).peaks((alignment, 32))
+    return gpu, host
+
+
+@lru_cache(maxsize=64)
+def glm5next_host_peak(s: Glm5NextShape) -> int:
+    """The host's compute buffer with every layer and the output on the host."""
+    return glm5next_graph(dataclasses.replace(s, on_host=True)).peaks((32, 32))[1]
+
+
+# the `{arch}.*` keys glm5-next's memory reads beyond the MLA, DSA and KDA ones (support.MODELLED)
+KEYS = frozenset({"attention.indexer.kpool", "attention.indexer.kpool_select_tail", "hyper_connection.count",
+                  "hyper_connection.epsilon", "hyper_connection.sinkhorn_iterations", "kda.gate_lower_bound"})
+ARCH = "glm5-next"
+_SCOPE = ("only every layer, its routed experts and the output on one GPU (or every layer on the host) are "
+          "replayed")
+
+
+def _one_device(placement: Placement) -> str | None:
+    """The device every tensor but the token embeddings is on (None: several); the nextn block's
+    tensors, which the engine skips (TENSOR_SKIP without MTP), are on none."""
+    devs = {d for n, d in placement.devices.items() if n != "token_embd.weight" and d is not None}
+    return next(iter(devs)) if len(devs) == 1 else None
+
+
+def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool, gpu_devices: int) -> list[str]:
+    """Why glm5-next's compute on this placement and these settings is not modelled (empty: it is)."""
+    from moeconf.engines import AUTO_GPU
+
+    inv = placement.inventory
+    md = inv.metadata
+    why: list[str] = []
+    keys = set(md.arch_keys or ())
+    if "kda.gate_lower_bound" not in keys:
+        why.append("glm5-next without kda.gate_lower_bound (the softplus decay gate) is not replayed")
+    if "attention.indexer.kpool_select_tail" not in keys or md.hparam("attention.indexer.kpool_select_tail") == 0:
+        why.append("glm5-next without attention.indexer.kpool_select_tail (no tail cells in the selection) is not "
+                   "replayed")
+    kpool, top_k = md.hparam("attention.indexer.kpool"), md.hparam("attention.indexer.top_k")
+    if not isinstance(kpool, int) or not isinstance(top_k, int) or kpool < 2 or top_k % kpool:
+        why.append("glm5-next's attention.indexer.kpool/top_k are missing or invalid: the engine refuses the file")
+    if md.hparam("hyper_connection.count") != 4:
+        why.append("glm5-next with hyper_connection.count other than 4: the engine refuses the file")
+    if not flash_attn:
+        why.append("compute is not modelled for glm5-next with flash attention off (-fa off): its graph is not "
+                   "replayed")
+    if n_seq > 1 and kv_unified:
+        why.append("compute is not modelled for glm5-next with a unified KV cache over several sequences "
+                   "(-kvu with -np > 1): the k-pool count per reserve is not measured")
+    d = _one_device(placement)
+    emb = placement.devices.get("token_embd.weight")
+    if d is None or d == AUTO_GPU or emb != "CPU" or (d != "CPU" and gpu_devices > 1):
+        what = ("an automatic split over the GPUs" if d == AUTO_GPU else
+                "tensors over several devices (-ot exps=CPU, --n-cpu-moe, a partial -ngl, -ts over several GPUs, "
+                "pipeline parallelism)")
+        why.append(f"compute is not modelled for glm5-next with {what}: {_SCOPE}; KV cache and compute are not "
+                   "computed")
+    return why
+
+
+def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int) -> dict[str, int]:
+    """Each compute buffer (the GPU's and the host's, or the host's alone) by the replay above, for
+    the placements `unmodelled` accepts; `cells`: KV cells per stream."""
+    import moeconf.memory.recurrent as rec
+
+    inv = placement.inventory
+    md = inv.metadata
+    dims = rec._kda_dims(inv)
+    rl = rec.recurrent_layers(inv)
+    d = _one_device(placement)
+    n_layer = len(geo.layers)
+    nextn, lead = md.hparam("nextn_predict_layers"), md.hparam("leading_dense_block_count")
+    nextn = nextn if isinstance(nextn, int) else 0
+    lead = lead if isinstance(lead, int) else 0
+    if dims is None or d is None or n_layer != md.block_count - nextn:
+        return {}
+    ints = {k: md.hparam(k) for k in ("attention.q_lora_rank", "attention.indexer.head_count",
+                                      "attention.indexer.key_length", "attention.indexer.top_k",
+                                      "attention.indexer.kpool", "hyper_connection.count")}
+    vals = {k: v for k, v in ints.items() if isinstance(v, int)}
+    if len(vals) != len(ints):
+        return {}
+    kpool = vals["attention.indexer.kpool"]
+    dense = [la.index < lead for la in geo.layers]
+    shape = Glm5NextShape(
+        n_embd=geo.n_embd, n_vocab=geo.n_vocab, hc=vals["hyper_connection.count"], n_head=dims.n_head,
+        kda_head_dim=dims.head_dim, d_conv=dims.d_conv, q_lora_rank=vals["attention.q_lora_rank"],
+        kv_lora_rank=geo.kv_lora_rank, head_k_mla=geo.head_k_mla, head_v_mla=geo.head_v_mla,
+        idx_heads=vals["attention.indexer.head_count"], idx_dim=vals["attention.indexer.key_length"],
+        idx_top_k=vals["attention.indexer.top_k"], kpool=kpool, select_tail=True,
+        n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp, n_ff_shexp=geo.n_ff_shexp,
+        n_ff=tuple(geo.n_ff_dense if dn else 0 for dn in dense), recurrent=tuple(la.index in rl for la in geo.layers),
+        n_tokens=n_tokens, n_kv=cells, n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq),
+    )
+    if d == "CPU":
+        return {"CPU": glm5next_host_peak(shape)}
+    gpu, host = glm5next_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+    return {d: gpu, "CPU": host}
