@@ -38,6 +38,7 @@ from moeconf.memory.replay import CPU, GPU, Graph
 
 if TYPE_CHECKING:
     from moeconf.memory.geometry import Geometry
+    from moeconf.model.inventory import Inventory
     from moeconf.placement import Placement
 
 
@@ -69,6 +70,7 @@ class Glm5NextShape:
     n_pool_real: int  # cells / kpool * n_seq_max
     n_seqs: int = 1
     on_host: bool = False  # every layer and the output on the host (-ngl 0): one buffer, no copies
+    cpu_experts: tuple[bool, ...] = ()  # per layer: its routed experts on the host (-ot exps=CPU, --n-cpu-moe)
 
     @property
     def n_pool(self) -> int:
@@ -275,6 +277,31 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         vb = g.op(s.n_head * s.head_v_mla * f, g.view(vb))  # CONT of the permuted
         return g.op(e * f, g.view(vb))  # wo
 
+    tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4  # the copy of the chosen ids (a strided view)
+    ffe = s.n_ff_exp * used * f
+
+    def routed(il: int, xr: int, topk: int, weights: int) -> int:
+        """Layer il's routed experts on their device (the layer's own, or the host: a split of its
+        own with copies of the input and the chosen ids), the weighting and the sum back on the
+        layer's device, on a copy of the experts' output (see replay_kda.routed)."""
+        home = GPU if not s.on_host else CPU
+        dev = CPU if s.on_host or (s.cpu_experts and s.cpu_experts[il]) else GPU
+        if dev == home:
+            gate, up = g.op(ffe, xr, topk), g.op(ffe, xr, topk)
+            down = g.op(e * used * f, g.op(ffe, gate, up), topk)  # SWIGLU_CLAMP, down
+        else:
+            g.split(dev)
+            xc, tc = g.input(("x", il), e * f, xr), g.input(("topk", il), tk, topk)
+            gate, up = g.op(ffe, xc, tc), g.op(ffe, xc, tc)
+            down = g.op(e * used * f, g.op(ffe, gate, up), tc)
+            g.split(home)
+            down = g.input(("down", il), e * used * f, down)
+        weighted = g.op(e * used * f, down, g.view(weights), inplace=True)
+        moe = g.op(e * f, g.view(weighted), g.view(weighted))
+        for _ in range(used - 2):
+            moe = g.op(e * f, moe, g.view(weighted), inplace=True)
+        return moe
+
     for il in range(n_layer):
         residual = x
         cur, mixes = hc_pre(x)
@@ -296,15 +323,7 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
             wnorm = g.op(used * f, g.view(weights), wsum)  # DIV
             wscaled = g.op(used * f, g.view(wnorm))  # SCALE (expert_weights_scale)
             xr = g.view(cur)
-            ffe = s.n_ff_exp * used * f
-            gate = g.op(ffe, xr, topk)
-            up = g.op(ffe, xr, topk)
-            act = g.op(ffe, gate, up)  # SWIGLU_CLAMP
-            down = g.op(e * used * f, act, topk)
-            weighted = g.op(e * used * f, down, g.view(wscaled), inplace=True)
-            moe = g.op(e * f, g.view(weighted), g.view(weighted))
-            for _ in range(used - 2):
-                moe = g.op(e * f, moe, g.view(weighted), inplace=True)
+            moe = routed(il, xr, topk, wscaled)
             ffs = s.n_ff_shexp * f
             sg, su = g.op(ffs, cur), g.op(ffs, cur)
             sh = g.op(e * f, g.op(ffs, sg, su))
@@ -339,21 +358,60 @@ def glm5next_host_peak(s: Glm5NextShape) -> int:
 KEYS = frozenset({"attention.indexer.kpool", "attention.indexer.kpool_select_tail", "hyper_connection.count",
                   "hyper_connection.epsilon", "hyper_connection.sinkhorn_iterations", "kda.gate_lower_bound"})
 ARCH = "glm5-next"
-_SCOPE = ("only every layer, its routed experts and the output on one GPU (or every layer on the host) are "
-          "replayed")
+_SCOPE = ("replayed: every layer and the output on one GPU with each layer's routed experts there or on the host "
+          "(-ot exps=CPU, --n-cpu-moe), or every layer on the host")
+_ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
-def _one_device(placement: Placement) -> str | None:
-    """The device every tensor but the token embeddings is on (None: several); the nextn block's
-    tensors, which the engine skips (TENSOR_SKIP without MTP), are on none."""
-    devs = {d for n, d in placement.devices.items() if n != "token_embd.weight" and d is not None}
-    return next(iter(devs)) if len(devs) == 1 else None
+@dataclass(frozen=True)
+class _Layout:
+    device: str  # where every layer and the output run ("CPU": all of it on the host)
+    cpu_experts: tuple[bool, ...]  # per layer: its routed experts on the host
+
+
+def _layout(placement: Placement, n_layer: int) -> _Layout | str:
+    """The placement as the replay needs it, or what it has that the replay does not cover."""
+    from collections import defaultdict
+
+    from moeconf.engines import AUTO_GPU
+
+    inv = placement.inventory
+    own: set[str] = set()
+    routed: dict[int, set[str]] = defaultdict(set)
+    for t in inv.tensors:
+        d = placement.devices.get(t.name)
+        if d is None or t.name == "token_embd.weight":  # the nextn block's tensors are skipped (TENSOR_SKIP)
+            continue
+        if t.layer is not None and t.layer < n_layer and t.base in _ROUTED:
+            routed[t.layer].add(d)
+        else:
+            own.add(d)
+    if AUTO_GPU in own or any(AUTO_GPU in r for r in routed.values()):
+        return "an automatic split over the GPUs (give -ts)"
+    if placement.devices.get("token_embd.weight") != "CPU":
+        return "the token embeddings off the host"
+    if len(own) != 1:
+        return ("layers or the output over several devices (a partial -ngl, -ts over several GPUs, pipeline "
+                "parallelism, -ot on attention, KDA or norm tensors)")
+    dev = next(iter(own))
+    cpu: list[bool] = []
+    for il in range(n_layer):
+        r = routed.get(il, set())
+        if len(r) > 1:
+            return f"layer {il}'s routed experts split over several devices (gate, up and down apart)"
+        if r and next(iter(r)) not in (dev, "CPU"):
+            return f"layer {il}'s routed experts on {next(iter(r))}, another GPU than its layer's"
+        cpu.append(bool(r) and next(iter(r)) == "CPU" and dev != "CPU")
+    return _Layout(dev, tuple(cpu))
+
+
+def _n_trunk(inv: Inventory) -> int:
+    nextn = inv.metadata.hparam("nextn_predict_layers")
+    return inv.metadata.block_count - (nextn if isinstance(nextn, int) else 0)
 
 
 def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool, gpu_devices: int) -> list[str]:
     """Why glm5-next's compute on this placement and these settings is not modelled (empty: it is)."""
-    from moeconf.engines import AUTO_GPU
-
     inv = placement.inventory
     md = inv.metadata
     why: list[str] = []
@@ -374,13 +432,11 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
     if n_seq > 1 and kv_unified:
         why.append("compute is not modelled for glm5-next with a unified KV cache over several sequences "
                    "(-kvu with -np > 1): the k-pool count per reserve is not measured")
-    d = _one_device(placement)
-    emb = placement.devices.get("token_embd.weight")
-    if d is None or d == AUTO_GPU or emb != "CPU" or (d != "CPU" and gpu_devices > 1):
-        what = ("an automatic split over the GPUs" if d == AUTO_GPU else
-                "tensors over several devices (-ot exps=CPU, --n-cpu-moe, a partial -ngl, -ts over several GPUs, "
-                "pipeline parallelism)")
-        why.append(f"compute is not modelled for glm5-next with {what}: {_SCOPE}; KV cache and compute are not "
+    lay = _layout(placement, _n_trunk(inv))
+    if isinstance(lay, _Layout) and lay.device != "CPU" and gpu_devices > 1:
+        lay = "several GPUs"
+    if isinstance(lay, str):
+        why.append(f"compute is not modelled for glm5-next with {lay}: {_SCOPE}; KV cache and compute are not "
                    "computed")
     return why
 
@@ -394,13 +450,13 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
     md = inv.metadata
     dims = rec._kda_dims(inv)
     rl = rec.recurrent_layers(inv)
-    d = _one_device(placement)
     n_layer = len(geo.layers)
-    nextn, lead = md.hparam("nextn_predict_layers"), md.hparam("leading_dense_block_count")
-    nextn = nextn if isinstance(nextn, int) else 0
+    lead = md.hparam("leading_dense_block_count")
     lead = lead if isinstance(lead, int) else 0
-    if dims is None or d is None or n_layer != md.block_count - nextn:
+    lay = _layout(placement, n_layer)
+    if dims is None or isinstance(lay, str) or n_layer != _n_trunk(inv):
         return {}
+    d = lay.device
     ints = {k: md.hparam(k) for k in ("attention.q_lora_rank", "attention.indexer.head_count",
                                       "attention.indexer.key_length", "attention.indexer.top_k",
                                       "attention.indexer.kpool", "hyper_connection.count")}
@@ -418,6 +474,7 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
         n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp, n_ff_shexp=geo.n_ff_shexp,
         n_ff=tuple(geo.n_ff_dense if dn else 0 for dn in dense), recurrent=tuple(la.index in rl for la in geo.layers),
         n_tokens=n_tokens, n_kv=cells, n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq),
+        cpu_experts=lay.cpu_experts,
     )
     if d == "CPU":
         return {"CPU": glm5next_host_peak(shape)}
