@@ -549,8 +549,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                                                 cache_type_k=ctk, approximate=not replay))
     # --- GLM-5.3-Flash: every compute buffer by its replay (memory/replay_glm5next.py) ---
     if inv.arch in rec.GLM5_NEXT:
-        compute = defaultdict(int, replay_glm5next.replayed_glm5next(placement, geo, -(-T // n_seq) * n_seq,
-                                                                      cells, n_seq))
+        compute = defaultdict(int, replay_glm5next.replayed_glm5next(placement, geo, T, cells, n_seq))
     # ---
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:

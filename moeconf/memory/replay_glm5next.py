@@ -71,6 +71,9 @@ class Glm5NextShape:
     n_seqs: int = 1
     on_host: bool = False  # every layer and the output on the host (-ngl 0): one buffer, no copies
     cpu_experts: tuple[bool, ...] = ()  # per layer: its routed experts on the host (-ot exps=CPU, --n-cpu-moe)
+    # the worst case's outputs: the ubatch before llama-context.cpp's graph_reserve rounds n_tokens up to
+    # a multiple of the sequences (0: n_tokens)
+    n_outputs: int = 0
 
     @property
     def n_pool(self) -> int:
@@ -127,7 +130,8 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
             leaf("new_pool_rep", 8 * n_new)
             leaf("k_idxs", 8 * T)
             leaf("mask", 2 * s.n_kv * T)
-    leaf("out_ids", f)
+    fo = 4 * (s.n_outputs or T)
+    leaf("out_ids", fo)
 
     def graph_input(key: object, size: int, name: str | None = None) -> int:
         """This split's copy of a host input (`key`: its copy's identity, one per reshape); on the
@@ -330,13 +334,13 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
             out = g.op(e * f, moe, sh, inplace=True)
         x = hc_post(out, residual, mixes)
     # the outputs' rows of the streams, their mean, the output norm and the logits
-    x = g.op(hc * e * f, g.view(x), graph_input("out_ids", f))
-    acc = g.op(e * f, g.view(x), g.view(x))
+    x = g.op(hc * e * fo, g.view(x), graph_input("out_ids", fo))
+    acc = g.op(e * fo, g.view(x), g.view(x))
     for _ in range(hc - 2):
-        acc = g.op(e * f, acc, g.view(x), inplace=True)
+        acc = g.op(e * fo, acc, g.view(x), inplace=True)
     for _ in range(3):  # scale, RMS_NORM, * output norm
-        acc = g.op(e * f, acc, inplace=True)
-    g.op(s.n_vocab * f, acc, output=True)
+        acc = g.op(e * fo, acc, inplace=True)
+    g.op(s.n_vocab * fo, acc, output=True)
     g.finish()
     return g
 
@@ -443,7 +447,8 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
 
 def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int) -> dict[str, int]:
     """Each compute buffer (the GPU's and the host's, or the host's alone) by the replay above, for
-    the placements `unmodelled` accepts; `cells`: KV cells per stream."""
+    the placements `unmodelled` accepts; `n_tokens`: the worst-case ubatch (min(-b, -ub)), `cells`:
+    KV cells per stream."""
     import moeconf.memory.recurrent as rec
 
     inv = placement.inventory
@@ -473,8 +478,9 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
         idx_top_k=vals["attention.indexer.top_k"], kpool=kpool, select_tail=True,
         n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp, n_ff_shexp=geo.n_ff_shexp,
         n_ff=tuple(geo.n_ff_dense if dn else 0 for dn in dense), recurrent=tuple(la.index in rl for la in geo.layers),
-        n_tokens=n_tokens, n_kv=cells, n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq),
-        cpu_experts=lay.cpu_experts,
+        n_tokens=-(-n_tokens // max(1, n_seq)) * max(1, n_seq), n_kv=cells,
+        n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq), cpu_experts=lay.cpu_experts,
+        n_outputs=n_tokens,
     )
     if d == "CPU":
         return {"CPU": glm5next_host_peak(shape)}
