@@ -99,7 +99,7 @@ def test_the_worst_case_outputs_stay_the_ubatch() -> None:
         select_tail=True, n_expert=288, n_expert_used=8, n_ff_exp=2048, n_ff_shexp=2048,
         n_ff=tuple(12288 if il < 3 else 0 for il in range(45)), recurrent=tuple((il + 1) % 4 != 0 for il in range(45)),
         n_tokens=513, n_kv=11008, n_pool_real=11008 // 4 * 3, n_seqs=3,
-        cpu_experts=tuple(10 <= il < 30 for il in range(45)), n_outputs=512)
+        cpu_experts=tuple((10 <= il < 30,) * 3 for il in range(45)), n_outputs=512)
     MiB = 1024 * 1024
     assert rg.glm5next_peaks(shape, 32)[0] / MiB == pytest.approx(float(str(gpu["compute"])), abs=0.01)
     wrong = dataclasses.replace(shape, n_outputs=0)

@@ -35,6 +35,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from moeconf.memory.replay import CPU, GPU, Graph
+from moeconf.memory.replay_kda import expert_devices
 
 if TYPE_CHECKING:
     from moeconf.memory.geometry import Geometry
@@ -70,7 +71,8 @@ class Glm5NextShape:
     n_pool_real: int  # cells / kpool * n_seq_max
     n_seqs: int = 1
     on_host: bool = False  # every layer and the output on the host (-ngl 0): one buffer, no copies
-    cpu_experts: tuple[bool, ...] = ()  # per layer: its routed experts on the host (-ot exps=CPU, --n-cpu-moe)
+    # per layer: its routed experts' gate, up and down on the host (-ot exps=CPU, --n-cpu-moe); () none
+    cpu_experts: tuple[tuple[bool, bool, bool], ...] = ()
     # the worst case's outputs: the ubatch before llama-context.cpp's graph_reserve rounds n_tokens up to
     # a multiple of the sequences (0: n_tokens)
     n_outputs: int = 0
@@ -285,26 +287,46 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     ffe = s.n_ff_exp * used * f
 
     def routed(il: int, xr: int, topk: int, weights: int) -> int:
-        """Layer il's routed experts on their device (the layer's own, or the host: a split of its
-        own with copies of the input and the chosen ids), the weighting and the sum back on the
-        layer's device, on a copy of the experts' output (see replay_kda.routed)."""
-        home = GPU if not s.on_host else CPU
-        dev = CPU if s.on_host or (s.cpu_experts and s.cpu_experts[il]) else GPU
-        if dev == home:
-            gate, up = g.op(ffe, xr, topk), g.op(ffe, xr, topk)
-            down = g.op(e * used * f, g.op(ffe, gate, up), topk)  # SWIGLU_CLAMP, down
-        else:
-            g.split(dev)
-            xc, tc = g.input(("x", il), e * f, xr), g.input(("topk", il), tk, topk)
-            gate, up = g.op(ffe, xc, tc), g.op(ffe, xc, tc)
-            down = g.op(e * used * f, g.op(ffe, gate, up), tc)
-            g.split(home)
-            down = g.input(("down", il), e * used * f, down)
-        weighted = g.op(e * used * f, down, g.view(weights), inplace=True)
+        """Layer il's routed experts, each of gate, up and down on its device (the layer's own, or
+        the host: splits of their own with copies of what crosses), the SwiGLU and the weighting
+        and sum where replay_kda.expert_devices puts them (see replay_kda.routed)."""
+        home = CPU if s.on_host else GPU
+        parts = s.cpu_experts[il] if s.cpu_experts else (False, False, False)
+        gate_d, up_d, down_d = (CPU if s.on_host or p else GPU for p in parts)
+        act_d, sum_d = expert_devices(home, gate_d, up_d, down_d)
+        here = home
+        made: dict[int, int] = {}
+
+        def on(dev: int) -> None:
+            nonlocal here
+            if here != dev:
+                g.split(dev)
+                here = dev
+
+        def use(key: str, t: int, size: int) -> int:
+            src = made.get(t, home)
+            return t if src == here else g.input((key, il), size, t)
+
+        def op(dev: int, size: int, *srcs: tuple[str, int, int]) -> int:
+            on(dev)
+            t = g.op(size, *(use(k, x, n) for k, x, n in srcs))
+            made[t] = dev
+            return t
+
+        xs, ts = ("x", xr, e * f), ("topk", topk, tk)
+        gate = op(gate_d, ffe, xs, ts)
+        up = op(up_d, ffe, xs, ts)
+        act = op(act_d, ffe, ("gate", gate, ffe), ("up", up, ffe))  # SWIGLU_CLAMP
+        down = op(down_d, e * used * f, ("act", act, ffe), ts)
+        on(sum_d)
+        weighted = g.op(e * used * f, use("down", down, e * used * f), g.view(use("weights", weights, used * f)),
+                        inplace=True)
         moe = g.op(e * f, g.view(weighted), g.view(weighted))
         for _ in range(used - 2):
             moe = g.op(e * f, moe, g.view(weighted), inplace=True)
-        return moe
+        made[moe] = sum_d
+        on(home)
+        return use("moe_out", moe, e * f)
 
     for il in range(n_layer):
         residual = x
@@ -370,7 +392,7 @@ _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 @dataclass(frozen=True)
 class _Layout:
     device: str  # where every layer and the output run ("CPU": all of it on the host)
-    cpu_experts: tuple[bool, ...]  # per layer: its routed experts on the host
+    cpu_experts: tuple[tuple[bool, bool, bool], ...]  # per layer: its gate, up, down experts on the host
 
 
 def _layout(placement: Placement, n_layer: int) -> _Layout | str:
@@ -381,16 +403,16 @@ def _layout(placement: Placement, n_layer: int) -> _Layout | str:
 
     inv = placement.inventory
     own: set[str] = set()
-    routed: dict[int, set[str]] = defaultdict(set)
+    routed: dict[int, dict[str, str]] = defaultdict(dict)
     for t in inv.tensors:
         d = placement.devices.get(t.name)
         if d is None or t.name == "token_embd.weight":  # the nextn block's tensors are skipped (TENSOR_SKIP)
             continue
         if t.layer is not None and t.layer < n_layer and t.base in _ROUTED:
-            routed[t.layer].add(d)
+            routed[t.layer][t.base] = d
         else:
             own.add(d)
-    if AUTO_GPU in own or any(AUTO_GPU in r for r in routed.values()):
+    if AUTO_GPU in own or any(AUTO_GPU in r.values() for r in routed.values()):
         return "an automatic split over the GPUs (give -ts)"
     if placement.devices.get("token_embd.weight") != "CPU":
         return "the token embeddings off the host"
@@ -398,14 +420,14 @@ def _layout(placement: Placement, n_layer: int) -> _Layout | str:
         return ("layers or the output over several devices (a partial -ngl, -ts over several GPUs, pipeline "
                 "parallelism, -ot on attention, KDA or norm tensors)")
     dev = next(iter(own))
-    cpu: list[bool] = []
+    cpu: list[tuple[bool, bool, bool]] = []
     for il in range(n_layer):
-        r = routed.get(il, set())
-        if len(r) > 1:
-            return f"layer {il}'s routed experts split over several devices (gate, up and down apart)"
-        if r and next(iter(r)) not in (dev, "CPU"):
-            return f"layer {il}'s routed experts on {next(iter(r))}, another GPU than its layer's"
-        cpu.append(bool(r) and next(iter(r)) == "CPU" and dev != "CPU")
+        r = routed.get(il, {})
+        other = sorted(set(r.values()) - {dev, "CPU"})
+        if other:
+            return f"layer {il}'s routed experts on {other[0]}, another GPU than its layer's"
+        gate, up, down = (r.get(b) == "CPU" and dev != "CPU" for b in _ROUTED)
+        cpu.append((gate, up, down))
     return _Layout(dev, tuple(cpu))
 
 

@@ -68,6 +68,11 @@ CASES += [("qwen35moe", [24], "-c 32768 -np 1"), ("qwen3next", [16, 8], "-c 6553
 # Kimi-Linear (KDA state per sequence, MLA latent): the second keeps llama-server's 4 slots
 MODELS.update({"kimi-linear": "kimi-linear-48b-a3b"})
 CASES += [("kimi-linear", [16], "-c 32768 -np 1"), ("kimi-linear", [12, 8], "-c 32768")]
+# --- GLM-5.3-Flash (memory/replay_glm5next.py): llama-fit-params has no -kvu, so llama-server's 4 unified
+# slots are not measurable (refused): -np 1
+MODELS.update({"glm5-next": "glm-5.3-flash"})
+CASES += [("glm5-next", [16], "-c 32768 -np 1")]
+# ---
 
 
 @pytest.fixture(scope="module")
