@@ -252,7 +252,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if not why and inv.arch in rec.GLM5_NEXT:
         why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
                                               n_seq=settings.n_parallel, kv_unified=settings.kv_unified,
-                                              gpu_devices=len(gpus)))
+                                              pipeline=pipeline))
     # ---
     # --- DSA (deepseek32, glm-dsa): the settings and placements the replay covers (memory/replay_dsa.py;
     # llama.cpp's graph: ik_llama.cpp runs its own, whose compute is refused by support.unmodelled)

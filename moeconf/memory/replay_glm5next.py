@@ -71,6 +71,9 @@ class Glm5NextShape:
     n_pool_real: int  # cells / kpool * n_seq_max
     n_seqs: int = 1
     on_host: bool = False  # every layer and the output on the host (-ngl 0): one buffer, no copies
+    # per layer: the buffer of the GPU running it (GPU: the first, 2 on: the others; () every layer on GPU);
+    # the output runs on the last layer's
+    homes: tuple[int, ...] = ()
     # per layer: its routed experts' gate, up and down on the host (-ot exps=CPU, --n-cpu-moe); () none
     cpu_experts: tuple[tuple[bool, bool, bool], ...] = ()
     # the worst case's outputs: the ubatch before llama-context.cpp's graph_reserve rounds n_tokens up to
@@ -108,6 +111,9 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     n_top = min(n_pool, s.idx_top_k // kp)
     dsa = [il for il in range(n_layer) if not s.recurrent[il]]
 
+    def home_of(il: int) -> int:
+        return CPU if s.on_host else (s.homes[il] if s.homes else GPU)
+
     # the graph's leaves in the order the graph meets them: host inputs, the GPU's zero pads
     leaves: dict[object, int] = {}
 
@@ -125,7 +131,7 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     if any(s.recurrent):
         leaf("s_copy", 4 * ns)
     for i, il in enumerate(dsa):
-        leaf(("pzero", il), 4 * idx * T, CPU if s.on_host else GPU)
+        leaf(("pzero", il), 4 * idx * T, home_of(il))
         if i == 0:
             leaf("idx_k_idxs", 8 * T)
             leaf("new_pool_idxs", 4 * kp * n_new)
@@ -145,13 +151,20 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     g.split(CPU)
     embd = g.op(e * f, tokens)
     if not s.on_host:
-        g.split(GPU)
+        g.split(home_of(0))
         embd = g.input("embd_out", e * f, embd)
     x = g.op(hc * e * f, g.view(embd))  # hc_init: REPEAT of the embeddings
 
-    def hc_pre(x: int) -> tuple[int, int]:
-        """DSV4 HC pre: the mixes of the flattened, normed streams and the block input."""
+    def hc_pre(x: int, il: int = -1) -> tuple[int, int]:
+        """DSV4 HC pre: the mixes of the flattened, normed streams and the block input. `il`: the
+        first layer of a GPU after another GPU's, which runs the weightless RMS_NORM ("expand GPU
+        down", ggml-backend.cpp ggml_backend_sched_split_graph); this GPU's split starts with
+        copies of the norm and of the streams (returned in `x`'s place through `moved`)."""
         flat = g.op(hc * e * f, g.view(x))  # RMS_NORM of the reshaped streams
+        if il >= 0:
+            g.split(home_of(il))
+            flat = g.input(("flat", il), hc * e * f, flat)
+            moved[0] = x = g.input(("l_out", il), hc * e * f, x)
         mixes = g.op((2 + hc) * hc * f, flat)
         pre = g.op(hc * f, g.view(mixes))  # * scale
         for _ in range(3):  # + base, sigmoid, scale_bias
@@ -290,9 +303,9 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         """Layer il's routed experts, each of gate, up and down on its device (the layer's own, or
         the host: splits of their own with copies of what crosses), the SwiGLU and the weighting
         and sum where replay_kda.expert_devices puts them (see replay_kda.routed)."""
-        home = CPU if s.on_host else GPU
+        home = home_of(il)
         parts = s.cpu_experts[il] if s.cpu_experts else (False, False, False)
-        gate_d, up_d, down_d = (CPU if s.on_host or p else GPU for p in parts)
+        gate_d, up_d, down_d = (CPU if p else home for p in parts)
         act_d, sum_d = expert_devices(home, gate_d, up_d, down_d)
         here = home
         made: dict[int, int] = {}
@@ -328,9 +341,11 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         on(home)
         return use("moe_out", moe, e * f)
 
+    moved = [-1]
     for il in range(n_layer):
-        residual = x
-        cur, mixes = hc_pre(x)
+        moved[0] = x
+        cur, mixes = hc_pre(x, il if il and home_of(il) != home_of(il - 1) else -1)
+        x = residual = moved[0]
         out = kda(cur) if s.recurrent[il] else dsa_layer(il, cur)
         x = hc_post(out, residual, mixes)
         residual = x
@@ -368,10 +383,10 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
 
 
 @lru_cache(maxsize=256)
-def glm5next_peaks(s: Glm5NextShape, alignment: int) -> tuple[int, int]:
-    """The GPU's and the host's compute buffer sizes."""
-    gpu, host = glm5next_graph(s).peaks((alignment, 32))
-    return gpu, host
+def glm5next_peaks(s: Glm5NextShape, alignment: int) -> tuple[int, ...]:
+    """Each buffer's compute size: the first GPU's, the host's, then the other GPUs' (`homes`)."""
+    n_buf = max((*s.homes, CPU)) + 1
+    return glm5next_graph(s).peaks((alignment, *(32 if b == CPU else alignment for b in range(1, n_buf))))
 
 
 @lru_cache(maxsize=64)
@@ -384,14 +399,15 @@ def glm5next_host_peak(s: Glm5NextShape) -> int:
 KEYS = frozenset({"attention.indexer.kpool", "attention.indexer.kpool_select_tail", "hyper_connection.count",
                   "hyper_connection.epsilon", "hyper_connection.sinkhorn_iterations", "kda.gate_lower_bound"})
 ARCH = "glm5-next"
-_SCOPE = ("replayed: every layer and the output on one GPU with each layer's routed experts there or on the host "
-          "(-ot exps=CPU, --n-cpu-moe), or every layer on the host")
+_SCOPE = ("replayed: every layer and the output on GPUs (each GPU one range of layers, the output on the last "
+          "layer's) with each layer's routed experts there or on the host (-ot exps=CPU, --n-cpu-moe, -ts with "
+          "-ot), or every layer on the host")
 _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
 @dataclass(frozen=True)
 class _Layout:
-    device: str  # where every layer and the output run ("CPU": all of it on the host)
+    homes: tuple[str, ...]  # per layer: the device running it ("CPU" for all: everything on the host)
     cpu_experts: tuple[tuple[bool, bool, bool], ...]  # per layer: its gate, up, down experts on the host
 
 
@@ -402,33 +418,45 @@ def _layout(placement: Placement, n_layer: int) -> _Layout | str:
     from moeconf.engines import AUTO_GPU
 
     inv = placement.inventory
-    own: set[str] = set()
+    own: dict[int, set[str]] = defaultdict(set)  # layer (-1: outside the layers) -> devices of its own tensors
     routed: dict[int, dict[str, str]] = defaultdict(dict)
     for t in inv.tensors:
         d = placement.devices.get(t.name)
         if d is None or t.name == "token_embd.weight":  # the nextn block's tensors are skipped (TENSOR_SKIP)
             continue
-        if t.layer is not None and t.layer < n_layer and t.base in _ROUTED:
-            routed[t.layer][t.base] = d
+        il = t.layer if t.layer is not None and t.layer < n_layer else -1
+        if il >= 0 and t.base in _ROUTED:
+            routed[il][t.base] = d
         else:
-            own.add(d)
-    if AUTO_GPU in own or any(AUTO_GPU in r.values() for r in routed.values()):
+            own[il].add(d)
+    if any(AUTO_GPU in v for v in own.values()) or any(AUTO_GPU in r.values() for r in routed.values()):
         return "an automatic split over the GPUs (give -ts)"
     if placement.devices.get("token_embd.weight") != "CPU":
         return "the token embeddings off the host"
-    if len(own) != 1:
-        return ("layers or the output over several devices (a partial -ngl, -ts over several GPUs, pipeline "
-                "parallelism, -ot on attention, KDA or norm tensors)")
-    dev = next(iter(own))
+    homes: list[str] = []
+    for il in range(n_layer):
+        if len(own[il]) != 1:
+            return f"layer {il}'s own tensors over several devices (-ot on its attention, KDA or norm tensors)"
+        homes.append(next(iter(own[il])))
+    if own[-1] != {homes[-1]}:
+        return "the output on another device than the last layer"
+    on_host = set(homes) == {"CPU"}
+    if "CPU" in homes and not on_host:
+        return ("some layers on the host and others on a GPU (a partial -ngl: the engine then disables the fused HC "
+                "post for every layer, llama-context.cpp resolve_fused_ops, and copies strided views of the streams "
+                "at the boundary)")
+    runs = [d for i, d in enumerate(homes) if i == 0 or homes[i - 1] != d]
+    if len(runs) != len(set(runs)):
+        return "a GPU running two separate ranges of layers"
     cpu: list[tuple[bool, bool, bool]] = []
     for il in range(n_layer):
         r = routed.get(il, {})
-        other = sorted(set(r.values()) - {dev, "CPU"})
+        other = sorted(set(r.values()) - {homes[il], "CPU"})
         if other:
             return f"layer {il}'s routed experts on {other[0]}, another GPU than its layer's"
-        gate, up, down = (r.get(b) == "CPU" and dev != "CPU" for b in _ROUTED)
+        gate, up, down = (r.get(b) == "CPU" and not on_host for b in _ROUTED)
         cpu.append((gate, up, down))
-    return _Layout(dev, tuple(cpu))
+    return _Layout(tuple(homes), tuple(cpu))
 
 
 def _n_trunk(inv: Inventory) -> int:
@@ -436,7 +464,7 @@ def _n_trunk(inv: Inventory) -> int:
     return inv.metadata.block_count - (nextn if isinstance(nextn, int) else 0)
 
 
-def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool, gpu_devices: int) -> list[str]:
+def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool, pipeline: bool) -> list[str]:
     """Why glm5-next's compute on this placement and these settings is not modelled (empty: it is)."""
     inv = placement.inventory
     md = inv.metadata
@@ -457,10 +485,12 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
                    "replayed")
     if n_seq > 1 and kv_unified:
         why.append("compute is not modelled for glm5-next with a unified KV cache over several sequences "
-                   "(-kvu with -np > 1): the k-pool count per reserve is not measured")
+                   "(-kvu with -np > 1, llama-server's default 4 slots: give -np 1 or -np N -no-kvu): the k-pool "
+                   "count of its reserve is not measurable (llama-fit-params has no -kvu)")
     lay = _layout(placement, _n_trunk(inv))
-    if isinstance(lay, _Layout) and lay.device != "CPU" and gpu_devices > 1:
-        lay = "several GPUs"
+    if pipeline:
+        lay = ("pipeline parallelism (several GPUs, every layer offloaded, no -ot: the scheduler keeps 4 copies of the "
+               "graph inputs; give an -ot item to turn it off)")
     if isinstance(lay, str):
         why.append(f"compute is not modelled for glm5-next with {lay}: {_SCOPE}; KV cache and compute are not "
                    "computed")
@@ -483,7 +513,7 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
     lay = _layout(placement, n_layer)
     if dims is None or isinstance(lay, str) or n_layer != _n_trunk(inv):
         return {}
-    d = lay.device
+    gpus = list(dict.fromkeys(lay.homes))
     ints = {k: md.hparam(k) for k in ("attention.q_lora_rank", "attention.indexer.head_count",
                                       "attention.indexer.key_length", "attention.indexer.top_k",
                                       "attention.indexer.kpool", "hyper_connection.count")}
@@ -504,7 +534,9 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
         n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq), cpu_experts=lay.cpu_experts,
         n_outputs=n_tokens,
     )
-    if d == "CPU":
+    if gpus == ["CPU"]:
         return {"CPU": glm5next_host_peak(shape)}
-    gpu, host = glm5next_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
-    return {d: gpu, "CPU": host}
+    buf = {d: (GPU if i == 0 else i + 1) for i, d in enumerate(gpus)}
+    shape = dataclasses.replace(shape, homes=tuple(buf[d] for d in lay.homes))
+    peaks = glm5next_peaks(shape, 128 if gpus[0].startswith(("CUDA", "ROCm", "MUSA")) else 32)
+    return {"CPU": peaks[CPU], **{d: peaks[buf[d]] for d in gpus}}
