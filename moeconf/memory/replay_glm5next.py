@@ -74,6 +74,9 @@ class Glm5NextShape:
     # per layer: the buffer of the GPU running it (GPU: the first, 2 on: the others; () every layer on GPU);
     # the output runs on the last layer's
     homes: tuple[int, ...] = ()
+    # the fused DSV4 HC post (off for every layer when some layers run on the host and others on a GPU:
+    # llama-context.cpp resolve_fused_ops finds the host layer's post assigned to the GPU)
+    fused_post: bool = True
     # per layer: its routed experts' gate, up and down on the host (-ot exps=CPU, --n-cpu-moe); () none
     cpu_experts: tuple[tuple[bool, bool, bool], ...] = ()
     # the worst case's outputs: the ubatch before llama-context.cpp's graph_reserve rounds n_tokens up to
@@ -144,13 +147,13 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     def graph_input(key: object, size: int, name: str | None = None) -> int:
         """This split's copy of a host input (`key`: its copy's identity, one per reshape); on the
         host, the input itself or (`name` given: a layer's reshape) a view of it."""
-        if s.on_host:
+        if g.buf == CPU:
             return g.view(leaves[name]) if name is not None else leaves[key]
         return g.input(key, size, leaves[name if name is not None else key])
 
     g.split(CPU)
     embd = g.op(e * f, tokens)
-    if not s.on_host:
+    if home_of(0) != CPU:
         g.split(home_of(0))
         embd = g.input("embd_out", e * f, embd)
     x = g.op(hc * e * f, g.view(embd))  # hc_init: REPEAT of the embeddings
@@ -173,17 +176,52 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         cur = g.op(e * f, cur, inplace=True)  # RMS_NORM
         return g.op(e * f, cur, inplace=True), mixes  # * norm weight
 
-    def hc_post(out: int, residual: int, mixes: int) -> int:
+    def hc_post(out: int, residual: int, mixes: int, to: int = -1) -> int:
+        """DSV4 HC post: fused, or (`fused_post` off) per destination stream the block output times
+        its post weight plus each source stream times its comb weight, the streams concatenated.
+        `to`: the GPU running the next layer, after this (host) layer: every weightless node after
+        the comb runs there ("expand GPU up"), each reading a copy of the view it reads (strided:
+        a view's copy spans from its first to its last element)."""
         post = g.op(hc * f, g.view(mixes))
         for _ in range(3):  # + base, sigmoid, scale
             post = g.op(hc * f, post, inplace=True)
-        comb = g.op(hc * hc * f, mixes)  # DSV4_HC_COMB
-        return g.op(hc * e * f, out, residual, post, comb)
+        if s.fused_post:
+            comb = g.op(hc * hc * f, mixes)  # DSV4_HC_COMB
+            return g.op(hc * e * f, out, residual, post, comb)
+        # the views' spans: a stream of the residual, a (src, dst) comb weight, a dst post weight
+        res_span, comb_span, post_span = 4 * ((T - 1) * hc * e + e), 4 * ((T - 1) * hc * hc + 1), 4 * ((T - 1) * hc + 1)
+        comb = -1
+        acc = -1
+        n = 0  # views copied so far (each its own copy)
+
+        def moved(t: int, span: int) -> int:
+            """A view of t here: itself, or (t made on another buffer) this split's copy of it."""
+            nonlocal n
+            if g.nodes[t].buf == g.buf:
+                return g.view(t)
+            n += 1
+            return g.input(("view", out, n), span, g.view(t))
+
+        for dst in range(hc):
+            src_out = out if g.nodes[out].buf == g.buf else g.input(("post_out", out), e * f, out)
+            cur = g.op(e * f, src_out, moved(post, post_span), inplace=True)
+            for _ in range(hc):
+                if comb < 0:
+                    comb = g.op(hc * hc * f, mixes)  # DSV4_HC_COMB
+                    if to >= 0:
+                        g.split(to)
+                m = g.op(e * f, moved(residual, res_span), moved(comb, comb_span))
+                if g.nodes[cur].buf != g.buf:
+                    cur = g.input(("post_cur", out), e * f, cur)
+                cur = g.op(e * f, cur, m, inplace=True)
+            cur = g.view(cur)
+            acc = cur if acc < 0 else g.op((dst + 1) * e * f, acc, cur)
+        return acc
 
     def kda(cur: int) -> int:
         s_copy = graph_input("s_copy", 4 * ns)
         # the other sequences' rows: none in the reserve (on the host, a second view of s_copy)
-        extra = g.view(leaves["s_copy"]) if s.on_host else g.zero_input("s_copy_extra")
+        extra = g.view(leaves["s_copy"]) if g.buf == CPU else g.zero_input("s_copy_extra")
         conv_rows = g.op(n_embd_r * 4 * ns, s_copy)
         g.op(0, g.zero(extra))
         cat = []
@@ -344,8 +382,11 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     moved = [-1]
     for il in range(n_layer):
         moved[0] = x
-        cur, mixes = hc_pre(x, il if il and home_of(il) != home_of(il - 1) else -1)
-        x = residual = moved[0]
+        cur, mixes = hc_pre(x, il if il and CPU != home_of(il - 1) != home_of(il) else -1)
+        # the fused post reads the streams' copy HC_PRE reads; the unfused one views the streams
+        # themselves, each view copied on its own when they were made on the GPU before
+        residual = moved[0] if s.fused_post else x
+        x = moved[0]
         out = kda(cur) if s.recurrent[il] else dsa_layer(il, cur)
         x = hc_post(out, residual, mixes)
         residual = x
@@ -369,7 +410,8 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
             sg, su = g.op(ffs, cur), g.op(ffs, cur)
             sh = g.op(e * f, g.op(ffs, sg, su))
             out = g.op(e * f, moe, sh, inplace=True)
-        x = hc_post(out, residual, mixes)
+        nxt = home_of(il + 1) if il + 1 < n_layer else home_of(il)
+        x = hc_post(out, residual, mixes, nxt if home_of(il) == CPU and nxt != CPU else -1)
     # the outputs' rows of the streams, their mean, the output norm and the logits
     x = g.op(hc * e * fo, g.view(x), graph_input("out_ids", fo))
     acc = g.op(e * fo, g.view(x), g.view(x))
@@ -399,9 +441,9 @@ def glm5next_host_peak(s: Glm5NextShape) -> int:
 KEYS = frozenset({"attention.indexer.kpool", "attention.indexer.kpool_select_tail", "hyper_connection.count",
                   "hyper_connection.epsilon", "hyper_connection.sinkhorn_iterations", "kda.gate_lower_bound"})
 ARCH = "glm5-next"
-_SCOPE = ("replayed: every layer and the output on GPUs (each GPU one range of layers, the output on the last "
-          "layer's) with each layer's routed experts there or on the host (-ot exps=CPU, --n-cpu-moe, -ts with "
-          "-ot), or every layer on the host")
+_SCOPE = ("replayed: the first layers on the host or none (-ngl), the others on GPUs (each GPU one range of layers, "
+          "the output on the last layer's) with each layer's routed experts there or on the host (-ot exps=CPU, "
+          "--n-cpu-moe, -ts with -ot), or every layer on the host")
 _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
@@ -440,12 +482,9 @@ def _layout(placement: Placement, n_layer: int) -> _Layout | str:
         homes.append(next(iter(own[il])))
     if own[-1] != {homes[-1]}:
         return "the output on another device than the last layer"
-    on_host = set(homes) == {"CPU"}
-    if "CPU" in homes and not on_host:
-        return ("some layers on the host and others on a GPU (a partial -ngl: the engine then disables the fused HC "
-                "post for every layer, llama-context.cpp resolve_fused_ops, and copies strided views of the streams "
-                "at the boundary)")
     runs = [d for i, d in enumerate(homes) if i == 0 or homes[i - 1] != d]
+    if "CPU" in runs[1:]:
+        return "a layer on the host after a GPU's layers"
     if len(runs) != len(set(runs)):
         return "a GPU running two separate ranges of layers"
     cpu: list[tuple[bool, bool, bool]] = []
@@ -454,7 +493,7 @@ def _layout(placement: Placement, n_layer: int) -> _Layout | str:
         other = sorted(set(r.values()) - {homes[il], "CPU"})
         if other:
             return f"layer {il}'s routed experts on {other[0]}, another GPU than its layer's"
-        gate, up, down = (r.get(b) == "CPU" and not on_host for b in _ROUTED)
+        gate, up, down = (r.get(b) == "CPU" and homes[il] != "CPU" for b in _ROUTED)
         cpu.append((gate, up, down))
     return _Layout(tuple(homes), tuple(cpu))
 
@@ -536,7 +575,9 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
     )
     if gpus == ["CPU"]:
         return {"CPU": glm5next_host_peak(shape)}
-    buf = {d: (GPU if i == 0 else i + 1) for i, d in enumerate(gpus)}
-    shape = dataclasses.replace(shape, homes=tuple(buf[d] for d in lay.homes))
+    # host layers first (a partial -ngl): the fused HC post is off for every layer (`fused_post`)
+    gpus = [d for d in gpus if d != "CPU"]
+    buf = {"CPU": CPU, **{d: (GPU if i == 0 else i + 1) for i, d in enumerate(gpus)}}
+    shape = dataclasses.replace(shape, homes=tuple(buf[d] for d in lay.homes), fused_post="CPU" not in lay.homes)
     peaks = glm5next_peaks(shape, 128 if gpus[0].startswith(("CUDA", "ROCm", "MUSA")) else 32)
     return {"CPU": peaks[CPU], **{d: peaks[buf[d]] for d in gpus}}
