@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from moeconf.memory.replay import CPU, GPU, Graph
+from moeconf.memory.replay import CPU, GPU, Graph, _Node
 from moeconf.memory.replay_kda import expert_devices
 
 if TYPE_CHECKING:
@@ -77,6 +77,9 @@ class Glm5NextShape:
     # the fused DSV4 HC post (off for every layer when some layers run on the host and others on a GPU:
     # llama-context.cpp resolve_fused_ops finds the host layer's post assigned to the GPU)
     fused_post: bool = True
+    # the scheduler's copies of every graph input and split input (4 with pipeline parallelism): all
+    # allocated before any node and never freed (ggml-backend.cpp ggml_backend_sched_split_graph)
+    copies: int = 1
     # per layer: its routed experts' gate, up and down on the host (-ot exps=CPU, --n-cpu-moe); () none
     cpu_experts: tuple[tuple[bool, bool, bool], ...] = ()
     # the worst case's outputs: the ubatch before llama-context.cpp's graph_reserve rounds n_tokens up to
@@ -120,9 +123,29 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     # the graph's leaves in the order the graph meets them: host inputs, the GPU's zero pads
     leaves: dict[object, int] = {}
 
+    pinned: dict[tuple[object, int], int] = {}
+
     def leaf(key: object, size: int, buf: int = CPU) -> int:
-        leaves[key] = g.leaf(size, buf)
+        if s.copies > 1 and buf == CPU:  # a graph input: each copy pinned (the first is the leaf itself)
+            leaves[key] = len(g.nodes)
+            for _ in range(s.copies):
+                g.nodes.append(_Node(size, (), -1, False, True, CPU, (-2, 0)))
+        else:
+            leaves[key] = g.leaf(size, buf)
         return leaves[key]
+
+    def split_input(key: object, size: int, src: int) -> int:
+        """The current split's copy of `src` (another buffer's): `Graph.input`, or with pipeline
+        parallelism the first of its pinned copies (made once per buffer)."""
+        if s.copies == 1:
+            return g.input(key, size, src)
+        if (key, g.buf) not in pinned:
+            pinned[(key, g.buf)] = len(g.nodes)
+            for _ in range(s.copies):
+                if not size:  # an empty copy, still allocated (see Graph.zeros)
+                    g.zeros.add(len(g.nodes))
+                g.nodes.append(_Node(size, (), -1, False, True, g.buf, (-2, 0)))
+        return pinned[(key, g.buf)]
 
     tokens = leaf("tokens", f)
     leaf("embd", e * f)  # the embeddings input, unused with token ids
@@ -149,14 +172,16 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         host, the input itself or (`name` given: a layer's reshape) a view of it."""
         if g.buf == CPU:
             return g.view(leaves[name]) if name is not None else leaves[key]
-        return g.input(key, size, leaves[name if name is not None else key])
+        return split_input(key, size, leaves[name if name is not None else key])
 
     g.split(CPU)
     embd = g.op(e * f, tokens)
     if home_of(0) != CPU:
         g.split(home_of(0))
-        embd = g.input("embd_out", e * f, embd)
-    x = g.op(hc * e * f, g.view(embd))  # hc_init: REPEAT of the embeddings
+        embd = split_input("embd_out", e * f, embd)
+    # hc_init: REPEAT of the embeddings (a pinned copy is read as itself: Graph frees a view's root
+    # even when it is an output)
+    x = g.op(hc * e * f, embd if s.copies > 1 else g.view(embd))
 
     def hc_pre(x: int, il: int = -1) -> tuple[int, int]:
         """DSV4 HC pre: the mixes of the flattened, normed streams and the block input. `il`: the
@@ -166,8 +191,8 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         flat = g.op(hc * e * f, g.view(x))  # RMS_NORM of the reshaped streams
         if il >= 0:
             g.split(home_of(il))
-            flat = g.input(("flat", il), hc * e * f, flat)
-            moved[0] = x = g.input(("l_out", il), hc * e * f, x)
+            flat = split_input(("flat", il), hc * e * f, flat)
+            moved[0] = x = split_input(("l_out", il), hc * e * f, x)
         mixes = g.op((2 + hc) * hc * f, flat)
         pre = g.op(hc * f, g.view(mixes))  # * scale
         for _ in range(3):  # + base, sigmoid, scale_bias
@@ -221,7 +246,8 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     def kda(cur: int) -> int:
         s_copy = graph_input("s_copy", 4 * ns)
         # the other sequences' rows: none in the reserve (on the host, a second view of s_copy)
-        extra = g.view(leaves["s_copy"]) if g.buf == CPU else g.zero_input("s_copy_extra")
+        extra = (g.view(leaves["s_copy"]) if g.buf == CPU else g.zero_input("s_copy_extra") if s.copies == 1
+                 else split_input("s_copy_extra", 0, leaves["s_copy"]))
         conv_rows = g.op(n_embd_r * 4 * ns, s_copy)
         g.op(0, g.zero(extra))
         cat = []
@@ -443,7 +469,7 @@ KEYS = frozenset({"attention.indexer.kpool", "attention.indexer.kpool_select_tai
 ARCH = "glm5-next"
 _SCOPE = ("replayed: the first layers on the host or none (-ngl), the others on GPUs (each GPU one range of layers, "
           "the output on the last layer's) with each layer's routed experts there or on the host (-ot exps=CPU, "
-          "--n-cpu-moe, -ts with -ot), or every layer on the host")
+          "--n-cpu-moe; pipeline parallelism over several GPUs too), or every layer on the host")
 _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
@@ -503,7 +529,7 @@ def _n_trunk(inv: Inventory) -> int:
     return inv.metadata.block_count - (nextn if isinstance(nextn, int) else 0)
 
 
-def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool, pipeline: bool) -> list[str]:
+def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool) -> list[str]:
     """Why glm5-next's compute on this placement and these settings is not modelled (empty: it is)."""
     inv = placement.inventory
     md = inv.metadata
@@ -527,16 +553,14 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
                    "(-kvu with -np > 1, llama-server's default 4 slots: give -np 1 or -np N -no-kvu): the k-pool "
                    "count of its reserve is not measurable (llama-fit-params has no -kvu)")
     lay = _layout(placement, _n_trunk(inv))
-    if pipeline:
-        lay = ("pipeline parallelism (several GPUs, every layer offloaded, no -ot: the scheduler keeps 4 copies of the "
-               "graph inputs; give an -ot item to turn it off)")
     if isinstance(lay, str):
         why.append(f"compute is not modelled for glm5-next with {lay}: {_SCOPE}; KV cache and compute are not "
                    "computed")
     return why
 
 
-def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int) -> dict[str, int]:
+def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int, *,
+                      pipeline: bool = False) -> dict[str, int]:
     """Each compute buffer (the GPU's and the host's, or the host's alone) by the replay above, for
     the placements `unmodelled` accepts; `n_tokens`: the worst-case ubatch (min(-b, -ub)), `cells`:
     KV cells per stream."""
@@ -578,6 +602,7 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
     # host layers first (a partial -ngl): the fused HC post is off for every layer (`fused_post`)
     gpus = [d for d in gpus if d != "CPU"]
     buf = {"CPU": CPU, **{d: (GPU if i == 0 else i + 1) for i, d in enumerate(gpus)}}
-    shape = dataclasses.replace(shape, homes=tuple(buf[d] for d in lay.homes), fused_post="CPU" not in lay.homes)
+    shape = dataclasses.replace(shape, homes=tuple(buf[d] for d in lay.homes), fused_post="CPU" not in lay.homes,
+                                copies=4 if pipeline else 1)
     peaks = glm5next_peaks(shape, 128 if gpus[0].startswith(("CUDA", "ROCm", "MUSA")) else 32)
     return {"CPU": peaks[CPU], **{d: peaks[buf[d]] for d in gpus}}
