@@ -52,8 +52,10 @@ def _rows(line: str) -> list[dict[str, object]]:
 
 def test_the_record_covers_the_families() -> None:
     """f16 and q8_0 caches, a long context at -ub 2048, four slots, routed experts on the host
-    (all and some layers), every layer on the host, and at least 3 held-out lines."""
-    for fragment in ("-ctk q8_0", "-c 131072", "-np 4", "-ot exps=CPU", "--n-cpu-moe", "-ngl 0"):
+    (all and some layers), every layer on the host, a partial -ngl, two GPUs with and without
+    pipeline parallelism, and at least 3 held-out lines."""
+    for fragment in ("-ctk q8_0", "-c 131072", "-np 4", "-ot exps=CPU", "--n-cpu-moe", "-ngl 0", "-ngl 40",
+                     "2rpc -c 32768 -ngl 999 -ts 1,1", "-ts 1,1 -ot exps=CPU", "2rpc -c 32768 -ngl 30"):
         assert any(fragment in line for line in LINES), fragment
     assert len({r["args"] for r in RECORDED["rows"] if r["held_out"]}) >= 3
 
@@ -68,7 +70,7 @@ def test_memory_matches_the_recorded_engine_figures(inv: Inventory, line: str) -
 def test_the_check_catches_a_wrong_figure(inv: Inventory) -> None:
     """The comparison itself: a recorded compute 0.1 MiB off, a KV 2 MiB off or weights 1.5 MiB
     under moeconf's are reported, on the GPU and on the host."""
-    line = "-c 32768 -ngl 999 -ot exps=CPU"
+    line = "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU"
     rows = _rows(line)
     est = _estimate(inv, line)
     assert not recorded_mismatches(est, rows, EPS)
@@ -133,3 +135,56 @@ def test_explain_prints_every_term(path: Path, capsys: pytest.CaptureFixture[str
     data = json.loads(capsys.readouterr().out)
     assert data["memory_complete"] is True
     assert all(d["kv"] is not None and d["compute"] is not None for d in data["memory"].values())
+
+
+@pytest.mark.parametrize(("line", "knob"), [
+    ("-c 32768 -ngl 40", "fused_post"),  # the unfused HC post and the boundary's view copies
+    ("2rpc -c 32768 -ngl 999 -ts 1,1", "copies"),  # pipeline parallelism's pinned input copies
+])
+def test_each_placement_rule_matters(inv: Inventory, line: str, knob: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replayed without the rule its placement needs (the fused HC post kept on with host layers
+    first; one copy of the inputs under pipeline parallelism), the GPU's compute misses the
+    engine's figure."""
+    flip = {"fused_post": True, "copies": 1}
+    assert not recorded_mismatches(_estimate(inv, line), _rows(line), EPS)
+    monkeypatch.setattr(dataclasses, "replace", _replace_then(knob, flip[knob]))
+    rg.glm5next_peaks.cache_clear()
+    bad = recorded_mismatches(_estimate(inv, line), _rows(line), EPS)
+    rg.glm5next_peaks.cache_clear()
+    assert ("rpc0", "compute") in [(b[0], b[1]) for b in bad]
+
+
+def _replace_then(knob: str, value: object):  # type: ignore[no-untyped-def]
+    """dataclasses.replace that forces `knob` to `value` on the replay's shapes."""
+    real = dataclasses.replace
+
+    def replace(obj: object, /, **changes: object) -> object:
+        if isinstance(obj, rg.Glm5NextShape):
+            changes[knob] = value
+        return real(obj, **changes)  # type: ignore[type-var]
+
+    return replace
+
+
+def test_fit_places_glm5next_within_its_budgets(inv: Inventory, tmp_path: Path) -> None:
+    """`moeconf fit` works for GLM-5.3-Flash (refused before): one 16 GiB GPU and 12 + 8 GiB at 32k
+    with one sequence, each command's memory complete and within its budgets by moeconf's count
+    (the engine suite measures them: 14,758 MiB, and 11,211 + 7,042 MiB, + 1 GiB reserve each)."""
+    from moeconf.engines import engine
+    from moeconf.explanation import explain
+    from moeconf.fit import Budget, fit
+    from moeconf.memory import read_settings
+    from moeconf.sizing import estimate_explained
+
+    MiB = 1024 * 1024
+    eps = ["127.0.0.1:50931", "127.0.0.1:50932"]
+    for gib in ([16], [12, 8]):
+        budgets = [Budget(f"RPC0[{ep}]", g * 1024 * MiB) for ep, g in zip(eps, gib, strict=False)]
+        res = fit(inv, engine("llama.cpp"), budgets, ["--rpc", ",".join(eps[:len(gib)]), "-c", "32768", "-np", "1"],
+                  model_path=str(inv.source), plan_dir=str(tmp_path), reserve=1024 * MiB)
+        argv = list(res.argv[3:])
+        eng = engine("llama.cpp")
+        est = estimate_explained(explain(inv, eng, argv, gpus=[]), read_settings(argv, eng))
+        assert est.complete, est.notes
+        for b in budgets:
+            assert est.devices[b.device].total <= b.size
