@@ -80,6 +80,9 @@ class Glm5NextShape:
     # the scheduler's copies of every graph input and split input (4 with pipeline parallelism): all
     # allocated before any node and never freed (ggml-backend.cpp ggml_backend_sched_split_graph)
     copies: int = 1
+    # flash attention (off: an F32 mask, the latent's transposed copy, KQ and its softmax in place)
+    flash_attn: bool = True
+    cache_el: int = 2  # bytes per element of the K cache (with flash attention off: f16, bf16 or f32)
     # per layer: its routed experts' gate, up and down on the host (-ot exps=CPU, --n-cpu-moe); () none
     cpu_experts: tuple[tuple[bool, bool, bool], ...] = ()
     # the worst case's outputs: the ubatch before llama-context.cpp's graph_reserve rounds n_tokens up to
@@ -119,6 +122,8 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
 
     def home_of(il: int) -> int:
         return CPU if s.on_host else (s.homes[il] if s.homes else GPU)
+
+    mask_el = 2 if s.flash_attn else 4  # the attention mask: f16 with flash attention, else f32
 
     # the graph's leaves in the order the graph meets them: host inputs, the GPU's zero pads
     leaves: dict[object, int] = {}
@@ -163,7 +168,7 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
             leaf("new_pool_idxs", 4 * kp * n_new)
             leaf("new_pool_rep", 8 * n_new)
             leaf("k_idxs", 8 * T)
-            leaf("mask", 2 * s.n_kv * T)
+            leaf("mask", mask_el * s.n_kv * T)
     fo = 4 * (s.n_outputs or T)
     leaf("out_ids", fo)
 
@@ -319,6 +324,9 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         kv = g.op(r * f, kv, inplace=True)
         kv = g.op(r * f, kv, inplace=True)
         g.op(0, g.view(kv), graph_input("k_idxs", 8 * T))
+        if not s.flash_attn:  # build_attn_mha: V (the latent, transposed) and KQ, before the mask
+            v_cont = g.op(s.cache_el * r * s.n_kv)
+            kq = g.op(4 * s.n_kv * T * s.n_head, g.view(qa))
         # the lightning indexer over the pooled keys, the top pools by score
         iq = g.op(s.idx_heads * idx * f, qr)
         pooled = g.op(idx * 4 * n_pool, graph_input("pool_cells", 4 * n_pool))  # GET_ROWS
@@ -348,15 +356,23 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         idx_f = g.op(4 * n_sel * T, idx_f, live, inplace=True)
         idx_f = g.op(4 * n_sel * T, idx_f, dump, inplace=True)
         idx_i = g.op(4 * n_sel * T, idx_f)  # cast to I32
-        mseed = g.op(2, seed)  # cast to the mask's F16
-        mseed = g.op(2, mseed, inplace=True)  # FILL -inf
-        mask_all = g.op(2 * (s.n_kv + n_sel) * T, mseed)  # REPEAT
+        if s.flash_attn:
+            mseed = g.op(2, seed)  # cast to the mask's F16
+            mseed = g.op(2, mseed, inplace=True)  # FILL -inf
+        else:
+            mseed = g.op(4, seed, inplace=True)  # FILL -inf of the F32 seed itself
+        mask_all = g.op(mask_el * (s.n_kv + n_sel) * T, mseed)  # REPEAT
         rows_set = g.view(g.view(mask_all))
         g.nodes[rows_set].srcs += (zeros, idx_i)  # SET_ROWS: a view of the mask, from zeros at idx
-        masked = g.op(2 * s.n_kv * T, g.view(rows_set),
-                      graph_input(("mask", il), 2 * s.n_kv * T, "mask"), inplace=True)
-        att = g.op(s.n_head * r * f, g.view(qa), g.view(masked))  # FLASH_ATTN_EXT
-        vb = g.op(s.n_head * s.head_v_mla * f, g.view(att))  # wv_b
+        masked = g.op(mask_el * s.n_kv * T, g.view(rows_set),
+                      graph_input(("mask", il), mask_el * s.n_kv * T, "mask"), inplace=True)
+        if s.flash_attn:
+            att = g.op(s.n_head * r * f, g.view(qa), g.view(masked))  # FLASH_ATTN_EXT
+            vb = g.op(s.n_head * s.head_v_mla * f, g.view(att))  # wv_b
+        else:
+            kq = g.op(4 * s.n_kv * T * s.n_head, kq, g.view(masked), inplace=True)  # SOFT_MAX
+            att = g.op(s.n_head * r * f, v_cont, kq)  # KQV
+            vb = g.op(s.n_head * s.head_v_mla * f, att)  # wv_b
         vb = g.op(s.n_head * s.head_v_mla * f, g.view(vb))  # CONT of the permuted
         return g.op(e * f, g.view(vb))  # wo
 
@@ -529,7 +545,11 @@ def _n_trunk(inv: Inventory) -> int:
     return inv.metadata.block_count - (nextn if isinstance(nextn, int) else 0)
 
 
-def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool) -> list[str]:
+_CACHE_EL = {"f16": 2, "bf16": 2, "f32": 4}  # bytes per element of the cache types replayed with -fa off
+
+
+def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool,
+               cache_type_k: str = "f16") -> list[str]:
     """Why glm5-next's compute on this placement and these settings is not modelled (empty: it is)."""
     inv = placement.inventory
     md = inv.metadata
@@ -545,9 +565,9 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
         why.append("glm5-next's attention.indexer.kpool/top_k are missing or invalid: the engine refuses the file")
     if md.hparam("hyper_connection.count") != 4:
         why.append("glm5-next with hyper_connection.count other than 4: the engine refuses the file")
-    if not flash_attn:
-        why.append("compute is not modelled for glm5-next with flash attention off (-fa off): its graph is not "
-                   "replayed")
+    if not flash_attn and cache_type_k not in _CACHE_EL:
+        why.append(f"compute is not modelled for glm5-next with flash attention off and a {cache_type_k} K cache: "
+                   "the transposed latent's copy is replayed for f16, bf16 and f32 only")
     if n_seq > 1 and kv_unified:
         why.append("compute is not modelled for glm5-next with a unified KV cache over several sequences "
                    "(-kvu with -np > 1, llama-server's default 4 slots: give -np 1 or -np N -no-kvu): the k-pool "
@@ -560,7 +580,7 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
 
 
 def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int, *,
-                      pipeline: bool = False) -> dict[str, int]:
+                      pipeline: bool = False, flash_attn: bool = True, cache_type_k: str = "f16") -> dict[str, int]:
     """Each compute buffer (the GPU's and the host's, or the host's alone) by the replay above, for
     the placements `unmodelled` accepts; `n_tokens`: the worst-case ubatch (min(-b, -ub)), `cells`:
     KV cells per stream."""
@@ -595,7 +615,7 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
         n_ff=tuple(geo.n_ff_dense if dn else 0 for dn in dense), recurrent=tuple(la.index in rl for la in geo.layers),
         n_tokens=-(-n_tokens // max(1, n_seq)) * max(1, n_seq), n_kv=cells,
         n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq), cpu_experts=lay.cpu_experts,
-        n_outputs=n_tokens,
+        n_outputs=n_tokens, flash_attn=flash_attn, cache_el=_CACHE_EL.get(cache_type_k, 2),
     )
     if gpus == ["CPU"]:
         return {"CPU": glm5next_host_peak(shape)}
