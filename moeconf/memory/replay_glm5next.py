@@ -80,6 +80,9 @@ class Glm5NextShape:
     # the scheduler's copies of every graph input and split input (4 with pipeline parallelism): all
     # allocated before any node and never freed (ggml-backend.cpp ggml_backend_sched_split_graph)
     copies: int = 1
+    # the output's buffer when every layer runs on the host and the output on a GPU (-ngl 1); -1: the
+    # last layer's
+    out_home: int = -1
     # flash attention (off: an F32 mask, the latent's transposed copy, KQ and its softmax in place)
     flash_attn: bool = True
     cache_el: int = 2  # bytes per element of the K cache (with flash attention off: f16, bf16 or f32)
@@ -452,7 +455,7 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
             sg, su = g.op(ffs, cur), g.op(ffs, cur)
             sh = g.op(e * f, g.op(ffs, sg, su))
             out = g.op(e * f, moe, sh, inplace=True)
-        nxt = home_of(il + 1) if il + 1 < n_layer else home_of(il)
+        nxt = home_of(il + 1) if il + 1 < n_layer else (home_of(il) if s.out_home < 0 else s.out_home)
         x = hc_post(out, residual, mixes, nxt if home_of(il) == CPU and nxt != CPU else -1)
     # the outputs' rows of the streams, their mean, the output norm and the logits
     x = g.op(hc * e * fo, g.view(x), graph_input("out_ids", fo))
@@ -492,6 +495,7 @@ _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 @dataclass(frozen=True)
 class _Layout:
     homes: tuple[str, ...]  # per layer: the device running it ("CPU" for all: everything on the host)
+    output: frozenset[str]  # the device of the output norm and matrix
     cpu_experts: tuple[tuple[bool, bool, bool], ...]  # per layer: its gate, up, down experts on the host
 
 
@@ -522,7 +526,7 @@ def _layout(placement: Placement, n_layer: int) -> _Layout | str:
         if len(own[il]) != 1:
             return f"layer {il}'s own tensors over several devices (-ot on its attention, KDA or norm tensors)"
         homes.append(next(iter(own[il])))
-    if own[-1] != {homes[-1]}:
+    if own[-1] != {homes[-1]} and not (set(homes) == {"CPU"} and len(own[-1]) == 1):
         return "the output on another device than the last layer"
     runs = [d for i, d in enumerate(homes) if i == 0 or homes[i - 1] != d]
     if "CPU" in runs[1:]:
@@ -537,7 +541,7 @@ def _layout(placement: Placement, n_layer: int) -> _Layout | str:
             return f"layer {il}'s routed experts on {other[0]}, another GPU than its layer's"
         gate, up, down = (r.get(b) == "CPU" and homes[il] != "CPU" for b in _ROUTED)
         cpu.append((gate, up, down))
-    return _Layout(tuple(homes), tuple(cpu))
+    return _Layout(tuple(homes), frozenset(own[-1]), tuple(cpu))
 
 
 def _n_trunk(inv: Inventory) -> int:
@@ -566,8 +570,9 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
     if md.hparam("hyper_connection.count") != 4:
         why.append("glm5-next with hyper_connection.count other than 4: the engine refuses the file")
     if not flash_attn and cache_type_k not in _CACHE_EL:
-        why.append(f"compute is not modelled for glm5-next with flash attention off and a {cache_type_k} K cache: "
-                   "the transposed latent's copy is replayed for f16, bf16 and f32 only")
+        why.append(f"compute is not modelled for glm5-next with flash attention off and a {cache_type_k} K cache "
+                   "(llama.cpp refuses a quantized V cache without flash attention; the latent's transposed copy "
+                   "is replayed for f16, bf16 and f32)")
     if n_seq > 1 and kv_unified:
         why.append("compute is not modelled for glm5-next with a unified KV cache over several sequences "
                    "(-kvu with -np > 1, llama-server's default 4 slots: give -np 1 or -np N -no-kvu): the k-pool "
@@ -617,12 +622,14 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
         n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq), cpu_experts=lay.cpu_experts,
         n_outputs=n_tokens, flash_attn=flash_attn, cache_el=_CACHE_EL.get(cache_type_k, 2),
     )
-    if gpus == ["CPU"]:
+    out_dev = next(iter(lay.output))
+    if gpus == ["CPU"] and out_dev == "CPU":
         return {"CPU": glm5next_host_peak(shape)}
     # host layers first (a partial -ngl): the fused HC post is off for every layer (`fused_post`)
-    gpus = [d for d in gpus if d != "CPU"]
+    gpus = [d for d in dict.fromkeys((*gpus, out_dev)) if d != "CPU"]
     buf = {"CPU": CPU, **{d: (GPU if i == 0 else i + 1) for i, d in enumerate(gpus)}}
     shape = dataclasses.replace(shape, homes=tuple(buf[d] for d in lay.homes), fused_post="CPU" not in lay.homes,
+                                out_home=buf[out_dev] if out_dev != lay.homes[-1] else -1,
                                 copies=4 if pipeline else 1)
     peaks = glm5next_peaks(shape, 128 if gpus[0].startswith(("CUDA", "ROCm", "MUSA")) else 32)
     return {"CPU": peaks[CPU], **{d: peaks[buf[d]] for d in gpus}}
