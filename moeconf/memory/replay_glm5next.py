@@ -88,6 +88,9 @@ class Glm5NextShape:
     cache_el: int = 2  # bytes per element of the K cache (with flash attention off: f16, bf16 or f32)
     # per layer: its routed experts' gate, up and down on the host (-ot exps=CPU, --n-cpu-moe); () none
     cpu_experts: tuple[tuple[bool, bool, bool], ...] = ()
+    # per layer: the buffers of its gate, up and down experts (() for a dense layer), overriding
+    # `cpu_experts` when given: the host, its own GPU or another GPU
+    experts: tuple[tuple[int, ...], ...] = ()
     # the worst case's outputs: the ubatch before llama-context.cpp's graph_reserve rounds n_tokens up to
     # a multiple of the sequences (0: n_tokens)
     n_outputs: int = 0
@@ -387,8 +390,11 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         the host: splits of their own with copies of what crosses), the SwiGLU and the weighting
         and sum where replay_kda.expert_devices puts them (see replay_kda.routed)."""
         home = home_of(il)
-        parts = s.cpu_experts[il] if s.cpu_experts else (False, False, False)
-        gate_d, up_d, down_d = (CPU if p else home for p in parts)
+        if s.experts and s.experts[il]:
+            gate_d, up_d, down_d = s.experts[il]
+        else:
+            parts = s.cpu_experts[il] if s.cpu_experts else (False, False, False)
+            gate_d, up_d, down_d = (CPU if p else home for p in parts)
         act_d, sum_d = expert_devices(home, gate_d, up_d, down_d)
         here = home
         made: dict[int, int] = {}
@@ -496,7 +502,7 @@ _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 class _Layout:
     homes: tuple[str, ...]  # per layer: the device running it ("CPU" for all: everything on the host)
     output: frozenset[str]  # the device of the output norm and matrix
-    cpu_experts: tuple[tuple[bool, bool, bool], ...]  # per layer: its gate, up, down experts on the host
+    experts: tuple[tuple[str, ...], ...]  # per layer: the devices of its gate, up, down experts (() dense)
 
 
 def _layout(placement: Placement, n_layer: int) -> _Layout | str:
@@ -533,15 +539,15 @@ def _layout(placement: Placement, n_layer: int) -> _Layout | str:
         return "a layer on the host after a GPU's layers"
     if len(runs) != len(set(runs)):
         return "a GPU running two separate ranges of layers"
-    cpu: list[tuple[bool, bool, bool]] = []
+    experts: list[tuple[str, ...]] = []
     for il in range(n_layer):
         r = routed.get(il, {})
-        other = sorted(set(r.values()) - {homes[il], "CPU"})
-        if other:
-            return f"layer {il}'s routed experts on {other[0]}, another GPU than its layer's"
-        gate, up, down = (r.get(b) == "CPU" and homes[il] != "CPU" for b in _ROUTED)
-        cpu.append((gate, up, down))
-    return _Layout(tuple(homes), frozenset(own[-1]), tuple(cpu))
+        if r and len(r) != len(_ROUTED):
+            return f"layer {il}'s routed experts incomplete"
+        if r and homes[il] == "CPU" and set(r.values()) != {"CPU"}:
+            return f"layer {il} on the host with routed experts on a GPU"
+        experts.append(tuple(r[b] for b in _ROUTED) if r else ())
+    return _Layout(tuple(homes), frozenset(own[-1]), tuple(experts))
 
 
 def _n_trunk(inv: Inventory) -> int:
@@ -619,16 +625,17 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
         n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp, n_ff_shexp=geo.n_ff_shexp,
         n_ff=tuple(geo.n_ff_dense if dn else 0 for dn in dense), recurrent=tuple(la.index in rl for la in geo.layers),
         n_tokens=-(-n_tokens // max(1, n_seq)) * max(1, n_seq), n_kv=cells,
-        n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq), cpu_experts=lay.cpu_experts,
+        n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq),
         n_outputs=n_tokens, flash_attn=flash_attn, cache_el=_CACHE_EL.get(cache_type_k, 2),
     )
     out_dev = next(iter(lay.output))
     if gpus == ["CPU"] and out_dev == "CPU":
         return {"CPU": glm5next_host_peak(shape)}
     # host layers first (a partial -ngl): the fused HC post is off for every layer (`fused_post`)
-    gpus = [d for d in dict.fromkeys((*gpus, out_dev)) if d != "CPU"]
+    gpus = [d for d in dict.fromkeys((*gpus, out_dev, *(d for ds in lay.experts for d in ds))) if d != "CPU"]
     buf = {"CPU": CPU, **{d: (GPU if i == 0 else i + 1) for i, d in enumerate(gpus)}}
     shape = dataclasses.replace(shape, homes=tuple(buf[d] for d in lay.homes), fused_post="CPU" not in lay.homes,
+                                experts=tuple(tuple(buf[d] for d in ds) for ds in lay.experts),
                                 out_home=buf[out_dev] if out_dev != lay.homes[-1] else -1,
                                 copies=4 if pipeline else 1)
     peaks = glm5next_peaks(shape, 128 if gpus[0].startswith(("CUDA", "ROCm", "MUSA")) else 32)
