@@ -71,7 +71,8 @@ CASES += [("kimi-linear", [16], "-c 32768 -np 1"), ("kimi-linear", [12, 8], "-c 
 # --- GLM-5.3-Flash (memory/replay_glm5next.py): llama-fit-params has no -kvu, so llama-server's 4 unified
 # slots are not measurable (refused): -np 1
 MODELS.update({"glm5-next": "glm-5.3-flash"})
-CASES += [("glm5-next", [16], "-c 32768 -np 1"), ("glm5-next", [12, 8], "-c 32768 -np 1")]
+CASES += [("glm5-next", [16], "-c 32768 -np 1"), ("glm5-next", [12, 8], "-c 32768 -np 1"),
+          ("glm5-next", [24, 24], "-c 65536 -np 1 -ctk q8_0 -ctv q8_0")]
 # ---
 
 
