@@ -156,10 +156,10 @@ class KdaShape:
 def kda_shape(inv: Inventory) -> KdaShape | None:
     if inv.arch not in KDA:
         return None
-    return _kda_dims(inv)
+    return kda_dims(inv)
 
 
-def _kda_dims(inv: Inventory) -> KdaShape | None:
+def kda_dims(inv: Inventory) -> KdaShape | None:
     d_conv, head_dim, n_head = _int(inv, "ssm.conv_kernel"), _int(inv, "kda.head_dim"), inv.metadata.head_count
     if not d_conv or not head_dim or not n_head:
         return None
@@ -177,7 +177,7 @@ def kda_layers(inv: Inventory) -> frozenset[int]:
 
 def state_bytes(inv: Inventory, n_seq_max: int) -> int:
     """One recurrent layer's state (every recurrent layer of a model has the same), 0 if unknown."""
-    s: RecurrentShape | KdaShape | None = _kda_dims(inv) if inv.arch in KDA | GLM5_NEXT else shape(inv)
+    s: RecurrentShape | KdaShape | None = kda_dims(inv) if inv.arch in KDA | GLM5_NEXT else shape(inv)
     return s.state_bytes(n_seq_max) if s is not None else 0
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
 
@@ -192,7 +192,7 @@ GLM5_NEXT = frozenset({"glm5-next"})
 
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
     """Settings whose memory is not modelled for this hybrid (empty: all are)."""
-    if inv.arch in KDA | GLM5_NEXT and (_kda_dims(inv) is None or not kda_layers(inv)):
+    if inv.arch in KDA | GLM5_NEXT and (kda_dims(inv) is None or not kda_layers(inv)):
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]

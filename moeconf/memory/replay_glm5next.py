@@ -18,14 +18,26 @@ src/llama-graph.cpp (`build_rs`, `build_moe_ffn`). Facts that set the buffer:
   x tokens), the slot mask (F32, n_sel x tokens), the new pools' members (I32, kpool x n_new) and
   their cells (I64, n_new), with `n_pool = max(64, pad64(n_pool_real + 1))`, `n_new = n_pool_real`,
   `n_sel = kpool * min(n_pool, top_k / kpool) + kpool - 1`;
-- each DSA layer reshapes the attention mask, the slot mask and the new pools' members anew, so
-  the GPU's split copies all three once per DSA layer at its start and keeps each mask copy until
-  its layer (the mask copy then holds the layer's sparse mask: the ADD runs in place on it);
-- the flash-attention output (heads x kv_lora_rank x tokens, F32) of the first DSA layer lands
-  above everything else: the buffer's size.
+- each DSA layer reshapes the attention mask, the slot mask and the new pools' members anew, so a
+  GPU's split copies all three once per DSA layer (at the start of the split running it) and keeps
+  each mask copy until its layer (the mask copy then holds the layer's sparse mask: the ADD runs in
+  place on it);
+- with every layer on one GPU, the flash-attention output (heads x kv_lora_rank x tokens, F32) of
+  the first DSA layer lands above everything else: the buffer's size.
 
-Checked against the allocations of an instrumented ggml-alloc of the pinned build (`AT_PRINTF`)
-on the sparse full-size GLM-5.3-Flash (tests/data/glm5next_memory_oracle.json)."""
+The whole graph is replayed once with every buffer (the host's and each GPU's) and the scheduler's
+splits between them (ggml-backend.cpp `ggml_backend_sched_split_graph`): a routed expert matmul runs
+where its weights are, the SwiGLU and the weighted sum where `replay_kda.expert_devices` puts them;
+at a boundary between two GPUs the next layer's first (weightless) RMS_NORM runs on the GPU before
+("expand GPU down"), which copies it and the streams over; host layers first (a partial -ngl, or
+-ngl 1 with the output on a GPU) turn the fused HC post off for every layer (`resolve_fused_ops`
+finds the last host layer's post assigned to the GPU), and that post's weightless ops after the comb
+run on the GPU, each reading a copy of the strided view it reads; pipeline parallelism pins 4 copies
+of every graph input and split input before any node.
+
+Checked against the allocations of an instrumented ggml-alloc of the pinned build (`AT_PRINTF`) and
+`GGML_SCHED_DEBUG=2` on the sparse full-size GLM-5.3-Flash, every offset of every buffer on the
+traced lines, and against `llama-fit-params -fitp on` (tests/data/glm5next_memory_oracle.json)."""
 
 from __future__ import annotations
 
@@ -105,9 +117,10 @@ class Glm5NextShape:
 
 
 def glm5next_graph(s: Glm5NextShape) -> Graph:
-    """The whole graph with every layer and the output on one GPU (buffer GPU), the embeddings
-    and the graph inputs on the host (buffer CPU); with `on_host`, all of it in buffer CPU (the
-    graph's nodes read the inputs themselves, or a view where a layer reshapes one)."""
+    """The whole graph, each node in the buffer of the device running it (`homes`, `experts`,
+    `out_home`; by default every layer and the output in buffer GPU), the embeddings and the graph
+    inputs on the host (buffer CPU). Nodes on the host read the inputs themselves (a view where a
+    layer reshapes one), nodes on a GPU the split's copies."""
     g = Graph()
     T = s.n_tokens
     f = 4 * T
@@ -601,7 +614,7 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
 
     inv = placement.inventory
     md = inv.metadata
-    dims = rec._kda_dims(inv)
+    dims = rec.kda_dims(inv)
     rl = rec.recurrent_layers(inv)
     n_layer = len(geo.layers)
     lead = md.hparam("leading_dense_block_count")
