@@ -594,10 +594,6 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
         why.append(f"compute is not modelled for glm5-next with flash attention off and a {cache_type_k} K cache "
                    "(llama.cpp refuses a quantized V cache without flash attention; the latent's transposed copy "
                    "is replayed for f16, bf16 and f32)")
-    if n_seq > 1 and kv_unified:
-        why.append("compute is not modelled for glm5-next with a unified KV cache over several sequences "
-                   "(-kvu with -np > 1, llama-server's default 4 slots: give -np 1 or -np N -no-kvu): the k-pool "
-                   "count of its reserve is not measurable (llama-fit-params has no -kvu)")
     lay = _layout(placement, _n_trunk(inv))
     if isinstance(lay, str):
         why.append(f"compute is not modelled for glm5-next with {lay}: {_SCOPE}; KV cache and compute are not "
