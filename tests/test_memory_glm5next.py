@@ -56,7 +56,7 @@ def test_the_record_covers_the_families() -> None:
     pipeline parallelism, flash attention off, -ngl 1, and at least 3 held-out lines."""
     for fragment in ("-ctk q8_0", "-c 131072", "-np 4", "-ot exps=CPU", "--n-cpu-moe", "-ngl 0", "-ngl 40",
                      "2rpc -c 32768 -ngl 999 -ts 1,1", "-ts 1,1 -ot exps=CPU", "2rpc -c 32768 -ngl 30", "-fa off",
-                     "-c 32768 -ngl 1"):
+                     "-c 32768 -ngl 1", "-np 4 -kvu"):
         assert any(fragment in line for line in LINES), fragment
     assert len({r["args"] for r in RECORDED["rows"] if r["held_out"]}) >= 3
 
@@ -175,10 +175,13 @@ def _replace_then(knob: str, value: object):  # type: ignore[no-untyped-def]
     return replace
 
 
-def test_fit_places_glm5next_within_its_budgets(inv: Inventory, tmp_path: Path) -> None:
-    """`moeconf fit` works for GLM-5.3-Flash (refused before): one 16 GiB GPU and 12 + 8 GiB at 32k
-    with one sequence, each command's memory complete and within its budgets by moeconf's count
-    (the engine suite measures them: 14,758 MiB, and 11,211 + 7,042 MiB, + 1 GiB reserve each)."""
+@pytest.mark.parametrize("slots", [["-np", "1"], []])
+def test_fit_places_glm5next_within_its_budgets(inv: Inventory, tmp_path: Path, slots: list[str]) -> None:
+    """`moeconf fit` works for GLM-5.3-Flash (refused before): one 16 GiB GPU and 12 + 8 GiB at 32k,
+    with one sequence or llama-server's 4 unified slots, each command's memory complete and within
+    its budgets by moeconf's count (the engine measures them: with -np 1 14,758 MiB, and 11,211 +
+    7,042 MiB, + 1 GiB reserve each, tests/engine/test_fit_oracle.py; with 4 unified slots 15,317,
+    and 10,917 + 6,737 MiB, by tests/engine/fit_print_kvu.cpp)."""
     from moeconf.engines import engine
     from moeconf.explanation import explain
     from moeconf.fit import Budget, fit
@@ -189,9 +192,9 @@ def test_fit_places_glm5next_within_its_budgets(inv: Inventory, tmp_path: Path) 
     eps = ["127.0.0.1:50931", "127.0.0.1:50932"]
     for gib in ([16], [12, 8]):
         budgets = [Budget(f"RPC0[{ep}]", g * 1024 * MiB) for ep, g in zip(eps, gib, strict=False)]
-        res = fit(inv, engine("llama.cpp"), budgets, ["--rpc", ",".join(eps[:len(gib)]), "-c", "32768", "-np", "1"],
+        res = fit(inv, engine("llama.cpp"), budgets, ["--rpc", ",".join(eps[:len(gib)]), "-c", "32768", *slots],
                   model_path=str(inv.source), plan_dir=str(tmp_path), reserve=1024 * MiB)
-        argv = list(res.argv[3:])
+        argv = list(res.argv[3:]) + ([] if slots else ["-np", "4", "-kvu"])  # llama-server's default slots
         eng = engine("llama.cpp")
         est = estimate_explained(explain(inv, eng, argv, gpus=[]), read_settings(argv, eng))
         assert est.complete, est.notes
