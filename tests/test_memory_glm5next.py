@@ -137,6 +137,17 @@ def test_a_file_without_what_the_replay_assumes_is_refused(inv: Inventory, key: 
     assert not est.complete and any(fragment in n for n in est.notes)
 
 
+@pytest.mark.parametrize("key", ["attention.q_lora_rank", "attention.indexer.head_count"])
+def test_a_file_without_a_size_the_replay_reads_is_refused(inv: Inventory, key: str) -> None:
+    """Without it the replay has no graph to rebuild: refused, never a compute of 0."""
+    md = inv.metadata
+    attr = {"attention.q_lora_rank": {"q_lora_rank": None}}.get(key, {})
+    other = dataclasses.replace(inv, metadata=dataclasses.replace(
+        md, hparams=tuple((k, v) for k, v in md.hparams if k != key), **attr))
+    est = _estimate(other, "-c 32768 -ngl 999")
+    assert not est.complete and any(f"lacks glm5-next.{key}" in n for n in est.notes), est.notes
+
+
 def test_explain_prints_every_term(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", str(path), "--json", "--", "-c", "32768", "-ngl", "999", "-ot", "exps=CPU"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -570,6 +570,9 @@ def _n_trunk(inv: Inventory) -> int:
     return inv.metadata.block_count - (nextn if isinstance(nextn, int) else 0)
 
 
+# the `{arch}.*` sizes the replay reads (each required by the engine's loader)
+_SIZES = ("attention.q_lora_rank", "attention.indexer.head_count", "attention.indexer.key_length",
+          "attention.indexer.top_k", "attention.indexer.kpool", "hyper_connection.count")
 _CACHE_EL = {"f16": 2, "bf16": 2, "f32": 4}  # bytes per element of the cache types replayed with -fa off
 
 
@@ -585,6 +588,10 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
     if "attention.indexer.kpool_select_tail" not in keys or md.hparam("attention.indexer.kpool_select_tail") == 0:
         why.append("glm5-next without attention.indexer.kpool_select_tail (no tail cells in the selection) is not "
                    "replayed")
+    missing = [k for k in _SIZES if not isinstance(md.hparam(k), int)]
+    if missing:
+        names = ", ".join(f"glm5-next.{k}" for k in missing)
+        why.append(f"memory is not modelled for this glm5-next file: it lacks {names} (the engine needs them)")
     kpool, top_k = md.hparam("attention.indexer.kpool"), md.hparam("attention.indexer.top_k")
     if not isinstance(kpool, int) or not isinstance(top_k, int) or kpool < 2 or top_k % kpool:
         why.append("glm5-next's attention.indexer.kpool/top_k are missing or invalid: the engine refuses the file")
@@ -619,9 +626,7 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
     if dims is None or isinstance(lay, str) or n_layer != _n_trunk(inv):
         return {}
     gpus = list(dict.fromkeys(lay.homes))
-    ints = {k: md.hparam(k) for k in ("attention.q_lora_rank", "attention.indexer.head_count",
-                                      "attention.indexer.key_length", "attention.indexer.top_k",
-                                      "attention.indexer.kpool", "hyper_connection.count")}
+    ints = {k: md.hparam(k) for k in _SIZES}
     vals = {k: v for k, v in ints.items() if isinstance(v, int)}
     if len(vals) != len(ints):
         return {}
