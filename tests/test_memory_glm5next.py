@@ -56,7 +56,7 @@ def test_the_record_covers_the_families() -> None:
     pipeline parallelism, flash attention off, -ngl 1, and at least 3 held-out lines."""
     for fragment in ("-ctk q8_0", "-c 131072", "-np 4", "-ot exps=CPU", "--n-cpu-moe", "-ngl 0", "-ngl 40",
                      "2rpc -c 32768 -ngl 999 -ts 1,1", "-ts 1,1 -ot exps=CPU", "2rpc -c 32768 -ngl 30", "-fa off",
-                     "-c 32768 -ngl 1", "-np 4 -kvu"):
+                     "-c 32768 -ngl 1", "-np 4 -kvu", "-nkvo"):
         assert any(fragment in line for line in LINES), fragment
     assert len({r["args"] for r in RECORDED["rows"] if r["held_out"]}) >= 3
 
@@ -160,12 +160,13 @@ def test_explain_prints_every_term(path: Path, capsys: pytest.CaptureFixture[str
     ("2rpc -c 32768 -ngl 999 -ts 1,1", "copies"),  # pipeline parallelism's pinned input copies
     ("-c 32768 -ngl 999 -fa off", "flash_attn"),  # KQ, its softmax and the latent's copy
     ("-c 32768 -ngl 1", "out_home"),  # the output's GPU after the host's layers
+    ("-c 32768 -ngl 999 -nkvo", "kv_host"),  # the caches' reads and writes on the host, views copied
 ])
 def test_each_placement_rule_matters(inv: Inventory, line: str, knob: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Replayed without the rule its placement needs (the fused HC post kept on with host layers
     first; one copy of the inputs under pipeline parallelism; flash attention's graph with it off;
     the output on the host with -ngl 1), a device's compute misses the engine's figure."""
-    flip = {"fused_post": True, "copies": 1, "flash_attn": True, "out_home": -1}
+    flip = {"fused_post": True, "copies": 1, "flash_attn": True, "out_home": -1, "kv_host": False}
     assert not recorded_mismatches(_estimate(inv, line), _rows(line), EPS)
     monkeypatch.setattr(dataclasses, "replace", _replace_then(knob, flip[knob]))
     rg.glm5next_peaks.cache_clear()

@@ -252,7 +252,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if not why and inv.arch in rec.GLM5_NEXT:
         why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
                                               n_seq=settings.n_parallel, kv_unified=settings.kv_unified,
-                                              cache_type_k=settings.cache_type_k))
+                                              cache_type_k=settings.cache_type_k,
+                                              offload_kqv=settings.offload_kqv))
     # ---
     # --- DSA (deepseek32, glm-dsa): the settings and placements the replay covers (memory/replay_dsa.py;
     # llama.cpp's graph: ik_llama.cpp runs its own, whose compute is refused by support.unmodelled)
@@ -549,8 +550,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                                                 cache_type_k=ctk, approximate=not replay))
     # --- GLM-5.3-Flash: every compute buffer by its replay (memory/replay_glm5next.py) ---
     if inv.arch in rec.GLM5_NEXT:
-        compute = defaultdict(int, replay_glm5next.replayed_glm5next(placement, geo, T, cells, n_seq, pipeline=pipeline,
-                                                                      flash_attn=fa, cache_type_k=ctk))
+        compute = defaultdict(int, replay_glm5next.replayed_glm5next(
+            placement, geo, T, cells, n_seq, pipeline=pipeline, flash_attn=fa, cache_type_k=ctk,
+            offload_kqv=settings.offload_kqv, n_stream=n_stream))
     # ---
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:

@@ -196,7 +196,7 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
-    if (inv.arch in GATED_DELTA_NET or inv.arch in KDA | GLM5_NEXT) and not offload_kqv:
+    if (inv.arch in GATED_DELTA_NET or inv.arch in KDA) and not offload_kqv:  # glm5-next: replay_glm5next
         # the state and the KV cache in host memory move the recurrent scans and the attention to
         # the CPU: the host's compute buffer was measured 16-18 MiB above the phase model
         # (Qwen3.5-397B and 122B, -c 32768); not replayed

@@ -98,6 +98,11 @@ class Glm5NextShape:
     # flash attention (off: an F32 mask, the latent's transposed copy, KQ and its softmax in place)
     flash_attn: bool = True
     cache_el: int = 2  # bytes per element of the K cache (with flash attention off: f16, bf16 or f32)
+    kv_host: bool = False  # -nkvo: the caches and the state in host memory, their reads and writes on the host
+    # with `kv_host`: the KV streams (the caches' rows: n_kv x n_stream) and the cache type's block
+    # (bytes, elements), which size the GPU's copies of the caches' views
+    n_stream: int = 1
+    cache_block: tuple[int, int] = (2, 1)
     # per layer: its routed experts' gate, up and down on the host (-ot exps=CPU, --n-cpu-moe); () none
     cpu_experts: tuple[tuple[bool, bool, bool], ...] = ()
     # per layer: the buffers of its gate, up and down experts (() for a dense layer), overriding
@@ -267,7 +272,21 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
             acc = cur if acc < 0 else g.op((dst + 1) * e * f, acc, cur)
         return acc
 
-    def kda(cur: int) -> int:
+    def at(buf: int) -> None:
+        if g.buf != buf:
+            g.split(buf)
+
+    def moved_view(t: int, span: int, key: object) -> int:
+        """A view of t here: itself, or (t made on another buffer) this split's copy of the view
+        (`span`: the bytes from its first to its last element)."""
+        if g.nodes[t].buf == g.buf:
+            return g.view(t)
+        return g.input(key, span, g.view(t))
+
+    def kda(il: int, cur: int) -> int:
+        home = g.buf
+        kvb = CPU if s.kv_host else home  # where the state's reads and writes run (-nkvo: the host)
+        at(kvb)
         s_copy = graph_input("s_copy", 4 * ns)
         # the other sequences' rows: none in the reserve (on the host, a second view of s_copy)
         extra = (g.view(leaves["s_copy"]) if g.buf == CPU else g.zero_input("s_copy_extra") if s.copies == 1
@@ -275,13 +294,20 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         conv_rows = g.op(n_embd_r * 4 * ns, s_copy)
         g.op(0, g.zero(extra))
         cat = []
-        for _ in range(3):  # Q, K, V: projection, concat with the state rows, last columns saved
+        w_cat = s.d_conv - 1 + T // ns  # a sequence's conv input columns
+        row_span = 4 * ((s.d_conv - 2) + (d_inner - 1) * (s.d_conv - 1) + (ns - 1) * n_embd_r + 1)
+        cat_span = 4 * ((s.d_conv - 2) + (d_inner - 1) * w_cat + (ns - 1) * d_inner * w_cat + 1)
+        for i in range(3):  # Q, K, V: projection, concat with the state rows, last columns saved
+            at(home)
             proj = g.op(d_inner * f, cur)
-            c = g.op((T + (s.d_conv - 1) * ns) * d_inner * 4, g.view(conv_rows), g.view(proj))
-            g.op(0, g.view(c))
+            c = g.op((T + (s.d_conv - 1) * ns) * d_inner * 4, moved_view(conv_rows, row_span, ("conv_x", il, i)),
+                     g.view(proj))
+            at(kvb)
+            g.op(0, moved_view(c, cat_span, ("conv_saved", il, i)))
             cat.append(c)
         state = g.op(n_embd_s * 4 * ns, s_copy)
         g.op(0, g.zero(extra))
+        at(home)
         qkv = []
         for i, c in enumerate(cat):
             xc = g.op(d_inner * f, c)  # SSM_CONV
@@ -300,8 +326,11 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
             g1 = g.op(d_inner * f, g1, inplace=True)
         beta = g.op(s.n_head * f, cur)
         beta = g.op(s.n_head * f, g.view(beta))  # sigmoid of the reshaped
-        res = g.op((d_inner * T + n_embd_s * ns) * 4, qkv[0], qkv[1], qkv[2], g.view(g1), beta, g.view(state))
-        g.op(0, g.view(res))  # the new state copied into the cache
+        res = g.op((d_inner * T + n_embd_s * ns) * 4, qkv[0], qkv[1], qkv[2], g.view(g1), beta,
+                   moved_view(state, n_embd_s * 4 * ns, ("state", il)))
+        at(kvb)
+        g.op(0, moved_view(res, n_embd_s * 4 * ns, ("new_state", il)))  # the new state copied into the cache
+        at(home)
         out = g.op(d_inner * f, g.view(res))  # CONT of the output
         nrm = g.op(d_inner * f, g.view(out))  # o_norm: RMS_NORM of the reshaped output
         nrm = g.op(d_inner * f, nrm, inplace=True)
@@ -322,9 +351,24 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         packed = g.op(2 * idx * f, ik, ig)
         pz = g.op(idx * f, leaves[("pzero", il)], inplace=True)  # FILL of the leaf, in place
         packed = g.op(3 * idx * f, packed, pz)
-        g.op(0, g.view(g.view(packed)), graph_input("idx_k_idxs", 8 * T))  # SET_ROWS
+        home = g.buf
+        kvb = CPU if s.kv_host else home  # where the caches' reads and writes run (-nkvo: the host)
+        bb, be = s.cache_block
+        n_rows = s.n_kv * s.n_stream
+
+        def row(n: int) -> int:
+            return n // be * bb
+
+        def cache_view(key: str, span: int) -> tuple[int, ...]:
+            """The split's copy of a view of a cache in host memory (none on the cache's device)."""
+            return (g.input((key, il), span),) if g.buf != kvb else ()
+
+        at(kvb)
+        g.op(0, moved_view(packed, 3 * idx * f, ("packed", il)), graph_input("idx_k_idxs", 8 * T))  # SET_ROWS
+        at(home)
         # pooling every new pool: key | gate rows of its members, softmax over the pool, weighted sum
-        rows = g.op(2 * idx * kp * n_new * 4, graph_input(("new_pool_idxs", il), 4 * kp * n_new, "new_pool_idxs"))
+        rows = g.op(2 * idx * kp * n_new * 4, *cache_view("key_gate", (n_rows - 1) * row(3 * idx) + row(2 * idx)),
+                    graph_input(("new_pool_idxs", il), 4 * kp * n_new, "new_pool_idxs"))
         pool = idx * kp * n_new * 4
         logits = g.op(pool, g.view(rows))  # + ape
         logits = g.op(pool, g.view(logits))  # CONT of the permuted
@@ -332,7 +376,10 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         pk = g.op(pool, g.view(g.view(rows)))  # CONT of the permuted keys
         pk = g.op(pool, g.view(probs), pk, inplace=True)
         pooled = g.op(idx * n_new * 4, pk)  # SUM_ROWS
-        g.op(0, g.view(pooled), graph_input("new_pool_rep", 8 * n_new))  # SET_ROWS into the pooled slots
+        at(kvb)
+        g.op(0, moved_view(pooled, idx * n_new * 4, ("pooled_new", il)),
+             graph_input("new_pool_rep", 8 * n_new))  # SET_ROWS into the pooled slots
+        at(home)
         # the absorbed query and the latent
         qr = g.op(s.q_lora_rank * f, cur)
         qr = g.op(s.q_lora_rank * f, qr, inplace=True)
@@ -342,13 +389,16 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         kv = g.op(r * f, cur)
         kv = g.op(r * f, kv, inplace=True)
         kv = g.op(r * f, kv, inplace=True)
-        g.op(0, g.view(kv), graph_input("k_idxs", 8 * T))
+        at(kvb)
+        g.op(0, moved_view(kv, r * f, ("latent", il)), graph_input("k_idxs", 8 * T))
+        at(home)
         if not s.flash_attn:  # build_attn_mha: V (the latent, transposed) and KQ, before the mask
             v_cont = g.op(s.cache_el * r * s.n_kv)
             kq = g.op(4 * s.n_kv * T * s.n_head, g.view(qa))
         # the lightning indexer over the pooled keys, the top pools by score
         iq = g.op(s.idx_heads * idx * f, qr)
-        pooled = g.op(idx * 4 * n_pool, graph_input("pool_cells", 4 * n_pool))  # GET_ROWS
+        pooled = g.op(idx * 4 * n_pool, *cache_view("pooled", (n_rows - 1) * row(3 * idx) + row(idx)),
+                      graph_input("pool_cells", 4 * n_pool))  # GET_ROWS
         w = g.op(s.idx_heads * f, cur)
         w = g.op(s.idx_heads * f, w, inplace=True)
         score = g.op(4 * n_pool * T, g.view(iq), g.view(pooled), w, graph_input("pool_mask", 2 * n_pool * T))
@@ -386,7 +436,9 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         masked = g.op(mask_el * s.n_kv * T, g.view(rows_set),
                       graph_input(("mask", il), mask_el * s.n_kv * T, "mask"), inplace=True)
         if s.flash_attn:
-            att = g.op(s.n_head * r * f, g.view(qa), g.view(masked))  # FLASH_ATTN_EXT
+            latent = row(r) * n_rows  # the layer's latent cache, K and V (a view of K) for flash attention
+            att = g.op(s.n_head * r * f, g.view(qa), *cache_view("k", latent), *cache_view("v", latent),
+                       g.view(masked))  # FLASH_ATTN_EXT
             vb = g.op(s.n_head * s.head_v_mla * f, g.view(att))  # wv_b
         else:
             kq = g.op(4 * s.n_kv * T * s.n_head, kq, g.view(masked), inplace=True)  # SOFT_MAX
@@ -451,7 +503,7 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         # themselves, each view copied on its own when they were made on the GPU before
         residual = moved[0] if s.fused_post else x
         x = moved[0]
-        out = kda(cur) if s.recurrent[il] else dsa_layer(il, cur)
+        out = kda(il, cur) if s.recurrent[il] else dsa_layer(il, cur)
         x = hc_post(out, residual, mixes)
         residual = x
         cur, mixes = hc_pre(x)
@@ -577,7 +629,7 @@ _CACHE_EL = {"f16": 2, "bf16": 2, "f32": 4}  # bytes per element of the cache ty
 
 
 def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool,
-               cache_type_k: str = "f16") -> list[str]:
+               cache_type_k: str = "f16", offload_kqv: bool = True) -> list[str]:
     """Why glm5-next's compute on this placement and these settings is not modelled (empty: it is)."""
     inv = placement.inventory
     md = inv.metadata
@@ -597,6 +649,9 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
         why.append("glm5-next's attention.indexer.kpool/top_k are missing or invalid: the engine refuses the file")
     if md.hparam("hyper_connection.count") != 4:
         why.append("glm5-next with hyper_connection.count other than 4: the engine refuses the file")
+    if not flash_attn and not offload_kqv:
+        why.append("compute is not modelled for glm5-next with flash attention off and -nkvo together (the attention "
+                   "then split between the host and the GPU: measured 56 MiB over the replay)")
     if not flash_attn and cache_type_k not in _CACHE_EL:
         why.append(f"compute is not modelled for glm5-next with flash attention off and a {cache_type_k} K cache "
                    "(llama.cpp refuses a quantized V cache without flash attention; the latent's transposed copy "
@@ -609,11 +664,13 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
 
 
 def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int, *,
-                      pipeline: bool = False, flash_attn: bool = True, cache_type_k: str = "f16") -> dict[str, int]:
+                      pipeline: bool = False, flash_attn: bool = True, cache_type_k: str = "f16",
+                      offload_kqv: bool = True, n_stream: int = 1) -> dict[str, int]:
     """Each compute buffer (the GPU's and the host's, or the host's alone) by the replay above, for
     the placements `unmodelled` accepts; `n_tokens`: the worst-case ubatch (min(-b, -ub)), `cells`:
     KV cells per stream."""
     import moeconf.memory.recurrent as rec
+    from moeconf.memory.settings import cache_row_bytes
 
     inv = placement.inventory
     md = inv.metadata
@@ -643,6 +700,7 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
         n_tokens=-(-n_tokens // max(1, n_seq)) * max(1, n_seq), n_kv=cells,
         n_pool_real=cells // kpool * max(1, n_seq), n_seqs=max(1, n_seq),
         n_outputs=n_tokens, flash_attn=flash_attn, cache_el=_CACHE_EL.get(cache_type_k, 2),
+        kv_host=not offload_kqv, n_stream=max(1, n_stream), cache_block=(cache_row_bytes(cache_type_k, 32), 32),
     )
     out_dev = next(iter(lay.output))
     gpus = [d for d in dict.fromkeys((*gpus, out_dev, *(d for ds in lay.experts for d in ds))) if d != "CPU"]

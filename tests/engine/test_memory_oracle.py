@@ -182,7 +182,7 @@ CASES += [
         "-c 32768 -ngl 999 -np 4", "-c 32768 -ngl 999 -ot exps=CPU", "-c 32768 -ngl 999 --n-cpu-moe 10",
         "-c 32768 -ngl 0", "-c 32768 -ngl 40", "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU",
         "2rpc -c 32768 -ngl 999 -ts 1,1", "2rpc -c 32768 -ngl 30 -ts 1,1", "-c 32768 -ngl 999 -fa off",
-        "-c 32768 -ngl 1",
+        "-c 32768 -ngl 1", "-c 32768 -ngl 999 -nkvo",
     )
 ]
 # ---
