@@ -251,9 +251,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
     if not why and inv.arch in rec.GLM5_NEXT:
         why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
-                                              n_seq=settings.n_parallel, kv_unified=settings.kv_unified,
-                                              cache_type_k=settings.cache_type_k,
-                                              offload_kqv=settings.offload_kqv))
+                                              cache_type_k=settings.cache_type_k))
     # ---
     # --- DSA (deepseek32, glm-dsa): the settings and placements the replay covers (memory/replay_dsa.py;
     # llama.cpp's graph: ik_llama.cpp runs its own, whose compute is refused by support.unmodelled)

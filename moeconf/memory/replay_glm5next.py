@@ -99,8 +99,8 @@ class Glm5NextShape:
     flash_attn: bool = True
     cache_el: int = 2  # bytes per element of the K cache (with flash attention off: f16, bf16 or f32)
     kv_host: bool = False  # -nkvo: the caches and the state in host memory, their reads and writes on the host
-    # with `kv_host`: the KV streams (the caches' rows: n_kv x n_stream) and the cache type's block
-    # (bytes, elements), which size the GPU's copies of the caches' views
+    # the KV streams (the caches' rows: n_kv x n_stream), which size the transposed latent with -fa off and,
+    # with `kv_host`, the GPU's copies of the caches' views; the cache type's block (bytes, elements)
     n_stream: int = 1
     cache_block: tuple[int, int] = (2, 1)
     # per layer: its routed experts' gate, up and down on the host (-ot exps=CPU, --n-cpu-moe); () none
@@ -392,9 +392,10 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         at(kvb)
         g.op(0, moved_view(kv, r * f, ("latent", il)), graph_input("k_idxs", 8 * T))
         at(home)
+        latent = row(r) * n_rows  # the layer's latent cache (K, and V a view of it)
         if not s.flash_attn:  # build_attn_mha: V (the latent, transposed) and KQ, before the mask
-            v_cont = g.op(s.cache_el * r * s.n_kv)
-            kq = g.op(4 * s.n_kv * T * s.n_head, g.view(qa))
+            v_cont = g.op(s.cache_el * r * n_rows, *cache_view("v_t", latent))
+            kq = g.op(4 * s.n_kv * T * s.n_head, *cache_view("k_p", latent), g.view(qa))
         # the lightning indexer over the pooled keys, the top pools by score
         iq = g.op(s.idx_heads * idx * f, qr)
         pooled = g.op(idx * 4 * n_pool, *cache_view("pooled", (n_rows - 1) * row(3 * idx) + row(idx)),
@@ -436,7 +437,6 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
         masked = g.op(mask_el * s.n_kv * T, g.view(rows_set),
                       graph_input(("mask", il), mask_el * s.n_kv * T, "mask"), inplace=True)
         if s.flash_attn:
-            latent = row(r) * n_rows  # the layer's latent cache, K and V (a view of K) for flash attention
             att = g.op(s.n_head * r * f, g.view(qa), *cache_view("k", latent), *cache_view("v", latent),
                        g.view(masked))  # FLASH_ATTN_EXT
             vb = g.op(s.n_head * s.head_v_mla * f, g.view(att))  # wv_b
@@ -628,8 +628,7 @@ _SIZES = ("attention.q_lora_rank", "attention.indexer.head_count", "attention.in
 _CACHE_EL = {"f16": 2, "bf16": 2, "f32": 4}  # bytes per element of the cache types replayed with -fa off
 
 
-def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified: bool,
-               cache_type_k: str = "f16", offload_kqv: bool = True) -> list[str]:
+def unmodelled(placement: Placement, *, flash_attn: bool, cache_type_k: str = "f16") -> list[str]:
     """Why glm5-next's compute on this placement and these settings is not modelled (empty: it is)."""
     inv = placement.inventory
     md = inv.metadata
@@ -649,9 +648,6 @@ def unmodelled(placement: Placement, *, flash_attn: bool, n_seq: int, kv_unified
         why.append("glm5-next's attention.indexer.kpool/top_k are missing or invalid: the engine refuses the file")
     if md.hparam("hyper_connection.count") != 4:
         why.append("glm5-next with hyper_connection.count other than 4: the engine refuses the file")
-    if not flash_attn and not offload_kqv:
-        why.append("compute is not modelled for glm5-next with flash attention off and -nkvo together (the attention "
-                   "then split between the host and the GPU: measured 56 MiB over the replay)")
     if not flash_attn and cache_type_k not in _CACHE_EL:
         why.append(f"compute is not modelled for glm5-next with flash attention off and a {cache_type_k} K cache "
                    "(llama.cpp refuses a quantized V cache without flash attention; the latent's transposed copy "
