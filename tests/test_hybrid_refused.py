@@ -1,12 +1,12 @@
-"""Hybrid MoEs whose memory moeconf refuses (memory/recurrent.py NOT_MODELLED): GLM-5.3-Flash
-(`glm5-next`); and Kimi-Linear (`kimi-linear`, modelled since: tests/test_memory_kda.py; its tensors,
-layer map and recorded state are still checked here), as sparse
-full-size layouts of the real models (moeconf/fixtures/layouts_hybrid.py) that the pinned
-llama.cpp loads (their placement is compared with its log in tests/engine/test_hybrid_placement.py).
+"""Hybrid MoEs whose memory moeconf refused when they were added (memory/recurrent.py NOT_MODELLED,
+now empty): GLM-5.3-Flash (`glm5-next`, modelled since: tests/test_memory_glm5next.py) and Kimi-Linear
+(`kimi-linear`, modelled since: tests/test_memory_kda.py); their tensors, layer map and recorded state
+are still checked here, as sparse full-size layouts of the real models
+(moeconf/fixtures/layouts_hybrid.py) that the pinned llama.cpp loads (their placement is compared
+with its log in tests/engine/test_hybrid_placement.py).
 
-`explain` prints the refusal naming what is missing and no memory figure for KV or compute,
-`fit` refuses, and every tensor is one a pinned engine knows, in a group other than `other`,
-with the layer map (recurrent mixers, the MTP block) the engine's loader uses."""
+Every tensor is one a pinned engine knows, in a group other than `other`, with the layer map
+(recurrent mixers, the MTP block) the engine's loader uses."""
 
 from __future__ import annotations
 
@@ -20,15 +20,10 @@ from moeconf.cli import main
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.layouts_hybrid import Glm5NextLayout, KimiLinearLayout, NemotronLayout
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory.recurrent import NOT_MODELLED
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 
-# layout -> (architecture, what the refusal must name)
-REFUSED = {
-    "glm-5.3-flash": ("glm5-next", "indexer"),
-}
-HYBRIDS = sorted([*REFUSED, "kimi-linear-48b-a3b"])
+HYBRIDS = ["glm-5.3-flash", "kimi-linear-48b-a3b"]
 
 
 @pytest.fixture(scope="module")
@@ -40,34 +35,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inv
         write_layout(LAYOUTS[key], path)
         out[key] = (path, load_inventory(path))
     return out
-
-
-@pytest.mark.parametrize("key", sorted(REFUSED))
-def test_explain_prints_the_refusal_and_no_kv_figure(files: dict[str, tuple[Path, Inventory]], key: str,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    arch, named = REFUSED[key]
-    path, inv = files[key]
-    assert inv.arch == arch and arch in NOT_MODELLED
-    assert main(["explain", str(path), "--", "-c", "32768", "-ngl", "999"]) == 0
-    out = capsys.readouterr().out
-    note = f"memory is not modelled for the {arch!r} architecture"
-    assert note in out and named in out
-    assert main(["explain", str(path), "--json", "--", "-c", "32768", "-ngl", "999"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert data["memory_complete"] is False
-    assert any(note in n for n in data["memory_notes"])
-    # KV and compute were not computed: null, not a 0 a script would add up
-    assert all(d["kv"] is None and d["compute"] is None for d in data["memory"].values())
-
-
-@pytest.mark.parametrize("key", sorted(REFUSED))
-def test_fit_refuses(files: dict[str, tuple[Path, Inventory]], key: str, capsys: pytest.CaptureFixture[str]) -> None:
-    arch, named = REFUSED[key]
-    path, _ = files[key]
-    assert main(["fit", str(path), "--gpu", "24GiB", "--", "-c", "32768"]) == 2
-    captured = capsys.readouterr()
-    assert f"not modelled for the {arch!r} architecture" in captured.err and named in captured.err
-    assert "-ot" not in captured.out  # no command printed
 
 
 @pytest.mark.parametrize("key", HYBRIDS)

@@ -150,7 +150,7 @@ def test_an_empty_free_where_nothing_touches_it_inserts_an_empty_block() -> None
     assert al.blocks[0] == [0, 64] and b == 64
 
 
-@pytest.mark.parametrize(("arch", "named"), [("glm5-next", "indexer")])
+@pytest.mark.parametrize(("arch", "named"), [("glm5-next", "kda.head_dim")])
 def test_unmodelled_hybrids_are_refused_naming_what_is_missing(layouts: dict[str, Inventory], arch: str,
                                                                named: str) -> None:
     inv = layouts["qwen3.5-397b-a17b"]

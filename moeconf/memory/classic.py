@@ -159,7 +159,8 @@ CLASSIC_REFUSED: dict[str, str] = {}
 # -ngl 1 by its own measured rule (memory/replay_dsa.py dsa_unmodelled, replay_kda.unmodelled_placement,
 # replay_nemotron.unmodelled): the rule below leaves them to it (tests/test_memory_cpu_layers.py checks
 # that each still refuses both cases)
-OWN_PLACEMENT_CHECKS: frozenset[str] = frozenset({"deepseek32", "glm-dsa", "kimi-linear", "nemotron_h_moe"})
+OWN_PLACEMENT_CHECKS: frozenset[str] = frozenset({"deepseek32", "glm-dsa", "kimi-linear", "nemotron_h_moe",
+                                              "glm5-next"})  # glm5-next: memory/replay_glm5next.py
 CPU_LAYERS_EXACT: dict[str, frozenset[str]] = {
     "host": frozenset({"bailingmoe2", "gpt-oss", "minimax-m2", "grok"}),
     "gpu_output": frozenset({"bailingmoe2", "dots1", "ernie4_5-moe", "qwen35moe", "qwen3next", "gpt-oss",

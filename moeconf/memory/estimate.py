@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import moeconf.memory.families as setting_families
 import moeconf.memory.kda as kda
 import moeconf.memory.recurrent as rec
+import moeconf.memory.replay_glm5next as replay_glm5next
 import moeconf.memory.replay_nemotron as replay_nemotron
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.memory.amx import amx_bytes
@@ -260,6 +261,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
     if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
         why.extend(unmodelled_placement(placement))
+    # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
+    if not why and inv.arch in rec.GLM5_NEXT:
+        why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
+                                              cache_type_k=settings.cache_type_k))
+    # ---
     # --- DSA (deepseek32, glm-dsa): the settings and placements the replay covers (memory/replay_dsa.py;
     # llama.cpp's graph: ik_llama.cpp runs its own, whose compute is refused by support.unmodelled)
     if not why and eng.name != "ik_llama.cpp":
@@ -554,6 +560,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         t_dsa = -(-T // n_seq) * n_seq
         compute = defaultdict(int, replayed_dsa(placement, geo, t_dsa, cells, pipeline=pipeline, flash_attn=fa,
                                                 cache_type_k=ctk, approximate=not replay))
+    # --- GLM-5.3-Flash: every compute buffer by its replay (memory/replay_glm5next.py) ---
+    if inv.arch in rec.GLM5_NEXT:
+        compute = defaultdict(int, replay_glm5next.replayed_glm5next(
+            placement, geo, T, cells, n_seq, pipeline=pipeline, flash_attn=fa, cache_type_k=ctk,
+            offload_kqv=settings.offload_kqv, n_stream=n_stream))
     # ---
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:

@@ -21,23 +21,41 @@ DSA_ARCHS: Final = frozenset({"deepseek32", "glm-dsa"})
 # the indexer's keys the model reads (after `{arch}.`)
 INDEXER_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
                                  "attention.indexer.top_k"})
+# --- glm5-next (GLM-5.3-Flash): a k-pool indexer cached beside the MLA latent of its DSA layers
+# (llama_memory_hybrid_idx; measured 264 MiB on 11 layers at -c 32768 f16, 140.25 with q8_0)
+KPOOL_ARCHS: Final = frozenset({"glm5-next"})
+# ---
 _GLM_52_CONTEXT: Final = 1048576  # glm-dsa: at or above it, the GLM-5.2 per-layer table applies
 
 
 def indexer_width(inv: Inventory) -> int:
     """Elements per cell of each indexer-cached layer's K row (0: no indexer cache)."""
-    if inv.arch not in DSA_ARCHS:
+    if inv.arch not in DSA_ARCHS | KPOOL_ARCHS:
         return 0
     width = inv.metadata.hparam("attention.indexer.key_length")
-    return width if isinstance(width, int) else 0
+    if not isinstance(width, int):
+        return 0
+    # --- glm5-next: the row caches key | gate | pooled key (src/llama-memory-hybrid-idx.cpp, the
+    # constructor: n_embd_head_k_full = key_length * 3 when attention.indexer.kpool > 0)
+    if inv.arch in KPOOL_ARCHS:
+        kpool = inv.metadata.hparam("attention.indexer.kpool")
+        return 3 * width if isinstance(kpool, int) and kpool > 0 else width
+    # ---
+    return width
 
 
 def indexer_unmodelled(inv: Inventory) -> list[str]:
     """What of the file's indexer the model does not read (empty: it reads all of it)."""
-    if inv.arch not in DSA_ARCHS:
+    if inv.arch not in DSA_ARCHS | KPOOL_ARCHS:
         return []
     why = []
     keys = set(inv.metadata.arch_keys or ())
+    # --- glm5-next: every DSA layer keeps an indexer row unless attention.indexer.types marks some
+    # shared (src/models/glm5-next.cpp load_arch_hparams; create_memory's filter_idx)
+    if inv.arch in KPOOL_ARCHS and "attention.indexer.types" in keys:
+        why.append("glm5-next's per-layer indexer table (attention.indexer.types) is not modelled: which layers keep "
+                   "an indexer K cache and run the indexer is unknown")
+    # ---
     if not indexer_width(inv):
         why.append(f"{inv.arch}.attention.indexer.key_length is missing: the engine refuses the file")
     if inv.arch == "glm-dsa" and ("attention.indexer.types" in keys

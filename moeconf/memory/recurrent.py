@@ -94,7 +94,7 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
         kv_of = kv if isinstance(kv, tuple) else (kv,) * n
         ff_of = ff if isinstance(ff, tuple) else (ff,) * n
         return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
-    if inv.arch in KDA:
+    if inv.arch in KDA | GLM5_NEXT:
         return kda_layers(inv)
     if inv.arch not in GATED_DELTA_NET:
         return frozenset()
@@ -156,6 +156,10 @@ class KdaShape:
 def kda_shape(inv: Inventory) -> KdaShape | None:
     if inv.arch not in KDA:
         return None
+    return kda_dims(inv)
+
+
+def kda_dims(inv: Inventory) -> KdaShape | None:
     d_conv, head_dim, n_head = _int(inv, "ssm.conv_kernel"), _int(inv, "kda.head_dim"), inv.metadata.head_count
     if not d_conv or not head_dim or not n_head:
         return None
@@ -173,18 +177,26 @@ def kda_layers(inv: Inventory) -> frozenset[int]:
 
 def state_bytes(inv: Inventory, n_seq_max: int) -> int:
     """One recurrent layer's state (every recurrent layer of a model has the same), 0 if unknown."""
-    s: RecurrentShape | KdaShape | None = kda_shape(inv) if inv.arch in KDA else shape(inv)
+    s: RecurrentShape | KdaShape | None = kda_dims(inv) if inv.arch in KDA | GLM5_NEXT else shape(inv)
     return s.state_bytes(n_seq_max) if s is not None else 0
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
+
+# --- GLM-5.3-Flash (glm5-next): KDA layers beside DSA layers (memory/replay_glm5next.py) -----------
+# Its KDA layers are laid out as Kimi-Linear's (src/models/glm5-next.cpp `load_arch_hparams`: a
+# layer is recurrent iff its attention.head_count_kv is 0; `load_arch_tensors`: three conv weights
+# of d_conv x heads*kda.head_dim; the state as `KdaShape`, F32, in llama_memory_recurrent of
+# max(1, n_seq_max) rows: measured 9.56 MiB conv + 136 MiB delta state per sequence on 34 layers).
+GLM5_NEXT = frozenset({"glm5-next"})
+# ---
 
 
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
     """Settings whose memory is not modelled for this hybrid (empty: all are)."""
-    if inv.arch in KDA and (kda_shape(inv) is None or not kda_layers(inv)):
+    if inv.arch in KDA | GLM5_NEXT and (kda_dims(inv) is None or not kda_layers(inv)):
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
-    if (inv.arch in GATED_DELTA_NET or inv.arch in KDA) and not offload_kqv:
+    if (inv.arch in GATED_DELTA_NET or inv.arch in KDA) and not offload_kqv:  # glm5-next: replay_glm5next
         # the state and the KV cache in host memory move the recurrent scans and the attention to
         # the CPU: the host's compute buffer was measured 16-18 MiB above the phase model
         # (Qwen3.5-397B and 122B, -c 32768); not replayed
@@ -195,10 +207,4 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
 
 # Hybrid recurrent MoEs the pinned llama.cpp loads whose memory is NOT modelled, and what is
 # missing (support.unmodelled names it; tests/engine/memory_table.py lists them as refused)
-NOT_MODELLED: dict[str, str] = {
-    "glm5-next": (
-        "GLM-5.3-Flash's KDA layers keep a per-sequence F32 state and its DSA layers an MLA latent plus an "
-        "indexer key cache (llama_memory_hybrid_idx), with mHC streams; none of these is modelled (llama.cpp 0.3.36 on "
-        "GLM-5.3-Flash at -c 32768: MLA latent 352 MiB and indexer 264 MiB on 11 layers, state 145.6 MiB per "
-        "sequence)"),
-}
+NOT_MODELLED: dict[str, str] = {}

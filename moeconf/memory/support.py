@@ -21,6 +21,7 @@ from typing import Final
 import moeconf.memory.ikarchs as _ikarchs
 import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
+import moeconf.memory.replay_glm5next as _replay_glm5next
 import moeconf.memory.replay_nemotron as _replay_nemotron
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
 from moeconf.memory.keys import SCALARS_ONLY
@@ -92,6 +93,12 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # Grok's tanh unconditionally); final_logit_softcapping adds ops on the logits: not read
     "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping"}), frozenset({"llama.cpp"}),
                        _CHECKED + " (Grok-1; flash attention forced off)"),
+    # --- GLM-5.3-Flash: KDA state (memory/recurrent.py), MLA latent + k-pool indexer cache
+    # (memory/indexer.py), compute by a node-by-node replay (memory/replay_glm5next.py) on the
+    # placements it covers
+    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | _MLA | _DSA | _replay_glm5next.KEYS, _MAINLINE,
+                            _CHECKED + " (GLM-5.3-Flash)"),
+    # ---
     # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by a node-by-node
     # replay of the DSA graph (memory/replay_dsa.py), on the placements and settings it covers
     **{arch: ArchMemory(_MLA | _DSA, frozenset({"llama.cpp"}), _CHECKED + f" ({model})")

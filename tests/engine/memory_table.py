@@ -42,6 +42,8 @@ def main(path: str) -> int:
     print("\nRefused (memory not modelled; `explain` prints ? with this note, `fit` refuses):\n")
     for arch, why in sorted(REFUSED.items()):
         print(f"- `{arch}`: {why}")
+    if not REFUSED:
+        print("(none)")
     return 0
 
 

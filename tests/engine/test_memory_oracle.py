@@ -172,6 +172,21 @@ CASES += [
     )
 ]
 
+# --- GLM-5.3-Flash (moeconf/memory/replay_glm5next.py: KDA state, MLA latent + k-pool indexer cache,
+# compute replayed node by node); the default suite holds the model to these and more lines' recorded
+# figures (tests/test_memory_glm5next.py, tests/data/glm5next_memory_oracle.json)
+LAYOUT_KEYS.update({"glm5-next": LAYOUTS["glm-5.3-flash"]})
+CASES += [
+    ("glm5-next", line) for line in (
+        "-c 32768 -ngl 999", "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0", "-c 131072 -ngl 999 -ub 2048",
+        "-c 32768 -ngl 999 -np 4", "-c 32768 -ngl 999 -ot exps=CPU", "-c 32768 -ngl 999 --n-cpu-moe 10",
+        "-c 32768 -ngl 0", "-c 32768 -ngl 40", "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU",
+        "2rpc -c 32768 -ngl 999 -ts 1,1", "2rpc -c 32768 -ngl 30 -ts 1,1", "-c 32768 -ngl 999 -fa off",
+        "-c 32768 -ngl 1", "-c 32768 -ngl 999 -nkvo",
+    )
+]
+# ---
+
 # Hunyuan-A13B (its layer allocates as the common MoE layer's, moeconf/memory/classic.py) and the
 # Hadamard rotations of a quantized cache (replay.MoeShape, Llama4Shape: 72, 289, 83 and 37 MiB off
 # on these lines without them); tests/test_memory_classic.py and test_memory_replay.py hold the figures
