@@ -403,7 +403,8 @@ def bench_fit(args: argparse.Namespace) -> None:
     cases = [("qwen3-30b-a3b", [12]), ("qwen3-30b-a3b", [8, 6]), ("glm-4.5-air", [20]), ("glm-4.5-air", [14, 10]),
              # the architectures modelled by their own replays (issue 17)
              ("qwen3.5-35b-a3b", [12]), ("nemotron-3-nano-30b-a3b", [12]), ("kimi-linear-48b-a3b", [16]),
-             ("deepseek-v3.2", [24]), ("deepseek-v3.2", [24, 16]), ("glm-5", [24]), ("glm-5", [24, 16])]
+             ("deepseek-v3.2", [24]), ("deepseek-v3.2", [24, 16]), ("glm-5", [24]), ("glm-5", [24, 16]),
+             ("glm-5.3-flash", [16]), ("glm-5.3-flash", [12, 8])]
     rows = [["model", "budgets (GiB)", "runs", "moeconf fit", "llama-fit-params", "faster"]]
     procs = []
     try:
