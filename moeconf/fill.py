@@ -31,6 +31,7 @@ from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, e
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
 from moeconf.memory.ikarchs import compute_note, kv_only
 from moeconf.memory.indexer import DSA_ARCHS
+from moeconf.memory.recurrent import GLM5_NEXT
 from moeconf.memory.support import unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -48,6 +49,9 @@ _TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away fro
 # (GLM-5, DeepSeek-V3.2; 16+12 to 48+24 GiB) finishing 6 chose what finishing 12 did in seven; the
 # eighth kept the same bytes on the GPUs with 5 MiB less room on the fullest
 _TIES_FINISHED_DSA = 6
+# the architectures whose search ranks splits on an approximate replay (each device's run from its
+# last layers: memory/replay_dsa.py, replay_glm5next.py) and measures the ones it finishes exactly
+APPROXIMATE_SEARCH = DSA_ARCHS | GLM5_NEXT
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
 
@@ -151,7 +155,7 @@ class _Filler:
         self.sinks = {req.devices[-1] for req in requests} - {d for req in requests for d in req.devices[:-1]}
         # DSA's search ranks splits on an approximate replay (memory/replay_dsa.py), and falls back
         # to the exact one where that finds nothing that fits
-        self.approximate = inv.arch in DSA_ARCHS
+        self.approximate = inv.arch in APPROXIMATE_SEARCH
 
     # -- measuring -------------------------------------------------------------------------------
 
@@ -161,7 +165,7 @@ class _Filler:
         devices = {**defaults, **self.overlay}
         # the search ranks splits on the phase model; `complete` measures the chosen fill with the
         # allocator replays and gives back what does not fit
-        mem = self.measure(devices, defaults, exact=self.inv.arch in DSA_ARCHS and not self.approximate)
+        mem = self.measure(devices, defaults, exact=self.inv.arch in APPROXIMATE_SEARCH and not self.approximate)
         return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
                           self.over(mem, sinks=False))
 
@@ -244,7 +248,7 @@ class _Filler:
         free = self.free(mem)
         bad: dict[str, int] = {}
         for _round in range(4):
-            if self.inv.arch in DSA_ARCHS and _round and any(free[d] < 0 for d in self.accelerators):
+            if self.inv.arch in APPROXIMATE_SEARCH and _round and any(free[d] < 0 for d in self.accelerators):
                 # the search measured DSA's compute approximately (memory/replay_dsa.py), possibly
                 # low: measured exactly, this split is over with nothing of the fill on its GPUs
                 raise _SplitOver(shortfall_message(mem, bad, self.sizes))
@@ -482,7 +486,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                     break
                 if best is not None and c.score == best[0][0]:
                     ties += 1
-                    if ties > (_TIES_FINISHED_DSA if inv.arch in DSA_ARCHS else _TIES_FINISHED):
+                    if ties > (_TIES_FINISHED_DSA if inv.arch in APPROXIMATE_SEARCH else _TIES_FINISHED):
                         break
                 try:
                     devices, mem = f.complete(c)

@@ -212,3 +212,83 @@ def test_fit_places_glm5next_within_its_budgets(inv: Inventory, tmp_path: Path, 
         assert est.complete, est.notes
         for b in budgets:
             assert est.devices[b.device].total <= b.size
+
+
+_TWO_EPS = ["127.0.0.1:50941", "127.0.0.1:50942"]
+
+
+def _fit_two(inv: Inventory, tmp_path: Path, gib: tuple[int, int] = (12, 8)):  # type: ignore[no-untyped-def]
+    from moeconf.engines import engine
+    from moeconf.fit import Budget, fit
+
+    MiB = 1024 * 1024
+    return fit(inv, engine("llama.cpp"), [Budget(f"RPC0[{ep}]", g * 1024 * MiB) for ep, g in zip(_TWO_EPS, gib,
+                                                                                                  strict=True)],
+               ["--rpc", ",".join(_TWO_EPS), "-c", "32768", "-np", "1"], model_path=str(inv.source),
+               plan_dir=str(tmp_path), reserve=1024 * MiB)
+
+
+def _within(inv: Inventory, argv: list[str], gib: tuple[int, int]) -> bool:
+    from moeconf.engines import engine
+    from moeconf.explanation import explain
+    from moeconf.memory import read_settings
+    from moeconf.sizing import estimate_explained
+
+    eng = engine("llama.cpp")
+    est = estimate_explained(explain(inv, eng, argv, gpus=[]), read_settings(argv, eng))
+    return est.complete and all(est.devices[f"RPC0[{ep}]"].total <= g * 1024**3 for ep, g in zip(_TWO_EPS, gib,
+                                                                                                  strict=True))
+
+
+def _exact_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = rg.replayed_glm5next
+    monkeypatch.setattr(rg, "replayed_glm5next", lambda *a, **kw: real(*a, **{**kw, "approximate": False}))
+
+
+@pytest.mark.parametrize("gib", [(12, 8), (24, 24)])
+def test_two_gpu_fit_ranks_on_the_approximate_replay_and_prints_the_exact_searchs_command(
+        inv: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gib: tuple[int, int]) -> None:
+    """The two-GPU search ranks its splits on each run's last layers (`approximate`, twice as fast);
+    the command it prints is the one the exact search prints, within both budgets."""
+    res = _fit_two(inv, tmp_path, gib)
+    assert _within(inv, list(res.argv[3:]), gib)
+    _exact_only(monkeypatch)
+    assert _fit_two(inv, tmp_path, gib).argv == res.argv
+
+
+def test_an_underrating_approximation_never_prints_a_command_over_budget(
+        inv: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong answer: the search's approximate compute a tenth of the truth. The splits it ranks
+    best are over once measured exactly: given up (fill._SplitOver), never printed."""
+    from moeconf.errors import MoeconfError
+
+    real = rg.replayed_glm5next
+
+    def too_low(*a, **kw):  # type: ignore[no-untyped-def]
+        out = real(*a, **kw)
+        return {d: v // 10 for d, v in out.items()} if kw.get("approximate") else out
+
+    monkeypatch.setattr(rg, "replayed_glm5next", too_low)
+    for gib in ((12, 8), (8, 8)):
+        try:
+            res = _fit_two(inv, tmp_path, gib)
+        except MoeconfError:
+            continue
+        assert _within(inv, list(res.argv[3:]), gib)
+
+
+def test_an_overrating_approximation_falls_back_to_the_exact_search(
+        inv: Inventory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong answer the other way (a TiB too much): no split seems to fit, and the exact search
+    decides, printing its command rather than a refusal."""
+    with monkeypatch.context() as m:
+        _exact_only(m)
+        want = _fit_two(inv, tmp_path).argv
+    real = rg.replayed_glm5next
+
+    def too_high(*a, **kw):  # type: ignore[no-untyped-def]
+        out = real(*a, **kw)
+        return {d: v + 2**40 for d, v in out.items()} if kw.get("approximate") else out
+
+    monkeypatch.setattr(rg, "replayed_glm5next", too_high)
+    assert _fit_two(inv, tmp_path).argv == want

@@ -564,7 +564,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if inv.arch in rec.GLM5_NEXT:
         compute = defaultdict(int, replay_glm5next.replayed_glm5next(
             placement, geo, T, cells, n_seq, pipeline=pipeline, flash_attn=fa, cache_type_k=ctk,
-            offload_kqv=settings.offload_kqv, n_stream=n_stream))
+            offload_kqv=settings.offload_kqv, n_stream=n_stream, approximate=not replay))
     # ---
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:

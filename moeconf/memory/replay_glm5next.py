@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from moeconf.memory.replay import CPU, GPU, Graph, _Node
 from moeconf.memory.replay_kda import expert_devices
@@ -119,6 +119,9 @@ class Glm5NextShape:
     @property
     def n_sel(self) -> int:
         return self.kpool * min(self.n_pool, self.idx_top_k // self.kpool) + (self.kpool - 1 if self.select_tail else 0)
+
+
+T_ = TypeVar("T_")
 
 
 def glm5next_graph(s: Glm5NextShape) -> Graph:
@@ -659,12 +662,22 @@ def unmodelled(placement: Placement, *, flash_attn: bool, cache_type_k: str = "f
     return why
 
 
+# layers of each device's run an approximate replay keeps (its last ones: two periods of the KDA/DSA
+# pattern), with the leading dense layers
+SEARCH_LAYERS = 8
+
+
 def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int, *,
                       pipeline: bool = False, flash_attn: bool = True, cache_type_k: str = "f16",
-                      offload_kqv: bool = True, n_stream: int = 1) -> dict[str, int]:
+                      offload_kqv: bool = True, n_stream: int = 1, approximate: bool = False) -> dict[str, int]:
     """Each compute buffer (the GPU's and the host's, or the host's alone) by the replay above, for
     the placements `unmodelled` accepts; `n_tokens`: the worst-case ubatch (min(-b, -ub)), `cells`:
-    KV cells per stream."""
+    KV cells per stream. `approximate` is for a fit's search over layer splits, which measures the
+    splits it finishes exactly (fill.py `complete`): with several devices running layers, each
+    device's run keeps only its last `SEARCH_LAYERS` layers (and the leading dense ones), so that
+    candidates whose runs end alike share one cached replay. A run's working set repeats layer by
+    layer; what the dropped layers change is where earlier ones left holes and how many zero pads
+    the DSA layers keep allocated, so the figure may be off either way."""
     import moeconf.memory.recurrent as rec
     from moeconf.memory.settings import cache_row_bytes
 
@@ -710,5 +723,20 @@ def replayed_glm5next(placement: Placement, geo: Geometry, n_tokens: int, cells:
                                 experts=tuple(tuple(buf[d] for d in ds) for ds in lay.experts),
                                 out_home=buf[out_dev] if out_dev != lay.homes[-1] else -1,
                                 copies=4 if pipeline else 1)
+    if approximate and len(set(lay.homes)) > 1:
+        runs_end = [il for il in range(n_layer) if il == n_layer - 1 or lay.homes[il + 1] != lay.homes[il]]
+        keep = set(range(lead))
+        start = 0
+        for end in runs_end:
+            keep.update(range(max(start, end + 1 - SEARCH_LAYERS), end + 1))
+            start = end + 1
+        kept = sorted(keep)
+
+        def pick(t: tuple[T_, ...]) -> tuple[T_, ...]:
+            return tuple(t[il] for il in kept) if t else t
+
+        shape = dataclasses.replace(shape, n_ff=pick(shape.n_ff), recurrent=pick(shape.recurrent),
+                                    homes=pick(shape.homes), experts=pick(shape.experts),
+                                    cpu_experts=pick(shape.cpu_experts))
     peaks = glm5next_peaks(shape, 128 if gpus[0].startswith(("CUDA", "ROCm", "MUSA")) else 32)
     return {"CPU": peaks[CPU], **{d: peaks[buf[d]] for d in gpus}}
