@@ -88,8 +88,9 @@ class MemorySettings:
     # speculative decoding on this launch (memory/speculative.py): (kind, the flag or variable)
     speculation: tuple[tuple[str, str], ...] = ()
     # the output rows the context reserves its worst-case graph for (llama.cpp's n_outputs_max,
-    # `server_outputs`); 0: as many as the batch (every binary but llama-server)
-    n_outputs: int = 0
+    # `server_outputs`); 0: as many as the batch (every binary but llama-server). Derived from the
+    # binary (which is not compared either) and the flags
+    n_outputs: int = field(default=0, compare=False)
 
 
 # llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
