@@ -321,7 +321,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # (never fewer than the sequences: the token-generation graph has one row per sequence)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     n_out = 0 if n_out >= T else n_out
-    O = n_out or T
+    rows_out = n_out or T
     # ---
     swa_cells = 0
     if geo.swa_type != "none" and any(la.swa for la in geo.layers):
@@ -510,7 +510,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     o_rows = T
     if n_out and not replay and out_dev in _outputs_replayed(placement, geo, settings, out_dev, T, cells, swa_cells,
                                                              n_seq, n_stream, fa, pipeline and not ik):
-        o_rows = O
+        o_rows = rows_out
     o4 = 4 * o_rows
     output_phase = o4 * (geo.n_vocab + 2 * e)
     output_phase += output_gpu_experts_copy(placement, geo.n_expert_used, e, o_rows)  # -ngl 1 (h20ngl)
@@ -594,8 +594,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if n_out and out_dev not in outputs_exact:
         over = 4 * (T - n_out) * (geo.n_vocab + 2 * e)
         notes.append(f"{settings.binary or 'the server'} reserves {n_out} output rows, not the ubatch's {T}: "
-                     f"{out_dev}'s compute is counted for {T} (not replayed for this architecture and placement), "
-                     f"an upper bound, over by up to {over / MiB:.0f} MiB")
+                     f"{out_dev}'s compute is the figure for {T} rows (not replayed for this architecture and "
+                     f"placement), at least what the server needs within the compute model's tolerance; the rows "
+                     f"it does not reserve would save up to {over / MiB:.0f} MiB there")
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:
         estimated_terms[d].append("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)")

@@ -489,7 +489,8 @@ def nkvo_host_graph(h: NkvoHostShape) -> Graph:
     sizes = dict(s.attn_inputs())
     leaves = {name: g.leaf(size, CPU) for name, size in (
         ("s_copy", 4 * ns if MAMBA in kinds else 0), ("k_idxs", sizes["k_idxs"]), ("v_idxs", sizes["v_idxs"]),
-        ("mask", sizes["mask"]), ("out_ids", 4 * (s.n_outputs or T))) if size and (ATTENTION in kinds or name in ("s_copy", "out_ids"))}
+        ("mask", sizes["mask"]),
+        ("out_ids", 4 * (s.n_outputs or T))) if size and (ATTENTION in kinds or name in ("s_copy", "out_ids"))}
     rots = [(name, n) for name, n in s.attn_inputs() if name.endswith("_rot")]
     for name, n in rots:
         leaves[name] = g.leaf(n, CPU)

@@ -236,9 +236,8 @@ def read_settings(
                 values[_ENV_BOOL[k]] = False
         elif k == "LLAMA_ARG_NO_KV_OFFLOAD":
             values["offload_kqv"] = False
-        elif k in ("LLAMA_ARG_EMBEDDINGS", "LLAMA_ARG_RERANKING") and v.lower() in _TRUE:
-            values["embedding"] = True
-        elif k == "LLAMA_ARG_POOLING" and v != "none":
+        elif ((k in ("LLAMA_ARG_EMBEDDINGS", "LLAMA_ARG_RERANKING") and v.lower() in _TRUE)
+              or (k == "LLAMA_ARG_POOLING" and v != "none")):
             values["embedding"] = True
     words = list(argv)
     i = 1 if words and not words[0].startswith("-") else 0

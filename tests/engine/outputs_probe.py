@@ -104,7 +104,8 @@ def classify(rows: list[dict[str, object]], eps: list[str]) -> None:
                 est = server_estimate(inv, str(r["args"]), eps)
                 ours, theirs = est.devices[dev].compute, int(str(r["compute"]))
                 noted = any(NOTE.format(n=r["outputs"]) in n and dev in n for n in est.notes)
-                r["kind"] = "exact" if abs(ours - theirs) <= 2**20 // 100 and not noted else "bound" if noted else "phase"
+                exact = abs(ours - theirs) <= 2**20 // 100 and not noted
+                r["kind"] = "exact" if exact else "bound" if noted else "phase"
             (Path(tmp) / f"{key}.gguf").unlink()
 
 
