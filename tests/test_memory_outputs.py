@@ -35,6 +35,10 @@ MiB = 1024 * 1024
 EXACT = 1024  # bytes: what an `exact` row may be off (the replays give the engine's figure to the byte)
 
 _SPLIT = r"-ot blk\.(1[0-9]|[2-4][0-9])\.ffn_.*_exps=CPU,blk\.9\.ffn_down_exps=CPU"
+# two GPUs, the second's layers after a layer whose experts are on the CPU (a bound: not replayed), or not
+_TWO_CPU_AT_BOUNDARY = r"2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\.(2[0-9]|3[0-9]|4[0-9])\.ffn_.*_exps=CPU"
+_TWO_GPU_AT_BOUNDARY = r"2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\.(3[0-9]|4[0-9]|5[0-9]|6[0-9])\.ffn_.*_exps=CPU"
+_NP3 = "-c 32768 -ngl 999 -ub 1024 -np 3 -kvu -ot exps=CPU"
 # the lines measured (as llama-server runs them: 4 slots by default); `2rpc` = two RPC devices
 LINES: list[tuple[str, str]] = [
     *(("qwen3-30b-a3b", line) for line in (
@@ -42,21 +46,31 @@ LINES: list[tuple[str, str]] = [
         "-c 32768 -ngl 999 -np 1", "-c 32768 -ngl 999 -np 8 -ub 1024", f"-c 32768 -ngl 999 {_SPLIT}",
         r"-c 32768 -ngl 999 -ot blk\.(4[0-9])\.ffn_.*_exps=CPU,blk\.39\.ffn_(gate|up)_exps=CPU",
         "-c 32768 -ngl 999 --embedding", "-c 32768 -ngl 999 --pooling mean", "-c 32768 -ngl 30",
-        "2rpc -c 32768 -ngl 999 -ts 1,1")),
+        "2rpc -c 32768 -ngl 999 -ts 1,1", _TWO_CPU_AT_BOUNDARY, _TWO_GPU_AT_BOUNDARY)),
     *(("glm-4.5-air", line) for line in (
         "-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU -ctk q8_0 -ctv q8_0", "-c 32768 -ngl 999 -ub 2048",
         f"-c 32768 -ngl 999 {_SPLIT}")),
-    *(("minimax-m2", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU")),
+    *(("minimax-m2", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU",
+                                        _TWO_CPU_AT_BOUNDARY)),
     *(("llama-4-maverick", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ub 2048",
                                               "-c 32768 -ngl 999 -ot exps=CPU")),
     *(("gpt-oss-20b", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU")),
     *(("deepseek-v3", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU")),
     *(("qwen3.5-35b-a3b", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU",
-                                             "-c 32768 -ngl 999 -ub 2048")),
+                                             "-c 32768 -ngl 999 -ub 2048",
+                                             "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU")),
     *(("nemotron-3-nano-30b-a3b", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU",
-                                                     "-c 32768 -ngl 999 -ub 2048")),
-    *(("kimi-linear-48b-a3b", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU")),
+                                                     "-c 32768 -ngl 999 -ub 2048",
+                                                     "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU")),
+    *(("kimi-linear-48b-a3b", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU",
+                                                 "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU")),
     *(("deepseek-v3.2", line) for line in ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU")),
+    # -np 3 in one cache: the ubatch's 1024 tokens rounded up to 1026 (three equal sequences), 3 outputs
+    *((m, _NP3) for m in ("qwen3-30b-a3b", "glm-4.5-air", "qwen3.5-35b-a3b", "kimi-linear-48b-a3b")),
+    # -np 2 without -kvu: two KV streams; a partial -ngl: the CPU runs the first layers
+    *((m, "-c 32768 -ngl 999 -np 2") for m in ("qwen3.5-35b-a3b", "nemotron-3-nano-30b-a3b", "glm-4.5-air")),
+    *((m, "-c 32768 -ngl 20") for m in ("qwen3.5-35b-a3b", "nemotron-3-nano-30b-a3b", "kimi-linear-48b-a3b",
+                                        "glm-4.5-air", "llama-4-maverick")),
 ]
 RECORDED = json.loads(DATA.read_text()) if DATA.exists() else {"endpoints": [], "rows": []}
 EPS: list[str] = RECORDED["endpoints"]
