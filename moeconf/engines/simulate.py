@@ -158,9 +158,9 @@ def default_devices(
     GPU(auto), unless `layer_devices` (ik's device index per block, then the output layer) says
     where they went: read from its log, or predicted from `-ts` (memory/iksplit.py, which the
     callers run since it needs the context and cache settings)."""
-    per_layer: dict[int | None, str | None] = {
-        **default_layer_devices(inv, eng, n_gpu_layers, gpus, tensor_split, split_mode, layer_devices),
-        _NOT_CREATED: None, _INPUT: "CPU"}  # the input layer (token_embd) always stays on the CPU
+    layers = default_layer_devices(inv, eng, n_gpu_layers, gpus, tensor_split, split_mode, layer_devices)
+    per_layer: dict[int | None, str | None] = {il: d for il, d in layers.items()}
+    per_layer.update({_NOT_CREATED: None, _INPUT: "CPU"})  # the input layer (token_embd) always stays on the CPU
     return {name: per_layer.get(at, "CPU") for name, at in _homes(inv, eng)}
 
 
