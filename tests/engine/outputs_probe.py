@@ -9,6 +9,7 @@ and writes tests/data/server_outputs_oracle.json, which the default suite holds 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -35,6 +36,19 @@ def compile_probe(out: Path) -> Path:
                     "-lllama-common", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{lib}"],
                    check=True, capture_output=True, timeout=300)
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def shared_probe() -> Path:
+    """The probe, compiled once per test session (into a temporary folder)."""
+    return compile_probe(Path(tempfile.mkdtemp(prefix="moeconf-outputs-probe-")) / "outputs")
+
+
+def server_totals(model: Path, args: list[str]) -> dict[str, int]:
+    """Each device's model + context + compute bytes as llama-server allocates them for `args`
+    (what `moeconf fit` prints is a llama-server line: its output rows are the server's)."""
+    _, devices = measure(shared_probe(), model, args)
+    return {d: sum(v) for d, v in devices.items()}
 
 
 def measure(probe: Path, model: Path, args: list[str], mode: str = "server") -> tuple[int, dict[str, list[int]]]:
