@@ -150,7 +150,7 @@ def test_fit_stays_within_budget_and_beats_llama_cpp_fit(
         "model": model, "budgets_gib": budgets, "flags": flags,
         "moeconf_expert_gib": ours_gpu / GiB, "llama_fit_expert_gib": theirs_gpu / GiB,
         "moeconf_ot_chars": len(res.ot), "llama_fit_ot_chars": len(theirs_ot),
-        "moeconf_projected_mib": {d: round(proj.total(d)) for d in devs},
+        "moeconf_projected_mib": {d: round(served[d] / MiB) for d in devs},  # as llama-server allocates it
         "llama_fit_projected_mib": {d: round(theirs_proj.total(d)) for d in devs},
         "moeconf_always_active_on_cpu_mib": _always_active_on_cpu(inv, list(res.argv)) / MiB,
         "llama_fit_always_active_on_cpu_mib": _always_active_on_cpu(inv, theirs_full) / MiB,
