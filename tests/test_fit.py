@@ -18,6 +18,7 @@ from moeconf.model.load import load_inventory
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 GiB = 1024**3
+MiB = 1024**2
 
 
 @pytest.fixture(autouse=True)
@@ -72,11 +73,14 @@ def test_fill_policy_takes_contiguous_layers(qwen: Inventory, tmp_path: Path, po
 
 
 def test_split_layer_uses_the_remainder(qwen: Inventory, tmp_path: Path) -> None:
-    whole = _fit(qwen, [Budget("CUDA0", 12 * GiB)], ["-c", "32768"], tmp_path, split=False)
-    split = _fit(qwen, [Budget("CUDA0", 12 * GiB)], ["-c", "32768"], tmp_path)
+    # 12 GiB less 128 MiB: at 12 GiB, llama-server's 4 output rows (memory/settings.py server_outputs)
+    # leave room for a 19th whole layer and 37 MiB, less than any expert tensor of the 20th
+    budget = 12 * GiB - 128 * MiB
+    whole = _fit(qwen, [Budget("CUDA0", budget)], ["-c", "32768"], tmp_path, split=False)
+    split = _fit(qwen, [Budget("CUDA0", budget)], ["-c", "32768"], tmp_path)
     assert split.split_layers and split.split_layers[0][0] == whole.gpu_expert_layers["CUDA0"][-1] + 1
     assert whole.memory.devices["CUDA0"].weights < split.memory.devices["CUDA0"].weights
-    assert split.memory.devices["CUDA0"].total <= 12 * GiB
+    assert split.memory.devices["CUDA0"].total <= budget
 
 
 def test_two_gpus_get_a_tensor_split_and_both_budgets_hold(qwen: Inventory, tmp_path: Path) -> None:

@@ -157,3 +157,14 @@ def test_memory_over_device_is_silent_when_the_engine_splits_by_free_memory(tmp_
     assert "MOE040" not in _codes(_lint(tmp_path, line, "deepseek-v3", sizes, extra_cfg=cfg))
     pinned = line.replace("-c 32768", "-c 32768 -ts 24,37")
     assert "MOE040" in _codes(_lint(tmp_path, pinned, "deepseek-v3", sizes, extra_cfg=cfg))
+
+
+def test_fit_advice_only_for_a_line_that_reserves_the_servers_output_rows(tmp_path: Path) -> None:
+    # `moeconf fit` writes a llama-server line, which reserves 4 output rows (memory/settings.py
+    # server_outputs); llama-cli reserves the whole ubatch's, so fit's placement is no advice for it
+    server = "llama-server -m m.gguf -ngl 999 -c 32768 -ot exps=CPU"
+    found = [f for f in _lint(tmp_path, server, "qwen3-30b-a3b", {"CUDA0": "16GiB"}) if f.code == "MOE020"]
+    assert len(found) == 1 and "moeconf fit" in found[0].message
+    cli = "llama-cli -m m.gguf -ngl 999 -c 32768 -np 4 -kvu -ot exps=CPU"
+    found = [f for f in _lint(tmp_path, cli, "qwen3-30b-a3b", {"CUDA0": "16GiB"}) if f.code == "MOE020"]
+    assert len(found) == 1 and "moeconf fit" not in found[0].message

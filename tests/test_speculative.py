@@ -50,10 +50,11 @@ def _refused(est: MemoryEstimate, word: str) -> None:
     assert all(m.kv == 0 and m.compute == 0 for m in est.devices.values())
 
 
-def _modelled(est: MemoryEstimate, engine: str = "llama.cpp", model: str = QWEN) -> None:
-    """Complete, and the same figures as without the flag."""
+def _modelled(est: MemoryEstimate, engine: str = "llama.cpp", model: str = QWEN, binary: str = "llama-server") -> None:
+    """Complete, and the same figures as without the flag (the same binary: llama-server reserves
+    fewer output rows than the others)."""
     assert est.complete, est.notes
-    base = _estimate(model, engine, [])
+    base = _estimate(model, engine, [], binary=binary)
     assert {d: m.total for d, m in est.devices.items()} == {d: m.total for d, m in base.devices.items()}
 
 
@@ -147,7 +148,7 @@ def test_mainline_environment(var: str, value: str, on: bool) -> None:
 def test_mainline_a_binary_without_the_option_reads_no_variable_for_it() -> None:
     # llama-completion's option set has no --spec-type or -md (common/arg.cpp set_examples)
     for var, value in (("LLAMA_ARG_SPEC_TYPE", "ngram-mod"), ("LLAMA_ARG_SPEC_DRAFT_MODEL", "/m/d.gguf")):
-        _modelled(_estimate(QWEN, "llama.cpp", [], {var: value}, binary="llama-completion"))
+        _modelled(_estimate(QWEN, "llama.cpp", [], {var: value}, binary="llama-completion"), binary="llama-completion")
         _refused(_estimate(QWEN, "llama.cpp", [], {var: value}, binary="llama-cli"), var)
     assert sf.MAINLINE_BINARIES["llama-server"] == "SERVER"
     assert "SERVER" in sf.MAINLINE_ENV_EXAMPLES["LLAMA_ARG_SPEC_TYPE"]

@@ -313,6 +313,18 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     cells = n_ctx if unified else _pad(n_ctx // n_seq, pad)
     n_batch = min(n_ctx, settings.n_batch)
     T = min(n_batch, settings.n_ubatch)  # worst-case ubatch tokens
+    # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
+    # keeps after the last layer's out_ids and computes logits for; 0 where that is the whole ubatch
+    # (never fewer than the sequences: the token-generation graph has one row per sequence)
+    n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
+    n_out = 0 if n_out >= T else n_out
+    rows_out = n_out or T
+    # the worst-case ubatch holds n_seq equal sequences: its tokens rounded up to a multiple of them
+    # (llama-context.cpp graph_reserve), its outputs not. With the whole ubatch's outputs the
+    # logits' phase hides that; with the server's few the layers' is the peak (measured: -np 3
+    # -ub 1024 0.3-0.6 MiB over the unrounded replay on Qwen3.5, Kimi-Linear and GLM-4.5)
+    t_graph = -(-T // n_seq) * n_seq if n_out else T
+    # ---
     swa_cells = 0
     if geo.swa_type != "none" and any(la.swa for la in geo.layers):
         if ik or settings.swa_full:
@@ -493,11 +505,20 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             n_ff = _width(placement, il, "ffn_up") or geo.n_ff_dense
             phases[d_dev].append(f4 * (3 * n_ff + 2 * e))
     out_dev = output_device(placement)  # a tied output computes the logits where its copy lies
-    output_phase = f4 * (geo.n_vocab + 2 * e)
-    output_phase += output_gpu_experts_copy(placement, geo.n_expert_used, e, T)  # -ngl 1 (h20ngl)
+    # the output rows: with the replays, the whole ubatch's (a replay below counts the server's
+    # fewer exactly, else the figure stays an upper bound with a note); a search without them
+    # (replay=False) counts the server's rows where the replays will (run dry: which devices they
+    # cover), so that it ranks placements as the chosen one is measured
+    o_rows = T
+    if n_out and not replay and out_dev in _outputs_replayed(placement, geo, settings, out_dev, T, cells, swa_cells,
+                                                             n_seq, n_stream, fa, pipeline and not ik):
+        o_rows = rows_out
+    o4 = 4 * o_rows
+    output_phase = o4 * (geo.n_vocab + 2 * e)
+    output_phase += output_gpu_experts_copy(placement, geo.n_expert_used, e, o_rows)  # -ngl 1 (h20ngl)
     if residual_at.get(out_dev) is not None:
         # the output norm runs in place on the residual; the logits go above it
-        output_phase = (residual_at[out_dev] or 0) + f4 * (geo.n_vocab + e)
+        output_phase = (residual_at[out_dev] or 0) + o4 * (geo.n_vocab + e)
     compute: dict[str, int] = defaultdict(int)
     copies = _PIPELINE_COPIES if pipeline and not ik else 1
     for d in devices | set(phases) | {out_dev}:
@@ -521,37 +542,46 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # n_embd (the padding to n_embd_inp runs where the first layer does)
             peak = max(peak, copies * (masks + f4 * e_inp) + f4 * e)
         compute[d] = peak
+    outputs_exact: set[str] = set()  # devices whose compute a replay gave for n_out output rows
     # the hybrids' replay takes any number of sequences (streams or a unified cache)
     hybrid = (rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
               and inv.arch not in rec.MAMBA2)
     if hybrid:
-        compute.update(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq))
-        host = replayed_hybrid_host(placement, geo, out_dev, T, cells, n_seq)
+        by_replay = replayed_hybrid(placement, geo, out_dev, t_graph, cells, ctk, ctv, n_seq, n_out)
+        compute.update(by_replay)
+        outputs_exact.update(by_replay)
+        host = replayed_hybrid_host(placement, geo, out_dev, t_graph, cells, n_seq, n_out)
         if host is not None:
             compute[HOST] = host
     elif replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
-        replayed = _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells, ctk, ctv)
+        replayed = _replayed_output_device(placement, geo, out_dev, t_graph, cells, swa_cells, ctk, ctv, n_out)
         if replayed is not None:
             compute[out_dev] = replayed
-        replayed_moe = _replayed_moe(placement, geo, out_dev, T, cells, ctk, ctv)
+            outputs_exact.add(out_dev)
+        replayed_moe = _replayed_moe(placement, geo, out_dev, t_graph, cells, ctk, ctv, n_out)
         compute.update(replayed_moe)
-        host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, T, cells, swa_cells,
-                                                                ctk=ctk, ctv=ctv)
+        outputs_exact.update(replayed_moe)
+        host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, t_graph, cells, swa_cells,
+                                                                ctk=ctk, ctv=ctv, n_outputs=n_out)
         if host is not None:
             compute[HOST] = host
     # --- Nemotron-3: every device's compute by the replay (memory/replay_nemotron.py) ---
     if inv.arch in rec.MAMBA2:
-        compute.update(replay_nemotron.replayed_nemotron(placement, geo, T, cells, n_seq, ctk, ctv, copies, fa,
-                                                         settings.offload_kqv, n_stream))
+        by_replay = replay_nemotron.replayed_nemotron(placement, geo, T, cells, n_seq, ctk, ctv, copies, fa,
+                                                      settings.offload_kqv, n_stream, n_out)
+        compute.update(by_replay)
+        outputs_exact.update(by_replay)
     # flash attention off: the host's share is the same graph with f32 masks
     if replay and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
-        host = _replayed_host(placement, geo, out_dev, T, cells, swa_cells, mask_el=4)
+        host = _replayed_host(placement, geo, out_dev, t_graph, cells, swa_cells, mask_el=4, n_outputs=n_out)
         if host is not None:
             compute[HOST] = host
 
     # Kimi-Linear: each GPU running a range of whole layers by a replay (memory/replay_kda.py)
     if kshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv:
-        compute.update(replayed_kda(placement, geo, out_dev, T, cells, n_seq))
+        by_replay = replayed_kda(placement, geo, out_dev, t_graph, cells, n_seq, n_out)
+        compute.update(by_replay)
+        outputs_exact.update(by_replay)
 
     # --- DSA (deepseek32, glm-dsa): every compute buffer by the replay (memory/replay_dsa.py)
     if inv.arch in DSA_ARCHS and not ik:
@@ -566,6 +596,14 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             placement, geo, T, cells, n_seq, pipeline=pipeline, flash_attn=fa, cache_type_k=ctk,
             offload_kqv=settings.offload_kqv, n_stream=n_stream, approximate=not replay))
     # ---
+    # llama-server's output reservation: where no replay counted the output device's compute for
+    # the rows the server reserves, the figure above is for the whole ubatch (an upper bound)
+    if n_out and out_dev not in outputs_exact:
+        over = 4 * (T - n_out) * (geo.n_vocab + 2 * e)
+        notes.append(f"{settings.binary or 'the server'} reserves {n_out} output rows, not the ubatch's {T}: "
+                     f"{out_dev}'s compute is the figure for {T} rows (not replayed for this architecture and "
+                     f"placement), at least what the server needs within the compute model's tolerance; the rows "
+                     f"it does not reserve would save up to {over / MiB:.0f} MiB there")
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in ik_computed:
         estimated_terms[d].append("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)")
@@ -614,6 +652,33 @@ def amx_possible(settings: MemorySettings, gpus: list[str]) -> bool:
     return settings.repack and (settings.no_host or not any(g.startswith(_HOST_BUFFER_GPUS) for g in gpus))
 
 
+def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySettings, out_dev: str, T: int,
+                      cells: int, swa_cells: int, n_seq: int, n_stream: int, fa: bool, pipeline: bool) -> set[str]:
+    """The devices whose compute the replays in `estimate` count for llama-server's output rows
+    (each replay's placement checks, run dry: no graph is replayed), under the same conditions."""
+    inv = placement.inventory
+    if placement.engine.name == "ik_llama.cpp" or pipeline or not fa or not settings.offload_kqv:
+        return set()
+    # one GPU only: over several, a fill may later put a layer's experts on another GPU than the
+    # layer's, which the classic replay does not cover (the search would then count fewer rows
+    # than the chosen placement is measured with)
+    if len({d for d in _layer_devices(placement).values() if is_gpu(d)}) != 1:
+        return set()
+    ctk, ctv = settings.cache_type_k, settings.cache_type_v
+    if inv.arch in rec.MAMBA2:
+        return {out_dev}  # the replay runs every device of a placement it models (replay_nemotron)
+    if rec.kda_shape(inv) is not None:
+        return set(replayed_kda(placement, geo, out_dev, T, cells, n_seq, 1, dry=True))
+    if rec.shape(inv) is not None:
+        return set(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq, 1, dry=True))
+    if n_stream != 1:
+        return set()
+    covered = set(_replayed_moe(placement, geo, out_dev, T, cells, ctk, ctv, 1, dry=True))
+    if _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells, ctk, ctv, 1, dry=True) is not None:
+        covered.add(out_dev)
+    return covered
+
+
 def _amx_extra(placement: Placement) -> int:
     """Bytes the AMX buffer adds over the plain CPU buffer for the weights kept in host memory."""
     devices = placement.devices
@@ -627,7 +692,8 @@ def _amx_tensors(inv: Inventory) -> tuple[tuple[str, int], ...]:
 
 
 def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                            swa_cells: int, ctk: str = "f16", ctv: str = "f16") -> int | None:
+                            swa_cells: int, ctk: str = "f16", ctv: str = "f16", n_outputs: int = 0,
+                            dry: bool = False) -> int | None:
     """The output device's compute buffer by a replay of ggml-alloc over its graph (see
     `replay`), where the architecture's node list is known and the device runs a whole tail of
     layers and the output: Llama 4 with chunked attention and one routed expert. None elsewhere."""
@@ -665,7 +731,10 @@ def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n
         full_attn=tuple(not la.swa for la in geo.layers), n_tokens=n_tokens, n_kv=cells, n_kv_swa=swa_cells,
         first=first, after_cpu=first > 0 and where[first - 1] == {HOST},
         rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False),  # Hadamard (replay.MoeShape)
+        n_outputs=n_outputs,
     )
+    if dry:  # only whether the replay covers the device (0)
+        return 0
     return llama4_peak(shape, 128 if out_dev.startswith(("CUDA", "ROCm", "MUSA")) else 32)
 
 
@@ -676,7 +745,7 @@ _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
 def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                  ctk: str = "f16", ctv: str = "f16") -> dict[str, int]:
+                  ctk: str = "f16", ctv: str = "f16", n_outputs: int = 0, dry: bool = False) -> dict[str, int]:
     """Compute buffers by a replay of ggml-alloc over a GPU's share of the graph (see `replay`),
     for each GPU running one contiguous range of whole layers (its routed experts there or on the
     CPU), after the CPU's layers or another GPU's, and the output if it runs the last layer; and
@@ -712,12 +781,17 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
         return {}
     dev_of: list[str] = []
     for il in range(n_layer):
-        if len(home[il]) != 1 or len(routed[il]) > 1:
+        if len(home[il]) != 1:
             return {}
         d = next(iter(home[il]))
         if d is None or d == AUTO_GPU or not routed[il] <= {d, HOST}:
             return {}
         dev_of.append(d)
+    # a layer whose routed experts are split between its GPU and the CPU: which of gate, up, down
+    # run on the CPU (replay_hybrid's bits); a fused gate_up was refused above
+    split = tuple(sum(bit for bit, b in ((1, "ffn_gate_exps"), (2, "ffn_up_exps"), (4, "ffn_down_exps"))
+                      if placement.devices.get(f"blk.{il}.{b}.weight") == HOST) if len(routed[il]) > 1 else 0
+                  for il in range(n_layer))
     n_ff = tuple(0 if routed[il] else _width(placement, il, "ffn_up") for il in range(n_layer))
     if any(not routed[il] and not n_ff[il] for il in range(n_layer)):
         return {}
@@ -729,14 +803,18 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
         # the CPU running the first layers, GPUs the rest (a partial -ngl): the host's buffer
         # is that run's share plus the unused embeddings input (archgraph.cpu_head)
         if cpu_head(placement, runs, i, n_layer, routed):
+            if any(split) or dry:
+                # the CPU's head and a split layer's CPU matmuls in one buffer: not replayed (and a
+                # search's dry run does not count on it: the fill may split a layer later)
+                return {}
             shape = MoeShape(
                 n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
                 head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
                 n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
                 experts_cpu=tuple(False for _ in range(n_layer)), n_tokens=n_tokens, n_kv=cells, first=0, last=last,
-                rot_k=rot_k, rot_v=rot_v, host_head=True,
+                rot_k=rot_k, rot_v=rot_v, host_head=True, n_outputs=n_outputs,
             )
-            out[HOST] = moe_peaks(shape, 32)[0]
+            out[HOST] = 0 if dry else moe_peaks(shape, 32)[0]
             continue
         if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
             continue
@@ -749,14 +827,21 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
         after_cpu = first > 0 and dev_of[first - 1] == HOST
         if after_cpu and routed[first - 1] - {HOST}:
             continue
+        if n_outputs and first > 0 and not after_cpu and HOST in routed[first - 1]:
+            # after another GPU's layer whose routed experts ran on the CPU, this GPU's own peak (not
+            # the logits', with the server's few output rows) is above the replay's: measured 28 MiB
+            # on Qwen3-30B-A3B, 41-65 MiB on MiniMax-M2 over two GPUs (tests/engine/outputs.cpp).
+            # Not replayed: the phase model's whole-ubatch figure, with a note
+            continue
         shape = MoeShape(
             n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
             head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
             n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
             experts_cpu=tuple(routed[il] == {HOST} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
             first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, rot_k=rot_k, rot_v=rot_v,
+            n_outputs=n_outputs, experts_split=split if any(split) else (),
         )
-        gpu, host = moe_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+        gpu, host = (0, 0) if dry else moe_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         out[d] = gpu
         if first == 0 and last == n_layer and placement.devices.get("token_embd.weight") == HOST:
             out[HOST] = host
@@ -768,7 +853,8 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
 # before them, so the CPU receives one weighted copy per chosen expert. Which models it applies
 # to is read from their layers' tensors (archgraph.host_replay_spec)
 def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                   swa_cells: int, mask_el: int = 2, ctk: str = "f16", ctv: str = "f16") -> int | None:
+                   swa_cells: int, mask_el: int = 2, ctk: str = "f16", ctv: str = "f16",
+                   n_outputs: int = 0) -> int | None:
     """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
     `replay.host_graph`), where GPUs run every layer (attention, router, shared expert) and the
     output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
@@ -823,7 +909,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
     shape = HostShape(
         n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used, n_ff_exp=geo.n_ff_exp,
         biased=biased, x_size=f * geo.n_embd * (used if weights_before(inv) else 1),
-        layers=tuple(layers), n_embd_inp=input_width(inv, geo.n_embd),
+        layers=tuple(layers), n_embd_inp=input_width(inv, geo.n_embd), n_outputs=n_outputs,
     )
     return host_peak(shape)
 

@@ -258,6 +258,7 @@ class Llama4Shape:
     # Hadamard rotations (see MoeShape): each cache (full, chunked) has its own matrices
     rot_k: int = 0
     rot_v: int = 0
+    n_outputs: int = 0  # the output rows after the last layer's out_ids (0: the ubatch; settings.n_outputs)
 
 
 def llama4_graph(s: Llama4Shape) -> Graph:
@@ -319,6 +320,7 @@ def llama4_graph(s: Llama4Shape) -> Graph:
         cur = g.op(e * f, g.view(attn))  # wo
         res = g.input("l_out", e * f) if inp < 0 else inp
         if il == n_layer - 1:
+            f = 4 * (s.n_outputs or T)  # from here on, only the output rows
             out_ids = g.input("out_ids", f)
             cur = g.op(e * f, cur, out_ids)  # GET_ROWS: only the outputs go on
             res = g.op(e * f, res, out_ids)
@@ -392,6 +394,10 @@ class MoeShape:
     # the buffer is the host's, running layers `first` (0) to `last` - 1 whole before the GPUs
     # (archgraph.cpu_head): the graph inputs are its own leaves, alive until the GPUs copy them
     host_head: bool = False
+    n_outputs: int = 0  # the output rows after the last layer's out_ids (0: the ubatch; settings.n_outputs)
+    # per layer, where its routed experts are split between this GPU and the CPU: which of gate,
+    # up, down run on the CPU (replay_hybrid's GATE_CPU | UP_CPU | DOWN_CPU); () or 0: `experts_cpu`
+    experts_split: tuple[int, ...] = ()
 
 
 def moe_graph(s: MoeShape) -> Graph:
@@ -432,7 +438,8 @@ def moe_graph(s: MoeShape) -> Graph:
         tokens = g.leaf(f, GPU)
         g.leaf(e * f, GPU)
         for name, size in (("k_rot", 4 * s.rot_k ** 2), ("pos", f), ("v_rot", 4 * s.rot_v ** 2),
-                           ("k_idxs", 8 * T), ("v_idxs", 8 * T), ("mask", 2 * T * s.n_kv), ("out_ids", f)):
+                           ("k_idxs", 8 * T), ("v_idxs", 8 * T), ("mask", 2 * T * s.n_kv),
+                           ("out_ids", 4 * (s.n_outputs or T))):
             if size:
                 leaves[name] = g.leaf(size, GPU)
         inp = g.op(e * f, tokens)  # GET_ROWS
@@ -490,6 +497,8 @@ def moe_graph(s: MoeShape) -> Graph:
         cur = g.op(e * f, g.view(attn))  # wo
         res = g.input("l_out", e * f) if inp < 0 else inp
         if il == n_layer - 1:
+            T = s.n_outputs or T  # from here on, only the output rows
+            f = 4 * T
             out_ids = graph_input("out_ids", f)
             cur = g.op(e * f, cur, out_ids)
             res = g.op(e * f, res, out_ids)
@@ -509,7 +518,11 @@ def moe_graph(s: MoeShape) -> Graph:
             weights = g.view(g.op(used * f, weights, wsum, inplace=True))  # DIV
             xr = g.view(x)
             ffe = s.n_ff_exp * used * f
-            if s.experts_cpu[il]:
+            split = s.experts_split[il] if s.experts_split else 0
+            if split:
+                down = _split_experts(g, split, il, xr, topk, (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4,
+                                      e * f, ffe, e * used * f)
+            elif s.experts_cpu[il]:
                 g.split(CPU)
                 # the copies of the FFN input and of the ids (a strided view of the ARGSORT)
                 xc = g.input(("x", il), e * f, xr)
@@ -539,6 +552,45 @@ def moe_graph(s: MoeShape) -> Graph:
     return g
 
 
+def _split_experts(g: Graph, cpu: int, il: int, xr: int, topk: int, ids_size: int, x_size: int, ffe: int,
+                   down_size: int) -> int:
+    """A layer's routed experts split between the GPU (buffer GPU) and the CPU (bits of
+    replay_hybrid's GATE_CPU, UP_CPU, DOWN_CPU): each matmul where its weights are, the SwiGLU on
+    the CPU only when up and down are there, each crossing a copy at the start of the next split
+    (build_moe_ffn, as `replay_hybrid.hybrid_graph` places them). Returns the experts' output on the GPU."""
+    here = GPU
+
+    def on(buf: int) -> None:
+        nonlocal here
+        if here != buf:
+            g.split(buf)
+            here = buf
+
+    def ids() -> int:
+        return topk if here == GPU else g.input(("topk", il), ids_size, topk)
+
+    def x() -> int:
+        return xr if here == GPU else g.input(("x", il), x_size, xr)
+
+    gate_buf = CPU if cpu & 1 else GPU
+    up_buf = CPU if cpu & 2 else GPU
+    down_buf = CPU if cpu & 4 else GPU
+    act_buf = CPU if up_buf == CPU and down_buf == CPU else GPU
+    on(gate_buf)
+    gate = g.op(ffe, x(), ids())
+    on(up_buf)
+    up = g.op(ffe, x(), ids())
+    on(act_buf)
+    ga = gate if gate_buf == act_buf else g.input(("gate", il), ffe, gate)
+    ua = up if up_buf == act_buf else g.input(("up", il), ffe, up)
+    act = g.op(ffe, ga, ua)
+    on(down_buf)
+    da = act if act_buf == down_buf else g.input(("act", il), ffe, act)
+    down = g.op(down_size, da, ids())
+    on(GPU)
+    return down if down_buf == GPU else g.input(("down", il), down_size, down)
+
+
 @lru_cache(maxsize=512)
 def moe_peaks(s: MoeShape, alignment: int) -> tuple[int, int]:
     """(GPU, CPU) compute buffer sizes; CPU is the host's only when `first` is 0 and the output
@@ -563,6 +615,7 @@ class HostShape:
     # (name, bytes), and whether its routed experts run on the CPU
     layers: tuple[tuple[int, tuple[tuple[str, int], ...], bool], ...]
     n_embd_inp: int = 0  # the input embedding's width where wider than n_embd (deepstack)
+    n_outputs: int = 0  # the output rows after the last layer's out_ids (0: the ubatch; settings.n_outputs)
 
 
 Cpu = TypeVar("Cpu")
@@ -581,7 +634,7 @@ def device_runs(dev_of: Sequence[str]) -> list[tuple[str, int, int]]:
 
 
 def host_layers(g: Graph, layers: tuple[tuple[int, tuple[tuple[str, int], ...], Cpu], ...], n_embd: int,
-                n_tokens: int, input_width: int) -> Iterator[tuple[int, int, Cpu]]:
+                n_tokens: int, input_width: int, n_outputs: int = 0) -> Iterator[tuple[int, int, Cpu]]:
     """The host's share of the graph before each layer's routed experts (`host_graph`,
     `replay_hybrid.hybrid_host_graph`): the token ids and the unused embeddings input, the
     embeddings' rows, then per layer (its GPU buffer, the graph inputs it reads, what of its
@@ -600,7 +653,7 @@ def host_layers(g: Graph, layers: tuple[tuple[int, tuple[tuple[str, int], ...], 
             gpu = dev
             g.split(gpu)
             g.input("embd" if il == 0 else ("l_out", il), n_embd * f, embd if il == 0 else -1)
-        reads += (("out_ids", f),) if il == n_layer - 1 else ()
+        reads += (("out_ids", 4 * (n_outputs or n_tokens)),) if il == n_layer - 1 else ()
         # the graph reaches the K rotation's matrix before the positions (the Q rotation's first
         # source), its copies are made in the order the split reads them
         for name, size in sorted(reads, key=lambda r: not r[0].startswith("k_rot")):
@@ -622,11 +675,16 @@ def host_graph(s: HostShape) -> Graph:
     f = 4 * T
     e = s.n_embd
     used = s.n_expert_used
-    for il, gpu, experts_cpu in host_layers(g, s.layers, e, T, s.n_embd_inp or e):
+    x_size = s.x_size
+    for il, gpu, experts_cpu in host_layers(g, s.layers, e, T, s.n_embd_inp or e, s.n_outputs):
         if not experts_cpu:
             continue
+        if il == len(s.layers) - 1 and s.n_outputs:  # the last layer's experts see only the output rows
+            x_size = x_size // T * s.n_outputs
+            T = s.n_outputs
+            f = 4 * T
         g.split(CPU)
-        xc = g.input(("x", il), s.x_size)
+        xc = g.input(("x", il), x_size)
         tc = g.input(("topk", il), (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4)
         ffe = s.n_ff_exp * used * f
         gate = g.op(ffe, xc, tc)

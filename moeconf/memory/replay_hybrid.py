@@ -64,6 +64,7 @@ class HybridShape:
     # matrix's side, 0 when off (src/llama-graph.cpp `build_attn`, `llama_mul_mat_hadamard`)
     rot_k: int = 0
     rot_v: int = 0
+    n_outputs: int = 0  # the rows out_ids keeps for the logits (0: the ubatch; settings.n_outputs)
 
 
 def hybrid_graph(s: HybridShape) -> Graph:
@@ -270,8 +271,9 @@ def hybrid_graph(s: HybridShape) -> Graph:
         inp = g.op(e * f, out, ffn_inp, inplace=True)  # l_out
     if last == n_layer:
         x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True, output=True)  # output norm (t_h_nextn)
-        rows = g.op(e * f, x, graph_input("out_ids", f))
-        g.op(s.n_vocab * f, rows, output=True)
+        fo = 4 * (s.n_outputs or T)  # the output rows (llama-server reserves fewer)
+        rows = g.op(e * fo, x, graph_input("out_ids", fo))
+        g.op(s.n_vocab * fo, rows, output=True)
     else:
         g.op(0, g.op(e * f, inp))
         g.op(0, inp)
@@ -300,7 +302,8 @@ def rotation(cache_type: str, head: int, k: bool) -> int:
 
 
 def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                    ctk: str = "f16", ctv: str = "f16", n_seqs: int = 1) -> dict[str, int]:
+                    ctk: str = "f16", ctv: str = "f16", n_seqs: int = 1, n_outputs: int = 0,
+                    dry: bool = False) -> dict[str, int]:
     """Each GPU's compute buffer by the replay above, for a GPU running one contiguous range of
     whole layers (its routed experts there or on the CPU), after the CPU's layers or another
     GPU's, and the output if it runs the last layer (as `estimate._replayed_moe` for Qwen3-MoE)."""
@@ -363,8 +366,9 @@ def replayed_hybrid(placement: Placement, geo: Geometry, out_dev: str, n_tokens:
             experts_cpu=tuple(experts), n_tokens=n_tokens, n_kv=cells,
             first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, qwen3next=inv.arch == "qwen3next",
             n_seqs=max(1, n_seqs), rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False),
+            n_outputs=n_outputs,
         )
-        out[d] = hybrid_peak(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+        out[d] = 0 if dry else hybrid_peak(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
     return out
 
 
@@ -382,7 +386,7 @@ def hybrid_host_graph(s: HybridHostShape) -> Graph:
     used = s.n_expert_used
     tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4
     ffe = s.n_ff_exp * used * f
-    for il, gpu, cpu in host_layers(g, s.layers, e, T, e):
+    for il, gpu, cpu in host_layers(g, s.layers, e, T, e, s.n_outputs):
         if not cpu:
             continue
         here = gpu
@@ -431,6 +435,7 @@ class HybridHostShape:
     # per layer: the GPU running it (1, 2, ...), the graph inputs it reads (name, bytes), which of
     # its routed experts run on the CPU (GATE_CPU | UP_CPU | DOWN_CPU)
     layers: tuple[tuple[int, tuple[tuple[str, int], ...], int], ...]
+    n_outputs: int = 0  # the output rows (0: the ubatch; settings.n_outputs)
 
 
 @lru_cache(maxsize=256)
@@ -440,7 +445,7 @@ def hybrid_host_peak(s: HybridHostShape) -> int:
 
 
 def replayed_hybrid_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                         n_seqs: int = 1) -> int | None:
+                         n_seqs: int = 1, n_outputs: int = 0) -> int | None:
     """The host's compute buffer for a hybrid whose layers all run on GPUs (the output too) and
     whose routed experts run wholly or partly on the CPU; None elsewhere."""
     from collections import defaultdict
@@ -477,5 +482,6 @@ def replayed_hybrid_host(placement: Placement, geo: Geometry, out_dev: str, n_to
         layers.append((buffers[dev], reads, cpu))
     if not any(cpu for _, _, cpu in layers):
         return None
-    shape = HybridHostShape(geo.n_embd, n_tokens, geo.n_expert, geo.n_expert_used, geo.n_ff_exp, tuple(layers))
+    shape = HybridHostShape(geo.n_embd, n_tokens, geo.n_expert, geo.n_expert_used, geo.n_ff_exp, tuple(layers),
+                            n_outputs)
     return hybrid_host_peak(shape)

@@ -56,6 +56,7 @@ class KdaGraphShape:
     first: int = 0
     last: int = -1  # -1: every layer from `first` on, and the output
     after_cpu: bool = False  # the layer before `first` ran wholly on the CPU (else on another GPU)
+    n_outputs: int = 0  # the output rows after the last layer's out_ids (0: the ubatch; settings.n_outputs)
 
 
 HERE, HOST = 0, 1  # device ids in `KdaGraphShape` (other GPUs: 2 on)
@@ -228,6 +229,10 @@ def kda_graph(s: KdaGraphShape) -> Graph:
             o = g.op(e * f, g.view(vb))  # wo
         res_in = g.input("l_out", e * f) if inp < 0 else inp
         if il == n_layer - 1:
+            T = s.n_outputs or T  # from here on, only the output rows
+            f = 4 * T
+            tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4
+            ffe = s.n_ff_exp * used * f
             out_ids = graph_input("out_ids", f)
             o = g.op(e * f, o, out_ids)
             res_in = g.op(e * f, res_in, out_ids)
@@ -332,7 +337,7 @@ def _layout(placement: Placement) -> _Layout | str | None:
 
 
 def replayed_kda(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                 n_seqs: int = 1) -> dict[str, int]:
+                 n_seqs: int = 1, n_outputs: int = 0, dry: bool = False) -> dict[str, int]:
     """Each GPU's compute buffer by the replay above: a GPU runs one contiguous range of whole
     layers, first, after the CPU's layers or after another GPU's, and the output if it runs the last
     layer; each layer's routed experts run on its GPU, wholly elsewhere (the CPU, another GPU), or
@@ -366,8 +371,11 @@ def replayed_kda(placement: Placement, geo: Geometry, out_dev: str, n_tokens: in
             homes=tuple(ids[h] for h in lay.home), experts=tuple(tuple(ids[w] for w in ws) for ws in lay.parts),
             n_tokens=n_tokens, n_kv=cells, n_seqs=max(1, n_seqs), first=first,
             last=-1 if last == n_layer else last, after_cpu=first > 0 and lay.home[first - 1] == "CPU",
+            n_outputs=n_outputs,
         )
-        out[d] = kda_peak(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+        out[d] = 0 if dry else kda_peak(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
+    if dry:  # only which devices the replay covers
+        return out
     host = _host(placement, geo, lay, n_tokens, cells, n_seqs)
     if host is not None:
         out["CPU"] = host

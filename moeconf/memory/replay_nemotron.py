@@ -489,7 +489,8 @@ def nkvo_host_graph(h: NkvoHostShape) -> Graph:
     sizes = dict(s.attn_inputs())
     leaves = {name: g.leaf(size, CPU) for name, size in (
         ("s_copy", 4 * ns if MAMBA in kinds else 0), ("k_idxs", sizes["k_idxs"]), ("v_idxs", sizes["v_idxs"]),
-        ("mask", sizes["mask"]), ("out_ids", f)) if size and (ATTENTION in kinds or name in ("s_copy", "out_ids"))}
+        ("mask", sizes["mask"]),
+        ("out_ids", 4 * (s.n_outputs or T))) if size and (ATTENTION in kinds or name in ("s_copy", "out_ids"))}
     rots = [(name, n) for name, n in s.attn_inputs() if name.endswith("_rot")]
     for name, n in rots:
         leaves[name] = g.leaf(n, CPU)
@@ -526,7 +527,7 @@ def nkvo_host_graph(h: NkvoHostShape) -> Graph:
             g.op(0, g.input(("v", il), s.n_head_kv * s.head_v * f), leaves["v_idxs"])
             g.split(dev)
             g.input("mask", sizes["mask"], leaves["mask"])
-    g.input("out_ids", f, leaves["out_ids"])
+    g.input("out_ids", 4 * (s.n_outputs or T), leaves["out_ids"])
     g.finish()
     return g
 
@@ -664,7 +665,7 @@ def unmodelled(placement: Placement, geo: Geometry, settings: MemorySettings, pi
 
 def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells: int, n_seq: int,
                       ctk: str, ctv: str, copies: int = 1, fa: bool = True, offload_kqv: bool = True,
-                      n_stream: int = 1) -> dict[str, int]:
+                      n_stream: int = 1, n_outputs: int = 0) -> dict[str, int]:
     """Each device's compute buffer (the host's too) by the replay, for a placement `unmodelled`
     accepts."""
     from moeconf.memory.recurrent import shape
@@ -672,8 +673,8 @@ def replayed_nemotron(placement: Placement, geo: Geometry, n_tokens: int, cells:
 
     # the worst-case ubatch holds n_seq equal sequences of ceil(n_tokens / n_seq) tokens
     # (llama-context.cpp graph_reserve; measured: -ub 512 -np 3 builds 513 tokens), the output
-    # the ubatch's n_tokens rows
-    n_outputs = n_tokens
+    # the ubatch's n_tokens rows (llama-server's fewer: settings.n_outputs)
+    n_outputs = n_outputs or n_tokens
     n_tokens = -(-n_tokens // max(1, n_seq)) * max(1, n_seq)
     lay = _layout(placement, geo)
     rs = shape(placement.inventory)
@@ -743,7 +744,7 @@ def _unread_inputs(s: NemotronShape, kinds: tuple[str, ...]) -> int:
     def a(n: int) -> int:
         return (n + 31) // 32 * 32
 
-    out = a(4 * s.n_tokens)
+    out = a(4 * (s.n_outputs or s.n_tokens))
     if MAMBA in s.kinds and MAMBA not in kinds:
         out += a(4 * s.n_seqs)
     if ATTENTION in s.kinds and ATTENTION not in kinds:
@@ -760,7 +761,7 @@ def _pipeline_host(s: NemotronShape, lay: _Layout, copies: int) -> int:
     def a(n: int) -> int:
         return (n + 31) // 32 * 32
 
-    inputs = [f, s.n_embd * f, f]  # tokens, the embeddings input, out_ids
+    inputs = [f, s.n_embd * f, 4 * (s.n_outputs or s.n_tokens)]  # tokens, the embeddings input, out_ids
     if MAMBA in lay.kinds:
         inputs.append(4 * s.n_seqs)
     if ATTENTION in lay.kinds:

@@ -99,6 +99,10 @@ class MemorySettings:
     extra_files: tuple[tuple[str, str], ...] = ()
     # --override-kv items (memory/kvoverride.py): (the key, the flag and item)
     kv_overrides: tuple[tuple[str, str], ...] = ()
+    # the output rows the context reserves its worst-case graph for (llama.cpp's n_outputs_max,
+    # `server_outputs`); 0: as many as the batch (every binary but llama-server). Derived from the
+    # binary (which is not compared either) and the flags
+    n_outputs: int = field(default=0, compare=False)
 
 
 # llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
@@ -111,6 +115,25 @@ class MemorySettings:
 SERVER_AUTO_SLOTS = 4
 SERVER_AUTO_SLOTS_SINCE = 7079
 SERVER_BINARIES = frozenset({"llama-server"})
+
+
+# llama-server's output reservation: since llama.cpp b9474 (de6f727a, PR #23861, "limit max outputs of
+# llama_context") the context reserves its worst-case prompt graph for min(ubatch, n_outputs_max)
+# output rows (src/llama-context.cpp sched_reserve, `n_outputs_pp`), and n_outputs_max is 0 (= n_batch)
+# for every binary but llama-server, which sets it to min(n_batch, n_parallel * (1 + draft length)),
+# at least 1, or to n_batch with --embedding or a pooling type other than none
+# (tools/server/server-context.cpp server_output_limits, common/speculative.cpp
+# common_speculative_get_output_limits). ik_llama.cpp has no such limit (its graphs output the ubatch).
+SERVER_OUTPUTS_SINCE = 9474
+
+
+def server_outputs(binary: str | None, engine: Engine, n_batch: int, n_parallel: int, embedding: bool) -> int:
+    """The output rows `binary` reserves (0: as many as the batch). Speculation (draft tokens per
+    slot) is refused by the estimate (memory/speculative.py), so none is counted here."""
+    if (binary in SERVER_BINARIES and engine.name == "llama.cpp" and (engine.build or 0) >= SERVER_OUTPUTS_SINCE
+            and not embedding):
+        return max(1, min(n_batch, n_parallel))
+    return 0
 
 
 def cache_row_bytes(cache_type: str, n: int) -> int:
@@ -159,6 +182,8 @@ _SWITCHES = {
     "--no-host": ("no_host", True), "--repack": ("repack", True), "-nr": ("repack", False),
     "--no-repack": ("repack", False), "--op-offload": ("op_offload", True), "--no-op-offload": ("op_offload", False),
 }
+# what makes llama-server keep n_batch outputs (an embedding or reranking server)
+_EMBEDDING_SWITCHES = frozenset({"--embedding", "--embeddings", "--rerank", "--reranking"})
 _ENV = {
     "LLAMA_ARG_CTX_SIZE": "n_ctx", "LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch",
     "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k", "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
@@ -231,6 +256,9 @@ def read_settings(
             values["offload_kqv"] = False
         elif k == "LLAMA_ARG_NO_HOST" and v in _TRUE:  # a switch's variable: set when truthy
             values["no_host"] = True
+        elif ((k in ("LLAMA_ARG_EMBEDDINGS", "LLAMA_ARG_RERANKING") and v.lower() in _TRUE)
+              or (k == "LLAMA_ARG_POOLING" and v != "none")):
+            values["embedding"] = True
     words = list(argv)
     i = 1 if words and not words[0].startswith("-") else 0
     while i < len(words):
@@ -257,6 +285,12 @@ def read_settings(
         elif name in _SWITCHES:
             key, val = _SWITCHES[name]
             values[key] = val
+        elif name in _EMBEDDING_SWITCHES:
+            values["embedding"] = True
+        elif name == "--pooling" and (value is not None or i + 1 < len(words)):
+            pooling = value if value is not None else words[i + 1]
+            i += 0 if value is not None else 1
+            values["embedding"] = pooling != "none"
         i += 1
     def num(key: str, default: int) -> int:
         v = values.get(key, default)
@@ -290,18 +324,20 @@ def read_settings(
             and engine.name == "llama.cpp"):
         values["n_ctx"] = max(num("n_parallel", 1), 1) * per_slot
     # ---
+    n_parallel = max(num("n_parallel", 1), 1)
+    outputs = server_outputs(run, engine, num("n_batch", 2048), n_parallel, values.get("embedding") is True)
     return MemorySettings(
         n_ctx=num("n_ctx", 0), n_batch=num("n_batch", 2048), n_ubatch=num("n_ubatch", 512),
         cache_type_k=text("cache_type_k", "f16"), cache_type_v=text("cache_type_v", "f16"),
         flash_attn=text("flash_attn", "auto"), offload_kqv=flag("offload_kqv", True),
-        n_parallel=max(num("n_parallel", 1), 1), kv_unified=flag("kv_unified", False),
+        n_parallel=n_parallel, kv_unified=flag("kv_unified", False),
         swa_full=flag("swa_full", False), mla=mla if isinstance(mla, int) else None,
         no_host=flag("no_host", False), repack=flag("repack", True), op_offload=flag("op_offload", True),
         cache_ram=_opt_int(values.get("cache_ram")), ctx_checkpoints=_opt_int(values.get("ctx_checkpoints")),
         reserve=reserve, problems=tuple(problems), binary=run, auto_slots=auto,
         speculation=read_speculation(words, engine, env, run),
         extra_files=read_extra_files(words, engine, env, run),
-        kv_overrides=overrides,
+        kv_overrides=overrides, n_outputs=outputs,
     )
 
 

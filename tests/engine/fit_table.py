@@ -11,7 +11,7 @@ import sys
 def main(path: str) -> int:
     with open(path) as f:
         rows = json.load(f)
-    print("| model | budgets (GiB) | flags | llama.cpp's projection of moeconf's command (MiB) "
+    print("| model | budgets (GiB) | flags | llama-server's allocation of moeconf's command (MiB) "
           "| expert GiB on GPUs: moeconf | llama.cpp fit | always-active on CPU, llama.cpp fit (MiB) "
           "| host MiB read per token: moeconf | llama.cpp fit | `-ot` chars: moeconf | llama.cpp fit |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

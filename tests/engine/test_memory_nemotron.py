@@ -22,6 +22,7 @@ from moeconf.model.inventory import Inventory
 from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
+from tests.engine.outputs_probe import server_totals
 from tests.test_memory_nemotron import LINES, NANO, RECORDED, SUPER
 
 pytestmark = pytest.mark.engine
@@ -97,13 +98,11 @@ def test_fit_within_budget_by_the_engines_count(model: str, gib: int, flags: str
                                                 layouts: dict[str, tuple[Path, Inventory]], endpoints: list[str],
                                                 tmp_path: Path) -> None:
     """The issue's case: Nano on a 12 GiB GPU less the 1 GiB reserve (11,264 MiB); Super on 24 GiB.
-    `-np 4 -kvu` is llama-server's default (4 slots, one unified cache); llama-fit-params has no
-    -kvu, so the engine counts it with 4 streams (a smaller mask: moeconf's unified figure is the
-    larger)."""
+    `-np 4 -kvu` is llama-server's default (4 slots, one unified cache): measured as llama-server
+    allocates it (tests/engine/outputs_probe.py: -kvu and the server's output rows)."""
     path, inv = layouts[model]
     dev = f"RPC0[{endpoints[0]}]"
     res = fit(inv, engine("llama.cpp"), [Budget(dev, gib * GiB)], ["--rpc", endpoints[0], *flags.split()],
               model_path=str(path), plan_dir=str(tmp_path), reserve=GiB)
-    run = [w for w in res.argv[3:] if w != "-kvu"]
-    proj = oracle.project(path, run, endpoints[:1])
-    assert proj.total(dev) * MiB + GiB <= gib * GiB, f"{proj.total(dev):.0f} MiB + reserve over {gib} GiB"
+    served = server_totals(path, list(res.argv[3:]))  # as llama-server allocates it (-kvu, its output rows)
+    assert served[dev] + GiB <= gib * GiB, f"{served[dev] / MiB:.0f} MiB + reserve over {gib} GiB"

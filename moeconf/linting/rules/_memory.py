@@ -104,6 +104,12 @@ def fit_instead(ctx: Context) -> str:
     flags = settings_argv(settings, ctx.engine)
     if settings.problems or read_settings(flags, ctx.engine, reserve=reserve) != settings:
         return ""
+    from moeconf.emitting.argv import DEFAULT_BINARY
+
+    # fit writes a llama-server line, which reserves fewer output rows than other binaries
+    # (memory/settings.py server_outputs): its placement holds only for a line that reserves as many
+    if read_settings(flags, ctx.engine, reserve=reserve, binary=DEFAULT_BINARY).n_outputs != settings.n_outputs:
+        return ""
     budgets = [Budget(d, ctx.gpu_memory[d]) for d in ex.accelerators]
     model_word = inv.model.text if inv.model is not None else "MODEL"
     flags, command = fit_command(ctx, flags)
