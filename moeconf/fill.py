@@ -226,7 +226,8 @@ class _Filler:
                         rest = []
                         continue
                     closed.add(dev)
-                    if self.split:
+                    # a device measured over by more than the room it had starts a round with none
+                    if self.split and free[dev] > 0:
                         part = pack(self.inv, rest, dev, free[dev], self.merge_up_gate)
                         used = sum(alloc_size(self.inv.by_name[n], dev) for n in part)
                         if used > free[dev] or not set(part) <= set(rest):

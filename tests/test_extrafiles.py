@@ -40,9 +40,9 @@ def _refused(est: MemoryEstimate, *words: str) -> None:
     assert all(m.kv == 0 and m.compute == 0 for m in est.devices.values())
 
 
-def _modelled(est: MemoryEstimate, engine: str = "llama.cpp") -> None:
+def _modelled(est: MemoryEstimate, engine: str = "llama.cpp", binary: str = "llama-server") -> None:
     assert est.complete, est.notes
-    base = _estimate(engine, [])
+    base = _estimate(engine, [], binary=binary)  # the same binary: llama-server reserves fewer output rows
     assert {d: m.total for d, m in est.devices.items()} == {d: m.total for d, m in base.devices.items()}
 
 
@@ -85,7 +85,7 @@ def test_variables_as_the_engine_reads_them() -> None:
     _refused(est, "--mmproj other.gguf")
     assert not any("LLAMA_ARG_MMPROJ=" in n for n in est.notes)
     # llama-completion's option set has no projector options: it reads no variable for them
-    _modelled(_estimate("llama.cpp", [], env, binary="llama-completion"))
+    _modelled(_estimate("llama.cpp", [], env, binary="llama-completion"), binary="llama-completion")
     # ik_llama.cpp reads no LLAMA_ARG_ variable for the projector
     _modelled(_estimate("ik_llama.cpp", [], env), "ik_llama.cpp")
 
