@@ -27,7 +27,7 @@ replay its offsets exactly. Results are cached: a `fit` calls `estimate` many ti
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TypeVar
@@ -520,7 +520,7 @@ def moe_graph(s: MoeShape) -> Graph:
             ffe = s.n_ff_exp * used * f
             split = s.experts_split[il] if s.experts_split else 0
             if split:
-                down = _split_experts(g, split, il, xr, topk, (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4,
+                down = split_experts(g, split, il, xr, topk, (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4,
                                       e * f, ffe, e * used * f)
             elif s.experts_cpu[il]:
                 g.split(CPU)
@@ -552,12 +552,16 @@ def moe_graph(s: MoeShape) -> Graph:
     return g
 
 
-def _split_experts(g: Graph, cpu: int, il: int, xr: int, topk: int, ids_size: int, x_size: int, ffe: int,
-                   down_size: int) -> int:
+def split_experts(g: Graph, cpu: int, il: int, xr: int, topk: int, ids_size: int, x_size: int, ffe: int,
+                  down_size: int, copy: Callable[[object, int, int], int] | None = None) -> int:
     """A layer's routed experts split between the GPU (buffer GPU) and the CPU (bits of
-    replay_hybrid's GATE_CPU, UP_CPU, DOWN_CPU): each matmul where its weights are, the SwiGLU on
-    the CPU only when up and down are there, each crossing a copy at the start of the next split
-    (build_moe_ffn, as `replay_hybrid.hybrid_graph` places them). Returns the experts' output on the GPU."""
+    replay_hybrid's GATE_CPU, UP_CPU, DOWN_CPU: 1, 2, 4): each matmul where its weights are, the
+    SwiGLU on the CPU only when up and down are there, each crossing a copy at the start of the next
+    split (build_moe_ffn; measured with the scheduler's debug output, GGML_SCHED_DEBUG=2, and traced
+    on GLM-5 with gate and up on the CPU). `copy(key, size, src)` makes a split's copy (default
+    `g.input`; the DSA replay's pins 4 with pipeline parallelism). Returns the experts' output on
+    the GPU. The classic, hybrid and DSA replays share it."""
+    put = g.input if copy is None else copy
     here = GPU
 
     def on(buf: int) -> None:
@@ -567,10 +571,10 @@ def _split_experts(g: Graph, cpu: int, il: int, xr: int, topk: int, ids_size: in
             here = buf
 
     def ids() -> int:
-        return topk if here == GPU else g.input(("topk", il), ids_size, topk)
+        return topk if here == GPU else put(("topk", il), ids_size, topk)
 
     def x() -> int:
-        return xr if here == GPU else g.input(("x", il), x_size, xr)
+        return xr if here == GPU else put(("x", il), x_size, xr)
 
     gate_buf = CPU if cpu & 1 else GPU
     up_buf = CPU if cpu & 2 else GPU
@@ -581,14 +585,14 @@ def _split_experts(g: Graph, cpu: int, il: int, xr: int, topk: int, ids_size: in
     on(up_buf)
     up = g.op(ffe, x(), ids())
     on(act_buf)
-    ga = gate if gate_buf == act_buf else g.input(("gate", il), ffe, gate)
-    ua = up if up_buf == act_buf else g.input(("up", il), ffe, up)
+    ga = gate if gate_buf == act_buf else put(("gate", il), ffe, gate)
+    ua = up if up_buf == act_buf else put(("up", il), ffe, up)
     act = g.op(ffe, ga, ua)
     on(down_buf)
-    da = act if act_buf == down_buf else g.input(("act", il), ffe, act)
+    da = act if act_buf == down_buf else put(("act", il), ffe, act)
     down = g.op(down_size, da, ids())
     on(GPU)
-    return down if down_buf == GPU else g.input(("down", il), down_size, down)
+    return down if down_buf == GPU else put(("down", il), down_size, down)
 
 
 @lru_cache(maxsize=512)

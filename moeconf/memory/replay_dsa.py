@@ -33,7 +33,7 @@ from moeconf.engines import AUTO_GPU
 from moeconf.memory.classic import output_device
 from moeconf.memory.geometry import Geometry
 from moeconf.memory.indexer import DSA_ARCHS, indexer_width
-from moeconf.memory.replay import CPU, GPU, Graph, HostShape, _Node, device_runs, host_peak
+from moeconf.memory.replay import CPU, GPU, Graph, HostShape, _Node, device_runs, host_peak, split_experts
 from moeconf.memory.replay_hybrid import ALL_CPU, DOWN_CPU, GATE_CPU, UP_CPU, HybridHostShape, hybrid_host_peak
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
@@ -163,43 +163,6 @@ def dsa_graph(s: DsaShape) -> Graph:
         inp = g.op(e * f, out, ffn_inp, inplace=True)
     tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4  # the copy of the chosen ids (a strided view)
 
-    def split_experts(il: int, cpu: int, xr: int, topk: int, ffe: int) -> int:
-        """A layer whose routed experts are partly on the CPU (a fill's boundary layer): each matmul
-        runs where its weights are, the SwiGLU on the CPU only when up and down are there, each
-        crossing a copy at the start of the next split (as `replay_hybrid.hybrid_graph` has them;
-        traced here on GLM-5 with gate and up on the CPU)."""
-        here = GPU
-
-        def on(buf: int) -> None:
-            nonlocal here
-            if here != buf:
-                g.split(buf)
-                here = buf
-
-        def ids() -> int:
-            return topk if here == GPU else split_input(("topk", il), tk, topk)
-
-        def x() -> int:
-            return xr if here == GPU else split_input(("x", il), e * f, xr)
-
-        gate_buf = CPU if cpu & GATE_CPU else GPU
-        up_buf = CPU if cpu & UP_CPU else GPU
-        down_buf = CPU if cpu & DOWN_CPU else GPU
-        act_buf = CPU if up_buf == CPU and down_buf == CPU else GPU
-        on(gate_buf)
-        gate = g.op(ffe, x(), ids())
-        on(up_buf)
-        up = g.op(ffe, x(), ids())
-        on(act_buf)
-        ga = gate if gate_buf == act_buf else split_input(("gate", il), ffe, gate)
-        ua = up if up_buf == act_buf else split_input(("up", il), ffe, up)
-        act = g.op(ffe, ga, ua)
-        on(down_buf)
-        da = act if act_buf == down_buf else split_input(("act", il), ffe, act)
-        down = g.op(e * used * f, da, ids())
-        on(GPU)
-        return down if down_buf == GPU else split_input(("down", il), e * used * f, down)
-
     def handed_over(*tail: int) -> None:
         """The CPU's last layer: the GPU after it runs the weightless tail ("expand GPU up"): its
         first split copies the FFN's outputs and input (then the graph inputs, `inputs_copied`:
@@ -290,7 +253,8 @@ def dsa_graph(s: DsaShape) -> Graph:
             xr = g.view(x)
             ffe = s.n_ff_exp * used * f
             if s.experts_cpu[il] and s.experts_cpu[il] != ALL_CPU:
-                down = split_experts(il, s.experts_cpu[il], xr, topk_e, ffe)
+                down = split_experts(g, s.experts_cpu[il], il, xr, topk_e, tk, e * f, ffe, e * used * f,
+                                     copy=split_input)
             elif s.experts_cpu[il]:
                 g.split(CPU)
                 xc = split_input(("x", il), e * f, xr)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from moeconf.memory.replay import CPU, GPU, Graph, device_runs, host_layers
+from moeconf.memory.replay import CPU, GPU, Graph, device_runs, host_layers, split_experts
 
 if TYPE_CHECKING:
     from moeconf.memory.geometry import Geometry
@@ -125,45 +125,6 @@ def hybrid_graph(s: HybridShape) -> Graph:
         inp = g.op(e * f, out, ffn_inp, inplace=True)
     tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4  # the copy of the chosen ids (a strided view)
 
-    def split_experts(il: int, cpu: int, xr: int, topk: int, ffe: int) -> int:
-        """A layer whose routed experts are partly on the CPU (bits GATE_CPU, UP_CPU, DOWN_CPU):
-        each matmul runs where its weights are, the SwiGLU on the CPU only when up and down are
-        there, each crossing a copy at the start of the next split (measured with the scheduler's
-        debug output, GGML_SCHED_DEBUG=2)."""
-        here = GPU
-
-        def on(buf: int) -> None:
-            nonlocal here
-            if here != buf:
-                g.split(buf)
-                here = buf
-
-        def ids() -> int:
-            return topk if here == GPU else g.input(("topk", il), tk, topk)
-
-        def x() -> int:
-            return xr if here == GPU else g.input(("x", il), e * f, xr)
-
-        gate_buf = CPU if cpu & GATE_CPU else GPU
-        up_buf = CPU if cpu & UP_CPU else GPU
-        down_buf = CPU if cpu & DOWN_CPU else GPU
-        act_buf = CPU if up_buf == CPU and down_buf == CPU else GPU
-        on(gate_buf)
-        gx = x()
-        gate = g.op(ffe, gx, ids())
-        on(up_buf)
-        ux = x()
-        up = g.op(ffe, ux, ids())
-        on(act_buf)
-        ga = gate if gate_buf == act_buf else g.input(("gate", il), ffe, gate)
-        ua = up if up_buf == act_buf else g.input(("up", il), ffe, up)
-        act = g.op(ffe, ga, ua)
-        on(down_buf)
-        da = act if act_buf == down_buf else g.input(("act", il), ffe, act)
-        down = g.op(e * used * f, da, ids())
-        on(GPU)
-        return down if down_buf == GPU else g.input(("down", il), e * used * f, down)
-
     hq, hkv, hv = s.n_head * s.head_k, s.n_head_kv * s.head_k, s.n_head_kv * s.head_v
     for il in range(s.first, last):
         norm = g.input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
@@ -261,7 +222,7 @@ def hybrid_graph(s: HybridShape) -> Graph:
             g.split(GPU)
             down = g.input(("down", il), e * used * f, down)
         elif cpu:
-            down = split_experts(il, cpu, xr, topk, ffe)
+            down = split_experts(g, cpu, il, xr, topk, tk, e * f, ffe, e * used * f)  # replay.split_experts
         else:
             down = g.op(e * used * f, g.op(ffe, g.op(ffe, xr, topk), g.op(ffe, xr, topk)), topk)
         out = moe_sum(down, weights)
