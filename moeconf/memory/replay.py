@@ -552,6 +552,20 @@ def moe_graph(s: MoeShape) -> Graph:
     return g
 
 
+def sigmoid_router(g: Graph, x: int, logits: int, chosen: int, f: int) -> tuple[int, int]:
+    """build_moe_ffn's router with sigmoid gating, a selection bias and normalised, scaled weights
+    (Kimi-Linear, GLM-5.3-Flash): the logits (`logits` bytes) and their sigmoid in place, the
+    biased copy, ARGSORT and its top-k view, GET_ROWS of the chosen weights (`chosen` bytes),
+    SUM_ROWS and CLAMP in place (`f`: 4 bytes a token), DIV, SCALE. Returns (the top-k view, the
+    scaled weights)."""
+    probs = g.op(logits, g.op(logits, x), inplace=True)
+    topk = g.view(g.op(logits, g.op(logits, probs)))
+    weights = g.op(chosen, g.view(probs), topk)
+    wsum = g.op(f, g.op(f, g.view(weights)), inplace=True)
+    wnorm = g.op(chosen, g.view(weights), wsum)
+    return topk, g.op(chosen, g.view(wnorm))
+
+
 def split_experts(g: Graph, cpu: int, il: int, xr: int, topk: int, ids_size: int, x_size: int, ffe: int,
                   down_size: int, copy: Callable[[object, int, int], int] | None = None) -> int:
     """A layer's routed experts split between the GPU (buffer GPU) and the CPU (bits of

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
 
-from moeconf.memory.replay import CPU, GPU, Graph, _Node
+from moeconf.memory.replay import CPU, GPU, Graph, _Node, sigmoid_router
 from moeconf.memory.replay_kda import expert_devices
 
 if TYPE_CHECKING:
@@ -515,14 +515,7 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
             gate, up = g.op(ff, cur), g.op(ff, cur)
             out = g.op(e * f, g.op(ff, gate, up))
         else:
-            ne = s.n_expert * f
-            probs = g.op(ne, g.op(ne, cur), inplace=True)  # logits, sigmoid in place
-            biased = g.op(ne, probs)  # + the selection bias
-            topk = g.view(g.op(ne, biased))  # ARGSORT, its top-k view
-            weights = g.op(used * f, g.view(probs), topk)  # GET_ROWS
-            wsum = g.op(f, g.op(f, g.view(weights)), inplace=True)  # SUM_ROWS, CLAMP in place
-            wnorm = g.op(used * f, g.view(weights), wsum)  # DIV
-            wscaled = g.op(used * f, g.view(wnorm))  # SCALE (expert_weights_scale)
+            topk, wscaled = sigmoid_router(g, cur, s.n_expert * f, used * f, f)
             xr = g.view(cur)
             moe = routed(il, xr, topk, wscaled)
             ffs = s.n_ff_shexp * f

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from moeconf.memory.replay import CPU, GPU, Graph, device_runs
+from moeconf.memory.replay import CPU, GPU, Graph, device_runs, sigmoid_router
 
 if TYPE_CHECKING:
     from moeconf.memory.geometry import Geometry
@@ -242,14 +242,7 @@ def kda_graph(s: KdaGraphShape) -> Graph:
             ff = s.n_ff[il] * f
             out = g.op(e * f, g.op(ff, g.op(ff, x), g.op(ff, x)))
         else:
-            ne = s.n_expert * f
-            probs = g.op(ne, g.op(ne, x), inplace=True)  # logits, sigmoid in place
-            biased = g.op(ne, probs)  # + the selection bias
-            topk = g.view(g.op(ne, biased))  # ARGSORT, its top-k view
-            weights = g.op(used * f, g.view(probs), topk)  # GET_ROWS
-            wsum = g.op(f, g.op(f, g.view(weights)), inplace=True)  # SUM_ROWS, CLAMP in place
-            wnorm = g.op(used * f, g.view(weights), wsum)  # DIV
-            wscaled = g.op(used * f, g.view(wnorm))  # SCALE (expert_weights_scale)
+            topk, wscaled = sigmoid_router(g, x, s.n_expert * f, used * f, f)
             xr = g.view(x)
             moe = routed(il, xr, topk, wscaled)
             ffs = s.n_ff_shexp * f
