@@ -45,13 +45,13 @@ if TYPE_CHECKING:
 MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
 _TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away from home, room left)
-# DSA: each finish is a whole exact replay (~20 ms for GLM-5 over two GPUs). Over eight DSA fits
-# (GLM-5, DeepSeek-V3.2; 16+12 to 48+24 GiB) finishing 6 chose what finishing 12 did in seven; the
-# eighth kept the same bytes on the GPUs with 5 MiB less room on the fullest
-_TIES_FINISHED_DSA = 6
 # the architectures whose search ranks splits on an approximate replay (each device's run from its
 # last layers: memory/replay_dsa.py, replay_glm5next.py) and measures the ones it finishes exactly
 APPROXIMATE_SEARCH = DSA_ARCHS | GLM5_NEXT
+# there each finish is a whole exact replay (~20 ms for GLM-5 over two GPUs). Over eight DSA fits
+# (GLM-5, DeepSeek-V3.2; 16+12 to 48+24 GiB) finishing 6 chose what finishing 12 did in seven; the
+# eighth kept the same bytes on the GPUs with 5 MiB less room on the fullest
+_TIES_FINISHED_APPROXIMATE = 6
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
 
@@ -487,7 +487,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                     break
                 if best is not None and c.score == best[0][0]:
                     ties += 1
-                    if ties > (_TIES_FINISHED_DSA if inv.arch in APPROXIMATE_SEARCH else _TIES_FINISHED):
+                    if ties > (_TIES_FINISHED_APPROXIMATE if inv.arch in APPROXIMATE_SEARCH else _TIES_FINISHED):
                         break
                 try:
                     devices, mem = f.complete(c)

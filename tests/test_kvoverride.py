@@ -64,7 +64,7 @@ def test_items_are_split_as_each_engine_splits_them() -> None:
     assert _estimate(value, "ik_llama.cpp").complete
 
 
-@pytest.mark.parametrize("item", ["qwen3moe.expert_used_count", "k=int8:1", "k=bool:yes", "k=str:" + "x" * 128,
+@pytest.mark.parametrize("item", ["", "qwen3moe.expert_used_count", "k=int8:1", "k=bool:yes", "k=str:" + "x" * 128,
                                   "k" * 128 + "=int:1"])
 def test_a_malformed_item_is_an_error_the_engine_stops_on(item: str) -> None:
     est = _estimate(item)

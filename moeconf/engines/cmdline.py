@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -120,6 +120,20 @@ def known_flags(engine: Engine) -> dict[str, int]:
 def normalize_flag(name: str) -> str:
     """As both engines read a word: `--a_b` is `--a-b` (underscores only in long flags)."""
     return name.replace("_", "-") if name.startswith("--") else name
+
+
+def option_values(words: Sequence[str], engine: Engine) -> Iterator[tuple[str, str | None]]:
+    """Each option of a plain argv (binary first or not) as `engine`'s parser steps over it: its
+    normalized name and its first value (None for a switch, or a value missing at the end), the
+    values it takes skipped by the engine's flag table. For readers of one setting family
+    (memory/speculative.py, extrafiles.py, kvoverride.py); `parse_invocation` reads the rest."""
+    table = known_flags(engine)
+    i = 1 if words and not words[0].startswith("-") else 0
+    while i < len(words):
+        name = normalize_flag(words[i])
+        n = table.get(name, 0)
+        yield name, words[i + 1] if n and i + 1 < len(words) else None
+        i += 1 + n
 
 
 def closest_flag(engine: Engine, name: str) -> str | None:

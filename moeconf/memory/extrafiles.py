@@ -48,10 +48,9 @@ def read_extra_files(words: Sequence[str], engine: Engine, env: Mapping[str, str
                      binary: str | None) -> ExtraFiles:
     """What this launch loads beside the model: argv (binary first or not) and the environment,
     read as the engine reads them (a command-line value replaces its variable's)."""
-    from moeconf.engines.cmdline import known_flags, normalize_flag
+    from moeconf.engines.cmdline import option_values
 
     ik = engine.name == "ik_llama.cpp"
-    table = known_flags(engine)
     flags = _IK if ik else _MAINLINE
     found: dict[str, tuple[str, str]] = {}  # the projector: the last one given wins
     listed: list[tuple[str, str]] = []
@@ -64,11 +63,8 @@ def read_extra_files(words: Sequence[str], engine: Engine, env: Mapping[str, str
         # common/arg.cpp is_falsey: exactly these words
         if (env or {}).get("LLAMA_ARG_MMPROJ_OFFLOAD", "") in ("off", "disabled", "false", "0"):
             on_host = True
-    i = 1 if words and not words[0].startswith("-") else 0
-    while i < len(words):
-        name = normalize_flag(words[i])
-        n = table.get(name, 0)
-        value = words[i + 1] if n and i + 1 < len(words) else ""
+    for name, given in option_values(words, engine):
+        value = given or ""
         kind = flags.get(name)
         if kind == MMPROJ and value:
             found[MMPROJ] = (MMPROJ, f"{name} {value}")
@@ -78,7 +74,6 @@ def read_extra_files(words: Sequence[str], engine: Engine, env: Mapping[str, str
             on_host = True
         elif not ik and name == "--mmproj-offload":
             on_host = False
-        i += 1 + n
     out = list(found.values()) + listed
     if on_host and MMPROJ in found:
         out = [(MMPROJ + "-host", where) if kind == MMPROJ else (kind, where) for kind, where in out]

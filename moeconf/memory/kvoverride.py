@@ -27,25 +27,19 @@ Override = tuple[str, str]  # (the key, the flag and item as written)
 
 def read_kv_overrides(words: Sequence[str], engine: Engine) -> tuple[tuple[Override, ...], tuple[str, ...]]:
     """Each `--override-kv` item of argv (binary first or not), and the items the engine refuses."""
-    from moeconf.engines.cmdline import known_flags, normalize_flag
+    from moeconf.engines.cmdline import option_values
 
     ik = engine.name == "ik_llama.cpp"
-    table = known_flags(engine)
     found: list[Override] = []
     problems: list[str] = []
-    i = 1 if words and not words[0].startswith("-") else 0
-    while i < len(words):
-        name = normalize_flag(words[i])
-        n = table.get(name, 0)
-        if name == "--override-kv" and i + 1 < len(words):
-            value = words[i + 1]
+    for name, value in option_values(words, engine):
+        if name == "--override-kv" and value is not None:
             for item in ([value] if ik else value.split(",")):
                 problem = _malformed(item)
                 if problem:
                     problems.append(f"{engine.label} stops on --override-kv {item!r}: {problem}")
                 else:
                     found.append((item.split("=", 1)[0], f"--override-kv {item}"))
-        i += 1 + n
     return tuple(found), tuple(problems)
 
 

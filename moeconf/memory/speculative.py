@@ -62,7 +62,7 @@ def read_speculation(words: Sequence[str], engine: Engine, env: Mapping[str, str
     no variable for it; ik_llama.cpp reads no speculative variable and its last
     `--spec-type`/`-mtp` wins). A flag the binary does not accept is still counted: the engine
     refuses the launch, and no complete figure is printed for it either."""
-    from moeconf.engines.cmdline import known_flags, normalize_flag
+    from moeconf.engines.cmdline import known_flags, option_values
 
     ik = engine.name == "ik_llama.cpp"
     table = known_flags(engine)
@@ -82,11 +82,8 @@ def read_speculation(words: Sequence[str], engine: Engine, env: Mapping[str, str
                 found.append((DRAFT, f"{var}={value}"))
             elif kind == "types":
                 found.extend(_mainline_types(value, f"{var}={value}"))
-    i = 1 if words and not words[0].startswith("-") else 0
-    while i < len(words):
-        name = normalize_flag(words[i])
-        n = table.get(name, 0)
-        value = words[i + 1] if n and i + 1 < len(words) else ""
+    for name, given in option_values(words, engine):
+        value = given or ""
         where = f"{name} {value}".strip()
         if ik:
             if name in sf.IK_DRAFT and value:
@@ -97,13 +94,12 @@ def read_speculation(words: Sequence[str], engine: Engine, env: Mapping[str, str
                 ik_mtp = name
             elif name in sf.IK_MTP_OFF:
                 ik_mtp = None
-        elif name in sf.MAINLINE_DRAFT and (value or not n):
+        elif name in sf.MAINLINE_DRAFT and (value or not table.get(name, 0)):
             found.append((DRAFT, where))
         elif name in sf.MAINLINE_TYPE_VALUE:
             found.extend(_mainline_types(value, where))
         elif name in sf.MAINLINE_TYPE_SET:
             found.extend(_mainline_types(",".join(sf.MAINLINE_TYPE_SET[name]), name))
-        i += 1 + n
     if ik_type is not None and ik_type[0] != "none":
         found.append((NGRAM, ik_type[1]))
     if ik_mtp is not None:
