@@ -225,7 +225,8 @@ class Graph:
                 root = view_of[s]
                 if root >= 0:
                     views[root] -= 1
-                    if views[root] == 0 and children[root] == 0 and addr[root] >= 0:
+                    # a graph output is never freed, through a view of it either
+                    if views[root] == 0 and children[root] == 0 and addr[root] >= 0 and not output[root]:
                         free[buf[root]](addr[root], size[root])
                         addr[root] = -1
                 elif addr[s] >= 0 and not output[s]:

@@ -211,9 +211,8 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     if home_of(0) != CPU:
         g.split(home_of(0))
         embd = split_input("embd_out", e * f, embd)
-    # hc_init: REPEAT of the embeddings (a pinned copy is read as itself: Graph frees a view's root
-    # even when it is an output)
-    x = g.op(hc * e * f, embd if s.copies > 1 else g.view(embd))
+    # hc_init: REPEAT of (a view of) the embeddings
+    x = g.op(hc * e * f, g.view(embd))
 
     def hc_pre(x: int, il: int = -1) -> tuple[int, int]:
         """DSV4 HC pre: the mixes of the flattened, normed streams and the block input. `il`: the
