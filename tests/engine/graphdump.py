@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from moeconf.engines import NEWEST_MAINLINE_BUILD
-from tests.engine.harness import MAINLINE
+from tests.engine.harness import MAINLINE, rpc_servers
 
 SRC = Path(__file__).parent / "graphdump.cpp"
 ROOT = MAINLINE.cli.parent.parent.parent  # .../llama-cpp-python-0.3.36
@@ -86,3 +86,111 @@ def dump(tool: Path, model: Path, args: list[str]) -> dict[str, Any]:
         raise RuntimeError(f"graphdump failed ({p.returncode}): {' '.join(args)}\n{p.stderr[-3000:]}")
     doc: dict[str, Any] = json.loads(p.stdout)
     return doc
+
+
+# The recorded graphs (tests/data/graphs/): every model of moeconf.fixtures.graphmodels under these
+# command lines (tests/recorded_memory.rpc_args: `2rpc` = two RPC devices; "-fit off" as recorded)
+DATA = Path(__file__).parent.parent / "data" / "graphs"
+LINES: dict[str, str] = {
+    "rpc": "-c 512 -ub 64 -ngl 99",
+    "expscpu": "-c 512 -ub 64 -ngl 99 -ot exps=CPU",
+    "ngl2": "-c 512 -ub 64 -ngl 2",
+    "2rpc": "2rpc -c 512 -ub 64 -ngl 99 -ts 1,1",
+    "nofa": "-c 512 -ub 64 -ngl 99 -fa off",
+}
+
+
+def canonical(doc: dict[str, Any], endpoints: list[str], model: Path) -> dict[str, Any]:
+    """A dump as recorded: the k-th RPC endpoint as `{EPk}`, the model path as its file name."""
+    text = json.dumps(doc)
+    for k, ep in enumerate(endpoints):
+        text = text.replace(ep, f"{{EP{k}}}")
+    out: dict[str, Any] = json.loads(text.replace(json.dumps(str(model))[1:-1], model.name))
+    return out
+
+
+def file_name(arch: str, dims: str, line: str) -> str:
+    return f"{arch}-{dims}-{line}.json.gz"
+
+
+def record_all(tool: Path, out: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Every recorded graph, dumped now: {(arch, dims, line): canonical document}."""
+    from moeconf.fixtures.graphmodels import ARCHS, DIMS, write_graph_model
+    from tests.recorded_memory import rpc_args
+
+    docs: dict[tuple[str, str, str], dict[str, Any]] = {}
+    with rpc_servers(MAINLINE, 2) as eps:
+        for arch in ARCHS:
+            for dims in DIMS:
+                model = write_graph_model(arch, dims, out / f"{arch}-{dims}.gguf")
+                for line, args in LINES.items():
+                    doc = dump(tool, model, rpc_args(args, eps))
+                    docs[arch, dims, line] = canonical(doc, eps, model)
+                model.unlink()
+    return docs
+
+
+def index(docs: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, Any]:
+    """What the recorded folder holds, and which engine produced it."""
+    from moeconf.fixtures.graphmodels import DIMS
+
+    engines = {json.dumps(d["engine"], sort_keys=True) for d in docs.values()}
+    if len(engines) != 1:
+        raise RuntimeError(f"dumps from several engines: {engines}")
+    return {
+        "source": "tests/engine/graphdump.cpp against llama-cpp-python 0.3.36 (ggml-org/llama.cpp 0c1e57098, b11312); "
+                  "models: moeconf/fixtures/graphmodels.py; RPC servers on 127.0.0.1 as devices ({EP0}, {EP1}); "
+                  "regenerate: python -m tests.engine.graphdump",
+        "engine": json.loads(engines.pop()),
+        "lines": LINES,
+        "dims": {k: vars(v) for k, v in DIMS.items()},
+        "graphs": [{"file": file_name(*key), "arch": key[0], "dims": key[1], "line": key[2],
+                    "nodes": len(d["nodes"]), "splits": len(d["splits"])} for key, d in sorted(docs.items())],
+    }
+
+
+def write(docs: dict[tuple[str, str, str], dict[str, Any]], folder: Path = DATA) -> None:
+    import gzip
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = {file_name(*key) for key in docs}
+    for old in folder.glob("*.json.gz"):
+        if old.name not in names:
+            old.unlink()
+    for key, doc in docs.items():
+        text = json.dumps(doc, separators=(",", ":"))
+        (folder / file_name(*key)).write_bytes(gzip.compress(text.encode(), 9, mtime=0))
+    (folder / "index.json").write_text(json.dumps(index(docs), indent=1) + "\n")
+
+
+def stale(folder: Path, fresh: dict[tuple[str, str, str], dict[str, Any]]) -> list[str]:
+    """How the recorded folder differs from graphs dumped now (empty: current): each file missing,
+    left over or different, a different one with the first node that differs."""
+    import gzip
+
+    from moeconf.memory.enginegraph import compare, from_dict
+
+    problems: list[str] = []
+    names = {file_name(*key): doc for key, doc in fresh.items()}
+    for path in sorted(folder.glob("*.json.gz")):
+        if path.name not in names:
+            problems.append(f"{path.name}: recorded, but no longer dumped")
+    for name, doc in sorted(names.items()):
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{name}: not recorded")
+            continue
+        old = json.loads(gzip.decompress(path.read_bytes()))
+        if old != doc:
+            diff = compare(from_dict(old), from_dict(doc))
+            where = f"; recorded vs now: {diff}" if diff else " (outside the nodes and splits)"
+            problems.append(f"{name}: differs{where}")
+    idx = folder / "index.json"
+    if not idx.is_file() or json.loads(idx.read_text()) != index(fresh):
+        problems.append("index.json: not what the dumps give")
+    return problems
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory(prefix="moeconf-graphdump-") as tmp:
+        write(record_all(compile_tool(Path(tmp) / "graphdump"), Path(tmp)))
