@@ -162,14 +162,18 @@ class Difference:
     theirs: Mapping[str, Any] | None
 
     def __str__(self) -> str:
+        return self.describe()
+
+    def describe(self, ours: str = "ours", theirs: str = "engine") -> str:
+        """The difference in lines: which node or split, which fields, then each side's record."""
         lines = [f"{self.where} {self.index} differs ({', '.join(self.fields)})"]
-        for side, rec in (("ours", self.ours), ("engine", self.theirs)):
+        shown = dict.fromkeys(("name", "op", *self.fields) if self.where == "node" else self.fields)
+        for side, rec in ((ours, self.ours), (theirs, self.theirs)):
             if rec is None:
                 lines.append(f"  {side}: no {self.where} {self.index}")
             else:
-                lines.append(f"  {side}: " + ", ".join(f"{f}={rec[f]!r}" for f in ("name", "op", *self.fields)
-                                                       if f in rec and (f != "name" or self.where == "node")))
-        return "\n".join(dict.fromkeys(lines))
+                lines.append(f"  {side}: " + ", ".join(f"{f}={rec[f]!r}" for f in shown if f in rec))
+        return "\n".join(lines)
 
 
 def compare(ours: EngineGraph, theirs: EngineGraph, ignore: Collection[str] = ()) -> Difference | None:

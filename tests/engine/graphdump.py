@@ -183,7 +183,7 @@ def stale(folder: Path, fresh: dict[tuple[str, str, str], dict[str, Any]]) -> li
         old = json.loads(gzip.decompress(path.read_bytes()))
         if old != doc:
             diff = compare(from_dict(old), from_dict(doc))
-            where = f"; recorded vs now: {diff}" if diff else " (outside the nodes and splits)"
+            where = f": {diff.describe('recorded', 'now')}" if diff else " (outside the nodes and splits)"
             problems.append(f"{name}: differs{where}")
     idx = folder / "index.json"
     if not idx.is_file() or json.loads(idx.read_text()) != index(fresh):
