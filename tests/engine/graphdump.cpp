@@ -19,6 +19,7 @@
 
 #include "llama-context.h"
 #include "llama-graph.h"
+#include "llama-model.h"
 
 #include "ggml-backend.h"
 #include "ggml-impl.h"
@@ -212,12 +213,16 @@ int main(int argc, char ** argv) {
         }
     }
 
+    // the ubatch of the last pp reserve (llama_context::sched_reserve): n_tokens as the graph's token
+    // input has it, one sequence per slot except where the engine reserves that graph with one
+    // sequence, outputs capped by n_outputs_max
     const llama_cparams & cp = ctx->get_cparams();
-    const uint32_t n_seqs = cp.n_seq_max;
-    uint32_t n_tokens = cp.n_ctx < cp.n_ubatch ? cp.n_ctx : cp.n_ubatch;
-    if (n_tokens % n_seqs != 0) {
-        n_tokens = ((n_tokens + n_seqs - 1) / n_seqs) * n_seqs;
-    }
+    llm_graph_result * res = ctx->get_gf_res_reserve();
+    const int64_t n_tokens = res->t_inp_tokens ? res->t_inp_tokens->ne[0]
+                             : res->t_inp_embd ? res->t_inp_embd->ne[1]
+                                               : -1;
+    const llm_arch model_arch = model->arch;
+    const uint32_t n_seqs = model_arch == LLM_ARCH_KIMI_LINEAR || model_arch == LLM_ARCH_MINIMAX_01 ? 1 : cp.n_seq_max;
     const uint32_t n_outputs = std::min(std::min(cp.n_ctx, cp.n_ubatch), cp.n_outputs_max);
 
     std::string o;
