@@ -197,3 +197,14 @@ def test_graph_models_read_as_inventories(arch: str, tmp_path: Path) -> None:
         g = load(DATA / file_name(arch, dims, "rpc"))
         weights = {leaf.name for leaf in g.leafs if leaf.buffer == "weights"}
         assert weights <= {t.name for t in inv.tensors}
+
+
+def test_pipeline_inputs_compared() -> None:
+    # two devices, every layer offloaded: pipeline parallelism, 4 copies of each graph input
+    g = load(DATA / file_name("qwen3moe", "b", "2rpc"))
+    assert g.cparams["pipeline_parallel"] and g.cparams["n_copies"] == 4
+    assert "inp_tokens" in {r.name for r in g.graph_inputs}
+    diff = compare(replace(g, graph_inputs=g.graph_inputs[:-1]), g)
+    assert diff is not None and (diff.where, diff.index) == ("graph_inputs", len(g.graph_inputs) - 1)
+    assert compare(replace(g, graph_inputs=g.graph_inputs[:-1]), g, ignore={"graph_inputs"}) is None
+    assert load(DATA / file_name("qwen3moe", "b", "rpc")).graph_inputs == ()

@@ -94,6 +94,8 @@ class EngineGraph:
     leafs: tuple[Leaf, ...]
     nodes: tuple[Node, ...]
     splits: tuple[Split, ...]
+    # input leafs the scheduler keeps `cparams["n_copies"]` copies of (pipeline parallelism; else empty)
+    graph_inputs: tuple[Ref, ...] = ()
 
     def backend_name(self, backend: int | None) -> str | None:
         return None if backend is None else self.backends[backend].name
@@ -153,9 +155,10 @@ class EngineGraph:
 @dataclass(frozen=True)
 class Difference:
     """The first place two graphs differ: a node or split (`index`), which of its `fields` differ,
-    and each side's record (None where that side has no such node or split)."""
+    and each side's record (None where that side has no such node or split); for the pipeline's
+    graph inputs, the first position that differs and both lists."""
 
-    where: Literal["node", "split"]
+    where: Literal["node", "split", "graph_inputs"]
     index: int
     fields: tuple[str, ...]
     ours: Mapping[str, Any] | None
@@ -177,8 +180,8 @@ class Difference:
 
 
 def compare(ours: EngineGraph, theirs: EngineGraph, ignore: Collection[str] = ()) -> Difference | None:
-    """The first node (then split) where `ours` and `theirs` differ, or None when they agree.
-    `ignore`: node or split fields not compared (NODE_FIELDS, SPLIT_FIELDS, or "splits")."""
+    """The first node (then split, then pipeline input) where `ours` and `theirs` differ, or None when
+    they agree. `ignore`: fields not compared (NODE_FIELDS, SPLIT_FIELDS, "splits", "graph_inputs")."""
     fields = [f for f in NODE_FIELDS if f not in ignore]
     for i in range(max(len(ours.nodes), len(theirs.nodes))):
         if i >= len(ours.nodes) or i >= len(theirs.nodes):
@@ -201,6 +204,15 @@ def compare(ours: EngineGraph, theirs: EngineGraph, ignore: Collection[str] = ()
         differ = tuple(f for f in sfields if ours.split_key(sa, f) != theirs.split_key(sb, f))
         if differ:
             return Difference("split", i, differ, ours.describe_split(sa), theirs.describe_split(sb))
+    if "graph_inputs" in ignore:
+        return None
+    a_in = [ours.ref_key(r) for r in ours.graph_inputs]
+    b_in = [theirs.ref_key(r) for r in theirs.graph_inputs]
+    if a_in != b_in:
+        i = next((k for k, (x, y) in enumerate(zip(a_in, b_in, strict=False)) if x != y), min(len(a_in), len(b_in)))
+        return Difference("graph_inputs", i, ("inputs",),
+                          {"inputs": [ours.describe_ref(r) for r in ours.graph_inputs]},
+                          {"inputs": [theirs.describe_ref(r) for r in theirs.graph_inputs]})
     return None
 
 
@@ -248,7 +260,8 @@ def from_dict(doc: Mapping[str, Any], endpoints: Sequence[str] = ()) -> EngineGr
                        for s in doc["splits"])
         graph = EngineGraph(doc["model"]["arch"], dict(doc["engine"]),
                             tuple(_sub(a, endpoints) for a in doc["args"]), dict(doc["ubatch"]),
-                            dict(doc["cparams"]), backends, leafs, nodes, splits)
+                            dict(doc["cparams"]), backends, leafs, nodes, splits,
+                            tuple(r for r in (_ref(r, "graph_inputs") for r in doc["graph_inputs"]) if r is not None))
     except (KeyError, TypeError) as e:
         raise GraphDumpError(f"graph dump lacks a field or has a wrong one: {e}") from e
     _check(graph)
@@ -273,6 +286,8 @@ def _check(g: EngineGraph) -> None:
         if not (0 <= s.start <= s.end <= len(g.nodes) and 0 <= s.backend < len(g.backends)
                 and all(ok(r, len(g.nodes)) for r in s.inputs)):
             raise GraphDumpError(f"split {s.i} refers outside the graph")
+    if not all(ok(r, len(g.nodes)) for r in g.graph_inputs):
+        raise GraphDumpError("a graph input refers outside the graph")
 
 
 def load(src: str | bytes | Path | Mapping[str, Any], endpoints: Sequence[str] = ()) -> EngineGraph:

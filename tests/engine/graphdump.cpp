@@ -5,7 +5,8 @@
    the context created; its constructor reserves the pp graph, the tg graph and the pp graph again,
    so the context's reserve result and its scheduler hold the last pp graph as the scheduler split it.
    Dumped: every leaf and node (op, type, ne, nb, view source and offset, sources, flags, the backend the
-   scheduler assigned) and every split (backend, node range, input copies).
+   scheduler assigned), every split (backend, node range, input copies) and the input leafs the
+   scheduler copies per pipeline stage.
 
    usage: graphdump [-o FILE] ARGS...   (ARGS read as llama-fit-params reads them)
 
@@ -313,7 +314,15 @@ int main(int argc, char ** argv) {
              std::to_string(sp.backend_id) + ", \"start\": " + std::to_string(sp.i_start) + ", \"end\": " +
              std::to_string(sp.i_end) + ", \"inputs\": " + inputs + "}";
     }
-    o += "\n]\n}\n";
+    o += "\n],\n";
+
+    // with pipeline parallelism (n_copies > 1) the scheduler keeps n_copies copies of these input leafs
+    o += "\"graph_inputs\": [";
+    for (int j = 0; j < sched->n_graph_inputs; j++) {
+        std::string r = d.plain_ref(sched->graph_inputs[j], -1);
+        o += (j ? ", " : "") + (r.empty() ? "{\"other\": " + jstr(sched->graph_inputs[j]->name) + "}" : r);
+    }
+    o += "]\n}\n";
 
     FILE * f = out_path ? fopen(out_path, "w") : stdout;
     if (f == nullptr) {
