@@ -26,7 +26,7 @@
 #include "ggml-impl.h"
 #include "graphdump_sched.h"
 
-#include <cinttypes>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
