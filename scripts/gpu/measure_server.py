@@ -55,7 +55,7 @@ class Sampler(threading.Thread):
             pynvml.nvmlInit()
             h = pynvml.nvmlDeviceGetHandleByIndex(0)
             self.read = lambda: int(pynvml.nvmlDeviceGetMemoryInfo(h).used)
-        except Exception:  # noqa: BLE001 - fall back to the command
+        except Exception:
             def smi() -> int:
                 out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                                      capture_output=True, text=True, check=True).stdout
@@ -80,7 +80,7 @@ def healthy(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
             return r.status == 200
-    except Exception:  # noqa: BLE001 - not up yet
+    except Exception:
         return False
 
 
@@ -146,9 +146,10 @@ def main() -> int:
                 body = {"prompt": prompt, "n_predict": 32, "ignore_eos": True, "temperature": 0.0,
                         "cache_prompt": False}
                 try:
-                    r = post(f"http://127.0.0.1:{port}/completion", body, timeout=max(10.0, deadline - time.time() - 15))
+                    wait = max(10.0, deadline - time.time() - 15)
+                    r = post(f"http://127.0.0.1:{port}/completion", body, timeout=wait)
                     rec["timings"] = r.get("timings")
-                except Exception as e:  # noqa: BLE001 - recorded, the next case goes on
+                except Exception as e:
                     rec["error"] = f"completion: {e}"
                 time.sleep(0.5)
                 rec["peak_mib"] = s.peak >> 20
