@@ -70,6 +70,13 @@ EXPECTED_KINDS = {
     "kimi-k2.5": ("0", "1-60", "none"),
     "qwen3-coder-480b-a35b": ("none", "0-61", "none"),
     "glm-4.7": ("0-2", "3-91", "92"),
+    # issue 24 (layouts_loaders.py): their loaders' dense leads and MTP blocks
+    "deepseek-v4-flash": ("none", "0-42", "43"),
+    "kimi-k3": ("0", "1-92", "none"),
+    "lfm2-8b-a1b": ("0-1", "2-23", "none"),
+    "gemma-4-26b-a4b": ("none", "0-29", "none"),
+    "step-3.5-flash": ("0-2", "3-44", "none"),
+    "laguna-xs.2": ("0", "1-39", "none"),
 }
 
 
