@@ -45,7 +45,8 @@ _spec.loader.exec_module(_names)
 
 # the per-block conditions a call may sit under, in the form the table names them
 # (moeconf/model/layers.py evaluates them from the file's metadata)
-_GUARDS = {r"!\s*hparams\.is_swa\s*\(\s*i\s*\)": "full_attention", r"i\s*==\s*0": "block0"}
+_GUARDS = {r"!\s*hparams\.is_swa\s*\(\s*i\s*\)": "full_attention", r"!\s*hparams\.swa_layers\s*\[\s*i\s*\]": "full_attention",
+           r"i\s*==\s*0": "block0"}
 
 
 def tensor_layers(arch_cpp: str) -> dict[str, str]:
@@ -202,12 +203,13 @@ def ik_global_homes(load_cpp: str, archs: dict[str, str],
         body = _names._function_body(src, rf"\bcreate_tensors_helper::{fn}\s*\(") if fn else None
         if not body:
             continue
-        calls = _ik_calls(body)
+        per_arch = names.get(name, {})
+        globals_ = {k for k, t in per_arch.items() if not t.startswith("blk.%d.") and "%d" not in t}
+        calls = _ik_calls(body, globals_)
         for h, hc in helpers.items():
             if re.search(rf"\b{re.escape(h)}\s*\(", body):
                 for k, v in hc.items():
                     calls.setdefault(k, v)
-        per_arch = names.get(name, {})
         found = {k: v for k, v in calls.items()
                  if k in per_arch and not per_arch[k].startswith("blk.%d.") and "%d" not in per_arch[k]}
         if found:
@@ -215,7 +217,9 @@ def ik_global_homes(load_cpp: str, archs: dict[str, str],
     return out
 
 
-def _ik_calls(body: str) -> dict[str, str]:
+def _ik_calls(body: str, globals_: set[str] | None = None) -> dict[str, str]:
+    """kind -> where its first create_tensor call in `body` puts it; the block guard is read for
+    the kinds in `globals_` (names without a block number) only."""
     out: dict[str, str] = {}
     for m in re.finditer(r"\bcreate_tensor\s*\(\s*(\w+)\s*,\s*tn\s*\(\s*LLM_TENSOR_(\w+)\s*[,)]", body):
         end = _matching(body, m.start() + m.group().index("("))
@@ -223,6 +227,9 @@ def _ik_calls(body: str) -> dict[str, str]:
         if m.group(2) == "TOKEN_EMBD" and "TENSOR_DUPLICATED" in (args[-1] if len(args) > 3 else ""):
             continue  # the tied output's copy (the output layer's, like mainline's)
         home = _IK_CTX.get(m.group(1), "block")
+        if home == "block" and globals_ is not None and m.group(2) in globals_:
+            guard = _guard(body, m.start())
+            home = "block" if guard in ("", "block0") else f"block {guard}"
         out.setdefault(m.group(2), home)
     return out
 

@@ -168,3 +168,9 @@ def test_per_layer_head_count_is_read(tmp_path: Path) -> None:
 def test_bad_key_arrays_are_refused(tmp_path: Path, keys: list[tuple[str, Any]], fragment: str) -> None:
     with pytest.raises(GGUFError, match=fragment):
         load_inventory(_gguf(tmp_path, "step35", keys))
+
+
+def test_ik_rope_freqs_of_gemma4_is_its_first_full_attention_blocks() -> None:
+    # ik_llama.cpp creates it under `!hparams.swa_layers[i]` (src/llama-load-tensors.cpp)
+    assert layertable.IK_GLOBAL_HOMES["gemma4"]["ROPE_FREQS"] == "block full_attention"
+    assert global_home("ik_llama.cpp", "gemma4", "rope_freqs.weight", (True, True, False)) == 2

@@ -33,8 +33,9 @@ def global_home(engine: str, arch: str, name: str, swa: tuple[bool, ...]) -> Hom
         homes = {per_arch[k] for k in kinds if k in per_arch}
         if "output" in homes:
             return "output"
-        if "block" in homes:
-            return 0
+        for home in sorted(homes):
+            if home.startswith("block"):
+                return first_block(home[len("block"):].strip(), swa)
         if homes or per_arch:
             return "input"
         # an architecture ik does not know: mainline's table

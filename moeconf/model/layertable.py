@@ -427,7 +427,7 @@ IK_GLOBAL_HOMES: Final[dict[str, dict[str, str]]] = {
         'PER_LAYER_MODEL_PROJ': 'output',
         'PER_LAYER_PROJ_NORM': 'output',
         'PER_LAYER_TOKEN_EMBD': 'output',
-        'ROPE_FREQS': 'block',
+        'ROPE_FREQS': 'block full_attention',
         'TOKEN_EMBD': 'input',
     },
     'glm-dsa': {'OUTPUT': 'output', 'OUTPUT_NORM': 'output', 'TOKEN_EMBD': 'input'},
