@@ -44,9 +44,12 @@ _names = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_names)
 
 # the per-block conditions a call may sit under, in the form the table names them
-# (moeconf/model/layers.py evaluates them from the file's metadata)
-_GUARDS = {r"!\s*hparams\.is_swa\s*\(\s*i\s*\)": "full_attention", r"!\s*hparams\.swa_layers\s*\[\s*i\s*\]": "full_attention",
-           r"i\s*==\s*0": "block0"}
+# (moeconf/model/homes.py evaluates them from the file's metadata)
+_GUARDS = {
+    r"!\s*hparams\.is_swa\s*\(\s*i\s*\)": "full_attention",  # llama.cpp
+    r"!\s*hparams\.swa_layers\s*\[\s*i\s*\]": "full_attention",  # ik_llama.cpp
+    r"i\s*==\s*0": "block0",
+}
 
 
 def tensor_layers(arch_cpp: str) -> dict[str, str]:
