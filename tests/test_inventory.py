@@ -77,6 +77,9 @@ EXPECTED_KINDS = {
     "gemma-4-26b-a4b": ("none", "0-29", "none"),
     "step-3.5-flash": ("0-2", "3-44", "none"),
     "laguna-xs.2": ("0", "1-39", "none"),
+    **{k: ("none", f"0-{n - 1}", "none") for k, n in (
+        ("mixtral-8x7b", 32), ("qwen1.5-moe-a2.7b", 24), ("olmoe-1b-7b", 16), ("phi-3.5-moe", 32), ("dbrx", 40),
+        ("snowflake-arctic", 35), ("granite-3.1-3b-a800m", 32))},
 }
 
 
