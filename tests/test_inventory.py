@@ -80,6 +80,8 @@ EXPECTED_KINDS = {
     **{k: ("none", f"0-{n - 1}", "none") for k, n in (
         ("mixtral-8x7b", 32), ("qwen1.5-moe-a2.7b", 24), ("olmoe-1b-7b", 16), ("phi-3.5-moe", 32), ("dbrx", 40),
         ("snowflake-arctic", 35), ("granite-3.1-3b-a800m", 32))},
+    "trinity-mini": ("0-1", "2-31", "none"),
+    "k-exaone-236b-a23b": ("0", "1-47", "48"),
 }
 
 
