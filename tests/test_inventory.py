@@ -82,6 +82,8 @@ EXPECTED_KINDS = {
         ("snowflake-arctic", 35), ("granite-3.1-3b-a800m", 32))},
     "trinity-mini": ("0-1", "2-31", "none"),
     "k-exaone-236b-a23b": ("0", "1-47", "48"),
+    "mimo-v2-flash": ("0", "1-47", "48"),
+    "hy-v3-30b-a3b": ("0", "1-47", "48"),
 }
 
 
