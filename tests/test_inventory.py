@@ -84,6 +84,8 @@ EXPECTED_KINDS = {
     "k-exaone-236b-a23b": ("0", "1-47", "48"),
     "mimo-v2-flash": ("0", "1-47", "48"),
     "hy-v3-30b-a3b": ("0", "1-47", "48"),
+    "mistral-small-4": ("none", "0-35", "none"),
+    "cohere2moe-30b-a3b": ("0", "1-48", "none"),
 }
 
 
