@@ -112,11 +112,9 @@ def _always_duplicated(flags: str) -> bool:
     return bool(re.search(r"\bTENSOR_DUPLICATED\b", flags)) and "?" not in flags
 
 
-def mainline_block_homes(root: Path, archs: dict[str, str], layers: dict[str, str],
-                         templates: dict[str, str]) -> dict[str, dict[str, tuple[int, str, bool]]]:
-    """arch -> kind -> (block, guard, copied): the tensors of a repeating kind whose name has no
-    block number. `block`: the literal block argument, or -1 for the loop's first block where
-    `guard` holds; `copied`: the loader also creates it (TENSOR_DUPLICATED) on later blocks."""
+def _mainline_bodies(root: Path, archs: dict[str, str]) -> dict[str, str]:
+    """arch -> the body of its loader's load_arch_tensors (the factory's class, or the nearest
+    base class that defines one)."""
     model_cpp = _names._strip_comments((root / "src" / "llama-model.cpp").read_text())
     sources = {p: _names._strip_comments(p.read_text()) for p in sorted((root / "src" / "models").glob("*.cpp"))}
     headers = _names._strip_comments((root / "src" / "models" / "models.h").read_text())
@@ -132,9 +130,7 @@ def mainline_block_homes(root: Path, archs: dict[str, str], layers: dict[str, st
             for enum in pending:
                 cls_of.setdefault(enum, m.group(2))
             pending = []
-    homed = {k for k, v in layers.items() if v == "repeating" and k in templates
-             and not templates[k].startswith("blk.%d.") and "%d" not in templates[k]}
-    out: dict[str, dict[str, tuple[int, str, bool]]] = {}
+    out: dict[str, str] = {}
     for enum, name in archs.items():
         cls = cls_of.get(enum)
         seen: set[str] = set()
@@ -147,8 +143,20 @@ def mainline_block_homes(root: Path, archs: dict[str, str], layers: dict[str, st
                     break
             base = re.search(rf"struct\s+{cls}\s*:\s*public\s+(\w+)", headers)
             cls = base.group(1) if base else None
-        if not body:
-            continue
+        if body:
+            out[name] = body
+    return out
+
+
+def mainline_block_homes(root: Path, archs: dict[str, str], layers: dict[str, str],
+                         templates: dict[str, str]) -> dict[str, dict[str, tuple[int, str, bool]]]:
+    """arch -> kind -> (block, guard, copied): the tensors of a repeating kind whose name has no
+    block number. `block`: the literal block argument, or -1 for the loop's first block where
+    `guard` holds; `copied`: the loader also creates it (TENSOR_DUPLICATED) on later blocks."""
+    homed = {k for k, v in layers.items() if v == "repeating" and k in templates
+             and not templates[k].startswith("blk.%d.") and "%d" not in templates[k]}
+    out: dict[str, dict[str, tuple[int, str, bool]]] = {}
+    for name, body in _mainline_bodies(root, archs).items():
         found: dict[str, tuple[int, str, bool]] = {}
         for m in re.finditer(r"\bcreate_tensor\s*\(", body):
             paren = m.end() - 1
@@ -175,6 +183,22 @@ def mainline_block_homes(root: Path, archs: dict[str, str], layers: dict[str, st
         if found:
             out[name] = found
     return out
+
+
+def mainline_optional_router(root: Path, archs: dict[str, str]) -> list[str]:
+    """Architectures whose loader creates `ffn_gate_inp` with TENSOR_NOT_REQUIRED: which blocks
+    are MoE is the file's tensors' to say (Jamba, Gemma 4, ...), not a metadata key's."""
+    out = []
+    for name, body in _mainline_bodies(root, archs).items():
+        for m in re.finditer(r"\bcreate_tensor\s*\(", body):
+            paren = m.end() - 1
+            inner = body[paren + 1: _matching(body, paren) - 1]
+            if re.match(r"\s*tn\s*\(\s*LLM_TENSOR_FFN_GATE_INP\s*,", inner):
+                args = _names._split_args(inner)
+                if len(args) >= 3 and "TENSOR_NOT_REQUIRED" in args[-1]:
+                    out.append(name)
+                    break
+    return sorted(out)
 
 
 _IK_CTX = {"ctx_input": "input", "ctx_output": "output", "ctx_output_split": "output", "out_ctx": "output"}
@@ -302,6 +326,10 @@ def render(ml_root: Path, ik_root: Path, rev_ml: str, rev_ik: str) -> str:
         "# layers: a number for every layer, or an array of one per layer, bool, int32 or uint32), 'array'\n"
         "# (get_arr: an array of any length; bool arrays read as 0/1)\n",
         _dict("ARRAY_KEYS", "dict[str, str]", dict(keys)),
+        "\n# llama.cpp: architectures whose loader creates ffn_gate_inp with TENSOR_NOT_REQUIRED: the file's\n"
+        "# tensors, not a metadata key, say which blocks are MoE\n",
+        "ML_OPTIONAL_ROUTER: Final[tuple[str, ...]] = (\n"
+        + "".join(f"    {a!r},\n" for a in mainline_optional_router(ml_root, ml_archs)) + ")\n",
     ]
     return "".join(parts)
 

@@ -174,3 +174,16 @@ def test_ik_rope_freqs_of_gemma4_is_its_first_full_attention_blocks() -> None:
     # ik_llama.cpp creates it under `!hparams.swa_layers[i]` (src/llama-load-tensors.cpp)
     assert layertable.IK_GLOBAL_HOMES["gemma4"]["ROPE_FREQS"] == "block full_attention"
     assert global_home("ik_llama.cpp", "gemma4", "rope_freqs.weight", (True, True, False)) == 2
+
+
+def test_moe_blocks_of_an_optional_router_come_from_the_tensors() -> None:
+    # Jamba's converter writes no MoE period; its loader makes a block MoE where ffn_gate_inp is
+    raw = [RawTensor("token_embd.weight", "F32", (8,), 32)]
+    for il in range(4):
+        raw.append(RawTensor(f"blk.{il}.attn_norm.weight", "F32", (8,), 32))
+        raw.append(RawTensor(f"blk.{il}.ffn_up_exps.weight" if il % 2 else f"blk.{il}.ffn_up.weight", "F32", (8,), 32))
+    md = ModelMetadata(arch="jamba", block_count=4, expert_count=4)
+    assert build_inventory(md, raw).warnings == ()
+    # the same tensors under an architecture whose metadata says every block is MoE: warned
+    assert any("dense by their tensors" in w for w in build_inventory(
+        ModelMetadata(arch="qwen3moe", block_count=4, expert_count=4), raw).warnings)

@@ -85,6 +85,12 @@ def swa_blocks(pattern: int | tuple[int, ...] | None, n_block: int) -> tuple[boo
     return tuple(pattern == 0 or il % pattern < pattern - 1 for il in range(n_block))
 
 
+def router_optional(arch: str) -> bool:
+    """Whether the architecture's loader creates `ffn_gate_inp` only where the file has one
+    (TENSOR_NOT_REQUIRED): then the tensors, not a metadata key, say which blocks are MoE."""
+    return arch in layertable.ML_OPTIONAL_ROUTER
+
+
 def array_reading(key: str) -> str | None:
     """How the loaders read `{arch}.KEY` when it is an array: 'per_layer' (one entry per layer),
     'array' (any length), None (never as an array)."""

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from moeconf.errors import GGUFError, MoeconfError
 from moeconf.model import ggml
 from moeconf.model.gguf_header import GGUFHeader, SkippedArray, read_header
-from moeconf.model.homes import array_reading
+from moeconf.model.homes import array_reading, router_optional
 from moeconf.model.taxonomy import (
     Group,
     LayerKind,
@@ -349,6 +349,8 @@ def _cross_check(md: ModelMetadata, kinds: dict[int, LayerKind]) -> list[str]:
     if not has_experts and any(k == "moe" for k in kinds.values()):
         out.append(f"tensors have routed experts but {md.arch}.expert_count is {md.expert_count}")
         return out
+    if router_optional(md.arch):
+        return out  # its loader reads which blocks are MoE from the tensors themselves
     by_pair: dict[tuple[str, str], list[int]] = {}
     for il, kind in sorted(kinds.items()):
         exp = expected.get(il)

@@ -526,3 +526,13 @@ ARRAY_KEYS: Final[dict[str, str]] = {
     'swiglu_limits_shared': 'per_layer',
     'target_layers': 'array',
 }
+
+# llama.cpp: architectures whose loader creates ffn_gate_inp with TENSOR_NOT_REQUIRED: the file's
+# tensors, not a metadata key, say which blocks are MoE
+ML_OPTIONAL_ROUTER: Final[tuple[str, ...]] = (
+    'gemma4',
+    'hy_v3',
+    'jamba',
+    'mimo2',
+    'step35',
+)
