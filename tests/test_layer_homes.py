@@ -187,3 +187,30 @@ def test_moe_blocks_of_an_optional_router_come_from_the_tensors() -> None:
     # the same tensors under an architecture whose metadata says every block is MoE: warned
     assert any("dense by their tensors" in w for w in build_inventory(
         ModelMetadata(arch="qwen3moe", block_count=4, expert_count=4), raw).warnings)
+
+
+# --- the generator (scripts/extract-tensor-layers.py) on loader text ------------------------
+
+def _extractor() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "extract-tensor-layers.py"
+    spec = importlib.util.spec_from_file_location("extract_tensor_layers", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_generator_reads_layers_and_refuses_a_guard_it_cannot_name() -> None:
+    ex = _extractor()
+    infos = ("static const std::map<llm_tensor, llm_tensor_info> LLM_TENSOR_INFOS = {\n"
+             "    {LLM_TENSOR_OUTPUT,     {LLM_TENSOR_LAYER_OUTPUT,    GGML_OP_MUL_MAT}},\n"
+             "    {LLM_TENSOR_ROPE_FREQS, {LLM_TENSOR_LAYER_REPEATING, GGML_OP_ROPE}},\n};\n")
+    assert ex.tensor_layers(infos) == {"OUTPUT": "output", "ROPE_FREQS": "repeating"}
+    body = ("{ for (int i = 0; i < n_layer; ++i) { if (!hparams.is_swa(i)) {"
+            " x = create_tensor(tn(LLM_TENSOR_ROPE_FREQS, \"weight\", i), {4}, f); } } }")
+    assert ex._guard(body, body.index("create_tensor")) == "full_attention"
+    odd = body.replace("!hparams.is_swa(i)", "i % 3 == 1")
+    with pytest.raises(SystemExit, match="cannot name"):
+        ex._guard(odd, odd.index("create_tensor"))
