@@ -72,6 +72,7 @@ EXPECTED_KINDS = {
     "glm-4.7": ("0-2", "3-91", "92"),
     # issue 24 (layouts_loaders.py): their loaders' dense leads and MTP blocks
     "deepseek-v4-flash": ("none", "0-42", "43"),
+    "deepseek-v4-pro": ("none", "0-60", "61"),
     "kimi-k3": ("0", "1-92", "none"),
     "lfm2-8b-a1b": ("0-1", "2-23", "none"),
     "gemma-4-26b-a4b": ("none", "0-29", "none"),
