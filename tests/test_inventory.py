@@ -90,6 +90,7 @@ EXPECTED_KINDS = {
     "minimax-m3": ("0", "1-59", "none"),
     "ling-3.0-124b-a5b": ("0", "1-41", "42"),
     "dots3note-288b-a19b": ("0", "1-45", "none"),
+    "granite-4.0-h-small": ("none", "0-39", "none"),
     # Jamba: experts on every second block, as its tensors say (the converter writes no period)
     "jamba-mini-1.5": (format_ranges(range(0, 32, 2)), format_ranges(range(1, 32, 2)), "none"),
 }
