@@ -6,7 +6,8 @@ type holding it (once per buffer type: a tied output's copy of token_embd, rope_
 into later blocks' buffers), with RPC servers on 127.0.0.1 as GPUs, on the usual four lines
 (tests/engine/ik_newer_cases.py PLACEMENT_LINES; two devices split evenly with -ts 1,1, since
 without -ts llama.cpp splits by free memory). moeconf's `explain` must name the same device for
-every tensor, and the engine's extra copies must be the ones moeconf knows of."""
+every tensor, and the engine's extra copies must be the ones moeconf knows of. The layouts of the
+architectures modelled before are checked the same way on two of the lines."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ pytestmark = pytest.mark.engine
 
 SRC = Path(__file__).parent / "placement.cpp"
 MODELS = tuple(LOADER_LAYOUTS)
+# the layouts of the architectures modelled before (moeconf/fixtures/layouts*.py), on two of the lines
+EARLIER = tuple(k for k in LAYOUTS if k not in LOADER_LAYOUTS)
+EARLIER_LINES = ["-ngl {half}", "2rpc -ngl 999 -ts 1,1 --n-cpu-moe 1"]
 LINES = [
     "-ngl 999 -ot exps=CPU",
     "-ngl 999 --n-cpu-moe 2",
@@ -81,7 +85,7 @@ def engine_placement(model: Path, args: list[str], eps: list[str]) -> dict[str, 
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
     if not MAINLINE.available():
         pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {MAINLINE.cli})")
-    return oracle.write_sparse(tmp_path_factory.mktemp("homes"), {k: LAYOUTS[k] for k in MODELS})
+    return oracle.write_sparse(tmp_path_factory.mktemp("homes"), {k: LAYOUTS[k] for k in (*MODELS, *EARLIER)})
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +108,10 @@ def copies(inv: Inventory, name: str, block_devices: dict[int, str]) -> set[str]
     return set()
 
 
-@pytest.mark.parametrize("model", MODELS)
-@pytest.mark.parametrize("line", LINES)
+CASES = [(m, line) for m in MODELS for line in LINES] + [(m, line) for m in EARLIER for line in EARLIER_LINES]
+
+
+@pytest.mark.parametrize(("model", "line"), CASES)
 def test_every_tensor_where_llama_cpp_puts_it(models: dict[str, tuple[Path, Inventory]], endpoints: list[str],
                                               model: str, line: str) -> None:
     path, inv = models[model]
