@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moeconf.engines import Engine
+from moeconf.engines.simulate import output_layer_tensors
 from moeconf.engines.tied import TIED_OUTPUT_ARCHS
 from moeconf.model.inventory import Inventory, Tensor
 
@@ -66,15 +67,23 @@ class Placement:
         (a GPU's, where `-ot` sent token_embd there). On the CPU the copy is counted: the engine
         makes it in a repacked buffer where the host has one for the type (AVX2, AMX hosts), an
         upper bound on a host without.
-        The copy is the output layer's tensor (the `-ngl` default of `output_norm`), unless the
-        `-ot` item that placed `token_embd` (it matches the copy by the same name) sent it elsewhere."""
+        The copy is the output layer's tensor (the loader reads a duplicated `token_embd` as
+        LLM_TENSOR_OUTPUT: the output layer's `-ngl` default, which every tensor the loader puts in
+        the output layer shares), unless the `-ot` item that placed `token_embd` (it matches the
+        copy by the same name) sent it elsewhere."""
         inv = self.inventory
         emb = "token_embd.weight"
         if "output.weight" in inv.by_name or emb not in inv.by_name or inv.arch not in TIED_OUTPUT_ARCHS:
             return None
         placed = self.devices.get(emb)
         overridden = placed != self.defaults.get(emb) or not self.reasons.get(emb, "default").startswith("default")
-        dev = placed if overridden else self.defaults.get("output_norm.weight", placed)
+        if overridden:
+            dev = placed
+        else:
+            # a model with a tied output and nothing else in the output layer: no engine loader
+            # makes one (each creates an output norm there); the copy is then not counted
+            out = output_layer_tensors(inv, self.engine)
+            dev = self.defaults.get(out[0], placed) if out else placed
         if dev == "CPU":
             # on the CPU the output's matrix multiply picks the CPU's extra buffer types first
             # (llama-model-loader.cpp, select_weight_buft over the CPU list), so the copy is made

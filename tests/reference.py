@@ -130,11 +130,51 @@ def default_placement(inv: Inventory, facts: Facts, ngl: int, gpus: Sequence[str
                 out[t.name] = None
             else:
                 out[t.name] = layer_dev[t.layer]
-        elif t.name.startswith(("output.", "output_norm.")):
-            out[t.name] = layer_dev[n_layer]
         else:
-            out[t.name] = "CPU"  # the input layer
+            home = _global_home(inv, t, ml)
+            out[t.name] = "CPU" if home is None else layer_dev[n_layer if home == "output" else home]
     return out
+
+
+def _global_home(inv: Inventory, t: Tensor, ml: bool) -> str | int | None:
+    """The layer of a tensor outside `blk.N` by the engines' generated tables (the loaders' own
+    facts: moeconf.model.layertable): "output", a block, or None for the input layer (host)."""
+    from moeconf.model import layertable
+
+    stem = t.name.rsplit(".", 1)[0] if t.name.endswith((".weight", ".bias")) else t.name
+    kinds = set(nametable.GLOBAL_TENSORS.get(stem, ()))
+    made = set((nametable.ML_ARCH_TENSORS if ml else nametable.IK_ARCH_TENSORS).get(inv.arch, ()))
+    kinds = (kinds & made) or kinds
+    if not ml and inv.arch in layertable.IK_GLOBAL_HOMES:
+        homes = {layertable.IK_GLOBAL_HOMES[inv.arch].get(k) for k in kinds}
+        if "output" in homes:
+            return "output"
+        block = next((h for h in homes if h is not None and h.startswith("block")), None)
+        return None if block is None else _first(block[len("block"):].strip(), inv)
+    classes = {layertable.ML_TENSOR_LAYERS.get(k) for k in kinds}
+    if "output" in classes:
+        return "output"
+    if "repeating" in classes:
+        for k in kinds:
+            if k in layertable.ML_BLOCK_HOMES.get(inv.arch, {}):
+                block, guard, _ = layertable.ML_BLOCK_HOMES[inv.arch][k]
+                return block if block >= 0 else _first(guard, inv)
+        return 0
+    return None
+
+
+def _first(guard: str, inv: Inventory) -> int:
+    """The first block where a loader's guard holds: '' any; 'full_attention' no sliding window
+    (an array of flags in attention.sliding_window_pattern; else the last block of each period)."""
+    if guard != "full_attention":
+        return 0
+    pat = inv.metadata.sliding_window_pattern
+    for il in range(inv.block_count):
+        swa = (bool(pat[il]) if il < len(pat) else False) if isinstance(pat, tuple) else (
+            pat is not None and (pat == 0 or il % pat < pat - 1))
+        if not swa:
+            return il
+    return 0
 
 
 def _mainline_layers(n_layer: int, ngl: int, gpus: Sequence[str], ts: Sequence[float] | None) -> list[str]:

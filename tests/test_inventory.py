@@ -70,6 +70,29 @@ EXPECTED_KINDS = {
     "kimi-k2.5": ("0", "1-60", "none"),
     "qwen3-coder-480b-a35b": ("none", "0-61", "none"),
     "glm-4.7": ("0-2", "3-91", "92"),
+    # issue 24 (layouts_loaders.py): their loaders' dense leads and MTP blocks
+    "deepseek-v4-flash": ("none", "0-42", "43"),
+    "deepseek-v4-pro": ("none", "0-60", "61"),
+    "kimi-k3": ("0", "1-92", "none"),
+    "lfm2-8b-a1b": ("0-1", "2-23", "none"),
+    "gemma-4-26b-a4b": ("none", "0-29", "none"),
+    "step-3.5-flash": ("0-2", "3-44", "none"),
+    "laguna-xs.2": ("0", "1-39", "none"),
+    **{k: ("none", f"0-{n - 1}", "none") for k, n in (
+        ("mixtral-8x7b", 32), ("qwen1.5-moe-a2.7b", 24), ("olmoe-1b-7b", 16), ("phi-3.5-moe", 32), ("dbrx", 40),
+        ("snowflake-arctic", 35), ("granite-3.1-3b-a800m", 32))},
+    "trinity-mini": ("0-1", "2-31", "none"),
+    "k-exaone-236b-a23b": ("0", "1-47", "48"),
+    "mimo-v2-flash": ("0", "1-47", "48"),
+    "hy-v3-30b-a3b": ("0", "1-47", "48"),
+    "mistral-small-4": ("none", "0-35", "none"),
+    "cohere2moe-30b-a3b": ("0", "1-48", "none"),
+    "minimax-m3": ("0", "1-59", "none"),
+    "ling-3.0-124b-a5b": ("0", "1-41", "42"),
+    "dots3note-288b-a19b": ("0", "1-45", "none"),
+    "granite-4.0-h-small": ("none", "0-39", "none"),
+    # Jamba: experts on every second block, as its tensors say (the converter writes no period)
+    "jamba-mini-1.5": (format_ranges(range(0, 32, 2)), format_ranges(range(1, 32, 2)), "none"),
 }
 
 

@@ -10,11 +10,10 @@ from functools import cache
 
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.engines.regex import RegexProblem
+from moeconf.model.homes import global_home, swa_blocks
 from moeconf.model.inventory import Inventory, Tensor
 from moeconf.model.percache import per_inventory
 from moeconf.model.taxonomy import classify_name, mtp_loaded_names, mtp_skipped, unused_kinds
-
-OUTPUT_LAYER_BASES = frozenset({"output", "output_norm"})
 
 Matcher = Callable[[str], Callable[[str], bool]]
 
@@ -168,13 +167,35 @@ def default_devices(
 _NOT_CREATED, _INPUT = -2, -1
 
 
+def home_layer(t: Tensor, inv: Inventory, eng: Engine) -> int:
+    """The layer whose device `t` takes: its block; for a tensor outside `blk.N` the layer the
+    engine's loader puts it in (moeconf.model.homes, from the pinned sources): the output layer
+    (as `block_count`), a block, or the input layer (-1)."""
+    if t.layer is not None:
+        return t.layer
+    md = inv.metadata
+    home = global_home(eng.name, inv.arch, t.name, swa_blocks(md.sliding_window_pattern, inv.block_count))
+    if home == "output":
+        return inv.block_count
+    if home == "input":
+        return _INPUT
+    return home
+
+
+@per_inventory
+def output_layer_tensors(inv: Inventory, eng: Engine) -> tuple[str, ...]:
+    """The created tensors the engine puts in the output layer (`output.weight`, `output_norm`,
+    DeepSeek-V4's `output_hc_*`, LFM2's `token_embd_norm`, ...): they share its default device,
+    which a tied output's copy of token_embd also takes."""
+    return tuple(name for name, at in _homes(inv, eng) if at == inv.block_count
+                 and inv.by_name[name].layer is None)
+
+
 @per_inventory
 def _homes(inv: Inventory, eng: Engine) -> tuple[tuple[str, int], ...]:
     """Each tensor's name and the layer whose device it takes (the output layer as block_count):
     a fit asks for the default placement of every split it tries."""
-    n_layer = inv.block_count
-    return tuple((t.name, _NOT_CREATED if not created(t, inv, eng) else t.layer if t.layer is not None
-                  else n_layer if t.base in OUTPUT_LAYER_BASES else _INPUT) for t in inv.tensors)
+    return tuple((t.name, _NOT_CREATED if not created(t, inv, eng) else home_layer(t, inv, eng)) for t in inv.tensors)
 
 
 @cache

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from moeconf.errors import GGUFError, MoeconfError
 from moeconf.model import ggml
 from moeconf.model.gguf_header import GGUFHeader, SkippedArray, read_header
+from moeconf.model.homes import array_reading, router_optional
 from moeconf.model.taxonomy import (
     Group,
     LayerKind,
@@ -348,6 +349,8 @@ def _cross_check(md: ModelMetadata, kinds: dict[int, LayerKind]) -> list[str]:
     if not has_experts and any(k == "moe" for k in kinds.values()):
         out.append(f"tensors have routed experts but {md.arch}.expert_count is {md.expert_count}")
         return out
+    if router_optional(md.arch):
+        return out  # its loader reads which blocks are MoE from the tensors themselves
     by_pair: dict[tuple[str, str], list[int]] = {}
     for il, kind in sorted(kinds.items()):
         exp = expected.get(il)
@@ -397,6 +400,28 @@ def _int_meta(header: GGUFHeader, key: str) -> int | None:
     return None
 
 
+def _int_array(header: GGUFHeader, arch: str, key: str, v: list[Any], block_count: int) -> tuple[int, ...]:
+    """An array value of `{arch}.KEY`, read as the loaders read it (moeconf.model.homes
+    array_reading, from the pinned sources): a per-layer key (get_key_or_arr) holds one integer or
+    bool per layer, exactly `block_count` of them; an array key (get_arr) integers or bools of any
+    length (a bool reads as 0/1). Anything else the engines refuse to load, and so does this."""
+    reading = array_reading(key)
+    where = f"{arch}.{key}"
+    if reading is None:
+        raise GGUFError(f"{where} is an array, but the engines read it as a single number (they refuse the "
+                        "file: \"wrong type\")", path=header.path)
+    odd = next((x for x in v if not isinstance(x, int)), None)
+    if odd is not None:
+        raise GGUFError(f"{where} is an array holding {type(odd).__name__} values ({odd!r:.40}); the engines "
+                        "read it as integers or bools (one per block)", path=header.path)
+    if reading == "per_layer" and len(v) != block_count:
+        raise GGUFError(f"{where} has {len(v)} entries but {arch}.block_count is {block_count}: the engines "
+                        "refuse the file (\"wrong array length\")", path=header.path)
+    if len(v) > MAX_HPARAM_ARRAY:
+        raise GGUFError(f"{where} has {len(v)} entries (at most {MAX_HPARAM_ARRAY} are read)", path=header.path)
+    return tuple(int(x) for x in v)
+
+
 def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
     arch = header.get("general.architecture")
     if not isinstance(arch, str):
@@ -405,18 +430,24 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
     if block_count is None:
         raise GGUFError(f"no {arch}.block_count in the metadata", path=header.path)
     values: dict[str, Any] = {}
+    per_layer: dict[str, tuple[int, ...]] = {}
     for attr, key in ModelMetadata.ARCH_KEYS.items():
         if attr == "block_count":
             continue
+        v = header.get(f"{arch}.{key}")
+        if isinstance(v, list):
+            arr = _int_array(header, arch, key, v, block_count)
+            if attr in ModelMetadata.ARRAY_KEYS:
+                values[attr] = arr
+            else:
+                # the loader's scalar view of a per-layer key is its first layer's entry
+                # (llama_hparams::n_head(), n_ff_exp(), n_expert_used(): il = 0); the whole
+                # array is kept with the other integer keys
+                values[attr] = arr[0] if arr else None
+                per_layer[key] = arr
+            continue
         if attr in ModelMetadata.ARRAY_KEYS:
-            v = header.get(f"{arch}.{key}")
-            if isinstance(v, list):
-                if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-                    odd = next(x for x in v if not isinstance(x, int) or isinstance(x, bool))
-                    raise GGUFError(f"{arch}.{key} is an array holding {type(odd).__name__} values ({odd!r:.40}), "
-                                    "not integers (one per block)", path=header.path)
-                values[attr] = tuple(v)
-            elif isinstance(v, int):
+            if isinstance(v, int):
                 values[attr] = int(v)
             continue
         values[attr] = _int_meta(header, f"{arch}.{key}")
@@ -436,6 +467,9 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
             continue
         suffix = key[len(prefix):]
         arch_keys.append(suffix)
+        if suffix in per_layer:
+            hparams.append((suffix, per_layer[suffix]))
+            continue
         if suffix in read:
             continue
         v = entry.value

@@ -87,7 +87,8 @@ def _hparams(path: str, data: Any) -> tuple[tuple[str, int | tuple[int, ...]], .
     out: list[tuple[str, int | tuple[int, ...]]] = []
     for k, v in data.items():
         where = f"metadata.hparams.{k}"
-        if k in ModelMetadata.KEY_ATTRS:
+        if k in ModelMetadata.KEY_ATTRS and not isinstance(v, list):
+            # a per-layer key's array is kept here, its first layer's entry in metadata
             raise _fail(path, where, f"a key of its own in metadata ({ModelMetadata.KEY_ATTRS[k]})")
         if isinstance(v, list):
             if len(v) > MAX_HPARAM_ARRAY:

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from moeconf.engines import engine
+from moeconf.engines.simulate import home_layer
 from moeconf.model.inventory import Inventory
 
 CACHE = Path(os.environ.get("MOECONF_ENGINE_CACHE", Path.home() / ".cache" / "moeconf" / "engines"))
@@ -38,6 +40,7 @@ IK = EngineBuild("ik_llama.cpp", "ik-llama-cpp-python 0.1.5", "0.1.5",
                  CACHE / "ik-llama-cpp-python-0.1.5" / "build" / "bin" / "llama-cli",
                  CACHE / "ik-llama-cpp-python-0.1.5" / "build" / "bin" / "rpc-server")
 BUILDS = {b.name: b for b in (MAINLINE, IK)}
+ML_ENGINE, IK_ENGINE = engine("llama.cpp"), engine("ik_llama.cpp", "0.1.5")
 
 
 def free_port() -> int:
@@ -136,7 +139,9 @@ def device_names(endpoints: Sequence[str]) -> dict[str, str]:
 
 def parse_mainline(log: str, inv: Inventory, endpoints: Sequence[str]) -> dict[str, str]:
     """Every tensor's buffer type: the override lines, else the device of its layer; the input
-    layer (token_embd) is on the CPU."""
+    layer (token_embd) is on the CPU. The log does not say which layer a tensor outside `blk.N`
+    belongs to: that is the generated table's (moeconf.model.homes), which
+    tests/engine/test_placement_homes.py checks against the engine tensor by tensor."""
     names = device_names(endpoints)
     layer_dev: dict[int, str] = {}
     for m in _MAIN_LAYER.finditer(log):
@@ -146,12 +151,9 @@ def parse_mainline(log: str, inv: Inventory, endpoints: Sequence[str]) -> dict[s
     for t in inv.tensors:
         if t.name in overrides:
             out[t.name] = overrides[t.name]
-        elif t.layer is not None:
-            out[t.name] = layer_dev.get(t.layer, "?")
-        elif t.base in ("output", "output_norm"):
-            out[t.name] = layer_dev.get(inv.block_count, "?")
         else:
-            out[t.name] = "CPU"
+            home = home_layer(t, inv, ML_ENGINE)
+            out[t.name] = "CPU" if home < 0 else layer_dev.get(home, "?")
     return out
 
 
@@ -208,11 +210,13 @@ def parse_ik(log: str, inv: Inventory, endpoints: Sequence[str]) -> IkLog:
             out[t.name] = None
         elif t.name in overrides:
             out[t.name] = overrides[t.name]
-        elif t.layer is not None:
-            out[t.name] = gpu_of(t.layer) if t.layer >= n_layer - n_gpu else "CPU"
-        elif t.base in ("output", "output_norm"):
-            out[t.name] = gpu_of(n_layer) if output_on_gpu else "CPU"
         else:
-            out[t.name] = "CPU"
+            home = home_layer(t, inv, IK_ENGINE)
+            if home == n_layer:
+                out[t.name] = gpu_of(n_layer) if output_on_gpu else "CPU"
+            elif home >= 0:
+                out[t.name] = gpu_of(home) if home >= n_layer - n_gpu else "CPU"
+            else:
+                out[t.name] = "CPU"
     shares = [(int(c), int(k)) for _d, c, k in _IK_SHARE.findall(log)]
     return IkLog(out, layer_devices, shares)

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Regenerate moeconf/model/layertable.py: which layer (input, repeating, output) each tensor
+kind belongs to, which block holds the tensors outside `blk.N` that a loader creates on a
+block's buffers (rope_freqs, token_embd_norm, ...) and whether it copies them into later blocks,
+and which GGUF keys the loaders read as arrays.
+
+    python scripts/extract-tensor-layers.py MAINLINE_LLAMA_CPP_DIR IK_LLAMA_CPP_DIR [--out FILE]
+
+mainline (llama.cpp):
+  src/llama-arch.cpp   LLM_TENSOR_INFOS: kind -> LLM_TENSOR_LAYER_INPUT / _REPEATING / _OUTPUT
+                       (src/llama-model-loader.cpp create_tensor picks the input, output or the
+                       block's buffer list by it; a `token_embd` created with TENSOR_DUPLICATED,
+                       the tied output, counts as LLM_TENSOR_OUTPUT); LLM_KV_NAMES
+  src/models/*.cpp     per architecture, each create_tensor of a repeating kind whose name has
+                       no block number: its block argument (a number, or the loop's index under
+                       the conditions around the call) and whether its flags carry
+                       TENSOR_DUPLICATED (a copy on a later block's buffer)
+  src/llama-model.cpp, src/models/*.cpp  get_key_or_arr / get_arr / get_arr_n calls: the keys
+                       read as arrays, per layer (length n_layer) or of other lengths
+ik_llama.cpp:
+  src/llama-load-tensors.cpp  per architecture (create_tensors' dispatch), each create_tensor of a
+                       kind whose name has no block number: the context it is created in
+                       (ctx_input: the input layer; ctx_output, ctx_output_split: the output
+                       layer; a block's context: that block)
+  src/llama-model.cpp  the per-architecture LLM_TENSOR_NAMES (which names have a block number)
+  src/*.cpp            get_key_or_arr / get_arr calls
+Only enum names, key names and flags are kept: facts, not code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cparse import matching as _matching
+from _pinned import describe, take_out
+
+_spec = importlib.util.spec_from_file_location("_names", Path(__file__).resolve().parent / "extract-engine-names.py")
+assert _spec is not None and _spec.loader is not None
+_names = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_names)
+
+# the per-block conditions a call may sit under, in the form the table names them
+# (moeconf/model/homes.py evaluates them from the file's metadata)
+_GUARDS = {
+    r"!\s*hparams\.is_swa\s*\(\s*i\s*\)": "full_attention",  # llama.cpp
+    r"!\s*hparams\.swa_layers\s*\[\s*i\s*\]": "full_attention",  # ik_llama.cpp
+    r"i\s*==\s*0": "block0",
+}
+
+
+def tensor_layers(arch_cpp: str) -> dict[str, str]:
+    src = _names._strip_comments(arch_cpp)
+    start = src.index("LLM_TENSOR_INFOS")
+    brace = src.index("{", start)
+    block = src[brace: _matching(src, brace, "{", "}")]
+    out: dict[str, str] = {}
+    for kind, layer in re.findall(r"\{\s*LLM_TENSOR_(\w+)\s*,\s*\{\s*LLM_TENSOR_LAYER_(\w+)", block):
+        out.setdefault(kind, layer.lower())
+    return out
+
+
+def kv_names(arch_cpp: str) -> dict[str, str]:
+    """LLM_KV_X -> the key after `{arch}.` (only the `%s.`-prefixed keys)."""
+    src = _names._strip_comments(arch_cpp)
+    start = src.index("LLM_KV_NAMES")
+    block = src[start: src.index("};", start)]
+    return {k: v for k, v in re.findall(r'\{\s*LLM_KV_(\w+)\s*,\s*"%s\.([^"]+)"\s*\}', block)}
+
+
+def array_keys(sources: list[str], names: dict[str, str]) -> dict[str, str]:
+    """Key (after `{arch}.`) -> `per_layer` (get_key_or_arr with n_layer entries: a number or an
+    array of one per layer) or `array` (an array of any other length, or get_arr)."""
+    out: dict[str, str] = {}
+    for text in sources:
+        src = _names._strip_comments(text)
+        for m in re.finditer(r"\b(get_key_or_arr|get_arr|get_arr_n)\s*\(\s*LLM_KV_(\w+)\s*,", src):
+            key = names.get(m.group(2))
+            if key is None:
+                continue
+            call = src[m.start(): _matching(src, src.index("(", m.start()))]
+            per_layer = m.group(1) == "get_key_or_arr" and re.search(r"\bn_layer(?:_all)?\b", call)
+            kind = "per_layer" if per_layer else "array"
+            if out.get(key) != "array":  # read as a free-length array anywhere: no length check
+                out[key] = kind
+    return dict(sorted(out.items()))
+
+
+def _guard(body: str, pos: int) -> str:
+    """The per-block condition around body[pos] ('' when none depends on the block), in the
+    table's words. A condition on the block index that the table cannot name stops the run."""
+    guards: list[str] = []
+    for s, _e in _names._blocks_around(body, pos):
+        kind, cond = _names._head(body, s)
+        if kind != "if":
+            continue
+        if not re.search(r"\bi\b", cond):
+            continue  # a condition on the file (which tensors exist), not on the block
+        for rx, word in _GUARDS.items():
+            if re.fullmatch(rx, cond.strip()):
+                guards.append(word)
+                break
+        else:
+            raise SystemExit(f"a block-dependent condition the table cannot name: if ({cond.strip()})")
+    return " ".join(sorted(set(guards)))
+
+
+def _always_duplicated(flags: str) -> bool:
+    return bool(re.search(r"\bTENSOR_DUPLICATED\b", flags)) and "?" not in flags
+
+
+def _mainline_bodies(root: Path, archs: dict[str, str]) -> dict[str, str]:
+    """arch -> the body of its loader's load_arch_tensors (the factory's class, or the nearest
+    base class that defines one)."""
+    model_cpp = _names._strip_comments((root / "src" / "llama-model.cpp").read_text())
+    sources = {p: _names._strip_comments(p.read_text()) for p in sorted((root / "src" / "models").glob("*.cpp"))}
+    headers = _names._strip_comments((root / "src" / "models" / "models.h").read_text())
+    first = model_cpp.index("return new llama_model_")
+    brace = model_cpp.index("{", model_cpp.rindex("switch", 0, first))
+    factory = model_cpp[brace: _matching(model_cpp, brace, "{", "}")]
+    cls_of: dict[str, str] = {}
+    pending: list[str] = []
+    for m in re.finditer(r"case\s+LLM_ARCH_(\w+)\s*:|return\s+new\s+(llama_model_\w+)\s*\(", factory):
+        if m.group(1):
+            pending.append(m.group(1))
+        else:
+            for enum in pending:
+                cls_of.setdefault(enum, m.group(2))
+            pending = []
+    out: dict[str, str] = {}
+    for enum, name in archs.items():
+        cls = cls_of.get(enum)
+        seen: set[str] = set()
+        body = None
+        while cls and cls not in seen and body is None:
+            seen.add(cls)
+            for src in sources.values():
+                body = _names._function_body(src, rf"\b{cls}::load_arch_tensors\s*\(")
+                if body:
+                    break
+            base = re.search(rf"struct\s+{cls}\s*:\s*public\s+(\w+)", headers)
+            cls = base.group(1) if base else None
+        if body:
+            out[name] = body
+    return out
+
+
+def mainline_block_homes(root: Path, archs: dict[str, str], layers: dict[str, str],
+                         templates: dict[str, str]) -> dict[str, dict[str, tuple[int, str, bool]]]:
+    """arch -> kind -> (block, guard, copied): the tensors of a repeating kind whose name has no
+    block number. `block`: the literal block argument, or -1 for the loop's first block where
+    `guard` holds; `copied`: the loader also creates it (TENSOR_DUPLICATED) on later blocks."""
+    homed = {k for k, v in layers.items() if v == "repeating" and k in templates
+             and not templates[k].startswith("blk.%d.") and "%d" not in templates[k]}
+    out: dict[str, dict[str, tuple[int, str, bool]]] = {}
+    for name, body in _mainline_bodies(root, archs).items():
+        found: dict[str, tuple[int, str, bool]] = {}
+        for m in re.finditer(r"\bcreate_tensor\s*\(", body):
+            paren = m.end() - 1
+            inner = body[paren + 1: _matching(body, paren) - 1]
+            tn = re.match(r"\s*tn\s*\(\s*LLM_TENSOR_(\w+)\s*(?:,([^)]*))?\)", inner)
+            if not tn or tn.group(1) not in homed:
+                continue
+            kind = tn.group(1)
+            tn_args = _names._split_args(tn.group(2) or "")
+            bid = tn_args[-1] if tn_args and not tn_args[-1].startswith('"') else ""
+            args = _names._split_args(inner)
+            flags = args[-1] if len(args) >= 3 else ""
+            if _always_duplicated(flags):
+                continue  # only ever a copy (an MTP block's view of the trunk's tensor)
+            guard = _guard(body, m.start())
+            copied = "TENSOR_DUPLICATED" in flags or bool(re.search(r"\b\w+_flag\b", flags))
+            block = int(bid) if bid.isdigit() else -1
+            if guard == "block0":  # `if (i == 0)`: the first block alone
+                block, guard, copied = 0, "", False
+            prev = found.get(kind)
+            if prev is not None and prev != (block, guard, copied):
+                raise SystemExit(f"{name}: {kind} created on two different blocks: {prev} and {(block, guard, copied)}")
+            found[kind] = (block, guard, copied)
+        if found:
+            out[name] = found
+    return out
+
+
+def mainline_optional_router(root: Path, archs: dict[str, str]) -> list[str]:
+    """Architectures whose loader creates `ffn_gate_inp` with TENSOR_NOT_REQUIRED: which blocks
+    are MoE is the file's tensors' to say (Jamba, Gemma 4, ...), not a metadata key's."""
+    out = []
+    for name, body in _mainline_bodies(root, archs).items():
+        for m in re.finditer(r"\bcreate_tensor\s*\(", body):
+            paren = m.end() - 1
+            inner = body[paren + 1: _matching(body, paren) - 1]
+            if re.match(r"\s*tn\s*\(\s*LLM_TENSOR_FFN_GATE_INP\s*,", inner):
+                args = _names._split_args(inner)
+                if len(args) >= 3 and "TENSOR_NOT_REQUIRED" in args[-1]:
+                    out.append(name)
+                    break
+    return sorted(out)
+
+
+_IK_CTX = {"ctx_input": "input", "ctx_output": "output", "ctx_output_split": "output", "out_ctx": "output"}
+
+
+def ik_global_homes(load_cpp: str, archs: dict[str, str],
+                    names: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """arch -> kind -> `input`, `output` or `block` (the block of the loop that creates it;
+    its first, the later ones get copies) for ik's tensors whose name has no block number."""
+    src = _names._strip_comments(load_cpp)
+    helpers: dict[str, dict[str, str]] = {}
+    for m in re.finditer(r"\bcreate_tensors_helper::(create_\w+)\s*\(", src):
+        body = _names._function_body(src[m.start():], re.escape(m.group()))
+        if body and not re.search(r"\bcreate_\w+_tensors\b", m.group(1)):
+            helpers[m.group(1)] = _ik_calls(body)
+    dispatch = _names._function_body(src, r"\bcreate_tensors_helper::create_tensors\s*\(\s*\)") or ""
+    fn_of: dict[str, str] = {}
+    pending: list[str] = []
+    for m in re.finditer(r"case\s+LLM_ARCH_(\w+)\s*:|\b(create_\w+_tensors)\s*\(", dispatch):
+        if m.group(1):
+            pending.append(m.group(1))
+        elif pending:
+            for enum in pending:
+                fn_of.setdefault(enum, m.group(2))
+            pending = []
+    out: dict[str, dict[str, str]] = {}
+    for enum, name in archs.items():
+        fn = fn_of.get(enum)
+        body = _names._function_body(src, rf"\bcreate_tensors_helper::{fn}\s*\(") if fn else None
+        if not body:
+            continue
+        per_arch = names.get(name, {})
+        globals_ = {k for k, t in per_arch.items() if not t.startswith("blk.%d.") and "%d" not in t}
+        calls = _ik_calls(body, globals_)
+        for h, hc in helpers.items():
+            if re.search(rf"\b{re.escape(h)}\s*\(", body):
+                for k, v in hc.items():
+                    calls.setdefault(k, v)
+        found = {k: v for k, v in calls.items()
+                 if k in per_arch and not per_arch[k].startswith("blk.%d.") and "%d" not in per_arch[k]}
+        if found:
+            out[name] = dict(sorted(found.items()))
+    return out
+
+
+def _ik_calls(body: str, globals_: set[str] | None = None) -> dict[str, str]:
+    """kind -> where its first create_tensor call in `body` puts it; the block guard is read for
+    the kinds in `globals_` (names without a block number) only."""
+    out: dict[str, str] = {}
+    for m in re.finditer(r"\bcreate_tensor\s*\(\s*(\w+)\s*,\s*tn\s*\(\s*LLM_TENSOR_(\w+)\s*[,)]", body):
+        end = _matching(body, m.start() + m.group().index("("))
+        args = _names._split_args(body[m.start() + m.group().index("(") + 1: end - 1])
+        if m.group(2) == "TOKEN_EMBD" and "TENSOR_DUPLICATED" in (args[-1] if len(args) > 3 else ""):
+            continue  # the tied output's copy (the output layer's, like mainline's)
+        home = _IK_CTX.get(m.group(1), "block")
+        if home == "block" and globals_ is not None and m.group(2) in globals_:
+            guard = _guard(body, m.start())
+            home = "block" if guard in ("", "block0") else f"block {guard}"
+        out.setdefault(m.group(2), home)
+    return out
+
+
+# --- output --------------------------------------------------------------------------------------
+
+def _dict(name: str, annot: str, d: dict[str, object]) -> str:
+    lines = [f"{name}: Final[{annot}] = {{"]
+    for k in sorted(d):
+        v = d[k]
+        line = f"    {k!r}: {v!r},"
+        if len(line) > 112 and isinstance(v, dict):
+            lines.append(f"    {k!r}: {{")
+            lines += [f"        {ik!r}: {iv!r}," for ik, iv in v.items()]
+            lines.append("    },")
+        else:
+            lines.append(line)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render(ml_root: Path, ik_root: Path, rev_ml: str, rev_ik: str) -> str:
+    arch_cpp = (ml_root / "src" / "llama-arch.cpp").read_text()
+    ml_archs = _names.arch_names(arch_cpp)
+    layers = tensor_layers(arch_cpp)
+    templates = _names.mainline_tensor_names(arch_cpp)
+    homes = mainline_block_homes(ml_root, ml_archs, layers, templates)
+    kvs = kv_names(arch_cpp)
+    ml_sources = [(ml_root / "src" / "llama-model.cpp").read_text()] + [
+        p.read_text() for p in sorted((ml_root / "src" / "models").glob("*.cpp"))]
+    ik_arch_cpp = (ik_root / "src" / "llama-arch.cpp").read_text()
+    ik_archs = _names.arch_names(ik_arch_cpp)
+    ik_names = _names.ik_tensor_names((ik_root / "src" / "llama-model.cpp").read_text(), ik_archs)
+    ik_homes = ik_global_homes((ik_root / "src" / "llama-load-tensors.cpp").read_text(), ik_archs, ik_names)
+    ik_kvs = kv_names(ik_arch_cpp)
+    ik_sources = [p.read_text() for p in sorted((ik_root / "src").glob("*.cpp"))]
+    keys = array_keys(ml_sources, kvs)
+    for k, v in array_keys(ik_sources, ik_kvs).items():
+        keys.setdefault(k, v)  # mainline's reading first: its length check is the stricter
+    parts = [
+        '"""Which layer each tensor belongs to, as the engines\' loaders decide where it goes: the\n'
+        "input layer (always host memory), a block (its `-ngl` device), or the output layer; the\n"
+        "tensors outside `blk.N` that a loader puts on a block's buffers; and the GGUF keys the\n"
+        "loaders read as arrays.\n\n"
+        "Generated by scripts/extract-tensor-layers.py from llama.cpp src/llama-arch.cpp, src/llama-model.cpp and\n"
+        f"src/models/*.cpp ({rev_ml})\n"
+        f"and ik_llama.cpp src/llama-arch.cpp, src/llama-model.cpp, src/llama-load-tensors.cpp and src/*.cpp\n"
+        f"({rev_ik}).\n"
+        "Do not edit by hand.\n"
+        '"""\n\nfrom __future__ import annotations\n\nfrom typing import Final\n\n'
+        "# the engine versions read\n"
+        f"SOURCES: Final[dict[str, str]] = {{\n    'llama.cpp': {rev_ml!r},\n    'ik_llama.cpp': {rev_ik!r},\n}}\n\n",
+        "# llama.cpp: each tensor kind's layer (LLM_TENSOR_INFOS): 'input' (host memory), 'repeating' (its\n"
+        "# block's device), 'output' (the output layer's device; also the tied output's copy of token_embd)\n",
+        _dict("ML_TENSOR_LAYERS", "dict[str, str]", dict(layers)),
+        "\n# llama.cpp: per architecture, the repeating kinds whose name has no block number -> (block, guard,\n"
+        "# copied): the block whose device holds the tensor (-1: the first block of the loader's loop where\n"
+        "# `guard` holds; '': every block; 'full_attention': a block without a sliding window), and whether\n"
+        "# the loader also makes a copy on each later such block's buffer (TENSOR_DUPLICATED)\n",
+        _dict("ML_BLOCK_HOMES", "dict[str, dict[str, tuple[int, str, bool]]]",
+              {a: dict(sorted(v.items())) for a, v in homes.items()}),
+        "\n# ik_llama.cpp: per architecture, the kinds whose name has no block number -> the context its\n"
+        "# loader creates them in: 'input' (host memory), 'output' (the output layer), 'block' (the first\n"
+        "# block of its loop; copies on the later ones)\n",
+        _dict("IK_GLOBAL_HOMES", "dict[str, dict[str, str]]", dict(ik_homes)),
+        "\n# keys (after `{arch}.`) some loader reads as an array: 'per_layer' (get_key_or_arr over the\n"
+        "# layers: a number for every layer, or an array of one per layer, bool, int32 or uint32), 'array'\n"
+        "# (get_arr: an array of any length; bool arrays read as 0/1)\n",
+        _dict("ARRAY_KEYS", "dict[str, str]", dict(keys)),
+        "\n# llama.cpp: architectures whose loader creates ffn_gate_inp with TENSOR_NOT_REQUIRED: the file's\n"
+        "# tensors, not a metadata key, say which blocks are MoE\n",
+        "ML_OPTIONAL_ROUTER: Final[tuple[str, ...]] = (\n"
+        + "".join(f"    {a!r},\n" for a in mainline_optional_router(ml_root, ml_archs)) + ")\n",
+    ]
+    return "".join(parts)
+
+
+def main(argv: list[str]) -> int:
+    argv, out = take_out(argv)
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    ml_root, ik_root = Path(argv[0]).expanduser(), Path(argv[1]).expanduser()
+    out = out or Path(__file__).resolve().parent.parent / "moeconf" / "model" / "layertable.py"
+    out.write_text(render(ml_root, ik_root, describe(ml_root), describe(ik_root)))
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

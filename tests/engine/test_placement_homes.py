@@ -1,0 +1,155 @@
+"""Placement of every tensor, those outside `blk.N` included, against llama.cpp itself: the sparse
+full-size layouts of this year's architectures (moeconf/fixtures/layouts_loaders.py) loaded by
+tests/engine/placement.cpp, compiled against the pinned build (the model loaded as
+llama-fit-params loads it: no_alloc, nothing read), which prints each tensor with the buffer
+type holding it (once per buffer type: a tied output's copy of token_embd, rope_freqs copied
+into later blocks' buffers), with RPC servers on 127.0.0.1 as GPUs, on the usual four lines
+(tests/engine/ik_newer_cases.py PLACEMENT_LINES; two devices split evenly with -ts 1,1, since
+without -ts llama.cpp splits by free memory). moeconf's `explain` must name the same device for
+every tensor, and the engine's extra copies must be the ones moeconf knows of. The layouts of the
+architectures modelled before are checked the same way on two of the lines."""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from moeconf.engines import engine
+from moeconf.engines.simulate import home_layer
+from moeconf.explanation import explain
+from moeconf.fixtures.layouts import LAYOUTS
+from moeconf.fixtures.layouts_loaders import LOADER_LAYOUTS
+from moeconf.model import layertable
+from moeconf.model.homes import _kinds
+from moeconf.model.inventory import Inventory
+from tests.engine import oracle
+from tests.engine.harness import MAINLINE, rpc_servers
+
+pytestmark = pytest.mark.engine
+
+SRC = Path(__file__).parent / "placement.cpp"
+MODELS = tuple(LOADER_LAYOUTS)
+# the layouts of the architectures modelled before (moeconf/fixtures/layouts*.py), on two of the lines
+EARLIER = tuple(k for k in LAYOUTS if k not in LOADER_LAYOUTS)
+EARLIER_LINES = ["-ngl {half}", "2rpc -ngl 999 -ts 1,1 --n-cpu-moe 1"]
+LINES = [
+    "-ngl 999 -ot exps=CPU",
+    "-ngl 999 --n-cpu-moe 2",
+    "-ngl {half}",
+    "2rpc -ngl 999 -ts 1,1 --n-cpu-moe 1",
+]
+
+
+def compile_probe(out: Path) -> Path:
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        raise RuntimeError("no C++ compiler: the engine suite builds the engines and needs one")
+    root = MAINLINE.cli.parent.parent.parent  # .../llama-cpp-python-0.3.36
+    src = root / "src" / "vendor" / "llama.cpp"
+    lib = MAINLINE.cli.parent
+    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(out), str(SRC), f"-I{src / 'include'}",
+                    f"-I{src / 'ggml' / 'include'}", f"-I{src / 'common'}", f"-I{src / 'vendor'}", f"-L{lib}",
+                    "-lllama-common", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{lib}"],
+                   check=True, capture_output=True, timeout=300)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> Path:
+    return compile_probe(Path(tempfile.mkdtemp(prefix="moeconf-placement-probe-")) / "placement")
+
+
+def engine_placement(model: Path, args: list[str], eps: list[str]) -> dict[str, set[str]]:
+    """Each tensor the engine created -> the buffer types holding it (host buffers as CPU)."""
+    p = subprocess.run([str(probe()), "-m", str(model), *args], capture_output=True, text=True, timeout=300,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out: dict[str, set[str]] = {}
+    for line in p.stdout.splitlines():
+        name, _, buft = line.partition(" ")
+        m = re.fullmatch(r"RPC\d+\[(.*)\]", buft)
+        dev = f"RPC0[{m.group(1)}]" if m else "CPU" if buft.startswith("CPU") else buft
+        out.setdefault(name, set()).add(dev)
+    return out
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
+    if not MAINLINE.available():
+        pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {MAINLINE.cli})")
+    return oracle.write_sparse(tmp_path_factory.mktemp("homes"), {k: LAYOUTS[k] for k in (*MODELS, *EARLIER)})
+
+
+@pytest.fixture(scope="module")
+def endpoints() -> Iterator[list[str]]:
+    with rpc_servers(MAINLINE, 2) as eps:
+        yield eps
+
+
+def copies(inv: Inventory, name: str, block_devices: dict[int, str]) -> set[str]:
+    """The devices where the loader also puts a tensor it copies (TENSOR_DUPLICATED) into later
+    blocks' buffers (moeconf.model.layertable ML_BLOCK_HOMES), by the blocks' devices."""
+    homed = layertable.ML_BLOCK_HOMES.get(inv.arch, {})
+    for k in _kinds("llama.cpp", inv.arch, name):
+        if k in homed and homed[k][2]:
+            guard = homed[k][1]
+            swa = inv.metadata.sliding_window_pattern
+            ok = [il for il in block_devices if il < inv.block_count and (
+                guard != "full_attention" or not (isinstance(swa, tuple) and il < len(swa) and swa[il]))]
+            return {block_devices[il] for il in ok}
+    return set()
+
+
+CASES = [(m, line) for m in MODELS for line in LINES] + [(m, line) for m in EARLIER for line in EARLIER_LINES]
+
+
+@pytest.mark.parametrize(("model", "line"), CASES)
+def test_every_tensor_where_llama_cpp_puts_it(models: dict[str, tuple[Path, Inventory]], endpoints: list[str],
+                                              model: str, line: str) -> None:
+    path, inv = models[model]
+    words = shlex.split(line.format(half=inv.block_count // 2))
+    n = 2 if "2rpc" in words else 1
+    eps = endpoints[:n]
+    args = ["--rpc", ",".join(eps), "-fit", "off", *[w for w in words if w != "2rpc"]]
+    got = engine_placement(path, args, eps)
+    ex = explain(inv, engine("llama.cpp"), args, gpus=[])
+    pl = ex.placement
+    eng = engine("llama.cpp")
+    # the device of each block as moeconf places its block tensors (for the copies' devices)
+    block_dev = {t.layer: pl.devices[t.name] for t in inv.tensors
+                 if t.layer is not None and t.base == "attn_norm" and pl.devices[t.name] is not None}
+    diff: dict[str, tuple[object, object]] = {}
+    checked_globals = 0
+    for t in inv.tensors:
+        want = pl.devices[t.name]
+        theirs = got.get(t.name, set())
+        if want is None:
+            if theirs:
+                diff[t.name] = (None, sorted(theirs))
+            continue
+        extra = {pl.tied_output()} - {None} if t.name == "token_embd.weight" else set()
+        if t.layer is None:
+            checked_globals += 1
+            if home_layer(t, inv, eng) >= 0:
+                extra |= {d for d in copies(inv, t.name, block_dev) if d is not None}
+        if want not in theirs or not theirs <= {want} | extra:
+            diff[t.name] = (want, sorted(theirs))
+    assert checked_globals > 0
+    assert not diff, f"{model} {line}: {len(diff)} tensors differ, e.g. {dict(list(diff.items())[:8])}"
+
+
+def test_a_wrong_home_is_seen(models: dict[str, tuple[Path, Inventory]], endpoints: list[str]) -> None:
+    """The comparison sees a tensor moeconf would put in the input layer (today's main put
+    DeepSeek-V4's output_hc_* there): the engine holds it on the output layer's GPU."""
+    path, _inv = models["deepseek-v4-flash"]
+    got = engine_placement(path, ["--rpc", endpoints[0], "-fit", "off", "-ngl", "999"], endpoints[:1])
+    assert got["output_hc_fn.weight"] == {f"RPC0[{endpoints[0]}]"} != {"CPU"}
+    assert got["token_embd.weight"] == {"CPU"}
