@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from moeconf.engines import archkeys
+from moeconf.model.inventory import Inventory
 
 # `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine: rope
 # frequencies and scaling, norm epsilons, routing weights and functions, logit and activation
@@ -45,3 +46,22 @@ def read_by_loader(arch: str, engine: str) -> frozenset[str] | None:
     engine or architecture, so every key counts as read)."""
     table = archkeys.MAINLINE if engine == "llama.cpp" else getattr(archkeys, "IK", None)
     return None if table is None else table.get(arch)
+
+
+def _int(v: int | tuple[int, ...] | None) -> int | None:
+    return v if isinstance(v, int) else None
+
+
+def neutral(key: str, inv: Inventory) -> bool:
+    """Whether the file's value of `{arch}.key` is one with which the engine builds and allocates
+    nothing it would not build without the key (pinned llama.cpp): no expert groups
+    (src/llama-graph.cpp build_moe_ffn selects groups only when expert_group_count > 1; the group
+    quota is read only then), no MTP block."""
+    md = inv.metadata
+    if key == "expert_group_count":
+        return (_int(md.hparam(key)) or 0) <= 1
+    if key == "expert_group_used_count":
+        return (_int(md.hparam("expert_group_count")) or 0) <= 1
+    if key == "nextn_predict_layers":
+        return _int(md.hparam(key)) == 0
+    return False

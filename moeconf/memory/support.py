@@ -27,7 +27,7 @@ import moeconf.memory.replay_glm5next as _replay_glm5next
 import moeconf.memory.replay_nemotron as _replay_nemotron
 from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
-from moeconf.memory.keys import NO_MEMORY_EFFECT, read_by_loader
+from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
 
 _MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
@@ -74,9 +74,13 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # with the block, tests/test_memory_flagship.py); speculative decoding is not modelled anyway
     "qwen35moe": ArchMemory(_RECURRENT | {"nextn_predict_layers"}, _MAINLINE,
                             _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)"),
-    "qwen3next": ArchMemory(_RECURRENT - {"rope.dimension_sections"}, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
+    # Qwen3-Next's MTP block likewise (measured: the same figures with and without it, tests/test_memory_keys.py)
+    "qwen3next": ArchMemory(_RECURRENT - {"rope.dimension_sections"} | {"nextn_predict_layers"}, _MAINLINE,
+                            _CHECKED + " (Qwen3-Next-80B-A3B)"),
     # Nemotron-3: Mamba-2 state, attention KV, compute by memory/replay_nemotron.py (llama.cpp only)
-    "nemotron_h_moe": ArchMemory(_SSM | _replay_nemotron.KEYS, _MAINLINE,
+    # its MTP block (Nemotron-3 Super) is skipped by the loader and attended by no trunk layer
+    # (measured: the same figures with and without it, tests/test_memory_keys.py)
+    "nemotron_h_moe": ArchMemory(_SSM | _replay_nemotron.KEYS | {"nextn_predict_layers"}, _MAINLINE,
                                  _CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
     # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute memory/replay_kda.py
     "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | _MLA - {"attention.q_lora_rank"} | {"leading_dense_block_count"},
@@ -85,8 +89,11 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
     # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
-    # Grok's tanh unconditionally); final_logit_softcapping adds ops on the logits: not read
-    "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping"}), frozenset({"llama.cpp"}),
+    # Grok's tanh unconditionally); final_logit_softcapping adds a scale, a tanh and a scale on the
+    # logits (src/models/grok.cpp), each the only consumer of its input, which ggml-alloc runs in
+    # place: no buffer grows (measured with Grok-2's 50: the same figures, tests/test_memory_keys.py)
+    "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"}),
+                       frozenset({"llama.cpp"}),
                        _CHECKED + " (Grok-1; flash attention forced off)"),
     # --- GLM-5.3-Flash: KDA state (memory/recurrent.py), MLA latent + k-pool indexer cache
     # (memory/indexer.py), compute by a node-by-node replay (memory/replay_glm5next.py) on the
@@ -96,8 +103,11 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # ---
     # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by a node-by-node
     # replay of the DSA graph (memory/replay_dsa.py), on the placements and settings it covers
-    **{arch: ArchMemory(_MLA | _DSA, frozenset({"llama.cpp"}), _CHECKED + f" ({model})")
-       for arch, model in (("deepseek32", "DeepSeek-V3.2"), ("glm-dsa", "GLM-5"))},
+    "deepseek32": ArchMemory(_MLA | _DSA, _MAINLINE, _CHECKED + " (DeepSeek-V3.2)"),
+    # GLM-5.2's per-layer indexer table: the indexer K cache on its full layers only, the shared layers
+    # reading the last full layer's top-k (memory/indexer.py full_indexers, replay_dsa.py)
+    "glm-dsa": ArchMemory(_MLA | _DSA | {"attention.indexer.types"}, _MAINLINE,
+                          _CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
 }
 # the classic MoEs checked within tolerance (memory/classic.py)
 MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
@@ -154,7 +164,7 @@ def unread_keys(inv: Inventory, engine: str, handled: frozenset[str]) -> list[st
            else "its KV cache and compute are not computed")
     why = []
     for k in inv.metadata.arch_keys or ():
-        if k in passed:
+        if k in passed or neutral(k, inv):
             continue
         fields = FIELDS.get(k, ())
         into = f" (into {', '.join(fields)})" if fields and engine == "llama.cpp" else ""
