@@ -818,9 +818,12 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             continue
         if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
             continue
+        output_cpu = False
         if last == n_layer:
-            if out_dev != d or any(placement.devices.get(n) != d for n in ("output_norm.weight", "output.weight")
-                                   if n in inv.by_name):
+            output_cpu = out_dev == HOST and placement.devices.get("output_norm.weight") == d
+            if (out_dev != d and not output_cpu) or any(
+                    placement.devices.get(n) != d for n in ("output_norm.weight", "output.weight")
+                    if n in inv.by_name and not (output_cpu and n == "output.weight")):
                 continue
         elif not is_gpu(runs[i + 1][0]) or out_dev == d:
             continue
@@ -839,7 +842,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
             experts_cpu=tuple(routed[il] == {HOST} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
             first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, rot_k=rot_k, rot_v=rot_v,
-            n_outputs=n_outputs, experts_split=split if any(split) else (),
+            n_outputs=n_outputs, experts_split=split if any(split) else (), output_cpu=output_cpu,
         )
         gpu, host = (0, 0) if dry else moe_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         out[d] = gpu

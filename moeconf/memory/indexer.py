@@ -58,14 +58,21 @@ def indexer_unmodelled(inv: Inventory) -> list[str]:
     # ---
     if not indexer_width(inv):
         why.append(f"{inv.arch}.attention.indexer.key_length is missing: the engine refuses the file")
+    return why + indexer_table_unmodelled(inv)
+
+
+def indexer_table_unmodelled(inv: Inventory) -> list[str]:
+    """Why glm-dsa's per-layer indexer table is not modelled (empty: it is, or the model has none)."""
+    why = []
+    keys = set(inv.metadata.arch_keys or ())
     if inv.arch == "glm-dsa" and "attention.indexer.types" not in keys \
             and (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT:
-        why.append("glm-dsa's built-in per-layer indexer table (GLM-5.2's, which the engine takes at a training "
-                   "context of 1M or more when the file has no attention.indexer.types) is not modelled: write the "
-                   "table into the file (the converter does from config.json indexer_types)")
+        why.append("memory is not modelled for glm-dsa's built-in per-layer indexer table (GLM-5.2's, which the "
+                   "engine takes at a training context of 1M or more when the file has no attention.indexer.types): "
+                   "write the table into the file (the converter does, from config.json indexer_types)")
     elif inv.arch == "glm-dsa" and "attention.indexer.types" in keys and full_indexers(inv) is None:
-        why.append("glm-dsa.attention.indexer.types is not one value or one per trunk layer with the first layer "
-                   "full: the engine refuses the file")
+        why.append("memory is not modelled for a glm-dsa.attention.indexer.types that is neither one value nor one "
+                   "per trunk layer with the first layer full: the engine refuses the file")
     return why
 
 

@@ -141,7 +141,7 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
                 "KV cache and compute are not computed, and weights are only the file's tensors as placed"]
     if engine not in spec.engines:
         return [f"memory is not modelled for {arch!r} on {engine}"]
-    why = unread_keys(inv, engine, spec.keys)
+    why = unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv)
     if why:
         return why
     from moeconf.memory.archgraph import unmodelled_structure
