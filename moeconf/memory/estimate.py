@@ -830,10 +830,18 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
         after_cpu = first > 0 and dev_of[first - 1] == HOST
         if after_cpu and routed[first - 1] - {HOST}:
             continue
+        # the layer before ran on another GPU with its routed experts on the CPU: the weightless tail
+        # after them (the weights' MUL, the experts' sum, the residual ADD, this layer's RMS_NORM) has
+        # no backend until the scheduler's "expand GPU up" pass gives it this GPU's (ggml-backend.cpp
+        # ggml_backend_sched_split_graph: the pass down skips the CPU), so this GPU's split starts with
+        # the copies of that tail's sources, as after a CPU layer (measured: ERNIE-4.5-300B over two
+        # GPUs with -ot exps=CPU, the output GPU 304.03 MiB where the replay without them gave 218)
+        after_cpu = after_cpu or (first > 0 and routed[first - 1] == {HOST})
         if n_outputs and first > 0 and not after_cpu and HOST in routed[first - 1]:
-            # after another GPU's layer whose routed experts ran on the CPU, this GPU's own peak (not
-            # the logits', with the server's few output rows) is above the replay's: measured 28 MiB
-            # on Qwen3-30B-A3B, 41-65 MiB on MiniMax-M2 over two GPUs (tests/engine/outputs.cpp).
+            # after another GPU's layer whose routed experts ran partly on the CPU, this GPU's own peak
+            # (not the logits', with the server's few output rows) was above the replay's, as it was
+            # (28 MiB on Qwen3-30B-A3B, 41-65 MiB on MiniMax-M2 over two GPUs, tests/engine/outputs.cpp)
+            # for experts wholly on the CPU before that layer's tail was replayed here (above).
             # Not replayed: the phase model's whole-ubatch figure, with a note
             continue
         shape = MoeShape(
