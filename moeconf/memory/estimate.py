@@ -54,7 +54,17 @@ from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_dsa import dsa_unmodelled, replayed_dsa
-from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host, rotation
+from moeconf.memory.replay_hybrid import (
+    ALL_CPU,
+    DOWN_CPU,
+    GATE_CPU,
+    UP_CPU,
+    HybridHostShape,
+    hybrid_host_peak,
+    replayed_hybrid,
+    replayed_hybrid_host,
+    rotation,
+)
 from moeconf.memory.replay_kda import replayed_kda, unmodelled_placement
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import CACHE_TYPES, Q8_KV, MemorySettings, cache_row_bytes, is_quantized, slot_notes
@@ -891,6 +901,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
     buffers: dict[str, int] = {}
     layers = []
+    bits: list[int] = []
     f = 4 * n_tokens
     for la in geo.layers:
         devs = home[la.index]
@@ -899,8 +910,10 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         dev = next(iter(devs))
         if dev is None or not is_gpu(dev) or dev == AUTO_GPU or not routed[la.index] <= {dev, HOST}:
             return None
-        if len(routed[la.index]) > 1:
-            return None
+        # which of the layer's routed experts run on the CPU (a layer split between its GPU and the CPU)
+        bits.append(sum(bit for bit, b in ((GATE_CPU, "ffn_gate_exps"), (UP_CPU, "ffn_up_exps"),
+                                           (DOWN_CPU, "ffn_down_exps"))
+                        if placement.devices.get(f"blk.{la.index}.{b}.weight") == HOST))
         buffers.setdefault(dev, 0 if not buffers else len(buffers) + 1)  # buffer 1 is the host's
         full = not la.swa
         kind = "" if full else "_swa"
@@ -914,9 +927,19 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         if la.recurrent:  # a recurrent layer reads only its state rows' indices
             reads = (("s_copy", 4),)
         layers.append((buffers[dev], reads, routed[la.index] == {HOST}))
-    if not any(cpu for _, _, cpu in layers):
+    if not any(cpu for _, _, cpu in layers) and not any(bits):
         return None
     used = geo.n_expert_used
+    if any(b not in (0, ALL_CPU) for b in bits):
+        # some layers' routed experts split between their GPU and the CPU: the host's share as the
+        # hybrids' host replay places those layers' CPU matmuls and copies (gate, up, down each
+        # where its tensor is; measured: ERNIE-4.5-300B over two GPUs with one layer's ffn_up_exps
+        # on the CPU, 88.13 MiB as the engine, where the phase model gave 64)
+        if biased or weights_before(inv) or input_width(inv, geo.n_embd) != geo.n_embd:
+            return None
+        return hybrid_host_peak(HybridHostShape(
+            geo.n_embd, n_tokens, geo.n_expert, used, geo.n_ff_exp,
+            tuple((b, r, c) for (b, r, _), c in zip(layers, bits, strict=True)), n_outputs))
     shape = HostShape(
         n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used, n_ff_exp=geo.n_ff_exp,
         biased=biased, x_size=f * geo.n_embd * (used if weights_before(inv) else 1),
