@@ -3,7 +3,8 @@ block, Nemotron-3 Nano's expert_group_count, Grok's final_logit_softcapping, GLM
 attention.indexer.types) against llama.cpp's own projection (`llama-fit-params -fitp on -v`, which
 allocates nothing) on sparse full-size GGUFs, RPC servers on 127.0.0.1 as GPUs: the figures the
 default suite holds the model to (tests/data/keyed_memory_oracle.json, tests/test_memory_keys.py)
-are measured again, and moeconf's estimate is within tolerance of them."""
+are measured again, and moeconf's estimate is within tolerance of them; likewise ERNIE-4.5-300B and
+Ling-1T (moeconf.fixtures.layouts_large; tests/data/large_memory_oracle.json, tests/test_memory_large.py)."""
 
 from __future__ import annotations
 
@@ -16,17 +17,22 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts_keyed import VARIANTS, write_variant
+from moeconf.fixtures.layouts_large import LARGE_LAYOUTS
+from moeconf.fixtures.writer import write_layout
 from moeconf.memory import read_settings
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
-from tests.test_memory_keys import FIGURES, within
+from tests.test_memory_keys import FIGURES as KEYED
+from tests.test_memory_keys import within
+from tests.test_memory_large import FIGURES as LARGE
 
 pytestmark = pytest.mark.engine
 
 MiB = 1024 * 1024
+FIGURES = KEYED + LARGE
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +43,10 @@ def sparse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, In
     out = {}
     for key in sorted({str(line["model"]) for line in FIGURES}):
         path = folder / f"{key}.gguf"
-        write_variant(VARIANTS[key], path)
+        if key in LARGE_LAYOUTS:
+            write_layout(LARGE_LAYOUTS[key], path)
+        else:
+            write_variant(VARIANTS[key], path)
         out[key] = (path, load_inventory(path))
     return out
 
