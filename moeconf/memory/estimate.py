@@ -840,13 +840,16 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
         after_cpu = first > 0 and dev_of[first - 1] == HOST
         if after_cpu and routed[first - 1] - {HOST}:
             continue
-        # the layer before ran on another GPU with its routed experts on the CPU: the weightless tail
-        # after them (the weights' MUL, the experts' sum, the residual ADD, this layer's RMS_NORM) has
-        # no backend until the scheduler's "expand GPU up" pass gives it this GPU's (ggml-backend.cpp
-        # ggml_backend_sched_split_graph: the pass down skips the CPU), so this GPU's split starts with
-        # the copies of that tail's sources, as after a CPU layer (measured: ERNIE-4.5-300B over two
-        # GPUs with -ot exps=CPU, the output GPU 304.03 MiB where the replay without them gave 218)
-        after_cpu = after_cpu or (first > 0 and routed[first - 1] == {HOST})
+        # the layer before ran on another GPU with its routed experts on the CPU and no shared expert:
+        # the weightless tail after them (the weights' MUL, the experts' sum, the residual ADD, this
+        # layer's RMS_NORM) has no backend until the scheduler's "expand GPU up" pass gives it this
+        # GPU's (ggml-backend.cpp ggml_backend_sched_split_graph: the pass down skips the CPU), so this
+        # GPU's split starts with the copies of that tail's sources, as after a CPU layer (measured:
+        # ERNIE-4.5-300B over two GPUs with -ot exps=CPU, the output GPU 304.03 MiB where the replay
+        # without them gave 218). A shared expert's matmuls follow the routed experts' in the graph and
+        # run on the GPU before, which the pass up then gives the sum too: no tail moves (GLM-4.5-Air)
+        after_cpu = after_cpu or (first > 0 and routed[first - 1] == {HOST}
+                                  and f"blk.{first - 1}.ffn_up_shexp.weight" not in inv.by_name)
         if n_outputs and first > 0 and not after_cpu and HOST in routed[first - 1]:
             # after another GPU's layer whose routed experts ran partly on the CPU, this GPU's own peak
             # (not the logits', with the server's few output rows) was above the replay's, as it was
@@ -867,6 +870,24 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
         if first == 0 and last == n_layer and placement.devices.get("token_embd.weight") == HOST:
             out[HOST] = host
     return out
+
+
+def replays_cover(placement: Placement, settings: MemorySettings, gpus: list[str]) -> bool:
+    """Whether `estimate` takes every GPU's compute buffer from `replay.moe_graph` for these
+    settings: llama.cpp, flash attention, the KV cache offloaded, one KV stream, the whole ubatch's
+    outputs (memory/families.py reads it)."""
+    inv = placement.inventory
+    if (placement.engine.name != "llama.cpp" or settings.flash_attn == "off" or flash_attn_forced_off(inv.arch)
+            or not settings.offload_kqv or settings.n_outputs
+            or not (settings.kv_unified or settings.n_parallel == 1)):
+        return False
+    try:
+        geo = geometry(inv)
+    except GeometryUnknown:
+        return False
+    out_dev = output_device(placement)
+    n_tokens = min(settings.n_batch, settings.n_ubatch)
+    return set(gpus) <= set(_replayed_moe(placement, geo, out_dev, n_tokens, 256, dry=True))
 
 
 # the routed experts' CPU split: a SwiGLU over gate and up, a down projection (each followed by

@@ -212,6 +212,13 @@ CASES += [("qwen3moe", line) for line in (
     "-c 32768 -ub 1024 -ot ^output\\.weight=CPU", "-c 32768 -ot ^output\\.weight=CPU",
     "-c 8192 -b 4096 -ub 4096 -ot ^output\\.weight=CPU", "-c 32768 -ot exps=CPU,^output\\.weight=CPU -ub 2048",
     "2rpc -c 32768 -ts 1,1 -ot ^output\\.weight=CPU -ub 2048",
+    # and with every layer's routed experts on the CPU over two GPUs (refused before: memory/families.py)
+    "2rpc -c 32768 -ts 1,1 -ot exps=CPU,^output\\.weight=CPU",
+    "2rpc -c 32768 -ts 1,1 -ot exps=CPU,^output\\.weight=CPU -ub 2048",
+    "2rpc -c 32768 -b 4096 -ub 4096 -ts 1,1 -ot exps=CPU,^output\\.weight=CPU",
+)] + [("glm4moe", line) for line in (
+    "2rpc -c 32768 -ts 1,1 -ot exps=CPU,^output\\.weight=CPU",
+    "2rpc -c 32768 -ts 1,1 -ot exps=CPU,^output\\.weight=CPU -ub 2048",
 )]
 
 # Compute cases moeconf does not yet model within tolerance (listed, so a gap stays visible and a
