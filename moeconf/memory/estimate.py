@@ -268,7 +268,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
     # setting families whose compute is not modelled (memory/families.py)
     if not why and families and not kv_only:
-        why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
+        why.extend(setting_families.unmodelled_settings(placement, settings, gpus,
+                                                        replays_cover(placement, settings, gpus)))
     if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
         why.extend(unmodelled_placement(placement))
     # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---

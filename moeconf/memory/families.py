@@ -53,8 +53,13 @@ def _gpu_layers_with_cpu_experts(placement: Placement) -> bool:
     return any(attn_dev.get(il) not in (None, HOST) for il in cpu_experts)
 
 
-def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str]) -> list[str]:
-    """Why the compute buffers of these settings on this placement are not modelled (empty: they are)."""
+def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str],
+                        gpus_replayed: bool = False) -> list[str]:
+    """Why the compute buffers of these settings on this placement are not modelled (empty: they are).
+    `gpus_replayed`: replay.moe_graph gives every GPU's compute buffer (estimate.replays_cover:
+    measured exact on Qwen3-30B-A3B, GLM-4.5-Air and MiniMax-M2 over two GPUs with -ot
+    exps=CPU,output=CPU at -ub 512 to 4096, GPUs and host), so the phase model, whose GPU figures
+    there were off, is not used."""
     # --- speculative decoding (h20spec): not modelled on any device
     why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
     # --- files loaded beside the model (a projector, LoRA adapters, control vectors): on any device
@@ -70,7 +75,7 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
         why.append("memory is not modelled for -nkvo (KV cache in host memory) with routed experts of GPU "
                    "layers on the CPU: the compute buffers of that split are not computed")
     out = output_device(placement)  # a tied output's copy where the engine makes one
-    if cpu_experts and out == HOST and len(gpus) > 1 and not _replayed_everywhere(placement, settings, gpus):
+    if cpu_experts and out == HOST and len(gpus) > 1 and not gpus_replayed:
         why.append("memory is not modelled for the output on the CPU with routed experts of GPU layers on the "
                    "CPU over several GPUs: the GPUs' compute buffers of that split are not computed (keep "
                    "output.weight on a GPU)")
@@ -80,14 +85,6 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
                    "layers) is not computed")
     return why
 
-
-def _replayed_everywhere(placement: Placement, settings: MemorySettings, gpus: list[str]) -> bool:
-    """Whether replay.moe_graph gives every GPU's compute buffer (measured exact on Qwen3-30B-A3B over
-    two GPUs with -ot exps=CPU,output=CPU at -ub 512, 2048 and 4096, GPUs and host), so that the phase
-    model, whose GPU figures there were off, is not used."""
-    from moeconf.memory.estimate import replays_cover
-
-    return replays_cover(placement, settings, gpus)
 
 
 def _gpu_after_cpu_layer(placement: Placement) -> bool:
