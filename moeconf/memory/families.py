@@ -65,7 +65,7 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
     # --- files loaded beside the model (a projector, LoRA adapters, control vectors): on any device
     why.extend(extrafiles.unmodelled_extra_files(settings.extra_files))
     # --- --override-kv of a key that sizes anything
-    why.extend(kvoverride.unmodelled_overrides(settings.kv_overrides, placement.inventory.arch))
+    why.extend(kvoverride.unmodelled_overrides(settings.kv_overrides, placement.inventory.arch, placement.engine.name))
     # ---
     if not gpus:
         return why
