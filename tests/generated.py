@@ -57,6 +57,7 @@ GENERATED: tuple[Generated, ...] = (
     Generated("moeconf/engines/specflags.py", "scripts/extract-spec-flags.py", ("{ml}", "{ik}")),
     Generated("moeconf/engines/tied.py", "scripts/gen-tied-output.py", ("{ml}",)),
     Generated("moeconf/engines/configtable.py", "scripts/extract-config-keys.py", ("{ml}",)),
+    Generated("moeconf/engines/archkeys.py", "scripts/extract-arch-keys.py", ("{ml}", "{ik}")),
     # from the newest ik_llama.cpp code moeconf models, not the pinned package (see the scripts)
     Generated("moeconf/engines/flagtable_iknewest.py", "scripts/extract-engine-flags.py",
               ("--ik-repo", "{ik_repo}", IK_NEWEST_COMMIT)),

@@ -97,14 +97,15 @@ def test_nkvo_on_a_hybrid_is_refused_not_guessed(layouts: dict[str, Inventory]) 
     assert any("-nkvo" in n for n in est.notes)
 
 
-def test_an_mtp_block_key_is_refused(layouts: dict[str, Inventory]) -> None:
-    # on qwen3next (qwen35moe reads the key: its MTP block changes no memory, test_memory_flagship.py)
+def test_a_key_the_loader_reads_and_moeconf_does_not_model_is_refused(layouts: dict[str, Inventory]) -> None:
+    # qwen3next's loader reads pooling_type (every loader does: moeconf/engines/archkeys.py); its MTP
+    # block (nextn_predict_layers) is modelled (tests/test_memory_keys.py)
     inv = layouts["qwen3-next-80b-a3b"]
     md = inv.metadata
-    keys = (*(md.arch_keys or ()), "nextn_predict_layers")
+    keys = (*(md.arch_keys or ()), "pooling_type")
     est = estimate_line(dataclasses.replace(inv, metadata=dataclasses.replace(md, arch_keys=keys)),
-                    rpc_args("-c 32768 -ngl 999", EPS))
-    assert not est.complete and any("nextn_predict_layers" in n for n in est.notes)
+                        rpc_args("-c 32768 -ngl 999", EPS))
+    assert not est.complete and any("qwen3next.pooling_type" in n for n in est.notes)
 
 
 def test_a_cache_block_that_does_not_divide_the_head_width_is_refused(layouts: dict[str, Inventory]) -> None:

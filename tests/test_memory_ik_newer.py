@@ -147,7 +147,9 @@ def test_on_llama_cpp_nothing_changes() -> None:
 @pytest.mark.parametrize(("key", "value", "fragment"), [
     ("full_attention_interval", 3, "qwen3next.full_attention_interval = 3 on ik_llama.cpp"),
     ("ssm.inner_size", 8192, "value head width (256) other than ssm.state_size (128)"),
-    ("attention.temperature_scale_x", 1, "a key moeconf does not read"),
+    # a key ik's qwen3next loader reads (moeconf/engines/archkeys.py IK) that moeconf does not model; one it
+    # does not read (attention.temperature_scale_x) changes nothing (test_an_unread_key_changes_nothing_on_ik)
+    ("attention.key_length_swa", 128, "a key moeconf does not read"),
 ])
 def test_what_ik_reads_differently_is_refused(tmp_path: Path, key: str, value: int, fragment: str) -> None:
     data = json.loads((Path(__file__).resolve().parent.parent / "examples" / "models"
@@ -163,3 +165,13 @@ def test_what_ik_reads_differently_is_refused(tmp_path: Path, key: str, value: i
     args = ["-ngl", "999", "-c", "8192"]
     est = estimate_explained(explain(inv, IK, args, gpus=["CUDA0"]), read_settings(args, IK))
     assert not est.complete and not est.kv_known and all(m.kv == 0 for m in est.devices.values())
+
+
+def test_an_unread_key_changes_nothing_on_ik(tmp_path: Path) -> None:
+    data = json.loads((Path(__file__).resolve().parent.parent / "examples" / "models"
+                       / "qwen3-next-80b-a3b.manifest.json").read_text())
+    data["metadata"]["hparams"]["attention.temperature_scale_x"] = 1
+    data["metadata"]["arch_keys"].append("attention.temperature_scale_x")
+    p = tmp_path / "m.manifest.json"
+    p.write_text(json.dumps(data))
+    assert unmodelled(load_inventory(p), "ik_llama.cpp") == []

@@ -14,7 +14,8 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.memory import estimate, read_settings
 from moeconf.memory.ikarchs import kv_only
-from moeconf.memory.support import MODELLED, NO_MEMORY_EFFECT, REFUSED, unmodelled
+from moeconf.memory.keys import NO_MEMORY_EFFECT
+from moeconf.memory.support import MODELLED, REFUSED, unmodelled
 from moeconf.model.load import load_inventory
 from moeconf.model.manifest import dumps_manifest, read_manifest
 
@@ -50,13 +51,13 @@ def test_shipped_models_are_modelled(path: Path, eng: str) -> None:
 
 
 def test_every_modelled_key_is_a_real_engine_key() -> None:
-    # a typo in the tables would silently refuse (or, in NO_MEMORY_EFFECT, silently accept) a key
-    src = Path.home() / ".cache/moeconf/engines/llama-cpp-python-0.3.36/src/vendor/llama.cpp/src/llama-arch.cpp"
-    if not src.exists():
-        pytest.skip("the pinned llama.cpp source is not unpacked (scripts/build-engines.sh llama)")
-    text = src.read_text()
+    # a typo in the tables would silently refuse (or, in NO_MEMORY_EFFECT, silently accept) a key:
+    # every key named is one some pinned loader reads (moeconf/engines/archkeys.py)
+    from moeconf.engines import archkeys
+
+    known = frozenset().union(*archkeys.MAINLINE.values(), *archkeys.IK.values())
     for key in NO_MEMORY_EFFECT | {k for spec in MODELLED.values() for k in spec.keys}:
-        assert f'"%s.{key}"' in text, key
+        assert key in known, key
 
 
 @pytest.mark.parametrize(("arch", "key", "fragment"), [
@@ -65,8 +66,10 @@ def test_every_modelled_key_is_a_real_engine_key() -> None:
     ("glm5-next", None, "it lacks glm5-next.ssm.conv_kernel"),
     # a modelled architecture whose file lacks what its model reads (memory/replay_dsa.py)
     ("glm-dsa", None, "no attention.indexer.top_k (the engine needs them)"),
-    ("qwen3moe", ("full_attention_interval", 4), "not modelled for qwen3moe.full_attention_interval"),
-    ("qwen3moe", ("attn_logit_softcapping", 30), "not modelled for qwen3moe.attn_logit_softcapping"),
+    # keys the pinned llama.cpp's qwen3moe loader reads (its common part) that moeconf does not model
+    ("qwen3moe", ("pooling_type", 1), "not modelled for qwen3moe.pooling_type: the llama.cpp loader of 'qwen3moe' "
+                                      "reads it (into pooling_type)"),
+    ("qwen3moe", ("embedding_length_out", 1024), "not modelled for qwen3moe.embedding_length_out"),
 ])
 def test_unmodelled_is_incomplete_explained_and_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], arch: str, key: tuple[str, int] | None,
@@ -115,3 +118,26 @@ def test_manifest_rejects_bad_hparams(tmp_path: Path, value: object, fragment: s
     with pytest.raises(Exception, match=r"hparams") as e:
         read_manifest(p)
     assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("key", [("full_attention_interval", 4), ("attn_logit_softcapping", 30)])
+def test_a_key_the_loader_does_not_read_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         key: tuple[str, int]) -> None:
+    # the pinned llama.cpp's qwen3moe loader reads neither (moeconf/engines/archkeys.py): no refusal
+    inv = load_inventory(_variant(tmp_path, "m.manifest.json", key=key))
+    assert unmodelled(inv, "llama.cpp") == []
+    # the same file, were the loader to read the key: refused, naming it and what to do next
+    from moeconf.engines import archkeys
+    monkeypatch.setitem(archkeys.MAINLINE, "qwen3moe", archkeys.MAINLINE["qwen3moe"] | {key[0]})
+    assert unmodelled(inv, "llama.cpp") == [
+        f"memory is not modelled for qwen3moe.{key[0]}: the llama.cpp loader of 'qwen3moe' reads it (into "
+        f"{', '.join(archkeys.FIELDS[key[0]])}) and moeconf does not model what it changes; measure this model "
+        "with llama.cpp's llama-fit-params -fitp on"]
+
+
+def test_every_handled_key_is_one_the_loader_reads() -> None:
+    # a key listed as modelled for an architecture whose loader never reads it is a stale claim
+    from moeconf.engines import archkeys
+    for arch, spec in MODELLED.items():
+        if "llama.cpp" in spec.engines:
+            assert spec.keys <= archkeys.MAINLINE[arch], (arch, sorted(spec.keys - archkeys.MAINLINE[arch]))

@@ -54,7 +54,17 @@ from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
 from moeconf.memory.replay_dsa import dsa_unmodelled, replayed_dsa
-from moeconf.memory.replay_hybrid import replayed_hybrid, replayed_hybrid_host, rotation
+from moeconf.memory.replay_hybrid import (
+    ALL_CPU,
+    DOWN_CPU,
+    GATE_CPU,
+    UP_CPU,
+    HybridHostShape,
+    hybrid_host_peak,
+    replayed_hybrid,
+    replayed_hybrid_host,
+    rotation,
+)
 from moeconf.memory.replay_kda import replayed_kda, unmodelled_placement
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import CACHE_TYPES, Q8_KV, MemorySettings, cache_row_bytes, is_quantized, slot_notes
@@ -258,7 +268,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
     # setting families whose compute is not modelled (memory/families.py)
     if not why and families and not kv_only:
-        why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
+        why.extend(setting_families.unmodelled_settings(placement, settings, gpus,
+                                                        replays_cover(placement, settings, gpus)))
     if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
         why.extend(unmodelled_placement(placement))
     # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
@@ -818,19 +829,33 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             continue
         if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
             continue
+        output_cpu = False
         if last == n_layer:
-            if out_dev != d or any(placement.devices.get(n) != d for n in ("output_norm.weight", "output.weight")
-                                   if n in inv.by_name):
+            output_cpu = out_dev == HOST and placement.devices.get("output_norm.weight") == d
+            if (out_dev != d and not output_cpu) or any(
+                    placement.devices.get(n) != d for n in ("output_norm.weight", "output.weight")
+                    if n in inv.by_name and not (output_cpu and n == "output.weight")):
                 continue
         elif not is_gpu(runs[i + 1][0]) or out_dev == d:
             continue
         after_cpu = first > 0 and dev_of[first - 1] == HOST
         if after_cpu and routed[first - 1] - {HOST}:
             continue
+        # the layer before ran on another GPU with its routed experts on the CPU and no shared expert:
+        # the weightless tail after them (the weights' MUL, the experts' sum, the residual ADD, this
+        # layer's RMS_NORM) has no backend until the scheduler's "expand GPU up" pass gives it this
+        # GPU's (ggml-backend.cpp ggml_backend_sched_split_graph: the pass down skips the CPU), so this
+        # GPU's split starts with the copies of that tail's sources, as after a CPU layer (measured:
+        # ERNIE-4.5-300B over two GPUs with -ot exps=CPU, the output GPU 304.03 MiB where the replay
+        # without them gave 218). A shared expert's matmuls follow the routed experts' in the graph and
+        # run on the GPU before, which the pass up then gives the sum too: no tail moves (GLM-4.5-Air)
+        after_cpu = after_cpu or (first > 0 and routed[first - 1] == {HOST}
+                                  and f"blk.{first - 1}.ffn_up_shexp.weight" not in inv.by_name)
         if n_outputs and first > 0 and not after_cpu and HOST in routed[first - 1]:
-            # after another GPU's layer whose routed experts ran on the CPU, this GPU's own peak (not
-            # the logits', with the server's few output rows) is above the replay's: measured 28 MiB
-            # on Qwen3-30B-A3B, 41-65 MiB on MiniMax-M2 over two GPUs (tests/engine/outputs.cpp).
+            # after another GPU's layer whose routed experts ran partly on the CPU, this GPU's own peak
+            # (not the logits', with the server's few output rows) was above the replay's, as it was
+            # (28 MiB on Qwen3-30B-A3B, 41-65 MiB on MiniMax-M2 over two GPUs, tests/engine/outputs.cpp)
+            # for experts wholly on the CPU before that layer's tail was replayed here (above).
             # Not replayed: the phase model's whole-ubatch figure, with a note
             continue
         shape = MoeShape(
@@ -839,13 +864,31 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
             experts_cpu=tuple(routed[il] == {HOST} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
             first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, rot_k=rot_k, rot_v=rot_v,
-            n_outputs=n_outputs, experts_split=split if any(split) else (),
+            n_outputs=n_outputs, experts_split=split if any(split) else (), output_cpu=output_cpu,
         )
         gpu, host = (0, 0) if dry else moe_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
         out[d] = gpu
         if first == 0 and last == n_layer and placement.devices.get("token_embd.weight") == HOST:
             out[HOST] = host
     return out
+
+
+def replays_cover(placement: Placement, settings: MemorySettings, gpus: list[str]) -> bool:
+    """Whether `estimate` takes every GPU's compute buffer from `replay.moe_graph` for these
+    settings: llama.cpp, flash attention, the KV cache offloaded, one KV stream, the whole ubatch's
+    outputs (memory/families.py reads it)."""
+    inv = placement.inventory
+    if (placement.engine.name != "llama.cpp" or settings.flash_attn == "off" or flash_attn_forced_off(inv.arch)
+            or not settings.offload_kqv or settings.n_outputs
+            or not (settings.kv_unified or settings.n_parallel == 1)):
+        return False
+    try:
+        geo = geometry(inv)
+    except GeometryUnknown:
+        return False
+    out_dev = output_device(placement)
+    n_tokens = min(settings.n_batch, settings.n_ubatch)
+    return set(gpus) <= set(_replayed_moe(placement, geo, out_dev, n_tokens, 256, dry=True))
 
 
 # the routed experts' CPU split: a SwiGLU over gate and up, a down projection (each followed by
@@ -880,6 +923,7 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
     buffers: dict[str, int] = {}
     layers = []
+    bits: list[int] = []
     f = 4 * n_tokens
     for la in geo.layers:
         devs = home[la.index]
@@ -888,8 +932,10 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         dev = next(iter(devs))
         if dev is None or not is_gpu(dev) or dev == AUTO_GPU or not routed[la.index] <= {dev, HOST}:
             return None
-        if len(routed[la.index]) > 1:
-            return None
+        # which of the layer's routed experts run on the CPU (a layer split between its GPU and the CPU)
+        bits.append(sum(bit for bit, b in ((GATE_CPU, "ffn_gate_exps"), (UP_CPU, "ffn_up_exps"),
+                                           (DOWN_CPU, "ffn_down_exps"))
+                        if placement.devices.get(f"blk.{la.index}.{b}.weight") == HOST))
         buffers.setdefault(dev, 0 if not buffers else len(buffers) + 1)  # buffer 1 is the host's
         full = not la.swa
         kind = "" if full else "_swa"
@@ -903,9 +949,19 @@ def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: 
         if la.recurrent:  # a recurrent layer reads only its state rows' indices
             reads = (("s_copy", 4),)
         layers.append((buffers[dev], reads, routed[la.index] == {HOST}))
-    if not any(cpu for _, _, cpu in layers):
+    if not any(cpu for _, _, cpu in layers) and not any(bits):
         return None
     used = geo.n_expert_used
+    if any(b not in (0, ALL_CPU) for b in bits):
+        # some layers' routed experts split between their GPU and the CPU: the host's share as the
+        # hybrids' host replay places those layers' CPU matmuls and copies (gate, up, down each
+        # where its tensor is; measured: ERNIE-4.5-300B over two GPUs with one layer's ffn_up_exps
+        # on the CPU, 88.13 MiB as the engine, where the phase model gave 64)
+        if biased or weights_before(inv) or input_width(inv, geo.n_embd) != geo.n_embd:
+            return None
+        return hybrid_host_peak(HybridHostShape(
+            geo.n_embd, n_tokens, geo.n_expert, used, geo.n_ff_exp,
+            tuple((b, r, c) for (b, r, _), c in zip(layers, bits, strict=True)), n_outputs))
     shape = HostShape(
         n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used, n_ff_exp=geo.n_ff_exp,
         biased=biased, x_size=f * geo.n_embd * (used if weights_before(inv) else 1),

@@ -10,15 +10,15 @@ sparse full-size layouts, RPC devices); docs/memory-architectures.md lists the f
   `-c 32768 -ot exps=CPU -nkvo`: host 104 modelled vs 80; gpt-oss-20b `-c 8192`: GPU 404 vs 432;
   GLM-4.5-Air over two GPUs at 16k: 120 vs 176; Llama 4 `-ts 1,1`: 132 vs 160).
 - Routed experts of GPU layers AND the output on the CPU (`-ot exps=CPU,output=CPU`) over two or
-  more GPUs: what stays alive on each GPU between the expert round trips is not modelled
-  (Qwen3-30B-A3B `-ts 1,1`: a GPU 56 modelled vs 76 at `-ub 512`, 224 vs 304 at `-ub 2048`, 448 vs
-  608 at `-ub 4096`). On one GPU the model is exact at `-ub 512` (tests/test_memory.py) and over,
-  never under, at larger ubatches (Qwen3-30B-A3B `-ub 4096` 448 vs 384, GLM-4.5-Air 896 vs 770,
-  gpt-oss-20b 432 vs 413; deepseek2 and llama4 exact): those stay modelled.
+  more GPUs, where the phase model would give a GPU's buffer (Qwen3-30B-A3B `-ts 1,1` before the
+  replays covered it: a GPU 56 vs 76 at `-ub 512`, 224 vs 304 at `-ub 2048`, 448 vs 608 at `-ub
+  4096`). Where `replay.moe_graph` gives every GPU's buffer (the output on the CPU and the tail of a
+  layer whose experts ran on the CPU replayed, issue 24), it is modelled: exact on those three lines
+  (GPUs 80.01/100.03, 320.04/400.1, 640.08/800.2 MiB; the host 304.75, 1219, 2438).
 - The output on the CPU while a GPU runs layers that follow CPU layers (a partial `-ngl`), at
-  ubatches above 512: the GPU's buffer grows faster with the ubatch than modelled (Qwen3-30B-A3B
-  `-ngl 30 -b 4096 -ub 4096 -ot output=CPU`: 676 modelled vs 704; GLM-4.5-Air 1,236 vs 1,296; at
-  `-ub 512` 84.5 vs 88, within tolerance, and stays modelled).
+  ubatches above 512: the GPU's buffer is replayed exactly now (Qwen3-30B-A3B `-ngl 30 -b 4096 -ub
+  4096 -ot output=CPU`: 992.22 MiB), but the host's, which computes the logits, is not (960 modelled
+  vs 2,438 at `-ub 4096`, 480 vs 1,219 at `-ub 2048`).
 - Speculative decoding (a draft model, an MTP head, n-gram drafting; memory/speculative.py), on
   every device and engine, GPUs or not.
 - Files loaded beside the model: a multimodal projector, LoRA adapters, control vectors
@@ -53,14 +53,19 @@ def _gpu_layers_with_cpu_experts(placement: Placement) -> bool:
     return any(attn_dev.get(il) not in (None, HOST) for il in cpu_experts)
 
 
-def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str]) -> list[str]:
-    """Why the compute buffers of these settings on this placement are not modelled (empty: they are)."""
+def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str],
+                        gpus_replayed: bool = False) -> list[str]:
+    """Why the compute buffers of these settings on this placement are not modelled (empty: they are).
+    `gpus_replayed`: replay.moe_graph gives every GPU's compute buffer (estimate.replays_cover:
+    measured exact on Qwen3-30B-A3B, GLM-4.5-Air and MiniMax-M2 over two GPUs with -ot
+    exps=CPU,output=CPU at -ub 512 to 4096, GPUs and host), so the phase model, whose GPU figures
+    there were off, is not used."""
     # --- speculative decoding (h20spec): not modelled on any device
     why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
     # --- files loaded beside the model (a projector, LoRA adapters, control vectors): on any device
     why.extend(extrafiles.unmodelled_extra_files(settings.extra_files))
     # --- --override-kv of a key that sizes anything
-    why.extend(kvoverride.unmodelled_overrides(settings.kv_overrides, placement.inventory.arch))
+    why.extend(kvoverride.unmodelled_overrides(settings.kv_overrides, placement.inventory.arch, placement.engine.name))
     # ---
     if not gpus:
         return why
@@ -70,14 +75,16 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
         why.append("memory is not modelled for -nkvo (KV cache in host memory) with routed experts of GPU "
                    "layers on the CPU: the compute buffers of that split are not computed")
     out = output_device(placement)  # a tied output's copy where the engine makes one
-    if cpu_experts and out == HOST and len(gpus) > 1:
+    if cpu_experts and out == HOST and len(gpus) > 1 and not gpus_replayed:
         why.append("memory is not modelled for the output on the CPU with routed experts of GPU layers on the "
                    "CPU over several GPUs: the GPUs' compute buffers of that split are not computed (keep "
                    "output.weight on a GPU)")
     if out == HOST and min(settings.n_ubatch, settings.n_batch) > 512 and _gpu_after_cpu_layer(placement):
         why.append("memory is not modelled for the output on the CPU with a GPU running layers after CPU layers "
-                   "(a partial -ngl) at -ub above 512: that GPU's compute buffer is not computed")
+                   "(a partial -ngl) at -ub above 512: the host's compute buffer (the logits and the CPU's "
+                   "layers) is not computed")
     return why
+
 
 
 def _gpu_after_cpu_layer(placement: Placement) -> bool:

@@ -8,7 +8,7 @@ K, and so is the indexer's). Its layers (`src/llama-model.cpp`, create_memory): 
 the nextn blocks for deepseek32; for glm-dsa those whose indexer is "full"
 (`hparams.is_indexer_full`): all of them when the training context is under 1,048,576 (GLM-5,
 GLM-5.1), else a built-in GLM-5.2 table, either overridden by `{arch}.attention.indexer.types`
-(src/models/glm-dsa.cpp, load_arch_hparams). Measured with `llama-fit-params -fitp on` on a sparse
+(src/models/glm-dsa.cpp, load_arch_hparams; `full_indexers`). Measured with `llama-fit-params -fitp on` on a sparse
 DeepSeek-V3.2: KV 2,684 MiB at -c 32768 f16 (2,196 latent + 488 indexer), 1,425 with q8_0."""
 
 from __future__ import annotations
@@ -58,13 +58,50 @@ def indexer_unmodelled(inv: Inventory) -> list[str]:
     # ---
     if not indexer_width(inv):
         why.append(f"{inv.arch}.attention.indexer.key_length is missing: the engine refuses the file")
-    if inv.arch == "glm-dsa" and ("attention.indexer.types" in keys
-                                  or (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT):
-        why.append("glm-dsa's per-layer indexer table (attention.indexer.types, or GLM-5.2's built-in one at a "
-                   "training context of 1M or more) is not modelled: which layers keep an indexer K cache is unknown")
+    return why + indexer_table_unmodelled(inv)
+
+
+def indexer_table_unmodelled(inv: Inventory) -> list[str]:
+    """Why glm-dsa's per-layer indexer table is not modelled (empty: it is, or the model has none)."""
+    why = []
+    keys = set(inv.metadata.arch_keys or ())
+    if inv.arch == "glm-dsa" and "attention.indexer.types" not in keys \
+            and (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT:
+        why.append("memory is not modelled for glm-dsa's built-in per-layer indexer table (GLM-5.2's, which the "
+                   "engine takes at a training context of 1M or more when the file has no attention.indexer.types): "
+                   "write the table into the file (the converter does, from config.json indexer_types)")
+    elif inv.arch == "glm-dsa" and "attention.indexer.types" in keys and full_indexers(inv) is None:
+        why.append("memory is not modelled for a glm-dsa.attention.indexer.types that is neither one value nor one "
+                   "per trunk layer with the first layer full: the engine refuses the file")
     return why
+
+
+def full_indexers(inv: Inventory) -> tuple[bool, ...] | None:
+    """glm-dsa with `attention.indexer.types`: per trunk layer, whether it runs its own ("full")
+    indexer and keeps an indexer K cache; the others ("shared") reuse the top-k of the last full
+    layer before them (src/models/glm-dsa.cpp, graph::graph; create_memory's filter_lid). None
+    without the key, or when the engine would refuse it (the length is not the trunk's layer count:
+    get_key_or_arr; the first layer shared: the graph asserts)."""
+    if inv.arch != "glm-dsa":
+        return None
+    v = inv.metadata.hparam("attention.indexer.types")
+    n = inv.block_count - (_int(inv.metadata.hparam("nextn_predict_layers")) or 0)
+    if isinstance(v, int):
+        full = (v != 0,) * n
+    elif isinstance(v, tuple) and len(v) == n:
+        full = tuple(x != 0 for x in v)
+    else:
+        return None
+    return full if full and full[0] else None
+
+
+def _int(v: int | tuple[int, ...] | None) -> int | None:
+    return v if isinstance(v, int) else None
 
 
 def indexer_row_layers(inv: Inventory, layer_indices: list[int]) -> list[int]:
     """The layers (of those with a KV cache, nextn blocks excluded) that keep an indexer K cache."""
-    return list(layer_indices) if indexer_width(inv) and not indexer_unmodelled(inv) else []
+    if not indexer_width(inv) or indexer_unmodelled(inv):
+        return []
+    full = full_indexers(inv)
+    return [il for il in layer_indices if full is None or (il < len(full) and full[il])]

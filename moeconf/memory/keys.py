@@ -1,8 +1,16 @@
-"""GGUF metadata keys by their effect on memory (a leaf: settings and support both read it)."""
+"""GGUF metadata keys by their effect on memory (a leaf: settings and support both read it).
+
+Which keys an architecture's loader reads is the engine's (moeconf/engines/archkeys.py, generated
+from the pinned sources): a key it does not read changes nothing. Of the keys it reads, those
+below are modelled for every architecture; support.MODELLED names what each architecture's memory
+model handles beyond them, and any other key the loader reads makes memory incomplete."""
 
 from __future__ import annotations
 
 from typing import Final
+
+from moeconf.engines import archkeys
+from moeconf.model.inventory import Inventory
 
 # `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine: rope
 # frequencies and scaling, norm epsilons, routing weights and functions, logit and activation
@@ -20,3 +28,40 @@ SCALARS_ONLY: Final[frozenset[str]] = frozenset({
     "attention.temperature_scale", "attention.clamp_kqv", "logit_scale", "embedding_scale", "residual_scale",
     "swiglu_clamp_exp", "swiglu_clamp_shexp",
 })
+
+# `{arch}.*` keys the memory model handles for every architecture: the scalars above, and the
+# sizes it reads (from the key, or from the tensors' shapes, which the loader checks against it)
+NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
+    # sizes the model reads from the tensors' shapes instead
+    "feed_forward_length", "expert_feed_forward_length", "expert_shared_feed_forward_length",
+    # what every modelled architecture reads
+    "block_count", "context_length", "embedding_length", "vocab_size", "expert_count", "expert_used_count",
+    "expert_shared_count", "attention.head_count", "attention.head_count_kv", "attention.key_length",
+    "attention.value_length", "rope.dimension_count",
+})
+
+
+def read_by_loader(arch: str, engine: str) -> frozenset[str] | None:
+    """The `{arch}.*` keys the pinned engine's loader reads for `arch` (None: no table for that
+    engine or architecture, so every key counts as read)."""
+    table = archkeys.MAINLINE if engine == "llama.cpp" else getattr(archkeys, "IK", None)
+    return None if table is None else table.get(arch)
+
+
+def _int(v: int | tuple[int, ...] | None) -> int | None:
+    return v if isinstance(v, int) else None
+
+
+def neutral(key: str, inv: Inventory) -> bool:
+    """Whether the file's value of `{arch}.key` is one with which the engine builds and allocates
+    nothing it would not build without the key (pinned llama.cpp): no expert groups
+    (src/llama-graph.cpp build_moe_ffn selects groups only when expert_group_count > 1; the group
+    quota is read only then), no MTP block."""
+    md = inv.metadata
+    if key == "expert_group_count":
+        return (_int(md.hparam(key)) or 0) <= 1
+    if key == "expert_group_used_count":
+        return (_int(md.hparam("expert_group_count")) or 0) <= 1
+    if key == "nextn_predict_layers":
+        return _int(md.hparam(key)) == 0
+    return False

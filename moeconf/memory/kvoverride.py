@@ -6,7 +6,8 @@ the file's values, so an override of a key that sizes anything (`{arch}.expert_u
 block, head or context counts, the sliding window, ...) makes its figures wrong: memory is then
 incomplete with a note naming the override, `explain` prints "?" and `fit` refuses. Keys with no
 effect on any buffer stay modelled: the tokenizer's and `general.*` ones (but the architecture),
-and the `{arch}.*` scalars of the graph (rope, norm epsilons, attention scales, clamps). A
+the `{arch}.*` scalars of the graph (rope, norm epsilons, attention scales, clamps), and the
+`{arch}.*` keys the architecture's loader does not read (moeconf/engines/archkeys.py). A
 malformed item is an error the engine stops on."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from moeconf.engines import Engine
-from moeconf.memory.keys import SCALARS_ONLY
+from moeconf.memory.keys import SCALARS_ONLY, read_by_loader
 
 # scalars whose value adds or removes ops (the routing's gating, normalisation and scale, the
 # embedding, logit and residual scales) change the graph: they are refused like sizes
@@ -56,14 +57,19 @@ def _malformed(item: str) -> str:
     return ""
 
 
-def unmodelled_overrides(overrides: Sequence[Override], arch: str) -> list[str]:
-    """Why memory is not modelled under these overrides (empty: none sizes anything)."""
+def unmodelled_overrides(overrides: Sequence[Override], arch: str, engine: str | None = None) -> list[str]:
+    """Why memory is not modelled under these overrides (empty: none sizes anything). With the
+    engine named, an `{arch}.*` key its loader does not read for `arch` (moeconf/engines/archkeys.py)
+    changes nothing."""
     why: list[str] = []
+    read = read_by_loader(arch, engine) if engine is not None else None
     for key, where in dict.fromkeys(overrides):
         if key.startswith("tokenizer.") or (key.startswith("general.") and key != "general.architecture"):
             continue
         sub = key[len(arch) + 1:] if key.startswith(arch + ".") else None
         if sub is not None and sub in SCALARS_ONLY and sub not in _GRAPH_SCALARS:
+            continue
+        if sub is not None and read is not None and sub not in read:
             continue
         why.append(f"memory is not modelled with {where}: moeconf reads the file's {key}, which the engine "
                    "replaces, and that value may size the KV cache, the compute buffers or the layers")

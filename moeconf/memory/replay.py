@@ -399,6 +399,9 @@ class MoeShape:
     # per layer, where its routed experts are split between this GPU and the CPU: which of gate,
     # up, down run on the CPU (replay_hybrid's GATE_CPU | UP_CPU | DOWN_CPU); () or 0: `experts_cpu`
     experts_split: tuple[int, ...] = ()
+    # the output matrix on the CPU (-ot output=CPU): this GPU runs the output norm, the CPU's split
+    # copies its result and computes the logits
+    output_cpu: bool = False
 
 
 def moe_graph(s: MoeShape) -> Graph:
@@ -541,6 +544,9 @@ def moe_graph(s: MoeShape) -> Graph:
         inp = g.op(e * f, out, ffn_inp, inplace=True)  # l_out
     if last == n_layer:
         x = g.op(e * f, g.op(e * f, inp, inplace=True), inplace=True)  # output norm
+        if s.output_cpu:
+            g.split(CPU)
+            x = g.input("result_norm", e * f, x)
         g.op(s.n_vocab * f, x, output=True)
     elif not s.host_head:
         # the next GPU's first RMS_NORM runs here; the next GPU copies it and the residual

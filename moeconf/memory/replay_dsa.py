@@ -32,7 +32,7 @@ from functools import lru_cache
 from moeconf.engines import AUTO_GPU
 from moeconf.memory.classic import output_device
 from moeconf.memory.geometry import Geometry
-from moeconf.memory.indexer import DSA_ARCHS, indexer_width
+from moeconf.memory.indexer import DSA_ARCHS, full_indexers, indexer_width
 from moeconf.memory.replay import CPU, GPU, Graph, HostShape, _Node, device_runs, host_peak, split_experts
 from moeconf.memory.replay_hybrid import ALL_CPU, DOWN_CPU, GATE_CPU, UP_CPU, HybridHostShape, hybrid_host_peak
 from moeconf.model.inventory import Inventory
@@ -72,6 +72,9 @@ class DsaShape:
     flash_attn: bool = True
     kv_el: int = 2  # bytes per K cache element (flash attention off: V is copied out of it)
     last_gpu: int = 0  # with `host_head`: the first layer of the last GPU's run (it copies the graph inputs last)
+    # per layer: whether it runs its own indexer (glm-dsa's attention.indexer.types; empty: every layer);
+    # a "shared" layer reads the top-k of the last full layer before it, which stays alive until then
+    full: tuple[bool, ...] = ()
 
 
 def _set_rows_view(g: Graph, target_view: int, *srcs: int) -> int:
@@ -178,15 +181,21 @@ def dsa_graph(s: DsaShape) -> Graph:
     iqf = s.idx_heads * s.idx_head * f
     mask = 2 * T * s.n_kv  # the fused indexer's mask: f16
     mask_mla = (2 if s.flash_attn else 4) * T * s.n_kv  # the attention's: f16 with flash attention, else f32
+    topk = -1  # the last full layer's top-k on this device
     for il in range(s.first, last):
+        full = not s.full or s.full[il]
         norm = split_input("norm", e * f) if inp < 0 else g.op(e * f, inp, inplace=True)
         cur = g.op(e * f, norm, inplace=True)  # attn_norm
         pos = graph_input("pos", f)
-        rot = graph_input("k_rot", 4 * s.idx_head * s.idx_head)
-        # the indexer's K: matmul, NORM (not in place), weight and bias, RoPE of a view, rotation
-        ik = g.op(ikf, g.op(ikf, g.op(ikf, g.op(ikf, cur)), inplace=True), inplace=True)
-        ik = g.op(ikf, rot, g.op(ikf, g.view(ik), pos, inplace=True))
-        g.op(0, g.view(ik), graph_input("k_idxs_lid", 8 * T))  # SET_ROWS into the indexer's cache
+        # the full layer ran on the device before: each shared layer's view of its top-k is an input
+        # of its own, copied in once per layer (the scheduler keys a split's inputs by tensor)
+        shared_in = split_input(("top_k", il), 4 * s.top_k * T) if not full and topk < 0 else -1
+        if full:
+            rot = graph_input("k_rot", 4 * s.idx_head * s.idx_head)
+            # the indexer's K: matmul, NORM (not in place), weight and bias, RoPE of a view, rotation
+            ik = g.op(ikf, g.op(ikf, g.op(ikf, g.op(ikf, cur)), inplace=True), inplace=True)
+            ik = g.op(ikf, rot, g.op(ikf, g.view(ik), pos, inplace=True))
+            g.op(0, g.view(ik), graph_input("k_idxs_lid", 8 * T))  # SET_ROWS into the indexer's cache
         qr = g.op(s.q_lora * f, g.op(s.q_lora * f, g.op(s.q_lora * f, cur), inplace=True), inplace=True)
         q = g.op(s.n_head * s.head_k * f, qr)
         qna = g.op(s.n_head * s.kv_lora * f, g.view(g.view(q)))  # wk_b absorbed
@@ -207,17 +216,18 @@ def dsa_graph(s: DsaShape) -> Graph:
         # build_attn's zeros: a leaf of this buffer (allocated before any node, in the order the
         # graph reaches it), filled in place
         zero = g.op(4 * s.top_k * T, g.leaf(4 * s.top_k * T, GPU), inplace=True)
-        # the indexer's Q and head weights, its scores, the top-k
-        iq = g.op(iqf, qr)
-        iq = g.op(iqf, rot, g.op(iqf, g.view(iq), pos, inplace=True))
-        iw = g.op(s.idx_heads * f, cur)
-        iw = g.op(s.idx_heads * f, g.view(iw), inplace=True)  # SCALE of a view
-        score = g.op(4 * s.n_kv * T, g.view(iq), iw, graph_input("mask_lid", mask))  # LIGHTNING_INDEXER
-        topk = g.op(4 * s.top_k * T, g.op(4 * s.top_k * T, score))  # TOP_K, CONT
+        if full:
+            # the indexer's Q and head weights, its scores, the top-k
+            iq = g.op(iqf, qr)
+            iq = g.op(iqf, rot, g.op(iqf, g.view(iq), pos, inplace=True))
+            iw = g.op(s.idx_heads * f, cur)
+            iw = g.op(s.idx_heads * f, g.view(iw), inplace=True)  # SCALE of a view
+            score = g.op(4 * s.n_kv * T, g.view(iq), iw, graph_input("mask_lid", mask))  # LIGHTNING_INDEXER
+            topk = g.op(4 * s.top_k * T, g.op(4 * s.top_k * T, score))  # TOP_K, CONT
         # the attention's mask: FILL of the MLA mask, SET_ROWS of the zeros at the top-k, ADD the mask
         mla_mask = graph_input("mask_mla", mask_mla)
         filled = g.op(mask_mla, mla_mask)
-        rows = _set_rows_view(g, g.view(filled), zero, g.view(topk))
+        rows = _set_rows_view(g, g.view(filled), zero, g.view(topk if shared_in < 0 else shared_in))
         kq_mask = g.op(mask_mla, g.view(rows), mla_mask, inplace=True)
         if s.flash_attn:
             attn = g.view(g.op(s.n_head * s.kv_lora * f, qv, kq_mask))  # FLASH_ATTN_EXT
@@ -465,7 +475,7 @@ def _shape(placement: Placement, geo: Geometry, lay: _Layout, n_tokens: int, cel
         # both published models scale the routing weights (routed_scaling_factor 2.5; the float key
         # is not kept in the manifest): a 16 KiB SCALE per layer either way
         weights_scaled=True, n_ff=lay.n_ff, experts_cpu=lay.experts_cpu, n_tokens=n_tokens, n_kv=cells,
-        **kw,  # type: ignore[arg-type]
+        **({"full": full_indexers(inv) or ()} | kw),  # type: ignore[arg-type]
     )
 
 
@@ -512,8 +522,10 @@ def replayed_dsa(placement: Placement, geo: Geometry, n_tokens: int, cells: int,
             hi = last + 1 if last < n_layer else n_layer
             mine = _Layout(lay.dev_of[lo:hi], tuple(c if first <= il < last else 0 for il, c in
                                                     enumerate(lay.experts_cpu))[lo:hi], lay.n_ff[lo:hi])
+            full = full_indexers(placement.inventory) or ()
             shape = _shape(placement, geo, mine, n_tokens, cells, first=first - lo,
-                           last=-1 if last == n_layer else last - lo, after_cpu=after_cpu, copies=copies, **attn)
+                           last=-1 if last == n_layer else last - lo, after_cpu=after_cpu, copies=copies,
+                           full=full[lo:hi], **attn)
         else:
             shape = _shape(placement, geo, lay, n_tokens, cells, first=first, last=-1 if last == n_layer else last,
                            after_cpu=after_cpu, copies=copies, **attn)

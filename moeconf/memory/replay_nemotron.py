@@ -552,14 +552,17 @@ def nemotron_peaks(s: NemotronShape, alignment: int) -> tuple[int, int]:
 
 
 def layer_kinds(placement: Placement) -> tuple[str, ...]:
-    """Each trunk layer's kind, as the pinned loader decides it (memory/recurrent.py)."""
+    """Each trunk layer's kind, as the pinned loader decides it (memory/recurrent.py); the MTP
+    block after the trunk (`nextn_predict_layers`) is not in the trunk's graph (the loader skips
+    its tensors, graph::graph runs the first n_layer() blocks)."""
     from moeconf.memory.recurrent import recurrent_layers
 
     inv = placement.inventory
     ff = inv.metadata.hparam("feed_forward_length")
+    nextn = inv.metadata.hparam("nextn_predict_layers")
     recurrent = recurrent_layers(inv)
     out = []
-    for il in range(inv.metadata.block_count):
+    for il in range(inv.metadata.block_count - (nextn if isinstance(nextn, int) else 0)):
         width = ff[il] if isinstance(ff, tuple) and il < len(ff) else ff
         out.append(MAMBA if il in recurrent else ATTENTION if not width else FFN)
     return tuple(out)
@@ -580,7 +583,7 @@ def _layout(placement: Placement, geo: Geometry) -> _Layout | str:
     kinds = layer_kinds(placement)
     n_layer = len(kinds)
     if [la.index for la in geo.layers] != list(range(n_layer)) or not n_layer:
-        return "its layers are not one trunk (MTP blocks are not modelled)"
+        return "its layers are not one trunk"
     home: dict[int, set[str | None]] = defaultdict(set)
     routed: dict[int, dict[str, str | None]] = defaultdict(dict)
     for t in inv.tensors:

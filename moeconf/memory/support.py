@@ -2,16 +2,18 @@
 models, the engines it was checked against, and the cases it refuses.
 
 Memory is only ever printed as a number when the model's architecture is in `MODELLED` and every
-`{arch}.*` key of the file is one it models (`keys`) or one with no effect on any device's memory
-(`NO_MEMORY_EFFECT`). Anything else makes the estimate incomplete with a note naming the
-architecture or the key (`unmodelled`): `explain` prints the note, `fit` and fill rules refuse.
-A clear "not modelled for X" beats a confident wrong number: a new architecture's recurrent
-state, indexer cache or tied output would otherwise be silently left out.
+`{arch}.*` key of the file that the engine's loader reads for that architecture (the generated
+moeconf/engines/archkeys.py) is one it models (`keys`) or one it models for every architecture
+(keys.NO_MEMORY_EFFECT). A key the loader does not read changes nothing and is passed over.
+Anything else makes the estimate incomplete with a note naming the architecture or the key
+(`unmodelled`): `explain` prints the note, `fit` and fill rules refuse. A clear "not modelled for
+X" beats a confident wrong number: a new architecture's recurrent state, indexer cache or tied
+output would otherwise be silently left out.
 
 Adding an architecture: model what its memory classes allocate (`llama-memory-*.cpp`, its
 `src/models/<arch>.cpp` graph), check it against `llama-fit-params -fitp on` on a sparse
 full-size layout of a real model (tests/engine/test_memory_oracle.py), then list it here with
-the keys it reads."""
+the keys its loader reads that the model handles."""
 
 from __future__ import annotations
 
@@ -23,19 +25,10 @@ import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 import moeconf.memory.replay_glm5next as _replay_glm5next
 import moeconf.memory.replay_nemotron as _replay_nemotron
+from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
-from moeconf.memory.keys import SCALARS_ONLY
+from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
-
-# `{arch}.*` keys with no effect the model does not read: the scalars, and what it reads anyway
-NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
-    # sizes the model reads from the tensors' shapes instead
-    "feed_forward_length", "expert_feed_forward_length", "expert_shared_feed_forward_length",
-    # what every modelled architecture reads
-    "block_count", "context_length", "embedding_length", "vocab_size", "expert_count", "expert_used_count",
-    "expert_shared_count", "attention.head_count", "attention.head_count_kv", "attention.key_length",
-    "attention.value_length", "rope.dimension_count",
-})
 
 _MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
                          "attention.q_lora_rank"})
@@ -43,6 +36,7 @@ _SWA: Final = frozenset({"attention.sliding_window", "attention.sliding_window_p
 
 # gated delta-net hybrids (moeconf/memory/recurrent.py)
 _RECURRENT: Final = _recurrent.KEYS
+_SSM: Final = frozenset(k for k in _RECURRENT if k.startswith("ssm."))  # Mamba-2 reads the sizes only
 _MAINLINE: Final = frozenset({"llama.cpp"})
 _DSA: Final = _indexer.INDEXER_KEYS | {"leading_dense_block_count", "nextn_predict_layers"}
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
@@ -80,18 +74,26 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # with the block, tests/test_memory_flagship.py); speculative decoding is not modelled anyway
     "qwen35moe": ArchMemory(_RECURRENT | {"nextn_predict_layers"}, _MAINLINE,
                             _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)"),
-    "qwen3next": ArchMemory(_RECURRENT, _MAINLINE, _CHECKED + " (Qwen3-Next-80B-A3B)"),
+    # Qwen3-Next's MTP block likewise (measured: the same figures with and without it, tests/test_memory_keys.py)
+    "qwen3next": ArchMemory(_RECURRENT - {"rope.dimension_sections"} | {"nextn_predict_layers"}, _MAINLINE,
+                            _CHECKED + " (Qwen3-Next-80B-A3B)"),
     # Nemotron-3: Mamba-2 state, attention KV, compute by memory/replay_nemotron.py (llama.cpp only)
-    "nemotron_h_moe": ArchMemory(_RECURRENT | _replay_nemotron.KEYS, _MAINLINE,
+    # its MTP block (Nemotron-3 Super) is skipped by the loader and attended by no trunk layer
+    # (measured: the same figures with and without it, tests/test_memory_keys.py)
+    "nemotron_h_moe": ArchMemory(_SSM | _replay_nemotron.KEYS | {"nextn_predict_layers"}, _MAINLINE,
                                  _CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
     # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute memory/replay_kda.py
-    "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | _MLA | {"leading_dense_block_count"}, _MAINLINE,
+    "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | _MLA - {"attention.q_lora_rank"} | {"leading_dense_block_count"},
+                              _MAINLINE,
                               _CHECKED + " (Kimi-Linear-48B-A3B)"),
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
     # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
-    # Grok's tanh unconditionally); final_logit_softcapping adds ops on the logits: not read
-    "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping"}), frozenset({"llama.cpp"}),
+    # Grok's tanh unconditionally); final_logit_softcapping adds a scale, a tanh and a scale on the
+    # logits (src/models/grok.cpp), each the only consumer of its input, which ggml-alloc runs in
+    # place: no buffer grows (measured with Grok-2's 50: the same figures, tests/test_memory_keys.py)
+    "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"}),
+                       frozenset({"llama.cpp"}),
                        _CHECKED + " (Grok-1; flash attention forced off)"),
     # --- GLM-5.3-Flash: KDA state (memory/recurrent.py), MLA latent + k-pool indexer cache
     # (memory/indexer.py), compute by a node-by-node replay (memory/replay_glm5next.py) on the
@@ -101,8 +103,11 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # ---
     # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by a node-by-node
     # replay of the DSA graph (memory/replay_dsa.py), on the placements and settings it covers
-    **{arch: ArchMemory(_MLA | _DSA, frozenset({"llama.cpp"}), _CHECKED + f" ({model})")
-       for arch, model in (("deepseek32", "DeepSeek-V3.2"), ("glm-dsa", "GLM-5"))},
+    "deepseek32": ArchMemory(_MLA | _DSA, _MAINLINE, _CHECKED + " (DeepSeek-V3.2)"),
+    # GLM-5.2's per-layer indexer table: the indexer K cache on its full layers only, the shared layers
+    # reading the last full layer's top-k (memory/indexer.py full_indexers, replay_dsa.py)
+    "glm-dsa": ArchMemory(_MLA | _DSA | {"attention.indexer.types"}, _MAINLINE,
+                          _CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
 }
 # the classic MoEs checked within tolerance (memory/classic.py)
 MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
@@ -126,7 +131,7 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     # estimate leaves compute "?" with memory/ikarchs.py's note, and fit refuses) ---
     if _ikarchs.kv_only(arch, engine):
         from moeconf.memory.archgraph import unmodelled_structure as _structure
-        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT) + _structure(inv)
+        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine)) + _structure(inv)
     # ---
     spec = MODELLED.get(arch)
     if spec is None:
@@ -136,9 +141,33 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
                 "KV cache and compute are not computed, and weights are only the file's tensors as placed"]
     if engine not in spec.engines:
         return [f"memory is not modelled for {arch!r} on {engine}"]
-    keys = inv.metadata.arch_keys or ()
-    unknown = [k for k in keys if k not in NO_MEMORY_EFFECT and k not in spec.keys]
-    if unknown:
-        return [f"memory is not modelled for {arch}.{k} (a key moeconf does not read for {arch})" for k in unknown]
+    why = unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv)
+    if why:
+        return why
     from moeconf.memory.archgraph import unmodelled_structure
     return unmodelled_structure(inv)
+
+
+def _not_read(inv: Inventory, engine: str) -> frozenset[str]:
+    """The file's `{arch}.*` keys that `engine`'s loader does not read for its architecture."""
+    read = read_by_loader(inv.arch, engine)
+    keys = frozenset(inv.metadata.arch_keys or ())
+    return frozenset() if read is None else keys - read
+
+
+def unread_keys(inv: Inventory, engine: str, handled: frozenset[str]) -> list[str]:
+    """A note per `{arch}.*` key of the file that `engine`'s loader reads for the architecture
+    and the memory model does not handle (beyond keys.NO_MEMORY_EFFECT and `handled`)."""
+    arch = inv.arch
+    passed = NO_MEMORY_EFFECT | handled | _not_read(inv, engine)
+    nxt = ("measure this model with llama.cpp's llama-fit-params -fitp on" if engine == "llama.cpp"
+           else "its KV cache and compute are not computed")
+    why = []
+    for k in inv.metadata.arch_keys or ():
+        if k in passed or neutral(k, inv):
+            continue
+        fields = FIELDS.get(k, ())
+        into = f" (into {', '.join(fields)})" if fields and engine == "llama.cpp" else ""
+        why.append(f"memory is not modelled for {arch}.{k}: the {engine} loader of {arch!r} reads it{into} and "
+                   f"moeconf does not model what it changes; {nxt}")
+    return why

@@ -1,0 +1,141 @@
+"""Keys the pinned converter writes for real models of modelled architectures, held to llama.cpp's
+own projection: tests/data/keyed_memory_oracle.json was measured with `llama-fit-params -fitp on`
+(llama.cpp 0.3.36) on the sparse full-size variants of moeconf.fixtures.layouts_keyed (the engine
+suite measures them again, tests/engine/test_memory_keys.py). Each key is one the architecture's
+loader reads (moeconf/engines/archkeys.py), so each line was refused before it was modelled:
+
+- Qwen3-Next's and Nemotron-3 Super's MTP block (`nextn_predict_layers`): the loader skips its
+  tensors and no trunk layer attends it: the same figures as without it;
+- Nemotron-3's `expert_group_count` 1: no group selection (memory/keys.py `neutral`);
+- Grok's `final_logit_softcapping`: three ops on the logits, each in place;
+- GLM-5.2's `attention.indexer.types`: the indexer K cache on the full layers only, the shared
+  layers reusing the last full layer's top-k (memory/indexer.py, memory/replay_dsa.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from moeconf.engines import archkeys, engine
+from moeconf.explanation import explain
+from moeconf.fixtures.layouts_keyed import VARIANTS, write_variant
+from moeconf.memory import read_settings, support
+from moeconf.memory.estimate import MemoryEstimate
+from moeconf.memory.keys import neutral
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
+from moeconf.sizing import estimate_explained
+
+REPO = Path(__file__).resolve().parent.parent
+FIGURES = json.loads((REPO / "tests" / "data" / "keyed_memory_oracle.json").read_text())["lines"]
+EPS = ["127.0.0.1:50871", "127.0.0.1:50872"]
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
+    folder = tmp_path_factory.mktemp("keyed")
+    out = {}
+    for key in sorted({str(line["model"]) for line in FIGURES}):
+        write_variant(VARIANTS[key], folder / f"{key}.gguf")  # sparse: the header only is written
+        out[key] = load_inventory(folder / f"{key}.gguf")
+    return out
+
+
+def _estimate(inv: Inventory, line: str) -> tuple[MemoryEstimate, list[str]]:
+    words = shlex.split(line)
+    n = 2 if "2rpc" in words else 1
+    args = ["--rpc", ",".join(EPS[:n]), "-fit", "off", *[w for w in words if w != "2rpc"]]
+    eng = engine("llama.cpp")
+    return estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng)), EPS[:n]
+
+
+def within(term: str, ours_mib: float, theirs: float, host: bool = False) -> bool:
+    """The engine suite's tolerances: weights and KV within 1 MiB of the engine's floored MiB (two
+    host buffers may each be floored), compute within max(3%, 16 MiB)."""
+    if term == "compute":
+        return abs(ours_mib - theirs) <= max(16.0, 0.03 * theirs)
+    floors = 2 if host and term == "weights" else 1
+    return 0 <= ours_mib - theirs < floors or abs(ours_mib - theirs) <= 1.0
+
+
+def _errors(est: MemoryEstimate, devices: dict[str, list[float]],
+            eps: list[str]) -> list[tuple[str, str, float, float]]:
+    bad = []
+    for name, figures in devices.items():
+        m = est.devices["CPU" if name == "host" else f"RPC0[{eps[int(name[3:])]}]"]
+        for i, term in enumerate(("weights", "kv", "compute")):
+            ours = getattr(m, term) / MiB
+            if not within(term, ours, figures[i], host=name == "host"):
+                bad.append((name, term, round(ours, 2), figures[i]))
+    return bad
+
+
+@pytest.mark.parametrize("line", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
+def test_memory_matches_the_engines_figures(models: dict[str, Inventory], line: dict[str, object]) -> None:
+    est, eps = _estimate(models[str(line["model"])], str(line["args"]))
+    assert est.complete, est.notes
+    assert not _errors(est, line["devices"], eps)  # type: ignore[arg-type]
+
+
+def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> None:
+    """GLM-5.2's figures against GLM-5's (every indexer full): more indexer cache, another compute."""
+    line = next(f for f in FIGURES if f["model"] == "glm-5.2-indexer" and f["args"] == "-c 8192 -ngl 999 -ub 2048")
+    full = next(f for f in FIGURES if f["model"] == "glm-5-indexer-full" and f["args"] == line["args"])
+    est, eps = _estimate(models["glm-5.2-indexer"], str(line["args"]))
+    assert not _errors(est, line["devices"], eps)
+    assert ("RPC0", "kv") in {(d, t) for d, t, _, _ in _errors(est, full["devices"], eps)}
+    # compute: 48 MiB above GLM-5's (inside the suite's tolerance), matched to 0.01 MiB
+    ours = est.devices[f"RPC0[{eps[0]}]"].compute / MiB
+    assert abs(ours - line["devices"]["RPC0"][2]) < 0.01 and ours - full["devices"]["RPC0"][2] > 40  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("model", "key"), [
+    ("qwen3-next-80b-a3b-mtp", "nextn_predict_layers"),
+    ("nemotron-3-super-120b-a12b-mtp", "nextn_predict_layers"),
+    ("grok-1-final-softcap", "final_logit_softcapping"),
+    ("glm-5.2-indexer", "attention.indexer.types"),
+])
+def test_each_key_is_read_by_the_loader_and_refused_unmodelled(models: dict[str, Inventory], model: str, key: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    inv = models[model]
+    assert key in archkeys.MAINLINE[inv.arch] and key in (inv.metadata.arch_keys or ())
+    assert support.unmodelled(inv, "llama.cpp") == []
+    spec = support.MODELLED[inv.arch]
+    monkeypatch.setitem(support.MODELLED, inv.arch, dataclasses.replace(spec, keys=spec.keys - {key}))
+    why = support.unmodelled(inv, "llama.cpp")
+    assert [w.split(":")[0] for w in why] == [f"memory is not modelled for {inv.arch}.{key}"]
+    assert "llama-fit-params -fitp on" in why[0]
+
+
+def test_expert_groups_are_neutral_only_at_one_group(models: dict[str, Inventory]) -> None:
+    """Nemotron-3's converter writes n_group (1): no group selection. With 8 groups (4 used) the
+    engine builds group selection ops the Nemotron replay does not have: refused, naming the key."""
+    inv = models["nemotron-3-nano-30b-a3b-groups"]
+    assert neutral("expert_group_count", inv) and support.unmodelled(inv, "llama.cpp") == []
+    md = inv.metadata
+    hp = dict(md.hparams) | {"expert_group_count": 8, "expert_group_used_count": 4}
+    grouped = dataclasses.replace(inv, metadata=dataclasses.replace(
+        md, hparams=tuple(sorted(hp.items())), arch_keys=(*(md.arch_keys or ()), "expert_group_used_count")))
+    assert not neutral("expert_group_count", grouped) and not neutral("expert_group_used_count", grouped)
+    assert [w.split(":")[0] for w in support.unmodelled(grouped, "llama.cpp")] == [
+        "memory is not modelled for nemotron_h_moe.expert_group_count",
+        "memory is not modelled for nemotron_h_moe.expert_group_used_count"]
+
+
+def test_glm_indexer_tables_the_engine_refuses_are_refused(models: dict[str, Inventory]) -> None:
+    """A table of the wrong length (the loader throws) or whose first layer is shared (the graph
+    asserts) is not modelled."""
+    inv = models["glm-5.2-indexer"]
+    md = inv.metadata
+    types = md.hparam("attention.indexer.types")
+    assert isinstance(types, tuple) and len(types) == 78 and sum(types) == 21
+    for bad in (types[:-1], (0, *types[1:])):
+        hp = dict(md.hparams) | {"attention.indexer.types": bad}
+        wrong = dataclasses.replace(inv, metadata=dataclasses.replace(md, hparams=tuple(sorted(hp.items()))))
+        est, _ = _estimate(wrong, "-c 32768 -ngl 999")
+        assert not est.complete and any("indexer.types" in n for n in est.notes)

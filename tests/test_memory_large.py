@@ -1,0 +1,58 @@
+"""The largest published models of two classic architectures (moeconf.fixtures.layouts_large:
+ERNIE-4.5-300B-A47B, Ling-1T) held to llama.cpp's own projection: tests/data/large_memory_oracle.json
+was measured with `llama-fit-params -fitp on` (llama.cpp 0.3.36) on their sparse full-size layouts
+(the engine suite measures them again, tests/engine/test_memory_keys.py). Two lines were outside
+tolerance before (issue 24): over two GPUs with every layer's routed experts on the CPU, the output
+GPU runs the weightless tail of the other GPU's last layer (304.03 MiB; the replay without it gave
+218), and a layer's experts split between its GPU and the CPU puts their matmuls in the host's
+buffer as the hybrids' host replay places them (88.13 MiB; the phase model gave 64)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from moeconf.fixtures.layouts_large import LARGE_LAYOUTS
+from moeconf.fixtures.writer import write_layout
+from moeconf.memory import replay
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
+from tests.test_memory_keys import _errors, _estimate
+
+REPO = Path(__file__).resolve().parent.parent
+FIGURES = json.loads((REPO / "tests" / "data" / "large_memory_oracle.json").read_text())["lines"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
+    folder = tmp_path_factory.mktemp("large")
+    out = {}
+    for key in sorted({str(line["model"]) for line in FIGURES}):
+        write_layout(LARGE_LAYOUTS[key], folder / f"{key}.gguf")  # sparse: the header only is written
+        out[key] = load_inventory(folder / f"{key}.gguf")
+    return out
+
+
+@pytest.mark.parametrize("line", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
+def test_memory_matches_the_engines_figures(models: dict[str, Inventory], line: dict[str, object]) -> None:
+    est, eps = _estimate(models[str(line["model"])], str(line["args"]))
+    assert est.complete, est.notes
+    assert not _errors(est, line["devices"], eps)  # type: ignore[arg-type]
+
+
+def test_the_previous_tail_left_out_is_caught(models: dict[str, Inventory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the other GPU's layer tail, the output GPU is 86 MiB under the engine: refused."""
+    line = next(f for f in FIGURES if f["args"] == "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU")
+    real = replay.moe_peaks.__wrapped__
+
+    def without_tail(s: replay.MoeShape, alignment: int) -> tuple[int, int]:
+        tail = s.first > 0 and s.experts_cpu[s.first - 1]
+        return real(dataclasses.replace(s, after_cpu=s.after_cpu and not tail), alignment)
+
+    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "moe_peaks", without_tail)
+    est, eps = _estimate(models["ernie-4.5-300b-a47b"], str(line["args"]))
+    assert ("RPC1", "compute") in {(d, t) for d, t, _, _ in _errors(est, line["devices"], eps)}  # type: ignore[arg-type]
