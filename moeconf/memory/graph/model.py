@@ -1,0 +1,141 @@
+"""A placement's compute buffers through the engine's graph: the model's weights as leafs on the
+devices the placement gives them, the KV cache on each layer's home device, the architecture's
+composition (`archs.ARCHS`), then the scheduler and the allocator (`sched`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeconf.memory.graph.archs import ARCHS, Facts
+from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Weights
+from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
+from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
+from moeconf.memory.settings import MemorySettings
+from moeconf.model.inventory import Inventory
+from moeconf.placement import Placement
+
+HOST = "CPU"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The context's settings the graph depends on."""
+
+    n_tokens: int
+    n_outputs: int
+    cells: int
+    n_stream: int = 1
+    flash_attn: bool = True
+    offload_kqv: bool = True
+    cache_k: str = "f16"
+    cache_v: str = "f16"
+    pipeline: bool = False
+    op_offload: bool = True
+
+
+def covered(arch: str) -> bool:
+    return arch in ARCHS
+
+
+def _gpu_order(placement: Placement) -> list[str]:
+    """The GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns
+    layers to devices in order), then any device only an override names."""
+    inv = placement.inventory
+    out: list[str] = []
+    for t in sorted((t for t in inv.tensors if t.layer is not None), key=lambda t: t.layer or 0):
+        d = placement.defaults.get(t.name)
+        if d is not None and d != HOST and d not in out:
+            out.append(d)
+    for d in placement.devices.values():
+        if d is not None and d != HOST and d not in out:
+            out.append(d)
+    return out
+
+
+def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
+    from moeconf.memory.geometry import geometry
+    from moeconf.memory.replay_hybrid import rotation
+
+    inv = placement.inventory
+    geo = geometry(inv)
+    layers = [la for la in geo.layers]
+    n_layer = len(layers)
+    gpus = _gpu_order(placement)
+    backends = [backend_for(d) for d in gpus] + [backend_for(HOST)]
+    index = {b.name: i for i, b in enumerate(backends)}
+    cpu = len(backends) - 1
+    ctx = Ctx()
+    by_name: dict[str, Tensor] = {}
+    for t in inv.tensors:
+        dev = placement.devices.get(t.name)
+        if dev is None or (t.layer is not None and t.layer >= n_layer):
+            continue
+        by_name[t.name] = ctx.weight(t.name, t.type.upper(), t.shape, dev, -1 if t.layer is None else t.layer)
+    if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
+        emb = inv.by_name["token_embd.weight"]
+        dev = placement.tied_output() or placement.devices.get("token_embd.weight") or HOST
+        by_name["output.weight"] = ctx.weight("output.weight", emb.type.upper(), emb.shape, dev)
+    ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
+    kv: dict[int, tuple[Tensor, Tensor]] = {}
+    layer_backend: dict[int, int] = {}
+    home: dict[int, str] = {}
+    for t in inv.tensors:
+        if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
+            home[t.layer] = placement.defaults[t.name] or HOST
+    for la in layers:
+        dev = home.get(la.index, HOST)
+        layer_backend[la.index] = index.get(dev, cpu)
+        kdev = dev if setup.offload_kqv else HOST
+        cells, ns = setup.cells, setup.n_stream
+        kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
+                        ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
+    out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
+    full = all(placement.defaults.get(t.name) not in (None, HOST) for t in inv.tensors if t.layer is not None) \
+        and out_home not in (None, HOST)
+    hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
+                 n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
+                 n_vocab=geo.n_vocab, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
+    cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_stream=setup.n_stream,
+                 flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
+                 rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
+                 full_offload=full)
+    g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph())
+    ARCHS[inv.arch](g, facts(inv))
+    return g, backends
+
+
+def facts(inv: Inventory) -> Facts:
+    md = inv.metadata
+    gating = md.hparam("expert_gating_func")
+    norm_w = md.hparam("expert_weights_norm")
+    keys = md.arch_keys or ()
+    return Facts(gating=gating if isinstance(gating, int) else None,
+                 norm_w=norm_w if isinstance(norm_w, int) else None,
+                 scaled="expert_weights_scale" in keys)
+
+
+def compute(placement: Placement, setup: Setup) -> dict[str, int]:
+    """Each device's compute buffer (bytes) for this placement and these settings."""
+    g, backends = build(placement, setup)
+    sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+    sizes = sched.reserve(g.gf, g.pinned)
+    return {b.name: s for b, s in zip(backends, sizes, strict=True)}
+
+
+def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = False) -> Setup:
+    """The graph's settings as llama.cpp derives them for its worst-case reserve: the context
+    padded to 256 cells (per stream without a unified cache), the ubatch (rounded up to the
+    sequences when the server keeps few outputs), the output rows."""
+    pad = 256
+    n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
+    n_ctx = -(-n_ctx // pad) * pad
+    n_seq = settings.n_parallel
+    unified = settings.kv_unified or n_seq == 1
+    n_stream = 1 if unified else n_seq
+    cells = n_ctx if unified else -(-(n_ctx // n_seq) // pad) * pad
+    T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
+    n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
+    t_graph = -(-T // n_seq) * n_seq if n_out < T else T
+    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, n_stream=n_stream,
+                 flash_attn=settings.flash_attn != "off", offload_kqv=settings.offload_kqv,
+                 cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline)
