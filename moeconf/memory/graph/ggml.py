@@ -54,6 +54,7 @@ class Tensor:
     weights: bool = False
     name: str = ""
     layer: int = -1  # the layer a weight belongs to (-1: none)
+    sub: str = ""  # the unary or GLU op of a UNARY or GLU node (SILU, SIGMOID, SWIGLU, ...)
     uid: int = field(default=0)
 
     @property
@@ -183,7 +184,7 @@ class Ctx:
 
     def unary(self, a: Tensor, kind: str) -> Tensor:
         t = self._dup("UNARY", a)
-        t.name = kind
+        t.sub = kind.upper()
         return t
 
     def rms_norm(self, a: Tensor) -> Tensor:
@@ -211,7 +212,7 @@ class Ctx:
         return self._make("GET_ROWS", "I32" if a.type == "I32" else "F32", (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), [a, b])
 
     def set_rows(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
-        t = self._make("SET_ROWS", a.type, a.ne, [a, b, c], a, 0, a.nb)
+        t = self._make("SET_ROWS", a.type, a.ne, [b, c, a], a, 0, a.nb)  # ggml's legacy source order
         return t
 
     def argsort(self, a: Tensor) -> Tensor:
@@ -226,7 +227,7 @@ class Ctx:
 
     def glu_split(self, a: Tensor, b: Tensor, kind: str) -> Tensor:
         t = self._make("GLU", a.type, a.ne, [a, b])
-        t.name = kind
+        t.sub = kind.upper()
         return t
 
     def cont(self, a: Tensor, *ne: int) -> Tensor:

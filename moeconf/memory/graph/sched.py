@@ -90,6 +90,7 @@ class Scheduler:
         self.splits: list[tuple[int, list[Tensor], list[Tensor]]] = []  # (backend, inputs, nodes)
         self.copy_nodes: list[tuple[Tensor, int]] = []
         self.copy_leafs: list[tuple[Tensor, int]] = []
+        self.copy_of: dict[Tensor, tuple[Tensor, int]] = {}  # a split input's copy -> (the tensor, backend)
 
     # -- the buffer rules
     def _buf_backend(self, t: Tensor) -> int:
@@ -185,6 +186,7 @@ class Scheduler:
                 ids[n] = 0
         # pass 5: splits and their input copies
         copies: dict[tuple[int, int], Tensor] = {}
+        self.copy_of = {}
         others: dict[tuple[int, int], list[Tensor]] = {}
         splits: list[tuple[int, list[Tensor], list[Tensor]]] = []
         nodes = g.nodes
@@ -222,6 +224,7 @@ class Scheduler:
                                 cp.flags = INPUT | OUTPUT
                             ids[cp] = cur
                         copies[key] = made[0]
+                        self.copy_of[made[0]] = (s, cur)
                         others[key] = made[1:]
                         inputs.append(s)
                     n.src[j] = copies[key]

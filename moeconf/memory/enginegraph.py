@@ -1,0 +1,290 @@
+"""The engine's reserved graph as the engine dumps it (tests/engine/graphdump.cpp, format
+`moeconf-graphdump/1`: docs/memory.md "Checked node by node"), and the check that names the first
+node where moeconf's graph and the engine's differ.
+
+A dump lists the graph's leafs (weights, inputs, caches) and nodes in graph order, each node with
+its op, type, shape, strides, view source and offset, sources, flags and the backend the scheduler
+gave it, then the scheduler's splits. Sources refer to a node by index or to a leaf by name."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+FORMAT = "moeconf-graphdump/1"
+# what compare() looks at per node, in the order a difference names them
+NODE_FIELDS = ("name", "op", "type", "ne", "nb", "view_src", "view_offs", "src", "flags", "backend")
+SPLIT_FIELDS = ("backend", "start", "end", "inputs")
+
+
+class GraphDumpError(ValueError):
+    """A document that is not a graph dump this module reads."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor a node reads: node `index`, leaf `index` (named `name`), or a tensor the dump could
+    not place (`other`, by name). `copy`: the backend id of the scheduler's copy the node reads
+    instead (a split input), else None."""
+
+    kind: Literal["node", "leaf", "other"]
+    index: int
+    name: str = ""
+    copy: int | None = None
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    device: str
+    buft: str
+
+
+@dataclass(frozen=True)
+class Leaf:
+    i: int
+    name: str
+    type: str
+    ne: tuple[int, ...]
+    nb: tuple[int, ...]
+    flags: tuple[str, ...]
+    backend: int | None
+    buffer: str | None  # usage of the buffer it sits in: weights, any, compute (None: unallocated)
+    buft: str | None
+    view_src: Ref | None
+    view_offs: int
+
+
+@dataclass(frozen=True)
+class Node:
+    i: int
+    name: str
+    op: str
+    type: str
+    ne: tuple[int, ...]
+    nb: tuple[int, ...]
+    view_src: Ref | None
+    view_offs: int
+    src: tuple[Ref | None, ...]
+    flags: tuple[str, ...]
+    backend: int | None
+
+
+@dataclass(frozen=True)
+class Split:
+    i: int
+    backend: int
+    start: int
+    end: int
+    inputs: tuple[Ref, ...]
+
+
+@dataclass(frozen=True)
+class EngineGraph:
+    arch: str
+    engine: Mapping[str, Any]
+    args: tuple[str, ...]
+    ubatch: Mapping[str, int]
+    cparams: Mapping[str, Any]
+    backends: tuple[Backend, ...]
+    leafs: tuple[Leaf, ...]
+    nodes: tuple[Node, ...]
+    splits: tuple[Split, ...]
+
+    def backend_name(self, backend: int | None) -> str | None:
+        return None if backend is None else self.backends[backend].name
+
+    def ref_key(self, ref: Ref | None) -> tuple[Any, ...] | None:
+        """What identifies a reference across two graphs: a node by index, a leaf by name, type and
+        shape, a copy by its backend's name."""
+        if ref is None:
+            return None
+        copy = self.backend_name(ref.copy)
+        if ref.kind == "node":
+            return ("node", ref.index, copy)
+        if ref.kind == "leaf":
+            leaf = self.leafs[ref.index]
+            return ("leaf", leaf.name, leaf.type, leaf.ne, copy)
+        return ("other", ref.name, copy)
+
+    def describe_ref(self, ref: Ref | None) -> str | None:
+        if ref is None:
+            return None
+        copy = f" (copy on {self.backend_name(ref.copy)})" if ref.copy is not None else ""
+        if ref.kind == "node":
+            n = self.nodes[ref.index]
+            return f"node {ref.index} {n.name} {n.op}{copy}"
+        if ref.kind == "leaf":
+            return f"leaf {self.leafs[ref.index].name}{copy}"
+        return f"unplaced tensor {ref.name}{copy}"
+
+    def node_key(self, node: Node, field: str) -> Any:
+        if field == "view_src":
+            return self.ref_key(node.view_src)
+        if field == "src":
+            return tuple(self.ref_key(r) for r in node.src)
+        if field == "backend":
+            return self.backend_name(node.backend)
+        return getattr(node, field)
+
+    def describe_node(self, node: Node) -> dict[str, Any]:
+        """The node's fields with references and backends by name."""
+        return {"i": node.i, "name": node.name, "op": node.op, "type": node.type, "ne": list(node.ne),
+                "nb": list(node.nb), "view_src": self.describe_ref(node.view_src), "view_offs": node.view_offs,
+                "src": [self.describe_ref(r) for r in node.src], "flags": list(node.flags),
+                "backend": self.backend_name(node.backend)}
+
+    def split_key(self, split: Split, field: str) -> Any:
+        if field == "backend":
+            return self.backend_name(split.backend)
+        if field == "inputs":
+            return tuple(self.ref_key(r) for r in split.inputs)
+        return getattr(split, field)
+
+    def describe_split(self, split: Split) -> dict[str, Any]:
+        return {"i": split.i, "backend": self.backend_name(split.backend), "start": split.start, "end": split.end,
+                "inputs": [self.describe_ref(r) for r in split.inputs]}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """The first place two graphs differ: a node or split (`index`), which of its `fields` differ,
+    and each side's record (None where that side has no such node or split)."""
+
+    where: Literal["node", "split"]
+    index: int
+    fields: tuple[str, ...]
+    ours: Mapping[str, Any] | None
+    theirs: Mapping[str, Any] | None
+
+    def __str__(self) -> str:
+        lines = [f"{self.where} {self.index} differs ({', '.join(self.fields)})"]
+        for side, rec in (("ours", self.ours), ("engine", self.theirs)):
+            if rec is None:
+                lines.append(f"  {side}: no {self.where} {self.index}")
+            else:
+                lines.append(f"  {side}: " + ", ".join(f"{f}={rec[f]!r}" for f in ("name", "op", *self.fields)
+                                                       if f in rec and (f != "name" or self.where == "node")))
+        return "\n".join(dict.fromkeys(lines))
+
+
+def compare(ours: EngineGraph, theirs: EngineGraph, ignore: Collection[str] = ()) -> Difference | None:
+    """The first node (then split) where `ours` and `theirs` differ, or None when they agree.
+    `ignore`: node or split fields not compared (NODE_FIELDS, SPLIT_FIELDS, or "splits")."""
+    fields = [f for f in NODE_FIELDS if f not in ignore]
+    for i in range(max(len(ours.nodes), len(theirs.nodes))):
+        if i >= len(ours.nodes) or i >= len(theirs.nodes):
+            a = ours.describe_node(ours.nodes[i]) if i < len(ours.nodes) else None
+            b = theirs.describe_node(theirs.nodes[i]) if i < len(theirs.nodes) else None
+            return Difference("node", i, ("count",), a, b)
+        na, nb = ours.nodes[i], theirs.nodes[i]
+        differ = tuple(f for f in fields if ours.node_key(na, f) != theirs.node_key(nb, f))
+        if differ:
+            return Difference("node", i, differ, ours.describe_node(na), theirs.describe_node(nb))
+    if "splits" in ignore:
+        return None
+    sfields = [f for f in SPLIT_FIELDS if f not in ignore]
+    for i in range(max(len(ours.splits), len(theirs.splits))):
+        if i >= len(ours.splits) or i >= len(theirs.splits):
+            a = ours.describe_split(ours.splits[i]) if i < len(ours.splits) else None
+            b = theirs.describe_split(theirs.splits[i]) if i < len(theirs.splits) else None
+            return Difference("split", i, ("count",), a, b)
+        sa, sb = ours.splits[i], theirs.splits[i]
+        differ = tuple(f for f in sfields if ours.split_key(sa, f) != theirs.split_key(sb, f))
+        if differ:
+            return Difference("split", i, differ, ours.describe_split(sa), theirs.describe_split(sb))
+    return None
+
+
+def _ref(obj: Any, where: str) -> Ref | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise GraphDumpError(f"{where}: a reference is an object, not {obj!r}")
+    copy = obj.get("copy")
+    if "node" in obj:
+        return Ref("node", int(obj["node"]), "", copy)
+    if "leaf" in obj:
+        return Ref("leaf", int(obj["leaf"]), str(obj.get("name", "")), copy)
+    if "other" in obj:
+        return Ref("other", -1, str(obj["other"]), copy)
+    raise GraphDumpError(f"{where}: a reference names a node, a leaf or other: {obj!r}")
+
+
+def _ints(v: Any) -> tuple[int, ...]:
+    return tuple(int(x) for x in v)
+
+
+def _sub(text: str, endpoints: Sequence[str]) -> str:
+    for k, ep in enumerate(endpoints):
+        text = text.replace(f"{{EP{k}}}", ep)
+    return text
+
+
+def from_dict(doc: Mapping[str, Any], endpoints: Sequence[str] = ()) -> EngineGraph:
+    """A graph dump's document as typed records; `{EPk}` in names become `endpoints[k]`."""
+    if doc.get("format") != FORMAT:
+        raise GraphDumpError(f"not a graph dump (format {doc.get('format')!r}, expected {FORMAT!r})")
+    try:
+        backends = tuple(Backend(_sub(b["name"], endpoints), _sub(b["device"], endpoints), _sub(b["buft"], endpoints))
+                         for b in doc["backends"])
+        leafs = tuple(Leaf(int(x["i"]), x["name"], x["type"], _ints(x["ne"]), _ints(x["nb"]), tuple(x["flags"]),
+                           x["backend"], x["buffer"], None if x["buft"] is None else _sub(x["buft"], endpoints),
+                           _ref(x["view_src"], f"leaf {x['i']}"), int(x["view_offs"])) for x in doc["leafs"])
+        nodes = tuple(Node(int(x["i"]), x["name"], x["op"], x["type"], _ints(x["ne"]), _ints(x["nb"]),
+                           _ref(x["view_src"], f"node {x['i']}"), int(x["view_offs"]),
+                           tuple(_ref(s, f"node {x['i']}") for s in x["src"]), tuple(x["flags"]), x["backend"])
+                      for x in doc["nodes"])
+        splits = tuple(Split(int(s["i"]), int(s["backend"]), int(s["start"]), int(s["end"]),
+                             tuple(r for r in (_ref(r, f"split {s['i']}") for r in s["inputs"]) if r is not None))
+                       for s in doc["splits"])
+        graph = EngineGraph(doc["model"]["arch"], dict(doc["engine"]),
+                            tuple(_sub(a, endpoints) for a in doc["args"]), dict(doc["ubatch"]),
+                            dict(doc["cparams"]), backends, leafs, nodes, splits)
+    except (KeyError, TypeError) as e:
+        raise GraphDumpError(f"graph dump lacks a field or has a wrong one: {e}") from e
+    _check(graph)
+    return graph
+
+
+def _check(g: EngineGraph) -> None:
+    """References point inside the graph (a node only to an earlier node)."""
+    def ok(ref: Ref | None, before: int) -> bool:
+        if ref is None or ref.kind == "other":
+            return True
+        if ref.copy is not None and not 0 <= ref.copy < len(g.backends):
+            return False
+        return ref.index < before if ref.kind == "node" else 0 <= ref.index < len(g.leafs)
+
+    for n in g.nodes:
+        if not all(ok(r, n.i) for r in (n.view_src, *n.src)):
+            raise GraphDumpError(f"node {n.i} ({n.name}) refers outside the graph")
+        if n.backend is not None and not 0 <= n.backend < len(g.backends):
+            raise GraphDumpError(f"node {n.i} ({n.name}) has backend {n.backend} of {len(g.backends)}")
+    for s in g.splits:
+        if not (0 <= s.start <= s.end <= len(g.nodes) and 0 <= s.backend < len(g.backends)
+                and all(ok(r, len(g.nodes)) for r in s.inputs)):
+            raise GraphDumpError(f"split {s.i} refers outside the graph")
+
+
+def load(src: str | bytes | Path | Mapping[str, Any], endpoints: Sequence[str] = ()) -> EngineGraph:
+    """A graph dump from its JSON text, a (gzipped) file, or the parsed document."""
+    if isinstance(src, Path):
+        raw = src.read_bytes()
+        src = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    if isinstance(src, bytes):
+        src = src.decode()
+    if isinstance(src, str):
+        try:
+            doc = json.loads(src)
+        except json.JSONDecodeError as e:
+            raise GraphDumpError(f"graph dump is not JSON: {e}") from e
+    else:
+        doc = src
+    if not isinstance(doc, Mapping):
+        raise GraphDumpError("a graph dump is one JSON object")
+    return from_dict(doc, endpoints)
