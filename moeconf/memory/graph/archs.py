@@ -1,13 +1,14 @@
 """Each architecture's graph as a composition of the blocks (`blocks.GraphContext`), mirroring
 its src/models/<arch>.cpp in the pinned llama.cpp. The registry `ARCHS` is the only place an
-architecture's name is read: a new architecture whose layers are the classic decoder's (norm,
+architecture's name is read: an architecture whose layers are the classic decoder's (a norm,
 attention through the KV cache, a dense or MoE FFN, the residuals) is one `Decoder` row; one that
 differs is one function here.
 
-What a layer holds (a Q/K norm, biases, a shared expert and its gate, a selection bias, fused
-experts) is read from the model's tensors, as the engine's loader creates them; what the graph
-does with them (the router's gating function, whether the chosen weights are normalised) is the
-row's, or the GGUF key the architecture's loader reads."""
+What a layer holds (biases, Q/K norms, a shared expert and its gate, a selection bias, fused
+experts, rope factors) is read from the model's tensors, as the engine's loader creates them;
+what the graph does with them (the gating function, whether the chosen weights are normalised,
+which scales and clamps run) is the row's, or the GGUF key the architecture's loader reads
+(`Facts`: a float key's presence stands for a value that is not 0 or 1)."""
 
 from __future__ import annotations
 
@@ -19,111 +20,127 @@ from moeconf.memory.graph.ggml import Tensor
 
 
 @dataclass(frozen=True)
+class Facts:
+    """What a composition reads from the GGUF beyond the tensors."""
+
+    gating: int | None = None  # expert_gating_func (1 softmax, 2 sigmoid, 3 softmax of the chosen)
+    norm_w: int | None = None  # expert_weights_norm
+    floats: frozenset[str] = frozenset()  # the float `{arch}.*` keys present (scales, clamps)
+
+
+@dataclass(frozen=True)
 class Decoder:
-    """The classic decoder layer (llama.cpp src/models/llama.cpp, qwen3moe.cpp and their kin).
+    """The classic decoder layer (src/models/llama.cpp, qwen3moe.cpp, qwen2moe.cpp, olmoe.cpp,
+    granite.cpp, phi3.cpp, dbrx.cpp, minimax-m2.cpp).
 
-    qk_norm: where the Q/K norms run: "head" (per head, after the reshape, before RoPE: Qwen3),
-    "full" (over the whole projection before the reshape: OLMoE), "" none.
-    gating: the router's gating function ("softmax", "sigmoid"); `gating_key`: the GGUF key
-    (`{arch}.expert_gating_func`, 1 softmax, 2 sigmoid) overriding it where the loader reads it.
-    norm_w: whether the chosen experts' weights are normalised; `norm_w_key` the key overriding it.
-    shexp_gate: the shared expert's output multiplied by sigmoid(its gate) (`ffn_gate_inp_shexp`).
-    """
+    norm: "rms" or "layer" (LLM_NORM). qk_norm: "head" (per head before RoPE, Qwen3), "full" (over
+    the projection before the reshape, OLMoE, MiniMax-M2), "" none. q_scale: Q scaled after RoPE
+    (Phi-3). clamp_key: the key whose presence clamps Q, K, V (DBRX's attention.clamp_kqv).
+    ffn_norm: the FFN norm's tensor. gating / gating_key: the router's function and whether
+    `expert_gating_func` overrides it; norm_w / norm_w_key likewise for the weights' normalisation.
+    shexp_gate: how the shared expert's gate applies ("silu_div": x * silu(g)/g, Qwen2-MoE).
+    granite: embedding, residual and logit scales where their keys are present. residual_first:
+    the FFN's residual is the ADD's first source (Phi-3)."""
 
+    norm: str = "rms"
     qk_norm: str = ""
+    q_scale: bool = False
+    clamp_key: str = ""
+    ffn_norm: str = "ffn_norm"
     gating: str = "softmax"
     gating_key: bool = False
     norm_w: bool = True
     norm_w_key: bool = False
-    scale_key: bool = True  # `{arch}.expert_weights_scale` read (a SCALE of the weights unless 1)
-    norm: str = "rms"  # "layer": LayerNorm with bias (Phi-MoE)
-    embedding_scale: bool = False  # Granite: the embeddings, residuals and logits scaled
-    output_bias: bool = False
+    shexp_gate: str = ""
+    granite: bool = False
+    residual_first: bool = False
 
 
-@dataclass(frozen=True)
-class Facts:
-    """What a composition reads from the GGUF beyond the tensors."""
-
-    gating: int | None = None  # expert_gating_func
-    norm_w: int | None = None  # expert_weights_norm
-    scaled: bool = False  # expert_weights_scale present and not 1
+_GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
 
 
 def decoder(spec: Decoder) -> Callable[[GraphContext, Facts], None]:
     def build(g: GraphContext, facts: Facts) -> None:
         c, w, hp = g.ctx, g.w, g.hp
         rms = spec.norm == "rms"
-        tok = w.get("token_embd.weight")
-        assert tok is not None
-        inp = g.inp_embd(tok)
+        inp = g.inp_embd(_need(w.get("token_embd.weight")))
         pos = g.inp_pos()
         attn_in = g.attn_inp_kv()
         out_ids = g.inp_out_ids()
-        gating = spec.gating
-        if spec.gating_key and facts.gating in (1, 2):
-            gating = "softmax" if facts.gating == 1 else "sigmoid"
+        gating = _GATING.get(facts.gating or 0, spec.gating) if spec.gating_key else spec.gating
         norm_w = bool(facts.norm_w) if spec.norm_w_key and facts.norm_w is not None else spec.norm_w
+        w_scale = "expert_weights_scale" in facts.floats
+        res_scale = spec.granite and "residual_scale" in facts.floats
+        clamp = bool(spec.clamp_key) and spec.clamp_key in facts.floats
+        freqs = w.get("rope_freqs.weight")
         for il in range(hp.n_layer):
             res = inp
             cur = g.norm(inp, w.layer(il, "attn_norm"), w.layer(il, "attn_norm", "bias"), il, rms)
             n_head, n_kv = hp.n_head[il], hp.n_head_kv[il]
             if spec.qk_norm == "full":
-                q, k, v = _qkv_full_norm(g, il, cur, n_head, n_kv)
+                q, k, v = g.qkv(il, cur, n_head, n_kv, hp.head_k, hp.head_v, clamp, reshape=False)
+                q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
+                k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+                T = cur.ne[1]
+                q, k, v = (c.reshape(q, hp.head_k, n_head, T), c.reshape(k, hp.head_k, n_kv, T),
+                           c.reshape(v, hp.head_v, n_kv, T))
             else:
-                q, k, v = g.qkv(il, cur, n_head, n_kv, hp.head_k, hp.head_v)
+                q, k, v = g.qkv(il, cur, n_head, n_kv, hp.head_k, hp.head_v, clamp)
                 if spec.qk_norm == "head":
                     q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
                     k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
-            q = c.rope(q, pos, w.get("rope_freqs.weight"))
-            k = c.rope(k, pos, w.get("rope_freqs.weight"))
+            q = c.rope(q, pos, freqs)
+            k = c.rope(k, pos, freqs)
+            if spec.q_scale:
+                q = c.scale(q)
             cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
             if il == hp.n_layer - 1:
                 cur = c.get_rows(cur, out_ids)
                 res = c.get_rows(res, out_ids)
-            if spec.embedding_scale:
+            if res_scale:
                 cur = c.scale(cur)
             ffn_inp = c.add(cur, res)
-            cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), w.layer(il, "ffn_norm", "bias"), il, rms)
+            cur = g.norm(ffn_inp, w.layer(il, spec.ffn_norm), w.layer(il, spec.ffn_norm, "bias"), il, rms)
             if w.layer(il, "ffn_gate_inp") is None:
-                cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il,
+                gate = w.layer(il, "ffn_gate")
+                cur = g.ffn(cur, w.layer(il, "ffn_up"), gate, w.layer(il, "ffn_down"), il,
+                            act="silu" if gate is not None else "swiglu",
                             up_b=w.layer(il, "ffn_up", "bias"), gate_b=w.layer(il, "ffn_gate", "bias"),
                             down_b=w.layer(il, "ffn_down", "bias"))
             else:
-                moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=2.0 if facts.scaled else 0.0,
-                                probs_bias=w.layer(il, "exp_probs_b", "bias"))
-                if w.layer(il, "ffn_up_shexp") is not None:
-                    sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"),
-                               w.layer(il, "ffn_down_shexp"), il)
-                    gate_inp = w.layer(il, "ffn_gate_inp_shexp")
-                    if gate_inp is not None:
-                        sh = c.mul(sh, c.unary(g.mm(gate_inp, cur), "sigmoid"))
-                    moe = c.add(moe, sh)
-                cur = moe
-            if spec.embedding_scale:
+                cur = _moe(g, spec, il, cur, gating, norm_w, w_scale)
+            if res_scale:
                 cur = c.scale(cur)
-            cur = c.add(cur, ffn_inp)
+            cur = c.add(ffn_inp, cur) if spec.residual_first else c.add(cur, ffn_inp)
             inp = cur
-        out = w.get("output.weight")
-        assert out is not None
-        logits = g.output(inp, w.get("output_norm.weight"), out, w.get("output_norm.bias"), rms)
-        if spec.output_bias and w.get("output.bias") is not None:
-            raise NotImplementedError
-        if spec.embedding_scale:
-            raise NotImplementedError
-        del logits
+        cur = g.norm(inp, w.get("output_norm.weight"), w.get("output_norm.bias"), -1, rms)
+        logits = g.mm(_need(w.get("output.weight")), cur)
+        out_b = w.get("output.bias")
+        if out_b is not None:
+            logits = c.add(logits, out_b)
+        if spec.granite and "logit_scale" in facts.floats:
+            logits = c.scale(logits)
+        g.finish(cur, logits)
 
     return build
 
 
-def _qkv_full_norm(g: GraphContext, il: int, cur: Tensor, n_head: int, n_kv: int) -> tuple[Tensor, Tensor, Tensor]:
-    """OLMoE: Q and K normed over the whole projection, then reshaped per head."""
-    c, w, hp = g.ctx, g.w, g.hp
-    T = cur.ne[1]
-    q = g.norm(g.mm(_need(w.layer(il, "attn_q")), cur), w.layer(il, "attn_q_norm"), None, il)
-    k = g.norm(g.mm(_need(w.layer(il, "attn_k")), cur), w.layer(il, "attn_k_norm"), None, il)
-    v = g.mm(_need(w.layer(il, "attn_v")), cur)
-    return (c.reshape(q, hp.head_k, n_head, T), c.reshape(k, hp.head_k, n_kv, T), c.reshape(v, hp.head_v, n_kv, T))
+def _moe(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str, norm_w: bool, w_scale: bool) -> Tensor:
+    """build_moe_ffn, then a shared expert (gated where the model has its gate) added to it."""
+    c, w = g.ctx, g.w
+    moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=2.0 if w_scale else 0.0,
+                    probs_bias=w.layer(il, "exp_probs_b", "bias"))
+    if w.layer(il, "ffn_up_shexp") is None:
+        return moe
+    gate_inp = w.layer(il, "ffn_gate_inp_shexp")
+    gate = None
+    if gate_inp is not None and spec.shexp_gate == "silu_div":
+        logits = g.mm(gate_inp, cur)
+        gate = c.div(c.unary(logits, "silu"), logits)
+    sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"), il)
+    if gate is not None:
+        sh = c.mul(sh, gate)
+    return c.add(moe, sh)
 
 
 def _need(t: Tensor | None) -> Tensor:
@@ -135,6 +152,12 @@ Build = Callable[[GraphContext, Facts], None]
 
 # architecture -> its composition (src/models/<arch>.cpp)
 ARCHS: dict[str, Build] = {
-    "qwen3moe": decoder(Decoder(qk_norm="head", scale_key=False)),
-    "llama": decoder(Decoder()),
+    "qwen3moe": decoder(Decoder(qk_norm="head")),
+    "llama": decoder(Decoder()),  # Mixtral
+    "qwen2moe": decoder(Decoder(norm_w=False, shexp_gate="silu_div")),
+    "olmoe": decoder(Decoder(qk_norm="full", norm_w=False)),
+    "granitemoe": decoder(Decoder(granite=True)),
+    "phimoe": decoder(Decoder(q_scale=True, residual_first=True)),
+    "dbrx": decoder(Decoder(norm="layer", clamp_key="attention.clamp_kqv", ffn_norm="attn_output_norm")),
+    "minimax-m2": decoder(Decoder(qk_norm="full", gating_key=True)),
 }

@@ -148,9 +148,10 @@ class GraphContext:
             cur = c.add(cur, b)
         return cur
 
-    def qkv(self, il: int, cur: Tensor, n_head: int, n_head_kv: int, head_k: int, head_v: int
-            ) -> tuple[Tensor, Tensor, Tensor]:
-        """build_qkv: a fused QKV projection (views of it) or separate Q, K, V (each + bias), reshaped per head."""
+    def qkv(self, il: int, cur: Tensor, n_head: int, n_head_kv: int, head_k: int, head_v: int,
+            clamp: bool = False, reshape: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        """build_qkv: a fused QKV projection (views of it) or separate Q, K, V (each + bias, each
+        clamped where the model clamps them), reshaped per head unless `reshape` is False."""
         c, w = self.ctx, self.w
         T = cur.ne[1]
         wqkv = w.layer(il, "attn_qkv")
@@ -159,20 +160,27 @@ class GraphContext:
             b = w.layer(il, "attn_qkv", "bias")
             if b is not None:
                 qkv = c.add(qkv, b)
+            if clamp:
+                qkv = c.clamp(qkv)
             rs = row_size(qkv.type, 1)
             q = c.view(qkv, (head_k, n_head, T), (rs * head_k, qkv.nb[1]), 0)
             k = c.view(qkv, (head_k, n_head_kv, T), (rs * head_k, qkv.nb[1]), rs * head_k * n_head)
             v = c.view(qkv, (head_v, n_head_kv, T), (rs * head_v, qkv.nb[1]), rs * head_k * (n_head + n_head_kv))
             return q, k, v
         out = []
-        for base, heads, width in (("attn_q", n_head, head_k), ("attn_k", n_head_kv, head_k), ("attn_v", n_head_kv, head_v)):
+        parts = (("attn_q", n_head, head_k), ("attn_k", n_head_kv, head_k), ("attn_v", n_head_kv, head_v))
+        for base, heads, width in parts:
             wt = w.layer(il, base)
             assert wt is not None, f"blk.{il}.{base}"
             t = self.mm(wt, cur)
             bias = w.layer(il, base, "bias")
             if bias is not None:
                 t = c.add(t, bias)
+            if clamp and reshape:
+                t = c.clamp(t)
             out.append((t, heads, width))
+        if not reshape:
+            return out[0][0], out[1][0], out[2][0]
         q, k, v = (c.reshape(t, width, heads, T) for t, heads, width in out)
         return q, k, v
 
@@ -396,14 +404,10 @@ class GraphContext:
         return out
 
     # -- output
-    def output(self, cur: Tensor, norm_w: Tensor | None, out_w: Tensor, norm_b: Tensor | None = None,
-               rms: bool = True) -> Tensor:
-        """The output norm and the logits (both graph outputs), expanded."""
-        cur = self.norm(cur, norm_w, norm_b, -1, rms)
-        cur.name = "result_norm"
-        logits = self.mm(out_w, cur)
+    def finish(self, norm: Tensor, logits: Tensor) -> None:
+        """The graph's outputs (the final norm and the logits: never freed) and its last expansion."""
+        norm.name = "result_norm"
         logits.name = "result_output"
-        self.expand(logits)
-        cur.flags |= OUTPUT
+        norm.flags |= OUTPUT
         logits.flags |= OUTPUT
-        return logits
+        self.expand(logits)

@@ -4,7 +4,7 @@ composition (`archs.ARCHS`), then the scheduler and the allocator (`sched`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from moeconf.memory.graph.archs import ARCHS, Facts
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Weights
@@ -99,8 +99,11 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
                  full_offload=full)
+    f = facts(inv)
+    if "embedding_scale" in f.floats:  # build_inp_embd scales the embeddings (Granite)
+        hp = replace(hp, embedding_scale=1.0)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph())
-    ARCHS[inv.arch](g, facts(inv))
+    ARCHS[inv.arch](g, f)
     return g, backends
 
 
@@ -108,10 +111,10 @@ def facts(inv: Inventory) -> Facts:
     md = inv.metadata
     gating = md.hparam("expert_gating_func")
     norm_w = md.hparam("expert_weights_norm")
-    keys = md.arch_keys or ()
+    ints = {k for k, _ in md.hparams}
+    floats = frozenset(k for k in md.arch_keys or () if k not in ints and k not in md.KEY_ATTRS)
     return Facts(gating=gating if isinstance(gating, int) else None,
-                 norm_w=norm_w if isinstance(norm_w, int) else None,
-                 scaled="expert_weights_scale" in keys)
+                 norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats)
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:
