@@ -141,4 +141,23 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     t_graph = -(-T // n_seq) * n_seq if n_out < T else T
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, n_stream=n_stream,
                  flash_attn=settings.flash_attn != "off", offload_kqv=settings.offload_kqv,
-                 cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline)
+                 cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
+                 op_offload=settings.op_offload)
+
+
+# Architectures whose memory the graph models where no older replay does (memory/support.py registers
+# them): the `{arch}.*` keys each reads beyond support.NO_MEMORY_EFFECT, and what it was checked on
+_CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
+GRAPH_MODELLED: dict[str, tuple[frozenset[str], str]] = {
+    "llama": (frozenset(), _CHECKED + " (Mixtral-8x7B)"),
+    "qwen2moe": (frozenset(), _CHECKED + " (Qwen1.5-MoE-A2.7B)"),
+    "olmoe": (frozenset(), _CHECKED + " (OLMoE-1B-7B)"),
+    "granitemoe": (frozenset(), _CHECKED + " (Granite-3.1-3B-A800M)"),
+    "phimoe": (frozenset(), _CHECKED + " (Phi-3.5-MoE)"),
+    "dbrx": (frozenset(), _CHECKED + " (DBRX)"),
+}
+
+
+def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:
+    """Every device's compute buffer through the engine's graph (`compute`)."""
+    return compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))

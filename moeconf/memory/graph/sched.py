@@ -251,6 +251,13 @@ class Scheduler:
                 for s in ins:
                     gleafs.append((copies[(id(s), b)], b))
                     gleafs.extend((cp, b) for cp in others[(id(s), b)])
+                    if b != cpu and ids[s] != cpu and not (s.flags & INPUT):
+                        # measured, not located in the source: a GPU whose split reads a tensor computed on
+                        # another GPU holds n_copies more of it under pipeline parallelism (Mixtral-8x7B over
+                        # 2 and 3 RPC devices, -ub 256/512, flash attention on and off: every GPU after the
+                        # first 4 x n_embd x ubatch floats over the replay, the first exact)
+                        gleafs.extend((Tensor("NONE", s.type, s.ne, s.nb, [], flags=INPUT | OUTPUT), b)
+                                      for _ in range(self.n_copies))
         gleafs.extend((leaf, ids[leaf]) for leaf in g.leafs)
         self.copy_nodes = gnodes
         self.copy_leafs = gleafs
