@@ -81,6 +81,10 @@ def _batch(t: Tensor) -> int:
 
 
 class Scheduler:
+    # under pipeline parallelism, a second set of copies of each split input computed on another GPU
+    # (measured; see `split`)
+    GPU_TO_GPU_EXTRA = True
+
     def __init__(self, backends: Sequence[Backend], *, pipeline: bool = False, op_offload: bool = True) -> None:
         self.backends = list(backends)
         assert self.backends[-1].host, "the CPU backend comes last"
@@ -251,7 +255,7 @@ class Scheduler:
                 for s in ins:
                     gleafs.append((copies[(id(s), b)], b))
                     gleafs.extend((cp, b) for cp in others[(id(s), b)])
-                    if b != cpu and ids[s] != cpu and not (s.flags & INPUT):
+                    if self.GPU_TO_GPU_EXTRA and b != cpu and ids[s] != cpu and not (s.flags & INPUT):
                         # measured, not located in the source: a GPU whose split reads a tensor computed on
                         # another GPU holds n_copies more of it under pipeline parallelism (Mixtral-8x7B over
                         # 2 and 3 RPC devices, -ub 256/512, flash attention on and off: every GPU after the
