@@ -135,31 +135,38 @@ def test_the_pipeline_copies_left_out_are_caught(real: dict[str, Inventory], mon
     assert any(b.startswith("rpc1 compute") for b in bad), bad
 
 
-# Qwen3-30B-A3B: the figures the hand replays were built against, through the graph
-QWEN = [(f, r["args"], r["engine"]) for f in ("replay_oracle", "cpu_layers_oracle")
-        for r in json.loads((DATA / f"{f}.json").read_text()) if r["model"] == "qwen3-30b-a3b"]
+# the figures the hand replays were built against (replay_oracle, cpu_layers_oracle, flagship), through the graph
+RECORDED_MODELS = ("qwen3-30b-a3b", "glm-4.5-air", "glm-4.5", "glm-4.7")
+RECORDED = [(f, r["model"], r["args"], r["engine"]) for f in ("replay_oracle", "cpu_layers_oracle")
+            for r in json.loads((DATA / f"{f}.json").read_text()) if r["model"] in RECORDED_MODELS]
+RECORDED += [("flagship", r["model"], r["args"], r["devices"])
+             for r in json.loads((DATA / "flagship_memory_oracle.json").read_text())["lines"]
+             if r["model"] in RECORDED_MODELS]
 
 
 @pytest.fixture(scope="module")
-def qwen3(tmp_path_factory: pytest.TempPathFactory) -> Inventory:
-    path = tmp_path_factory.mktemp("qwen3") / "qwen3-30b-a3b.gguf"
-    write_layout(LAYOUTS["qwen3-30b-a3b"], path)
-    return load_inventory(path)
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
+    folder = tmp_path_factory.mktemp("recorded")
+    out = {}
+    for key in RECORDED_MODELS:
+        write_layout(LAYOUTS[key], folder / f"{key}.gguf")
+        out[key] = load_inventory(folder / f"{key}.gguf")
+    return out
 
 
-@pytest.mark.parametrize(("src", "line", "figures"), QWEN, ids=[f"{s}:{x}" for s, x, _ in QWEN])
-def test_qwen3_figures_through_the_graph(qwen3: Inventory, src: str, line: str,
-                                        figures: dict[str, list[float]]) -> None:
-    placement, setup = _placed(qwen3, line)
+@pytest.mark.parametrize(("src", "key", "line", "figures"), RECORDED, ids=[f"{s}:{k}:{x}" for s, k, x, _ in RECORDED])
+def test_recorded_figures_through_the_graph(layouts: dict[str, Inventory], src: str, key: str, line: str,
+                                           figures: dict[str, list[float]]) -> None:
+    placement, setup = _placed(layouts[key], line)
     got = model.compute(placement, setup)  # type: ignore[arg-type]
     for name, (_, _, comp) in figures.items():
-        assert abs(got.get(_device(name), 0) / MiB - comp) <= 0.05, (name, got)
+        assert abs(got.get(_device(name.lower()), 0) / MiB - comp) <= 0.05, (name, got)
 
 
-def test_inplace_reuse_left_out_is_caught(qwen3: Inventory, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inplace_reuse_left_out_is_caught(layouts: dict[str, Inventory], monkeypatch: pytest.MonkeyPatch) -> None:
     """ggml-alloc's in-place reuse of a single-consumer source (ADD, MUL, RMS_NORM, ...) off: the
     replay of Qwen3-30B-A3B at -c 32768 -ngl 999 -ctk q4_0 -ctv q4_0 is no longer 300.75 MiB."""
     monkeypatch.setattr(sched, "CAN_INPLACE", frozenset())
-    placement, setup = _placed(qwen3, "-c 32768 -ngl 999 -ctk q4_0 -ctv q4_0")
+    placement, setup = _placed(layouts["qwen3-30b-a3b"], "-c 32768 -ngl 999 -ctk q4_0 -ctv q4_0")
     got = model.compute(placement, setup)  # type: ignore[arg-type]
     assert abs(got[_device("rpc0")] / MiB - 300.75) > 1

@@ -26,6 +26,7 @@ class Facts:
     gating: int | None = None  # expert_gating_func (1 softmax, 2 sigmoid, 3 softmax of the chosen)
     norm_w: int | None = None  # expert_weights_norm
     floats: frozenset[str] = frozenset()  # the float `{arch}.*` keys present (scales, clamps)
+    groups: tuple[int, int] = (0, 0)  # expert_group_count, expert_group_used_count
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Decoder:
     shexp_gate: str = ""
     granite: bool = False
     residual_first: bool = False
+    groups_key: bool = False  # expert_group_count / expert_group_used_count read (group-limited routing)
 
 
 _GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
@@ -73,6 +75,8 @@ def decoder(spec: Decoder) -> Callable[[GraphContext, Facts], None]:
         res_scale = spec.granite and "residual_scale" in facts.floats
         clamp = bool(spec.clamp_key) and spec.clamp_key in facts.floats
         freqs = w.get("rope_freqs.weight")
+        if spec.groups_key:
+            g.groups = facts.groups
         for il in range(hp.n_layer):
             res = inp
             cur = g.norm(inp, w.layer(il, "attn_norm"), w.layer(il, "attn_norm", "bias"), il, rms)
@@ -86,7 +90,7 @@ def decoder(spec: Decoder) -> Callable[[GraphContext, Facts], None]:
                            c.reshape(v, hp.head_v, n_kv, T))
             else:
                 q, k, v = g.qkv(il, cur, n_head, n_kv, hp.head_k, hp.head_v, clamp)
-                if spec.qk_norm == "head":
+                if spec.qk_norm == "head" and w.layer(il, "attn_q_norm") is not None:
                     q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
                     k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
             q = c.rope(q, pos, freqs)
@@ -129,7 +133,7 @@ def _moe(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str, norm
     """build_moe_ffn, then a shared expert (gated where the model has its gate) added to it."""
     c, w = g.ctx, g.w
     moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=2.0 if w_scale else 0.0,
-                    probs_bias=w.layer(il, "exp_probs_b", "bias"))
+                    probs_bias=w.layer(il, "exp_probs_b", "bias"), groups=g.groups)
     if w.layer(il, "ffn_up_shexp") is None:
         return moe
     gate_inp = w.layer(il, "ffn_gate_inp_shexp")
@@ -160,4 +164,6 @@ ARCHS: dict[str, Build] = {
     "phimoe": decoder(Decoder(q_scale=True, residual_first=True)),
     "dbrx": decoder(Decoder(norm="layer", clamp_key="attention.clamp_kqv", ffn_norm="attn_output_norm")),
     "minimax-m2": decoder(Decoder(qk_norm="full", gating_key=True)),
+    "glm4moe": decoder(Decoder(qk_norm="head", ffn_norm="post_attention_norm", gating="sigmoid", gating_key=True,
+                               norm_w=False, norm_w_key=True)),
 }

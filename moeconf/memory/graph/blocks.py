@@ -79,6 +79,7 @@ class GraphContext:
     ctx: Ctx = field(default_factory=Ctx)
     gf: CGraph = field(default_factory=CGraph)
     pinned: dict[Tensor, int] = field(default_factory=dict)
+    groups: tuple[int, int] = (0, 0)  # expert groups and groups used (where the architecture's loader reads them)
 
     @property
     def n_tokens(self) -> int:
@@ -317,7 +318,7 @@ class GraphContext:
 
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
-                n_expert_used: int = 0, weight_before: bool = False) -> Tensor:
+                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0)) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
         weights (normalised, scaled), the experts (separate or fused gate/up, biases), weighted, summed."""
         c, w, hp = self.ctx, self.w, self.hp
@@ -339,6 +340,17 @@ class GraphContext:
         if weight_before:
             selection = logits
         n_expert = probs.ne[0]
+        n_groups, n_group_used = groups
+        if n_groups > 1 and T > 0:  # the top groups' experts only (DeepSeek-V3's group-limited routing)
+            per = n_expert // n_groups
+            sel_groups = c.reshape(selection, per, n_groups, T)
+            scores = c.argsort_top_k(sel_groups, 2)
+            scores = c.get_rows(c.reshape(sel_groups, 1, per, n_groups, T), scores)
+            scores = c.sum_rows(c.reshape(scores, scores.ne[1], scores.ne[2], scores.ne[3]))
+            scores = c.reshape(scores, scores.ne[1], scores.ne[2])
+            top_groups = c.argsort_top_k(scores, n_group_used)
+            kept = c.get_rows(sel_groups, top_groups)
+            selection = c.reshape(c.set_rows(c.fill(sel_groups), kept, top_groups), n_expert, T)
         selected = c.argsort_top_k(selection, used)
         probs3 = c.reshape(probs, 1, n_expert, T)
         weights = c.get_rows(probs3, selected)

@@ -179,6 +179,9 @@ class Ctx:
     def scale(self, a: Tensor) -> Tensor:
         return self._dup("SCALE", a)
 
+    def fill(self, a: Tensor) -> Tensor:
+        return self._dup("FILL", a)
+
     def clamp(self, a: Tensor) -> Tensor:
         return self._dup("CLAMP", a)
 

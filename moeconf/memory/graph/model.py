@@ -112,9 +112,13 @@ def facts(inv: Inventory) -> Facts:
     gating = md.hparam("expert_gating_func")
     norm_w = md.hparam("expert_weights_norm")
     ints = {k for k, _ in md.hparams}
-    floats = frozenset(k for k in md.arch_keys or () if k not in ints and k not in md.KEY_ATTRS)
+    floats = frozenset(k for k in md.arch_keys or ()
+                       if k not in ints and k not in md.KEY_ATTRS and k not in md.unit_floats)
+    groups = md.hparam("expert_group_count")
+    used = md.hparam("expert_group_used_count")
     return Facts(gating=gating if isinstance(gating, int) else None,
-                 norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats)
+                 norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
+                 groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0))
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:
