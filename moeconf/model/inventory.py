@@ -69,7 +69,7 @@ class ModelMetadata:
     arch_keys: tuple[str, ...] | None = None
     # the float `{arch}.*` keys whose value is 0 or 1 (a scale the graph then leaves out); read from a
     # GGUF only (a manifest does not carry them: its float keys count as scales that run)
-    unit_floats: tuple[str, ...] = ()
+    unit_floats: tuple[str, ...] = field(default=(), compare=False)
 
     def hparam(self, key: str) -> int | tuple[int, ...] | None:
         """An `{arch}.KEY` integer (or integer array) from the file, by its name after `{arch}.`."""
