@@ -69,10 +69,19 @@ def _difference(inv: Inventory, arch: str, dims: str, line: str) -> enginegraph.
     return enginegraph.compare(engine_graph(g, s, arch), theirs, ignore=("name",))
 
 
+# the dump names a split input's copy by its source's name: Qwen3-VL's deepstack views of the input
+# embeddings are all "embd (view)", so the dump resolves layer 2's copy to layer 1's view (node 107
+# where the source is node 162); the graphs agree otherwise
+DUMP_NAME_CLASH = {("qwen3vlmoe", "a", "ngl2")}
+
+
 @pytest.mark.parametrize(("arch", "dims", "line"), NODE_CASES, ids=[f"{a}-{d}-{x}" for a, d, x in NODE_CASES])
 def test_graph_equals_the_engines_node_for_node(tiny: dict[tuple[str, str], Inventory], arch: str, dims: str,
                                                line: str) -> None:
     diff = _difference(tiny[(arch, dims)], arch, dims, line)
+    if (arch, dims, line) in DUMP_NAME_CLASH:
+        assert diff is not None and diff.fields == ("src",) and "embd (view)" in str(diff.theirs), str(diff)
+        return
     assert diff is None, str(diff)
 
 
@@ -135,13 +144,19 @@ def test_the_pipeline_copies_left_out_are_caught(real: dict[str, Inventory], mon
     assert any(b.startswith("rpc1 compute") for b in bad), bad
 
 
-# the figures the hand replays were built against (replay_oracle, cpu_layers_oracle, flagship), through the graph
-RECORDED_MODELS = ("qwen3-30b-a3b", "glm-4.5-air", "glm-4.5", "glm-4.7")
-RECORDED = [(f, r["model"], r["args"], r["engine"]) for f in ("replay_oracle", "cpu_layers_oracle")
+# the figures the hand replays were built against (replay_oracle, classic_oracle, cpu_layers_oracle, flagship),
+# through the graph, for every recorded model whose architecture the graph composes
+RECORDED_MODELS = tuple(sorted(k for k, lay in LAYOUTS.items() if lay.arch in ARCHS))
+RECORDED = [(f, r["model"], r["args"], r["engine"]) for f in ("replay_oracle", "classic_oracle", "cpu_layers_oracle")
             for r in json.loads((DATA / f"{f}.json").read_text()) if r["model"] in RECORDED_MODELS]
 RECORDED += [("flagship", r["model"], r["args"], r["devices"])
              for r in json.loads((DATA / "flagship_memory_oracle.json").read_text())["lines"]
              if r["model"] in RECORDED_MODELS]
+# the graph's misses among them: ERNIE-4.5 over two GPUs with routed experts on the CPU (the second GPU 5 MiB
+# over at -ts 1,1 -ot exps=CPU; 30.4 MiB under at -ngl 30 -ts 2,1 --n-cpu-moe 6, the logits placed 30 MiB
+# lower than the engine places them). ERNIE keeps its hand replay (memory/estimate.py)
+GRAPH_MISSES = {("ernie-4.5-21b-a3b", "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU", "RPC1"),
+                ("ernie-4.5-21b-a3b", "2rpc -c 32768 -ngl 30 -ts 2,1 --n-cpu-moe 6", "RPC1")}
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +175,11 @@ def test_recorded_figures_through_the_graph(layouts: dict[str, Inventory], src: 
     placement, setup = _placed(layouts[key], line)
     got = model.compute(placement, setup)  # type: ignore[arg-type]
     for name, (_, _, comp) in figures.items():
-        assert abs(got.get(_device(name.lower()), 0) / MiB - comp) <= 0.05, (name, got)
+        ours = got.get(_device(name.lower()), 0) / MiB
+        if (key, line, name) in GRAPH_MISSES:
+            assert abs(ours - comp) > 0.05, f"{name}: a known miss now exact, drop it from GRAPH_MISSES"
+        else:
+            assert abs(ours - comp) <= 0.05, (name, got)
 
 
 def test_inplace_reuse_left_out_is_caught(layouts: dict[str, Inventory], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,7 +55,8 @@ class Decoder:
     shexp_gate: str = ""
     granite: bool = False
     residual_first: bool = False
-    groups_key: bool = False  # expert_group_count / expert_group_used_count read (group-limited routing)
+    mrope: bool = False  # multi-section RoPE: four positions per token (Qwen3-VL)
+    deepstack: bool = False  # the first layers add back slices of the wider input embedding (Qwen3-VL)
 
 
 _GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
@@ -66,7 +67,7 @@ def decoder(spec: Decoder) -> Callable[[GraphContext, Facts], None]:
         c, w, hp = g.ctx, g.w, g.hp
         rms = spec.norm == "rms"
         inp = g.inp_embd(_need(w.get("token_embd.weight")))
-        pos = g.inp_pos()
+        pos = g.inp_pos(4 if spec.mrope else 1)
         attn_in = g.attn_inp_kv()
         out_ids = g.inp_out_ids()
         gating = _GATING.get(facts.gating or 0, spec.gating) if spec.gating_key else spec.gating
@@ -75,8 +76,7 @@ def decoder(spec: Decoder) -> Callable[[GraphContext, Facts], None]:
         res_scale = spec.granite and "residual_scale" in facts.floats
         clamp = bool(spec.clamp_key) and spec.clamp_key in facts.floats
         freqs = w.get("rope_freqs.weight")
-        if spec.groups_key:
-            g.groups = facts.groups
+        g.groups = facts.groups  # read for every architecture (llama-model.cpp)
         for il in range(hp.n_layer):
             res = inp
             cur = g.norm(inp, w.layer(il, "attn_norm"), w.layer(il, "attn_norm", "bias"), il, rms)
@@ -95,6 +95,9 @@ def decoder(spec: Decoder) -> Callable[[GraphContext, Facts], None]:
                     k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
             q = c.rope(q, pos, freqs)
             k = c.rope(k, pos, freqs)
+            if spec.qk_norm == "head_after_rope":
+                k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+                q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
             if spec.q_scale:
                 q = c.scale(q)
             cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
@@ -116,6 +119,10 @@ def decoder(spec: Decoder) -> Callable[[GraphContext, Facts], None]:
             if res_scale:
                 cur = c.scale(cur)
             cur = c.add(ffn_inp, cur) if spec.residual_first else c.add(cur, ffn_inp)
+            n_deep = hp.n_embd_inp // hp.n_embd - 1 if spec.deepstack and hp.n_embd_inp else 0
+            if il < n_deep and g.t_inp_embd is not None:
+                t = g.t_inp_embd
+                cur = c.add(cur, c.view(t, (hp.n_embd, t.ne[1]), (t.nb[1],), (il + 1) * hp.n_embd * 4))
             inp = cur
         cur = g.norm(inp, w.get("output_norm.weight"), w.get("output_norm.bias"), -1, rms)
         logits = g.mm(_need(w.get("output.weight")), cur)
@@ -164,6 +171,11 @@ ARCHS: dict[str, Build] = {
     "phimoe": decoder(Decoder(q_scale=True, residual_first=True)),
     "dbrx": decoder(Decoder(norm="layer", clamp_key="attention.clamp_kqv", ffn_norm="attn_output_norm")),
     "minimax-m2": decoder(Decoder(qk_norm="full", gating_key=True)),
+    "dots1": decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True)),
+    "ernie4_5-moe": decoder(Decoder()),
+    "hunyuan-moe": decoder(Decoder(qk_norm="head_after_rope")),
+    "bailingmoe2": decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True)),
+    "qwen3vlmoe": decoder(Decoder(qk_norm="head", mrope=True, deepstack=True)),
     "glm4moe": decoder(Decoder(qk_norm="head", ffn_norm="post_attention_norm", gating="sigmoid", gating_key=True,
                                norm_w=False, norm_w_key=True)),
 }

@@ -79,7 +79,8 @@ class GraphContext:
     ctx: Ctx = field(default_factory=Ctx)
     gf: CGraph = field(default_factory=CGraph)
     pinned: dict[Tensor, int] = field(default_factory=dict)
-    groups: tuple[int, int] = (0, 0)  # expert groups and groups used (where the architecture's loader reads them)
+    groups: tuple[int, int] = (0, 0)  # expert groups and groups used
+    t_inp_embd: Tensor | None = None  # the input embeddings as the graph reads them (res->t_inp_embd)
 
     @property
     def n_tokens(self) -> int:
@@ -106,6 +107,7 @@ class GraphContext:
         self.expand(embd)
         if n_inp != self.hp.n_embd:
             cur = c.view(cur, (self.hp.n_embd, self.n_tokens), (cur.nb[1],), 0)
+        self.t_inp_embd = cur
         if self.hp.embedding_scale:
             cur = c.scale(cur)
         cur.name = cur.name or "embd"

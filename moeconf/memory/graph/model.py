@@ -74,7 +74,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
         emb = inv.by_name["token_embd.weight"]
         dev = placement.tied_output() or placement.devices.get("token_embd.weight") or HOST
-        by_name["output.weight"] = ctx.weight("output.weight", emb.type.upper(), emb.shape, dev)
+        by_name["output.weight"] = ctx.weight("token_embd.weight", emb.type.upper(), emb.shape, dev)
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     layer_backend: dict[int, int] = {}
@@ -90,7 +90,8 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
     out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
-    full = all(placement.defaults.get(t.name) not in (None, HOST) for t in inv.tensors if t.layer is not None) \
+    # -ngl above the block count (nextn blocks included, created or not): every created block and the output offloaded
+    full = all(placement.defaults.get(t.name) != HOST for t in inv.tensors if t.layer is not None) \
         and out_home not in (None, HOST)
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
@@ -100,6 +101,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                  rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
                  full_offload=full)
     f = facts(inv)
+    from moeconf.memory.classic import input_width
+    if input_width(inv, geo.n_embd) != geo.n_embd:  # Qwen3-VL's deepstack: a wider input embedding
+        hp = replace(hp, n_embd_inp=input_width(inv, geo.n_embd))
     if "embedding_scale" in f.floats:  # build_inp_embd scales the embeddings (Granite)
         hp = replace(hp, embedding_scale=1.0)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph())
