@@ -598,7 +598,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             offload_kqv=settings.offload_kqv, n_stream=n_stream, approximate=not replay))
     # --- the engine's graph, scheduled and allocated (memory/graph): every compute buffer of the
     # architectures it models where no replay above does (CUDA's op-offload copies included)
-    by_graph = inv.arch in GRAPH_MODELLED and not ik
+    by_graph = inv.arch in GRAPH_MODELLED and not ik and replay
     if by_graph:
         compute = defaultdict(int, graph_compute(placement, settings, pipeline))
         outputs_exact.update(compute)
