@@ -33,6 +33,7 @@ class Cparams:
     n_tokens: int  # the ubatch reserved
     n_outputs: int
     n_kv: int  # KV cells the mask spans (per stream)
+    n_kv_swa: int = 0  # the sliding-window cache's cells (0: none)
     n_stream: int = 1
     flash_attn: bool = True
     offload_kqv: bool = True
@@ -50,6 +51,7 @@ class AttnInput:
     mask: Tensor
     k_rot: Tensor | None
     v_rot: Tensor | None
+    n_kv: int  # the cells its cache's views span
 
 
 @dataclass
@@ -81,6 +83,7 @@ class GraphContext:
     pinned: dict[Tensor, int] = field(default_factory=dict)
     groups: tuple[int, int] = (0, 0)  # expert groups and groups used
     t_inp_embd: Tensor | None = None  # the input embeddings as the graph reads them (res->t_inp_embd)
+    swa_layers: dict[int, bool] = field(default_factory=dict)  # layer -> in the sliding-window cache
 
     @property
     def n_tokens(self) -> int:
@@ -120,17 +123,36 @@ class GraphContext:
     def inp_out_ids(self) -> Tensor:
         return self.ctx.input("I32", self.cp.n_outputs, name="out_ids")
 
-    def attn_inp_kv(self) -> AttnInput:
+    def attn_inp_kv(self, n_kv: int = 0) -> AttnInput:
+        """build_attn_inp_kv (one cache of n_kv cells: the context's unless given)."""
         c, cp = self.ctx, self.cp
+        n_kv = n_kv or cp.n_kv
         k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
         v_trans = not cp.flash_attn
         v_width = max((self.hp.n_head_kv[il] * self.hp.head_v for il in self.kv), default=0)
         v_idxs = c.input("I64", self.n_tokens * (v_width if v_trans else 1), name="attn_inp_v_idxs")
-        mask = c.input("F16" if cp.flash_attn else "F32", cp.n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
+        mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
                        name="attn_inp_kq_mask")
         k_rot = c.input("F32", cp.rot_k, cp.rot_k, name="attn_inp_k_rot") if cp.rot_k else None
         v_rot = c.input("F32", cp.rot_v, cp.rot_v, name="attn_inp_v_rot") if cp.rot_v else None
-        return AttnInput(k_idxs, v_idxs, mask, k_rot, v_rot)
+        return AttnInput(k_idxs, v_idxs, mask, k_rot, v_rot, n_kv)
+
+    def attn_inp_kv_iswa(self) -> tuple[AttnInput, AttnInput]:
+        """build_attn_inp_kv_iswa: the full cache's inputs and the sliding window's (their indices
+        and masks; then each cache's rotations)."""
+        c, cp = self.ctx, self.cp
+        ins = []
+        for n_kv in (cp.n_kv, cp.n_kv_swa):
+            k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
+            v_width = max((self.hp.n_head_kv[il] * self.hp.head_v for il in self.kv), default=0)
+            v_idxs = c.input("I64", self.n_tokens * (1 if cp.flash_attn else v_width), name="attn_inp_v_idxs")
+            mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
+                           name="attn_inp_kq_mask")
+            ins.append(AttnInput(k_idxs, v_idxs, mask, None, None, n_kv))
+        for a in ins:
+            a.k_rot = c.input("F32", cp.rot_k, cp.rot_k, name="attn_inp_k_rot") if cp.rot_k else None
+            a.v_rot = c.input("F32", cp.rot_v, cp.rot_v, name="attn_inp_v_rot") if cp.rot_v else None
+        return ins[0], ins[1]
 
     # -- norms, projections
     def mm(self, w: Tensor, cur: Tensor, w_s: Tensor | None = None) -> Tensor:
@@ -198,21 +220,21 @@ class GraphContext:
         return c.reshape(res, *cur.ne)
 
     def attn(self, inp: AttnInput, il: int, wo: Tensor | None, wo_b: Tensor | None, q: Tensor, k: Tensor,
-             v: Tensor, sinks: Tensor | None = None) -> Tensor:
-        """build_attn with a KV cache (llm_graph_input_attn_kv)."""
+             v: Tensor, sinks: Tensor | None = None, iswa: bool = False) -> Tensor:
+        """build_attn with a KV cache (llm_graph_input_attn_kv; `iswa`: the sliding-window pair's form,
+        which expands K before V)."""
         c = self.ctx
         if inp.k_rot is not None:
             q = self._hadamard(q, inp.k_rot)
             k = self._hadamard(k, inp.k_rot)
         if inp.v_rot is not None:
             v = self._hadamard(v, inp.v_rot)
-        self.expand(q)
-        self.expand(v)
-        self.expand(k)
+        for t in (q, k, v) if iswa else (q, v, k):
+            self.expand(t)
         kc, vc = self.kv[il]
         self.expand(self._cpy_k(kc, k, inp.k_idxs))
         self.expand(self._cpy_v(vc, v, inp.v_idxs))
-        kview, vview = self._get_k(kc, il), self._get_v(vc, il)
+        kview, vview = self._get_k(kc, il, inp.n_kv), self._get_v(vc, il, inp.n_kv)
         cur = self.attn_mha(q, kview, vview, inp.mask, sinks)
         if inp.v_rot is not None:
             cur = self._hadamard(cur, inp.v_rot)
@@ -246,21 +268,21 @@ class GraphContext:
         flat = c.reshape(flat, 1, nelements(flat))
         return c.set_rows(vv, flat, idxs)
 
-    def _get_k(self, kc: Tensor, il: int) -> Tensor:
-        hp, cp = self.hp, self.cp
+    def _get_k(self, kc: Tensor, il: int, n_kv: int) -> Tensor:
+        hp = self.hp
         gqa, size = kc.ne[0], kc.ne[1]
         t = kc.type
-        return self.ctx.view(kc, (hp.head_k, hp.n_head_kv[il], cp.n_kv, kc.ne[2]),
+        return self.ctx.view(kc, (hp.head_k, hp.n_head_kv[il], n_kv, kc.ne[2]),
                              (row_size(t, hp.head_k), row_size(t, gqa), row_size(t, gqa * size)), 0)
 
-    def _get_v(self, vc: Tensor, il: int) -> Tensor:
+    def _get_v(self, vc: Tensor, il: int, n_kv: int) -> Tensor:
         hp, cp = self.hp, self.cp
         gqa, size = vc.ne[0], vc.ne[1]
         t = vc.type
         if cp.flash_attn:
-            return self.ctx.view(vc, (hp.head_v, hp.n_head_kv[il], cp.n_kv, vc.ne[2]),
+            return self.ctx.view(vc, (hp.head_v, hp.n_head_kv[il], n_kv, vc.ne[2]),
                                  (row_size(t, hp.head_v), row_size(t, gqa), row_size(t, gqa * size)), 0)
-        return self.ctx.view(vc, (cp.n_kv, hp.n_head_kv[il], hp.head_v, vc.ne[2]),
+        return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hp.head_v, vc.ne[2]),
                              (row_size(t, size * hp.head_v), row_size(t, size), row_size(t, size * gqa)), 0)
 
     def attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor | None) -> Tensor:

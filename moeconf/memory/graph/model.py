@@ -24,6 +24,7 @@ class Setup:
     n_tokens: int
     n_outputs: int
     cells: int
+    swa_cells: int = 0  # the sliding-window cache's cells per stream (0: none)
     n_stream: int = 1
     flash_attn: bool = True
     offload_kqv: bool = True
@@ -86,7 +87,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
         kdev = dev if setup.offload_kqv else HOST
-        cells, ns = setup.cells, setup.n_stream
+        cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
     out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
@@ -96,7 +97,8 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
                  n_vocab=geo.n_vocab, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
-    cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_stream=setup.n_stream,
+    cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_kv_swa=setup.swa_cells,
+                 n_stream=setup.n_stream,
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
                  full_offload=full)
@@ -106,7 +108,8 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         hp = replace(hp, n_embd_inp=input_width(inv, geo.n_embd))
     if "embedding_scale" in f.floats:  # build_inp_embd scales the embeddings (Granite)
         hp = replace(hp, embedding_scale=1.0)
-    g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph())
+    g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
+                     swa_layers={la.index: la.swa for la in layers})
     ARCHS[inv.arch](g, f)
     return g, backends
 
@@ -147,7 +150,12 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     t_graph = -(-T // n_seq) * n_seq if n_out < T else T
-    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, n_stream=n_stream,
+    from moeconf.memory.geometry import geometry
+    geo = geometry(inv)
+    swa_cells = 0
+    if geo.swa_type != "none" and any(la.swa for la in geo.layers):  # llama-kv-cache-iswa.cpp
+        swa_cells = cells if settings.swa_full else -(-min(cells, geo.n_swa * (n_seq if unified else 1) + T) // pad) * pad
+    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
                  flash_attn=settings.flash_attn != "off", offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
                  op_offload=settings.op_offload)
