@@ -154,7 +154,8 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     geo = geometry(inv)
     swa_cells = 0
     if geo.swa_type != "none" and any(la.swa for la in geo.layers):  # llama-kv-cache-iswa.cpp
-        swa_cells = cells if settings.swa_full else -(-min(cells, geo.n_swa * (n_seq if unified else 1) + T) // pad) * pad
+        window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
+        swa_cells = cells if settings.swa_full else -(-window // pad) * pad
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
                  flash_attn=settings.flash_attn != "off", offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
