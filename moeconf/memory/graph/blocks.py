@@ -44,6 +44,18 @@ class Cparams:
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
 
 
+@dataclass(frozen=True)
+class Mla:
+    """DeepSeek's attention dimensions: the per-head Q/K width (nope + rope) and V width, the RoPE
+    part, the KV latent rank, and whether the GGUF asks for the absorbed form (key_length_mla)."""
+
+    head_k: int = 0
+    head_v: int = 0
+    rope: int = 0
+    kv_lora_rank: int = 0
+    absorbed: bool = False
+
+
 @dataclass
 class AttnInput:
     k_idxs: Tensor
@@ -84,6 +96,7 @@ class GraphContext:
     groups: tuple[int, int] = (0, 0)  # expert groups and groups used
     t_inp_embd: Tensor | None = None  # the input embeddings as the graph reads them (res->t_inp_embd)
     swa_layers: dict[int, bool] = field(default_factory=dict)  # layer -> in the sliding-window cache
+    mla: Mla = field(default_factory=Mla)
 
     @property
     def n_tokens(self) -> int:
@@ -136,6 +149,30 @@ class GraphContext:
         k_rot = c.input("F32", cp.rot_k, cp.rot_k, name="attn_inp_k_rot") if cp.rot_k else None
         v_rot = c.input("F32", cp.rot_v, cp.rot_v, name="attn_inp_v_rot") if cp.rot_v else None
         return AttnInput(k_idxs, v_idxs, mask, k_rot, v_rot, n_kv)
+
+    def attn_inp_k(self) -> AttnInput:
+        """build_attn_inp_k: a K-only cache (MLA's latent): its indices and mask."""
+        c, cp = self.ctx, self.cp
+        k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
+        mask = c.input("F16" if cp.flash_attn else "F32", cp.n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
+                       name="attn_inp_kq_mask")
+        return AttnInput(k_idxs, k_idxs, mask, None, None, cp.n_kv)
+
+    def attn_k(self, inp: AttnInput, il: int, wo: Tensor | None, q: Tensor, k: Tensor, v: Tensor,
+               v_mla: Tensor | None) -> Tensor:
+        """build_attn with a K-only cache: V a view of K's first columns, decompressed by `v_mla`."""
+        c = self.ctx
+        for t in (q, v, k):
+            self.expand(t)
+        kc, _ = self.kv[il]
+        self.expand(self._cpy_k(kc, k, inp.k_idxs))
+        kview = self._get_k(kc, il, inp.n_kv)
+        vview = c.view(kview, (v.ne[0], kview.ne[1], kview.ne[2], kview.ne[3]),
+                       (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
+        cur = self.attn_mha(q, kview, vview, inp.mask, None, v_mla)
+        if wo is not None:
+            cur = self.mm(wo, cur)
+        return cur
 
     def attn_inp_kv_iswa(self) -> tuple[AttnInput, AttnInput]:
         """build_attn_inp_kv_iswa: the full cache's inputs and the sliding window's (their indices
@@ -285,7 +322,8 @@ class GraphContext:
         return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hp.head_v, vc.ne[2]),
                              (row_size(t, size * hp.head_v), row_size(t, size), row_size(t, size * gqa)), 0)
 
-    def attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor | None) -> Tensor:
+    def attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor | None,
+                 v_mla: Tensor | None = None) -> Tensor:
         c = self.ctx
         v_trans = v.nb[1] > v.nb[2]
         ns = k.ne[3]
@@ -299,6 +337,8 @@ class GraphContext:
             cur = c.flash_attn_ext(q, k, v, mask)
             if sinks is not None:
                 cur.src.append(sinks)
+            if v_mla is not None:
+                cur = c.cont(c.permute(c.mul_mat(v_mla, c.permute(cur, 0, 2, 1, 3)), 0, 2, 1, 3))
             cur = c.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
         else:
             kq = c.mul_mat(k, q)
@@ -308,6 +348,8 @@ class GraphContext:
             if not v_trans:
                 v = c.cont(c.transpose(v))
             kqv = c.mul_mat(v, kq)
+            if v_mla is not None:
+                kqv = c.mul_mat(v_mla, kqv)
             cur = c.permute(kqv, 0, 2, 1, 3)
             cur = c.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
             if not self.cp.offload_kqv:

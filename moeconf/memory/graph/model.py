@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from moeconf.memory.graph.archs import ARCHS, Facts
-from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Weights
+from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
 from moeconf.memory.settings import MemorySettings
@@ -108,8 +108,10 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         hp = replace(hp, n_embd_inp=input_width(inv, geo.n_embd))
     if "embedding_scale" in f.floats:  # build_inp_embd scales the embeddings (Granite)
         hp = replace(hp, embedding_scale=1.0)
+    mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
+              absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
-                     swa_layers={la.index: la.swa for la in layers})
+                     swa_layers={la.index: la.swa for la in layers}, mla=mla)
     ARCHS[inv.arch](g, f)
     return g, backends
 
