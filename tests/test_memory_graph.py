@@ -190,3 +190,33 @@ def test_inplace_reuse_left_out_is_caught(layouts: dict[str, Inventory], monkeyp
     placement, setup = _placed(layouts["qwen3-30b-a3b"], "-c 32768 -ngl 999 -ctk q4_0 -ctv q4_0")
     got = model.compute(placement, setup)  # type: ignore[arg-type]
     assert abs(got[_device("rpc0")] / MiB - 300.75) > 1
+
+
+# llama-server's output reservation (tests/data/server_outputs_oracle.json, tests/engine/outputs.cpp): the rows the
+# server keeps, -np streams, several GPUs, through the graph
+OUTPUTS = json.loads((DATA / "server_outputs_oracle.json").read_text())
+OUTPUT_LINES = sorted({(r["model"], r["args"]) for r in OUTPUTS["rows"]
+                       if r["model"] in LAYOUTS and LAYOUTS[r["model"]].arch in ARCHS})
+# the graph's miss there: the second GPU after the first, its own layers' experts partly on the CPU, 7.5 MiB over
+OUTPUT_MISSES = {("qwen3-30b-a3b",
+                  r"2rpc -c 32768 -ngl 999 -ts 1,1 -ot blk\.(3[0-9]|4[0-9]|5[0-9]|6[0-9])\.ffn_.*_exps=CPU", "rpc1")}
+
+
+@pytest.mark.parametrize(("key", "line"), OUTPUT_LINES, ids=[f"{k}:{x}" for k, x in OUTPUT_LINES])
+def test_server_outputs_through_the_graph(layouts: dict[str, Inventory], key: str, line: str) -> None:
+    from tests.recorded_memory import device_name, rpc_args
+
+    eps = OUTPUTS["endpoints"]
+    argv = rpc_args(line, eps)
+    eng = engine("llama.cpp")
+    ex = explain(layouts[key], eng, argv, gpus=[])
+    st = read_settings(argv, eng, binary="llama-server")
+    iv = ex.invocation
+    pipe = pipeline_parallel(ex.placement, len(ex.accelerators), iv.n_gpu_layers(),
+                             iv.split_mode.text if iv.split_mode else None, st, bool(ex.items))
+    got = model.compute(ex.placement, model.setup_for(layouts[key], st, pipeline=pipe))
+    for r in OUTPUTS["rows"]:
+        if (r["model"], r["args"]) != (key, line):
+            continue
+        off = abs(got.get(device_name(r["device"], eps), 0) - r["compute"]) > 0.05 * MiB
+        assert off == ((key, line, r["device"]) in OUTPUT_MISSES), (r["device"], got)
