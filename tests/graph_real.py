@@ -69,4 +69,77 @@ def _shexp_shape(name: str, shape: tuple[int, ...], width: int) -> tuple[int, ..
     return (shape[0], width) if "down" not in name else (width, shape[1])
 
 
-__all__ = ["REAL", "replace", "write_real"]
+# architectures beyond moeconf/fixtures/graphmodels.py: (arch, dims, shared experts, leading dense blocks and their
+# width, fused QKV, extra keys) -- DeepSeek-MoE (v1) and Ling (v1, bailingmoe) per their loaders
+# (src/models/deepseek.cpp, bailingmoe.cpp: shared experts of n_expert_shared x the expert width)
+EXTRA: dict[str, tuple[str, gm.Dims, int, int, int, bool, list[tuple[str, Any, str]], str]] = {
+    # deepseek-ai/deepseek-moe-16b-base: hidden 2048, 28 layers, 16 heads, intermediate 10944 (layer 0),
+    # moe_intermediate 1408, 64 routed experts, 6 per token, 2 shared, first_k_dense_replace 1, vocab 102400
+    "deepseek-moe-16b": ("deepseek", gm.Dims(blocks=28, hidden=2048, heads=16, heads_kv=16, head_dim=128, experts=64,
+                                            used=6, ff=1408, vocab=102400), 2, 1, 10944, False, [],
+                         "deepseek-ai/deepseek-moe-16b-base"),
+    # inclusionAI/Ling-lite: hidden 2048, 28 layers, 16 heads, 4 KV heads, moe_intermediate 1408, 64 experts,
+    # 6 per token, 2 shared, no dense layer, norm_topk_prob, vocab 126464
+    "ling-lite": ("bailingmoe", gm.Dims(blocks=28, hidden=2048, heads=16, heads_kv=4, head_dim=128, experts=64, used=6,
+                                       ff=1408, vocab=126464), 2, 0, 0, True, [("expert_weights_norm", True, "bool")],
+                  "inclusionAI/Ling-lite"),
+}
+EXTRA_TINY: dict[str, tuple[int, int]] = {"deepseek": (1, 2), "bailingmoe": (0, 2)}  # dense lead, shared experts
+
+
+KeyValues = list[tuple[str, Any, str]]
+Tensors = list[tuple[str, str, tuple[int, ...]]]
+
+
+def _extra(arch: str, d: gm.Dims, shared: int, lead: int, dense: int, fused: bool,
+           keys: KeyValues) -> tuple[KeyValues, Tensors]:
+    kv = [*gm._common(arch, d, dense or 4 * d.ff), (f"{arch}.expert_feed_forward_length", d.ff, "u32"),
+          (f"{arch}.expert_shared_count", shared, "u32"), (f"{arch}.leading_dense_block_count", lead, "u32"),
+          (f"{arch}.rope.dimension_count", d.head_dim, "u32"),
+          *((f"{arch}.{k}", v, t) for k, v, t in keys)]
+    tensors = gm._classic(arch, d, fused_qkv=fused, shexp=shared * d.ff)
+    out = []
+    for name, ty, shape in tensors:
+        il = int(name.split(".")[1]) if name.startswith("blk.") else -1
+        if 0 <= il < lead and ("exps" in name or "gate_inp" in name or "shexp" in name):
+            if name.endswith("ffn_gate_inp.weight"):
+                h = d.hidden
+                p = f"blk.{il}."
+                out += [(p + "ffn_gate.weight", "F32", (h, dense)), (p + "ffn_down.weight", "F32", (dense, h)),
+                        (p + "ffn_up.weight", "F32", (h, dense))]
+            continue
+        out.append((name, ty, shape))
+    return kv, out
+
+
+def write_extra(arch: str, dims: str, path: Path) -> Path:
+    """The tiny model of an EXTRA architecture in graphmodels' dimension set `dims`."""
+    import gguf
+
+    lead, shared = EXTRA_TINY[arch]
+    d = gm.DIMS[dims]
+    fused = any(a == arch and f for a, _, _, _, _, f, _, _ in EXTRA.values())
+    keys = next(k for a, _, _, _, _, _, k, _ in EXTRA.values() if a == arch)
+    kv, tensors = _extra(arch, d, shared, lead, 4 * d.ff, fused, keys)
+    return _write(arch, kv, tensors, d.vocab, path, gguf)
+
+
+def write_extra_real(key: str, path: Path) -> Path:
+    import gguf
+
+    arch, d, shared, lead, dense, fused, keys, _ = EXTRA[key]
+    kv, tensors = _extra(arch, d, shared, lead, dense, fused, keys)
+    kv = [(k, 32768 if k.endswith(".context_length") else v, t) for k, v, t in kv]
+    return _write(arch, kv, tensors, d.vocab, path, gguf, data="sparse")
+
+
+def _write(arch: str, kv: list[tuple[str, Any, str]], tensors: list[tuple[str, str, tuple[int, ...]]], vocab: int,
+           path: Path, gguf: Any, data: str = "zeros") -> Path:
+    kinds = {"str": gguf.GGUFValueType.STRING, "u32": gguf.GGUFValueType.UINT32,
+             "f32": gguf.GGUFValueType.FLOAT32, "bool": gguf.GGUFValueType.BOOL}
+    kvs: list[tuple[str, Any, Any]] = [(k, v, kinds[t]) for k, v, t in kv]
+    kvs.append(("general.file_type", 0, gguf.GGUFValueType.UINT32))
+    return write_gguf(path, arch, kvs, tensors, data=data, vocab=vocab)[0]  # type: ignore[arg-type]
+
+
+__all__ = ["EXTRA", "REAL", "replace", "write_extra", "write_extra_real", "write_real"]

@@ -26,7 +26,7 @@ from moeconf.memory.graph.dump import engine_graph
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
-from tests.graph_real import write_real
+from tests.graph_real import EXTRA, EXTRA_TINY, write_extra, write_extra_real, write_real
 
 DATA = Path(__file__).parent / "data"
 GRAPHS = DATA / "graphs"
@@ -57,7 +57,11 @@ def _placed(inv: Inventory, line: str) -> tuple[object, model.Setup]:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Inventory]:
     folder = tmp_path_factory.mktemp("graphmodels")
-    return {(a, d): load_inventory(write_graph_model(a, d, folder / f"{a}-{d}.gguf")) for a in DUMPED for d in "ab"}
+    def write(a: str, d: str) -> Path:
+        path = folder / f"{a}-{d}.gguf"
+        return write_extra(a, d, path) if a in EXTRA_TINY else write_graph_model(a, d, path)
+
+    return {(a, d): load_inventory(write(a, d)) for a in DUMPED for d in "ab"}
 
 
 def _difference(inv: Inventory, arch: str, dims: str, line: str) -> enginegraph.Difference | None:
@@ -106,7 +110,10 @@ NOT_EXACT = {("qwen1.5-moe-a2.7b", "2rpc -c 16384 -ngl 999 -ts 1,1 -ot exps=CPU"
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
     folder = tmp_path_factory.mktemp("graphreal")
-    return {k: load_inventory(write_real(k, folder / f"{k}.gguf")) for k in sorted({r["model"] for r in REAL})}
+    def write(k: str) -> Path:
+        return (write_extra_real if k in EXTRA else write_real)(k, folder / f"{k}.gguf")
+
+    return {k: load_inventory(write(k)) for k in sorted({r["model"] for r in REAL})}
 
 
 def _device(name: str) -> str:

@@ -18,13 +18,13 @@ from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
-from tests.graph_real import REAL, write_real
+from tests.graph_real import EXTRA, REAL, write_extra_real, write_real
 
 pytestmark = pytest.mark.engine
 
 MiB = 1024 * 1024
 ROWS = json.loads((Path(__file__).parent.parent / "data" / "graph_real_oracle.json").read_text())["rows"]
-CASES = [(r["model"], r["args"]) for r in ROWS if r["model"] in REAL]
+CASES = [(r["model"], r["args"]) for r in ROWS if r["model"] in REAL or r["model"] in EXTRA]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_graph_memory_against_fit_params(endpoints: list[str], tmp_path_factory:
     folder.mkdir(exist_ok=True)
     path = folder / f"{key}.gguf"
     if not path.exists():
-        write_real(key, path)
+        (write_extra_real if key in EXTRA else write_real)(key, path)
     inv = load_inventory(path)
     words = shlex.split(line)
     n = 2 if "2rpc" in words else 1

@@ -312,6 +312,8 @@ ARCHS: dict[str, Build] = {
     "hunyuan-moe": decoder(Decoder(qk_norm="head_after_rope")),
     "bailingmoe2": decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True)),
     "qwen3vlmoe": decoder(Decoder(qk_norm="head", mrope=True, deepstack=True)),
+    "deepseek": decoder(Decoder(norm_w=False)),  # DeepSeek-MoE (v1)
+    "bailingmoe": decoder(Decoder(norm_w=False, norm_w_key=True)),  # Ling (v1)
     "gpt-oss": gpt_oss,
     "deepseek2": deepseek2,
     "llama4": llama4,

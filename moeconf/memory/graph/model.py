@@ -174,6 +174,8 @@ GRAPH_MODELLED: dict[str, tuple[frozenset[str], str]] = {
     "granitemoe": (frozenset(), _CHECKED + " (Granite-3.1-3B-A800M)"),
     "phimoe": (frozenset(), _CHECKED + " (Phi-3.5-MoE)"),
     "dbrx": (frozenset(), _CHECKED + " (DBRX)"),
+    "deepseek": (frozenset({"leading_dense_block_count"}), _CHECKED + " (DeepSeek-MoE-16B)"),
+    "bailingmoe": (frozenset({"leading_dense_block_count"}), _CHECKED + " (Ling-lite)"),
 }
 
 
