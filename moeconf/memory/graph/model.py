@@ -103,9 +103,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                  rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
                  full_offload=full)
     f = facts(inv)
-    from moeconf.memory.classic import input_width
-    if input_width(inv, geo.n_embd) != geo.n_embd:  # Qwen3-VL's deepstack: a wider input embedding
-        hp = replace(hp, n_embd_inp=input_width(inv, geo.n_embd))
+    deep = inv.metadata.hparam("n_deepstack_layers")
+    if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
+        hp = replace(hp, n_embd_inp=geo.n_embd * (1 + deep))
     if "embedding_scale" in f.floats:  # build_inp_embd scales the embeddings (Granite)
         hp = replace(hp, embedding_scale=1.0)
     mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
