@@ -32,6 +32,9 @@ class Setup:
     cache_v: str = "f16"
     pipeline: bool = False
     op_offload: bool = True
+    # the norms pinned to their layer's device under full offload, as an allocating reserve keeps them;
+    # False: as llama-fit-params and llama.cpp's --fit size the buffers (their reset drops the pins)
+    norm_pins: bool = False
 
 
 def covered(arch: str) -> bool:
@@ -91,8 +94,11 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
     out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
-    # -ngl above the block count (nextn blocks included, created or not): every created block and the output offloaded
-    full = all(placement.defaults.get(t.name) != HOST for t in inv.tensors if t.layer is not None) \
+    # -ngl above the block count (nextn blocks included, created or not): every created block and the output
+    # offloaded; the callback then pins each layer's norms to its device, but the reserve that sizes the
+    # compute buffers without allocating (llama-fit-params, --fit: ggml_backend_sched_reserve_size) resets the
+    # scheduler first and so drops those pins: `Setup.norm_pins` says which reserve is modelled
+    full = setup.norm_pins and all(placement.defaults.get(t.name) != HOST for t in inv.tensors if t.layer is not None) \
         and out_home not in (None, HOST)
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,

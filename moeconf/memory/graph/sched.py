@@ -81,10 +81,6 @@ def _batch(t: Tensor) -> int:
 
 
 class Scheduler:
-    # under pipeline parallelism, a second set of copies of each split input computed on another GPU
-    # (measured; see `split`)
-    GPU_TO_GPU_EXTRA = True
-
     def __init__(self, backends: Sequence[Backend], *, pipeline: bool = False, op_offload: bool = True) -> None:
         self.backends = list(backends)
         assert self.backends[-1].host, "the CPU backend comes last"
@@ -255,17 +251,6 @@ class Scheduler:
                 for s in ins:
                     gleafs.append((copies[(id(s), b)], b))
                     gleafs.extend((cp, b) for cp in others[(id(s), b)])
-                    readers = sum(1 for n in members for x in n.src if x is copies[(id(s), b)])
-                    if (self.GPU_TO_GPU_EXTRA and b != cpu and ids[s] != cpu and not (s.flags & INPUT)
-                            and readers > 1):
-                        # measured, not located in the source: a GPU whose split reads a tensor computed on
-                        # another GPU by more than one node (a layer's output: its next norm and residual)
-                        # holds n_copies more of it under pipeline parallelism (Mixtral-8x7B over 2 and 3 RPC
-                        # devices, -ub 256/512, flash attention on and off; the tiny models of 15
-                        # architectures; Ling-mini-2.0: without it each such GPU 4 x n_embd x ubatch floats
-                        # under, the first GPU exact; an output norm alone read there: exact without it)
-                        gleafs.extend((Tensor("NONE", s.type, s.ne, s.nb, [], flags=INPUT | OUTPUT), b)
-                                      for _ in range(self.n_copies))
         gleafs.extend((leaf, ids[leaf]) for leaf in g.leafs)
         self.copy_nodes = gnodes
         self.copy_leafs = gleafs
