@@ -21,6 +21,7 @@ from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.memory import read_settings
 from moeconf.memory.estimate import MemoryEstimate
+from moeconf.memory.graph.model import GRAPH_MODELLED
 from moeconf.memory.support import MODELLED
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
@@ -71,7 +72,8 @@ def _errors(est: MemoryEstimate, figures: dict[str, list[float]]) -> list[str]:
 
 def test_every_modelled_architecture_is_measured_in_both_cases() -> None:
     measured = {(_arch(r["model"]), _case(r["args"])) for r in ROWS}
-    own = classic.OWN_PLACEMENT_CHECKS
+    # (the graph's architectures are measured at -ngl 0 and 1 in tests/data/graph_real_oracle.json)
+    own = classic.OWN_PLACEMENT_CHECKS | set(GRAPH_MODELLED)
     assert {(a, c) for a in MODELLED if a not in own for c in ("host", "gpu_output")} <= measured
     # every layout of a modelled architecture, at both ubatch sizes
     for key, lay in LAYOUTS.items():

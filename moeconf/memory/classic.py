@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeconf.memory.graph.model import GRAPH_MODELLED
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 
@@ -215,7 +216,8 @@ def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool, 
     inv = placement.inventory
     out = []
     case = cpu_layers_case(placement)  # every block on the CPU (h20ngl)
-    if case is not None and inv.arch not in CPU_LAYERS_EXACT[case] and inv.arch not in OWN_PLACEMENT_CHECKS:
+    if (case is not None and inv.arch not in CPU_LAYERS_EXACT[case] and inv.arch not in OWN_PLACEMENT_CHECKS
+            and inv.arch not in GRAPH_MODELLED):  # the engine's graph covers every placement (memory/graph)
         what = ("every block and the output layer on the CPU (-ngl 0)" if case == "host" else
                 "every block on the CPU and only the output layer on a GPU (-ngl 1)")
         out.append(f"compute is not modelled for {inv.arch} with {what}: not measured within tolerance of "

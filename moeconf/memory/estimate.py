@@ -48,6 +48,7 @@ from moeconf.memory.classic import (
     weights_before,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.graph.model import GRAPH_MODELLED, graph_compute
 from moeconf.memory.ikarchs import compute_note as ik_compute_note
 from moeconf.memory.ikarchs import kv_only as ik_kv_only
 from moeconf.memory.ikmla import computed_weights, effective_mla
@@ -606,6 +607,12 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         compute = defaultdict(int, replay_glm5next.replayed_glm5next(
             placement, geo, T, cells, n_seq, pipeline=pipeline, flash_attn=fa, cache_type_k=ctk,
             offload_kqv=settings.offload_kqv, n_stream=n_stream, approximate=not replay))
+    # --- the engine's graph, scheduled and allocated (memory/graph): every compute buffer of the
+    # architectures it models where no replay above does (CUDA's op-offload copies included)
+    by_graph = inv.arch in GRAPH_MODELLED and not ik and replay
+    if by_graph:
+        compute = defaultdict(int, graph_compute(placement, settings, pipeline))
+        outputs_exact.update(compute)
     # ---
     # llama-server's output reservation: where no replay counted the output device's compute for
     # the rows the server reserves, the figure above is for the whole ubatch (an upper bound)
@@ -628,7 +635,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # expert tensor left in host memory; FA with a quantized cache converts K and V to f16
             host_experts = [t.nbytes for t in inv.tensors
                             if t.role == "experts" and placement.devices[t.name] == HOST]
-            if host_experts and T >= 32 and (settings.op_offload or ik):  # --no-op-offload: llama.cpp only
+            if host_experts and T >= 32 and (settings.op_offload or ik) and not by_graph:  # (the graph has it)
                 compute[d] += max(host_experts)
                 estimated_terms[d].append("compute: op-offload copy of the largest CPU expert tensor")
             if fa and (is_quantized(ctk) or is_quantized(ctv)):

@@ -27,6 +27,7 @@ import moeconf.memory.replay_glm5next as _replay_glm5next
 import moeconf.memory.replay_nemotron as _replay_nemotron
 from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
+from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
 from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
 
@@ -111,6 +112,8 @@ MODELLED: Final[dict[str, ArchMemory]] = {
 }
 # the classic MoEs checked within tolerance (memory/classic.py)
 MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
+# the architectures whose compute the engine's graph gives (memory/graph/model.py GRAPH_MODELLED)
+MODELLED.update({a: ArchMemory(keys, _MAINLINE, checked) for a, (keys, checked) in _GRAPH_MODELLED.items()})
 
 
 # Architectures measured or read and refused, with the whole reason `unmodelled` gives: what the

@@ -68,6 +68,9 @@ class ModelMetadata:
     # the name after `{arch}.` of every `{arch}.*` key in the file, whatever its type; None where
     # the source did not record them (a manifest before version 3)
     arch_keys: tuple[str, ...] | None = None
+    # the float `{arch}.*` keys whose value is 0 or 1 (a scale the graph then leaves out); read from a
+    # GGUF only (a manifest does not carry them: its float keys count as scales that run)
+    unit_floats: tuple[str, ...] = field(default=(), compare=False)
 
     def hparam(self, key: str) -> int | tuple[int, ...] | None:
         """An `{arch}.KEY` integer (or integer array) from the file, by its name after `{arch}.`."""
@@ -462,6 +465,7 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
     read = set(ModelMetadata.ARCH_KEYS.values())
     arch_keys: list[str] = []
     hparams: list[tuple[str, int | tuple[int, ...]]] = []
+    unit_floats: list[str] = []
     for key, entry in header.metadata.items():
         if not key.startswith(prefix):
             continue
@@ -473,6 +477,8 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         if suffix in read:
             continue
         v = entry.value
+        if isinstance(v, float) and v in (0.0, 1.0):
+            unit_floats.append(suffix)
         if isinstance(v, bool | int):
             hparams.append((suffix, int(v)))
         elif (isinstance(v, list) and len(v) <= MAX_HPARAM_ARRAY
@@ -482,7 +488,7 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         arch=arch, block_count=block_count,
         name=name if isinstance(name, str) else None,
         file_type=_int_meta(header, "general.file_type"),
-        hparams=tuple(sorted(hparams)), arch_keys=tuple(sorted(arch_keys)),
+        hparams=tuple(sorted(hparams)), arch_keys=tuple(sorted(arch_keys)), unit_floats=tuple(sorted(unit_floats)),
         **values,
     )
 

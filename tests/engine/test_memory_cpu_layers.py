@@ -19,6 +19,7 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.memory import read_settings
+from moeconf.memory.graph.model import GRAPH_MODELLED
 from moeconf.memory.support import MODELLED
 from moeconf.model.inventory import Inventory
 from moeconf.sizing import estimate_explained
@@ -33,7 +34,7 @@ MiB = 1024 * 1024
 RESULTS: list[dict[str, object]] = []
 # one layout per modelled architecture (the smallest header), four lines each
 KEYS = sorted({min((k for k, lay in LAYOUTS.items() if lay.arch == arch), key=lambda k: len(LAYOUTS[k].key))
-               for arch in MODELLED if arch not in classic.OWN_PLACEMENT_CHECKS})
+               for arch in MODELLED if arch not in classic.OWN_PLACEMENT_CHECKS and arch not in GRAPH_MODELLED})
 LINES = ("-c 32768 -ngl 0", "-c 32768 -ngl 0 -ub 1024", "-c 32768 -ngl 1", "-c 32768 -ngl 1 -ub 1024")
 CASES = [(k, line) for k in KEYS for line in LINES]
 

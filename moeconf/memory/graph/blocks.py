@@ -1,0 +1,491 @@
+"""llama.cpp's graph blocks (`llm_graph_context`, src/llama-graph.cpp, and the KV cache's views,
+src/llama-kv-cache.cpp) emitting the tensors the engine's blocks emit, in the order they expand
+them into the graph: the inputs (token embeddings, positions, output ids, the KV cache's indices,
+mask and rotations), norms, the Q/K/V projections, attention through the KV cache with and without
+flash attention, the dense FFN, the MoE FFN (router, selection bias, top-k, weights normalisation
+and scale, separate or fused gate/up experts, expert biases, the experts' sum) and the callback
+that pins a layer's norms to its device. An architecture composes them (`archs`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, nelements, row_size
+
+
+@dataclass(frozen=True)
+class Hparams:
+    n_embd: int
+    n_layer: int
+    n_head: tuple[int, ...]
+    n_head_kv: tuple[int, ...]
+    head_k: int
+    head_v: int
+    n_vocab: int
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_embd_inp: int = 0  # 0: n_embd
+    embedding_scale: float = 0.0
+
+
+@dataclass(frozen=True)
+class Cparams:
+    n_tokens: int  # the ubatch reserved
+    n_outputs: int
+    n_kv: int  # KV cells the mask spans (per stream)
+    n_kv_swa: int = 0  # the sliding-window cache's cells (0: none)
+    n_stream: int = 1
+    flash_attn: bool = True
+    offload_kqv: bool = True
+    cache_k: str = "F16"
+    cache_v: str = "F16"
+    rot_k: int = 0  # Hadamard rotation sides (0: none)
+    rot_v: int = 0
+    full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
+
+
+@dataclass(frozen=True)
+class Mla:
+    """DeepSeek's attention dimensions: the per-head Q/K width (nope + rope) and V width, the RoPE
+    part, the KV latent rank, and whether the GGUF asks for the absorbed form (key_length_mla)."""
+
+    head_k: int = 0
+    head_v: int = 0
+    rope: int = 0
+    kv_lora_rank: int = 0
+    absorbed: bool = False
+
+
+@dataclass
+class AttnInput:
+    k_idxs: Tensor
+    v_idxs: Tensor
+    mask: Tensor
+    k_rot: Tensor | None
+    v_rot: Tensor | None
+    n_kv: int  # the cells its cache's views span
+
+
+@dataclass
+class Weights:
+    """The model's weights as graph leafs (absent ones are None), by GGUF name."""
+
+    by_name: dict[str, Tensor]
+
+    def get(self, name: str) -> Tensor | None:
+        return self.by_name.get(name)
+
+    def layer(self, il: int, base: str, suffix: str = "weight") -> Tensor | None:
+        return self.by_name.get(f"blk.{il}.{base}.{suffix}")
+
+
+@dataclass
+class GraphContext:
+    """One graph build: the context, the graph, the model's weights and KV cache tensors, and the
+    backends the callback pins tensors to (`pinned`: tensor -> backend index)."""
+
+    hp: Hparams
+    cp: Cparams
+    w: Weights
+    kv: dict[int, tuple[Tensor, Tensor]]  # layer -> (K cache, V cache)
+    layer_backend: dict[int, int]  # layer -> backend index of its home device
+    cpu_backend: int
+    ctx: Ctx = field(default_factory=Ctx)
+    gf: CGraph = field(default_factory=CGraph)
+    pinned: dict[Tensor, int] = field(default_factory=dict)
+    groups: tuple[int, int] = (0, 0)  # expert groups and groups used
+    t_inp_embd: Tensor | None = None  # the input embeddings as the graph reads them (res->t_inp_embd)
+    swa_layers: dict[int, bool] = field(default_factory=dict)  # layer -> in the sliding-window cache
+    mla: Mla = field(default_factory=Mla)
+
+    @property
+    def n_tokens(self) -> int:
+        return self.cp.n_tokens
+
+    def expand(self, t: Tensor) -> None:
+        self.gf.expand(t)
+
+    def cb(self, t: Tensor, name: str, il: int) -> None:
+        t.name = f"{name}-{il}" if il >= 0 else name
+        if (self.n_tokens < 32 or self.cp.full_offload) and il != -1 and name in ("norm", "l_last"):
+            self.pinned[t] = self.layer_backend.get(il, self.cpu_backend)
+
+    # -- inputs
+    def inp_embd(self, tok_embd: Tensor) -> Tensor:
+        c = self.ctx
+        n_inp = self.hp.n_embd_inp or self.hp.n_embd
+        tokens = c.input("I32", self.n_tokens, name="inp_tokens")
+        embd = c.input("F32", n_inp, self.n_tokens, name="inp_embd")
+        cur = c.get_rows(tok_embd, tokens)
+        if n_inp != self.hp.n_embd:
+            cur = c.pad(cur, n_inp - self.hp.n_embd)
+        self.expand(cur)  # ggml_build_forward_select: both paths in the graph, the token path first
+        self.expand(embd)
+        if n_inp != self.hp.n_embd:
+            cur = c.view(cur, (self.hp.n_embd, self.n_tokens), (cur.nb[1],), 0)
+        self.t_inp_embd = cur
+        if self.hp.embedding_scale:
+            cur = c.scale(cur)
+        cur.name = cur.name or "embd"
+        self.expand(cur)
+        return cur
+
+    def inp_pos(self, per_embd: int = 1) -> Tensor:
+        return self.ctx.input("I32", self.n_tokens * per_embd, name="inp_pos")
+
+    def inp_out_ids(self) -> Tensor:
+        return self.ctx.input("I32", self.cp.n_outputs, name="out_ids")
+
+    def attn_inp_kv(self, n_kv: int = 0) -> AttnInput:
+        """build_attn_inp_kv (one cache of n_kv cells: the context's unless given)."""
+        c, cp = self.ctx, self.cp
+        n_kv = n_kv or cp.n_kv
+        k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
+        v_trans = not cp.flash_attn
+        v_width = max((self.hp.n_head_kv[il] * self.hp.head_v for il in self.kv), default=0)
+        v_idxs = c.input("I64", self.n_tokens * (v_width if v_trans else 1), name="attn_inp_v_idxs")
+        mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
+                       name="attn_inp_kq_mask")
+        k_rot = c.input("F32", cp.rot_k, cp.rot_k, name="attn_inp_k_rot") if cp.rot_k else None
+        v_rot = c.input("F32", cp.rot_v, cp.rot_v, name="attn_inp_v_rot") if cp.rot_v else None
+        return AttnInput(k_idxs, v_idxs, mask, k_rot, v_rot, n_kv)
+
+    def attn_inp_k(self) -> AttnInput:
+        """build_attn_inp_k: a K-only cache (MLA's latent): its indices and mask."""
+        c, cp = self.ctx, self.cp
+        k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
+        mask = c.input("F16" if cp.flash_attn else "F32", cp.n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
+                       name="attn_inp_kq_mask")
+        return AttnInput(k_idxs, k_idxs, mask, None, None, cp.n_kv)
+
+    def attn_k(self, inp: AttnInput, il: int, wo: Tensor | None, q: Tensor, k: Tensor, v: Tensor,
+               v_mla: Tensor | None) -> Tensor:
+        """build_attn with a K-only cache: V a view of K's first columns, decompressed by `v_mla`."""
+        c = self.ctx
+        for t in (q, v, k):
+            self.expand(t)
+        kc, _ = self.kv[il]
+        self.expand(self._cpy_k(kc, k, inp.k_idxs))
+        kview = self._get_k(kc, il, inp.n_kv)
+        vview = c.view(kview, (v.ne[0], kview.ne[1], kview.ne[2], kview.ne[3]),
+                       (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
+        cur = self.attn_mha(q, kview, vview, inp.mask, None, v_mla)
+        if wo is not None:
+            cur = self.mm(wo, cur)
+        return cur
+
+    def attn_inp_kv_iswa(self) -> tuple[AttnInput, AttnInput]:
+        """build_attn_inp_kv_iswa: the full cache's inputs and the sliding window's (their indices
+        and masks; then each cache's rotations)."""
+        c, cp = self.ctx, self.cp
+        ins = []
+        for n_kv in (cp.n_kv, cp.n_kv_swa):
+            k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
+            v_width = max((self.hp.n_head_kv[il] * self.hp.head_v for il in self.kv), default=0)
+            v_idxs = c.input("I64", self.n_tokens * (1 if cp.flash_attn else v_width), name="attn_inp_v_idxs")
+            mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
+                           name="attn_inp_kq_mask")
+            ins.append(AttnInput(k_idxs, v_idxs, mask, None, None, n_kv))
+        for a in ins:
+            a.k_rot = c.input("F32", cp.rot_k, cp.rot_k, name="attn_inp_k_rot") if cp.rot_k else None
+            a.v_rot = c.input("F32", cp.rot_v, cp.rot_v, name="attn_inp_v_rot") if cp.rot_v else None
+        return ins[0], ins[1]
+
+    # -- norms, projections
+    def mm(self, w: Tensor, cur: Tensor, w_s: Tensor | None = None) -> Tensor:
+        """build_lora_mm (no adapters: memory refuses them)."""
+        res = self.ctx.mul_mat(w, cur)
+        if w_s is not None:
+            res = self.ctx.mul(res, w_s)
+        return res
+
+    def norm(self, cur: Tensor, w: Tensor | None, b: Tensor | None, il: int, rms: bool = True) -> Tensor:
+        c = self.ctx
+        cur = c.rms_norm(cur) if rms else c.norm(cur)
+        if w is not None or b is not None:
+            self.cb(cur, "norm", il)
+        if w is not None:
+            cur = c.mul(cur, w)
+        if b is not None:
+            cur = c.add(cur, b)
+        return cur
+
+    def qkv(self, il: int, cur: Tensor, n_head: int, n_head_kv: int, head_k: int, head_v: int,
+            clamp: bool = False, reshape: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        """build_qkv: a fused QKV projection (views of it) or separate Q, K, V (each + bias, each
+        clamped where the model clamps them), reshaped per head unless `reshape` is False."""
+        c, w = self.ctx, self.w
+        T = cur.ne[1]
+        wqkv = w.layer(il, "attn_qkv")
+        if wqkv is not None:
+            qkv = self.mm(wqkv, cur)
+            b = w.layer(il, "attn_qkv", "bias")
+            if b is not None:
+                qkv = c.add(qkv, b)
+            if clamp:
+                qkv = c.clamp(qkv)
+            rs = row_size(qkv.type, 1)
+            q = c.view(qkv, (head_k, n_head, T), (rs * head_k, qkv.nb[1]), 0)
+            k = c.view(qkv, (head_k, n_head_kv, T), (rs * head_k, qkv.nb[1]), rs * head_k * n_head)
+            v = c.view(qkv, (head_v, n_head_kv, T), (rs * head_v, qkv.nb[1]), rs * head_k * (n_head + n_head_kv))
+            return q, k, v
+        out = []
+        parts = (("attn_q", n_head, head_k), ("attn_k", n_head_kv, head_k), ("attn_v", n_head_kv, head_v))
+        for base, heads, width in parts:
+            wt = w.layer(il, base)
+            assert wt is not None, f"blk.{il}.{base}"
+            t = self.mm(wt, cur)
+            bias = w.layer(il, base, "bias")
+            if bias is not None:
+                t = c.add(t, bias)
+            if clamp and reshape:
+                t = c.clamp(t)
+            out.append((t, heads, width))
+        if not reshape:
+            return out[0][0], out[1][0], out[2][0]
+        q, k, v = (c.reshape(t, width, heads, T) for t, heads, width in out)
+        return q, k, v
+
+    # -- attention through the KV cache
+    def _hadamard(self, cur: Tensor, rot: Tensor) -> Tensor:
+        c = self.ctx
+        n = rot.ne[0]
+        from moeconf.memory.graph.ggml import is_contiguous
+        n_rows = nelements(cur) // n
+        res = c.cont(cur, n, n_rows) if not is_contiguous(cur) else c.reshape(cur, n, n_rows)
+        res = c.mul_mat(rot, res)
+        return c.reshape(res, *cur.ne)
+
+    def attn(self, inp: AttnInput, il: int, wo: Tensor | None, wo_b: Tensor | None, q: Tensor, k: Tensor,
+             v: Tensor, sinks: Tensor | None = None, iswa: bool = False) -> Tensor:
+        """build_attn with a KV cache (llm_graph_input_attn_kv; `iswa`: the sliding-window pair's form,
+        which expands K before V)."""
+        c = self.ctx
+        if inp.k_rot is not None:
+            q = self._hadamard(q, inp.k_rot)
+            k = self._hadamard(k, inp.k_rot)
+        if inp.v_rot is not None:
+            v = self._hadamard(v, inp.v_rot)
+        for t in (q, k, v) if iswa else (q, v, k):
+            self.expand(t)
+        kc, vc = self.kv[il]
+        self.expand(self._cpy_k(kc, k, inp.k_idxs))
+        self.expand(self._cpy_v(vc, v, inp.v_idxs))
+        kview, vview = self._get_k(kc, il, inp.n_kv), self._get_v(vc, il, inp.n_kv)
+        cur = self.attn_mha(q, kview, vview, inp.mask, sinks)
+        if inp.v_rot is not None:
+            cur = self._hadamard(cur, inp.v_rot)
+        if wo is not None:
+            cur = self.mm(wo, cur)
+        if wo_b is not None:
+            cur = c.add(cur, wo_b)
+        return cur
+
+    def _cpy_k(self, kc: Tensor, k: Tensor, idxs: Tensor) -> Tensor:
+        c = self.ctx
+        n_gqa = k.ne[0] * k.ne[1]
+        view = c.view(k, (n_gqa, k.ne[2]), (k.nb[2],), 0)
+        if kc.ne[2] > 1:
+            kc = c.reshape(kc, n_gqa, kc.ne[1] * kc.ne[2])
+        return c.set_rows(kc, view, idxs)
+
+    def _cpy_v(self, vc: Tensor, v: Tensor, idxs: Tensor) -> Tensor:
+        c = self.ctx
+        n_gqa = v.ne[0] * v.ne[1]
+        if self.cp.flash_attn:
+            view = c.view(v, (n_gqa, v.ne[2]), (v.nb[2],), 0)
+            if vc.ne[2] > 1:
+                vc = c.reshape(vc, n_gqa, vc.ne[1] * vc.ne[2])
+            return c.set_rows(vc, view, idxs)
+        contiguous = row_size(v.type, n_gqa) == v.nb[2]
+        flat = c.reshape(v, n_gqa, v.ne[2]) if contiguous else c.cont(v, n_gqa, v.ne[2])
+        if n_gqa < vc.ne[0]:
+            flat = c.pad(flat, vc.ne[0] - n_gqa)
+        vv = c.reshape(vc, 1, nelements(vc))
+        flat = c.reshape(flat, 1, nelements(flat))
+        return c.set_rows(vv, flat, idxs)
+
+    def _get_k(self, kc: Tensor, il: int, n_kv: int) -> Tensor:
+        hp = self.hp
+        gqa, size = kc.ne[0], kc.ne[1]
+        t = kc.type
+        return self.ctx.view(kc, (hp.head_k, hp.n_head_kv[il], n_kv, kc.ne[2]),
+                             (row_size(t, hp.head_k), row_size(t, gqa), row_size(t, gqa * size)), 0)
+
+    def _get_v(self, vc: Tensor, il: int, n_kv: int) -> Tensor:
+        hp, cp = self.hp, self.cp
+        gqa, size = vc.ne[0], vc.ne[1]
+        t = vc.type
+        if cp.flash_attn:
+            return self.ctx.view(vc, (hp.head_v, hp.n_head_kv[il], n_kv, vc.ne[2]),
+                                 (row_size(t, hp.head_v), row_size(t, gqa), row_size(t, gqa * size)), 0)
+        return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hp.head_v, vc.ne[2]),
+                             (row_size(t, size * hp.head_v), row_size(t, size), row_size(t, size * gqa)), 0)
+
+    def attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor | None,
+                 v_mla: Tensor | None = None) -> Tensor:
+        c = self.ctx
+        v_trans = v.nb[1] > v.nb[2]
+        ns = k.ne[3]
+        q = c.view(q, (q.ne[0], q.ne[1], q.ne[2] // ns, ns), (q.nb[1], q.nb[2], q.nb[2] * (q.ne[2] // ns)), 0)
+        q = c.permute(q, 0, 2, 1, 3)
+        k = c.permute(k, 0, 2, 1, 3)
+        v = c.permute(v, 0, 2, 1, 3)
+        if self.cp.flash_attn:
+            if v_trans:
+                v = c.transpose(v)
+            cur = c.flash_attn_ext(q, k, v, mask)
+            if sinks is not None:
+                cur.src.append(sinks)
+            if v_mla is not None:
+                cur = c.cont(c.permute(c.mul_mat(v_mla, c.permute(cur, 0, 2, 1, 3)), 0, 2, 1, 3))
+            cur = c.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+        else:
+            kq = c.mul_mat(k, q)
+            kq = c.soft_max(kq, mask)
+            if sinks is not None:
+                kq.src.append(sinks)
+            if not v_trans:
+                v = c.cont(c.transpose(v))
+            kqv = c.mul_mat(v, kq)
+            if v_mla is not None:
+                kqv = c.mul_mat(v_mla, kqv)
+            cur = c.permute(kqv, 0, 2, 1, 3)
+            cur = c.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+            if not self.cp.offload_kqv:
+                self.pinned[cur] = self.cpu_backend
+        self.expand(cur)
+        return cur
+
+    # -- feed-forward
+    def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
+            act: str = "silu", parallel: bool = True, up_b: Tensor | None = None, gate_b: Tensor | None = None,
+            down_b: Tensor | None = None) -> Tensor:
+        """build_ffn (no scales, no clamp): up, gate (parallel: from the input), the gated activation, down."""
+        c = self.ctx
+        tmp = self.mm(up, cur) if up is not None else cur
+        if up_b is not None:
+            tmp = c.add(tmp, up_b)
+        if gate is not None:
+            cur = self.mm(gate, tmp if not parallel else cur)
+            if gate_b is not None:
+                cur = c.add(cur, gate_b)
+        else:
+            cur = tmp
+        if gate is not None and parallel:
+            cur = c.glu_split(cur, tmp, "swiglu" if act == "silu" else "geglu" if act == "gelu" else "reglu")
+        else:
+            cur = c.unary(cur, act)
+        if down is not None:
+            cur = self.mm(down, cur)
+        if down_b is not None:
+            cur = c.add(cur, down_b)
+        return cur
+
+    def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
+                act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
+                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0)) -> Tensor:
+        """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
+        weights (normalised, scaled), the experts (separate or fused gate/up, biases), weighted, summed."""
+        c, w, hp = self.ctx, self.w, self.hp
+        n_embd, T = cur.ne[0], cur.ne[1]
+        used = n_expert_used or hp.n_expert_used
+        gate_inp = w.layer(il, "ffn_gate_inp")
+        assert gate_inp is not None
+        logits = self.mm(gate_inp, cur)
+        logits.name = f"ffn_moe_logits-{il}"
+        if gate_inp_b is not None:
+            logits = c.add(logits, gate_inp_b)
+        if gating == "softmax":
+            probs = c.soft_max(logits)
+        elif gating == "sigmoid":
+            probs = c.unary(logits, "sigmoid")
+        else:  # softmax_weight: the logits themselves
+            probs = logits
+        selection = c.add(probs, probs_bias) if probs_bias is not None else probs
+        if weight_before:
+            selection = logits
+        n_expert = probs.ne[0]
+        n_groups, n_group_used = groups
+        if n_groups > 1 and T > 0:  # the top groups' experts only (DeepSeek-V3's group-limited routing)
+            per = n_expert // n_groups
+            sel_groups = c.reshape(selection, per, n_groups, T)
+            scores = c.argsort_top_k(sel_groups, 2)
+            scores = c.get_rows(c.reshape(sel_groups, 1, per, n_groups, T), scores)
+            scores = c.sum_rows(c.reshape(scores, scores.ne[1], scores.ne[2], scores.ne[3]))
+            scores = c.reshape(scores, scores.ne[1], scores.ne[2])
+            top_groups = c.argsort_top_k(scores, n_group_used)
+            kept = c.get_rows(sel_groups, top_groups)
+            selection = c.reshape(c.set_rows(c.fill(sel_groups), kept, top_groups), n_expert, T)
+        selected = c.argsort_top_k(selection, used)
+        probs3 = c.reshape(probs, 1, n_expert, T)
+        weights = c.get_rows(probs3, selected)
+        if gating == "softmax_weight":
+            weights = c.reshape(c.soft_max(c.reshape(weights, used, T)), 1, used, T)
+        if norm_w:
+            w2 = c.reshape(weights, used, T)
+            wsum = c.clamp(c.sum_rows(w2))
+            weights = c.reshape(c.div(w2, wsum), 1, used, T)
+        if w_scale not in (0.0, 1.0):
+            weights = c.scale(weights)
+        self.expand(weights)
+        cur = c.reshape(cur, n_embd, 1, T)
+        if weight_before:
+            cur = c.mul(c.repeat(cur, n_embd, used, T, 1), weights)
+        gate_up = w.layer(il, "ffn_gate_up_exps")
+        if gate_up is not None:
+            gu = c.mul_mat_id(gate_up, cur, selected)
+            b = w.layer(il, "ffn_gate_up_exps", "bias")
+            if b is not None:
+                gu = c.add_id(gu, b, selected)
+            n_ff = gu.ne[0] // 2
+            g = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), 0)
+            up = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), n_ff * gu.nb[0])
+            has_gate = True
+        else:
+            up_w = w.layer(il, "ffn_up_exps")
+            assert up_w is not None
+            up = c.mul_mat_id(up_w, cur, selected)
+            b = w.layer(il, "ffn_up_exps", "bias")
+            if b is not None:
+                up = c.add_id(up, b, selected)
+            gate_w = w.layer(il, "ffn_gate_exps")
+            g = c.mul_mat_id(gate_w, cur, selected) if gate_w is not None else up
+            b = w.layer(il, "ffn_gate_exps", "bias")
+            if b is not None:
+                g = c.add_id(g, b, selected)
+            has_gate = gate_w is not None
+        if act == "swiglu_oai":
+            h = c.glu_split(g, up, "swiglu_oai")
+        elif has_gate:
+            h = c.glu_split(g, up, {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}[act])
+        else:
+            h = c.unary(g, act)
+        down_w = w.layer(il, "ffn_down_exps")
+        assert down_w is not None
+        experts = c.mul_mat_id(down_w, h, selected)
+        b = w.layer(il, "ffn_down_exps", "bias")
+        if b is not None:
+            experts = c.add_id(experts, b, selected)
+        if not weight_before:
+            experts = c.mul(experts, weights)
+        self.expand(experts)
+        views = [c.view(experts, (n_embd, T), (experts.nb[2],), i * experts.nb[1]) for i in range(used)]
+        for v in views:
+            self.expand(v)
+        out = views[0]
+        for v in views[1:]:
+            out = c.add(out, v)
+            self.expand(out)
+        if used == 1:
+            out = c.cont(out)
+        return out
+
+    # -- output
+    def finish(self, norm: Tensor, logits: Tensor) -> None:
+        """The graph's outputs (the final norm and the logits: never freed) and its last expansion."""
+        norm.name = "result_norm"
+        logits.name = "result_output"
+        norm.flags |= OUTPUT
+        logits.flags |= OUTPUT
+        self.expand(logits)

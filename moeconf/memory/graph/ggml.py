@@ -1,0 +1,289 @@
+"""ggml's graph as data: tensors with the op, type, shape (ne), strides (nb), view source and
+offset the pinned ggml gives them (ggml/src/ggml.c: each op's result shape and whether it is a new
+tensor or a view), and a graph built by the same depth-first, sources-left-to-right expansion
+(`ggml_build_forward_expand`), nodes and leafs in ggml's order. Nothing here is sized by hand:
+the scheduler and the allocator (`sched`) read `nbytes`, the layout and the flags, as ggml does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+
+from moeconf.model import ggml as _types
+
+INPUT = 1
+OUTPUT = 2
+
+# ops that are views for the scheduler (ggml-backend.cpp ggml_is_view_op)
+VIEW_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
+
+
+@cache
+def type_block(type_name: str) -> tuple[int, int]:
+    """(elements per block, bytes per block) of a ggml type."""
+    low = {"F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "I32": (1, 4), "I64": (1, 8), "I16": (1, 2), "I8": (1, 1)}
+    if type_name in low:
+        return low[type_name]
+    return _types.quant_sizes()[_types.type_ids()[type_name]]
+
+
+def row_size(type_name: str, n: int) -> int:
+    block, size = type_block(type_name)
+    return n * size // block
+
+
+Shape = tuple[int, int, int, int]
+
+
+@dataclass(eq=False, slots=True)
+class Tensor:
+    """One ggml tensor. `buffer` names the device whose buffer already holds it (weights, the KV
+    cache): the scheduler pins ops on it there and the allocator leaves it alone; `weights`: that
+    buffer's usage is weights (the scheduler's op-placement rule reads only those)."""
+
+    op: str
+    type: str
+    ne: Shape
+    nb: Shape
+    src: list[Tensor | None]
+    view_src: Tensor | None = None
+    view_offs: int = 0
+    flags: int = 0
+    buffer: str | None = None
+    weights: bool = False
+    name: str = ""
+    layer: int = -1  # the layer a weight belongs to (-1: none)
+    sub: str = ""  # the unary or GLU op of a UNARY or GLU node (SILU, SIGMOID, SWIGLU, ...)
+    uid: int = field(default=0)
+
+    @property
+    def is_view(self) -> bool:  # ggml_impl_is_view
+        return self.view_src is not None
+
+    def describe(self) -> str:
+        srcs = ", ".join(s.name or s.op for s in self.src if s is not None)
+        return f"{self.op} {self.type} {list(self.ne)} {self.name!r} <- [{srcs}]"
+
+
+def contiguous_nb(type_name: str, ne: Sequence[int]) -> Shape:
+    block, size = type_block(type_name)
+    nb0 = size
+    nb1 = nb0 * (ne[0] // block)
+    nb2 = nb1 * ne[1]
+    nb3 = nb2 * ne[2]
+    return (nb0, nb1, nb2, nb3)
+
+
+def nbytes(t: Tensor) -> int:
+    """ggml_nbytes: the bytes a tensor spans with its strides (a strided view's copy spans its gaps)."""
+    if any(n <= 0 for n in t.ne):
+        return 0
+    block, size = type_block(t.type)
+    if block == 1:
+        return size + sum((t.ne[i] - 1) * t.nb[i] for i in range(4))
+    return t.ne[0] * t.nb[0] // block + sum((t.ne[i] - 1) * t.nb[i] for i in range(1, 4))
+
+
+def nelements(t: Tensor) -> int:
+    return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]
+
+
+def is_contiguous(t: Tensor) -> bool:
+    return t.nb == contiguous_nb(t.type, t.ne)
+
+
+def same_layout(a: Tensor, b: Tensor) -> bool:  # ggml_are_same_layout
+    return a.type == b.type and a.ne == b.ne and a.nb == b.nb
+
+
+def _ne4(ne: Sequence[int]) -> Shape:
+    v = list(ne) + [1] * (4 - len(ne))
+    return (v[0], v[1], v[2], v[3])
+
+
+class Ctx:
+    """A ggml context building tensors with ggml's shape rules (ops by their ggml names)."""
+
+    def __init__(self) -> None:
+        self._n = 0
+
+    def _make(self, op: str, type_name: str, ne: Sequence[int], src: Sequence[Tensor | None],
+              view_src: Tensor | None = None, view_offs: int = 0, nb: Shape | None = None) -> Tensor:
+        ne4 = _ne4(ne)
+        if view_src is not None and view_src.view_src is not None:
+            view_offs += view_src.view_offs
+            view_src = view_src.view_src
+        self._n += 1
+        return Tensor(op, type_name, ne4, nb if nb is not None else contiguous_nb(type_name, ne4), list(src),
+                      view_src, view_offs, uid=self._n)
+
+    # -- leafs
+    def new(self, type_name: str, *ne: int, name: str = "", flags: int = 0) -> Tensor:
+        t = self._make("NONE", type_name, ne, [])
+        t.name, t.flags = name, flags
+        return t
+
+    def input(self, type_name: str, *ne: int, name: str) -> Tensor:
+        return self.new(type_name, *ne, name=name, flags=INPUT)
+
+    def weight(self, name: str, type_name: str, ne: Sequence[int], device: str, layer: int = -1) -> Tensor:
+        t = self._make("NONE", type_name, ne, [])
+        t.name, t.buffer, t.weights, t.layer = name, device, True, layer
+        return t
+
+    def cache(self, name: str, type_name: str, ne: Sequence[int], device: str) -> Tensor:
+        t = self._make("NONE", type_name, ne, [])
+        t.name, t.buffer = name, device
+        return t
+
+    # -- views
+    def view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:
+        """ggml_view_1d..4d: nb are (nb1, nb2, nb3) as far as given."""
+        ne4 = _ne4(ne)
+        full = [row_size(a.type, 1) if type_block(a.type)[0] == 1 else a.nb[0], *nb]
+        while len(full) < 4:
+            full.append(full[-1] * ne4[len(full) - 1])
+        return self._make("VIEW", a.type, ne4, [a], a, offset, (full[0], full[1], full[2], full[3]))
+
+    def view_tensor(self, a: Tensor, op: str = "NONE") -> Tensor:
+        return self._make(op, a.type, a.ne, [a] if op == "VIEW" else [], a, 0, a.nb)
+
+    def reshape(self, a: Tensor, *ne: int) -> Tensor:
+        return self._make("RESHAPE", a.type, ne, [a], a, 0)
+
+    def permute(self, a: Tensor, *axes: int, op: str = "PERMUTE") -> Tensor:
+        ne = [0, 0, 0, 0]
+        nb = [0, 0, 0, 0]
+        for i, ax in enumerate(axes):
+            ne[ax] = a.ne[i]
+            nb[ax] = a.nb[i]
+        return self._make(op, a.type, ne, [a], a, 0, (nb[0], nb[1], nb[2], nb[3]))
+
+    def transpose(self, a: Tensor) -> Tensor:
+        return self.permute(a, 1, 0, 2, 3, op="TRANSPOSE")
+
+    # -- ops
+    def _dup(self, op: str, a: Tensor, *src: Tensor | None) -> Tensor:
+        return self._make(op, a.type, a.ne, [a, *src])
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._dup("ADD", a, b)
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._dup("MUL", a, b)
+
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._dup("DIV", a, b)
+
+    def scale(self, a: Tensor) -> Tensor:
+        return self._dup("SCALE", a)
+
+    def fill(self, a: Tensor) -> Tensor:
+        return self._dup("FILL", a)
+
+    def clamp(self, a: Tensor) -> Tensor:
+        return self._dup("CLAMP", a)
+
+    def unary(self, a: Tensor, kind: str) -> Tensor:
+        t = self._dup("UNARY", a)
+        t.sub = kind.upper()
+        return t
+
+    def rms_norm(self, a: Tensor) -> Tensor:
+        return self._dup("RMS_NORM", a)
+
+    def norm(self, a: Tensor) -> Tensor:
+        return self._dup("NORM", a)
+
+    def rope(self, a: Tensor, pos: Tensor, freqs: Tensor | None = None) -> Tensor:
+        return self._dup("ROPE", a, pos, freqs)
+
+    def soft_max(self, a: Tensor, mask: Tensor | None = None) -> Tensor:
+        return self._dup("SOFT_MAX", a, mask)
+
+    def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+        return self._dup("ADD_ID", a, b, ids)
+
+    def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._make("MUL_MAT", "F32", (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), [a, b])
+
+    def mul_mat_id(self, w: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+        return self._make("MUL_MAT_ID", "F32", (w.ne[1], ids.ne[0], b.ne[2], 1), [w, b, ids])
+
+    def get_rows(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._make("GET_ROWS", "I32" if a.type == "I32" else "F32", (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), [a, b])
+
+    def set_rows(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+        t = self._make("SET_ROWS", a.type, a.ne, [b, c, a], a, 0, a.nb)  # ggml's legacy source order
+        return t
+
+    def argsort(self, a: Tensor) -> Tensor:
+        return self._make("ARGSORT", "I32", a.ne, [a])
+
+    def argsort_top_k(self, a: Tensor, k: int) -> Tensor:
+        s = self.argsort(a)
+        return self.view(s, (k, s.ne[1], s.ne[2], s.ne[3]), (s.nb[1], s.nb[2], s.nb[3]), 0)
+
+    def sum_rows(self, a: Tensor) -> Tensor:
+        return self._make("SUM_ROWS", a.type, (1, a.ne[1], a.ne[2], a.ne[3]), [a])
+
+    def glu_split(self, a: Tensor, b: Tensor, kind: str) -> Tensor:
+        t = self._make("GLU", a.type, a.ne, [a, b])
+        t.sub = kind.upper()
+        return t
+
+    def cont(self, a: Tensor, *ne: int) -> Tensor:
+        return self._make("CONT", a.type, ne or a.ne, [a])
+
+    def repeat(self, a: Tensor, *ne: int) -> Tensor:
+        return self._make("REPEAT", a.type, ne, [a])
+
+    def concat(self, a: Tensor, b: Tensor, dim: int) -> Tensor:
+        ne = list(a.ne)
+        ne[dim] += b.ne[dim]
+        return self._make("CONCAT", a.type, ne, [a, b])
+
+    def pad(self, a: Tensor, p0: int) -> Tensor:
+        return self._make("PAD", a.type, (a.ne[0] + p0, a.ne[1], a.ne[2], a.ne[3]), [a])
+
+    def cast(self, a: Tensor, type_name: str) -> Tensor:
+        t = self._make("CPY", type_name, a.ne, [a])
+        t.src.append(t)  # ggml_cast: the result is its own second source
+        return t
+
+    def flash_attn_ext(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        return self._make("FLASH_ATTN_EXT", "F32", (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), [q, k, v, mask])
+
+
+class CGraph:
+    """ggml_cgraph: nodes and leafs in ggml_visit_parents order (depth first, sources left to right)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Tensor] = []
+        self.leafs: list[Tensor] = []
+        self._seen: set[int] = set()
+
+    def expand(self, t: Tensor) -> None:
+        seen = self._seen
+        if id(t) in seen:
+            return
+        stack: list[tuple[Tensor, int]] = [(t, 0)]
+        seen.add(id(t))
+        while stack:
+            node, i = stack[-1]
+            srcs = node.src
+            while i < len(srcs):
+                s = srcs[i]
+                i += 1
+                if s is not None and id(s) not in seen:
+                    seen.add(id(s))
+                    stack[-1] = (node, i)
+                    stack.append((s, 0))
+                    break
+            else:
+                stack.pop()
+                if node.op == "NONE":
+                    self.leafs.append(node)
+                else:
+                    self.nodes.append(node)

@@ -1,0 +1,190 @@
+"""A placement's compute buffers through the engine's graph: the model's weights as leafs on the
+devices the placement gives them, the KV cache on each layer's home device, the architecture's
+composition (`archs.ARCHS`), then the scheduler and the allocator (`sched`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from moeconf.memory.graph.archs import ARCHS, Facts
+from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights
+from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
+from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
+from moeconf.memory.settings import MemorySettings
+from moeconf.model.inventory import Inventory
+from moeconf.placement import Placement
+
+HOST = "CPU"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The context's settings the graph depends on."""
+
+    n_tokens: int
+    n_outputs: int
+    cells: int
+    swa_cells: int = 0  # the sliding-window cache's cells per stream (0: none)
+    n_stream: int = 1
+    flash_attn: bool = True
+    offload_kqv: bool = True
+    cache_k: str = "f16"
+    cache_v: str = "f16"
+    pipeline: bool = False
+    op_offload: bool = True
+    # the norms pinned to their layer's device under full offload, as an allocating reserve keeps them;
+    # False: as llama-fit-params and llama.cpp's --fit size the buffers (their reset drops the pins)
+    norm_pins: bool = False
+
+
+def covered(arch: str) -> bool:
+    return arch in ARCHS
+
+
+def _gpu_order(placement: Placement) -> list[str]:
+    """The GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns
+    layers to devices in order), then any device only an override names."""
+    inv = placement.inventory
+    out: list[str] = []
+    for t in sorted((t for t in inv.tensors if t.layer is not None), key=lambda t: t.layer or 0):
+        d = placement.defaults.get(t.name)
+        if d is not None and d != HOST and d not in out:
+            out.append(d)
+    for d in placement.devices.values():
+        if d is not None and d != HOST and d not in out:
+            out.append(d)
+    return out
+
+
+def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
+    from moeconf.memory.geometry import geometry
+    from moeconf.memory.replay_hybrid import rotation
+
+    inv = placement.inventory
+    geo = geometry(inv)
+    layers = [la for la in geo.layers]
+    n_layer = len(layers)
+    gpus = _gpu_order(placement)
+    backends = [backend_for(d) for d in gpus] + [backend_for(HOST)]
+    index = {b.name: i for i, b in enumerate(backends)}
+    cpu = len(backends) - 1
+    ctx = Ctx()
+    by_name: dict[str, Tensor] = {}
+    for t in inv.tensors:
+        dev = placement.devices.get(t.name)
+        if dev is None or (t.layer is not None and t.layer >= n_layer):
+            continue
+        by_name[t.name] = ctx.weight(t.name, t.type.upper(), t.shape, dev, -1 if t.layer is None else t.layer)
+    if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
+        emb = inv.by_name["token_embd.weight"]
+        dev = placement.tied_output() or placement.devices.get("token_embd.weight") or HOST
+        by_name["output.weight"] = ctx.weight("token_embd.weight", emb.type.upper(), emb.shape, dev)
+    ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
+    kv: dict[int, tuple[Tensor, Tensor]] = {}
+    layer_backend: dict[int, int] = {}
+    home: dict[int, str] = {}
+    for t in inv.tensors:
+        if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
+            home[t.layer] = placement.defaults[t.name] or HOST
+    for la in layers:
+        dev = home.get(la.index, HOST)
+        layer_backend[la.index] = index.get(dev, cpu)
+        kdev = dev if setup.offload_kqv else HOST
+        cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
+        kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
+                        ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
+    out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
+    # -ngl above the block count (nextn blocks included, created or not): every created block and the output
+    # offloaded; the callback then pins each layer's norms to its device, but the reserve that sizes the
+    # compute buffers without allocating (llama-fit-params, --fit: ggml_backend_sched_reserve_size) resets the
+    # scheduler first and so drops those pins: `Setup.norm_pins` says which reserve is modelled
+    full = setup.norm_pins and all(placement.defaults.get(t.name) != HOST for t in inv.tensors if t.layer is not None) \
+        and out_home not in (None, HOST)
+    hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
+                 n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
+                 n_vocab=geo.n_vocab, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
+    cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_kv_swa=setup.swa_cells,
+                 n_stream=setup.n_stream,
+                 flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
+                 rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
+                 full_offload=full)
+    f = facts(inv)
+    deep = inv.metadata.hparam("n_deepstack_layers")
+    if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
+        hp = replace(hp, n_embd_inp=geo.n_embd * (1 + deep))
+    if "embedding_scale" in f.floats:  # build_inp_embd scales the embeddings (Granite)
+        hp = replace(hp, embedding_scale=1.0)
+    mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
+              absorbed=geo.mla)
+    g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
+                     swa_layers={la.index: la.swa for la in layers}, mla=mla)
+    ARCHS[inv.arch](g, f)
+    return g, backends
+
+
+def facts(inv: Inventory) -> Facts:
+    md = inv.metadata
+    gating = md.hparam("expert_gating_func")
+    norm_w = md.hparam("expert_weights_norm")
+    ints = {k for k, _ in md.hparams}
+    floats = frozenset(k for k in md.arch_keys or ()
+                       if k not in ints and k not in md.KEY_ATTRS and k not in md.unit_floats)
+    groups = md.hparam("expert_group_count")
+    used = md.hparam("expert_group_used_count")
+    return Facts(gating=gating if isinstance(gating, int) else None,
+                 norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
+                 groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0))
+
+
+def compute(placement: Placement, setup: Setup) -> dict[str, int]:
+    """Each device's compute buffer (bytes) for this placement and these settings."""
+    g, backends = build(placement, setup)
+    sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+    sizes = sched.reserve(g.gf, g.pinned)
+    return {b.name: s for b, s in zip(backends, sizes, strict=True)}
+
+
+def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = False) -> Setup:
+    """The graph's settings as llama.cpp derives them for its worst-case reserve: the context
+    padded to 256 cells (per stream without a unified cache), the ubatch (rounded up to the
+    sequences when the server keeps few outputs), the output rows."""
+    pad = 256
+    n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
+    n_ctx = -(-n_ctx // pad) * pad
+    n_seq = settings.n_parallel
+    unified = settings.kv_unified or n_seq == 1
+    n_stream = 1 if unified else n_seq
+    cells = n_ctx if unified else -(-(n_ctx // n_seq) // pad) * pad
+    T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
+    n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
+    t_graph = -(-T // n_seq) * n_seq if n_out < T else T
+    from moeconf.memory.geometry import geometry
+    geo = geometry(inv)
+    swa_cells = 0
+    if geo.swa_type != "none" and any(la.swa for la in geo.layers):  # llama-kv-cache-iswa.cpp
+        window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
+        swa_cells = cells if settings.swa_full else -(-window // pad) * pad
+    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
+                 flash_attn=settings.flash_attn != "off", offload_kqv=settings.offload_kqv,
+                 cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
+                 op_offload=settings.op_offload)
+
+
+# Architectures whose memory the graph models where no older replay does (memory/support.py registers
+# them): the `{arch}.*` keys each reads beyond support.NO_MEMORY_EFFECT, and what it was checked on
+_CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
+GRAPH_MODELLED: dict[str, tuple[frozenset[str], str]] = {
+    "llama": (frozenset(), _CHECKED + " (Mixtral-8x7B)"),
+    "qwen2moe": (frozenset(), _CHECKED + " (Qwen1.5-MoE-A2.7B)"),
+    "olmoe": (frozenset(), _CHECKED + " (OLMoE-1B-7B)"),
+    "granitemoe": (frozenset(), _CHECKED + " (Granite-3.1-3B-A800M)"),
+    "phimoe": (frozenset(), _CHECKED + " (Phi-3.5-MoE)"),
+    "dbrx": (frozenset(), _CHECKED + " (DBRX)"),
+    "deepseek": (frozenset({"leading_dense_block_count"}), _CHECKED + " (DeepSeek-MoE-16B)"),
+    "bailingmoe": (frozenset({"leading_dense_block_count"}), _CHECKED + " (Ling-lite)"),
+}
+
+
+def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:
+    """Every device's compute buffer through the engine's graph (`compute`)."""
+    return compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))

@@ -1,0 +1,359 @@
+"""ggml_backend_sched and ggml-alloc over a graph (`ggml.CGraph`), as the pinned ggml runs them
+when llama.cpp reserves its worst-case graph (ggml-backend.cpp `ggml_backend_sched_split_graph`,
+ggml-alloc.c `ggml_gallocr_alloc_graph_impl`):
+
+1. backends in priority order: the GPUs (and RPC devices) as the model lists them, the CPU last;
+2. pass 1: a tensor in a buffer runs where the buffer is; a graph input goes to the CPU; an op
+   reading a weight runs where the weight is (not ROPE, not FLASH_ATTN_EXT), unless the weight is
+   in host memory and a GPU wants to offload the op (`offload_op`: CUDA at a batch >= 32);
+3. pass 2: GPU assignments expanded down then up over unassigned ops (the CPU skipped), then any
+   backend's down then up; pass 3: unassigned ops to the backend supporting most of their sources;
+   pass 4: sources and views from their consumers and view sources;
+4. pass 5: splits where the backend changes (or an op reads a weight of another, incompatible
+   backend after the split took inputs), each source on an incompatible backend copied in at the
+   split's start (one copy per source and backend; with pipeline parallelism 4, input and output);
+5. the graph copy: per split its input copies (each after a dependency on its source), then its
+   nodes; the graph inputs' copies and the split inputs' copies as leafs under pipeline parallelism;
+6. ggml-alloc per backend buffer: leafs, then graph inputs in the order nodes read them, then each
+   node in order (in place on a single-consumer source of the same layout where the op allows it,
+   a view source included), sources freed after their last consumer and last view.
+
+`reserve` returns each backend's buffer size: the compute buffer llama.cpp reports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, nelements, same_layout
+from moeconf.memory.replay import Allocator
+
+# ggml-alloc.c ggml_op_can_inplace
+CAN_INPLACE = frozenset({
+    "FILL", "SCALE", "DIAG_MASK_ZERO", "DIAG_MASK_INF", "ADD", "ADD_ID", "ADD1", "SUB", "MUL", "DIV", "SQR", "SQRT",
+    "LOG", "UNARY", "ROPE", "ROPE_BACK", "SILU_BACK", "RMS_NORM", "RMS_NORM_BACK", "CLAMP", "SOFT_MAX",
+    "SOFT_MAX_BACK",
+})
+
+PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A scheduler backend: its name (the buffer type moeconf names its device by), its buffer's
+    alignment, whether host buffers are its own (the CPU), and the batch from which it takes ops
+    whose weights are in host memory (0: never; CUDA's op_offload_min_batch_size is 32)."""
+
+    name: str
+    alignment: int = 32
+    host: bool = False
+    offload_batch: int = 0
+    pads_rows: bool = False  # CUDA: a quantized tensor's rows padded to 512 elements
+
+    def supports_buffer(self, device: str) -> bool:
+        return device == self.name or (self.host and device == "CPU")
+
+    def alloc_size(self, t: Tensor) -> int:
+        size = nbytes(t)
+        if self.pads_rows and t.type not in ("F32", "F16", "BF16", "I32", "I64") and t.ne[0] % 512:
+            from moeconf.memory.graph.ggml import row_size
+            size += row_size(t.type, 512 - t.ne[0] % 512)
+        return size
+
+
+def backend_for(device: str) -> Backend:
+    if device == "CPU":
+        return Backend("CPU", 32, host=True)
+    if device.startswith(("CUDA", "ROCm", "MUSA")):
+        return Backend(device, 128, offload_batch=32, pads_rows=True)
+    return Backend(device, 32)
+
+
+def _batch(t: Tensor) -> int:
+    """ggml-cuda.cu get_op_batch_size."""
+    if t.op == "GET_ROWS":
+        return 0
+    if t.op == "MUL_MAT":
+        return t.ne[1]
+    if t.op in ("MUL_MAT_ID", "ROPE", "ROPE_BACK"):
+        return t.ne[2]
+    return t.ne[1] * t.ne[2] * t.ne[3]
+
+
+class Scheduler:
+    def __init__(self, backends: Sequence[Backend], *, pipeline: bool = False, op_offload: bool = True) -> None:
+        self.backends = list(backends)
+        assert self.backends[-1].host, "the CPU backend comes last"
+        self.n_copies = PIPELINE_COPIES if pipeline else 1
+        self.op_offload = op_offload
+        self.ids: dict[Tensor, int] = {}
+        self.splits: list[tuple[int, list[Tensor], list[Tensor]]] = []  # (backend, inputs, nodes)
+        self.copy_nodes: list[tuple[Tensor, int]] = []
+        self.copy_leafs: list[tuple[Tensor, int]] = []
+        self.copy_of: dict[Tensor, tuple[Tensor, int]] = {}  # a split input's copy -> (the tensor, backend)
+
+    # -- the buffer rules
+    def _buf_backend(self, t: Tensor) -> int:
+        """ggml_backend_sched_backend_from_buffer: the first backend supporting the buffer."""
+        buf = t.view_src.buffer if t.view_src is not None else t.buffer
+        if buf is None:
+            return -1
+        for i, b in enumerate(self.backends):
+            if b.supports_buffer(buf):
+                return i
+        return -1
+
+    def _from_cur(self, t: Tensor) -> int:
+        b = self._buf_backend(t)
+        if b != -1:
+            return b
+        if t.view_src is not None:
+            b = self._buf_backend(t.view_src)
+            if b != -1:
+                return b
+        if t.flags & INPUT:
+            return len(self.backends) - 1
+        if t.op in ("ROPE", "FLASH_ATTN_EXT"):
+            return -1
+        cpu = len(self.backends) - 1
+        for s in t.src:
+            if s is None or s.buffer is None or not s.weights:
+                continue
+            sb = self._buf_backend(s)
+            if self.op_offload and sb == cpu:
+                for i in range(cpu):
+                    ob = self.backends[i].offload_batch
+                    if ob and _batch(t) >= ob:
+                        return i
+            return sb
+        return -1
+
+    def _buffer_supported(self, t: Tensor, b: int) -> bool:
+        buf = t.view_src.buffer if t.view_src is not None else t.buffer
+        if buf is not None:
+            return self.backends[b].supports_buffer(buf)
+        tb = self.ids.get(t, -1)
+        if tb == -1 and t.view_src is not None:
+            tb = self.ids.get(t.view_src, -1)
+        return tb != -1 and (tb == b or (self.backends[b].host and self.backends[tb].host))
+
+    def split(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> None:
+        ids = self.ids
+        ids.clear()
+        if pinned:
+            ids.update(pinned)
+        cpu = len(self.backends) - 1
+        for leaf in g.leafs:
+            if ids.get(leaf, -1) == -1:
+                ids[leaf] = self._from_cur(leaf)
+        for node in g.nodes:
+            if ids.get(node, -1) == -1:
+                ids[node] = self._from_cur(node)
+        ops = [n for n in g.nodes if n.op not in VIEW_OPS]
+
+        def expand(seq: Sequence[Tensor], skip_cpu: bool) -> None:
+            cur = -1
+            for n in seq:
+                b = ids.get(n, -1)
+                if b != -1:
+                    cur = -1 if (skip_cpu and b == cpu) else b
+                elif cur != -1:
+                    ids[n] = cur  # every backend here supports every op (CPU, RPC, CUDA for these graphs)
+
+        expand(ops, True)
+        expand(ops[::-1], True)
+        expand(ops, False)
+        expand(ops[::-1], False)
+        for n in ops:  # pass 3
+            b = ids.get(n, -1)
+            if b == -1:
+                best, best_n = -1, -1
+                for cand in range(len(self.backends)):
+                    k = sum(1 for s in n.src if s is not None
+                            and (ids.get(s, -1) != -1 or (s.view_src is not None and ids.get(s.view_src, -1) != -1))
+                            and self._buffer_supported(s, cand))
+                    if k > best_n:
+                        best, best_n = cand, k
+                ids[n] = best
+            # (the upgrade to a higher-priority backend of the same buffer type: no two backends share one here)
+        for n in g.nodes:  # pass 4
+            if n.view_src is not None and ids.get(n, -1) == -1:
+                ids[n] = ids.get(n.view_src, -1)
+            for s in n.src:
+                if s is not None and ids.get(s, -1) == -1:
+                    ids[s] = ids.get(s.view_src, -1) if s.view_src is not None else ids[n]
+            if ids.get(n, -1) == -1:
+                ids[n] = 0
+        # pass 5: splits and their input copies
+        copies: dict[tuple[int, int], Tensor] = {}
+        self.copy_of = {}
+        others: dict[tuple[int, int], list[Tensor]] = {}
+        splits: list[tuple[int, list[Tensor], list[Tensor]]] = []
+        nodes = g.nodes
+        i = 0
+        while i < len(nodes) and nodes[i].op in VIEW_OPS:
+            i += 1
+        cur = ids[nodes[i]] if i < len(nodes) else cpu
+        inputs: list[Tensor] = []
+        members: list[Tensor] = list(nodes[:i])
+        for n in nodes[i:]:
+            if n.op in VIEW_OPS:
+                members.append(n)
+                continue
+            nb = ids[n]
+            need = False
+            if nb == cur and inputs:
+                for s in n.src:
+                    if (s is not None and s.buffer is not None and s.weights and ids[s] != cur
+                            and not self._buffer_supported(s, cur)):
+                        need = True
+                        break
+            if nb != cur or need:
+                splits.append((cur, inputs, members))
+                cur, inputs, members = nb, [], []
+            for j, s in enumerate(n.src):
+                if s is None:
+                    continue
+                if ids[s] != cur and not self._buffer_supported(s, cur):
+                    key = (id(s), cur)
+                    if key not in copies:
+                        made = [Tensor("NONE", s.type, s.ne, s.nb, [], name=f"{self.backends[cur].name}#{s.name}#{c}")
+                                for c in range(self.n_copies)]
+                        for cp in made:
+                            if self.n_copies > 1:
+                                cp.flags = INPUT | OUTPUT
+                            ids[cp] = cur
+                        copies[key] = made[0]
+                        self.copy_of[made[0]] = (s, cur)
+                        others[key] = made[1:]
+                        inputs.append(s)
+                    n.src[j] = copies[key]
+            members.append(n)
+        splits.append((cur, inputs, members))
+        self.splits = splits
+        # the graph copy (pass 6 and the copy of the graph with its splits)
+        gnodes: list[tuple[Tensor, int]] = []
+        for b, ins, members in splits:
+            for s in ins:
+                dep = Tensor("NONE", s.type, s.ne, s.nb, [s], view_src=s)  # ggml_view_tensor, op NONE
+                gnodes.append((dep, ids[s]))
+                gnodes.append((copies[(id(s), b)], b))
+            gnodes.extend((n, ids[n]) for n in members)
+        gleafs: list[tuple[Tensor, int]] = []
+        if self.n_copies > 1:
+            graph_inputs = [leaf for leaf in g.leafs if leaf.flags & INPUT]
+            for leaf in graph_inputs:
+                leaf.flags |= OUTPUT  # the current copy is the leaf itself, the others its duplicates
+                gleafs.append((leaf, ids[leaf]))
+                for _ in range(self.n_copies - 1):
+                    gleafs.append((Tensor("NONE", leaf.type, leaf.ne, leaf.nb, [], flags=INPUT | OUTPUT), ids[leaf]))
+            for b, ins, _ in splits:
+                for s in ins:
+                    gleafs.append((copies[(id(s), b)], b))
+                    gleafs.extend((cp, b) for cp in others[(id(s), b)])
+        gleafs.extend((leaf, ids[leaf]) for leaf in g.leafs)
+        self.copy_nodes = gnodes
+        self.copy_leafs = gleafs
+
+    def reserve(self, g: CGraph, pinned: dict[Tensor, int] | None = None,
+                trace: Callable[[str], None] | None = None) -> list[int]:
+        self.split(g, pinned)
+        return allocate(self.copy_nodes, self.copy_leafs, self.backends, trace)
+
+
+def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, int]], backends: Sequence[Backend],
+             trace: Callable[[str], None] | None = None) -> list[int]:
+    """ggml_gallocr_alloc_graph_impl over the scheduler's graph copy: each buffer's size."""
+    allocs = [Allocator(b.alignment) for b in backends]
+    children: dict[Tensor, int] = {}
+    views: dict[Tensor, int] = {}
+    own: dict[Tensor, bool] = {}  # hash_node.allocated
+    addr: dict[Tensor, tuple[int, int]] = {}  # (buffer, offset)
+
+    def alloc_node(t: Tensor, b: int) -> None:
+        if own.get(t) or t.buffer is not None or t.view_src is not None:
+            return
+        own[t] = True
+        if t.op in CAN_INPLACE:
+            for p in t.src:
+                if p is None or not own.get(p):
+                    continue
+                if p.flags & OUTPUT or (p.view_src is not None and p.view_src.flags & OUTPUT):
+                    continue
+                if not same_layout(t, p):
+                    continue
+                if children.get(p, 0) == 1 and views.get(p, 0) == 0:
+                    if p.view_src is not None:
+                        vs = p.view_src
+                        if views.get(vs, 0) == 1 and children.get(vs, 0) == 0 and vs.buffer is None:
+                            addr[t] = addr[vs]
+                            own[p] = False
+                            own[vs] = False
+                            _free_extra(t, vs, b)
+                            return
+                    else:
+                        addr[t] = addr[p]
+                        own[p] = False
+                        _free_extra(t, p, b)
+                        return
+        size = backends[b].alloc_size(t)
+        addr[t] = (b, allocs[b].alloc(size))
+        if trace:
+            trace(f"alloc {backends[b].name} {addr[t][1]} {size} {t.describe()}")
+
+    def _free_extra(t: Tensor, p: Tensor, b: int) -> None:
+        pb = addr[p][0]
+        a = allocs[pb]
+        ps = a._aligned(backends[pb].alloc_size(p))
+        ns = a._aligned(backends[b].alloc_size(t))
+        if ps > ns:
+            a.free(addr[p][1] + ns, ps - ns)
+
+    def free_node(t: Tensor) -> None:
+        if t.flags & OUTPUT:
+            return
+        b, off = addr[t]
+        allocs[b].free(off, backends[b].alloc_size(t))
+        own[t] = False
+        if trace:
+            trace(f"free {backends[b].name} {off} {t.describe()}")
+
+    for leaf, b in leafs:
+        alloc_node(leaf, b)
+    for n, b in nodes:
+        if n.view_src is not None and n.op != "NONE":
+            views[n.view_src] = views.get(n.view_src, 0) + 1
+        if n.flags & INPUT:
+            alloc_node(n, b)
+        for s in n.src:
+            if s is None or s is n:
+                continue
+            children[s] = children.get(s, 0) + 1
+            if s.flags & INPUT:
+                alloc_node(s, b)
+    for n, b in nodes:
+        for p in n.src:
+            if p is not None and p is not n:
+                alloc_node(p, b)
+        alloc_node(n, b)
+        for p in n.src:
+            if p is None or p is n:
+                continue
+            children[p] -= 1
+            if children[p] == 0 and views.get(p, 0) == 0:
+                if p.view_src is not None:
+                    vs = p.view_src
+                    views[vs] -= 1
+                    if views[vs] == 0 and children.get(vs, 0) == 0 and own.get(vs):
+                        free_node(vs)
+                elif own.get(p):
+                    free_node(p)
+    return [a.max_size for a in allocs]
+
+
+def node_count(g: CGraph) -> int:
+    return len(g.nodes)
+
+
+def elements(t: Tensor) -> int:
+    return nelements(t)
