@@ -77,3 +77,19 @@ def test_rule_page_of_an_unknown_rule_names_the_closest(capsys: pytest.CaptureFi
     assert main(["rule", "prefix-colision"]) == 2
     err = capsys.readouterr().err
     assert "unknown rule 'prefix-colision'" in err and "prefix-collision" in err
+
+
+def test_architecture_table_is_current() -> None:
+    """docs/memory-architectures.md's table of every routed-expert architecture is what
+    scripts/gen-arch-table.py makes from today's code and data."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("gen_arch_table", root / "scripts" / "gen-arch-table.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = (root / "docs" / "memory-architectures.md").read_text()
+    assert mod.render(text) == text, "stale: run scripts/gen-arch-table.py"
+    table = text.split(mod.BEGIN)[1].split(mod.END)[0]
+    assert table.count("\n| `") == 67

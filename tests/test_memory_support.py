@@ -141,3 +141,18 @@ def test_every_handled_key_is_one_the_loader_reads() -> None:
     for arch, spec in MODELLED.items():
         if "llama.cpp" in spec.engines:
             assert spec.keys <= archkeys.MAINLINE[arch], (arch, sorted(spec.keys - archkeys.MAINLINE[arch]))
+
+
+def test_an_unmodelled_architecture_names_what_it_lacks_and_the_next_step() -> None:
+    from moeconf.memory.support import MODELLED, routed_expert_archs, unmodelled_architecture
+
+    ds4 = unmodelled_architecture("deepseek4")
+    assert "output_hc_fn" in ds4 and "attn_compressor_kv" in ds4 and "llama-fit-params -fitp on" in ds4
+    assert "qwen3moe" not in ds4  # no list of what is modelled instead of what is missing
+    assert "no composition of its graph" in unmodelled_architecture("afmoe")
+    assert "read the buffer sizes it logs" in unmodelled_architecture("afmoe", "ik_llama.cpp")
+    archs = routed_expert_archs()
+    assert len(archs) == 67 and "deepseek4" in archs and "qwen3moe" in archs
+    for arch in archs:
+        if arch not in MODELLED:
+            assert "To size memory" in unmodelled_architecture(arch), arch

@@ -126,6 +126,42 @@ REFUSED: Final[dict[str, str]] = {
 }
 
 
+_ROUTED_KINDS: Final = frozenset({"FFN_GATE_EXPS", "FFN_UP_EXPS", "FFN_DOWN_EXPS", "FFN_GATE_UP_EXPS"})
+
+
+def lacking_tensor_kinds(arch: str) -> tuple[str, ...]:
+    """The GGUF names of the tensor kinds llama.cpp's loader creates for `arch` that no modelled
+    architecture has (moeconf.model.nametable): the blocks whose nodes moeconf does not build yet. Empty
+    where every kind is modelled elsewhere and only the composition of the graph is missing."""
+    from moeconf.model import nametable
+
+    covered = {k for a in MODELLED for k in nametable.ML_ARCH_TENSORS.get(a, ())}
+    names = {kind: base for base, kinds in {**nametable.BLOCK_TENSORS, **nametable.GLOBAL_TENSORS}.items()
+             for kind in kinds}
+    return tuple(sorted(names.get(k, k.lower()) for k in set(nametable.ML_ARCH_TENSORS.get(arch, ())) - covered))
+
+
+def routed_expert_archs() -> tuple[str, ...]:
+    """Every architecture whose llama.cpp loader creates routed-expert tensors (moeconf.model.nametable)."""
+    from moeconf.model import nametable
+
+    return tuple(sorted(a for a, kinds in nametable.ML_ARCH_TENSORS.items() if _ROUTED_KINDS & set(kinds)))
+
+
+def unmodelled_architecture(arch: str, engine: str = "llama.cpp") -> str:
+    """Why an architecture's memory is not modelled, naming what it lacks and what to do instead."""
+    lacking = lacking_tensor_kinds(arch)
+    what = (f"its graph has blocks moeconf does not build yet (tensors no modelled architecture has: "
+            f"{', '.join(lacking)})" if lacking else
+            "moeconf has no composition of its graph yet (every kind of tensor it has is modelled for another "
+            "architecture)")
+    measure = ("run llama.cpp's `llama-fit-params -fitp on` with the same flags" if engine == "llama.cpp" else
+               f"load it in {engine} and read the buffer sizes it logs")
+    return (f"memory is not modelled for the {arch!r} architecture: {what}. KV cache and compute are not computed, "
+            "and weights are only the file's tensors as placed (placement itself follows the engine's own tables). "
+            f"To size memory, {measure}")
+
+
 def unmodelled(inv: Inventory, engine: str) -> list[str]:
     """Why this model's memory on `engine` is not modelled (empty: it is): its architecture, or
     each `{arch}.*` key of the file the model does not read and that may change memory."""
@@ -140,8 +176,7 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     if spec is None:
         if arch in REFUSED:
             return [REFUSED[arch]]
-        return [f"memory is not modelled for the {arch!r} architecture (modelled: {', '.join(sorted(MODELLED))}): "
-                "KV cache and compute are not computed, and weights are only the file's tensors as placed"]
+        return [unmodelled_architecture(arch, engine)]
     if engine not in spec.engines:
         return [f"memory is not modelled for {arch!r} on {engine}"]
     why = unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv)
