@@ -144,6 +144,12 @@ def test_malformed_dumps_are_refused() -> None:
     bad["nodes"][3]["src"][0] = {"node": 3}  # a node reading itself
     with pytest.raises(GraphDumpError, match="node 3"):
         from_dict(bad)
+    cast = copy.deepcopy(doc)  # ggml_cast: a CPY whose destination is itself (glm5-next's indexer)
+    cast["nodes"][3].update(op="CPY", src=[{"node": 2}, {"node": 3}])
+    assert from_dict(cast).nodes[3].src[1] == Ref("node", 3)
+    cast["nodes"][3]["src"] = [{"node": 3}, {"node": 3}]
+    with pytest.raises(GraphDumpError, match="node 3"):
+        from_dict(cast)
     bad = copy.deepcopy(doc)
     bad["nodes"][3]["src"][0] = {"tensor": 1}
     with pytest.raises(GraphDumpError, match="reference"):
