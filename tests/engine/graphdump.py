@@ -98,6 +98,13 @@ LINES: dict[str, str] = {
     "2rpc": "2rpc -c 512 -ub 64 -ngl 99 -ts 1,1",
     "nofa": "-c 512 -ub 64 -ngl 99 -fa off",
 }
+# the real-config models (moeconf.fixtures.graphmodels.REAL: one full-size layout per architecture,
+# dimension set "real") under a long context: experts on the CPU, and two devices (pipeline parallel)
+REAL_DIMS = "real"
+REAL_LINES: dict[str, str] = {
+    "expscpu32k": "-c 32768 -ngl 99 -ot exps=CPU",
+    "2rpc32k": "2rpc -c 32768 -ngl 99 -ts 1,1",
+}
 
 
 def canonical(doc: dict[str, Any], endpoints: list[str], model: Path) -> dict[str, Any]:
@@ -115,7 +122,7 @@ def file_name(arch: str, dims: str, line: str) -> str:
 
 def record_all(tool: Path, out: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Every recorded graph, dumped now: {(arch, dims, line): canonical document}."""
-    from moeconf.fixtures.graphmodels import ARCHS, DIMS, write_graph_model
+    from moeconf.fixtures.graphmodels import ARCHS, DIMS, REAL, write_graph_model, write_real_model
     from tests.recorded_memory import rpc_args
 
     docs: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -127,23 +134,31 @@ def record_all(tool: Path, out: Path) -> dict[tuple[str, str, str], dict[str, An
                     doc = dump(tool, model, rpc_args(args, eps))
                     docs[arch, dims, line] = canonical(doc, eps, model)
                 model.unlink()
+        for arch in REAL:
+            model = write_real_model(arch, out / f"{arch}-{REAL_DIMS}.gguf")
+            for line, args in REAL_LINES.items():
+                docs[arch, REAL_DIMS, line] = canonical(dump(tool, model, rpc_args(args, eps)), eps, model)
+            model.unlink()
     return docs
 
 
 def index(docs: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, Any]:
     """What the recorded folder holds, and which engine produced it."""
-    from moeconf.fixtures.graphmodels import DIMS
+    from moeconf.fixtures.graphmodels import DIMS, REAL
 
     engines = {json.dumps(d["engine"], sort_keys=True) for d in docs.values()}
     if len(engines) != 1:
         raise RuntimeError(f"dumps from several engines: {engines}")
     return {
         "source": "tests/engine/graphdump.cpp against llama-cpp-python 0.3.36 (ggml-org/llama.cpp 0c1e57098, b11312); "
-                  "models: moeconf/fixtures/graphmodels.py; RPC servers on 127.0.0.1 as devices ({EP0}, {EP1}); "
+                  "models: moeconf/fixtures/graphmodels.py (dims a, b: write_graph_model; real: write_real_model, "
+                  "the full-size layout REAL names); RPC servers on 127.0.0.1 as devices ({EP0}, {EP1}); "
                   "regenerate: python -m tests.engine.graphdump",
         "engine": json.loads(engines.pop()),
         "lines": LINES,
         "dims": {k: vars(v) for k, v in DIMS.items()},
+        "real_lines": REAL_LINES,
+        "real": REAL,
         "graphs": [{"file": file_name(*key), "arch": key[0], "dims": key[1], "line": key[2],
                     "nodes": len(d["nodes"]), "splits": len(d["splits"])} for key, d in sorted(docs.items())],
     }
