@@ -121,23 +121,30 @@ def file_name(arch: str, dims: str, line: str) -> str:
 
 
 def record_all(tool: Path, out: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Every recorded graph, dumped now: {(arch, dims, line): canonical document}."""
+    """Every recorded graph, dumped now: {(arch, dims, line): canonical document}. The next model is
+    written (in Python: the real ones' vocabularies take a second or two) while the tool dumps the
+    current one."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from moeconf.fixtures.graphmodels import ARCHS, DIMS, REAL, write_graph_model, write_real_model
     from tests.recorded_memory import rpc_args
 
+    jobs: list[tuple[str, str, dict[str, str]]] = [(a, d, LINES) for a in ARCHS for d in DIMS]
+    jobs += [(a, REAL_DIMS, REAL_LINES) for a in REAL]
+
+    def write(arch: str, dims: str) -> Path:
+        path = out / f"{arch}-{dims}.gguf"
+        return write_real_model(arch, path) if dims == REAL_DIMS else write_graph_model(arch, dims, path)
+
     docs: dict[tuple[str, str, str], dict[str, Any]] = {}
-    with rpc_servers(MAINLINE, 2) as eps:
-        for arch in ARCHS:
-            for dims in DIMS:
-                model = write_graph_model(arch, dims, out / f"{arch}-{dims}.gguf")
-                for line, args in LINES.items():
-                    doc = dump(tool, model, rpc_args(args, eps))
-                    docs[arch, dims, line] = canonical(doc, eps, model)
-                model.unlink()
-        for arch in REAL:
-            model = write_real_model(arch, out / f"{arch}-{REAL_DIMS}.gguf")
-            for line, args in REAL_LINES.items():
-                docs[arch, REAL_DIMS, line] = canonical(dump(tool, model, rpc_args(args, eps)), eps, model)
+    with rpc_servers(MAINLINE, 2) as eps, ThreadPoolExecutor(max_workers=1) as pool:
+        ahead: Future[Path] = pool.submit(write, *jobs[0][:2])
+        for k, (arch, dims, lines) in enumerate(jobs):
+            model = ahead.result()
+            if k + 1 < len(jobs):
+                ahead = pool.submit(write, *jobs[k + 1][:2])
+            for line, args in lines.items():
+                docs[arch, dims, line] = canonical(dump(tool, model, rpc_args(args, eps)), eps, model)
             model.unlink()
     return docs
 
