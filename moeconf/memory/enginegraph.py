@@ -277,8 +277,12 @@ def _check(g: EngineGraph) -> None:
             return False
         return ref.index < before if ref.kind == "node" else 0 <= ref.index < len(g.leafs)
 
+    def own_destination(n: Node, k: int, ref: Ref | None) -> bool:
+        # ggml_cast: a CPY whose destination (src[1]) is the node itself
+        return n.op == "CPY" and k == 1 and ref is not None and ref.kind == "node" and ref.index == n.i
+
     for n in g.nodes:
-        if not all(ok(r, n.i) for r in (n.view_src, *n.src)):
+        if not (ok(n.view_src, n.i) and all(ok(r, n.i) or own_destination(n, k, r) for k, r in enumerate(n.src))):
             raise GraphDumpError(f"node {n.i} ({n.name}) refers outside the graph")
         if n.backend is not None and not 0 <= n.backend < len(g.backends):
             raise GraphDumpError(f"node {n.i} ({n.name}) has backend {n.backend} of {len(g.backends)}")

@@ -98,6 +98,13 @@ LINES: dict[str, str] = {
     "2rpc": "2rpc -c 512 -ub 64 -ngl 99 -ts 1,1",
     "nofa": "-c 512 -ub 64 -ngl 99 -fa off",
 }
+# the real-config models (moeconf.fixtures.graphmodels.REAL: one full-size layout per architecture,
+# dimension set "real") under a long context: experts on the CPU, and two devices (pipeline parallel)
+REAL_DIMS = "real"
+REAL_LINES: dict[str, str] = {
+    "expscpu32k": "-c 32768 -ngl 99 -ot exps=CPU",
+    "2rpc32k": "2rpc -c 32768 -ngl 99 -ts 1,1",
+}
 
 
 def canonical(doc: dict[str, Any], endpoints: list[str], model: Path) -> dict[str, Any]:
@@ -114,36 +121,51 @@ def file_name(arch: str, dims: str, line: str) -> str:
 
 
 def record_all(tool: Path, out: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Every recorded graph, dumped now: {(arch, dims, line): canonical document}."""
-    from moeconf.fixtures.graphmodels import ARCHS, DIMS, write_graph_model
+    """Every recorded graph, dumped now: {(arch, dims, line): canonical document}. The next model is
+    written (in Python: the real ones' vocabularies take a second or two) while the tool dumps the
+    current one."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from moeconf.fixtures.graphmodels import ARCHS, DIMS, REAL, write_graph_model, write_real_model
     from tests.recorded_memory import rpc_args
 
+    jobs: list[tuple[str, str, dict[str, str]]] = [(a, d, LINES) for a in ARCHS for d in DIMS]
+    jobs += [(a, REAL_DIMS, REAL_LINES) for a in REAL]
+
+    def write(arch: str, dims: str) -> Path:
+        path = out / f"{arch}-{dims}.gguf"
+        return write_real_model(arch, path) if dims == REAL_DIMS else write_graph_model(arch, dims, path)
+
     docs: dict[tuple[str, str, str], dict[str, Any]] = {}
-    with rpc_servers(MAINLINE, 2) as eps:
-        for arch in ARCHS:
-            for dims in DIMS:
-                model = write_graph_model(arch, dims, out / f"{arch}-{dims}.gguf")
-                for line, args in LINES.items():
-                    doc = dump(tool, model, rpc_args(args, eps))
-                    docs[arch, dims, line] = canonical(doc, eps, model)
-                model.unlink()
+    with rpc_servers(MAINLINE, 2) as eps, ThreadPoolExecutor(max_workers=1) as pool:
+        ahead: Future[Path] = pool.submit(write, *jobs[0][:2])
+        for k, (arch, dims, lines) in enumerate(jobs):
+            model = ahead.result()
+            if k + 1 < len(jobs):
+                ahead = pool.submit(write, *jobs[k + 1][:2])
+            for line, args in lines.items():
+                docs[arch, dims, line] = canonical(dump(tool, model, rpc_args(args, eps)), eps, model)
+            model.unlink()
     return docs
 
 
 def index(docs: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, Any]:
     """What the recorded folder holds, and which engine produced it."""
-    from moeconf.fixtures.graphmodels import DIMS
+    from moeconf.fixtures.graphmodels import DIMS, REAL
 
     engines = {json.dumps(d["engine"], sort_keys=True) for d in docs.values()}
     if len(engines) != 1:
         raise RuntimeError(f"dumps from several engines: {engines}")
     return {
         "source": "tests/engine/graphdump.cpp against llama-cpp-python 0.3.36 (ggml-org/llama.cpp 0c1e57098, b11312); "
-                  "models: moeconf/fixtures/graphmodels.py; RPC servers on 127.0.0.1 as devices ({EP0}, {EP1}); "
+                  "models: moeconf/fixtures/graphmodels.py (dims a, b: write_graph_model; real: write_real_model, "
+                  "the full-size layout REAL names); RPC servers on 127.0.0.1 as devices ({EP0}, {EP1}); "
                   "regenerate: python -m tests.engine.graphdump",
         "engine": json.loads(engines.pop()),
         "lines": LINES,
         "dims": {k: vars(v) for k, v in DIMS.items()},
+        "real_lines": REAL_LINES,
+        "real": REAL,
         "graphs": [{"file": file_name(*key), "arch": key[0], "dims": key[1], "line": key[2],
                     "nodes": len(d["nodes"]), "splits": len(d["splits"])} for key, d in sorted(docs.items())],
     }
