@@ -23,10 +23,15 @@ figures in tests/data/ik_newer_figures.json):
   attention; neither reads `attention.recurrent_layers` nor, for qwen35moe, `nextn_predict_layers`.
   A file whose keys would make mainline (and so moeconf's layer map) differ is refused on ik.
 - Compute: ik builds its own graphs (src/llama-build-context.cpp: fused MoE up/gate, its MLA and
-  delta-net kernels) and has no allocation-free projection to check them against; a CPU-only build
-  keeps every compute buffer in host memory. Measured host compute buffers at -ngl 0 are recorded
-  with the figures; the estimate leaves compute "?" on ik for these architectures and `fit`
-  refuses."""
+  delta-net kernels) and has no allocation-free projection to check them against. moeconf sizes
+  ik's compute buffers on every architecture here (these and the first five, memory/support.py) from
+  llama.cpp's graph of the same model and placement (the llama.cpp memory model, run on the same
+  placement with ik's one KV cache and full-size sliding-window cells), plus a margin MEASURED on
+  ik: its logged compute buffers on real loads of cut layouts, each device an RPC server or the
+  host (tests/engine/test_ik_compute.py, figures in tests/data/ik_compute_figures.json with the ik
+  commit), against that estimate; the margin is the worst difference seen (`COMPUTE_MARGIN_MIB`).
+  The figure is labelled estimated (`compute_label`): no GPU measured it. Where llama.cpp's graph is
+  not modelled for the model or settings, compute is refused with the next step (`next_step`)."""
 
 from __future__ import annotations
 
@@ -62,14 +67,42 @@ CHECKED: Final = ("ik_llama.cpp 0.1.5's logged model and KV buffer sizes on real
 
 
 def kv_only(arch: str, engine: str) -> bool:
-    """Whether this architecture's weights and KV, but not its compute, are modelled on `engine`."""
+    """Whether this architecture's weights and KV on `engine` are modelled by this module (the
+    newer architectures on ik_llama.cpp); its compute comes from llama.cpp's graph (`compute_label`)."""
     return engine == ENGINE and arch in KV_ONLY
 
 
-def compute_note(arch: str) -> str:
-    return (f"compute is not modelled for {arch!r} on ik_llama.cpp (ik builds its own graphs and has no "
-            "allocation-free projection to check them against): weights and KV cache are, compute is not "
-            "computed")
+# --- ik's compute against llama.cpp's graph: what the engine suite measured (tests/data/
+# ik_compute_figures.json, tests/engine/test_ik_compute.py), held by tests/test_memory_ik_compute.py ---
+COMMIT: Final = "55d3c05bf"  # ik-llama-cpp-python 0.1.5's vendored ik_llama.cpp (nametable.SOURCES)
+COMPUTE_MARGIN_MIB: Final = 0
+COMPUTE_LINES: Final = 0  # device figures (one per compute buffer ik logged) the margin covers
+
+
+def compute_label(margin_mib: int = COMPUTE_MARGIN_MIB, lines: int = COMPUTE_LINES) -> str:
+    """What an ik_llama.cpp compute figure is: llama.cpp's graph plus the measured margin."""
+    return (f"compute: estimated (ik_llama.cpp's graph differs; margin {margin_mib} MiB, measured over {lines} "
+            "lines on RPC; not measured on a GPU)")
+
+
+def margin_bytes() -> int:
+    return COMPUTE_MARGIN_MIB * 1024 * 1024
+
+
+def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
+    """What a user can do where moeconf does not size this model's memory on ik_llama.cpp."""
+    from moeconf.model.nametable import ARCHS
+
+    if inv.arch not in ARCHS[ENGINE]:
+        return (f"ik_llama.cpp 0.1.5 does not load the {inv.arch!r} architecture: run it on llama.cpp "
+                "(--engine llama.cpp)")
+    if llama_cpp_modelled:
+        return ("next step: size it with llama.cpp's graph (--engine llama.cpp: the same placement's memory on "
+                "llama.cpp), or write the placement as explicit rules (`moeconf compile`) and check it with "
+                "`moeconf explain`, which shows where every tensor goes and the memory moeconf does model")
+    return ("next step: write the placement as explicit rules (`moeconf compile`: placement is exact on "
+            f"{inv.arch!r}) and check it with `moeconf explain`, which shows where every tensor goes and the "
+            "weights as placed; memory for this model is modelled on neither engine")
 
 
 def _int(inv: Inventory, key: str) -> int | None:
