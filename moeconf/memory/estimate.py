@@ -640,7 +640,8 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     with the next step."""
     inv = placement.inventory
     terms: dict[str, list[str]] = {d: [_IK_MLA_TERM] for d in ik_computed}
-    why = _ik_graph_refused(settings, geo)
+    label = ikarchs.compute_label(inv.arch)
+    why = _ik_graph_refused(settings, geo) if label is not None else [ikarchs.compute_not_measured(inv.arch)]
     twin = None
     if not why:
         twin = estimate(replace(placement, engine=mainline()), _ik_twin_settings(settings), replay=replay,
@@ -648,7 +649,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
         if not twin.complete:
             why = [f"llama.cpp's graph, which sizes ik_llama.cpp's compute: {n}" for n in twin.notes]
     ordered = [HOST, *sorted(devices - {HOST})]
-    if twin is None or why:
+    if twin is None or label is None or why:
         notes.extend(why)
         notes.append(ikarchs.next_step(inv, True))
         kv_mem = {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0),
@@ -656,14 +657,14 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
                   for d in ordered}
         return MemoryEstimate(kv_mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                               complete=False, kv_known=True)
-    margin = ikarchs.margin_bytes()
+    margin = ikarchs.margin_bytes(inv.arch)
     mem: dict[str, DeviceMemory] = {}
     for d in ordered:
         t = twin.devices.get(d)
         compute = t.compute + margin if t is not None and t.compute else 0
         own = list(terms.get(d, ()))
         if compute:
-            own.append(ikarchs.compute_label())
+            own.append(label)
             # llama.cpp's CUDA-only terms (see `estimate`): estimated there too
             own.extend(x for x in (t.estimated if t is not None else ()) if x.startswith("compute:"))
         mem[d] = DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute,

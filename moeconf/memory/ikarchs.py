@@ -75,18 +75,28 @@ def kv_only(arch: str, engine: str) -> bool:
 # --- ik's compute against llama.cpp's graph: what the engine suite measured (tests/data/
 # ik_compute_figures.json, tests/engine/test_ik_compute.py), held by tests/test_memory_ik_compute.py ---
 COMMIT: Final = "55d3c05bf"  # ik-llama-cpp-python 0.1.5's vendored ik_llama.cpp (nametable.SOURCES)
-COMPUTE_MARGIN_MIB: Final = 0
-COMPUTE_LINES: Final = 0  # device figures (one per compute buffer ik logged) the margin covers
+# architecture -> (margin MiB: the largest amount by which a compute buffer ik logged exceeded
+# llama.cpp's graph, rounded up; device figures measured). An architecture not listed: compute refused
+COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {}
 
 
-def compute_label(margin_mib: int = COMPUTE_MARGIN_MIB, lines: int = COMPUTE_LINES) -> str:
-    """What an ik_llama.cpp compute figure is: llama.cpp's graph plus the measured margin."""
-    return (f"compute: estimated (ik_llama.cpp's graph differs; margin {margin_mib} MiB, measured over {lines} "
+def compute_label(arch: str) -> str | None:
+    """What an ik_llama.cpp compute figure is: llama.cpp's graph plus the measured margin (None:
+    not measured for this architecture)."""
+    if arch not in COMPUTE_MARGINS:
+        return None
+    margin, lines = COMPUTE_MARGINS[arch]
+    return (f"compute: estimated (ik_llama.cpp's graph differs; margin {margin} MiB, measured over {lines} "
             "lines on RPC; not measured on a GPU)")
 
 
-def margin_bytes() -> int:
-    return COMPUTE_MARGIN_MIB * 1024 * 1024
+def margin_bytes(arch: str) -> int:
+    return COMPUTE_MARGINS[arch][0] * 1024 * 1024
+
+
+def compute_not_measured(arch: str) -> str:
+    return (f"compute on ik_llama.cpp is not modelled for {arch!r}: its compute buffers were not measured against "
+            "llama.cpp's graph (tests/engine/test_ik_compute.py); weights and KV cache are modelled")
 
 
 def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
