@@ -640,28 +640,40 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     with the next step."""
     inv = placement.inventory
     terms: dict[str, list[str]] = {d: [_IK_MLA_TERM] for d in ik_computed}
-    label = ikarchs.compute_label(inv.arch)
+    n_tokens = min(settings.n_batch, settings.n_ubatch, n_ctx)
+    label = ikarchs.compute_label(inv.arch, n_tokens)
     why = _ik_graph_refused(settings, geo) if label is not None else [ikarchs.compute_not_measured(inv.arch)]
+    if not why and not fa and inv.arch not in ikarchs.FA_OFF_MEASURED:
+        why = [f"compute on ik_llama.cpp with flash attention off is not modelled for {inv.arch!r} (ik keeps a second "
+               "copy of the KQ matrix, measured on grok only): drop -fa off (ik's default is on) to size it"]
     twin = None
     if not why:
-        twin = estimate(replace(placement, engine=mainline()), _ik_twin_settings(settings), replay=replay,
+        twin = estimate(replace(placement, engine=mainline()), ik_twin_settings(settings), replay=replay,
                         families=families)
         if not twin.complete:
             why = [f"llama.cpp's graph, which sizes ik_llama.cpp's compute: {n}" for n in twin.notes]
     ordered = [HOST, *sorted(devices - {HOST})]
     if twin is None or label is None or why:
         notes.extend(why)
-        notes.append(ikarchs.next_step(inv, True))
+        notes.append(ikarchs.compute_next_step(inv.arch) or ikarchs.next_step(inv, True))
         kv_mem = {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0),
                                   reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(terms.get(d, ())))
                   for d in ordered}
         return MemoryEstimate(kv_mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                               complete=False, kv_known=True)
-    margin = ikarchs.margin_bytes(inv.arch)
+    margin = ikarchs.margin_mib(inv.arch, n_tokens) * MiB
+    # flash attention off: ik keeps a second f32 KQ matrix on every device running attention (memory/ikarchs.py)
+    kq: dict[str, int] = defaultdict(int)
+    if not fa:
+        layer_dev = _layer_devices(placement)
+        for la in geo.layers:
+            if not la.recurrent:
+                d = _where(placement, la.index, _ATTN_BASES) or layer_dev.get(la.index, HOST)
+                kq[d] = max(kq[d], 4 * la.n_head * (swa_cells if la.swa else cells) * n_tokens)
     mem: dict[str, DeviceMemory] = {}
     for d in ordered:
         t = twin.devices.get(d)
-        compute = t.compute + margin if t is not None and t.compute else 0
+        compute = t.compute + kq[d] + margin if t is not None and t.compute else 0
         own = list(terms.get(d, ()))
         if compute:
             own.append(label)
@@ -690,7 +702,7 @@ def _ik_graph_refused(settings: MemorySettings, geo: Geometry) -> list[str]:
     return out
 
 
-def _ik_twin_settings(settings: MemorySettings) -> MemorySettings:
+def ik_twin_settings(settings: MemorySettings) -> MemorySettings:
     """The settings llama.cpp's graph is sized with for ik_llama.cpp: ik keeps one KV cache for
     every sequence and full-size sliding-window layers, reserves its graph for the whole ubatch's
     outputs, and has none of llama.cpp's host buffer choices (AMX)."""

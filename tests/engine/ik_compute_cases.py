@@ -7,7 +7,8 @@ the default-suite test that holds the margin to the recorded figures
 One cut layout per architecture of the shipped manifests that ik loads (real layer shapes and
 vocabulary, fewer blocks and experts: compute depends on the shapes, the ubatch and the context,
 not on how many blocks or experts there are). Each line runs with every layer on the RPC
-device(s) and the routed experts on the CPU, as `fit` places them.
+device(s), the routed experts on the CPU (all but one line) or with their layer: the two ends of
+what `fit` chooses.
 
 A CPU-only ik build counts its CPU as device 0 and hands a layer given to device index i the
 buffer type of raw device i (src/llama.cpp, llama_default_buffer_type_offload), so with `-dev`
@@ -36,13 +37,15 @@ CUTS: dict[str, dict[str, int]] = {
 }
 
 # the measured lines: engine flags beyond `-ngl 999 -ot exps=CPU` and the devices; "2dev": two
-# RPC servers, the layers split between them
+# RPC servers, the layers split between them; "gpu": no -ot (the routed experts on the RPC device)
 LINES: list[str] = [
     "-c 32768",
     "-c 32768 -ctk q8_0 -ctv q8_0",  # Grok: ik forces flash attention off and refuses a quantized V
     "-c 32768 -b 2048 -ub 2048",
     "2dev -c 32768",
+    "gpu -c 32768",
 ]
+_WORDS = ("2dev", "gpu")
 
 
 def cut_layout(name: str) -> ModelLayout:
@@ -58,7 +61,11 @@ def n_devices(line: str) -> int:
 
 
 def flags(line: str) -> list[str]:
-    return [w for w in line.split() if w != "2dev"]
+    return [w for w in line.split() if w not in _WORDS]
+
+
+def overrides(line: str) -> list[str]:
+    return [] if "gpu" in line.split() else ["-ot", "exps=CPU"]
 
 
 def user_args(line: str, endpoints: list[str], layer_split: str | None = None) -> list[str]:
@@ -66,13 +73,13 @@ def user_args(line: str, endpoints: list[str], layer_split: str | None = None) -
     eps = endpoints[:n_devices(line)]
     ts = ["-ts", layer_split or ",".join("1" for _ in eps)] if len(eps) > 1 else []
     return ["--rpc", ",".join(eps), "-dev", ",".join(f"RPC0[{e}]" for e in eps), "-ngl", "999", *ts,
-            "-ot", "exps=CPU", *flags(line)]
+            *overrides(line), *flags(line)]
 
 
 def engine_args(line: str, endpoints: list[str]) -> list[str]:
     """The line as the measuring run gives it to a CPU-only ik build (see the module's note)."""
     eps = endpoints[:n_devices(line)]
-    return ["--rpc", ",".join(eps), "-ngl", "999", "-ts", ",".join(["0", *("1" for _ in eps)]), "-ot", "exps=CPU",
+    return ["--rpc", ",".join(eps), "-ngl", "999", "-ts", ",".join(["0", *("1" for _ in eps)]), *overrides(line),
             *flags(line)]
 
 

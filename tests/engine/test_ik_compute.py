@@ -12,19 +12,24 @@ such a file: the default suite holds the margin to it, tests/test_memory_ik_comp
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from moeconf.engines import engine
+from moeconf.engines import Engine, engine, mainline
 from moeconf.explanation import explain
 from moeconf.memory import read_settings
-from moeconf.memory.ikarchs import COMPUTE_MARGIN_MIB
+from moeconf.memory.estimate import estimate, ik_twin_settings
+from moeconf.memory.ikarchs import COMPUTE_MARGINS, COMPUTE_REFUSED
 from moeconf.model.inventory import Inventory
+from moeconf.model.nametable import SOURCES
+from moeconf.placement import Placement
 from moeconf.sizing import estimate_explained
 from tests.engine import ik_compute_cases as cases
 from tests.engine import oracle
@@ -39,6 +44,7 @@ _KV = re.compile(r"llama_kv_cache_init: +(\S+) KV buffer size = +([\d.]+) MiB")
 _COMPUTE = re.compile(r"llama_init_from_model: +(\S+) compute buffer size = +([\d.]+) MiB")
 _COMPUTED = re.compile(r"Computed \S+ as (\d+) x (\d+)(?: x (\d+))? of type (\S+)")
 _LAYER = re.compile(r"Setting default device in layer +(\d+) to (\d+)")
+_UNALLOCATED = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +52,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple
     if not IK.available():
         pytest.fail(f"ik_llama.cpp is not built: run scripts/build-engines.sh (looked for {IK.cli})")
     yield oracle.write_sparse(tmp_path_factory.mktemp("ikcompute"), {m: cases.cut_layout(m) for m in cases.CUTS})
-    oracle.save_results("MOECONF_IK_COMPUTE_RESULTS", ROWS)
+    target = os.environ.get("MOECONF_IK_COMPUTE_RESULTS")
+    if ROWS and target:
+        Path(target).write_text(json.dumps({"engine": SOURCES["ik_llama.cpp"], "rows": ROWS}, indent=1) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +83,7 @@ def _by_device(pattern: re.Pattern[str], log: str, endpoints: list[str]) -> dict
 def test_ik_compute_within_the_margin(model: str, line: str, models: dict[str, tuple[Path, Inventory]],
                                       endpoints: list[str], tmp_path: Path) -> None:
     path, inv = models[model]
-    argv = [str(IK.cli), "-m", str(path), *cases.engine_args(line, endpoints), "-n", "1", "-p", "hi", "-t", "2",
+    argv = [str(IK.cli), "-m", str(path), *cases.engine_args(line, endpoints), "-n", "1", "-p", "hi", "-t", "1",
             "--temp", "0", "--no-warmup"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     p = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path,
@@ -88,7 +96,11 @@ def test_ik_compute_within_the_margin(model: str, line: str, models: dict[str, t
     layer_devices = [logged.get(il, n - 1) for il in range(inv.block_count + 1)] if n > 1 and logged else None
     args = cases.user_args(line, endpoints)
     est = estimate_explained(explain(inv, eng, args, gpus=[], layer_devices=layer_devices), read_settings(args, eng))
-    if p.returncode != 0:  # the engine refused the settings: moeconf must say it would
+    # a compute buffer the machine could not allocate: ik logs the size it needed (Grok-1 at -ub 2048 asks
+    # one RPC server for 25 GiB)
+    unallocated = {device_key(m.group(1), endpoints): round(int(m.group(2)) / MiB, 2)
+                   for m in _UNALLOCATED.finditer(log)}
+    if p.returncode != 0 and not unallocated:  # the engine refused the settings: moeconf must say it would
         assert "failed to create context" in log or "failed to load model" in log, log[-3000:]
         assert est.problems, (log[-1500:], est.notes)
         ROWS.append({"model": model, "line": line, "refused": True})
@@ -96,11 +108,20 @@ def test_ik_compute_within_the_margin(model: str, line: str, models: dict[str, t
     assert n == 1 or layer_devices is not None, log[-3000:]
     computed = sum(oracle_nbytes(m.group(4), tuple(int(x) for x in m.groups()[:3] if x))
                    for m in _COMPUTED.finditer(log))
+    compute = unallocated or {k: v for k, v in _by_device(_COMPUTE, log, endpoints).items() if v >= 0.01}
     ik = {"weights": _by_device(_BUF, log, endpoints), "computed": round(computed / MiB, 4),
-          "kv": _by_device(_KV, log, endpoints), "compute": _by_device(_COMPUTE, log, endpoints)}
-    ROWS.append({"model": model, "line": line, "layer_devices": layer_devices, "ik": ik})
-    assert est.complete, est.notes
+          "kv": _by_device(_KV, log, endpoints), "compute": compute}
     names = {device_key(d, endpoints): d for d in est.devices}
+    # llama.cpp's graph of the same placement, as moeconf sizes it for ik (memory/estimate.py)
+    twin = estimate(replace(est_placement(inv, eng, args, layer_devices), engine=mainline()),
+                    ik_twin_settings(read_settings(args, eng)))
+    graph = {key: round(twin.devices[names[key]].compute / MiB, 2) for key in compute}
+    row: dict[str, object] = {"model": model, "line": line, "layer_devices": layer_devices, "ik": ik,
+                              "llama_cpp_graph": graph,
+                              "ik_above": {key: round(compute[key] - graph[key], 2) for key in graph}}
+    if unallocated:
+        row["unallocated"] = True
+    ROWS.append(row)
     # the same placement: every device's KV, the RPC devices' weights (the MLA tensors ik computes at
     # load are buffers of their own: counted in the total)
     for key, mib in ik["kv"].items():
@@ -111,10 +132,17 @@ def test_ik_compute_within_the_margin(model: str, line: str, models: dict[str, t
         for key, mib in ik["weights"].items():
             if key != "CPU":
                 assert abs(est.devices[names[key]].weights / MiB - mib) <= 1.0, (key, ik, est.devices)
+    if inv.arch in COMPUTE_REFUSED:  # measured and refused (memory/ikarchs.py)
+        assert not est.complete and est.kv_known and COMPUTE_REFUSED[inv.arch] in est.notes, est.notes
+        return
     # compute: ik's logged buffers against llama.cpp's graph plus the margin
-    for key, mib in ik["compute"].items():
-        ours = est.devices[names[key]].compute / MiB
-        assert mib <= ours + 0.01, (key, mib, ours - COMPUTE_MARGIN_MIB, COMPUTE_MARGIN_MIB)
+    assert est.complete, est.notes
+    for key, mib in compute.items():
+        assert mib <= est.devices[names[key]].compute / MiB + 0.005, (key, mib, graph, COMPUTE_MARGINS.get(inv.arch))
+
+
+def est_placement(inv: Inventory, eng: Engine, args: list[str], layer_devices: list[int] | None) -> Placement:
+    return explain(inv, eng, args, gpus=[], layer_devices=layer_devices).placement
 
 
 def oracle_nbytes(type_name: str, shape: tuple[int, ...]) -> int:
