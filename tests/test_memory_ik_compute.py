@@ -286,3 +286,15 @@ def test_next_step_names_what_the_user_can_do(models: dict[str, Inventory]) -> N
     assert "--engine llama.cpp" in next_step(inv, True) and "`moeconf compile`" in next_step(inv, True)
     neither = next_step(inv, False)
     assert "`moeconf compile`" in neither and "`moeconf explain`" in neither and "--engine llama.cpp" not in neither
+
+
+def test_the_margin_grows_with_the_ubatch_above_the_measured_one(models: dict[str, Inventory]) -> None:
+    import moeconf.memory.ikarchs as ikarchs
+
+    m = COMPUTE_MARGINS["qwen3moe"][0]
+    assert ikarchs.margin_mib("qwen3moe", 512) == ikarchs.margin_mib("qwen3moe", 2048) == m
+    assert ikarchs.margin_mib("qwen3moe", 4096) == 2 * m
+    inv = models["qwen3-30b-a3b"]
+    args = cases.user_args("-c 32768 -b 4096 -ub 4096", EPS)
+    est = estimate_explained(explain(inv, IK, args, gpus=[]), read_settings(args, IK))
+    assert f"margin {2 * m} MiB" in " ".join(est.devices["CPU"].estimated)

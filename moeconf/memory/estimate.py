@@ -244,7 +244,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
     why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
-    # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_compute`), which checks
+    # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_estimate`), which checks
     # llama.cpp's settings and families itself
     ik = eng.name == "ik_llama.cpp"
     if why and ik:
@@ -259,9 +259,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # --- Nemotron-3: compute only where the replay covers it (memory/replay_nemotron.py) ---
     if not why and inv.arch in rec.MAMBA2:
         why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
-    # setting families whose compute is not modelled (memory/families.py)
-    if not why and families and not ik:
-        why.extend(setting_families.unmodelled_settings(placement, settings, gpus))
+    # setting families whose compute is not modelled (memory/families.py); on ik_llama.cpp those of every
+    # engine and device (gpus=[]: speculation, extra files, --override-kv), llama.cpp's graph checks the rest
+    if not why and families:
+        why.extend(setting_families.unmodelled_settings(placement, settings, [] if ik else gpus))
     if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
         why.extend(unmodelled_placement(placement))
     # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
