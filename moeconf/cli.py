@@ -444,6 +444,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out["memory_complete"] = est.complete
         out["memory_kv_complete"] = est.complete or est.kv_known
         out["memory_notes"] = list(est.notes)
+        # per device, the terms that are estimated, not modelled exactly (ik_llama.cpp's compute, CUDA-only terms)
+        out["memory_estimated"] = {d: list(m.estimated) for d, m in est.devices.items() if m.estimated}
         out["memory_problems"] = list(est.problems)
         out["server_caches"] = est.server.json() if est.server is not None else None
         if budgets:

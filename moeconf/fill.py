@@ -29,7 +29,7 @@ from moeconf.engines.simulate import default_devices, default_layer_devices, lay
 from moeconf.errors import PlanError
 from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, estimate, parse_size, read_settings
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
-from moeconf.memory.ikarchs import compute_note, kv_only
+from moeconf.memory.ikarchs import next_step
 from moeconf.memory.indexer import DSA_ARCHS
 from moeconf.memory.recurrent import GLM5_NEXT
 from moeconf.memory.support import unmodelled
@@ -454,8 +454,8 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
     if settings.problems:
         raise PlanError("; ".join(settings.problems), path=plan.path)
     not_modelled = unmodelled(inv, eng.name)
-    if not not_modelled and kv_only(inv.arch, eng.name):  # ik: weights and KV modelled, compute not
-        not_modelled = [compute_note(inv.arch)]
+    if not_modelled and eng.name == "ik_llama.cpp":  # what the user can do instead (memory/ikarchs.py)
+        not_modelled.append(next_step(inv, not unmodelled(inv, "llama.cpp")))
     if not_modelled:
         # refuse before any search: an estimate without the KV cache and compute would fit anything
         raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "

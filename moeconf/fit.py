@@ -97,6 +97,7 @@ class FitResult:
         return {"argv": list(self.argv), "ot": self.ot, "memory": self.memory.json(),
                 "budgets": {b.device: b.size for b in self.budgets},
                 "gpu_expert_layers": {d: ls for d, ls in self.gpu_expert_layers.items()},
+                "memory_estimated": {d: list(m.estimated) for d, m in self.memory.devices.items() if m.estimated},
                 "notes": list(self.notes), "assumptions": dict(self.assumptions),
                 "server_caches": self.memory.server.json() if self.memory.server is not None else None}
 

@@ -40,7 +40,7 @@ def _variant(tmp_path: Path, name: str, *, arch: str | None = None, key: tuple[s
 def test_shipped_models_are_modelled(path: Path, eng: str) -> None:
     inv = read_manifest(path)
     assert inv.metadata.arch_keys, "a version-3 manifest records its architecture keys"
-    if kv_only(inv.arch, eng):  # ik_llama.cpp: weights and KV modelled, compute "?" (memory/ikarchs.py)
+    if kv_only(inv.arch, eng):  # ik_llama.cpp: weights and KV by memory/ikarchs.py, compute from llama.cpp's graph
         assert unmodelled(inv, eng) == []
     elif inv.arch in REFUSED:  # measured and refused with its reason
         assert unmodelled(inv, eng) == [REFUSED[inv.arch]]

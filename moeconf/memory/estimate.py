@@ -22,14 +22,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import moeconf.memory.families as setting_families
+import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.kda as kda
 import moeconf.memory.recurrent as rec
 import moeconf.memory.replay_glm5next as replay_glm5next
 import moeconf.memory.replay_nemotron as replay_nemotron
-from moeconf.engines import AUTO_GPU, Engine
+from moeconf.engines import AUTO_GPU, Engine, mainline
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
     cpu_head,
@@ -49,8 +50,6 @@ from moeconf.memory.classic import (
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.model import GRAPH_MODELLED, graph_compute
-from moeconf.memory.ikarchs import compute_note as ik_compute_note
-from moeconf.memory.ikarchs import kv_only as ik_kv_only
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
@@ -256,8 +255,12 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
     why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
-    kv_only = ik_kv_only(inv.arch, eng.name)  # compute not modelled at all (memory/ikarchs.py)
-    if not why and not kv_only:  # settings a modelled architecture's compute is not checked under
+    # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_estimate`), which checks
+    # llama.cpp's settings and families itself
+    ik = eng.name == "ik_llama.cpp"
+    if why and ik:
+        why.append(ikarchs.next_step(inv, not unmodelled(inv, "llama.cpp")))
+    if not why and not ik:  # settings a modelled architecture's compute is not checked under
         why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline,
                                   min(settings.n_batch, settings.n_ubatch))
     try:
@@ -267,10 +270,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # --- Nemotron-3: compute only where the replay covers it (memory/replay_nemotron.py) ---
     if not why and inv.arch in rec.MAMBA2:
         why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
-    # setting families whose compute is not modelled (memory/families.py)
-    if not why and families and not kv_only:
-        why.extend(setting_families.unmodelled_settings(placement, settings, gpus,
-                                                        replays_cover(placement, settings, gpus)))
+    # setting families whose compute is not modelled (memory/families.py); on ik_llama.cpp those of every
+    # engine and device (gpus=[]: speculation, extra files, --override-kv), llama.cpp's graph checks the rest
+    if not why and families:
+        why.extend(setting_families.unmodelled_settings(placement, settings, [] if ik else gpus,
+                                                        not ik and replays_cover(placement, settings, gpus)))
     if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
         why.extend(unmodelled_placement(placement))
     # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
@@ -297,7 +301,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         return MemoryEstimate(partial, settings, n_ctx, 0, 0, settings.flash_attn != "off", tuple(notes),
                               tuple(problems), complete=False)
 
-    ik = eng.name == "ik_llama.cpp"
     # host weights in llama.cpp's AMX buffer (memory/amx.py): only where the CPU's extra buffer types
     # come first, no GPU's pinned host buffer type before them (or --no-host), and -nr is not given
     amx_extra = _amx_extra(placement) if amx_possible(settings, gpus) else 0
@@ -386,15 +389,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             size += cache_row_bytes(ctk, idx_width) * n
         kv[dev] += size
 
-    if kv_only:  # --- weights and KV modelled, compute not (memory/ikarchs.py) ---
-        notes.append(ik_compute_note(inv.arch))
-        kv_terms = {d: ("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)",)
-                    for d in ik_computed}
-        kv_mem = {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0),
-                                  reserve=settings.reserve if is_gpu(d) else 0, estimated=kv_terms.get(d, ()))
-                  for d in [HOST, *sorted(devices - {HOST})]}
-        return MemoryEstimate(kv_mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
-                              complete=False, kv_known=True)
+    if ik:  # --- compute: llama.cpp's graph of the same placement plus ik's measured margin (memory/ikarchs.py)
+        return _ik_estimate(placement, settings, weights, kv, ik_computed, devices, n_ctx, cells, swa_cells, fa,
+                            notes, problems, geo, replay=replay, families=families)
 
     # --- compute --------------------------------------------------------------------------------
     f4 = 4 * T
@@ -523,7 +520,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # cover), so that it ranks placements as the chosen one is measured
     o_rows = T
     if n_out and not replay and out_dev in _outputs_replayed(placement, geo, settings, out_dev, T, cells, swa_cells,
-                                                             n_seq, n_stream, fa, pipeline and not ik):
+                                                             n_seq, n_stream, fa, pipeline):
         o_rows = rows_out
     o4 = 4 * o_rows
     output_phase = o4 * (geo.n_vocab + 2 * e)
@@ -532,7 +529,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         # the output norm runs in place on the residual; the logits go above it
         output_phase = (residual_at[out_dev] or 0) + o4 * (geo.n_vocab + e)
     compute: dict[str, int] = defaultdict(int)
-    copies = _PIPELINE_COPIES if pipeline and not ik else 1
+    copies = _PIPELINE_COPIES if pipeline else 1
     for d in devices | set(phases) | {out_dev}:
         live = masks if (d in attn_devs or d == HOST) else 0
         if d == HOST and d in attn_devs:
@@ -556,7 +553,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         compute[d] = peak
     outputs_exact: set[str] = set()  # devices whose compute a replay gave for n_out output rows
     # the hybrids' replay takes any number of sequences (streams or a unified cache)
-    hybrid = (rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
+    hybrid = (rshape is not None and replay and copies == 1 and fa and settings.offload_kqv
               and inv.arch not in rec.MAMBA2)
     if hybrid:
         by_replay = replayed_hybrid(placement, geo, out_dev, t_graph, cells, ctk, ctv, n_seq, n_out)
@@ -565,7 +562,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = replayed_hybrid_host(placement, geo, out_dev, t_graph, cells, n_seq, n_out)
         if host is not None:
             compute[HOST] = host
-    elif replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
+    elif replay and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
         replayed = _replayed_output_device(placement, geo, out_dev, t_graph, cells, swa_cells, ctk, ctv, n_out)
         if replayed is not None:
             compute[out_dev] = replayed
@@ -584,19 +581,19 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         compute.update(by_replay)
         outputs_exact.update(by_replay)
     # flash attention off: the host's share is the same graph with f32 masks
-    if replay and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
+    if replay and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
         host = _replayed_host(placement, geo, out_dev, t_graph, cells, swa_cells, mask_el=4, n_outputs=n_out)
         if host is not None:
             compute[HOST] = host
 
     # Kimi-Linear: each GPU running a range of whole layers by a replay (memory/replay_kda.py)
-    if kshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv:
+    if kshape is not None and replay and copies == 1 and fa and settings.offload_kqv:
         by_replay = replayed_kda(placement, geo, out_dev, t_graph, cells, n_seq, n_out)
         compute.update(by_replay)
         outputs_exact.update(by_replay)
 
     # --- DSA (deepseek32, glm-dsa): every compute buffer by the replay (memory/replay_dsa.py)
-    if inv.arch in DSA_ARCHS and not ik:
+    if inv.arch in DSA_ARCHS:
         # the worst-case ubatch is rounded up to a multiple of the sequences (llama-context.cpp,
         # graph_reserve: "making n_tokens a multiple of n_seqs")
         t_dsa = -(-T // n_seq) * n_seq
@@ -623,19 +620,13 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                      f"placement), at least what the server needs within the compute model's tolerance; the rows "
                      f"it does not reserve would save up to {over / MiB:.0f} MiB there")
     estimated_terms: dict[str, list[str]] = defaultdict(list)
-    for d in ik_computed:
-        estimated_terms[d].append("weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)")
-    if ik:
-        notes.append("ik_llama.cpp compute buffers are modelled on llama.cpp's graph: estimated")
-        for d in compute:
-            estimated_terms[d].append("compute")
     for d in gpus:
         if d.startswith("CUDA") and d != AUTO_GPU:
             # CUDA only (not measurable without a GPU): op offload copies the largest routed
             # expert tensor left in host memory; FA with a quantized cache converts K and V to f16
             host_experts = [t.nbytes for t in inv.tensors
                             if t.role == "experts" and placement.devices[t.name] == HOST]
-            if host_experts and T >= 32 and (settings.op_offload or ik) and not by_graph:  # (the graph has it)
+            if host_experts and T >= 32 and settings.op_offload and not by_graph:  # (the graph has it)
                 compute[d] += max(host_experts)
                 estimated_terms[d].append("compute: op-offload copy of the largest CPU expert tensor")
             if fa and (is_quantized(ctk) or is_quantized(ctv)):
@@ -653,6 +644,89 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                      "to see each GPU's share")
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                           server=server_caches(inv, geo, settings, eng))
+
+
+_IK_MLA_TERM = "weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)"
+
+
+def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[str, int], kv: Mapping[str, int],
+                 ik_computed: Mapping[str, int], devices: set[str], n_ctx: int, cells: int, swa_cells: int, fa: bool,
+                 notes: list[str], problems: list[str], geo: Geometry, *, replay: bool,
+                 families: bool) -> MemoryEstimate:
+    """ik_llama.cpp: its weights and KV cache (computed by `estimate`), and compute from llama.cpp's
+    graph of the same placement plus the margin measured on ik (memory/ikarchs.py), labelled
+    estimated; where llama.cpp's graph is not modelled for it, weights and KV only, compute refused
+    with the next step."""
+    inv = placement.inventory
+    terms: dict[str, list[str]] = {d: [_IK_MLA_TERM] for d in ik_computed}
+    n_tokens = min(settings.n_batch, settings.n_ubatch, n_ctx)
+    label = ikarchs.compute_label(inv.arch, n_tokens)
+    why = _ik_graph_refused(settings, geo) if label is not None else [ikarchs.compute_not_measured(inv.arch)]
+    if not why and not fa and inv.arch not in ikarchs.FA_OFF_MEASURED:
+        why = [f"compute on ik_llama.cpp with flash attention off is not modelled for {inv.arch!r} (ik keeps a second "
+               "copy of the KQ matrix, measured on grok only): drop -fa off (ik's default is on) to size it"]
+    twin = None
+    if not why:
+        twin = estimate(replace(placement, engine=mainline()), ik_twin_settings(settings), replay=replay,
+                        families=families)
+        if not twin.complete:
+            why = [f"llama.cpp's graph, which sizes ik_llama.cpp's compute: {n}" for n in twin.notes]
+    ordered = [HOST, *sorted(devices - {HOST})]
+    if twin is None or label is None or why:
+        notes.extend(why)
+        notes.append(ikarchs.compute_next_step(inv.arch) or ikarchs.next_step(inv, True))
+        kv_mem = {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0),
+                                  reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(terms.get(d, ())))
+                  for d in ordered}
+        return MemoryEstimate(kv_mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
+                              complete=False, kv_known=True)
+    margin = ikarchs.margin_mib(inv.arch, n_tokens) * MiB
+    # flash attention off: ik keeps a second f32 KQ matrix on every device running attention (memory/ikarchs.py)
+    kq: dict[str, int] = defaultdict(int)
+    if not fa:
+        layer_dev = _layer_devices(placement)
+        for la in geo.layers:
+            if not la.recurrent:
+                d = _where(placement, la.index, _ATTN_BASES) or layer_dev.get(la.index, HOST)
+                kq[d] = max(kq[d], 4 * la.n_head * (swa_cells if la.swa else cells) * n_tokens)
+    mem: dict[str, DeviceMemory] = {}
+    for d in ordered:
+        t = twin.devices.get(d)
+        compute = t.compute + kq[d] + margin if t is not None and t.compute else 0
+        own = list(terms.get(d, ()))
+        if compute:
+            own.append(label)
+            # llama.cpp's CUDA-only terms (see `estimate`): estimated there too
+            own.extend(x for x in (t.estimated if t is not None else ()) if x.startswith("compute:"))
+        mem[d] = DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute,
+                              reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(own))
+    if AUTO_GPU in mem:
+        notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
+                     "to see each GPU's share")
+    return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
+                          server=server_caches(inv, geo, settings, placement.engine))
+
+
+def _ik_graph_refused(settings: MemorySettings, geo: Geometry) -> list[str]:
+    """Where llama.cpp's graph does not stand for ik's: an ik-only KV cache type (llama.cpp's graph
+    has none), an MLA mode other than the -mla 3 the margin was measured with."""
+    out = []
+    for flag, t in (("-ctk", settings.cache_type_k), ("-ctv", settings.cache_type_v)):
+        if t not in CACHE_TYPES:
+            out.append(f"compute on ik_llama.cpp is sized from llama.cpp's graph, which has no {t} cache ({flag} "
+                       f"{t}): give a cache type both engines have (f16, q8_0, q4_0, ...) to size it")
+    if geo.mla_arch and settings.mla not in (None, 3):
+        out.append(f"compute on ik_llama.cpp with -mla {settings.mla} is not modelled (its margin over llama.cpp's "
+                   "graph was measured at the default -mla 3): drop -mla to size it")
+    return out
+
+
+def ik_twin_settings(settings: MemorySettings) -> MemorySettings:
+    """The settings llama.cpp's graph is sized with for ik_llama.cpp: ik keeps one KV cache for
+    every sequence and full-size sliding-window layers, reserves its graph for the whole ubatch's
+    outputs, and has none of llama.cpp's host buffer choices (AMX)."""
+    return replace(settings, kv_unified=True, swa_full=True, n_outputs=0, mla=None, problems=(), host_cpu="plain",
+                   repack=False)
 
 
 # backends whose devices offer a pinned host buffer type (ggml-cuda, ggml-sycl, ggml-vulkan, ggml-cann:

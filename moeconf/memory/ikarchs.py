@@ -23,10 +23,18 @@ figures in tests/data/ik_newer_figures.json):
   attention; neither reads `attention.recurrent_layers` nor, for qwen35moe, `nextn_predict_layers`.
   A file whose keys would make mainline (and so moeconf's layer map) differ is refused on ik.
 - Compute: ik builds its own graphs (src/llama-build-context.cpp: fused MoE up/gate, its MLA and
-  delta-net kernels) and has no allocation-free projection to check them against; a CPU-only build
-  keeps every compute buffer in host memory. Measured host compute buffers at -ngl 0 are recorded
-  with the figures; the estimate leaves compute "?" on ik for these architectures and `fit`
-  refuses."""
+  delta-net kernels) and has no allocation-free projection to check them against. moeconf sizes
+  ik's compute buffers (these architectures and the first five, memory/support.py) as llama.cpp's
+  graph of the same model and placement (the llama.cpp memory model run on the same placement with
+  ik's one KV cache, full-size window cells and the whole ubatch's outputs), plus, with flash
+  attention off, the second f32 KQ matrix ik keeps, plus a margin per architecture MEASURED on ik:
+  its logged compute buffers on real loads of cut layouts, each device an RPC server or the host
+  (tests/engine/test_ik_compute.py; figures with the ik commit in tests/data/ik_compute_figures.json)
+  against that estimate; the margin is the worst difference seen (`COMPUTE_MARGINS`). The figure is
+  labelled estimated (`compute_label`): no GPU measured it. Measured and refused (`COMPUTE_REFUSED`):
+  deepseek2 and glm-dsa, whose MLA attention in ik holds several GiB more than llama.cpp's graph,
+  growing with the context. Where llama.cpp's graph is not modelled for the model or settings,
+  compute is refused with the next step (`next_step`, `compute_next_step`)."""
 
 from __future__ import annotations
 
@@ -62,14 +70,87 @@ CHECKED: Final = ("ik_llama.cpp 0.1.5's logged model and KV buffer sizes on real
 
 
 def kv_only(arch: str, engine: str) -> bool:
-    """Whether this architecture's weights and KV, but not its compute, are modelled on `engine`."""
+    """Whether this architecture's weights and KV on `engine` are modelled by this module (the
+    newer architectures on ik_llama.cpp); its compute comes from llama.cpp's graph (`compute_label`)."""
     return engine == ENGINE and arch in KV_ONLY
 
 
-def compute_note(arch: str) -> str:
-    return (f"compute is not modelled for {arch!r} on ik_llama.cpp (ik builds its own graphs and has no "
-            "allocation-free projection to check them against): weights and KV cache are, compute is not "
-            "computed")
+# --- ik's compute against llama.cpp's graph: what the engine suite measured (tests/data/
+# ik_compute_figures.json, tests/engine/test_ik_compute.py), held by tests/test_memory_ik_compute.py ---
+COMMIT: Final = "55d3c05bf"  # ik-llama-cpp-python 0.1.5's vendored ik_llama.cpp (nametable.SOURCES)
+# architecture -> (margin MiB: the largest amount by which a compute buffer ik logged exceeded
+# moeconf's figure for it without the margin, rounded up; device figures measured), at -ub up to
+# MARGIN_UBATCH (the margin grows in proportion above it: the differences measured grow with the
+# ubatch). An architecture not listed: compute refused (`compute_not_measured`, `COMPUTE_REFUSED`)
+COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
+    "qwen3moe": (16, 11), "glm4moe": (0, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (9, 11),
+    "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (17, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
+    "bailingmoe2": (0, 11), "dots1": (0, 11), "qwen3vlmoe": (1, 11),
+}
+MARGIN_UBATCH: Final = 2048
+# ik's graph keeps a second f32 copy of the KQ matrix where flash attention is off (measured on
+# Grok-1, whose flash attention ik forces off: ik's compute buffer was llama.cpp's graph plus one
+# n_head x n_kv x n_ubatch f32 tensor, -c 8192 to 32768, -ub 512 and 2048); measured there only
+FA_OFF_MEASURED: Final = frozenset({"grok"})
+# measured and refused: ik's compute exceeds llama.cpp's graph by an amount that grows with the context
+COMPUTE_REFUSED: Final[dict[str, str]] = {
+    arch: (f"compute on ik_llama.cpp is not modelled for {arch!r}: ik's MLA attention ({what}) holds more than "
+           "llama.cpp's graph, growing with the context (measured on the cut "
+           f"{model} layout, -mla 3, -amb 0: {figures}; llama.cpp's graph {graph})")
+    for arch, what, model, figures, graph in (
+        ("deepseek2", "-mla 3 with flash attention", "DeepSeek-V3",
+         "1,672 / 3,216 / 6,304 MiB at -c 8192 / 16384 / 32768", "412 MiB at 32768"),
+        ("glm-dsa", "DeepSeek's dense MLA: ik runs no indexer", "GLM-5",
+         "1,445 / 2,797 / 5,501 MiB at -c 8192 / 16384 / 32768", "348 MiB at 32768"),
+    )
+}
+
+
+def compute_label(arch: str, n_ubatch: int = 512) -> str | None:
+    """What an ik_llama.cpp compute figure is: llama.cpp's graph plus the measured margin (None:
+    not measured for this architecture)."""
+    if arch not in COMPUTE_MARGINS:
+        return None
+    lines = COMPUTE_MARGINS[arch][1]
+    return (f"compute: estimated (ik_llama.cpp's graph differs; margin {margin_mib(arch, n_ubatch)} MiB, measured over "
+            f"{lines} lines on RPC; not measured on a GPU)")
+
+
+def margin_mib(arch: str, n_ubatch: int) -> int:
+    m = COMPUTE_MARGINS[arch][0]
+    return m if n_ubatch <= MARGIN_UBATCH else -(-m * n_ubatch // MARGIN_UBATCH)
+
+
+def compute_not_measured(arch: str) -> str:
+    if arch in COMPUTE_REFUSED:
+        return COMPUTE_REFUSED[arch]
+    return (f"compute on ik_llama.cpp is not modelled for {arch!r}: its compute buffers were not measured against "
+            "llama.cpp's graph (tests/engine/test_ik_compute.py); weights and KV cache are modelled")
+
+
+def compute_next_step(arch: str) -> str:
+    """What a user can do where ik's compute is refused for a model whose weights and KV are modelled."""
+    if arch in COMPUTE_REFUSED:
+        return ("next step: write the placement as explicit rules (`moeconf compile`) and check it with `moeconf "
+                "explain` (weights and KV cache exact), leaving room on each GPU for ik's compute buffer (ik logs it "
+                "at start: `compute buffer size`); ik's -amb caps its MLA attention's buffer")
+    return ""
+
+
+def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
+    """What a user can do where moeconf does not size this model's memory on ik_llama.cpp."""
+    from moeconf.model.nametable import ARCHS
+
+    if inv.arch not in ARCHS[ENGINE]:
+        return (f"ik_llama.cpp 0.1.5 does not load the {inv.arch!r} architecture: run it on llama.cpp "
+                "(--engine llama.cpp)")
+    if llama_cpp_modelled:
+        return ("next step: size it with llama.cpp's graph (--engine llama.cpp: the same placement's memory on "
+                "llama.cpp), or write the placement as explicit rules (`moeconf compile`) and check it with "
+                "`moeconf explain`, which shows where every tensor goes and the memory moeconf does model")
+    return ("next step: write the placement as explicit rules (`moeconf compile`: placement is exact on "
+            f"{inv.arch!r}) and check it with `moeconf explain`, which shows where every tensor goes and the "
+            "weights as placed; memory for this model is modelled on neither engine")
 
 
 def _int(inv: Inventory, key: str) -> int | None:

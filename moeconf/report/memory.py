@@ -42,7 +42,9 @@ def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None)
         lines.append("  " + "  ".join(v.ljust(widths[0]) if i == 0 else v.rjust(widths[i]) for i, v in enumerate(r)))
     for d, m in est.devices.items():
         for term in m.estimated:
-            lines.append(f"  * {d}: {term} (estimated: not measurable without the device)")
+            # a term that says how it is estimated (ik_llama.cpp's compute, memory/ikarchs.py) is printed as is
+            lines.append(f"  * {d}: {term}" if "estimated (" in term
+                         else f"  * {d}: {term} (estimated: not measurable without the device)")
     if any(m.reserve for m in est.devices.values()):
         lines.append(f"  reserve: {_mib(s.reserve)} MiB per GPU for what no engine reports (CUDA context, "
                      "cuBLAS workspace): --reserve, or reserve in a plan's [budget]")

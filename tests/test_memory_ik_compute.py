@@ -1,0 +1,300 @@
+"""ik_llama.cpp's compute: llama.cpp's graph of the same placement plus a margin measured on ik
+(moeconf/memory/ikarchs.py), held to the compute buffers ik_llama.cpp 0.1.5 logged on real loads
+of cut layouts (tests/data/ik_compute_figures.json, measured by tests/engine/test_ik_compute.py;
+the engine suite measures them again).
+
+What is held: every recorded line's placement (each device's KV cache, the RPC devices' weights),
+each architecture's margin is the worst difference its lines measured (rounded up to the MiB) and
+counts them, the label `explain` and `fit` print and write, and the refusals naming the next step."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from moeconf.cli import main
+from moeconf.engines import engine, mainline
+from moeconf.explanation import explain
+from moeconf.fixtures.writer import write_layout
+from moeconf.memory import estimate, read_settings
+from moeconf.memory.estimate import MemoryEstimate
+from moeconf.memory.ikarchs import COMMIT, COMPUTE_MARGINS, COMPUTE_REFUSED, compute_label, next_step
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
+from moeconf.model.nametable import SOURCES
+from moeconf.sizing import estimate_explained
+from tests.engine import ik_compute_cases as cases
+
+DATA = Path(__file__).parent / "data" / "ik_compute_figures.json"
+FIGURES: dict[str, Any] = json.loads(DATA.read_text())
+ROWS: list[dict[str, Any]] = FIGURES["rows"]
+MEASURED = [r for r in ROWS if not r.get("refused")]
+MiB = 1024 * 1024
+EPS = ["127.0.0.1:50052", "127.0.0.1:50053"]
+IK = engine("ik_llama.cpp", "0.1.5")
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
+    folder = tmp_path_factory.mktemp("ikcompute")
+    out = {}
+    for name in cases.CUTS:
+        path = cases.cut_path(folder, name)
+        write_layout(cases.cut_layout(name), path)  # the real vocabulary: the logits are sized by it
+        out[name] = load_inventory(path)
+    return out
+
+
+def _device(key: str) -> str:
+    """A recorded device (CPU, GPUi) as moeconf names it for the user's line."""
+    return key if key == "CPU" else f"RPC0[{EPS[int(key[3:])]}]"
+
+
+def _estimate(inv: Inventory, row: dict[str, Any]) -> MemoryEstimate:
+    args = cases.user_args(row["line"], EPS)
+    return estimate_explained(explain(inv, IK, args, gpus=[], layer_devices=row.get("layer_devices")),
+                              read_settings(args, IK))
+
+
+def differences(row: dict[str, Any], est: MemoryEstimate, arch: str) -> dict[str, float]:
+    """Per device of a recorded line: how far ik's compute buffer was above moeconf's figure less
+    the margin it added (memory/ikarchs.py, as the estimate was made)."""
+    added = COMPUTE_MARGINS[arch][0]
+    return {key: mib - (est.devices[_device(key)].compute / MiB - added) for key, mib in row["ik"]["compute"].items()}
+
+
+def margin_check(rows: list[dict[str, Any]], estimates: list[MemoryEstimate],
+                 margins: dict[str, tuple[int, int]], arch_of: dict[str, str]) -> list[str]:
+    """What is wrong with the margins against the recorded figures (empty: each architecture's
+    margin is its worst difference rounded up, over as many figures as it says)."""
+    worst: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for row, est in zip(rows, estimates, strict=True):
+        arch = arch_of[row["model"]]
+        if arch in COMPUTE_REFUSED:
+            continue
+        for diff in differences(row, est, arch).values():
+            worst[arch] = max(worst.get(arch, 0.0), diff)
+            count[arch] = count.get(arch, 0) + 1
+    out = []
+    for arch in sorted(set(worst) | set(margins)):
+        want = (max(0, math.ceil(worst.get(arch, 0.0) - 0.005)), count.get(arch, 0))
+        if margins.get(arch) != want:
+            out.append(f"{arch}: margin {margins.get(arch)}, measured {want} (worst {worst.get(arch, 0.0):.2f} MiB)")
+    return out
+
+
+@pytest.fixture(scope="module")
+def estimates(models: dict[str, Inventory]) -> list[MemoryEstimate]:
+    return [_estimate(models[r["model"]], r) for r in MEASURED]
+
+
+def test_every_architecture_and_line_was_measured_on_the_pinned_ik() -> None:
+    assert FIGURES["engine"] == SOURCES["ik_llama.cpp"] and COMMIT in FIGURES["engine"]
+    assert {(r["model"], r["line"]) for r in ROWS} == set(cases.cases())
+    # every architecture measured: a margin, or refused with what was measured
+    assert set(COMPUTE_MARGINS) | set(COMPUTE_REFUSED) == {cases.cut_layout(m).arch for m in cases.CUTS}
+    assert not set(COMPUTE_MARGINS) & set(COMPUTE_REFUSED)
+
+
+def test_each_line_placed_weights_and_kv_as_moeconf_does(models: dict[str, Inventory],
+                                                          estimates: list[MemoryEstimate]) -> None:
+    for row, est in zip(MEASURED, estimates, strict=True):
+        ik = row["ik"]
+        arch = models[row["model"]].arch
+        if arch in COMPUTE_REFUSED:  # weights and KV only, compute refused with what was measured
+            assert not est.complete and est.kv_known and COMPUTE_REFUSED[arch] in est.notes
+        else:
+            assert est.complete, (row["model"], row["line"], est.notes)
+        for key, mib in ik["kv"].items():
+            assert abs(est.devices[_device(key)].kv / MiB - mib) <= 0.01, (row, est.devices)
+        total = sum(m.weights for m in est.devices.values()) / MiB
+        assert abs(total - sum(ik["weights"].values()) - ik["computed"]) <= 1.0, (row, total)
+        if not ik["computed"]:
+            for key, mib in ik["weights"].items():
+                if key != "CPU":
+                    assert abs(est.devices[_device(key)].weights / MiB - mib) <= 1.0, (row, est.devices)
+
+
+def test_each_margin_is_the_worst_difference_measured(models: dict[str, Inventory],
+                                                      estimates: list[MemoryEstimate]) -> None:
+    arch_of = {m: inv.arch for m, inv in models.items()}
+    assert margin_check(MEASURED, estimates, COMPUTE_MARGINS, arch_of) == []
+    # so no recorded compute buffer is above moeconf's figure for it
+    for row, est in zip(MEASURED, estimates, strict=True):
+        if not est.complete:
+            continue
+        for key, mib in row["ik"]["compute"].items():
+            assert mib <= est.devices[_device(key)].compute / MiB + 0.005, (row, est.devices)
+
+
+def test_the_margin_check_refuses_a_wrong_figure_or_margin(models: dict[str, Inventory],
+                                                           estimates: list[MemoryEstimate]) -> None:
+    arch_of = {m: inv.arch for m, inv in models.items()}
+    i, row = next((i, r) for i, r in enumerate(MEASURED) if r["model"] == "qwen3-30b-a3b")
+    arch = arch_of[row["model"]]
+    margin = COMPUTE_MARGINS[arch][0]
+    # an ik figure 2 MiB above what the margin covers
+    key = next(iter(row["ik"]["compute"]))
+    est = estimates[i]
+    high = est.devices[_device(key)].compute / MiB + 2
+    bad = {**row, "ik": {**row["ik"], "compute": {**row["ik"]["compute"], key: high}}}
+    rows = [bad if j == i else r for j, r in enumerate(MEASURED)]
+    assert any(m.startswith(f"{arch}: margin") for m in margin_check(rows, estimates, COMPUTE_MARGINS, arch_of))
+    # a margin smaller than measured, or one that counts a line too few
+    for wrong in ((margin - 1, COMPUTE_MARGINS[arch][1]), (margin, COMPUTE_MARGINS[arch][1] - 1)):
+        assert margin_check(MEASURED, estimates, {**COMPUTE_MARGINS, arch: wrong}, arch_of)
+
+
+def test_the_estimate_is_llama_cpp_s_graph_plus_the_margin(models: dict[str, Inventory]) -> None:
+    inv = models["glm-4.5-air"]
+    args = cases.user_args("-c 32768", EPS)
+    ex = explain(inv, IK, args, gpus=[])
+    est = estimate_explained(ex, read_settings(args, IK))
+    from dataclasses import replace
+
+    from moeconf.memory.estimate import ik_twin_settings
+
+    twin = estimate(replace(ex.placement, engine=mainline()), ik_twin_settings(read_settings(args, IK)))
+    margin = COMPUTE_MARGINS["glm4moe"][0] * MiB
+    for d, m in est.devices.items():
+        if m.compute:
+            assert m.compute == twin.devices[d].compute + margin
+            assert compute_label("glm4moe", 512) in m.estimated
+
+
+@pytest.mark.parametrize("model", ["qwen3.5-397b-a17b", "minimax-m2", "grok-1", "qwen3-30b-a3b", "ling-mini-2.0"])
+def test_explain_and_fit_on_ik_answer_with_the_label(model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / f"{model}.manifest.json")
+    argv = ["-ngl", "999", "-ot", "exps=CPU", "-c", "32768"]
+    assert main(["explain", path, "--engine", "ik_llama.cpp", "--json", "--", *argv]) == 0
+    data = json.loads(capsys.readouterr().out)
+    arch = load_inventory(path).arch
+    label = compute_label(arch)
+    assert label is not None and data["memory_complete"] is True
+    assert data["memory"]["CUDA0"]["compute"] > COMPUTE_MARGINS[arch][0] * MiB
+    assert label in data["memory_estimated"]["CUDA0"] and label in data["memory_estimated"]["CPU"]
+
+    assert main(["explain", path, "--engine", "ik_llama.cpp", "--", *argv]) == 0
+    out = capsys.readouterr().out
+    assert f"* CUDA0: {label}\n" in out and "?" not in out.split("note:")[0].split("memory (MiB)")[1]
+
+    # two GPUs where ik's -ts split is predicted (memory/iksplit.py)
+    two = [["--gpu", "32GiB", "--gpu", "32GiB"]] if model in ("qwen3-30b-a3b", "minimax-m2") else []
+    for gpus in (["--gpu", "48GiB"], *two):
+        assert main(["fit", path, "--engine", "ik_llama.cpp", *gpus, "-c", "32768", "-ctk", "q8_0", "-ctv",
+                     "q8_0" if arch != "grok" else "f16"]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        assert out.startswith("llama-server -m ") and label in out  # the command, and the label on its table
+    assert main(["fit", path, "--engine", "ik_llama.cpp", "--gpu", "48GiB", "-c", "32768", "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)
+    assert label in fitted["memory_estimated"]["CUDA0"]
+
+
+@pytest.mark.parametrize(("model", "fragment"), [
+    ("kimi-linear-48b-a3b", "ik_llama.cpp 0.1.5 does not load the 'kimi-linear' architecture: run it on llama.cpp "
+                            "(--engine llama.cpp)"),
+    ("nemotron-3-nano-30b-a3b", "does not load the 'nemotron_h_moe' architecture"),
+    ("deepseek-v3.2", "does not load the 'deepseek32' architecture"),
+])
+def test_fit_on_an_architecture_ik_does_not_load_names_the_engine_that_does(
+        model: str, fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / f"{model}.manifest.json")
+    assert main(["fit", path, "--engine", "ik_llama.cpp", "--gpu", "24GiB", "-c", "32768"]) == 2
+    assert fragment in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("model", "flags", "fragment"), [
+    ("qwen3-30b-a3b", ["-ctk", "q6_0", "-ctv", "q6_0"],
+     "which has no q6_0 cache (-ctk q6_0): give a cache type both engines have"),
+    ("qwen3-30b-a3b", ["-fa", "off"], "with flash attention off is not modelled for 'qwen3moe' (ik keeps a second copy "
+                                      "of the KQ matrix, measured on grok only): drop -fa off"),
+    ("deepseek-v3", [], "ik's MLA attention (-mla 3 with flash attention) holds more than llama.cpp's graph, growing "
+                        "with the context (measured on the cut DeepSeek-V3 layout"),
+    ("kimi-k2.5", [], "compute on ik_llama.cpp is not modelled for 'deepseek2'"),
+    ("glm-5", [], "ik's MLA attention (DeepSeek's dense MLA: ik runs no indexer) holds more than llama.cpp's graph"),
+])
+def test_compute_llama_cpp_s_graph_does_not_stand_for_is_refused_with_the_next_step(
+        model: str, flags: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / f"{model}.manifest.json")
+    argv = ["-ngl", "999", "-ot", "exps=CPU", "-c", "32768", *flags]
+    assert main(["explain", path, "--engine", "ik_llama.cpp", "--json", "--", *argv]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["memory_complete"] is False and data["memory_kv_complete"] is True
+    assert data["memory"]["CUDA0"]["compute"] is None and data["memory"]["CUDA0"]["kv"] > 0
+    notes = " ".join(data["memory_notes"])
+    step = ("next step: write the placement as explicit rules (`moeconf compile`)" if not flags
+            else "next step: size it with llama.cpp's graph (--engine llama.cpp")
+    assert fragment in notes and step in notes
+    assert main(["fit", path, "--engine", "ik_llama.cpp", "--gpu", "48GiB", "-c", "32768", *flags]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and step in err
+
+
+def test_an_mla_mode_other_than_the_measured_one_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # were deepseek2's compute measured (a margin), -mla 1 would still be refused: measured at -mla 3 only
+    import moeconf.memory.ikarchs as ikarchs
+
+    monkeypatch.setattr(ikarchs, "COMPUTE_MARGINS", {**COMPUTE_MARGINS, "deepseek2": (0, 1)})
+    monkeypatch.setattr(ikarchs, "COMPUTE_REFUSED", {})
+    path = str(EXAMPLES / "deepseek-v3.manifest.json")
+    argv = ["-ngl", "999", "-ot", "exps=CPU", "-c", "32768"]
+    assert main(["explain", path, "--engine", "ik_llama.cpp", "--json", "--", *argv]) == 0
+    assert json.loads(capsys.readouterr().out)["memory_complete"] is True
+    assert main(["explain", path, "--engine", "ik_llama.cpp", "--json", "--", *argv, "-mla", "1", "-fa", "off"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["memory_complete"] is False
+    assert any("-mla 1 is not modelled (its margin over llama.cpp's graph was measured at the default -mla 3): drop "
+               "-mla to size it" in n for n in data["memory_notes"])
+
+
+def test_flash_attention_off_adds_ik_s_second_kq_matrix(models: dict[str, Inventory]) -> None:
+    inv = models["grok-1"]
+    args = cases.user_args("-c 32768", EPS)
+    ex = explain(inv, IK, args, gpus=[])
+    est = estimate_explained(ex, read_settings(args, IK))
+    from dataclasses import replace
+
+    from moeconf.memory.estimate import ik_twin_settings
+
+    twin = estimate(replace(ex.placement, engine=mainline()), ik_twin_settings(read_settings(args, IK)))
+    gpu = f"RPC0[{EPS[0]}]"
+    kq = 4 * 48 * 32768 * 512  # Grok-1: 48 heads, every cell, the ubatch
+    assert est.devices[gpu].compute == twin.devices[gpu].compute + kq + COMPUTE_MARGINS["grok"][0] * MiB
+    assert est.devices["CPU"].compute == twin.devices["CPU"].compute + COMPUTE_MARGINS["grok"][0] * MiB
+
+
+def test_an_architecture_not_measured_on_ik_is_refused(models: dict[str, Inventory],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import moeconf.memory.ikarchs as ikarchs
+
+    monkeypatch.setattr(ikarchs, "COMPUTE_MARGINS", {k: v for k, v in COMPUTE_MARGINS.items() if k != "qwen3moe"})
+    est = _estimate(models["qwen3-30b-a3b"], {"line": "-c 32768"})
+    assert not est.complete and est.kv_known
+    assert any("were not measured against llama.cpp's graph" in n for n in est.notes)
+    assert any(n.startswith("next step:") for n in est.notes)
+
+
+def test_next_step_names_what_the_user_can_do(models: dict[str, Inventory]) -> None:
+    inv = models["qwen3-30b-a3b"]
+    assert "--engine llama.cpp" in next_step(inv, True) and "`moeconf compile`" in next_step(inv, True)
+    neither = next_step(inv, False)
+    assert "`moeconf compile`" in neither and "`moeconf explain`" in neither and "--engine llama.cpp" not in neither
+
+
+def test_the_margin_grows_with_the_ubatch_above_the_measured_one(models: dict[str, Inventory]) -> None:
+    import moeconf.memory.ikarchs as ikarchs
+
+    m = COMPUTE_MARGINS["qwen3moe"][0]
+    assert ikarchs.margin_mib("qwen3moe", 512) == ikarchs.margin_mib("qwen3moe", 2048) == m
+    assert ikarchs.margin_mib("qwen3moe", 4096) == 2 * m
+    inv = models["qwen3-30b-a3b"]
+    args = cases.user_args("-c 32768 -b 4096 -ub 4096", EPS)
+    est = estimate_explained(explain(inv, IK, args, gpus=[]), read_settings(args, IK))
+    assert f"margin {2 * m} MiB" in " ".join(est.devices["CPU"].estimated)
