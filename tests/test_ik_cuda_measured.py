@@ -63,3 +63,16 @@ def test_default_reserve_covers_what_the_card_held_beyond_ggml() -> None:
     from moeconf.memory.settings import DEFAULT_RESERVE
 
     assert all(line["outside_ggml_buffers_mib"] * MiB <= DEFAULT_RESERVE for line in LINES)
+
+
+def test_the_gpu_check_named_in_the_label_is_the_measured_one(tmp_path: Path) -> None:
+    """ikarchs.GPU_CHECKED states what the GPU logged and what moeconf estimated: both must be today's."""
+    from moeconf.memory.ikarchs import GPU_CHECKED, compute_label
+
+    (line,) = [x for x in LINES if x["layout"] == "qwen3-30b-a3b"]
+    ours = _estimate(line, tmp_path)
+    text = GPU_CHECKED["qwen3moe"]
+    assert f"CUDA0 {round(line['logged_mib']['CUDA0 compute'])} MiB logged" in text  # type: ignore[index]
+    assert f"this estimate {round(ours['CUDA0']['compute'])}" in text
+    assert "checked on a GPU" in str(compute_label("qwen3moe")) and "not measured on a GPU" in str(
+        compute_label("glm4moe"))

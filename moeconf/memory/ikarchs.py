@@ -88,6 +88,11 @@ COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "bailingmoe2": (0, 11), "dots1": (0, 11), "qwen3vlmoe": (1, 11),
 }
 MARGIN_UBATCH: Final = 2048
+# architectures whose ik compute was also read on a real GPU (tests/data/ik_cuda_h200.json, checked
+# by tests/test_ik_cuda_measured.py): the lines, and what the CUDA build logged against this estimate
+GPU_CHECKED: Final[dict[str, str]] = {
+    "qwen3moe": "1 line on an H200 (-ot exps=CPU -c 32768: CUDA0 305 MiB logged, this estimate 474)",
+}
 # ik's graph keeps a second f32 copy of the KQ matrix where flash attention is off (measured on
 # Grok-1, whose flash attention ik forces off: ik's compute buffer was llama.cpp's graph plus one
 # n_head x n_kv x n_ubatch f32 tensor, -c 8192 to 32768, -ub 512 and 2048); measured there only
@@ -112,8 +117,9 @@ def compute_label(arch: str, n_ubatch: int = 512) -> str | None:
     if arch not in COMPUTE_MARGINS:
         return None
     lines = COMPUTE_MARGINS[arch][1]
+    gpu = f"checked on a GPU: {GPU_CHECKED[arch]}" if arch in GPU_CHECKED else "not measured on a GPU"
     return (f"compute: estimated (ik_llama.cpp's graph differs; margin {margin_mib(arch, n_ubatch)} MiB, measured over "
-            f"{lines} lines on RPC; not measured on a GPU)")
+            f"{lines} lines on RPC; {gpu})")
 
 
 def margin_mib(arch: str, n_ubatch: int) -> int:
