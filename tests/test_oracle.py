@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 from dotenv import dotenv_values
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from moeconf import explain
 from moeconf.compile import Compiled, compile_plan
 from moeconf.emitting.targets import TARGETS, docker_image, emit
 from moeconf.errors import PlanError
+from moeconf.model import nametable
 from moeconf.model.inventory import Inventory
 from moeconf.plan import plan_from_text
 from tests.conftest import EXAMPLES
@@ -193,6 +194,9 @@ def ot_items(draw: st.DrawFn, inv: Inventory, gpus: list[str]) -> list[tuple[str
 def test_explain_agrees_with_the_reference_engine(data: st.DataObject) -> None:
     inv = data.draw(inventories(max_blocks=48))
     engine, version, gpus, ngl_s, ts_s, sm = data.draw(st.sampled_from(CONFIGS))
+    # ik_llama.cpp refuses a file of an architecture it does not know: there is no placement to compare
+    # (moeconf and the reference disagree on such a file's token_embd_norm: noted in issue 24's note)
+    assume(engine != "ik_llama.cpp" or inv.arch in nametable.IK_ARCH_TENSORS)
     ngl, ts = data.draw(ngl_s), data.draw(ts_s)
     n = 999 if ngl == "all" else int(ngl)  # type: ignore[call-overload]
     items = data.draw(ot_items(inv, gpus))
