@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _cparse.py, also when loaded by path
 from _cparse import arch_names, factory_classes, function_body, kv_names
 from _cparse import matching as _matching
-from _pinned import describe, take_out
+from _pinned import DOC_END_AND_IMPORTS, describe, take_out
 
 _KV = re.compile(r"\bLLM_KV_(\w+)")
 # `get_key(LLM_KV_X, hparams.field` / `get_key_or_arr(LLM_KV_X, hparams.field_arr, ...`
@@ -244,12 +244,7 @@ def render(ml_root: Path, ik_root: Path | None) -> str:
         *[f"{t}" for t in tags[1:]],
         "(src/llama-arch.cpp LLM_KV_NAMES; llama.cpp src/llama-model.cpp load_hparams and",
         "src/models/*.cpp load_arch_hparams; ik_llama.cpp llm_load_hparams). Do not edit by hand.",
-        '"""',
-        "",
-        "from __future__ import annotations",
-        "",
-        "from typing import Final",
-        "",
+        *DOC_END_AND_IMPORTS,
     ]
     lines += _table("MAINLINE", "llama.cpp: architecture -> the keys its loader reads", ml)
     lines += ["", "# llama.cpp: key -> the hparams fields a loader reads it into",
