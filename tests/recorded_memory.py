@@ -47,6 +47,13 @@ def estimate_rpc(inv: Inventory, line: str, eps: Sequence[str]) -> tuple[MemoryE
     return estimate_line(inv, args), used
 
 
+def assert_recorded(inv: Inventory, line: Mapping[str, object], eps: Sequence[str]) -> None:
+    """moeconf's estimate for a recorded line is complete and within `within` of each figure."""
+    est, used = estimate_rpc(inv, str(line["args"]), eps)
+    assert est.complete, est.notes
+    assert not errors(est, line["devices"], used)  # type: ignore[arg-type]
+
+
 def line_ids(figures: Iterable[Mapping[str, object]]) -> list[str]:
     """Test ids of recorded lines: `model:args`."""
     return [f"{f['model']}:{f['args']}" for f in figures]

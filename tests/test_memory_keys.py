@@ -25,7 +25,7 @@ from moeconf.memory import support
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.keys import neutral
 from moeconf.model.inventory import Inventory
-from tests.recorded_memory import errors, estimate_rpc, line_ids, sparse_models
+from tests.recorded_memory import assert_recorded, errors, estimate_rpc, line_ids, sparse_models
 
 REPO = Path(__file__).resolve().parent.parent
 FIGURES = json.loads((REPO / "tests" / "data" / "keyed_memory_oracle.json").read_text())["lines"]
@@ -44,9 +44,7 @@ def _estimate(inv: Inventory, line: str) -> tuple[MemoryEstimate, list[str]]:
 
 @pytest.mark.parametrize("line", FIGURES, ids=line_ids(FIGURES))
 def test_memory_matches_the_engines_figures(models: dict[str, Inventory], line: dict[str, object]) -> None:
-    est, eps = _estimate(models[str(line["model"])], str(line["args"]))
-    assert est.complete, est.notes
-    assert not errors(est, line["devices"], eps)  # type: ignore[arg-type]
+    assert_recorded(models[str(line["model"])], line, EPS)
 
 
 def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> None:

@@ -20,8 +20,8 @@ from moeconf.fixtures.layouts_large import LARGE_LAYOUTS
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory import replay
 from moeconf.model.inventory import Inventory
-from tests.recorded_memory import errors, line_ids, sparse_models
-from tests.test_memory_keys import _estimate
+from tests.recorded_memory import assert_recorded, errors, line_ids, sparse_models
+from tests.test_memory_keys import EPS, _estimate
 
 REPO = Path(__file__).resolve().parent.parent
 FIGURES = json.loads((REPO / "tests" / "data" / "large_memory_oracle.json").read_text())["lines"]
@@ -34,9 +34,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
 
 @pytest.mark.parametrize("line", FIGURES, ids=line_ids(FIGURES))
 def test_memory_matches_the_engines_figures(models: dict[str, Inventory], line: dict[str, object]) -> None:
-    est, eps = _estimate(models[str(line["model"])], str(line["args"]))
-    assert est.complete, est.notes
-    assert not errors(est, line["devices"], eps)  # type: ignore[arg-type]
+    assert_recorded(models[str(line["model"])], line, EPS)
 
 
 def test_the_previous_tail_left_out_is_caught(models: dict[str, Inventory], monkeypatch: pytest.MonkeyPatch) -> None:
