@@ -22,6 +22,9 @@ VENDORED = {
     ("ik-llama-cpp-python", "0.1.5"): "ikawrakow/ik_llama.cpp 55d3c05bf",
 }
 
+# the lines that close a generated module's docstring and open its code (a `Final` table follows)
+DOC_END_AND_IMPORTS = ['"""', "", "from __future__ import annotations", "", "from typing import Final", ""]
+
 
 def package_of(root: Path) -> tuple[str, str]:
     """(package name, version) of the source package that vendors the engine tree `root`

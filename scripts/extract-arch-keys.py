@@ -35,8 +35,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _cparse.py, also when loaded by path
+from _cparse import arch_names, factory_classes, function_body, kv_names
 from _cparse import matching as _matching
-from _pinned import describe, take_out
+from _pinned import DOC_END_AND_IMPORTS, describe, take_out
 
 _KV = re.compile(r"\bLLM_KV_(\w+)")
 # `get_key(LLM_KV_X, hparams.field` / `get_key_or_arr(LLM_KV_X, hparams.field_arr, ...`
@@ -54,33 +55,6 @@ def _strip_comments(src: str) -> str:
             return t
         return re.sub(r"[^\n]", " ", t) if t.startswith("/*") else ""
     return _TOKENS.sub(keep, src)
-
-
-def _body(src: str, header: str) -> str | None:
-    m = re.search(header, src)
-    if not m:
-        return None
-    brace = src.index("{", m.end())
-    return src[brace: _matching(src, brace, "{", "}")]
-
-
-def arch_names(arch_cpp: str) -> dict[str, str]:
-    src = _strip_comments(arch_cpp)
-    start = src.index("LLM_ARCH_NAMES")
-    block = src[start: src.index("};", start)]
-    out: dict[str, str] = {}
-    for enum, name in re.findall(r'\{\s*LLM_ARCH_(\w+)\s*,\s*"([^"]+)"\s*\}', block):
-        if enum != "UNKNOWN":
-            out.setdefault(enum, name)
-    return out
-
-
-def kv_names(src: str) -> dict[str, str]:
-    """LLM_KV enum (without the prefix) -> key after `{arch}.`, for the `%s.` keys only."""
-    src = _strip_comments(src)
-    start = src.index("LLM_KV_NAMES")
-    block = src[start: src.index("};", start)]
-    return {e: k for e, k in re.findall(r'\{\s*LLM_KV_(\w+)\s*,\s*"%s\.([^"]+)"\s*\}', block)}
 
 
 def _fields(text: str) -> dict[str, set[str]]:
@@ -115,25 +89,9 @@ def _split_by_arch(body: str) -> tuple[str, dict[str, str]]:
     return "".join(common), only
 
 
-def _class_of(model_cpp: str) -> dict[str, str]:
-    first = model_cpp.index("return new llama_model_")
-    brace = model_cpp.index("{", model_cpp.rindex("switch", 0, first))
-    factory = model_cpp[brace: _matching(model_cpp, brace, "{", "}")]
-    out: dict[str, str] = {}
-    pending: list[str] = []
-    for m in re.finditer(r"case\s+LLM_ARCH_(\w+)\s*:|return\s+new\s+(llama_model_\w+)\s*\(", factory):
-        if m.group(1):
-            pending.append(m.group(1))
-        else:
-            for enum in pending:
-                out.setdefault(enum, m.group(2))
-            pending = []
-    return out
-
-
 def _method_texts(sources: list[str], cls: str, method: str) -> str | None:
     for src in sources:
-        body = _body(src, rf"\b{cls}::{method}\s*\(\s*llama_model_loader\s*&")
+        body = function_body(src, rf"\b{cls}::{method}\s*\(\s*llama_model_loader\s*&")
         if body is not None:
             return body
     return None
@@ -160,17 +118,17 @@ def _with_calls(body: str, sources: list[str], classes: list[str], depth: int = 
 def mainline(root: Path) -> tuple[dict[str, str], dict[str, tuple[set[str], dict[str, set[str]]]]]:
     """(key names, {arch name: (keys read, {key: fields})})."""
     src = root / "src"
-    names = arch_names((src / "llama-arch.cpp").read_text())
-    keys = kv_names((src / "llama-arch.cpp").read_text())
+    names = arch_names(_strip_comments((src / "llama-arch.cpp").read_text()))
+    keys = kv_names(_strip_comments((src / "llama-arch.cpp").read_text()))
     model_cpp = _strip_comments((src / "llama-model.cpp").read_text())
     headers = _strip_comments((src / "models" / "models.h").read_text())
     sources = [model_cpp] + [_strip_comments(p.read_text()) for p in sorted((src / "models").glob("*.cpp"))]
-    base = _body(model_cpp, r"\bllama_model_base::load_hparams\s*\(\s*llama_model_loader\s*&") or ""
+    base = function_body(model_cpp, r"\bllama_model_base::load_hparams\s*\(\s*llama_model_loader\s*&") or ""
     base = base.split("load_arch_hparams(ml)")[0]  # the per-arch part follows
     common, only = _split_by_arch(base)
     vocab = _strip_comments((src / "llama-vocab.cpp").read_text())
     common += "\n".join(m.group() for m in _READ.finditer(vocab))
-    cls_of = _class_of(model_cpp)
+    cls_of = factory_classes(model_cpp)
     out: dict[str, tuple[set[str], dict[str, set[str]]]] = {}
     for enum, name in names.items():
         cls = cls_of.get(enum)
@@ -196,18 +154,18 @@ def mainline(root: Path) -> tuple[dict[str, str], dict[str, tuple[set[str], dict
 
 def ik(root: Path) -> dict[str, tuple[set[str], dict[str, set[str]]]]:
     src = root / "src"
-    names = arch_names((src / "llama-arch.cpp").read_text())
+    names = arch_names(_strip_comments((src / "llama-arch.cpp").read_text()))
     keys: dict[str, str] = {}
     for f in ("llama-arch.cpp", "llama.cpp"):
         text = (src / f).read_text()
         if "LLM_KV_NAMES" in text:
-            keys = kv_names(text)
+            keys = kv_names(_strip_comments(text))
             break
     loader = None
     for f in ("llama-hparams.cpp", "llama-model.cpp", "llama.cpp"):
         p = src / f
         if p.is_file():
-            loader = _body(_strip_comments(p.read_text()), r"\bvoid\s+llm_load_hparams\s*\(")
+            loader = function_body(_strip_comments(p.read_text()), r"\bvoid\s+llm_load_hparams\s*\(")
             if loader:
                 break
     if loader is None:
@@ -286,12 +244,7 @@ def render(ml_root: Path, ik_root: Path | None) -> str:
         *[f"{t}" for t in tags[1:]],
         "(src/llama-arch.cpp LLM_KV_NAMES; llama.cpp src/llama-model.cpp load_hparams and",
         "src/models/*.cpp load_arch_hparams; ik_llama.cpp llm_load_hparams). Do not edit by hand.",
-        '"""',
-        "",
-        "from __future__ import annotations",
-        "",
-        "from typing import Final",
-        "",
+        *DOC_END_AND_IMPORTS,
     ]
     lines += _table("MAINLINE", "llama.cpp: architecture -> the keys its loader reads", ml)
     lines += ["", "# llama.cpp: key -> the hparams fields a loader reads it into",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _cparse.py, also when loaded by path
 from _cparse import matching as _matching
-from _pinned import describe, take_out
+from _pinned import DOC_END_AND_IMPORTS, describe, take_out
 
 Row = tuple[tuple[str, ...], tuple[str, ...], str, str, tuple[str, ...], tuple[str, ...]]
 
@@ -90,12 +90,7 @@ def render(rows: list[Row], rev: str) -> str:
         "Each row: (names, negated names, env variable or \"\", handler kind, the programs that know it",
         "(LLAMA_EXAMPLE_* without the prefix; COMMON: every program but llama-download), the programs",
         "excluded). The first name orders a preset's options (common_arg::operator<).",
-        '"""',
-        "",
-        "from __future__ import annotations",
-        "",
-        "from typing import Final",
-        "",
+        *DOC_END_AND_IMPORTS,
         "OPTIONS: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], str, str, tuple[str, ...], "
         "tuple[str, ...]], ...]] = (",
     ]

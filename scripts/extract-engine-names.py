@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _cparse.py, also when loaded by path
+from _cparse import arch_names, case_targets, factory_classes, function_body
 from _cparse import matching as _matching
 from _pinned import describe, take_out
 
@@ -59,26 +60,6 @@ def _split_args(args: str) -> list[str]:
             cur.append(c)
     if "".join(cur).strip():
         out.append("".join(cur).strip())
-    return out
-
-
-def _function_body(src: str, header: str) -> str | None:
-    """The body (between braces) of the first function whose definition matches `header` (a regex)."""
-    m = re.search(header, src)
-    if not m:
-        return None
-    brace = src.index("{", m.end())
-    return src[brace: _matching(src, brace, "{", "}")]
-
-
-def arch_names(arch_cpp: str) -> dict[str, str]:
-    src = _strip_comments(arch_cpp)
-    start = src.index("LLM_ARCH_NAMES")
-    block = src[start: src.index("};", start)]
-    out: dict[str, str] = {}
-    for enum, name in re.findall(r'\{\s*LLM_ARCH_(\w+)\s*,\s*"([^"]+)"\s*\}', block):
-        if enum != "UNKNOWN":
-            out.setdefault(enum, name)
     return out
 
 
@@ -279,7 +260,7 @@ def _helpers(src: str, cls: str) -> dict[str, set[tuple[str, str]]]:
     """`cls::create_tensor_*` helpers (not create_tensor itself) -> the (kind, suffix) they create."""
     out: dict[str, set[tuple[str, str]]] = {}
     for m in re.finditer(rf"\b{cls}::(create_tensor_\w+)\s*\(", src):
-        body = _function_body(src[m.start():], re.escape(m.group()))
+        body = function_body(src[m.start():], re.escape(m.group()))
         if body:
             out[m.group(1)] = {(k, s or "") for k, s, _ in _TN.findall(body)}
     return out
@@ -290,19 +271,7 @@ def mainline_arch_loaders(root: Path, archs: dict[str, str]) -> dict[str, tuple[
     helpers = _helpers(model_cpp, "llama_model_base")
     sources = {p: _strip_comments(p.read_text()) for p in sorted((root / "src" / "models").glob("*.cpp"))}
     headers = _strip_comments((root / "src" / "models" / "models.h").read_text())
-    cls_of: dict[str, str] = {}
-    # the factory: the switch around the first `return new llama_model_...`
-    first = model_cpp.index("return new llama_model_")
-    brace = model_cpp.index("{", model_cpp.rindex("switch", 0, first))
-    factory = model_cpp[brace: _matching(model_cpp, brace, "{", "}")]
-    pending: list[str] = []
-    for m in re.finditer(r"case\s+LLM_ARCH_(\w+)\s*:|return\s+new\s+(llama_model_\w+)\s*\(", factory):
-        if m.group(1):
-            pending.append(m.group(1))
-        else:
-            for enum in pending:
-                cls_of.setdefault(enum, m.group(2))
-            pending = []
+    cls_of = factory_classes(model_cpp)
     out: dict[str, tuple[set[str], set[str], bool]] = {}
     for enum, name in archs.items():
         cls = cls_of.get(enum)
@@ -311,7 +280,7 @@ def mainline_arch_loaders(root: Path, archs: dict[str, str]) -> dict[str, tuple[
             seen.add(cls)
             body = None
             for src in sources.values():
-                body = _function_body(src, rf"\b{cls}::load_arch_tensors\s*\(")
+                body = function_body(src, rf"\b{cls}::load_arch_tensors\s*\(")
                 if body:
                     break
             if body:
@@ -341,25 +310,17 @@ def ik_arch_loaders(load_cpp: str, archs: dict[str, str]) -> dict[str, tuple[set
     src = _strip_comments(load_cpp)
     helpers: dict[str, set[tuple[str, str]]] = {}
     for m in re.finditer(r"\bcreate_tensors_helper::((?:create_std_\w+|merge_\w+))\s*\(", src):
-        body = _function_body(src[m.start():], re.escape(m.group()))
+        body = function_body(src[m.start():], re.escape(m.group()))
         if body:
             helpers[m.group(1)] = {(k, s or "") for k, s, _ in _TN.findall(body)}
-    dispatch = _function_body(src, r"\bcreate_tensors_helper::create_tensors\s*\(\s*\)") or ""
-    fn_of: dict[str, str] = {}
-    pending: list[str] = []
-    for m in re.finditer(r"case\s+LLM_ARCH_(\w+)\s*:|\b(create_\w+_tensors)\s*\(", dispatch):
-        if m.group(1):
-            pending.append(m.group(1))
-        elif pending:
-            for enum in pending:
-                fn_of.setdefault(enum, m.group(2))
-            pending = []
+    dispatch = function_body(src, r"\bcreate_tensors_helper::create_tensors\s*\(\s*\)") or ""
+    fn_of = case_targets(dispatch, r"\b(create_\w+_tensors)\s*\(")
     out: dict[str, tuple[set[str], set[str], bool]] = {}
     for enum, name in archs.items():
         fn = fn_of.get(enum)
         if not fn:
             continue
-        body = _function_body(src, rf"\bcreate_tensors_helper::{fn}\s*\(")
+        body = function_body(src, rf"\bcreate_tensors_helper::{fn}\s*\(")
         if body:
             out[name] = loader_facts(body, helpers)
     return out
@@ -397,14 +358,14 @@ def _tuple_map(name: str, annot: str, d: dict[str, list[str]]) -> str:
 
 
 def render(ml_root: Path, ik_root: Path | None, rev_ml: str, rev_ik: str) -> str:
-    ml_archs = arch_names((ml_root / "src" / "llama-arch.cpp").read_text())
+    ml_archs = arch_names(_strip_comments((ml_root / "src" / "llama-arch.cpp").read_text()))
     ml_names = mainline_tensor_names((ml_root / "src" / "llama-arch.cpp").read_text())
     ml_loaders = mainline_arch_loaders(ml_root, ml_archs)
     engines: dict[str, tuple[dict[str, str], dict[str, dict[str, str]], dict[str, tuple[set[str], set[str], bool]]]] = {
         "llama.cpp": (ml_archs, {a: ml_names for a in ml_archs.values()}, ml_loaders),
     }
     if ik_root is not None:
-        ik_archs = arch_names((ik_root / "src" / "llama-arch.cpp").read_text())
+        ik_archs = arch_names(_strip_comments((ik_root / "src" / "llama-arch.cpp").read_text()))
         ik_names = ik_tensor_names((ik_root / "src" / "llama-model.cpp").read_text(), ik_archs)
         ik_loaders = ik_arch_loaders((ik_root / "src" / "llama-load-tensors.cpp").read_text(), ik_archs)
         engines["ik_llama.cpp"] = (ik_archs, ik_names, ik_loaders)

@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cparse import arch_names, case_targets, factory_classes, function_body, kv_names
 from _cparse import matching as _matching
 from _pinned import describe, take_out
 
@@ -61,14 +62,6 @@ def tensor_layers(arch_cpp: str) -> dict[str, str]:
     for kind, layer in re.findall(r"\{\s*LLM_TENSOR_(\w+)\s*,\s*\{\s*LLM_TENSOR_LAYER_(\w+)", block):
         out.setdefault(kind, layer.lower())
     return out
-
-
-def kv_names(arch_cpp: str) -> dict[str, str]:
-    """LLM_KV_X -> the key after `{arch}.` (only the `%s.`-prefixed keys)."""
-    src = _names._strip_comments(arch_cpp)
-    start = src.index("LLM_KV_NAMES")
-    block = src[start: src.index("};", start)]
-    return {k: v for k, v in re.findall(r'\{\s*LLM_KV_(\w+)\s*,\s*"%s\.([^"]+)"\s*\}', block)}
 
 
 def array_keys(sources: list[str], names: dict[str, str]) -> dict[str, str]:
@@ -118,18 +111,7 @@ def _mainline_bodies(root: Path, archs: dict[str, str]) -> dict[str, str]:
     model_cpp = _names._strip_comments((root / "src" / "llama-model.cpp").read_text())
     sources = {p: _names._strip_comments(p.read_text()) for p in sorted((root / "src" / "models").glob("*.cpp"))}
     headers = _names._strip_comments((root / "src" / "models" / "models.h").read_text())
-    first = model_cpp.index("return new llama_model_")
-    brace = model_cpp.index("{", model_cpp.rindex("switch", 0, first))
-    factory = model_cpp[brace: _matching(model_cpp, brace, "{", "}")]
-    cls_of: dict[str, str] = {}
-    pending: list[str] = []
-    for m in re.finditer(r"case\s+LLM_ARCH_(\w+)\s*:|return\s+new\s+(llama_model_\w+)\s*\(", factory):
-        if m.group(1):
-            pending.append(m.group(1))
-        else:
-            for enum in pending:
-                cls_of.setdefault(enum, m.group(2))
-            pending = []
+    cls_of = factory_classes(model_cpp)
     out: dict[str, str] = {}
     for enum, name in archs.items():
         cls = cls_of.get(enum)
@@ -138,7 +120,7 @@ def _mainline_bodies(root: Path, archs: dict[str, str]) -> dict[str, str]:
         while cls and cls not in seen and body is None:
             seen.add(cls)
             for src in sources.values():
-                body = _names._function_body(src, rf"\b{cls}::load_arch_tensors\s*\(")
+                body = function_body(src, rf"\b{cls}::load_arch_tensors\s*\(")
                 if body:
                     break
             base = re.search(rf"struct\s+{cls}\s*:\s*public\s+(\w+)", headers)
@@ -211,23 +193,15 @@ def ik_global_homes(load_cpp: str, archs: dict[str, str],
     src = _names._strip_comments(load_cpp)
     helpers: dict[str, dict[str, str]] = {}
     for m in re.finditer(r"\bcreate_tensors_helper::(create_\w+)\s*\(", src):
-        body = _names._function_body(src[m.start():], re.escape(m.group()))
+        body = function_body(src[m.start():], re.escape(m.group()))
         if body and not re.search(r"\bcreate_\w+_tensors\b", m.group(1)):
             helpers[m.group(1)] = _ik_calls(body)
-    dispatch = _names._function_body(src, r"\bcreate_tensors_helper::create_tensors\s*\(\s*\)") or ""
-    fn_of: dict[str, str] = {}
-    pending: list[str] = []
-    for m in re.finditer(r"case\s+LLM_ARCH_(\w+)\s*:|\b(create_\w+_tensors)\s*\(", dispatch):
-        if m.group(1):
-            pending.append(m.group(1))
-        elif pending:
-            for enum in pending:
-                fn_of.setdefault(enum, m.group(2))
-            pending = []
+    dispatch = function_body(src, r"\bcreate_tensors_helper::create_tensors\s*\(\s*\)") or ""
+    fn_of = case_targets(dispatch, r"\b(create_\w+_tensors)\s*\(")
     out: dict[str, dict[str, str]] = {}
     for enum, name in archs.items():
         fn = fn_of.get(enum)
-        body = _names._function_body(src, rf"\bcreate_tensors_helper::{fn}\s*\(") if fn else None
+        body = function_body(src, rf"\bcreate_tensors_helper::{fn}\s*\(") if fn else None
         if not body:
             continue
         per_arch = names.get(name, {})
@@ -280,18 +254,18 @@ def _dict(name: str, annot: str, d: dict[str, object]) -> str:
 
 def render(ml_root: Path, ik_root: Path, rev_ml: str, rev_ik: str) -> str:
     arch_cpp = (ml_root / "src" / "llama-arch.cpp").read_text()
-    ml_archs = _names.arch_names(arch_cpp)
+    ml_archs = arch_names(_names._strip_comments(arch_cpp))
     layers = tensor_layers(arch_cpp)
     templates = _names.mainline_tensor_names(arch_cpp)
     homes = mainline_block_homes(ml_root, ml_archs, layers, templates)
-    kvs = kv_names(arch_cpp)
+    kvs = kv_names(_names._strip_comments(arch_cpp))
     ml_sources = [(ml_root / "src" / "llama-model.cpp").read_text()] + [
         p.read_text() for p in sorted((ml_root / "src" / "models").glob("*.cpp"))]
     ik_arch_cpp = (ik_root / "src" / "llama-arch.cpp").read_text()
-    ik_archs = _names.arch_names(ik_arch_cpp)
+    ik_archs = arch_names(_names._strip_comments(ik_arch_cpp))
     ik_names = _names.ik_tensor_names((ik_root / "src" / "llama-model.cpp").read_text(), ik_archs)
     ik_homes = ik_global_homes((ik_root / "src" / "llama-load-tensors.cpp").read_text(), ik_archs, ik_names)
-    ik_kvs = kv_names(ik_arch_cpp)
+    ik_kvs = kv_names(_names._strip_comments(ik_arch_cpp))
     ik_sources = [p.read_text() for p in sorted((ik_root / "src").glob("*.cpp"))]
     keys = array_keys(ml_sources, kvs)
     for k, v in array_keys(ik_sources, ik_kvs).items():

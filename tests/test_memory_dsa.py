@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from moeconf.memory.indexer import indexer_unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
+from tests.recorded_memory import device_name, errors, estimate_line, estimate_rpc
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
 FIGURES = json.loads((Path(__file__).resolve().parent / "engine" / "figures_dsa.json").read_text())["lines"]
@@ -43,39 +43,7 @@ def models() -> dict[str, Inventory]:
 
 
 def _estimate(inv: Inventory, line: str) -> tuple[MemoryEstimate, list[str]]:
-    words = shlex.split(line)
-    n = 3 if "3rpc" in words else 2 if "2rpc" in words else 1
-    words = [w for w in words if w not in ("2rpc", "3rpc")]
-    args = ["--rpc", ",".join(EPS[:n]), "-fit", "off", *words]
-    eng = engine("llama.cpp")
-    ex = explain(inv, eng, args, gpus=[])
-    return estimate_explained(ex, read_settings(args, eng)), EPS[:n]
-
-
-def _device(name: str, eps: list[str]) -> str:
-    return "CPU" if name == "host" else f"RPC0[{eps[int(name[3:])]}]"
-
-
-def within(term: str, ours_mib: float, theirs: float, host: bool = False) -> bool:
-    """The engine suite's tolerances: weights and KV within 1 MiB of the engine's floored MiB (two
-    host buffers may each be floored), compute within max(3%, 16 MiB)."""
-    if term == "compute":
-        return abs(ours_mib - theirs) <= max(16.0, 0.03 * theirs)
-    floors = 2 if host and term == "weights" else 1
-    return 0 <= ours_mib - theirs < floors or abs(ours_mib - theirs) <= 1.0
-
-
-def _errors(est: MemoryEstimate, devices: dict[str, list[float]], eps: list[str],
-            terms: tuple[str, ...] = ("weights", "kv", "compute")) -> list[tuple[str, str, float, float]]:
-    bad = []
-    for name, figures in devices.items():
-        m = est.devices[_device(name, eps)]
-        for term in terms:
-            theirs = figures[("weights", "kv", "compute").index(term)]
-            ours = getattr(m, term) / MiB
-            if not within(term, ours, theirs, host=name == "host"):
-                bad.append((name, term, round(ours, 2), theirs))
-    return bad
+    return estimate_rpc(inv, line, EPS)
 
 
 # held-out lines with routed experts on the CPU and -nkvo: the setting family is refused for every
@@ -96,13 +64,13 @@ def test_memory_matches_the_engines_figures(models: dict[str, Inventory], model:
     est, eps = _estimate(models[model], line)
     if (model, line) in REFUSED_LINES:
         assert not est.complete and any("-nkvo" in n for n in est.notes), est.notes
-        assert not _errors(est, devices, eps, terms=("weights",))
+        assert not errors(est, devices, eps, terms=("weights",))
         return
     assert est.complete and not est.problems, (est.notes, est.problems)
-    assert not _errors(est, devices, eps, terms=("weights", "kv"))
+    assert not errors(est, devices, eps, terms=("weights", "kv"))
     if (model, line) in COMPUTE_GAPS:
         request.applymarker(pytest.mark.xfail(strict=True, reason="compute gap listed in COMPUTE_GAPS"))
-    assert not _errors(est, devices, eps, terms=("compute",))
+    assert not errors(est, devices, eps, terms=("compute",))
 
 
 @pytest.mark.parametrize(("model", "line", "devices"), DSA_LINES, ids=[f"{m}:{a}" for m, a, _ in DSA_LINES])
@@ -112,9 +80,9 @@ def test_dsa_memory_matches_the_engines_figures(models: dict[str, Inventory], mo
     memory/replay_dsa.py: exact to 0.01 MiB on every recorded line)."""
     est, eps = _estimate(models[model], line)
     assert est.complete and not est.problems, (est.notes, est.problems)
-    assert not _errors(est, devices, eps)
+    assert not errors(est, devices, eps)
     for name, figures in devices.items():
-        assert abs(est.devices[_device(name, eps)].compute / MiB - figures[2]) < 0.01, name
+        assert abs(est.devices[device_name(name, eps)].compute / MiB - figures[2]) < 0.01, name
 
 
 # (model, line, what the refusal names): settings and placements the DSA replay was not traced on
@@ -144,7 +112,7 @@ def test_the_dsa_comparison_catches_a_wrong_replay(models: dict[str, Inventory],
 
     model, line, devices = DSA_LINES[0]
     est, eps = _estimate(models[model], line)
-    assert not _errors(est, devices, eps)
+    assert not errors(est, devices, eps)
     orig = replay_dsa.dsa_graph
 
     def leafless(s: replay_dsa.DsaShape) -> replay_dsa.Graph:
@@ -158,7 +126,7 @@ def test_the_dsa_comparison_catches_a_wrong_replay(models: dict[str, Inventory],
     monkeypatch.setattr(replay_dsa, "dsa_graph", leafless)
     try:
         wrong, _ = _estimate(models[model], line)
-        assert [b[:2] for b in _errors(wrong, devices, eps)] == [("RPC0", "compute")]
+        assert [b[:2] for b in errors(wrong, devices, eps)] == [("RPC0", "compute")]
     finally:
         replay_dsa.dsa_peaks.cache_clear()
 
@@ -183,10 +151,10 @@ def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> 
     model, line, devices = MODELLED_LINES[0]
     est, eps = _estimate(models[model], line)
     gpu = devices["RPC0"]
-    assert not _errors(est, {"RPC0": gpu}, eps)
-    assert _errors(est, {"RPC0": [gpu[0] + 2, gpu[1], gpu[2]]}, eps)
-    assert _errors(est, {"RPC0": [gpu[0], gpu[1] - 2, gpu[2]]}, eps)
-    assert _errors(est, {"RPC0": [gpu[0], gpu[1], gpu[2] + 20]}, eps)
+    assert not errors(est, {"RPC0": gpu}, eps)
+    assert errors(est, {"RPC0": [gpu[0] + 2, gpu[1], gpu[2]]}, eps)
+    assert errors(est, {"RPC0": [gpu[0], gpu[1] - 2, gpu[2]]}, eps)
+    assert errors(est, {"RPC0": [gpu[0], gpu[1], gpu[2] + 20]}, eps)
 
 
 def test_without_the_indexer_cache_deepseek32_kv_is_the_latent_only(models: dict[str, Inventory],
@@ -331,11 +299,6 @@ def _fit_two(inv: Inventory, tmp_path: Path, gib: tuple[int, int] = (24, 16)):  
                plan_dir=str(tmp_path), reserve=1024 * MiB)
 
 
-def _exact(inv: Inventory, argv: list[str]) -> MemoryEstimate:
-    eng = engine("llama.cpp")
-    return estimate_explained(explain(inv, eng, argv, gpus=[]), read_settings(argv, eng))
-
-
 def test_two_gpu_fit_ranks_on_the_approximate_replay_and_prints_an_exact_fit(
         models: dict[str, Inventory], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The search ranks splits on each run's last layers (`approximate`); the command it prints is
@@ -344,7 +307,7 @@ def test_two_gpu_fit_ranks_on_the_approximate_replay_and_prints_an_exact_fit(
 
     inv = models["glm-5"]
     res = _fit_two(inv, tmp_path)
-    est = _exact(inv, list(res.argv[3:]))
+    est = estimate_line(inv, list(res.argv[3:]))
     assert est.complete and all(est.devices[d].total <= g * 1024 * MiB for d, g in zip(TWO, (24, 16), strict=True))
     real = replay_dsa.replayed_dsa
 
@@ -378,7 +341,7 @@ def test_a_split_the_approximation_underrates_is_given_up_not_printed(
             res = _fit_two(inv, tmp_path, gib)
         except MoeconfError:
             continue
-        est = _exact(inv, list(res.argv[3:]))
+        est = estimate_line(inv, list(res.argv[3:]))
         assert est.complete and all(est.devices[d].total <= g * 1024 * MiB for d, g in zip(TWO, gib, strict=True))
 
 
@@ -429,7 +392,7 @@ def test_two_gpu_fit_keeps_each_layers_experts_on_its_own_gpu(models: dict[str, 
               ["--rpc", "127.0.0.1:50731,127.0.0.1:50732", "-c", "32768"], model_path=str(inv.source),
               plan_dir=str(tmp_path), reserve=1024 * MiB)
     argv = list(res.argv[3:])
-    est = _exact(inv, argv)
+    est = estimate_line(inv, argv)
     assert est.complete, est.notes
     assert all(est.devices[d].total <= g * 1024 * MiB for d, g in zip(TWO, gib, strict=True))
     pl = explain(inv, engine("llama.cpp"), argv, gpus=[]).placement

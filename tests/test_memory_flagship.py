@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 from pathlib import Path
 
 import pytest
 
-from moeconf.engines import engine
-from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.layouts_flagship import FLAGSHIP_LAYOUTS, FlagshipLayout
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import read_settings, support
+from moeconf.memory import support
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.model.manifest import read_manifest
-from moeconf.sizing import estimate_explained
+from tests.recorded_memory import assert_recorded, errors, estimate_rpc, line_ids
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "examples" / "models"
@@ -81,40 +78,12 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
 
 
 def _estimate(inv: Inventory, line: str) -> tuple[MemoryEstimate, list[str]]:
-    words = shlex.split(line)
-    n = 2 if "2rpc" in words else 1
-    words = [w for w in words if w != "2rpc"]
-    args = ["--rpc", ",".join(EPS[:n]), "-fit", "off", *words]
-    eng = engine("llama.cpp")
-    return estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng)), EPS[:n]
+    return estimate_rpc(inv, line, EPS)
 
 
-def within(term: str, ours_mib: float, theirs: float, host: bool = False) -> bool:
-    """The engine suite's tolerances: weights and KV within 1 MiB of the engine's floored MiB (two
-    host buffers may each be floored), compute within max(3%, 16 MiB)."""
-    if term == "compute":
-        return abs(ours_mib - theirs) <= max(16.0, 0.03 * theirs)
-    floors = 2 if host and term == "weights" else 1
-    return 0 <= ours_mib - theirs < floors or abs(ours_mib - theirs) <= 1.0
-
-
-def _errors(est: MemoryEstimate, devices: dict[str, list[float]],
-            eps: list[str]) -> list[tuple[str, str, float, float]]:
-    bad = []
-    for name, figures in devices.items():
-        m = est.devices["CPU" if name == "host" else f"RPC0[{eps[int(name[3:])]}]"]
-        for i, term in enumerate(("weights", "kv", "compute")):
-            ours = getattr(m, term) / MiB
-            if not within(term, ours, figures[i], host=name == "host"):
-                bad.append((name, term, round(ours, 2), figures[i]))
-    return bad
-
-
-@pytest.mark.parametrize("line", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
+@pytest.mark.parametrize("line", FIGURES, ids=line_ids(FIGURES))
 def test_memory_matches_the_engines_figures(models: dict[str, Inventory], line: dict[str, object]) -> None:
-    est, eps = _estimate(models[str(line["model"])], str(line["args"]))
-    assert est.complete, est.notes
-    assert not _errors(est, line["devices"], eps)  # type: ignore[arg-type]
+    assert_recorded(models[str(line["model"])], line, EPS)
 
 
 def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> None:
@@ -122,7 +91,7 @@ def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> 
     line = FIGURES[0]
     est, eps = _estimate(models[str(line["model"])], str(line["args"]))
     wrong = {d: [w, kv + 2, c + 20] for d, (w, kv, c) in line["devices"].items()}  # type: ignore[attr-defined]
-    bad = _errors(est, wrong, eps)
+    bad = errors(est, wrong, eps)
     assert {(d, t) for d, t, _, _ in bad} >= {("RPC0", "kv"), ("RPC0", "compute")}
 
 

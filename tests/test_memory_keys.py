@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 from pathlib import Path
 
 import pytest
 
-from moeconf.engines import archkeys, engine
-from moeconf.explanation import explain
+from moeconf.engines import archkeys
 from moeconf.fixtures.layouts_keyed import VARIANTS, write_variant
-from moeconf.memory import read_settings, support
+from moeconf.memory import support
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.keys import neutral
 from moeconf.model.inventory import Inventory
-from moeconf.model.load import load_inventory
-from moeconf.sizing import estimate_explained
+from tests.recorded_memory import assert_recorded, errors, estimate_rpc, line_ids, sparse_models
 
 REPO = Path(__file__).resolve().parent.parent
 FIGURES = json.loads((REPO / "tests" / "data" / "keyed_memory_oracle.json").read_text())["lines"]
@@ -38,48 +35,16 @@ MiB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
-    folder = tmp_path_factory.mktemp("keyed")
-    out = {}
-    for key in sorted({str(line["model"]) for line in FIGURES}):
-        write_variant(VARIANTS[key], folder / f"{key}.gguf")  # sparse: the header only is written
-        out[key] = load_inventory(folder / f"{key}.gguf")
-    return out
+    return sparse_models(tmp_path_factory.mktemp("keyed"), FIGURES, lambda k, p: write_variant(VARIANTS[k], p))
 
 
 def _estimate(inv: Inventory, line: str) -> tuple[MemoryEstimate, list[str]]:
-    words = shlex.split(line)
-    n = 2 if "2rpc" in words else 1
-    args = ["--rpc", ",".join(EPS[:n]), "-fit", "off", *[w for w in words if w != "2rpc"]]
-    eng = engine("llama.cpp")
-    return estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng)), EPS[:n]
+    return estimate_rpc(inv, line, EPS)
 
 
-def within(term: str, ours_mib: float, theirs: float, host: bool = False) -> bool:
-    """The engine suite's tolerances: weights and KV within 1 MiB of the engine's floored MiB (two
-    host buffers may each be floored), compute within max(3%, 16 MiB)."""
-    if term == "compute":
-        return abs(ours_mib - theirs) <= max(16.0, 0.03 * theirs)
-    floors = 2 if host and term == "weights" else 1
-    return 0 <= ours_mib - theirs < floors or abs(ours_mib - theirs) <= 1.0
-
-
-def _errors(est: MemoryEstimate, devices: dict[str, list[float]],
-            eps: list[str]) -> list[tuple[str, str, float, float]]:
-    bad = []
-    for name, figures in devices.items():
-        m = est.devices["CPU" if name == "host" else f"RPC0[{eps[int(name[3:])]}]"]
-        for i, term in enumerate(("weights", "kv", "compute")):
-            ours = getattr(m, term) / MiB
-            if not within(term, ours, figures[i], host=name == "host"):
-                bad.append((name, term, round(ours, 2), figures[i]))
-    return bad
-
-
-@pytest.mark.parametrize("line", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
+@pytest.mark.parametrize("line", FIGURES, ids=line_ids(FIGURES))
 def test_memory_matches_the_engines_figures(models: dict[str, Inventory], line: dict[str, object]) -> None:
-    est, eps = _estimate(models[str(line["model"])], str(line["args"]))
-    assert est.complete, est.notes
-    assert not _errors(est, line["devices"], eps)  # type: ignore[arg-type]
+    assert_recorded(models[str(line["model"])], line, EPS)
 
 
 def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> None:
@@ -87,8 +52,8 @@ def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> 
     line = next(f for f in FIGURES if f["model"] == "glm-5.2-indexer" and f["args"] == "-c 8192 -ngl 999 -ub 2048")
     full = next(f for f in FIGURES if f["model"] == "glm-5-indexer-full" and f["args"] == line["args"])
     est, eps = _estimate(models["glm-5.2-indexer"], str(line["args"]))
-    assert not _errors(est, line["devices"], eps)
-    assert ("RPC0", "kv") in {(d, t) for d, t, _, _ in _errors(est, full["devices"], eps)}
+    assert not errors(est, line["devices"], eps)
+    assert ("RPC0", "kv") in {(d, t) for d, t, _, _ in errors(est, full["devices"], eps)}
     # compute: 48 MiB above GLM-5's (inside the suite's tolerance), matched to 0.01 MiB
     ours = est.devices[f"RPC0[{eps[0]}]"].compute / MiB
     assert abs(ours - line["devices"]["RPC0"][2]) < 0.01 and ours - full["devices"]["RPC0"][2] > 40  # type: ignore[index]

@@ -20,8 +20,8 @@ from moeconf.fixtures.layouts_large import LARGE_LAYOUTS
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory import replay
 from moeconf.model.inventory import Inventory
-from moeconf.model.load import load_inventory
-from tests.test_memory_keys import _errors, _estimate
+from tests.recorded_memory import assert_recorded, errors, line_ids, sparse_models
+from tests.test_memory_keys import EPS, _estimate
 
 REPO = Path(__file__).resolve().parent.parent
 FIGURES = json.loads((REPO / "tests" / "data" / "large_memory_oracle.json").read_text())["lines"]
@@ -29,19 +29,12 @@ FIGURES = json.loads((REPO / "tests" / "data" / "large_memory_oracle.json").read
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
-    folder = tmp_path_factory.mktemp("large")
-    out = {}
-    for key in sorted({str(line["model"]) for line in FIGURES}):
-        write_layout(LARGE_LAYOUTS[key], folder / f"{key}.gguf")  # sparse: the header only is written
-        out[key] = load_inventory(folder / f"{key}.gguf")
-    return out
+    return sparse_models(tmp_path_factory.mktemp("large"), FIGURES, lambda k, p: write_layout(LARGE_LAYOUTS[k], p))
 
 
-@pytest.mark.parametrize("line", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
+@pytest.mark.parametrize("line", FIGURES, ids=line_ids(FIGURES))
 def test_memory_matches_the_engines_figures(models: dict[str, Inventory], line: dict[str, object]) -> None:
-    est, eps = _estimate(models[str(line["model"])], str(line["args"]))
-    assert est.complete, est.notes
-    assert not _errors(est, line["devices"], eps)  # type: ignore[arg-type]
+    assert_recorded(models[str(line["model"])], line, EPS)
 
 
 def test_the_previous_tail_left_out_is_caught(models: dict[str, Inventory], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,4 +48,4 @@ def test_the_previous_tail_left_out_is_caught(models: dict[str, Inventory], monk
 
     monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "moe_peaks", without_tail)
     est, eps = _estimate(models["ernie-4.5-300b-a47b"], str(line["args"]))
-    assert ("RPC1", "compute") in {(d, t) for d, t, _, _ in _errors(est, line["devices"], eps)}  # type: ignore[arg-type]
+    assert ("RPC1", "compute") in {(d, t) for d, t, _, _ in errors(est, line["devices"], eps)}  # type: ignore[arg-type]

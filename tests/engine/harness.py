@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -41,6 +42,22 @@ IK = EngineBuild("ik_llama.cpp", "ik-llama-cpp-python 0.1.5", "0.1.5",
                  CACHE / "ik-llama-cpp-python-0.1.5" / "build" / "bin" / "rpc-server")
 BUILDS = {b.name: b for b in (MAINLINE, IK)}
 ML_ENGINE, IK_ENGINE = engine("llama.cpp"), engine("ik_llama.cpp", "0.1.5")
+
+
+def compile_against_mainline(source: Path, out: Path) -> Path:
+    """A C++ probe (`source`) built at `out` against the pinned llama.cpp build (a C++ compiler is
+    needed: the engine suite builds the engines)."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        raise RuntimeError("no C++ compiler: the engine suite builds the engines and needs one")
+    root = MAINLINE.cli.parent.parent.parent  # .../llama-cpp-python-0.3.36
+    src = root / "src" / "vendor" / "llama.cpp"
+    lib = MAINLINE.cli.parent
+    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(out), str(source), f"-I{src / 'include'}",
+                    f"-I{src / 'ggml' / 'include'}", f"-I{src / 'common'}", f"-I{src / 'vendor'}", f"-L{lib}",
+                    "-lllama-common", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{lib}"],
+                   check=True, capture_output=True, timeout=300)
+    return out
 
 
 def free_port() -> int:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.engine.harness import MAINLINE
+from tests.engine.harness import MAINLINE, compile_against_mainline
 from tests.test_memory_outputs import EXACT
 
 SRC = Path(__file__).parent / "outputs.cpp"
@@ -25,17 +24,7 @@ SRC = Path(__file__).parent / "outputs.cpp"
 
 def compile_probe(out: Path) -> Path:
     """The probe built at `out` (a C++ compiler is needed: the engine suite builds the engines)."""
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        raise RuntimeError("no C++ compiler: the engine suite builds the engines and needs one")
-    root = MAINLINE.cli.parent.parent.parent  # .../llama-cpp-python-0.3.36
-    src = root / "src" / "vendor" / "llama.cpp"
-    lib = MAINLINE.cli.parent
-    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(out), str(SRC), f"-I{src / 'include'}",
-                    f"-I{src / 'ggml' / 'include'}", f"-I{src / 'common'}", f"-I{src / 'vendor'}", f"-L{lib}",
-                    "-lllama-common", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{lib}"],
-                   check=True, capture_output=True, timeout=300)
-    return out
+    return compile_against_mainline(SRC, out)
 
 
 @functools.lru_cache(maxsize=1)

@@ -12,7 +12,6 @@ projection (`llama-fit-params -fitp on -v`, which allocates nothing) on sparse f
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +22,12 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fit import Budget, fit
 from moeconf.fixtures.layouts import LAYOUTS
-from moeconf.memory import read_settings
 from moeconf.model.inventory import Inventory
-from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, parse_mainline, rpc_servers
 from tests.engine.outputs_probe import server_totals
-from tests.test_memory_dsa import COMPUTE_GAPS, FIGURES, REFUSED_LINES, within
+from tests.recorded_memory import device_name, estimate_line, line_ids, rpc_line, within
+from tests.test_memory_dsa import COMPUTE_GAPS, FIGURES, REFUSED_LINES
 
 pytestmark = pytest.mark.engine
 
@@ -83,27 +81,19 @@ def results_file() -> Iterator[None]:
     oracle.save_results("MOECONF_MEMORY_RESULTS", test_memory_oracle.RESULTS)
 
 
-def _split(line: str, endpoints: list[str]) -> tuple[list[str], list[str]]:
-    words = shlex.split(line)
-    n = 3 if "3rpc" in words else 2 if "2rpc" in words else 1
-    eps = endpoints[:n]
-    return ["--rpc", ",".join(eps), "-fit", "off", *(w for w in words if w not in ("2rpc", "3rpc"))], eps
-
-
-@pytest.mark.parametrize("fig", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
+@pytest.mark.parametrize("fig", FIGURES, ids=line_ids(FIGURES))
 def test_memory_against_llama_cpp(fig: dict[str, object], sparse: dict[str, tuple[Path, Inventory]],
                                   endpoints: list[str],
                                   request: pytest.FixtureRequest) -> None:
     model, line, devices = str(fig["model"]), str(fig["args"]), fig["devices"]
     assert isinstance(devices, dict)
     path, inv = sparse[model]
-    args, eps = _split(line, endpoints)
+    args, eps = rpc_line(line, endpoints)
     proj = oracle.project(path, args, eps)
-    eng = engine("llama.cpp")
-    est = estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng))
+    est = estimate_line(inv, args)
     bad = []
     for name in devices:
-        dev = "CPU" if name == "host" else f"RPC0[{eps[int(name[3:])]}]"
+        dev = device_name(name, eps)
         theirs = (proj.model.get(dev, 0), proj.context.get(dev, 0),
                   proj.compute_exact.get(dev, float(proj.compute.get(dev, 0))))
         # the engine still gives the recorded figures (else regenerate figures_dsa.json)
@@ -143,7 +133,7 @@ def _engine_placement(path: Path, inv: Inventory, args: list[str], eps: list[str
 def test_placement_against_llama_cpp(model: str, line: str, sparse: dict[str, tuple[Path, Inventory]],
                                      endpoints: list[str]) -> None:
     path, inv = sparse[model]
-    args, eps = _split(line, endpoints)
+    args, eps = rpc_line(line, endpoints)
     got = _engine_placement(path, inv, args, eps)
     want = explain(inv, engine("llama.cpp"), args, gpus=[]).placement.devices
     diff = {n: (want[n], got.get(n)) for n in want if want[n] != got.get(n)}
@@ -168,7 +158,7 @@ def test_fit_within_budget_by_the_engines_count(model: str, budgets: list[int], 
 def test_a_placement_difference_is_caught(sparse: dict[str, tuple[Path, Inventory]], endpoints: list[str]) -> None:
     """The comparison sees a tensor moeconf would put elsewhere than the engine does."""
     path, inv = sparse["minimax-m2"]
-    args, eps = _split("-ngl 999 -ot exps=CPU", endpoints)
+    args, eps = rpc_line("-ngl 999 -ot exps=CPU", endpoints)
     got = _engine_placement(path, inv, args, eps)
     want = dict(explain(inv, engine("llama.cpp"), args, gpus=[]).placement.devices)
     assert all(want[n] == got.get(n) for n in want)

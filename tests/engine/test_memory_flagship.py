@@ -7,7 +7,6 @@ within its budget when the engine measures it."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,8 @@ from moeconf.model.load import load_inventory
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
 from tests.engine.outputs_probe import server_totals
-from tests.test_memory_flagship import FIGURES, VARIANTS, grouped_deepseek_v3, within, write_qwen35_with_mtp
+from tests.recorded_memory import device_name, line_ids, rpc_line, within
+from tests.test_memory_flagship import FIGURES, VARIANTS, grouped_deepseek_v3, write_qwen35_with_mtp
 
 pytestmark = pytest.mark.engine
 
@@ -57,16 +57,13 @@ def endpoints() -> Iterator[list[str]]:
         yield eps
 
 
-@pytest.mark.parametrize("line", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
+@pytest.mark.parametrize("line", FIGURES, ids=line_ids(FIGURES))
 def test_the_recorded_figures_are_the_engines(sparse: dict[str, tuple[Path, Inventory]], endpoints: list[str],
                                               line: dict[str, object]) -> None:
-    words = shlex.split(str(line["args"]))
-    n = 2 if "2rpc" in words else 1
-    eps = endpoints[:n]
-    args = ["--rpc", ",".join(eps), "-fit", "off", *[w for w in words if w != "2rpc"]]
+    args, eps = rpc_line(str(line["args"]), endpoints)
     proj = oracle.project(sparse[str(line["model"])][0], args, eps)
     for name, (w, kv, c) in line["devices"].items():  # type: ignore[attr-defined]
-        dev = "CPU" if name == "host" else f"RPC0[{eps[int(name[3:])]}]"
+        dev = device_name(name, eps)
         assert (proj.model.get(dev, 0), proj.context.get(dev, 0)) == (w, kv), (name, line)
         assert within("compute", proj.compute_exact.get(dev, 0.0), c), (name, line)
 

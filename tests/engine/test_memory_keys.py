@@ -8,25 +8,20 @@ Ling-1T (moeconf.fixtures.layouts_large; tests/data/large_memory_oracle.json, te
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from moeconf.engines import engine
-from moeconf.explanation import explain
 from moeconf.fixtures.layouts_keyed import VARIANTS, write_variant
 from moeconf.fixtures.layouts_large import LARGE_LAYOUTS
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import read_settings
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
-from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
+from tests.recorded_memory import device_name, estimate_line, line_ids, rpc_line, within
 from tests.test_memory_keys import FIGURES as KEYED
-from tests.test_memory_keys import within
 from tests.test_memory_large import FIGURES as LARGE
 
 pytestmark = pytest.mark.engine
@@ -57,19 +52,16 @@ def endpoints() -> Iterator[list[str]]:
         yield eps
 
 
-@pytest.mark.parametrize("line", FIGURES, ids=[f"{f['model']}:{f['args']}" for f in FIGURES])
+@pytest.mark.parametrize("line", FIGURES, ids=line_ids(FIGURES))
 def test_the_recorded_figures_are_the_engines_and_moeconf_matches(
         sparse: dict[str, tuple[Path, Inventory]], endpoints: list[str], line: dict[str, object]) -> None:
-    words = shlex.split(str(line["args"]))
-    eps = endpoints[: 2 if "2rpc" in words else 1]
-    args = ["--rpc", ",".join(eps), "-fit", "off", *[w for w in words if w != "2rpc"]]
+    args, eps = rpc_line(str(line["args"]), endpoints)
     path, inv = sparse[str(line["model"])]
     proj = oracle.project(path, args, eps)
-    eng = engine("llama.cpp")
-    est = estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng))
+    est = estimate_line(inv, args)
     assert est.complete, est.notes
     for name, (w, kv, c) in line["devices"].items():  # type: ignore[attr-defined]
-        dev = "CPU" if name == "host" else f"RPC0[{eps[int(name[3:])]}]"
+        dev = device_name(name, eps)
         assert (proj.model.get(dev, 0), proj.context.get(dev, 0)) == (w, kv), (name, line)
         assert within("compute", proj.compute_exact.get(dev, 0.0), c), (name, line)
         m = est.devices[dev]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import re
 import shlex
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from moeconf.model import layertable
 from moeconf.model.homes import _kinds
 from moeconf.model.inventory import Inventory
 from tests.engine import oracle
-from tests.engine.harness import MAINLINE, rpc_servers
+from tests.engine.harness import MAINLINE, compile_against_mainline, rpc_servers
 
 pytestmark = pytest.mark.engine
 
@@ -48,23 +47,9 @@ LINES = [
 ]
 
 
-def compile_probe(out: Path) -> Path:
-    cxx = shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        raise RuntimeError("no C++ compiler: the engine suite builds the engines and needs one")
-    root = MAINLINE.cli.parent.parent.parent  # .../llama-cpp-python-0.3.36
-    src = root / "src" / "vendor" / "llama.cpp"
-    lib = MAINLINE.cli.parent
-    subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(out), str(SRC), f"-I{src / 'include'}",
-                    f"-I{src / 'ggml' / 'include'}", f"-I{src / 'common'}", f"-I{src / 'vendor'}", f"-L{lib}",
-                    "-lllama-common", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{lib}"],
-                   check=True, capture_output=True, timeout=300)
-    return out
-
-
 @functools.lru_cache(maxsize=1)
 def probe() -> Path:
-    return compile_probe(Path(tempfile.mkdtemp(prefix="moeconf-placement-probe-")) / "placement")
+    return compile_against_mainline(SRC, Path(tempfile.mkdtemp(prefix="moeconf-placement-probe-")) / "placement")
 
 
 def engine_placement(model: Path, args: list[str], eps: list[str]) -> dict[str, set[str]]:
