@@ -298,7 +298,6 @@ def arctic(g: GraphContext, facts: Facts) -> None:
     pos = g.inp_pos()
     attn_in = g.attn_inp_kv()
     out_ids = g.inp_out_ids()
-    w_scale = 2.0 if "expert_weights_scale" in facts.floats else 0.0
     for il in range(hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
@@ -313,10 +312,11 @@ def arctic(g: GraphContext, facts: Facts) -> None:
         cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
         ffn_out = c.add(cur, ffn_inp)
         cur = g.norm(res, w.layer(il, "ffn_norm_exps"), None, il)
-        cur = g.moe_ffn(cur, il, gating="softmax", norm_w=True, w_scale=w_scale)
+        cur = g.moe_ffn(cur, il, gating="softmax", norm_w=True)  # its loader reads no expert_weights_scale
         inp = c.add(cur, ffn_out)
     cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
     g.finish(cur, g.mm(_need(w.get("output.weight")), cur))
+    del facts
 
 
 def _need(t: Tensor | None) -> Tensor:

@@ -182,6 +182,7 @@ GRAPH_MODELLED: dict[str, tuple[frozenset[str], str]] = {
     "dbrx": (frozenset(), _CHECKED + " (DBRX)"),
     "deepseek": (frozenset({"leading_dense_block_count"}), _CHECKED + " (DeepSeek-MoE-16B)"),
     "bailingmoe": (frozenset({"leading_dense_block_count"}), _CHECKED + " (Ling-lite)"),
+    "arctic": (frozenset(), _CHECKED + " (Snowflake-Arctic)"),
 }
 
 
