@@ -105,6 +105,17 @@ def test_a_wrong_source_order_is_named(tiny: dict[tuple[str, str], Inventory], m
     assert diff is not None and diff.index == 16 and "src" in diff.fields
 
 
+def test_groks_flash_attention_left_on_is_named(tiny: dict[tuple[str, str], Inventory],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp turns flash attention off for Grok (llama_init_from_model): modelled with it on, the first
+    difference is node 14, where the engine reshapes V for its transposed cache."""
+    from moeconf.memory import archgraph
+
+    monkeypatch.setattr(archgraph, "FA_FORCED_OFF", frozenset())
+    diff = _difference(tiny[("grok", "a")], "grok", "a", "rpc")
+    assert diff is not None and diff.index == 14 and diff.fields == ("op",), str(diff)
+
+
 # --- compute against llama-fit-params ---------------------------------------------------------
 REAL = json.loads((DATA / "graph_real_oracle.json").read_text())["rows"]
 

@@ -13,7 +13,7 @@ which scales and clamps run) is the row's, or the GGUF key the architecture's lo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import OUTPUT, Tensor
@@ -27,6 +27,7 @@ class Facts:
     norm_w: int | None = None  # expert_weights_norm
     floats: frozenset[str] = frozenset()  # the float `{arch}.*` keys present (scales, clamps)
     groups: tuple[int, int] = (0, 0)  # expert_group_count, expert_group_used_count
+    units: frozenset[str] = frozenset()  # the float `{arch}.*` keys present whose value is 0 or 1
 
 
 @dataclass(frozen=True)
@@ -319,6 +320,46 @@ def arctic(g: GraphContext, facts: Facts) -> None:
     del facts
 
 
+def grok(g: GraphContext, facts: Facts) -> None:
+    """src/models/grok.cpp: embeddings scaled (the loader's default scale unless the GGUF sets 0 or 1: a
+    scale of exactly 1 is not told apart here), the KQ logits softcapped without flash attention, the
+    attention's output normed before its residual, a GELU MoE (plus a dense GELU FFN where the layer has
+    one, the two summed and scaled), normed after; the logits scaled and, where the GGUF sets
+    final_logit_softcapping, softcapped."""
+    c, w, hp = g.ctx, g.w, g.hp
+    if "embedding_scale" not in facts.units:
+        g.hp = hp = replace(hp, embedding_scale=1.0)
+    g.kq_softcap = True
+    inp = g.inp_embd(_need(w.get("token_embd.weight")))
+    pos = g.inp_pos()
+    attn_in = g.attn_inp_kv()
+    out_ids = g.inp_out_ids()
+    for il in range(hp.n_layer):
+        res = inp
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
+        q, k = c.rope(q, pos), c.rope(k, pos)
+        cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
+        if il == hp.n_layer - 1:
+            cur = c.get_rows(cur, out_ids)
+            res = c.get_rows(res, out_ids)
+        cur = g.norm(cur, w.layer(il, "attn_output_norm"), None, il)
+        ffn_inp = c.add(cur, res)
+        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True, act="gelu")  # no expert_weights_scale read
+        if w.layer(il, "ffn_up") is not None:
+            dense = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il, act="gelu")
+            moe = c.scale(c.add(dense, moe))
+        post = w.layer(il, "layer_output_norm") or w.layer(il, "post_ffw_norm")
+        cur = g.norm(moe, post, None, il)
+        inp = c.add(cur, ffn_inp)
+    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
+    logits = c.scale(g.mm(_need(w.get("output.weight")), cur))
+    if "final_logit_softcapping" in facts.floats:
+        logits = c.scale(c.unary(c.scale(logits), "tanh"))
+    g.finish(cur, logits)
+
+
 def _need(t: Tensor | None) -> Tensor:
     assert t is not None
     return t
@@ -347,6 +388,7 @@ ARCHS: dict[str, Build] = {
     "deepseek2": deepseek2,
     "llama4": llama4,
     "arctic": arctic,
+    "grok": grok,
     "glm4moe": decoder(Decoder(qk_norm="head", ffn_norm="post_attention_norm", gating="sigmoid", gating_key=True,
                                norm_w=False, norm_w_key=True)),
 }

@@ -97,6 +97,9 @@ class GraphContext:
     t_inp_embd: Tensor | None = None  # the input embeddings as the graph reads them (res->t_inp_embd)
     swa_layers: dict[int, bool] = field(default_factory=dict)  # layer -> in the sliding-window cache
     mla: Mla = field(default_factory=Mla)
+    # build_attn_mha's softcapping of the KQ logits without flash attention: a scale, a tanh and a scale
+    # before the softmax (Grok's, built for that architecture whatever its values, and attn_soft_cap's)
+    kq_softcap: bool = False
 
     @property
     def n_tokens(self) -> int:
@@ -342,6 +345,8 @@ class GraphContext:
             cur = c.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
         else:
             kq = c.mul_mat(k, q)
+            if self.kq_softcap:
+                kq = c.scale(c.unary(c.scale(kq), "tanh"))
             kq = c.soft_max(kq, mask)
             if sinks is not None:
                 kq.src.append(sinks)

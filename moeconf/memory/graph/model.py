@@ -133,7 +133,8 @@ def facts(inv: Inventory) -> Facts:
     used = md.hparam("expert_group_used_count")
     return Facts(gating=gating if isinstance(gating, int) else None,
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
-                 groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0))
+                 groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
+                 units=frozenset(md.unit_floats))
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:
@@ -158,6 +159,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     t_graph = -(-T // n_seq) * n_seq if n_out < T else T
+    from moeconf.memory.archgraph import flash_attn_forced_off
     from moeconf.memory.geometry import geometry
     geo = geometry(inv)
     swa_cells = 0
@@ -165,7 +167,8 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
         window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
-                 flash_attn=settings.flash_attn != "off", offload_kqv=settings.offload_kqv,
+                 flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
+                 offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
                  op_offload=settings.op_offload)
 
