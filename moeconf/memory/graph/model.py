@@ -81,6 +81,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         by_name["output.weight"] = ctx.weight("token_embd.weight", emb.type.upper(), emb.shape, dev)
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
+    rs: dict[int, tuple[Tensor, Tensor]] = {}
+    from moeconf.memory.recurrent import shape as recurrent_shape
+    rec = recurrent_shape(inv)
     layer_backend: dict[int, int] = {}
     home: dict[int, str] = {}
     for t in inv.tensors:
@@ -90,6 +93,10 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
         kdev = dev if setup.offload_kqv else HOST
+        if la.recurrent and rec is not None:  # llama_memory_recurrent: one F32 row per sequence
+            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (rec.n_embd_r, setup.n_stream), kdev),
+                            ctx.cache(f"cache_s_l{la.index}", "F32", (rec.n_embd_s, setup.n_stream), kdev))
+            continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
@@ -117,7 +124,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
               absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
-                     swa_layers={la.index: la.swa for la in layers}, mla=mla)
+                     swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec)
     ARCHS[inv.arch](g, f)
     return g, backends
 
