@@ -41,6 +41,10 @@ REAL: dict[str, tuple[str, gm.Dims, int, str]] = {
     # 16 experts, 4 per token, vocab 100352
     "dbrx": ("dbrx", gm.Dims(blocks=40, hidden=6144, heads=48, heads_kv=8, head_dim=128, experts=16, used=4,
                              ff=10752, vocab=100352), 0, "databricks/dbrx-base"),
+    # Snowflake/snowflake-arctic-instruct: hidden 7168, 35 layers, 56 heads, 8 KV heads, intermediate 4864
+    # (the experts'; the residual dense FFN is n_embd wide in the loader), 128 experts, 2 per token, vocab 32000
+    "snowflake-arctic": ("arctic", gm.Dims(blocks=35, hidden=7168, heads=56, heads_kv=8, head_dim=128, experts=128,
+                                           used=2, ff=4864, vocab=32000), 0, "Snowflake/snowflake-arctic-instruct"),
 }
 
 

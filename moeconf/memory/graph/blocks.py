@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, nelements, row_size
+from moeconf.memory.recurrent import RecurrentShape
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,16 @@ class Weights:
 
 
 @dataclass
+class RsInput:
+    """llm_graph_input_rs: the views of the state copy indices."""
+
+    main: Tensor
+    extra: Tensor
+    n_rs: int
+    n_seqs: int
+
+
+@dataclass
 class GraphContext:
     """One graph build: the context, the graph, the model's weights and KV cache tensors, and the
     backends the callback pins tensors to (`pinned`: tensor -> backend index)."""
@@ -97,6 +108,11 @@ class GraphContext:
     t_inp_embd: Tensor | None = None  # the input embeddings as the graph reads them (res->t_inp_embd)
     swa_layers: dict[int, bool] = field(default_factory=dict)  # layer -> in the sliding-window cache
     mla: Mla = field(default_factory=Mla)
+    # build_attn_mha's softcapping of the KQ logits without flash attention: a scale, a tanh and a scale
+    # before the softmax (Grok's, built for that architecture whatever its values, and attn_soft_cap's)
+    kq_softcap: bool = False
+    rs: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)  # layer -> (conv state, recurrent state)
+    rec: RecurrentShape | None = None  # the gated delta-net's sizes (ssm.* keys)
 
     @property
     def n_tokens(self) -> int:
@@ -129,6 +145,26 @@ class GraphContext:
         cur.name = cur.name or "embd"
         self.expand(cur)
         return cur
+
+    def rs_inp(self) -> RsInput:
+        """build_rs_inp: the state copy indices and their views for the ubatch's sequences and the rest
+        (the reserve: one sequence, one state)."""
+        c = self.ctx
+        n_rs, n_seqs = 1, 1
+        s_copy = c.input("I32", n_rs, name="rs_s_copy")
+        return RsInput(c.view(s_copy, (n_seqs,), (), 0),
+                       c.view(s_copy, (n_rs - n_seqs,), (), n_seqs * s_copy.nb[0]), n_rs, n_seqs)
+
+    def rs_states(self, inp: RsInput, s: Tensor, state_size: int) -> Tensor:
+        """build_rs: the cleared state (in place), the sequences' states gathered, the others copied back."""
+        c = self.ctx
+        states = c.reshape(s, state_size, s.ne[1])
+        self.expand(c.inplace("SCALE", c.view(states, (state_size,), (), 0)))
+        out = c.get_rows(states, inp.main)
+        self.expand(out)
+        extra = c.get_rows(states, inp.extra)
+        self.expand(c.cpy(extra, c.view(s, (state_size, inp.n_rs - inp.n_seqs), (s.nb[1],), inp.n_seqs * s.nb[1])))
+        return out
 
     def inp_pos(self, per_embd: int = 1) -> Tensor:
         return self.ctx.input("I32", self.n_tokens * per_embd, name="inp_pos")
@@ -342,6 +378,8 @@ class GraphContext:
             cur = c.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
         else:
             kq = c.mul_mat(k, q)
+            if self.kq_softcap:
+                kq = c.scale(c.unary(c.scale(kq), "tanh"))
             kq = c.soft_max(kq, mask)
             if sinks is not None:
                 kq.src.append(sinks)

@@ -252,6 +252,23 @@ class Ctx:
         t.src.append(t)  # ggml_cast: the result is its own second source
         return t
 
+    def inplace(self, op: str, a: Tensor) -> Tensor:
+        """An op run in place (ggml_*_inplace): a view of its input."""
+        return self._make(op, a.type, a.ne, [a], a, 0, a.nb)
+
+    def cpy(self, a: Tensor, b: Tensor) -> Tensor:
+        """ggml_cpy: a view of the destination, its sources the data and the destination."""
+        return self._make("CPY", b.type, b.ne, [a, b], b, 0, b.nb)
+
+    def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
+        return self._make("SSM_CONV", "F32", (c.ne[1], sx.ne[0] - c.ne[0] + 1, sx.ne[2]), [sx, c])
+
+    def gated_delta_net(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
+                        snapshots: int = 1) -> Tensor:
+        s_v, h, n_t, n_s = v.ne
+        return self._make("GATED_DELTA_NET", "F32", (s_v * h, n_t * n_s + snapshots * s_v * n_s),
+                          [q, k, v, g, beta, state])
+
     def flash_attn_ext(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         return self._make("FLASH_ATTN_EXT", "F32", (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), [q, k, v, mask])
 

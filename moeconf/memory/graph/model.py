@@ -81,6 +81,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         by_name["output.weight"] = ctx.weight("token_embd.weight", emb.type.upper(), emb.shape, dev)
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
+    rs: dict[int, tuple[Tensor, Tensor]] = {}
+    from moeconf.memory.recurrent import shape as recurrent_shape
+    rec = recurrent_shape(inv)
     layer_backend: dict[int, int] = {}
     home: dict[int, str] = {}
     for t in inv.tensors:
@@ -90,6 +93,10 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
         kdev = dev if setup.offload_kqv else HOST
+        if la.recurrent and rec is not None:  # llama_memory_recurrent: one F32 row per sequence
+            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (rec.n_embd_r, setup.n_stream), kdev),
+                            ctx.cache(f"cache_s_l{la.index}", "F32", (rec.n_embd_s, setup.n_stream), kdev))
+            continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
@@ -117,7 +124,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
               absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
-                     swa_layers={la.index: la.swa for la in layers}, mla=mla)
+                     swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec)
     ARCHS[inv.arch](g, f)
     return g, backends
 
@@ -133,7 +140,8 @@ def facts(inv: Inventory) -> Facts:
     used = md.hparam("expert_group_used_count")
     return Facts(gating=gating if isinstance(gating, int) else None,
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
-                 groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0))
+                 groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
+                 units=frozenset(md.unit_floats))
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:
@@ -158,6 +166,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     t_graph = -(-T // n_seq) * n_seq if n_out < T else T
+    from moeconf.memory.archgraph import flash_attn_forced_off
     from moeconf.memory.geometry import geometry
     geo = geometry(inv)
     swa_cells = 0
@@ -165,7 +174,8 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
         window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
-                 flash_attn=settings.flash_attn != "off", offload_kqv=settings.offload_kqv,
+                 flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
+                 offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
                  op_offload=settings.op_offload)
 
@@ -182,6 +192,7 @@ GRAPH_MODELLED: dict[str, tuple[frozenset[str], str]] = {
     "dbrx": (frozenset(), _CHECKED + " (DBRX)"),
     "deepseek": (frozenset({"leading_dense_block_count"}), _CHECKED + " (DeepSeek-MoE-16B)"),
     "bailingmoe": (frozenset({"leading_dense_block_count"}), _CHECKED + " (Ling-lite)"),
+    "arctic": (frozenset(), _CHECKED + " (Snowflake-Arctic)"),
 }
 
 
