@@ -48,7 +48,7 @@ from moeconf.memory.classic import (
     weights_before,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
-from moeconf.memory.graph.model import GRAPH_MODELLED, graph_compute
+from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
 from moeconf.memory.ikarchs import compute_note as ik_compute_note
 from moeconf.memory.ikarchs import kv_only as ik_kv_only
 from moeconf.memory.ikmla import computed_weights, effective_mla
@@ -258,8 +258,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
     kv_only = ik_kv_only(inv.arch, eng.name)  # compute not modelled at all (memory/ikarchs.py)
     if not why and not kv_only:  # settings a modelled architecture's compute is not checked under
-        why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline,
-                                  min(settings.n_batch, settings.n_ubatch))
+        why = unmodelled_settings(placement)
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:
@@ -609,7 +608,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             offload_kqv=settings.offload_kqv, n_stream=n_stream, approximate=not replay))
     # --- the engine's graph, scheduled and allocated (memory/graph): every compute buffer of the
     # architectures it models where no replay above does (CUDA's op-offload copies included)
-    by_graph = inv.arch in GRAPH_MODELLED and not ik and replay
+    by_graph = inv.arch in GRAPH_COMPUTE and not ik and replay
     if by_graph:
         compute = defaultdict(int, graph_compute(placement, settings, pipeline))
         outputs_exact.update(compute)
@@ -635,9 +634,13 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # expert tensor left in host memory; FA with a quantized cache converts K and V to f16
             host_experts = [t.nbytes for t in inv.tensors
                             if t.role == "experts" and placement.devices[t.name] == HOST]
-            if host_experts and T >= 32 and (settings.op_offload or ik) and not by_graph:  # (the graph has it)
+            if host_experts and T >= 32 and (settings.op_offload or ik) and not by_graph:
                 compute[d] += max(host_experts)
                 estimated_terms[d].append("compute: op-offload copy of the largest CPU expert tensor")
+            elif by_graph and T >= 32 and settings.op_offload and any(v == HOST for v in placement.devices.values()):
+                # the graph takes them from ggml_backend_sched's op offload (CUDA's batch of 32): modelled,
+                # not measured on a CUDA device
+                estimated_terms[d].append("compute: op-offload copies of host weights (CUDA's op offload)")
             if fa and (is_quantized(ctk) or is_quantized(ctv)):
                 per_layer = max((la.n_head_kv * (la.head_k + la.head_v) for la in geo.layers), default=0)
                 compute[d] += cells * per_layer * 2
