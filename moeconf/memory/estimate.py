@@ -554,6 +554,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             peak = max(peak, copies * (masks + f4 * e_inp) + f4 * e)
         compute[d] = peak
     outputs_exact: set[str] = set()  # devices whose compute a replay gave for n_out output rows
+    # the engine's graph gives every compute buffer (below): no older replay is run
+    by_graph = inv.arch in GRAPH_COMPUTE and not ik and replay
     # the hybrids' replay takes any number of sequences (streams or a unified cache)
     hybrid = (rshape is not None and replay and not ik and copies == 1 and fa and settings.offload_kqv
               and inv.arch not in rec.MAMBA2)
@@ -564,7 +566,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = replayed_hybrid_host(placement, geo, out_dev, t_graph, cells, n_seq, n_out)
         if host is not None:
             compute[HOST] = host
-    elif replay and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
+    elif replay and not by_graph and not ik and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
         replayed = _replayed_output_device(placement, geo, out_dev, t_graph, cells, swa_cells, ctk, ctv, n_out)
         if replayed is not None:
             compute[out_dev] = replayed
@@ -583,7 +585,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         compute.update(by_replay)
         outputs_exact.update(by_replay)
     # flash attention off: the host's share is the same graph with f32 masks
-    if replay and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
+    if replay and not by_graph and not ik and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
         host = _replayed_host(placement, geo, out_dev, t_graph, cells, swa_cells, mask_el=4, n_outputs=n_out)
         if host is not None:
             compute[HOST] = host
@@ -608,7 +610,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             offload_kqv=settings.offload_kqv, n_stream=n_stream, approximate=not replay))
     # --- the engine's graph, scheduled and allocated (memory/graph): every compute buffer of the
     # architectures it models where no replay above does (CUDA's op-offload copies included)
-    by_graph = inv.arch in GRAPH_COMPUTE and not ik and replay
     if by_graph:
         compute = defaultdict(int, graph_compute(placement, settings, pipeline))
         outputs_exact.update(compute)
