@@ -186,9 +186,10 @@ GRAPH_MODELLED: dict[str, tuple[frozenset[str], str]] = {
 
 
 # Architectures an older replay modelled whose compute `estimate` now takes from the graph too: through
-# it every recorded figure of theirs is exact (tests/test_memory_graph.py). Not glm4moe: with its routed
-# experts on the CPU its GPU is 0.02 MiB over llama-fit-params (GLM-4.5-Air -c 8192 -ot exps=CPU: 384.30
-# where the engine and the replay give 384.28, tests/test_memory.py), which the replay has exact. Not llama4:
+# it every recorded figure of theirs is exact (tests/test_memory_graph.py). Not glm4moe yet: its tests hold
+# GLM-4.5-Air's figures on the example manifest, which names expert_weights_scale without its value, so the
+# graph keeps build_moe_ffn's scale of the weights (the engine skips it at 1.0) and its GPU is 0.02 MiB over
+# the engine's 384.28 at -c 8192 -ot exps=CPU (on the GGUF, scale 1.0, the graph gives 384.28). Not llama4:
 # on CUDA with its routed experts in host memory the graph's op offload keeps two expert tensors' copies
 # alive at once (Llama-4-Maverick -c 65536 -ot exps=CPU: 8.5 GiB where the estimate had one, 4.2), not
 # measured on a CUDA device
