@@ -111,8 +111,19 @@ def test_compute_logits_live_on_the_output_device(models: dict[str, Inventory]) 
     est = mem(inv, ["-c", "4096", "-ngl", "99", "-ub", "512"])
     logits = 151936 * 512 * 4
     assert est.devices["CUDA0"].compute >= logits
+    # output.weight in host memory: a CUDA device takes the logits' MUL_MAT at a batch of 32 or more
+    # (ggml-backend.cpp op offload, ggml-cuda.cu offload_op: get_op_batch_size >= op_offload_min_batch_size),
+    # an RPC device does not (ggml-rpc.cpp: no offload_op), nor does CUDA with --no-op-offload
     moved = mem(inv, ["-c", "4096", "-ngl", "99", "-ub", "512", "-ot", r"^output\.weight=CPU"])
-    assert moved.devices["CPU"].compute >= logits > moved.devices["CUDA0"].compute
+    assert moved.devices["CUDA0"].compute >= logits > moved.devices["CPU"].compute
+    kept = mem(inv, ["-c", "4096", "-ngl", "99", "-ub", "512", "-ot", r"^output\.weight=CPU", "--no-op-offload"])
+    assert kept.devices["CPU"].compute >= logits > kept.devices["CUDA0"].compute
+    rpc = mem(inv, ["--rpc", "127.0.0.1:50052", "-c", "4096", "-ngl", "99", "-ub", "512", "-ot",
+                    r"^output\.weight=CPU"], gpus=())
+    assert rpc.devices["CPU"].compute >= logits > rpc.devices["RPC0[127.0.0.1:50052]"].compute
+    # below the batch of 32 (-ub 16) the host keeps them on CUDA too
+    small = mem(inv, ["-c", "4096", "-ngl", "99", "-ub", "16", "-ot", r"^output\.weight=CPU"])
+    assert small.devices["CPU"].compute >= 151936 * 16 * 4 > small.devices["CUDA0"].compute - 151936 * 16 * 4
     # twice the ubatch, twice the compute
     big = mem(inv, ["-c", "4096", "-ngl", "99", "-ub", "1024"])
     assert big.devices["CUDA0"].compute == pytest.approx(2 * est.devices["CUDA0"].compute, rel=0.05)

@@ -9,19 +9,16 @@ buffer as the hybrids' host replay places them (88.13 MiB; the phase model gave 
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from moeconf.fixtures.layouts_large import LARGE_LAYOUTS
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import replay
 from moeconf.model.inventory import Inventory
-from tests.recorded_memory import assert_recorded, errors, line_ids, sparse_models
-from tests.test_memory_keys import EPS, _estimate
+from tests.recorded_memory import assert_recorded, line_ids, sparse_models
+from tests.test_memory_keys import EPS
 
 REPO = Path(__file__).resolve().parent.parent
 FIGURES = json.loads((REPO / "tests" / "data" / "large_memory_oracle.json").read_text())["lines"]
@@ -35,17 +32,3 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
 @pytest.mark.parametrize("line", FIGURES, ids=line_ids(FIGURES))
 def test_memory_matches_the_engines_figures(models: dict[str, Inventory], line: dict[str, object]) -> None:
     assert_recorded(models[str(line["model"])], line, EPS)
-
-
-def test_the_previous_tail_left_out_is_caught(models: dict[str, Inventory], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the other GPU's layer tail, the output GPU is 86 MiB under the engine: refused."""
-    line = next(f for f in FIGURES if f["args"] == "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU")
-    real = replay.moe_peaks.__wrapped__
-
-    def without_tail(s: replay.MoeShape, alignment: int) -> tuple[int, int]:
-        tail = s.first > 0 and s.experts_cpu[s.first - 1]
-        return real(dataclasses.replace(s, after_cpu=s.after_cpu and not tail), alignment)
-
-    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "moe_peaks", without_tail)
-    est, eps = _estimate(models["ernie-4.5-300b-a47b"], str(line["args"]))
-    assert ("RPC1", "compute") in {(d, t) for d, t, _, _ in errors(est, line["devices"], eps)}  # type: ignore[arg-type]

@@ -324,7 +324,9 @@ def test_no_op_offload_drops_the_estimated_copy_of_a_host_expert_tensor() -> Non
     off_line = [*line, "--no-op-offload"]
     off = estimate(explain(inv, eng, off_line).placement, read_settings(off_line, eng))
     largest = max(t.nbytes for t in inv.tensors if t.role == "experts")
-    assert on.devices["CUDA0"].compute - off.devices["CUDA0"].compute == largest
+    # the engine's graph (memory/graph) copies each offloaded host weight in at its split's start: the
+    # largest routed-expert tensor and what its offloaded matmuls leave beside it
+    assert on.devices["CUDA0"].compute - off.devices["CUDA0"].compute >= largest
     assert any("op-offload" in e for e in on.devices["CUDA0"].estimated)
     assert not any("op-offload" in e for e in off.devices["CUDA0"].estimated)
     # the last of --op-offload / --no-op-offload wins

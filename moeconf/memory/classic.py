@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeconf.memory.graph.model import GRAPH_MODELLED
+from moeconf.memory.graph.model import GRAPH_COMPUTE
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 
@@ -162,6 +162,8 @@ CLASSIC_REFUSED: dict[str, str] = {}
 # that each still refuses both cases)
 OWN_PLACEMENT_CHECKS: frozenset[str] = frozenset({"deepseek32", "glm-dsa", "kimi-linear", "nemotron_h_moe",
                                               "glm5-next"})  # glm5-next: memory/replay_glm5next.py
+# (on llama.cpp the architectures whose compute the engine's graph gives, graph.model.GRAPH_COMPUTE, are
+# exact in both: tests/test_memory_cpu_layers.py; these sets hold for the phase model, ik_llama.cpp's)
 CPU_LAYERS_EXACT: dict[str, frozenset[str]] = {
     "host": frozenset({"bailingmoe2", "gpt-oss", "minimax-m2", "grok"}),
     "gpu_output": frozenset({"bailingmoe2", "dots1", "ernie4_5-moe", "qwen35moe", "qwen3next", "gpt-oss",
@@ -201,36 +203,21 @@ def output_gpu_experts_copy(placement: Placement, n_expert_used: int, n_embd: in
     return 4 * n_tokens * n_expert_used * n_embd
 # --- end every block on the CPU ---
 
-# architectures whose compute under pipeline parallelism is not modelled (the phase model's, measured
-# over two GPUs at -ts 1,1): ERNIE-4.5-21B-A3B's output GPU 35 MiB under, the others' 22 over;
-# Hunyuan-A13B's output GPU 72 MiB under (f16 and q8_0 caches), the other's 16 over
-_PIPELINE_UNMODELLED = {
-    "ernie4_5-moe": "the output GPU's was 35 MiB under, the others' 22 MiB over, ERNIE-4.5-21B-A3B",
-    "hunyuan-moe": "the output GPU's was 72 MiB under, the other's 16 MiB over, Hunyuan-A13B",
-}
+def graph_computed(placement: Placement) -> bool:
+    """Whether `estimate` takes every compute buffer from the engine's graph (memory/graph): llama.cpp's."""
+    return placement.inventory.arch in GRAPH_COMPUTE and placement.engine.name == "llama.cpp"
 
 
-def unmodelled_settings(placement: Placement, flash_attn: bool, pipeline: bool, n_ubatch: int) -> list[str]:
+def unmodelled_settings(placement: Placement) -> list[str]:
     """Settings under which a modelled architecture's compute is not modelled (measured outside
     tolerance): the estimate is incomplete with this note instead of a wrong number."""
     inv = placement.inventory
     out = []
     case = cpu_layers_case(placement)  # every block on the CPU (h20ngl)
     if (case is not None and inv.arch not in CPU_LAYERS_EXACT[case] and inv.arch not in OWN_PLACEMENT_CHECKS
-            and inv.arch not in GRAPH_MODELLED):  # the engine's graph covers every placement (memory/graph)
+            and not graph_computed(placement)):  # the engine's graph covers every placement (memory/graph)
         what = ("every block and the output layer on the CPU (-ngl 0)" if case == "host" else
                 "every block on the CPU and only the output layer on a GPU (-ngl 1)")
         out.append(f"compute is not modelled for {inv.arch} with {what}: not measured within tolerance of "
                    "llama.cpp's own projection; KV cache and compute are not computed")
-    if inv.arch == "ernie4_5-moe" and not flash_attn:
-        out.append("compute is not modelled for ernie4_5-moe with flash attention off (the phase model was "
-                   "30 MiB per 512 ubatch tokens under on the GPU, ERNIE-4.5-21B-A3B): KV cache and compute "
-                   "are not computed")
-    if inv.arch in _PIPELINE_UNMODELLED and pipeline:
-        out.append(f"compute is not modelled for {inv.arch} split over several GPUs with pipeline parallelism "
-                   f"(every layer offloaded, no -ot/--n-cpu-moe: {_PIPELINE_UNMODELLED[inv.arch]}): KV cache "
-                   "and compute are not computed; an -ot item turns pipeline parallelism off")
-    if inv.arch == "dots1" and not flash_attn:
-        out.append("compute is not modelled for dots1 with flash attention off (the host's was 16 MiB per 512 "
-                   "ubatch tokens under, dots.llm1): KV cache and compute are not computed")
     return out

@@ -49,7 +49,7 @@ from moeconf.memory.classic import (
     weights_before,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
-from moeconf.memory.graph.model import GRAPH_MODELLED, graph_compute
+from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
@@ -261,8 +261,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if why and ik:
         why.append(ikarchs.next_step(inv, not unmodelled(inv, "llama.cpp")))
     if not why and not ik:  # settings a modelled architecture's compute is not checked under
-        why = unmodelled_settings(placement, settings.flash_attn != "off", pipeline,
-                                  min(settings.n_batch, settings.n_ubatch))
+        why = unmodelled_settings(placement)
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:
@@ -552,6 +551,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             peak = max(peak, copies * (masks + f4 * e_inp) + f4 * e)
         compute[d] = peak
     outputs_exact: set[str] = set()  # devices whose compute a replay gave for n_out output rows
+    # the engine's graph gives every compute buffer (below): no older replay is run
+    by_graph = inv.arch in GRAPH_COMPUTE and not ik and replay
     # the hybrids' replay takes any number of sequences (streams or a unified cache)
     hybrid = (rshape is not None and replay and copies == 1 and fa and settings.offload_kqv
               and inv.arch not in rec.MAMBA2)
@@ -562,7 +563,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         host = replayed_hybrid_host(placement, geo, out_dev, t_graph, cells, n_seq, n_out)
         if host is not None:
             compute[HOST] = host
-    elif replay and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
+    elif replay and not by_graph and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
         replayed = _replayed_output_device(placement, geo, out_dev, t_graph, cells, swa_cells, ctk, ctv, n_out)
         if replayed is not None:
             compute[out_dev] = replayed
@@ -581,7 +582,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         compute.update(by_replay)
         outputs_exact.update(by_replay)
     # flash attention off: the host's share is the same graph with f32 masks
-    if replay and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
+    if replay and not by_graph and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
         host = _replayed_host(placement, geo, out_dev, t_graph, cells, swa_cells, mask_el=4, n_outputs=n_out)
         if host is not None:
             compute[HOST] = host
@@ -606,7 +607,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             offload_kqv=settings.offload_kqv, n_stream=n_stream, approximate=not replay))
     # --- the engine's graph, scheduled and allocated (memory/graph): every compute buffer of the
     # architectures it models where no replay above does (CUDA's op-offload copies included)
-    by_graph = inv.arch in GRAPH_MODELLED and not ik and replay
     if by_graph:
         compute = defaultdict(int, graph_compute(placement, settings, pipeline))
         outputs_exact.update(compute)
@@ -629,6 +629,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             if host_experts and T >= 32 and settings.op_offload and not by_graph:  # (the graph has it)
                 compute[d] += max(host_experts)
                 estimated_terms[d].append("compute: op-offload copy of the largest CPU expert tensor")
+            elif by_graph and T >= 32 and settings.op_offload and any(v == HOST for v in placement.devices.values()):
+                # the graph takes them from ggml_backend_sched's op offload (CUDA's batch of 32): modelled,
+                # not measured on a CUDA device
+                estimated_terms[d].append("compute: op-offload copies of host weights (CUDA's op offload)")
             if fa and (is_quantized(ctk) or is_quantized(ctv)):
                 per_layer = max((la.n_head_kv * (la.head_k + la.head_v) for la in geo.layers), default=0)
                 compute[d] += cells * per_layer * 2

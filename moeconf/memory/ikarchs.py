@@ -85,13 +85,13 @@ COMMIT: Final = "55d3c05bf"  # ik-llama-cpp-python 0.1.5's vendored ik_llama.cpp
 COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (0, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (9, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (17, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
-    "bailingmoe2": (0, 11), "dots1": (0, 11), "qwen3vlmoe": (1, 11),
+    "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11),
 }
 MARGIN_UBATCH: Final = 2048
 # architectures whose ik compute was also read on a real GPU (tests/data/ik_cuda_h200.json, checked
 # by tests/test_ik_cuda_measured.py): the lines, and what the CUDA build logged against this estimate
 GPU_CHECKED: Final[dict[str, str]] = {
-    "qwen3moe": "1 line on an H200 (-ot exps=CPU -c 32768: CUDA0 305 MiB logged, this estimate 474)",
+    "qwen3moe": "1 line on an H200 (-ot exps=CPU -c 32768: CUDA0 305 MiB logged, this estimate 317)",
 }
 # ik's graph keeps a second f32 copy of the KQ matrix where flash attention is off (measured on
 # Grok-1, whose flash attention ik forces off: ik's compute buffer was llama.cpp's graph plus one
