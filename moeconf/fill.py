@@ -248,20 +248,40 @@ class _Filler:
         mem = cand.mem
         free = self.free(mem)
         bad: dict[str, int] = {}
+        fitted: tuple[dict[str, str | None], MemoryEstimate, dict[str, list[list[str]]]] | None = None
+        last: dict[str, str] | None = None
         for _round in range(4):
             if self.inv.arch in APPROXIMATE_SEARCH and _round and any(free[d] < 0 for d in self.accelerators):
                 # the search measured DSA's compute approximately (memory/replay_dsa.py), possibly
                 # low: measured exactly, this split is over with nothing of the fill on its GPUs
                 raise _SplitOver(shortfall_message(mem, bad, self.sizes))
-            # where a device came out over, its room was that much smaller: fill again with less
-            assign, placed, _ = self.greedy(free, self.home(cand))
+            assign, placed, left = self.greedy(free, self.home(cand))
+            if assign == last:
+                break
+            last = assign
             devices: dict[str, str | None] = {**cand.devices, **assign}
             mem = self.measure(devices, cand.defaults)
             bad = self.over(mem)
-            if not bad:
+            if bad and fitted is not None:
+                # the room a round found (below) was not there after all: keep the round that fit
+                devices, mem, placed = fitted
+                bad = {}
                 break
-            for d, excess in bad.items():
-                free[d] -= excess
+            if bad:
+                # where a device came out over, its room was that much smaller: fill again with less
+                for d, excess in bad.items():
+                    free[d] -= excess
+                continue
+            # a device's compute can shrink when experts run there (fewer host weights copied
+            # over for a large batch): where one came out with more room than the fill left it,
+            # fill again with that much more
+            fitted = (devices, mem, placed)
+            room = self.free(mem)
+            more = {d: room[d] - left[d] for d in self.accelerators if room[d] - left[d] > _MARGIN_MIN}
+            if not more:
+                break
+            for d, extra in more.items():
+                free[d] += extra
         while bad:
             for d, excess in bad.items():
                 if not placed[d]:
