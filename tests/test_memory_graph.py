@@ -121,8 +121,9 @@ def test_qwen35s_graph_built_as_qwen3nexts_is_named(tiny: dict[tuple[str, str], 
     """Qwen3.5's delta-net built as Qwen3-Next's (Q and K repeated to the value heads before the fused op, which
     qwen35moe.cpp leaves to the op): the comparison names the first repeat's reshape, node 32."""
     from moeconf.memory.graph import archs
+    from moeconf.memory.graph.archs._deltanet import delta_net_hybrid
 
-    monkeypatch.setitem(archs.ARCHS, "qwen35moe", lambda g, f: archs._delta_net_hybrid(g, qwen35=False))
+    monkeypatch.setitem(archs.ARCHS, "qwen35moe", lambda g, f: delta_net_hybrid(g, qwen35=False))
     diff = _difference(tiny[("qwen35moe", "a")], "qwen35moe", "a", "rpc")
     assert diff is not None and diff.index == 32, str(diff)
 

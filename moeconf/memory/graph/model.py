@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from moeconf.memory.graph.archs import ARCHS, Facts
+from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
@@ -182,31 +182,14 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
 
 # Architectures whose memory the graph models where no older replay does (memory/support.py registers
 # them): the `{arch}.*` keys each reads beyond support.NO_MEMORY_EFFECT, and what it was checked on
-_CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 GRAPH_MODELLED: dict[str, tuple[frozenset[str], str]] = {
-    "llama": (frozenset(), _CHECKED + " (Mixtral-8x7B)"),
-    "qwen2moe": (frozenset(), _CHECKED + " (Qwen1.5-MoE-A2.7B)"),
-    "olmoe": (frozenset(), _CHECKED + " (OLMoE-1B-7B)"),
-    "granitemoe": (frozenset(), _CHECKED + " (Granite-3.1-3B-A800M)"),
-    "phimoe": (frozenset(), _CHECKED + " (Phi-3.5-MoE)"),
-    "dbrx": (frozenset(), _CHECKED + " (DBRX)"),
-    "deepseek": (frozenset({"leading_dense_block_count"}), _CHECKED + " (DeepSeek-MoE-16B)"),
-    "bailingmoe": (frozenset({"leading_dense_block_count"}), _CHECKED + " (Ling-lite)"),
-    "arctic": (frozenset(), _CHECKED + " (Snowflake-Arctic)"),
-}
-
-
+    a: (c.memory.keys, c.memory.checked_on) for a, c in COMPOSITIONS.items()
+    if c.memory is not None and not c.memory.replaces_replay}
 # Architectures an older replay modelled whose compute `estimate` now takes from the graph too: through
-# it every recorded figure of theirs is exact (tests/test_memory_graph.py). Not glm4moe yet: its tests hold
-# GLM-4.5-Air's figures on the example manifest, which names expert_weights_scale without its value, so the
-# graph keeps build_moe_ffn's scale of the weights (the engine skips it at 1.0) and its GPU is 0.02 MiB over
-# the engine's 384.28 at -c 8192 -ot exps=CPU (on the GGUF, scale 1.0, the graph gives 384.28). Not llama4:
-# on CUDA with its routed experts in host memory the graph's op offload keeps two expert tensors' copies
-# alive at once (Llama-4-Maverick -c 65536 -ot exps=CPU: 8.5 GiB where the estimate had one, 4.2), not
-# measured on a CUDA device
-GRAPH_SWITCHED: frozenset[str] = frozenset({
-    "qwen3moe", "gpt-oss", "deepseek2", "minimax-m2", "dots1", "ernie4_5-moe", "hunyuan-moe",
-    "bailingmoe2", "qwen3vlmoe"})
+# it every recorded figure of theirs is exact (tests/test_memory_graph.py). A composition without
+# `MEMORY` says why it is not switched (archs/glm4moe.py, archs/llama4.py)
+GRAPH_SWITCHED: frozenset[str] = frozenset(
+    a for a, c in COMPOSITIONS.items() if c.memory is not None and c.memory.replaces_replay)
 GRAPH_COMPUTE: frozenset[str] = frozenset(GRAPH_MODELLED) | GRAPH_SWITCHED
 
 

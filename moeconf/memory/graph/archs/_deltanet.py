@@ -1,0 +1,130 @@
+"""The gated delta-net hybrids' layers (Qwen3-Next, Qwen3.5-MoE): llm_build_delta_net_base and the
+gated full-attention layer, shared by their two compositions."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import need
+from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.ggml import OUTPUT, Tensor
+
+
+def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
+    c, w, hp = g.ctx, g.w, g.hp
+    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    attn_in = g.attn_inp_kv()
+    rs_in = g.rs_inp()
+    pos = g.inp_pos(4 if qwen35 else 1)
+    out_ids = g.inp_out_ids()
+    for il in range(hp.n_layer):
+        res = inp
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        g.expand(cur)
+        if il in g.rs:
+            cur = _delta_net_layer(g, rs_in, cur, il, repeat=not qwen35)
+        else:
+            cur = _gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
+        cur = c.add(cur, res)
+        ffn_res = cur
+        cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
+        moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
+        if w.layer(il, "ffn_up_shexp") is not None:
+            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
+                       il)
+            gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
+            moe = c.add(moe, c.mul(sh, gate))
+        inp = c.add(moe, ffn_res)
+    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
+    cur.flags |= OUTPUT  # t_h_nextn
+    cur = c.get_rows(cur, out_ids)
+    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+
+
+def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int,
+                      reshape: bool) -> Tensor:
+    c, w, hp = g.ctx, g.w, g.hp
+    n_head, n_kv, hd, T = hp.n_head[il], hp.n_head_kv[il], hp.head_k, cur.ne[1]
+    q_full, k, v = g.qkv(il, cur, n_head, n_kv, 2 * hd, hd, reshape=False)
+    if reshape:
+        q_full = c.reshape(q_full, 2 * hd, n_head, T, 1)
+        q = c.view(q_full, (hd, n_head, T, 1), (q_full.nb[1], q_full.nb[2], q_full.nb[3]), 0)
+        gate = c.view(q_full, (hd, n_head, T, 1), (q_full.nb[1], q_full.nb[2], q_full.nb[3]), hd * 4)
+    else:
+        q = c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 0)
+        gate = c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), hd * 4)
+    k = c.reshape(k, hd, n_kv, T)
+    v = c.reshape(v, hd, n_kv, T)
+    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
+    k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+    q, k = c.rope(q, pos), c.rope(k, pos)
+    cur = g.attn(attn_in, il, None, None, q, k, v)
+    gate = c.unary(c.cont(gate, hd * n_head, T), "sigmoid")
+    return g.mm(need(w.layer(il, "attn_output")), c.mul(cur, gate))
+
+
+def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repeat: bool) -> Tensor:
+    """build_layer_attn_linear with llm_build_delta_net_base's conv state and recurrent attention (the
+    fused op, no rollback snapshots)."""
+    c, w, hp = g.ctx, g.w, g.hp
+    rec = g.rec
+    assert rec is not None
+    T, n_seqs = cur.ne[1], rs_in.n_seqs
+    hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
+    hv = rec.d_inner // nv
+    wqkv = w.layer(il, "attn_qkv")
+    if wqkv is not None:
+        qkv = c.reshape(g.mm(wqkv, cur), hk * nk * 2 + hv * nv, T, n_seqs)
+        z = g.mm(need(w.layer(il, "attn_gate")), cur)
+    else:
+        # the older conversions' single ssm_in projection (split into Q, K, V, Z by views) has no recorded dump
+        raise NotImplementedError(f"blk.{il}.ssm_in (Qwen3-Next's older fused QKVZ projection) is not composed; "
+                                  "the pinned converter writes attn_qkv and attn_gate")
+    w_beta = w.layer(il, "ssm_beta")
+    if w_beta is not None:  # Qwen3.5: separate beta and alpha projections
+        beta = c.unary(c.reshape(g.mm(w_beta, cur), 1, nv, T, n_seqs), "sigmoid")
+        alpha = c.reshape(g.mm(need(w.layer(il, "ssm_alpha")), cur), nv, T, n_seqs)
+    else:
+        ba = g.mm(need(w.layer(il, "ssm_ba")), cur)
+        ba = c.reshape(ba, 2 * nv // nk, nk, T, n_seqs)
+        per = nv // nk
+        b = c.view(ba, (per, nk, T, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), 0)
+        a = c.view(ba, (per, nk, T, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), per * 4)
+        beta = c.reshape(c.unary(c.cont(b), "sigmoid"), 1, nv, T, n_seqs)
+        alpha = c.cont(a, nv, T, n_seqs)
+    alpha = c.unary(c.add(alpha, need(w.layer(il, "ssm_dt", "bias"))), "softplus")
+    gate = c.mul(alpha, need(w.get(f"blk.{il}.ssm_a")))
+    gate = c.reshape(gate, 1, nv, T, n_seqs)
+    conv_all, ssm_all = g.rs[il]
+    kernel = need(w.layer(il, "ssm_conv1d"))
+    d_conv, channels = kernel.ne[0], rec.conv_channels
+    # build_conv_state
+    conv = g.rs_states(rs_in, conv_all, rec.n_embd_r)
+    conv = c.reshape(conv, d_conv - 1, channels, n_seqs)
+    conv_in = c.concat(conv, c.transpose(qkv), 0)
+    last = c.view(conv_in, (d_conv - 1, channels, n_seqs), (conv_in.nb[1], conv_in.nb[2]),
+                  4 * (conv_in.ne[0] - conv.ne[0]))
+    rows = (d_conv - 1) * channels
+    g.expand(c.cpy(last, c.view(conv_all, (rows, n_seqs), (conv_all.nb[1],), 0)))
+    state = g.rs_states(rs_in, ssm_all, rec.n_embd_s)
+    state = c.reshape(state, hv, hv, nv, n_seqs)
+    mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
+    row = 4 * (hk * nk * 2 + hv * nv)
+    q = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 0)
+    k = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 4 * hk * nk)
+    v = c.view(mix, (hv, nv, T, n_seqs), (4 * hv, row, row * T), 4 * 2 * hk * nk)
+    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
+    if nk != nv and repeat:
+        rep = nv // nk
+        q = c.reshape(c.repeat(c.reshape(q, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
+        k = c.reshape(c.repeat(c.reshape(k, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
+    out = c.gated_delta_net(q, k, v, gate, beta, state)
+    s_v, h_v = hv, nv
+    output = c.view(out, (s_v, h_v, T, n_seqs), (4 * s_v, 4 * s_v * h_v, 4 * s_v * h_v * T), 0)
+    new_state = c.view(out, (s_v, s_v, h_v, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * h_v),
+                       4 * s_v * h_v * T * n_seqs)
+    g.expand(c.cpy(new_state, c.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)))
+    z2 = c.reshape(z, hv, nv, T, n_seqs)
+    normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
+    cur = c.mul(normed, c.unary(z2, "silu"))
+    cur = c.reshape(cur, hv * nv, T, n_seqs)
+    cur = g.mm(need(w.layer(il, "ssm_out")), cur)
+    return c.reshape(cur, hp.n_embd, T * n_seqs)

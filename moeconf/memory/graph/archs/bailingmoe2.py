@@ -1,0 +1,9 @@
+"""Ling/Ring 2.0 (src/models/bailingmoe2.cpp): the classic decoder layer, one row."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import REPLAYED, Decoder, decoder
+
+ARCH = "bailingmoe2"
+build = decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True))
+MEMORY = REPLAYED

@@ -1,0 +1,9 @@
+"""dots.llm1 (src/models/dots1.cpp): the classic decoder layer, one row."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import REPLAYED, Decoder, decoder
+
+ARCH = "dots1"
+build = decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True))
+MEMORY = REPLAYED

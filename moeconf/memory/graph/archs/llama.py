@@ -1,0 +1,9 @@
+"""Mixtral through llama (src/models/llama.cpp): the classic decoder layer, one row."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
+
+ARCH = "llama"
+build = decoder(Decoder())
+MEMORY = Memory(CHECKED + " (Mixtral-8x7B)")
