@@ -94,6 +94,37 @@ def test_graph_equals_the_engines_node_for_node(tiny: dict[tuple[str, str], Inve
     assert diff is None, str(diff)
 
 
+# the real configs' graphs (one dump per line of index.json's real_lines, of LAYOUTS[index.json's real])
+REAL_CASES = [(a, line) for a in DUMPED for line in INDEX["real_lines"]
+              if (GRAPHS / f"{a}-real-{line}.json.gz").exists()]
+
+
+@pytest.fixture(scope="module")
+def real_layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
+    folder = tmp_path_factory.mktemp("graphreal-layouts")
+    out = {}
+    for a in sorted({a for a, _ in REAL_CASES}):
+        path = folder / f"{a}.gguf"
+        write_layout(LAYOUTS[INDEX["real"][a]], path)
+        out[a] = load_inventory(path)
+    return out
+
+
+@pytest.mark.parametrize(("arch", "line"), REAL_CASES, ids=[f"{a}-real-{x}" for a, x in REAL_CASES])
+def test_real_config_graph_equals_the_engines(real_layouts: dict[str, Inventory], arch: str, line: str) -> None:
+    """The same on each architecture's real layout (its full size: every layer, the real head and expert
+    counts), at 32k with the experts on the CPU and over two devices."""
+    inv = real_layouts[arch]
+    placement, setup = _placed(inv, INDEX["real_lines"][line])
+    setup = dataclasses.replace(setup, norm_pins=True)
+    g, backends = model.build(placement, setup)  # type: ignore[arg-type]
+    s = sched.Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+    s.split(g.gf, g.pinned)
+    theirs = enginegraph.load(GRAPHS / f"{arch}-real-{line}.json.gz", endpoints=EPS)
+    diff = enginegraph.compare(engine_graph(g, s, arch), theirs, ignore=("name",))
+    assert diff is None, str(diff)
+
+
 def test_a_wrong_source_order_is_named(tiny: dict[tuple[str, str], Inventory], monkeypatch: pytest.MonkeyPatch) -> None:
     """SET_ROWS with its sources in the natural order (ggml keeps a legacy one): the comparison
     names the first KV store, node 16 of Qwen3-MoE's graph."""

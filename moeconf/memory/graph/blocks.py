@@ -79,6 +79,11 @@ class Weights:
     def layer(self, il: int, base: str, suffix: str = "weight") -> Tensor | None:
         return self.by_name.get(f"blk.{il}.{base}.{suffix}")
 
+    def copy(self, name: str, il: int) -> Tensor | None:
+        """A tensor the loader creates once per layer under one name (TENSOR_DUPLICATED: rope_freqs, the
+        LongRoPE factors): layer il's copy, on that layer's device."""
+        return self.by_name.get(f"{name}#{il}") or self.by_name.get(name)
+
 
 @dataclass
 class RsInput:

@@ -75,6 +75,12 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         if dev is None or (t.layer is not None and t.layer >= n_layer):
             continue
         by_name[t.name] = ctx.weight(t.name, t.type.upper(), t.shape, dev, -1 if t.layer is None else t.layer)
+    if "rope_freqs.weight" not in by_name and "rope_factors_long.weight" in by_name:
+        # LongRoPE (Phi-3): the long factors where a sequence's context exceeds the original training
+        # context (rope.scaling.original_context_length, else context_length), the short ones otherwise
+        orig = inv.metadata.hparam("rope.scaling.original_context_length") or inv.metadata.context_length or 0
+        long = setup.cells > orig if isinstance(orig, int) else False
+        by_name["rope_freqs.weight"] = by_name["rope_factors_long.weight" if long else "rope_factors_short.weight"]
     if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
         emb = inv.by_name["token_embd.weight"]
         dev = placement.tied_output() or placement.devices.get("token_embd.weight") or HOST
@@ -100,6 +106,14 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
+    freqs = by_name.get("rope_freqs.weight")
+    if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
+        per_dev: dict[str, Tensor] = {}
+        for la in layers:
+            dev = home.get(la.index, HOST)
+            if dev not in per_dev:
+                per_dev[dev] = ctx.weight(freqs.name, freqs.type, freqs.ne[:1], dev, la.index)
+            by_name[f"rope_freqs.weight#{la.index}"] = per_dev[dev]
     out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
     # -ngl above the block count (nextn blocks included, created or not): every created block and the output
     # offloaded; the callback then pins each layer's norms to its device, but the reserve that sizes the

@@ -88,7 +88,6 @@ def decoder(spec: Decoder) -> Build:
         w_scale = "expert_weights_scale" in facts.floats
         res_scale = spec.granite and "residual_scale" in facts.floats
         clamp = bool(spec.clamp_key) and spec.clamp_key in facts.floats
-        freqs = w.get("rope_freqs.weight")
         g.groups = facts.groups  # read for every architecture (llama-model.cpp)
         for il in range(hp.n_layer):
             res = inp
@@ -106,6 +105,7 @@ def decoder(spec: Decoder) -> Build:
                 if spec.qk_norm == "head" and w.layer(il, "attn_q_norm") is not None:
                     q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
                     k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+            freqs = w.copy("rope_freqs.weight", il)
             q = c.rope(q, pos, freqs)
             k = c.rope(k, pos, freqs)
             if spec.qk_norm == "head_after_rope":

@@ -25,13 +25,13 @@ def build(g: GraphContext, facts: Facts) -> None:
     full, swa = g.attn_inp_kv_iswa() if chunked else (g.attn_inp_kv(), None)
     out_ids = g.inp_out_ids()
     kq_norm = hp.n_expert != 128
-    freqs = w.get("rope_freqs.weight")
     for il in range(hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
         use_rope = not chunked or (il + 1) % 4 != 0
         if use_rope:
+            freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
             if kq_norm:
                 q, k = c.rms_norm(q), c.rms_norm(k)
