@@ -35,13 +35,16 @@ def rows() -> list[str]:
     from moeconf.fixtures.layouts import LAYOUTS
     from moeconf.memory import support
     from moeconf.memory.graph.archs import ARCHS as COMPOSED
-    from moeconf.memory.graph.model import GRAPH_MODELLED
+    from moeconf.memory.graph.model import GRAPH_COMPUTE
+    from tests import graph_oracle
+    from tests.test_memory_graph_layouts import KNOWN_MISSES
     from moeconf.model import nametable
     from tests.test_memory_graph import DUMP_NAME_CLASH
 
     index = json.loads((ROOT / "tests" / "data" / "graphs" / "index.json").read_text())
     graphs = [str(g["file"]) for g in index["graphs"]]
     ik = set(nametable.IK_ARCH_TENSORS)
+    recorded = graph_oracle.recorded()
     out = ["| architecture | ik_llama.cpp | layouts (placement checked against llama.cpp) | engine graphs "
            "(tiny, real) | moeconf's graph | memory |", "|---|---|---|---|---|---|"]
     for arch in support.routed_expert_archs():
@@ -55,8 +58,11 @@ def rows() -> list[str]:
                     else "equal node for node")
         spec = support.MODELLED.get(arch)
         if spec is not None:
-            how = "engine graph" if arch in GRAPH_MODELLED else "replay"
-            memory = f"modelled ({', '.join(sorted(spec.engines))}; compute: {how})"
+            how = "engine graph" if arch in GRAPH_COMPUTE else "replay"
+            lines = [(k, r["args"]) for k, doc in recorded.items() if doc["arch"] == arch for r in doc["rows"]]
+            held = sum(1 for k, x in lines if (k, x) not in KNOWN_MISSES)
+            checked = (f"; {held} of {len(lines)} `-fitp` lines within tolerance" if lines else "")
+            memory = f"modelled ({', '.join(sorted(spec.engines))}; compute: {how}{checked})"
         elif arch in NOT_TEXT:
             memory = f"not applicable: {NOT_TEXT[arch]}"
         elif arch in support.REFUSED:
@@ -68,8 +74,10 @@ def rows() -> list[str]:
         out.append(f"| `{arch}` | {'loads' if arch in ik else '-'} | {', '.join(layouts) or '-'} | "
                    f"{tiny or '-'}, {real or '-'} | {composed} | {memory} |")
     modelled = sum(1 for a in support.routed_expert_archs() if a in support.MODELLED)
+    graph = sum(1 for a in support.routed_expert_archs() if a in support.MODELLED and a in GRAPH_COMPUTE)
     placed = sum(1 for a in support.routed_expert_archs() if any(lay.arch == a for lay in LAYOUTS.values()))
-    out += ["", f"{len(support.routed_expert_archs())} architectures; memory modelled on {modelled}; "
+    out += ["", f"{len(support.routed_expert_archs())} architectures; memory modelled on {modelled} ({graph} through the "
+            f"engine's graph); "
             f"placement checked against the engine on {placed} (sparse full-size layouts)."]
     return out
 
