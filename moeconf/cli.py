@@ -15,7 +15,7 @@ from moeconf.textsafe import safe
 if TYPE_CHECKING:
     from moeconf.compiled import Compiled
     from moeconf.engines import Engine
-    from moeconf.fit import FitResult
+    from moeconf.fit import Budget, FitResult
     from moeconf.model.inventory import Inventory
 
 EXIT_OK = 0
@@ -173,6 +173,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--no-split", action="store_true",
                      help="move whole layers only (default: one more layer per GPU may be split by kind)")
     fit.add_argument("-o", "--output", metavar="PLAN", help="write the solved plan (editable) to PLAN")
+    fit.add_argument("-q", "--quiet", action="store_true",
+                     help="no report on standard error: the command line or target alone, on standard output")
     fit.add_argument("--json", action="store_true",
                      help='print {"argv": [...], "ot": "...", "memory": {...}, "assumptions": {...}, ...}')
     _add_llama_config_options(fit)
@@ -496,10 +498,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     import json
     import shlex
 
-    from moeconf.fit import Budget, assumed_version, fit
+    from moeconf.fit import Budget, fit
     from moeconf.memory import parse_size
     from moeconf.memory.amx import resolve_host_cpu
-    from moeconf.report.memory import render_memory
 
     if _remote(args.model) and ":" not in args.model and not args.model.startswith(("hf://", "http")):
         return _cmd_fit_quants(args)  # OWNER/REPO with no tag: every quant of the repo
@@ -536,18 +537,31 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.json(), indent=1) + "\n")
         return EXIT_OK
+    # the artifact alone on standard output (a command line, or the target's file); the report on
+    # standard error (-q: none), so that `fit ... > file` writes exactly the artifact
     if target is not None and target not in ("llama.cpp", "ik_llama.cpp"):
         from moeconf.emitting.targets import container_warnings, emit
 
         sys.stdout.write(emit(compiled, target))
         for w in container_warnings(compiled, target):
             print(safe(f"moeconf: warning: {w}"), file=sys.stderr)
-        lines = [""]
     else:
-        lines = [shlex.join(result.argv), ""]
-    for dev, layers in result.gpu_expert_layers.items():
-        from moeconf.model.inventory import format_ranges
+        sys.stdout.write(shlex.join(result.argv) + "\n")
+    sys.stdout.flush()
+    if not args.quiet:
+        sys.stderr.write(_fit_report(args, result, inv, eng, budgets, ram, headroom))
+    return EXIT_OK
 
+
+def _fit_report(args: argparse.Namespace, result: FitResult, inv: Inventory, eng: Engine, budgets: list[Budget],
+                ram: int | None, headroom: int) -> str:
+    """What fit found, for a reader: each GPU's expert layers, the assumptions, the memory table."""
+    from moeconf.fit import assumed_version
+    from moeconf.model.inventory import format_ranges
+    from moeconf.report.memory import render_memory
+
+    lines = [""]
+    for dev, layers in result.gpu_expert_layers.items():
         lines.append(f"{dev}: routed experts of {len(layers)} layer(s) ({format_ranges(layers)})")
     for il, dev, kinds in result.split_layers:
         lines.append(f"{dev}: also {', '.join(kinds)} of layer {il}")
@@ -555,19 +569,18 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     on_gpu = sum(t.nbytes for t in inv.tensors if t.group == "experts"
                  and result.compiled.placement.devices[t.name] not in (None, "CPU"))
     lines.append(f"routed experts on the GPUs: {on_gpu / 2**30:.2f} of {total_experts / 2**30:.2f} GiB")
-    sys.stdout.write("\n".join(lines) + "\n\n")
+    lines.append("")
     mib = 2**20
     given_text = ", ".join(f"{b.device} {b.given} = {b.size / mib:,.0f} MiB" for b in budgets)
     version = assumed_version(eng) + ("" if eng.version else " (the newest moeconf knows; --engine-version to change)")
-    lines = [f"assumed: {eng.name} {version}", f"assumed: GPU budgets {given_text}"]
+    lines += [f"assumed: {eng.name} {version}", f"assumed: GPU budgets {given_text}"]
     if ram is not None:
         lines.append(f"assumed: RAM {args.ram} = {ram / mib:,.0f} MiB, less {headroom / mib:,.0f} MiB kept for the "
                      f"system (--ram-headroom): {(ram - headroom) / mib:,.0f} MiB for the model")
     # the assumptions head the table they were computed with
-    sys.stdout.write("\n".join(safe(line) for line in lines) + "\n")
     cpu_budget = {"CPU": ram - headroom} if ram is not None else {}
-    sys.stdout.write(render_memory(result.memory, {b.device: b.size for b in budgets} | cpu_budget))
-    return EXIT_OK
+    return "\n".join(safe(line) for line in lines) + "\n" + render_memory(
+        result.memory, {b.device: b.size for b in budgets} | cpu_budget)
 
 
 def _cmd_rule(args: argparse.Namespace) -> int:

@@ -150,12 +150,31 @@ def test_sizes_need_a_unit(capsys: pytest.CaptureFixture[str], flag: list[str]) 
     assert f"{n!r} has no unit: write {n}GiB" in err
 
 
+def test_the_command_alone_on_standard_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`fit --target compose > file` wrote the layer summary, the assumptions and the memory table after the
+    YAML: the file was not YAML. Every target's artifact is alone on standard output, the report on standard
+    error, and -q leaves the report out."""
+    import yaml
+
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192", "--target", "compose"]) == 0
+    got = capsys.readouterr()
+    assert isinstance(yaml.safe_load(got.out), dict) and "memory (MiB)" in got.err and "assumed:" in got.err
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192", "--target", "json"]) == 0
+    json.loads(capsys.readouterr().out)
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192"]) == 0
+    got = capsys.readouterr()
+    assert len(got.out.splitlines()) == 1 and shlex.split(got.out)[0] == "llama-server"
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192", "-q"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.out == got.out and quiet.err == ""
+
+
 def test_gb_and_gib_are_both_taken_and_echoed_in_mib(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", GLM, "--gpu", "24GB", "-c", "8192"]) == 0
-    out = capsys.readouterr().out
-    assert "assumed: GPU budgets CUDA0 24GB = 22,888 MiB" in out
+    err = capsys.readouterr().err  # the report (the command alone is on standard output)
+    assert "assumed: GPU budgets CUDA0 24GB = 22,888 MiB" in err
     assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192"]) == 0
-    assert "assumed: GPU budgets CUDA0 24GiB = 24,576 MiB" in capsys.readouterr().out
+    assert "assumed: GPU budgets CUDA0 24GiB = 24,576 MiB" in capsys.readouterr().err
 
 
 def test_ram_keeps_a_headroom_for_the_system(capsys: pytest.CaptureFixture[str]) -> None:
@@ -172,9 +191,9 @@ def test_ram_keeps_a_headroom_for_the_system(capsys: pytest.CaptureFixture[str])
 def test_the_command_holds_every_setting_the_table_assumes(capsys: pytest.CaptureFixture[str]) -> None:
     """The table said "flash attention on" while the command had no -fa."""
     assert main(["fit", QWEN, "--gpu", "24GiB"]) == 0
-    out = capsys.readouterr().out
-    command = shlex.split(out.splitlines()[0])
-    header = next(line for line in out.splitlines() if line.startswith("memory (MiB) at"))
+    got = capsys.readouterr()
+    command = shlex.split(got.out.splitlines()[0])
+    header = next(line for line in got.err.splitlines() if line.startswith("memory (MiB) at"))
     assert "flash attention on" in header and command[command.index("-fa") + 1] == "on"
     ctx = header.split("-c ")[1].split()[0]
     assert command[command.index("-c") + 1] == ctx  # the model's own context, written out
@@ -182,7 +201,7 @@ def test_the_command_holds_every_setting_the_table_assumes(capsys: pytest.Captur
 
 def test_engine_and_version_are_printed_and_in_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", QWEN, "--gpu", "24GiB", "-c", "8192"]) == 0
-    assert "assumed: llama.cpp b11312 (the newest moeconf knows" in capsys.readouterr().out
+    assert "assumed: llama.cpp b11312 (the newest moeconf knows" in capsys.readouterr().err
     out = _fit_json(capsys, QWEN, "--gpu", "24GB", "-c", "8192", "--engine-version", "b7600")
     a = out["assumptions"]
     assert isinstance(a, dict)

@@ -178,7 +178,8 @@ def test_explain_says_why_a_split_is_not_predicted(tiny: dict[str, Inventory]) -
 def test_fit_for_two_gpus_checks_every_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["fit", str(MODELS / "minimax-m2.manifest.json"), "--gpu", "24GiB", "--gpu", "24GiB",
                "--engine", "ik_llama.cpp", "-c", "32768", "-fa", "on"])
-    out = capsys.readouterr().out
+    got = capsys.readouterr()
+    out = got.out + got.err  # the command, and its report
     assert rc == 0, out
     assert AUTO_GPU not in out and "CUDA0" in out and "CUDA1" in out
 

@@ -189,8 +189,8 @@ def test_explain_and_fit_on_ik_answer_with_the_label(model: str, capsys: pytest.
     for gpus in (["--gpu", "48GiB"], *two):
         assert main(["fit", path, "--engine", "ik_llama.cpp", *gpus, "-c", "32768", "-ctk", "q8_0", "-ctv",
                      "q8_0" if arch != "grok" else "f16"]) == 0, capsys.readouterr().err
-        out = capsys.readouterr().out
-        assert out.startswith("llama-server -m ") and label in out  # the command, and the label on its table
+        got = capsys.readouterr()
+        assert got.out.startswith("llama-server -m ") and label in got.err  # the command, and the label on its table
     assert main(["fit", path, "--engine", "ik_llama.cpp", "--gpu", "48GiB", "-c", "32768", "--json"]) == 0
     fitted = json.loads(capsys.readouterr().out)
     assert label in fitted["memory_estimated"]["CUDA0"]
