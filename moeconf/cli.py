@@ -650,6 +650,40 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if stale else EXIT_OK
 
 
+def _engine_flags_apart(parser: argparse.ArgumentParser, words: list[str]) -> tuple[list[str], list[str]]:
+    """explain's and fit's words as (moeconf's, the engine's): a word that is exactly a flag of the
+    engines' tables (moeconf/engines/flagtable.py) and not one of the command's own options goes to the
+    engine with the values the table gives it. argparse alone read `-ot` as `-o t` and `-hf` as `-h f`
+    (a short option with its value attached). Where a word is both (fit's `-o`, explain's `--color`),
+    the command's own option takes it, as its help says."""
+    import argparse as ap
+
+    from moeconf.engines.flagtable import IK, MAINLINE
+
+    i = next((k for k, w in enumerate(words) if w in ("explain", "fit")), None)
+    if i is None:
+        return words, []
+    sub = next(a for a in parser._actions if isinstance(a, ap._SubParsersAction)).choices[words[i]]
+    own = {o: a for a in sub._actions for o in a.option_strings}
+    mine, theirs = words[: i + 1], []
+    k = i + 1
+    while k < len(words):
+        w = words[k]
+        if w in own:
+            n = own[w].nargs
+            take = 0 if own[w].nargs == 0 else 1 if n is None else n if isinstance(n, int) else 0
+            mine += words[k: k + 1 + take]
+            k += 1 + take
+        elif w in MAINLINE or w in IK:
+            n = max(MAINLINE.get(w, 0), IK.get(w, 0))
+            theirs += words[k: k + 1 + n]
+            k += 1 + n
+        else:
+            mine.append(w)
+            k += 1
+    return mine, theirs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     words = list(sys.argv[1:] if argv is None else argv)
@@ -659,6 +693,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         words, tail = words[:cut], words[cut + 1:]
     # explain and fit take engine flags as they are (`-c 32768 -ctk q8_0 --rpc HOST:PORT`), with or
     # without a `--` before them: what moeconf's own options do not claim is the engine's
+    words, engine_words = _engine_flags_apart(parser, words)
+    tail = [*engine_words, *tail]
     args, extra = parser.parse_known_args(words)
     if extra and args.command not in ("explain", "fit"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -232,3 +232,20 @@ def test_a_later_shard_is_served_as_the_first_and_said(capsys: pytest.CaptureFix
     out = capsys.readouterr()
     assert " -m /models/GLM-00001-of-00002.gguf " in out.out.splitlines()[0]
     assert "moeconf: note: -m /models/GLM-00001-of-00002.gguf, not /models/GLM-00002-of-00002.gguf" in out.err
+
+
+def test_engine_flags_are_never_read_as_fits_own(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """argparse read `-ot` as fit's `-o t` (exit 0, the user's -ot gone, a plan file named `t` written) and
+    `-hf` as `-h f` ("ignored explicit argument 'f'"). A word the engines' flag table knows goes to the
+    engine: fit then says what it does with it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", GLM, "--gpu", "12GiB", "-c", "16384", "-ot", r"blk\.0\.=CPU"]) == 2
+    assert "fit chooses -ot itself" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists() and list(tmp_path.iterdir()) == []
+    assert main(["fit", GLM, "--gpu", "12GiB", "-hf", "foo/bar"]) == 2
+    err = capsys.readouterr().err
+    assert "-hf: a model downloaded by the engine" in err and "ignored explicit argument" not in err
+    # fit's own -o (the engine's -o too, meaningless to llama-server) stays fit's, as its help says
+    assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192", "-o", str(tmp_path / "p.toml"), "-q"]) == 0
+    assert (tmp_path / "p.toml").is_file() and capsys.readouterr().out.startswith("llama-server ")
