@@ -97,7 +97,7 @@ def test_examples_round_trip_every_target(plan: Path) -> None:
 
 
 def test_env_refused_for_ik() -> None:
-    c = compile_plan(EXAMPLES / "plans" / "deepseek-v3.toml")
+    c = compile_plan(EXAMPLES / "plans" / "gpt-oss-120b.toml")
     assert c.engine.name == "ik_llama.cpp"
     with pytest.raises(MoeconfError, match=r"ik_llama\.cpp reads no -ot"):
         emit(c, "env")

@@ -95,8 +95,8 @@ def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str,
         if data["ot"] != c.ot or data["placement"] != c.placement.as_json():
             raise OutputMismatch(f"{what}: its ot or placement is not the compiled one")
         return [str(a) for a in data["argv"]], {}, list(c.argv)
-    if target == "ot":
-        return _with_ot(c.argv, text.rstrip("\n")), {}, None
+    if target == "ot":  # the value itself, word for word (an escape lost can leave the placement the same)
+        return _with_ot(c.argv, text.rstrip("\n")), {}, list(c.argv)
     if target == "docker":
         words = _one_command(text, what)
         image = tg.docker_image(c)
