@@ -13,8 +13,11 @@ from moeconf.memory.graph.ggml import OUTPUT
 
 ARCH = "step35"
 EPS = 1e-6
+# the MTP blocks (nextn_predict_layers): their weights placed and counted, no KV, not in the trunk's graph
+# (checked on the layout with its 3 MTP blocks added: weights, KV and compute as llama-fit-params on 3 lines)
 MEMORY = Memory(CHECKED + " (Step-3.5-Flash)",
-                keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern"}))
+                keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern",
+                                "nextn_predict_layers"}))
 
 
 def build(g: GraphContext, facts: Facts) -> None:
