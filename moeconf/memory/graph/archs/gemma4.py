@@ -1,10 +1,11 @@
 """src/models/gemma4.cpp: the embeddings scaled; sliding-window and full layers through the iSWA cache
-pair, each with its own head width and KV head count; Q and K normed per head (V by a plain RMS norm,
-V the K projection where the layer has no attn_v), the full layers' RoPE with the rope_freqs copy the
-loader creates on their device; the attention's output normed before its residual; a dense FFN (GELU)
-beside the routed experts, each normed before and after, the router reading its own scaled RMS norm
-of the residual; the FFN's output normed, added, scaled by the layer's output scale; the final norm,
-the output rows taken after it, the logits soft-capped."""
+pair, each with its own head width and KV head count; Q, K and V projected (or copied out of a fused
+projection), Q and K normed per head (V by a plain RMS norm, V the K projection where the layer has no
+attn_v), the full layers' RoPE with the rope_freqs copy the loader creates on their device (the
+sliding-window layers have none); the attention's output normed before its residual; a dense FFN
+(GELU) beside the routed experts, each normed before and after, the router reading its own scaled RMS
+norm of the residual; the FFN's output normed, added, scaled by the layer's output scale; the final
+norm, the output rows taken after it, the logits soft-capped."""
 
 from __future__ import annotations
 
@@ -31,11 +32,22 @@ def build(g: GraphContext, facts: Facts) -> None:
         T = inp.ne[1]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         freqs = None if windowed else w.copy("rope_freqs.weight", il)
-        q = c.reshape(g.mm(need(w.layer(il, "attn_q")), cur, w.layer(il, "attn_q", "scale")), hd, n_head, T)
-        q = c.rope(g.norm(q, w.layer(il, "attn_q_norm"), None, il), pos, freqs)
-        k = g.mm(need(w.layer(il, "attn_k")), cur, w.layer(il, "attn_k", "scale"))
-        wv = w.layer(il, "attn_v")
-        v = g.mm(wv, cur, w.layer(il, "attn_v", "scale")) if wv is not None else k
+        wqkv = w.layer(il, "attn_qkv")
+        if wqkv is not None:  # fused: Q, K and V contiguous copies of its column ranges
+            qkv = g.mm(wqkv, cur, w.layer(il, "attn_qkv", "scale"))
+            es = qkv.nb[0]
+            q_dim, k_dim = hd * n_head, hd * n_kv
+            q = c.cont(c.view(qkv, (q_dim, T), (qkv.nb[1],), 0))
+        else:
+            q = g.mm(need(w.layer(il, "attn_q")), cur, w.layer(il, "attn_q", "scale"))
+        q = c.rope(g.norm(c.reshape(q, hd, n_head, T), w.layer(il, "attn_q_norm"), None, il), pos, freqs)
+        if wqkv is not None:
+            k = c.cont(c.view(qkv, (k_dim, T), (qkv.nb[1],), q_dim * es))
+            v = c.cont(c.view(qkv, (k_dim, T), (qkv.nb[1],), (q_dim + k_dim) * es))
+        else:
+            k = g.mm(need(w.layer(il, "attn_k")), cur, w.layer(il, "attn_k", "scale"))
+            wv = w.layer(il, "attn_v")
+            v = g.mm(wv, cur, w.layer(il, "attn_v", "scale")) if wv is not None else k
         k = c.reshape(k, hd, n_kv, T)
         v = c.reshape(v, hd, n_kv, T)
         k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
