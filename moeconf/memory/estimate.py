@@ -356,6 +356,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
     idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
     idx_width = indexer_width(inv)
+    v_max = max((x.head_v * x.n_head_kv for x in geo.layers if not x.recurrent), default=0)
     for la in geo.layers:
         dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
@@ -380,7 +381,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                     kv[dev] += row * n
                 continue
         k_row = la.head_k * la.n_head_kv
-        v_row = la.head_v * la.n_head_kv
+        # a transposed V cache (no flash attention) is as wide as the widest layer's (llama-kv-cache.cpp)
+        v_row = la.head_v * la.n_head_kv if fa or ik else v_max
         size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else cache_row_bytes(ctk, k_row) * n
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
             size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else cache_row_bytes(ctv, v_row) * n

@@ -20,6 +20,9 @@ SwaType = Literal["none", "standard", "chunked"]
 ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
     "gpt-oss": ("standard", None, 2),
     "llama4": ("chunked", 8192, 4),
+    # the pattern an array the loader requires (get_arr)
+    "gemma4": ("standard", None, 0),
+    "step35": ("standard", None, 0),
 }
 
 # DeepSeek-style MLA architectures (attn_kv_a_mqa): ik_llama.cpp's -mla applies to these
@@ -102,6 +105,13 @@ def geometry(inv: Inventory) -> Geometry:
             pattern = md.sliding_window_pattern if md.sliding_window_pattern is not None else default_pattern
     nextn = set(inv.layers_of_kind("nextn"))
     recurrent = recurrent_layers(inv)
+    # per-layer head counts (an attention.head_count array, Step-3.5) and the sliding-window layers' own
+    # head widths (attention.key_length_swa / value_length_swa: llama-model.cpp reads them for every
+    # architecture, the full layers' widths where absent)
+    heads = md.hparam("attention.head_count")
+    k_swa, v_swa = md.hparam("attention.key_length_swa"), md.hparam("attention.value_length_swa")
+    head_k_swa = k_swa if isinstance(k_swa, int) and k_swa else head_k
+    head_v_swa = v_swa if isinstance(v_swa, int) and v_swa else head_v
     layers = []
     for il in range(md.block_count):
         if il in nextn:
@@ -110,8 +120,9 @@ def geometry(inv: Inventory) -> Geometry:
             swa = bool(pattern[il]) if il < len(pattern) else False
         else:
             swa = swa_type != "none" and (pattern == 0 or il % pattern < pattern - 1)
-        layers.append(LayerAttention(il, per_layer(None, il, n_head), per_layer(md.head_count_kv, il, n_head),
-                                     head_k, head_v, swa, recurrent=il in recurrent))
+        layers.append(LayerAttention(il, per_layer(heads if isinstance(heads, tuple) else None, il, n_head),
+                                     per_layer(md.head_count_kv, il, n_head), head_k_swa if swa else head_k,
+                                     head_v_swa if swa else head_v, swa, recurrent=il in recurrent))
     bases = {t.base for t in inv.tensors}
     mla_arch = "attn_kv_a_mqa" in bases
 

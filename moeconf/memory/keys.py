@@ -56,12 +56,15 @@ def neutral(key: str, inv: Inventory) -> bool:
     """Whether the file's value of `{arch}.key` is one with which the engine builds and allocates
     nothing it would not build without the key (pinned llama.cpp): no expert groups
     (src/llama-graph.cpp build_moe_ffn selects groups only when expert_group_count > 1; the group
-    quota is read only then), no MTP block."""
+    quota is read only then), no MTP block, no shared KV layers or per-layer embeddings."""
     md = inv.metadata
     if key == "expert_group_count":
         return (_int(md.hparam(key)) or 0) <= 1
     if key == "expert_group_used_count":
         return (_int(md.hparam("expert_group_count")) or 0) <= 1
     if key == "nextn_predict_layers":
+        return _int(md.hparam(key)) == 0
+    # Gemma 4: no layer reusing an earlier layer's KV, no per-layer token embeddings (src/models/gemma4.cpp)
+    if key in ("attention.shared_kv_layers", "embedding_length_per_layer_input"):
         return _int(md.hparam(key)) == 0
     return False

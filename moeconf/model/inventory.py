@@ -71,6 +71,9 @@ class ModelMetadata:
     # the float `{arch}.*` keys whose value is 0 or 1 (a scale the graph then leaves out); read from a
     # GGUF only (a manifest does not carry them: its float keys count as scales that run)
     unit_floats: tuple[str, ...] = field(default=(), compare=False)
+    # the float `{arch}.*` keys' values, scalars and arrays (per-layer limits: Step-3.5's swiglu_clamp_exp);
+    # read from a GGUF only, like `unit_floats`
+    float_values: tuple[tuple[str, float | tuple[float, ...]], ...] = field(default=(), compare=False)
 
     def hparam(self, key: str) -> int | tuple[int, ...] | None:
         """An `{arch}.KEY` integer (or integer array) from the file, by its name after `{arch}.`."""
@@ -466,6 +469,7 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
     arch_keys: list[str] = []
     hparams: list[tuple[str, int | tuple[int, ...]]] = []
     unit_floats: list[str] = []
+    float_values: list[tuple[str, float | tuple[float, ...]]] = []
     for key, entry in header.metadata.items():
         if not key.startswith(prefix):
             continue
@@ -479,6 +483,10 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         v = entry.value
         if isinstance(v, float) and v in (0.0, 1.0):
             unit_floats.append(suffix)
+        if isinstance(v, float):
+            float_values.append((suffix, v))
+        elif isinstance(v, list) and 0 < len(v) <= MAX_HPARAM_ARRAY and all(isinstance(x, float) for x in v):
+            float_values.append((suffix, tuple(v)))
         if isinstance(v, bool | int):
             hparams.append((suffix, int(v)))
         elif (isinstance(v, list) and len(v) <= MAX_HPARAM_ARRAY
@@ -489,6 +497,7 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         name=name if isinstance(name, str) else None,
         file_type=_int_meta(header, "general.file_type"),
         hparams=tuple(sorted(hparams)), arch_keys=tuple(sorted(arch_keys)), unit_floats=tuple(sorted(unit_floats)),
+        float_values=tuple(sorted(float_values)),
         **values,
     )
 

@@ -27,6 +27,15 @@ class Hparams:
     n_expert_used: int = 0
     n_embd_inp: int = 0  # 0: n_embd
     embedding_scale: float = 0.0
+    # per-layer head widths where layers differ (the sliding-window layers' key_length_swa): else head_k/head_v
+    head_k_l: tuple[int, ...] = ()
+    head_v_l: tuple[int, ...] = ()
+
+    def hk(self, il: int) -> int:
+        return self.head_k_l[il] if 0 <= il < len(self.head_k_l) else self.head_k
+
+    def hv(self, il: int) -> int:
+        return self.head_v_l[il] if 0 <= il < len(self.head_v_l) else self.head_v
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class Cparams:
     cache_v: str = "F16"
     rot_k: int = 0  # Hadamard rotation sides (0: none)
     rot_v: int = 0
+    rot_k_swa: int = 0  # the sliding-window cache's (its own head width's)
+    rot_v_swa: int = 0
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
 
 
@@ -183,7 +194,7 @@ class GraphContext:
         n_kv = n_kv or cp.n_kv
         k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
         v_trans = not cp.flash_attn
-        v_width = max((self.hp.n_head_kv[il] * self.hp.head_v for il in self.kv), default=0)
+        v_width = max((self.hp.n_head_kv[il] * self.hp.hv(il) for il in self.kv), default=0)
         v_idxs = c.input("I64", self.n_tokens * (v_width if v_trans else 1), name="attn_inp_v_idxs")
         mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
                        name="attn_inp_kq_mask")
@@ -222,14 +233,14 @@ class GraphContext:
         ins = []
         for n_kv in (cp.n_kv, cp.n_kv_swa):
             k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
-            v_width = max((self.hp.n_head_kv[il] * self.hp.head_v for il in self.kv), default=0)
+            v_width = max((self.hp.n_head_kv[il] * self.hp.hv(il) for il in self.kv), default=0)
             v_idxs = c.input("I64", self.n_tokens * (1 if cp.flash_attn else v_width), name="attn_inp_v_idxs")
             mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
                            name="attn_inp_kq_mask")
             ins.append(AttnInput(k_idxs, v_idxs, mask, None, None, n_kv))
-        for a in ins:
-            a.k_rot = c.input("F32", cp.rot_k, cp.rot_k, name="attn_inp_k_rot") if cp.rot_k else None
-            a.v_rot = c.input("F32", cp.rot_v, cp.rot_v, name="attn_inp_v_rot") if cp.rot_v else None
+        for a, (rk, rv) in zip(ins, ((cp.rot_k, cp.rot_v), (cp.rot_k_swa, cp.rot_v_swa)), strict=True):
+            a.k_rot = c.input("F32", rk, rk, name="attn_inp_k_rot") if rk else None
+            a.v_rot = c.input("F32", rv, rv, name="attn_inp_v_rot") if rv else None
         return ins[0], ins[1]
 
     # -- norms, projections
@@ -350,18 +361,20 @@ class GraphContext:
         hp = self.hp
         gqa, size = kc.ne[0], kc.ne[1]
         t = kc.type
-        return self.ctx.view(kc, (hp.head_k, hp.n_head_kv[il], n_kv, kc.ne[2]),
-                             (row_size(t, hp.head_k), row_size(t, gqa), row_size(t, gqa * size)), 0)
+        hk = hp.hk(il)
+        return self.ctx.view(kc, (hk, hp.n_head_kv[il], n_kv, kc.ne[2]),
+                             (row_size(t, hk), row_size(t, gqa), row_size(t, gqa * size)), 0)
 
     def _get_v(self, vc: Tensor, il: int, n_kv: int) -> Tensor:
         hp, cp = self.hp, self.cp
         gqa, size = vc.ne[0], vc.ne[1]
         t = vc.type
+        hv = hp.hv(il)
         if cp.flash_attn:
-            return self.ctx.view(vc, (hp.head_v, hp.n_head_kv[il], n_kv, vc.ne[2]),
-                                 (row_size(t, hp.head_v), row_size(t, gqa), row_size(t, gqa * size)), 0)
-        return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hp.head_v, vc.ne[2]),
-                             (row_size(t, size * hp.head_v), row_size(t, size), row_size(t, size * gqa)), 0)
+            return self.ctx.view(vc, (hv, hp.n_head_kv[il], n_kv, vc.ne[2]),
+                                 (row_size(t, hv), row_size(t, gqa), row_size(t, gqa * size)), 0)
+        return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hv, vc.ne[2]),
+                             (row_size(t, size * hv), row_size(t, size), row_size(t, size * gqa)), 0)
 
     def attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor | None,
                  v_mla: Tensor | None = None) -> Tensor:
@@ -403,8 +416,9 @@ class GraphContext:
     # -- feed-forward
     def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
             act: str = "silu", parallel: bool = True, up_b: Tensor | None = None, gate_b: Tensor | None = None,
-            down_b: Tensor | None = None) -> Tensor:
-        """build_ffn (no scales, no clamp): up, gate (parallel: from the input), the gated activation, down."""
+            down_b: Tensor | None = None, clamp: bool = False) -> Tensor:
+        """build_ffn (no scales): up, gate (parallel: from the input), the gated activation, down. `clamp`:
+        the SwiGLU limited (swiglu_clamp_shexp above 0): up clamped, silu of the gate clamped, their product."""
         c = self.ctx
         tmp = self.mm(up, cur) if up is not None else cur
         if up_b is not None:
@@ -415,7 +429,9 @@ class GraphContext:
                 cur = c.add(cur, gate_b)
         else:
             cur = tmp
-        if gate is not None and parallel:
+        if gate is not None and parallel and clamp and act == "silu":
+            cur = c.mul(c.clamp(c.unary(cur, "silu")), c.clamp(tmp))
+        elif gate is not None and parallel:
             cur = c.glu_split(cur, tmp, "swiglu" if act == "silu" else "geglu" if act == "gelu" else "reglu")
         else:
             cur = c.unary(cur, act)
@@ -427,16 +443,20 @@ class GraphContext:
 
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
-                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0)) -> Tensor:
+                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0),
+                logits: Tensor | None = None, clamp: bool = False) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
-        weights (normalised, scaled), the experts (separate or fused gate/up, biases), weighted, summed."""
+        weights (normalised, scaled), the experts (separate or fused gate/up, biases, per-expert scales:
+        the `.scale` tensors), weighted, summed. `logits`: the router's logits computed by the caller
+        (probs_in: Gemma 4). `clamp`: the SwiGLU limited (swiglu_clamp_exp above 0)."""
         c, w, hp = self.ctx, self.w, self.hp
         n_embd, T = cur.ne[0], cur.ne[1]
         used = n_expert_used or hp.n_expert_used
-        gate_inp = w.layer(il, "ffn_gate_inp")
-        assert gate_inp is not None
-        logits = self.mm(gate_inp, cur)
-        logits.name = f"ffn_moe_logits-{il}"
+        if logits is None:
+            gate_inp = w.layer(il, "ffn_gate_inp")
+            assert gate_inp is not None
+            logits = self.mm(gate_inp, cur)
+            logits.name = f"ffn_moe_logits-{il}"
         if gate_inp_b is not None:
             logits = c.add(logits, gate_inp_b)
         if gating == "softmax":
@@ -475,9 +495,17 @@ class GraphContext:
         cur = c.reshape(cur, n_embd, 1, T)
         if weight_before:
             cur = c.mul(c.repeat(cur, n_embd, used, T, 1), weights)
+        def mm_id(wt: Tensor, x: Tensor, base: str) -> Tensor:  # build_lora_mm_id, a per-expert scale
+            res = c.mul_mat_id(wt, x, selected)
+            s = w.layer(il, base, "scale")
+            if s is None:
+                return res
+            s = c.repeat(c.reshape(s, 1, s.ne[0], 1), 1, s.ne[0], x.ne[2], 1)
+            return c.mul(res, c.get_rows(s, selected))
+
         gate_up = w.layer(il, "ffn_gate_up_exps")
         if gate_up is not None:
-            gu = c.mul_mat_id(gate_up, cur, selected)
+            gu = mm_id(gate_up, cur, "ffn_up_exps")
             b = w.layer(il, "ffn_gate_up_exps", "bias")
             if b is not None:
                 gu = c.add_id(gu, b, selected)
@@ -488,25 +516,28 @@ class GraphContext:
         else:
             up_w = w.layer(il, "ffn_up_exps")
             assert up_w is not None
-            up = c.mul_mat_id(up_w, cur, selected)
+            up = mm_id(up_w, cur, "ffn_up_exps")
             b = w.layer(il, "ffn_up_exps", "bias")
             if b is not None:
                 up = c.add_id(up, b, selected)
             gate_w = w.layer(il, "ffn_gate_exps")
-            g = c.mul_mat_id(gate_w, cur, selected) if gate_w is not None else up
+            g = mm_id(gate_w, cur, "ffn_gate_exps") if gate_w is not None else up
             b = w.layer(il, "ffn_gate_exps", "bias")
             if b is not None:
                 g = c.add_id(g, b, selected)
             has_gate = gate_w is not None
         if act == "swiglu_oai":
             h = c.glu_split(g, up, "swiglu_oai")
+        elif clamp and act == "silu" and gate_up is None and has_gate:
+            up = c.clamp(up)
+            h = c.mul(c.clamp(c.unary(g, "silu")), up)
         elif has_gate:
             h = c.glu_split(g, up, {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}[act])
         else:
             h = c.unary(g, act)
         down_w = w.layer(il, "ffn_down_exps")
         assert down_w is not None
-        experts = c.mul_mat_id(down_w, h, selected)
+        experts = mm_id(down_w, h, "ffn_down_exps")
         b = w.layer(il, "ffn_down_exps", "bias")
         if b is not None:
             experts = c.add_id(experts, b, selected)

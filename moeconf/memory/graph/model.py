@@ -5,6 +5,7 @@ composition (`archs.ARCHS`), then the scheduler and the allocator (`sched`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights
@@ -13,6 +14,9 @@ from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
 from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
+
+if TYPE_CHECKING:
+    from moeconf.memory.geometry import LayerAttention
 
 HOST = "CPU"
 
@@ -58,7 +62,6 @@ def _gpu_order(placement: Placement) -> list[str]:
 
 def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
     from moeconf.memory.geometry import geometry
-    from moeconf.memory.replay_hybrid import rotation
 
     inv = placement.inventory
     geo = geometry(inv)
@@ -95,6 +98,8 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     for t in inv.tensors:
         if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
             home[t.layer] = placement.defaults[t.name] or HOST
+    # a transposed V cache (no flash attention) is as wide as the widest layer's (llama-kv-cache.cpp)
+    v_max = max((la.n_head_kv * la.head_v for la in layers if not la.recurrent), default=0)
     for la in layers:
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
@@ -105,7 +110,8 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
-                        ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
+                        ctx.cache(f"cache_v_l{la.index}", ctv,
+                                  (la.n_head_kv * la.head_v if setup.flash_attn else v_max, cells, ns), kdev))
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -123,11 +129,13 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         and out_home not in (None, HOST)
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
+                 head_k_l=tuple(la.head_k for la in layers), head_v_l=tuple(la.head_v for la in layers),
                  n_vocab=geo.n_vocab, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
     cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_kv_swa=setup.swa_cells,
                  n_stream=setup.n_stream,
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
-                 rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
+                 rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
+                 rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
                  full_offload=full)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
@@ -143,6 +151,20 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     return g, backends
 
 
+def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> int:
+    """The Hadamard rotation side of the full-attention cache or the sliding-window one (llama-kv-cache.cpp):
+    none where its layers' head widths differ or the full layers' width is no multiple of 64, else by
+    the cache's common width."""
+    from moeconf.memory.replay_hybrid import rotation
+
+    own = [la for la in layers if not la.recurrent and la.swa == swa]
+    widths = {la.head_k if k else la.head_v for la in own}
+    full = next((la for la in layers if not la.recurrent and not la.swa), layers[0])
+    if len(widths) != 1 or (full.head_k if k else full.head_v) % 64:
+        return 0
+    return rotation(cache_type, widths.pop(), k)
+
+
 def facts(inv: Inventory) -> Facts:
     md = inv.metadata
     gating = md.hparam("expert_gating_func")
@@ -155,7 +177,7 @@ def facts(inv: Inventory) -> Facts:
     return Facts(gating=gating if isinstance(gating, int) else None,
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
                  groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
-                 units=frozenset(md.unit_floats))
+                 units=frozenset(md.unit_floats), values=md.float_values)
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:

@@ -20,6 +20,18 @@ class Facts:
     floats: frozenset[str] = frozenset()  # the float `{arch}.*` keys present (scales, clamps)
     groups: tuple[int, int] = (0, 0)  # expert_group_count, expert_group_used_count
     units: frozenset[str] = frozenset()  # the float `{arch}.*` keys present whose value is 0 or 1
+    # the float `{arch}.*` keys' values where the source has them (a GGUF; a manifest has none)
+    values: tuple[tuple[str, float | tuple[float, ...]], ...] = ()
+
+    def above(self, key: str, il: int, floor: float = 0.0) -> bool:
+        """Whether `{arch}.key` is above `floor` for layer il (get_key_or_arr: one value per layer or
+        one for all; absent: no); a key present whose value the source does not carry counts as above."""
+        v = dict(self.values).get(key)
+        if v is None:
+            return key in self.floats or key in self.units
+        if isinstance(v, tuple):
+            return il < len(v) and v[il] > floor
+        return v > floor
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""src/models/gemma4.cpp: the embeddings scaled; sliding-window and full layers through the iSWA cache
+pair, each with its own head width and KV head count; Q, K and V projected (or copied out of a fused
+projection), Q and K normed per head (V by a plain RMS norm, V the K projection where the layer has no
+attn_v), the full layers' RoPE with the rope_freqs copy the loader creates on their device (the
+sliding-window layers have none); the attention's output normed before its residual; a dense FFN
+(GELU) beside the routed experts, each normed before and after, the router reading its own scaled RMS
+norm of the residual; the FFN's output normed, added, scaled by the layer's output scale; the final
+norm, the output rows taken after it, the logits soft-capped."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.ggml import OUTPUT, Tensor
+
+ARCH = "gemma4"
+# attention.shared_kv_layers and embedding_length_per_layer_input: modelled at 0 only (memory/keys.py neutral)
+MEMORY = Memory(CHECKED + " (Gemma-4-26B-A4B)", keys=frozenset({
+    "attention.sliding_window", "attention.sliding_window_pattern", "attention.key_length_swa",
+    "attention.value_length_swa", "rope.dimension_count_swa", "final_logit_softcapping"}))
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w, hp = g.ctx, g.w, g.hp
+    inp = c.scale(g.inp_embd(need(w.get("token_embd.weight"))))  # inp_scaled
+    pos = g.inp_pos()
+    full, swa = g.attn_inp_kv_iswa()
+    out_ids = g.inp_out_ids()
+    for il in range(hp.n_layer):
+        windowed = bool(g.swa_layers.get(il))
+        hd, n_head, n_kv = hp.hk(il), hp.n_head[il], hp.n_head_kv[il]
+        T = inp.ne[1]
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        freqs = None if windowed else w.copy("rope_freqs.weight", il)
+        wqkv = w.layer(il, "attn_qkv")
+        if wqkv is not None:  # fused: Q, K and V contiguous copies of its column ranges
+            qkv = g.mm(wqkv, cur, w.layer(il, "attn_qkv", "scale"))
+            es = qkv.nb[0]
+            q_dim, k_dim = hd * n_head, hd * n_kv
+            q = c.cont(c.view(qkv, (q_dim, T), (qkv.nb[1],), 0))
+        else:
+            q = g.mm(need(w.layer(il, "attn_q")), cur, w.layer(il, "attn_q", "scale"))
+        q = c.rope(g.norm(c.reshape(q, hd, n_head, T), w.layer(il, "attn_q_norm"), None, il), pos, freqs)
+        if wqkv is not None:
+            k = c.cont(c.view(qkv, (k_dim, T), (qkv.nb[1],), q_dim * es))
+            v = c.cont(c.view(qkv, (k_dim, T), (qkv.nb[1],), (q_dim + k_dim) * es))
+        else:
+            k = g.mm(need(w.layer(il, "attn_k")), cur, w.layer(il, "attn_k", "scale"))
+            wv = w.layer(il, "attn_v")
+            v = g.mm(wv, cur, w.layer(il, "attn_v", "scale")) if wv is not None else k
+        k = c.reshape(k, hd, n_kv, T)
+        v = c.reshape(v, hd, n_kv, T)
+        k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+        v = c.rms_norm(v)
+        k = c.rope(k, pos, freqs)
+        cur = g.attn(swa if windowed else full, il, None, None, q, k, v, iswa=True)
+        cur = g.mm(need(w.layer(il, "attn_output")), cur, w.layer(il, "attn_output", "scale"))
+        cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
+        attn_out = c.add(cur, inp)
+        if w.layer(il, "ffn_gate_inp") is not None:
+            mlp = g.norm(g.ffn(g.norm(attn_out, w.layer(il, "ffn_norm"), None, il), *_dense(g, il), il, act="gelu"),
+                         w.layer(il, "post_ffw_norm_1"), None, il)
+            moe_in = g.norm(attn_out, w.layer(il, "pre_ffw_norm_2"), None, il)
+            tmp = c.mul(c.scale(c.rms_norm(attn_out)), need(w.layer(il, "ffn_gate_inp", "scale")))
+            logits = g.mm(need(w.layer(il, "ffn_gate_inp")), tmp)
+            moe = g.moe_ffn(moe_in, il, gating="softmax", norm_w=True, act="gelu", logits=logits)
+            cur = c.add(mlp, g.norm(moe, w.layer(il, "post_ffw_norm_2"), None, il))
+        else:
+            cur = g.ffn(g.norm(attn_out, w.layer(il, "ffn_norm"), None, il), *_dense(g, il), il, act="gelu")
+        cur = c.add(g.norm(cur, w.layer(il, "post_ffw_norm"), None, -1), attn_out)
+        scale = w.layer(il, "layer_output_scale")
+        inp = c.mul(cur, scale) if scale is not None else cur
+    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
+    cur.flags |= OUTPUT  # t_h_nextn: the final norm's every row
+    cur = c.get_rows(cur, out_ids)
+    logits = g.mm(need(w.get("output.weight")), cur, w.get("output.scale"))
+    if "final_logit_softcapping" in facts.floats:
+        logits = c.scale(c.unary(c.scale(logits), "tanh"))
+    g.finish(cur, logits)
+
+
+def _dense(g: GraphContext, il: int) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    w = g.w
+    return w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down")
