@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from moeconf.memory.graph.blocks import GraphContext
-from moeconf.memory.graph.ggml import Tensor
+from moeconf.memory.graph.ggml import OUTPUT, Tensor
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,9 @@ class Decoder:
     residual_first: bool = False
     mrope: bool = False  # multi-section RoPE: four positions per token (Qwen3-VL)
     deepstack: bool = False  # the first layers add back slices of the wider input embedding (Qwen3-VL)
+    # the output rows taken after the final norm, which is a graph output (t_h_nextn, the MTP head's input;
+    # cparams.embeddings_nextn_masked is off), not in the last layer (HY V3)
+    h_nextn: bool = False
 
 
 Build = Callable[[GraphContext, Facts], None]
@@ -114,7 +117,7 @@ def decoder(spec: Decoder) -> Build:
             if spec.q_scale:
                 q = c.scale(q)
             cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
-            if il == hp.n_layer - 1:
+            if il == hp.n_layer - 1 and not spec.h_nextn:
                 cur = c.get_rows(cur, out_ids)
                 res = c.get_rows(res, out_ids)
             if res_scale:
@@ -138,6 +141,9 @@ def decoder(spec: Decoder) -> Build:
                 cur = c.add(cur, c.view(t, (hp.n_embd, t.ne[1]), (t.nb[1],), (il + 1) * hp.n_embd * 4))
             inp = cur
         cur = g.norm(inp, w.get("output_norm.weight"), w.get("output_norm.bias"), -1, rms)
+        if spec.h_nextn:
+            cur.flags |= OUTPUT
+            cur = c.get_rows(cur, out_ids)
         logits = g.mm(need(w.get("output.weight")), cur)
         out_b = w.get("output.bias")
         if out_b is not None:
@@ -154,7 +160,7 @@ def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str
     """build_moe_ffn, then a shared expert (gated where the model has its gate) added to it."""
     c, w = g.ctx, g.w
     moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=2.0 if w_scale else 0.0,
-                    probs_bias=w.layer(il, "exp_probs_b", "bias"), groups=g.groups)
+                    probs_bias=probs_bias(g, il), groups=g.groups)
     if w.layer(il, "ffn_up_shexp") is None:
         return moe
     gate_inp = w.layer(il, "ffn_gate_inp_shexp")
@@ -166,6 +172,12 @@ def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str
     if gate is not None:
         sh = c.mul(sh, gate)
     return c.add(moe, sh)
+
+
+def probs_bias(g: GraphContext, il: int) -> Tensor | None:
+    """The expert selection bias: `blk.N.exp_probs_b.bias`, or `blk.N.exp_probs_b` where the loader names
+    it without a suffix (src/models/hy-v3.cpp)."""
+    return g.w.layer(il, "exp_probs_b", "bias") or g.w.get(f"blk.{il}.exp_probs_b")
 
 
 def need(t: Tensor | None) -> Tensor:
