@@ -53,6 +53,8 @@ class Decoder:
     # the output rows taken after the final norm, which is a graph output (t_h_nextn, the MTP head's input;
     # cparams.embeddings_nextn_masked is off), not in the last layer (HY V3)
     h_nextn: bool = False
+    iswa: bool = False  # attention through the sliding-window cache pair (build_attn_inp_kv_iswa)
+    rope_swa_only: bool = False  # RoPE on the sliding-window layers only (EXAONE-MoE)
 
 
 Build = Callable[[GraphContext, Facts], None]
@@ -84,7 +86,7 @@ def decoder(spec: Decoder) -> Build:
         rms = spec.norm == "rms"
         inp = g.inp_embd(need(w.get("token_embd.weight")))
         pos = g.inp_pos(4 if spec.mrope else 1)
-        attn_in = g.attn_inp_kv()
+        full, swa = g.attn_inp_kv_iswa() if spec.iswa else (g.attn_inp_kv(), None)
         out_ids = g.inp_out_ids()
         gating = GATING.get(facts.gating or 0, spec.gating) if spec.gating_key else spec.gating
         norm_w = bool(facts.norm_w) if spec.norm_w_key and facts.norm_w is not None else spec.norm_w
@@ -108,15 +110,18 @@ def decoder(spec: Decoder) -> Build:
                 if spec.qk_norm == "head" and w.layer(il, "attn_q_norm") is not None:
                     q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
                     k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
-            freqs = w.copy("rope_freqs.weight", il)
-            q = c.rope(q, pos, freqs)
-            k = c.rope(k, pos, freqs)
+            if not spec.rope_swa_only or g.swa_layers.get(il):
+                freqs = w.copy("rope_freqs.weight", il)
+                q = c.rope(q, pos, freqs)
+                k = c.rope(k, pos, freqs)
             if spec.qk_norm == "head_after_rope":
                 k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
                 q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
             if spec.q_scale:
                 q = c.scale(q)
-            cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
+            attn_in = swa if swa is not None and g.swa_layers.get(il) else full
+            cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v,
+                         iswa=spec.iswa)
             if il == hp.n_layer - 1 and not spec.h_nextn:
                 cur = c.get_rows(cur, out_ids)
                 res = c.get_rows(res, out_ids)
