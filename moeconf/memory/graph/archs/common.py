@@ -20,6 +20,7 @@ class Facts:
     floats: frozenset[str] = frozenset()  # the float `{arch}.*` keys present (scales, clamps)
     groups: tuple[int, int] = (0, 0)  # expert_group_count, expert_group_used_count
     units: frozenset[str] = frozenset()  # the float `{arch}.*` keys present whose value is 0 or 1
+    indexer_top_k: int = 0  # attention.indexer.top_k: the cells the DSA indexer keeps per token
 
 
 @dataclass(frozen=True)
