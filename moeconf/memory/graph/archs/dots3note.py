@@ -12,7 +12,7 @@ run it), so its mask is F16 whatever flash attention is."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import GATING, Decoder, Facts, moe_shared, need
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Decoder, Facts, Memory, moe_shared, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
 
@@ -152,3 +152,14 @@ def _dsa_mask(g: GraphContext, mask: Tensor, top_k: Tensor) -> Tensor:
     chosen = c.view(chosen, (chosen.ne[1], chosen.ne[2], 1, chosen.ne[3]), (chosen.nb[2], chosen.nb[3], chosen.nb[3]),
                     0)
     return c.add(chosen, mask)
+
+
+# the windowed layers' latent widths and window (memory/geometry.py: key_length_swa, the pattern array),
+# the MLA latent (K only), the indexer's cache on the layers attention.indexer.types marks full
+# (memory/indexer.py), the dense leading layers, the MTP block (created TENSOR_SKIP: no weights, no cache)
+MEMORY = Memory(CHECKED + " (dots3-note-prev)", frozenset({
+    "attention.indexer.head_count", "attention.indexer.key_length", "attention.indexer.top_k",
+    "attention.indexer.types", "attention.key_length_mla", "attention.key_length_mla_swa", "attention.kv_lora_rank",
+    "attention.kv_lora_rank_swa", "attention.q_lora_rank", "attention.sliding_window",
+    "attention.sliding_window_pattern", "attention.value_length_mla", "attention.value_length_mla_swa",
+    "attention.key_length_swa", "attention.value_length_swa", "leading_dense_block_count", "nextn_predict_layers"}))
