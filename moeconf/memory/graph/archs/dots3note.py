@@ -6,9 +6,11 @@ a head-wise sigmoid gate on the attention's output before its projection; the sh
 RMS-normed before RoPE; dense leading layers, then the MoE with its selection bias and a shared
 expert. The MTP block is created TENSOR_SKIP and never built.
 
-The indexer runs as the fused GGML_OP_LIGHTNING_INDEXER (cparams.fused_lid: llama-context.cpp turns
-it off only where a layer's device cannot run the op; the CPU and RPC devices the dumps were taken on
-run it), so its mask is F16 whatever flash attention is."""
+The indexer runs as the fused GGML_OP_LIGHTNING_INDEXER, so its mask is F16 whatever flash attention
+is (cparams.fused_lid: llama-context.cpp's probe turns it off only where the op lands on another device
+than its layer's, one that cannot run it; the CPU and RPC devices the dumps were taken on run it, and
+CUDA runs it for keys of 128 in 32 or 64 heads, dots3-note's, in the usual cache types). The unfused
+form is not composed."""
 
 from __future__ import annotations
 
