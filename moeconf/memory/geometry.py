@@ -23,6 +23,8 @@ ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
     # the pattern an array the loader requires (get_arr)
     "gemma4": ("standard", None, 0),
     "step35": ("standard", None, 0),
+    "exaone-moe": ("standard", 128, 4),
+    "dots3note": ("standard", None, 0),  # its pattern an array (attention.sliding_window_pattern)
 }
 
 # DeepSeek-style MLA architectures (attn_kv_a_mqa): ik_llama.cpp's -mla applies to these
@@ -93,6 +95,11 @@ def geometry(inv: Inventory) -> Geometry:
     head_k = md.key_length or n_embd // n_head
     head_v = md.value_length or n_embd // n_head
     mla = bool(md.key_length_mla and md.value_length_mla)
+    # the sliding-window layers' head widths where the GGUF sets them (llama-model.cpp reads key_length_swa
+    # and value_length_swa for every architecture; dots3note's windowed latent rows)
+    k_swa, v_swa = md.hparam("attention.key_length_swa"), md.hparam("attention.value_length_swa")
+    head_k_swa = k_swa if isinstance(k_swa, int) and k_swa else head_k
+    head_v_swa = v_swa if isinstance(v_swa, int) and v_swa else head_v
     swa_type: SwaType = "none"
     n_swa = 0
     pattern: int | tuple[int, ...] = 0

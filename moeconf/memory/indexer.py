@@ -24,13 +24,16 @@ INDEXER_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.inde
 # --- glm5-next (GLM-5.3-Flash): a k-pool indexer cached beside the MLA latent of its DSA layers
 # (llama_memory_hybrid_idx; measured 264 MiB on 11 layers at -c 32768 f16, 140.25 with q8_0)
 KPOOL_ARCHS: Final = frozenset({"glm5-next"})
+# --- dots3note: an indexer K cache on each trunk layer attention.indexer.types marks full (its DSA
+# layers; the others are sliding-window layers without an indexer: llama_kv_cache_dsa_iswa's filter_lid)
+TYPED_ARCHS: Final = frozenset({"dots3note"})
 # ---
 _GLM_52_CONTEXT: Final = 1048576  # glm-dsa: at or above it, the GLM-5.2 per-layer table applies
 
 
 def indexer_width(inv: Inventory) -> int:
     """Elements per cell of each indexer-cached layer's K row (0: no indexer cache)."""
-    if inv.arch not in DSA_ARCHS | KPOOL_ARCHS:
+    if inv.arch not in DSA_ARCHS | KPOOL_ARCHS | TYPED_ARCHS:
         return 0
     width = inv.metadata.hparam("attention.indexer.key_length")
     if not isinstance(width, int):
@@ -46,7 +49,7 @@ def indexer_width(inv: Inventory) -> int:
 
 def indexer_unmodelled(inv: Inventory) -> list[str]:
     """What of the file's indexer the model does not read (empty: it reads all of it)."""
-    if inv.arch not in DSA_ARCHS | KPOOL_ARCHS:
+    if inv.arch not in DSA_ARCHS | KPOOL_ARCHS | TYPED_ARCHS:
         return []
     why = []
     keys = set(inv.metadata.arch_keys or ())
@@ -82,10 +85,12 @@ def full_indexers(inv: Inventory) -> tuple[bool, ...] | None:
     layer before them (src/models/glm-dsa.cpp, graph::graph; create_memory's filter_lid). None
     without the key, or when the engine would refuse it (the length is not the trunk's layer count:
     get_key_or_arr; the first layer shared: the graph asserts)."""
-    if inv.arch != "glm-dsa":
-        return None
     v = inv.metadata.hparam("attention.indexer.types")
     n = inv.block_count - (_int(inv.metadata.hparam("nextn_predict_layers")) or 0)
+    if inv.arch in TYPED_ARCHS:  # one value per layer, the array required (get_arr); the nextn blocks' beyond
+        return tuple(x != 0 for x in v[:n]) if isinstance(v, tuple) and len(v) >= n else (False,) * n
+    if inv.arch != "glm-dsa":
+        return None
     if isinstance(v, int):
         full = (v != 0,) * n
     elif isinstance(v, tuple) and len(v) == n:

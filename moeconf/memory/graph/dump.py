@@ -38,7 +38,7 @@ def engine_graph(g: GraphContext, sched: Scheduler, arch: str) -> EngineGraph:
         if id(t) in node_ix:
             return Ref("node", node_ix[id(t)], t.name, copy)
         if id(t) in leaf_ix:
-            return Ref("leaf", leaf_ix[id(t)], t.name, copy)
+            return Ref("leaf", leaf_ix[id(t)], t.name or f"leaf_{leaf_ix[id(t)]}", copy)  # ggml names it so
         return Ref("other", -1, t.name, copy)
 
     def flags(t: Tensor, node: bool) -> tuple[str, ...]:
@@ -52,7 +52,7 @@ def engine_graph(g: GraphContext, sched: Scheduler, arch: str) -> EngineGraph:
         return tuple(out)
 
     ebackends = tuple(EBackend(b.name, b.name.split("[")[0], b.name) for b in sched.backends)
-    eleafs = tuple(Leaf(i, x.name, type_name(x.type), x.ne, x.nb, flags(x, False), sched.ids.get(x),
+    eleafs = tuple(Leaf(i, x.name or f"leaf_{i}", type_name(x.type), x.ne, x.nb, flags(x, False), sched.ids.get(x),
                         ("weights" if x.weights else "any") if x.buffer else None, x.buffer, ref(x.view_src),
                         x.view_offs) for i, x in enumerate(leafs))
     enodes = tuple(Node(i, n.name, _op(n), type_name(n.type), n.ne, n.nb, ref(n.view_src), n.view_offs,

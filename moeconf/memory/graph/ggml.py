@@ -225,6 +225,14 @@ class Ctx:
         s = self.argsort(a)
         return self.view(s, (k, s.ne[1], s.ne[2], s.ne[3]), (s.nb[1], s.nb[2], s.nb[3]), 0)
 
+    def top_k(self, a: Tensor, k: int) -> Tensor:
+        """ggml_top_k: the indices of each row's k largest (GGML_OP_TOP_K)."""
+        return self._make("TOP_K", "I32", (k, a.ne[1], a.ne[2], a.ne[3]), [a])
+
+    def lightning_indexer(self, q: Tensor, k: Tensor, weights: Tensor, mask: Tensor) -> Tensor:
+        """ggml_lightning_indexer: the DSA indexer's scores, one row of cells per token."""
+        return self._make("LIGHTNING_INDEXER", "F32", (k.ne[2], q.ne[2], 1, q.ne[3]), [q, k, weights, mask])
+
     def sum_rows(self, a: Tensor) -> Tensor:
         return self._make("SUM_ROWS", a.type, (1, a.ne[1], a.ne[2], a.ne[3]), [a])
 

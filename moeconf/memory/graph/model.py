@@ -174,10 +174,12 @@ def facts(inv: Inventory) -> Facts:
                        if k not in ints and k not in md.KEY_ATTRS and k not in md.unit_floats)
     groups = md.hparam("expert_group_count")
     used = md.hparam("expert_group_used_count")
+    top_k = md.hparam("attention.indexer.top_k")
     return Facts(gating=gating if isinstance(gating, int) else None,
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
                  groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
-                 units=frozenset(md.unit_floats), values=md.float_values)
+                 units=frozenset(md.unit_floats), values=md.float_values,
+                 indexer_top_k=top_k if isinstance(top_k, int) else 0)
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from moeconf.memory.graph.blocks import GraphContext
-from moeconf.memory.graph.ggml import Tensor
+from moeconf.memory.graph.ggml import OUTPUT, Tensor
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Facts:
         if isinstance(v, tuple):
             return il < len(v) and v[il] > floor
         return v > floor
+    indexer_top_k: int = 0  # attention.indexer.top_k: the cells the DSA indexer keeps per token
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,11 @@ class Decoder:
     residual_first: bool = False
     mrope: bool = False  # multi-section RoPE: four positions per token (Qwen3-VL)
     deepstack: bool = False  # the first layers add back slices of the wider input embedding (Qwen3-VL)
+    # the output rows taken after the final norm, which is a graph output (t_h_nextn, the MTP head's input;
+    # cparams.embeddings_nextn_masked is off), not in the last layer (HY V3)
+    h_nextn: bool = False
+    iswa: bool = False  # attention through the sliding-window cache pair (build_attn_inp_kv_iswa)
+    rope_swa_only: bool = False  # RoPE on the sliding-window layers only (EXAONE-MoE)
 
 
 Build = Callable[[GraphContext, Facts], None]
@@ -93,7 +99,7 @@ def decoder(spec: Decoder) -> Build:
         rms = spec.norm == "rms"
         inp = g.inp_embd(need(w.get("token_embd.weight")))
         pos = g.inp_pos(4 if spec.mrope else 1)
-        attn_in = g.attn_inp_kv()
+        full, swa = g.attn_inp_kv_iswa() if spec.iswa else (g.attn_inp_kv(), None)
         out_ids = g.inp_out_ids()
         gating = GATING.get(facts.gating or 0, spec.gating) if spec.gating_key else spec.gating
         norm_w = bool(facts.norm_w) if spec.norm_w_key and facts.norm_w is not None else spec.norm_w
@@ -117,16 +123,19 @@ def decoder(spec: Decoder) -> Build:
                 if spec.qk_norm == "head" and w.layer(il, "attn_q_norm") is not None:
                     q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
                     k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
-            freqs = w.copy("rope_freqs.weight", il)
-            q = c.rope(q, pos, freqs)
-            k = c.rope(k, pos, freqs)
+            if not spec.rope_swa_only or g.swa_layers.get(il):
+                freqs = w.copy("rope_freqs.weight", il)
+                q = c.rope(q, pos, freqs)
+                k = c.rope(k, pos, freqs)
             if spec.qk_norm == "head_after_rope":
                 k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
                 q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
             if spec.q_scale:
                 q = c.scale(q)
-            cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
-            if il == hp.n_layer - 1:
+            attn_in = swa if swa is not None and g.swa_layers.get(il) else full
+            cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v,
+                         iswa=spec.iswa)
+            if il == hp.n_layer - 1 and not spec.h_nextn:
                 cur = c.get_rows(cur, out_ids)
                 res = c.get_rows(res, out_ids)
             if res_scale:
@@ -150,6 +159,9 @@ def decoder(spec: Decoder) -> Build:
                 cur = c.add(cur, c.view(t, (hp.n_embd, t.ne[1]), (t.nb[1],), (il + 1) * hp.n_embd * 4))
             inp = cur
         cur = g.norm(inp, w.get("output_norm.weight"), w.get("output_norm.bias"), -1, rms)
+        if spec.h_nextn:
+            cur.flags |= OUTPUT
+            cur = c.get_rows(cur, out_ids)
         logits = g.mm(need(w.get("output.weight")), cur)
         out_b = w.get("output.bias")
         if out_b is not None:
@@ -166,7 +178,7 @@ def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str
     """build_moe_ffn, then a shared expert (gated where the model has its gate) added to it."""
     c, w = g.ctx, g.w
     moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=2.0 if w_scale else 0.0,
-                    probs_bias=w.layer(il, "exp_probs_b", "bias"), groups=g.groups)
+                    probs_bias=probs_bias(g, il), groups=g.groups)
     if w.layer(il, "ffn_up_shexp") is None:
         return moe
     gate_inp = w.layer(il, "ffn_gate_inp_shexp")
@@ -178,6 +190,12 @@ def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str
     if gate is not None:
         sh = c.mul(sh, gate)
     return c.add(moe, sh)
+
+
+def probs_bias(g: GraphContext, il: int) -> Tensor | None:
+    """The expert selection bias: `blk.N.exp_probs_b.bias`, or `blk.N.exp_probs_b` where the loader names
+    it without a suffix (src/models/hy-v3.cpp)."""
+    return g.w.layer(il, "exp_probs_b", "bias") or g.w.get(f"blk.{il}.exp_probs_b")
 
 
 def need(t: Tensor | None) -> Tensor:
