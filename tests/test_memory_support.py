@@ -61,7 +61,7 @@ def test_every_modelled_key_is_a_real_engine_key() -> None:
 
 
 @pytest.mark.parametrize(("arch", "key", "fragment"), [
-    ("afmoe", None, "not modelled for the 'afmoe' architecture"),
+    ("smallthinker", None, "not modelled for the 'smallthinker' architecture"),
     # a modelled hybrid whose file lacks what its model reads (memory/recurrent.py, replay_glm5next.py)
     ("glm5-next", None, "it lacks glm5-next.ssm.conv_kernel"),
     # a modelled architecture whose file lacks what its model reads (memory/replay_dsa.py)
@@ -149,8 +149,8 @@ def test_an_unmodelled_architecture_names_what_it_lacks_and_the_next_step() -> N
     ds4 = unmodelled_architecture("deepseek4")
     assert "output_hc_fn" in ds4 and "attn_compressor_kv" in ds4 and "llama-fit-params -fitp on" in ds4
     assert "qwen3moe" not in ds4  # no list of what is modelled instead of what is missing
-    assert "no composition of its graph" in unmodelled_architecture("afmoe")
-    assert "read the buffer sizes it logs" in unmodelled_architecture("afmoe", "ik_llama.cpp")
+    assert "no composition of its graph" in unmodelled_architecture("smallthinker")
+    assert "read the buffer sizes it logs" in unmodelled_architecture("smallthinker", "ik_llama.cpp")
     archs = routed_expert_archs()
     assert len(archs) == 67 and "deepseek4" in archs and "qwen3moe" in archs
     for arch in archs:
