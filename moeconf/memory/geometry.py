@@ -21,7 +21,10 @@ ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
     "gpt-oss": ("standard", None, 2),
     "llama4": ("chunked", 8192, 4),
     "afmoe": ("standard", None, 4),  # no window key: no sliding window
+    "cohere2moe": ("standard", None, 4),
 }
+# the pattern's full layer first (load_swa_pattern(ml, n, true): layer il is windowed when il % n != 0)
+SWA_DENSE_FIRST = frozenset({"cohere2moe"})
 
 # Architectures whose memory keeps a KV cache for the nextn (MTP) blocks beside the trunk's though the
 # trunk's graph never reads it: hybrids whose llama_memory_hybrid gets the default layer filters (every
@@ -121,7 +124,8 @@ def geometry(inv: Inventory) -> Geometry:
         if isinstance(pattern, tuple):
             swa = bool(pattern[il]) if il < len(pattern) else False
         else:
-            swa = swa_type != "none" and (pattern == 0 or il % pattern < pattern - 1)
+            first = md.arch in SWA_DENSE_FIRST
+            swa = swa_type != "none" and (pattern == 0 or (il % pattern != 0 if first else il % pattern < pattern - 1))
         layers.append(LayerAttention(il, per_layer(None, il, n_head), per_layer(md.head_count_kv, il, n_head),
                                      head_k, head_v, swa, recurrent=il in recurrent))
     bases = {t.base for t in inv.tensors}
