@@ -156,3 +156,23 @@ def test_an_unmodelled_architecture_names_what_it_lacks_and_the_next_step() -> N
     for arch in archs:
         if arch not in MODELLED:
             assert "To size memory" in unmodelled_architecture(arch), arch
+
+
+def test_unfused_swiglu_clamps_are_refused(tmp_path: Path) -> None:
+    """Ling 3.0's converter writes swiglu_clamp_exp/shexp where the checkpoint limits its SwiGLU: the engine
+    then clamps and multiplies in separate ops (not the fused op it gives GLM-5.3-Flash), a graph moeconf has
+    not checked: memory is refused, naming the key (memory/keys.py)."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+
+    path = tmp_path / "ling.gguf"
+    write_layout(LAYOUTS["ling-3.0-flash"], path)
+    inv = load_inventory(path)
+    assert unmodelled(inv, "llama.cpp") == []
+    md = inv.metadata
+    clamped = dataclasses.replace(inv, metadata=dataclasses.replace(
+        md, arch_keys=(*(md.arch_keys or ()), "swiglu_clamp_exp")))
+    assert [w.split(":")[0] for w in unmodelled(clamped, "llama.cpp")] == [
+        "memory is not modelled for bailingmoe3.swiglu_clamp_exp"]
