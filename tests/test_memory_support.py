@@ -61,7 +61,7 @@ def test_every_modelled_key_is_a_real_engine_key() -> None:
 
 
 @pytest.mark.parametrize(("arch", "key", "fragment"), [
-    ("afmoe", None, "not modelled for the 'afmoe' architecture"),
+    ("smallthinker", None, "not modelled for the 'smallthinker' architecture"),
     # a modelled hybrid whose file lacks what its model reads (memory/recurrent.py, replay_glm5next.py)
     ("glm5-next", None, "it lacks glm5-next.ssm.conv_kernel"),
     # a modelled architecture whose file lacks what its model reads (memory/replay_dsa.py)
@@ -149,10 +149,30 @@ def test_an_unmodelled_architecture_names_what_it_lacks_and_the_next_step() -> N
     ds4 = unmodelled_architecture("deepseek4")
     assert "output_hc_fn" in ds4 and "attn_compressor_kv" in ds4 and "llama-fit-params -fitp on" in ds4
     assert "qwen3moe" not in ds4  # no list of what is modelled instead of what is missing
-    assert "no composition of its graph" in unmodelled_architecture("afmoe")
-    assert "read the buffer sizes it logs" in unmodelled_architecture("afmoe", "ik_llama.cpp")
+    assert "no composition of its graph" in unmodelled_architecture("smallthinker")
+    assert "read the buffer sizes it logs" in unmodelled_architecture("smallthinker", "ik_llama.cpp")
     archs = routed_expert_archs()
     assert len(archs) == 67 and "deepseek4" in archs and "qwen3moe" in archs
     for arch in archs:
         if arch not in MODELLED:
             assert "To size memory" in unmodelled_architecture(arch), arch
+
+
+def test_unfused_swiglu_clamps_are_refused(tmp_path: Path) -> None:
+    """Ling 3.0's converter writes swiglu_clamp_exp/shexp where the checkpoint limits its SwiGLU: the engine
+    then clamps and multiplies in separate ops (not the fused op it gives GLM-5.3-Flash), a graph moeconf has
+    not checked: memory is refused, naming the key (memory/keys.py)."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+
+    path = tmp_path / "ling.gguf"
+    write_layout(LAYOUTS["ling-3.0-flash"], path)
+    inv = load_inventory(path)
+    assert unmodelled(inv, "llama.cpp") == []
+    md = inv.metadata
+    clamped = dataclasses.replace(inv, metadata=dataclasses.replace(
+        md, arch_keys=(*(md.arch_keys or ()), "swiglu_clamp_exp")))
+    assert [w.split(":")[0] for w in unmodelled(clamped, "llama.cpp")] == [
+        "memory is not modelled for bailingmoe3.swiglu_clamp_exp"]

@@ -188,6 +188,17 @@ def _layer_devices(placement: Placement) -> dict[int, str]:
     return out
 
 
+def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int) -> str | None:
+    """The home of a block whose tensors the engine skips (an MTP block without -mtp), which none of
+    its tensors tells: the engine gives the blocks their devices in order, the output layer's last
+    (src/llama-model.cpp load_tensors), so a block between two homes that agree has theirs; None
+    where they differ."""
+    before = layer_dev.get(il - 1, HOST)
+    n_block = placement.inventory.metadata.block_count
+    after = layer_dev.get(il + 1) if il + 1 < n_block else placement.defaults.get("output_norm.weight")
+    return before if after == before else None
+
+
 def _where(placement: Placement, il: int, bases: tuple[str, ...]) -> str | None:
     """The device holding the first of `bases` in block il (where its op runs)."""
     for b in bases:
@@ -289,6 +300,15 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                                   offload_kqv=settings.offload_kqv, n_stream=n_stream_dsa, pipeline=pipeline,
                                   cache_type_k=settings.cache_type_k))
     # ---
+    # the nextn blocks whose KV cache the engine keeps though it skips their tensors (geometry NEXTN_KV)
+    nextn_dev: dict[int, str] = {}
+    for la in () if why else geo.nextn_kv:
+        home = _skipped_block_home(placement, layer_dev, la.index)
+        if home is None:
+            why.append(f"KV cache not computed: block {la.index} (the MTP block, not loaded) keeps a KV cache on "
+                       "its layer's device, which falls between two devices here: move the -ngl/-ts split by a layer")
+        else:
+            nextn_dev[la.index] = home
     if why:
         # weights as placed, KV cache and compute left out: a number moeconf did not model is never
         # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
@@ -357,8 +377,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
     idx_width = indexer_width(inv)
     v_max = max((x.head_v * x.n_head_kv for x in geo.layers if not x.recurrent), default=0)
-    for la in geo.layers:
-        dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
+    for la in (*geo.layers, *geo.nextn_kv):
+        dev = layer_dev.get(la.index, nextn_dev.get(la.index, HOST)) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
             dev = AUTO_GPU
         if la.recurrent:  # F32 conv + delta-net state per sequence, no KV

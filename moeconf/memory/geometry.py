@@ -25,7 +25,17 @@ ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
     "step35": ("standard", None, 0),
     "exaone-moe": ("standard", 128, 4),
     "dots3note": ("standard", None, 0),  # its pattern an array (attention.sliding_window_pattern)
+    "afmoe": ("standard", None, 4),  # no window key: no sliding window
+    "cohere2moe": ("standard", None, 4),
 }
+# the pattern's full layer first (load_swa_pattern(ml, n, true): layer il is windowed when il % n != 0)
+SWA_DENSE_FIRST = frozenset({"cohere2moe"})
+
+# Architectures whose memory keeps a KV cache for the nextn (MTP) blocks beside the trunk's though the
+# trunk's graph never reads it: hybrids whose llama_memory_hybrid gets the default layer filters (every
+# layer not recurrent, the nextn ones included; src/llama-model.cpp create_memory). Every other memory
+# filters the nextn blocks out (il < n_layer), or gives them their own cache only for an MTP context
+NEXTN_KV = frozenset({"bailingmoe3"})
 
 # DeepSeek-style MLA architectures (attn_kv_a_mqa): ik_llama.cpp's -mla applies to these
 MLA_ARCHS = frozenset({"deepseek2", "deepseek", "kimi-k2", "glm-dsa", "minicpm3", "mistral4"})
@@ -63,6 +73,7 @@ class Geometry:
     n_expert_used: int
     n_ff_shexp: int
     n_ff_dense: int
+    nextn_kv: tuple[LayerAttention, ...] = ()  # nextn blocks that hold a KV cache too (`NEXTN_KV`)
 
 
 class GeometryUnknown(Exception):
@@ -120,13 +131,18 @@ def geometry(inv: Inventory) -> Geometry:
     head_k_swa = k_swa if isinstance(k_swa, int) and k_swa else head_k
     head_v_swa = v_swa if isinstance(v_swa, int) and v_swa else head_v
     layers = []
+    nextn_kv = []
     for il in range(md.block_count):
         if il in nextn:
+            if md.arch in NEXTN_KV:
+                nextn_kv.append(LayerAttention(il, per_layer(None, il, n_head), per_layer(md.head_count_kv, il, n_head),
+                                               head_k, head_v, False))
             continue
         if isinstance(pattern, tuple):
             swa = bool(pattern[il]) if il < len(pattern) else False
         else:
-            swa = swa_type != "none" and (pattern == 0 or il % pattern < pattern - 1)
+            first = md.arch in SWA_DENSE_FIRST
+            swa = swa_type != "none" and (pattern == 0 or (il % pattern != 0 if first else il % pattern < pattern - 1))
         layers.append(LayerAttention(il, per_layer(heads if isinstance(heads, tuple) else None, il, n_head),
                                      per_layer(md.head_count_kv, il, n_head), head_k_swa if swa else head_k,
                                      head_v_swa if swa else head_v, swa, recurrent=il in recurrent))
@@ -143,5 +159,5 @@ def geometry(inv: Inventory) -> Geometry:
         n_rot=md.rope_dimension_count or head_k, has_kv_b="attn_kv_b" in bases,
         n_ff_exp=width("ffn_up_exps", 1), n_expert=width("ffn_up_exps", 2),
         n_expert_used=md.expert_used_count or 0, n_ff_shexp=width("ffn_up_shexp", 1),
-        n_ff_dense=width("ffn_up", 1),
+        n_ff_dense=width("ffn_up", 1), nextn_kv=tuple(nextn_kv),
     )

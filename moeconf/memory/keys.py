@@ -26,8 +26,12 @@ SCALARS_ONLY: Final[frozenset[str]] = frozenset({
     "expert_gating_func", "expert_weights_scale", "expert_weights_norm",
     "attention.scale", "attention.output_scale", "attention.value_scale", "attention.temperature_length",
     "attention.temperature_scale", "attention.clamp_kqv", "logit_scale", "embedding_scale", "residual_scale",
-    "swiglu_clamp_exp", "swiglu_clamp_shexp",
 })
+# Not scalars: swiglu_clamp_exp / swiglu_clamp_shexp. A limit above 0 makes build_moe_ffn and build_ffn
+# (src/llama-graph.cpp) clamp the up projection and the activated gate and multiply them, unless the
+# architecture is one the engine gives the fused clamped SwiGLU: the graph then differs (on Ling-3.0-Flash
+# the unfused form is 37 MiB under the plain SwiGLU's compute at -c 32768 -ngl 999, by the graph's
+# allocation). An architecture lists them where its memory was checked with them (support.MODELLED)
 
 # `{arch}.*` keys the memory model handles for every architecture: the scalars above, and the
 # sizes it reads (from the key, or from the tensors' shapes, which the loader checks against it)

@@ -94,7 +94,7 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
         kv_of = kv if isinstance(kv, tuple) else (kv,) * n
         ff_of = ff if isinstance(ff, tuple) else (ff,) * n
         return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
-    if inv.arch in KDA | GLM5_NEXT:
+    if inv.arch in KDA | GLM5_NEXT or kda_loader(inv):
         return kda_layers(inv)
     if inv.arch not in GATED_DELTA_NET:
         return frozenset()
@@ -166,6 +166,15 @@ def kda_dims(inv: Inventory) -> KdaShape | None:
     return KdaShape(d_conv, n_head, head_dim)
 
 
+def kda_loader(inv: Inventory) -> bool:
+    """Whether the architecture's llama.cpp loader reads `kda.head_dim` (moeconf/engines/archkeys.py):
+    each such loader (kimi-linear, glm5-next, bailingmoe3, kimi-k3) marks a layer recurrent iff its
+    head_count_kv is 0, and its state is sized by that head width as above (src/llama-hparams.cpp)."""
+    from moeconf.engines.archkeys import MAINLINE
+
+    return "kda.head_dim" in MAINLINE.get(inv.arch, frozenset())
+
+
 def kda_layers(inv: Inventory) -> frozenset[int]:
     """KDA layers: those whose per-layer `attention.head_count_kv` is 0."""
     kv = inv.metadata.head_count_kv
@@ -177,7 +186,8 @@ def kda_layers(inv: Inventory) -> frozenset[int]:
 
 def state_bytes(inv: Inventory, n_seq_max: int) -> int:
     """One recurrent layer's state (every recurrent layer of a model has the same), 0 if unknown."""
-    s: RecurrentShape | KdaShape | None = kda_dims(inv) if inv.arch in KDA | GLM5_NEXT else shape(inv)
+    s: RecurrentShape | KdaShape | None = kda_dims(inv) if inv.arch in KDA | GLM5_NEXT or kda_loader(inv) \
+        else shape(inv)
     return s.state_bytes(n_seq_max) if s is not None else 0
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
 
@@ -192,7 +202,7 @@ GLM5_NEXT = frozenset({"glm5-next"})
 
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
     """Settings whose memory is not modelled for this hybrid (empty: all are)."""
-    if inv.arch in KDA | GLM5_NEXT and (kda_dims(inv) is None or not kda_layers(inv)):
+    if (inv.arch in KDA | GLM5_NEXT or kda_loader(inv)) and (kda_dims(inv) is None or not kda_layers(inv)):
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]

@@ -41,6 +41,7 @@ _SSM: Final = frozenset(k for k in _RECURRENT if k.startswith("ssm."))  # Mamba-
 _MAINLINE: Final = frozenset({"llama.cpp"})
 _DSA: Final = _indexer.INDEXER_KEYS | {"leading_dense_block_count", "nextn_predict_layers"}
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
+_CLAMPS: Final = frozenset({"swiglu_clamp_exp", "swiglu_clamp_shexp"})  # memory/keys.py (not scalars)
 _CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
 
@@ -99,7 +100,8 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # --- GLM-5.3-Flash: KDA state (memory/recurrent.py), MLA latent + k-pool indexer cache
     # (memory/indexer.py), compute by a node-by-node replay (memory/replay_glm5next.py) on the
     # placements it covers
-    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | _MLA | _DSA | _replay_glm5next.KEYS, _MAINLINE,
+    # its experts' clamp is the fused clamped SwiGLU, one op as wide as the SwiGLU (checked with the key)
+    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | _MLA | _DSA | _replay_glm5next.KEYS | _CLAMPS, _MAINLINE,
                             _CHECKED + " (GLM-5.3-Flash)"),
     # ---
     # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by a node-by-node

@@ -91,8 +91,10 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     rs: dict[int, tuple[Tensor, Tensor]] = {}
+    from moeconf.memory.recurrent import kda_dims
     from moeconf.memory.recurrent import shape as recurrent_shape
     rec = recurrent_shape(inv)
+    state = rec if rec is not None else kda_dims(inv)  # the gated delta-net's, else KDA's (its own widths)
     layer_backend: dict[int, int] = {}
     home: dict[int, str] = {}
     for t in inv.tensors:
@@ -104,9 +106,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
         kdev = dev if setup.offload_kqv else HOST
-        if la.recurrent and rec is not None:  # llama_memory_recurrent: one F32 row per sequence
-            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (rec.n_embd_r, setup.n_stream), kdev),
-                            ctx.cache(f"cache_s_l{la.index}", "F32", (rec.n_embd_s, setup.n_stream), kdev))
+        if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence
+            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_stream), kdev),
+                            ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_stream), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),

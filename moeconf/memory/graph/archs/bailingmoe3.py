@@ -1,0 +1,142 @@
+"""Ling 3.0 (src/models/bailingmoe3.cpp): KDA layers and absorbed-MLA layers through the hybrid
+memory (the recurrent states' copy indices, then the latent K-only cache's inputs).
+
+A KDA layer projects Q, K and V separately, each through its own slice of the layer's conv state
+(concatenated with the projection, the last columns copied back as the new conv state, SSM_CONV,
+SiLU); a per-channel gate (sigmoid of the projection times the per-head A, scaled) and a per-head
+beta; Q and K L2-normed; the fused gated delta-net op on the state rows, its new state copied back;
+the output normed per head, gated by the sigmoid of a second projection, projected out. An MLA
+layer: the low-rank (or plain) Q and the compressed KV, RoPE on their rope parts, the absorbed
+queries against the latent cache, V decompressed by wv_b, then the output scaled per head by the
+sigmoid of a gate projection before the output projection. Dense leading layers, then a MoE with a
+selection bias and a shared expert. The final norm is a graph output (the MTP head's input), the
+output rows taken after it; the MTP block itself is a separate graph the trunk never builds."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.ggml import OUTPUT, Tensor
+
+ARCH = "bailingmoe3"
+# not composed: rope.dimension_sections (multi-section RoPE: four positions per token), so a file with it
+# is refused; kda.safe_gate is asserted true by the loader, kda.gate_lower_bound is the gate's scale; the MTP
+# block (nextn_predict_layers) is created TENSOR_SKIP unless MTP is asked for, and the trunk never attends it
+MEMORY = Memory(CHECKED + " (Ling-3.0-Flash)", keys=frozenset({
+    "attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank", "attention.q_lora_rank",
+    "kda.head_dim", "kda.gate_lower_bound", "kda.safe_gate", "ssm.conv_kernel", "leading_dense_block_count",
+    "nextn_predict_layers"}))
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w, hp = g.ctx, g.w, g.hp
+    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    rs_in = g.rs_inp()
+    attn_in = g.attn_inp_k()
+    pos = g.inp_pos()
+    out_ids = g.inp_out_ids()
+    gating = GATING.get(facts.gating or 0, "softmax")
+    norm_w = bool(facts.norm_w)
+    w_scale = 2.0 if "expert_weights_scale" in facts.floats else 0.0
+    for il in range(hp.n_layer):
+        res = inp
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        cur = _kda_layer(g, rs_in, cur, il) if il in g.rs else _mla_layer(g, attn_in, cur, pos, il)
+        ffn_inp = c.add(cur, res)
+        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        if w.layer(il, "ffn_gate_inp") is None:
+            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
+        else:
+            moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=w_scale,
+                            probs_bias=w.layer(il, "exp_probs_b", "bias"))
+            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
+                       il)
+            cur = c.add(moe, sh)
+        inp = c.add(cur, ffn_inp)
+    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
+    cur.flags |= OUTPUT  # t_h_nextn
+    cur = c.get_rows(cur, out_ids)
+    g.finish(cur, c.mul_mat(need(w.get("output.weight")), cur))
+
+
+def _causal_conv(g: GraphContext, conv_all: Tensor, conv_rows: Tensor, part: int, cur: Tensor, proj: Tensor,
+                 kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
+    """One of Q, K, V through its third of the conv state: the concat, the new state copied back
+    (one snapshot: no rollback), SSM_CONV and SiLU."""
+    c = g.ctx
+    d_conv, d_inner, T = kernel.ne[0], head_dim * n_head, cur.ne[1]
+    slice_size = (d_conv - 1) * d_inner
+    total = 3 * slice_size
+    state = c.view(conv_rows, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * total), 4 * part * slice_size)
+    x = c.reshape(c.mul_mat(proj, cur), d_inner, T // n_seqs, n_seqs)
+    conv_x = c.concat(state, c.transpose(x), 0)
+    snap = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]),
+                  (conv_x.ne[0] - (d_conv - 1)) * conv_x.nb[0])
+    dst = c.view(conv_all, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * total), 4 * part * slice_size)
+    g.expand(c.cpy(snap, dst))
+    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
+    out = c.unary(c.reshape(out, d_inner, T), "silu")
+    return c.reshape(out, head_dim, n_head, T // n_seqs, n_seqs)
+
+
+def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
+    c, w, hp = g.ctx, g.w, g.hp
+    n_head, T, n_seqs = hp.n_head[il], cur.ne[1], rs_in.n_seqs
+    o_norm = need(w.layer(il, "ssm_norm"))
+    head_dim = o_norm.ne[0]
+    d_inner = head_dim * n_head
+    conv_all, ssm_all = g.rs[il]
+    conv_rows = g.rs_states(rs_in, conv_all, conv_all.ne[0])
+    q, k, v = (_causal_conv(g, conv_all, conv_rows, i, cur, need(w.layer(il, f"attn_{x}")),
+                            need(w.layer(il, f"ssm_conv1d_{x}")), head_dim, n_head, n_seqs)
+               for i, x in enumerate("qkv"))
+    gate = c.add(c.mul_mat(need(w.layer(il, "ssm_f_a")), cur), need(w.layer(il, "ssm_dt", "bias")))
+    gate = c.reshape(gate, head_dim, n_head, T)
+    a = c.reshape(need(w.get(f"blk.{il}.ssm_a")), 1, n_head, 1)
+    gate = c.scale(c.unary(c.mul(gate, a), "sigmoid"))
+    gate = c.reshape(gate, head_dim, n_head, T // n_seqs, n_seqs)
+    beta = c.unary(c.reshape(c.mul_mat(need(w.layer(il, "ssm_beta")), cur), 1, n_head, T // n_seqs, n_seqs),
+                   "sigmoid")
+    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
+    n_embd_s = ssm_all.ne[0]
+    state = c.reshape(g.rs_states(rs_in, ssm_all, n_embd_s), head_dim, head_dim, n_head, n_seqs)
+    res = c.gated_delta_net(q, k, v, gate, beta, state)
+    s_v, h_v, nt = head_dim, n_head, T // n_seqs
+    output = c.view(res, (s_v, h_v, nt, n_seqs), (4 * s_v, 4 * s_v * h_v, 4 * s_v * h_v * nt), 0)
+    new_state = c.view(res, (s_v, s_v, h_v, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * h_v),
+                       4 * s_v * h_v * nt * n_seqs)
+    g.expand(c.cpy(new_state, c.view(ssm_all, (n_embd_s, n_seqs), (ssm_all.nb[1],), 0)))
+    out = c.cont(output)
+    out_gate = c.reshape(c.mul_mat(need(w.layer(il, "ssm_g_a")), cur), head_dim, n_head, T)
+    out = g.norm(c.reshape(out, head_dim, n_head, T), o_norm, None, il)
+    out = c.mul(out, c.unary(out_gate, "sigmoid"))
+    return c.mul_mat(need(w.layer(il, "attn_output")), c.cont(out, d_inner, T))
+
+
+def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int) -> Tensor:
+    c, w, hp, d = g.ctx, g.w, g.hp, g.mla
+    n_head, T = hp.n_head[il], cur.ne[1]
+    nope = d.head_k - d.rope
+    if w.layer(il, "attn_q_a") is not None:
+        q = c.mul_mat(need(w.layer(il, "attn_q_a")), cur)
+        q = g.norm(q, w.layer(il, "attn_q_a_norm"), None, il)
+        q = c.mul_mat(need(w.layer(il, "attn_q_b")), q)
+    else:
+        q = c.mul_mat(need(w.layer(il, "attn_q")), cur)
+    row = 4 * d.head_k
+    q_nope = c.view(q, (nope, n_head, T), (row, row * n_head), 0)
+    q_pe = c.view(q, (d.rope, n_head, T), (row, row * n_head), 4 * nope)
+    kv_all = c.mul_mat(need(w.layer(il, "attn_kv_a_mqa")), cur)
+    kv_row = kv_all.nb[1]
+    kv = c.view(kv_all, (d.kv_lora_rank, T), (kv_row,), 0)
+    k_pe = c.view(kv_all, (d.rope, 1, T), (kv_row, kv_row), 4 * d.kv_lora_rank)
+    q_pe, k_pe = c.rope(q_pe, pos), c.rope(k_pe, pos)
+    kv = g.norm(kv, w.layer(il, "attn_kv_a_norm"), None, il)
+    q_nope = c.permute(c.mul_mat(need(w.layer(il, "attn_k_b")), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
+    q = c.concat(q_nope, q_pe, 0)
+    kv = c.reshape(kv, d.kv_lora_rank, 1, T)
+    k = c.concat(kv, k_pe, 0)
+    out = g.attn_k(attn_in, il, None, q, k, kv, w.layer(il, "attn_v_b"))
+    gate = c.unary(c.reshape(c.mul_mat(need(w.layer(il, "attn_gate")), cur), 1, n_head, T), "sigmoid")
+    out = c.mul(c.reshape(out, d.head_v, n_head, T), gate)
+    return c.mul_mat(need(w.layer(il, "attn_output")), c.cont(out, d.head_v * n_head, T))
