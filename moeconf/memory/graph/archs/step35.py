@@ -14,10 +14,11 @@ from moeconf.memory.graph.ggml import OUTPUT
 ARCH = "step35"
 EPS = 1e-6
 # the MTP blocks (nextn_predict_layers): their weights placed and counted, no KV, not in the trunk's graph
-# (checked on the layout with its 3 MTP blocks added: weights, KV and compute as llama-fit-params on 3 lines)
+# (checked on the layout with its 3 MTP blocks and per-layer SwiGLU limits added: weights, KV and compute as
+# llama-fit-params on 3 lines, tests/test_memory_step35_variant.py); the limits' clamps composed unfused
 MEMORY = Memory(CHECKED + " (Step-3.5-Flash)",
                 keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern",
-                                "nextn_predict_layers"}))
+                                "nextn_predict_layers", "swiglu_clamp_exp", "swiglu_clamp_shexp"}))
 
 
 def build(g: GraphContext, facts: Facts) -> None:
