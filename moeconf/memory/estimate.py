@@ -356,6 +356,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
     idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
     idx_width = indexer_width(inv)
+    # an indexer key cache beside a K/V cache (not MLA): a second cache of one head on the layers with an
+    # indexer, K `attention.indexer.key_length` wide, V as the model's (src/llama-kv-cache-msa.cpp, MiniMax-M3)
+    msa_width = inv.metadata.hparam("attention.indexer.key_length")
+    msa_layers = set() if geo.mla_arch or not isinstance(msa_width, int) else {
+        t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
     for la in geo.layers:
         dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
@@ -386,6 +391,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else cache_row_bytes(ctv, v_row) * n
         if la.index in idx_layers:
             size += cache_row_bytes(ctk, idx_width) * n
+        elif la.index in msa_layers and isinstance(msa_width, int):
+            size += (cache_row_bytes(ctk, msa_width) + cache_row_bytes(ctv, la.head_v)) * n
         kv[dev] += size
 
     if ik:  # --- compute: llama.cpp's graph of the same placement plus ik's measured margin (memory/ikarchs.py)

@@ -26,6 +26,7 @@ class Setup:
     cells: int
     swa_cells: int = 0  # the sliding-window cache's cells per stream (0: none)
     n_stream: int = 1
+    n_seq: int = 1
     flash_attn: bool = True
     offload_kqv: bool = True
     cache_k: str = "f16"
@@ -125,7 +126,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
                  n_vocab=geo.n_vocab, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
     cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_kv_swa=setup.swa_cells,
-                 n_stream=setup.n_stream,
+                 n_stream=setup.n_stream, n_seq=setup.n_seq,
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
                  full_offload=full)
@@ -155,7 +156,7 @@ def facts(inv: Inventory) -> Facts:
     return Facts(gating=gating if isinstance(gating, int) else None,
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
                  groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
-                 units=frozenset(md.unit_floats))
+                 units=frozenset(md.unit_floats), hparams=md.hparams)
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:
@@ -187,7 +188,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     if geo.swa_type != "none" and any(la.swa for la in geo.layers):  # llama-kv-cache-iswa.cpp
         window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
-    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
+    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seq=n_seq,
                  flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
                  offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,

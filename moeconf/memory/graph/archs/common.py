@@ -20,6 +20,11 @@ class Facts:
     floats: frozenset[str] = frozenset()  # the float `{arch}.*` keys present (scales, clamps)
     groups: tuple[int, int] = (0, 0)  # expert_group_count, expert_group_used_count
     units: frozenset[str] = frozenset()  # the float `{arch}.*` keys present whose value is 0 or 1
+    hparams: tuple[tuple[str, int | tuple[int, ...]], ...] = ()  # the other integer `{arch}.*` keys present
+
+    def hparam(self, key: str, default: int = 0) -> int:
+        """An integer `{arch}.KEY` (by its name after `{arch}.`), or `default` where absent."""
+        return next((v for k, v in self.hparams if k == key and isinstance(v, int)), default)
 
 
 @dataclass(frozen=True)
