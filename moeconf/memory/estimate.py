@@ -361,6 +361,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     msa_width = inv.metadata.hparam("attention.indexer.key_length")
     msa_layers = set() if geo.mla_arch or not isinstance(msa_width, int) else {
         t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
+    v_max = max((la.head_v * la.n_head_kv for la in geo.layers if not la.recurrent), default=0)
     for la in geo.layers:
         dev = layer_dev.get(la.index, HOST) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
@@ -386,6 +387,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 continue
         k_row = la.head_k * la.n_head_kv
         v_row = la.head_v * la.n_head_kv
+        if not fa and not ik:  # V stored transposed: every layer's rows as wide as the widest (llama-kv-cache.cpp)
+            v_row = v_max
         size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else cache_row_bytes(ctk, k_row) * n
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
             size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else cache_row_bytes(ctv, v_row) * n

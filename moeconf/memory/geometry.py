@@ -20,6 +20,7 @@ SwaType = Literal["none", "standard", "chunked"]
 ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
     "gpt-oss": ("standard", None, 2),
     "llama4": ("chunked", 8192, 4),
+    "mimo2": ("standard", None, 0),  # the pattern an array the loader requires (get_arr)
 }
 
 # DeepSeek-style MLA architectures (attn_kv_a_mqa): ik_llama.cpp's -mla applies to these

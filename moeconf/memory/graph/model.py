@@ -96,6 +96,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     for t in inv.tensors:
         if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
             home[t.layer] = placement.defaults[t.name] or HOST
+    v_max = max((la.n_head_kv * la.head_v for la in layers if not la.recurrent), default=0)
     for la in layers:
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
@@ -105,8 +106,10 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                             ctx.cache(f"cache_s_l{la.index}", "F32", (rec.n_embd_s, setup.n_stream), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
+        # V stored transposed (no flash attention): every layer's rows as wide as the widest (llama-kv-cache.cpp)
+        v_row = la.n_head_kv * la.head_v if setup.flash_attn else v_max
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
-                        ctx.cache(f"cache_v_l{la.index}", ctv, (la.n_head_kv * la.head_v, cells, ns), kdev))
+                        ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
