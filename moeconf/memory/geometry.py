@@ -21,7 +21,11 @@ ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
     "gpt-oss": ("standard", None, 2),
     "llama4": ("chunked", 8192, 4),
     "mimo2": ("standard", None, 0),  # the pattern an array the loader requires (get_arr)
+    "laguna": ("standard", None, 4),  # no window key (Laguna-M.1): every layer full
 }
+# where a whole-number pattern (or none) puts the full layer first in each period (load_swa_pattern's
+# dense_first: layer il is windowed when il % n != 0)
+SWA_DENSE_FIRST = frozenset({"laguna"})
 
 # DeepSeek-style MLA architectures (attn_kv_a_mqa): ik_llama.cpp's -mla applies to these
 MLA_ARCHS = frozenset({"deepseek2", "deepseek", "kimi-k2", "glm-dsa", "minicpm3", "mistral4"})
@@ -103,6 +107,13 @@ def geometry(inv: Inventory) -> Geometry:
             pattern = md.sliding_window_pattern if md.sliding_window_pattern is not None else default_pattern
     nextn = set(inv.layers_of_kind("nextn"))
     recurrent = recurrent_layers(inv)
+    # per-layer head counts (an attention.head_count array, Step-3.5) and the sliding-window layers' own
+    # head widths (attention.key_length_swa / value_length_swa: llama-model.cpp reads them for every
+    # architecture, the full layers' widths where absent)
+    heads = md.hparam("attention.head_count")
+    k_swa, v_swa = md.hparam("attention.key_length_swa"), md.hparam("attention.value_length_swa")
+    head_k_swa = k_swa if isinstance(k_swa, int) and k_swa else head_k
+    head_v_swa = v_swa if isinstance(v_swa, int) and v_swa else head_v
     layers = []
     for il in range(md.block_count):
         if il in nextn:
@@ -110,9 +121,11 @@ def geometry(inv: Inventory) -> Geometry:
         if isinstance(pattern, tuple):
             swa = bool(pattern[il]) if il < len(pattern) else False
         else:
-            swa = swa_type != "none" and (pattern == 0 or il % pattern < pattern - 1)
-        layers.append(LayerAttention(il, per_layer(None, il, n_head), per_layer(md.head_count_kv, il, n_head),
-                                     head_k, head_v, swa, recurrent=il in recurrent))
+            first = md.arch in SWA_DENSE_FIRST
+            swa = swa_type != "none" and (pattern == 0 or (il % pattern != 0 if first else il % pattern < pattern - 1))
+        layers.append(LayerAttention(il, per_layer(heads if isinstance(heads, tuple) else None, il, n_head),
+                                     per_layer(md.head_count_kv, il, n_head), head_k_swa if swa else head_k,
+                                     head_v_swa if swa else head_v, swa, recurrent=il in recurrent))
     bases = {t.base for t in inv.tensors}
     mla_arch = "attn_kv_a_mqa" in bases
 
