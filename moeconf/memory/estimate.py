@@ -50,6 +50,7 @@ from moeconf.memory.classic import (
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
+from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
@@ -266,6 +267,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         geo = geometry(inv)
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
+    if not why and not ik:  # a branch of the engine's graph the composition does not build (memory/graph/archs)
+        why.extend(graph_unmodelled(inv, settings))
     # --- Nemotron-3: compute only where the replay covers it (memory/replay_nemotron.py) ---
     if not why and inv.arch in rec.MAMBA2:
         why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)

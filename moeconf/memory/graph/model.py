@@ -214,3 +214,13 @@ GRAPH_COMPUTE: frozenset[str] = frozenset(GRAPH_MODELLED) | GRAPH_SWITCHED
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:
     """Every device's compute buffer through the engine's graph (`compute`)."""
     return compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
+
+
+def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
+    """Why the architecture's composition does not build the graph of these settings (empty: it does)."""
+    comp = COMPOSITIONS.get(inv.arch)
+    if comp is None or comp.memory is None or comp.memory.refuses is None:
+        return []
+    s = setup_for(inv, settings)
+    why = comp.memory.refuses(s.n_tokens, s.n_stream)
+    return [why] if why else []

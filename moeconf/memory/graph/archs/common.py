@@ -65,11 +65,15 @@ class Memory:
     """A composition's standing in `estimate` (absent: nodes only, the memory still an older replay's
     or refused). checked_on: what its figures were checked against. keys: the `{arch}.*` keys its
     loader reads beyond support.NO_MEMORY_EFFECT, each composed. replaces_replay: the architecture had
-    an older replay (memory/support.py registers it) and its compute now comes from this graph."""
+    an older replay (memory/support.py registers it) and its compute now comes from this graph.
+    refuses: settings under which `estimate` leaves the compute out, saying why."""
 
     checked_on: str
     keys: frozenset[str] = frozenset()
     replaces_replay: bool = False
+    # the settings the composition does not build (the reserve's ubatch tokens and streams -> why, or ""):
+    # a branch of the engine's graph no recorded dump checked
+    refuses: Callable[[int, int], str] | None = None
 
 
 # the architectures an older replay modelled, their compute now the graph's

@@ -44,8 +44,7 @@ def _msa_input(g: GraphContext, attn_in: AttnInput, facts: Facts) -> _Msa:
     n_ps = -(-256 // blk) * blk  # get_n_pos of an empty cache (256), padded to whole blocks
     mask = attn_in.mask
     n_kv, n_tps, ns = mask.ne[0], mask.ne[1], mask.ne[3]
-    if n_tps == 1:
-        raise NotImplementedError("MiniMax-M3's sparse attention at one token per stream (-ub 1) is not modelled")
+    assert n_tps > 1, _refuses(g.n_tokens, ns)
     k_idxs = c.input("I64", g.n_tokens, name="attn_inp_k_idxs")
     bias = c.input("F32", n_ps // blk, g.n_tokens, name="")
     pos_mask = c.input("F32", n_ps, g.n_tokens, name="")
@@ -180,7 +179,15 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.finish(cur, g.mm(need(w.get("output.weight")), cur))
 
 
-MEMORY = Memory(CHECKED + " (MiniMax-M3)", keys=frozenset({
+def _refuses(n_tokens: int, n_stream: int) -> str:
+    """The decode form of MSA (one token per stream: a gather of the chosen blocks' keys) is not composed."""
+    if n_tokens // n_stream == 1:
+        return ("compute is not modelled for MiniMax-M3's sparse attention at one token per stream (its decode "
+                "form): use a ubatch of more tokens than sequences (-ub), or measure with llama-fit-params -fitp on")
+    return ""
+
+
+MEMORY = Memory(CHECKED + " (MiniMax-M3)", refuses=_refuses, keys=frozenset({
     "leading_dense_block_count", "expert_weights_scale", "expert_weights_norm", "expert_gating_func",
     "attention.indexer.head_count", "attention.indexer.key_length", "attention.indexer.top_k",
     "attention.indexer.block_size", "attention.indexer.local_blocks"}))
