@@ -180,10 +180,14 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 
 def _refuses(n_tokens: int, n_stream: int) -> str:
-    """The decode form of MSA (one token per stream: a gather of the chosen blocks' keys) is not composed."""
+    """MSA's decode form (one token per stream: a gather of the chosen blocks' keys) is not composed, and
+    its per-stream form (several sequences without a unified cache) no recorded dump checked."""
     if n_tokens // n_stream == 1:
         return ("compute is not modelled for MiniMax-M3's sparse attention at one token per stream (its decode "
                 "form): use a ubatch of more tokens than sequences (-ub), or measure with llama-fit-params -fitp on")
+    if n_stream > 1:
+        return ("compute is not modelled for MiniMax-M3's sparse attention over several streams (--no-kv-unified "
+                "with -np above 1): use one sequence or a unified cache, or measure with llama-fit-params -fitp on")
     return ""
 
 
