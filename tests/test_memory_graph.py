@@ -80,8 +80,11 @@ def _difference(inv: Inventory, arch: str, dims: str, line: str) -> enginegraph.
 # the dump names a split input's copy by its source's name: Qwen3-VL's deepstack views of the input
 # embeddings are all "embd (view)", so the dump resolves layer 2's copy to layer 1's view (node 107
 # where the source is node 162); Llama 4's experts' output views copied back from the CPU likewise
-# ("ffn_moe_down-1 (view)"); the graphs agree otherwise
-DUMP_NAME_CLASH = {("qwen3vlmoe", "a", "ngl2"), ("llama4", "b", "expscpu")}
+# ("ffn_moe_down-1 (view)"); MiniMax-M3's per-layer views of its sparse attention's inputs are all
+# "leaf_34 (view)" from the second sparse layer on, so the dump resolves the third's copy to the second's
+# view; the graphs agree otherwise
+DUMP_NAME_CLASH = {("qwen3vlmoe", "a", "ngl2"), ("llama4", "b", "expscpu"), ("minimax-m3", "b", "rpc")}
+REAL_DUMP_NAME_CLASH = {("minimax-m3", "2rpc32k")}
 
 
 @pytest.mark.parametrize(("arch", "dims", "line"), NODE_CASES, ids=[f"{a}-{d}-{x}" for a, d, x in NODE_CASES])
@@ -122,6 +125,9 @@ def test_real_config_graph_equals_the_engines(real_layouts: dict[str, Inventory]
     s.split(g.gf, g.pinned)
     theirs = enginegraph.load(GRAPHS / f"{arch}-real-{line}.json.gz", endpoints=EPS)
     diff = enginegraph.compare(engine_graph(g, s, arch), theirs, ignore=("name",))
+    if (arch, line) in REAL_DUMP_NAME_CLASH:
+        assert diff is not None and diff.fields == ("src",) and "(view)" in str(diff.theirs), str(diff)
+        return
     assert diff is None, str(diff)
 
 

@@ -50,6 +50,7 @@ from moeconf.memory.classic import (
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
+from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
@@ -277,6 +278,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         geo = geometry(inv)
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
+    if not why and not ik:  # a branch of the engine's graph the composition does not build (memory/graph/archs)
+        why.extend(graph_unmodelled(inv, settings))
     # --- Nemotron-3: compute only where the replay covers it (memory/replay_nemotron.py) ---
     if not why and inv.arch in rec.MAMBA2:
         why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
@@ -376,6 +379,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
     idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
     idx_width = indexer_width(inv)
+    # an indexer key cache beside a K/V cache (not MLA): a second cache of one head on the layers with an
+    # indexer, K `attention.indexer.key_length` wide, V as the model's (src/llama-kv-cache-msa.cpp, MiniMax-M3)
+    msa_width = inv.metadata.hparam("attention.indexer.key_length")
+    msa_layers = set() if geo.mla_arch or not isinstance(msa_width, int) else {
+        t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
     v_max = max((x.head_v * x.n_head_kv for x in geo.layers if not x.recurrent), default=0)
     for la in (*geo.layers, *geo.nextn_kv):
         dev = layer_dev.get(la.index, nextn_dev.get(la.index, HOST)) if settings.offload_kqv else HOST
@@ -408,6 +416,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else cache_row_bytes(ctv, v_row) * n
         if la.index in idx_layers:
             size += cache_row_bytes(ctk, idx_width) * n
+        elif la.index in msa_layers and isinstance(msa_width, int):
+            size += (cache_row_bytes(ctk, msa_width) + cache_row_bytes(ctv, la.head_v)) * n
         kv[dev] += size
 
     if ik:  # --- compute: llama.cpp's graph of the same placement plus ik's measured margin (memory/ikarchs.py)

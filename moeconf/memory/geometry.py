@@ -27,9 +27,12 @@ ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
     "dots3note": ("standard", None, 0),  # its pattern an array (attention.sliding_window_pattern)
     "afmoe": ("standard", None, 4),  # no window key: no sliding window
     "cohere2moe": ("standard", None, 4),
+    "mimo2": ("standard", None, 0),  # the pattern an array the loader requires (get_arr)
+    "laguna": ("standard", None, 4),  # no window key (Laguna-M.1): every layer full
 }
-# the pattern's full layer first (load_swa_pattern(ml, n, true): layer il is windowed when il % n != 0)
-SWA_DENSE_FIRST = frozenset({"cohere2moe"})
+# where a whole-number pattern (or none) puts the full layer first in each period (load_swa_pattern's
+# dense_first: layer il is windowed when il % n != 0)
+SWA_DENSE_FIRST = frozenset({"cohere2moe", "laguna"})
 
 # Architectures whose memory keeps a KV cache for the nextn (MTP) blocks beside the trunk's though the
 # trunk's graph never reads it: hybrids whose llama_memory_hybrid gets the default layer filters (every

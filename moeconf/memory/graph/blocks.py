@@ -45,6 +45,7 @@ class Cparams:
     n_kv: int  # KV cells the mask spans (per stream)
     n_kv_swa: int = 0  # the sliding-window cache's cells (0: none)
     n_stream: int = 1
+    n_seq: int = 1  # the sequences the context serves (n_seq_max)
     flash_attn: bool = True
     offload_kqv: bool = True
     cache_k: str = "F16"
@@ -432,7 +433,8 @@ class GraphContext:
         if gate is not None and parallel and clamp and act == "silu":
             cur = c.mul(c.clamp(c.unary(cur, "silu")), c.clamp(tmp))
         elif gate is not None and parallel:
-            cur = c.glu_split(cur, tmp, "swiglu" if act == "silu" else "geglu" if act == "gelu" else "reglu")
+            kind = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai"}.get(act, "reglu")
+            cur = c.glu_split(cur, tmp, kind)
         else:
             cur = c.unary(cur, act)
         if down is not None:

@@ -260,9 +260,14 @@ class Ctx:
         t.src.append(t)  # ggml_cast: the result is its own second source
         return t
 
-    def inplace(self, op: str, a: Tensor) -> Tensor:
-        """An op run in place (ggml_*_inplace): a view of its input."""
-        return self._make(op, a.type, a.ne, [a], a, 0, a.nb)
+    def inplace(self, op: str, a: Tensor, *src: Tensor) -> Tensor:
+        """An op run in place (ggml_*_inplace): a view of its first input."""
+        return self._make(op, a.type, a.ne, [a, *src], a, 0, a.nb)
+
+    def pool_2d(self, a: Tensor, k0: int, k1: int, s0: int, s1: int) -> Tensor:
+        """ggml_pool_2d without padding."""
+        return self._make("POOL_2D", "F32", ((a.ne[0] - k0) // s0 + 1, (a.ne[1] - k1) // s1 + 1, a.ne[2], a.ne[3]),
+                          [a])
 
     def cpy(self, a: Tensor, b: Tensor) -> Tensor:
         """ggml_cpy: a view of the destination, its sources the data and the destination."""
@@ -309,6 +314,8 @@ class CGraph:
             else:
                 stack.pop()
                 if node.op == "NONE":
+                    if not node.name:  # ggml_visit_parents names an unnamed leaf by its index
+                        node.name = f"leaf_{len(self.leafs)}"
                     self.leafs.append(node)
                 else:
                     self.nodes.append(node)

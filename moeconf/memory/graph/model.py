@@ -30,6 +30,7 @@ class Setup:
     cells: int
     swa_cells: int = 0  # the sliding-window cache's cells per stream (0: none)
     n_stream: int = 1
+    n_seq: int = 1
     flash_attn: bool = True
     offload_kqv: bool = True
     cache_k: str = "f16"
@@ -100,7 +101,6 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     for t in inv.tensors:
         if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
             home[t.layer] = placement.defaults[t.name] or HOST
-    # a transposed V cache (no flash attention) is as wide as the widest layer's (llama-kv-cache.cpp)
     v_max = max((la.n_head_kv * la.head_v for la in layers if not la.recurrent), default=0)
     for la in layers:
         dev = home.get(la.index, HOST)
@@ -111,9 +111,10 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                             ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_stream), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
+        # V stored transposed (no flash attention): every layer's rows as wide as the widest (llama-kv-cache.cpp)
+        v_row = la.n_head_kv * la.head_v if setup.flash_attn else v_max
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
-                        ctx.cache(f"cache_v_l{la.index}", ctv,
-                                  (la.n_head_kv * la.head_v if setup.flash_attn else v_max, cells, ns), kdev))
+                        ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -134,7 +135,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                  head_k_l=tuple(la.head_k for la in layers), head_v_l=tuple(la.head_v for la in layers),
                  n_vocab=geo.n_vocab, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
     cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_kv_swa=setup.swa_cells,
-                 n_stream=setup.n_stream,
+                 n_stream=setup.n_stream, n_seq=setup.n_seq,
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
@@ -181,7 +182,7 @@ def facts(inv: Inventory) -> Facts:
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
                  groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
                  units=frozenset(md.unit_floats), values=md.float_values,
-                 indexer_top_k=top_k if isinstance(top_k, int) else 0)
+                 indexer_top_k=top_k if isinstance(top_k, int) else 0, hparams=md.hparams)
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:
@@ -213,7 +214,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     if geo.swa_type != "none" and any(la.swa for la in geo.layers):  # llama-kv-cache-iswa.cpp
         window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
-    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
+    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seq=n_seq,
                  flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
                  offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
@@ -236,3 +237,13 @@ GRAPH_COMPUTE: frozenset[str] = frozenset(GRAPH_MODELLED) | GRAPH_SWITCHED
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:
     """Every device's compute buffer through the engine's graph (`compute`)."""
     return compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
+
+
+def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
+    """Why the architecture's composition does not build the graph of these settings (empty: it does)."""
+    comp = COMPOSITIONS.get(inv.arch)
+    if comp is None or comp.memory is None or comp.memory.refuses is None:
+        return []
+    s = setup_for(inv, settings)
+    why = comp.memory.refuses(s.n_tokens, s.n_stream)
+    return [why] if why else []

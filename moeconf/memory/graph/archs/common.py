@@ -22,6 +22,8 @@ class Facts:
     units: frozenset[str] = frozenset()  # the float `{arch}.*` keys present whose value is 0 or 1
     # the float `{arch}.*` keys' values where the source has them (a GGUF; a manifest has none)
     values: tuple[tuple[str, float | tuple[float, ...]], ...] = ()
+    indexer_top_k: int = 0  # attention.indexer.top_k: the cells the DSA indexer keeps per token
+    hparams: tuple[tuple[str, int | tuple[int, ...]], ...] = ()  # the other integer `{arch}.*` keys present
 
     def above(self, key: str, il: int, floor: float = 0.0) -> bool:
         """Whether `{arch}.key` is above `floor` for layer il (get_key_or_arr: one value per layer or
@@ -32,7 +34,10 @@ class Facts:
         if isinstance(v, tuple):
             return il < len(v) and v[il] > floor
         return v > floor
-    indexer_top_k: int = 0  # attention.indexer.top_k: the cells the DSA indexer keeps per token
+
+    def hparam(self, key: str, default: int = 0) -> int:
+        """An integer `{arch}.KEY` (by its name after `{arch}.`), or `default` where absent."""
+        return next((v for k, v in self.hparams if k == key and isinstance(v, int)), default)
 
 
 @dataclass(frozen=True)
@@ -78,11 +83,15 @@ class Memory:
     """A composition's standing in `estimate` (absent: nodes only, the memory still an older replay's
     or refused). checked_on: what its figures were checked against. keys: the `{arch}.*` keys its
     loader reads beyond support.NO_MEMORY_EFFECT, each composed. replaces_replay: the architecture had
-    an older replay (memory/support.py registers it) and its compute now comes from this graph."""
+    an older replay (memory/support.py registers it) and its compute now comes from this graph.
+    refuses: settings under which `estimate` leaves the compute out, saying why."""
 
     checked_on: str
     keys: frozenset[str] = frozenset()
     replaces_replay: bool = False
+    # the settings the composition does not build (the reserve's ubatch tokens and streams -> why, or ""):
+    # a branch of the engine's graph no recorded dump checked
+    refuses: Callable[[int, int], str] | None = None
 
 
 # the architectures an older replay modelled, their compute now the graph's

@@ -1,0 +1,197 @@
+"""MiniMax-M3 (src/models/minimax-m3.cpp): MiniMax-M2's attention (per-head Q/K norms, partial
+RoPE) with leading dense layers, routed experts and a shared expert, all with the clamped SwiGLU,
+sigmoid routing with a selection bias; and MiniMax Sparse Attention (MSA) on the MoE layers.
+
+MSA (with flash attention, one sequence or one stream per sequence; otherwise every layer attends
+densely): the engine's cache is a pair (src/llama-kv-cache-msa.cpp), the model's K/V and, on the
+sparse layers, an indexer key cache one head of `attention.indexer.key_length` wide. A sparse layer
+projects, norms and rotates the indexer's queries (one head per KV head) and its key, stores the key,
+scores the queries against the keys gathered in position order, max-pools the scores over blocks of
+`attention.indexer.block_size` positions, forces the local blocks, keeps the top
+`attention.indexer.top_k` blocks, and turns them into a per-head mask over the cache's cells, added
+to the causal mask; then one flash attention over every head group. The position axis is the
+positions in the cache padded to 256 and to whole blocks: at the reserve, an empty cache, 256."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.blocks import AttnInput, GraphContext
+from moeconf.memory.graph.ggml import Tensor, is_contiguous, row_size
+
+ARCH = "minimax-m3"
+
+
+@dataclass
+class _Msa:
+    """llm_graph_input_msa and the sizes every sparse layer shares."""
+
+    k_idxs: Tensor  # the indexer cache's store indices
+    bias: Tensor  # [blocks, tokens] the local blocks' forcing
+    pos_mask: Tensor  # [positions, tokens]
+    pos_slot: Tensor  # [positions, streams] position -> cell
+    cell_blk: Tensor  # [cells, streams] cell -> position block
+    mask_f32: Tensor  # the causal mask cast to F32
+    blk: int
+    n_ps: int
+    top_k: int
+
+
+def _msa_input(g: GraphContext, attn_in: AttnInput, facts: Facts) -> _Msa:
+    c = g.ctx
+    blk = facts.hparam("attention.indexer.block_size", 1)
+    n_ps = -(-256 // blk) * blk  # get_n_pos of an empty cache (256), padded to whole blocks
+    mask = attn_in.mask
+    n_kv, n_tps, ns = mask.ne[0], mask.ne[1], mask.ne[3]
+    assert n_tps > 1, _refuses(g.n_tokens, ns)
+    k_idxs = c.input("I64", g.n_tokens, name="attn_inp_k_idxs")
+    bias = c.input("F32", n_ps // blk, g.n_tokens, name="")
+    pos_mask = c.input("F32", n_ps, g.n_tokens, name="")
+    pos_slot = c.input("I32", n_ps, ns, name="")
+    cell_blk = c.input("I32", n_kv, ns, name="")
+    return _Msa(k_idxs, bias, pos_mask, pos_slot, cell_blk, c.cast(mask, "F32"), blk, n_ps,
+                facts.hparam("attention.indexer.top_k"))
+
+
+def _fa(g: GraphContext, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gp: int) -> Tensor:
+    """build_attn_msa_fa: every head group (and stream) on flash attention's sequence axis."""
+    c = g.ctx
+    d, hq, t = q.ne[0], q.ne[1], q.ne[2]
+    ch = k.ne[3]
+    r = hq * t // (gp * ch)
+    q = c.permute(c.reshape(q, d, gp, ch, r), 0, 2, 3, 1)
+    o = c.permute(c.flash_attn_ext(q, k, v, mask), 0, 1, 3, 2)
+    if not is_contiguous(o):
+        o = c.cont(o)
+    return c.reshape(o, d * hq, t)
+
+
+def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, pos: Tensor, q: Tensor, k: Tensor,
+            v: Tensor) -> Tensor:
+    c, w, hp = g.ctx, g.w, g.hp
+    T = g.n_tokens
+    kq_w, kk_w = need(w.layer(il, "indexer.q_proj")), need(w.layer(il, "indexer.k_proj"))
+    d_idx = kk_w.ne[1]
+    hd = kq_w.ne[1] // d_idx
+    iq = c.reshape(g.mm(kq_w, cur), d_idx, hd, T)
+    ik = c.reshape(g.mm(kk_w, cur), d_idx, 1, T)
+    iq = c.rope(g.norm(iq, w.layer(il, "indexer.q_norm"), None, il), pos)
+    ik = c.rope(g.norm(ik, w.layer(il, "indexer.k_norm"), None, il), pos)
+    kc, vc = g.kv[il]
+    cells, ns = kc.ne[1], kc.ne[2]
+    assert kc.buffer is not None
+    ic = c.cache(f"cache_k_l{il}", kc.type, (d_idx, cells, ns), kc.buffer)  # the indexer cache: one key head
+    g.expand(g._cpy_k(ic, ik, m.k_idxs))
+    rs = row_size(ic.type, d_idx)
+    ik_kv = c.view(ic, (d_idx, 1, attn_in.n_kv, ns), (rs, rs, rs * cells), 0)
+    if attn_in.k_rot is not None:
+        q = g._hadamard(q, attn_in.k_rot)
+        k = g._hadamard(k, attn_in.k_rot)
+    if attn_in.v_rot is not None:
+        v = g._hadamard(v, attn_in.v_rot)
+    for t in (q, k, v):
+        g.expand(t)
+    g.expand(g._cpy_k(kc, k, attn_in.k_idxs))
+    g.expand(g._cpy_v(vc, v, attn_in.v_idxs))
+    kv_k, kv_v = g._get_k(kc, il, attn_in.n_kv), g._get_v(vc, il, attn_in.n_kv)
+    d, hkv, n_kv = kv_k.ne[0], kv_k.ne[1], kv_k.ne[2]
+    n_head = hp.n_head[il]
+    n_tps = T // ns
+    nblk = m.n_ps // m.blk
+    top = min(m.top_k, nblk)
+    outs = []
+    for st in range(ns):
+        iq_s = c.view(iq, (d_idx, hd, n_tps), (iq.nb[1], iq.nb[2]), st * n_tps * iq.nb[2])
+        ik_s = c.view(ik_kv, (d_idx, n_kv), (ik_kv.nb[2],), st * ik_kv.nb[3])
+        psl_s = c.view(m.pos_slot, (m.n_ps,), (), st * m.pos_slot.nb[1])
+        pm = m.pos_mask
+        pm_s = c.view(pm, (m.n_ps, 1, n_tps), (pm.nb[1], pm.nb[1]), st * n_tps * pm.nb[1])
+        cb_s = c.view(m.cell_blk, (n_kv,), (), st * m.cell_blk.nb[1])
+        mf = m.mask_f32
+        mf_s = c.view(mf, (n_kv, n_tps, 1), (mf.nb[1], mf.nb[3]), st * mf.nb[3])
+        b = m.bias
+        bias_s = c.view(b, (nblk, 1, n_tps), (b.nb[1], b.nb[1]), st * n_tps * b.nb[1])
+        q_s = c.view(q, (d, n_head, n_tps), (q.nb[1], q.nb[2]), st * n_tps * q.nb[2])
+        k_s = c.view(kv_k, (d, hkv, n_kv, 1), (kv_k.nb[1], kv_k.nb[2], kv_k.nb[3]), st * kv_k.nb[3])
+        v_s = c.view(kv_v, (d, hkv, n_kv, 1), (kv_v.nb[1], kv_v.nb[2], kv_v.nb[3]), st * kv_v.nb[3])
+        # the block scores, the local blocks forced, the top blocks
+        ikp = c.get_rows(ik_s, psl_s)
+        sc = c.reshape(c.mul_mat(ikp, c.reshape(iq_s, d_idx, hd * n_tps)), m.n_ps, hd, n_tps)
+        sc = c.inplace("ADD", sc, pm_s)
+        bsf = c.add(c.pool_2d(sc, m.blk, 1, m.blk, 1), bias_s)
+        idx = c.top_k(bsf, top)
+        # the block mask: -inf but at the chosen blocks, per head, spread to the cells, plus the causal mask
+        ninf = c.repeat(c.cast(c.scale(bias_s), "F16"), nblk, hd, n_tps, 1)
+        zero = c.scale(c.cast(idx, "F32"))
+        bm = c.set_rows(c.reshape(ninf, 1, nblk, hd * n_tps), c.reshape(zero, 1, top, hd * n_tps),
+                        c.reshape(idx, top, hd * n_tps))
+        bm = c.cont(c.permute(c.reshape(bm, nblk, hd, n_tps), 0, 2, 1, 3))
+        bm2 = c.cont(c.transpose(c.reshape(bm, nblk, n_tps * hd)))
+        bmx = c.reshape(c.cont(c.transpose(c.get_rows(bm2, cb_s))), n_kv, n_tps, hd)
+        mask4 = c.cast(c.reshape(c.inplace("ADD", bmx, mf_s), n_kv, n_tps, 1, hd), "F16")
+        outs.append(_fa(g, q_s, c.permute(k_s, 0, 3, 1, 2), c.permute(v_s, 0, 3, 1, 2), mask4, n_head // hkv))
+    out = outs[0]
+    for o in outs[1:]:
+        out = c.concat(out, o, 1)
+    if attn_in.v_rot is not None:
+        out = g._hadamard(out, attn_in.v_rot)
+    return g.mm(need(w.layer(il, "attn_output")), out)
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w, hp, cp = g.ctx, g.w, g.hp, g.cp
+    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    pos = g.inp_pos()
+    # MSA needs flash attention and no unified cache shared by several sequences
+    msa_on = cp.flash_attn and (cp.n_seq == 1 or cp.n_stream > 1)
+    attn_in = g.attn_inp_kv()
+    m = _msa_input(g, attn_in, facts) if msa_on else None
+    out_ids = g.inp_out_ids()
+    gating = GATING.get(facts.gating or 0, "softmax")
+    w_scale = 2.0 if "expert_weights_scale" in facts.floats else 0.0
+    for il in range(hp.n_layer):
+        res = inp
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
+        q = c.rope(g.norm(q, w.layer(il, "attn_q_norm"), None, il), pos)
+        k = c.rope(g.norm(k, w.layer(il, "attn_k_norm"), None, il), pos)
+        if m is not None and w.layer(il, "indexer.k_proj") is not None:  # the loader's sparse layers
+            cur = _sparse(g, m, attn_in, il, cur, pos, q, k, v)
+        else:
+            cur = g.attn(attn_in, il, w.layer(il, "attn_output"), None, q, k, v)
+        if il == hp.n_layer - 1:
+            cur = c.get_rows(cur, out_ids)
+            res = c.get_rows(res, out_ids)
+        ffn_inp = c.add(cur, res)
+        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        if w.layer(il, "ffn_gate_inp") is None:
+            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il,
+                        act="swiglu_oai")
+        else:
+            moe = g.moe_ffn(cur, il, gating=gating, norm_w=bool(facts.norm_w), w_scale=w_scale, act="swiglu_oai",
+                            probs_bias=w.layer(il, "exp_probs_b", "bias"))
+            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
+                       il, act="swiglu_oai")
+            cur = c.add(moe, sh)
+        inp = c.add(cur, ffn_inp)
+    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
+    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+
+
+def _refuses(n_tokens: int, n_stream: int) -> str:
+    """MSA's decode form (one token per stream: a gather of the chosen blocks' keys) is not composed, and
+    its per-stream form (several sequences without a unified cache) no recorded dump checked."""
+    if n_tokens // n_stream == 1:
+        return ("compute is not modelled for MiniMax-M3's sparse attention at one token per stream (its decode "
+                "form): use a ubatch of more tokens than sequences (-ub), or measure with llama-fit-params -fitp on")
+    if n_stream > 1:
+        return ("compute is not modelled for MiniMax-M3's sparse attention over several streams (--no-kv-unified "
+                "with -np above 1): use one sequence or a unified cache, or measure with llama-fit-params -fitp on")
+    return ""
+
+
+MEMORY = Memory(CHECKED + " (MiniMax-M3)", refuses=_refuses, keys=frozenset({
+    "leading_dense_block_count", "expert_weights_scale", "expert_weights_norm", "expert_gating_func",
+    "attention.indexer.head_count", "attention.indexer.key_length", "attention.indexer.top_k",
+    "attention.indexer.block_size", "attention.indexer.local_blocks"}))
