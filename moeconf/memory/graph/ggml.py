@@ -272,6 +272,14 @@ class Ctx:
     def flash_attn_ext(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         return self._make("FLASH_ATTN_EXT", "F32", (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), [q, k, v, mask])
 
+    def top_k(self, a: Tensor, k: int) -> Tensor:
+        """ggml_top_k: the indices of each row's k largest values."""
+        return self._make("TOP_K", "I32", (k, a.ne[1], a.ne[2], a.ne[3]), [a])
+
+    def lightning_indexer(self, q: Tensor, k: Tensor, w: Tensor, mask: Tensor) -> Tensor:
+        """ggml_lightning_indexer: the DSA indexer's fused scores, one per cached key and query token."""
+        return self._make("LIGHTNING_INDEXER", "F32", (k.ne[2], q.ne[2], 1, q.ne[3]), [q, k, w, mask])
+
 
 class CGraph:
     """ggml_cgraph: nodes and leafs in ggml_visit_parents order (depth first, sources left to right)."""
@@ -301,6 +309,8 @@ class CGraph:
             else:
                 stack.pop()
                 if node.op == "NONE":
+                    if not node.name:  # ggml_visit_parents names an unnamed leaf by its index
+                        node.name = f"leaf_{len(self.leafs)}"
                     self.leafs.append(node)
                 else:
                     self.nodes.append(node)
