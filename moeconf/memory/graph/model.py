@@ -150,7 +150,8 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
               absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
                      swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec,
-                     lid=lid, lid_rot=lid_rot if lid else 0, lid_top_k=_int(inv.metadata.hparam("attention.indexer.top_k")))
+                     lid=lid, lid_rot=lid_rot if lid else 0,
+                     lid_top_k=_int(inv.metadata.hparam("attention.indexer.top_k")))
     ARCHS[inv.arch](g, f)
     return g, backends
 
@@ -195,7 +196,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     cells = n_ctx if unified else -(-(n_ctx // n_seq) // pad) * pad
     T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
-    t_graph = -(-T // n_seq) * n_seq if n_out < T else T
+    t_graph = -(-T // n_seq) * n_seq  # graph_reserve: a multiple of the sequences (llama-context.cpp)
     from moeconf.memory.archgraph import flash_attn_forced_off
     from moeconf.memory.geometry import geometry
     geo = geometry(inv)

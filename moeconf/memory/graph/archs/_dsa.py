@@ -65,10 +65,12 @@ def _attn_dsa(g: GraphContext, inp: AttnInput, il: int, wo: Tensor | None, q: Te
     m = inp.mask
     every = c.fill(m)
     every = c.view(every, (1, every.ne[0], every.ne[1], every.ne[3]), (every.nb[0], every.nb[1], every.nb[2]), 0)
-    tk = c.view(top_k, (top_k.ne[0], top_k.ne[1], top_k.ne[3], 1), (top_k.nb[1], top_k.nb[2], top_k.ne[3] * top_k.nb[3]), 0)
+    t = top_k
+    tk = c.view(t, (t.ne[0], t.ne[1], t.ne[3], 1), (t.nb[1], t.nb[2], t.ne[3] * t.nb[3]), 0)
     zeros = c.fill(c.new("F32", 1, tk.ne[0], tk.ne[1], tk.ne[2]))
     sparse = c.set_rows(every, zeros, tk)
-    sparse = c.view(sparse, (sparse.ne[1], sparse.ne[2], 1, sparse.ne[3]), (sparse.nb[2], sparse.nb[3], sparse.nb[3]), 0)
+    s = sparse
+    sparse = c.view(s, (s.ne[1], s.ne[2], 1, s.ne[3]), (s.nb[2], s.nb[3], s.nb[3]), 0)
     sparse = c.add(sparse, m)
     kview = g._get_k(kc, il, inp.n_kv)
     vview = c.view(kview, (v.ne[0], kview.ne[1], kview.ne[2], kview.ne[3]), (kview.nb[1], kview.nb[2], kview.nb[3]), 0)

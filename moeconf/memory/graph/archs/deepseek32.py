@@ -5,7 +5,9 @@ its shared expert."""
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._dsa import build
+from moeconf.memory.graph.archs.common import REPLAYED
 
+MEMORY = REPLAYED
 ARCH = "deepseek32"
 
-__all__ = ["ARCH", "build"]
+__all__ = ["ARCH", "MEMORY", "build"]

@@ -5,7 +5,9 @@ of the last layer that ran its own indexer."""
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._dsa import build
+from moeconf.memory.graph.archs.common import REPLAYED
 
+MEMORY = REPLAYED
 ARCH = "glm-dsa"
 
-__all__ = ["ARCH", "build"]
+__all__ = ["ARCH", "MEMORY", "build"]
