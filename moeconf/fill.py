@@ -45,12 +45,14 @@ if TYPE_CHECKING:
 MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
 _TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away from home, room left)
-# the architectures whose search ranks splits on an approximate replay (each device's run from its
-# last layers: memory/replay_dsa.py, replay_glm5next.py) and measures the ones it finishes exactly
+# the architectures whose search ranks splits on an approximate compute and measures the ones it finishes
+# exactly: GLM-5.3-Flash's replay run on each device's last layers (memory/replay_glm5next.py), and DSA's
+# phase model (no indexer in it: GLM-5's first GPU 148 MiB under the graph at 8k), finished through the
+# engine's graph (memory/graph/archs/_dsa.py, ~0.5 s for GLM-5 over two GPUs)
 APPROXIMATE_SEARCH = DSA_ARCHS | GLM5_NEXT
-# there each finish is a whole exact replay (~20 ms for GLM-5 over two GPUs). Over eight DSA fits
-# (GLM-5, DeepSeek-V3.2; 16+12 to 48+24 GiB) finishing 6 chose what finishing 12 did in seven; the
-# eighth kept the same bytes on the GPUs with 5 MiB less room on the fullest
+# there each finish is a whole exact measure. Over eight DSA fits (GLM-5, DeepSeek-V3.2; 16+12 to 48+24
+# GiB, measured on the former DSA replay) finishing 6 chose what finishing 12 did in seven; the eighth
+# kept the same bytes on the GPUs with 5 MiB less room on the fullest
 _TIES_FINISHED_APPROXIMATE = 6
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
@@ -153,7 +155,7 @@ class _Filler:
         self.last_device = {n: req.devices[-1] for req in requests for n in req.tensors}
         # a rule's last device takes the rest: its budget is checked once the others are filled
         self.sinks = {req.devices[-1] for req in requests} - {d for req in requests for d in req.devices[:-1]}
-        # DSA's search ranks splits on an approximate replay (memory/replay_dsa.py), and falls back
+        # the search ranks splits on an approximate compute (APPROXIMATE_SEARCH), and falls back
         # to the exact one where that finds nothing that fits
         self.approximate = inv.arch in APPROXIMATE_SEARCH
 
@@ -202,12 +204,9 @@ class _Filler:
 
     # -- filling ---------------------------------------------------------------------------------
 
-    def greedy(self, free: dict[str, int], home: Mapping[str, str | None] | None = None,
-               ) -> tuple[dict[str, str], dict[str, list[list[str]]], dict[str, int]]:
+    def greedy(self, free: dict[str, int]) -> tuple[dict[str, str], dict[str, list[list[str]]], dict[str, int]]:
         """Each request's units (layers, in policy order) to the first device with room; a device
-        that refuses a unit closes, after taking the best-packed part of it when `split` is on.
-        With `home` (each tensor's layer device), a unit goes only to its own layer's GPU (or the
-        rule's last device): for DSA, whose replay does not cover experts on another GPU."""
+        that refuses a unit closes, after taking the best-packed part of it when `split` is on."""
         free = dict(free)
         assign: dict[str, str] = {}
         placed: dict[str, list[list[str]]] = defaultdict(list)  # device -> units (tensor names), in order
@@ -216,7 +215,7 @@ class _Filler:
             for unit in _units(self.inv, req.tensors, self.policy):
                 rest = list(unit)
                 for dev in req.devices[:-1]:
-                    if dev in closed or not rest or (home is not None and home.get(rest[0]) != dev):
+                    if dev in closed or not rest:
                         continue
                     need = sum(alloc_size(self.inv.by_name[n], dev) for n in rest)
                     if need <= free[dev]:
@@ -252,10 +251,10 @@ class _Filler:
         last: dict[str, str] | None = None
         for _round in range(4):
             if self.inv.arch in APPROXIMATE_SEARCH and _round and any(free[d] < 0 for d in self.accelerators):
-                # the search measured DSA's compute approximately (memory/replay_dsa.py), possibly
+                # the search measured the compute approximately (APPROXIMATE_SEARCH), possibly
                 # low: measured exactly, this split is over with nothing of the fill on its GPUs
                 raise _SplitOver(shortfall_message(mem, bad, self.sizes))
-            assign, placed, left = self.greedy(free, self.home(cand))
+            assign, placed, left = self.greedy(free)
             if assign == last:
                 break
             last = assign
@@ -301,11 +300,6 @@ class _Filler:
     def slack(self, mem: MemoryEstimate) -> int:
         """The least room left on an accelerator."""
         return min(self.free(mem)[d] for d in self.accelerators)
-
-    def home(self, cand: _Candidate) -> Mapping[str, str | None] | None:
-        """Where the fill may put a layer's experts only on their layer's own GPU: DSA (its replay
-        refuses experts on another GPU than their attention, memory/replay_dsa.py)."""
-        return cand.defaults if self.inv.arch in DSA_ARCHS else None
 
     def away(self, devices: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> int:
         """Bytes of the fill's tensors on a GPU other than their layer's."""
@@ -407,7 +401,7 @@ class _Filler:
                 cand = self.candidate(ts, counts)
                 exact = self.check_ranges(counts, ts)
                 if exact and not cand.over and AUTO_GPU not in cand.mem.devices and cand.mem.complete:
-                    assign, _, left = self.greedy(self.free(cand.mem), self.home(cand))
+                    assign, _, left = self.greedy(self.free(cand.mem))
                     cand.score = self.gpu_bytes(assign)
                     cand.slack = min(left[d] for d in self.accelerators)
                     cand.away = self.away(assign, cand.defaults)
@@ -527,7 +521,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
         except (DoesNotFit, _SplitOver):
             if not f.approximate:
                 raise
-            # DSA: the search on the approximate replay found no split that fits when measured
+            # the search on the approximate replay found no split that fits when measured
             # exactly; the exact search decides (slower, as every split is replayed whole)
             f.approximate = False
             cand, devices = choose()
@@ -562,8 +556,8 @@ def _refuse_unmodelled(plan: Plan, f: _Filler, devices: Mapping[str, str | None]
     pl = Placement(f.inv, f.eng, dict(devices), dict(defaults), {})
     gpus = list(f.accelerators)
     why = unmodelled_settings(pl, f.settings, gpus, replays_cover(pl, f.settings, gpus))
-    # the DSA replay's placements (memory/replay_dsa.py): a search candidate it does not cover has
-    # no compute, so the chosen fill is checked again with every check on
+    # the placements a replay covers (memory/replay_glm5next.py, replay_kda.py): a search candidate it does
+    # not cover has no compute, so the chosen fill is checked again with every check on
     if not why:
         mem = f.measure(devices, defaults)
         if not mem.complete:

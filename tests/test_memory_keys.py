@@ -9,7 +9,7 @@ loader reads (moeconf/engines/archkeys.py), so each line was refused before it w
 - Nemotron-3's `expert_group_count` 1: no group selection (memory/keys.py `neutral`);
 - Grok's `final_logit_softcapping`: three ops on the logits, each in place;
 - GLM-5.2's `attention.indexer.types`: the indexer K cache on the full layers only, the shared
-  layers reusing the last full layer's top-k (memory/indexer.py, memory/replay_dsa.py)."""
+  layers reusing the last full layer's top-k (memory/indexer.py, memory/graph/archs/_dsa.py)."""
 
 from __future__ import annotations
 

@@ -64,8 +64,8 @@ def test_every_modelled_key_is_a_real_engine_key() -> None:
     ("smallthinker", None, "not modelled for the 'smallthinker' architecture"),
     # a modelled hybrid whose file lacks what its model reads (memory/recurrent.py, replay_glm5next.py)
     ("glm5-next", None, "it lacks glm5-next.ssm.conv_kernel"),
-    # a modelled architecture whose file lacks what its model reads (memory/replay_dsa.py)
-    ("glm-dsa", None, "no attention.indexer.top_k (the engine needs them)"),
+    # a modelled architecture whose file lacks what its model reads (memory/indexer.py)
+    ("glm-dsa", None, "glm-dsa.attention.indexer.top_k is missing: the engine refuses the file"),
     # keys the pinned llama.cpp's qwen3moe loader reads (its common part) that moeconf does not model
     ("qwen3moe", ("pooling_type", 1), "not modelled for qwen3moe.pooling_type: the llama.cpp loader of 'qwen3moe' "
                                       "reads it (into pooling_type)"),

@@ -52,9 +52,8 @@ from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
-from moeconf.memory.indexer import DSA_ARCHS, indexer_row_layers, indexer_width
+from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
-from moeconf.memory.replay_dsa import dsa_unmodelled, replayed_dsa
 from moeconf.memory.replay_hybrid import (
     ALL_CPU,
     DOWN_CPU,
@@ -294,14 +293,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if not why and inv.arch in rec.GLM5_NEXT:
         why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
                                               cache_type_k=settings.cache_type_k))
-    # ---
-    # --- DSA (deepseek32, glm-dsa): the settings and placements the replay covers (memory/replay_dsa.py;
-    # llama.cpp's graph: ik_llama.cpp runs its own, whose compute is refused by support.unmodelled)
-    if not why and eng.name != "ik_llama.cpp":
-        n_stream_dsa = 1 if (settings.kv_unified or settings.n_parallel == 1) else settings.n_parallel
-        why.extend(dsa_unmodelled(placement, geo, flash_attn=settings.flash_attn != "off",
-                                  offload_kqv=settings.offload_kqv, n_stream=n_stream_dsa, pipeline=pipeline,
-                                  cache_type_k=settings.cache_type_k))
     # ---
     # the nextn blocks whose KV cache the engine keeps though it skips their tensors (geometry NEXTN_KV)
     nextn_dev: dict[int, str] = {}
@@ -625,13 +616,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         compute.update(by_replay)
         outputs_exact.update(by_replay)
 
-    # --- DSA (deepseek32, glm-dsa): every compute buffer by the replay (memory/replay_dsa.py)
-    if inv.arch in DSA_ARCHS:
-        # the worst-case ubatch is rounded up to a multiple of the sequences (llama-context.cpp,
-        # graph_reserve: "making n_tokens a multiple of n_seqs")
-        t_dsa = -(-T // n_seq) * n_seq
-        compute = defaultdict(int, replayed_dsa(placement, geo, t_dsa, cells, pipeline=pipeline, flash_attn=fa,
-                                                cache_type_k=ctk, approximate=not replay))
     # --- GLM-5.3-Flash: every compute buffer by its replay (memory/replay_glm5next.py) ---
     if inv.arch in rec.GLM5_NEXT:
         compute = defaultdict(int, replay_glm5next.replayed_glm5next(

@@ -65,8 +65,11 @@ def indexer_unmodelled(inv: Inventory) -> list[str]:
 
 
 def indexer_table_unmodelled(inv: Inventory) -> list[str]:
-    """Why glm-dsa's per-layer indexer table is not modelled (empty: it is, or the model has none)."""
+    """Why glm-dsa's per-layer indexer table is not modelled (empty: it is, or the model has none), or
+    why a DSA file is refused by the engine (no indexer top-k: the loader requires it)."""
     why = []
+    if inv.arch in DSA_ARCHS and not isinstance(inv.metadata.hparam("attention.indexer.top_k"), int):
+        why.append(f"{inv.arch}.attention.indexer.top_k is missing: the engine refuses the file")
     keys = set(inv.metadata.arch_keys or ())
     if inv.arch == "glm-dsa" and "attention.indexer.types" not in keys \
             and (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT:

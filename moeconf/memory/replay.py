@@ -27,7 +27,7 @@ replay its offsets exactly. Results are cached: a `fit` calls `estimate` many ti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TypeVar
@@ -574,15 +574,14 @@ def sigmoid_router(g: Graph, x: int, logits: int, chosen: int, f: int) -> tuple[
 
 
 def split_experts(g: Graph, cpu: int, il: int, xr: int, topk: int, ids_size: int, x_size: int, ffe: int,
-                  down_size: int, copy: Callable[[object, int, int], int] | None = None) -> int:
+                  down_size: int) -> int:
     """A layer's routed experts split between the GPU (buffer GPU) and the CPU (bits of
     replay_hybrid's GATE_CPU, UP_CPU, DOWN_CPU: 1, 2, 4): each matmul where its weights are, the
     SwiGLU on the CPU only when up and down are there, each crossing a copy at the start of the next
     split (build_moe_ffn; measured with the scheduler's debug output, GGML_SCHED_DEBUG=2, and traced
-    on GLM-5 with gate and up on the CPU). `copy(key, size, src)` makes a split's copy (default
-    `g.input`; the DSA replay's pins 4 with pipeline parallelism). Returns the experts' output on
-    the GPU. The classic, hybrid and DSA replays share it."""
-    put = g.input if copy is None else copy
+    on GLM-5 with gate and up on the CPU); each crossing is a split's copy (`g.input`). Returns the
+    experts' output on the GPU. The classic and hybrid replays share it."""
+    put = g.input
     here = GPU
 
     def on(buf: int) -> None:

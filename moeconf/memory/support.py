@@ -104,11 +104,11 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     "glm5-next": ArchMemory(_recurrent.KDA_KEYS | _MLA | _DSA | _replay_glm5next.KEYS | _CLAMPS, _MAINLINE,
                             _CHECKED + " (GLM-5.3-Flash)"),
     # ---
-    # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by a node-by-node
-    # replay of the DSA graph (memory/replay_dsa.py), on the placements and settings it covers
+    # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by the engine's
+    # graph (memory/graph/archs/_dsa.py)
     "deepseek32": ArchMemory(_MLA | _DSA, _MAINLINE, _CHECKED + " (DeepSeek-V3.2)"),
     # GLM-5.2's per-layer indexer table: the indexer K cache on its full layers only, the shared layers
-    # reading the last full layer's top-k (memory/indexer.py full_indexers, replay_dsa.py)
+    # reading the last full layer's top-k (memory/indexer.py full_indexers, graph/archs/_dsa.py)
     "glm-dsa": ArchMemory(_MLA | _DSA | {"attention.indexer.types"}, _MAINLINE,
                           _CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
 }

@@ -4,7 +4,7 @@ projection (`llama-fit-params -fitp on -v`, which allocates nothing) on sparse f
 
 - memory: the recorded figures (tests/engine/figures_dsa.json, which the default suite holds
   the model to) are measured again, and moeconf is within tolerance (the DSA ones' compute by the
-  replay of moeconf/memory/replay_dsa.py);
+  engine's graph, moeconf/memory/graph/archs/_dsa.py);
 - placement: every tensor's device from the same log (`layer N assigned to device`, the override
   lines, `model has unused tensor` for what the loader skips) against moeconf's;
 - fit: `moeconf fit`'s command, measured by the engine, within its budget."""

@@ -130,6 +130,11 @@ class GraphContext:
     kq_softcap: bool = False
     rs: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)  # layer -> (conv state, recurrent state)
     rec: RecurrentShape | None = None  # the gated delta-net's sizes (ssm.* keys)
+    # the DSA lightning indexer's K cache (llama_kv_cache_dsa's second cache): layer -> its K cache, and
+    # the Hadamard rotation's side the indexer's Q and K go through (0: none) and the cells it keeps per token
+    lid: dict[int, Tensor] = field(default_factory=dict)
+    lid_rot: int = 0
+    lid_top_k: int = 0
 
     @property
     def n_tokens(self) -> int:

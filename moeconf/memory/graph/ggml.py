@@ -286,6 +286,7 @@ class Ctx:
         return self._make("FLASH_ATTN_EXT", "F32", (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), [q, k, v, mask])
 
 
+
 class CGraph:
     """ggml_cgraph: nodes and leafs in ggml_visit_parents order (depth first, sources left to right)."""
 

@@ -115,6 +115,17 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         v_row = la.n_head_kv * la.head_v if setup.flash_attn else v_max
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
+    # the DSA lightning indexer's K cache (llama-kv-cache-dsa.cpp): one head of the indexer's width per
+    # indexer-cached layer, in the K cache's type, beside the MLA latent; its Q and K always rotated
+    from moeconf.memory.indexer import indexer_row_layers, indexer_width
+    lid: dict[int, Tensor] = {}
+    lid_width = indexer_width(inv)
+    for il in indexer_row_layers(inv, sorted(kv)):
+        kdev = home.get(il, HOST) if setup.offload_kqv else HOST
+        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.cells, setup.n_stream), kdev)
+    lid_rot = 64
+    while lid and lid_width % (2 * lid_rot) == 0:
+        lid_rot *= 2
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -149,7 +160,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
               absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
-                     swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec)
+                     swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec,
+                     lid=lid, lid_rot=lid_rot if lid else 0,
+                     lid_top_k=_int(inv.metadata.hparam("attention.indexer.top_k")))
     ARCHS[inv.arch](g, f)
     return g, backends
 
@@ -166,6 +179,10 @@ def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> i
     if len(widths) != 1 or (full.head_k if k else full.head_v) % 64:
         return 0
     return rotation(cache_type, widths.pop(), k)
+
+
+def _int(v: object) -> int:
+    return v if isinstance(v, int) else 0
 
 
 def facts(inv: Inventory) -> Facts:
@@ -206,7 +223,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     cells = n_ctx if unified else -(-(n_ctx // n_seq) // pad) * pad
     T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
-    t_graph = -(-T // n_seq) * n_seq if n_out < T else T
+    t_graph = -(-T // n_seq) * n_seq  # graph_reserve: a multiple of the sequences (llama-context.cpp)
     from moeconf.memory.archgraph import flash_attn_forced_off
     from moeconf.memory.geometry import geometry
     geo = geometry(inv)

@@ -1,0 +1,13 @@
+"""src/models/deepseek32.cpp: DeepSeek-V3.2, deepseek2's absorbed MLA with the lightning indexer in every
+layer choosing the cells each token attends to (archs/_dsa.py); dense leading layers, then the MoE with
+its shared expert."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs._dsa import build
+from moeconf.memory.graph.archs.common import REPLAYED
+
+MEMORY = REPLAYED
+ARCH = "deepseek32"
+
+__all__ = ["ARCH", "MEMORY", "build"]
