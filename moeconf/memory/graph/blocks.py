@@ -427,16 +427,20 @@ class GraphContext:
 
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
-                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0)) -> Tensor:
+                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0),
+                logits: Tensor | None = None, situ_linear: bool = True) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
-        weights (normalised, scaled), the experts (separate or fused gate/up, biases), weighted, summed."""
+        weights (normalised, scaled), the experts (separate or fused gate/up, biases), weighted, summed.
+        `logits`: the router's logits computed by the caller (probs_in: Kimi-K3 routes the full-width
+        input while its experts take a narrower one). act "situ": `situ` on the gate and up."""
         c, w, hp = self.ctx, self.w, self.hp
         n_embd, T = cur.ne[0], cur.ne[1]
         used = n_expert_used or hp.n_expert_used
-        gate_inp = w.layer(il, "ffn_gate_inp")
-        assert gate_inp is not None
-        logits = self.mm(gate_inp, cur)
-        logits.name = f"ffn_moe_logits-{il}"
+        if logits is None:
+            gate_inp = w.layer(il, "ffn_gate_inp")
+            assert gate_inp is not None
+            logits = self.mm(gate_inp, cur)
+            logits.name = f"ffn_moe_logits-{il}"
         if gate_inp_b is not None:
             logits = c.add(logits, gate_inp_b)
         if gating == "softmax":
@@ -500,6 +504,8 @@ class GraphContext:
             has_gate = gate_w is not None
         if act == "swiglu_oai":
             h = c.glu_split(g, up, "swiglu_oai")
+        elif act == "situ":
+            h = self.situ(g, up, situ_linear)
         elif has_gate:
             h = c.glu_split(g, up, {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}[act])
         else:
@@ -523,6 +529,16 @@ class GraphContext:
         if used == 1:
             out = c.cont(out)
         return out
+
+    def situ(self, gate: Tensor, up: Tensor, linear: bool) -> Tensor:
+        """The SiTU activation (build_moe_ffn's LLM_FFN_SITU, src/models/kimi-k3.cpp): a scaled tanh of
+        the gate times its sigmoid, times the up projection (itself through a scaled tanh where
+        `linear`: activation.situ_linear_beta above 0)."""
+        c = self.ctx
+        act = c.mul(c.scale(c.unary(c.scale(gate), "tanh")), c.unary(gate, "sigmoid"))
+        if linear:
+            up = c.scale(c.unary(c.scale(up), "tanh"))
+        return c.mul(act, up)
 
     # -- output
     def finish(self, norm: Tensor, logits: Tensor) -> None:

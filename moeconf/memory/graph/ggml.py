@@ -272,6 +272,10 @@ class Ctx:
     def flash_attn_ext(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         return self._make("FLASH_ATTN_EXT", "F32", (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), [q, k, v, mask])
 
+    def dsv4_hc_pre(self, x: Tensor, weights: Tensor) -> Tensor:
+        """ggml_dsv4_hc_pre (and _gated): x [n_embd, streams, tokens] mixed down to [n_embd, tokens]."""
+        return self._make("DSV4_HC_PRE", "F32", (x.ne[0], x.ne[2]), [x, weights])
+
 
 class CGraph:
     """ggml_cgraph: nodes and leafs in ggml_visit_parents order (depth first, sources left to right)."""

@@ -88,8 +88,10 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     rs: dict[int, tuple[Tensor, Tensor]] = {}
+    from moeconf.memory.recurrent import kda_state
     from moeconf.memory.recurrent import shape as recurrent_shape
     rec = recurrent_shape(inv)
+    kda = kda_state(inv) if rec is None else None  # KDA layers: three conv states and the delta state
     layer_backend: dict[int, int] = {}
     home: dict[int, str] = {}
     for t in inv.tensors:
@@ -102,6 +104,10 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         if la.recurrent and rec is not None:  # llama_memory_recurrent: one F32 row per sequence
             rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (rec.n_embd_r, setup.n_stream), kdev),
                             ctx.cache(f"cache_s_l{la.index}", "F32", (rec.n_embd_s, setup.n_stream), kdev))
+            continue
+        if la.recurrent and kda is not None:
+            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (kda.n_embd_r, setup.n_stream), kdev),
+                            ctx.cache(f"cache_s_l{la.index}", "F32", (kda.n_embd_s, setup.n_stream), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
@@ -155,7 +161,7 @@ def facts(inv: Inventory) -> Facts:
     return Facts(gating=gating if isinstance(gating, int) else None,
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
                  groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
-                 units=frozenset(md.unit_floats))
+                 units=frozenset(md.unit_floats), ints=md.hparams)
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:

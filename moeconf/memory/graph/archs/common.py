@@ -20,6 +20,14 @@ class Facts:
     floats: frozenset[str] = frozenset()  # the float `{arch}.*` keys present (scales, clamps)
     groups: tuple[int, int] = (0, 0)  # expert_group_count, expert_group_used_count
     units: frozenset[str] = frozenset()  # the float `{arch}.*` keys present whose value is 0 or 1
+    ints: tuple[tuple[str, int | tuple[int, ...]], ...] = ()  # the integer `{arch}.*` keys (ModelMetadata.hparams)
+
+    def int_key(self, key: str, default: int = 0) -> int:
+        """An integer `{arch}.KEY` of the file (`default` where absent or an array)."""
+        for k, v in self.ints:
+            if k == key and isinstance(v, int):
+                return v
+        return default
 
 
 @dataclass(frozen=True)
