@@ -20,6 +20,9 @@ SwaType = Literal["none", "standard", "chunked"]
 ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
     "gpt-oss": ("standard", None, 2),
     "llama4": ("chunked", 8192, 4),
+    # DeepSeek-V4: every layer's raw rows in the sliding-window cache (src/models/deepseek4.cpp
+    # set_swa_pattern(0)); the compressed rows in caches of their own (src/llama-kv-cache-dsv4.cpp)
+    "deepseek4": ("standard", None, 0),
 }
 
 # DeepSeek-style MLA architectures (attn_kv_a_mqa): ik_llama.cpp's -mla applies to these

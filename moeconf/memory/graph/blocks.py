@@ -111,6 +111,7 @@ class GraphContext:
     pinned: dict[Tensor, int] = field(default_factory=dict)
     groups: tuple[int, int] = (0, 0)  # expert groups and groups used
     t_inp_embd: Tensor | None = None  # the input embeddings as the graph reads them (res->t_inp_embd)
+    t_inp_tokens: Tensor | None = None  # the token ids input (res->t_inp_tokens)
     swa_layers: dict[int, bool] = field(default_factory=dict)  # layer -> in the sliding-window cache
     mla: Mla = field(default_factory=Mla)
     # build_attn_mha's softcapping of the KQ logits without flash attention: a scale, a tanh and a scale
@@ -136,6 +137,7 @@ class GraphContext:
         c = self.ctx
         n_inp = self.hp.n_embd_inp or self.hp.n_embd
         tokens = c.input("I32", self.n_tokens, name="inp_tokens")
+        self.t_inp_tokens = tokens
         embd = c.input("F32", n_inp, self.n_tokens, name="inp_embd")
         cur = c.get_rows(tok_embd, tokens)
         if n_inp != self.hp.n_embd:
@@ -416,7 +418,8 @@ class GraphContext:
         else:
             cur = tmp
         if gate is not None and parallel:
-            cur = c.glu_split(cur, tmp, "swiglu" if act == "silu" else "geglu" if act == "gelu" else "reglu")
+            kinds = {"silu": "swiglu", "gelu": "geglu", "silu_clamp": "swiglu_clamp"}
+            cur = c.glu_split(cur, tmp, kinds.get(act, "reglu"))
         else:
             cur = c.unary(cur, act)
         if down is not None:
@@ -428,11 +431,13 @@ class GraphContext:
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
                 n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0),
-                logits: Tensor | None = None, situ_linear: bool = True) -> Tensor:
+                logits: Tensor | None = None, situ_linear: bool = True, selected: Tensor | None = None) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
         weights (normalised, scaled), the experts (separate or fused gate/up, biases), weighted, summed.
         `logits`: the router's logits computed by the caller (probs_in: Kimi-K3 routes the full-width
-        input while its experts take a narrower one). act "situ": `situ` on the gate and up."""
+        input while its experts take a narrower one). act "situ": `situ` on the gate and up; "silu_clamp":
+        SWIGLU_CLAMP (DeepSeek-V4's swiglu_clamp_exp). gating "sqrt_softplus": sqrt(softplus(logits)).
+        `selected`: the experts chosen by the caller (DeepSeek-V4's hash-routed layers), no top-k."""
         c, w, hp = self.ctx, self.w, self.hp
         n_embd, T = cur.ne[0], cur.ne[1]
         used = n_expert_used or hp.n_expert_used
@@ -447,6 +452,8 @@ class GraphContext:
             probs = c.soft_max(logits)
         elif gating == "sigmoid":
             probs = c.unary(logits, "sigmoid")
+        elif gating == "sqrt_softplus":
+            probs = c.sqrt(c.unary(logits, "softplus"))
         else:  # softmax_weight: the logits themselves
             probs = logits
         selection = c.add(probs, probs_bias) if probs_bias is not None else probs
@@ -464,7 +471,8 @@ class GraphContext:
             top_groups = c.argsort_top_k(scores, n_group_used)
             kept = c.get_rows(sel_groups, top_groups)
             selection = c.reshape(c.set_rows(c.fill(sel_groups), kept, top_groups), n_expert, T)
-        selected = c.argsort_top_k(selection, used)
+        if selected is None:
+            selected = c.argsort_top_k(selection, used)
         probs3 = c.reshape(probs, 1, n_expert, T)
         weights = c.get_rows(probs3, selected)
         if gating == "softmax_weight":
@@ -506,6 +514,8 @@ class GraphContext:
             h = c.glu_split(g, up, "swiglu_oai")
         elif act == "situ":
             h = self.situ(g, up, situ_linear)
+        elif act == "silu_clamp":
+            h = c.glu_split(g, up, "swiglu_clamp")
         elif has_gate:
             h = c.glu_split(g, up, {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}[act])
         else:

@@ -276,6 +276,28 @@ class Ctx:
         """ggml_dsv4_hc_pre (and _gated): x [n_embd, streams, tokens] mixed down to [n_embd, tokens]."""
         return self._make("DSV4_HC_PRE", "F32", (x.ne[0], x.ne[2]), [x, weights])
 
+    def dsv4_hc_comb(self, mixes: Tensor, scale: Tensor, base: Tensor, hc: int) -> Tensor:
+        """ggml_dsv4_hc_comb: the hyper-connections' hc x hc mixing matrix per token."""
+        return self._make("DSV4_HC_COMB", "F32", (hc, hc, mixes.ne[1]), [mixes, scale, base])
+
+    def dsv4_hc_post(self, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor) -> Tensor:
+        """ggml_dsv4_hc_post: x spread back over the residual's streams [n_embd, streams, tokens]."""
+        return self._make("DSV4_HC_POST", "F32", (x.ne[0], residual.ne[1], x.ne[1]), [x, residual, post, comb])
+
+    def lightning_indexer(self, q: Tensor, k: Tensor, weights: Tensor, mask: Tensor) -> Tensor:
+        """ggml_lightning_indexer: the indexer's masked scores [keys, tokens, 1, streams]."""
+        return self._make("LIGHTNING_INDEXER", "F32", (k.ne[2], q.ne[2], 1, q.ne[3]), [q, k, weights, mask])
+
+    def top_k(self, a: Tensor, k: int) -> Tensor:
+        """ggml_top_k: the indices of each row's k largest."""
+        return self._make("TOP_K", "I32", (k, a.ne[1], a.ne[2], a.ne[3]), [a])
+
+    def rope_back(self, a: Tensor, pos: Tensor) -> Tensor:
+        return self._dup("ROPE_BACK", a, pos)
+
+    def sqrt(self, a: Tensor) -> Tensor:
+        return self._dup("SQRT", a)
+
 
 class CGraph:
     """ggml_cgraph: nodes and leafs in ggml_visit_parents order (depth first, sources left to right)."""
@@ -305,6 +327,8 @@ class CGraph:
             else:
                 stack.pop()
                 if node.op == "NONE":
+                    if not node.name:  # ggml_visit_parents names an unnamed leaf by its index
+                        node.name = f"leaf_{len(self.leafs)}"
                     self.leafs.append(node)
                 else:
                     self.nodes.append(node)

@@ -29,6 +29,13 @@ class Facts:
                 return v
         return default
 
+    def ints_of(self, key: str) -> tuple[int, ...]:
+        """An integer array `{arch}.KEY` of the file (a single value as one; empty where absent)."""
+        for k, v in self.ints:
+            if k == key:
+                return v if isinstance(v, tuple) else (v,)
+        return ()
+
 
 @dataclass(frozen=True)
 class Decoder:
