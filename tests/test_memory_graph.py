@@ -82,8 +82,10 @@ def _difference(inv: Inventory, arch: str, dims: str, line: str) -> enginegraph.
 # where the source is node 162); Llama 4's experts' output views copied back from the CPU likewise
 # ("ffn_moe_down-1 (view)"); MiniMax-M3's per-layer views of its sparse attention's inputs are all
 # "leaf_34 (view)" from the second sparse layer on, so the dump resolves the third's copy to the second's
-# view; the graphs agree otherwise
-DUMP_NAME_CLASH = {("qwen3vlmoe", "a", "ngl2"), ("llama4", "b", "expscpu"), ("minimax-m3", "b", "rpc")}
+# view; DeepSeek-V4's output head, its streams' views (" (reshaped) (view)") copied to the output device; the
+# graphs agree otherwise (checked past the first clash by resolving each clash)
+DUMP_NAME_CLASH = {("qwen3vlmoe", "a", "ngl2"), ("llama4", "b", "expscpu"), ("minimax-m3", "b", "rpc"),
+                   ("deepseek4", "a", "2rpc"), ("deepseek4", "b", "2rpc")}
 REAL_DUMP_NAME_CLASH = {("minimax-m3", "2rpc32k")}
 
 

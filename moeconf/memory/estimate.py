@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+import moeconf.memory.compressed as compressed
 import moeconf.memory.families as setting_families
 import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.kda as kda
@@ -265,7 +266,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     gpus = sorted(d for d in devices if is_gpu(d))
     notes: list[str] = []
     problems: list[str] = list(settings.problems)
-    why = unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
+    why = (unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
+           + compressed.unmodelled_settings(inv, settings.n_parallel))
     # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_estimate`), which checks
     # llama.cpp's settings and families itself
     ik = eng.name == "ik_llama.cpp"
@@ -402,6 +404,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         k_row = la.head_k * la.n_head_kv
         # a transposed V cache (no flash attention) is as wide as the widest layer's (llama-kv-cache.cpp)
         v_row = la.head_v * la.n_head_kv if fa or ik else v_max
+        if compressed.ratios(inv) is not None:  # DeepSeek-V4: raw rows K-only, compressed caches, states
+            kv[dev] += cache_row_bytes(ctk, k_row) * n + compressed.layer_bytes(inv, la.index, la.head_k, cells,
+                                                                               n_seq, ctk)
+            continue
         size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else cache_row_bytes(ctk, k_row) * n
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
             size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else cache_row_bytes(ctv, v_row) * n
@@ -410,6 +416,14 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         elif la.index in msa_layers and isinstance(msa_width, int):
             size += (cache_row_bytes(ctk, msa_width) + cache_row_bytes(ctv, la.head_v)) * n
         kv[dev] += size
+    if compressed.ratios(inv) is not None and geo.layers:
+        # the DSV4 cache keeps every block's rows, the MTP blocks' too (create_memory passes it no filter),
+        # on the device of the blocks at the end (dev_layer; the loader skips the MTP weights)
+        la0 = geo.layers[0]
+        for il in inv.layers_of_kind("nextn"):
+            dev = layer_dev.get(geo.layers[-1].index, HOST) if settings.offload_kqv else HOST
+            kv[dev] += (cache_row_bytes(ctk, la0.head_k * la0.n_head_kv) * (swa_cells or cells) * n_stream
+                        + compressed.layer_bytes(inv, il, la0.head_k, cells, n_seq, ctk))
 
     if ik:  # --- compute: llama.cpp's graph of the same placement plus ik's measured margin (memory/ikarchs.py)
         return _ik_estimate(placement, settings, weights, kv, ik_computed, devices, n_ctx, cells, swa_cells, fa,

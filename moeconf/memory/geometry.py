@@ -29,6 +29,9 @@ ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
     "cohere2moe": ("standard", None, 4),
     "mimo2": ("standard", None, 0),  # the pattern an array the loader requires (get_arr)
     "laguna": ("standard", None, 4),  # no window key (Laguna-M.1): every layer full
+    # DeepSeek-V4: every layer's raw rows in the sliding-window cache (src/models/deepseek4.cpp
+    # set_swa_pattern(0)); the compressed rows in caches of their own (src/llama-kv-cache-dsv4.cpp)
+    "deepseek4": ("standard", None, 0),
 }
 # where a whole-number pattern (or none) puts the full layer first in each period (load_swa_pattern's
 # dense_first: layer il is windowed when il % n != 0)

@@ -94,7 +94,7 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
         kv_of = kv if isinstance(kv, tuple) else (kv,) * n
         ff_of = ff if isinstance(ff, tuple) else (ff,) * n
         return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
-    if inv.arch in KDA | GLM5_NEXT or kda_loader(inv):
+    if is_kda(inv):
         return kda_layers(inv)
     if inv.arch not in GATED_DELTA_NET:
         return frozenset()
@@ -175,6 +175,19 @@ def kda_loader(inv: Inventory) -> bool:
     return "kda.head_dim" in MAINLINE.get(inv.arch, frozenset())
 
 
+def is_kda(inv: Inventory) -> bool:
+    """Whether the file's recurrent layers are KDA layers: every loader that reads `kda.head_dim`
+    (kimi-linear, kimi-k3, glm5-next, bailingmoe3) marks a layer recurrent iff its
+    attention.head_count_kv is 0 and sizes its states by that head width (src/llama-hparams.cpp
+    `n_embd_r`, `n_embd_s`)."""
+    return inv.arch in KDA | GLM5_NEXT or kda_loader(inv) or _int(inv, "kda.head_dim") is not None
+
+
+def kda_state(inv: Inventory) -> KdaShape | None:
+    """The KDA layers' state dimensions where the file has KDA layers."""
+    return kda_dims(inv) if is_kda(inv) else None
+
+
 def kda_layers(inv: Inventory) -> frozenset[int]:
     """KDA layers: those whose per-layer `attention.head_count_kv` is 0."""
     kv = inv.metadata.head_count_kv
@@ -186,8 +199,7 @@ def kda_layers(inv: Inventory) -> frozenset[int]:
 
 def state_bytes(inv: Inventory, n_seq_max: int) -> int:
     """One recurrent layer's state (every recurrent layer of a model has the same), 0 if unknown."""
-    s: RecurrentShape | KdaShape | None = kda_dims(inv) if inv.arch in KDA | GLM5_NEXT or kda_loader(inv) \
-        else shape(inv)
+    s: RecurrentShape | KdaShape | None = kda_dims(inv) if is_kda(inv) else shape(inv)
     return s.state_bytes(n_seq_max) if s is not None else 0
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
 
@@ -202,7 +214,7 @@ GLM5_NEXT = frozenset({"glm5-next"})
 
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
     """Settings whose memory is not modelled for this hybrid (empty: all are)."""
-    if (inv.arch in KDA | GLM5_NEXT or kda_loader(inv)) and (kda_dims(inv) is None or not kda_layers(inv)):
+    if is_kda(inv) and (kda_dims(inv) is None or not kda_layers(inv)):
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]

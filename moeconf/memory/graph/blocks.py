@@ -123,6 +123,7 @@ class GraphContext:
     pinned: dict[Tensor, int] = field(default_factory=dict)
     groups: tuple[int, int] = (0, 0)  # expert groups and groups used
     t_inp_embd: Tensor | None = None  # the input embeddings as the graph reads them (res->t_inp_embd)
+    t_inp_tokens: Tensor | None = None  # the token ids input (res->t_inp_tokens)
     swa_layers: dict[int, bool] = field(default_factory=dict)  # layer -> in the sliding-window cache
     mla: Mla = field(default_factory=Mla)
     # build_attn_mha's softcapping of the KQ logits without flash attention: a scale, a tanh and a scale
@@ -153,6 +154,7 @@ class GraphContext:
         c = self.ctx
         n_inp = self.hp.n_embd_inp or self.hp.n_embd
         tokens = c.input("I32", self.n_tokens, name="inp_tokens")
+        self.t_inp_tokens = tokens
         embd = c.input("F32", n_inp, self.n_tokens, name="inp_embd")
         cur = c.get_rows(tok_embd, tokens)
         if n_inp != self.hp.n_embd:
@@ -438,8 +440,8 @@ class GraphContext:
         if gate is not None and parallel and clamp and act == "silu":
             cur = c.mul(c.clamp(c.unary(cur, "silu")), c.clamp(tmp))
         elif gate is not None and parallel:
-            kind = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai"}.get(act, "reglu")
-            cur = c.glu_split(cur, tmp, kind)
+            kinds = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp"}
+            cur = c.glu_split(cur, tmp, kinds.get(act, "reglu"))
         else:
             cur = c.unary(cur, act)
         if down is not None:
@@ -451,11 +453,16 @@ class GraphContext:
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
                 n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0),
-                logits: Tensor | None = None, clamp: bool = False) -> Tensor:
+                logits: Tensor | None = None, clamp: bool = False, situ_linear: bool = True,
+                selected: Tensor | None = None) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
         weights (normalised, scaled), the experts (separate or fused gate/up, biases, per-expert scales:
         the `.scale` tensors), weighted, summed. `logits`: the router's logits computed by the caller
-        (probs_in: Gemma 4). `clamp`: the SwiGLU limited (swiglu_clamp_exp above 0)."""
+        (probs_in: Gemma 4; Kimi-K3 routes the full-width input while its experts take a narrower one).
+        `clamp`: the SwiGLU limited (swiglu_clamp_exp above 0). act "situ": `situ` on the gate and up;
+        "silu_clamp": SWIGLU_CLAMP (DeepSeek-V4's swiglu_clamp_exp). gating "sqrt_softplus":
+        sqrt(softplus(logits)). `selected`: the experts chosen by the caller (DeepSeek-V4's hash-routed
+        layers), no top-k."""
         c, w, hp = self.ctx, self.w, self.hp
         n_embd, T = cur.ne[0], cur.ne[1]
         used = n_expert_used or hp.n_expert_used
@@ -470,6 +477,8 @@ class GraphContext:
             probs = c.soft_max(logits)
         elif gating == "sigmoid":
             probs = c.unary(logits, "sigmoid")
+        elif gating == "sqrt_softplus":
+            probs = c.sqrt(c.unary(logits, "softplus"))
         else:  # softmax_weight: the logits themselves
             probs = logits
         selection = c.add(probs, probs_bias) if probs_bias is not None else probs
@@ -487,7 +496,8 @@ class GraphContext:
             top_groups = c.argsort_top_k(scores, n_group_used)
             kept = c.get_rows(sel_groups, top_groups)
             selection = c.reshape(c.set_rows(c.fill(sel_groups), kept, top_groups), n_expert, T)
-        selected = c.argsort_top_k(selection, used)
+        if selected is None:
+            selected = c.argsort_top_k(selection, used)
         probs3 = c.reshape(probs, 1, n_expert, T)
         weights = c.get_rows(probs3, selected)
         if gating == "softmax_weight":
@@ -538,6 +548,10 @@ class GraphContext:
         elif clamp and act == "silu" and gate_up is None and has_gate:
             up = c.clamp(up)
             h = c.mul(c.clamp(c.unary(g, "silu")), up)
+        elif act == "situ":
+            h = self.situ(g, up, situ_linear)
+        elif act == "silu_clamp":
+            h = c.glu_split(g, up, "swiglu_clamp")
         elif has_gate:
             h = c.glu_split(g, up, {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}[act])
         else:
@@ -561,6 +575,16 @@ class GraphContext:
         if used == 1:
             out = c.cont(out)
         return out
+
+    def situ(self, gate: Tensor, up: Tensor, linear: bool) -> Tensor:
+        """The SiTU activation (build_moe_ffn's LLM_FFN_SITU, src/models/kimi-k3.cpp): a scaled tanh of
+        the gate times its sigmoid, times the up projection (itself through a scaled tanh where
+        `linear`: activation.situ_linear_beta above 0)."""
+        c = self.ctx
+        act = c.mul(c.scale(c.unary(c.scale(gate), "tanh")), c.unary(gate, "sigmoid"))
+        if linear:
+            up = c.scale(c.unary(c.scale(up), "tanh"))
+        return c.mul(act, up)
 
     # -- output
     def finish(self, norm: Tensor, logits: Tensor) -> None:

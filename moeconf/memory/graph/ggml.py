@@ -285,6 +285,25 @@ class Ctx:
     def flash_attn_ext(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         return self._make("FLASH_ATTN_EXT", "F32", (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), [q, k, v, mask])
 
+    def dsv4_hc_pre(self, x: Tensor, weights: Tensor) -> Tensor:
+        """ggml_dsv4_hc_pre (and _gated): x [n_embd, streams, tokens] mixed down to [n_embd, tokens]."""
+        return self._make("DSV4_HC_PRE", "F32", (x.ne[0], x.ne[2]), [x, weights])
+
+    def dsv4_hc_comb(self, mixes: Tensor, scale: Tensor, base: Tensor, hc: int) -> Tensor:
+        """ggml_dsv4_hc_comb: the hyper-connections' hc x hc mixing matrix per token."""
+        return self._make("DSV4_HC_COMB", "F32", (hc, hc, mixes.ne[1]), [mixes, scale, base])
+
+    def dsv4_hc_post(self, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor) -> Tensor:
+        """ggml_dsv4_hc_post: x spread back over the residual's streams [n_embd, streams, tokens]."""
+        return self._make("DSV4_HC_POST", "F32", (x.ne[0], residual.ne[1], x.ne[1]), [x, residual, post, comb])
+
+
+    def rope_back(self, a: Tensor, pos: Tensor) -> Tensor:
+        return self._dup("ROPE_BACK", a, pos)
+
+    def sqrt(self, a: Tensor) -> Tensor:
+        return self._dup("SQRT", a)
+
 
 
 class CGraph:

@@ -1,0 +1,334 @@
+"""src/models/deepseek4.cpp: DeepSeek-V4, its residual kept as hc_mult hyper-connection streams
+(DSV4_HC_PRE mixes them into each sublayer's input, DSV4_HC_COMB/DSV4_HC_POST spread the output
+back; the head mixes them by hand for the output), attention over a K-only sliding-window cache of
+raw rows plus, per layer's compress ratio, compressed rows: ratio 4 (CSA) compresses overlapping
+blocks of 8 rows from its compressor state into its own cache and picks the top-k of them by a
+lightning indexer (itself compressed the same way, Hadamard-rotated); ratio 128 (HCA) compresses
+blocks of 128 rows, all of them visible; ratio 0 attends the raw rows only. Q and the single KV
+head are RMS-normed and RoPE'd, the output de-RoPE'd and projected by grouped low-rank wo_a/wo_b;
+a MoE (sqrt-softplus router, hash-routed first layers) with a shared expert, SWIGLU_CLAMP.
+
+The DSV4 cache (src/llama-kv-cache-dsv4.cpp) and its reserve plan (dsv4_build_reserve_comp_plan)
+size the inputs: n_blocks = tokens / ratio + sequences, the compressor state keeps 2 x ratio rows
+(overlapped) or ratio rows, its updated rows min(tokens, state rows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.ggml import Tensor
+
+ARCH = "deepseek4"
+MEMORY = Memory(CHECKED + " (DeepSeek-V4-Flash, DeepSeek-V4-Pro)", frozenset({
+    "attention.compress_ratios", "attention.sliding_window", "attention.q_lora_rank", "attention.indexer.head_count",
+    "attention.indexer.key_length", "attention.indexer.top_k", "attention.output_group_count",
+    "attention.output_lora_rank", "hyper_connection.count", "hash_layer_count", "swiglu_clamp_exp",
+    "swiglu_clamp_shexp", "nextn_predict_layers", "attention.compress_rope_freq_base", "hyper_connection.epsilon",
+    "hyper_connection.sinkhorn_iterations"}))
+
+CSA, HCA = 4, 128
+
+
+@dataclass
+class _Comp:
+    """One compressed cache's graph inputs (llm_graph_input_dsv4::comp_input) and its cells."""
+
+    state_pos: Tensor
+    persist_src: Tensor
+    persist_dst: Tensor
+    read_idxs: Tensor
+    write_idxs: Tensor
+    write_pos: Tensor
+    mask: Tensor
+    k_rot: Tensor | None
+    n_kv: int
+
+
+def _nrot(head: int) -> int:
+    """llama_kv_cache::build_input_k_rot: the largest power of two from 64 dividing the head width."""
+    n = 64
+    while head % (n * 2) == 0:
+        n *= 2
+    return n
+
+
+def _pad(n: int, to: int = 256) -> int:
+    return -(-n // to) * to
+
+
+def _comp_inputs(g: GraphContext, name: str, ratio: int, overlap: bool, state_rows: int, n_kv: int,
+                 mask_f16: bool, rot: int) -> _Comp:
+    """dsv4_build_comp_inputs on the reserve plan."""
+    c = g.ctx
+    T, ns = g.n_tokens, g.cp.n_stream
+    n_blocks = T // ratio + ns
+    n_persist = min(T, state_rows * ns)
+    p = f"dsv4_{name}_"
+    return _Comp(c.input("I32", T, name=p + "state_pos"), c.input("I32", n_persist, name=p + "state_persist_src_idxs"),
+                 c.input("I32", n_persist, name=p + "state_persist_dst_idxs"),
+                 c.input("I32", (2 if overlap else 1) * ratio * n_blocks, name=p + "state_read_idxs"),
+                 c.input("I64", n_blocks, name=p + "state_write_idxs"),
+                 c.input("I32", n_blocks, name=p + "state_write_pos"),
+                 c.input("F16" if mask_f16 else "F32", n_kv, T // ns, 1, ns, name=p + "kq_mask"),
+                 c.input("F32", rot, rot, name="attn_inp_k_rot") if rot else None, n_kv)
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w, hp, cp = g.ctx, g.w, g.hp, g.cp
+    ratios = facts.ints_of("attention.compress_ratios")
+    hc = facts.int_key("hyper_connection.count")
+    n_hash = facts.int_key("hash_layer_count")
+    idx_head = facts.int_key("attention.indexer.key_length")
+    top_k = facts.int_key("attention.indexer.top_k")
+    groups = facts.int_key("attention.output_group_count", 1)
+    head = hp.head_k
+    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    pos = g.inp_pos()
+    out_ids = g.inp_out_ids()
+    # build_inp_dsv4: the raw rows' indices and mask, then the three compressed caches' inputs
+    T, ns = g.n_tokens, cp.n_stream
+    n_raw = cp.n_kv_swa or cp.n_kv
+    k_idxs = c.input("I64", T, name="")
+    raw_mask = c.input("F16" if cp.flash_attn else "F32", n_raw, T // ns, 1, ns, name="attn_inp_kq_mask")
+    # the caches rotate K where it is quantized, and always at the indexer's head width (llama_kv_cache)
+    rot = _nrot(head) if cp.rot_k or head == idx_head else 0
+    raw_rot = c.input("F32", rot, rot, name="attn_inp_k_rot") if rot else None
+    n_comp4, n_comp128 = _pad(max(1, -(-cp.n_kv // CSA))), _pad(max(1, -(-cp.n_kv // HCA)))
+    csa = _comp_inputs(g, "csa", CSA, True, 2 * CSA, n_comp4, cp.flash_attn, rot)
+    hca = _comp_inputs(g, "hca", HCA, False, HCA, n_comp128, cp.flash_attn, rot)
+    lid = _comp_inputs(g, "lid", CSA, True, 2 * CSA, n_comp4, True, _nrot(idx_head))
+    g.expand(raw_mask)
+    cur4 = c.reshape(inp, hp.n_embd, 1, T)
+    x = c.repeat(cur4, hp.n_embd, hc, T, 1)
+    gating = "sqrt_softplus" if facts.gating == 4 else {1: "softmax", 2: "sigmoid"}.get(facts.gating or 0, "softmax")
+    clamp = "swiglu_clamp_exp" in facts.floats
+    for il in range(hp.n_layer):
+        residual = x
+        cur, post, comb = _hc_pre(g, x, il, "attn", hc)
+        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
+        ratio = ratios[il] if il < len(ratios) else 0
+        cur = _attention(g, cur, pos, il, ratio, groups, head, idx_head, top_k, k_idxs, raw_mask, raw_rot,
+                         csa, hca, lid)
+        x = c.dsv4_hc_post(cur, residual, post, comb)
+        residual = x
+        cur, post, comb = _hc_pre(g, x, il, "ffn", hc)
+        g.expand(residual)
+        g.expand(post)
+        g.expand(comb)
+        cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
+        selected = None
+        bias = w.layer(il, "exp_probs_b", "bias")
+        if il < n_hash:
+            selected = c.get_rows(need(w.layer(il, "ffn_gate_tid2eid")), need(g.t_inp_tokens))
+            bias = None
+        moe = g.moe_ffn(cur, il, gating=gating, norm_w=bool(facts.norm_w),
+                        w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0,
+                        act="silu_clamp" if clamp else "silu", probs_bias=bias, selected=selected)
+        sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
+                   il, act="silu_clamp" if clamp else "silu")
+        x = c.dsv4_hc_post(c.add(moe, sh), residual, post, comb)
+    flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
+    x = c.reshape(flat, hp.n_embd, hc, cp.n_outputs)
+    cur = _hc_head(g, x, hc)
+    cur = g.norm(cur, w.get("output_norm.weight"), None, -1)
+    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+
+
+def _affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
+    return g.ctx.add(g.ctx.mul(x, scale), base)
+
+
+def _hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> tuple[Tensor, Tensor, Tensor]:
+    """build_hc_pre with its post weights and comb matrix (fused DSV4_HC_PRE, DSV4_HC_COMB)."""
+    c, w = g.ctx, g.w
+    fn, scale, base = (need(w.layer(il, f"hc_{part}_{k}")) for k in ("fn", "scale", "base"))
+    T = x.ne[2]
+    mixes = g.mm(fn, c.rms_norm(c.reshape(x, x.ne[0] * hc, T)))
+
+    def one(v: Tensor, i: int) -> Tensor:
+        return c.view(v, (1,), (), 4 * i)
+
+    def part_of(i0: int) -> Tensor:
+        return c.view(mixes, (hc, T), (mixes.nb[1],), 4 * i0)
+
+    pre = c.scale(c.unary(_affine(g, part_of(0), one(scale, 0), c.view(base, (hc,), (), 0)), "sigmoid"))
+    post = c.scale(c.unary(_affine(g, part_of(hc), one(scale, 1), c.view(base, (hc,), (), 4 * hc)), "sigmoid"))
+    comb = c.dsv4_hc_comb(mixes, scale, base, hc)
+    return c.dsv4_hc_pre(x, pre), post, comb
+
+
+def _hc_head(g: GraphContext, x: Tensor, hc: int) -> Tensor:
+    """build_hc_head: the streams weighted by the head's sigmoid mix and summed (views, by hand)."""
+    c, w = g.ctx, g.w
+    T = x.ne[2]
+    mixes = g.mm(need(w.get("output_hc_fn.weight")), c.rms_norm(c.reshape(x, x.ne[0] * hc, T)))
+    pre = c.scale(c.unary(_affine(g, mixes, need(w.get("output_hc_scale.weight")),
+                                  need(w.get("output_hc_base.weight"))), "sigmoid"))
+    out: Tensor | None = None
+    for ih in range(hc):
+        xh = c.view(x, (x.ne[0], T), (x.nb[2],), ih * x.nb[1])
+        wh = c.view(pre, (1, T), (pre.nb[1],), ih * pre.nb[0])
+        cur = c.mul(xh, wh)
+        out = cur if out is None else c.add(out, cur)
+    assert out is not None
+    return out
+
+
+def _comp_cache(g: GraphContext, il: int, name: str, width: int, cells: int) -> Tensor:
+    dev = g.kv[il][0].buffer or "CPU"
+    return g.ctx.cache(name, g.cp.cache_k, (width, cells, g.cp.n_stream), dev)
+
+
+def _state(g: GraphContext, il: int, name: str, width: int, rows: int) -> Tensor:
+    dev = g.kv[il][0].buffer or "CPU"
+    return g.ctx.cache(name, "F32", (width, rows, g.cp.n_stream), dev)
+
+
+def _get_k(g: GraphContext, kc: Tensor, n_kv: int) -> Tensor:
+    """llama_kv_cache::get_k of a K-only cache of one head."""
+    width, size = kc.ne[0], kc.ne[1]
+    t = g.ctx.view(kc, (width, 1, size, kc.ne[2]), (kc.nb[1], kc.nb[1], kc.nb[2]), 0)
+    return g.ctx.view(t, (width, 1, n_kv, t.ne[3]), (t.nb[1], t.nb[2], t.nb[3]), 0)
+
+
+def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, overlap: bool, width: int,
+                prefix: str, cache: Tensor, state_kv: Tensor, state_score: Tensor) -> None:
+    """The compressor: the state rows restored, the ubatch's rows appended, the blocks compressed
+    (softmax-weighted sums), normed, RoPE'd (rotated where the cache rotates), written to the
+    compressed cache; the state's rows persisted."""
+    c, lw = g.ctx, g.w.layer
+    kv = g.mm(need(lw(il, f"{prefix}_kv")), cur)
+    score = c.add(g.mm(need(lw(il, f"{prefix}_gate")), cur), c.get_rows(need(lw(il, f"{prefix}_ape")), inp.state_pos))
+    rows = state_kv.ne[1] * state_kv.ne[2]
+
+    def source(state: Tensor, new: Tensor) -> Tensor:
+        all_rows = c.view(state, (state.ne[0], rows), (state.nb[1],), 0)  # get_kv_all
+        return c.concat(c.view(all_rows, (all_rows.ne[0], rows), (all_rows.nb[1],), 0), new, 1)
+
+    src_kv, src_score = source(state_kv, kv), source(state_score, score)
+    n_blocks = inp.write_pos.ne[0]
+    if overlap:
+        def zero_row(t: Tensor) -> Tensor:
+            row = c.reshape(c.scale(c.view(t, (t.ne[0],), (), 0)), t.ne[0], 1)
+            return c.concat(t, row, 1)
+
+        kv_rows = c.get_rows(zero_row(src_kv), inp.read_idxs)
+        n_read = ratio * n_blocks
+
+        def halves(r: Tensor) -> Tensor:
+            prev = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), 0)), width, ratio, n_blocks)
+            now = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), n_read * r.nb[1] + 4 * width)),
+                            width, ratio, n_blocks)
+            return c.concat(prev, now, 1)
+
+        values = c.cont(c.permute(halves(kv_rows), 1, 0, 2, 3))
+        score_rows = c.get_rows(zero_row(src_score), inp.read_idxs)
+        scores = c.cont(c.permute(halves(score_rows), 1, 0, 2, 3))
+    else:
+        values = c.reshape(c.get_rows(src_kv, inp.read_idxs), width, ratio, n_blocks)
+        values = c.cont(c.permute(values, 1, 0, 2, 3))
+        scores = c.reshape(c.get_rows(src_score, inp.read_idxs), width, ratio, n_blocks)
+        scores = c.cont(c.permute(scores, 1, 0, 2, 3))
+    comp = c.sum_rows(c.mul(values, c.soft_max(scores)))
+    comp = c.cont(c.permute(comp, 1, 0, 2, 3))
+    comp = g.norm(comp, lw(il, f"{prefix}_norm"), None, il)
+    comp = c.rope(comp, inp.write_pos)
+    if inp.k_rot is not None:
+        comp = g._hadamard(comp, inp.k_rot)
+    g.expand(g._cpy_k(cache, comp, inp.write_idxs))
+    for state, new in ((state_kv, kv), (state_score, score)):
+        persisted = c.get_rows(new, inp.persist_src)
+        dst = c.view(state, (state.ne[0], rows), (state.nb[1],), 0)
+        g.expand(c.set_rows(dst, persisted, inp.persist_dst))
+
+
+def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, groups: int, head: int, idx_head: int,
+               top_k: int, k_idxs: Tensor, raw_mask: Tensor, raw_rot: Tensor | None, csa: _Comp, hca: _Comp,
+               lid: _Comp) -> Tensor:
+    c, w, hp = g.ctx, g.w, g.hp
+    T, n_head = cur.ne[1], hp.n_head[il]
+    lw = w.layer
+    caches: dict[str, Tensor] = {}
+    if ratio == HCA:
+        caches["hca"] = _comp_cache(g, il, f"cache_k_l{il}", head, hca.n_kv)
+        _compressed(g, il, cur, hca, HCA, False, head, "attn_compressor", caches["hca"],
+                    _state(g, il, f"dsv4_hca_state_kv_l{il}", head, HCA),
+                    _state(g, il, f"dsv4_hca_state_score_l{il}", head, HCA))
+    elif ratio == CSA:
+        caches["csa"] = _comp_cache(g, il, f"cache_k_l{il}", head, csa.n_kv)
+        caches["lid"] = _comp_cache(g, il, f"cache_k_l{il}", idx_head, lid.n_kv)
+        _compressed(g, il, cur, csa, CSA, True, head, "attn_compressor", caches["csa"],
+                    _state(g, il, f"dsv4_csa_state_kv_l{il}", 2 * head, 2 * CSA),
+                    _state(g, il, f"dsv4_csa_state_score_l{il}", 2 * head, 2 * CSA))
+        _compressed(g, il, cur, lid, CSA, True, idx_head, "indexer_compressor", caches["lid"],
+                    _state(g, il, f"dsv4_lid_state_kv_l{il}", 2 * idx_head, 2 * CSA),
+                    _state(g, il, f"dsv4_lid_state_score_l{il}", 2 * idx_head, 2 * CSA))
+    qr = g.norm(g.mm(need(lw(il, "attn_q_a")), cur), lw(il, "attn_q_a_norm"), None, il)
+    q = c.rms_norm(c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), head, n_head, T))
+    q = c.rope(q, pos)
+    kv = g.norm(g.mm(need(lw(il, "attn_kv")), cur), lw(il, "attn_kv_a_norm"), None, il)
+    kv = c.rope(c.reshape(kv, head, 1, T), pos)
+    if raw_rot is not None:
+        q, kv = g._hadamard(q, raw_rot), g._hadamard(kv, raw_rot)
+    g.expand(q)
+    g.expand(kv)
+    raw_cache = g.kv[il][0]
+    g.expand(g._cpy_k(raw_cache, kv, k_idxs))
+    raw_k = g._get_k(raw_cache, il, raw_mask.ne[0])
+    sinks = lw(il, "attn_sinks")
+    if ratio == CSA:
+        top = _lid_top_k(g, il, qr, cur, pos, lid, caches["lid"], idx_head, top_k)
+        k_all = c.concat(raw_k, _get_k(g, caches["csa"], csa.n_kv), 2)
+        mask = c.concat(raw_mask, _top_k_mask(g, csa.mask, top), 0)
+    elif ratio == HCA:
+        k_all = c.concat(raw_k, _get_k(g, caches["hca"], hca.n_kv), 2)
+        mask = c.concat(raw_mask, hca.mask, 0)
+    else:
+        k_all, mask = raw_k, raw_mask
+    out = g.attn_mha(q, k_all, k_all, mask, sinks)
+    if raw_rot is not None:
+        out = g._hadamard(out, raw_rot)
+    out = c.rope_back(c.reshape(out, head, n_head, T), pos)
+    wo_a = need(lw(il, "attn_output_a"))
+    # the loader creates wo_a 3-D, one slice per group (TENSOR_ALLOW_RESHAPE)
+    wo_a = c.weight(wo_a.name, wo_a.type, (wo_a.ne[0], wo_a.ne[1] // groups, groups), wo_a.buffer or "CPU", il)
+    out = c.permute(c.reshape(out, head * n_head // groups, groups, T), 0, 2, 1, 3)
+    oa = c.permute(g.mm(wo_a, out), 0, 2, 1, 3)
+    oa = c.cont(oa, oa.ne[0] * oa.ne[1], T)
+    return g.mm(need(lw(il, "attn_output_b")), oa)
+
+
+def _lid_top_k(g: GraphContext, il: int, qr: Tensor, cur: Tensor, pos: Tensor, lid: _Comp, cache: Tensor,
+               idx_head: int, top_k: int) -> Tensor:
+    """build_lid_top_k: the indexer's queries (RoPE'd, rotated) scored against its compressed keys by
+    the fused LIGHTNING_INDEXER, weighted per head; the top-k compressed rows per token."""
+    c, lw = g.ctx, g.w.layer
+    T = cur.ne[1]
+    q = g.mm(need(lw(il, "indexer.attn_q_b")), qr)
+    n_idx = q.ne[0] // idx_head
+    q = c.rope(c.reshape(q, idx_head, n_idx, T), pos)
+    assert lid.k_rot is not None
+    q = g._hadamard(q, lid.k_rot)
+    weights = c.scale(g.mm(need(lw(il, "indexer.proj")), cur))
+    k = _get_k(g, cache, lid.mask.ne[0])
+    ns = k.ne[3]
+    q = c.view(q, (q.ne[0], q.ne[1], q.ne[2] // ns, ns), (q.nb[1], q.nb[2], q.nb[3] // ns), 0)
+    weights = c.view(weights, (weights.ne[0], weights.ne[1] // ns, weights.ne[2], ns),
+                     (weights.nb[1], weights.nb[2] // ns, weights.nb[3] // ns), 0)
+    score = c.lightning_indexer(q, k, weights, lid.mask)
+    return c.cont(c.top_k(score, min(score.ne[0], top_k)))
+
+
+def _top_k_mask(g: GraphContext, mask: Tensor, top: Tensor) -> Tensor:
+    """build_top_k_mask: -inf everywhere but the chosen rows (zeros scattered by SET_ROWS), plus the mask."""
+    c = g.ctx
+    every = c.fill(mask)
+    every = c.view(every, (1, every.ne[0], every.ne[1], every.ne[3]), (every.nb[0], every.nb[1], every.nb[2]), 0)
+    top3 = c.view(top, (top.ne[0], top.ne[1], top.ne[3], 1), (top.nb[1], top.nb[2], top.ne[3] * top.nb[3]), 0)
+    zeros = c.fill(c.new("F16" if g.cp.flash_attn else "F32", 1, top3.ne[0], top3.ne[1], top3.ne[2]))
+    picked = c.set_rows(every, zeros, top3)
+    picked = c.view(picked, (picked.ne[1], picked.ne[2], 1, picked.ne[3]), (picked.nb[2], picked.nb[3], picked.nb[3]),
+                    0)
+    return c.add(picked, mask)

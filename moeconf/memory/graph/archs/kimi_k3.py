@@ -1,0 +1,212 @@
+"""src/models/kimi-k3.cpp: Kimi-K3, KDA (recurrent) layers beside MLA layers as in Kimi-Linear, plus
+cross-layer residual attention (the layer inputs banked every attn_res.block_size layers, each
+sublayer's input a softmax-weighted mix of the bank and the running stream, DSV4_HC_PRE summing the
+bank), a latent MoE (the routed experts on a down-projected input, the router on the full one),
+the SiTU activation everywhere, a sigmoid output gate on the MLA layers (which take no RoPE) and a
+single full-rank KDA output gate. The KDA layer: three short convolutions over Q, K, V with their
+conv states, the decay gate (softplus, or a bounded sigmoid where kda.gate_lower_bound is set),
+the fused GATED_DELTA_NET op with its state copied back, the gated norm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.ggml import Tensor
+
+ARCH = "kimi-k3"
+MEMORY = Memory(CHECKED + " (Kimi-K3)", frozenset({
+    "attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank", "attention.q_lora_rank",
+    "ssm.conv_kernel", "kda.head_dim", "kda.gate_lower_bound", "attn_res.block_size", "expert_latent_length",
+    "activation.situ_beta", "activation.situ_linear_beta", "leading_dense_block_count"}))
+
+
+@dataclass
+class _Bank:
+    """The residual bank (`resi_stack`): [n_embd, checkpoints, tokens], appended to, never refolded."""
+
+    stack: Tensor | None = None
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w, hp = g.ctx, g.w, g.hp
+    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    attn_in = g.attn_inp_k()
+    rs_in = g.rs_inp()
+    out_ids = g.inp_out_ids()
+    g.groups = facts.groups
+    block = facts.int_key("attn_res.block_size")
+    lower_bound = "kda.gate_lower_bound" in facts.floats | facts.units
+    # activation.situ_linear_beta above 0 runs the up branch's tanh (a value of 0 would leave it out: as
+    # the key's presence is all Facts tells apart from 1, such a file's up branch is composed as 1's)
+    linear = "activation.situ_linear_beta" in facts.floats | facts.units
+    bank = _Bank()
+    for il in range(hp.n_layer):
+        prefix = inp
+        cur = _res_mix(g, bank, prefix, w.layer(il, "attn_res_score")) if block else prefix
+        banked = bool(block) and il % block == 0
+        if banked:
+            ckpt = c.reshape(prefix, hp.n_embd, 1, prefix.ne[1])
+            bank.stack = ckpt if bank.stack is None else c.concat(bank.stack, ckpt, 1)
+        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
+        g.expand(cur)
+        cur = _kda_layer(g, rs_in, cur, il, lower_bound) if il in g.rs else _mla_layer(g, attn_in, cur, il)
+        prefix = cur if banked else c.add(prefix, cur)
+        cur = _res_mix(g, bank, prefix, w.layer(il, "ffn_res_score")) if block else prefix
+        cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
+        if w.layer(il, "ffn_gate_inp") is None:
+            cur = g.situ(g.mm(need(w.layer(il, "ffn_gate")), cur), g.mm(need(w.layer(il, "ffn_up")), cur), linear)
+            cur = g.mm(need(w.layer(il, "ffn_down")), cur)
+        else:
+            cur = _latent_moe(g, cur, il, facts, linear)
+        inp = c.add(prefix, cur)
+    cur = inp
+    if block:
+        cur = _res_mix(g, bank, cur, w.get("output_res_score.weight"))
+    cur = c.get_rows(cur, out_ids)
+    cur = g.norm(cur, w.get("output_norm.weight"), None, -1)
+    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+
+
+def _res_mix(g: GraphContext, bank: _Bank, cur: Tensor, score: Tensor | None) -> Tensor:
+    """res_mix: the bank's checkpoints and the running stream scored (RMS-normed, weighted, summed),
+    softmaxed together, the bank summed by DSV4_HC_PRE, the stream weighted and added."""
+    if bank.stack is None:
+        return cur
+    c = g.ctx
+    src = bank.stack
+    n_ckpt, T = src.ne[1], cur.ne[1]
+    sc_src = c.sum_rows(c.mul(c.rms_norm(src), need(score)))
+    sc_src = c.reshape(sc_src, n_ckpt, T)
+    sc_cur = c.sum_rows(c.mul(c.rms_norm(cur), need(score)))
+    probs = c.soft_max(c.concat(sc_src, sc_cur, 0))
+    p_src = c.cont(c.view(probs, (n_ckpt, T), (probs.nb[1],), 0))
+    p_cur = c.cont(c.view(probs, (1, T), (probs.nb[1],), probs.nb[0] * n_ckpt))
+    return c.add(c.dsv4_hc_pre(src, p_src), c.mul(cur, p_cur))
+
+
+def _conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, which: int, x: Tensor, proj: Tensor,
+          kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
+    """kimi_k3_conv1d: one of Q, K, V projected, its third of the conv state prepended, the window
+    copied back, the short convolution, SiLU."""
+    c = g.ctx
+    d_conv = kernel.ne[0]
+    d_inner = head_dim * n_head
+    state_size = (d_conv - 1) * d_inner
+    n_embd_r = 3 * state_size
+    T = x.ne[1]
+    n_seq_tokens = T // n_seqs
+    state_x = c.view(conv_state, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * n_embd_r),
+                     which * state_size * 4)
+    x3 = c.reshape(g.mm(proj, x), d_inner, n_seq_tokens, n_seqs)
+    conv_x = c.concat(state_x, c.transpose(x3), 0)
+    # rollback snapshots: one window (n_rs_seq 0), the last d_conv - 1 columns
+    last = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
+    g.expand(c.cpy(last, c.view(conv_all, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * n_embd_r),
+                                which * state_size * 4)))
+    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
+    out = c.unary(c.reshape(out, d_inner, T), "silu")
+    return c.reshape(out, head_dim, n_head, n_seq_tokens, n_seqs)
+
+
+def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_bound: bool) -> Tensor:
+    c, w = g.ctx, g.w
+    conv_all, ssm_all = g.rs[il]
+    a = need(w.get(f"blk.{il}.ssm_a"))
+    head_dim, n_head = need(w.layer(il, "ssm_norm")).ne[0], a.ne[0]
+    d_inner = head_dim * n_head
+    T, n_seqs = cur.ne[1], rs_in.n_seqs
+    n_seq_tokens = T // n_seqs
+    conv_state = g.rs_states(rs_in, conv_all, conv_all.ne[0])
+    q, k, v = (_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
+                     need(w.layer(il, f"ssm_conv1d_{p}")), head_dim, n_head, n_seqs)
+               for i, p in enumerate("qkv"))
+    g1 = g.mm(need(w.layer(il, "ssm_f_b")), g.mm(need(w.layer(il, "ssm_f_a")), cur))
+    g1 = c.add(g1, need(w.layer(il, "ssm_dt", "bias")))
+    a3 = c.reshape(a, 1, n_head, 1)
+    if lower_bound:
+        g1 = c.mul(c.reshape(g1, head_dim, n_head, T), a3)
+        g1 = c.scale(c.unary(c.scale(g1), "sigmoid"))
+    else:
+        g1 = c.mul(c.reshape(c.unary(g1, "softplus"), head_dim, n_head, T), a3)
+    g1 = c.reshape(g1, head_dim, n_head, n_seq_tokens, n_seqs)
+    beta = c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, n_head, n_seq_tokens, n_seqs)
+    beta = c.unary(beta, "sigmoid")
+    cur3 = c.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
+    state = g.rs_states(rs_in, ssm_all, ssm_all.ne[0])
+    state = c.reshape(state, head_dim, head_dim, n_head, n_seqs)
+    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
+    out = c.gated_delta_net(q, k, v, g1, beta, state)
+    output = c.view(out, (head_dim, n_head, n_seq_tokens, n_seqs),
+                    (4 * head_dim, 4 * d_inner, 4 * d_inner * n_seq_tokens), 0)
+    new_state = c.view(out, (head_dim, head_dim, n_head, n_seqs),
+                       (4 * head_dim, 4 * head_dim * head_dim, 4 * head_dim * head_dim * n_head),
+                       4 * d_inner * n_seq_tokens * n_seqs)
+    g.expand(c.cpy(new_state, c.view(ssm_all, (ssm_all.ne[0], n_seqs), (ssm_all.nb[1],), 0)))
+    output = c.cont(output)
+    gate = g.mm(need(w.layer(il, "ssm_g")), c.reshape(cur3, cur3.ne[0], n_seq_tokens * n_seqs))
+    gate = c.reshape(gate, head_dim, n_head, T)
+    normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)
+    gated = c.mul(normed, c.unary(gate, "sigmoid"))
+    return g.mm(need(w.layer(il, "attn_output")), c.cont(gated, d_inner, T))
+
+
+def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
+    """build_mla_layer: the absorbed MLA (no RoPE) through the latent K-only cache, the output gate."""
+    c, w = g.ctx, g.w
+    d = g.mla
+    T, n_head = cur.ne[1], g.hp.n_head[il]
+    nope = d.head_k - d.rope
+    inp_gate = cur
+    if w.layer(il, "attn_q_a") is not None:
+        q = g.mm(need(w.layer(il, "attn_q_a")), cur)
+        q = g.norm(q, w.layer(il, "attn_q_a_norm"), None, il)
+        q = g.mm(need(w.layer(il, "attn_q_b")), q)
+    else:
+        q = g.mm(need(w.layer(il, "attn_q")), cur)
+    kv_pe = g.mm(need(w.layer(il, "attn_kv_a_mqa")), cur)
+    row = kv_pe.nb[1]
+    kv_cmpr = c.view(kv_pe, (d.kv_lora_rank, T), (row,), 0)
+    k_pe = c.view(kv_pe, (d.rope, 1, T), (row, row), 4 * d.kv_lora_rank)
+    kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
+    if w.layer(il, "attn_k_b") is None:
+        raise NotImplementedError(f"blk.{il}.attn_kv_b (Kimi-K3's unabsorbed MLA) is not composed; "
+                                  "the pinned converter writes attn_k_b and attn_v_b")
+    qrow = 4 * d.head_k
+    q_nope = c.view(q, (nope, n_head, T), (qrow, qrow * n_head), 0)
+    q_pe = c.view(q, (d.rope, n_head, T), (qrow, qrow * n_head), 4 * nope)
+    absorbed = c.permute(g.mm(need(w.layer(il, "attn_k_b")), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
+    q_cur = c.concat(absorbed, q_pe, 0)
+    kv3 = c.reshape(kv_cmpr, d.kv_lora_rank, 1, T)
+    k_cur = c.concat(kv3, k_pe, 0)
+    out = g.attn_k(attn_in, il, None, q_cur, k_cur, kv3, w.layer(il, "attn_v_b"))
+    gate_w = w.layer(il, "attn_gate")
+    if gate_w is not None:
+        out = c.mul(out, c.unary(g.mm(gate_w, inp_gate), "sigmoid"))
+    return g.mm(need(w.layer(il, "attn_output")), out)
+
+
+def _latent_moe(g: GraphContext, cur: Tensor, il: int, facts: Facts, linear: bool) -> Tensor:
+    """build_latent_moe: the routed experts on the down-projected input (routed by the full one),
+    normed and projected back up; the shared expert on the full input, added."""
+    c, w = g.ctx, g.w
+    down = w.layer(il, "ffn_routed_down")
+    routed_in = g.mm(down, cur) if down is not None else cur
+    logits = g.mm(need(w.layer(il, "ffn_gate_inp")), cur)
+    gating = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}.get(facts.gating or 0, "softmax")
+    moe = g.moe_ffn(routed_in, il, gating=gating, norm_w=bool(facts.norm_w),
+                    w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0, act="situ",
+                    probs_bias=w.layer(il, "exp_probs_b", "bias"), groups=g.groups, logits=logits,
+                    situ_linear=linear)
+    norm = w.layer(il, "ffn_routed_norm")
+    if norm is not None:
+        moe = g.norm(moe, norm, None, il)
+    up = w.layer(il, "ffn_routed_up")
+    if up is not None:
+        moe = g.mm(up, moe)
+    gate = w.layer(il, "ffn_gate_shexp")
+    if gate is not None:
+        sh = g.situ(g.mm(gate, cur), g.mm(need(w.layer(il, "ffn_up_shexp")), cur), linear)
+        moe = c.add(moe, g.mm(need(w.layer(il, "ffn_down_shexp")), sh))
+    return moe
