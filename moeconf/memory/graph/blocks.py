@@ -8,6 +8,7 @@ that pins a layer's norms to its device. An architecture composes them (`archs`)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, nelements, row_size
@@ -160,12 +161,14 @@ class GraphContext:
         return RsInput(c.view(s_copy, (n_seqs,), (), 0),
                        c.view(s_copy, (n_rs - n_seqs,), (), n_seqs * s_copy.nb[0]), n_rs, n_seqs)
 
-    def rs_states(self, inp: RsInput, s: Tensor, state_size: int) -> Tensor:
-        """build_rs: the cleared state (in place), the sequences' states gathered, the others copied back."""
+    def rs_states(self, inp: RsInput, s: Tensor, state_size: int,
+                  rows: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+        """build_rs: the cleared state (in place), the sequences' states gathered (by `rows`, the
+        caller's get_state_rows, where given: Mamba's scan reads them itself), the others copied back."""
         c = self.ctx
         states = c.reshape(s, state_size, s.ne[1])
         self.expand(c.inplace("SCALE", c.view(states, (state_size,), (), 0)))
-        out = c.get_rows(states, inp.main)
+        out = rows(states, inp.main) if rows is not None else c.get_rows(states, inp.main)
         self.expand(out)
         extra = c.get_rows(states, inp.extra)
         self.expand(c.cpy(extra, c.view(s, (state_size, inp.n_rs - inp.n_seqs), (s.nb[1],), inp.n_seqs * s.nb[1])))
@@ -417,6 +420,8 @@ class GraphContext:
             cur = tmp
         if gate is not None and parallel:
             cur = c.glu_split(cur, tmp, "swiglu" if act == "silu" else "geglu" if act == "gelu" else "reglu")
+        elif act == "relu_sqr":  # LLM_FFN_RELU_SQR: relu, then its square
+            cur = c.sqr(c.unary(cur, "relu"))
         else:
             cur = c.unary(cur, act)
         if down is not None:
@@ -427,15 +432,18 @@ class GraphContext:
 
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
-                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0)) -> Tensor:
+                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0),
+                logits_in: Tensor | None = None) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
-        weights (normalised, scaled), the experts (separate or fused gate/up, biases), weighted, summed."""
+        weights (normalised, scaled), the experts (separate or fused gate/up, biases), weighted, summed.
+        `logits_in`: the router's logits as the caller computed them (probs_in: Nemotron-H routes from
+        the layer's input while its experts read a latent projection of it)."""
         c, w, hp = self.ctx, self.w, self.hp
         n_embd, T = cur.ne[0], cur.ne[1]
         used = n_expert_used or hp.n_expert_used
         gate_inp = w.layer(il, "ffn_gate_inp")
         assert gate_inp is not None
-        logits = self.mm(gate_inp, cur)
+        logits = logits_in if logits_in is not None else self.mm(gate_inp, cur)
         logits.name = f"ffn_moe_logits-{il}"
         if gate_inp_b is not None:
             logits = c.add(logits, gate_inp_b)
@@ -502,6 +510,8 @@ class GraphContext:
             h = c.glu_split(g, up, "swiglu_oai")
         elif has_gate:
             h = c.glu_split(g, up, {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}[act])
+        elif act == "relu_sqr":
+            h = c.sqr(c.unary(g, "relu"))
         else:
             h = c.unary(g, act)
         down_w = w.layer(il, "ffn_down_exps")
