@@ -29,7 +29,6 @@ import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.kda as kda
 import moeconf.memory.recurrent as rec
 import moeconf.memory.replay_glm5next as replay_glm5next
-import moeconf.memory.replay_nemotron as replay_nemotron
 from moeconf.engines import AUTO_GPU, Engine, mainline
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
@@ -266,9 +265,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         geo = geometry(inv)
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
-    # --- Nemotron-3: compute only where the replay covers it (memory/replay_nemotron.py) ---
-    if not why and inv.arch in rec.MAMBA2:
-        why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
     # setting families whose compute is not modelled (memory/families.py); on ik_llama.cpp those of every
     # engine and device (gpus=[]: speculation, extra files, --override-kv), llama.cpp's graph checks the rest
     if not why and families:
@@ -554,8 +550,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # the engine's graph gives every compute buffer (below): no older replay is run
     by_graph = inv.arch in GRAPH_COMPUTE and not ik and replay
     # the hybrids' replay takes any number of sequences (streams or a unified cache)
-    hybrid = (rshape is not None and replay and copies == 1 and fa and settings.offload_kqv
-              and inv.arch not in rec.MAMBA2)
+    hybrid = (rshape is not None and replay and copies == 1 and fa and settings.offload_kqv and not by_graph)
     if hybrid:
         by_replay = replayed_hybrid(placement, geo, out_dev, t_graph, cells, ctk, ctv, n_seq, n_out)
         compute.update(by_replay)
@@ -575,12 +570,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                                                                 ctk=ctk, ctv=ctv, n_outputs=n_out)
         if host is not None:
             compute[HOST] = host
-    # --- Nemotron-3: every device's compute by the replay (memory/replay_nemotron.py) ---
-    if inv.arch in rec.MAMBA2:
-        by_replay = replay_nemotron.replayed_nemotron(placement, geo, T, cells, n_seq, ctk, ctv, copies, fa,
-                                                      settings.offload_kqv, n_stream, n_out)
-        compute.update(by_replay)
-        outputs_exact.update(by_replay)
     # flash attention off: the host's share is the same graph with f32 masks
     if replay and not by_graph and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
         host = _replayed_host(placement, geo, out_dev, t_graph, cells, swa_cells, mask_el=4, n_outputs=n_out)
@@ -761,8 +750,6 @@ def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySetti
     if len({d for d in _layer_devices(placement).values() if is_gpu(d)}) != 1:
         return set()
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
-    if inv.arch in rec.MAMBA2:
-        return {out_dev}  # the replay runs every device of a placement it models (replay_nemotron)
     if rec.kda_shape(inv) is not None:
         return set(replayed_kda(placement, geo, out_dev, T, cells, n_seq, 1, dry=True))
     if rec.shape(inv) is not None:

@@ -35,7 +35,7 @@ GATED_DELTA_NET = frozenset({"qwen35moe", "qwen3next"})
 # Nemotron-3: Mamba-2 layers (src/models/mamba-base.cpp `build_mamba2_layer`); the same conv state
 # width and an SSM state of ssm.state_size x ssm.inner_size (src/llama-hparams.cpp `n_embd_r`,
 # `n_embd_s`); a layer is recurrent iff its per-layer attention.head_count_kv and
-# feed_forward_length are both 0 (src/models/nemotron-h.cpp `load_arch_hparams`); memory/replay_nemotron.py
+# feed_forward_length are both 0 (src/models/nemotron-h.cpp `load_arch_hparams`); compute by the graph
 MAMBA2 = frozenset({"nemotron_h_moe"})
 
 # the `{arch}.*` keys this module reads (moeconf.memory.support lists them as modelled)

@@ -44,6 +44,7 @@ class Cparams:
     rot_k: int = 0  # Hadamard rotation sides (0: none)
     rot_v: int = 0
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
+    n_seqs: int = 1  # the reserve's sequences (n_seq_max: ubatch_reserve splits the ubatch among them)
 
 
 @dataclass(frozen=True)
@@ -152,11 +153,12 @@ class GraphContext:
         self.expand(cur)
         return cur
 
-    def rs_inp(self) -> RsInput:
+    def rs_inp(self, seqs: bool = False) -> RsInput:
         """build_rs_inp: the state copy indices and their views for the ubatch's sequences and the rest
-        (the reserve: one sequence, one state)."""
+        (the reserve's full memory: every state, n_seq_max of them, and the reserve's n_seq_max
+        sequences where `seqs`; else one of each, as the delta-net hybrids are modelled)."""
         c = self.ctx
-        n_rs, n_seqs = 1, 1
+        n_rs = n_seqs = self.cp.n_seqs if seqs else 1
         s_copy = c.input("I32", n_rs, name="rs_s_copy")
         return RsInput(c.view(s_copy, (n_seqs,), (), 0),
                        c.view(s_copy, (n_rs - n_seqs,), (), n_seqs * s_copy.nb[0]), n_rs, n_seqs)

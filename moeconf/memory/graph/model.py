@@ -35,6 +35,7 @@ class Setup:
     # the norms pinned to their layer's device under full offload, as an allocating reserve keeps them;
     # False: as llama-fit-params and llama.cpp's --fit size the buffers (their reset drops the pins)
     norm_pins: bool = False
+    n_seqs: int = 1  # n_seq_max: the recurrent states kept and the sequences the reserve's ubatch holds
 
 
 def covered(arch: str) -> bool:
@@ -100,8 +101,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         layer_backend[la.index] = index.get(dev, cpu)
         kdev = dev if setup.offload_kqv else HOST
         if la.recurrent and rec is not None:  # llama_memory_recurrent: one F32 row per sequence
-            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (rec.n_embd_r, setup.n_stream), kdev),
-                            ctx.cache(f"cache_s_l{la.index}", "F32", (rec.n_embd_s, setup.n_stream), kdev))
+            mem = max(1, setup.n_seqs)
+            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (rec.n_embd_r, mem), kdev),
+                            ctx.cache(f"cache_s_l{la.index}", "F32", (rec.n_embd_s, mem), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
@@ -128,7 +130,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                  n_stream=setup.n_stream,
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
-                 full_offload=full)
+                 full_offload=full, n_seqs=max(1, setup.n_seqs))
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -168,8 +170,8 @@ def compute(placement: Placement, setup: Setup) -> dict[str, int]:
 
 def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = False) -> Setup:
     """The graph's settings as llama.cpp derives them for its worst-case reserve: the context
-    padded to 256 cells (per stream without a unified cache), the ubatch (rounded up to the
-    sequences when the server keeps few outputs), the output rows."""
+    padded to 256 cells (per stream without a unified cache), the ubatch (rounded up to a multiple of
+    the sequences), the output rows."""
     pad = 256
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
     n_ctx = -(-n_ctx // pad) * pad
@@ -179,7 +181,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     cells = n_ctx if unified else -(-(n_ctx // n_seq) // pad) * pad
     T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
-    t_graph = -(-T // n_seq) * n_seq if n_out < T else T
+    t_graph = -(-T // n_seq) * n_seq  # graph_reserve: a multiple of the sequences (-ub 512 -np 3: 513)
     from moeconf.memory.archgraph import flash_attn_forced_off
     from moeconf.memory.geometry import geometry
     geo = geometry(inv)
@@ -187,7 +189,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     if geo.swa_type != "none" and any(la.swa for la in geo.layers):  # llama-kv-cache-iswa.cpp
         window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
-    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
+    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seqs=n_seq,
                  flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
                  offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,

@@ -8,18 +8,19 @@ The final norm is the MTP head's seed (an output), the output rows taken after i
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba2_layer
-from moeconf.memory.graph.archs.common import Facts, need
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import OUTPUT, Tensor
 
 ARCH = "nemotron_h_moe"
+MEMORY = REPLAYED
 
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     inp = g.inp_embd(need(w.get("token_embd.weight")))
     g.expand(inp)
-    rs_in = g.rs_inp()
+    rs_in = g.rs_inp(seqs=True)
     attn_in = g.attn_inp_kv()
     out_ids = g.inp_out_ids()
     w_scale = "expert_weights_scale" in facts.floats
