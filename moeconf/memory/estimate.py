@@ -752,6 +752,8 @@ def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySetti
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     if rec.kda_shape(inv) is not None:
         return set(replayed_kda(placement, geo, out_dev, T, cells, n_seq, 1, dry=True))
+    if rec.shape(inv) is not None and inv.arch in GRAPH_COMPUTE:
+        return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
     if rec.shape(inv) is not None:
         return set(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq, 1, dry=True))
     if n_stream != 1:

@@ -71,6 +71,8 @@ class ModelMetadata:
     # the float `{arch}.*` keys whose value is 0 or 1 (a scale the graph then leaves out); read from a
     # GGUF only (a manifest does not carry them: its float keys count as scales that run)
     unit_floats: tuple[str, ...] = field(default=(), compare=False)
+    # those of them whose value is 0 (a scale some graphs run whenever it is not 0: Granite's)
+    zero_floats: tuple[str, ...] = field(default=(), compare=False)
 
     def hparam(self, key: str) -> int | tuple[int, ...] | None:
         """An `{arch}.KEY` integer (or integer array) from the file, by its name after `{arch}.`."""
@@ -466,6 +468,7 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
     arch_keys: list[str] = []
     hparams: list[tuple[str, int | tuple[int, ...]]] = []
     unit_floats: list[str] = []
+    zero_floats: list[str] = []
     for key, entry in header.metadata.items():
         if not key.startswith(prefix):
             continue
@@ -479,6 +482,8 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         v = entry.value
         if isinstance(v, float) and v in (0.0, 1.0):
             unit_floats.append(suffix)
+            if v == 0.0:
+                zero_floats.append(suffix)
         if isinstance(v, bool | int):
             hparams.append((suffix, int(v)))
         elif (isinstance(v, list) and len(v) <= MAX_HPARAM_ARRAY
@@ -489,7 +494,7 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         name=name if isinstance(name, str) else None,
         file_type=_int_meta(header, "general.file_type"),
         hparams=tuple(sorted(hparams)), arch_keys=tuple(sorted(arch_keys)), unit_floats=tuple(sorted(unit_floats)),
-        **values,
+        zero_floats=tuple(sorted(zero_floats)), **values,
     )
 
 

@@ -157,7 +157,7 @@ def facts(inv: Inventory) -> Facts:
     return Facts(gating=gating if isinstance(gating, int) else None,
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
                  groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
-                 units=frozenset(md.unit_floats))
+                 units=frozenset(md.unit_floats), zeros=frozenset(md.zero_floats))
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:

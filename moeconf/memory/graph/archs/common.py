@@ -20,6 +20,11 @@ class Facts:
     floats: frozenset[str] = frozenset()  # the float `{arch}.*` keys present (scales, clamps)
     groups: tuple[int, int] = (0, 0)  # expert_group_count, expert_group_used_count
     units: frozenset[str] = frozenset()  # the float `{arch}.*` keys present whose value is 0 or 1
+    zeros: frozenset[str] = frozenset()  # those of them whose value is 0
+
+    def nonzero(self, key: str) -> bool:
+        """Whether the float `{arch}.key` is present and not 0 (a manifest's float keys count as not 0)."""
+        return key in self.floats or (key in self.units and key not in self.zeros)
 
 
 @dataclass(frozen=True)
