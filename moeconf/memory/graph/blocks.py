@@ -45,6 +45,14 @@ class Cparams:
     rot_v: int = 0
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
     n_seqs: int = 1  # the reserve's sequences (n_seq_max: ubatch_reserve splits the ubatch among them)
+    # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
+    # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
+    v_flat: bool = False
+
+    @property
+    def v_trans(self) -> bool:
+        """The V cache is transposed (llama_kv_cache's v_trans: created without flash attention)."""
+        return not (self.flash_attn or self.v_flat)
 
 
 @dataclass(frozen=True)
@@ -187,7 +195,7 @@ class GraphContext:
         c, cp = self.ctx, self.cp
         n_kv = n_kv or cp.n_kv
         k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
-        v_trans = not cp.flash_attn
+        v_trans = cp.v_trans
         v_width = max((self.hp.n_head_kv[il] * self.hp.head_v for il in self.kv), default=0)
         v_idxs = c.input("I64", self.n_tokens * (v_width if v_trans else 1), name="attn_inp_v_idxs")
         mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
@@ -228,7 +236,7 @@ class GraphContext:
         for n_kv in (cp.n_kv, cp.n_kv_swa):
             k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
             v_width = max((self.hp.n_head_kv[il] * self.hp.head_v for il in self.kv), default=0)
-            v_idxs = c.input("I64", self.n_tokens * (1 if cp.flash_attn else v_width), name="attn_inp_v_idxs")
+            v_idxs = c.input("I64", self.n_tokens * (v_width if cp.v_trans else 1), name="attn_inp_v_idxs")
             mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
                            name="attn_inp_kq_mask")
             ins.append(AttnInput(k_idxs, v_idxs, mask, None, None, n_kv))
@@ -338,7 +346,7 @@ class GraphContext:
     def _cpy_v(self, vc: Tensor, v: Tensor, idxs: Tensor) -> Tensor:
         c = self.ctx
         n_gqa = v.ne[0] * v.ne[1]
-        if self.cp.flash_attn:
+        if not self.cp.v_trans:
             view = c.view(v, (n_gqa, v.ne[2]), (v.nb[2],), 0)
             if vc.ne[2] > 1:
                 vc = c.reshape(vc, n_gqa, vc.ne[1] * vc.ne[2])
@@ -362,7 +370,7 @@ class GraphContext:
         hp, cp = self.hp, self.cp
         gqa, size = vc.ne[0], vc.ne[1]
         t = vc.type
-        if cp.flash_attn:
+        if not cp.v_trans:
             return self.ctx.view(vc, (hp.head_v, hp.n_head_kv[il], n_kv, vc.ne[2]),
                                  (row_size(t, hp.head_v), row_size(t, gqa), row_size(t, gqa * size)), 0)
         return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hp.head_v, vc.ne[2]),

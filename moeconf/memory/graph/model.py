@@ -36,6 +36,8 @@ class Setup:
     # False: as llama-fit-params and llama.cpp's --fit size the buffers (their reset drops the pins)
     norm_pins: bool = False
     n_seqs: int = 1  # n_seq_max: the recurrent states kept and the sequences the reserve's ubatch holds
+    fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
+    v_flat: bool = False  # the V cache created for flash attention, which `-fa auto` then turned off
 
 
 def covered(arch: str) -> bool:
@@ -58,6 +60,38 @@ def _gpu_order(placement: Placement) -> list[str]:
 
 
 def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
+    """The graph of this placement under these settings, flash attention resolved as the engine
+    resolves `-fa auto` (`fa_auto_off`)."""
+    g, backends = _build(placement, setup)
+    if setup.flash_attn and setup.fa_auto and fa_auto_off(placement, setup, g):
+        g, backends = _build(placement, replace(setup, flash_attn=False, v_flat=True))
+    return g, backends
+
+
+def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
+    """llama_context::resolve_fused_ops under `-fa auto`: a graph of one token per sequence is split, and
+    flash attention is turned off for the context where the scheduler runs a layer's FLASH_ATTN_EXT on
+    another device than the layer's (llama-context.cpp: `device_mismatch`). Only a placement whose layers
+    or KV caches span several devices can mismatch; on one device the probe is skipped."""
+    index = {b: i for i, b in enumerate(sorted({t.buffer for kc, vc in g.kv.values() for t in (kc, vc)}))}
+    if len(set(g.layer_backend.values())) < 2 and len(index) < 2:
+        return False
+    probe = replace(setup, n_tokens=setup.n_seqs, n_outputs=setup.n_seqs, fa_auto=False)
+    p, backends = _build(placement, probe)
+    s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+    s.split(p.gf, p.pinned)
+    layer_of = {kc: il for il, (kc, _) in p.kv.items()}
+    for t in p.gf.nodes:
+        if t.op != "FLASH_ATTN_EXT" or t.src[1] is None:
+            continue
+        k = s.copy_of[t.src[1]][0] if t.src[1] in s.copy_of else t.src[1]  # a split input: its copy's source
+        il = layer_of.get(k.view_src or k)
+        if il is not None and s.ids.get(t) != p.layer_backend.get(il):
+            return True
+    return False
+
+
+def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
     from moeconf.memory.geometry import geometry
     from moeconf.memory.replay_hybrid import rotation
 
@@ -130,7 +164,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                  n_stream=setup.n_stream,
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
-                 full_offload=full, n_seqs=max(1, setup.n_seqs))
+                 full_offload=full, n_seqs=max(1, setup.n_seqs), v_flat=setup.v_flat)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -191,6 +225,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seqs=n_seq,
                  flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
+                 fa_auto=settings.flash_attn == "auto",
                  offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
                  op_offload=settings.op_offload)
