@@ -73,8 +73,8 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
     flash attention is turned off for the context where the scheduler runs a layer's FLASH_ATTN_EXT on
     another device than the layer's (llama-context.cpp: `device_mismatch`). Only a placement whose layers
     or KV caches span several devices can mismatch; on one device the probe is skipped."""
-    index = {b: i for i, b in enumerate(sorted({t.buffer for kc, vc in g.kv.values() for t in (kc, vc)}))}
-    if len(set(g.layer_backend.values())) < 2 and len(index) < 2:
+    kv_devices = {t.buffer for kc, vc in g.kv.values() for t in (kc, vc)}
+    if len(set(g.layer_backend.values())) < 2 and len(kv_devices) < 2:
         return False
     probe = replace(setup, n_tokens=setup.n_seqs, n_outputs=setup.n_seqs, fa_auto=False)
     p, backends = _build(placement, probe)
