@@ -155,6 +155,16 @@ def test_groks_flash_attention_left_on_is_named(tiny: dict[tuple[str, str], Inve
     assert diff is not None and diff.index == 14 and diff.fields == ("op",), str(diff)
 
 
+def test_flash_attention_auto_resolved_as_the_engine_does(tiny: dict[tuple[str, str], Inventory],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """-fa auto: Jamba's attention layer on the CPU at -ngl 2 has its one-token FLASH_ATTN_EXT scheduled on the
+    GPU, so the engine turns flash attention off (its V cache keeps the flash layout). Kept on, the first
+    difference is node 150, where the engine views the V cache for the KQ product."""
+    monkeypatch.setattr(model, "fa_auto_off", lambda *a: False)
+    diff = _difference(tiny[("jamba", "b")], "jamba", "b", "ngl2")
+    assert diff is not None and diff.index == 150, str(diff)
+
+
 def test_qwen35s_graph_built_as_qwen3nexts_is_named(tiny: dict[tuple[str, str], Inventory],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Qwen3.5's delta-net built as Qwen3-Next's (Q and K repeated to the value heads before the fused op, which

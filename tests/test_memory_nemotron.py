@@ -1,10 +1,9 @@
 """Nemotron-3 (`nemotron_h_moe`): attention KV on the 6 attention layers only, the Mamba-2 state
 per sequence on the 23 recurrent layers, nothing on the FFN-only layers, and compute by the
-node-by-node replay (moeconf/memory/replay_nemotron.py), held to figures llama.cpp's own
+engine's graph (moeconf/memory/graph/archs/nemotron_h_moe.py), held to figures llama.cpp's own
 projection (`llama-fit-params -fitp on`, RPC devices) printed for the sparse full-size layout of
 Nemotron-3-Nano-30B-A3B (tests/data/nemotron_memory_oracle.json; the engine suite re-measures them:
-tests/engine/test_memory_nemotron.py). Placements and settings the replay was not checked on are
-refused, naming what is missing."""
+tests/engine/test_memory_nemotron.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.layouts_hybrid import NemotronLayout
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory import recurrent as rec
-from moeconf.memory import replay_nemotron as rn
+from moeconf.memory.graph import model as graph_model
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from tests.recorded_memory import estimate_line, mismatches, rpc_args
@@ -72,8 +71,11 @@ def test_layer_map_and_state_are_the_loaders(nano: Inventory) -> None:
     lay = LAYOUTS[NANO]
     assert isinstance(lay, NemotronLayout)
     assert rec.recurrent_layers(nano) == frozenset(il for il in range(52) if lay.kind(il) == "recurrent")
-    kinds = rn.layer_kinds(explain(nano, engine("llama.cpp"), rpc_args("-ngl 999", EPS), gpus=[]).placement)
-    assert kinds == tuple({"M": rn.MAMBA, "*": rn.ATTENTION, "E": rn.FFN}[c] for c in lay.pattern)
+    placement = explain(nano, engine("llama.cpp"), rpc_args("-ngl 999", EPS), gpus=[]).placement
+    g, _ = graph_model.build(placement, graph_model.Setup(n_tokens=512, n_outputs=512, cells=4096))
+    assert set(g.rs) == rec.recurrent_layers(nano)
+    assert {il for il in g.kv if g.w.layer(il, "attn_q") is not None} == {
+        il for il in range(52) if lay.pattern[il] == "*"}
     rs = rec.shape(nano)
     assert rs is not None and round(23 * rs.state_bytes(1) / MiB, 1) == 47.6
     gpu = f"RPC0[{EPS[0]}]"
@@ -94,26 +96,22 @@ def test_a_layer_map_from_other_arrays_moves_the_state(nano: Inventory) -> None:
     assert 5 in rec.recurrent_layers(alt) and 5 not in rec.recurrent_layers(nano)
 
 
-# what the replay was not checked on: refused, naming it
-REFUSED_LINES = {
-    "-c 32768 -ngl 999 -nkvo -ot exps=CPU": "-nkvo (the state and the KV cache in host memory) with the CPU",
-    "-c 32768 -ngl 30 -nkvo": "-nkvo (the state and the KV cache in host memory) with the CPU",
-    "-c 32768 -ngl 999 -nkvo -fa off": "-nkvo and -fa off",
-    "-c 32768 -ngl 52 -ot exps=CPU": "none of them an FFN layer",
-    "2rpc -c 65536 -ngl 40 -ts 1,1 -ot exps=CPU": "the CPU running the first layers, several GPUs and routed",
-}
+# what the older replay was not checked on and refused: the engine's graph composes every placement and setting
+# (its nodes held to the engine's dumps, tests/test_memory_graph.py), so these are estimated like any other line
+GRAPH_LINES = ("-c 32768 -ngl 999 -nkvo -ot exps=CPU", "-c 32768 -ngl 30 -nkvo", "-c 32768 -ngl 999 -nkvo -fa off",
+               "-c 32768 -ngl 52 -ot exps=CPU", "2rpc -c 65536 -ngl 40 -ts 1,1 -ot exps=CPU")
 
 
-@pytest.mark.parametrize("line", sorted(REFUSED_LINES))
-def test_what_the_replay_was_not_checked_on_is_refused(nano: Inventory, line: str) -> None:
+@pytest.mark.parametrize("line", GRAPH_LINES)
+def test_what_the_older_replay_refused_is_estimated_through_the_graph(nano: Inventory, line: str) -> None:
     est = estimate_line(nano, rpc_args(line, EPS))
-    assert not est.complete
-    assert any(REFUSED_LINES[line] in n and "not modelled for nemotron_h_moe" in n for n in est.notes), est.notes
+    assert est.complete, est.notes
+    assert all(m.compute > 0 for m in est.devices.values() if m.weights)
 
 
 def test_experts_that_differ_per_layer_are_refused(nano: Inventory) -> None:
     """Nemotron-3 Puzzle gives each layer its own expert width and count (per-layer arrays): the
-    replay takes one of each, so such a file is refused, not replayed with the widest."""
+    graph's build_moe_ffn takes one count, so such a file is refused, not estimated with the first."""
     md = nano.metadata
     hp = tuple(sorted((*(kv for kv in md.hparams if kv[0] != "expert_used_count"),
                        ("expert_used_count", tuple(4 if il % 2 else 6 for il in range(52))))))
@@ -123,42 +121,11 @@ def test_experts_that_differ_per_layer_are_refused(nano: Inventory) -> None:
 
 
 def test_the_latent_is_read_not_ignored(layouts: dict[str, Inventory]) -> None:
-    """moe_latent_size (Nemotron-3-Super's LatentMoE) sets the routed experts' width in the
-    replay: Super read without it misses the engine's figure (324.12 MiB with the routed experts
-    on the CPU, where their input and output copies are latent-wide)."""
+    """moe_latent_size (Nemotron-3-Super's LatentMoE) shapes the routed experts and their latent projections,
+    which the graph reads from the tensors: with the routed experts on the CPU their input and output copies
+    are latent-wide (the engine's 324.12 MiB)."""
     sup = layouts[SUPER]
     gpu = f"RPC0[{EPS[0]}]"
     line = "-c 32768 -ngl 999 -ot exps=CPU"
     assert round(estimate_line(sup, rpc_args(line, EPS)).devices[gpu].compute / MiB, 2) == 324.12
-    md = sup.metadata
-    without = dataclasses.replace(sup, metadata=dataclasses.replace(
-        md, hparams=tuple(kv for kv in md.hparams if kv[0] != "moe_latent_size")))
-    assert round(estimate_line(without, rpc_args(line, EPS)).devices[gpu].compute / MiB, 2) != 324.12
-
-
-def test_the_mamba_prologue_runs_before_the_previous_layers_tail(nano: Inventory,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Mamba-2 layer's conv-state rows are expanded (build_rs) before the previous layer's
-    unexpanded tail (its shared expert, its residual add). A replay emitting each layer's tail at
-    the layer's end instead misses the engine's figures on the recorded lines."""
-    lines = ("-c 32768 -ngl 999", "-c 32768 -ngl 999 -ot exps=CPU", "-c 131072 -ngl 999 -ub 2048")
-    gpu = f"RPC0[{EPS[0]}]"
-
-    def figures() -> list[float]:
-        rn.nemotron_peaks.cache_clear()
-        return [round(estimate_line(nano, rpc_args(ln, EPS)).devices[gpu].compute / MiB, 2) for ln in lines]
-
-    assert figures() == [271.75, 305.63, 1100.5]
-    for name in ("_mamba", "_attention", "_ffn_tail"):
-        orig = getattr(rn, name)
-
-        def eager(*a: object, _orig=orig) -> object:  # the tail built at once, before the next layer
-            out = _orig(*a)()
-            return lambda: out
-
-        monkeypatch.setattr(rn, name, eager)
-    try:
-        assert figures() != [271.75, 305.63, 1100.5]
-    finally:
-        monkeypatch.undo()
-        rn.nemotron_peaks.cache_clear()
+    assert any(t.base == "ffn_latent_down" for t in sup.tensors)

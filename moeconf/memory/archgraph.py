@@ -109,7 +109,13 @@ def flash_attn_forced_off(arch: str) -> bool:
 def unmodelled_structure(inv: Inventory) -> list[str]:
     """Layer structures of a modelled architecture the model was not checked on: Grok-2
     style layers holding a dense FFN beside the routed experts (src/models/grok.cpp adds both,
-    scaled), checked only on Grok-1's experts-only layers."""
+    scaled), checked only on Grok-1's experts-only layers. A number of experts used that differs per
+    layer (Nemotron-3 Puzzle's per-layer expert_used_count): the graph's build_moe_ffn takes one for
+    every layer."""
+    used = inv.metadata.hparam("expert_used_count")
+    if isinstance(used, tuple) and len(set(used)) > 1:
+        return [f"memory is not modelled for {inv.arch} with experts that differ per layer (a per-layer "
+                "expert_used_count): measure this model with llama.cpp's llama-fit-params -fitp on"]
     if inv.arch != "grok":
         return []
     dense = {t.layer for t in inv.tensors if t.base == "ffn_up" and t.layer is not None}

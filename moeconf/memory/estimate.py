@@ -30,7 +30,6 @@ import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.kda as kda
 import moeconf.memory.recurrent as rec
 import moeconf.memory.replay_glm5next as replay_glm5next
-import moeconf.memory.replay_nemotron as replay_nemotron
 from moeconf.engines import AUTO_GPU, Engine, mainline
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
@@ -281,9 +280,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         why.insert(0, f"KV cache and compute not computed: {err}")
     if not why and not ik:  # a branch of the engine's graph the composition does not build (memory/graph/archs)
         why.extend(graph_unmodelled(inv, settings))
-    # --- Nemotron-3: compute only where the replay covers it (memory/replay_nemotron.py) ---
-    if not why and inv.arch in rec.MAMBA2:
-        why = replay_nemotron.unmodelled(placement, geo, settings, pipeline)
     # setting families whose compute is not modelled (memory/families.py); on ik_llama.cpp those of every
     # engine and device (gpus=[]: speculation, extra files, --override-kv), llama.cpp's graph checks the rest
     if not why and families:
@@ -403,7 +399,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 continue
         k_row = la.head_k * la.n_head_kv
         # a transposed V cache (no flash attention) is as wide as the widest layer's (llama-kv-cache.cpp)
-        v_row = la.head_v * la.n_head_kv if fa or ik else v_max
+        v_row = la.head_v * la.n_head_kv if fa or ik or not la.n_head_kv else v_max
         if compressed.ratios(inv) is not None:  # DeepSeek-V4: raw rows K-only, compressed caches, states
             kv[dev] += cache_row_bytes(ctk, k_row) * n + compressed.layer_bytes(inv, la.index, la.head_k, cells,
                                                                                n_seq, ctk)
@@ -591,8 +587,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # the engine's graph gives every compute buffer (below): no older replay is run
     by_graph = inv.arch in GRAPH_COMPUTE and not ik and replay
     # the hybrids' replay takes any number of sequences (streams or a unified cache)
-    hybrid = (rshape is not None and replay and copies == 1 and fa and settings.offload_kqv
-              and inv.arch not in rec.MAMBA2)
+    hybrid = (rshape is not None and replay and copies == 1 and fa and settings.offload_kqv and not by_graph)
     if hybrid:
         by_replay = replayed_hybrid(placement, geo, out_dev, t_graph, cells, ctk, ctv, n_seq, n_out)
         compute.update(by_replay)
@@ -612,12 +607,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                                                                 ctk=ctk, ctv=ctv, n_outputs=n_out)
         if host is not None:
             compute[HOST] = host
-    # --- Nemotron-3: every device's compute by the replay (memory/replay_nemotron.py) ---
-    if inv.arch in rec.MAMBA2:
-        by_replay = replay_nemotron.replayed_nemotron(placement, geo, T, cells, n_seq, ctk, ctv, copies, fa,
-                                                      settings.offload_kqv, n_stream, n_out)
-        compute.update(by_replay)
-        outputs_exact.update(by_replay)
     # flash attention off: the host's share is the same graph with f32 masks
     if replay and not by_graph and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
         host = _replayed_host(placement, geo, out_dev, t_graph, cells, swa_cells, mask_el=4, n_outputs=n_out)
@@ -791,10 +780,10 @@ def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySetti
     if len({d for d in _layer_devices(placement).values() if is_gpu(d)}) != 1:
         return set()
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
-    if inv.arch in rec.MAMBA2:
-        return {out_dev}  # the replay runs every device of a placement it models (replay_nemotron)
     if rec.kda_shape(inv) is not None:
         return set(replayed_kda(placement, geo, out_dev, T, cells, n_seq, 1, dry=True))
+    if rec.shape(inv) is not None and inv.arch in GRAPH_COMPUTE:
+        return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
     if rec.shape(inv) is not None:
         return set(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq, 1, dry=True))
     if n_stream != 1:

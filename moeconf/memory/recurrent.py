@@ -35,8 +35,13 @@ GATED_DELTA_NET = frozenset({"qwen35moe", "qwen3next"})
 # Nemotron-3: Mamba-2 layers (src/models/mamba-base.cpp `build_mamba2_layer`); the same conv state
 # width and an SSM state of ssm.state_size x ssm.inner_size (src/llama-hparams.cpp `n_embd_r`,
 # `n_embd_s`); a layer is recurrent iff its per-layer attention.head_count_kv and
-# feed_forward_length are both 0 (src/models/nemotron-h.cpp `load_arch_hparams`); memory/replay_nemotron.py
+# feed_forward_length are both 0 (src/models/nemotron-h.cpp `load_arch_hparams`); compute by the graph
 MAMBA2 = frozenset({"nemotron_h_moe"})
+# Granite-4.0-H (Mamba-2, as Nemotron-3's) and Jamba (Mamba-1: src/models/mamba-base.cpp
+# `build_mamba_layer`; its loader reads no ssm.group_count, so n_group is 0: a conv state of (d_conv - 1)
+# x d_inner, an SSM state of d_state x d_inner): a layer is recurrent iff its attention.head_count_kv is
+# 0 (src/models/granite-hybrid.cpp, jamba.cpp `load_arch_hparams`); compute by the graph
+MAMBA_KV = frozenset({"granitehybrid", "jamba"})
 
 # the `{arch}.*` keys this module reads (moeconf.memory.support lists them as modelled)
 KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
@@ -76,14 +81,16 @@ def _int(inv: Inventory, key: str) -> int | None:
 
 def shape(inv: Inventory) -> RecurrentShape | None:
     """The recurrent layers' dimensions, None when the architecture has none modelled here."""
-    if inv.arch not in GATED_DELTA_NET | MAMBA2:
+    if inv.arch not in GATED_DELTA_NET | MAMBA2 | MAMBA_KV:
         return None
-    vals = [_int(inv, k) for k in ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count",
-                                   "ssm.time_step_rank")]
+    vals = [_int(inv, k) for k in ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank")]
     if any(v is None for v in vals):
         return None
-    d_conv, d_inner, d_state, n_group, n_v = (v or 0 for v in vals)
-    return RecurrentShape(d_conv, d_inner, d_state, n_group, n_v)
+    d_conv, d_inner, d_state, n_v = (v or 0 for v in vals)
+    n_group = _int(inv, "ssm.group_count")  # hparams.ssm_n_group: 0 where the loader does not read it (Jamba)
+    if n_group is None and inv.arch not in MAMBA_KV:
+        return None
+    return RecurrentShape(d_conv, d_inner, d_state, n_group or 0, n_v)
 
 
 def recurrent_layers(inv: Inventory) -> frozenset[int]:
@@ -94,7 +101,7 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
         kv_of = kv if isinstance(kv, tuple) else (kv,) * n
         ff_of = ff if isinstance(ff, tuple) else (ff,) * n
         return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
-    if is_kda(inv):
+    if is_kda(inv) or inv.arch in MAMBA_KV:
         return kda_layers(inv)
     if inv.arch not in GATED_DELTA_NET:
         return frozenset()
@@ -189,7 +196,8 @@ def kda_state(inv: Inventory) -> KdaShape | None:
 
 
 def kda_layers(inv: Inventory) -> frozenset[int]:
-    """KDA layers: those whose per-layer `attention.head_count_kv` is 0."""
+    """KDA layers (and Granite-4.0-H's and Jamba's Mamba layers): those whose per-layer
+    `attention.head_count_kv` is 0."""
     kv = inv.metadata.head_count_kv
     n_layer = inv.metadata.block_count
     if isinstance(kv, tuple):

@@ -24,7 +24,6 @@ import moeconf.memory.ikarchs as _ikarchs
 import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 import moeconf.memory.replay_glm5next as _replay_glm5next
-import moeconf.memory.replay_nemotron as _replay_nemotron
 from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
@@ -79,10 +78,11 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # Qwen3-Next's MTP block likewise (measured: the same figures with and without it, tests/test_memory_keys.py)
     "qwen3next": ArchMemory(_RECURRENT - {"rope.dimension_sections"} | {"nextn_predict_layers"}, _MAINLINE,
                             _CHECKED + " (Qwen3-Next-80B-A3B)"),
-    # Nemotron-3: Mamba-2 state, attention KV, compute by memory/replay_nemotron.py (llama.cpp only)
+    # Nemotron-3: Mamba-2 state, attention KV, compute by the engine's graph (memory/graph/archs/nemotron_h_moe.py,
+    # the latent experts' projections read from the tensors moe_latent_size shapes; llama.cpp only);
     # its MTP block (Nemotron-3 Super) is skipped by the loader and attended by no trunk layer
     # (measured: the same figures with and without it, tests/test_memory_keys.py)
-    "nemotron_h_moe": ArchMemory(_SSM | _replay_nemotron.KEYS | {"nextn_predict_layers"}, _MAINLINE,
+    "nemotron_h_moe": ArchMemory(_SSM | {"moe_latent_size", "nextn_predict_layers"}, _MAINLINE,
                                  _CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
     # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute memory/replay_kda.py
     "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | _MLA - {"attention.q_lora_rank"} | {"leading_dense_block_count"},

@@ -74,6 +74,8 @@ class ModelMetadata:
     # the float `{arch}.*` keys' values, scalars and arrays (per-layer limits: Step-3.5's swiglu_clamp_exp);
     # read from a GGUF only, like `unit_floats`
     float_values: tuple[tuple[str, float | tuple[float, ...]], ...] = field(default=(), compare=False)
+    # those of them whose value is 0 (a scale some graphs run whenever it is not 0: Granite's)
+    zero_floats: tuple[str, ...] = field(default=(), compare=False)
 
     def hparam(self, key: str) -> int | tuple[int, ...] | None:
         """An `{arch}.KEY` integer (or integer array) from the file, by its name after `{arch}.`."""
@@ -470,6 +472,7 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
     hparams: list[tuple[str, int | tuple[int, ...]]] = []
     unit_floats: list[str] = []
     float_values: list[tuple[str, float | tuple[float, ...]]] = []
+    zero_floats: list[str] = []
     for key, entry in header.metadata.items():
         if not key.startswith(prefix):
             continue
@@ -483,6 +486,8 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         v = entry.value
         if isinstance(v, float) and v in (0.0, 1.0):
             unit_floats.append(suffix)
+            if v == 0.0:
+                zero_floats.append(suffix)
         if isinstance(v, float):
             float_values.append((suffix, v))
         elif isinstance(v, list) and 0 < len(v) <= MAX_HPARAM_ARRAY and all(isinstance(x, float) for x in v):
@@ -498,6 +503,7 @@ def metadata_from_header(header: GGUFHeader) -> ModelMetadata:
         file_type=_int_meta(header, "general.file_type"),
         hparams=tuple(sorted(hparams)), arch_keys=tuple(sorted(arch_keys)), unit_floats=tuple(sorted(unit_floats)),
         float_values=tuple(sorted(float_values)),
+        zero_floats=tuple(sorted(zero_floats)),
         **values,
     )
 

@@ -8,6 +8,7 @@ that pins a layer's norms to its device. An architecture composes them (`archs`)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, nelements, row_size
@@ -55,6 +56,15 @@ class Cparams:
     rot_k_swa: int = 0  # the sliding-window cache's (its own head width's)
     rot_v_swa: int = 0
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
+    n_seqs: int = 1  # the reserve's sequences (n_seq_max: ubatch_reserve splits the ubatch among them)
+    # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
+    # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
+    v_flat: bool = False
+
+    @property
+    def v_trans(self) -> bool:
+        """The V cache is transposed (llama_kv_cache's v_trans: created without flash attention)."""
+        return not (self.flash_attn or self.v_flat)
 
 
 @dataclass(frozen=True)
@@ -170,21 +180,24 @@ class GraphContext:
         self.expand(cur)
         return cur
 
-    def rs_inp(self) -> RsInput:
+    def rs_inp(self, seqs: bool = False) -> RsInput:
         """build_rs_inp: the state copy indices and their views for the ubatch's sequences and the rest
-        (the reserve: one sequence, one state)."""
+        (the reserve's full memory: every state, n_seq_max of them, and the reserve's n_seq_max
+        sequences where `seqs`; else one of each, as the delta-net hybrids are modelled)."""
         c = self.ctx
-        n_rs, n_seqs = 1, 1
+        n_rs = n_seqs = self.cp.n_seqs if seqs else 1
         s_copy = c.input("I32", n_rs, name="rs_s_copy")
         return RsInput(c.view(s_copy, (n_seqs,), (), 0),
                        c.view(s_copy, (n_rs - n_seqs,), (), n_seqs * s_copy.nb[0]), n_rs, n_seqs)
 
-    def rs_states(self, inp: RsInput, s: Tensor, state_size: int) -> Tensor:
-        """build_rs: the cleared state (in place), the sequences' states gathered, the others copied back."""
+    def rs_states(self, inp: RsInput, s: Tensor, state_size: int,
+                  rows: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+        """build_rs: the cleared state (in place), the sequences' states gathered (by `rows`, the
+        caller's get_state_rows, where given: Mamba's scan reads them itself), the others copied back."""
         c = self.ctx
         states = c.reshape(s, state_size, s.ne[1])
         self.expand(c.inplace("SCALE", c.view(states, (state_size,), (), 0)))
-        out = c.get_rows(states, inp.main)
+        out = rows(states, inp.main) if rows is not None else c.get_rows(states, inp.main)
         self.expand(out)
         extra = c.get_rows(states, inp.extra)
         self.expand(c.cpy(extra, c.view(s, (state_size, inp.n_rs - inp.n_seqs), (s.nb[1],), inp.n_seqs * s.nb[1])))
@@ -201,7 +214,7 @@ class GraphContext:
         c, cp = self.ctx, self.cp
         n_kv = n_kv or cp.n_kv
         k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
-        v_trans = not cp.flash_attn
+        v_trans = cp.v_trans
         v_width = max((self.hp.n_head_kv[il] * self.hp.hv(il) for il in self.kv), default=0)
         v_idxs = c.input("I64", self.n_tokens * (v_width if v_trans else 1), name="attn_inp_v_idxs")
         mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
@@ -242,7 +255,7 @@ class GraphContext:
         for n_kv in (cp.n_kv, cp.n_kv_swa):
             k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
             v_width = max((self.hp.n_head_kv[il] * self.hp.hv(il) for il in self.kv), default=0)
-            v_idxs = c.input("I64", self.n_tokens * (1 if cp.flash_attn else v_width), name="attn_inp_v_idxs")
+            v_idxs = c.input("I64", self.n_tokens * (v_width if cp.v_trans else 1), name="attn_inp_v_idxs")
             mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
                            name="attn_inp_kq_mask")
             ins.append(AttnInput(k_idxs, v_idxs, mask, None, None, n_kv))
@@ -352,7 +365,7 @@ class GraphContext:
     def _cpy_v(self, vc: Tensor, v: Tensor, idxs: Tensor) -> Tensor:
         c = self.ctx
         n_gqa = v.ne[0] * v.ne[1]
-        if self.cp.flash_attn:
+        if not self.cp.v_trans:
             view = c.view(v, (n_gqa, v.ne[2]), (v.nb[2],), 0)
             if vc.ne[2] > 1:
                 vc = c.reshape(vc, n_gqa, vc.ne[1] * vc.ne[2])
@@ -378,7 +391,7 @@ class GraphContext:
         gqa, size = vc.ne[0], vc.ne[1]
         t = vc.type
         hv = hp.hv(il)
-        if cp.flash_attn:
+        if not cp.v_trans:
             return self.ctx.view(vc, (hv, hp.n_head_kv[il], n_kv, vc.ne[2]),
                                  (row_size(t, hv), row_size(t, gqa), row_size(t, gqa * size)), 0)
         return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hv, vc.ne[2]),
@@ -442,6 +455,8 @@ class GraphContext:
         elif gate is not None and parallel:
             kinds = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp"}
             cur = c.glu_split(cur, tmp, kinds.get(act, "reglu"))
+        elif act == "relu_sqr":  # LLM_FFN_RELU_SQR: relu, then its square
+            cur = c.sqr(c.unary(cur, "relu"))
         else:
             cur = c.unary(cur, act)
         if down is not None:
@@ -554,6 +569,8 @@ class GraphContext:
             h = c.glu_split(g, up, "swiglu_clamp")
         elif has_gate:
             h = c.glu_split(g, up, {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}[act])
+        elif act == "relu_sqr":
+            h = c.sqr(c.unary(g, "relu"))
         else:
             h = c.unary(g, act)
         down_w = w.layer(il, "ffn_down_exps")

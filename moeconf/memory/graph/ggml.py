@@ -276,6 +276,15 @@ class Ctx:
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
         return self._make("SSM_CONV", "F32", (c.ne[1], sx.ne[0] - c.ne[0] + 1, sx.ne[2]), [sx, c])
 
+    def sqr(self, a: Tensor) -> Tensor:
+        return self._dup("SQR", a)
+
+    def ssm_scan(self, s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, ids: Tensor,
+                 snapshots: int = 1) -> Tensor:
+        """ggml_ssm_scan: one flat F32 result, the per-token outputs then the new states."""
+        n = x.ne[0] * x.ne[1] * x.ne[2] * x.ne[3] + snapshots * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
+        return self._make("SSM_SCAN", "F32", (n,), [s, x, dt, a, b, c, ids])
+
     def gated_delta_net(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
                         snapshots: int = 1) -> Tensor:
         s_v, h, n_t, n_s = v.ne

@@ -40,6 +40,9 @@ class Setup:
     # the norms pinned to their layer's device under full offload, as an allocating reserve keeps them;
     # False: as llama-fit-params and llama.cpp's --fit size the buffers (their reset drops the pins)
     norm_pins: bool = False
+    n_seqs: int = 1  # n_seq_max: the recurrent states kept and the sequences the reserve's ubatch holds
+    fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
+    v_flat: bool = False  # the V cache created for flash attention, which `-fa auto` then turned off
 
 
 def covered(arch: str) -> bool:
@@ -62,6 +65,44 @@ def _gpu_order(placement: Placement) -> list[str]:
 
 
 def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
+    """The graph of this placement under these settings, flash attention resolved as the engine
+    resolves `-fa auto` (`fa_auto_off`)."""
+    g, backends = _build(placement, setup)
+    if setup.flash_attn and setup.fa_auto and fa_auto_off(placement, setup, g):
+        g, backends = _build(placement, replace(setup, flash_attn=False, v_flat=True))
+    return g, backends
+
+
+def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
+    """llama_context::resolve_fused_ops under `-fa auto`: a graph of one token per sequence is split, and
+    flash attention is turned off for the context where the scheduler runs a layer's FLASH_ATTN_EXT on
+    another device than the layer's (llama-context.cpp: `device_mismatch`). Only a placement whose layers
+    or KV caches span several devices can mismatch; on one device the probe is skipped."""
+    kv_devices = {t.buffer for kc, vc in g.kv.values() for t in (kc, vc)}
+    if len(set(g.layer_backend.values())) < 2 and len(kv_devices) < 2:
+        return False
+    probe = replace(setup, n_tokens=setup.n_seqs, n_outputs=setup.n_seqs, fa_auto=False)
+    comp = COMPOSITIONS.get(placement.inventory.arch)
+    if comp is not None and comp.memory is not None and comp.memory.refuses is not None \
+            and comp.memory.refuses(probe.n_tokens, probe.n_stream):
+        # the probe's one-token form is not composed (MiniMax-M3's decode form): its attention reads the
+        # layer's own KV cache there as at every size, so no mismatch is taken
+        return False
+    p, backends = _build(placement, probe)
+    s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+    s.split(p.gf, p.pinned)
+    layer_of = {kc: il for il, (kc, _) in p.kv.items()}
+    for t in p.gf.nodes:
+        if t.op != "FLASH_ATTN_EXT" or t.src[1] is None:
+            continue
+        k = s.copy_of[t.src[1]][0] if t.src[1] in s.copy_of else t.src[1]  # a split input: its copy's source
+        il = layer_of.get(k.view_src or k)
+        if il is not None and s.ids.get(t) != p.layer_backend.get(il):
+            return True
+    return False
+
+
+def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
     from moeconf.memory.geometry import geometry
 
     inv = placement.inventory
@@ -106,13 +147,14 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
         kdev = dev if setup.offload_kqv else HOST
-        if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence
-            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_stream), kdev),
-                            ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_stream), kdev))
+        if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence (n_seq_max)
+            mem = max(1, setup.n_seqs)
+            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, mem), kdev),
+                            ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, mem), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         # V stored transposed (no flash attention): every layer's rows as wide as the widest (llama-kv-cache.cpp)
-        v_row = la.n_head_kv * la.head_v if setup.flash_attn else v_max
+        v_row = la.n_head_kv * la.head_v if setup.flash_attn or setup.v_flat or not la.n_head_kv else v_max
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
     # the DSA lightning indexer's K cache (llama-kv-cache-dsa.cpp): one head of the indexer's width per
@@ -150,7 +192,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
-                 full_offload=full)
+                 full_offload=full, n_seqs=max(1, setup.n_seqs), v_flat=setup.v_flat)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -199,7 +241,8 @@ def facts(inv: Inventory) -> Facts:
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
                  groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
                  units=frozenset(md.unit_floats), values=md.float_values,
-                 indexer_top_k=top_k if isinstance(top_k, int) else 0, hparams=md.hparams)
+                 indexer_top_k=top_k if isinstance(top_k, int) else 0, hparams=md.hparams,
+                 zeros=frozenset(md.zero_floats))
 
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:
@@ -212,8 +255,8 @@ def compute(placement: Placement, setup: Setup) -> dict[str, int]:
 
 def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = False) -> Setup:
     """The graph's settings as llama.cpp derives them for its worst-case reserve: the context
-    padded to 256 cells (per stream without a unified cache), the ubatch (rounded up to the
-    sequences when the server keeps few outputs), the output rows."""
+    padded to 256 cells (per stream without a unified cache), the ubatch (rounded up to a multiple of
+    the sequences), the output rows."""
     pad = 256
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
     n_ctx = -(-n_ctx // pad) * pad
@@ -232,7 +275,9 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
         window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seq=n_seq,
+                 n_seqs=n_seq,
                  flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
+                 fa_auto=settings.flash_attn == "auto",
                  offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
                  op_offload=settings.op_offload)

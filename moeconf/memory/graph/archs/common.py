@@ -24,6 +24,7 @@ class Facts:
     values: tuple[tuple[str, float | tuple[float, ...]], ...] = ()
     indexer_top_k: int = 0  # attention.indexer.top_k: the cells the DSA indexer keeps per token
     hparams: tuple[tuple[str, int | tuple[int, ...]], ...] = ()  # the other integer `{arch}.*` keys present
+    zeros: frozenset[str] = frozenset()  # the float keys present whose value is 0
 
     def above(self, key: str, il: int, floor: float = 0.0) -> bool:
         """Whether `{arch}.key` is above `floor` for layer il (get_key_or_arr: one value per layer or
@@ -49,6 +50,10 @@ class Facts:
             if k == key:
                 return v if isinstance(v, tuple) else (v,)
         return ()
+
+    def nonzero(self, key: str) -> bool:
+        """Whether the float `{arch}.key` is present and not 0 (a manifest's float keys count as not 0)."""
+        return key in self.floats or (key in self.units and key not in self.zeros)
 
 
 @dataclass(frozen=True)
