@@ -89,7 +89,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     rs: dict[int, tuple[Tensor, Tensor]] = {}
     from moeconf.memory.recurrent import shape as recurrent_shape
-    rec = recurrent_shape(inv)
+    from moeconf.memory.recurrent import kda_dims, shortconv_shape
+    rec = recurrent_shape(inv) or shortconv_shape(inv)
+    state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim) has no RecurrentShape
     layer_backend: dict[int, int] = {}
     home: dict[int, str] = {}
     for t in inv.tensors:
@@ -99,9 +101,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
         kdev = dev if setup.offload_kqv else HOST
-        if la.recurrent and rec is not None:  # llama_memory_recurrent: one F32 row per sequence
-            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (rec.n_embd_r, setup.n_stream), kdev),
-                            ctx.cache(f"cache_s_l{la.index}", "F32", (rec.n_embd_s, setup.n_stream), kdev))
+        if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence
+            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_stream), kdev),
+                            ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_stream), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
@@ -115,6 +117,9 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                 per_dev[dev] = ctx.weight(freqs.name, freqs.type, freqs.ne[:1], dev, la.index)
             by_name[f"rope_freqs.weight#{la.index}"] = per_dev[dev]
     out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
+    if out_home is None:  # an output layer without those names (LFM2's final norm is token_embd_norm)
+        from moeconf.engines.simulate import output_layer_tensors
+        out_home = next((placement.defaults.get(n) for n in output_layer_tensors(inv, placement.engine)), None)
     # -ngl above the block count (nextn blocks included, created or not): every created block and the output
     # offloaded; the callback then pins each layer's norms to its device, but the reserve that sizes the
     # compute buffers without allocating (llama-fit-params, --fit: ggml_backend_sched_reserve_size) resets the
