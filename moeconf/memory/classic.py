@@ -157,10 +157,9 @@ CLASSIC_REFUSED: dict[str, str] = {}
 # 22.8 MiB under at -ub 1024, the experts' down output placed above a hole it does not fit in; GLM's,
 # DeepSeek's, Grok's output GPU 20-28 MiB over at -ub 1024), or were never measured.
 # architectures whose own replay module decides which placements it covers, and refuses -ngl 0 and
-# -ngl 1 by its own measured rule (memory/replay_dsa.py dsa_unmodelled, replay_kda.unmodelled_placement,
-# replay_nemotron.unmodelled): the rule below leaves them to it (tests/test_memory_cpu_layers.py checks
-# that each still refuses both cases)
-OWN_PLACEMENT_CHECKS: frozenset[str] = frozenset({"deepseek32", "glm-dsa", "kimi-linear", "nemotron_h_moe",
+# -ngl 1 by its own measured rule (memory/replay_dsa.py dsa_unmodelled, replay_nemotron.unmodelled): the
+# rule below leaves them to it (tests/test_memory_cpu_layers.py checks that each still refuses both cases)
+OWN_PLACEMENT_CHECKS: frozenset[str] = frozenset({"deepseek32", "glm-dsa", "nemotron_h_moe",
                                               "glm5-next"})  # glm5-next: memory/replay_glm5next.py
 # (on llama.cpp the architectures whose compute the engine's graph gives, graph.model.GRAPH_COMPUTE, are
 # exact in both: tests/test_memory_cpu_layers.py; these sets hold for the phase model, ik_llama.cpp's)

@@ -65,7 +65,6 @@ from moeconf.memory.replay_hybrid import (
     replayed_hybrid_host,
     rotation,
 )
-from moeconf.memory.replay_kda import replayed_kda, unmodelled_placement
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import CACHE_TYPES, Q8_KV, MemorySettings, cache_row_bytes, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
@@ -274,8 +273,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, [] if ik else gpus,
                                                         not ik and replays_cover(placement, settings, gpus)))
-    if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
-        why.extend(unmodelled_placement(placement))
     # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
     if not why and inv.arch in rec.GLM5_NEXT:
         why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
@@ -587,12 +584,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if host is not None:
             compute[HOST] = host
 
-    # Kimi-Linear: each GPU running a range of whole layers by a replay (memory/replay_kda.py)
-    if kshape is not None and replay and copies == 1 and fa and settings.offload_kqv:
-        by_replay = replayed_kda(placement, geo, out_dev, t_graph, cells, n_seq, n_out)
-        compute.update(by_replay)
-        outputs_exact.update(by_replay)
-
     # --- DSA (deepseek32, glm-dsa): every compute buffer by the replay (memory/replay_dsa.py)
     if inv.arch in DSA_ARCHS:
         # the worst-case ubatch is rounded up to a multiple of the sequences (llama-context.cpp,
@@ -764,7 +755,7 @@ def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySetti
     if inv.arch in rec.MAMBA2:
         return {out_dev}  # the replay runs every device of a placement it models (replay_nemotron)
     if rec.kda_shape(inv) is not None:
-        return set(replayed_kda(placement, geo, out_dev, T, cells, n_seq, 1, dry=True))
+        return {out_dev}  # Kimi-Linear: the engine's graph counts the server's rows (memory/graph)
     if rec.shape(inv) is not None:
         return set(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq, 1, dry=True))
     if n_stream != 1:

@@ -43,6 +43,8 @@ class Cparams:
     rot_k: int = 0  # Hadamard rotation sides (0: none)
     rot_v: int = 0
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
+    n_seqs: int = 1  # the reserved ubatch's sequences (the recurrent layers' state rows it reads)
+    n_rs: int = 1  # the recurrent states' rows (llama_memory_recurrent's size: the sequences kept)
 
 
 @dataclass(frozen=True)
@@ -153,9 +155,9 @@ class GraphContext:
 
     def rs_inp(self) -> RsInput:
         """build_rs_inp: the state copy indices and their views for the ubatch's sequences and the rest
-        (the reserve: one sequence, one state)."""
+        (the reserve reads every state row: `Cparams.n_rs`, of which `n_seqs` are the ubatch's)."""
         c = self.ctx
-        n_rs, n_seqs = 1, 1
+        n_rs, n_seqs = self.cp.n_rs, self.cp.n_seqs
         s_copy = c.input("I32", n_rs, name="rs_s_copy")
         return RsInput(c.view(s_copy, (n_seqs,), (), 0),
                        c.view(s_copy, (n_rs - n_seqs,), (), n_seqs * s_copy.nb[0]), n_rs, n_seqs)

@@ -35,6 +35,8 @@ class Setup:
     # the norms pinned to their layer's device under full offload, as an allocating reserve keeps them;
     # False: as llama-fit-params and llama.cpp's --fit size the buffers (their reset drops the pins)
     norm_pins: bool = False
+    n_seqs: int = 1  # the reserved ubatch's sequences, as the recurrent layers read them
+    n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept)
 
 
 def covered(arch: str) -> bool:
@@ -88,8 +90,8 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     rs: dict[int, tuple[Tensor, Tensor]] = {}
-    from moeconf.memory.recurrent import shape as recurrent_shape
     from moeconf.memory.recurrent import kda_dims, shortconv_shape
+    from moeconf.memory.recurrent import shape as recurrent_shape
     rec = recurrent_shape(inv) or shortconv_shape(inv)
     state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim) has no RecurrentShape
     layer_backend: dict[int, int] = {}
@@ -102,8 +104,8 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
         layer_backend[la.index] = index.get(dev, cpu)
         kdev = dev if setup.offload_kqv else HOST
         if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence
-            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_stream), kdev),
-                            ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_stream), kdev))
+            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_rs), kdev),
+                            ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_rs), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
@@ -133,7 +135,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
                  n_stream=setup.n_stream,
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=rotation(setup.cache_k, hp.head_k, True), rot_v=rotation(setup.cache_v, hp.head_v, False),
-                 full_offload=full)
+                 full_offload=full, n_seqs=setup.n_seqs, n_rs=setup.n_rs)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -192,7 +194,13 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     if geo.swa_type != "none" and any(la.swa for la in geo.layers):  # llama-kv-cache-iswa.cpp
         window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
+    # the recurrent layers read the state rows of every sequence kept (llama_memory_recurrent's size) and
+    # split the ubatch into its sequences: the worst-case reserve has n_seq of them (graph_reserve rounds
+    # its tokens up to a multiple)
+    n_rs = n_seq if any(la.recurrent for la in geo.layers) else 1
+    t_graph = -(-t_graph // n_rs) * n_rs
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
+                 n_seqs=n_rs, n_rs=n_rs,
                  flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
                  offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
