@@ -70,8 +70,14 @@ def _errors(est: MemoryEstimate, figures: dict[str, list[float]]) -> list[str]:
     return bad
 
 
+# Kimi-Linear's lines at -ngl 0 and 1 are recorded with its others (held by tests/test_memory_kda.py)
+_KDA = json.loads((DATA.parent / "kda_memory_oracle.json").read_text())
+_KDA_ROWS = [{"model": "kimi-linear-48b-a3b", **r} for r in _KDA["rows"] + _KDA["refused_placements"]
+             if shlex.split(r["args"])[shlex.split(r["args"]).index("-ngl") + 1] in ("0", "1")]
+
+
 def test_every_modelled_architecture_is_measured_in_both_cases() -> None:
-    measured = {(_arch(r["model"]), _case(r["args"])) for r in ROWS}
+    measured = {(_arch(r["model"]), _case(r["args"])) for r in ROWS + _KDA_ROWS}
     # (the graph's architectures are measured at -ngl 0 and 1 in tests/data/graph_real_oracle.json, DSA's in
     # tests/engine/figures_dsa.json)
     own = classic.OWN_PLACEMENT_CHECKS | set(GRAPH_MODELLED) | {"deepseek32", "glm-dsa"}
@@ -79,7 +85,7 @@ def test_every_modelled_architecture_is_measured_in_both_cases() -> None:
     # every layout of a modelled architecture, at both ubatch sizes
     for key, lay in LAYOUTS.items():
         if lay.arch in MODELLED and lay.arch not in own:
-            lines = {r["args"] for r in ROWS if r["model"] == key}
+            lines = {r["args"] for r in ROWS + _KDA_ROWS if r["model"] == key}
             assert {"-c 32768 -ngl 0", "-c 32768 -ngl 1 -ub 1024"} <= lines, key
 
 
@@ -192,16 +198,3 @@ def test_the_output_gpu_holds_the_last_experts_copy(inventories: dict[str, Inven
     monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "GRAPH_COMPUTE", frozenset())
     for model in ("gpt-oss-20b", "minimax-m2", "qwen3-vl-30b-a3b"):
         assert any("RPC0 compute" in e for e in _errors(_estimate(inventories[model], line), rows[model]["engine"]))
-
-
-@pytest.mark.parametrize("manifest", ["kimi-linear-48b-a3b"])
-@pytest.mark.parametrize("ngl", ["0", "1"])
-def test_architectures_with_their_own_placement_checks_refuse_both_cases(manifest: str, ngl: str) -> None:
-    """The rule above leaves these to their replay modules: each must still refuse -ngl 0 and -ngl 1
-    (none was measured there), by its own note, not print a number."""
-    inv = load_inventory(Path(__file__).parent.parent / "examples" / "models" / f"{manifest}.manifest.json")
-    assert inv.arch in classic.OWN_PLACEMENT_CHECKS
-    est = _estimate(inv, f"-c 32768 -ngl {ngl}")
-    assert not est.complete
-    assert any("not modelled" in n for n in est.notes)
-    assert not any("not measured within tolerance of llama.cpp's own projection" in n for n in est.notes)

@@ -248,17 +248,10 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
 
 
 # The gated delta-net hybrids (qwen3next, qwen35moe) are composed for the node check; their memory keeps the older
-# replay (memory/replay_hybrid.py). Through the graph their recorded figures agree but for these, where the graph
-# does not yet model the reserve: several sequences (-np 2: the state copies of n_rs > 1 sequences) and the rows
-# llama-server keeps (3.9 and 0.2 MiB under the engine's figure on the GPU)
-HYBRID_NOT_YET = "the delta-net hybrids' graph models one sequence and every output row (node check only)"
-HYBRID_DIFF = {("flagship", "qwen3.5-122b-a10b", "-c 8192 -ngl 999 -np 2 -ot exps=CPU")}
-HYBRID_OUTPUTS_DIFF = {("qwen3.5-35b-a3b", "-c 32768 -ngl 999 -ot exps=CPU"),
-                       ("qwen3.5-35b-a3b", "-c 32768 -ngl 999 -ub 1024 -np 3 -kvu -ot exps=CPU"),
-                       ("qwen3.5-35b-a3b", "2rpc -c 32768 -ngl 999 -ts 1,1 -ot exps=CPU")}
-_XFAIL = pytest.mark.xfail(strict=True, reason=HYBRID_NOT_YET)
-RECORDED_CASES = [pytest.param(*r, id=f"{r[0]}:{r[1]}:{r[2]}", marks=[_XFAIL] if r[:3] in HYBRID_DIFF else [])
-                  for r in RECORDED]
+# replay (memory/replay_hybrid.py). Through the graph every recorded figure of theirs agrees too, several sequences
+# (-np: the reserve splits the ubatch into them and reads every sequence's state rows) and the rows llama-server
+# keeps included
+RECORDED_CASES = [pytest.param(*r, id=f"{r[0]}:{r[1]}:{r[2]}") for r in RECORDED]
 
 
 @pytest.mark.parametrize(("src", "key", "line", "figures"), RECORDED_CASES)
@@ -286,8 +279,7 @@ OUTPUT_LINES = sorted({(r["model"], r["args"]) for r in OUTPUTS["rows"]
                        if r["model"] in LAYOUTS and LAYOUTS[r["model"]].arch in ARCHS})
 
 
-OUTPUT_CASES = [pytest.param(k, x, id=f"{k}:{x}", marks=[_XFAIL] if (k, x) in HYBRID_OUTPUTS_DIFF else [])
-                for k, x in OUTPUT_LINES]
+OUTPUT_CASES = [pytest.param(k, x, id=f"{k}:{x}") for k, x in OUTPUT_LINES]
 
 
 @pytest.mark.parametrize(("key", "line"), OUTPUT_CASES)

@@ -65,7 +65,6 @@ from moeconf.memory.replay_hybrid import (
     replayed_hybrid_host,
     rotation,
 )
-from moeconf.memory.replay_kda import replayed_kda, unmodelled_placement
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import CACHE_TYPES, Q8_KV, MemorySettings, cache_row_bytes, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
@@ -285,8 +284,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, [] if ik else gpus,
                                                         not ik and replays_cover(placement, settings, gpus)))
-    if not why and inv.arch in rec.KDA:  # Kimi-Linear: placements not checked (memory/replay_kda.py)
-        why.extend(unmodelled_placement(placement))
     # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
     if not why and inv.arch in rec.GLM5_NEXT:
         why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
@@ -613,12 +610,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if host is not None:
             compute[HOST] = host
 
-    # Kimi-Linear: each GPU running a range of whole layers by a replay (memory/replay_kda.py)
-    if kshape is not None and replay and copies == 1 and fa and settings.offload_kqv:
-        by_replay = replayed_kda(placement, geo, out_dev, t_graph, cells, n_seq, n_out)
-        compute.update(by_replay)
-        outputs_exact.update(by_replay)
-
     # --- GLM-5.3-Flash: every compute buffer by its replay (memory/replay_glm5next.py) ---
     if inv.arch in rec.GLM5_NEXT:
         compute = defaultdict(int, replay_glm5next.replayed_glm5next(
@@ -781,7 +772,7 @@ def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySetti
         return set()
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     if rec.kda_shape(inv) is not None:
-        return set(replayed_kda(placement, geo, out_dev, T, cells, n_seq, 1, dry=True))
+        return {out_dev}  # Kimi-Linear: the engine's graph counts the server's rows (memory/graph)
     if rec.shape(inv) is not None and inv.arch in GRAPH_COMPUTE:
         return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
     if rec.shape(inv) is not None:

@@ -1,5 +1,6 @@
-"""Kimi-Linear's (`kimi-linear`) KDA layers in the phase model of `estimate`, for the devices the
-node-by-node replay (`replay_kda`) does not cover (pipeline parallelism, flash attention off).
+"""Kimi-Linear's (`kimi-linear`) KDA layers in the phase model of `estimate`, which a search runs
+without the engine's graph (`estimate(replay=False)`); the estimate itself takes every compute
+buffer from the graph (memory/graph/archs/kimi_linear.py).
 
 Facts (llama.cpp 0.3.36, src/models/kimi-linear.cpp `graph` and `causal_conv1d`,
 src/models/delta-net-base.cpp `build_delta_net_fused`): a KDA layer projects Q, K and V separately

@@ -101,7 +101,7 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
         kv_of = kv if isinstance(kv, tuple) else (kv,) * n
         ff_of = ff if isinstance(ff, tuple) else (ff,) * n
         return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
-    if is_kda(inv) or inv.arch in MAMBA_KV:
+    if is_kda(inv) or inv.arch in MAMBA_KV or shortconv_shape(inv) is not None:
         return kda_layers(inv)
     if inv.arch not in GATED_DELTA_NET:
         return frozenset()
@@ -113,6 +113,18 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
         return frozenset(il for il in range(min(n_layer, len(arr))) if arr[il])
     interval = _int(inv, "full_attention_interval") or 4
     return frozenset(il for il in range(n_layer) if (il + 1) % interval != 0)
+
+
+def shortconv_shape(inv: Inventory) -> RecurrentShape | None:
+    """LFM2's short-convolution layers (src/models/lfm2.cpp, lfm2moe.cpp): the loader reads
+    `shortconv.l_cache` and marks a layer recurrent iff its `attention.head_count_kv` is 0; its state
+    is a conv state only, `n_embd * (l_cache - 1)` F32 per sequence (llama-hparams.cpp `n_embd_r`; no
+    SSM keys, so `n_embd_s` is 0). Laid out as a `RecurrentShape` with `d_inner = n_embd` and no groups.
+    None where the file has no such key."""
+    l_cache, n_embd = _int(inv, "shortconv.l_cache"), inv.metadata.embedding_length
+    if not l_cache or not n_embd:
+        return None
+    return RecurrentShape(l_cache, n_embd, 0, 0, 0)
 
 
 def layer_activations(rs: RecurrentShape, n_embd: int, n_tokens: int, n_seqs: int = 1) -> int:
@@ -196,8 +208,8 @@ def kda_state(inv: Inventory) -> KdaShape | None:
 
 
 def kda_layers(inv: Inventory) -> frozenset[int]:
-    """KDA layers (and Granite-4.0-H's and Jamba's Mamba layers): those whose per-layer
-    `attention.head_count_kv` is 0."""
+    """KDA layers, short-conv layers (LFM2) and Granite-4.0-H's and Jamba's Mamba layers: those whose
+    per-layer `attention.head_count_kv` is 0."""
     kv = inv.metadata.head_count_kv
     n_layer = inv.metadata.block_count
     if isinstance(kv, tuple):
@@ -207,7 +219,7 @@ def kda_layers(inv: Inventory) -> frozenset[int]:
 
 def state_bytes(inv: Inventory, n_seq_max: int) -> int:
     """One recurrent layer's state (every recurrent layer of a model has the same), 0 if unknown."""
-    s: RecurrentShape | KdaShape | None = kda_dims(inv) if is_kda(inv) else shape(inv)
+    s: RecurrentShape | KdaShape | None = kda_dims(inv) if is_kda(inv) else shape(inv) or shortconv_shape(inv)
     return s.state_bytes(n_seq_max) if s is not None else 0
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ src/llama-graph.cpp (`build_rs`, `build_moe_ffn`). Facts that set the buffer:
 
 The whole graph is replayed once with every buffer (the host's and each GPU's) and the scheduler's
 splits between them (ggml-backend.cpp `ggml_backend_sched_split_graph`): a routed expert matmul runs
-where its weights are, the SwiGLU and the weighted sum where `replay_kda.expert_devices` puts them;
+where its weights are, the SwiGLU and the weighted sum where `expert_devices` puts them;
 at a boundary between two GPUs the next layer's first (weightless) RMS_NORM runs on the GPU before
 ("expand GPU down"), which copies it and the streams over; host layers first (a partial -ngl, or
 -ngl 1 with the output on a GPU) turn the fused HC post off for every layer (`resolve_fused_ops`
@@ -47,12 +47,22 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
 
 from moeconf.memory.replay import CPU, GPU, Graph, _Node, sigmoid_router
-from moeconf.memory.replay_kda import expert_devices
 
 if TYPE_CHECKING:
     from moeconf.memory.geometry import Geometry
     from moeconf.model.inventory import Inventory
     from moeconf.placement import Placement
+
+
+def expert_devices(home: int, gate: int, up: int, down: int) -> tuple[int, int]:
+    """Where the scheduler runs a layer's SwiGLU and the weighting and sum of its routed experts'
+    outputs (ggml-backend.cpp `ggml_backend_sched_split_graph`, pass 2: GPU backends expand down,
+    then up, over nodes without weights; the CPU only where no GPU reaches): the SwiGLU where up
+    runs if that is a GPU, else where down runs if that is a GPU, else the CPU; the weighting and
+    the sum where down runs if that is a GPU, else on the layer's device (the shared expert after
+    them expands up). Devices as the replay numbers its buffers (`replay.CPU` the host's)."""
+    act = up if up != CPU else (down if down != CPU else CPU)
+    return act, (down if down != CPU else home)
 
 
 @dataclass(frozen=True)
@@ -455,7 +465,7 @@ def glm5next_graph(s: Glm5NextShape) -> Graph:
     def routed(il: int, xr: int, topk: int, weights: int) -> int:
         """Layer il's routed experts, each of gate, up and down on its device (the layer's own, or
         the host: splits of their own with copies of what crosses), the SwiGLU and the weighting
-        and sum where replay_kda.expert_devices puts them (see replay_kda.routed)."""
+        and sum where `expert_devices` puts them."""
         home = home_of(il)
         if s.experts and s.experts[il]:
             gate_d, up_d, down_d = s.experts[il]

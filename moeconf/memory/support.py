@@ -84,7 +84,8 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # (measured: the same figures with and without it, tests/test_memory_keys.py)
     "nemotron_h_moe": ArchMemory(_SSM | {"moe_latent_size", "nextn_predict_layers"}, _MAINLINE,
                                  _CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
-    # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute memory/replay_kda.py
+    # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute the engine's graph
+    # (memory/graph/archs/kimi_linear.py)
     "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | _MLA - {"attention.q_lora_rank"} | {"leading_dense_block_count"},
                               _MAINLINE,
                               _CHECKED + " (Kimi-Linear-48B-A3B)"),

@@ -160,7 +160,7 @@ CASES += [
     ("qwen35moe-35b", "2rpc -c 32768 -ngl 999 -ts 3,1 -ot exps=CPU -ub 1024"),
     ("qwen35moe-35b", "-c 16384 -ngl 999 -fa off"),
 ]
-# Kimi-Linear (moeconf/memory/recurrent.py KDA state, replay_kda.py); the default suite holds the
+# Kimi-Linear (moeconf/memory/recurrent.py KDA state, the graph's compute); the default suite holds the
 # model to these and more lines' recorded figures (tests/test_memory_kda.py)
 LAYOUT_KEYS.update({"kimi-linear": LAYOUTS["kimi-linear-48b-a3b"]})
 CASES += [

@@ -57,6 +57,7 @@ class Cparams:
     rot_v_swa: int = 0
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
     n_seqs: int = 1  # the reserve's sequences (n_seq_max: ubatch_reserve splits the ubatch among them)
+    n_rs: int = 1  # the recurrent states' rows (llama_memory_recurrent's size: the sequences kept)
     # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
     # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
     v_flat: bool = False
@@ -182,10 +183,10 @@ class GraphContext:
 
     def rs_inp(self, seqs: bool = False) -> RsInput:
         """build_rs_inp: the state copy indices and their views for the ubatch's sequences and the rest
-        (the reserve's full memory: every state, n_seq_max of them, and the reserve's n_seq_max
-        sequences where `seqs`; else one of each, as the delta-net hybrids are modelled)."""
+        (the reserve reads every state row, `Cparams.n_rs`: the sequences kept, as many as the reserve's
+        ubatch holds)."""
         c = self.ctx
-        n_rs = n_seqs = self.cp.n_seqs if seqs else 1
+        n_rs = n_seqs = self.cp.n_rs
         s_copy = c.input("I32", n_rs, name="rs_s_copy")
         return RsInput(c.view(s_copy, (n_seqs,), (), 0),
                        c.view(s_copy, (n_rs - n_seqs,), (), n_seqs * s_copy.nb[0]), n_rs, n_seqs)

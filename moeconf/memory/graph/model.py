@@ -43,6 +43,7 @@ class Setup:
     n_seqs: int = 1  # n_seq_max: the recurrent states kept and the sequences the reserve's ubatch holds
     fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
     v_flat: bool = False  # the V cache created for flash attention, which `-fa auto` then turned off
+    n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept; 1 without recurrent layers)
 
 
 def covered(arch: str) -> bool:
@@ -133,10 +134,10 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     rs: dict[int, tuple[Tensor, Tensor]] = {}
-    from moeconf.memory.recurrent import kda_dims
+    from moeconf.memory.recurrent import kda_dims, shortconv_shape
     from moeconf.memory.recurrent import shape as recurrent_shape
-    rec = recurrent_shape(inv)
-    state = rec if rec is not None else kda_dims(inv)  # the gated delta-net's, else KDA's (its own widths)
+    rec = recurrent_shape(inv) or shortconv_shape(inv)
+    state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim) has no RecurrentShape
     layer_backend: dict[int, int] = {}
     home: dict[int, str] = {}
     for t in inv.tensors:
@@ -147,10 +148,9 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
         kdev = dev if setup.offload_kqv else HOST
-        if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence (n_seq_max)
-            mem = max(1, setup.n_seqs)
-            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, mem), kdev),
-                            ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, mem), kdev))
+        if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence
+            rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_rs), kdev),
+                            ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_rs), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
         # V stored transposed (no flash attention): every layer's rows as wide as the widest (llama-kv-cache.cpp)
@@ -177,6 +177,9 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
                 per_dev[dev] = ctx.weight(freqs.name, freqs.type, freqs.ne[:1], dev, la.index)
             by_name[f"rope_freqs.weight#{la.index}"] = per_dev[dev]
     out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
+    if out_home is None:  # an output layer without those names (LFM2's final norm is token_embd_norm)
+        from moeconf.engines.simulate import output_layer_tensors
+        out_home = next((placement.defaults.get(n) for n in output_layer_tensors(inv, placement.engine)), None)
     # -ngl above the block count (nextn blocks included, created or not): every created block and the output
     # offloaded; the callback then pins each layer's norms to its device, but the reserve that sizes the
     # compute buffers without allocating (llama-fit-params, --fit: ggml_backend_sched_reserve_size) resets the
@@ -192,7 +195,7 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
-                 full_offload=full, n_seqs=max(1, setup.n_seqs), v_flat=setup.v_flat)
+                 full_offload=full, n_seqs=max(1, setup.n_seqs), n_rs=setup.n_rs, v_flat=setup.v_flat)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -274,8 +277,10 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     if geo.swa_type != "none" and any(la.swa for la in geo.layers):  # llama-kv-cache-iswa.cpp
         window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
+    # the recurrent layers read the state rows of every sequence kept (llama_memory_recurrent's size)
+    n_rs = n_seq if any(la.recurrent for la in geo.layers) else 1
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seq=n_seq,
-                 n_seqs=n_seq,
+                 n_seqs=n_seq, n_rs=n_rs,
                  flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
                  fa_auto=settings.flash_attn == "auto",
                  offload_kqv=settings.offload_kqv,

@@ -67,7 +67,8 @@ def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repe
     c, w, hp = g.ctx, g.w, g.hp
     rec = g.rec
     assert rec is not None
-    T, n_seqs = cur.ne[1], rs_in.n_seqs
+    n_seqs = rs_in.n_seqs
+    T = cur.ne[1] // n_seqs  # n_seq_tokens
     hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
     hv = rec.d_inner // nv
     wqkv = w.layer(il, "attn_qkv")

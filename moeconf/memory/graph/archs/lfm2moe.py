@@ -1,0 +1,75 @@
+"""src/models/lfm2moe.cpp (its graph is lfm2.cpp's): short-convolution layers (the input projection
+split in three, B*X transposed after the conv state read through build_rs, the last columns written
+back, the depthwise conv, gated by C, the output projection) and attention layers with per-head Q/K
+norms; dense leading layers, then a MoE with a selection bias and the router's gating function from
+`expert_gating_func`; the final norm is `token_embd_norm` and the output usually the tied embedding."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.ggml import Tensor
+
+ARCH = "lfm2moe"
+# the conv state (memory/recurrent.py shortconv_shape) on the layers without KV heads; the dense
+# leading layers read from the tensors
+MEMORY = Memory(CHECKED + " (LFM2-8B-A1B)", keys=frozenset({"shortconv.l_cache", "leading_dense_block_count"}))
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w, hp = g.ctx, g.w, g.hp
+    cur = g.inp_embd(need(w.get("token_embd.weight")))
+    g.expand(cur)
+    rs_in = g.rs_inp()  # build_inp_mem_hybrid: the states' indices, then the KV cache's inputs
+    attn_in = g.attn_inp_kv()
+    pos = g.inp_pos()
+    out_ids = g.inp_out_ids()
+    gating = GATING.get(facts.gating or 0, "softmax")
+    for il in range(hp.n_layer):
+        prev = cur
+        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
+        cur = _shortconv(g, rs_in, cur, il) if il in g.rs else _attention(g, attn_in, pos, cur, il)
+        if il == hp.n_layer - 1:
+            cur = c.get_rows(cur, out_ids)
+            prev = c.get_rows(prev, out_ids)
+        cur = c.add(prev, cur)
+        ffn_in = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
+        if w.layer(il, "ffn_gate_inp") is None:
+            out = g.ffn(ffn_in, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
+        else:
+            out = g.moe_ffn(ffn_in, il, gating=gating, norm_w=True, probs_bias=w.layer(il, "exp_probs_b", "bias"))
+        cur = c.add(cur, out)
+    cur = g.norm(cur, w.get("token_embd_norm.weight"), None, -1)  # OUTPUT_NORM_LFM2
+    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+
+
+def _attention(g: GraphContext, attn_in: AttnInput, pos: Tensor, cur: Tensor, il: int) -> Tensor:
+    c, w, hp = g.ctx, g.w, g.hp
+    q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
+    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
+    k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+    q, k = c.rope(q, pos), c.rope(k, pos)
+    return g.attn(attn_in, il, w.layer(il, "attn_output"), None, q, k, v)
+
+
+def _shortconv(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
+    """build_shortconv_block (causal; no rollback snapshots: one conv state written)."""
+    c, w, hp = g.ctx, g.w, g.hp
+    rec = g.rec
+    assert rec is not None
+    n_seqs = rs_in.n_seqs
+    T = cur.ne[1] // n_seqs
+    d_conv = rec.d_conv - 1
+    cur = c.reshape(cur, cur.ne[0], T, n_seqs)
+    bcx = g.mm(need(w.layer(il, "shortconv.in_proj")), cur)
+    chunk = bcx.ne[0] // 3
+    b, cc, x = (c.view(bcx, (chunk, bcx.ne[1], bcx.ne[2]), (bcx.nb[1], bcx.nb[2]), i * chunk * 4) for i in range(3))
+    bx = c.transpose(c.mul(b, x))
+    conv_all, _ = g.rs[il]
+    conv = c.reshape(g.rs_states(rs_in, conv_all, rec.n_embd_r), d_conv, hp.n_embd, n_seqs)
+    bx = c.concat(conv, bx, 0)
+    snap = c.view(bx, (d_conv, bx.ne[1], bx.ne[2]), (bx.nb[1], bx.nb[2]), (bx.ne[0] - d_conv) * 4)
+    g.expand(c.cpy(snap, c.view(conv_all, (d_conv * hp.n_embd, n_seqs), (conv_all.nb[1],), 0)))
+    out = c.ssm_conv(bx, need(w.layer(il, "shortconv.conv")))
+    y = g.mm(need(w.layer(il, "shortconv.out_proj")), c.mul(cc, out))
+    return c.reshape(y, y.ne[0], T * n_seqs)
