@@ -40,10 +40,6 @@ class Facts:
         """An integer `{arch}.KEY` (by its name after `{arch}.`), or `default` where absent."""
         return next((v for k, v in self.hparams if k == key and isinstance(v, int)), default)
 
-    def int_key(self, key: str, default: int = 0) -> int:
-        """An integer `{arch}.KEY` of the file (`default` where absent or an array)."""
-        return self.hparam(key, default)
-
     def ints_of(self, key: str) -> tuple[int, ...]:
         """An integer array `{arch}.KEY` of the file (a single value as one; empty where absent)."""
         for k, v in self.hparams:

@@ -78,11 +78,11 @@ def _comp_inputs(g: GraphContext, name: str, ratio: int, overlap: bool, state_ro
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp, cp = g.ctx, g.w, g.hp, g.cp
     ratios = facts.ints_of("attention.compress_ratios")
-    hc = facts.int_key("hyper_connection.count")
-    n_hash = facts.int_key("hash_layer_count")
-    idx_head = facts.int_key("attention.indexer.key_length")
-    top_k = facts.int_key("attention.indexer.top_k")
-    groups = facts.int_key("attention.output_group_count", 1)
+    hc = facts.hparam("hyper_connection.count")
+    n_hash = facts.hparam("hash_layer_count")
+    idx_head = facts.hparam("attention.indexer.key_length")
+    top_k = facts.hparam("attention.indexer.top_k")
+    groups = facts.hparam("attention.output_group_count", 1)
     head = hp.head_k
     inp = g.inp_embd(need(w.get("token_embd.weight")))
     pos = g.inp_pos()

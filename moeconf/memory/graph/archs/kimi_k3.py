@@ -36,7 +36,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     rs_in = g.rs_inp()
     out_ids = g.inp_out_ids()
     g.groups = facts.groups
-    block = facts.int_key("attn_res.block_size")
+    block = facts.hparam("attn_res.block_size")
     lower_bound = "kda.gate_lower_bound" in facts.floats | facts.units
     # activation.situ_linear_beta above 0 runs the up branch's tanh (a value of 0 would leave it out: as
     # the key's presence is all Facts tells apart from 1, such a file's up branch is composed as 1's)
