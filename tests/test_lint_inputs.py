@@ -337,7 +337,7 @@ def test_unreadable_file_is_a_user_error_even_as_root(tmp_path: Path, capsys: py
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from moeconf.linting import sources
 
-    def denied(path: str, limit: int | None = None) -> str:
+    def denied(path: str, limit: int | None = None, *, newline: str | None = None) -> str:
         raise PermissionError(13, "Permission denied")
 
     write(tmp_path, "run.sh", "llama-server -m /m.gguf\n")
@@ -394,3 +394,39 @@ def test_the_config_version_belongs_to_the_config_engine(tmp_path: Path, capsys:
     assert code == 0 and "MOE090" not in out
     found = lint([str(tmp_path)]).findings
     assert {f.code for f in found} == {"MOE000"}
+
+
+def _bash_argv(tmp_path: Path, script: Path) -> list[str]:
+    """What bash passes to llama-server when it runs `script` (a stand-in that prints its argv)."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "llama-server"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
+    fake.chmod(0o755)
+    run = subprocess.run(["bash", str(script)], capture_output=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                         cwd=tmp_path, timeout=30)
+    return run.stdout.decode().split("\0")[:-1]
+
+
+@pytest.mark.parametrize(("body", "where", "says"), [
+    ("#!/usr/bin/env bash\r\nllama-server -m m.gguf -fit off \\\r\n  -ot 'blk\\.1\\.=CPU' \\\r\n  -c 8192\r\n",
+     ":2:33:", "not as a line continuation"),
+    ("llama-server -m m.gguf -fit off -ot exps=CPU\r\n", ":1:37:", "'exps=CPU\\r'"),
+])
+def test_crlf_script_is_an_error_as_bash_runs_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str,
+                                                 where: str, says: str) -> None:
+    script = tmp_path / "serve.sh"
+    script.write_bytes(body.encode())
+    argv = _bash_argv(tmp_path, script)  # the claim, checked against bash itself
+    assert "exps=CPU" not in argv and "blk\\.1\\.=CPU" not in argv, argv
+    assert cli.main(["lint", str(script)]) == 2
+    out = capsys.readouterr().out
+    assert f"serve.sh{where} MOE090 input-invalid" in out and says in out, out
+    # the advice works: LF endings give the engine the flags, and lint no longer objects
+    script.write_bytes(body.replace("\r\n", "\n").encode())
+    argv = _bash_argv(tmp_path, script)
+    assert "exps=CPU" in argv or "blk\\.1\\.=CPU" in argv, argv
+    cli.main(["lint", str(script)])
+    assert "MOE090" not in capsys.readouterr().out

@@ -37,6 +37,9 @@ def test_hooks_in_a_deployment_repo(tmp_path: Path) -> None:
     repo = tmp_path / "deploy-repo"
     shutil.copytree(EXAMPLES / "deploy", repo / "deploy")
     shutil.copytree(EXAMPLES / "models", repo / "models")
+    serve = repo / "deploy" / "serve"  # no extension: lint knows it by its shebang
+    serve.write_text("#!/usr/bin/env bash\nllama-server -m m.gguf -ngl 99 -fit off -ot 'blk\\.1\\.=CPU, exps=CPU'\n")
+    serve.chmod(0o755)
     git(repo, "init", "-q")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "add", ".")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "deploy")
@@ -46,6 +49,7 @@ def test_hooks_in_a_deployment_repo(tmp_path: Path) -> None:
     assert lint.returncode == 1, lint.stdout + lint.stderr
     assert "MOE002 space-in-list" in lint.stdout
     assert "deploy/run-glm-air.sh:8:25" in lint.stdout
+    assert "deploy/serve:2:" in lint.stdout, lint.stdout  # the extensionless script reached the hook
 
     check = try_repo(repo, "moeconf-check", home)
     assert check.returncode == 0, check.stdout + check.stderr

@@ -892,23 +892,20 @@ def not_regular(path: str) -> str | None:
     return _FILE_TYPES.get(stat.S_IFMT(st.st_mode), "not a regular file")
 
 
-def read_regular(path: str, limit: int | None = None) -> str:
-    """Read a regular file (at most `limit` characters). Raises OSError for anything else; the
-    check is made on the open file (O_NONBLOCK: a FIFO swapped in after a stat cannot block)."""
+def read_regular(path: str, limit: int | None = None, *, newline: str | None = None) -> str:
+    """Read a regular file (at most `limit` characters; `newline` as for open(): None translates
+    CR-LF and CR to LF, "" keeps them). Raises OSError for anything else; the check is made on the
+    open file (O_NONBLOCK: a FIFO swapped in after a stat cannot block)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path}: not a regular file")
         os.set_blocking(fd, True)
-        with os.fdopen(fd, encoding="utf-8", errors="replace", closefd=False) as f:
+        with os.fdopen(fd, encoding="utf-8", errors="replace", newline=newline, closefd=False) as f:
             return f.read(limit) if limit is not None else f.read()
     finally:
         os.close(fd)
-
-
-def _read(path: str) -> str:
-    return read_regular(path)
 
 
 def kind_of(path: str, text: str | None = None) -> str | None:
@@ -950,13 +947,17 @@ def read_source(path: str) -> SourceFile | None:
         note = Note("skipped", 1, 1, f"not read: larger than {MAX_FILE_BYTES >> 20} MiB, far more than any "
                                      f"launch file; split it")
         return SourceFile(path, "", [], {}, [], [note])
-    text = _read(path)
+    raw = read_regular(path, newline="")
+    text = raw.replace("\r\n", "\n").replace("\r", "\n")  # as open() reads it: lines as their author meant them
     kind = kind_of(path, text)
     if kind is None or kind == "plan":
         return None
     lines = text.split("\n")
     if kind == "shell":
         launches, notes = shell_launches(path, text)
+        crlf = _crlf_note(raw) if launches else None
+        if crlf is not None:
+            notes = [crlf, *notes]
     elif kind == "yaml":
         launches, notes = yaml_launches(path, text, lines)
     elif kind == "env":
@@ -964,6 +965,29 @@ def read_source(path: str) -> SourceFile | None:
     else:
         launches, notes = systemd_launches(path, text)
     return SourceFile(path, text, lines, parse_directives(lines), launches, notes)
+
+
+def _crlf_note(text: str) -> Note | None:
+    """Windows line endings in a shell script: bash takes a line's CR as part of its last word, and a
+    backslash before CR-LF escapes the CR instead of continuing the line. moeconf reads the lines as
+    the author meant them; bash does not run that command."""
+    cont = text.find("\\\r\n")
+    first = text.find("\r\n")
+    if first < 0:
+        return None
+    fix = "convert the file to LF line endings (dos2unix FILE, or sed -i 's/\\r$//' FILE)"
+    if cont >= 0:
+        line = text.count("\n", 0, cont) + 1
+        col = cont - (text.rfind("\n", 0, cont) + 1) + 1
+        return Note("invalid", line, col, "Windows (CR-LF) line endings: bash reads this backslash as escaping the CR, "
+                                          "not as a line continuation, so the command ends on this line and the "
+                                          f"lines after it run as commands of their own, their flags never reaching "
+                                          f"the engine; {fix}")
+    line = text.count("\n", 0, first) + 1
+    word = text[:first].rsplit(None, 1)[-1] if text[:first].strip() else ""
+    col = first - (text.rfind("\n", 0, first) + 1) + 1 - len(word)
+    return Note("invalid", line, max(col, 1), f"Windows (CR-LF) line endings: bash keeps the CR in each line's last "
+                                              f"word, so the command gets {word + chr(13)!r}, not {word!r}; {fix}")
 
 
 def walk(paths: list[str]) -> Iterator[str]:
