@@ -4,7 +4,7 @@ which item put it there, and which items matched nothing."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from moeconf.engines import AUTO_GPU, Engine, engine_device_order
@@ -108,11 +108,16 @@ def assumed_gpus(invocation: Invocation) -> list[str]:
                 and invocation.engine.device_name_error(dev) is None):
             names.add(dev)
 
+    return assumed_gpus_sorted(names)
+
+
+def assumed_gpus_sorted(names: Iterable[str]) -> list[str]:
+    """GPU names in the engine's order: by backend, then number (CUDA2 before CUDA10)."""
     def key(name: str) -> tuple[str, int]:
         m = re.fullmatch(r"(\D+?)(\d+)(?:_Private)?", name)
         return (m.group(1), int(m.group(2))) if m else (name, -1)
 
-    return sorted(names, key=key)
+    return sorted(set(names), key=key)
 
 
 def ik_split(invocation: Invocation, inv: Inventory, ngl: int, ts: Sequence[float],

@@ -147,16 +147,44 @@ def test_fit_conflict_on_two_gpus_gives_the_split_with_the_ot(tmp_path: Path,
     assert out["ot"] == ot and out["argv"][out["argv"].index("-ts") + 1] == ts
 
 
-def test_memory_over_device_is_silent_when_the_engine_splits_by_free_memory(tmp_path: Path) -> None:
-    """Two GPUs and no -ts: which layers each GPU gets is not known, so no total and no fix can be
-    claimed (review: it reported CUDA0 with KV 0 and advice that left it 4 GiB over)."""
+def test_memory_over_device_without_ts_says_what_it_cannot_check(tmp_path: Path) -> None:
+    """Two GPUs and no -ts: which layers each GPU gets is not known, so no total and no fix are
+    claimed for them (review: it reported CUDA0 with KV 0 and advice that left it 4 GiB over), but
+    the check is not skipped in silence (issue 25): an info says why, and what -ot pins to a GPU is
+    known, a lower bound that is an error when it alone is over."""
     sizes = {"CUDA0": "24GiB", "CUDA1": "16GiB"}
     cfg = 'gpus = ["CUDA0", "CUDA1"]'
-    line = ("llama-server -m m.gguf -ngl 999 -fit off -c 32768 "
-            "-ot 'blk\\.(1?[0-9])\\.ffn_.*_exps=CUDA0' -ot exps=CPU")
-    assert "MOE040" not in _codes(_lint(tmp_path, line, "deepseek-v3", sizes, extra_cfg=cfg))
-    pinned = line.replace("-c 32768", "-c 32768 -ts 24,37")
+    fits = ("llama-server -m m.gguf -ngl 999 -fit off -c 32768 "
+            "-ot 'blk\\.(3|4)\\.ffn_.*_exps=CUDA0' -ot exps=CPU")
+    found = [f for f in _lint(tmp_path, fits, "deepseek-v3", sizes, extra_cfg=cfg) if f.code == "MOE040"]
+    assert [f.severity for f in found] == ["info"] and "give -ts" in found[0].message, found
+    over = fits.replace("(3|4)", "(1?[0-9])")  # the experts of blocks 3-19 pinned to a 24 GiB GPU
+    found = [f for f in _lint(tmp_path, over, "deepseek-v3", sizes, extra_cfg=cfg) if f.code == "MOE040"]
+    assert [f.severity for f in found] == ["error", "info"], found
+    assert "CUDA0: what -ot pins there alone needs 119,548 MiB (weights 118,524, reserve 1,024)" in found[0].message
+    pinned = over.replace("-c 32768", "-c 32768 -ts 24,37")
     assert "MOE040" in _codes(_lint(tmp_path, pinned, "deepseek-v3", sizes, extra_cfg=cfg))
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("-ts 1,1 -ot exps=CUDA1", "CUDA1: no size in [gpu_memory], memory not checked there"),
+    ("--override-kv qwen3moe.expert_used_count=int:4", "GPU memory not checked against [gpu_memory]: memory is not "
+                                                       "modelled with --override-kv"),
+])
+def test_memory_over_device_says_what_it_did_not_check(tmp_path: Path, line: str, says: str) -> None:
+    full = f"llama-server -m m.gguf -ngl 999 -fit off -c 32768 {line}"
+    found = [f for f in _lint(tmp_path, full, "qwen3-30b-a3b", {"CUDA0": "24GiB"}) if f.code == "MOE040"]
+    assert [f.severity for f in found] == ["info"] and says in found[0].message, found
+
+
+def test_gpu_memory_names_the_gpus_a_line_splits_over(tmp_path: Path) -> None:
+    """[gpu_memory] with two GPUs and no `gpus` key: the line's layers split over both (the GPUs
+    the config sizes are on the machine), not simulated on CUDA0 alone."""
+    line = "llama-server -m m.gguf -ngl 999 -fit off -c 262144 -ctk f32 -ctv f32"
+    found = [f for f in _lint(tmp_path, line, "qwen3-30b-a3b", {"CUDA0": "24GiB", "CUDA1": "24GiB"})
+             if f.code == "MOE040"]
+    assert [f.severity for f in found] == ["info"], found
+    assert "--gpu CUDA0=24GiB --gpu CUDA1=24GiB" in found[0].message
 
 
 def test_fit_advice_only_for_a_line_that_reserves_the_servers_output_rows(tmp_path: Path) -> None:

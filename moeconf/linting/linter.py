@@ -383,7 +383,7 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
     inventory = model if isinstance(model, Inventory) else None
     explanation = None
     gpus_directive = file_directive(src, "gpus", launch)
-    from moeconf.explanation import assumed_gpus
+    from moeconf.explanation import assumed_gpus, assumed_gpus_sorted
 
     if gpus_directive:
         gpus = [g for g in gpus_directive.split("+") if g]
@@ -391,6 +391,10 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
         gpus = list(config.gpus)
     else:
         gpus = assumed_gpus(invocation)  # what `explain` simulates without --gpus: they agree
+        # the GPUs [gpu_memory] sizes are on the machine too: a line without -ts splits its layers over them
+        sized = [d for d in config.gpu_memory if not d.startswith("RPC") and d not in gpus
+                 and invocation.engine.device_name_error(d) is None]
+        gpus = assumed_gpus_sorted([*gpus, *sized]) if sized else gpus
     gpus_known = bool(gpus_directive) or config.gpus is not None
     if inventory is not None:
         from moeconf.explanation import explain_invocation

@@ -17,6 +17,7 @@ PASS (engine=llama.cpp, model=qwen3-30b-a3b, gpu_memory=CUDA0:16GiB):
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
@@ -42,8 +43,7 @@ def check(ctx: Context) -> Iterator[Hit]:
 
     settings = line_settings(ctx)
     est = line_estimate(ctx)
-    # (none over where layers are split by free memory: which GPU holds what is not known, so
-    # neither the total nor a fix can be stated; give -ts, or pin the GPUs in the config)
+    yield from _unchecked(ctx, est, settings)
     over = over_devices(ctx)
     placement = ctx.explanation.placement
     for dev in over:
@@ -84,3 +84,45 @@ def check(ctx: Context) -> Iterator[Hit]:
                   f"{dev}: predicted {m.total / MiB:,.0f} MiB (weights {m.weights / MiB:,.0f}, KV {m.kv / MiB:,.0f}, "
                   f"compute {m.compute / MiB:,.0f}, reserve {m.reserve / MiB:,.0f}) is {short / MiB:,.0f} MiB over "
                   f"its {size / MiB:,.0f} MiB; {advice}; `{command}` writes the command")
+
+
+def _unchecked(ctx: Context, est: Any, settings: Any) -> Iterator[Hit]:
+    """What the check cannot state on this line, said instead of skipped: memory moeconf does not
+    model, GPUs whose size the config does not give, and layers llama.cpp splits over the GPUs by
+    their free memory (no -ts), where only what -ot pins to a GPU is known: its weights, KV cache
+    and reserve, a lower bound, reported as an error when that alone is over."""
+    from moeconf.engines import AUTO_GPU
+    from moeconf.memory.settings import settings_argv
+
+    if est is None:
+        return
+    used = [d for d in (ctx.explanation.accelerators if ctx.explanation is not None else ()) if d != AUTO_GPU]
+    if not est.complete:
+        why = est.notes[0] if est.notes else "memory is not modelled for this line"
+        yield Hit(ctx.line, ctx.column, f"GPU memory not checked against [gpu_memory]: {why}", "info")
+        return
+    unsized = [d for d in used if d not in ctx.gpu_memory and d in est.devices]
+    if unsized:
+        add = f'add their sizes under [gpu_memory] in .moeconf.toml ({unsized[0]} = "24GiB", say)'
+        yield Hit(ctx.line, ctx.column,
+                  f"{', '.join(unsized)}: no size in [gpu_memory], memory not checked there; {add}", "info")
+    if AUTO_GPU not in est.devices:
+        return
+    for dev, size in ctx.gpu_memory.items():
+        m = est.devices.get(dev)
+        if m is None or dev == AUTO_GPU:
+            continue
+        known = m.weights + m.kv + m.reserve
+        if known > size:
+            yield Hit(ctx.line, ctx.column,
+                      f"{dev}: what -ot pins there alone needs {known / MiB:,.0f} MiB (weights {m.weights / MiB:,.0f}, "
+                      f"{f'KV {m.kv / MiB:,.0f}, ' if m.kv else ''}reserve {m.reserve / MiB:,.0f}), "
+                      f"{(known - size) / MiB:,.0f} MiB over its "
+                      f"{size / MiB:,.0f} MiB before any layer llama.cpp splits there by free memory or any compute "
+                      f"buffer; move some of it to another device or the CPU")
+    sized = [d for d in ctx.gpu_memory if not d.startswith("RPC")]
+    _, command = fit_command(ctx, settings_argv(settings, ctx.engine))
+    yield Hit(ctx.line, ctx.column,
+              f"GPU memory of the -ngl layers not checked: without -ts llama.cpp splits them over the GPUs by each "
+              f"one's free memory when it starts, which moeconf cannot know; give -ts (`{command}` writes one"
+              f"{' for ' + ', '.join(sized) if sized else ''})", "info")
