@@ -6,6 +6,9 @@ moeconf predicts each device's memory from the command line as the engine comput
 `reserve` says otherwise) and compares it with the GPU sizes in `.moeconf.toml`
 (`[gpu_memory]`, e.g. `CUDA0 = "24GiB"`). The finding says by how much, and how many more
 routed-expert layers on the CPU would make it fit; `moeconf fit` writes the exact command.
+Where it cannot state a total it says so (info) instead of passing in silence: memory moeconf
+does not model, a GPU with no size, or layers llama.cpp splits over several GPUs by free memory
+(no `-ts`); there what `-ot` pins to a GPU is still checked, as a lower bound.
 
 FAIL (engine=llama.cpp, model=qwen3-30b-a3b, gpu_memory=CUDA0:16GiB):
     llama-server -m m.gguf -ngl 999 -fit off -c 32768 -ctk q8_0 -ctv q8_0
