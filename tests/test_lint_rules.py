@@ -93,3 +93,33 @@ def test_docs_list_every_rule() -> None:
     page = (REPO / "docs" / "lint.md").read_text()
     for rule in ALL:
         assert f"| `{rule.CODE}` | `{rule.NAME}` | {rule.SEVERITY} |" in page, rule.NAME
+
+
+@pytest.mark.parametrize("ot", [
+    "exps=CPU,blk\\.(1|2|3)\\.=CUDA0",  # catch-all first: the second item moves nothing
+    "exps=CPU,blk\\.(1|2|3)\\.ffn_.*_exps=CUDA0",  # never used
+    "blk\\.0\\.attn_.*=CPU,exps=CPU,blk\\.(1|2|3)\\.ffn_.*_exps=CUDA0",  # the taker is not the first item
+])
+def test_shadowed_rule_advice_works_when_applied(tmp_path: Path, ot: str) -> None:
+    """MOE011's reordered -ot, applied, sends the item's tensors to its device and leaves no MOE011."""
+    import shlex
+
+    from moeconf import explain
+    from moeconf.model.load import load_inventory
+
+    manifest = EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json"
+    inv = load_inventory(str(manifest))
+    (tmp_path / ".moeconf.toml").write_text(f'engine = "llama.cpp"\n[models]\n"m.gguf" = "{manifest}"\n')
+    line = f"llama-server -m m.gguf -ngl 999 -fit off -ot '{ot}'"
+    (tmp_path / "run.sh").write_text(line + "\n")
+    found = [f for f in lint([str(tmp_path / "run.sh")]).findings if f.code == "MOE011"]
+    assert len(found) == 1, found
+    fixed = re.search(r"-ot '([^']*)'$", found[0].message)
+    assert fixed, found[0].message
+    before = explain(inv, shlex.split(line)).placement.devices
+    applied = line.replace(ot, fixed.group(1))
+    after = explain(inv, shlex.split(applied)).placement.devices
+    assert after["blk.2.ffn_up_exps.weight"] == "CUDA0" != before["blk.2.ffn_up_exps.weight"]
+    assert after["blk.20.ffn_up_exps.weight"] == "CPU"
+    (tmp_path / "run.sh").write_text(applied + "\n")
+    assert not [f for f in lint([str(tmp_path / "run.sh")]).findings if f.code == "MOE011"]
