@@ -123,3 +123,45 @@ def test_shadowed_rule_advice_works_when_applied(tmp_path: Path, ot: str) -> Non
     assert after["blk.20.ffn_up_exps.weight"] == "CPU"
     (tmp_path / "run.sh").write_text(applied + "\n")
     assert not [f for f in lint([str(tmp_path / "run.sh")]).findings if f.code == "MOE011"]
+
+
+@pytest.mark.parametrize(("n", "says", "cpu_layers"), [
+    (60, "the experts of block 60 stay on the GPU", 57),  # counts blocks: dense 0-2 take three of the 60
+    (61, "every expert moves", 58),
+])
+def test_ncmoe_semantics_says_what_the_engine_does(tmp_path: Path, n: int, says: str, cpu_layers: int) -> None:
+    """MOE017 on DeepSeek-V3 (61 blocks, dense 0-2): each claim checked against the placement."""
+    import shlex
+
+    from moeconf import explain
+    from moeconf.model.load import load_inventory
+
+    manifest = EXAMPLES / "models" / "deepseek-v3.manifest.json"
+    (tmp_path / ".moeconf.toml").write_text(f'engine = "llama.cpp"\n[models]\n"m.gguf" = "{manifest}"\n')
+    line = f"llama-server -m m.gguf -ngl 999 -fit off --n-cpu-moe {n}"
+    (tmp_path / "run.sh").write_text(line + "\n")
+    found = [f for f in lint([str(tmp_path / "run.sh")]).findings if f.code == "MOE017"]
+    assert len(found) == 1 and says in found[0].message, found
+    devices = explain(load_inventory(str(manifest)), shlex.split(line)).placement.devices
+    on_cpu = {int(name.split(".")[1]) for name, d in devices.items() if "_exps." in name and d == "CPU"}
+    assert len(on_cpu) == cpu_layers
+    assert (devices["blk.60.ffn_up_exps.weight"] == "CPU") == (says == "every expert moves")
+
+
+@pytest.mark.parametrize(("env", "at", "cut"), [
+    ("LLAMA_ARG_MODEL=m.gguf\nLLAMA_ARG_N_GPU_LAYERS=999\nLLAMA_ARG_CTX_SIZE=32768\nLLAMA_ARG_OVERRIDE_TENSOR=exps=CPU\n",
+     ":4:27:", False),
+    ("LLAMA_ARG_MODEL=m.gguf\nLLAMA_ARG_N_GPU_LAYERS=999\nLLAMA_ARG_OVERRIDE_TENSOR=exps=CPU\n", ":3:27:", True),
+])
+def test_fit_conflict_in_a_dotenv_speaks_its_language(tmp_path: Path, env: str, at: str, cut: bool) -> None:
+    """MOE020 on a .env: the context is read from LLAMA_ARG_CTX_SIZE, the finding sits on the
+    placement's line, and its advice (LLAMA_ARG_FIT=off), applied, silences it."""
+    manifest = EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json"
+    (tmp_path / ".moeconf.toml").write_text(f'engine = "llama.cpp"\n[models]\n"m.gguf" = "{manifest}"\n')
+    (tmp_path / ".env").write_text(env)
+    found = [f for f in lint([str(tmp_path / ".env")]).findings if f.code == "MOE020"]
+    assert len(found) == 1 and f".env{at}" in f"{found[0].path}:{found[0].line}:{found[0].column}:", found
+    assert found[0].message.endswith("set LLAMA_ARG_FIT=off"), found[0].message
+    assert ("LLAMA_ARG_CTX_SIZE is not given" in found[0].message) == cut and "-c is not" not in found[0].message
+    (tmp_path / ".env").write_text(env + "LLAMA_ARG_FIT=off\n")
+    assert not [f for f in lint([str(tmp_path / ".env")]).findings if f.code == "MOE020"]

@@ -391,6 +391,8 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             order += 1
     if "LLAMA_ARG_N_GPU_LAYERS" in inv.env:
         inv.ngl = _parse_ngl(inv, inv.env["LLAMA_ARG_N_GPU_LAYERS"])
+    if engine.env_override_tensor and "LLAMA_ARG_CTX_SIZE" in inv.env:
+        inv.ctx_size = inv.env["LLAMA_ARG_CTX_SIZE"]
     if engine.has_fit and engine.fit_flag == "-fit" and "LLAMA_ARG_FIT" in inv.env:
         v = inv.env["LLAMA_ARG_FIT"]
         inv.fit = (v, v.text in ("on", "enabled", "true", "1"))

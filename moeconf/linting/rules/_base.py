@@ -148,14 +148,74 @@ def moved_to_cpu(ctx: Context, what: str, groups: tuple[str, ...], why: str) -> 
     that do it without naming them are overbroad-catch-all's."""
     assert ctx.explanation is not None
     pl = ctx.explanation.placement
+    sim = Simulation(ctx, [t.name for t in created(ctx)])
     for k, tensors in item_tensors(ctx).items():
         it = ctx.explanation.items[k]
         moved = [t for t in tensors if it.device == "CPU" and t.group in groups
                  and pl.defaults[t.name] not in (None, "CPU")]
         if moved and not (it.raw_index is not None and implicit_catch_all(ctx, k)):
-            fix = re.sub(r"ffn(_?\.\*|\.|_)$", "ffn_.*_exps", it.pattern)
-            how = f" (write {qfix(fix)} to move only the routed experts)" if fix != it.pattern else ""
+            how = _keep_only_experts(ctx, k, moved, sim) if it.raw_index is not None else ""
             yield Hit(*where_item(ctx, k), f"{q(it.pattern)} sends {what} to CPU: {describe(moved)}; {why}{how}")
+
+
+def _keep_only_experts(ctx: Context, k: int, moved: list[Tensor], sim: Simulation) -> str:
+    """The edit that keeps `moved` (always-active or dense tensors item k sends to the CPU) where
+    they belong and every routed expert where the line puts it, checked by simulation: remove the
+    item where later items already send its experts to the CPU (or it matches none), else narrow it
+    to the experts (`..._exps`); "" where neither does both."""
+    assert ctx.explanation is not None
+    if not sim.exact:
+        return ""
+    it = ctx.explanation.items[k]
+    experts = [t.name for t in created(ctx) if t.group == "experts"]
+    n = len(ctx.explanation.items)
+
+    def works(devices: dict[str, str | None]) -> bool:
+        return (all(devices[t.name] == ctx.explanation.placement.defaults[t.name] for t in moved)
+                and all(devices[e] == sim.base[e] for e in experts))
+
+    without, _ = sim.run([j for j in range(n) if j != k])
+    if works(without):
+        mine = [e for e in experts if ctx.explanation.matched_by.get(e) == k]
+        return (" (remove it: the routed experts it matches go to the CPU through the items after it)" if mine else
+                " (remove it: it matches no routed expert)")
+    fix = re.sub(r"ffn(_?\.\*|\.|_)$", "ffn_.*_exps", it.pattern)
+    if fix != it.pattern and matches(fix) is not None and works(sim.run(list(range(n)), {k: fix})[0]):
+        return f" (write {qfix(fix)} to move only the routed experts)"
+    return ""
+
+
+class Simulation:
+    """The engine's first-match rule over the line's items, to check an edit (items reordered,
+    removed, or a pattern replaced) before it is advised (`exact`: the simulation gives the
+    explanation's own placement; else no advice is computed from it)."""
+
+    def __init__(self, ctx: Context, names: list[str]) -> None:
+        assert ctx.explanation is not None
+        self.ctx, self.names = ctx, names
+        self.items = ctx.explanation.items
+        self.matchers = [matches(it.pattern) for it in self.items]
+        self.defaults = ctx.explanation.placement.defaults
+        order = list(range(len(self.items)))
+        self.base, self.hits = self.run(order)
+        placed = ctx.explanation.placement.devices
+        self.exact = (all(m is not None for m in self.matchers)
+                      and all(self.base[n] == placed[n] for n in names))
+
+    def run(self, order: list[int], patterns: dict[int, str] | None = None
+            ) -> tuple[dict[str, str | None], Counter[int]]:
+        matchers = {**dict(enumerate(self.matchers)), **{j: matches(p) for j, p in (patterns or {}).items()}}
+        out: dict[str, str | None] = {}
+        hits: Counter[int] = Counter()
+        for n in self.names:
+            out[n] = self.defaults.get(n)
+            for j in order:
+                m = matchers[j]
+                if m is not None and m(n):
+                    out[n] = self.items[j].device
+                    hits[j] += 1
+                    break
+        return out, hits
 
 
 def item_text(ctx: Context, k: int) -> str:

@@ -61,9 +61,19 @@ def check(ctx: Context) -> Iterator[Hit]:
     fit_on = inv.fit[1] if inv.fit else eng.fit_default_on
     if not fit_on or not (manual or inv.ngl):
         return
-    where = ctx.at_arg(inv.fit[0]) if inv.fit else (ctx.line, ctx.column)
+    # an environment-only launch (a .env file, compose's environment:) is fixed in its own form
+    by_env = ctx.kind == "env" or not any(a.text.startswith("-") for a in inv.args[1 if inv.binary else 0:])
+    placed_by = next((v.value for v in inv.ot), None)
+    if inv.fit:
+        where = ctx.at_arg(inv.fit[0])
+    elif by_env and placed_by is not None:
+        where = ctx.at_arg(placed_by)
+    else:
+        where = (ctx.line, ctx.column)
     how = "-fit on" if inv.fit else f"--fit is on by default ({eng.label})"
-    ctx_cut = "" if inv.ctx_size else ", after possibly cutting the context to --fit-ctx (4096) since -c is not given"
+    ctx_cut = "" if inv.ctx_size else (", after possibly cutting the context to --fit-ctx (4096) since "
+                                       + ("LLAMA_ARG_CTX_SIZE" if by_env else "-c") + " is not given")
+    fix = "set LLAMA_ARG_FIT=off" if by_env else "add -fit off"
     yield Hit(*where, f"{how} with manual placement: fit gives up (\"already set by user, abort\") and loads "
-              f"your settings{ctx_cut}; add -fit off" + _instead(ctx))
+              f"your settings{ctx_cut}; {fix}" + _instead(ctx))
 

@@ -159,7 +159,11 @@ def check(ctx: Context) -> Iterator[Hit]:
         if nextn & taken:
             problems.append(f"it counts the nextn block {format_ranges(sorted(nextn & taken))}")
         if take.n > len(moe) and take.path != "per-device":
-            problems.append(f"{take.n} exceeds the model's {len(moe)} MoE layers: every expert moves")
+            staying = sorted(set(moe) - taken)
+            blocks = f"block{'s' if len(staying) > 1 else ''} {format_ranges(staying)}"
+            problems.append(f"{take.n} exceeds the model's {len(moe)} MoE layers: every expert moves" if not staying
+                            else f"{take.n} is more than the model's {len(moe)} MoE layers, but it counts blocks: "
+                                 f"the experts of {blocks} stay on the GPU")
         mismatch = way is not None and way != _direction(take)
         if mismatch:
             problems.insert(0, f"the comment by this line says it counts the {way} layers"

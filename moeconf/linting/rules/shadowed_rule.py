@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, created, item_text, matches, q, where_item
+from moeconf.linting.rules._base import Hit, Simulation, created, item_text, matches, q, where_item
 
 CODE = "MOE011"
 NAME = "shadowed-rule"
@@ -53,12 +53,13 @@ def check(ctx: Context) -> Iterator[Hit]:
         if it.hits:
             # catch-all first: what it takes goes where it would go anyway, and what it means to move
             # an earlier item takes elsewhere, so the item moves nothing
-            if not sim.exact or sim.changes_without(k):
-                continue
+            own = [n for n in names if by.get(n) == k]
+            if not sim.exact or any(sim.defaults.get(n) != it.device for n in own):
+                continue  # (what it takes would go elsewhere without it: it does something)
             lost = [n for n in mine if by.get(n) not in (None, k) and items[by[n]].device != it.device]
-            if not lost:
+            if not lost or len({by[n] for n in lost}) > 1:
                 continue
-            j0 = min(by[n] for n in lost)
+            j0 = by[lost[0]]
             advice = sim.reorder_advice(k, j0)
             if advice is None:
                 continue
@@ -76,46 +77,18 @@ def check(ctx: Context) -> Iterator[Hit]:
                       f"{'go' if len(mine) > 1 else 'goes'} to "
                       f"{it.device} through {named}{more}; remove it")
         else:
-            j0 = min(takers)
-            advice = (sim.reorder_advice(k, j0) if sim.exact else None) or (
-                f"to send them to {it.device}, put it before {q(item_text(ctx, j0))}")
+            # one earlier item takes every tensor it would send elsewhere: it goes before that one; with
+            # several, no order is advised (moving it could undo theirs): it does nothing as it stands
+            diff = {by[n] for n in mine if by.get(n) is not None and items[by[n]].device != it.device}
+            advice = ((sim.reorder_advice(k, min(diff)) if sim.exact else None) or
+                      f"to send them to {it.device}, put it before {q(item_text(ctx, min(diff)))}"
+                      ) if len(diff) == 1 else "as it stands it changes nothing: remove it"
             yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is never used: {named}{more}, earlier, take the "
                       f"{n} it matches (to {', '.join(sorted(devices))}); {advice}")
 
 
-class _Simulation:
-    """The engine's first-match rule over the line's items, to check a reordering before it is
-    advised (`exact`: the simulation gives the explanation's own placement; else no advice is
-    computed from it)."""
-
-    def __init__(self, ctx: Context, names: list[str]) -> None:
-        assert ctx.explanation is not None
-        self.ctx, self.names = ctx, names
-        self.items = ctx.explanation.items
-        self.matchers = [matches(it.pattern) for it in self.items]
-        self.defaults = ctx.explanation.placement.defaults
-        order = list(range(len(self.items)))
-        self.base, self.hits = self.run(order)
-        placed = ctx.explanation.placement.devices
-        self.exact = (all(m is not None for m in self.matchers)
-                      and all(self.base[n] == placed[n] for n in names))
-
-    def run(self, order: list[int]) -> tuple[dict[str, str | None], Counter[int]]:
-        out: dict[str, str | None] = {}
-        hits: Counter[int] = Counter()
-        for n in self.names:
-            out[n] = self.defaults.get(n)
-            for j in order:
-                m = self.matchers[j]
-                if m is not None and m(n):
-                    out[n] = self.items[j].device
-                    hits[j] += 1
-                    break
-        return out, hits
-
-    def changes_without(self, k: int) -> bool:
-        devices, _ = self.run([j for j in range(len(self.items)) if j != k])
-        return devices != self.base
+class _Simulation(Simulation):
+    """The reordering MOE011 advises, checked."""
 
     def reorder_advice(self, k: int, j0: int) -> str | None:
         """`k` moved just before item `j0`, checked: it then moves tensors to its device and every
