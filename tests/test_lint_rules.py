@@ -165,3 +165,34 @@ def test_fit_conflict_in_a_dotenv_speaks_its_language(tmp_path: Path, env: str, 
     assert ("LLAMA_ARG_CTX_SIZE is not given" in found[0].message) == cut and "-c is not" not in found[0].message
     (tmp_path / ".env").write_text(env + "LLAMA_ARG_FIT=off\n")
     assert not [f for f in lint([str(tmp_path / ".env")]).findings if f.code == "MOE020"]
+
+
+@pytest.mark.parametrize(("ot", "fixed"), [
+    ("blk\\.[0-2]\\.ffn_.*=CPU,exps=CPU", "exps=CPU"),  # dense blocks 0-2: no expert to keep on the CPU
+    ("blk\\.[3-5]\\.ffn_.*=CPU,exps=CPU", "exps=CPU"),  # its experts go to the CPU through exps=CPU anyway
+    ("blk\\.[3-5]\\.ffn_.*=CPU", "blk\\.[3-5]\\.ffn_.*_exps=CPU"),
+])
+def test_always_active_advice_works_when_applied(tmp_path: Path, ot: str, fixed: str) -> None:
+    """MOE014/MOE015 on DeepSeek-V3: the advice (remove the item, or narrow it to the experts),
+    applied, keeps every routed expert where the line put it and leaves no MOE014/MOE015."""
+    import shlex
+
+    from moeconf import explain
+    from moeconf.model.load import load_inventory
+
+    manifest = EXAMPLES / "models" / "deepseek-v3.manifest.json"
+    (tmp_path / ".moeconf.toml").write_text(f'engine = "llama.cpp"\n[models]\n"m.gguf" = "{manifest}"\n')
+    line = f"llama-server -m m.gguf -ngl 999 -fit off -ot '{ot}'"
+    (tmp_path / "run.sh").write_text(line + "\n")
+    found = [f for f in lint([str(tmp_path / "run.sh")]).findings if f.code in ("MOE014", "MOE015")]
+    assert found
+    want = "remove it" if fixed != ot.replace("ffn_.*=", "ffn_.*_exps=") else "write 'blk\\.[3-5]\\.ffn_.*_exps'"
+    assert all(want in f.message for f in found), found
+    inv = load_inventory(str(manifest))
+    applied = line.replace(ot, fixed)
+    before = explain(inv, shlex.split(line)).placement.devices
+    after = explain(inv, shlex.split(applied)).placement.devices
+    assert all(after[n] == before[n] for n in before if "_exps." in n)
+    assert after["blk.4.ffn_gate_inp.weight"] == after["blk.4.attn_norm.weight"] == "CUDA0"
+    (tmp_path / "run.sh").write_text(applied + "\n")
+    assert not [f for f in lint([str(tmp_path / "run.sh")]).findings if f.code in ("MOE014", "MOE015")]
