@@ -150,12 +150,21 @@ def explain(model: Inventory | str, argv: list[str], *, engine: str | Engine = "
             env: dict[str, str] | None = None, gpus: list[str] | None = None) -> Explanation:
     """Simulate an engine command line on a model: `.placement.devices` says where every tensor
     goes, `.items` what each override matched, `.unmatched` the items that matched nothing,
-    `.refusals` why the engine would not start. Without `gpus`, CUDA0 and every well-formed GPU
-    name the command line uses are simulated (as `moeconf lint` does without `gpus` configured)."""
-    from moeconf.explanation import explain as _explain
+    `.refusals` why the engine would not start, `.findings` what `moeconf lint` says about the
+    line (as `explain --json`). Without `gpus`, CUDA0, every well-formed GPU name the command line
+    uses and the devices its -ts splits over are simulated (as `moeconf lint` does without `gpus`
+    configured)."""
+    if isinstance(argv, str):
+        raise TypeError("argv is the command line's words, a list: moeconf.explain(model, "
+                        f"shlex.split({argv[:40]!r}{'...' if len(argv) > 40 else ''}))")
+    from dataclasses import replace
+
+    from moeconf.linting.linter import lint_command
 
     inv = load_inventory(model) if isinstance(model, str) else model
-    return _explain(inv, _engine_of(engine, version), argv, env=env, gpus=gpus)
+    simulated, findings = lint_command(inv, _engine_of(engine, version), list(argv), env=env, gpus=gpus)
+    out: Explanation = replace(simulated, findings=tuple(findings))
+    return out
 
 
 _INVENTORY_NAMES = ("Inventory", "Layer", "ModelMetadata", "Tensor")

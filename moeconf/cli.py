@@ -421,8 +421,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             if d in est.devices and est.devices[d].total > b}
     unknown = [d for d in budgets if d not in est.devices and d not in ex.accelerators]
     if unknown:
+        hint = ("; explain simulates CUDA0 and the GPUs the command line names or splits over (-ts): give the "
+                "machine's with --gpus CUDA0,CUDA1,..." if gpus is None else "")
         raise MoeconfError(f"--budget {unknown[0]}: not a device of this command line (devices: "
-                           f"{', '.join(['CPU', *ex.accelerators])})")
+                           f"{', '.join(['CPU', *ex.accelerators])}){hint}")
     from moeconf.engines import AUTO_GPU
 
     # a device of the line that holds nothing known: nothing at all, or layers split by free memory

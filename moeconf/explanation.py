@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from moeconf.engines import AUTO_GPU, Engine, engine_device_order
 from moeconf.engines.cmdline import (
@@ -27,6 +28,9 @@ from moeconf.engines.regex import (
 from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, layer_gpus, simulate
 from moeconf.model.inventory import Inventory, first_shard, format_ranges
 from moeconf.placement import Placement
+
+if TYPE_CHECKING:
+    from moeconf.linting.model import Finding
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class Explanation:
     notes: tuple[str, ...]
     matched_by: dict[str, int | None]  # tensor -> index into `items` of its first match
     accelerators: tuple[str, ...] = ()  # the devices besides CPU: RPC servers, then GPUs
+    # what `moeconf lint` says about the command line (moeconf.explain fills it, as `explain --json`)
+    findings: tuple[Finding, ...] = ()
 
     @property
     def unmatched(self) -> list[ItemReport]:
@@ -71,6 +77,7 @@ class Explanation:
             "bytes_by_device": self.placement.bytes_by_device(),
             "refusals": list(self.refusals),
             "notes": list(self.notes),
+            **({"findings": [f.json() for f in self.findings]} if self.findings else {}),
         }
 
 
@@ -97,11 +104,16 @@ def available_devices(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
     return ["CPU", *have]
 
 
-def assumed_gpus(invocation: Invocation) -> list[str]:
+def assumed_gpus(invocation: Invocation, *, ts: bool = True) -> list[str]:
     """The GPUs to simulate when the machine's are not known: CUDA0, plus every well-formed
-    accelerator name the items use (so `CUDA3` is simulated as a device, not dropped). Names the
+    accelerator name the items use (so `CUDA3` is simulated as a device, not dropped), plus as many
+    as `-ts` has shares beyond the --rpc servers' (a split over two devices names two; llama.cpp
+    ignores shares past its devices, so a line written for two GPUs is one for two). Names the
     engine would refuse (`cuda0`, `CUDA_Host`, RPC) are not added."""
     names = {"CUDA0"}
+    shares = invocation.tensor_split_values() if ts else None
+    for i in range(len(shares or ()) - len(invocation.rpc_devices())):
+        names.add(f"CUDA{i}")
     for item in invocation.items():
         dev = item.device
         if (dev and dev != "CPU" and not dev.startswith("RPC")
@@ -139,8 +151,12 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     them over several devices, as its log reports it; None: predicted from `-ts` in `-sm layer`
     (ik_split), else unknown (ik splits by free memory: GPU(auto))."""
     eng = invocation.engine
+    from_ts = ""
     if gpus is None:
         gpus = assumed_gpus(invocation)
+        if invocation.tensor_split is not None and len(assumed_gpus(invocation, ts=False)) < len(gpus):
+            from_ts = (f"{len(gpus)} GPUs ({', '.join(gpus)}) assumed from -ts {invocation.tensor_split.text}: "
+                       "the machine's GPUs are not given (explain --gpus, or gpus in .moeconf.toml)")
     devices = available_devices(invocation, gpus)
     accel = devices[1:]
     refusals: list[str] = [msg for _arg, msg in invocation.problems]
@@ -149,7 +165,7 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
         refusals.append(f"-m {invocation.model.text} is not the first shard of a split model: the engine loads "
                         f"only from the first (\"model must be loaded with the first split\"): write -m "
                         f"{first_shard(invocation.model.text)}")
-    notes: list[str] = []
+    notes: list[str] = [from_ts] if from_ts else []
     ngl = invocation.n_gpu_layers()
     if ngl < 0:
         ngl = -1

@@ -64,3 +64,38 @@ def test_an_unknown_engine_name_is_an_error() -> None:
         moeconf.explain(QWEN, [], engine="vllm")
     with pytest.raises(moeconf.MoeconfError, match="engine version"):
         fit(QWEN, "llama.cpp", {"CUDA0": "12GiB"}, [], version="banana")
+
+
+def test_explain_refuses_a_command_line_string() -> None:
+    """A string argv is iterated as characters: a wrong placement with no error (issue 25)."""
+    inv = moeconf.load_inventory(str(EX / "models" / "qwen3-30b-a3b.manifest.json"))
+    with pytest.raises(TypeError, match=r"shlex\.split"):
+        moeconf.explain(inv, "llama-server -ngl 999 -ot exps=CPU")  # type: ignore[arg-type]
+
+
+def test_explanation_carries_the_lint_findings() -> None:
+    """The library's Explanation says what `explain --json` and `lint` say about the line."""
+    inv = moeconf.load_inventory(str(EX / "models" / "qwen3-30b-a3b.manifest.json"))
+    ex = moeconf.explain(inv, ["llama-server", "-ngl", "999", "-fit", "off", "-ot", "exps=CPU, blk\\.1\\.=CUDA0"])
+    assert [f.code for f in ex.findings] == ["MOE002"] and ex.findings[0].column == 45  # in the joined line
+    assert ex.json()["findings"][0]["code"] == "MOE002"
+    clean = moeconf.explain(inv, ["llama-server", "-ngl", "999", "-fit", "off", "-ot", "exps=CPU"])
+    assert clean.findings == () and "findings" not in clean.json()
+
+
+def test_explain_assumes_the_gpus_its_ts_splits_over(capsys: pytest.CaptureFixture[str]) -> None:
+    """fit's own two-GPU line (-ts 48,1) explained without --gpus: two GPUs, said in a note, not
+    one GPU in silence; a --budget for a GPU explain does not simulate points to --gpus."""
+    from moeconf.cli import main
+
+    model = str(EX / "models" / "qwen3-30b-a3b.manifest.json")
+    line = ["llama-server", "-m", "x.gguf", "-ngl", "999", "-fit", "off", "-c", "32768", "-ts", "48,1", "-ot",
+            "exps=CPU"]
+    ex = moeconf.explain(model, line)
+    assert ex.accelerators == ("CUDA0", "CUDA1")
+    assert ex.placement.devices["output.weight"] == "CUDA1"
+    assert any("2 GPUs (CUDA0, CUDA1) assumed from -ts 48,1" in n for n in ex.notes)
+    assert moeconf.explain(model, line, gpus=["CUDA0", "CUDA1"]).notes == tuple(
+        n for n in ex.notes if "assumed from -ts" not in n)
+    assert main(["explain", model, "--budget", "CUDA1=24GiB", "--", *line[:-4], "-ot", "exps=CPU"]) == 2
+    assert "--gpus CUDA0,CUDA1" in capsys.readouterr().err
