@@ -500,7 +500,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     import json
     import shlex
 
-    from moeconf.fit import Budget, fit
+    from moeconf.fit import Budget, fit, fit_plan_path, unlocated
     from moeconf.memory import parse_size
     from moeconf.memory.amx import resolve_host_cpu
 
@@ -529,9 +529,14 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     plan_text = result.plan_text
     target = args.target
     compiled = result.compiled
+    # the plan is a file only where -o writes it; otherwise errors in it are reported without a place
+    plan_path = os.path.abspath(args.output) if args.output else fit_plan_path(out_dir, args.serve_path, args.model)
     if target is not None or args.docker_volume:
         plan_text = _with_targets(plan_text, args.docker_volume)
-        compiled = _recompiled(result, plan_text, out_dir, target or eng.name)
+        try:
+            compiled = _recompiled(result, plan_text, plan_path, target or eng.name)
+        except MoeconfError as e:
+            raise unlocated(e, plan_path) if not args.output else e from None
         if compiled.argv != result.argv:  # pragma: no cover - the same plan, solved twice
             raise AssertionError("fit: the plan with its targets compiles to another command")
     if args.output:
@@ -544,7 +549,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if target is not None and target not in ("llama.cpp", "ik_llama.cpp"):
         from moeconf.emitting.targets import container_warnings, emit
 
-        sys.stdout.write(emit(compiled, target))
+        try:
+            text = emit(compiled, target)
+        except MoeconfError as e:
+            raise unlocated(e, plan_path) if not args.output else e from None
+        sys.stdout.write(text)
         for w in container_warnings(compiled, target):
             print(safe(f"moeconf: warning: {w}"), file=sys.stderr)
     else:
@@ -603,11 +612,11 @@ def _with_targets(plan_text: str, volumes: list[str]) -> str:
     return plan_text + "\n[targets]\ndocker_volumes = [" + ", ".join(_toml_str(v) for v in volumes) + "]\n"
 
 
-def _recompiled(result: FitResult, plan_text: str, out_dir: str, target: str) -> Compiled:
+def _recompiled(result: FitResult, plan_text: str, plan_path: str, target: str) -> Compiled:
     from moeconf.compile import compile_plan
     from moeconf.plan import plan_from_text
 
-    plan = plan_from_text(plan_text, os.path.join(out_dir, "fit.plan.toml"))
+    plan = plan_from_text(plan_text, plan_path)
     if target in ("llama.cpp", "ik_llama.cpp") and target != plan.config.engine.name:
         raise MoeconfError(f"--target {target}: fit solved for {plan.config.engine.name}; use --engine {target}")
     return compile_plan(plan, inventory=result.compiled.inventory)

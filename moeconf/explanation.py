@@ -17,6 +17,7 @@ from moeconf.engines.cmdline import (
     parse_invocation,
     unknown_flag_message,
 )
+from moeconf.engines.flags import c_int
 from moeconf.engines.regex import (
     RegexProblem,
     TimeBudget,
@@ -171,18 +172,12 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
         ngl = -1
     sm = invocation.split_mode.text if invocation.split_mode else None
     ts = invocation.tensor_split_values()
-    if invocation.tensor_split and ts is None:
-        refusals.append(f"-ts {invocation.tensor_split.text!r} is not a list of numbers")
     if eng.has_fit and eng.fit_default_on and invocation.fit is None and not (
             invocation.ngl or invocation.ot or invocation.cpu_moe or invocation.n_cpu_moe or invocation.n_cpu_ffn):
         notes.append("--fit is on by default and nothing is set by hand: fit chooses -ngl and overrides at "
                      "load time from free memory; the map shows everything offloaded")
-    main_gpu = None
-    if invocation.main_gpu is not None:
-        try:
-            main_gpu = int(invocation.main_gpu.text)
-        except ValueError:
-            refusals.append(f"-mg {invocation.main_gpu.text!r} is not a number")
+    # (a value the engine cannot read as a number is among invocation.problems: engines/flags.py)
+    main_gpu = c_int(invocation.main_gpu.text) if invocation.main_gpu is not None else None
     spread, refused = layer_gpus(eng, accel, sm, main_gpu)
     if refused:
         refusals.append(refused)

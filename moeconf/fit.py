@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -318,6 +319,12 @@ class _Solver:
         if missing:
             raise MoeconfError(f"give a budget for every --rpc device: --gpu '{missing[0]}=SIZE'")
         self.budget = {b.device: b.size for b in self.budgets}
+        from moeconf.engines.cmdline import Arg, parse_invocation
+
+        # a value the engine stops on (a number std::stoi cannot hold, -fa maybe): refused before any fill
+        given = parse_invocation([Arg(w) for w in self._settings_argv()], eng).problems
+        if given:
+            raise MoeconfError(f"{eng.label} would refuse this command: {'; '.join(m for _a, m in given)}")
         self._complete()
         settings = read_settings(self._settings_argv(), eng, reserve=reserve)
         # speculative decoding (memory/speculative.py): memory not modelled, so no fit is promised
@@ -427,14 +434,17 @@ class _Solver:
         rules = [f"experts -> {', '.join(self.order)}, cpu"]
         text = _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
                           rules, self.budgets, self.reserve, self.policy, self.split, self.ram, self.ram_headroom)
-        plan = plan_from_text(text, os.path.join(self.plan_dir, "fit.plan.toml"))
+        plan_path = fit_plan_path(self.plan_dir, self.serve_path, self.model_path)
         try:
+            plan = plan_from_text(text, plan_path)
             compiled = compile_plan(plan, inventory=self.inv)
         except DoesNotFit as e:
             raise FitError(_flag_words(e.message)) from None
         except PlanError as e:
             # the plan is fit's own (not a file the user has): say it in the command line's words
             raise MoeconfError(_flag_words(e.message), hint=_flag_words(e.hint) if e.hint else None) from None
+        except MoeconfError as e:
+            raise unlocated(e, plan_path) from None
         # the command line itself, simulated and measured again: what is printed is what was checked
         argv = list(compiled.argv)
         ex = explain(self.inv, self.eng, argv, gpus=self.gpus)
@@ -514,6 +524,24 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
     headroom = parse_size(ram_headroom, "ram_headroom") if isinstance(ram_headroom, str) else ram_headroom
     return _Solver(inv, eng, budgets, user_argv, model_path, serve_path, plan_dir, reserve, policy,
                    split, ram_b, headroom, host_cpu).solve()
+
+
+def fit_plan_path(plan_dir: str, serve_path: str | None, model_path: str) -> str:
+    """Where the plan fit writes would sit, named after the model it serves (its GGUF's name, or the
+    model given): llama-swap's model name comes from it. Fit's own plan is no file unless -o writes
+    it, so errors located in it are reported without it (`unlocated`)."""
+    name = os.path.basename((serve_path or model_path).rstrip("/")) or "model"
+    for suffix in (".gguf", ".manifest.json", ".json"):
+        name = name.removesuffix(suffix)
+    name = re.sub(r"-\d{5}-of-\d{5}$", "", name)  # a split model's first shard
+    return os.path.join(plan_dir, (name or "model") + ".toml")
+
+
+def unlocated(err: MoeconfError, plan_path: str) -> MoeconfError:
+    """`err` without its location when that is fit's own plan, which is no file the user has."""
+    if err.path == plan_path:
+        err.path = err.line = err.column = err.offset = None
+    return err
 
 
 def manifest_gguf_name(model_path: str, plan_dir: str) -> str:

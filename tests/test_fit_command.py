@@ -249,3 +249,38 @@ def test_engine_flags_are_never_read_as_fits_own(capsys: pytest.CaptureFixture[s
     # fit's own -o (the engine's -o too, meaningless to llama-server) stays fit's, as its help says
     assert main(["fit", GLM, "--gpu", "24GiB", "-c", "8192", "-o", str(tmp_path / "p.toml"), "-q"]) == 0
     assert (tmp_path / "p.toml").is_file() and capsys.readouterr().out.startswith("llama-server ")
+
+
+def test_env_target_writes_engine_flags_as_their_variables(capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path) -> None:
+    """`fit --target env -t 16 --jinja`: both have LLAMA_ARG_* forms (llama.cpp's option table); the
+    file, read back as the engine reads its environment, is the command fit printed (issue 25)."""
+    from moeconf.engines import mainline
+    from moeconf.engines.cmdline import Arg, parse_invocation
+
+    model = QWEN
+    assert main(["fit", model, "--gpu", "12GiB", "-q", "--target", "env", "-t", "16", "--jinja", "--no-webui"]) == 0
+    text = capsys.readouterr().out
+    env = dict(line.split("=", 1) for line in text.splitlines())
+    assert env["LLAMA_ARG_THREADS"] == "16" and env["LLAMA_ARG_JINJA"] == "1" and env["LLAMA_ARG_UI"] == "0"
+    inv = parse_invocation([Arg("llama-server")], mainline(), {k: Arg(v) for k, v in env.items()})
+    assert not inv.problems and inv.ot and inv.ot[0].value.text == env["LLAMA_ARG_OVERRIDE_TENSOR"]
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--lora-init-without-apply"], "--lora-init-without-apply: no LLAMA_ARG_* variable reads it"),
+    (["-t", "4", "--threads", "8"], "--threads: given twice, and LLAMA_ARG_THREADS holds one value"),
+])
+def test_env_target_names_the_flag_without_a_variable(capsys: pytest.CaptureFixture[str], flags: list[str],
+                                                      says: str) -> None:
+    model = QWEN
+    assert main(["fit", model, "--gpu", "12GiB", "-q", "--target", "env", *flags]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "fit.plan" not in err and ".toml" not in err, err
+
+
+def test_llama_swap_names_the_model_not_fits_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    model = QWEN
+    assert main(["fit", model, "--gpu", "12GiB", "-q", "--target", "llama-swap"]) == 0
+    out = capsys.readouterr().out
+    assert "fit.plan" not in out and "'qwen3-30b-a3b':" in out

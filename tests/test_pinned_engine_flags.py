@@ -80,7 +80,8 @@ def test_n_cpu_ffn_keeps_the_dense_ffn_of_the_first_blocks_on_the_cpu() -> None:
     env = parse_invocation(_words("llama-server"), engine("llama.cpp"), {"LLAMA_ARG_N_CPU_FFN": Arg("1")})
     assert [o for _p, _d, o, _k in engine_items(env, inv)] == ["--n-cpu-ffn 1 (env)"]
     bad = parse_invocation(_words("llama-server -ncffn x"), engine("llama.cpp"))
-    assert [m for _a, m in bad.problems] == ["--n-cpu-ffn needs a number >= 0, not 'x'"]
+    assert [m for _a, m in bad.problems] == [
+        "-ncffn 'x': llama.cpp reads it with std::stoi, which finds no number there and stops"]
 
 
 def test_n_cpu_ffn_is_unknown_to_ik() -> None:

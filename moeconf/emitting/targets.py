@@ -124,9 +124,14 @@ def emit_env(c: Compiled) -> str:
                            hint="use --target " + eng.name + ", docker, compose or llama-swap")
     f = c.plan.config.flags
     t = c.plan.config.targets
+    extra: list[tuple[str, str]] = []
     if f.extra:
-        raise MoeconfError("[flags] extra arguments have no environment form", path=c.plan.path,
-                           hint="drop them, or use another target")
+        from moeconf.engines.llamaconfig import env_form
+
+        extra, problem = env_form(list(f.extra))
+        if problem is not None:
+            raise MoeconfError(f"no environment form for the engine flag {problem}", path=c.plan.path,
+                               hint="drop it, or use --target llama.cpp, docker, compose or llama-swap")
     lines: list[tuple[str, str]] = [("LLAMA_ARG_MODEL", _model_override(c) or "")]
     if f.rpc:
         lines.append(("LLAMA_ARG_RPC", ",".join(f.rpc)))
@@ -152,6 +157,11 @@ def emit_env(c: Compiled) -> str:
                 lines.append(("LLAMA_ARG_MLOCK", "1"))
     if c.ot:
         lines.append(("LLAMA_ARG_OVERRIDE_TENSOR", c.ot))
+    clash = next((k for k, _ in extra if any(k == have for have, _ in lines)), None)
+    if clash is not None:
+        raise MoeconfError(f"[flags] extra arguments set {clash}, which the plan sets already", path=c.plan.path,
+                           hint="give it once, as the plan's own setting")
+    lines += extra
     for k, v in lines:
         # compose and python-dotenv strip a value's whitespace, Unicode spaces (U+00A0, ...) included,
         # where docker --env-file keeps it: such a value would not read back the same everywhere

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
-from moeconf.engines.flags import flag_table, is_number
+from moeconf.engines.flags import c_floats, c_int, flag_table, is_number, value_problem
 from moeconf.model.inventory import Inventory
 
 if TYPE_CHECKING:
@@ -259,20 +259,16 @@ class Invocation:
         return self.ngl[1] if self.ngl else self.engine.default_ngl
 
     def tensor_split_values(self) -> list[float] | None:
-        """`-ts` as numbers (`,` or `/` between them); None when not given or not numbers."""
+        """`-ts` as numbers (`,` or `/` between them, each as std::stof reads it); None when not
+        given or not numbers."""
         if self.tensor_split is None:
             return None
-        try:
-            return [float(x) for x in self.tensor_split.text.replace("/", ",").split(",") if x]
-        except ValueError:
-            return None
+        return c_floats(self.tensor_split.text)
 
 
 def _int(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    """A number as the engines' std::stoi reads it (`4096k` is 4096); None where it stops."""
+    return c_int(text)
 
 
 def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg] | None = None,
@@ -293,6 +289,11 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
     def take(name: str, flag: Arg, value: Arg | None, src: str) -> None:
         """One option as the engine's handler takes it (the command line's, or the config's)."""
         nonlocal order
+        refused = value_problem(engine, name, value.text) if value is not None else None
+        if refused is not None and value is not None:
+            # the engine's std::stoi / std::stof throws: it stops before loading (engines/flags.py)
+            inv.problems.append((value, refused))
+            return
         if name in ("-m", "--model"):
             inv.model = value
         elif name in ("-hf", "-hfr", "--hf-repo"):
@@ -367,7 +368,16 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             val = (ConfigArg(words_[1], file=e.path, file_line=e.line, file_column=e.value_column)
                    if len(words_) > 1 else None)
             take(words_[0], key, val, st.where)
-    # env next (mainline only: ik reads none of these)
+    # env next (mainline only: ik reads none of these); a number the engine cannot read stops it
+    # ("error while handling environment variable")
+    if engine.env_override_tensor:
+        from moeconf.engines.llamaconfig import option_for_env
+
+        for var, v in inv.env.items():
+            opt = option_for_env(var)
+            why = value_problem(engine, opt.first, v.text, var) if opt is not None else None
+            if why is not None:
+                inv.problems.append((v, why))
     if engine.env_override_tensor and "LLAMA_ARG_OVERRIDE_TENSOR" in inv.env:
         inv.ot.append(OtValue(inv.env["LLAMA_ARG_OVERRIDE_TENSOR"], None, order))
         order += 1
@@ -457,16 +467,10 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
 
 def _parse_ngl(inv: Invocation, v: Arg) -> tuple[Arg, int] | None:
     t = v.text.strip()
-    if t in ("auto", "all"):
-        if not inv.engine.ngl_words:
-            inv.problems.append((v, f"{inv.engine.label} takes a number for -ngl, not {t!r}"))
-            return None
+    if t in ("auto", "all") and inv.engine.ngl_words:
         return (v, -1 if t == "auto" else -2)
     n = _int(t)
-    if n is None:
-        inv.problems.append((v, f"-ngl needs a number, not {t!r}"))
-        return None
-    return (v, n)
+    return None if n is None else (v, n)  # (a value the engine stops on is among the problems already)
 
 
 # --- the engines' own MoE rules ----------------------------------------------------------------

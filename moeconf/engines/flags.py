@@ -7,6 +7,7 @@ argument they do not know, and both read a long option with `_` as `-`.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from moeconf.engines import IK_OLDEST_DATE, Engine
@@ -118,3 +119,81 @@ def scan_extra(words: list[str], engine: Engine) -> tuple[list[tuple[int, str]],
             i += 1
         i += 1
     return owned, unknown
+
+
+def value_kinds(engine: Engine) -> dict[str, str]:
+    """Flag -> how `engine` reads its value as a number (flagtable MAINLINE_VALUES / IK_VALUES:
+    `int`, `uint`, `float`, `floats`, with the words taken before it after `|`). ik_llama.cpp
+    newer than its package: the package's table (the newest ik code was read for names only)."""
+    from moeconf.engines.flagtable import IK_VALUES, MAINLINE_VALUES
+
+    return IK_VALUES if engine.name == "ik_llama.cpp" else MAINLINE_VALUES
+
+
+_INT_MAX = 2**31 - 1
+_ULONG_MAX = 2**64 - 1
+_FLT_OVERFLOW = 3.4028235677973366e38  # FLT_MAX and half its last place: strtof rounds above it to inf
+_C_INT = re.compile(r"[ \t\n\v\f\r]*([+-]?)(\d+)")
+_C_FLOAT = re.compile(r"[ \t\n\v\f\r]*([+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf(?:inity)?|nan))",
+                      re.I)
+
+
+def c_int(text: str) -> int | None:
+    """`text` as std::stoi reads it (the digits after optional blanks and sign; the rest ignored),
+    None where it finds no number or the number is out of an int's range."""
+    m = _C_INT.match(text)
+    if m is None:
+        return None
+    n = int(m.group(1) + m.group(2))
+    return n if -_INT_MAX - 1 <= n <= _INT_MAX else None
+
+
+def c_floats(text: str) -> list[float] | None:
+    """A `,`/`/`-separated list as the engines read -ts (std::stof on each piece), None where a
+    piece is no number or beyond a float's range."""
+    out = []
+    for piece in (p for p in re.split(r"[,/]+", text) if p):
+        m = _C_FLOAT.match(piece)
+        if m is None:
+            return None
+        x = float(m.group(1))
+        if abs(x) >= _FLT_OVERFLOW and m.group(1).lstrip("+-")[:1].lower() not in ("i", "n"):
+            return None
+        out.append(x)
+    return out
+
+
+def value_problem(engine: Engine, name: str, text: str, shown: str | None = None) -> str | None:
+    """Why `engine` refuses `text` as the value of `name` where it converts it to a number (the
+    C++ std::stoi / std::stoul / std::stof it calls throws: no number at the start, or out of the
+    type's range; the engine then stops before loading), None where it takes it. What follows the
+    number is ignored, as those functions do (`-c 4096k` is 4096). Hexadecimal floats are not
+    read (none seen in launch lines)."""
+    kind = value_kinds(engine).get(name)
+    if kind is None:
+        return None
+    name = shown or name
+    base, *words = kind.split("|")
+    if text in words:
+        return None
+    pieces = [p for p in re.split(r"[,/]+", text) if p] if base == "floats" else [text]
+    for piece in pieces:
+        if base in ("int", "uint"):
+            m = _C_INT.match(piece)
+            fn = "std::stoi" if base == "int" else "std::stoul"
+            if m is None:
+                return f"{name} {text!r}: {engine.label} reads it with {fn}, which finds no number there and stops"
+            n = int(m.group(1) + m.group(2))
+            top = _INT_MAX if base == "int" else _ULONG_MAX
+            if (n > top or n < -_INT_MAX - 1) if base == "int" else abs(n) > top:
+                return (f"{name} {text!r}: {engine.label} reads it with {fn}, which stops on a number out of its "
+                        f"range ({-_INT_MAX - 1 if base == 'int' else -top:,} to {top:,})")
+        else:
+            m = _C_FLOAT.match(piece)
+            if m is None:
+                return f"{name} {text!r}: {engine.label} reads it with std::stof, which finds no number there and stops"
+            x, literal = float(m.group(1)), m.group(1).lstrip("+-")[:1].lower() in ("i", "n")
+            if not literal and abs(x) >= _FLT_OVERFLOW:
+                return (f"{name} {text!r}: {engine.label} reads it with std::stof, which stops on a number beyond "
+                        f"a float's range (about 3.4e38)")
+    return None

@@ -136,6 +136,11 @@ def option_for_key(key: str, example: str) -> Option | None:
     return None
 
 
+def option_for_env(var: str) -> Option | None:
+    """The option an environment variable sets (its `set_env` name), None for any other."""
+    return next((o for o in _options() if o.env and o.env == var), None)
+
+
 def any_option_for_key(key: str) -> Option | None:
     """The option a key names for some program (None: no program knows the key)."""
     examples = {e for o in _options() for e in o.examples}
@@ -658,3 +663,28 @@ def fit_flags(cfg: LlamaConfig, engine: Engine, user_argv: Sequence[str],
             notes.append(f"{s.where}: {s.entry.key} = {s.entry.value} (llama.cpp config file) written into the "
                          f"command as {' '.join(s.words())}")
     return words, notes
+
+
+def env_form(words: Sequence[str], example: str = "SERVER") -> tuple[list[tuple[str, str]], str | None]:
+    """Command-line options as the `LLAMA_ARG_*` variables llama.cpp reads instead (common/arg.cpp:
+    each option's env name; a flag as "1", its negated form as "0", a value as given): (the
+    variables, None), or ([], the first option that has no variable for `example`, or is given twice,
+    with why)."""
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        opt = next((o for o in _options() if o.known_to(example) and (w in o.names or w in o.negs)), None)
+        if opt is None or not opt.env or opt.kind == "str_str":
+            return [], f"{w}: no LLAMA_ARG_* variable reads it"
+        if any(k == opt.env for k, _ in out):
+            return [], f"{w}: given twice, and {opt.env} holds one value"
+        if opt.kind in ("void", "bool"):
+            out.append((opt.env, "0" if w in opt.negs else "1"))
+            i += 1
+            continue
+        if i + 1 >= len(words):
+            return [], f"{w}: needs a value"
+        out.append((opt.env, words[i + 1]))
+        i += 2
+    return out, None

@@ -44,9 +44,15 @@ def parse_size(text: str, where: str = "size") -> int:
         value = -1.0
     if value >= 0 and unit == "" and num:
         raise MoeconfError(f"{where}: {text!r} has no unit: write {num}GiB (or {num}GB for 10^9 bytes, {num}MiB)")
-    if value < 0 or unit not in _UNITS:
+    if not value >= 0 or unit not in _UNITS:  # (nan and negative sizes too)
         raise MoeconfError(f"{where}: {text!r} is not a size (write 24GiB, 16 GiB, 512MiB)")
-    return int(value * _UNITS[unit])
+    size = value * _UNITS[unit]
+    if size >= MAX_SIZE:
+        raise MoeconfError(f"{where}: {text!r} is more than any machine holds (at most {MAX_SIZE // 1024**5:,} PiB)")
+    return int(size)
+
+
+MAX_SIZE = 2**60  # 1 EiB: a size moeconf accepts is below it (no machine's memory comes near)
 
 
 def cache_types(engine: Engine) -> tuple[str, ...]:
