@@ -48,3 +48,10 @@ def test_fit_refuses_out_of_range_values_as_user_errors(args: list[str], capsys:
     assert main(["fit", MODEL, "--gpu", "12GiB", *args]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "internal error" not in err and "moeconf: error:" in err
+
+
+def test_a_number_is_read_as_stoi_reads_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """`-c 4096k`: llama.cpp's std::stoi reads 4096 and the server starts; moeconf reads the same
+    (it refused it as no number)."""
+    assert main(["explain", MODEL, "--", "llama-server", "-ngl", "99", "-fit", "off", "-c", "4096k"]) == 0
+    assert "at -c 4096 " in capsys.readouterr().out

@@ -219,11 +219,13 @@ def read_settings(
 
     def put(key: str, text: str, where: str) -> None:
         if key in kinds:
-            try:
-                n = int(text)
-            except ValueError:
+            from moeconf.engines.flags import c_int
+
+            m = c_int(text)  # as the engine's std::stoi reads it (`4096k` is 4096)
+            if m is None:
                 problems.append(f"{where} needs a number, not {text!r}")
                 return
+            n = m
             # any negative --cache-ram is "no limit" (server_prompt_cache); -np -1 is auto
             if (n < 0 and key not in ("n_parallel", "cache_ram", "kv_per_slot")) or (
                     key in ("n_batch", "n_ubatch") and n == 0):
