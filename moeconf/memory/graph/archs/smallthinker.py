@@ -1,0 +1,42 @@
+"""SmallThinker (src/models/smallthinker.cpp), its form without a sliding window (SmallThinker-4BA0.6B):
+the router's logits projected from the layer's input before the attention norm (the last layer keeps
+the output rows of them too), then a plain pre-norm attention layer with RoPE on every layer, and
+routed experts only (gated ReLU, the chosen weights normalised; softmax or sigmoid as
+`expert_gating_func` says). A file with `attention.sliding_window` builds the engine's other form
+(the iSWA cache pair, no RoPE on every fourth layer): its memory is refused, the key not being in
+`MEMORY.keys`."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.blocks import GraphContext
+
+ARCH = "smallthinker"
+MEMORY = Memory(CHECKED + " (SmallThinker-4BA0.6B-Instruct)", keys=frozenset())
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w, hp = g.ctx, g.w, g.hp
+    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    pos = g.inp_pos()
+    attn_inp = g.attn_inp_kv()
+    out_ids = g.inp_out_ids()
+    gating = GATING.get(facts.gating or 0, "softmax")
+    for il in range(hp.n_layer):
+        res = inp
+        logits = g.mm(need(w.layer(il, "ffn_gate_inp")), inp)
+        logits.name = f"ffn_moe_logits-{il}"
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
+        q, k = c.rope(q, pos), c.rope(k, pos)
+        cur = g.attn(attn_inp, il, w.layer(il, "attn_output"), None, q, k, v)
+        if il == hp.n_layer - 1:
+            cur = c.get_rows(cur, out_ids)
+            res = c.get_rows(res, out_ids)
+            logits = c.get_rows(logits, out_ids)
+        ffn_inp = c.add(cur, res)
+        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        cur = g.moe_ffn(cur, il, gating=gating, norm_w=True, act="relu", logits=logits)
+        inp = c.add(cur, ffn_inp)
+    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
+    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
