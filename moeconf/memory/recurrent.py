@@ -49,6 +49,7 @@ def _kind(arch: str) -> str:
 
     return traits(arch).recurrent
 
+
 # the `{arch}.*` keys this module reads (moeconf.memory.support lists them as modelled)
 KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
                   "ssm.group_count", "full_attention_interval", "attention.recurrent_layers",

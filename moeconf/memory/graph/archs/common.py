@@ -113,12 +113,12 @@ class Memory:
 class Swa:
     """Sliding-window attention as the architecture's `load_arch_hparams` sets it up (src/models/<arch>.cpp).
 
-    kind: "standard" (LLAMA_SWA_TYPE_STANDARD) or "chunked" (Llama 4's chunked attention: the window is
-    `window` whatever the key says). window: the window where the GGUF has no `attention.sliding_window`
-    key (None: without the key no layer is windowed). pattern: the period where the GGUF has no
-    `attention.sliding_window_pattern` (layer il windowed when il % n < n - 1; 0: every layer, or the
-    loader requires the key, an array). dense_first: the full layer comes first in each period
-    (load_swa_pattern's dense_first: layer il windowed when il % n != 0)."""
+    kind: "standard" (LLAMA_SWA_TYPE_STANDARD) or "chunked" (Llama 4's chunked attention: the chunk is
+    `window` whatever the key says, a key of 0 turns it off). window: the window where the GGUF has no
+    `attention.sliding_window` key (None: without the key no layer is windowed). pattern: the period
+    where the GGUF has no `attention.sliding_window_pattern` (layer il windowed when il % n < n - 1; 0:
+    every layer, or the loader requires the key, an array). dense_first: the full layer comes first in
+    each period (load_swa_pattern's dense_first: layer il windowed when il % n != 0)."""
 
     kind: Literal["standard", "chunked"] = "standard"
     window: int | None = None
