@@ -29,8 +29,8 @@ from moeconf.engines.simulate import default_devices, default_layer_devices, lay
 from moeconf.errors import PlanError
 from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, estimate, parse_size, read_settings
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
+from moeconf.memory.graph.archs import traits
 from moeconf.memory.ikarchs import next_step
-from moeconf.memory.indexer import DSA_ARCHS
 from moeconf.memory.recurrent import GLM5_NEXT
 from moeconf.memory.support import unmodelled
 from moeconf.model.inventory import Inventory
@@ -45,14 +45,20 @@ if TYPE_CHECKING:
 MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
 _TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away from home, room left)
-# the architectures whose search ranks splits on an approximate compute and measures the ones it finishes
-# exactly: GLM-5.3-Flash's replay run on each device's last layers (memory/replay_glm5next.py), and DSA's
-# phase model (no indexer in it: GLM-5's first GPU 148 MiB under the graph at 8k), finished through the
-# engine's graph (memory/graph/archs/_dsa.py, ~0.5 s for GLM-5 over two GPUs)
-APPROXIMATE_SEARCH = DSA_ARCHS | GLM5_NEXT
-# there each finish is a whole exact measure. Over eight DSA fits (GLM-5, DeepSeek-V3.2; 16+12 to 48+24
-# GiB, measured on the former DSA replay) finishing 6 chose what finishing 12 did in seven; the eighth
-# kept the same bytes on the GPUs with 5 MiB less room on the fullest
+
+
+def approximate_search(arch: str) -> bool:
+    """Whether the search ranks splits on an approximate compute and measures the ones it finishes exactly:
+    GLM-5.3-Flash's replay run on each device's last layers (memory/replay_glm5next.py), and where the
+    composition module says so (`Traits.approximate_search`: DSA's phase model, no indexer in it, GLM-5's
+    first GPU 148 MiB under the graph at 8k, finished through the engine's graph, memory/graph/archs/_dsa.py,
+    ~0.5 s for GLM-5 over two GPUs)."""
+    return traits(arch).approximate_search or arch in GLM5_NEXT
+
+
+# in an approximate search each finish is a whole exact measure. Over eight DSA fits (GLM-5, DeepSeek-V3.2;
+# 16+12 to 48+24 GiB, measured on the former DSA replay) finishing 6 chose what finishing 12 did in seven; the
+# eighth kept the same bytes on the GPUs with 5 MiB less room on the fullest
 _TIES_FINISHED_APPROXIMATE = 6
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
@@ -155,9 +161,9 @@ class _Filler:
         self.last_device = {n: req.devices[-1] for req in requests for n in req.tensors}
         # a rule's last device takes the rest: its budget is checked once the others are filled
         self.sinks = {req.devices[-1] for req in requests} - {d for req in requests for d in req.devices[:-1]}
-        # the search ranks splits on an approximate compute (APPROXIMATE_SEARCH), and falls back
+        # the search ranks splits on an approximate compute (`approximate_search`), and falls back
         # to the exact one where that finds nothing that fits
-        self.approximate = inv.arch in APPROXIMATE_SEARCH
+        self.approximate = approximate_search(inv.arch)
 
     # -- measuring -------------------------------------------------------------------------------
 
@@ -167,7 +173,7 @@ class _Filler:
         devices = {**defaults, **self.overlay}
         # the search ranks splits on the phase model; `complete` measures the chosen fill with the
         # allocator replays and gives back what does not fit
-        mem = self.measure(devices, defaults, exact=self.inv.arch in APPROXIMATE_SEARCH and not self.approximate)
+        mem = self.measure(devices, defaults, exact=approximate_search(self.inv.arch) and not self.approximate)
         return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
                           self.over(mem, sinks=False))
 
@@ -250,8 +256,8 @@ class _Filler:
         fitted: tuple[dict[str, str | None], MemoryEstimate, dict[str, list[list[str]]]] | None = None
         last: dict[str, str] | None = None
         for _round in range(4):
-            if self.inv.arch in APPROXIMATE_SEARCH and _round and any(free[d] < 0 for d in self.accelerators):
-                # the search measured the compute approximately (APPROXIMATE_SEARCH), possibly
+            if approximate_search(self.inv.arch) and _round and any(free[d] < 0 for d in self.accelerators):
+                # the search measured the compute approximately (`approximate_search`), possibly
                 # low: measured exactly, this split is over with nothing of the fill on its GPUs
                 raise _SplitOver(shortfall_message(mem, bad, self.sizes))
             assign, placed, left = self.greedy(free)
@@ -501,7 +507,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                     break
                 if best is not None and c.score == best[0][0]:
                     ties += 1
-                    if ties > (_TIES_FINISHED_APPROXIMATE if inv.arch in APPROXIMATE_SEARCH else _TIES_FINISHED):
+                    if ties > (_TIES_FINISHED_APPROXIMATE if approximate_search(inv.arch) else _TIES_FINISHED):
                         break
                 try:
                     devices, mem = f.complete(c)

@@ -17,12 +17,12 @@ from moeconf.explanation import explain
 from moeconf.memory import read_settings
 from moeconf.memory.archgraph import (
     ffn_floats,
-    flash_attn_forced_off,
     host_replay_spec,
     moe_replay_spec,
 )
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.geometry import geometry
+from moeconf.memory.graph.archs import traits
 from moeconf.memory.indexer import indexer_unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
@@ -124,7 +124,7 @@ def test_an_unread_indexer_table_is_refused(models: dict[str, Inventory]) -> Non
 
 def test_grok_runs_with_flash_attention_off_and_refuses_a_quantized_v_cache(models: dict[str, Inventory]) -> None:
     inv = models["grok-1"]
-    assert flash_attn_forced_off("grok") and not flash_attn_forced_off("minimax-m2")
+    assert not traits("grok").flash_attn and traits("minimax-m2").flash_attn
     est, _ = _estimate(inv, "-c 32768 -ngl 999 -fa on")
     assert not est.flash_attn
     est, _ = _estimate(inv, "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0")

@@ -35,7 +35,6 @@ from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
     cpu_head,
     ffn_floats,
-    flash_attn_forced_off,
     host_replay_spec,
     moe_replay_spec,
 )
@@ -49,6 +48,7 @@ from moeconf.memory.classic import (
     weights_before,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
+from moeconf.memory.graph.archs import traits
 from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
@@ -76,9 +76,6 @@ from moeconf.placement import Placement
 MiB = 1024 * 1024
 HOST = "CPU"
 
-# FFN activation tensors per routed expert (gate, up, and the gated product); gpt-oss fuses the
-# gated activation (swiglu_oai) and keeps two (measured with llama-fit-params)
-_MOE_FF_TENSORS: dict[str, int] = {"gpt-oss": 2}
 _CUDA_MATRIX_ROW_PADDING = 512
 _PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
 
@@ -231,7 +228,7 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
                         f"(-ctk {settings.cache_type_k} -ctv {settings.cache_type_v}): give both")
     if is_quantized(settings.cache_type_v) and settings.flash_attn == "off" and not (ik and geo.mla_arch):
         problems.append(f"{eng.label} refuses a quantized V cache ({settings.cache_type_v}) with flash attention off")
-    elif is_quantized(settings.cache_type_v) and flash_attn_forced_off(inv.arch):
+    elif is_quantized(settings.cache_type_v) and not traits(inv.arch).flash_attn:
         problems.append(f"{eng.label} forces flash attention off for {inv.arch} and then refuses a quantized V cache "
                         f"({settings.cache_type_v}): give -ctv f16 (a quantized -ctk alone is accepted)")
     # llama.cpp (llama-context.cpp, llama_init_from_model) refuses a quantized K or
@@ -289,7 +286,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
                                               cache_type_k=settings.cache_type_k))
     # ---
-    # the nextn blocks whose KV cache the engine keeps though it skips their tensors (geometry NEXTN_KV)
+    # the nextn blocks whose KV cache the engine keeps though it skips their tensors (Traits.nextn_kv)
     nextn_dev: dict[int, str] = {}
     for la in () if why else geo.nextn_kv:
         home = _skipped_block_home(placement, layer_dev, la.index)
@@ -324,7 +321,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     for d, b in ik_computed.items():
         weights[d] = weights.get(d, 0) + b
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
-    fa = settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch)  # grok
+    fa = settings.flash_attn != "off" and traits(inv.arch).flash_attn  # grok
     problems = refused_settings(inv, eng, settings, geo)
     # context: 0 = the model's training context
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
@@ -435,7 +432,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         masks += 8 * T * max((la.n_head_kv * la.head_v for la in geo.layers), default=0) * (2 if n_kv_swa else 1)
     e = geo.n_embd
     e_inp = input_width(inv, e)
-    moe_tensors = _MOE_FF_TENSORS.get(inv.arch, 3)
+    moe_tensors = traits(inv.arch).expert_ffn_tensors  # gate, up, their product (gpt-oss: fused, two)
     phases: dict[str, list[int]] = defaultdict(list)
     attn_devs: set[str] = set()
     last = geo.layers[-1].index if geo.layers else -1
@@ -973,7 +970,7 @@ def replays_cover(placement: Placement, settings: MemorySettings, gpus: list[str
     settings: llama.cpp, flash attention, the KV cache offloaded, one KV stream, the whole ubatch's
     outputs (memory/families.py reads it)."""
     inv = placement.inventory
-    if (placement.engine.name != "llama.cpp" or settings.flash_attn == "off" or flash_attn_forced_off(inv.arch)
+    if (placement.engine.name != "llama.cpp" or settings.flash_attn == "off" or not traits(inv.arch).flash_attn
             or not settings.offload_kqv or settings.n_outputs
             or not (settings.kv_unified or settings.n_parallel == 1)):
         return False

@@ -1,51 +1,20 @@
 """Attention and activation geometry of a model, as the engines derive it from the metadata:
 per layer K and V row widths, sliding-window (or chunked) layers, MLA, and the FFN sizes the
-compute buffers scale with. Architecture-specific facts are data (`ARCH_SWA`)."""
+compute buffers scale with. What the engine decides by the architecture's name (its sliding-window
+defaults, whether its nextn blocks keep a KV cache) is its composition module's `TRAITS`
+(memory/graph/archs, `traits`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
+from moeconf.memory.graph.archs import traits
 from moeconf.memory.recurrent import recurrent_layers
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
 
 SwaType = Literal["none", "standard", "chunked"]
-
-# Sliding-window attention per architecture in mainline llama.cpp (src/models/<arch>.cpp,
-# load_arch_hparams): (type, window when the GGUF has no key (None: the key is required), pattern
-# n: layer il is windowed when il % n < n - 1). llama4 is chunked (8192) unless its GGUF sets
-# sliding_window 0.
-ARCH_SWA: dict[str, tuple[SwaType, int | None, int]] = {
-    "gpt-oss": ("standard", None, 2),
-    "llama4": ("chunked", 8192, 4),
-    # the pattern an array the loader requires (get_arr)
-    "gemma4": ("standard", None, 0),
-    "step35": ("standard", None, 0),
-    "exaone-moe": ("standard", 128, 4),
-    "dots3note": ("standard", None, 0),  # its pattern an array (attention.sliding_window_pattern)
-    "afmoe": ("standard", None, 4),  # no window key: no sliding window
-    "cohere2moe": ("standard", None, 4),
-    "mimo2": ("standard", None, 0),  # the pattern an array the loader requires (get_arr)
-    "laguna": ("standard", None, 4),  # no window key (Laguna-M.1): every layer full
-    # DeepSeek-V4: every layer's raw rows in the sliding-window cache (src/models/deepseek4.cpp
-    # set_swa_pattern(0)); the compressed rows in caches of their own (src/llama-kv-cache-dsv4.cpp)
-    "deepseek4": ("standard", None, 0),
-}
-# where a whole-number pattern (or none) puts the full layer first in each period (load_swa_pattern's
-# dense_first: layer il is windowed when il % n != 0)
-SWA_DENSE_FIRST = frozenset({"cohere2moe", "laguna"})
-
-# Architectures whose memory keeps a KV cache for the nextn (MTP) blocks beside the trunk's though the
-# trunk's graph never reads it: hybrids whose llama_memory_hybrid gets the default layer filters (every
-# layer not recurrent, the nextn ones included; src/llama-model.cpp create_memory). Every other memory
-# filters the nextn blocks out (il < n_layer), or gives them their own cache only for an MTP context
-NEXTN_KV = frozenset({"bailingmoe3"})
-
-# DeepSeek-style MLA architectures (attn_kv_a_mqa): ik_llama.cpp's -mla applies to these
-MLA_ARCHS = frozenset({"deepseek2", "deepseek", "kimi-k2", "glm-dsa", "minicpm3", "mistral4"})
-
 
 @dataclass(frozen=True)
 class LayerAttention:
@@ -79,7 +48,7 @@ class Geometry:
     n_expert_used: int
     n_ff_shexp: int
     n_ff_dense: int
-    nextn_kv: tuple[LayerAttention, ...] = ()  # nextn blocks that hold a KV cache too (`NEXTN_KV`)
+    nextn_kv: tuple[LayerAttention, ...] = ()  # nextn blocks that hold a KV cache too (`Traits.nextn_kv`)
 
 
 class GeometryUnknown(Exception):
@@ -120,13 +89,13 @@ def geometry(inv: Inventory) -> Geometry:
     swa_type: SwaType = "none"
     n_swa = 0
     pattern: int | tuple[int, ...] = 0
-    arch_swa = ARCH_SWA.get(md.arch)
-    if arch_swa is not None:
-        kind, default_window, default_pattern = arch_swa
+    arch = traits(md.arch)
+    if arch.swa is not None:
+        kind, default_window = arch.swa.kind, arch.swa.window
         window = md.sliding_window if md.sliding_window is not None else default_window
         if window:
             swa_type, n_swa = kind, window if kind != "chunked" else (default_window or window)
-            pattern = md.sliding_window_pattern if md.sliding_window_pattern is not None else default_pattern
+            pattern = md.sliding_window_pattern if md.sliding_window_pattern is not None else arch.swa.pattern
     nextn = set(inv.layers_of_kind("nextn"))
     recurrent = recurrent_layers(inv)
     # per-layer head counts (an attention.head_count array, Step-3.5) and the sliding-window layers' own
@@ -140,14 +109,14 @@ def geometry(inv: Inventory) -> Geometry:
     nextn_kv = []
     for il in range(md.block_count):
         if il in nextn:
-            if md.arch in NEXTN_KV:
+            if arch.nextn_kv:
                 nextn_kv.append(LayerAttention(il, per_layer(None, il, n_head), per_layer(md.head_count_kv, il, n_head),
                                                head_k, head_v, False))
             continue
         if isinstance(pattern, tuple):
             swa = bool(pattern[il]) if il < len(pattern) else False
         else:
-            first = md.arch in SWA_DENSE_FIRST
+            first = arch.swa is not None and arch.swa.dense_first
             swa = swa_type != "none" and (pattern == 0 or (il % pattern != 0 if first else il % pattern < pattern - 1))
         layers.append(LayerAttention(il, per_layer(heads if isinstance(heads, tuple) else None, il, n_head),
                                      per_layer(md.head_count_kv, il, n_head), head_k_swa if swa else head_k,

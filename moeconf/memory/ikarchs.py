@@ -93,10 +93,12 @@ MARGIN_UBATCH: Final = 2048
 GPU_CHECKED: Final[dict[str, str]] = {
     "qwen3moe": "1 line on an H200 (-ot exps=CPU -c 32768: CUDA0 305 MiB logged, this estimate 317)",
 }
-# ik's graph keeps a second f32 copy of the KQ matrix where flash attention is off (measured on
-# Grok-1, whose flash attention ik forces off: ik's compute buffer was llama.cpp's graph plus one
-# n_head x n_kv x n_ubatch f32 tensor, -c 8192 to 32768, -ub 512 and 2048); measured there only
-FA_OFF_MEASURED: Final = frozenset({"grok"})
+# ik's graph keeps a second f32 copy of the KQ matrix where flash attention is off: ik's compute buffer was
+# llama.cpp's graph plus one n_head x n_kv x n_ubatch f32 tensor. Architecture -> what it was measured on
+# (there only)
+FA_OFF_MEASURED: Final[dict[str, str]] = {
+    "grok": "Grok-1, whose flash attention ik forces off: -c 8192 to 32768, -ub 512 and 2048",
+}
 # measured and refused: ik's compute exceeds llama.cpp's graph by an amount that grows with the context
 COMPUTE_REFUSED: Final[dict[str, str]] = {
     arch: (f"compute on ik_llama.cpp is not modelled for {arch!r}: ik's MLA attention ({what}) holds more than "
@@ -164,6 +166,12 @@ def _int(inv: Inventory, key: str) -> int | None:
     return v if isinstance(v, int) else None
 
 
+# ik 0.1.5's gated delta-net layer maps (src/llama-hparams.cpp, load_hparams): the attention interval it
+# takes whatever full_attention_interval says (None: it reads the key), and whether it reads
+# nextn_predict_layers (qwen35moe: no, its MTP blocks would be taken as trunk layers)
+_IK_DELTA_NET: Final[dict[str, tuple[int | None, bool]]] = {"qwen3next": (4, True), "qwen35moe": (None, False)}
+
+
 def unmodelled(inv: Inventory, no_memory_effect: Iterable[str]) -> list[str]:
     """Why this model's weights and KV on ik_llama.cpp are not modelled (empty: they are): a key
     moeconf does not read for it on ik, or a layer map or state ik reads differently from the
@@ -173,16 +181,18 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str]) -> list[str]:
     keys = inv.metadata.arch_keys or ()
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
            for k in keys if k not in known]
-    if arch in _recurrent.GATED_DELTA_NET:
+    ik_map = _IK_DELTA_NET.get(arch)
+    if ik_map is not None:
+        fixed, reads_nextn = ik_map
         if inv.metadata.hparam("attention.recurrent_layers") is not None:
             why.append(f"memory is not modelled for {arch}.attention.recurrent_layers on ik_llama.cpp (ik 0.1.5 "
                        "ignores the array and derives the recurrent layers from the attention interval)")
         interval = _int(inv, "full_attention_interval")
-        if arch == "qwen3next" and interval not in (None, 4):
-            why.append(f"memory is not modelled for qwen3next.full_attention_interval = {interval} on ik_llama.cpp "
-                       "(ik 0.1.5 takes every 4th layer as attention whatever the key)")
-        if arch == "qwen35moe" and (_int(inv, "nextn_predict_layers") or 0):
-            why.append("memory is not modelled for qwen35moe.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does "
+        if fixed is not None and interval not in (None, fixed):
+            why.append(f"memory is not modelled for {arch}.full_attention_interval = {interval} on ik_llama.cpp "
+                       f"(ik 0.1.5 takes every {fixed}th layer as attention whatever the key)")
+        if not reads_nextn and (_int(inv, "nextn_predict_layers") or 0):
+            why.append(f"memory is not modelled for {arch}.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does "
                        "not read it: its MTP blocks would be taken as trunk layers)")
         rs = _recurrent.shape(inv)
         if rs is not None and rs.n_v_heads and rs.d_inner // rs.n_v_heads != rs.d_state:

@@ -8,32 +8,32 @@ K, and so is the indexer's). Its layers (`src/llama-model.cpp`, create_memory): 
 the nextn blocks for deepseek32; for glm-dsa those whose indexer is "full"
 (`hparams.is_indexer_full`): all of them when the training context is under 1,048,576 (GLM-5,
 GLM-5.1), else a built-in GLM-5.2 table, either overridden by `{arch}.attention.indexer.types`
-(src/models/glm-dsa.cpp, load_arch_hparams; `full_indexers`). Measured with `llama-fit-params -fitp on` on a sparse
-DeepSeek-V3.2: KV 2,684 MiB at -c 32768 f16 (2,196 latent + 488 indexer), 1,425 with q8_0."""
+(src/models/glm-dsa.cpp, load_arch_hparams; `full_indexers`). Which rule an architecture follows is
+its composition module's `Traits.indexer` (memory/graph/archs). Measured with `llama-fit-params -fitp
+on` on a sparse DeepSeek-V3.2: KV 2,684 MiB at -c 32768 f16 (2,196 latent + 488 indexer), 1,425 with q8_0."""
 
 from __future__ import annotations
 
 from typing import Final
 
+from moeconf.memory.graph.archs import traits
 from moeconf.model.inventory import Inventory
 
-DSA_ARCHS: Final = frozenset({"deepseek32", "glm-dsa"})
 # the indexer's keys the model reads (after `{arch}.`)
 INDEXER_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
                                  "attention.indexer.top_k"})
 # --- glm5-next (GLM-5.3-Flash): a k-pool indexer cached beside the MLA latent of its DSA layers
 # (llama_memory_hybrid_idx; measured 264 MiB on 11 layers at -c 32768 f16, 140.25 with q8_0)
 KPOOL_ARCHS: Final = frozenset({"glm5-next"})
-# --- dots3note: an indexer K cache on each trunk layer attention.indexer.types marks full (its DSA
-# layers; the others are sliding-window layers without an indexer: llama_kv_cache_dsa_iswa's filter_lid)
-TYPED_ARCHS: Final = frozenset({"dots3note"})
-# ---
+# (dots3note, Traits.indexer "typed": an indexer K cache on each trunk layer attention.indexer.types marks
+# full, its DSA layers; the others are sliding-window layers without an indexer: llama_kv_cache_dsa_iswa's
+# filter_lid)
 _GLM_52_CONTEXT: Final = 1048576  # glm-dsa: at or above it, the GLM-5.2 per-layer table applies
 
 
 def indexer_width(inv: Inventory) -> int:
     """Elements per cell of each indexer-cached layer's K row (0: no indexer cache)."""
-    if inv.arch not in DSA_ARCHS | KPOOL_ARCHS | TYPED_ARCHS:
+    if not traits(inv.arch).indexer and inv.arch not in KPOOL_ARCHS:
         return 0
     width = inv.metadata.hparam("attention.indexer.key_length")
     if not isinstance(width, int):
@@ -49,7 +49,7 @@ def indexer_width(inv: Inventory) -> int:
 
 def indexer_unmodelled(inv: Inventory) -> list[str]:
     """What of the file's indexer the model does not read (empty: it reads all of it)."""
-    if inv.arch not in DSA_ARCHS | KPOOL_ARCHS | TYPED_ARCHS:
+    if not traits(inv.arch).indexer and inv.arch not in KPOOL_ARCHS:
         return []
     why = []
     keys = set(inv.metadata.arch_keys or ())
@@ -68,15 +68,16 @@ def indexer_table_unmodelled(inv: Inventory) -> list[str]:
     """Why glm-dsa's per-layer indexer table is not modelled (empty: it is, or the model has none), or
     why a DSA file is refused by the engine (no indexer top-k: the loader requires it)."""
     why = []
-    if inv.arch in DSA_ARCHS and not isinstance(inv.metadata.hparam("attention.indexer.top_k"), int):
+    kind = traits(inv.arch).indexer
+    if kind in ("all", "full") and not isinstance(inv.metadata.hparam("attention.indexer.top_k"), int):
         why.append(f"{inv.arch}.attention.indexer.top_k is missing: the engine refuses the file")
     keys = set(inv.metadata.arch_keys or ())
-    if inv.arch == "glm-dsa" and "attention.indexer.types" not in keys \
+    if kind == "full" and "attention.indexer.types" not in keys \
             and (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT:
         why.append("memory is not modelled for glm-dsa's built-in per-layer indexer table (GLM-5.2's, which the "
                    "engine takes at a training context of 1M or more when the file has no attention.indexer.types): "
                    "write the table into the file (the converter does, from config.json indexer_types)")
-    elif inv.arch == "glm-dsa" and "attention.indexer.types" in keys and full_indexers(inv) is None:
+    elif kind == "full" and "attention.indexer.types" in keys and full_indexers(inv) is None:
         why.append("memory is not modelled for a glm-dsa.attention.indexer.types that is neither one value nor one "
                    "per trunk layer with the first layer full: the engine refuses the file")
     return why
@@ -90,9 +91,10 @@ def full_indexers(inv: Inventory) -> tuple[bool, ...] | None:
     get_key_or_arr; the first layer shared: the graph asserts)."""
     v = inv.metadata.hparam("attention.indexer.types")
     n = inv.block_count - (_int(inv.metadata.hparam("nextn_predict_layers")) or 0)
-    if inv.arch in TYPED_ARCHS:  # one value per layer, the array required (get_arr); the nextn blocks' beyond
+    kind = traits(inv.arch).indexer
+    if kind == "typed":  # one value per layer, the array required (get_arr); the nextn blocks' beyond
         return tuple(x != 0 for x in v[:n]) if isinstance(v, tuple) and len(v) >= n else (False,) * n
-    if inv.arch != "glm-dsa":
+    if kind != "full":
         return None
     if isinstance(v, int):
         full = (v != 0,) * n

@@ -30,18 +30,25 @@ from dataclasses import dataclass
 
 from moeconf.model.inventory import Inventory
 
-# architectures whose recurrent layers are gated delta-net layers laid out as above
-GATED_DELTA_NET = frozenset({"qwen35moe", "qwen3next"})
-# Nemotron-3: Mamba-2 layers (src/models/mamba-base.cpp `build_mamba2_layer`); the same conv state
-# width and an SSM state of ssm.state_size x ssm.inner_size (src/llama-hparams.cpp `n_embd_r`,
-# `n_embd_s`); a layer is recurrent iff its per-layer attention.head_count_kv and
-# feed_forward_length are both 0 (src/models/nemotron-h.cpp `load_arch_hparams`); compute by the graph
-MAMBA2 = frozenset({"nemotron_h_moe"})
-# Granite-4.0-H (Mamba-2, as Nemotron-3's) and Jamba (Mamba-1: src/models/mamba-base.cpp
-# `build_mamba_layer`; its loader reads no ssm.group_count, so n_group is 0: a conv state of (d_conv - 1)
-# x d_inner, an SSM state of d_state x d_inner): a layer is recurrent iff its attention.head_count_kv is
-# 0 (src/models/granite-hybrid.cpp, jamba.cpp `load_arch_hparams`); compute by the graph
-MAMBA_KV = frozenset({"granitehybrid", "jamba"})
+# Which of these an architecture has is its composition module's `Traits.recurrent` (memory/graph/archs):
+# "delta_net": gated delta-net layers laid out as above (Qwen3-Next, Qwen3.5-MoE).
+# "mamba2": Mamba-2 layers (src/models/mamba-base.cpp `build_mamba2_layer`); the same conv state width and
+#   an SSM state of ssm.state_size x ssm.inner_size (src/llama-hparams.cpp `n_embd_r`, `n_embd_s`); a layer
+#   is recurrent iff its per-layer attention.head_count_kv and feed_forward_length are both 0
+#   (src/models/nemotron-h.cpp `load_arch_hparams`; Nemotron-3); compute by the graph.
+# "mamba": Granite-4.0-H (Mamba-2, as Nemotron-3's) and Jamba (Mamba-1: src/models/mamba-base.cpp
+#   `build_mamba_layer`; its loader reads no ssm.group_count, so n_group is 0: a conv state of (d_conv - 1)
+#   x d_inner, an SSM state of d_state x d_inner): a layer is recurrent iff its attention.head_count_kv is
+#   0 (src/models/granite-hybrid.cpp, jamba.cpp `load_arch_hparams`); compute by the graph.
+# "kda": Kimi-Linear's KDA layers (below).
+
+
+def _kind(arch: str) -> str:
+    """The architecture's recurrent layers as its composition module declares them (`Traits.recurrent`)."""
+    from moeconf.memory.graph.archs import traits  # imported here: the registry's blocks import this module
+
+    return traits(arch).recurrent
+
 
 # the `{arch}.*` keys this module reads (moeconf.memory.support lists them as modelled)
 KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
@@ -81,29 +88,31 @@ def _int(inv: Inventory, key: str) -> int | None:
 
 def shape(inv: Inventory) -> RecurrentShape | None:
     """The recurrent layers' dimensions, None when the architecture has none modelled here."""
-    if inv.arch not in GATED_DELTA_NET | MAMBA2 | MAMBA_KV:
+    kind = _kind(inv.arch)
+    if kind not in ("delta_net", "mamba2", "mamba"):
         return None
     vals = [_int(inv, k) for k in ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank")]
     if any(v is None for v in vals):
         return None
     d_conv, d_inner, d_state, n_v = (v or 0 for v in vals)
     n_group = _int(inv, "ssm.group_count")  # hparams.ssm_n_group: 0 where the loader does not read it (Jamba)
-    if n_group is None and inv.arch not in MAMBA_KV:
+    if n_group is None and kind != "mamba":
         return None
     return RecurrentShape(d_conv, d_inner, d_state, n_group or 0, n_v)
 
 
 def recurrent_layers(inv: Inventory) -> frozenset[int]:
     """The trunk layers the engine marks recurrent (see the module's notes)."""
-    if inv.arch in MAMBA2:
+    kind = _kind(inv.arch)
+    if kind == "mamba2":
         kv, ff = inv.metadata.head_count_kv, inv.metadata.hparam("feed_forward_length")
         n = inv.metadata.block_count
         kv_of = kv if isinstance(kv, tuple) else (kv,) * n
         ff_of = ff if isinstance(ff, tuple) else (ff,) * n
         return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
-    if is_kda(inv) or inv.arch in MAMBA_KV or shortconv_shape(inv) is not None:
+    if is_kda(inv) or kind == "mamba" or shortconv_shape(inv) is not None:
         return kda_layers(inv)
-    if inv.arch not in GATED_DELTA_NET:
+    if kind != "delta_net":
         return frozenset()
     md = inv.metadata
     n_nextn = _int(inv, "nextn_predict_layers") or 0
@@ -145,7 +154,6 @@ def layer_activations(rs: RecurrentShape, n_embd: int, n_tokens: int, n_seqs: in
 # layers have `attention.head_count` heads of `kda.head_dim`. src/llama-hparams.cpp: `n_embd_r` =
 # 3 x (d_conv - 1) x heads x head_dim (the Q, K and V conv states side by side), `n_embd_s` = heads
 # x head_dim^2; `llama_memory_recurrent` keeps both F32, `max(1, n_seq_max)` rows, as above.
-KDA = frozenset({"kimi-linear"})
 KDA_KEYS = frozenset({"ssm.conv_kernel", "kda.head_dim"})
 
 
@@ -173,7 +181,7 @@ class KdaShape:
 
 
 def kda_shape(inv: Inventory) -> KdaShape | None:
-    if inv.arch not in KDA:
+    if _kind(inv.arch) != "kda":  # the phase model's KDA activations (memory/kda.py): Kimi-Linear's
         return None
     return kda_dims(inv)
 
@@ -199,7 +207,7 @@ def is_kda(inv: Inventory) -> bool:
     (kimi-linear, kimi-k3, glm5-next, bailingmoe3) marks a layer recurrent iff its
     attention.head_count_kv is 0 and sizes its states by that head width (src/llama-hparams.cpp
     `n_embd_r`, `n_embd_s`)."""
-    return inv.arch in KDA | GLM5_NEXT or kda_loader(inv) or _int(inv, "kda.head_dim") is not None
+    return kda_loader(inv) or _int(inv, "kda.head_dim") is not None
 
 
 def kda_state(inv: Inventory) -> KdaShape | None:
@@ -238,7 +246,7 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
-    if (inv.arch in GATED_DELTA_NET or inv.arch in KDA) and not offload_kqv:  # glm5-next: replay_glm5next
+    if _kind(inv.arch) in ("delta_net", "kda") and not offload_kqv:  # glm5-next: replay_glm5next
         # the state and the KV cache in host memory move the recurrent scans and the attention to
         # the CPU: the host's compute buffer was measured 16-18 MiB above the phase model
         # (Qwen3.5-397B and 122B, -c 32768); not replayed

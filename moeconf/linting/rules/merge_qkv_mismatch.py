@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+from moeconf.engines.mergeqkv import MERGING_ARCHS
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 from moeconf.model.inventory import format_ranges
@@ -25,11 +26,6 @@ CODE = "MOE021"
 NAME = "merge-qkv-mismatch"
 SEVERITY = "warning"
 NEEDS_MODEL = False
-
-# architectures whose loader merges Q/K/V (ik_llama.cpp src/llama-load-tensors.cpp)
-MERGING_ARCHS = {"llama", "refact", "minicpm", "granite", "granitemoe", "mistral3", "llama4", "step35", "qwen3",
-                 "qwen3vl", "qwen3moe", "qwen3vlmoe", "gemma", "gemma2", "gemma3", "glm4moe", "gpt-oss", "smollm3",
-                 "deepseek2"}
 
 
 def check(ctx: Context) -> Iterator[Hit]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts
+from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
@@ -270,7 +270,6 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     t_graph = -(-T // n_seq) * n_seq  # graph_reserve: a multiple of the sequences (llama-context.cpp)
-    from moeconf.memory.archgraph import flash_attn_forced_off
     from moeconf.memory.geometry import geometry
     geo = geometry(inv)
     swa_cells = 0
@@ -281,7 +280,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     n_rs = n_seq if any(la.recurrent for la in geo.layers) else 1
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seq=n_seq,
                  n_seqs=n_seq, n_rs=n_rs,
-                 flash_attn=settings.flash_attn != "off" and not flash_attn_forced_off(inv.arch),  # Grok's
+                 flash_attn=settings.flash_attn != "off" and traits(inv.arch).flash_attn,  # Grok's
                  fa_auto=settings.flash_attn == "auto",
                  offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,

@@ -5,7 +5,10 @@ A module names its architecture (`ARCH`, as the GGUF's general.architecture spel
 `build(g, facts)`: one `common.Decoder` row where the layers are the classic decoder's (a norm,
 attention through the KV cache, a dense or MoE FFN, the residuals), a function where they differ.
 `MEMORY` (a `common.Memory`), where present, says that `estimate` takes the architecture's compute
-from this graph and what that was checked on. The registry below finds the modules itself: adding an
+from this graph and what that was checked on. `TRAITS` (a `common.Traits`), where present, gives what
+the rest of the memory model reads about the architecture that its GGUF does not say (sliding-window
+defaults, recurrent layers, the indexer cache, flash attention forced off); `traits(arch)` answers
+for any architecture. The registry below finds the modules itself: adding an
 architecture is adding its module (plus its test data: the engine's recorded graphs and figures), and
 this registry is the only place an architecture's name is read. Modules whose names start with an
 underscore hold what several compositions share.
@@ -22,9 +25,9 @@ import importlib
 import pkgutil
 from dataclasses import dataclass
 
-from moeconf.memory.graph.archs.common import Build, Facts, Memory
+from moeconf.memory.graph.archs.common import Build, Facts, Memory, Swa, Traits
 
-__all__ = ["ARCHS", "COMPOSITIONS", "Build", "Composition", "Facts", "Memory"]
+__all__ = ["ARCHS", "COMPOSITIONS", "Build", "Composition", "Facts", "Memory", "Swa", "Traits", "traits"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Composition:
     build: Build
     memory: Memory | None
     module: str
+    traits: Traits
 
 
 def _discover() -> dict[str, Composition]:
@@ -42,15 +46,26 @@ def _discover() -> dict[str, Composition]:
             continue
         mod = importlib.import_module(f"{__name__}.{info.name}")
         arch, build, memory = getattr(mod, "ARCH", None), getattr(mod, "build", None), getattr(mod, "MEMORY", None)
-        if not isinstance(arch, str) or not callable(build) or not (memory is None or isinstance(memory, Memory)):
+        traits = getattr(mod, "TRAITS", Traits())
+        if not isinstance(arch, str) or not callable(build) or not (memory is None or isinstance(memory, Memory)) \
+                or not isinstance(traits, Traits):
             raise AssertionError(f"{mod.__name__}: a composition module defines ARCH (a str), build(g, facts) "
-                                 "and optionally MEMORY (a common.Memory)")
+                                 "and optionally MEMORY (a common.Memory) and TRAITS (a common.Traits)")
         if arch in out:
             raise AssertionError(f"{arch}: composed twice ({out[arch].module}, {mod.__name__})")
-        out[arch] = Composition(arch, build, memory, mod.__name__)
+        out[arch] = Composition(arch, build, memory, mod.__name__, traits)
     return out
 
 
 COMPOSITIONS: dict[str, Composition] = _discover()
 # architecture -> its composition (src/models/<arch>.cpp)
 ARCHS: dict[str, Build] = {a: c.build for a, c in COMPOSITIONS.items()}
+
+_DEFAULT = Traits()
+
+
+def traits(arch: str) -> Traits:
+    """What the memory model reads about `arch` beyond its GGUF (`common.Traits`): its module's
+    `TRAITS`, the defaults where it declares none or has no module."""
+    c = COMPOSITIONS.get(arch)
+    return c.traits if c is not None else _DEFAULT

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "afmoe"
+# no window key: no sliding window
+TRAITS = Traits(swa=Swa(pattern=4))
 MEMORY = Memory(CHECKED + " (Trinity-Mini)", keys=frozenset({
     "attention.sliding_window", "attention.sliding_window_pattern", "leading_dense_block_count"}))
 NO_ROPE_STEP = 4  # hparams.n_no_rope_layer_step's default (llama-hparams.h)

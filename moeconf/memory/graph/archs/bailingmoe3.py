@@ -14,11 +14,13 @@ output rows taken after it; the MTP block itself is a separate graph the trunk n
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, Traits, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import OUTPUT, Tensor
 
 ARCH = "bailingmoe3"
+# its hybrid memory keeps a KV cache for the nextn blocks too
+TRAITS = Traits(nextn_kv=True)
 # not composed: rope.dimension_sections (multi-section RoPE: four positions per token), so a file with it
 # is refused; kda.safe_gate is asserted true by the loader, kda.gate_lower_bound is the gate's scale; the MTP
 # block (nextn_predict_layers) is created TENSOR_SKIP unless MTP is asked for, and the trunk never attends it

@@ -1,11 +1,14 @@
 """What the architectures' compositions share: the facts a composition reads from the GGUF beyond
-the tensors, the classic decoder layer as a row (`Decoder`), build_moe_ffn with a shared expert, and
-`Memory`: what a composition module declares about the memory `estimate` takes from it."""
+the tensors, the classic decoder layer as a row (`Decoder`), build_moe_ffn with a shared expert,
+`Memory`: what a composition module declares about the memory `estimate` takes from it, and
+`Traits`: what the rest of moeconf's memory model reads about an architecture that neither the
+GGUF's keys nor its tensors say (the engine's loader decides it by the architecture's name)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import OUTPUT, Tensor
@@ -104,6 +107,65 @@ class Memory:
     # the settings the composition does not build (the reserve's ubatch tokens and streams -> why, or ""):
     # a branch of the engine's graph no recorded dump checked
     refuses: Callable[[int, int], str] | None = None
+
+
+@dataclass(frozen=True)
+class Swa:
+    """Sliding-window attention as the architecture's `load_arch_hparams` sets it up (src/models/<arch>.cpp).
+
+    kind: "standard" (LLAMA_SWA_TYPE_STANDARD) or "chunked" (Llama 4's chunked attention: the chunk is
+    `window` whatever the key says, a key of 0 turns it off). window: the window where the GGUF has no
+    `attention.sliding_window` key (None: without the key no layer is windowed). pattern: the period
+    where the GGUF has no `attention.sliding_window_pattern` (layer il windowed when il % n < n - 1; 0:
+    every layer, or the loader requires the key, an array). dense_first: the full layer comes first in
+    each period (load_swa_pattern's dense_first: layer il windowed when il % n != 0)."""
+
+    kind: Literal["standard", "chunked"] = "standard"
+    window: int | None = None
+    pattern: int = 0
+    dense_first: bool = False
+
+
+# how the engine marks an architecture's recurrent layers and sizes their state (memory/recurrent.py):
+# "delta_net": gated delta-net layers, every layer but each full_attention_interval-th (or the
+#   attention.recurrent_layers array), the ssm.* keys all required (Qwen3-Next, Qwen3.5-MoE)
+# "mamba2": Mamba-2 layers, those whose head_count_kv and feed_forward_length are both 0 (Nemotron-H)
+# "mamba": Mamba layers, those whose head_count_kv is 0, ssm.group_count optional (0 where the loader
+#   does not read it: Granite-4.0-H, Jamba)
+# "kda": KDA layers whose activations the phase model counts (memory/kda.py: Kimi-Linear); every other
+#   loader that reads kda.head_dim is found by that key (recurrent.is_kda)
+Recurrent = Literal["", "delta_net", "mamba2", "mamba", "kda"]
+# which layers keep a DSA lightning-indexer K cache beside the MLA latent (memory/indexer.py):
+# "all": every trunk layer (DeepSeek-V3.2); "full": those attention.indexer.types marks full (one value
+# or one per trunk layer; absent: all of them below a 1M training context, the loader's own GLM-5.2 table
+# above, which is not modelled) (GLM-5); "typed": those the required per-layer attention.indexer.types
+# marks, the others sliding-window layers without an indexer (dots3note)
+Indexer = Literal["", "all", "full", "typed"]
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What moeconf's memory model outside the graph reads about an architecture that the GGUF does not
+    carry: the engine decides it by the architecture's name. A composition module declares
+    `TRAITS = Traits(...)` with only what differs from these defaults; `archs.traits(arch)` reads it
+    (the defaults for an architecture without a module).
+
+    swa: its sliding-window attention (None: none). nextn_kv: the nextn (MTP) blocks keep a KV cache
+    beside the trunk's though the trunk's graph never reads it (a hybrid memory given the default layer
+    filters: src/llama-model.cpp create_memory). recurrent, indexer: see `Recurrent`, `Indexer`.
+    flash_attn: False where the engine turns flash attention off whatever -fa says (llama-context.cpp:
+    Grok). expert_ffn_tensors: activation tensors per routed expert in the phase model (gate, up and
+    their gated product; 2 where the gated activation is one fused op, gpt-oss's swiglu_oai, measured).
+    approximate_search: a fill ranks its splits on the phase model and measures only the ones it
+    finishes through the graph (DSA: the graph's indexer makes each measure slow)."""
+
+    swa: Swa | None = None
+    nextn_kv: bool = False
+    recurrent: Recurrent = ""
+    indexer: Indexer = ""
+    flash_attn: bool = True
+    expert_ffn_tensors: int = 3
+    approximate_search: bool = False
 
 
 # the architectures an older replay modelled, their compute now the graph's

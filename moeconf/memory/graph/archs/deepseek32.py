@@ -5,9 +5,10 @@ its shared expert."""
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._dsa import build
-from moeconf.memory.graph.archs.common import REPLAYED
+from moeconf.memory.graph.archs.common import REPLAYED, Traits
 
 MEMORY = REPLAYED
 ARCH = "deepseek32"
+TRAITS = Traits(indexer="all", approximate_search=True)
 
 __all__ = ["ARCH", "MEMORY", "build"]

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
 ARCH = "deepseek4"
+# every layer's raw rows in the sliding-window cache (set_swa_pattern(0)); the compressed rows in caches
+# of their own (src/llama-kv-cache-dsv4.cpp)
+TRAITS = Traits(swa=Swa())
 MEMORY = Memory(CHECKED + " (DeepSeek-V4-Flash, DeepSeek-V4-Pro)", frozenset({
     "attention.compress_ratios", "attention.sliding_window", "attention.q_lora_rank", "attention.indexer.head_count",
     "attention.indexer.key_length", "attention.indexer.top_k", "attention.output_group_count",

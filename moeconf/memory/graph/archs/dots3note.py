@@ -14,11 +14,13 @@ form is not composed."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Decoder, Facts, Memory, moe_shared, need
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Decoder, Facts, Memory, Swa, Traits, moe_shared, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
 
 ARCH = "dots3note"
+# the pattern an array (attention.sliding_window_pattern)
+TRAITS = Traits(swa=Swa(), indexer="typed")
 
 
 def _rotation_width(n: int) -> int:

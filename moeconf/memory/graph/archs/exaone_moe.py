@@ -5,9 +5,10 @@ expert, dense leading layers. The MTP block is created TENSOR_SKIP and never bui
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
+from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, Swa, Traits, decoder
 
 ARCH = "exaone-moe"
+TRAITS = Traits(swa=Swa(window=128, pattern=4))
 build = decoder(Decoder(qk_norm="head", gating_key=True, norm_w=False, norm_w_key=True, iswa=True,
                         rope_swa_only=True))
 # the window and its pattern (memory/geometry.py), the dense leading layers (their tensors), the MTP block

@@ -9,11 +9,13 @@ norm, the output rows taken after it, the logits soft-capped."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import OUTPUT, Tensor
 
 ARCH = "gemma4"
+# the pattern an array the loader requires (get_arr)
+TRAITS = Traits(swa=Swa())
 # attention.shared_kv_layers and embedding_length_per_layer_input: modelled at 0 only (memory/keys.py neutral)
 MEMORY = Memory(CHECKED + " (Gemma-4-26B-A4B)", keys=frozenset({
     "attention.sliding_window", "attention.sliding_window_pattern", "attention.key_length_swa",

@@ -5,9 +5,10 @@ of the last layer that ran its own indexer."""
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._dsa import build
-from moeconf.memory.graph.archs.common import REPLAYED
+from moeconf.memory.graph.archs.common import REPLAYED, Traits
 
 MEMORY = REPLAYED
 ARCH = "glm-dsa"
+TRAITS = Traits(indexer="full", approximate_search=True)
 
 __all__ = ["ARCH", "MEMORY", "build"]

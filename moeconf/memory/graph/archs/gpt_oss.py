@@ -4,11 +4,12 @@ softmaxed; the last layer's output is a graph output (t_h_nextn), its rows taken
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, need
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import OUTPUT
 
 ARCH = "gpt-oss"
+TRAITS = Traits(swa=Swa(pattern=2), expert_ffn_tensors=2)
 MEMORY = REPLAYED
 
 

@@ -6,10 +6,11 @@ embeddings and the logits scaled where the model has their scales."""
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba2_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "granitehybrid"
+TRAITS = Traits(recurrent="mamba")
 MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)",
                 keys=frozenset({"ssm.conv_kernel", "ssm.group_count", "ssm.inner_size", "ssm.state_size",
                                 "ssm.time_step_rank"}))

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from moeconf.memory.graph.archs.common import Facts, need
+from moeconf.memory.graph.archs.common import Facts, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "grok"
+# llama-context.cpp turns flash attention off for Grok
+TRAITS = Traits(flash_attn=False)
 # Memory: the older replay's (nodes only here)
 
 

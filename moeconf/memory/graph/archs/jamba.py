@@ -5,10 +5,12 @@ dense SwiGLU FFN or a softmax-routed MoE whose chosen weights are not normalised
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "jamba"
+# Mamba-1: its loader reads no ssm.group_count
+TRAITS = Traits(recurrent="mamba")
 MEMORY = Memory(CHECKED + " (Jamba-Mini-1.5)",
                 keys=frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank"}))
 

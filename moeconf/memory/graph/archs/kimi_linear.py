@@ -8,11 +8,12 @@ ungated shared expert."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import GATING, REPLAYED, Decoder, Facts, moe_shared, need
+from moeconf.memory.graph.archs.common import GATING, REPLAYED, Decoder, Facts, Traits, moe_shared, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
 ARCH = "kimi-linear"
+TRAITS = Traits(recurrent="kda")
 MEMORY = REPLAYED
 
 

@@ -7,10 +7,12 @@ says otherwise, a selection bias) beside an always-on shared expert."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "laguna"
+# no window key (Laguna-M.1): every layer full
+TRAITS = Traits(swa=Swa(pattern=4, dense_first=True))
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -5,10 +5,12 @@ sigmoid of its logit, applied to the experts' input, and a shared expert; dense 
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import Facts, need
+from moeconf.memory.graph.archs.common import Facts, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "llama4"
+# chunked (8192) unless its GGUF sets sliding_window 0
+TRAITS = Traits(swa=Swa(kind="chunked", window=8192, pattern=4))
 # Memory: not yet. On CUDA with its routed experts in host memory the graph's op offload keeps two
 # expert tensors' copies alive at once (Llama-4-Maverick -c 65536 -ot exps=CPU: 8.5 GiB where the older
 # replay has one, 4.2), not measured on a CUDA device: the older replay keeps its compute. Over RPC the graph

@@ -6,10 +6,12 @@ no expert_weights_scale). The MTP block is its own graph (the draft context's), 
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "mimo2"
+# the pattern an array the loader requires (get_arr)
+TRAITS = Traits(swa=Swa())
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -8,11 +8,12 @@ The final norm is the MTP head's seed (an output), the output rows taken after i
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba2_layer
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, need
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import OUTPUT, Tensor
 
 ARCH = "nemotron_h_moe"
+TRAITS = Traits(recurrent="mamba2")
 MEMORY = REPLAYED
 
 

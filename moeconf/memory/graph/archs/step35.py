@@ -7,11 +7,13 @@ blocks are not run; the output rows taken after the last layer."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import OUTPUT
 
 ARCH = "step35"
+# the pattern an array the loader requires (get_arr)
+TRAITS = Traits(swa=Swa())
 EPS = 1e-6
 # the MTP blocks (nextn_predict_layers): their weights placed and counted, no KV, not in the trunk's graph
 # (checked on the layout with its 3 MTP blocks and per-layer SwiGLU limits added: weights, KV and compute as
