@@ -6,11 +6,11 @@ multi-section RoPE (four positions per token)."""
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._deltanet import delta_net_hybrid
-from moeconf.memory.graph.archs.common import Facts
+from moeconf.memory.graph.archs.common import REPLAYED, Facts
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "qwen35moe"
-# Memory: the older replay's (nodes only here)
+MEMORY = REPLAYED
 
 
 def build(g: GraphContext, facts: Facts) -> None:
