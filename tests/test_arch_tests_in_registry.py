@@ -19,7 +19,6 @@ OUTSIDE = ("memory/graph/archs/", "model/", "engines/", "fixtures/")
 _REPLAYS = "an older replay's, removed with it"
 ALLOWED_FILES: dict[str, str] = {
     "memory/archgraph.py": _REPLAYS,
-    "memory/replay_hybrid.py": _REPLAYS,
 }
 _GLM5_NEXT = "glm5-next has no composition module yet (its replay models it)"
 # (file, what the architecture is compared against) -> why it stays

@@ -248,10 +248,9 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
     return out
 
 
-# The gated delta-net hybrids (qwen3next, qwen35moe) are composed for the node check; their memory keeps the older
-# replay (memory/replay_hybrid.py). Through the graph every recorded figure of theirs agrees too, several sequences
-# (-np: the reserve splits the ubatch into them and reads every sequence's state rows) and the rows llama-server
-# keeps included
+# The gated delta-net hybrids (qwen3next, qwen35moe) take their memory from the graph (their older replay is gone):
+# every recorded figure of theirs agrees, several sequences (-np: the reserve splits the ubatch into them and reads
+# every sequence's state rows) and the rows llama-server keeps included
 RECORDED_CASES = [pytest.param(*r, id=f"{r[0]}:{r[1]}:{r[2]}") for r in RECORDED]
 
 

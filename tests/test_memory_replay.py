@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from moeconf.memory import replay
-from moeconf.memory.replay_hybrid import rotation
+from moeconf.memory.settings import rotation
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from tests.test_memory_classic import _errors, _estimate

@@ -53,20 +53,31 @@ from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
-from moeconf.memory.replay import HostShape, Llama4Shape, MoeShape, device_runs, host_peak, llama4_peak, moe_peaks
-from moeconf.memory.replay_hybrid import (
+from moeconf.memory.replay import (
     ALL_CPU,
     DOWN_CPU,
     GATE_CPU,
     UP_CPU,
+    HostShape,
     HybridHostShape,
+    Llama4Shape,
+    MoeShape,
+    device_runs,
+    host_peak,
     hybrid_host_peak,
-    replayed_hybrid,
-    replayed_hybrid_host,
-    rotation,
+    llama4_peak,
+    moe_peaks,
 )
 from moeconf.memory.servercache import ServerCaches, server_caches
-from moeconf.memory.settings import CACHE_TYPES, Q8_KV, MemorySettings, cache_row_bytes, is_quantized, slot_notes
+from moeconf.memory.settings import (
+    CACHE_TYPES,
+    Q8_KV,
+    MemorySettings,
+    cache_row_bytes,
+    is_quantized,
+    rotation,
+    slot_notes,
+)
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
@@ -580,16 +591,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     outputs_exact: set[str] = set()  # devices whose compute a replay gave for n_out output rows
     # the engine's graph gives every compute buffer (below): no older replay is run
     by_graph = inv.arch in GRAPH_COMPUTE and not ik and replay
-    # the hybrids' replay takes any number of sequences (streams or a unified cache)
-    hybrid = (rshape is not None and replay and copies == 1 and fa and settings.offload_kqv and not by_graph)
-    if hybrid:
-        by_replay = replayed_hybrid(placement, geo, out_dev, t_graph, cells, ctk, ctv, n_seq, n_out)
-        compute.update(by_replay)
-        outputs_exact.update(by_replay)
-        host = replayed_hybrid_host(placement, geo, out_dev, t_graph, cells, n_seq, n_out)
-        if host is not None:
-            compute[HOST] = host
-    elif replay and not by_graph and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
+    if replay and not by_graph and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
         replayed = _replayed_output_device(placement, geo, out_dev, t_graph, cells, swa_cells, ctk, ctv, n_out)
         if replayed is not None:
             compute[out_dev] = replayed
@@ -772,8 +774,6 @@ def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySetti
         return {out_dev}  # Kimi-Linear: the engine's graph counts the server's rows (memory/graph)
     if rec.shape(inv) is not None and inv.arch in GRAPH_COMPUTE:
         return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
-    if rec.shape(inv) is not None:
-        return set(replayed_hybrid(placement, geo, out_dev, T, cells, ctk, ctv, n_seq, 1, dry=True))
     if n_stream != 1:
         return set()
     covered = set(_replayed_moe(placement, geo, out_dev, T, cells, ctk, ctv, 1, dry=True))
@@ -891,7 +891,7 @@ def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: i
             return {}
         dev_of.append(d)
     # a layer whose routed experts are split between its GPU and the CPU: which of gate, up, down
-    # run on the CPU (replay_hybrid's bits); a fused gate_up was refused above
+    # run on the CPU (replay.GATE_CPU, UP_CPU, DOWN_CPU); a fused gate_up was refused above
     split = tuple(sum(bit for bit, b in ((1, "ffn_gate_exps"), (2, "ffn_up_exps"), (4, "ffn_down_exps"))
                       if placement.devices.get(f"blk.{il}.{b}.weight") == HOST) if len(routed[il]) > 1 else 0
                   for il in range(n_layer))

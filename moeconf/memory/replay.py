@@ -388,7 +388,7 @@ class MoeShape:
     last: int = -1  # -1: every layer from `first` on, and the output
     after_cpu: bool = False  # the layer before `first` ran wholly on the CPU (else on another GPU)
     # Hadamard rotations of Q/K and of V for a quantized cache: the rotation matrix's side, 0 when
-    # off (replay_hybrid.rotation; src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`, src/llama-graph.cpp
+    # off (settings.rotation; src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`, src/llama-graph.cpp
     # `build_attn`: Q and K, V, and the attention's output each multiplied by it)
     rot_k: int = 0
     rot_v: int = 0
@@ -397,7 +397,7 @@ class MoeShape:
     host_head: bool = False
     n_outputs: int = 0  # the output rows after the last layer's out_ids (0: the ubatch; settings.n_outputs)
     # per layer, where its routed experts are split between this GPU and the CPU: which of gate,
-    # up, down run on the CPU (replay_hybrid's GATE_CPU | UP_CPU | DOWN_CPU); () or 0: `experts_cpu`
+    # up, down run on the CPU (GATE_CPU | UP_CPU | DOWN_CPU below); () or 0: `experts_cpu`
     experts_split: tuple[int, ...] = ()
     # the output matrix on the CPU (-ot output=CPU): this GPU runs the output norm, the CPU's split
     # copies its result and computes the logits
@@ -576,11 +576,11 @@ def sigmoid_router(g: Graph, x: int, logits: int, chosen: int, f: int) -> tuple[
 def split_experts(g: Graph, cpu: int, il: int, xr: int, topk: int, ids_size: int, x_size: int, ffe: int,
                   down_size: int) -> int:
     """A layer's routed experts split between the GPU (buffer GPU) and the CPU (bits of
-    replay_hybrid's GATE_CPU, UP_CPU, DOWN_CPU: 1, 2, 4): each matmul where its weights are, the
+    GATE_CPU, UP_CPU, DOWN_CPU below: 1, 2, 4): each matmul where its weights are, the
     SwiGLU on the CPU only when up and down are there, each crossing a copy at the start of the next
     split (build_moe_ffn; measured with the scheduler's debug output, GGML_SCHED_DEBUG=2, and traced
     on GLM-5 with gate and up on the CPU); each crossing is a split's copy (`g.input`). Returns the
-    experts' output on the GPU. The classic and hybrid replays share it."""
+    experts' output on the GPU."""
     put = g.input
     here = GPU
 
@@ -660,7 +660,7 @@ def device_runs(dev_of: Sequence[str]) -> list[tuple[str, int, int]]:
 def host_layers(g: Graph, layers: tuple[tuple[int, tuple[tuple[str, int], ...], Cpu], ...], n_embd: int,
                 n_tokens: int, input_width: int, n_outputs: int = 0) -> Iterator[tuple[int, int, Cpu]]:
     """The host's share of the graph before each layer's routed experts (`host_graph`,
-    `replay_hybrid.hybrid_host_graph`): the token ids and the unused embeddings input, the
+    `hybrid_host_graph`): the token ids and the unused embeddings input, the
     embeddings' rows, then per layer (its GPU buffer, the graph inputs it reads, what of its
     experts runs on the CPU) the copies of the hidden state and of the graph inputs to its GPU.
     Yields (layer, its GPU buffer, what runs on the CPU) for the caller to add the experts."""
@@ -730,3 +730,79 @@ def host_graph(s: HostShape) -> Graph:
 def host_peak(s: HostShape) -> int:
     bufs = max(CPU, *(dev for dev, _, _ in s.layers)) + 1
     return host_graph(s).peaks(tuple([32] * bufs))[CPU]
+
+
+# a layer's routed experts on the CPU, as bits: gate, up, down (ALL_CPU: the whole layer's)
+GATE_CPU, UP_CPU, DOWN_CPU = 1, 2, 4
+ALL_CPU = GATE_CPU | UP_CPU | DOWN_CPU
+
+
+@dataclass(frozen=True)
+class HybridHostShape:
+    """The host's share where GPUs run every layer and the output and the CPU some layers' routed
+    experts, wholly or in part (first replayed for the delta-net hybrids, hence the name)."""
+
+    n_embd: int
+    n_tokens: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    # per layer: the GPU running it (1, 2, ...), the graph inputs it reads (name, bytes), which of
+    # its routed experts run on the CPU (GATE_CPU | UP_CPU | DOWN_CPU)
+    layers: tuple[tuple[int, tuple[tuple[str, int], ...], int], ...]
+    n_outputs: int = 0  # the output rows (0: the ubatch; settings.n_outputs)
+
+
+def hybrid_host_graph(s: HybridHostShape) -> Graph:
+    """`host_graph` with the partial layers' CPU matmuls and copies where `split_experts` places
+    them (gate, up, down each where its tensor is, the SwiGLU on the CPU only with up and down)."""
+    g = Graph()
+    T = s.n_tokens
+    f = 4 * T
+    e = s.n_embd
+    used = s.n_expert_used
+    tk = (used - 1) * 4 + (T - 1) * s.n_expert * 4 + 4
+    ffe = s.n_ff_exp * used * f
+    for il, gpu, cpu in host_layers(g, s.layers, e, T, e, s.n_outputs):
+        if not cpu:
+            continue
+        here = gpu
+
+        def on(buf: int) -> None:
+            nonlocal here
+            if here != buf:
+                g.split(buf)
+                here = buf
+
+        gate_buf = CPU if cpu & GATE_CPU else gpu
+        up_buf = CPU if cpu & UP_CPU else gpu
+        down_buf = CPU if cpu & DOWN_CPU else gpu
+        act_buf = CPU if up_buf == CPU and down_buf == CPU else gpu
+        outs: dict[str, int] = {}
+        for name, buf in (("gate", gate_buf), ("up", up_buf)):
+            on(buf)
+            if buf == CPU:
+                outs[name] = g.op(ffe, g.input(("x", il), e * f), g.input(("topk", il), tk))
+        on(act_buf)
+        if act_buf == CPU:
+            srcs = [outs[n] if n in outs else g.input((n, il), ffe) for n in ("gate", "up")]
+            outs["act"] = g.op(ffe, *srcs)
+        elif "gate" in outs or "up" in outs:
+            for n in ("gate", "up"):
+                if n in outs:
+                    g.input((n, il), ffe, outs[n])  # copied to the GPU
+        on(down_buf)
+        if down_buf == CPU:
+            act = outs["act"] if "act" in outs else g.input(("act", il), ffe)
+            down = g.op(e * used * f, act, g.input(("topk", il), tk))
+            on(gpu)
+            g.input(("down", il), e * used * f, down)
+        on(gpu)
+    g.finish()
+    return g
+
+
+@lru_cache(maxsize=256)
+def hybrid_host_peak(s: HybridHostShape) -> int:
+    bufs = max(CPU, *(dev for dev, _, _ in s.layers)) + 1
+    return hybrid_host_graph(s).peaks(tuple([32] * bufs))[CPU]

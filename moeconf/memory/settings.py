@@ -65,6 +65,20 @@ def is_quantized(cache_type: str) -> bool:
     return cache_type not in ("f32", "f16", "bf16")
 
 
+def rotation(cache_type: str, head: int, k: bool) -> int:
+    """The side of the Hadamard rotation llama.cpp applies for a cache of this type and head width
+    (src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`: a quantized type and a head width that is a
+    multiple of 64; V's is 64, K's the largest power of two from 64 up dividing the width), 0: none."""
+    if not is_quantized(cache_type) or head % 64:
+        return 0
+    if not k:
+        return 64
+    n = 64
+    while head % (2 * n) == 0:
+        n *= 2
+    return n
+
+
 @dataclass(frozen=True)
 class MemorySettings:
     """What decides the KV cache and compute buffers. `n_ctx` 0 means the model's training

@@ -72,7 +72,8 @@ MODELLED: Final[dict[str, ArchMemory]] = {
     # the pinned converter keeps Qwen3.5's MTP block (nextn_predict_layers 1, one more block): the loader
     # creates its tensors TENSOR_SKIP unless MTP is asked for (src/models/qwen35moe.cpp load_block_mtp)
     # and the trunk's memory leaves the nextn layer out: no memory effect (checked on Qwen3.5-35B-A3B
-    # with the block, tests/test_memory_flagship.py); speculative decoding is not modelled anyway
+    # with the block, tests/test_memory_flagship.py); speculative decoding is not modelled anyway. Compute by
+    # the engine's graph (memory/graph/archs/qwen35moe.py, qwen3next.py), which builds the trunk's layers only
     "qwen35moe": ArchMemory(_RECURRENT | {"nextn_predict_layers"}, _MAINLINE,
                             _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)"),
     # Qwen3-Next's MTP block likewise (measured: the same figures with and without it, tests/test_memory_keys.py)

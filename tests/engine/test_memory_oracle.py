@@ -145,7 +145,7 @@ CASES += [
     ("qwen3vlmoe", "2rpc -c 32768 -ngl 999 -ts 1,1"),
     ("ernie4_5-moe", "-c 4096 -ngl 999 -ot token_embd=CPU"),  # the tied output's copy in CPU_REPACK
 ]
-# hybrid recurrent MoEs (moeconf/memory/recurrent.py, replay_hybrid.py); the
+# hybrid recurrent MoEs (moeconf/memory/recurrent.py, graph/archs/qwen35moe.py, qwen3next.py); the
 # default suite holds the model to the same lines' recorded figures (tests/test_memory_hybrid.py)
 LAYOUT_KEYS.update({"qwen35moe": LAYOUTS["qwen3.5-397b-a17b"], "qwen35moe-35b": LAYOUTS["qwen3.5-35b-a3b"],
                     "qwen3next": LAYOUTS["qwen3-next-80b-a3b"]})

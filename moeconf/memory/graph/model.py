@@ -216,7 +216,7 @@ def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> i
     """The Hadamard rotation side of the full-attention cache or the sliding-window one (llama-kv-cache.cpp):
     none where its layers' head widths differ or the full layers' width is no multiple of 64, else by
     the cache's common width."""
-    from moeconf.memory.replay_hybrid import rotation
+    from moeconf.memory.settings import rotation  # looked up per call (a test replaces it)
 
     own = [la for la in layers if not la.recurrent and la.swa == swa]
     widths = {la.head_k if k else la.head_v for la in own}

@@ -6,12 +6,12 @@ multi-section RoPE (four positions per token)."""
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._deltanet import delta_net_hybrid
-from moeconf.memory.graph.archs.common import Facts, Traits
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "qwen35moe"
 TRAITS = Traits(recurrent="delta_net")
-# Memory: the older replay's (nodes only here)
+MEMORY = REPLAYED
 
 
 def build(g: GraphContext, facts: Facts) -> None:
