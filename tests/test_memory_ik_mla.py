@@ -178,3 +178,16 @@ def test_fit_where_the_model_does_not_fit_says_by_how_much(capsys: pytest.Captur
     assert main(["fit", path, "--gpu", "24GiB", "--engine", "ik_llama.cpp", "-c", "32768"]) == 2
     err = capsys.readouterr().err
     assert "does not fit: CUDA0 needs" in err and "compute" in err and "not modelled" not in err
+
+
+def test_fit_takes_amb_and_keeps_it_in_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    # ik 0.1.5 (-amb 0): DeepSeek-V3's attention takes 6,302 MiB at 32k and the dense layers do not fit 24 GiB;
+    # -amb 512 cuts it to chunks of 16 heads, and fit answers with it in the command
+    path = str(EXAMPLES / "deepseek-v3.manifest.json")
+    base = ["fit", path, "--gpu", "24GiB", "--engine", "ik_llama.cpp", "--engine-version", "0.1.5", "-c", "32768"]
+    assert main(base) == 2
+    assert "does not fit" in capsys.readouterr().err
+    assert main([*base, "-amb", "512", "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)
+    assert fitted["argv"][-2:] == ["-amb", "512"]
+    assert fitted["memory"]["CUDA0"]["total"] <= fitted["budgets"]["CUDA0"]

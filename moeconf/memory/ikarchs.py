@@ -34,8 +34,9 @@ figures in tests/data/ik_newer_figures.json):
   labelled estimated (`compute_label`): no GPU measured it. deepseek2 and glm-dsa, whose MLA
   attention in ik holds several GiB more than llama.cpp's graph, growing with the context
   (`MLA_MODELLED`): each device running attention takes the larger of llama.cpp's graph and ik's
-  MLA attention peak, modelled from ik's graph (memory/ikmla.py), plus its measured margin. Where llama.cpp's graph is not modelled for the model or settings,
-  compute is refused with the next step (`next_step`, `compute_next_step`)."""
+  MLA attention peak, modelled from ik's graph (memory/ikmla.py), plus its measured margin.
+  Where llama.cpp's graph is not modelled for the model or settings, compute is refused with the
+  next step (`next_step`, `compute_next_step`)."""
 
 from __future__ import annotations
 
