@@ -95,7 +95,7 @@ MiB: Final = 1024 * 1024
 # MARGIN_UBATCH (above it the margin grows in proportion: the difference is a per-token term)
 MARGIN_MIB: Final = 37
 MARGIN_UBATCH: Final = 2048
-MEASURED_BUFFERS: Final = 39  # device compute buffers (38 command lines, one on two devices)
+MEASURED_BUFFERS: Final = 41  # device compute buffers ik sized by its MLA attention (39 command lines)
 PP_MIN_TOKENS: Final = 128  # `pp_opt`: ik's prompt-processing form of the attention from this many tokens
 
 

@@ -5,9 +5,9 @@ default-suite test that holds moeconf's model of them to the recorded figures
 
 The cut layouts are those of tests/engine/ik_compute_cases.py (real layer shapes and vocabulary,
 fewer blocks and experts), the routed experts on the CPU, every layer on one or two RPC servers
-(see that module's note on how a CPU-only ik build is given them). The lines cover the context
-(4k to 32k), the ubatch (512, 2048), `-mla` 1/2/3, flash attention on and off, `-amb` and two
-devices."""
+(see that module's note on how a CPU-only ik build is given them), or on one line the first layers
+on the host. The lines cover the context (4k to 32k), the ubatch (512, 2048), `-mla` 1/2/3, flash
+attention on and off, `-amb`, two devices and attention on the host."""
 
 from __future__ import annotations
 
@@ -27,11 +27,36 @@ LINES: list[str] = [
 ]
 
 
+# "host": the first three of the DeepSeek-V3 cut's five layer slots on the host (ik's -ts 1,1 over the CPU and
+# the RPC server; a user's -ngl 1), so that the host runs attention too
+HOST_LINES: dict[str, list[str]] = {"deepseek-v3": ["host -c 16384"]}
+
+
 def cases() -> list[tuple[str, str]]:
-    return [(m, line) for m in MODELS for line in LINES]
+    return [(m, line) for m in MODELS for line in [*LINES, *HOST_LINES.get(m, [])]]
 
 
-n_devices = ik_compute_cases.n_devices
-user_args = ik_compute_cases.user_args
-engine_args = ik_compute_cases.engine_args
+def _host(line: str) -> bool:
+    return line.split()[0] == "host"
+
+
+def n_devices(line: str) -> int:
+    return 1 if _host(line) else ik_compute_cases.n_devices(line)
+
+
+def user_args(line: str, endpoints: list[str]) -> list[str]:
+    """The line as a user with one or two GPUs writes it (what moeconf explains)."""
+    if _host(line):
+        return ["--rpc", endpoints[0], "-dev", f"RPC0[{endpoints[0]}]", "-ngl", "1", "-ot", "exps=CPU",
+                *line.split()[1:]]
+    return ik_compute_cases.user_args(line, endpoints)
+
+
+def engine_args(line: str, endpoints: list[str]) -> list[str]:
+    """The line as the measuring run gives it to a CPU-only ik build (ik_compute_cases' note)."""
+    if _host(line):
+        return ["--rpc", endpoints[0], "-ngl", "999", "-ts", "1,1", "-ot", "exps=CPU", *line.split()[1:]]
+    return ik_compute_cases.engine_args(line, endpoints)
+
+
 cut_layout = ik_compute_cases.cut_layout
