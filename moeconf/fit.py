@@ -60,7 +60,6 @@ _NOT_MODELLED = {
                     "LoRA adapters and control vectors"),
     **dict.fromkeys(("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url", "--docker-repo"),
                     "a model downloaded by the engine (give the file as MODEL and --serve-path)"),
-    **dict.fromkeys(("-amb", "--attention-max-batch"), "ik_llama.cpp's attention batch limit (-amb)"),
 }
 
 

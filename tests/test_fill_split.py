@@ -143,7 +143,6 @@ def test_every_gpu_needs_a_budget_to_choose_the_split(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("model", "budgets", "flags"), [
     ("glm-4.5-air", (14, 10), "ctx_size = 8192"),
     ("qwen3-30b-a3b", (8, 6), "ctx_size = 16384"),
-    # (DeepSeek's compute on ik is refused: memory/ikarchs.py COMPUTE_REFUSED)
     ("minimax-m2", (24, 24), 'ctx_size = 32768\nflash_attn = "on"'),
 ])
 def test_ik_gets_a_split_from_its_own_layer_sizes(model: str, budgets: tuple[int, int], flags: str,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import moeconf.memory.compressed as compressed
 import moeconf.memory.families as setting_families
 import moeconf.memory.ikarchs as ikarchs
+import moeconf.memory.ikmla as ikmla
 import moeconf.memory.kda as kda
 import moeconf.memory.recurrent as rec
 import moeconf.memory.replay_glm5next as replay_glm5next
@@ -668,20 +669,28 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
                  families: bool) -> MemoryEstimate:
     """ik_llama.cpp: its weights and KV cache (computed by `estimate`), and compute from llama.cpp's
     graph of the same placement plus the margin measured on ik (memory/ikarchs.py), labelled
-    estimated; where llama.cpp's graph is not modelled for it, weights and KV only, compute refused
-    with the next step."""
+    estimated; for the MLA architectures (ikarchs.MLA_MODELLED) each device running attention
+    takes the larger of that graph and ik's MLA attention peak (memory/ikmla.py), plus its
+    measured margin. Where neither is modelled for the model or settings, weights and KV only,
+    compute refused with the next step."""
     inv = placement.inventory
     terms: dict[str, list[str]] = {d: [_IK_MLA_TERM] for d in ik_computed}
     n_tokens = min(settings.n_batch, settings.n_ubatch, n_ctx)
-    label = ikarchs.compute_label(inv.arch, n_tokens)
-    why = _ik_graph_refused(settings, geo) if label is not None else [ikarchs.compute_not_measured(inv.arch)]
-    if not why and not fa and inv.arch not in ikarchs.FA_OFF_MEASURED:
+    mla_model = inv.arch in ikarchs.MLA_MODELLED
+    label = ikarchs.mla_compute_label(n_tokens) if mla_model else ikarchs.compute_label(inv.arch, n_tokens)
+    why = (_ik_graph_refused(settings, geo, placement, n_tokens, fa) if label is not None
+           else [ikarchs.compute_not_measured(inv.arch)])
+    if not why and not fa and not mla_model and inv.arch not in ikarchs.FA_OFF_MEASURED:
         why = [f"compute on ik_llama.cpp with flash attention off is not modelled for {inv.arch!r} (ik keeps a second "
                "copy of the KQ matrix, measured on grok only): drop -fa off (ik's default is on) to size it"]
     twin = None
     if not why:
-        twin = estimate(replace(placement, engine=mainline()), ik_twin_settings(settings), replay=replay,
-                        families=families)
+        # an MLA architecture's attention is ik's own (memory/ikmla.py): llama.cpp's graph, with flash attention
+        # on whatever ik runs (its KQ is not ik's), stands for the rest of the graph
+        twin_settings = ik_twin_settings(settings)
+        if mla_model:
+            twin_settings = replace(twin_settings, flash_attn="on")
+        twin = estimate(replace(placement, engine=mainline()), twin_settings, replay=replay, families=families)
         if not twin.complete:
             why = [f"llama.cpp's graph, which sizes ik_llama.cpp's compute: {n}" for n in twin.notes]
     ordered = [HOST, *sorted(devices - {HOST})]
@@ -693,11 +702,20 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
                   for d in ordered}
         return MemoryEstimate(kv_mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                               complete=False, kv_known=True)
-    margin = ikarchs.margin_mib(inv.arch, n_tokens) * MiB
-    # flash attention off: ik keeps a second f32 KQ matrix on every device running attention (memory/ikarchs.py)
+    # the devices running attention layers: ik's second f32 KQ matrix with flash attention off (memory/
+    # ikarchs.py), or the MLA attention's peak (memory/ikmla.py)
+    layer_dev = _layer_devices(placement)
+    attn_devs = {_where(placement, la.index, _ATTN_BASES) or layer_dev.get(la.index, HOST)
+                 for la in geo.layers if not la.recurrent}
     kq: dict[str, int] = defaultdict(int)
-    if not fa:
-        layer_dev = _layer_devices(placement)
+    margin = {d: ikarchs.margin_mib(inv.arch, n_tokens) * MiB for d in ordered} if not mla_model else {}
+    if mla_model:
+        peak = ikmla.attention_peak(geo, cells, n_tokens, effective_mla(inv, geo, settings), fa,
+                                    ikmla.default_amb(settings, placement.engine)) or 0
+        for d in attn_devs:
+            kq[d] = max(0, peak - twin.devices[d].compute) if d in twin.devices else peak
+            margin[d] = ikmla.margin_mib(n_tokens) * MiB
+    elif not fa:
         for la in geo.layers:
             if not la.recurrent:
                 d = _where(placement, la.index, _ATTN_BASES) or layer_dev.get(la.index, HOST)
@@ -705,10 +723,11 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     mem: dict[str, DeviceMemory] = {}
     for d in ordered:
         t = twin.devices.get(d)
-        compute = t.compute + kq[d] + margin if t is not None and t.compute else 0
+        base = t.compute if t is not None else 0
+        compute = base + kq[d] + margin.get(d, 0) if base or kq[d] else 0
         own = list(terms.get(d, ()))
         if compute:
-            own.append(label)
+            own.append(label if not mla_model or d in attn_devs else ikarchs.MLA_HOST_LABEL)
             # llama.cpp's CUDA-only terms (see `estimate`): estimated there too
             own.extend(x for x in (t.estimated if t is not None else ()) if x.startswith("compute:"))
         mem[d] = DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute,
@@ -720,15 +739,28 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
                           server=server_caches(inv, geo, settings, placement.engine))
 
 
-def _ik_graph_refused(settings: MemorySettings, geo: Geometry) -> list[str]:
-    """Where llama.cpp's graph does not stand for ik's: an ik-only KV cache type (llama.cpp's graph
-    has none), an MLA mode other than the -mla 3 the margin was measured with."""
+def _ik_graph_refused(settings: MemorySettings, geo: Geometry, placement: Placement, n_tokens: int,
+                      fa: bool) -> list[str]:
+    """Where neither llama.cpp's graph nor ik's MLA attention model (memory/ikmla.py) stands for
+    ik's compute: an ik-only KV cache type (llama.cpp's graph has none); on an MLA architecture, an
+    attention form of ik's that was not measured (-mla 0), the KV cache kept on the host (-nkvo),
+    or, where ik's MLA attention is not modelled, an MLA mode other than the -mla 3 the margin was
+    measured with."""
     out = []
     for flag, t in (("-ctk", settings.cache_type_k), ("-ctv", settings.cache_type_v)):
         if t not in CACHE_TYPES:
             out.append(f"compute on ik_llama.cpp is sized from llama.cpp's graph, which has no {t} cache ({flag} "
                        f"{t}): give a cache type both engines have (f16, q8_0, q4_0, ...) to size it")
-    if geo.mla_arch and settings.mla not in (None, 3):
+    inv = placement.inventory
+    if inv.arch in ikarchs.MLA_MODELLED:
+        mla = effective_mla(inv, geo, settings)
+        if ikmla.attention_form(mla, fa, n_tokens) is None:
+            out.append(f"compute on ik_llama.cpp with -mla {mla} (standard attention over the decompressed heads) is "
+                       "not modelled: drop -mla (ik's default -mla 3 is modelled; -mla 1 and 2 are too) to size it")
+        if not settings.offload_kqv:
+            out.append("compute on ik_llama.cpp with the KV cache on the host (-nkvo) is not modelled for MLA "
+                       "attention (measured with the cache on the devices running the layers): drop -nkvo to size it")
+    elif geo.mla_arch and settings.mla not in (None, 3):
         out.append(f"compute on ik_llama.cpp with -mla {settings.mla} is not modelled (its margin over llama.cpp's "
                    "graph was measured at the default -mla 3): drop -mla to size it")
     return out

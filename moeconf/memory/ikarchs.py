@@ -31,10 +31,12 @@ figures in tests/data/ik_newer_figures.json):
   its logged compute buffers on real loads of cut layouts, each device an RPC server or the host
   (tests/engine/test_ik_compute.py; figures with the ik commit in tests/data/ik_compute_figures.json)
   against that estimate; the margin is the worst difference seen (`COMPUTE_MARGINS`). The figure is
-  labelled estimated (`compute_label`): no GPU measured it. Measured and refused (`COMPUTE_REFUSED`):
-  deepseek2 and glm-dsa, whose MLA attention in ik holds several GiB more than llama.cpp's graph,
-  growing with the context. Where llama.cpp's graph is not modelled for the model or settings,
-  compute is refused with the next step (`next_step`, `compute_next_step`)."""
+  labelled estimated (`compute_label`): no GPU measured it. deepseek2 and glm-dsa, whose MLA
+  attention in ik holds several GiB more than llama.cpp's graph, growing with the context
+  (`MLA_MODELLED`): each device running attention takes the larger of llama.cpp's graph and ik's
+  MLA attention peak, modelled from ik's graph (memory/ikmla.py), plus its measured margin.
+  Where llama.cpp's graph is not modelled for the model or settings, compute is refused with the
+  next step (`next_step`, `compute_next_step`)."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from collections.abc import Iterable
 from typing import Final
 
 import moeconf.memory.recurrent as _recurrent
+from moeconf.memory import ikmla
 from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.model.inventory import Inventory
 
@@ -99,18 +102,26 @@ GPU_CHECKED: Final[dict[str, str]] = {
 FA_OFF_MEASURED: Final[dict[str, str]] = {
     "grok": "Grok-1, whose flash attention ik forces off: -c 8192 to 32768, -ub 512 and 2048",
 }
-# measured and refused: ik's compute exceeds llama.cpp's graph by an amount that grows with the context
-COMPUTE_REFUSED: Final[dict[str, str]] = {
-    arch: (f"compute on ik_llama.cpp is not modelled for {arch!r}: ik's MLA attention ({what}) holds more than "
-           "llama.cpp's graph, growing with the context (measured on the cut "
-           f"{model} layout, -mla 3, -amb 0: {figures}; llama.cpp's graph {graph})")
-    for arch, what, model, figures, graph in (
-        ("deepseek2", "-mla 3 with flash attention", "DeepSeek-V3",
-         "1,672 / 3,216 / 6,304 MiB at -c 8192 / 16384 / 32768", "412 MiB at 32768"),
-        ("glm-dsa", "DeepSeek's dense MLA: ik runs no indexer", "GLM-5",
-         "1,445 / 2,797 / 5,501 MiB at -c 8192 / 16384 / 32768", "348 MiB at 32768"),
-    )
-}
+# architectures whose ik graph is build_deepseek2 (src/llama-build-context.cpp), measured: their compute is
+# modelled from ik's MLA attention (memory/ikmla.py `attention_peak`, its margin measured over RPC on the
+# cut layout named here, tests/data/ik_mla_figures.json), not from llama.cpp's graph
+MLA_MODELLED: Final[dict[str, str]] = {"deepseek2": "DeepSeek-V3", "glm-dsa": "GLM-5"}
+# measured and refused: none today (deepseek2 and glm-dsa, refused before, are MLA_MODELLED)
+COMPUTE_REFUSED: Final[dict[str, str]] = {}
+
+
+# an MLA_MODELLED architecture's compute on a device running no attention layer (the host with every layer
+# on the GPUs): llama.cpp's graph, at or above ik's logged buffer on every measured line
+MLA_HOST_LABEL: Final = ("compute: estimated (llama.cpp's graph of the same placement: ik_llama.cpp's buffer was at "
+                         "or below it on every line measured over RPC; not measured on a GPU)")
+
+
+def mla_compute_label(n_tokens: int) -> str:
+    """What an ik_llama.cpp compute figure of an MLA_MODELLED architecture is on a device running
+    attention layers."""
+    return (f"compute: estimated (ik_llama.cpp's MLA attention modelled from its graph, build_deepseek2; margin "
+            f"{ikmla.margin_mib(n_tokens)} MiB, the largest error over {ikmla.MEASURED_BUFFERS} compute buffers "
+            f"measured over RPC on cut {' and '.join(MLA_MODELLED.values())} layouts; not measured on a GPU)")
 
 
 def compute_label(arch: str, n_ubatch: int = 512) -> str | None:
@@ -138,7 +149,7 @@ def compute_not_measured(arch: str) -> str:
 
 def compute_next_step(arch: str) -> str:
     """What a user can do where ik's compute is refused for a model whose weights and KV are modelled."""
-    if arch in COMPUTE_REFUSED:
+    if arch in COMPUTE_REFUSED or arch in MLA_MODELLED:
         return ("next step: write the placement as explicit rules (`moeconf compile`) and check it with `moeconf "
                 "explain` (weights and KV cache exact), leaving room on each GPU for ik's compute buffer (ik logs it "
                 "at start: `compute buffer size`); ik's -amb caps its MLA attention's buffer")

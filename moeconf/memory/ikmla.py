@@ -16,12 +16,18 @@
 - `llama_kv_cache_init` falls back to `-mla 1` only when a layer still has no `wkv_b` after that:
   so a mainline GGUF at `-mla 3 -fa off` keeps ONE latent cache of `kv_lora_rank + n_rot` per cell
   in the V type (DeepSeek-V3 at 32k f16: 2,196 MiB, as a real-GPU log shows), not the `-mla 1`
-  K + V^T pair (4,148 MiB) moeconf modelled before."""
+  K + V^T pair (4,148 MiB) moeconf modelled before.
+- Compute (`attention_peak`, src/llama-build-context.cpp `build_deepseek2`, run for deepseek2,
+  glm-dsa and mistral4): the peak of ik's MLA attention in the form `-mla`, flash attention and
+  the ubatch select, chunked by `-amb`; measured over RPC on cut layouts (docs/memory.md, "ik's
+  MLA attention")."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Final
 
+from moeconf.engines import Engine
 from moeconf.memory.geometry import Geometry
 from moeconf.memory.settings import MemorySettings
 from moeconf.model import ggml
@@ -77,3 +83,108 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
             t = k_b.type if k_b.type == v_b.type and k_b.type in ("F16", "BF16") else "Q8_0"
             out[dev] += _bytes(t, (r, n_head * (nope + v)))
     return dict(out)
+
+
+# --- compute: ik's MLA attention (deepseek2, glm-dsa), src/llama-build-context.cpp build_deepseek2 ---
+# held to ik's logged compute buffers on cut layouts over RPC by tests/test_memory_ik_mla.py (figures:
+# tests/data/ik_mla_figures.json, re-measured by tests/engine/test_ik_mla_compute.py)
+MiB: Final = 1024 * 1024
+# the largest amount by which a compute buffer ik logged exceeded `attention_peak` (or llama.cpp's graph where
+# that is larger) over the measured device buffers, MiB, rounded up (GLM-5 at -c 32768 -ub 2048: 36.52, ik's
+# allocator leaving 18 KiB a token more below the attention than the tensors live there), at -ub up to
+# MARGIN_UBATCH (above it the margin grows in proportion: the difference is a per-token term)
+MARGIN_MIB: Final = 37
+MARGIN_UBATCH: Final = 2048
+MEASURED_BUFFERS: Final = 41  # device compute buffers ik sized by its MLA attention (39 command lines)
+PP_MIN_TOKENS: Final = 128  # `pp_opt`: ik's prompt-processing form of the attention from this many tokens
+
+
+def _pad(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def heads_per_chunk_pp(n_head: int, kv_f32_mib: int, amb: int) -> int:
+    """-mla 2/3 with flash attention: the heads whose decompressed K and V ik builds at once. With
+    -amb (MiB) below the f32 K|V of all heads, the first divisor `niter` of n_head (from 2) that
+    brings it within -amb splits the heads into `niter` chunks; none found: one head at a time."""
+    if amb <= 0 or kv_f32_mib <= amb:
+        return n_head
+    for niter in range(2, n_head):
+        if n_head % niter == 0 and kv_f32_mib // niter <= amb:
+            return n_head // niter
+    return 1
+
+
+def heads_per_step_kq(n_head: int, kq_mib: int, amb: int) -> int:
+    """The KQ form (flash attention off): with -amb (MiB) below the f32 KQ of all heads, ik takes
+    ceil(KQ / amb) steps (at most one per head) of ceil(n_head / steps) heads."""
+    if amb <= 0 or amb >= kq_mib:
+        return n_head
+    steps = min(-(-kq_mib // amb), n_head)
+    return -(-n_head // steps)
+
+
+def attention_form(mla: int, fa: bool, n_tokens: int) -> str | None:
+    """Which of build_deepseek2's attention forms ik reserves its graph with (None: -mla 0, the
+    standard attention over decompressed heads, not modelled here)."""
+    if mla == 0:
+        return None
+    if fa and mla > 1 and n_tokens >= PP_MIN_TOKENS:
+        return "pp"  # K and V decompressed from the latent cache, flash attention over them
+    if fa and (mla == 1 or mla == 3):
+        return "latent-fa"  # flash attention over the latent cache with absorbed queries
+    return "kq"  # absorbed queries, the f32 KQ matrix and its softmax
+
+
+def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, amb: int) -> int | None:
+    """Bytes of ik's compute buffer at its MLA attention's peak on a device running attention
+    layers (None: a form not modelled). n_kv: the cache's cells (the reserved graph attends them
+    all), n_tokens: the ubatch. Terms (build_deepseek2; H heads, r = kv_lora_rank, p = n_rot,
+    n = nope width, v = value width, E = n_embd, T = n_tokens):
+
+    - the KQ mask: n_kv x pad(T, 16), f16 with flash attention, f32 without;
+    - "pp" (-mla 2/3, flash attention, T >= 128): per chunk of heads (`heads_per_chunk_pp`) the
+      f32 product wkv_b x latent (Hc (n + v) x n_kv) and its f16 casts to K-nope and V, live
+      together: n_kv Hc (n + v) 6 bytes; per token the layer input, Q, its roped part and the
+      concatenated Q: 4 (E + 2 H (n + p) + H p) bytes; in chunks, the roped K repeated to a chunk's
+      heads (kept through every chunk: n_kv Hc p 2) and the output concatenated so far (4 H v T);
+    - "kq" (flash attention off): the f32 KQ, per step of heads (`heads_per_step_kq`; its softmax
+      takes its place: ggml-alloc runs SOFT_MAX in place): 4 n_kv T Hs bytes (in steps, plus the
+      latent output concatenated so far, 4 H r T), plus with -mla 2/3 the f16 transposed latent
+      (n_kv r 2); per token the layer input, Q, its roped part, the absorbed Q-nope and the
+      concatenated Q: 4 (E + H (n + p) + H p + H r + H (r + p));
+    - "latent-fa" (-mla 1/3, flash attention, T < 128 for 3): no n_kv term but the mask; per token
+      as "kq"."""
+    form = attention_form(mla, fa, n_tokens)
+    if form is None:
+        return None
+    H, r, p, E = geo.n_head, geo.kv_lora_rank, geo.n_rot, geo.n_embd
+    n, v = geo.head_k_mla - p, geo.head_v_mla
+    T = n_tokens
+    mask = n_kv * _pad(T, 16) * (2 if fa else 4)
+    absorbed_tokens = 4 * (E + H * (n + p) + H * p + H * r + H * (r + p)) * T
+    if form == "pp":
+        hc = heads_per_chunk_pp(H, H * (n + v) * n_kv * 4 // MiB, amb)
+        # in chunks, the roped K part repeated to a chunk's heads is built once and kept through every
+        # chunk, beside the attention output concatenated so far (at most all heads)
+        chunked = n_kv * hc * p * 2 + 4 * H * v * T if hc < H else 0
+        return mask + n_kv * hc * (n + v) * 6 + 4 * (E + 2 * H * (n + p) + H * p) * T + chunked
+    if form == "kq":
+        hs = heads_per_step_kq(H, n_kv * T * H * 4 // MiB, amb)
+        stepped = 4 * H * r * T if hs < H else 0  # in steps, the latent output concatenated so far
+        return mask + 4 * n_kv * T * hs + (n_kv * r * 2 if mla > 1 else 0) + absorbed_tokens + stepped
+    return mask + absorbed_tokens
+
+
+def margin_mib(n_tokens: int) -> int:
+    return MARGIN_MIB if n_tokens <= MARGIN_UBATCH else -(-MARGIN_MIB * n_tokens // MARGIN_UBATCH)
+
+
+def default_amb(settings: MemorySettings, engine: Engine) -> int:
+    """The -amb ik runs with: as given, else its version's default (0 in 0.1.5; 256 since ik PR
+    #2312, memory/iksplit.py)."""
+    from moeconf.memory.iksplit import IK_PR_AMB_256
+
+    if settings.amb is not None:
+        return settings.amb
+    return 256 if (engine.date or "") >= IK_PR_AMB_256 else 0

@@ -95,6 +95,7 @@ class MemorySettings:
     kv_unified: bool = False
     swa_full: bool = False
     mla: int | None = None  # ik_llama.cpp -mla (None: the engine's default)
+    amb: int | None = None  # ik_llama.cpp -amb, MiB (None: the engine's default)
     reserve: int = DEFAULT_RESERVE  # per GPU, for what no engine reports (CUDA context, cuBLAS)
     problems: tuple[str, ...] = ()
     # the binary the sequence count was defaulted for (None: none on the line) and whether
@@ -188,7 +189,7 @@ _VALUED = {
     "-c": "n_ctx", "--ctx-size": "n_ctx", "-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch",
     "--ubatch-size": "n_ubatch", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
     "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-np": "n_parallel", "--parallel": "n_parallel",
-    "-mla": "mla", "--mla-use": "mla",
+    "-mla": "mla", "--mla-use": "mla", "-amb": "amb", "--attention-max-batch": "amb",
     "-cram": "cache_ram", "--cache-ram": "cache_ram", "-ctxcp": "ctx_checkpoints",
     "--ctx-checkpoints": "ctx_checkpoints", "--swa-checkpoints": "ctx_checkpoints",
     "--kv-unified-per-slot": "kv_per_slot",
@@ -227,7 +228,7 @@ def read_settings(
     one, else `binary` (the binary the command line will run, when known apart from argv)."""
     values: dict[str, object] = {}
     problems: list[str] = []
-    kinds = {"n_ctx": int, "n_batch": int, "n_ubatch": int, "n_parallel": int, "mla": int, "cache_ram": int,
+    kinds = {"n_ctx": int, "n_batch": int, "n_ubatch": int, "n_parallel": int, "mla": int, "amb": int, "cache_ram": int,
              "ctx_checkpoints": int, "kv_per_slot": int}
     accepted = cache_types(engine)
 
@@ -354,6 +355,7 @@ def read_settings(
         flash_attn=text("flash_attn", "auto"), offload_kqv=flag("offload_kqv", True),
         n_parallel=n_parallel, kv_unified=flag("kv_unified", False),
         swa_full=flag("swa_full", False), mla=mla if isinstance(mla, int) else None,
+        amb=_opt_int(values.get("amb")),
         no_host=flag("no_host", False), repack=flag("repack", True), op_offload=flag("op_offload", True),
         cache_ram=_opt_int(values.get("cache_ram")), ctx_checkpoints=_opt_int(values.get("ctx_checkpoints")),
         reserve=reserve, problems=tuple(problems), binary=run, auto_slots=auto,
@@ -403,4 +405,6 @@ def settings_argv(s: MemorySettings, engine: Engine) -> list[str]:
         out.append("-kvu")
     if s.mla is not None:
         out += ["-mla", str(s.mla)]
+    if s.amb is not None:
+        out += ["-amb", str(s.amb)]
     return out

@@ -46,7 +46,7 @@ LINES: list[str] = [
     "gpu -c 32768",
 ]
 _WORDS = ("2dev", "gpu")
-# the MLA architectures at shorter contexts: ik's buffer grows with the context (why they are refused)
+# the MLA architectures at shorter contexts: ik's buffer grows with the context (memory/ikmla.py models it)
 EXTRA_LINES: dict[str, list[str]] = {"deepseek-v3": ["-c 8192", "-c 16384"], "glm-5": ["-c 8192", "-c 16384"]}
 
 
