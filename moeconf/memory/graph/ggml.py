@@ -133,12 +133,13 @@ class Ctx:
 
     def _make(self, op: str, type_name: str, ne: Sequence[int], src: Sequence[Tensor | None],
               view_src: Tensor | None = None, view_offs: int = 0, nb: Shape | None = None) -> Tensor:
-        ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)  # type: ignore[assignment]
+        ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
         if view_src is not None and view_src.view_src is not None:
             view_offs += view_src.view_offs
             view_src = view_src.view_src
         self._n += 1
-        return Tensor(op, type_name, ne4, nb if nb is not None else _contiguous4(type_name, ne4), list(src),
+        return Tensor(op, type_name, ne4, nb if nb is not None else _contiguous4(type_name, ne4),
+                      src if type(src) is list else list(src),  # each caller's list is its own
                       view_src, view_offs, 0, None, False, "", -1, "", self._n)
 
     # -- leafs
@@ -151,14 +152,16 @@ class Ctx:
         return self.new(type_name, *ne, name=name, flags=INPUT)
 
     def weight(self, name: str, type_name: str, ne: Sequence[int], device: str, layer: int = -1) -> Tensor:
-        t = self._make("NONE", type_name, ne, [])
-        t.name, t.buffer, t.weights, t.layer = name, device, True, layer
-        return t
+        ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
+        self._n += 1
+        return Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, True, name,
+                      layer, "", self._n)
 
     def cache(self, name: str, type_name: str, ne: Sequence[int], device: str) -> Tensor:
-        t = self._make("NONE", type_name, ne, [])
-        t.name, t.buffer = name, device
-        return t
+        ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
+        self._n += 1
+        return Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, False, name,
+                      -1, "", self._n)
 
     # -- views
     def view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:
