@@ -6,7 +6,7 @@ the scheduler and the allocator (`sched`) read `nbytes`, the layout and the flag
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -66,6 +66,10 @@ class Tensor:
         return f"{self.op} {self.type} {list(self.ne)} {self.name!r} <- [{srcs}]"
 
 
+# (type, ne) -> contiguous strides: a graph repeats a few shapes per layer (bounded, `_remember`)
+_CONTIGUOUS: dict[tuple[str, Shape], Shape] = {}
+
+
 def contiguous_nb(type_name: str, ne: Sequence[int]) -> Shape:
     block, size = type_block(type_name)
     nb0 = size
@@ -75,14 +79,28 @@ def contiguous_nb(type_name: str, ne: Sequence[int]) -> Shape:
     return (nb0, nb1, nb2, nb3)
 
 
+def _contiguous4(type_name: str, ne4: Shape) -> Shape:
+    """contiguous_nb of a 4-d shape, remembered."""
+    key = (type_name, ne4)
+    nb = _CONTIGUOUS.get(key)
+    if nb is None:
+        if len(_CONTIGUOUS) > 65536:
+            _CONTIGUOUS.clear()
+        nb = _CONTIGUOUS[key] = contiguous_nb(type_name, ne4)
+    return nb
+
+
 def nbytes(t: Tensor) -> int:
     """ggml_nbytes: the bytes a tensor spans with its strides (a strided view's copy spans its gaps)."""
-    if any(n <= 0 for n in t.ne):
+    ne0, ne1, ne2, ne3 = t.ne
+    if ne0 <= 0 or ne1 <= 0 or ne2 <= 0 or ne3 <= 0:
         return 0
+    nb0, nb1, nb2, nb3 = t.nb
     block, size = type_block(t.type)
+    rest = (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
     if block == 1:
-        return size + sum((t.ne[i] - 1) * t.nb[i] for i in range(4))
-    return t.ne[0] * t.nb[0] // block + sum((t.ne[i] - 1) * t.nb[i] for i in range(1, 4))
+        return size + (ne0 - 1) * nb0 + rest
+    return ne0 * nb0 // block + rest
 
 
 def nelements(t: Tensor) -> int:
@@ -98,7 +116,12 @@ def same_layout(a: Tensor, b: Tensor) -> bool:  # ggml_are_same_layout
 
 
 def _ne4(ne: Sequence[int]) -> Shape:
-    v = list(ne) + [1] * (4 - len(ne))
+    n = len(ne)
+    if n == 2:
+        return (ne[0], ne[1], 1, 1)
+    if n == 3:
+        return (ne[0], ne[1], ne[2], 1)
+    v = list(ne) + [1] * (4 - n)
     return (v[0], v[1], v[2], v[3])
 
 
@@ -110,13 +133,14 @@ class Ctx:
 
     def _make(self, op: str, type_name: str, ne: Sequence[int], src: Sequence[Tensor | None],
               view_src: Tensor | None = None, view_offs: int = 0, nb: Shape | None = None) -> Tensor:
-        ne4 = _ne4(ne)
+        ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
         if view_src is not None and view_src.view_src is not None:
             view_offs += view_src.view_offs
             view_src = view_src.view_src
         self._n += 1
-        return Tensor(op, type_name, ne4, nb if nb is not None else contiguous_nb(type_name, ne4), list(src),
-                      view_src, view_offs, uid=self._n)
+        return Tensor(op, type_name, ne4, nb if nb is not None else _contiguous4(type_name, ne4),
+                      src if type(src) is list else list(src),  # each caller's list is its own
+                      view_src, view_offs, 0, None, False, "", -1, "", self._n)
 
     # -- leafs
     def new(self, type_name: str, *ne: int, name: str = "", flags: int = 0) -> Tensor:
@@ -128,20 +152,23 @@ class Ctx:
         return self.new(type_name, *ne, name=name, flags=INPUT)
 
     def weight(self, name: str, type_name: str, ne: Sequence[int], device: str, layer: int = -1) -> Tensor:
-        t = self._make("NONE", type_name, ne, [])
-        t.name, t.buffer, t.weights, t.layer = name, device, True, layer
-        return t
+        ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
+        self._n += 1
+        return Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, True, name,
+                      layer, "", self._n)
 
     def cache(self, name: str, type_name: str, ne: Sequence[int], device: str) -> Tensor:
-        t = self._make("NONE", type_name, ne, [])
-        t.name, t.buffer = name, device
-        return t
+        ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
+        self._n += 1
+        return Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, False, name,
+                      -1, "", self._n)
 
     # -- views
     def view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:
         """ggml_view_1d..4d: nb are (nb1, nb2, nb3) as far as given."""
         ne4 = _ne4(ne)
-        full = [row_size(a.type, 1) if type_block(a.type)[0] == 1 else a.nb[0], *nb]
+        block, size = type_block(a.type)
+        full = [size if block == 1 else a.nb[0], *nb]  # row_size(type, 1) of a type of 1-element blocks
         while len(full) < 4:
             full.append(full[-1] * ne4[len(full) - 1])
         return self._make("VIEW", a.type, ne4, [a], a, offset, (full[0], full[1], full[2], full[3]))
@@ -321,30 +348,28 @@ class CGraph:
     def __init__(self) -> None:
         self.nodes: list[Tensor] = []
         self.leafs: list[Tensor] = []
-        self._seen: set[int] = set()
+        self._seen: set[Tensor] = set()  # tensors hash by identity (eq=False)
 
     def expand(self, t: Tensor) -> None:
         seen = self._seen
-        if id(t) in seen:
+        if t in seen:
             return
-        stack: list[tuple[Tensor, int]] = [(t, 0)]
-        seen.add(id(t))
+        seen.add(t)
+        nodes, leafs = self.nodes, self.leafs
+        stack: list[tuple[Tensor, Iterator[Tensor | None]]] = [(t, iter(t.src))]
+        push, pop = stack.append, stack.pop
         while stack:
-            node, i = stack[-1]
-            srcs = node.src
-            while i < len(srcs):
-                s = srcs[i]
-                i += 1
-                if s is not None and id(s) not in seen:
-                    seen.add(id(s))
-                    stack[-1] = (node, i)
-                    stack.append((s, 0))
+            node, it = stack[-1]
+            for s in it:
+                if s is not None and s not in seen:
+                    seen.add(s)
+                    push((s, iter(s.src)))
                     break
             else:
-                stack.pop()
+                pop()
                 if node.op == "NONE":
                     if not node.name:  # ggml_visit_parents names an unnamed leaf by its index
-                        node.name = f"leaf_{len(self.leafs)}"
-                    self.leafs.append(node)
+                        node.name = f"leaf_{len(leafs)}"
+                    leafs.append(node)
                 else:
-                    self.nodes.append(node)
+                    nodes.append(node)

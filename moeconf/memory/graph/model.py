@@ -91,12 +91,12 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
         return False
     p, backends = _build(placement, probe)
     s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    s.split(p.gf, p.pinned)
+    s.assign(p.gf, p.pinned)  # the backends only: no split copies its inputs, so each K is the cache's view
     layer_of = {kc: il for il, (kc, _) in p.kv.items()}
     for t in p.gf.nodes:
         if t.op != "FLASH_ATTN_EXT" or t.src[1] is None:
             continue
-        k = s.copy_of[t.src[1]][0] if t.src[1] in s.copy_of else t.src[1]  # a split input: its copy's source
+        k = t.src[1]
         il = layer_of.get(k.view_src or k)
         if il is not None and s.ids.get(t) != p.layer_backend.get(il):
             return True

@@ -91,6 +91,7 @@ class Scheduler:
         self.copy_nodes: list[tuple[Tensor, int]] = []
         self.copy_leafs: list[tuple[Tensor, int]] = []
         self.copy_of: dict[Tensor, tuple[Tensor, int]] = {}  # a split input's copy -> (the tensor, backend)
+        self._buf_index: dict[str, int] = {}  # a buffer's device -> the first backend supporting it
 
     # -- the buffer rules
     def _buf_backend(self, t: Tensor) -> int:
@@ -98,17 +99,19 @@ class Scheduler:
         buf = t.view_src.buffer if t.view_src is not None else t.buffer
         if buf is None:
             return -1
-        for i, b in enumerate(self.backends):
-            if b.supports_buffer(buf):
-                return i
-        return -1
+        b = self._buf_index.get(buf)
+        if b is None:
+            b = self._buf_index[buf] = next((i for i, be in enumerate(self.backends) if be.supports_buffer(buf)), -1)
+        return b
 
     def _from_cur(self, t: Tensor) -> int:
-        b = self._buf_backend(t)
-        if b != -1:
-            return b
-        if t.view_src is not None:
-            b = self._buf_backend(t.view_src)
+        vs = t.view_src
+        if (t.buffer if vs is None else vs.buffer) is not None:
+            b = self._buf_backend(t)
+            if b != -1:
+                return b
+        if vs is not None and (vs.buffer if vs.view_src is None else vs.view_src.buffer) is not None:
+            b = self._buf_backend(vs)
             if b != -1:
                 return b
         if t.flags & INPUT:
@@ -137,7 +140,8 @@ class Scheduler:
             tb = self.ids.get(t.view_src, -1)
         return tb != -1 and (tb == b or (self.backends[b].host and self.backends[tb].host))
 
-    def split(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> None:
+    def assign(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> None:
+        """Passes 1-4: every tensor's backend (`ids`), the graph left as it is."""
         ids = self.ids
         ids.clear()
         if pinned:
@@ -167,11 +171,11 @@ class Scheduler:
         for n in ops:  # pass 3
             b = ids.get(n, -1)
             if b == -1:
+                known = [s for s in n.src if s is not None
+                         and (ids.get(s, -1) != -1 or (s.view_src is not None and ids.get(s.view_src, -1) != -1))]
                 best, best_n = -1, -1
                 for cand in range(len(self.backends)):
-                    k = sum(1 for s in n.src if s is not None
-                            and (ids.get(s, -1) != -1 or (s.view_src is not None and ids.get(s.view_src, -1) != -1))
-                            and self._buffer_supported(s, cand))
+                    k = sum(1 for s in known if self._buffer_supported(s, cand))
                     if k > best_n:
                         best, best_n = cand, k
                 ids[n] = best
@@ -184,6 +188,13 @@ class Scheduler:
                     ids[s] = ids.get(s.view_src, -1) if s.view_src is not None else ids[n]
             if ids.get(n, -1) == -1:
                 ids[n] = 0
+
+    def split(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> None:
+        """`assign`, then pass 5 (the splits, each source on an incompatible backend replaced by its
+        copy) and the graph copy (`copy_nodes`, `copy_leafs`)."""
+        self.assign(g, pinned)
+        ids = self.ids
+        cpu = len(self.backends) - 1
         # pass 5: splits and their input copies
         copies: dict[tuple[int, int], Tensor] = {}
         self.copy_of = {}
@@ -269,6 +280,7 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
     views: dict[Tensor, int] = {}
     own: dict[Tensor, bool] = {}  # hash_node.allocated
     addr: dict[Tensor, tuple[int, int]] = {}  # (buffer, offset)
+    sizes: dict[Tensor, int] = {}  # the bytes a tensor takes in the buffer it is in (`addr`)
 
     def alloc_node(t: Tensor, b: int) -> None:
         if own.get(t) or t.buffer is not None or t.view_src is not None:
@@ -297,23 +309,26 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                         _free_extra(t, p, b)
                         return
         size = backends[b].alloc_size(t)
+        sizes[t] = size
         addr[t] = (b, allocs[b].alloc(size))
         if trace:
             trace(f"alloc {backends[b].name} {addr[t][1]} {size} {t.describe()}")
 
     def _free_extra(t: Tensor, p: Tensor, b: int) -> None:
-        pb = addr[p][0]
+        """t takes p's memory in place: the part of p beyond t's size freed."""
+        pb, off = addr[p]
         a = allocs[pb]
-        ps = a._aligned(backends[pb].alloc_size(p))
-        ns = a._aligned(backends[b].alloc_size(t))
+        size = sizes[t] = backends[pb].alloc_size(t)  # as it is freed later, from p's buffer
+        ps = a._aligned(sizes[p])
+        ns = a._aligned(size if b == pb else backends[b].alloc_size(t))
         if ps > ns:
-            a.free(addr[p][1] + ns, ps - ns)
+            a.free(off + ns, ps - ns)
 
     def free_node(t: Tensor) -> None:
         if t.flags & OUTPUT:
             return
         b, off = addr[t]
-        allocs[b].free(off, backends[b].alloc_size(t))
+        allocs[b].free(off, sizes[t])
         own[t] = False
         if trace:
             trace(f"free {backends[b].name} {off} {t.describe()}")
@@ -332,15 +347,17 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
             if s.flags & INPUT:
                 alloc_node(s, b)
     for n, b in nodes:
-        for p in n.src:
-            if p is not None and p is not n:
+        srcs = n.src
+        for p in srcs:
+            if p is not None and p is not n and not own.get(p) and p.buffer is None and p.view_src is None:
                 alloc_node(p, b)
         alloc_node(n, b)
-        for p in n.src:
+        for p in srcs:
             if p is None or p is n:
                 continue
-            children[p] -= 1
-            if children[p] == 0 and views.get(p, 0) == 0:
+            left = children[p] - 1
+            children[p] = left
+            if left == 0 and views.get(p, 0) == 0:
                 if p.view_src is not None:
                     vs = p.view_src
                     views[vs] -= 1
