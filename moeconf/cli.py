@@ -144,7 +144,8 @@ def _parser() -> argparse.ArgumentParser:
         "flags (-c, -b, -ub, -ctk, -ctv, -fa, -nkvo, -np, --swa-full, --rpc, ...) follow, as the engine takes "
         "them (a -- before them is allowed); the context, batch and cache types are never changed.",
     )
-    fit.add_argument("model", help="a .gguf file or a manifest .json")
+    fit.add_argument("model", help="a .gguf file, a manifest .json or a remote model (docs/hub.md: OWNER/REPO:TAG, "
+                     "hf://OWNER/REPO/PATH.gguf, or OWNER/REPO for a table of its quants)")
     fit.add_argument("--gpu", action="append", default=[], metavar="[NAME=]SIZE", required=True,
                      help="a GPU's memory: 24GiB (CUDA0, then CUDA1, ...), CUDA1=16GiB, "
                      "'RPC0[host:port]=18GiB' (with --rpc host:port among the engine flags)")
@@ -585,6 +586,8 @@ def _fit_report(args: argparse.Namespace, result: FitResult, inv: Inventory, eng
     given_text = ", ".join(f"{b.device} {b.given} = {b.size / mib:,.0f} MiB" for b in budgets)
     version = assumed_version(eng) + ("" if eng.version else " (the newest moeconf knows; --engine-version to change)")
     lines += [f"assumed: {eng.name} {version}", f"assumed: GPU budgets {given_text}"]
+    if isinstance(result.assumptions.get("model_path"), str):
+        lines.append(f"assumed: {result.assumptions['model_path']}")
     if ram is not None:
         lines.append(f"assumed: RAM {args.ram} = {ram / mib:,.0f} MiB, less {headroom / mib:,.0f} MiB kept for the "
                      f"system (--ram-headroom): {(ram - headroom) / mib:,.0f} MiB for the model")

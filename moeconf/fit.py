@@ -300,8 +300,11 @@ class _Solver:
         if self.serve_path is not None and first_shard(self.serve_path) != self.serve_path:
             self.notes.append(f"-m {first_shard(self.serve_path)}, not {self.serve_path}: the engine loads a split "
                               "model only from its first shard")
+        self.serve_assumed: str | None = None  # where -m came from when the user did not give it
         if self.serve_path is None and model_path.endswith(".json"):
             self.serve_path = manifest_gguf_name(model_path, plan_dir)
+            self.serve_assumed = (f"-m {self.serve_path}: the GGUF the manifest names (--serve-path or -m to "
+                                  "give the path the server loads)")
         self.plan_dir = plan_dir
         rpc_names = [f"RPC0[{s}]" if eng.rpc_indexed else f"RPC[{s}]" for s in self.rpc]
         for b in self.budgets:
@@ -384,6 +387,8 @@ class _Solver:
         if self.ram_total is not None:
             out["ram"] = {"bytes": self.ram_total, "headroom": self.ram_headroom,
                           "budget": self.ram_total - self.ram_headroom}
+        if self.serve_assumed is not None:
+            out["model_path"] = self.serve_assumed
         return out
 
     def _server_cache_flags(self, mem: MemoryEstimate) -> list[str]:
