@@ -465,6 +465,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         for line in report_lines(report(ex.invocation)):
             sys.stdout.write(safe(line) + "\n")
         sys.stdout.write(render_memory(est, budgets))
+        if ex.invocation.binary is None and est.complete:
+            # the binary decides the sequences and the output rows the compute buffer holds
+            sys.stdout.write("  assumed: no binary named (llama-server, llama-cli, ...): one sequence and the whole "
+                             "ubatch's output rows, as every binary but llama-server reserves; name the binary "
+                             "first for llama-server's figures\n")
         for d, short in over.items():
             fix = ("more routed experts on the GPUs, or a smaller quant" if d == "CPU"
                    else "`moeconf fit` finds the placement that fits")

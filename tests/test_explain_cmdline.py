@@ -247,3 +247,14 @@ def test_a_bare_fa_before_another_flag_is_refused_where_fa_takes_a_value(engine_
     assert any("unknown value for -fa: '-c'" in r for r in ex.refusals) == refused, ex.refusals
     ok = explain(inv, engine(engine_name, version), ["-ngl", "99", "-fa", "on", "-c", "4096"])
     assert not [r for r in ok.refusals if "-fa" in r]
+
+
+def test_explain_says_what_it_assumes_without_a_binary(capsys: pytest.CaptureFixture[str]) -> None:
+    """The binary decides the sequences and the output rows in the compute buffer: without one,
+    explain says what it assumed (it printed llama-cli's figures in silence)."""
+    model = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    flags = ["-ngl", "999", "-fit", "off", "-c", "32768", "-ot", "exps=CPU"]
+    assert main(["explain", model, "--", *flags]) == 0
+    assert "assumed: no binary named" in capsys.readouterr().out
+    assert main(["explain", model, "--", "llama-server", *flags]) == 0
+    assert "assumed: no binary named" not in capsys.readouterr().out
