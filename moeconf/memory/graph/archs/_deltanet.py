@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
-from moeconf.memory.graph.ggml import OUTPUT, Tensor
+from moeconf.memory.graph.ggml import Tensor
 
 
 def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    c, w = g.ctx, g.w
+    inp = g.inp_embd()
     attn_in = g.attn_inp_kv()
     rs_in = g.rs_inp()
     pos = g.inp_pos(4 if qwen35 else 1)
-    out_ids = g.inp_out_ids()
-    for il in range(hp.n_layer):
+    g.inp_out_ids()
+    for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
@@ -28,15 +28,11 @@ def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
         cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
         moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
         if w.layer(il, "ffn_up_shexp") is not None:
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                       il)
+            sh = g.layer_ffn(cur, il, part="_shexp")
             gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
             moe = c.add(moe, c.mul(sh, gate))
         inp = c.add(moe, ffn_res)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    cur.flags |= OUTPUT  # t_h_nextn
-    cur = c.get_rows(cur, out_ids)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(inp, rows="after")  # t_h_nextn
 
 
 def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int,

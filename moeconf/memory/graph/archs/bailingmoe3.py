@@ -14,9 +14,9 @@ output rows taken after it; the MTP block itself is a separate graph the trunk n
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
-from moeconf.memory.graph.ggml import OUTPUT, Tensor
+from moeconf.memory.graph.ggml import Tensor
 
 ARCH = "bailingmoe3"
 # not composed: rope.dimension_sections (multi-section RoPE: four positions per token), so a file with it
@@ -29,34 +29,20 @@ MEMORY = Memory(CHECKED + " (Ling-3.0-Flash)", keys=frozenset({
 
 
 def build(g: GraphContext, facts: Facts) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    c, w = g.ctx, g.w
+    inp = g.inp_embd()
     rs_in = g.rs_inp()
     attn_in = g.attn_inp_k()
     pos = g.inp_pos()
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
-    norm_w = bool(facts.norm_w)
-    w_scale = 2.0 if "expert_weights_scale" in facts.floats else 0.0
-    for il in range(hp.n_layer):
+    g.inp_out_ids()
+    for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         cur = _kda_layer(g, rs_in, cur, il) if il in g.rs else _mla_layer(g, attn_in, cur, pos, il)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
-        else:
-            moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=w_scale,
-                            probs_bias=w.layer(il, "exp_probs_b", "bias"))
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                       il)
-            cur = c.add(moe, sh)
+        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    cur.flags |= OUTPUT  # t_h_nextn
-    cur = c.get_rows(cur, out_ids)
-    g.finish(cur, c.mul_mat(need(w.get("output.weight")), cur))
+    g.output(inp, rows="after")  # t_h_nextn
 
 
 def _causal_conv(g: GraphContext, conv_all: Tensor, conv_rows: Tensor, part: int, cur: Tensor, proj: Tensor,
@@ -116,26 +102,11 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
 def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int) -> Tensor:
     c, w, hp, d = g.ctx, g.w, g.hp, g.mla
     n_head, T = hp.n_head[il], cur.ne[1]
-    nope = d.head_k - d.rope
-    if w.layer(il, "attn_q_a") is not None:
-        q = c.mul_mat(need(w.layer(il, "attn_q_a")), cur)
-        q = g.norm(q, w.layer(il, "attn_q_a_norm"), None, il)
-        q = c.mul_mat(need(w.layer(il, "attn_q_b")), q)
-    else:
-        q = c.mul_mat(need(w.layer(il, "attn_q")), cur)
-    row = 4 * d.head_k
-    q_nope = c.view(q, (nope, n_head, T), (row, row * n_head), 0)
-    q_pe = c.view(q, (d.rope, n_head, T), (row, row * n_head), 4 * nope)
-    kv_all = c.mul_mat(need(w.layer(il, "attn_kv_a_mqa")), cur)
-    kv_row = kv_all.nb[1]
-    kv = c.view(kv_all, (d.kv_lora_rank, T), (kv_row,), 0)
-    k_pe = c.view(kv_all, (d.rope, 1, T), (kv_row, kv_row), 4 * d.kv_lora_rank)
+    q_nope, q_pe = g.mla_q_parts(g.mla_q(il, cur), n_head)
+    kv, k_pe = g.mla_kv(il, cur)
     q_pe, k_pe = c.rope(q_pe, pos), c.rope(k_pe, pos)
     kv = g.norm(kv, w.layer(il, "attn_kv_a_norm"), None, il)
-    q_nope = c.permute(c.mul_mat(need(w.layer(il, "attn_k_b")), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
-    q = c.concat(q_nope, q_pe, 0)
-    kv = c.reshape(kv, d.kv_lora_rank, 1, T)
-    k = c.concat(kv, k_pe, 0)
+    q, k, kv = g.mla_absorbed(il, q_nope, q_pe, kv, k_pe)
     out = g.attn_k(attn_in, il, None, q, k, kv, w.layer(il, "attn_v_b"))
     gate = c.unary(c.reshape(c.mul_mat(need(w.layer(il, "attn_gate")), cur), 1, n_head, T), "sigmoid")
     out = c.mul(c.reshape(out, d.head_v, n_head, T), gate)

@@ -72,7 +72,7 @@ def _comp_inputs(g: GraphContext, name: str, ratio: int, overlap: bool, state_ro
                  c.input("I64", n_blocks, name=p + "state_write_idxs"),
                  c.input("I32", n_blocks, name=p + "state_write_pos"),
                  c.input("F16" if mask_f16 else "F32", n_kv, T // ns, 1, ns, name=p + "kq_mask"),
-                 c.input("F32", rot, rot, name="attn_inp_k_rot") if rot else None, n_kv)
+                 g.rot_input(rot), n_kv)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -84,17 +84,17 @@ def build(g: GraphContext, facts: Facts) -> None:
     top_k = facts.hparam("attention.indexer.top_k")
     groups = facts.hparam("attention.output_group_count", 1)
     head = hp.head_k
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     pos = g.inp_pos()
     out_ids = g.inp_out_ids()
     # build_inp_dsv4: the raw rows' indices and mask, then the three compressed caches' inputs
-    T, ns = g.n_tokens, cp.n_stream
+    T = g.n_tokens
     n_raw = cp.n_kv_swa or cp.n_kv
     k_idxs = c.input("I64", T, name="")
-    raw_mask = c.input("F16" if cp.flash_attn else "F32", n_raw, T // ns, 1, ns, name="attn_inp_kq_mask")
+    raw_mask = g.kq_mask(n_raw)
     # the caches rotate K where it is quantized, and always at the indexer's head width (llama_kv_cache)
     rot = _nrot(head) if cp.rot_k or head == idx_head else 0
-    raw_rot = c.input("F32", rot, rot, name="attn_inp_k_rot") if rot else None
+    raw_rot = g.rot_input(rot)
     n_comp4, n_comp128 = _pad(max(1, -(-cp.n_kv // CSA))), _pad(max(1, -(-cp.n_kv // HCA)))
     csa = _comp_inputs(g, "csa", CSA, True, 2 * CSA, n_comp4, cp.flash_attn, rot)
     hca = _comp_inputs(g, "hca", HCA, False, HCA, n_comp128, cp.flash_attn, rot)
@@ -123,17 +123,13 @@ def build(g: GraphContext, facts: Facts) -> None:
         if il < n_hash:
             selected = c.get_rows(need(w.layer(il, "ffn_gate_tid2eid")), need(g.t_inp_tokens))
             bias = None
-        moe = g.moe_ffn(cur, il, gating=gating, norm_w=bool(facts.norm_w),
-                        w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0,
-                        act="silu_clamp" if clamp else "silu", probs_bias=bias, selected=selected)
-        sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                   il, act="silu_clamp" if clamp else "silu")
-        x = c.dsv4_hc_post(c.add(moe, sh), residual, post, comb)
+        act = "silu_clamp" if clamp else "silu"
+        moe = g.moe_ffn(cur, il, gating=gating, norm_w=bool(facts.norm_w), w_scale=facts.w_scale, act=act,
+                        probs_bias=bias, selected=selected)
+        x = c.dsv4_hc_post(g.add_shexp(moe, cur, il, act=act), residual, post, comb)
     flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
     x = c.reshape(flat, hp.n_embd, hc, cp.n_outputs)
-    cur = _hc_head(g, x, hc)
-    cur = g.norm(cur, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(_hc_head(g, x, hc))
 
 
 def _affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:

@@ -14,7 +14,7 @@ form is not composed."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Decoder, Facts, Memory, moe_shared, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need, routed
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
 
@@ -37,24 +37,20 @@ def _k_view(g: GraphContext, kc: Tensor, n_kv: int) -> Tensor:
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp, cp = g.ctx, g.w, g.hp, g.cp
-    T, ns = g.n_tokens, cp.n_stream
-    fa_mask = "F16" if cp.flash_attn else "F32"
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    T = g.n_tokens
+    inp = g.inp_embd()
     pos = g.inp_pos()
     # build_attn_inp_k_dsa_iswa: the latent's indices and mask, the indexer's (its mask F16 for the fused op)
     # and its Hadamard rotation, then the window's indices and mask
     mla_idxs = c.input("I64", T, name="attn_inp_k_idxs")
-    mla_mask = c.input(fa_mask, cp.n_kv, T // ns, 1, ns, name="attn_inp_kq_mask")
+    mla_mask = g.kq_mask(cp.n_kv)
     lid_idxs = c.input("I64", T, name="attn_inp_k_idxs")
-    lid_mask = c.input("F16", cp.n_kv, T // ns, 1, ns, name="attn_inp_kq_mask")
+    lid_mask = g.kq_mask(cp.n_kv, f16=True)
     ix_width = next((t.ne[1] for il in range(hp.n_layer) if (t := w.layer(il, "indexer.attn_k")) is not None), 0)
-    k_rot = c.input("F32", _rotation_width(ix_width), _rotation_width(ix_width), name="attn_inp_k_rot") \
-        if ix_width else None
+    k_rot = g.rot_input(_rotation_width(ix_width) if ix_width else 0)
     swa_idxs = c.input("I64", T, name="attn_inp_k_idxs")
-    swa_mask = c.input(fa_mask, cp.n_kv_swa, T // ns, 1, ns, name="attn_inp_kq_mask")
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
-    w_scale = "expert_weights_scale" in facts.floats
+    swa_mask = g.kq_mask(cp.n_kv_swa)
+    g.inp_out_ids()
     for il in range(hp.n_layer):
         res = inp
         swa = bool(g.swa_layers.get(il))
@@ -69,23 +65,14 @@ def build(g: GraphContext, facts: Facts) -> None:
         k_b, v_b = need(w.layer(il, "attn_k_b")), need(w.layer(il, "attn_v_b"))
         n_head, kv_lora, rope = k_b.ne[2], k_b.ne[1], need(w.layer(il, "attn_k_norm")).ne[0]
         q = g.mm(need(w.layer(il, "attn_q_b")), qr)
-        k_mla = q.ne[0] // n_head
-        nope, v_mla = k_mla - rope, v_b.ne[1]
-        step = row_size(q.type, k_mla)
-        q_nope = c.view(q, (nope, n_head, T), (step, step * n_head), 0)
-        q_pe = c.view(q, (rope, n_head, T), (step, step * n_head), row_size(q.type, nope))
-        kv_pe = g.mm(need(w.layer(il, "attn_kv_a_mqa")), cur)
-        row = row_size(kv_pe.type, kv_lora + rope)
-        kv_cmpr = c.view(kv_pe, (kv_lora, T), (row,), 0)
-        k_pe = c.view(kv_pe, (rope, 1, T), (row, row), row_size(kv_pe.type, kv_lora))
+        v_mla = v_b.ne[1]
+        q_nope, q_pe = g.mla_q_parts(q, n_head, q.ne[0] // n_head - rope, rope)
+        kv_cmpr, k_pe = g.mla_kv(il, cur, kv_lora, rope)
         k_pe = g.norm(k_pe, w.layer(il, "attn_k_norm"), None, il)
         q_pe = c.rope(q_pe, pos)
         k_pe = c.rope(k_pe, pos)
         kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
-        absorbed = c.permute(c.mul_mat(k_b, c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
-        q_cur = c.concat(absorbed, q_pe, 0)
-        kv_cmpr = c.reshape(kv_cmpr, kv_lora, 1, T)
-        k_cur = c.concat(kv_cmpr, k_pe, 0)
+        q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, q_pe, kv_cmpr, k_pe)
         for t in (q_cur, kv_cmpr, k_cur):
             g.expand(t)
         g.expand(g._cpy_k(kc, k_cur, swa_idxs if swa else mla_idxs))
@@ -97,18 +84,10 @@ def build(g: GraphContext, facts: Facts) -> None:
         gate = c.unary(g.mm(need(w.layer(il, "attn_gate")), attn_inp), "sigmoid")
         cur = c.mul(c.reshape(cur, v_mla, n_head, T), c.reshape(gate, 1, n_head, T))
         cur = g.mm(need(w.layer(il, "attn_output")), c.reshape(cur, v_mla * n_head, T))
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
-        else:
-            cur = moe_shared(g, Decoder(), il, cur, gating, bool(facts.norm_w), w_scale)
+        ffn_inp, cur = g.ffn_input(il, cur, res)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, c.mul_mat(need(w.get("output.weight")), cur))
+    g.output(inp)
 
 
 def _indexer(g: GraphContext, il: int, cur: Tensor, qr: Tensor, pos: Tensor, k_rot: Tensor, idxs: Tensor,

@@ -31,7 +31,7 @@ class _Bank:
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     attn_in = g.attn_inp_k()
     rs_in = g.rs_inp()
     out_ids = g.inp_out_ids()
@@ -55,7 +55,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         prefix = cur if banked else c.add(prefix, cur)
         cur = _res_mix(g, bank, prefix, w.layer(il, "ffn_res_score")) if block else prefix
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
+        if g.dense(il):
             cur = g.situ(g.mm(need(w.layer(il, "ffn_gate")), cur), g.mm(need(w.layer(il, "ffn_up")), cur), linear)
             cur = g.mm(need(w.layer(il, "ffn_down")), cur)
         else:
@@ -64,9 +64,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     cur = inp
     if block:
         cur = _res_mix(g, bank, cur, w.get("output_res_score.weight"))
-    cur = c.get_rows(cur, out_ids)
-    cur = g.norm(cur, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(c.get_rows(cur, out_ids))
 
 
 def _res_mix(g: GraphContext, bank: _Bank, cur: Tensor, score: Tensor | None) -> Tensor:
@@ -155,31 +153,14 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_boun
 def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
     """build_mla_layer: the absorbed MLA (no RoPE) through the latent K-only cache, the output gate."""
     c, w = g.ctx, g.w
-    d = g.mla
-    T, n_head = cur.ne[1], g.hp.n_head[il]
-    nope = d.head_k - d.rope
     inp_gate = cur
-    if w.layer(il, "attn_q_a") is not None:
-        q = g.mm(need(w.layer(il, "attn_q_a")), cur)
-        q = g.norm(q, w.layer(il, "attn_q_a_norm"), None, il)
-        q = g.mm(need(w.layer(il, "attn_q_b")), q)
-    else:
-        q = g.mm(need(w.layer(il, "attn_q")), cur)
-    kv_pe = g.mm(need(w.layer(il, "attn_kv_a_mqa")), cur)
-    row = kv_pe.nb[1]
-    kv_cmpr = c.view(kv_pe, (d.kv_lora_rank, T), (row,), 0)
-    k_pe = c.view(kv_pe, (d.rope, 1, T), (row, row), 4 * d.kv_lora_rank)
+    q = g.mla_q(il, cur)
+    kv_cmpr, k_pe = g.mla_kv(il, cur)
     kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
     if w.layer(il, "attn_k_b") is None:
         raise NotImplementedError(f"blk.{il}.attn_kv_b (Kimi-K3's unabsorbed MLA) is not composed; "
                                   "the pinned converter writes attn_k_b and attn_v_b")
-    qrow = 4 * d.head_k
-    q_nope = c.view(q, (nope, n_head, T), (qrow, qrow * n_head), 0)
-    q_pe = c.view(q, (d.rope, n_head, T), (qrow, qrow * n_head), 4 * nope)
-    absorbed = c.permute(g.mm(need(w.layer(il, "attn_k_b")), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
-    q_cur = c.concat(absorbed, q_pe, 0)
-    kv3 = c.reshape(kv_cmpr, d.kv_lora_rank, 1, T)
-    k_cur = c.concat(kv3, k_pe, 0)
+    q_cur, k_cur, kv3 = g.mla_absorbed(il, *g.mla_q_parts(q, g.hp.n_head[il]), kv_cmpr, k_pe)
     out = g.attn_k(attn_in, il, None, q_cur, k_cur, kv3, w.layer(il, "attn_v_b"))
     gate_w = w.layer(il, "attn_gate")
     if gate_w is not None:
@@ -194,10 +175,8 @@ def _latent_moe(g: GraphContext, cur: Tensor, il: int, facts: Facts, linear: boo
     down = w.layer(il, "ffn_routed_down")
     routed_in = g.mm(down, cur) if down is not None else cur
     logits = g.mm(need(w.layer(il, "ffn_gate_inp")), cur)
-    gating = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}.get(facts.gating or 0, "softmax")
-    moe = g.moe_ffn(routed_in, il, gating=gating, norm_w=bool(facts.norm_w),
-                    w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0, act="situ",
-                    probs_bias=w.layer(il, "exp_probs_b", "bias"), groups=g.groups, logits=logits,
+    moe = g.moe_ffn(routed_in, il, gating=facts.gating_or("softmax"), norm_w=bool(facts.norm_w),
+                    w_scale=facts.w_scale, act="situ", probs_bias=w.layer(il, "exp_probs_b", "bias"), logits=logits,
                     situ_linear=linear)
     norm = w.layer(il, "ffn_routed_norm")
     if norm is not None:

@@ -8,7 +8,7 @@ ungated shared expert."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import GATING, REPLAYED, Decoder, Facts, moe_shared, need
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
@@ -18,29 +18,19 @@ MEMORY = REPLAYED
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     rs_in = g.rs_inp()  # build_inp_mem_hybrid(_k): the states' indices, then the cache's inputs
     attn_in = g.attn_inp_k() if g.mla.absorbed else g.attn_inp_kv()
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
-    w_scale = "expert_weights_scale" in facts.floats
+    g.inp_out_ids()
     for il in range(hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         cur = _kda(g, rs_in, cur, il) if il in g.rs else _mla(g, attn_in, cur, il)
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
-        else:
-            cur = moe_shared(g, Decoder(), il, cur, gating, True, w_scale)
+        ffn_inp, cur = g.ffn_input(il, cur, res)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il, norm_w=True), cur, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, c.mul_mat(need(w.get("output.weight")), cur))
+    g.output(inp)
 
 
 def _causal_conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, part: int, x: Tensor, proj: Tensor | None,
@@ -115,18 +105,10 @@ def _mla(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
     T, n_head = cur.ne[1], hp.n_head[il]
     nope = d.head_k - d.rope
     q = c.mul_mat(need(w.layer(il, "attn_q")), cur)
-    kv_pe = c.mul_mat(need(w.layer(il, "attn_kv_a_mqa")), cur)
-    row = kv_pe.nb[1]
-    kv_cmpr = c.view(kv_pe, (d.kv_lora_rank, T), (row,), 0)
-    k_pe = c.view(kv_pe, (d.rope, 1, T), (row, row), 4 * d.kv_lora_rank)
+    kv_cmpr, k_pe = g.mla_kv(il, cur)
     kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
     if d.absorbed:
-        q_nope = c.view(q, (nope, n_head, T), (4 * d.head_k, 4 * d.head_k * n_head), 0)
-        q_pe = c.view(q, (d.rope, n_head, T), (4 * d.head_k, 4 * d.head_k * n_head), 4 * nope)
-        absorbed = c.permute(c.mul_mat(need(w.layer(il, "attn_k_b")), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
-        q_cur = c.concat(absorbed, q_pe, 0)
-        kv_cmpr = c.reshape(kv_cmpr, d.kv_lora_rank, 1, T)
-        k_cur = c.concat(kv_cmpr, k_pe, 0)
+        q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, *g.mla_q_parts(q, n_head), kv_cmpr, k_pe)
         return g.attn_k(attn_in, il, w.layer(il, "attn_output"), q_cur, k_cur, kv_cmpr, w.layer(il, "attn_v_b"))
     q = c.reshape(q, d.head_k, n_head, T)
     kv = c.mul_mat(need(w.layer(il, "attn_kv_b")), kv_cmpr)
