@@ -15,6 +15,15 @@ from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, nelements, ro
 from moeconf.memory.recurrent import RecurrentShape
 
 
+def rotation_width(n: int) -> int:
+    """llama_kv_cache::build_input_k_rot's Hadamard side for a row n wide: the largest power of two
+    from 64 dividing it."""
+    side = 64
+    while n % (side * 2) == 0:
+        side *= 2
+    return side
+
+
 @dataclass(frozen=True)
 class Hparams:
     n_embd: int
@@ -260,8 +269,9 @@ class GraphContext:
         return AttnInput(k_idxs, k_idxs, self.kq_mask(self.cp.n_kv), None, None, self.cp.n_kv)
 
     def attn_k(self, inp: AttnInput, il: int, wo: Tensor | None, q: Tensor, k: Tensor, v: Tensor,
-               v_mla: Tensor | None) -> Tensor:
-        """build_attn with a K-only cache: V a view of K's first columns, decompressed by `v_mla`."""
+               v_mla: Tensor | None, mask: Tensor | None = None) -> Tensor:
+        """build_attn with a K-only cache: V a view of K's first columns, decompressed by `v_mla`; through
+        `mask` where given (DSA's sparse one), else the input's."""
         c = self.ctx
         for t in (q, v, k):
             self.expand(t)
@@ -270,7 +280,7 @@ class GraphContext:
         kview = self._get_k(kc, il, inp.n_kv)
         vview = c.view(kview, (v.ne[0], kview.ne[1], kview.ne[2], kview.ne[3]),
                        (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
-        cur = self.attn_mha(q, kview, vview, inp.mask, None, v_mla)
+        cur = self.attn_mha(q, kview, vview, inp.mask if mask is None else mask, None, v_mla)
         if wo is not None:
             cur = self.mm(wo, cur)
         return cur
@@ -401,6 +411,21 @@ class GraphContext:
         """build_attn with a KV cache (llm_graph_input_attn_kv; `iswa`: the sliding-window pair's form,
         which expands K before V)."""
         c = self.ctx
+        q, kview, vview = self.store_kv(inp, il, q, k, v, iswa)
+        cur = self.attn_mha(q, kview, vview, inp.mask, sinks)
+        if inp.v_rot is not None:
+            cur = self._hadamard(cur, inp.v_rot)
+        if wo is not None:
+            cur = self.mm(wo, cur)
+        if wo_b is not None:
+            cur = c.add(cur, wo_b)
+        return cur
+
+    def store_kv(self, inp: AttnInput, il: int, q: Tensor, k: Tensor, v: Tensor,
+                 iswa: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """build_attn's first half: Q, K and V rotated where the cache rotates, expanded (K before V in the
+        sliding-window pair's form), K and V stored into the layer's cache; Q and the cache views the
+        attention reads."""
         if inp.k_rot is not None:
             q = self._hadamard(q, inp.k_rot)
             k = self._hadamard(k, inp.k_rot)
@@ -411,15 +436,7 @@ class GraphContext:
         kc, vc = self.kv[il]
         self.expand(self._cpy_k(kc, k, inp.k_idxs))
         self.expand(self._cpy_v(vc, v, inp.v_idxs))
-        kview, vview = self._get_k(kc, il, inp.n_kv), self._get_v(vc, il, inp.n_kv)
-        cur = self.attn_mha(q, kview, vview, inp.mask, sinks)
-        if inp.v_rot is not None:
-            cur = self._hadamard(cur, inp.v_rot)
-        if wo is not None:
-            cur = self.mm(wo, cur)
-        if wo_b is not None:
-            cur = c.add(cur, wo_b)
-        return cur
+        return q, self._get_k(kc, il, inp.n_kv), self._get_v(vc, il, inp.n_kv)
 
     def _cpy_k(self, kc: Tensor, k: Tensor, idxs: Tensor) -> Tensor:
         c = self.ctx
@@ -453,6 +470,11 @@ class GraphContext:
         return self.ctx.view(kc, (hk, hp.n_head_kv[il], n_kv, kc.ne[2]),
                              (row_size(t, hk), row_size(t, gqa), row_size(t, gqa * size)), 0)
 
+    def get_k_one(self, kc: Tensor, n_kv: int) -> Tensor:
+        """llama_kv_cache::get_k of a K-only cache of one head (MLA's latent, an indexer's keys)."""
+        rs = row_size(kc.type, kc.ne[0])
+        return self.ctx.view(kc, (kc.ne[0], 1, n_kv, kc.ne[2]), (rs, rs, rs * kc.ne[1]), 0)
+
     def _get_v(self, vc: Tensor, il: int, n_kv: int) -> Tensor:
         hp, cp = self.hp, self.cp
         gqa, size = vc.ne[0], vc.ne[1]
@@ -463,6 +485,20 @@ class GraphContext:
                                  (row_size(t, hv), row_size(t, gqa), row_size(t, gqa * size)), 0)
         return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hv, vc.ne[2]),
                              (row_size(t, size * hv), row_size(t, size), row_size(t, size * gqa)), 0)
+
+    def top_k_mask(self, mask: Tensor, top_k: Tensor, zeros: str = "F32") -> Tensor:
+        """build_attn's sparse form (DSA): a copy of `mask` filled with -inf, the cells each token chose
+        (`top_k`) set back to 0 by SET_ROWS of a zero-filled row per choice (`zeros` its type), then the
+        mask itself added."""
+        c = self.ctx
+        every = c.fill(mask)
+        every = c.view(every, (1, every.ne[0], every.ne[1], every.ne[3]), (every.nb[0], every.nb[1], every.nb[2]), 0)
+        ne, nb = top_k.ne, top_k.nb
+        idx = c.view(top_k, (ne[0], ne[1], ne[3], 1), (nb[1], nb[2], ne[3] * nb[3]), 0)
+        chosen = c.set_rows(every, c.fill(c.new(zeros, 1, idx.ne[0], idx.ne[1], idx.ne[2])), idx)
+        chosen = c.view(chosen, (chosen.ne[1], chosen.ne[2], 1, chosen.ne[3]),
+                        (chosen.nb[2], chosen.nb[3], chosen.nb[3]), 0)
+        return c.add(chosen, mask)
 
     def attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor | None,
                  v_mla: Tensor | None = None) -> Tensor:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts
-from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights
+from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
 from moeconf.memory.settings import MemorySettings
@@ -162,9 +162,6 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
     for il in indexer_row_layers(inv, sorted(kv)):
         kdev = home.get(il, HOST) if setup.offload_kqv else HOST
         lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.cells, setup.n_stream), kdev)
-    lid_rot = 64
-    while lid and lid_width % (2 * lid_rot) == 0:
-        lid_rot *= 2
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -203,7 +200,7 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
               absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
                      swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec,
-                     lid=lid, lid_rot=lid_rot if lid else 0,
+                     lid=lid, lid_rot=rotation_width(lid_width) if lid else 0,
                      lid_top_k=_int(inv.metadata.hparam("attention.indexer.top_k")))
     ARCHS[inv.arch](g, f)
     return g, backends

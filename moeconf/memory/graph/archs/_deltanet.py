@@ -1,5 +1,8 @@
 """The gated delta-net hybrids' layers (Qwen3-Next, Qwen3.5-MoE): llm_build_delta_net_base and the
-gated full-attention layer, shared by their two compositions."""
+gated full-attention layer, shared by their two compositions; and what every gated delta-net layer
+shares, Kimi's KDA layers too (Kimi-Linear, Ling 3.0, Kimi-K3): the fused op with its new state
+copied back (`delta_net`), KDA's short convolution of Q, K or V over its slice of the conv state
+(`short_conv`)."""
 
 from __future__ import annotations
 
@@ -33,6 +36,44 @@ def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
             moe = c.add(moe, c.mul(sh, gate))
         inp = c.add(moe, ffn_res)
     g.output(inp, rows="after")  # t_h_nextn
+
+
+def short_conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, part: int, x: Tensor, proj: Tensor | None,
+               kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
+    """KDA's causal_conv1d: Q, K or V (`part` 0, 1, 2) projected by `proj` (x itself where None), its slice of
+    the conv state's rows prepended, the last d_conv - 1 columns copied back as the new state (one
+    snapshot: no rollback), SSM_CONV, SiLU; per head."""
+    c = g.ctx
+    d_conv, d_inner = kernel.ne[0], head_dim * n_head
+    T = x.ne[1] // n_seqs  # n_seq_tokens
+    size, n_embd_r = (d_conv - 1) * d_inner, conv_all.ne[0]
+
+    def own(t: Tensor) -> Tensor:
+        return c.view(t, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * n_embd_r), 4 * part * size)
+
+    x3 = c.reshape(g.mm(proj, x) if proj is not None else x, d_inner, T, n_seqs)
+    conv_x = c.concat(own(conv_state), c.transpose(x3), 0)
+    last = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), T * conv_x.nb[0])
+    g.expand(c.cpy(last, own(conv_all)))
+    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
+    out = c.unary(c.reshape(out, d_inner, T * n_seqs), "silu")
+    return c.reshape(out, head_dim, n_head, T, n_seqs)
+
+
+def delta_net(g: GraphContext, q: Tensor, k: Tensor, v: Tensor, gate: Tensor, beta: Tensor, state: Tensor,
+              ssm_all: Tensor, flat: bool = False) -> Tensor:
+    """The fused GATED_DELTA_NET op: its output (a view, per head, token and sequence) and its new
+    state, copied back into the layer's state rows (`flat`: through a view of them as one run)."""
+    c = g.ctx
+    s_v, h_v, T, n_seqs = v.ne
+    out = c.gated_delta_net(q, k, v, gate, beta, state)
+    output = c.view(out, (s_v, h_v, T, n_seqs), (4 * s_v, 4 * s_v * h_v, 4 * s_v * h_v * T), 0)
+    new_state = c.view(out, (s_v, s_v, h_v, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * h_v),
+                       4 * s_v * h_v * T * n_seqs)
+    rows = c.view(ssm_all, (ssm_all.ne[0] * n_seqs,), (), 0) if flat else \
+        c.view(ssm_all, (ssm_all.ne[0], n_seqs), (ssm_all.nb[1],), 0)
+    g.expand(c.cpy(new_state, rows))
+    return output
 
 
 def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int,
@@ -113,12 +154,7 @@ def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repe
         rep = nv // nk
         q = c.reshape(c.repeat(c.reshape(q, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
         k = c.reshape(c.repeat(c.reshape(k, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
-    out = c.gated_delta_net(q, k, v, gate, beta, state)
-    s_v, h_v = hv, nv
-    output = c.view(out, (s_v, h_v, T, n_seqs), (4 * s_v, 4 * s_v * h_v, 4 * s_v * h_v * T), 0)
-    new_state = c.view(out, (s_v, s_v, h_v, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * h_v),
-                       4 * s_v * h_v * T * n_seqs)
-    g.expand(c.cpy(new_state, c.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)))
+    output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
     z2 = c.reshape(z, hv, nv, T, n_seqs)
     normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
     cur = c.mul(normed, c.unary(z2, "silu"))

@@ -14,6 +14,7 @@ output rows taken after it; the MTP block itself is a separate graph the trunk n
 
 from __future__ import annotations
 
+from moeconf.memory.graph.archs._deltanet import delta_net, short_conv
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -45,26 +46,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.output(inp, rows="after")  # t_h_nextn
 
 
-def _causal_conv(g: GraphContext, conv_all: Tensor, conv_rows: Tensor, part: int, cur: Tensor, proj: Tensor,
-                 kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
-    """One of Q, K, V through its third of the conv state: the concat, the new state copied back
-    (one snapshot: no rollback), SSM_CONV and SiLU."""
-    c = g.ctx
-    d_conv, d_inner, T = kernel.ne[0], head_dim * n_head, cur.ne[1]
-    slice_size = (d_conv - 1) * d_inner
-    total = 3 * slice_size
-    state = c.view(conv_rows, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * total), 4 * part * slice_size)
-    x = c.reshape(c.mul_mat(proj, cur), d_inner, T // n_seqs, n_seqs)
-    conv_x = c.concat(state, c.transpose(x), 0)
-    snap = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]),
-                  (conv_x.ne[0] - (d_conv - 1)) * conv_x.nb[0])
-    dst = c.view(conv_all, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * total), 4 * part * slice_size)
-    g.expand(c.cpy(snap, dst))
-    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
-    out = c.unary(c.reshape(out, d_inner, T), "silu")
-    return c.reshape(out, head_dim, n_head, T // n_seqs, n_seqs)
-
-
 def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     c, w, hp = g.ctx, g.w, g.hp
     n_head, T, n_seqs = hp.n_head[il], cur.ne[1], rs_in.n_seqs
@@ -73,7 +54,7 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     d_inner = head_dim * n_head
     conv_all, ssm_all = g.rs[il]
     conv_rows = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    q, k, v = (_causal_conv(g, conv_all, conv_rows, i, cur, need(w.layer(il, f"attn_{x}")),
+    q, k, v = (short_conv(g, conv_all, conv_rows, i, cur, need(w.layer(il, f"attn_{x}")),
                             need(w.layer(il, f"ssm_conv1d_{x}")), head_dim, n_head, n_seqs)
                for i, x in enumerate("qkv"))
     gate = c.add(c.mul_mat(need(w.layer(il, "ssm_f_a")), cur), need(w.layer(il, "ssm_dt", "bias")))
@@ -86,13 +67,7 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
     n_embd_s = ssm_all.ne[0]
     state = c.reshape(g.rs_states(rs_in, ssm_all, n_embd_s), head_dim, head_dim, n_head, n_seqs)
-    res = c.gated_delta_net(q, k, v, gate, beta, state)
-    s_v, h_v, nt = head_dim, n_head, T // n_seqs
-    output = c.view(res, (s_v, h_v, nt, n_seqs), (4 * s_v, 4 * s_v * h_v, 4 * s_v * h_v * nt), 0)
-    new_state = c.view(res, (s_v, s_v, h_v, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * h_v),
-                       4 * s_v * h_v * nt * n_seqs)
-    g.expand(c.cpy(new_state, c.view(ssm_all, (n_embd_s, n_seqs), (ssm_all.nb[1],), 0)))
-    out = c.cont(output)
+    out = c.cont(delta_net(g, q, k, v, gate, beta, state, ssm_all))
     out_gate = c.reshape(c.mul_mat(need(w.layer(il, "ssm_g_a")), cur), head_dim, n_head, T)
     out = g.norm(c.reshape(out, head_dim, n_head, T), o_norm, None, il)
     out = c.mul(out, c.unary(out_gate, "sigmoid"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
-from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.blocks import GraphContext, rotation_width
 from moeconf.memory.graph.ggml import Tensor
 
 ARCH = "deepseek4"
@@ -44,14 +44,6 @@ class _Comp:
     mask: Tensor
     k_rot: Tensor | None
     n_kv: int
-
-
-def _nrot(head: int) -> int:
-    """llama_kv_cache::build_input_k_rot: the largest power of two from 64 dividing the head width."""
-    n = 64
-    while head % (n * 2) == 0:
-        n *= 2
-    return n
 
 
 def _pad(n: int, to: int = 256) -> int:
@@ -93,12 +85,12 @@ def build(g: GraphContext, facts: Facts) -> None:
     k_idxs = c.input("I64", T, name="")
     raw_mask = g.kq_mask(n_raw)
     # the caches rotate K where it is quantized, and always at the indexer's head width (llama_kv_cache)
-    rot = _nrot(head) if cp.rot_k or head == idx_head else 0
+    rot = rotation_width(head) if cp.rot_k or head == idx_head else 0
     raw_rot = g.rot_input(rot)
     n_comp4, n_comp128 = _pad(max(1, -(-cp.n_kv // CSA))), _pad(max(1, -(-cp.n_kv // HCA)))
     csa = _comp_inputs(g, "csa", CSA, True, 2 * CSA, n_comp4, cp.flash_attn, rot)
     hca = _comp_inputs(g, "hca", HCA, False, HCA, n_comp128, cp.flash_attn, rot)
-    lid = _comp_inputs(g, "lid", CSA, True, 2 * CSA, n_comp4, True, _nrot(idx_head))
+    lid = _comp_inputs(g, "lid", CSA, True, 2 * CSA, n_comp4, True, rotation_width(idx_head))
     g.expand(raw_mask)
     cur4 = c.reshape(inp, hp.n_embd, 1, T)
     x = c.repeat(cur4, hp.n_embd, hc, T, 1)
@@ -277,7 +269,7 @@ def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, g
     if ratio == CSA:
         top = _lid_top_k(g, il, qr, cur, pos, lid, caches["lid"], idx_head, top_k)
         k_all = c.concat(raw_k, _get_k(g, caches["csa"], csa.n_kv), 2)
-        mask = c.concat(raw_mask, _top_k_mask(g, csa.mask, top), 0)
+        mask = c.concat(raw_mask, g.top_k_mask(csa.mask, top, "F16" if g.cp.flash_attn else "F32"), 0)
     elif ratio == HCA:
         k_all = c.concat(raw_k, _get_k(g, caches["hca"], hca.n_kv), 2)
         mask = c.concat(raw_mask, hca.mask, 0)
@@ -315,16 +307,3 @@ def _lid_top_k(g: GraphContext, il: int, qr: Tensor, cur: Tensor, pos: Tensor, l
                      (weights.nb[1], weights.nb[2] // ns, weights.nb[3] // ns), 0)
     score = c.lightning_indexer(q, k, weights, lid.mask)
     return c.cont(c.top_k(score, min(score.ne[0], top_k)))
-
-
-def _top_k_mask(g: GraphContext, mask: Tensor, top: Tensor) -> Tensor:
-    """build_top_k_mask: -inf everywhere but the chosen rows (zeros scattered by SET_ROWS), plus the mask."""
-    c = g.ctx
-    every = c.fill(mask)
-    every = c.view(every, (1, every.ne[0], every.ne[1], every.ne[3]), (every.nb[0], every.nb[1], every.nb[2]), 0)
-    top3 = c.view(top, (top.ne[0], top.ne[1], top.ne[3], 1), (top.nb[1], top.nb[2], top.ne[3] * top.nb[3]), 0)
-    zeros = c.fill(c.new("F16" if g.cp.flash_attn else "F32", 1, top3.ne[0], top3.ne[1], top3.ne[2]))
-    picked = c.set_rows(every, zeros, top3)
-    picked = c.view(picked, (picked.ne[1], picked.ne[2], 1, picked.ne[3]), (picked.nb[2], picked.nb[3], picked.nb[3]),
-                    0)
-    return c.add(picked, mask)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeconf.memory.graph.archs._deltanet import delta_net, short_conv
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -84,30 +85,6 @@ def _res_mix(g: GraphContext, bank: _Bank, cur: Tensor, score: Tensor | None) ->
     return c.add(c.dsv4_hc_pre(src, p_src), c.mul(cur, p_cur))
 
 
-def _conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, which: int, x: Tensor, proj: Tensor,
-          kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
-    """kimi_k3_conv1d: one of Q, K, V projected, its third of the conv state prepended, the window
-    copied back, the short convolution, SiLU."""
-    c = g.ctx
-    d_conv = kernel.ne[0]
-    d_inner = head_dim * n_head
-    state_size = (d_conv - 1) * d_inner
-    n_embd_r = 3 * state_size
-    T = x.ne[1]
-    n_seq_tokens = T // n_seqs
-    state_x = c.view(conv_state, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * n_embd_r),
-                     which * state_size * 4)
-    x3 = c.reshape(g.mm(proj, x), d_inner, n_seq_tokens, n_seqs)
-    conv_x = c.concat(state_x, c.transpose(x3), 0)
-    # rollback snapshots: one window (n_rs_seq 0), the last d_conv - 1 columns
-    last = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
-    g.expand(c.cpy(last, c.view(conv_all, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * n_embd_r),
-                                which * state_size * 4)))
-    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
-    out = c.unary(c.reshape(out, d_inner, T), "silu")
-    return c.reshape(out, head_dim, n_head, n_seq_tokens, n_seqs)
-
-
 def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_bound: bool) -> Tensor:
     c, w = g.ctx, g.w
     conv_all, ssm_all = g.rs[il]
@@ -117,7 +94,7 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_boun
     T, n_seqs = cur.ne[1], rs_in.n_seqs
     n_seq_tokens = T // n_seqs
     conv_state = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    q, k, v = (_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
+    q, k, v = (short_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
                      need(w.layer(il, f"ssm_conv1d_{p}")), head_dim, n_head, n_seqs)
                for i, p in enumerate("qkv"))
     g1 = g.mm(need(w.layer(il, "ssm_f_b")), g.mm(need(w.layer(il, "ssm_f_a")), cur))
@@ -135,14 +112,7 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_boun
     state = g.rs_states(rs_in, ssm_all, ssm_all.ne[0])
     state = c.reshape(state, head_dim, head_dim, n_head, n_seqs)
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
-    out = c.gated_delta_net(q, k, v, g1, beta, state)
-    output = c.view(out, (head_dim, n_head, n_seq_tokens, n_seqs),
-                    (4 * head_dim, 4 * d_inner, 4 * d_inner * n_seq_tokens), 0)
-    new_state = c.view(out, (head_dim, head_dim, n_head, n_seqs),
-                       (4 * head_dim, 4 * head_dim * head_dim, 4 * head_dim * head_dim * n_head),
-                       4 * d_inner * n_seq_tokens * n_seqs)
-    g.expand(c.cpy(new_state, c.view(ssm_all, (ssm_all.ne[0], n_seqs), (ssm_all.nb[1],), 0)))
-    output = c.cont(output)
+    output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all))
     gate = g.mm(need(w.layer(il, "ssm_g")), c.reshape(cur3, cur3.ne[0], n_seq_tokens * n_seqs))
     gate = c.reshape(gate, head_dim, n_head, T)
     normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)

@@ -8,6 +8,7 @@ ungated shared expert."""
 
 from __future__ import annotations
 
+from moeconf.memory.graph.archs._deltanet import delta_net, short_conv
 from moeconf.memory.graph.archs.common import REPLAYED, Facts, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -33,28 +34,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.output(inp)
 
 
-def _causal_conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, part: int, x: Tensor, proj: Tensor | None,
-                 kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
-    """causal_conv1d: Q, K or V (`part` 0, 1, 2) projected, its conv state slice prepended, the last
-    columns written back, convolved, SiLU."""
-    c = g.ctx
-    d_conv = kernel.ne[0]
-    d_inner = head_dim * n_head
-    T = x.ne[1] // n_seqs
-    size = (d_conv - 1) * d_inner
-    n_embd_r = conv_all.ne[0]
-    state_x = c.view(conv_state, (d_conv - 1, d_inner, n_seqs), ((d_conv - 1) * 4, n_embd_r * 4), part * size * 4)
-    x_proj = c.mul_mat(proj, x) if proj is not None else x
-    x3 = c.reshape(x_proj, d_inner, T, n_seqs)
-    conv_x = c.concat(state_x, c.transpose(x3), 0)
-    last = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), T * conv_x.nb[0])
-    g.expand(c.cpy(last, c.view(conv_all, (d_conv - 1, d_inner, n_seqs), ((d_conv - 1) * 4, n_embd_r * 4),
-                                part * size * 4)))
-    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
-    out = c.unary(c.reshape(out, d_inner, T * n_seqs), "silu")
-    return c.reshape(out, head_dim, n_head, T, n_seqs)
-
-
 def _kda(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     """The KDA layer (the fused gated delta-net op, no rollback snapshots)."""
     c, w, hp = g.ctx, g.w, g.hp
@@ -71,7 +50,7 @@ def _kda(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     if wqkv is not None:
         qkv = c.mul_mat(wqkv, cur)
         qkv_in = [(c.cont(c.view(qkv, (d_inner, cur.ne[1]), (qkv.nb[1],), i * d_inner * 4)), None) for i in range(3)]
-    q, k, v = (_causal_conv(g, conv_all, conv_state, i, x, proj, need(w.layer(il, f"ssm_conv1d_{n}")), head_dim,
+    q, k, v = (short_conv(g, conv_all, conv_state, i, x, proj, need(w.layer(il, f"ssm_conv1d_{n}")), head_dim,
                             n_head, n_seqs)
                for i, ((x, proj), n) in enumerate(zip(qkv_in, "qkv", strict=True)))
     g1 = c.mul_mat(need(w.layer(il, "ssm_f_b")), c.mul_mat(need(w.layer(il, "ssm_f_a")), cur))
@@ -83,13 +62,7 @@ def _kda(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     cur3 = c.reshape(cur, cur.ne[0], T, n_seqs)
     state = c.reshape(g.rs_states(rs_in, ssm_all, ssm_all.ne[0]), head_dim, head_dim, n_head, n_seqs)
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
-    out = c.gated_delta_net(q, k, v, g1, beta, state)
-    s_v = head_dim
-    output = c.view(out, (s_v, n_head, T, n_seqs), (4 * s_v, 4 * s_v * n_head, 4 * s_v * n_head * T), 0)
-    new_state = c.view(out, (s_v, s_v, n_head, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * n_head),
-                       4 * s_v * n_head * T * n_seqs)
-    output = c.cont(output)
-    g.expand(c.cpy(new_state, c.view(ssm_all, (ssm_all.ne[0] * n_seqs,), (), 0)))
+    output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all, flat=True))
     cur2 = c.reshape(cur3, cur3.ne[0], T * n_seqs)
     g2 = c.mul_mat(need(w.layer(il, "ssm_g_b")), c.mul_mat(need(w.layer(il, "ssm_g_a")), cur2))
     g2 = c.reshape(g2, head_dim, n_head, T * n_seqs)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
-from moeconf.memory.graph.ggml import Tensor, is_contiguous, row_size
+from moeconf.memory.graph.ggml import Tensor, is_contiguous
 
 ARCH = "minimax-m3"
 
@@ -78,23 +78,13 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
     ik = c.reshape(g.mm(kk_w, cur), d_idx, 1, T)
     iq = c.rope(g.norm(iq, w.layer(il, "indexer.q_norm"), None, il), pos)
     ik = c.rope(g.norm(ik, w.layer(il, "indexer.k_norm"), None, il), pos)
-    kc, vc = g.kv[il]
+    kc = g.kv[il][0]
     cells, ns = kc.ne[1], kc.ne[2]
     assert kc.buffer is not None
     ic = c.cache(f"cache_k_l{il}", kc.type, (d_idx, cells, ns), kc.buffer)  # the indexer cache: one key head
     g.expand(g._cpy_k(ic, ik, m.k_idxs))
-    rs = row_size(ic.type, d_idx)
-    ik_kv = c.view(ic, (d_idx, 1, attn_in.n_kv, ns), (rs, rs, rs * cells), 0)
-    if attn_in.k_rot is not None:
-        q = g._hadamard(q, attn_in.k_rot)
-        k = g._hadamard(k, attn_in.k_rot)
-    if attn_in.v_rot is not None:
-        v = g._hadamard(v, attn_in.v_rot)
-    for t in (q, k, v):
-        g.expand(t)
-    g.expand(g._cpy_k(kc, k, attn_in.k_idxs))
-    g.expand(g._cpy_v(vc, v, attn_in.v_idxs))
-    kv_k, kv_v = g._get_k(kc, il, attn_in.n_kv), g._get_v(vc, il, attn_in.n_kv)
+    ik_kv = g.get_k_one(ic, attn_in.n_kv)
+    q, kv_k, kv_v = g.store_kv(attn_in, il, q, k, v, iswa=True)  # K before V, as the engine's MSA form
     d, hkv, n_kv = kv_k.ne[0], kv_k.ne[1], kv_k.ne[2]
     n_head = hp.n_head[il]
     n_tps = T // ns
