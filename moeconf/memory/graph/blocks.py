@@ -4,7 +4,11 @@ them into the graph: the inputs (token embeddings, positions, output ids, the KV
 mask and rotations), norms, the Q/K/V projections, attention through the KV cache with and without
 flash attention, the dense FFN, the MoE FFN (router, selection bias, top-k, weights normalisation
 and scale, separate or fused gate/up experts, expert biases, the experts' sum) and the callback
-that pins a layer's norms to its device. An architecture composes them (`archs`)."""
+that pins a layer's norms to its device; and the steps the architectures' graphs repeat, as
+llm_graph_context gives them to every src/models/*.cpp: the last layer's output rows (`out_rows`),
+the attention's residual and the FFN norm (`ffn_input`), the layer's own dense FFN (`layer_ffn`) and
+shared expert (`add_shexp`), the head (`output`: the final norm, the logits, their scale and
+soft-cap), MLA's projections, DSA's top-k mask. An architecture composes them (`archs`)."""
 
 from __future__ import annotations
 
@@ -313,6 +317,11 @@ class GraphContext:
             cur = c.add(cur, b)
         return cur
 
+    def qk_norm(self, il: int, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Q and K normed per head by the layer's attn_q_norm and attn_k_norm."""
+        w = self.w
+        return self.norm(q, w.layer(il, "attn_q_norm"), None, il), self.norm(k, w.layer(il, "attn_k_norm"), None, il)
+
     def qkv(self, il: int, cur: Tensor, n_head: int = 0, n_head_kv: int = 0, head_k: int = 0, head_v: int = 0,
             clamp: bool = False, reshape: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """build_qkv: a fused QKV projection (views of it) or separate Q, K, V (each + bias, each
@@ -367,14 +376,14 @@ class GraphContext:
         return self.mm(self._need(il, "attn_q_b"), q)
 
     def mla_kv(self, il: int, cur: Tensor, rank: int = 0, rope: int = 0) -> tuple[Tensor, Tensor]:
-        """The compressed KV (`rank` wide) and the shared rope key (`rope` wide, one head): views of one
-        projection, attn_kv_a_mqa (the widths the model's MLA ones unless given)."""
+        """The compressed KV (`rank` wide, normed by attn_kv_a_norm) and the shared rope key (`rope` wide,
+        one head): views of one projection, attn_kv_a_mqa (the widths the model's MLA ones unless given)."""
         c = self.ctx
         rank, rope, T = rank or self.mla.kv_lora_rank, rope or self.mla.rope, cur.ne[1]
         kv_pe = self.mm(self._need(il, "attn_kv_a_mqa"), cur)
         row = kv_pe.nb[1]
-        return (c.view(kv_pe, (rank, T), (row,), 0),
-                c.view(kv_pe, (rope, 1, T), (row, row), row_size(kv_pe.type, rank)))
+        kv = self.norm(c.view(kv_pe, (rank, T), (row,), 0), self.w.layer(il, "attn_kv_a_norm"), None, il)
+        return kv, c.view(kv_pe, (rope, 1, T), (row, row), row_size(kv_pe.type, rank))
 
     def mla_q_parts(self, q: Tensor, n_head: int, nope: int = 0, rope: int = 0) -> tuple[Tensor, Tensor]:
         """Q's per-head nope and rope parts: views of the projection, each head nope + rope wide (the
@@ -499,6 +508,12 @@ class GraphContext:
         chosen = c.view(chosen, (chosen.ne[1], chosen.ne[2], 1, chosen.ne[3]),
                         (chosen.nb[2], chosen.nb[3], chosen.nb[3]), 0)
         return c.add(chosen, mask)
+
+    def gate_heads(self, cur: Tensor, gate: Tensor, n_head: int) -> Tensor:
+        """The attention's output scaled per head by one gate value each (`gate`: heads by tokens)."""
+        c = self.ctx
+        hv, T = cur.ne[0] // n_head, cur.ne[1]
+        return c.reshape(c.mul(c.reshape(cur, hv, n_head, T), c.reshape(gate, 1, n_head, T)), hv * n_head, T)
 
     def attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor | None,
                  v_mla: Tensor | None = None) -> Tensor:

@@ -70,7 +70,6 @@ def build(g: GraphContext, facts: Facts) -> None:
         kv_cmpr, k_pe = g.mla_kv(il, cur)
         q_pe = c.rope(q_pe, pos)
         k_pe = c.rope(k_pe, pos)
-        kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
         q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, q_pe, kv_cmpr, k_pe)
         cur = g.attn_k(mla_in, il, w.layer(il, "attn_output"), q_cur, k_cur, kv_cmpr, w.layer(il, "attn_v_b"),
                        g.top_k_mask(mla_in.mask, top_k))

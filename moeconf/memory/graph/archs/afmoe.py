@@ -26,8 +26,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         gate = g.mm(need(w.layer(il, "attn_gate")), cur)
-        q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-        k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+        q, k = g.qk_norm(il, q, k)
         if (il + 1) % NO_ROPE_STEP != 0:
             q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(g.attn_inp(il, full, swa), il, None, None, q, k, v, iswa=True)

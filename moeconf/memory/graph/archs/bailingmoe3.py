@@ -80,7 +80,6 @@ def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il
     q_nope, q_pe = g.mla_q_parts(g.mla_q(il, cur), n_head)
     kv, k_pe = g.mla_kv(il, cur)
     q_pe, k_pe = c.rope(q_pe, pos), c.rope(k_pe, pos)
-    kv = g.norm(kv, w.layer(il, "attn_kv_a_norm"), None, il)
     q, k, kv = g.mla_absorbed(il, q_nope, q_pe, kv, k_pe)
     out = g.attn_k(attn_in, il, None, q, k, kv, w.layer(il, "attn_v_b"))
     gate = c.unary(c.reshape(c.mul_mat(need(w.layer(il, "attn_gate")), cur), 1, n_head, T), "sigmoid")

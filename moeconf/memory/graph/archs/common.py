@@ -1,6 +1,7 @@
 """What the architectures' compositions share: the facts a composition reads from the GGUF beyond
-the tensors, the classic decoder layer as a row (`Decoder`), build_moe_ffn with a shared expert, and
-`Memory`: what a composition module declares about the memory `estimate` takes from it."""
+the tensors, the classic decoder layer as a row (`Decoder`), build_moe_ffn as the GGUF's keys set it
+(`routed`) and with a gated shared expert (`moe_shared`), and `Memory`: what a composition module
+declares about the memory `estimate` takes from it."""
 
 from __future__ import annotations
 
@@ -143,23 +144,20 @@ def decoder(spec: Decoder) -> Build:
             cur = g.norm(inp, w.layer(il, "attn_norm"), w.layer(il, "attn_norm", "bias"), il, rms)
             if spec.qk_norm == "full":
                 q, k, v = g.qkv(il, cur, clamp=clamp, reshape=False)
-                q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-                k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+                q, k = g.qk_norm(il, q, k)
                 T, n_kv = cur.ne[1], hp.n_head_kv[il]
                 q, k, v = (c.reshape(q, hp.head_k, hp.n_head[il], T), c.reshape(k, hp.head_k, n_kv, T),
                            c.reshape(v, hp.head_v, n_kv, T))
             else:
                 q, k, v = g.qkv(il, cur, clamp=clamp)
                 if spec.qk_norm == "head" and w.layer(il, "attn_q_norm") is not None:
-                    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-                    k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+                    q, k = g.qk_norm(il, q, k)
             if not spec.rope_swa_only or g.swa_layers.get(il):
                 freqs = w.copy("rope_freqs.weight", il)
                 q = c.rope(q, pos, freqs)
                 k = c.rope(k, pos, freqs)
             if spec.qk_norm == "head_after_rope":
-                k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
-                q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
+                q, k = g.qk_norm(il, q, k)
             if spec.q_scale:
                 q = c.scale(q)
             cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),

@@ -28,7 +28,6 @@ def build(g: GraphContext, facts: Facts) -> None:
         q = c.reshape(g.mla_q(il, cur), d.head_k, n_head, T)
         kv_cmpr, k_pe = g.mla_kv(il, cur)
         k_pe = c.rope(k_pe, pos)
-        kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
         if d.absorbed:
             q_nope = c.view(q, (nope, n_head, T), (q.nb[1], q.nb[2]), 0)
             q_pe = c.rope(c.view(q, (d.rope, n_head, T), (q.nb[1], q.nb[2]), 4 * nope), pos)

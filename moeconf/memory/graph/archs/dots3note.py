@@ -55,13 +55,11 @@ def build(g: GraphContext, facts: Facts) -> None:
         k_b, v_b = need(w.layer(il, "attn_k_b")), need(w.layer(il, "attn_v_b"))
         n_head, kv_lora, rope = k_b.ne[2], k_b.ne[1], need(w.layer(il, "attn_k_norm")).ne[0]
         q = g.mm(need(w.layer(il, "attn_q_b")), qr)
-        v_mla = v_b.ne[1]
         q_nope, q_pe = g.mla_q_parts(q, n_head, q.ne[0] // n_head - rope, rope)
         kv_cmpr, k_pe = g.mla_kv(il, cur, kv_lora, rope)
         k_pe = g.norm(k_pe, w.layer(il, "attn_k_norm"), None, il)
         q_pe = c.rope(q_pe, pos)
         k_pe = c.rope(k_pe, pos)
-        kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
         q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, q_pe, kv_cmpr, k_pe)
         for t in (q_cur, kv_cmpr, k_cur):
             g.expand(t)
@@ -72,8 +70,7 @@ def build(g: GraphContext, facts: Facts) -> None:
                        0)
         cur = g.attn_mha(q_cur, kview, vview, mask, None, v_b)
         gate = c.unary(g.mm(need(w.layer(il, "attn_gate")), attn_inp), "sigmoid")
-        cur = c.mul(c.reshape(cur, v_mla, n_head, T), c.reshape(gate, 1, n_head, T))
-        cur = g.mm(need(w.layer(il, "attn_output")), c.reshape(cur, v_mla * n_head, T))
+        cur = g.mm(need(w.layer(il, "attn_output")), g.gate_heads(cur, gate, n_head))
         ffn_inp, cur = g.ffn_input(il, cur, res)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)

@@ -126,7 +126,6 @@ def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Ten
     inp_gate = cur
     q = g.mla_q(il, cur)
     kv_cmpr, k_pe = g.mla_kv(il, cur)
-    kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
     if w.layer(il, "attn_k_b") is None:
         raise NotImplementedError(f"blk.{il}.attn_kv_b (Kimi-K3's unabsorbed MLA) is not composed; "
                                   "the pinned converter writes attn_k_b and attn_v_b")

@@ -79,7 +79,6 @@ def _mla(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
     nope = d.head_k - d.rope
     q = c.mul_mat(need(w.layer(il, "attn_q")), cur)
     kv_cmpr, k_pe = g.mla_kv(il, cur)
-    kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
     if d.absorbed:
         q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, *g.mla_q_parts(q, n_head), kv_cmpr, k_pe)
         return g.attn_k(attn_in, il, w.layer(il, "attn_output"), q_cur, k_cur, kv_cmpr, w.layer(il, "attn_v_b"))

@@ -20,7 +20,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     has_swa = any(g.swa_layers.values())
     full, swa = g.attn_inp_kv_iswa() if has_swa else (g.attn_inp_kv(), None)
     g.inp_out_ids()
-    T = g.n_tokens
     for il in range(hp.n_layer):
         res = inp
         n_head = hp.n_head[il]
@@ -32,11 +31,8 @@ def build(g: GraphContext, facts: Facts) -> None:
         k = c.rope(g.norm(k, w.layer(il, "attn_k_norm"), None, il), pos)
         cur = g.attn(g.attn_inp(il, full, swa), il, None, None, q, k, v, iswa=has_swa)
         gate = c.unary(gate, "softplus")
-        if gate_w.ne[1] == n_head:  # one gate value per head
-            cur = c.mul(c.reshape(cur, hp.head_v, n_head, T), c.reshape(gate, 1, n_head, T))
-            cur = c.reshape(cur, hp.head_v * n_head, T)
-        else:
-            cur = c.mul(cur, gate)
+        # one gate value per head, or one per element
+        cur = g.gate_heads(cur, gate, n_head) if gate_w.ne[1] == n_head else c.mul(cur, gate)
         ffn_inp, cur = g.ffn_input(il, g.mm(need(w.layer(il, "attn_output")), cur), res)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il, "sigmoid"), cur, il)
         inp = c.add(cur, ffn_inp)

@@ -42,8 +42,7 @@ def build(g: GraphContext, facts: Facts) -> None:
 def _attention(g: GraphContext, attn_in: AttnInput, pos: Tensor, cur: Tensor, il: int) -> Tensor:
     c, w = g.ctx, g.w
     q, k, v = g.qkv(il, cur)
-    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-    k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+    q, k = g.qk_norm(il, q, k)
     q, k = c.rope(q, pos), c.rope(k, pos)
     return g.attn(attn_in, il, w.layer(il, "attn_output"), None, q, k, v)
 

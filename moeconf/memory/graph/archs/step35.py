@@ -42,10 +42,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         att = g.attn(swa if windowed else full, il, None, None, q, k, v, iswa=True)
         gate_w = w.layer(il, "attn_gate")
         if gate_w is not None:  # head-wise gate: sigmoid(g_proj(x)) broadcast over each head
-            T = att.ne[1]
-            gate = c.unary(g.mm(gate_w, cur), "sigmoid")
-            att = c.mul(c.reshape(att, hp.head_v, n_head, T), c.reshape(gate, 1, n_head, T))
-            att = c.reshape(att, hp.head_v * n_head, T)
+            att = g.gate_heads(att, c.unary(g.mm(gate_w, cur), "sigmoid"), n_head)
         cur = g.mm(need(w.layer(il, "attn_output")), att, w.layer(il, "attn_output", "scale"))
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         # the SwiGLU limited where the layer's limit is above build_ffn's / build_moe_ffn's epsilon: the dense
