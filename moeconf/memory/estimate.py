@@ -379,7 +379,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     msa_width = inv.metadata.hparam("attention.indexer.key_length")
     msa_layers = set() if geo.mla_arch or not isinstance(msa_width, int) else {
         t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
-    v_max = max((x.head_v * x.n_head_kv for x in geo.layers if not x.recurrent), default=0)
     for la in (*geo.layers, *geo.nextn_kv):
         dev = layer_dev.get(la.index, nextn_dev.get(la.index, HOST)) if settings.offload_kqv else HOST
         if dev == AUTO_GPU:
@@ -404,8 +403,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                     kv[dev] += row * n
                 continue
         k_row = la.head_k * la.n_head_kv
-        # a transposed V cache (no flash attention) is as wide as the widest layer's (llama-kv-cache.cpp)
-        v_row = la.head_v * la.n_head_kv if fa or ik or not la.n_head_kv else v_max
+        v_row = geo.v_row(la, transposed=not (fa or ik))
         if compressed.ratios(inv) is not None:  # DeepSeek-V4: raw rows K-only, compressed caches, states
             kv[dev] += cache_row_bytes(ctk, k_row) * n + compressed.layer_bytes(inv, la.index, la.head_k, cells,
                                                                                n_seq, ctk)

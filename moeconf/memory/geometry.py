@@ -50,6 +50,13 @@ class Geometry:
     n_ff_dense: int
     nextn_kv: tuple[LayerAttention, ...] = ()  # nextn blocks that hold a KV cache too (`Traits.nextn_kv`)
 
+    def v_row(self, la: LayerAttention, transposed: bool) -> int:
+        """A layer's V cache row: its heads' width, or, V stored transposed (no flash attention), the
+        widest attention layer's, which llama_kv_cache gives every layer (llama-kv-cache.cpp)."""
+        if not transposed or not la.n_head_kv:
+            return la.n_head_kv * la.head_v
+        return max((x.n_head_kv * x.head_v for x in self.layers if not x.recurrent), default=0)
+
 
 class GeometryUnknown(Exception):
     """The inventory lacks what memory needs (a version-1 manifest, or missing head counts)."""

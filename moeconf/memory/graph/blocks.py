@@ -4,7 +4,11 @@ them into the graph: the inputs (token embeddings, positions, output ids, the KV
 mask and rotations), norms, the Q/K/V projections, attention through the KV cache with and without
 flash attention, the dense FFN, the MoE FFN (router, selection bias, top-k, weights normalisation
 and scale, separate or fused gate/up experts, expert biases, the experts' sum) and the callback
-that pins a layer's norms to its device. An architecture composes them (`archs`)."""
+that pins a layer's norms to its device; and the steps the architectures' graphs repeat, as
+llm_graph_context gives them to every src/models/*.cpp: the last layer's output rows (`out_rows`),
+the attention's residual and the FFN norm (`ffn_input`), the layer's own dense FFN (`layer_ffn`) and
+shared expert (`add_shexp`), the head (`output`: the final norm, the logits, their scale and
+soft-cap), MLA's projections, DSA's top-k mask. An architecture composes them (`archs`)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,15 @@ from dataclasses import dataclass, field
 
 from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, nelements, row_size
 from moeconf.memory.recurrent import RecurrentShape
+
+
+def rotation_width(n: int) -> int:
+    """llama_kv_cache::build_input_k_rot's Hadamard side for a row n wide: the largest power of two
+    from 64 dividing it."""
+    side = 64
+    while n % (side * 2) == 0:
+        side *= 2
+    return side
 
 
 @dataclass(frozen=True)
@@ -46,7 +59,7 @@ class Cparams:
     n_kv: int  # KV cells the mask spans (per stream)
     n_kv_swa: int = 0  # the sliding-window cache's cells (0: none)
     n_stream: int = 1
-    n_seq: int = 1  # the sequences the context serves (n_seq_max)
+    n_seq: int = 1  # the sequences the context serves (n_seq_max: ubatch_reserve splits the ubatch among them)
     flash_attn: bool = True
     offload_kqv: bool = True
     cache_k: str = "F16"
@@ -56,7 +69,6 @@ class Cparams:
     rot_k_swa: int = 0  # the sliding-window cache's (its own head width's)
     rot_v_swa: int = 0
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
-    n_seqs: int = 1  # the reserve's sequences (n_seq_max: ubatch_reserve splits the ubatch among them)
     n_rs: int = 1  # the recurrent states' rows (llama_memory_recurrent's size: the sequences kept)
     # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
     # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
@@ -135,6 +147,7 @@ class GraphContext:
     groups: tuple[int, int] = (0, 0)  # expert groups and groups used
     t_inp_embd: Tensor | None = None  # the input embeddings as the graph reads them (res->t_inp_embd)
     t_inp_tokens: Tensor | None = None  # the token ids input (res->t_inp_tokens)
+    t_out_ids: Tensor | None = None  # the output rows' ids (build_inp_out_ids)
     swa_layers: dict[int, bool] = field(default_factory=dict)  # layer -> in the sliding-window cache
     mla: Mla = field(default_factory=Mla)
     # build_attn_mha's softcapping of the KQ logits without flash attention: a scale, a tanh and a scale
@@ -161,8 +174,12 @@ class GraphContext:
             self.pinned[t] = self.layer_backend.get(il, self.cpu_backend)
 
     # -- inputs
-    def inp_embd(self, tok_embd: Tensor) -> Tensor:
+    def inp_embd(self, tok_embd: Tensor | None = None, scale: bool = False) -> Tensor:
+        """build_inp_embd: the token rows of `tok_embd` (the model's token_embd unless given), scaled
+        where the model's embedding_scale or the architecture (`scale`) says."""
         c = self.ctx
+        tok_embd = tok_embd or self.w.get("token_embd.weight")
+        assert tok_embd is not None
         n_inp = self.hp.n_embd_inp or self.hp.n_embd
         tokens = c.input("I32", self.n_tokens, name="inp_tokens")
         self.t_inp_tokens = tokens
@@ -175,7 +192,7 @@ class GraphContext:
         if n_inp != self.hp.n_embd:
             cur = c.view(cur, (self.hp.n_embd, self.n_tokens), (cur.nb[1],), 0)
         self.t_inp_embd = cur
-        if self.hp.embedding_scale:
+        if scale or self.hp.embedding_scale:
             cur = c.scale(cur)
         cur.name = cur.name or "embd"
         self.expand(cur)
@@ -208,33 +225,57 @@ class GraphContext:
         return self.ctx.input("I32", self.n_tokens * per_embd, name="inp_pos")
 
     def inp_out_ids(self) -> Tensor:
-        return self.ctx.input("I32", self.cp.n_outputs, name="out_ids")
+        self.t_out_ids = self.ctx.input("I32", self.cp.n_outputs, name="out_ids")
+        return self.t_out_ids
+
+    def out_rows(self, il: int, cur: Tensor, res: Tensor) -> tuple[Tensor, Tensor]:
+        """The last layer keeps only the output rows (inp_out_ids) of its output and of its residual."""
+        if il != self.hp.n_layer - 1:
+            return cur, res
+        ids = self.t_out_ids
+        assert ids is not None
+        return self.ctx.get_rows(cur, ids), self.ctx.get_rows(res, ids)
+
+    def attn_inp(self, il: int, full: AttnInput, swa: AttnInput | None) -> AttnInput:
+        """The layer's cache inputs: the sliding window's on its windowed layers, else the full cache's."""
+        return swa if swa is not None and self.swa_layers.get(il) else full
+
+    def kq_mask(self, n_kv: int, f16: bool = False) -> Tensor:
+        """A cache's KQ mask input: n_kv cells by the tokens of each stream (F16 for flash attention or
+        where the caller's op wants it, `f16`)."""
+        cp = self.cp
+        return self.ctx.input("F16" if cp.flash_attn or f16 else "F32", n_kv, self.n_tokens // cp.n_stream, 1,
+                              cp.n_stream, name="attn_inp_kq_mask")
+
+    def rot_input(self, n: int, v: bool = False) -> Tensor | None:
+        """A cache's Hadamard rotation input (n by n; none where n is 0): K's, or V's (`v`)."""
+        return self.ctx.input("F32", n, n, name="attn_inp_v_rot" if v else "attn_inp_k_rot") if n else None
+
+    def _kv_idxs_mask(self, n_kv: int) -> AttnInput:
+        """A K/V cache's store indices (V's one per element where V is stored transposed, as wide as the
+        widest layer's row) and its mask."""
+        c = self.ctx
+        k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
+        v_width = max((self.hp.n_head_kv[il] * self.hp.hv(il) for il in self.kv), default=0)
+        v_idxs = c.input("I64", self.n_tokens * (v_width if self.cp.v_trans else 1), name="attn_inp_v_idxs")
+        return AttnInput(k_idxs, v_idxs, self.kq_mask(n_kv), None, None, n_kv)
 
     def attn_inp_kv(self, n_kv: int = 0) -> AttnInput:
         """build_attn_inp_kv (one cache of n_kv cells: the context's unless given)."""
-        c, cp = self.ctx, self.cp
-        n_kv = n_kv or cp.n_kv
-        k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
-        v_trans = cp.v_trans
-        v_width = max((self.hp.n_head_kv[il] * self.hp.hv(il) for il in self.kv), default=0)
-        v_idxs = c.input("I64", self.n_tokens * (v_width if v_trans else 1), name="attn_inp_v_idxs")
-        mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
-                       name="attn_inp_kq_mask")
-        k_rot = c.input("F32", cp.rot_k, cp.rot_k, name="attn_inp_k_rot") if cp.rot_k else None
-        v_rot = c.input("F32", cp.rot_v, cp.rot_v, name="attn_inp_v_rot") if cp.rot_v else None
-        return AttnInput(k_idxs, v_idxs, mask, k_rot, v_rot, n_kv)
+        cp = self.cp
+        inp = self._kv_idxs_mask(n_kv or cp.n_kv)
+        inp.k_rot, inp.v_rot = self.rot_input(cp.rot_k), self.rot_input(cp.rot_v, v=True)
+        return inp
 
     def attn_inp_k(self) -> AttnInput:
         """build_attn_inp_k: a K-only cache (MLA's latent): its indices and mask."""
-        c, cp = self.ctx, self.cp
-        k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
-        mask = c.input("F16" if cp.flash_attn else "F32", cp.n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
-                       name="attn_inp_kq_mask")
-        return AttnInput(k_idxs, k_idxs, mask, None, None, cp.n_kv)
+        k_idxs = self.ctx.input("I64", self.n_tokens, name="attn_inp_k_idxs")
+        return AttnInput(k_idxs, k_idxs, self.kq_mask(self.cp.n_kv), None, None, self.cp.n_kv)
 
     def attn_k(self, inp: AttnInput, il: int, wo: Tensor | None, q: Tensor, k: Tensor, v: Tensor,
-               v_mla: Tensor | None) -> Tensor:
-        """build_attn with a K-only cache: V a view of K's first columns, decompressed by `v_mla`."""
+               v_mla: Tensor | None, mask: Tensor | None = None) -> Tensor:
+        """build_attn with a K-only cache: V a view of K's first columns, decompressed by `v_mla`; through
+        `mask` where given (DSA's sparse one), else the input's."""
         c = self.ctx
         for t in (q, v, k):
             self.expand(t)
@@ -243,7 +284,7 @@ class GraphContext:
         kview = self._get_k(kc, il, inp.n_kv)
         vview = c.view(kview, (v.ne[0], kview.ne[1], kview.ne[2], kview.ne[3]),
                        (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
-        cur = self.attn_mha(q, kview, vview, inp.mask, None, v_mla)
+        cur = self.attn_mha(q, kview, vview, inp.mask if mask is None else mask, None, v_mla)
         if wo is not None:
             cur = self.mm(wo, cur)
         return cur
@@ -251,19 +292,11 @@ class GraphContext:
     def attn_inp_kv_iswa(self) -> tuple[AttnInput, AttnInput]:
         """build_attn_inp_kv_iswa: the full cache's inputs and the sliding window's (their indices
         and masks; then each cache's rotations)."""
-        c, cp = self.ctx, self.cp
-        ins = []
-        for n_kv in (cp.n_kv, cp.n_kv_swa):
-            k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
-            v_width = max((self.hp.n_head_kv[il] * self.hp.hv(il) for il in self.kv), default=0)
-            v_idxs = c.input("I64", self.n_tokens * (v_width if cp.v_trans else 1), name="attn_inp_v_idxs")
-            mask = c.input("F16" if cp.flash_attn else "F32", n_kv, self.n_tokens // cp.n_stream, 1, cp.n_stream,
-                           name="attn_inp_kq_mask")
-            ins.append(AttnInput(k_idxs, v_idxs, mask, None, None, n_kv))
-        for a, (rk, rv) in zip(ins, ((cp.rot_k, cp.rot_v), (cp.rot_k_swa, cp.rot_v_swa)), strict=True):
-            a.k_rot = c.input("F32", rk, rk, name="attn_inp_k_rot") if rk else None
-            a.v_rot = c.input("F32", rv, rv, name="attn_inp_v_rot") if rv else None
-        return ins[0], ins[1]
+        cp = self.cp
+        full, swa = self._kv_idxs_mask(cp.n_kv), self._kv_idxs_mask(cp.n_kv_swa)
+        for a, (rk, rv) in ((full, (cp.rot_k, cp.rot_v)), (swa, (cp.rot_k_swa, cp.rot_v_swa))):
+            a.k_rot, a.v_rot = self.rot_input(rk), self.rot_input(rv, v=True)
+        return full, swa
 
     # -- norms, projections
     def mm(self, w: Tensor, cur: Tensor, w_s: Tensor | None = None) -> Tensor:
@@ -284,11 +317,19 @@ class GraphContext:
             cur = c.add(cur, b)
         return cur
 
-    def qkv(self, il: int, cur: Tensor, n_head: int, n_head_kv: int, head_k: int, head_v: int,
+    def qk_norm(self, il: int, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Q and K normed per head by the layer's attn_q_norm and attn_k_norm."""
+        w = self.w
+        return self.norm(q, w.layer(il, "attn_q_norm"), None, il), self.norm(k, w.layer(il, "attn_k_norm"), None, il)
+
+    def qkv(self, il: int, cur: Tensor, n_head: int = 0, n_head_kv: int = 0, head_k: int = 0, head_v: int = 0,
             clamp: bool = False, reshape: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """build_qkv: a fused QKV projection (views of it) or separate Q, K, V (each + bias, each
-        clamped where the model clamps them), reshaped per head unless `reshape` is False."""
-        c, w = self.ctx, self.w
+        clamped where the model clamps them), reshaped per head unless `reshape` is False. The head
+        counts and widths are the layer's (the model's widths) unless given."""
+        c, w, hp = self.ctx, self.w, self.hp
+        n_head, n_head_kv = n_head or hp.n_head[il], n_head_kv or hp.n_head_kv[il]
+        head_k, head_v = head_k or hp.head_k, head_v or hp.head_v
         T = cur.ne[1]
         wqkv = w.layer(il, "attn_qkv")
         if wqkv is not None:
@@ -320,6 +361,50 @@ class GraphContext:
         q, k, v = (c.reshape(t, width, heads, T) for t, heads, width in out)
         return q, k, v
 
+    # -- MLA (src/models/deepseek2.cpp and the compositions after it)
+    def _need(self, il: int, base: str) -> Tensor:
+        t = self.w.layer(il, base)
+        assert t is not None, f"blk.{il}.{base}"
+        return t
+
+    def mla_q(self, il: int, cur: Tensor) -> Tensor:
+        """MLA's query: the low-rank one (attn_q_a, its norm, attn_q_b) or a plain attn_q (the lite models)."""
+        q_a = self.w.layer(il, "attn_q_a")
+        if q_a is None:
+            return self.mm(self._need(il, "attn_q"), cur)
+        q = self.norm(self.mm(q_a, cur), self.w.layer(il, "attn_q_a_norm"), None, il)
+        return self.mm(self._need(il, "attn_q_b"), q)
+
+    def mla_kv(self, il: int, cur: Tensor, rank: int = 0, rope: int = 0) -> tuple[Tensor, Tensor]:
+        """The compressed KV (`rank` wide, normed by attn_kv_a_norm) and the shared rope key (`rope` wide,
+        one head): views of one projection, attn_kv_a_mqa (the widths the model's MLA ones unless given)."""
+        c = self.ctx
+        rank, rope, T = rank or self.mla.kv_lora_rank, rope or self.mla.rope, cur.ne[1]
+        kv_pe = self.mm(self._need(il, "attn_kv_a_mqa"), cur)
+        row = kv_pe.nb[1]
+        kv = self.norm(c.view(kv_pe, (rank, T), (row,), 0), self.w.layer(il, "attn_kv_a_norm"), None, il)
+        return kv, c.view(kv_pe, (rope, 1, T), (row, row), row_size(kv_pe.type, rank))
+
+    def mla_q_parts(self, q: Tensor, n_head: int, nope: int = 0, rope: int = 0) -> tuple[Tensor, Tensor]:
+        """Q's per-head nope and rope parts: views of the projection, each head nope + rope wide (the
+        model's MLA widths unless given)."""
+        c = self.ctx
+        rope = rope or self.mla.rope
+        nope = nope or self.mla.head_k - rope
+        rq, T = row_size(q.type, nope + rope), q.ne[1]
+        return (c.view(q, (nope, n_head, T), (rq, rq * n_head), 0),
+                c.view(q, (rope, n_head, T), (rq, rq * n_head), row_size(q.type, nope)))
+
+    def mla_absorbed(self, il: int, q_nope: Tensor, q_pe: Tensor, kv_cmpr: Tensor,
+                     k_pe: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The absorbed form's query (Q's nope part through attn_k_b, then its rope part), key (the latent,
+        then the rope key) and the latent per token (V's source in the K-only cache)."""
+        c = self.ctx
+        absorbed = c.permute(c.mul_mat(self._need(il, "attn_k_b"), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
+        q = c.concat(absorbed, q_pe, 0)
+        kv = c.reshape(kv_cmpr, kv_cmpr.ne[0], 1, kv_cmpr.ne[1])
+        return q, c.concat(kv, k_pe, 0), kv
+
     # -- attention through the KV cache
     def _hadamard(self, cur: Tensor, rot: Tensor) -> Tensor:
         c = self.ctx
@@ -335,6 +420,21 @@ class GraphContext:
         """build_attn with a KV cache (llm_graph_input_attn_kv; `iswa`: the sliding-window pair's form,
         which expands K before V)."""
         c = self.ctx
+        q, kview, vview = self.store_kv(inp, il, q, k, v, iswa)
+        cur = self.attn_mha(q, kview, vview, inp.mask, sinks)
+        if inp.v_rot is not None:
+            cur = self._hadamard(cur, inp.v_rot)
+        if wo is not None:
+            cur = self.mm(wo, cur)
+        if wo_b is not None:
+            cur = c.add(cur, wo_b)
+        return cur
+
+    def store_kv(self, inp: AttnInput, il: int, q: Tensor, k: Tensor, v: Tensor,
+                 iswa: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """build_attn's first half: Q, K and V rotated where the cache rotates, expanded (K before V in the
+        sliding-window pair's form), K and V stored into the layer's cache; Q and the cache views the
+        attention reads."""
         if inp.k_rot is not None:
             q = self._hadamard(q, inp.k_rot)
             k = self._hadamard(k, inp.k_rot)
@@ -345,15 +445,7 @@ class GraphContext:
         kc, vc = self.kv[il]
         self.expand(self._cpy_k(kc, k, inp.k_idxs))
         self.expand(self._cpy_v(vc, v, inp.v_idxs))
-        kview, vview = self._get_k(kc, il, inp.n_kv), self._get_v(vc, il, inp.n_kv)
-        cur = self.attn_mha(q, kview, vview, inp.mask, sinks)
-        if inp.v_rot is not None:
-            cur = self._hadamard(cur, inp.v_rot)
-        if wo is not None:
-            cur = self.mm(wo, cur)
-        if wo_b is not None:
-            cur = c.add(cur, wo_b)
-        return cur
+        return q, self._get_k(kc, il, inp.n_kv), self._get_v(vc, il, inp.n_kv)
 
     def _cpy_k(self, kc: Tensor, k: Tensor, idxs: Tensor) -> Tensor:
         c = self.ctx
@@ -387,6 +479,11 @@ class GraphContext:
         return self.ctx.view(kc, (hk, hp.n_head_kv[il], n_kv, kc.ne[2]),
                              (row_size(t, hk), row_size(t, gqa), row_size(t, gqa * size)), 0)
 
+    def get_k_one(self, kc: Tensor, n_kv: int) -> Tensor:
+        """llama_kv_cache::get_k of a K-only cache of one head (MLA's latent, an indexer's keys)."""
+        rs = row_size(kc.type, kc.ne[0])
+        return self.ctx.view(kc, (kc.ne[0], 1, n_kv, kc.ne[2]), (rs, rs, rs * kc.ne[1]), 0)
+
     def _get_v(self, vc: Tensor, il: int, n_kv: int) -> Tensor:
         hp, cp = self.hp, self.cp
         gqa, size = vc.ne[0], vc.ne[1]
@@ -397,6 +494,26 @@ class GraphContext:
                                  (row_size(t, hv), row_size(t, gqa), row_size(t, gqa * size)), 0)
         return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hv, vc.ne[2]),
                              (row_size(t, size * hv), row_size(t, size), row_size(t, size * gqa)), 0)
+
+    def top_k_mask(self, mask: Tensor, top_k: Tensor, zeros: str = "F32") -> Tensor:
+        """build_attn's sparse form (DSA): a copy of `mask` filled with -inf, the cells each token chose
+        (`top_k`) set back to 0 by SET_ROWS of a zero-filled row per choice (`zeros` its type), then the
+        mask itself added."""
+        c = self.ctx
+        every = c.fill(mask)
+        every = c.view(every, (1, every.ne[0], every.ne[1], every.ne[3]), (every.nb[0], every.nb[1], every.nb[2]), 0)
+        ne, nb = top_k.ne, top_k.nb
+        idx = c.view(top_k, (ne[0], ne[1], ne[3], 1), (nb[1], nb[2], ne[3] * nb[3]), 0)
+        chosen = c.set_rows(every, c.fill(c.new(zeros, 1, idx.ne[0], idx.ne[1], idx.ne[2])), idx)
+        chosen = c.view(chosen, (chosen.ne[1], chosen.ne[2], 1, chosen.ne[3]),
+                        (chosen.nb[2], chosen.nb[3], chosen.nb[3]), 0)
+        return c.add(chosen, mask)
+
+    def gate_heads(self, cur: Tensor, gate: Tensor, n_head: int) -> Tensor:
+        """The attention's output scaled per head by one gate value each (`gate`: heads by tokens)."""
+        c = self.ctx
+        hv, T = cur.ne[0] // n_head, cur.ne[1]
+        return c.reshape(c.mul(c.reshape(cur, hv, n_head, T), c.reshape(gate, 1, n_head, T)), hv * n_head, T)
 
     def attn_mha(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, sinks: Tensor | None,
                  v_mla: Tensor | None = None) -> Tensor:
@@ -466,9 +583,36 @@ class GraphContext:
             cur = c.add(cur, down_b)
         return cur
 
+    def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False) -> Tensor:
+        """build_ffn with the layer's own up, gate and down projections and their biases (`part`
+        "_shexp": its shared expert's)."""
+        w = self.w
+        return self.ffn(cur, w.layer(il, f"ffn_up{part}"), w.layer(il, f"ffn_gate{part}"),
+                        w.layer(il, f"ffn_down{part}"), il, act=act, up_b=w.layer(il, f"ffn_up{part}", "bias"),
+                        gate_b=w.layer(il, f"ffn_gate{part}", "bias"), down_b=w.layer(il, f"ffn_down{part}", "bias"),
+                        clamp=clamp)
+
+    def dense(self, il: int) -> bool:
+        """The layer has no router: its FFN is dense (the leading dense layers)."""
+        return self.w.layer(il, "ffn_gate_inp") is None
+
+    def ffn_input(self, il: int, cur: Tensor, res: Tensor, rows: bool = True) -> tuple[Tensor, Tensor]:
+        """The attention's residual added (the last layer's output rows taken first unless `rows` is False)
+        and the FFN norm: the FFN's residual (ffn_inp) and its normed input."""
+        if rows:
+            cur, res = self.out_rows(il, cur, res)
+        ffn_inp = self.ctx.add(cur, res)
+        return ffn_inp, self.norm(ffn_inp, self.w.layer(il, "ffn_norm"), None, il)
+
+    def add_shexp(self, moe: Tensor, cur: Tensor, il: int, act: str = "silu", clamp: bool = False) -> Tensor:
+        """The routed experts' output plus the shared expert's on the same input, where the layer has one."""
+        if self.w.layer(il, "ffn_up_shexp") is None:
+            return moe
+        return self.ctx.add(moe, self.layer_ffn(cur, il, act, "_shexp", clamp))
+
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
-                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] = (0, 0),
+                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] | None = None,
                 logits: Tensor | None = None, clamp: bool = False, situ_linear: bool = True,
                 selected: Tensor | None = None) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
@@ -478,8 +622,9 @@ class GraphContext:
         `clamp`: the SwiGLU limited (swiglu_clamp_exp above 0). act "situ": `situ` on the gate and up;
         "silu_clamp": SWIGLU_CLAMP (DeepSeek-V4's swiglu_clamp_exp). gating "sqrt_softplus":
         sqrt(softplus(logits)). `selected`: the experts chosen by the caller (DeepSeek-V4's hash-routed
-        layers), no top-k."""
+        layers), no top-k. `groups`: the expert groups (the context's, `GraphContext.groups`, unless given)."""
         c, w, hp = self.ctx, self.w, self.hp
+        groups = self.groups if groups is None else groups
         n_embd, T = cur.ne[0], cur.ne[1]
         used = n_expert_used or hp.n_expert_used
         if logits is None:
@@ -605,6 +750,35 @@ class GraphContext:
         return c.mul(act, up)
 
     # -- output
+    def output(self, cur: Tensor, rows: str = "", rms: bool = True, norm: str = "output_norm",
+               head_scale: bool = False, scale: bool = False, softcap: bool = False) -> None:
+        """The head every src/models/*.cpp ends with: the output rows taken before the final norm (`rows`
+        "before": the last layer's every row a graph output, t_h_nextn) or after it ("after": the final
+        norm's every row an output, the MTP head's input), the final norm (`norm`, with its bias where the
+        model has one), the logits (`head_scale`: with output.scale, build_lora_mm's), plus output.bias
+        where the model has it, scaled (`scale`), soft-capped (`softcap`: a scale, a tanh and a scale)."""
+        c, w = self.ctx, self.w
+        if rows == "before":
+            assert self.t_out_ids is not None
+            cur.flags |= OUTPUT
+            cur = c.get_rows(cur, self.t_out_ids)
+        cur = self.norm(cur, w.get(f"{norm}.weight"), w.get(f"{norm}.bias"), -1, rms)
+        if rows == "after":
+            assert self.t_out_ids is not None
+            cur.flags |= OUTPUT
+            cur = c.get_rows(cur, self.t_out_ids)
+        out = w.get("output.weight")
+        assert out is not None
+        logits = self.mm(out, cur, w.get("output.scale") if head_scale else None)
+        out_b = w.get("output.bias")
+        if out_b is not None:
+            logits = c.add(logits, out_b)
+        if scale:
+            logits = c.scale(logits)
+        if softcap:
+            logits = c.scale(c.unary(c.scale(logits), "tanh"))
+        self.finish(cur, logits)
+
     def finish(self, norm: Tensor, logits: Tensor) -> None:
         """The graph's outputs (the final norm and the logits: never freed) and its last expansion."""
         norm.name = "result_norm"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
-from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights
+from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
 from moeconf.memory.settings import MemorySettings
@@ -30,7 +30,7 @@ class Setup:
     cells: int
     swa_cells: int = 0  # the sliding-window cache's cells per stream (0: none)
     n_stream: int = 1
-    n_seq: int = 1
+    n_seq: int = 1  # n_seq_max: the sequences the context serves (the reserve's ubatch holds as many)
     flash_attn: bool = True
     offload_kqv: bool = True
     cache_k: str = "f16"
@@ -40,7 +40,6 @@ class Setup:
     # the norms pinned to their layer's device under full offload, as an allocating reserve keeps them;
     # False: as llama-fit-params and llama.cpp's --fit size the buffers (their reset drops the pins)
     norm_pins: bool = False
-    n_seqs: int = 1  # n_seq_max: the recurrent states kept and the sequences the reserve's ubatch holds
     fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
     v_flat: bool = False  # the V cache created for flash attention, which `-fa auto` then turned off
     n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept; 1 without recurrent layers)
@@ -82,7 +81,7 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
     kv_devices = {t.buffer for kc, vc in g.kv.values() for t in (kc, vc)}
     if len(set(g.layer_backend.values())) < 2 and len(kv_devices) < 2:
         return False
-    probe = replace(setup, n_tokens=setup.n_seqs, n_outputs=setup.n_seqs, fa_auto=False)
+    probe = replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq, fa_auto=False)
     comp = COMPOSITIONS.get(placement.inventory.arch)
     if comp is not None and comp.memory is not None and comp.memory.refuses is not None \
             and comp.memory.refuses(probe.n_tokens, probe.n_stream):
@@ -143,7 +142,6 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
     for t in inv.tensors:
         if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
             home[t.layer] = placement.defaults[t.name] or HOST
-    v_max = max((la.n_head_kv * la.head_v for la in layers if not la.recurrent), default=0)
     for la in layers:
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
@@ -153,8 +151,7 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
                             ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_rs), kdev))
             continue
         cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
-        # V stored transposed (no flash attention): every layer's rows as wide as the widest (llama-kv-cache.cpp)
-        v_row = la.n_head_kv * la.head_v if setup.flash_attn or setup.v_flat or not la.n_head_kv else v_max
+        v_row = geo.v_row(la, transposed=not (setup.flash_attn or setup.v_flat))
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
     # the DSA lightning indexer's K cache (llama-kv-cache-dsa.cpp): one head of the indexer's width per
@@ -165,9 +162,6 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
     for il in indexer_row_layers(inv, sorted(kv)):
         kdev = home.get(il, HOST) if setup.offload_kqv else HOST
         lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.cells, setup.n_stream), kdev)
-    lid_rot = 64
-    while lid and lid_width % (2 * lid_rot) == 0:
-        lid_rot *= 2
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -195,7 +189,7 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
-                 full_offload=full, n_seqs=max(1, setup.n_seqs), n_rs=setup.n_rs, v_flat=setup.v_flat)
+                 full_offload=full, n_rs=setup.n_rs, v_flat=setup.v_flat)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -206,7 +200,7 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
               absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
                      swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec,
-                     lid=lid, lid_rot=lid_rot if lid else 0,
+                     lid=lid, lid_rot=rotation_width(lid_width) if lid else 0,
                      lid_top_k=_int(inv.metadata.hparam("attention.indexer.top_k")))
     ARCHS[inv.arch](g, f)
     return g, backends
@@ -279,7 +273,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     # the recurrent layers read the state rows of every sequence kept (llama_memory_recurrent's size)
     n_rs = n_seq if any(la.recurrent for la in geo.layers) else 1
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seq=n_seq,
-                 n_seqs=n_seq, n_rs=n_rs,
+                 n_rs=n_rs,
                  flash_attn=settings.flash_attn != "off" and traits(inv.arch).flash_attn,  # Grok's
                  fa_auto=settings.flash_attn == "auto",
                  offload_kqv=settings.offload_kqv,

@@ -1,21 +1,24 @@
 """The gated delta-net hybrids' layers (Qwen3-Next, Qwen3.5-MoE): llm_build_delta_net_base and the
-gated full-attention layer, shared by their two compositions."""
+gated full-attention layer, shared by their two compositions; and what every gated delta-net layer
+shares, Kimi's KDA layers too (Kimi-Linear, Ling 3.0, Kimi-K3): the fused op with its new state
+copied back (`delta_net`), KDA's short convolution of Q, K or V over its slice of the conv state
+(`short_conv`)."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
-from moeconf.memory.graph.ggml import OUTPUT, Tensor
+from moeconf.memory.graph.ggml import Tensor
 
 
 def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    c, w = g.ctx, g.w
+    inp = g.inp_embd()
     attn_in = g.attn_inp_kv()
     rs_in = g.rs_inp()
     pos = g.inp_pos(4 if qwen35 else 1)
-    out_ids = g.inp_out_ids()
-    for il in range(hp.n_layer):
+    g.inp_out_ids()
+    for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
@@ -28,15 +31,49 @@ def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
         cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
         moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
         if w.layer(il, "ffn_up_shexp") is not None:
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                       il)
+            sh = g.layer_ffn(cur, il, part="_shexp")
             gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
             moe = c.add(moe, c.mul(sh, gate))
         inp = c.add(moe, ffn_res)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    cur.flags |= OUTPUT  # t_h_nextn
-    cur = c.get_rows(cur, out_ids)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(inp, rows="after")  # t_h_nextn
+
+
+def short_conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, part: int, x: Tensor, proj: Tensor | None,
+               kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
+    """KDA's causal_conv1d: Q, K or V (`part` 0, 1, 2) projected by `proj` (x itself where None), its slice of
+    the conv state's rows prepended, the last d_conv - 1 columns copied back as the new state (one
+    snapshot: no rollback), SSM_CONV, SiLU; per head."""
+    c = g.ctx
+    d_conv, d_inner = kernel.ne[0], head_dim * n_head
+    T = x.ne[1] // n_seqs  # n_seq_tokens
+    size, n_embd_r = (d_conv - 1) * d_inner, conv_all.ne[0]
+
+    def own(t: Tensor) -> Tensor:
+        return c.view(t, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * n_embd_r), 4 * part * size)
+
+    x3 = c.reshape(g.mm(proj, x) if proj is not None else x, d_inner, T, n_seqs)
+    conv_x = c.concat(own(conv_state), c.transpose(x3), 0)
+    last = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), T * conv_x.nb[0])
+    g.expand(c.cpy(last, own(conv_all)))
+    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
+    out = c.unary(c.reshape(out, d_inner, T * n_seqs), "silu")
+    return c.reshape(out, head_dim, n_head, T, n_seqs)
+
+
+def delta_net(g: GraphContext, q: Tensor, k: Tensor, v: Tensor, gate: Tensor, beta: Tensor, state: Tensor,
+              ssm_all: Tensor, flat: bool = False) -> Tensor:
+    """The fused GATED_DELTA_NET op: its output (a view, per head, token and sequence) and its new
+    state, copied back into the layer's state rows (`flat`: through a view of them as one run)."""
+    c = g.ctx
+    s_v, h_v, T, n_seqs = v.ne
+    out = c.gated_delta_net(q, k, v, gate, beta, state)
+    output = c.view(out, (s_v, h_v, T, n_seqs), (4 * s_v, 4 * s_v * h_v, 4 * s_v * h_v * T), 0)
+    new_state = c.view(out, (s_v, s_v, h_v, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * h_v),
+                       4 * s_v * h_v * T * n_seqs)
+    rows = c.view(ssm_all, (ssm_all.ne[0] * n_seqs,), (), 0) if flat else \
+        c.view(ssm_all, (ssm_all.ne[0], n_seqs), (ssm_all.nb[1],), 0)
+    g.expand(c.cpy(new_state, rows))
+    return output
 
 
 def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int,
@@ -53,8 +90,7 @@ def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Ten
         gate = c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), hd * 4)
     k = c.reshape(k, hd, n_kv, T)
     v = c.reshape(v, hd, n_kv, T)
-    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-    k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+    q, k = g.qk_norm(il, q, k)
     q, k = c.rope(q, pos), c.rope(k, pos)
     cur = g.attn(attn_in, il, None, None, q, k, v)
     gate = c.unary(c.cont(gate, hd * n_head, T), "sigmoid")
@@ -117,12 +153,7 @@ def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repe
         rep = nv // nk
         q = c.reshape(c.repeat(c.reshape(q, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
         k = c.reshape(c.repeat(c.reshape(k, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
-    out = c.gated_delta_net(q, k, v, gate, beta, state)
-    s_v, h_v = hv, nv
-    output = c.view(out, (s_v, h_v, T, n_seqs), (4 * s_v, 4 * s_v * h_v, 4 * s_v * h_v * T), 0)
-    new_state = c.view(out, (s_v, s_v, h_v, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * h_v),
-                       4 * s_v * h_v * T * n_seqs)
-    g.expand(c.cpy(new_state, c.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)))
+    output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
     z2 = c.reshape(z, hv, nv, T, n_seqs)
     normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
     cur = c.mul(normed, c.unary(z2, "silu"))

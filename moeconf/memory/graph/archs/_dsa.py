@@ -12,120 +12,68 @@ layer that ran its indexer."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import GATING, Decoder, Facts, moe_shared, need
+from moeconf.memory.graph.archs.common import Facts, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
-from moeconf.memory.graph.ggml import Tensor, row_size
+from moeconf.memory.graph.ggml import Tensor
 
 
 def _inp_dsa(g: GraphContext) -> tuple[AttnInput, AttnInput]:
     """build_attn_inp_k_dsa: the latent cache's indices and mask, then the indexer cache's indices, its
     f16 mask (the fused indexer's) and its rotation."""
-    c, cp = g.ctx, g.cp
     mla = g.attn_inp_k()
-    k_idxs = c.input("I64", g.n_tokens, name="attn_inp_k_idxs")
-    mask = c.input("F16", cp.n_kv, g.n_tokens // cp.n_stream, 1, cp.n_stream, name="attn_inp_kq_mask")
-    rot = c.input("F32", g.lid_rot, g.lid_rot, name="attn_inp_k_rot")
-    return mla, AttnInput(k_idxs, k_idxs, mask, rot, None, cp.n_kv)
+    k_idxs = g.ctx.input("I64", g.n_tokens, name="attn_inp_k_idxs")
+    mask = g.kq_mask(g.cp.n_kv, f16=True)
+    return mla, AttnInput(k_idxs, k_idxs, mask, g.rot_input(g.lid_rot), None, g.cp.n_kv)
 
 
-def _indexer(g: GraphContext, il: int, inp: AttnInput, cur: Tensor, qr: Tensor, pos: Tensor, top_k: int) -> Tensor:
-    """The lightning indexer's top-k cells per query token."""
+def indexer_top_k(g: GraphContext, il: int, cur: Tensor, qr: Tensor, pos: Tensor, rot: Tensor, idxs: Tensor,
+                  mask: Tensor, kc: Tensor, top_k: int | None) -> Tensor:
+    """The lightning indexer's top-k cells per query token: its keys stored in its one-head cache `kc` at
+    `idxs`, its queries scored against every cached key through `mask`, the `top_k` best (None: all)."""
     c, w = g.ctx, g.w
-    rot = need(inp.k_rot)
-    proj = need(w.layer(il, "indexer.proj"))
-    n_ih, T = proj.ne[1], cur.ne[1]
-    kc = g.lid[il]
-    width = kc.ne[0]
-    iq = c.mul_mat(need(w.layer(il, "indexer.attn_q_b")), qr)
-    iq = c.rope(c.reshape(iq, width, n_ih, T), pos)
-    ik = c.mul_mat(need(w.layer(il, "indexer.attn_k")), cur)
+    q_b = need(w.layer(il, "indexer.attn_q_b"))
+    width, T = kc.ne[0], cur.ne[1]
+    iq = c.rope(c.reshape(g.mm(q_b, qr), width, q_b.ne[1] // width, T), pos)
+    ik = g.mm(need(w.layer(il, "indexer.attn_k")), cur)
     ik = g.norm(ik, w.layer(il, "indexer.k_norm"), w.layer(il, "indexer.k_norm", "bias"), il, rms=False)
     ik = c.rope(c.reshape(ik, width, 1, T), pos)
     iq = c.mul_mat(rot, iq)
     ik = c.mul_mat(rot, ik)
-    g.expand(g._cpy_k(kc, ik, inp.k_idxs))
-    iw = c.mul_mat(proj, cur)
-    rs = row_size(kc.type, width)
-    keys = c.view(kc, (width, 1, inp.n_kv, kc.ne[2]), (rs, rs, rs * kc.ne[1]), 0)
+    g.expand(g._cpy_k(kc, ik, idxs))
+    iw = g.mm(need(w.layer(il, "indexer.proj")), cur)
+    keys = g.get_k_one(kc, g.cp.n_kv)
     ns = keys.ne[3]
     iq = c.view(iq, (iq.ne[0], iq.ne[1], iq.ne[2] // ns, ns), (iq.nb[1], iq.nb[2], iq.nb[3] // ns), 0)
     iw = c.view(iw, (iw.ne[0], iw.ne[1] // ns, iw.ne[2], ns), (iw.nb[1], iw.nb[2] // ns, iw.nb[3] // ns), 0)
-    score = c.lightning_indexer(iq, keys, c.scale(iw), inp.mask)
-    return c.cont(c.top_k(score, min(score.ne[0], top_k)))
-
-
-def _attn_dsa(g: GraphContext, inp: AttnInput, il: int, wo: Tensor | None, q: Tensor, k: Tensor, v: Tensor,
-              v_mla: Tensor | None, top_k: Tensor) -> Tensor:
-    """build_attn with the DSA input: the latent cache's mask opened only at the top-k cells."""
-    c = g.ctx
-    for t in (q, v, k):
-        g.expand(t)
-    kc, _ = g.kv[il]
-    g.expand(g._cpy_k(kc, k, inp.k_idxs))
-    m = inp.mask
-    every = c.fill(m)
-    every = c.view(every, (1, every.ne[0], every.ne[1], every.ne[3]), (every.nb[0], every.nb[1], every.nb[2]), 0)
-    t = top_k
-    tk = c.view(t, (t.ne[0], t.ne[1], t.ne[3], 1), (t.nb[1], t.nb[2], t.ne[3] * t.nb[3]), 0)
-    zeros = c.fill(c.new("F32", 1, tk.ne[0], tk.ne[1], tk.ne[2]))
-    sparse = c.set_rows(every, zeros, tk)
-    s = sparse
-    sparse = c.view(s, (s.ne[1], s.ne[2], 1, s.ne[3]), (s.nb[2], s.nb[3], s.nb[3]), 0)
-    sparse = c.add(sparse, m)
-    kview = g._get_k(kc, il, inp.n_kv)
-    vview = c.view(kview, (v.ne[0], kview.ne[1], kview.ne[2], kview.ne[3]), (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
-    cur = g.attn_mha(q, kview, vview, sparse, None, v_mla)
-    if wo is not None:
-        cur = g.mm(wo, cur)
-    return cur
+    score = c.lightning_indexer(iq, keys, c.scale(iw), mask)
+    return c.cont(c.top_k(score, score.ne[0] if top_k is None else min(score.ne[0], top_k)))
 
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    d = g.mla
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     pos = g.inp_pos()
     mla_in, lid_in = _inp_dsa(g)
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
+    g.inp_out_ids()
     g.groups = facts.groups
-    nope = d.head_k - d.rope
     prev: Tensor | None = None
     for il in range(hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        T, n_head = cur.ne[1], hp.n_head[il]
         qr = c.mul_mat(need(w.layer(il, "attn_q_a")), cur)
         qr = g.norm(qr, w.layer(il, "attn_q_a_norm"), None, il)
-        top_k = _indexer(g, il, lid_in, cur, qr, pos, g.lid_top_k) if il in g.lid else prev
+        top_k = indexer_top_k(g, il, cur, qr, pos, need(lid_in.k_rot), lid_in.k_idxs, lid_in.mask, g.lid[il],
+                              g.lid_top_k) if il in g.lid else prev
         assert top_k is not None, "a shared indexer layer follows a full one (the engine asserts it)"
         prev = top_k
-        q = c.mul_mat(need(w.layer(il, "attn_q_b")), qr)
-        rq = row_size(q.type, d.head_k)
-        q_nope = c.view(q, (nope, n_head, T), (rq, rq * n_head), 0)
-        q_pe = c.view(q, (d.rope, n_head, T), (rq, rq * n_head), row_size(q.type, nope))
-        kv_pe = c.mul_mat(need(w.layer(il, "attn_kv_a_mqa")), cur)
-        row = kv_pe.nb[1]
-        kv_cmpr = c.view(kv_pe, (d.kv_lora_rank, T), (row,), 0)
-        k_pe = c.view(kv_pe, (d.rope, 1, T), (row, row), row_size(kv_pe.type, d.kv_lora_rank))
+        q_nope, q_pe = g.mla_q_parts(c.mul_mat(need(w.layer(il, "attn_q_b")), qr), hp.n_head[il])
+        kv_cmpr, k_pe = g.mla_kv(il, cur)
         q_pe = c.rope(q_pe, pos)
         k_pe = c.rope(k_pe, pos)
-        kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
-        absorbed = c.permute(c.mul_mat(need(w.layer(il, "attn_k_b")), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
-        q_cur = c.concat(absorbed, q_pe, 0)
-        kv_cmpr = c.reshape(kv_cmpr, d.kv_lora_rank, 1, T)
-        k_cur = c.concat(kv_cmpr, k_pe, 0)
-        cur = _attn_dsa(g, mla_in, il, w.layer(il, "attn_output"), q_cur, k_cur, kv_cmpr, w.layer(il, "attn_v_b"),
-                        top_k)
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
-        else:
-            cur = moe_shared(g, Decoder(), il, cur, gating, bool(facts.norm_w), "expert_weights_scale" in facts.floats)
+        q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, q_pe, kv_cmpr, k_pe)
+        cur = g.attn_k(mla_in, il, w.layer(il, "attn_output"), q_cur, k_cur, kv_cmpr, w.layer(il, "attn_v_b"),
+                       g.top_k_mask(mla_in.mask, top_k))
+        ffn_inp, cur = g.ffn_input(il, cur, res)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, c.mul_mat(need(w.get("output.weight")), cur))
+    g.output(inp)

@@ -6,9 +6,7 @@ the FFN; dense leading layers, then a sigmoid-routed MoE with a selection bias a
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, Swa, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "afmoe"
@@ -21,42 +19,24 @@ NO_ROPE_STEP = 4  # hparams.n_no_rope_layer_step's default (llama-hparams.h)
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    g.hp = hp = replace(g.hp, embedding_scale=1.0)  # scaled by sqrt(n_embd) whatever the GGUF says
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd(scale=True)  # scaled by sqrt(n_embd) whatever the GGUF says
     pos = g.inp_pos()
     full, swa = g.attn_inp_kv_iswa()
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "sigmoid")
-    norm_w = bool(facts.norm_w)
-    w_scale = 2.0 if "expert_weights_scale" in facts.floats else 0.0
-    for il in range(hp.n_layer):
+    g.inp_out_ids()
+    for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
+        q, k, v = g.qkv(il, cur)
         gate = g.mm(need(w.layer(il, "attn_gate")), cur)
-        q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-        k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+        q, k = g.qk_norm(il, q, k)
         if (il + 1) % NO_ROPE_STEP != 0:
             q, k = c.rope(q, pos), c.rope(k, pos)
-        cur = g.attn(swa if g.swa_layers.get(il) else full, il, None, None, q, k, v, iswa=True)
+        cur = g.attn(g.attn_inp(il, full, swa), il, None, None, q, k, v, iswa=True)
         cur = c.mul(cur, c.unary(gate, "sigmoid"))
         cur = g.mm(need(w.layer(il, "attn_output")), cur)
         cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
-        else:
-            moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=w_scale,
-                            probs_bias=w.layer(il, "exp_probs_b", "bias"))
-            if w.layer(il, "ffn_up_shexp") is not None:
-                moe = c.add(moe, g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"),
-                                       w.layer(il, "ffn_down_shexp"), il))
-            cur = moe
+        ffn_inp, cur = g.ffn_input(il, cur, res)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il, "sigmoid"), cur, il)
         cur = g.norm(cur, w.layer(il, "post_ffw_norm"), None, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(inp)

@@ -14,9 +14,10 @@ output rows taken after it; the MTP block itself is a separate graph the trunk n
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, Traits, need
+from moeconf.memory.graph.archs._deltanet import delta_net, short_conv
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
-from moeconf.memory.graph.ggml import OUTPUT, Tensor
+from moeconf.memory.graph.ggml import Tensor
 
 ARCH = "bailingmoe3"
 # its hybrid memory keeps a KV cache for the nextn blocks too
@@ -31,54 +32,20 @@ MEMORY = Memory(CHECKED + " (Ling-3.0-Flash)", keys=frozenset({
 
 
 def build(g: GraphContext, facts: Facts) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    c, w = g.ctx, g.w
+    inp = g.inp_embd()
     rs_in = g.rs_inp()
     attn_in = g.attn_inp_k()
     pos = g.inp_pos()
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
-    norm_w = bool(facts.norm_w)
-    w_scale = 2.0 if "expert_weights_scale" in facts.floats else 0.0
-    for il in range(hp.n_layer):
+    g.inp_out_ids()
+    for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         cur = _kda_layer(g, rs_in, cur, il) if il in g.rs else _mla_layer(g, attn_in, cur, pos, il)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
-        else:
-            moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=w_scale,
-                            probs_bias=w.layer(il, "exp_probs_b", "bias"))
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                       il)
-            cur = c.add(moe, sh)
+        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    cur.flags |= OUTPUT  # t_h_nextn
-    cur = c.get_rows(cur, out_ids)
-    g.finish(cur, c.mul_mat(need(w.get("output.weight")), cur))
-
-
-def _causal_conv(g: GraphContext, conv_all: Tensor, conv_rows: Tensor, part: int, cur: Tensor, proj: Tensor,
-                 kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
-    """One of Q, K, V through its third of the conv state: the concat, the new state copied back
-    (one snapshot: no rollback), SSM_CONV and SiLU."""
-    c = g.ctx
-    d_conv, d_inner, T = kernel.ne[0], head_dim * n_head, cur.ne[1]
-    slice_size = (d_conv - 1) * d_inner
-    total = 3 * slice_size
-    state = c.view(conv_rows, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * total), 4 * part * slice_size)
-    x = c.reshape(c.mul_mat(proj, cur), d_inner, T // n_seqs, n_seqs)
-    conv_x = c.concat(state, c.transpose(x), 0)
-    snap = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]),
-                  (conv_x.ne[0] - (d_conv - 1)) * conv_x.nb[0])
-    dst = c.view(conv_all, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * total), 4 * part * slice_size)
-    g.expand(c.cpy(snap, dst))
-    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
-    out = c.unary(c.reshape(out, d_inner, T), "silu")
-    return c.reshape(out, head_dim, n_head, T // n_seqs, n_seqs)
+    g.output(inp, rows="after")  # t_h_nextn
 
 
 def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
@@ -89,7 +56,7 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     d_inner = head_dim * n_head
     conv_all, ssm_all = g.rs[il]
     conv_rows = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    q, k, v = (_causal_conv(g, conv_all, conv_rows, i, cur, need(w.layer(il, f"attn_{x}")),
+    q, k, v = (short_conv(g, conv_all, conv_rows, i, cur, need(w.layer(il, f"attn_{x}")),
                             need(w.layer(il, f"ssm_conv1d_{x}")), head_dim, n_head, n_seqs)
                for i, x in enumerate("qkv"))
     gate = c.add(c.mul_mat(need(w.layer(il, "ssm_f_a")), cur), need(w.layer(il, "ssm_dt", "bias")))
@@ -102,13 +69,7 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
     n_embd_s = ssm_all.ne[0]
     state = c.reshape(g.rs_states(rs_in, ssm_all, n_embd_s), head_dim, head_dim, n_head, n_seqs)
-    res = c.gated_delta_net(q, k, v, gate, beta, state)
-    s_v, h_v, nt = head_dim, n_head, T // n_seqs
-    output = c.view(res, (s_v, h_v, nt, n_seqs), (4 * s_v, 4 * s_v * h_v, 4 * s_v * h_v * nt), 0)
-    new_state = c.view(res, (s_v, s_v, h_v, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * h_v),
-                       4 * s_v * h_v * nt * n_seqs)
-    g.expand(c.cpy(new_state, c.view(ssm_all, (n_embd_s, n_seqs), (ssm_all.nb[1],), 0)))
-    out = c.cont(output)
+    out = c.cont(delta_net(g, q, k, v, gate, beta, state, ssm_all))
     out_gate = c.reshape(c.mul_mat(need(w.layer(il, "ssm_g_a")), cur), head_dim, n_head, T)
     out = g.norm(c.reshape(out, head_dim, n_head, T), o_norm, None, il)
     out = c.mul(out, c.unary(out_gate, "sigmoid"))
@@ -118,26 +79,10 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
 def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int) -> Tensor:
     c, w, hp, d = g.ctx, g.w, g.hp, g.mla
     n_head, T = hp.n_head[il], cur.ne[1]
-    nope = d.head_k - d.rope
-    if w.layer(il, "attn_q_a") is not None:
-        q = c.mul_mat(need(w.layer(il, "attn_q_a")), cur)
-        q = g.norm(q, w.layer(il, "attn_q_a_norm"), None, il)
-        q = c.mul_mat(need(w.layer(il, "attn_q_b")), q)
-    else:
-        q = c.mul_mat(need(w.layer(il, "attn_q")), cur)
-    row = 4 * d.head_k
-    q_nope = c.view(q, (nope, n_head, T), (row, row * n_head), 0)
-    q_pe = c.view(q, (d.rope, n_head, T), (row, row * n_head), 4 * nope)
-    kv_all = c.mul_mat(need(w.layer(il, "attn_kv_a_mqa")), cur)
-    kv_row = kv_all.nb[1]
-    kv = c.view(kv_all, (d.kv_lora_rank, T), (kv_row,), 0)
-    k_pe = c.view(kv_all, (d.rope, 1, T), (kv_row, kv_row), 4 * d.kv_lora_rank)
+    q_nope, q_pe = g.mla_q_parts(g.mla_q(il, cur), n_head)
+    kv, k_pe = g.mla_kv(il, cur)
     q_pe, k_pe = c.rope(q_pe, pos), c.rope(k_pe, pos)
-    kv = g.norm(kv, w.layer(il, "attn_kv_a_norm"), None, il)
-    q_nope = c.permute(c.mul_mat(need(w.layer(il, "attn_k_b")), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
-    q = c.concat(q_nope, q_pe, 0)
-    kv = c.reshape(kv, d.kv_lora_rank, 1, T)
-    k = c.concat(kv, k_pe, 0)
+    q, k, kv = g.mla_absorbed(il, q_nope, q_pe, kv, k_pe)
     out = g.attn_k(attn_in, il, None, q, k, kv, w.layer(il, "attn_v_b"))
     gate = c.unary(c.reshape(c.mul_mat(need(w.layer(il, "attn_gate")), cur), 1, n_head, T), "sigmoid")
     out = c.mul(c.reshape(out, d.head_v, n_head, T), gate)

@@ -9,9 +9,8 @@ exactly 1, also scaled by the engine, is not told apart from 0 here: an in-place
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, Swa, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, routed
 from moeconf.memory.graph.blocks import GraphContext
-from moeconf.memory.graph.ggml import OUTPUT
 
 ARCH = "cohere2moe"
 TRAITS = Traits(swa=Swa(pattern=4, dense_first=True))
@@ -20,38 +19,27 @@ MEMORY = Memory(CHECKED + " (a Cohere2-MoE 30B-A3B layout)", keys=frozenset({
 
 
 def build(g: GraphContext, facts: Facts) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
+    c, w = g.ctx, g.w
     rms = "attention.layer_norm_rms_epsilon" in facts.floats
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     pos = g.inp_pos()
     full, swa = g.attn_inp_kv_iswa()
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "sigmoid")
-    norm_w = bool(facts.norm_w)
-    w_scale = 2.0 if "expert_weights_scale" in facts.floats else 0.0
-    for il in range(hp.n_layer):
+    g.inp_out_ids()
+    for il in range(g.hp.n_layer):
         windowed = g.swa_layers.get(il, False)
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il, rms)
         ffn_in = cur
-        q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
-        if windowed or w.layer(il, "ffn_gate_inp") is None:  # the dense leading layers take RoPE too
+        q, k, v = g.qkv(il, cur)
+        if windowed or g.dense(il):  # the dense leading layers take RoPE too
             freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
         attn_out = g.attn(swa if windowed else full, il, w.layer(il, "attn_output"),
                           w.layer(il, "attn_output", "bias"), q, k, v, iswa=True)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(ffn_in, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
+        if g.dense(il):
+            cur = g.layer_ffn(ffn_in, il)
         else:
-            cur = g.moe_ffn(ffn_in, il, gating=gating, norm_w=norm_w, w_scale=w_scale)
+            cur = routed(g, facts, ffn_in, il, "sigmoid")
             if w.layer(il, "ffn_up_shexp") is not None:
-                sh = g.ffn(ffn_in, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"),
-                           w.layer(il, "ffn_down_shexp"), il)
-                cur = c.scale(c.add(cur, sh))
+                cur = c.scale(g.add_shexp(cur, ffn_in, il))
         inp = c.add(c.add(cur, inp), attn_out)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1, rms)
-    cur.flags |= OUTPUT  # t_h_nextn
-    cur = c.get_rows(cur, out_ids)
-    logits = g.mm(need(w.get("output.weight")), cur)
-    if "logit_scale" in facts.floats:
-        logits = c.scale(logits)
-    g.finish(cur, logits)
+    g.output(inp, rows="after", rms=rms, scale="logit_scale" in facts.floats)  # t_h_nextn

@@ -1,8 +1,9 @@
 """What the architectures' compositions share: the facts a composition reads from the GGUF beyond
-the tensors, the classic decoder layer as a row (`Decoder`), build_moe_ffn with a shared expert,
-`Memory`: what a composition module declares about the memory `estimate` takes from it, and
-`Traits`: what the rest of moeconf's memory model reads about an architecture that neither the
-GGUF's keys nor its tensors say (the engine's loader decides it by the architecture's name)."""
+the tensors, the classic decoder layer as a row (`Decoder`), build_moe_ffn as the GGUF's keys set it
+(`routed`) and with a gated shared expert (`moe_shared`), `Memory`: what a composition module
+declares about the memory `estimate` takes from it, and `Traits`: what the rest of moeconf's memory
+model reads about an architecture that neither the GGUF's keys nor its tensors say (the engine's
+loader decides it by the architecture's name)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from moeconf.memory.graph.blocks import GraphContext
-from moeconf.memory.graph.ggml import OUTPUT, Tensor
+from moeconf.memory.graph.ggml import Tensor
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,16 @@ class Facts:
             if k == key:
                 return v if isinstance(v, tuple) else (v,)
         return ()
+
+    def gating_or(self, default: str) -> str:
+        """The router's function: expert_gating_func where the GGUF has it, else the architecture's."""
+        return GATING.get(self.gating or 0, default)
+
+    @property
+    def w_scale(self) -> float:
+        """build_moe_ffn's scale of the chosen weights: any value but 0 or 1 where expert_weights_scale is
+        present (its value runs no differently), else none."""
+        return 2.0 if "expert_weights_scale" in self.floats else 0.0
 
     def nonzero(self, key: str) -> bool:
         """Whether the float `{arch}.key` is present and not 0 (a manifest's float keys count as not 0)."""
@@ -180,11 +191,11 @@ def decoder(spec: Decoder) -> Build:
     def build(g: GraphContext, facts: Facts) -> None:
         c, w, hp = g.ctx, g.w, g.hp
         rms = spec.norm == "rms"
-        inp = g.inp_embd(need(w.get("token_embd.weight")))
+        inp = g.inp_embd()
         pos = g.inp_pos(4 if spec.mrope else 1)
         full, swa = g.attn_inp_kv_iswa() if spec.iswa else (g.attn_inp_kv(), None)
-        out_ids = g.inp_out_ids()
-        gating = GATING.get(facts.gating or 0, spec.gating) if spec.gating_key else spec.gating
+        g.inp_out_ids()
+        gating = facts.gating_or(spec.gating) if spec.gating_key else spec.gating
         norm_w = bool(facts.norm_w) if spec.norm_w_key and facts.norm_w is not None else spec.norm_w
         w_scale = "expert_weights_scale" in facts.floats
         res_scale = spec.granite and "residual_scale" in facts.floats
@@ -193,44 +204,34 @@ def decoder(spec: Decoder) -> Build:
         for il in range(hp.n_layer):
             res = inp
             cur = g.norm(inp, w.layer(il, "attn_norm"), w.layer(il, "attn_norm", "bias"), il, rms)
-            n_head, n_kv = hp.n_head[il], hp.n_head_kv[il]
             if spec.qk_norm == "full":
-                q, k, v = g.qkv(il, cur, n_head, n_kv, hp.head_k, hp.head_v, clamp, reshape=False)
-                q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-                k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
-                T = cur.ne[1]
-                q, k, v = (c.reshape(q, hp.head_k, n_head, T), c.reshape(k, hp.head_k, n_kv, T),
+                q, k, v = g.qkv(il, cur, clamp=clamp, reshape=False)
+                q, k = g.qk_norm(il, q, k)
+                T, n_kv = cur.ne[1], hp.n_head_kv[il]
+                q, k, v = (c.reshape(q, hp.head_k, hp.n_head[il], T), c.reshape(k, hp.head_k, n_kv, T),
                            c.reshape(v, hp.head_v, n_kv, T))
             else:
-                q, k, v = g.qkv(il, cur, n_head, n_kv, hp.head_k, hp.head_v, clamp)
+                q, k, v = g.qkv(il, cur, clamp=clamp)
                 if spec.qk_norm == "head" and w.layer(il, "attn_q_norm") is not None:
-                    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-                    k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+                    q, k = g.qk_norm(il, q, k)
             if not spec.rope_swa_only or g.swa_layers.get(il):
                 freqs = w.copy("rope_freqs.weight", il)
                 q = c.rope(q, pos, freqs)
                 k = c.rope(k, pos, freqs)
             if spec.qk_norm == "head_after_rope":
-                k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
-                q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
+                q, k = g.qk_norm(il, q, k)
             if spec.q_scale:
                 q = c.scale(q)
-            attn_in = swa if swa is not None and g.swa_layers.get(il) else full
-            cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v,
-                         iswa=spec.iswa)
-            if il == hp.n_layer - 1 and not spec.h_nextn:
-                cur = c.get_rows(cur, out_ids)
-                res = c.get_rows(res, out_ids)
+            cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),
+                         q, k, v, iswa=spec.iswa)
+            if not spec.h_nextn:
+                cur, res = g.out_rows(il, cur, res)
             if res_scale:
                 cur = c.scale(cur)
             ffn_inp = c.add(cur, res)
             cur = g.norm(ffn_inp, w.layer(il, spec.ffn_norm), w.layer(il, spec.ffn_norm, "bias"), il, rms)
-            if w.layer(il, "ffn_gate_inp") is None:
-                gate = w.layer(il, "ffn_gate")
-                cur = g.ffn(cur, w.layer(il, "ffn_up"), gate, w.layer(il, "ffn_down"), il,
-                            act="silu" if gate is not None else "swiglu",
-                            up_b=w.layer(il, "ffn_up", "bias"), gate_b=w.layer(il, "ffn_gate", "bias"),
-                            down_b=w.layer(il, "ffn_down", "bias"))
+            if g.dense(il):  # a fused gate and up without ffn_gate: SwiGLU over the one projection (Phi-3)
+                cur = g.layer_ffn(cur, il, act="silu" if w.layer(il, "ffn_gate") is not None else "swiglu")
             else:
                 cur = moe_shared(g, spec, il, cur, gating, norm_w, w_scale)
             if res_scale:
@@ -241,17 +242,8 @@ def decoder(spec: Decoder) -> Build:
                 t = g.t_inp_embd
                 cur = c.add(cur, c.view(t, (hp.n_embd, t.ne[1]), (t.nb[1],), (il + 1) * hp.n_embd * 4))
             inp = cur
-        cur = g.norm(inp, w.get("output_norm.weight"), w.get("output_norm.bias"), -1, rms)
-        if spec.h_nextn:
-            cur.flags |= OUTPUT
-            cur = c.get_rows(cur, out_ids)
-        logits = g.mm(need(w.get("output.weight")), cur)
-        out_b = w.get("output.bias")
-        if out_b is not None:
-            logits = c.add(logits, out_b)
-        if spec.granite and "logit_scale" in facts.floats:
-            logits = c.scale(logits)
-        g.finish(cur, logits)
+        g.output(inp, rows="after" if spec.h_nextn else "", rms=rms,
+                 scale=spec.granite and "logit_scale" in facts.floats)
 
     return build
 
@@ -261,7 +253,7 @@ def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str
     """build_moe_ffn, then a shared expert (gated where the model has its gate) added to it."""
     c, w = g.ctx, g.w
     moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=2.0 if w_scale else 0.0,
-                    probs_bias=probs_bias(g, il), groups=g.groups)
+                    probs_bias=probs_bias(g, il))
     if w.layer(il, "ffn_up_shexp") is None:
         return moe
     gate_inp = w.layer(il, "ffn_gate_inp_shexp")
@@ -269,10 +261,20 @@ def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str
     if gate_inp is not None and spec.shexp_gate == "silu_div":
         logits = g.mm(gate_inp, cur)
         gate = c.div(c.unary(logits, "silu"), logits)
-    sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"), il)
+    sh = g.layer_ffn(cur, il, part="_shexp")
     if gate is not None:
         sh = c.mul(sh, gate)
     return c.add(moe, sh)
+
+
+def routed(g: GraphContext, facts: Facts, cur: Tensor, il: int, gating: str = "softmax", *,
+           norm_w: bool | None = None, act: str = "silu", clamp: bool = False) -> Tensor:
+    """build_moe_ffn as the GGUF's keys set it: the router's function from expert_gating_func (else the
+    architecture's `gating`), the chosen weights normalised by expert_weights_norm (unless the
+    architecture fixes `norm_w`) and scaled by expert_weights_scale, the selection bias where the layer
+    has one."""
+    return g.moe_ffn(cur, il, gating=facts.gating_or(gating), norm_w=bool(facts.norm_w) if norm_w is None else norm_w,
+                     w_scale=facts.w_scale, act=act, probs_bias=probs_bias(g, il), clamp=clamp)
 
 
 def probs_bias(g: GraphContext, il: int) -> Tensor | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need
-from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.blocks import GraphContext, rotation_width
 from moeconf.memory.graph.ggml import Tensor
 
 ARCH = "deepseek4"
@@ -49,14 +49,6 @@ class _Comp:
     n_kv: int
 
 
-def _nrot(head: int) -> int:
-    """llama_kv_cache::build_input_k_rot: the largest power of two from 64 dividing the head width."""
-    n = 64
-    while head % (n * 2) == 0:
-        n *= 2
-    return n
-
-
 def _pad(n: int, to: int = 256) -> int:
     return -(-n // to) * to
 
@@ -75,7 +67,7 @@ def _comp_inputs(g: GraphContext, name: str, ratio: int, overlap: bool, state_ro
                  c.input("I64", n_blocks, name=p + "state_write_idxs"),
                  c.input("I32", n_blocks, name=p + "state_write_pos"),
                  c.input("F16" if mask_f16 else "F32", n_kv, T // ns, 1, ns, name=p + "kq_mask"),
-                 c.input("F32", rot, rot, name="attn_inp_k_rot") if rot else None, n_kv)
+                 g.rot_input(rot), n_kv)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -87,21 +79,21 @@ def build(g: GraphContext, facts: Facts) -> None:
     top_k = facts.hparam("attention.indexer.top_k")
     groups = facts.hparam("attention.output_group_count", 1)
     head = hp.head_k
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     pos = g.inp_pos()
     out_ids = g.inp_out_ids()
     # build_inp_dsv4: the raw rows' indices and mask, then the three compressed caches' inputs
-    T, ns = g.n_tokens, cp.n_stream
+    T = g.n_tokens
     n_raw = cp.n_kv_swa or cp.n_kv
     k_idxs = c.input("I64", T, name="")
-    raw_mask = c.input("F16" if cp.flash_attn else "F32", n_raw, T // ns, 1, ns, name="attn_inp_kq_mask")
+    raw_mask = g.kq_mask(n_raw)
     # the caches rotate K where it is quantized, and always at the indexer's head width (llama_kv_cache)
-    rot = _nrot(head) if cp.rot_k or head == idx_head else 0
-    raw_rot = c.input("F32", rot, rot, name="attn_inp_k_rot") if rot else None
+    rot = rotation_width(head) if cp.rot_k or head == idx_head else 0
+    raw_rot = g.rot_input(rot)
     n_comp4, n_comp128 = _pad(max(1, -(-cp.n_kv // CSA))), _pad(max(1, -(-cp.n_kv // HCA)))
     csa = _comp_inputs(g, "csa", CSA, True, 2 * CSA, n_comp4, cp.flash_attn, rot)
     hca = _comp_inputs(g, "hca", HCA, False, HCA, n_comp128, cp.flash_attn, rot)
-    lid = _comp_inputs(g, "lid", CSA, True, 2 * CSA, n_comp4, True, _nrot(idx_head))
+    lid = _comp_inputs(g, "lid", CSA, True, 2 * CSA, n_comp4, True, rotation_width(idx_head))
     g.expand(raw_mask)
     cur4 = c.reshape(inp, hp.n_embd, 1, T)
     x = c.repeat(cur4, hp.n_embd, hc, T, 1)
@@ -126,17 +118,13 @@ def build(g: GraphContext, facts: Facts) -> None:
         if il < n_hash:
             selected = c.get_rows(need(w.layer(il, "ffn_gate_tid2eid")), need(g.t_inp_tokens))
             bias = None
-        moe = g.moe_ffn(cur, il, gating=gating, norm_w=bool(facts.norm_w),
-                        w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0,
-                        act="silu_clamp" if clamp else "silu", probs_bias=bias, selected=selected)
-        sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                   il, act="silu_clamp" if clamp else "silu")
-        x = c.dsv4_hc_post(c.add(moe, sh), residual, post, comb)
+        act = "silu_clamp" if clamp else "silu"
+        moe = g.moe_ffn(cur, il, gating=gating, norm_w=bool(facts.norm_w), w_scale=facts.w_scale, act=act,
+                        probs_bias=bias, selected=selected)
+        x = c.dsv4_hc_post(g.add_shexp(moe, cur, il, act=act), residual, post, comb)
     flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
     x = c.reshape(flat, hp.n_embd, hc, cp.n_outputs)
-    cur = _hc_head(g, x, hc)
-    cur = g.norm(cur, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(_hc_head(g, x, hc))
 
 
 def _affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
@@ -284,7 +272,7 @@ def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, g
     if ratio == CSA:
         top = _lid_top_k(g, il, qr, cur, pos, lid, caches["lid"], idx_head, top_k)
         k_all = c.concat(raw_k, _get_k(g, caches["csa"], csa.n_kv), 2)
-        mask = c.concat(raw_mask, _top_k_mask(g, csa.mask, top), 0)
+        mask = c.concat(raw_mask, g.top_k_mask(csa.mask, top, "F16" if g.cp.flash_attn else "F32"), 0)
     elif ratio == HCA:
         k_all = c.concat(raw_k, _get_k(g, caches["hca"], hca.n_kv), 2)
         mask = c.concat(raw_mask, hca.mask, 0)
@@ -322,16 +310,3 @@ def _lid_top_k(g: GraphContext, il: int, qr: Tensor, cur: Tensor, pos: Tensor, l
                      (weights.nb[1], weights.nb[2] // ns, weights.nb[3] // ns), 0)
     score = c.lightning_indexer(q, k, weights, lid.mask)
     return c.cont(c.top_k(score, min(score.ne[0], top_k)))
-
-
-def _top_k_mask(g: GraphContext, mask: Tensor, top: Tensor) -> Tensor:
-    """build_top_k_mask: -inf everywhere but the chosen rows (zeros scattered by SET_ROWS), plus the mask."""
-    c = g.ctx
-    every = c.fill(mask)
-    every = c.view(every, (1, every.ne[0], every.ne[1], every.ne[3]), (every.nb[0], every.nb[1], every.nb[2]), 0)
-    top3 = c.view(top, (top.ne[0], top.ne[1], top.ne[3], 1), (top.nb[1], top.nb[2], top.ne[3] * top.nb[3]), 0)
-    zeros = c.fill(c.new("F16" if g.cp.flash_attn else "F32", 1, top3.ne[0], top3.ne[1], top3.ne[2]))
-    picked = c.set_rows(every, zeros, top3)
-    picked = c.view(picked, (picked.ne[1], picked.ne[2], 1, picked.ne[3]), (picked.nb[2], picked.nb[3], picked.nb[3]),
-                    0)
-    return c.add(picked, mask)

@@ -14,49 +14,39 @@ form is not composed."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Decoder, Facts, Memory, Swa, Traits, moe_shared, need
-from moeconf.memory.graph.blocks import GraphContext
-from moeconf.memory.graph.ggml import Tensor, row_size
+from moeconf.memory.graph.archs._dsa import indexer_top_k
+from moeconf.memory.graph.archs.common import (
+    CHECKED,
+    Facts,
+    Memory,
+    Swa,
+    Traits,
+    need,
+    routed,
+)
+from moeconf.memory.graph.blocks import GraphContext, rotation_width
 
 ARCH = "dots3note"
 # the pattern an array (attention.sliding_window_pattern)
 TRAITS = Traits(swa=Swa(), indexer="typed")
 
 
-def _rotation_width(n: int) -> int:
-    """llama_kv_cache::build_input_k_rot: the largest power of two from 64 dividing the row."""
-    nrot = 64
-    while n % (nrot * 2) == 0:
-        nrot *= 2
-    return nrot
-
-
-def _k_view(g: GraphContext, kc: Tensor, n_kv: int) -> Tensor:
-    """llama_kv_cache::get_k of a one-head cache: (row, 1, n_kv, streams)."""
-    row = row_size(kc.type, kc.ne[0])
-    return g.ctx.view(kc, (kc.ne[0], 1, n_kv, kc.ne[2]), (row, row, row * kc.ne[1]), 0)
-
-
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp, cp = g.ctx, g.w, g.hp, g.cp
-    T, ns = g.n_tokens, cp.n_stream
-    fa_mask = "F16" if cp.flash_attn else "F32"
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    T = g.n_tokens
+    inp = g.inp_embd()
     pos = g.inp_pos()
     # build_attn_inp_k_dsa_iswa: the latent's indices and mask, the indexer's (its mask F16 for the fused op)
     # and its Hadamard rotation, then the window's indices and mask
     mla_idxs = c.input("I64", T, name="attn_inp_k_idxs")
-    mla_mask = c.input(fa_mask, cp.n_kv, T // ns, 1, ns, name="attn_inp_kq_mask")
+    mla_mask = g.kq_mask(cp.n_kv)
     lid_idxs = c.input("I64", T, name="attn_inp_k_idxs")
-    lid_mask = c.input("F16", cp.n_kv, T // ns, 1, ns, name="attn_inp_kq_mask")
+    lid_mask = g.kq_mask(cp.n_kv, f16=True)
     ix_width = next((t.ne[1] for il in range(hp.n_layer) if (t := w.layer(il, "indexer.attn_k")) is not None), 0)
-    k_rot = c.input("F32", _rotation_width(ix_width), _rotation_width(ix_width), name="attn_inp_k_rot") \
-        if ix_width else None
+    k_rot = g.rot_input(rotation_width(ix_width) if ix_width else 0)
     swa_idxs = c.input("I64", T, name="attn_inp_k_idxs")
-    swa_mask = c.input(fa_mask, cp.n_kv_swa, T // ns, 1, ns, name="attn_inp_kq_mask")
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
-    w_scale = "expert_weights_scale" in facts.floats
+    swa_mask = g.kq_mask(cp.n_kv_swa)
+    g.inp_out_ids()
     for il in range(hp.n_layer):
         res = inp
         swa = bool(g.swa_layers.get(il))
@@ -67,95 +57,34 @@ def build(g: GraphContext, facts: Facts) -> None:
         kc = g.kv[il][0]
         top_k = None
         if not swa:
-            top_k = _indexer(g, il, cur, qr, pos, need(k_rot), lid_idxs, lid_mask, kc, facts.indexer_top_k)
+            # the indexer's keys: a K-only cache of one head beside the latent's, its cells and streams
+            lid = c.cache(f"cache_k_l{il}", kc.type, (need(w.layer(il, "indexer.attn_k")).ne[1], kc.ne[1], kc.ne[2]),
+                          kc.buffer or "CPU")
+            top_k = indexer_top_k(g, il, cur, qr, pos, need(k_rot), lid_idxs, lid_mask, lid,
+                                  facts.indexer_top_k or None)
         k_b, v_b = need(w.layer(il, "attn_k_b")), need(w.layer(il, "attn_v_b"))
         n_head, kv_lora, rope = k_b.ne[2], k_b.ne[1], need(w.layer(il, "attn_k_norm")).ne[0]
         q = g.mm(need(w.layer(il, "attn_q_b")), qr)
-        k_mla = q.ne[0] // n_head
-        nope, v_mla = k_mla - rope, v_b.ne[1]
-        step = row_size(q.type, k_mla)
-        q_nope = c.view(q, (nope, n_head, T), (step, step * n_head), 0)
-        q_pe = c.view(q, (rope, n_head, T), (step, step * n_head), row_size(q.type, nope))
-        kv_pe = g.mm(need(w.layer(il, "attn_kv_a_mqa")), cur)
-        row = row_size(kv_pe.type, kv_lora + rope)
-        kv_cmpr = c.view(kv_pe, (kv_lora, T), (row,), 0)
-        k_pe = c.view(kv_pe, (rope, 1, T), (row, row), row_size(kv_pe.type, kv_lora))
+        q_nope, q_pe = g.mla_q_parts(q, n_head, q.ne[0] // n_head - rope, rope)
+        kv_cmpr, k_pe = g.mla_kv(il, cur, kv_lora, rope)
         k_pe = g.norm(k_pe, w.layer(il, "attn_k_norm"), None, il)
         q_pe = c.rope(q_pe, pos)
         k_pe = c.rope(k_pe, pos)
-        kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
-        absorbed = c.permute(c.mul_mat(k_b, c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
-        q_cur = c.concat(absorbed, q_pe, 0)
-        kv_cmpr = c.reshape(kv_cmpr, kv_lora, 1, T)
-        k_cur = c.concat(kv_cmpr, k_pe, 0)
+        q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, q_pe, kv_cmpr, k_pe)
         for t in (q_cur, kv_cmpr, k_cur):
             g.expand(t)
         g.expand(g._cpy_k(kc, k_cur, swa_idxs if swa else mla_idxs))
-        mask = swa_mask if swa else _dsa_mask(g, mla_mask, need(top_k))
-        kview = _k_view(g, kc, cp.n_kv_swa if swa else cp.n_kv)
+        mask = swa_mask if swa else g.top_k_mask(mla_mask, need(top_k))
+        kview = g.get_k_one(kc, cp.n_kv_swa if swa else cp.n_kv)
         vview = c.view(kview, (kv_lora, kview.ne[1], kview.ne[2], kview.ne[3]), (kview.nb[1], kview.nb[2], kview.nb[3]),
                        0)
         cur = g.attn_mha(q_cur, kview, vview, mask, None, v_b)
         gate = c.unary(g.mm(need(w.layer(il, "attn_gate")), attn_inp), "sigmoid")
-        cur = c.mul(c.reshape(cur, v_mla, n_head, T), c.reshape(gate, 1, n_head, T))
-        cur = g.mm(need(w.layer(il, "attn_output")), c.reshape(cur, v_mla * n_head, T))
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
-        else:
-            cur = moe_shared(g, Decoder(), il, cur, gating, bool(facts.norm_w), w_scale)
+        cur = g.mm(need(w.layer(il, "attn_output")), g.gate_heads(cur, gate, n_head))
+        ffn_inp, cur = g.ffn_input(il, cur, res)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, c.mul_mat(need(w.get("output.weight")), cur))
-
-
-def _indexer(g: GraphContext, il: int, cur: Tensor, qr: Tensor, pos: Tensor, k_rot: Tensor, idxs: Tensor,
-             mask: Tensor, mla_cache: Tensor, top_k: int) -> Tensor:
-    """The lightning indexer of a full layer: its keys rotated and stored in the indexer's cache (a
-    K-only cache of one head beside the latent's, its cells and streams), its queries and head weights,
-    the fused scores and the top cells' indices."""
-    c, w = g.ctx, g.w
-    T = cur.ne[1]
-    q_b, attn_k = need(w.layer(il, "indexer.attn_q_b")), need(w.layer(il, "indexer.attn_k"))
-    width = attn_k.ne[1]
-    heads = q_b.ne[1] // width
-    lid = c.cache(f"cache_k_l{il}", mla_cache.type, (width, mla_cache.ne[1], mla_cache.ne[2]),
-                  mla_cache.buffer or "CPU")
-    iq = c.rope(c.reshape(g.mm(q_b, qr), width, heads, T), pos)
-    ik = g.mm(attn_k, cur)
-    ik = g.norm(ik, w.layer(il, "indexer.k_norm"), w.layer(il, "indexer.k_norm", "bias"), il, rms=False)
-    ik = c.rope(c.reshape(ik, width, 1, T), pos)
-    iq = c.mul_mat(k_rot, iq)
-    ik = c.mul_mat(k_rot, ik)
-    g.expand(g._cpy_k(lid, ik, idxs))
-    weights = g.mm(need(w.layer(il, "indexer.proj")), cur)
-    kview = _k_view(g, lid, g.cp.n_kv)
-    ns = kview.ne[3]
-    iq = c.view(iq, (iq.ne[0], iq.ne[1], iq.ne[2] // ns, ns), (iq.nb[1], iq.nb[2], iq.nb[3] // ns), 0)
-    weights = c.view(weights, (weights.ne[0], weights.ne[1] // ns, weights.ne[2], ns),
-                     (weights.nb[1], weights.nb[2] // ns, weights.nb[3] // ns), 0)
-    weights = c.scale(weights)
-    score = c.lightning_indexer(iq, kview, weights, mask)
-    return c.cont(c.top_k(score, min(score.ne[0], top_k) if top_k else score.ne[0]))
-
-
-def _dsa_mask(g: GraphContext, mask: Tensor, top_k: Tensor) -> Tensor:
-    """build_attn's DSA form: the mask refilled with -inf, the chosen cells set back to 0 through a
-    zero-filled row per chosen cell, then added to the causal mask."""
-    c = g.ctx
-    full = c.fill(mask)
-    full = c.view(full, (1, full.ne[0], full.ne[1], full.ne[3]), (full.nb[0], full.nb[1], full.nb[2]), 0)
-    ne, nb = top_k.ne, top_k.nb
-    idx = c.view(top_k, (ne[0], ne[1], ne[3], 1), (nb[1], nb[2], ne[3] * nb[3]), 0)
-    zeros = c.fill(c.new("F32", 1, idx.ne[0], idx.ne[1], idx.ne[2]))
-    chosen = c.set_rows(full, zeros, idx)
-    chosen = c.view(chosen, (chosen.ne[1], chosen.ne[2], 1, chosen.ne[3]), (chosen.nb[2], chosen.nb[3], chosen.nb[3]),
-                    0)
-    return c.add(chosen, mask)
+    g.output(inp)
 
 
 # the windowed layers' latent widths and window (memory/geometry.py: key_length_swa, the pattern array),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
-from moeconf.memory.graph.ggml import OUTPUT, Tensor
 
 ARCH = "gemma4"
 # the pattern an array the loader requires (get_arr)
@@ -24,10 +23,10 @@ MEMORY = Memory(CHECKED + " (Gemma-4-26B-A4B)", keys=frozenset({
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = c.scale(g.inp_embd(need(w.get("token_embd.weight"))))  # inp_scaled
+    inp = c.scale(g.inp_embd())  # inp_scaled
     pos = g.inp_pos()
     full, swa = g.attn_inp_kv_iswa()
-    out_ids = g.inp_out_ids()
+    g.inp_out_ids()
     for il in range(hp.n_layer):
         windowed = bool(g.swa_layers.get(il))
         hd, n_head, n_kv = hp.hk(il), hp.n_head[il], hp.n_head_kv[il]
@@ -59,8 +58,8 @@ def build(g: GraphContext, facts: Facts) -> None:
         cur = g.mm(need(w.layer(il, "attn_output")), cur, w.layer(il, "attn_output", "scale"))
         cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
         attn_out = c.add(cur, inp)
-        if w.layer(il, "ffn_gate_inp") is not None:
-            mlp = g.norm(g.ffn(g.norm(attn_out, w.layer(il, "ffn_norm"), None, il), *_dense(g, il), il, act="gelu"),
+        if not g.dense(il):
+            mlp = g.norm(g.layer_ffn(g.norm(attn_out, w.layer(il, "ffn_norm"), None, il), il, act="gelu"),
                          w.layer(il, "post_ffw_norm_1"), None, il)
             moe_in = g.norm(attn_out, w.layer(il, "pre_ffw_norm_2"), None, il)
             tmp = c.mul(c.scale(c.rms_norm(attn_out)), need(w.layer(il, "ffn_gate_inp", "scale")))
@@ -68,19 +67,9 @@ def build(g: GraphContext, facts: Facts) -> None:
             moe = g.moe_ffn(moe_in, il, gating="softmax", norm_w=True, act="gelu", logits=logits)
             cur = c.add(mlp, g.norm(moe, w.layer(il, "post_ffw_norm_2"), None, il))
         else:
-            cur = g.ffn(g.norm(attn_out, w.layer(il, "ffn_norm"), None, il), *_dense(g, il), il, act="gelu")
+            cur = g.layer_ffn(g.norm(attn_out, w.layer(il, "ffn_norm"), None, il), il, act="gelu")
         cur = c.add(g.norm(cur, w.layer(il, "post_ffw_norm"), None, -1), attn_out)
         scale = w.layer(il, "layer_output_scale")
         inp = c.mul(cur, scale) if scale is not None else cur
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    cur.flags |= OUTPUT  # t_h_nextn: the final norm's every row
-    cur = c.get_rows(cur, out_ids)
-    logits = g.mm(need(w.get("output.weight")), cur, w.get("output.scale"))
-    if "final_logit_softcapping" in facts.floats:
-        logits = c.scale(c.unary(c.scale(logits), "tanh"))
-    g.finish(cur, logits)
-
-
-def _dense(g: GraphContext, il: int) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    w = g.w
-    return w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down")
+    # t_h_nextn: the final norm's every row
+    g.output(inp, rows="after", head_scale=True, softcap="final_logit_softcapping" in facts.floats)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeconf.memory.graph.archs._deltanet import delta_net, short_conv
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -31,7 +32,7 @@ class _Bank:
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     attn_in = g.attn_inp_k()
     rs_in = g.rs_inp()
     out_ids = g.inp_out_ids()
@@ -55,7 +56,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         prefix = cur if banked else c.add(prefix, cur)
         cur = _res_mix(g, bank, prefix, w.layer(il, "ffn_res_score")) if block else prefix
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
+        if g.dense(il):
             cur = g.situ(g.mm(need(w.layer(il, "ffn_gate")), cur), g.mm(need(w.layer(il, "ffn_up")), cur), linear)
             cur = g.mm(need(w.layer(il, "ffn_down")), cur)
         else:
@@ -64,9 +65,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     cur = inp
     if block:
         cur = _res_mix(g, bank, cur, w.get("output_res_score.weight"))
-    cur = c.get_rows(cur, out_ids)
-    cur = g.norm(cur, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(c.get_rows(cur, out_ids))
 
 
 def _res_mix(g: GraphContext, bank: _Bank, cur: Tensor, score: Tensor | None) -> Tensor:
@@ -86,30 +85,6 @@ def _res_mix(g: GraphContext, bank: _Bank, cur: Tensor, score: Tensor | None) ->
     return c.add(c.dsv4_hc_pre(src, p_src), c.mul(cur, p_cur))
 
 
-def _conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, which: int, x: Tensor, proj: Tensor,
-          kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
-    """kimi_k3_conv1d: one of Q, K, V projected, its third of the conv state prepended, the window
-    copied back, the short convolution, SiLU."""
-    c = g.ctx
-    d_conv = kernel.ne[0]
-    d_inner = head_dim * n_head
-    state_size = (d_conv - 1) * d_inner
-    n_embd_r = 3 * state_size
-    T = x.ne[1]
-    n_seq_tokens = T // n_seqs
-    state_x = c.view(conv_state, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * n_embd_r),
-                     which * state_size * 4)
-    x3 = c.reshape(g.mm(proj, x), d_inner, n_seq_tokens, n_seqs)
-    conv_x = c.concat(state_x, c.transpose(x3), 0)
-    # rollback snapshots: one window (n_rs_seq 0), the last d_conv - 1 columns
-    last = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
-    g.expand(c.cpy(last, c.view(conv_all, (d_conv - 1, d_inner, n_seqs), (4 * (d_conv - 1), 4 * n_embd_r),
-                                which * state_size * 4)))
-    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
-    out = c.unary(c.reshape(out, d_inner, T), "silu")
-    return c.reshape(out, head_dim, n_head, n_seq_tokens, n_seqs)
-
-
 def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_bound: bool) -> Tensor:
     c, w = g.ctx, g.w
     conv_all, ssm_all = g.rs[il]
@@ -119,7 +94,7 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_boun
     T, n_seqs = cur.ne[1], rs_in.n_seqs
     n_seq_tokens = T // n_seqs
     conv_state = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    q, k, v = (_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
+    q, k, v = (short_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
                      need(w.layer(il, f"ssm_conv1d_{p}")), head_dim, n_head, n_seqs)
                for i, p in enumerate("qkv"))
     g1 = g.mm(need(w.layer(il, "ssm_f_b")), g.mm(need(w.layer(il, "ssm_f_a")), cur))
@@ -137,14 +112,7 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_boun
     state = g.rs_states(rs_in, ssm_all, ssm_all.ne[0])
     state = c.reshape(state, head_dim, head_dim, n_head, n_seqs)
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
-    out = c.gated_delta_net(q, k, v, g1, beta, state)
-    output = c.view(out, (head_dim, n_head, n_seq_tokens, n_seqs),
-                    (4 * head_dim, 4 * d_inner, 4 * d_inner * n_seq_tokens), 0)
-    new_state = c.view(out, (head_dim, head_dim, n_head, n_seqs),
-                       (4 * head_dim, 4 * head_dim * head_dim, 4 * head_dim * head_dim * n_head),
-                       4 * d_inner * n_seq_tokens * n_seqs)
-    g.expand(c.cpy(new_state, c.view(ssm_all, (ssm_all.ne[0], n_seqs), (ssm_all.nb[1],), 0)))
-    output = c.cont(output)
+    output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all))
     gate = g.mm(need(w.layer(il, "ssm_g")), c.reshape(cur3, cur3.ne[0], n_seq_tokens * n_seqs))
     gate = c.reshape(gate, head_dim, n_head, T)
     normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)
@@ -155,31 +123,13 @@ def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_boun
 def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
     """build_mla_layer: the absorbed MLA (no RoPE) through the latent K-only cache, the output gate."""
     c, w = g.ctx, g.w
-    d = g.mla
-    T, n_head = cur.ne[1], g.hp.n_head[il]
-    nope = d.head_k - d.rope
     inp_gate = cur
-    if w.layer(il, "attn_q_a") is not None:
-        q = g.mm(need(w.layer(il, "attn_q_a")), cur)
-        q = g.norm(q, w.layer(il, "attn_q_a_norm"), None, il)
-        q = g.mm(need(w.layer(il, "attn_q_b")), q)
-    else:
-        q = g.mm(need(w.layer(il, "attn_q")), cur)
-    kv_pe = g.mm(need(w.layer(il, "attn_kv_a_mqa")), cur)
-    row = kv_pe.nb[1]
-    kv_cmpr = c.view(kv_pe, (d.kv_lora_rank, T), (row,), 0)
-    k_pe = c.view(kv_pe, (d.rope, 1, T), (row, row), 4 * d.kv_lora_rank)
-    kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
+    q = g.mla_q(il, cur)
+    kv_cmpr, k_pe = g.mla_kv(il, cur)
     if w.layer(il, "attn_k_b") is None:
         raise NotImplementedError(f"blk.{il}.attn_kv_b (Kimi-K3's unabsorbed MLA) is not composed; "
                                   "the pinned converter writes attn_k_b and attn_v_b")
-    qrow = 4 * d.head_k
-    q_nope = c.view(q, (nope, n_head, T), (qrow, qrow * n_head), 0)
-    q_pe = c.view(q, (d.rope, n_head, T), (qrow, qrow * n_head), 4 * nope)
-    absorbed = c.permute(g.mm(need(w.layer(il, "attn_k_b")), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
-    q_cur = c.concat(absorbed, q_pe, 0)
-    kv3 = c.reshape(kv_cmpr, d.kv_lora_rank, 1, T)
-    k_cur = c.concat(kv3, k_pe, 0)
+    q_cur, k_cur, kv3 = g.mla_absorbed(il, *g.mla_q_parts(q, g.hp.n_head[il]), kv_cmpr, k_pe)
     out = g.attn_k(attn_in, il, None, q_cur, k_cur, kv3, w.layer(il, "attn_v_b"))
     gate_w = w.layer(il, "attn_gate")
     if gate_w is not None:
@@ -194,10 +144,8 @@ def _latent_moe(g: GraphContext, cur: Tensor, il: int, facts: Facts, linear: boo
     down = w.layer(il, "ffn_routed_down")
     routed_in = g.mm(down, cur) if down is not None else cur
     logits = g.mm(need(w.layer(il, "ffn_gate_inp")), cur)
-    gating = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}.get(facts.gating or 0, "softmax")
-    moe = g.moe_ffn(routed_in, il, gating=gating, norm_w=bool(facts.norm_w),
-                    w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0, act="situ",
-                    probs_bias=w.layer(il, "exp_probs_b", "bias"), groups=g.groups, logits=logits,
+    moe = g.moe_ffn(routed_in, il, gating=facts.gating_or("softmax"), norm_w=bool(facts.norm_w),
+                    w_scale=facts.w_scale, act="situ", probs_bias=w.layer(il, "exp_probs_b", "bias"), logits=logits,
                     situ_linear=linear)
     norm = w.layer(il, "ffn_routed_norm")
     if norm is not None:

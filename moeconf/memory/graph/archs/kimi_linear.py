@@ -8,7 +8,8 @@ ungated shared expert."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import GATING, REPLAYED, Decoder, Facts, Traits, moe_shared, need
+from moeconf.memory.graph.archs._deltanet import delta_net, short_conv
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
@@ -19,51 +20,19 @@ MEMORY = REPLAYED
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     rs_in = g.rs_inp()  # build_inp_mem_hybrid(_k): the states' indices, then the cache's inputs
     attn_in = g.attn_inp_k() if g.mla.absorbed else g.attn_inp_kv()
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
-    w_scale = "expert_weights_scale" in facts.floats
+    g.inp_out_ids()
     for il in range(hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         cur = _kda(g, rs_in, cur, il) if il in g.rs else _mla(g, attn_in, cur, il)
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
-        else:
-            cur = moe_shared(g, Decoder(), il, cur, gating, True, w_scale)
+        ffn_inp, cur = g.ffn_input(il, cur, res)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il, norm_w=True), cur, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, c.mul_mat(need(w.get("output.weight")), cur))
-
-
-def _causal_conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, part: int, x: Tensor, proj: Tensor | None,
-                 kernel: Tensor, head_dim: int, n_head: int, n_seqs: int) -> Tensor:
-    """causal_conv1d: Q, K or V (`part` 0, 1, 2) projected, its conv state slice prepended, the last
-    columns written back, convolved, SiLU."""
-    c = g.ctx
-    d_conv = kernel.ne[0]
-    d_inner = head_dim * n_head
-    T = x.ne[1] // n_seqs
-    size = (d_conv - 1) * d_inner
-    n_embd_r = conv_all.ne[0]
-    state_x = c.view(conv_state, (d_conv - 1, d_inner, n_seqs), ((d_conv - 1) * 4, n_embd_r * 4), part * size * 4)
-    x_proj = c.mul_mat(proj, x) if proj is not None else x
-    x3 = c.reshape(x_proj, d_inner, T, n_seqs)
-    conv_x = c.concat(state_x, c.transpose(x3), 0)
-    last = c.view(conv_x, (d_conv - 1, d_inner, n_seqs), (conv_x.nb[1], conv_x.nb[2]), T * conv_x.nb[0])
-    g.expand(c.cpy(last, c.view(conv_all, (d_conv - 1, d_inner, n_seqs), ((d_conv - 1) * 4, n_embd_r * 4),
-                                part * size * 4)))
-    out = c.ssm_conv(conv_x, c.reshape(kernel, d_conv, d_inner))
-    out = c.unary(c.reshape(out, d_inner, T * n_seqs), "silu")
-    return c.reshape(out, head_dim, n_head, T, n_seqs)
+    g.output(inp)
 
 
 def _kda(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
@@ -82,7 +51,7 @@ def _kda(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     if wqkv is not None:
         qkv = c.mul_mat(wqkv, cur)
         qkv_in = [(c.cont(c.view(qkv, (d_inner, cur.ne[1]), (qkv.nb[1],), i * d_inner * 4)), None) for i in range(3)]
-    q, k, v = (_causal_conv(g, conv_all, conv_state, i, x, proj, need(w.layer(il, f"ssm_conv1d_{n}")), head_dim,
+    q, k, v = (short_conv(g, conv_all, conv_state, i, x, proj, need(w.layer(il, f"ssm_conv1d_{n}")), head_dim,
                             n_head, n_seqs)
                for i, ((x, proj), n) in enumerate(zip(qkv_in, "qkv", strict=True)))
     g1 = c.mul_mat(need(w.layer(il, "ssm_f_b")), c.mul_mat(need(w.layer(il, "ssm_f_a")), cur))
@@ -94,13 +63,7 @@ def _kda(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     cur3 = c.reshape(cur, cur.ne[0], T, n_seqs)
     state = c.reshape(g.rs_states(rs_in, ssm_all, ssm_all.ne[0]), head_dim, head_dim, n_head, n_seqs)
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
-    out = c.gated_delta_net(q, k, v, g1, beta, state)
-    s_v = head_dim
-    output = c.view(out, (s_v, n_head, T, n_seqs), (4 * s_v, 4 * s_v * n_head, 4 * s_v * n_head * T), 0)
-    new_state = c.view(out, (s_v, s_v, n_head, n_seqs), (4 * s_v, 4 * s_v * s_v, 4 * s_v * s_v * n_head),
-                       4 * s_v * n_head * T * n_seqs)
-    output = c.cont(output)
-    g.expand(c.cpy(new_state, c.view(ssm_all, (ssm_all.ne[0] * n_seqs,), (), 0)))
+    output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all, flat=True))
     cur2 = c.reshape(cur3, cur3.ne[0], T * n_seqs)
     g2 = c.mul_mat(need(w.layer(il, "ssm_g_b")), c.mul_mat(need(w.layer(il, "ssm_g_a")), cur2))
     g2 = c.reshape(g2, head_dim, n_head, T * n_seqs)
@@ -116,18 +79,9 @@ def _mla(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
     T, n_head = cur.ne[1], hp.n_head[il]
     nope = d.head_k - d.rope
     q = c.mul_mat(need(w.layer(il, "attn_q")), cur)
-    kv_pe = c.mul_mat(need(w.layer(il, "attn_kv_a_mqa")), cur)
-    row = kv_pe.nb[1]
-    kv_cmpr = c.view(kv_pe, (d.kv_lora_rank, T), (row,), 0)
-    k_pe = c.view(kv_pe, (d.rope, 1, T), (row, row), 4 * d.kv_lora_rank)
-    kv_cmpr = g.norm(kv_cmpr, w.layer(il, "attn_kv_a_norm"), None, il)
+    kv_cmpr, k_pe = g.mla_kv(il, cur)
     if d.absorbed:
-        q_nope = c.view(q, (nope, n_head, T), (4 * d.head_k, 4 * d.head_k * n_head), 0)
-        q_pe = c.view(q, (d.rope, n_head, T), (4 * d.head_k, 4 * d.head_k * n_head), 4 * nope)
-        absorbed = c.permute(c.mul_mat(need(w.layer(il, "attn_k_b")), c.permute(q_nope, 0, 2, 1, 3)), 0, 2, 1, 3)
-        q_cur = c.concat(absorbed, q_pe, 0)
-        kv_cmpr = c.reshape(kv_cmpr, d.kv_lora_rank, 1, T)
-        k_cur = c.concat(kv_cmpr, k_pe, 0)
+        q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, *g.mla_q_parts(q, n_head), kv_cmpr, k_pe)
         return g.attn_k(attn_in, il, w.layer(il, "attn_output"), q_cur, k_cur, kv_cmpr, w.layer(il, "attn_v_b"))
     q = c.reshape(q, d.head_k, n_head, T)
     kv = c.mul_mat(need(w.layer(il, "attn_kv_b")), kv_cmpr)

@@ -7,7 +7,7 @@ says otherwise, a selection bias) beside an always-on shared expert."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, Swa, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "laguna"
@@ -17,48 +17,28 @@ TRAITS = Traits(swa=Swa(pattern=4, dense_first=True))
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     pos = g.inp_pos()
     has_swa = any(g.swa_layers.values())
     full, swa = g.attn_inp_kv_iswa() if has_swa else (g.attn_inp_kv(), None)
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "sigmoid")
-    w_scale = 2.0 if "expert_weights_scale" in facts.floats else 0.0
-    T = g.n_tokens
+    g.inp_out_ids()
     for il in range(hp.n_layer):
         res = inp
         n_head = hp.n_head[il]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        q, k, v = g.qkv(il, cur, n_head, hp.n_head_kv[il], hp.head_k, hp.head_v)
+        q, k, v = g.qkv(il, cur)
         gate_w = need(w.layer(il, "attn_gate"))
         gate = g.mm(gate_w, cur)
         q = c.rope(g.norm(q, w.layer(il, "attn_q_norm"), None, il), pos)
         k = c.rope(g.norm(k, w.layer(il, "attn_k_norm"), None, il), pos)
-        inp_attn = swa if swa is not None and g.swa_layers.get(il) else full
-        cur = g.attn(inp_attn, il, None, None, q, k, v, iswa=has_swa)
+        cur = g.attn(g.attn_inp(il, full, swa), il, None, None, q, k, v, iswa=has_swa)
         gate = c.unary(gate, "softplus")
-        if gate_w.ne[1] == n_head:  # one gate value per head
-            cur = c.mul(c.reshape(cur, hp.head_v, n_head, T), c.reshape(gate, 1, n_head, T))
-            cur = c.reshape(cur, hp.head_v * n_head, T)
-        else:
-            cur = c.mul(cur, gate)
-        cur = g.mm(need(w.layer(il, "attn_output")), cur)
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
-        else:
-            moe = g.moe_ffn(cur, il, gating=gating, norm_w=bool(facts.norm_w), w_scale=w_scale,
-                            probs_bias=w.layer(il, "exp_probs_b", "bias"))
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                       il)
-            cur = c.add(moe, sh)
+        # one gate value per head, or one per element
+        cur = g.gate_heads(cur, gate, n_head) if gate_w.ne[1] == n_head else c.mul(cur, gate)
+        ffn_inp, cur = g.ffn_input(il, g.mm(need(w.layer(il, "attn_output")), cur), res)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il, "sigmoid"), cur, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(inp)
 
 
 MEMORY = Memory(CHECKED + " (Laguna-XS.2)", keys=frozenset({

@@ -6,7 +6,7 @@ norms; dense leading layers, then a MoE with a selection bias and the router's g
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
@@ -17,37 +17,32 @@ MEMORY = Memory(CHECKED + " (LFM2-8B-A1B)", keys=frozenset({"shortconv.l_cache",
 
 
 def build(g: GraphContext, facts: Facts) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
-    cur = g.inp_embd(need(w.get("token_embd.weight")))
-    g.expand(cur)
+    c, w = g.ctx, g.w
+    cur = g.inp_embd()
     rs_in = g.rs_inp()  # build_inp_mem_hybrid: the states' indices, then the KV cache's inputs
     attn_in = g.attn_inp_kv()
     pos = g.inp_pos()
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
-    for il in range(hp.n_layer):
+    g.inp_out_ids()
+    for il in range(g.hp.n_layer):
         prev = cur
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         cur = _shortconv(g, rs_in, cur, il) if il in g.rs else _attention(g, attn_in, pos, cur, il)
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            prev = c.get_rows(prev, out_ids)
+        cur, prev = g.out_rows(il, cur, prev)
         cur = c.add(prev, cur)
         ffn_in = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            out = g.ffn(ffn_in, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
+        if g.dense(il):
+            out = g.layer_ffn(ffn_in, il)
         else:
-            out = g.moe_ffn(ffn_in, il, gating=gating, norm_w=True, probs_bias=w.layer(il, "exp_probs_b", "bias"))
+            out = g.moe_ffn(ffn_in, il, gating=facts.gating_or("softmax"), norm_w=True,
+                            probs_bias=w.layer(il, "exp_probs_b", "bias"))
         cur = c.add(cur, out)
-    cur = g.norm(cur, w.get("token_embd_norm.weight"), None, -1)  # OUTPUT_NORM_LFM2
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(cur, norm="token_embd_norm")  # OUTPUT_NORM_LFM2
 
 
 def _attention(g: GraphContext, attn_in: AttnInput, pos: Tensor, cur: Tensor, il: int) -> Tensor:
-    c, w, hp = g.ctx, g.w, g.hp
-    q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
-    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-    k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
+    c, w = g.ctx, g.w
+    q, k, v = g.qkv(il, cur)
+    q, k = g.qk_norm(il, q, k)
     q, k = c.rope(q, pos), c.rope(k, pos)
     return g.attn(attn_in, il, w.layer(il, "attn_output"), None, q, k, v)
 

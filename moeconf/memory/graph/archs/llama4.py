@@ -5,7 +5,7 @@ sigmoid of its logit, applied to the experts' input, and a shared expert; dense 
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import Facts, Swa, Traits, need
+from moeconf.memory.graph.archs.common import Facts, Swa, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "llama4"
@@ -20,17 +20,17 @@ TRAITS = Traits(swa=Swa(kind="chunked", window=8192, pattern=4))
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     pos = g.inp_pos()
     attn_scale = g.ctx.input("F32", 1, 1, g.n_tokens, name="inp_attn_scale")
     chunked = any(g.swa_layers.values())
     full, swa = g.attn_inp_kv_iswa() if chunked else (g.attn_inp_kv(), None)
-    out_ids = g.inp_out_ids()
+    g.inp_out_ids()
     kq_norm = hp.n_expert != 128
     for il in range(hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
+        q, k, v = g.qkv(il, cur)
         use_rope = not chunked or (il + 1) % 4 != 0
         if use_rope:
             freqs = w.copy("rope_freqs.weight", il)
@@ -39,22 +39,13 @@ def build(g: GraphContext, facts: Facts) -> None:
                 q, k = c.rms_norm(q), c.rms_norm(k)
         else:
             q = c.mul(q, attn_scale)
-        inp_attn = swa if (swa is not None and g.swa_layers.get(il)) else full
-        cur = g.attn(inp_attn, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v,
-                     iswa=chunked)
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
+        cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),
+                     q, k, v, iswa=chunked)
+        ffn_inp, cur = g.ffn_input(il, cur, res)
+        if g.dense(il):
+            cur = g.layer_ffn(cur, il)
         else:
-            moe = g.moe_ffn(cur, il, gating="sigmoid", norm_w=False, weight_before=True,
-                            w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0)
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                       il)
-            cur = c.add(moe, sh)
+            moe = g.moe_ffn(cur, il, gating="sigmoid", norm_w=False, weight_before=True, w_scale=facts.w_scale)
+            cur = g.add_shexp(moe, cur, il)
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(inp)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
-from moeconf.memory.graph.ggml import Tensor, is_contiguous, row_size
+from moeconf.memory.graph.ggml import Tensor, is_contiguous
 
 ARCH = "minimax-m3"
 
@@ -78,23 +78,13 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
     ik = c.reshape(g.mm(kk_w, cur), d_idx, 1, T)
     iq = c.rope(g.norm(iq, w.layer(il, "indexer.q_norm"), None, il), pos)
     ik = c.rope(g.norm(ik, w.layer(il, "indexer.k_norm"), None, il), pos)
-    kc, vc = g.kv[il]
+    kc = g.kv[il][0]
     cells, ns = kc.ne[1], kc.ne[2]
     assert kc.buffer is not None
     ic = c.cache(f"cache_k_l{il}", kc.type, (d_idx, cells, ns), kc.buffer)  # the indexer cache: one key head
     g.expand(g._cpy_k(ic, ik, m.k_idxs))
-    rs = row_size(ic.type, d_idx)
-    ik_kv = c.view(ic, (d_idx, 1, attn_in.n_kv, ns), (rs, rs, rs * cells), 0)
-    if attn_in.k_rot is not None:
-        q = g._hadamard(q, attn_in.k_rot)
-        k = g._hadamard(k, attn_in.k_rot)
-    if attn_in.v_rot is not None:
-        v = g._hadamard(v, attn_in.v_rot)
-    for t in (q, k, v):
-        g.expand(t)
-    g.expand(g._cpy_k(kc, k, attn_in.k_idxs))
-    g.expand(g._cpy_v(vc, v, attn_in.v_idxs))
-    kv_k, kv_v = g._get_k(kc, il, attn_in.n_kv), g._get_v(vc, il, attn_in.n_kv)
+    ik_kv = g.get_k_one(ic, attn_in.n_kv)
+    q, kv_k, kv_v = g.store_kv(attn_in, il, q, k, v, iswa=True)  # K before V, as the engine's MSA form
     d, hkv, n_kv = kv_k.ne[0], kv_k.ne[1], kv_k.ne[2]
     n_head = hp.n_head[il]
     n_tps = T // ns
@@ -140,43 +130,31 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
 
 
 def build(g: GraphContext, facts: Facts) -> None:
-    c, w, hp, cp = g.ctx, g.w, g.hp, g.cp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    c, w, cp = g.ctx, g.w, g.cp
+    inp = g.inp_embd()
     pos = g.inp_pos()
     # MSA needs flash attention and no unified cache shared by several sequences
     msa_on = cp.flash_attn and (cp.n_seq == 1 or cp.n_stream > 1)
     attn_in = g.attn_inp_kv()
     m = _msa_input(g, attn_in, facts) if msa_on else None
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
-    w_scale = 2.0 if "expert_weights_scale" in facts.floats else 0.0
-    for il in range(hp.n_layer):
+    g.inp_out_ids()
+    for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
+        q, k, v = g.qkv(il, cur)
         q = c.rope(g.norm(q, w.layer(il, "attn_q_norm"), None, il), pos)
         k = c.rope(g.norm(k, w.layer(il, "attn_k_norm"), None, il), pos)
         if m is not None and w.layer(il, "indexer.k_proj") is not None:  # the loader's sparse layers
             cur = _sparse(g, m, attn_in, il, cur, pos, q, k, v)
         else:
             cur = g.attn(attn_in, il, w.layer(il, "attn_output"), None, q, k, v)
-        if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il,
-                        act="swiglu_oai")
+        ffn_inp, cur = g.ffn_input(il, cur, res)
+        if g.dense(il):
+            cur = g.layer_ffn(cur, il, act="swiglu_oai")
         else:
-            moe = g.moe_ffn(cur, il, gating=gating, norm_w=bool(facts.norm_w), w_scale=w_scale, act="swiglu_oai",
-                            probs_bias=w.layer(il, "exp_probs_b", "bias"))
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                       il, act="swiglu_oai")
-            cur = c.add(moe, sh)
+            cur = g.add_shexp(routed(g, facts, cur, il, act="swiglu_oai"), cur, il, act="swiglu_oai")
         inp = c.add(cur, ffn_inp)
-    cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(inp)
 
 
 def _refuses(n_tokens: int, n_stream: int) -> str:

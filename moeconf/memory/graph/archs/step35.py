@@ -7,9 +7,8 @@ blocks are not run; the output rows taken after the last layer."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, Swa, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed
 from moeconf.memory.graph.blocks import GraphContext
-from moeconf.memory.graph.ggml import OUTPUT
 
 ARCH = "step35"
 # the pattern an array the loader requires (get_arr)
@@ -25,19 +24,16 @@ MEMORY = Memory(CHECKED + " (Step-3.5-Flash)",
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     pos = g.inp_pos()
     full, swa = g.attn_inp_kv_iswa()
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "sigmoid")  # sigmoid where the GGUF says nothing
-    norm_w = bool(facts.norm_w)
-    w_scale = "expert_weights_scale" in facts.floats
+    g.inp_out_ids()
     for il in range(hp.n_layer):
         res = inp
         windowed = bool(g.swa_layers.get(il))
         n_head = hp.n_head[il]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        q, k, v = g.qkv(il, cur, n_head, hp.n_head_kv[il], hp.head_k, hp.head_v)
+        q, k, v = g.qkv(il, cur)
         if w.layer(il, "attn_q_norm") is not None:
             q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
         if w.layer(il, "attn_k_norm") is not None:
@@ -48,29 +44,16 @@ def build(g: GraphContext, facts: Facts) -> None:
         att = g.attn(swa if windowed else full, il, None, None, q, k, v, iswa=True)
         gate_w = w.layer(il, "attn_gate")
         if gate_w is not None:  # head-wise gate: sigmoid(g_proj(x)) broadcast over each head
-            T = att.ne[1]
-            gate = c.unary(g.mm(gate_w, cur), "sigmoid")
-            att = c.mul(c.reshape(att, hp.head_v, n_head, T), c.reshape(gate, 1, n_head, T))
-            att = c.reshape(att, hp.head_v * n_head, T)
+            att = g.gate_heads(att, c.unary(g.mm(gate_w, cur), "sigmoid"), n_head)
         cur = g.mm(need(w.layer(il, "attn_output")), att, w.layer(il, "attn_output", "scale"))
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         # the SwiGLU limited where the layer's limit is above build_ffn's / build_moe_ffn's epsilon: the dense
         # FFN and the shared expert by swiglu_clamp_shexp, the routed experts by swiglu_clamp_exp
         sh_clamp = facts.above("swiglu_clamp_shexp", il, EPS)
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il,
-                        up_b=w.layer(il, "ffn_up", "bias"), gate_b=w.layer(il, "ffn_gate", "bias"),
-                        down_b=w.layer(il, "ffn_down", "bias"), clamp=sh_clamp)
+        if g.dense(il):
+            cur = g.layer_ffn(cur, il, clamp=sh_clamp)
         else:
-            moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=2.0 if w_scale else 0.0,
-                            probs_bias=w.layer(il, "exp_probs_b", "bias"),
-                            clamp=facts.above("swiglu_clamp_exp", il, EPS))
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"),
-                       w.layer(il, "ffn_down_shexp"), il, clamp=sh_clamp)
-            cur = c.add(moe, sh)
+            moe = routed(g, facts, cur, il, "sigmoid", clamp=facts.above("swiglu_clamp_exp", il, EPS))
+            cur = g.add_shexp(moe, cur, il, clamp=sh_clamp)
         inp = c.add(cur, ffn_inp)
-    inp.flags |= OUTPUT  # t_h_nextn: the last layer's every row
-    cur = c.get_rows(inp, out_ids)
-    cur = g.norm(cur, w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur, w.get("output.scale")))
+    g.output(inp, rows="before", head_scale=True)  # t_h_nextn: the last layer's every row
