@@ -53,7 +53,7 @@ from moeconf.memory.graph.archs import traits
 from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
-from moeconf.memory.indexer import indexer_row_layers, indexer_width
+from moeconf.memory.kvcache import kv_bytes
 from moeconf.memory.replay import (
     ALL_CPU,
     DOWN_CPU,
@@ -72,7 +72,6 @@ from moeconf.memory.replay import (
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import (
     CACHE_TYPES,
-    Q8_KV,
     MemorySettings,
     cache_row_bytes,
     is_quantized,
@@ -366,64 +365,13 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # sequences as the binary defaults them (memory/settings.py server_slots)
             notes.extend(slot_notes(settings, eng))
 
-    # --- KV cache -------------------------------------------------------------------------------
-    kv: dict[str, int] = defaultdict(int)
+    # --- KV cache (memory/kvcache.py) -------------------------------------------------------------
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     rshape = rec.shape(inv)  # recurrent layers' state (memory/recurrent.py)
     kshape = rec.kda_shape(inv)  # Kimi-Linear's KDA layers (memory/recurrent.py, kda.py)
-    # the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
-    idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
-    idx_width = indexer_width(inv)
-    # an indexer key cache beside a K/V cache (not MLA): a second cache of one head on the layers with an
-    # indexer, K `attention.indexer.key_length` wide, V as the model's (src/llama-kv-cache-msa.cpp, MiniMax-M3)
-    msa_width = inv.metadata.hparam("attention.indexer.key_length")
-    msa_layers = set() if geo.mla_arch or not isinstance(msa_width, int) else {
-        t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
-    for la in (*geo.layers, *geo.nextn_kv):
-        dev = layer_dev.get(la.index, nextn_dev.get(la.index, HOST)) if settings.offload_kqv else HOST
-        if dev == AUTO_GPU:
-            dev = AUTO_GPU
-        if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
-            kv[dev] += rec.state_bytes(inv, n_seq)
-            continue
-        n = (swa_cells if la.swa else cells) * n_stream
-        if geo.mla_arch and ik:
-            mla = effective_mla(inv, geo, settings)  # ik computes wkv_b for -mla 2/3
-            if mla:
-                width = geo.kv_lora_rank + geo.n_rot
-                ktype = ctk if (fa or mla == 1) else ctv
-                size = cache_row_bytes(ktype, width) * n
-                if mla == 1 and not fa:
-                    size += cache_row_bytes(ctv, geo.kv_lora_rank * n)
-                kv[dev] += size
-                continue
-            if geo.mla:  # -mla 0 on a mainline conversion: ik restores full heads (memory/ikmla.py)
-                for ct, width in ((ctk, geo.head_k_mla), (ctv, geo.head_v_mla)):
-                    row = (width + 8) * geo.n_head if ct == Q8_KV else cache_row_bytes(ct, width * geo.n_head)
-                    kv[dev] += row * n
-                continue
-        k_row = la.head_k * la.n_head_kv
-        v_row = geo.v_row(la, transposed=not (fa or ik))
-        if compressed.ratios(inv) is not None:  # DeepSeek-V4: raw rows K-only, compressed caches, states
-            kv[dev] += cache_row_bytes(ctk, k_row) * n + compressed.layer_bytes(inv, la.index, la.head_k, cells,
-                                                                               n_seq, ctk)
-            continue
-        size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else cache_row_bytes(ctk, k_row) * n
-        if not geo.mla:  # mainline MLA: V is a view of the latent K cache
-            size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else cache_row_bytes(ctv, v_row) * n
-        if la.index in idx_layers:
-            size += cache_row_bytes(ctk, idx_width) * n
-        elif la.index in msa_layers and isinstance(msa_width, int):
-            size += (cache_row_bytes(ctk, msa_width) + cache_row_bytes(ctv, la.head_v)) * n
-        kv[dev] += size
-    if compressed.ratios(inv) is not None and geo.layers:
-        # the DSV4 cache keeps every block's rows, the MTP blocks' too (create_memory passes it no filter),
-        # on the device of the blocks at the end (dev_layer; the loader skips the MTP weights)
-        la0 = geo.layers[0]
-        for il in inv.layers_of_kind("nextn"):
-            dev = layer_dev.get(geo.layers[-1].index, HOST) if settings.offload_kqv else HOST
-            kv[dev] += (cache_row_bytes(ctk, la0.head_k * la0.n_head_kv) * (swa_cells or cells) * n_stream
-                        + compressed.layer_bytes(inv, il, la0.head_k, cells, n_seq, ctk))
+    homes = {**nextn_dev, **layer_dev}
+    kv = kv_bytes(inv, geo, settings, homes, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
+                  flash_attn=fa, ik=ik)
 
     if ik:  # --- compute: llama.cpp's graph of the same placement plus ik's measured margin (memory/ikarchs.py)
         return _ik_estimate(placement, settings, weights, kv, ik_computed, devices, n_ctx, cells, swa_cells, fa,
