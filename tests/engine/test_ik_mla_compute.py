@@ -7,6 +7,7 @@ Each line: ik's logged compute buffer per device must be at most moeconf's figur
 the margin, ikmla.MARGIN_MIB) and, where ik's MLA attention sized it, the model without the margin
 within that margin of it.
 
+CI re-measures one line of each form (ik_mla_cases.CI_LINES); MOECONF_IK_MLA_ALL=1 every line.
 `MOECONF_IK_MLA_RESULTS=FILE` writes the measured figures (tests/data/ik_mla_figures.json is such a
 file: the default suite holds the model to it, tests/test_memory_ik_mla.py)."""
 
@@ -111,7 +112,10 @@ def endpoints() -> Iterator[list[str]]:
         yield eps
 
 
-@pytest.mark.parametrize(("model", "line"), cases.cases(), ids=[f"{m}:{x}" for m, x in cases.cases()])
+_CASES = cases.cases(every=os.environ.get("MOECONF_IK_MLA_ALL") == "1")
+
+
+@pytest.mark.parametrize(("model", "line"), _CASES, ids=[f"{m}:{x}" for m, x in _CASES])
 def test_ik_mla_compute_within_the_margin(model: str, line: str, models: dict[str, tuple[Path, Inventory]],
                                           endpoints: list[str], tmp_path: Path) -> None:
     path, inv = models[model]
