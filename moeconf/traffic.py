@@ -83,6 +83,10 @@ class Copy:
     activations: int = 0
     inputs: int = 0
     tensors: int = 0  # the weights copied (op offload)
+    # op offload's bounds: every token selecting the same k experts (k/E of each MUL_MAT_ID weight: a
+    # model of zero weights, whose routers tie), and every expert selected (the whole tensors)
+    weights_min: int = 0
+    weights_max: int = 0
 
     @property
     def total(self) -> int:
@@ -95,6 +99,7 @@ class Copy:
 
     def json(self) -> dict[str, Any]:
         return {"from": self.src, "to": self.dst, "link": self.link, "weights": self.weights,
+                "weights_same_experts": self.weights_min, "weights_all_experts": self.weights_max,
                 "weight_tensors": self.tensors, "activations": self.activations, "inputs": self.inputs,
                 "total": self.total}
 
@@ -125,6 +130,8 @@ class Traffic:
                 "per_ubatch_copies": [c.json() for c in self.ubatch_copies],
                 "op_offload_bytes": sum(c.weights for c in self.ubatch_copies),
                 "op_offload_tensors": sum(c.tensors for c in self.ubatch_copies),
+                "op_offload_bytes_same_experts": sum(c.weights_min for c in self.ubatch_copies),
+                "op_offload_bytes_all_experts": sum(c.weights_max for c in self.ubatch_copies),
                 "pcie_bytes": self.link_bytes(self.ubatch_copies, "pcie"),
                 "network_bytes": self.link_bytes(self.ubatch_copies, "network"),
             },
@@ -253,7 +260,10 @@ def _evaluate(placement: Placement, setup: Setup) -> _Evaluation:
             src = backends[ids[s]].name
             c = copies[(src, dst)]
             if s.buffer is not None and s.weights:
-                c["weights"] += _offload_bytes(s, first, sched.copy_of)
+                expected, same = _offload_bytes(s, first, sched.copy_of)
+                c["weights"] += expected
+                c["weights_min"] += same
+                c["weights_max"] += nbytes(s)
                 c["tensors"] += 1
             elif s.flags & INPUT:
                 c["inputs"] += nbytes(s)
@@ -265,20 +275,23 @@ def _evaluate(placement: Placement, setup: Setup) -> _Evaluation:
                        kv_homes=kv_homes, rs_homes=rs_homes)
 
 
-def _offload_bytes(w: Tensor, first: Tensor | None, copy_of: Mapping[Tensor, tuple[Tensor, int]]) -> int:
+def _offload_bytes(w: Tensor, first: Tensor | None,
+                   copy_of: Mapping[Tensor, tuple[Tensor, int]]) -> tuple[int, int]:
     """The bytes of host weight `w` a split copies in: the experts its tokens select where the split
-    starts with the MUL_MAT_ID that reads it as its matrix (expected share under uniform routing), else
-    all of it (ggml-backend.cpp `ggml_backend_sched_compute_splits`)."""
+    starts with the MUL_MAT_ID that reads it as its matrix, else all of it (ggml-backend.cpp
+    `ggml_backend_sched_compute_splits`). As (the expected bytes under uniform routing, the bytes
+    where every token selects the same k experts)."""
+    size = nbytes(w)
     if first is None or first.op != "MUL_MAT_ID" or first.src[0] is None or first.src[2] is None:
-        return nbytes(w)
+        return size, size
     if copy_of.get(first.src[0], (None, 0))[0] is not w:
-        return nbytes(w)
+        return size, size
     ids_t = first.src[2]
     k, n_tokens, n_expert = ids_t.ne[0], ids_t.ne[1], w.ne[2]
     if n_expert <= 0 or k >= n_expert:
-        return nbytes(w)
-    share = 1.0 - (1.0 - k / n_expert) ** n_tokens
-    return round(nbytes(w) * share)
+        return size, size
+    share = 1.0 - (1.0 - k / n_expert) ** n_tokens  # E[distinct experts] / E, T tokens each picking k of E
+    return round(size * share), size * k // n_expert
 
 
 def _kv(placement: Placement, settings: MemorySettings, depth: int, homes: dict[int, str]) -> dict[str, int]:

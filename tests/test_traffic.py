@@ -100,8 +100,13 @@ def test_qwen3_30b_op_offload_per_prompt_ubatch(ub: int) -> None:
         return
     share = 1 - (1 - k / E) ** ub  # the expected share of the E experts that T tokens picking k each select
     assert c["tensors"] == len(offloaded) == 3 * (n_layer - 1)
-    assert c["weights"] == pytest.approx(sum(t["nbytes"] for t in offloaded) * share, abs=len(offloaded))  # rounded per tensor
-    assert tr.json()["prompt"]["op_offload_bytes"] == c["weights"]
+    # rounded per tensor
+    assert c["weights"] == pytest.approx(sum(t["nbytes"] for t in offloaded) * share, abs=len(offloaded))
+    prompt = tr.json()["prompt"]
+    assert prompt["op_offload_bytes"] == c["weights"]
+    # the bounds: every token selecting the same k experts (zero weights: the routers tie), every expert
+    assert prompt["op_offload_bytes_same_experts"] == sum(t["nbytes"] * k // E for t in offloaded)
+    assert prompt["op_offload_bytes_all_experts"] == sum(t["nbytes"] for t in offloaded)
 
 
 def test_two_gpus_one_crossing() -> None:
@@ -175,7 +180,7 @@ def test_kv_in_host_memory_is_read_by_the_cpu() -> None:
 
 
 def test_ik_llama_cpp_is_not_modelled() -> None:
-    with pytest.raises(TrafficUnmodelled, match="llama.cpp only"):
+    with pytest.raises(TrafficUnmodelled, match=r"llama\.cpp only"):
         run("qwen3-30b-a3b", ["-c", "4096"], eng="ik_llama.cpp")
 
 
