@@ -172,8 +172,11 @@ def traffic(placement: Placement, settings: MemorySettings, depth: int | None = 
     base = replace(setup_for(inv, settings), n_seq=1, n_stream=1, n_rs=1, pipeline=False, norm_pins=True)
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
     depth = n_ctx if depth is None else depth
-    if not 0 <= depth <= n_ctx:
-        raise ValueError(f"the depth is a number of tokens from 0 to the context ({n_ctx:,}), not {depth:,}")
+    # a sequence's cells: the context, or its share of it where -np splits the cache into streams
+    cells = min(n_ctx, base.cells)
+    if not 0 <= depth <= cells:
+        of = "the context" if cells == n_ctx else "a sequence's share of the context"
+        raise ValueError(f"the depth is a number of tokens from 0 to {of} ({cells:,}), not {depth:,}")
     # the generated token: a batch of one at position `depth`, viewing the cells up to it
     gen = _evaluate(placement, _viewing(replace(base, n_tokens=1, n_outputs=1), depth + 1))
     reads: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -183,9 +186,10 @@ def traffic(placement: Placement, settings: MemorySettings, depth: int | None = 
         reads[dev]["kv"] += b
     for dev, b in _recurrent(placement, gen.rs_homes).items():
         reads[dev]["recurrent"] += b
-    # the prompt's ubatch: the graph's worst-case batch, its last token's logits, the cells up to the depth
-    T = base.n_tokens
-    prompt = _evaluate(placement, _viewing(replace(base, n_outputs=1), max(depth, T)))
+    # the prompt's ubatch: -ub tokens of one sequence (within -b and the context), its last token's logits,
+    # the cells up to the depth
+    T = min(-(-n_ctx // PAD) * PAD, settings.n_batch, settings.n_ubatch)
+    prompt = _evaluate(placement, _viewing(replace(base, n_tokens=T, n_outputs=1), max(depth, T)))
     devices = sorted(reads, key=lambda d: (d != HOST, d))
     assumptions = ["one sequence: a generated token is a batch of one (-np and parallel decoding not modelled)",
                    "uniform routing: a prompt ubatch's MUL_MAT_ID op offload copies the experts its tokens select, "
