@@ -28,7 +28,7 @@ token only):
 - activations and inputs: the other split inputs, as per token.
 
 Not counted: what a kernel reads twice (tiles, caches), the logits copied back to the host, the
-weights of the KV rows beyond the depth that a padded view spans (the engine views its cells in
+KV rows beyond the depth that the padded view spans (the engine views its cells in
 multiples of 256 and masks the rest; CUDA's flash attention skips the masked tail)."""
 
 from __future__ import annotations
