@@ -14,8 +14,9 @@ Per generated token (one sequence, a batch of one token at context depth `depth`
 - recurrent: each recurrent layer's state for one sequence (memory/recurrent.py), read once (and
   written back, as much again; not added);
 - copies: every tensor a scheduler split takes from another backend (ggml-backend.cpp
-  `ggml_backend_sched_split_graph`: the hidden state at each device boundary, the expert ids and
-  weights a host expert op needs, the graph's inputs: positions, the KQ mask of the padded cells).
+  `ggml_backend_sched_split_graph`: the hidden state at each device boundary, the normed hidden state
+  and expert ids a host expert op takes and the k experts' outputs it gives back, the graph's inputs:
+  positions, the KQ mask of the padded cells).
 
 Per prompt ubatch (`-ub` tokens, the last ubatch of a prompt reaching `depth`, logits for its last
 token only):
