@@ -15,7 +15,9 @@ from moeconf.textsafe import safe
 if TYPE_CHECKING:
     from moeconf.compiled import Compiled
     from moeconf.engines import Engine
+    from moeconf.explanation import Explanation
     from moeconf.fit import Budget, FitResult
+    from moeconf.memory.settings import MemorySettings
     from moeconf.model.inventory import Inventory
 
 EXIT_OK = 0
@@ -130,6 +132,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="a GPU's memory, to show its budget and free memory and exit 1 when the command line "
                      "needs more: 24GiB (CUDA0, then CUDA1, ...), CUDA1=16GiB, 'RPC0[host:port]=18GiB'; "
                      "cpu=128GiB for system RAM (repeatable)")
+    exp.add_argument("--traffic", action="store_true",
+                     help="also show the bytes each device reads per generated token and the bytes copied between "
+                     "devices per token and per prompt ubatch (docs/speed.md)")
+    exp.add_argument("--depth", type=int, metavar="N",
+                     help="the context depth of --traffic's generated token (default: the context, -c); implies "
+                     "--traffic")
     _add_llama_config_options(exp)
 
     fit = sub.add_parser(
@@ -430,6 +438,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     # a device of the line that holds nothing known: nothing at all, or layers split by free memory
     unchecked = [d for d in budgets if d not in est.devices and AUTO_GPU in est.devices]
+    traffic, traffic_text = _explain_traffic(args, ex, settings)
     if args.plan:
         from moeconf.decompile import decompile
         from moeconf.explanation import assumed_gpus, local_gpus
@@ -453,6 +462,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out["memory_estimated"] = {d: list(m.estimated) for d, m in est.devices.items() if m.estimated}
         out["memory_problems"] = list(est.problems)
         out["server_caches"] = est.server.json() if est.server is not None else None
+        if traffic is not None:
+            out["traffic"] = traffic
         if budgets:
             out["budgets"] = budgets
             out["over_budget"] = over
@@ -470,6 +481,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             sys.stdout.write("  assumed: no binary named (llama-server, llama-cli, ...): one sequence and the whole "
                              "ubatch's output rows, as every binary but llama-server reserves; name the binary "
                              "first for llama-server's figures\n")
+        if traffic_text:
+            sys.stdout.write(traffic_text)
         for d, short in over.items():
             fix = ("more routed experts on the GPUs, or a smaller quant" if d == "CPU"
                    else "`moeconf fit` finds the placement that fits")
@@ -483,6 +496,23 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)
     # an engine that would refuse (or stall on) the command line, or run out of memory, is a finding
     return EXIT_FINDINGS if ex.refusals or est.problems or over else EXIT_OK
+
+
+def _explain_traffic(args: argparse.Namespace, ex: Explanation,
+                     settings: MemorySettings) -> tuple[dict[str, object] | None, str]:
+    """explain's traffic (moeconf/traffic.py) as JSON and text, where --traffic or --depth asks for it."""
+    if not args.traffic and args.depth is None:
+        return None, ""
+    from moeconf.report.traffic import render_traffic
+    from moeconf.traffic import TrafficUnmodelled, traffic
+
+    try:
+        tr = traffic(ex.placement, settings, args.depth)
+    except ValueError as e:
+        raise MoeconfError(f"--depth: {e}") from None
+    except TrafficUnmodelled as e:
+        return {"unmodelled": str(e)}, f"traffic: not given: {e}\n"
+    return tr.json(), render_traffic(tr)
 
 
 def _budgets(values: list[str], flag: str, *, allow_cpu: bool = False) -> dict[str, int]:
