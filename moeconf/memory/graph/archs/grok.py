@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from moeconf.memory.graph.archs.common import Facts, need
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "grok"
-# Memory: the older replay's (nodes only here)
+MEMORY = REPLAYED
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -5,15 +5,11 @@ sigmoid of its logit, applied to the experts' input, and a shared expert; dense 
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import Facts, need
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "llama4"
-# Memory: not yet. On CUDA with its routed experts in host memory the graph's op offload keeps two
-# expert tensors' copies alive at once (Llama-4-Maverick -c 65536 -ot exps=CPU: 8.5 GiB where the older
-# replay has one, 4.2), not measured on a CUDA device: the older replay keeps its compute. Over RPC the graph
-# is exact on every recorded line (tests/data/graph_oracle/llama-4-maverick.json) where the older replay is
-# 20 MiB off each GPU on two devices (-c 32768 -ts 1,1: 338.00 and 656.62 MiB against 318.08 and 677.46)
+MEMORY = REPLAYED
 
 
 def build(g: GraphContext, facts: Facts) -> None:
