@@ -15,14 +15,9 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.memory import read_settings
-from moeconf.memory.archgraph import (
-    ffn_floats,
-    flash_attn_forced_off,
-    host_replay_spec,
-    moe_replay_spec,
-)
+from moeconf.memory.archgraph import ffn_floats
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.memory.geometry import geometry
+from moeconf.memory.graph.archs import flash_attn_forced_off
 from moeconf.memory.indexer import indexer_unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
@@ -133,15 +128,6 @@ def test_grok_runs_with_flash_attention_off_and_refuses_a_quantized_v_cache(mode
     assert not est.problems
     est, _ = _estimate(models["minimax-m2"], "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0")
     assert not est.problems
-
-
-def test_graph_shape_is_read_from_the_layers_tensors(models: dict[str, Inventory]) -> None:
-    mm = models["minimax-m2"]
-    assert moe_replay_spec(mm, geometry(mm)) == (True, True)  # full-width Q/K norms, selection bias
-    assert host_replay_spec(mm, geometry(mm)) is False
-    for k in ("deepseek-v3.2", "grok-1"):  # indexer tensors; Grok's extra norms: not the standard graph
-        assert moe_replay_spec(models[k], geometry(models[k])) is None
-    assert host_replay_spec(models["deepseek-v3.2"], geometry(models["deepseek-v3.2"])) is None
 
 
 def test_down_projection_fills_the_gate_up_hole_only_when_it_fits() -> None:

@@ -148,9 +148,9 @@ def test_groks_flash_attention_left_on_is_named(tiny: dict[tuple[str, str], Inve
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """llama.cpp turns flash attention off for Grok (llama_init_from_model): modelled with it on, the first
     difference is node 14, where the engine reshapes V for its transposed cache."""
-    from moeconf.memory import archgraph
+    from moeconf.memory.graph import archs
 
-    monkeypatch.setattr(archgraph, "FA_FORCED_OFF", frozenset())
+    monkeypatch.setattr(archs, "FA_FORCED_OFF", frozenset())
     diff = _difference(tiny[("grok", "a")], "grok", "a", "rpc")
     assert diff is not None and diff.index == 14 and diff.fields == ("op",), str(diff)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts
+from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, flash_attn_forced_off
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
@@ -37,8 +37,9 @@ class Setup:
     cache_v: str = "f16"
     pipeline: bool = False
     op_offload: bool = True
-    # the norms pinned to their layer's device under full offload, as an allocating reserve keeps them;
-    # False: as llama-fit-params and llama.cpp's --fit size the buffers (their reset drops the pins)
+    # the build's pins kept (the norms on their layer's device under full offload, the attention output on
+    # the CPU with -nkvo), as an allocating reserve keeps them; False: as llama-fit-params and llama.cpp's
+    # --fit size the buffers (their reset drops the pins)
     norm_pins: bool = False
     n_seqs: int = 1  # n_seq_max: the recurrent states kept and the sequences the reserve's ubatch holds
     fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
@@ -252,7 +253,10 @@ def compute(placement: Placement, setup: Setup) -> dict[str, int]:
     """Each device's compute buffer (bytes) for this placement and these settings."""
     g, backends = build(placement, setup)
     sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    sizes = sched.reserve(g.gf, g.pinned)
+    # the reserve that sizes the buffers without allocating (llama-fit-params, --fit:
+    # ggml_backend_sched_reserve_size) resets the scheduler before splitting: every pin the build set is
+    # dropped there (the norms', and with -nkvo the attention output's on the CPU, build_attn_mha)
+    sizes = sched.reserve(g.gf, g.pinned if setup.norm_pins else None)
     return {b.name: s for b, s in zip(backends, sizes, strict=True)}
 
 
@@ -270,7 +274,6 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     t_graph = -(-T // n_seq) * n_seq  # graph_reserve: a multiple of the sequences (llama-context.cpp)
-    from moeconf.memory.archgraph import flash_attn_forced_off
     from moeconf.memory.geometry import geometry
     geo = geometry(inv)
     swa_cells = 0

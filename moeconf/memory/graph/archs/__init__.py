@@ -4,11 +4,12 @@ per architecture in this folder, mirroring its src/models/<arch>.cpp in the pinn
 A module names its architecture (`ARCH`, as the GGUF's general.architecture spells it) and gives its
 `build(g, facts)`: one `common.Decoder` row where the layers are the classic decoder's (a norm,
 attention through the KV cache, a dense or MoE FFN, the residuals), a function where they differ.
-`MEMORY` (a `common.Memory`), where present, says that `estimate` takes the architecture's compute
-from this graph and what that was checked on. The registry below finds the modules itself: adding an
-architecture is adding its module (plus its test data: the engine's recorded graphs and figures), and
-this registry is the only place an architecture's name is read. Modules whose names start with an
-underscore hold what several compositions share.
+`FLASH_ATTN_OFF = True` says that the engines turn flash attention off for the architecture whatever
+-fa says (llama_init_from_model). `MEMORY` (a `common.Memory`), where present, says that `estimate`
+takes the architecture's compute from this graph and what that was checked on. The registry below
+finds the modules itself: adding an architecture is adding its module (plus its test data: the
+engine's recorded graphs and figures), and this registry is the only place an architecture's name is
+read. Modules whose names start with an underscore hold what several compositions share.
 
 What a layer holds (biases, Q/K norms, a shared expert and its gate, a selection bias, fused
 experts, rope factors) is read from the model's tensors, as the engine's loader creates them;
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 
 from moeconf.memory.graph.archs.common import Build, Facts, Memory
 
-__all__ = ["ARCHS", "COMPOSITIONS", "Build", "Composition", "Facts", "Memory"]
+__all__ = ["ARCHS", "COMPOSITIONS", "FA_FORCED_OFF", "Build", "Composition", "Facts", "Memory",
+           "flash_attn_forced_off"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Composition:
     build: Build
     memory: Memory | None
     module: str
+    flash_attn_off: bool = False
 
 
 def _discover() -> dict[str, Composition]:
@@ -47,10 +50,18 @@ def _discover() -> dict[str, Composition]:
                                  "and optionally MEMORY (a common.Memory)")
         if arch in out:
             raise AssertionError(f"{arch}: composed twice ({out[arch].module}, {mod.__name__})")
-        out[arch] = Composition(arch, build, memory, mod.__name__)
+        out[arch] = Composition(arch, build, memory, mod.__name__, getattr(mod, "FLASH_ATTN_OFF", False) is True)
     return out
 
 
 COMPOSITIONS: dict[str, Composition] = _discover()
 # architecture -> its composition (src/models/<arch>.cpp)
 ARCHS: dict[str, Build] = {a: c.build for a, c in COMPOSITIONS.items()}
+# the architectures for which the engines force flash attention off whatever -fa says (llama.cpp's
+# src/llama-context.cpp and ik_llama.cpp's src/llama.cpp, llama_init_from_model); both then refuse a
+# quantized V cache
+FA_FORCED_OFF: frozenset[str] = frozenset(a for a, c in COMPOSITIONS.items() if c.flash_attn_off)
+
+
+def flash_attn_forced_off(arch: str) -> bool:
+    return arch in FA_FORCED_OFF

@@ -13,6 +13,7 @@ from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "grok"
 MEMORY = REPLAYED
+FLASH_ATTN_OFF = True  # llama_init_from_model: "flash_attn is not compatible with Grok - forcing off"
 
 
 def build(g: GraphContext, facts: Facts) -> None:
