@@ -156,7 +156,7 @@ def test_version_1_manifest_warns_and_gives_weights_only(models: dict[str, Inven
     data["version"] = 1
     for k in ("key_length", "value_length", "key_length_mla", "value_length_mla", "kv_lora_rank", "q_lora_rank",
               "rope_dimension_count", "sliding_window", "sliding_window_pattern", "vocab_size", "hparams",
-              "arch_keys"):
+              "arch_keys", "floats"):
         data["metadata"].pop(k)
     p = tmp_path / "old.manifest.json"
     p.write_text(json.dumps(data))
