@@ -1,6 +1,8 @@
 """What the phase model and the refusals need to know about an architecture's graph, read from the
 tensors its layers hold instead of from its name where they can (issue 17).
 
+- `standard_moe_layers`: whether the layers are the standard attention + MoE layer, on which a setting
+  family was checked (memory/families.py).
 - `ffn_floats`: the phase model's live FFN set, where ggml-alloc (best fit among the free blocks,
   a tensor freed after its last consumer) puts the down projection's output into the hole the
   gate and up projections leave when it fits there (measured on MiniMax-M2 with routed experts on
@@ -9,7 +11,30 @@ tensors its layers hold instead of from its name where they can (issue 17).
 
 from __future__ import annotations
 
+from typing import Final
+
+from moeconf.memory.geometry import Geometry
 from moeconf.model.inventory import Inventory
+
+_ROUTED: Final = frozenset({"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
+# a layer's tensors in llama.cpp's standard attention + MoE FFN graph (src/models/qwen3moe.cpp,
+# glm4-moe.cpp, minimax-m2.cpp; build_attn and build_moe_ffn in src/llama-graph.cpp)
+_STANDARD: Final = frozenset({
+    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm",
+    "ffn_norm", "post_attention_norm", "ffn_gate_inp", "exp_probs_b",
+    "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp",
+    "ffn_gate", "ffn_up", "ffn_down",
+})
+
+
+def standard_moe_layers(inv: Inventory, geo: Geometry) -> bool:
+    """Whether every layer is the standard attention + MoE layer (separate Q, K, V; optional Q/K norms, selection
+    bias, shared expert, dense leading layers; routed experts without biases; no sliding window, no MLA): the
+    layers whose figures with routed experts and the output on the CPU over several GPUs were checked
+    (Qwen3-30B-A3B, GLM-4.5-Air, MiniMax-M2 at -ub 512 to 4096: memory/families.py)."""
+    bases = {t.base for t in inv.tensors if t.layer is not None and t.layer < len(geo.layers)}
+    biased = any(t.base in _ROUTED and t.name.endswith(".bias") for t in inv.tensors)
+    return not (geo.mla or geo.swa_type != "none" or biased) and _ROUTED <= bases <= _STANDARD
 
 
 def ffn_floats(moe_tensors: int, used: int, n_ff_exp: int, n_embd: int) -> int:

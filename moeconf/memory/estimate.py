@@ -30,7 +30,7 @@ import moeconf.memory.recurrent as rec
 import moeconf.memory.replay_glm5next as replay_glm5next
 from moeconf.engines import AUTO_GPU, Engine, mainline
 from moeconf.memory.amx import amx_bytes
-from moeconf.memory.archgraph import ffn_floats
+from moeconf.memory.archgraph import ffn_floats, standard_moe_layers
 from moeconf.memory.classic import (
     graph_computed,
     input_width,
@@ -263,7 +263,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # engine and device (gpus=[]: speculation, extra files, --override-kv), llama.cpp's graph checks the rest
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, [] if ik else gpus,
-                                                        graph_computed(placement)))
+                                                        not ik and output_family_checked(placement, settings)))
     # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
     if not why and inv.arch in rec.GLM5_NEXT:
         why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
@@ -738,7 +738,7 @@ def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySetti
     # than the chosen placement is measured with)
     if len({d for d in _layer_devices(placement).values() if is_gpu(d)}) != 1:
         return set()
-    if inv.arch in GRAPH_COMPUTE:
+    if inv.arch in GRAPH_COMPUTE and (rec.shape(inv) is not None or rec.kda_shape(inv) is not None):
         return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
     if rec.shape(inv) is not None:
         return set(replayed_hybrid(placement, geo, out_dev, T, cells, settings.cache_type_k, settings.cache_type_v,
@@ -756,6 +756,22 @@ def _amx_extra(placement: Placement) -> int:
 def _amx_tensors(inv: Inventory) -> tuple[tuple[str, int], ...]:
     """The tensors the AMX buffer would take, each with what it adds over the CPU buffer."""
     return tuple((t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None)
+
+
+def output_family_checked(placement: Placement, settings: MemorySettings) -> bool:
+    """Whether the engine's graph gives every compute buffer with routed experts and the output on the CPU over
+    several GPUs on a model where that was checked against the engine (memory/families.py): llama.cpp's graph
+    of standard attention + MoE layers (archgraph.standard_moe_layers, the input as wide as the hidden state),
+    flash attention, the KV cache offloaded, one KV stream, the whole ubatch's outputs."""
+    inv = placement.inventory
+    if (not graph_computed(placement) or settings.flash_attn == "off" or flash_attn_forced_off(inv.arch)
+            or not settings.offload_kqv or settings.n_outputs or not (settings.kv_unified or settings.n_parallel == 1)):
+        return False
+    try:
+        geo = geometry(inv)
+    except GeometryUnknown:
+        return False
+    return standard_moe_layers(inv, geo) and input_width(inv, geo.n_embd) == geo.n_embd
 
 
 def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,
