@@ -736,10 +736,15 @@ def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySetti
     # one GPU only: over several, a fill may later put a layer's experts on another GPU than the
     # layer's, which the hybrids' replay does not cover (the search would then count fewer rows
     # than the chosen placement is measured with)
-    if len({d for d in _layer_devices(placement).values() if is_gpu(d)}) != 1:
+    layer_gpus = {d for d in _layer_devices(placement).values() if is_gpu(d)}
+    if len(layer_gpus) != 1:
         return set()
     if inv.arch in GRAPH_COMPUTE and (rec.shape(inv) is not None or rec.kda_shape(inv) is not None):
         return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
+    if inv.arch in GRAPH_COMPUTE:
+        # the engine's graph counts them; the search counts them where the output device is the GPU running
+        # the layers, as it did while the classic replays gave that device's compute
+        return {out_dev} & layer_gpus
     if rec.shape(inv) is not None:
         return set(replayed_hybrid(placement, geo, out_dev, T, cells, settings.cache_type_k, settings.cache_type_v,
                                    n_seq, 1, dry=True))
