@@ -556,12 +556,12 @@ def _refuse_unmodelled(plan: Plan, f: _Filler, devices: Mapping[str, str | None]
     """The fill chosen, in a setting family moeconf does not model (memory/families.py: e.g. -nkvo
     with routed experts left on the CPU), is refused: the search measured its candidates without
     that check (each starts from every fill-able tensor on the CPU), its memory is not known."""
-    from moeconf.memory.estimate import replays_cover
+    from moeconf.memory.estimate import output_family_checked
     from moeconf.memory.families import unmodelled_settings
 
     pl = Placement(f.inv, f.eng, dict(devices), dict(defaults), {})
     gpus = list(f.accelerators)
-    why = unmodelled_settings(pl, f.settings, gpus, replays_cover(pl, f.settings, gpus))
+    why = unmodelled_settings(pl, f.settings, gpus, output_family_checked(pl, f.settings))
     # the placements a replay covers (memory/replay_glm5next.py, replay_kda.py): a search candidate it does
     # not cover has no compute, so the chosen fill is checked again with every check on
     if not why:

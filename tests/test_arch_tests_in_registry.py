@@ -29,12 +29,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("memory/indexer.py", "KPOOL_ARCHS"): _GLM5_NEXT,
     ("memory/classic.py", "OWN_PLACEMENT_CHECKS"): _GLM5_NEXT,
     ("memory/families.py", "'glm5-next'"): _GLM5_NEXT,
-    ("memory/classic.py", "_SOFTMAX_FIXED"): _REPLAYS,
-    ("memory/classic.py", "_SIGMOID_DEFAULT"): _REPLAYS,
-    ("memory/classic.py", "COMMON_MOE_LAYER"): _REPLAYS,
-    ("memory/classic.py", "_WEIGHT_BEFORE"): _REPLAYS,
-    ("memory/classic.py", "'gpt-oss'"): _REPLAYS,  # host_replayable
-    ("memory/estimate.py", "'llama4'"): _REPLAYS,  # _replayed_output_device, _replayed_host
 }
 
 

@@ -20,7 +20,6 @@ from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory import estimate, read_settings
-from moeconf.memory.classic import graph_shape, host_replayable, moe_replay_spec
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
@@ -151,7 +150,7 @@ def test_explain_shows_the_tied_output(models: dict[str, Inventory], tmp_path: P
     assert "tied output: the engine loads token_embd again" in out
 
 
-def test_replays_are_keyed_by_the_graph_shape(models: dict[str, Inventory], tmp_path: Path) -> None:
+def test_qwen3vlmoe_with_qwen3moes_dimensions_has_its_memory(tmp_path: Path) -> None:
     """A qwen3vlmoe file with a qwen3moe one's exact dimensions (no deepstack) builds the same graph but for
     M-RoPE's positions (4 per token, on the host): the same memory beside them, on every line; deepstack
     makes the host's input wider."""
@@ -163,8 +162,6 @@ def test_replays_are_keyed_by_the_graph_shape(models: dict[str, Inventory], tmp_
     vl = tmp_path / "vl.manifest.json"
     vl.write_text(_json.dumps(data))
     q3, q3vl = load_inventory(base), load_inventory(vl)
-    assert moe_replay_spec(q3vl) == moe_replay_spec(q3) == (True, False)
-    assert host_replayable(q3vl)
     eng = engine("llama.cpp")
     for line in ("-c 32768 -ngl 999 -ot exps=CPU", "-c 16384 -ngl 999 -ot blk\\.(1[0-9])\\.ffn_.*_exps=CPU",
                  "-c 32768 -ngl 999", "-c 131072 -ngl 999 -ub 2048"):
@@ -179,12 +176,6 @@ def test_replays_are_keyed_by_the_graph_shape(models: dict[str, Inventory], tmp_
             {d: m.compute for d, m in a.devices.items() if d != "CPU"}, line
         assert {d: {k: v for k, v in m.items() if k not in ("compute", "total")} for d, m in a.json().items()} == \
             {d: {k: v for k, v in m.items() if k not in ("compute", "total")} for d, m in b.json().items()}
-    # Hunyuan's norms after RoPE allocate as the common layer's before it (memory/classic.py)
-    assert moe_replay_spec(models["hunyuan-a13b"]) == (True, False)
-    # a genuinely different graph is not replayed as another's
-    assert moe_replay_spec(models["ling-mini-2.0"]) is None  # fused QKV
-    assert moe_replay_spec(models["qwen3-vl-30b-a3b"]) is None  # deepstack inputs on the first layers
-    assert graph_shape(models["ernie-4.5-21b-a3b"]).biased and not graph_shape(models["ernie-4.5-21b-a3b"]).sigmoid
 
 
 def test_fit_refuses_what_is_not_modelled(models: dict[str, Inventory], tmp_path: Path,

@@ -162,8 +162,9 @@ def test_fill_refuses_a_refused_case(tmp_path: Path, capsys: pytest.CaptureFixtu
     from moeconf.cli import main
 
     models = Path(__file__).resolve().parent.parent / "examples" / "models"
-    # (Qwen3's -ngl 0 and 1 were refused here before its compute came from the engine's graph: now exact)
-    for name, ngl, refused in (("glm-4.5-air", 1, True), ("glm-4.5-air", 0, True),
+    # (Qwen3's and GLM-4.5's -ngl 0 and 1 were refused here before their compute came from the engine's graph:
+    # now exact; Qwen3.5's -ngl 0 is refused while its compute is the older replay's)
+    for name, ngl, refused in (("qwen3.5-35b-a3b", 0, True), ("glm-4.5-air", 1, False), ("glm-4.5-air", 0, False),
                                ("qwen3-30b-a3b", 1, False), ("gpt-oss-20b", 0, False)):
         plan = tmp_path / f"{name}-{ngl}.toml"
         plan.write_text(f'rules = ["experts -> gpu, cpu"]\n[model]\npath = "{models / name}.manifest.json"\n'

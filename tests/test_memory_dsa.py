@@ -15,13 +15,8 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.memory import read_settings
-from moeconf.memory.archgraph import (
-    ffn_floats,
-    host_replay_spec,
-    moe_replay_spec,
-)
+from moeconf.memory.archgraph import ffn_floats
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.memory.geometry import geometry
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.indexer import indexer_unmodelled
 from moeconf.model.inventory import Inventory
@@ -109,7 +104,7 @@ def test_without_the_indexer_cache_deepseek32_kv_is_the_latent_only(models: dict
     """What moeconf printed before (2,196 MiB at 32k): the indexer cache is what brings it to 2,684."""
     inv = models["deepseek-v3.2"]
     full, _ = _estimate(inv, "-c 32768 -ngl 999")
-    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "indexer_row_layers", lambda inv, layers: [])
+    monkeypatch.setattr(sys.modules["moeconf.memory.kvcache"], "indexer_row_layers", lambda inv, layers: [])
     latent, _ = _estimate(inv, "-c 32768 -ngl 999")
     kv = {e.devices["RPC0[127.0.0.1:50731]"].kv / MiB for e in (full, latent)}
     assert kv == {2684.0, 2196.0}
@@ -133,15 +128,6 @@ def test_grok_runs_with_flash_attention_off_and_refuses_a_quantized_v_cache(mode
     assert not est.problems
     est, _ = _estimate(models["minimax-m2"], "-c 32768 -ngl 999 -ctk q8_0 -ctv q8_0")
     assert not est.problems
-
-
-def test_graph_shape_is_read_from_the_layers_tensors(models: dict[str, Inventory]) -> None:
-    mm = models["minimax-m2"]
-    assert moe_replay_spec(mm, geometry(mm)) == (True, True)  # full-width Q/K norms, selection bias
-    assert host_replay_spec(mm, geometry(mm)) is False
-    for k in ("deepseek-v3.2", "grok-1"):  # indexer tensors; Grok's extra norms: not the standard graph
-        assert moe_replay_spec(models[k], geometry(models[k])) is None
-    assert host_replay_spec(models["deepseek-v3.2"], geometry(models["deepseek-v3.2"])) is None
 
 
 def test_down_projection_fills_the_gate_up_hole_only_when_it_fits() -> None:

@@ -18,11 +18,6 @@ from moeconf.model.load import load_inventory
 from tests import graph_oracle
 
 RECORDED = graph_oracle.recorded()
-# lines an older replay is known to miss (a strict xfail: a fix shows as an unexpected pass)
-KNOWN_MISSES = {
-    # archs/llama4.py: the older replay is 20 MiB off each GPU's compute; the graph is exact but not switched
-    ("llama-4-maverick", "2rpc -c 32768 -ngl 999 -ts 1,1"),
-}
 ROWS = [(key, i) for key, doc in RECORDED.items() for i in range(len(doc["rows"]))]  # type: ignore[arg-type]
 
 
@@ -46,8 +41,7 @@ def _row(key: str, i: int) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("key", "i"), ROWS, ids=[f"{k}:{_row(k, i)['args']}" for k, i in ROWS])
-def test_recorded_layouts_within_tolerance(layouts: dict[str, Inventory], key: str, i: int,
-                                           request: pytest.FixtureRequest) -> None:
+def test_recorded_layouts_within_tolerance(layouts: dict[str, Inventory], key: str, i: int) -> None:
     inv = layouts[key]
     row = _row(key, i)
     line = str(row["args"])
@@ -59,8 +53,6 @@ def test_recorded_layouts_within_tolerance(layouts: dict[str, Inventory], key: s
         assert not est.complete, f"{inv.arch}: memory printed as complete where it is not modelled"
         return
     assert est.complete, est.notes
-    if (key, line) in KNOWN_MISSES:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="an older replay's known miss"))
     figures = row["engine"]
     assert isinstance(figures, dict)
     assert graph_oracle.misses(est, figures) == []

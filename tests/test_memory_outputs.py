@@ -158,11 +158,14 @@ def test_the_full_ubatch_figure_is_refused_for_a_server_line(layouts: dict[str, 
         s = read_settings(rpc_args(line, EPS), engine("llama.cpp"), binary="llama-server")
         old = server_estimate(layouts[model], line, EPS, dataclasses.replace(s, n_outputs=0))
         assert any("compute" in p for p in row_problems(old, _rows(model, line), EPS)), model
-    # and a bound row without its note is refused too
-    # (gpt-oss's rows, bounds before its compute came from the engine's graph, are exact now)
-    est = server_estimate(layouts["glm-4.5-air"], "-c 32768 -ngl 999 -np 2", EPS)
-    silent = dataclasses.replace(est, notes=tuple(n for n in est.notes if "output rows" not in n))
-    assert row_problems(silent, _rows("glm-4.5-air", "-c 32768 -ngl 999 -np 2"), EPS)
+    # the rows recorded as bounds are held exact now (every one's compute comes from the engine's graph):
+    # such a row with the note that its figure is the whole ubatch's is refused
+    line = "-c 32768 -ngl 999 -np 2"
+    est, rows = server_estimate(layouts["glm-4.5-air"], line, EPS), _rows("glm-4.5-air", line)
+    assert row_problems(est, rows, EPS) == []
+    dev = device_name(str(rows[0]["device"]), EPS)
+    noted = dataclasses.replace(est, notes=(*est.notes, f"{NOTE.format(n=rows[0]['outputs'])} on {dev}"))
+    assert row_problems(noted, rows, EPS)
 
 
 def test_server_outputs_reads_the_binary_slots_batch_and_embedding() -> None:

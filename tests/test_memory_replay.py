@@ -1,24 +1,22 @@
-"""Two details of the allocator replays (moeconf/memory/replay.py), held to llama.cpp's own
-projection. The Hadamard rotations llama.cpp adds for a quantized K or V cache (src/llama-kv-cache.cpp
-`attn_rot_k`/`attn_rot_v`: a quantized type and a head width that is a multiple of 64; src/llama-graph.cpp
-`build_attn`: Q and K, V and the attention's output each multiplied by a rotation matrix, a graph input
-of its own per cache); and the host running the first layers (a partial -ngl), replayed as its own
-graph (`MoeShape.host_head`: its graph inputs as leaves, alive until the GPUs copy them; GLM-4.5-Air's
-host was 14 to 28 MiB under before). tests/data/replay_oracle.json holds
+"""Two details of the compute buffers, held to llama.cpp's own projection. The Hadamard rotations
+llama.cpp adds for a quantized K or V cache (src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`: a
+quantized type and a head width that is a multiple of 64; src/llama-graph.cpp `build_attn`: Q and K,
+V and the attention's output each multiplied by a rotation matrix, a graph input of its own per
+cache); and the host running the first layers (a partial -ngl). tests/data/replay_oracle.json holds
 `llama-fit-params -fitp on` figures (llama.cpp 0.3.36, RPC devices, sparse full-size layouts) per
-device: model MiB, context MiB, compute MiB; tests/data/classic_oracle.json holds the classic MoEs'.
-Without the rotations the replays put Llama 4's logits 83 MiB too high at -ub 2048 (Hunyuan-A13B's
-72 to 289 MiB too low, ERNIE-4.5's 37 MiB too high with -ctk q8_0 alone)."""
+device: model MiB, context MiB, compute MiB, recorded for the older replays and held now through the
+engine's graph (memory/graph); tests/data/classic_oracle.json holds the classic MoEs'. Without the
+rotations Llama 4's logits come out 83 MiB too high at -ub 2048 (Hunyuan-A13B's 72 to 289 MiB too
+low, ERNIE-4.5's 37 MiB too high with -ctk q8_0 alone)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from moeconf.memory import replay
+from moeconf.memory.graph import model as graph_model
 from moeconf.memory.settings import rotation
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
@@ -34,11 +32,6 @@ def models() -> dict[str, Inventory]:
     return {k: load_inventory(MODELS / f"{k}.manifest.json") for k in sorted({r["model"] for r in ROWS})}
 
 
-def _clear() -> None:
-    for fn in (replay.moe_peaks, replay.host_peak, replay.llama4_peak):
-        fn.cache_clear()
-
-
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r['model']}:{r['args']}" for r in ROWS])
 def test_replayed_compute_matches_recorded_engine_figures(models: dict[str, Inventory],
                                                                  row: dict[str, object]) -> None:
@@ -49,15 +42,11 @@ def test_replayed_compute_matches_recorded_engine_figures(models: dict[str, Inve
 
 def test_the_rotations_left_out_are_caught(models: dict[str, Inventory], monkeypatch: pytest.MonkeyPatch) -> None:
     """Llama 4 at -c 65536 -ub 2048 with a q8_0 cache: without the rotation nodes the output
-    device's replay is 83 MiB over (1741.5 against 1658.5 MiB); the comparison refuses it."""
+    device's compute is 83 MiB over (1741.5 against 1658.5 MiB); the comparison refuses it."""
     line = "-c 65536 -ngl 999 -ub 2048 -ctk q8_0 -ctv q8_0"
     row = next(r for r in ROWS if r["model"] == "llama-4-maverick" and r["args"] == line)
-    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "rotation", lambda *a: 0)
-    _clear()
-    try:
-        wrong, names = _estimate(models["llama-4-maverick"], line)
-    finally:
-        _clear()
+    monkeypatch.setattr(graph_model, "_rot", lambda *a: 0)
+    wrong, names = _estimate(models["llama-4-maverick"], line)
     assert any("RPC0 compute" in e for e in _errors(wrong, names, row["engine"]))
 
 
@@ -72,30 +61,3 @@ def test_the_rotations_left_out_are_caught(models: dict[str, Inventory], monkeyp
 ])
 def test_rotation_side(ctype: str, head: int, k: bool, side: int) -> None:
     assert rotation(ctype, head, k) == side
-
-
-def test_the_host_head_as_the_gpu_graph_is_caught(models: dict[str, Inventory],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """GLM-4.5-Air at -c 32768 -ngl 16 -ub 1024: the host's layers replayed with the GPUs' graph
-    inputs (copies, the unused embeddings input added on top) are 28 MiB under; the comparison
-    refuses it."""
-    import dataclasses
-
-    line = "-c 32768 -ngl 16 -ub 1024"
-    row = next(r for r in ROWS if r["model"] == "glm-4.5-air" and r["args"] == line)
-    real = replay.moe_peaks
-    n_embd = models["glm-4.5-air"].metadata.embedding_length or 0
-
-    def as_gpu(s: replay.MoeShape, alignment: int) -> tuple[int, int]:
-        if not s.host_head:
-            return real(s, alignment)
-        gpu, host = real(dataclasses.replace(s, host_head=False), alignment)
-        return gpu + 4 * s.n_tokens * n_embd, host
-
-    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "moe_peaks", as_gpu)
-    _clear()
-    try:
-        wrong, names = _estimate(models["glm-4.5-air"], line)
-    finally:
-        _clear()
-    assert any("host compute" in e for e in _errors(wrong, names, row["engine"]))

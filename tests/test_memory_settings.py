@@ -92,12 +92,13 @@ def test_swa_models_say_which_sequence_count_they_assumed(models: dict[str, Inve
 
 def test_fit_sizes_for_the_slots_of_the_binary_it_prints(models: dict[str, Inventory], tmp_path: Path) -> None:
     inv = models["llama-4-maverick"]
-    r = fit(inv, engine("llama.cpp"), [Budget("CUDA0", 24 * GiB)], ["-c", "65536"], model_path=str(inv.source),
+    # (28 GiB: the graph's CUDA op offload of the routed experts left on the CPU takes 8.3 GiB of compute)
+    r = fit(inv, engine("llama.cpp"), [Budget("CUDA0", 28 * GiB)], ["-c", "65536"], model_path=str(inv.source),
             plan_dir=str(tmp_path), reserve=GiB)
     assert r.argv[0] == "llama-server" and "-np" not in r.argv
     # 12 full-attention layers x 65536 cells + 36 chunked layers x (8192 x 4 + 512) cells, 8 KV heads of 128, f16
     assert r.memory.devices["CUDA0"].kv == (12 * 65536 + 36 * 33280) * 8 * 128 * 2 * 2 == 7752 * MiB
-    assert r.memory.devices["CUDA0"].total <= 24 * GiB
+    assert r.memory.devices["CUDA0"].total <= 28 * GiB
 
 
 # -- ik_llama.cpp -mla on a mainline GGUF (attn_k_b + attn_v_b, no attn_kv_b) -----------------------
@@ -274,9 +275,9 @@ def test_host_cpu_option_and_detection(tmp_path: Path, capsys: pytest.CaptureFix
 
 # -- the linter sizes a launch for the binary it runs ------------------------------------------------
 @pytest.mark.parametrize(("line", "over"), [
-    # Llama 4 at 64k on a 22 GiB card (22,528 MiB): the GPU needs 9,534 + 7,752 (KV, 4 slots) + 4,635
-    # (compute, with CUDA's copy of a CPU expert tensor) + 1,024 = 22,945 MiB as llama-server, with
-    # 4,296 MiB of KV as llama-completion (19,489)
+    # Llama 4 at 64k on a 24 GiB card (24,576 MiB): the GPU needs 9,534 + 7,752 (KV, 4 slots) + 8,509
+    # (compute, with CUDA's op offload of the CPU expert tensors: memory/graph) + 1,024 = 26,819 MiB as
+    # llama-server, with 4,296 MiB of KV as llama-completion (23,363)
     ("llama-server -m m.gguf -ngl 999 -fit off -c 65536 -ot exps=CPU", True),
     ("llama-completion -m m.gguf -ngl 999 -fit off -c 65536 -ot exps=CPU", False),
     ("docker run --gpus all ghcr.io/ggml-org/llama.cpp:server-cuda -m m.gguf -ngl 999 -fit off -c 65536 "
@@ -286,7 +287,7 @@ def test_host_cpu_option_and_detection(tmp_path: Path, capsys: pytest.CaptureFix
 def test_lint_sizes_for_the_binary(tmp_path: Path, line: str, over: bool) -> None:
     from tests.test_lint_memory import _lint
 
-    found = [f for f in _lint(tmp_path, line, "llama-4-maverick", {"CUDA0": "22GiB"}) if f.code == "MOE040"]
+    found = [f for f in _lint(tmp_path, line, "llama-4-maverick", {"CUDA0": "24GiB"}) if f.code == "MOE040"]
     assert bool(found) == over, [f.message for f in found]
 
 

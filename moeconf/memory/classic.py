@@ -1,11 +1,8 @@
 """Memory facts of the "classic" MoE architectures beyond the first five (issue 17):
 the tied output's second copy of `token_embd` (engines/tied.py), where the logits are computed,
-and the graph shape the allocator replays are keyed by (what a layer's graph holds, read from
-the model's tensors and keys, never from the architecture's name)."""
+the graph's input width, and the placements whose compute is modelled."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from moeconf.memory.graph.model import GRAPH_COMPUTE
 from moeconf.model.inventory import Inventory
@@ -31,42 +28,6 @@ def tied_output_bytes(placement: Placement) -> tuple[str, int] | None:
     return tied, placement.inventory.by_name["token_embd.weight"].nbytes
 
 
-@dataclass(frozen=True)
-class GraphShape:
-    """What the allocator replays depend on in a MoE layer's graph (llama-graph.cpp build_moe_ffn
-    and the architectures' src/models/<arch>.cpp): per-head Q and K norms before RoPE, a selection
-    bias added to the router's probabilities (`exp_probs_b`), the gating function (softmax or
-    sigmoid), a fused QKV projection. Architectures whose layers have the same shape build the
-    same graph node for node and share a replay."""
-
-    qk_norm: bool
-    biased: bool
-    sigmoid: bool
-    fused_qkv: bool
-    wide_input: bool  # the input embedding is wider than n_embd (Qwen3-VL's deepstack)
-
-
-# the gating function each architecture's graph passes to build_moe_ffn where the file has no
-# {arch}.expert_gating_func key (src/models/<arch>.cpp): softmax unless listed
-_SIGMOID_DEFAULT = frozenset({"glm4moe", "deepseek2", "dots1"})
-_SOFTMAX_FIXED = frozenset({"ernie4_5-moe", "qwen3moe", "qwen3vlmoe", "hunyuan-moe"})
-
-
-def graph_shape(inv: Inventory) -> GraphShape:
-    bases = {t.base for t in inv.tensors}
-    gating = inv.metadata.hparam("expert_gating_func")
-    if inv.arch in _SOFTMAX_FIXED:
-        sigmoid = False
-    elif isinstance(gating, int):
-        sigmoid = gating == 2
-    else:
-        sigmoid = inv.arch in _SIGMOID_DEFAULT
-    deep = inv.metadata.hparam("n_deepstack_layers")
-    return GraphShape(qk_norm="attn_q_norm" in bases, biased="exp_probs_b" in bases, sigmoid=sigmoid,
-                      fused_qkv="attn_qkv" in bases, wide_input=isinstance(deep, int) and deep > 0)
-
-
-
 _CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 _MAINLINE = frozenset({"llama.cpp"})
 
@@ -83,53 +44,6 @@ CLASSIC_MODELLED: dict[str, tuple[frozenset[str], frozenset[str], str]] = {
                    _CHECKED + " (Qwen3-VL-30B-A3B)"),
     "hunyuan-moe": (frozenset(), _MAINLINE, _CHECKED + " (Hunyuan-A13B)"),
 }
-
-
-# Architectures whose MoE layer is the common one the GPU replay rebuilds (replay.moe_graph), read
-# from their graph builders (pinned llama.cpp src/models/<arch>.cpp): attention norm, separate Q,
-# K and V projections, per-head Q and K norms BEFORE RoPE where the model has them, the FFN norm,
-# the router (softmax or sigmoid: same sizes), the selection bias where the model has
-# `exp_probs_b`, the routed experts, a shared expert computed and added AFTER them, the residual.
-# hunyuan-moe builds its shared expert first in the source, but the graph runs it after the routed
-# experts (build_moe_ffn expands its nodes into the graph, the shared expert's only reach it
-# through the final ADD); its Q/K norms after RoPE allocate as the others' before it (RoPE of the
-# projection's view allocated, the norm and its MUL in place): the same allocations node for node.
-# Not in it: bailingmoe2 (one fused QKV projection: a tensor of (n_head + 2 n_head_kv) x head_dim
-# per token where the replay has three).
-COMMON_MOE_LAYER = frozenset({"qwen3moe", "qwen3vlmoe", "glm4moe", "ernie4_5-moe", "dots1", "hunyuan-moe"})
-
-# architectures that weight the experts' input before them (llama4: the CPU receives one weighted
-# copy per chosen expert); elsewhere the weights are applied to the experts' output
-_WEIGHT_BEFORE = frozenset({"llama4"})
-
-
-def moe_replay_spec(inv: Inventory) -> tuple[bool, bool] | None:
-    """(per-head Q/K norms, selection bias) of the GPU replay for this model's graph, read from its
-    tensors; None where the graph is not the common MoE layer (another layer order, a fused QKV,
-    Qwen3-VL's deepstack inputs added to the first layers' output)."""
-    if inv.arch not in COMMON_MOE_LAYER:
-        return None
-    shape = graph_shape(inv)
-    if shape.fused_qkv or shape.wide_input:
-        return None
-    return shape.qk_norm, shape.biased
-
-
-def host_replayable(inv: Inventory) -> bool:
-    """Whether the host replay (replay.host_graph) rebuilds this model's routed experts on the CPU:
-    gate, up and down projections per expert (SwiGLU), each without a bias or with gpt-oss's biases
-    (in place), weights applied to their output (or Llama 4's weighted inputs). What the GPUs run
-    (attention, router, shared expert) allocates nothing in the host's buffer, so the layer's
-    attention and router shapes do not matter here, only the graph inputs (their widths)."""
-    bases = {t.base for t in inv.tensors if t.layer is not None}
-    if "ffn_gate_up_exps" in bases or not {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"} <= bases:
-        return False
-    biases = any(t.name.endswith("_exps.bias") for t in inv.tensors)
-    return not biases or inv.arch == "gpt-oss"
-
-
-def weights_before(inv: Inventory) -> bool:
-    return inv.arch in _WEIGHT_BEFORE
 
 
 def input_width(inv: Inventory, n_embd: int) -> int:

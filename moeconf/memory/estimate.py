@@ -33,20 +33,13 @@ import moeconf.memory.recurrent as rec
 import moeconf.memory.replay_glm5next as replay_glm5next
 from moeconf.engines import AUTO_GPU, Engine, mainline
 from moeconf.memory.amx import amx_bytes
-from moeconf.memory.archgraph import (
-    cpu_head,
-    ffn_floats,
-    host_replay_spec,
-    moe_replay_spec,
-)
+from moeconf.memory.archgraph import ffn_floats, standard_moe_layers
 from moeconf.memory.classic import (
-    graph_shape,
-    host_replayable,
+    graph_computed,
     input_width,
     output_device,
     output_gpu_experts_copy,
     unmodelled_settings,
-    weights_before,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
@@ -54,28 +47,12 @@ from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import kv_bytes
-from moeconf.memory.replay import (
-    ALL_CPU,
-    DOWN_CPU,
-    GATE_CPU,
-    UP_CPU,
-    HostShape,
-    HybridHostShape,
-    Llama4Shape,
-    MoeShape,
-    device_runs,
-    host_peak,
-    hybrid_host_peak,
-    llama4_peak,
-    moe_peaks,
-)
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import (
     CACHE_TYPES,
     MemorySettings,
     cache_row_bytes,
     is_quantized,
-    rotation,
     slot_notes,
 )
 from moeconf.memory.support import unmodelled
@@ -291,7 +268,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # engine and device (gpus=[]: speculation, extra files, --override-kv), llama.cpp's graph checks the rest
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, [] if ik else gpus,
-                                                        not ik and replays_cover(placement, settings, gpus)))
+                                                        not ik and output_family_checked(placement, settings)))
     # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
     if not why and inv.arch in rec.GLM5_NEXT:
         why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
@@ -350,11 +327,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     n_out = 0 if n_out >= T else n_out
     rows_out = n_out or T
-    # the worst-case ubatch holds n_seq equal sequences: its tokens rounded up to a multiple of them
-    # (llama-context.cpp graph_reserve), its outputs not. With the whole ubatch's outputs the
-    # logits' phase hides that; with the server's few the layers' is the peak (measured: -np 3
-    # -ub 1024 0.3-0.6 MiB over the unrounded replay on Qwen3.5, Kimi-Linear and GLM-4.5)
-    t_graph = -(-T // n_seq) * n_seq if n_out else T
     # ---
     swa_cells = 0
     if geo.swa_type != "none" and any(la.swa for la in geo.layers):
@@ -503,8 +475,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # (replay=False) counts the server's rows where the replays will (run dry: which devices they
     # cover), so that it ranks placements as the chosen one is measured
     o_rows = T
-    if n_out and not replay and out_dev in _outputs_replayed(placement, geo, settings, out_dev, T, cells, swa_cells,
-                                                             n_seq, n_stream, fa, pipeline):
+    if n_out and not replay and out_dev in _outputs_replayed(placement, settings, out_dev, fa, pipeline):
         o_rows = rows_out
     o4 = 4 * o_rows
     output_phase = o4 * (geo.n_vocab + 2 * e)
@@ -538,24 +509,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     outputs_exact: set[str] = set()  # devices whose compute a replay gave for n_out output rows
     # the engine's graph gives every compute buffer (below): no older replay is run
     by_graph = inv.arch in GRAPH_COMPUTE and not ik and replay
-    if replay and not by_graph and copies == 1 and fa and n_stream == 1 and settings.offload_kqv:
-        replayed = _replayed_output_device(placement, geo, out_dev, t_graph, cells, swa_cells, ctk, ctv, n_out)
-        if replayed is not None:
-            compute[out_dev] = replayed
-            outputs_exact.add(out_dev)
-        replayed_moe = _replayed_moe(placement, geo, out_dev, t_graph, cells, ctk, ctv, n_out)
-        compute.update(replayed_moe)
-        outputs_exact.update(replayed_moe)
-        host = None if HOST in replayed_moe else _replayed_host(placement, geo, out_dev, t_graph, cells, swa_cells,
-                                                                ctk=ctk, ctv=ctv, n_outputs=n_out)
-        if host is not None:
-            compute[HOST] = host
-    # flash attention off: the host's share is the same graph with f32 masks
-    if replay and not by_graph and copies == 1 and not fa and n_stream == 1 and settings.offload_kqv:
-        host = _replayed_host(placement, geo, out_dev, t_graph, cells, swa_cells, mask_el=4, n_outputs=n_out)
-        if host is not None:
-            compute[HOST] = host
-
     # --- GLM-5.3-Flash: every compute buffer by its replay (memory/replay_glm5next.py) ---
     if inv.arch in rec.GLM5_NEXT:
         compute = defaultdict(int, replay_glm5next.replayed_glm5next(
@@ -566,6 +519,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if by_graph:
         compute = defaultdict(int, graph_compute(placement, settings, pipeline))
         outputs_exact.update(compute)
+        if not fa and not settings.offload_kqv:
+            notes.append("-nkvo with flash attention off: the figures are llama.cpp's sizing reserve's "
+                         "(llama-fit-params, --fit), which runs the attention on the layer's device; a running "
+                         "llama.cpp keeps the attention between the KV store and its output on the CPU "
+                         "(build_attn_mha pins it), so its host compute can be larger and the GPUs' smaller")
     # ---
     # llama-server's output reservation: where no replay counted the output device's compute for
     # the rows the server reserves, the figure above is for the whole ubatch (an upper bound)
@@ -735,29 +693,22 @@ def amx_possible(settings: MemorySettings, gpus: list[str]) -> bool:
     return settings.repack and (settings.no_host or not any(g.startswith(_HOST_BUFFER_GPUS) for g in gpus))
 
 
-def _outputs_replayed(placement: Placement, geo: Geometry, settings: MemorySettings, out_dev: str, T: int,
-                      cells: int, swa_cells: int, n_seq: int, n_stream: int, fa: bool, pipeline: bool) -> set[str]:
-    """The devices whose compute the replays in `estimate` count for llama-server's output rows
-    (each replay's placement checks, run dry: no graph is replayed), under the same conditions."""
+def _outputs_replayed(placement: Placement, settings: MemorySettings, out_dev: str, fa: bool,
+                      pipeline: bool) -> set[str]:
+    """The devices whose compute `estimate` counts for llama-server's output rows through the engine's
+    graph, for a search that ranks on the phase model: one GPU running every layer (over several, a
+    fill may later put a layer's experts on another GPU than the layer's)."""
     inv = placement.inventory
     if placement.engine.name == "ik_llama.cpp" or pipeline or not fa or not settings.offload_kqv:
         return set()
-    # one GPU only: over several, a fill may later put a layer's experts on another GPU than the
-    # layer's, which the classic replay does not cover (the search would then count fewer rows
-    # than the chosen placement is measured with)
-    if len({d for d in _layer_devices(placement).values() if is_gpu(d)}) != 1:
+    layer_gpus = {d for d in _layer_devices(placement).values() if is_gpu(d)}
+    if len(layer_gpus) != 1 or inv.arch not in GRAPH_COMPUTE:
         return set()
-    ctk, ctv = settings.cache_type_k, settings.cache_type_v
-    if rec.kda_shape(inv) is not None:
-        return {out_dev}  # Kimi-Linear: the engine's graph counts the server's rows (memory/graph)
-    if rec.shape(inv) is not None and inv.arch in GRAPH_COMPUTE:
+    if rec.shape(inv) is not None or rec.kda_shape(inv) is not None:
         return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
-    if n_stream != 1:
-        return set()
-    covered = set(_replayed_moe(placement, geo, out_dev, T, cells, ctk, ctv, 1, dry=True))
-    if _replayed_output_device(placement, geo, out_dev, T, cells, swa_cells, ctk, ctv, 1, dry=True) is not None:
-        covered.add(out_dev)
-    return covered
+    # the search counts them where the output device is the GPU running the layers, as it did while the
+    # classic replays gave that device's compute
+    return {out_dev} & layer_gpus
 
 
 def _amx_extra(placement: Placement) -> int:
@@ -772,272 +723,30 @@ def _amx_tensors(inv: Inventory) -> tuple[tuple[str, int], ...]:
     return tuple((t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None)
 
 
-def _replayed_output_device(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                            swa_cells: int, ctk: str = "f16", ctv: str = "f16", n_outputs: int = 0,
-                            dry: bool = False) -> int | None:
-    """The output device's compute buffer by a replay of ggml-alloc over its graph (see
-    `replay`), where the architecture's node list is known and the device runs a whole tail of
-    layers and the output: Llama 4 with chunked attention and one routed expert. None elsewhere."""
-    inv = placement.inventory
-    if (inv.arch != "llama4" or geo.swa_type != "chunked" or geo.n_expert_used != 1 or not is_gpu(out_dev)
-            or out_dev == AUTO_GPU or geo.mla or not geo.layers):
-        return None
-    if any(placement.devices.get(n) != out_dev for n in ("output_norm.weight", "output.weight")
-           if n in inv.by_name):
-        return None
-    where: dict[int, set[str | None]] = defaultdict(set)
-    for t in inv.tensors:
-        if t.layer is not None:
-            where[t.layer].add(placement.devices[t.name])
-    n_layer = len(geo.layers)
-    if [la.index for la in geo.layers] != list(range(n_layer)):
-        return None
-    first = n_layer
-    while first > 0 and where[first - 1] == {out_dev}:
-        first -= 1
-    if first == n_layer:
-        return None
-    if first > 0 and len(where[first - 1]) != 1:
-        return None  # the layer before is split between devices: its tail is not modelled
-    heads = {(la.n_head, la.n_head_kv, la.head_k, la.head_v) for la in geo.layers}
-    if len(heads) != 1:
-        return None
-    n_head, n_head_kv, head_k, head_v = heads.pop()
-    shape = Llama4Shape(
-        n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k, head_v=head_v,
-        n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
-        n_ff_shexp=geo.n_ff_shexp or geo.n_ff_exp,
-        n_ff=tuple(0 if f"blk.{il}.ffn_gate_inp.weight" in inv.by_name else _width(placement, il, "ffn_up")
-                   for il in range(n_layer)),
-        full_attn=tuple(not la.swa for la in geo.layers), n_tokens=n_tokens, n_kv=cells, n_kv_swa=swa_cells,
-        first=first, after_cpu=first > 0 and where[first - 1] == {HOST},
-        rot_k=rotation(ctk, head_k, True), rot_v=rotation(ctv, head_v, False),  # Hadamard (replay.MoeShape)
-        n_outputs=n_outputs,
-    )
-    if dry:  # only whether the replay covers the device (0)
-        return 0
-    return llama4_peak(shape, 128 if out_dev.startswith(("CUDA", "ROCm", "MUSA")) else 32)
-
-
 _ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
 # the graphs `replay.moe_graph` rebuilds are chosen by their shape (memory/classic.py, moe_replay_spec)
 
 
-def _replayed_moe(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                  ctk: str = "f16", ctv: str = "f16", n_outputs: int = 0, dry: bool = False) -> dict[str, int]:
-    """Compute buffers by a replay of ggml-alloc over a GPU's share of the graph (see `replay`),
-    for each GPU running one contiguous range of whole layers (its routed experts there or on the
-    CPU), after the CPU's layers or another GPU's, and the output if it runs the last layer; and
-    the host's when one GPU runs every layer. Where the experts' output, their sum and the logits
-    land depends on the holes masks, copies and routers leave; a replay places them exactly."""
+# the routed experts' CPU split: a SwiGLU over gate and up, a down projection (each followed by
+# its bias, in place, where the experts have biases: gpt-oss); Llama 4 weights the experts' input
+# before them, so the CPU receives one weighted copy per chosen expert. Which models it applies
+# to is read from their layers' tensors (archgraph.host_replay_spec)
+def output_family_checked(placement: Placement, settings: MemorySettings) -> bool:
+    """Whether the engine's graph gives every compute buffer with routed experts and the output on the CPU over
+    several GPUs on a model where that was checked against the engine (memory/families.py): llama.cpp's graph
+    of standard attention + MoE layers (archgraph.standard_moe_layers, the input as wide as the hidden state),
+    flash attention, the KV cache offloaded, one KV stream, the whole ubatch's outputs."""
     inv = placement.inventory
-    spec = moe_replay_spec(inv, geo)  # read from the layers' tensors (archgraph)
-    if spec is not None:
-        gshape = graph_shape(inv)  # and not a fused QKV or Qwen3-VL's wider input (memory/classic.py)
-        if gshape.fused_qkv or gshape.wide_input:
-            spec = None
-    n_layer = len(geo.layers)
-    if (spec is None or geo.swa_type != "none" or geo.mla or geo.n_expert_used < 2 or not geo.n_ff_exp
-            or not n_layer or [la.index for la in geo.layers] != list(range(n_layer))):
-        return {}
-    qk_norm, biased = spec
-    home: dict[int, set[str | None]] = defaultdict(set)
-    routed: dict[int, set[str | None]] = defaultdict(set)
-    normed: set[int] = set()
-    for t in inv.tensors:
-        il = t.layer
-        if il is None or il >= n_layer:
-            continue  # the nextn block is not in the graph
-        if t.base == "ffn_gate_up_exps":
-            return {}
-        if t.base == "attn_q_norm":
-            normed.add(il)
-        (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
-    if normed != (set(range(n_layer)) if qk_norm else set()):
-        return {}
-    heads = {(la.n_head, la.n_head_kv, la.head_k, la.head_v) for la in geo.layers}
-    if len(heads) != 1 or not geo.n_ff_exp:
-        return {}
-    dev_of: list[str] = []
-    for il in range(n_layer):
-        if len(home[il]) != 1:
-            return {}
-        d = next(iter(home[il]))
-        if d is None or d == AUTO_GPU or not routed[il] <= {d, HOST}:
-            return {}
-        dev_of.append(d)
-    # a layer whose routed experts are split between its GPU and the CPU: which of gate, up, down
-    # run on the CPU (replay.GATE_CPU, UP_CPU, DOWN_CPU); a fused gate_up was refused above
-    split = tuple(sum(bit for bit, b in ((1, "ffn_gate_exps"), (2, "ffn_up_exps"), (4, "ffn_down_exps"))
-                      if placement.devices.get(f"blk.{il}.{b}.weight") == HOST) if len(routed[il]) > 1 else 0
-                  for il in range(n_layer))
-    n_ff = tuple(0 if routed[il] else _width(placement, il, "ffn_up") for il in range(n_layer))
-    if any(not routed[il] and not n_ff[il] for il in range(n_layer)):
-        return {}
-    n_head, n_head_kv, head_k, head_v = heads.pop()
-    rot_k, rot_v = rotation(ctk, head_k, True), rotation(ctv, head_v, False)  # Hadamard (replay.MoeShape)
-    runs = device_runs(dev_of)
-    out: dict[str, int] = {}
-    for i, (d, first, last) in enumerate(runs):
-        # the CPU running the first layers, GPUs the rest (a partial -ngl): the host's buffer
-        # is that run's share plus the unused embeddings input (archgraph.cpu_head)
-        if cpu_head(placement, runs, i, n_layer, routed):
-            if any(split) or dry:
-                # the CPU's head and a split layer's CPU matmuls in one buffer: not replayed (and a
-                # search's dry run does not count on it: the fill may split a layer later)
-                return {}
-            shape = MoeShape(
-                n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
-                head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
-                n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
-                experts_cpu=tuple(False for _ in range(n_layer)), n_tokens=n_tokens, n_kv=cells, first=0, last=last,
-                rot_k=rot_k, rot_v=rot_v, host_head=True, n_outputs=n_outputs,
-            )
-            out[HOST] = 0 if dry else moe_peaks(shape, 32)[0]
-            continue
-        if not is_gpu(d) or sum(r[0] == d for r in runs) != 1:
-            continue
-        output_cpu = False
-        if last == n_layer:
-            output_cpu = out_dev == HOST and placement.devices.get("output_norm.weight") == d
-            if (out_dev != d and not output_cpu) or any(
-                    placement.devices.get(n) != d for n in ("output_norm.weight", "output.weight")
-                    if n in inv.by_name and not (output_cpu and n == "output.weight")):
-                continue
-        elif not is_gpu(runs[i + 1][0]) or out_dev == d:
-            continue
-        after_cpu = first > 0 and dev_of[first - 1] == HOST
-        if after_cpu and routed[first - 1] - {HOST}:
-            continue
-        # the layer before ran on another GPU with its routed experts on the CPU and no shared expert:
-        # the weightless tail after them (the weights' MUL, the experts' sum, the residual ADD, this
-        # layer's RMS_NORM) has no backend until the scheduler's "expand GPU up" pass gives it this
-        # GPU's (ggml-backend.cpp ggml_backend_sched_split_graph: the pass down skips the CPU), so this
-        # GPU's split starts with the copies of that tail's sources, as after a CPU layer (measured:
-        # ERNIE-4.5-300B over two GPUs with -ot exps=CPU, the output GPU 304.03 MiB where the replay
-        # without them gave 218). A shared expert's matmuls follow the routed experts' in the graph and
-        # run on the GPU before, which the pass up then gives the sum too: no tail moves (GLM-4.5-Air)
-        after_cpu = after_cpu or (first > 0 and routed[first - 1] == {HOST}
-                                  and f"blk.{first - 1}.ffn_up_shexp.weight" not in inv.by_name)
-        if n_outputs and first > 0 and not after_cpu and HOST in routed[first - 1]:
-            # after another GPU's layer whose routed experts ran partly on the CPU, this GPU's own peak
-            # (not the logits', with the server's few output rows) was above the replay's, as it was
-            # (28 MiB on Qwen3-30B-A3B, 41-65 MiB on MiniMax-M2 over two GPUs, tests/engine/outputs.cpp)
-            # for experts wholly on the CPU before that layer's tail was replayed here (above).
-            # Not replayed: the phase model's whole-ubatch figure, with a note
-            continue
-        shape = MoeShape(
-            n_embd=geo.n_embd, n_vocab=geo.n_vocab, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
-            head_v=head_v, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_ff_exp=geo.n_ff_exp,
-            n_ff_shexp=geo.n_ff_shexp, qk_norm=qk_norm, biased_selection=biased, n_ff=n_ff,
-            experts_cpu=tuple(routed[il] == {HOST} for il in range(n_layer)), n_tokens=n_tokens, n_kv=cells,
-            first=first, last=-1 if last == n_layer else last, after_cpu=after_cpu, rot_k=rot_k, rot_v=rot_v,
-            n_outputs=n_outputs, experts_split=split if any(split) else (), output_cpu=output_cpu,
-        )
-        gpu, host = (0, 0) if dry else moe_peaks(shape, 128 if d.startswith(("CUDA", "ROCm", "MUSA")) else 32)
-        out[d] = gpu
-        if first == 0 and last == n_layer and placement.devices.get("token_embd.weight") == HOST:
-            out[HOST] = host
-    return out
-
-
-def replays_cover(placement: Placement, settings: MemorySettings, gpus: list[str]) -> bool:
-    """Whether `estimate` takes every GPU's compute buffer from `replay.moe_graph` for these
-    settings: llama.cpp, flash attention, the KV cache offloaded, one KV stream, the whole ubatch's
-    outputs (memory/families.py reads it)."""
-    inv = placement.inventory
-    if (placement.engine.name != "llama.cpp" or settings.flash_attn == "off" or not traits(inv.arch).flash_attn
-            or not settings.offload_kqv or settings.n_outputs
-            or not (settings.kv_unified or settings.n_parallel == 1)):
+    if (not graph_computed(placement) or settings.flash_attn == "off" or not traits(inv.arch).flash_attn
+            or not settings.offload_kqv or settings.n_outputs or not (settings.kv_unified or settings.n_parallel == 1)):
         return False
     try:
         geo = geometry(inv)
     except GeometryUnknown:
         return False
-    out_dev = output_device(placement)
-    n_tokens = min(settings.n_batch, settings.n_ubatch)
-    return set(gpus) <= set(_replayed_moe(placement, geo, out_dev, n_tokens, 256, dry=True))
-
-
-# the routed experts' CPU split: a SwiGLU over gate and up, a down projection (each followed by
-# its bias, in place, where the experts have biases: gpt-oss); Llama 4 weights the experts' input
-# before them, so the CPU receives one weighted copy per chosen expert. Which models it applies
-# to is read from their layers' tensors (archgraph.host_replay_spec)
-def _replayed_host(placement: Placement, geo: Geometry, out_dev: str, n_tokens: int, cells: int,
-                   swa_cells: int, mask_el: int = 2, ctk: str = "f16", ctv: str = "f16",
-                   n_outputs: int = 0) -> int | None:
-    """The host's compute buffer by a replay of ggml-alloc over its share of the graph (see
-    `replay.host_graph`), where GPUs run every layer (attention, router, shared expert) and the
-    output, and the CPU the routed experts of some layers: the experts' splits fill the holes the
-    graph inputs left once copied to the GPUs. None elsewhere."""
-    inv = placement.inventory
-    biased = host_replay_spec(inv, geo)
-    if biased is None and host_replayable(inv):
-        # attention the GPUs run (a fused QKV included) adds no graph input to the host's buffer
-        # (memory/classic.py): only the routed experts' shapes and biases matter here
-        biased = any(t.base in _ROUTED and t.name.endswith(".bias") for t in inv.tensors)
-    if (biased is None or not geo.layers or not geo.n_ff_exp or not is_gpu(out_dev)
-            or placement.devices.get("token_embd.weight") != HOST):
-        return None
-    n_layer = len(geo.layers)
-    if [la.index for la in geo.layers] != list(range(n_layer)):
-        return None
-    home: dict[int, set[str | None]] = defaultdict(set)
-    routed: dict[int, set[str | None]] = defaultdict(set)
-    for t in inv.tensors:
-        il = t.layer
-        if il is None or il >= n_layer:
-            continue
-        (routed if t.base in _ROUTED else home)[il].add(placement.devices[t.name])
-    buffers: dict[str, int] = {}
-    layers = []
-    bits: list[int] = []
-    f = 4 * n_tokens
-    for la in geo.layers:
-        devs = home[la.index]
-        if len(devs) != 1:
-            return None
-        dev = next(iter(devs))
-        if dev is None or not is_gpu(dev) or dev == AUTO_GPU or not routed[la.index] <= {dev, HOST}:
-            return None
-        # which of the layer's routed experts run on the CPU (a layer split between its GPU and the CPU)
-        bits.append(sum(bit for bit, b in ((GATE_CPU, "ffn_gate_exps"), (UP_CPU, "ffn_up_exps"),
-                                           (DOWN_CPU, "ffn_down_exps"))
-                        if placement.devices.get(f"blk.{la.index}.{b}.weight") == HOST))
-        buffers.setdefault(dev, 0 if not buffers else len(buffers) + 1)  # buffer 1 is the host's
-        full = not la.swa
-        kind = "" if full else "_swa"
-        n_kv = cells if full else swa_cells
-        rope = ("attn_scale", f) if inv.arch == "llama4" and full else ("pos", f)
-        # the Hadamard rotations' matrices for a quantized cache (replay.MoeShape), read after the positions
-        rk, rv = (0, 0) if geo.mla else (rotation(ctk, la.head_k, True), rotation(ctv, la.head_v, False))
-        rots = tuple((n + kind, 4 * r * r) for n, r in (("k_rot", rk), ("v_rot", rv)) if r)  # per cache
-        reads = (rope, *rots, ("k_idxs" + kind, 8 * n_tokens)) + (() if geo.mla else (("v_idxs" + kind, 8 * n_tokens),))
-        reads += (("mask" + kind, mask_el * n_tokens * n_kv),)
-        if la.recurrent:  # a recurrent layer reads only its state rows' indices
-            reads = (("s_copy", 4),)
-        layers.append((buffers[dev], reads, routed[la.index] == {HOST}))
-    if not any(cpu for _, _, cpu in layers) and not any(bits):
-        return None
-    used = geo.n_expert_used
-    if any(b not in (0, ALL_CPU) for b in bits):
-        # some layers' routed experts split between their GPU and the CPU: the host's share as the
-        # hybrids' host replay places those layers' CPU matmuls and copies (gate, up, down each
-        # where its tensor is; measured: ERNIE-4.5-300B over two GPUs with one layer's ffn_up_exps
-        # on the CPU, 88.13 MiB as the engine, where the phase model gave 64)
-        if biased or weights_before(inv) or input_width(inv, geo.n_embd) != geo.n_embd:
-            return None
-        return hybrid_host_peak(HybridHostShape(
-            geo.n_embd, n_tokens, geo.n_expert, used, geo.n_ff_exp,
-            tuple((b, r, c) for (b, r, _), c in zip(layers, bits, strict=True)), n_outputs))
-    shape = HostShape(
-        n_embd=geo.n_embd, n_tokens=n_tokens, n_expert=geo.n_expert, n_expert_used=used, n_ff_exp=geo.n_ff_exp,
-        biased=biased, x_size=f * geo.n_embd * (used if weights_before(inv) else 1),
-        layers=tuple(layers), n_embd_inp=input_width(inv, geo.n_embd), n_outputs=n_outputs,
-    )
-    return host_peak(shape)
+    return standard_moe_layers(inv, geo) and input_width(inv, geo.n_embd) == geo.n_embd
 
 
 def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,

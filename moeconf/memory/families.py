@@ -54,11 +54,11 @@ def _gpu_layers_with_cpu_experts(placement: Placement) -> bool:
 
 
 def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str],
-                        gpus_replayed: bool = False) -> list[str]:
+                        by_graph: bool = False) -> list[str]:
     """Why the compute buffers of these settings on this placement are not modelled (empty: they are).
-    `gpus_replayed`: replay.moe_graph gives every GPU's compute buffer (estimate.replays_cover:
-    measured exact on Qwen3-30B-A3B, GLM-4.5-Air and MiniMax-M2 over two GPUs with -ot
-    exps=CPU,output=CPU at -ub 512 to 4096, GPUs and host), so the phase model, whose GPU figures
+    `by_graph`: the engine's graph gives every compute buffer where that family was checked
+    (estimate.output_family_checked: exact on Qwen3-30B-A3B, GLM-4.5-Air and MiniMax-M2 over two GPUs with
+    -ot exps=CPU,output=CPU at -ub 512 to 4096, GPUs and host), so the phase model, whose GPU figures
     there were off, is not used."""
     # --- speculative decoding (h20spec): not modelled on any device
     why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
@@ -75,7 +75,7 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
         why.append("memory is not modelled for -nkvo (KV cache in host memory) with routed experts of GPU "
                    "layers on the CPU: the compute buffers of that split are not computed")
     out = output_device(placement)  # a tied output's copy where the engine makes one
-    if cpu_experts and out == HOST and len(gpus) > 1 and not gpus_replayed:
+    if cpu_experts and out == HOST and len(gpus) > 1 and not by_graph:
         why.append("memory is not modelled for the output on the CPU with routed experts of GPU layers on the "
                    "CPU over several GPUs: the GPUs' compute buffers of that split are not computed (keep "
                    "output.weight on a GPU)")

@@ -86,8 +86,8 @@ COMMIT: Final = "55d3c05bf"  # ik-llama-cpp-python 0.1.5's vendored ik_llama.cpp
 # MARGIN_UBATCH (the margin grows in proportion above it: the differences measured grow with the
 # ubatch). An architecture not listed: compute refused (`compute_not_measured`, `COMPUTE_REFUSED`)
 COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
-    "qwen3moe": (16, 11), "glm4moe": (0, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
-    "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (17, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
+    "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
+    "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
     "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11),
 }
 MARGIN_UBATCH: Final = 2048

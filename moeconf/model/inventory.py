@@ -68,11 +68,11 @@ class ModelMetadata:
     # the name after `{arch}.` of every `{arch}.*` key in the file, whatever its type; None where
     # the source did not record them (a manifest before version 3)
     arch_keys: tuple[str, ...] | None = None
-    # the float `{arch}.*` keys whose value is 0 or 1 (a scale the graph then leaves out); read from a
-    # GGUF only (a manifest does not carry them: its float keys count as scales that run)
+    # the float `{arch}.*` keys whose value is 0 or 1 (a scale the graph then leaves out); from a GGUF, or a
+    # manifest that carries the values (`floats`; an older one does not: its float keys count as scales that run)
     unit_floats: tuple[str, ...] = field(default=(), compare=False)
     # the float `{arch}.*` keys' values, scalars and arrays (per-layer limits: Step-3.5's swiglu_clamp_exp);
-    # read from a GGUF only, like `unit_floats`
+    # from a GGUF or a manifest's `floats`, like `unit_floats`
     float_values: tuple[tuple[str, float | tuple[float, ...]], ...] = field(default=(), compare=False)
     # those of them whose value is 0 (a scale some graphs run whenever it is not 0: Granite's)
     zero_floats: tuple[str, ...] = field(default=(), compare=False)
@@ -139,6 +139,8 @@ class ModelMetadata:
             out["hparams"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.hparams}
         if self.arch_keys is not None:
             out["arch_keys"] = list(self.arch_keys)
+        if self.float_values:
+            out["floats"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.float_values}
         return out
 
 

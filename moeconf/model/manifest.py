@@ -100,6 +100,22 @@ def _hparams(path: str, data: Any) -> tuple[tuple[str, int | tuple[int, ...]], .
     return tuple(sorted(out))
 
 
+def _floats(path: str, data: Any) -> tuple[tuple[str, float | tuple[float, ...]], ...]:
+    """The float `{arch}.*` keys' values (a scalar or a per-layer list), as a GGUF holds them."""
+    if not isinstance(data, dict):
+        raise _fail(path, "metadata.floats", "expected an object of float (or float list) keys")
+    out: list[tuple[str, float | tuple[float, ...]]] = []
+    for k, v in data.items():
+        where = f"metadata.floats.{k}"
+        items = v if isinstance(v, list) else [v]
+        if isinstance(v, list) and not 0 < len(v) <= MAX_HPARAM_ARRAY:
+            raise _fail(path, where, f"expected 1 to {MAX_HPARAM_ARRAY} entries")
+        if any(isinstance(x, bool) or not isinstance(x, int | float) for x in items):
+            raise _fail(path, where, f"expected a number or a list of numbers, got {_short(v)}")
+        out.append((k, tuple(float(x) for x in items) if isinstance(v, list) else float(v)))
+    return tuple(sorted(out))
+
+
 def parse_manifest(data: Any, path: str) -> Inventory:
     if not isinstance(data, dict):
         raise _fail(path, "", "a manifest is a JSON object")
@@ -116,7 +132,7 @@ def parse_manifest(data: Any, path: str) -> Inventory:
     if version == 1:
         known -= set(ModelMetadata.GEOMETRY_KEYS)
     if version >= 3:
-        known |= {"hparams", "arch_keys"}
+        known |= {"hparams", "arch_keys", "floats"}
     extra = sorted(set(md) - known)
     if extra:
         raise _fail(path, f"metadata.{extra[0]}", f"unknown key (known: {', '.join(sorted(known))})")
@@ -144,6 +160,11 @@ def parse_manifest(data: Any, path: str) -> Inventory:
         if not isinstance(arch_keys, list) or not all(isinstance(k, str) and k for k in arch_keys):
             raise _fail(path, "metadata.arch_keys", "expected a list of key names (after `{arch}.`)")
         values["arch_keys"] = tuple(sorted(set(arch_keys) | {k for k, _ in values["hparams"]}))
+    floats = _floats(path, md.get("floats", {}))
+    values["float_values"] = floats
+    # as the GGUF reader keeps them: the scalar keys whose value is 0 or 1, and those that are 0
+    values["unit_floats"] = tuple(k for k, v in floats if isinstance(v, float) and v in (0.0, 1.0))
+    values["zero_floats"] = tuple(k for k, v in floats if isinstance(v, float) and v == 0.0)
     metadata = ModelMetadata(arch=arch, name=name, geometry_known=version != 1, **values)
 
     tensors = data.get("tensors")

@@ -37,8 +37,9 @@ class Setup:
     cache_v: str = "f16"
     pipeline: bool = False
     op_offload: bool = True
-    # the norms pinned to their layer's device under full offload, as an allocating reserve keeps them;
-    # False: as llama-fit-params and llama.cpp's --fit size the buffers (their reset drops the pins)
+    # the build's pins kept (the norms on their layer's device under full offload, the attention output on
+    # the CPU with -nkvo), as an allocating reserve keeps them; False: as llama-fit-params and llama.cpp's
+    # --fit size the buffers (their reset drops the pins)
     norm_pins: bool = False
     fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
     v_flat: bool = False  # the V cache created for flash attention, which `-fa auto` then turned off
@@ -246,7 +247,10 @@ def compute(placement: Placement, setup: Setup) -> dict[str, int]:
     """Each device's compute buffer (bytes) for this placement and these settings."""
     g, backends = build(placement, setup)
     sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    sizes = sched.reserve(g.gf, g.pinned)
+    # the reserve that sizes the buffers without allocating (llama-fit-params, --fit:
+    # ggml_backend_sched_reserve_size) resets the scheduler before splitting: every pin the build set is
+    # dropped there (the norms', and with -nkvo the attention output's on the CPU, build_attn_mha)
+    sizes = sched.reserve(g.gf, g.pinned if setup.norm_pins else None)
     return {b.name: s for b, s in zip(backends, sizes, strict=True)}
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from moeconf.memory.graph.alloc import Allocator
 from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, nelements, same_layout
-from moeconf.memory.replay import Allocator
 
 # ggml-alloc.c ggml_op_can_inplace
 CAN_INPLACE = frozenset({

@@ -6,13 +6,13 @@ final_logit_softcapping, softcapped."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import Facts, Traits
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "grok"
-# llama-context.cpp turns flash attention off for Grok
+MEMORY = REPLAYED
+# llama_init_from_model: "flash_attn is not compatible with Grok - forcing off"
 TRAITS = Traits(flash_attn=False)
-# Memory: the older replay's (nodes only here)
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -5,17 +5,13 @@ sigmoid of its logit, applied to the experts' input, and a shared expert; dense 
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import Facts, Swa, Traits
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, Swa, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "llama4"
+MEMORY = REPLAYED
 # chunked (8192) unless its GGUF sets sliding_window 0
 TRAITS = Traits(swa=Swa(kind="chunked", window=8192, pattern=4))
-# Memory: not yet. On CUDA with its routed experts in host memory the graph's op offload keeps two
-# expert tensors' copies alive at once (Llama-4-Maverick -c 65536 -ot exps=CPU: 8.5 GiB where the older
-# replay has one, 4.2), not measured on a CUDA device: the older replay keeps its compute. Over RPC the graph
-# is exact on every recorded line (tests/data/graph_oracle/llama-4-maverick.json) where the older replay is
-# 20 MiB off each GPU on two devices (-c 32768 -ts 1,1: 338.00 and 656.62 MiB against 318.08 and 677.46)
 
 
 def build(g: GraphContext, facts: Facts) -> None:

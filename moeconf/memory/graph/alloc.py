@@ -1,0 +1,68 @@
+"""ggml-alloc's dynamic allocator (ggml/src/ggml-alloc.c, `ggml_dyn_tallocr`) with one chunk: the
+compute buffer's size is the highest offset it ever used while the scheduler's graph copy is
+allocated node by node (`sched.allocate`).
+
+- it takes the smallest free block that fits among all but the last (ties: the later one), else the
+  last block, which reaches the buffer's end (a buffer that grows on demand);
+- a freed range merges with the free blocks it touches."""
+
+from __future__ import annotations
+
+_LAST_BLOCK = 1 << 62  # the last free block reaches the end of a buffer that grows on demand
+
+
+class Allocator:
+    """ggml_dyn_tallocr with one chunk: free blocks sorted by offset, the last one open-ended."""
+
+    __slots__ = ("alignment", "blocks", "max_size")
+
+    def __init__(self, alignment: int) -> None:
+        self.alignment = alignment
+        self.blocks: list[list[int]] = [[0, _LAST_BLOCK]]
+        self.max_size = 0
+
+    def _aligned(self, size: int) -> int:
+        a = self.alignment
+        return (size + a - 1) // a * a
+
+    def alloc(self, size: int) -> int:
+        size = self._aligned(size)
+        blocks = self.blocks
+        best = -1
+        best_size = _LAST_BLOCK
+        for i in range(len(blocks) - 1):
+            bs = blocks[i][1]
+            if size <= bs <= best_size:  # best fit; a tie goes to the later block
+                best, best_size = i, bs
+        if best < 0:
+            best = len(blocks) - 1
+        block = blocks[best]
+        off = block[0]
+        block[0] += size
+        block[1] -= size
+        if block[1] == 0:
+            del blocks[best]
+        self.max_size = max(self.max_size, off + size)
+        return off
+
+    def free(self, off: int, size: int) -> None:
+        size = self._aligned(size)
+        blocks = self.blocks
+        for i, block in enumerate(blocks):
+            if block[0] + block[1] == off:  # the freed range ends this block: extend it
+                block[1] += size
+                if i + 1 < len(blocks) and block[0] + block[1] == blocks[i + 1][0]:
+                    block[1] += blocks[i + 1][1]
+                    del blocks[i + 1]
+                return
+            if off + size == block[0]:  # the freed range starts this block
+                block[0] = off
+                block[1] += size
+                if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == off:
+                    blocks[i - 1][1] += block[1]
+                    del blocks[i]
+                return
+        pos = 0
+        while pos < len(blocks) and blocks[pos][0] < off:
+            pos += 1
+        blocks.insert(pos, [off, size])
