@@ -61,6 +61,9 @@ class Cparams:
     # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
     # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
     v_flat: bool = False
+    # the fused ops llama-context.cpp's resolve_fused_ops turned off (their probe graph ran one on another
+    # device than its layer's): the composition builds their unfused form
+    unfused: frozenset[str] = frozenset()
 
     @property
     def v_trans(self) -> bool:
@@ -147,6 +150,8 @@ class GraphContext:
     lid: dict[int, Tensor] = field(default_factory=dict)
     lid_rot: int = 0
     lid_top_k: int = 0
+    # the fused ops built, as the graph result records them for resolve_fused_ops: (op, node, layer)
+    fused: list[tuple[str, Tensor, int]] = field(default_factory=list)
 
     @property
     def n_tokens(self) -> int:

@@ -44,6 +44,7 @@ class Setup:
     fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
     v_flat: bool = False  # the V cache created for flash attention, which `-fa auto` then turned off
     n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept; 1 without recurrent layers)
+    unfused: frozenset[str] = frozenset()  # the fused ops the engine's probes turned off (`fused_off`)
 
 
 def covered(arch: str) -> bool:
@@ -70,8 +71,43 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     resolves `-fa auto` (`fa_auto_off`)."""
     g, backends = _build(placement, setup)
     if setup.flash_attn and setup.fa_auto and fa_auto_off(placement, setup, g):
-        g, backends = _build(placement, replace(setup, flash_attn=False, v_flat=True))
+        setup = replace(setup, flash_attn=False, v_flat=True)
+        g, backends = _build(placement, setup)
+    off = fused_off(placement, setup, g, backends)
+    if off:
+        g, backends = _build(placement, replace(setup, unfused=off))
     return g, backends
+
+
+# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order
+FUSED_PROBES = ("LIGHTNING_INDEXER", "DSV4_HC_PRE", "DSV4_HC_COMB", "DSV4_HC_POST")
+
+
+def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: list[Backend]) -> frozenset[str]:
+    """llama_context::resolve_fused_ops for the fused ops a composition records (`GraphContext.fused`): each
+    is probed in turn on a graph of one token per sequence (the ops turned off before built unfused), and
+    turned off where the scheduler runs one of its nodes on another device than the node's layer. With
+    every layer and the output on one device the probe is skipped."""
+    out = g.w.get("output.weight")
+    homes = {backends[i].name for i in g.layer_backend.values()} | {out.buffer if out is not None else None}
+    if not g.fused or len(homes) < 2:
+        return frozenset()
+    off: set[str] = set()
+    probe: tuple[GraphContext, Scheduler] | None = None
+    for op in FUSED_PROBES:
+        if not any(f[0] == op for f in g.fused):
+            continue
+        if probe is None:
+            p, backends = _build(placement, replace(setup, n_tokens=setup.n_seqs, n_outputs=setup.n_seqs,
+                                                    fa_auto=False, unfused=frozenset(off)))
+            s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+            s.split(p.gf, p.pinned)
+            probe = (p, s)
+        p, s = probe
+        if any(s.ids.get(t) != p.layer_backend.get(il) for o, t, il in p.fused if o == op):
+            off.add(op)
+            probe = None  # the next probe's graph has this op unfused
+    return frozenset(off)
 
 
 def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
@@ -195,7 +231,8 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
-                 full_offload=full, n_seqs=max(1, setup.n_seqs), n_rs=setup.n_rs, v_flat=setup.v_flat)
+                 full_offload=full, n_seqs=max(1, setup.n_seqs), n_rs=setup.n_rs, v_flat=setup.v_flat,
+                 unfused=setup.unfused)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
