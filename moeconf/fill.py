@@ -31,7 +31,6 @@ from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, e
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
 from moeconf.memory.ikarchs import next_step
 from moeconf.memory.indexer import DSA_ARCHS
-from moeconf.memory.recurrent import GLM5_NEXT
 from moeconf.memory.support import unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -46,10 +45,9 @@ MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
 _TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away from home, room left)
 # the architectures whose search ranks splits on an approximate compute and measures the ones it finishes
-# exactly: GLM-5.3-Flash's replay run on each device's last layers (memory/replay_glm5next.py), and DSA's
-# phase model (no indexer in it: GLM-5's first GPU 148 MiB under the graph at 8k), finished through the
-# engine's graph (memory/graph/archs/_dsa.py, ~0.5 s for GLM-5 over two GPUs)
-APPROXIMATE_SEARCH = DSA_ARCHS | GLM5_NEXT
+# exactly: DSA's phase model (no indexer in it: GLM-5's first GPU 148 MiB under the graph at 8k), finished
+# through the engine's graph (memory/graph/archs/_dsa.py, ~0.5 s for GLM-5 over two GPUs)
+APPROXIMATE_SEARCH = DSA_ARCHS
 # there each finish is a whole exact measure. Over eight DSA fits (GLM-5, DeepSeek-V3.2; 16+12 to 48+24
 # GiB, measured on the former DSA replay) finishing 6 chose what finishing 12 did in seven; the eighth
 # kept the same bytes on the GPUs with 5 MiB less room on the fullest
@@ -556,8 +554,8 @@ def _refuse_unmodelled(plan: Plan, f: _Filler, devices: Mapping[str, str | None]
     pl = Placement(f.inv, f.eng, dict(devices), dict(defaults), {})
     gpus = list(f.accelerators)
     why = unmodelled_settings(pl, f.settings, gpus, replays_cover(pl, f.settings, gpus))
-    # the placements a replay covers (memory/replay_glm5next.py, replay_kda.py): a search candidate it does
-    # not cover has no compute, so the chosen fill is checked again with every check on
+    # the placements a replay covers (replay_kda.py): a search candidate it does not cover has no compute,
+    # so the chosen fill is checked again with every check on
     if not why:
         mem = f.measure(devices, defaults)
         if not mem.complete:

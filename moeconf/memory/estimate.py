@@ -29,7 +29,6 @@ import moeconf.memory.families as setting_families
 import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.kda as kda
 import moeconf.memory.recurrent as rec
-import moeconf.memory.replay_glm5next as replay_glm5next
 from moeconf.engines import AUTO_GPU, Engine, mainline
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import (
@@ -284,11 +283,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, [] if ik else gpus,
                                                         not ik and replays_cover(placement, settings, gpus)))
-    # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
-    if not why and inv.arch in rec.GLM5_NEXT:
-        why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
-                                              cache_type_k=settings.cache_type_k))
-    # ---
     # the nextn blocks whose KV cache the engine keeps though it skips their tensors (geometry NEXTN_KV)
     nextn_dev: dict[int, str] = {}
     for la in () if why else geo.nextn_kv:
@@ -610,11 +604,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if host is not None:
             compute[HOST] = host
 
-    # --- GLM-5.3-Flash: every compute buffer by its replay (memory/replay_glm5next.py) ---
-    if inv.arch in rec.GLM5_NEXT:
-        compute = defaultdict(int, replay_glm5next.replayed_glm5next(
-            placement, geo, T, cells, n_seq, pipeline=pipeline, flash_attn=fa, cache_type_k=ctk,
-            offload_kqv=settings.offload_kqv, n_stream=n_stream, approximate=not replay))
     # --- the engine's graph, scheduled and allocated (memory/graph): every compute buffer of the
     # architectures it models where no replay above does (CUDA's op-offload copies included)
     if by_graph:

@@ -64,6 +64,9 @@ class Cparams:
     # the fused ops llama-context.cpp's resolve_fused_ops turned off (their probe graph ran one on another
     # device than its layer's): the composition builds their unfused form
     unfused: frozenset[str] = frozenset()
+    # the reserve keeps the pins the graph build sets (an allocating reserve); the sizing reserve of
+    # llama-fit-params and --fit (ggml_backend_sched_reserve_size) resets the scheduler and drops them
+    pins: bool = False
 
     @property
     def v_trans(self) -> bool:
@@ -435,7 +438,7 @@ class GraphContext:
                 kqv = c.mul_mat(v_mla, kqv)
             cur = c.permute(kqv, 0, 2, 1, 3)
             cur = c.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
-            if not self.cp.offload_kqv:
+            if not self.cp.offload_kqv and self.cp.pins:
                 self.pinned[cur] = self.cpu_backend
         self.expand(cur)
         return cur

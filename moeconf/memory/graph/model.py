@@ -86,11 +86,13 @@ FUSED_PROBES = ("LIGHTNING_INDEXER", "DSV4_HC_PRE", "DSV4_HC_COMB", "DSV4_HC_POS
 def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: list[Backend]) -> frozenset[str]:
     """llama_context::resolve_fused_ops for the fused ops a composition records (`GraphContext.fused`): each
     is probed in turn on a graph of one token per sequence (the ops turned off before built unfused), and
-    turned off where the scheduler runs one of its nodes on another device than the node's layer. With
-    every layer and the output on one device the probe is skipped."""
+    turned off where the scheduler runs one of its nodes on another device than the node's layer. The
+    probe is skipped unless some layers (or the output) run on the host and others on a GPU: the scheduler
+    expands each GPU's assignment down to the weightless nodes after it (a layer's fused ops included),
+    and up onto the host's only there (GLM-5.3-Flash's dumps and recorded figures over one and two GPUs)."""
     out = g.w.get("output.weight")
-    homes = {backends[i].name for i in g.layer_backend.values()} | {out.buffer if out is not None else None}
-    if not g.fused or len(homes) < 2:
+    homes = {backends[i].name for i in g.layer_backend.values()} | {out.buffer or HOST if out is not None else HOST}
+    if not g.fused or HOST not in homes or len(homes) < 2:
         return frozenset()
     off: set[str] = set()
     probe: tuple[GraphContext, Scheduler] | None = None
@@ -232,7 +234,7 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
                  rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
                  full_offload=full, n_seqs=max(1, setup.n_seqs), n_rs=setup.n_rs, v_flat=setup.v_flat,
-                 unfused=setup.unfused)
+                 unfused=setup.unfused, pins=setup.norm_pins)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -344,10 +346,14 @@ def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool
 
 
 def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
-    """Why the architecture's composition does not build the graph of these settings (empty: it does)."""
+    """Why the architecture's composition does not build the graph of this file and these settings (empty:
+    it does)."""
     comp = COMPOSITIONS.get(inv.arch)
-    if comp is None or comp.memory is None or comp.memory.refuses is None:
+    if comp is None or comp.memory is None:
         return []
+    why = comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else []
+    if why or comp.memory.refuses is None:
+        return why
     s = setup_for(inv, settings)
-    why = comp.memory.refuses(s.n_tokens, s.n_stream)
-    return [why] if why else []
+    refused = comp.memory.refuses(s.n_tokens, s.n_stream)
+    return [refused] if refused else []

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import OUTPUT, Tensor
+
+if TYPE_CHECKING:
+    from moeconf.model.inventory import Inventory
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,8 @@ class Memory:
     # the settings the composition does not build (the reserve's ubatch tokens and streams -> why, or ""):
     # a branch of the engine's graph no recorded dump checked
     refuses: Callable[[int, int], str] | None = None
+    # the files the composition does not build or the engine refuses (the inventory -> why; empty: it builds)
+    unmodelled: Callable[[Inventory], list[str]] | None = None
 
 
 # the architectures an older replay modelled, their compute now the graph's

@@ -23,16 +23,57 @@ cells / kpool x sequences, every pool new, the pools padded to max(64, pad64(n_p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from moeconf.memory.graph.archs.common import Facts, need, probs_bias
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, need, probs_bias
 from moeconf.memory.graph.archs.kimi_k3 import _conv
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor, row_size
 
-ARCH = "glm5-next"
+if TYPE_CHECKING:
+    from moeconf.model.inventory import Inventory
 
+ARCH = "glm5-next"
 GATHER_MAX_UB = 16  # build_inp_kpool: the gather path's largest ubatch
+# the sizes the loader requires (load_arch_hparams) that the graph's shapes do not carry
+_SIZES = ("attention.q_lora_rank", "attention.indexer.head_count", "attention.indexer.key_length",
+          "attention.indexer.top_k", "attention.indexer.kpool", "hyper_connection.count",
+          "hyper_connection.sinkhorn_iterations")
+
+
+def _refuses(n_tokens: int, n_stream: int) -> str:
+    if n_tokens <= GATHER_MAX_UB:
+        return (f"compute is not modelled for glm5-next with a ubatch of {GATHER_MAX_UB} tokens or fewer: its "
+                "attention gathers the selected latents (build_inp_kpool's gather path), which no recorded figure "
+                f"checked; use -ub {GATHER_MAX_UB + 1} or more")
+    return ""
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """The files the engine refuses (a size missing, an invalid k-pool, hc_mult other than 4) or whose
+    graph no recorded figure checked (the softplus decay gate, a selection without the tail cells)."""
+    md = inv.metadata
+    keys = set(md.arch_keys or ())
+    why = []
+    if "kda.gate_lower_bound" not in keys:
+        why.append("glm5-next without kda.gate_lower_bound (the softplus decay gate) is not checked against the engine")
+    if "attention.indexer.kpool_select_tail" not in keys or md.hparam("attention.indexer.kpool_select_tail") == 0:
+        why.append("glm5-next without attention.indexer.kpool_select_tail (no tail cells in the selection) is not "
+                   "checked against the engine")
+    missing = [k for k in _SIZES if not isinstance(md.hparam(k), int)]
+    if missing:
+        names = ", ".join(f"glm5-next.{k}" for k in missing)
+        why.append(f"memory is not modelled for this glm5-next file: it lacks {names} (the engine needs them)")
+    kpool, top_k = md.hparam("attention.indexer.kpool"), md.hparam("attention.indexer.top_k")
+    if not isinstance(kpool, int) or not isinstance(top_k, int) or kpool < 2 or top_k % kpool:
+        why.append("glm5-next's attention.indexer.kpool/top_k are missing or invalid: the engine refuses the file")
+    if md.hparam("hyper_connection.count") != 4:
+        why.append("glm5-next with hyper_connection.count other than 4: the engine refuses the file")
+    return why
+
+
+MEMORY = replace(REPLAYED, refuses=_refuses, unmodelled=_unmodelled)
 
 
 @dataclass
@@ -50,12 +91,13 @@ class _Kpool:
     n_sel: int
     gather: bool
     kpool: int
+    width: int  # attention.indexer.key_length
 
 
-def _inp_kpool(g: GraphContext, kpool: int, top_k: int, tail: bool) -> _Kpool:
+def _inp_kpool(g: GraphContext, kpool: int, top_k: int, tail: bool, width: int) -> _Kpool:
     c, cp = g.ctx, g.cp
     T = g.n_tokens
-    n_pool_real = cp.n_kv * cp.n_stream // kpool * cp.n_seq
+    n_pool_real = cp.n_kv // kpool * cp.n_seq  # the cache's cells per stream
     n_pool = max(64, -(-(n_pool_real + 1) // 64) * 64)
     n_new = max(n_pool_real, 1)
     k_idxs = c.input("I64", T, name="attn_inp_k_idxs")
@@ -72,7 +114,7 @@ def _inp_kpool(g: GraphContext, kpool: int, top_k: int, tail: bool) -> _Kpool:
     new_idxs = c.input("I32", kpool, n_new, name="")
     new_rep = c.input("I64", n_new, name="")
     return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask, new_idxs, new_rep, n_sel,
-                  T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool)
+                  T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, width)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -88,7 +130,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     inp = g.inp_embd(need(w.get("token_embd.weight")))
     rs_in = g.rs_inp()
     attn_in = g.attn_inp_k()
-    kp = _inp_kpool(g, kpool, top_k, tail)
+    kp = _inp_kpool(g, kpool, top_k, tail, facts.hparam("attention.indexer.key_length"))
     out_ids = g.inp_out_ids()
     T = g.n_tokens
     x = c.repeat(c.reshape(inp, hp.n_embd, 1, T), hp.n_embd, hc, T, 1)
@@ -257,7 +299,8 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     c, w = g.ctx, g.w
     lw = w.layer
     kc = g.lid[il]
-    width = kc.ne[0] // 3
+    width = kp.width
+    assert kc.ne[0] == 3 * width, "the indexer cache row is key | gate | pooled (llama_memory_hybrid_idx)"
     n_ih = need(lw(il, "indexer.proj")).ne[1]
     T, kpool = cur.ne[1], kp.kpool
     n_pool, n_new = kp.pool_cells.ne[0], kp.new_pool_idxs.ne[1]
