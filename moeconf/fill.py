@@ -31,7 +31,6 @@ from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, e
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.ikarchs import next_step
-from moeconf.memory.recurrent import GLM5_NEXT
 from moeconf.memory.support import unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -48,12 +47,11 @@ _TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away fro
 
 
 def approximate_search(arch: str) -> bool:
-    """Whether the search ranks splits on an approximate compute and measures the ones it finishes exactly:
-    GLM-5.3-Flash's replay run on each device's last layers (memory/replay_glm5next.py), and where the
-    composition module says so (`Traits.approximate_search`: DSA's phase model, no indexer in it, GLM-5's
-    first GPU 148 MiB under the graph at 8k, finished through the engine's graph, memory/graph/archs/_dsa.py,
-    ~0.5 s for GLM-5 over two GPUs)."""
-    return traits(arch).approximate_search or arch in GLM5_NEXT
+    """Whether the search ranks splits on an approximate compute and measures the ones it finishes exactly,
+    where the composition module says so (`Traits.approximate_search`: DSA's phase model, no indexer in it,
+    GLM-5's first GPU 148 MiB under the graph at 8k, finished through the engine's graph,
+    memory/graph/archs/_dsa.py, ~0.5 s for GLM-5 over two GPUs)."""
+    return traits(arch).approximate_search
 
 
 # in an approximate search each finish is a whole exact measure. Over eight DSA fits (GLM-5, DeepSeek-V3.2;
@@ -562,8 +560,8 @@ def _refuse_unmodelled(plan: Plan, f: _Filler, devices: Mapping[str, str | None]
     pl = Placement(f.inv, f.eng, dict(devices), dict(defaults), {})
     gpus = list(f.accelerators)
     why = unmodelled_settings(pl, f.settings, gpus, output_family_checked(pl, f.settings))
-    # the placements a replay covers (memory/replay_glm5next.py, replay_kda.py): a search candidate it does
-    # not cover has no compute, so the chosen fill is checked again with every check on
+    # a search candidate whose settings or placement the model does not cover has no compute, so the
+    # chosen fill is checked again with every check on
     if not why:
         mem = f.measure(devices, defaults)
         if not mem.complete:

@@ -62,7 +62,7 @@ def test_every_modelled_key_is_a_real_engine_key() -> None:
 
 @pytest.mark.parametrize(("arch", "key", "fragment"), [
     ("refact", None, "not modelled for the 'refact' architecture"),
-    # a modelled hybrid whose file lacks what its model reads (memory/recurrent.py, replay_glm5next.py)
+    # a modelled hybrid whose file lacks what its model reads (memory/recurrent.py, graph/archs/glm5_next.py)
     ("glm5-next", None, "it lacks glm5-next.ssm.conv_kernel"),
     # a modelled architecture whose file lacks what its model reads (memory/indexer.py)
     ("glm-dsa", None, "glm-dsa.attention.indexer.top_k is missing: the engine refuses the file"),

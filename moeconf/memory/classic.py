@@ -70,9 +70,8 @@ CLASSIC_REFUSED: dict[str, str] = {}
 # exact at -c 32768 only, 20 MiB under at -c 4096, 106 at -c 131072; -ngl 1: Qwen3-Coder-480B's host
 # 22.8 MiB under at -ub 1024, the experts' down output placed above a hole it does not fit in; GLM's,
 # DeepSeek's, Grok's output GPU 20-28 MiB over at -ub 1024), or were never measured.
-# architectures whose own replay module decides which placements it covers (replay_glm5next.py: -ngl 0
-# and -ngl 1 among its measured lines, tests/data/glm5next_memory_oracle.json): the rule below leaves
-# them to it
+# architectures measured at -ngl 0 and -ngl 1 beside their own figures (glm5-next: its graph,
+# tests/data/glm5next_memory_oracle.json): the rule below leaves them to those
 OWN_PLACEMENT_CHECKS: frozenset[str] = frozenset({"glm5-next"})
 # (on llama.cpp the architectures whose compute the engine's graph gives, graph.model.GRAPH_COMPUTE, are
 # exact in both: tests/test_memory_cpu_layers.py; these sets hold for the phase model, ik_llama.cpp's)

@@ -30,7 +30,6 @@ import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.kda as kda
 import moeconf.memory.recurrent as rec
-import moeconf.memory.replay_glm5next as replay_glm5next
 from moeconf.engines import AUTO_GPU, Engine, mainline
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import ffn_floats, standard_moe_layers
@@ -269,11 +268,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     if not why and families:
         why.extend(setting_families.unmodelled_settings(placement, settings, [] if ik else gpus,
                                                         not ik and output_family_checked(placement, settings)))
-    # --- GLM-5.3-Flash: the placements and settings its replay covers (memory/replay_glm5next.py) ---
-    if not why and inv.arch in rec.GLM5_NEXT:
-        why.extend(replay_glm5next.unmodelled(placement, flash_attn=settings.flash_attn != "off",
-                                              cache_type_k=settings.cache_type_k))
-    # ---
     # the nextn blocks whose KV cache the engine keeps though it skips their tensors (Traits.nextn_kv)
     nextn_dev: dict[int, str] = {}
     for la in () if why else geo.nextn_kv:
@@ -509,11 +503,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     outputs_exact: set[str] = set()  # devices whose compute a replay gave for n_out output rows
     # the engine's graph gives every compute buffer (below): no older replay is run
     by_graph = inv.arch in GRAPH_COMPUTE and not ik and replay
-    # --- GLM-5.3-Flash: every compute buffer by its replay (memory/replay_glm5next.py) ---
-    if inv.arch in rec.GLM5_NEXT:
-        compute = defaultdict(int, replay_glm5next.replayed_glm5next(
-            placement, geo, T, cells, n_seq, pipeline=pipeline, flash_attn=fa, cache_type_k=ctk,
-            offload_kqv=settings.offload_kqv, n_stream=n_stream, approximate=not replay))
     # --- the engine's graph, scheduled and allocated (memory/graph): every compute buffer of the
     # architectures it models where no replay above does (CUDA's op-offload copies included)
     if by_graph:

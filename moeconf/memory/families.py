@@ -70,7 +70,7 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
     if not gpus:
         return why
     cpu_experts = _gpu_layers_with_cpu_experts(placement)
-    # (glm5-next: replayed with -nkvo whatever the experts' placement, memory/replay_glm5next.py)
+    # (glm5-next: its graph matches the engine's -nkvo figures with experts on the host, tests/test_memory_glm5next.py)
     if cpu_experts and not settings.offload_kqv and placement.inventory.arch != "glm5-next":
         why.append("memory is not modelled for -nkvo (KV cache in host memory) with routed experts of GPU "
                    "layers on the CPU: the compute buffers of that split are not computed")

@@ -231,13 +231,6 @@ def state_bytes(inv: Inventory, n_seq_max: int) -> int:
     return s.state_bytes(n_seq_max) if s is not None else 0
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
 
-# --- GLM-5.3-Flash (glm5-next): KDA layers beside DSA layers (memory/replay_glm5next.py) -----------
-# Its KDA layers are laid out as Kimi-Linear's (src/models/glm5-next.cpp `load_arch_hparams`: a
-# layer is recurrent iff its attention.head_count_kv is 0; `load_arch_tensors`: three conv weights
-# of d_conv x heads*kda.head_dim; the state as `KdaShape`, F32, in llama_memory_recurrent of
-# max(1, n_seq_max) rows: measured 9.56 MiB conv + 136 MiB delta state per sequence on 34 layers).
-GLM5_NEXT = frozenset({"glm5-next"})
-# ---
 
 
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
@@ -246,7 +239,7 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
-    if _kind(inv.arch) in ("delta_net", "kda") and not offload_kqv:  # glm5-next: replay_glm5next
+    if _kind(inv.arch) in ("delta_net", "kda") and not offload_kqv:
         # the state and the KV cache in host memory move the recurrent scans and the attention to
         # the CPU: the host's compute buffer was measured 16-18 MiB above the phase model
         # (Qwen3.5-397B and 122B, -c 32768); not replayed

@@ -23,7 +23,6 @@ from typing import Final
 import moeconf.memory.ikarchs as _ikarchs
 import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
-import moeconf.memory.replay_glm5next as _replay_glm5next
 from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
@@ -40,6 +39,8 @@ _SSM: Final = frozenset(k for k in _RECURRENT if k.startswith("ssm."))  # Mamba-
 _MAINLINE: Final = frozenset({"llama.cpp"})
 _DSA: Final = _indexer.INDEXER_KEYS | {"leading_dense_block_count", "nextn_predict_layers"}
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
+_GLM5_NEXT = frozenset({"attention.indexer.kpool", "attention.indexer.kpool_select_tail", "hyper_connection.count",
+                        "hyper_connection.epsilon", "hyper_connection.sinkhorn_iterations", "kda.gate_lower_bound"})
 _CLAMPS: Final = frozenset({"swiglu_clamp_exp", "swiglu_clamp_shexp"})  # memory/keys.py (not scalars)
 _CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
@@ -100,10 +101,10 @@ MODELLED: Final[dict[str, ArchMemory]] = {
                        frozenset({"llama.cpp"}),
                        _CHECKED + " (Grok-1; flash attention forced off)"),
     # --- GLM-5.3-Flash: KDA state (memory/recurrent.py), MLA latent + k-pool indexer cache
-    # (memory/indexer.py), compute by a node-by-node replay (memory/replay_glm5next.py) on the
-    # placements it covers
+    # (memory/indexer.py), compute by the engine's graph (memory/graph/archs/glm5_next.py): the k-pool,
+    # the mHC streams and the KDA decay gate's bound composed
     # its experts' clamp is the fused clamped SwiGLU, one op as wide as the SwiGLU (checked with the key)
-    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | _MLA | _DSA | _replay_glm5next.KEYS | _CLAMPS, _MAINLINE,
+    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | _MLA | _DSA | _GLM5_NEXT | _CLAMPS, _MAINLINE,
                             _CHECKED + " (GLM-5.3-Flash)"),
     # ---
     # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by the engine's

@@ -70,7 +70,7 @@ CASES += [("qwen35moe", [24], "-c 32768 -np 1"), ("qwen3next", [16, 8], "-c 6553
 # Kimi-Linear (KDA state per sequence, MLA latent): the second keeps llama-server's 4 slots
 MODELS.update({"kimi-linear": "kimi-linear-48b-a3b"})
 CASES += [("kimi-linear", [16], "-c 32768 -np 1"), ("kimi-linear", [12, 8], "-c 32768")]
-# --- GLM-5.3-Flash (memory/replay_glm5next.py): -np 1, as llama-fit-params plans one sequence and takes
+# --- GLM-5.3-Flash (memory/graph/archs/glm5_next.py): -np 1, as llama-fit-params plans one sequence and takes
 # no -kvu (llama-server's 4 unified slots: tests/engine/fit_print_kvu.cpp, docs/memory-architectures.md)
 MODELS.update({"glm5-next": "glm-5.3-flash"})
 CASES += [("glm5-next", [16], "-c 32768 -np 1"), ("glm5-next", [12, 8], "-c 32768 -np 1"),

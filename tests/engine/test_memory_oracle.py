@@ -173,8 +173,8 @@ CASES += [
     )
 ]
 
-# --- GLM-5.3-Flash (moeconf/memory/replay_glm5next.py: KDA state, MLA latent + k-pool indexer cache,
-# compute replayed node by node); the default suite holds the model to these and more lines' recorded
+# --- GLM-5.3-Flash (KDA state, MLA latent + k-pool indexer cache, compute through the engine's graph,
+# memory/graph/archs/glm5_next.py); the default suite holds the model to these and more lines' recorded
 # figures (tests/test_memory_glm5next.py, tests/data/glm5next_memory_oracle.json)
 LAYOUT_KEYS.update({"glm5-next": LAYOUTS["glm-5.3-flash"]})
 CASES += [

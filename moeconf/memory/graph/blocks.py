@@ -73,6 +73,12 @@ class Cparams:
     # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
     # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
     v_flat: bool = False
+    # the fused ops llama-context.cpp's resolve_fused_ops turned off (their probe graph ran one on another
+    # device than its layer's): the composition builds their unfused form
+    unfused: frozenset[str] = frozenset()
+    # the reserve keeps the pins the graph build sets (an allocating reserve); the sizing reserve of
+    # llama-fit-params and --fit (ggml_backend_sched_reserve_size) resets the scheduler and drops them
+    pins: bool = False
 
     @property
     def v_trans(self) -> bool:
@@ -160,6 +166,8 @@ class GraphContext:
     lid: dict[int, Tensor] = field(default_factory=dict)
     lid_rot: int = 0
     lid_top_k: int = 0
+    # the fused ops built, as the graph result records them for resolve_fused_ops: (op, node, layer)
+    fused: list[tuple[str, Tensor, int]] = field(default_factory=list)
 
     @property
     def n_tokens(self) -> int:
@@ -547,7 +555,7 @@ class GraphContext:
                 kqv = c.mul_mat(v_mla, kqv)
             cur = c.permute(kqv, 0, 2, 1, 3)
             cur = c.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
-            if not self.cp.offload_kqv:
+            if not self.cp.offload_kqv and self.cp.pins:
                 self.pinned[cur] = self.cpu_backend
         self.expand(cur)
         return cur

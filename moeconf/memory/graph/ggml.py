@@ -203,6 +203,13 @@ class Ctx:
     def div(self, a: Tensor, b: Tensor) -> Tensor:
         return self._dup("DIV", a, b)
 
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._dup("SUB", a, b)
+
+    def arange(self, n: int) -> Tensor:
+        """ggml_arange: n F32 values, no sources."""
+        return self._make("ARANGE", "F32", (n,), [])
+
     def scale(self, a: Tensor) -> Tensor:
         return self._dup("SCALE", a)
 

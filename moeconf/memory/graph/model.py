@@ -44,6 +44,7 @@ class Setup:
     fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
     v_flat: bool = False  # the V cache created for flash attention, which `-fa auto` then turned off
     n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept; 1 without recurrent layers)
+    unfused: frozenset[str] = frozenset()  # the fused ops the engine's probes turned off (`fused_off`)
 
 
 def covered(arch: str) -> bool:
@@ -70,8 +71,45 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     resolves `-fa auto` (`fa_auto_off`)."""
     g, backends = _build(placement, setup)
     if setup.flash_attn and setup.fa_auto and fa_auto_off(placement, setup, g):
-        g, backends = _build(placement, replace(setup, flash_attn=False, v_flat=True))
+        setup = replace(setup, flash_attn=False, v_flat=True)
+        g, backends = _build(placement, setup)
+    off = fused_off(placement, setup, g, backends)
+    if off:
+        g, backends = _build(placement, replace(setup, unfused=off))
     return g, backends
+
+
+# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order
+FUSED_PROBES = ("LIGHTNING_INDEXER", "DSV4_HC_PRE", "DSV4_HC_COMB", "DSV4_HC_POST")
+
+
+def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: list[Backend]) -> frozenset[str]:
+    """llama_context::resolve_fused_ops for the fused ops a composition records (`GraphContext.fused`): each
+    is probed in turn on a graph of one token per sequence (the ops turned off before built unfused), and
+    turned off where the scheduler runs one of its nodes on another device than the node's layer. The
+    probe is skipped unless some layers (or the output) run on the host and others on a GPU: the scheduler
+    expands each GPU's assignment down to the weightless nodes after it (a layer's fused ops included),
+    and up onto the host's only there (GLM-5.3-Flash's dumps and recorded figures over one and two GPUs)."""
+    out = g.w.get("output.weight")
+    homes = {backends[i].name for i in g.layer_backend.values()} | {out.buffer or HOST if out is not None else HOST}
+    if not g.fused or HOST not in homes or len(homes) < 2:
+        return frozenset()
+    off: set[str] = set()
+    probe: tuple[GraphContext, Scheduler] | None = None
+    for op in FUSED_PROBES:
+        if not any(f[0] == op for f in g.fused):
+            continue
+        if probe is None:
+            p, backends = _build(placement, replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq,
+                                                    fa_auto=False, unfused=frozenset(off)))
+            s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+            s.split(p.gf, p.pinned)
+            probe = (p, s)
+        p, s = probe
+        if any(s.ids.get(t) != p.layer_backend.get(il) for o, t, il in p.fused if o == op):
+            off.add(op)
+            probe = None  # the next probe's graph has this op unfused
+    return frozenset(off)
 
 
 def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
@@ -190,7 +228,8 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
                  flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
                  rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
-                 full_offload=full, n_rs=setup.n_rs, v_flat=setup.v_flat)
+                 full_offload=full, n_rs=setup.n_rs, v_flat=setup.v_flat, unfused=setup.unfused,
+                 pins=setup.norm_pins)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -304,10 +343,14 @@ def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool
 
 
 def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
-    """Why the architecture's composition does not build the graph of these settings (empty: it does)."""
+    """Why the architecture's composition does not build the graph of this file and these settings (empty:
+    it does)."""
     comp = COMPOSITIONS.get(inv.arch)
-    if comp is None or comp.memory is None or comp.memory.refuses is None:
+    if comp is None or comp.memory is None:
         return []
+    why = comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else []
+    if why or comp.memory.refuses is None:
+        return why
     s = setup_for(inv, settings)
-    why = comp.memory.refuses(s.n_tokens, s.n_stream)
-    return [why] if why else []
+    refused = comp.memory.refuses(s.n_tokens, s.n_stream)
+    return [refused] if refused else []

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
+
+if TYPE_CHECKING:
+    from moeconf.model.inventory import Inventory
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ class Memory:
     # the settings the composition does not build (the reserve's ubatch tokens and streams -> why, or ""):
     # a branch of the engine's graph no recorded dump checked
     refuses: Callable[[int, int], str] | None = None
+    # the files the composition does not build or the engine refuses (the inventory -> why; empty: it builds)
+    unmodelled: Callable[[Inventory], list[str]] | None = None
 
 
 @dataclass(frozen=True)

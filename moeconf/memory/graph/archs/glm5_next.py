@@ -1,0 +1,413 @@
+"""src/models/glm5-next.cpp: GLM-5.3-Flash, KDA (recurrent) layers beside nope-only MLA layers whose
+mask a k-pool lightning indexer builds, the residual kept as hc_mult hyper-connection streams (as
+DeepSeek-V4's: DSV4_HC_PRE mixes them into each sublayer's input, DSV4_HC_COMB/DSV4_HC_POST spread the
+output back; the head averages them), a dense FFN on the leading layers, else a sigmoid-routed MoE
+with a selection bias and a shared expert, each SwiGLU clamped (SWIGLU_CLAMP) where its limit is set.
+
+The KDA layer is Kimi-K3's (three short convolutions over Q, K, V with their conv states, the decay
+gate, the fused GATED_DELTA_NET op, the gated norm) with a low-rank output gate (g_a, g_b).
+
+The MLA layer: Q from the normed Q-LoRA, absorbed by attn_k_b; the latent normed into the K-only
+cache. Its indexer (build_kpool_select) caches per token its key (a layer norm with bias) and a
+pool gate beside a zeroed pooled slot (llama_memory_hybrid_idx's indexer cache: one row of 3 x
+key_length per cell), pools the entries completed by the ubatch (a softmax over each pool's gates plus
+the pool bias weighting its keys) into the pooled slots, scores the pooled keys of every pool by the
+fused LIGHTNING_INDEXER, keeps the top_k / kpool best pools (ordered by score), expands them to their
+cells plus the incomplete tail, and scatters zeros for those cells into a -inf mask (each dead slot
+into its own dump row past the cache) that then takes the causal mask. Attention runs over the whole
+latent cache through that mask; a ubatch of at most 16 tokens over more cells than it selects
+gathers the selected latents instead (`_gathered`).
+
+The reserve's sizes (src/llama-memory-hybrid-idx.cpp, the full-cache context): n_pool_real =
+cells / kpool x sequences, every pool new, the pools padded to max(64, pad64(n_pool_real + 1))."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from moeconf.memory.graph.archs._deltanet import short_conv
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, need, probs_bias
+from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.ggml import Tensor, row_size
+
+if TYPE_CHECKING:
+    from moeconf.model.inventory import Inventory
+
+ARCH = "glm5-next"
+GATHER_MAX_UB = 16  # build_inp_kpool: the gather path's largest ubatch
+# the sizes the loader requires (load_arch_hparams) that the graph's shapes do not carry
+_SIZES = ("attention.q_lora_rank", "attention.indexer.head_count", "attention.indexer.key_length",
+          "attention.indexer.top_k", "attention.indexer.kpool", "hyper_connection.count",
+          "hyper_connection.sinkhorn_iterations")
+
+
+def _refuses(n_tokens: int, n_stream: int) -> str:
+    if n_tokens <= GATHER_MAX_UB:
+        return (f"compute is not modelled for glm5-next with a ubatch of {GATHER_MAX_UB} tokens or fewer: its "
+                "attention gathers the selected latents (build_inp_kpool's gather path), which no recorded figure "
+                f"checked; use -ub {GATHER_MAX_UB + 1} or more")
+    return ""
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """The files the engine refuses (a size missing, an invalid k-pool, hc_mult other than 4) or whose
+    graph no recorded figure checked (the softplus decay gate, a selection without the tail cells)."""
+    md = inv.metadata
+    keys = set(md.arch_keys or ())
+    why = []
+    if "kda.gate_lower_bound" not in keys:
+        why.append("glm5-next without kda.gate_lower_bound (the softplus decay gate) is not checked against the engine")
+    if "attention.indexer.kpool_select_tail" not in keys or md.hparam("attention.indexer.kpool_select_tail") == 0:
+        why.append("glm5-next without attention.indexer.kpool_select_tail (no tail cells in the selection) is not "
+                   "checked against the engine")
+    missing = [k for k in _SIZES if not isinstance(md.hparam(k), int)]
+    if missing:
+        names = ", ".join(f"glm5-next.{k}" for k in missing)
+        why.append(f"memory is not modelled for this glm5-next file: it lacks {names} (the engine needs them)")
+    kpool, top_k = md.hparam("attention.indexer.kpool"), md.hparam("attention.indexer.top_k")
+    if not isinstance(kpool, int) or not isinstance(top_k, int) or kpool < 2 or top_k % kpool:
+        why.append("glm5-next's attention.indexer.kpool/top_k are missing or invalid: the engine refuses the file")
+    if md.hparam("hyper_connection.count") != 4:
+        why.append("glm5-next with hyper_connection.count other than 4: the engine refuses the file")
+    return why
+
+
+MEMORY = replace(REPLAYED, refuses=_refuses, unmodelled=_unmodelled)
+
+
+@dataclass
+class _Kpool:
+    """llm_graph_input_kpool on the reserve's sizes."""
+
+    k_idxs: Tensor
+    pool_cells: Tensor
+    pool_idxs: Tensor
+    pool_mask: Tensor
+    tail_idxs: Tensor
+    gather_mask: Tensor
+    new_pool_idxs: Tensor
+    new_pool_rep: Tensor
+    n_sel: int
+    gather: bool
+    kpool: int
+    width: int  # attention.indexer.key_length
+
+
+def _inp_kpool(g: GraphContext, kpool: int, top_k: int, tail: bool, width: int) -> _Kpool:
+    c, cp = g.ctx, g.cp
+    T = g.n_tokens
+    n_pool_real = cp.n_kv // kpool * cp.n_seq  # the cache's cells per stream
+    n_pool = max(64, -(-(n_pool_real + 1) // 64) * 64)
+    n_new = max(n_pool_real, 1)
+    k_idxs = c.input("I64", T, name="attn_inp_k_idxs")
+    pool_cells, pool_idxs = c.input("I32", n_pool, name=""), c.input("I32", kpool, n_pool, name="")
+    # the fused indexer takes an f16 mask
+    pool_mask = c.input("F16" if "LIGHTNING_INDEXER" not in cp.unfused else "F32", n_pool, T, name="")
+    tail_idxs = c.input("I32", kpool - 1, T, name="")
+    for t in (pool_cells, pool_idxs, pool_mask, tail_idxs):
+        g.expand(t)
+    n_top = min(n_pool, top_k // kpool)
+    n_sel = kpool * n_top + (kpool - 1 if tail else 0)
+    gather_mask = c.input("F32", n_sel, 1, 1, T, name="")
+    g.expand(gather_mask)
+    new_idxs = c.input("I32", kpool, n_new, name="")
+    new_rep = c.input("I64", n_new, name="")
+    return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask, new_idxs, new_rep, n_sel,
+                  T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, width)
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w, hp = g.ctx, g.w, g.hp
+    hc = facts.hparam("hyper_connection.count")
+    iters = facts.hparam("hyper_connection.sinkhorn_iterations")
+    kpool = facts.hparam("attention.indexer.kpool")
+    tail = bool(facts.hparam("attention.indexer.kpool_select_tail"))
+    top_k = facts.hparam("attention.indexer.top_k")
+    lower_bound = "kda.gate_lower_bound" in facts.floats | facts.units
+    for il, kc in g.lid.items():  # llama_memory_hybrid_idx's indexer cache, created with the prefix "idx_"
+        kc.name = f"cache_idx_k_l{il}"
+    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    rs_in = g.rs_inp()
+    attn_in = g.attn_inp_k()
+    kp = _inp_kpool(g, kpool, top_k, tail, facts.hparam("attention.indexer.key_length"))
+    out_ids = g.inp_out_ids()
+    T = g.n_tokens
+    x = c.repeat(c.reshape(inp, hp.n_embd, 1, T), hp.n_embd, hc, T, 1)
+    prev: Tensor | None = None
+    for il in range(hp.n_layer):
+        residual = x
+        cur, post, comb = _hc_pre(g, x, il, "attn", hc, iters)
+        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
+        g.expand(cur)
+        if il in g.rs:
+            cur = _kda_layer(g, rs_in, cur, il, lower_bound)
+        else:
+            cur, prev = _dsa_layer(g, attn_in, kp, cur, il, prev)
+        x = _hc_post(g, cur, residual, post, comb, hc, il)
+        residual = x
+        cur, post, comb = _hc_pre(g, x, il, "ffn", hc, iters)
+        cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
+        shexp_clamp = facts.above("swiglu_clamp_shexp", il) if "swiglu_clamp_shexp" in facts.floats | facts.units \
+            else facts.above("swiglu_clamp_exp", il)
+        sh_act = "silu_clamp" if shexp_clamp else "silu"
+        if w.layer(il, "ffn_gate_inp") is None:
+            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il, act=sh_act)
+        else:
+            moe = g.moe_ffn(cur, il, gating="sigmoid" if facts.gating in (None, 0, 2) else "softmax",
+                            norm_w=bool(facts.norm_w), w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0,
+                            act="silu_clamp" if facts.above("swiglu_clamp_exp", il) else "silu",
+                            probs_bias=probs_bias(g, il))
+            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
+                       il, act=sh_act)
+            cur = c.add(moe, sh)
+        x = _hc_post(g, cur, residual, post, comb, hc, il)
+    flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
+    x = c.reshape(flat, hp.n_embd, hc, g.cp.n_outputs)
+    acc = c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), 0)
+    for s in range(1, hc):
+        acc = c.add(acc, c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), s * x.nb[1]))
+    cur = g.norm(c.scale(acc), w.get("output_norm.weight"), None, -1)
+    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+
+
+def _affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
+    return g.ctx.add(g.ctx.mul(x, scale), base)
+
+
+def _hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int) -> tuple[Tensor, Tensor, Tensor]:
+    """build_hc_pre: the streams' mixes (RMS-normed, projected), the pre and post weights (sigmoids of
+    their affine parts), the comb matrix (DSV4_HC_COMB, or by hand: a softmax, then Sinkhorn's column
+    and row normalisations) and the streams mixed by the pre weights (DSV4_HC_PRE, or by hand)."""
+    c, w = g.ctx, g.w
+    fn, scale, base = (need(w.layer(il, f"hc_{part}_{k}")) for k in ("fn", "scale", "base"))
+    T = x.ne[2]
+    mixes = g.mm(fn, c.rms_norm(c.reshape(x, x.ne[0] * hc, T)))
+
+    def part_of(i0: int, n: int) -> Tensor:
+        return c.view(mixes, (n, T), (mixes.nb[1],), 4 * i0)
+
+    pre = c.scale(c.unary(_affine(g, part_of(0, hc), c.view(scale, (1,), (), 0), c.view(base, (hc,), (), 0)),
+                          "sigmoid"))
+    post = c.scale(c.unary(_affine(g, part_of(hc, hc), c.view(scale, (1,), (), 4), c.view(base, (hc,), (), 4 * hc)),
+                           "sigmoid"))
+    unfused = g.cp.unfused
+    if "DSV4_HC_COMB" not in unfused:
+        comb = c.dsv4_hc_comb(mixes, scale, base, hc)
+        g.fused.append(("DSV4_HC_COMB", comb, il))
+    else:
+        comb = _affine(g, part_of(2 * hc, hc * hc), c.view(scale, (1,), (), 8), c.view(base, (hc * hc,), (), 8 * hc))
+        comb = _sinkhorn(g, c.reshape(comb, hc, hc, T), iters)
+    if "DSV4_HC_PRE" not in unfused:
+        out = c.dsv4_hc_pre(x, pre)
+        g.fused.append(("DSV4_HC_PRE", out, il))
+        return out, post, comb
+    res: Tensor | None = None
+    for ih in range(hc):
+        xh = c.view(x, (x.ne[0], T), (x.nb[2],), ih * x.nb[1])
+        cur = c.mul(xh, c.view(pre, (1, T), (pre.nb[1],), ih * pre.nb[0]))
+        res = cur if res is None else c.add(res, cur)
+    assert res is not None
+    return res, post, comb
+
+
+def _sinkhorn(g: GraphContext, comb: Tensor, iters: int) -> Tensor:
+    """build_hc_sinkhorn: a softmax over the destinations, eps added, one column normalisation, then
+    (iters - 1) row and column normalisations."""
+    c = g.ctx
+    comb = c.soft_max(comb)
+    eps = c.fill(c.new("F32", 1))
+    comb = c.add(comb, eps)
+
+    def cols(m: Tensor) -> Tensor:
+        s = c.add(c.sum_rows(c.cont(c.permute(m, 1, 0, 2, 3))), eps)
+        return c.div(m, c.permute(s, 1, 0, 2, 3))
+
+    comb = cols(comb)
+    for _ in range(1, iters):
+        comb = cols(c.div(comb, c.add(c.sum_rows(comb), eps)))
+    return comb
+
+
+def _hc_post(g: GraphContext, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor, hc: int, il: int) -> Tensor:
+    """build_hc_post: fused (DSV4_HC_POST), or where the engine's probe turned that off (a layer's post
+    scheduled off its device: llama-context.cpp resolve_fused_ops) by hand: per destination stream the
+    output weighted by its post weight plus each source stream weighted by the comb, concatenated."""
+    c = g.ctx
+    if "DSV4_HC_POST" not in g.cp.unfused:
+        out = c.dsv4_hc_post(x, residual, post, comb)
+        g.fused.append(("DSV4_HC_POST", out, il))
+        return out
+    n_embd, T = x.ne[0], x.ne[1]
+    res: Tensor | None = None
+    for dst in range(hc):
+        cur = c.mul(x, c.view(post, (1, T), (post.nb[1],), dst * post.nb[0]))
+        for src in range(hc):
+            r = c.view(residual, (n_embd, T), (residual.nb[2],), src * residual.nb[1])
+            k = c.view(comb, (1, T), (comb.nb[2],), dst * comb.nb[0] + src * comb.nb[1])
+            cur = c.add(cur, c.mul(r, k))
+        cur = c.reshape(cur, n_embd, 1, T)
+        res = cur if res is None else c.concat(res, cur, 1)
+    assert res is not None
+    return res
+
+
+def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_bound: bool) -> Tensor:
+    """build_kda_layer: Kimi-K3's KDA with the low-rank output gate."""
+    c, w = g.ctx, g.w
+    conv_all, ssm_all = g.rs[il]
+    a = need(w.get(f"blk.{il}.ssm_a"))
+    head_dim, n_head = need(w.layer(il, "ssm_norm")).ne[0], a.ne[0]
+    d_inner = head_dim * n_head
+    T, n_seqs = cur.ne[1], rs_in.n_seqs
+    n_seq_tokens = T // n_seqs
+    conv_state = g.rs_states(rs_in, conv_all, conv_all.ne[0])
+    q, k, v = (short_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
+                     need(w.layer(il, f"ssm_conv1d_{p}")), head_dim, n_head, n_seqs)
+               for i, p in enumerate("qkv"))
+    g1 = g.mm(need(w.layer(il, "ssm_f_b")), g.mm(need(w.layer(il, "ssm_f_a")), cur))
+    g1 = c.add(g1, need(w.layer(il, "ssm_dt", "bias")))
+    a3 = c.reshape(a, 1, n_head, 1)
+    if lower_bound:
+        g1 = c.mul(c.reshape(g1, head_dim, n_head, T), a3)
+        g1 = c.scale(c.unary(c.scale(g1), "sigmoid"))
+    else:
+        g1 = c.mul(c.reshape(c.unary(g1, "softplus"), head_dim, n_head, T), a3)
+    g1 = c.reshape(g1, head_dim, n_head, n_seq_tokens, n_seqs)
+    beta = c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, n_head, n_seq_tokens, n_seqs)
+    beta = c.unary(beta, "sigmoid")
+    state = g.rs_states(rs_in, ssm_all, ssm_all.ne[0])
+    state = c.reshape(state, head_dim, head_dim, n_head, n_seqs)
+    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
+    out = c.gated_delta_net(q, k, v, g1, beta, state)
+    output = c.view(out, (head_dim, n_head, n_seq_tokens, n_seqs),
+                    (4 * head_dim, 4 * d_inner, 4 * d_inner * n_seq_tokens), 0)
+    new_state = c.view(out, (head_dim, head_dim, n_head, n_seqs),
+                       (4 * head_dim, 4 * head_dim * head_dim, 4 * head_dim * head_dim * n_head),
+                       4 * d_inner * n_seq_tokens * n_seqs)
+    g.expand(c.cpy(new_state, c.view(ssm_all, (ssm_all.ne[0], n_seqs), (ssm_all.nb[1],), 0)))
+    output = c.cont(output)
+    gate = g.mm(need(w.layer(il, "ssm_g_b")), g.mm(need(w.layer(il, "ssm_g_a")), cur))
+    gate = c.reshape(gate, head_dim, n_head, T)
+    normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)
+    gated = c.mul(normed, c.unary(gate, "sigmoid"))
+    return g.mm(need(w.layer(il, "attn_output")), c.cont(gated, d_inner, T))
+
+
+def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Tensor, il: int) -> Tensor:
+    """build_kpool_select: the selected cells' indices (gather) or the sparse mask (scatter)."""
+    c, w = g.ctx, g.w
+    lw = w.layer
+    kc = g.lid[il]
+    width = kp.width
+    assert kc.ne[0] == 3 * width, "the indexer cache row is key | gate | pooled (llama_memory_hybrid_idx)"
+    n_ih = need(lw(il, "indexer.proj")).ne[1]
+    T, kpool = cur.ne[1], kp.kpool
+    n_pool, n_new = kp.pool_cells.ne[0], kp.new_pool_idxs.ne[1]
+    iq = c.reshape(g.mm(need(lw(il, "indexer.attn_q_b")), qr), width, n_ih, T)
+    ik = g.mm(need(lw(il, "indexer.attn_k")), cur)
+    ik = g.norm(ik, lw(il, "indexer.k_norm"), lw(il, "indexer.k_norm", "bias"), il, rms=False)
+    ig = g.mm(need(lw(il, "indexer_compressor_gate")), cur)
+    pzero = c.fill(c.new("F32", width, T))
+    packed = c.reshape(c.concat(c.concat(ik, ig, 0), pzero, 0), 3 * width, 1, T)
+    g.expand(g._cpy_k(kc, packed, kp.k_idxs))
+    cells = kc.ne[1] * kc.ne[2]
+    key_gate = c.view(kc, (2 * width, cells), (kc.nb[1],), 0)
+    pooled_all = c.view(kc, (width, cells), (kc.nb[1],), row_size(kc.type, 2 * width))
+    rows = c.get_rows(key_gate, c.reshape(kp.new_pool_idxs, kpool * n_new))
+    rows = c.reshape(rows, 2 * width, kpool, n_new)
+    pk = c.view(rows, (width, kpool, n_new), (rows.nb[1], rows.nb[2]), 0)
+    pg = c.view(rows, (width, kpool, n_new), (rows.nb[1], rows.nb[2]), row_size(rows.type, width))
+    logits = c.cont(c.permute(c.add(pg, need(lw(il, "indexer_compressor_ape"))), 1, 0, 2, 3))
+    probs = c.reshape(c.soft_max(c.reshape(logits, kpool, width * n_new)), kpool, width, n_new)
+    pk = c.cont(c.permute(pk, 1, 0, 2, 3))
+    pooled_new = c.reshape(c.sum_rows(c.mul(probs, pk)), width, n_new)
+    g.expand(c.set_rows(pooled_all, pooled_new, kp.new_pool_rep))  # cache_safe on a fresh cache
+    pooled = c.reshape(c.get_rows(pooled_all, kp.pool_cells), width, 1, n_pool)
+    weights = c.scale(g.mm(need(lw(il, "indexer.proj")), cur))
+    if "LIGHTNING_INDEXER" not in g.cp.unfused:
+        score = c.lightning_indexer(iq, pooled, weights, kp.pool_mask)
+        g.fused.append(("LIGHTNING_INDEXER", score, il))
+    else:
+        kq = c.mul_mat(c.permute(pooled, 0, 2, 1, 3), c.permute(iq, 0, 2, 1, 3))
+        score = c.mul(c.unary(c.cont(c.permute(kq, 2, 1, 0, 3)), "relu"), weights)
+        score = c.add(c.cont(c.permute(c.sum_rows(score), 2, 1, 0, 3)), kp.pool_mask)
+    n_top = min(n_pool, g.lid_top_k // kpool)
+    top = c.top_k(score, n_top)
+    sel_score = c.get_rows(c.reshape(score, 1, n_pool, T), top)
+    order = c.argsort(c.reshape(sel_score, n_top, T))
+    top = c.get_rows(c.reshape(c.cast(top, "F32"), 1, n_top, T), order)
+    top = c.cast(c.cont(c.reshape(top, n_top, T)), "I32")
+    sel_idx = c.get_rows(kp.pool_idxs, c.reshape(top, n_top * T))
+    sel_idx = c.reshape(sel_idx, kpool * n_top, T)
+    if kp.tail_idxs.ne[0] and kp.n_sel > kpool * n_top:
+        sel_idx = c.concat(sel_idx, kp.tail_idxs, 0)
+    n_sel = sel_idx.ne[0]
+    if kp.gather:
+        return sel_idx
+    n_kv = mask.ne[0]
+    seed = c.cast(c.view(sel_idx, (1,), (), 0), "F32")
+    mask_seed = seed if mask.type == "F32" else c.cast(seed, mask.type)
+    mask_all = c.repeat(c.fill(mask_seed), 1, n_kv + n_sel, T, 1)
+    mask_all = c.reshape(mask_all, 1, n_kv + n_sel, T)
+    zeros = c.reshape(c.repeat(c.fill(seed), 1, n_sel, T, 1), 1, n_sel, T)
+    live = c.unary(c.reshape(kp.gather_mask, n_sel, T), "exp")
+    dump = c.arange(n_sel)
+    idx_f = c.cast(sel_idx, "F32")
+    idx_f = c.add(c.mul(c.sub(idx_f, dump), live), dump)
+    sel_idx = c.cast(idx_f, "I32")
+    sel = c.set_rows(mask_all, zeros, c.reshape(sel_idx, n_sel, T, 1))
+    sel = c.view(sel, (n_kv, T), (sel.nb[2],), 0)
+    return c.add(sel, c.reshape(mask, n_kv, T))
+
+
+def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il: int,
+               prev: Tensor | None) -> tuple[Tensor, Tensor]:
+    """build_dsa_layer: the nope-only absorbed MLA over the indexer's selection."""
+    c, w = g.ctx, g.w
+    lw = w.layer
+    T, n_head = cur.ne[1], g.hp.n_head[il]
+    rank = g.mla.kv_lora_rank
+    qr = g.norm(g.mm(need(lw(il, "attn_q_a")), cur), lw(il, "attn_q_a_norm"), None, il)
+    q = c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), g.mla.head_k, n_head, T)
+    kv = g.norm(g.mm(need(lw(il, "attn_kv_a_mqa")), cur), lw(il, "attn_kv_a_norm"), None, il)
+    kv = c.reshape(kv, rank, 1, T)
+    absorbed = c.permute(g.mm(need(lw(il, "attn_k_b")), c.permute(q, 0, 2, 1, 3)), 0, 2, 1, 3)
+    mask = attn_in.mask
+    if il in g.lid:
+        sel = _kpool_select(g, kp, cur, qr, mask, il)
+    else:
+        assert prev is not None, "a shared indexer layer follows a full one (the engine asserts it)"
+        sel = prev
+    g.expand(absorbed)
+    g.expand(kv)
+    kc, _ = g.kv[il]
+    g.expand(g._cpy_k(kc, kv, attn_in.k_idxs))
+    if kp.gather:
+        out = _gathered(g, kc, sel, absorbed, mask, kp, il, n_head)
+    else:
+        m = c.reshape(sel, *mask.ne)
+        kview = g._get_k(kc, il, attn_in.n_kv)
+        vview = c.view(kview, (rank, kview.ne[1], kview.ne[2], kview.ne[3]),
+                       (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
+        out = g.attn_mha(absorbed, kview, vview, m, None, lw(il, "attn_v_b"))
+    return g.mm(need(lw(il, "attn_output")), out), sel
+
+
+def _gathered(g: GraphContext, kc: Tensor, sel_idx: Tensor, absorbed: Tensor, mask: Tensor, kp: _Kpool, il: int,
+              n_head: int) -> Tensor:
+    """The gather path: the selected latents gathered per token (gather_mla_rows), KQ with the slot
+    mask, the softmax, the latents' transposed copy, KQV, decompressed by attn_v_b."""
+    c = g.ctx
+    g.expand(mask)
+    n_sel, T = sel_idx.ne[0], sel_idx.ne[1]
+    rank = kc.ne[0]
+    rows = c.view(kc, (rank, kc.ne[1] * kc.ne[2]), (kc.nb[1],), 0)
+    k_g = c.get_rows(rows, c.reshape(sel_idx, n_sel * T))
+    k_g = c.reshape(k_g, rank, n_sel, 1, T)
+    q_g = c.permute(absorbed, 0, 2, 3, 1)
+    kq = c.soft_max(c.mul_mat(k_g, q_g), kp.gather_mask)
+    v_t = c.cont(c.transpose(k_g))
+    kqv = g.mm(need(g.w.layer(il, "attn_v_b")), c.mul_mat(v_t, kq))
+    out = c.cont(c.permute(kqv, 0, 2, 1, 3))
+    return c.reshape(out, kqv.ne[0] * n_head, T)
