@@ -197,3 +197,22 @@ def value_problem(engine: Engine, name: str, text: str, shown: str | None = None
                 return (f"{name} {text!r}: {engine.label} reads it with std::stof, which stops on a number beyond "
                         f"a float's range (about 3.4e38)")
     return None
+
+
+def value_misread(engine: Engine, name: str, text: str) -> str | None:
+    """Where `engine` reads `text` as a number it takes only the start of (std::stoi / std::stof stop at
+    the first character that is not part of it, and the rest is dropped in silence: `-c 32k` is a
+    context of 32), what it reads; None where it reads the whole word or stops on it (value_problem)."""
+    kind = value_kinds(engine).get(name)
+    if kind is None or value_problem(engine, name, text) is not None:
+        return None
+    base, *words = kind.split("|")
+    if text in words:
+        return None
+    for piece in ([p for p in re.split(r"[,/]+", text) if p] if base == "floats" else [text]):
+        m = (_C_INT if base in ("int", "uint") else _C_FLOAT).match(piece)
+        if m is not None and piece[m.end():].strip():
+            fn = "std::stof" if base in ("float", "floats") else "std::stoi" if base == "int" else "std::stoul"
+            return (f"{name} {text!r}: {engine.label} reads {m.group(0).strip()} ({fn} stops at "
+                    f"{piece[m.end():]!r} and drops the rest in silence); write the number in full")
+    return None

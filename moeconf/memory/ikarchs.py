@@ -43,8 +43,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as _recurrent
-from moeconf.memory import ikmla
 from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.model.inventory import Inventory
 

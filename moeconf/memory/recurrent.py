@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeconf.memory.rshape import RecurrentShape
 from moeconf.model.inventory import Inventory
 
 # Which of these an architecture has is its composition module's `Traits.recurrent` (memory/graph/archs):
@@ -54,31 +55,6 @@ def _kind(arch: str) -> str:
 KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
                   "ssm.group_count", "full_attention_interval", "attention.recurrent_layers",
                   "rope.dimension_sections"})
-
-
-@dataclass(frozen=True)
-class RecurrentShape:
-    d_conv: int  # ssm.conv_kernel
-    d_inner: int  # ssm.inner_size (value heads x head width)
-    d_state: int  # ssm.state_size (head width)
-    n_group: int  # ssm.group_count (key heads)
-    n_v_heads: int  # ssm.time_step_rank (value heads)
-
-    @property
-    def n_embd_r(self) -> int:
-        return max(self.d_conv - 1, 0) * (self.d_inner + 2 * self.n_group * self.d_state)
-
-    @property
-    def n_embd_s(self) -> int:
-        return self.d_state * self.d_inner
-
-    @property
-    def conv_channels(self) -> int:
-        return self.d_inner + 2 * self.n_group * self.d_state
-
-    def state_bytes(self, n_seq_max: int) -> int:
-        """One recurrent layer's conv + delta-net state, F32, for `n_seq_max` sequences."""
-        return (self.n_embd_r + self.n_embd_s) * 4 * max(1, n_seq_max)
 
 
 def _int(inv: Inventory, key: str) -> int | None:

@@ -5,9 +5,11 @@ Why: both engines read the word after a valued flag as its value, whatever it is
 2025-11-13) before another flag takes that flag as its value: `-fa --ctx-size 4096` stops with
 "unknown value for --flash-attn". The same holds for `-c`, `-ngl`, `--n-cpu-moe`, `-b`, `-ub`,
 `-np` or `-mla` given a word that is not a number, or a flag given no value at the end of the
-line. A line the engine cannot read is not judged further: the memory and fit rules
-(memory-over-device, fit-conflict, cache-type-refused) are skipped for it, since what they would
-compute is not what the engine would run. Write the value (`-fa on`).
+line; and a number the engine reads only the start of (`-c 32k`: std::stoi reads 32 and drops the
+`k` in silence, so the server starts with a context of 32 tokens). A line the engine cannot read
+is not judged further: the memory and fit rules (memory-over-device, fit-conflict,
+cache-type-refused) are skipped for it, since what they would compute is not what the engine
+would run. Write the value (`-fa on`).
 
 FAIL (engine=llama.cpp, model=glm-4.5-air):
     llama-server -m m.gguf -ngl 999 --cpu-moe -fa --ctx-size 4096
@@ -79,6 +81,13 @@ def problems(ctx: Context) -> list[tuple[Arg | None, str]]:
             continue
         for p in read_settings([name, value], ctx.engine).problems:
             out.append((at, p))
+    # a number the engine reads only the start of (`-c 32k` is 32): it starts, with another value
+    from moeconf.engines.flags import value_misread
+
+    for i, w in enumerate(words[:-1]):
+        said = value_misread(ctx.engine, w.text, words[i + 1].text) if w.text.startswith("-") else None
+        if said is not None and id(words[i + 1]) not in seen:
+            out.append((words[i + 1], said))
     for key, arg in inv.env.items():
         for p in read_settings([], ctx.engine, {key: arg.text}).problems:
             if "cache type" not in p:

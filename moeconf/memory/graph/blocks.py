@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, nelements, row_size
-from moeconf.memory.recurrent import RecurrentShape
+from moeconf.memory.rshape import RecurrentShape
 
 
 def rotation_width(n: int) -> int:
