@@ -61,7 +61,6 @@ def number_range(lo: int, hi: int) -> str:
 
 def why(ctx: Context, pattern: str) -> str:
     assert ctx.inventory is not None and ctx.explanation is not None
-    names = [t.name for t in ctx.inventory.tensors]
     model = ctx.inventory.metadata.name or "the model"
     space = re.search(r"\s", pattern)
     if space:
@@ -79,7 +78,10 @@ def why(ctx: Context, pattern: str) -> str:
                 if ctx.explanation.placement.devices[t.name] is None and m is not None and m(t.name)]
     if unloaded:
         return f"it matches only tensors {ctx.engine.name} does not load ({len(unloaded)}, e.g. {unloaded[0]})"
-    has = {k: any(k in n for n in names) for k in _KINDS}
+    has: dict[str, bool] | None = ctx.cache.get(NAME)
+    if has is None:  # once per invocation: a line may have thousands of unmatched items
+        names = [t.name for t in ctx.inventory.tensors]
+        has = ctx.cache[NAME] = {k: any(k in n for n in names) for k in _KINDS}
     if "attn_kv_b" in pattern and not has["attn_kv_b"] and has["attn_k_b"]:
         return f"{model} has the split MLA tensors attn_k_b/attn_v_b (newer conversions), not attn_kv_b; write " \
                f"{qfix(pattern.replace('attn_kv_b', 'attn_(k|v)_b'))}"
