@@ -74,8 +74,11 @@ def why(ctx: Context, pattern: str) -> str:
         return f"{q(rng.group(0))} is a group matching the text '{rng.group(0)[1:-1]}', not a range of numbers; " \
                f"write {qfix(fixed)}"
     m = matches(pattern)
-    unloaded = [t.name for t in ctx.inventory.tensors
-                if ctx.explanation.placement.devices[t.name] is None and m is not None and m(t.name)]
+    not_loaded: list[str] | None = ctx.cache.get("not_loaded")
+    if not_loaded is None:
+        devices = ctx.explanation.placement.devices
+        not_loaded = ctx.cache["not_loaded"] = [t.name for t in ctx.inventory.tensors if devices[t.name] is None]
+    unloaded = [n for n in not_loaded if m is not None and m(n)]
     if unloaded:
         return f"it matches only tensors {ctx.engine.name} does not load ({len(unloaded)}, e.g. {unloaded[0]})"
     has: dict[str, bool] | None = ctx.cache.get(NAME)
