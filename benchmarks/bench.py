@@ -5,6 +5,8 @@
     python benchmarks/bench.py lint-corpus  # linter precision/recall on real-world launch lines
     python benchmarks/bench.py lint-size --size-mb 50   # `moeconf lint` on huge launch files
     python benchmarks/bench.py cli --baseline 611898a  # whole commands, beside an older revision
+    python benchmarks/bench.py lint-items --items 250 1000 4000  # lint time against -ot items
+    python benchmarks/bench.py compile    # compile of each shipped plan against an interpreter start
     python benchmarks/bench.py hub        # remote headers against the Hub emulator (50 ms a request)
 
 Times are wall-clock on this machine; each row says how many runs it took the median of.
@@ -387,6 +389,82 @@ def bench_cli(args: argparse.Namespace) -> None:
                 got.append(f"`{r.stdout.strip()}` ({len(r.stdout.strip())})")
             rows.append([p.stem, *got])
         _print_table("-ot of the shipped plans", rows)
+# -ot item shapes for lint-items: what long generated lines hold (one item per block, llama-fit-params
+# style), and a mix of the mistakes lint reports (unescaped dots, shadowed and redundant items,
+# always-active tensors to the CPU, blocks the model lacks)
+_ITEM_KINDS = (
+    "blk\\.{i}\\.ffn_up_exps=CPU", "blk\\.{i}\\.ffn_(up|down)_exps=CUDA0", "blk\\.{i}\\.ffn_gate_exps=CPU",
+    "blk.{i}.ffn_down_exps=CPU", "blk\\.{i}\\.attn_.*=CPU", "blk\\.{i}\\.=CUDA0", "blk\\.{i}\\.ffn_.*_exps=CPU",
+    "blk\\.{i}\\.ffn_up_shexp=CPU", "exps=CPU",
+)
+
+
+def _ot_items(shape: str, n: int) -> str:
+    import random
+
+    if shape == "per-block":
+        return ",".join(f"blk\\.{i}\\.ffn_up_exps=CPU" for i in range(n))
+    rnd = random.Random(n)
+    return ",".join(rnd.choice(_ITEM_KINDS).format(i=rnd.randrange(0, 70)) for _ in range(n))
+
+
+def bench_lint_items(args: argparse.Namespace) -> None:
+    """`moeconf lint` of one launch line with one -ot of N items (DeepSeek-V3, 61 blocks, mapped in
+    .moeconf.toml): CPU seconds of the whole process and per item, beside a baseline revision."""
+    base = _baseline_tree(args.baseline) if args.baseline else None
+    model = REPO / "examples" / "models" / "deepseek-v3.manifest.json"
+    served = "/models/DeepSeek-V3-0324-Q4_K_M-00001-of-00009.gguf"
+    trees = ([base] if base else []) + [REPO]
+    head = ["-ot items", "shape", "runs"]
+    for label in ([f" ({args.baseline})"] if base else []) + [""]:
+        head += [f"CPU{label}", f"per added item{label}"]
+    rows = [head]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / ".moeconf.toml").write_text(f'engine = "llama.cpp"\n[models]\n"{served}" = "{model}"\n')
+
+        def lint_cpu(name: str, ot: str, tree: Path) -> float:
+            path = Path(tmp) / f"{name}.sh"
+            path.write_text(f"#!/bin/sh\nllama-server -m {served} -ngl 999 -c 8192 \\\n  -ot '{ot}'\n")
+            cmd = [sys.executable, "-m", "moeconf", "lint", "--format", "json", str(path)]
+            return _run_timed(cmd, tree, args.item_runs)[1]
+
+        # one item: start-up, reading the model, the rules' fixed work; the rest is per item
+        one = {tree: lint_cpu("one", "exps=CPU", tree) for tree in trees}
+        rows.append(["1", "exps=CPU", str(args.item_runs), *(c for t in trees for c in (f"{one[t]:.2f} s", ""))])
+        for shape in ("per-block", "mixed"):
+            for n in args.items:
+                row = [f"{n:,}", shape, str(args.item_runs)]
+                for tree in trees:
+                    cpu = lint_cpu(f"{shape}-{n}", _ot_items(shape, n), tree)
+                    row += [f"{cpu:.2f} s", f"{(cpu - one[tree]) / (n - 1) * 1000:.2f} ms"]
+                    print(f"  {shape} {n}: {cpu:.2f} s{' (baseline)' if tree is base else ''}", file=sys.stderr)
+                rows.append(row)
+    _print_table("lint-items: `moeconf lint` of one -ot of N items (CPU of the whole process, median)", rows)
+
+
+def bench_compile(args: argparse.Namespace) -> None:
+    """`moeconf compile PLAN -q` of each shipped plan (a pre-commit hook's run): CPU and wall time
+    of the whole process, and how many interpreter starts (`python -c pass`) that is."""
+    base = _baseline_tree(args.baseline) if args.baseline else None
+    plans = sorted((REPO / "examples" / "plans").glob("*.toml"))
+    runs = args.compile_runs
+    _, start, _ = _run_timed([sys.executable, "-c", "pass"], REPO, runs)
+    head = ["command", "runs"]
+    head += ([f"CPU ({args.baseline})", f"x start ({args.baseline})"] if base else []) + ["CPU", "wall", "x start"]
+    rows = [head]
+    for p in plans:
+        cmd = [sys.executable, "-m", "moeconf", "compile", f"examples/plans/{p.name}", "-q"]
+        row = [f"`moeconf compile examples/plans/{p.name} -q`", str(runs)]
+        if base:
+            _, bcpu, _ = _run_timed(cmd, base, runs)
+            row += [_fmt_s(bcpu), f"{bcpu / start:.0f}x"]
+        wall, cpu, _ = _run_timed(cmd, REPO, runs)
+        rows.append([*row, _fmt_s(cpu), _fmt_s(wall), f"{cpu / start:.0f}x"])
+    rows.append(["`python -c pass` (interpreter start)", str(runs), *([_fmt_s(start), "1x"] if base else []),
+                 _fmt_s(start), "", "1x"])
+    _print_table("compile: each shipped plan (CPU of the whole process, median, bytecode cached)", rows)
+
+
 def bench_fit(args: argparse.Namespace) -> None:
     """`moeconf fit` (whole process) beside llama.cpp's own fit (`llama-fit-params -fitt`) on the
     same sparse full-size model and budget, one and two devices (RPC servers on 127.0.0.1)."""
@@ -495,6 +573,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=120, help="lint-size: seconds before a run is stopped")
     p.add_argument("--baseline", metavar="REV", help="also measure this git revision (e.g. main, 611898a)")
     p.add_argument("--fit-runs", type=int, default=3, help="runs per fit measurement")
+    p.add_argument("--items", type=int, nargs="+", default=[250, 500, 1000, 2000, 4000], metavar="N",
+                   help="lint-items: -ot item counts (default 250 500 1000 2000 4000)")
+    p.add_argument("--item-runs", type=int, default=3, help="lint-items: runs per count")
+    p.add_argument("--compile-runs", type=int, default=5, help="compile: runs per plan")
     args = p.parse_args(argv)
     unknown = sorted(set(args.tables) - set(TABLES))
     if unknown:
@@ -616,6 +698,8 @@ TABLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "lint-mutants": bench_lint_mutants,
     "lint-size": bench_lint_size,
     "cli": bench_cli,
+    "lint-items": bench_lint_items,
+    "compile": bench_compile,
     "fit": bench_fit,
     "regex": bench_regex,
     "hub": bench_hub,

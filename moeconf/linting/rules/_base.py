@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from moeconf.engines.cmdline import RawItem
 from moeconf.linting.model import Context, Severity
 from moeconf.model.inventory import Tensor, format_ranges
 from moeconf.units import gib
@@ -22,15 +23,27 @@ class Hit(NamedTuple):
 
 
 def item_tensors(ctx: Context) -> dict[int, list[Tensor]]:
-    """Explanation item index -> the tensors it was the first match for."""
-    out: dict[int, list[Tensor]] = defaultdict(list)
+    """Explanation item index -> the tensors it was the first match for (computed once per
+    invocation: do not modify)."""
     if ctx.explanation is None or ctx.inventory is None:
-        return out
-    for t in ctx.inventory.tensors:
-        k = ctx.explanation.matched_by.get(t.name)
-        if k is not None:
-            out[k].append(t)
-    return out
+        return defaultdict(list)
+    got: dict[int, list[Tensor]] | None = ctx.cache.get("item_tensors")
+    if got is None:
+        got = defaultdict(list)
+        for t in ctx.inventory.tensors:
+            k = ctx.explanation.matched_by.get(t.name)
+            if k is not None:
+                got[k].append(t)
+        ctx.cache["item_tensors"] = got
+    return got
+
+
+def raw_items(ctx: Context) -> list[RawItem]:
+    """`ctx.invocation.items()`, split once per invocation (rules index it for every finding)."""
+    got: list[RawItem] | None = ctx.cache.get("raw_items")
+    if got is None:
+        got = ctx.cache["raw_items"] = ctx.invocation.items()
+    return got
 
 
 def where_item(ctx: Context, k: int, within: int = 0) -> tuple[int, int]:
@@ -40,7 +53,7 @@ def where_item(ctx: Context, k: int, within: int = 0) -> tuple[int, int]:
     raw_index = ctx.explanation.items[k].raw_index
     if raw_index is None:
         return ctx.line, ctx.column
-    return ctx.at_item(ctx.invocation.items()[raw_index], within)
+    return ctx.at_item(raw_items(ctx)[raw_index], within)
 
 
 def describe(tensors: list[Tensor]) -> str:
@@ -89,8 +102,14 @@ def explanation_index(ctx: Context) -> dict[int, int]:
 
 
 def created(ctx: Context) -> list[Tensor]:
+    """The tensors the engine creates, in inventory order (computed once per invocation: do not
+    modify)."""
     assert ctx.explanation is not None and ctx.inventory is not None
-    return [t for t in ctx.inventory.tensors if ctx.explanation.placement.devices[t.name] is not None]
+    got: list[Tensor] | None = ctx.cache.get("created")
+    if got is None:
+        devices = ctx.explanation.placement.devices
+        got = ctx.cache["created"] = [t for t in ctx.inventory.tensors if devices[t.name] is not None]
+    return got
 
 
 def takes_if(ctx: Context, k: int, pattern: str) -> list[Tensor]:
@@ -148,13 +167,12 @@ def moved_to_cpu(ctx: Context, what: str, groups: tuple[str, ...], why: str) -> 
     that do it without naming them are overbroad-catch-all's."""
     assert ctx.explanation is not None
     pl = ctx.explanation.placement
-    sim = Simulation(ctx, [t.name for t in created(ctx)])
     for k, tensors in item_tensors(ctx).items():
         it = ctx.explanation.items[k]
         moved = [t for t in tensors if it.device == "CPU" and t.group in groups
                  and pl.defaults[t.name] not in (None, "CPU")]
         if moved and not (it.raw_index is not None and implicit_catch_all(ctx, k)):
-            how = _keep_only_experts(ctx, k, moved, sim) if it.raw_index is not None else ""
+            how = _keep_only_experts(ctx, k, moved, simulation(ctx)) if it.raw_index is not None else ""
             yield Hit(*where_item(ctx, k), f"{q(it.pattern)} sends {what} to CPU: {describe(moved)}; {why}{how}")
 
 
@@ -167,28 +185,40 @@ def _keep_only_experts(ctx: Context, k: int, moved: list[Tensor], sim: Simulatio
     if not sim.exact:
         return ""
     it = ctx.explanation.items[k]
-    experts = [t.name for t in created(ctx) if t.group == "experts"]
-    n = len(ctx.explanation.items)
+    experts = sim.experts()
+    defaults = ctx.explanation.placement.defaults
 
-    def works(devices: dict[str, str | None]) -> bool:
-        return (all(devices[t.name] == ctx.explanation.placement.defaults[t.name] for t in moved)
-                and all(devices[e] == sim.base[e] for e in experts))
+    def works(changed: dict[str, int | None]) -> bool:
+        return (all(sim.device(t.name, changed) == defaults[t.name] for t in moved)
+                and all(sim.device(e, changed) == sim.base[e] for e in changed if e in experts))
 
-    without, _ = sim.run([j for j in range(n) if j != k])
-    if works(without):
-        mine = [e for e in experts if ctx.explanation.matched_by.get(e) == k]
+    if works(sim.without(k)):
+        mine = any(t.group == "experts" for t in item_tensors(ctx).get(k, []))
         return (" (remove it: the routed experts it matches go to the CPU through the items after it)" if mine else
                 " (remove it: it matches no routed expert)")
     fix = re.sub(r"ffn(_?\.\*|\.|_)$", "ffn_.*_exps", it.pattern)
-    if fix != it.pattern and matches(fix) is not None and works(sim.run(list(range(n)), {k: fix})[0]):
+    if fix != it.pattern and matches(fix) is not None and works(sim.replaced(k, fix)):
         return f" (write {qfix(fix)} to move only the routed experts)"
     return ""
+
+
+def simulation(ctx: Context) -> Simulation:
+    """The line's Simulation over the created tensors, built once per invocation."""
+    got: Simulation | None = ctx.cache.get("simulation")
+    if got is None:
+        got = ctx.cache["simulation"] = Simulation(ctx, [t.name for t in created(ctx)])
+    return got
 
 
 class Simulation:
     """The engine's first-match rule over the line's items, to check an edit (items reordered,
     removed, or a pattern replaced) before it is advised (`exact`: the simulation gives the
-    explanation's own placement; else no advice is computed from it)."""
+    explanation's own placement; else no advice is computed from it).
+
+    Each distinct pattern is matched once over the names; each name keeps its first and second
+    matching item, so an edit of one item recomputes only the names that item matches or takes
+    (the edits return the names whose first match changes, with the new one): the work is linear
+    in the number of items, not items times edits."""
 
     def __init__(self, ctx: Context, names: list[str]) -> None:
         assert ctx.explanation is not None
@@ -196,26 +226,93 @@ class Simulation:
         self.items = ctx.explanation.items
         self.matchers = [matches(it.pattern) for it in self.items]
         self.defaults = ctx.explanation.placement.defaults
-        order = list(range(len(self.items)))
-        self.base, self.hits = self.run(order)
+        self._sets: dict[str, list[str]] = {}  # pattern -> the names it matches, in order
+        self.first: dict[str, int | None] = dict.fromkeys(names)
+        self.second: dict[str, int | None] = dict.fromkeys(names)
+        self._taken: dict[int, list[str]] = defaultdict(list)
+        for j, it in enumerate(self.items):
+            if self.matchers[j] is None:
+                continue
+            for n in self._matched(it.pattern):
+                if self.first[n] is None:
+                    self.first[n] = j
+                    self._taken[j].append(n)
+                elif self.second[n] is None:
+                    self.second[n] = j
+        self.base = {n: self.device(n, {}) for n in names}
+        self.hits: Counter[int] = Counter({j: len(ns) for j, ns in self._taken.items()})
         placed = ctx.explanation.placement.devices
         self.exact = (all(m is not None for m in self.matchers)
                       and all(self.base[n] == placed[n] for n in names))
+        self._experts: frozenset[str] | None = None
 
-    def run(self, order: list[int], patterns: dict[int, str] | None = None
-            ) -> tuple[dict[str, str | None], Counter[int]]:
-        matchers = {**dict(enumerate(self.matchers)), **{j: matches(p) for j, p in (patterns or {}).items()}}
-        out: dict[str, str | None] = {}
-        hits: Counter[int] = Counter()
-        for n in self.names:
-            out[n] = self.defaults.get(n)
-            for j in order:
-                m = matchers[j]
-                if m is not None and m(n):
-                    out[n] = self.items[j].device
-                    hits[j] += 1
-                    break
-        return out, hits
+    def _matched(self, pattern: str) -> list[str]:
+        got = self._sets.get(pattern)
+        if got is None:
+            m = matches(pattern)
+            got = self._sets[pattern] = [n for n in self.names if m(n)] if m is not None else []
+        return got
+
+    def matched(self, j: int) -> list[str]:
+        """The names item j matches, in order ([] when its pattern is not simulated)."""
+        return self._matched(self.items[j].pattern) if self.matchers[j] is not None else []
+
+    def experts(self) -> frozenset[str]:
+        if self._experts is None:
+            assert self.ctx.inventory is not None
+            by_name = self.ctx.inventory.by_name
+            self._experts = frozenset(n for n in self.names if by_name[n].group == "experts")
+        return self._experts
+
+    def device(self, name: str, changed: dict[str, int | None]) -> str | None:
+        """Where `name` goes after an edit (`changed`: new first matches)."""
+        j = changed[name] if name in changed else self.first[name]
+        device: str | None = self.defaults.get(name) if j is None else self.items[j].device
+        return device
+
+    def hits_after(self, changed: dict[str, int | None]) -> dict[int, int]:
+        """The items whose count of first matches an edit changes, with the new count."""
+        out: dict[int, int] = {}
+        for n, j in changed.items():
+            old = self.first[n]
+            if old is not None:
+                out[old] = out.get(old, self.hits[old]) - 1
+            if j is not None:
+                out[j] = out.get(j, self.hits[j]) + 1
+        return out
+
+    def without(self, k: int) -> dict[str, int | None]:
+        """Item k removed: the names it took go to their next match."""
+        return {n: self.second[n] for n in self._taken.get(k, [])}
+
+    def replaced(self, k: int, pattern: str) -> dict[str, int | None]:
+        """Item k's pattern replaced by `pattern` (which `matches` accepts)."""
+        out: dict[str, int | None] = {}
+        now = self._matched(pattern)
+        for n in now:
+            f = self.first[n]
+            if f is None or f > k:
+                out[n] = k
+        keep = set(now)
+        for n in self._taken.get(k, []):
+            if n not in keep:
+                out[n] = self.second[n]
+        return out
+
+    def moved_before(self, k: int, j0: int) -> dict[str, int | None]:
+        """Item k moved to just before item j0 (the others keep their order)."""
+        out: dict[str, int | None] = {}
+        if j0 < k:
+            for n in self.matched(k):
+                f = self.first[n]
+                if f is not None and j0 <= f != k:
+                    out[n] = k
+        elif j0 > k:
+            for n in self._taken.get(k, []):
+                s = self.second[n]
+                if s is not None and s < j0:
+                    out[n] = s
+        return out
 
 
 def item_text(ctx: Context, k: int) -> str:

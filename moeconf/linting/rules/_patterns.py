@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 # one atom of a layer number: a digit, \d, a class, or a group of those, with a quantifier
 _ATOM = r"(?:\d|\\d|\[\^?[^\]]*\]|\((?:\?:)?(?:[\d|\-]|\\d|\[\^?[^\]]*\])+\))[?*+]?"
@@ -90,11 +91,7 @@ def layer_numbers(alt: str, upto: int = 1000) -> list[LayerNumber]:
             prefix_start = m.start()
         else:
             continue
-        try:
-            rx = re.compile(r"(?:" + m.group(0) + r")\Z")
-        except re.error:
-            continue
-        meant = frozenset(n for n in range(upto) if rx.match(str(n)))
+        meant = _meant(m.group(0), upto)
         if not meant:
             continue
         # closed by `\.`, or by any character followed by a letter (`blk.1.ffn`: a longer number
@@ -104,6 +101,20 @@ def layer_numbers(alt: str, upto: int = 1000) -> list[LayerNumber]:
                                  or bool(re.match(r"\.[A-Za-z_]", after)))
         out.append(LayerNumber(m.start(), m.end(), prefix_start, m.group(0), meant, bounded))
     return out
+
+
+@lru_cache(maxsize=4096)
+def _meant(num: str, upto: int) -> frozenset[int]:
+    """The block numbers below `upto` a layer-number part matches whole (none if it is not a
+    regex Python reads)."""
+    if num.isascii() and num.isdigit():  # a plain number (the usual case): itself, without leading zeros
+        small = len(num) <= len(str(upto)) and str(int(num)) == num and int(num) < upto
+        return frozenset({int(num)}) if small else frozenset()
+    try:
+        rx = re.compile(r"(?:" + num + r")\Z")
+    except re.error:
+        return frozenset()
+    return frozenset(n for n in range(upto) if rx.match(str(n)))
 
 
 ALWAYS_ACTIVE_WORDS = re.compile(r"attn|shexp|gate_inp|norm|router|ffn_(?:up|down|gate)(?![_a-z])|token_embd|output")

@@ -28,7 +28,17 @@ from collections import Counter
 from collections.abc import Iterator
 
 from moeconf.linting.model import Context
-from moeconf.linting.rules._base import Hit, Simulation, created, item_text, matches, q, where_item
+from moeconf.linting.rules._base import (
+    QUOTE_LIMIT,
+    Hit,
+    Simulation,
+    item_tensors,
+    item_text,
+    q,
+    raw_items,
+    simulation,
+    where_item,
+)
 
 CODE = "MOE011"
 NAME = "shadowed-rule"
@@ -40,27 +50,27 @@ def check(ctx: Context) -> Iterator[Hit]:
     assert ctx.explanation is not None
     items = ctx.explanation.items
     by = ctx.explanation.matched_by
-    names = [t.name for t in created(ctx)]
-    sim = _Simulation(ctx, names)
+    sim = simulation(ctx)
+    taken = item_tensors(ctx)
+    values = _Values(ctx)
     for k, it in enumerate(items):
         if not (it.touches and it.raw_index is not None):
             continue
-        m = matches(it.pattern)
-        mine = [n for n in names if m is not None and m(n)]
+        mine = sim.matched(k)
         takers = Counter(by[n] for n in mine if by.get(n) is not None and by[n] != k)
         if not takers:
             continue
         if it.hits:
             # catch-all first: what it takes goes where it would go anyway, and what it means to move
             # an earlier item takes elsewhere, so the item moves nothing
-            own = [n for n in names if by.get(n) == k]
+            own = [t.name for t in taken.get(k, [])]
             if not sim.exact or any(sim.defaults.get(n) != it.device for n in own):
                 continue  # (what it takes would go elsewhere without it: it does something)
             lost = [n for n in mine if by.get(n) not in (None, k) and items[by[n]].device != it.device]
             if not lost or len({by[n] for n in lost}) > 1:
                 continue
             j0 = by[lost[0]]
-            advice = sim.reorder_advice(k, j0)
+            advice = reorder_advice(sim, values, k, j0)
             if advice is None:
                 continue
             kept = it.hits
@@ -80,35 +90,79 @@ def check(ctx: Context) -> Iterator[Hit]:
             # one earlier item takes every tensor it would send elsewhere: it goes before that one; with
             # several, no order is advised (moving it could undo theirs): it does nothing as it stands
             diff = {by[n] for n in mine if by.get(n) is not None and items[by[n]].device != it.device}
-            advice = ((sim.reorder_advice(k, min(diff)) if sim.exact else None) or
+            advice = ((reorder_advice(sim, values, k, min(diff)) if sim.exact else None) or
                       f"to send them to {it.device}, put it before {q(item_text(ctx, min(diff)))}"
                       ) if len(diff) == 1 else "as it stands it changes nothing: remove it"
             yield Hit(*where_item(ctx, k), f"{q(item_text(ctx, k))} is never used: {named}{more}, earlier, take the "
                       f"{n} it matches (to {', '.join(sorted(devices))}); {advice}")
 
 
-class _Simulation(Simulation):
-    """The reordering MOE011 advises, checked."""
+def reorder_advice(sim: Simulation, values: _Values, k: int, j0: int) -> str | None:
+    """`k` moved just before item `j0`, checked: it then moves tensors to its device and every
+    item that took a tensor still takes one. The -ot value written out where both are in one."""
+    changed = sim.moved_before(k, j0)
+    dev = sim.items[k].device
+    if not any(sim.device(n, changed) == dev != sim.base[n] for n in changed):
+        return None
+    if any(sim.hits[j] and not now for j, now in sim.hits_after(changed).items() if j != k):
+        return None
+    raw = raw_items(sim.ctx)
+    rk, rj = sim.items[k].raw_index, sim.items[j0].raw_index
+    if rk is None or rj is None:
+        return None
+    if raw[rk].source is not raw[rj].source:
+        return f"to send them to {dev}, put it before {q(item_text(sim.ctx, j0))}"
+    return f"to send them to {dev}, put it before {q(item_text(sim.ctx, j0))}: -ot {values.moved(k, j0)}"
 
-    def reorder_advice(self, k: int, j0: int) -> str | None:
-        """`k` moved just before item `j0`, checked: it then moves tensors to its device and every
-        item that took a tensor still takes one. The -ot value written out where both are in one."""
-        order = [j for j in range(len(self.items)) if j != k]
-        order.insert(order.index(j0), k)
-        devices, hits = self.run(order)
-        dev = self.items[k].device
-        if not any(devices[n] == dev != self.base[n] for n in self.names):
-            return None
-        if any(self.hits[j] and not hits[j] for j in range(len(self.items)) if j != k):
-            return None
-        raw = self.ctx.invocation.items()
-        rk, rj = self.items[k].raw_index, self.items[j0].raw_index
-        if rk is None or rj is None:
-            return None
-        if raw[rk].source is not raw[rj].source:
-            return f"to send them to {dev}, put it before {q(item_text(self.ctx, j0))}"
-        value = raw[rk].source
-        in_value = [j for j in order if self.items[j].raw_index is not None
-                    and raw[self.items[j].raw_index or 0].source is value]
-        fixed = ",".join(raw[self.items[j].raw_index or 0].text for j in in_value)
-        return f"to send them to {dev}, put it before {q(item_text(self.ctx, j0))}: -ot {q(fixed)}"
+
+class _Values:
+    """Each -ot value's items (those the explanation simulates), in order, to quote one with an
+    item moved without writing the whole value out for every finding."""
+
+    def __init__(self, ctx: Context) -> None:
+        assert ctx.explanation is not None
+        raw = raw_items(ctx)
+        self.texts: dict[int, str] = {}  # explanation item -> its raw text
+        self.seqs: dict[int, list[int]] = {}  # id(value) -> its explanation items in order
+        self.value_of: dict[int, int] = {}  # explanation item -> id(value)
+        for j, it in enumerate(ctx.explanation.items):
+            if it.raw_index is None:
+                continue
+            r = raw[it.raw_index]
+            self.texts[j] = r.text
+            self.value_of[j] = id(r.source)
+            self.seqs.setdefault(id(r.source), []).append(j)
+        self.pos: dict[int, int] = {j: i for seq in self.seqs.values() for i, j in enumerate(seq)}
+        self.lengths = {v: sum(len(self.texts[j]) for j in seq) + len(seq) - 1 for v, seq in self.seqs.items()}
+
+    def moved(self, k: int, j0: int) -> str:
+        """q() of the value holding k and j0 with k moved just before j0."""
+        v = self.value_of[k]
+        seq = self.seqs[v]
+        pk, pj = self.pos[k], self.pos[j0]
+        ins = pj if pj < pk else pj - 1
+
+        def at(i: int) -> str:
+            if i == ins:
+                return self.texts[k]
+            i = i if i < ins else i - 1
+            return self.texts[seq[i] if i < pk else seq[i + 1]]
+
+        total, count = self.lengths[v], len(seq)
+        if total <= QUOTE_LIMIT:
+            return q(",".join(at(i) for i in range(count)))
+        head: list[str] = []
+        size = 0
+        for i in range(count):
+            if size > 60:
+                break
+            head.append(at(i))
+            size += len(head[-1]) + 1
+        tail: list[str] = []
+        size = 0
+        for i in range(count - 1, -1, -1):
+            if size > 40:
+                break
+            tail.append(at(i))
+            size += len(tail[-1]) + 1
+        return f"'{','.join(head)[:60]}\u2026{','.join(reversed(tail))[-40:]}' ({total:,} chars)"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moeconf.engines.regex import TimeBudget, ecmascript_search
+from moeconf.engines.regex import TimeBudget, ecmascript_search, provably_cheap
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit, q
 
@@ -44,6 +44,8 @@ def check(ctx: Context) -> Iterator[Hit]:
         if not pat or pat in seen:
             continue
         seen.add(pat)
+        if provably_cheap(pat):
+            continue  # matched in process, never timed out: only screened patterns can be slow
         found = ecmascript_search(pat, names, budget.limit())
         if not isinstance(found, frozenset) and found.kind == "slow":
             yield Hit(*ctx.at_item(item), f"{q(pat)}: {found.message}")

@@ -61,7 +61,6 @@ def number_range(lo: int, hi: int) -> str:
 
 def why(ctx: Context, pattern: str) -> str:
     assert ctx.inventory is not None and ctx.explanation is not None
-    names = [t.name for t in ctx.inventory.tensors]
     model = ctx.inventory.metadata.name or "the model"
     space = re.search(r"\s", pattern)
     if space:
@@ -75,11 +74,17 @@ def why(ctx: Context, pattern: str) -> str:
         return f"{q(rng.group(0))} is a group matching the text '{rng.group(0)[1:-1]}', not a range of numbers; " \
                f"write {qfix(fixed)}"
     m = matches(pattern)
-    unloaded = [t.name for t in ctx.inventory.tensors
-                if ctx.explanation.placement.devices[t.name] is None and m is not None and m(t.name)]
+    not_loaded: list[str] | None = ctx.cache.get("not_loaded")
+    if not_loaded is None:
+        devices = ctx.explanation.placement.devices
+        not_loaded = ctx.cache["not_loaded"] = [t.name for t in ctx.inventory.tensors if devices[t.name] is None]
+    unloaded = [n for n in not_loaded if m is not None and m(n)]
     if unloaded:
         return f"it matches only tensors {ctx.engine.name} does not load ({len(unloaded)}, e.g. {unloaded[0]})"
-    has = {k: any(k in n for n in names) for k in _KINDS}
+    has: dict[str, bool] | None = ctx.cache.get(NAME)
+    if has is None:  # once per invocation: a line may have thousands of unmatched items
+        names = [t.name for t in ctx.inventory.tensors]
+        has = ctx.cache[NAME] = {k: any(k in n for n in names) for k in _KINDS}
     if "attn_kv_b" in pattern and not has["attn_kv_b"] and has["attn_k_b"]:
         return f"{model} has the split MLA tensors attn_k_b/attn_v_b (newer conversions), not attn_kv_b; write " \
                f"{qfix(pattern.replace('attn_kv_b', 'attn_(k|v)_b'))}"
