@@ -19,9 +19,9 @@ wins (two GPUs: every split is tried; more: one boundary at a time until nothing
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from itertools import chain, combinations, pairwise
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations, pairwise
 from typing import TYPE_CHECKING
 
 from moeconf.engines import AUTO_GPU, Engine
@@ -30,7 +30,6 @@ from moeconf.errors import PlanError
 from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, estimate, parse_size, read_settings
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
 from moeconf.memory.graph.archs import traits
-from moeconf.memory.graph.model import GRAPH_COMPUTE
 from moeconf.memory.ikarchs import next_step
 from moeconf.memory.recurrent import GLM5_NEXT
 from moeconf.memory.support import unmodelled
@@ -164,22 +163,17 @@ class _Filler:
         self.sinks = {req.devices[-1] for req in requests} - {d for req in requests for d in req.devices[:-1]}
         # the search ranks splits on an approximate compute (`approximate_search`), and falls back
         # to the exact one where that finds nothing that fits
-        self.approximate = approximate_search(inv.arch) and not (
-            self.chooses_split() and len(self.accelerators) == 2 and self.lazy_split())
+        self.approximate = approximate_search(inv.arch)
 
     # -- measuring -------------------------------------------------------------------------------
 
-    def candidate(self, ts: Sequence[float] | None, counts: tuple[int, ...] | None = None, *,
-                  exact: bool | None = None) -> _Candidate:
+    def candidate(self, ts: Sequence[float] | None, counts: tuple[int, ...] | None = None) -> _Candidate:
         defaults = default_devices(self.inv, self.eng, self.ngl, self.accelerators, ts, self.split_mode,
                                    self.ik_layer_devices(ts))
         devices = {**defaults, **self.overlay}
-        # the search ranks splits on the phase model (`lazy_search`: on the graph, measured where the
-        # order needs it); `complete` measures the chosen fill with the allocator replays and gives back
-        # what does not fit
-        if exact is None:
-            exact = approximate_search(self.inv.arch) and not self.approximate
-        mem = self.measure(devices, defaults, exact=exact)
+        # the search ranks splits on the phase model; `complete` measures the chosen fill with the
+        # allocator replays and gives back what does not fit
+        mem = self.measure(devices, defaults, exact=approximate_search(self.inv.arch) and not self.approximate)
         return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
                           self.over(mem, sinks=False))
 
@@ -383,7 +377,7 @@ class _Filler:
             counts[i] += 1
         return tuple(c + 1 for c in counts)
 
-    def search(self) -> Iterator[_Candidate]:
+    def search(self) -> list[_Candidate]:
         """Every split tried, best first: the ones that fit by the bytes the fill puts on the GPUs,
         then by the fewest of those on a GPU other than their layer's (each such layer sends its
         activations from one GPU to the other and back), then by the most room left on the
@@ -424,8 +418,6 @@ class _Filler:
             assert c.counts is not None
             return c.score, -c.away, c.slack, -sum(abs(a - b) for a, b in zip(c.counts, start, strict=True))
 
-        if k == 2 and self.lazy_split():
-            return self.lazy_search(start, act)
         best = evaluate(start)
         for _sweep in range(4):
             improved = False
@@ -438,124 +430,7 @@ class _Filler:
                         best, improved = c, True
             if not improved or k == 2:
                 break
-        return iter(sorted(seen.values(), key=rank, reverse=True))
-
-    def lazy_split(self) -> bool:
-        """Whether two GPUs' splits can be ranked from a few measures of the engine's graph
-        (`lazy_search`): llama.cpp with the architecture's compute from the graph, every fill rule
-        filling those two GPUs and ending on a device that is not one (whatever the GPUs refuse goes
-        there, so a GPU never holds more of the fill than its room)."""
-        if self.ik or self.inv.arch not in GRAPH_COMPUTE or self.inv.arch in GLM5_NEXT:
-            return False
-        gpus = set(self.accelerators)
-        return all(set(req.devices[:-1]) <= gpus and req.devices[-1] not in gpus for req in self.requests)
-
-    def lazy_search(self, start: tuple[int, ...], act: int) -> Iterator[_Candidate]:
-        """The splits of `act` layers over two GPUs in `search`'s order, each measured through the
-        engine's graph only when the order needs it.
-
-        A split's weights and KV cache come from the estimate without compute (cheap); only the
-        compute buffers need the graph. A GPU's compute buffer is its share of the graph allocated
-        (ggml-alloc per backend buffer, memory/graph/sched.py): one more layer on a GPU adds nodes
-        to its share and takes none away, so GPU0's compute never falls as its count grows and
-        GPU1's never rises (tests/test_fill_split.py holds every split's derived figure to the
-        graph's). Where two measured splits give a GPU the same compute, every split between them
-        gives it that compute too: those splits are ranked exactly without a measure. The others
-        have bounds (the nearest measured splits either side), so an upper bound on the bytes the
-        fill can put on the GPUs (the room each has: the greedy fill never puts more there); a
-        split is measured once its bound could still come first, so the splits come out in the
-        order a measure of every split gives."""
-        left, right = self.accelerators
-        computes: dict[int, tuple[int, int]] = {}  # left count -> (left's, right's compute), measured
-        known: dict[int, _Candidate] = {}  # ranked exactly (measured or derived)
-        cheap: dict[int, _Candidate] = {}
-        done: set[int] = set()
-        counts_of = range(1, act)
-
-        def rank(c: _Candidate) -> tuple[int, ...]:
-            assert c.counts is not None
-            a = c.counts[0]
-            # search(): stable among equal keys, in the order it evaluates: the start, then by count
-            return (c.score, -c.away, c.slack, -sum(abs(x - y) for x, y in zip(c.counts, start, strict=True)),
-                    c.counts == start, -a)
-
-        def score(cand: _Candidate) -> _Candidate:
-            if not cand.over and AUTO_GPU not in cand.mem.devices and cand.mem.complete:
-                assign, _, left_room = self.greedy(self.free(cand.mem))
-                cand.score = self.gpu_bytes(assign)
-                cand.slack = min(left_room[d] for d in self.accelerators)
-                cand.away = self.away(assign, cand.defaults)
-            return cand
-
-        def measure(a: int) -> None:
-            counts = (a, act - a)
-            ts = self.ts_for(counts)
-            cand = self.candidate(ts, counts, exact=True)
-            assert self.check_ranges(counts, ts)
-            computes[a] = (cand.mem.devices[left].compute if left in cand.mem.devices else 0,
-                           cand.mem.devices[right].compute if right in cand.mem.devices else 0)
-            known[a] = score(cand)
-
-        def rough(a: int) -> _Candidate:
-            if a not in cheap:
-                counts = (a, act - a)
-                ts = self.ts_for(counts)
-                cheap[a] = self.candidate(ts, counts, exact=False)
-                assert self.check_ranges(counts, ts)
-            return cheap[a]
-
-        def bounds(a: int) -> tuple[int, int | None, int, int | None]:
-            below = [computes[m] for m in computes if m <= a]
-            above = [computes[m] for m in computes if m >= a]
-            return (max((c[0] for c in below), default=0), min((c[0] for c in above), default=None),
-                    max((c[1] for c in above), default=0), min((c[1] for c in below), default=None))
-
-        def with_compute(c: _Candidate, lc: int, rc: int) -> MemoryEstimate:
-            devs = dict(c.mem.devices)
-            for d, x in ((left, lc), (right, rc)):
-                if d in devs:
-                    devs[d] = replace(devs[d], compute=x)
-            return replace(c.mem, devices=devs)
-
-        def derive(a: int) -> tuple[int, ...] | None:
-            """Ranks split `a` exactly where its compute follows from the measured splits (then
-            None), else the upper bound of its rank."""
-            c = rough(a)
-            l_lo, l_hi, r_lo, r_hi = bounds(a)
-            if AUTO_GPU in c.mem.devices or not c.mem.complete:
-                known[a] = c  # not ranked whatever its compute (search(): score -1)
-                return None
-            if l_lo == l_hi and r_lo == r_hi:
-                mem = with_compute(c, l_lo, r_lo)
-                known[a] = score(_Candidate(c.counts, c.ts, c.defaults, c.devices, mem, self.over(mem)))
-                return None
-            low = with_compute(c, l_lo, r_lo)
-            if self.over(low):  # over even at its least compute: measured only if the order needs it
-                return (-1, 1 << 62)
-            room = self.free(low)
-            return (sum(max(room[d], 0) for d in self.accelerators), 1 << 62)
-
-        # first the splits two layers in from either end (the output layer counted): the first
-        # layers' and the last's compute differ from the rest (the graph inputs, the logits), so
-        # these two often bracket every split between them
-        for a in dict.fromkeys(x for x in (2, act - 3) if 1 <= x < act):
-            measure(a)
-        while len(done) < len(counts_of):
-            bound: dict[int, tuple[int, ...]] = {}
-            for a in counts_of:
-                if a not in done and a not in known:
-                    b = derive(a)
-                    if b is not None:
-                        bound[a] = b
-            ready = {a: rank(c) for a, c in known.items() if a not in done}
-            top = max(ready, key=lambda a: ready[a], default=None)
-            loose = max(bound, key=lambda a: bound[a], default=None)
-            if loose is not None and (top is None or bound[loose] >= ready[top]):
-                measure(loose)
-                continue
-            assert top is not None
-            done.add(top)
-            yield known[top]
+        return sorted(seen.values(), key=rank, reverse=True)
 
     def check_ranges(self, counts: Sequence[int], ts: Sequence[float]) -> bool:
         """Whether the -ts value, read with the engine's own -ngl/-ts semantics, gives each GPU
@@ -608,10 +483,9 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
     f = _Filler(plan, inv, eng, overlay, requests, sizes, settings)
     if f.chooses_split():
         def choose() -> tuple[_Candidate, dict[str, str | None]]:
-            order = f.search()
-            first = next(order)
-            if first.score < 0:
-                ranked = [first, *order]
+            ranked = f.search()
+            feasible = [c for c in ranked if c.score >= 0]
+            if not feasible:
                 if f.approximate:  # the exact search decides (below)
                     raise _SplitOver("no split fits on the approximate replay")
                 least = min(ranked, key=lambda c: sum(c.over.values()))
@@ -628,9 +502,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
             best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None]] | None = None
             last_over = ""
             ties = 0
-            for c in chain([first], order):
-                if c.score < 0:
-                    break
+            for c in feasible:
                 if best is not None and c.score < best[0][0]:
                     break
                 if best is not None and c.score == best[0][0]:
