@@ -130,6 +130,7 @@ class Ctx:
 
     def __init__(self) -> None:
         self._n = 0
+        self.bound: list[Tensor] = []  # the tensors made in a device's buffer (weights, caches), in order
 
     def _make(self, op: str, type_name: str, ne: Sequence[int], src: Sequence[Tensor | None],
               view_src: Tensor | None = None, view_offs: int = 0, nb: Shape | None = None) -> Tensor:
@@ -154,14 +155,18 @@ class Ctx:
     def weight(self, name: str, type_name: str, ne: Sequence[int], device: str, layer: int = -1) -> Tensor:
         ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
         self._n += 1
-        return Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, True, name,
-                      layer, "", self._n)
+        t = Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, True, name,
+                   layer, "", self._n)
+        self.bound.append(t)
+        return t
 
     def cache(self, name: str, type_name: str, ne: Sequence[int], device: str) -> Tensor:
         ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
         self._n += 1
-        return Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, False, name,
-                      -1, "", self._n)
+        t = Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, False, name,
+                   -1, "", self._n)
+        self.bound.append(t)
+        return t
 
     # -- views
     def view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:

@@ -142,6 +142,78 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
 
 
 def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
+    g, backends, f = _prologue(placement, setup)
+    ARCHS[placement.inventory.arch](g, f)
+    return g, backends
+
+
+@dataclass
+class _Built:
+    """A graph built for one inventory and shape of placement (`_reuse_key`), with the number of
+    tensors the prologue made in a device's buffer (`Ctx.bound`)."""
+
+    inv: Inventory
+    key: tuple[object, ...]
+    g: GraphContext
+    n_bound: int
+
+
+_BUILT: list[_Built] = []  # the last graphs built (a search measures many placements of one model)
+_BUILT_KEPT = 2
+
+
+def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: int) -> tuple[object, ...] | None:
+    """What of the placement the composition's nodes depend on beyond the devices of the weights and caches
+    it reads (None: the graph is built afresh): the tensors left out, the number of backends (the CPU's
+    index, which the callback pins to), and each layer's home where the callback pins a layer's norms to it
+    (`GraphContext.cb`) or a duplicated weight has one tensor per device (rope_freqs)."""
+    if setup.fa_auto:
+        return None
+    homes = tuple(g.layer_backend[il] for il in sorted(g.layer_backend))
+    pins = setup.n_tokens < 32 or g.cp.full_offload or "rope_freqs.weight" in g.w.by_name
+    absent = frozenset(n for n, d in placement.devices.items() if d is None)
+    return (setup, g.cp.full_offload, n_backends, absent, homes if pins else None)
+
+
+def _cached_build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
+    """`build`, reusing the last graph built for the same inventory and shape of placement
+    (`_reuse_key`): the composition's nodes do not depend on where the weights and caches are, so only
+    those tensors' devices are set again (from the prologue run for this placement)."""
+    inv = placement.inventory
+    g, backends, f = _prologue(placement, setup)
+    key = _reuse_key(placement, setup, g, len(backends))
+    if key is None:
+        ARCHS[inv.arch](g, f)
+        return _unfused(placement, setup, g, backends)
+    for b in _BUILT:
+        if b.inv is inv and b.key == key:
+            old = b.g.ctx.bound[:b.n_bound]
+            new = g.ctx.bound
+            if len(old) == len(new) and all(o.name == n.name and o.ne == n.ne for o, n in zip(old, new, strict=True)):
+                for o, n in zip(old, new, strict=True):
+                    o.buffer = n.buffer
+                b.g.layer_backend = g.layer_backend
+                return b.g, backends
+    n_bound = len(g.ctx.bound)
+    ARCHS[inv.arch](g, f)
+    if g.fused:  # fused ops the engine probes per placement (`fused_off`): built afresh each time
+        return _unfused(placement, setup, g, backends)
+    if len(g.ctx.bound) == n_bound:  # the composition made no weight or cache of its own on a device
+        _BUILT.insert(0, _Built(inv, key, g, n_bound))
+        del _BUILT[_BUILT_KEPT:]
+    return g, backends
+
+
+def _unfused(placement: Placement, setup: Setup, g: GraphContext,
+             backends: list[Backend]) -> tuple[GraphContext, list[Backend]]:
+    """`g` again with the fused ops the engine's probes turn off for this placement unfused (`fused_off`)."""
+    off = fused_off(placement, setup, g, backends)
+    return _build(placement, replace(setup, unfused=off)) if off else (g, backends)
+
+
+def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend], Facts]:
+    """The graph's context before the composition: the weights on their devices, the KV caches on
+    their layers', the hyperparameters and settings."""
     from moeconf.memory.geometry import geometry
 
     inv = placement.inventory
@@ -242,8 +314,7 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
                      swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec,
                      lid=lid, lid_rot=rotation_width(lid_width) if lid else 0,
                      lid_top_k=_int(inv.metadata.hparam("attention.indexer.top_k")))
-    ARCHS[inv.arch](g, f)
-    return g, backends
+    return g, backends, f
 
 
 def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> int:
@@ -284,12 +355,15 @@ def facts(inv: Inventory) -> Facts:
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:
     """Each device's compute buffer (bytes) for this placement and these settings."""
-    g, backends = build(placement, setup)
+    g, backends = _cached_build(placement, setup) if not setup.fa_auto else build(placement, setup)
     sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
     # the reserve that sizes the buffers without allocating (llama-fit-params, --fit:
     # ggml_backend_sched_reserve_size) resets the scheduler before splitting: every pin the build set is
     # dropped there (the norms', and with -nkvo the attention output's on the CPU, build_attn_mha)
-    sizes = sched.reserve(g.gf, g.pinned if setup.norm_pins else None)
+    try:
+        sizes = sched.reserve(g.gf, g.pinned if setup.norm_pins else None)
+    finally:
+        sched.restore()
     return {b.name: s for b, s in zip(backends, sizes, strict=True)}
 
 

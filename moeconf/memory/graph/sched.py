@@ -92,6 +92,9 @@ class Scheduler:
         self.copy_leafs: list[tuple[Tensor, int]] = []
         self.copy_of: dict[Tensor, tuple[Tensor, int]] = {}  # a split input's copy -> (the tensor, backend)
         self._buf_index: dict[str, int] = {}  # a buffer's device -> the first backend supporting it
+        # split's edits of the graph, undone by `restore`: (node, source index, source), (leaf, its flags)
+        self._replaced: list[tuple[Tensor, int, Tensor]] = []
+        self._flagged: list[tuple[Tensor, int]] = []
 
     # -- the buffer rules
     def _buf_backend(self, t: Tensor) -> int:
@@ -238,6 +241,7 @@ class Scheduler:
                         self.copy_of[made[0]] = (s, cur)
                         others[key] = made[1:]
                         inputs.append(s)
+                    self._replaced.append((n, j, s))
                     n.src[j] = copies[key]
             members.append(n)
         splits.append((cur, inputs, members))
@@ -254,6 +258,7 @@ class Scheduler:
         if self.n_copies > 1:
             graph_inputs = [leaf for leaf in g.leafs if leaf.flags & INPUT]
             for leaf in graph_inputs:
+                self._flagged.append((leaf, leaf.flags))
                 leaf.flags |= OUTPUT  # the current copy is the leaf itself, the others its duplicates
                 gleafs.append((leaf, ids[leaf]))
                 for _ in range(self.n_copies - 1):
@@ -265,6 +270,16 @@ class Scheduler:
         gleafs.extend((leaf, ids[leaf]) for leaf in g.leafs)
         self.copy_nodes = gnodes
         self.copy_leafs = gleafs
+
+    def restore(self) -> None:
+        """Undo `split`'s edits of the graph (sources replaced by their split copies, graph inputs
+        flagged as outputs under pipeline parallelism), so that it can be scheduled again."""
+        for n, j, s in reversed(self._replaced):
+            n.src[j] = s
+        for leaf, flags in reversed(self._flagged):
+            leaf.flags = flags
+        self._replaced.clear()
+        self._flagged.clear()
 
     def reserve(self, g: CGraph, pinned: dict[Tensor, int] | None = None,
                 trace: Callable[[str], None] | None = None) -> list[int]:
