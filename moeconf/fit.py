@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import moeconf.engines.options as _options
 import moeconf.engines.specflags as specflags
 from moeconf.compile import compile_plan
 from moeconf.compiled import Compiled
@@ -40,16 +41,15 @@ _REFUSED = {"-ngl", "--gpu-layers", "--n-gpu-layers", "-ot", "--override-tensor"
             "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe", "-ncffn", "--n-cpu-ffn", "-fit", "--fit", "-fitt",
             "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "-dev", "--device",
             "--max-gpu"}
-_MODEL = {"-m", "--model"}
-# engine flags that are plan fields (memory and the split); the rest goes to flags.extra as written
-_FIELDS = {"-c": "ctx_size", "--ctx-size": "ctx_size", "-b": "batch", "--batch-size": "batch",
-           "-ub": "ubatch", "--ubatch-size": "ubatch", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
-           "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-fa": "flash_attn", "--flash-attn": "flash_attn",
-           "-sm": "split_mode", "--split-mode": "split_mode", "-mg": "main_gpu", "--main-gpu": "main_gpu"}
-_BOOL_FIELDS = {"-mqkv": "merge_qkv", "--merge-qkv": "merge_qkv", "-muge": "merge_up_gate",
-                "--merge-up-gate-experts": "merge_up_gate"}
-_NO_FA = {"-no-fa", "--no-flash-attn"}  # ik_llama.cpp's switch for -fa off
-_INT_FIELDS = {"ctx_size", "batch", "ubatch", "main_gpu"}
+# engine flags that are plan fields (memory and the split), from the one option table
+# (engines/options.py); the rest goes to flags.extra as written
+_MODEL = frozenset(_options.row("-m").names)
+_FIELDS = {n: o.field for o in _options.options() if o.field in (
+    "ctx_size", "batch", "ubatch", "cache_type_k", "cache_type_v", "flash_attn", "split_mode", "main_gpu")
+    for n in o.names}
+_BOOL_FIELDS = {n: o.field for o in _options.options() if o.field in ("merge_qkv", "merge_up_gate") for n in o.names}
+_NO_FA = frozenset(_options.IK_NO_FA)  # ik_llama.cpp's switch for -fa off
+_INT_FIELDS = {f for f in _FIELDS.values() if _options.for_field(f).value == "int"}
 # flags that load more onto the devices than the memory model knows of: refused, not guessed
 _NOT_MODELLED = {
     # a draft model: the flags that load one in either engine (engines/specflags.py, from the parsers);
@@ -188,7 +188,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
                 if key == "main_gpu" and n < 0:
                     raise MoeconfError(f"{name} {value}: a negative main GPU keeps every layer on the CPU "
                                        "(-sm none): there is nothing for fit to place on a GPU")
-                if n < 0 or (n == 0 and key in ("batch", "ubatch")):
+                if _options.out_of_range(_options.for_field(key), n):
                     raise MoeconfError(f"{name} {value} is out of range")
                 out.fields[key] = n
             elif key == "flash_attn":
@@ -337,10 +337,9 @@ class _Solver:
 
     def _settings_argv(self) -> list[str]:
         out: list[str] = []
-        for key, flag in (("ctx_size", "-c"), ("batch", "-b"), ("ubatch", "-ub"), ("cache_type_k", "-ctk"),
-                          ("cache_type_v", "-ctv"), ("flash_attn", "-fa")):
+        for key in ("ctx_size", "batch", "ubatch", "cache_type_k", "cache_type_v", "flash_attn"):
             if key in self.fields:
-                out += [flag, str(self.fields[key])]
+                out += [_options.for_field(key).flag, str(self.fields[key])]
         return out + list(self.extra)
 
     def _complete(self) -> None:

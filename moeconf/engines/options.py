@@ -28,7 +28,7 @@ class EngineOption:
     env: str  # the LLAMA_ARG_* variable llama.cpp reads ("" none)
     ik_env: bool  # ik_llama.cpp reads `env` too (its short fixed list, common/common.cpp)
     field: str | None  # the plan key that sets it (in `section`)
-    section: str  # "flags" or "targets"
+    section: str  # "model", "flags" or "targets"
     setting: str | None  # the memory setting it decides
     value: str  # int, uint, float, floats (as std::sto* reads it), text, switch
     minimum: int | None  # moeconf's lower bound for a number (None: the engine's only)
@@ -42,6 +42,8 @@ class EngineOption:
 # parser does not have, ik_llama.cpp's spellings (checked against its flag table)
 _ROWS: Final[tuple[tuple[str, str | None, str, str | None, int | None, tuple[str, ...]], ...]] = (
     # plan fields, in the order the plan compiler writes them
+    ("-m", "serve_path", "model", None, None, ()),
+    ("--rpc", "rpc", "flags", None, None, ()),  # before -ot: the RPC device must exist when -ot names it
     ("-ngl", "n_gpu_layers", "flags", None, None, ()),
     ("-fit", "fit", "flags", None, None, ()),
     ("-c", "ctx_size", "flags", "n_ctx", 0, ()),
@@ -58,7 +60,6 @@ _ROWS: Final[tuple[tuple[str, str | None, str, str | None, int | None, tuple[str
     ("-ts", "tensor_split", "flags", None, None, ()),
     ("-mg", "main_gpu", "flags", None, 0, ()),
     ("-t", "threads", "flags", None, 1, ()),
-    ("--rpc", "rpc", "flags", None, None, ()),
     ("--host", "host", "targets", None, None, ()),
     ("--port", "port", "targets", None, 1, ()),
     # memory settings a plan carries in `[flags] extra`
@@ -106,6 +107,8 @@ def options() -> tuple[EngineOption, ...]:
     from moeconf.engines.flagtable_iknewest import IK_NEWEST
 
     out = []
+    names: tuple[str, ...]
+    negs: tuple[str, ...]
     for flag, fld, section, setting, minimum, ik_names in _ROWS:
         if ik_names:
             missing = [n for n in ik_names if n not in IK and n not in IK_NEWEST]
@@ -152,6 +155,14 @@ def for_field(field: str, section: str = "flags") -> EngineOption:
 def setting_row(setting: str) -> EngineOption:
     """The (first) row that decides a memory setting."""
     return next(o for o in options() if o.setting == setting)
+
+
+def plain_fields() -> Iterator[EngineOption]:
+    """The rows of the plan fields written as the option and the value as it is (or the switch
+    alone), in the order the plan compiler writes them: all but the model, the servers, -ngl,
+    fit, flash attention (by version), the load mode and -ts (their own forms)."""
+    special = ("serve_path", "rpc", "n_gpu_layers", "fit", "flash_attn", "no_mmap", "mlock", "tensor_split")
+    return (o for o in options() if o.field is not None and o.field not in special)
 
 
 def with_settings() -> Iterator[EngineOption]:

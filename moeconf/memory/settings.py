@@ -241,7 +241,7 @@ def read_settings(
 
     accepted = cache_types(engine)
     fa_names = row("-fa").names
-    pooling = row("--pooling")
+    pooling_opt = row("--pooling")
 
     def put(key: str, text: str, where: str) -> None:
         if key in _NUMBERS:
@@ -288,7 +288,7 @@ def read_settings(
         elif k == negated_env(row("-kvo")):
             values["offload_kqv"] = False
         elif ((k in (row("--embedding").env, row("--rerank").env) and v.lower() in _TRUE)
-              or (k == pooling.env and v != "none")):
+              or (k == pooling_opt.env and v != "none")):
             values["embedding"] = True
     words = list(argv)
     i = 1 if words and not words[0].startswith("-") else 0
@@ -318,7 +318,7 @@ def read_settings(
             values[key] = val
         elif name in _EMBEDDING_SWITCHES:
             values["embedding"] = True
-        elif name in pooling.names and (value is not None or i + 1 < len(words)):
+        elif name in pooling_opt.names and (value is not None or i + 1 < len(words)):
             pooling = value if value is not None else words[i + 1]
             i += 0 if value is not None else 1
             values["embedding"] = pooling != "none"
