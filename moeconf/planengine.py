@@ -44,12 +44,10 @@ def plan_ik_settings(plan: Plan) -> IkSplitSettings | str:
     from moeconf.memory.iksplit import read_ik_split_settings
 
     f = plan.config.flags
+    from moeconf.engines.options import plan_memory_words
+
     words = ["--fit"] if f.fit else []
-    for flag, value in (("-c", f.ctx_size), ("-b", f.batch), ("-ub", f.ubatch), ("-fa", f.flash_attn),
-                        ("-ctk", f.cache_type_k), ("-ctv", f.cache_type_v)):
-        if value is not None:
-            words += [flag, str(value)]
-    return read_ik_split_settings([*words, *f.extra])
+    return read_ik_split_settings([*words, *plan_memory_words(f), *f.extra])
 
 
 def plan_ik_split(plan: Plan, inv: Inventory, eng: Engine, n_devices: int,

@@ -15,7 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from moeconf.plan.model import Flags
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class EngineOption:
     env: str  # the LLAMA_ARG_* variable llama.cpp reads ("" none)
     ik_env: bool  # ik_llama.cpp reads `env` too (its short fixed list, common/common.cpp)
     field: str | None  # the plan key that sets it (in `section`)
-    section: str  # "model", "flags" or "targets"
+    section: str  # the plan table of `field`: "model", "flags" or "targets" ("": no field)
     setting: str | None  # the memory setting it decides
     value: str  # int, uint, float, floats (as std::sto* reads it), text, switch
     minimum: int | None  # moeconf's lower bound for a number (None: the engine's only)
@@ -62,23 +65,32 @@ _ROWS: Final[tuple[tuple[str, str | None, str, str | None, int | None, tuple[str
     ("-t", "threads", "flags", None, 1, ()),
     ("--host", "host", "targets", None, None, ()),
     ("--port", "port", "targets", None, 1, ()),
+    # placement a plan writes as rules, and the model the engine fetches
+    ("-ot", None, "", None, None, ()),
+    ("-cmoe", None, "", None, None, ()),
+    ("-ncmoe", None, "", None, 0, ()),
+    ("-ncffn", None, "", None, 0, ()),
+    ("-dev", None, "", None, None, ()),
+    ("-hf", None, "", None, None, ()),
+    ("-hff", None, "", None, None, ()),
+    ("--offline", None, "", None, None, ()),
     # memory settings a plan carries in `[flags] extra`
-    ("-np", None, "flags", "n_parallel", None, ()),  # -1: auto
-    ("-mla", None, "flags", "mla", 0, ("-mla", "--mla-use")),
-    ("-amb", None, "flags", "amb", 0, ("-amb", "--attention-max-batch")),
-    ("-wgt", None, "flags", "worst_graph_tokens", None, ("-wgt", "--worst-graph-tokens")),
-    ("-cram", None, "flags", "cache_ram", None, ()),  # any negative: no limit
-    ("-ctxcp", None, "flags", "ctx_checkpoints", 0, ()),
-    ("--kv-unified-per-slot", None, "flags", "kv_per_slot", None, ()),
-    ("-kvo", None, "flags", "offload_kqv", None, ()),
-    ("--swa-full", None, "flags", "swa_full", None, ()),
-    ("-kvu", None, "flags", "kv_unified", None, ()),
-    ("--no-host", None, "flags", "no_host", None, ()),
-    ("--repack", None, "flags", "repack", None, ()),
-    ("--op-offload", None, "flags", "op_offload", None, ()),
-    ("--embedding", None, "flags", "embedding", None, ()),
-    ("--rerank", None, "flags", "embedding", None, ()),
-    ("--pooling", None, "flags", "embedding", None, ()),
+    ("-np", None, "", "n_parallel", None, ()),  # -1: auto
+    ("-mla", None, "", "mla", 0, ("-mla", "--mla-use")),
+    ("-amb", None, "", "amb", 0, ("-amb", "--attention-max-batch")),
+    ("-wgt", None, "", "worst_graph_tokens", None, ("-wgt", "--worst-graph-tokens")),
+    ("-cram", None, "", "cache_ram", None, ()),  # any negative: no limit
+    ("-ctxcp", None, "", "ctx_checkpoints", 0, ()),
+    ("--kv-unified-per-slot", None, "", "kv_per_slot", None, ()),
+    ("-kvo", None, "", "offload_kqv", None, ()),
+    ("--swa-full", None, "", "swa_full", None, ()),
+    ("-kvu", None, "", "kv_unified", None, ()),
+    ("--no-host", None, "", "no_host", None, ()),
+    ("--repack", None, "", "repack", None, ()),
+    ("--op-offload", None, "", "op_offload", None, ()),
+    ("--embedding", None, "", "embedding", None, ()),
+    ("--rerank", None, "", "embedding", None, ()),
+    ("--pooling", None, "", "embedding", None, ()),
 )
 # ik_llama.cpp's `-no-fa`/`--no-flash-attn`: flash attention off (mainline: `-fa off`)
 IK_NO_FA: Final = ("-no-fa", "--no-flash-attn")
@@ -132,14 +144,20 @@ def option(name: str) -> EngineOption | None:
     return _by_spelling().get(name)
 
 
+@cache
+def _by_flag() -> dict[str, EngineOption]:
+    return {o.flag: o for o in options()}
+
+
 def row(flag: str) -> EngineOption:
     """The row whose first spelling is `flag`."""
-    return next(o for o in options() if o.flag == flag)
+    return _by_flag()[flag]
 
 
-def spellings(flag: str) -> tuple[str, ...]:
+@cache
+def spellings(flag: str) -> frozenset[str]:
     """Every spelling of the option whose first spelling is `flag` (negated ones included)."""
-    return row(flag).spellings
+    return frozenset(row(flag).spellings)
 
 
 def env_var(flag: str) -> str:
@@ -163,6 +181,18 @@ def plain_fields() -> Iterator[EngineOption]:
     fit, flash attention (by version), the load mode and -ts (their own forms)."""
     special = ("serve_path", "rpc", "n_gpu_layers", "fit", "flash_attn", "no_mmap", "mlock", "tensor_split")
     return (o for o in options() if o.field is not None and o.field not in special)
+
+
+def plan_memory_words(flags: Flags) -> list[str]:
+    """The engine words for the memory settings a plan's `[flags]` fields set (`-c 32768 -fa on`),
+    in table order; `[flags] extra` not included."""
+    out: list[str] = []
+    for o in options():
+        if o.field is not None and o.setting is not None and o.section == "flags":
+            v = getattr(flags, o.field)
+            if v is not None:
+                out += [o.flag, str(v)]
+    return out
 
 
 def with_settings() -> Iterator[EngineOption]:
