@@ -37,10 +37,9 @@ MiB = 1024 * 1024
 Policy = Literal["first", "last"]
 
 # engine flags fit decides itself (placement and the devices), in every spelling
-_REFUSED = {"-ngl", "--gpu-layers", "--n-gpu-layers", "-ot", "--override-tensor", "-ts", "--tensor-split",
-            "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe", "-ncffn", "--n-cpu-ffn", "-fit", "--fit", "-fitt",
-            "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "-dev", "--device",
-            "--max-gpu"}
+_REFUSED = {*(n for f in ("-ngl", "-ot", "-ts", "-ncmoe", "-cmoe", "-ncffn", "-fit", "-dev")
+              for n in _options.spellings(f)),
+            "-fitt", "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "--max-gpu"}
 # engine flags that are plan fields (memory and the split), from the one option table
 # (engines/options.py); the rest goes to flags.extra as written
 _MODEL = frozenset(_options.row("-m").names)
@@ -58,7 +57,8 @@ _NOT_MODELLED = {
     **dict.fromkeys(("-mm", "--mmproj", "-mmu", "--mmproj-url", "--mmproj-auto"), "a multimodal projector"),
     **dict.fromkeys(("--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled"),
                     "LoRA adapters and control vectors"),
-    **dict.fromkeys(("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url", "--docker-repo"),
+    **dict.fromkeys((*sorted(_options.spellings("-hf") | _options.spellings("-hff")), "-mu", "--model-url",
+                     "--docker-repo"),
                     "a model downloaded by the engine (give the file as MODEL and --serve-path)"),
 }
 
@@ -155,7 +155,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
             raise MoeconfError(f"{name}: {_NOT_MODELLED[name]} is not modelled by fit's memory estimate, so it "
                                "cannot promise a fit with it; size it without, then leave room with --reserve")
         takes = n_values
-        if name in ("-fa", "--flash-attn"):
+        if name in _options.spellings("-fa"):
             takes = 1 if eng.fa_takes_value else 0
             nxt = words[i + 1].lower() if i + 1 < len(words) else None
             if takes and (nxt is None or (nxt.startswith("-") and nxt != "-1")):
@@ -209,8 +209,10 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
     return out
 
 
-_PLAN_WORDS = (("; or set tensor_split)", ")"), ('split_mode = "none"', "-sm none"), ("flags.main_gpu", "-mg"),
-               ("main_gpu", "-mg"), ("split_mode", "-sm"), ("tensor_split", "-ts"), ("flags.", ""))
+# plan words in a compile error -> the flags fit's user gave (the option table's spellings)
+_PLAN_WORDS = (("; or set tensor_split)", ")"), ('split_mode = "none"', "-sm none"),
+               *((f"flags.{f}", _options.for_field(f).flag) for f in ("main_gpu",)),
+               *((f, _options.for_field(f).flag) for f in ("main_gpu", "split_mode", "tensor_split")), ("flags.", ""))
 
 
 def _flag_words(text: str) -> str:

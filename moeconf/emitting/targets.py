@@ -157,7 +157,7 @@ def emit_env(c: Compiled) -> str:
             if f.mlock:
                 lines.append(("LLAMA_ARG_MLOCK", "1"))
     if c.ot:
-        lines.append(("LLAMA_ARG_OVERRIDE_TENSOR", c.ot))
+        lines.append((env_var("-ot"), c.ot))
     clash = next((k for k, _ in extra if any(k == have for have, _ in lines)), None)
     if clash is not None:
         raise MoeconfError(f"[flags] extra arguments set {clash}, which the plan sets already", path=c.plan.path,
