@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -135,6 +135,27 @@ def option_values(words: Sequence[str], engine: Engine) -> Iterator[tuple[str, s
         n = table.get(name, 0)
         yield name, words[i + 1] if n and i + 1 < len(words) else None
         i += 1 + n
+
+
+def named_options(words: Sequence[str], valued: Container[str]) -> Iterator[tuple[str, str | None]]:
+    """Each option of a plain argv (binary first or not) as moeconf's memory readers take it (the
+    option table's settings: memory/settings.py, memory/iksplit.py): its name and its value,
+    which is the text after `=` of a long option (moeconf reads `--name=value`; the engines
+    refuse it), else the next word for a name in `valued` (None when the line ends), else None.
+    Words between are not skipped by the flag table: a value that reads as a known option is read
+    as one (unlike `option_values`)."""
+    i = 1 if words and not words[0].startswith("-") else 0
+    while i < len(words):
+        w = words[i]
+        name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
+        if eq:
+            yield name, inline
+        elif name in valued:
+            yield name, words[i + 1] if i + 1 < len(words) else None
+            i += 1
+        else:
+            yield name, None
+        i += 1
 
 
 def closest_flag(engine: Engine, name: str) -> str | None:

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from moeconf.engines import Engine
+from moeconf.engines.cmdline import named_options
 from moeconf.engines.options import IK_NO_FA
 from moeconf.memory.geometry import per_layer
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV
@@ -142,22 +143,13 @@ def read_ik_split_settings(argv: Sequence[str], env: Mapping[str, str] | None = 
     for k, v in (env or {}).items():
         if k in _IK_ENV:
             values[_IK_ENV[k]] = v
-    words = list(argv)
-    i = 1 if words and not words[0].startswith("-") else 0
-    while i < len(words):
-        w = words[i]
-        name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
+    for name, value in named_options(list(argv), _IK_VALUED):
         if name in UNPREDICTABLE_FLAGS:
             return UNPREDICTABLE_FLAGS[name]
         if name in IK_NO_FA:
             values["flash_attn"] = "off"
-        elif name in _IK_VALUED:
-            if eq:
-                values[_IK_VALUED[name]] = inline
-            elif i + 1 < len(words):
-                values[_IK_VALUED[name]] = words[i + 1]
-                i += 1
-        i += 1
+        elif name in _IK_VALUED and value is not None:
+            values[_IK_VALUED[name]] = value
     out: dict[str, object] = {}
     for key, text in values.items():
         if key in ("cache_type_k", "cache_type_v"):

@@ -290,39 +290,27 @@ def read_settings(
         elif ((k in (row("--embedding").env, row("--rerank").env) and v.lower() in _TRUE)
               or (k == pooling_opt.env and v != "none")):
             values["embedding"] = True
+    from moeconf.engines.cmdline import named_options
+
     words = list(argv)
-    i = 1 if words and not words[0].startswith("-") else 0
-    while i < len(words):
-        w = words[i]
-        name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
-        value = inline if eq else None
+    valued = {*_VALUED, *pooling_opt.names, *(fa_names if engine.fa_takes_value else ())}
+    for name, value in named_options(words, valued):
         if name in _VALUED or name in fa_names:
-            if value is None and name in fa_names:
-                if engine.fa_takes_value and i + 1 < len(words):
-                    value = words[i + 1]  # the next word, whatever it is (put() refuses a bad one)
-                    i += 1
-                elif engine.fa_takes_value:
-                    problems.append(f"{name} needs a value")
-                    break
-                else:
-                    value = "on"  # a bare switch (mainline before b6325, ik before 2025-11-13)
-            elif value is None:
-                if i + 1 >= len(words):
-                    problems.append(f"{name} needs a value")
-                    break
-                value = words[i + 1]
-                i += 1
+            if value is None and name in fa_names and not engine.fa_takes_value:
+                value = "on"  # a bare switch (mainline before b6325, ik before 2025-11-13)
+            if value is None:
+                problems.append(f"{name} needs a value")
+                break
+            # -fa: the next word, whatever it is (put() refuses a bad one)
             put("flash_attn" if name in fa_names else _VALUED[name], value, name)
         elif name in _SWITCHES:
             key, val = _SWITCHES[name]
             values[key] = val
         elif name in _EMBEDDING_SWITCHES:
             values["embedding"] = True
-        elif name in pooling_opt.names and (value is not None or i + 1 < len(words)):
-            pooling = value if value is not None else words[i + 1]
-            i += 0 if value is not None else 1
-            values["embedding"] = pooling != "none"
-        i += 1
+        elif name in pooling_opt.names and value is not None:
+            values["embedding"] = value != "none"
+
     def num(key: str, default: int) -> int:
         v = values.get(key, default)
         return v if isinstance(v, int) else default
