@@ -8,7 +8,7 @@ give up on user-set `-ngl`/`-ot` anyway, after possibly cutting the context.
 from __future__ import annotations
 
 from moeconf.engines import Engine
-from moeconf.engines.options import options, plain_fields
+from moeconf.engines.options import for_field, options, plain_fields, row
 from moeconf.errors import PlanError
 from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import Plan
@@ -71,13 +71,8 @@ def _load_mode(plan: Plan, eng: Engine) -> list[str]:
     if not (f.no_mmap or f.mlock):
         return []
     if eng.has_load_mode:
-        return ["-lm", load_mode(f.no_mmap, f.mlock)]
-    out = []
-    if f.no_mmap:
-        out.append("--no-mmap")
-    if f.mlock:
-        out.append("--mlock")
-    return out
+        return [row("-lm").flag, load_mode(f.no_mmap, f.mlock)]
+    return [for_field(k).flag for k in ("no_mmap", "mlock") if getattr(f, k)]
 
 
 def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_path: str | None = None,

@@ -150,7 +150,7 @@ def emit_env(c: Compiled) -> str:
         lines.append((env_var("-ts"), tensor_split_text(f.tensor_split)))
     if f.no_mmap or f.mlock:
         if eng.has_load_mode:
-            lines.append(("LLAMA_ARG_LOAD_MODE", load_mode(f.no_mmap, f.mlock)))
+            lines.append((env_var("-lm"), load_mode(f.no_mmap, f.mlock)))
         else:
             if f.no_mmap:
                 lines.append(("LLAMA_ARG_NO_MMAP", "1"))

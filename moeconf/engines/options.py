@@ -57,6 +57,7 @@ _ROWS: Final[tuple[tuple[str, str | None, str, str | None, int | None, tuple[str
     ("-ctv", "cache_type_v", "flags", "cache_type_v", None, ()),
     ("--no-mmap", "no_mmap", "flags", None, None, ("--no-mmap",)),
     ("--mlock", "mlock", "flags", None, None, ("--mlock",)),
+    ("-lm", None, "", None, None, ()),  # mainline b10108+: no_mmap and mlock as one value (emitting/argv.py)
     ("-mqkv", "merge_qkv", "flags", None, None, ("-mqkv", "--merge-qkv")),
     ("-muge", "merge_up_gate", "flags", None, None, ("-muge", "--merge-up-gate-experts")),
     ("-sm", "split_mode", "flags", None, None, ()),
