@@ -147,7 +147,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
             raise MoeconfError(unknown_flag_message(eng, w, None if removed else closest_flag(eng, name)))
         if name in _REFUSED:
             raise MoeconfError(f"fit chooses {name} itself: leave it out (and give budgets with --gpu)")
-        if name == "--kv-unified-per-slot":
+        if name in _options.spellings("--kv-unified-per-slot"):
             # llama-server sizes its KV pool n_parallel x N when -c is not given (tools/server/server.cpp)
             raise MoeconfError("--kv-unified-per-slot: fit sizes the KV cache from -c; give -c (the number of "
                                "slots times the context per slot) instead")
@@ -171,7 +171,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
         i += 1 + takes
         if name in _MODEL:
             out.serve_path = values[0]
-        elif name == "--rpc":
+        elif name in _options.spellings("--rpc"):
             out.rpc += [s for s in values[0].split(",") if s]
         elif name in _BOOL_FIELDS:
             out.fields[_BOOL_FIELDS[name]] = True
