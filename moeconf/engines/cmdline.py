@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
 from moeconf.engines.flags import c_floats, c_int, flag_table, is_number, value_problem
-from moeconf.engines.options import env_var, spellings
+from moeconf.engines.options import env_var, out_of_range, row, spellings
 from moeconf.model.inventory import Inventory
 
 if TYPE_CHECKING:
@@ -335,7 +335,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         elif name in sp("-ncmoe"):
             assert value is not None
             n = _int(value.text)
-            if n is None or n < 0:
+            if n is None or out_of_range(row("-ncmoe"), n):
                 inv.problems.append((value, f"--n-cpu-moe needs a number >= 0, not {value.text!r}"))
             else:
                 inv.n_cpu_moe.append((flag, n, order, src))
@@ -343,7 +343,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         elif name in sp("-ncffn") and engine.name == "llama.cpp" and name in table:
             assert value is not None
             n = _int(value.text)
-            if n is None or n < 0:
+            if n is None or out_of_range(row("-ncffn"), n):
                 inv.problems.append((value, f"--n-cpu-ffn needs a number >= 0, not {value.text!r}"))
             else:
                 inv.n_cpu_ffn.append((flag, n, order, src))
