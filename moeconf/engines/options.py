@@ -15,10 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:
-    from moeconf.plan.model import Flags
+from typing import Final
 
 
 @dataclass(frozen=True)
@@ -182,18 +179,6 @@ def plain_fields() -> Iterator[EngineOption]:
     fit, flash attention (by version), the load mode and -ts (their own forms)."""
     special = ("serve_path", "rpc", "n_gpu_layers", "fit", "flash_attn", "no_mmap", "mlock", "tensor_split")
     return (o for o in options() if o.field is not None and o.field not in special)
-
-
-def plan_memory_words(flags: Flags) -> list[str]:
-    """The engine words for the memory settings a plan's `[flags]` fields set (`-c 32768 -fa on`),
-    in table order; `[flags] extra` not included."""
-    out: list[str] = []
-    for o in options():
-        if o.field is not None and o.setting is not None and o.section == "flags":
-            v = getattr(flags, o.field)
-            if v is not None:
-                out += [o.flag, str(v)]
-    return out
 
 
 def with_settings() -> Iterator[EngineOption]:
