@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
+from moeconf.engines.cmdline import named_options
+from moeconf.engines.options import negated_env, out_of_range, row, setting_row, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
 from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
@@ -190,8 +192,6 @@ def _tables() -> tuple[dict[str, str], dict[str, tuple[str, bool]], frozenset[st
     setting for a valued option, spelling -> (setting, value) for a switch, the switches that make
     llama-server keep n_batch outputs (an embedding or reranking server), variable -> setting for a
     value and for a switch, the variables ik_llama.cpp reads, and the settings read as numbers."""
-    from moeconf.engines.options import with_settings
-
     valued: dict[str, str] = {}
     switches: dict[str, tuple[str, bool]] = {}
     embedding: set[str] = set()
@@ -237,8 +237,6 @@ def read_settings(
     one, else `binary` (the binary the command line will run, when known apart from argv)."""
     values: dict[str, object] = {}
     problems: list[str] = []
-    from moeconf.engines.options import negated_env, out_of_range, row, setting_row
-
     accepted = cache_types(engine)
     fa_names = row("-fa").names
     pooling_opt = row("--pooling")
@@ -290,8 +288,6 @@ def read_settings(
         elif ((k in (row("--embedding").env, row("--rerank").env) and v.lower() in _TRUE)
               or (k == pooling_opt.env and v != "none")):
             values["embedding"] = True
-    from moeconf.engines.cmdline import named_options
-
     words = list(argv)
     valued = {*_VALUED, *pooling_opt.names, *(fa_names if engine.fa_takes_value else ())}
     for name, value in named_options(words, valued):
