@@ -133,16 +133,6 @@ def options() -> tuple[EngineOption, ...]:
 
 
 @cache
-def _by_spelling() -> dict[str, EngineOption]:
-    return {name: o for o in options() for name in o.spellings}
-
-
-def option(name: str) -> EngineOption | None:
-    """The row a spelling (or negated spelling) names; None for an option moeconf does not map."""
-    return _by_spelling().get(name)
-
-
-@cache
 def _by_flag() -> dict[str, EngineOption]:
     return {o.flag: o for o in options()}
 
