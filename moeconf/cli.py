@@ -372,19 +372,18 @@ def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
     return _load_model(args.model), engine(args.engine, args.engine_version)
 
 
-def _line_model(words: list[str]) -> str:
-    """The MODEL a command line names itself: -hf REPO[:TAG] (with --hf-file: that file), else -m."""
-    kinds = {"-hf": "repo", "-hfr": "repo", "--hf-repo": "repo", "-hff": "file", "--hf-file": "file",
-             "-m": "model", "--model": "model"}
-    found: dict[str, str] = {}
-    for i, w in enumerate(words[:-1]):
-        if w in kinds:
-            found[kinds[w]] = words[i + 1]  # the last one counts, as the engines read them
-    if "repo" in found:
-        repo = found["repo"].split(":")[0]
-        return f"hf://{repo}/{found['file']}" if "file" in found else found["repo"]
-    if "model" in found:
-        return found["model"]
+def _line_model(words: list[str], engine_name: str) -> str:
+    """The MODEL a command line names itself: -hf REPO[:TAG] (with --hf-file: that file), else -m,
+    each the last given, as the engine reads the line (engines/cmdline.py parse_invocation)."""
+    from moeconf.engines import engine
+    from moeconf.engines.cmdline import Arg, parse_invocation
+
+    inv = parse_invocation([Arg(w) for w in words], engine(engine_name))
+    if inv.hf_repo is not None:
+        repo = inv.hf_repo.text.split(":")[0]
+        return f"hf://{repo}/{inv.hf_file.text}" if inv.hf_file is not None else inv.hf_repo.text
+    if inv.model is not None:
+        return inv.model.text
     raise MoeconfError("give MODEL, or a command line with -m or -hf")
 
 
@@ -395,7 +394,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from moeconf.report.explain import render
 
     if args.model is None:
-        args.model = _line_model(list(args.engine_args))
+        args.model = _line_model(list(args.engine_args), args.engine)
     inv, eng = _model_and_engine(args)
     argv = list(args.engine_args)
     for v in args.ot:

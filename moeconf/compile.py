@@ -156,10 +156,15 @@ def _check_flags(plan: Plan, eng: Engine) -> None:
 
 # Options a plan key owns that `[flags] extra` may still carry as written while that key is unset:
 # they decide neither placement nor memory (moeconf fit passes a user's own flags through this way)
-_PASSABLE: dict[str, str] = {
-    "-t": "threads", "--threads": "threads", "--host": "host", "--port": "port",
-    "--no-mmap": "load", "--mmap": "load", "--mlock": "load", "-lm": "load", "--load-mode": "load",
-}
+def _passable() -> dict[str, str]:
+    from moeconf.engines.options import options, spellings
+
+    keys = {n: str(o.field) for o in options() if o.field in ("threads", "host", "port") for n in o.names}
+    load = [n for f in ("--no-mmap", "--mlock", "-lm") for n in spellings(f)]
+    return {**keys, **dict.fromkeys((*load, "--mmap"), "load")}
+
+
+_PASSABLE: dict[str, str] = _passable()
 
 
 def _passable_key_set(plan: Plan, key: str) -> bool:

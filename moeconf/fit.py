@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import moeconf.engines.options as _options
 import moeconf.engines.specflags as specflags
 from moeconf.compile import compile_plan
 from moeconf.compiled import Compiled
@@ -36,20 +37,18 @@ MiB = 1024 * 1024
 Policy = Literal["first", "last"]
 
 # engine flags fit decides itself (placement and the devices), in every spelling
-_REFUSED = {"-ngl", "--gpu-layers", "--n-gpu-layers", "-ot", "--override-tensor", "-ts", "--tensor-split",
-            "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe", "-ncffn", "--n-cpu-ffn", "-fit", "--fit", "-fitt",
-            "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "-dev", "--device",
-            "--max-gpu"}
-_MODEL = {"-m", "--model"}
-# engine flags that are plan fields (memory and the split); the rest goes to flags.extra as written
-_FIELDS = {"-c": "ctx_size", "--ctx-size": "ctx_size", "-b": "batch", "--batch-size": "batch",
-           "-ub": "ubatch", "--ubatch-size": "ubatch", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
-           "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-fa": "flash_attn", "--flash-attn": "flash_attn",
-           "-sm": "split_mode", "--split-mode": "split_mode", "-mg": "main_gpu", "--main-gpu": "main_gpu"}
-_BOOL_FIELDS = {"-mqkv": "merge_qkv", "--merge-qkv": "merge_qkv", "-muge": "merge_up_gate",
-                "--merge-up-gate-experts": "merge_up_gate"}
-_NO_FA = {"-no-fa", "--no-flash-attn"}  # ik_llama.cpp's switch for -fa off
-_INT_FIELDS = {"ctx_size", "batch", "ubatch", "main_gpu"}
+_REFUSED = {*(n for f in ("-ngl", "-ot", "-ts", "-ncmoe", "-cmoe", "-ncffn", "-fit", "-dev")
+              for n in _options.spellings(f)),
+            "-fitt", "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "--max-gpu"}
+# engine flags that are plan fields (memory and the split), from the one option table
+# (engines/options.py); the rest goes to flags.extra as written
+_MODEL = frozenset(_options.row("-m").names)
+_FIELDS = {n: o.field for o in _options.options() if o.field in (
+    "ctx_size", "batch", "ubatch", "cache_type_k", "cache_type_v", "flash_attn", "split_mode", "main_gpu")
+    for n in o.names}
+_BOOL_FIELDS = {n: o.field for o in _options.options() if o.field in ("merge_qkv", "merge_up_gate") for n in o.names}
+_NO_FA = frozenset(_options.IK_NO_FA)  # ik_llama.cpp's switch for -fa off
+_INT_FIELDS = {f for f in _FIELDS.values() if _options.for_field(f).value == "int"}
 # flags that load more onto the devices than the memory model knows of: refused, not guessed
 _NOT_MODELLED = {
     # a draft model: the flags that load one in either engine (engines/specflags.py, from the parsers);
@@ -58,7 +57,8 @@ _NOT_MODELLED = {
     **dict.fromkeys(("-mm", "--mmproj", "-mmu", "--mmproj-url", "--mmproj-auto"), "a multimodal projector"),
     **dict.fromkeys(("--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled"),
                     "LoRA adapters and control vectors"),
-    **dict.fromkeys(("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url", "--docker-repo"),
+    **dict.fromkeys((*sorted(_options.spellings("-hf") | _options.spellings("-hff")), "-mu", "--model-url",
+                     "--docker-repo"),
                     "a model downloaded by the engine (give the file as MODEL and --serve-path)"),
 }
 
@@ -147,7 +147,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
             raise MoeconfError(unknown_flag_message(eng, w, None if removed else closest_flag(eng, name)))
         if name in _REFUSED:
             raise MoeconfError(f"fit chooses {name} itself: leave it out (and give budgets with --gpu)")
-        if name == "--kv-unified-per-slot":
+        if name in _options.spellings("--kv-unified-per-slot"):
             # llama-server sizes its KV pool n_parallel x N when -c is not given (tools/server/server.cpp)
             raise MoeconfError("--kv-unified-per-slot: fit sizes the KV cache from -c; give -c (the number of "
                                "slots times the context per slot) instead")
@@ -155,7 +155,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
             raise MoeconfError(f"{name}: {_NOT_MODELLED[name]} is not modelled by fit's memory estimate, so it "
                                "cannot promise a fit with it; size it without, then leave room with --reserve")
         takes = n_values
-        if name in ("-fa", "--flash-attn"):
+        if name in _options.spellings("-fa"):
             takes = 1 if eng.fa_takes_value else 0
             nxt = words[i + 1].lower() if i + 1 < len(words) else None
             if takes and (nxt is None or (nxt.startswith("-") and nxt != "-1")):
@@ -171,7 +171,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
         i += 1 + takes
         if name in _MODEL:
             out.serve_path = values[0]
-        elif name == "--rpc":
+        elif name in _options.spellings("--rpc"):
             out.rpc += [s for s in values[0].split(",") if s]
         elif name in _BOOL_FIELDS:
             out.fields[_BOOL_FIELDS[name]] = True
@@ -188,7 +188,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
                 if key == "main_gpu" and n < 0:
                     raise MoeconfError(f"{name} {value}: a negative main GPU keeps every layer on the CPU "
                                        "(-sm none): there is nothing for fit to place on a GPU")
-                if n < 0 or (n == 0 and key in ("batch", "ubatch")):
+                if _options.out_of_range(_options.for_field(key), n):
                     raise MoeconfError(f"{name} {value} is out of range")
                 out.fields[key] = n
             elif key == "flash_attn":
@@ -209,8 +209,10 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
     return out
 
 
-_PLAN_WORDS = (("; or set tensor_split)", ")"), ('split_mode = "none"', "-sm none"), ("flags.main_gpu", "-mg"),
-               ("main_gpu", "-mg"), ("split_mode", "-sm"), ("tensor_split", "-ts"), ("flags.", ""))
+# plan words in a compile error -> the flags fit's user gave (the option table's spellings)
+_PLAN_WORDS = (("; or set tensor_split)", ")"), ('split_mode = "none"', "-sm none"),
+               *((f"flags.{f}", _options.for_field(f).flag) for f in ("main_gpu",)),
+               *((f, _options.for_field(f).flag) for f in ("main_gpu", "split_mode", "tensor_split")), ("flags.", ""))
 
 
 def _flag_words(text: str) -> str:
@@ -340,10 +342,9 @@ class _Solver:
 
     def _settings_argv(self) -> list[str]:
         out: list[str] = []
-        for key, flag in (("ctx_size", "-c"), ("batch", "-b"), ("ubatch", "-ub"), ("cache_type_k", "-ctk"),
-                          ("cache_type_v", "-ctv"), ("flash_attn", "-fa")):
+        for key in ("ctx_size", "batch", "ubatch", "cache_type_k", "cache_type_v", "flash_attn"):
             if key in self.fields:
-                out += [flag, str(self.fields[key])]
+                out += [_options.for_field(key).flag, str(self.fields[key])]
         return out + list(self.extra)
 
     def _complete(self) -> None:

@@ -14,6 +14,7 @@ from moeconf.plan import Plan
 
 if TYPE_CHECKING:
     from moeconf.memory.iksplit import IkSplitSettings
+    from moeconf.plan.model import Flags
 
 
 def plan_engine(plan: Plan) -> Engine:
@@ -38,6 +39,20 @@ def gpu_devices(plan: Plan, eng: Engine) -> list[str]:
     return [*rpc_devices(plan, eng), *engine_device_order(plan.config.engine.gpus)]
 
 
+def plan_memory_words(flags: Flags) -> list[str]:
+    """The engine words for the memory settings a plan's `[flags]` fields set (`-c 32768 -fa on`),
+    in the option table's order (engines/options.py); `[flags] extra` not included."""
+    from moeconf.engines.options import options
+
+    out: list[str] = []
+    for o in options():
+        if o.field is not None and o.setting is not None and o.section == "flags":
+            v = getattr(flags, o.field)
+            if v is not None:
+                out += [o.flag, str(v)]
+    return out
+
+
 def plan_ik_settings(plan: Plan) -> IkSplitSettings | str:
     """What ik_llama.cpp's layer split depends on, from the plan's own context, batch, cache and
     `extra` flags (memory/iksplit.py); a str says why it cannot be predicted."""
@@ -45,11 +60,7 @@ def plan_ik_settings(plan: Plan) -> IkSplitSettings | str:
 
     f = plan.config.flags
     words = ["--fit"] if f.fit else []
-    for flag, value in (("-c", f.ctx_size), ("-b", f.batch), ("-ub", f.ubatch), ("-fa", f.flash_attn),
-                        ("-ctk", f.cache_type_k), ("-ctv", f.cache_type_v)):
-        if value is not None:
-            words += [flag, str(value)]
-    return read_ik_split_settings([*words, *f.extra])
+    return read_ik_split_settings([*words, *plan_memory_words(f), *f.extra])
 
 
 def plan_ik_split(plan: Plan, inv: Inventory, eng: Engine, n_devices: int,

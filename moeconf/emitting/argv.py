@@ -8,6 +8,7 @@ give up on user-set `-ngl`/`-ot` anyway, after possibly cutting the context.
 from __future__ import annotations
 
 from moeconf.engines import Engine
+from moeconf.engines.options import for_field, options, plain_fields, row
 from moeconf.errors import PlanError
 from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import Plan
@@ -70,13 +71,8 @@ def _load_mode(plan: Plan, eng: Engine) -> list[str]:
     if not (f.no_mmap or f.mlock):
         return []
     if eng.has_load_mode:
-        return ["-lm", load_mode(f.no_mmap, f.mlock)]
-    out = []
-    if f.no_mmap:
-        out.append("--no-mmap")
-    if f.mlock:
-        out.append("--mlock")
-    return out
+        return [row("-lm").flag, load_mode(f.no_mmap, f.mlock)]
+    return [for_field(k).flag for k in ("no_mmap", "mlock") if getattr(f, k)]
 
 
 def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_path: str | None = None,
@@ -85,6 +81,7 @@ def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_pa
     `-ot` value) leaves `-m` out when the model is a manifest without `serve_path`."""
     f = plan.config.flags
     t = plan.config.targets
+    plain = set(plain_fields())
     argv: list[str] = [t.binary or DEFAULT_BINARY] if with_binary else []
     remote = remote_model_args(plan, eng, inv, model_path)
     if remote is not None:
@@ -100,40 +97,25 @@ def build_argv(plan: Plan, eng: Engine, inv: Inventory, syn: Synthesis, model_pa
             argv += ["-fit", "on" if f.fit else "off"]
         elif f.fit:
             argv += ["--fit"]
-    if f.ctx_size is not None:
-        argv += ["-c", str(f.ctx_size)]
-    if f.batch is not None:
-        argv += ["-b", str(f.batch)]
-    if f.ubatch is not None:
-        argv += ["-ub", str(f.ubatch)]
-    if f.flash_attn is not None:
-        if eng.fa_takes_value:
-            argv += ["-fa", f.flash_attn]
-        elif f.flash_attn == "on":
-            argv += ["-fa"]
-        elif f.flash_attn == "auto":
-            raise plan.error_at_key(("flags", "flash_attn"), f"{eng.label} has no -fa auto (b6325+)")
-    if f.cache_type_k:
-        argv += ["-ctk", f.cache_type_k]
-    if f.cache_type_v:
-        argv += ["-ctv", f.cache_type_v]
-    argv += _load_mode(plan, eng)
-    if f.merge_qkv:
-        argv += ["-mqkv"]
-    if f.merge_up_gate:
-        argv += ["-muge"]
-    if f.split_mode:
-        argv += ["-sm", f.split_mode]
-    if f.tensor_split:
-        argv += ["-ts", tensor_split_text(f.tensor_split)]
-    if f.main_gpu is not None:
-        argv += ["-mg", str(f.main_gpu)]
-    if f.threads is not None:
-        argv += ["-t", str(f.threads)]
-    if t.host:
-        argv += ["--host", t.host]
-    if t.port is not None:
-        argv += ["--port", str(t.port)]
+    # the plan's own fields, each as the option table (engines/options.py) spells it, in its order
+    for o in options():
+        if o.field == "flash_attn" and f.flash_attn is not None:
+            if eng.fa_takes_value:
+                argv += [o.flag, f.flash_attn]
+            elif f.flash_attn == "on":
+                argv += [o.flag]
+            elif f.flash_attn == "auto":
+                raise plan.error_at_key(("flags", "flash_attn"), f"{eng.label} has no {o.flag} auto (b6325+)")
+        elif o.field == "no_mmap":
+            argv += _load_mode(plan, eng)
+        elif o.field == "tensor_split" and f.tensor_split:
+            argv += [o.flag, tensor_split_text(f.tensor_split)]
+        elif o in plain:
+            v = getattr(f if o.section == "flags" else t, o.field or "")
+            if o.value == "switch":
+                argv += [o.flag] if v else []
+            elif v is not None and v != "":
+                argv += [o.flag, str(v)]
     if syn.items:
         if eng.max_overrides is not None and len(syn.items) > eng.max_overrides:
             raise PlanError(f"{len(syn.items)} -ot items exceed {eng.name}'s limit of {eng.max_overrides}",

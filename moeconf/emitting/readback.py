@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import moeconf.emitting.commands as tg
 from moeconf.engines.cmdline import Arg, parse_invocation, unknown_flag_message
+from moeconf.engines.options import env_var
 from moeconf.explanation import Explanation, explain_invocation
 
 if TYPE_CHECKING:
@@ -112,8 +113,9 @@ def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str,
         launches = sources.dotenv_launches(what, text)
         env = {k: a.text for la in launches for k, a in la.env.items()}
         model = c.argv[c.argv.index("-m") + 1]
-        if env.get("LLAMA_ARG_MODEL") != model:
-            raise OutputMismatch(f"{what}: LLAMA_ARG_MODEL reads back as {env.get('LLAMA_ARG_MODEL')!r}, not {model!r}")
+        var = env_var("-m")
+        if env.get(var) != model:
+            raise OutputMismatch(f"{what}: {var} reads back as {env.get(var)!r}, not {model!r}")
         return [], env, None
     if target in ("compose", "llama-swap"):
         launches, notes = sources.yaml_launches(what, text, variables={})

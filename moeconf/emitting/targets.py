@@ -132,31 +132,32 @@ def emit_env(c: Compiled) -> str:
         if problem is not None:
             raise MoeconfError(f"no environment form for the engine flag {problem}", path=c.plan.path,
                                hint="drop it, or use --target llama.cpp, docker, compose or llama-swap")
-    lines: list[tuple[str, str]] = [("LLAMA_ARG_MODEL", _model_override(c) or "")]
+    from moeconf.engines.options import env_var, options
+
+    lines: list[tuple[str, str]] = [(env_var("-m"), _model_override(c) or "")]
     if f.rpc:
-        lines.append(("LLAMA_ARG_RPC", ",".join(f.rpc)))
+        lines.append((env_var("--rpc"), ",".join(f.rpc)))
     ngl = f.n_gpu_layers
-    lines.append(("LLAMA_ARG_N_GPU_LAYERS", "999" if ngl == "all" else str(ngl)))
+    lines.append((env_var("-ngl"), "999" if ngl == "all" else str(ngl)))
     if eng.has_fit:
-        lines.append(("LLAMA_ARG_FIT", "on" if f.fit else "off"))
-    simple = [("LLAMA_ARG_CTX_SIZE", f.ctx_size), ("LLAMA_ARG_BATCH", f.batch), ("LLAMA_ARG_UBATCH", f.ubatch),
-              ("LLAMA_ARG_FLASH_ATTN", f.flash_attn), ("LLAMA_ARG_CACHE_TYPE_K", f.cache_type_k),
-              ("LLAMA_ARG_CACHE_TYPE_V", f.cache_type_v), ("LLAMA_ARG_SPLIT_MODE", f.split_mode),
-              ("LLAMA_ARG_MAIN_GPU", f.main_gpu), ("LLAMA_ARG_THREADS", f.threads),
-              ("LLAMA_ARG_HOST", t.host), ("LLAMA_ARG_PORT", t.port)]
+        lines.append((env_var("-fit"), "on" if f.fit else "off"))
+    # the plan's fields that have a variable, their values as written (engines/options.py)
+    simple = [(o.env, getattr(f if o.section == "flags" else t, o.field)) for o in options()
+              if o.field is not None and o.env and o.field not in ("serve_path", "rpc", "n_gpu_layers", "fit",
+                                                                   "tensor_split")]
     lines += [(k, str(v)) for k, v in simple if v is not None]
     if f.tensor_split:
-        lines.append(("LLAMA_ARG_TENSOR_SPLIT", tensor_split_text(f.tensor_split)))
+        lines.append((env_var("-ts"), tensor_split_text(f.tensor_split)))
     if f.no_mmap or f.mlock:
         if eng.has_load_mode:
-            lines.append(("LLAMA_ARG_LOAD_MODE", load_mode(f.no_mmap, f.mlock)))
+            lines.append((env_var("-lm"), load_mode(f.no_mmap, f.mlock)))
         else:
             if f.no_mmap:
                 lines.append(("LLAMA_ARG_NO_MMAP", "1"))
             if f.mlock:
                 lines.append(("LLAMA_ARG_MLOCK", "1"))
     if c.ot:
-        lines.append(("LLAMA_ARG_OVERRIDE_TENSOR", c.ot))
+        lines.append((env_var("-ot"), c.ot))
     clash = next((k for k, _ in extra if any(k == have for have, _ in lines)), None)
     if clash is not None:
         raise MoeconfError(f"[flags] extra arguments set {clash}, which the plan sets already", path=c.plan.path,

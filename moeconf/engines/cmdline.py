@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
 from moeconf.engines.flags import c_floats, c_int, flag_table, is_number, value_problem
+from moeconf.engines.options import env_var, out_of_range, row, spellings
 from moeconf.model.inventory import Inventory
 
 if TYPE_CHECKING:
@@ -134,6 +135,27 @@ def option_values(words: Sequence[str], engine: Engine) -> Iterator[tuple[str, s
         n = table.get(name, 0)
         yield name, words[i + 1] if n and i + 1 < len(words) else None
         i += 1 + n
+
+
+def named_options(words: Sequence[str], valued: Container[str]) -> Iterator[tuple[str, str | None]]:
+    """Each option of a plain argv (binary first or not) as moeconf's memory readers take it (the
+    option table's settings: memory/settings.py, memory/iksplit.py): its name and its value,
+    which is the text after `=` of a long option (moeconf reads `--name=value`; the engines
+    refuse it), else the next word for a name in `valued` (None when the line ends), else None.
+    Words between are not skipped by the flag table: a value that reads as a known option is read
+    as one (unlike `option_values`)."""
+    i = 1 if words and not words[0].startswith("-") else 0
+    while i < len(words):
+        w = words[i]
+        name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
+        if eq:
+            yield name, inline
+        elif name in valued:
+            yield name, words[i + 1] if i + 1 < len(words) else None
+            i += 1
+        else:
+            yield name, None
+        i += 1
 
 
 def closest_flag(engine: Engine, name: str) -> str | None:
@@ -285,6 +307,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
     binary = inv.binary.text.rsplit("/", 1)[-1].removesuffix(".exe") if inv.binary else None
     order = 0
     table = known_flags(engine)
+    sp, ev = spellings, env_var  # the one option table (engines/options.py)
 
     def take(name: str, flag: Arg, value: Arg | None, src: str) -> None:
         """One option as the engine's handler takes it (the command line's, or the config's)."""
@@ -294,63 +317,63 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             # the engine's std::stoi / std::stof throws: it stops before loading (engines/flags.py)
             inv.problems.append((value, refused))
             return
-        if name in ("-m", "--model"):
+        if name in sp("-m"):
             inv.model = value
-        elif name in ("-hf", "-hfr", "--hf-repo"):
+        elif name in sp("-hf"):
             inv.hf_repo = value
-        elif name in ("-hff", "--hf-file"):
+        elif name in sp("-hff"):
             inv.hf_file = value
-        elif name == "--offline":
+        elif name in sp("--offline"):
             inv.offline = True
-        elif name in ("-ot", "--override-tensor"):
+        elif name in sp("-ot"):
             assert value is not None
             inv.ot.append(OtValue(value, flag, order))
             order += 1
-        elif name in ("-cmoe", "--cpu-moe"):
+        elif name in sp("-cmoe"):
             inv.cpu_moe.append((flag, order, src))
             order += 1
-        elif name in ("-ncmoe", "--n-cpu-moe"):
+        elif name in sp("-ncmoe"):
             assert value is not None
             n = _int(value.text)
-            if n is None or n < 0:
+            if n is None or out_of_range(row("-ncmoe"), n):
                 inv.problems.append((value, f"--n-cpu-moe needs a number >= 0, not {value.text!r}"))
             else:
                 inv.n_cpu_moe.append((flag, n, order, src))
                 order += 1
-        elif name in ("-ncffn", "--n-cpu-ffn") and engine.name == "llama.cpp" and name in table:
+        elif name in sp("-ncffn") and engine.name == "llama.cpp" and name in table:
             assert value is not None
             n = _int(value.text)
-            if n is None or n < 0:
+            if n is None or out_of_range(row("-ncffn"), n):
                 inv.problems.append((value, f"--n-cpu-ffn needs a number >= 0, not {value.text!r}"))
             else:
                 inv.n_cpu_ffn.append((flag, n, order, src))
                 order += 1
-        elif name in ("-ngl", "--gpu-layers", "--n-gpu-layers"):
+        elif name in sp("-ngl"):
             assert value is not None
             inv.ngl = _parse_ngl(inv, value)
-        elif name in ("-fit", "--fit"):
+        elif name in sp("-fit"):
             if engine.fit_flag == "-fit":
                 assert value is not None
                 inv.fit = (value, value.text in ("on", "enabled", "true", "1"))
             else:
                 inv.fit = (flag, True)
-        elif name in ("--rpc",):
+        elif name in sp("--rpc"):
             assert value is not None
             inv.rpc.append((flag, value, order))
             order += 1
-        elif name in ("-sm", "--split-mode"):
+        elif name in sp("-sm"):
             inv.split_mode = value
-        elif name in ("-ts", "--tensor-split"):
+        elif name in sp("-ts"):
             inv.tensor_split = value
-        elif name in ("-mg", "--main-gpu"):
+        elif name in sp("-mg"):
             inv.main_gpu = value
-        elif name in ("-mqkv", "--merge-qkv"):
+        elif name in sp("-mqkv"):
             inv.merge_qkv = flag
-        elif name in ("-muge", "--merge-up-gate-experts"):
+        elif name in sp("-muge"):
             inv.merge_up_gate = flag
-        elif name in ("-c", "--ctx-size"):
+        elif name in sp("-c"):
             inv.ctx_size = value
-        elif name in ("-dev", "--device"):
+        elif name in sp("-dev"):
             inv.device_list = value
 
     # the config files first (mainline b10398+: common_params_apply_system_config)
@@ -378,46 +401,46 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             why = value_problem(engine, opt.first, v.text, var) if opt is not None else None
             if why is not None:
                 inv.problems.append((v, why))
-    if engine.env_override_tensor and "LLAMA_ARG_OVERRIDE_TENSOR" in inv.env:
-        inv.ot.append(OtValue(inv.env["LLAMA_ARG_OVERRIDE_TENSOR"], None, order))
+    if engine.env_override_tensor and ev("-ot") in inv.env:
+        inv.ot.append(OtValue(inv.env[ev("-ot")], None, order))
         order += 1
-    if engine.env_cpu_moe and "LLAMA_ARG_CPU_MOE" in inv.env:
-        v = inv.env["LLAMA_ARG_CPU_MOE"]
+    if engine.env_cpu_moe and ev("-cmoe") in inv.env:
+        v = inv.env[ev("-cmoe")]
         if v.text in ("on", "enabled", "true", "1"):
             inv.cpu_moe.append((v, order, "env"))
             order += 1
-    if engine.env_cpu_moe and "LLAMA_ARG_N_CPU_MOE" in inv.env:
-        v = inv.env["LLAMA_ARG_N_CPU_MOE"]
+    if engine.env_cpu_moe and ev("-ncmoe") in inv.env:
+        v = inv.env[ev("-ncmoe")]
         n = _int(v.text)
         if n is not None:
             inv.n_cpu_moe.append((v, n, order, "env"))
             order += 1
     # common/arg.cpp applies the variables in option order: -ot, -cmoe, -ncmoe, then -ncffn
-    if engine.name == "llama.cpp" and engine.env_cpu_moe and "LLAMA_ARG_N_CPU_FFN" in inv.env:
-        v = inv.env["LLAMA_ARG_N_CPU_FFN"]
+    if engine.name == "llama.cpp" and engine.env_cpu_moe and ev("-ncffn") in inv.env:
+        v = inv.env[ev("-ncffn")]
         n = _int(v.text)
         if n is not None and n >= 0:
             inv.n_cpu_ffn.append((v, n, order, "env"))
             order += 1
-    if "LLAMA_ARG_N_GPU_LAYERS" in inv.env:
-        inv.ngl = _parse_ngl(inv, inv.env["LLAMA_ARG_N_GPU_LAYERS"])
-    if engine.env_override_tensor and "LLAMA_ARG_CTX_SIZE" in inv.env:
-        inv.ctx_size = inv.env["LLAMA_ARG_CTX_SIZE"]
-    if engine.has_fit and engine.fit_flag == "-fit" and "LLAMA_ARG_FIT" in inv.env:
-        v = inv.env["LLAMA_ARG_FIT"]
+    if ev("-ngl") in inv.env:
+        inv.ngl = _parse_ngl(inv, inv.env[ev("-ngl")])
+    if engine.env_override_tensor and ev("-c") in inv.env:
+        inv.ctx_size = inv.env[ev("-c")]
+    if engine.has_fit and engine.fit_flag == "-fit" and ev("-fit") in inv.env:
+        v = inv.env[ev("-fit")]
         inv.fit = (v, v.text in ("on", "enabled", "true", "1"))
-    if "LLAMA_ARG_MODEL" in inv.env:
-        inv.model = inv.env["LLAMA_ARG_MODEL"]
-    inv.hf_repo = inv.env.get("LLAMA_ARG_HF_REPO", inv.hf_repo)
-    inv.hf_file = inv.env.get("LLAMA_ARG_HF_FILE", inv.hf_file)
-    if inv.env.get("LLAMA_ARG_OFFLINE") is not None:
-        inv.offline = inv.env["LLAMA_ARG_OFFLINE"].text.lower() in ("1", "true", "on", "enabled")
+    if ev("-m") in inv.env:
+        inv.model = inv.env[ev("-m")]
+    inv.hf_repo = inv.env.get(ev("-hf"), inv.hf_repo)
+    inv.hf_file = inv.env.get(ev("-hff"), inv.hf_file)
+    if inv.env.get(ev("--offline")) is not None:
+        inv.offline = inv.env[ev("--offline")].text.lower() in ("1", "true", "on", "enabled")
     if engine.env_split:
-        inv.split_mode = inv.env.get("LLAMA_ARG_SPLIT_MODE", inv.split_mode)
-        inv.tensor_split = inv.env.get("LLAMA_ARG_TENSOR_SPLIT", inv.tensor_split)
-        inv.main_gpu = inv.env.get("LLAMA_ARG_MAIN_GPU", inv.main_gpu)
-        if "LLAMA_ARG_RPC" in inv.env:
-            inv.rpc.append((Arg("LLAMA_ARG_RPC"), inv.env["LLAMA_ARG_RPC"], order))
+        inv.split_mode = inv.env.get(ev("-sm"), inv.split_mode)
+        inv.tensor_split = inv.env.get(ev("-ts"), inv.tensor_split)
+        inv.main_gpu = inv.env.get(ev("-mg"), inv.main_gpu)
+        if ev("--rpc") in inv.env:
+            inv.rpc.append((Arg(ev("--rpc")), inv.env[ev("--rpc")], order))
             order += 1
 
     check_flags = binary is None or binary in COMMON_ARG_BINARIES
@@ -443,7 +466,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             # read the words after it as the flag that was probably meant would
             n_values = table.get(closest, 0) if closest else 0
         takes = bool(n_values)
-        if name in ("-fa", "--flash-attn"):
+        if name in sp("-fa"):
             takes = engine.fa_takes_value
         if takes and value is None:
             if i + 1 < len(words):
@@ -456,7 +479,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
                 i += 1
                 continue
         i += 1
-        if name in ("-fa", "--flash-attn") and value is not None and value.text.lower() not in (
+        if name in sp("-fa") and value is not None and value.text.lower() not in (
                 _IK_FA_VALUES if engine.name == "ik_llama.cpp" else _FA_VALUES):
             # both engines read the next word as the value, whatever it is, and stop on a bad one
             inv.problems.append((value, f"unknown value for {name}: {value.text!r} ({engine.label} takes on, off "

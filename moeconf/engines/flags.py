@@ -16,35 +16,29 @@ _NGL = "[flags] n_gpu_layers"
 _FIT = "[flags] fit (moeconf plans place tensors themselves; fit would choose at load time)"
 _RULES_CPU = "rules (\"experts -> cpu\", \"experts first N -> cpu\", ...)"
 
+def _plan_keys() -> dict[str, str]:
+    from moeconf.engines.options import options
+
+    # the plan's own fields, every spelling, from the one option table (engines/options.py)
+    keys = {n: f"[{o.section}] {o.field}" for o in options() if o.field is not None for n in o.names}
+    keys.update({
+        "-ngl": _NGL, "--gpu-layers": _NGL, "--n-gpu-layers": _NGL,
+        "-ot": "rules", "--override-tensor": "rules",
+        "-cmoe": _RULES_CPU, "--cpu-moe": _RULES_CPU, "-ncmoe": _RULES_CPU, "--n-cpu-moe": _RULES_CPU,
+        "-ncffn": "rules", "--n-cpu-ffn": "rules",
+        "-dev": "[engine] gpus (the devices the plan places on)", "--device": "[engine] gpus (the devices the plan "
+        "places on)", "--max-gpu": "[engine] gpus (the devices the plan places on)",
+        "-fit": _FIT, "--fit": _FIT, "-fitt": _FIT, "--fit-target": _FIT, "-fitc": _FIT, "--fit-ctx": _FIT,
+        "--fit-margin": _FIT, "-gfm": _FIT, "--gpu-fit-margin": _FIT,
+        "--kv-unified-per-slot": "[flags] ctx_size (the KV pool: slots x context per slot)",
+        "--mmap": "[flags] no_mmap", "-lm": "[flags] no_mmap and mlock", "--load-mode": "[flags] no_mmap and mlock",
+    })
+    return keys
+
+
 # Options a plan sets through its own keys, in every spelling: placement, the devices, memory.
 # In `[flags] extra` they would be a second, unsimulated copy that the engine reads last.
-PLAN_KEYS: Final[dict[str, str]] = {
-    "-m": "[model] serve_path", "--model": "[model] serve_path",
-    "-ngl": _NGL, "--gpu-layers": _NGL, "--n-gpu-layers": _NGL,
-    "-ot": "rules", "--override-tensor": "rules",
-    "-cmoe": _RULES_CPU, "--cpu-moe": _RULES_CPU, "-ncmoe": _RULES_CPU, "--n-cpu-moe": _RULES_CPU,
-    "-ncffn": "rules", "--n-cpu-ffn": "rules",
-    "-ts": "[flags] tensor_split", "--tensor-split": "[flags] tensor_split",
-    "-sm": "[flags] split_mode", "--split-mode": "[flags] split_mode",
-    "-mg": "[flags] main_gpu", "--main-gpu": "[flags] main_gpu",
-    "-dev": "[engine] gpus (the devices the plan places on)", "--device": "[engine] gpus (the devices the plan "
-    "places on)", "--max-gpu": "[engine] gpus (the devices the plan places on)",
-    "--rpc": "[flags] rpc",
-    "-fit": _FIT, "--fit": _FIT, "-fitt": _FIT, "--fit-target": _FIT, "-fitc": _FIT, "--fit-ctx": _FIT,
-    "--fit-margin": _FIT, "-gfm": _FIT, "--gpu-fit-margin": _FIT,
-    "-c": "[flags] ctx_size", "--ctx-size": "[flags] ctx_size",
-    "--kv-unified-per-slot": "[flags] ctx_size (the KV pool: slots x context per slot)",
-    "-b": "[flags] batch", "--batch-size": "[flags] batch", "-ub": "[flags] ubatch", "--ubatch-size": "[flags] ubatch",
-    "-fa": "[flags] flash_attn", "--flash-attn": "[flags] flash_attn",
-    "-ctk": "[flags] cache_type_k", "--cache-type-k": "[flags] cache_type_k",
-    "-ctv": "[flags] cache_type_v", "--cache-type-v": "[flags] cache_type_v",
-    "--no-mmap": "[flags] no_mmap", "--mmap": "[flags] no_mmap", "--mlock": "[flags] mlock",
-    "-lm": "[flags] no_mmap and mlock", "--load-mode": "[flags] no_mmap and mlock",
-    "-mqkv": "[flags] merge_qkv", "--merge-qkv": "[flags] merge_qkv",
-    "-muge": "[flags] merge_up_gate", "--merge-up-gate-experts": "[flags] merge_up_gate",
-    "-t": "[flags] threads", "--threads": "[flags] threads",
-    "--host": "[targets] host", "--port": "[targets] port",
-}
+PLAN_KEYS: Final[dict[str, str]] = _plan_keys()
 
 
 def option_name(word: str) -> str:

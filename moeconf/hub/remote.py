@@ -37,7 +37,9 @@ def endpoint() -> str:
 def offline() -> bool:
     """huggingface_hub's HF_HUB_OFFLINE (and TRANSFORMERS_OFFLINE), llama.cpp's LLAMA_ARG_OFFLINE, or
     MOECONF_OFFLINE: no network; only the caches are read."""
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "MOECONF_OFFLINE", "LLAMA_ARG_OFFLINE"):
+    from moeconf.engines.options import env_var
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "MOECONF_OFFLINE", env_var("--offline")):
         if os.environ.get(var, "").strip().lower() in ("1", "on", "yes", "true", "enabled"):
             return True
     return False

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from moeconf.engines import Engine
+from moeconf.engines.cmdline import named_options
+from moeconf.engines.options import IK_NO_FA
 from moeconf.memory.geometry import per_layer
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV
 from moeconf.model import ggml
@@ -113,18 +115,20 @@ class IkSplitSettings:
     worst_graph_tokens: int = 0  # -wgt
 
 
-_IK_VALUED = {
-    "-c": "n_ctx", "--ctx-size": "n_ctx", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
-    "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-mla": "mla", "--mla-use": "mla",
-    "-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch", "--ubatch-size": "n_ubatch",
-    "-amb": "amb", "--attention-max-batch": "amb", "-wgt": "worst_graph_tokens",
-    "--worst-graph-tokens": "worst_graph_tokens", "-fa": "flash_attn", "--flash-attn": "flash_attn",
-}
-_IK_ENV = {
-    "LLAMA_ARG_CTX_SIZE": "n_ctx", "LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch",
-    "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k", "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
-    "LLAMA_ARG_FLASH_ATTN": "flash_attn",
-}
+def _ik_tables() -> tuple[dict[str, str], dict[str, str]]:
+    """Spelling -> setting and variable -> setting for what IkSplitSettings holds, from the one
+    option table (engines/options.py; the variables: those ik reads)."""
+    import dataclasses
+
+    from moeconf.engines.options import with_settings
+
+    keys = {f.name for f in dataclasses.fields(IkSplitSettings)}
+    rows = [o for o in with_settings() if o.setting in keys]
+    return ({n: str(o.setting) for o in rows for n in o.names},
+            {o.env: str(o.setting) for o in rows if o.ik_env})
+
+
+_IK_VALUED, _IK_ENV = _ik_tables()
 # flags after which ik moves layers by free memory or loads what is not modelled
 UNPREDICTABLE_FLAGS = {"--fit": "--fit moves layers by free memory", "-mtp": "-mtp loads the nextn layers",
                        "--multi-token-prediction": "-mtp loads the nextn layers",
@@ -139,22 +143,13 @@ def read_ik_split_settings(argv: Sequence[str], env: Mapping[str, str] | None = 
     for k, v in (env or {}).items():
         if k in _IK_ENV:
             values[_IK_ENV[k]] = v
-    words = list(argv)
-    i = 1 if words and not words[0].startswith("-") else 0
-    while i < len(words):
-        w = words[i]
-        name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
+    for name, value in named_options(list(argv), _IK_VALUED):
         if name in UNPREDICTABLE_FLAGS:
             return UNPREDICTABLE_FLAGS[name]
-        if name in ("-no-fa", "--no-flash-attn"):
+        if name in IK_NO_FA:
             values["flash_attn"] = "off"
-        elif name in _IK_VALUED:
-            if eq:
-                values[_IK_VALUED[name]] = inline
-            elif i + 1 < len(words):
-                values[_IK_VALUED[name]] = words[i + 1]
-                i += 1
-        i += 1
+        elif name in _IK_VALUED and value is not None:
+            values[_IK_VALUED[name]] = value
     out: dict[str, object] = {}
     for key, text in values.items():
         if key in ("cache_type_k", "cache_type_v"):

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
+from moeconf.engines.cmdline import named_options
+from moeconf.engines.options import negated_env, out_of_range, row, setting_row, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
 from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
@@ -184,39 +186,46 @@ def server_slots(binary: str | None, engine: Engine) -> int | None:
 _TRUE = {"on", "enabled", "true", "1"}
 _FALSE = {"off", "disabled", "false", "0"}
 
-# option spellings -> setting; None value means a switch
-_VALUED = {
-    "-c": "n_ctx", "--ctx-size": "n_ctx", "-b": "n_batch", "--batch-size": "n_batch", "-ub": "n_ubatch",
-    "--ubatch-size": "n_ubatch", "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
-    "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v", "-np": "n_parallel", "--parallel": "n_parallel",
-    "-mla": "mla", "--mla-use": "mla", "-amb": "amb", "--attention-max-batch": "amb",
-    "-cram": "cache_ram", "--cache-ram": "cache_ram", "-ctxcp": "ctx_checkpoints",
-    "--ctx-checkpoints": "ctx_checkpoints", "--swa-checkpoints": "ctx_checkpoints",
-    "--kv-unified-per-slot": "kv_per_slot",
-}
-_SWITCHES = {
-    "-nkvo": ("offload_kqv", False), "--no-kv-offload": ("offload_kqv", False),
-    "-kvo": ("offload_kqv", True), "--kv-offload": ("offload_kqv", True),
-    "--swa-full": ("swa_full", True), "-kvu": ("kv_unified", True), "--kv-unified": ("kv_unified", True),
-    "-no-kvu": ("kv_unified", False), "--no-kv-unified": ("kv_unified", False),
-    # llama.cpp only (ik_llama.cpp has none of these: it stops on them)
-    "--no-host": ("no_host", True), "--repack": ("repack", True), "-nr": ("repack", False),
-    "--no-repack": ("repack", False), "--op-offload": ("op_offload", True), "--no-op-offload": ("op_offload", False),
-}
-# what makes llama-server keep n_batch outputs (an embedding or reranking server)
-_EMBEDDING_SWITCHES = frozenset({"--embedding", "--embeddings", "--rerank", "--reranking"})
-_ENV = {
-    "LLAMA_ARG_CTX_SIZE": "n_ctx", "LLAMA_ARG_BATCH": "n_batch", "LLAMA_ARG_UBATCH": "n_ubatch",
-    "LLAMA_ARG_CACHE_TYPE_K": "cache_type_k", "LLAMA_ARG_CACHE_TYPE_V": "cache_type_v",
-    "LLAMA_ARG_N_PARALLEL": "n_parallel", "LLAMA_ARG_FLASH_ATTN": "flash_attn",
-    "LLAMA_ARG_CACHE_RAM": "cache_ram", "LLAMA_ARG_CTX_CHECKPOINTS": "ctx_checkpoints",
-    "LLAMA_ARG_KV_UNIFIED_PER_SLOT": "kv_per_slot",
-}
-_ENV_BOOL = {"LLAMA_ARG_KV_OFFLOAD": "offload_kqv", "LLAMA_ARG_SWA_FULL": "swa_full",
-             "LLAMA_ARG_KV_UNIFIED": "kv_unified", "LLAMA_ARG_REPACK": "repack"}
-# ik_llama.cpp reads a short fixed list of LLAMA_ARG_* (engine facts section 1)
-_IK_ENV = {"LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_BATCH", "LLAMA_ARG_UBATCH", "LLAMA_ARG_CACHE_TYPE_K",
-           "LLAMA_ARG_CACHE_TYPE_V", "LLAMA_ARG_FLASH_ATTN", "LLAMA_ARG_N_PARALLEL"}
+def _tables() -> tuple[dict[str, str], dict[str, tuple[str, bool]], frozenset[str], dict[str, str], dict[str, str],
+                       frozenset[str], frozenset[str]]:
+    """The memory settings' options, from the one option table (engines/options.py): spelling ->
+    setting for a valued option, spelling -> (setting, value) for a switch, the switches that make
+    llama-server keep n_batch outputs (an embedding or reranking server), variable -> setting for a
+    value and for a switch, the variables ik_llama.cpp reads, and the settings read as numbers."""
+    valued: dict[str, str] = {}
+    switches: dict[str, tuple[str, bool]] = {}
+    embedding: set[str] = set()
+    env: dict[str, str] = {}
+    env_bool: dict[str, str] = {}
+    ik_env: set[str] = set()
+    numbers: set[str] = set()
+    for o in with_settings():
+        key = o.setting
+        assert key is not None
+        if o.ik_env:
+            ik_env.add(o.env)
+        if key == "embedding":
+            if o.value == "switch":
+                embedding.update(o.names)
+            continue  # --pooling and the variables: read where they are read
+        if key == "worst_graph_tokens":
+            continue  # ik's layer split only (memory/iksplit.py)
+        if o.value == "switch":
+            switches.update({n: (key, True) for n in o.names})
+            switches.update({n: (key, False) for n in o.negs})
+            if o.env:
+                env_bool[o.env] = key
+            continue
+        if key != "flash_attn":  # -fa takes a value or not by version: read in read_settings
+            valued.update(dict.fromkeys(o.names, key))
+        if o.env:
+            env[o.env] = key
+        if o.value == "int":
+            numbers.add(key)
+    return valued, switches, frozenset(embedding), env, env_bool, frozenset(ik_env), frozenset(numbers)
+
+
+_VALUED, _SWITCHES, _EMBEDDING_SWITCHES, _ENV, _ENV_BOOL, _IK_ENV, _NUMBERS = _tables()
 
 
 def read_settings(
@@ -228,12 +237,12 @@ def read_settings(
     one, else `binary` (the binary the command line will run, when known apart from argv)."""
     values: dict[str, object] = {}
     problems: list[str] = []
-    kinds = {"n_ctx": int, "n_batch": int, "n_ubatch": int, "n_parallel": int, "mla": int, "amb": int, "cache_ram": int,
-             "ctx_checkpoints": int, "kv_per_slot": int}
     accepted = cache_types(engine)
+    fa_names = row("-fa").names
+    pooling_opt = row("--pooling")
 
     def put(key: str, text: str, where: str) -> None:
-        if key in kinds:
+        if key in _NUMBERS:
             from moeconf.engines.flags import c_int
 
             m = c_int(text)  # as the engine's std::stoi reads it (`4096k` is 4096)
@@ -241,9 +250,8 @@ def read_settings(
                 problems.append(f"{where} needs a number, not {text!r}")
                 return
             n = m
-            # any negative --cache-ram is "no limit" (server_prompt_cache); -np -1 is auto
-            if (n < 0 and key not in ("n_parallel", "cache_ram", "kv_per_slot")) or (
-                    key in ("n_batch", "n_ubatch") and n == 0):
+            # the table's bounds: any negative --cache-ram is "no limit" (server_prompt_cache); -np -1 is auto
+            if out_of_range(setting_row(key), n):
                 problems.append(f"{where} {n} is out of range")
                 return
             values[key] = n
@@ -270,51 +278,35 @@ def read_settings(
             continue
         if k in _ENV:
             put(_ENV[k], v, k)
-        elif k in _ENV_BOOL:
+        elif k in _ENV_BOOL:  # a switch's variable (a switch without a negated form: set when truthy)
             if v in _TRUE:
                 values[_ENV_BOOL[k]] = True
-            elif v in _FALSE:
+            elif v in _FALSE and setting_row(_ENV_BOOL[k]).negs:
                 values[_ENV_BOOL[k]] = False
-        elif k == "LLAMA_ARG_NO_KV_OFFLOAD":
+        elif k == negated_env(row("-kvo")):
             values["offload_kqv"] = False
-        elif k == "LLAMA_ARG_NO_HOST" and v in _TRUE:  # a switch's variable: set when truthy
-            values["no_host"] = True
-        elif ((k in ("LLAMA_ARG_EMBEDDINGS", "LLAMA_ARG_RERANKING") and v.lower() in _TRUE)
-              or (k == "LLAMA_ARG_POOLING" and v != "none")):
+        elif ((k in (row("--embedding").env, row("--rerank").env) and v.lower() in _TRUE)
+              or (k == pooling_opt.env and v != "none")):
             values["embedding"] = True
     words = list(argv)
-    i = 1 if words and not words[0].startswith("-") else 0
-    while i < len(words):
-        w = words[i]
-        name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
-        value = inline if eq else None
-        if name in _VALUED or name in ("-fa", "--flash-attn"):
-            if value is None and name in ("-fa", "--flash-attn"):
-                if engine.fa_takes_value and i + 1 < len(words):
-                    value = words[i + 1]  # the next word, whatever it is (put() refuses a bad one)
-                    i += 1
-                elif engine.fa_takes_value:
-                    problems.append(f"{name} needs a value")
-                    break
-                else:
-                    value = "on"  # a bare switch (mainline before b6325, ik before 2025-11-13)
-            elif value is None:
-                if i + 1 >= len(words):
-                    problems.append(f"{name} needs a value")
-                    break
-                value = words[i + 1]
-                i += 1
-            put("flash_attn" if name in ("-fa", "--flash-attn") else _VALUED[name], value, name)
+    valued = {*_VALUED, *pooling_opt.names, *(fa_names if engine.fa_takes_value else ())}
+    for name, value in named_options(words, valued):
+        if name in _VALUED or name in fa_names:
+            if value is None and name in fa_names and not engine.fa_takes_value:
+                value = "on"  # a bare switch (mainline before b6325, ik before 2025-11-13)
+            if value is None:
+                problems.append(f"{name} needs a value")
+                break
+            # -fa: the next word, whatever it is (put() refuses a bad one)
+            put("flash_attn" if name in fa_names else _VALUED[name], value, name)
         elif name in _SWITCHES:
             key, val = _SWITCHES[name]
             values[key] = val
         elif name in _EMBEDDING_SWITCHES:
             values["embedding"] = True
-        elif name == "--pooling" and (value is not None or i + 1 < len(words)):
-            pooling = value if value is not None else words[i + 1]
-            i += 0 if value is not None else 1
-            values["embedding"] = pooling != "none"
-        i += 1
+        elif name in pooling_opt.names and value is not None:
+            values["embedding"] = value != "none"
+
     def num(key: str, default: int) -> int:
         v = values.get(key, default)
         return v if isinstance(v, int) else default
@@ -390,21 +382,24 @@ def settings_argv(s: MemorySettings, engine: Engine) -> list[str]:
     `LLAMA_ARG_*` variable it came from."""
     d = MemorySettings()
     out: list[str] = []
-    for flag, key in (("-c", "n_ctx"), ("-b", "n_batch"), ("-ub", "n_ubatch"), ("-ctk", "cache_type_k"),
-                      ("-ctv", "cache_type_v"), ("-np", "n_parallel")):
+    from moeconf.engines.options import row
+
+    for flag in ("-c", "-b", "-ub", "-ctk", "-ctv", "-np"):
+        key = row(flag).setting
+        assert key is not None
         v = getattr(s, key)
         if v != getattr(d, key):
             out += [flag, str(v)]
     if s.flash_attn != d.flash_attn:
         out += ["-fa", s.flash_attn] if engine.fa_takes_value else (["-fa"] if s.flash_attn == "on" else [])
-    if not s.offload_kqv:
-        out.append("-nkvo")
-    if s.swa_full:
-        out.append("--swa-full")
-    if s.kv_unified:
-        out.append("-kvu")
-    if s.mla is not None:
-        out += ["-mla", str(s.mla)]
-    if s.amb is not None:
-        out += ["-amb", str(s.amb)]
+    for flag in ("-kvo", "--swa-full", "-kvu"):  # the switches that differ from the default, in their short form
+        o = row(flag)
+        assert o.setting is not None
+        if getattr(s, o.setting) != getattr(d, o.setting):
+            out.append(o.flag if getattr(s, o.setting) else o.negs[0])
+    for flag in ("-mla", "-amb"):
+        key = row(flag).setting
+        assert key is not None
+        if getattr(s, key) is not None:
+            out += [flag, str(getattr(s, key))]
     return out

@@ -13,6 +13,15 @@ RPC_PATTERN = r"^[^, ]+:[0-9]+$"
 # The engines read integer flags with std::stoi: larger values stop them at start-up.
 INT_MAX = 2**31 - 1
 
+
+def _least(flag: str) -> int:
+    """moeconf's lower bound for the option's value (the option table, engines/options.py)."""
+    from moeconf.engines.options import row
+
+    least = row(flag).minimum
+    assert least is not None
+    return least
+
 DockerBackend = Literal["cpu", "cuda", "cuda13", "rocm", "vulkan", "intel", "musa"]
 
 
@@ -65,9 +74,9 @@ class Flags(_Section):
         "tensors by hand (fit would give up anyway, after possibly cutting the context). ik_llama.cpp "
         "refuses `--fit` together with `-ot`.",
     )
-    ctx_size: int | None = Field(default=None, ge=0, le=INT_MAX, description="`-c`: context size in tokens.")
-    batch: int | None = Field(default=None, ge=1, le=INT_MAX, description="`-b`: logical batch size.")
-    ubatch: int | None = Field(default=None, ge=1, le=INT_MAX, description="`-ub`: physical batch size.")
+    ctx_size: int | None = Field(default=None, ge=_least("-c"), le=INT_MAX, description="`-c`: context size in tokens.")
+    batch: int | None = Field(default=None, ge=_least("-b"), le=INT_MAX, description="`-b`: logical batch size.")
+    ubatch: int | None = Field(default=None, ge=_least("-ub"), le=INT_MAX, description="`-ub`: physical batch size.")
     flash_attn: Literal["on", "off", "auto"] | None = Field(default=None, description="`-fa`.")
     cache_type_k: str | None = Field(default=None, description="`-ctk`: K cache type (f16, q8_0, ...).")
     cache_type_v: str | None = Field(default=None, description="`-ctv`: V cache type.")
@@ -82,13 +91,13 @@ class Flags(_Section):
         default=None, description="`-ts`: proportions per GPU; also used to predict default placement. Unset "
         "with a fill rule over several GPUs (llama.cpp), moeconf chooses it from the budgets."
     )
-    main_gpu: int | None = Field(default=None, ge=0, le=INT_MAX, description="`-mg`.")
+    main_gpu: int | None = Field(default=None, ge=_least("-mg"), le=INT_MAX, description="`-mg`.")
     rpc: list[str] = Field(
         default=[], description="`--rpc` servers, `host:port` each.",
         # the same check as `_rpc_form`, for validators that read only the schema
         json_schema_extra={"items": {"type": "string", "pattern": RPC_PATTERN}},
     )
-    threads: int | None = Field(default=None, ge=1, le=INT_MAX, description="`-t`.")
+    threads: int | None = Field(default=None, ge=_least("-t"), le=INT_MAX, description="`-t`.")
     extra: list[str] = Field(default=[], description="More arguments, appended as given.")
 
     @field_validator("tensor_split")
@@ -117,7 +126,7 @@ class Targets(_Section):
                                description="Server binary (not starting with `-`, which the engine would read "
                                "as an option). Default: `llama-server`.")
     host: str | None = Field(default=None, description="`--host`.")
-    port: int | None = Field(default=None, ge=1, le=65535, description="`--port`.")
+    port: int | None = Field(default=None, ge=_least("--port"), le=65535, description="`--port`.")
     docker_image: str | None = Field(
         default=None, description="Image for `docker`/`compose`. Default: the engine's official server image."
     )
