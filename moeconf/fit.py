@@ -484,7 +484,17 @@ class _Solver:
         whole = {d: sorted(il for il, names in v.items() if names == all_kinds[il]) for d, v in per_dev.items()}
         splits = tuple((il, d, tuple(sorted({self.inv.by_name[n].base for n in names})))
                        for d, v in per_dev.items() for il, names in sorted(v.items()) if names != all_kinds[il])
-        return FitResult(text, compiled, mem, whole, splits, tuple(self.budgets), tuple(self.notes),
+        notes = list(self.notes)
+        layers_on = {d: {t.layer for t in self.inv.tensors if t.layer is not None and t.group != "experts"
+                         and compiled.placement.devices[t.name] == d} for d in self.order}
+        idle = [d for d in self.order if not layers_on[d] and not per_dev[d]]
+        if len(self.order) > 1 and idle:
+            # the search's order (docs/plans.md): bytes on the GPUs, then the fewest away from their
+            # layer's GPU, then room: a GPU with nothing of its own left is that order's choice, said
+            notes.append(f"{', '.join(idle)} holds no layer and no expert (the output layer at most): the split "
+                         "that keeps the most routed experts on the GPUs with the fewest away from their layer's GPU "
+                         "(docs/plans.md) leaves it without; give -ts to spread the layers anyway")
+        return FitResult(text, compiled, mem, whole, splits, tuple(self.budgets), tuple(notes),
                          self.assumptions(mem))
 
 

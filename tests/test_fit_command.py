@@ -284,3 +284,11 @@ def test_llama_swap_names_the_model_not_fits_plan(capsys: pytest.CaptureFixture[
     assert main(["fit", model, "--gpu", "12GiB", "-q", "--target", "llama-swap"]) == 0
     out = capsys.readouterr().out
     assert "fit.plan" not in out and "'qwen3-30b-a3b':" in out
+
+
+def test_an_idle_gpu_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    """Qwen3-30B on 2 x 24 GiB: every expert fits beside its layer on CUDA0 (-ts 48,1); fit says why
+    CUDA1 holds no layer (issue 25: the search's order, not a tie-break gone wrong)."""
+    assert main(["fit", QWEN, "--gpu", "24GiB", "--gpu", "24GiB", "-c", "32768", "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert "-ts 48,1" in out and "CUDA1 holds no layer and no expert" in err
