@@ -218,7 +218,7 @@ def test_compute_where_the_allocator_places_the_returned_expert_output(
 
 
 # llama-fit-params -fitp on, RPC devices (sched_reserve's compute buffer size, MiB): Llama 4's
-# output device, replayed node by node (moeconf/memory/replay.py). Its one routed expert's output
+# output device, given node by node by the engine's graph (moeconf/memory/graph). Its one routed expert's output
 # lands in a hole of exactly n_embd x ub floats (the logits at 20 MiB) or 0.75 MiB of router scratch
 # higher (at 40.75 MiB), depending on where earlier layers left the residual stream
 @pytest.mark.parametrize(("argv", "engine_mib"), [
@@ -262,7 +262,7 @@ def test_allocator_takes_the_best_fitting_hole_and_merges_freed_neighbours() -> 
 
 
 # llama-fit-params -fitp on (MiB: the RPC device's and the host's compute buffers): GLM-4.5-Air on
-# one GPU, replayed over the whole graph (moeconf/memory/replay.py). At -c 32768 the last layer
+# one GPU, given by the engine's graph (moeconf/memory/graph). At -c 32768 the last layer
 # frees its 32 MiB mask before the FFN and the experts' sum takes that hole: the logits sit 72 MiB
 # lower than at -c 8192 to 24576; the host's peak depends on which freed inputs its copies fill
 @pytest.mark.parametrize(("argv", "gpu_mib", "host_mib"), [

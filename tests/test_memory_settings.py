@@ -180,7 +180,7 @@ def test_unmodelled_setting_families_are_refused(models: dict[str, Inventory], m
     ("qwen3-30b-a3b", ["-c", "8192", "-nkvo"]),
     ("deepseek-v3", ["-c", "8192", "-nkvo", "-ub", "1024"]),
     ("qwen3-30b-a3b", ["-c", "8192", "-ot", r"exps=CPU,^output\.weight=CPU"]),
-    # over two GPUs where replay.moe_graph gives every GPU's buffer (exact: tests/test_memory_replay.py)
+    # over two GPUs where the engine's graph gives every GPU's buffer (exact: tests/test_memory_replay.py)
     ("qwen3-30b-a3b", ["-c", "8192", "-ts", "1,1", "-b", "4096", "-ub", "4096", "-ot",
                        r"exps=CPU,^output\.weight=CPU"]),
     ("glm-4.5-air", ["-c", "32768", "-ts", "1,1", "-ot", r"exps=CPU,^output\.weight=CPU"]),

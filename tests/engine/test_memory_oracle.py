@@ -93,7 +93,7 @@ CASES: list[tuple[str, str]] = [
     ("deepseek2", "-c 16384 -ngl 999 -ctk q8_0 -ctv q8_0 -ot exps=CPU"),
     ("qwen3moe", "2rpc -c 16384 -ngl 40 -ts 1,1 -ot exps=CPU -ub 1024"),
     ("llama4", "-c 8192 -ngl 30 -ot exps=CPU"),
-    # Llama 4's output device by a replay of ggml-alloc (moeconf/memory/replay.py)
+    # Llama 4's output device by the engine's graph (moeconf/memory/graph)
     ("llama4", "-c 8192 -ngl 999 -ub 1024"),
     ("llama4", "-c 16384 -ngl 10 -ub 2048"),
     ("llama4", "2rpc -c 8192 -ngl 30 -ts 1,1"),
@@ -224,7 +224,7 @@ CASES += [("qwen3moe", line) for line in (
 
 # Compute cases moeconf does not yet model within tolerance (listed, so a gap stays visible and a
 # fix shows up as an unexpected pass). None: Llama 4 (the output device) and GLM-4.5 on one GPU
-# (with or without routed experts on the CPU) are replayed node by node (moeconf/memory/replay.py),
+# (with or without routed experts on the CPU) are given node by node by the engine's graph (moeconf/memory/graph),
 # which closed the last four (the logits 20.75 MiB higher, or the experts' sum in a freed mask's
 # hole 72 MiB lower, than the phase model put them).
 COMPUTE_GAPS: set[tuple[str, str]] = set()
