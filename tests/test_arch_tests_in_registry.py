@@ -24,11 +24,7 @@ _GLM5_NEXT = "glm5-next has no composition module yet (its replay models it)"
 # (file, what the architecture is compared against) -> why it stays
 ALLOWED: dict[tuple[str, str], str] = {
     ("memory/iksplit.py", "_MLA_ARCHS"): "ik_llama.cpp's get_layer_sizes tests these names itself (src/llama.cpp)",
-    ("memory/estimate.py", "GLM5_NEXT"): _GLM5_NEXT,
-    ("fill.py", "GLM5_NEXT"): _GLM5_NEXT,
     ("memory/indexer.py", "KPOOL_ARCHS"): _GLM5_NEXT,
-    ("memory/classic.py", "OWN_PLACEMENT_CHECKS"): _GLM5_NEXT,
-    ("memory/families.py", "'glm5-next'"): _GLM5_NEXT,
 }
 
 

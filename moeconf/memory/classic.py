@@ -60,26 +60,11 @@ CLASSIC_REFUSED: dict[str, str] = {}
 
 
 # --- every block on the CPU (-ngl 0, -ngl 1; h20ngl) ---
-# The architectures whose memory with every block on the CPU was measured within tolerance against
-# `llama-fit-params -fitp on` (llama.cpp 0.3.36; every layout of moeconf/fixtures at -c 32768, -ub 512
-# and 1024, f16 and q8_0 caches, and at -c 4096 and 131072; -fa off on one layout each:
-# tests/data/cpu_layers_oracle.json). "host" is -ngl 0 (the output layer on the CPU too), "gpu_output"
-# is -ngl 1 (only the output layer offloaded: that GPU runs the output norm and the logits, plus what
-# `output_gpu_experts_copy` says). Any other architecture is refused in that case: its figures were
-# off (-ngl 0: Llama-4's host 30.75 MiB per 512 ubatch tokens under; dots.llm1's and Qwen3.5's host
-# exact at -c 32768 only, 20 MiB under at -c 4096, 106 at -c 131072; -ngl 1: Qwen3-Coder-480B's host
-# 22.8 MiB under at -ub 1024, the experts' down output placed above a hole it does not fit in; GLM's,
-# DeepSeek's, Grok's output GPU 20-28 MiB over at -ub 1024), or were never measured.
-# architectures measured at -ngl 0 and -ngl 1 beside their own figures (glm5-next: its graph,
-# tests/data/glm5next_memory_oracle.json): the rule below leaves them to those
-OWN_PLACEMENT_CHECKS: frozenset[str] = frozenset({"glm5-next"})
-# (on llama.cpp the architectures whose compute the engine's graph gives, graph.model.GRAPH_COMPUTE, are
-# exact in both: tests/test_memory_cpu_layers.py; these sets hold for the phase model, ik_llama.cpp's)
-CPU_LAYERS_EXACT: dict[str, frozenset[str]] = {
-    "host": frozenset({"bailingmoe2", "gpt-oss", "minimax-m2", "grok"}),
-    "gpu_output": frozenset({"bailingmoe2", "dots1", "ernie4_5-moe", "qwen35moe", "qwen3next", "gpt-oss",
-                             "minimax-m2", "qwen3vlmoe"}),
-}
+# "host" is -ngl 0 (the output layer on the CPU too), "gpu_output" is -ngl 1 (only the output layer
+# offloaded: that GPU runs the output norm and the logits, plus what `output_gpu_experts_copy` says).
+# The engine's graph gives both exactly on every modelled architecture (tests/test_memory_cpu_layers.py,
+# tests/data/cpu_layers_oracle.json: llama-fit-params -fitp on); the phase model, which only ranks a
+# search's candidates, was off there by up to 30 MiB per 512 ubatch tokens.
 
 
 def cpu_layers_case(placement: Placement) -> str | None:
@@ -117,18 +102,3 @@ def output_gpu_experts_copy(placement: Placement, n_expert_used: int, n_embd: in
 def graph_computed(placement: Placement) -> bool:
     """Whether `estimate` takes every compute buffer from the engine's graph (memory/graph): llama.cpp's."""
     return placement.inventory.arch in GRAPH_COMPUTE and placement.engine.name == "llama.cpp"
-
-
-def unmodelled_settings(placement: Placement) -> list[str]:
-    """Settings under which a modelled architecture's compute is not modelled (measured outside
-    tolerance): the estimate is incomplete with this note instead of a wrong number."""
-    inv = placement.inventory
-    out = []
-    case = cpu_layers_case(placement)  # every block on the CPU (h20ngl)
-    if (case is not None and inv.arch not in CPU_LAYERS_EXACT[case] and inv.arch not in OWN_PLACEMENT_CHECKS
-            and not graph_computed(placement)):  # the engine's graph covers every placement (memory/graph)
-        what = ("every block and the output layer on the CPU (-ngl 0)" if case == "host" else
-                "every block on the CPU and only the output layer on a GPU (-ngl 1)")
-        out.append(f"compute is not modelled for {inv.arch} with {what}: not measured within tolerance of "
-                   "llama.cpp's own projection; KV cache and compute are not computed")
-    return out

@@ -36,7 +36,6 @@ from moeconf.memory.classic import (
     graph_computed,
     input_width,
     output_device,
-    unmodelled_settings,
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
@@ -250,8 +249,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     ik = eng.name == "ik_llama.cpp"
     if why and ik:
         why.append(ikarchs.next_step(inv, not unmodelled(inv, "llama.cpp")))
-    if not why and not ik:  # settings a modelled architecture's compute is not checked under
-        why = unmodelled_settings(placement)
     try:
         geo = geometry(inv)
     except GeometryUnknown as err:

@@ -30,6 +30,7 @@ import moeconf.memory.extrafiles as extrafiles
 import moeconf.memory.kvoverride as kvoverride
 import moeconf.memory.speculative as spec
 from moeconf.memory.classic import output_device
+from moeconf.memory.graph.archs import traits
 from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement
 
@@ -70,8 +71,8 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
     if not gpus:
         return why
     cpu_experts = _gpu_layers_with_cpu_experts(placement)
-    # (glm5-next: its graph matches the engine's -nkvo figures with experts on the host, tests/test_memory_glm5next.py)
-    if cpu_experts and not settings.offload_kqv and placement.inventory.arch != "glm5-next":
+    # (where the graph's figures were checked against the engine's there: Traits.nkvo_host_experts)
+    if cpu_experts and not settings.offload_kqv and not traits(placement.inventory.arch).nkvo_host_experts:
         why.append("memory is not modelled for -nkvo (KV cache in host memory) with routed experts of GPU "
                    "layers on the CPU: the compute buffers of that split are not computed")
     out = output_device(placement)  # a tied output's copy where the engine makes one

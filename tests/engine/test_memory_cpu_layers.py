@@ -2,9 +2,8 @@
 each modelled architecture against llama.cpp's own projection (`llama-fit-params -fitp on`, which
 allocates nothing), one RPC server on 127.0.0.1 as the GPU. The recorded figures
 (tests/data/cpu_layers_oracle.json, which tests/test_memory_cpu_layers.py holds the model to in the
-default suite) are measured again; where moeconf models the case (memory/classic.py
-CPU_LAYERS_EXACT) it is within tolerance, elsewhere it refuses and the rows are left out of the
-accuracy table."""
+default suite) are measured again, and moeconf's figures, the engine's graph's, are within tolerance
+of them."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import moeconf.memory.classic as classic
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
@@ -34,7 +32,7 @@ MiB = 1024 * 1024
 RESULTS: list[dict[str, object]] = []
 # one layout per modelled architecture (the smallest header), four lines each
 KEYS = sorted({min((k for k, lay in LAYOUTS.items() if lay.arch == arch), key=lambda k: len(LAYOUTS[k].key))
-               for arch in MODELLED if arch not in classic.OWN_PLACEMENT_CHECKS and arch not in GRAPH_MODELLED})
+               for arch in MODELLED if arch not in GRAPH_MODELLED})
 LINES = ("-c 32768 -ngl 0", "-c 32768 -ngl 0 -ub 1024", "-c 32768 -ngl 1", "-c 32768 -ngl 1 -ub 1024")
 CASES = [(k, line) for k in KEYS for line in LINES]
 
@@ -80,9 +78,7 @@ def test_cpu_layers_against_llama_cpp(model: str, line: str, sparse: dict[str, t
     eng = engine("llama.cpp")
     est = estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng))
     case = "host" if " -ngl 0" in f" {line}" else "gpu_output"
-    if inv.arch not in classic.CPU_LAYERS_EXACT[case] and inv.arch not in GRAPH_COMPUTE:  # (the graph's: figures)
-        assert not est.complete and any("every block" in n for n in est.notes), est.notes
-        return
+    assert inv.arch in GRAPH_COMPUTE, case  # the engine's graph gives every modelled architecture's figures
     assert est.complete, est.notes
     bad = []
     for dev, m in est.devices.items():

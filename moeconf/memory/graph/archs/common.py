@@ -173,7 +173,9 @@ class Traits:
     Grok). expert_ffn_tensors: activation tensors per routed expert in the phase model (gate, up and
     their gated product; 2 where the gated activation is one fused op, gpt-oss's swiglu_oai, measured).
     approximate_search: a fill ranks its splits on the phase model and measures only the ones it
-    finishes through the graph (DSA: the graph's indexer makes each measure slow)."""
+    finishes through the graph (DSA: the graph's indexer makes each measure slow). nkvo_host_experts:
+    the graph's figures with -nkvo and routed experts of GPU layers on the CPU were checked against the
+    engine's (elsewhere that split is refused: memory/families.py)."""
 
     swa: Swa | None = None
     nextn_kv: bool = False
@@ -182,6 +184,7 @@ class Traits:
     flash_attn: bool = True
     expert_ffn_tensors: int = 3
     approximate_search: bool = False
+    nkvo_host_experts: bool = False
 
 
 # the architectures an older replay modelled, their compute now the graph's

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs._deltanet import short_conv
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, need, probs_bias
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need, probs_bias
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor, row_size
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from moeconf.model.inventory import Inventory
 
 ARCH = "glm5-next"
+# -nkvo with routed experts on the host: the engine's figures, tests/data/glm5next_memory_oracle.json
+TRAITS = Traits(nkvo_host_experts=True)
 GATHER_MAX_UB = 16  # build_inp_kpool: the gather path's largest ubatch
 # the sizes the loader requires (load_arch_hparams) that the graph's shapes do not carry
 _SIZES = ("attention.q_lora_rank", "attention.indexer.head_count", "attention.indexer.key_length",
