@@ -99,24 +99,7 @@ def ik(src: str, values: dict[str, str] | None = None) -> dict[str, int]:
     return out
 
 
-def _table(name: str, d: dict[str, int]) -> str:
-    items = sorted(d.items())
-    lines = []
-    line = "   "
-    for k, v in items:
-        piece = f" {k!r}: {v},"
-        if len(line) + len(piece) > 112:
-            lines.append(line)
-            line = "   "
-        line += piece
-    lines.append(line)
-    return f"{name}: Final[dict[str, int]] = {{\n" + "\n".join(lines) + "\n}\n"
-
-
-_PRELUDE = '\n\nfrom __future__ import annotations\n\nfrom typing import Final\n\n'
-
-
-def _kinds(name: str, d: dict[str, str]) -> str:
+def _table(name: str, d: dict[str, int] | dict[str, str], kind: str = "int") -> str:
     lines = []
     line = "   "
     for k, v in sorted(d.items()):
@@ -126,7 +109,10 @@ def _kinds(name: str, d: dict[str, str]) -> str:
             line = "   "
         line += piece
     lines.append(line)
-    return f"{name}: Final[dict[str, str]] = {{\n" + "\n".join(lines) + "\n}\n"
+    return f"{name}: Final[dict[str, {kind}]] = {{\n" + "\n".join(lines) + "\n}\n"
+
+
+_PRELUDE = '\n\nfrom __future__ import annotations\n\nfrom typing import Final\n\n'
 
 
 def render(ml: dict[str, int], ikf: dict[str, int], rev_ml: str, rev_ik: str,
@@ -143,7 +129,7 @@ def render(ml: dict[str, int], ikf: dict[str, int], rev_ml: str, rev_ik: str,
         + "\n# how each engine reads a flag's one value, where it reads a number: `int` (std::stoi: an int, the\n"
         "# digits after optional blanks and sign, the rest ignored), `uint` (std::stoul), `float` (std::stof),\n"
         "# `floats` (std::stof on each piece split on , and /), after `|`: words taken before the number\n"
-        + _kinds("MAINLINE_VALUES", ml_values) + "\n" + _kinds("IK_VALUES", ik_values)
+        + _table("MAINLINE_VALUES", ml_values, "str") + "\n" + _table("IK_VALUES", ik_values, "str")
     )
 
 

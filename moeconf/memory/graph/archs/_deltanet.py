@@ -160,3 +160,46 @@ def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repe
     cur = c.reshape(cur, hv * nv, T, n_seqs)
     cur = g.mm(need(w.layer(il, "ssm_out")), cur)
     return c.reshape(cur, hp.n_embd, T * n_seqs)
+
+
+def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_bound: bool,
+              low_rank_gate: bool = False) -> Tensor:
+    """build_kda_layer (Kimi-K3, GLM-5.3-Flash): the short convolutions of Q, K and V, the gate through
+    ssm_f_a/ssm_f_b and A (a sigmoid with a lower bound where `lower_bound`, else softplus), beta, the
+    L2-normed Q and K, the fused delta-net op and its state copied back, the output gate (ssm_g, or the
+    low-rank ssm_g_a/ssm_g_b where `low_rank_gate`) over the normed output, the output projection."""
+    c, w = g.ctx, g.w
+    conv_all, ssm_all = g.rs[il]
+    a = need(w.get(f"blk.{il}.ssm_a"))
+    head_dim, n_head = need(w.layer(il, "ssm_norm")).ne[0], a.ne[0]
+    d_inner = head_dim * n_head
+    T, n_seqs = cur.ne[1], rs_in.n_seqs
+    n_seq_tokens = T // n_seqs
+    conv_state = g.rs_states(rs_in, conv_all, conv_all.ne[0])
+    q, k, v = (short_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
+                     need(w.layer(il, f"ssm_conv1d_{p}")), head_dim, n_head, n_seqs)
+               for i, p in enumerate("qkv"))
+    g1 = g.mm(need(w.layer(il, "ssm_f_b")), g.mm(need(w.layer(il, "ssm_f_a")), cur))
+    g1 = c.add(g1, need(w.layer(il, "ssm_dt", "bias")))
+    a3 = c.reshape(a, 1, n_head, 1)
+    if lower_bound:
+        g1 = c.mul(c.reshape(g1, head_dim, n_head, T), a3)
+        g1 = c.scale(c.unary(c.scale(g1), "sigmoid"))
+    else:
+        g1 = c.mul(c.reshape(c.unary(g1, "softplus"), head_dim, n_head, T), a3)
+    g1 = c.reshape(g1, head_dim, n_head, n_seq_tokens, n_seqs)
+    beta = c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, n_head, n_seq_tokens, n_seqs)
+    beta = c.unary(beta, "sigmoid")
+    cur3 = c.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
+    state = g.rs_states(rs_in, ssm_all, ssm_all.ne[0])
+    state = c.reshape(state, head_dim, head_dim, n_head, n_seqs)
+    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
+    output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all))
+    if low_rank_gate:
+        gate = g.mm(need(w.layer(il, "ssm_g_b")), g.mm(need(w.layer(il, "ssm_g_a")), cur))
+    else:
+        gate = g.mm(need(w.layer(il, "ssm_g")), c.reshape(cur3, cur3.ne[0], n_seq_tokens * n_seqs))
+    gate = c.reshape(gate, head_dim, n_head, T)
+    normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)
+    gated = c.mul(normed, c.unary(gate, "sigmoid"))
+    return g.mm(need(w.layer(il, "attn_output")), c.cont(gated, d_inner, T))

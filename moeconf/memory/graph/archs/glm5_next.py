@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from moeconf.memory.graph.archs._deltanet import short_conv
+from moeconf.memory.graph.archs._deltanet import kda_layer
 from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need, probs_bias
-from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         if il in g.rs:
-            cur = _kda_layer(g, rs_in, cur, il, lower_bound)
+            cur = kda_layer(g, rs_in, cur, il, lower_bound, low_rank_gate=True)
         else:
             cur, prev = _dsa_layer(g, attn_in, kp, cur, il, prev)
         x = _hc_post(g, cur, residual, post, comb, hc, il)
@@ -252,48 +252,6 @@ def _hc_post(g: GraphContext, x: Tensor, residual: Tensor, post: Tensor, comb: T
         res = cur if res is None else c.concat(res, cur, 1)
     assert res is not None
     return res
-
-
-def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_bound: bool) -> Tensor:
-    """build_kda_layer: Kimi-K3's KDA with the low-rank output gate."""
-    c, w = g.ctx, g.w
-    conv_all, ssm_all = g.rs[il]
-    a = need(w.get(f"blk.{il}.ssm_a"))
-    head_dim, n_head = need(w.layer(il, "ssm_norm")).ne[0], a.ne[0]
-    d_inner = head_dim * n_head
-    T, n_seqs = cur.ne[1], rs_in.n_seqs
-    n_seq_tokens = T // n_seqs
-    conv_state = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    q, k, v = (short_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
-                     need(w.layer(il, f"ssm_conv1d_{p}")), head_dim, n_head, n_seqs)
-               for i, p in enumerate("qkv"))
-    g1 = g.mm(need(w.layer(il, "ssm_f_b")), g.mm(need(w.layer(il, "ssm_f_a")), cur))
-    g1 = c.add(g1, need(w.layer(il, "ssm_dt", "bias")))
-    a3 = c.reshape(a, 1, n_head, 1)
-    if lower_bound:
-        g1 = c.mul(c.reshape(g1, head_dim, n_head, T), a3)
-        g1 = c.scale(c.unary(c.scale(g1), "sigmoid"))
-    else:
-        g1 = c.mul(c.reshape(c.unary(g1, "softplus"), head_dim, n_head, T), a3)
-    g1 = c.reshape(g1, head_dim, n_head, n_seq_tokens, n_seqs)
-    beta = c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, n_head, n_seq_tokens, n_seqs)
-    beta = c.unary(beta, "sigmoid")
-    state = g.rs_states(rs_in, ssm_all, ssm_all.ne[0])
-    state = c.reshape(state, head_dim, head_dim, n_head, n_seqs)
-    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
-    out = c.gated_delta_net(q, k, v, g1, beta, state)
-    output = c.view(out, (head_dim, n_head, n_seq_tokens, n_seqs),
-                    (4 * head_dim, 4 * d_inner, 4 * d_inner * n_seq_tokens), 0)
-    new_state = c.view(out, (head_dim, head_dim, n_head, n_seqs),
-                       (4 * head_dim, 4 * head_dim * head_dim, 4 * head_dim * head_dim * n_head),
-                       4 * d_inner * n_seq_tokens * n_seqs)
-    g.expand(c.cpy(new_state, c.view(ssm_all, (ssm_all.ne[0], n_seqs), (ssm_all.nb[1],), 0)))
-    output = c.cont(output)
-    gate = g.mm(need(w.layer(il, "ssm_g_b")), g.mm(need(w.layer(il, "ssm_g_a")), cur))
-    gate = c.reshape(gate, head_dim, n_head, T)
-    normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)
-    gated = c.mul(normed, c.unary(gate, "sigmoid"))
-    return g.mm(need(w.layer(il, "attn_output")), c.cont(gated, d_inner, T))
 
 
 def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Tensor, il: int) -> Tensor:

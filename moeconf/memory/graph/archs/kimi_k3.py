@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeconf.memory.graph.archs._deltanet import delta_net, short_conv
+from moeconf.memory.graph.archs._deltanet import kda_layer
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
-from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
 ARCH = "kimi-k3"
@@ -52,7 +52,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             bank.stack = ckpt if bank.stack is None else c.concat(bank.stack, ckpt, 1)
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
-        cur = _kda_layer(g, rs_in, cur, il, lower_bound) if il in g.rs else _mla_layer(g, attn_in, cur, il)
+        cur = kda_layer(g, rs_in, cur, il, lower_bound) if il in g.rs else _mla_layer(g, attn_in, cur, il)
         prefix = cur if banked else c.add(prefix, cur)
         cur = _res_mix(g, bank, prefix, w.layer(il, "ffn_res_score")) if block else prefix
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
@@ -83,41 +83,6 @@ def _res_mix(g: GraphContext, bank: _Bank, cur: Tensor, score: Tensor | None) ->
     p_src = c.cont(c.view(probs, (n_ckpt, T), (probs.nb[1],), 0))
     p_cur = c.cont(c.view(probs, (1, T), (probs.nb[1],), probs.nb[0] * n_ckpt))
     return c.add(c.dsv4_hc_pre(src, p_src), c.mul(cur, p_cur))
-
-
-def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_bound: bool) -> Tensor:
-    c, w = g.ctx, g.w
-    conv_all, ssm_all = g.rs[il]
-    a = need(w.get(f"blk.{il}.ssm_a"))
-    head_dim, n_head = need(w.layer(il, "ssm_norm")).ne[0], a.ne[0]
-    d_inner = head_dim * n_head
-    T, n_seqs = cur.ne[1], rs_in.n_seqs
-    n_seq_tokens = T // n_seqs
-    conv_state = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    q, k, v = (short_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
-                     need(w.layer(il, f"ssm_conv1d_{p}")), head_dim, n_head, n_seqs)
-               for i, p in enumerate("qkv"))
-    g1 = g.mm(need(w.layer(il, "ssm_f_b")), g.mm(need(w.layer(il, "ssm_f_a")), cur))
-    g1 = c.add(g1, need(w.layer(il, "ssm_dt", "bias")))
-    a3 = c.reshape(a, 1, n_head, 1)
-    if lower_bound:
-        g1 = c.mul(c.reshape(g1, head_dim, n_head, T), a3)
-        g1 = c.scale(c.unary(c.scale(g1), "sigmoid"))
-    else:
-        g1 = c.mul(c.reshape(c.unary(g1, "softplus"), head_dim, n_head, T), a3)
-    g1 = c.reshape(g1, head_dim, n_head, n_seq_tokens, n_seqs)
-    beta = c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, n_head, n_seq_tokens, n_seqs)
-    beta = c.unary(beta, "sigmoid")
-    cur3 = c.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
-    state = g.rs_states(rs_in, ssm_all, ssm_all.ne[0])
-    state = c.reshape(state, head_dim, head_dim, n_head, n_seqs)
-    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
-    output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all))
-    gate = g.mm(need(w.layer(il, "ssm_g")), c.reshape(cur3, cur3.ne[0], n_seq_tokens * n_seqs))
-    gate = c.reshape(gate, head_dim, n_head, T)
-    normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)
-    gated = c.mul(normed, c.unary(gate, "sigmoid"))
-    return g.mm(need(w.layer(il, "attn_output")), c.cont(gated, d_inner, T))
 
 
 def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
