@@ -52,6 +52,7 @@ __all__ = [
     "emit",
     "explain",
     "lint",
+    "lint_line",
     "load_inventory",
     "load_plan",
     "write_manifest",
@@ -144,6 +145,32 @@ def lint(paths: list[str] | str, *, engine: str | Engine | None = None, select: 
     if ignore:
         overrides["ignore"] = ignore
     return _lint([paths] if isinstance(paths, str) else list(paths), overrides=overrides)
+
+
+def lint_line(line: str, *, model: Inventory | str | None = None, engine: str | Engine = "llama.cpp",
+              version: str | None = None, gpus: list[str] | None = None,
+              gpu_memory: dict[str, str] | None = None) -> list[Finding]:
+    """Lint one launch line given as text, its words as a shell splits them (`shlex`): what `moeconf
+    lint` says about it in a script, at line 1 and the column of each word in the joined line. The
+    model-aware rules run where `model` (an Inventory or a path) is given; `gpu_memory` ({"CUDA0":
+    "24GiB"}) sizes the GPUs for the memory rules, as `[gpu_memory]` in `.moeconf.toml` does."""
+    import shlex
+
+    from moeconf.errors import MoeconfError
+    from moeconf.linting.linter import lint_command
+    from moeconf.linting.model import Config
+    from moeconf.memory import parse_size
+
+    if not isinstance(line, str):
+        raise TypeError("lint_line takes the launch line as text; for a file, moeconf.lint(path)")
+    try:
+        words = shlex.split(line)
+    except ValueError as e:
+        raise MoeconfError(f"the line cannot be split into words as a shell would: {e}") from None
+    inv = load_inventory(model) if isinstance(model, str) else model
+    config = Config(gpu_memory={d: parse_size(v, f"gpu_memory {d}") for d, v in (gpu_memory or {}).items()})
+    _, findings = lint_command(inv, _engine_of(engine, version), words, gpus=gpus, config=config)
+    return findings
 
 
 def explain(model: Inventory | str, argv: list[str], *, engine: str | Engine = "llama.cpp", version: str | None = None,

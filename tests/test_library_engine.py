@@ -99,3 +99,14 @@ def test_explain_assumes_the_gpus_its_ts_splits_over(capsys: pytest.CaptureFixtu
         n for n in ex.notes if "assumed from -ts" not in n)
     assert main(["explain", model, "--budget", "CUDA1=24GiB", "--", *line[:-4], "-ot", "exps=CPU"]) == 2
     assert "--gpus CUDA0,CUDA1" in capsys.readouterr().err
+
+
+def test_lint_line_takes_a_launch_line_as_text() -> None:
+    """`moeconf.lint_line`: one launch line as text (issue 25), the findings lint gives it in a file."""
+    line = "llama-server -m m.gguf -ngl 999 -fit off -ot 'exps=CPU, blk\\.1\\.=CUDA0' -c 32k"
+    found = moeconf.lint_line(line, model=QWEN)
+    assert [(f.code, f.column) for f in found] == [("MOE002", 55), ("MOE042", 74)]  # in the joined words
+    assert "reads 32" in found[1].message
+    assert [f.code for f in moeconf.lint_line("llama-server -m m.gguf -ngl 999 -fit off -c 4096")] == ["MOE000"]
+    with pytest.raises(TypeError, match="as text"):
+        moeconf.lint_line(["llama-server"])  # type: ignore[arg-type]

@@ -424,7 +424,7 @@ def command_words(argv: Sequence[str]) -> list[Arg]:
     return out
 
 
-def lint_command(inventory: Inventory, eng: Engine, argv: Sequence[str], *, env: dict[str, str] | None = None,
+def lint_command(inventory: Inventory | None, eng: Engine, argv: Sequence[str], *, env: dict[str, str] | None = None,
                  gpus: Sequence[str] | None = None, config: Config | None = None,
                  rules: Sequence[ModuleType] = ALL, llama_config: LlamaConfig | None = None,
                  ) -> tuple[Any, list[Finding]]:
@@ -436,7 +436,7 @@ def lint_command(inventory: Inventory, eng: Engine, argv: Sequence[str], *, env:
     config = config or Config()
     invocation = parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()},
                                   llama_config)
-    simulated = explain_invocation(inventory, invocation, gpus)
+    simulated = explain_invocation(inventory, invocation, gpus) if inventory is not None else None
     known = list(gpus) if gpus is not None else assumed_gpus(invocation)
     ctx = Context(COMMAND_LINE, 1, 1, eng, invocation, inventory, simulated, known, kind="explain",
                   engine_source="explain", gpus_known=gpus is not None, gpu_memory=config.gpu_memory,
