@@ -16,7 +16,6 @@ PACKAGE = ROOT / "moeconf"
 OUTSIDE = ("memory/graph/archs/", "model/", "engines/", "fixtures/")
 
 # older replays and their helpers, being removed as the graph takes their architectures over
-_REPLAYS = "an older replay's, removed with it"
 ALLOWED_FILES: dict[str, str] = {
     # Grok-2's dense FFN beside the experts, refused for llama.cpp and ik_llama.cpp alike (support.py reads it
     # on both paths): to move into grok's module once the ik path reads the modules' refusals
