@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "moeconf"
 OUTSIDE = ("memory/graph/archs/", "model/", "engines/", "fixtures/")
 
-# older replays and their helpers, being removed as the graph takes their architectures over
+# whole modules allowed to name architectures, each with why
 ALLOWED_FILES: dict[str, str] = {
     # Grok-2's dense FFN beside the experts, refused for llama.cpp and ik_llama.cpp alike (support.py reads it
     # on both paths): to move into grok's module once the ik path reads the modules' refusals
