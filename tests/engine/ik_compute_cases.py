@@ -20,6 +20,7 @@ where moeconf puts them for the user's line (`user_args`: one or two GPUs, `-dev
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 from moeconf.fixtures.layouts import LAYOUTS, ModelLayout
@@ -87,3 +88,25 @@ def engine_args(line: str, endpoints: list[str]) -> list[str]:
 
 def cut_path(folder: Path, name: str) -> Path:
     return folder / f"{name}-cut.gguf"
+
+
+# --- reading ik's log: each buffer's size per device -------------------------------------------------
+COMPUTE_LOG = re.compile(r"llama_init_from_model: +(\S+) compute buffer size = +([\d.]+) MiB")
+KV_LOG = re.compile(r"llama_kv_cache_init: +(\S+) KV buffer size = +([\d.]+) MiB")
+
+
+def device_key(name: str, endpoints: list[str]) -> str:
+    """A buffer's device as recorded: CPU, or GPUi for the i-th RPC server (ports change per run)."""
+    for i, e in enumerate(endpoints):
+        if name == f"RPC0[{e}]":
+            return f"GPU{i}"
+    return name
+
+
+def by_device(pattern: re.Pattern[str], log: str, endpoints: list[str]) -> dict[str, float]:
+    """The sizes `pattern` finds in ik's log (device, MiB), summed per device."""
+    out: dict[str, float] = {}
+    for m in pattern.finditer(log):
+        key = device_key(m.group(1), endpoints)
+        out[key] = round(out.get(key, 0.0) + float(m.group(2)), 2)
+    return out

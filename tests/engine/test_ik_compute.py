@@ -34,14 +34,13 @@ from moeconf.sizing import estimate_explained
 from tests.engine import ik_compute_cases as cases
 from tests.engine import oracle
 from tests.engine.harness import IK, rpc_servers
+from tests.engine.ik_compute_cases import COMPUTE_LOG, KV_LOG, by_device, device_key
 
 pytestmark = pytest.mark.engine
 
 MiB = 1024 * 1024
 ROWS: list[dict[str, object]] = []
 _BUF = re.compile(r"llm_load_tensors: +(\S+) buffer size = +([\d.]+) MiB")
-_KV = re.compile(r"llama_kv_cache_init: +(\S+) KV buffer size = +([\d.]+) MiB")
-_COMPUTE = re.compile(r"llama_init_from_model: +(\S+) compute buffer size = +([\d.]+) MiB")
 _COMPUTED = re.compile(r"Computed \S+ as (\d+) x (\d+)(?: x (\d+))? of type (\S+)")
 _LAYER = re.compile(r"Setting default device in layer +(\d+) to (\d+)")
 _UNALLOCATED = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
@@ -63,20 +62,6 @@ def endpoints() -> Iterator[list[str]]:
         yield eps
 
 
-def device_key(name: str, endpoints: list[str]) -> str:
-    """A buffer's device as recorded: CPU, or GPUi for the i-th RPC server (ports change per run)."""
-    for i, e in enumerate(endpoints):
-        if name == f"RPC0[{e}]":
-            return f"GPU{i}"
-    return name
-
-
-def _by_device(pattern: re.Pattern[str], log: str, endpoints: list[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for m in pattern.finditer(log):
-        key = device_key(m.group(1), endpoints)
-        out[key] = round(out.get(key, 0.0) + float(m.group(2)), 2)
-    return out
 
 
 @pytest.mark.parametrize(("model", "line"), cases.cases(), ids=[f"{m}:{x}" for m, x in cases.cases()])
@@ -108,9 +93,9 @@ def test_ik_compute_within_the_margin(model: str, line: str, models: dict[str, t
     assert n == 1 or layer_devices is not None, log[-3000:]
     computed = sum(oracle_nbytes(m.group(4), tuple(int(x) for x in m.groups()[:3] if x))
                    for m in _COMPUTED.finditer(log))
-    compute = unallocated or {k: v for k, v in _by_device(_COMPUTE, log, endpoints).items() if v >= 0.01}
-    ik = {"weights": _by_device(_BUF, log, endpoints), "computed": round(computed / MiB, 4),
-          "kv": _by_device(_KV, log, endpoints), "compute": compute}
+    compute = unallocated or {k: v for k, v in by_device(COMPUTE_LOG, log, endpoints).items() if v >= 0.01}
+    ik = {"weights": by_device(_BUF, log, endpoints), "computed": round(computed / MiB, 4),
+          "kv": by_device(KV_LOG, log, endpoints), "compute": compute}
     names = {device_key(d, endpoints): d for d in est.devices}
     # llama.cpp's graph of the same placement, as moeconf sizes it for ik (memory/estimate.py)
     twin = estimate(replace(est_placement(inv, eng, args, layer_devices), engine=mainline()),

@@ -32,31 +32,16 @@ from moeconf.sizing import estimate_explained
 from tests.engine import ik_mla_cases as cases
 from tests.engine import oracle
 from tests.engine.harness import IK, rpc_servers
+from tests.engine.ik_compute_cases import COMPUTE_LOG, KV_LOG, by_device, device_key
 
 pytestmark = pytest.mark.engine
 
 MiB = 1024 * 1024
 ROWS: list[dict[str, object]] = []
-_COMPUTE = re.compile(r"llama_init_from_model: +(\S+) compute buffer size = +([\d.]+) MiB")
-_KV = re.compile(r"llama_kv_cache_init: +(\S+) KV buffer size = +([\d.]+) MiB")
 _LAYER = re.compile(r"Setting default device in layer +(\d+) to (\d+)")
 _UNALLOCATED = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
 
 
-def device_key(name: str, endpoints: list[str]) -> str:
-    """A buffer's device as recorded: CPU, or GPUi for the i-th RPC server (ports change per run)."""
-    for i, e in enumerate(endpoints):
-        if name == f"RPC0[{e}]":
-            return f"GPU{i}"
-    return name
-
-
-def _by_device(pattern: re.Pattern[str], log: str, endpoints: list[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for m in pattern.finditer(log):
-        key = device_key(m.group(1), endpoints)
-        out[key] = round(out.get(key, 0.0) + float(m.group(2)), 2)
-    return out
 
 
 def measure(path: Path, line: str, endpoints: list[str], cwd: Path) -> dict[str, object]:
@@ -69,13 +54,13 @@ def measure(path: Path, line: str, endpoints: list[str], cwd: Path) -> dict[str,
     log = p.stdout + p.stderr
     unallocated = {device_key(m.group(1), endpoints): round(int(m.group(2)) / MiB, 2)
                    for m in _UNALLOCATED.finditer(log)}
-    compute = unallocated or {k: v for k, v in _by_device(_COMPUTE, log, endpoints).items() if v >= 0.01}
+    compute = unallocated or {k: v for k, v in by_device(COMPUTE_LOG, log, endpoints).items() if v >= 0.01}
     logged = {int(a): int(b) - 1 for a, b in _LAYER.findall(log)}
     ports = [f"127.0.0.1:PORT{i}" for i in range(2)]  # the ports change per run
     command = " ".join(["llama-cli", "-m", path.name, *cases.engine_args(line, ports), "-n", "1", "-p", "hi",
                         "-t", "1", "--temp", "0", "--no-warmup"])
     return {"line": line, "command": command, "rc": p.returncode, "compute": compute,
-            "kv": _by_device(_KV, log, endpoints), "layer_devices": logged or None,
+            "kv": by_device(KV_LOG, log, endpoints), "layer_devices": logged or None,
             **({"unallocated": True} if unallocated else {}), "log_tail": "" if compute else log[-2000:]}
 
 
