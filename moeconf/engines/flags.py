@@ -132,28 +132,48 @@ _C_FLOAT = re.compile(r"[ \t\n\v\f\r]*([+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(
                       re.I)
 
 
+# the C++ conversion each kind of value goes through
+_FN = {"int": "std::stoi", "uint": "std::stoul", "float": "std::stof", "floats": "std::stof"}
+
+
+def _pieces(base: str, text: str) -> list[str]:
+    """What one conversion reads: the whole word, or each piece of a `,`/`/` list (-ts)."""
+    return [p for p in re.split(r"[,/]+", text) if p] if base == "floats" else [text]
+
+
+def _c_read(base: str, piece: str) -> tuple[re.Match[str] | None, str | None]:
+    """`piece` as the C++ conversion of `base` reads it: (the number it matched, why it throws: "none"
+    where no number starts the piece, "range" where the number is out of the type's range; None)."""
+    if base in ("int", "uint"):
+        m = _C_INT.match(piece)
+        if m is None:
+            return None, "none"
+        n = int(m.group(1) + m.group(2))
+        out = (n > _INT_MAX or n < -_INT_MAX - 1) if base == "int" else abs(n) > _ULONG_MAX
+        return m, "range" if out else None
+    m = _C_FLOAT.match(piece)
+    if m is None:
+        return None, "none"
+    literal = m.group(1).lstrip("+-")[:1].lower() in ("i", "n")
+    return m, "range" if not literal and abs(float(m.group(1))) >= _FLT_OVERFLOW else None
+
+
 def c_int(text: str) -> int | None:
     """`text` as std::stoi reads it (the digits after optional blanks and sign; the rest ignored),
     None where it finds no number or the number is out of an int's range."""
-    m = _C_INT.match(text)
-    if m is None:
-        return None
-    n = int(m.group(1) + m.group(2))
-    return n if -_INT_MAX - 1 <= n <= _INT_MAX else None
+    m, why = _c_read("int", text)
+    return int(m.group(1) + m.group(2)) if m is not None and why is None else None
 
 
 def c_floats(text: str) -> list[float] | None:
     """A `,`/`/`-separated list as the engines read -ts (std::stof on each piece), None where a
     piece is no number or beyond a float's range."""
     out = []
-    for piece in (p for p in re.split(r"[,/]+", text) if p):
-        m = _C_FLOAT.match(piece)
-        if m is None:
+    for piece in _pieces("floats", text):
+        m, why = _c_read("float", piece)
+        if m is None or why is not None:
             return None
-        x = float(m.group(1))
-        if abs(x) >= _FLT_OVERFLOW and m.group(1).lstrip("+-")[:1].lower() not in ("i", "n"):
-            return None
-        out.append(x)
+        out.append(float(m.group(1)))
     return out
 
 
@@ -170,26 +190,18 @@ def value_problem(engine: Engine, name: str, text: str, shown: str | None = None
     base, *words = kind.split("|")
     if text in words:
         return None
-    pieces = [p for p in re.split(r"[,/]+", text) if p] if base == "floats" else [text]
-    for piece in pieces:
-        if base in ("int", "uint"):
-            m = _C_INT.match(piece)
-            fn = "std::stoi" if base == "int" else "std::stoul"
-            if m is None:
-                return f"{name} {text!r}: {engine.label} reads it with {fn}, which finds no number there and stops"
-            n = int(m.group(1) + m.group(2))
+    fn = _FN[base]
+    for piece in _pieces(base, text):
+        _, why = _c_read(base if base != "floats" else "float", piece)
+        if why == "none":
+            return f"{name} {text!r}: {engine.label} reads it with {fn}, which finds no number there and stops"
+        if why == "range" and base in ("int", "uint"):
             top = _INT_MAX if base == "int" else _ULONG_MAX
-            if (n > top or n < -_INT_MAX - 1) if base == "int" else abs(n) > top:
-                return (f"{name} {text!r}: {engine.label} reads it with {fn}, which stops on a number out of its "
-                        f"range ({-_INT_MAX - 1 if base == 'int' else -top:,} to {top:,})")
-        else:
-            m = _C_FLOAT.match(piece)
-            if m is None:
-                return f"{name} {text!r}: {engine.label} reads it with std::stof, which finds no number there and stops"
-            x, literal = float(m.group(1)), m.group(1).lstrip("+-")[:1].lower() in ("i", "n")
-            if not literal and abs(x) >= _FLT_OVERFLOW:
-                return (f"{name} {text!r}: {engine.label} reads it with std::stof, which stops on a number beyond "
-                        f"a float's range (about 3.4e38)")
+            return (f"{name} {text!r}: {engine.label} reads it with {fn}, which stops on a number out of its "
+                    f"range ({-_INT_MAX - 1 if base == 'int' else -top:,} to {top:,})")
+        if why == "range":
+            return (f"{name} {text!r}: {engine.label} reads it with std::stof, which stops on a number beyond "
+                    f"a float's range (about 3.4e38)")
     return None
 
 
@@ -203,10 +215,9 @@ def value_misread(engine: Engine, name: str, text: str) -> str | None:
     base, *words = kind.split("|")
     if text in words:
         return None
-    for piece in ([p for p in re.split(r"[,/]+", text) if p] if base == "floats" else [text]):
-        m = (_C_INT if base in ("int", "uint") else _C_FLOAT).match(piece)
+    for piece in _pieces(base, text):
+        m, _ = _c_read(base if base != "floats" else "float", piece)
         if m is not None and piece[m.end():].strip():
-            fn = "std::stof" if base in ("float", "floats") else "std::stoi" if base == "int" else "std::stoul"
-            return (f"{name} {text!r}: {engine.label} reads {m.group(0).strip()} ({fn} stops at "
+            return (f"{name} {text!r}: {engine.label} reads {m.group(0).strip()} ({_FN[base]} stops at "
                     f"{piece[m.end():]!r} and drops the rest in silence); write the number in full")
     return None
