@@ -61,7 +61,6 @@ MiB = 1024 * 1024
 HOST = "CPU"
 
 _CUDA_MATRIX_ROW_PADDING = 512
-_PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
 
 
 @dataclass(frozen=True)
@@ -345,8 +344,9 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                          "llama.cpp keeps the attention between the KV store and its output on the CPU "
                          "(build_attn_mha pins it), so its host compute can be larger and the GPUs' smaller")
     else:
-        rows = (rows_out if n_out and not replay and out_dev in _outputs_replayed(placement, settings, out_dev, fa,
-                                                                                  pipeline) else T)
+        counted = n_out and not replay and out_dev in _graph_counts_server_rows(placement, settings, out_dev, fa,
+                                                                                 pipeline)
+        rows = rows_out if counted else T
         compute = defaultdict(int, phase_compute(placement, geo, settings, layer_dev, devices, out_dev, T=T,
                                                  cells=cells, swa_cells=swa_cells, fa=fa, pipeline=pipeline,
                                                  output_rows=rows))
@@ -517,8 +517,8 @@ def amx_possible(settings: MemorySettings, gpus: list[str]) -> bool:
     return settings.repack and (settings.no_host or not any(g.startswith(_HOST_BUFFER_GPUS) for g in gpus))
 
 
-def _outputs_replayed(placement: Placement, settings: MemorySettings, out_dev: str, fa: bool,
-                      pipeline: bool) -> set[str]:
+def _graph_counts_server_rows(placement: Placement, settings: MemorySettings, out_dev: str, fa: bool,
+                              pipeline: bool) -> set[str]:
     """The devices whose compute `estimate` counts for llama-server's output rows through the engine's
     graph, for a search that ranks on the phase model: one GPU running every layer (over several, a
     fill may later put a layer's experts on another GPU than the layer's)."""
@@ -581,16 +581,3 @@ def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, s
     nb = placement.inventory.block_count
     return (placement.engine.name == "llama.cpp" and n_devices > 1 and (n_gpu_layers < 0 or n_gpu_layers > nb)
             and (split_mode or "layer") == "layer" and settings.offload_kqv and not has_overrides)
-
-
-def _width(placement: Placement, il: int, base: str) -> int:
-    t = placement.inventory.by_name.get(f"blk.{il}.{base}.weight")
-    return t.shape[1] if t is not None and len(t.shape) > 1 else 0
-
-
-def host_total(est: MemoryEstimate) -> int:
-    return est.devices[HOST].total
-
-
-def totals(est: MemoryEstimate) -> Mapping[str, int]:
-    return {d: m.total for d, m in est.devices.items()}
