@@ -485,9 +485,9 @@ class _Solver:
         splits = tuple((il, d, tuple(sorted({self.inv.by_name[n].base for n in names})))
                        for d, v in per_dev.items() for il, names in sorted(v.items()) if names != all_kinds[il])
         notes = list(self.notes)
-        layers_on = {d: {t.layer for t in self.inv.tensors if t.layer is not None and t.group != "experts"
-                         and compiled.placement.devices[t.name] == d} for d in self.order}
-        idle = [d for d in self.order if not layers_on[d] and not per_dev[d]]
+        # devices holding a layer's tensor (experts: per_dev above)
+        holding = {compiled.placement.devices[t.name] for t in self.inv.tensors if t.layer is not None}
+        idle = [d for d in self.order if d not in holding]
         if len(self.order) > 1 and idle:
             # the search's order (docs/plans.md): bytes on the GPUs, then the fewest away from their
             # layer's GPU, then room: a GPU with nothing of its own left is that order's choice, said
