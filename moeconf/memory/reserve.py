@@ -1,0 +1,209 @@
+"""The reserve from its parts: what a CUDA GPU holds beyond ggml's buffers (issue 26, item 6).
+
+A GPU running llama.cpp holds, besides the weights, KV cache and compute buffers the engine
+reports, memory no engine reports: the CUDA context, cuBLAS's handle and workspace, the CUDA
+backend's memory pool (temporaries of each op, grown on the first prompt and kept), and what loads
+on first use (kernel modules under CUDA's lazy loading, CUDA graphs). `reserve_parts` names each
+with its size and its source; `reserve_for` gives the figure a device keeps free:
+
+- a card whose every part was measured on it (the NVIDIA H200: `../shared/memory-facts.md`
+  section 5, tests/data/h200_memory.json) gets the sum of its parts;
+- any other card, or none named, gets the default margin: the larger of `DEFAULT_RESERVE`
+  (1,024 MiB, the margin both engines' own fits keep) and the parts with the largest CUDA context
+  reported (`_LARGEST_CONTEXT`) and the H200's measured cuBLAS handle and other figures;
+- `--reserve` (an explicit size) overrides everything: the caller passes it as `given`.
+
+The pool is computed from the command, as the pinned CUDA backend (llama.cpp b11312,
+ggml/src/ggml-cuda) sizes it: the VMM pool (`ggml_cuda_pool_vmm`, used wherever the device reports
+VMM) is a stack that each op allocates its temporaries on and frees before the next op, grown in
+steps of the allocation granularity and never shrunk, so it ends at the largest op's temporaries.
+For a quantized weight on a card with int8 tensor cores (Turing and newer: `ggml_cuda_should_use_mmq`
+is true for every MMQ type) those are the activations converted to q8_1 (`mmq.cu`:
+rows x PAD(ne0, 512) x 144/128 bytes, rows = the ubatch, times the experts used for an expert
+tensor), the expert id maps, and the stream-k fixup (`mmq.cuh`: at most one 128x128 f32 tile per
+SM); for an F16/BF16 weight cuBLAS's inputs converted to f16 and its f16 output
+(`ggml_cuda_mul_mat_cublas_impl`); an F32 weight needs none (cuBLAS's sgemm reads it in place).
+Volta (V100) and quantized types without MMQ dequantize the weight itself to f16 in the pool at
+a batch of 64 or more: not modelled here (`modelled_card` says so), the user gives `--reserve`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from moeconf.errors import MoeconfError
+from moeconf.memory.settings import DEFAULT_RESERVE
+
+if TYPE_CHECKING:
+    from moeconf.memory.settings import MemorySettings
+    from moeconf.model.inventory import Inventory, Tensor
+
+MiB = 1 << 20
+
+# the quantized types the pinned CUDA backend multiplies with MMQ (mmq.cu, ggml_cuda_should_use_mmq)
+MMQ_TYPES = frozenset({
+    "Q1_0", "Q2_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+    "IQ1_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "MXFP4", "NVFP4",
+})
+_FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
+_ROW_PADDING = 512  # MATRIX_ROW_PADDING (ggml-cuda/common.cuh)
+_Q8_1_MMQ = (144, 128)  # block_q8_1_mmq: 144 bytes per 128 values (mmq.cuh)
+_J_MAX = 512  # ggml_cuda_mmq_get_J_max caps the tile at 512 columns: that many extra q8_1 blocks
+_FIXUP_PER_SM = 128 * 128 * 4  # stream-k fixup: one I x J f32 tile per block; I, J <= 128 on NVIDIA
+_GRANULARITY = 2 * MiB  # the VMM pool grows in the device's recommended granularity (2 MiB on NVIDIA GPUs)
+_MAX_SM = 192  # no NVIDIA card in the table has more SMs (RTX PRO 6000 Blackwell: 188)
+
+_H200 = "../shared/memory-facts.md section 5 (NVIDIA H200, driver 580.159, CUDA 13.0)"
+_CONTEXT_H200 = 526 * MiB
+_CUBLAS_HANDLE = 68 * MiB
+# What the H200 lines held beyond ggml's buffers, the context, cuBLAS and the computed pool: kernel
+# modules loaded on first use, CUDA graphs, the driver's own allocations. The largest residual of
+# the six lines whose compute moeconf replays exactly (tests/data/h200_memory.json, Qwen3-30B-A3B
+# -ot exps=CPU and Qwen3.5-35B-A3B: 724 - 526 - 68 - 32 - 18 MiB), so calibrated on those lines.
+_OTHER_H200 = 80 * MiB
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the reserve: its name, bytes, and where the figure comes from."""
+
+    name: str
+    size: int
+    source: str
+
+    def json(self) -> dict[str, object]:
+        return {"name": self.name, "bytes": self.size, "source": self.source}
+
+
+@dataclass(frozen=True)
+class Card:
+    """What is known of one card's CUDA overhead: its context (measured or reported), SMs, and
+    whether every part was measured on it (then its parts replace the default margin)."""
+
+    name: str
+    match: tuple[str, ...]  # lower-case substrings of the card's name as nvidia-smi prints it
+    context: int
+    context_source: str
+    n_sm: int
+    hopper_or_newer: bool  # cuBLAS workspace 32 MiB (compute capability >= 9.0), else 4 MiB
+    measured: bool
+
+
+CARDS: tuple[Card, ...] = (
+    Card("NVIDIA H200", ("h200",), _CONTEXT_H200,
+         f"measured: cudaMemGetInfo right after context creation, {_H200}", 132, True, True),
+    Card("NVIDIA RTX PRO 6000 Blackwell", ("rtx pro 6000",), 555 * MiB,
+         "reported: cudaMemGetInfo's primary context (github.com/ggml-org/llama.cpp/pull/23604)",
+         188, True, False),
+    Card("NVIDIA GeForce RTX 4060 Ti", ("4060 ti",), 107 * MiB,
+         "reported: cudaMemGetInfo's primary context (github.com/ggml-org/llama.cpp/pull/23604)",
+         34, False, False),
+)
+# the largest CUDA context reported for any card (#23604: RTX PRO 6000 Blackwell; #20595 gives
+# 120-550 MB "depending on GPU")
+_LARGEST_CONTEXT = max(CARDS, key=lambda c: c.context)
+
+
+def card_row(card: str | None) -> Card | None:
+    """The table's row for a card name or family string (case-insensitive substring), or None."""
+    if not card:
+        return None
+    low = card.lower()
+    return next((c for c in CARDS if any(m in low for m in c.match)), None)
+
+
+def _pad(n: int, p: int) -> int:
+    return (n + p - 1) // p * p
+
+
+def _is_matmul_weight(t: Tensor) -> bool:
+    return len(t.shape) >= 2 and t.group != "norm" and not t.name.startswith("token_embd")
+
+
+def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int) -> int:
+    """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`
+    on a card with int8 tensor cores (see the module's docstring)."""
+    k_in, n_out = t.shape[0], t.shape[1]
+    expert = len(t.shape) == 3
+    r = rows * experts_used if expert else rows
+    if t.type == "F32":
+        return 0
+    if t.type in ("F16", "BF16"):
+        return r * (k_in + n_out) * 2
+    if t.type not in MMQ_TYPES:
+        raise MoeconfError(f"{t.name}: {t.type} is not multiplied by MMQ on CUDA (it is dequantized to f16 in "
+                           "the pool at a batch of 64 or more): the reserve's pool is not modelled for it",
+                           hint="give --reserve SIZE")
+    q8 = r * _pad(k_in, _ROW_PADDING) * _Q8_1_MMQ[0] // _Q8_1_MMQ[1] + _J_MAX * _Q8_1_MMQ[0]
+    ids = 2 * r * 4 + (t.shape[2] + 1) * 4 if expert else 0
+    return q8 + ids + n_sm * _FIXUP_PER_SM
+
+
+def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int) -> int:
+    """The CUDA pool after the first prompt: the largest op's temporaries over every matrix
+    weight of the model (any device: the scheduler runs host weights' ops on the GPU at a batch of
+    32 or more), at the ubatch, rounded up to the pool's granularity."""
+    rows = min(settings.n_ubatch, settings.n_batch)
+    k = inv.metadata.expert_used_count or 1
+    top = max((op_pool_bytes(t, rows, k, n_sm) for t in inv if _is_matmul_weight(t)), default=0)
+    return _pad(top, _GRANULARITY)
+
+
+def modelled_card(card: str | None) -> str | None:
+    """Why the parts do not cover a card (None: they do)."""
+    if card and any(v in card.lower() for v in ("v100", "volta", "titan v", "p100", "p40", "pascal")):
+        return (f"{card}: before Turing the CUDA backend dequantizes weights to f16 in its pool at a batch of 64 "
+                "or more; the reserve's pool is not modelled for it")
+    return None
+
+
+def reserve_parts(card: str | None, settings: MemorySettings, inv: Inventory) -> tuple[Part, ...]:
+    """The reserve's parts for one GPU of `card` (a name or family string; None: unknown)."""
+    row = card_row(card)
+    ctx_row = row or _LARGEST_CONTEXT
+    n_sm = row.n_sm if row else _MAX_SM
+    hopper = row.hopper_or_newer if row else True
+    other_src = "measured on the H200" if row and row.measured else "as measured on the H200 (not on this card)"
+    ctx_src = ctx_row.context_source if row else (
+        f"the largest reported ({ctx_row.name}, {ctx_row.context_source}); the card is not in the table")
+    return (
+        Part("CUDA context", ctx_row.context, ctx_src),
+        Part("cuBLAS handle", _CUBLAS_HANDLE,
+             f"{other_src}: cublasCreate under CUDA's default lazy module loading, {_H200} "
+             "(458 MiB with CUDA_MODULE_LOADING=EAGER: not covered)"),
+        Part("cuBLAS workspace", (32 if hopper else 4) * MiB,
+             "ggml-cuda/common.cuh cublas_handle(): 32 MiB at compute capability 9.0 and newer, else 4 MiB"),
+        Part("CUDA pool", pool_bytes(inv, settings, n_sm),
+             f"computed: the largest op's temporaries at -ub {settings.n_ubatch} ({n_sm} SMs), "
+             "ggml-cuda ggml_cuda_pool_vmm, mmq.cu, ggml_cuda_mul_mat_cublas_impl"),
+        Part("other", _OTHER_H200,
+             f"{other_src}: kernel modules loaded on first use, CUDA graphs, the driver's allocations "
+             f"(largest residual over the H200 lines compute is replayed exactly, {_H200})"),
+    )
+
+
+@dataclass(frozen=True)
+class Reserve:
+    size: int
+    parts: tuple[Part, ...]
+    basis: str  # "parts", "default" or "given"
+
+    def json(self) -> dict[str, object]:
+        return {"bytes": self.size, "basis": self.basis, "parts": [p.json() for p in self.parts]}
+
+
+def reserve_for(card: str | None, settings: MemorySettings, inv: Inventory, given: int | None = None) -> Reserve:
+    """What one GPU keeps free for what no engine reports. `given` (--reserve) overrides; a card
+    whose parts were all measured on it gets their sum; any other the default margin."""
+    if given is not None:
+        return Reserve(given, (Part("given", given, "--reserve"),), "given")
+    why = modelled_card(card)
+    if why is not None:
+        raise MoeconfError(why, hint="give --reserve SIZE")
+    parts = reserve_parts(card, settings, inv)
+    total = sum(p.size for p in parts)
+    row = card_row(card)
+    if row is not None and row.measured:
+        return Reserve(total, parts, "parts")
+    return Reserve(max(DEFAULT_RESERVE, total), parts, "default")
