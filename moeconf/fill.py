@@ -31,6 +31,7 @@ from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, e
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.ikarchs import next_step
+from moeconf.memory.settings import DEFAULT_RESERVE
 from moeconf.memory.support import unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -83,7 +84,7 @@ def plan_settings(plan: Plan, eng: Engine) -> MemorySettings:
             argv += [flag, str(v)]
     argv += list(f.extra)
     budget = plan.config.budget
-    reserve = _size(plan, "reserve", budget.reserve) if budget is not None else 1024 * MiB
+    reserve = _size(plan, "reserve", budget.reserve) if budget is not None else DEFAULT_RESERVE
     # the sequences as the binary the plan's command line runs defaults them (llama-server: 4 slots)
     from moeconf.emitting.argv import DEFAULT_BINARY
 
