@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from moeconf.errors import MoeconfError
 from moeconf.memory.reserve import CARDS, Part, card_row, op_pool_bytes, pool_bytes, reserve_for, reserve_parts
 from moeconf.memory.settings import DEFAULT_RESERVE, MemorySettings
 from moeconf.model.inventory import Inventory
@@ -33,7 +32,8 @@ def _inv(layout: str) -> Inventory:
 
 
 def _settings(line: dict[str, Any]) -> MemorySettings:
-    return MemorySettings(n_ubatch=line["n_ubatch"], n_batch=max(2048, line["n_ubatch"]))
+    # llama-server: 4 slots, one output row each (memory/settings.py server_outputs)
+    return MemorySettings(n_ubatch=line["n_ubatch"], n_batch=max(2048, line["n_ubatch"]), n_outputs=4)
 
 
 def _problems(parts_of: Callable[[dict[str, Any]], tuple[Part, ...]]) -> list[str]:
@@ -127,11 +127,13 @@ def test_pool_by_hand() -> None:
     q = gpt.by_name["blk.0.attn_q.weight"]
     assert q.type == "F16"
     assert op_pool_bytes(q, 512, 4, 132) == 512 * (q.shape[0] + q.shape[1]) * 2
+    # an F32 weight (the router) needs none
+    assert op_pool_bytes(inv.by_name["blk.0.ffn_gate_inp.weight"], 512, 8, 132) == 0
 
 
 def test_given_reserve_overrides_everything() -> None:
     line = LINES[0]
-    for card in ("NVIDIA H200", None, "Tesla V100-SXM2-32GB"):
+    for card in ("NVIDIA H200", None, "NVIDIA GeForce RTX 4060 Ti"):
         r = reserve_for(card, _settings(line), _inv(line["layout"]), given=300 * MiB)
         assert (r.size, r.basis) == (300 * MiB, "given")
 
@@ -174,10 +176,27 @@ def test_card_names_as_nvidia_smi_prints_them() -> None:
     assert card_row(None) is None
 
 
-def test_cards_before_turing_are_refused() -> None:
-    line = LINES[1]
-    with pytest.raises(MoeconfError, match="not modelled"):
-        reserve_for("Tesla V100-SXM2-32GB", _settings(line), _inv(line["layout"]))
+def test_volta_and_types_without_mmq_go_through_cublas() -> None:
+    """On a V100 at 64 rows or more every quantized weight is dequantized to f16 in the pool: for
+    Qwen3-30B-A3B with every row of the ubatch output (no binary named) the output weight (Q6_K,
+    2048 x 151936) is the largest op; llama-server's 4 output rows keep it on MMQ."""
+    inv = _inv("qwen3-30b-a3b")
+    out = inv.by_name["output.weight"]
+    k, n = out.shape
+    s = MemorySettings(n_ubatch=512)
+    pool = next(p for p in reserve_parts("Tesla V100-SXM2-32GB", s, inv) if p.name == "CUDA pool").size
+    assert pool == -(-(k * n * 2 + 512 * k * 2 + 512 * n * 2) // (2 * MiB)) * 2 * MiB == 744 * MiB  # docs/memory.md
+    below = next(p for p in reserve_parts("Tesla V100-SXM2-32GB", MemorySettings(n_ubatch=32), inv)
+                 if p.name == "CUDA pool").size
+    assert below == pool_bytes(inv, MemorySettings(n_ubatch=32), 192) < pool
+    server = next(p for p in reserve_parts("Tesla V100-SXM2-32GB", MemorySettings(n_ubatch=512, n_outputs=4), inv)
+                  if p.name == "CUDA pool").size
+    assert below < server < 100 * MiB
+    # an expert tensor of a type without MMQ (IQ1_M): the sorted rows, then one expert dequantized
+    gate = dataclasses.replace(inv.by_name["blk.0.ffn_gate_exps.weight"], type="IQ1_M")
+    k, n, _ = gate.shape
+    r = 512 * 8
+    assert op_pool_bytes(gate, 512, 8, 132) == 2 * r * 4 + r * k * 4 + r * n * 4 + k * n * 2 + 512 * (k + n) * 2
 
 
 def test_workspace_by_compute_capability() -> None:

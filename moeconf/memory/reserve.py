@@ -21,10 +21,13 @@ For a quantized weight on a card with int8 tensor cores (Turing and newer: `ggml
 is true for every MMQ type) those are the activations converted to q8_1 (`mmq.cu`:
 rows x PAD(ne0, 512) x 144/128 bytes, rows = the ubatch, times the experts used for an expert
 tensor), the expert id maps, and the stream-k fixup (`mmq.cuh`: at most one 128x128 f32 tile per
-SM); for an F16/BF16 weight cuBLAS's inputs converted to f16 and its f16 output
-(`ggml_cuda_mul_mat_cublas_impl`); an F32 weight needs none (cuBLAS's sgemm reads it in place).
-Volta (V100) and quantized types without MMQ dequantize the weight itself to f16 in the pool at
-a batch of 64 or more: not modelled here (`modelled_card` says so), the user gives `--reserve`.
+SM). cuBLAS takes an F16/BF16 weight, a quantized type without MMQ, and on Volta (V100) every
+quantized weight at a batch of 64 or more: the weight dequantized to f16 (one expert's slice), its
+input and output in f16 (`ggml_cuda_mul_mat_cublas_impl`), and for an expert tensor the rows sorted
+by expert first (`ggml_cuda_mul_mat_id`). An F32 weight needs none (cuBLAS's sgemm reads it in
+place). A card not in the table is taken to be Turing or newer. Without VMM the legacy pool keeps
+every buffer it made (each 5% larger than asked) and reuses them by best fit, so it can end above
+the largest op: not modelled.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moeconf.errors import MoeconfError
 from moeconf.memory.settings import DEFAULT_RESERVE
 
 if TYPE_CHECKING:
@@ -121,41 +123,49 @@ def _is_matmul_weight(t: Tensor) -> bool:
     return len(t.shape) >= 2 and t.group != "norm" and not t.name.startswith("token_embd")
 
 
-def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int) -> int:
-    """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`
-    on a card with int8 tensor cores (see the module's docstring)."""
+def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool = True) -> int:
+    """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`.
+    `mmq`: the card multiplies quantized weights with MMQ at this batch (int8 tensor cores, Turing
+    and newer; Volta only below 64 rows)."""
     k_in, n_out = t.shape[0], t.shape[1]
     expert = len(t.shape) == 3
     r = rows * experts_used if expert else rows
     if t.type == "F32":
-        return 0
-    if t.type in ("F16", "BF16"):
-        return r * (k_in + n_out) * 2
-    if t.type not in MMQ_TYPES:
-        raise MoeconfError(f"{t.name}: {t.type} is not multiplied by MMQ on CUDA (it is dequantized to f16 in "
-                           "the pool at a batch of 64 or more): the reserve's pool is not modelled for it",
-                           hint="give --reserve SIZE")
-    q8 = r * _pad(k_in, _ROW_PADDING) * _Q8_1_MMQ[0] // _Q8_1_MMQ[1] + _J_MAX * _Q8_1_MMQ[0]
-    ids = 2 * r * 4 + (t.shape[2] + 1) * 4 if expert else 0
-    return q8 + ids + n_sm * _FIXUP_PER_SM
+        return 0  # cuBLAS's sgemm reads the weight and the f32 activations in place
+    quantized = t.type not in _FLOAT_TYPES
+    if quantized and mmq and t.type in MMQ_TYPES:
+        q8 = r * _pad(k_in, _ROW_PADDING) * _Q8_1_MMQ[0] // _Q8_1_MMQ[1] + _J_MAX * _Q8_1_MMQ[0]
+        ids = 2 * r * 4 + (t.shape[2] + 1) * 4 if expert else 0
+        return q8 + ids + n_sm * _FIXUP_PER_SM
+    # cuBLAS (ggml_cuda_mul_mat_cublas_impl): a quantized weight dequantized to f16 (one expert's
+    # slice), the f32 input converted to f16, the f16 output; rows per expert at most the ubatch
+    inner = (k_in * n_out * 2 if quantized else 0) + rows * k_in * 2 + rows * n_out * 2
+    if not expert:
+        return inner
+    # ggml_cuda_mul_mat_id's generic path first sorts the rows by expert: the id maps, the input
+    # (f32 for a quantized weight, else the weight's type) and the f32 output
+    return 2 * r * 4 + r * k_in * (4 if quantized else 2) + r * n_out * 4 + inner
 
 
-def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int) -> int:
+def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int, volta: bool = False) -> int:
     """The CUDA pool after the first prompt: the largest op's temporaries over every matrix
     weight of the model (any device: the scheduler runs host weights' ops on the GPU at a batch of
-    32 or more), at the ubatch, rounded up to the pool's granularity."""
+    32 or more), at the ubatch (the output weight at the rows the binary outputs, `n_outputs`),
+    rounded up to the pool's granularity. `volta`: quantized weights take cuBLAS at 64 rows or more."""
     rows = min(settings.n_ubatch, settings.n_batch)
     k = inv.metadata.expert_used_count or 1
-    top = max((op_pool_bytes(t, rows, k, n_sm) for t in inv if _is_matmul_weight(t)), default=0)
+    top = 0
+    for t in inv:
+        if _is_matmul_weight(t):
+            r = min(rows, settings.n_outputs or rows) if t.group == "output" else rows
+            top = max(top, op_pool_bytes(t, r, k, n_sm, mmq=not (volta and r >= 64)))
     return _pad(top, _GRANULARITY)
 
 
-def modelled_card(card: str | None) -> str | None:
-    """Why the parts do not cover a card (None: they do)."""
-    if card and any(v in card.lower() for v in ("v100", "volta", "titan v", "p100", "p40", "pascal")):
-        return (f"{card}: before Turing the CUDA backend dequantizes weights to f16 in its pool at a batch of 64 "
-                "or more; the reserve's pool is not modelled for it")
-    return None
+def _volta(card: str | None) -> bool:
+    """A Volta card: fp16 tensor cores without int8 ones, so quantized weights at a batch of 64 or
+    more go through cuBLAS (mmq.cu ggml_cuda_should_use_mmq)."""
+    return card is not None and any(v in card.lower() for v in ("v100", "titan v", "volta"))
 
 
 def reserve_parts(card: str | None, settings: MemorySettings, inv: Inventory) -> tuple[Part, ...]:
@@ -163,7 +173,7 @@ def reserve_parts(card: str | None, settings: MemorySettings, inv: Inventory) ->
     row = card_row(card)
     ctx_row = row or _LARGEST_CONTEXT
     n_sm = row.n_sm if row else _MAX_SM
-    hopper = row.hopper_or_newer if row else True
+    hopper = row.hopper_or_newer if row else not _volta(card)
     other_src = "measured on the H200" if row and row.measured else "as measured on the H200 (not on this card)"
     ctx_src = ctx_row.context_source if row else (
         f"the largest reported ({ctx_row.name}, {ctx_row.context_source}); the card is not in the table")
@@ -174,9 +184,9 @@ def reserve_parts(card: str | None, settings: MemorySettings, inv: Inventory) ->
              "(458 MiB with CUDA_MODULE_LOADING=EAGER: not covered)"),
         Part("cuBLAS workspace", (32 if hopper else 4) * MiB,
              "ggml-cuda/common.cuh cublas_handle(): 32 MiB at compute capability 9.0 and newer, else 4 MiB"),
-        Part("CUDA pool", pool_bytes(inv, settings, n_sm),
+        Part("CUDA pool", pool_bytes(inv, settings, n_sm, volta=_volta(card)),
              f"computed: the largest op's temporaries at -ub {settings.n_ubatch} ({n_sm} SMs), "
-             "ggml-cuda ggml_cuda_pool_vmm, mmq.cu, ggml_cuda_mul_mat_cublas_impl"),
+             "ggml-cuda ggml_cuda_pool_vmm, mmq.cu, ggml_cuda_mul_mat_cublas_impl, ggml_cuda_mul_mat_id"),
         Part("other", _OTHER_H200,
              f"{other_src}: kernel modules loaded on first use, CUDA graphs, the driver's allocations "
              f"(largest residual over the H200 lines compute is replayed exactly, {_H200})"),
@@ -198,9 +208,6 @@ def reserve_for(card: str | None, settings: MemorySettings, inv: Inventory, give
     whose parts were all measured on it gets their sum; any other the default margin."""
     if given is not None:
         return Reserve(given, (Part("given", given, "--reserve"),), "given")
-    why = modelled_card(card)
-    if why is not None:
-        raise MoeconfError(why, hint="give --reserve SIZE")
     parts = reserve_parts(card, settings, inv)
     total = sum(p.size for p in parts)
     row = card_row(card)
