@@ -54,6 +54,19 @@ def _h200_parts(line: dict[str, Any]) -> tuple[Part, ...]:
     return reserve_for(DATA["card"], _settings(line), _inv(line["layout"])).parts
 
 
+def test_other_is_the_largest_exact_residual() -> None:
+    """"other" is calibrated: the largest of peak - (weights+KV+compute) - context - cuBLAS - pool
+    over the lines whose compute is replayed exactly (here, not hidden in a constant)."""
+    residuals = []
+    for line in LINES:
+        parts = {p.name: p.size for p in _h200_parts(line)}
+        known = parts["CUDA context"] + parts["cuBLAS handle"] + parts["cuBLAS workspace"] + parts["CUDA pool"]
+        if line["exact"]:
+            residuals.append((line["peak_mib"] - line["w_kv_compute_mib"]) * MiB - known)
+    assert max(residuals) == parts["other"]
+    assert min(residuals) >= 0
+
+
 def test_data_is_the_record() -> None:
     assert len(LINES) == 9
     assert sum(line["exact"] for line in LINES) == 6  # GLM-4.5-Air's two q8_0 lines and gpt-oss aside
@@ -173,6 +186,7 @@ def test_card_names_as_nvidia_smi_prints_them() -> None:
     assert card_row("NVIDIA RTX PRO 6000 Blackwell Workstation Edition") is CARDS[1]
     assert card_row("NVIDIA GeForce RTX 4060 Ti") is CARDS[2]
     assert card_row("NVIDIA GeForce RTX 4060") is None
+    assert card_row("NVIDIA GH200 480GB") is None  # Grace Hopper: not the card measured
     assert card_row(None) is None
 
 

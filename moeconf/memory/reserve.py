@@ -32,6 +32,7 @@ the largest op: not modelled.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,7 +55,7 @@ _Q8_1_MMQ = (144, 128)  # block_q8_1_mmq: 144 bytes per 128 values (mmq.cuh)
 _J_MAX = 512  # ggml_cuda_mmq_get_J_max caps the tile at 512 columns: that many extra q8_1 blocks
 _FIXUP_PER_SM = 128 * 128 * 4  # stream-k fixup: one I x J f32 tile per block; I, J <= 128 on NVIDIA
 _GRANULARITY = 2 * MiB  # the VMM pool grows in the device's recommended granularity (2 MiB on NVIDIA GPUs)
-_MAX_SM = 192  # no NVIDIA card in the table has more SMs (RTX PRO 6000 Blackwell: 188)
+_MAX_SM = 192  # SMs assumed for a card not in the table: the full GB202 die (RTX PRO 6000 Blackwell enables 188)
 
 _H200 = "../shared/memory-facts.md section 5 (NVIDIA H200, driver 580.159, CUDA 13.0)"
 _CONTEXT_H200 = 526 * MiB
@@ -84,7 +85,7 @@ class Card:
     whether every part was measured on it (then its parts replace the default margin)."""
 
     name: str
-    match: tuple[str, ...]  # lower-case substrings of the card's name as nvidia-smi prints it
+    match: str  # a regular expression searched in the card's name as nvidia-smi prints it, case-insensitive
     context: int
     context_source: str
     n_sm: int
@@ -93,12 +94,12 @@ class Card:
 
 
 CARDS: tuple[Card, ...] = (
-    Card("NVIDIA H200", ("h200",), _CONTEXT_H200,
+    Card("NVIDIA H200", r"\bh200\b", _CONTEXT_H200,
          f"measured: cudaMemGetInfo right after context creation, {_H200}", 132, True, True),
-    Card("NVIDIA RTX PRO 6000 Blackwell", ("rtx pro 6000",), 555 * MiB,
+    Card("NVIDIA RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 555 * MiB,
          "reported: cudaMemGetInfo's primary context (github.com/ggml-org/llama.cpp/pull/23604)",
          188, True, False),
-    Card("NVIDIA GeForce RTX 4060 Ti", ("4060 ti",), 107 * MiB,
+    Card("NVIDIA GeForce RTX 4060 Ti", r"\b4060 ti\b", 107 * MiB,
          "reported: cudaMemGetInfo's primary context (github.com/ggml-org/llama.cpp/pull/23604)",
          34, False, False),
 )
@@ -108,11 +109,10 @@ _LARGEST_CONTEXT = max(CARDS, key=lambda c: c.context)
 
 
 def card_row(card: str | None) -> Card | None:
-    """The table's row for a card name or family string (case-insensitive substring), or None."""
+    """The table's row for a card name or family string, or None."""
     if not card:
         return None
-    low = card.lower()
-    return next((c for c in CARDS if any(m in low for m in c.match)), None)
+    return next((c for c in CARDS if re.search(c.match, card, re.IGNORECASE)), None)
 
 
 def _pad(n: int, p: int) -> int:
