@@ -109,14 +109,15 @@ def no_predictor(placement: Placement, settings: MemorySettings, traffic: Traffi
 @dataclass(frozen=True)
 class Setting:
     ubatch: int
-    batch: int | None  # the -b written (None: the command's own, at least the -ub)
+    batch: int  # the command's -b, raised to the -ub where it is smaller
+    write_batch: bool  # whether -b is written (raised; else the command's own stands)
     cache_type_k: str | None  # None: the command's own
     cache_type_v: str | None
 
     def fields(self) -> dict[str, object]:
         """The plan flag fields fit solves this setting with."""
         out: dict[str, object] = {"ubatch": self.ubatch}
-        if self.batch is not None:
+        if self.write_batch:
             out["batch"] = self.batch
         if self.cache_type_k is not None:
             out["cache_type_k"] = self.cache_type_k
@@ -125,7 +126,7 @@ class Setting:
         return out
 
     def flags(self) -> str:
-        words = [f"-ub {self.ubatch}"] + ([f"-b {self.batch}"] if self.batch is not None else [])
+        words = [f"-ub {self.ubatch}"] + ([f"-b {self.batch}"] if self.write_batch else [])
         if self.cache_type_k is not None:
             words.append(f"-ctk {self.cache_type_k}")
         if self.cache_type_v is not None:
@@ -139,7 +140,8 @@ class Row:
 
     setting: Setting
     result: FitResult | None
-    why: str | None = None  # does not fit, or the engine would refuse the setting
+    why: str | None = None  # does not fit, or the engine would refuse the setting (`refused`)
+    refused: bool = False
     traffic: Traffic | None = None
     traffic_why: str | None = None
     speed: Speed | NotPredicted | None = None  # None where the setting does not fit
@@ -202,7 +204,8 @@ class Row:
 
     def json(self) -> dict[str, Any]:
         s = self.setting
-        out: dict[str, Any] = {"ubatch": s.ubatch, "flags": s.flags(), "fits": self.fits, "why": self.why}
+        out: dict[str, Any] = {"ubatch": s.ubatch, "flags": s.flags(), "fits": self.fits, "why": self.why,
+                               "refused": self.refused}
         if self.result is None:
             return out
         k, v = self.cache_types
@@ -283,7 +286,7 @@ def settings_to_try(user: MemorySettings, n_ctx: int, cache_types: Sequence[str]
             continue
         seen[effective] = ub
         for k, v in kinds:
-            out.append(Setting(ub, batch if batch != user.n_batch else None, k, v))
+            out.append(Setting(ub, batch, batch != user.n_batch, k, v))
     return out, notes
 
 
@@ -318,7 +321,7 @@ def optimize(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: 
         except MoeconfError as e:
             # the engine would refuse this setting (a quantized V cache with flash attention off, ...)
             refused.append(e)
-            rows.append(Row(s, None, e.message))
+            rows.append(Row(s, None, e.message, refused=True))
             continue
         pl, ms = res.compiled.placement, res.memory.settings
         try:
@@ -347,8 +350,9 @@ def choose(rows: Sequence[Row], goal: Goal) -> tuple[int | None, bool, str | Non
     order ties go to (smaller -ub first, then the cache types in the order given)."""
     fitting = [i for i, r in enumerate(rows) if r.fits]
     if not fitting:
-        reasons = "; ".join(f"{rows[i].setting.flags()}: {rows[i].why}" for i in range(len(rows)))
-        return None, False, f"no setting fits the budgets: {reasons}"
+        # the first setting the engine takes (the smallest -ub: the least compute) says what would help
+        r = next((r for r in rows if not r.refused), rows[0])
+        return None, False, f"no setting fits the budgets; at {r.setting.flags()}: {r.why}"
     speeds = {i: rows[i].speed for i in fitting}
     predicted = {i: s for i, s in speeds.items() if isinstance(s, Speed)}
     by_prediction = len(predicted) == len(fitting)

@@ -48,6 +48,18 @@ def _cache(row: Row) -> str:
     return k if k == v else f"{k}/{v}"
 
 
+def _setting_cache(row: Row) -> str:
+    k, v = row.setting.cache_type_k, row.setting.cache_type_v
+    if k is None or v is None:
+        return "-"
+    return k if k == v else f"{k}/{v}"
+
+
+def _short(why: str) -> str:
+    """A row's reason without the advice (the error after the table carries it whole)."""
+    return why.removeprefix("does not fit: ").split(". What would help: ")[0]
+
+
 def render_optimized(opt: Optimized) -> str:
     fitting = [r for r in opt.rows if r.result is not None]
     gpus = list(fitting[0].gpu_memory()) if fitting else []
@@ -60,9 +72,9 @@ def render_optimized(opt: Optimized) -> str:
     for i, r in enumerate(opt.rows):
         mark = "*" if i == opt.chosen else ""
         if r.result is None:
-            rows.append([mark, str(r.setting.ubatch), str(r.setting.batch or "-"), "-", "-", "-", *("-" for _ in gpus),
-                         "-", "-", "-", "-", "-"])
-            unfit.append(f"{r.setting.flags()}: {r.why}")
+            rows.append([mark, str(r.setting.ubatch), str(r.setting.batch), _setting_cache(r), "-", "-",
+                         *("-" for _ in gpus), "-", "-", "-", "-", "-"])
+            unfit.append(f"{'refused' if r.refused else 'does not fit'}: {r.setting.flags()}: {_short(r.why or '')}")
             continue
         mem = r.gpu_memory()
         rows.append([mark, str(r.setting.ubatch), str(r.batch), _cache(r), _layers(r),
@@ -78,22 +90,18 @@ def render_optimized(opt: Optimized) -> str:
     lines.append(line(cols))
     lines += [line(row) for row in rows]
     for text in unfit:
-        lines.append(f"  does not fit: {text}")
-    # why the speed columns are empty: one line per distinct reason
-    reasons: dict[str, list[str]] = {}
-    for r in opt.rows:
-        if isinstance(r.speed, NotPredicted):
-            reasons.setdefault(r.speed.why, []).append(f"-ub {r.setting.ubatch}")
-    for why, which in reasons.items():
-        scope = "" if sum(len(w) for w in reasons.values()) == len(fitting) and len(reasons) == 1 else \
-            f" ({', '.join(dict.fromkeys(which))})"
-        lines.append(f"  prompt and gen t/s not predicted{scope}: {why}")
+        lines.append(f"  {text}")
+    # why the traffic or speed columns are empty: one line per distinct reason, with the settings it is for
+    reasons: dict[tuple[str, str], list[str]] = {}
     for r in fitting:
         if r.traffic_why:
-            lines.append(f"  traffic not given for {r.setting.flags()}: {r.traffic_why}")
+            reasons.setdefault(("traffic and t/s not given", r.traffic_why), []).append(r.setting.flags())
+        elif isinstance(r.speed, NotPredicted):
+            reasons.setdefault(("prompt and gen t/s not predicted", r.speed.why), []).append(r.setting.flags())
+    for (what, why), which in reasons.items():
+        scope = "" if len(which) == len(fitting) else f" for {'; '.join(which)}"
+        lines.append(f"  {what}{scope}: {why}")
     lines.extend(f"  note: {n}" for n in opt.notes)
     if opt.chosen is not None:
         lines.append(f"  * chosen: {opt.rows[opt.chosen].setting.flags()}, by {opt.rule}")
-    elif opt.why:
-        lines.append(f"  nothing chosen: {opt.why}")
     return "\n".join(safe(x) for x in lines) + "\n"
