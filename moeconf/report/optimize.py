@@ -40,7 +40,9 @@ def _layers(row: Row) -> str:
 
 
 def _mib(n: float | None) -> str:
-    return "-" if n is None else f"{n / MiB:,.1f}"
+    if n is None:
+        return "-"
+    return "0" if n == 0 else "<0.1" if n < MiB / 20 else f"{n / MiB:,.1f}"
 
 
 def _cache(row: Row) -> str:
