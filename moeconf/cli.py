@@ -701,6 +701,8 @@ def _cmd_fit_quants(args: argparse.Namespace) -> int:
 
     if args.output:
         raise MoeconfError("-o writes one plan: give the quant (OWNER/REPO:TAG) to write its plan")
+    if args.optimize or args.cache_types:
+        raise MoeconfError("--optimize solves one model: give the quant (OWNER/REPO:TAG)")
     bad_version = version_error(args.engine, args.engine_version)
     if bad_version:
         raise MoeconfError(f"--engine-version: {bad_version}")

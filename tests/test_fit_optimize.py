@@ -274,3 +274,17 @@ def test_choose_with_nothing_fitting_names_the_first_setting_the_engine_takes() 
     chosen, by_prediction, why = choose(rows, "balanced")
     assert chosen is None and not by_prediction
     assert why == "no setting fits the budgets; at -ub 512 -ctk f16 -ctv f16: does not fit: CUDA0 needs more"
+
+
+def test_the_chosen_plan_compiles_to_the_chosen_command(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    plan = tmp_path / "p.toml"
+    assert main(["fit", QWEN, "--gpu", "8GiB", "--optimize", "prompt", "-c", "16384", "-o", str(plan), "-q"]) == 0
+    chosen = capsys.readouterr().out
+    assert "-ub 4096" in chosen and "-b 4096" in chosen
+    assert main(["compile", str(plan)]) == 0
+    assert capsys.readouterr().out == chosen
+
+
+def test_optimize_solves_one_model_not_a_repos_quants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "unsloth/Qwen3-30B-A3B-GGUF", "--gpu", "8GiB", "--optimize", "prompt"]) == 2
+    assert "--optimize solves one model: give the quant (OWNER/REPO:TAG)" in capsys.readouterr().err
