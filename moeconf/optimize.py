@@ -94,7 +94,7 @@ class Predictor(Protocol):
     """The seam for the speed model: a solved setting's placement, its memory settings (the solved
     command's) and its traffic at the table's depth -> the predicted speeds, or why not."""
 
-    def __call__(self, placement: Placement, settings: MemorySettings, traffic: Traffic) -> Speed | NotPredicted:
+    def __call__(self, placement: Placement, settings: MemorySettings, traffic: Traffic, /) -> Speed | NotPredicted:
         ...
 
 

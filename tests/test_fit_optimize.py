@@ -8,24 +8,32 @@ from __future__ import annotations
 import json
 import shlex
 from functools import cache
+from pathlib import Path
 
 import pytest
 
 from moeconf.cli import main
 from moeconf.engines import engine
 from moeconf.fit import Budget, fit
+from moeconf.memory.settings import MemorySettings
+from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.optimize import (
     BALANCED_WITHIN,
+    GOALS,
+    NO_PREDICTOR,
     UBATCHES,
+    Goal,
     NotPredicted,
     Optimized,
+    Predictor,
     Speed,
     choose,
     optimize,
 )
+from moeconf.placement import Placement
 from moeconf.report.optimize import render_optimized, rounded
-from moeconf.traffic import traffic
+from moeconf.traffic import Traffic, traffic
 from tests.conftest import REPO
 
 QWEN = str(REPO / "examples/models/qwen3-30b-a3b.manifest.json")
@@ -33,7 +41,7 @@ GPT_OSS = str(REPO / "examples/models/gpt-oss-20b.manifest.json")
 GiB = 2**30
 
 # (model, budgets, the command's flags, cache types to try)
-CASES = [
+CASES: list[tuple[str, dict[str, int], list[str], list[str] | None]] = [
     (QWEN, {"CUDA0": 8 * GiB}, ["-c", "16384"], ["f16", "q8_0"]),
     (GPT_OSS, {"CUDA0": 8 * GiB}, ["-c", "32768", "-t", "8"], None),
     (QWEN, {"CUDA0": 6 * GiB, "CUDA1": 6 * GiB}, ["-c", "8192", "-b", "1024"], None),
@@ -41,7 +49,7 @@ CASES = [
 
 
 @cache
-def _inv(path: str):  # type: ignore[no-untyped-def]
+def _inv(path: str) -> Inventory:
     return load_inventory(path)
 
 
@@ -50,10 +58,10 @@ def _budgets(b: dict[str, int]) -> list[Budget]:
 
 
 @cache
-def _optimized(case: int, goal: str = "generation", predictor=None) -> Optimized:  # type: ignore[no-untyped-def]
+def _optimized(case: int, goal: Goal = "generation") -> Optimized:
     path, budgets, argv, types = CASES[case]
-    return optimize(_inv(path), engine("llama.cpp"), _budgets(budgets), argv, goal,  # type: ignore[arg-type]
-                    cache_types=types, predictor=predictor, model_path=path, plan_dir=str(REPO))
+    return optimize(_inv(path), engine("llama.cpp"), _budgets(budgets), argv, goal, cache_types=types,
+                    model_path=path, plan_dir=str(REPO))
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -63,7 +71,7 @@ def test_each_row_is_a_separate_fit_with_that_setting(case: int) -> None:
     user_b = int(argv[argv.index("-b") + 1]) if "-b" in argv else 2048
     # every -ub of the grid, -b raised to it where the command's is smaller, each cache type
     assert [(r.setting.ubatch, r.setting.cache_type_k) for r in opt.rows] == [
-        (ub, t) for ub in UBATCHES for t in (types or [None])]
+        (ub, t) for ub in UBATCHES for t in ([*types] if types else [None])]
     assert opt.rows, "nothing to compare"
     for r in opt.rows:
         ub = r.setting.ubatch
@@ -102,8 +110,8 @@ def test_the_commands_own_ubatch_is_a_row() -> None:
     assert [r.setting.ubatch for r in opt.rows] == [256, *UBATCHES]
 
 
-def _with(argv: list[str], goal: str, predictor=None) -> Optimized:  # type: ignore[no-untyped-def]
-    return optimize(_inv(QWEN), engine("llama.cpp"), _budgets({"CUDA0": 8 * GiB}), argv, goal,  # type: ignore[arg-type]
+def _with(argv: list[str], goal: Goal, predictor: Predictor | None = None) -> Optimized:
+    return optimize(_inv(QWEN), engine("llama.cpp"), _budgets({"CUDA0": 8 * GiB}), argv, goal,
                     predictor=predictor, model_path=QWEN, plan_dir=str(REPO))
 
 
@@ -112,8 +120,8 @@ GEN = {512: 30.0, 1024: 29.0, 2048: 27.5, 4096: 20.0}
 PROMPT = {512: 500.0, 1024: 900.0, 2048: 1200.0, 4096: 1500.0}
 
 
-def _fake(gen: dict[int, float], prompt: dict[int, float], refuse: set[int] = frozenset()):  # type: ignore[no-untyped-def,assignment]
-    def predict(placement, settings, tr):  # type: ignore[no-untyped-def]
+def _fake(gen: dict[int, float], prompt: dict[int, float], refuse: frozenset[int] = frozenset()) -> Predictor:
+    def predict(placement: Placement, settings: MemorySettings, tr: Traffic) -> Speed | NotPredicted:
         if settings.n_ubatch in refuse:
             return NotPredicted("the machine lacks host: memory_bandwidth (give --host-bandwidth)")
         return Speed(prompt[settings.n_ubatch], gen[settings.n_ubatch], 0.2, 0.1, ("fake",))
@@ -127,8 +135,9 @@ def test_the_choice_on_predicted_speeds() -> None:
     # balanced: the best prompt speed among those within 10% of the best generation speed
     near = [ub for ub in UBATCHES if GEN[ub] >= max(GEN.values()) * (1 - BALANCED_WITHIN)]
     assert near == [512, 1024, 2048]
-    for goal, want in (("generation", 512), ("prompt", 4096), ("balanced", 2048)):
-        chosen, by_prediction, why = choose(opt.rows, goal)  # type: ignore[arg-type]
+    wants: tuple[tuple[Goal, int], ...] = (("generation", 512), ("prompt", 4096), ("balanced", 2048))
+    for goal, want in wants:
+        chosen, by_prediction, why = choose(opt.rows, goal)
         assert by_prediction and why is None and chosen is not None
         assert opt.rows[chosen].setting.ubatch == want, goal
 
@@ -136,16 +145,16 @@ def test_the_choice_on_predicted_speeds() -> None:
 def test_ties_go_to_the_smaller_ubatch() -> None:
     flat = dict.fromkeys(UBATCHES, 25.0)
     opt = _with(["-c", "16384"], "generation", _fake(flat, flat))
-    for goal in ("generation", "prompt", "balanced"):
-        assert choose(opt.rows, goal)[0] == 0, goal  # type: ignore[arg-type]
+    for goal in GOALS:
+        assert choose(opt.rows, goal)[0] == 0, goal
 
 
 def test_the_choice_on_traffic_without_predictions() -> None:
     rows = _optimized(0, "balanced").rows
-    for goal in ("generation", "prompt", "balanced"):
-        chosen, by_prediction, _why = choose(rows, goal)  # type: ignore[arg-type]
+    for goal in GOALS:
+        chosen, by_prediction, _why = choose(rows, goal)
         assert not by_prediction and chosen is not None
-        opt = Optimized(goal, rows, chosen, by_prediction, None)  # type: ignore[arg-type]
+        opt = Optimized(goal, rows, chosen, by_prediction, None)
         host = [r.host_bytes_per_token or 0 for r in opt.rows]
         pcie = [r.pcie_bytes_per_prompt_token or 0.0 for r in opt.rows]
         if goal == "generation":
@@ -161,7 +170,7 @@ def test_the_choice_on_traffic_without_predictions() -> None:
 
 
 def test_a_setting_the_predictor_refuses_means_the_traffic_decides() -> None:
-    opt = _with(["-c", "16384"], "generation", _fake(GEN, PROMPT, refuse={4096}))
+    opt = _with(["-c", "16384"], "generation", _fake(GEN, PROMPT, refuse=frozenset({4096})))
     assert not opt.by_prediction
     host = [r.host_bytes_per_token or 0 for r in opt.rows]
     assert opt.chosen == host.index(min(host))
@@ -249,7 +258,7 @@ def test_the_chosen_command_is_printed_as_fit_prints(capsys: pytest.CaptureFixtu
     assert data["optimize"]["chosen"] == opt.chosen and len(data["optimize"]["rows"]) == 8
     row = data["optimize"]["rows"][opt.chosen]
     assert row["argv"] == data["argv"] and row["traffic"]["prompt"]["n_ubatch"] == row["ubatch"]
-    assert data["optimize"]["by"] == "traffic" and row["speed"] == {"not_predicted": opt.rows[0].speed.why}  # type: ignore[union-attr]
+    assert data["optimize"]["by"] == "traffic" and row["speed"] == {"not_predicted": NO_PREDICTOR}
 
 
 def test_without_optimize_fit_is_unchanged(capsys: pytest.CaptureFixture[str],
@@ -276,7 +285,7 @@ def test_choose_with_nothing_fitting_names_the_first_setting_the_engine_takes() 
     assert why == "no setting fits the budgets; at -ub 512 -ctk f16 -ctv f16: does not fit: CUDA0 needs more"
 
 
-def test_the_chosen_plan_compiles_to_the_chosen_command(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_the_chosen_plan_compiles_to_the_chosen_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plan = tmp_path / "p.toml"
     assert main(["fit", QWEN, "--gpu", "8GiB", "--optimize", "prompt", "-c", "16384", "-o", str(plan), "-q"]) == 0
     chosen = capsys.readouterr().out
