@@ -31,7 +31,8 @@ choice a refusal that names it. Returns data; `moeconf.report.optimize` renders 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -72,6 +73,13 @@ class Speed:
     prompt_error: float
     generation_error: float
     assumptions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # a speed without its measured error is a guess: the predictor's answer is checked, not printed as is
+        for name in ("prompt_tps", "generation_tps", "prompt_error", "generation_error"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"a predicted speed needs a positive {name}, not {value!r}")
 
     def json(self) -> dict[str, Any]:
         return {"prompt_tps": self.prompt_tps, "generation_tps": self.generation_tps,
@@ -266,13 +274,13 @@ def cache_type_list(text: str, eng: Engine) -> list[str]:
     return out
 
 
-def settings_to_try(user: MemorySettings, n_ctx: int, cache_types: Sequence[str] | None,
-                    ubatch_given: bool) -> tuple[list[Setting], list[str]]:
+def settings_to_try(user: MemorySettings, n_ctx: int,
+                    cache_types: Sequence[str] | None) -> tuple[list[Setting], list[str]]:
     """The settings of the table, and notes on the ones left out: each -ub of UBATCHES (and the
     command's own where it gave another), -b raised to it where the command's is smaller, for each
     cache type (K and V alike; None: the command's own). A -ub the context caps to one already tried
     is left out (the engine takes at most -c tokens a batch, llama-context.cpp)."""
-    ubs = sorted({*UBATCHES, *([user.n_ubatch] if ubatch_given else [])})
+    ubs = sorted({*UBATCHES, *([user.n_ubatch] if user.n_ubatch > 0 else [])})
     kinds: list[tuple[str | None, str | None]] = [(t, t) for t in cache_types] if cache_types else [(None, None)]
     out: list[Setting] = []
     notes: list[str] = []
@@ -292,7 +300,7 @@ def settings_to_try(user: MemorySettings, n_ctx: int, cache_types: Sequence[str]
 
 def optimize(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str], goal: Goal, *,
              cache_types: Sequence[str] | None = None, predictor: Predictor | None = None, depth: int | None = None,
-             solve: Callable[..., FitResult] | None = None, **fit_kwargs: Any) -> Optimized:
+             **fit_kwargs: Any) -> Optimized:
     """Fit every setting (`settings_to_try`) for the same budgets and flags (`fit_kwargs`: fit's
     keyword arguments), measure each solved command's traffic at `depth` (default: its context),
     predict its speed with `predictor` (default: none), and choose by `goal` (`choose`). A setting
@@ -304,17 +312,15 @@ def optimize(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: 
 
     if goal not in GOALS:
         raise MoeconfError(f"--optimize {goal}: one of {', '.join(GOALS)}")
-    solve = solve or fit
     predictor = predictor or no_predictor
     user = read_settings(list(user_argv), eng)
     n_ctx = user.n_ctx or inv.metadata.context_length or 4096  # fit's own default (fit._Solver._complete)
-    ubatch_given = any(w in _ubatch_spellings() for w in user_argv)
-    settings, notes = settings_to_try(user, n_ctx, cache_types, ubatch_given)
+    settings, notes = settings_to_try(user, n_ctx, cache_types)
     rows: list[Row] = []
     refused: list[MoeconfError] = []
     for s in settings:
         try:
-            res = solve(inv, eng, budgets, user_argv, fields=s.fields(), **fit_kwargs)
+            res = fit(inv, eng, budgets, user_argv, fields=s.fields(), **fit_kwargs)
         except FitError as e:
             rows.append(Row(s, None, e.message))
             continue
@@ -337,12 +343,6 @@ def optimize(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: 
     chosen, by_prediction, why = choose(rows, goal)
     depths = [r.traffic.depth for r in rows if r.traffic is not None]
     return Optimized(goal, tuple(rows), chosen, by_prediction, depths[0] if depths else None, why, tuple(notes))
-
-
-def _ubatch_spellings() -> frozenset[str]:
-    import moeconf.engines.options as _options
-
-    return frozenset(_options.spellings("-ub"))
 
 
 def choose(rows: Sequence[Row], goal: Goal) -> tuple[int | None, bool, str | None]:

@@ -297,3 +297,11 @@ def test_the_chosen_plan_compiles_to_the_chosen_command(tmp_path: Path, capsys: 
 def test_optimize_solves_one_model_not_a_repos_quants(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", "unsloth/Qwen3-30B-A3B-GGUF", "--gpu", "8GiB", "--optimize", "prompt"]) == 2
     assert "--optimize solves one model: give the quant (OWNER/REPO:TAG)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_speed_without_a_positive_error_or_value_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="a predicted speed needs a positive generation_error"):
+        Speed(900.0, 15.0, 0.3, bad)
+    with pytest.raises(ValueError, match="a predicted speed needs a positive prompt_tps"):
+        Speed(bad, 15.0, 0.3, 0.3)
