@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from moeconf.fit import Budget, FitResult
     from moeconf.memory.settings import MemorySettings
     from moeconf.model.inventory import Inventory
+    from moeconf.optimize import Optimized
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -186,6 +187,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="no report on standard error: the command line or target alone, on standard output")
     fit.add_argument("--json", action="store_true",
                      help='print {"argv": [...], "ot": "...", "memory": {...}, "assumptions": {...}, ...}')
+    fit.add_argument("--optimize", choices=["generation", "prompt", "balanced"],
+                     help="fit every -ub of 512-4096 (and each --cache-types), print the trade-off table and the "
+                     "setting best for the goal (docs/fit.md#the-trade-off-fit---optimize)")
+    fit.add_argument("--cache-types", metavar="T[,T...]",
+                     help="with --optimize: the KV cache types to try, K and V alike (default: the command's own)")
     _add_llama_config_options(fit)
 
     rul = sub.add_parser(
@@ -555,10 +561,13 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     config_words, config_notes = fit_flags(_llama_config(args), eng, list(args.engine_args))
     for note in config_notes:
         print(safe(f"moeconf: note: {note}"), file=sys.stderr)
-    result = fit(inv, eng, budgets, [*config_words, *args.engine_args], model_path=model_path, plan_dir=out_dir,
-                 reserve=parse_size(args.reserve, "--reserve"), policy=args.policy, split=not args.no_split, ram=ram,
-                 ram_headroom=headroom, serve_path=args.serve_path,
-                 host_cpu=resolve_host_cpu(args.host_cpu))
+    fit_args = dict(model_path=model_path, plan_dir=out_dir, reserve=parse_size(args.reserve, "--reserve"),
+                    policy=args.policy, split=not args.no_split, ram=ram, ram_headroom=headroom,
+                    serve_path=args.serve_path, host_cpu=resolve_host_cpu(args.host_cpu))
+    if args.cache_types and not args.optimize:
+        raise MoeconfError("--cache-types is for --optimize: give the cache types to try with --optimize GOAL")
+    opt = _fit_optimized(args, inv, eng, budgets, [*config_words, *args.engine_args], fit_args)
+    result = opt.result if opt else fit(inv, eng, budgets, [*config_words, *args.engine_args], **fit_args)
     for note in result.notes:
         print(safe(f"moeconf: note: {note}"), file=sys.stderr)
     plan_text = result.plan_text
@@ -577,7 +586,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.output:
         _write_output(plan_text, args.output)
     if args.json:
-        sys.stdout.write(json.dumps(result.json(), indent=1) + "\n")
+        sys.stdout.write(json.dumps(result.json() | ({"optimize": opt.json()} if opt else {}), indent=1) + "\n")
         return EXIT_OK
     # the artifact alone on standard output (a command line, or the target's file); the report on
     # standard error (-q: none), so that `fit ... > file` writes exactly the artifact
@@ -595,8 +604,30 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         sys.stdout.write(shlex.join(result.argv) + "\n")
     sys.stdout.flush()
     if not args.quiet:
+        if opt:
+            from moeconf.report.optimize import render_optimized
+
+            sys.stderr.write("\n" + render_optimized(opt))
         sys.stderr.write(_fit_report(args, result, inv, eng, budgets, ram, headroom))
     return EXIT_OK
+
+
+def _fit_optimized(args: argparse.Namespace, inv: Inventory, eng: Engine, budgets: list[Budget],
+                   user_argv: list[str], fit_args: dict[str, Any]) -> Optimized | None:
+    """`fit --optimize GOAL` (moeconf/optimize.py): every setting solved, the table on standard error
+    where no setting is chosen; None without --optimize."""
+    if not args.optimize:
+        return None
+    from moeconf.optimize import cache_type_list, optimize
+    from moeconf.report.optimize import render_optimized
+
+    types = cache_type_list(args.cache_types, eng) if args.cache_types else None
+    opt = optimize(inv, eng, budgets, user_argv, args.optimize, cache_types=types, **fit_args)
+    if opt.chosen is None:
+        if not args.quiet and not args.json:
+            sys.stderr.write(render_optimized(opt))
+        raise MoeconfError(opt.why or "no setting chosen")
+    return opt
 
 
 def _fit_report(args: argparse.Namespace, result: FitResult, inv: Inventory, eng: Engine, budgets: list[Budget],
@@ -670,6 +701,8 @@ def _cmd_fit_quants(args: argparse.Namespace) -> int:
 
     if args.output:
         raise MoeconfError("-o writes one plan: give the quant (OWNER/REPO:TAG) to write its plan")
+    if args.optimize or args.cache_types:
+        raise MoeconfError("--optimize solves one model: give the quant (OWNER/REPO:TAG)")
     bad_version = version_error(args.engine, args.engine_version)
     if bad_version:
         raise MoeconfError(f"--engine-version: {bad_version}")

@@ -282,7 +282,7 @@ class _Solver:
     def __init__(self, inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
                  model_path: str, serve_path: str | None, plan_dir: str, reserve: int, policy: Policy,
                  split: bool, ram: int | None = None, ram_headroom: int = DEFAULT_RAM_HEADROOM,
-                 host_cpu: str = "plain") -> None:
+                 host_cpu: str = "plain", fields: Mapping[str, object] | None = None) -> None:
         self.inv, self.eng, self.budgets, self.reserve, self.policy, self.split = (
             inv, eng, list(budgets), reserve, policy, split)
         self.ram_total = ram
@@ -293,7 +293,7 @@ class _Solver:
                                "kept for the system (--ram-headroom)")
         self.ram = ram - ram_headroom if ram is not None else None
         uf = _engine_flags(user_argv, eng)
-        self.fields, self.rpc, self.extra = uf.fields, uf.rpc, uf.extra
+        self.fields, self.rpc, self.extra = {**uf.fields, **(fields or {})}, uf.rpc, uf.extra
         self.notes = list(uf.notes)
         if serve_path is not None and uf.serve_path is not None and serve_path != uf.serve_path:
             raise MoeconfError(f"-m {uf.serve_path} and --serve-path {serve_path}: give the served path once")
@@ -503,7 +503,7 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
         model_path: str | None = None, plan_dir: str | None = None, reserve: int = DEFAULT_RESERVE,
         policy: Policy = "first", split: bool = True, serve_path: str | None = None, ram: int | str | None = None,
         ram_headroom: int | str = DEFAULT_RAM_HEADROOM, version: str | None = None,
-        host_cpu: str = "plain") -> FitResult:
+        host_cpu: str = "plain", fields: Mapping[str, object] | None = None) -> FitResult:
     """Solve the placement; raise FitError (with the shortfall and what would help) if nothing fits.
 
     `inv`: an Inventory or a model path (GGUF or manifest); `engine`: "llama.cpp",
@@ -513,7 +513,8 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
     inventory's source); `plan_dir`: the folder the plan is for (default: the current one);
     `serve_path`: the GGUF path the command loads (default: the GGUF, or the file a manifest was
     made from); `ram`: system RAM, of which `ram_headroom` is kept for the system and the rest
-    must hold what the GPUs leave (weights in RAM, host compute)."""
+    must hold what the GPUs leave (weights in RAM, host compute); `fields`: plan flag fields
+    (ubatch, batch, cache_type_k, ...) set over the ones `user_argv` gives (`fit --optimize`)."""
     from moeconf.engines import engine as engine_named
     from moeconf.engines import version_error
     from moeconf.model.load import load_inventory
@@ -538,7 +539,7 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
     ram_b = parse_size(ram, "ram") if isinstance(ram, str) else ram
     headroom = parse_size(ram_headroom, "ram_headroom") if isinstance(ram_headroom, str) else ram_headroom
     return _Solver(inv, eng, budgets, user_argv, model_path, serve_path, plan_dir, reserve, policy,
-                   split, ram_b, headroom, host_cpu).solve()
+                   split, ram_b, headroom, host_cpu, fields).solve()
 
 
 def fit_plan_path(plan_dir: str, serve_path: str | None, model_path: str) -> str:
