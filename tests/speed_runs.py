@@ -137,19 +137,17 @@ class Constants:
                 + (f.host_prompt_bytes / host_rate if host_rate else 0.0))
 
 
-def host_rates(cases: Sequence[Case], k: Constants) -> dict[str, float]:
-    """Each case's host rate (bytes/s, HOST_BW_FRACTION applied): its own figure, or the one solved on the
-    row named by its `memory_bandwidth_fitted_on` (the host bytes there take the time the rest leaves)."""
-    by_id = {c.id: c for c in cases}
+def host_rates(cases: Sequence[Case], host_fitted: float | None = None) -> dict[str, float]:
+    """Each case's host rate (bytes/s, HOST_BW_FRACTION applied): its own figure, or, where the run did not
+    record it, the rate fitted on the rows with the constants (`host_fitted` bytes/s, default the row's
+    `memory_bandwidth_fitted_gbs`)."""
     out: dict[str, float] = {}
     for c in cases:
         h = c.row["machine"]["host"]
         if h.get("memory_bandwidth_gbs") is not None:
             out[c.id] = h["memory_bandwidth_gbs"] * 1e9 * sp.HOST_BW_FRACTION
-            continue
-        fit = by_id[h["memory_bandwidth_fitted_on"]]
-        left = 1.0 / fit.row["measured"]["tg_tps"] - k.gen_s_without_host(fit.features)
-        out[c.id] = fit.features.host_bytes / left if left > 0 else math.inf
+        else:
+            out[c.id] = host_fitted if host_fitted is not None else h["memory_bandwidth_fitted_gbs"] * 1e9
     return out
 
 
@@ -161,32 +159,28 @@ class Result:
     tg: float | None
     pp_pred: float | None
     tg_pred: float | None
-    host_fit_row: bool  # the row the host's rate is solved on (its generation error is 0 by construction)
 
     def err(self, which: str) -> float | None:
         meas, pred = (self.pp, self.pp_pred) if which == "pp" else (self.tg, self.tg_pred)
         return None if meas is None or pred is None else pred / meas - 1.0
 
 
-def evaluate(cases: Sequence[Case], k: Constants | None = None) -> list[Result]:
+def evaluate(cases: Sequence[Case], k: Constants | None = None, host_fitted: float | None = None) -> list[Result]:
     k = k or Constants.module()
-    rates = host_rates(cases, k)
-    fit_rows = {c.row["machine"]["host"].get("memory_bandwidth_fitted_on") for c in cases}
+    rates = host_rates(cases, host_fitted)
     out = []
     for c in cases:
         f, rate = c.features, rates[c.id]
         t_gen = k.gen_s_without_host(f) + (f.host_bytes / rate if f.host_bytes else 0.0)
         pp_pred = (c.row["prompt_tokens"] / k.prompt_s(f, rate)) if f.gpu_work_s is not None else None
         m = c.row["measured"]
-        out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), pp_pred, 1.0 / t_gen, c.id in fit_rows))
+        out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), pp_pred, 1.0 / t_gen))
     return out
 
 
 def summary(results: Sequence[Result], which: str, aside: bool) -> tuple[float, float, int]:
-    """(median |error|, worst |error|, rows) over the rows (aside or not) measured and predicted; the row the
-    host's rate is solved on does not count for generation."""
-    errs = [abs(e) for r in results if r.aside == aside and not (which == "tg" and r.host_fit_row)
-            for e in (r.err(which),) if e is not None]
+    """(median |error|, worst |error|, rows) over the rows (aside or not) measured and predicted."""
+    errs = [abs(e) for r in results if r.aside == aside for e in (r.err(which),) if e is not None]
     return (statistics.median(errs), max(errs), len(errs)) if errs else (math.nan, math.nan, 0)
 
 
@@ -207,15 +201,12 @@ def _lstsq(rows: list[list[float]], y: list[float]) -> list[float]:
     return [b[i] / a[i][i] for i in range(n)]
 
 
-def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> Constants:
-    """The constants that fit `cases` best (relative least squares): generation's fixed cost and GPU
-    fraction with the host's rate solved on its row each round (to a fixed point); the prompt's fixed cost,
-    GPU matrix fraction, op-offload copy fraction and per-copy cost. Rows in `skip` set nothing (the host's
-    row still gives the host's rate)."""
+def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> tuple[Constants, float | None]:
+    """The constants that fit `cases` best (relative least squares), and the host rate (bytes/s) fitted with
+    them on the rows whose run did not record it (None: no such row reads from the host): generation's fixed
+    cost, GPU fraction (and that host rate); the prompt's fixed cost, GPU matrix fraction, op-offload copy
+    fraction and per-copy cost. Rows in `skip` set nothing."""
     k = Constants.module()
-    by_id = {c.id: c for c in cases}
-    # generation: t = fixed + GPU s / fraction + copies + host bytes / rate; where the rate is solved on row r
-    # (rate = H_r / (t_r - fixed - g_r / fraction - copies_r)), t_i is linear in (fixed, 1 / fraction) still
     eqs: list[list[float]] = []
     ys: list[float] = []
     for c in cases:
@@ -223,21 +214,18 @@ def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> Constants:
         if c.id in skip or not c.row["measured"].get("tg_tps"):
             continue
         t = 1.0 / c.row["measured"]["tg_tps"] - f.token_copy_s
-        if h.get("memory_bandwidth_gbs") is not None or not f.host_bytes:
-            own = h.get("memory_bandwidth_gbs")
-            eqs.append([1.0, f.gpu_read_s])
-            ys.append(t - (f.host_bytes / (own * 1e9 * sp.HOST_BW_FRACTION) if f.host_bytes and own else 0.0))
-            continue
-        r = by_id[h["memory_bandwidth_fitted_on"]]
-        if r is c:
-            continue  # the host's row sets its rate, not the constants
-        ratio = f.host_bytes / r.features.host_bytes
-        t_r = 1.0 / r.row["measured"]["tg_tps"] - r.features.token_copy_s
-        eqs.append([1.0 - ratio, f.gpu_read_s - ratio * r.features.gpu_read_s])
-        ys.append(t - ratio * t_r)
-    x = _lstsq(eqs, ys)
+        own = h.get("memory_bandwidth_gbs")
+        if own is not None:
+            eqs.append([1.0, f.gpu_read_s, 0.0])
+            ys.append(t - f.host_bytes / (own * 1e9 * sp.HOST_BW_FRACTION))
+        else:
+            eqs.append([1.0, f.gpu_read_s, float(f.host_bytes)])
+            ys.append(t)
+    shared = any(e[2] for e in eqs)
+    x = _lstsq([e if shared else e[:2] for e in eqs], ys)
     k = dataclasses.replace(k, token_fixed_s=x[0], gpu_bw_fraction=1.0 / x[1])
-    rates = host_rates(cases, k)
+    host = 1.0 / x[2] if shared else None
+    rates = host_rates(cases, host if host is not None else 1.0)
     pp = [c for c in cases if c.row["measured"].get("pp_tps") and c.features.gpu_work_s is not None
           and c.id not in skip]
     y = [c.row["prompt_tokens"] / c.row["measured"]["pp_tps"] - c.features.ubatch_copy_s
@@ -246,19 +234,17 @@ def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> Constants:
                                                   lambda f: f.offload_s, lambda f: float(f.offload_tensors)]
     x = _lstsq([[col(c.features) for col in cols] for c in pp], y)
     return dataclasses.replace(k, prompt_fixed_s=x[0], gpu_matrix_fraction=1.0 / x[1],
-                               offload_copy_fraction=1.0 / x[2], offload_tensor_s=x[3])
+                               offload_copy_fraction=1.0 / x[2], offload_tensor_s=x[3]), host
 
 
 def leave_one_out(cases: Sequence[Case]) -> dict[str, dict[str, float]]:
-    """Each non-aside row's error under the constants fitted on the other non-aside rows (the row the host's
-    rate is solved on still gives it when left out; its own generation error is 0 by construction)."""
+    """Each non-aside row's error under the constants (and host rate) fitted on the other non-aside rows."""
     train = [c for c in cases if not c.aside]
-    fit_ids = {c.row["machine"]["host"].get("memory_bandwidth_fitted_on") for c in cases}
     out: dict[str, dict[str, float]] = {}
     for c in train:
-        mine = next(x for x in evaluate(train, fit(train, frozenset({c.id}))) if x.id == c.id)
-        out[c.id] = {w: e for w in ("pp", "tg") for e in (mine.err(w),) if e is not None
-                     and not (w == "tg" and c.id in fit_ids)}
+        k, host = fit(train, frozenset({c.id}))
+        mine = next(x for x in evaluate(train, k, host) if x.id == c.id)
+        out[c.id] = {w: e for w in ("pp", "tg") for e in (mine.err(w),) if e is not None}
     return out
 
 
