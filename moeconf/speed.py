@@ -326,7 +326,8 @@ def machine_from_options(value: str | None, devices: tuple[str, ...]) -> Machine
         k, eq, v = part.partition("=")
         k = k.strip()
         if not eq or k not in _MACHINE_KEYS:
-            raise MoeconfError(f"--speed-machine: {part.strip()!r} is not one of {', '.join(k + '=N' for k in _MACHINE_KEYS)}")
+            keys = ", ".join(f"{name}=N" for name in _MACHINE_KEYS)
+            raise MoeconfError(f"--speed-machine: {part.strip()!r} is not one of {keys}")
         try:
             n = float(v)
         except ValueError:

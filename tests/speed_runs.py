@@ -51,8 +51,9 @@ def machine_of(row: dict[str, Any], host_bandwidth: float | None = None) -> Mach
                      Figure(g["matrix_tflops"] * 1e12, src)) for i, g in enumerate(m["gpus"]))
     h = m["host"]
     bw = h.get("memory_bandwidth_gbs")
+    fitted = f"fitted on {h.get('memory_bandwidth_fitted_on')}"
     fig = (Figure(bw * 1e9, src) if bw is not None else
-           Figure(host_bandwidth, f"fitted on {h['memory_bandwidth_fitted_on']}") if host_bandwidth is not None else None)
+           Figure(host_bandwidth, fitted) if host_bandwidth is not None else None)
     cores = Figure(h["cores"], src) if h.get("cores") else None
     return Machine(gpus, Host(fig, cores))
 
@@ -188,15 +189,15 @@ def summary(results: Sequence[Result], which: str, aside: bool) -> tuple[float, 
 def _lstsq(rows: list[list[float]], y: list[float]) -> list[float]:
     """Least squares of relative error (each equation divided by its y), by the normal equations."""
     n = len(rows[0])
-    a = [[sum(r[i] * r[j] / yy ** 2 for r, yy in zip(rows, y)) for j in range(n)] for i in range(n)]
-    b = [sum(r[i] / yy for r, yy in zip(rows, y)) for i in range(n)]
+    a = [[sum(r[i] * r[j] / yy ** 2 for r, yy in zip(rows, y, strict=True)) for j in range(n)] for i in range(n)]
+    b = [sum(r[i] / yy for r, yy in zip(rows, y, strict=True)) for i in range(n)]
     for i in range(n):  # Gauss-Jordan with partial pivoting
         p = max(range(i, n), key=lambda r: abs(a[r][i]))
         a[i], a[p], b[i], b[p] = a[p], a[i], b[p], b[i]
         for r in range(n):
             if r != i and a[i][i]:
                 q = a[r][i] / a[i][i]
-                a[r] = [x - q * z for x, z in zip(a[r], a[i])]
+                a[r] = [x - q * z for x, z in zip(a[r], a[i], strict=True)]
                 b[r] -= q * b[i]
     return [b[i] / a[i][i] for i in range(n)]
 
