@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeconf.machine import GPU, Machine
 from moeconf.traffic import HOST, PAD, Traffic
+
+if TYPE_CHECKING:
+    from moeconf.memory.settings import MemorySettings
+    from moeconf.placement import Placement
 
 # --- the constants, fitted on the non-aside rows of tests/data/speed_runs.json by
 # `python benchmarks/speed_accuracy.py fit` (which prints these lines) -------------------------------------
@@ -341,3 +345,22 @@ def machine_from_options(value: str | None, devices: tuple[str, ...]) -> Machine
 
     gpus = tuple(GPU(d, None, fig("bw"), fig("pcie"), fig("tflops")) for d in devices)
     return Machine(gpus, Host(fig("host"), None))
+
+
+def for_placement(placement: Placement, settings: MemorySettings, machine: Machine, *, depth: int | None = None,
+                  prompt_tokens: int | None = None, routing: str = "uniform") -> Prediction:
+    """The prediction for a placement (what `fit` and the Hub quant table have): its traffic at `depth`
+    (default: the context) and `predict`; where the traffic is not modelled, a Prediction that says so."""
+    from moeconf.traffic import TrafficUnmodelled, traffic
+
+    try:
+        tr = traffic(placement, settings, depth)
+    except TrafficUnmodelled as e:
+        return Prediction(None, None, depth or 0, prompt_tokens or 0, routing, refused=(str(e),))
+    return predict(tr, machine, prompt_tokens=prompt_tokens, routing=routing)
+
+
+def generation_cell(pred: Prediction) -> str:
+    """A table cell of predicted generation tokens/s ("~15 (+-30%)"), or "-" where none is predicted."""
+    g = pred.generation
+    return "-" if g is None else f"~{rounded(g.tps, g.error)} (+-{round(g.error * 100)}%)"

@@ -187,3 +187,47 @@ def test_host_products_below_the_offload_batch_refuse_the_prompt() -> None:
     p = sp.predict(tr, m)
     assert p.generation is not None and p.prompt is None
     assert any("batch of 16" in r for r in p.refused)
+
+
+def test_for_placement_as_fit_and_the_quant_table_use_it() -> None:
+    path = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    argv = ["-c", "8192"]
+    e = engine("llama.cpp")
+    placement = explain(load_inventory(path), e, argv).placement
+    m = Machine((GPU("CUDA0", "NVIDIA H200", Figure(4.8e12, "t"), Figure(63e9, "t"), Figure(989e12, "t")),), Host())
+    p = sp.for_placement(placement, read_settings(argv, e, {}), m, depth=2048)
+    assert p.generation is not None and p.depth == 2048
+    assert sp.generation_cell(p) == f"~{sp.rounded(p.generation.tps, sp.GEN_ERROR)} (+-30%)"
+    ik = engine("ik_llama.cpp")
+    p = sp.for_placement(explain(load_inventory(path), ik, argv).placement, read_settings(argv, ik, {}), m)
+    assert p.generation is None and "llama.cpp only" in p.refused[0] and sp.generation_cell(p) == "-"
+
+
+# --- the docs' table and example are the commands' output ----------------------------------------------------
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def test_the_benchmarks_page_holds_the_accuracy_table(cases: list[Case]) -> None:
+    from benchmarks.speed_accuracy import table
+
+    text = (DOCS / "benchmarks.md").read_text()
+    assert table(evaluate(cases)) in text
+    assert f"+-{round(sp.PROMPT_ERROR * 100)} % (prompt) and\n+-{round(sp.GEN_ERROR * 100)} % (generation)" in text
+
+
+def test_the_speed_page_example_is_the_output(capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import shlex
+
+    from moeconf.cli import main
+
+    text = (DOCS / "speed.md").read_text()
+    section = text[text.index("## Predicted speed"):]
+    command = section.split("```sh\n", 1)[1].split("\n```", 1)[0]
+    shown = section.split("```\n...\n", 1)[1].split("```", 1)[0]
+    words = shlex.split(command)
+    assert words[:2] == ["moeconf", "explain"]
+    monkeypatch.chdir(DOCS.parent)
+    assert main(words[1:]) == 0
+    out = capsys.readouterr().out
+    assert out[out.index("speed (predicted)"):] == shown
