@@ -231,3 +231,47 @@ def test_the_speed_page_example_is_the_output(capsys: pytest.CaptureFixture[str]
     assert main(words[1:]) == 0
     out = capsys.readouterr().out
     assert out[out.index("speed (predicted)"):] == shown
+
+
+# --- explain --speed ------------------------------------------------------------------------------------------
+def test_explain_speed_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    from moeconf.cli import main
+
+    path = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    argv = ["--", "llama-server", "-c", "8192"]
+    assert main(["explain", path, *argv]) == 0
+    assert "speed" not in capsys.readouterr().out  # only when asked
+    assert main(["explain", path, "--speed", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "traffic (MiB) per generated token" in out  # --speed implies --traffic
+    assert ("speed: not predicted: the machine description lacks CUDA0: memory_bandwidth, CUDA0: pcie_bandwidth, "
+            "CUDA0: matrix_flops") in out
+    assert main(["explain", path, "--json", "--speed-machine", "bw=4800,pcie=63,tflops=989", "--depth", "2048",
+                 *argv]) == 0
+    data = json.loads(capsys.readouterr().out)
+    s = data["speed"]
+    assert s["missing"] == [] and s["depth"] == 2048 and s["prompt_tokens"] == 2048 and s["routing"] == "uniform"
+    assert s["generation"]["error"] == sp.GEN_ERROR and s["prompt"]["error"] == sp.PROMPT_ERROR
+    assert s["generation"]["tps"] == float(sp.rounded(1 / s["generation"]["seconds"], sp.GEN_ERROR).replace(",", ""))
+    assert "speed" not in data["traffic"] and data["traffic"]["prompt"]["work"]["CUDA0"]["matrix_flops"] > 0
+
+
+@pytest.mark.parametrize("value, message", [
+    ("bw=fast", "--speed-machine: bw needs a positive number, not 'fast'"),
+    ("bw=-1", "--speed-machine: bw needs a positive number, not '-1'"),
+    ("cores=16", "--speed-machine: 'cores=16' is not one of bw=N, pcie=N, tflops=N, host=N"),
+])
+def test_explain_speed_machine_bad_values(capsys: pytest.CaptureFixture[str], value: str, message: str) -> None:
+    from moeconf.cli import main
+
+    path = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    assert main(["explain", path, "--speed-machine", value, "--", "-c", "4096"]) != 0
+    assert message in capsys.readouterr().err
+
+
+def test_explain_speed_where_no_traffic_is_modelled(capsys: pytest.CaptureFixture[str]) -> None:
+    from moeconf.cli import main
+
+    path = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    assert main(["explain", path, "--engine", "ik_llama.cpp", "--speed", "--", "-c", "4096"]) == 0
+    assert "speed: not predicted: no traffic" in capsys.readouterr().out
