@@ -275,3 +275,28 @@ def test_explain_speed_where_no_traffic_is_modelled(capsys: pytest.CaptureFixtur
     path = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
     assert main(["explain", path, "--engine", "ik_llama.cpp", "--speed", "--", "-c", "4096"]) == 0
     assert "speed: not predicted: no traffic" in capsys.readouterr().out
+
+
+def test_the_quant_table_column_of_predicted_generation() -> None:
+    from moeconf.fitquants import QuantRow, QuantTable, predicted_generation, render_table
+    from moeconf.hub.ref import RemoteRef
+
+    path = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    inv = load_inventory(path)
+    ref = RemoteRef(repo="Qwen/Qwen3-30B-A3B-GGUF", tag="Q4_K_M")
+    row = QuantRow("Q4_K_M", ref, ("q.gguf",), inv.total_bytes(), ("llama-server", "-hf", ref.display, "-ngl", "999",
+                                                                      "-c", "8192"), None, 1, 1)
+    m = Machine((GPU("CUDA0", None, Figure(4.8e12, "t"), Figure(63e9, "t"), Figure(989e12, "t")),), Host())
+    got = predicted_generation(row, inv, engine("llama.cpp"), m)
+    assert got.generation is not None and got.generation[1] == sp.GEN_ERROR
+    direct = sp.for_placement(explain(inv, engine("llama.cpp"), ["-c", "8192"]).placement,
+                              read_settings(["-c", "8192"], engine("llama.cpp"), {}, binary="llama-server"), m)
+    assert direct.generation is not None
+    assert got.generation[0] == float(sp.rounded(direct.generation.tps, sp.GEN_ERROR).replace(",", ""))
+    assert got.json()["generation"] == {"tps": got.generation[0], "error": sp.GEN_ERROR}
+    nofit = QuantRow("Q8_0", ref, ("r.gguf",), 1, None, "too large")
+    text = render_table(QuantTable("Qwen/Qwen3-30B-A3B-GGUF", "0" * 40, (got, nofit)))
+    assert "generation t/s" in text and f"~{got.generation[0]:,g} (+-30%)" in text
+    assert "generation t/s" not in render_table(QuantTable("Qwen/Qwen3-30B-A3B-GGUF", "0" * 40, (row, nofit)))
+    # without a machine figure the row stays as it was
+    assert predicted_generation(row, inv, engine("llama.cpp"), Machine((), Host())).generation is None
