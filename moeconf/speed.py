@@ -176,6 +176,7 @@ class Features:
     ubatch_copy_s: float
     host_prompt_bytes: int
     refused: tuple[str, ...] = ()
+    routed_offload: bool = False  # an op-offload copy's bytes depend on the routing (a MUL_MAT_ID's experts)
 
     def generation_s(self, host_rate: float) -> dict[str, float]:
         out = {"fixed": TOKEN_FIXED_S, "GPU reads": self.gpu_read_s / GPU_BW_FRACTION}
@@ -229,8 +230,9 @@ def features(tr: Traffic, machine: Machine, n_prompt: int, routing: str) -> Feat
         tensors += c.tensors
         other += (c.activations + c.inputs) / bw
     host_prompt = host_work.weight_bytes if host_work is not None else 0
+    routed = any(c.weights != c.weights_min for c in tr.ubatch_copies)
     return Features(gpu_read, host_bytes, token_copy, work, n_ub * offload, n_ub * tensors, n_ub * other,
-                    n_ub * host_prompt)
+                    n_ub * host_prompt, routed_offload=routed)
 
 
 def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
@@ -261,7 +263,7 @@ def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
     t_gen = sum(gen.values())
     pp = f.prompt_s(host_rate)
     refused = list(f.refused)
-    if pp is not None and f.offload_tensors and routing not in OFFLOAD_MEASURED_ROUTINGS:
+    if pp is not None and f.routed_offload and routing not in OFFLOAD_MEASURED_ROUTINGS:
         pp = None
         refused.append("prompt: its ubatches copy host expert weights to the GPU (op offload), and the copy rate was "
                        "measured only where every token selects the same experts (zero weights, k/E of each tensor "
@@ -285,10 +287,12 @@ def _assumptions(tr: Traffic, machine: Machine, routing: str) -> list[str]:
     if host_timed(tr):
         h = machine.host.memory_bandwidth
         assert h is not None
-        out.append(f"host: memory {h.value / 1e9:,.0f} GB/s ({h.source}), reached in full by its expert products "
-                   "(not yet measured against a host of known bandwidth)")
-    out.append(f"fixed costs: {TOKEN_FIXED_S * 1e3:.1f} ms per generated token, {PROMPT_FIXED_S:.2f} s per prompt, "
-               f"{OFFLOAD_TENSOR_S * 1e3:.2f} ms per op-offload copy (measured on one H200 machine)")
+        out.append(f"host: memory {h.value / 1e9:,.0f} GB/s ({h.source}) x {HOST_BW_FRACTION} reached by its expert "
+                   "products: the share of a stated bandwidth a host reaches is not measured yet (a datasheet peak "
+                   "makes host-bound generation come out too fast; a measured read rate does not)")
+    out.append(f"fixed costs: {TOKEN_FIXED_S * 1e3:.1f} ms per generated token, {PROMPT_FIXED_S:.2f} s per prompt (a "
+               f"server's first), {OFFLOAD_TENSOR_S * 1e3:.2f} ms per op-offload copy (fitted on one H200 machine's "
+               "runs)")
     if routing == "same-experts" and any(c.tensors for c in tr.ubatch_copies):
         out.append("routing: every token selects the same experts (zero weights): a ubatch copies k/E of each host "
                    "expert tensor")
