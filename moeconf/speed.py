@@ -274,20 +274,26 @@ def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
                       assumptions=tuple(_assumptions(tr, machine, routing)), refused=tuple(refused))
 
 
+def _num(v: float) -> str:
+    """A machine figure as given: whole numbers with separators, else up to three significant digits."""
+    return f"{v:,.0f}" if v >= 100 or v == int(v) else f"{v:.3g}"
+
+
 def _assumptions(tr: Traffic, machine: Machine, routing: str) -> list[str]:
     out = []
     for d in gpus_used(tr):
         g = machine.gpu(d)
         assert g is not None and g.memory_bandwidth and g.pcie_bandwidth and g.matrix_flops
-        out.append(f"{d}{' (' + g.name + ')' if g.name else ''}: memory {g.memory_bandwidth.value / 1e9:,.0f} GB/s "
+        out.append(f"{d}{' (' + g.name + ')' if g.name else ''}: memory {_num(g.memory_bandwidth.value / 1e9)} GB/s "
                    f"({g.memory_bandwidth.source}) x {GPU_BW_FRACTION} reached per generated token; matrix "
-                   f"{g.matrix_flops.value / 1e12:,.0f} TFLOP/s ({g.matrix_flops.source}) x {GPU_MATRIX_FRACTION} "
-                   f"reached by a prompt; PCIe {g.pcie_bandwidth.value / 1e9:,.0f} GB/s ({g.pcie_bandwidth.source}), "
-                   f"x {OFFLOAD_COPY_FRACTION} for op-offload copies from pageable host memory")
+                   f"{_num(g.matrix_flops.value / 1e12)} TFLOP/s ({g.matrix_flops.source}) x {GPU_MATRIX_FRACTION} "
+                   f"reached by a prompt; PCIe {_num(g.pcie_bandwidth.value / 1e9)} GB/s ({g.pcie_bandwidth.source}), "
+                   f"x {OFFLOAD_COPY_FRACTION} for op-offload copies (measured from pageable memory: -ot ...=CPU "
+                   "weights; the pinned memory of layers -ngl leaves on the host is not measured)")
     if host_timed(tr):
         h = machine.host.memory_bandwidth
         assert h is not None
-        out.append(f"host: memory {h.value / 1e9:,.0f} GB/s ({h.source}) x {HOST_BW_FRACTION} reached by its expert "
+        out.append(f"host: memory {_num(h.value / 1e9)} GB/s ({h.source}) x {HOST_BW_FRACTION} reached by its expert "
                    "products: the share of a stated bandwidth a host reaches is not measured yet (a datasheet peak "
                    "makes host-bound generation come out too fast; a measured read rate does not)")
     out.append(f"fixed costs: {TOKEN_FIXED_S * 1e3:.1f} ms per generated token, {PROMPT_FIXED_S:.2f} s per prompt (a "
