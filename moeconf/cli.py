@@ -527,7 +527,8 @@ def _explain_traffic(args: argparse.Namespace, ex: Explanation,
     js: dict[str, object] = tr.json()
     text = render_traffic(tr)
     if speed:
-        from moeconf.speed import gpus_used, machine_from_options, predict, speed_report
+        from moeconf.report.speed import speed_report
+        from moeconf.speed import gpus_used, machine_from_options, predict
 
         sj, st = speed_report(predict(tr, machine_from_options(args.speed_machine, gpus_used(tr))))
         js["speed"] = sj

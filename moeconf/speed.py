@@ -305,24 +305,6 @@ def _assumptions(tr: Traffic, machine: Machine, routing: str) -> list[str]:
     return out
 
 
-def speed_report(pred: Prediction) -> tuple[dict[str, Any], str]:
-    """The prediction as explain's `"speed"` JSON and its text lines (after the traffic table)."""
-    lines = []
-    if pred.missing:
-        lines.append("speed: not predicted: the machine description lacks " + ", ".join(pred.missing) +
-                     " (give them with --speed-machine: docs/speed.md)")
-    elif pred.generation is None:
-        lines.append("speed: not predicted: " + "; ".join(pred.refused))
-    else:
-        head = f"speed (predicted): generation {pred.generation.text()} at depth {pred.depth:,}"
-        if pred.prompt is not None:
-            head += f"; prompt {pred.prompt.text()} over {pred.prompt_tokens:,} tokens"
-        lines.append(head)
-        lines.extend(f"  not predicted: {r}" for r in pred.refused)
-        lines.extend(f"  assumed: {a}" for a in pred.assumptions)
-    return pred.json(), "\n".join(lines) + "\n"
-
-
 _MACHINE_KEYS = {"bw": ("memory_bandwidth", 1e9), "pcie": ("pcie_bandwidth", 1e9), "tflops": ("matrix_flops", 1e12),
                  "host": ("host", 1e9)}
 

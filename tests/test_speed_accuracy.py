@@ -18,6 +18,7 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.machine import GPU, Figure, Host, Machine
 from moeconf.memory import read_settings
+from moeconf.report.speed import speed_report
 from moeconf.traffic import traffic
 from tests.conftest import EXAMPLES
 from tests.speed_runs import Case, Constants, build_all, evaluate, fit, load_runs, machine_of
@@ -109,7 +110,7 @@ def test_a_missing_machine_figure_is_refused_by_name(cases: list[Case]) -> None:
     assert p.generation is None and p.missing == ("CUDA0: matrix_flops",)
     none = sp.predict(c.traffic, Machine((), Host(Figure(45e9, "test"), None)))
     assert none.missing == ("CUDA0: the card (memory_bandwidth, pcie_bandwidth, matrix_flops)",)
-    js, text = sp.speed_report(none)
+    js, text = speed_report(none)
     assert js["generation"] is None and "not predicted" in text and "CUDA0" in text
 
 
