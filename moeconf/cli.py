@@ -139,6 +139,12 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--depth", type=int, metavar="N",
                      help="the context depth of --traffic's generated token (default: the context, -c); implies "
                      "--traffic")
+    exp.add_argument("--speed", action="store_true",
+                     help="also predict prompt and generation tokens/s from the traffic and the machine, with their "
+                     "expected error and assumptions (docs/speed.md); implies --traffic")
+    exp.add_argument("--speed-machine", metavar="K=V,...",
+                     help="the machine --speed assumes, every GPU alike: bw=GB/s (memory), pcie=GB/s (one way), "
+                     "tflops=dense FP16 TFLOP/s, host=GB/s (system RAM); e.g. bw=4800,pcie=63,tflops=989,host=90")
     _add_llama_config_options(exp)
 
     fit = sub.add_parser(
@@ -468,6 +474,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out["memory_problems"] = list(est.problems)
         out["server_caches"] = est.server.json() if est.server is not None else None
         if traffic is not None:
+            if "speed" in traffic:
+                out["speed"] = traffic.pop("speed")
             out["traffic"] = traffic
         if budgets:
             out["budgets"] = budgets
@@ -505,8 +513,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _explain_traffic(args: argparse.Namespace, ex: Explanation,
                      settings: MemorySettings) -> tuple[dict[str, object] | None, str]:
-    """explain's traffic (moeconf/traffic.py) as JSON and text, where --traffic or --depth asks for it."""
-    if not args.traffic and args.depth is None:
+    """explain's traffic (moeconf/traffic.py) as JSON and text, where --traffic, --depth or --speed asks for
+    it; with --speed, the predicted speeds (moeconf/speed.py) as the JSON's "speed" and lines after it."""
+    speed = getattr(args, "speed", False) or getattr(args, "speed_machine", None) is not None
+    if not args.traffic and args.depth is None and not speed:
         return None, ""
     from moeconf.report.traffic import render_traffic
     from moeconf.traffic import TrafficUnmodelled, traffic
@@ -516,8 +526,20 @@ def _explain_traffic(args: argparse.Namespace, ex: Explanation,
     except ValueError as e:
         raise MoeconfError(f"--depth: {e}") from None
     except TrafficUnmodelled as e:
-        return {"unmodelled": str(e)}, f"traffic: not given: {e}\n"
-    return tr.json(), render_traffic(tr)
+        out: dict[str, object] = {"unmodelled": str(e)}
+        if speed:
+            out["speed"] = None
+        return out, f"traffic: not given: {e}\n" + ("speed: not predicted: no traffic\n" if speed else "")
+    js: dict[str, object] = tr.json()
+    text = render_traffic(tr)
+    if speed:
+        from moeconf.report.speed import speed_report
+        from moeconf.speed import gpus_used, machine_from_options, predict
+
+        sj, st = speed_report(predict(tr, machine_from_options(args.speed_machine, gpus_used(tr))))
+        js["speed"] = sj
+        text += st
+    return js, text
 
 
 def _budgets(values: list[str], flag: str, *, allow_cpu: bool = False) -> dict[str, int]:

@@ -21,6 +21,7 @@ from moeconf.model.inventory import Inventory
 
 if TYPE_CHECKING:
     from moeconf.fit import Budget
+    from moeconf.machine import Machine
 
 GiB = 2**30
 Policy = Literal["first", "last"]  # as moeconf.fit's (imported only when a quant is solved, not from the cache)
@@ -38,16 +39,23 @@ class QuantRow:
     experts_total: int = 0
     host_read_per_token: int = 0  # bytes of host weights read per generated token
     headroom: tuple[tuple[str, int], ...] = ()  # (device, budget - predicted total)
+    # predicted generation tokens/s and its relative error (moeconf/speed.py), where the machine is known;
+    # not part of the solved row's cache (it depends on the machine, not on the solve)
+    generation: tuple[float, float] | None = None
 
     @property
     def fits(self) -> bool:
         return self.argv is not None
 
     def json(self) -> dict[str, object]:
-        return {"quant": self.label, "hf": self.ref.display, "files": list(self.files), "size": self.size,
-                "fits": self.fits, "why": self.why, "experts_on_gpu": self.experts_on_gpu,
-                "experts_total": self.experts_total, "host_read_per_token": self.host_read_per_token,
-                "headroom": dict(self.headroom), "argv": list(self.argv) if self.argv else None}
+        out: dict[str, object] = {
+            "quant": self.label, "hf": self.ref.display, "files": list(self.files), "size": self.size,
+            "fits": self.fits, "why": self.why, "experts_on_gpu": self.experts_on_gpu,
+            "experts_total": self.experts_total, "host_read_per_token": self.host_read_per_token,
+            "headroom": dict(self.headroom), "argv": list(self.argv) if self.argv else None}
+        if self.generation is not None:
+            out["generation"] = {"tps": self.generation[0], "error": self.generation[1]}
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any], ref: RemoteRef) -> QuantRow:
@@ -86,6 +94,25 @@ def host_read_per_token(inv: Inventory, devices: dict[str, str | None]) -> int:
             continue
         total += t.nbytes * share if t.group == "experts" else t.nbytes
     return int(total)
+
+
+def predicted_generation(row: QuantRow, inv: Inventory, eng: Engine, machine: Machine) -> QuantRow:
+    """The row with its command's predicted generation tokens/s on `machine` (moeconf/speed.py; at the
+    command's context), where the command fits and the prediction is given."""
+    if row.argv is None:
+        return row
+    from dataclasses import replace
+
+    from moeconf.explanation import explain
+    from moeconf.memory import read_settings
+    from moeconf.speed import for_placement, rounded
+
+    argv = list(row.argv)
+    pred = for_placement(explain(inv, eng, argv).placement, read_settings(argv[1:], eng, {}, binary=argv[0]), machine)
+    g = pred.generation
+    if g is None:
+        return row
+    return replace(row, generation=(float(rounded(g.tps, g.error).replace(",", "")), g.error))
 
 
 def _row(q: names.Quant, ref: RemoteRef, lst: Listing, inv: Inventory | MoeconfError, eng: Engine,
@@ -166,7 +193,9 @@ def _solve_key(lst: Listing, q: names.Quant, eng: Engine, budgets: Sequence[tupl
 
 def fit_quants(repo: str, eng: Engine, budgets: Sequence[tuple[str, int]], user_argv: Sequence[str], *, plan_dir: str,
                reserve: int, policy: Policy = "first", split: bool = True, ram: int | None = None,
-               progress: Progress | None = None) -> QuantTable:
+               progress: Progress | None = None, machine: Machine | None = None) -> QuantTable:
+    """Every quant of `repo` solved for the budgets; with `machine`, each fitting command's predicted
+    generation tokens/s too (a column of the table)."""
     lst = list_repo(repo)
     quants = names.quants(lst.files)
     if not quants:
@@ -199,8 +228,10 @@ def fit_quants(repo: str, eng: Engine, budgets: Sequence[tuple[str, int]], user_
         futures = {pool.submit(read, ref): i for i, ref in enumerate(refs)}
         for fut in as_completed(futures):
             i = futures[fut]
-            rows[i] = _row(quants[i], refs[i], lst, fut.result(), eng, budgets, user_argv, plan_dir, reserve, policy,
-                           split, ram)
+            inv = fut.result()
+            row = _row(quants[i], refs[i], lst, inv, eng, budgets, user_argv, plan_dir, reserve, policy, split, ram)
+            rows[i] = (predicted_generation(row, inv, eng, machine)
+                       if machine is not None and not isinstance(inv, MoeconfError) else row)
     return QuantTable(repo, lst.commit, tuple(r for r in rows if r is not None))
 
 
@@ -214,20 +245,24 @@ def render_table(table: QuantTable) -> str:
         if r.headroom:
             devs = [d for d, _ in r.headroom]
             break
-    head = ["", "quant", "size GiB", "fits", *[f"{d} free GiB" for d in devs], "experts on GPU", "host GiB/token"]
+    speed = any(r.generation is not None for r in table.rows)
+    head = ["", "quant", "size GiB", "fits", *[f"{d} free GiB" for d in devs], "experts on GPU", "host GiB/token",
+            *(["generation t/s"] if speed else [])]
     rows: list[list[str]] = []
     for r in table.rows:
         mark = "*" if best is r else ""
         if r.fits:
             room = dict(r.headroom)
             pct = 100 * r.experts_on_gpu / r.experts_total if r.experts_total else 0
+            cell = ([] if not speed else ["-"] if r.generation is None else
+                    [f"~{r.generation[0]:,g} (+-{round(r.generation[1] * 100)}%)"])
             rows.append([mark, r.label, f"{r.size / GiB:.1f}", "yes", *[f"{room[d] / GiB:.1f}" for d in devs],
-                         f"{r.experts_on_gpu / GiB:.1f} GiB ({pct:.0f}%)", f"{r.host_read_per_token / GiB:.2f}"])
+                         f"{r.experts_on_gpu / GiB:.1f} GiB ({pct:.0f}%)", f"{r.host_read_per_token / GiB:.2f}", *cell])
         else:
             rows.append([mark, r.label, f"{r.size / GiB:.1f}" if r.size else "?", "no",
-                         *["" for _ in devs], "", ""])
+                         *["" for _ in devs], "", "", *([""] if speed else [])])
     widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
-    right = {2, *range(4, 4 + len(devs)), len(head) - 1}
+    right = {2, *range(4, 4 + len(devs)), 5 + len(devs), *([len(head) - 1] if speed else [])}
     lines = [f"{table.repo} at {table.commit[:12]}: {len(table.rows)} quant(s)", ""]
     for row in [head, *rows]:
         lines.append("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(

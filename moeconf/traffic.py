@@ -26,7 +26,12 @@ token only):
   `ggml_backend_sched_compute_splits`): under uniform routing the expected share is
   1 - (1 - k/E)^T of its bytes (T tokens each selecting k of E experts; the 512 bytes of padding after
   each run of experts left out);
-- activations and inputs: the other split inputs, as per token.
+- activations and inputs: the other split inputs, as per token;
+- work: on each device, the FLOPs of the matrix products it runs (MUL_MAT and MUL_MAT_ID with a weight:
+  2 x the weight's rows x columns x the tokens, a MUL_MAT_ID's k selected experts per token) and of the
+  attention (FLASH_ATTN_EXT, or the KQ and KQV products without flash attention: 2 x (K width + V width)
+  x viewed cells x heads x tokens), and for the host the weight bytes its matrix products read and their
+  largest batch (the host runs a product only below CUDA's op-offload batch, or on the output rows).
 
 Not counted: what a kernel reads twice (tiles, caches), the logits copied back to the host, the
 KV rows beyond the depth that the padded view spans (the engine views its cells in
@@ -42,7 +47,7 @@ from typing import Any
 import moeconf.memory.recurrent as rec
 from moeconf.memory.geometry import geometry
 from moeconf.memory.graph.archs import COMPOSITIONS, traits
-from moeconf.memory.graph.ggml import INPUT, VIEW_OPS, Tensor, nbytes
+from moeconf.memory.graph.ggml import INPUT, VIEW_OPS, Tensor, nbytes, nelements
 from moeconf.memory.graph.model import Setup, build, covered, setup_for
 from moeconf.memory.graph.sched import Scheduler
 from moeconf.memory.kvcache import kv_bytes
@@ -106,6 +111,23 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class Work:
+    """The arithmetic one device does for one prompt ubatch: FLOPs of its matrix products with a weight
+    (`matrix`) and of its attention (`attention`, at the ubatch's viewed cells); the weight bytes its
+    matrix products read (`weight_bytes`: what a host product at a small batch is bound by) and their
+    largest batch in tokens (`max_batch`)."""
+
+    matrix: int = 0
+    attention: int = 0
+    weight_bytes: int = 0
+    max_batch: int = 0
+
+    def json(self) -> dict[str, int]:
+        return {"matrix_flops": self.matrix, "attention_flops": self.attention,
+                "matrix_weight_bytes": self.weight_bytes, "max_batch": self.max_batch}
+
+
+@dataclass(frozen=True)
 class Traffic:
     depth: int  # the context depth the generated token attends to (and the prompt ubatch reaches)
     n_ubatch: int  # the prompt ubatch's tokens
@@ -113,6 +135,10 @@ class Traffic:
     token_copies: tuple[Copy, ...]  # per generated token
     ubatch_copies: tuple[Copy, ...]  # per prompt ubatch
     assumptions: tuple[str, ...] = field(default=())
+    work: dict[str, Work] = field(default_factory=dict)  # per prompt ubatch, per device that does any
+    ubatch_cells: int = 0  # the cells the prompt ubatch's attention views (its `work.attention` is at these)
+    token_splits: int = 0  # the scheduler's splits of a generated token's graph (each a hand-over between devices)
+    ubatch_splits: int = 0  # and of a prompt ubatch's
 
     def link_bytes(self, copies: tuple[Copy, ...], link: str) -> int:
         return sum(c.total for c in copies if c.link == link)
@@ -125,6 +151,7 @@ class Traffic:
                 "copies": [c.json() for c in self.token_copies],
                 "pcie_bytes": self.link_bytes(self.token_copies, "pcie"),
                 "network_bytes": self.link_bytes(self.token_copies, "network"),
+                "splits": self.token_splits,
             },
             "prompt": {
                 "n_ubatch": self.n_ubatch,
@@ -135,6 +162,9 @@ class Traffic:
                 "op_offload_bytes_all_experts": sum(c.weights_max for c in self.ubatch_copies),
                 "pcie_bytes": self.link_bytes(self.ubatch_copies, "pcie"),
                 "network_bytes": self.link_bytes(self.ubatch_copies, "network"),
+                "work": {d: w.json() for d, w in self.work.items()},
+                "viewed_cells": self.ubatch_cells,
+                "splits": self.ubatch_splits,
             },
             "assumptions": list(self.assumptions),
         }
@@ -190,7 +220,8 @@ def traffic(placement: Placement, settings: MemorySettings, depth: int | None = 
     # the prompt's ubatch: -ub tokens of one sequence (within -b and the context), its last token's logits,
     # the cells up to the depth
     T = min(-(-n_ctx // PAD) * PAD, settings.n_batch, settings.n_ubatch)
-    prompt = _evaluate(placement, _viewing(replace(base, n_tokens=T, n_outputs=1), max(depth, T)))
+    prompt_setup = _viewing(replace(base, n_tokens=T, n_outputs=1), max(depth, T))
+    prompt = _evaluate(placement, prompt_setup)
     devices = sorted(reads, key=lambda d: (d != HOST, d))
     assumptions = ["one sequence: a generated token is a batch of one (-np and parallel decoding not modelled)",
                    "uniform routing: a prompt ubatch's MUL_MAT_ID op offload copies the experts its tokens select, "
@@ -198,7 +229,9 @@ def traffic(placement: Placement, settings: MemorySettings, depth: int | None = 
     return Traffic(
         depth=depth, n_ubatch=T,
         reads={d: Reads(**reads[d]) for d in devices},
-        token_copies=gen.copies, ubatch_copies=prompt.copies, assumptions=tuple(assumptions))
+        token_copies=gen.copies, ubatch_copies=prompt.copies, assumptions=tuple(assumptions),
+        work=dict(sorted(prompt.work.items(), key=lambda kv: (kv[0] != HOST, kv[0]))), ubatch_cells=prompt_setup.cells,
+        token_splits=gen.splits, ubatch_splits=prompt.splits)
 
 
 def _viewing(base: Setup, used: int) -> Setup:
@@ -214,6 +247,8 @@ class _Evaluation:
     copies: tuple[Copy, ...]
     kv_homes: dict[int, str]
     rs_homes: dict[int, str]
+    work: dict[str, Work]
+    splits: int
 
 
 def _evaluate(placement: Placement, setup: Setup) -> _Evaluation:
@@ -235,10 +270,12 @@ def _evaluate(placement: Placement, setup: Setup) -> _Evaluation:
         return t if base.buffer is not None and base.weights else None
 
     reads: list[tuple[str, str, int]] = []
+    work: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for n in g.gf.nodes:
         if n.op in VIEW_OPS:
             continue
         dev = backends[ids[n]].name
+        _work(n, weight(n.src[0]) if n.src else None, work[dev])
         for j, s in enumerate(n.src):
             w = weight(s)
             if w is None:
@@ -277,7 +314,36 @@ def _evaluate(placement: Placement, setup: Setup) -> _Evaluation:
     kv_homes = {il: k.buffer or HOST for il, (k, _) in g.kv.items()}
     rs_homes = {il: r.buffer or HOST for il, (r, _) in g.rs.items()}
     return _Evaluation(reads=tuple(reads), copies=tuple(Copy(src, dst, **c) for (src, dst), c in copies.items()),
-                       kv_homes=kv_homes, rs_homes=rs_homes)
+                       kv_homes=kv_homes, rs_homes=rs_homes,
+                       work={d: Work(**w) for d, w in work.items() if any(w.values())}, splits=len(sched.splits))
+
+
+def _work(n: Tensor, w: Tensor | None, into: dict[str, int]) -> None:
+    """Add node `n`'s arithmetic to its device's: a matrix product's 2 x (inner width) FLOPs per element of
+    its result (a MUL_MAT_ID's result holds the k selected experts' rows per token), with a weight
+    (`w`, its first source) or without (attention's KQ and KQV); flash attention's two products."""
+    if n.op in ("MUL_MAT", "MUL_MAT_ID"):
+        a = n.src[0]
+        if a is None:
+            return
+        flops = 2 * a.ne[0] * nelements(n)
+        if w is None:
+            into["attention"] += flops
+            return
+        into["matrix"] += flops
+        batch = n.ne[2] if n.op == "MUL_MAT_ID" else n.ne[1] * n.ne[2] * n.ne[3]
+        into["max_batch"] = max(into["max_batch"], batch)
+        if n.op == "MUL_MAT_ID" and n.src[2] is not None and 0 < n.src[2].ne[0] < w.ne[2]:
+            # the experts its tokens select, expected under uniform routing (as the op offload's copy)
+            share = 1.0 - (1.0 - n.src[2].ne[0] / w.ne[2]) ** n.src[2].ne[1]
+            into["weight_bytes"] += round(nbytes(w) * share)
+        else:
+            into["weight_bytes"] += nbytes(w)
+    elif n.op == "FLASH_ATTN_EXT":
+        q, k, v = n.src[0], n.src[1], n.src[2]
+        if q is None or k is None or v is None:
+            return
+        into["attention"] += 2 * (q.ne[0] + v.ne[0]) * k.ne[1] * q.ne[1] * q.ne[2] * q.ne[3]
 
 
 def _offload_bytes(w: Tensor, first: Tensor | None,

@@ -1,0 +1,79 @@
+"""The speed predictor's accuracy on the measured runs (tests/data/speed_runs.json), and the fit of its
+constants on the rows not set aside.
+
+    python benchmarks/speed_accuracy.py          # the accuracy table: each row measured, predicted, error;
+                                                 # median and worst, the aside rows separately
+    python benchmarks/speed_accuracy.py fit      # the constants fitted on the non-aside rows (the lines
+                                                 # moeconf/speed.py holds) and each row's leave-one-out error
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def _fmt(v: float | None, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{max(0, digits - len(str(int(v))))}f}" if v < 100 else f"{v:,.0f}"
+
+
+def table(results: list, which_rows: str = "") -> str:  # type: ignore[type-arg]
+    from tests.speed_runs import summary
+
+    lines = ["| run | aside | pp measured | pp predicted | error | tg measured | tg predicted | error |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        ep, eg = r.err("pp"), r.err("tg")
+        tg_err = "-" if eg is None else f"{eg:+.0%}"
+        lines.append(f"| {r.id} | {'yes' if r.aside else ''} | {_fmt(r.pp)} | {_fmt(r.pp_pred)} | "
+                     f"{'-' if ep is None else f'{ep:+.0%}'} | {_fmt(r.tg)} | {_fmt(r.tg_pred)} | {tg_err} |")
+    lines.append("")
+    for aside in (False, True):
+        for w, name in (("pp", "prompt"), ("tg", "generation")):
+            med, worst, n = summary(results, w, aside)
+            if n:
+                lines.append(f"{'aside' if aside else 'fitted'} rows, {name}: median {med:.0%}, worst {worst:.0%} "
+                             f"({n} rows)")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    from tests.speed_runs import bound, build_all, evaluate, fit, leave_one_out
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = build_all(Path(tmp))
+    if argv[:1] == ["fit"]:
+        train = [c for c in cases if not c.aside]
+        k, host = fit(train)
+        print(f"TOKEN_FIXED_S = {k.token_fixed_s:.3g}\nGPU_BW_FRACTION = {k.gpu_bw_fraction:.3g}\n"
+              f"PROMPT_FIXED_S = {k.prompt_fixed_s:.3g}\nGPU_MATRIX_FRACTION = {k.gpu_matrix_fraction:.3g}\n"
+              f"OFFLOAD_COPY_FRACTION = {k.offload_copy_fraction:.3g}\nOFFLOAD_TENSOR_S = {k.offload_tensor_s:.3g}")
+        if host is not None:
+            print(f"host rate fitted on the rows that did not record it: {host / 1e9:.3g} GB/s "
+                  "(speed_runs.json machine.host.memory_bandwidth_fitted_gbs)")
+        loo = leave_one_out(cases)
+        for rid, e in loo.items():
+            print(f"  leave-one-out {rid}: " + ", ".join(f"{w} {v:+.0%}" for w, v in e.items()))
+        fitted = evaluate(train, k, host)
+        for w, name in (("tg", "GEN_ERROR"), ("pp", "PROMPT_ERROR")):
+            worst = bound([e for r in fitted for e in (r.err(w),) if e is not None])
+            print(f"{name}: worst at the fitted constants {worst:.2f}, worst leave-one-out "
+                  f"{bound([e[w] for e in loo.values() if w in e]):.2f} (rounded up to 5 %)")
+        print()
+        print(table(evaluate(cases, k, host)))
+        return 0
+    if argv:
+        print(__doc__)
+        return 2
+    print(table(evaluate(cases)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

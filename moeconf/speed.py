@@ -1,0 +1,358 @@
+"""Predicted prompt and generation tokens/s from a command's traffic and the machine (issue 26, item 3).
+
+A first-order model of the bytes and the arithmetic (moeconf/traffic.py) at the machine's rates
+(moeconf/machine.py), with a few constants fitted on measured runs (tests/data/speed_runs.json, the
+rows not set aside; `python benchmarks/speed_accuracy.py fit` refits them) and the error measured for
+each prediction (docs/speed.md):
+
+- generation, seconds per token =
+      TOKEN_FIXED_S
+    + sum over GPUs of the bytes the token reads there / (the card's memory bandwidth x GPU_BW_FRACTION)
+    + the bytes the host reads / (the host's memory bandwidth x HOST_BW_FRACTION)
+    + the bytes copied between devices / the PCIe link's bandwidth;
+- prompt, seconds for a prompt of P tokens in ubatches of T =
+      PROMPT_FIXED_S
+    + per ubatch: sum over GPUs of (matrix + attention FLOPs) / (the card's matrix rate x GPU_MATRIX_FRACTION)
+    + per ubatch: op-offload bytes / (the PCIe link x OFFLOAD_COPY_FRACTION) + OFFLOAD_TENSOR_S per weight copied
+    + per ubatch: the other copies / the PCIe link, and the host's batch-of-one products' weight bytes at the
+      host's rate;
+  each ubatch's attention scaled to the cells it views, the last one's work to its tokens.
+
+The terms add (the engine runs a graph's splits one after another and waits for each copy). Where a
+figure the terms need is missing, no number is given: `Prediction.missing` names it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from moeconf.machine import GPU, Machine
+from moeconf.traffic import HOST, PAD, Traffic
+
+if TYPE_CHECKING:
+    from moeconf.memory.settings import MemorySettings
+    from moeconf.placement import Placement
+
+# --- the constants, fitted on the non-aside rows of tests/data/speed_runs.json by
+# `python benchmarks/speed_accuracy.py fit` (which prints these lines) -------------------------------------
+# a generated token's fixed cost: kernel launches and synchronisation, whatever the bytes
+TOKEN_FIXED_S = 0.00371
+# the share of a card's peak memory bandwidth a generated token's reads reach (small reads per kernel:
+# a batch of one reads each matrix once, layer by layer)
+GPU_BW_FRACTION = 0.241
+# the share of the host's memory bandwidth its expert products reach: no measured run states its host's
+# bandwidth yet (the H200 runs' host rate is fitted with the constants), so the host figure is taken as reached
+HOST_BW_FRACTION = 1.0
+# a prompt's fixed cost (the runs measured each server's first prompt: CUDA's lazy module loading, the
+# memory pool's growth and cuBLAS's set-up fall in it)
+PROMPT_FIXED_S = 0.221
+# the share of a card's dense FP16 tensor peak the prompt's matrix products and attention reach
+GPU_MATRIX_FRACTION = 0.120
+# the share of the PCIe link's bandwidth an op-offload copy reaches: the host weights sit in pageable
+# memory (`-ot ...=CPU` keeps them in the mmap'd file's pages), which CUDA copies through a staging buffer
+OFFLOAD_COPY_FRACTION = 0.137
+# each op-offload copy's own cost: the split reads the expert ids back from the GPU and waits for them
+OFFLOAD_TENSOR_S = 0.000567
+# the expected relative error of each prediction, from the non-aside rows (benchmarks/speed_accuracy.py fit
+# prints both measures), rounded up to 5 %: generation, the worst error at the fitted constants (26 %; its
+# leave-one-out errors reach 116 %: two GPU-only rows pin the GPU fraction, docs/speed.md); prompt, the
+# worst leave-one-out error (6 %; at the fitted constants 1 %, four constants on six rows)
+GEN_ERROR = 0.30
+PROMPT_ERROR = 0.10
+# -----------------------------------------------------------------------------------------------------
+
+# the routings the op-offload copy's constants were measured under: with zero weights every token selects the
+# same k experts and a ubatch copies k/E of each host expert tensor; under real routing it copies up to all of
+# them, which no run in the table measured yet, so a prompt with op-offload copies is predicted only here
+OFFLOAD_MEASURED_ROUTINGS = ("same-experts",)
+HOST_READ_UNTIMED = 1 << 20  # host reads below this per token (an embedding row) are not timed
+ROUTINGS = ("uniform", "same-experts")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One predicted speed: tokens/s, its expected relative error, and where the time goes (seconds per
+    token for generation, per prompt for the prompt), by term."""
+
+    tps: float
+    error: float
+    seconds: float
+    terms: dict[str, float]
+
+    def text(self) -> str:
+        return f"~{rounded(self.tps, self.error)} t/s (+-{round(self.error * 100)}%)"
+
+    def json(self) -> dict[str, Any]:
+        return {"tps": float(rounded(self.tps, self.error).replace(",", "")), "error": self.error,
+                "seconds": self.seconds, "terms": self.terms}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    generation: Rate | None
+    prompt: Rate | None
+    depth: int
+    prompt_tokens: int
+    routing: str
+    assumptions: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()  # machine figures the prediction needs and nothing gave
+    refused: tuple[str, ...] = ()  # what is not modelled (the speed it concerns is not given)
+
+    def json(self) -> dict[str, Any]:
+        return {"generation": None if self.generation is None else self.generation.json(),
+                "prompt": None if self.prompt is None else self.prompt.json(),
+                "depth": self.depth, "prompt_tokens": self.prompt_tokens, "routing": self.routing,
+                "assumptions": list(self.assumptions), "missing": list(self.missing), "refused": list(self.refused)}
+
+
+def rounded(value: float, error: float) -> str:
+    """`value` with no more significant digits than `error` allows: two where the error is 10 % or more,
+    three below (thousands separated)."""
+    digits = 2 if error >= 0.1 else 3
+    if value <= 0:
+        return "0"
+    exp = math.floor(math.log10(value))
+    q = round(value, -exp + digits - 1)
+    if q >= 10 ** (digits - 1) or exp + 1 >= digits:
+        return f"{q:,.0f}"
+    return f"{q:,.{digits - 1 - exp}f}"
+
+
+def gpus_used(tr: Traffic) -> tuple[str, ...]:
+    """The non-host devices the command reads from, copies with or computes on."""
+    devs = {d for d in tr.reads if d != HOST} | {d for d in tr.work if d != HOST}
+    for c in (*tr.token_copies, *tr.ubatch_copies):
+        devs |= {c.src, c.dst} - {HOST}
+    return tuple(sorted(devs))
+
+
+def host_timed(tr: Traffic) -> bool:
+    """Whether the host reads enough per generated token to be timed (more than an embedding row)."""
+    r = tr.reads.get(HOST)
+    return r is not None and r.total >= HOST_READ_UNTIMED
+
+
+def missing(tr: Traffic, machine: Machine) -> list[str]:
+    """The machine figures a prediction of this traffic needs and nothing gave, as 'DEVICE: figure'."""
+    out: list[str] = []
+    if host_timed(tr) and machine.host.memory_bandwidth is None:
+        out.append("host: memory_bandwidth")
+    for d in gpus_used(tr):
+        g = machine.gpu(d)
+        out += [f"{d}: the card (memory_bandwidth, pcie_bandwidth, matrix_flops)"] if g is None else g.missing()
+    return out
+
+
+def _pcie(machine: Machine, src: str, dst: str) -> float:
+    """The link a copy crosses: the GPU end's PCIe bandwidth (the slower end's between two GPUs)."""
+    rates = [g.pcie_bandwidth.value for d in (src, dst) if d != HOST
+             for g in (machine.gpu(d),) if g is not None and g.pcie_bandwidth is not None]
+    return min(rates)
+
+
+def _fig(g: GPU | None, what: str) -> float:
+    assert g is not None
+    f = getattr(g, what)
+    assert f is not None
+    return float(f.value)
+
+
+@dataclass(frozen=True)
+class Features:
+    """The constant-free quantities the model weighs (what `benchmarks/speed_accuracy.py fit` fits the
+    constants on): generation, per token: seconds of GPU reads at each card's peak bandwidth, bytes the
+    host reads, seconds of copies at the links' bandwidth; prompt, per prompt: seconds of GPU work at each
+    card's peak matrix rate, seconds of op-offload copies at the links' bandwidth, weights copied, seconds
+    of the other copies at the links' bandwidth, the host's batch-of-one products' weight bytes."""
+
+    gpu_read_s: float
+    host_bytes: int
+    token_copy_s: float
+    gpu_work_s: float | None  # None: the prompt is not modelled (`refused`)
+    offload_s: float
+    offload_tensors: int
+    ubatch_copy_s: float
+    host_prompt_bytes: int
+    refused: tuple[str, ...] = ()
+    routed_offload: bool = False  # an op-offload copy's bytes depend on the routing (a MUL_MAT_ID's experts)
+
+    def generation_s(self, host_rate: float) -> dict[str, float]:
+        out = {"fixed": TOKEN_FIXED_S, "GPU reads": self.gpu_read_s / GPU_BW_FRACTION}
+        if self.host_bytes:
+            out["host reads"] = self.host_bytes / host_rate
+        if self.token_copy_s:
+            out["copies"] = self.token_copy_s
+        return out
+
+    def prompt_s(self, host_rate: float) -> dict[str, float] | None:
+        if self.gpu_work_s is None:
+            return None
+        out = {"fixed": PROMPT_FIXED_S, "GPU work": self.gpu_work_s / GPU_MATRIX_FRACTION}
+        if self.offload_tensors or self.offload_s:
+            out["op offload"] = self.offload_s / OFFLOAD_COPY_FRACTION + self.offload_tensors * OFFLOAD_TENSOR_S
+        if self.ubatch_copy_s:
+            out["copies"] = self.ubatch_copy_s
+        if self.host_prompt_bytes and host_rate:
+            out["host"] = self.host_prompt_bytes / host_rate
+        return out
+
+
+def features(tr: Traffic, machine: Machine, n_prompt: int, routing: str) -> Features:
+    """The quantities of `Features` for this traffic on this machine (every figure it needs present:
+    `missing` is empty)."""
+    gpu_read = sum(r.total / _fig(machine.gpu(d), "memory_bandwidth") for d, r in tr.reads.items() if d != HOST)
+    host_bytes = tr.reads[HOST].total if host_timed(tr) else 0
+    token_copy = sum(c.total / _pcie(machine, c.src, c.dst) for c in tr.token_copies)
+    host_work = tr.work.get(HOST)
+    if host_work is not None and host_work.matrix and host_work.max_batch > 1:
+        why = (f"prompt: the host runs matrix products at a batch of {host_work.max_batch} tokens (below CUDA's "
+               "op-offload batch of 32, or without a GPU for them): the host's matrix rate is not modelled")
+        return Features(gpu_read, host_bytes, token_copy, None, 0.0, 0, 0.0, 0, (why,))
+    # the prompt's ubatches of T tokens, each's attention at the cells it views, the last one's work at its tokens
+    T = tr.n_ubatch
+    n_ub = -(-n_prompt // T)
+    cells_full = max(tr.ubatch_cells, 1)
+    scale_work = scale_attn = 0.0
+    for i in range(n_ub):
+        tokens = min(T, n_prompt - i * T)
+        viewed = max(PAD, -(-(i * T + tokens) // PAD) * PAD)
+        scale_work += tokens / T
+        scale_attn += tokens / T * min(viewed, cells_full) / cells_full
+    work = sum((w.matrix * scale_work + w.attention * scale_attn) / _fig(machine.gpu(d), "matrix_flops")
+               for d, w in tr.work.items() if d != HOST)
+    offload = other = 0.0
+    tensors = 0
+    for c in tr.ubatch_copies:
+        bw = _pcie(machine, c.src, c.dst)
+        offload += (c.weights if routing == "uniform" else c.weights_min) / bw
+        tensors += c.tensors
+        other += (c.activations + c.inputs) / bw
+    host_prompt = host_work.weight_bytes if host_work is not None else 0
+    routed = any(c.weights != c.weights_min for c in tr.ubatch_copies)
+    return Features(gpu_read, host_bytes, token_copy, work, n_ub * offload, n_ub * tensors, n_ub * other,
+                    n_ub * host_prompt, routed_offload=routed)
+
+
+def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
+            routing: str = "uniform") -> Prediction:
+    """Prompt and generation tokens/s for this traffic on this machine. The generated token is the one
+    at the traffic's depth; the prompt is `prompt_tokens` long (default: the depth, the prompt that fills
+    the context to it; at least one ubatch). `routing`: "uniform" (real routers: a ubatch's op offload
+    copies the experts its tokens select, expected 1 - (1 - k/E)^T of each tensor) or "same-experts"
+    (every token selects the same k: a model of zero weights)."""
+    if routing not in ROUTINGS:
+        raise ValueError(f"routing is one of {', '.join(ROUTINGS)}, not {routing!r}")
+    n_prompt = prompt_tokens if prompt_tokens is not None else (tr.depth or tr.n_ubatch)
+    if n_prompt <= 0:
+        raise ValueError(f"the prompt is at least one token, not {n_prompt}")
+    refused: list[str] = []
+    if any(c.link == "network" for c in (*tr.token_copies, *tr.ubatch_copies)):
+        refused.append("RPC servers: the network's bandwidth and latency are not in the machine description")
+    if not gpus_used(tr):
+        refused.append("no GPU: the fixed costs and rates are measured with a GPU only (no CPU-only run is in "
+                       "the validation table yet)")
+    need = () if refused else tuple(missing(tr, machine))
+    if refused or need:
+        return Prediction(None, None, tr.depth, n_prompt, routing, missing=need, refused=tuple(refused))
+    host_rate = (machine.host.memory_bandwidth.value * HOST_BW_FRACTION
+                 if machine.host.memory_bandwidth is not None else 0.0)
+    f = features(tr, machine, n_prompt, routing)
+    gen = f.generation_s(host_rate)
+    t_gen = sum(gen.values())
+    pp = f.prompt_s(host_rate)
+    refused = list(f.refused)
+    if pp is not None and f.routed_offload and routing not in OFFLOAD_MEASURED_ROUTINGS:
+        pp = None
+        refused.append("prompt: its ubatches copy host expert weights to the GPU (op offload), and the copy rate was "
+                       "measured only where every token selects the same experts (zero weights, k/E of each tensor "
+                       "copied); under real routing a ubatch copies up to every expert, at a rate no run in the "
+                       "table measured yet")
+    prompt = None if pp is None else Rate(n_prompt / sum(pp.values()), PROMPT_ERROR, sum(pp.values()), pp)
+    return Prediction(Rate(1.0 / t_gen, GEN_ERROR, t_gen, gen), prompt, tr.depth, n_prompt, routing,
+                      assumptions=tuple(_assumptions(tr, machine, routing)), refused=tuple(refused))
+
+
+def _num(v: float) -> str:
+    """A machine figure as given: whole numbers with separators, else up to three significant digits."""
+    return f"{v:,.0f}" if v >= 100 or v == int(v) else f"{v:.3g}"
+
+
+def _assumptions(tr: Traffic, machine: Machine, routing: str) -> list[str]:
+    out = []
+    for d in gpus_used(tr):
+        g = machine.gpu(d)
+        assert g is not None and g.memory_bandwidth and g.pcie_bandwidth and g.matrix_flops
+        out.append(f"{d}{' (' + g.name + ')' if g.name else ''}: memory {_num(g.memory_bandwidth.value / 1e9)} GB/s "
+                   f"({g.memory_bandwidth.source}) x {GPU_BW_FRACTION} reached per generated token; matrix "
+                   f"{_num(g.matrix_flops.value / 1e12)} TFLOP/s ({g.matrix_flops.source}) x {GPU_MATRIX_FRACTION} "
+                   f"reached by a prompt; PCIe {_num(g.pcie_bandwidth.value / 1e9)} GB/s ({g.pcie_bandwidth.source}), "
+                   f"x {OFFLOAD_COPY_FRACTION} for op-offload copies (measured from pageable memory: -ot ...=CPU "
+                   "weights; the pinned memory of layers -ngl leaves on the host is not measured)")
+    if host_timed(tr):
+        h = machine.host.memory_bandwidth
+        assert h is not None
+        out.append(f"host: memory {_num(h.value / 1e9)} GB/s ({h.source}) x {HOST_BW_FRACTION} reached by its expert "
+                   "products: the share of a stated bandwidth a host reaches is not measured yet (a datasheet peak "
+                   "makes host-bound generation come out too fast; a measured read rate does not)")
+    out.append(f"fixed costs: {TOKEN_FIXED_S * 1e3:.1f} ms per generated token, {PROMPT_FIXED_S:.2f} s per prompt (a "
+               f"server's first), {OFFLOAD_TENSOR_S * 1e3:.2f} ms per op-offload copy (fitted on one H200 machine's "
+               "runs)")
+    if routing == "same-experts" and any(c.tensors for c in tr.ubatch_copies):
+        out.append("routing: every token selects the same experts (zero weights): a ubatch copies k/E of each host "
+                   "expert tensor")
+    return out
+
+
+_MACHINE_KEYS = {"bw": ("memory_bandwidth", 1e9), "pcie": ("pcie_bandwidth", 1e9), "tflops": ("matrix_flops", 1e12),
+                 "host": ("host", 1e9)}
+
+
+def machine_from_options(value: str | None, devices: tuple[str, ...]) -> Machine:
+    """The one seam between explain's temporary `--speed-machine bw=...,pcie=...,tflops=...,host=...` and a
+    Machine: every GPU in `devices` gets the figures given (the machine helper's flags replace this)."""
+    from moeconf.errors import MoeconfError
+    from moeconf.machine import Figure, Host
+
+    given: dict[str, float] = {}
+    for part in (value or "").split(","):
+        if not part.strip():
+            continue
+        k, eq, v = part.partition("=")
+        k = k.strip()
+        if not eq or k not in _MACHINE_KEYS:
+            keys = ", ".join(f"{name}=N" for name in _MACHINE_KEYS)
+            raise MoeconfError(f"--speed-machine: {part.strip()!r} is not one of {keys}")
+        try:
+            n = float(v)
+        except ValueError:
+            n = math.nan
+        if not math.isfinite(n) or n <= 0:
+            raise MoeconfError(f"--speed-machine: {k} needs a positive number, not {v.strip()!r}")
+        given[k] = n * _MACHINE_KEYS[k][1]
+
+    def fig(k: str) -> Figure | None:
+        return Figure(given[k], f"--speed-machine {k}") if k in given else None
+
+    gpus = tuple(GPU(d, None, fig("bw"), fig("pcie"), fig("tflops")) for d in devices)
+    return Machine(gpus, Host(fig("host"), None))
+
+
+def for_placement(placement: Placement, settings: MemorySettings, machine: Machine, *, depth: int | None = None,
+                  prompt_tokens: int | None = None, routing: str = "uniform") -> Prediction:
+    """The prediction for a placement (what `fit` and the Hub quant table have): its traffic at `depth`
+    (default: the context) and `predict`; where the traffic is not modelled, a Prediction that says so."""
+    from moeconf.traffic import TrafficUnmodelled, traffic
+
+    try:
+        tr = traffic(placement, settings, depth)
+    except TrafficUnmodelled as e:
+        return Prediction(None, None, depth or 0, prompt_tokens or 0, routing, refused=(str(e),))
+    return predict(tr, machine, prompt_tokens=prompt_tokens, routing=routing)
+
+
+def generation_cell(pred: Prediction) -> str:
+    """A table cell of predicted generation tokens/s ("~15 (+-30%)"), or "-" where none is predicted."""
+    g = pred.generation
+    return "-" if g is None else f"~{rounded(g.tps, g.error)} (+-{round(g.error * 100)}%)"

@@ -1,0 +1,254 @@
+"""The measured runs of tests/data/speed_runs.json, explained by moeconf as they ran, and the speed
+predictor (moeconf/speed.py) on each: its features, predictions and errors, and the fit of its
+constants on the rows not set aside (benchmarks/speed_accuracy.py prints both).
+
+A row's model is a shipped manifest or a fixture layout (moeconf.fixtures.layouts.LAYOUTS), with
+`model.types` replacing the layout's quant mix where the run's file had another; the layout's GGUF
+header is written under a temporary folder (its data region is a hole)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shlex
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import moeconf.speed as sp
+from moeconf.machine import GPU, Figure, Host, Machine
+
+REPO = Path(__file__).resolve().parent.parent
+RUNS = REPO / "tests" / "data" / "speed_runs.json"
+
+# PCIe: GT/s per lane and the line code's payload share, by generation
+_PCIE = {3: (8.0, 128 / 130), 4: (16.0, 128 / 130), 5: (32.0, 128 / 130)}
+
+
+def pcie_bytes_per_s(spec: str) -> float:
+    """'5x16' -> one direction's bytes/s (generation 5, 16 lanes)."""
+    gen, _, lanes = spec.partition("x")
+    gt, code = _PCIE[int(gen)]
+    return gt * 1e9 * code * int(lanes) / 8
+
+
+def load_runs(path: Path = RUNS) -> list[dict[str, Any]]:
+    with open(path) as f:
+        runs: list[dict[str, Any]] = json.load(f)["runs"]
+    return runs
+
+
+def machine_of(row: dict[str, Any], host_bandwidth: float | None = None) -> Machine:
+    """The row's machine (GPUs as CUDA0, CUDA1, ...); the host's bandwidth from the row, or `host_bandwidth`
+    (bytes/s) where the row's is fitted."""
+    m = row["machine"]
+    src = f"speed_runs.json {row['id']}"
+    gpus = tuple(GPU(f"CUDA{i}", g["name"], Figure(g["memory_bandwidth_gbs"] * 1e9, src),
+                     Figure(pcie_bytes_per_s(g["pcie"]), f"PCIe {g['pcie']}"),
+                     Figure(g["matrix_tflops"] * 1e12, src)) for i, g in enumerate(m["gpus"]))
+    h = m["host"]
+    bw = h.get("memory_bandwidth_gbs")
+    fitted = f"fitted on {h.get('memory_bandwidth_fitted_on')}"
+    fig = (Figure(bw * 1e9, src) if bw is not None else
+           Figure(host_bandwidth, fitted) if host_bandwidth is not None else None)
+    cores = Figure(h["cores"], src) if h.get("cores") else None
+    return Machine(gpus, Host(fig, cores))
+
+
+@dataclass
+class Case:
+    row: dict[str, Any]
+    traffic: Any
+    features: sp.Features
+    host_bytes_fitted: bool  # the host's bandwidth is not the row's own: fitted on another row
+
+    @property
+    def id(self) -> str:
+        return str(self.row["id"])
+
+    @property
+    def aside(self) -> bool:
+        return bool(self.row["aside"])
+
+
+def model_path(row: dict[str, Any], folder: Path) -> str:
+    m = row["model"]
+    if "manifest" in m:
+        return str(REPO / m["manifest"])
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+
+    lay = dataclasses.replace(LAYOUTS[m["layout"]], **m.get("types", {}))
+    name = m["layout"] + ("-" + "-".join(f"{k}={v}" for k, v in sorted(m.get("types", {}).items())
+                                         if not isinstance(v, dict)) if m.get("types") else "")
+    path = folder / f"{name}.gguf"
+    if not path.exists():
+        write_layout(lay, path)
+    return str(path)
+
+
+def build(row: dict[str, Any], folder: Path) -> Case:
+    """The row's command explained on its model, its traffic at the row's depth and the predictor's features."""
+    import moeconf
+    from moeconf.engines import engine
+    from moeconf.memory.settings import read_settings
+    from moeconf.model.load import load_inventory
+    from moeconf.traffic import traffic
+
+    inv = load_inventory(model_path(row, folder))
+    argv = shlex.split(row["command"])
+    eng = engine(row["engine"])
+    ex = moeconf.explain(inv, argv, engine=eng)
+    settings = read_settings(argv[1:], eng, binary=argv[0])
+    tr = traffic(ex.placement, settings, row["depth"])
+    probe = machine_of(row, host_bandwidth=1.0)  # the features do not read the host's rate
+    f = sp.features(tr, probe, row["prompt_tokens"], row.get("routing", "uniform"))
+    return Case(row, tr, f, row["machine"]["host"].get("memory_bandwidth_gbs") is None)
+
+
+def build_all(folder: Path, rows: Sequence[dict[str, Any]] | None = None) -> list[Case]:
+    return [build(r, folder) for r in (rows if rows is not None else load_runs())]
+
+
+# --- the model with its constants, as numbers (the fit varies them) --------------------------------------
+@dataclass(frozen=True)
+class Constants:
+    token_fixed_s: float
+    gpu_bw_fraction: float
+    prompt_fixed_s: float
+    gpu_matrix_fraction: float
+    offload_copy_fraction: float
+    offload_tensor_s: float
+
+    @classmethod
+    def module(cls) -> Constants:
+        return cls(sp.TOKEN_FIXED_S, sp.GPU_BW_FRACTION, sp.PROMPT_FIXED_S, sp.GPU_MATRIX_FRACTION,
+                   sp.OFFLOAD_COPY_FRACTION, sp.OFFLOAD_TENSOR_S)
+
+    def gen_s_without_host(self, f: sp.Features) -> float:
+        return self.token_fixed_s + f.gpu_read_s / self.gpu_bw_fraction + f.token_copy_s
+
+    def prompt_s(self, f: sp.Features, host_rate: float) -> float:
+        assert f.gpu_work_s is not None
+        return (self.prompt_fixed_s + f.gpu_work_s / self.gpu_matrix_fraction + f.offload_s / self.offload_copy_fraction
+                + f.offload_tensors * self.offload_tensor_s + f.ubatch_copy_s
+                + (f.host_prompt_bytes / host_rate if host_rate else 0.0))
+
+
+def host_rates(cases: Sequence[Case], host_fitted: float | None = None) -> dict[str, float]:
+    """Each case's host rate (bytes/s, HOST_BW_FRACTION applied): its own figure, or, where the run did not
+    record it, the rate fitted on the rows with the constants (`host_fitted` bytes/s, default the row's
+    `memory_bandwidth_fitted_gbs`)."""
+    out: dict[str, float] = {}
+    for c in cases:
+        h = c.row["machine"]["host"]
+        if h.get("memory_bandwidth_gbs") is not None:
+            out[c.id] = h["memory_bandwidth_gbs"] * 1e9 * sp.HOST_BW_FRACTION
+        else:
+            out[c.id] = host_fitted if host_fitted is not None else h["memory_bandwidth_fitted_gbs"] * 1e9
+    return out
+
+
+@dataclass(frozen=True)
+class Result:
+    id: str
+    aside: bool
+    pp: float | None  # measured
+    tg: float | None
+    pp_pred: float | None
+    tg_pred: float | None
+
+    def err(self, which: str) -> float | None:
+        meas, pred = (self.pp, self.pp_pred) if which == "pp" else (self.tg, self.tg_pred)
+        return None if meas is None or pred is None else pred / meas - 1.0
+
+
+def evaluate(cases: Sequence[Case], k: Constants | None = None, host_fitted: float | None = None) -> list[Result]:
+    k = k or Constants.module()
+    rates = host_rates(cases, host_fitted)
+    out = []
+    for c in cases:
+        f, rate = c.features, rates[c.id]
+        t_gen = k.gen_s_without_host(f) + (f.host_bytes / rate if f.host_bytes else 0.0)
+        pp_pred = (c.row["prompt_tokens"] / k.prompt_s(f, rate)) if f.gpu_work_s is not None else None
+        m = c.row["measured"]
+        out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), pp_pred, 1.0 / t_gen))
+    return out
+
+
+def summary(results: Sequence[Result], which: str, aside: bool) -> tuple[float, float, int]:
+    """(median |error|, worst |error|, rows) over the rows (aside or not) measured and predicted."""
+    errs = [abs(e) for r in results if r.aside == aside for e in (r.err(which),) if e is not None]
+    return (statistics.median(errs), max(errs), len(errs)) if errs else (math.nan, math.nan, 0)
+
+
+# --- the fit -------------------------------------------------------------------------------------------------
+def _lstsq(rows: list[list[float]], y: list[float]) -> list[float]:
+    """Least squares of relative error (each equation divided by its y), by the normal equations."""
+    n = len(rows[0])
+    a = [[sum(r[i] * r[j] / yy ** 2 for r, yy in zip(rows, y, strict=True)) for j in range(n)] for i in range(n)]
+    b = [sum(r[i] / yy for r, yy in zip(rows, y, strict=True)) for i in range(n)]
+    for i in range(n):  # Gauss-Jordan with partial pivoting
+        p = max(range(i, n), key=lambda r: abs(a[r][i]))
+        a[i], a[p], b[i], b[p] = a[p], a[i], b[p], b[i]
+        for r in range(n):
+            if r != i and a[i][i]:
+                q = a[r][i] / a[i][i]
+                a[r] = [x - q * z for x, z in zip(a[r], a[i], strict=True)]
+                b[r] -= q * b[i]
+    return [b[i] / a[i][i] for i in range(n)]
+
+
+def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> tuple[Constants, float | None]:
+    """The constants that fit `cases` best (relative least squares), and the host rate (bytes/s) fitted with
+    them on the rows whose run did not record it (None: no such row reads from the host): generation's fixed
+    cost, GPU fraction (and that host rate); the prompt's fixed cost, GPU matrix fraction, op-offload copy
+    fraction and per-copy cost. Rows in `skip` set nothing."""
+    k = Constants.module()
+    eqs: list[list[float]] = []
+    ys: list[float] = []
+    for c in cases:
+        f, h = c.features, c.row["machine"]["host"]
+        if c.id in skip or not c.row["measured"].get("tg_tps"):
+            continue
+        t = 1.0 / c.row["measured"]["tg_tps"] - f.token_copy_s
+        own = h.get("memory_bandwidth_gbs")
+        if own is not None:
+            eqs.append([1.0, f.gpu_read_s, 0.0])
+            ys.append(t - f.host_bytes / (own * 1e9 * sp.HOST_BW_FRACTION))
+        else:
+            eqs.append([1.0, f.gpu_read_s, float(f.host_bytes)])
+            ys.append(t)
+    shared = any(e[2] for e in eqs)
+    x = _lstsq([e if shared else e[:2] for e in eqs], ys)
+    k = dataclasses.replace(k, token_fixed_s=x[0], gpu_bw_fraction=1.0 / x[1])
+    host = 1.0 / x[2] if shared else None
+    rates = host_rates(cases, host if host is not None else 1.0)
+    pp = [c for c in cases if c.row["measured"].get("pp_tps") and c.features.gpu_work_s is not None
+          and c.id not in skip]
+    y = [c.row["prompt_tokens"] / c.row["measured"]["pp_tps"] - c.features.ubatch_copy_s
+         - (c.features.host_prompt_bytes / rates[c.id] if c.features.host_prompt_bytes else 0.0) for c in pp]
+    cols: list[Callable[[sp.Features], float]] = [lambda f: 1.0, lambda f: f.gpu_work_s or 0.0,
+                                                  lambda f: f.offload_s, lambda f: float(f.offload_tensors)]
+    x = _lstsq([[col(c.features) for col in cols] for c in pp], y)
+    return dataclasses.replace(k, prompt_fixed_s=x[0], gpu_matrix_fraction=1.0 / x[1],
+                               offload_copy_fraction=1.0 / x[2], offload_tensor_s=x[3]), host
+
+
+def leave_one_out(cases: Sequence[Case]) -> dict[str, dict[str, float]]:
+    """Each non-aside row's error under the constants (and host rate) fitted on the other non-aside rows."""
+    train = [c for c in cases if not c.aside]
+    out: dict[str, dict[str, float]] = {}
+    for c in train:
+        k, host = fit(train, frozenset({c.id}))
+        mine = next(x for x in evaluate(train, k, host) if x.id == c.id)
+        out[c.id] = {w: e for w in ("pp", "tg") for e in (mine.err(w),) if e is not None}
+    return out
+
+
+def bound(errors: Sequence[float]) -> float:
+    """The worst |error|, rounded up to 5 %."""
+    return math.ceil(max(abs(e) for e in errors) / 0.05 - 1e-9) * 0.05
