@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from moeconf.errors import MoeconfError
+
 if TYPE_CHECKING:
     from moeconf.machine_detect import RamKind, SmiGPU
 
@@ -115,8 +117,8 @@ class Machine:
 
 # ---- values: the forms flags and a plan's [machine] take ----------------------------------------
 
-class MachineValueError(ValueError):
-    """A machine value that is not of its form; the message says which form."""
+class MachineValueError(MoeconfError, ValueError):
+    """A machine value that is not of its form; the message names the flag or plan key and the form."""
 
 
 # one direction of a PCIe lane, bytes/s: the transfer rate less the line code (8b/10b up to gen 2,
@@ -512,7 +514,8 @@ def _figures(items: list[tuple[str, Figure]]) -> str:
 
 def machine_assumptions(machine: Machine) -> list[str]:
     """The machine's figures as `assumed:` lines (without the prefix), each with its source (the
-    table's URL left to the JSON); GPUs with the same figures share a line; then the notes."""
+    table's URL left to the JSON); GPUs with the same figures share a line. `machine.notes` (what
+    detection could not decide) are for `note:` lines beside them."""
     lines: dict[str, list[str]] = {}
     for g in machine.gpus:
         items: list[tuple[str, Figure]] = []
@@ -535,7 +538,7 @@ def machine_assumptions(machine: Machine) -> list[str]:
         items.append((f"{h.cores.value:.0f} physical cores", h.cores))
     if items:
         out.append("host: " + _figures(items))
-    return out + [f"note: {n}" for n in machine.notes]
+    return out
 
 
 def missing_lines(machine: Machine, devices: tuple[str, ...] | None = None) -> list[str]:

@@ -214,11 +214,11 @@ def detect_ram_kind() -> RamKind | None:
 
 
 def probe_host_bandwidth(seconds: float = 0.3, threads: int | None = None) -> tuple[float, str]:
-    """A short measurement of the host's memory bandwidth: `threads` (default: the CPUs this process
-    may run on) each copy their own array (64 MiB, less with many threads: 1 GiB in all) into another, repeatedly, for about `seconds`; the
-    best round's read + write bytes per second. The copy's write-allocate reads are not counted and
-    one process's threads rarely reach the controller's peak: a lower bound of the peak, which is
-    what the figure's source says."""
+    """A short measurement of the host's memory bandwidth: `threads` (default: the CPUs this
+    process may run on) each copy their own array (64 MiB, less with many threads: 1 GiB in all)
+    into another, repeatedly, for about `seconds`; the best round's read + write bytes per second.
+    The copy's write-allocate reads are not counted and one process's threads rarely reach the
+    controller's peak: a lower bound of the peak, which is what the figure's source says."""
     import threading
     import time
 
@@ -236,7 +236,7 @@ def probe_host_bandwidth(seconds: float = 0.3, threads: int | None = None) -> tu
     best = 0.0
     end = time.perf_counter() + seconds
     rounds = 0
-    while rounds < 2 or (time.perf_counter() < end and rounds < 50):
+    while rounds < 4 or (time.perf_counter() < end and rounds < 50):
         ts = [threading.Thread(target=copy, args=(i,)) for i in range(n)]
         t0 = time.perf_counter()
         for t in ts:

@@ -14,7 +14,7 @@ from moeconf.plan.config import validate
 from moeconf.plan.positions import Pos, locate, scan
 from moeconf.plan.rules import Rule, RuleSyntaxError, Span, caret, parse_rule
 
-__all__ = ["Plan", "PlanError", "Rule", "load_plan", "plan_from_text"]
+__all__ = ["Plan", "PlanError", "Rule", "load_plan", "plan_from_text", "plan_machine"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,12 @@ def _friendly(err: Any, cfg: dict[str, Any]) -> str:
         return msg
     if kind == "missing":
         return f"{where} is required"
+    if kind == "string_pattern_mismatch" and loc and loc[0] == "machine" and len(loc) > 1:
+        forms = {"gpu_bandwidth": "a bandwidth, e.g. \"1008GB/s\"", "host_bandwidth": "a bandwidth, e.g. \"90GB/s\"",
+                 "pcie": "a PCIe link GEN[xLANES], e.g. \"4x16\"",
+                 "ram_speed": "KIND-SPEEDxCHANNELS, e.g. \"DDR5-6000x2\""}
+        if str(loc[1]) in forms:
+            return f"machine.{loc[1]}: {err.get('input')!r} is not {forms[str(loc[1])]}"
     return f"{where}: {err['msg']}"
 
 
@@ -132,6 +138,22 @@ def _validate_with_pydantic(data: dict[str, Any], positions: dict[tuple[str | in
         hint = ("also: " + "; ".join(more)) if more else None
         raise PlanError(_friendly(first, data), path=path, line=pos.line if pos else None,
                         column=pos.column if pos else None, hint=hint) from None
+
+
+def plan_machine(plan: Plan) -> tuple[dict[str, Any] | None, Any]:
+    """The plan's `[machine]` as a dict (None: no such table) and a function naming a key's place,
+    `plan.toml:12:1: [machine] gpu_model`, for moeconf.machine.machine_from's errors."""
+    section = getattr(plan.config, "machine", None)
+    if section is None:
+        return None, None
+
+    def where(key: str) -> str:
+        pos = locate(plan.positions, ("machine", key))
+        at = f"{plan.path}:{pos.line}:{pos.column}" if pos else plan.path
+        return f"{at}: [machine] {key}"
+
+    values: dict[str, Any] = {k: v for k, v in section.model_dump().items() if v is not None}
+    return values, where
 
 
 def plan_from_text(text: str, path: str) -> Plan:
