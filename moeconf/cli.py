@@ -227,7 +227,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_machine_options(sub: argparse.ArgumentParser) -> None:
-    from moeconf.machine import add_machine_arguments
+    from moeconf.machine_args import add_machine_arguments
 
     add_machine_arguments(sub)
 
