@@ -398,3 +398,26 @@ def test_plan_machine_errors_point_at_the_key(body: str, says: str, tmp_path: Pa
                                               capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(["machine", "--no-detect", "--plan", str(_plan(tmp_path, body))], capsys)
     assert code == 2 and says in err, err
+
+
+def test_traffic_reads_the_machine_and_no_detect_reads_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """explain --traffic (the bytes a speed comes from) builds the machine from what the machine
+    reports; --no-detect keeps it from reading anything."""
+    import moeconf.machine as mm
+
+    seen: list[bool] = []
+
+    def here(want_gpus: bool = True) -> Detected:
+        seen.append(want_gpus)
+        return Detected(gpus=smi("nvidia-smi-h200.txt"), cores=(16, "/proc/cpuinfo"))
+
+    monkeypatch.setattr(mm.Detected, "here", staticmethod(here))
+    code, out, _ = _run(["explain", MANIFEST, "--json", "--traffic", "--", "-c", "4096", "-ot", "exps=CPU"], capsys)
+    assert code == 0
+    m = json.loads(out)["machine"]
+    assert seen == [True]
+    assert m["gpus"][0]["name"] == "H200" and m["host"]["cores"] == {"value": 16, "source": "/proc/cpuinfo"}
+    code, out, _ = _run(["explain", MANIFEST, "--json", "--traffic", "--no-detect", "--", "-c", "4096",
+                         "-ot", "exps=CPU"], capsys)
+    assert code == 0 and "machine" not in json.loads(out) and seen == [True]
