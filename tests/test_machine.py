@@ -391,7 +391,9 @@ def test_plan_machine_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     ('ram_speed = "DDR5-6000"', ':5:1: machine.ram_speed: \'DDR5-6000\' is not KIND-SPEEDxCHANNELS'),
     ('pcie = "fast"', ":5:1: machine.pcie: 'fast' is not a PCIe link"),
     ("cores = 0", ":5:1: machine.cores"),
-    ('colour = "red"', ":5:1: unknown key 'colour' in [machine]"),
+    ('colour = "red"', ":5:1: unknown key 'colour' in [machine] (known: cores, detect,"),
+    ('core = 8', ":5:1: unknown key 'core' in [machine] (did you mean 'cores'?)"),
+    ('rules = ["experts -> cpu"]', "'rules' is inside [machine]"),
     ('gpu_model = "RTX 4090 D"', "plan.toml:5:1: [machine] gpu_model: 'RTX 4090 D' is not in"),
 ])
 def test_plan_machine_errors_point_at_the_key(body: str, says: str, tmp_path: Path,

@@ -69,6 +69,8 @@ def _friendly(err: Any, cfg: dict[str, Any]) -> str:
         for part in loc[:-1]:
             field_info = model.model_fields.get(part)
             model = getattr(field_info, "annotation", None) if field_info else None
+            # an optional table (`MachineSection | None`): its model
+            model = next((a for a in getattr(model, "__args__", ()) if hasattr(a, "model_fields")), model)
         known = sorted(model.model_fields) if hasattr(model, "model_fields") else []
         place = f"[{table}]" if table else "the top level"
         msg = f"unknown key {loc[-1]!r} in {place}"
@@ -182,7 +184,7 @@ def plan_from_text(text: str, path: str) -> Plan:
         pos = locate(positions, ("rules",))
         raise PlanError("rules must be a list of strings, e.g. rules = [\"experts -> cpu\"]", path=path,
                         line=pos.line if pos else None, column=pos.column if pos else None)
-    for table in ("model", "engine", "flags", "targets"):
+    for table in ("model", "engine", "flags", "targets", "machine"):
         if isinstance(data.get(table), dict) and "rules" in data[table]:
             pos = locate(positions, (table, "rules"))
             raise PlanError(
