@@ -281,14 +281,20 @@ def machine_from(args_or_fields: argparse.Namespace | dict[str, Any] | None, dev
         detect = Detected.none() if no_detect else Detected.here(want_gpus=bool(gpus_dev))
     elif no_detect:
         detect = Detected.none()
+    if not gpus_dev:
+        for key in ("gpu_model", "gpu_bandwidth", "gpu_tflops", "pcie"):
+            if flags.values.get(key) not in (None, "", []):
+                raise MachineValueError(f"{flags.name(key)}: the command uses no GPU (devices: "
+                                        f"{', '.join(devices) or 'none'})")
     notes = list(detect.notes)
     smi = _cuda_cards(detect, gpus_dev, notes)
-    gpus = tuple(_gpu(dev, i, flags, plan, smi.get(dev), gpus_dev) for i, dev in enumerate(gpus_dev))
+    gpus = tuple(_gpu(dev, i, flags, plan, smi.get(dev), gpus_dev, notes) for i, dev in enumerate(gpus_dev))
     host = _host(flags, plan, detect)
     return Machine(gpus, host, tuple(notes))
 
 
-def _gpu(dev: str, i: int, flags: _Given, plan: _Given, smi: SmiGPU | None, devs: tuple[str, ...]) -> GPU:
+def _gpu(dev: str, i: int, flags: _Given, plan: _Given, smi: SmiGPU | None, devs: tuple[str, ...],
+         notes: list[str]) -> GPU:
     from moeconf.machine_cards import CardUnknown, find_card
 
     card = None
@@ -307,8 +313,8 @@ def _gpu(dev: str, i: int, flags: _Given, plan: _Given, smi: SmiGPU | None, devs
         try:
             card = find_card(smi.name, smi.memory_mib)
             model_src = "nvidia-smi"
-        except CardUnknown:
-            pass  # _cuda_cards noted it
+        except CardUnknown as e:
+            notes.append(f"{dev}: {e}: give --gpu-bandwidth and --gpu-tflops (or --gpu-model)")
     table = f"table: {card.key} named by {model_src} ({card.source})" if card is not None else ""
 
     def figure(key: str, parse: Callable[[str], float], from_card: float | None) -> Figure | None:
@@ -422,14 +428,6 @@ def _cuda_cards(detect: Detected, devices: tuple[str, ...], notes: list[str]) ->
     for d in devices:
         if d.startswith("CUDA") and d not in out:
             notes.append(f"{d}: nvidia-smi lists {len(cards)} GPU(s)")
-    for d, c in out.items():
-        if d in devices:
-            try:
-                from moeconf.machine_cards import CardUnknown, find_card
-
-                find_card(c.name, c.memory_mib)
-            except CardUnknown as e:
-                notes.append(f"{d}: {e}: give --gpu-bandwidth and --gpu-tflops (or --gpu-model)")
     return out
 
 

@@ -311,6 +311,18 @@ def test_bad_flags_are_refused_naming_the_flag(fields: dict[str, Any], says: str
     assert says in str(e.value)
 
 
+def test_gpu_flags_on_a_command_without_gpus_are_refused() -> None:
+    with pytest.raises(MachineValueError, match="--gpu-model: the command uses no GPU"):
+        machine_from({"gpu_model": "RTX 4090"}, ("CPU",), detect=Detected.none())
+    assert machine_from({"cores": "8"}, ("CPU",), detect=Detected.none()).gpus == ()
+
+
+def test_a_named_card_silences_the_note_on_the_detected_one() -> None:
+    det = Detected(gpus=smi("nvidia-smi-4090d.txt"))
+    m = machine_from({"gpu_model": "RTX 4090"}, ("CUDA0",), detect=det)
+    assert m.notes == () and m.gpus[0].name == "RTX 4090"
+
+
 # ---- the CLI -------------------------------------------------------------------------------------
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
