@@ -146,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="the machine --speed assumes, every GPU alike: bw=GB/s (memory), pcie=GB/s (one way), "
                      "tflops=dense FP16 TFLOP/s, host=GB/s (system RAM); e.g. bw=4800,pcie=63,tflops=989,host=90")
     _add_llama_config_options(exp)
+    _add_machine_options(exp)
 
     fit = sub.add_parser(
         "fit",
@@ -199,6 +200,24 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--cache-types", metavar="T[,T...]",
                      help="with --optimize: the KV cache types to try, K and V alike (default: the command's own)")
     _add_llama_config_options(fit)
+    _add_machine_options(fit)
+
+    mac = sub.add_parser(
+        "machine",
+        help="show the machine a speed prediction assumes: GPUs, PCIe links, RAM bandwidth, cores, and their sources",
+        description="Show what this machine reports (nvidia-smi, /proc, lscpu; dmidecode as root), what the flags and "
+        "a plan's [machine] give, the card table's figures, and what is missing with the flag that gives it "
+        "(docs/speed.md \"The machine\").",
+    )
+    mac.add_argument("--gpus", metavar="LIST",
+                     help="the GPUs' buffer names, CUDA0,CUDA1,... (default: those nvidia-smi reports, or one per "
+                     "--gpu-model name)")
+    mac.add_argument("--plan", metavar="FILE", help="read the plan's [machine] table too (flags override it)")
+    mac.add_argument("--json", action="store_true", help="print the description as JSON, each figure with its source")
+    mac.add_argument("--probe", action="store_true", dest="probe_ram",
+                     help="measure the host's memory bandwidth (same as --probe-ram)")
+    mac.add_argument("--cards", action="store_true", help="print the card table and exit")
+    _add_machine_options(mac)
 
     rul = sub.add_parser(
         "rule",
@@ -217,6 +236,12 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("paths", nargs="*", default=["."], metavar="PATH",
                      help="generated file or directory to search (default: .)")
     return p
+
+
+def _add_machine_options(sub: argparse.ArgumentParser) -> None:
+    from moeconf.machine_args import add_machine_arguments
+
+    add_machine_arguments(sub)
 
 
 def _add_llama_config_options(sub: argparse.ArgumentParser) -> None:
@@ -450,6 +475,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     # a device of the line that holds nothing known: nothing at all, or layers split by free memory
     unchecked = [d for d in budgets if d not in est.devices and AUTO_GPU in est.devices]
     traffic, traffic_text = _explain_traffic(args, ex, settings)
+    # the machine a speed prediction reads (moeconf/machine.py): built where a machine flag is given or
+    # --traffic asks for the bytes a speed comes from; args.machine for the predictor
+    args.machine = _command_machine(args, tuple(ex.accelerators), asked=traffic is not None)
     if args.plan:
         from moeconf.decompile import decompile
         from moeconf.explanation import assumed_gpus, local_gpus
@@ -477,6 +505,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             if "speed" in traffic:
                 out["speed"] = traffic.pop("speed")
             out["traffic"] = traffic
+        if args.machine is not None and not args.machine.empty():
+            out["machine"] = args.machine.json()
         if budgets:
             out["budgets"] = budgets
             out["over_budget"] = over
@@ -542,6 +572,50 @@ def _explain_traffic(args: argparse.Namespace, ex: Explanation,
     return js, text
 
 
+def _command_machine(args: argparse.Namespace, devices: tuple[str, ...], *, asked: bool) -> Any:
+    """explain's and fit's machine (moeconf.machine.Machine) over the command's GPUs, or None where no
+    machine flag is given and nothing asks for speed: nothing is read from the machine then."""
+    from moeconf.machine import machine_flags_given
+
+    if not asked and not machine_flags_given(args):
+        return None
+    from moeconf.machine import machine_from
+
+    return machine_from(args, tuple(d for d in devices if d != "CPU"))
+
+
+def _cmd_machine(args: argparse.Namespace) -> int:
+    import json
+
+    from moeconf.machine import Detected, machine_from
+    from moeconf.report.machine import render_cards, render_machine
+
+    if args.cards:
+        sys.stdout.write(render_cards())
+        return EXIT_OK
+    plan_values, where = None, None
+    if args.plan:
+        from moeconf.plan import load_plan, plan_machine
+
+        plan_values, where = plan_machine(load_plan(args.plan))
+    no_detect = args.no_detect or (plan_values or {}).get("detect") is False
+    detected = Detected.none() if no_detect else Detected.here()
+    if args.gpus is not None:
+        devices = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
+    else:
+        names = [m for m in (args.gpu_model or "").split(",") if m.strip()]
+        plan_names = (plan_values or {}).get("gpu_model")
+        n = max(len(names), len(detected.gpus or ()),
+                len(plan_names) if isinstance(plan_names, list) else 1 if plan_names else 0)
+        devices = tuple(f"CUDA{i}" for i in range(n))
+    machine = machine_from(args, devices, plan_values, plan_where=where, detect=detected)
+    if args.json:
+        sys.stdout.write(json.dumps(machine.json(), indent=1) + "\n")
+    else:
+        sys.stdout.write(render_machine(machine))
+    return EXIT_OK
+
+
 def _budgets(values: list[str], flag: str, *, allow_cpu: bool = False) -> dict[str, int]:
     """`[NAME=]SIZE` values -> {buffer type: bytes}; unnamed ones are CUDA0, CUDA1, ... in order."""
     from moeconf.memory import parse_size
@@ -571,6 +645,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         return _cmd_fit_quants(args)  # OWNER/REPO with no tag: every quant of the repo
     inv, eng = _model_and_engine(args)
     sizes = _budgets(args.gpu, "--gpu")
+    args.machine = _command_machine(args, tuple(sizes), asked=False)
     given = {name: g.rpartition("=")[2] for name, g in zip(sizes, args.gpu, strict=True)}
     budgets = [Budget(d, size, given[d]) for d, size in sizes.items()]
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
@@ -608,7 +683,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.output:
         _write_output(plan_text, args.output)
     if args.json:
-        sys.stdout.write(json.dumps(result.json() | ({"optimize": opt.json()} if opt else {}), indent=1) + "\n")
+        out = result.json() | ({"optimize": opt.json()} if opt else {})
+        if args.machine is not None and not args.machine.empty():
+            out["machine"] = args.machine.json()
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
         return EXIT_OK
     # the artifact alone on standard output (a command line, or the target's file); the report on
     # standard error (-q: none), so that `fit ... > file` writes exactly the artifact
@@ -812,7 +890,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     handlers = {"inspect": _cmd_inspect, "compile": _cmd_compile, "init": _cmd_init, "schema": _cmd_schema,
                 "lint": _cmd_lint, "explain": _cmd_explain, "check": _cmd_check, "fit": _cmd_fit,
-                "rule": _cmd_rule}
+                "rule": _cmd_rule, "machine": _cmd_machine}
     try:
         return handlers[args.command](args)
     except MoeconfError as e:

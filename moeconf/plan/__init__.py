@@ -14,7 +14,7 @@ from moeconf.plan.config import validate
 from moeconf.plan.positions import Pos, locate, scan
 from moeconf.plan.rules import Rule, RuleSyntaxError, Span, caret, parse_rule
 
-__all__ = ["Plan", "PlanError", "Rule", "load_plan", "plan_from_text"]
+__all__ = ["Plan", "PlanError", "Rule", "load_plan", "plan_from_text", "plan_machine"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,8 @@ def _friendly(err: Any, cfg: dict[str, Any]) -> str:
         for part in loc[:-1]:
             field_info = model.model_fields.get(part)
             model = getattr(field_info, "annotation", None) if field_info else None
+            # an optional table (`MachineSection | None`): its model
+            model = next((a for a in getattr(model, "__args__", ()) if hasattr(a, "model_fields")), model)
         known = sorted(model.model_fields) if hasattr(model, "model_fields") else []
         place = f"[{table}]" if table else "the top level"
         msg = f"unknown key {loc[-1]!r} in {place}"
@@ -80,6 +82,12 @@ def _friendly(err: Any, cfg: dict[str, Any]) -> str:
         return msg
     if kind == "missing":
         return f"{where} is required"
+    if kind == "string_pattern_mismatch" and loc and loc[0] == "machine" and len(loc) > 1:
+        forms = {"gpu_bandwidth": "a bandwidth, e.g. \"1008GB/s\"", "host_bandwidth": "a bandwidth, e.g. \"90GB/s\"",
+                 "pcie": "a PCIe link GEN[xLANES], e.g. \"4x16\"",
+                 "ram_speed": "KIND-SPEEDxCHANNELS, e.g. \"DDR5-6000x2\""}
+        if str(loc[1]) in forms:
+            return f"machine.{loc[1]}: {err.get('input')!r} is not {forms[str(loc[1])]}"
     return f"{where}: {err['msg']}"
 
 
@@ -134,6 +142,22 @@ def _validate_with_pydantic(data: dict[str, Any], positions: dict[tuple[str | in
                         column=pos.column if pos else None, hint=hint) from None
 
 
+def plan_machine(plan: Plan) -> tuple[dict[str, Any] | None, Any]:
+    """The plan's `[machine]` as a dict (None: no such table) and a function naming a key's place,
+    `plan.toml:12:1: [machine] gpu_model`, for moeconf.machine.machine_from's errors."""
+    section = getattr(plan.config, "machine", None)
+    if section is None:
+        return None, None
+
+    def where(key: str) -> str:
+        pos = locate(plan.positions, ("machine", key))
+        at = f"{plan.path}:{pos.line}:{pos.column}" if pos else plan.path
+        return f"{at}: [machine] {key}"
+
+    values: dict[str, Any] = {k: v for k, v in section.model_dump().items() if v is not None}
+    return values, where
+
+
 def plan_from_text(text: str, path: str) -> Plan:
     """Validate plan text; `path` is used for messages and to resolve relative paths."""
     try:
@@ -160,7 +184,7 @@ def plan_from_text(text: str, path: str) -> Plan:
         pos = locate(positions, ("rules",))
         raise PlanError("rules must be a list of strings, e.g. rules = [\"experts -> cpu\"]", path=path,
                         line=pos.line if pos else None, column=pos.column if pos else None)
-    for table in ("model", "engine", "flags", "targets"):
+    for table in ("model", "engine", "flags", "targets", "machine"):
         if isinstance(data.get(table), dict) and "rules" in data[table]:
             pos = locate(positions, (table, "rules"))
             raise PlanError(

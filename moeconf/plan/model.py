@@ -161,6 +161,33 @@ class BudgetSection(BaseModel):
                         "still fits.")
 
 
+_BW = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B)\s*(/\s*s)?\s*$"  # moeconf.machine.BANDWIDTH_PATTERN
+_PCIE = r"^\s*([Gg][Ee][Nn]\s*)?[1-6](\.0)?\s*([xX]\s*[0-9]+)?\s*$"  # moeconf.machine.PCIE_PATTERN
+_RAM = r"^\s*[Dd][Dd][Rr][345]\s*-\s*[0-9]+\s*[xX]\s*[0-9]+\s*$"  # moeconf.machine.RAM_PATTERN
+
+
+class MachineSection(_Section):
+    """The machine the plan runs on, for speed (docs/speed.md "The machine"): the same figures as
+    the flags of `explain` and `fit`, which override them; what is left out is read from the
+    machine itself (nvidia-smi, /proc) or the card table. A list gives one value per GPU, in order;
+    a single value is every GPU's."""
+
+    gpu_model: str | list[str] | None = Field(
+        default=None, description="The card, as nvidia-smi or the card table names it: `RTX 4090`, `NVIDIA H200`.")
+    gpu_bandwidth: Annotated[str, Field(pattern=_BW)] | list[Annotated[str, Field(pattern=_BW)]] | None = Field(
+        default=None, description="GPU memory bandwidth, e.g. `1008GB/s`.")
+    gpu_tflops: Annotated[float, Field(gt=0, le=100_000)] | list[Annotated[float, Field(gt=0, le=100_000)]] | None \
+        = Field(default=None, description="GPU dense FP16 tensor TFLOP/s.")
+    pcie: Annotated[str, Field(pattern=_PCIE)] | list[Annotated[str, Field(pattern=_PCIE)]] | None = Field(
+        default=None, description="PCIe link, `GEN[xLANES]`: `4x16`, `5x8`.")
+    host_bandwidth: str | None = Field(default=None, pattern=_BW, description="System RAM bandwidth, e.g. `90GB/s`.")
+    ram_speed: str | None = Field(default=None, pattern=_RAM,
+                                  description="System RAM as kind, MT/s and populated channels: `DDR5-6000x2`.")
+    cores: int | None = Field(default=None, ge=1, le=4096, description="Physical CPU cores.")
+    detect: bool = Field(default=True, description="Read what the machine reports (nvidia-smi, /proc); false: "
+                         "this table and the flags only.")
+
+
 class PlanModel(BaseModel):
     """A moeconf plan: which tensors go where, in the user's words."""
 
@@ -176,3 +203,5 @@ class PlanModel(BaseModel):
     flags: Flags = Field(default_factory=Flags)
     targets: Targets = Field(default_factory=Targets)
     budget: BudgetSection | None = Field(default=None, description="Memory per device, for fill rules.")
+    machine: MachineSection | None = Field(default=None, description="The machine, for speed: GPUs' cards and links, "
+                                           "system RAM, cores.")
