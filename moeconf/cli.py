@@ -141,10 +141,7 @@ def _parser() -> argparse.ArgumentParser:
                      "--traffic")
     exp.add_argument("--speed", action="store_true",
                      help="also predict prompt and generation tokens/s from the traffic and the machine, with their "
-                     "expected error and assumptions (docs/speed.md); implies --traffic")
-    exp.add_argument("--speed-machine", metavar="K=V,...",
-                     help="the machine --speed assumes, every GPU alike: bw=GB/s (memory), pcie=GB/s (one way), "
-                     "tflops=dense FP16 TFLOP/s, host=GB/s (system RAM); e.g. bw=4800,pcie=63,tflops=989,host=90")
+                     "expected error and assumptions (docs/speed.md); implies --traffic; any machine flag implies it")
     _add_llama_config_options(exp)
     _add_machine_options(exp)
 
@@ -200,6 +197,9 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--cache-types", metavar="T[,T...]",
                      help="with --optimize: the KV cache types to try, K and V alike (default: the command's own)")
     _add_llama_config_options(fit)
+    fit.add_argument("--speed", action="store_true",
+                     help="also predict the fitted command's prompt and generation tokens/s on the machine, with their "
+                     "expected error and assumptions (docs/speed.md); any machine flag implies it")
     _add_machine_options(fit)
 
     mac = sub.add_parser(
@@ -474,10 +474,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     # a device of the line that holds nothing known: nothing at all, or layers split by free memory
     unchecked = [d for d in budgets if d not in est.devices and AUTO_GPU in est.devices]
+    # the machine a speed prediction reads (moeconf/machine.py): built where a machine flag is given
+    # (which asks for the speed) or --traffic/--speed asks for the bytes a speed comes from
+    args.machine = _command_machine(args, tuple(ex.accelerators),
+                                    asked=bool(args.traffic or args.speed or args.depth is not None))
     traffic, traffic_text = _explain_traffic(args, ex, settings)
-    # the machine a speed prediction reads (moeconf/machine.py): built where a machine flag is given or
-    # --traffic asks for the bytes a speed comes from; args.machine for the predictor
-    args.machine = _command_machine(args, tuple(ex.accelerators), asked=traffic is not None)
     if args.plan:
         from moeconf.decompile import decompile
         from moeconf.explanation import assumed_gpus, local_gpus
@@ -545,7 +546,7 @@ def _explain_traffic(args: argparse.Namespace, ex: Explanation,
                      settings: MemorySettings) -> tuple[dict[str, object] | None, str]:
     """explain's traffic (moeconf/traffic.py) as JSON and text, where --traffic, --depth or --speed asks for
     it; with --speed, the predicted speeds (moeconf/speed.py) as the JSON's "speed" and lines after it."""
-    speed = getattr(args, "speed", False) or getattr(args, "speed_machine", None) is not None
+    speed = _speed_asked(args)
     if not args.traffic and args.depth is None and not speed:
         return None, ""
     from moeconf.report.traffic import render_traffic
@@ -564,12 +565,20 @@ def _explain_traffic(args: argparse.Namespace, ex: Explanation,
     text = render_traffic(tr)
     if speed:
         from moeconf.report.speed import speed_report
-        from moeconf.speed import gpus_used, machine_from_options, predict
+        from moeconf.speed import predict
 
-        sj, st = speed_report(predict(tr, machine_from_options(args.speed_machine, gpus_used(tr))))
+        sj, st = speed_report(predict(tr, args.machine), args.machine)
         js["speed"] = sj
         text += st
     return js, text
+
+
+def _speed_asked(args: argparse.Namespace) -> bool:
+    """explain's and fit's speed prediction: asked by --speed or by any machine flag (a machine described
+    for nothing else)."""
+    from moeconf.machine import machine_flags_given
+
+    return bool(getattr(args, "speed", False)) or machine_flags_given(args)
 
 
 def _command_machine(args: argparse.Namespace, devices: tuple[str, ...], *, asked: bool) -> Any:
@@ -645,7 +654,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         return _cmd_fit_quants(args)  # OWNER/REPO with no tag: every quant of the repo
     inv, eng = _model_and_engine(args)
     sizes = _budgets(args.gpu, "--gpu")
-    args.machine = _command_machine(args, tuple(sizes), asked=False)
+    args.machine = _command_machine(args, tuple(sizes), asked=_speed_asked(args) or bool(args.optimize))
     given = {name: g.rpartition("=")[2] for name, g in zip(sizes, args.gpu, strict=True)}
     budgets = [Budget(d, size, given[d]) for d, size in sizes.items()]
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else os.getcwd()
@@ -682,10 +691,13 @@ def _cmd_fit(args: argparse.Namespace) -> int:
             raise AssertionError("fit: the plan with its targets compiles to another command")
     if args.output:
         _write_output(plan_text, args.output)
+    speed = _fit_speed(args, result)
     if args.json:
         out = result.json() | ({"optimize": opt.json()} if opt else {})
         if args.machine is not None and not args.machine.empty():
             out["machine"] = args.machine.json()
+        if speed is not None:
+            out["speed"] = speed[0]
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
         return EXIT_OK
     # the artifact alone on standard output (a command line, or the target's file); the report on
@@ -709,7 +721,21 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
             sys.stderr.write("\n" + render_optimized(opt))
         sys.stderr.write(_fit_report(args, result, inv, eng, budgets, ram, headroom))
+        if speed is not None:
+            sys.stderr.write(speed[1])
     return EXIT_OK
+
+
+def _fit_speed(args: argparse.Namespace, result: FitResult) -> tuple[dict[str, Any] | None, str] | None:
+    """The fitted command's predicted speeds (moeconf/speed.py) as JSON and text, where --speed or a
+    machine flag asks; None otherwise."""
+    if not _speed_asked(args):
+        return None
+    from moeconf.report.speed import speed_report
+    from moeconf.speed import for_placement
+
+    pred = for_placement(result.compiled.placement, result.memory.settings, args.machine)
+    return speed_report(pred, args.machine)
 
 
 def _fit_optimized(args: argparse.Namespace, inv: Inventory, eng: Engine, budgets: list[Budget],
@@ -722,7 +748,10 @@ def _fit_optimized(args: argparse.Namespace, inv: Inventory, eng: Engine, budget
     from moeconf.report.optimize import render_optimized
 
     types = cache_type_list(args.cache_types, eng) if args.cache_types else None
-    opt = optimize(inv, eng, budgets, user_argv, args.optimize, cache_types=types, **fit_args)
+    from moeconf.optimize import machine_predictor, no_predictor
+
+    predictor = no_predictor if args.machine is None else machine_predictor(args.machine)
+    opt = optimize(inv, eng, budgets, user_argv, args.optimize, cache_types=types, predictor=predictor, **fit_args)
     if opt.chosen is None:
         if not args.quiet and not args.json:
             sys.stderr.write(render_optimized(opt))

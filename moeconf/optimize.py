@@ -41,6 +41,7 @@ from moeconf.errors import MoeconfError
 if TYPE_CHECKING:
     from moeconf.engines import Engine
     from moeconf.fit import Budget, FitResult
+    from moeconf.machine import Machine
     from moeconf.memory.settings import MemorySettings
     from moeconf.model.inventory import Inventory
     from moeconf.placement import Placement
@@ -106,12 +107,30 @@ class Predictor(Protocol):
         ...
 
 
-NO_PREDICTOR = "moeconf does not predict tokens/s yet (issue 26): the choice reads the traffic instead"
+NO_PREDICTOR = ("no machine described (optimize(..., predictor=machine_predictor(machine))): the choice reads the "
+                "traffic instead")
 
 
 def no_predictor(placement: Placement, settings: MemorySettings, traffic: Traffic) -> Speed | NotPredicted:
-    """The predictor until the speed model is plugged in: every setting is not predicted."""
+    """The predictor where no machine is described: every setting is not predicted."""
     return NotPredicted(NO_PREDICTOR)
+
+
+def machine_predictor(machine: Machine) -> Predictor:
+    """The speed model (moeconf/speed.py) on `machine` as the table's predictor: a setting whose
+    generation or prompt speed the model does not give (a figure missing, a prompt it refuses) is
+    not predicted, with the reason."""
+    from moeconf.speed import predict
+
+    def run(placement: Placement, settings: MemorySettings, traffic: Traffic, /) -> Speed | NotPredicted:
+        pred = predict(traffic, machine)
+        if pred.missing:
+            return NotPredicted("the machine description lacks " + ", ".join(pred.missing))
+        if pred.generation is None or pred.prompt is None:
+            return NotPredicted("; ".join(pred.refused) or "not predicted")
+        return Speed(pred.prompt.tps, pred.generation.tps, pred.prompt.error, pred.generation.error,
+                     pred.assumptions)
+    return run
 
 
 @dataclass(frozen=True)

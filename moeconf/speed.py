@@ -305,40 +305,6 @@ def _assumptions(tr: Traffic, machine: Machine, routing: str) -> list[str]:
     return out
 
 
-_MACHINE_KEYS = {"bw": ("memory_bandwidth", 1e9), "pcie": ("pcie_bandwidth", 1e9), "tflops": ("matrix_flops", 1e12),
-                 "host": ("host", 1e9)}
-
-
-def machine_from_options(value: str | None, devices: tuple[str, ...]) -> Machine:
-    """The one seam between explain's temporary `--speed-machine bw=...,pcie=...,tflops=...,host=...` and a
-    Machine: every GPU in `devices` gets the figures given (the machine helper's flags replace this)."""
-    from moeconf.errors import MoeconfError
-    from moeconf.machine import Figure, Host
-
-    given: dict[str, float] = {}
-    for part in (value or "").split(","):
-        if not part.strip():
-            continue
-        k, eq, v = part.partition("=")
-        k = k.strip()
-        if not eq or k not in _MACHINE_KEYS:
-            keys = ", ".join(f"{name}=N" for name in _MACHINE_KEYS)
-            raise MoeconfError(f"--speed-machine: {part.strip()!r} is not one of {keys}")
-        try:
-            n = float(v)
-        except ValueError:
-            n = math.nan
-        if not math.isfinite(n) or n <= 0:
-            raise MoeconfError(f"--speed-machine: {k} needs a positive number, not {v.strip()!r}")
-        given[k] = n * _MACHINE_KEYS[k][1]
-
-    def fig(k: str) -> Figure | None:
-        return Figure(given[k], f"--speed-machine {k}") if k in given else None
-
-    gpus = tuple(GPU(d, None, fig("bw"), fig("pcie"), fig("tflops")) for d in devices)
-    return Machine(gpus, Host(fig("host"), None))
-
-
 def for_placement(placement: Placement, settings: MemorySettings, machine: Machine, *, depth: int | None = None,
                   prompt_tokens: int | None = None, routing: str = "uniform") -> Prediction:
     """The prediction for a placement (what `fit` and the Hub quant table have): its traffic at `depth`

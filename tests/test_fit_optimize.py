@@ -21,7 +21,6 @@ from moeconf.model.load import load_inventory
 from moeconf.optimize import (
     BALANCED_WITHIN,
     GOALS,
-    NO_PREDICTOR,
     UBATCHES,
     Goal,
     NotPredicted,
@@ -184,7 +183,7 @@ def test_a_setting_the_predictor_refuses_means_the_traffic_decides() -> None:
 
 def test_no_predictions_say_why_in_the_table() -> None:
     text = render_optimized(_optimized(0, "balanced"))
-    assert "prompt and gen t/s not predicted: moeconf does not predict tokens/s yet" in text
+    assert "prompt and gen t/s not predicted: no machine described" in text
     for line in text.splitlines()[2:10]:
         assert line.split()[-2:] == ["-", "-"], line  # no number in the speed columns
 
@@ -244,7 +243,7 @@ def test_the_chosen_command_is_printed_as_fit_prints(capsys: pytest.CaptureFixtu
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     args = ["fit", "examples/models/qwen3-30b-a3b.manifest.json", "--gpu", "8GiB", "--optimize", "balanced",
-            "--cache-types", "f16,q8_0", "-c", "16384"]
+            "--cache-types", "f16,q8_0", "-c", "16384", "--no-detect"]
     assert main(args) == 0
     out, err = capsys.readouterr()
     opt = _optimized(0, "balanced")
@@ -258,7 +257,8 @@ def test_the_chosen_command_is_printed_as_fit_prints(capsys: pytest.CaptureFixtu
     assert data["optimize"]["chosen"] == opt.chosen and len(data["optimize"]["rows"]) == 8
     row = data["optimize"]["rows"][opt.chosen]
     assert row["argv"] == data["argv"] and row["traffic"]["prompt"]["n_ubatch"] == row["ubatch"]
-    assert data["optimize"]["by"] == "traffic" and row["speed"] == {"not_predicted": NO_PREDICTOR}
+    assert data["optimize"]["by"] == "traffic"
+    assert row["speed"]["not_predicted"].startswith("the machine description lacks host: memory_bandwidth, CUDA0: ")
 
 
 def test_without_optimize_fit_is_unchanged(capsys: pytest.CaptureFixture[str],

@@ -242,13 +242,13 @@ def test_explain_speed_text_and_json(capsys: pytest.CaptureFixture[str]) -> None
     argv = ["--", "llama-server", "-c", "8192"]
     assert main(["explain", path, *argv]) == 0
     assert "speed" not in capsys.readouterr().out  # only when asked
-    assert main(["explain", path, "--speed", *argv]) == 0
+    assert main(["explain", path, "--speed", "--no-detect", *argv]) == 0
     out = capsys.readouterr().out
     assert "traffic (MiB) per generated token" in out  # --speed implies --traffic
     assert ("speed: not predicted: the machine description lacks CUDA0: memory_bandwidth, CUDA0: pcie_bandwidth, "
             "CUDA0: matrix_flops") in out
-    assert main(["explain", path, "--json", "--speed-machine", "bw=4800,pcie=63,tflops=989", "--depth", "2048",
-                 *argv]) == 0
+    assert main(["explain", path, "--json", "--no-detect", "--gpu-bandwidth", "4800GB/s", "--pcie", "5x16",
+                 "--gpu-tflops", "989", "--depth", "2048", *argv]) == 0
     data = json.loads(capsys.readouterr().out)
     s = data["speed"]
     assert s["missing"] == [] and s["depth"] == 2048 and s["prompt_tokens"] == 2048 and s["routing"] == "uniform"
@@ -257,16 +257,15 @@ def test_explain_speed_text_and_json(capsys: pytest.CaptureFixture[str]) -> None
     assert "speed" not in data["traffic"] and data["traffic"]["prompt"]["work"]["CUDA0"]["matrix_flops"] > 0
 
 
-@pytest.mark.parametrize("value, message", [
-    ("bw=fast", "--speed-machine: bw needs a positive number, not 'fast'"),
-    ("bw=-1", "--speed-machine: bw needs a positive number, not '-1'"),
-    ("cores=16", "--speed-machine: 'cores=16' is not one of bw=N, pcie=N, tflops=N, host=N"),
+@pytest.mark.parametrize("flags, message", [
+    (["--gpu-bandwidth", "fast"], "--gpu-bandwidth: 'fast' is not a bandwidth"),
+    (["--gpu-model", "RTX9999"], "--gpu-model: 'RTX9999' is not in moeconf's card table"),
 ])
-def test_explain_speed_machine_bad_values(capsys: pytest.CaptureFixture[str], value: str, message: str) -> None:
+def test_explain_speed_machine_bad_values(capsys: pytest.CaptureFixture[str], flags: list[str], message: str) -> None:
     from moeconf.cli import main
 
     path = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
-    assert main(["explain", path, "--speed-machine", value, "--", "-c", "4096"]) != 0
+    assert main(["explain", path, "--no-detect", *flags, "--", "-c", "4096"]) == 2
     assert message in capsys.readouterr().err
 
 

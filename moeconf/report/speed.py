@@ -3,17 +3,33 @@ assumptions, or what is missing or not modelled."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeconf.speed import Prediction
 
+if TYPE_CHECKING:
+    from moeconf.machine import Machine
 
-def speed_report(pred: Prediction) -> tuple[dict[str, Any], str]:
-    """The prediction as explain's `"speed"` JSON and its text lines (after the traffic table)."""
+
+def _given_by(item: str) -> str:
+    """The flag that gives one missing figure ('CUDA0: memory_bandwidth', 'host: memory_bandwidth')."""
+    from moeconf.machine import GIVEN_BY
+
+    dev, _, what = item.partition(": ")
+    key = item if dev == "host" else what
+    return GIVEN_BY.get(key, "--gpu-model NAME (a card of the table) or its figures")
+
+
+def speed_report(pred: Prediction, machine: Machine | None = None) -> tuple[dict[str, Any], str]:
+    """The prediction as explain's and fit's `"speed"` JSON and its text lines: the speeds, the
+    machine's figures and the model's constants as `assumed:` lines, or what is missing and the
+    flag that gives it (docs/speed.md)."""
     lines = []
     if pred.missing:
-        lines.append("speed: not predicted: the machine description lacks " + ", ".join(pred.missing) +
-                     " (give them with --speed-machine: docs/speed.md)")
+        lines.append("speed: not predicted: the machine description lacks " + ", ".join(pred.missing))
+        lines.extend(f"  {m}: give {_given_by(m)}" for m in pred.missing)
+        if machine is not None:
+            lines.extend(f"  note: {n}" for n in machine.notes)
     elif pred.generation is None:
         lines.append("speed: not predicted: " + "; ".join(pred.refused))
     else:
@@ -23,4 +39,6 @@ def speed_report(pred: Prediction) -> tuple[dict[str, Any], str]:
         lines.append(head)
         lines.extend(f"  not predicted: {r}" for r in pred.refused)
         lines.extend(f"  assumed: {a}" for a in pred.assumptions)
+        if machine is not None:
+            lines.extend(f"  note: {n}" for n in machine.notes)
     return pred.json(), "\n".join(lines) + "\n"
