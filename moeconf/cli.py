@@ -124,8 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--plan", metavar="FILE", help="write the equivalent plan (decompile) to FILE")
     exp.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                      help="colour the map by device (default: auto, on a terminal unless NO_COLOR is set)")
-    exp.add_argument("--reserve", default="1GiB", metavar="SIZE",
-                     help="memory kept free per GPU for what no engine reports (default 1GiB)")
+    exp.add_argument("--reserve", metavar="SIZE",
+                     help="memory kept free per GPU for what no engine reports (default 1GiB; a card whose every part "
+                     "was measured, named by --gpu-model or detected: the sum of its parts, docs/memory.md)")
     exp.add_argument("--host-cpu", choices=["auto", "amx", "plain"], default="auto",
                      help="the CPU the engine runs on: amx (llama.cpp packs CPU layers' matrices in a larger AMX "
                      "buffer) or plain; auto (default) detects this machine's")
@@ -165,8 +166,9 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--engine", choices=["llama.cpp", "ik_llama.cpp"], default="llama.cpp",
                      help="the engine the command line is for (default: llama.cpp)")
     fit.add_argument("--engine-version", metavar="V", help="b7600, 0.1.5, ... (default: newest known)")
-    fit.add_argument("--reserve", default="1GiB", metavar="SIZE",
-                     help="kept free per GPU for what no engine reports (default 1GiB)")
+    fit.add_argument("--reserve", metavar="SIZE",
+                     help="kept free per GPU for what no engine reports (default 1GiB; a card whose every part was "
+                     "measured, named by --gpu-model or detected: the sum of its parts, docs/memory.md)")
     fit.add_argument("--ram", metavar="SIZE",
                      help="system RAM for what the GPUs leave (routed experts, host compute): checked after the fill, "
                      "less --ram-headroom")
@@ -452,14 +454,19 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from moeconf.engines.llamaconfig import memory_env, report, report_lines
-    from moeconf.memory import parse_size, read_settings
+    from moeconf.memory import read_settings
     from moeconf.memory.amx import resolve_host_cpu
     from moeconf.report.memory import render_memory
     from moeconf.sizing import estimate_explained
 
     # llama.cpp's config files come before the environment (engines/llamaconfig.py)
-    settings = read_settings(argv, eng, memory_env(ex.invocation.config, env),
-                             reserve=parse_size(args.reserve, "--reserve"))
+    settings = read_settings(argv, eng, memory_env(ex.invocation.config, env))
+    # the machine a speed prediction reads (moeconf/machine.py): built where a machine flag is given
+    # (which asks for the speed) or --traffic/--speed asks for the bytes a speed comes from
+    args.machine = _command_machine(args, tuple(ex.accelerators),
+                                    asked=bool(args.traffic or args.speed or args.depth is not None))
+    reserve, reserve_note = _reserve(args, inv, settings)
+    settings = replace(settings, reserve=reserve)
     est = estimate_explained(ex, replace(settings, host_cpu=resolve_host_cpu(args.host_cpu)))
     budgets = _budgets(args.budget, "--budget", allow_cpu=True)
     over = {d: est.devices[d].total - b for d, b in budgets.items()
@@ -474,10 +481,6 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     # a device of the line that holds nothing known: nothing at all, or layers split by free memory
     unchecked = [d for d in budgets if d not in est.devices and AUTO_GPU in est.devices]
-    # the machine a speed prediction reads (moeconf/machine.py): built where a machine flag is given
-    # (which asks for the speed) or --traffic/--speed asks for the bytes a speed comes from
-    args.machine = _command_machine(args, tuple(ex.accelerators),
-                                    asked=bool(args.traffic or args.speed or args.depth is not None))
     traffic, traffic_text = _explain_traffic(args, ex, settings)
     if args.plan:
         from moeconf.decompile import decompile
@@ -497,7 +500,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                     dev["kv"] = None
         out["memory_complete"] = est.complete
         out["memory_kv_complete"] = est.complete or est.kv_known
-        out["memory_notes"] = list(est.notes)
+        out["memory_notes"] = list(est.notes) + ([reserve_note] if reserve_note else [])
         # per device, the terms that are estimated, not modelled exactly (ik_llama.cpp's compute, CUDA-only terms)
         out["memory_estimated"] = {d: list(m.estimated) for d, m in est.devices.items() if m.estimated}
         out["memory_problems"] = list(est.problems)
@@ -520,6 +523,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         for line in report_lines(report(ex.invocation)):
             sys.stdout.write(safe(line) + "\n")
         sys.stdout.write(render_memory(est, budgets))
+        if reserve_note:
+            sys.stdout.write(f"  {reserve_note}\n")
         if ex.invocation.binary is None and est.complete:
             # the binary decides the sequences and the output rows the compute buffer holds
             sys.stdout.write("  assumed: no binary named (llama-server, llama-cli, ...): one sequence and the whole "
@@ -571,6 +576,27 @@ def _explain_traffic(args: argparse.Namespace, ex: Explanation,
         js["speed"] = sj
         text += st
     return js, text
+
+
+def _reserve(args: argparse.Namespace, inv: Inventory, settings: MemorySettings) -> tuple[int, str | None]:
+    """The reserve per GPU: --reserve; else, where the machine names a card whose every part was measured
+    (memory/reserve.py), the largest of its GPUs' parts' sums, with a note naming them; else the default."""
+    from moeconf.memory import DEFAULT_RESERVE, parse_size
+
+    if args.reserve is not None:
+        return parse_size(args.reserve, "--reserve"), None
+    cards = sorted({g.name for g in args.machine.gpus if g.name}) if args.machine is not None else []
+    if not cards:
+        return DEFAULT_RESERVE, None
+    from moeconf.memory.reserve import reserve_for
+
+    best = max(((c, reserve_for(c, settings, inv)) for c in cards), key=lambda cr: cr[1].size)
+    card, r = best
+    if r.basis != "parts":
+        return DEFAULT_RESERVE, None
+    parts = ", ".join(f"{p.name} {p.size / 2**20:,.0f}" for p in r.parts)
+    return r.size, (f"reserve: {r.size / 2**20:,.0f} MiB per GPU, the parts measured on the {card} ({parts} MiB; "
+                    "docs/memory.md); --reserve overrides")
 
 
 def _speed_asked(args: argparse.Namespace) -> bool:
@@ -667,7 +693,12 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     config_words, config_notes = fit_flags(_llama_config(args), eng, list(args.engine_args))
     for note in config_notes:
         print(safe(f"moeconf: note: {note}"), file=sys.stderr)
-    fit_args = dict(model_path=model_path, plan_dir=out_dir, reserve=parse_size(args.reserve, "--reserve"),
+    from moeconf.memory import read_settings
+
+    reserve, reserve_note = _reserve(args, inv, read_settings([*config_words, *args.engine_args], eng))
+    if reserve_note:
+        print(safe(f"moeconf: note: {reserve_note}"), file=sys.stderr)
+    fit_args = dict(model_path=model_path, plan_dir=out_dir, reserve=reserve,
                     policy=args.policy, split=not args.no_split, ram=ram, ram_headroom=headroom,
                     serve_path=args.serve_path, host_cpu=resolve_host_cpu(args.host_cpu))
     if args.cache_types and not args.optimize:
@@ -841,7 +872,7 @@ def _cmd_fit_quants(args: argparse.Namespace) -> int:
     progress = stderr_progress(f"moeconf: {safe(args.model)}")
     try:
         table = fit_quants(args.model, eng, budgets, args.engine_args, plan_dir=os.getcwd(),
-                           reserve=parse_size(args.reserve, "--reserve"), policy=args.policy,
+                           reserve=parse_size(args.reserve or "1GiB", "--reserve"), policy=args.policy,
                            split=not args.no_split, ram=ram, progress=progress)
     finally:
         if sys.stderr.isatty():
