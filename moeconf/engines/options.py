@@ -184,3 +184,18 @@ def negated_env(o: EngineOption) -> str:
 def out_of_range(o: EngineOption, n: int) -> bool:
     """Whether moeconf refuses the number `n` for `o` (below its minimum)."""
     return o.minimum is not None and n < o.minimum
+
+
+@cache
+def _by_spelling() -> dict[str, EngineOption]:
+    out: dict[str, EngineOption] = {}
+    for o in options():
+        for n in o.spellings:
+            out.setdefault(n, o)
+    return out
+
+
+def row_of(name: str) -> EngineOption | None:
+    """The row one of whose spellings (negated ones included) is `name`, None for an option the
+    table does not have."""
+    return _by_spelling().get(name)
