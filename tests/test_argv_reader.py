@@ -77,3 +77,4 @@ def test_removed_flags_are_known_to_the_versions_that_have_them() -> None:
     assert read_argv(["--no-mmap"], engine("llama.cpp", "b11000")).options[0].kind == "removed"
     assert read_argv(["--no-mmap"], MAIN).options[0].kind == "unknown"
     assert read_argv(["-fmoe"], engine("ik_llama.cpp", "2025-09-01")).options[0].kind == "removed"
+
