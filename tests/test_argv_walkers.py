@@ -22,3 +22,15 @@ def test_memory_settings_read_the_line_as_the_engine_does() -> None:
     # ik_llama.cpp's own flags on ik, and --name=value read as meant, are unchanged
     assert read_settings(["-mla", "3", "--ctx-size=4096"], IK).mla == 3
     assert read_settings(["-mla", "3", "--ctx-size=4096"], IK).n_ctx == 4096
+
+
+def test_flags_extra_is_read_as_the_engine_reads_it() -> None:
+    """scan_extra walked `[flags] extra` itself: a two-value flag's second value was an unknown
+    word, and a flag the declared build still has (`-dio` before b11312) was unknown."""
+    from moeconf.engines.flags import scan_extra
+
+    assert scan_extra(["--control-vector-layer-range", "1", "4", "-t", "8"], MAIN) == ([(3, "-t")], [])
+    assert scan_extra(["-dio", "--jinja"], engine("llama.cpp", "b11000")) == ([], [])
+    assert scan_extra(["-dio"], MAIN) == ([], [(0, "-dio")])
+    # an unknown option's value, and a stray word, as before
+    assert scan_extra(["--frobnicate", "3", "--jinja", "stray"], MAIN) == ([], [(0, "--frobnicate"), (3, "stray")])

@@ -41,15 +41,6 @@ def _plan_keys() -> dict[str, str]:
 PLAN_KEYS: Final[dict[str, str]] = _plan_keys()
 
 
-def option_name(word: str) -> str:
-    """The option a command-line word names, as the engines look it up: a long option with `_`
-    read as `-`; `--name=value` cut at `=` (moeconf reads that form; the engines refuse it)."""
-    if not word.startswith("--"):
-        return word
-    name = word.split("=", 1)[0]
-    return name.replace("_", "-")
-
-
 def flag_table(engine: Engine) -> dict[str, int]:
     """Every flag `engine`'s argument parser knows -> how many values it takes.
 
@@ -72,12 +63,6 @@ def flag_table(engine: Engine) -> dict[str, int]:
     return MAINLINE
 
 
-def known_options(engine: Engine) -> tuple[frozenset[str], frozenset[str]]:
-    """(every option, the options that take a value) of `engine`'s argument parser (flag_table)."""
-    table = flag_table(engine)
-    return frozenset(table), frozenset(k for k, n in table.items() if n > 0)
-
-
 def is_number(word: str) -> bool:
     """A word the engines read as a number (a negative value, not an option)."""
     try:
@@ -88,30 +73,23 @@ def is_number(word: str) -> bool:
 
 
 def scan_extra(words: list[str], engine: Engine) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """Read `[flags] extra` as the engine would: (index, option) pairs a plan key owns, and
-    (index, word) pairs the engine does not know (it would refuse to start). A value of a known
-    option is skipped, as the engine skips it; so is the word after an unknown option when it
-    does not look like an option."""
-    options, valued = known_options(engine)
+    """Read `[flags] extra` as the engine would (engines/cmdline.py read_argv): (index, option)
+    pairs a plan key owns, and (index, word) pairs the engine does not know (it would refuse to
+    start). The values of an option are skipped, as the engine skips them (an unknown option's as
+    the option probably meant takes them); so is a word after an unknown option that takes none."""
+    from moeconf.engines.cmdline import read_argv
+
     owned: list[tuple[int, str]] = []
     unknown: list[tuple[int, str]] = []
-    i = 0
-    while i < len(words):
-        w = words[i]
-        name = option_name(w)
-        if name in PLAN_KEYS:
-            owned.append((i, name))
-            if name in valued and "=" not in w:
-                i += 1  # its value is the option's, not a word of its own
-        elif name not in options:
-            unknown.append((i, w))
-            nxt = words[i + 1] if i + 1 < len(words) else None
-            if w.startswith("-") and "=" not in w and nxt is not None and (
-                    not nxt.startswith("-") or is_number(nxt)):
-                i += 1  # its value, as far as anyone can tell
-        elif name in valued and "=" not in w:
-            i += 1
-        i += 1
+    after_unknown = False
+    for given in read_argv(words, engine, binary=False).options:
+        if given.name in PLAN_KEYS:
+            owned.append((given.index, given.name))
+        elif given.kind == "word" and after_unknown:
+            pass  # the value of the unknown option before it, as far as anyone can tell
+        elif given.kind in ("unknown", "word"):
+            unknown.append((given.index, given.word.text))
+        after_unknown = given.kind == "unknown" and not given.values
     return owned, unknown
 
 
