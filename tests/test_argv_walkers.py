@@ -34,3 +34,32 @@ def test_flags_extra_is_read_as_the_engine_reads_it() -> None:
     assert scan_extra(["-dio"], MAIN) == ([], [(0, "-dio")])
     # an unknown option's value, and a stray word, as before
     assert scan_extra(["--frobnicate", "3", "--jinja", "stray"], MAIN) == ([], [(0, "--frobnicate"), (3, "stray")])
+
+
+def test_env_target_writes_an_extra_flag_as_the_engine_reads_it() -> None:
+    """env_form matched words exactly: `--threads_http` (which llama.cpp reads as
+    `--threads-http`) had "no LLAMA_ARG_* variable"."""
+    import io
+
+    from dotenv import dotenv_values
+
+    from moeconf.compile import compile_plan
+    from moeconf.emitting.targets import emit
+    from moeconf.plan import plan_from_text
+    from tests.conftest import EXAMPLES
+
+    src = EXAMPLES / "plans" / "qwen3-235b-a22b.toml"
+    text = src.read_text().replace("[flags]\n", '[flags]\nextra = ["--threads_http", "4", "--no_context_shift"]\n', 1)
+    env = dotenv_values(stream=io.StringIO(emit(compile_plan(plan_from_text(text, str(src))), "env")))
+    assert env["LLAMA_ARG_THREADS_HTTP"] == "4" and env["LLAMA_ARG_CONTEXT_SHIFT"] == "0"
+
+
+def test_a_config_setting_is_replaced_only_by_an_option_the_engine_reads() -> None:
+    """overridden_by looked at every word: `--alias -c` (the alias is "-c") replaced the config
+    file's ctx-size, which the engine still applies."""
+    from moeconf.engines.llamaconfig import LlamaConfig, apply, overridden_by, parse_ini
+
+    cfg = LlamaConfig(files=[parse_ini("[*]\nctx-size = 8192\n", "/etc/llama.cpp/config.ini")])
+    (s,) = [s for s in apply(cfg, MAIN, "llama-server").settings if s.option.first == "-c"]
+    assert overridden_by(s, ["--alias", "-c"], {}, MAIN) is None
+    assert overridden_by(s, ["--ctx_size", "4096"], {}, MAIN) == "--ctx_size on the command line"

@@ -128,7 +128,7 @@ def emit_env(c: Compiled) -> str:
     if f.extra:
         from moeconf.engines.llamaconfig import env_form
 
-        extra, problem = env_form(list(f.extra))
+        extra, problem = env_form(list(f.extra), eng)
         if problem is not None:
             raise MoeconfError(f"no environment form for the engine flag {problem}", path=c.plan.path,
                                hint="drop it, or use --target llama.cpp, docker, compose or llama-swap")
