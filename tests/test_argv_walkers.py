@@ -63,3 +63,18 @@ def test_a_config_setting_is_replaced_only_by_an_option_the_engine_reads() -> No
     (s,) = [s for s in apply(cfg, MAIN, "llama-server").settings if s.option.first == "-c"]
     assert overridden_by(s, ["--alias", "-c"], {}, MAIN) is None
     assert overridden_by(s, ["--ctx_size", "4096"], {}, MAIN) == "--ctx_size on the command line"
+
+
+def test_llama_swap_writes_each_option_with_its_values_on_one_line() -> None:
+    """The llama-swap target paired words by their look: `-np -1` went on two lines, a flag and
+    its value apart, against its own "one argument pair a line"."""
+    from moeconf.compile import compile_plan
+    from moeconf.emitting.targets import emit
+    from moeconf.plan import plan_from_text
+    from tests.conftest import EXAMPLES
+
+    src = EXAMPLES / "plans" / "qwen3-235b-a22b.toml"
+    text = src.read_text().replace("[flags]\n", '[flags]\nextra = ["-np", "-1", "--jinja"]\n', 1)
+    out = emit(compile_plan(plan_from_text(text, str(src))), "llama-swap")
+    lines = [line.strip() for line in out.splitlines()]
+    assert "-np -1" in lines and "--jinja" in lines
