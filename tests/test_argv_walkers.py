@@ -78,3 +78,17 @@ def test_llama_swap_writes_each_option_with_its_values_on_one_line() -> None:
     out = emit(compile_plan(plan_from_text(text, str(src))), "llama-swap")
     lines = [line.strip() for line in out.splitlines()]
     assert "-np -1" in lines and "--jinja" in lines
+
+
+def test_lint_reads_flags_and_values_as_the_engine_does() -> None:
+    """The lint rules walked the words themselves: `-smgs` given as another flag's value counted
+    as given (sm-graph-overrides), and `--ctx_size 32k` (read as `--ctx-size`: a context of 32)
+    went unnoticed (flag-value-refused)."""
+    import moeconf
+
+    def codes(line: str, engine: str) -> set[str]:
+        return {f.name for f in moeconf.lint_line(line, engine=engine)}
+
+    assert "sm-graph-overrides" in codes("llama-server -m m.gguf -sm graph -ot exps=CPU -a -smgs", "ik_llama.cpp")
+    assert "sm-graph-overrides" not in codes("llama-server -m m.gguf -sm graph -ot exps=CPU -smgs", "ik_llama.cpp")
+    assert "flag-value-refused" in codes("llama-server -m m.gguf -ngl 999 -fit off --ctx_size 32k", "llama.cpp")

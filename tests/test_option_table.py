@@ -25,8 +25,7 @@ TABLE_FILES = {"moeconf/engines/options.py", "moeconf/engines/configtable.py", "
 # modules that still name a row's variable themselves, each with why (report them; shrink this)
 STILL_LITERAL = {
     # owned by the lint work of issue 25 (another branch): findings quote the variables they advise
-    "moeconf/linting/rules/env_unsupported.py", "moeconf/linting/rules/fit_conflict.py",
-    "moeconf/linting/rules/cache_type_refused.py",
+    "moeconf/linting/rules/env_unsupported.py",
 }
 # MemorySettings fields no option sets directly (derived, or read by their own modules)
 DERIVED = {"reserve", "problems", "host_cpu", "binary", "auto_slots", "speculation", "extra_files", "kv_overrides",

@@ -394,7 +394,14 @@ class Invocation:
     config: Applied | None = None
     config_known: bool = True
     config_source: LlamaConfig | None = None
-    reading: ArgvReading | None = None  # the command line as read once (read_argv)
+    read_as: ArgvReading | None = None  # the command line as read once (read_argv; `reading`)
+
+    @property
+    def reading(self) -> ArgvReading:
+        """The command line as the engine reads it (engines/cmdline.py read_argv), read once."""
+        if self.read_as is None:
+            self.read_as = read_argv(self.args, self.engine)
+        return self.read_as
 
     def items(self) -> list[RawItem]:
         """Every user item, in the order the engine tests them (env first on mainline)."""
@@ -441,7 +448,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
     llama.cpp's config files `config` set for the program (engines/llamaconfig.py: mainline
     b10398+ reads them before its environment)."""
     reading = read_argv(args, engine)
-    inv = Invocation(engine=engine, args=list(args), env=dict(env or {}), reading=reading)
+    inv = Invocation(engine=engine, args=list(args), env=dict(env or {}), read_as=reading)
     inv.binary = reading.binary
     binary = inv.binary.text.rsplit("/", 1)[-1].removesuffix(".exe") if inv.binary else None
     order = 0
