@@ -56,10 +56,13 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from moeconf.engines import Engine
 from moeconf.errors import MoeconfError
+
+if TYPE_CHECKING:
+    from moeconf.engines.cmdline import ArgvReading
 
 CONFIG_SINCE_BUILD: Final = 10398  # llama.cpp PR #26118 (commit 8e7f22b67): the first build that reads them
 ENV_VAR: Final = "MOECONF_LLAMA_CONFIG"  # os.pathsep-separated files in place of the discovery ("": none)
@@ -532,16 +535,19 @@ def _neg(env_name: str) -> str:
     return env_name.replace("LLAMA_ARG_", "LLAMA_ARG_NO_")
 
 
-def overridden_by(s: Setting, cli_words: Sequence[str], env: Mapping[str, str], engine: Engine) -> str | None:
-    """What replaces a value setting of the config: the command line's option, or its variable
+def overridden_by(s: Setting, cli: Sequence[str] | ArgvReading, env: Mapping[str, str], engine: Engine) -> str | None:
+    """What replaces a value setting of the config: the command line's option (`cli`: its words
+    without the binary, or the line as read: engines/cmdline.py read_argv), or its variable
     (None: nothing, or a list option, which the command line adds to)."""
+    from moeconf.engines.cmdline import ArgvReading as Reading
+    from moeconf.engines.cmdline import read_argv
+
     o = s.option
     if o.first in APPENDS:
         return None
     names = {*o.names, *o.negs}
-    from moeconf.engines.cmdline import read_argv
-
-    for given in read_argv(cli_words, engine, binary=False).options:
+    reading = cli if isinstance(cli, Reading) else read_argv(cli, engine, binary=False)
+    for given in reading.options:
         if given.name in names:
             return f"{given.word.text} on the command line"
     if o.env and (o.env in env or (o.negs and _neg(o.env) in env)):
@@ -578,11 +584,10 @@ def report(inv: Any) -> dict[str, object]:
         return out
     out["applies"] = True
     applied = inv.config or Applied()
-    cli = [a.text for a in inv.args[1 if inv.binary else 0:]]
     env = {k: v.text for k, v in inv.env.items()}
     settings = []
     for s in applied.settings:
-        by = overridden_by(s, cli, env, inv.engine)
+        by = overridden_by(s, inv.reading, env, inv.engine)
         settings.append({
             "file": s.entry.path, "line": s.entry.line, "section": s.entry.section, "key": s.entry.key,
             "value": s.entry.value, "option": s.option.names[-1], "as": s.words(),
