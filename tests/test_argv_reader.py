@@ -78,3 +78,22 @@ def test_removed_flags_are_known_to_the_versions_that_have_them() -> None:
     assert read_argv(["--no-mmap"], MAIN).options[0].kind == "unknown"
     assert read_argv(["-fmoe"], engine("ik_llama.cpp", "2025-09-01")).options[0].kind == "removed"
 
+
+
+def test_no_module_but_the_reader_steps_over_a_command_lines_words() -> None:
+    """Every reader of an engine command line goes through read_argv: no other module walks the
+    words by index (`words[i + 1]`, `argv.index("-m")`, `while i < len(words)`). The exceptions
+    read no engine command line: moeconf's own (cli.py splits it from the engine's words before
+    an engine is known) and the shell's (a docker `-e`, a command's leading assignments)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    walking = re.compile(r"(argv|words|args|texts)\[[a-z]+ \+ 1\]|(argv|words|args)\.index\(|"
+                         r"while [a-z] < len\((argv|words|args)\)|in enumerate\((argv|words|args|inv\.args)\)")
+    allowed = {"moeconf/engines/cmdline.py", "moeconf/cli.py", "moeconf/linting/sources.py",
+               "moeconf/linting/shell.py"}
+    found = [f"{p.relative_to(root).as_posix()}:{n}: {line.strip()}"
+             for p in sorted((root / "moeconf").rglob("*.py")) if p.relative_to(root).as_posix() not in allowed
+             for n, line in enumerate(p.read_text().splitlines(), 1) if walking.search(line)]
+    assert not found, "read the line through engines/cmdline.py read_argv:\n" + "\n".join(found)
