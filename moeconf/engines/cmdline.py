@@ -14,6 +14,7 @@ import re
 import struct
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
@@ -250,23 +251,34 @@ def read_argv(words: Sequence[Arg | str], engine: Engine, *, binary: bool | None
     Every reader of an engine command line goes through here: the invocation reader
     (parse_invocation), the memory settings, fit's flags, `[flags] extra`, the env form, the
     llama.cpp config files' overrides, the targets and the lint rules."""
-    return _walk([_as_arg(w) for w in words], binary, lambda name: _engine_count(engine, name),
-                 engine.fa_takes_value, bare_fa)
+    if all(isinstance(w, str) for w in words):
+        # plain words (the memory readers each read the same line): read once, shared
+        return _read_texts(tuple(str(w) for w in words), engine, binary, bare_fa)
+    return _read([_as_arg(w) for w in words], engine, binary, bare_fa)
 
 
-def _engine_count(engine: Engine, name: str) -> tuple[str, int, str | None]:
+@lru_cache(maxsize=16)
+def _read_texts(words: tuple[str, ...], engine: Engine, binary: bool | None, bare_fa: bool) -> ArgvReading:
+    return _read([Arg(w) for w in words], engine, binary, bare_fa)
+
+
+def _read(args: list[Arg], engine: Engine, binary: bool | None, bare_fa: bool) -> ArgvReading:
     table = known_flags(engine)
-    n = table.get(name)
-    if n is not None:
-        return "known", n, None
-    n = removed_values(engine, name)
-    if n is not None:
-        return "removed", n, None
-    if name.startswith("-") and not is_number(name):
-        closest = closest_flag(engine, name)
-        other = _other_table(engine)
-        return "unknown", other[name] if name in other else table.get(closest, 0) if closest else 0, closest
-    return "word", 0, None
+
+    def count(name: str) -> tuple[str, int, str | None]:
+        n = table.get(name)
+        if n is not None:
+            return "known", n, None
+        n = removed_values(engine, name)
+        if n is not None:
+            return "removed", n, None
+        if name.startswith("-") and not is_number(name):
+            closest = closest_flag(engine, name)
+            other = _other_table(engine)
+            return "unknown", other[name] if name in other else table.get(closest, 0) if closest else 0, closest
+        return "word", 0, None
+
+    return _walk(args, binary, count, engine.fa_takes_value, bare_fa)
 
 
 def _walk(args: list[Arg], binary: bool | None, count: Callable[[str], tuple[str, int, str | None]],
