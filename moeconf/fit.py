@@ -22,6 +22,7 @@ import moeconf.engines.specflags as specflags
 from moeconf.compile import compile_plan
 from moeconf.compiled import Compiled
 from moeconf.engines import Engine, engine_device_order
+from moeconf.engines.flags import DEVICE_CAP, FIT_TUNING
 from moeconf.errors import MoeconfError, PlanError
 from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit
@@ -38,8 +39,7 @@ Policy = Literal["first", "last"]
 
 # engine flags fit decides itself (placement and the devices), in every spelling
 _REFUSED = {*(n for f in ("-ngl", "-ot", "-ts", "-ncmoe", "-cmoe", "-ncffn", "-fit", "-dev")
-              for n in _options.spellings(f)),
-            "-fitt", "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "--max-gpu"}
+              for n in _options.spellings(f)), *FIT_TUNING, *DEVICE_CAP}
 # engine flags that are plan fields (memory and the split), from the one option table
 # (engines/options.py); the rest goes to flags.extra as written
 _MODEL = frozenset(_options.row("-m").names)

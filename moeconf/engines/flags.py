@@ -12,27 +12,29 @@ from typing import Final
 
 from moeconf.engines import IK_OLDEST_DATE, Engine
 
-_NGL = "[flags] n_gpu_layers"
 _FIT = "[flags] fit (moeconf plans place tensors themselves; fit would choose at load time)"
 _RULES_CPU = "rules (\"experts -> cpu\", \"experts first N -> cpu\", ...)"
+_GPUS = "[engine] gpus (the devices the plan places on)"
+# options outside the option table a plan or fit decides: fit's tuning (mainline), the device cap (ik)
+FIT_TUNING: Final = ("-fitt", "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin")
+DEVICE_CAP: Final = ("--max-gpu",)
+
 
 def _plan_keys() -> dict[str, str]:
-    from moeconf.engines.options import options
+    from moeconf.engines.options import options, row
 
     # the plan's own fields, every spelling, from the one option table (engines/options.py)
     keys = {n: f"[{o.section}] {o.field}" for o in options() if o.field is not None for n in o.names}
-    keys.update({
-        "-ngl": _NGL, "--gpu-layers": _NGL, "--n-gpu-layers": _NGL,
-        "-ot": "rules", "--override-tensor": "rules",
-        "-cmoe": _RULES_CPU, "--cpu-moe": _RULES_CPU, "-ncmoe": _RULES_CPU, "--n-cpu-moe": _RULES_CPU,
-        "-ncffn": "rules", "--n-cpu-ffn": "rules",
-        "-dev": "[engine] gpus (the devices the plan places on)", "--device": "[engine] gpus (the devices the plan "
-        "places on)", "--max-gpu": "[engine] gpus (the devices the plan places on)",
-        "-fit": _FIT, "--fit": _FIT, "-fitt": _FIT, "--fit-target": _FIT, "-fitc": _FIT, "--fit-ctx": _FIT,
-        "--fit-margin": _FIT, "-gfm": _FIT, "--gpu-fit-margin": _FIT,
-        "--kv-unified-per-slot": "[flags] ctx_size (the KV pool: slots x context per slot)",
-        "--mmap": "[flags] no_mmap", "-lm": "[flags] no_mmap and mlock", "--load-mode": "[flags] no_mmap and mlock",
-    })
+    # the options a plan writes as rules, devices or its own fit, every spelling from the table
+    for flag, key in (("-ot", "rules"), ("-cmoe", _RULES_CPU), ("-ncmoe", _RULES_CPU), ("-ncffn", "rules"),
+                      ("-dev", _GPUS), ("-fit", _FIT),
+                      ("--kv-unified-per-slot", "[flags] ctx_size (the KV pool: slots x context per slot)"),
+                      ("-lm", "[flags] no_mmap and mlock")):
+        keys.update(dict.fromkeys(row(flag).names, key))
+    # options outside the table: fit's tuning, ik_llama.cpp's device cap, the old --mmap
+    keys.update(dict.fromkeys(DEVICE_CAP, _GPUS))
+    keys.update(dict.fromkeys(FIT_TUNING, _FIT))
+    keys["--mmap"] = "[flags] no_mmap"
     return keys
 
 
