@@ -4,6 +4,8 @@ test here fails on the code before the move."""
 
 from __future__ import annotations
 
+import pytest
+
 from moeconf.engines import engine
 
 MAIN = engine("llama.cpp")
@@ -92,3 +94,17 @@ def test_lint_reads_flags_and_values_as_the_engine_does() -> None:
     assert "sm-graph-overrides" in codes("llama-server -m m.gguf -sm graph -ot exps=CPU -a -smgs", "ik_llama.cpp")
     assert "sm-graph-overrides" not in codes("llama-server -m m.gguf -sm graph -ot exps=CPU -smgs", "ik_llama.cpp")
     assert "flag-value-refused" in codes("llama-server -m m.gguf -ngl 999 -fit off --ctx_size 32k", "llama.cpp")
+
+
+def test_a_bare_fa_before_another_flag_keeps_the_words_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    """cli.py's splitter gave `-fa` the next flag as its value (`-fa -c`), stranding `4096` among
+    moeconf's own words: fit then stopped on "'4096': an engine flag was expected here". fit reads
+    a bare -fa before another flag as `-fa on`, and now gets the words in their order."""
+    from moeconf.cli import main
+    from tests.conftest import EXAMPLES
+
+    manifest = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    code = main(["fit", manifest, "--gpu", "24GiB", "-fa", "-c", "4096"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "-c 4096" in out and "-fa on" in out

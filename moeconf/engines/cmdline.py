@@ -321,6 +321,23 @@ def read_valued(words: Sequence[Arg | str], valued: Container[str]) -> ArgvReadi
                  None, False)
 
 
+def either_engine_values(words: Sequence[str], k: int) -> int | None:
+    """How many of the words after `words[k]` are its values when it is a flag of either engine's
+    parser (the most either takes; None: a flag of neither), for splitting moeconf's own command
+    line from the engine's before the engine is known (cli.py). A `-fa` followed by another flag
+    (or nothing) is the switch that was meant, as fit reads it (read_argv's `bare_fa`)."""
+    from moeconf.engines.flagtable import IK, MAINLINE
+
+    w = words[k]
+    if w not in MAINLINE and w not in IK:
+        return None
+    n = max(MAINLINE.get(w, 0), IK.get(w, 0))
+    if w in spellings("-fa") and (k + 1 >= len(words) or (
+            words[k + 1].startswith("-") and words[k + 1] != "-1")):
+        n = 0
+    return n
+
+
 def option_values(words: Sequence[str], engine: Engine) -> Iterator[tuple[str, str | None]]:
     """Each option of a plain argv (binary first or not) as `engine`'s parser reads it
     (read_argv): its name and its first value (None for a switch, or a value missing at the end).
