@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from moeconf.engines import Engine
 from moeconf.engines.flags import c_floats, c_int, flag_table, is_number, value_problem
@@ -152,6 +152,9 @@ def unknown_flag_message(engine: Engine, name: str, closest: str | None) -> str:
 
 # --- the one argv reader ---------------------------------------------------------------------
 
+Kind = Literal["known", "removed", "unknown", "word"]
+
+
 @dataclass(frozen=True)
 class GivenOption:
     """One option of a command line as the engine's parser steps over it: the flag word as
@@ -169,7 +172,7 @@ class GivenOption:
     name: str
     index: int  # of the flag word among the words read
     values: tuple[Arg, ...] = ()
-    kind: str = "known"
+    kind: Kind = "known"
     inline: bool = False  # the value is written after `=` (neither engine splits it: it stops)
     wanted: int = 0  # how many values the flag takes (the values may be fewer where the line ends)
     closest: str | None = None  # an unknown flag: the known flag probably meant
@@ -194,9 +197,6 @@ class GivenOption:
         """The option's first spelling in the option table, else its name."""
         r = self.row
         return r.flag if r is not None else self.name
-
-    def value_at(self, k: int = 0) -> Arg | None:
-        return self.values[k] if k < len(self.values) else None
 
 
 @dataclass(frozen=True)
@@ -265,7 +265,7 @@ def _read_texts(words: tuple[str, ...], engine: Engine, binary: bool | None, bar
 def _read(args: list[Arg], engine: Engine, binary: bool | None, bare_fa: bool) -> ArgvReading:
     table = known_flags(engine)
 
-    def count(name: str) -> tuple[str, int, str | None]:
+    def count(name: str) -> tuple[Kind, int, str | None]:
         n = table.get(name)
         if n is not None:
             return "known", n, None
@@ -281,7 +281,7 @@ def _read(args: list[Arg], engine: Engine, binary: bool | None, bare_fa: bool) -
     return _walk(args, binary, count, engine.fa_takes_value, bare_fa)
 
 
-def _walk(args: list[Arg], binary: bool | None, count: Callable[[str], tuple[str, int, str | None]],
+def _walk(args: list[Arg], binary: bool | None, count: Callable[[str], tuple[Kind, int, str | None]],
           fa_takes_value: bool | None, bare_fa: bool) -> ArgvReading:
     first: Arg | None = None
     i = 0
@@ -304,13 +304,18 @@ def _walk(args: list[Arg], binary: bool | None, count: Callable[[str], tuple[str
             out.append(GivenOption(w, flag, name, i, (inline,), kind, True, n, closest))
             i += 1
             continue
-        if name in fa and n and bare_fa and (i + 1 >= len(args) or (
-                args[i + 1].text.startswith("-") and args[i + 1].text != "-1")):
+        if name in fa and n and bare_fa and _bare(args[i + 1].text if i + 1 < len(args) else None):
             n = 0  # what was meant: the switch (the engine would take the next flag as its value)
         values = tuple(args[i + 1:i + 1 + n])
         out.append(GivenOption(w, flag, name, i, values, kind, False, n, closest))
         i += 1 + len(values)
     return ArgvReading(tuple(args), first, tuple(out))
+
+
+def _bare(after: str | None) -> bool:
+    """Whether a `-fa` followed by `after` (None: the line ends) was meant as the switch: the word
+    after it is another flag (`-1`, auto, is a value)."""
+    return after is None or (after.startswith("-") and after != "-1")
 
 
 def read_valued(words: Sequence[Arg | str], valued: Container[str]) -> ArgvReading:
@@ -332,10 +337,7 @@ def either_engine_values(words: Sequence[str], k: int) -> int | None:
     if w not in MAINLINE and w not in IK:
         return None
     n = max(MAINLINE.get(w, 0), IK.get(w, 0))
-    if w in spellings("-fa") and (k + 1 >= len(words) or (
-            words[k + 1].startswith("-") and words[k + 1] != "-1")):
-        n = 0
-    return n
+    return 0 if w in spellings("-fa") and _bare(words[k + 1] if k + 1 < len(words) else None) else n
 
 
 def option_values(words: Sequence[str], engine: Engine) -> Iterator[tuple[str, str | None]]:
