@@ -22,7 +22,7 @@ import moeconf.engines.specflags as specflags
 from moeconf.compile import compile_plan
 from moeconf.compiled import Compiled
 from moeconf.engines import Engine, engine_device_order
-from moeconf.engines.flags import DEVICE_CAP, FIT_TUNING
+from moeconf.engines.flags import FIT_TUNING
 from moeconf.errors import MoeconfError, PlanError
 from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit
@@ -38,8 +38,8 @@ MiB = 1024 * 1024
 Policy = Literal["first", "last"]
 
 # engine flags fit decides itself (placement and the devices), in every spelling
-_REFUSED = {*(n for f in ("-ngl", "-ot", "-ts", "-ncmoe", "-cmoe", "-ncffn", "-fit", "-dev")
-              for n in _options.spellings(f)), *FIT_TUNING, *DEVICE_CAP}
+_REFUSED = {n for f in ("-ngl", "-ot", "-ts", "-ncmoe", "-cmoe", "-ncffn", "-fit", "-dev", "--max-gpu", *FIT_TUNING)
+            for n in _options.spellings(f)}
 # engine flags that are plan fields (memory and the split), from the one option table
 # (engines/options.py); the rest goes to flags.extra as written
 _MODEL = frozenset(_options.row("-m").names)

@@ -15,9 +15,8 @@ from moeconf.engines import IK_OLDEST_DATE, Engine
 _FIT = "[flags] fit (moeconf plans place tensors themselves; fit would choose at load time)"
 _RULES_CPU = "rules (\"experts -> cpu\", \"experts first N -> cpu\", ...)"
 _GPUS = "[engine] gpus (the devices the plan places on)"
-# options outside the option table a plan or fit decides: fit's tuning (mainline), the device cap (ik)
-FIT_TUNING: Final = ("-fitt", "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin")
-DEVICE_CAP: Final = ("--max-gpu",)
+# the option-table rows of fit's own tuning (llama.cpp's target and context, ik_llama.cpp's margin)
+FIT_TUNING: Final = ("-fitt", "-fitc", "--fit-margin", "-gfm")
 
 
 def _plan_keys() -> dict[str, str]:
@@ -27,14 +26,11 @@ def _plan_keys() -> dict[str, str]:
     keys = {n: f"[{o.section}] {o.field}" for o in options() if o.field is not None for n in o.names}
     # the options a plan writes as rules, devices or its own fit, every spelling from the table
     for flag, key in (("-ot", "rules"), ("-cmoe", _RULES_CPU), ("-ncmoe", _RULES_CPU), ("-ncffn", "rules"),
-                      ("-dev", _GPUS), ("-fit", _FIT),
+                      ("-dev", _GPUS), ("--max-gpu", _GPUS), *((f, _FIT) for f in ("-fit", *FIT_TUNING)),
                       ("--kv-unified-per-slot", "[flags] ctx_size (the KV pool: slots x context per slot)"),
                       ("-lm", "[flags] no_mmap and mlock")):
         keys.update(dict.fromkeys(row(flag).names, key))
-    # options outside the table: fit's tuning, ik_llama.cpp's device cap, the old --mmap
-    keys.update(dict.fromkeys(DEVICE_CAP, _GPUS))
-    keys.update(dict.fromkeys(FIT_TUNING, _FIT))
-    keys["--mmap"] = "[flags] no_mmap"
+    keys["--mmap"] = "[flags] no_mmap"  # mainline before b10108 (in no table: the newest code has -lm)
     return keys
 
 

@@ -72,6 +72,12 @@ _ROWS: Final[tuple[tuple[str, str | None, str, str | None, int | None, tuple[str
     ("-hf", None, "", None, None, ()),
     ("-hff", None, "", None, None, ()),
     ("--offline", None, "", None, None, ()),
+    # what fit decides itself: llama.cpp's fit tuning, ik_llama.cpp's fit margin and device cap
+    ("-fitt", None, "", None, None, ()),
+    ("-fitc", None, "", None, None, ()),
+    ("--fit-margin", None, "", None, None, ("--fit-margin",)),
+    ("-gfm", None, "", None, None, ("-gfm", "--gpu-fit-margin")),
+    ("--max-gpu", None, "", None, None, ("--max-gpu",)),
     # memory settings a plan carries in `[flags] extra`
     ("-np", None, "", "n_parallel", None, ()),  # -1: auto
     ("-mla", None, "", "mla", 0, ("-mla", "--mla-use")),
