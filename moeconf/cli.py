@@ -899,11 +899,11 @@ def _engine_flags_apart(parser: argparse.ArgumentParser, words: list[str]) -> tu
     the command's own option takes it, as its help says."""
     import argparse as ap
 
-    from moeconf.engines.flagtable import IK, MAINLINE
-
     i = next((k for k, w in enumerate(words) if w in ("explain", "fit")), None)
     if i is None:
         return words, []
+    from moeconf.engines.cmdline import either_engine_values
+
     sub = next(a for a in parser._actions if isinstance(a, ap._SubParsersAction)).choices[words[i]]
     own = {o: a for a in sub._actions for o in a.option_strings}
     mine, theirs = words[: i + 1], []
@@ -915,10 +915,9 @@ def _engine_flags_apart(parser: argparse.ArgumentParser, words: list[str]) -> tu
             take = 0 if own[w].nargs == 0 else 1 if n is None else n if isinstance(n, int) else 0
             mine += words[k: k + 1 + take]
             k += 1 + take
-        elif w in MAINLINE or w in IK:
-            n = max(MAINLINE.get(w, 0), IK.get(w, 0))
-            theirs += words[k: k + 1 + n]
-            k += 1 + n
+        elif (n_values := either_engine_values(words, k)) is not None:
+            theirs += words[k: k + 1 + n_values]
+            k += 1 + n_values
         else:
             mine.append(w)
             k += 1

@@ -22,6 +22,7 @@ import moeconf.engines.specflags as specflags
 from moeconf.compile import compile_plan
 from moeconf.compiled import Compiled
 from moeconf.engines import Engine, engine_device_order
+from moeconf.engines.flags import FIT_TUNING
 from moeconf.errors import MoeconfError, PlanError
 from moeconf.explanation import explain
 from moeconf.fill import DoesNotFit
@@ -37,9 +38,8 @@ MiB = 1024 * 1024
 Policy = Literal["first", "last"]
 
 # engine flags fit decides itself (placement and the devices), in every spelling
-_REFUSED = {*(n for f in ("-ngl", "-ot", "-ts", "-ncmoe", "-cmoe", "-ncffn", "-fit", "-dev")
-              for n in _options.spellings(f)),
-            "-fitt", "--fit-target", "-fitc", "--fit-ctx", "--fit-margin", "-gfm", "--gpu-fit-margin", "--max-gpu"}
+_REFUSED = {n for f in ("-ngl", "-ot", "-ts", "-ncmoe", "-cmoe", "-ncffn", "-fit", "-dev", "--max-gpu", *FIT_TUNING)
+            for n in _options.spellings(f)}
 # engine flags that are plan fields (memory and the split), from the one option table
 # (engines/options.py); the rest goes to flags.extra as written
 _MODEL = frozenset(_options.row("-m").names)
@@ -116,33 +116,20 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
     arguments (passed through as written, in order). Every word is read as the engine reads it,
     against its flag table (engines/flagtable.py): an unknown flag, a value the engine refuses,
     or `--flag=value` (which neither engine splits) is an error naming it."""
-    from moeconf.engines.cmdline import (
-        REMOVED_FLAGS,
-        closest_flag,
-        known_flags,
-        normalize_flag,
-        removed_values,
-        unknown_flag_message,
-    )
-    from moeconf.engines.flags import is_number
+    from moeconf.engines.cmdline import REMOVED_FLAGS, closest_flag, read_argv, unknown_flag_message
 
-    table = known_flags(eng)
     out = _UserFlags()
-    words = list(argv)
-    i = 0
-    while i < len(words):
-        w = words[i]
-        name = normalize_flag(w)
-        if w.startswith("--") and "=" in w:
+    # the engine's reading of the words (no binary: fit's own options are not among them); a -fa
+    # followed by another flag is the switch that was meant
+    for given in read_argv(argv, eng, binary=False, bare_fa=True).options:
+        w, name = given.word.text, given.name
+        if given.inline:
             raise MoeconfError(unknown_flag_message(eng, w, closest_flag(eng, w)))
-        if not w.startswith("-") or is_number(w):
+        if given.kind == "word":
             raise MoeconfError(f"{w!r}: an engine flag was expected here ({eng.label} stops at a word it does not "
                                "know); the model is moeconf's MODEL argument, or --serve-path for the path in "
                                "the command")
-        n_values = table.get(name)
-        if n_values is None:
-            n_values = removed_values(eng, name)  # gone from the newest code, not from the declared version
-        if n_values is None:
+        if given.kind == "unknown":
             removed = REMOVED_FLAGS.get(eng.name, {}).get(name)
             raise MoeconfError(unknown_flag_message(eng, w, None if removed else closest_flag(eng, name)))
         if name in _REFUSED:
@@ -154,21 +141,15 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
         if name in _NOT_MODELLED:
             raise MoeconfError(f"{name}: {_NOT_MODELLED[name]} is not modelled by fit's memory estimate, so it "
                                "cannot promise a fit with it; size it without, then leave room with --reserve")
-        takes = n_values
-        if name in _options.spellings("-fa"):
-            takes = 1 if eng.fa_takes_value else 0
-            nxt = words[i + 1].lower() if i + 1 < len(words) else None
-            if takes and (nxt is None or (nxt.startswith("-") and nxt != "-1")):
-                # the engine would read the next word as the value and stop: what was meant is on
-                out.notes.append(f"{name} without a value: {eng.label} takes on|off|auto after it; written as "
-                                 f"{name} on")
-                out.fields["flash_attn"] = "on"
-                i += 1
-                continue
-        if takes and i + takes >= len(words):
+        if name in _options.spellings("-fa") and eng.fa_takes_value and not given.wanted:
+            # the engine would read the next word as the value and stop: what was meant is on
+            out.notes.append(f"{name} without a value: {eng.label} takes on|off|auto after it; written as "
+                             f"{name} on")
+            out.fields["flash_attn"] = "on"
+            continue
+        if len(given.values) < given.wanted:
             raise MoeconfError(f"{name} needs a value")
-        values = words[i + 1:i + 1 + takes]
-        i += 1 + takes
+        values = [v.text for v in given.values]
         if name in _MODEL:
             out.serve_path = values[0]
         elif name in _options.spellings("--rpc"):

@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import moeconf.emitting.commands as tg
-from moeconf.engines.cmdline import Arg, parse_invocation, unknown_flag_message
+from moeconf.engines.cmdline import Arg, parse_invocation, read_argv, unknown_flag_message
 from moeconf.engines.options import env_var
 from moeconf.explanation import Explanation, explain_invocation
 
 if TYPE_CHECKING:
     from moeconf.compiled import Compiled
+    from moeconf.engines import Engine
 
 
 class OutputMismatch(AssertionError):
@@ -72,12 +73,12 @@ def _one_command(text: str, what: str) -> list[str]:
     return [w.text for w in commands[0].words]
 
 
-def _with_ot(argv: Sequence[str], value: str) -> list[str]:
+def _with_ot(argv: Sequence[str], value: str, engine: Engine) -> list[str]:
     """`argv` with its -ot value replaced by `value` (the `ot` target prints only the value)."""
     out = list(argv)
-    if "-ot" in out:
-        k = out.index("-ot")
-        del out[k:k + 2]
+    first = next(iter(read_argv(out, engine).of("-ot")), None)
+    if first is not None:
+        del out[first.index:first.index + 2]
     if value:
         out += ["-ot", value]
     return out
@@ -97,7 +98,7 @@ def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str,
             raise OutputMismatch(f"{what}: its ot or placement is not the compiled one")
         return [str(a) for a in data["argv"]], {}, list(c.argv)
     if target == "ot":  # the value itself, word for word (an escape lost can leave the placement the same)
-        return _with_ot(c.argv, text.rstrip("\n")), {}, list(c.argv)
+        return _with_ot(c.argv, text.rstrip("\n"), c.engine), {}, list(c.argv)
     if target == "docker":
         words = _one_command(text, what)
         image = tg.docker_image(c)
@@ -112,7 +113,7 @@ def read_back(c: Compiled, target: str, text: str) -> tuple[list[str], dict[str,
     if target == "env":
         launches = sources.dotenv_launches(what, text)
         env = {k: a.text for la in launches for k, a in la.env.items()}
-        model = c.argv[c.argv.index("-m") + 1]
+        model = tg._model_override(c)
         var = env_var("-m")
         if env.get(var) != model:
             raise OutputMismatch(f"{what}: {var} reads back as {env.get(var)!r}, not {model!r}")

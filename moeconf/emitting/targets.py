@@ -37,6 +37,7 @@ from moeconf.emitting.commands import (
     published_port,
     server_args,
 )
+from moeconf.engines import Engine
 from moeconf.errors import MoeconfError
 from moeconf.textsafe import first_unsafe
 
@@ -128,7 +129,7 @@ def emit_env(c: Compiled) -> str:
     if f.extra:
         from moeconf.engines.llamaconfig import env_form
 
-        extra, problem = env_form(list(f.extra))
+        extra, problem = env_form(list(f.extra), eng)
         if problem is not None:
             raise MoeconfError(f"no environment form for the engine flag {problem}", path=c.plan.path,
                                hint="drop it, or use --target llama.cpp, docker, compose or llama-swap")
@@ -211,7 +212,7 @@ def emit_llama_swap(c: Compiled) -> str:
     argv = llama_swap_argv(c)
     # llama-swap drops lines starting with '#', joins trailing backslashes, expands ${...}
     # macros, then splits like a POSIX shell: one argument pair a line, regexes single-quoted.
-    body = _pairs(argv)
+    body = _pairs(argv, c.engine)
     lines = ["models:", f"  {yaml_str(name)}:", "    cmd: |"]  # a line break in any value is refused
     lines += [f"      {line}" for line in body]
     port = t.port or extra_value(c, "--port")
@@ -220,17 +221,14 @@ def emit_llama_swap(c: Compiled) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pairs(argv: list[str]) -> list[str]:
+def _pairs(argv: list[str], engine: Engine) -> list[str]:
+    """The binary, then each option with its values (engines/cmdline.py read_argv), a line each."""
+    from moeconf.engines.cmdline import read_argv
+
     out: list[str] = [_swap_quote(argv[0])]
-    i = 1
-    while i < len(argv):
-        a = argv[i]
-        if a.startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            out.append(f"{_swap_quote(a)} {_swap_quote(argv[i + 1])}")
-            i += 2
-        else:
-            out.append(_swap_quote(a))
-            i += 1
+    for given in read_argv(argv, engine, binary=True).options:
+        words = (given.word,) if given.inline else (given.word, *given.values)
+        out.append(" ".join(_swap_quote(w.text) for w in words))
     return out
 
 

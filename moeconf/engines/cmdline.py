@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import lru_cache
+from typing import TYPE_CHECKING, Literal
 
 from moeconf.engines import Engine
 from moeconf.engines.flags import c_floats, c_int, flag_table, is_number, value_problem
-from moeconf.engines.options import env_var, out_of_range, row, spellings
+from moeconf.engines.options import EngineOption, env_var, out_of_range, row, row_of, spellings
 from moeconf.model.inventory import Inventory
 
 if TYPE_CHECKING:
@@ -123,41 +124,6 @@ def normalize_flag(name: str) -> str:
     return name.replace("_", "-") if name.startswith("--") else name
 
 
-def option_values(words: Sequence[str], engine: Engine) -> Iterator[tuple[str, str | None]]:
-    """Each option of a plain argv (binary first or not) as `engine`'s parser steps over it: its
-    normalized name and its first value (None for a switch, or a value missing at the end), the
-    values it takes skipped by the engine's flag table. For readers of one setting family
-    (memory/speculative.py, extrafiles.py, kvoverride.py); `parse_invocation` reads the rest."""
-    table = known_flags(engine)
-    i = 1 if words and not words[0].startswith("-") else 0
-    while i < len(words):
-        name = normalize_flag(words[i])
-        n = table.get(name, 0)
-        yield name, words[i + 1] if n and i + 1 < len(words) else None
-        i += 1 + n
-
-
-def named_options(words: Sequence[str], valued: Container[str]) -> Iterator[tuple[str, str | None]]:
-    """Each option of a plain argv (binary first or not) as moeconf's memory readers take it (the
-    option table's settings: memory/settings.py, memory/iksplit.py): its name and its value,
-    which is the text after `=` of a long option (moeconf reads `--name=value`; the engines
-    refuse it), else the next word for a name in `valued` (None when the line ends), else None.
-    Words between are not skipped by the flag table: a value that reads as a known option is read
-    as one (unlike `option_values`)."""
-    i = 1 if words and not words[0].startswith("-") else 0
-    while i < len(words):
-        w = words[i]
-        name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
-        if eq:
-            yield name, inline
-        elif name in valued:
-            yield name, words[i + 1] if i + 1 < len(words) else None
-            i += 1
-        else:
-            yield name, None
-        i += 1
-
-
 def closest_flag(engine: Engine, name: str) -> str | None:
     """The known flag `name` was most likely meant to be (`--n-cpu-mo` -> `--n-cpu-moe`)."""
     import difflib
@@ -182,6 +148,212 @@ def unknown_flag_message(engine: Engine, name: str, closest: str | None) -> str:
                 f"(write {closest} {value})")
     meant = f" (did you mean {closest}?)" if closest else ""
     return f"unknown argument {name!r}{meant}: {engine.label} stops with an invalid-argument error"
+
+
+# --- the one argv reader ---------------------------------------------------------------------
+
+Kind = Literal["known", "removed", "unknown", "word"]
+
+
+@dataclass(frozen=True)
+class GivenOption:
+    """One option of a command line as the engine's parser steps over it: the flag word as
+    written, its name as the parser looks it up (`--a_b` is `--a-b`; `--name=value` cut at `=`),
+    where it stands, and the values it takes.
+
+    `kind`: "known" (the flag table has it), "removed" (gone from the newest code, still in the
+    declared version: engines/cmdline.REMOVED_FLAGS), "unknown" (a flag the engine does not know:
+    it stops; the words after it are taken as the flag probably meant would take them: the same
+    flag of the other engine, else the closest of this one), or "word" (not a flag: a positional
+    word or a number)."""
+
+    word: Arg  # as written
+    flag: Arg  # its name (`word` cut at `=`, `_` read as `-`), where the word starts
+    name: str
+    index: int  # of the flag word among the words read
+    values: tuple[Arg, ...] = ()
+    kind: Kind = "known"
+    inline: bool = False  # the value is written after `=` (neither engine splits it: it stops)
+    wanted: int = 0  # how many values the flag takes (the values may be fewer where the line ends)
+    closest: str | None = None  # an unknown flag: the known flag probably meant
+
+    @property
+    def value(self) -> Arg | None:
+        """The first value (None for a switch, or a value the line does not give)."""
+        return self.values[0] if self.values else None
+
+    @property
+    def missing(self) -> bool:
+        """The flag takes a value and the line ends before it."""
+        return self.wanted > 0 and not self.values
+
+    @property
+    def row(self) -> EngineOption | None:
+        """The option table's row (engines/options.py), None for an option it does not have."""
+        return row_of(self.name)
+
+    @property
+    def canonical(self) -> str:
+        """The option's first spelling in the option table, else its name."""
+        r = self.row
+        return r.flag if r is not None else self.name
+
+
+@dataclass(frozen=True)
+class ArgvReading:
+    """A command line read once: the binary (when the first word is one) and every option in order."""
+
+    words: tuple[Arg, ...]
+    binary: Arg | None
+    options: tuple[GivenOption, ...]
+
+    def of(self, flag: str) -> list[GivenOption]:
+        """Every occurrence of the option-table row whose first spelling is `flag`, in order."""
+        names = spellings(flag)
+        return [o for o in self.options if o.name in names]
+
+    def last(self, flag: str) -> GivenOption | None:
+        """The last occurrence of `flag`'s row (the one the engine keeps for a single value)."""
+        found = self.of(flag)
+        return found[-1] if found else None
+
+    def named(self, *names: str) -> list[GivenOption]:
+        """Every option whose name is one of `names` (spellings outside the option table)."""
+        return [o for o in self.options if o.name in names]
+
+    @property
+    def flags(self) -> list[GivenOption]:
+        """The options that are flags (known, removed or unknown), not positional words."""
+        return [o for o in self.options if o.kind != "word"]
+
+
+def _other_table(engine: Engine) -> dict[str, int]:
+    """The other engine's newest flag table (an unknown flag that it knows takes its values)."""
+    from moeconf.engines.flagtable import MAINLINE
+    from moeconf.engines.flagtable_iknewest import IK_NEWEST
+
+    return MAINLINE if engine.name == "ik_llama.cpp" else IK_NEWEST
+
+
+def _as_arg(w: Arg | str) -> Arg:
+    return w if isinstance(w, Arg) else Arg(w)
+
+
+def read_argv(words: Sequence[Arg | str], engine: Engine, *, binary: bool | None = None,
+              bare_fa: bool = False) -> ArgvReading:
+    """Read a command line once as `engine`'s parser steps over it: which words are flags, which
+    values each takes (its flag table, engines/flagtable.py; `-fa` by version), `--name=value`
+    read as meant (the engines refuse it: `inline`), unknown flags kept as such. `binary`: whether
+    the first word is the program (None: when it does not start with `-`). `bare_fa`: a `-fa`
+    followed by another flag (or nothing) is read as the switch that was meant, not as taking
+    that flag as its value (fit; the engine itself takes the next word, whatever it is).
+
+    Every reader of an engine command line goes through here: the invocation reader
+    (parse_invocation), the memory settings, fit's flags, `[flags] extra`, the env form, the
+    llama.cpp config files' overrides, the targets and the lint rules."""
+    if all(isinstance(w, str) for w in words):
+        # plain words (the memory readers each read the same line): read once, shared
+        return _read_texts(tuple(str(w) for w in words), engine, binary, bare_fa)
+    return _read([_as_arg(w) for w in words], engine, binary, bare_fa)
+
+
+@lru_cache(maxsize=16)
+def _read_texts(words: tuple[str, ...], engine: Engine, binary: bool | None, bare_fa: bool) -> ArgvReading:
+    return _read([Arg(w) for w in words], engine, binary, bare_fa)
+
+
+def _read(args: list[Arg], engine: Engine, binary: bool | None, bare_fa: bool) -> ArgvReading:
+    table = known_flags(engine)
+
+    def count(name: str) -> tuple[Kind, int, str | None]:
+        n = table.get(name)
+        if n is not None:
+            return "known", n, None
+        n = removed_values(engine, name)
+        if n is not None:
+            return "removed", n, None
+        if name.startswith("-") and not is_number(name):
+            closest = closest_flag(engine, name)
+            other = _other_table(engine)
+            return "unknown", other[name] if name in other else table.get(closest, 0) if closest else 0, closest
+        return "word", 0, None
+
+    return _walk(args, binary, count, engine.fa_takes_value, bare_fa)
+
+
+def _walk(args: list[Arg], binary: bool | None, count: Callable[[str], tuple[Kind, int, str | None]],
+          fa_takes_value: bool | None, bare_fa: bool) -> ArgvReading:
+    first: Arg | None = None
+    i = 0
+    if args and (binary if binary is not None else not args[0].text.startswith("-")):
+        first, i = args[0], 1
+    fa = spellings("-fa")
+    out: list[GivenOption] = []
+    while i < len(args):
+        w = args[i]
+        name, inline = normalize_flag(w.text), None
+        if w.text.startswith("--") and "=" in w.text:
+            base, _, rest = w.text.partition("=")
+            name = normalize_flag(base)
+            inline = Arg(rest, w.path, w.line, w.column + len(base) + 1 if w.column else 0)
+        kind, n, closest = count(name)
+        if name in fa and kind != "word" and fa_takes_value is not None:
+            n = 1 if fa_takes_value else 0
+        flag = Arg(name, w.path, w.line, w.column)
+        if inline is not None:
+            out.append(GivenOption(w, flag, name, i, (inline,), kind, True, n, closest))
+            i += 1
+            continue
+        if name in fa and n and bare_fa and _bare(args[i + 1].text if i + 1 < len(args) else None):
+            n = 0  # what was meant: the switch (the engine would take the next flag as its value)
+        values = tuple(args[i + 1:i + 1 + n])
+        out.append(GivenOption(w, flag, name, i, values, kind, False, n, closest))
+        i += 1 + len(values)
+    return ArgvReading(tuple(args), first, tuple(out))
+
+
+def _bare(after: str | None) -> bool:
+    """Whether a `-fa` followed by `after` (None: the line ends) was meant as the switch: the word
+    after it is another flag (`-1`, auto, is a value)."""
+    return after is None or (after.startswith("-") and after != "-1")
+
+
+def read_valued(words: Sequence[Arg | str], valued: Container[str]) -> ArgvReading:
+    """A command line read without an engine: a name in `valued` takes the next word, any other
+    none (memory/iksplit.py's reader, which is given no engine)."""
+    return _walk([_as_arg(w) for w in words], None,
+                 lambda name: ("known" if name.startswith("-") else "word", 1 if name in valued else 0, None),
+                 None, False)
+
+
+def either_engine_values(words: Sequence[str], k: int) -> int | None:
+    """How many of the words after `words[k]` are its values when it is a flag of either engine's
+    parser (the most either takes; None: a flag of neither), for splitting moeconf's own command
+    line from the engine's before the engine is known (cli.py). A `-fa` followed by another flag
+    (or nothing) is the switch that was meant, as fit reads it (read_argv's `bare_fa`)."""
+    from moeconf.engines.flagtable import IK, MAINLINE
+
+    w = words[k]
+    if w not in MAINLINE and w not in IK:
+        return None
+    n = max(MAINLINE.get(w, 0), IK.get(w, 0))
+    return 0 if w in spellings("-fa") and _bare(words[k + 1] if k + 1 < len(words) else None) else n
+
+
+def option_values(words: Sequence[str], engine: Engine) -> Iterator[tuple[str, str | None]]:
+    """Each option of a plain argv (binary first or not) as `engine`'s parser reads it
+    (read_argv): its name and its first value (None for a switch, or a value missing at the end).
+    For readers of one setting family (memory/speculative.py, extrafiles.py, kvoverride.py)."""
+    for o in read_argv(words, engine).options:
+        yield o.name, o.value.text if o.value is not None else None
+
+
+def named_options(words: Sequence[str], valued: Container[str]) -> Iterator[tuple[str, str | None]]:
+    """Each option of a plain argv (binary first or not) read without an engine (read_valued):
+    its name and its value, which is the text after `=` of a long option, else the next word for
+    a name in `valued` (None when the line ends), else None. For memory/iksplit.py."""
+    for o in read_valued(words, valued).options:
+        yield o.name, o.value.text if o.value is not None else None
 
 
 _FA_VALUES = {"on", "off", "auto", "enabled", "disabled", "true", "false", "1", "0", "-1"}
@@ -253,6 +425,14 @@ class Invocation:
     config: Applied | None = None
     config_known: bool = True
     config_source: LlamaConfig | None = None
+    read_as: ArgvReading | None = None  # the command line as read once (read_argv; `reading`)
+
+    @property
+    def reading(self) -> ArgvReading:
+        """The command line as the engine reads it (engines/cmdline.py read_argv), read once."""
+        if self.read_as is None:
+            self.read_as = read_argv(self.args, self.engine)
+        return self.read_as
 
     def items(self) -> list[RawItem]:
         """Every user item, in the order the engine tests them (env first on mainline)."""
@@ -298,12 +478,9 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
     """Read argv (binary first, or just options) and env as `engine` reads them, after what
     llama.cpp's config files `config` set for the program (engines/llamaconfig.py: mainline
     b10398+ reads them before its environment)."""
-    inv = Invocation(engine=engine, args=list(args), env=dict(env or {}))
-    words = list(args)
-    i = 0
-    if words and not words[0].text.startswith("-"):
-        inv.binary = words[0]
-        i = 1
+    reading = read_argv(args, engine)
+    inv = Invocation(engine=engine, args=list(args), env=dict(env or {}), read_as=reading)
+    inv.binary = reading.binary
     binary = inv.binary.text.rsplit("/", 1)[-1].removesuffix(".exe") if inv.binary else None
     order = 0
     table = known_flags(engine)
@@ -444,47 +621,23 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             order += 1
 
     check_flags = binary is None or binary in COMMON_ARG_BINARIES
-    while i < len(words):
-        w = words[i]
-        name, value = normalize_flag(w.text), None
-        if name.startswith("--") and "=" in name:
+    for o in reading.options:
+        if o.inline and check_flags:
             # Neither engine splits --flag=value (both stop at the unknown argument); what was
             # meant is still simulated, and the word reported.
-            name, _, rest = w.text.partition("=")
-            name = normalize_flag(name)
-            value = Arg(rest, w.path, w.line, w.column + len(name) + 1 if w.column else 0)
-            if check_flags:
-                inv.unknown_flags.append((w, name if name in table else closest_flag(engine, name)))
-        flag = Arg(name, w.path, w.line, w.column)
-        n_values = table.get(name)
-        if n_values is None:
-            n_values = removed_values(engine, name)  # the declared version still has it
-        if n_values is None and name.startswith("-") and not is_number(name):
-            closest = closest_flag(engine, name)
-            if check_flags and value is None:
-                inv.unknown_flags.append((flag, closest))
-            # read the words after it as the flag that was probably meant would
-            n_values = table.get(closest, 0) if closest else 0
-        takes = bool(n_values)
-        if name in sp("-fa"):
-            takes = engine.fa_takes_value
-        if takes and value is None:
-            if i + 1 < len(words):
-                value = words[i + 1]
-                i += 1
-                if n_values == 2 and i + 1 < len(words):
-                    i += 1  # the second value of a two-value flag (--lora-scaled FNAME SCALE)
-            else:
-                inv.problems.append((flag, f"{name} needs a value"))
-                i += 1
-                continue
-        i += 1
-        if name in sp("-fa") and value is not None and value.text.lower() not in (
+            inv.unknown_flags.append((o.word, o.name if o.kind == "known" else closest_flag(engine, o.name)))
+        elif o.kind == "unknown" and check_flags:
+            inv.unknown_flags.append((o.flag, o.closest))
+        if o.missing:
+            inv.problems.append((o.flag, f"{o.name} needs a value"))
+            continue
+        value = o.value
+        if o.name in sp("-fa") and value is not None and value.text.lower() not in (
                 _IK_FA_VALUES if engine.name == "ik_llama.cpp" else _FA_VALUES):
             # both engines read the next word as the value, whatever it is, and stop on a bad one
-            inv.problems.append((value, f"unknown value for {name}: {value.text!r} ({engine.label} takes on, off "
-                                        "or auto after it, and stops otherwise)"))
-        take(name, flag, value, "cli")
+            inv.problems.append((value, f"unknown value for {o.name}: {value.text!r} ({engine.label} takes on, "
+                                        "off or auto after it, and stops otherwise)"))
+        take(o.name, o.flag, value, "cli")
     return inv
 
 

@@ -12,42 +12,31 @@ from typing import Final
 
 from moeconf.engines import IK_OLDEST_DATE, Engine
 
-_NGL = "[flags] n_gpu_layers"
 _FIT = "[flags] fit (moeconf plans place tensors themselves; fit would choose at load time)"
 _RULES_CPU = "rules (\"experts -> cpu\", \"experts first N -> cpu\", ...)"
+_GPUS = "[engine] gpus (the devices the plan places on)"
+# the option-table rows of fit's own tuning (llama.cpp's target and context, ik_llama.cpp's margin)
+FIT_TUNING: Final = ("-fitt", "-fitc", "--fit-margin", "-gfm")
+
 
 def _plan_keys() -> dict[str, str]:
-    from moeconf.engines.options import options
+    from moeconf.engines.options import options, row
 
     # the plan's own fields, every spelling, from the one option table (engines/options.py)
     keys = {n: f"[{o.section}] {o.field}" for o in options() if o.field is not None for n in o.names}
-    keys.update({
-        "-ngl": _NGL, "--gpu-layers": _NGL, "--n-gpu-layers": _NGL,
-        "-ot": "rules", "--override-tensor": "rules",
-        "-cmoe": _RULES_CPU, "--cpu-moe": _RULES_CPU, "-ncmoe": _RULES_CPU, "--n-cpu-moe": _RULES_CPU,
-        "-ncffn": "rules", "--n-cpu-ffn": "rules",
-        "-dev": "[engine] gpus (the devices the plan places on)", "--device": "[engine] gpus (the devices the plan "
-        "places on)", "--max-gpu": "[engine] gpus (the devices the plan places on)",
-        "-fit": _FIT, "--fit": _FIT, "-fitt": _FIT, "--fit-target": _FIT, "-fitc": _FIT, "--fit-ctx": _FIT,
-        "--fit-margin": _FIT, "-gfm": _FIT, "--gpu-fit-margin": _FIT,
-        "--kv-unified-per-slot": "[flags] ctx_size (the KV pool: slots x context per slot)",
-        "--mmap": "[flags] no_mmap", "-lm": "[flags] no_mmap and mlock", "--load-mode": "[flags] no_mmap and mlock",
-    })
+    # the options a plan writes as rules, devices or its own fit, every spelling from the table
+    for flag, key in (("-ot", "rules"), ("-cmoe", _RULES_CPU), ("-ncmoe", _RULES_CPU), ("-ncffn", "rules"),
+                      ("-dev", _GPUS), ("--max-gpu", _GPUS), *((f, _FIT) for f in ("-fit", *FIT_TUNING)),
+                      ("--kv-unified-per-slot", "[flags] ctx_size (the KV pool: slots x context per slot)"),
+                      ("-lm", "[flags] no_mmap and mlock")):
+        keys.update(dict.fromkeys(row(flag).names, key))
+    keys["--mmap"] = "[flags] no_mmap"  # mainline before b10108 (in no table: the newest code has -lm)
     return keys
 
 
 # Options a plan sets through its own keys, in every spelling: placement, the devices, memory.
 # In `[flags] extra` they would be a second, unsimulated copy that the engine reads last.
 PLAN_KEYS: Final[dict[str, str]] = _plan_keys()
-
-
-def option_name(word: str) -> str:
-    """The option a command-line word names, as the engines look it up: a long option with `_`
-    read as `-`; `--name=value` cut at `=` (moeconf reads that form; the engines refuse it)."""
-    if not word.startswith("--"):
-        return word
-    name = word.split("=", 1)[0]
-    return name.replace("_", "-")
 
 
 def flag_table(engine: Engine) -> dict[str, int]:
@@ -72,12 +61,6 @@ def flag_table(engine: Engine) -> dict[str, int]:
     return MAINLINE
 
 
-def known_options(engine: Engine) -> tuple[frozenset[str], frozenset[str]]:
-    """(every option, the options that take a value) of `engine`'s argument parser (flag_table)."""
-    table = flag_table(engine)
-    return frozenset(table), frozenset(k for k, n in table.items() if n > 0)
-
-
 def is_number(word: str) -> bool:
     """A word the engines read as a number (a negative value, not an option)."""
     try:
@@ -88,30 +71,23 @@ def is_number(word: str) -> bool:
 
 
 def scan_extra(words: list[str], engine: Engine) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """Read `[flags] extra` as the engine would: (index, option) pairs a plan key owns, and
-    (index, word) pairs the engine does not know (it would refuse to start). A value of a known
-    option is skipped, as the engine skips it; so is the word after an unknown option when it
-    does not look like an option."""
-    options, valued = known_options(engine)
+    """Read `[flags] extra` as the engine would (engines/cmdline.py read_argv): (index, option)
+    pairs a plan key owns, and (index, word) pairs the engine does not know (it would refuse to
+    start). The values of an option are skipped, as the engine skips them (an unknown option's as
+    the option probably meant takes them); so is a word after an unknown option that takes none."""
+    from moeconf.engines.cmdline import read_argv
+
     owned: list[tuple[int, str]] = []
     unknown: list[tuple[int, str]] = []
-    i = 0
-    while i < len(words):
-        w = words[i]
-        name = option_name(w)
-        if name in PLAN_KEYS:
-            owned.append((i, name))
-            if name in valued and "=" not in w:
-                i += 1  # its value is the option's, not a word of its own
-        elif name not in options:
-            unknown.append((i, w))
-            nxt = words[i + 1] if i + 1 < len(words) else None
-            if w.startswith("-") and "=" not in w and nxt is not None and (
-                    not nxt.startswith("-") or is_number(nxt)):
-                i += 1  # its value, as far as anyone can tell
-        elif name in valued and "=" not in w:
-            i += 1
-        i += 1
+    after_unknown = False
+    for given in read_argv(words, engine, binary=False).options:
+        if given.name in PLAN_KEYS:
+            owned.append((given.index, given.name))
+        elif given.kind == "word" and after_unknown:
+            pass  # the value of the unknown option before it, as far as anyone can tell
+        elif given.kind in ("unknown", "word"):
+            unknown.append((given.index, given.word.text))
+        after_unknown = given.kind == "unknown" and not given.values
     return owned, unknown
 
 

@@ -56,10 +56,13 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from moeconf.engines import Engine
 from moeconf.errors import MoeconfError
+
+if TYPE_CHECKING:
+    from moeconf.engines.cmdline import ArgvReading
 
 CONFIG_SINCE_BUILD: Final = 10398  # llama.cpp PR #26118 (commit 8e7f22b67): the first build that reads them
 ENV_VAR: Final = "MOECONF_LLAMA_CONFIG"  # os.pathsep-separated files in place of the discovery ("": none)
@@ -532,17 +535,21 @@ def _neg(env_name: str) -> str:
     return env_name.replace("LLAMA_ARG_", "LLAMA_ARG_NO_")
 
 
-def overridden_by(s: Setting, cli_words: Sequence[str], env: Mapping[str, str], engine: Engine) -> str | None:
-    """What replaces a value setting of the config: the command line's option, or its variable
+def overridden_by(s: Setting, cli: Sequence[str] | ArgvReading, env: Mapping[str, str], engine: Engine) -> str | None:
+    """What replaces a value setting of the config: the command line's option (`cli`: its words
+    without the binary, or the line as read: engines/cmdline.py read_argv), or its variable
     (None: nothing, or a list option, which the command line adds to)."""
+    from moeconf.engines.cmdline import ArgvReading as Reading
+    from moeconf.engines.cmdline import read_argv
+
     o = s.option
     if o.first in APPENDS:
         return None
     names = {*o.names, *o.negs}
-    for w in cli_words:
-        name = w.split("=", 1)[0].replace("_", "-") if w.startswith("--") else w
-        if name in names:
-            return f"{w} on the command line"
+    reading = cli if isinstance(cli, Reading) else read_argv(cli, engine, binary=False)
+    for given in reading.options:
+        if given.name in names:
+            return f"{given.word.text} on the command line"
     if o.env and (o.env in env or (o.negs and _neg(o.env) in env)):
         return f"the environment's {o.env if o.env in env else _neg(o.env)}"
     return None
@@ -577,11 +584,10 @@ def report(inv: Any) -> dict[str, object]:
         return out
     out["applies"] = True
     applied = inv.config or Applied()
-    cli = [a.text for a in inv.args[1 if inv.binary else 0:]]
     env = {k: v.text for k, v in inv.env.items()}
     settings = []
     for s in applied.settings:
-        by = overridden_by(s, cli, env, inv.engine)
+        by = overridden_by(s, inv.reading, env, inv.engine)
         settings.append({
             "file": s.entry.path, "line": s.entry.line, "section": s.entry.section, "key": s.entry.key,
             "value": s.entry.value, "option": s.option.names[-1], "as": s.words(),
@@ -665,26 +671,26 @@ def fit_flags(cfg: LlamaConfig, engine: Engine, user_argv: Sequence[str],
     return words, notes
 
 
-def env_form(words: Sequence[str], example: str = "SERVER") -> tuple[list[tuple[str, str]], str | None]:
-    """Command-line options as the `LLAMA_ARG_*` variables llama.cpp reads instead (common/arg.cpp:
-    each option's env name; a flag as "1", its negated form as "0", a value as given): (the
-    variables, None), or ([], the first option that has no variable for `example`, or is given twice,
-    with why)."""
+def env_form(words: Sequence[str], engine: Engine, example: str = "SERVER") -> tuple[list[tuple[str, str]], str | None]:
+    """Command-line options (read as `engine` reads them: engines/cmdline.py read_argv) as the
+    `LLAMA_ARG_*` variables llama.cpp reads instead (common/arg.cpp: each option's env name; a
+    flag as "1", its negated form as "0", a value as given): (the variables, None), or ([], the
+    first option that has no variable for `example`, or is given twice, with why)."""
+    from moeconf.engines.cmdline import read_argv
+
     out: list[tuple[str, str]] = []
-    i = 0
-    while i < len(words):
-        w = words[i]
-        opt = next((o for o in _options() if o.known_to(example) and (w in o.names or w in o.negs)), None)
+    for given in read_argv(words, engine, binary=False).options:
+        w, name = given.word.text, given.name
+        opt = None if given.inline else next(
+            (o for o in _options() if o.known_to(example) and (name in o.names or name in o.negs)), None)
         if opt is None or not opt.env or opt.kind == "str_str":
             return [], f"{w}: no LLAMA_ARG_* variable reads it"
         if any(k == opt.env for k, _ in out):
             return [], f"{w}: given twice, and {opt.env} holds one value"
         if opt.kind in ("void", "bool"):
-            out.append((opt.env, "0" if w in opt.negs else "1"))
-            i += 1
-            continue
-        if i + 1 >= len(words):
+            out.append((opt.env, "0" if name in opt.negs else "1"))
+        elif given.value is None:
             return [], f"{w}: needs a value"
-        out.append((opt.env, words[i + 1]))
-        i += 2
+        else:
+            out.append((opt.env, given.value.text))
     return out, None

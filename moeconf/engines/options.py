@@ -72,6 +72,12 @@ _ROWS: Final[tuple[tuple[str, str | None, str, str | None, int | None, tuple[str
     ("-hf", None, "", None, None, ()),
     ("-hff", None, "", None, None, ()),
     ("--offline", None, "", None, None, ()),
+    # what fit decides itself: llama.cpp's fit tuning, ik_llama.cpp's fit margin and device cap
+    ("-fitt", None, "", None, None, ()),
+    ("-fitc", None, "", None, None, ()),
+    ("--fit-margin", None, "", None, None, ("--fit-margin",)),
+    ("-gfm", None, "", None, None, ("-gfm", "--gpu-fit-margin")),
+    ("--max-gpu", None, "", None, None, ("--max-gpu",)),
     # memory settings a plan carries in `[flags] extra`
     ("-np", None, "", "n_parallel", None, ()),  # -1: auto
     ("-mla", None, "", "mla", 0, ("-mla", "--mla-use")),
@@ -184,3 +190,18 @@ def negated_env(o: EngineOption) -> str:
 def out_of_range(o: EngineOption, n: int) -> bool:
     """Whether moeconf refuses the number `n` for `o` (below its minimum)."""
     return o.minimum is not None and n < o.minimum
+
+
+@cache
+def _by_spelling() -> dict[str, EngineOption]:
+    out: dict[str, EngineOption] = {}
+    for o in options():
+        for n in o.spellings:
+            out.setdefault(n, o)
+    return out
+
+
+def row_of(name: str) -> EngineOption | None:
+    """The row one of whose spellings (negated ones included) is `name`, None for an option the
+    table does not have."""
+    return _by_spelling().get(name)

@@ -12,8 +12,9 @@ from types import ModuleType
 from typing import Any
 
 from moeconf.engines import Engine, engine, version_error
-from moeconf.engines.cmdline import Arg, Invocation, parse_invocation
+from moeconf.engines.cmdline import Arg, Invocation, parse_invocation, read_argv
 from moeconf.engines.llamaconfig import LlamaConfig
+from moeconf.engines.options import row
 from moeconf.errors import MoeconfError
 from moeconf.linting.model import Config, Context, Finding, Severity, find_config
 from moeconf.linting.rules import ALL
@@ -462,13 +463,17 @@ def lint_plan(path: str, config: Config, rules: Sequence[ModuleType] = ALL) -> l
         return [Finding(code, name, sev, path, e.line or 1, e.column or 1, other + e.message + hint)]
     pos = locate(plan.positions, ("rules",)) or locate(plan.positions, ("model",))
     line, col = (pos.line, pos.column) if pos else (1, 1)
-    keyed = {"-ngl": ("flags", "n_gpu_layers"), "-fit": ("flags", "fit"), "--fit": ("flags", "fit"),
-             "-mqkv": ("flags", "merge_qkv"), "-muge": ("flags", "merge_up_gate"), "-sm": ("flags", "split_mode"),
-             "--rpc": ("flags", "rpc"), "-ot": ("rules",)}
-    args: list[Arg] = []
-    for a in compiled.argv:
-        p = locate(plan.positions, keyed[a]) if a in keyed else None
-        args.append(Arg(a, path, p.line, p.column) if p else Arg(a, path))
+    # a finding about one of these flags is placed at the plan key that writes it (engines/options.py)
+    keyed: dict[str, tuple[str, ...]] = {"-ot": ("rules",)}
+    for flag in ("-ngl", "-fit", "-mqkv", "-muge", "-sm", "--rpc"):
+        o = row(flag)
+        keyed[flag] = (o.section, str(o.field))
+    args = [Arg(a, path) for a in compiled.argv]
+    for given in read_argv(args, compiled.engine).options:
+        where = keyed.get(given.canonical)
+        p = locate(plan.positions, where) if where is not None else None
+        if p:
+            args[given.index] = Arg(given.word.text, path, p.line, p.column)
     invocation = parse_invocation(args, compiled.engine)
     gpus = list(plan.config.engine.gpus)
     explanation = explain_invocation(compiled.inventory, invocation, gpus)

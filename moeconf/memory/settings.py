@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
-from moeconf.engines.cmdline import named_options
+from moeconf.engines.cmdline import read_argv
 from moeconf.engines.options import negated_env, out_of_range, row, setting_row, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
@@ -289,8 +289,8 @@ def read_settings(
               or (k == pooling_opt.env and v != "none")):
             values["embedding"] = True
     words = list(argv)
-    valued = {*_VALUED, *pooling_opt.names, *(fa_names if engine.fa_takes_value else ())}
-    for name, value in named_options(words, valued):
+    for given in read_argv(words, engine).options:  # as the engine steps over the line (its flag table)
+        name, value = given.name, given.value.text if given.value is not None else None
         if name in _VALUED or name in fa_names:
             if value is None and name in fa_names and not engine.fa_takes_value:
                 value = "on"  # a bare switch (mainline before b6325, ik before 2025-11-13)

@@ -122,8 +122,10 @@ def fit_instead(ctx: Context) -> str:
     except MoeconfError:
         return ""
     # with several GPUs the -ot holds only with fit's own layer split: both are the advice
-    argv = list(res.argv)
-    ts = f"-ts {argv[argv.index('-ts') + 1]} " if "-ts" in argv else ""
+    from moeconf.engines.cmdline import read_argv
+
+    given_ts = read_argv(res.argv, ctx.engine).last("-ts")
+    ts = f"-ts {given_ts.value.text} " if given_ts is not None and given_ts.value is not None else ""
     parts = []
     for d in ex.accelerators:
         layers = res.gpu_expert_layers.get(d, [])

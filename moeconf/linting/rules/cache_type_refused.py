@@ -43,37 +43,32 @@ def check(ctx: Context) -> Iterator[Hit]:
         yield Hit(*ctx.at_arg(_word_for(ctx, p)), p)
 
 
-_K = ("-ctk", "--cache-type-k")
-_V = ("-ctv", "--cache-type-v")
-_FA = ("-fa", "--flash-attn")
-
-
 def _word_for(ctx: Context, problem: str) -> Arg | None:
     """The word a problem is about: the refused cache type's value, the -ctk or -ctv given alone
     (the other is the default), the -ctv with -fa off; else its environment variable; else None
     (the launch)."""
+    from moeconf.engines.options import env_var, row
+
     inv = ctx.invocation
     last: dict[str, Arg] = {}
-    for i, a in enumerate(inv.args):
-        name, eq, _ = a.text.partition("=") if a.text.startswith("--") else (a.text, "", "")
-        for key, names in (("k", _K), ("v", _V), ("fa", _FA)):
-            if name in names:
-                value = Arg(a.text[len(name) + 1:], a.path, a.line, a.column + len(name) + 1 if a.column else 0) \
-                    if eq else inv.args[i + 1] if i + 1 < len(inv.args) else a
-                last[key] = value
-    env = {"k": inv.env.get("LLAMA_ARG_CACHE_TYPE_K"), "v": inv.env.get("LLAMA_ARG_CACHE_TYPE_V"),
-           "fa": inv.env.get("LLAMA_ARG_FLASH_ATTN")}
+    env: dict[str, Arg | None] = {}
+    for key in ("-ctk", "-ctv", "-fa"):
+        given = inv.reading.last(key)  # the line as the engine reads it: the last one counts
+        if given is not None:
+            last[key] = given.value or given.word
+        env[key] = inv.env.get(env_var(key))
 
     def word(key: str) -> Arg | None:
         return last.get(key) or env[key]
 
-    if problem.startswith(_K) or problem.startswith("LLAMA_ARG_CACHE_TYPE_K"):
-        return word("k")
-    if problem.startswith(_V) or problem.startswith("LLAMA_ARG_CACHE_TYPE_V"):
-        return word("v")
+    about = {f: (*row(f).spellings, env_var(f)) for f in ("-ctk", "-ctv")}
+    if problem.startswith(about["-ctk"]):
+        return word("-ctk")
+    if problem.startswith(about["-ctv"]):
+        return word("-ctv")
     if "different K and V" in problem:
-        k, v = word("k"), word("v")
+        k, v = word("-ctk"), word("-ctv")
         return k if v is None else v if k is None else max(k, v, key=lambda a: (a.line, a.column))
     if "flash attention off" in problem:
-        return word("v") or word("fa")
+        return word("-ctv") or word("-fa")
     return None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from moeconf.engines.options import env_var
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 from moeconf.linting.rules._memory import fit_instead, over_devices
@@ -62,7 +63,7 @@ def check(ctx: Context) -> Iterator[Hit]:
     if not fit_on or not (manual or inv.ngl):
         return
     # an environment-only launch (a .env file, compose's environment:) is fixed in its own form
-    by_env = ctx.kind == "env" or not any(a.text.startswith("-") for a in inv.args[1 if inv.binary else 0:])
+    by_env = ctx.kind == "env" or not inv.reading.flags
     placed_by = next((v.value for v in inv.ot), None)
     if inv.fit:
         where = ctx.at_arg(inv.fit[0])
@@ -72,8 +73,8 @@ def check(ctx: Context) -> Iterator[Hit]:
         where = (ctx.line, ctx.column)
     how = "-fit on" if inv.fit else f"--fit is on by default ({eng.label})"
     ctx_cut = "" if inv.ctx_size else (", after possibly cutting the context to --fit-ctx (4096) since "
-                                       + ("LLAMA_ARG_CTX_SIZE" if by_env else "-c") + " is not given")
-    fix = "set LLAMA_ARG_FIT=off" if by_env else "add -fit off"
+                                       + (env_var("-c") if by_env else "-c") + " is not given")
+    fix = f"set {env_var('-fit')}=off" if by_env else "add -fit off"
     yield Hit(*where, f"{how} with manual placement: fit gives up (\"already set by user, abort\") and loads "
               f"your settings{ctx_cut}; {fix}" + _instead(ctx))
 

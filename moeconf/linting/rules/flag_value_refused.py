@@ -38,9 +38,8 @@ SEVERITY = "error"
 NEEDS_MODEL = False
 
 # the memory settings' valued flags whose values the rule reads (the cache types are
-# cache-type-refused's, -fa and -ngl the command-line reader's)
-_NUMERIC = ("-c", "--ctx-size", "-b", "--batch-size", "-ub", "--ubatch-size", "-np", "--parallel", "-mla",
-            "--mla-use")
+# cache-type-refused's, -fa and -ngl the command-line reader's), every spelling
+_NUMERIC = ("-c", "-b", "-ub", "-np", "-mla")
 
 
 def problems(ctx: Context) -> list[tuple[Arg | None, str]]:
@@ -50,44 +49,41 @@ def problems(ctx: Context) -> list[tuple[Arg | None, str]]:
     cached = ctx.cache.get(NAME)
     if cached is not None:
         return list(cached)
+    from moeconf.engines.options import spellings
     from moeconf.memory import read_settings
 
     inv = ctx.invocation
-    words = inv.args
+    reading = inv.reading  # the line as the engine reads it (engines/cmdline.py read_argv)
+    owner = {id(v): o for o in reading.options for v in o.values}
+    fa = spellings("-fa")
+    numeric = {n for f in _NUMERIC for n in spellings(f)}
     out: list[tuple[Arg | None, str]] = []
     seen = set()
     for arg, message in inv.problems:
         seen.add(id(arg))
-        k = next((i for i, w in enumerate(words) if w is arg), -1)
-        flag = words[k - 1] if k > 0 else None
-        if flag is not None and flag.text in ("-fa", "--flash-attn") and arg.text.startswith("-"):
+        flag = owner.get(id(arg))
+        if flag is not None and flag.name in fa and not flag.inline and arg.text.startswith("-"):
             # a bare -fa before another flag: the finding is about the -fa
-            out.append((flag, f"a bare {flag.text} takes the next word as its value on {ctx.engine.label}, here "
-                              f"{arg.text!r}, which it refuses, so the engine stops at start (and {arg.text} is "
-                              f"never read); write '{flag.text} on'"))
+            w = flag.word.text
+            out.append((flag.word, f"a bare {w} takes the next word as its value on {ctx.engine.label}, here "
+                                   f"{arg.text!r}, which it refuses, so the engine stops at start (and {arg.text} is "
+                                   f"never read); write '{w} on'"))
         else:
             out.append((arg, message))
-    for i, w in enumerate(words):
-        name, eq, inline = w.text.partition("=") if w.text.startswith("--") else (w.text, "", "")
-        if name not in _NUMERIC:
-            continue
-        if eq:
-            value, at = inline, Arg(inline, w.path, w.line, w.column + len(name) + 1 if w.column else 0)
-        elif i + 1 < len(words):
-            value, at = words[i + 1].text, words[i + 1]
-        else:
-            continue  # "needs a value": the command-line reader's
-        if id(at) in seen:
-            continue
-        for p in read_settings([name, value], ctx.engine).problems:
+    for given in reading.options:
+        at = given.value
+        if given.name not in numeric or at is None or id(at) in seen:
+            continue  # no value: "needs a value", the command-line reader's
+        for p in read_settings([given.name, at.text], ctx.engine).problems:
             out.append((at, p))
     # a number the engine reads only the start of (`-c 32k` is 32): it starts, with another value
     from moeconf.engines.flags import value_misread
 
-    for i, w in enumerate(words[:-1]):
-        said = value_misread(ctx.engine, w.text, words[i + 1].text) if w.text.startswith("-") else None
-        if said is not None and id(words[i + 1]) not in seen:
-            out.append((words[i + 1], said))
+    for given in reading.options:
+        at = given.value
+        said = value_misread(ctx.engine, given.name, at.text) if at is not None and not given.inline else None
+        if said is not None and at is not None and id(at) not in seen:
+            out.append((at, said))
     for key, arg in inv.env.items():
         for p in read_settings([], ctx.engine, {key: arg.text}).problems:
             if "cache type" not in p:

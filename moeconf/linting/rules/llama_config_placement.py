@@ -57,10 +57,9 @@ def check(ctx: Context) -> Iterator[Hit]:
     applied = inv.config
     if applied is None or ctx.explanation is None or ctx.inventory is None:
         return
-    cli = [a.text for a in inv.args[1 if inv.binary else 0:]]
     env = {k: v.text for k, v in inv.env.items()}
     live = [s for s in applied.settings
-            if s.option.first in PLACEMENT and overridden_by(s, cli, env, ctx.engine) is None]
+            if s.option.first in PLACEMENT and overridden_by(s, inv.reading, env, ctx.engine) is None]
     if not live:
         return
     # the line alone: the same words and environment, no config file

@@ -34,7 +34,7 @@ def check(ctx: Context) -> Iterator[Hit]:
     inv = ctx.invocation
     if ctx.engine.name != "ik_llama.cpp" or inv.split_mode is None or inv.split_mode.text not in ("graph", "attn"):
         return
-    if not inv.ot or any(a.text in _SMGS for a in inv.args):
+    if not inv.ot or inv.reading.named(*_SMGS):
         return
     yield Hit(*ctx.at_arg(inv.split_mode), f"-sm {inv.split_mode.text} with -ot: ik_llama.cpp silently turns graph "
               "scheduling off when there are tensor overrides; add -smgs to keep it (or drop the -ot)")
