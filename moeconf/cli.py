@@ -868,12 +868,14 @@ def _cmd_fit_quants(args: argparse.Namespace) -> int:
         raise MoeconfError(f"--engine-version: {bad_version}")
     eng = engine(args.engine, args.engine_version)
     budgets = list(_budgets(args.gpu, "--gpu").items())
+    machine = _command_machine(args, tuple(d for d, _ in budgets), asked=_speed_asked(args))
     ram = parse_size(args.ram, "--ram") if args.ram else None
     progress = stderr_progress(f"moeconf: {safe(args.model)}")
     try:
         table = fit_quants(args.model, eng, budgets, args.engine_args, plan_dir=os.getcwd(),
                            reserve=parse_size(args.reserve or "1GiB", "--reserve"), policy=args.policy,
-                           split=not args.no_split, ram=ram, progress=progress)
+                           split=not args.no_split, ram=ram, progress=progress,
+                           machine=machine if _speed_asked(args) else None)
     finally:
         if sys.stderr.isatty():
             sys.stderr.write("\r\x1b[K")

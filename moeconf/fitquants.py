@@ -42,6 +42,7 @@ class QuantRow:
     # predicted generation tokens/s and its relative error (moeconf/speed.py), where the machine is known;
     # not part of the solved row's cache (it depends on the machine, not on the solve)
     generation: tuple[float, float] | None = None
+    generation_why: str | None = None  # why no generation speed is predicted, where a machine was given
 
     @property
     def fits(self) -> bool:
@@ -55,6 +56,8 @@ class QuantRow:
             "headroom": dict(self.headroom), "argv": list(self.argv) if self.argv else None}
         if self.generation is not None:
             out["generation"] = {"tps": self.generation[0], "error": self.generation[1]}
+        if self.generation_why is not None:
+            out["generation_not_predicted"] = self.generation_why
         return out
 
     @classmethod
@@ -111,7 +114,9 @@ def predicted_generation(row: QuantRow, inv: Inventory, eng: Engine, machine: Ma
     pred = for_placement(explain(inv, eng, argv).placement, read_settings(argv[1:], eng, {}, binary=argv[0]), machine)
     g = pred.generation
     if g is None:
-        return row
+        why = ("the machine description lacks " + ", ".join(pred.missing) if pred.missing
+               else "; ".join(pred.refused) or "not predicted")
+        return replace(row, generation_why=why)
     return replace(row, generation=(float(rounded(g.tps, g.error).replace(",", "")), g.error))
 
 
@@ -276,6 +281,11 @@ def render_table(table: QuantTable) -> str:
     for r in table.rows:
         if r.argv is not None:
             lines.append(f"{r.label}: {shlex.join(r.argv)}")
+    unpredicted = [r for r in table.rows if r.generation_why]
+    if unpredicted:
+        lines.append("")
+        for r in unpredicted:
+            lines.append(f"{r.label}: generation t/s not predicted: {r.generation_why}")
     not_fitting = [r for r in table.rows if not r.fits]
     if not_fitting:
         lines.append("")

@@ -293,6 +293,20 @@ def test_fit_repo_json_and_budgets_that_leave_out_the_largest(hub: Hub, capsys: 
     assert q4["host_read_per_token"] == pytest.approx((q4["experts_total"] - q4["experts_on_gpu"]) * 8 / 128, rel=0.05)
 
 
+def test_fit_repo_predicts_generation_on_the_described_machine(hub: Hub, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["fit", AIR, "--gpu", "24GiB", "--ram", "128GiB", "-c", "32768", "--no-detect"]
+    assert main([*base, "--gpu-model", "RTX 4090", "--ram-speed", "DDR5-6000x2"]) == 0
+    out = capsys.readouterr().out
+    assert "generation t/s" in out.splitlines()[2]  # the column, with its error
+    assert "(+-30%)" in out
+    # a machine without its host's bandwidth: no column, and each fitting quant says what is missing
+    assert main([*base, "--gpu-model", "RTX 4090", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    q4 = {q["quant"]: q for q in data["quants"]}["Q4_K_M"]
+    assert "generation" not in q4
+    assert q4["generation_not_predicted"] == "the machine description lacks host: memory_bandwidth"
+
+
 def test_fit_repo_nothing_fits_is_exit_1(hub: Hub, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fit", AIR, "--gpu", "4GiB", "--ram", "8GiB", "-c", "32768"]) == 1
     assert "no quant fits these budgets" in capsys.readouterr().out
