@@ -20,14 +20,6 @@ def output_device(placement: Placement) -> str:
     return placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
 
 
-def tied_output_bytes(placement: Placement) -> tuple[str, int] | None:
-    """(device, bytes) of the tied output's second copy, as the model buffer holds it."""
-    tied = placement.tied_output()
-    if tied is None:
-        return None
-    return tied, placement.inventory.by_name["token_embd.weight"].nbytes
-
-
 _CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 _MAINLINE = frozenset({"llama.cpp"})
 
@@ -51,12 +43,6 @@ def input_width(inv: Inventory, n_embd: int) -> int:
     n_embd per deepstack layer (the vision features the first layers add back)."""
     deep = inv.metadata.hparam("n_deepstack_layers")
     return n_embd * (1 + (deep if isinstance(deep, int) else 0))
-
-
-# Architectures whose memory is refused, and why (measured against llama-fit-params -fitp on,
-# llama.cpp 0.3.36, on the sparse full-size layout named): support.unmodelled gives this reason
-# instead of the generic one. Weights (the tied output's copy included) are still shown as placed.
-CLASSIC_REFUSED: dict[str, str] = {}
 
 
 # --- every block on the CPU (-ngl 0, -ngl 1; h20ngl) ---

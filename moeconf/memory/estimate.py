@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import moeconf.memory.compressed as compressed
 import moeconf.memory.families as setting_families
@@ -43,7 +43,7 @@ from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import kv_bytes
-from moeconf.memory.phase import phase_compute
+from moeconf.memory.phase import ATTN_BASES, phase_compute, where
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import (
     CACHE_TYPES,
@@ -95,7 +95,6 @@ class MemoryEstimate:
     problems: tuple[str, ...] = ()  # settings the engine refuses for this model
     complete: bool = True  # False: KV and compute could not be computed (see notes)
     kv_known: bool = False  # with complete False: the KV cache was computed, compute was not (memory/ikarchs.py)
-    by_term: dict[str, dict[str, int]] = field(default_factory=dict)
     # llama-server's prompt cache and context checkpoints: host memory beyond the table, as caps
     # (memory/servercache.py); None for other binaries
     server: ServerCaches | None = None
@@ -176,19 +175,6 @@ def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int
     n_block = placement.inventory.metadata.block_count
     after = layer_dev.get(il + 1) if il + 1 < n_block else placement.defaults.get("output_norm.weight")
     return before if after == before else None
-
-
-def _where(placement: Placement, il: int, bases: tuple[str, ...]) -> str | None:
-    """The device holding the first of `bases` in block il (where its op runs)."""
-    for b in bases:
-        for suffix in (".weight",):
-            d = placement.devices.get(f"blk.{il}.{b}{suffix}")
-            if d is not None:
-                return d
-    return None
-
-
-_ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_output")
 
 
 def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
@@ -433,7 +419,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     # the devices running attention layers: ik's second f32 KQ matrix with flash attention off (memory/
     # ikarchs.py), or the MLA attention's peak (memory/ikmla.py)
     layer_dev = _layer_devices(placement)
-    attn_devs = {_where(placement, la.index, _ATTN_BASES) or layer_dev.get(la.index, HOST)
+    attn_devs = {where(placement, la.index, ATTN_BASES) or layer_dev.get(la.index, HOST)
                  for la in geo.layers if not la.recurrent}
     kq: dict[str, int] = defaultdict(int)
     margin = {d: ikarchs.margin_mib(inv.arch, n_tokens) * MiB for d in ordered} if not mla_model else {}
@@ -446,7 +432,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     elif not fa:
         for la in geo.layers:
             if not la.recurrent:
-                d = _where(placement, la.index, _ATTN_BASES) or layer_dev.get(la.index, HOST)
+                d = where(placement, la.index, ATTN_BASES) or layer_dev.get(la.index, HOST)
                 kq[d] = max(kq[d], 4 * la.n_head * (swa_cells if la.swa else cells) * n_tokens)
     mem: dict[str, DeviceMemory] = {}
     for d in ordered:
@@ -547,16 +533,6 @@ def _amx_tensors(inv: Inventory) -> tuple[tuple[str, int], ...]:
     return tuple((t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None)
 
 
-_ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
-
-
-# the graphs `replay.moe_graph` rebuilds are chosen by their shape (memory/classic.py, moe_replay_spec)
-
-
-# the routed experts' CPU split: a SwiGLU over gate and up, a down projection (each followed by
-# its bias, in place, where the experts have biases: gpt-oss); Llama 4 weights the experts' input
-# before them, so the CPU receives one weighted copy per chosen expert. Which models it applies
-# to is read from their layers' tensors (archgraph.host_replay_spec)
 def output_family_checked(placement: Placement, settings: MemorySettings) -> bool:
     """Whether the engine's graph gives every compute buffer with routed experts and the output on the CPU over
     several GPUs on a model where that was checked against the engine (memory/families.py): llama.cpp's graph

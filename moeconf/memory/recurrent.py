@@ -186,11 +186,6 @@ def is_kda(inv: Inventory) -> bool:
     return kda_loader(inv) or _int(inv, "kda.head_dim") is not None
 
 
-def kda_state(inv: Inventory) -> KdaShape | None:
-    """The KDA layers' state dimensions where the file has KDA layers."""
-    return kda_dims(inv) if is_kda(inv) else None
-
-
 def kda_layers(inv: Inventory) -> frozenset[int]:
     """KDA layers, short-conv layers (LFM2) and Granite-4.0-H's and Jamba's Mamba layers: those whose
     per-layer `attention.head_count_kv` is 0."""
@@ -222,8 +217,3 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
         return [f"memory is not modelled for -nkvo (--no-kv-offload) on {inv.arch}: the host's compute buffer "
                 "(recurrent scans and attention run on the CPU) is not computed"]
     return []
-
-
-# Hybrid recurrent MoEs the pinned llama.cpp loads whose memory is NOT modelled, and what is
-# missing (support.unmodelled names it; tests/engine/memory_table.py lists them as refused)
-NOT_MODELLED: dict[str, str] = {}
