@@ -180,7 +180,7 @@ def test_explain_and_fit_on_ik_answer_with_the_label(model: str, capsys: pytest.
     out = capsys.readouterr().out
     assert f"* CUDA0: {label}\n" in out and "?" not in out.split("note:")[0].split("memory (MiB)")[1]
 
-    # two GPUs where ik's -ts split is predicted (memory/iksplit.py)
+    # two GPUs where ik's -ts split is predicted (moeconf/iksplit.py)
     two = [["--gpu", "32GiB", "--gpu", "32GiB"]] if model in ("qwen3-30b-a3b", "minimax-m2") else []
     for gpus in (["--gpu", "48GiB"], *two):
         assert main(["fit", path, "--engine", "ik_llama.cpp", *gpus, "-c", "32768", "-ctk", "q8_0", "-ctv",

@@ -139,7 +139,7 @@ def option_values(words: Sequence[str], engine: Engine) -> Iterator[tuple[str, s
 
 def named_options(words: Sequence[str], valued: Container[str]) -> Iterator[tuple[str, str | None]]:
     """Each option of a plain argv (binary first or not) as moeconf's memory readers take it (the
-    option table's settings: memory/settings.py, memory/iksplit.py): its name and its value,
+    option table's settings: memory/settings.py, moeconf/iksplit.py): its name and its value,
     which is the text after `=` of a long option (moeconf reads `--name=value`; the engines
     refuse it), else the next word for a name in `valued` (None when the line ends), else None.
     Words between are not skipped by the flag table: a value that reads as a known option is read
@@ -541,7 +541,7 @@ def ik_layer_devices(n_layer: int, ngl: int, n_devices: int, weights: Sequence[f
     blocks (and the output layer when -ngl exceeds the block count); blocks left on the CPU
     count as the last device's. This is ik's own greedy with equal block sizes: the real split
     also weighs each block's bytes, KV cache and compute buffers, so it is an estimate, used only
-    when the split is neither logged nor predicted (memory/iksplit.py predicts it exactly from
+    when the split is neither logged nor predicted (moeconf/iksplit.py predicts it exactly from
     -ts). One entry per block, then one for the output layer."""
     ngl = n_layer + 1 if ngl < 0 else ngl
     i_gpu_start = max(n_layer - ngl, 0)
