@@ -112,18 +112,6 @@ def shortconv_shape(inv: Inventory) -> RecurrentShape | None:
     return RecurrentShape(l_cache, n_embd, 0, 0, 0)
 
 
-def layer_activations(rs: RecurrentShape, n_embd: int, n_tokens: int, n_seqs: int = 1) -> int:
-    """Bytes alive at a gated delta-net layer's peak (the fused op's result being written): the
-    layer input and its norm, the gate z, the conv output (SiLU in place), the L2-normed q and k,
-    the state rows read for this ubatch and the op's result (per-token output + new state)."""
-    f4 = 4 * n_tokens
-    k_dim = rs.n_group * rs.d_state
-    v_dim = rs.d_inner
-    state = rs.n_embd_s * 4 * n_seqs
-    return (f4 * (2 * n_embd + v_dim + rs.conv_channels + 2 * k_dim + v_dim)
-            + 2 * state)
-
-
 # --- Kimi-Linear's KDA layers (kimi-linear) -----------------------------------------------------
 # Facts (llama.cpp 0.3.36): src/models/kimi-linear.cpp `load_arch_hparams` marks layer il recurrent
 # iff its `attention.head_count_kv` is 0, reads `ssm.conv_kernel` and `kda.head_dim`; the KDA
@@ -154,12 +142,6 @@ class KdaShape:
     def state_bytes(self, n_seq_max: int) -> int:
         """One KDA layer's three conv states + its delta state, F32, for `n_seq_max` sequences."""
         return (self.n_embd_r + self.n_embd_s) * 4 * max(1, n_seq_max)
-
-
-def kda_shape(inv: Inventory) -> KdaShape | None:
-    if _kind(inv.arch) != "kda":  # the phase model's KDA activations (memory/kda.py): Kimi-Linear's
-        return None
-    return kda_dims(inv)
 
 
 def kda_dims(inv: Inventory) -> KdaShape | None:
