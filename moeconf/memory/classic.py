@@ -1,6 +1,7 @@
-"""Memory facts of the "classic" MoE architectures beyond the first five (issue 17):
-the tied output's second copy of `token_embd` (engines/tied.py), where the logits are computed,
-the graph's input width, and the placements whose compute is modelled."""
+"""Memory facts of the "classic" MoE architectures beyond the first five (issue 17): which are
+modelled (`CLASSIC_MODELLED`), where the logits are computed (a tied output's second copy of
+`token_embd`, engines/tied.py), the graph's input width, and whether the engine's graph gives the
+compute."""
 
 from __future__ import annotations
 
