@@ -9,6 +9,7 @@ refusal is held to be still needed (its figures without the refusal are off)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from pathlib import Path
@@ -20,7 +21,7 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.memory import read_settings
-from moeconf.memory.estimate import MemoryEstimate
+from moeconf.memory.estimate import MemoryEstimate, estimate
 from moeconf.memory.graph.model import GRAPH_COMPUTE, GRAPH_MODELLED
 from moeconf.memory.support import MODELLED
 from moeconf.model.inventory import Inventory
@@ -170,6 +171,6 @@ def test_the_output_gpu_holds_the_last_experts_copy(inventories: dict[str, Inven
             assert _errors(_estimate(inv, line), rows[model]["engine"]) == [], model
     # the phase model (ik_llama.cpp's, a search's) counts it; on llama.cpp these take every figure from the graph
     monkeypatch.setattr(phase, "output_gpu_experts_copy", lambda *a: 0)
-    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "GRAPH_COMPUTE", frozenset())
+    monkeypatch.setattr(sys.modules["moeconf.sizing"], "estimate", functools.partial(estimate, replay=False))
     for model in ("gpt-oss-20b", "minimax-m2", "qwen3-vl-30b-a3b"):
         assert any("RPC0 compute" in e for e in _errors(_estimate(inventories[model], line), rows[model]["engine"]))

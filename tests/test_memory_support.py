@@ -35,6 +35,14 @@ def _variant(tmp_path: Path, name: str, *, arch: str | None = None, key: tuple[s
     return p
 
 
+def test_every_architecture_modelled_on_llama_cpp_takes_its_compute_from_the_graph() -> None:
+    """`estimate` takes a modelled architecture's compute from its composition (memory/graph/archs) without
+    asking whether it has one: each has."""
+    from moeconf.memory.graph.model import GRAPH_COMPUTE
+
+    assert {a for a, spec in MODELLED.items() if "llama.cpp" in spec.engines} <= GRAPH_COMPUTE
+
+
 @pytest.mark.parametrize("path", sorted(MODELS.glob("*.manifest.json")), ids=lambda p: p.name)
 @pytest.mark.parametrize("eng", ["llama.cpp", "ik_llama.cpp"])
 def test_shipped_models_are_modelled(path: Path, eng: str) -> None:

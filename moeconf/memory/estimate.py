@@ -30,7 +30,7 @@ from moeconf.memory.classic import (
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
-from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
+from moeconf.memory.graph.model import graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import kv_bytes
@@ -308,7 +308,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # --- compute: the engine's graph, scheduled and allocated (memory/graph), every compute buffer with
     # CUDA's op-offload copies; a search ranking candidates (replay=False): the phase model (memory/phase.py)
     out_dev = output_device(placement)  # a tied output computes the logits where its copy lies
-    by_graph = replay and inv.arch in GRAPH_COMPUTE
+    by_graph = replay  # every architecture modelled on llama.cpp has a composition (tests/test_memory_support.py)
     if by_graph:
         compute: dict[str, int] = defaultdict(int, graph_compute(placement, settings, pipeline))
         if not fa and not settings.offload_kqv:
@@ -499,7 +499,7 @@ def _graph_counts_server_rows(placement: Placement, settings: MemorySettings, ou
     if placement.engine.name == "ik_llama.cpp" or pipeline or not fa or not settings.offload_kqv:
         return set()
     layer_gpus = {d for d in _layer_devices(placement).values() if is_gpu(d)}
-    if len(layer_gpus) != 1 or inv.arch not in GRAPH_COMPUTE:
+    if len(layer_gpus) != 1:
         return set()
     if rec.shape(inv) is not None or kda_shape(inv) is not None:
         return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
