@@ -135,8 +135,8 @@ def assumed_gpus_sorted(names: Iterable[str]) -> list[str]:
 
 def ik_split(invocation: Invocation, inv: Inventory, ngl: int, ts: Sequence[float],
              n_devices: int) -> list[int] | str:
-    """ik_llama.cpp's layer split by -ts (memory/iksplit.py), from the invocation's own settings."""
-    from moeconf.memory.iksplit import ik_layer_split, read_ik_split_settings
+    """ik_llama.cpp's layer split by -ts (moeconf/iksplit.py), from the invocation's own settings."""
+    from moeconf.iksplit import ik_layer_split, read_ik_split_settings
 
     settings = read_ik_split_settings([a.text for a in invocation.args],
                                       {k: v.text for k, v in invocation.env.items()})

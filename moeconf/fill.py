@@ -40,7 +40,7 @@ from moeconf.plan.rules import Rule
 from moeconf.planengine import gpu_devices, n_gpu_layers, plan_ik_settings, plan_ik_split
 
 if TYPE_CHECKING:
-    from moeconf.memory.iksplit import LayerSizes
+    from moeconf.iksplit import LayerSizes
 
 MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
@@ -336,7 +336,7 @@ class _Filler:
     def ik_sizes(self) -> LayerSizes | str:
         """ik's own size of each layer and its largest compute buffer, which its -ts split weighs."""
         if self._ik_sizes is None:
-            from moeconf.memory.iksplit import layer_sizes
+            from moeconf.iksplit import layer_sizes
 
             settings = plan_ik_settings(self.plan)
             n_layer = self.inv.block_count

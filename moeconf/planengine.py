@@ -13,7 +13,7 @@ from moeconf.model.inventory import Inventory
 from moeconf.plan import Plan
 
 if TYPE_CHECKING:
-    from moeconf.memory.iksplit import IkSplitSettings
+    from moeconf.iksplit import IkSplitSettings
     from moeconf.plan.model import Flags
 
 
@@ -55,8 +55,8 @@ def plan_memory_words(flags: Flags) -> list[str]:
 
 def plan_ik_settings(plan: Plan) -> IkSplitSettings | str:
     """What ik_llama.cpp's layer split depends on, from the plan's own context, batch, cache and
-    `extra` flags (memory/iksplit.py); a str says why it cannot be predicted."""
-    from moeconf.memory.iksplit import read_ik_split_settings
+    `extra` flags (moeconf/iksplit.py); a str says why it cannot be predicted."""
+    from moeconf.iksplit import read_ik_split_settings
 
     f = plan.config.flags
     words = ["--fit"] if f.fit else []
@@ -72,7 +72,7 @@ def plan_ik_split(plan: Plan, inv: Inventory, eng: Engine, n_devices: int,
     ts = tensor_split if tensor_split is not None else f.tensor_split
     if eng.name != "ik_llama.cpp" or n_devices < 2 or not ts or (f.split_mode or "layer") != "layer":
         return None
-    from moeconf.memory.iksplit import ik_layer_split
+    from moeconf.iksplit import ik_layer_split
 
     settings = plan_ik_settings(plan)
     if isinstance(settings, str):

@@ -64,8 +64,6 @@ def rows() -> list[str]:
             memory = f"modelled ({', '.join(sorted(spec.engines))}; compute: {how}{checked})"
         elif arch in NOT_TEXT:
             memory = f"not applicable: {NOT_TEXT[arch]}"
-        elif arch in support.REFUSED:
-            memory = "refused: " + support.REFUSED[arch].split(": ", 1)[-1].split(". ")[0]
         else:
             lacking = support.lacking_tensor_kinds(arch)
             memory = ("refused: blocks not built yet (" + ", ".join(f"`{k}`" for k in lacking) + ")" if lacking

@@ -1,4 +1,4 @@
-"""moeconf.memory.enginegraph: reading the engine's graph dumps (tests/data/graphs/, recorded by
+"""tests/enginegraph.py: reading the engine's graph dumps (tests/data/graphs/, recorded by
 tests/engine/graphdump.py) and naming the first node where two graphs differ."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from moeconf.engines import NEWEST_MAINLINE_BUILD
 from moeconf.fixtures.graphmodels import ARCHS, DIMS, FULL, REAL, write_graph_model
 from moeconf.fixtures.layouts import tensors
-from moeconf.memory.enginegraph import NODE_FIELDS, EngineGraph, GraphDumpError, Node, Ref, compare, from_dict, load
 from moeconf.model.load import load_inventory
 from tests.engine.graphdump import DATA, LINES, REAL_DIMS, REAL_LINES, file_name, index, stale
+from tests.enginegraph import NODE_FIELDS, EngineGraph, GraphDumpError, Node, Ref, compare, from_dict, load
 
 INDEX = json.loads((DATA / "index.json").read_text())
 

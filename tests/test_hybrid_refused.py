@@ -1,5 +1,5 @@
-"""Hybrid MoEs whose memory moeconf refused when they were added (memory/recurrent.py NOT_MODELLED,
-now empty): GLM-5.3-Flash (`glm5-next`, modelled since: tests/test_memory_glm5next.py) and Kimi-Linear
+"""Hybrid MoEs whose memory moeconf refused when they were added: GLM-5.3-Flash (`glm5-next`,
+modelled since: tests/test_memory_glm5next.py) and Kimi-Linear
 (`kimi-linear`, modelled since: tests/test_memory_kda.py); their tensors, layer map and recorded state
 are still checked here, as sparse full-size layouts of the real models
 (moeconf/fixtures/layouts_hybrid.py) that the pinned llama.cpp loads (their placement is compared

@@ -1,4 +1,4 @@
-"""ik_llama.cpp's layer split over 2+ devices with -ts (memory/iksplit.py): the splits ik 0.1.5
+"""ik_llama.cpp's layer split over 2+ devices with -ts (moeconf/iksplit.py): the splits ik 0.1.5
 logged in the engine suite (tests/engine/test_engines.py, `-c 256` unless the case sets -c), its
 float arithmetic, the facts that changed by version, and how explain, plans and fit use it."""
 
@@ -13,7 +13,7 @@ from moeconf.engines import AUTO_GPU, engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import TINY
 from moeconf.fixtures.tiny import write_tiny
-from moeconf.memory.iksplit import (
+from moeconf.iksplit import (
     IkSplitSettings,
     assign_layers,
     ik_layer_split,

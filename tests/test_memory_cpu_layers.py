@@ -9,18 +9,19 @@ refusal is held to be still needed (its figures without the refusal are off)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from pathlib import Path
 
 import pytest
 
-import moeconf.memory.classic as classic
+import moeconf.memory.phase as phase
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.memory import read_settings
-from moeconf.memory.estimate import MemoryEstimate
+from moeconf.memory.estimate import MemoryEstimate, estimate
 from moeconf.memory.graph.model import GRAPH_COMPUTE, GRAPH_MODELLED
 from moeconf.memory.support import MODELLED
 from moeconf.model.inventory import Inventory
@@ -129,7 +130,7 @@ def test_a_wrong_gpu_figure_is_caught(inventories: dict[str, Inventory]) -> None
 def test_the_case_is_read_from_the_placement(inventories: dict[str, Inventory], line: str,
                                              case: str | None) -> None:
     ex = explain(inventories["qwen3-30b-a3b"], engine("llama.cpp"), ["--rpc", EP, *shlex.split(line)], gpus=[])
-    assert classic.cpu_layers_case(ex.placement) == case
+    assert phase.cpu_layers_case(ex.placement) == case
 
 
 def test_fill_goes_on_with_every_block_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,12 +165,12 @@ def test_the_output_gpu_holds_the_last_experts_copy(inventories: dict[str, Inven
         inv = inventories[model]
         ex = explain(inv, engine("llama.cpp"), ["--rpc", EP, *shlex.split(line)], gpus=[])
         n_used = inv.metadata.hparam("expert_used_count") or 0
-        assert classic.output_gpu_experts_copy(ex.placement, n_used, inv.metadata.embedding_length or 0,
+        assert phase.output_gpu_experts_copy(ex.placement, n_used, inv.metadata.embedding_length or 0,
                                                512) == mib * MiB, model
         if model != "grok-1":  # refused at -ngl 1 (its output GPU 24 MiB over at -ub 1024)
             assert _errors(_estimate(inv, line), rows[model]["engine"]) == [], model
     # the phase model (ik_llama.cpp's, a search's) counts it; on llama.cpp these take every figure from the graph
-    monkeypatch.setattr(sys.modules["moeconf.memory.phase"], "output_gpu_experts_copy", lambda *a: 0)
-    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "GRAPH_COMPUTE", frozenset())
+    monkeypatch.setattr(phase, "output_gpu_experts_copy", lambda *a: 0)
+    monkeypatch.setattr(sys.modules["moeconf.sizing"], "estimate", functools.partial(estimate, replay=False))
     for model in ("gpt-oss-20b", "minimax-m2", "qwen3-vl-30b-a3b"):
         assert any("RPC0 compute" in e for e in _errors(_estimate(inventories[model], line), rows[model]["engine"]))

@@ -15,10 +15,10 @@ import pytest
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.memory import read_settings
-from moeconf.memory.archgraph import ffn_floats
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.indexer import indexer_unmodelled
+from moeconf.memory.phase import ffn_floats
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained

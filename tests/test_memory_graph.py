@@ -19,14 +19,15 @@ from moeconf.explanation import explain
 from moeconf.fixtures.graphmodels import write_graph_model
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
-from moeconf.memory import enginegraph, read_settings
+from moeconf.memory import read_settings
 from moeconf.memory.estimate import DeviceMemory, pipeline_parallel
 from moeconf.memory.graph import ggml, model, sched
 from moeconf.memory.graph.archs import ARCHS
-from moeconf.memory.graph.dump import engine_graph
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
+from tests import enginegraph
+from tests.enginegraph import engine_graph
 from tests.graph_real import EXTRA, write_extra_real, write_real
 
 DATA = Path(__file__).parent / "data"

@@ -22,7 +22,7 @@ from moeconf.explanation import explain
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory import estimate, read_settings
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.memory.ikarchs import COMMIT, COMPUTE_MARGINS, COMPUTE_REFUSED, MLA_MODELLED, compute_label, next_step
+from moeconf.memory.ikarchs import COMMIT, COMPUTE_MARGINS, MLA_MODELLED, compute_label, next_step
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.model.nametable import SOURCES
@@ -76,7 +76,7 @@ def margin_check(rows: list[dict[str, Any]], estimates: list[MemoryEstimate],
     count: dict[str, int] = {}
     for row, est in zip(rows, estimates, strict=True):
         arch = arch_of[row["model"]]
-        if arch in COMPUTE_REFUSED or arch in MLA_MODELLED:  # MLA: ikmla's margin (tests/test_memory_ik_mla.py)
+        if arch in MLA_MODELLED:  # MLA: ikmla's margin (tests/test_memory_ik_mla.py)
             continue
         for diff in differences(row, est, arch).values():
             worst[arch] = max(worst.get(arch, 0.0), diff)
@@ -97,21 +97,16 @@ def estimates(models: dict[str, Inventory]) -> list[MemoryEstimate]:
 def test_every_architecture_and_line_was_measured_on_the_pinned_ik() -> None:
     assert FIGURES["engine"] == SOURCES["ik_llama.cpp"] and COMMIT in FIGURES["engine"]
     assert {(r["model"], r["line"]) for r in ROWS} == set(cases.cases())
-    # every architecture measured: a margin, ik's MLA attention modelled, or refused with what was measured
-    assert (set(COMPUTE_MARGINS) | set(COMPUTE_REFUSED) | set(MLA_MODELLED)
-            == {cases.cut_layout(m).arch for m in cases.CUTS})
-    assert not set(COMPUTE_MARGINS) & (set(COMPUTE_REFUSED) | set(MLA_MODELLED))
+    # every architecture measured: a margin, or ik's MLA attention modelled
+    assert set(COMPUTE_MARGINS) | set(MLA_MODELLED) == {cases.cut_layout(m).arch for m in cases.CUTS}
+    assert not set(COMPUTE_MARGINS) & set(MLA_MODELLED)
 
 
 def test_each_line_placed_weights_and_kv_as_moeconf_does(models: dict[str, Inventory],
                                                           estimates: list[MemoryEstimate]) -> None:
     for row, est in zip(MEASURED, estimates, strict=True):
         ik = row["ik"]
-        arch = models[row["model"]].arch
-        if arch in COMPUTE_REFUSED:  # weights and KV only, compute refused with what was measured
-            assert not est.complete and est.kv_known and COMPUTE_REFUSED[arch] in est.notes
-        else:
-            assert est.complete, (row["model"], row["line"], est.notes)
+        assert est.complete, (row["model"], row["line"], est.notes)
         for key, mib in ik["kv"].items():
             assert abs(est.devices[_device(key)].kv / MiB - mib) <= 0.01, (row, est.devices)
         total = sum(m.weights for m in est.devices.values()) / MiB
@@ -185,7 +180,7 @@ def test_explain_and_fit_on_ik_answer_with_the_label(model: str, capsys: pytest.
     out = capsys.readouterr().out
     assert f"* CUDA0: {label}\n" in out and "?" not in out.split("note:")[0].split("memory (MiB)")[1]
 
-    # two GPUs where ik's -ts split is predicted (memory/iksplit.py)
+    # two GPUs where ik's -ts split is predicted (moeconf/iksplit.py)
     two = [["--gpu", "32GiB", "--gpu", "32GiB"]] if model in ("qwen3-30b-a3b", "minimax-m2") else []
     for gpus in (["--gpu", "48GiB"], *two):
         assert main(["fit", path, "--engine", "ik_llama.cpp", *gpus, "-c", "32768", "-ctk", "q8_0", "-ctv",

@@ -91,7 +91,7 @@ def test_kv_and_state_are_the_engines(inv: Inventory) -> None:
     f16, 504 MiB f32, 1,008 MiB at 128k; the KDA state F32 on the 20 KDA layers whatever -ctk/-ctv,
     42.8 MiB per sequence (three conv states of 3 x 32 x 128 and 32 x 128^2 per layer), four sets
     with -np 4 (llama-fit-params' -np)."""
-    ks = rec.kda_shape(inv)
+    ks = rec.kda_dims(inv)
     assert ks is not None and len(rec.recurrent_layers(inv)) == 20
     state = 20 * ks.state_bytes(1)
     assert state == 20 * (3 * 3 * 4096 + 32 * 128 * 128) * 4 and round(state / MiB, 1) == 42.8

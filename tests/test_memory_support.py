@@ -15,7 +15,7 @@ from moeconf.explanation import explain
 from moeconf.memory import estimate, read_settings
 from moeconf.memory.ikarchs import kv_only
 from moeconf.memory.keys import NO_MEMORY_EFFECT
-from moeconf.memory.support import MODELLED, REFUSED, unmodelled
+from moeconf.memory.support import MODELLED, unmodelled
 from moeconf.model.load import load_inventory
 from moeconf.model.manifest import dumps_manifest, read_manifest
 
@@ -35,16 +35,21 @@ def _variant(tmp_path: Path, name: str, *, arch: str | None = None, key: tuple[s
     return p
 
 
+def test_every_architecture_modelled_on_llama_cpp_takes_its_compute_from_the_graph() -> None:
+    """`estimate` takes a modelled architecture's compute from its composition (memory/graph/archs) without
+    asking whether it has one: each has."""
+    from moeconf.memory.graph.model import GRAPH_COMPUTE
+
+    assert {a for a, spec in MODELLED.items() if "llama.cpp" in spec.engines} <= GRAPH_COMPUTE
+
+
 @pytest.mark.parametrize("path", sorted(MODELS.glob("*.manifest.json")), ids=lambda p: p.name)
 @pytest.mark.parametrize("eng", ["llama.cpp", "ik_llama.cpp"])
 def test_shipped_models_are_modelled(path: Path, eng: str) -> None:
     inv = read_manifest(path)
     assert inv.metadata.arch_keys, "a version-3 manifest records its architecture keys"
-    if kv_only(inv.arch, eng):  # ik_llama.cpp: weights and KV by memory/ikarchs.py, compute from llama.cpp's graph
-        assert unmodelled(inv, eng) == []
-    elif inv.arch in REFUSED:  # measured and refused with its reason
-        assert unmodelled(inv, eng) == [REFUSED[inv.arch]]
-    elif eng in MODELLED[inv.arch].engines:
+    # kv_only: ik_llama.cpp's weights and KV by memory/ikarchs.py, compute from llama.cpp's graph
+    if kv_only(inv.arch, eng) or eng in MODELLED[inv.arch].engines:
         assert unmodelled(inv, eng) == []
     else:  # modelled for llama.cpp only: a refusal naming the engine
         assert unmodelled(inv, eng) == [f"memory is not modelled for {inv.arch!r} on {eng}"]

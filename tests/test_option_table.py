@@ -14,7 +14,7 @@ from moeconf.engines.configtable import OPTIONS as CONFIG
 from moeconf.engines.flags import PLAN_KEYS
 from moeconf.engines.flagtable import IK, IK_VALUES, MAINLINE, MAINLINE_VALUES
 from moeconf.engines.options import IK_NO_FA, options, row, setting_row
-from moeconf.memory.iksplit import IkSplitSettings
+from moeconf.iksplit import IkSplitSettings
 from moeconf.memory.settings import MemorySettings
 from moeconf.plan.model import Flags, ModelSection, Targets
 

@@ -694,7 +694,7 @@ def ik_layer_devices(n_layer: int, ngl: int, n_devices: int, weights: Sequence[f
     blocks (and the output layer when -ngl exceeds the block count); blocks left on the CPU
     count as the last device's. This is ik's own greedy with equal block sizes: the real split
     also weighs each block's bytes, KV cache and compute buffers, so it is an estimate, used only
-    when the split is neither logged nor predicted (memory/iksplit.py predicts it exactly from
+    when the split is neither logged nor predicted (moeconf/iksplit.py predicts it exactly from
     -ts). One entry per block, then one for the output layer."""
     ngl = n_layer + 1 if ngl < 0 else ngl
     i_gpu_start = max(n_layer - ngl, 0)

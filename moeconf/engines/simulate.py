@@ -155,7 +155,7 @@ def default_devices(
     `n_gpu_layers` < 0 (auto / all, with `--fit` off) offloads everything. ik_llama.cpp splits
     layers over 2+ devices by free memory, which the files do not tell: those layers get
     GPU(auto), unless `layer_devices` (ik's device index per block, then the output layer) says
-    where they went: read from its log, or predicted from `-ts` (memory/iksplit.py, which the
+    where they went: read from its log, or predicted from `-ts` (moeconf/iksplit.py, which the
     callers run since it needs the context and cache settings)."""
     per_layer: dict[int, str | None] = dict(
         default_layer_devices(inv, eng, n_gpu_layers, gpus, tensor_split, split_mode, layer_devices))

@@ -1,13 +1,7 @@
-"""What the phase model and the refusals need to know about an architecture's graph, read from the
-tensors its layers hold instead of from its name where they can (issue 17).
-
-- `standard_moe_layers`: whether the layers are the standard attention + MoE layer, on which a setting
-  family was checked (memory/families.py).
-- `ffn_floats`: the phase model's live FFN set, where ggml-alloc (best fit among the free blocks,
-  a tensor freed after its last consumer) puts the down projection's output into the hole the
-  gate and up projections leave when it fits there (measured on MiniMax-M2 with routed experts on
-  the CPU: 134 MiB where the four tensors side by side would be 158).
-"""
+"""What the refusals need to know about an architecture's layers, read from the tensors they hold
+instead of from its name where they can (issue 17): whether they are the standard attention + MoE
+layer, on which a setting family was checked (`standard_moe_layers`, memory/families.py), and the
+layer structures the model was not checked on (`unmodelled_structure`)."""
 
 from __future__ import annotations
 
@@ -35,16 +29,6 @@ def standard_moe_layers(inv: Inventory, geo: Geometry) -> bool:
     bases = {t.base for t in inv.tensors if t.layer is not None and t.layer < len(geo.layers)}
     biased = any(t.base in _ROUTED and t.name.endswith(".bias") for t in inv.tensors)
     return not (geo.mla or geo.swa_type != "none" or biased) and _ROUTED <= bases <= _STANDARD
-
-
-def ffn_floats(moe_tensors: int, used: int, n_ff_exp: int, n_embd: int) -> int:
-    """Floats per token alive at the routed experts' peak: gate, up, their gated product and the
-    down projection's output, the latter in the hole gate and up left when it fits there."""
-    ffe = used * n_ff_exp
-    down = used * n_embd
-    if moe_tensors == 3 and down <= 2 * ffe:
-        return 3 * ffe
-    return moe_tensors * ffe + down
 
 
 

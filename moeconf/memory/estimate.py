@@ -1,28 +1,19 @@
 """Memory per device for a placement: weights (exact, aligned and padded as the buffer type
-allocates them), KV cache (on each layer's home device), compute buffers (the scheduler's
-worst-case graph, by phases), and a reserve per GPU for what no engine reports.
+allocates them), KV cache (on each layer's home device, memory/kvcache.py), compute buffers, and a
+reserve per GPU for what no engine reports.
 
-Compute is modelled as the largest set of tensors alive at once on each device: the attention
-of a layer (with the KQ matrix when flash attention is off), its FFN (routed experts, dense FFN),
-and the output (logits), plus the attention masks that stay alive while layers run. Where routed
-experts run on another device than their layer (`-ot exps=CPU`), where the allocator places the
-copies of their output decides the peak, and is modelled from ggml-alloc's rules (best fit among
-the free blocks, else the end of the buffer; a tensor freed after its last consumer; in-place
-reuse of a single-consumer parent): the residual stream above the returned copy, the logits above
-the residual, the first split's inputs above the copies it starts with (measured with an
-instrumented ggml-alloc printing every allocation's offset). Where a hole of a few MiB decides the
-peak and the graph's node list is known (Llama 4's output device; each GPU running a range of
-Qwen3-MoE or GLM-4.5 layers; the host when it runs only routed experts), the allocator is
-replayed node by node instead (`replay`).
-The figures were checked against
-llama.cpp's own projection (`llama-fit-params -fitp on`, see docs/memory.md's accuracy table);
-CUDA-only terms cannot be checked there and are labelled estimated."""
+Compute on llama.cpp is the engine's own graph, scheduled and allocated as ggml does (memory/graph);
+a search ranking its candidates asks for the phase model instead (`replay=False`, memory/phase.py)
+and measures the placement it chooses through the graph. On ik_llama.cpp it is llama.cpp's graph of
+the same placement plus what ik was measured to add (`_ik_estimate`). The figures were checked
+against llama.cpp's own projection (`llama-fit-params -fitp on`, see docs/memory.md's accuracy
+table); CUDA-only terms cannot be checked there and are labelled estimated."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import moeconf.memory.compressed as compressed
 import moeconf.memory.families as setting_families
@@ -39,11 +30,11 @@ from moeconf.memory.classic import (
 )
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
-from moeconf.memory.graph.model import GRAPH_COMPUTE, graph_compute
+from moeconf.memory.graph.model import graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import kv_bytes
-from moeconf.memory.phase import phase_compute
+from moeconf.memory.phase import ATTN_BASES, kda_shape, phase_compute, where
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import (
     CACHE_TYPES,
@@ -95,7 +86,6 @@ class MemoryEstimate:
     problems: tuple[str, ...] = ()  # settings the engine refuses for this model
     complete: bool = True  # False: KV and compute could not be computed (see notes)
     kv_known: bool = False  # with complete False: the KV cache was computed, compute was not (memory/ikarchs.py)
-    by_term: dict[str, dict[str, int]] = field(default_factory=dict)
     # llama-server's prompt cache and context checkpoints: host memory beyond the table, as caps
     # (memory/servercache.py); None for other binaries
     server: ServerCaches | None = None
@@ -106,10 +96,6 @@ class MemoryEstimate:
 
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
-
-
-def _pad(n: int, p: int) -> int:
-    return (n + p - 1) // p * p
 
 
 def is_gpu(device: str) -> bool:
@@ -178,19 +164,6 @@ def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int
     return before if after == before else None
 
 
-def _where(placement: Placement, il: int, bases: tuple[str, ...]) -> str | None:
-    """The device holding the first of `bases` in block il (where its op runs)."""
-    for b in bases:
-        for suffix in (".weight",):
-            d = placement.devices.get(f"blk.{il}.{b}{suffix}")
-            if d is not None:
-                return d
-    return None
-
-
-_ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_output")
-
-
 def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
                      geo: Geometry | None = None) -> list[str]:
     """What the engine refuses to start with, of these settings on this model: the settings' own
@@ -228,7 +201,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
              replay: bool = True, families: bool = True) -> MemoryEstimate:
     """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
     keeps 4 copies of every graph input and of every split's inputs, never freed. `replay=False`
-    skips the node-by-node replays (compute from the phase model only, within a few tens of MiB):
+    skips the engine's graph (compute from the phase model only, within a few tens of MiB):
     for searches that measure the chosen placement again with them. `families=False` skips the
     refusal of setting families moeconf does not model (memory/families.py): for a search that
     checks them on the placement it chooses."""
@@ -299,11 +272,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # context: 0 = the model's training context
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
     pad = 256 if (not ik or fa) else 32
-    n_ctx = _pad(n_ctx, pad)
+    n_ctx = _align(n_ctx, pad)
     n_seq = settings.n_parallel
     unified = settings.kv_unified or n_seq == 1 or ik  # ik: one cache of n_ctx cells whatever -np
     n_stream = 1 if unified else n_seq
-    cells = n_ctx if unified else _pad(n_ctx // n_seq, pad)
+    cells = n_ctx if unified else _align(n_ctx // n_seq, pad)
     n_batch = min(n_ctx, settings.n_batch)
     T = min(n_batch, settings.n_ubatch)  # worst-case ubatch tokens
     # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
@@ -318,7 +291,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if ik or settings.swa_full:
             swa_cells = cells
         else:
-            swa_cells = _pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
+            swa_cells = _align(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
             # sequences as the binary defaults them (memory/settings.py server_slots)
             notes.extend(slot_notes(settings, eng))
 
@@ -335,7 +308,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # --- compute: the engine's graph, scheduled and allocated (memory/graph), every compute buffer with
     # CUDA's op-offload copies; a search ranking candidates (replay=False): the phase model (memory/phase.py)
     out_dev = output_device(placement)  # a tied output computes the logits where its copy lies
-    by_graph = replay and inv.arch in GRAPH_COMPUTE
+    by_graph = replay  # every architecture modelled on llama.cpp has a composition (tests/test_memory_support.py)
     if by_graph:
         compute: dict[str, int] = defaultdict(int, graph_compute(placement, settings, pipeline))
         if not fa and not settings.offload_kqv:
@@ -433,7 +406,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     # the devices running attention layers: ik's second f32 KQ matrix with flash attention off (memory/
     # ikarchs.py), or the MLA attention's peak (memory/ikmla.py)
     layer_dev = _layer_devices(placement)
-    attn_devs = {_where(placement, la.index, _ATTN_BASES) or layer_dev.get(la.index, HOST)
+    attn_devs = {where(placement, la.index, ATTN_BASES) or layer_dev.get(la.index, HOST)
                  for la in geo.layers if not la.recurrent}
     kq: dict[str, int] = defaultdict(int)
     margin = {d: ikarchs.margin_mib(inv.arch, n_tokens) * MiB for d in ordered} if not mla_model else {}
@@ -446,7 +419,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     elif not fa:
         for la in geo.layers:
             if not la.recurrent:
-                d = _where(placement, la.index, _ATTN_BASES) or layer_dev.get(la.index, HOST)
+                d = where(placement, la.index, ATTN_BASES) or layer_dev.get(la.index, HOST)
                 kq[d] = max(kq[d], 4 * la.n_head * (swa_cells if la.swa else cells) * n_tokens)
     mem: dict[str, DeviceMemory] = {}
     for d in ordered:
@@ -526,9 +499,9 @@ def _graph_counts_server_rows(placement: Placement, settings: MemorySettings, ou
     if placement.engine.name == "ik_llama.cpp" or pipeline or not fa or not settings.offload_kqv:
         return set()
     layer_gpus = {d for d in _layer_devices(placement).values() if is_gpu(d)}
-    if len(layer_gpus) != 1 or inv.arch not in GRAPH_COMPUTE:
+    if len(layer_gpus) != 1:
         return set()
-    if rec.shape(inv) is not None or rec.kda_shape(inv) is not None:
+    if rec.shape(inv) is not None or kda_shape(inv) is not None:
         return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
     # the search counts them where the output device is the GPU running the layers, as it did while the
     # classic replays gave that device's compute
@@ -547,16 +520,6 @@ def _amx_tensors(inv: Inventory) -> tuple[tuple[str, int], ...]:
     return tuple((t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None)
 
 
-_ROUTED = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
-
-
-# the graphs `replay.moe_graph` rebuilds are chosen by their shape (memory/classic.py, moe_replay_spec)
-
-
-# the routed experts' CPU split: a SwiGLU over gate and up, a down projection (each followed by
-# its bias, in place, where the experts have biases: gpt-oss); Llama 4 weights the experts' input
-# before them, so the CPU receives one weighted copy per chosen expert. Which models it applies
-# to is read from their layers' tensors (archgraph.host_replay_spec)
 def output_family_checked(placement: Placement, settings: MemorySettings) -> bool:
     """Whether the engine's graph gives every compute buffer with routed experts and the output on the CPU over
     several GPUs on a model where that was checked against the engine (memory/families.py): llama.cpp's graph

@@ -6,17 +6,17 @@ sparse full-size layouts, RPC devices); docs/memory-architectures.md lists the f
 
 - `-nkvo` (the KV cache in host memory) while routed experts of layers whose attention runs on a
   GPU run on the CPU: the attention of every layer then runs where the cache is, and the splits
-  between host and GPUs are not the ones the phase model or the replays assume (Qwen3-30B-A3B
+  between host and GPUs were checked only where `Traits.nkvo_host_experts` says (Qwen3-30B-A3B
   `-c 32768 -ot exps=CPU -nkvo`: host 104 modelled vs 80; gpt-oss-20b `-c 8192`: GPU 404 vs 432;
   GLM-4.5-Air over two GPUs at 16k: 120 vs 176; Llama 4 `-ts 1,1`: 132 vs 160).
 - Routed experts of GPU layers AND the output on the CPU (`-ot exps=CPU,output=CPU`) over two or
   more GPUs, where the phase model would give a GPU's buffer (Qwen3-30B-A3B `-ts 1,1` before the
   replays covered it: a GPU 56 vs 76 at `-ub 512`, 224 vs 304 at `-ub 2048`, 448 vs 608 at `-ub
-  4096`). Where `replay.moe_graph` gives every GPU's buffer (the output on the CPU and the tail of a
-  layer whose experts ran on the CPU replayed, issue 24), it is modelled: exact on those three lines
+  4096`). Where the engine's graph gives every buffer on layers of the kind it was checked on
+  (estimate.output_family_checked), it is modelled: exact on those three lines
   (GPUs 80.01/100.03, 320.04/400.1, 640.08/800.2 MiB; the host 304.75, 1219, 2438).
 - The output on the CPU while a GPU runs layers that follow CPU layers (a partial `-ngl`), at
-  ubatches above 512: the GPU's buffer is replayed exactly now (Qwen3-30B-A3B `-ngl 30 -b 4096 -ub
+  ubatches above 512: the GPU's buffer is exact through the graph (Qwen3-30B-A3B `-ngl 30 -b 4096 -ub
   4096 -ot output=CPU`: 992.22 MiB), but the host's, which computes the logits, is not (960 modelled
   vs 2,438 at `-ub 4096`, 480 vs 1,219 at `-ub 2048`).
 - Speculative decoding (a draft model, an MTP head, n-gram drafting; memory/speculative.py), on
@@ -39,18 +39,19 @@ _EXPERTS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
 _ATTN = ("attn_q", "attn_qkv", "attn_q_a", "attn_kv_a_mqa", "attn_output")
 
 
-def _gpu_layers_with_cpu_experts(placement: Placement) -> bool:
-    inv = placement.inventory
+def _attn_devices(placement: Placement) -> dict[int, str | None]:
+    """Each layer's attention device: that of its first attention tensor."""
     attn_dev: dict[int, str | None] = {}
-    cpu_experts: set[int] = set()
-    for t in inv.tensors:
-        if t.layer is None:
-            continue
-        d = placement.devices.get(t.name)
-        if t.base in _ATTN and t.layer not in attn_dev:
-            attn_dev[t.layer] = d
-        if t.base in _EXPERTS and d == HOST:
-            cpu_experts.add(t.layer)
+    for t in placement.inventory.tensors:
+        if t.layer is not None and t.base in _ATTN and t.layer not in attn_dev:
+            attn_dev[t.layer] = placement.devices.get(t.name)
+    return attn_dev
+
+
+def _gpu_layers_with_cpu_experts(placement: Placement) -> bool:
+    cpu_experts = {t.layer for t in placement.inventory.tensors
+                   if t.layer is not None and t.base in _EXPERTS and placement.devices.get(t.name) == HOST}
+    attn_dev = _attn_devices(placement)
     return any(attn_dev.get(il) not in (None, HOST) for il in cpu_experts)
 
 
@@ -90,8 +91,5 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
 
 def _gpu_after_cpu_layer(placement: Placement) -> bool:
     """A layer whose attention runs on a GPU right after a layer whose attention runs on the CPU."""
-    attn_dev: dict[int, str | None] = {}
-    for t in placement.inventory.tensors:
-        if t.layer is not None and t.base in _ATTN and t.layer not in attn_dev:
-            attn_dev[t.layer] = placement.devices.get(t.name)
+    attn_dev = _attn_devices(placement)
     return any(attn_dev.get(il - 1) == HOST and d not in (None, HOST) for il, d in attn_dev.items())

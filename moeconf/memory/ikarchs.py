@@ -65,7 +65,6 @@ KV_ONLY: Final[dict[str, frozenset[str]]] = {
     # softcapping changes compute only (and forces flash attention off: the KV padding follows)
     "grok": frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"}),
     **{arch: spec[0] for arch, spec in CLASSIC_MODELLED.items()},
-    "hunyuan-moe": frozenset(),
 }
 
 CHECKED: Final = ("ik_llama.cpp 0.1.5's logged model and KV buffer sizes on real loads of cut layouts "
@@ -84,7 +83,7 @@ COMMIT: Final = "55d3c05bf"  # ik-llama-cpp-python 0.1.5's vendored ik_llama.cpp
 # architecture -> (margin MiB: the largest amount by which a compute buffer ik logged exceeded
 # moeconf's figure for it without the margin, rounded up; device figures measured), at -ub up to
 # MARGIN_UBATCH (the margin grows in proportion above it: the differences measured grow with the
-# ubatch). An architecture not listed: compute refused (`compute_not_measured`, `COMPUTE_REFUSED`)
+# ubatch). An architecture not listed: compute refused (`compute_not_measured`)
 COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
@@ -106,8 +105,6 @@ FA_OFF_MEASURED: Final[dict[str, str]] = {
 # modelled from ik's MLA attention (memory/ikmla.py `attention_peak`, its margin measured over RPC on the
 # cut layout named here, tests/data/ik_mla_figures.json), not from llama.cpp's graph
 MLA_MODELLED: Final[dict[str, str]] = {"deepseek2": "DeepSeek-V3", "glm-dsa": "GLM-5"}
-# measured and refused: none today (deepseek2 and glm-dsa, refused before, are MLA_MODELLED)
-COMPUTE_REFUSED: Final[dict[str, str]] = {}
 
 
 # an MLA_MODELLED architecture's compute on a device running no attention layer (the host with every layer
@@ -141,15 +138,13 @@ def margin_mib(arch: str, n_ubatch: int) -> int:
 
 
 def compute_not_measured(arch: str) -> str:
-    if arch in COMPUTE_REFUSED:
-        return COMPUTE_REFUSED[arch]
     return (f"compute on ik_llama.cpp is not modelled for {arch!r}: its compute buffers were not measured against "
             "llama.cpp's graph (tests/engine/test_ik_compute.py); weights and KV cache are modelled")
 
 
 def compute_next_step(arch: str) -> str:
     """What a user can do where ik's compute is refused for a model whose weights and KV are modelled."""
-    if arch in COMPUTE_REFUSED or arch in MLA_MODELLED:
+    if arch in MLA_MODELLED:
         return ("next step: write the placement as explicit rules (`moeconf compile`) and check it with `moeconf "
                 "explain` (weights and KV cache exact), leaving room on each GPU for ik's compute buffer (ik logs it "
                 "at start: `compute buffer size`); ik's -amb caps its MLA attention's buffer")

@@ -95,6 +95,8 @@ MiB: Final = 1024 * 1024
 # MARGIN_UBATCH (above it the margin grows in proportion: the difference is a per-token term)
 MARGIN_MIB: Final = 37
 MARGIN_UBATCH: Final = 2048
+# ik PR #2312 (2026-08-13): -amb defaults to 256 (was 0)
+IK_PR_AMB_256: Final = "2026-08-13"
 MEASURED_BUFFERS: Final = 41  # device compute buffers ik sized by its MLA attention (39 command lines)
 PP_MIN_TOKENS: Final = 128  # `pp_opt`: ik's prompt-processing form of the attention from this many tokens
 
@@ -182,9 +184,7 @@ def margin_mib(n_tokens: int) -> int:
 
 def default_amb(settings: MemorySettings, engine: Engine) -> int:
     """The -amb ik runs with: as given, else its version's default (0 in 0.1.5; 256 since ik PR
-    #2312, memory/iksplit.py)."""
-    from moeconf.memory.iksplit import IK_PR_AMB_256
-
+    #2312, `IK_PR_AMB_256`)."""
     if settings.amb is not None:
         return settings.amb
     return 256 if (engine.date or "") >= IK_PR_AMB_256 else 0

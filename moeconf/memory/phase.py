@@ -3,20 +3,22 @@ any phase of its layers (attention, the routed experts and their copies across d
 expert, a dense FFN, the logits), plus the graph inputs alive throughout. It is within tens of MiB of
 the engine's graph (memory/graph), which `estimate` gives every figure a user sees; a search ranks its
 candidates on this model (`estimate(..., replay=False)`: about a hundredth of the graph's cost) and
-the placement it chooses is then measured through the graph."""
+the placement it chooses is then measured through the graph. What only this model reads lives here
+(the routed experts', delta-net and KDA layers' live sets, the -ngl 1 output GPU's copy)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
 
-import moeconf.memory.kda as kda
 import moeconf.memory.recurrent as rec
-from moeconf.memory.archgraph import ffn_floats
-from moeconf.memory.classic import input_width, output_gpu_experts_copy
+from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.geometry import Geometry
 from moeconf.memory.graph.archs import traits
+from moeconf.memory.recurrent import KdaShape
+from moeconf.memory.rshape import RecurrentShape
 from moeconf.memory.settings import MemorySettings, cache_row_bytes
+from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 
 HOST = "CPU"
@@ -51,7 +53,7 @@ def phase_compute(placement: Placement, geo: Geometry, settings: MemorySettings,
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     n_seq = settings.n_parallel
     rshape = rec.shape(inv)  # recurrent layers' state (memory/recurrent.py)
-    kshape = rec.kda_shape(inv)  # Kimi-Linear's KDA layers (memory/recurrent.py, kda.py)
+    kshape = kda_shape(inv)  # Kimi-Linear's KDA layers
     f4 = 4 * T
     mask_el = 2 if fa else 4
     n_kv_full = cells if any(not la.swa for la in geo.layers) else 0
@@ -113,9 +115,9 @@ def phase_compute(placement: Placement, geo: Geometry, settings: MemorySettings,
                 attn += (cache_row_bytes(ctk, la.head_k * la.n_head_kv)
                          + cache_row_bytes(ctv, la.head_v * la.n_head_kv)) * n_kv
         if la.recurrent and rshape is not None:
-            attn = rec.layer_activations(rshape, e, T)
-        if la.recurrent and kshape is not None:  # Kimi-Linear's KDA layers (memory/kda.py)
-            attn = kda.layer_activations(kshape, e, T, n_seq)
+            attn = _delta_net_activations(rshape, e, T)
+        if la.recurrent and kshape is not None:
+            attn = _kda_activations(kshape, e, T, n_seq)
         phases[a_dev].append(attn)
         if after_copy is not None:
             # the previous layer's residual sits above its experts' returned copy (see below); this
@@ -133,7 +135,7 @@ def phase_compute(placement: Placement, geo: Geometry, settings: MemorySettings,
         r_dev = where(placement, il, ROUTER_BASES)
         d_dev = where(placement, il, DENSE_BASES)
         if x_dev is not None and geo.n_ff_exp:
-            moe = ffn_floats(moe_tensors, geo.n_expert_used, geo.n_ff_exp, e)  # archgraph
+            moe = ffn_floats(moe_tensors, geo.n_expert_used, geo.n_ff_exp, e)
             if x_dev == (r_dev or a_dev):
                 phases[x_dev].append(f4 * (moe + 2 * e + 2 * geo.n_expert))
             s_dev = where(placement, il, ("ffn_down_shexp", "ffn_up_shexp"))
@@ -202,3 +204,84 @@ def phase_compute(placement: Placement, geo: Geometry, settings: MemorySettings,
             peak = max(peak, copies * (masks + f4 * e_inp) + f4 * e)
         compute[d] = peak
     return dict(compute)
+
+
+def ffn_floats(moe_tensors: int, used: int, n_ff_exp: int, n_embd: int) -> int:
+    """Floats per token alive at the routed experts' peak: gate, up, their gated product and the
+    down projection's output, the latter in the hole gate and up left when it fits there (ggml-alloc:
+    best fit among the free blocks, a tensor freed after its last consumer; measured on MiniMax-M2 with
+    routed experts on the CPU: 134 MiB where the four tensors side by side would be 158)."""
+    ffe = used * n_ff_exp
+    down = used * n_embd
+    if moe_tensors == 3 and down <= 2 * ffe:
+        return 3 * ffe
+    return moe_tensors * ffe + down
+
+
+def _delta_net_activations(rs: RecurrentShape, n_embd: int, n_tokens: int, n_seqs: int = 1) -> int:
+    """Bytes alive at a gated delta-net layer's peak (the fused op's result being written): the
+    layer input and its norm, the gate z, the conv output (SiLU in place), the L2-normed q and k,
+    the state rows read for this ubatch and the op's result (per-token output + new state)."""
+    f4 = 4 * n_tokens
+    k_dim = rs.n_group * rs.d_state
+    v_dim = rs.d_inner
+    state = rs.n_embd_s * 4 * n_seqs
+    return (f4 * (2 * n_embd + v_dim + rs.conv_channels + 2 * k_dim + v_dim)
+            + 2 * state)
+
+
+def kda_shape(inv: Inventory) -> KdaShape | None:
+    """Kimi-Linear's KDA layers (`Traits.recurrent` "kda"), whose activations this model counts."""
+    return rec.kda_dims(inv) if traits(inv.arch).recurrent == "kda" else None
+
+
+def _kda_activations(ks: KdaShape, n_embd: int, n_tokens: int, n_seqs: int = 1) -> int:
+    """Bytes alive at a KDA layer's peak (src/models/kimi-linear.cpp `graph` and `causal_conv1d`,
+    src/models/delta-net-base.cpp `build_delta_net_fused`): Q, K and V are projected separately and
+    each run through the concat of its conv state rows, SSM_CONV and SiLU, so the layer input and its
+    norm, Q, K and V, the L2-normed Q and K, the gate g1 (heads x head_dim), the state rows read and
+    the fused op's result (per-token output + the new state) are alive together. Measured with an
+    instrumented ggml-alloc at -ub 512: 70.06 MiB on Kimi-Linear-48B-A3B; this gives 69.0."""
+    f4 = 4 * n_tokens
+    state = ks.n_embd_s * 4 * max(1, n_seqs)
+    return f4 * (2 * n_embd + 7 * ks.d_inner) + 2 * state
+
+
+# --- every block on the CPU (-ngl 0, -ngl 1; h20ngl) ---
+# "host" is -ngl 0 (the output layer on the CPU too), "gpu_output" is -ngl 1 (only the output layer
+# offloaded: that GPU runs the output norm and the logits, plus what `output_gpu_experts_copy` says).
+# The engine's graph gives both exactly on every modelled architecture (tests/test_memory_cpu_layers.py,
+# tests/data/cpu_layers_oracle.json: llama-fit-params -fitp on); the phase model, which only ranks a
+# search's candidates, was off there by up to 30 MiB per 512 ubatch tokens.
+
+
+def cpu_layers_case(placement: Placement) -> str | None:
+    """"host" where -ngl puts every block and the output layer on the CPU, "gpu_output" where it
+    puts every block on the CPU and the output layer on a GPU (-ngl 1), None otherwise."""
+    inv = placement.inventory
+    if not all(placement.defaults.get(t.name) in (HOST, None) for t in inv.tensors if t.layer is not None):
+        return None
+    return "host" if output_device(placement) == HOST else "gpu_output"
+
+
+# weighted tensors a layer's graph uses after its routed experts' sum: a shared expert, a dense FFN
+# beside the experts, a norm after the FFN (Grok's layer_output_norm)
+_AFTER_EXPERTS = frozenset({"ffn_up", "ffn_gate", "ffn_down", "layer_output_norm", "ffn_post_norm", "post_ffw_norm"})
+
+
+def output_gpu_experts_copy(placement: Placement, n_expert_used: int, n_embd: int, n_tokens: int) -> int:
+    """Bytes the output GPU of -ngl 1 holds beside the logits when the last layer, run on the CPU, ends
+    with its routed experts: the weighting and sum of the experts' outputs and the residual add carry
+    no weights, so the scheduler's "expand GPU up" pass (ggml-backend.cpp,
+    ggml_backend_sched_split_graph) gives them the output GPU, whose split then starts with a copy of
+    the experts' outputs (n_embd x n_expert_used x ubatch floats), a split input kept allocated to the
+    end (measured: Qwen3-30B-A3B 32 MiB, gpt-oss 22.5, MiniMax-M2 48 at -ub 512). A shared expert,
+    a dense FFN or a norm after the experts has its weights on the CPU: the sum stays there (0)."""
+    if cpu_layers_case(placement) != "gpu_output":
+        return 0
+    inv = placement.inventory
+    last = max((t.layer for t in inv.tensors if t.layer is not None), default=None)
+    bases = {t.base for t in inv.tensors if t.layer == last}
+    if not any(b.endswith("_exps") for b in bases) or any("shexp" in b or b in _AFTER_EXPERTS for b in bases):
+        return 0
+    return 4 * n_tokens * n_expert_used * n_embd

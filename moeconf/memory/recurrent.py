@@ -112,18 +112,6 @@ def shortconv_shape(inv: Inventory) -> RecurrentShape | None:
     return RecurrentShape(l_cache, n_embd, 0, 0, 0)
 
 
-def layer_activations(rs: RecurrentShape, n_embd: int, n_tokens: int, n_seqs: int = 1) -> int:
-    """Bytes alive at a gated delta-net layer's peak (the fused op's result being written): the
-    layer input and its norm, the gate z, the conv output (SiLU in place), the L2-normed q and k,
-    the state rows read for this ubatch and the op's result (per-token output + new state)."""
-    f4 = 4 * n_tokens
-    k_dim = rs.n_group * rs.d_state
-    v_dim = rs.d_inner
-    state = rs.n_embd_s * 4 * n_seqs
-    return (f4 * (2 * n_embd + v_dim + rs.conv_channels + 2 * k_dim + v_dim)
-            + 2 * state)
-
-
 # --- Kimi-Linear's KDA layers (kimi-linear) -----------------------------------------------------
 # Facts (llama.cpp 0.3.36): src/models/kimi-linear.cpp `load_arch_hparams` marks layer il recurrent
 # iff its `attention.head_count_kv` is 0, reads `ssm.conv_kernel` and `kda.head_dim`; the KDA
@@ -156,12 +144,6 @@ class KdaShape:
         return (self.n_embd_r + self.n_embd_s) * 4 * max(1, n_seq_max)
 
 
-def kda_shape(inv: Inventory) -> KdaShape | None:
-    if _kind(inv.arch) != "kda":  # the phase model's KDA activations (memory/kda.py): Kimi-Linear's
-        return None
-    return kda_dims(inv)
-
-
 def kda_dims(inv: Inventory) -> KdaShape | None:
     d_conv, head_dim, n_head = _int(inv, "ssm.conv_kernel"), _int(inv, "kda.head_dim"), inv.metadata.head_count
     if not d_conv or not head_dim or not n_head:
@@ -184,11 +166,6 @@ def is_kda(inv: Inventory) -> bool:
     attention.head_count_kv is 0 and sizes its states by that head width (src/llama-hparams.cpp
     `n_embd_r`, `n_embd_s`)."""
     return kda_loader(inv) or _int(inv, "kda.head_dim") is not None
-
-
-def kda_state(inv: Inventory) -> KdaShape | None:
-    """The KDA layers' state dimensions where the file has KDA layers."""
-    return kda_dims(inv) if is_kda(inv) else None
 
 
 def kda_layers(inv: Inventory) -> frozenset[int]:
@@ -222,8 +199,3 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
         return [f"memory is not modelled for -nkvo (--no-kv-offload) on {inv.arch}: the host's compute buffer "
                 "(recurrent scans and attention run on the CPU) is not computed"]
     return []
-
-
-# Hybrid recurrent MoEs the pinned llama.cpp loads whose memory is NOT modelled, and what is
-# missing (support.unmodelled names it; tests/engine/memory_table.py lists them as refused)
-NOT_MODELLED: dict[str, str] = {}

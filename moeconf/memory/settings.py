@@ -209,7 +209,7 @@ def _tables() -> tuple[dict[str, str], dict[str, tuple[str, bool]], frozenset[st
                 embedding.update(o.names)
             continue  # --pooling and the variables: read where they are read
         if key == "worst_graph_tokens":
-            continue  # ik's layer split only (memory/iksplit.py)
+            continue  # ik's layer split only (moeconf/iksplit.py)
         if o.value == "switch":
             switches.update({n: (key, True) for n in o.names})
             switches.update({n: (key, False) for n in o.negs})

@@ -24,7 +24,7 @@ import moeconf.memory.ikarchs as _ikarchs
 import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 from moeconf.engines.archkeys import FIELDS
-from moeconf.memory.classic import CLASSIC_MODELLED, CLASSIC_REFUSED
+from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
 from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
@@ -121,16 +121,6 @@ MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
 MODELLED.update({a: ArchMemory(keys, _MAINLINE, checked) for a, (keys, checked) in _GRAPH_MODELLED.items()})
 
 
-# Architectures measured or read and refused, with the whole reason `unmodelled` gives: what the
-# engine allocates that moeconf does not model (memory/classic.py, memory/recurrent.py)
-REFUSED: Final[dict[str, str]] = {
-    **CLASSIC_REFUSED,
-    **{arch: (f"memory is not modelled for the {arch!r} architecture: {detail}. KV cache and compute are not "
-              "computed, and weights are only the file's tensors as placed")
-       for arch, detail in _recurrent.NOT_MODELLED.items()},
-}
-
-
 _ROUTED_KINDS: Final = frozenset({"FFN_GATE_EXPS", "FFN_UP_EXPS", "FFN_DOWN_EXPS", "FFN_GATE_UP_EXPS"})
 
 
@@ -179,8 +169,6 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     # ---
     spec = MODELLED.get(arch)
     if spec is None:
-        if arch in REFUSED:
-            return [REFUSED[arch]]
         return [unmodelled_architecture(arch, engine)]
     if engine not in spec.engines:
         return [f"memory is not modelled for {arch!r} on {engine}"]

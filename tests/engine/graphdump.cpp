@@ -1,5 +1,5 @@
 /* The worst-case graph llama.cpp reserves for a context, node by node, as JSON (the format:
-   docs/memory.md "Checked node by node"; moeconf/memory/enginegraph.py reads it).
+   docs/memory.md "Checked node by node"; tests/enginegraph.py reads it).
 
    The model is loaded as llama-fit-params loads it (common/fit.cpp: no_alloc, nothing allocated) and
    the context created; its constructor reserves the pp graph, the tg graph and the pp graph again,

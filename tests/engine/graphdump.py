@@ -1,7 +1,7 @@
 """The reserved graph of the pinned llama.cpp, node by node: tests/engine/graphdump.cpp compiled against
 the pinned build (as tests/engine/outputs.cpp is), run with a command line read as llama-fit-params
 reads it (the model loaded with no_alloc: nothing allocated), its JSON read by
-moeconf.memory.enginegraph.
+tests/enginegraph.py.
 
 The scheduler's split records have no accessor in ggml: the build step writes a header with their
 definitions, taken from the pinned ggml-backend.cpp at build time (not copied into this repository),
@@ -190,7 +190,7 @@ def stale(folder: Path, fresh: dict[tuple[str, str, str], dict[str, Any]]) -> li
     left over or different, a different one with the first node that differs."""
     import gzip
 
-    from moeconf.memory.enginegraph import compare, from_dict
+    from tests.enginegraph import compare, from_dict
 
     problems: list[str] = []
     names = {file_name(*key): doc for key, doc in fresh.items()}

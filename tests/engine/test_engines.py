@@ -339,7 +339,7 @@ def moved_boundary(split: list[int], inv: Inventory) -> list[int]:
 
 
 # architectures whose ik split moeconf refuses to predict (no ik tensor table for dots1
-# and bailingmoe2; qwen3vlmoe's logged per-layer compute is not modelled, memory/iksplit.py)
+# and bailingmoe2; qwen3vlmoe's logged per-layer compute is not modelled, moeconf/iksplit.py)
 IK_SPLIT_REFUSED = {"dots1", "bailingmoe2", "qwen3vlmoe"}
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from moeconf.memory.enginegraph import from_dict
 from tests.engine import oracle
 from tests.engine.graphdump import DATA, compile_tool, record_all, stale
 from tests.engine.harness import MAINLINE
+from tests.enginegraph import from_dict
 
 pytestmark = pytest.mark.engine
 

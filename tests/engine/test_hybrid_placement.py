@@ -24,7 +24,7 @@ from tests.engine.harness import MAINLINE, rpc_servers
 pytestmark = pytest.mark.engine
 
 MODELS = ("qwen3.5-397b-a17b", "qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b",
-          # hybrids whose memory is refused (memory/recurrent.py NOT_MODELLED); placement still checked
+          # hybrids whose memory is refused (when they were added); placement still checked
           "kimi-linear-48b-a3b", "glm-5.3-flash")
 LINES = [
     "-ngl 999 -ot exps=CPU",

@@ -26,7 +26,7 @@ from moeconf.engines import Engine, engine, mainline
 from moeconf.explanation import explain
 from moeconf.memory import read_settings
 from moeconf.memory.estimate import estimate, ik_twin_settings
-from moeconf.memory.ikarchs import COMPUTE_MARGINS, COMPUTE_REFUSED
+from moeconf.memory.ikarchs import COMPUTE_MARGINS
 from moeconf.model.inventory import Inventory
 from moeconf.model.nametable import SOURCES
 from moeconf.placement import Placement
@@ -117,9 +117,6 @@ def test_ik_compute_within_the_margin(model: str, line: str, models: dict[str, t
         for key, mib in ik["weights"].items():
             if key != "CPU":
                 assert abs(est.devices[names[key]].weights / MiB - mib) <= 1.0, (key, ik, est.devices)
-    if inv.arch in COMPUTE_REFUSED:  # measured and refused (memory/ikarchs.py)
-        assert not est.complete and est.kv_known and COMPUTE_REFUSED[inv.arch] in est.notes, est.notes
-        return
     # compute: ik's logged buffers against llama.cpp's graph plus the margin
     assert est.complete, est.notes
     for key, mib in compute.items():

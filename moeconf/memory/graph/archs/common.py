@@ -148,7 +148,7 @@ class Swa:
 # "mamba2": Mamba-2 layers, those whose head_count_kv and feed_forward_length are both 0 (Nemotron-H)
 # "mamba": Mamba layers, those whose head_count_kv is 0, ssm.group_count optional (0 where the loader
 #   does not read it: Granite-4.0-H, Jamba)
-# "kda": KDA layers whose activations the phase model counts (memory/kda.py: Kimi-Linear); every other
+# "kda": KDA layers whose activations the phase model counts (memory/phase.py: Kimi-Linear); every other
 #   loader that reads kda.head_dim is found by that key (recurrent.is_kda)
 Recurrent = Literal["", "delta_net", "mamba2", "mamba", "kda"]
 # which layers keep a DSA lightning-indexer K cache beside the MLA latent (memory/indexer.py):

@@ -27,6 +27,7 @@ from moeconf.engines import Engine
 from moeconf.engines.cmdline import named_options
 from moeconf.engines.options import IK_NO_FA
 from moeconf.memory.geometry import per_layer
+from moeconf.memory.ikmla import IK_PR_AMB_256
 from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
@@ -91,8 +92,6 @@ IK_PR_EXACT_TENSOR_KIND = "2026-04-19"
 IK_PR_MLA3_PARTIAL_NGL = "2026-05-24"
 # ik PR #2194 (2026-07-28): output_hc_* / hc_head_* tensors count with the output layer
 IK_PR_OUTPUT_HC = "2026-07-28"
-# ik PR #2312 (2026-08-13): -amb defaults to 256 (was 0)
-IK_PR_AMB_256 = "2026-08-13"
 
 
 def f32(x: float) -> float:

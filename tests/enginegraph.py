@@ -1,6 +1,6 @@
 """The engine's reserved graph as the engine dumps it (tests/engine/graphdump.cpp, format
-`moeconf-graphdump/1`: docs/memory.md "Checked node by node"), and the check that names the first
-node where moeconf's graph and the engine's differ.
+`moeconf-graphdump/1`: docs/memory.md "Checked node by node"), moeconf's graph in the same records
+(`engine_graph`), and the check that names the first node where moeconf's graph and the engine's differ.
 
 A dump lists the graph's leafs (weights, inputs, caches) and nodes in graph order, each node with
 its op, type, shape, strides, view source and offset, sources, flags and the backend the scheduler
@@ -14,6 +14,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.ggml import INPUT, OUTPUT, Tensor
+from moeconf.memory.graph.sched import Scheduler
 
 FORMAT = "moeconf-graphdump/1"
 # what compare() looks at per node, in the order a difference names them
@@ -311,3 +315,68 @@ def load(src: str | bytes | Path | Mapping[str, Any], endpoints: Sequence[str] =
     if not isinstance(doc, Mapping):
         raise GraphDumpError("a graph dump is one JSON object")
     return from_dict(doc, endpoints)
+
+
+def type_name(t: str) -> str:
+    """ggml_type_name from the GGUF spelling (F32 -> f32, Q4_K -> q4_K)."""
+    low = t.lower()
+    return low[:-2] + "_K" if low.endswith("_k") else low
+
+
+def _op(t: Tensor) -> str:
+    return t.sub if t.op in ("UNARY", "GLU") and t.sub else t.op
+
+
+def engine_graph(g: GraphContext, sched: Scheduler, arch: str) -> EngineGraph:
+    """moeconf's scheduled graph as a dump reads (`EngineGraph`): the nodes with their op, type, shape,
+    strides, view source, sources (a split input's copy named by its backend), flags and backend, and the
+    scheduler's splits, for `compare` to name the first node where moeconf's graph and the engine's differ."""
+    nodes = g.gf.nodes
+    leafs = g.gf.leafs
+    node_ix = {id(n): i for i, n in enumerate(nodes)}
+    leaf_ix = {id(x): i for i, x in enumerate(leafs)}
+
+    def ref(t: Tensor | None) -> Ref | None:
+        if t is None:
+            return None
+        copy: int | None = None
+        if t in sched.copy_of:
+            t, copy = sched.copy_of[t]
+        if id(t) in node_ix:
+            return Ref("node", node_ix[id(t)], t.name, copy)
+        if id(t) in leaf_ix:
+            return Ref("leaf", leaf_ix[id(t)], t.name or f"leaf_{leaf_ix[id(t)]}", copy)  # ggml names it so
+        return Ref("other", -1, t.name, copy)
+
+    def flags(t: Tensor, node: bool) -> tuple[str, ...]:
+        out = []
+        if t.flags & INPUT:
+            out.append("input")
+        if t.flags & OUTPUT:
+            out.append("output")
+        if node:
+            out.append("compute")
+        return tuple(out)
+
+    ebackends = tuple(Backend(b.name, b.name.split("[")[0], b.name) for b in sched.backends)
+    eleafs = tuple(Leaf(i, x.name or f"leaf_{i}", type_name(x.type), x.ne, x.nb, flags(x, False), sched.ids.get(x),
+                        ("weights" if x.weights else "any") if x.buffer else None, x.buffer, ref(x.view_src),
+                        x.view_offs) for i, x in enumerate(leafs))
+    enodes = tuple(Node(i, n.name, _op(n), type_name(n.type), n.ne, n.nb, ref(n.view_src), n.view_offs,
+                        tuple(ref(s) for s in _trim(n.src)), flags(n, True), sched.ids.get(n))
+                   for i, n in enumerate(nodes))
+    splits = []
+    for k, (b, ins, members) in enumerate(sched.splits):
+        start = node_ix[id(members[0])] if members else len(nodes)
+        splits.append(Split(k, b, start, start + len(members), tuple(r for r in map(ref, ins) if r is not None)))
+    # pass 6 of the scheduler: under pipeline parallelism every input leaf, in leaf order, gets its copies
+    inputs = tuple(r for r in (ref(x) for x in leafs if x.flags & INPUT) if r is not None) \
+        if sched.n_copies > 1 else ()
+    return EngineGraph(arch, {}, (), {}, {}, ebackends, eleafs, enodes, tuple(splits), inputs)
+
+
+def _trim(src: list[Tensor | None]) -> list[Tensor | None]:
+    out = list(src)
+    while out and out[-1] is None:
+        out.pop()
+    return out
