@@ -415,7 +415,8 @@ def _line_model(words: list[str], engine_name: str) -> str:
     """The MODEL a command line names itself: -hf REPO[:TAG] (with --hf-file: that file), else -m,
     each the last given, as the engine reads the line (engines/cmdline.py parse_invocation)."""
     from moeconf.engines import engine
-    from moeconf.engines.cmdline import Arg, parse_invocation
+    from moeconf.engines.argvread import Arg
+    from moeconf.engines.cmdline import parse_invocation
 
     inv = parse_invocation([Arg(w) for w in words], engine(engine_name))
     if inv.hf_repo is not None:
@@ -904,7 +905,7 @@ def _engine_flags_apart(parser: argparse.ArgumentParser, words: list[str]) -> tu
     i = next((k for k, w in enumerate(words) if w in ("explain", "fit")), None)
     if i is None:
         return words, []
-    from moeconf.engines.cmdline import either_engine_values
+    from moeconf.engines.argvread import either_engine_values
 
     sub = next(a for a in parser._actions if isinstance(a, ap._SubParsersAction)).choices[words[i]]
     own = {o: a for a in sub._actions for o in a.option_strings}

@@ -179,8 +179,8 @@ def _check_extra(plan: Plan, eng: Engine) -> list[Diagnostic]:
     copy the engine reads last), except the few that decide neither placement nor memory while
     their key is unset; options the engine does not know are refused as the engine refuses them
     (with the flag that was probably meant)."""
-    from moeconf.engines.cmdline import COMMON_ARG_BINARIES, closest_flag, unknown_flag_message
-    from moeconf.engines.flags import PLAN_KEYS, scan_extra
+    from moeconf.engines.argvread import COMMON_ARG_BINARIES, closest_flag, scan_extra, unknown_flag_message
+    from moeconf.engines.flags import PLAN_KEYS
 
     words = list(plan.config.flags.extra)
     owned, unknown = scan_extra(words, eng)

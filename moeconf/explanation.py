@@ -9,14 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from moeconf.engines import AUTO_GPU, Engine, engine_device_order
-from moeconf.engines.cmdline import (
-    Arg,
-    Invocation,
-    engine_items,
-    invocation_ncmoe,
-    parse_invocation,
-    unknown_flag_message,
-)
+from moeconf.engines.argvread import Arg, unknown_flag_message
+from moeconf.engines.cmdline import Invocation, engine_items, invocation_ncmoe, parse_invocation
 from moeconf.engines.flags import c_int
 from moeconf.engines.regex import (
     RegexProblem,

@@ -116,7 +116,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
     arguments (passed through as written, in order). Every word is read as the engine reads it,
     against its flag table (engines/flagtable.py): an unknown flag, a value the engine refuses,
     or `--flag=value` (which neither engine splits) is an error naming it."""
-    from moeconf.engines.cmdline import REMOVED_FLAGS, closest_flag, read_argv, unknown_flag_message
+    from moeconf.engines.argvread import REMOVED_FLAGS, closest_flag, read_argv, unknown_flag_message
 
     out = _UserFlags()
     # the engine's reading of the words (no binary: fit's own options are not among them); a -fa
@@ -304,7 +304,8 @@ class _Solver:
         if missing:
             raise MoeconfError(f"give a budget for every --rpc device: --gpu '{missing[0]}=SIZE'")
         self.budget = {b.device: b.size for b in self.budgets}
-        from moeconf.engines.cmdline import Arg, parse_invocation
+        from moeconf.engines.argvread import Arg
+        from moeconf.engines.cmdline import parse_invocation
 
         # a value the engine stops on (a number std::stoi cannot hold, -fa maybe): refused before any fill
         given = parse_invocation([Arg(w) for w in self._settings_argv()], eng).problems

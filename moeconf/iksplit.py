@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from moeconf.engines import Engine
-from moeconf.engines.cmdline import named_options
+from moeconf.engines.argvread import named_options
 from moeconf.engines.options import IK_NO_FA
 from moeconf.memory.geometry import per_layer
 from moeconf.memory.ikmla import IK_PR_AMB_256

@@ -1,11 +1,11 @@
-"""The one argv reader (moeconf/engines/cmdline.py read_argv): an engine command line read once,
+"""The one argv reader (moeconf/engines/argvread.py read_argv): an engine command line read once,
 as the engine's parser steps over it, into options with their canonical flag, values and place;
 and the readers that moved onto it reading what the engine reads."""
 
 from __future__ import annotations
 
 from moeconf.engines import engine
-from moeconf.engines.cmdline import Arg, read_argv
+from moeconf.engines.argvread import Arg, read_argv
 
 MAIN = engine("llama.cpp")
 IK = engine("ik_llama.cpp")
@@ -91,9 +91,9 @@ def test_no_module_but_the_reader_steps_over_a_command_lines_words() -> None:
     root = Path(__file__).resolve().parents[1]
     walking = re.compile(r"(argv|words|args|texts)\[[a-z]+ \+ 1\]|(argv|words|args)\.index\(|"
                          r"while [a-z] < len\((argv|words|args)\)|in enumerate\((argv|words|args|inv\.args)\)")
-    allowed = {"moeconf/engines/cmdline.py", "moeconf/cli.py", "moeconf/linting/sources.py",
+    allowed = {"moeconf/engines/argvread.py", "moeconf/cli.py", "moeconf/linting/sources.py",
                "moeconf/linting/shell.py"}
     found = [f"{p.relative_to(root).as_posix()}:{n}: {line.strip()}"
              for p in sorted((root / "moeconf").rglob("*.py")) if p.relative_to(root).as_posix() not in allowed
              for n, line in enumerate(p.read_text().splitlines(), 1) if walking.search(line)]
-    assert not found, "read the line through engines/cmdline.py read_argv:\n" + "\n".join(found)
+    assert not found, "read the line through engines/argvread.py read_argv:\n" + "\n".join(found)

@@ -1,5 +1,5 @@
 """Readers of an engine command line that walked it with their own loops and read it otherwise
-than the engine does, each moved onto the one argv reader (engines/cmdline.py read_argv). Every
+than the engine does, each moved onto the one argv reader (engines/argvread.py read_argv). Every
 test here fails on the code before the move."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_memory_settings_read_the_line_as_the_engine_does() -> None:
 def test_flags_extra_is_read_as_the_engine_reads_it() -> None:
     """scan_extra walked `[flags] extra` itself: a two-value flag's second value was an unknown
     word, and a flag the declared build still has (`-dio` before b11312) was unknown."""
-    from moeconf.engines.flags import scan_extra
+    from moeconf.engines.argvread import scan_extra
 
     assert scan_extra(["--control-vector-layer-range", "1", "4", "-t", "8"], MAIN) == ([(3, "-t")], [])
     assert scan_extra(["-dio", "--jinja"], engine("llama.cpp", "b11000")) == ([], [])

@@ -10,7 +10,8 @@ import pytest
 
 from moeconf.cli import main
 from moeconf.engines import engine
-from moeconf.engines.cmdline import Arg, closest_flag, known_flags, parse_invocation
+from moeconf.engines.argvread import Arg, closest_flag, known_flags
+from moeconf.engines.cmdline import parse_invocation
 from moeconf.engines.flagtable import IK, MAINLINE
 from moeconf.engines.flagtable_iknewest import IK_NEWEST
 from tests.conftest import EXAMPLES
@@ -132,7 +133,7 @@ def test_flags_removed_since_a_version_are_known_before_it() -> None:
     assert [a.text for a, _ in parse_invocation(words, engine("ik_llama.cpp", "0.1.5")).unknown_flags] == ["-fmoe"]
     new = parse_invocation(words, engine("ik_llama.cpp"))
     assert [a.text for a, _ in new.unknown_flags] == ["-fmoe"]
-    from moeconf.engines.cmdline import unknown_flag_message
+    from moeconf.engines.argvread import unknown_flag_message
 
     msg = unknown_flag_message(engine("ik_llama.cpp"), "-fmoe", None)
     assert "removed 2025-10-25" in msg and "-no-fmoe" in msg

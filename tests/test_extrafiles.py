@@ -11,7 +11,7 @@ import pytest
 import moeconf.memory.extrafiles as xf
 from moeconf.cli import main
 from moeconf.engines import engine as engine_from_name
-from moeconf.engines.cmdline import known_flags
+from moeconf.engines.argvread import known_flags
 from moeconf.explanation import explain
 from moeconf.memory import read_settings
 from moeconf.memory.estimate import MemoryEstimate

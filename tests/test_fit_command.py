@@ -256,7 +256,8 @@ def test_env_target_writes_engine_flags_as_their_variables(capsys: pytest.Captur
     """`fit --target env -t 16 --jinja`: both have LLAMA_ARG_* forms (llama.cpp's option table); the
     file, read back as the engine reads its environment, is the command fit printed (issue 25)."""
     from moeconf.engines import mainline
-    from moeconf.engines.cmdline import Arg, parse_invocation
+    from moeconf.engines.argvread import Arg
+    from moeconf.engines.cmdline import parse_invocation
 
     model = QWEN
     assert main(["fit", model, "--gpu", "12GiB", "-q", "--target", "env", "-t", "16", "--jinja", "--no-webui"]) == 0

@@ -12,7 +12,8 @@ import pytest
 
 from moeconf.cli import main
 from moeconf.engines import engine
-from moeconf.engines.cmdline import Arg, parse_invocation
+from moeconf.engines.argvread import Arg
+from moeconf.engines.cmdline import parse_invocation
 from moeconf.engines.llamaconfig import (
     CONFIG_SINCE_BUILD,
     LlamaConfig,

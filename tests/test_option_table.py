@@ -60,7 +60,7 @@ def test_each_setting_and_field_has_one_row() -> None:
 
 @pytest.mark.parametrize("o", options(), ids=lambda o: o.flag)
 def test_spellings_and_variables_are_the_engines(o: object) -> None:
-    from moeconf.engines.cmdline import REMOVED_FLAGS
+    from moeconf.engines.argvread import REMOVED_FLAGS
     from moeconf.engines.options import EngineOption
 
     assert isinstance(o, EngineOption)

@@ -15,7 +15,8 @@ import pytest
 import moeconf.engines.specflags as sf
 from moeconf.cli import main
 from moeconf.engines import engine
-from moeconf.engines.cmdline import Arg, cpu_ffn_pattern, engine_items, parse_invocation
+from moeconf.engines.argvread import Arg
+from moeconf.engines.cmdline import cpu_ffn_pattern, engine_items, parse_invocation
 from moeconf.explanation import explain
 from moeconf.memory import read_settings
 from moeconf.model.load import load_inventory
@@ -156,7 +157,8 @@ def test_fit_refuses_the_new_placement_and_pool_flags(capsys: pytest.CaptureFixt
 
 
 def test_a_plan_may_not_pass_the_new_flags_unsimulated(tmp_path: Path) -> None:
-    from moeconf.engines.flags import PLAN_KEYS, scan_extra
+    from moeconf.engines.argvread import scan_extra
+    from moeconf.engines.flags import PLAN_KEYS
 
     owned, unknown = scan_extra(["-ncffn", "2", "--kv-unified-per-slot", "4096", "-t", "8"], engine("llama.cpp"))
     assert [n for _i, n in owned] == ["-ncffn", "--kv-unified-per-slot", "-t"] and unknown == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moeconf.engines.cmdline import Arg
+from moeconf.engines.argvread import Arg
 from moeconf.linting.sources import read_source
 
 

@@ -16,7 +16,7 @@ import moeconf.engines.specflags as sf
 import moeconf.memory.speculative as spec
 from moeconf.cli import main
 from moeconf.engines import engine as engine_from_name
-from moeconf.engines.cmdline import known_flags
+from moeconf.engines.argvread import known_flags
 from moeconf.explanation import explain
 from moeconf.memory import read_settings
 from moeconf.memory.estimate import MemoryEstimate

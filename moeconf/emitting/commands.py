@@ -53,8 +53,8 @@ def server_args(c: Compiled, *, for_container: bool) -> list[str]:
 
 def extra_value(c: Compiled, option: str) -> str | None:
     """The value `[flags] extra` gives `option` (`--host`, `--port`, any spelling), as the engine
-    reads it (engines/cmdline.py read_argv; the last one wins), or None."""
-    from moeconf.engines.cmdline import read_argv
+    reads it (engines/argvread.py read_argv; the last one wins), or None."""
+    from moeconf.engines.argvread import read_argv
 
     given = read_argv(list(c.plan.config.flags.extra), c.engine, binary=False).of(option)
     return next((o.value.text for o in reversed(given) if o.value is not None), None)
@@ -69,7 +69,7 @@ def published_port(c: Compiled) -> int | str:
 def _model_override(c: Compiled) -> str | None:
     """The compiled `-m` value; None when there is none (a manifest without serve_path,
     compiled for the bare `-ot` output)."""
-    from moeconf.engines.cmdline import read_argv
+    from moeconf.engines.argvread import read_argv
 
     given = read_argv(c.argv, c.engine).last("-m")
     return given.value.text if given is not None and given.value is not None else None

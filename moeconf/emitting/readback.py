@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import moeconf.emitting.commands as tg
-from moeconf.engines.cmdline import Arg, parse_invocation, read_argv, unknown_flag_message
+from moeconf.engines.argvread import Arg, read_argv, unknown_flag_message
+from moeconf.engines.cmdline import parse_invocation
 from moeconf.engines.options import env_var
 from moeconf.explanation import Explanation, explain_invocation
 

@@ -222,8 +222,8 @@ def emit_llama_swap(c: Compiled) -> str:
 
 
 def _pairs(argv: list[str], engine: Engine) -> list[str]:
-    """The binary, then each option with its values (engines/cmdline.py read_argv), a line each."""
-    from moeconf.engines.cmdline import read_argv
+    """The binary, then each option with its values (engines/argvread.py read_argv), a line each."""
+    from moeconf.engines.argvread import read_argv
 
     out: list[str] = [_swap_quote(argv[0])]
     for given in read_argv(argv, engine, binary=True).options:

@@ -70,27 +70,6 @@ def is_number(word: str) -> bool:
     return True
 
 
-def scan_extra(words: list[str], engine: Engine) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """Read `[flags] extra` as the engine would (engines/cmdline.py read_argv): (index, option)
-    pairs a plan key owns, and (index, word) pairs the engine does not know (it would refuse to
-    start). The values of an option are skipped, as the engine skips them (an unknown option's as
-    the option probably meant takes them); so is a word after an unknown option that takes none."""
-    from moeconf.engines.cmdline import read_argv
-
-    owned: list[tuple[int, str]] = []
-    unknown: list[tuple[int, str]] = []
-    after_unknown = False
-    for given in read_argv(words, engine, binary=False).options:
-        if given.name in PLAN_KEYS:
-            owned.append((given.index, given.name))
-        elif given.kind == "word" and after_unknown:
-            pass  # the value of the unknown option before it, as far as anyone can tell
-        elif given.kind in ("unknown", "word"):
-            unknown.append((given.index, given.word.text))
-        after_unknown = given.kind == "unknown" and not given.values
-    return owned, unknown
-
-
 def value_kinds(engine: Engine) -> dict[str, str]:
     """Flag -> how `engine` reads its value as a number (flagtable MAINLINE_VALUES / IK_VALUES:
     `int`, `uint`, `float`, `floats`, with the words taken before it after `|`). ik_llama.cpp

@@ -62,7 +62,7 @@ from moeconf.engines import Engine
 from moeconf.errors import MoeconfError
 
 if TYPE_CHECKING:
-    from moeconf.engines.cmdline import ArgvReading
+    from moeconf.engines.argvread import ArgvReading
 
 CONFIG_SINCE_BUILD: Final = 10398  # llama.cpp PR #26118 (commit 8e7f22b67): the first build that reads them
 ENV_VAR: Final = "MOECONF_LLAMA_CONFIG"  # os.pathsep-separated files in place of the discovery ("": none)
@@ -537,10 +537,10 @@ def _neg(env_name: str) -> str:
 
 def overridden_by(s: Setting, cli: Sequence[str] | ArgvReading, env: Mapping[str, str], engine: Engine) -> str | None:
     """What replaces a value setting of the config: the command line's option (`cli`: its words
-    without the binary, or the line as read: engines/cmdline.py read_argv), or its variable
+    without the binary, or the line as read: engines/argvread.py read_argv), or its variable
     (None: nothing, or a list option, which the command line adds to)."""
-    from moeconf.engines.cmdline import ArgvReading as Reading
-    from moeconf.engines.cmdline import read_argv
+    from moeconf.engines.argvread import ArgvReading as Reading
+    from moeconf.engines.argvread import read_argv
 
     o = s.option
     if o.first in APPENDS:
@@ -672,11 +672,11 @@ def fit_flags(cfg: LlamaConfig, engine: Engine, user_argv: Sequence[str],
 
 
 def env_form(words: Sequence[str], engine: Engine, example: str = "SERVER") -> tuple[list[tuple[str, str]], str | None]:
-    """Command-line options (read as `engine` reads them: engines/cmdline.py read_argv) as the
+    """Command-line options (read as `engine` reads them: engines/argvread.py read_argv) as the
     `LLAMA_ARG_*` variables llama.cpp reads instead (common/arg.cpp: each option's env name; a
     flag as "1", its negated form as "0", a value as given): (the variables, None), or ([], the
     first option that has no variable for `example`, or is given twice, with why)."""
-    from moeconf.engines.cmdline import read_argv
+    from moeconf.engines.argvread import read_argv
 
     out: list[tuple[str, str]] = []
     for given in read_argv(words, engine, binary=False).options:

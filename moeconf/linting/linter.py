@@ -12,7 +12,8 @@ from types import ModuleType
 from typing import Any
 
 from moeconf.engines import Engine, engine, version_error
-from moeconf.engines.cmdline import Arg, Invocation, parse_invocation, read_argv
+from moeconf.engines.argvread import Arg, read_argv
+from moeconf.engines.cmdline import Invocation, parse_invocation
 from moeconf.engines.llamaconfig import LlamaConfig
 from moeconf.engines.options import row
 from moeconf.errors import MoeconfError

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from moeconf.engines import Engine, version_error
-from moeconf.engines.cmdline import Arg, Invocation, RawItem
+from moeconf.engines.argvread import Arg
+from moeconf.engines.cmdline import Invocation, RawItem
 from moeconf.errors import MoeconfError
 from moeconf.model.inventory import Inventory
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from moeconf.engines.cmdline import Arg
+from moeconf.engines.argvread import Arg
 
 Pos = tuple[int, int]
 Run = tuple[int, int, int, int]  # (offset into the word, file line, file column, column step 0 or 1)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from moeconf.engines.cmdline import Arg
+from moeconf.engines.argvread import Arg
 from moeconf.linting.shell import (
     MAX_EXPANSION,
     MAX_WORDS,

@@ -48,7 +48,7 @@ def read_extra_files(words: Sequence[str], engine: Engine, env: Mapping[str, str
                      binary: str | None) -> ExtraFiles:
     """What this launch loads beside the model: argv (binary first or not) and the environment,
     read as the engine reads them (a command-line value replaces its variable's)."""
-    from moeconf.engines.cmdline import option_values
+    from moeconf.engines.argvread import option_values
 
     ik = engine.name == "ik_llama.cpp"
     flags = _IK if ik else _MAINLINE

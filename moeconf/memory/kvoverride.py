@@ -28,7 +28,7 @@ Override = tuple[str, str]  # (the key, the flag and item as written)
 
 def read_kv_overrides(words: Sequence[str], engine: Engine) -> tuple[tuple[Override, ...], tuple[str, ...]]:
     """Each `--override-kv` item of argv (binary first or not), and the items the engine refuses."""
-    from moeconf.engines.cmdline import option_values
+    from moeconf.engines.argvread import option_values
 
     ik = engine.name == "ik_llama.cpp"
     found: list[Override] = []

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
-from moeconf.engines.cmdline import read_argv
+from moeconf.engines.argvread import read_argv
 from moeconf.engines.options import negated_env, out_of_range, row, setting_row, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)

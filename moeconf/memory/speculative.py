@@ -62,7 +62,7 @@ def read_speculation(words: Sequence[str], engine: Engine, env: Mapping[str, str
     no variable for it; ik_llama.cpp reads no speculative variable and its last
     `--spec-type`/`-mtp` wins). A flag the binary does not accept is still counted: the engine
     refuses the launch, and no complete figure is printed for it either."""
-    from moeconf.engines.cmdline import known_flags, option_values
+    from moeconf.engines.argvread import known_flags, option_values
 
     ik = engine.name == "ik_llama.cpp"
     table = known_flags(engine)

@@ -90,7 +90,8 @@ PLACEMENT_CASES = [
 @pytest.mark.parametrize(("text", "args", "env", "changes"), PLACEMENT_CASES)
 def test_placement_with_a_config_file(tmp_path: Path, text: str, args: list[str], env: dict[str, str],
                                       changes: bool) -> None:
-    from moeconf.engines.cmdline import Arg, parse_invocation
+    from moeconf.engines.argvread import Arg
+    from moeconf.engines.cmdline import parse_invocation
     from moeconf.explanation import explain_invocation
     from moeconf.fixtures.layouts import TINY
     from moeconf.fixtures.tiny import write_tiny

@@ -122,7 +122,7 @@ def fit_instead(ctx: Context) -> str:
     except MoeconfError:
         return ""
     # with several GPUs the -ot holds only with fit's own layer split: both are the advice
-    from moeconf.engines.cmdline import read_argv
+    from moeconf.engines.argvread import read_argv
 
     given_ts = read_argv(res.argv, ctx.engine).last("-ts")
     ts = f"-ts {given_ts.value.text} " if given_ts is not None and given_ts.value is not None else ""

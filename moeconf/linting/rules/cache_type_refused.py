@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moeconf.engines.cmdline import Arg
+from moeconf.engines.argvread import Arg
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 from moeconf.linting.rules._memory import line_settings

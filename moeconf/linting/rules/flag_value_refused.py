@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moeconf.engines.cmdline import Arg
+from moeconf.engines.argvread import Arg
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 
@@ -53,7 +53,7 @@ def problems(ctx: Context) -> list[tuple[Arg | None, str]]:
     from moeconf.memory import read_settings
 
     inv = ctx.invocation
-    reading = inv.reading  # the line as the engine reads it (engines/cmdline.py read_argv)
+    reading = inv.reading  # the line as the engine reads it (engines/argvread.py read_argv)
     owner = {id(v): o for o in reading.options for v in o.values}
     fa = spellings("-fa")
     numeric = {n for f in _NUMERIC for n in spellings(f)}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moeconf.engines.cmdline import config_where
+from moeconf.engines.argvread import config_where
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moeconf.engines.cmdline import unknown_flag_message
+from moeconf.engines.argvread import unknown_flag_message
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 
