@@ -23,8 +23,7 @@ from moeconf.compile import compile_plan
 from moeconf.compiled import Compiled
 from moeconf.engines import Engine, engine_device_order
 from moeconf.errors import MoeconfError, PlanError
-from moeconf.explanation import explain
-from moeconf.fill import DoesNotFit
+from moeconf.fill import DoesNotFit, plan_settings
 from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, parse_size, read_settings
 from moeconf.memory.estimate import refused_settings
 from moeconf.memory.servercache import PROMPT_CACHE_DEFAULT_MIB
@@ -282,7 +281,7 @@ class _Solver:
     def __init__(self, inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
                  model_path: str, serve_path: str | None, plan_dir: str, reserve: int, policy: Policy,
                  split: bool, ram: int | None = None, ram_headroom: int = DEFAULT_RAM_HEADROOM,
-                 host_cpu: str = "plain") -> None:
+                 host_cpu: str = "plain", plan_path: str | None = None, docker_volumes: Sequence[str] = ()) -> None:
         self.inv, self.eng, self.budgets, self.reserve, self.policy, self.split = (
             inv, eng, list(budgets), reserve, policy, split)
         self.ram_total = ram
@@ -308,6 +307,8 @@ class _Solver:
             self.serve_assumed = (f"-m {self.serve_path}: the GGUF the manifest names (--serve-path or -m to "
                                   "give the path the server loads)")
         self.plan_dir = plan_dir
+        self.plan_path = plan_path or fit_plan_path(plan_dir, self.serve_path, model_path)
+        self.docker_volumes = list(docker_volumes)
         rpc_names = [f"RPC0[{s}]" if eng.rpc_indexed else f"RPC[{s}]" for s in self.rpc]
         for b in self.budgets:
             if b.device.startswith("RPC") and b.device not in rpc_names:
@@ -439,7 +440,9 @@ class _Solver:
         rules = [f"experts -> {', '.join(self.order)}, cpu"]
         text = _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
                           rules, self.budgets, self.reserve, self.policy, self.split, self.ram, self.ram_headroom)
-        plan_path = fit_plan_path(self.plan_dir, self.serve_path, self.model_path)
+        if self.docker_volumes:
+            text += "\n[targets]\ndocker_volumes = [" + ", ".join(_toml_str(v) for v in self.docker_volumes) + "]\n"
+        plan_path = self.plan_path
         try:
             plan = plan_from_text(text, plan_path)
             compiled = compile_plan(plan, inventory=self.inv)
@@ -450,11 +453,14 @@ class _Solver:
             raise MoeconfError(_flag_words(e.message), hint=_flag_words(e.hint) if e.hint else None) from None
         except MoeconfError as e:
             raise unlocated(e, plan_path) from None
-        # the command line itself, simulated and measured again: what is printed is what was checked
+        # the command line itself, as the compiler read it back and measured it (once: the fill's own
+        # measure where it reads back to the same placement and settings): what is printed is what
+        # was checked. A host CPU with AMX is measured again (the fill's plan has no host CPU)
         argv = list(compiled.argv)
-        ex = explain(self.inv, self.eng, argv, gpus=self.gpus)
-        mem = estimate_explained(ex, dataclasses.replace(read_settings(argv, self.eng, reserve=self.reserve),
-                                                         host_cpu=self.host_cpu))
+        ex = compiled.explained()
+        settings = dataclasses.replace(read_settings(argv, self.eng, reserve=self.reserve), host_cpu=self.host_cpu)
+        same = plan_settings(compiled.plan, self.eng) == settings
+        mem = compiled.memory if same else estimate_explained(ex, settings)
         refused = [*ex.refusals, *mem.problems]
         if refused:
             # explain's own checks on the final command line: never print one the engine refuses
@@ -503,7 +509,7 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
         model_path: str | None = None, plan_dir: str | None = None, reserve: int = DEFAULT_RESERVE,
         policy: Policy = "first", split: bool = True, serve_path: str | None = None, ram: int | str | None = None,
         ram_headroom: int | str = DEFAULT_RAM_HEADROOM, version: str | None = None,
-        host_cpu: str = "plain") -> FitResult:
+        host_cpu: str = "plain", plan_path: str | None = None, docker_volumes: Sequence[str] = ()) -> FitResult:
     """Solve the placement; raise FitError (with the shortfall and what would help) if nothing fits.
 
     `inv`: an Inventory or a model path (GGUF or manifest); `engine`: "llama.cpp",
@@ -513,7 +519,9 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
     inventory's source); `plan_dir`: the folder the plan is for (default: the current one);
     `serve_path`: the GGUF path the command loads (default: the GGUF, or the file a manifest was
     made from); `ram`: system RAM, of which `ram_headroom` is kept for the system and the rest
-    must hold what the GPUs leave (weights in RAM, host compute)."""
+    must hold what the GPUs leave (weights in RAM, host compute); `plan_path`: where the plan would be
+    written (default `fit_plan_path`: its name names the model for llama-swap); `docker_volumes`: the
+    plan's `[targets] docker_volumes`, for the docker and compose targets."""
     from moeconf.engines import engine as engine_named
     from moeconf.engines import version_error
     from moeconf.model.load import load_inventory
@@ -538,7 +546,7 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
     ram_b = parse_size(ram, "ram") if isinstance(ram, str) else ram
     headroom = parse_size(ram_headroom, "ram_headroom") if isinstance(ram_headroom, str) else ram_headroom
     return _Solver(inv, eng, budgets, user_argv, model_path, serve_path, plan_dir, reserve, policy,
-                   split, ram_b, headroom, host_cpu).solve()
+                   split, ram_b, headroom, host_cpu, plan_path, docker_volumes).solve()
 
 
 def fit_plan_path(plan_dir: str, serve_path: str | None, model_path: str) -> str:
