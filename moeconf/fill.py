@@ -205,8 +205,10 @@ class _Filler:
             Placement, MemorySettings, bool]:
         """What `measure` estimates: the placement, the settings, and whether pipeline parallelism is on."""
         pl = Placement(self.inv, self.eng, dict(devs), dict(defaults), {})
-        overrides = any(devs[n] != d for n, d in defaults.items())
-        accel = len({d for d in defaults.values() if d not in (None, "CPU")})
+        # (the same keys, as every measure here has: one comparison of the two dicts)
+        overrides = pl.devices != pl.defaults if devs.keys() == defaults.keys() else any(
+            devs[n] != d for n, d in defaults.items())
+        accel = len(set(defaults.values()) - {None, "CPU"})
         return pl, self.settings, pipeline_parallel(pl, accel, self.ngl, self.split_mode, self.settings, overrides)
 
     def over(self, mem: MemoryEstimate, *, sinks: bool = False) -> dict[str, int]:

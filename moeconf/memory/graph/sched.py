@@ -298,7 +298,7 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
     sizes: dict[Tensor, int] = {}  # the bytes a tensor takes in the buffer it is in (`addr`)
 
     def alloc_node(t: Tensor, b: int) -> None:
-        if own.get(t) or t.buffer is not None or t.view_src is not None:
+        if t.buffer is not None or t.view_src is not None or own.get(t):
             return
         own[t] = True
         if t.op in CAN_INPLACE:
@@ -350,21 +350,22 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
 
     for leaf, b in leafs:
         alloc_node(leaf, b)
+    own_get, children_get, views_get = own.get, children.get, views.get
     for n, b in nodes:
         if n.view_src is not None and n.op != "NONE":
-            views[n.view_src] = views.get(n.view_src, 0) + 1
+            views[n.view_src] = views_get(n.view_src, 0) + 1
         if n.flags & INPUT:
             alloc_node(n, b)
         for s in n.src:
             if s is None or s is n:
                 continue
-            children[s] = children.get(s, 0) + 1
+            children[s] = children_get(s, 0) + 1
             if s.flags & INPUT:
                 alloc_node(s, b)
     for n, b in nodes:
         srcs = n.src
         for p in srcs:
-            if p is not None and p is not n and not own.get(p) and p.buffer is None and p.view_src is None:
+            if p is not None and p is not n and not own_get(p) and p.buffer is None and p.view_src is None:
                 alloc_node(p, b)
         alloc_node(n, b)
         for p in srcs:
@@ -372,13 +373,13 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                 continue
             left = children[p] - 1
             children[p] = left
-            if left == 0 and views.get(p, 0) == 0:
-                if p.view_src is not None:
-                    vs = p.view_src
+            if left == 0 and not views_get(p, 0):
+                vs = p.view_src
+                if vs is not None:
                     views[vs] -= 1
-                    if views[vs] == 0 and children.get(vs, 0) == 0 and own.get(vs):
+                    if views[vs] == 0 and not children_get(vs, 0) and own_get(vs):
                         free_node(vs)
-                elif own.get(p):
+                elif own_get(p):
                     free_node(p)
     return [a.max_size for a in allocs]
 
