@@ -4,9 +4,11 @@ compiles to a verified command line.
 The plan it writes is the answer: every layer offloaded, a `[budget]` table with each GPU's
 memory, and one fill rule, `experts -> CUDA0, CUDA1, cpu`, which `resolve` solves with the memory
 model (see `moeconf.fill`); with several GPUs the same solver chooses `-ts` (each GPU's range of
-layers), so `moeconf compile` on the written plan gives the same command. The compiled command
-line is simulated and measured again before it is returned; the user's context, batch and cache
-types are never changed."""
+layers), so `moeconf compile` on the written plan gives the same command. The plan is compiled
+once; the compiled command line is read back as the engine reads it (once, by the compiler) and its
+memory is the fill's own last measure wherever it reads back to that placement and those settings
+(`Compiled.memory`), checked against the budgets before it is returned; the user's context, batch
+and cache types are never changed."""
 
 from __future__ import annotations
 
