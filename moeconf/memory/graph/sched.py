@@ -149,19 +149,21 @@ class Scheduler:
         ids.clear()
         if pinned:
             ids.update(pinned)
+        get = ids.get
+        from_cur = self._from_cur
         cpu = len(self.backends) - 1
         for leaf in g.leafs:
-            if ids.get(leaf, -1) == -1:
-                ids[leaf] = self._from_cur(leaf)
+            if get(leaf, -1) == -1:
+                ids[leaf] = from_cur(leaf)
         for node in g.nodes:
-            if ids.get(node, -1) == -1:
-                ids[node] = self._from_cur(node)
+            if get(node, -1) == -1:
+                ids[node] = from_cur(node)
         ops = [n for n in g.nodes if n.op not in VIEW_OPS]
 
         def expand(seq: Sequence[Tensor], skip_cpu: bool) -> None:
             cur = -1
             for n in seq:
-                b = ids.get(n, -1)
+                b = get(n, -1)
                 if b != -1:
                     cur = -1 if (skip_cpu and b == cpu) else b
                 elif cur != -1:
@@ -172,7 +174,7 @@ class Scheduler:
         expand(ops, False)
         expand(ops[::-1], False)
         for n in ops:  # pass 3
-            b = ids.get(n, -1)
+            b = get(n, -1)
             if b == -1:
                 known = [s for s in n.src if s is not None
                          and (ids.get(s, -1) != -1 or (s.view_src is not None and ids.get(s.view_src, -1) != -1))]
@@ -184,12 +186,12 @@ class Scheduler:
                 ids[n] = best
             # (the upgrade to a higher-priority backend of the same buffer type: no two backends share one here)
         for n in g.nodes:  # pass 4
-            if n.view_src is not None and ids.get(n, -1) == -1:
-                ids[n] = ids.get(n.view_src, -1)
+            if n.view_src is not None and get(n, -1) == -1:
+                ids[n] = get(n.view_src, -1)
             for s in n.src:
-                if s is not None and ids.get(s, -1) == -1:
-                    ids[s] = ids.get(s.view_src, -1) if s.view_src is not None else ids[n]
-            if ids.get(n, -1) == -1:
+                if s is not None and get(s, -1) == -1:
+                    ids[s] = get(s.view_src, -1) if s.view_src is not None else ids[n]
+            if get(n, -1) == -1:
                 ids[n] = 0
 
     def split(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> None:
@@ -253,7 +255,7 @@ class Scheduler:
                 dep = Tensor("NONE", s.type, s.ne, s.nb, [s], view_src=s)  # ggml_view_tensor, op NONE
                 gnodes.append((dep, ids[s]))
                 gnodes.append((copies[(id(s), b)], b))
-            gnodes.extend((n, ids[n]) for n in members)
+            gnodes.extend(zip(members, map(ids.__getitem__, members), strict=True))
         gleafs: list[tuple[Tensor, int]] = []
         if self.n_copies > 1:
             graph_inputs = [leaf for leaf in g.leafs if leaf.flags & INPUT]
