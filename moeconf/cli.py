@@ -13,7 +13,6 @@ from moeconf.errors import MoeconfError
 from moeconf.textsafe import safe
 
 if TYPE_CHECKING:
-    from moeconf.compiled import Compiled
     from moeconf.engines import Engine
     from moeconf.explanation import Explanation
     from moeconf.fit import Budget, FitResult
@@ -699,9 +698,12 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     reserve, reserve_note = _reserve(args, inv, read_settings([*config_words, *args.engine_args], eng))
     if reserve_note:
         print(safe(f"moeconf: note: {reserve_note}"), file=sys.stderr)
+    # the plan is a file only where -o writes it; otherwise errors in it are reported without a place
+    plan_path = os.path.abspath(args.output) if args.output else fit_plan_path(out_dir, args.serve_path, args.model)
     fit_args = dict(model_path=model_path, plan_dir=out_dir, reserve=reserve,
                     policy=args.policy, split=not args.no_split, ram=ram, ram_headroom=headroom,
-                    serve_path=args.serve_path, host_cpu=resolve_host_cpu(args.host_cpu))
+                    serve_path=args.serve_path, host_cpu=resolve_host_cpu(args.host_cpu),
+                    plan_path=plan_path, docker_volumes=args.docker_volume)
     if args.cache_types and not args.optimize:
         raise MoeconfError("--cache-types is for --optimize: give the cache types to try with --optimize GOAL")
     opt = _fit_optimized(args, inv, eng, budgets, [*config_words, *args.engine_args], fit_args)
@@ -711,16 +713,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     plan_text = result.plan_text
     target = args.target
     compiled = result.compiled
-    # the plan is a file only where -o writes it; otherwise errors in it are reported without a place
-    plan_path = os.path.abspath(args.output) if args.output else fit_plan_path(out_dir, args.serve_path, args.model)
-    if target is not None or args.docker_volume:
-        plan_text = _with_targets(plan_text, args.docker_volume)
-        try:
-            compiled = _recompiled(result, plan_text, plan_path, target or eng.name)
-        except MoeconfError as e:
-            raise unlocated(e, plan_path) if not args.output else e from None
-        if compiled.argv != result.argv:  # pragma: no cover - the same plan, solved twice
-            raise AssertionError("fit: the plan with its targets compiles to another command")
+    # the plan (with its [targets]) was compiled once, by fit: the command line for another engine is refused
+    if target in ("llama.cpp", "ik_llama.cpp") and target != eng.name:
+        raise MoeconfError(f"--target {target}: fit solved for {eng.name}; use --engine {target}")
     if args.output:
         _write_output(plan_text, args.output)
     speed = _fit_speed(args, result)
@@ -831,24 +826,6 @@ def _cmd_rule(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(rule_page(args.rule))
     return EXIT_OK
-
-
-def _with_targets(plan_text: str, volumes: list[str]) -> str:
-    if not volumes:
-        return plan_text
-    from moeconf.fit import _toml_str
-
-    return plan_text + "\n[targets]\ndocker_volumes = [" + ", ".join(_toml_str(v) for v in volumes) + "]\n"
-
-
-def _recompiled(result: FitResult, plan_text: str, plan_path: str, target: str) -> Compiled:
-    from moeconf.compile import compile_plan
-    from moeconf.plan import plan_from_text
-
-    plan = plan_from_text(plan_text, plan_path)
-    if target in ("llama.cpp", "ik_llama.cpp") and target != plan.config.engine.name:
-        raise MoeconfError(f"--target {target}: fit solved for {plan.config.engine.name}; use --engine {target}")
-    return compile_plan(plan, inventory=result.compiled.inventory)
 
 
 def _cmd_fit_quants(args: argparse.Namespace) -> int:

@@ -63,8 +63,10 @@ def compile_plan(plan: Plan | str | os.PathLike[str], *, model: str | None = Non
     syn = synthesize(res.placement)
     check(res.placement, syn)
     argv = build_argv(p, eng, inv, syn, model_path=model, need_model=need_model)
-    compiled = Compiled(p, eng, inv, res.placement, syn, tuple(argv), (*res.warnings, *extra_warnings))
-    verify_argv(compiled)  # the whole command line, read as `explain` reads it
+    compiled = Compiled(p, eng, inv, res.placement, syn, tuple(argv), (*res.warnings, *extra_warnings),
+                        measured=res.measured)
+    # the whole command line, read as `explain` reads it: that reading is the compiled one's
+    compiled = replace(compiled, explanation=verify_argv(compiled))
     _check_refused(compiled)
     _check_budgets(compiled)
     return compiled

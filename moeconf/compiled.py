@@ -5,7 +5,7 @@ compiler can verify its argv with `emitting.readback` without an import circle."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -17,7 +17,9 @@ from moeconf.resolve import Diagnostic
 from moeconf.synth.rules import Synthesis
 
 if TYPE_CHECKING:
-    from moeconf.memory import MemoryEstimate
+    from moeconf.explanation import Explanation
+    from moeconf.fill import FillMeasure
+    from moeconf.memory import MemoryEstimate, MemorySettings
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,10 @@ class Compiled:
     synthesis: Synthesis
     argv: tuple[str, ...]
     warnings: tuple[Diagnostic, ...]
+    # the argv as `explain` reads it (the compiler's read-back: simulated once), and a fill's last
+    # measure of its placement (`memory` takes it where the argv reads back to what it measured)
+    explanation: Explanation | None = field(default=None, compare=False, repr=False)
+    measured: FillMeasure | None = field(default=None, compare=False, repr=False)
 
     @property
     def ot(self) -> str:
@@ -41,12 +47,35 @@ class Compiled:
     @cached_property
     def memory(self) -> MemoryEstimate:
         """Memory per device of the compiled command line (weights, KV, compute, reserve)."""
-        from moeconf.explanation import explain
         from moeconf.fill import plan_settings
         from moeconf.sizing import estimate_explained
 
-        ex = explain(self.inventory, self.engine, list(self.argv), gpus=list(self.plan.config.engine.gpus))
-        return estimate_explained(ex, plan_settings(self.plan, self.engine))
+        ex = self.explained()
+        settings = plan_settings(self.plan, self.engine)
+        return self.measured_memory(ex, settings) or estimate_explained(ex, settings)
+
+    def explained(self) -> Explanation:
+        """The argv as `explain` reads it."""
+        from moeconf.explanation import explain
+
+        if self.explanation is not None:
+            return self.explanation
+        return explain(self.inventory, self.engine, list(self.argv), gpus=list(self.plan.config.engine.gpus))
+
+    def measured_memory(self, ex: Explanation, settings: MemorySettings) -> MemoryEstimate | None:
+        """The fill's own measure of the placement (`fill.FillMeasure`) where the command line `ex`
+        reads back to the same placement, settings and pipeline parallelism: the estimate it
+        would make is that one. None otherwise."""
+        from moeconf.sizing import explained_pipeline
+
+        m = self.measured
+        if m is None or m.settings != settings:
+            return None
+        got, want = ex.placement, m.placement
+        if (got.inventory is not want.inventory or got.engine != want.engine or got.devices != want.devices
+                or got.defaults != want.defaults or explained_pipeline(ex, settings) != m.pipeline):
+            return None
+        return m.mem
 
     def budgets(self) -> dict[str, int]:
         """The plan's `[budget]` per buffer type (empty without one)."""

@@ -116,10 +116,23 @@ def budgets(plan: Plan, device_of: Callable[[str], str]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
+class FillMeasure:
+    """The chosen fill as the search measured it last (exact, every setting family checked): the
+    memory of the compiled command line where that reads back to the same placement, settings and
+    pipeline (`Compiled.memory`), so the result is measured once."""
+
+    mem: MemoryEstimate
+    settings: MemorySettings
+    placement: Placement
+    pipeline: bool
+
+
+@dataclass(frozen=True)
 class FillSolution:
     devices: dict[str, str]  # each fill tensor -> its device
     tensor_split: tuple[int, ...] | None  # the -ts moeconf chose; None: the plan's own
     defaults: dict[str, str | None]  # the engine's default placement under that split
+    measured: FillMeasure | None = None
 
 
 class _SplitOver(Exception):
@@ -184,13 +197,20 @@ class _Filler:
         return plan_ik_split(self.plan, self.inv, self.eng, len(self.accelerators), ts)
 
     def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None], *,
-                exact: bool = True) -> MemoryEstimate:
-        pl = Placement(self.inv, self.eng, dict(devs), dict(defaults), {})
-        overrides = any(devs[n] != d for n, d in defaults.items())
-        accel = len({d for d in defaults.values() if d not in (None, "CPU")})
-        pipe = pipeline_parallel(pl, accel, self.ngl, self.split_mode, self.settings, overrides)
+                exact: bool = True, families: bool = False) -> MemoryEstimate:
         # setting families moeconf does not model are checked on the chosen fill (`_refuse_unmodelled`)
-        return estimate(pl, self.settings, pipeline=pipe, replay=exact, families=False)
+        pl, settings, pipe = self._measured(devs, defaults)
+        return estimate(pl, settings, pipeline=pipe, replay=exact, families=families)
+
+    def _measured(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> tuple[
+            Placement, MemorySettings, bool]:
+        """What `measure` estimates: the placement, the settings, and whether pipeline parallelism is on."""
+        pl = Placement(self.inv, self.eng, dict(devs), dict(defaults), {})
+        # (the same keys, as every measure here has: one comparison of the two dicts)
+        overrides = pl.devices != pl.defaults if devs.keys() == defaults.keys() else any(
+            devs[n] != d for n, d in defaults.items())
+        accel = len(set(defaults.values()) - {None, "CPU"})
+        return pl, self.settings, pipeline_parallel(pl, accel, self.ngl, self.split_mode, self.settings, overrides)
 
     def over(self, mem: MemoryEstimate, *, sinks: bool = False) -> dict[str, int]:
         """Devices over their budget, by how much (the compute model's tolerance kept free); the
@@ -481,7 +501,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                         + "; ".join(not_modelled), path=plan.path)
     f = _Filler(plan, inv, eng, overlay, requests, sizes, settings)
     if f.chooses_split():
-        def choose() -> tuple[_Candidate, dict[str, str | None]]:
+        def choose() -> tuple[_Candidate, dict[str, str | None], MemoryEstimate]:
             ranked = f.search()
             feasible = [c for c in ranked if c.score >= 0]
             if not feasible:
@@ -498,7 +518,7 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
             # measured again, a fill may give part of a layer back (compute grows where experts run):
             # finish every split whose first fill could still beat the best finished one on bytes,
             # and the first few of those that could only tie with it (for the room they leave)
-            best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None]] | None = None
+            best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None], MemoryEstimate] | None = None
             last_over = ""
             ties = 0
             for c in feasible:
@@ -515,21 +535,21 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                     continue
                 key = (f.gpu_bytes(devices), -f.away(devices, c.defaults), f.slack(mem))
                 if best is None or key > best[0]:
-                    best = (key, c, devices)
+                    best = (key, c, devices, mem)
             if best is None:  # every split the search finished was over once measured exactly
                 raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits: {last_over}",
                                  path=plan.path)
-            return best[1], best[2]
+            return best[1], best[2], best[3]
 
         try:
-            cand, devices = choose()
+            cand, devices, mem = choose()
         except (DoesNotFit, _SplitOver):
             if not f.approximate:
                 raise
             # the search on the approximate replay found no split that fits when measured
             # exactly; the exact search decides (slower, as every split is replayed whole)
             f.approximate = False
-            cand, devices = choose()
+            cand, devices, mem = choose()
     else:
         cand = f.candidate(plan.config.flags.tensor_split)
         ts_given = plan.config.flags.tensor_split
@@ -544,32 +564,36 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
             raise DoesNotFit(_auto_split_message(eng, f.accelerators, why), path=plan.path)
         if cand.over:
             raise DoesNotFit(shortfall_message(cand.mem, cand.over, sizes), path=plan.path)
-        devices, _ = f.complete(cand)
-    _refuse_unmodelled(plan, f, devices, cand.defaults)
+        devices, mem = f.complete(cand)
+    measured = _refuse_unmodelled(plan, f, devices, cand.defaults, mem)
     filled = {n: d for n in f.last_device if (d := devices[n]) is not None}
-    return FillSolution(filled, cand.ts if f.chooses_split() else None, cand.defaults)
+    return FillSolution(filled, cand.ts if f.chooses_split() else None, cand.defaults, measured)
 
 
 def _refuse_unmodelled(plan: Plan, f: _Filler, devices: Mapping[str, str | None],
-                       defaults: Mapping[str, str | None]) -> None:
+                       defaults: Mapping[str, str | None], mem: MemoryEstimate) -> FillMeasure | None:
     """The fill chosen, in a setting family moeconf does not model (memory/families.py: e.g. -nkvo
     with routed experts left on the CPU), is refused: the search measured its candidates without
-    that check (each starts from every fill-able tensor on the CPU), its memory is not known."""
-    from moeconf.memory.estimate import output_family_checked
+    that check (each starts from every fill-able tensor on the CPU), its memory is not known.
+    `mem`: the search's last measure of it (exact, `families=False`). Given back as the measure of
+    the compiled command line (`FillMeasure`) where the estimate's own families step adds nothing
+    to it (on ik_llama.cpp its llama.cpp twin checks them as well: measured again there)."""
+    from moeconf.memory.estimate import families_refused, output_family_checked
     from moeconf.memory.families import unmodelled_settings
 
-    pl = Placement(f.inv, f.eng, dict(devices), dict(defaults), {})
+    pl, settings, pipe = f._measured(devices, defaults)
     gpus = list(f.accelerators)
     why = unmodelled_settings(pl, f.settings, gpus, output_family_checked(pl, f.settings))
-    # a search candidate whose settings or placement the model does not cover has no compute, so the
-    # chosen fill is checked again with every check on
-    if not why:
-        mem = f.measure(devices, defaults)
-        if not mem.complete:
-            why = list(mem.notes)
+    # a search candidate whose settings or placement the model does not cover has no compute: the
+    # chosen fill's own measure says so
+    if not why and not mem.complete:
+        why = list(mem.notes)
     if why:
         raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
                         + "; ".join(why), path=plan.path)
+    if f.eng.name == "ik_llama.cpp" or families_refused(pl, settings):
+        return None
+    return FillMeasure(mem, settings, pl, pipe)
 
 
 def _auto_split_message(eng: Engine, accelerators: Sequence[str], why: str | None = None) -> str:

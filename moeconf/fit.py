@@ -4,9 +4,11 @@ compiles to a verified command line.
 The plan it writes is the answer: every layer offloaded, a `[budget]` table with each GPU's
 memory, and one fill rule, `experts -> CUDA0, CUDA1, cpu`, which `resolve` solves with the memory
 model (see `moeconf.fill`); with several GPUs the same solver chooses `-ts` (each GPU's range of
-layers), so `moeconf compile` on the written plan gives the same command. The compiled command
-line is simulated and measured again before it is returned; the user's context, batch and cache
-types are never changed."""
+layers), so `moeconf compile` on the written plan gives the same command. The plan is compiled
+once; the compiled command line is read back as the engine reads it (once, by the compiler) and its
+memory is the fill's own last measure wherever it reads back to that placement and those settings
+(`Compiled.memory`), checked against the budgets before it is returned; the user's context, batch
+and cache types are never changed."""
 
 from __future__ import annotations
 
@@ -24,8 +26,7 @@ from moeconf.compiled import Compiled
 from moeconf.engines import Engine, engine_device_order
 from moeconf.engines.flags import FIT_TUNING
 from moeconf.errors import MoeconfError, PlanError
-from moeconf.explanation import explain
-from moeconf.fill import DoesNotFit
+from moeconf.fill import DoesNotFit, plan_settings
 from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, parse_size, read_settings
 from moeconf.memory.estimate import refused_settings
 from moeconf.memory.servercache import PROMPT_CACHE_DEFAULT_MIB
@@ -263,7 +264,8 @@ class _Solver:
     def __init__(self, inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
                  model_path: str, serve_path: str | None, plan_dir: str, reserve: int, policy: Policy,
                  split: bool, ram: int | None = None, ram_headroom: int = DEFAULT_RAM_HEADROOM,
-                 host_cpu: str = "plain", fields: Mapping[str, object] | None = None) -> None:
+                 host_cpu: str = "plain", fields: Mapping[str, object] | None = None,
+                 plan_path: str | None = None, docker_volumes: Sequence[str] = ()) -> None:
         self.inv, self.eng, self.budgets, self.reserve, self.policy, self.split = (
             inv, eng, list(budgets), reserve, policy, split)
         self.ram_total = ram
@@ -289,6 +291,8 @@ class _Solver:
             self.serve_assumed = (f"-m {self.serve_path}: the GGUF the manifest names (--serve-path or -m to "
                                   "give the path the server loads)")
         self.plan_dir = plan_dir
+        self.plan_path = plan_path or fit_plan_path(plan_dir, self.serve_path, model_path)
+        self.docker_volumes = list(docker_volumes)
         rpc_names = [f"RPC0[{s}]" if eng.rpc_indexed else f"RPC[{s}]" for s in self.rpc]
         for b in self.budgets:
             if b.device.startswith("RPC") and b.device not in rpc_names:
@@ -421,7 +425,9 @@ class _Solver:
         rules = [f"experts -> {', '.join(self.order)}, cpu"]
         text = _plan_text(self.model_path, self.serve_path, self.eng, self.gpus, self.rpc, self.fields, self.extra,
                           rules, self.budgets, self.reserve, self.policy, self.split, self.ram, self.ram_headroom)
-        plan_path = fit_plan_path(self.plan_dir, self.serve_path, self.model_path)
+        if self.docker_volumes:
+            text += "\n[targets]\ndocker_volumes = [" + ", ".join(_toml_str(v) for v in self.docker_volumes) + "]\n"
+        plan_path = self.plan_path
         try:
             plan = plan_from_text(text, plan_path)
             compiled = compile_plan(plan, inventory=self.inv)
@@ -432,11 +438,14 @@ class _Solver:
             raise MoeconfError(_flag_words(e.message), hint=_flag_words(e.hint) if e.hint else None) from None
         except MoeconfError as e:
             raise unlocated(e, plan_path) from None
-        # the command line itself, simulated and measured again: what is printed is what was checked
+        # the command line itself, as the compiler read it back and measured it (once: the fill's own
+        # measure where it reads back to the same placement and settings): what is printed is what
+        # was checked. A host CPU with AMX is measured again (the fill's plan has no host CPU)
         argv = list(compiled.argv)
-        ex = explain(self.inv, self.eng, argv, gpus=self.gpus)
-        mem = estimate_explained(ex, dataclasses.replace(read_settings(argv, self.eng, reserve=self.reserve),
-                                                         host_cpu=self.host_cpu))
+        ex = compiled.explained()
+        settings = dataclasses.replace(read_settings(argv, self.eng, reserve=self.reserve), host_cpu=self.host_cpu)
+        same = plan_settings(compiled.plan, self.eng) == settings
+        mem = compiled.memory if same else estimate_explained(ex, settings)
         refused = [*ex.refusals, *mem.problems]
         if refused:
             # explain's own checks on the final command line: never print one the engine refuses
@@ -485,7 +494,8 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
         model_path: str | None = None, plan_dir: str | None = None, reserve: int = DEFAULT_RESERVE,
         policy: Policy = "first", split: bool = True, serve_path: str | None = None, ram: int | str | None = None,
         ram_headroom: int | str = DEFAULT_RAM_HEADROOM, version: str | None = None,
-        host_cpu: str = "plain", fields: Mapping[str, object] | None = None) -> FitResult:
+        host_cpu: str = "plain", fields: Mapping[str, object] | None = None, plan_path: str | None = None,
+        docker_volumes: Sequence[str] = ()) -> FitResult:
     """Solve the placement; raise FitError (with the shortfall and what would help) if nothing fits.
 
     `inv`: an Inventory or a model path (GGUF or manifest); `engine`: "llama.cpp",
@@ -496,7 +506,10 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
     `serve_path`: the GGUF path the command loads (default: the GGUF, or the file a manifest was
     made from); `ram`: system RAM, of which `ram_headroom` is kept for the system and the rest
     must hold what the GPUs leave (weights in RAM, host compute); `fields`: plan flag fields
-    (ubatch, batch, cache_type_k, ...) set over the ones `user_argv` gives (`fit --optimize`)."""
+    (ubatch, batch, cache_type_k, ...) set over the ones `user_argv` gives (`fit --optimize`);
+    `plan_path`: where the plan would be written (default `fit_plan_path`: its name names the model
+    for llama-swap); `docker_volumes`: the plan's `[targets] docker_volumes`, for the docker and
+    compose targets."""
     from moeconf.engines import engine as engine_named
     from moeconf.engines import version_error
     from moeconf.model.load import load_inventory
@@ -521,7 +534,7 @@ def fit(inv: Inventory | str, engine: Engine | str = "llama.cpp",
     ram_b = parse_size(ram, "ram") if isinstance(ram, str) else ram
     headroom = parse_size(ram_headroom, "ram_headroom") if isinstance(ram_headroom, str) else ram_headroom
     return _Solver(inv, eng, budgets, user_argv, model_path, serve_path, plan_dir, reserve, policy,
-                   split, ram_b, headroom, host_cpu, fields).solve()
+                   split, ram_b, headroom, host_cpu, fields, plan_path, docker_volumes).solve()
 
 
 def fit_plan_path(plan_dir: str, serve_path: str | None, model_path: str) -> str:

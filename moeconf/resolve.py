@@ -11,6 +11,7 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.engines.simulate import default_devices, layer_gpus
@@ -20,6 +21,9 @@ from moeconf.placement import Placement
 from moeconf.plan import Plan
 from moeconf.plan.rules import Rule, Span
 from moeconf.planengine import gpu_devices, n_gpu_layers, plan_engine, plan_ik_split, rpc_devices
+
+if TYPE_CHECKING:
+    from moeconf.fill import FillMeasure
 
 TARGET_WORDS = ("layer", "all")
 
@@ -192,6 +196,9 @@ class Resolution:
     decisive: tuple[tuple[str, ...], ...]  # per rule: the tensors whose device it decides
     # the -ts moeconf chose for a fill over several GPUs (layer counts per device), None: the plan's
     tensor_split: tuple[int, ...] | None = None
+    # a fill's last measure of the placement it chose (the compiled command line's memory, where that
+    # reads back to the same placement and settings: `Compiled.memory`)
+    measured: FillMeasure | None = None
 
 
 def locate_engine(plan: Plan) -> tuple[int | None, int | None]:
@@ -233,6 +240,7 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
     decided_by: dict[str, int] = {}
     selected: list[tuple[str, ...]] = []
     tensor_split: tuple[int, ...] | None = None
+    measured: FillMeasure | None = None
     for rule in plan.rules:
         dev = resolve_device(plan, eng, rule)
         tensors = select(plan, inv, rule, warnings)
@@ -262,6 +270,7 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
             overlay = {n: devices[n] for n in decided_by}
             sol = fill(plan, inv, eng, overlay, live_requests,
                        lambda w: resolve_device(plan, eng, fills[0], w, fills[0].device_span))
+            measured = sol.measured
             if sol.tensor_split is not None:  # moeconf chose -ts: the defaults follow it
                 tensor_split = sol.tensor_split
                 defaults = sol.defaults
@@ -286,4 +295,4 @@ def resolve(plan: Plan, inv: Inventory) -> Resolution:
         warnings.append(Diagnostic(
             f"{eng.label} drops every -ot rule when -ngl is 0 or there is no GPU", plan.path, pos[0], pos[1]))
     placement = Placement(inv, eng, devices, defaults, reasons)
-    return Resolution(placement, tuple(warnings), tuple(selected), tuple(decisive), tensor_split)
+    return Resolution(placement, tuple(warnings), tuple(selected), tuple(decisive), tensor_split, measured)

@@ -12,9 +12,11 @@ from moeconf.memory.settings import MemorySettings
 def estimate_explained(ex: Explanation, settings: MemorySettings) -> MemoryEstimate:
     """Memory for a simulated command line (`moeconf.explanation.explain`), with the engine's
     pipeline parallelism decided from the same invocation."""
+    return estimate(ex.placement, settings, pipeline=explained_pipeline(ex, settings))
+
+
+def explained_pipeline(ex: Explanation, settings: MemorySettings) -> bool:
+    """Whether the engine runs a simulated command line with pipeline parallelism (`pipeline_parallel`)."""
     inv = ex.invocation
-    n_devices = len(ex.accelerators)
     sm = inv.split_mode.text if inv.split_mode else None
-    overrides = bool(ex.items)
-    pipe = pipeline_parallel(ex.placement, n_devices, inv.n_gpu_layers(), sm, settings, overrides)
-    return estimate(ex.placement, settings, pipeline=pipe)
+    return pipeline_parallel(ex.placement, len(ex.accelerators), inv.n_gpu_layers(), sm, settings, bool(ex.items))

@@ -50,9 +50,9 @@ def verify_invocation(c: Compiled, args: Sequence[str], env: Mapping[str, str] |
     return ex
 
 
-def verify_argv(c: Compiled) -> None:
-    """The compiled argv, every flag included (`-ngl`, `-ts`, `extra`, ...)."""
-    verify_invocation(c, c.argv, None, "the compiled command line")
+def verify_argv(c: Compiled) -> Explanation:
+    """The compiled argv, every flag included (`-ngl`, `-ts`, `extra`, ...), as `explain` reads it."""
+    return verify_invocation(c, c.argv, None, "the compiled command line")
 
 
 def _same(got: Sequence[str], want: Sequence[str], what: str) -> None:

@@ -197,6 +197,18 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
     return problems
 
 
+def families_refused(placement: Placement, settings: MemorySettings, gpus: list[str] | None = None) -> list[str]:
+    """What `estimate`'s families step refuses (memory/families.py): on ik_llama.cpp the families of every engine
+    and device (speculation, extra files, --override-kv; llama.cpp's graph of the placement checks the rest).
+    `gpus`: the GPUs holding weights or layers (computed when not given). A search that measured a placement
+    with `families=False` and finds this empty has what `families=True` gives (on ik, but for its twin's)."""
+    ik = placement.engine.name == "ik_llama.cpp"
+    if gpus is None and not ik:
+        gpus = sorted(d for d in {*weight_bytes(placement), *_layer_devices(placement).values()} if is_gpu(d))
+    return setting_families.unmodelled_settings(placement, settings, [] if ik or gpus is None else gpus,
+                                                not ik and output_family_checked(placement, settings))
+
+
 def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False,
              replay: bool = True, families: bool = True) -> MemoryEstimate:
     """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
@@ -230,8 +242,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # setting families whose compute is not modelled (memory/families.py); on ik_llama.cpp those of every
     # engine and device (gpus=[]: speculation, extra files, --override-kv), llama.cpp's graph checks the rest
     if not why and families:
-        why.extend(setting_families.unmodelled_settings(placement, settings, [] if ik else gpus,
-                                                        not ik and output_family_checked(placement, settings)))
+        why.extend(families_refused(placement, settings, gpus))
     # the nextn blocks whose KV cache the engine keeps though it skips their tensors (Traits.nextn_kv)
     nextn_dev: dict[int, str] = {}
     for la in () if why else geo.nextn_kv:

@@ -149,19 +149,21 @@ class Scheduler:
         ids.clear()
         if pinned:
             ids.update(pinned)
+        get = ids.get
+        from_cur = self._from_cur
         cpu = len(self.backends) - 1
         for leaf in g.leafs:
-            if ids.get(leaf, -1) == -1:
-                ids[leaf] = self._from_cur(leaf)
+            if get(leaf, -1) == -1:
+                ids[leaf] = from_cur(leaf)
         for node in g.nodes:
-            if ids.get(node, -1) == -1:
-                ids[node] = self._from_cur(node)
+            if get(node, -1) == -1:
+                ids[node] = from_cur(node)
         ops = [n for n in g.nodes if n.op not in VIEW_OPS]
 
         def expand(seq: Sequence[Tensor], skip_cpu: bool) -> None:
             cur = -1
             for n in seq:
-                b = ids.get(n, -1)
+                b = get(n, -1)
                 if b != -1:
                     cur = -1 if (skip_cpu and b == cpu) else b
                 elif cur != -1:
@@ -172,7 +174,7 @@ class Scheduler:
         expand(ops, False)
         expand(ops[::-1], False)
         for n in ops:  # pass 3
-            b = ids.get(n, -1)
+            b = get(n, -1)
             if b == -1:
                 known = [s for s in n.src if s is not None
                          and (ids.get(s, -1) != -1 or (s.view_src is not None and ids.get(s.view_src, -1) != -1))]
@@ -184,12 +186,12 @@ class Scheduler:
                 ids[n] = best
             # (the upgrade to a higher-priority backend of the same buffer type: no two backends share one here)
         for n in g.nodes:  # pass 4
-            if n.view_src is not None and ids.get(n, -1) == -1:
-                ids[n] = ids.get(n.view_src, -1)
+            if n.view_src is not None and get(n, -1) == -1:
+                ids[n] = get(n.view_src, -1)
             for s in n.src:
-                if s is not None and ids.get(s, -1) == -1:
-                    ids[s] = ids.get(s.view_src, -1) if s.view_src is not None else ids[n]
-            if ids.get(n, -1) == -1:
+                if s is not None and get(s, -1) == -1:
+                    ids[s] = get(s.view_src, -1) if s.view_src is not None else ids[n]
+            if get(n, -1) == -1:
                 ids[n] = 0
 
     def split(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> None:
@@ -253,7 +255,7 @@ class Scheduler:
                 dep = Tensor("NONE", s.type, s.ne, s.nb, [s], view_src=s)  # ggml_view_tensor, op NONE
                 gnodes.append((dep, ids[s]))
                 gnodes.append((copies[(id(s), b)], b))
-            gnodes.extend((n, ids[n]) for n in members)
+            gnodes.extend(zip(members, map(ids.__getitem__, members), strict=True))
         gleafs: list[tuple[Tensor, int]] = []
         if self.n_copies > 1:
             graph_inputs = [leaf for leaf in g.leafs if leaf.flags & INPUT]
@@ -298,7 +300,7 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
     sizes: dict[Tensor, int] = {}  # the bytes a tensor takes in the buffer it is in (`addr`)
 
     def alloc_node(t: Tensor, b: int) -> None:
-        if own.get(t) or t.buffer is not None or t.view_src is not None:
+        if t.buffer is not None or t.view_src is not None or own.get(t):
             return
         own[t] = True
         if t.op in CAN_INPLACE:
@@ -350,21 +352,22 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
 
     for leaf, b in leafs:
         alloc_node(leaf, b)
+    own_get, children_get, views_get = own.get, children.get, views.get
     for n, b in nodes:
         if n.view_src is not None and n.op != "NONE":
-            views[n.view_src] = views.get(n.view_src, 0) + 1
+            views[n.view_src] = views_get(n.view_src, 0) + 1
         if n.flags & INPUT:
             alloc_node(n, b)
         for s in n.src:
             if s is None or s is n:
                 continue
-            children[s] = children.get(s, 0) + 1
+            children[s] = children_get(s, 0) + 1
             if s.flags & INPUT:
                 alloc_node(s, b)
     for n, b in nodes:
         srcs = n.src
         for p in srcs:
-            if p is not None and p is not n and not own.get(p) and p.buffer is None and p.view_src is None:
+            if p is not None and p is not n and not own_get(p) and p.buffer is None and p.view_src is None:
                 alloc_node(p, b)
         alloc_node(n, b)
         for p in srcs:
@@ -372,13 +375,13 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                 continue
             left = children[p] - 1
             children[p] = left
-            if left == 0 and views.get(p, 0) == 0:
-                if p.view_src is not None:
-                    vs = p.view_src
+            if left == 0 and not views_get(p, 0):
+                vs = p.view_src
+                if vs is not None:
                     views[vs] -= 1
-                    if views[vs] == 0 and children.get(vs, 0) == 0 and own.get(vs):
+                    if views[vs] == 0 and not children_get(vs, 0) and own_get(vs):
                         free_node(vs)
-                elif own.get(p):
+                elif own_get(p):
                     free_node(p)
     return [a.max_size for a in allocs]
 
