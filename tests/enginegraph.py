@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -183,31 +183,31 @@ class Difference:
         return "\n".join(lines)
 
 
+def _first_difference(kind: str, a: Sequence[Any], b: Sequence[Any], fields: Sequence[str],
+                      key: tuple[Callable[[Any, str], Any], Callable[[Any, str], Any]],
+                      describe: tuple[Callable[[Any], Any], Callable[[Any], Any]]) -> Difference | None:
+    """The first of two lists' entries (nodes or splits) that differ in a field, or in the count."""
+    for i in range(max(len(a), len(b))):
+        if i >= len(a) or i >= len(b):
+            return Difference(kind, i, ("count",), describe[0](a[i]) if i < len(a) else None,
+                              describe[1](b[i]) if i < len(b) else None)
+        differ = tuple(f for f in fields if key[0](a[i], f) != key[1](b[i], f))
+        if differ:
+            return Difference(kind, i, differ, describe[0](a[i]), describe[1](b[i]))
+    return None
+
+
 def compare(ours: EngineGraph, theirs: EngineGraph, ignore: Collection[str] = ()) -> Difference | None:
     """The first node (then split, then pipeline input) where `ours` and `theirs` differ, or None when
     they agree. `ignore`: fields not compared (NODE_FIELDS, SPLIT_FIELDS, "splits", "graph_inputs")."""
-    fields = [f for f in NODE_FIELDS if f not in ignore]
-    for i in range(max(len(ours.nodes), len(theirs.nodes))):
-        if i >= len(ours.nodes) or i >= len(theirs.nodes):
-            a = ours.describe_node(ours.nodes[i]) if i < len(ours.nodes) else None
-            b = theirs.describe_node(theirs.nodes[i]) if i < len(theirs.nodes) else None
-            return Difference("node", i, ("count",), a, b)
-        na, nb = ours.nodes[i], theirs.nodes[i]
-        differ = tuple(f for f in fields if ours.node_key(na, f) != theirs.node_key(nb, f))
-        if differ:
-            return Difference("node", i, differ, ours.describe_node(na), theirs.describe_node(nb))
-    if "splits" in ignore:
-        return None
-    sfields = [f for f in SPLIT_FIELDS if f not in ignore]
-    for i in range(max(len(ours.splits), len(theirs.splits))):
-        if i >= len(ours.splits) or i >= len(theirs.splits):
-            a = ours.describe_split(ours.splits[i]) if i < len(ours.splits) else None
-            b = theirs.describe_split(theirs.splits[i]) if i < len(theirs.splits) else None
-            return Difference("split", i, ("count",), a, b)
-        sa, sb = ours.splits[i], theirs.splits[i]
-        differ = tuple(f for f in sfields if ours.split_key(sa, f) != theirs.split_key(sb, f))
-        if differ:
-            return Difference("split", i, differ, ours.describe_split(sa), theirs.describe_split(sb))
+    found = _first_difference("node", ours.nodes, theirs.nodes, [f for f in NODE_FIELDS if f not in ignore],
+                              (ours.node_key, theirs.node_key), (ours.describe_node, theirs.describe_node))
+    if found is not None or "splits" in ignore:
+        return found
+    found = _first_difference("split", ours.splits, theirs.splits, [f for f in SPLIT_FIELDS if f not in ignore],
+                              (ours.split_key, theirs.split_key), (ours.describe_split, theirs.describe_split))
+    if found is not None:
+        return found
     if "graph_inputs" in ignore:
         return None
     a_in = [ours.ref_key(r) for r in ours.graph_inputs]
