@@ -26,7 +26,7 @@ which scales and clamps run) is the composition's, or the GGUF key the architect
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -101,8 +101,8 @@ class Lazy(MutableMapping[str, V]):
 
 def _modules() -> list[str]:
     """The composition modules' names, in order (the folder's listing: no module imported)."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__)
-                  if not m.name.startswith("_") and m.name != "common")
+    names = (f[:-3] for d in __path__ for f in os.listdir(d) if f.endswith(".py"))
+    return sorted(n for n in names if n.isidentifier() and not n.startswith("_") and n != "common")
 
 
 _MODULE_NAMES: set[str] = set()
