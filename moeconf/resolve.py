@@ -7,7 +7,6 @@ and the engine, with "did you mean" suggestions from the model's own names.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,6 +140,8 @@ def _selector(plan: Plan, inv: Inventory, rule: Rule, warnings: list[Diagnostic]
                                       f"tensor kind {word!r} does not occur in this model: the rule selects nothing"))
                 preds.append(lambda t: False)
                 continue
+            import difflib  # here: only a wrong word needs it
+
             choices = [*GROUPS, *TARGET_WORDS, *sorted(bases)]
             close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
             hint = (f"did you mean {close[0]!r}?" if close

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import repeat
 
 from moeconf.engines import AUTO_GPU, Engine
 from moeconf.engines.regex import RegexProblem
@@ -60,16 +61,24 @@ def _never_loaded(name: str) -> bool:
     return bool(kinds) and all(k in unused_kinds() for k in kinds)
 
 
-def _gpu_for(il: int, i_gpu_start: int, act: int, gpus: Sequence[str], tensor_split: Sequence[float] | None) -> str:
-    if len(gpus) == 1:
-        return gpus[0]
-    if not tensor_split:
-        return AUTO_GPU
+def _splits(gpus: Sequence[str], tensor_split: Sequence[float] | None) -> list[float] | None:
+    """`-ts` as each GPU's cumulative share (None: one GPU, or no -ts)."""
+    if len(gpus) == 1 or not tensor_split:
+        return None
     total = sum(tensor_split[: len(gpus)])
     splits, acc = [], 0.0
     for i in range(len(gpus)):
         acc += tensor_split[i] if i < len(tensor_split) else 0.0
         splits.append(acc / total if total else 0.0)
+    return splits
+
+
+def _gpu_for(il: int, i_gpu_start: int, act: int, gpus: Sequence[str], splits: list[float] | None) -> str:
+    """Layer `il`'s GPU by the cumulative shares (`_splits`, computed once per placement)."""
+    if len(gpus) == 1:
+        return gpus[0]
+    if splits is None:
+        return AUTO_GPU
     x = float(il - i_gpu_start) / act
     for i, s in enumerate(splits):  # std::upper_bound
         if s > x:
@@ -119,6 +128,7 @@ def default_layer_devices(
     n_layer = inv.block_count
     n = n_layer + 1 if n_gpu_layers < 0 else n_gpu_layers
     i_gpu_start, act = offloaded_range(inv, eng, n_gpu_layers)
+    splits = _splits(gpus, tensor_split)
 
     def layer_device(il: int) -> str:
         if not gpus or act <= 0:
@@ -136,7 +146,7 @@ def default_layer_devices(
             return "CPU"
         if not eng.ngl_counts_output and len(gpus) > 1:
             return gpus[layer_devices[il]] if layer_devices is not None else AUTO_GPU
-        return _gpu_for(min(il, n_layer), i_gpu_start, max(act, 1), gpus, tensor_split)
+        return _gpu_for(min(il, n_layer), i_gpu_start, max(act, 1), gpus, splits)
 
     return {il: layer_device(il) for il in range(n_layer + 1)}
 
@@ -161,7 +171,8 @@ def default_devices(
         default_layer_devices(inv, eng, n_gpu_layers, gpus, tensor_split, split_mode, layer_devices))
     per_layer[_NOT_CREATED] = None
     per_layer[_INPUT] = "CPU"  # the input layer (token_embd) always stays on the CPU
-    return {name: per_layer.get(at, "CPU") for name, at in _homes(inv, eng)}
+    names, ats = _home_columns(inv, eng)
+    return dict(zip(names, map(per_layer.get, ats, repeat("CPU")), strict=True))
 
 
 _NOT_CREATED, _INPUT = -2, -1
@@ -196,6 +207,13 @@ def _homes(inv: Inventory, eng: Engine) -> tuple[tuple[str, int], ...]:
     """Each tensor's name and the layer whose device it takes (the output layer as block_count):
     a fit asks for the default placement of every split it tries."""
     return tuple((t.name, _NOT_CREATED if not created(t, inv, eng) else home_layer(t, inv, eng)) for t in inv.tensors)
+
+
+@per_inventory
+def _home_columns(inv: Inventory, eng: Engine) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """`_homes` as two columns, names and layers (a fit builds the default placement ~80 times)."""
+    homes = _homes(inv, eng)
+    return tuple(n for n, _ in homes), tuple(a for _, a in homes)
 
 
 @cache

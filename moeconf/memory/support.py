@@ -25,6 +25,7 @@ import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.classic import CLASSIC_MODELLED
+from moeconf.memory.graph.archs import Lazy
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
 from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
@@ -62,7 +63,7 @@ class ArchMemory:
 # and GLM-4.5-Air with 1, weights and KV exact, compute within 16 MiB (tests/test_memory_flagship.py).
 _GROUPS: Final = frozenset({"expert_group_count", "expert_group_used_count"})
 
-MODELLED: Final[dict[str, ArchMemory]] = {
+_LISTED: Final[dict[str, ArchMemory]] = {
     "qwen3moe": ArchMemory(frozenset(), _BOTH, _CHECKED + " (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder-480B)"),
     "glm4moe": ArchMemory(frozenset({"leading_dense_block_count", "nextn_predict_layers"}) | _GROUPS, _BOTH,
                           _CHECKED + " (GLM-4.5-Air, GLM-4.5, GLM-4.7)"),
@@ -116,9 +117,21 @@ MODELLED: Final[dict[str, ArchMemory]] = {
                           _CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
 }
 # the classic MoEs checked within tolerance (memory/classic.py)
-MODELLED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
-# the architectures whose compute the engine's graph gives (memory/graph/model.py GRAPH_MODELLED)
-MODELLED.update({a: ArchMemory(keys, _MAINLINE, checked) for a, (keys, checked) in _GRAPH_MODELLED.items()})
+_LISTED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
+
+
+def _modelled(arch: str) -> ArchMemory:
+    """`arch`'s entry: the architectures whose compute the engine's graph gives (memory/graph/model.py
+    GRAPH_MODELLED: asking imports the architecture's composition only), then those listed above."""
+    graph = _GRAPH_MODELLED.get(arch)
+    if graph is not None:
+        return ArchMemory(graph[0], _MAINLINE, graph[1])
+    return _LISTED[arch]
+
+
+# every modelled architecture: those listed above, then the graph's (asked one by one, as the memory
+# model does, no more of the graph's compositions are imported than are asked for)
+MODELLED: Final[Lazy[ArchMemory]] = Lazy(_modelled, lambda: list(_LISTED) + list(_GRAPH_MODELLED))
 
 
 _ROUTED_KINDS: Final = frozenset({"FFN_GATE_EXPS", "FFN_UP_EXPS", "FFN_DOWN_EXPS", "FFN_GATE_UP_EXPS"})

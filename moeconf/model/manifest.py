@@ -13,7 +13,6 @@ import re
 import sys
 from typing import Any
 
-from moeconf.atomic import write_text_atomic
 from moeconf.errors import ManifestError, read_text
 from moeconf.model import ggml
 from moeconf.model.inventory import MAX_HPARAM_ARRAY, Inventory, ModelMetadata, RawTensor, build_inventory
@@ -56,6 +55,8 @@ def dumps_manifest(inv: Inventory) -> str:
 
 
 def write_manifest(inv: Inventory, path: str | os.PathLike[str]) -> None:
+    from moeconf.atomic import write_text_atomic  # here: reading a model writes nothing (tempfile's import)
+
     write_text_atomic(path, dumps_manifest(inv))
 
 

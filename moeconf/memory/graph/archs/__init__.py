@@ -10,7 +10,11 @@ the rest of the memory model reads about the architecture that its GGUF does not
 defaults, recurrent layers, the indexer cache, flash attention forced off); `traits(arch)` answers
 for any architecture. The registry below finds the modules itself: adding an
 architecture is adding its module (plus its test data: the engine's recorded graphs and figures), and
-this registry is the only place an architecture's name is read. Modules whose names start with an
+this registry is the only place an architecture's name is read. A module is named after its
+architecture, `-` spelled `_` (`glm-dsa` in glm_dsa.py), and is imported when its architecture is
+first asked for (`COMPOSITIONS[arch]`, `traits(arch)`, `arch in ARCHS`): one command reads one
+model, and importing all 46 would cost it about 0.03 s; listing the registry (iterating it, its
+length) imports them all, in module order. Modules whose names start with an
 underscore hold what several compositions share.
 
 What a layer holds (biases, Q/K norms, a shared expert and its gate, a selection bias, fused
@@ -22,12 +26,16 @@ which scales and clamps run) is the composition's, or the GGUF key the architect
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from moeconf.memory.graph.archs.common import Build, Facts, Memory, Swa, Traits
 
-__all__ = ["ARCHS", "COMPOSITIONS", "Build", "Composition", "Facts", "Memory", "Swa", "Traits", "traits"]
+__all__ = ["ARCHS", "COMPOSITIONS", "Build", "Composition", "Facts", "Lazy", "Memory", "Swa", "Traits", "traits"]
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -39,27 +47,105 @@ class Composition:
     traits: Traits
 
 
-def _discover() -> dict[str, Composition]:
-    out: dict[str, Composition] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name == "common":
-            continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        arch, build, memory = getattr(mod, "ARCH", None), getattr(mod, "build", None), getattr(mod, "MEMORY", None)
-        traits = getattr(mod, "TRAITS", Traits())
-        if not isinstance(arch, str) or not callable(build) or not (memory is None or isinstance(memory, Memory)) \
-                or not isinstance(traits, Traits):
-            raise AssertionError(f"{mod.__name__}: a composition module defines ARCH (a str), build(g, facts) "
-                                 "and optionally MEMORY (a common.Memory) and TRAITS (a common.Traits)")
+class Lazy(MutableMapping[str, V]):
+    """A dict by architecture filled on demand: `one(arch)` gives an architecture's value (KeyError where it
+    has none), `every()` every architecture that may have one, in order. A lookup or `in` computes that one
+    key; iterating or `len` computes them all and lists them in `every()`'s order (then any key set that it
+    does not name). Keys set or deleted (a test's monkeypatch) stay as set."""
+
+    def __init__(self, one: Callable[[str], V], every: Callable[[], Iterable[str]]) -> None:
+        self._one, self._every = one, every
+        self._d: dict[str, V] = {}
+        self._gone: set[str] = set()
+        self._order: list[str] | None = None
+
+    def __getitem__(self, key: str) -> V:
+        try:
+            return self._d[key]
+        except KeyError:
+            pass
+        if self._order is not None or key in self._gone or not isinstance(key, str):
+            raise KeyError(key)
+        value = self._one(key)
+        self._d[key] = value
+        return value
+
+    def __setitem__(self, key: str, value: V) -> None:
+        self._d[key] = value
+        self._gone.discard(key)
+
+    def __delitem__(self, key: str) -> None:
+        self[key]  # raises KeyError where there is none
+        del self._d[key]
+        self._gone.add(key)
+
+    def _all(self) -> list[str]:
+        if self._order is None:
+            order = []
+            for key in dict.fromkeys(self._every()):
+                if key in self:
+                    order.append(key)
+            self._order = order
+        known = set(self._order)
+        return [k for k in self._order if k in self._d] + [k for k in self._d if k not in known]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return f"Lazy({dict(self.items())!r})"
+
+
+def _modules() -> list[str]:
+    """The composition modules' names, in order (the folder's listing: no module imported)."""
+    names = (f[:-3] for d in __path__ for f in os.listdir(d) if f.endswith(".py"))
+    return sorted(n for n in names if n.isidentifier() and not n.startswith("_") and n != "common")
+
+
+_MODULE_NAMES: set[str] = set()
+
+
+def _load(arch: str) -> Composition:
+    """`arch`'s composition, its module imported (KeyError: no module composes it)."""
+    name = arch.replace("-", "_")
+    if not _MODULE_NAMES:
+        _MODULE_NAMES.update(_modules())
+    if name not in _MODULE_NAMES:
+        raise KeyError(arch)
+    mod = importlib.import_module(f"{__name__}.{name}")
+    got, build, memory = getattr(mod, "ARCH", None), getattr(mod, "build", None), getattr(mod, "MEMORY", None)
+    traits = getattr(mod, "TRAITS", Traits())
+    if not isinstance(got, str) or not callable(build) or not (memory is None or isinstance(memory, Memory)) \
+            or not isinstance(traits, Traits):
+        raise AssertionError(f"{mod.__name__}: a composition module defines ARCH (a str), build(g, facts) "
+                             "and optionally MEMORY (a common.Memory) and TRAITS (a common.Traits)")
+    if got.replace("-", "_") != name:
+        raise AssertionError(f"{mod.__name__}: a composition module is named after its ARCH, '-' spelled '_' "
+                             f"({got!r} in {got.replace('-', '_')}.py)")
+    if got != arch:  # a spelling of another architecture's name that maps to this module
+        raise KeyError(arch)
+    return Composition(arch, build, memory, mod.__name__, traits)
+
+
+def _every() -> list[str]:
+    """Every composed architecture, in module order (imports every module)."""
+    out: dict[str, str] = {}
+    for name in _modules():
+        arch = getattr(importlib.import_module(f"{__name__}.{name}"), "ARCH", None)
+        if not isinstance(arch, str):
+            raise AssertionError(f"{__name__}.{name}: a composition module defines ARCH (a str)")
         if arch in out:
-            raise AssertionError(f"{arch}: composed twice ({out[arch].module}, {mod.__name__})")
-        out[arch] = Composition(arch, build, memory, mod.__name__, traits)
-    return out
+            raise AssertionError(f"{arch}: composed twice ({out[arch]}, {name})")
+        out[arch] = name
+    return list(out)
 
 
-COMPOSITIONS: dict[str, Composition] = _discover()
 # architecture -> its composition (src/models/<arch>.cpp)
-ARCHS: dict[str, Build] = {a: c.build for a, c in COMPOSITIONS.items()}
+COMPOSITIONS: Lazy[Composition] = Lazy(_load, _every)
+ARCHS: Lazy[Build] = Lazy(lambda a: COMPOSITIONS[a].build, lambda: list(COMPOSITIONS))
 
 _DEFAULT = Traits()
 
