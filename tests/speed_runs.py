@@ -86,7 +86,8 @@ def machine_of(row: dict[str, Any], host_bandwidth: float | None = None) -> Mach
                 Figure(pcie_bytes_per_s(f"{card.pcie_gen}x{card.pcie_lanes}"), table) if card else None)
         flops = (Figure(g["matrix_tflops"] * 1e12, src) if g["matrix_tflops"] else
                  Figure(card.matrix_tflops * 1e12, table) if card else None)
-        gpus.append(GPU(f"CUDA{i}", g["name"], Figure(g["memory_bandwidth_gbs"] * 1e9, src), pcie, flops))
+        gpus.append(GPU(f"CUDA{i}", g["name"], Figure(g["memory_bandwidth_gbs"] * 1e9, src), pcie, flops,
+                        compute=card.compute if card else None))
     h = m["host"]
     bw = h.get("memory_bandwidth_gbs")
     fitted = f"fitted on {h.get('memory_bandwidth_fitted_on')}"
@@ -163,13 +164,18 @@ def build(row: dict[str, Any], folder: Path) -> Case:
     except TrafficUnmodelled as e:
         return Case(row, None, None, fitted_host, (str(e),))
     probe = machine_of(row, host_bandwidth=1.0)  # the features do not read the host's rate
-    p = sp.predict(tr, probe, prompt_tokens=row["prompt_tokens"] or None, routing=row["routing"])
+    p = sp.predict(tr, probe, prompt_tokens=row["prompt_tokens"] or None, routing=row["routing"], tool=tool_of(row))
     if p.generation is None:
         why = p.refused or tuple(f"the machine figure {m} is given by neither the row nor the card table"
                                  for m in p.missing)
         return Case(row, tr, None, fitted_host, why)
-    f = sp.features(tr, probe, row["prompt_tokens"] or tr.n_ubatch, row["routing"])
+    f = sp.features(tr, probe, row["prompt_tokens"] or tr.n_ubatch, row["routing"], tool_of(row))
     return Case(row, tr, f, fitted_host, p.refused)
+
+
+def tool_of(row: dict[str, Any]) -> str:
+    """What timed the run: llama-bench (warm runs; llama-sweep-bench too) or a server's first request."""
+    return "llama-bench" if "bench" in command_argv(row)[0] else "llama-server"
 
 
 def command_argv(row: dict[str, Any]) -> list[str]:
@@ -200,11 +206,13 @@ class Constants:
                    sp.OFFLOAD_COPY_FRACTION, sp.OFFLOAD_TENSOR_S)
 
     def gen_s_without_host(self, f: sp.Features) -> float:
-        return self.token_fixed_s + f.gpu_read_s / self.gpu_bw_fraction + f.token_copy_s
+        return ((self.token_fixed_s if f.server else 0.0) + f.gpu_read_s / self.gpu_bw_fraction
+                + f.token_copy_s)
 
     def prompt_s(self, f: sp.Features, host_rate: float) -> float:
         assert f.gpu_work_s is not None
-        return (self.prompt_fixed_s + f.gpu_work_s / self.gpu_matrix_fraction + f.offload_s / self.offload_copy_fraction
+        return ((self.prompt_fixed_s if f.server else 0.0) + f.gpu_work_s / self.gpu_matrix_fraction
+                + f.gpu_prompt_read_s / self.gpu_bw_fraction + f.offload_s / self.offload_copy_fraction
                 + f.offload_tensors * self.offload_tensor_s + f.ubatch_copy_s
                 + (f.host_prompt_bytes / host_rate if host_rate else 0.0))
 
@@ -294,11 +302,12 @@ def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> tuple[Cons
             continue
         t = 1.0 / c.row["measured"]["tg_tps"] - f.token_copy_s
         own = h.get("memory_bandwidth_gbs")
+        srv = 1.0 if f.server else 0.0
         if own is not None:
-            eqs.append([1.0, f.gpu_read_s, 0.0])
+            eqs.append([srv, f.gpu_read_s, 0.0])
             ys.append(t - f.host_bytes / (own * 1e9 * sp.HOST_BW_FRACTION))
         else:
-            eqs.append([1.0, f.gpu_read_s, float(f.host_bytes)])
+            eqs.append([srv, f.gpu_read_s, float(f.host_bytes)])
             ys.append(t)
     shared = any(e[2] for e in eqs)
     x = _lstsq([e if shared else e[:2] for e in eqs], ys)
@@ -308,9 +317,9 @@ def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> tuple[Cons
     pp = [c for c in cases if c.row["measured"].get("pp_tps") and c.features is not None
           and c.features.gpu_work_s is not None and c.id not in skip]
     feats = [c.features for c in pp if c.features is not None]
-    y = [c.row["prompt_tokens"] / c.row["measured"]["pp_tps"] - f.ubatch_copy_s
+    y = [c.row["prompt_tokens"] / c.row["measured"]["pp_tps"] - f.ubatch_copy_s - f.gpu_prompt_read_s / k.gpu_bw_fraction
          - (f.host_prompt_bytes / rates[c.id] if f.host_prompt_bytes else 0.0) for c, f in zip(pp, feats, strict=True)]
-    cols: list[Callable[[sp.Features], float]] = [lambda f: 1.0, lambda f: f.gpu_work_s or 0.0,
+    cols: list[Callable[[sp.Features], float]] = [lambda f: 1.0 if f.server else 0.0, lambda f: f.gpu_work_s or 0.0,
                                                   lambda f: f.offload_s, lambda f: float(f.offload_tensors)]
     x = _lstsq([[col(f) for col in cols] for f in feats], y)
     return dataclasses.replace(k, prompt_fixed_s=x[0], gpu_matrix_fraction=1.0 / x[1],
