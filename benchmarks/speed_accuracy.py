@@ -23,16 +23,34 @@ def _fmt(v: float | None, digits: int = 3) -> str:
     return f"{v:,.{max(0, digits - len(str(int(v))))}f}" if v < 100 else f"{v:,.0f}"
 
 
-def table(results: list, which_rows: str = "") -> str:  # type: ignore[type-arg]
+def table(results: list, refused: dict[str, str] | None = None) -> str:  # type: ignore[type-arg]
+    """Each row measured, predicted and its error; the summaries (median and worst |error|) per group of
+    rows (h200, pub, cpu) and kind of command (all-gpu, hybrid, cpu-only), fitted rows and aside rows apart;
+    the rows not predicted with the reason."""
     from tests.speed_runs import summary
 
-    lines = ["| run | aside | pp measured | pp predicted | error | tg measured | tg predicted | error |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | kind | aside | pp measured | pp predicted | error | tg measured | tg predicted | error |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         ep, eg = r.err("pp"), r.err("tg")
         tg_err = "-" if eg is None else f"{eg:+.0%}"
-        lines.append(f"| {r.id} | {'yes' if r.aside else ''} | {_fmt(r.pp)} | {_fmt(r.pp_pred)} | "
+        lines.append(f"| {r.id} | {r.kind} | {'yes' if r.aside else ''} | {_fmt(r.pp)} | {_fmt(r.pp_pred)} | "
                      f"{'-' if ep is None else f'{ep:+.0%}'} | {_fmt(r.tg)} | {_fmt(r.tg_pred)} | {tg_err} |")
+    lines += ["", "| rows | kind | set | prompt: median, worst (rows) | generation: median, worst (rows) |",
+              "|---|---|---|---|---|"]
+    for group in ("h200", "pub", "cpu"):
+        for kind in ("all-gpu", "hybrid", "cpu-only"):
+            part = [r for r in results if r.group == group and r.kind == kind]
+            for aside in (False, True):
+                cells = []
+                for w in ("pp", "tg"):
+                    med, worst, n = summary(part, w, aside)
+                    cells.append(f"{med:.0%}, {worst:.0%} ({n})" if n else "-")
+                measured = [r for r in part if r.aside == aside]
+                if measured and cells == ["-", "-"]:
+                    lines.append(f"| {group} | {kind} | {'aside' if aside else 'fitted'} | not predicted | not predicted |")
+                elif measured:
+                    lines.append(f"| {group} | {kind} | {'aside' if aside else 'fitted'} | {cells[0]} | {cells[1]} |")
     lines.append("")
     for aside in (False, True):
         for w, name in (("pp", "prompt"), ("tg", "generation")):
@@ -40,7 +58,15 @@ def table(results: list, which_rows: str = "") -> str:  # type: ignore[type-arg]
             if n:
                 lines.append(f"{'aside' if aside else 'fitted'} rows, {name}: median {med:.0%}, worst {worst:.0%} "
                              f"({n} rows)")
+    if refused:
+        lines += ["", "Not predicted:", ""]
+        lines += [f"- {rid}: {why}" for rid, why in refused.items()]
     return "\n".join(lines) + "\n"
+
+
+def refusals(cases: list) -> dict[str, str]:  # type: ignore[type-arg]
+    """Each row moeconf gives no figure for (or no prompt figure), with the first reason."""
+    return {c.id: c.refused[0] for c in cases if c.refused}
 
 
 def main(argv: list[str]) -> int:
@@ -66,12 +92,12 @@ def main(argv: list[str]) -> int:
             print(f"{name}: worst at the fitted constants {worst:.2f}, worst leave-one-out "
                   f"{bound([e[w] for e in loo.values() if w in e]):.2f} (rounded up to 5 %)")
         print()
-        print(table(evaluate(cases, k, host)))
+        print(table(evaluate(cases, k, host), refusals(cases)))
         return 0
     if argv:
         print(__doc__)
         return 2
-    print(table(evaluate(cases)))
+    print(table(evaluate(cases), refusals(cases)))
     return 0
 
 

@@ -277,8 +277,9 @@ def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
         refused.append(f"{', '.join(amd)}: an AMD GPU (ROCm): its per-token and per-ubatch costs are not modelled "
                        "(the RX 7900 XTX rows of the validation table come out up to 60 % too fast; docs/speed.md)")
     if not gpus_used(tr):
-        refused.append("no GPU: the fixed costs and rates are measured with a GPU only (no CPU-only run is in "
-                       "the validation table yet)")
+        refused.append("no GPU: CPU-only runs are not modelled: the validation table's CPU-only runs are bound by "
+                       "the threads, not by the host's bandwidth (one 2-vCPU guest: 18.9 t/s at -t 1, 34.4 at -t 2 on "
+                       "granite-3.1-3b-a800m), and the model has no rate per core (docs/speed.md)")
     need = () if refused else tuple(missing(tr, machine))
     if refused or need:
         return Prediction(None, None, tr.depth, n_prompt, routing, missing=need, refused=tuple(refused))
