@@ -48,7 +48,8 @@ def table(results: list, refused: dict[str, str] | None = None) -> str:  # type:
                     cells.append(f"{med:.0%}, {worst:.0%} ({n})" if n else "-")
                 measured = [r for r in part if r.aside == aside]
                 if measured and cells == ["-", "-"]:
-                    lines.append(f"| {group} | {kind} | {'aside' if aside else 'fitted'} | not predicted | not predicted |")
+                    which = "aside" if aside else "fitted"
+                    lines.append(f"| {group} | {kind} | {which} | not predicted | not predicted |")
                 elif measured:
                     lines.append(f"| {group} | {kind} | {'aside' if aside else 'fitted'} | {cells[0]} | {cells[1]} |")
     lines.append("")

@@ -331,7 +331,8 @@ def _assumptions(tr: Traffic, machine: Machine, routing: str) -> list[str]:
                    "products: the share of a stated bandwidth a host reaches is not measured yet (a datasheet peak "
                    "makes host-bound generation come out too fast; a measured read rate does not)")
     out.append(f"fixed costs: {TOKEN_FIXED_S * 1e3:.1f} ms per generated token and {PROMPT_FIXED_S:.2f} s per prompt "
-               f"where llama-server times it (its first prompt; none under llama-bench), {OFFLOAD_TENSOR_S * 1e3:.2f} ms "
+               "where llama-server times it (its first prompt; none under llama-bench), "
+               f"{OFFLOAD_TENSOR_S * 1e3:.2f} ms "
                "per op-offload copy (fitted on the validation table's NVIDIA runs)")
     if routing == "same-experts" and any(c.tensors for c in tr.ubatch_copies):
         out.append("routing: every token selects the same experts (zero weights): a ubatch copies k/E of each host "

@@ -146,9 +146,7 @@ def build(row: dict[str, Any], folder: Path) -> Case:
     from moeconf.engines import engine
     from moeconf.memory.settings import read_settings
     from moeconf.model.load import load_inventory
-    from moeconf.traffic import traffic
-
-    from moeconf.traffic import TrafficUnmodelled
+    from moeconf.traffic import TrafficUnmodelled, traffic
 
     fitted_host = row["machine"]["host"].get("memory_bandwidth_gbs") is None
     if row["engine"] != "llama.cpp":  # its layout may hold quant types only that engine has (IQ2_KL)
@@ -183,7 +181,7 @@ def command_argv(row: dict[str, Any]) -> list[str]:
     text = row["command"].split(" (", 1)[0]
     words = shlex.split(text)
     # a run on a machine without a GPU (a CPU-only build) offloads no layer, whatever -ngl's default
-    return words + ["-ngl", "0"] if not row["machine"]["gpus"] else words
+    return [*words, "-ngl", "0"] if not row["machine"]["gpus"] else words
 
 
 def build_all(folder: Path, rows: Sequence[dict[str, Any]] | None = None) -> list[Case]:
@@ -317,7 +315,8 @@ def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> tuple[Cons
     pp = [c for c in cases if c.row["measured"].get("pp_tps") and c.features is not None
           and c.features.gpu_work_s is not None and c.id not in skip]
     feats = [c.features for c in pp if c.features is not None]
-    y = [c.row["prompt_tokens"] / c.row["measured"]["pp_tps"] - f.ubatch_copy_s - f.gpu_prompt_read_s / k.gpu_bw_fraction
+    y = [c.row["prompt_tokens"] / c.row["measured"]["pp_tps"] - f.ubatch_copy_s
+         - f.gpu_prompt_read_s / k.gpu_bw_fraction
          - (f.host_prompt_bytes / rates[c.id] if f.host_prompt_bytes else 0.0) for c, f in zip(pp, feats, strict=True)]
     cols: list[Callable[[sp.Features], float]] = [lambda f: 1.0 if f.server else 0.0, lambda f: f.gpu_work_s or 0.0,
                                                   lambda f: f.offload_s, lambda f: float(f.offload_tensors)]

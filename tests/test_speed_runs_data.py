@@ -6,16 +6,15 @@ figures come from, and the rows kept aside are the ones the stated rule picks.""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import re
 from typing import Any
 
 import pytest
 
-from moeconf.fixtures import LAYOUTS
 from moeconf.model import ggml
 from tests.conftest import REPO
+from tests.speed_runs import layout_of
 
 DATA = REPO / "tests" / "data" / "speed_runs.json"
 KEYS = {"id", "source", "aside", "engine", "engine_version", "model", "quant_note", "command", "prompt_tokens",
@@ -27,26 +26,6 @@ HOST_OPTIONAL = {"memory_bandwidth_fitted_gbs", "memory_bandwidth_fitted_on"}
 SOURCES = ("https://", "benchmarks/cpu_speed_runs.py", "shared/memory-facts.md")
 _RAM = re.compile(r"DDR\d-\d+x\d+")
 _PCIE = re.compile(r"GEN\dx\d+")
-_LAYOUT_FIELDS = {"file_type", "expert_type", "expert_down_type", "attn_type"}
-
-
-def layout_of(spec: str) -> Any:
-    """A row's `{"layout": "KEY[:field=TYPE,...]"}`: the fixture layout KEY with those quant fields
-    replaced (dataclasses.replace of moeconf.fixtures.LAYOUTS[KEY])."""
-    key, _, fields = spec.partition(":")
-    lay = LAYOUTS[key]
-    changes: dict[str, str] = {}
-    for item in filter(None, fields.split(",")):
-        name, _, value = item.partition("=")
-        if name not in _LAYOUT_FIELDS:
-            raise ValueError(f"{spec}: {name!r} is not a quant field ({sorted(_LAYOUT_FIELDS)})")
-        if name == "file_type":
-            if value not in ggml.file_type_names().values():
-                raise ValueError(f"{spec}: unknown file type {value!r}")
-        elif value not in ggml.type_ids():
-            raise ValueError(f"{spec}: unknown tensor type {value!r}")
-        changes[name] = value
-    return dataclasses.replace(lay, **changes) if changes else lay
 
 
 def _positive(x: Any) -> bool:
