@@ -59,8 +59,8 @@ GPU_MATRIX_FRACTION = 0.156
 OFFLOAD_COPY_FRACTION = 0.117
 # each op-offload copy's own cost: the split reads the expert ids back from the GPU and waits for them
 OFFLOAD_TENSOR_S = 0.000412
-# the expected relative error of each prediction: the worst error of any predicted row of the table (fitted
-# or set aside) at these constants, rounded up to 5 % (`benchmarks/speed_accuracy.py fit` prints it and the
+# the expected relative error of each prediction: the worst error of the fitted (non-aside) rows at these
+# constants, rounded up to 5 %, the aside rows checked against it (`benchmarks/speed_accuracy.py fit` prints it and the
 # leave-one-out errors, which reach 65 % (generation) and 45 % (prompt): docs/speed.md says which rows);
 # it holds for NVIDIA GPUs only (AMD GPUs and runs without a GPU are refused, docs/speed.md)
 GEN_ERROR = 0.35
