@@ -80,7 +80,8 @@ def main(argv: list[str]) -> int:
         k, host = fit(train)
         print(f"TOKEN_FIXED_S = {k.token_fixed_s:.3g}\nGPU_BW_FRACTION = {k.gpu_bw_fraction:.3g}\n"
               f"PROMPT_FIXED_S = {k.prompt_fixed_s:.3g}\nGPU_MATRIX_FRACTION = {k.gpu_matrix_fraction:.3g}\n"
-              f"OFFLOAD_COPY_FRACTION = {k.offload_copy_fraction:.3g}\nOFFLOAD_TENSOR_S = {k.offload_tensor_s:.3g}")
+              f"OFFLOAD_COPY_FRACTION = {k.offload_copy_fraction:.3g}\nOFFLOAD_TENSOR_S = {k.offload_tensor_s:.3g}\n"
+              f"CPU_THREAD_BW = {k.cpu_thread_bw / 1e9:.3g}e9")
         if host is not None:
             print(f"host rate fitted on the rows that did not record it: {host / 1e9:.3g} GB/s "
                   "(speed_runs.json machine.host.memory_bandwidth_fitted_gbs)")

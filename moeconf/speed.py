@@ -59,12 +59,19 @@ GPU_MATRIX_FRACTION = 0.156
 OFFLOAD_COPY_FRACTION = 0.117
 # each op-offload copy's own cost: the split reads the expert ids back from the GPU and waits for them
 OFFLOAD_TENSOR_S = 0.000412
+# a command without a GPU: the bytes a thread's products read per second (ggml-cpu splits each product's
+# rows over the threads, and one thread does not reach the host's bandwidth); a generated token takes
+# its host bytes / min(host bandwidth x HOST_BW_FRACTION, threads x CPU_THREAD_BW). Fitted on one 2-vCPU
+# EPYC guest's llama-bench rows only (docs/speed.md)
+CPU_THREAD_BW = 13.9e9
 # the expected relative error of each prediction: the worst error of the fitted (non-aside) rows at these
 # constants, rounded up to 5 %, the aside rows checked against it (`benchmarks/speed_accuracy.py fit` prints it and the
 # leave-one-out errors, which reach 65 % (generation) and 45 % (prompt): docs/speed.md says which rows);
 # it holds for NVIDIA GPUs only (AMD GPUs and runs without a GPU are refused, docs/speed.md)
 GEN_ERROR = 0.35
 PROMPT_ERROR = 0.25
+# a CPU-only generated token's: the same rule on the CPU-only rows (23 %: one 2-vCPU machine's)
+CPU_GEN_ERROR = 0.25
 # -----------------------------------------------------------------------------------------------------
 
 # the routings the op-offload copy's constants were measured under: with zero weights every token selects the
@@ -255,13 +262,14 @@ def features(tr: Traffic, machine: Machine, n_prompt: int, routing: str, tool: s
 
 
 def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
-            routing: str = "uniform", tool: str = "llama-server") -> Prediction:
+            routing: str = "uniform", tool: str = "llama-server", threads: int | None = None) -> Prediction:
     """Prompt and generation tokens/s for this traffic on this machine. The generated token is the one
     at the traffic's depth; the prompt is `prompt_tokens` long (default: the depth, the prompt that fills
     the context to it; at least one ubatch). `routing`: "uniform" (real routers: a ubatch's op offload
     copies the experts its tokens select, expected 1 - (1 - k/E)^T of each tensor) or "same-experts"
     (every token selects the same k: a model of zero weights). `tool`: "llama-server" (a server's first
-    prompt, sampling each generated token) or "llama-bench" (warm runs, no sampling)."""
+    prompt, sampling each generated token) or "llama-bench" (warm runs, no sampling). `threads`: the
+    engine's threads where no GPU is used (default: the host's cores, llama.cpp's own default)."""
     if routing not in ROUTINGS:
         raise ValueError(f"routing is one of {', '.join(ROUTINGS)}, not {routing!r}")
     if tool not in TOOLS:
@@ -276,10 +284,8 @@ def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
     if amd:
         refused.append(f"{', '.join(amd)}: an AMD GPU (ROCm): its per-token and per-ubatch costs are not modelled "
                        "(the RX 7900 XTX rows of the validation table come out up to 60 % too fast; docs/speed.md)")
-    if not gpus_used(tr):
-        refused.append("no GPU: CPU-only runs are not modelled: the validation table's CPU-only runs are bound by "
-                       "the threads, not by the host's bandwidth (one 2-vCPU guest: 18.9 t/s at -t 1, 34.4 at -t 2 on "
-                       "granite-3.1-3b-a800m), and the model has no rate per core (docs/speed.md)")
+    if not gpus_used(tr) and not refused:
+        return _cpu_only(tr, machine, n_prompt, routing, tool, threads)
     need = () if refused else tuple(missing(tr, machine))
     if refused or need:
         return Prediction(None, None, tr.depth, n_prompt, routing, missing=need, refused=tuple(refused))
@@ -299,6 +305,36 @@ def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
     prompt = None if pp is None else Rate(n_prompt / sum(pp.values()), PROMPT_ERROR, sum(pp.values()), pp)
     return Prediction(Rate(1.0 / t_gen, GEN_ERROR, t_gen, gen), prompt, tr.depth, n_prompt, routing,
                       assumptions=tuple(_assumptions(tr, machine, routing)), refused=tuple(refused))
+
+
+def cpu_rate(machine: Machine, threads: int) -> float:
+    """The bytes/s a CPU-only generated token's products read: the host's bandwidth, or its threads'."""
+    assert machine.host.memory_bandwidth is not None
+    return min(machine.host.memory_bandwidth.value * HOST_BW_FRACTION, threads * CPU_THREAD_BW)
+
+
+def _cpu_only(tr: Traffic, machine: Machine, n_prompt: int, routing: str, tool: str,
+              threads: int | None) -> Prediction:
+    """A command without a GPU: generation from the host's bytes at `cpu_rate`; the prompt refused."""
+    n = threads if threads is not None else (int(machine.host.cores.value) if machine.host.cores else None)
+    need = tuple(m for m, absent in (("host: memory_bandwidth", machine.host.memory_bandwidth is None),
+                                     ("host: cores", n is None)) if absent)
+    prompt_why = ("prompt: without a GPU the host's matrix rate is not modelled (the validation table's CPU-only "
+                  "prompts reached 23-79 GFLOP/s per thread on one loaded 2-vCPU guest: no rate within a stated "
+                  "error)")
+    if need or n is None:
+        return Prediction(None, None, tr.depth, n_prompt, routing, missing=need, refused=(prompt_why,))
+    host = tr.reads.get(HOST)
+    terms = {"fixed": TOKEN_FIXED_S if tool != "llama-bench" else 0.0,
+             "host reads": (host.total if host is not None else 0) / cpu_rate(machine, n)}
+    t = sum(terms.values())
+    h = machine.host.memory_bandwidth
+    assert h is not None
+    why = (f"host: memory {_num(h.value / 1e9)} GB/s ({h.source}) x {HOST_BW_FRACTION}, or {n} thread(s) x "
+           f"{_num(CPU_THREAD_BW / 1e9)} GB/s, whichever is less, read by a CPU-only token's products (the thread "
+           "rate measured on one 2-vCPU EPYC guest only)")
+    return Prediction(Rate(1.0 / t, CPU_GEN_ERROR, t, terms), None, tr.depth, n_prompt, routing,
+                      assumptions=(why,), refused=(prompt_why,))
 
 
 def _amd(g: GPU) -> bool:

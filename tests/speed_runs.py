@@ -162,7 +162,8 @@ def build(row: dict[str, Any], folder: Path) -> Case:
     except TrafficUnmodelled as e:
         return Case(row, None, None, fitted_host, (str(e),))
     probe = machine_of(row, host_bandwidth=1.0)  # the features do not read the host's rate
-    p = sp.predict(tr, probe, prompt_tokens=row["prompt_tokens"] or None, routing=row["routing"], tool=tool_of(row))
+    p = sp.predict(tr, probe, prompt_tokens=row["prompt_tokens"] or None, routing=row["routing"], tool=tool_of(row),
+                   threads=row["machine"]["host"]["threads"])
     if p.generation is None:
         why = p.refused or tuple(f"the machine figure {m} is given by neither the row nor the card table"
                                  for m in p.missing)
@@ -197,11 +198,12 @@ class Constants:
     gpu_matrix_fraction: float
     offload_copy_fraction: float
     offload_tensor_s: float
+    cpu_thread_bw: float
 
     @classmethod
     def module(cls) -> Constants:
         return cls(sp.TOKEN_FIXED_S, sp.GPU_BW_FRACTION, sp.PROMPT_FIXED_S, sp.GPU_MATRIX_FRACTION,
-                   sp.OFFLOAD_COPY_FRACTION, sp.OFFLOAD_TENSOR_S)
+                   sp.OFFLOAD_COPY_FRACTION, sp.OFFLOAD_TENSOR_S, sp.CPU_THREAD_BW)
 
     def gen_s_without_host(self, f: sp.Features) -> float:
         return ((self.token_fixed_s if f.server else 0.0) + f.gpu_read_s / self.gpu_bw_fraction
@@ -254,6 +256,8 @@ def evaluate(cases: Sequence[Case], k: Constants | None = None, host_fitted: flo
     out = []
     for c in cases:
         f, rate, m = c.features, rates[c.id], c.row["measured"]
+        if c.kind == "cpu-only":
+            rate = cpu_rate(c, k.cpu_thread_bw)
         if f is None:
             out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), None, None, c.group, c.kind))
             continue
@@ -261,6 +265,33 @@ def evaluate(cases: Sequence[Case], k: Constants | None = None, host_fitted: flo
         pp_pred = (c.row["prompt_tokens"] / k.prompt_s(f, rate)) if f.gpu_work_s is not None else None
         out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), pp_pred, 1.0 / t_gen, c.group, c.kind))
     return out
+
+
+def cpu_rate(c: Case, thread_bw: float) -> float:
+    """A CPU-only row's read rate (bytes/s): its host's bandwidth or its threads', whichever is less."""
+    h = c.row["machine"]["host"]
+    return float(min(h["memory_bandwidth_gbs"] * 1e9 * sp.HOST_BW_FRACTION, (h["threads"] or h["cores"]) * thread_bw))
+
+
+def fit_cpu_thread_bw(cases: Sequence[Case], start: float) -> float:
+    """CPU_THREAD_BW fitted (relative least squares) on the CPU-only rows with a measured generation that
+    their threads bind (not the host's bandwidth): classified at `start`, refitted until the set stays."""
+    rows = [c for c in cases if c.kind == "cpu-only" and c.features is not None and c.row["measured"].get("tg_tps")]
+    bw = start
+    for _ in range(10):
+        bound_rows = [c for c in rows if cpu_rate(c, bw) < c.row["machine"]["host"]["memory_bandwidth_gbs"] * 1e9
+                      * sp.HOST_BW_FRACTION]
+        if not bound_rows:
+            return bw
+        # t = bytes / (threads x R): one unknown 1/R, each equation divided by its t
+        eqs = [[(c.features.host_bytes if c.features else 0) / (c.row["machine"]["host"]["threads"] or 1)]
+               for c in bound_rows]
+        x = _lstsq(eqs, [1.0 / c.row["measured"]["tg_tps"] for c in bound_rows])
+        new = 1.0 / x[0]
+        if abs(new - bw) < 1e-6 * bw:
+            break
+        bw = new
+    return bw
 
 
 def summary(results: Sequence[Result], which: str, aside: bool) -> tuple[float, float, int]:
@@ -296,7 +327,7 @@ def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> tuple[Cons
     ys: list[float] = []
     for c in cases:
         f, h = c.features, c.row["machine"]["host"]
-        if f is None or c.id in skip or not c.row["measured"].get("tg_tps"):
+        if f is None or c.id in skip or not c.row["measured"].get("tg_tps") or c.kind == "cpu-only":
             continue
         t = 1.0 / c.row["measured"]["tg_tps"] - f.token_copy_s
         own = h.get("memory_bandwidth_gbs")
@@ -321,8 +352,9 @@ def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> tuple[Cons
     cols: list[Callable[[sp.Features], float]] = [lambda f: 1.0 if f.server else 0.0, lambda f: f.gpu_work_s or 0.0,
                                                   lambda f: f.offload_s, lambda f: float(f.offload_tensors)]
     x = _lstsq([[col(f) for col in cols] for f in feats], y)
+    thread_bw = fit_cpu_thread_bw([c for c in cases if c.id not in skip], k.cpu_thread_bw)
     return dataclasses.replace(k, prompt_fixed_s=x[0], gpu_matrix_fraction=1.0 / x[1],
-                               offload_copy_fraction=1.0 / x[2], offload_tensor_s=x[3]), host
+                               offload_copy_fraction=1.0 / x[2], offload_tensor_s=x[3], cpu_thread_bw=thread_bw), host
 
 
 def leave_one_out(cases: Sequence[Case]) -> dict[str, dict[str, float]]:

@@ -29,7 +29,9 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> list[Case]:
     return build_all(tmp_path_factory.mktemp("speed-layouts"))
 
 
-def _bound(which: str) -> float:
+def _bound(which: str, kind: str = "") -> float:
+    if kind == "cpu-only":
+        return sp.CPU_GEN_ERROR
     return sp.PROMPT_ERROR if which == "pp" else sp.GEN_ERROR
 
 
@@ -40,7 +42,7 @@ def _violations(results: list[Any], aside: bool | None = False) -> list[str]:
             continue
         for w in ("pp", "tg"):
             e = r.err(w)
-            if e is not None and abs(e) > _bound(w):
+            if e is not None and abs(e) > _bound(w, r.kind):
                 out.append(f"{r.id} {w} {e:+.0%}")
     return out
 
@@ -60,7 +62,9 @@ def test_every_row_is_predicted_or_says_why(cases: list[Case]) -> None:
     why = {c.id: c.refused[0] for c in cases if c.features is None}
     assert "ik_llama.cpp" in why["pub-kimi-k2-iq2_kl-epyc9965-cpu-p512"]
     assert all("AMD GPU" in why[c.id] for c in cases if "rx7900" in c.id)
-    assert all(why[c.id].startswith("no GPU") for c in cases if c.group == "cpu")
+    # this machine's CPU rows: generation predicted, the prompt refused with its reason
+    cpu = [c for c in cases if c.group == "cpu"]
+    assert all(c.features is not None and c.refused[0].startswith("prompt: without a GPU") for c in cpu)
     # the NVIDIA published rows whose cards the table has are predicted (figures from the card table)
     assert all(c.features is not None for c in cases if "rtxpro6000-" in c.id or "3xrtx4090" in c.id)
 
@@ -88,10 +92,23 @@ def test_an_amd_gpu_is_refused(cases: list[Case]) -> None:
     assert sp.predict(c.traffic, m).generation is not None
 
 
-def test_a_run_without_a_gpu_is_refused(cases: list[Case]) -> None:
+def test_a_run_without_a_gpu_predicts_generation_from_threads_or_bandwidth(cases: list[Case]) -> None:
     c = next(c for c in cases if c.id == "cpu-granite-3.1-3b-a800m-t2-p512")
-    p = sp.predict(c.traffic, machine_of(c.row), tool="llama-bench")
-    assert p.generation is None and p.prompt is None and p.refused[0].startswith("no GPU")
+    m = machine_of(c.row)
+    p = sp.predict(c.traffic, m, tool="llama-bench", threads=1)
+    assert p.generation is not None and p.prompt is None and p.refused[0].startswith("prompt: without a GPU")
+    assert p.generation.error == sp.CPU_GEN_ERROR and p.generation.terms["fixed"] == 0
+    host = c.traffic.reads["CPU"].total
+    assert p.generation.seconds == pytest.approx(host / sp.CPU_THREAD_BW)  # one thread binds
+    many = sp.predict(c.traffic, m, tool="llama-bench", threads=64)
+    assert many.generation is not None  # the host's bandwidth binds
+    assert many.generation.seconds == pytest.approx(host / (36.0e9 * sp.HOST_BW_FRACTION))
+    # the threads default to the host's cores; without them (or the bandwidth) the figure is named
+    assert sp.predict(c.traffic, m, tool="llama-bench").generation == sp.predict(
+        c.traffic, m, tool="llama-bench", threads=2).generation
+    bare = Machine((), Host(m.host.memory_bandwidth, None))
+    assert sp.predict(c.traffic, bare).missing == ("host: cores",)
+    assert sp.predict(c.traffic, Machine((), Host(None, m.host.cores))).missing == ("host: memory_bandwidth",)
 
 
 def test_rows_not_set_aside_are_within_the_stated_error(cases: list[Case]) -> None:
@@ -109,7 +126,7 @@ def test_the_constants_are_the_fit_on_the_rows_not_set_aside(cases: list[Case]) 
     k, host = fit([c for c in cases if not c.aside])
     mine = Constants.module()
     for name in ("token_fixed_s", "gpu_bw_fraction", "prompt_fixed_s", "gpu_matrix_fraction", "offload_copy_fraction",
-                 "offload_tensor_s"):
+                 "offload_tensor_s", "cpu_thread_bw"):
         assert getattr(mine, name) == pytest.approx(getattr(k, name), rel=0.01), name
     assert host is not None
     recorded = {c.row["machine"]["host"].get("memory_bandwidth_fitted_gbs") for c in cases
@@ -132,7 +149,8 @@ def test_the_aside_rows_set_no_constant(cases: list[Case]) -> None:
 
 
 @pytest.mark.parametrize("name, factor", [("GPU_MATRIX_FRACTION", 2.0), ("TOKEN_FIXED_S", 2.0),
-                                          ("OFFLOAD_TENSOR_S", 3.0), ("GPU_BW_FRACTION", 3.0)])
+                                          ("OFFLOAD_TENSOR_S", 3.0), ("GPU_BW_FRACTION", 3.0),
+                                          ("CPU_THREAD_BW", 2.0)])
 def test_a_broken_constant_breaks_the_bound(cases: list[Case], monkeypatch: pytest.MonkeyPatch, name: str,
                                             factor: float) -> None:
     monkeypatch.setattr(sp, name, getattr(sp, name) * factor)
