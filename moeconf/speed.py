@@ -17,7 +17,10 @@ each prediction (docs/speed.md):
     + per ubatch: op-offload bytes / (the PCIe link x OFFLOAD_COPY_FRACTION) + OFFLOAD_TENSOR_S per weight copied
     + per ubatch: the other copies / the PCIe link, and the host's batch-of-one products' weight bytes at the
       host's rate;
-  each ubatch's attention scaled to the cells it views, the last one's work to its tokens.
+  each ubatch's attention scaled to the cells it views, the last one's work to its tokens;
+- without a GPU, seconds per token = TOKEN_FIXED_S (llama-server only) + the bytes the host reads /
+  min(the host's bandwidth x HOST_BW_FRACTION, threads x CPU_THREAD_BW); the prompt is not predicted.
+AMD GPUs (ROCm) are refused: the validation table's RX 7900 XTX rows are not reproduced.
 
 The terms add (the engine runs a graph's splits one after another and waits for each copy). Where a
 figure the terms need is missing, no number is given: `Prediction.missing` names it.
