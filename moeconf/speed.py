@@ -393,6 +393,6 @@ def for_placement(placement: Placement, settings: MemorySettings, machine: Machi
 
 
 def generation_cell(pred: Prediction) -> str:
-    """A table cell of predicted generation tokens/s ("~15 (+-30%)"), or "-" where none is predicted."""
+    """A table cell of predicted generation tokens/s ("~15 (+-35%)"), or "-" where none is predicted."""
     g = pred.generation
     return "-" if g is None else f"~{rounded(g.tps, g.error)} (+-{round(g.error * 100)}%)"
