@@ -23,16 +23,35 @@ def _fmt(v: float | None, digits: int = 3) -> str:
     return f"{v:,.{max(0, digits - len(str(int(v))))}f}" if v < 100 else f"{v:,.0f}"
 
 
-def table(results: list, which_rows: str = "") -> str:  # type: ignore[type-arg]
+def table(results: list, refused: dict[str, str] | None = None) -> str:  # type: ignore[type-arg]
+    """Each row measured, predicted and its error; the summaries (median and worst |error|) per group of
+    rows (h200, pub, cpu) and kind of command (all-gpu, hybrid, cpu-only), fitted rows and aside rows apart;
+    the rows not predicted with the reason."""
     from tests.speed_runs import summary
 
-    lines = ["| run | aside | pp measured | pp predicted | error | tg measured | tg predicted | error |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | kind | aside | pp measured | pp predicted | error | tg measured | tg predicted | error |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         ep, eg = r.err("pp"), r.err("tg")
         tg_err = "-" if eg is None else f"{eg:+.0%}"
-        lines.append(f"| {r.id} | {'yes' if r.aside else ''} | {_fmt(r.pp)} | {_fmt(r.pp_pred)} | "
+        lines.append(f"| {r.id} | {r.kind} | {'yes' if r.aside else ''} | {_fmt(r.pp)} | {_fmt(r.pp_pred)} | "
                      f"{'-' if ep is None else f'{ep:+.0%}'} | {_fmt(r.tg)} | {_fmt(r.tg_pred)} | {tg_err} |")
+    lines += ["", "| rows | kind | set | prompt: median, worst (rows) | generation: median, worst (rows) |",
+              "|---|---|---|---|---|"]
+    for group in ("h200", "pub", "cpu"):
+        for kind in ("all-gpu", "hybrid", "cpu-only"):
+            part = [r for r in results if r.group == group and r.kind == kind]
+            for aside in (False, True):
+                cells = []
+                for w in ("pp", "tg"):
+                    med, worst, n = summary(part, w, aside)
+                    cells.append(f"{med:.0%}, {worst:.0%} ({n})" if n else "-")
+                measured = [r for r in part if r.aside == aside]
+                if measured and cells == ["-", "-"]:
+                    which = "aside" if aside else "fitted"
+                    lines.append(f"| {group} | {kind} | {which} | not predicted | not predicted |")
+                elif measured:
+                    lines.append(f"| {group} | {kind} | {'aside' if aside else 'fitted'} | {cells[0]} | {cells[1]} |")
     lines.append("")
     for aside in (False, True):
         for w, name in (("pp", "prompt"), ("tg", "generation")):
@@ -40,7 +59,15 @@ def table(results: list, which_rows: str = "") -> str:  # type: ignore[type-arg]
             if n:
                 lines.append(f"{'aside' if aside else 'fitted'} rows, {name}: median {med:.0%}, worst {worst:.0%} "
                              f"({n} rows)")
+    if refused:
+        lines += ["", "Not predicted:", ""]
+        lines += [f"- {rid}: {why}" for rid, why in refused.items()]
     return "\n".join(lines) + "\n"
+
+
+def refusals(cases: list) -> dict[str, str]:  # type: ignore[type-arg]
+    """Each row moeconf gives no figure for (or no prompt figure), with the first reason."""
+    return {c.id: c.refused[0] for c in cases if c.refused}
 
 
 def main(argv: list[str]) -> int:
@@ -53,25 +80,29 @@ def main(argv: list[str]) -> int:
         k, host = fit(train)
         print(f"TOKEN_FIXED_S = {k.token_fixed_s:.3g}\nGPU_BW_FRACTION = {k.gpu_bw_fraction:.3g}\n"
               f"PROMPT_FIXED_S = {k.prompt_fixed_s:.3g}\nGPU_MATRIX_FRACTION = {k.gpu_matrix_fraction:.3g}\n"
-              f"OFFLOAD_COPY_FRACTION = {k.offload_copy_fraction:.3g}\nOFFLOAD_TENSOR_S = {k.offload_tensor_s:.3g}")
+              f"OFFLOAD_COPY_FRACTION = {k.offload_copy_fraction:.3g}\nOFFLOAD_TENSOR_S = {k.offload_tensor_s:.3g}\n"
+              f"CPU_THREAD_BW = {k.cpu_thread_bw / 1e9:.3g}e9")
         if host is not None:
             print(f"host rate fitted on the rows that did not record it: {host / 1e9:.3g} GB/s "
                   "(speed_runs.json machine.host.memory_bandwidth_fitted_gbs)")
         loo = leave_one_out(cases)
         for rid, e in loo.items():
+            if not e:  # not predicted (speed.md "Limits")
+                continue
             print(f"  leave-one-out {rid}: " + ", ".join(f"{w} {v:+.0%}" for w, v in e.items()))
         fitted = evaluate(train, k, host)
         for w, name in (("tg", "GEN_ERROR"), ("pp", "PROMPT_ERROR")):
             worst = bound([e for r in fitted for e in (r.err(w),) if e is not None])
-            print(f"{name}: worst at the fitted constants {worst:.2f}, worst leave-one-out "
+            print(f"{name}: worst of the fitted rows at the fitted constants {worst:.2f} "
+                  "(the rule moeconf/speed.py states), worst leave-one-out "
                   f"{bound([e[w] for e in loo.values() if w in e]):.2f} (rounded up to 5 %)")
         print()
-        print(table(evaluate(cases, k, host)))
+        print(table(evaluate(cases, k, host), refusals(cases)))
         return 0
     if argv:
         print(__doc__)
         return 2
-    print(table(evaluate(cases)))
+    print(table(evaluate(cases), refusals(cases)))
     return 0
 
 

@@ -572,7 +572,8 @@ def _explain_traffic(args: argparse.Namespace, ex: Explanation,
         from moeconf.report.speed import speed_report
         from moeconf.speed import predict
 
-        sj, st = speed_report(predict(tr, args.machine), args.machine)
+        tool = "llama-bench" if settings.binary is not None and "bench" in settings.binary else "llama-server"
+        sj, st = speed_report(predict(tr, args.machine, tool=tool), args.machine)
         js["speed"] = sj
         text += st
     return js, text

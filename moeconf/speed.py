@@ -6,17 +6,21 @@ rows not set aside; `python benchmarks/speed_accuracy.py fit` refits them) and t
 each prediction (docs/speed.md):
 
 - generation, seconds per token =
-      TOKEN_FIXED_S
+      TOKEN_FIXED_S where llama-server generates (its sampling, slot loop and launches; llama-bench: none)
     + sum over GPUs of the bytes the token reads there / (the card's memory bandwidth x GPU_BW_FRACTION)
     + the bytes the host reads / (the host's memory bandwidth x HOST_BW_FRACTION)
     + the bytes copied between devices / the PCIe link's bandwidth;
 - prompt, seconds for a prompt of P tokens in ubatches of T =
-      PROMPT_FIXED_S
+      PROMPT_FIXED_S (llama-server's first prompt only; llama-bench times warm runs)
     + per ubatch: sum over GPUs of (matrix + attention FLOPs) / (the card's matrix rate x GPU_MATRIX_FRACTION)
+    + per ubatch: sum over GPUs of the weight bytes its products read / (the card's bandwidth x GPU_BW_FRACTION)
     + per ubatch: op-offload bytes / (the PCIe link x OFFLOAD_COPY_FRACTION) + OFFLOAD_TENSOR_S per weight copied
     + per ubatch: the other copies / the PCIe link, and the host's batch-of-one products' weight bytes at the
       host's rate;
-  each ubatch's attention scaled to the cells it views, the last one's work to its tokens.
+  each ubatch's attention scaled to the cells it views, the last one's work to its tokens;
+- without a GPU, seconds per token = TOKEN_FIXED_S (llama-server only) + the bytes the host reads /
+  min(the host's bandwidth x HOST_BW_FRACTION, threads x CPU_THREAD_BW); the prompt is not predicted.
+AMD GPUs (ROCm) are refused: the validation table's RX 7900 XTX rows are not reproduced.
 
 The terms add (the engine runs a graph's splits one after another and waits for each copy). Where a
 figure the terms need is missing, no number is given: `Prediction.missing` names it.
@@ -37,30 +41,40 @@ if TYPE_CHECKING:
 
 # --- the constants, fitted on the non-aside rows of tests/data/speed_runs.json by
 # `python benchmarks/speed_accuracy.py fit` (which prints these lines) -------------------------------------
-# a generated token's fixed cost: kernel launches and synchronisation, whatever the bytes
-TOKEN_FIXED_S = 0.00371
-# the share of a card's peak memory bandwidth a generated token's reads reach (small reads per kernel:
-# a batch of one reads each matrix once, layer by layer)
-GPU_BW_FRACTION = 0.241
-# the share of the host's memory bandwidth its expert products reach: no measured run states its host's
-# bandwidth yet (the H200 runs' host rate is fitted with the constants), so the host figure is taken as reached
+# a token llama-server generates has a fixed cost whatever the bytes: sampling over the vocabulary, the
+# slot loop, kernel launches and synchronisation; llama-bench decodes without sampling, and its NVIDIA
+# rows leave no fixed cost the fit can tell from the reads (docs/speed.md)
+TOKEN_FIXED_S = 0.00519
+# the share of a card's peak memory bandwidth a generated token's reads reach (a batch of one reads each
+# matrix once, layer by layer), and a prompt ubatch's weight reads too
+GPU_BW_FRACTION = 0.681
+# the share of the host's memory bandwidth its expert products reach: no predicted hybrid run states its
+# host's bandwidth (the H200 runs' host rate is fitted with the constants; the published hybrid rows
+# lack a card figure), so the host figure is taken as reached
 HOST_BW_FRACTION = 1.0
-# a prompt's fixed cost (the runs measured each server's first prompt: CUDA's lazy module loading, the
-# memory pool's growth and cuBLAS's set-up fall in it)
-PROMPT_FIXED_S = 0.221
+# a prompt's fixed cost where a server's first prompt is timed (CUDA's lazy module loading, the memory
+# pool's growth and cuBLAS's set-up fall in it); llama-bench runs a warm-up first and times none of it
+PROMPT_FIXED_S = 0.255
 # the share of a card's dense FP16 tensor peak the prompt's matrix products and attention reach
-GPU_MATRIX_FRACTION = 0.120
+GPU_MATRIX_FRACTION = 0.156
 # the share of the PCIe link's bandwidth an op-offload copy reaches: the host weights sit in pageable
 # memory (`-ot ...=CPU` keeps them in the mmap'd file's pages), which CUDA copies through a staging buffer
-OFFLOAD_COPY_FRACTION = 0.137
+OFFLOAD_COPY_FRACTION = 0.117
 # each op-offload copy's own cost: the split reads the expert ids back from the GPU and waits for them
-OFFLOAD_TENSOR_S = 0.000567
-# the expected relative error of each prediction, from the non-aside rows (benchmarks/speed_accuracy.py fit
-# prints both measures), rounded up to 5 %: generation, the worst error at the fitted constants (26 %; its
-# leave-one-out errors reach 116 %: two GPU-only rows pin the GPU fraction, docs/speed.md); prompt, the
-# worst leave-one-out error (6 %; at the fitted constants 1 %, four constants on six rows)
-GEN_ERROR = 0.30
-PROMPT_ERROR = 0.10
+OFFLOAD_TENSOR_S = 0.000412
+# a command without a GPU: the bytes a thread's products read per second (ggml-cpu splits each product's
+# rows over the threads, and one thread does not reach the host's bandwidth); a generated token takes
+# its host bytes / min(host bandwidth x HOST_BW_FRACTION, threads x CPU_THREAD_BW). Fitted on one 2-vCPU
+# EPYC guest's llama-bench rows only (docs/speed.md)
+CPU_THREAD_BW = 13.9e9
+# the expected relative error of each prediction: the worst error of the fitted (non-aside) rows at these
+# constants, rounded up to 5 %, the aside rows checked against it (`benchmarks/speed_accuracy.py fit` prints it and the
+# leave-one-out errors, which reach 65 % (generation) and 45 % (prompt): docs/speed.md says which rows);
+# it holds for NVIDIA GPUs only (AMD GPUs and runs without a GPU are refused, docs/speed.md)
+GEN_ERROR = 0.35
+PROMPT_ERROR = 0.25
+# a CPU-only generated token's: the same rule on the CPU-only rows (23 %: one 2-vCPU machine's)
+CPU_GEN_ERROR = 0.25
 # -----------------------------------------------------------------------------------------------------
 
 # the routings the op-offload copy's constants were measured under: with zero weights every token selects the
@@ -69,6 +83,7 @@ PROMPT_ERROR = 0.10
 OFFLOAD_MEASURED_ROUTINGS = ("same-experts",)
 HOST_READ_UNTIMED = 1 << 20  # host reads below this per token (an embedding row) are not timed
 ROUTINGS = ("uniform", "same-experts")
+TOOLS = ("llama-server", "llama-bench")  # what times the run: a server's first request, or llama-bench's warm runs
 
 
 @dataclass(frozen=True)
@@ -177,9 +192,12 @@ class Features:
     host_prompt_bytes: int
     refused: tuple[str, ...] = ()
     routed_offload: bool = False  # an op-offload copy's bytes depend on the routing (a MUL_MAT_ID's experts)
+    gpu_prompt_read_s: float = 0.0  # per prompt: seconds of the GPUs' weight reads at each card's peak bandwidth
+    server: bool = True  # llama-server times the run (its first prompt, its sampling per token)
 
     def generation_s(self, host_rate: float) -> dict[str, float]:
-        out = {"fixed": TOKEN_FIXED_S, "GPU reads": self.gpu_read_s / GPU_BW_FRACTION}
+        out = {"fixed": TOKEN_FIXED_S if self.server else 0.0,
+               "GPU reads": self.gpu_read_s / GPU_BW_FRACTION}
         if self.host_bytes:
             out["host reads"] = self.host_bytes / host_rate
         if self.token_copy_s:
@@ -189,7 +207,8 @@ class Features:
     def prompt_s(self, host_rate: float) -> dict[str, float] | None:
         if self.gpu_work_s is None:
             return None
-        out = {"fixed": PROMPT_FIXED_S, "GPU work": self.gpu_work_s / GPU_MATRIX_FRACTION}
+        out = {"fixed": PROMPT_FIXED_S if self.server else 0.0, "GPU work": self.gpu_work_s / GPU_MATRIX_FRACTION,
+               "GPU weight reads": self.gpu_prompt_read_s / GPU_BW_FRACTION}
         if self.offload_tensors or self.offload_s:
             out["op offload"] = self.offload_s / OFFLOAD_COPY_FRACTION + self.offload_tensors * OFFLOAD_TENSOR_S
         if self.ubatch_copy_s:
@@ -199,9 +218,10 @@ class Features:
         return out
 
 
-def features(tr: Traffic, machine: Machine, n_prompt: int, routing: str) -> Features:
+def features(tr: Traffic, machine: Machine, n_prompt: int, routing: str, tool: str = "llama-server") -> Features:
     """The quantities of `Features` for this traffic on this machine (every figure it needs present:
     `missing` is empty)."""
+    server = tool != "llama-bench"
     gpu_read = sum(r.total / _fig(machine.gpu(d), "memory_bandwidth") for d, r in tr.reads.items() if d != HOST)
     host_bytes = tr.reads[HOST].total if host_timed(tr) else 0
     token_copy = sum(c.total / _pcie(machine, c.src, c.dst) for c in tr.token_copies)
@@ -209,7 +229,7 @@ def features(tr: Traffic, machine: Machine, n_prompt: int, routing: str) -> Feat
     if host_work is not None and host_work.matrix and host_work.max_batch > 1:
         why = (f"prompt: the host runs matrix products at a batch of {host_work.max_batch} tokens (below CUDA's "
                "op-offload batch of 32, or without a GPU for them): the host's matrix rate is not modelled")
-        return Features(gpu_read, host_bytes, token_copy, None, 0.0, 0, 0.0, 0, (why,))
+        return Features(gpu_read, host_bytes, token_copy, None, 0.0, 0, 0.0, 0, (why,), server=server)
     # the prompt's ubatches of T tokens, each's attention at the cells it views, the last one's work at its tokens
     T = tr.n_ubatch
     n_ub = -(-n_prompt // T)
@@ -231,34 +251,50 @@ def features(tr: Traffic, machine: Machine, n_prompt: int, routing: str) -> Feat
         other += (c.activations + c.inputs) / bw
     host_prompt = host_work.weight_bytes if host_work is not None else 0
     routed = any(c.weights != c.weights_min for c in tr.ubatch_copies)
+    # each ubatch's products read their weights once (the experts its tokens select: under uniform routing
+    # `Work.weight_bytes`; where every token selects the same k, what a generated token reads there)
+    wread = 0.0
+    for d, w in tr.work.items():
+        if d == HOST:
+            continue
+        r = tr.reads.get(d)
+        b = min(w.weight_bytes, r.total) if routing == "same-experts" and r is not None else w.weight_bytes
+        wread += b / _fig(machine.gpu(d), "memory_bandwidth")
     return Features(gpu_read, host_bytes, token_copy, work, n_ub * offload, n_ub * tensors, n_ub * other,
-                    n_ub * host_prompt, routed_offload=routed)
+                    n_ub * host_prompt, routed_offload=routed, gpu_prompt_read_s=n_ub * wread, server=server)
 
 
 def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
-            routing: str = "uniform") -> Prediction:
+            routing: str = "uniform", tool: str = "llama-server", threads: int | None = None) -> Prediction:
     """Prompt and generation tokens/s for this traffic on this machine. The generated token is the one
     at the traffic's depth; the prompt is `prompt_tokens` long (default: the depth, the prompt that fills
     the context to it; at least one ubatch). `routing`: "uniform" (real routers: a ubatch's op offload
     copies the experts its tokens select, expected 1 - (1 - k/E)^T of each tensor) or "same-experts"
-    (every token selects the same k: a model of zero weights)."""
+    (every token selects the same k: a model of zero weights). `tool`: "llama-server" (a server's first
+    prompt, sampling each generated token) or "llama-bench" (warm runs, no sampling). `threads`: the
+    engine's threads where no GPU is used (default: the host's cores, llama.cpp's own default)."""
     if routing not in ROUTINGS:
         raise ValueError(f"routing is one of {', '.join(ROUTINGS)}, not {routing!r}")
+    if tool not in TOOLS:
+        raise ValueError(f"tool is one of {', '.join(TOOLS)}, not {tool!r}")
     n_prompt = prompt_tokens if prompt_tokens is not None else (tr.depth or tr.n_ubatch)
     if n_prompt <= 0:
         raise ValueError(f"the prompt is at least one token, not {n_prompt}")
     refused: list[str] = []
     if any(c.link == "network" for c in (*tr.token_copies, *tr.ubatch_copies)):
         refused.append("RPC servers: the network's bandwidth and latency are not in the machine description")
-    if not gpus_used(tr):
-        refused.append("no GPU: the fixed costs and rates are measured with a GPU only (no CPU-only run is in "
-                       "the validation table yet)")
+    amd = [d for d in gpus_used(tr) for g in (machine.gpu(d),) if g is not None and _amd(g)]
+    if amd:
+        refused.append(f"{', '.join(amd)}: an AMD GPU (ROCm): its per-token and per-ubatch costs are not modelled "
+                       "(the RX 7900 XTX rows of the validation table come out up to 60 % too fast; docs/speed.md)")
+    if not gpus_used(tr) and not refused:
+        return _cpu_only(tr, machine, n_prompt, routing, tool, threads)
     need = () if refused else tuple(missing(tr, machine))
     if refused or need:
         return Prediction(None, None, tr.depth, n_prompt, routing, missing=need, refused=tuple(refused))
     host_rate = (machine.host.memory_bandwidth.value * HOST_BW_FRACTION
                  if machine.host.memory_bandwidth is not None else 0.0)
-    f = features(tr, machine, n_prompt, routing)
+    f = features(tr, machine, n_prompt, routing, tool)
     gen = f.generation_s(host_rate)
     t_gen = sum(gen.values())
     pp = f.prompt_s(host_rate)
@@ -272,6 +308,43 @@ def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
     prompt = None if pp is None else Rate(n_prompt / sum(pp.values()), PROMPT_ERROR, sum(pp.values()), pp)
     return Prediction(Rate(1.0 / t_gen, GEN_ERROR, t_gen, gen), prompt, tr.depth, n_prompt, routing,
                       assumptions=tuple(_assumptions(tr, machine, routing)), refused=tuple(refused))
+
+
+def cpu_rate(machine: Machine, threads: int) -> float:
+    """The bytes/s a CPU-only generated token's products read: the host's bandwidth, or its threads'."""
+    assert machine.host.memory_bandwidth is not None
+    return min(machine.host.memory_bandwidth.value * HOST_BW_FRACTION, threads * CPU_THREAD_BW)
+
+
+def _cpu_only(tr: Traffic, machine: Machine, n_prompt: int, routing: str, tool: str,
+              threads: int | None) -> Prediction:
+    """A command without a GPU: generation from the host's bytes at `cpu_rate`; the prompt refused."""
+    n = threads if threads is not None else (int(machine.host.cores.value) if machine.host.cores else None)
+    need = tuple(m for m, absent in (("host: memory_bandwidth", machine.host.memory_bandwidth is None),
+                                     ("host: cores", n is None)) if absent)
+    prompt_why = ("prompt: without a GPU the host's matrix rate is not modelled (the validation table's CPU-only "
+                  "prompts reached 23-79 GFLOP/s per thread on one loaded 2-vCPU guest: no rate within a stated "
+                  "error)")
+    if need or n is None:
+        return Prediction(None, None, tr.depth, n_prompt, routing, missing=need, refused=(prompt_why,))
+    host = tr.reads.get(HOST)
+    terms = {"fixed": TOKEN_FIXED_S if tool != "llama-bench" else 0.0,
+             "host reads": (host.total if host is not None else 0) / cpu_rate(machine, n)}
+    t = sum(terms.values())
+    h = machine.host.memory_bandwidth
+    assert h is not None
+    why = (f"host: memory {_num(h.value / 1e9)} GB/s ({h.source}) x {HOST_BW_FRACTION}, or {n} thread(s) x "
+           f"{_num(CPU_THREAD_BW / 1e9)} GB/s, whichever is less, read by a CPU-only token's products (the thread "
+           "rate measured on one 2-vCPU EPYC guest only)")
+    return Prediction(Rate(1.0 / t, CPU_GEN_ERROR, t, terms), None, tr.depth, n_prompt, routing,
+                      assumptions=(why,), refused=(prompt_why,))
+
+
+def _amd(g: GPU) -> bool:
+    """Whether a GPU is AMD's (ROCm/HIP): its card row's gfx target, or the name the driver prints."""
+    if g.compute is not None:
+        return g.compute.startswith("gfx")
+    return g.name is not None and any(w in g.name.upper() for w in ("AMD", "RADEON", "INSTINCT"))
 
 
 def _num(v: float) -> str:
@@ -296,9 +369,10 @@ def _assumptions(tr: Traffic, machine: Machine, routing: str) -> list[str]:
         out.append(f"host: memory {_num(h.value / 1e9)} GB/s ({h.source}) x {HOST_BW_FRACTION} reached by its expert "
                    "products: the share of a stated bandwidth a host reaches is not measured yet (a datasheet peak "
                    "makes host-bound generation come out too fast; a measured read rate does not)")
-    out.append(f"fixed costs: {TOKEN_FIXED_S * 1e3:.1f} ms per generated token, {PROMPT_FIXED_S:.2f} s per prompt (a "
-               f"server's first), {OFFLOAD_TENSOR_S * 1e3:.2f} ms per op-offload copy (fitted on one H200 machine's "
-               "runs)")
+    out.append(f"fixed costs: {TOKEN_FIXED_S * 1e3:.1f} ms per generated token and {PROMPT_FIXED_S:.2f} s per prompt "
+               "where llama-server times it (its first prompt; none under llama-bench), "
+               f"{OFFLOAD_TENSOR_S * 1e3:.2f} ms "
+               "per op-offload copy (fitted on the validation table's NVIDIA runs)")
     if routing == "same-experts" and any(c.tensors for c in tr.ubatch_copies):
         out.append("routing: every token selects the same experts (zero weights): a ubatch copies k/E of each host "
                    "expert tensor")
@@ -319,6 +393,6 @@ def for_placement(placement: Placement, settings: MemorySettings, machine: Machi
 
 
 def generation_cell(pred: Prediction) -> str:
-    """A table cell of predicted generation tokens/s ("~15 (+-30%)"), or "-" where none is predicted."""
+    """A table cell of predicted generation tokens/s ("~15 (+-35%)"), or "-" where none is predicted."""
     g = pred.generation
     return "-" if g is None else f"~{rounded(g.tps, g.error)} (+-{round(g.error * 100)}%)"

@@ -298,7 +298,9 @@ def test_fit_repo_predicts_generation_on_the_described_machine(hub: Hub, capsys:
     assert main([*base, "--gpu-model", "RTX 4090", "--ram-speed", "DDR5-6000x2"]) == 0
     out = capsys.readouterr().out
     assert "generation t/s" in out.splitlines()[2]  # the column, with its error
-    assert "(+-30%)" in out
+    import moeconf.speed as sp
+
+    assert f"(+-{round(sp.GEN_ERROR * 100)}%)" in out
     # a machine without its host's bandwidth: no column, and each fitting quant says what is missing
     assert main([*base, "--gpu-model", "RTX 4090", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
