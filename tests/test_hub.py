@@ -300,7 +300,7 @@ def test_fit_repo_predicts_generation_on_the_described_machine(hub: Hub, capsys:
     assert "generation t/s" in out.splitlines()[2]  # the column, with its error
     import moeconf.speed as sp
 
-    assert f"(+-{round(sp.GEN_ERROR * 100)}%)" in out
+    assert f"(+-{round(sp.HOST_GEN_ERROR * 100)}%)" in out  # experts read from RAM: the hybrid error
     # a machine without its host's bandwidth: no column, and each fitting quant says what is missing
     assert main([*base, "--gpu-model", "RTX 4090", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
