@@ -103,6 +103,9 @@ def test_a_run_without_a_gpu_predicts_generation_from_threads_or_bandwidth(cases
     many = sp.predict(c.traffic, m, tool="llama-bench", threads=64)
     assert many.generation is not None  # the host's bandwidth binds
     assert many.generation.seconds == pytest.approx(host / (36.0e9 * sp.HOST_BW_FRACTION))
+    # the rows that set CPU_GEN_ERROR were thread-bound: where the bandwidth binds, the unmeasured share
+    # of it a host reaches carries the host's error
+    assert many.generation.error == max(sp.CPU_GEN_ERROR, sp.HOST_GEN_ERROR) > sp.CPU_GEN_ERROR
     # the threads default to the host's cores; without them (or the bandwidth) the figure is named
     assert sp.predict(c.traffic, m, tool="llama-bench").generation == sp.predict(
         c.traffic, m, tool="llama-bench", threads=2).generation
