@@ -28,6 +28,11 @@ _H200 = "https://www.nvidia.com/en-us/data-center/h200/"
 _V100 = "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
 # a derived matrix rate: tensor cores x FLOP per core per clock (the architecture whitepaper's rate:
 # 256 for dense FP16 with FP16 accumulate on Ampere GA10x, Ada and Blackwell GeForce) x boost clock
+_TURING = ("https://images.nvidia.com/aem-dam/en-zz/Solutions/design-visualization/technologies/turing-architecture/"
+           "NVIDIA-Turing-Architecture-Whitepaper.pdf")
+# Turing's tensor cores do half that: 64 FP16 FMA (128 FLOP) per clock with FP16 accumulate (the Turing whitepaper)
+_DERIVED_TURING = ("matrix rate derived: {tc} tensor cores x 128 FLOP/clock x {ghz} GHz reference boost (the vendor's "
+                   "core count and clock; Founders Edition cards boost higher)")
 _DERIVED = ("matrix rate derived: {tc} tensor cores x 256 FLOP/clock x {ghz} GHz boost (the vendor's core count and "
             "clock)")
 
@@ -55,6 +60,16 @@ _FP16 = "FP16 tensor, dense, FP16 accumulate"
 _FP16_ANY = "FP16 tensor, dense"
 
 CARDS: tuple[Card, ...] = (
+    Card("RTX 2080", ("GeForce RTX 2080", "RTX 2080"), "NVIDIA", "Turing", "7.5", 8, 448, 3, 16, 80.5, _FP16, _TURING,
+         False, _DERIVED_TURING.format(tc=368, ghz=1.71),
+         checked="https://www.tomshardware.com/reviews/nvidia-turing-gpu-architecture-explored,5801-5.html"),
+    Card("RTX 2080 SUPER", ("GeForce RTX 2080 SUPER", "RTX 2080 SUPER"), "NVIDIA", "Turing", "7.5", 8, 496, 3, 16,
+         89.2, _FP16, "https://www.nvidia.com/en-us/geforce/graphics-cards/compare/?section=compare-20", False,
+         _DERIVED_TURING.format(tc=384, ghz=1.815) + "; bandwidth: 15.5 Gbps x 256 bits"),
+    Card("RTX 2080 Ti", ("GeForce RTX 2080 Ti", "RTX 2080 Ti"), "NVIDIA", "Turing", "7.5", 11, 616, 3, 16, 107.6, _FP16,
+         _TURING, False, _DERIVED_TURING.format(tc=544, ghz=1.545) + " (the whitepaper's 114 TFLOPS is the Founders "
+         "Edition's 1.635 GHz)",
+         checked="https://www.tomshardware.com/reviews/nvidia-turing-gpu-architecture-explored,5801-5.html"),
     Card("RTX 3060 12GB", ("GeForce RTX 3060", "RTX 3060", "RTX 3060 12GB"), "NVIDIA", "Ampere", "8.6", 12, 360, 4, 16,
          51.0, _FP16, "https://www.nvidia.com/en-us/geforce/graphics-cards/30-series/rtx-3060-3060ti/", False,
          _DERIVED.format(tc=112, ghz=1.777) + "; the 8 GB RTX 3060 (240 GB/s) is another card: not this row",

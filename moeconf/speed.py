@@ -83,8 +83,10 @@ HOST_GEN_ERROR = 0.55
 # -----------------------------------------------------------------------------------------------------
 
 # the routings the op-offload copy's constants were measured under: with zero weights every token selects the
-# same k experts and a ubatch copies k/E of each host expert tensor; under real routing it copies up to all of
-# them, which no run in the table measured yet, so a prompt with op-offload copies is predicted only here
+# same k experts and a ubatch copies k/E of each host expert tensor; under real routing it copies the experts
+# its tokens use (up to all of them), and the one run that measures that (DeepSeek-V3.2 on an RTX PRO 6000
+# Max-Q, every expert copied) ran 4 x faster than these constants give (-75 %: docs/speed.md, "Limits"), so
+# a prompt with op-offload copies is predicted only here
 OFFLOAD_MEASURED_ROUTINGS = ("same-experts",)
 HOST_READ_UNTIMED = 1 << 20  # host reads below this per token (an embedding row) are not timed
 ROUTINGS = ("uniform", "same-experts")
@@ -308,8 +310,8 @@ def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
         pp = None
         refused.append("prompt: its ubatches copy host expert weights to the GPU (op offload), and the copy rate was "
                        "measured only where every token selects the same experts (zero weights, k/E of each tensor "
-                       "copied); under real routing a ubatch copies up to every expert, at a rate no run in the "
-                       "table measured yet")
+                       "copied); under real routing a ubatch copies up to every expert, and the one such run "
+                       "measured ran 4 x faster than that rate gives (docs/speed.md, Limits)")
     prompt = None if pp is None else Rate(n_prompt / sum(pp.values()), PROMPT_ERROR, sum(pp.values()), pp)
     gen_error = max(GEN_ERROR, HOST_GEN_ERROR) if host_timed(tr) else GEN_ERROR
     return Prediction(Rate(1.0 / t_gen, gen_error, t_gen, gen), prompt, tr.depth, n_prompt, routing,

@@ -262,7 +262,10 @@ def evaluate(cases: Sequence[Case], k: Constants | None = None, host_fitted: flo
             out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), None, None, c.group, c.kind))
             continue
         t_gen = k.gen_s_without_host(f) + (f.host_bytes / rate if f.host_bytes else 0.0)
-        pp_pred = (c.row["prompt_tokens"] / k.prompt_s(f, rate)) if f.gpu_work_s is not None else None
+        # no prompt figure where the row has no prompt (prompt_tokens 0) or the predictor refuses its prompt
+        pp_refused = any(w.startswith("prompt:") for w in c.refused)
+        pp_pred = (c.row["prompt_tokens"] / k.prompt_s(f, rate)
+                   if f.gpu_work_s is not None and c.row["prompt_tokens"] and not pp_refused else None)
         out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), pp_pred, 1.0 / t_gen, c.group, c.kind))
     return out
 

@@ -97,6 +97,9 @@ def test_a_row_reproduces_its_bandwidth_from_bus_and_speed() -> None:
     ("NVIDIA GeForce RTX 4070 Ti SUPER", 16376, "RTX 4070 Ti SUPER"),
     ("NVIDIA RTX 6000 Ada Generation", 49140, "RTX 6000 Ada"),
     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887, "RTX PRO 6000 Blackwell"),
+    ("NVIDIA GeForce RTX 2080", 7982, "RTX 2080"),
+    ("NVIDIA GeForce RTX 2080 Ti", 11264, "RTX 2080 Ti"),
+    ("NVIDIA GeForce RTX 2080 SUPER", 7982, "RTX 2080 SUPER"),
     ("NVIDIA L40S", 46068, "L40S"),
     ("NVIDIA GeForce RTX 5060 Ti", 16311, "RTX 5060 Ti 16GB"),
 ])
@@ -108,6 +111,7 @@ def test_nvidia_smi_names_find_their_row(name: str, mib: int, key: str) -> None:
     ("NVIDIA GeForce RTX 4090 D", 24564),  # another card: fewer SMs
     ("NVIDIA GeForce RTX 4090 Laptop GPU", 16376),
     ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", 97887),  # lower clocks
+    ("NVIDIA GeForce RTX 2080 Ti", 8192),  # a name with the wrong memory
     ("NVIDIA GeForce RTX 3060", 8192),  # the 8 GB 3060 has a narrower bus
     ("NVIDIA GeForce RTX 4060 Ti", 8188),  # the table's row is the 16 GB card
     ("NVIDIA GeForce RTX 4080", 24564),  # a name with the wrong memory
