@@ -580,24 +580,28 @@ def _explain_traffic(args: argparse.Namespace, ex: Explanation,
 
 
 def _reserve(args: argparse.Namespace, inv: Inventory, settings: MemorySettings) -> tuple[int, str | None]:
-    """The reserve per GPU: --reserve; else, where the machine names a card whose every part was measured
-    (memory/reserve.py), the largest of its GPUs' parts' sums, with a note naming them; else the default."""
+    """The reserve per GPU (memory/reserve.py): --reserve; else the largest over the machine's GPUs (a
+    card named by --gpu-model or detection; none: unknown) of the reserve for that card: the sum of its
+    parts where every part was measured on it (the H200), else the default margin, or the parts with the
+    largest reported context where they come to more (a wide model's CUDA pool at a large -ub). A note
+    says where the reserve is not the flat default."""
     from moeconf.memory import DEFAULT_RESERVE, parse_size
 
     if args.reserve is not None:
         return parse_size(args.reserve, "--reserve"), None
-    cards = sorted({g.name for g in args.machine.gpus if g.name}) if args.machine is not None else []
-    if not cards:
-        return DEFAULT_RESERVE, None
     from moeconf.memory.reserve import reserve_for
 
-    best = max(((c, reserve_for(c, settings, inv)) for c in cards), key=lambda cr: cr[1].size)
-    card, r = best
-    if r.basis != "parts":
-        return DEFAULT_RESERVE, None
+    names: list[str | None] = sorted({g.name for g in args.machine.gpus if g.name}) if args.machine else []
+    card, r = max(((c, reserve_for(c, settings, inv)) for c in names or [None]), key=lambda cr: cr[1].size)
     parts = ", ".join(f"{p.name} {p.size / 2**20:,.0f}" for p in r.parts)
-    return r.size, (f"reserve: {r.size / 2**20:,.0f} MiB per GPU, the parts measured on the {card} ({parts} MiB; "
-                    "docs/memory.md); --reserve overrides")
+    if r.basis == "parts":
+        return r.size, (f"reserve: {r.size / 2**20:,.0f} MiB per GPU, the parts measured on the {card} ({parts} "
+                        "MiB; docs/memory.md); --reserve overrides")
+    if r.size > DEFAULT_RESERVE:
+        return r.size, (f"reserve: {r.size / 2**20:,.0f} MiB per GPU, more than the default 1,024: its parts with "
+                        f"the largest reported CUDA context come to that at -ub {settings.n_ubatch} ({parts} MiB; "
+                        "docs/memory.md); --reserve overrides")
+    return DEFAULT_RESERVE, None
 
 
 def _speed_asked(args: argparse.Namespace) -> bool:

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 
+from moeconf.engines import engine
 from moeconf.memory.reserve import CARDS, Part, card_row, op_pool_bytes, pool_bytes, reserve_for, reserve_parts
-from moeconf.memory.settings import DEFAULT_RESERVE, MemorySettings
+from moeconf.memory.settings import DEFAULT_RESERVE, MemorySettings, read_settings
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 
 MiB = 1 << 20
+GiB = 1 << 30
 ROOT = Path(__file__).resolve().parent.parent
 DATA = json.loads((ROOT / "tests" / "data" / "h200_memory.json").read_text())
 LINES: list[dict[str, Any]] = DATA["lines"]
@@ -221,3 +223,27 @@ def test_workspace_by_compute_capability() -> None:
                        if p.name == "cuBLAS workspace").size for c in CARDS}
     assert ws == {"NVIDIA H200": 32 * MiB, "NVIDIA RTX PRO 6000 Blackwell": 32 * MiB,
                   "NVIDIA GeForce RTX 4060 Ti": 4 * MiB}
+
+
+def test_explain_takes_the_cards_reserve_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI's reserve: the H200's parts where --gpu-model names it, the parts with the largest
+    reported context where they pass the default (DeepSeek-V3's pool at -ub 8192), --reserve over both."""
+    from moeconf.cli import main
+
+    qwen = str(ROOT / "examples" / "models" / "qwen3-30b-a3b.manifest.json")
+    line = ["--", "llama-server", "-c", "8192"]
+    assert main(["explain", qwen, "--json", "--no-detect", "--gpu-model", "H200", *line]) == 0
+    data = json.loads(capsys.readouterr().out)
+    h200 = reserve_for("NVIDIA H200", read_settings(line[1:], engine("llama.cpp")), _inv("qwen3-30b-a3b"))
+    assert h200.basis == "parts" and data["memory"]["CUDA0"]["reserve"] == h200.size < 1024 * MiB
+    assert any("the parts measured on the H200" in n for n in data["memory_notes"])
+    assert main(["explain", qwen, "--json", "--no-detect", "--gpu-model", "H200", "--reserve", "2GiB", *line]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["CUDA0"]["reserve"] == 2 * GiB
+    ds = str(ROOT / "examples" / "models" / "deepseek-v3.manifest.json")
+    big = ["--", "llama-server", "-c", "16384", "-ub", "8192", "-b", "8192", "-ot", "exps=CPU"]
+    assert main(["explain", ds, "--json", "--no-detect", *big]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["memory"]["CUDA0"]["reserve"] > 1024 * MiB
+    assert any("more than the default 1,024" in n for n in data["memory_notes"])
+    assert main(["explain", ds, "--json", "--no-detect", "--", "llama-server", "-c", "16384", "-ot", "exps=CPU"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["CUDA0"]["reserve"] == 1024 * MiB
