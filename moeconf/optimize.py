@@ -376,8 +376,15 @@ def choose(rows: Sequence[Row], goal: Goal) -> tuple[int | None, bool, str | Non
     predicted = {i: s for i, s in speeds.items() if isinstance(s, Speed)}
     by_prediction = len(predicted) == len(fitting)
     if by_prediction:
-        gen = {i: s.generation_tps for i, s in predicted.items()}
-        prompt = {i: s.prompt_tps for i, s in predicted.items()}
+        # compared as printed, at the digits their error allows: settings whose speeds print alike tie
+        # (to the smaller -ub), rather than being told apart by differences inside the error
+        from moeconf.speed import rounded
+
+        def shown(v: float, err: float) -> float:
+            return float(rounded(v, err).replace(",", ""))
+
+        gen = {i: shown(s.generation_tps, s.generation_error) for i, s in predicted.items()}
+        prompt = {i: shown(s.prompt_tps, s.prompt_error) for i, s in predicted.items()}
         return _pick(fitting, goal, gen, prompt, higher=True), True, None
     lacking = [i for i in fitting if rows[i].traffic is None]
     if lacking:

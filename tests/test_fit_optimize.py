@@ -31,7 +31,8 @@ from moeconf.optimize import (
     optimize,
 )
 from moeconf.placement import Placement
-from moeconf.report.optimize import render_optimized, rounded
+from moeconf.report.optimize import render_optimized
+from moeconf.speed import rounded
 from moeconf.traffic import Traffic, traffic
 from tests.conftest import REPO
 

@@ -227,8 +227,10 @@ def test_real_routing_op_offload_is_refused_because_its_one_run_is_75_percent_of
 def test_printed_digits_follow_the_error() -> None:
     assert sp.rounded(14.93, 0.30) == "15"
     assert sp.rounded(6176.4, 0.10) == "6,200"
-    assert sp.rounded(6176.4, 0.05) == "6,180"
-    assert sp.rounded(0.734, 0.30) == "0.73"
+    assert sp.rounded(6176.4, 0.05) == "6,200"  # +-309: the hundreds are the last digit that means something
+    assert sp.rounded(6176.4, 0.01) == "6,180"
+    assert sp.rounded(933, 0.30) == "900"
+    assert sp.rounded(0.734, 0.30) == "0.7"
     assert sp.Rate(14.93, 0.25, 0.067, {}).text() == "~15 t/s (+-25%)"
 
 

@@ -4,25 +4,12 @@ tokens/s, and which setting the goal chose."""
 
 from __future__ import annotations
 
-import math
-
 from moeconf.optimize import NotPredicted, Optimized, Row, Speed
+from moeconf.speed import rounded
 from moeconf.textsafe import safe
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
-
-
-def rounded(value: float, error: float) -> str:
-    """`value` with no more digits than a relative `error` allows: rounded to the power of ten at or
-    below value x error (15 at 30%, not 14.9; 900 for 933 at 30%)."""
-    spread = abs(value) * error
-    if spread <= 0 or not math.isfinite(spread):
-        return f"{value:,.0f}"
-    exp = math.floor(math.log10(spread))
-    unit = 10.0 ** exp
-    r = round(value / unit) * unit
-    return f"{r:,.{max(0, -exp)}f}"
 
 
 def _speed(s: Speed | NotPredicted | None, which: str) -> str:
