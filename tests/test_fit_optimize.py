@@ -306,3 +306,15 @@ def test_a_speed_without_a_positive_error_or_value_is_refused(bad: float) -> Non
         Speed(900.0, 15.0, 0.3, bad)
     with pytest.raises(ValueError, match="a predicted speed needs a positive prompt_tps"):
         Speed(bad, 15.0, 0.3, 0.3)
+
+
+def test_predictions_that_print_alike_tie_to_the_smaller_ubatch() -> None:
+    # prompt +-20 %: 1,210 and 1,190 both print as 1,200; generation +-10 %: 30.4 and 29.6 both as 30
+    close_gen = {512: 29.6, 1024: 30.4, 2048: 30.0, 4096: 29.8}
+    close_prompt = {512: 1190.0, 1024: 1210.0, 2048: 1205.0, 4096: 1195.0}
+    for goal in GOALS:
+        opt = _with(["-c", "16384"], goal, _fake(close_gen, close_prompt))
+        assert opt.by_prediction and opt.rows[opt.chosen].setting.ubatch == 512, goal
+    # a difference that prints is still taken
+    opt = _with(["-c", "16384"], "prompt", _fake(close_gen, {**close_prompt, 2048: 1500.0}))
+    assert opt.rows[opt.chosen].setting.ubatch == 2048
