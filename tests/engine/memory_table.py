@@ -36,13 +36,15 @@ def main(path: str) -> int:
         print(f"| {model} | {len(cases)} | {len(rs)} | {worst['weights']:.2f} | {worst['kv']:.2f} | "
               f"{worst['compute']:.1f} | {len(good)} of {len(cases)} |")
     print(f"\n{total_cases} command lines, llama.cpp (llama-cpp-python 0.3.36) `llama-fit-params -fitp on`.")
-    # architectures refused (memory not modelled), with why (moeconf.memory.support.REFUSED)
-    from moeconf.memory.support import REFUSED
+    # architectures the loader creates routed experts for whose memory is not modelled, with the refusal
+    # explain and fit give (moeconf.memory.support.unmodelled_architecture)
+    from moeconf.memory import support
 
+    refused = [a for a in support.routed_expert_archs() if a not in support.MODELLED]
     print("\nRefused (memory not modelled; `explain` prints ? with this note, `fit` refuses):\n")
-    for arch, why in sorted(REFUSED.items()):
-        print(f"- `{arch}`: {why}")
-    if not REFUSED:
+    for arch in refused:
+        print(f"- `{arch}`: {support.unmodelled_architecture(arch)}")
+    if not refused:
         print("(none)")
     return 0
 

@@ -125,7 +125,7 @@ REFUSED_FAMILIES: list[tuple[str, str]] = [
 ]
 
 # the classic MoEs beyond the first five (moeconf/fixtures/layouts_classic.py) ---
-# Hunyuan-A13B is refused (moeconf.memory.support.REFUSED); the ERNIE line over two GPUs carries
+# Hunyuan-A13B is refused (moeconf.memory.support.unmodelled_architecture); the ERNIE line over two GPUs carries
 # an -ot item (pipeline parallelism, not modelled for it, is refused)
 LAYOUT_KEYS.update({
     "ernie4_5-moe": LAYOUTS["ernie-4.5-21b-a3b"],
