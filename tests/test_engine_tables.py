@@ -1,0 +1,22 @@
+"""The engine suite's table scripts (.ci/run runs them after the engine suite): they import and render
+on a small results file, so a renamed moeconf name fails here, in the default suite, not after a
+30-minute engine run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+def test_the_memory_table_renders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.engine.memory_table import main
+
+    results = tmp_path / "memory-results.json"
+    results.write_text(json.dumps([{"model": "qwen3-30b-a3b", "args": "-c 4096", "device": "CUDA0",
+                                    "weights": [100.0, 100.0], "kv": [8.0, 8.0], "compute": [300.0, 310.0]}]))
+    assert main(str(results)) == 0
+    out = capsys.readouterr().out
+    assert "| qwen3-30b-a3b | 1 | 1 | 0.00 | 0.00 | 10.0 | 1 of 1 |" in out
+    assert "Refused (memory not modelled" in out and "`mistral3`: memory is not modelled" in out
