@@ -260,6 +260,11 @@ def assumed_version(eng: Engine) -> str:
     return f"b{NEWEST_MAINLINE_BUILD}" if eng.name == "llama.cpp" else IK_NEWEST_DATE
 
 
+def default_context(inv: Inventory) -> int:
+    """The context fit writes where the command gives no -c: the model's trained context, else 4,096."""
+    return inv.metadata.context_length or 4096
+
+
 class _Solver:
     def __init__(self, inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: Sequence[str],
                  model_path: str, serve_path: str | None, plan_dir: str, reserve: int, policy: Policy,
@@ -358,7 +363,7 @@ class _Solver:
             # the memory table reads the engine's default (auto) as on: the command says so
             f["flash_attn"] = "on"
         if "ctx_size" not in f:
-            f["ctx_size"] = self.inv.metadata.context_length or 4096
+            f["ctx_size"] = default_context(self.inv)
 
     def assumptions(self, mem: MemoryEstimate) -> dict[str, object]:
         s = mem.settings

@@ -518,11 +518,14 @@ def machine_assumptions(machine: Machine) -> list[str]:
     return out
 
 
+def given_by(item: str) -> str:
+    """The flag that gives one missing figure, as `missing()` names it ('CUDA0: memory_bandwidth',
+    'host: cores'); a whole card missing ('CUDA0: the card (...)') is given by --gpu-model or its figures."""
+    dev, _, what = item.partition(": ")
+    key = item if dev == "host" else what
+    return GIVEN_BY.get(key, "--gpu-model NAME (a card of the table) or its figures")
+
+
 def missing_lines(machine: Machine, devices: tuple[str, ...] | None = None) -> list[str]:
     """Each missing figure with the flag (or [machine] key) that gives it."""
-    out = []
-    for m in machine.missing(devices):
-        dev, _, what = m.partition(": ")
-        key = m if dev == "host" else what
-        out.append(f"{m}: give {GIVEN_BY[key]}")
-    return out
+    return [f"{m}: give {given_by(m)}" for m in machine.missing(devices)]

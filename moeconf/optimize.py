@@ -325,7 +325,7 @@ def optimize(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: 
     predict its speed with `predictor` (default: none), and choose by `goal` (`choose`). A setting
     that does not fit, or that the engine would refuse, is a row that says why; an error in the
     command itself (a flag the engine does not know) is raised as fit raises it."""
-    from moeconf.fit import FitError, fit
+    from moeconf.fit import FitError, default_context, fit
     from moeconf.memory.settings import read_settings
     from moeconf.traffic import TrafficUnmodelled, traffic
 
@@ -333,7 +333,7 @@ def optimize(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: 
         raise MoeconfError(f"--optimize {goal}: one of {', '.join(GOALS)}")
     predictor = predictor or no_predictor
     user = read_settings(list(user_argv), eng)
-    n_ctx = user.n_ctx or inv.metadata.context_length or 4096  # fit's own default (fit._Solver._complete)
+    n_ctx = user.n_ctx or default_context(inv)
     settings, notes = settings_to_try(user, n_ctx, cache_types)
     rows: list[Row] = []
     refused: list[MoeconfError] = []

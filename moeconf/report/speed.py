@@ -11,15 +11,6 @@ if TYPE_CHECKING:
     from moeconf.machine import Machine
 
 
-def _given_by(item: str) -> str:
-    """The flag that gives one missing figure ('CUDA0: memory_bandwidth', 'host: memory_bandwidth')."""
-    from moeconf.machine import GIVEN_BY
-
-    dev, _, what = item.partition(": ")
-    key = item if dev == "host" else what
-    return GIVEN_BY.get(key, "--gpu-model NAME (a card of the table) or its figures")
-
-
 def speed_report(pred: Prediction, machine: Machine | None = None) -> tuple[dict[str, Any], str]:
     """The prediction as explain's and fit's `"speed"` JSON and its text lines: the speeds, the
     machine's figures and the model's constants as `assumed:` lines, or what is missing and the
@@ -27,7 +18,9 @@ def speed_report(pred: Prediction, machine: Machine | None = None) -> tuple[dict
     lines = []
     if pred.missing:
         lines.append("speed: not predicted: the machine description lacks " + ", ".join(pred.missing))
-        lines.extend(f"  {m}: give {_given_by(m)}" for m in pred.missing)
+        from moeconf.machine import given_by
+
+        lines.extend(f"  {m}: give {given_by(m)}" for m in pred.missing)
         if machine is not None:
             lines.extend(f"  note: {n}" for n in machine.notes)
     elif pred.generation is None:
