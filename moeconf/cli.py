@@ -621,7 +621,21 @@ def _command_machine(args: argparse.Namespace, devices: tuple[str, ...], *, aske
         return None
     from moeconf.machine import machine_from
 
-    return machine_from(args, tuple(d for d in devices if d != "CPU"))
+    plan_values, where = _plan_machine(getattr(args, "machine_plan", None))
+    return machine_from(args, tuple(d for d in devices if d != "CPU"), plan_values, plan_where=where)
+
+
+def _plan_machine(path: str | None) -> tuple[dict[str, Any] | None, Any]:
+    """A plan's [machine] table and where each key sits (None, None: no plan given); a plan without
+    the table is an error, not a silent nothing."""
+    if not path:
+        return None, None
+    from moeconf.plan import load_plan, plan_machine
+
+    values, where = plan_machine(load_plan(path))
+    if values is None:
+        raise MoeconfError(f"{path}: the plan has no [machine] table (docs/speed.md \"The machine\")")
+    return values, where
 
 
 def _cmd_machine(args: argparse.Namespace) -> int:
@@ -633,11 +647,7 @@ def _cmd_machine(args: argparse.Namespace) -> int:
     if args.cards:
         sys.stdout.write(render_cards())
         return EXIT_OK
-    plan_values, where = None, None
-    if args.plan:
-        from moeconf.plan import load_plan, plan_machine
-
-        plan_values, where = plan_machine(load_plan(args.plan))
+    plan_values, where = _plan_machine(args.plan)
     no_detect = args.no_detect or (plan_values or {}).get("detect") is False
     detected = Detected.none() if no_detect else Detected.here()
     if args.gpus is not None:

@@ -218,7 +218,7 @@ GIVEN_BY = {"memory_bandwidth": "--gpu-model (a card of the table) or --gpu-band
 def machine_flags_given(args: argparse.Namespace | dict[str, Any]) -> bool:
     """Whether any machine flag is set (explain and fit build the machine only then, or when speed is asked)."""
     get = args.get if isinstance(args, dict) else (lambda k, d=None: getattr(args, k, d))
-    return any(get(k) not in (None, "", False) for k in (*FIELDS, "probe_ram", "no_detect"))
+    return any(get(k) not in (None, "", False) for k in (*FIELDS, "probe_ram", "no_detect", "machine_plan"))
 
 
 @dataclass(frozen=True)

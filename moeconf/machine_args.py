@@ -24,5 +24,8 @@ def add_machine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--probe-ram", action="store_true",
                    help="measure the host's memory bandwidth with a short copy (about 0.5 s; a lower bound of the "
                    "peak)")
+    if parser.prog.split()[-1] != "machine":  # `machine` reads a plan with --plan
+        g.add_argument("--machine-plan", metavar="FILE",
+                       help="read the machine from this plan's [machine] table (flags override it; docs/speed.md)")
     g.add_argument("--no-detect", action="store_true",
                    help="read nothing from this machine (nvidia-smi, /proc, lscpu): flags and the plan only")

@@ -403,6 +403,31 @@ def test_plan_machine_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert json.loads(out)["host"]["cores"] == {"value": 8, "source": "--cores"}
 
 
+def test_explain_and_fit_read_a_plans_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--machine-plan FILE gives explain and fit the plan's [machine] (flags over it), asks for the
+    speed, and a plan without the table is an error naming the file, not a silent nothing."""
+    p = _plan(tmp_path, 'gpu_model = "RTX 3090"\npcie = "4x8"\nram_speed = "DDR4-3200x2"\ncores = 8\ndetect = false')
+    code, out, _ = _run(["explain", MANIFEST, "--json", "--machine-plan", str(p), "--cores", "6", "--",
+                         "-c", "4096", "-ot", "exps=CPU"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["machine"]["gpus"][0]["name"] == "RTX 3090"
+    assert data["machine"]["gpus"][0]["pcie_link"] == "PCIe 4.0 x8"
+    assert data["machine"]["host"]["cores"] == {"value": 6, "source": "--cores"}
+    assert data["machine"]["host"]["memory_bandwidth"]["source"].startswith("plan [machine] ram_speed DDR4-3200x2")
+    assert data["machine"]["notes"] == []  # the plan's detect = false: nothing read
+    assert "speed" in data
+    code, out, _ = _run(["fit", MANIFEST, "--gpu", "24GiB", "--json", "--machine-plan", str(p)], capsys)
+    assert code == 0 and json.loads(out)["machine"]["gpus"][0]["name"] == "RTX 3090"
+    bare = tmp_path / "bare.toml"
+    bare.write_text(f'rules = ["experts -> cpu"]\n[model]\npath = "{REPO / MANIFEST}"\n')
+    code, _, err = _run(["fit", MANIFEST, "--gpu", "24GiB", "--machine-plan", str(bare)], capsys)
+    assert code == 2 and "bare.toml: the plan has no [machine] table" in err, err
+    bad = _plan(tmp_path, 'pcie = "fast"')
+    code, _, err = _run(["explain", MANIFEST, "--machine-plan", str(bad), "--no-detect", "--", "-c", "4096"], capsys)
+    assert code == 2 and ":5:1: machine.pcie: 'fast' is not a PCIe link" in err, err
+
+
 @pytest.mark.parametrize(("body", "says"), [
     ('ram_speed = "DDR5-6000"', ':5:1: machine.ram_speed: \'DDR5-6000\' is not KIND-SPEEDxCHANNELS'),
     ('pcie = "fast"', ":5:1: machine.pcie: 'fast' is not a PCIe link"),
