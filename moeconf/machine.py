@@ -472,9 +472,14 @@ class Detected:
 
 # ---- for a reader -------------------------------------------------------------------------------
 
+def number(v: float) -> str:
+    """A machine figure as given: whole numbers with separators, else up to three significant digits
+    (the machine report and the speed's assumptions print figures alike)."""
+    return f"{v:,.0f}" if v >= 100 or v == int(v) else f"{v:.3g}"
+
+
 def _rate(v: float, unit: str) -> str:
-    x = v / (1e9 if unit == "GB/s" else 1e12)
-    return f"{x:,.0f} {unit}" if x >= 100 else f"{x:.1f} {unit}"
+    return f"{number(v / (1e9 if unit == 'GB/s' else 1e12))} {unit}"
 
 
 def _short(source: str) -> str:

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from moeconf.machine import GPU, Machine
+from moeconf.machine import GPU, Machine, number
 from moeconf.traffic import HOST, PAD, Traffic
 
 if TYPE_CHECKING:
@@ -341,8 +341,8 @@ def _cpu_only(tr: Traffic, machine: Machine, n_prompt: int, routing: str, tool: 
     t = sum(terms.values())
     h = machine.host.memory_bandwidth
     assert h is not None
-    why = (f"host: memory {_num(h.value / 1e9)} GB/s ({h.source}) x {HOST_BW_FRACTION}, or {n} thread(s) x "
-           f"{_num(CPU_THREAD_BW / 1e9)} GB/s, whichever is less, read by a CPU-only token's products (the thread "
+    why = (f"host: memory {number(h.value / 1e9)} GB/s ({h.source}) x {HOST_BW_FRACTION}, or {n} thread(s) x "
+           f"{number(CPU_THREAD_BW / 1e9)} GB/s, whichever is less, read by a CPU-only token's products (the thread "
            "rate measured on one 2-vCPU EPYC guest only)")
     # the rows that set CPU_GEN_ERROR were bound by their threads; where the host's bandwidth binds, the
     # share of it a host reaches is not measured (HOST_GEN_ERROR, as for a hybrid token)
@@ -359,26 +359,22 @@ def _amd(g: GPU) -> bool:
     return g.name is not None and any(w in g.name.upper() for w in ("AMD", "RADEON", "INSTINCT"))
 
 
-def _num(v: float) -> str:
-    """A machine figure as given: whole numbers with separators, else up to three significant digits."""
-    return f"{v:,.0f}" if v >= 100 or v == int(v) else f"{v:.3g}"
-
-
 def _assumptions(tr: Traffic, machine: Machine, routing: str) -> list[str]:
     out = []
     for d in gpus_used(tr):
         g = machine.gpu(d)
         assert g is not None and g.memory_bandwidth and g.pcie_bandwidth and g.matrix_flops
-        out.append(f"{d}{' (' + g.name + ')' if g.name else ''}: memory {_num(g.memory_bandwidth.value / 1e9)} GB/s "
+        out.append(f"{d}{' (' + g.name + ')' if g.name else ''}: memory {number(g.memory_bandwidth.value / 1e9)} GB/s "
                    f"({g.memory_bandwidth.source}) x {GPU_BW_FRACTION} reached per generated token; matrix "
-                   f"{_num(g.matrix_flops.value / 1e12)} TFLOP/s ({g.matrix_flops.source}) x {GPU_MATRIX_FRACTION} "
-                   f"reached by a prompt; PCIe {_num(g.pcie_bandwidth.value / 1e9)} GB/s ({g.pcie_bandwidth.source}), "
-                   f"x {OFFLOAD_COPY_FRACTION} for op-offload copies (measured from pageable memory: -ot ...=CPU "
+                   f"{number(g.matrix_flops.value / 1e12)} TFLOP/s ({g.matrix_flops.source}) x {GPU_MATRIX_FRACTION} "
+                   f"reached by a prompt; PCIe {number(g.pcie_bandwidth.value / 1e9)} GB/s "
+                   f"({g.pcie_bandwidth.source}), x {OFFLOAD_COPY_FRACTION} for op-offload copies (measured from "
+                   "pageable memory: -ot ...=CPU "
                    "weights; the pinned memory of layers -ngl leaves on the host is not measured)")
     if host_timed(tr):
         h = machine.host.memory_bandwidth
         assert h is not None
-        out.append(f"host: memory {_num(h.value / 1e9)} GB/s ({h.source}) x {HOST_BW_FRACTION} reached by its expert "
+        out.append(f"host: memory {number(h.value / 1e9)} GB/s ({h.source}) x {HOST_BW_FRACTION} reached by its expert "
                    "products: the share of a stated bandwidth a host reaches is not measured yet (a datasheet peak "
                    "makes host-bound generation come out too fast; a measured read rate does not)")
     out.append(f"fixed costs: {TOKEN_FIXED_S * 1e3:.1f} ms per generated token and {PROMPT_FIXED_S:.2f} s per prompt "
