@@ -85,7 +85,6 @@ def hybrid(cases: list) -> str:  # type: ignore[type-arg]
         if not real_routing_copy(c):
             continue
         f = c.features
-        n_ub = -(-c.row["prompt_tokens"] // c.traffic.n_ubatch)
         per_ub = sum(x.weights for x in c.traffic.ubatch_copies) / 1e9
         lines.append(f"| {c.id} | {'yes' if c.aside else ''} | {c.traffic.n_ubatch} | {c.row['prompt_tokens']} | "
                      f"{per_ub:.1f} | {f.offload_s:.1f} | {c.row['prompt_tokens'] / c.row['measured']['pp_tps']:.1f} |")
@@ -98,10 +97,12 @@ def hybrid(cases: list) -> str:  # type: ignore[type-arg]
     for rid, (aside, e) in k.errors.items():
         kind = "real routing" if real_routing_copy(by_id[rid]) else "predicted today"
         lines.append(f"| {rid} | {kind} | {'yes' if aside else ''} | {e:+.0%} |")
+    lines.append("")
     for aside in (False, True):
         errs = [abs(e) for rid, (a, e) in k.errors.items() if a == aside and real_routing_copy(by_id[rid])]
         if errs:
-            lines.append(f"\nreal-routing rows, {'aside' if aside else 'fitted'}: worst {max(errs):.0%} ({len(errs)} rows)")
+            which = "aside" if aside else "fitted"
+            lines.append(f"real-routing rows, {which}: worst {max(errs):.0%} ({len(errs)} rows)")
     return "\n".join(lines) + "\n"
 
 

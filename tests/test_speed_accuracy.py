@@ -142,7 +142,7 @@ def test_the_constants_are_the_fit_on_the_rows_not_set_aside(cases: list[Case]) 
     assert host is not None
     recorded = {c.row["machine"]["host"].get("memory_bandwidth_fitted_gbs") for c in cases
                 if c.row["machine"]["host"].get("memory_bandwidth_gbs") is None and c.features is not None
-                and c.features.host_bytes}
+                and c.features.host_bytes and c.row["measured"].get("tg_tps")}
     assert len(recorded) == 1 and recorded.pop() == pytest.approx(host / 1e9, rel=0.01)
 
 
@@ -252,6 +252,20 @@ def test_real_routing_op_offload_is_refused_because_no_model_meets_an_error(
     aside = [abs(e) for rid, (a, e) in k.errors.items() if a and real_routing_copy(by_id[rid])]
     assert len(fitted) == 4 and len(aside) == 2
     assert max(fitted) > 1.0 and max(aside) > sp.PROMPT_ERROR
+    # docs/speed.md ("Limits") quotes this fit and these rows as `benchmarks/speed_accuracy.py hybrid` prints them
+    text = " ".join((DOCS / "speed.md").read_text().split())
+    assert (f"fixed {k.prompt_fixed_s:.3g} s, matrix share {k.matrix_fraction:.3g}, same-experts copy "
+            f"{k.same_fraction:.3g} x the link, real-routing copy {k.real_fraction:.3g} x the link") in text
+    assert f"{k.tensor_s * 1e3:.3g} ms per weight copied" in text
+    e = {rid.split("-ub")[-1].split("-")[0].lstrip("0") if "hyb-" in rid else "deepseek": f"{err * 100:+.0f} %"
+         for rid, (_, err) in k.errors.items() if real_routing_copy(by_id[rid])}
+    assert (f"DeepSeek {e['deepseek']}, 3090 `-ub` 256 {e['256']}, 2048 {e['2048']}, 4096 {e['4096']}; aside: "
+            f"`-ub` 512 {e['512']}, 8192 {e['8192']}") in text
+    for rid in ("hyb-gpt-oss-120b-f16-rtx3090-ub0256-ncmoe25", "hyb-gpt-oss-120b-f16-rtx3090-ub0512-ncmoe26"):
+        c = by_id[rid]
+        assert c.features is not None
+        measured = c.row["prompt_tokens"] / c.row["measured"]["pp_tps"]
+        assert f"{c.features.offload_s:.1f} s" in text and f"{measured:.1f} s" in text
 
 
 def test_printed_digits_follow_the_error() -> None:
