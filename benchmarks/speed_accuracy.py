@@ -5,6 +5,9 @@ constants on the rows not set aside.
                                                  # median and worst, the aside rows separately
     python benchmarks/speed_accuracy.py fit      # the constants fitted on the non-aside rows (the lines
                                                  # moeconf/speed.py holds) and each row's leave-one-out error
+    python benchmarks/speed_accuracy.py hybrid   # the real-routing op-offload copy: each row's bytes against
+                                                 # the link, and the copy model fitted with its own share of
+                                                 # the link (why moeconf refuses these prompts)
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def table(results: list, refused: dict[str, str] | None = None) -> str:  # type:
                      f"{'-' if ep is None else f'{ep:+.0%}'} | {_fmt(r.tg)} | {_fmt(r.tg_pred)} | {tg_err} |")
     lines += ["", "| rows | kind | set | prompt: median, worst (rows) | generation: median, worst (rows) |",
               "|---|---|---|---|---|"]
-    for group in ("h200", "pub", "cpu"):
+    for group in ("h200", "pub", "hyb", "cpu"):
         for kind in ("all-gpu", "hybrid", "cpu-only"):
             part = [r for r in results if r.group == group and r.kind == kind]
             for aside in (False, True):
@@ -70,9 +73,49 @@ def refusals(cases: list) -> dict[str, str]:  # type: ignore[type-arg]
     return {c.id: c.refused[0] for c in cases if c.refused}
 
 
+def hybrid(cases: list) -> str:  # type: ignore[type-arg]
+    """The real-routing op-offload rows: per row the copy's bytes (uniform routing's expected share of the host
+    experts), those bytes at the full PCIe rate against the measured prompt, and CopyFit's constants and errors
+    (fitted rows and aside rows apart)."""
+    from tests.speed_runs import copy_fit, real_routing_copy
+
+    lines = ["| run | aside | ubatch | prompt | copied per ubatch (GB) | at the full link (s) | measured (s) |",
+             "|---|---|---|---|---|---|---|"]
+    for c in cases:
+        if not real_routing_copy(c):
+            continue
+        f = c.features
+        per_ub = sum(x.weights for x in c.traffic.ubatch_copies) / 1e9
+        lines.append(f"| {c.id} | {'yes' if c.aside else ''} | {c.traffic.n_ubatch} | {c.row['prompt_tokens']} | "
+                     f"{per_ub:.1f} | {f.offload_s:.1f} | {c.row['prompt_tokens'] / c.row['measured']['pp_tps']:.1f} |")
+    k = copy_fit(cases)
+    lines += ["", f"copy model fitted: prompt fixed {k.prompt_fixed_s:.3g} s, matrix fraction {k.matrix_fraction:.3g}, "
+              f"same-experts copy {k.same_fraction:.3g} x the link, real-routing copy {k.real_fraction:.3g} x the "
+              f"link, {k.tensor_s * 1e3:.3g} ms per weight copied", "",
+              "| run | kind | aside | prompt error |", "|---|---|---|---|"]
+    by_id = {c.id: c for c in cases}
+    for rid, (aside, e) in k.errors.items():
+        kind = "real routing" if real_routing_copy(by_id[rid]) else "predicted today"
+        lines.append(f"| {rid} | {kind} | {'yes' if aside else ''} | {e:+.0%} |")
+    lines.append("")
+    for aside in (False, True):
+        errs = [abs(e) for rid, (a, e) in k.errors.items() if a == aside and real_routing_copy(by_id[rid])]
+        if errs:
+            which = "aside" if aside else "fitted"
+            lines.append(f"real-routing rows, {which}: worst {max(errs):.0%} ({len(errs)} rows)")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     from tests.speed_runs import bound, build_all, evaluate, fit, leave_one_out
 
+    if argv[:1] == ["hybrid"]:
+        from tests.speed_runs import as_analysed, build, load_runs
+
+        with tempfile.TemporaryDirectory() as tmp:
+            analysed = [build(as_analysed(r), Path(tmp)) for r in load_runs()]
+        print(hybrid(analysed))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         cases = build_all(Path(tmp))
     if argv[:1] == ["fit"]:

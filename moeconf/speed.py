@@ -84,9 +84,12 @@ HOST_GEN_ERROR = 0.55
 
 # the routings the op-offload copy's constants were measured under: with zero weights every token selects the
 # same k experts and a ubatch copies k/E of each host expert tensor; under real routing it copies the experts
-# its tokens use (up to all of them), and the one run that measures that (DeepSeek-V3.2 on an RTX PRO 6000
-# Max-Q, every expert copied) ran 4 x faster than these constants give (-75 %: docs/speed.md, "Limits"), so
-# a prompt with op-offload copies is predicted only here
+# its tokens use. The six published real-routing prompts (DeepSeek-V3.2 on an RTX PRO 6000 Max-Q, gpt-oss-120b
+# on an RTX 3090 at -ub 256 to 8192) come out 75 to 91 % too slow at these constants; uniform routing's expected
+# bytes overstate what real routers copy (at -ub 256 and 512 they would take the 3090's full PCIe rate longer
+# than the whole measured prompt), and a copy model with its own share of the link, fitted on them, puts that
+# share above the link and leaves a fitted row 165 % and an aside row 33 % off (docs/speed.md, "Limits";
+# `benchmarks/speed_accuracy.py hybrid`): such a prompt is predicted only here
 OFFLOAD_MEASURED_ROUTINGS = ("same-experts",)
 HOST_READ_UNTIMED = 1 << 20  # host reads below this per token (an embedding row) are not timed
 ROUTINGS = ("uniform", "same-experts")
@@ -308,10 +311,10 @@ def predict(tr: Traffic, machine: Machine, *, prompt_tokens: int | None = None,
     refused = list(f.refused)
     if pp is not None and f.routed_offload and routing not in OFFLOAD_MEASURED_ROUTINGS:
         pp = None
-        refused.append("prompt: its ubatches copy host expert weights to the GPU (op offload), and the copy rate was "
-                       "measured only where every token selects the same experts (zero weights, k/E of each tensor "
-                       "copied); under real routing a ubatch copies up to every expert, and the one such run "
-                       "measured ran 4 x faster than that rate gives (docs/speed.md, Limits)")
+        refused.append("prompt: its ubatches copy host expert weights to the GPU (op offload) under real routing, "
+                       "which is not modelled: the copy rate was measured where every token selects the same experts "
+                       "(zero weights); real routers copy fewer experts than uniform routing expects, and the six "
+                       "published runs fit no copy model within a stated error (docs/speed.md, Limits)")
     prompt = None if pp is None else Rate(n_prompt / sum(pp.values()), PROMPT_ERROR, sum(pp.values()), pp)
     gen_error = max(GEN_ERROR, HOST_GEN_ERROR) if host_timed(tr) else GEN_ERROR
     return Prediction(Rate(1.0 / t_gen, gen_error, t_gen, gen), prompt, tr.depth, n_prompt, routing,

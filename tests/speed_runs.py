@@ -261,13 +261,20 @@ def evaluate(cases: Sequence[Case], k: Constants | None = None, host_fitted: flo
         if f is None:
             out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), None, None, c.group, c.kind))
             continue
-        t_gen = k.gen_s_without_host(f) + (f.host_bytes / rate if f.host_bytes else 0.0)
+        # no generation figure where the host reads experts and its rate is neither the row's nor fitted (a
+        # published prompt-only row whose host is not stated)
+        tg_pred = (None if f.host_bytes and not rate else
+                   1.0 / (k.gen_s_without_host(f) + (f.host_bytes / rate if f.host_bytes else 0.0)))
         # no prompt figure where the row has no prompt (prompt_tokens 0) or the predictor refuses its prompt
-        pp_refused = any(w.startswith("prompt:") for w in c.refused)
         pp_pred = (c.row["prompt_tokens"] / k.prompt_s(f, rate)
-                   if f.gpu_work_s is not None and c.row["prompt_tokens"] and not pp_refused else None)
-        out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), pp_pred, 1.0 / t_gen, c.group, c.kind))
+                   if f.gpu_work_s is not None and c.row["prompt_tokens"] and not prompt_refused(c) else None)
+        out.append(Result(c.id, c.aside, m.get("pp_tps"), m.get("tg_tps"), pp_pred, tg_pred, c.group, c.kind))
     return out
+
+
+def prompt_refused(c: Case) -> bool:
+    """Whether the predictor gives this row no prompt figure (a reason starting 'prompt:')."""
+    return any(w.startswith("prompt:") for w in c.refused)
 
 
 def cpu_rate(c: Case, thread_bw: float) -> float:
@@ -347,7 +354,7 @@ def fit(cases: Sequence[Case], skip: frozenset[str] = frozenset()) -> tuple[Cons
     host = 1.0 / x[2] if shared else None
     rates = host_rates(cases, host if host is not None else 1.0)
     pp = [c for c in cases if c.row["measured"].get("pp_tps") and c.features is not None
-          and c.features.gpu_work_s is not None and c.id not in skip]
+          and c.features.gpu_work_s is not None and c.id not in skip and not prompt_refused(c)]
     feats = [c.features for c in pp if c.features is not None]
     y = [c.row["prompt_tokens"] / c.row["measured"]["pp_tps"] - f.ubatch_copy_s
          - f.gpu_prompt_read_s / k.gpu_bw_fraction
@@ -374,3 +381,76 @@ def leave_one_out(cases: Sequence[Case]) -> dict[str, dict[str, float]]:
 def bound(errors: Sequence[float]) -> float:
     """The worst |error|, rounded up to 5 %."""
     return math.ceil(max(abs(e) for e in errors) / 0.05 - 1e-9) * 0.05
+
+
+# --- the op-offload copy under real routing: a model fitted and checked, not used (docs/speed.md "Limits") --------
+# Card figures the card table lacks, for this analysis only: the RTX PRO 6000 Blackwell Max-Q is a PCIe 5.0 x16
+# card with 752 tensor cores at a 2,288 MHz boost clock (NVIDIA's datasheet), 752 x 256 FLOP x 2.288 GHz = 440.5
+# TFLOP/s dense FP16. llama-bench's `--no-op-offload 0` is its default (op offload on); moeconf reads the flag as
+# llama-server's valueless one (op offload off), so the analysis leaves it out.
+ANALYSIS_CARDS = {"NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": ("GEN5x16", 440.5)}
+
+
+def as_analysed(row: dict[str, Any]) -> dict[str, Any]:
+    """The row as the copy analysis reads it: ANALYSIS_CARDS' figures where the row has none, and
+    llama-bench's `--no-op-offload 0` left out."""
+    gpus = [{**g, "pcie": g["pcie"] or ANALYSIS_CARDS[g["name"]][0],
+             "matrix_tflops": g["matrix_tflops"] or ANALYSIS_CARDS[g["name"]][1]}
+            if g["name"] in ANALYSIS_CARDS else g for g in row["machine"]["gpus"]]
+    return {**row, "command": row["command"].replace(" --no-op-offload 0", ""),
+            "machine": {**row["machine"], "gpus": gpus}}
+
+
+def real_routing_copy(c: Case) -> bool:
+    """A measured prompt whose ubatches copy host experts under real routing (the refused kind)."""
+    return (c.features is not None and c.features.gpu_work_s is not None and c.row["routing"] == "uniform"
+            and c.features.routed_offload and bool(c.row["measured"].get("pp_tps")))
+
+
+@dataclass(frozen=True)
+class CopyFit:
+    """The prompt model with the real-routing copy at its own share of the link: seconds = fixed (server) +
+    work / matrix_fraction + (the other terms as moeconf/speed.py) + same-experts copy bytes at the link /
+    same_fraction + real-routing copy bytes (uniform routing's expected) at the link / real_fraction +
+    tensor_s per weight copied; fitted (relative least squares) on the non-aside prompt rows the predictor
+    predicts and the non-aside real-routing rows."""
+
+    prompt_fixed_s: float
+    matrix_fraction: float
+    same_fraction: float
+    real_fraction: float
+    tensor_s: float
+    errors: dict[str, tuple[bool, float]]  # every prompt row of the fit's kinds: (aside, predicted / measured - 1)
+
+    def seconds(self, c: Case, host_rate: float) -> float:
+        f = c.features
+        assert f is not None and f.gpu_work_s is not None
+        copy = self.real_fraction if real_routing_copy(c) else self.same_fraction
+        return ((self.prompt_fixed_s if f.server else 0.0) + f.gpu_work_s / self.matrix_fraction
+                + f.gpu_prompt_read_s / sp.GPU_BW_FRACTION + f.offload_s / copy + f.offload_tensors * self.tensor_s
+                + f.ubatch_copy_s + (f.host_prompt_bytes / host_rate if f.host_prompt_bytes and host_rate else 0.0))
+
+
+def copy_fit(cases: Sequence[Case]) -> CopyFit:
+    """CopyFit on `cases` (built from `as_analysed` rows)."""
+    rows = [c for c in cases if c.features is not None and c.features.gpu_work_s is not None
+            and c.row["measured"].get("pp_tps") and (real_routing_copy(c) or not prompt_refused(c))]
+    rates = host_rates(rows)
+    eqs: list[list[float]] = []
+    ys: list[float] = []
+    for c in rows:
+        f = c.features
+        assert f is not None and f.gpu_work_s is not None
+        if c.aside:
+            continue
+        real = real_routing_copy(c)
+        eqs.append([1.0 if f.server else 0.0, f.gpu_work_s, 0.0 if real else f.offload_s, f.offload_s if real else 0.0,
+                    float(f.offload_tensors)])
+        ys.append(c.row["prompt_tokens"] / c.row["measured"]["pp_tps"] - f.ubatch_copy_s
+                  - f.gpu_prompt_read_s / sp.GPU_BW_FRACTION
+                  - (f.host_prompt_bytes / rates[c.id] if f.host_prompt_bytes and rates[c.id] else 0.0))
+    x = _lstsq(eqs, ys)
+    k = CopyFit(x[0], 1.0 / x[1], 1.0 / x[2], 1.0 / x[3], x[4], {})
+    errors = {c.id: (c.aside, c.row["prompt_tokens"] / k.seconds(c, rates[c.id]) / c.row["measured"]["pp_tps"] - 1.0)
+              for c in rows}
+    return dataclasses.replace(k, errors=errors)

@@ -92,11 +92,12 @@ def problems(run: dict[str, Any]) -> list[str]:
     return out
 
 
-def aside_problems(runs: list[dict[str, Any]], prefix: str) -> list[str]:
+def aside_problems(runs: list[dict[str, Any]], prefix: str, first: int = 2) -> list[str]:
     """The rule chosen before any prediction: within the rows whose id starts with `prefix`, sorted
-    by id, every third (the 3rd, 6th, ...) is aside and no other."""
+    by id, every third from the (first + 1)-th (default the 3rd, 6th, ...) is aside and no other."""
     group = sorted((r for r in runs if str(r["id"]).startswith(prefix)), key=lambda r: str(r["id"]))
-    return [f"{r['id']}: aside should be {i % 3 == 2}" for i, r in enumerate(group) if r["aside"] != (i % 3 == 2)]
+    return [f"{r['id']}: aside should be {i % 3 == first}" for i, r in enumerate(group)
+            if r["aside"] != (i % 3 == first)]
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +118,16 @@ def test_aside_rows_follow_the_rule(runs: list[dict[str, Any]]) -> None:
         group = [r for r in runs if str(r["id"]).startswith(prefix)]
         assert group, f"no {prefix} rows"
         assert aside_problems(runs, prefix) == []
+    # the real-routing hybrid prompt rows (docs/speed.md "Limits"): the 2nd, 5th, ... so that at least a
+    # third of five is aside (every third from the 3rd would keep one of five)
+    hyb = [r for r in runs if str(r["id"]).startswith("hyb-")]
+    assert len(hyb) >= 5 and aside_problems(runs, "hyb-", first=1) == []
+    assert 3 * sum(r["aside"] for r in hyb) >= len(hyb)
 
 
 def test_published_rows_cite_a_web_page_and_cpu_rows_the_script(runs: list[dict[str, Any]]) -> None:
     for r in runs:
-        if r["id"].startswith("pub-"):
+        if r["id"].startswith(("pub-", "hyb-")):
             assert r["source"].startswith("https://"), r["id"]
         if r["id"].startswith("cpu-"):
             assert r["source"].startswith("benchmarks/cpu_speed_runs.py"), r["id"]
@@ -152,6 +158,9 @@ def test_checks_refuse_broken_rows(runs: list[dict[str, Any]]) -> None:
     first = sorted((r for r in wrong if r["id"].startswith("pub-")), key=lambda r: r["id"])[0]
     first["aside"] = not first["aside"]
     assert aside_problems(wrong, "pub-")
+    hyb = sorted((r for r in wrong if r["id"].startswith("hyb-")), key=lambda r: r["id"])[-1]
+    hyb["aside"] = not hyb["aside"]
+    assert aside_problems(wrong, "hyb-", first=1)
 
 
 def test_layouts_with_changed_quants_keep_the_model_and_change_the_bytes() -> None:
