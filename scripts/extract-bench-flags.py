@@ -31,15 +31,19 @@ _LIST = re.compile(r"\bsplit_delim\b|parse_int_range\(|string_split_pairs<[^>]*>
                    r"|strcspn\(\s*value\s*,\s*\",\"\s*\)")
 
 
-def options(src: str) -> tuple[dict[str, int], list[str], dict[str, str]]:
-    """(flag -> values it takes, the flags whose value is a `,` list, flag -> the setting it fills)."""
+def options(src: str) -> tuple[dict[str, int], list[str], dict[str, str], list[str], list[str]]:
+    """(flag -> values it takes, the flags whose value is a `,` list, flag -> the setting it fills,
+    the lists read as int ranges (parse_int_range: `first[-last[+|*step]]`), the lists of 0/1
+    (string_split<bool>: an istream reads each item as 0 or 1))."""
     start = src.index("parse_cmd_params(int argc")
     body = src[start: _matching(src, src.index("{", start), "{", "}")]
-    blocks = list(re.finditer(r'if \(\s*(?:[\w:()]+\s*&&\s*)?\(?(arg == "[^"]+"(?:\s*\|\|\s*arg == "[^"]+")*)\)?\s*\)\s*\{',
-                              body))
+    blocks = list(re.finditer(
+        r'if \(\s*(?:[\w:()]+\s*&&\s*)?\(?(arg == "[^"]+"(?:\s*\|\|\s*arg == "[^"]+")*)\)?\s*\)\s*\{', body))
     values: dict[str, int] = {}
     lists: list[str] = []
     fields: dict[str, str] = {}
+    ranges: list[str] = []
+    bools: list[str] = []
     for k, m in enumerate(blocks):
         end = blocks[k + 1].start() if k + 1 < len(blocks) else len(body)
         block = body[m.end(): end]
@@ -51,7 +55,22 @@ def options(src: str) -> tuple[dict[str, int], list[str], dict[str, str]]:
                 lists.append(name)
             if field is not None:
                 fields[name] = field.group(1)
-    return values, sorted(set(lists)), fields
+            if re.search(r"parse_int_range\(\s*argv\[i\]", block):
+                ranges.append(name)
+            if re.search(r"string_split<bool>\(\s*argv\[i\]", block):
+                bools.append(name)
+    return values, sorted(set(lists)), fields, sorted(set(ranges)), sorted(set(bools))
+
+
+def ncmoe_pattern(src: str) -> tuple[str, str] | None:
+    """The regex a `--n-cpu-moe` of llama-bench adds per block, where the source writes it out
+    (ik_llama.cpp: `"<before>" + std::to_string(l) + "<after>"`): (before, after) as C strings
+    read; None where it calls the common code (llama.cpp: llm_ffn_block_regex, as the server does)."""
+    m = re.search(r'std::string\s+pattern\s*=\s*"((?:[^"\\]|\\.)*)"\s*\+\s*std::to_string\(\s*\w+\s*\)\s*\+\s*'
+                  r'"((?:[^"\\]|\\.)*)"', src)
+    if m is None:
+        return None
+    return m.group(1).replace("\\\\", "\\"), m.group(2).replace("\\\\", "\\")
 
 
 def defaults(src: str) -> dict[str, str]:
@@ -79,6 +98,8 @@ def _dict(name: str, d: dict[str, object], kind: str) -> str:
 
 
 def _set(name: str, items: list[str]) -> str:
+    if not items:
+        return f"{name}: Final[frozenset[str]] = frozenset()\n"
     lines, line = [], "   "
     for k in items:
         piece = f" {k!r},"
@@ -99,8 +120,10 @@ def render(ml_src: str, ik_src: str, rev_ml: str, rev_ik: str) -> str:
            'Do not edit by hand.\n"""\n\nfrom __future__ import annotations\n\nfrom typing import Final\n\n'
            f"SOURCES: Final[dict[str, str]] = {{\n    'llama.cpp': {rev_ml!r},\n    'ik_llama.cpp': {rev_ik!r},\n}}\n"]
     for prefix, src in (("MAINLINE", ml_src), ("IK", ik_src)):
-        values, lists, fields = options(src)
+        values, lists, fields, ranges, bools = options(src)
         out += ["\n", _dict(f"{prefix}_FLAGS", dict(values), "int"), "\n", _set(f"{prefix}_LISTS", lists), "\n",
+                _set(f"{prefix}_RANGES", ranges), "\n", _set(f"{prefix}_BOOLS", bools), "\n",
+                f"{prefix}_NCMOE_PATTERN: Final[tuple[str, str] | None] = {ncmoe_pattern(src)!r}\n", "\n",
                 _dict(f"{prefix}_FIELDS", dict(fields), "str"), "\n",
                 _dict(f"{prefix}_DEFAULTS", dict(defaults(src)), "str")]
     return "".join(out)

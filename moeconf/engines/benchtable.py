@@ -42,6 +42,18 @@ MAINLINE_LISTS: Final[frozenset[str]] = frozenset({
     '-nkvo', '-nopo', '-ot', '-p', '-sm', '-t', '-ts', '-ub',
 })
 
+MAINLINE_RANGES: Final[frozenset[str]] = frozenset({
+    '--batch-size', '--main-gpu', '--n-cpu-moe', '--n-depth', '--n-gen', '--n-gpu-layers', '--n-prompt',
+    '--poll', '--threads', '--ubatch-size', '-b', '-d', '-mg', '-n', '-ncmoe', '-ngl', '-p', '-t', '-ub',
+})
+
+MAINLINE_BOOLS: Final[frozenset[str]] = frozenset({
+    '--cpu-strict', '--embeddings', '--no-host', '--no-kv-offload', '--no-op-offload', '--repack', '-embd',
+    '-nkvo', '-nopo',
+})
+
+MAINLINE_NCMOE_PATTERN: Final[tuple[str, str] | None] = None
+
 MAINLINE_FIELDS: Final[dict[str, str]] = {
     '--batch-size': 'n_batch', '--cache-type-k': 'type_k', '--cache-type-v': 'type_v', '--cpu-mask': 'cpu_mask',
     '--cpu-strict': 'cpu_strict', '--delay': 'delay', '--device': 'devices', '--embeddings': 'embeddings',
@@ -106,6 +118,15 @@ IK_LISTS: Final[frozenset[str]] = frozenset({
     '--ubatch-size', '-amb', '-b', '-ctk', '-ctv', '-embd', '-fa', '-gr', '-m', '-mg', '-mla', '-mmp', '-n',
     '-ngl', '-nkvo', '-p', '-ser', '-sm', '-t', '-ts', '-ub',
 })
+
+IK_RANGES: Final[frozenset[str]] = frozenset()
+
+IK_BOOLS: Final[frozenset[str]] = frozenset({
+    '--embeddings', '--flash-attn', '--graph-reuse', '--mmap', '--no-kv-offload', '-embd', '-fa', '-gr', '-mmp',
+    '-nkvo',
+})
+
+IK_NCMOE_PATTERN: Final[tuple[str, str] | None] = ('blk\\.', '\\.(ffn_(up|down|gate)_exps\\.weight)')
 
 IK_FIELDS: Final[dict[str, str]] = {
     '--attn-max-batch': 'attn_max_batch', '--batch-size': 'n_batch', '--cache-type-k': 'type_k',

@@ -1,0 +1,450 @@
+"""A llama-bench command line, read as llama-bench's own parser reads it (engines/benchtable.py,
+generated from the pinned llama-bench.cpp sources; read_argv with `bench=True`), and each test it
+runs written as the common parser's line (`BenchTest.words`), which every other reader of moeconf
+(parse_invocation, the memory settings, the lint rules) then reads as it reads a server's.
+
+What llama-bench does differently from llama-server, from its sources:
+- most options take a `,`-separated list, and a repeated option adds to the list: llama-bench runs
+  one test per combination of the lists (`-ub 512,1024` runs two);
+- llama.cpp: `-ot` takes `,`-separated sets of `;`-separated overrides, one test per set (an empty
+  set runs without overrides); ik_llama.cpp: `-ot` items are `,`-separated and every `-ot` (and
+  each `--n-cpu-moe`, which adds its own per-block rules in line order) adds to one list;
+- booleans are values (`-nopo 1`, `-fa 0`), lists of 0/1 on llama.cpp;
+- no `-c`: each test's context is its prompt plus its generated tokens (llama.cpp: plus `-d`);
+  `-p 512 -n 128` runs two tests, pp512 (context 512) and tg128 (context 128);
+- no `--fit` on llama.cpp (its -fitt/-fitc fit only when given); no environment variables, no
+  config files; its defaults differ from the server's (benchtable *_DEFAULTS: llama.cpp -ngl -1,
+  -fa auto; ik_llama.cpp -ngl 999, -fa 1, -mla 3).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from moeconf.engines import Engine
+from moeconf.engines.argvread import Arg, ArgvReading, GivenOption, read_argv
+
+if TYPE_CHECKING:
+    from moeconf.engines.cmdline import Invocation
+
+# the program's name (argv[0] without its folder and .exe)
+BENCH_BINARY = "llama-bench"
+
+# the settings that decide each test's context (the rest of a test is one value of each list)
+_CONTEXT = ("n_prompt", "n_gen", "n_pg", "n_gp", "n_depth")
+# the settings that change neither where tensors go nor what a test allocates: how llama-bench
+# times and prints (a list of them still multiplies the tests)
+_TIMING = frozenset({
+    "reps", "prio", "delay", "output_format", "output_format_stderr", "verbose", "progress", "no_warmup",
+    "warmup", "numa", "cpu_mask", "cpu_strict", "poll", "hf_token", "print_overrides", "use_thp", "sas",
+    "rcache", "reuse",
+})
+# settings moeconf does not model for llama-bench: explain refuses a line that gives them
+_UNMODELLED = {
+    "fit_params_target": "llama-bench fits the model at load time with -fitt/-fitc (llama_params_fit)",
+    "fit_params_min_ctx": "llama-bench fits the model at load time with -fitt/-fitc (llama_params_fit)",
+    "fit": "ik_llama.cpp's llama-bench fits the model at load time with --fit",
+    "n_gp": "ik_llama.cpp's -gp test (generation after a prompt of its own size)",
+}
+MAX_TESTS = 16  # the placements lint simulates per line (each -ot set, -ngl, -ncmoe, ... combination)
+
+
+def is_bench(words: Sequence[Arg | str]) -> bool:
+    """Whether the line's first word is the llama-bench program."""
+    if not words:
+        return False
+    w = words[0].text if isinstance(words[0], Arg) else words[0]
+    return not w.startswith("-") and w.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe") == BENCH_BINARY
+
+
+def _tables(engine: Engine) -> tuple[dict[str, int], frozenset[str], dict[str, str], dict[str, str],
+                                     frozenset[str], frozenset[str], tuple[str, str] | None]:
+    from moeconf.engines import benchtable as t
+
+    if engine.name == "ik_llama.cpp":
+        return t.IK_FLAGS, t.IK_LISTS, t.IK_FIELDS, t.IK_DEFAULTS, t.IK_RANGES, t.IK_BOOLS, t.IK_NCMOE_PATTERN
+    return (t.MAINLINE_FLAGS, t.MAINLINE_LISTS, t.MAINLINE_FIELDS, t.MAINLINE_DEFAULTS, t.MAINLINE_RANGES,
+            t.MAINLINE_BOOLS, t.MAINLINE_NCMOE_PATTERN)
+
+
+_ENUMS = {
+    "LLAMA_FLASH_ATTN_TYPE_AUTO": "auto", "LLAMA_FLASH_ATTN_TYPE_ENABLED": "on",
+    "LLAMA_FLASH_ATTN_TYPE_DISABLED": "off", "GGML_TYPE_F16": "f16", "LLAMA_SPLIT_MODE_LAYER": "layer",
+    "true": "1", "false": "0",
+}
+
+
+def default(engine: Engine, setting: str) -> str | None:
+    """llama-bench's default for `setting` as a value of its own option (benchtable *_DEFAULTS:
+    `{ -1 }` is "-1", `{ LLAMA_FLASH_ATTN_TYPE_AUTO }` "auto", `{true}` "1"); None where the
+    default is not one plain value (a call, an empty list)."""
+    raw = _tables(engine)[3].get(setting)
+    if raw is None:
+        return None
+    inner = raw.strip()
+    while inner.startswith("{") and inner.endswith("}"):
+        inner = inner[1:-1].strip()
+    inner = _ENUMS.get(inner, inner)
+    return inner if re.fullmatch(r"-?\d+|[a-z0-9]+", inner) else None
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One value of a list as llama-bench reads it: `arg` where it is written (a piece of the
+    option's word, placed by its column), `text` the value (a range's member: `128-512*2` gives 128,
+    256, 512, each with the range's place)."""
+
+    arg: Arg
+    text: str
+
+
+def _split(arg: Arg, sep: str) -> list[Arg]:
+    """`arg` cut at every `sep` (getline: no piece after a trailing separator), each piece placed."""
+    out, pos = [], 0
+    parts = arg.text.split(sep)
+    if len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    for part in parts:
+        out.append(Arg(part, arg.path, arg.line, arg.column + pos if arg.column else 0))
+        pos += len(part) + 1
+    return out
+
+
+_RANGE = re.compile(r"(-?\d+)(?:-(\d+)(?:([+*])(\d+))?)?")
+
+
+def int_range(text: str, negative: bool = False) -> list[int] | None:
+    """llama.cpp llama-bench's int list (parse_int_range): `,`-separated `first[-last[+|*step]]`
+    items; None where it stops ("invalid range")."""
+    out: list[int] = []
+    for item in text.split(","):
+        m = _RANGE.fullmatch(item)
+        if m is None or (not negative and item.startswith("-")):
+            return None
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) else first
+        op, step = m.group(3) or "+", int(m.group(4)) if m.group(4) else 1
+        i = first
+        while i <= last:
+            out.append(i)
+            nxt = i + step if op == "+" else i * step
+            if nxt <= i:
+                return None
+            i = nxt
+            if len(out) > 4096:
+                return None
+    return out
+
+
+@dataclass
+class BenchLine:
+    """A llama-bench line: the values each setting is given (in order, as llama-bench appends
+    them), what it refuses (each with the word and why), and the tests it runs."""
+
+    engine: Engine
+    reading: ArgvReading
+    given: dict[str, list[Piece]] = field(default_factory=dict)  # setting -> its values, in order
+    options: dict[str, list[GivenOption]] = field(default_factory=dict)  # setting -> the options giving it
+    problems: list[tuple[Arg, str]] = field(default_factory=list)
+    unknown: list[tuple[Arg, str]] = field(default_factory=list)  # (flag, message)
+
+    @property
+    def binary(self) -> Arg | None:
+        return self.reading.binary
+
+    def values(self, setting: str) -> list[Piece]:
+        """The values a setting takes in the tests: those given, else llama-bench's default."""
+        if setting in self.given:
+            return self.given[setting]
+        d = default(self.engine, setting)
+        return [Piece(Arg(d), d)] if d is not None else []
+
+    def spelled(self, setting: str) -> str:
+        """The setting as the line writes it (`-ub 512,1024`)."""
+        opts = self.options.get(setting, [])
+        return " ".join(f"{o.word.text} {o.value.text if o.value else ''}".strip() for o in opts)
+
+    def contexts(self) -> list[tuple[str, int]]:
+        """Each test's (name, context) for one combination of the other lists: llama-bench's pp
+        tests (one per -p > 0), tg tests (-n > 0) and -pg pairs, at each depth (-d; llama.cpp)."""
+        def nums(setting: str) -> list[int]:
+            return [int(p.text) for p in self.values(setting) if re.fullmatch(r"-?\d+", p.text)]
+
+        depths = nums("n_depth") or [0]
+        out = []
+        for d in depths:
+            at = f" @ d{d}" if d else ""
+            out += [(f"pp{p}{at}", p + d) for p in nums("n_prompt") if p > 0]
+            out += [(f"tg{n}{at}", n + d) for n in nums("n_gen") if n > 0]
+            for piece in self.given.get("n_pg", []):
+                a, _, b = piece.text.partition(",")
+                if a.strip().lstrip("-").isdigit() and b.strip().lstrip("-").isdigit() and (int(a) or int(b)):
+                    out.append((f"pp{int(a)}+tg{int(b)}{at}", int(a) + int(b) + d))
+        return out
+
+    def lists(self) -> dict[str, list[Piece]]:
+        """Every setting of a test but the context ones, with the values it takes (one test each)."""
+        lists_ = _tables(self.engine)[1]
+        fields = _tables(self.engine)[2]
+        out: dict[str, list[Piece]] = {}
+        for flag in lists_:
+            s = fields.get(flag)
+            if s is not None and s not in _CONTEXT and s not in out:
+                vals = self.values(s)
+                if vals:
+                    out[s] = vals
+        return out
+
+    def test_count(self) -> int:
+        n = len(self.contexts())
+        for vals in self.lists().values():
+            n *= len(vals)
+        return n
+
+    def varying(self) -> list[str]:
+        """The settings given more than one value outside the context (each multiplies the tests)."""
+        return [s for s, v in self.lists().items() if len(v) > 1]
+
+    def unmodelled(self) -> list[str]:
+        """Why moeconf cannot explain this line's tests (settings it does not model), if any."""
+        out = []
+        for s, why in _UNMODELLED.items():
+            vals = self.given.get(s, [])
+            if any(p.text not in ("0", "") for p in vals):
+                out.append(f"{why} ({self.spelled(s)}): moeconf does not model it; drop it to explain the "
+                           "placement it fits from")
+        return out
+
+    def tests(self, *, placement_only: bool = False, limit: int = MAX_TESTS) -> list[BenchTest]:
+        """The tests, at most `limit`, each at the largest context of the line (the test that needs
+        the most memory: every context test of one combination loads the same model).
+        `placement_only`: one test per combination of what decides placement or memory (the timing
+        settings take their first value)."""
+        lists_ = self.lists()
+        keys = [s for s in lists_ if not (placement_only and s in _TIMING)]
+        fixed = {s: v[0] for s, v in lists_.items() if s not in keys}
+        contexts = self.contexts()
+        name, ctx = max(contexts, key=lambda c: c[1]) if contexts else ("", 0)
+        out = []
+        for combo in itertools.product(*(lists_[s] for s in keys)):
+            out.append(BenchTest(self, {**fixed, **dict(zip(keys, combo, strict=True))}, name, ctx))
+            if len(out) >= limit:
+                break
+        return out
+
+    def explain_refusal(self) -> str | None:
+        """Why `explain` cannot take this line as one test, naming the list to cut (None: it can)."""
+        if self.unknown:
+            return self.unknown[0][1]
+        if self.problems:
+            return self.problems[0][1]
+        vary = self.varying()
+        if vary:
+            shown = ", ".join(self.spelled(s) for s in vary[:3])
+            return (f"llama-bench runs {self.test_count()} tests ({shown}): give one value to explain it "
+                    "(moeconf explains one test; each context test of it, -p/-n/-pg/-d, is shown at the largest)")
+        why = self.unmodelled()
+        return why[0] if why else None
+
+
+@dataclass(frozen=True)
+class BenchTest:
+    """One test of a llama-bench line: one value of each list, at the context `context` (the test
+    `name`, pp512 or tg128, with the largest context of the line)."""
+
+    line: BenchLine
+    chosen: dict[str, Piece]
+    name: str
+    context: int
+
+    def words(self) -> list[Arg]:
+        """The test as the common parser's line: the same program word first (the memory readers
+        take it as a program that runs one sequence), each setting as the server's option that
+        sets the same model or context parameter (values keep their place on the line), then
+        `-c` (the test's context) and fit off on llama.cpp (llama-bench has no --fit)."""
+        eng = self.line.engine
+        out: list[Arg] = [self.line.binary] if self.line.binary is not None else [Arg(BENCH_BINARY)]
+        c = self.chosen
+
+        def put(flag: str, setting: str, sep: tuple[str, str] | None = None) -> None:
+            p = c.get(setting)
+            if p is None:
+                return
+            text = p.text.replace(*sep) if sep else p.text
+            out.extend([Arg(flag), Arg(text, p.arg.path, p.arg.line, p.arg.column) if p.arg.text == p.text
+                        else Arg(text)])
+
+        def switch(flag: str, setting: str, when: str) -> None:
+            p = c.get(setting)
+            if p is not None and p.text.strip() == when:
+                out.append(Arg(flag, p.arg.path, p.arg.line, p.arg.column))
+
+        put("-m", "model")
+        if eng.name == "ik_llama.cpp":
+            out.extend(self._ik_overrides())
+            put("-ngl", "n_gpu_layers")
+            put("--rpc", "rpc_servers")
+            put("-sm", "split_mode")
+            put("-mg", "main_gpu")
+            put("-ts", "tensor_split", (";", "/"))
+            p = c.get("flash_attn")
+            if p is not None:
+                on = p.text.strip() not in ("0", "")
+                if eng.fa_takes_value:
+                    out.extend([Arg("-fa"), Arg("on" if on else "off")])
+                elif on:
+                    out.append(Arg("-fa"))
+            put("-mla", "mla_attn")
+            if (p := c.get("attn_max_batch")) is not None and p.text.strip() not in ("0", ""):
+                put("-amb", "attn_max_batch")
+            if (p := c.get("ser")) is not None and not p.text.startswith("-1"):
+                put("-ser", "ser")
+            switch("--no-mmap", "use_mmap", "0")
+            for flag, setting in (("-rtr", "repack"), ("-ger", "ger"), ("-no-fug", "no_fug"),
+                                  ("-no-ooae", "no_ooae"), ("-mqkv", "mqkv"), ("-muge", "muge")):
+                p = c.get(setting)
+                if p is not None and p.text.strip() not in ("0", ""):
+                    out.append(Arg(flag, p.arg.path, p.arg.line, p.arg.column))
+            switch("-no-fmoe", "fmoe", "0")
+            put("-cuda", "cuda_params")
+            if (p := c.get("max_gpu")) is not None and p.text.strip() not in ("0", ""):
+                put("--max-gpu", "max_gpu")
+        else:
+            put("-hf", "hf_repo")
+            put("-hff", "hf_file")
+            if self.line.given.get("offline"):
+                out.append(Arg("--offline"))
+            # the test's overrides, then its --n-cpu-moe rules (llama-bench merges them in that order)
+            if (p := c.get("tensor_buft_overrides")) is not None and p.text:
+                out.extend([Arg("-ot"), Arg(p.text.replace(";", ","), p.arg.path, p.arg.line, p.arg.column)])
+            if (p := c.get("n_cpu_moe")) is not None and p.text.strip() not in ("0", ""):
+                put("-ncmoe", "n_cpu_moe")
+            put("-ngl", "n_gpu_layers")
+            put("-sm", "split_mode")
+            put("-mg", "main_gpu")
+            put("-ts", "tensor_split", (";", "/"))
+            put("-dev", "devices", ("/", ","))
+            put("-fa", "flash_attn")
+            switch("--no-op-offload", "no_op_offload", "1")
+            switch("--no-host", "no_host", "1")
+            switch("--no-repack", "repack", "0")
+            switch("--embeddings", "embeddings", "1")
+            put("-lm", "load_mode")
+            put("-lzm", "lazy_mode")
+            put("--rpc", "rpc")
+        switch("-nkvo", "no_kv_offload", "1")
+        put("-b", "n_batch")
+        put("-ub", "n_ubatch")
+        put("-ctk", "type_k")
+        put("-ctv", "type_v")
+        put("-t", "n_threads")
+        out.extend([Arg("-c"), Arg(str(self.context))])
+        if eng.has_fit and eng.fit_flag == "-fit":
+            out.extend([Arg("-fit"), Arg("off")])
+        return out
+
+    def _ik_overrides(self) -> list[Arg]:
+        """ik_llama.cpp: every -ot item and each --n-cpu-moe's per-block rules, in line order, as -ot
+        values (its llama-bench keeps one list; the server would put --n-cpu-moe's rules last)."""
+        before, after = _tables(self.line.engine)[6] or ("", "")
+        out: list[Arg] = []
+        for o in self.line.options.get("buft_overrides", []):
+            v = o.value
+            if v is None:
+                continue
+            if o.name in ("-ot", "--override-tensor"):
+                out.extend([Arg("-ot"), v])
+            else:
+                n = int(v.text) if v.text.strip().isdigit() else 0
+                if n > 0:
+                    out.extend([Arg("-ot"), Arg(",".join(f"{before}{il}{after}=CPU" for il in range(n)))])
+        return out
+
+
+def read_bench(words: Sequence[Arg | str], engine: Engine) -> BenchLine:
+    """A llama-bench line as its own parser reads it: each option's values (a list split on `,`,
+    ranges expanded), and what it refuses (an unknown option, a missing value, a value it cannot
+    read: it prints its usage and stops)."""
+    args = [w if isinstance(w, Arg) else Arg(w) for w in words]
+    reading = read_argv(args, engine, bench=True)
+    _flags, lists, fields, _defaults, ranges, bools, _ncmoe = _tables(engine)
+    line = BenchLine(engine, reading)
+    label = f"llama-bench ({engine.label})"
+    for o in reading.options:
+        if o.kind == "unknown":
+            meant = f" (did you mean {o.closest}?)" if o.closest else ""
+            line.unknown.append((o.flag, f"{label} has no option {o.name!r}{meant}: it prints its usage and "
+                                         "stops (\"invalid parameter for argument\"); llama-bench has its own "
+                                         "options, not the server's"))
+            continue
+        if o.kind == "word":
+            line.problems.append((o.word, f"{label} takes no positional word {o.word.text!r}: it stops "
+                                          "(\"invalid parameter for argument\")"))
+            continue
+        setting = fields.get(o.name)
+        if o.missing:
+            line.problems.append((o.flag, f"{o.name} needs a value"))
+            continue
+        if setting is None or o.value is None:
+            continue
+        line.options.setdefault(setting, []).append(o)
+        v = o.value
+        if o.name not in lists:
+            line.given[setting] = [Piece(v, v.text)]  # one value (ik's -ot and --n-cpu-moe: read from options)
+            continue
+        if setting == "tensor_buft_overrides":
+            # llama.cpp's sets: every `,` starts one, a trailing or doubled `,` an empty one (no overrides)
+            pieces, pos = [], 0
+            for part in v.text.split(","):
+                pieces.append(Arg(part, v.path, v.line, v.column + pos if v.column else 0))
+                pos += len(part) + 1
+        else:
+            pieces = _split(v, ",") if v.text else [v]
+        got: list[Piece] = []
+        if o.name in ranges:
+            for a in pieces:
+                nums = int_range(a.text, negative=setting == "n_gpu_layers")
+                if nums is None:
+                    line.problems.append((a, f"{o.name} {v.text!r}: {label} reads a list of numbers or ranges "
+                                             f"(first[-last[+|*step]]) there, not {a.text!r}, and stops"))
+                    break
+                got += [Piece(a, str(n)) for n in nums]
+            else:
+                line.given.setdefault(setting, []).extend(got)
+            continue
+        if o.name in bools:
+            bad = [a for a in pieces if a.text.strip() not in ("0", "1")]
+            if bad:
+                line.problems.append((bad[0], f"{o.name} {v.text!r}: {label} reads 0 or 1 there (a list of them), "
+                                              f"not {bad[0].text!r}, and stops"))
+                continue
+            got = [Piece(a, a.text.strip()) for a in pieces]
+        elif setting == "ser":  # ik: pairs of values
+            got = [Piece(Arg(f"{a.text},{b.text}", a.path, a.line, a.column), f"{a.text},{b.text}")
+                   for a, b in zip(pieces[::2], pieces[1::2], strict=False)]
+        else:
+            got = [Piece(a, a.text) for a in pieces]
+        line.given.setdefault(setting, []).extend(got)
+    return line
+
+
+def bench_invocations(words: Sequence[Arg], engine: Engine, *, limit: int = MAX_TESTS,
+                      ) -> tuple[BenchLine, list[Invocation]]:
+    """A llama-bench line read once, and one invocation per test that places or allocates
+    differently (each -ot set, -ngl, --n-cpu-moe, -ub, ... combination, at most `limit`), each
+    read from the test's common-parser line (`BenchTest.words`) and carrying the line (`bench`).
+    llama-bench reads neither the environment nor llama.cpp's config files."""
+    from moeconf.engines.cmdline import parse_invocation
+
+    line = read_bench(words, engine)
+    out = []
+    for test in line.tests(placement_only=True, limit=limit):
+        inv = parse_invocation(test.words(), engine)
+        inv.bench = line
+        inv.bench_test = test
+        out.append(inv)
+    return line, out
