@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from moeconf.cli import main
-from moeconf.engines import engine
-from moeconf.engines.benchline import default, int_range, is_bench, read_bench
+from moeconf.engines import Engine, engine
+from moeconf.engines.benchline import BenchLine, default, int_range, is_bench, read_bench
 from moeconf.linting.linter import command_words, lint
 from moeconf.linting.model import Config, Finding
 from tests.conftest import EXAMPLES
@@ -24,8 +24,8 @@ ML = engine("llama.cpp")
 IK = engine("ik_llama.cpp")
 
 
-def _line(text: str, eng: object = ML) -> object:
-    return read_bench(command_words(shlex.split(text)), eng)  # type: ignore[arg-type]
+def _line(text: str, eng: Engine = ML) -> BenchLine:
+    return read_bench(command_words(shlex.split(text)), eng)
 
 
 # --- the option table, read from the sources -----------------------------------------------------
@@ -61,31 +61,31 @@ def test_int_range_as_llama_bench_reads_it() -> None:
 
 def test_switch_values_are_values_not_stray_words() -> None:
     line = _line("llama-bench -m x.gguf -ngl 99 -ot exps=CPU --no-op-offload 1 -p 512 -n 128 -fa 1")
-    assert not line.problems and not line.unknown  # type: ignore[attr-defined]
-    assert [p.text for p in line.given["no_op_offload"]] == ["1"]  # type: ignore[attr-defined]
-    words = [a.text for a in line.tests()[0].words()]  # type: ignore[attr-defined]
+    assert not line.problems and not line.unknown
+    assert [p.text for p in line.given["no_op_offload"]] == ["1"]
+    words = [a.text for a in line.tests()[0].words()]
     assert "--no-op-offload" in words and words[-4:] == ["-c", "512", "-fit", "off"]
 
 
 def test_contexts_are_prompt_plus_generated_plus_depth() -> None:
     line = _line("llama-bench -m x.gguf -p 512 -n 128 -d 0,4096")
-    assert line.contexts() == [("pp512", 512), ("tg128", 128), ("pp512 @ d4096", 4608),  # type: ignore[attr-defined]
+    assert line.contexts() == [("pp512", 512), ("tg128", 128), ("pp512 @ d4096", 4608),
                                ("tg128 @ d4096", 4224)]
-    assert line.tests()[0].context == 4608  # type: ignore[attr-defined]
-    assert _line("llama-bench -m x.gguf -pg 2048,256 -p 0 -n 0").contexts() == [  # type: ignore[attr-defined]
+    assert line.tests()[0].context == 4608
+    assert _line("llama-bench -m x.gguf -pg 2048,256 -p 0 -n 0").contexts() == [
         ("pp2048+tg256", 2304)]
 
 
 def test_ot_sets_are_tests_with_their_own_places() -> None:
     text = r"llama-bench -m x.gguf -ot 'exps=CPU,blk\.0\.ffn_.*=CUDA0;exps=CPU,'"
     line = _line(text)
-    sets = line.given["tensor_buft_overrides"]  # type: ignore[attr-defined]
+    sets = line.given["tensor_buft_overrides"]
     assert [p.text for p in sets] == ["exps=CPU", r"blk\.0\.ffn_.*=CUDA0;exps=CPU", ""]  # a trailing , : no overrides
     col = text.index("exps=CPU") - 1 + 1  # 1-based column of the value, quotes removed by the shell
     assert sets[1].arg.column == sets[0].arg.column + len("exps=CPU,")
     assert sets[0].arg.column == col
-    tests = line.tests()  # type: ignore[attr-defined]
-    assert len(tests) == 3 and line.test_count() == 6  # type: ignore[attr-defined]
+    tests = line.tests()
+    assert len(tests) == 3 and line.test_count() == 6
     words = tests[1].words()
     ot = words[[a.text for a in words].index("-ot") + 1]
     assert ot.text == r"blk\.0\.ffn_.*=CUDA0,exps=CPU" and ot.column == sets[1].arg.column
@@ -93,29 +93,29 @@ def test_ot_sets_are_tests_with_their_own_places() -> None:
 
 
 def test_ncmoe_follows_the_overrides() -> None:
-    words = [a.text for a in _line("llama-bench -ncmoe 4 -ot attn=CUDA0 -m x.gguf").tests()[0].words()]  # type: ignore
+    words = [a.text for a in _line("llama-bench -ncmoe 4 -ot attn=CUDA0 -m x.gguf").tests()[0].words()]
     assert words.index("-ot") < words.index("-ncmoe")
 
 
 def test_ik_reads_its_own_table_and_defaults() -> None:
     line = _line("llama-bench -m x.gguf --n-cpu-moe 2 -ot exps=CPU -p 1024", IK)
-    assert not line.unknown and not line.problems  # type: ignore[attr-defined]
-    words = [a.text for a in line.tests()[0].words()]  # type: ignore[attr-defined]
+    assert not line.unknown and not line.problems
+    words = [a.text for a in line.tests()[0].words()]
     # --n-cpu-moe's rules where it stands, before the later -ot (ik's llama-bench keeps one list)
     ots = [words[i + 1] for i, w in enumerate(words) if w == "-ot"]
     assert ots[0].startswith(r"blk\.0\.") and ots[0].count("=CPU") == 2 and ots[1] == "exps=CPU"
     assert words[words.index("-ngl") + 1] == "999" and words[words.index("-mla") + 1] == "3"
     # ik: pp1024 (context 1024) and tg128 (128); no -d, no -fit to turn off
     assert "-fit" not in words and words[words.index("-c") + 1] == "1024"
-    assert _line("llama-bench -m x.gguf -d 512", IK).unknown  # type: ignore[attr-defined]
+    assert _line("llama-bench -m x.gguf -d 512", IK).unknown
 
 
 def test_refused_values_and_unknown_options_are_named() -> None:
     line = _line("llama-bench -m x.gguf -nopo true -ub 5x -c 4096 --no-mmap")
-    msgs = [m for _, m in line.problems]  # type: ignore[attr-defined]
+    msgs = [m for _, m in line.problems]
     assert any("-nopo 'true'" in m and "0 or 1" in m for m in msgs)
     assert any("-ub '5x'" in m for m in msgs)
-    unknown = [(a.text, m) for a, m in line.unknown]  # type: ignore[attr-defined]
+    unknown = [(a.text, m) for a, m in line.unknown]
     assert [u for u, _ in unknown] == ["-c", "--no-mmap"]
     assert "has no option '-c'" in unknown[0][1] and "invalid parameter for argument" in unknown[0][1]
 
