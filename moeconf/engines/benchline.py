@@ -348,8 +348,9 @@ class BenchTest:
         return out
 
     def _ik_overrides(self) -> list[Arg]:
-        """ik_llama.cpp: every -ot item and each --n-cpu-moe's per-block rules, in line order, as -ot
-        values (its llama-bench keeps one list; the server would put --n-cpu-moe's rules last)."""
+        """ik_llama.cpp: every -ot item and each --n-cpu-moe's rules, in line order, as -ot values (its
+        llama-bench keeps one list, and its --n-cpu-moe takes blocks 0..N-1 whatever the server's does;
+        the server would put --n-cpu-moe's rules last)."""
         before, after = _tables(self.line.engine)[6] or ("", "")
         out: list[Arg] = []
         for o in self.line.options.get("buft_overrides", []):
@@ -361,7 +362,10 @@ class BenchTest:
             else:
                 n = int(v.text) if v.text.strip().isdigit() else 0
                 if n > 0:
-                    out.extend([Arg("-ot"), Arg(",".join(f"{before}{il}{after}=CPU" for il in range(n)))])
+                    # its per-block rules (blocks 0..N-1, whether the model has them or not) all send to
+                    # the CPU: one rule naming the blocks matches the same tensors, first-match alike
+                    blocks = "|".join(str(il) for il in range(n))
+                    out.extend([Arg("-ot"), Arg(f"{before}({blocks}){after}=CPU")])
         return out
 
 
