@@ -237,3 +237,9 @@ def test_explain_bench_defaults_offload_every_layer(capsys: pytest.CaptureFixtur
     js = json.loads(out)
     assert js["llama_bench"]["command"][-2:] == ["-fit", "off"]
     assert js["memory"]["CUDA0"]["weights"] > js["memory"]["CPU"]["weights"]
+
+
+def test_fit_refuses_a_llama_bench_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["fit", QWEN, "--gpu", "16GiB", "--", "llama-bench", "-m", "x.gguf", "-p", "512"])
+    err = capsys.readouterr().err
+    assert code == 2 and "a llama-bench line is explained" in err and "Traceback" not in err
