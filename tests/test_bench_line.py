@@ -243,3 +243,26 @@ def test_fit_refuses_a_llama_bench_line(capsys: pytest.CaptureFixture[str]) -> N
     code = main(["fit", QWEN, "--gpu", "16GiB", "--", "llama-bench", "-m", "x.gguf", "-p", "512"])
     err = capsys.readouterr().err
     assert code == 2 and "a llama-bench line is explained" in err and "Traceback" not in err
+
+
+def test_values_become_the_servers_options() -> None:
+    ml = _line("llama-bench -m x.gguf --repack 0 -nkvo 1 -ts '1;2' -dev CUDA0/CUDA1 -lm mmap").tests()[0].words()
+    w = [a.text for a in ml]
+    assert ("-nr" in w or "--no-repack" in w) and "-nkvo" in w and "-lm" in w
+    assert w[w.index("-ts") + 1] == "1/2" and w[w.index("-dev") + 1] == "CUDA0,CUDA1"
+    ik = [a.text for a in _line("llama-bench -m x.gguf -fmoe 0 -mmp 0 -rtr 1 -fa 0", IK).tests()[0].words()]
+    assert {"-no-fmoe", "--no-fused-moe"} & set(ik) and "--no-mmap" in ik and "-rtr" in ik
+    assert "-fa" not in ik or ik[ik.index("-fa") + 1] == "off"
+
+
+def test_a_setting_no_server_option_sets_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moeconf.engines import benchline
+
+    # ik's --print-overrides only prints; read as if it did more, no server option sets it
+    monkeypatch.setattr(benchline, "_TIMING", benchline._TIMING - {"print_overrides"})
+    line = _line("llama-bench -m x.gguf --print-overrides 1", IK)
+    assert line.tests()[0].untranslated() == ["--print-overrides 1"]
+    why = line.explain_refusal()
+    assert why is not None and "does not model llama-bench's --print-overrides 1" in why
+    # its default: nothing to set
+    assert _line("llama-bench -m x.gguf --print-overrides 0", IK).explain_refusal() is None

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import Arg, ArgvReading, GivenOption, read_argv
+from moeconf.engines.flags import flag_table
 
 if TYPE_CHECKING:
     from moeconf.engines.cmdline import Invocation
@@ -191,7 +192,7 @@ class BenchLine:
         lists_ = _tables(self.engine)[1]
         fields = _tables(self.engine)[2]
         out: dict[str, list[Piece]] = {}
-        for flag in lists_:
+        for flag in sorted(lists_):
             s = fields.get(flag)
             if s is not None and s not in _CONTEXT and s not in out:
                 vals = self.values(s)
@@ -226,7 +227,9 @@ class BenchLine:
         settings take their first value)."""
         lists_ = self.lists()
         keys = [s for s in lists_ if not (placement_only and s in _TIMING)]
-        fixed = {s: v[0] for s, v in lists_.items() if s not in keys}
+        # the settings given one value (not a list): the last given, as llama-bench keeps it
+        single = {s: v[-1] for s, v in self.given.items() if s not in lists_ and s not in _CONTEXT}
+        fixed = {**single, **{s: v[0] for s, v in lists_.items() if s not in keys}}
         contexts = self.contexts()
         name, ctx = max(contexts, key=lambda c: c[1]) if contexts else ("", 0)
         out = []
@@ -248,7 +251,14 @@ class BenchLine:
             return (f"llama-bench runs {self.test_count()} tests ({shown}): give one value to explain it "
                     "(moeconf explains one test; each context test of it, -p/-n/-pg/-d, is shown at the largest)")
         why = self.unmodelled()
-        return why[0] if why else None
+        if why:
+            return why[0]
+        tests = self.tests(limit=1)
+        left = tests[0].untranslated() if tests else []
+        if left:
+            return (f"moeconf does not model llama-bench's {left[0]} (no server option sets it): drop it to "
+                    "explain the test")
+        return None
 
 
 @dataclass(frozen=True)
@@ -263,89 +273,95 @@ class BenchTest:
 
     def words(self) -> list[Arg]:
         """The test as the common parser's line: the same program word first (the memory readers
-        take it as a program that runs one sequence), each setting as the server's option that
-        sets the same model or context parameter (values keep their place on the line), then
-        `-c` (the test's context) and fit off on llama.cpp (llama-bench has no --fit)."""
+        take it as a program that runs one sequence), each setting as the server's option of the
+        same spelling (llama-bench took its spellings from the server's: a 0/1 value becomes the
+        server's switch or its negation), values keeping their place on the line, then `-c` (the
+        test's context) and fit off on llama.cpp (llama-bench has no --fit)."""
+        return self._written()[0]
+
+    def untranslated(self) -> list[str]:
+        """The settings of the test that no server option sets (moeconf does not model them)."""
+        return self._written()[1]
+
+    def _written(self) -> tuple[list[Arg], list[str]]:
         eng = self.line.engine
+        server = flag_table(eng)
+        fields = _tables(eng)[2]
         out: list[Arg] = [self.line.binary] if self.line.binary is not None else [Arg(BENCH_BINARY)]
-        c = self.chosen
-
-        def put(flag: str, setting: str, sep: tuple[str, str] | None = None) -> None:
-            p = c.get(setting)
-            if p is None:
-                return
-            text = p.text.replace(*sep) if sep else p.text
-            out.extend([Arg(flag), Arg(text, p.arg.path, p.arg.line, p.arg.column) if p.arg.text == p.text
-                        else Arg(text)])
-
-        def switch(flag: str, setting: str, when: str) -> None:
-            p = c.get(setting)
-            if p is not None and p.text.strip() == when:
-                out.append(Arg(flag, p.arg.path, p.arg.line, p.arg.column))
-
-        put("-m", "model")
+        missing: list[str] = []
+        overrides = "buft_overrides" if eng.name == "ik_llama.cpp" else "tensor_buft_overrides"
         if eng.name == "ik_llama.cpp":
             out.extend(self._ik_overrides())
-            put("-ngl", "n_gpu_layers")
-            put("--rpc", "rpc_servers")
-            put("-sm", "split_mode")
-            put("-mg", "main_gpu")
-            put("-ts", "tensor_split", (";", "/"))
-            p = c.get("flash_attn")
-            if p is not None:
-                on = p.text.strip() not in ("0", "")
-                if eng.fa_takes_value:
-                    out.extend([Arg("-fa"), Arg("on" if on else "off")])
-                elif on:
-                    out.append(Arg("-fa"))
-            put("-mla", "mla_attn")
-            if (p := c.get("attn_max_batch")) is not None and p.text.strip() not in ("0", ""):
-                put("-amb", "attn_max_batch")
-            if (p := c.get("ser")) is not None and not p.text.startswith("-1"):
-                put("-ser", "ser")
-            switch("--no-mmap", "use_mmap", "0")
-            for flag, setting in (("-rtr", "repack"), ("-ger", "ger"), ("-no-fug", "no_fug"),
-                                  ("-no-ooae", "no_ooae"), ("-mqkv", "mqkv"), ("-muge", "muge")):
-                p = c.get(setting)
-                if p is not None and p.text.strip() not in ("0", ""):
-                    out.append(Arg(flag, p.arg.path, p.arg.line, p.arg.column))
-            switch("-no-fmoe", "fmoe", "0")
-            put("-cuda", "cuda_params")
-            if (p := c.get("max_gpu")) is not None and p.text.strip() not in ("0", ""):
-                put("--max-gpu", "max_gpu")
-        else:
-            put("-hf", "hf_repo")
-            put("-hff", "hf_file")
-            if self.line.given.get("offline"):
-                out.append(Arg("--offline"))
-            # the test's overrides, then its --n-cpu-moe rules (llama-bench merges them in that order)
-            if (p := c.get("tensor_buft_overrides")) is not None and p.text:
-                out.extend([Arg("-ot"), Arg(p.text.replace(";", ","), p.arg.path, p.arg.line, p.arg.column)])
-            if (p := c.get("n_cpu_moe")) is not None and p.text.strip() not in ("0", ""):
-                put("-ncmoe", "n_cpu_moe")
-            put("-ngl", "n_gpu_layers")
-            put("-sm", "split_mode")
-            put("-mg", "main_gpu")
-            put("-ts", "tensor_split", (";", "/"))
-            put("-dev", "devices", ("/", ","))
-            put("-fa", "flash_attn")
-            switch("--no-op-offload", "no_op_offload", "1")
-            switch("--no-host", "no_host", "1")
-            switch("--no-repack", "repack", "0")
-            switch("--embeddings", "embeddings", "1")
-            put("-lm", "load_mode")
-            put("-lzm", "lazy_mode")
-            put("--rpc", "rpc")
-        switch("-nkvo", "no_kv_offload", "1")
-        put("-b", "n_batch")
-        put("-ub", "n_ubatch")
-        put("-ctk", "type_k")
-        put("-ctv", "type_v")
-        put("-t", "n_threads")
+        elif (p := self.chosen.get(overrides)) is not None and p.text:
+            # the set's `;`-separated overrides as the server's `,`-separated items (same places)
+            out.extend([Arg("-ot"), Arg(p.text.replace(";", ","), p.arg.path, p.arg.line, p.arg.column)])
+        for setting, p in self.chosen.items():
+            if setting in _TIMING or setting in _CONTEXT or setting in _UNMODELLED or setting == overrides:
+                continue
+            # the setting's spellings: the ones the server knows first, the one the line writes first
+            # among those, then the shortest
+            written = {o.name for o in self.line.options.get(setting, [])}
+            names = sorted((f for f, s in fields.items() if s == setting),
+                           key=lambda f: (f not in server, f not in written, len(f), f))
+            value = p.text.strip()
+            at = Arg(p.text, p.arg.path, p.arg.line, p.arg.column) if p.arg.text == p.text else Arg(p.text)
+            valued = [f for f in names if server.get(f) == 1]
+            switches = [f for f in names if server.get(f) == 0]
+            if setting == "flash_attn" and eng.name == "ik_llama.cpp":
+                # ik's llama-bench reads 0/1; its server on|off (or, before 2025-11-13, a bare switch)
+                on = value not in ("0", "")
+                out.extend([Arg(valued[0]), Arg("on" if on else "off")] if eng.fa_takes_value and valued
+                           else [Arg(valued[0] if valued else names[0])] if on else [])
+            elif valued and (setting not in self._bools() or not switches):
+                if setting in self._separators():
+                    old, new = self._separators()[setting]
+                    at = Arg(p.text.replace(old, new), at.path, at.line, at.column)
+                out.extend([Arg(valued[0]), at])
+            elif value not in ("0", ""):
+                if switches:
+                    out.append(Arg(switches[0], p.arg.path, p.arg.line, p.arg.column))
+                elif value != default(eng, setting):
+                    missing.append(self.line.spelled(setting) or setting)
+            else:
+                neg = self._negation(names, server)
+                if neg is not None:
+                    out.append(Arg(neg, p.arg.path, p.arg.line, p.arg.column))
+                elif value != (default(eng, setting) or "0"):
+                    missing.append(self.line.spelled(setting) or setting)
         out.extend([Arg("-c"), Arg(str(self.context))])
         if eng.has_fit and eng.fit_flag == "-fit":
             out.extend([Arg("-fit"), Arg("off")])
-        return out
+        return out, missing
+
+    def _bools(self) -> frozenset[str]:
+        fields = _tables(self.line.engine)[2]
+        return frozenset(fields[f] for f in _tables(self.line.engine)[5] if f in fields)
+
+    @staticmethod
+    def _separators() -> dict[str, tuple[str, str]]:
+        """How a test's value is written for the server where llama-bench separates its parts
+        otherwise: -ts `;` (the server's `,` or `/`), -dev `/` (the server's `,`)."""
+        return {"tensor_split": (";", "/"), "devices": ("/", ",")}
+
+    @staticmethod
+    def _negation(names: list[str], server: dict[str, int]) -> str | None:
+        """The server's switch that turns a setting off, for a llama-bench 0: the option table's
+        other side of the row (`--repack` -> `--no-repack`, `-nkvo` -> `-kvo`), else the engines'
+        `no-` form (ik `-fmoe` -> `-no-fmoe`, `--mmap` -> `--no-mmap`) where the server knows it."""
+        from moeconf.engines.options import row_of
+
+        for f in names:
+            r = row_of(f)
+            if r is not None:
+                other = r.negs if f in r.names else r.names
+                for o in other:
+                    if server.get(o) == 0:
+                        return o
+        for f in names:
+            neg = f"--no-{f[2:]}" if f.startswith("--") else f"-no-{f[1:]}"
+            if server.get(neg) == 0:
+                return neg
+        return None
 
     def _ik_overrides(self) -> list[Arg]:
         """ik_llama.cpp: every -ot item and each --n-cpu-moe's rules, in line order, as -ot values (its
