@@ -571,7 +571,8 @@ def _bench_test(argv: list[str], eng: Engine, env: dict[str, str]) -> tuple[dict
     shown = ", ".join(f"{n} at context {c:,}" for n, c in line.contexts())
     note = (f"llama-bench: memory of the test with the largest context, {test.name} (context {test.context:,}; "
             f"llama-bench sets it to the test's -p + -n{' + -d' if eng.name == 'llama.cpp' else ''}); the line "
-            f"runs {len(names)} test{'s' if len(names) != 1 else ''} ({shown}), each on the same placement")
+            + (f"runs {len(names)} tests ({shown}), each on the same placement" if len(names) != 1 else
+               "runs this one test"))
     return ({"note": note, "test": test.name, "context": test.context, "tests": names,
              "command": [a.text for a in test.words()]}, [a.text for a in test.words()])
 

@@ -266,3 +266,19 @@ def test_a_setting_no_server_option_sets_is_refused(monkeypatch: pytest.MonkeyPa
     assert why is not None and "does not model llama-bench's --print-overrides 1" in why
     # its default: nothing to set
     assert _line("llama-bench -m x.gguf --print-overrides 0", IK).explain_refusal() is None
+
+
+def test_a_set_from_an_unset_variable_is_not_checked(tmp_path: Path) -> None:
+    found = _lint(tmp_path, 'llama-bench -m x.gguf -ngl 99 -ot "exps=CPU,$OT"')
+    assert [f.name for f in found if f.severity != "info"] == []
+    notes = [f for f in found if f.name == "cannot-check"]
+    assert notes and "$OT" in notes[0].message
+
+
+def test_places_survive_quoting_across_lines(tmp_path: Path) -> None:
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/sh\n# moeconf: model={QWEN}\nllama-bench -m x.gguf -ngl 99 \\\n"
+                      "  -ot 'exps=CPU,blk\\.0\\.ffn_up_exps=CPU;blk\\.0\\.ffn_up_exps=CUDA0'\n")
+    found = [f for f in lint([str(script)], Config()).findings if f.name == "shadowed-rule"]
+    line4 = "  -ot 'exps=CPU,blk\\.0\\.ffn_up_exps=CPU;blk\\.0\\.ffn_up_exps=CUDA0'"
+    assert [(f.line, f.column) for f in found] == [(4, line4.index(";") + 2)]

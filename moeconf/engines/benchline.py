@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
@@ -103,6 +103,31 @@ class Piece:
     text: str
 
 
+@dataclass(frozen=True)
+class SliceArg(Arg):
+    """A piece of a word: its text starts `offset` characters into `base`, whose own placing (a
+    quoted shell word maps each character to its file position) places it; what the word's value
+    depends on (`depends`, a shell variable the file does not set) is the piece's too."""
+
+    base: Arg | None = None
+    offset: int = 0
+
+    def at(self, offset: int) -> tuple[int, int]:
+        return self.base.at(self.offset + offset) if self.base is not None else super().at(offset)
+
+    @property
+    def depends(self) -> str:
+        return str(getattr(self.base, "depends", "") or "")
+
+
+def _piece(arg: Arg, pos: int, text: str) -> Arg:
+    """`text`, the piece of `arg` at `pos`, placed through `arg`."""
+    base = arg.base if isinstance(arg, SliceArg) and arg.base is not None else arg
+    start = (arg.offset if isinstance(arg, SliceArg) else 0) + pos
+    line, column = base.at(start) if base.line else (0, 0)
+    return SliceArg(text, arg.path, line, column, base, start)
+
+
 def _split(arg: Arg, sep: str) -> list[Arg]:
     """`arg` cut at every `sep` (getline: no piece after a trailing separator), each piece placed."""
     out, pos = [], 0
@@ -110,7 +135,7 @@ def _split(arg: Arg, sep: str) -> list[Arg]:
     if len(parts) > 1 and parts[-1] == "":
         parts.pop()
     for part in parts:
-        out.append(Arg(part, arg.path, arg.line, arg.column + pos if arg.column else 0))
+        out.append(_piece(arg, pos, part))
         pos += len(part) + 1
     return out
 
@@ -294,7 +319,7 @@ class BenchTest:
             out.extend(self._ik_overrides())
         elif (p := self.chosen.get(overrides)) is not None and p.text:
             # the set's `;`-separated overrides as the server's `,`-separated items (same places)
-            out.extend([Arg("-ot"), Arg(p.text.replace(";", ","), p.arg.path, p.arg.line, p.arg.column)])
+            out.extend([Arg("-ot"), replace(p.arg, text=p.text.replace(";", ","))])
         for setting, p in self.chosen.items():
             if setting in _TIMING or setting in _CONTEXT or setting in _UNMODELLED or setting == overrides:
                 continue
@@ -304,7 +329,7 @@ class BenchTest:
             names = sorted((f for f, s in fields.items() if s == setting),
                            key=lambda f: (f not in server, f not in written, len(f), f))
             value = p.text.strip()
-            at = Arg(p.text, p.arg.path, p.arg.line, p.arg.column) if p.arg.text == p.text else Arg(p.text)
+            at = p.arg if p.arg.text == p.text else Arg(p.text)
             valued = [f for f in names if server.get(f) == 1]
             switches = [f for f in names if server.get(f) == 0]
             if setting == "flash_attn" and eng.name == "ik_llama.cpp":
@@ -315,7 +340,7 @@ class BenchTest:
             elif valued and (setting not in self._bools() or not switches):
                 if setting in self._separators():
                     old, new = self._separators()[setting]
-                    at = Arg(p.text.replace(old, new), at.path, at.line, at.column)
+                    at = replace(at, text=p.text.replace(old, new))
                 out.extend([Arg(valued[0]), at])
             elif value not in ("0", ""):
                 if switches:
@@ -420,7 +445,7 @@ def read_bench(words: Sequence[Arg | str], engine: Engine) -> BenchLine:
             # llama.cpp's sets: every `,` starts one, a trailing or doubled `,` an empty one (no overrides)
             pieces, pos = [], 0
             for part in v.text.split(","):
-                pieces.append(Arg(part, v.path, v.line, v.column + pos if v.column else 0))
+                pieces.append(_piece(v, pos, part))
                 pos += len(part) + 1
         else:
             pieces = _split(v, ",") if v.text else [v]
@@ -444,7 +469,7 @@ def read_bench(words: Sequence[Arg | str], engine: Engine) -> BenchLine:
                 continue
             got = [Piece(a, a.text.strip()) for a in pieces]
         elif setting == "ser":  # ik: pairs of values
-            got = [Piece(Arg(f"{a.text},{b.text}", a.path, a.line, a.column), f"{a.text},{b.text}")
+            got = [Piece(_piece(a, 0, f"{a.text},{b.text}"), f"{a.text},{b.text}")
                    for a, b in zip(pieces[::2], pieces[1::2], strict=False)]
         else:
             got = [Piece(a, a.text) for a in pieces]
