@@ -217,6 +217,12 @@ def test_explain_json_names_the_test(capsys: pytest.CaptureFixture[str]) -> None
     (["-c", "4096"], "has no option '-c'"),
     (["-fitt", "1024"], "-fitt 1024"),
     (["-nkvo", "2"], "0 or 1"),
+    (["-pg", "512"], "takes a pair `PROMPT,GENERATED`"),
+    (["-p", "0", "-n", "0"], "llama-bench runs no test (-p 0 -n 0"),
+    (["-p", "1-100000"], "gives more than 4,096 values"),
+    (["stray"], "takes no positional word 'stray'"),
+    (["--model=x.gguf"], "has no option '--model=x.gguf'"),
+    (["-m"], "-m needs a value"),
 ])
 def test_explain_refuses_naming_what_to_change(words: list[str], said: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:

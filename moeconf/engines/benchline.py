@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import Arg, ArgvReading, GivenOption, read_argv
+from moeconf.engines.flags import c_int as _c_int
 from moeconf.engines.flags import flag_table
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ _UNMODELLED = {
     "fit": "ik_llama.cpp's llama-bench fits the model at load time with --fit",
     "n_gp": "ik_llama.cpp's -gp test (generation after a prompt of its own size)",
 }
+MAX_VALUES = 4096  # the values moeconf reads from one range list
 MAX_TESTS = 16  # the placements lint simulates per line (each -ot set, -ngl, -ncmoe, ... combination)
 
 
@@ -145,7 +147,8 @@ _RANGE = re.compile(r"(-?\d+)(?:-(\d+)(?:([+*])(\d+))?)?")
 
 def int_range(text: str, negative: bool = False) -> list[int] | None:
     """llama.cpp llama-bench's int list (parse_int_range): `,`-separated `first[-last[+|*step]]`
-    items; None where it stops ("invalid range")."""
+    items; None where it stops ("invalid range"). ValueError past MAX_VALUES values (llama-bench
+    would run them all: moeconf reads no more)."""
     out: list[int] = []
     for item in text.split(","):
         m = _RANGE.fullmatch(item)
@@ -161,8 +164,8 @@ def int_range(text: str, negative: bool = False) -> list[int] | None:
             if nxt <= i:
                 return None
             i = nxt
-            if len(out) > 4096:
-                return None
+            if len(out) > MAX_VALUES:
+                raise ValueError(f"more than {MAX_VALUES:,} values")
     return out
 
 
@@ -270,6 +273,9 @@ class BenchLine:
             return self.unknown[0][1]
         if self.problems:
             return self.problems[0][1]
+        if not self.contexts():
+            return (f"llama-bench runs no test ({self.spelled('n_prompt')} {self.spelled('n_gen')}: every -p and -n "
+                    "is 0, and no -pg): give -p or -n to explain one").replace("( ", "(").replace(" :", ":")
         vary = self.varying()
         if vary:
             shown = ", ".join(self.spelled(s) for s in vary[:3])
@@ -438,6 +444,14 @@ def read_bench(words: Sequence[Arg | str], engine: Engine) -> BenchLine:
             continue
         line.options.setdefault(setting, []).append(o)
         v = o.value
+        if setting in ("n_pg", "n_gp"):
+            a_, sep, b_ = v.text.partition(",")
+            if not sep or "," in b_ or _c_int(a_) is None or _c_int(b_) is None:
+                line.problems.append((v, f"{o.name} {v.text!r}: {label} takes a pair `PROMPT,GENERATED` there "
+                                         "and stops"))
+                continue
+            line.given.setdefault(setting, []).append(Piece(v, v.text))  # each -pg adds a test
+            continue
         if o.name not in lists:
             line.given[setting] = [Piece(v, v.text)]  # one value (ik's -ot and --n-cpu-moe: read from options)
             continue
@@ -452,7 +466,12 @@ def read_bench(words: Sequence[Arg | str], engine: Engine) -> BenchLine:
         got: list[Piece] = []
         if o.name in ranges:
             for a in pieces:
-                nums = int_range(a.text, negative=setting == "n_gpu_layers")
+                try:
+                    nums = int_range(a.text, negative=setting == "n_gpu_layers")
+                except ValueError as e:
+                    line.problems.append((a, f"{o.name} {a.text!r} gives {e}: moeconf does not read so many "
+                                             "tests; give fewer"))
+                    break
                 if nums is None:
                     line.problems.append((a, f"{o.name} {v.text!r}: {label} reads a list of numbers or ranges "
                                              f"(first[-last[+|*step]]) there, not {a.text!r}, and stops"))
