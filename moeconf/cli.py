@@ -417,7 +417,12 @@ def _line_model(words: list[str], engine_name: str) -> str:
     from moeconf.engines.argvread import Arg
     from moeconf.engines.cmdline import parse_invocation
 
-    inv = parse_invocation([Arg(w) for w in words], engine(engine_name))
+    from moeconf.engines.benchline import bench_invocations, is_bench
+
+    if is_bench(words):  # llama-bench's own parser (a list of models is refused after: one test each)
+        inv = bench_invocations([Arg(w) for w in words], engine(engine_name), limit=1)[1][0]
+    else:
+        inv = parse_invocation([Arg(w) for w in words], engine(engine_name))
     if inv.hf_repo is not None:
         repo = inv.hf_repo.text.split(":")[0]
         return f"hf://{repo}/{inv.hf_file.text}" if inv.hf_file is not None else inv.hf_repo.text

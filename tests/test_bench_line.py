@@ -288,3 +288,11 @@ def test_places_survive_quoting_across_lines(tmp_path: Path) -> None:
     found = [f for f in lint([str(script)], Config()).findings if f.name == "shadowed-rule"]
     line4 = "  -ot 'exps=CPU,blk\\.0\\.ffn_up_exps=CPU;blk\\.0\\.ffn_up_exps=CUDA0'"
     assert [(f.line, f.column) for f in found] == [(4, line4.index(";") + 2)]
+
+
+def test_explain_takes_the_model_from_the_bench_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain", "--", "llama-bench", "-m", f"{QWEN},{MODELS / 'glm-4.5-air.manifest.json'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "llama-bench runs 4 tests (-m " in err  # two models: one test each, refused
+    assert main(["explain", "--json", "--", "llama-bench", "-m", QWEN, "-ngl", "99"]) == 0
+    assert json.loads(capsys.readouterr().out)["llama_bench"]["context"] == 512
