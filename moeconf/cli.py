@@ -415,9 +415,8 @@ def _line_model(words: list[str], engine_name: str) -> str:
     each the last given, as the engine reads the line (engines/cmdline.py parse_invocation)."""
     from moeconf.engines import engine
     from moeconf.engines.argvread import Arg
-    from moeconf.engines.cmdline import parse_invocation
-
     from moeconf.engines.benchline import bench_invocations, is_bench
+    from moeconf.engines.cmdline import parse_invocation
 
     if is_bench(words):  # llama-bench's own parser (a list of models is refused after: one test each)
         inv = bench_invocations([Arg(w) for w in words], engine(engine_name), limit=1)[1][0]
