@@ -296,3 +296,19 @@ def test_explain_takes_the_model_from_the_bench_line(capsys: pytest.CaptureFixtu
     assert code == 2 and "llama-bench runs 4 tests (-m " in err  # two models: one test each, refused
     assert main(["explain", "--json", "--", "llama-bench", "-m", QWEN, "-ngl", "99"]) == 0
     assert json.loads(capsys.readouterr().out)["llama_bench"]["context"] == 512
+
+
+def test_lint_says_where_it_stops_checking_tests(tmp_path: Path) -> None:
+    sets = ",".join(f"blk\\.{i}\\.ffn_up_exps=CPU" for i in range(20))
+    found = _lint(tmp_path, f"llama-bench -m x.gguf -ngl 99 -ot '{sets}' -ub 256,512")
+    notes = [f.message for f in found if f.name == "cannot-check"]
+    assert notes == ["llama-bench runs 40 combinations of -ot sets, -ngl, -ub, ...: the first 16 were checked"]
+    assert not [f for f in _lint(tmp_path, "llama-bench -m x.gguf -ngl 99 -ot exps=CPU") if f.name == "cannot-check"]
+
+
+def test_past_the_limit_every_set_is_still_checked(tmp_path: Path) -> None:
+    # 12 sets x 2 ubatch sizes: the 16 checked tests hold every set (the last one's rule matches nothing)
+    sets = ",".join([*(f"blk\\.{i}\\.ffn_up_exps=CPU" for i in range(11)), "blk\\.0\\.nothing=CPU"])
+    found = _lint(tmp_path, f"llama-bench -m x.gguf -ngl 99 -ot '{sets}' -ub 256,512")
+    assert any(f.name == "unmatched-pattern" and "nothing" in f.message for f in found), \
+        [(f.name, f.message) for f in found]

@@ -234,6 +234,15 @@ class BenchLine:
             n *= len(vals)
         return n
 
+    def placements(self) -> int:
+        """How many tests place or allocate differently (the combinations `tests(placement_only=True)`
+        walks before its limit)."""
+        n = 1
+        for s, vals in self.lists().items():
+            if s not in _TIMING:
+                n *= len(vals)
+        return n
+
     def varying(self) -> list[str]:
         """The settings given more than one value outside the context (each multiplies the tests)."""
         return [s for s, v in self.lists().items() if len(v) > 1]
@@ -260,9 +269,19 @@ class BenchLine:
         fixed = {**single, **{s: v[0] for s, v in lists_.items() if s not in keys}}
         contexts = self.contexts()
         name, ctx = max(contexts, key=lambda c: c[1]) if contexts else ("", 0)
+        # the combinations that change fewest lists from their first value first: past the limit, each
+        # value of each list is still seen once where the limit allows (every -ot set before its mixes)
+        ranges = [range(len(lists_[s])) for s in keys]
+        total = 1
+        for r in ranges:
+            total *= len(r)
+        combos = itertools.product(*ranges)
+        ordered = (sorted(combos, key=lambda idx: (sum(1 for i in idx if i), idx)) if total <= 20_000
+                   else itertools.islice(combos, limit))
         out = []
-        for combo in itertools.product(*(lists_[s] for s in keys)):
-            out.append(BenchTest(self, {**fixed, **dict(zip(keys, combo, strict=True))}, name, ctx))
+        for idx in ordered:
+            out.append(BenchTest(self, {**fixed, **{s: lists_[s][i] for s, i in zip(keys, idx, strict=True)}},
+                                 name, ctx))
             if len(out) >= limit:
                 break
         return out

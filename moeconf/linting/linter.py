@@ -386,10 +386,16 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
         # that hold for it (rules.BENCH_SKIPS), each finding once
         from moeconf.engines.benchline import bench_invocations
 
-        _, invocations = bench_invocations(launch.args, eng)
+        line, invocations = bench_invocations(launch.args, eng)
         kept = _bench_rules(rules)
         seen: set[tuple[str, int, int, str]] = set()
         out: list[Finding] = []
+        if line.placements() > len(invocations):
+            note = meta_finding(CANNOT_CHECK, config, src.path, launch.line, launch.column,
+                                f"llama-bench runs {line.placements():,} combinations of -ot sets, -ngl, -ub, ...: "
+                                f"the first {len(invocations)} were checked")
+            if note is not None:
+                out.append(note)
         for invocation in invocations:
             for f in _lint_invocation(src, launch, config, models, kept, eng, how, invocation):
                 key = (f.code, f.line, f.column, f.message)
