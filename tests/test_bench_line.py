@@ -108,6 +108,7 @@ def test_ik_reads_its_own_table_and_defaults() -> None:
     # ik: pp1024 (context 1024) and tg128 (128); no -d, no -fit to turn off
     assert "-fit" not in words and words[words.index("-c") + 1] == "1024"
     assert _line("llama-bench -m x.gguf -d 512", IK).unknown
+    assert "number of blocks >= 0" in _line("llama-bench -m x.gguf --n-cpu-moe -2", IK).problems[0][1]
 
 
 def test_refused_values_and_unknown_options_are_named() -> None:

@@ -426,7 +426,7 @@ class BenchTest:
             if o.name in ("-ot", "--override-tensor"):
                 out.extend([Arg("-ot"), v])
             else:
-                n = int(v.text) if v.text.strip().isdigit() else 0
+                n = _c_int(v.text) or 0
                 if n > 0:
                     # its per-block rules (blocks 0..N-1, whether the model has them or not) all send to
                     # the CPU: one rule naming the blocks matches the same tensors, first-match alike
@@ -471,6 +471,12 @@ def read_bench(words: Sequence[Arg | str], engine: Engine) -> BenchLine:
                 continue
             line.given.setdefault(setting, []).append(Piece(v, v.text))  # each -pg adds a test
             continue
+        if setting == "buft_overrides" and o.name not in ("-ot", "--override-tensor"):
+            n = _c_int(v.text)
+            if n is None or n < 0:  # ik's --n-cpu-moe: std::stoi, and it refuses a negative count
+                line.problems.append((v, f"{o.name} {v.text!r}: {label} takes a number of blocks >= 0 there "
+                                         "and stops"))
+                continue
         if o.name not in lists:
             line.given[setting] = [Piece(v, v.text)]  # one value (ik's -ot and --n-cpu-moe: read from options)
             continue
