@@ -415,9 +415,13 @@ def _line_model(words: list[str], engine_name: str) -> str:
     each the last given, as the engine reads the line (engines/cmdline.py parse_invocation)."""
     from moeconf.engines import engine
     from moeconf.engines.argvread import Arg
+    from moeconf.engines.benchline import bench_invocations, is_bench
     from moeconf.engines.cmdline import parse_invocation
 
-    inv = parse_invocation([Arg(w) for w in words], engine(engine_name))
+    if is_bench(words):  # llama-bench's own parser (a list of models is refused after: one test each)
+        inv = bench_invocations([Arg(w) for w in words], engine(engine_name), limit=1)[1][0]
+    else:
+        inv = parse_invocation([Arg(w) for w in words], engine(engine_name))
     if inv.hf_repo is not None:
         repo = inv.hf_repo.text.split(":")[0]
         return f"hf://{repo}/{inv.hf_file.text}" if inv.hf_file is not None else inv.hf_repo.text
@@ -449,6 +453,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         why = eng.device_name_error(g)
         if why:
             raise MoeconfError(f"--gpus: {why}")
+    bench_note, memory_argv = _bench_test(argv, eng, env)
     # the simulation, and what `moeconf lint` says about the line (the same rules)
     ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus, llama_config=_llama_config(args))
     from dataclasses import replace
@@ -460,7 +465,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from moeconf.sizing import estimate_explained
 
     # llama.cpp's config files come before the environment (engines/llamaconfig.py)
-    settings = read_settings(argv, eng, memory_env(ex.invocation.config, env))
+    settings = read_settings(memory_argv, eng, memory_env(ex.invocation.config, env))
     # the machine a speed prediction reads (moeconf/machine.py): built where a machine flag is given
     # (which asks for the speed) or --traffic/--speed asks for the bytes a speed comes from
     args.machine = _command_machine(args, tuple(ex.accelerators),
@@ -505,6 +510,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         out["memory_estimated"] = {d: list(m.estimated) for d, m in est.devices.items() if m.estimated}
         out["memory_problems"] = list(est.problems)
         out["server_caches"] = est.server.json() if est.server is not None else None
+        if bench_note is not None:
+            out["llama_bench"] = bench_note
         if traffic is not None:
             if "speed" in traffic:
                 out["speed"] = traffic.pop("speed")
@@ -523,6 +530,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         for line in report_lines(report(ex.invocation)):
             sys.stdout.write(safe(line) + "\n")
         sys.stdout.write(render_memory(est, budgets))
+        if bench_note is not None:
+            sys.stdout.write(f"  {bench_note['note']}\n")
         if reserve_note:
             sys.stdout.write(f"  {reserve_note}\n")
         if ex.invocation.binary is None and est.complete:
@@ -545,6 +554,31 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)
     # an engine that would refuse (or stall on) the command line, or run out of memory, is a finding
     return EXIT_FINDINGS if ex.refusals or est.problems or over else EXIT_OK
+
+
+def _bench_test(argv: list[str], eng: Engine, env: dict[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """A llama-bench line (engines/benchline.py): (what explain says of its test, the test written as
+    the common parser's line, which the memory settings read); any other line: (None, the line). A
+    line of several tests, or one moeconf does not model, is refused, naming what to change."""
+    from moeconf.engines.benchline import is_bench, read_bench
+
+    if not is_bench(argv):
+        return None, argv
+    line = read_bench(argv, eng)
+    why = line.explain_refusal()
+    if why is not None:
+        raise MoeconfError(why)
+    if env:
+        raise MoeconfError("--env: llama-bench reads no LLAMA_ARG_* variable; give its own options")
+    test = line.tests(limit=1)[0]
+    names = [n for n, _ in line.contexts()]
+    shown = ", ".join(f"{n} at context {c:,}" for n, c in line.contexts())
+    note = (f"llama-bench: memory of the test with the largest context, {test.name} (context {test.context:,}; "
+            f"llama-bench sets it to the test's -p + -n{' + -d' if eng.name == 'llama.cpp' else ''}); the line "
+            + (f"runs {len(names)} tests ({shown}), each on the same placement" if len(names) != 1 else
+               "runs this one test"))
+    return ({"note": note, "test": test.name, "context": test.context, "tests": names,
+             "command": [a.text for a in test.words()]}, [a.text for a in test.words()])
 
 
 def _explain_traffic(args: argparse.Namespace, ex: Explanation,

@@ -120,6 +120,12 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
     from moeconf.engines.argvread import REMOVED_FLAGS, closest_flag, read_argv, unknown_flag_message
 
     out = _UserFlags()
+    from moeconf.engines.benchline import is_bench
+
+    if is_bench(argv):
+        raise MoeconfError("'llama-bench': fit writes a server's command from its flags; a llama-bench line is "
+                           "explained (`moeconf explain MODEL -- llama-bench ...`), not fitted: give fit the "
+                           "server's flags (-c for the test's context, -p + -n)")
     # the engine's reading of the words (no binary: fit's own options are not among them); a -fa
     # followed by another flag is the switch that was meant
     for given in read_argv(argv, eng, binary=False, bare_fa=True).options:

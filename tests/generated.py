@@ -52,6 +52,7 @@ class Generated:
 
 GENERATED: tuple[Generated, ...] = (
     Generated("moeconf/engines/flagtable.py", "scripts/extract-engine-flags.py", ("{ml}", "{ik}")),
+    Generated("moeconf/engines/benchtable.py", "scripts/extract-bench-flags.py", ("{ml}", "{ik}")),
     Generated("moeconf/model/nametable.py", "scripts/extract-engine-names.py", ("{ml}", "{ik}")),
     Generated("moeconf/model/layertable.py", "scripts/extract-tensor-layers.py", ("{ml}", "{ik}")),
     Generated("moeconf/engines/specflags.py", "scripts/extract-spec-flags.py", ("{ml}", "{ik}")),

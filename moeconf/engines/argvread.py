@@ -230,7 +230,7 @@ def _as_arg(w: Arg | str) -> Arg:
 
 
 def read_argv(words: Sequence[Arg | str], engine: Engine, *, binary: bool | None = None,
-              bare_fa: bool = False) -> ArgvReading:
+              bare_fa: bool = False, bench: bool = False) -> ArgvReading:
     """Read a command line once as `engine`'s parser steps over it: which words are flags, which
     values each takes (its flag table, engines/flagtable.py; `-fa` by version), `--name=value`
     read as meant (the engines refuse it: `inline`), unknown flags kept as such. `binary`: whether
@@ -240,19 +240,26 @@ def read_argv(words: Sequence[Arg | str], engine: Engine, *, binary: bool | None
 
     Every reader of an engine command line goes through here: the invocation reader
     (parse_invocation), the memory settings, fit's flags, `[flags] extra`, the env form, the
-    llama.cpp config files' overrides, the targets and the lint rules."""
+    llama.cpp config files' overrides, the targets and the lint rules.
+
+    `bench`: the line is llama-bench's, read with llama-bench's own option table
+    (engines/benchtable.py; engines/benchline.py reads it, and hands the rest of moeconf each of
+    its tests written as the common parser's line)."""
     if all(isinstance(w, str) for w in words):
         # plain words (the memory readers each read the same line): read once, shared
-        return _read_texts(tuple(str(w) for w in words), engine, binary, bare_fa)
-    return _read([_as_arg(w) for w in words], engine, binary, bare_fa)
+        return _read_texts(tuple(str(w) for w in words), engine, binary, bare_fa, bench)
+    return _read([_as_arg(w) for w in words], engine, binary, bare_fa, bench)
 
 
 @lru_cache(maxsize=16)
-def _read_texts(words: tuple[str, ...], engine: Engine, binary: bool | None, bare_fa: bool) -> ArgvReading:
-    return _read([Arg(w) for w in words], engine, binary, bare_fa)
+def _read_texts(words: tuple[str, ...], engine: Engine, binary: bool | None, bare_fa: bool,
+                bench: bool) -> ArgvReading:
+    return _read([Arg(w) for w in words], engine, binary, bare_fa, bench)
 
 
-def _read(args: list[Arg], engine: Engine, binary: bool | None, bare_fa: bool) -> ArgvReading:
+def _read(args: list[Arg], engine: Engine, binary: bool | None, bare_fa: bool, bench: bool) -> ArgvReading:
+    if bench:
+        return _read_bench(args, engine, binary)
     table = known_flags(engine)
 
     def count(name: str) -> tuple[Kind, int, str | None]:
@@ -269,6 +276,42 @@ def _read(args: list[Arg], engine: Engine, binary: bool | None, bare_fa: bool) -
         return "word", 0, None
 
     return _walk(args, binary, count, engine.fa_takes_value, bare_fa)
+
+
+def _read_bench(args: list[Arg], engine: Engine, binary: bool | None) -> ArgvReading:
+    """llama-bench's line: its own table (every option takes 0 or 1 words; it splits no `=`). A
+    flag it does not know stops it; the words after it are taken as the common parser's flag of
+    that name (or the closest bench option) would take them."""
+    from moeconf.engines.benchtable import IK_FLAGS, MAINLINE_FLAGS
+
+    table = IK_FLAGS if engine.name == "ik_llama.cpp" else MAINLINE_FLAGS
+    server = known_flags(engine)
+
+    def count(name: str) -> tuple[Kind, int, str | None]:
+        n = table.get(name)
+        if n is not None:
+            return "known", n, None
+        if name.startswith("-") and not is_number(name):
+            import difflib
+
+            close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.75)
+            closest = close[0] if close else None
+            return "unknown", server.get(name, table.get(closest, 0) if closest else 0), closest
+        return "word", 0, None
+
+    first: Arg | None = None
+    i = 0
+    if args and (binary if binary is not None else not args[0].text.startswith("-")):
+        first, i = args[0], 1
+    out: list[GivenOption] = []
+    while i < len(args):
+        w = args[i]
+        name = normalize_flag(w.text)
+        kind, n, closest = count(name)
+        values = tuple(args[i + 1:i + 1 + n])
+        out.append(GivenOption(w, Arg(name, w.path, w.line, w.column), name, i, values, kind, False, n, closest))
+        i += 1 + len(values)
+    return ArgvReading(tuple(args), first, tuple(out))
 
 
 def _walk(args: list[Arg], binary: bool | None, count: Callable[[str], tuple[Kind, int, str | None]],

@@ -32,6 +32,7 @@ from moeconf.engines.options import env_var, out_of_range, row, spellings
 from moeconf.model.inventory import Inventory
 
 if TYPE_CHECKING:
+    from moeconf.engines.benchline import BenchLine, BenchTest
     from moeconf.engines.llamaconfig import Applied, LlamaConfig
 
 
@@ -105,6 +106,10 @@ class Invocation:
     config_known: bool = True
     config_source: LlamaConfig | None = None
     read_as: ArgvReading | None = None  # the command line as read once (read_argv; `reading`)
+    # a llama-bench line (engines/benchline.py): the line as llama-bench reads it, and the test this
+    # invocation is (its words are the test's, written as the common parser's line)
+    bench: BenchLine | None = None
+    bench_test: BenchTest | None = None
 
     @property
     def reading(self) -> ArgvReading:

@@ -379,7 +379,43 @@ def launch_llama_config(launch: Launch, llama_config: LlamaConfig | None) -> Lla
 def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models,
                 rules: Sequence[ModuleType] = ALL, llama_config: LlamaConfig | None = None) -> list[Finding]:
     eng, how = _engine_for(src, launch, config)
+    from moeconf.engines.benchline import is_bench
+
+    if is_bench(launch.args):
+        # llama-bench: its own parser; each test that places or allocates differently, by the rules
+        # that hold for it (rules.BENCH_SKIPS), each finding once
+        from moeconf.engines.benchline import bench_invocations
+
+        line, invocations = bench_invocations(launch.args, eng)
+        kept = _bench_rules(rules)
+        seen: set[tuple[str, int, int, str]] = set()
+        out: list[Finding] = []
+        if line.placements() > len(invocations):
+            note = meta_finding(CANNOT_CHECK, config, src.path, launch.line, launch.column,
+                                f"llama-bench runs {line.placements():,} combinations of -ot sets, -ngl, -ub, ...: "
+                                f"the first {len(invocations)} were checked")
+            if note is not None:
+                out.append(note)
+        for invocation in invocations:
+            for f in _lint_invocation(src, launch, config, models, kept, eng, how, invocation):
+                key = (f.code, f.line, f.column, f.message)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(f)
+        return out
     invocation = parse_invocation(launch.args, eng, launch.env, launch_llama_config(launch, llama_config))
+    return _lint_invocation(src, launch, config, models, rules, eng, how, invocation)
+
+
+def _bench_rules(rules: Sequence[ModuleType]) -> list[ModuleType]:
+    """The rules that hold for a llama-bench line."""
+    from moeconf.linting.rules import BENCH_SKIPS
+
+    return [r for r in rules if r.NAME not in BENCH_SKIPS]
+
+
+def _lint_invocation(src: SourceFile, launch: Launch, config: Config, models: _Models, rules: Sequence[ModuleType],
+                     eng: Engine, how: str, invocation: Invocation) -> list[Finding]:
     notes = _unknowable(invocation, config, src.path)
     model = _model_for(src, launch, invocation, config, models)
     inventory = model if isinstance(model, Inventory) else None
@@ -436,8 +472,17 @@ def lint_command(inventory: Inventory | None, eng: Engine, argv: Sequence[str], 
     from moeconf.explanation import assumed_gpus, explain_invocation
 
     config = config or Config()
-    invocation = parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()},
-                                  llama_config)
+    from moeconf.engines.benchline import bench_invocations, is_bench
+
+    if is_bench(argv):
+        # llama-bench: the one test explain takes (the caller refuses a line of several:
+        # BenchLine.explain_refusal), read as llama-bench reads it, by the rules that hold for it
+        _, tests = bench_invocations(command_words(argv), eng, limit=1)
+        invocation = tests[0]
+        rules = _bench_rules(rules)
+    else:
+        invocation = parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()},
+                                      llama_config)
     simulated = explain_invocation(inventory, invocation, gpus) if inventory is not None else None
     known = list(gpus) if gpus is not None else assumed_gpus(invocation)
     ctx = Context(COMMAND_LINE, 1, 1, eng, invocation, inventory, simulated, known, kind="explain",

@@ -55,3 +55,15 @@ ALL: tuple[ModuleType, ...] = (
     memory_over_device, cache_type_refused, unknown_flag, flag_value_refused, llama_config_placement,
 )
 BY_CODE = {m.CODE: m for m in ALL}
+
+# The rules that do not hold for a llama-bench line (engines/benchline.py: it has its own parser),
+# each with why; every other rule runs on each of its tests (one per -ot set, -ngl, ... combination).
+BENCH_SKIPS: dict[str, str] = {
+    "fit-conflict": "llama-bench has no --fit (llama.cpp's -fitt/-fitc fit only when given; ik's --fit is off)",
+    "env-unsupported": "llama-bench reads no LLAMA_ARG_* variable",
+    "llama-config-placement": "llama-bench reads no llama.cpp config file",
+    "comma-in-pattern": "a `,` in llama-bench's -ot starts another set of overrides (another test), not an item",
+    "trailing-comma": "a trailing `,` in llama.cpp llama-bench's -ot adds a test without overrides",
+    "repeated-ot": "a repeated -ot adds tests (llama.cpp) or items (ik_llama.cpp): none is dropped",
+    "rpc-order": "llama-bench registers its RPC servers itself, not in the server's device order",
+}

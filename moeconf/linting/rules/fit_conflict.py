@@ -11,7 +11,8 @@ What fit would do instead: when `.moeconf.toml` gives the size of every GPU the 
 those budgets at the line's own context, batch and cache types (which blocks' routed experts
 stay on each GPU, the `-ot` and the predicted memory), and the command that writes it. That
 answer keeps every always-active tensor on the GPU; llama.cpp's own fit would only move whole
-layers, and does nothing once placement is manual.
+layers, and does nothing once placement is manual. llama-bench has no `--fit`: its lines are not
+checked by this rule.
 
 FAIL (engine=llama.cpp, model=glm-4.5-air):
     llama-server -m m.gguf -ngl 999 -ot "exps=CPU"
@@ -21,6 +22,9 @@ FAIL (engine=llama.cpp, model=qwen3-30b-a3b, gpu_memory=CUDA0:16GiB):
 
 PASS (engine=llama.cpp, model=glm-4.5-air):
     llama-server -m m.gguf -ngl 999 -fit off -c 32768 -ot "exps=CPU"
+
+PASS (engine=llama.cpp, model=qwen3-30b-a3b):
+    llama-bench -m m.gguf -ngl 99 -ot exps=CPU --no-op-offload 1 -p 512 -n 128 -fa 1
 """
 
 from __future__ import annotations

@@ -88,6 +88,8 @@ def problems(ctx: Context) -> list[tuple[Arg | None, str]]:
         for p in read_settings([], ctx.engine, {key: arg.text}).problems:
             if "cache type" not in p:
                 out.append((arg, p))
+    if inv.bench is not None:  # what llama-bench's own parser refuses (engines/benchline.py)
+        out.extend(inv.bench.problems)
     ctx.cache[NAME] = tuple(out)
     return out
 
@@ -95,7 +97,8 @@ def problems(ctx: Context) -> list[tuple[Arg | None, str]]:
 def misread(ctx: Context) -> bool:
     """The engine would not read this line as written: a value it refuses, or a flag it does not
     know (both engines stop there, and the words after it are read only as a guess)."""
-    return bool(problems(ctx) or ctx.invocation.unknown_flags)
+    bench = ctx.invocation.bench
+    return bool(problems(ctx) or ctx.invocation.unknown_flags or (bench is not None and bench.unknown))
 
 
 def check(ctx: Context) -> Iterator[Hit]:
