@@ -46,6 +46,7 @@ from typing import Final
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as _recurrent
 from moeconf.memory.classic import CLASSIC_MODELLED
+from moeconf.memory.keys import int_key
 from moeconf.model.inventory import Inventory
 
 ENGINE: Final = "ik_llama.cpp"
@@ -167,11 +168,6 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
             "weights as placed; memory for this model is modelled on neither engine")
 
 
-def _int(inv: Inventory, key: str) -> int | None:
-    v = inv.metadata.hparam(key)
-    return v if isinstance(v, int) else None
-
-
 # ik 0.1.5's gated delta-net layer maps (src/llama-hparams.cpp, load_hparams): the attention interval it
 # takes whatever full_attention_interval says (None: it reads the key), and whether it reads
 # nextn_predict_layers (qwen35moe: no, its MTP blocks would be taken as trunk layers)
@@ -193,11 +189,11 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str]) -> list[str]:
         if inv.metadata.hparam("attention.recurrent_layers") is not None:
             why.append(f"memory is not modelled for {arch}.attention.recurrent_layers on ik_llama.cpp (ik 0.1.5 "
                        "ignores the array and derives the recurrent layers from the attention interval)")
-        interval = _int(inv, "full_attention_interval")
+        interval = int_key(inv, "full_attention_interval")
         if fixed is not None and interval not in (None, fixed):
             why.append(f"memory is not modelled for {arch}.full_attention_interval = {interval} on ik_llama.cpp "
                        f"(ik 0.1.5 takes every {fixed}th layer as attention whatever the key)")
-        if not reads_nextn and (_int(inv, "nextn_predict_layers") or 0):
+        if not reads_nextn and (int_key(inv, "nextn_predict_layers") or 0):
             why.append(f"memory is not modelled for {arch}.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does "
                        "not read it: its MTP blocks would be taken as trunk layers)")
         rs = _recurrent.shape(inv)

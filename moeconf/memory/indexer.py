@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Final
 
 from moeconf.memory.graph.archs import traits
+from moeconf.memory.keys import int_key
 from moeconf.model.inventory import Inventory
 
 # the indexer's keys the model reads (after `{arch}.`)
@@ -90,7 +91,7 @@ def full_indexers(inv: Inventory) -> tuple[bool, ...] | None:
     without the key, or when the engine would refuse it (the length is not the trunk's layer count:
     get_key_or_arr; the first layer shared: the graph asserts)."""
     v = inv.metadata.hparam("attention.indexer.types")
-    n = inv.block_count - (_int(inv.metadata.hparam("nextn_predict_layers")) or 0)
+    n = inv.block_count - (int_key(inv, "nextn_predict_layers") or 0)
     kind = traits(inv.arch).indexer
     if kind == "typed":  # one value per layer, the array required (get_arr); the nextn blocks' beyond
         return tuple(x != 0 for x in v[:n]) if isinstance(v, tuple) and len(v) >= n else (False,) * n
@@ -103,10 +104,6 @@ def full_indexers(inv: Inventory) -> tuple[bool, ...] | None:
     else:
         return None
     return full if full and full[0] else None
-
-
-def _int(v: int | tuple[int, ...] | None) -> int | None:
-    return v if isinstance(v, int) else None
 
 
 def indexer_row_layers(inv: Inventory, layer_indices: list[int]) -> list[int]:
