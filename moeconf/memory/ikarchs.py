@@ -46,25 +46,21 @@ from typing import Final
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as _recurrent
 from moeconf.memory.classic import CLASSIC_MODELLED
-from moeconf.memory.keys import int_key
+from moeconf.memory.indexer import DSA_KEYS
+from moeconf.memory.keys import MLA_KEYS, SOFTCAPPING, int_key
 from moeconf.model.inventory import Inventory
 
 ENGINE: Final = "ik_llama.cpp"
 
-_MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
-                         "attention.q_lora_rank"})
-_INDEXER: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
-                             "attention.indexer.top_k"})
 
 # architecture -> the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) whose effect on ik's
 # weights and KV cache is modelled; compute is not modelled for any of them on ik
 KV_ONLY: Final[dict[str, frozenset[str]]] = {
     "qwen35moe": _recurrent.KEYS,
     "qwen3next": _recurrent.KEYS,
-    "glm-dsa": _MLA | _INDEXER | {"leading_dense_block_count", "nextn_predict_layers"},
+    "glm-dsa": MLA_KEYS | DSA_KEYS,
     "minimax-m2": frozenset(),
-    # softcapping changes compute only (and forces flash attention off: the KV padding follows)
-    "grok": frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"}),
+    "grok": SOFTCAPPING,  # (flash attention forced off: the KV padding follows)
     **{arch: spec[0] for arch, spec in CLASSIC_MODELLED.items()},
 }
 

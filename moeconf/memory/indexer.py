@@ -20,9 +20,9 @@ from moeconf.memory.graph.archs import traits
 from moeconf.memory.keys import int_key
 from moeconf.model.inventory import Inventory
 
-# the indexer's keys the model reads (after `{arch}.`)
-INDEXER_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
-                                 "attention.indexer.top_k"})
+# the keys a DSA model reads (after `{arch}.`): the indexer's, its dense leading blocks and MTP block
+DSA_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
+                             "attention.indexer.top_k", "leading_dense_block_count", "nextn_predict_layers"})
 # --- glm5-next (GLM-5.3-Flash): a k-pool indexer cached beside the MLA latent of its DSA layers
 # (llama_memory_hybrid_idx; measured 264 MiB on 11 layers at -c 32768 f16, 140.25 with q8_0)
 KPOOL_ARCHS: Final = frozenset({"glm5-next"})

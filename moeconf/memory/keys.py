@@ -43,6 +43,11 @@ NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
     "expert_shared_count", "attention.head_count", "attention.head_count_kv", "attention.key_length",
     "attention.value_length", "rope.dimension_count",
 })
+# what the architectures with MLA attention read beyond them (support.MODELLED, ikarchs.KV_ONLY)
+MLA_KEYS: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
+                             "attention.q_lora_rank"})
+# Grok's softcapping: it changes compute only, and forces flash attention off (support.MODELLED)
+SOFTCAPPING: Final = frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"})
 
 
 def read_by_loader(arch: str, engine: str) -> frozenset[str] | None:

@@ -27,18 +27,15 @@ from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.memory.graph.archs import Lazy
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
-from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
+from moeconf.memory.keys import MLA_KEYS, NO_MEMORY_EFFECT, SOFTCAPPING, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
 
-_MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
-                         "attention.q_lora_rank"})
 _SWA: Final = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
 
 # gated delta-net hybrids (moeconf/memory/recurrent.py)
 _RECURRENT: Final = _recurrent.KEYS
 _SSM: Final = frozenset(k for k in _RECURRENT if k.startswith("ssm."))  # Mamba-2 reads the sizes only
 _MAINLINE: Final = frozenset({"llama.cpp"})
-_DSA: Final = _indexer.INDEXER_KEYS | {"leading_dense_block_count", "nextn_predict_layers"}
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
 _GLM5_NEXT = frozenset({"attention.indexer.kpool", "attention.indexer.kpool_select_tail", "hyper_connection.count",
                         "hyper_connection.epsilon", "hyper_connection.sinkhorn_iterations", "kda.gate_lower_bound"})
@@ -67,7 +64,7 @@ _LISTED: Final[dict[str, ArchMemory]] = {
     "qwen3moe": ArchMemory(frozenset(), _BOTH, _CHECKED + " (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder-480B)"),
     "glm4moe": ArchMemory(frozenset({"leading_dense_block_count", "nextn_predict_layers"}) | _GROUPS, _BOTH,
                           _CHECKED + " (GLM-4.5-Air, GLM-4.5, GLM-4.7)"),
-    "deepseek2": ArchMemory(_MLA | {"leading_dense_block_count"} | _GROUPS, _BOTH,
+    "deepseek2": ArchMemory(MLA_KEYS | {"leading_dense_block_count"} | _GROUPS, _BOTH,
                             _CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)"),
     "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
     "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
@@ -89,31 +86,28 @@ _LISTED: Final[dict[str, ArchMemory]] = {
                                  _CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
     # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute the engine's graph
     # (memory/graph/archs/kimi_linear.py)
-    "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | _MLA - {"attention.q_lora_rank"} | {"leading_dense_block_count"},
-                              _MAINLINE,
-                              _CHECKED + " (Kimi-Linear-48B-A3B)"),
+    "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | MLA_KEYS - {"attention.q_lora_rank"}
+                              | {"leading_dense_block_count"}, _MAINLINE, _CHECKED + " (Kimi-Linear-48B-A3B)"),
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
     "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
     # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
     # Grok's tanh unconditionally); final_logit_softcapping adds a scale, a tanh and a scale on the
     # logits (src/models/grok.cpp), each the only consumer of its input, which ggml-alloc runs in
     # place: no buffer grows (measured with Grok-2's 50: the same figures, tests/test_memory_keys.py)
-    "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"}),
-                       frozenset({"llama.cpp"}),
-                       _CHECKED + " (Grok-1; flash attention forced off)"),
+    "grok": ArchMemory(SOFTCAPPING, frozenset({"llama.cpp"}), _CHECKED + " (Grok-1; flash attention forced off)"),
     # --- GLM-5.3-Flash: KDA state (memory/recurrent.py), MLA latent + k-pool indexer cache
     # (memory/indexer.py), compute by the engine's graph (memory/graph/archs/glm5_next.py): the k-pool,
     # the mHC streams and the KDA decay gate's bound composed
     # its experts' clamp is the fused clamped SwiGLU, one op as wide as the SwiGLU (checked with the key)
-    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | _MLA | _DSA | _GLM5_NEXT | _CLAMPS, _MAINLINE,
+    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | MLA_KEYS | _indexer.DSA_KEYS | _GLM5_NEXT | _CLAMPS, _MAINLINE,
                             _CHECKED + " (GLM-5.3-Flash)"),
     # ---
     # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by the engine's
     # graph (memory/graph/archs/_dsa.py)
-    "deepseek32": ArchMemory(_MLA | _DSA, _MAINLINE, _CHECKED + " (DeepSeek-V3.2)"),
+    "deepseek32": ArchMemory(MLA_KEYS | _indexer.DSA_KEYS, _MAINLINE, _CHECKED + " (DeepSeek-V3.2)"),
     # GLM-5.2's per-layer indexer table: the indexer K cache on its full layers only, the shared layers
     # reading the last full layer's top-k (memory/indexer.py full_indexers, graph/archs/_dsa.py)
-    "glm-dsa": ArchMemory(_MLA | _DSA | {"attention.indexer.types"}, _MAINLINE,
+    "glm-dsa": ArchMemory(MLA_KEYS | _indexer.DSA_KEYS | {"attention.indexer.types"}, _MAINLINE,
                           _CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
 }
 # the classic MoEs checked within tolerance (memory/classic.py)
