@@ -33,10 +33,6 @@ HOST_CPUS = ("amx", "plain")
 _NOT_MUL_MAT = ("token_embd",)  # GET_ROWS
 
 
-def _align(n: int, a: int = 32) -> int:
-    return (n + a - 1) // a * a
-
-
 def amx_bytes(t: Tensor) -> int | None:
     """The tensor's size in the AMX buffer, or None when the loader does not put it there."""
     spec = AMX_TYPES.get(t.type)
@@ -49,10 +45,10 @@ def amx_bytes(t: Tensor) -> int | None:
     if ne0 % align or ne1 % 32:
         return None
     if t.type == "F16":
-        return _align(t.nbytes)
+        return ggml.pad(t.nbytes, 32)
     block, size = ggml.quant_sizes()[ggml.type_ids()[t.type]]
     # get_alloc_size counts ne[1] rows only (N = ne[1], whatever ne[2])
-    return _align(ne1 * (ne0 // block) * (size + extra))
+    return ggml.pad(ne1 * (ne0 // block) * (size + extra), 32)
 
 
 def local_host_cpu() -> str:

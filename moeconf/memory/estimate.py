@@ -94,10 +94,6 @@ class MemoryEstimate:
         return {d: m.json() for d, m in self.devices.items()}
 
 
-def _align(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
-
-
 def is_gpu(device: str) -> bool:
     return device != HOST
 
@@ -113,7 +109,7 @@ def alloc_size(t: Tensor, device: str) -> int:
         block, bsize = ggml.quant_sizes()[ggml.type_ids()[t.type]]
         if block > 1 and t.shape[0] % _CUDA_MATRIX_ROW_PADDING:
             size += (_CUDA_MATRIX_ROW_PADDING - t.shape[0] % _CUDA_MATRIX_ROW_PADDING) // block * bsize
-    return _align(size, align)
+    return ggml.pad(size, align)
 
 
 def weight_bytes(placement: Placement) -> dict[str, int]:
@@ -139,7 +135,7 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
 @per_inventory
 def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
     """Each tensor with its size in a 32-aligned buffer (CPU, RPC)."""
-    return tuple((t, _align(t.nbytes, 32)) for t in inv.tensors)
+    return tuple((t, ggml.pad(t.nbytes, 32)) for t in inv.tensors)
 
 
 def _layer_devices(placement: Placement) -> dict[int, str]:
@@ -283,11 +279,11 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # context: 0 = the model's training context
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
     pad = 256 if (not ik or fa) else 32
-    n_ctx = _align(n_ctx, pad)
+    n_ctx = ggml.pad(n_ctx, pad)
     n_seq = settings.n_parallel
     unified = settings.kv_unified or n_seq == 1 or ik  # ik: one cache of n_ctx cells whatever -np
     n_stream = 1 if unified else n_seq
-    cells = n_ctx if unified else _align(n_ctx // n_seq, pad)
+    cells = n_ctx if unified else ggml.pad(n_ctx // n_seq, pad)
     n_batch = min(n_ctx, settings.n_batch)
     T = min(n_batch, settings.n_ubatch)  # worst-case ubatch tokens
     # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
@@ -302,7 +298,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if ik or settings.swa_full:
             swa_cells = cells
         else:
-            swa_cells = _align(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
+            swa_cells = ggml.pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
             # sequences as the binary defaults them (memory/settings.py server_slots)
             notes.extend(slot_notes(settings, eng))
 

@@ -101,10 +101,6 @@ MEASURED_BUFFERS: Final = 41  # device compute buffers ik sized by its MLA atten
 PP_MIN_TOKENS: Final = 128  # `pp_opt`: ik's prompt-processing form of the attention from this many tokens
 
 
-def _pad(n: int, to: int) -> int:
-    return -(-n // to) * to
-
-
 def heads_per_chunk_pp(n_head: int, kv_f32_mib: int, amb: int) -> int:
     """-mla 2/3 with flash attention: the heads whose decompressed K and V ik builds at once. With
     -amb (MiB) below the f32 K|V of all heads, the first divisor `niter` of n_head (from 2) that
@@ -163,7 +159,7 @@ def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, 
     H, r, p, E = geo.n_head, geo.kv_lora_rank, geo.n_rot, geo.n_embd
     n, v = geo.head_k_mla - p, geo.head_v_mla
     T = n_tokens
-    mask = n_kv * _pad(T, 16) * (2 if fa else 4)
+    mask = n_kv * ggml.pad(T, 16) * (2 if fa else 4)
     absorbed_tokens = 4 * (E + H * (n + p) + H * p + H * r + H * (r + p)) * T
     if form == "pp":
         hc = heads_per_chunk_pp(H, H * (n + v) * n_kv * 4 // MiB, amb)
