@@ -37,16 +37,12 @@ from moeconf.placement import Placement
 _QUANT_FREE = ("F32", "F16", "BF16")
 
 
-def _bases(inv: Inventory) -> set[str]:
-    return {t.base for t in inv.tensors}
-
-
 def effective_mla(inv: Inventory, geo: Geometry, settings: MemorySettings) -> int:
     """The `-mla` ik runs with on this file (0: standard attention)."""
     mla = settings.mla if settings.mla is not None else 3
     if not mla or geo.has_kv_b:
         return mla
-    bases = _bases(inv)
+    bases = {t.base for t in inv.tensors}
     computes_kv_b = mla > 1 and "attn_k_b" in bases and "attn_v_b" in bases
     return mla if computes_kv_b else 1
 

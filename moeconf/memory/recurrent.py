@@ -147,21 +147,14 @@ def kda_dims(inv: Inventory) -> KdaShape | None:
     return KdaShape(d_conv, n_head, head_dim)
 
 
-def kda_loader(inv: Inventory) -> bool:
-    """Whether the architecture's llama.cpp loader reads `kda.head_dim` (moeconf/engines/archkeys.py):
-    each such loader (kimi-linear, glm5-next, bailingmoe3, kimi-k3) marks a layer recurrent iff its
-    head_count_kv is 0, and its state is sized by that head width as above (src/llama-hparams.cpp)."""
+def is_kda(inv: Inventory) -> bool:
+    """Whether the file's recurrent layers are KDA layers: its llama.cpp loader reads `kda.head_dim`
+    (moeconf/engines/archkeys.py; kimi-linear, kimi-k3, glm5-next, bailingmoe3), or the file has it.
+    Each such loader marks a layer recurrent iff its attention.head_count_kv is 0 and sizes its
+    states by that head width (src/llama-hparams.cpp `n_embd_r`, `n_embd_s`)."""
     from moeconf.engines.archkeys import MAINLINE
 
-    return "kda.head_dim" in MAINLINE.get(inv.arch, frozenset())
-
-
-def is_kda(inv: Inventory) -> bool:
-    """Whether the file's recurrent layers are KDA layers: every loader that reads `kda.head_dim`
-    (kimi-linear, kimi-k3, glm5-next, bailingmoe3) marks a layer recurrent iff its
-    attention.head_count_kv is 0 and sizes its states by that head width (src/llama-hparams.cpp
-    `n_embd_r`, `n_embd_s`)."""
-    return kda_loader(inv) or int_key(inv, "kda.head_dim") is not None
+    return "kda.head_dim" in MAINLINE.get(inv.arch, frozenset()) or int_key(inv, "kda.head_dim") is not None
 
 
 def kda_layers(inv: Inventory) -> frozenset[int]:
