@@ -79,14 +79,13 @@ def kv_only(arch: str, engine: str) -> bool:
 COMMIT: Final = "55d3c05bf"  # ik-llama-cpp-python 0.1.5's vendored ik_llama.cpp (nametable.SOURCES)
 # architecture -> (margin MiB: the largest amount by which a compute buffer ik logged exceeded
 # moeconf's figure for it without the margin, rounded up; device figures measured), at -ub up to
-# MARGIN_UBATCH (the margin grows in proportion above it: the differences measured grow with the
-# ubatch). An architecture not listed: compute refused (`compute_not_measured`)
+# ikmla.MARGIN_UBATCH (the margin grows in proportion above it: the differences measured grow with
+# the ubatch). An architecture not listed: compute refused (`compute_not_measured`)
 COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
     "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11),
 }
-MARGIN_UBATCH: Final = 2048
 # architectures whose ik compute was also read on a real GPU (tests/data/ik_cuda_h200.json, checked
 # by tests/test_ik_cuda_measured.py): the lines, and what the CUDA build logged against this estimate
 GPU_CHECKED: Final[dict[str, str]] = {
@@ -130,8 +129,7 @@ def compute_label(arch: str, n_ubatch: int = 512) -> str | None:
 
 
 def margin_mib(arch: str, n_ubatch: int) -> int:
-    m = COMPUTE_MARGINS[arch][0]
-    return m if n_ubatch <= MARGIN_UBATCH else -(-m * n_ubatch // MARGIN_UBATCH)
+    return ikmla.margin_mib(n_ubatch, COMPUTE_MARGINS[arch][0])
 
 
 def compute_not_measured(arch: str) -> str:

@@ -170,8 +170,9 @@ def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, 
     return mask + absorbed_tokens
 
 
-def margin_mib(n_tokens: int) -> int:
-    return MARGIN_MIB if n_tokens <= MARGIN_UBATCH else -(-MARGIN_MIB * n_tokens // MARGIN_UBATCH)
+def margin_mib(n_tokens: int, mib: int = MARGIN_MIB) -> int:
+    """A margin measured at -ub up to MARGIN_UBATCH, grown in proportion above it (also ikarchs.margin_mib's)."""
+    return mib if n_tokens <= MARGIN_UBATCH else -(-mib * n_tokens // MARGIN_UBATCH)
 
 
 def default_amb(settings: MemorySettings, engine: Engine) -> int:
