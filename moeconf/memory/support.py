@@ -24,6 +24,7 @@ import moeconf.memory.ikarchs as _ikarchs
 import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 from moeconf.engines.archkeys import FIELDS
+from moeconf.memory.archgraph import unmodelled_structure
 from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.memory.graph.archs import Lazy
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
@@ -171,19 +172,14 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     # --- ik_llama.cpp on the newer architectures: weights and KV modelled, compute not (the
     # estimate leaves compute "?" with memory/ikarchs.py's note, and fit refuses) ---
     if _ikarchs.kv_only(arch, engine):
-        from moeconf.memory.archgraph import unmodelled_structure as _structure
-        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine)) + _structure(inv)
+        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine)) + unmodelled_structure(inv)
     # ---
     spec = MODELLED.get(arch)
     if spec is None:
         return [unmodelled_architecture(arch, engine)]
     if engine not in spec.engines:
         return [f"memory is not modelled for {arch!r} on {engine}"]
-    why = unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv)
-    if why:
-        return why
-    from moeconf.memory.archgraph import unmodelled_structure
-    return unmodelled_structure(inv)
+    return unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv) or unmodelled_structure(inv)
 
 
 def _not_read(inv: Inventory, engine: str) -> frozenset[str]:
