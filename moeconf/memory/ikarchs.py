@@ -76,7 +76,6 @@ def kv_only(arch: str, engine: str) -> bool:
 
 # --- ik's compute against llama.cpp's graph: what the engine suite measured (tests/data/
 # ik_compute_figures.json, tests/engine/test_ik_compute.py), held by tests/test_memory_ik_compute.py ---
-COMMIT: Final = "55d3c05bf"  # ik-llama-cpp-python 0.1.5's vendored ik_llama.cpp (nametable.SOURCES)
 # architecture -> (margin MiB: the largest amount by which a compute buffer ik logged exceeded
 # moeconf's figure for it without the margin, rounded up; device figures measured), at -ub up to
 # ikmla.MARGIN_UBATCH (the margin grows in proportion above it: the differences measured grow with
