@@ -235,9 +235,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         why.insert(0, f"KV cache and compute not computed: {err}")
     if not why and not ik:  # a branch of the engine's graph the composition does not build (memory/graph/archs)
         why.extend(graph_unmodelled(inv, settings))
-    # setting families whose compute is not modelled (memory/families.py); on ik_llama.cpp those of every
-    # engine and device (gpus=[]: speculation, extra files, --override-kv), llama.cpp's graph checks the rest
-    if not why and families:
+    if not why and families:  # setting families whose compute is not modelled (`families_refused`)
         why.extend(families_refused(placement, settings, gpus))
     # the nextn blocks whose KV cache the engine keeps though it skips their tensors (Traits.nextn_kv)
     nextn_dev: dict[int, str] = {}

@@ -42,10 +42,8 @@ _ATTN = ("attn_q", "attn_qkv", "attn_q_a", "attn_kv_a_mqa", "attn_output")
 def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str],
                         by_graph: bool = False) -> list[str]:
     """Why the compute buffers of these settings on this placement are not modelled (empty: they are).
-    `by_graph`: the engine's graph gives every compute buffer where that family was checked
-    (estimate.output_family_checked: exact on Qwen3-30B-A3B, GLM-4.5-Air and MiniMax-M2 over two GPUs with
-    -ot exps=CPU,output=CPU at -ub 512 to 4096, GPUs and host), so the phase model, whose GPU figures
-    there were off, is not used."""
+    `by_graph`: the engine's graph gives every compute buffer where the routed experts and the output on
+    the CPU over several GPUs were checked (estimate.output_family_checked; see the module's notes)."""
     # --- speculative decoding (h20spec): not modelled on any device
     why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
     # --- files loaded beside the model (a projector, LoRA adapters, control vectors): on any device
