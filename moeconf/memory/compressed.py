@@ -18,7 +18,6 @@ from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 
 RATIOS_KEY = "attention.compress_ratios"
-KEYS = frozenset({RATIOS_KEY})
 CSA, HCA = 4, 128
 
 

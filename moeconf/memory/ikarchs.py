@@ -64,9 +64,6 @@ KV_ONLY: Final[dict[str, frozenset[str]]] = {
     **{arch: spec[0] for arch, spec in CLASSIC_MODELLED.items()},
 }
 
-CHECKED: Final = ("ik_llama.cpp 0.1.5's logged model and KV buffer sizes on real loads of cut layouts "
-                  "(tests/data/ik_newer_figures.json)")
-
 
 def kv_only(arch: str, engine: str) -> bool:
     """Whether this architecture's weights and KV on `engine` are modelled by this module (the
