@@ -46,7 +46,6 @@ def input_width(inv: Inventory, n_embd: int) -> int:
     return n_embd * (1 + (deep if isinstance(deep, int) else 0))
 
 
-
 def graph_computed(placement: Placement) -> bool:
     """Whether `estimate` takes every compute buffer from the engine's graph (memory/graph): llama.cpp's."""
     return placement.inventory.arch in GRAPH_COMPUTE and placement.engine.name == "llama.cpp"

@@ -174,7 +174,6 @@ def state_bytes(inv: Inventory, n_seq_max: int) -> int:
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
 
 
-
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
     """Settings whose memory is not modelled for this hybrid (empty: all are)."""
     if is_kda(inv) and (kda_dims(inv) is None or not kda_layers(inv)):
