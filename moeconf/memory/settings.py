@@ -367,8 +367,7 @@ def slot_notes(s: MemorySettings, engine: Engine) -> list[str]:
     if s.auto_slots:
         return [f"{s.binary} runs {s.n_parallel} slots by default (-np auto) in one unified KV cache: the "
                 f"sliding-window layers keep {s.n_parallel} windows (-np 1 keeps one)"]
-    if s.binary is None and s.n_parallel == 1 and engine.name == "llama.cpp" and (
-            (engine.build or 0) >= SERVER_AUTO_SLOTS_SINCE):
+    if s.binary is None and s.n_parallel == 1 and server_slots("llama-server", engine):
         return ["no binary on the command line: one sequence assumed (llama-cli, llama-completion); "
                 f"llama-server runs {SERVER_AUTO_SLOTS} slots by default and its sliding-window layers keep "
                 f"{SERVER_AUTO_SLOTS} windows: give the binary first, or -np"]
