@@ -29,7 +29,7 @@ from typing import Final
 
 from moeconf.engines import Engine
 from moeconf.memory.geometry import Geometry
-from moeconf.memory.settings import MemorySettings
+from moeconf.memory.settings import MemorySettings, MiB
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -84,7 +84,6 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
 # --- compute: ik's MLA attention (deepseek2, glm-dsa), src/llama-build-context.cpp build_deepseek2 ---
 # held to ik's logged compute buffers on cut layouts over RPC by tests/test_memory_ik_mla.py (figures:
 # tests/data/ik_mla_figures.json, re-measured by tests/engine/test_ik_mla_compute.py)
-MiB: Final = 1024 * 1024
 # the largest amount by which a compute buffer ik logged exceeded `attention_peak` (or llama.cpp's graph where
 # that is larger) over the measured device buffers, MiB, rounded up (GLM-5 at -c 32768 -ub 2048: 36.52, ik's
 # allocator leaving 18 KiB a token more below the attention than the tensors live there), at -ub up to

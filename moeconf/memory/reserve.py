@@ -36,14 +36,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moeconf.memory.settings import DEFAULT_RESERVE
+from moeconf.memory.settings import DEFAULT_RESERVE, MiB
 from moeconf.model import ggml
 
 if TYPE_CHECKING:
     from moeconf.memory.settings import MemorySettings
     from moeconf.model.inventory import Inventory, Tensor
-
-MiB = 1 << 20
 
 # the quantized types the pinned CUDA backend multiplies with MMQ (mmq.cu, ggml_cuda_should_use_mmq)
 MMQ_TYPES = frozenset({
