@@ -51,23 +51,15 @@ def amx_bytes(t: Tensor) -> int | None:
     return ggml.pad(ne1 * (ne0 // block) * (size + extra), 32)
 
 
-def local_host_cpu() -> str:
-    """`amx` when this machine's CPU has AMX-INT8 (Linux /proc/cpuinfo), else `plain`."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags") and "amx_int8" in line.split():
-                    return "amx"
-                if line.startswith("flags"):
-                    return "plain"
-    except OSError:
-        pass
-    return "plain"
-
-
 def resolve_host_cpu(choice: str) -> str:
-    """`auto` -> this machine's CPU (`MOECONF_HOST_CPU` overrides the detection), else the choice."""
+    """`auto` -> this machine's CPU (`MOECONF_HOST_CPU` overrides the detection): `amx` when it has
+    AMX-INT8 (Linux /proc/cpuinfo), else `plain`; any other choice as it is."""
     if choice != "auto":
         return choice
     env = os.environ.get("MOECONF_HOST_CPU")
-    return env if env in HOST_CPUS else local_host_cpu()
+    if env in HOST_CPUS:
+        return env
+    from moeconf.machine_detect import read
+
+    flags = next((ln.split() for ln in (read("/proc/cpuinfo") or "").splitlines() if ln.startswith("flags")), [])
+    return "amx" if "amx_int8" in flags else "plain"
