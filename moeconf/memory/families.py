@@ -29,12 +29,11 @@ from __future__ import annotations
 import moeconf.memory.extrafiles as extrafiles
 import moeconf.memory.kvoverride as kvoverride
 import moeconf.memory.speculative as spec
-from moeconf.memory.classic import output_device
+from moeconf.memory.classic import HOST, output_device
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement
 
-HOST = "CPU"
 _EXPERTS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
 _ATTN = ("attn_q", "attn_qkv", "attn_q_a", "attn_kv_a_mqa", "attn_output")
 
