@@ -52,9 +52,8 @@ SOFTCAPPING: Final = frozenset({"attn_logit_softcapping", "router_logit_softcapp
 
 def read_by_loader(arch: str, engine: str) -> frozenset[str] | None:
     """The `{arch}.*` keys the pinned engine's loader reads for `arch` (None: no table for that
-    engine or architecture, so every key counts as read)."""
-    table = archkeys.MAINLINE if engine == "llama.cpp" else getattr(archkeys, "IK", None)
-    return None if table is None else table.get(arch)
+    architecture, so every key counts as read)."""
+    return (archkeys.MAINLINE if engine == "llama.cpp" else archkeys.IK).get(arch)
 
 
 def int_key(inv: Inventory, key: str) -> int | None:

@@ -114,10 +114,6 @@ def card_row(card: str | None) -> Card | None:
     return next((c for c in CARDS if re.search(c.match, card, re.IGNORECASE)), None)
 
 
-def _is_matmul_weight(t: Tensor) -> bool:
-    return len(t.shape) >= 2 and t.group != "norm" and not t.name.startswith("token_embd")
-
-
 def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool = True) -> int:
     """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`.
     `mmq`: the card multiplies quantized weights with MMQ at this batch (int8 tensor cores, Turing
@@ -151,7 +147,7 @@ def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int, volta: bool 
     k = inv.metadata.expert_used_count or 1
     top = 0
     for t in inv:
-        if _is_matmul_weight(t):
+        if len(t.shape) >= 2 and t.group != "norm" and not t.name.startswith("token_embd"):  # a matrix weight
             r = min(rows, settings.n_outputs or rows) if t.group == "output" else rows
             top = max(top, op_pool_bytes(t, r, k, n_sm, mmq=not (volta and r >= 64)))
     return ggml.pad(top, _GRANULARITY)
