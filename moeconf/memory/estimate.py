@@ -221,7 +221,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     devices |= set(layer_dev.values())
     gpus = sorted(d for d in devices if is_gpu(d))
     notes: list[str] = []
-    problems: list[str] = list(settings.problems)
     why = (unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
            + compressed.unmodelled_settings(inv, settings.n_parallel))
     # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_estimate`), which checks
@@ -282,8 +281,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     unified = settings.kv_unified or n_seq == 1 or ik  # ik: one cache of n_ctx cells whatever -np
     n_stream = 1 if unified else n_seq
     cells = n_ctx if unified else ggml.pad(n_ctx // n_seq, pad)
-    n_batch = min(n_ctx, settings.n_batch)
-    T = min(n_batch, settings.n_ubatch)  # worst-case ubatch tokens
+    T = min(n_ctx, settings.n_batch, settings.n_ubatch)  # worst-case ubatch tokens
     # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
     # keeps after the last layer's out_ids and computes logits for; 0 where that is the whole ubatch
     # (never fewer than the sequences: the token-generation graph has one row per sequence)
