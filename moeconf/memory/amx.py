@@ -33,10 +33,6 @@ HOST_CPUS = ("amx", "plain")
 _NOT_MUL_MAT = ("token_embd",)  # GET_ROWS
 
 
-def _align(n: int, a: int = 32) -> int:
-    return (n + a - 1) // a * a
-
-
 def amx_bytes(t: Tensor) -> int | None:
     """The tensor's size in the AMX buffer, or None when the loader does not put it there."""
     spec = AMX_TYPES.get(t.type)
@@ -49,29 +45,21 @@ def amx_bytes(t: Tensor) -> int | None:
     if ne0 % align or ne1 % 32:
         return None
     if t.type == "F16":
-        return _align(t.nbytes)
+        return ggml.pad(t.nbytes, 32)
     block, size = ggml.quant_sizes()[ggml.type_ids()[t.type]]
     # get_alloc_size counts ne[1] rows only (N = ne[1], whatever ne[2])
-    return _align(ne1 * (ne0 // block) * (size + extra))
-
-
-def local_host_cpu() -> str:
-    """`amx` when this machine's CPU has AMX-INT8 (Linux /proc/cpuinfo), else `plain`."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags") and "amx_int8" in line.split():
-                    return "amx"
-                if line.startswith("flags"):
-                    return "plain"
-    except OSError:
-        pass
-    return "plain"
+    return ggml.pad(ne1 * (ne0 // block) * (size + extra), 32)
 
 
 def resolve_host_cpu(choice: str) -> str:
-    """`auto` -> this machine's CPU (`MOECONF_HOST_CPU` overrides the detection), else the choice."""
+    """`auto` -> this machine's CPU (`MOECONF_HOST_CPU` overrides the detection): `amx` when it has
+    AMX-INT8 (Linux /proc/cpuinfo), else `plain`; any other choice as it is."""
     if choice != "auto":
         return choice
     env = os.environ.get("MOECONF_HOST_CPU")
-    return env if env in HOST_CPUS else local_host_cpu()
+    if env in HOST_CPUS:
+        return env
+    from moeconf.machine_detect import read
+
+    flags = next((ln.split() for ln in (read("/proc/cpuinfo") or "").splitlines() if ln.startswith("flags")), [])
+    return "amx" if "amx_int8" in flags else "plain"

@@ -31,7 +31,6 @@ def standard_moe_layers(inv: Inventory, geo: Geometry) -> bool:
     return not (geo.mla or geo.swa_type != "none" or biased) and _ROUTED <= bases <= _STANDARD
 
 
-
 def unmodelled_structure(inv: Inventory) -> list[str]:
     """Layer structures of a modelled architecture the model was not checked on: Grok-2
     style layers holding a dense FFN beside the routed experts (src/models/grok.cpp adds both,

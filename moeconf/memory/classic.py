@@ -5,6 +5,7 @@ compute."""
 
 from __future__ import annotations
 
+from moeconf.memory.graph.archs.common import CHECKED
 from moeconf.memory.graph.model import GRAPH_COMPUTE
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -21,21 +22,20 @@ def output_device(placement: Placement) -> str:
     return placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
 
 
-_CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 _MAINLINE = frozenset({"llama.cpp"})
 
 # architectures whose memory is modelled (added to support.MODELLED): the `{arch}.*` keys read
 # beyond support.NO_MEMORY_EFFECT, the engines, and what they were checked against
 CLASSIC_MODELLED: dict[str, tuple[frozenset[str], frozenset[str], str]] = {
     "ernie4_5-moe": (frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}), _MAINLINE,
-                     _CHECKED + " (ERNIE-4.5-21B-A3B)"),
+                     CHECKED + " (ERNIE-4.5-21B-A3B)"),
     "bailingmoe2": (frozenset({"leading_dense_block_count", "nextn_predict_layers", "expert_group_count",
                                "expert_group_used_count"}), _MAINLINE,
-                    _CHECKED + " (Ling-mini-2.0)"),
-    "dots1": (frozenset({"leading_dense_block_count"}), _MAINLINE, _CHECKED + " (dots.llm1)"),
+                    CHECKED + " (Ling-mini-2.0)"),
+    "dots1": (frozenset({"leading_dense_block_count"}), _MAINLINE, CHECKED + " (dots.llm1)"),
     "qwen3vlmoe": (frozenset({"n_deepstack_layers", "rope.dimension_sections"}), _MAINLINE,
-                   _CHECKED + " (Qwen3-VL-30B-A3B)"),
-    "hunyuan-moe": (frozenset(), _MAINLINE, _CHECKED + " (Hunyuan-A13B)"),
+                   CHECKED + " (Qwen3-VL-30B-A3B)"),
+    "hunyuan-moe": (frozenset(), _MAINLINE, CHECKED + " (Hunyuan-A13B)"),
 }
 
 
@@ -44,7 +44,6 @@ def input_width(inv: Inventory, n_embd: int) -> int:
     n_embd per deepstack layer (the vision features the first layers add back)."""
     deep = inv.metadata.hparam("n_deepstack_layers")
     return n_embd * (1 + (deep if isinstance(deep, int) else 0))
-
 
 
 def graph_computed(placement: Placement) -> bool:

@@ -14,10 +14,10 @@ The caches take the K type; the states keep one plane per sequence (no rollback 
 from __future__ import annotations
 
 from moeconf.memory.settings import cache_row_bytes
+from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 
 RATIOS_KEY = "attention.compress_ratios"
-KEYS = frozenset({RATIOS_KEY})
 CSA, HCA = 4, 128
 
 
@@ -29,17 +29,13 @@ def ratios(inv: Inventory) -> tuple[int, ...] | None:
     return v if isinstance(v, tuple) else (v,)
 
 
-def _pad(n: int, to: int = 256) -> int:
-    return -(-n // to) * to
-
-
 def layer_bytes(inv: Inventory, il: int, head_k: int, cells: int, n_seq: int, ctk: str) -> int:
     """One layer's compressed caches and compressor states (bytes, its raw rows excluded)."""
     r = ratios(inv)
     ratio = r[il] if r is not None and il < len(r) else 0
     if ratio not in (CSA, HCA):
         return 0
-    rows = _pad(max(1, -(-cells // ratio))) * n_seq
+    rows = ggml.pad(max(1, -(-cells // ratio)), 256) * n_seq
     size = cache_row_bytes(ctk, head_k) * rows
     if ratio == CSA:
         idx = inv.metadata.hparam("attention.indexer.key_length")

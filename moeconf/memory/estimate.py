@@ -94,10 +94,6 @@ class MemoryEstimate:
         return {d: m.json() for d, m in self.devices.items()}
 
 
-def _align(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
-
-
 def is_gpu(device: str) -> bool:
     return device != HOST
 
@@ -113,7 +109,7 @@ def alloc_size(t: Tensor, device: str) -> int:
         block, bsize = ggml.quant_sizes()[ggml.type_ids()[t.type]]
         if block > 1 and t.shape[0] % _CUDA_MATRIX_ROW_PADDING:
             size += (_CUDA_MATRIX_ROW_PADDING - t.shape[0] % _CUDA_MATRIX_ROW_PADDING) // block * bsize
-    return _align(size, align)
+    return ggml.pad(size, align)
 
 
 def weight_bytes(placement: Placement) -> dict[str, int]:
@@ -139,7 +135,7 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
 @per_inventory
 def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
     """Each tensor with its size in a 32-aligned buffer (CPU, RPC)."""
-    return tuple((t, _align(t.nbytes, 32)) for t in inv.tensors)
+    return tuple((t, ggml.pad(t.nbytes, 32)) for t in inv.tensors)
 
 
 def _layer_devices(placement: Placement) -> dict[int, str]:
@@ -225,7 +221,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     devices |= set(layer_dev.values())
     gpus = sorted(d for d in devices if is_gpu(d))
     notes: list[str] = []
-    problems: list[str] = list(settings.problems)
     why = (unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
            + compressed.unmodelled_settings(inv, settings.n_parallel))
     # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_estimate`), which checks
@@ -239,9 +234,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         why.insert(0, f"KV cache and compute not computed: {err}")
     if not why and not ik:  # a branch of the engine's graph the composition does not build (memory/graph/archs)
         why.extend(graph_unmodelled(inv, settings))
-    # setting families whose compute is not modelled (memory/families.py); on ik_llama.cpp those of every
-    # engine and device (gpus=[]: speculation, extra files, --override-kv), llama.cpp's graph checks the rest
-    if not why and families:
+    if not why and families:  # setting families whose compute is not modelled (`families_refused`)
         why.extend(families_refused(placement, settings, gpus))
     # the nextn blocks whose KV cache the engine keeps though it skips their tensors (Traits.nextn_kv)
     nextn_dev: dict[int, str] = {}
@@ -283,13 +276,12 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # context: 0 = the model's training context
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
     pad = 256 if (not ik or fa) else 32
-    n_ctx = _align(n_ctx, pad)
+    n_ctx = ggml.pad(n_ctx, pad)
     n_seq = settings.n_parallel
     unified = settings.kv_unified or n_seq == 1 or ik  # ik: one cache of n_ctx cells whatever -np
     n_stream = 1 if unified else n_seq
-    cells = n_ctx if unified else _align(n_ctx // n_seq, pad)
-    n_batch = min(n_ctx, settings.n_batch)
-    T = min(n_batch, settings.n_ubatch)  # worst-case ubatch tokens
+    cells = n_ctx if unified else ggml.pad(n_ctx // n_seq, pad)
+    T = min(n_ctx, settings.n_batch, settings.n_ubatch)  # worst-case ubatch tokens
     # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
     # keeps after the last layer's out_ids and computes logits for; 0 where that is the whole ubatch
     # (never fewer than the sequences: the token-generation graph has one row per sequence)
@@ -302,7 +294,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         if ik or settings.swa_full:
             swa_cells = cells
         else:
-            swa_cells = _align(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
+            swa_cells = ggml.pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
             # sequences as the binary defaults them (memory/settings.py server_slots)
             notes.extend(slot_notes(settings, eng))
 

@@ -29,39 +29,20 @@ from __future__ import annotations
 import moeconf.memory.extrafiles as extrafiles
 import moeconf.memory.kvoverride as kvoverride
 import moeconf.memory.speculative as spec
-from moeconf.memory.classic import output_device
+from moeconf.memory.classic import HOST, output_device
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement
 
-HOST = "CPU"
 _EXPERTS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
 _ATTN = ("attn_q", "attn_qkv", "attn_q_a", "attn_kv_a_mqa", "attn_output")
-
-
-def _attn_devices(placement: Placement) -> dict[int, str | None]:
-    """Each layer's attention device: that of its first attention tensor."""
-    attn_dev: dict[int, str | None] = {}
-    for t in placement.inventory.tensors:
-        if t.layer is not None and t.base in _ATTN and t.layer not in attn_dev:
-            attn_dev[t.layer] = placement.devices.get(t.name)
-    return attn_dev
-
-
-def _gpu_layers_with_cpu_experts(placement: Placement) -> bool:
-    cpu_experts = {t.layer for t in placement.inventory.tensors
-                   if t.layer is not None and t.base in _EXPERTS and placement.devices.get(t.name) == HOST}
-    attn_dev = _attn_devices(placement)
-    return any(attn_dev.get(il) not in (None, HOST) for il in cpu_experts)
 
 
 def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str],
                         by_graph: bool = False) -> list[str]:
     """Why the compute buffers of these settings on this placement are not modelled (empty: they are).
-    `by_graph`: the engine's graph gives every compute buffer where that family was checked
-    (estimate.output_family_checked: exact on Qwen3-30B-A3B, GLM-4.5-Air and MiniMax-M2 over two GPUs with
-    -ot exps=CPU,output=CPU at -ub 512 to 4096, GPUs and host), so the phase model, whose GPU figures
-    there were off, is not used."""
+    `by_graph`: the engine's graph gives every compute buffer where the routed experts and the output on
+    the CPU over several GPUs were checked (estimate.output_family_checked; see the module's notes)."""
     # --- speculative decoding (h20spec): not modelled on any device
     why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
     # --- files loaded beside the model (a projector, LoRA adapters, control vectors): on any device
@@ -71,7 +52,13 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
     # ---
     if not gpus:
         return why
-    cpu_experts = _gpu_layers_with_cpu_experts(placement)
+    attn_dev: dict[int, str | None] = {}  # each layer's attention device: that of its first attention tensor
+    for t in placement.inventory.tensors:
+        if t.layer is not None and t.base in _ATTN and t.layer not in attn_dev:
+            attn_dev[t.layer] = placement.devices.get(t.name)
+    # routed experts on the CPU of a layer whose attention runs on a GPU
+    cpu_experts = any(attn_dev.get(t.layer) not in (None, HOST) for t in placement.inventory.tensors
+                      if t.layer is not None and t.base in _EXPERTS and placement.devices.get(t.name) == HOST)
     # (where the graph's figures were checked against the engine's there: Traits.nkvo_host_experts)
     if cpu_experts and not settings.offload_kqv and not traits(placement.inventory.arch).nkvo_host_experts:
         why.append("memory is not modelled for -nkvo (KV cache in host memory) with routed experts of GPU "
@@ -81,15 +68,10 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
         why.append("memory is not modelled for the output on the CPU with routed experts of GPU layers on the "
                    "CPU over several GPUs: the GPUs' compute buffers of that split are not computed (keep "
                    "output.weight on a GPU)")
-    if out == HOST and min(settings.n_ubatch, settings.n_batch) > 512 and _gpu_after_cpu_layer(placement):
+    # a layer whose attention runs on a GPU right after a layer whose attention runs on the CPU
+    if out == HOST and min(settings.n_ubatch, settings.n_batch) > 512 and any(
+            attn_dev.get(il - 1) == HOST and d not in (None, HOST) for il, d in attn_dev.items()):
         why.append("memory is not modelled for the output on the CPU with a GPU running layers after CPU layers "
                    "(a partial -ngl) at -ub above 512: the host's compute buffer (the logits and the CPU's "
                    "layers) is not computed")
     return why
-
-
-
-def _gpu_after_cpu_layer(placement: Placement) -> bool:
-    """A layer whose attention runs on a GPU right after a layer whose attention runs on the CPU."""
-    attn_dev = _attn_devices(placement)
-    return any(attn_dev.get(il - 1) == HOST and d not in (None, HOST) for il, d in attn_dev.items())

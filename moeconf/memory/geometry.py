@@ -88,11 +88,6 @@ def geometry(inv: Inventory) -> Geometry:
     head_k = md.key_length or n_embd // n_head
     head_v = md.value_length or n_embd // n_head
     mla = bool(md.key_length_mla and md.value_length_mla)
-    # the sliding-window layers' head widths where the GGUF sets them (llama-model.cpp reads key_length_swa
-    # and value_length_swa for every architecture; dots3note's windowed latent rows)
-    k_swa, v_swa = md.hparam("attention.key_length_swa"), md.hparam("attention.value_length_swa")
-    head_k_swa = k_swa if isinstance(k_swa, int) and k_swa else head_k
-    head_v_swa = v_swa if isinstance(v_swa, int) and v_swa else head_v
     swa_type: SwaType = "none"
     n_swa = 0
     pattern: int | tuple[int, ...] = 0
@@ -107,7 +102,7 @@ def geometry(inv: Inventory) -> Geometry:
     recurrent = recurrent_layers(inv)
     # per-layer head counts (an attention.head_count array, Step-3.5) and the sliding-window layers' own
     # head widths (attention.key_length_swa / value_length_swa: llama-model.cpp reads them for every
-    # architecture, the full layers' widths where absent)
+    # architecture, the full layers' widths where absent; dots3note's windowed latent rows)
     heads = md.hparam("attention.head_count")
     k_swa, v_swa = md.hparam("attention.key_length_swa"), md.hparam("attention.value_length_swa")
     head_k_swa = k_swa if isinstance(k_swa, int) and k_swa else head_k
@@ -117,7 +112,7 @@ def geometry(inv: Inventory) -> Geometry:
     for il in range(md.block_count):
         if il in nextn:
             if arch.nextn_kv:
-                nextn_kv.append(LayerAttention(il, per_layer(None, il, n_head), per_layer(md.head_count_kv, il, n_head),
+                nextn_kv.append(LayerAttention(il, n_head, per_layer(md.head_count_kv, il, n_head),
                                                head_k, head_v, False))
             continue
         if isinstance(pattern, tuple):

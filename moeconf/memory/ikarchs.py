@@ -46,29 +46,23 @@ from typing import Final
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as _recurrent
 from moeconf.memory.classic import CLASSIC_MODELLED
+from moeconf.memory.indexer import DSA_KEYS
+from moeconf.memory.keys import MLA_KEYS, SOFTCAPPING, int_key
 from moeconf.model.inventory import Inventory
 
 ENGINE: Final = "ik_llama.cpp"
 
-_MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
-                         "attention.q_lora_rank"})
-_INDEXER: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
-                             "attention.indexer.top_k"})
 
 # architecture -> the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) whose effect on ik's
 # weights and KV cache is modelled; compute is not modelled for any of them on ik
 KV_ONLY: Final[dict[str, frozenset[str]]] = {
     "qwen35moe": _recurrent.KEYS,
     "qwen3next": _recurrent.KEYS,
-    "glm-dsa": _MLA | _INDEXER | {"leading_dense_block_count", "nextn_predict_layers"},
+    "glm-dsa": MLA_KEYS | DSA_KEYS,
     "minimax-m2": frozenset(),
-    # softcapping changes compute only (and forces flash attention off: the KV padding follows)
-    "grok": frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"}),
+    "grok": SOFTCAPPING,  # (flash attention forced off: the KV padding follows)
     **{arch: spec[0] for arch, spec in CLASSIC_MODELLED.items()},
 }
-
-CHECKED: Final = ("ik_llama.cpp 0.1.5's logged model and KV buffer sizes on real loads of cut layouts "
-                  "(tests/data/ik_newer_figures.json)")
 
 
 def kv_only(arch: str, engine: str) -> bool:
@@ -79,17 +73,15 @@ def kv_only(arch: str, engine: str) -> bool:
 
 # --- ik's compute against llama.cpp's graph: what the engine suite measured (tests/data/
 # ik_compute_figures.json, tests/engine/test_ik_compute.py), held by tests/test_memory_ik_compute.py ---
-COMMIT: Final = "55d3c05bf"  # ik-llama-cpp-python 0.1.5's vendored ik_llama.cpp (nametable.SOURCES)
 # architecture -> (margin MiB: the largest amount by which a compute buffer ik logged exceeded
 # moeconf's figure for it without the margin, rounded up; device figures measured), at -ub up to
-# MARGIN_UBATCH (the margin grows in proportion above it: the differences measured grow with the
-# ubatch). An architecture not listed: compute refused (`compute_not_measured`)
+# ikmla.MARGIN_UBATCH (the margin grows in proportion above it: the differences measured grow with
+# the ubatch). An architecture not listed: compute refused (`compute_not_measured`)
 COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
     "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11),
 }
-MARGIN_UBATCH: Final = 2048
 # architectures whose ik compute was also read on a real GPU (tests/data/ik_cuda_h200.json, checked
 # by tests/test_ik_cuda_measured.py): the lines, and what the CUDA build logged against this estimate
 GPU_CHECKED: Final[dict[str, str]] = {
@@ -133,8 +125,7 @@ def compute_label(arch: str, n_ubatch: int = 512) -> str | None:
 
 
 def margin_mib(arch: str, n_ubatch: int) -> int:
-    m = COMPUTE_MARGINS[arch][0]
-    return m if n_ubatch <= MARGIN_UBATCH else -(-m * n_ubatch // MARGIN_UBATCH)
+    return ikmla.margin_mib(n_ubatch, COMPUTE_MARGINS[arch][0])
 
 
 def compute_not_measured(arch: str) -> str:
@@ -167,11 +158,6 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
             "weights as placed; memory for this model is modelled on neither engine")
 
 
-def _int(inv: Inventory, key: str) -> int | None:
-    v = inv.metadata.hparam(key)
-    return v if isinstance(v, int) else None
-
-
 # ik 0.1.5's gated delta-net layer maps (src/llama-hparams.cpp, load_hparams): the attention interval it
 # takes whatever full_attention_interval says (None: it reads the key), and whether it reads
 # nextn_predict_layers (qwen35moe: no, its MTP blocks would be taken as trunk layers)
@@ -193,11 +179,11 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str]) -> list[str]:
         if inv.metadata.hparam("attention.recurrent_layers") is not None:
             why.append(f"memory is not modelled for {arch}.attention.recurrent_layers on ik_llama.cpp (ik 0.1.5 "
                        "ignores the array and derives the recurrent layers from the attention interval)")
-        interval = _int(inv, "full_attention_interval")
+        interval = int_key(inv, "full_attention_interval")
         if fixed is not None and interval not in (None, fixed):
             why.append(f"memory is not modelled for {arch}.full_attention_interval = {interval} on ik_llama.cpp "
                        f"(ik 0.1.5 takes every {fixed}th layer as attention whatever the key)")
-        if not reads_nextn and (_int(inv, "nextn_predict_layers") or 0):
+        if not reads_nextn and (int_key(inv, "nextn_predict_layers") or 0):
             why.append(f"memory is not modelled for {arch}.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does "
                        "not read it: its MTP blocks would be taken as trunk layers)")
         rs = _recurrent.shape(inv)

@@ -29,7 +29,7 @@ from typing import Final
 
 from moeconf.engines import Engine
 from moeconf.memory.geometry import Geometry
-from moeconf.memory.settings import MemorySettings
+from moeconf.memory.settings import MemorySettings, MiB
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -37,16 +37,12 @@ from moeconf.placement import Placement
 _QUANT_FREE = ("F32", "F16", "BF16")
 
 
-def _bases(inv: Inventory) -> set[str]:
-    return {t.base for t in inv.tensors}
-
-
 def effective_mla(inv: Inventory, geo: Geometry, settings: MemorySettings) -> int:
     """The `-mla` ik runs with on this file (0: standard attention)."""
     mla = settings.mla if settings.mla is not None else 3
     if not mla or geo.has_kv_b:
         return mla
-    bases = _bases(inv)
+    bases = {t.base for t in inv.tensors}
     computes_kv_b = mla > 1 and "attn_k_b" in bases and "attn_v_b" in bases
     return mla if computes_kv_b else 1
 
@@ -88,7 +84,6 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
 # --- compute: ik's MLA attention (deepseek2, glm-dsa), src/llama-build-context.cpp build_deepseek2 ---
 # held to ik's logged compute buffers on cut layouts over RPC by tests/test_memory_ik_mla.py (figures:
 # tests/data/ik_mla_figures.json, re-measured by tests/engine/test_ik_mla_compute.py)
-MiB: Final = 1024 * 1024
 # the largest amount by which a compute buffer ik logged exceeded `attention_peak` (or llama.cpp's graph where
 # that is larger) over the measured device buffers, MiB, rounded up (GLM-5 at -c 32768 -ub 2048: 36.52, ik's
 # allocator leaving 18 KiB a token more below the attention than the tensors live there), at -ub up to
@@ -99,10 +94,6 @@ MARGIN_UBATCH: Final = 2048
 IK_PR_AMB_256: Final = "2026-08-13"
 MEASURED_BUFFERS: Final = 41  # device compute buffers ik sized by its MLA attention (39 command lines)
 PP_MIN_TOKENS: Final = 128  # `pp_opt`: ik's prompt-processing form of the attention from this many tokens
-
-
-def _pad(n: int, to: int) -> int:
-    return -(-n // to) * to
 
 
 def heads_per_chunk_pp(n_head: int, kv_f32_mib: int, amb: int) -> int:
@@ -163,7 +154,7 @@ def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, 
     H, r, p, E = geo.n_head, geo.kv_lora_rank, geo.n_rot, geo.n_embd
     n, v = geo.head_k_mla - p, geo.head_v_mla
     T = n_tokens
-    mask = n_kv * _pad(T, 16) * (2 if fa else 4)
+    mask = n_kv * ggml.pad(T, 16) * (2 if fa else 4)
     absorbed_tokens = 4 * (E + H * (n + p) + H * p + H * r + H * (r + p)) * T
     if form == "pp":
         hc = heads_per_chunk_pp(H, H * (n + v) * n_kv * 4 // MiB, amb)
@@ -178,8 +169,9 @@ def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, 
     return mask + absorbed_tokens
 
 
-def margin_mib(n_tokens: int) -> int:
-    return MARGIN_MIB if n_tokens <= MARGIN_UBATCH else -(-MARGIN_MIB * n_tokens // MARGIN_UBATCH)
+def margin_mib(n_tokens: int, mib: int = MARGIN_MIB) -> int:
+    """A margin measured at -ub up to MARGIN_UBATCH, grown in proportion above it (also ikarchs.margin_mib's)."""
+    return mib if n_tokens <= MARGIN_UBATCH else -(-mib * n_tokens // MARGIN_UBATCH)
 
 
 def default_amb(settings: MemorySettings, engine: Engine) -> int:

@@ -17,11 +17,12 @@ from __future__ import annotations
 from typing import Final
 
 from moeconf.memory.graph.archs import traits
+from moeconf.memory.keys import int_key
 from moeconf.model.inventory import Inventory
 
-# the indexer's keys the model reads (after `{arch}.`)
-INDEXER_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
-                                 "attention.indexer.top_k"})
+# the keys a DSA model reads (after `{arch}.`): the indexer's, its dense leading blocks and MTP block
+DSA_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
+                             "attention.indexer.top_k", "leading_dense_block_count", "nextn_predict_layers"})
 # --- glm5-next (GLM-5.3-Flash): a k-pool indexer cached beside the MLA latent of its DSA layers
 # (llama_memory_hybrid_idx; measured 264 MiB on 11 layers at -c 32768 f16, 140.25 with q8_0)
 KPOOL_ARCHS: Final = frozenset({"glm5-next"})
@@ -90,7 +91,7 @@ def full_indexers(inv: Inventory) -> tuple[bool, ...] | None:
     without the key, or when the engine would refuse it (the length is not the trunk's layer count:
     get_key_or_arr; the first layer shared: the graph asserts)."""
     v = inv.metadata.hparam("attention.indexer.types")
-    n = inv.block_count - (_int(inv.metadata.hparam("nextn_predict_layers")) or 0)
+    n = inv.block_count - (int_key(inv, "nextn_predict_layers") or 0)
     kind = traits(inv.arch).indexer
     if kind == "typed":  # one value per layer, the array required (get_arr); the nextn blocks' beyond
         return tuple(x != 0 for x in v[:n]) if isinstance(v, tuple) and len(v) >= n else (False,) * n
@@ -103,10 +104,6 @@ def full_indexers(inv: Inventory) -> tuple[bool, ...] | None:
     else:
         return None
     return full if full and full[0] else None
-
-
-def _int(v: int | tuple[int, ...] | None) -> int | None:
-    return v if isinstance(v, int) else None
 
 
 def indexer_row_layers(inv: Inventory, layer_indices: list[int]) -> list[int]:

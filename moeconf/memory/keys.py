@@ -43,16 +43,22 @@ NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
     "expert_shared_count", "attention.head_count", "attention.head_count_kv", "attention.key_length",
     "attention.value_length", "rope.dimension_count",
 })
+# what the architectures with MLA attention read beyond them (support.MODELLED, ikarchs.KV_ONLY)
+MLA_KEYS: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
+                             "attention.q_lora_rank"})
+# Grok's softcapping: it changes compute only, and forces flash attention off (support.MODELLED)
+SOFTCAPPING: Final = frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"})
 
 
 def read_by_loader(arch: str, engine: str) -> frozenset[str] | None:
     """The `{arch}.*` keys the pinned engine's loader reads for `arch` (None: no table for that
-    engine or architecture, so every key counts as read)."""
-    table = archkeys.MAINLINE if engine == "llama.cpp" else getattr(archkeys, "IK", None)
-    return None if table is None else table.get(arch)
+    architecture, so every key counts as read)."""
+    return (archkeys.MAINLINE if engine == "llama.cpp" else archkeys.IK).get(arch)
 
 
-def _int(v: int | tuple[int, ...] | None) -> int | None:
+def int_key(inv: Inventory, key: str) -> int | None:
+    """The file's `{arch}.key` when it is one integer (None: absent, or a per-layer array)."""
+    v = inv.metadata.hparam(key)
     return v if isinstance(v, int) else None
 
 
@@ -61,14 +67,13 @@ def neutral(key: str, inv: Inventory) -> bool:
     nothing it would not build without the key (pinned llama.cpp): no expert groups
     (src/llama-graph.cpp build_moe_ffn selects groups only when expert_group_count > 1; the group
     quota is read only then), no MTP block, no shared KV layers or per-layer embeddings."""
-    md = inv.metadata
     if key == "expert_group_count":
-        return (_int(md.hparam(key)) or 0) <= 1
+        return (int_key(inv, key) or 0) <= 1
     if key == "expert_group_used_count":
-        return (_int(md.hparam("expert_group_count")) or 0) <= 1
+        return (int_key(inv, "expert_group_count") or 0) <= 1
     if key == "nextn_predict_layers":
-        return _int(md.hparam(key)) == 0
+        return int_key(inv, key) == 0
     # Gemma 4: no layer reusing an earlier layer's KV, no per-layer token embeddings (src/models/gemma4.cpp)
     if key in ("attention.shared_kv_layers", "embedding_length_per_layer_input"):
-        return _int(md.hparam(key)) == 0
+        return int_key(inv, key) == 0
     return False

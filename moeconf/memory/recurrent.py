@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeconf.memory.keys import int_key
 from moeconf.memory.rshape import RecurrentShape
 from moeconf.model.inventory import Inventory
 
@@ -57,21 +58,16 @@ KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.ti
                   "rope.dimension_sections"})
 
 
-def _int(inv: Inventory, key: str) -> int | None:
-    v = inv.metadata.hparam(key)
-    return v if isinstance(v, int) else None
-
-
 def shape(inv: Inventory) -> RecurrentShape | None:
     """The recurrent layers' dimensions, None when the architecture has none modelled here."""
     kind = _kind(inv.arch)
     if kind not in ("delta_net", "mamba2", "mamba"):
         return None
-    vals = [_int(inv, k) for k in ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank")]
+    vals = [int_key(inv, k) for k in ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank")]
     if any(v is None for v in vals):
         return None
     d_conv, d_inner, d_state, n_v = (v or 0 for v in vals)
-    n_group = _int(inv, "ssm.group_count")  # hparams.ssm_n_group: 0 where the loader does not read it (Jamba)
+    n_group = int_key(inv, "ssm.group_count")  # hparams.ssm_n_group: 0 where the loader does not read it (Jamba)
     if n_group is None and kind != "mamba":
         return None
     return RecurrentShape(d_conv, d_inner, d_state, n_group or 0, n_v)
@@ -91,12 +87,12 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
     if kind != "delta_net":
         return frozenset()
     md = inv.metadata
-    n_nextn = _int(inv, "nextn_predict_layers") or 0
+    n_nextn = int_key(inv, "nextn_predict_layers") or 0
     n_layer = md.block_count - n_nextn
     arr = md.hparam("attention.recurrent_layers")
     if isinstance(arr, tuple):
         return frozenset(il for il in range(min(n_layer, len(arr))) if arr[il])
-    interval = _int(inv, "full_attention_interval") or 4
+    interval = int_key(inv, "full_attention_interval") or 4
     return frozenset(il for il in range(n_layer) if (il + 1) % interval != 0)
 
 
@@ -106,7 +102,7 @@ def shortconv_shape(inv: Inventory) -> RecurrentShape | None:
     is a conv state only, `n_embd * (l_cache - 1)` F32 per sequence (llama-hparams.cpp `n_embd_r`; no
     SSM keys, so `n_embd_s` is 0). Laid out as a `RecurrentShape` with `d_inner = n_embd` and no groups.
     None where the file has no such key."""
-    l_cache, n_embd = _int(inv, "shortconv.l_cache"), inv.metadata.embedding_length
+    l_cache, n_embd = int_key(inv, "shortconv.l_cache"), inv.metadata.embedding_length
     if not l_cache or not n_embd:
         return None
     return RecurrentShape(l_cache, n_embd, 0, 0, 0)
@@ -145,27 +141,20 @@ class KdaShape:
 
 
 def kda_dims(inv: Inventory) -> KdaShape | None:
-    d_conv, head_dim, n_head = _int(inv, "ssm.conv_kernel"), _int(inv, "kda.head_dim"), inv.metadata.head_count
+    d_conv, head_dim, n_head = int_key(inv, "ssm.conv_kernel"), int_key(inv, "kda.head_dim"), inv.metadata.head_count
     if not d_conv or not head_dim or not n_head:
         return None
     return KdaShape(d_conv, n_head, head_dim)
 
 
-def kda_loader(inv: Inventory) -> bool:
-    """Whether the architecture's llama.cpp loader reads `kda.head_dim` (moeconf/engines/archkeys.py):
-    each such loader (kimi-linear, glm5-next, bailingmoe3, kimi-k3) marks a layer recurrent iff its
-    head_count_kv is 0, and its state is sized by that head width as above (src/llama-hparams.cpp)."""
+def is_kda(inv: Inventory) -> bool:
+    """Whether the file's recurrent layers are KDA layers: its llama.cpp loader reads `kda.head_dim`
+    (moeconf/engines/archkeys.py; kimi-linear, kimi-k3, glm5-next, bailingmoe3), or the file has it.
+    Each such loader marks a layer recurrent iff its attention.head_count_kv is 0 and sizes its
+    states by that head width (src/llama-hparams.cpp `n_embd_r`, `n_embd_s`)."""
     from moeconf.engines.archkeys import MAINLINE
 
-    return "kda.head_dim" in MAINLINE.get(inv.arch, frozenset())
-
-
-def is_kda(inv: Inventory) -> bool:
-    """Whether the file's recurrent layers are KDA layers: every loader that reads `kda.head_dim`
-    (kimi-linear, kimi-k3, glm5-next, bailingmoe3) marks a layer recurrent iff its
-    attention.head_count_kv is 0 and sizes its states by that head width (src/llama-hparams.cpp
-    `n_embd_r`, `n_embd_s`)."""
-    return kda_loader(inv) or _int(inv, "kda.head_dim") is not None
+    return "kda.head_dim" in MAINLINE.get(inv.arch, frozenset()) or int_key(inv, "kda.head_dim") is not None
 
 
 def kda_layers(inv: Inventory) -> frozenset[int]:
@@ -183,7 +172,6 @@ def state_bytes(inv: Inventory, n_seq_max: int) -> int:
     s: RecurrentShape | KdaShape | None = kda_dims(inv) if is_kda(inv) else shape(inv) or shortconv_shape(inv)
     return s.state_bytes(n_seq_max) if s is not None else 0
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
-
 
 
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:

@@ -36,13 +36,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moeconf.memory.settings import DEFAULT_RESERVE
+from moeconf.memory.settings import DEFAULT_RESERVE, MiB
+from moeconf.model import ggml
 
 if TYPE_CHECKING:
     from moeconf.memory.settings import MemorySettings
     from moeconf.model.inventory import Inventory, Tensor
-
-MiB = 1 << 20
 
 # the quantized types the pinned CUDA backend multiplies with MMQ (mmq.cu, ggml_cuda_should_use_mmq)
 MMQ_TYPES = frozenset({
@@ -115,14 +114,6 @@ def card_row(card: str | None) -> Card | None:
     return next((c for c in CARDS if re.search(c.match, card, re.IGNORECASE)), None)
 
 
-def _pad(n: int, p: int) -> int:
-    return (n + p - 1) // p * p
-
-
-def _is_matmul_weight(t: Tensor) -> bool:
-    return len(t.shape) >= 2 and t.group != "norm" and not t.name.startswith("token_embd")
-
-
 def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool = True) -> int:
     """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`.
     `mmq`: the card multiplies quantized weights with MMQ at this batch (int8 tensor cores, Turing
@@ -134,7 +125,7 @@ def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool 
         return 0  # cuBLAS's sgemm reads the weight and the f32 activations in place
     quantized = t.type not in _FLOAT_TYPES
     if quantized and mmq and t.type in MMQ_TYPES:
-        q8 = r * _pad(k_in, _ROW_PADDING) * _Q8_1_MMQ[0] // _Q8_1_MMQ[1] + _J_MAX * _Q8_1_MMQ[0]
+        q8 = r * ggml.pad(k_in, _ROW_PADDING) * _Q8_1_MMQ[0] // _Q8_1_MMQ[1] + _J_MAX * _Q8_1_MMQ[0]
         ids = 2 * r * 4 + (t.shape[2] + 1) * 4 if expert else 0
         return q8 + ids + n_sm * _FIXUP_PER_SM
     # cuBLAS (ggml_cuda_mul_mat_cublas_impl): a quantized weight dequantized to f16 (one expert's
@@ -156,10 +147,10 @@ def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int, volta: bool 
     k = inv.metadata.expert_used_count or 1
     top = 0
     for t in inv:
-        if _is_matmul_weight(t):
+        if len(t.shape) >= 2 and t.group != "norm" and not t.name.startswith("token_embd"):  # a matrix weight
             r = min(rows, settings.n_outputs or rows) if t.group == "output" else rows
             top = max(top, op_pool_bytes(t, r, k, n_sm, mmq=not (volta and r >= 64)))
-    return _pad(top, _GRANULARITY)
+    return ggml.pad(top, _GRANULARITY)
 
 
 def _volta(card: str | None) -> bool:

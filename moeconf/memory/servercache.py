@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import moeconf.memory.recurrent as rec
-from moeconf.memory.settings import cache_row_bytes
+from moeconf.memory.settings import MiB, cache_row_bytes
 
 if TYPE_CHECKING:
     from moeconf.engines import Engine
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from moeconf.memory.settings import MemorySettings
     from moeconf.model.inventory import Inventory
 
-MiB: Final = 1024 * 1024
 PROMPT_CACHE_SINCE: Final = 6724  # llama.cpp PR #16391: --cache-ram, default 8192 MiB
 PROMPT_CACHE_DEFAULT_MIB: Final = 8192
 # llama.cpp builds from which the default checkpoint count changed, and the new count; before

@@ -100,8 +100,6 @@ class MemorySettings:
     amb: int | None = None  # ik_llama.cpp -amb, MiB (None: the engine's default)
     reserve: int = DEFAULT_RESERVE  # per GPU, for what no engine reports (CUDA context, cuBLAS)
     problems: tuple[str, ...] = ()
-    # the binary the sequence count was defaulted for (None: none on the line) and whether
-    # n_parallel/kv_unified are that binary's default (`server_slots`) rather than given
     # the host CPU: "amx" (llama.cpp packs CPU layers' matrices in its AMX buffer, memory/amx.py) or "plain"
     host_cpu: str = "plain"
     # llama.cpp's host buffer choices (src/llama-model.cpp make_cpu_buft_list): --no-host skips the
@@ -114,6 +112,8 @@ class MemorySettings:
     # --ctx-checkpoints per slot; None: the binary's default
     cache_ram: int | None = None
     ctx_checkpoints: int | None = None
+    # the binary the sequence count was defaulted for (None: none on the line) and whether
+    # n_parallel/kv_unified are that binary's default (`server_slots`) rather than given
     binary: str | None = field(default=None, compare=False)
     auto_slots: bool = field(default=False, compare=False)
     # speculative decoding on this launch (memory/speculative.py): (kind, the flag or variable)
@@ -319,7 +319,6 @@ def read_settings(
         v = values.get(key, default)
         return v if isinstance(v, bool) else default
 
-    mla = values.get("mla")
     run = binary_name(words[0]) if words and not words[0].startswith("-") else binary_name(binary)
     slots = server_slots(run, engine)
     given_np = values.get("n_parallel")
@@ -346,7 +345,7 @@ def read_settings(
         cache_type_k=text("cache_type_k", "f16"), cache_type_v=text("cache_type_v", "f16"),
         flash_attn=text("flash_attn", "auto"), offload_kqv=flag("offload_kqv", True),
         n_parallel=n_parallel, kv_unified=flag("kv_unified", False),
-        swa_full=flag("swa_full", False), mla=mla if isinstance(mla, int) else None,
+        swa_full=flag("swa_full", False), mla=_opt_int(values.get("mla")),
         amb=_opt_int(values.get("amb")),
         no_host=flag("no_host", False), repack=flag("repack", True), op_offload=flag("op_offload", True),
         cache_ram=_opt_int(values.get("cache_ram")), ctx_checkpoints=_opt_int(values.get("ctx_checkpoints")),
@@ -368,8 +367,7 @@ def slot_notes(s: MemorySettings, engine: Engine) -> list[str]:
     if s.auto_slots:
         return [f"{s.binary} runs {s.n_parallel} slots by default (-np auto) in one unified KV cache: the "
                 f"sliding-window layers keep {s.n_parallel} windows (-np 1 keeps one)"]
-    if s.binary is None and s.n_parallel == 1 and engine.name == "llama.cpp" and (
-            (engine.build or 0) >= SERVER_AUTO_SLOTS_SINCE):
+    if s.binary is None and s.n_parallel == 1 and server_slots("llama-server", engine):
         return ["no binary on the command line: one sequence assumed (llama-cli, llama-completion); "
                 f"llama-server runs {SERVER_AUTO_SLOTS} slots by default and its sliding-window layers keep "
                 f"{SERVER_AUTO_SLOTS} windows: give the binary first, or -np"]

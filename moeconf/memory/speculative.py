@@ -123,6 +123,7 @@ def unmodelled_speculation(speculation: Speculation, inv: Inventory) -> list[str
     """Why memory is not modelled for this speculation (empty: none is on, or it changes nothing)."""
     why: list[str] = []
     head = "memory is not modelled with speculative decoding: "
+    nextn = inv.metadata.hparam("nextn_predict_layers")
     for kind, where in dict.fromkeys(speculation):
         if kind == DRAFT:
             why.append(f"{head}the draft model's weights, KV cache and compute ({where}) are not counted")
@@ -132,15 +133,9 @@ def unmodelled_speculation(speculation: Speculation, inv: Inventory) -> list[str
         elif kind == NGRAM:
             why.append(f"{head}{where}: the logits of the drafted tokens, the n-gram tables and the speculative "
                        "checkpoints are not counted")
-        elif kind == IK_MTP and (_int(inv.metadata.hparam("nextn_predict_layers")) > 0):
+        elif kind == IK_MTP and (max(nextn, default=0) if isinstance(nextn, tuple) else nextn or 0) > 0:
             why.append(f"{head}{where} runs the model's NextN (MTP) layers in a second context: its KV cache and "
                        "compute are not counted")
         elif kind == BINARY:
             why.append(f"{head}{where} keeps {SPECULATING_BINARIES[where]}, which are not counted")
     return why
-
-
-def _int(v: int | tuple[int, ...] | None) -> int:
-    if isinstance(v, tuple):
-        return max(v, default=0)
-    return v or 0

@@ -24,26 +24,24 @@ import moeconf.memory.ikarchs as _ikarchs
 import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 from moeconf.engines.archkeys import FIELDS
+from moeconf.memory.archgraph import unmodelled_structure
 from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.memory.graph.archs import Lazy
+from moeconf.memory.graph.archs.common import CHECKED
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
-from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
+from moeconf.memory.keys import MLA_KEYS, NO_MEMORY_EFFECT, SOFTCAPPING, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
 
-_MLA: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
-                         "attention.q_lora_rank"})
 _SWA: Final = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
 
 # gated delta-net hybrids (moeconf/memory/recurrent.py)
 _RECURRENT: Final = _recurrent.KEYS
 _SSM: Final = frozenset(k for k in _RECURRENT if k.startswith("ssm."))  # Mamba-2 reads the sizes only
 _MAINLINE: Final = frozenset({"llama.cpp"})
-_DSA: Final = _indexer.INDEXER_KEYS | {"leading_dense_block_count", "nextn_predict_layers"}
 _BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
 _GLM5_NEXT = frozenset({"attention.indexer.kpool", "attention.indexer.kpool_select_tail", "hyper_connection.count",
                         "hyper_connection.epsilon", "hyper_connection.sinkhorn_iterations", "kda.gate_lower_bound"})
 _CLAMPS: Final = frozenset({"swiglu_clamp_exp", "swiglu_clamp_shexp"})  # memory/keys.py (not scalars)
-_CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
 
 @dataclass(frozen=True)
@@ -64,57 +62,54 @@ class ArchMemory:
 _GROUPS: Final = frozenset({"expert_group_count", "expert_group_used_count"})
 
 _LISTED: Final[dict[str, ArchMemory]] = {
-    "qwen3moe": ArchMemory(frozenset(), _BOTH, _CHECKED + " (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder-480B)"),
+    "qwen3moe": ArchMemory(frozenset(), _BOTH, CHECKED + " (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder-480B)"),
     "glm4moe": ArchMemory(frozenset({"leading_dense_block_count", "nextn_predict_layers"}) | _GROUPS, _BOTH,
-                          _CHECKED + " (GLM-4.5-Air, GLM-4.5, GLM-4.7)"),
-    "deepseek2": ArchMemory(_MLA | {"leading_dense_block_count"} | _GROUPS, _BOTH,
-                            _CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)"),
-    "gpt-oss": ArchMemory(_SWA, _BOTH, _CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
-    "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, _CHECKED + " (Llama-4-Maverick)"),
+                          CHECKED + " (GLM-4.5-Air, GLM-4.5, GLM-4.7)"),
+    "deepseek2": ArchMemory(MLA_KEYS | {"leading_dense_block_count"} | _GROUPS, _BOTH,
+                            CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)"),
+    "gpt-oss": ArchMemory(_SWA, _BOTH, CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
+    "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, CHECKED + " (Llama-4-Maverick)"),
     # the pinned converter keeps Qwen3.5's MTP block (nextn_predict_layers 1, one more block): the loader
     # creates its tensors TENSOR_SKIP unless MTP is asked for (src/models/qwen35moe.cpp load_block_mtp)
     # and the trunk's memory leaves the nextn layer out: no memory effect (checked on Qwen3.5-35B-A3B
     # with the block, tests/test_memory_flagship.py); speculative decoding is not modelled anyway. Compute by
     # the engine's graph (memory/graph/archs/qwen35moe.py, qwen3next.py), which builds the trunk's layers only
     "qwen35moe": ArchMemory(_RECURRENT | {"nextn_predict_layers"}, _MAINLINE,
-                            _CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)"),
+                            CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)"),
     # Qwen3-Next's MTP block likewise (measured: the same figures with and without it, tests/test_memory_keys.py)
     "qwen3next": ArchMemory(_RECURRENT - {"rope.dimension_sections"} | {"nextn_predict_layers"}, _MAINLINE,
-                            _CHECKED + " (Qwen3-Next-80B-A3B)"),
+                            CHECKED + " (Qwen3-Next-80B-A3B)"),
     # Nemotron-3: Mamba-2 state, attention KV, compute by the engine's graph (memory/graph/archs/nemotron_h_moe.py,
     # the latent experts' projections read from the tensors moe_latent_size shapes; llama.cpp only);
     # its MTP block (Nemotron-3 Super) is skipped by the loader and attended by no trunk layer
     # (measured: the same figures with and without it, tests/test_memory_keys.py)
     "nemotron_h_moe": ArchMemory(_SSM | {"moe_latent_size", "nextn_predict_layers"}, _MAINLINE,
-                                 _CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
+                                 CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
     # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute the engine's graph
     # (memory/graph/archs/kimi_linear.py)
-    "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | _MLA - {"attention.q_lora_rank"} | {"leading_dense_block_count"},
-                              _MAINLINE,
-                              _CHECKED + " (Kimi-Linear-48B-A3B)"),
+    "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | MLA_KEYS - {"attention.q_lora_rank"}
+                              | {"leading_dense_block_count"}, _MAINLINE, CHECKED + " (Kimi-Linear-48B-A3B)"),
     # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
-    "minimax-m2": ArchMemory(frozenset(), frozenset({"llama.cpp"}), _CHECKED + " (MiniMax-M2)"),
+    "minimax-m2": ArchMemory(frozenset(), _MAINLINE, CHECKED + " (MiniMax-M2)"),
     # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
     # Grok's tanh unconditionally); final_logit_softcapping adds a scale, a tanh and a scale on the
     # logits (src/models/grok.cpp), each the only consumer of its input, which ggml-alloc runs in
     # place: no buffer grows (measured with Grok-2's 50: the same figures, tests/test_memory_keys.py)
-    "grok": ArchMemory(frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"}),
-                       frozenset({"llama.cpp"}),
-                       _CHECKED + " (Grok-1; flash attention forced off)"),
+    "grok": ArchMemory(SOFTCAPPING, _MAINLINE, CHECKED + " (Grok-1; flash attention forced off)"),
     # --- GLM-5.3-Flash: KDA state (memory/recurrent.py), MLA latent + k-pool indexer cache
     # (memory/indexer.py), compute by the engine's graph (memory/graph/archs/glm5_next.py): the k-pool,
     # the mHC streams and the KDA decay gate's bound composed
     # its experts' clamp is the fused clamped SwiGLU, one op as wide as the SwiGLU (checked with the key)
-    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | _MLA | _DSA | _GLM5_NEXT | _CLAMPS, _MAINLINE,
-                            _CHECKED + " (GLM-5.3-Flash)"),
+    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | MLA_KEYS | _indexer.DSA_KEYS | _GLM5_NEXT | _CLAMPS, _MAINLINE,
+                            CHECKED + " (GLM-5.3-Flash)"),
     # ---
     # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by the engine's
     # graph (memory/graph/archs/_dsa.py)
-    "deepseek32": ArchMemory(_MLA | _DSA, _MAINLINE, _CHECKED + " (DeepSeek-V3.2)"),
+    "deepseek32": ArchMemory(MLA_KEYS | _indexer.DSA_KEYS, _MAINLINE, CHECKED + " (DeepSeek-V3.2)"),
     # GLM-5.2's per-layer indexer table: the indexer K cache on its full layers only, the shared layers
     # reading the last full layer's top-k (memory/indexer.py full_indexers, graph/archs/_dsa.py)
-    "glm-dsa": ArchMemory(_MLA | _DSA | {"attention.indexer.types"}, _MAINLINE,
-                          _CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
+    "glm-dsa": ArchMemory(MLA_KEYS | _indexer.DSA_KEYS | {"attention.indexer.types"}, _MAINLINE,
+                          CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
 }
 # the classic MoEs checked within tolerance (memory/classic.py)
 _LISTED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
@@ -177,19 +172,14 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     # --- ik_llama.cpp on the newer architectures: weights and KV modelled, compute not (the
     # estimate leaves compute "?" with memory/ikarchs.py's note, and fit refuses) ---
     if _ikarchs.kv_only(arch, engine):
-        from moeconf.memory.archgraph import unmodelled_structure as _structure
-        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine)) + _structure(inv)
+        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine)) + unmodelled_structure(inv)
     # ---
     spec = MODELLED.get(arch)
     if spec is None:
         return [unmodelled_architecture(arch, engine)]
     if engine not in spec.engines:
         return [f"memory is not modelled for {arch!r} on {engine}"]
-    why = unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv)
-    if why:
-        return why
-    from moeconf.memory.archgraph import unmodelled_structure
-    return unmodelled_structure(inv)
+    return unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv) or unmodelled_structure(inv)
 
 
 def _not_read(inv: Inventory, engine: str) -> frozenset[str]:

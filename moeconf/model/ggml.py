@@ -144,6 +144,11 @@ def file_type_names() -> dict[int, str]:
     return out
 
 
+def pad(n: int, to: int) -> int:
+    """`n` rounded up to a multiple of `to` (ggml's GGML_PAD)."""
+    return -(-n // to) * to
+
+
 def nbytes(type_id: int, shape: tuple[int, ...]) -> int | None:
     """Byte size of a tensor of `type_id` and `shape` (ne order), or None for an unknown type.
 
