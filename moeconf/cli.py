@@ -4,6 +4,7 @@ runs, so `moeconf --help` and a pre-commit hook start in milliseconds."""
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -910,6 +911,18 @@ def _engine_flags_apart(parser: argparse.ArgumentParser, words: list[str]) -> tu
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # a command makes some 10^5 objects and keeps most to the end: the cyclic collector's default
+    # threshold (700 allocations) collected 69 times in a one-GPU fit and 325 in a two-GPU one (15-80 ms).
+    # Collected every 100,000 instead, for this command only
+    threshold = gc.get_threshold()
+    gc.set_threshold(100_000, *threshold[1:])
+    try:
+        return _main(argv)
+    finally:
+        gc.set_threshold(*threshold)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     words = list(sys.argv[1:] if argv is None else argv)
     tail: list[str] = []

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from itertools import compress, repeat
+from operator import eq
 
 import moeconf.memory.compressed as compressed
 import moeconf.memory.families as setting_families
@@ -118,39 +120,54 @@ def alloc_size(t: Tensor, device: str) -> int:
 
 def weight_bytes(placement: Placement) -> dict[str, int]:
     """Exactly what each buffer type's model buffer holds."""
-    out: dict[str, int] = defaultdict(int)
-    devices = placement.devices
-    padded: dict[str, bool] = {}  # device -> whether its buffer pads rows (CUDA); else 32-aligned
-    for t, size32 in _host_sizes(placement.inventory):
-        dev = devices[t.name]
+    out: dict[str, int] = {}
+    names, tensors, sizes32 = _host_sizes(placement.inventory)
+    devs = list(map(placement.devices.__getitem__, names))
+    # per device, in the order the tensors first name it: a CUDA buffer pads rows (alloc_size), any
+    # other is 32-aligned (the host size)
+    for dev in dict.fromkeys(devs):
         if dev is None:
             continue
-        pad = padded.get(dev)
-        if pad is None:
-            pad = padded[dev] = dev.startswith(("CUDA", "ROCm", "MUSA"))
-        out[dev] += alloc_size(t, dev) if pad else size32
+        if dev.startswith(("CUDA", "ROCm", "MUSA")):
+            out[dev] = sum(alloc_size(t, dev) for t in compress(tensors, map(eq, devs, repeat(dev))))
+        else:
+            out[dev] = sum(compress(sizes32, map(eq, devs, repeat(dev))))
     # a tied output's second copy of token_embd (memory/classic.py)
     tied = placement.tied_output()
     if tied is not None:
-        out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
-    return dict(out)
+        out[tied] = out.get(tied, 0) + alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
+    return out
 
 
 @per_inventory
-def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
-    """Each tensor with its size in a 32-aligned buffer (CPU, RPC)."""
-    return tuple((t, _align(t.nbytes, 32)) for t in inv.tensors)
+def _host_sizes(inv: Inventory) -> tuple[tuple[str, ...], tuple[Tensor, ...], tuple[int, ...]]:
+    """Each tensor's name, the tensor, and its size in a 32-aligned buffer (CPU, RPC)."""
+    return (tuple(t.name for t in inv.tensors), tuple(inv.tensors),
+            tuple(_align(t.nbytes, 32) for t in inv.tensors))
 
 
 def _layer_devices(placement: Placement) -> dict[int, str]:
     """Each block's home device (from -ngl/-ts, never from -ot): where its KV cache lives."""
-    out: dict[int, str] = {}
-    for t in placement.inventory.tensors:
-        if t.layer is not None and t.layer not in out:
-            d = placement.defaults.get(t.name)
+    defaults = placement.defaults
+    found: list[tuple[int, int, str]] = []  # (the tensor's index, its block, the device)
+    for layer, tensors in _block_tensors(placement.inventory):
+        for i, name in tensors:  # the block's first tensor the engine creates
+            d = defaults.get(name)
             if d is not None:
-                out[t.layer] = d
-    return out
+                found.append((i, layer, d))
+                break
+    found.sort()  # in the order of the tensors, as a walk over them finds each block
+    return {layer: d for _, layer, d in found}
+
+
+@per_inventory
+def _block_tensors(inv: Inventory) -> tuple[tuple[int, tuple[tuple[int, str], ...]], ...]:
+    """Each block with its tensors (index in the inventory, name), in inventory order."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for i, t in enumerate(inv.tensors):
+        if t.layer is not None:
+            out.setdefault(t.layer, []).append((i, t.name))
+    return tuple((layer, tuple(ts)) for layer, ts in out.items())
 
 
 def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int) -> str | None:
