@@ -608,7 +608,7 @@ def _reserve(args: argparse.Namespace, inv: Inventory, settings: MemorySettings)
 def _speed_asked(args: argparse.Namespace) -> bool:
     """explain's and fit's speed prediction: asked by --speed or by any machine flag (a machine described
     for nothing else)."""
-    from moeconf.machine import machine_flags_given
+    from moeconf.machine_args import machine_flags_given
 
     return bool(getattr(args, "speed", False)) or machine_flags_given(args)
 
@@ -616,7 +616,7 @@ def _speed_asked(args: argparse.Namespace) -> bool:
 def _command_machine(args: argparse.Namespace, devices: tuple[str, ...], *, asked: bool) -> Any:
     """explain's and fit's machine (moeconf.machine.Machine) over the command's GPUs, or None where no
     machine flag is given and nothing asks for speed: nothing is read from the machine then."""
-    from moeconf.machine import machine_flags_given
+    from moeconf.machine_args import machine_flags_given
 
     if not asked and not machine_flags_given(args):
         return None
