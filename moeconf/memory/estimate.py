@@ -538,14 +538,15 @@ def _graph_counts_server_rows(placement: Placement, settings: MemorySettings, ou
 
 def _amx_extra(placement: Placement) -> int:
     """Bytes the AMX buffer adds over the plain CPU buffer for the weights kept in host memory."""
-    devices = placement.devices
-    return sum(extra for name, extra in _amx_tensors(placement.inventory) if devices.get(name) == HOST)
+    names, extras = _amx_tensors(placement.inventory)
+    return sum(compress(extras, map(eq, map(placement.devices.get, names), repeat(HOST))))
 
 
 @per_inventory
-def _amx_tensors(inv: Inventory) -> tuple[tuple[str, int], ...]:
-    """The tensors the AMX buffer would take, each with what it adds over the CPU buffer."""
-    return tuple((t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None)
+def _amx_tensors(inv: Inventory) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The tensors the AMX buffer would take, and what each adds over the CPU buffer."""
+    amx = [(t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None]
+    return tuple(n for n, _ in amx), tuple(e for _, e in amx)
 
 
 def output_family_checked(placement: Placement, settings: MemorySettings) -> bool:
