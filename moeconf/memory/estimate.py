@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from itertools import compress, repeat
-from operator import eq
 
 import moeconf.memory.compressed as compressed
 import moeconf.memory.families as setting_families
@@ -120,30 +118,28 @@ def alloc_size(t: Tensor, device: str) -> int:
 
 def weight_bytes(placement: Placement) -> dict[str, int]:
     """Exactly what each buffer type's model buffer holds."""
-    out: dict[str, int] = {}
-    names, tensors, sizes32 = _host_sizes(placement.inventory)
-    devs = list(map(placement.devices.__getitem__, names))
-    # per device, in the order the tensors first name it: a CUDA buffer pads rows (alloc_size), any
-    # other is 32-aligned (the host size)
-    for dev in dict.fromkeys(devs):
+    out: dict[str, int] = defaultdict(int)
+    devices = placement.devices
+    padded: dict[str, bool] = {}  # device -> whether its buffer pads rows (CUDA); else 32-aligned
+    for t, size32 in _host_sizes(placement.inventory):
+        dev = devices[t.name]
         if dev is None:
             continue
-        if dev.startswith(("CUDA", "ROCm", "MUSA")):
-            out[dev] = sum(alloc_size(t, dev) for t in compress(tensors, map(eq, devs, repeat(dev))))
-        else:
-            out[dev] = sum(compress(sizes32, map(eq, devs, repeat(dev))))
+        pad = padded.get(dev)
+        if pad is None:
+            pad = padded[dev] = dev.startswith(("CUDA", "ROCm", "MUSA"))
+        out[dev] += alloc_size(t, dev) if pad else size32
     # a tied output's second copy of token_embd (memory/classic.py)
     tied = placement.tied_output()
     if tied is not None:
-        out[tied] = out.get(tied, 0) + alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
-    return out
+        out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
+    return dict(out)
 
 
 @per_inventory
-def _host_sizes(inv: Inventory) -> tuple[tuple[str, ...], tuple[Tensor, ...], tuple[int, ...]]:
-    """Each tensor's name, the tensor, and its size in a 32-aligned buffer (CPU, RPC)."""
-    return (tuple(t.name for t in inv.tensors), tuple(inv.tensors),
-            tuple(_align(t.nbytes, 32) for t in inv.tensors))
+def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
+    """Each tensor with its size in a 32-aligned buffer (CPU, RPC)."""
+    return tuple((t, _align(t.nbytes, 32)) for t in inv.tensors)
 
 
 def _layer_devices(placement: Placement) -> dict[int, str]:
@@ -538,15 +534,14 @@ def _graph_counts_server_rows(placement: Placement, settings: MemorySettings, ou
 
 def _amx_extra(placement: Placement) -> int:
     """Bytes the AMX buffer adds over the plain CPU buffer for the weights kept in host memory."""
-    names, extras = _amx_tensors(placement.inventory)
-    return sum(compress(extras, map(eq, map(placement.devices.get, names), repeat(HOST))))
+    devices = placement.devices
+    return sum(extra for name, extra in _amx_tensors(placement.inventory) if devices.get(name) == HOST)
 
 
 @per_inventory
-def _amx_tensors(inv: Inventory) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """The tensors the AMX buffer would take, and what each adds over the CPU buffer."""
-    amx = [(t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None]
-    return tuple(n for n, _ in amx), tuple(e for _, e in amx)
+def _amx_tensors(inv: Inventory) -> tuple[tuple[str, int], ...]:
+    """The tensors the AMX buffer would take, each with what it adds over the CPU buffer."""
+    return tuple((t.name, b - alloc_size(t, HOST)) for t in inv.tensors if (b := amx_bytes(t)) is not None)
 
 
 def output_family_checked(placement: Placement, settings: MemorySettings) -> bool:
