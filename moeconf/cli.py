@@ -912,8 +912,8 @@ def _engine_flags_apart(parser: argparse.ArgumentParser, words: list[str]) -> tu
 
 def run() -> NoReturn:
     """The `moeconf` process (the console script, `python -m moeconf`): `main`, then the exit. The
-    interpreter's exit collects garbage over every object the command made (some 10^5 after a fit,
-    15-20 ms): frozen first, they are left to the exit's teardown."""
+    interpreter's exit collects garbage over every object the command made (some 10^5 after a fit:
+    the exit took 35-55 ms of CPU, 8 with them frozen): frozen first, they are left to the teardown."""
     code = main()
     gc.freeze()
     sys.exit(code)
@@ -921,8 +921,8 @@ def run() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # a command makes some 10^5 objects and keeps most to the end: the cyclic collector's default
-    # threshold (700 allocations) collected 69 times in a one-GPU fit and 325 in a two-GPU one (15-80 ms).
-    # Collected every 100,000 instead, for this command only
+    # threshold (700 allocations) collected 78 times in a one-GPU fit and 333 in a two-GPU one (12 and
+    # 70 ms of CPU). Collected every 100,000 instead, for this command only
     threshold = gc.get_threshold()
     gc.set_threshold(100_000, *threshold[1:])
     try:

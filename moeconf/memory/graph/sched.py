@@ -109,11 +109,8 @@ class Scheduler:
 
     def _from_cur(self, t: Tensor) -> int:
         vs = t.view_src
-        buf = t.buffer if vs is None else vs.buffer
-        if buf is not None:
-            b = self._buf_index.get(buf)
-            if b is None:
-                b = self._buf_backend(t)
+        if (t.buffer if vs is None else vs.buffer) is not None:
+            b = self._buf_backend(t)
             if b != -1:
                 return b
         if vs is not None and (vs.buffer if vs.view_src is None else vs.view_src.buffer) is not None:
