@@ -1,5 +1,3 @@
-import sys
+from moeconf.cli import run
 
-from moeconf.cli import main
-
-sys.exit(main())
+run()

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from moeconf.errors import MoeconfError
+from moeconf.machine_args import FIELDS as FIELDS  # re-exported
 from moeconf.machine_args import add_machine_arguments as add_machine_arguments  # re-exported
+from moeconf.machine_args import machine_flags_given as machine_flags_given  # re-exported
 
 if TYPE_CHECKING:
     from moeconf.machine_detect import RamKind, SmiGPU
@@ -202,23 +204,12 @@ def parse_cores(value: str | int) -> int:
 
 # ---- the flags, a plan's [machine], detection: merged ---------------------------------------------
 
-# option dest -> (flag, [machine] key)
-FIELDS = {"gpu_model": ("--gpu-model", "gpu_model"), "gpu_bandwidth": ("--gpu-bandwidth", "gpu_bandwidth"),
-          "gpu_tflops": ("--gpu-tflops", "gpu_tflops"), "pcie": ("--pcie", "pcie"),
-          "host_bandwidth": ("--host-bandwidth", "host_bandwidth"), "ram_speed": ("--ram-speed", "ram_speed"),
-          "cores": ("--cores", "cores")}
 # what gives each figure a prediction may lack
 GIVEN_BY = {"memory_bandwidth": "--gpu-model (a card of the table) or --gpu-bandwidth",
             "pcie_bandwidth": "--pcie GEN[xLANES] (or --gpu-model)",
             "matrix_flops": "--gpu-model (a card of the table) or --gpu-tflops",
             "host: memory_bandwidth": "--ram-speed DDR5-6000x2, --host-bandwidth 90GB/s or --probe-ram",
             "host: cores": "--cores N"}
-
-
-def machine_flags_given(args: argparse.Namespace | dict[str, Any]) -> bool:
-    """Whether any machine flag is set (explain and fit build the machine only then, or when speed is asked)."""
-    get = args.get if isinstance(args, dict) else (lambda k, d=None: getattr(args, k, d))
-    return any(get(k) not in (None, "", False) for k in (*FIELDS, "probe_ram", "no_detect", "machine_plan"))
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """The machine's flags, apart from moeconf/machine.py so that building the CLI's parser imports
-nothing more than argparse (`moeconf --help` starts in milliseconds)."""
+nothing more than argparse (`moeconf --help` starts in milliseconds), and whether any is given (an
+explain or fit without one never imports moeconf/machine.py)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def add_machine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,3 +31,16 @@ def add_machine_arguments(parser: argparse.ArgumentParser) -> None:
                        help="read the machine from this plan's [machine] table (flags override it; docs/speed.md)")
     g.add_argument("--no-detect", action="store_true",
                    help="read nothing from this machine (nvidia-smi, /proc, lscpu): flags and the plan only")
+
+
+# option dest -> (flag, [machine] key)
+FIELDS = {"gpu_model": ("--gpu-model", "gpu_model"), "gpu_bandwidth": ("--gpu-bandwidth", "gpu_bandwidth"),
+          "gpu_tflops": ("--gpu-tflops", "gpu_tflops"), "pcie": ("--pcie", "pcie"),
+          "host_bandwidth": ("--host-bandwidth", "host_bandwidth"), "ram_speed": ("--ram-speed", "ram_speed"),
+          "cores": ("--cores", "cores")}
+
+
+def machine_flags_given(args: argparse.Namespace | dict[str, Any]) -> bool:
+    """Whether any machine flag is set (explain and fit build the machine only then, or when speed is asked)."""
+    get = args.get if isinstance(args, dict) else (lambda k, d=None: getattr(args, k, d))
+    return any(get(k) not in (None, "", False) for k in (*FIELDS, "probe_ram", "no_detect", "machine_plan"))

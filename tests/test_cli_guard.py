@@ -98,6 +98,25 @@ def test_usage_errors_are_2_and_findings_1(tmp_path: Path) -> None:
     assert run("inspect", MANIFEST) == 0
 
 
+def test_a_command_sets_the_collectors_threshold_for_itself_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """main raises the cyclic collector's threshold while a command runs (cli.main) and gives the
+    caller's back, also when the command fails."""
+    import gc
+
+    seen: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(cli, "_cmd_inspect", lambda args: seen.append(gc.get_threshold()) or 0)
+    monkeypatch.setattr(cli, "_cmd_lint", _raise(RuntimeError("boom")))
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        assert main(["inspect", MANIFEST]) == 0
+        assert seen == [(100_000, 10, 10)] and gc.get_threshold() == (700, 10, 10)
+        assert main(["lint", MANIFEST]) == 3
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+
+
 def _actions(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = []
     for a in parser._actions:

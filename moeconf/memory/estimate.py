@@ -140,13 +140,26 @@ def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
 
 def _layer_devices(placement: Placement) -> dict[int, str]:
     """Each block's home device (from -ngl/-ts, never from -ot): where its KV cache lives."""
-    out: dict[int, str] = {}
-    for t in placement.inventory.tensors:
-        if t.layer is not None and t.layer not in out:
-            d = placement.defaults.get(t.name)
+    defaults = placement.defaults
+    found: list[tuple[int, int, str]] = []  # (the tensor's index, its block, the device)
+    for layer, tensors in _block_tensors(placement.inventory):
+        for i, name in tensors:  # the block's first tensor the engine creates
+            d = defaults.get(name)
             if d is not None:
-                out[t.layer] = d
-    return out
+                found.append((i, layer, d))
+                break
+    found.sort()  # in the order of the tensors, as a walk over them finds each block
+    return {layer: d for _, layer, d in found}
+
+
+@per_inventory
+def _block_tensors(inv: Inventory) -> tuple[tuple[int, tuple[tuple[int, str], ...]], ...]:
+    """Each block with its tensors (index in the inventory, name), in inventory order."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for i, t in enumerate(inv.tensors):
+        if t.layer is not None:
+            out.setdefault(t.layer, []).append((i, t.name))
+    return tuple((layer, tuple(ts)) for layer, ts in out.items())
 
 
 def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int) -> str | None:

@@ -38,6 +38,7 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
     msa_width = inv.metadata.hparam("attention.indexer.key_length")
     msa_layers = set() if geo.mla_arch or not isinstance(msa_width, int) else {
         t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
+    dsv4 = compressed.ratios(inv) is not None  # DeepSeek-V4's compressed caches
     for la in (*geo.layers, *geo.nextn_kv):
         dev = homes.get(la.index, HOST) if settings.offload_kqv else HOST
         if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
@@ -61,7 +62,7 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
                 continue
         k_row = la.head_k * la.n_head_kv
         v_row = geo.v_row(la, transposed=not (fa or ik))
-        if compressed.ratios(inv) is not None:  # DeepSeek-V4: raw rows K-only, compressed caches, states
+        if dsv4:  # DeepSeek-V4: raw rows K-only, compressed caches, states
             kv[dev] += cache_row_bytes(ctk, k_row) * n + compressed.layer_bytes(inv, la.index, la.head_k, cells,
                                                                                n_seq, ctk)
             continue
@@ -73,7 +74,7 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
         elif la.index in msa_layers and isinstance(msa_width, int):
             size += (cache_row_bytes(ctk, msa_width) + cache_row_bytes(ctv, la.head_v)) * n
         kv[dev] += size
-    if compressed.ratios(inv) is not None and geo.layers:
+    if dsv4 and geo.layers:
         # the DSV4 cache keeps every block's rows, the MTP blocks' too (create_memory passes it no filter),
         # on the device of the blocks at the end (dev_layer; the loader skips the MTP weights)
         la0 = geo.layers[0]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
+from operator import eq
 
 DIGITS = "0123456789"
 
@@ -234,30 +235,34 @@ def _candidates(must: Iterable[str], forbid: Iterable[str]) -> tuple[list[str], 
                 terms[(ats, True)] = cov | extra
     # dominance: drop a term when another covers a superset at no higher cost
     cheapest: dict[int, tuple[int, str, tuple[tuple[int, ...], bool]]] = {}
+    get = cheapest.get
     for key_t, cov in terms.items():
         ats, opt = key_t
-        r = "".join(astr[k] for k in ats)
+        r = "".join(map(astr.__getitem__, ats))
         if opt:
             r = r[: len(astr[ats[0]])] + "?" + r[len(astr[ats[0]]):]
-        key = (len(r), r)
-        old = cheapest.get(cov)
-        if old is None or key < old[:2]:
-            cheapest[cov] = (*key, key_t)
-    items = sorted(
-        ((c, r, t, cov) for cov, (c, r, t) in cheapest.items()), key=lambda x: (x[0], -x[3].bit_count(), x[1])
-    )
+        old = get(cov)
+        if old is None or (len(r), r) < old[:2]:
+            cheapest[cov] = (len(r), r, key_t)
+    # cheapest first, then the widest, then by text (one term per text: no two items tie)
+    items = sorted((c, -cov.bit_count(), r, t, cov) for cov, (c, r, t) in cheapest.items())
     kept: list[tuple[Term, int, int]] = []
     # kept masks indexed by each bit they cover: a superset of `cov` holds every bit of cov,
     # so only the shortest of those lists needs checking
     by_bit: dict[int, list[int]] = {}
-    for _c, _r, (ats, opt), cov in items:
-        lo = by_bit.get((cov & -cov).bit_length() - 1, [])
-        hi = by_bit.get(cov.bit_length() - 1, [])
-        if any(cov & ~c2 == 0 for c2 in (lo if len(lo) < len(hi) else hi)):
+    no: list[int] = []
+    for c, _, _, (ats, opt), cov in items:
+        lo = by_bit.get(cov & -cov, no)
+        hi = by_bit.get(1 << (cov.bit_length() - 1), no)
+        supersets = lo if len(lo) < len(hi) else hi
+        if any(map(eq, map(cov.__or__, supersets), supersets)):  # cov | c2 == c2: c2 holds cov
             continue
-        kept.append((Term(tuple(atoms[k] for k in ats), opt), _c, cov))
-        for b in [i for i in range(cov.bit_length()) if cov >> i & 1]:
-            by_bit.setdefault(b, []).append(cov)
+        kept.append((Term(tuple(map(atoms.__getitem__, ats)), opt), c, cov))
+        m = cov
+        while m:
+            low = m & -m
+            by_bit.setdefault(low, []).append(cov)
+            m ^= low
     return must_l, kept
 
 

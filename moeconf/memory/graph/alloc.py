@@ -26,36 +26,39 @@ class Allocator:
         return (size + a - 1) // a * a
 
     def alloc(self, size: int) -> int:
-        size = self._aligned(size)
+        a = self.alignment
+        size = (size + a - 1) // a * a
         blocks = self.blocks
-        best = -1
+        best = len(blocks) - 1
         best_size = _LAST_BLOCK
-        for i in range(len(blocks) - 1):
+        for i in range(best):
             bs = blocks[i][1]
             if size <= bs <= best_size:  # best fit; a tie goes to the later block
                 best, best_size = i, bs
-        if best < 0:
-            best = len(blocks) - 1
         block = blocks[best]
         off = block[0]
-        block[0] += size
+        block[0] = off + size
         block[1] -= size
-        if block[1] == 0:
+        if not block[1]:
             del blocks[best]
-        self.max_size = max(self.max_size, off + size)
+        if off + size > self.max_size:
+            self.max_size = off + size
         return off
 
     def free(self, off: int, size: int) -> None:
-        size = self._aligned(size)
+        a = self.alignment
+        size = (size + a - 1) // a * a
         blocks = self.blocks
+        end = off + size
         for i, block in enumerate(blocks):
-            if block[0] + block[1] == off:  # the freed range ends this block: extend it
+            start = block[0]
+            if start + block[1] == off:  # the freed range ends this block: extend it
                 block[1] += size
-                if i + 1 < len(blocks) and block[0] + block[1] == blocks[i + 1][0]:
+                if i + 1 < len(blocks) and start + block[1] == blocks[i + 1][0]:
                     block[1] += blocks[i + 1][1]
                     del blocks[i + 1]
                 return
-            if off + size == block[0]:  # the freed range starts this block
+            if end == start:  # the freed range starts this block
                 block[0] = off
                 block[1] += size
                 if i > 0 and blocks[i - 1][0] + blocks[i - 1][1] == off:

@@ -298,23 +298,25 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
     own: dict[Tensor, bool] = {}  # hash_node.allocated
     addr: dict[Tensor, tuple[int, int]] = {}  # (buffer, offset)
     sizes: dict[Tensor, int] = {}  # the bytes a tensor takes in the buffer it is in (`addr`)
+    # a backend's size of a tensor: ggml_nbytes unless it pads quantized rows (the same as Backend.alloc_size)
+    size_of = [b.alloc_size if b.pads_rows else nbytes for b in backends]
+    own_get, children_get, views_get = own.get, children.get, views.get
 
     def alloc_node(t: Tensor, b: int) -> None:
-        if t.buffer is not None or t.view_src is not None or own.get(t):
-            return
+        # the callers have checked that t is in no buffer, is no view and is not allocated yet
         own[t] = True
         if t.op in CAN_INPLACE:
             for p in t.src:
-                if p is None or not own.get(p):
+                if p is None or not own_get(p):
                     continue
                 if p.flags & OUTPUT or (p.view_src is not None and p.view_src.flags & OUTPUT):
                     continue
                 if not same_layout(t, p):
                     continue
-                if children.get(p, 0) == 1 and views.get(p, 0) == 0:
+                if children_get(p, 0) == 1 and views_get(p, 0) == 0:
                     if p.view_src is not None:
                         vs = p.view_src
-                        if views.get(vs, 0) == 1 and children.get(vs, 0) == 0 and vs.buffer is None:
+                        if views_get(vs, 0) == 1 and children_get(vs, 0) == 0 and vs.buffer is None:
                             addr[t] = addr[vs]
                             own[p] = False
                             own[vs] = False
@@ -325,19 +327,19 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                         own[p] = False
                         _free_extra(t, p, b)
                         return
-        size = backends[b].alloc_size(t)
-        sizes[t] = size
-        addr[t] = (b, allocs[b].alloc(size))
+        size = sizes[t] = size_of[b](t)
+        off = allocs[b].alloc(size)
+        addr[t] = (b, off)
         if trace:
-            trace(f"alloc {backends[b].name} {addr[t][1]} {size} {t.describe()}")
+            trace(f"alloc {backends[b].name} {off} {size} {t.describe()}")
 
     def _free_extra(t: Tensor, p: Tensor, b: int) -> None:
         """t takes p's memory in place: the part of p beyond t's size freed."""
         pb, off = addr[p]
         a = allocs[pb]
-        size = sizes[t] = backends[pb].alloc_size(t)  # as it is freed later, from p's buffer
+        size = sizes[t] = size_of[pb](t)  # as it is freed later, from p's buffer
         ps = a._aligned(sizes[p])
-        ns = a._aligned(size if b == pb else backends[b].alloc_size(t))
+        ns = a._aligned(size if b == pb else size_of[b](t))
         if ps > ns:
             a.free(off + ns, ps - ns)
 
@@ -351,25 +353,26 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
             trace(f"free {backends[b].name} {off} {t.describe()}")
 
     for leaf, b in leafs:
-        alloc_node(leaf, b)
-    own_get, children_get, views_get = own.get, children.get, views.get
+        if leaf.buffer is None and leaf.view_src is None and not own_get(leaf):
+            alloc_node(leaf, b)
     for n, b in nodes:
         if n.view_src is not None and n.op != "NONE":
             views[n.view_src] = views_get(n.view_src, 0) + 1
-        if n.flags & INPUT:
+        if n.flags & INPUT and n.buffer is None and n.view_src is None and not own_get(n):
             alloc_node(n, b)
         for s in n.src:
             if s is None or s is n:
                 continue
             children[s] = children_get(s, 0) + 1
-            if s.flags & INPUT:
+            if s.flags & INPUT and s.buffer is None and s.view_src is None and not own_get(s):
                 alloc_node(s, b)
     for n, b in nodes:
         srcs = n.src
         for p in srcs:
-            if p is not None and p is not n and not own_get(p) and p.buffer is None and p.view_src is None:
+            if p is not None and p.buffer is None and p.view_src is None and p is not n and not own_get(p):
                 alloc_node(p, b)
-        alloc_node(n, b)
+        if n.buffer is None and n.view_src is None and not own_get(n):
+            alloc_node(n, b)
         for p in srcs:
             if p is None or p is n:
                 continue
