@@ -80,7 +80,9 @@ EXPECTED_KINDS = {
     "laguna-xs.2": ("0", "1-39", "none"),
     **{k: ("none", f"0-{n - 1}", "none") for k, n in (
         ("mixtral-8x7b", 32), ("qwen1.5-moe-a2.7b", 24), ("olmoe-1b-7b", 16), ("phi-3.5-moe", 32), ("dbrx", 40),
-        ("snowflake-arctic", 35), ("granite-3.1-3b-a800m", 32), ("smallthinker-4ba0.6b", 32))},
+        ("snowflake-arctic", 35), ("granite-3.1-3b-a800m", 32), ("smallthinker-4ba0.6b", 32), ("ling-lite-1.5", 28),
+        ("minicpm-moe-8x2b", 40))},
+    "deepseek-moe-16b": ("0", "1-27", "none"),
     "trinity-mini": ("0-1", "2-31", "none"),
     "k-exaone-236b-a23b": ("0", "1-47", "48"),
     "mimo-v2-flash": ("0", "1-47", "48"),

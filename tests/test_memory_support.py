@@ -183,3 +183,28 @@ def test_unfused_swiglu_clamps_are_refused(tmp_path: Path) -> None:
         md, arch_keys=(*(md.arch_keys or ()), "swiglu_clamp_exp")))
     assert [w.split(":")[0] for w in unmodelled(clamped, "llama.cpp")] == [
         "memory is not modelled for bailingmoe3.swiglu_clamp_exp"]
+
+
+
+def test_a_minicpm_file_without_its_scales_is_refused(tmp_path: Path) -> None:
+    """MiniCPM's loader gives the embedding, residual and logit scales defaults that are not 0 and the
+    keys override them; its composition runs a scale only where the key is there (archs/minicpm.py). A
+    file lacking one (an old conversion) would get a graph without a scale the engine runs: the estimate
+    is incomplete, naming the key and the next step."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "minicpm.gguf"
+    write_layout(LAYOUTS["minicpm-moe-8x2b"], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    md = inv.metadata
+    old = dataclasses.replace(inv, metadata=dataclasses.replace(
+        md, arch_keys=tuple(k for k in md.arch_keys or () if k != "residual_scale")))
+    est = estimate_line(old, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "minicpm.residual_scale" in notes and "reconvert" in notes and "minicpm.logit_scale" not in notes, notes

@@ -1,0 +1,29 @@
+"""MiniCPM (src/models/minicpm.cpp): Granite's graph (llama_model_granite::graph, src/models/granite.cpp),
+the classic decoder layer with the embedding, residual and logit scales, one row. Its loader sets all
+three scales to defaults that are not 0 and lets the keys override them; the converter writes the three
+keys, so the scales run where they are present. A file without one of them (an old conversion) still
+runs that scale in the engine: the composition does not build it, and `estimate` says so."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
+from moeconf.model.inventory import Inventory
+
+ARCH = "minicpm"
+build = decoder(Decoder(granite=True))
+_SCALES = ("embedding_scale", "residual_scale", "logit_scale")
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """The files whose graph this composition does not build: a scale key missing (the loader's
+    default scale runs in the engine's graph, not in this one)."""
+    keys = set(inv.metadata.arch_keys or ())
+    missing = [f"minicpm.{k}" for k in _SCALES if k not in keys]
+    if not missing:
+        return []
+    return [f"memory is not modelled for this minicpm file: it lacks {', '.join(missing)} (the engine then "
+            "runs its default scale, which moeconf's graph does not); reconvert it with a current "
+            "convert_hf_to_gguf.py, which writes the three scales"]
+
+
+MEMORY = Memory(CHECKED + " (MiniCPM-MoE-8x2B)", unmodelled=_unmodelled)
