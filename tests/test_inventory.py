@@ -95,6 +95,8 @@ EXPECTED_KINDS = {
     "granite-4.0-h-small": ("none", "0-39", "none"),
     # Jamba: experts on every second block, as its tensors say (the converter writes no period)
     "jamba-mini-1.5": (format_ranges(range(0, 32, 2)), format_ranges(range(1, 32, 2)), "none"),
+    "grovemoe-inst": ("none", "0-47", "none"),
+    "minimax-text-01": ("none", "0-79", "none"),
 }
 
 

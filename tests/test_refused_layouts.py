@@ -1,0 +1,78 @@
+"""The two routed-expert architectures whose placement is checked against llama.cpp but whose
+memory moeconf refuses: GroveMoE (`grovemoe`: adjugate experts, ffn_*_chexps) and MiniMax-01
+(`minimax-01`: lightning-attention blocks, attn_norm_2), as sparse full-size layouts of the real
+models (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
+tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
+`other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
+the tensors of the block it does not build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from moeconf.cli import main
+from moeconf.fixtures.layouts import LAYOUTS
+from moeconf.fixtures.writer import write_layout
+from moeconf.model.inventory import Inventory
+from moeconf.model.load import load_inventory
+
+# layout -> (architecture, the tensors no modelled architecture has, as the refusal names them)
+REFUSED = {
+    "grovemoe-inst": ("grovemoe", ("ffn_down_chexps", "ffn_gate_chexps", "ffn_up_chexps")),
+    "minimax-text-01": ("minimax-01", ("attn_norm_2",)),
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
+    folder = tmp_path_factory.mktemp("refused-layouts")
+    out = {}
+    for key in REFUSED:
+        path = folder / f"{key}.gguf"
+        write_layout(LAYOUTS[key], path)
+        out[key] = (path, load_inventory(path))
+    return out
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED))
+def test_every_tensor_is_known_and_grouped(files: dict[str, tuple[Path, Inventory]], key: str) -> None:
+    _, inv = files[key]
+    assert inv.arch == REFUSED[key][0]
+    unknown = [t.name for t in inv.tensors if not t.known or t.group == "other"]
+    assert not unknown, unknown[:8]
+
+
+def test_grovemoe_adjugate_experts_are_experts(files: dict[str, tuple[Path, Inventory]]) -> None:
+    """One adjugate expert per group of two experts, 128 wide, in every block: experts, so that
+    `-ot exps=CPU` and --n-cpu-moe take them as llama.cpp does."""
+    _, inv = files["grovemoe-inst"]
+    chexps = [t for t in inv.tensors if "chexps" in t.name]
+    assert len(chexps) == 3 * 48
+    assert {t.group for t in chexps} == {"experts"}
+    assert inv.by_name["blk.5.ffn_up_chexps.weight"].shape == (2048, 128, 64)
+    assert inv.layers_of_kind("moe") == list(range(48))
+
+
+def test_minimax_01_lightning_blocks_are_the_loaders(files: dict[str, tuple[Path, Inventory]]) -> None:
+    """Softmax attention on every eighth block ((il + 1) % 8 == 0, the loader's default interval and
+    the checkpoint's attn_type_list), lightning attention (recurrent) on the other 70."""
+    _, inv = files["minimax-text-01"]
+    assert set(inv.layers_of_kind("recurrent")) == {il for il in range(80) if (il + 1) % 8 != 0}
+    assert "blk.7.attn_q.weight" in inv.by_name and "blk.7.attn_norm_2.weight" not in inv.by_name
+    assert "blk.8.attn_norm_2.weight" in inv.by_name and "blk.8.attn_q.weight" not in inv.by_name
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED))
+def test_explain_places_and_refuses_memory(files: dict[str, tuple[Path, Inventory]], key: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    path, _ = files[key]
+    arch, missing = REFUSED[key]
+    assert main(["explain", str(path), "--engine", "llama.cpp", "--", "-ngl", "999", "-ot", "exps=CPU",
+                 "-fit", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "global: token_embd.weight CPU, output_norm.weight CUDA0, output.weight CUDA0" in out
+    note = next(line for line in out.splitlines() if "memory is not modelled" in line)
+    assert f"for the '{arch}' architecture" in note
+    assert f"(tensors no modelled architecture has: {', '.join(missing)})" in note
