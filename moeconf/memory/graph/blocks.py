@@ -36,7 +36,6 @@ class Hparams:
     n_head_kv: tuple[int, ...]
     head_k: int
     head_v: int
-    n_vocab: int
     n_expert: int = 0
     n_expert_used: int = 0
     n_embd_inp: int = 0  # 0: n_embd
@@ -63,7 +62,6 @@ class Cparams:
     flash_attn: bool = True
     offload_kqv: bool = True
     cache_k: str = "F16"
-    cache_v: str = "F16"
     rot_k: int = 0  # Hadamard rotation sides (0: none)
     rot_v: int = 0
     rot_k_swa: int = 0  # the sliding-window cache's (its own head width's)
@@ -206,7 +204,7 @@ class GraphContext:
         self.expand(cur)
         return cur
 
-    def rs_inp(self, seqs: bool = False) -> RsInput:
+    def rs_inp(self) -> RsInput:
         """build_rs_inp: the state copy indices and their views for the ubatch's sequences and the rest
         (the reserve reads every state row, `Cparams.n_rs`: the sequences kept, as many as the reserve's
         ubatch holds)."""
@@ -464,13 +462,10 @@ class GraphContext:
         return c.set_rows(kc, view, idxs)
 
     def _cpy_v(self, vc: Tensor, v: Tensor, idxs: Tensor) -> Tensor:
+        if not self.cp.v_trans:
+            return self._cpy_k(vc, v, idxs)
         c = self.ctx
         n_gqa = v.ne[0] * v.ne[1]
-        if not self.cp.v_trans:
-            view = c.view(v, (n_gqa, v.ne[2]), (v.nb[2],), 0)
-            if vc.ne[2] > 1:
-                vc = c.reshape(vc, n_gqa, vc.ne[1] * vc.ne[2])
-            return c.set_rows(vc, view, idxs)
         contiguous = row_size(v.type, n_gqa) == v.nb[2]
         flat = c.reshape(v, n_gqa, v.ne[2]) if contiguous else c.cont(v, n_gqa, v.ne[2])
         if n_gqa < vc.ne[0]:
@@ -479,13 +474,12 @@ class GraphContext:
         flat = c.reshape(flat, 1, nelements(flat))
         return c.set_rows(vv, flat, idxs)
 
-    def _get_k(self, kc: Tensor, il: int, n_kv: int) -> Tensor:
+    def _get_k(self, kc: Tensor, il: int, n_kv: int, head: int = 0) -> Tensor:
+        """llama_kv_cache::get_k (and get_v of an untransposed V: `head` its width, else K's)."""
         hp = self.hp
-        gqa, size = kc.ne[0], kc.ne[1]
-        t = kc.type
-        hk = hp.hk(il)
-        return self.ctx.view(kc, (hk, hp.n_head_kv[il], n_kv, kc.ne[2]),
-                             (row_size(t, hk), row_size(t, gqa), row_size(t, gqa * size)), 0)
+        gqa, t, head = kc.ne[0], kc.type, head or hp.hk(il)
+        return self.ctx.view(kc, (head, hp.n_head_kv[il], n_kv, kc.ne[2]),
+                             (row_size(t, head), row_size(t, gqa), row_size(t, gqa * kc.ne[1])), 0)
 
     def get_k_one(self, kc: Tensor, n_kv: int) -> Tensor:
         """llama_kv_cache::get_k of a K-only cache of one head (MLA's latent, an indexer's keys)."""
@@ -493,13 +487,10 @@ class GraphContext:
         return self.ctx.view(kc, (kc.ne[0], 1, n_kv, kc.ne[2]), (rs, rs, rs * kc.ne[1]), 0)
 
     def _get_v(self, vc: Tensor, il: int, n_kv: int) -> Tensor:
-        hp, cp = self.hp, self.cp
-        gqa, size = vc.ne[0], vc.ne[1]
-        t = vc.type
-        hv = hp.hv(il)
-        if not cp.v_trans:
-            return self.ctx.view(vc, (hv, hp.n_head_kv[il], n_kv, vc.ne[2]),
-                                 (row_size(t, hv), row_size(t, gqa), row_size(t, gqa * size)), 0)
+        hp = self.hp
+        gqa, size, t, hv = vc.ne[0], vc.ne[1], vc.type, hp.hv(il)
+        if not self.cp.v_trans:
+            return self._get_k(vc, il, n_kv, hv)
         return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hv, vc.ne[2]),
                              (row_size(t, size * hv), row_size(t, size), row_size(t, size * gqa)), 0)
 
@@ -681,20 +672,19 @@ class GraphContext:
         cur = c.reshape(cur, n_embd, 1, T)
         if weight_before:
             cur = c.mul(c.repeat(cur, n_embd, used, T, 1), weights)
-        def mm_id(wt: Tensor, x: Tensor, base: str) -> Tensor:  # build_lora_mm_id, a per-expert scale
+        def mm_id(wt: Tensor, x: Tensor, base: str, bias: str = "") -> Tensor:
+            """build_lora_mm_id, a per-expert scale (`base`'s), the experts' bias (`bias`'s, else `base`'s)."""
             res = c.mul_mat_id(wt, x, selected)
             s = w.layer(il, base, "scale")
-            if s is None:
-                return res
-            s = c.repeat(c.reshape(s, 1, s.ne[0], 1), 1, s.ne[0], x.ne[2], 1)
-            return c.mul(res, c.get_rows(s, selected))
+            if s is not None:
+                s = c.repeat(c.reshape(s, 1, s.ne[0], 1), 1, s.ne[0], x.ne[2], 1)
+                res = c.mul(res, c.get_rows(s, selected))
+            b = w.layer(il, bias or base, "bias")
+            return c.add_id(res, b, selected) if b is not None else res
 
         gate_up = w.layer(il, "ffn_gate_up_exps")
         if gate_up is not None:
-            gu = mm_id(gate_up, cur, "ffn_up_exps")
-            b = w.layer(il, "ffn_gate_up_exps", "bias")
-            if b is not None:
-                gu = c.add_id(gu, b, selected)
+            gu = mm_id(gate_up, cur, "ffn_up_exps", "ffn_gate_up_exps")
             n_ff = gu.ne[0] // 2
             g = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), 0)
             up = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), n_ff * gu.nb[0])
@@ -703,14 +693,8 @@ class GraphContext:
             up_w = w.layer(il, "ffn_up_exps")
             assert up_w is not None
             up = mm_id(up_w, cur, "ffn_up_exps")
-            b = w.layer(il, "ffn_up_exps", "bias")
-            if b is not None:
-                up = c.add_id(up, b, selected)
             gate_w = w.layer(il, "ffn_gate_exps")
             g = mm_id(gate_w, cur, "ffn_gate_exps") if gate_w is not None else up
-            b = w.layer(il, "ffn_gate_exps", "bias")
-            if b is not None:
-                g = c.add_id(g, b, selected)
             has_gate = gate_w is not None
         if act == "swiglu_oai":
             h = c.glu_split(g, up, "swiglu_oai")
@@ -730,9 +714,6 @@ class GraphContext:
         down_w = w.layer(il, "ffn_down_exps")
         assert down_w is not None
         experts = mm_id(down_w, h, "ffn_down_exps")
-        b = w.layer(il, "ffn_down_exps", "bias")
-        if b is not None:
-            experts = c.add_id(experts, b, selected)
         if not weight_before:
             experts = c.mul(experts, weights)
         self.expand(experts)

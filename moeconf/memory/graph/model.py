@@ -75,10 +75,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     if setup.flash_attn and setup.fa_auto and fa_auto_off(placement, setup, g):
         setup = replace(setup, flash_attn=False, v_flat=True)
         g, backends = _build(placement, setup)
-    off = fused_off(placement, setup, g, backends)
-    if off:
-        g, backends = _build(placement, replace(setup, unfused=off))
-    return g, backends
+    return _unfused(placement, setup, g, backends)
 
 
 # the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order
@@ -296,10 +293,10 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
                  head_k_l=tuple(la.head_k for la in layers), head_v_l=tuple(la.head_v for la in layers),
-                 n_vocab=geo.n_vocab, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
+                 n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
     cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_kv_swa=setup.swa_cells,
                  n_stream=setup.n_stream, n_seq=setup.n_seq,
-                 flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
+                 flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk,
                  rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
                  full_offload=full, n_rs=setup.n_rs, v_flat=setup.v_flat, unfused=setup.unfused,

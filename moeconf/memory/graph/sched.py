@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from moeconf.memory.graph.alloc import Allocator
-from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, nelements, same_layout
+from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, same_layout
 
 # ggml-alloc.c ggml_op_can_inplace
 CAN_INPLACE = frozenset({
@@ -384,11 +384,3 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                 elif own_get(p):
                     free_node(p)
     return [a.max_size for a in allocs]
-
-
-def node_count(g: CGraph) -> int:
-    return len(g.nodes)
-
-
-def elements(t: Tensor) -> int:
-    return nelements(t)
