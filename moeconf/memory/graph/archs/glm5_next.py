@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
+from moeconf.memory.graph.archs._hc import hc_post, hc_pre
 from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need, probs_bias
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
@@ -139,16 +140,16 @@ def build(g: GraphContext, facts: Facts) -> None:
     prev: Tensor | None = None
     for il in range(hp.n_layer):
         residual = x
-        cur, post, comb = _hc_pre(g, x, il, "attn", hc, iters)
+        cur, post, comb = hc_pre(g, x, il, "attn", hc, iters)
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         if il in g.rs:
             cur = kda_layer(g, rs_in, cur, il, lower_bound, low_rank_gate=True)
         else:
             cur, prev = _dsa_layer(g, attn_in, kp, cur, il, prev)
-        x = _hc_post(g, cur, residual, post, comb, hc, il)
+        x = hc_post(g, cur, residual, post, comb, hc, il)
         residual = x
-        cur, post, comb = _hc_pre(g, x, il, "ffn", hc, iters)
+        cur, post, comb = hc_pre(g, x, il, "ffn", hc, iters)
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
         shexp_clamp = facts.above("swiglu_clamp_shexp", il) if "swiglu_clamp_shexp" in facts.floats | facts.units \
             else facts.above("swiglu_clamp_exp", il)
@@ -163,7 +164,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
                        il, act=sh_act)
             cur = c.add(moe, sh)
-        x = _hc_post(g, cur, residual, post, comb, hc, il)
+        x = hc_post(g, cur, residual, post, comb, hc, il)
     flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
     x = c.reshape(flat, hp.n_embd, hc, g.cp.n_outputs)
     acc = c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), 0)
@@ -171,87 +172,6 @@ def build(g: GraphContext, facts: Facts) -> None:
         acc = c.add(acc, c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), s * x.nb[1]))
     cur = g.norm(c.scale(acc), w.get("output_norm.weight"), None, -1)
     g.finish(cur, g.mm(need(w.get("output.weight")), cur))
-
-
-def _affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
-    return g.ctx.add(g.ctx.mul(x, scale), base)
-
-
-def _hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int) -> tuple[Tensor, Tensor, Tensor]:
-    """build_hc_pre: the streams' mixes (RMS-normed, projected), the pre and post weights (sigmoids of
-    their affine parts), the comb matrix (DSV4_HC_COMB, or by hand: a softmax, then Sinkhorn's column
-    and row normalisations) and the streams mixed by the pre weights (DSV4_HC_PRE, or by hand)."""
-    c, w = g.ctx, g.w
-    fn, scale, base = (need(w.layer(il, f"hc_{part}_{k}")) for k in ("fn", "scale", "base"))
-    T = x.ne[2]
-    mixes = g.mm(fn, c.rms_norm(c.reshape(x, x.ne[0] * hc, T)))
-
-    def part_of(i0: int, n: int) -> Tensor:
-        return c.view(mixes, (n, T), (mixes.nb[1],), 4 * i0)
-
-    pre = c.scale(c.unary(_affine(g, part_of(0, hc), c.view(scale, (1,), (), 0), c.view(base, (hc,), (), 0)),
-                          "sigmoid"))
-    post = c.scale(c.unary(_affine(g, part_of(hc, hc), c.view(scale, (1,), (), 4), c.view(base, (hc,), (), 4 * hc)),
-                           "sigmoid"))
-    unfused = g.cp.unfused
-    if "DSV4_HC_COMB" not in unfused:
-        comb = c.dsv4_hc_comb(mixes, scale, base, hc)
-        g.fused.append(("DSV4_HC_COMB", comb, il))
-    else:
-        comb = _affine(g, part_of(2 * hc, hc * hc), c.view(scale, (1,), (), 8), c.view(base, (hc * hc,), (), 8 * hc))
-        comb = _sinkhorn(g, c.reshape(comb, hc, hc, T), iters)
-    if "DSV4_HC_PRE" not in unfused:
-        out = c.dsv4_hc_pre(x, pre)
-        g.fused.append(("DSV4_HC_PRE", out, il))
-        return out, post, comb
-    res: Tensor | None = None
-    for ih in range(hc):
-        xh = c.view(x, (x.ne[0], T), (x.nb[2],), ih * x.nb[1])
-        cur = c.mul(xh, c.view(pre, (1, T), (pre.nb[1],), ih * pre.nb[0]))
-        res = cur if res is None else c.add(res, cur)
-    assert res is not None
-    return res, post, comb
-
-
-def _sinkhorn(g: GraphContext, comb: Tensor, iters: int) -> Tensor:
-    """build_hc_sinkhorn: a softmax over the destinations, eps added, one column normalisation, then
-    (iters - 1) row and column normalisations."""
-    c = g.ctx
-    comb = c.soft_max(comb)
-    eps = c.fill(c.new("F32", 1))
-    comb = c.add(comb, eps)
-
-    def cols(m: Tensor) -> Tensor:
-        s = c.add(c.sum_rows(c.cont(c.permute(m, 1, 0, 2, 3))), eps)
-        return c.div(m, c.permute(s, 1, 0, 2, 3))
-
-    comb = cols(comb)
-    for _ in range(1, iters):
-        comb = cols(c.div(comb, c.add(c.sum_rows(comb), eps)))
-    return comb
-
-
-def _hc_post(g: GraphContext, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor, hc: int, il: int) -> Tensor:
-    """build_hc_post: fused (DSV4_HC_POST), or where the engine's probe turned that off (a layer's post
-    scheduled off its device: llama-context.cpp resolve_fused_ops) by hand: per destination stream the
-    output weighted by its post weight plus each source stream weighted by the comb, concatenated."""
-    c = g.ctx
-    if "DSV4_HC_POST" not in g.cp.unfused:
-        out = c.dsv4_hc_post(x, residual, post, comb)
-        g.fused.append(("DSV4_HC_POST", out, il))
-        return out
-    n_embd, T = x.ne[0], x.ne[1]
-    res: Tensor | None = None
-    for dst in range(hc):
-        cur = c.mul(x, c.view(post, (1, T), (post.nb[1],), dst * post.nb[0]))
-        for src in range(hc):
-            r = c.view(residual, (n_embd, T), (residual.nb[2],), src * residual.nb[1])
-            k = c.view(comb, (1, T), (comb.nb[2],), dst * comb.nb[0] + src * comb.nb[1])
-            cur = c.add(cur, c.mul(r, k))
-        cur = c.reshape(cur, n_embd, 1, T)
-        res = cur if res is None else c.concat(res, cur, 1)
-    assert res is not None
-    return res
 
 
 def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Tensor, il: int) -> Tensor:
