@@ -127,7 +127,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     kpool = facts.hparam("attention.indexer.kpool")
     tail = bool(facts.hparam("attention.indexer.kpool_select_tail"))
     top_k = facts.hparam("attention.indexer.top_k")
-    lower_bound = "kda.gate_lower_bound" in facts.floats | facts.units
+    decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
     for il, kc in g.lid.items():  # llama_memory_hybrid_idx's indexer cache, created with the prefix "idx_"
         kc.name = f"cache_idx_k_l{il}"
     inp = g.inp_embd(need(w.get("token_embd.weight")))
@@ -144,7 +144,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         if il in g.rs:
-            cur = kda_layer(g, rs_in, cur, il, lower_bound, low_rank_gate=True)
+            cur = kda_layer(g, rs_in, cur, il, decay)
         else:
             cur, prev = _dsa_layer(g, attn_in, kp, cur, il, prev)
         x = hc_post(g, cur, residual, post, comb, hc, il)
@@ -154,16 +154,14 @@ def build(g: GraphContext, facts: Facts) -> None:
         shexp_clamp = facts.above("swiglu_clamp_shexp", il) if "swiglu_clamp_shexp" in facts.floats | facts.units \
             else facts.above("swiglu_clamp_exp", il)
         sh_act = "silu_clamp" if shexp_clamp else "silu"
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il, act=sh_act)
+        if g.dense(il):
+            cur = g.layer_ffn(cur, il, act=sh_act)
         else:
             moe = g.moe_ffn(cur, il, gating="sigmoid" if facts.gating in (None, 0, 2) else "softmax",
-                            norm_w=bool(facts.norm_w), w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0,
+                            norm_w=bool(facts.norm_w), w_scale=facts.w_scale,
                             act="silu_clamp" if facts.above("swiglu_clamp_exp", il) else "silu",
                             probs_bias=probs_bias(g, il))
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                       il, act=sh_act)
-            cur = c.add(moe, sh)
+            cur = g.add_shexp(moe, cur, il, act=sh_act)  # the loader requires the shared expert
         x = hc_post(g, cur, residual, post, comb, hc, il)
     flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
     x = c.reshape(flat, hp.n_embd, hc, g.cp.n_outputs)
@@ -259,19 +257,14 @@ def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il:
     else:
         assert prev is not None, "a shared indexer layer follows a full one (the engine asserts it)"
         sel = prev
+    if not kp.gather:  # the latent both K and V, through the selection's mask
+        return g.attn_k(attn_in, il, need(lw(il, "attn_output")), absorbed, kv, kv, lw(il, "attn_v_b"),
+                        c.reshape(sel, *mask.ne)), sel
     g.expand(absorbed)
     g.expand(kv)
     kc, _ = g.kv[il]
     g.expand(g._cpy_k(kc, kv, attn_in.k_idxs))
-    if kp.gather:
-        out = _gathered(g, kc, sel, absorbed, mask, kp, il, n_head)
-    else:
-        m = c.reshape(sel, *mask.ne)
-        kview = g._get_k(kc, il, attn_in.n_kv)
-        vview = c.view(kview, (rank, kview.ne[1], kview.ne[2], kview.ne[3]),
-                       (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
-        out = g.attn_mha(absorbed, kview, vview, m, None, lw(il, "attn_v_b"))
-    return g.mm(need(lw(il, "attn_output")), out), sel
+    return g.mm(need(lw(il, "attn_output")), _gathered(g, kc, sel, absorbed, mask, kp, il, n_head)), sel
 
 
 def _gathered(g: GraphContext, kc: Tensor, sel_idx: Tensor, absorbed: Tensor, mask: Tensor, kp: _Kpool, il: int,
