@@ -180,11 +180,11 @@ class GraphContext:
             self.pinned[t] = self.layer_backend.get(il, self.cpu_backend)
 
     # -- inputs
-    def inp_embd(self, tok_embd: Tensor | None = None, scale: bool = False) -> Tensor:
-        """build_inp_embd: the token rows of `tok_embd` (the model's token_embd unless given), scaled
-        where the model's embedding_scale or the architecture (`scale`) says."""
+    def inp_embd(self, scale: bool = False) -> Tensor:
+        """build_inp_embd: the token rows of token_embd, scaled where the model's embedding_scale or the
+        architecture (`scale`) says."""
         c = self.ctx
-        tok_embd = tok_embd or self.w.get("token_embd.weight")
+        tok_embd = self.w.get("token_embd.weight")
         assert tok_embd is not None
         n_inp = self.hp.n_embd_inp or self.hp.n_embd
         tokens = c.input("I32", self.n_tokens, name="inp_tokens")
@@ -266,10 +266,10 @@ class GraphContext:
         v_idxs = c.input("I64", self.n_tokens * (v_width if self.cp.v_trans else 1), name="attn_inp_v_idxs")
         return AttnInput(k_idxs, v_idxs, self.kq_mask(n_kv), None, None, n_kv)
 
-    def attn_inp_kv(self, n_kv: int = 0) -> AttnInput:
-        """build_attn_inp_kv (one cache of n_kv cells: the context's unless given)."""
+    def attn_inp_kv(self) -> AttnInput:
+        """build_attn_inp_kv (one cache of the context's cells)."""
         cp = self.cp
-        inp = self._kv_idxs_mask(n_kv or cp.n_kv)
+        inp = self._kv_idxs_mask(cp.n_kv)
         inp.k_rot, inp.v_rot = self.rot_input(cp.rot_k), self.rot_input(cp.rot_v, v=True)
         return inp
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, traits
+from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, Memory, traits
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
@@ -397,36 +397,28 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
                  op_offload=settings.op_offload)
 
 
+def _memory(arch: str) -> Memory:
+    m = COMPOSITIONS[arch].memory
+    if m is None:
+        raise KeyError(arch)
+    return m
+
+
 def _modelled(arch: str) -> tuple[frozenset[str], str]:
-    c = COMPOSITIONS[arch]
-    if c.memory is None or c.memory.replaces_replay:
+    m = _memory(arch)
+    if m.replaces_replay:
         raise KeyError(arch)
-    return c.memory.keys, c.memory.checked_on
-
-
-def _switched(arch: str) -> bool:
-    c = COMPOSITIONS[arch]
-    if c.memory is None or not c.memory.replaces_replay:
-        raise KeyError(arch)
-    return True
-
-
-def _computed(arch: str) -> bool:
-    if COMPOSITIONS[arch].memory is None:
-        raise KeyError(arch)
-    return True
+    return m.keys, m.checked_on
 
 
 # Architectures whose memory the graph models where no older replay does (memory/support.py registers
 # them): the `{arch}.*` keys each reads beyond support.NO_MEMORY_EFFECT, and what it was checked on. Each
 # registry below imports an architecture's composition when it is asked about (archs.Lazy)
 GRAPH_MODELLED: Lazy[tuple[frozenset[str], str]] = Lazy(_modelled, lambda: list(COMPOSITIONS))
-# Architectures an older replay modelled whose compute `estimate` now takes from the graph too: through
-# it every recorded figure of theirs is exact (tests/test_memory_graph.py). A composition without
-# `MEMORY` says why it is not switched (archs/glm4moe.py, archs/llama4.py)
-GRAPH_SWITCHED: KeysView[str] = Lazy(_switched, lambda: list(COMPOSITIONS)).keys()
-# both: every architecture whose compute the graph gives
-GRAPH_COMPUTE: KeysView[str] = Lazy(_computed, lambda: list(COMPOSITIONS)).keys()
+# every architecture whose compute the graph gives: those and the ones an older replay modelled, whose
+# compute `estimate` now takes from the graph too (`MEMORY = REPLAYED`: every recorded figure of theirs
+# exact through it, tests/test_memory_graph.py)
+GRAPH_COMPUTE: KeysView[str] = Lazy(_memory, lambda: list(COMPOSITIONS)).keys()
 
 
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:

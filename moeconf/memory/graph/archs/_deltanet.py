@@ -6,6 +6,7 @@ copied back (`delta_net`), KDA's short convolution of Q, K or V over its slice o
 
 from __future__ import annotations
 
+from moeconf.memory.graph.archs._mamba import conv_input
 from moeconf.memory.graph.archs.common import need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -132,15 +133,7 @@ def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repe
     gate = c.reshape(gate, 1, nv, T, n_seqs)
     conv_all, ssm_all = g.rs[il]
     kernel = need(w.layer(il, "ssm_conv1d"))
-    d_conv, channels = kernel.ne[0], rec.conv_channels
-    # build_conv_state
-    conv = g.rs_states(rs_in, conv_all, rec.n_embd_r)
-    conv = c.reshape(conv, d_conv - 1, channels, n_seqs)
-    conv_in = c.concat(conv, c.transpose(qkv), 0)
-    last = c.view(conv_in, (d_conv - 1, channels, n_seqs), (conv_in.nb[1], conv_in.nb[2]),
-                  4 * (conv_in.ne[0] - conv.ne[0]))
-    rows = (d_conv - 1) * channels
-    g.expand(c.cpy(last, c.view(conv_all, (rows, n_seqs), (conv_all.nb[1],), 0)))
+    conv_in = conv_input(g, rs_in, conv_all, qkv, kernel, rec.conv_channels, T)  # build_conv_state
     state = g.rs_states(rs_in, ssm_all, rec.n_embd_s)
     state = c.reshape(state, hv, hv, nv, n_seqs)
     mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")

@@ -130,7 +130,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
     for il, kc in g.lid.items():  # llama_memory_hybrid_idx's indexer cache, created with the prefix "idx_"
         kc.name = f"cache_idx_k_l{il}"
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     rs_in = g.rs_inp()
     attn_in = g.attn_inp_k()
     kp = _inp_kpool(g, kpool, top_k, tail, facts.hparam("attention.indexer.key_length"))

@@ -17,7 +17,7 @@ MEMORY = Memory(CHECKED + " (SmallThinker-4BA0.6B-Instruct)", keys=frozenset())
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     pos = g.inp_pos()
     attn_inp = g.attn_inp_kv()
     out_ids = g.inp_out_ids()
