@@ -160,10 +160,9 @@ class GraphContext:
     rs: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)  # layer -> (conv state, recurrent state)
     rec: RecurrentShape | None = None  # the gated delta-net's sizes (ssm.* keys)
     # the DSA lightning indexer's K cache (llama_kv_cache_dsa's second cache): layer -> its K cache, and
-    # the Hadamard rotation's side the indexer's Q and K go through (0: none) and the cells it keeps per token
+    # the Hadamard rotation's side the indexer's Q and K go through (0: none)
     lid: dict[int, Tensor] = field(default_factory=dict)
     lid_rot: int = 0
-    lid_top_k: int = 0
     # the fused ops built, as the graph result records them for resolve_fused_ops: (op, node, layer)
     fused: list[tuple[str, Tensor, int]] = field(default_factory=list)
 

@@ -311,8 +311,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
               absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
                      swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec,
-                     lid=lid, lid_rot=rotation_width(lid_width) if lid else 0,
-                     lid_top_k=_int(inv.metadata.hparam("attention.indexer.top_k")))
+                     lid=lid, lid_rot=rotation_width(lid_width) if lid else 0)
     return g, backends, f
 
 
@@ -330,10 +329,6 @@ def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> i
     return rotation(cache_type, widths.pop(), k)
 
 
-def _int(v: object) -> int:
-    return v if isinstance(v, int) else 0
-
-
 def facts(inv: Inventory) -> Facts:
     md = inv.metadata
     gating = md.hparam("expert_gating_func")
@@ -343,12 +338,11 @@ def facts(inv: Inventory) -> Facts:
                        if k not in ints and k not in md.KEY_ATTRS and k not in md.unit_floats)
     groups = md.hparam("expert_group_count")
     used = md.hparam("expert_group_used_count")
-    top_k = md.hparam("attention.indexer.top_k")
     return Facts(gating=gating if isinstance(gating, int) else None,
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
                  groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
                  units=frozenset(md.unit_floats), values=md.float_values,
-                 indexer_top_k=top_k if isinstance(top_k, int) else 0, hparams=md.hparams,
+                 hparams=md.hparams,
                  zeros=frozenset(md.zero_floats))
 
 

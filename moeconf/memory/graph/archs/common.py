@@ -29,7 +29,6 @@ class Facts:
     units: frozenset[str] = frozenset()  # the float `{arch}.*` keys present whose value is 0 or 1
     # the float `{arch}.*` keys' values where the source has them (a GGUF; a manifest has none)
     values: tuple[tuple[str, float | tuple[float, ...]], ...] = ()
-    indexer_top_k: int = 0  # attention.indexer.top_k: the cells the DSA indexer keeps per token
     hparams: tuple[tuple[str, int | tuple[int, ...]], ...] = ()  # the other integer `{arch}.*` keys present
     zeros: frozenset[str] = frozenset()  # the float keys present whose value is 0
 

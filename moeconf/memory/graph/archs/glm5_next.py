@@ -91,6 +91,7 @@ class _Kpool:
     gather_mask: Tensor
     new_pool_idxs: Tensor
     new_pool_rep: Tensor
+    n_top: int  # the pools kept per token
     n_sel: int
     gather: bool
     kpool: int
@@ -116,8 +117,8 @@ def _inp_kpool(g: GraphContext, kpool: int, top_k: int, tail: bool, width: int) 
     g.expand(gather_mask)
     new_idxs = c.input("I32", kpool, n_new, name="")
     new_rep = c.input("I64", n_new, name="")
-    return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask, new_idxs, new_rep, n_sel,
-                  T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, width)
+    return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask, new_idxs, new_rep, n_top,
+                  n_sel, T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, width)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -210,7 +211,7 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
         kq = c.mul_mat(c.permute(pooled, 0, 2, 1, 3), c.permute(iq, 0, 2, 1, 3))
         score = c.mul(c.unary(c.cont(c.permute(kq, 2, 1, 0, 3)), "relu"), weights)
         score = c.add(c.cont(c.permute(c.sum_rows(score), 2, 1, 0, 3)), kp.pool_mask)
-    n_top = min(n_pool, g.lid_top_k // kpool)
+    n_top = kp.n_top
     top = c.top_k(score, n_top)
     sel_score = c.get_rows(c.reshape(score, 1, n_pool, T), top)
     order = c.argsort(c.reshape(sel_score, n_top, T))
