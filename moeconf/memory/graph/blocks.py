@@ -256,21 +256,19 @@ class GraphContext:
         """A cache's Hadamard rotation input (n by n; none where n is 0): K's, or V's (`v`)."""
         return self.ctx.input("F32", n, n, name="attn_inp_v_rot" if v else "attn_inp_k_rot") if n else None
 
-    def _kv_idxs_mask(self, n_kv: int) -> AttnInput:
+    def _kv_inputs(self, n_kv: int, rot_k: int, rot_v: int) -> AttnInput:
         """A K/V cache's store indices (V's one per element where V is stored transposed, as wide as the
-        widest layer's row) and its mask."""
+        widest layer's row), its mask and its rotations."""
         c = self.ctx
         k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
         v_width = max((self.hp.n_head_kv[il] * self.hp.hv(il) for il in self.kv), default=0)
         v_idxs = c.input("I64", self.n_tokens * (v_width if self.cp.v_trans else 1), name="attn_inp_v_idxs")
-        return AttnInput(k_idxs, v_idxs, self.kq_mask(n_kv), None, None, n_kv)
+        return AttnInput(k_idxs, v_idxs, self.kq_mask(n_kv), self.rot_input(rot_k), self.rot_input(rot_v, v=True),
+                         n_kv)
 
     def attn_inp_kv(self) -> AttnInput:
         """build_attn_inp_kv (one cache of the context's cells)."""
-        cp = self.cp
-        inp = self._kv_idxs_mask(cp.n_kv)
-        inp.k_rot, inp.v_rot = self.rot_input(cp.rot_k), self.rot_input(cp.rot_v, v=True)
-        return inp
+        return self._kv_inputs(self.cp.n_kv, self.cp.rot_k, self.cp.rot_v)
 
     def attn_inp_k(self) -> AttnInput:
         """build_attn_inp_k: a K-only cache (MLA's latent): its indices and mask."""
@@ -295,13 +293,9 @@ class GraphContext:
         return cur
 
     def attn_inp_kv_iswa(self) -> tuple[AttnInput, AttnInput]:
-        """build_attn_inp_kv_iswa: the full cache's inputs and the sliding window's (their indices
-        and masks; then each cache's rotations)."""
+        """build_attn_inp_kv_iswa: the full cache's inputs and the sliding window's."""
         cp = self.cp
-        full, swa = self._kv_idxs_mask(cp.n_kv), self._kv_idxs_mask(cp.n_kv_swa)
-        for a, (rk, rv) in ((full, (cp.rot_k, cp.rot_v)), (swa, (cp.rot_k_swa, cp.rot_v_swa))):
-            a.k_rot, a.v_rot = self.rot_input(rk), self.rot_input(rv, v=True)
-        return full, swa
+        return self._kv_inputs(cp.n_kv, cp.rot_k, cp.rot_v), self._kv_inputs(cp.n_kv_swa, cp.rot_k_swa, cp.rot_v_swa)
 
     # -- norms, projections
     def mm(self, w: Tensor, cur: Tensor, w_s: Tensor | None = None) -> Tensor:
