@@ -546,23 +546,23 @@ class GraphContext:
 
     # -- feed-forward
     def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
-            act: str = "silu", parallel: bool = True, up_b: Tensor | None = None, gate_b: Tensor | None = None,
+            act: str = "silu", up_b: Tensor | None = None, gate_b: Tensor | None = None,
             down_b: Tensor | None = None, clamp: bool = False) -> Tensor:
-        """build_ffn (no scales): up, gate (parallel: from the input), the gated activation, down. `clamp`:
+        """build_ffn (no scales; LLM_FFN_PAR): up, gate (from the input), the gated activation, down. `clamp`:
         the SwiGLU limited (swiglu_clamp_shexp above 0): up clamped, silu of the gate clamped, their product."""
         c = self.ctx
         tmp = self.mm(up, cur) if up is not None else cur
         if up_b is not None:
             tmp = c.add(tmp, up_b)
         if gate is not None:
-            cur = self.mm(gate, tmp if not parallel else cur)
+            cur = self.mm(gate, cur)
             if gate_b is not None:
                 cur = c.add(cur, gate_b)
         else:
             cur = tmp
-        if gate is not None and parallel and clamp and act == "silu":
+        if gate is not None and clamp and act == "silu":
             cur = c.mul(c.clamp(c.unary(cur, "silu")), c.clamp(tmp))
-        elif gate is not None and parallel:
+        elif gate is not None:
             kinds = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp"}
             cur = c.glu_split(cur, tmp, kinds.get(act, "reglu"))
         elif act == "relu_sqr":  # LLM_FFN_RELU_SQR: relu, then its square
@@ -604,9 +604,8 @@ class GraphContext:
 
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
-                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] | None = None,
-                logits: Tensor | None = None, clamp: bool = False, situ_linear: bool = True,
-                selected: Tensor | None = None) -> Tensor:
+                weight_before: bool = False, logits: Tensor | None = None, clamp: bool = False,
+                situ_linear: bool = True, selected: Tensor | None = None) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
         weights (normalised, scaled), the experts (separate or fused gate/up, biases, per-expert scales:
         the `.scale` tensors), weighted, summed. `logits`: the router's logits computed by the caller
@@ -614,11 +613,10 @@ class GraphContext:
         `clamp`: the SwiGLU limited (swiglu_clamp_exp above 0). act "situ": `situ` on the gate and up;
         "silu_clamp": SWIGLU_CLAMP (DeepSeek-V4's swiglu_clamp_exp). gating "sqrt_softplus":
         sqrt(softplus(logits)). `selected`: the experts chosen by the caller (DeepSeek-V4's hash-routed
-        layers), no top-k. `groups`: the expert groups (the context's, `GraphContext.groups`, unless given)."""
+        layers), no top-k. The expert groups are the context's (`GraphContext.groups`)."""
         c, w, hp = self.ctx, self.w, self.hp
-        groups = self.groups if groups is None else groups
         n_embd, T = cur.ne[0], cur.ne[1]
-        used = n_expert_used or hp.n_expert_used
+        used = hp.n_expert_used
         if logits is None:
             gate_inp = w.layer(il, "ffn_gate_inp")
             assert gate_inp is not None
@@ -638,7 +636,7 @@ class GraphContext:
         if weight_before:
             selection = logits
         n_expert = probs.ne[0]
-        n_groups, n_group_used = groups
+        n_groups, n_group_used = self.groups
         if n_groups > 1 and T > 0:  # the top groups' experts only (DeepSeek-V3's group-limited routing)
             per = n_expert // n_groups
             sel_groups = c.reshape(selection, per, n_groups, T)
