@@ -161,13 +161,11 @@ _BUILT: list[_Built] = []  # the last graphs built (a search measures many place
 _BUILT_KEPT = 2
 
 
-def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: int) -> tuple[object, ...] | None:
+def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: int) -> tuple[object, ...]:
     """What of the placement the composition's nodes depend on beyond the devices of the weights and caches
-    it reads (None: the graph is built afresh): the tensors left out, the number of backends (the CPU's
+    it reads: the tensors left out, the number of backends (the CPU's
     index, which the callback pins to), and each layer's home where the callback pins a layer's norms to it
     (`GraphContext.cb`) or a duplicated weight has one tensor per device (rope_freqs)."""
-    if setup.fa_auto:
-        return None
     homes = tuple(g.layer_backend[il] for il in sorted(g.layer_backend))
     pins = setup.n_tokens < 32 or g.cp.full_offload or "rope_freqs.weight" in g.w.by_name
     absent = frozenset(n for n, d in placement.devices.items() if d is None)
@@ -177,13 +175,11 @@ def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: 
 def _cached_build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
     """`build`, reusing the last graph built for the same inventory and shape of placement
     (`_reuse_key`): the composition's nodes do not depend on where the weights and caches are, so only
-    those tensors' devices are set again (from the prologue run for this placement)."""
+    those tensors' devices are set again (from the prologue run for this placement). Not under `-fa auto`
+    (`compute` builds that afresh: `build`)."""
     inv = placement.inventory
     g, backends, f = _prologue(placement, setup)
     key = _reuse_key(placement, setup, g, len(backends))
-    if key is None:
-        ARCHS[inv.arch](g, f)
-        return _unfused(placement, setup, g, backends)
     for b in _BUILT:
         if b.inv is inv and b.key == key:
             old = b.g.ctx.bound[:b.n_bound]
