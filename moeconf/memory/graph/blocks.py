@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, nelements, row_size
+from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, is_contiguous, nelements, row_size
 from moeconf.memory.rshape import RecurrentShape
 
 
@@ -408,7 +408,6 @@ class GraphContext:
     def _hadamard(self, cur: Tensor, rot: Tensor) -> Tensor:
         c = self.ctx
         n = rot.ne[0]
-        from moeconf.memory.graph.ggml import is_contiguous
         n_rows = nelements(cur) // n
         res = c.cont(cur, n, n_rows) if not is_contiguous(cur) else c.reshape(cur, n, n_rows)
         res = c.mul_mat(rot, res)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from moeconf.memory.graph.alloc import Allocator
-from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, same_layout
+from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, row_size, same_layout
 
 # ggml-alloc.c ggml_op_can_inplace
 CAN_INPLACE = frozenset({
@@ -56,7 +56,6 @@ class Backend:
     def alloc_size(self, t: Tensor) -> int:
         size = nbytes(t)
         if self.pads_rows and t.type not in ("F32", "F16", "BF16", "I32", "I64") and t.ne[0] % 512:
-            from moeconf.memory.graph.ggml import row_size
             size += row_size(t.type, 512 - t.ne[0] % 512)
         return size
 
