@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, nelements, row_size
+from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, is_contiguous, nelements, row_size
 from moeconf.memory.rshape import RecurrentShape
 
 
@@ -36,7 +36,6 @@ class Hparams:
     n_head_kv: tuple[int, ...]
     head_k: int
     head_v: int
-    n_vocab: int
     n_expert: int = 0
     n_expert_used: int = 0
     n_embd_inp: int = 0  # 0: n_embd
@@ -63,7 +62,6 @@ class Cparams:
     flash_attn: bool = True
     offload_kqv: bool = True
     cache_k: str = "F16"
-    cache_v: str = "F16"
     rot_k: int = 0  # Hadamard rotation sides (0: none)
     rot_v: int = 0
     rot_k_swa: int = 0  # the sliding-window cache's (its own head width's)
@@ -162,10 +160,9 @@ class GraphContext:
     rs: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)  # layer -> (conv state, recurrent state)
     rec: RecurrentShape | None = None  # the gated delta-net's sizes (ssm.* keys)
     # the DSA lightning indexer's K cache (llama_kv_cache_dsa's second cache): layer -> its K cache, and
-    # the Hadamard rotation's side the indexer's Q and K go through (0: none) and the cells it keeps per token
+    # the Hadamard rotation's side the indexer's Q and K go through (0: none)
     lid: dict[int, Tensor] = field(default_factory=dict)
     lid_rot: int = 0
-    lid_top_k: int = 0
     # the fused ops built, as the graph result records them for resolve_fused_ops: (op, node, layer)
     fused: list[tuple[str, Tensor, int]] = field(default_factory=list)
 
@@ -182,11 +179,11 @@ class GraphContext:
             self.pinned[t] = self.layer_backend.get(il, self.cpu_backend)
 
     # -- inputs
-    def inp_embd(self, tok_embd: Tensor | None = None, scale: bool = False) -> Tensor:
-        """build_inp_embd: the token rows of `tok_embd` (the model's token_embd unless given), scaled
-        where the model's embedding_scale or the architecture (`scale`) says."""
+    def inp_embd(self, scale: bool = False) -> Tensor:
+        """build_inp_embd: the token rows of token_embd, scaled where the model's embedding_scale or the
+        architecture (`scale`) says."""
         c = self.ctx
-        tok_embd = tok_embd or self.w.get("token_embd.weight")
+        tok_embd = self.w.get("token_embd.weight")
         assert tok_embd is not None
         n_inp = self.hp.n_embd_inp or self.hp.n_embd
         tokens = c.input("I32", self.n_tokens, name="inp_tokens")
@@ -206,7 +203,7 @@ class GraphContext:
         self.expand(cur)
         return cur
 
-    def rs_inp(self, seqs: bool = False) -> RsInput:
+    def rs_inp(self) -> RsInput:
         """build_rs_inp: the state copy indices and their views for the ubatch's sequences and the rest
         (the reserve reads every state row, `Cparams.n_rs`: the sequences kept, as many as the reserve's
         ubatch holds)."""
@@ -259,21 +256,19 @@ class GraphContext:
         """A cache's Hadamard rotation input (n by n; none where n is 0): K's, or V's (`v`)."""
         return self.ctx.input("F32", n, n, name="attn_inp_v_rot" if v else "attn_inp_k_rot") if n else None
 
-    def _kv_idxs_mask(self, n_kv: int) -> AttnInput:
+    def _kv_inputs(self, n_kv: int, rot_k: int, rot_v: int) -> AttnInput:
         """A K/V cache's store indices (V's one per element where V is stored transposed, as wide as the
-        widest layer's row) and its mask."""
+        widest layer's row), its mask and its rotations."""
         c = self.ctx
         k_idxs = c.input("I64", self.n_tokens, name="attn_inp_k_idxs")
         v_width = max((self.hp.n_head_kv[il] * self.hp.hv(il) for il in self.kv), default=0)
         v_idxs = c.input("I64", self.n_tokens * (v_width if self.cp.v_trans else 1), name="attn_inp_v_idxs")
-        return AttnInput(k_idxs, v_idxs, self.kq_mask(n_kv), None, None, n_kv)
+        return AttnInput(k_idxs, v_idxs, self.kq_mask(n_kv), self.rot_input(rot_k), self.rot_input(rot_v, v=True),
+                         n_kv)
 
-    def attn_inp_kv(self, n_kv: int = 0) -> AttnInput:
-        """build_attn_inp_kv (one cache of n_kv cells: the context's unless given)."""
-        cp = self.cp
-        inp = self._kv_idxs_mask(n_kv or cp.n_kv)
-        inp.k_rot, inp.v_rot = self.rot_input(cp.rot_k), self.rot_input(cp.rot_v, v=True)
-        return inp
+    def attn_inp_kv(self) -> AttnInput:
+        """build_attn_inp_kv (one cache of the context's cells)."""
+        return self._kv_inputs(self.cp.n_kv, self.cp.rot_k, self.cp.rot_v)
 
     def attn_inp_k(self) -> AttnInput:
         """build_attn_inp_k: a K-only cache (MLA's latent): its indices and mask."""
@@ -298,13 +293,9 @@ class GraphContext:
         return cur
 
     def attn_inp_kv_iswa(self) -> tuple[AttnInput, AttnInput]:
-        """build_attn_inp_kv_iswa: the full cache's inputs and the sliding window's (their indices
-        and masks; then each cache's rotations)."""
+        """build_attn_inp_kv_iswa: the full cache's inputs and the sliding window's."""
         cp = self.cp
-        full, swa = self._kv_idxs_mask(cp.n_kv), self._kv_idxs_mask(cp.n_kv_swa)
-        for a, (rk, rv) in ((full, (cp.rot_k, cp.rot_v)), (swa, (cp.rot_k_swa, cp.rot_v_swa))):
-            a.k_rot, a.v_rot = self.rot_input(rk), self.rot_input(rv, v=True)
-        return full, swa
+        return self._kv_inputs(cp.n_kv, cp.rot_k, cp.rot_v), self._kv_inputs(cp.n_kv_swa, cp.rot_k_swa, cp.rot_v_swa)
 
     # -- norms, projections
     def mm(self, w: Tensor, cur: Tensor, w_s: Tensor | None = None) -> Tensor:
@@ -417,7 +408,6 @@ class GraphContext:
     def _hadamard(self, cur: Tensor, rot: Tensor) -> Tensor:
         c = self.ctx
         n = rot.ne[0]
-        from moeconf.memory.graph.ggml import is_contiguous
         n_rows = nelements(cur) // n
         res = c.cont(cur, n, n_rows) if not is_contiguous(cur) else c.reshape(cur, n, n_rows)
         res = c.mul_mat(rot, res)
@@ -464,13 +454,10 @@ class GraphContext:
         return c.set_rows(kc, view, idxs)
 
     def _cpy_v(self, vc: Tensor, v: Tensor, idxs: Tensor) -> Tensor:
+        if not self.cp.v_trans:
+            return self._cpy_k(vc, v, idxs)
         c = self.ctx
         n_gqa = v.ne[0] * v.ne[1]
-        if not self.cp.v_trans:
-            view = c.view(v, (n_gqa, v.ne[2]), (v.nb[2],), 0)
-            if vc.ne[2] > 1:
-                vc = c.reshape(vc, n_gqa, vc.ne[1] * vc.ne[2])
-            return c.set_rows(vc, view, idxs)
         contiguous = row_size(v.type, n_gqa) == v.nb[2]
         flat = c.reshape(v, n_gqa, v.ne[2]) if contiguous else c.cont(v, n_gqa, v.ne[2])
         if n_gqa < vc.ne[0]:
@@ -479,13 +466,12 @@ class GraphContext:
         flat = c.reshape(flat, 1, nelements(flat))
         return c.set_rows(vv, flat, idxs)
 
-    def _get_k(self, kc: Tensor, il: int, n_kv: int) -> Tensor:
+    def _get_k(self, kc: Tensor, il: int, n_kv: int, head: int = 0) -> Tensor:
+        """llama_kv_cache::get_k (and get_v of an untransposed V: `head` its width, else K's)."""
         hp = self.hp
-        gqa, size = kc.ne[0], kc.ne[1]
-        t = kc.type
-        hk = hp.hk(il)
-        return self.ctx.view(kc, (hk, hp.n_head_kv[il], n_kv, kc.ne[2]),
-                             (row_size(t, hk), row_size(t, gqa), row_size(t, gqa * size)), 0)
+        gqa, t, head = kc.ne[0], kc.type, head or hp.hk(il)
+        return self.ctx.view(kc, (head, hp.n_head_kv[il], n_kv, kc.ne[2]),
+                             (row_size(t, head), row_size(t, gqa), row_size(t, gqa * kc.ne[1])), 0)
 
     def get_k_one(self, kc: Tensor, n_kv: int) -> Tensor:
         """llama_kv_cache::get_k of a K-only cache of one head (MLA's latent, an indexer's keys)."""
@@ -493,13 +479,10 @@ class GraphContext:
         return self.ctx.view(kc, (kc.ne[0], 1, n_kv, kc.ne[2]), (rs, rs, rs * kc.ne[1]), 0)
 
     def _get_v(self, vc: Tensor, il: int, n_kv: int) -> Tensor:
-        hp, cp = self.hp, self.cp
-        gqa, size = vc.ne[0], vc.ne[1]
-        t = vc.type
-        hv = hp.hv(il)
-        if not cp.v_trans:
-            return self.ctx.view(vc, (hv, hp.n_head_kv[il], n_kv, vc.ne[2]),
-                                 (row_size(t, hv), row_size(t, gqa), row_size(t, gqa * size)), 0)
+        hp = self.hp
+        gqa, size, t, hv = vc.ne[0], vc.ne[1], vc.type, hp.hv(il)
+        if not self.cp.v_trans:
+            return self._get_k(vc, il, n_kv, hv)
         return self.ctx.view(vc, (n_kv, hp.n_head_kv[il], hv, vc.ne[2]),
                              (row_size(t, size * hv), row_size(t, size), row_size(t, size * gqa)), 0)
 
@@ -562,23 +545,23 @@ class GraphContext:
 
     # -- feed-forward
     def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
-            act: str = "silu", parallel: bool = True, up_b: Tensor | None = None, gate_b: Tensor | None = None,
+            act: str = "silu", up_b: Tensor | None = None, gate_b: Tensor | None = None,
             down_b: Tensor | None = None, clamp: bool = False) -> Tensor:
-        """build_ffn (no scales): up, gate (parallel: from the input), the gated activation, down. `clamp`:
+        """build_ffn (no scales; LLM_FFN_PAR): up, gate (from the input), the gated activation, down. `clamp`:
         the SwiGLU limited (swiglu_clamp_shexp above 0): up clamped, silu of the gate clamped, their product."""
         c = self.ctx
         tmp = self.mm(up, cur) if up is not None else cur
         if up_b is not None:
             tmp = c.add(tmp, up_b)
         if gate is not None:
-            cur = self.mm(gate, tmp if not parallel else cur)
+            cur = self.mm(gate, cur)
             if gate_b is not None:
                 cur = c.add(cur, gate_b)
         else:
             cur = tmp
-        if gate is not None and parallel and clamp and act == "silu":
+        if gate is not None and clamp and act == "silu":
             cur = c.mul(c.clamp(c.unary(cur, "silu")), c.clamp(tmp))
-        elif gate is not None and parallel:
+        elif gate is not None:
             kinds = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp"}
             cur = c.glu_split(cur, tmp, kinds.get(act, "reglu"))
         elif act == "relu_sqr":  # LLM_FFN_RELU_SQR: relu, then its square
@@ -620,9 +603,8 @@ class GraphContext:
 
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
-                n_expert_used: int = 0, weight_before: bool = False, groups: tuple[int, int] | None = None,
-                logits: Tensor | None = None, clamp: bool = False, situ_linear: bool = True,
-                selected: Tensor | None = None) -> Tensor:
+                weight_before: bool = False, logits: Tensor | None = None, clamp: bool = False,
+                situ_linear: bool = True, selected: Tensor | None = None) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
         weights (normalised, scaled), the experts (separate or fused gate/up, biases, per-expert scales:
         the `.scale` tensors), weighted, summed. `logits`: the router's logits computed by the caller
@@ -630,11 +612,10 @@ class GraphContext:
         `clamp`: the SwiGLU limited (swiglu_clamp_exp above 0). act "situ": `situ` on the gate and up;
         "silu_clamp": SWIGLU_CLAMP (DeepSeek-V4's swiglu_clamp_exp). gating "sqrt_softplus":
         sqrt(softplus(logits)). `selected`: the experts chosen by the caller (DeepSeek-V4's hash-routed
-        layers), no top-k. `groups`: the expert groups (the context's, `GraphContext.groups`, unless given)."""
+        layers), no top-k. The expert groups are the context's (`GraphContext.groups`)."""
         c, w, hp = self.ctx, self.w, self.hp
-        groups = self.groups if groups is None else groups
         n_embd, T = cur.ne[0], cur.ne[1]
-        used = n_expert_used or hp.n_expert_used
+        used = hp.n_expert_used
         if logits is None:
             gate_inp = w.layer(il, "ffn_gate_inp")
             assert gate_inp is not None
@@ -654,7 +635,7 @@ class GraphContext:
         if weight_before:
             selection = logits
         n_expert = probs.ne[0]
-        n_groups, n_group_used = groups
+        n_groups, n_group_used = self.groups
         if n_groups > 1 and T > 0:  # the top groups' experts only (DeepSeek-V3's group-limited routing)
             per = n_expert // n_groups
             sel_groups = c.reshape(selection, per, n_groups, T)
@@ -681,20 +662,19 @@ class GraphContext:
         cur = c.reshape(cur, n_embd, 1, T)
         if weight_before:
             cur = c.mul(c.repeat(cur, n_embd, used, T, 1), weights)
-        def mm_id(wt: Tensor, x: Tensor, base: str) -> Tensor:  # build_lora_mm_id, a per-expert scale
+        def mm_id(wt: Tensor, x: Tensor, base: str, bias: str = "") -> Tensor:
+            """build_lora_mm_id, a per-expert scale (`base`'s), the experts' bias (`bias`'s, else `base`'s)."""
             res = c.mul_mat_id(wt, x, selected)
             s = w.layer(il, base, "scale")
-            if s is None:
-                return res
-            s = c.repeat(c.reshape(s, 1, s.ne[0], 1), 1, s.ne[0], x.ne[2], 1)
-            return c.mul(res, c.get_rows(s, selected))
+            if s is not None:
+                s = c.repeat(c.reshape(s, 1, s.ne[0], 1), 1, s.ne[0], x.ne[2], 1)
+                res = c.mul(res, c.get_rows(s, selected))
+            b = w.layer(il, bias or base, "bias")
+            return c.add_id(res, b, selected) if b is not None else res
 
         gate_up = w.layer(il, "ffn_gate_up_exps")
         if gate_up is not None:
-            gu = mm_id(gate_up, cur, "ffn_up_exps")
-            b = w.layer(il, "ffn_gate_up_exps", "bias")
-            if b is not None:
-                gu = c.add_id(gu, b, selected)
+            gu = mm_id(gate_up, cur, "ffn_up_exps", "ffn_gate_up_exps")
             n_ff = gu.ne[0] // 2
             g = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), 0)
             up = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), n_ff * gu.nb[0])
@@ -703,14 +683,8 @@ class GraphContext:
             up_w = w.layer(il, "ffn_up_exps")
             assert up_w is not None
             up = mm_id(up_w, cur, "ffn_up_exps")
-            b = w.layer(il, "ffn_up_exps", "bias")
-            if b is not None:
-                up = c.add_id(up, b, selected)
             gate_w = w.layer(il, "ffn_gate_exps")
             g = mm_id(gate_w, cur, "ffn_gate_exps") if gate_w is not None else up
-            b = w.layer(il, "ffn_gate_exps", "bias")
-            if b is not None:
-                g = c.add_id(g, b, selected)
             has_gate = gate_w is not None
         if act == "swiglu_oai":
             h = c.glu_split(g, up, "swiglu_oai")
@@ -730,9 +704,6 @@ class GraphContext:
         down_w = w.layer(il, "ffn_down_exps")
         assert down_w is not None
         experts = mm_id(down_w, h, "ffn_down_exps")
-        b = w.layer(il, "ffn_down_exps", "bias")
-        if b is not None:
-            experts = c.add_id(experts, b, selected)
         if not weight_before:
             experts = c.mul(experts, weights)
         self.expand(experts)

@@ -7,7 +7,7 @@ the scheduler and the allocator (`sched`) read `nbytes`, the layout and the flag
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 
 from moeconf.model import ggml as _types
@@ -55,11 +55,6 @@ class Tensor:
     name: str = ""
     layer: int = -1  # the layer a weight belongs to (-1: none)
     sub: str = ""  # the unary or GLU op of a UNARY or GLU node (SILU, SIGMOID, SWIGLU, ...)
-    uid: int = field(default=0)
-
-    @property
-    def is_view(self) -> bool:  # ggml_impl_is_view
-        return self.view_src is not None
 
     def describe(self) -> str:
         srcs = ", ".join(s.name or s.op for s in self.src if s is not None)
@@ -129,7 +124,6 @@ class Ctx:
     """A ggml context building tensors with ggml's shape rules (ops by their ggml names)."""
 
     def __init__(self) -> None:
-        self._n = 0
         self.bound: list[Tensor] = []  # the tensors made in a device's buffer (weights, caches), in order
 
     def _make(self, op: str, type_name: str, ne: Sequence[int], src: Sequence[Tensor | None],
@@ -138,10 +132,9 @@ class Ctx:
         if view_src is not None and view_src.view_src is not None:
             view_offs += view_src.view_offs
             view_src = view_src.view_src
-        self._n += 1
         return Tensor(op, type_name, ne4, nb if nb is not None else _contiguous4(type_name, ne4),
                       src if type(src) is list else list(src),  # each caller's list is its own
-                      view_src, view_offs, 0, None, False, "", -1, "", self._n)
+                      view_src, view_offs)
 
     # -- leafs
     def new(self, type_name: str, *ne: int, name: str = "", flags: int = 0) -> Tensor:
@@ -152,21 +145,17 @@ class Ctx:
     def input(self, type_name: str, *ne: int, name: str) -> Tensor:
         return self.new(type_name, *ne, name=name, flags=INPUT)
 
-    def weight(self, name: str, type_name: str, ne: Sequence[int], device: str, layer: int = -1) -> Tensor:
-        ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
-        self._n += 1
-        t = Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, True, name,
-                   layer, "", self._n)
+    def weight(self, name: str, type_name: str, ne: Sequence[int], device: str, layer: int = -1,
+               weights: bool = True) -> Tensor:
+        """A tensor made in a device's buffer: a weight, or a cache (`weights` False: `cache`)."""
+        ne4 = _ne4(ne)
+        t = Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], buffer=device, weights=weights,
+                   name=name, layer=layer)
         self.bound.append(t)
         return t
 
     def cache(self, name: str, type_name: str, ne: Sequence[int], device: str) -> Tensor:
-        ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
-        self._n += 1
-        t = Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], None, 0, 0, device, False, name,
-                   -1, "", self._n)
-        self.bound.append(t)
-        return t
+        return self.weight(name, type_name, ne, device, weights=False)
 
     # -- views
     def view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:
@@ -177,9 +166,6 @@ class Ctx:
         while len(full) < 4:
             full.append(full[-1] * ne4[len(full) - 1])
         return self._make("VIEW", a.type, ne4, [a], a, offset, (full[0], full[1], full[2], full[3]))
-
-    def view_tensor(self, a: Tensor, op: str = "NONE") -> Tensor:
-        return self._make(op, a.type, a.ne, [a] if op == "VIEW" else [], a, 0, a.nb)
 
     def reshape(self, a: Tensor, *ne: int) -> Tensor:
         return self._make("RESHAPE", a.type, ne, [a], a, 0)

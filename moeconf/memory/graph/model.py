@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, traits
+from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, Memory, traits
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
@@ -75,10 +75,7 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     if setup.flash_attn and setup.fa_auto and fa_auto_off(placement, setup, g):
         setup = replace(setup, flash_attn=False, v_flat=True)
         g, backends = _build(placement, setup)
-    off = fused_off(placement, setup, g, backends)
-    if off:
-        g, backends = _build(placement, replace(setup, unfused=off))
-    return g, backends
+    return _unfused(placement, setup, g, backends)
 
 
 # the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order
@@ -164,13 +161,11 @@ _BUILT: list[_Built] = []  # the last graphs built (a search measures many place
 _BUILT_KEPT = 2
 
 
-def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: int) -> tuple[object, ...] | None:
+def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: int) -> tuple[object, ...]:
     """What of the placement the composition's nodes depend on beyond the devices of the weights and caches
-    it reads (None: the graph is built afresh): the tensors left out, the number of backends (the CPU's
+    it reads: the tensors left out, the number of backends (the CPU's
     index, which the callback pins to), and each layer's home where the callback pins a layer's norms to it
     (`GraphContext.cb`) or a duplicated weight has one tensor per device (rope_freqs)."""
-    if setup.fa_auto:
-        return None
     homes = tuple(g.layer_backend[il] for il in sorted(g.layer_backend))
     pins = setup.n_tokens < 32 or g.cp.full_offload or "rope_freqs.weight" in g.w.by_name
     absent = frozenset(n for n, d in placement.devices.items() if d is None)
@@ -180,13 +175,11 @@ def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: 
 def _cached_build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
     """`build`, reusing the last graph built for the same inventory and shape of placement
     (`_reuse_key`): the composition's nodes do not depend on where the weights and caches are, so only
-    those tensors' devices are set again (from the prologue run for this placement)."""
+    those tensors' devices are set again (from the prologue run for this placement). Not under `-fa auto`
+    (`compute` builds that afresh: `build`)."""
     inv = placement.inventory
     g, backends, f = _prologue(placement, setup)
     key = _reuse_key(placement, setup, g, len(backends))
-    if key is None:
-        ARCHS[inv.arch](g, f)
-        return _unfused(placement, setup, g, backends)
     for b in _BUILT:
         if b.inv is inv and b.key == key:
             old = b.g.ctx.bound[:b.n_bound]
@@ -296,10 +289,10 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
                  head_k_l=tuple(la.head_k for la in layers), head_v_l=tuple(la.head_v for la in layers),
-                 n_vocab=geo.n_vocab, n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
+                 n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
     cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_kv_swa=setup.swa_cells,
                  n_stream=setup.n_stream, n_seq=setup.n_seq,
-                 flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk, cache_v=ctv,
+                 flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk,
                  rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
                  full_offload=full, n_rs=setup.n_rs, v_flat=setup.v_flat, unfused=setup.unfused,
@@ -314,8 +307,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
               absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
                      swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec,
-                     lid=lid, lid_rot=rotation_width(lid_width) if lid else 0,
-                     lid_top_k=_int(inv.metadata.hparam("attention.indexer.top_k")))
+                     lid=lid, lid_rot=rotation_width(lid_width) if lid else 0)
     return g, backends, f
 
 
@@ -333,10 +325,6 @@ def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> i
     return rotation(cache_type, widths.pop(), k)
 
 
-def _int(v: object) -> int:
-    return v if isinstance(v, int) else 0
-
-
 def facts(inv: Inventory) -> Facts:
     md = inv.metadata
     gating = md.hparam("expert_gating_func")
@@ -346,12 +334,11 @@ def facts(inv: Inventory) -> Facts:
                        if k not in ints and k not in md.KEY_ATTRS and k not in md.unit_floats)
     groups = md.hparam("expert_group_count")
     used = md.hparam("expert_group_used_count")
-    top_k = md.hparam("attention.indexer.top_k")
     return Facts(gating=gating if isinstance(gating, int) else None,
                  norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
                  groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
                  units=frozenset(md.unit_floats), values=md.float_values,
-                 indexer_top_k=top_k if isinstance(top_k, int) else 0, hparams=md.hparams,
+                 hparams=md.hparams,
                  zeros=frozenset(md.zero_floats))
 
 
@@ -400,36 +387,28 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
                  op_offload=settings.op_offload)
 
 
+def _memory(arch: str) -> Memory:
+    m = COMPOSITIONS[arch].memory
+    if m is None:
+        raise KeyError(arch)
+    return m
+
+
 def _modelled(arch: str) -> tuple[frozenset[str], str]:
-    c = COMPOSITIONS[arch]
-    if c.memory is None or c.memory.replaces_replay:
+    m = _memory(arch)
+    if m.replaces_replay:
         raise KeyError(arch)
-    return c.memory.keys, c.memory.checked_on
-
-
-def _switched(arch: str) -> bool:
-    c = COMPOSITIONS[arch]
-    if c.memory is None or not c.memory.replaces_replay:
-        raise KeyError(arch)
-    return True
-
-
-def _computed(arch: str) -> bool:
-    if COMPOSITIONS[arch].memory is None:
-        raise KeyError(arch)
-    return True
+    return m.keys, m.checked_on
 
 
 # Architectures whose memory the graph models where no older replay does (memory/support.py registers
 # them): the `{arch}.*` keys each reads beyond support.NO_MEMORY_EFFECT, and what it was checked on. Each
 # registry below imports an architecture's composition when it is asked about (archs.Lazy)
 GRAPH_MODELLED: Lazy[tuple[frozenset[str], str]] = Lazy(_modelled, lambda: list(COMPOSITIONS))
-# Architectures an older replay modelled whose compute `estimate` now takes from the graph too: through
-# it every recorded figure of theirs is exact (tests/test_memory_graph.py). A composition without
-# `MEMORY` says why it is not switched (archs/glm4moe.py, archs/llama4.py)
-GRAPH_SWITCHED: KeysView[str] = Lazy(_switched, lambda: list(COMPOSITIONS)).keys()
-# both: every architecture whose compute the graph gives
-GRAPH_COMPUTE: KeysView[str] = Lazy(_computed, lambda: list(COMPOSITIONS)).keys()
+# every architecture whose compute the graph gives: those and the ones an older replay modelled, whose
+# compute `estimate` now takes from the graph too (`MEMORY = REPLAYED`: every recorded figure of theirs
+# exact through it, tests/test_memory_graph.py)
+GRAPH_COMPUTE: KeysView[str] = Lazy(_memory, lambda: list(COMPOSITIONS)).keys()
 
 
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:

@@ -7,8 +7,8 @@ ggml-alloc.c `ggml_gallocr_alloc_graph_impl`):
    reading a weight runs where the weight is (not ROPE, not FLASH_ATTN_EXT), unless the weight is
    in host memory and a GPU wants to offload the op (`offload_op`: CUDA at a batch >= 32);
 3. pass 2: GPU assignments expanded down then up over unassigned ops (the CPU skipped), then any
-   backend's down then up; pass 3: unassigned ops to the backend supporting most of their sources;
-   pass 4: sources and views from their consumers and view sources;
+   backend's down then up (every op then has one: pass 3 has nothing left to assign); pass 4:
+   sources and views from their consumers and view sources;
 4. pass 5: splits where the backend changes (or an op reads a weight of another, incompatible
    backend after the split took inputs), each source on an incompatible backend copied in at the
    split's start (one copy per source and backend; with pipeline parallelism 4, input and output);
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from moeconf.memory.graph.alloc import Allocator
-from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, nelements, same_layout
+from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, row_size, same_layout
 
 # ggml-alloc.c ggml_op_can_inplace
 CAN_INPLACE = frozenset({
@@ -56,7 +56,6 @@ class Backend:
     def alloc_size(self, t: Tensor) -> int:
         size = nbytes(t)
         if self.pads_rows and t.type not in ("F32", "F16", "BF16", "I32", "I64") and t.ne[0] % 512:
-            from moeconf.memory.graph.ggml import row_size
             size += row_size(t.type, 512 - t.ne[0] % 512)
         return size
 
@@ -173,18 +172,9 @@ class Scheduler:
         expand(ops[::-1], True)
         expand(ops, False)
         expand(ops[::-1], False)
-        for n in ops:  # pass 3
-            b = get(n, -1)
-            if b == -1:
-                known = [s for s in n.src if s is not None
-                         and (ids.get(s, -1) != -1 or (s.view_src is not None and ids.get(s.view_src, -1) != -1))]
-                best, best_n = -1, -1
-                for cand in range(len(self.backends)):
-                    k = sum(1 for s in known if self._buffer_supported(s, cand))
-                    if k > best_n:
-                        best, best_n = cand, k
-                ids[n] = best
-            # (the upgrade to a higher-priority backend of the same buffer type: no two backends share one here)
+        # pass 3 (an unassigned op to the backend supporting most of its sources) never runs here: once one op
+        # has a backend the four expansions give every op one, and every graph reads a weight (the logits')
+        assert not ops or get(ops[0], -1) != -1, "an op without a backend after pass 2"
         for n in g.nodes:  # pass 4
             if n.view_src is not None and get(n, -1) == -1:
                 ids[n] = get(n.view_src, -1)
@@ -387,11 +377,3 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                 elif own_get(p):
                     free_node(p)
     return [a.max_size for a in allocs]
-
-
-def node_count(g: CGraph) -> int:
-    return len(g.nodes)
-
-
-def elements(t: Tensor) -> int:
-    return nelements(t)

@@ -6,6 +6,7 @@ copied back (`delta_net`), KDA's short convolution of Q, K or V over its slice o
 
 from __future__ import annotations
 
+from moeconf.memory.graph.archs._mamba import conv_input
 from moeconf.memory.graph.archs.common import need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -132,15 +133,7 @@ def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repe
     gate = c.reshape(gate, 1, nv, T, n_seqs)
     conv_all, ssm_all = g.rs[il]
     kernel = need(w.layer(il, "ssm_conv1d"))
-    d_conv, channels = kernel.ne[0], rec.conv_channels
-    # build_conv_state
-    conv = g.rs_states(rs_in, conv_all, rec.n_embd_r)
-    conv = c.reshape(conv, d_conv - 1, channels, n_seqs)
-    conv_in = c.concat(conv, c.transpose(qkv), 0)
-    last = c.view(conv_in, (d_conv - 1, channels, n_seqs), (conv_in.nb[1], conv_in.nb[2]),
-                  4 * (conv_in.ne[0] - conv.ne[0]))
-    rows = (d_conv - 1) * channels
-    g.expand(c.cpy(last, c.view(conv_all, (rows, n_seqs), (conv_all.nb[1],), 0)))
+    conv_in = conv_input(g, rs_in, conv_all, qkv, kernel, rec.conv_channels, T)  # build_conv_state
     state = g.rs_states(rs_in, ssm_all, rec.n_embd_s)
     state = c.reshape(state, hv, hv, nv, n_seqs)
     mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
@@ -162,43 +155,53 @@ def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repe
     return c.reshape(cur, hp.n_embd, T * n_seqs)
 
 
-def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, lower_bound: bool,
-              low_rank_gate: bool = False) -> Tensor:
-    """build_kda_layer (Kimi-K3, GLM-5.3-Flash): the short convolutions of Q, K and V, the gate through
-    ssm_f_a/ssm_f_b and A (a sigmoid with a lower bound where `lower_bound`, else softplus), beta, the
-    L2-normed Q and K, the fused delta-net op and its state copied back, the output gate (ssm_g, or the
-    low-rank ssm_g_a/ssm_g_b where `low_rank_gate`) over the normed output, the output projection."""
+def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, decay: str = "softplus", gate_rows: bool = False,
+              flat: bool = False) -> Tensor:
+    """build_kda_layer as Kimi-Linear, Ling 3.0 (bailingmoe3), Kimi-K3 and GLM-5.3-Flash each build it: the
+    short convolutions of Q, K and V (projected apart, or copies of one attn_qkv projection's columns), the
+    decay gate through ssm_f_a (then ssm_f_b where the layer has it) and A (`decay`: "softplus"; "bounded", a
+    sigmoid between two scales, kda.gate_lower_bound; "sigmoid", a scaled sigmoid, Ling 3.0), beta, the
+    L2-normed Q and K, the fused delta-net op and its state copied back (`flat`: through one run of the rows,
+    Kimi-Linear), the output gate (ssm_g, else ssm_g_a then ssm_g_b where present; on the input, or with
+    `gate_rows` on its per-sequence rows reshaped back) over the normed output, the output projection."""
     c, w = g.ctx, g.w
     conv_all, ssm_all = g.rs[il]
-    a = need(w.get(f"blk.{il}.ssm_a"))
-    head_dim, n_head = need(w.layer(il, "ssm_norm")).ne[0], a.ne[0]
+    head_dim, n_head = need(w.layer(il, "ssm_norm")).ne[0], need(w.layer(il, "ssm_beta")).ne[1]
     d_inner = head_dim * n_head
     T, n_seqs = cur.ne[1], rs_in.n_seqs
     n_seq_tokens = T // n_seqs
     conv_state = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    q, k, v = (short_conv(g, conv_all, conv_state, i, cur, need(w.layer(il, f"attn_{p}")),
-                     need(w.layer(il, f"ssm_conv1d_{p}")), head_dim, n_head, n_seqs)
-               for i, p in enumerate("qkv"))
-    g1 = g.mm(need(w.layer(il, "ssm_f_b")), g.mm(need(w.layer(il, "ssm_f_a")), cur))
+    qkv_in: list[tuple[Tensor, Tensor | None]] = [(cur, w.layer(il, f"attn_{p}")) for p in "qkv"]
+    wqkv = w.layer(il, "attn_qkv")
+    if wqkv is not None:
+        qkv = g.mm(wqkv, cur)
+        qkv_in = [(c.cont(c.view(qkv, (d_inner, T), (qkv.nb[1],), i * d_inner * 4)), None) for i in range(3)]
+    q, k, v = (short_conv(g, conv_all, conv_state, i, x, proj, need(w.layer(il, f"ssm_conv1d_{p}")), head_dim,
+                          n_head, n_seqs)
+               for i, ((x, proj), p) in enumerate(zip(qkv_in, "qkv", strict=True)))
+    g1 = g.mm(need(w.layer(il, "ssm_f_a")), cur)
+    f_b = w.layer(il, "ssm_f_b")
+    if f_b is not None:
+        g1 = g.mm(f_b, g1)
     g1 = c.add(g1, need(w.layer(il, "ssm_dt", "bias")))
-    a3 = c.reshape(a, 1, n_head, 1)
-    if lower_bound:
-        g1 = c.mul(c.reshape(g1, head_dim, n_head, T), a3)
-        g1 = c.scale(c.unary(c.scale(g1), "sigmoid"))
-    else:
+    a3 = c.reshape(need(w.get(f"blk.{il}.ssm_a")), 1, n_head, 1)
+    if decay == "softplus":
         g1 = c.mul(c.reshape(c.unary(g1, "softplus"), head_dim, n_head, T), a3)
+    else:
+        g1 = c.mul(c.reshape(g1, head_dim, n_head, T), a3)
+        g1 = c.scale(c.unary(c.scale(g1) if decay == "bounded" else g1, "sigmoid"))
     g1 = c.reshape(g1, head_dim, n_head, n_seq_tokens, n_seqs)
     beta = c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, n_head, n_seq_tokens, n_seqs)
     beta = c.unary(beta, "sigmoid")
-    cur3 = c.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
     state = g.rs_states(rs_in, ssm_all, ssm_all.ne[0])
     state = c.reshape(state, head_dim, head_dim, n_head, n_seqs)
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
-    output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all))
-    if low_rank_gate:
-        gate = g.mm(need(w.layer(il, "ssm_g_b")), g.mm(need(w.layer(il, "ssm_g_a")), cur))
-    else:
-        gate = g.mm(need(w.layer(il, "ssm_g")), c.reshape(cur3, cur3.ne[0], n_seq_tokens * n_seqs))
+    output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all, flat))
+    x = c.reshape(c.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs), cur.ne[0], T) if gate_rows else cur
+    gate = g.mm(w.layer(il, "ssm_g") or need(w.layer(il, "ssm_g_a")), x)
+    g_b = w.layer(il, "ssm_g_b")
+    if g_b is not None:
+        gate = g.mm(g_b, gate)
     gate = c.reshape(gate, head_dim, n_head, T)
     normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)
     gated = c.mul(normed, c.unary(gate, "sigmoid"))

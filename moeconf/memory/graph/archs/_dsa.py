@@ -63,7 +63,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         qr = c.mul_mat(need(w.layer(il, "attn_q_a")), cur)
         qr = g.norm(qr, w.layer(il, "attn_q_a_norm"), None, il)
         top_k = indexer_top_k(g, il, cur, qr, pos, need(lid_in.k_rot), lid_in.k_idxs, lid_in.mask, g.lid[il],
-                              g.lid_top_k) if il in g.lid else prev
+                              facts.hparam("attention.indexer.top_k")) if il in g.lid else prev
         assert top_k is not None, "a shared indexer layer follows a full one (the engine asserts it)"
         prev = top_k
         q_nope, q_pe = g.mla_q_parts(c.mul_mat(need(w.layer(il, "attn_q_b")), qr), hp.n_head[il])

@@ -12,10 +12,10 @@ from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
 
-def _conv(g: GraphContext, rs_in: RsInput, conv_all: Tensor, xbc: Tensor, kernel: Tensor, channels: int,
-          n_seq_tokens: int) -> tuple[Tensor, Tensor]:
-    """The conv state's columns before the ubatch's (the convolution's input) and the last d_conv - 1
-    of them (the next state)."""
+def conv_input(g: GraphContext, rs_in: RsInput, conv_all: Tensor, xbc: Tensor, kernel: Tensor, channels: int,
+               n_seq_tokens: int, flat: bool = False) -> Tensor:
+    """The conv state's columns before the ubatch's (the convolution's input), the last d_conv - 1 of them
+    copied back as the next state (into the state's rows per sequence, or `flat` as one run)."""
     c, rec = g.ctx, g.rec
     assert rec is not None
     n_seqs = rs_in.n_seqs
@@ -24,7 +24,10 @@ def _conv(g: GraphContext, rs_in: RsInput, conv_all: Tensor, xbc: Tensor, kernel
     conv = c.reshape(conv, d_conv - 1, channels, n_seqs)
     conv_x = c.concat(conv, c.transpose(xbc), 0)
     last = c.view(conv_x, (d_conv - 1, channels, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
-    return conv_x, last
+    rows = (d_conv - 1) * channels
+    dst = c.view(conv_all, (rows * n_seqs,), (), 0) if flat else c.view(conv_all, (rows, n_seqs), (conv_all.nb[1],), 0)
+    g.expand(c.cpy(last, dst))
+    return conv_x
 
 
 def mamba2_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
@@ -46,9 +49,7 @@ def mamba2_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tenso
     xbc = c.view(zxbcdt, (channels, T, n_seqs), (nb1, nb2), d_inner * 4)
     dt = c.view(zxbcdt, (n_head, T, n_seqs), (nb1, nb2), (2 * d_inner + 2 * n_group * d_state) * 4)
     kernel = need(w.layer(il, "ssm_conv1d"))
-    conv_x, last = _conv(g, rs_in, conv_all, xbc, kernel, channels, T)
-    rows = (kernel.ne[0] - 1) * channels
-    g.expand(c.cpy(last, c.view(conv_all, (rows, n_seqs), (conv_all.nb[1],), 0)))
+    conv_x = conv_input(g, rs_in, conv_all, xbc, kernel, channels, T)
     xbc = c.ssm_conv(conv_x, kernel)
     b = w.layer(il, "ssm_conv1d", "bias")
     if b is not None:
@@ -95,8 +96,7 @@ def mamba_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor
     xz = g.mm(need(w.layer(il, "ssm_in")), cur)
     x = c.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), 0)
     z = c.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), d_inner * 4)
-    conv_x, last = _conv(g, rs_in, conv_all, x, kernel, d_inner, T)
-    g.expand(c.cpy(last, c.view(conv_all, ((kernel.ne[0] - 1) * d_inner * n_seqs,), (), 0)))
+    conv_x = conv_input(g, rs_in, conv_all, x, kernel, d_inner, T, flat=True)
     x = c.ssm_conv(conv_x, kernel)
     b = w.layer(il, "ssm_conv1d", "bias")
     if b is not None:

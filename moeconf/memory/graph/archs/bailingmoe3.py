@@ -14,9 +14,9 @@ output rows taken after it; the MTP block itself is a separate graph the trunk n
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._deltanet import delta_net, short_conv
+from moeconf.memory.graph.archs._deltanet import kda_layer
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, routed
-from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
 ARCH = "bailingmoe3"
@@ -41,39 +41,11 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        cur = _kda_layer(g, rs_in, cur, il) if il in g.rs else _mla_layer(g, attn_in, cur, pos, il)
+        cur = kda_layer(g, rs_in, cur, il, "sigmoid") if il in g.rs else _mla_layer(g, attn_in, cur, pos, il)
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp, rows="after")  # t_h_nextn
-
-
-def _kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
-    c, w, hp = g.ctx, g.w, g.hp
-    n_head, T, n_seqs = hp.n_head[il], cur.ne[1], rs_in.n_seqs
-    o_norm = need(w.layer(il, "ssm_norm"))
-    head_dim = o_norm.ne[0]
-    d_inner = head_dim * n_head
-    conv_all, ssm_all = g.rs[il]
-    conv_rows = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    q, k, v = (short_conv(g, conv_all, conv_rows, i, cur, need(w.layer(il, f"attn_{x}")),
-                            need(w.layer(il, f"ssm_conv1d_{x}")), head_dim, n_head, n_seqs)
-               for i, x in enumerate("qkv"))
-    gate = c.add(c.mul_mat(need(w.layer(il, "ssm_f_a")), cur), need(w.layer(il, "ssm_dt", "bias")))
-    gate = c.reshape(gate, head_dim, n_head, T)
-    a = c.reshape(need(w.get(f"blk.{il}.ssm_a")), 1, n_head, 1)
-    gate = c.scale(c.unary(c.mul(gate, a), "sigmoid"))
-    gate = c.reshape(gate, head_dim, n_head, T // n_seqs, n_seqs)
-    beta = c.unary(c.reshape(c.mul_mat(need(w.layer(il, "ssm_beta")), cur), 1, n_head, T // n_seqs, n_seqs),
-                   "sigmoid")
-    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
-    n_embd_s = ssm_all.ne[0]
-    state = c.reshape(g.rs_states(rs_in, ssm_all, n_embd_s), head_dim, head_dim, n_head, n_seqs)
-    out = c.cont(delta_net(g, q, k, v, gate, beta, state, ssm_all))
-    out_gate = c.reshape(c.mul_mat(need(w.layer(il, "ssm_g_a")), cur), head_dim, n_head, T)
-    out = g.norm(c.reshape(out, head_dim, n_head, T), o_norm, None, il)
-    out = c.mul(out, c.unary(out_gate, "sigmoid"))
-    return c.mul_mat(need(w.layer(il, "attn_output")), c.cont(out, d_inner, T))
 
 
 def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int) -> Tensor:

@@ -29,7 +29,6 @@ class Facts:
     units: frozenset[str] = frozenset()  # the float `{arch}.*` keys present whose value is 0 or 1
     # the float `{arch}.*` keys' values where the source has them (a GGUF; a manifest has none)
     values: tuple[tuple[str, float | tuple[float, ...]], ...] = ()
-    indexer_top_k: int = 0  # attention.indexer.top_k: the cells the DSA indexer keeps per token
     hparams: tuple[tuple[str, int | tuple[int, ...]], ...] = ()  # the other integer `{arch}.*` keys present
     zeros: frozenset[str] = frozenset()  # the float keys present whose value is 0
 
@@ -262,17 +261,11 @@ def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str
     c, w = g.ctx, g.w
     moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=2.0 if w_scale else 0.0,
                     probs_bias=probs_bias(g, il))
-    if w.layer(il, "ffn_up_shexp") is None:
-        return moe
     gate_inp = w.layer(il, "ffn_gate_inp_shexp")
-    gate = None
-    if gate_inp is not None and spec.shexp_gate == "silu_div":
-        logits = g.mm(gate_inp, cur)
-        gate = c.div(c.unary(logits, "silu"), logits)
-    sh = g.layer_ffn(cur, il, part="_shexp")
-    if gate is not None:
-        sh = c.mul(sh, gate)
-    return c.add(moe, sh)
+    if gate_inp is None or spec.shexp_gate != "silu_div" or w.layer(il, "ffn_up_shexp") is None:
+        return g.add_shexp(moe, cur, il)
+    logits = g.mm(gate_inp, cur)
+    return c.add(moe, c.mul(g.layer_ffn(cur, il, part="_shexp"), c.div(c.unary(logits, "silu"), logits)))
 
 
 def routed(g: GraphContext, facts: Facts, cur: Tensor, il: int, gating: str = "softmax", *,

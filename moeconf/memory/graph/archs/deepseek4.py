@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeconf.memory.graph.archs._hc import affine, hc_mixes, hc_pre, weighted
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext, rotation_width
 from moeconf.memory.graph.ggml import Tensor
@@ -101,14 +102,14 @@ def build(g: GraphContext, facts: Facts) -> None:
     clamp = "swiglu_clamp_exp" in facts.floats
     for il in range(hp.n_layer):
         residual = x
-        cur, post, comb = _hc_pre(g, x, il, "attn", hc)
+        cur, post, comb = hc_pre(g, x, il, "attn", hc, 0, record=False)
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         ratio = ratios[il] if il < len(ratios) else 0
         cur = _attention(g, cur, pos, il, ratio, groups, head, idx_head, top_k, k_idxs, raw_mask, raw_rot,
                          csa, hca, lid)
         x = c.dsv4_hc_post(cur, residual, post, comb)
         residual = x
-        cur, post, comb = _hc_pre(g, x, il, "ffn", hc)
+        cur, post, comb = hc_pre(g, x, il, "ffn", hc, 0, record=False)
         g.expand(residual)
         g.expand(post)
         g.expand(comb)
@@ -127,54 +128,18 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.output(_hc_head(g, x, hc))
 
 
-def _affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
-    return g.ctx.add(g.ctx.mul(x, scale), base)
-
-
-def _hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> tuple[Tensor, Tensor, Tensor]:
-    """build_hc_pre with its post weights and comb matrix (fused DSV4_HC_PRE, DSV4_HC_COMB)."""
-    c, w = g.ctx, g.w
-    fn, scale, base = (need(w.layer(il, f"hc_{part}_{k}")) for k in ("fn", "scale", "base"))
-    T = x.ne[2]
-    mixes = g.mm(fn, c.rms_norm(c.reshape(x, x.ne[0] * hc, T)))
-
-    def one(v: Tensor, i: int) -> Tensor:
-        return c.view(v, (1,), (), 4 * i)
-
-    def part_of(i0: int) -> Tensor:
-        return c.view(mixes, (hc, T), (mixes.nb[1],), 4 * i0)
-
-    pre = c.scale(c.unary(_affine(g, part_of(0), one(scale, 0), c.view(base, (hc,), (), 0)), "sigmoid"))
-    post = c.scale(c.unary(_affine(g, part_of(hc), one(scale, 1), c.view(base, (hc,), (), 4 * hc)), "sigmoid"))
-    comb = c.dsv4_hc_comb(mixes, scale, base, hc)
-    return c.dsv4_hc_pre(x, pre), post, comb
-
-
 def _hc_head(g: GraphContext, x: Tensor, hc: int) -> Tensor:
-    """build_hc_head: the streams weighted by the head's sigmoid mix and summed (views, by hand)."""
+    """build_hc_head: the streams weighted by the head's sigmoid mix and summed (by hand)."""
     c, w = g.ctx, g.w
-    T = x.ne[2]
-    mixes = g.mm(need(w.get("output_hc_fn.weight")), c.rms_norm(c.reshape(x, x.ne[0] * hc, T)))
-    pre = c.scale(c.unary(_affine(g, mixes, need(w.get("output_hc_scale.weight")),
-                                  need(w.get("output_hc_base.weight"))), "sigmoid"))
-    out: Tensor | None = None
-    for ih in range(hc):
-        xh = c.view(x, (x.ne[0], T), (x.nb[2],), ih * x.nb[1])
-        wh = c.view(pre, (1, T), (pre.nb[1],), ih * pre.nb[0])
-        cur = c.mul(xh, wh)
-        out = cur if out is None else c.add(out, cur)
-    assert out is not None
-    return out
+    mixes = hc_mixes(g, x, need(w.get("output_hc_fn.weight")), hc)
+    pre = c.scale(c.unary(affine(g, mixes, need(w.get("output_hc_scale.weight")), need(w.get("output_hc_base.weight"))),
+                          "sigmoid"))
+    return weighted(g, x, pre, hc)
 
 
-def _comp_cache(g: GraphContext, il: int, name: str, width: int, cells: int) -> Tensor:
-    dev = g.kv[il][0].buffer or "CPU"
-    return g.ctx.cache(name, g.cp.cache_k, (width, cells, g.cp.n_stream), dev)
-
-
-def _state(g: GraphContext, il: int, name: str, width: int, rows: int) -> Tensor:
-    dev = g.kv[il][0].buffer or "CPU"
-    return g.ctx.cache(name, "F32", (width, rows, g.cp.n_stream), dev)
+def _comp_cache(g: GraphContext, il: int, name: str, width: int, cells: int, type_name: str = "") -> Tensor:
+    """A compressed cache (in the K cache's type) or a compressor state (`type_name`) on the layer's device."""
+    return g.ctx.cache(name, type_name or g.cp.cache_k, (width, cells, g.cp.n_stream), g.kv[il][0].buffer or "CPU")
 
 
 def _get_k(g: GraphContext, kc: Tensor, n_kv: int) -> Tensor:
@@ -184,12 +149,16 @@ def _get_k(g: GraphContext, kc: Tensor, n_kv: int) -> Tensor:
     return g.ctx.view(t, (width, 1, n_kv, t.ne[3]), (t.nb[1], t.nb[2], t.nb[3]), 0)
 
 
-def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, overlap: bool, width: int,
-                prefix: str, cache: Tensor, state_kv: Tensor, state_score: Tensor) -> None:
-    """The compressor: the state rows restored, the ubatch's rows appended, the blocks compressed
-    (softmax-weighted sums), normed, RoPE'd (rotated where the cache rotates), written to the
-    compressed cache; the state's rows persisted."""
+def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, width: int, prefix: str,
+                cache: Tensor, name: str) -> None:
+    """The compressor (its states made here, `name`'s): the state rows restored, the ubatch's rows appended,
+    the blocks compressed (softmax-weighted sums; CSA's overlapping blocks read each block's previous rows
+    too), normed, RoPE'd (rotated where the cache rotates), written to the compressed cache; the state's
+    rows persisted."""
     c, lw = g.ctx, g.w.layer
+    overlap = ratio == CSA
+    state_kv, state_score = (_comp_cache(g, il, f"dsv4_{name}_state_{k}_l{il}", 2 * width if overlap else width,
+                                         2 * ratio if overlap else ratio, "F32") for k in ("kv", "score"))
     kv = g.mm(need(lw(il, f"{prefix}_kv")), cur)
     score = c.add(g.mm(need(lw(il, f"{prefix}_gate")), cur), c.get_rows(need(lw(il, f"{prefix}_ape")), inp.state_pos))
     rows = state_kv.ne[1] * state_kv.ne[2]
@@ -200,28 +169,21 @@ def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, o
 
     src_kv, src_score = source(state_kv, kv), source(state_score, score)
     n_blocks = inp.write_pos.ne[0]
-    if overlap:
-        def zero_row(t: Tensor) -> Tensor:
-            row = c.reshape(c.scale(c.view(t, (t.ne[0],), (), 0)), t.ne[0], 1)
-            return c.concat(t, row, 1)
+    n_read = ratio * n_blocks
 
-        kv_rows = c.get_rows(zero_row(src_kv), inp.read_idxs)
-        n_read = ratio * n_blocks
+    def blocks(src: Tensor) -> Tensor:
+        """The blocks' rows, [ratio (twice that overlapped), width, blocks]; overlapped, read past a zero row
+        appended (the first row scaled)."""
+        if not overlap:
+            return c.cont(c.permute(c.reshape(c.get_rows(src, inp.read_idxs), width, ratio, n_blocks), 1, 0, 2, 3))
+        zero = c.reshape(c.scale(c.view(src, (src.ne[0],), (), 0)), src.ne[0], 1)
+        r = c.get_rows(c.concat(src, zero, 1), inp.read_idxs)
+        prev = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), 0)), width, ratio, n_blocks)
+        now = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), n_read * r.nb[1] + 4 * width)),
+                        width, ratio, n_blocks)
+        return c.cont(c.permute(c.concat(prev, now, 1), 1, 0, 2, 3))
 
-        def halves(r: Tensor) -> Tensor:
-            prev = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), 0)), width, ratio, n_blocks)
-            now = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), n_read * r.nb[1] + 4 * width)),
-                            width, ratio, n_blocks)
-            return c.concat(prev, now, 1)
-
-        values = c.cont(c.permute(halves(kv_rows), 1, 0, 2, 3))
-        score_rows = c.get_rows(zero_row(src_score), inp.read_idxs)
-        scores = c.cont(c.permute(halves(score_rows), 1, 0, 2, 3))
-    else:
-        values = c.reshape(c.get_rows(src_kv, inp.read_idxs), width, ratio, n_blocks)
-        values = c.cont(c.permute(values, 1, 0, 2, 3))
-        scores = c.reshape(c.get_rows(src_score, inp.read_idxs), width, ratio, n_blocks)
-        scores = c.cont(c.permute(scores, 1, 0, 2, 3))
+    values, scores = blocks(src_kv), blocks(src_score)
     comp = c.sum_rows(c.mul(values, c.soft_max(scores)))
     comp = c.cont(c.permute(comp, 1, 0, 2, 3))
     comp = g.norm(comp, lw(il, f"{prefix}_norm"), None, il)
@@ -244,18 +206,12 @@ def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, g
     caches: dict[str, Tensor] = {}
     if ratio == HCA:
         caches["hca"] = _comp_cache(g, il, f"cache_k_l{il}", head, hca.n_kv)
-        _compressed(g, il, cur, hca, HCA, False, head, "attn_compressor", caches["hca"],
-                    _state(g, il, f"dsv4_hca_state_kv_l{il}", head, HCA),
-                    _state(g, il, f"dsv4_hca_state_score_l{il}", head, HCA))
+        _compressed(g, il, cur, hca, HCA, head, "attn_compressor", caches["hca"], "hca")
     elif ratio == CSA:
         caches["csa"] = _comp_cache(g, il, f"cache_k_l{il}", head, csa.n_kv)
         caches["lid"] = _comp_cache(g, il, f"cache_k_l{il}", idx_head, lid.n_kv)
-        _compressed(g, il, cur, csa, CSA, True, head, "attn_compressor", caches["csa"],
-                    _state(g, il, f"dsv4_csa_state_kv_l{il}", 2 * head, 2 * CSA),
-                    _state(g, il, f"dsv4_csa_state_score_l{il}", 2 * head, 2 * CSA))
-        _compressed(g, il, cur, lid, CSA, True, idx_head, "indexer_compressor", caches["lid"],
-                    _state(g, il, f"dsv4_lid_state_kv_l{il}", 2 * idx_head, 2 * CSA),
-                    _state(g, il, f"dsv4_lid_state_score_l{il}", 2 * idx_head, 2 * CSA))
+        _compressed(g, il, cur, csa, CSA, head, "attn_compressor", caches["csa"], "csa")
+        _compressed(g, il, cur, lid, CSA, idx_head, "indexer_compressor", caches["lid"], "lid")
     qr = g.norm(g.mm(need(lw(il, "attn_q_a")), cur), lw(il, "attn_q_a_norm"), None, il)
     q = c.rms_norm(c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), head, n_head, T))
     q = c.rope(q, pos)

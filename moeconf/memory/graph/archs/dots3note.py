@@ -61,7 +61,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             lid = c.cache(f"cache_k_l{il}", kc.type, (need(w.layer(il, "indexer.attn_k")).ne[1], kc.ne[1], kc.ne[2]),
                           kc.buffer or "CPU")
             top_k = indexer_top_k(g, il, cur, qr, pos, need(k_rot), lid_idxs, lid_mask, lid,
-                                  facts.indexer_top_k or None)
+                                  facts.hparam("attention.indexer.top_k") or None)
         k_b, v_b = need(w.layer(il, "attn_k_b")), need(w.layer(il, "attn_v_b"))
         n_head, kv_lora, rope = k_b.ne[2], k_b.ne[1], need(w.layer(il, "attn_k_norm")).ne[0]
         q = g.mm(need(w.layer(il, "attn_q_b")), qr)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
+from moeconf.memory.graph.archs._hc import hc_post, hc_pre
 from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need, probs_bias
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
@@ -90,6 +91,7 @@ class _Kpool:
     gather_mask: Tensor
     new_pool_idxs: Tensor
     new_pool_rep: Tensor
+    n_top: int  # the pools kept per token
     n_sel: int
     gather: bool
     kpool: int
@@ -115,8 +117,8 @@ def _inp_kpool(g: GraphContext, kpool: int, top_k: int, tail: bool, width: int) 
     g.expand(gather_mask)
     new_idxs = c.input("I32", kpool, n_new, name="")
     new_rep = c.input("I64", n_new, name="")
-    return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask, new_idxs, new_rep, n_sel,
-                  T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, width)
+    return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask, new_idxs, new_rep, n_top,
+                  n_sel, T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, width)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -126,10 +128,10 @@ def build(g: GraphContext, facts: Facts) -> None:
     kpool = facts.hparam("attention.indexer.kpool")
     tail = bool(facts.hparam("attention.indexer.kpool_select_tail"))
     top_k = facts.hparam("attention.indexer.top_k")
-    lower_bound = "kda.gate_lower_bound" in facts.floats | facts.units
+    decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
     for il, kc in g.lid.items():  # llama_memory_hybrid_idx's indexer cache, created with the prefix "idx_"
         kc.name = f"cache_idx_k_l{il}"
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     rs_in = g.rs_inp()
     attn_in = g.attn_inp_k()
     kp = _inp_kpool(g, kpool, top_k, tail, facts.hparam("attention.indexer.key_length"))
@@ -139,31 +141,29 @@ def build(g: GraphContext, facts: Facts) -> None:
     prev: Tensor | None = None
     for il in range(hp.n_layer):
         residual = x
-        cur, post, comb = _hc_pre(g, x, il, "attn", hc, iters)
+        cur, post, comb = hc_pre(g, x, il, "attn", hc, iters)
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         if il in g.rs:
-            cur = kda_layer(g, rs_in, cur, il, lower_bound, low_rank_gate=True)
+            cur = kda_layer(g, rs_in, cur, il, decay)
         else:
             cur, prev = _dsa_layer(g, attn_in, kp, cur, il, prev)
-        x = _hc_post(g, cur, residual, post, comb, hc, il)
+        x = hc_post(g, cur, residual, post, comb, hc, il)
         residual = x
-        cur, post, comb = _hc_pre(g, x, il, "ffn", hc, iters)
+        cur, post, comb = hc_pre(g, x, il, "ffn", hc, iters)
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
         shexp_clamp = facts.above("swiglu_clamp_shexp", il) if "swiglu_clamp_shexp" in facts.floats | facts.units \
             else facts.above("swiglu_clamp_exp", il)
         sh_act = "silu_clamp" if shexp_clamp else "silu"
-        if w.layer(il, "ffn_gate_inp") is None:
-            cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il, act=sh_act)
+        if g.dense(il):
+            cur = g.layer_ffn(cur, il, act=sh_act)
         else:
             moe = g.moe_ffn(cur, il, gating="sigmoid" if facts.gating in (None, 0, 2) else "softmax",
-                            norm_w=bool(facts.norm_w), w_scale=2.0 if "expert_weights_scale" in facts.floats else 0.0,
+                            norm_w=bool(facts.norm_w), w_scale=facts.w_scale,
                             act="silu_clamp" if facts.above("swiglu_clamp_exp", il) else "silu",
                             probs_bias=probs_bias(g, il))
-            sh = g.ffn(cur, w.layer(il, "ffn_up_shexp"), w.layer(il, "ffn_gate_shexp"), w.layer(il, "ffn_down_shexp"),
-                       il, act=sh_act)
-            cur = c.add(moe, sh)
-        x = _hc_post(g, cur, residual, post, comb, hc, il)
+            cur = g.add_shexp(moe, cur, il, act=sh_act)  # the loader requires the shared expert
+        x = hc_post(g, cur, residual, post, comb, hc, il)
     flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
     x = c.reshape(flat, hp.n_embd, hc, g.cp.n_outputs)
     acc = c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), 0)
@@ -171,87 +171,6 @@ def build(g: GraphContext, facts: Facts) -> None:
         acc = c.add(acc, c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), s * x.nb[1]))
     cur = g.norm(c.scale(acc), w.get("output_norm.weight"), None, -1)
     g.finish(cur, g.mm(need(w.get("output.weight")), cur))
-
-
-def _affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
-    return g.ctx.add(g.ctx.mul(x, scale), base)
-
-
-def _hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int) -> tuple[Tensor, Tensor, Tensor]:
-    """build_hc_pre: the streams' mixes (RMS-normed, projected), the pre and post weights (sigmoids of
-    their affine parts), the comb matrix (DSV4_HC_COMB, or by hand: a softmax, then Sinkhorn's column
-    and row normalisations) and the streams mixed by the pre weights (DSV4_HC_PRE, or by hand)."""
-    c, w = g.ctx, g.w
-    fn, scale, base = (need(w.layer(il, f"hc_{part}_{k}")) for k in ("fn", "scale", "base"))
-    T = x.ne[2]
-    mixes = g.mm(fn, c.rms_norm(c.reshape(x, x.ne[0] * hc, T)))
-
-    def part_of(i0: int, n: int) -> Tensor:
-        return c.view(mixes, (n, T), (mixes.nb[1],), 4 * i0)
-
-    pre = c.scale(c.unary(_affine(g, part_of(0, hc), c.view(scale, (1,), (), 0), c.view(base, (hc,), (), 0)),
-                          "sigmoid"))
-    post = c.scale(c.unary(_affine(g, part_of(hc, hc), c.view(scale, (1,), (), 4), c.view(base, (hc,), (), 4 * hc)),
-                           "sigmoid"))
-    unfused = g.cp.unfused
-    if "DSV4_HC_COMB" not in unfused:
-        comb = c.dsv4_hc_comb(mixes, scale, base, hc)
-        g.fused.append(("DSV4_HC_COMB", comb, il))
-    else:
-        comb = _affine(g, part_of(2 * hc, hc * hc), c.view(scale, (1,), (), 8), c.view(base, (hc * hc,), (), 8 * hc))
-        comb = _sinkhorn(g, c.reshape(comb, hc, hc, T), iters)
-    if "DSV4_HC_PRE" not in unfused:
-        out = c.dsv4_hc_pre(x, pre)
-        g.fused.append(("DSV4_HC_PRE", out, il))
-        return out, post, comb
-    res: Tensor | None = None
-    for ih in range(hc):
-        xh = c.view(x, (x.ne[0], T), (x.nb[2],), ih * x.nb[1])
-        cur = c.mul(xh, c.view(pre, (1, T), (pre.nb[1],), ih * pre.nb[0]))
-        res = cur if res is None else c.add(res, cur)
-    assert res is not None
-    return res, post, comb
-
-
-def _sinkhorn(g: GraphContext, comb: Tensor, iters: int) -> Tensor:
-    """build_hc_sinkhorn: a softmax over the destinations, eps added, one column normalisation, then
-    (iters - 1) row and column normalisations."""
-    c = g.ctx
-    comb = c.soft_max(comb)
-    eps = c.fill(c.new("F32", 1))
-    comb = c.add(comb, eps)
-
-    def cols(m: Tensor) -> Tensor:
-        s = c.add(c.sum_rows(c.cont(c.permute(m, 1, 0, 2, 3))), eps)
-        return c.div(m, c.permute(s, 1, 0, 2, 3))
-
-    comb = cols(comb)
-    for _ in range(1, iters):
-        comb = cols(c.div(comb, c.add(c.sum_rows(comb), eps)))
-    return comb
-
-
-def _hc_post(g: GraphContext, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor, hc: int, il: int) -> Tensor:
-    """build_hc_post: fused (DSV4_HC_POST), or where the engine's probe turned that off (a layer's post
-    scheduled off its device: llama-context.cpp resolve_fused_ops) by hand: per destination stream the
-    output weighted by its post weight plus each source stream weighted by the comb, concatenated."""
-    c = g.ctx
-    if "DSV4_HC_POST" not in g.cp.unfused:
-        out = c.dsv4_hc_post(x, residual, post, comb)
-        g.fused.append(("DSV4_HC_POST", out, il))
-        return out
-    n_embd, T = x.ne[0], x.ne[1]
-    res: Tensor | None = None
-    for dst in range(hc):
-        cur = c.mul(x, c.view(post, (1, T), (post.nb[1],), dst * post.nb[0]))
-        for src in range(hc):
-            r = c.view(residual, (n_embd, T), (residual.nb[2],), src * residual.nb[1])
-            k = c.view(comb, (1, T), (comb.nb[2],), dst * comb.nb[0] + src * comb.nb[1])
-            cur = c.add(cur, c.mul(r, k))
-        cur = c.reshape(cur, n_embd, 1, T)
-        res = cur if res is None else c.concat(res, cur, 1)
-    assert res is not None
-    return res
 
 
 def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Tensor, il: int) -> Tensor:
@@ -292,7 +211,7 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
         kq = c.mul_mat(c.permute(pooled, 0, 2, 1, 3), c.permute(iq, 0, 2, 1, 3))
         score = c.mul(c.unary(c.cont(c.permute(kq, 2, 1, 0, 3)), "relu"), weights)
         score = c.add(c.cont(c.permute(c.sum_rows(score), 2, 1, 0, 3)), kp.pool_mask)
-    n_top = min(n_pool, g.lid_top_k // kpool)
+    n_top = kp.n_top
     top = c.top_k(score, n_top)
     sel_score = c.get_rows(c.reshape(score, 1, n_pool, T), top)
     order = c.argsort(c.reshape(sel_score, n_top, T))
@@ -339,19 +258,14 @@ def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il:
     else:
         assert prev is not None, "a shared indexer layer follows a full one (the engine asserts it)"
         sel = prev
+    if not kp.gather:  # the latent both K and V, through the selection's mask
+        return g.attn_k(attn_in, il, need(lw(il, "attn_output")), absorbed, kv, kv, lw(il, "attn_v_b"),
+                        c.reshape(sel, *mask.ne)), sel
     g.expand(absorbed)
     g.expand(kv)
     kc, _ = g.kv[il]
     g.expand(g._cpy_k(kc, kv, attn_in.k_idxs))
-    if kp.gather:
-        out = _gathered(g, kc, sel, absorbed, mask, kp, il, n_head)
-    else:
-        m = c.reshape(sel, *mask.ne)
-        kview = g._get_k(kc, il, attn_in.n_kv)
-        vview = c.view(kview, (rank, kview.ne[1], kview.ne[2], kview.ne[3]),
-                       (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
-        out = g.attn_mha(absorbed, kview, vview, m, None, lw(il, "attn_v_b"))
-    return g.mm(need(lw(il, "attn_output")), out), sel
+    return g.mm(need(lw(il, "attn_output")), _gathered(g, kc, sel, absorbed, mask, kp, il, n_head)), sel
 
 
 def _gathered(g: GraphContext, kc: Tensor, sel_idx: Tensor, absorbed: Tensor, mask: Tensor, kp: _Kpool, il: int,

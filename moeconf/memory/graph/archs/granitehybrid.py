@@ -19,7 +19,7 @@ MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)",
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     inp = g.inp_embd()
-    rs_in = g.rs_inp(seqs=True)
+    rs_in = g.rs_inp()
     attn_in = g.attn_inp_kv()
     g.inp_out_ids()
     pos = g.inp_pos()

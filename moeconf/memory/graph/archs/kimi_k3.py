@@ -38,7 +38,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     out_ids = g.inp_out_ids()
     g.groups = facts.groups
     block = facts.hparam("attn_res.block_size")
-    lower_bound = "kda.gate_lower_bound" in facts.floats | facts.units
+    decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
     # activation.situ_linear_beta above 0 runs the up branch's tanh (a value of 0 would leave it out: as
     # the key's presence is all Facts tells apart from 1, such a file's up branch is composed as 1's)
     linear = "activation.situ_linear_beta" in facts.floats | facts.units
@@ -52,7 +52,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             bank.stack = ckpt if bank.stack is None else c.concat(bank.stack, ckpt, 1)
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
-        cur = kda_layer(g, rs_in, cur, il, lower_bound) if il in g.rs else _mla_layer(g, attn_in, cur, il)
+        cur = kda_layer(g, rs_in, cur, il, decay, gate_rows=True) if il in g.rs else _mla_layer(g, attn_in, cur, il)
         prefix = cur if banked else c.add(prefix, cur)
         cur = _res_mix(g, bank, prefix, w.layer(il, "ffn_res_score")) if block else prefix
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)

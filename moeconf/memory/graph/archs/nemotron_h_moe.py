@@ -20,7 +20,7 @@ MEMORY = REPLAYED
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     inp = g.inp_embd()
-    rs_in = g.rs_inp(seqs=True)
+    rs_in = g.rs_inp()
     attn_in = g.attn_inp_kv()
     g.inp_out_ids()
     g.groups = facts.groups  # read for every architecture (llama-model.cpp)

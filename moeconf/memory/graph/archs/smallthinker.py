@@ -17,7 +17,7 @@ MEMORY = Memory(CHECKED + " (SmallThinker-4BA0.6B-Instruct)", keys=frozenset())
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd(need(w.get("token_embd.weight")))
+    inp = g.inp_embd()
     pos = g.inp_pos()
     attn_inp = g.attn_inp_kv()
     out_ids = g.inp_out_ids()
@@ -27,7 +27,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         logits = g.mm(need(w.layer(il, "ffn_gate_inp")), inp)
         logits.name = f"ffn_moe_logits-{il}"
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        q, k, v = g.qkv(il, cur, hp.n_head[il], hp.n_head_kv[il], hp.head_k, hp.head_v)
+        q, k, v = g.qkv(il, cur)
         q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(attn_inp, il, w.layer(il, "attn_output"), None, q, k, v)
         if il == hp.n_layer - 1:

@@ -1,0 +1,106 @@
+"""The hyper-connections DeepSeek-V4 (src/models/deepseek4.cpp) and GLM-5.3-Flash (glm5-next.cpp) each
+build alike: the residual kept as hc streams, mixed into a sublayer's input (`hc_pre`), the sublayer's
+output spread back over them (`hc_post`), fused (the DSV4_HC_* ops) or by hand where the engine's probe
+turned the fused op off (llama-context.cpp resolve_fused_ops)."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import need
+from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.ggml import Tensor
+
+
+def affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
+    return g.ctx.add(g.ctx.mul(x, scale), base)
+
+
+def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
+           record: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    """build_hc_pre: the streams' mixes (RMS-normed, projected), the pre and post weights (sigmoids of
+    their affine parts), the comb matrix (DSV4_HC_COMB, or by hand: a softmax, then Sinkhorn's column
+    and row normalisations) and the streams mixed by the pre weights (DSV4_HC_PRE, or by hand: `weighted`).
+    `record`: the fused nodes recorded for the engine's probe (`GraphContext.fused`)."""
+    c, w = g.ctx, g.w
+    fn, scale, base = (need(w.layer(il, f"hc_{part}_{k}")) for k in ("fn", "scale", "base"))
+    T = x.ne[2]
+    mixes = hc_mixes(g, x, fn, hc)
+
+    def part_of(i0: int, n: int) -> Tensor:
+        return c.view(mixes, (n, T), (mixes.nb[1],), 4 * i0)
+
+    pre = c.scale(c.unary(affine(g, part_of(0, hc), c.view(scale, (1,), (), 0), c.view(base, (hc,), (), 0)),
+                          "sigmoid"))
+    post = c.scale(c.unary(affine(g, part_of(hc, hc), c.view(scale, (1,), (), 4), c.view(base, (hc,), (), 4 * hc)),
+                           "sigmoid"))
+    unfused = g.cp.unfused
+    if "DSV4_HC_COMB" not in unfused:
+        comb = c.dsv4_hc_comb(mixes, scale, base, hc)
+        if record:
+            g.fused.append(("DSV4_HC_COMB", comb, il))
+    else:
+        comb = affine(g, part_of(2 * hc, hc * hc), c.view(scale, (1,), (), 8), c.view(base, (hc * hc,), (), 8 * hc))
+        comb = sinkhorn(g, c.reshape(comb, hc, hc, T), iters)
+    if "DSV4_HC_PRE" not in unfused:
+        out = c.dsv4_hc_pre(x, pre)
+        if record:
+            g.fused.append(("DSV4_HC_PRE", out, il))
+        return out, post, comb
+    return weighted(g, x, pre, hc), post, comb
+
+
+def hc_mixes(g: GraphContext, x: Tensor, fn: Tensor, hc: int) -> Tensor:
+    """The streams [n_embd, hc, tokens] RMS-normed as one row per token, projected by `fn`."""
+    return g.mm(fn, g.ctx.rms_norm(g.ctx.reshape(x, x.ne[0] * hc, x.ne[2])))
+
+
+def weighted(g: GraphContext, x: Tensor, pre: Tensor, hc: int) -> Tensor:
+    """The streams weighted by `pre` (one weight per stream and token) and summed, by hand."""
+    c, T = g.ctx, x.ne[2]
+    res: Tensor | None = None
+    for ih in range(hc):
+        xh = c.view(x, (x.ne[0], T), (x.nb[2],), ih * x.nb[1])
+        cur = c.mul(xh, c.view(pre, (1, T), (pre.nb[1],), ih * pre.nb[0]))
+        res = cur if res is None else c.add(res, cur)
+    assert res is not None
+    return res
+
+
+def sinkhorn(g: GraphContext, comb: Tensor, iters: int) -> Tensor:
+    """build_hc_sinkhorn: a softmax over the destinations, eps added, one column normalisation, then
+    (iters - 1) row and column normalisations."""
+    c = g.ctx
+    comb = c.soft_max(comb)
+    eps = c.fill(c.new("F32", 1))
+    comb = c.add(comb, eps)
+
+    def cols(m: Tensor) -> Tensor:
+        s = c.add(c.sum_rows(c.cont(c.permute(m, 1, 0, 2, 3))), eps)
+        return c.div(m, c.permute(s, 1, 0, 2, 3))
+
+    comb = cols(comb)
+    for _ in range(1, iters):
+        comb = cols(c.div(comb, c.add(c.sum_rows(comb), eps)))
+    return comb
+
+
+def hc_post(g: GraphContext, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor, hc: int, il: int) -> Tensor:
+    """build_hc_post: fused (DSV4_HC_POST), or where the engine's probe turned that off (a layer's post
+    scheduled off its device: llama-context.cpp resolve_fused_ops) by hand: per destination stream the
+    output weighted by its post weight plus each source stream weighted by the comb, concatenated."""
+    c = g.ctx
+    if "DSV4_HC_POST" not in g.cp.unfused:
+        out = c.dsv4_hc_post(x, residual, post, comb)
+        g.fused.append(("DSV4_HC_POST", out, il))
+        return out
+    n_embd, T = x.ne[0], x.ne[1]
+    res: Tensor | None = None
+    for dst in range(hc):
+        cur = c.mul(x, c.view(post, (1, T), (post.nb[1],), dst * post.nb[0]))
+        for src in range(hc):
+            r = c.view(residual, (n_embd, T), (residual.nb[2],), src * residual.nb[1])
+            k = c.view(comb, (1, T), (comb.nb[2],), dst * comb.nb[0] + src * comb.nb[1])
+            cur = c.add(cur, c.mul(r, k))
+        cur = c.reshape(cur, n_embd, 1, T)
+        res = cur if res is None else c.concat(res, cur, 1)
+    assert res is not None
+    return res
