@@ -1,7 +1,9 @@
-"""The two routed-expert architectures whose placement is checked against llama.cpp but whose
+"""The routed-expert architectures whose placement is checked against llama.cpp but whose
 memory moeconf refuses: GroveMoE (`grovemoe`: adjugate experts, ffn_*_chexps) and MiniMax-01
 (`minimax-01`: lightning-attention blocks, attn_norm_2), as sparse full-size layouts of the real
-models (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
+models, and the expert branch of dense architectures' loaders (granite, mistral3, refact: no MoE
+checkpoint is published, so synthetic layouts on published dense widths)
+(moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
 tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
 `other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
 the tensors of the block it does not build."""
@@ -18,11 +20,18 @@ from moeconf.fixtures.writer import write_layout
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 
-# layout -> (architecture, the tensors no modelled architecture has, as the refusal names them)
-REFUSED = {
+# layout -> (architecture, the tensors no modelled architecture has, as the refusal names them; empty:
+# every kind of tensor it has is modelled for another architecture, the graph's composition is missing)
+REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
     "grovemoe-inst": ("grovemoe", ("ffn_down_chexps", "ffn_gate_chexps", "ffn_up_chexps")),
     "minimax-text-01": ("minimax-01", ("attn_norm_2",)),
+    # synthetic: the expert branch of dense architectures' loaders (no MoE checkpoint is published)
+    "granite-synthetic-moe": ("granite", ()),
+    "mistral3-synthetic-moe": ("mistral3", ()),
+    "refact-synthetic-moe": ("refact", ()),
 }
+# the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
+TIED = {"granite-synthetic-moe"}
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +81,28 @@ def test_explain_places_and_refuses_memory(files: dict[str, tuple[Path, Inventor
     assert main(["explain", str(path), "--engine", "llama.cpp", "--", "-ngl", "999", "-ot", "exps=CPU",
                  "-fit", "off"]) == 0
     out = capsys.readouterr().out
-    assert "global: token_embd.weight CPU, output_norm.weight CUDA0, output.weight CUDA0" in out
+    output = "token_embd.weight (output copy)" if key in TIED else "output.weight"
+    assert f"global: token_embd.weight CPU, output_norm.weight CUDA0, {output} CUDA0" in out
     note = next(line for line in out.splitlines() if "memory is not modelled" in line)
     assert f"for the '{arch}' architecture" in note
-    assert f"(tensors no modelled architecture has: {', '.join(missing)})" in note
+    if missing:
+        assert f"(tensors no modelled architecture has: {', '.join(missing)})" in note
+    else:
+        assert "no composition of its graph yet (every kind of tensor it has is modelled for another" in note
+    assert "KV cache and compute are not computed" in note
+
+
+@pytest.mark.parametrize("key", sorted(k for k, (_, missing) in REFUSED.items() if not missing))
+def test_synthetic_expert_branch_is_the_loaders(files: dict[str, tuple[Path, Inventory]], key: str) -> None:
+    """The loader's `n_expert > 0` branch: a router and three expert tensors of the dense FFN width
+    (feed_forward_length, n_ff) on every block, and no dense FFN."""
+    _, inv = files[key]
+    lay = LAYOUTS[key]
+    assert inv.layers_of_kind("moe") == list(range(lay.blocks))
+    for il in (0, lay.blocks - 1):
+        p = f"blk.{il}."
+        assert inv.by_name[p + "ffn_gate_inp.weight"].shape == (lay.hidden, lay.experts)
+        assert inv.by_name[p + "ffn_up_exps.weight"].shape == (lay.hidden, lay.ff_dense, lay.experts)
+        assert inv.by_name[p + "ffn_down_exps.weight"].shape == (lay.ff_dense, lay.hidden, lay.experts)
+        assert p + "ffn_up.weight" not in inv.by_name
+        assert {inv.by_name[p + f"ffn_{x}_exps.weight"].group for x in ("gate", "up", "down")} == {"experts"}
