@@ -82,7 +82,7 @@ EXPECTED_KINDS = {
         ("mixtral-8x7b", 32), ("qwen1.5-moe-a2.7b", 24), ("olmoe-1b-7b", 16), ("phi-3.5-moe", 32), ("dbrx", 40),
         ("snowflake-arctic", 35), ("granite-3.1-3b-a800m", 32), ("smallthinker-4ba0.6b", 32), ("ling-lite-1.5", 28),
         ("minicpm-moe-8x2b", 40), ("granite-synthetic-moe", 40), ("mistral3-synthetic-moe", 40),
-        ("refact-synthetic-moe", 32))},
+        ("refact-synthetic-moe", 32), ("mellum2-12b-a2.5b", 28), ("maple-preview", 24))},
     "deepseek-moe-16b": ("0", "1-27", "none"),
     "trinity-mini": ("0-1", "2-31", "none"),
     "k-exaone-236b-a23b": ("0", "1-47", "48"),

@@ -2,7 +2,8 @@
 memory moeconf refuses: GroveMoE (`grovemoe`: adjugate experts, ffn_*_chexps) and MiniMax-01
 (`minimax-01`: lightning-attention blocks, attn_norm_2), as sparse full-size layouts of the real
 models, and the expert branch of dense architectures' loaders (granite, mistral3, refact: no MoE
-checkpoint is published, so synthetic layouts on published dense widths)
+checkpoint is published, so synthetic layouts on published dense widths), Mellum 2 and Maple
+(`mellum`, `maple`: classic blocks with per-head q/k norms and sliding windows)
 (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
 tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
 `other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
@@ -29,7 +30,11 @@ REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
     "granite-synthetic-moe": ("granite", ()),
     "mistral3-synthetic-moe": ("mistral3", ()),
     "refact-synthetic-moe": ("refact", ()),
+    # published MoEs of architectures whose every tensor kind is modelled elsewhere
+    "mellum2-12b-a2.5b": ("mellum", ()),
+    "maple-preview": ("maple", ()),
 }
+SYNTHETIC = ("granite-synthetic-moe", "mistral3-synthetic-moe", "refact-synthetic-moe")
 # the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
 TIED = {"granite-synthetic-moe"}
 
@@ -92,7 +97,7 @@ def test_explain_places_and_refuses_memory(files: dict[str, tuple[Path, Inventor
     assert "KV cache and compute are not computed" in note
 
 
-@pytest.mark.parametrize("key", sorted(k for k, (_, missing) in REFUSED.items() if not missing))
+@pytest.mark.parametrize("key", SYNTHETIC)
 def test_synthetic_expert_branch_is_the_loaders(files: dict[str, tuple[Path, Inventory]], key: str) -> None:
     """The loader's `n_expert > 0` branch: a router and three expert tensors of the dense FFN width
     (feed_forward_length, n_ff) on every block, and no dense FFN."""
@@ -106,3 +111,17 @@ def test_synthetic_expert_branch_is_the_loaders(files: dict[str, tuple[Path, Inv
         assert inv.by_name[p + "ffn_down_exps.weight"].shape == (lay.ff_dense, lay.hidden, lay.experts)
         assert p + "ffn_up.weight" not in inv.by_name
         assert {inv.by_name[p + f"ffn_{x}_exps.weight"].group for x in ("gate", "up", "down")} == {"experts"}
+
+
+@pytest.mark.parametrize(("key", "blocks", "experts", "width"),
+                         [("mellum2-12b-a2.5b", 28, 64, 896), ("maple-preview", 24, 256, 512)])
+def test_mellum_and_maple_blocks_are_the_loaders(files: dict[str, tuple[Path, Inventory]], key: str, blocks: int,
+                                                 experts: int, width: int) -> None:
+    """Every block MoE (the loaders refuse n_expert == 0) with experts of expert_feed_forward_length,
+    per-head q/k norms, and the checkpoints' sliding window on three blocks of four."""
+    _, inv = files[key]
+    assert inv.layers_of_kind("moe") == list(range(blocks))
+    assert inv.by_name["blk.3.ffn_gate_exps.weight"].shape == (2048 if key == "maple-preview" else 2304, width,
+                                                               experts)
+    assert inv.by_name["blk.0.attn_q_norm.weight"].shape == (128,)
+    assert inv.metadata.sliding_window_pattern == tuple(il % 4 != 3 for il in range(blocks))
