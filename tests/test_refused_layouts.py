@@ -3,7 +3,8 @@ memory moeconf refuses: GroveMoE (`grovemoe`: adjugate experts, ffn_*_chexps) an
 (`minimax-01`: lightning-attention blocks, attn_norm_2), as sparse full-size layouts of the real
 models, and the expert branch of dense architectures' loaders (granite, mistral3, refact: no MoE
 checkpoint is published, so synthetic layouts on published dense widths), Mellum 2 and Maple
-(`mellum`, `maple`: classic blocks with per-head q/k norms and sliding windows)
+(`mellum`, `maple`: classic blocks with per-head q/k norms and sliding windows) and Granite-SWASH
+(`granite_swa`: attention sinks, fused expert gate/up)
 (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
 tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
 `other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
@@ -33,10 +34,11 @@ REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
     # published MoEs of architectures whose every tensor kind is modelled elsewhere
     "mellum2-12b-a2.5b": ("mellum", ()),
     "maple-preview": ("maple", ()),
+    "granite-swash-3b-a600m": ("granite_swa", ()),
 }
 SYNTHETIC = ("granite-synthetic-moe", "mistral3-synthetic-moe", "refact-synthetic-moe")
 # the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
-TIED = {"granite-synthetic-moe"}
+TIED = {"granite-synthetic-moe", "granite-swash-3b-a600m"}
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +127,17 @@ def test_mellum_and_maple_blocks_are_the_loaders(files: dict[str, tuple[Path, In
                                                                experts)
     assert inv.by_name["blk.0.attn_q_norm.weight"].shape == (128,)
     assert inv.metadata.sliding_window_pattern == tuple(il % 4 != 3 for il in range(blocks))
+
+
+def test_granite_swash_experts_are_fused_and_sinks_per_head(files: dict[str, tuple[Path, Inventory]]) -> None:
+    """The converter keeps the experts' and the shared expert's gate and up fused; the loader's
+    gate_up_exps is twice the expert width and an expert tensor (-ot exps=CPU takes it), the
+    shared expert's fused up is not; one attention sink per head on every block."""
+    _, inv = files["granite-swash-3b-a600m"]
+    gu = inv.by_name["blk.4.ffn_gate_up_exps.weight"]
+    assert gu.shape == (1536, 1024, 48) and gu.group == "experts"
+    assert "blk.4.ffn_gate_exps.weight" not in inv.by_name
+    assert inv.by_name["blk.4.ffn_up_shexp.weight"].shape == (1536, 2560)
+    assert inv.by_name["blk.4.ffn_up_shexp.weight"].group != "experts"
+    assert inv.by_name["blk.31.attn_sinks.weight"].shape == (24,)
+    assert inv.metadata.sliding_window_pattern == tuple(il % 4 != 0 for il in range(32))
