@@ -4,7 +4,8 @@ memory moeconf refuses: GroveMoE (`grovemoe`: adjugate experts, ffn_*_chexps) an
 models, and the expert branch of dense architectures' loaders (granite, mistral3, refact: no MoE
 checkpoint is published, so synthetic layouts on published dense widths), Mellum 2 and Maple
 (`mellum`, `maple`: classic blocks with per-head q/k norms and sliding windows) and Granite-SWASH
-(`granite_swa`: attention sinks, fused expert gate/up)
+(`granite_swa`: attention sinks, fused expert gate/up), and Nemotron-3-Nano's config written as
+`nemotron_h` (synthetic: the converter writes nemotron_h_moe for every NemotronH with experts)
 (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
 tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
 `other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
@@ -35,6 +36,7 @@ REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
     "mellum2-12b-a2.5b": ("mellum", ()),
     "maple-preview": ("maple", ()),
     "granite-swash-3b-a600m": ("granite_swa", ()),
+    "nemotron-h-synthetic-moe": ("nemotron_h", ()),
 }
 SYNTHETIC = ("granite-synthetic-moe", "mistral3-synthetic-moe", "refact-synthetic-moe")
 # the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
@@ -141,3 +143,16 @@ def test_granite_swash_experts_are_fused_and_sinks_per_head(files: dict[str, tup
     assert inv.by_name["blk.4.ffn_up_shexp.weight"].group != "experts"
     assert inv.by_name["blk.31.attn_sinks.weight"].shape == (24,)
     assert inv.metadata.sliding_window_pattern == tuple(il % 4 != 0 for il in range(32))
+
+
+def test_nemotron_h_synthetic_is_nanos_tensors_under_nemotron_h(files: dict[str, tuple[Path, Inventory]],
+                                                                 tmp_path: Path) -> None:
+    """The `nemotron_h` loader's expert branch is nemotron_h_moe's (one loader): the same tensors,
+    names and shapes, as the published Nemotron-3-Nano; only the architecture name differs, and
+    with it memory is refused where nemotron_h_moe's is modelled."""
+    _, inv = files["nemotron-h-synthetic-moe"]
+    nano = tmp_path / "nano.gguf"
+    write_layout(LAYOUTS["nemotron-3-nano-30b-a3b"], nano)
+    ref = load_inventory(nano)
+    assert ref.arch == "nemotron_h_moe" and inv.arch == "nemotron_h"
+    assert [(t.name, t.shape, t.group) for t in inv.tensors] == [(t.name, t.shape, t.group) for t in ref.tensors]
