@@ -100,6 +100,7 @@ EXPECTED_KINDS = {
     "grovemoe-inst": ("none", "0-47", "none"),
     "minimax-text-01": ("none", "0-79", "none"),
 }
+EXPECTED_KINDS["hy4-preview"] = ("0", "1-77", "none")
 # Nemotron-3-Nano's config written as `nemotron_h` (synthetic: the loader the two share)
 EXPECTED_KINDS["nemotron-h-synthetic-moe"] = EXPECTED_KINDS["nemotron-3-nano-30b-a3b"]
 

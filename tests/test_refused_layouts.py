@@ -5,7 +5,8 @@ models, and the expert branch of dense architectures' loaders (granite, mistral3
 checkpoint is published, so synthetic layouts on published dense widths), Mellum 2 and Maple
 (`mellum`, `maple`: classic blocks with per-head q/k norms and sliding windows) and Granite-SWASH
 (`granite_swa`: attention sinks, fused expert gate/up), and Nemotron-3-Nano's config written as
-`nemotron_h` (synthetic: the converter writes nemotron_h_moe for every NemotronH with experts)
+`nemotron_h` (synthetic: the converter writes nemotron_h_moe for every NemotronH with experts), and
+Hy4-preview (`hy_v4`: gated MLA, a DSA indexer on its "full" blocks, hyper-connections)
 (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
 tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
 `other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
@@ -37,6 +38,7 @@ REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
     "maple-preview": ("maple", ()),
     "granite-swash-3b-a600m": ("granite_swa", ()),
     "nemotron-h-synthetic-moe": ("nemotron_h", ()),
+    "hy4-preview": ("hy_v4", ()),
 }
 SYNTHETIC = ("granite-synthetic-moe", "mistral3-synthetic-moe", "refact-synthetic-moe")
 # the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
@@ -156,3 +158,15 @@ def test_nemotron_h_synthetic_is_nanos_tensors_under_nemotron_h(files: dict[str,
     ref = load_inventory(nano)
     assert ref.arch == "nemotron_h_moe" and inv.arch == "nemotron_h"
     assert [(t.name, t.shape, t.group) for t in inv.tensors] == [(t.name, t.shape, t.group) for t in ref.tensors]
+
+
+def test_hy4_indexer_blocks_and_hyper_connections_are_the_loaders(files: dict[str, tuple[Path, Inventory]]) -> None:
+    """The indexer's tensors only on the blocks the indexer types mark full (0 and 1 + 4k), the
+    hyper-connection mixers on every block and at the output, one leading dense block."""
+    _, inv = files["hy4-preview"]
+    full = {il for il in range(78) if il == 0 or (il - 1) % 4 == 0}
+    assert {t.layer for t in inv.tensors if t.name.endswith("indexer.attn_k.weight")} == full
+    assert inv.by_name["blk.9.hc_ffn_fn.weight"].shape == (4 * 6144, 8)
+    assert inv.by_name["output_hc_fn.weight"].layer is None
+    assert inv.layers_of_kind("dense") == [0] and inv.layers_of_kind("moe") == list(range(1, 78))
+    assert inv.by_name["blk.1.ffn_up_shexp.weight"].shape == (6144, 2048)
