@@ -81,7 +81,9 @@ EXPECTED_KINDS = {
     **{k: ("none", f"0-{n - 1}", "none") for k, n in (
         ("mixtral-8x7b", 32), ("qwen1.5-moe-a2.7b", 24), ("olmoe-1b-7b", 16), ("phi-3.5-moe", 32), ("dbrx", 40),
         ("snowflake-arctic", 35), ("granite-3.1-3b-a800m", 32), ("smallthinker-4ba0.6b", 32), ("ling-lite-1.5", 28),
-        ("minicpm-moe-8x2b", 40))},
+        ("minicpm-moe-8x2b", 40), ("granite-synthetic-moe", 40), ("mistral3-synthetic-moe", 40),
+        ("refact-synthetic-moe", 32), ("mellum2-12b-a2.5b", 28), ("maple-preview", 24),
+        ("granite-swash-3b-a600m", 32))},
     "deepseek-moe-16b": ("0", "1-27", "none"),
     "trinity-mini": ("0-1", "2-31", "none"),
     "k-exaone-236b-a23b": ("0", "1-47", "48"),
@@ -98,6 +100,9 @@ EXPECTED_KINDS = {
     "grovemoe-inst": ("none", "0-47", "none"),
     "minimax-text-01": ("none", "0-79", "none"),
 }
+EXPECTED_KINDS["hy4-preview"] = ("0", "1-77", "none")
+# Nemotron-3-Nano's config written as `nemotron_h` (synthetic: the loader the two share)
+EXPECTED_KINDS["nemotron-h-synthetic-moe"] = EXPECTED_KINDS["nemotron-3-nano-30b-a3b"]
 
 
 @pytest.mark.parametrize("key", sorted(LAYOUTS))

@@ -1,7 +1,13 @@
-"""The two routed-expert architectures whose placement is checked against llama.cpp but whose
+"""The routed-expert architectures whose placement is checked against llama.cpp but whose
 memory moeconf refuses: GroveMoE (`grovemoe`: adjugate experts, ffn_*_chexps) and MiniMax-01
 (`minimax-01`: lightning-attention blocks, attn_norm_2), as sparse full-size layouts of the real
-models (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
+models, and the expert branch of dense architectures' loaders (granite, mistral3, refact: no MoE
+checkpoint is published, so synthetic layouts on published dense widths), Mellum 2 and Maple
+(`mellum`, `maple`: classic blocks with per-head q/k norms and sliding windows) and Granite-SWASH
+(`granite_swa`: attention sinks, fused expert gate/up), and Nemotron-3-Nano's config written as
+`nemotron_h` (synthetic: the converter writes nemotron_h_moe for every NemotronH with experts), and
+Hy4-preview (`hy_v4`: gated MLA, a DSA indexer on its "full" blocks, hyper-connections)
+(moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
 tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
 `other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
 the tensors of the block it does not build."""
@@ -18,11 +24,25 @@ from moeconf.fixtures.writer import write_layout
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 
-# layout -> (architecture, the tensors no modelled architecture has, as the refusal names them)
-REFUSED = {
+# layout -> (architecture, the tensors no modelled architecture has, as the refusal names them; empty:
+# every kind of tensor it has is modelled for another architecture, the graph's composition is missing)
+REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
     "grovemoe-inst": ("grovemoe", ("ffn_down_chexps", "ffn_gate_chexps", "ffn_up_chexps")),
     "minimax-text-01": ("minimax-01", ("attn_norm_2",)),
+    # synthetic: the expert branch of dense architectures' loaders (no MoE checkpoint is published)
+    "granite-synthetic-moe": ("granite", ()),
+    "mistral3-synthetic-moe": ("mistral3", ()),
+    "refact-synthetic-moe": ("refact", ()),
+    # published MoEs of architectures whose every tensor kind is modelled elsewhere
+    "mellum2-12b-a2.5b": ("mellum", ()),
+    "maple-preview": ("maple", ()),
+    "granite-swash-3b-a600m": ("granite_swa", ()),
+    "nemotron-h-synthetic-moe": ("nemotron_h", ()),
+    "hy4-preview": ("hy_v4", ()),
 }
+SYNTHETIC = ("granite-synthetic-moe", "mistral3-synthetic-moe", "refact-synthetic-moe")
+# the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
+TIED = {"granite-synthetic-moe", "granite-swash-3b-a600m"}
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +92,81 @@ def test_explain_places_and_refuses_memory(files: dict[str, tuple[Path, Inventor
     assert main(["explain", str(path), "--engine", "llama.cpp", "--", "-ngl", "999", "-ot", "exps=CPU",
                  "-fit", "off"]) == 0
     out = capsys.readouterr().out
-    assert "global: token_embd.weight CPU, output_norm.weight CUDA0, output.weight CUDA0" in out
+    output = "token_embd.weight (output copy)" if key in TIED else "output.weight"
+    assert f"global: token_embd.weight CPU, output_norm.weight CUDA0, {output} CUDA0" in out
     note = next(line for line in out.splitlines() if "memory is not modelled" in line)
     assert f"for the '{arch}' architecture" in note
-    assert f"(tensors no modelled architecture has: {', '.join(missing)})" in note
+    if missing:
+        assert f"(tensors no modelled architecture has: {', '.join(missing)})" in note
+    else:
+        assert "no composition of its graph yet (every kind of tensor it has is modelled for another" in note
+    assert "KV cache and compute are not computed" in note
+
+
+@pytest.mark.parametrize("key", SYNTHETIC)
+def test_synthetic_expert_branch_is_the_loaders(files: dict[str, tuple[Path, Inventory]], key: str) -> None:
+    """The loader's `n_expert > 0` branch: a router and three expert tensors of the dense FFN width
+    (feed_forward_length, n_ff) on every block, and no dense FFN."""
+    _, inv = files[key]
+    lay = LAYOUTS[key]
+    assert inv.layers_of_kind("moe") == list(range(lay.blocks))
+    for il in (0, lay.blocks - 1):
+        p = f"blk.{il}."
+        assert inv.by_name[p + "ffn_gate_inp.weight"].shape == (lay.hidden, lay.experts)
+        assert inv.by_name[p + "ffn_up_exps.weight"].shape == (lay.hidden, lay.ff_dense, lay.experts)
+        assert inv.by_name[p + "ffn_down_exps.weight"].shape == (lay.ff_dense, lay.hidden, lay.experts)
+        assert p + "ffn_up.weight" not in inv.by_name
+        assert {inv.by_name[p + f"ffn_{x}_exps.weight"].group for x in ("gate", "up", "down")} == {"experts"}
+
+
+@pytest.mark.parametrize(("key", "blocks", "experts", "width"),
+                         [("mellum2-12b-a2.5b", 28, 64, 896), ("maple-preview", 24, 256, 512)])
+def test_mellum_and_maple_blocks_are_the_loaders(files: dict[str, tuple[Path, Inventory]], key: str, blocks: int,
+                                                 experts: int, width: int) -> None:
+    """Every block MoE (the loaders refuse n_expert == 0) with experts of expert_feed_forward_length,
+    per-head q/k norms, and the checkpoints' sliding window on three blocks of four."""
+    _, inv = files[key]
+    assert inv.layers_of_kind("moe") == list(range(blocks))
+    assert inv.by_name["blk.3.ffn_gate_exps.weight"].shape == (2048 if key == "maple-preview" else 2304, width,
+                                                               experts)
+    assert inv.by_name["blk.0.attn_q_norm.weight"].shape == (128,)
+    assert inv.metadata.sliding_window_pattern == tuple(il % 4 != 3 for il in range(blocks))
+
+
+def test_granite_swash_experts_are_fused_and_sinks_per_head(files: dict[str, tuple[Path, Inventory]]) -> None:
+    """The converter keeps the experts' and the shared expert's gate and up fused; the loader's
+    gate_up_exps is twice the expert width and an expert tensor (-ot exps=CPU takes it), the
+    shared expert's fused up is not; one attention sink per head on every block."""
+    _, inv = files["granite-swash-3b-a600m"]
+    gu = inv.by_name["blk.4.ffn_gate_up_exps.weight"]
+    assert gu.shape == (1536, 1024, 48) and gu.group == "experts"
+    assert "blk.4.ffn_gate_exps.weight" not in inv.by_name
+    assert inv.by_name["blk.4.ffn_up_shexp.weight"].shape == (1536, 2560)
+    assert inv.by_name["blk.4.ffn_up_shexp.weight"].group != "experts"
+    assert inv.by_name["blk.31.attn_sinks.weight"].shape == (24,)
+    assert inv.metadata.sliding_window_pattern == tuple(il % 4 != 0 for il in range(32))
+
+
+def test_nemotron_h_synthetic_is_nanos_tensors_under_nemotron_h(files: dict[str, tuple[Path, Inventory]],
+                                                                 tmp_path: Path) -> None:
+    """The `nemotron_h` loader's expert branch is nemotron_h_moe's (one loader): the same tensors,
+    names and shapes, as the published Nemotron-3-Nano; only the architecture name differs, and
+    with it memory is refused where nemotron_h_moe's is modelled."""
+    _, inv = files["nemotron-h-synthetic-moe"]
+    nano = tmp_path / "nano.gguf"
+    write_layout(LAYOUTS["nemotron-3-nano-30b-a3b"], nano)
+    ref = load_inventory(nano)
+    assert ref.arch == "nemotron_h_moe" and inv.arch == "nemotron_h"
+    assert [(t.name, t.shape, t.group) for t in inv.tensors] == [(t.name, t.shape, t.group) for t in ref.tensors]
+
+
+def test_hy4_indexer_blocks_and_hyper_connections_are_the_loaders(files: dict[str, tuple[Path, Inventory]]) -> None:
+    """The indexer's tensors only on the blocks the indexer types mark full (0 and 1 + 4k), the
+    hyper-connection mixers on every block and at the output, one leading dense block."""
+    _, inv = files["hy4-preview"]
+    full = {il for il in range(78) if il == 0 or (il - 1) % 4 == 0}
+    assert {t.layer for t in inv.tensors if t.name.endswith("indexer.attn_k.weight")} == full
+    assert inv.by_name["blk.9.hc_ffn_fn.weight"].shape == (4 * 6144, 8)
+    assert inv.by_name["output_hc_fn.weight"].layer is None
+    assert inv.layers_of_kind("dense") == [0] and inv.layers_of_kind("moe") == list(range(1, 78))
+    assert inv.by_name["blk.1.ffn_up_shexp.weight"].shape == (6144, 2048)

@@ -346,8 +346,9 @@ def _cross_check(md: ModelMetadata, kinds: dict[int, LayerKind]) -> list[str]:
     step = md.interleave_moe_layer_step or md.moe_every_n_layers or 1
     has_experts = bool(md.expert_count)
     # Nemotron-H gives each layer its FFN width; 0 = no FFN (a Mamba-2 or attention
-    # layer: pinned llama.cpp src/models/nemotron-h.cpp, load_arch_hparams / load_arch_tensors)
-    ff = md.hparam("feed_forward_length") if md.arch == "nemotron_h_moe" else None
+    # layer: pinned llama.cpp src/models/nemotron-h.cpp, load_arch_hparams / load_arch_tensors,
+    # the one loader of nemotron_h and nemotron_h_moe)
+    ff = md.hparam("feed_forward_length") if md.arch in ("nemotron_h", "nemotron_h_moe") else None
     no_ffn = {il for il, w in enumerate(ff) if w == 0} if isinstance(ff, tuple) else set()
     for il in range(nb):
         if il >= nb - n_nextn:
