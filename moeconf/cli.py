@@ -415,11 +415,12 @@ def _line_model(words: list[str], engine_name: str) -> str:
     """The MODEL a command line names itself: -hf REPO[:TAG] (with --hf-file: that file), else -m,
     each the last given, as the engine reads the line (engines/cmdline.py parse_invocation)."""
     from moeconf.engines import engine
-    from moeconf.engines.argvread import Arg
-    from moeconf.engines.benchline import bench_invocations, is_bench
+    from moeconf.engines.argvread import Arg, is_bench
     from moeconf.engines.cmdline import parse_invocation
 
     if is_bench(words):  # llama-bench's own parser (a list of models is refused after: one test each)
+        from moeconf.engines.benchline import bench_invocations
+
         inv = bench_invocations([Arg(w) for w in words], engine(engine_name), limit=1)[1][0]
     else:
         inv = parse_invocation([Arg(w) for w in words], engine(engine_name))
@@ -561,10 +562,12 @@ def _bench_test(argv: list[str], eng: Engine, env: dict[str, str]) -> tuple[dict
     """A llama-bench line (engines/benchline.py): (what explain says of its test, the test written as
     the common parser's line, which the memory settings read); any other line: (None, the line). A
     line of several tests, or one moeconf does not model, is refused, naming what to change."""
-    from moeconf.engines.benchline import is_bench, read_bench
+    from moeconf.engines.argvread import is_bench
 
     if not is_bench(argv):
         return None, argv
+    from moeconf.engines.benchline import read_bench
+
     line = read_bench(argv, eng)
     why = line.explain_refusal()
     if why is not None:

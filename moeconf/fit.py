@@ -120,7 +120,7 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
     from moeconf.engines.argvread import REMOVED_FLAGS, closest_flag, read_argv, unknown_flag_message
 
     out = _UserFlags()
-    from moeconf.engines.benchline import is_bench
+    from moeconf.engines.argvread import is_bench
 
     if is_bench(argv):
         raise MoeconfError("'llama-bench': fit writes a server's command from its flags; a llama-bench line is "

@@ -13,7 +13,8 @@ import pytest
 
 from moeconf.cli import main
 from moeconf.engines import Engine, engine
-from moeconf.engines.benchline import BenchLine, default, int_range, is_bench, read_bench
+from moeconf.engines.argvread import is_bench
+from moeconf.engines.benchline import BenchLine, default, int_range, read_bench
 from moeconf.linting.linter import command_words, lint
 from moeconf.linting.model import Config, Finding
 from tests.conftest import EXAMPLES

@@ -406,3 +406,15 @@ def scan_extra(words: list[str], engine: Engine) -> tuple[list[tuple[int, str]],
             unknown.append((given.index, given.word.text))
         after_unknown = given.kind == "unknown" and not given.values
     return owned, unknown
+
+
+BENCH_BINARY = "llama-bench"
+
+
+def is_bench(words: Sequence[Arg | str]) -> bool:
+    """Whether the line's first word is the llama-bench program (read by engines/benchline.py with its
+    own option table; cheap to ask, so callers import benchline only for such a line)."""
+    if not words:
+        return False
+    w = words[0].text if isinstance(words[0], Arg) else words[0]
+    return not w.startswith("-") and w.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe") == BENCH_BINARY

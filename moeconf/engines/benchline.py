@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
-from moeconf.engines.argvread import Arg, ArgvReading, GivenOption, read_argv
+from moeconf.engines.argvread import BENCH_BINARY, Arg, ArgvReading, GivenOption, read_argv
 from moeconf.engines.flags import c_int as _c_int
 from moeconf.engines.flags import flag_table
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from moeconf.engines.cmdline import Invocation
 
 # the program's name (argv[0] without its folder and .exe)
-BENCH_BINARY = "llama-bench"
 
 # the settings that decide each test's context (the rest of a test is one value of each list)
 _CONTEXT = ("n_prompt", "n_gen", "n_pg", "n_gp", "n_depth")
@@ -54,14 +53,6 @@ _UNMODELLED = {
 }
 MAX_VALUES = 4096  # the values moeconf reads from one range list
 MAX_TESTS = 16  # the placements lint simulates per line (each -ot set, -ngl, -ncmoe, ... combination)
-
-
-def is_bench(words: Sequence[Arg | str]) -> bool:
-    """Whether the line's first word is the llama-bench program."""
-    if not words:
-        return False
-    w = words[0].text if isinstance(words[0], Arg) else words[0]
-    return not w.startswith("-") and w.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe") == BENCH_BINARY
 
 
 def _tables(engine: Engine) -> tuple[dict[str, int], frozenset[str], dict[str, str], dict[str, str],

@@ -379,7 +379,7 @@ def launch_llama_config(launch: Launch, llama_config: LlamaConfig | None) -> Lla
 def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models,
                 rules: Sequence[ModuleType] = ALL, llama_config: LlamaConfig | None = None) -> list[Finding]:
     eng, how = _engine_for(src, launch, config)
-    from moeconf.engines.benchline import is_bench
+    from moeconf.engines.argvread import is_bench
 
     if is_bench(launch.args):
         # llama-bench: its own parser; each test that places or allocates differently, by the rules
@@ -472,9 +472,11 @@ def lint_command(inventory: Inventory | None, eng: Engine, argv: Sequence[str], 
     from moeconf.explanation import assumed_gpus, explain_invocation
 
     config = config or Config()
-    from moeconf.engines.benchline import bench_invocations, is_bench
+    from moeconf.engines.argvread import is_bench
 
     if is_bench(argv):
+        from moeconf.engines.benchline import bench_invocations
+
         # llama-bench: the one test explain takes (the caller refuses a line of several:
         # BenchLine.explain_refusal), read as llama-bench reads it, by the rules that hold for it
         _, tests = bench_invocations(command_words(argv), eng, limit=1)
