@@ -71,3 +71,16 @@ def take_out(argv: list[str]) -> tuple[list[str], Path | None]:
     if k + 1 >= len(argv):
         raise SystemExit("--out needs a file")
     return argv[:k] + argv[k + 2:], Path(argv[k + 1])
+
+
+def wrapped(pieces: list[str], width: int = 112) -> str:
+    """A generated table's items (" 'k': v," each) laid out in lines of at most `width` characters,
+    each indented by three spaces (the extractors' one layout)."""
+    lines, line = [], "   "
+    for piece in pieces:
+        if len(line) + len(piece) > width:
+            lines.append(line)
+            line = "   "
+        line += piece
+    lines.append(line)
+    return "\n".join(lines)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _cparse.py, also when loaded by path
 from _cparse import matching as _matching
-from _pinned import describe, take_out
+from _pinned import describe, take_out, wrapped
 
 _VALUE = re.compile(r"\+\+i\s*>=\s*argc")
 _LIST = re.compile(r"\bsplit_delim\b|parse_int_range\(|string_split_pairs<[^>]*>\(\s*argv\[i\]\s*,\s*split_delim"
@@ -86,29 +86,14 @@ def defaults(src: str) -> dict[str, str]:
 
 
 def _dict(name: str, d: dict[str, object], kind: str) -> str:
-    lines, line = [], "   "
-    for k, v in sorted(d.items()):
-        piece = f" {k!r}: {v!r},"
-        if len(line) + len(piece) > 112:
-            lines.append(line)
-            line = "   "
-        line += piece
-    lines.append(line)
-    return f"{name}: Final[dict[str, {kind}]] = {{\n" + "\n".join(lines) + "\n}\n"
+    body = wrapped([f" {k!r}: {v!r}," for k, v in sorted(d.items())])
+    return f"{name}: Final[dict[str, {kind}]] = {{\n" + body + "\n}\n"
 
 
 def _set(name: str, items: list[str]) -> str:
     if not items:
         return f"{name}: Final[frozenset[str]] = frozenset()\n"
-    lines, line = [], "   "
-    for k in items:
-        piece = f" {k!r},"
-        if len(line) + len(piece) > 112:
-            lines.append(line)
-            line = "   "
-        line += piece
-    lines.append(line)
-    return f"{name}: Final[frozenset[str]] = frozenset({{\n" + "\n".join(lines) + "\n})\n"
+    return f"{name}: Final[frozenset[str]] = frozenset({{\n" + wrapped([f" {k!r}," for k in items]) + "\n})\n"
 
 
 def render(ml_src: str, ik_src: str, rev_ml: str, rev_ik: str) -> str:

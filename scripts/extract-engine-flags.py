@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _cparse.py, also when loaded by path
 from _cparse import matching as _matching
-from _pinned import describe, describe_commit, git_show, take_out
+from _pinned import describe, describe_commit, git_show, take_out, wrapped
 
 _IK_VALUE = re.compile(r"\bCHECK_ARG\b|argv\[\+\+i\]|\(\s*\+\+i\s*>=\s*argc\s*\)")
 
@@ -100,16 +100,8 @@ def ik(src: str, values: dict[str, str] | None = None) -> dict[str, int]:
 
 
 def _table(name: str, d: dict[str, int] | dict[str, str], kind: str = "int") -> str:
-    lines = []
-    line = "   "
-    for k, v in sorted(d.items()):
-        piece = f" {k!r}: {v!r},"
-        if len(line) + len(piece) > 112:
-            lines.append(line)
-            line = "   "
-        line += piece
-    lines.append(line)
-    return f"{name}: Final[dict[str, {kind}]] = {{\n" + "\n".join(lines) + "\n}\n"
+    body = wrapped([f" {k!r}: {v!r}," for k, v in sorted(d.items())])
+    return f"{name}: Final[dict[str, {kind}]] = {{\n" + body + "\n}\n"
 
 
 _PRELUDE = '\n\nfrom __future__ import annotations\n\nfrom typing import Final\n\n'

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _cparse.py, also when loaded by path
 from _cparse import matching as _matching
-from _pinned import describe, take_out
+from _pinned import describe, take_out, wrapped
 
 _TYPE = re.compile(r"COMMON_SPECULATIVE_TYPE_([A-Z0-9_]+)")
 
@@ -144,15 +144,7 @@ def _set(name: str, items: set[str]) -> str:
 
 
 def _wrap(pieces: list[str]) -> str:
-    lines, line = [], "   "
-    for p in pieces:
-        piece = f" {p},"
-        if len(line) + len(piece) > 112:
-            lines.append(line)
-            line = "   "
-        line += piece
-    lines.append(line)
-    return "\n".join(lines)
+    return wrapped([f" {p}," for p in pieces])
 
 
 def _dict(name: str, typ: str, d: dict[str, object]) -> str:
