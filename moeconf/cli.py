@@ -419,7 +419,7 @@ def _line_model(words: list[str], engine_name: str) -> str:
     from moeconf.engines.cmdline import parse_invocation
 
     if is_bench(words):  # llama-bench's own parser (a list of models is refused after: one test each)
-        from moeconf.engines.benchline import bench_invocations
+        from moeconf.engines.cmdline import bench_invocations
 
         inv = bench_invocations([Arg(w) for w in words], engine(engine_name), limit=1)[1][0]
     else:

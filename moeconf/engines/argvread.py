@@ -408,7 +408,7 @@ def scan_extra(words: list[str], engine: Engine) -> tuple[list[tuple[int, str]],
     return owned, unknown
 
 
-BENCH_BINARY = "llama-bench"
+BENCH_BINARY = "llama-bench"  # the program's name (argv[0] without its folder and .exe)
 
 
 def is_bench(words: Sequence[Arg | str]) -> bool:

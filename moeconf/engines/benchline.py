@@ -23,17 +23,11 @@ import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import BENCH_BINARY, Arg, ArgvReading, GivenOption, read_argv
 from moeconf.engines.flags import c_int as _c_int
 from moeconf.engines.flags import flag_table
-
-if TYPE_CHECKING:
-    from moeconf.engines.cmdline import Invocation
-
-# the program's name (argv[0] without its folder and .exe)
 
 # the settings that decide each test's context (the rest of a test is one value of each list)
 _CONTEXT = ("n_prompt", "n_gen", "n_pg", "n_gp", "n_depth")
@@ -510,21 +504,3 @@ def read_bench(words: Sequence[Arg | str], engine: Engine) -> BenchLine:
             got = [Piece(a, a.text) for a in pieces]
         line.given.setdefault(setting, []).extend(got)
     return line
-
-
-def bench_invocations(words: Sequence[Arg], engine: Engine, *, limit: int = MAX_TESTS,
-                      ) -> tuple[BenchLine, list[Invocation]]:
-    """A llama-bench line read once, and one invocation per test that places or allocates
-    differently (each -ot set, -ngl, --n-cpu-moe, -ub, ... combination, at most `limit`), each
-    read from the test's common-parser line (`BenchTest.words`) and carrying the line (`bench`).
-    llama-bench reads neither the environment nor llama.cpp's config files."""
-    from moeconf.engines.cmdline import parse_invocation
-
-    line = read_bench(words, engine)
-    out = []
-    for test in line.tests(placement_only=True, limit=limit):
-        inv = parse_invocation(test.words(), engine)
-        inv.bench = line
-        inv.bench_test = test
-        out.append(inv)
-    return line, out

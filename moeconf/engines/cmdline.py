@@ -564,3 +564,21 @@ def engine_items(inv_: Invocation, model: Inventory, n_devices: int = 1,
     # ik: user rules first, then its --n-cpu-moe rules; mainline: sources in order
     merged = user + moe if eng.name == "ik_llama.cpp" else sorted(user + moe, key=lambda x: x[4])
     return [(p, d, o, k) for p, d, o, k, _ in merged]
+
+
+def bench_invocations(words: Sequence[Arg], engine: Engine, *, limit: int | None = None,
+                      ) -> tuple[BenchLine, list[Invocation]]:
+    """A llama-bench line read once, and one invocation per test that places or allocates
+    differently (each -ot set, -ngl, --n-cpu-moe, -ub, ... combination, at most `limit`), each
+    read from the test's common-parser line (`BenchTest.words`) and carrying the line (`bench`).
+    llama-bench reads neither the environment nor llama.cpp's config files."""
+    from moeconf.engines.benchline import MAX_TESTS, read_bench
+
+    line = read_bench(words, engine)
+    out = []
+    for test in line.tests(placement_only=True, limit=MAX_TESTS if limit is None else limit):
+        inv = parse_invocation(test.words(), engine)
+        inv.bench = line
+        inv.bench_test = test
+        out.append(inv)
+    return line, out

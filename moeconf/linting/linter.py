@@ -384,7 +384,7 @@ def lint_launch(src: SourceFile, launch: Launch, config: Config, models: _Models
     if is_bench(launch.args):
         # llama-bench: its own parser; each test that places or allocates differently, by the rules
         # that hold for it (rules.BENCH_SKIPS), each finding once
-        from moeconf.engines.benchline import bench_invocations
+        from moeconf.engines.cmdline import bench_invocations
 
         line, invocations = bench_invocations(launch.args, eng)
         kept = _bench_rules(rules)
@@ -475,7 +475,7 @@ def lint_command(inventory: Inventory | None, eng: Engine, argv: Sequence[str], 
     from moeconf.engines.argvread import is_bench
 
     if is_bench(argv):
-        from moeconf.engines.benchline import bench_invocations
+        from moeconf.engines.cmdline import bench_invocations
 
         # llama-bench: the one test explain takes (the caller refuses a line of several:
         # BenchLine.explain_refusal), read as llama-bench reads it, by the rules that hold for it
