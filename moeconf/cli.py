@@ -575,6 +575,7 @@ def _bench_test(argv: list[str], eng: Engine, env: dict[str, str]) -> tuple[dict
     if env:
         raise MoeconfError("--env: llama-bench reads no LLAMA_ARG_* variable; give its own options")
     test = line.tests(limit=1)[0]
+    words = [a.text for a in test.words()]
     names = [n for n, _ in line.contexts()]
     shown = ", ".join(f"{n} at context {c:,}" for n, c in line.contexts())
     note = (f"llama-bench: memory of the test with the largest context, {test.name} (context {test.context:,}; "
@@ -582,7 +583,7 @@ def _bench_test(argv: list[str], eng: Engine, env: dict[str, str]) -> tuple[dict
             + (f"runs {len(names)} tests ({shown}), each on the same placement" if len(names) != 1 else
                "runs this one test"))
     return ({"note": note, "test": test.name, "context": test.context, "tests": names,
-             "command": [a.text for a in test.words()]}, [a.text for a in test.words()])
+             "command": words}, list(words))
 
 
 def _explain_traffic(args: argparse.Namespace, ex: Explanation,

@@ -6,7 +6,7 @@ module that walks an engine's words reads them through `read_argv` (tests/test_a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -116,13 +116,19 @@ def normalize_flag(name: str) -> str:
 
 def closest_flag(engine: Engine, name: str) -> str | None:
     """The known flag `name` was most likely meant to be (`--n-cpu-mo` -> `--n-cpu-moe`)."""
-    import difflib
-
     table = known_flags(engine)
     base = name.partition("=")[0]
     if base != name and normalize_flag(base) in table:
         return normalize_flag(base)
-    close = difflib.get_close_matches(normalize_flag(base), list(table), n=1, cutoff=0.75)
+    return _closest_in(normalize_flag(base), table)
+
+
+def _closest_in(name: str, table: Iterable[str]) -> str | None:
+    """The flag of `table` closest to `name` (difflib, 0.75 alike), if any: the common table's
+    (closest_flag) and llama-bench's (_read_bench)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.75)
     return close[0] if close else None
 
 
@@ -292,10 +298,7 @@ def _read_bench(args: list[Arg], engine: Engine, binary: bool | None) -> ArgvRea
         if n is not None:
             return "known", n, None
         if name.startswith("-") and not is_number(name):
-            import difflib
-
-            close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.75)
-            closest = close[0] if close else None
+            closest = _closest_in(name, table)
             return "unknown", server.get(name, table.get(closest, 0) if closest else 0), closest
         return "word", 0, None
 
