@@ -47,13 +47,9 @@ TIED = {"granite-synthetic-moe", "granite-swash-3b-a600m"}
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inventory]]:
-    folder = tmp_path_factory.mktemp("refused-layouts")
-    out = {}
-    for key in REFUSED:
-        path = folder / f"{key}.gguf"
-        write_layout(LAYOUTS[key], path)
-        out[key] = (path, load_inventory(path))
-    return out
+    from tests.engine.oracle import write_sparse
+
+    return write_sparse(tmp_path_factory.mktemp("refused-layouts"), {key: LAYOUTS[key] for key in REFUSED})
 
 
 @pytest.mark.parametrize("key", sorted(REFUSED))
