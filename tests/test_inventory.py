@@ -101,6 +101,14 @@ EXPECTED_KINDS = {
     "minimax-text-01": ("none", "0-79", "none"),
 }
 EXPECTED_KINDS["hy4-preview"] = ("0", "1-77", "none")
+EXPECTED_KINDS["qwen3.8-flash-next"] = ("none", "0-47", "none")
+# the architectures llama-server does not serve (memory "not applicable"), placement checked all the same
+EXPECTED_KINDS.update({
+    "llada-moe-7b-a1b": ("none", "0-15", "none"), "rnd1-base-0910": ("none", "0-47", "none"),
+    "nomic-embed-text-v2-moe": ("0, 2, 4, 6, 8, 10", "1, 3, 5, 7, 9, 11", "none"),
+    "deepseek-ocr": ("0", "1-11", "none"), "llama-embed-synthetic-moe": ("none", "0-31", "none"),
+    "deepseek-v4-flash-dspark": ("none", "0-1", "none"),
+})
 # Nemotron-3-Nano's config written as `nemotron_h` (synthetic: the loader the two share)
 EXPECTED_KINDS["nemotron-h-synthetic-moe"] = EXPECTED_KINDS["nemotron-3-nano-30b-a3b"]
 

@@ -5,8 +5,9 @@ models, and the expert branch of dense architectures' loaders (granite, mistral3
 checkpoint is published, so synthetic layouts on published dense widths), Mellum 2 and Maple
 (`mellum`, `maple`: classic blocks with per-head q/k norms and sliding windows) and Granite-SWASH
 (`granite_swa`: attention sinks, fused expert gate/up), and Nemotron-3-Nano's config written as
-`nemotron_h` (synthetic: the converter writes nemotron_h_moe for every NemotronH with experts), and
-Hy4-preview (`hy_v4`: gated MLA, a DSA indexer on its "full" blocks, hyper-connections)
+`nemotron_h` (synthetic: the converter writes nemotron_h_moe for every NemotronH with experts),
+Hy4-preview (`hy_v4`: gated MLA, a DSA indexer on its "full" blocks, hyper-connections) and
+Qwen3.8-Flash-Next (`qwen4exp`: low-rank hyper-connections, gated delta net, PLE n-gram embeddings)
 (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
 tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
 `other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
@@ -39,10 +40,16 @@ REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
     "granite-swash-3b-a600m": ("granite_swa", ()),
     "nemotron-h-synthetic-moe": ("nemotron_h", ()),
     "hy4-preview": ("hy_v4", ()),
+    "qwen3.8-flash-next": ("qwen4exp", (
+        "hc_attn_down", "hc_attn_inject", "hc_attn_norm", "hc_attn_up", "hc_ffn_down", "hc_ffn_inject",
+        "hc_ffn_norm", "hc_ffn_up", "output_hc_down", "output_hc_norm", "output_hc_up", "ple_conv1d", "ple_key",
+        "ple_norm_conv", "ple_norm_key", "ple_norm_query", "ple_value")),
 }
 SYNTHETIC = ("granite-synthetic-moe", "mistral3-synthetic-moe", "refact-synthetic-moe")
 # the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
 TIED = {"granite-synthetic-moe", "granite-swash-3b-a600m"}
+OWN_GLOBALS = {"qwen3.8-flash-next": "token_embd.weight CPU, output_hc_norm.weight CUDA0, output_hc_down.weight CUDA0, "
+                                     "output_hc_up.weight CUDA0, output.weight CUDA0, per_layer_token_embd.weight CPU"}
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +96,9 @@ def test_explain_places_and_refuses_memory(files: dict[str, tuple[Path, Inventor
                  "-fit", "off"]) == 0
     out = capsys.readouterr().out
     output = "token_embd.weight (output copy)" if key in TIED else "output.weight"
-    assert f"global: token_embd.weight CPU, output_norm.weight CUDA0, {output} CUDA0" in out
+    # qwen4exp: no output_norm (the output's hyper-connection mixer carries it); its n-gram table on the host
+    glob = OWN_GLOBALS.get(key, f"token_embd.weight CPU, output_norm.weight CUDA0, {output} CUDA0")
+    assert f"global: {glob}" in out
     note = next(line for line in out.splitlines() if "memory is not modelled" in line)
     assert f"for the '{arch}' architecture" in note
     if missing:
@@ -166,3 +175,36 @@ def test_hy4_indexer_blocks_and_hyper_connections_are_the_loaders(files: dict[st
     assert inv.by_name["output_hc_fn.weight"].layer is None
     assert inv.layers_of_kind("dense") == [0] and inv.layers_of_kind("moe") == list(range(1, 78))
     assert inv.by_name["blk.1.ffn_up_shexp.weight"].shape == (6144, 2048)
+
+
+def test_qwen4exp_blocks_and_ple_are_the_loaders(files: dict[str, tuple[Path, Inventory]]) -> None:
+    """Full attention (gated queries, the indexer) on every fourth block, the gated delta net on the
+    others, the PLE module on block 1 only (ple_layer_ids [2], 1-based) and its table (16 heads of
+    160-wide rows, 20M rows each) a global embedding; no output_norm (the output mixer's)."""
+    _, inv = files["qwen3.8-flash-next"]
+    full = {il for il in range(48) if (il + 1) % 4 == 0}
+    assert {t.layer for t in inv.tensors if t.name.endswith("indexer.q_proj.weight")} == full
+    assert set(inv.layers_of_kind("recurrent")) == set(range(48)) - full
+    assert inv.by_name["blk.0.attn_qkv.weight"].shape == (2560, 2 * 16 * 128 + 48 * 128)
+    assert inv.by_name["blk.3.attn_q.weight"].shape == (2560, 2 * 24 * 256)
+    assert {t.layer for t in inv.tensors if ".ple_" in t.name} == {1}
+    ple = inv.by_name["per_layer_token_embd.weight"]
+    assert ple.shape == (160, 16 * 20_000_000) and ple.layer is None and ple.group == "embd"
+    assert inv.by_name["blk.7.hc_ffn_down.weight"].shape == (4 * 2560, 320)
+    assert "output_norm.weight" not in inv.by_name and inv.by_name["output_hc_up.weight"].group == "output"
+
+
+def test_qwen4exp_ple_hash_constants_are_uint64_arrays(files: dict[str, tuple[Path, Inventory]]) -> None:
+    """The loader reads the PLE hash constants only as uint64 arrays (llama_model_loader::get_arr
+    refuses any other item type): the writer writes `u64[]` keys with uint64 items, where gguf-py
+    on its own infers int32 from Python ints."""
+    import gguf
+
+    path, _ = files["qwen3.8-flash-next"]
+    fields = gguf.GGUFReader(path).fields
+    for key in ("layer_multipliers", "head_offsets", "head_vocab_sizes"):
+        f = fields[f"qwen4exp.ple.{key}"]
+        assert f.types == [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT64], key
+    offsets = fields["qwen4exp.ple.head_offsets"]
+    assert [int(offsets.parts[i][0]) for i in offsets.data] == [h * 20_000_000 for h in range(16)]
+    assert fields["qwen4exp.ple.layers"].types == [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32]

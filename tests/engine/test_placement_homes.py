@@ -7,7 +7,8 @@ into later blocks' buffers), with RPC servers on 127.0.0.1 as GPUs, on the usual
 (tests/engine/ik_newer_cases.py PLACEMENT_LINES; two devices split evenly with -ts 1,1, since
 without -ts llama.cpp splits by free memory). moeconf's `explain` must name the same device for
 every tensor, and the engine's extra copies must be the ones moeconf knows of. The layouts of the
-architectures modelled before are checked the same way on two of the lines."""
+architectures modelled before are checked the same way on two of the lines. Architectures whose
+loader never creates the routed experts its tensor table names are shown refusing a file with them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import shlex
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from moeconf.engines.simulate import home_layer
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.layouts_loaders import LOADER_LAYOUTS
+from moeconf.fixtures.writer import write_layout
 from moeconf.model import layertable
 from moeconf.model.homes import _kinds
 from moeconf.model.inventory import Inventory
@@ -138,3 +141,23 @@ def test_a_wrong_home_is_seen(models: dict[str, tuple[Path, Inventory]], endpoin
     got = engine_placement(path, ["--rpc", endpoints[0], "-fit", "off", "-ngl", "999"], endpoints[:1])
     assert got["output_hc_fn.weight"] == {f"RPC0[{endpoints[0]}]"} != {"CPU"}
     assert got["token_embd.weight"] == {"CPU"}
+
+
+@pytest.mark.parametrize("arch", ["ernie4_5", "paddleocr", "ernie4_5-moe"])
+def test_loaders_without_experts_refuse_them(tmp_path: Path, arch: str) -> None:
+    """ernie4_5 and paddleocr (whose loader is ernie4_5's) name routed experts in the engine's tensor
+    table but create them only for ernie4_5-moe: ERNIE-4.5-21B-A3B's layout written under their
+    name does not load, the first block with experts wanting a dense FFN; under its own name it
+    loads (docs/memory-architectures.md says so in their rows: no layout can check them)."""
+    if not MAINLINE.available():
+        pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {MAINLINE.cli})")
+    path = tmp_path / f"{arch}.gguf"
+    write_layout(replace(LAYOUTS["ernie-4.5-21b-a3b"], key=f"ernie-4.5-as-{arch}", arch=arch), path)
+    p = subprocess.run([str(probe()), "-m", str(path), "-fit", "off", "-ngl", "0"], capture_output=True, text=True,
+                       timeout=300, stdin=subprocess.DEVNULL)
+    if arch == "ernie4_5-moe":
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "blk.1.ffn_gate_exps.weight CPU" in p.stdout
+    else:
+        assert p.returncode != 0
+        assert "check_tensor_dims: tensor 'blk.1.ffn_gate.weight' not found" in p.stderr
