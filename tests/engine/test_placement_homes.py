@@ -161,3 +161,22 @@ def test_loaders_without_experts_refuse_them(tmp_path: Path, arch: str) -> None:
     else:
         assert p.returncode != 0
         assert "check_tensor_dims: tensor 'blk.1.ffn_gate.weight' not found" in p.stderr
+
+
+def test_qwen4exp_hash_constants_must_be_uint64(tmp_path: Path) -> None:
+    """Why the fixture writer has `u64[]`: Qwen3.8-Flash-Next's layout with its PLE head offsets
+    written as gguf-py infers them (int32 items) does not load."""
+    from moeconf.fixtures.layouts import metadata, tensors
+    from moeconf.fixtures.writer import header_values, write_gguf
+
+    if not MAINLINE.available():
+        pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {MAINLINE.cli})")
+    lay = LAYOUTS["qwen3.8-flash-next"]
+    md = dict(metadata(lay))
+    md["qwen4exp.ple.head_offsets"] = ("u32[]", md["qwen4exp.ple.head_offsets"][1])
+    path = tmp_path / "int32-offsets.gguf"
+    write_gguf(path, lay.arch, header_values(md, lay.file_type), tensors(lay), vocab=lay.vocab)
+    p = subprocess.run([str(probe()), "-m", str(path), "-fit", "off", "-ngl", "0"], capture_output=True, text=True,
+                       timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0
+    assert "qwen4exp.ple.head_offsets has wrong array element type i32" in p.stderr
