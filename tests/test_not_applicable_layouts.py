@@ -9,6 +9,7 @@ places every tensor while naming that memory is not modelled."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -41,7 +42,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Inv
     return write_sparse(tmp_path_factory.mktemp("not-applicable"), {key: LAYOUTS[key] for key in NOT_APPLICABLE})
 
 
-def test_every_not_applicable_architecture_has_a_layout() -> None:
+def _table_script() -> ModuleType:
     import importlib.util
 
     root = Path(__file__).resolve().parents[1]
@@ -49,8 +50,21 @@ def test_every_not_applicable_architecture_has_a_layout() -> None:
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_not_applicable_architecture_has_a_layout() -> None:
+    mod = _table_script()
     loadable = {a for a in mod.NOT_TEXT if a not in mod.NO_EXPERTS}
     assert loadable == {arch for arch, _ in NOT_APPLICABLE.values()}
+
+
+def test_the_table_refuses_an_architecture_placement_does_not_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An architecture with neither a layout nor a reason no layout can load stops the generator."""
+    mod = _table_script()
+    monkeypatch.delitem(mod.NO_EXPERTS, "paddleocr")
+    with pytest.raises(SystemExit, match="no layout checks the placement of paddleocr: add one"):
+        mod.rows()
 
 
 @pytest.mark.parametrize("key", sorted(NOT_APPLICABLE))
