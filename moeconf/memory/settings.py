@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
-from moeconf.engines.options import negated_env, out_of_range, row, setting_row, with_settings
+from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
 from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
@@ -185,47 +185,8 @@ def server_slots(binary: str | None, engine: Engine) -> int | None:
 
 _TRUE = {"on", "enabled", "true", "1"}
 _FALSE = {"off", "disabled", "false", "0"}
-
-def _tables() -> tuple[dict[str, str], dict[str, tuple[str, bool]], frozenset[str], dict[str, str], dict[str, str],
-                       frozenset[str], frozenset[str]]:
-    """The memory settings' options, from the one option table (engines/options.py): spelling ->
-    setting for a valued option, spelling -> (setting, value) for a switch, the switches that make
-    llama-server keep n_batch outputs (an embedding or reranking server), variable -> setting for a
-    value and for a switch, the variables ik_llama.cpp reads, and the settings read as numbers."""
-    valued: dict[str, str] = {}
-    switches: dict[str, tuple[str, bool]] = {}
-    embedding: set[str] = set()
-    env: dict[str, str] = {}
-    env_bool: dict[str, str] = {}
-    ik_env: set[str] = set()
-    numbers: set[str] = set()
-    for o in with_settings():
-        key = o.setting
-        assert key is not None
-        if o.ik_env:
-            ik_env.add(o.env)
-        if key == "embedding":
-            if o.value == "switch":
-                embedding.update(o.names)
-            continue  # --pooling and the variables: read where they are read
-        if key == "worst_graph_tokens":
-            continue  # ik's layer split only (moeconf/iksplit.py)
-        if o.value == "switch":
-            switches.update({n: (key, True) for n in o.names})
-            switches.update({n: (key, False) for n in o.negs})
-            if o.env:
-                env_bool[o.env] = key
-            continue
-        if key != "flash_attn":  # -fa takes a value or not by version: read in read_settings
-            valued.update(dict.fromkeys(o.names, key))
-        if o.env:
-            env[o.env] = key
-        if o.value == "int":
-            numbers.add(key)
-    return valued, switches, frozenset(embedding), env, env_bool, frozenset(ik_env), frozenset(numbers)
-
-
-_VALUED, _SWITCHES, _EMBEDDING_SWITCHES, _ENV, _ENV_BOOL, _IK_ENV, _NUMBERS = _tables()
+# the variables of the rows that decide a memory setting (engines/options.py)
+_BY_ENV = {o.env: o for o in with_settings() if o.env}
 
 
 def read_settings(
@@ -238,23 +199,21 @@ def read_settings(
     values: dict[str, object] = {}
     problems: list[str] = []
     accepted = cache_types(engine)
-    fa_names = row("-fa").names
-    pooling_opt = row("--pooling")
 
-    def put(key: str, text: str, where: str) -> None:
-        if key in _NUMBERS:
+    def put(o: EngineOption, text: str, where: str) -> None:
+        key = o.setting
+        assert key is not None
+        if o.value == "int":
             from moeconf.engines.flags import c_int
 
-            m = c_int(text)  # as the engine's std::stoi reads it (`4096k` is 4096)
-            if m is None:
+            n = c_int(text)  # as the engine's std::stoi reads it (`4096k` is 4096)
+            if n is None:
                 problems.append(f"{where} needs a number, not {text!r}")
-                return
-            n = m
             # the table's bounds: any negative --cache-ram is "no limit" (server_prompt_cache); -np -1 is auto
-            if out_of_range(setting_row(key), n):
+            elif out_of_range(o, n):
                 problems.append(f"{where} {n} is out of range")
-                return
-            values[key] = n
+            else:
+                values[key] = n
         elif key in ("cache_type_k", "cache_type_v"):
             t = text.lower() if text.lower() == Q8_KV else text
             if t not in accepted:
@@ -273,39 +232,42 @@ def read_settings(
             else:
                 problems.append(f"{where}: flash attention takes on|off|auto, not {text!r}")
 
+    # `embedding`: an embedding or reranking server keeps n_batch outputs; -wgt: ik's layer split's (iksplit.py)
     for k, v in (env or {}).items():
-        if engine.name == "ik_llama.cpp" and k not in _IK_ENV:
-            continue
-        if k in _ENV:
-            put(_ENV[k], v, k)
-        elif k in _ENV_BOOL:  # a switch's variable (a switch without a negated form: set when truthy)
-            if v in _TRUE:
-                values[_ENV_BOOL[k]] = True
-            elif v in _FALSE and setting_row(_ENV_BOOL[k]).negs:
-                values[_ENV_BOOL[k]] = False
-        elif k == negated_env(row("-kvo")):
-            values["offload_kqv"] = False
-        elif ((k in (row("--embedding").env, row("--rerank").env) and v.lower() in _TRUE)
-              or (k == pooling_opt.env and v != "none")):
-            values["embedding"] = True
+        o = _BY_ENV.get(k)
+        if engine.name == "ik_llama.cpp" and (o is None or not o.ik_env):
+            continue  # ik_llama.cpp reads its short fixed list only
+        key = o.setting if o is not None else None
+        if o is None or key is None:
+            if k == negated_env(row("-kvo")):
+                values["offload_kqv"] = False
+        elif key == "embedding":  # --embedding's and --rerank's when truthy, --pooling's unless none
+            if (v.lower() in _TRUE) if o.value == "switch" else v != "none":
+                values[key] = True
+        elif o.value == "switch":  # a switch without a negated form: set when truthy
+            if v in _TRUE or (v in _FALSE and o.negs):
+                values[key] = v in _TRUE
+        else:
+            put(o, v, k)
     words = list(argv)
     for given in read_argv(words, engine).options:  # as the engine steps over the line (its flag table)
         name, value = given.name, given.value.text if given.value is not None else None
-        if name in _VALUED or name in fa_names:
-            if value is None and name in fa_names and not engine.fa_takes_value:
+        o = row_of(name)
+        key = o.setting if o is not None else None
+        if o is None or key is None or key == "worst_graph_tokens":
+            continue
+        if key == "embedding":  # --embedding, --rerank; --pooling unless none
+            if o.value == "switch" or value is not None:
+                values[key] = o.value == "switch" or value != "none"
+        elif o.value == "switch":
+            values[key] = name in o.names
+        else:
+            if value is None and key == "flash_attn" and not engine.fa_takes_value:
                 value = "on"  # a bare switch (mainline before b6325, ik before 2025-11-13)
             if value is None:
                 problems.append(f"{name} needs a value")
                 break
-            # -fa: the next word, whatever it is (put() refuses a bad one)
-            put("flash_attn" if name in fa_names else _VALUED[name], value, name)
-        elif name in _SWITCHES:
-            key, val = _SWITCHES[name]
-            values[key] = val
-        elif name in _EMBEDDING_SWITCHES:
-            values["embedding"] = True
-        elif name in pooling_opt.names and value is not None:
-            values["embedding"] = value != "none"
+            put(o, value, name)  # -fa: the next word, whatever it is (put() refuses a bad one)
 
     def num(key: str, default: int) -> int:
         v = values.get(key, default)
