@@ -21,6 +21,7 @@ import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as rec
 from moeconf.engines import AUTO_GPU, Engine, mainline
+from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import standard_moe_layers
 from moeconf.memory.classic import (
@@ -36,12 +37,7 @@ from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import kv_bytes
 from moeconf.memory.phase import ATTN_BASES, kda_shape, phase_compute, where
 from moeconf.memory.servercache import ServerCaches, server_caches
-from moeconf.memory.settings import (
-    CACHE_TYPES,
-    MemorySettings,
-    is_quantized,
-    slot_notes,
-)
+from moeconf.memory.settings import MemorySettings, cache_block, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
@@ -198,7 +194,7 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
     # flash attention not off: e.g. Kimi-Linear's value_length 72 and q8_0
     if not ik and settings.flash_attn != "off":
         for which, ctype, width in (("K", settings.cache_type_k, "head_k"), ("V", settings.cache_type_v, "head_v")):
-            block = CACHE_TYPES.get(ctype, (0, 1))[1]
+            block = cache_block(ctype)[0] if ctype in CACHE_TYPES else 1
             bad = sorted({getattr(la, width) for la in geo.layers if getattr(la, width) % block})
             if is_quantized(ctype) and bad:
                 problems.append(f"{eng.label} refuses a {ctype} {which} cache on this model: its block of {block} "

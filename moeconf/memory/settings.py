@@ -9,21 +9,18 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
+from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
 from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
+from moeconf.model import ggml
 
 GiB = 1024**3
 MiB = 1024**2
 DEFAULT_RESERVE = GiB
 
-# KV cache types each engine's `-ctk`/`-ctv` accepts: bytes per block and block size
-CACHE_TYPES: dict[str, tuple[int, int]] = {
-    "f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32), "q4_1": (20, 32),
-    "iq4_nl": (18, 32), "q5_0": (22, 32), "q5_1": (24, 32),
-}
-IK_ONLY_CACHE_TYPES: dict[str, tuple[int, int]] = {"q6_0": (26, 32)}
+IK_ONLY_CACHE_TYPES = ("q6_0",)  # beside llama.cpp's (engines/llamaconfig.py CACHE_TYPES)
 # ik's q8_KV: 1 byte per element plus 8 bytes per row (one row per head)
 Q8_KV = "q8_kv"
 
@@ -58,9 +55,13 @@ MAX_SIZE = 2**60  # 1 EiB: a size moeconf accepts is below it (no machine's memo
 
 
 def cache_types(engine: Engine) -> tuple[str, ...]:
-    if engine.name == "ik_llama.cpp":
-        return (*CACHE_TYPES, *IK_ONLY_CACHE_TYPES, Q8_KV)
-    return tuple(CACHE_TYPES)
+    """The KV cache types `engine`'s -ctk/-ctv accept."""
+    return (*CACHE_TYPES, *IK_ONLY_CACHE_TYPES, Q8_KV) if engine.name == "ik_llama.cpp" else CACHE_TYPES
+
+
+def cache_block(cache_type: str) -> tuple[int, int]:
+    """(elements, bytes) of one block of a cache type, from ggml's type table."""
+    return ggml.quant_sizes()[ggml.type_ids()[cache_type.upper()]]
 
 
 def is_quantized(cache_type: str) -> bool:
@@ -163,7 +164,7 @@ def cache_row_bytes(cache_type: str, n: int) -> int:
     """Bytes of a cache row of `n` elements in `cache_type` (ik's q8_KV: 8 bytes of scale per row)."""
     if cache_type == Q8_KV:
         return n + 8
-    size, block = {**CACHE_TYPES, **IK_ONLY_CACHE_TYPES}[cache_type]
+    block, size = cache_block(cache_type)
     return (n + block - 1) // block * size
 
 
