@@ -48,6 +48,9 @@ MiB = 1024 * 1024
 HOST = "CPU"
 
 _CUDA_MATRIX_ROW_PADDING = 512
+_PADDED = ("CUDA", "ROCm", "MUSA")  # the backends whose buffers pad quantized rows (128-aligned)
+_AUTO_GPU_NOTE = (f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts to see each "
+                  "GPU's share")
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def alloc_size(t: Tensor, device: str) -> int:
     RPC servers are taken as CPU backends (no padding)."""
     size = t.nbytes
     align = 32
-    if device.startswith(("CUDA", "ROCm", "MUSA")):
+    if device.startswith(_PADDED):
         align = 128
         block, bsize = ggml.quant_sizes()[ggml.type_ids()[t.type]]
         if block > 1 and t.shape[0] % _CUDA_MATRIX_ROW_PADDING:
@@ -112,15 +115,10 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
     """Exactly what each buffer type's model buffer holds."""
     out: dict[str, int] = defaultdict(int)
     devices = placement.devices
-    padded: dict[str, bool] = {}  # device -> whether its buffer pads rows (CUDA); else 32-aligned
     for t, size32 in _host_sizes(placement.inventory):
         dev = devices[t.name]
-        if dev is None:
-            continue
-        pad = padded.get(dev)
-        if pad is None:
-            pad = padded[dev] = dev.startswith(("CUDA", "ROCm", "MUSA"))
-        out[dev] += alloc_size(t, dev) if pad else size32
+        if dev is not None:  # a buffer that pads rows (CUDA's), else 32-aligned
+            out[dev] += alloc_size(t, dev) if dev.startswith(_PADDED) else size32
     # a tied output's second copy of token_embd (memory/classic.py)
     tied = placement.tied_output()
     if tied is not None:
@@ -367,8 +365,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(estimated_terms.get(d, ())),
         )
     if AUTO_GPU in mem:
-        notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
-                     "to see each GPU's share")
+        notes.append(_AUTO_GPU_NOTE)
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                           server=server_caches(inv, geo, settings, eng))
 
@@ -446,8 +443,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
         mem[d] = DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute,
                               reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(own))
     if AUTO_GPU in mem:
-        notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
-                     "to see each GPU's share")
+        notes.append(_AUTO_GPU_NOTE)
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                           server=server_caches(inv, geo, settings, placement.engine))
 
