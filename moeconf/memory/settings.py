@@ -160,12 +160,13 @@ def server_outputs(binary: str | None, engine: Engine, n_batch: int, n_parallel:
     return 0
 
 
-def cache_row_bytes(cache_type: str, n: int) -> int:
-    """Bytes of a cache row of `n` elements in `cache_type` (ik's q8_KV: 8 bytes of scale per row)."""
+def cache_row_bytes(cache_type: str, n: int, heads: int = 1) -> int:
+    """Bytes of a cache row of `heads` heads of `n` elements in `cache_type` (ik's q8_KV: 8 bytes of
+    scale per head)."""
     if cache_type == Q8_KV:
-        return n + 8
+        return (n + 8) * heads
     block, size = cache_block(cache_type)
-    return (n + block - 1) // block * size
+    return (n * heads + block - 1) // block * size
 
 
 def binary_name(word: str | None) -> str | None:
