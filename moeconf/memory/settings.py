@@ -344,24 +344,17 @@ def settings_argv(s: MemorySettings, engine: Engine) -> list[str]:
     `LLAMA_ARG_*` variable it came from."""
     d = MemorySettings()
     out: list[str] = []
-    from moeconf.engines.options import row
-
-    for flag in ("-c", "-b", "-ub", "-ctk", "-ctv", "-np"):
-        key = row(flag).setting
-        assert key is not None
-        v = getattr(s, key)
-        if v != getattr(d, key):
-            out += [flag, str(v)]
-    if s.flash_attn != d.flash_attn:
-        out += ["-fa", s.flash_attn] if engine.fa_takes_value else (["-fa"] if s.flash_attn == "on" else [])
-    for flag in ("-kvo", "--swa-full", "-kvu"):  # the switches that differ from the default, in their short form
+    # a switch in its short form (its negation where off); -mla and -amb where given (default None)
+    for flag in ("-c", "-b", "-ub", "-ctk", "-ctv", "-np", "-fa", "-kvo", "--swa-full", "-kvu", "-mla", "-amb"):
         o = row(flag)
         assert o.setting is not None
-        if getattr(s, o.setting) != getattr(d, o.setting):
-            out.append(o.flag if getattr(s, o.setting) else o.negs[0])
-    for flag in ("-mla", "-amb"):
-        key = row(flag).setting
-        assert key is not None
-        if getattr(s, key) is not None:
-            out += [flag, str(getattr(s, key))]
+        v = getattr(s, o.setting)
+        if v == getattr(d, o.setting):
+            continue
+        if flag == "-fa":
+            out += ["-fa", v] if engine.fa_takes_value else (["-fa"] if v == "on" else [])
+        elif o.value == "switch":
+            out.append(o.flag if v else o.negs[0])
+        else:
+            out += [flag, str(v)]
     return out
