@@ -72,14 +72,11 @@ def rotation(cache_type: str, head: int, k: bool) -> int:
     """The side of the Hadamard rotation llama.cpp applies for a cache of this type and head width
     (src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`: a quantized type and a head width that is a
     multiple of 64; V's is 64, K's the largest power of two from 64 up dividing the width), 0: none."""
+    from moeconf.memory.graph.blocks import rotation_width  # the graph's (K's side is the same rule)
+
     if not is_quantized(cache_type) or head % 64:
         return 0
-    if not k:
-        return 64
-    n = 64
-    while head % (2 * n) == 0:
-        n *= 2
-    return n
+    return rotation_width(head) if k else 64
 
 
 @dataclass(frozen=True)
