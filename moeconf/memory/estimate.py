@@ -34,7 +34,7 @@ from moeconf.memory.graph.archs import traits
 from moeconf.memory.graph.model import graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
-from moeconf.memory.kvcache import kv_bytes
+from moeconf.memory.kvcache import context_cells, kv_bytes
 from moeconf.memory.phase import ATTN_BASES, kda_shape, phase_compute, where
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import MemorySettings, cache_block, is_quantized, slot_notes
@@ -280,30 +280,16 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
     fa = settings.flash_attn != "off" and traits(inv.arch).flash_attn  # grok
     problems = refused_settings(inv, eng, settings, geo)
-    # context: 0 = the model's training context
-    n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
-    pad = 256 if (not ik or fa) else 32
-    n_ctx = ggml.pad(n_ctx, pad)
-    n_seq = settings.n_parallel
-    unified = settings.kv_unified or n_seq == 1 or ik  # ik: one cache of n_ctx cells whatever -np
-    n_stream = 1 if unified else n_seq
-    cells = n_ctx if unified else ggml.pad(n_ctx // n_seq, pad)
-    T = min(n_ctx, settings.n_batch, settings.n_ubatch)  # worst-case ubatch tokens
+    n_ctx, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings, ik=ik, fa=fa)
     # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
     # keeps after the last layer's out_ids and computes logits for; 0 where that is the whole ubatch
     # (never fewer than the sequences: the token-generation graph has one row per sequence)
-    n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
+    n_out = min(T, max(settings.n_outputs, settings.n_parallel)) if settings.n_outputs else T
     n_out = 0 if n_out >= T else n_out
     rows_out = n_out or T
     # ---
-    swa_cells = 0
-    if geo.swa_type != "none" and any(la.swa for la in geo.layers):
-        if ik or settings.swa_full:
-            swa_cells = cells
-        else:
-            swa_cells = ggml.pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
-            # sequences as the binary defaults them (memory/settings.py server_slots)
-            notes.extend(slot_notes(settings, eng))
+    if swa_cells and not (ik or settings.swa_full):  # sequences as the binary defaults them (settings.server_slots)
+        notes.extend(slot_notes(settings, eng))
 
     # --- KV cache (memory/kvcache.py) -------------------------------------------------------------
     ctk, ctv = settings.cache_type_k, settings.cache_type_v

@@ -16,9 +16,30 @@ from moeconf.memory.geometry import Geometry
 from moeconf.memory.ikmla import effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.settings import MemorySettings, cache_row_bytes
+from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 
 HOST = "CPU"
+
+
+def context_cells(inv: Inventory, geo: Geometry, settings: MemorySettings, *, ik: bool = False,
+                  fa: bool = True) -> tuple[int, int, int, int, int]:
+    """The context the engine allocates (src/llama-context.cpp, llama-kv-cache-iswa.cpp; ik's
+    llama_kv_cache_init): n_ctx (0: the training context) padded to 256 cells (ik without flash attention:
+    32); the cells per stream (a sequence's share without a unified cache; ik keeps one of n_ctx cells
+    whatever -np); a sliding-window layer's (the window of each sequence in the stream plus the ubatch,
+    padded; the whole context with --swa-full and on ik; 0: none); the streams; the worst-case ubatch."""
+    pad = 256 if (not ik or fa) else 32
+    n_ctx = ggml.pad(settings.n_ctx or (inv.metadata.context_length or 4096), pad)
+    n_seq = settings.n_parallel
+    unified = settings.kv_unified or n_seq == 1 or ik
+    cells = n_ctx if unified else ggml.pad(n_ctx // n_seq, pad)
+    T = min(n_ctx, settings.n_batch, settings.n_ubatch)
+    swa_cells = 0
+    if geo.swa_type != "none" and any(la.swa for la in geo.layers):
+        window = ggml.pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
+        swa_cells = cells if ik or settings.swa_full else window
+    return n_ctx, cells, swa_cells, 1 if unified else n_seq, T
 
 
 def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Mapping[int, str], *, cells: int,
