@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import named_options
+from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.engines.options import IK_NO_FA
 from moeconf.memory.geometry import per_layer
 from moeconf.memory.ikmla import IK_PR_AMB_256
-from moeconf.memory.settings import CACHE_TYPES, IK_ONLY_CACHE_TYPES, Q8_KV
+from moeconf.memory.settings import IK_ONLY_CACHE_TYPES, Q8_KV, cache_block
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 
@@ -178,7 +179,7 @@ def _row_size(cache_type: str, n: int) -> int:
     layout's q4_0 V splits otherwise; settings.cache_row_bytes rounds up, as a real cache does)."""
     if cache_type == Q8_KV:
         return n + 8  # one byte per element plus ik's per-row scale
-    size, block = {**CACHE_TYPES, **IK_ONLY_CACHE_TYPES}[cache_type]
+    block, size = cache_block(cache_type)
     return size * n // block
 
 

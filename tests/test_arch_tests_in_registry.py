@@ -21,11 +21,9 @@ ALLOWED_FILES: dict[str, str] = {
     # on both paths): to move into grok's module once the ik path reads the modules' refusals
     "memory/archgraph.py": "grok's layer-structure refusal, read by the llama.cpp and the ik_llama.cpp paths",
 }
-_GLM5_NEXT = "glm5-next's k-pool indexer cache (a form of its own: to move into its module's Traits.indexer)"
 # (file, what the architecture is compared against) -> why it stays
 ALLOWED: dict[tuple[str, str], str] = {
     ("iksplit.py", "_MLA_ARCHS"): "ik_llama.cpp's get_layer_sizes tests these names itself (src/llama.cpp)",
-    ("memory/indexer.py", "KPOOL_ARCHS"): _GLM5_NEXT,
 }
 
 

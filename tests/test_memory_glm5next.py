@@ -89,7 +89,8 @@ def test_the_indexer_row_is_key_gate_and_pooled(inv: Inventory, monkeypatch: pyt
 
     estimate = importlib.import_module("moeconf.memory.estimate")  # the module (the package exports the function)
     line = "-c 32768 -ngl 999"
-    monkeypatch.setattr(indexer, "KPOOL_ARCHS", frozenset())
+    real = indexer.traits  # the DSA indexer's single row of key_length (Traits.indexer "all", not "kpool")
+    monkeypatch.setattr(indexer, "traits", lambda arch: dataclasses.replace(real(arch), indexer="all"))
     monkeypatch.setattr(estimate, "graph_compute", lambda *a: {})  # the graph asserts the row it reads
     bad = recorded_mismatches(_estimate(inv, line), _rows(line), EPS)
     assert ("rpc0", "kv") in [(b[0], b[1]) for b in bad]

@@ -87,13 +87,15 @@ PLACEMENT: Final = frozenset({"-ot", "-cmoe", "-ncmoe", "-ngl", "-fit", "-ts", "
                               "-m", "-hf", "-hff", "--offline"})
 MEMORY: Final = frozenset({"-c", "-b", "-ub", "-ctk", "-ctv", "-fa", "-np", "-kvu", "-cram", "-ctxcp", "-kvo",
                            "--swa-full"})
+# the KV cache types -ctk/-ctv accept (common/arg.cpp kv_cache_types)
+CACHE_TYPES: Final = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 _TRUE = ("on", "enabled", "true", "1")
 _FALSE = ("off", "disabled", "false", "0")
 # values common/arg.cpp's handlers accept (anything else stops the program)
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "-fa": (*_TRUE, *_FALSE, "auto", "-1"), "-fit": (*_TRUE, *_FALSE),
     "-sm": ("none", "layer", "row", "tensor"),
-    "-ctk": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
+    "-ctk": CACHE_TYPES,
 }
 _CHOICES["-ctv"] = _CHOICES["-ctk"]
 

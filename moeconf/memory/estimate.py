@@ -21,6 +21,7 @@ import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as rec
 from moeconf.engines import AUTO_GPU, Engine, mainline
+from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import standard_moe_layers
 from moeconf.memory.classic import (
@@ -33,15 +34,10 @@ from moeconf.memory.graph.archs import traits
 from moeconf.memory.graph.model import graph_compute
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
-from moeconf.memory.kvcache import kv_bytes
+from moeconf.memory.kvcache import context_cells, kv_bytes
 from moeconf.memory.phase import ATTN_BASES, kda_shape, phase_compute, where
 from moeconf.memory.servercache import ServerCaches, server_caches
-from moeconf.memory.settings import (
-    CACHE_TYPES,
-    MemorySettings,
-    is_quantized,
-    slot_notes,
-)
+from moeconf.memory.settings import MemorySettings, cache_block, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
@@ -52,6 +48,9 @@ MiB = 1024 * 1024
 HOST = "CPU"
 
 _CUDA_MATRIX_ROW_PADDING = 512
+_PADDED = ("CUDA", "ROCm", "MUSA")  # the backends whose buffers pad quantized rows (128-aligned)
+_AUTO_GPU_NOTE = (f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts to see each "
+                  "GPU's share")
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ def alloc_size(t: Tensor, device: str) -> int:
     RPC servers are taken as CPU backends (no padding)."""
     size = t.nbytes
     align = 32
-    if device.startswith(("CUDA", "ROCm", "MUSA")):
+    if device.startswith(_PADDED):
         align = 128
         block, bsize = ggml.quant_sizes()[ggml.type_ids()[t.type]]
         if block > 1 and t.shape[0] % _CUDA_MATRIX_ROW_PADDING:
@@ -116,15 +115,10 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
     """Exactly what each buffer type's model buffer holds."""
     out: dict[str, int] = defaultdict(int)
     devices = placement.devices
-    padded: dict[str, bool] = {}  # device -> whether its buffer pads rows (CUDA); else 32-aligned
     for t, size32 in _host_sizes(placement.inventory):
         dev = devices[t.name]
-        if dev is None:
-            continue
-        pad = padded.get(dev)
-        if pad is None:
-            pad = padded[dev] = dev.startswith(("CUDA", "ROCm", "MUSA"))
-        out[dev] += alloc_size(t, dev) if pad else size32
+        if dev is not None:  # a buffer that pads rows (CUDA's), else 32-aligned
+            out[dev] += alloc_size(t, dev) if dev.startswith(_PADDED) else size32
     # a tied output's second copy of token_embd (memory/classic.py)
     tied = placement.tied_output()
     if tied is not None:
@@ -198,7 +192,7 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
     # flash attention not off: e.g. Kimi-Linear's value_length 72 and q8_0
     if not ik and settings.flash_attn != "off":
         for which, ctype, width in (("K", settings.cache_type_k, "head_k"), ("V", settings.cache_type_v, "head_v")):
-            block = CACHE_TYPES.get(ctype, (0, 1))[1]
+            block = cache_block(ctype)[0] if ctype in CACHE_TYPES else 1
             bad = sorted({getattr(la, width) for la in geo.layers if getattr(la, width) % block})
             if is_quantized(ctype) and bad:
                 problems.append(f"{eng.label} refuses a {ctype} {which} cache on this model: its block of {block} "
@@ -286,30 +280,16 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
     fa = settings.flash_attn != "off" and traits(inv.arch).flash_attn  # grok
     problems = refused_settings(inv, eng, settings, geo)
-    # context: 0 = the model's training context
-    n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
-    pad = 256 if (not ik or fa) else 32
-    n_ctx = ggml.pad(n_ctx, pad)
-    n_seq = settings.n_parallel
-    unified = settings.kv_unified or n_seq == 1 or ik  # ik: one cache of n_ctx cells whatever -np
-    n_stream = 1 if unified else n_seq
-    cells = n_ctx if unified else ggml.pad(n_ctx // n_seq, pad)
-    T = min(n_ctx, settings.n_batch, settings.n_ubatch)  # worst-case ubatch tokens
+    n_ctx, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings, ik=ik, fa=fa)
     # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
     # keeps after the last layer's out_ids and computes logits for; 0 where that is the whole ubatch
     # (never fewer than the sequences: the token-generation graph has one row per sequence)
-    n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
+    n_out = min(T, max(settings.n_outputs, settings.n_parallel)) if settings.n_outputs else T
     n_out = 0 if n_out >= T else n_out
     rows_out = n_out or T
     # ---
-    swa_cells = 0
-    if geo.swa_type != "none" and any(la.swa for la in geo.layers):
-        if ik or settings.swa_full:
-            swa_cells = cells
-        else:
-            swa_cells = ggml.pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
-            # sequences as the binary defaults them (memory/settings.py server_slots)
-            notes.extend(slot_notes(settings, eng))
+    if swa_cells and not (ik or settings.swa_full):  # sequences as the binary defaults them (settings.server_slots)
+        notes.extend(slot_notes(settings, eng))
 
     # --- KV cache (memory/kvcache.py) -------------------------------------------------------------
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
@@ -371,8 +351,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(estimated_terms.get(d, ())),
         )
     if AUTO_GPU in mem:
-        notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
-                     "to see each GPU's share")
+        notes.append(_AUTO_GPU_NOTE)
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                           server=server_caches(inv, geo, settings, eng))
 
@@ -450,8 +429,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
         mem[d] = DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute,
                               reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(own))
     if AUTO_GPU in mem:
-        notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts "
-                     "to see each GPU's share")
+        notes.append(_AUTO_GPU_NOTE)
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                           server=server_caches(inv, geo, settings, placement.engine))
 

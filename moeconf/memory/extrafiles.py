@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from moeconf.engines import Engine
+from moeconf.engines.flagtable import IK
 from moeconf.engines.specflags import MAINLINE_BINARIES
 
 MMPROJ = "mmproj"
@@ -33,8 +34,7 @@ CVEC = "control-vector"
 _MAINLINE: dict[str, str] = {"-mm": MMPROJ, "--mmproj": MMPROJ, "-mmu": MMPROJ, "--mmproj-url": MMPROJ,
                              "--lora": LORA, "--lora-scaled": LORA,
                              "--control-vector": CVEC, "--control-vector-scaled": CVEC}
-_IK: dict[str, str] = {"--mmproj": MMPROJ, "--mmproj-url": MMPROJ, "--lora": LORA, "--lora-scaled": LORA,
-                       "--control-vector": CVEC, "--control-vector-scaled": CVEC}
+_IK = {name: kind for name, kind in _MAINLINE.items() if name in IK}  # the spellings ik's parser has
 # llama.cpp reads these variables in the binaries whose option set has the projector's options
 _MAINLINE_ENV = ("LLAMA_ARG_MMPROJ", "LLAMA_ARG_MMPROJ_URL")
 _MMPROJ_EXAMPLES = frozenset({"MTMD", "SERVER", "CLI", "TTS"})

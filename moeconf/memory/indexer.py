@@ -23,9 +23,8 @@ from moeconf.model.inventory import Inventory
 # the keys a DSA model reads (after `{arch}.`): the indexer's, its dense leading blocks and MTP block
 DSA_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
                              "attention.indexer.top_k", "leading_dense_block_count", "nextn_predict_layers"})
-# --- glm5-next (GLM-5.3-Flash): a k-pool indexer cached beside the MLA latent of its DSA layers
-# (llama_memory_hybrid_idx; measured 264 MiB on 11 layers at -c 32768 f16, 140.25 with q8_0)
-KPOOL_ARCHS: Final = frozenset({"glm5-next"})
+# (glm5-next, Traits.indexer "kpool": a k-pool indexer cached beside the MLA latent of its DSA layers,
+# llama_memory_hybrid_idx; measured 264 MiB on 11 layers at -c 32768 f16, 140.25 with q8_0)
 # (dots3note, Traits.indexer "typed": an indexer K cache on each trunk layer attention.indexer.types marks
 # full, its DSA layers; the others are sliding-window layers without an indexer: llama_kv_cache_dsa_iswa's
 # filter_lid)
@@ -34,14 +33,15 @@ _GLM_52_CONTEXT: Final = 1048576  # glm-dsa: at or above it, the GLM-5.2 per-lay
 
 def indexer_width(inv: Inventory) -> int:
     """Elements per cell of each indexer-cached layer's K row (0: no indexer cache)."""
-    if not traits(inv.arch).indexer and inv.arch not in KPOOL_ARCHS:
+    kind = traits(inv.arch).indexer
+    if not kind:
         return 0
     width = inv.metadata.hparam("attention.indexer.key_length")
     if not isinstance(width, int):
         return 0
     # --- glm5-next: the row caches key | gate | pooled key (src/llama-memory-hybrid-idx.cpp, the
     # constructor: n_embd_head_k_full = key_length * 3 when attention.indexer.kpool > 0)
-    if inv.arch in KPOOL_ARCHS:
+    if kind == "kpool":
         kpool = inv.metadata.hparam("attention.indexer.kpool")
         return 3 * width if isinstance(kpool, int) and kpool > 0 else width
     # ---
@@ -50,13 +50,14 @@ def indexer_width(inv: Inventory) -> int:
 
 def indexer_unmodelled(inv: Inventory) -> list[str]:
     """What of the file's indexer the model does not read (empty: it reads all of it)."""
-    if not traits(inv.arch).indexer and inv.arch not in KPOOL_ARCHS:
+    kind = traits(inv.arch).indexer
+    if not kind:
         return []
     why = []
     keys = set(inv.metadata.arch_keys or ())
     # --- glm5-next: every DSA layer keeps an indexer row unless attention.indexer.types marks some
     # shared (src/models/glm5-next.cpp load_arch_hparams; create_memory's filter_idx)
-    if inv.arch in KPOOL_ARCHS and "attention.indexer.types" in keys:
+    if kind == "kpool" and "attention.indexer.types" in keys:
         why.append("glm5-next's per-layer indexer table (attention.indexer.types) is not modelled: which layers keep "
                    "an indexer K cache and run the indexer is unknown")
     # ---

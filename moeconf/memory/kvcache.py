@@ -15,10 +15,31 @@ import moeconf.memory.recurrent as rec
 from moeconf.memory.geometry import Geometry
 from moeconf.memory.ikmla import effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
-from moeconf.memory.settings import Q8_KV, MemorySettings, cache_row_bytes
+from moeconf.memory.settings import MemorySettings, cache_row_bytes
+from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 
 HOST = "CPU"
+
+
+def context_cells(inv: Inventory, geo: Geometry, settings: MemorySettings, *, ik: bool = False,
+                  fa: bool = True) -> tuple[int, int, int, int, int]:
+    """The context the engine allocates (src/llama-context.cpp, llama-kv-cache-iswa.cpp; ik's
+    llama_kv_cache_init): n_ctx (0: the training context) padded to 256 cells (ik without flash attention:
+    32); the cells per stream (a sequence's share without a unified cache; ik keeps one of n_ctx cells
+    whatever -np); a sliding-window layer's (the window of each sequence in the stream plus the ubatch,
+    padded; the whole context with --swa-full and on ik; 0: none); the streams; the worst-case ubatch."""
+    pad = 256 if (not ik or fa) else 32
+    n_ctx = ggml.pad(settings.n_ctx or (inv.metadata.context_length or 4096), pad)
+    n_seq = settings.n_parallel
+    unified = settings.kv_unified or n_seq == 1 or ik
+    cells = n_ctx if unified else ggml.pad(n_ctx // n_seq, pad)
+    T = min(n_ctx, settings.n_batch, settings.n_ubatch)
+    swa_cells = 0
+    if geo.swa_type != "none" and any(la.swa for la in geo.layers):
+        window = ggml.pad(min(cells, geo.n_swa * (n_seq if unified else 1) + T), 256)
+        swa_cells = cells if ik or settings.swa_full else window
+    return n_ctx, cells, swa_cells, 1 if unified else n_seq, T
 
 
 def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Mapping[int, str], *, cells: int,
@@ -57,18 +78,16 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
                 continue
             if geo.mla:  # -mla 0 on a mainline conversion: ik restores full heads (memory/ikmla.py)
                 for ct, width in ((ctk, geo.head_k_mla), (ctv, geo.head_v_mla)):
-                    row = (width + 8) * geo.n_head if ct == Q8_KV else cache_row_bytes(ct, width * geo.n_head)
-                    kv[dev] += row * n
+                    kv[dev] += cache_row_bytes(ct, width, geo.n_head) * n
                 continue
-        k_row = la.head_k * la.n_head_kv
-        v_row = geo.v_row(la, transposed=not (fa or ik))
+        size = cache_row_bytes(ctk, la.head_k, la.n_head_kv) * n
         if dsv4:  # DeepSeek-V4: raw rows K-only, compressed caches, states
-            kv[dev] += cache_row_bytes(ctk, k_row) * n + compressed.layer_bytes(inv, la.index, la.head_k, cells,
-                                                                               n_seq, ctk)
+            kv[dev] += size + compressed.layer_bytes(inv, la.index, la.head_k, cells, n_seq, ctk)
             continue
-        size = (la.head_k + 8) * la.n_head_kv * n if ctk == Q8_KV else cache_row_bytes(ctk, k_row) * n
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
-            size += ((la.head_v + 8) * la.n_head_kv * n) if ctv == Q8_KV else cache_row_bytes(ctv, v_row) * n
+            transposed = not (fa or ik)  # V stored transposed: the widest layer's row (geometry.v_row)
+            size += (cache_row_bytes(ctv, geo.v_row(la, True)) if transposed
+                     else cache_row_bytes(ctv, la.head_v, la.n_head_kv)) * n
         if la.index in idx_layers:
             size += cache_row_bytes(ctk, idx_width) * n
         elif la.index in msa_layers and isinstance(msa_width, int):
@@ -80,6 +99,6 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
         la0 = geo.layers[0]
         for il in inv.layers_of_kind("nextn"):
             dev = homes.get(geo.layers[-1].index, HOST) if settings.offload_kqv else HOST
-            kv[dev] += (cache_row_bytes(ctk, la0.head_k * la0.n_head_kv) * (swa_cells or cells) * n_stream
+            kv[dev] += (cache_row_bytes(ctk, la0.head_k, la0.n_head_kv) * (swa_cells or cells) * n_stream
                         + compressed.layer_bytes(inv, il, la0.head_k, cells, n_seq, ctk))
     return dict(kv)

@@ -9,21 +9,18 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
-from moeconf.engines.options import negated_env, out_of_range, row, setting_row, with_settings
+from moeconf.engines.llamaconfig import CACHE_TYPES
+from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
 from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
+from moeconf.model import ggml
 
 GiB = 1024**3
 MiB = 1024**2
 DEFAULT_RESERVE = GiB
 
-# KV cache types each engine's `-ctk`/`-ctv` accepts: bytes per block and block size
-CACHE_TYPES: dict[str, tuple[int, int]] = {
-    "f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32), "q4_1": (20, 32),
-    "iq4_nl": (18, 32), "q5_0": (22, 32), "q5_1": (24, 32),
-}
-IK_ONLY_CACHE_TYPES: dict[str, tuple[int, int]] = {"q6_0": (26, 32)}
+IK_ONLY_CACHE_TYPES = ("q6_0",)  # beside llama.cpp's (engines/llamaconfig.py CACHE_TYPES)
 # ik's q8_KV: 1 byte per element plus 8 bytes per row (one row per head)
 Q8_KV = "q8_kv"
 
@@ -58,9 +55,13 @@ MAX_SIZE = 2**60  # 1 EiB: a size moeconf accepts is below it (no machine's memo
 
 
 def cache_types(engine: Engine) -> tuple[str, ...]:
-    if engine.name == "ik_llama.cpp":
-        return (*CACHE_TYPES, *IK_ONLY_CACHE_TYPES, Q8_KV)
-    return tuple(CACHE_TYPES)
+    """The KV cache types `engine`'s -ctk/-ctv accept."""
+    return (*CACHE_TYPES, *IK_ONLY_CACHE_TYPES, Q8_KV) if engine.name == "ik_llama.cpp" else CACHE_TYPES
+
+
+def cache_block(cache_type: str) -> tuple[int, int]:
+    """(elements, bytes) of one block of a cache type, from ggml's type table."""
+    return ggml.quant_sizes()[ggml.type_ids()[cache_type.upper()]]
 
 
 def is_quantized(cache_type: str) -> bool:
@@ -71,14 +72,11 @@ def rotation(cache_type: str, head: int, k: bool) -> int:
     """The side of the Hadamard rotation llama.cpp applies for a cache of this type and head width
     (src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`: a quantized type and a head width that is a
     multiple of 64; V's is 64, K's the largest power of two from 64 up dividing the width), 0: none."""
+    from moeconf.memory.graph.blocks import rotation_width  # the graph's (K's side is the same rule)
+
     if not is_quantized(cache_type) or head % 64:
         return 0
-    if not k:
-        return 64
-    n = 64
-    while head % (2 * n) == 0:
-        n *= 2
-    return n
+    return rotation_width(head) if k else 64
 
 
 @dataclass(frozen=True)
@@ -159,12 +157,13 @@ def server_outputs(binary: str | None, engine: Engine, n_batch: int, n_parallel:
     return 0
 
 
-def cache_row_bytes(cache_type: str, n: int) -> int:
-    """Bytes of a cache row of `n` elements in `cache_type` (ik's q8_KV: 8 bytes of scale per row)."""
+def cache_row_bytes(cache_type: str, n: int, heads: int = 1) -> int:
+    """Bytes of a cache row of `heads` heads of `n` elements in `cache_type` (ik's q8_KV: 8 bytes of
+    scale per head)."""
     if cache_type == Q8_KV:
-        return n + 8
-    size, block = {**CACHE_TYPES, **IK_ONLY_CACHE_TYPES}[cache_type]
-    return (n + block - 1) // block * size
+        return (n + 8) * heads
+    block, size = cache_block(cache_type)
+    return (n * heads + block - 1) // block * size
 
 
 def binary_name(word: str | None) -> str | None:
@@ -185,47 +184,8 @@ def server_slots(binary: str | None, engine: Engine) -> int | None:
 
 _TRUE = {"on", "enabled", "true", "1"}
 _FALSE = {"off", "disabled", "false", "0"}
-
-def _tables() -> tuple[dict[str, str], dict[str, tuple[str, bool]], frozenset[str], dict[str, str], dict[str, str],
-                       frozenset[str], frozenset[str]]:
-    """The memory settings' options, from the one option table (engines/options.py): spelling ->
-    setting for a valued option, spelling -> (setting, value) for a switch, the switches that make
-    llama-server keep n_batch outputs (an embedding or reranking server), variable -> setting for a
-    value and for a switch, the variables ik_llama.cpp reads, and the settings read as numbers."""
-    valued: dict[str, str] = {}
-    switches: dict[str, tuple[str, bool]] = {}
-    embedding: set[str] = set()
-    env: dict[str, str] = {}
-    env_bool: dict[str, str] = {}
-    ik_env: set[str] = set()
-    numbers: set[str] = set()
-    for o in with_settings():
-        key = o.setting
-        assert key is not None
-        if o.ik_env:
-            ik_env.add(o.env)
-        if key == "embedding":
-            if o.value == "switch":
-                embedding.update(o.names)
-            continue  # --pooling and the variables: read where they are read
-        if key == "worst_graph_tokens":
-            continue  # ik's layer split only (moeconf/iksplit.py)
-        if o.value == "switch":
-            switches.update({n: (key, True) for n in o.names})
-            switches.update({n: (key, False) for n in o.negs})
-            if o.env:
-                env_bool[o.env] = key
-            continue
-        if key != "flash_attn":  # -fa takes a value or not by version: read in read_settings
-            valued.update(dict.fromkeys(o.names, key))
-        if o.env:
-            env[o.env] = key
-        if o.value == "int":
-            numbers.add(key)
-    return valued, switches, frozenset(embedding), env, env_bool, frozenset(ik_env), frozenset(numbers)
-
-
-_VALUED, _SWITCHES, _EMBEDDING_SWITCHES, _ENV, _ENV_BOOL, _IK_ENV, _NUMBERS = _tables()
+# the variables of the rows that decide a memory setting (engines/options.py)
+_BY_ENV = {o.env: o for o in with_settings() if o.env}
 
 
 def read_settings(
@@ -238,23 +198,21 @@ def read_settings(
     values: dict[str, object] = {}
     problems: list[str] = []
     accepted = cache_types(engine)
-    fa_names = row("-fa").names
-    pooling_opt = row("--pooling")
 
-    def put(key: str, text: str, where: str) -> None:
-        if key in _NUMBERS:
+    def put(o: EngineOption, text: str, where: str) -> None:
+        key = o.setting
+        assert key is not None
+        if o.value == "int":
             from moeconf.engines.flags import c_int
 
-            m = c_int(text)  # as the engine's std::stoi reads it (`4096k` is 4096)
-            if m is None:
+            n = c_int(text)  # as the engine's std::stoi reads it (`4096k` is 4096)
+            if n is None:
                 problems.append(f"{where} needs a number, not {text!r}")
-                return
-            n = m
             # the table's bounds: any negative --cache-ram is "no limit" (server_prompt_cache); -np -1 is auto
-            if out_of_range(setting_row(key), n):
+            elif out_of_range(o, n):
                 problems.append(f"{where} {n} is out of range")
-                return
-            values[key] = n
+            else:
+                values[key] = n
         elif key in ("cache_type_k", "cache_type_v"):
             t = text.lower() if text.lower() == Q8_KV else text
             if t not in accepted:
@@ -273,39 +231,42 @@ def read_settings(
             else:
                 problems.append(f"{where}: flash attention takes on|off|auto, not {text!r}")
 
+    # `embedding`: an embedding or reranking server keeps n_batch outputs; -wgt: ik's layer split's (iksplit.py)
     for k, v in (env or {}).items():
-        if engine.name == "ik_llama.cpp" and k not in _IK_ENV:
-            continue
-        if k in _ENV:
-            put(_ENV[k], v, k)
-        elif k in _ENV_BOOL:  # a switch's variable (a switch without a negated form: set when truthy)
-            if v in _TRUE:
-                values[_ENV_BOOL[k]] = True
-            elif v in _FALSE and setting_row(_ENV_BOOL[k]).negs:
-                values[_ENV_BOOL[k]] = False
-        elif k == negated_env(row("-kvo")):
-            values["offload_kqv"] = False
-        elif ((k in (row("--embedding").env, row("--rerank").env) and v.lower() in _TRUE)
-              or (k == pooling_opt.env and v != "none")):
-            values["embedding"] = True
+        o = _BY_ENV.get(k)
+        if engine.name == "ik_llama.cpp" and (o is None or not o.ik_env):
+            continue  # ik_llama.cpp reads its short fixed list only
+        key = o.setting if o is not None else None
+        if o is None or key is None:
+            if k == negated_env(row("-kvo")):
+                values["offload_kqv"] = False
+        elif key == "embedding":  # --embedding's and --rerank's when truthy, --pooling's unless none
+            if (v.lower() in _TRUE) if o.value == "switch" else v != "none":
+                values[key] = True
+        elif o.value == "switch":  # a switch without a negated form: set when truthy
+            if v in _TRUE or (v in _FALSE and o.negs):
+                values[key] = v in _TRUE
+        else:
+            put(o, v, k)
     words = list(argv)
     for given in read_argv(words, engine).options:  # as the engine steps over the line (its flag table)
         name, value = given.name, given.value.text if given.value is not None else None
-        if name in _VALUED or name in fa_names:
-            if value is None and name in fa_names and not engine.fa_takes_value:
+        o = row_of(name)
+        key = o.setting if o is not None else None
+        if o is None or key is None or key == "worst_graph_tokens":
+            continue
+        if key == "embedding":  # --embedding, --rerank; --pooling unless none
+            if o.value == "switch" or value is not None:
+                values[key] = o.value == "switch" or value != "none"
+        elif o.value == "switch":
+            values[key] = name in o.names
+        else:
+            if value is None and key == "flash_attn" and not engine.fa_takes_value:
                 value = "on"  # a bare switch (mainline before b6325, ik before 2025-11-13)
             if value is None:
                 problems.append(f"{name} needs a value")
                 break
-            # -fa: the next word, whatever it is (put() refuses a bad one)
-            put("flash_attn" if name in fa_names else _VALUED[name], value, name)
-        elif name in _SWITCHES:
-            key, val = _SWITCHES[name]
-            values[key] = val
-        elif name in _EMBEDDING_SWITCHES:
-            values["embedding"] = True
-        elif name in pooling_opt.names and value is not None:
-            values["embedding"] = value != "none"
+            put(o, value, name)  # -fa: the next word, whatever it is (put() refuses a bad one)
 
     def num(key: str, default: int) -> int:
         v = values.get(key, default)
@@ -380,24 +341,17 @@ def settings_argv(s: MemorySettings, engine: Engine) -> list[str]:
     `LLAMA_ARG_*` variable it came from."""
     d = MemorySettings()
     out: list[str] = []
-    from moeconf.engines.options import row
-
-    for flag in ("-c", "-b", "-ub", "-ctk", "-ctv", "-np"):
-        key = row(flag).setting
-        assert key is not None
-        v = getattr(s, key)
-        if v != getattr(d, key):
-            out += [flag, str(v)]
-    if s.flash_attn != d.flash_attn:
-        out += ["-fa", s.flash_attn] if engine.fa_takes_value else (["-fa"] if s.flash_attn == "on" else [])
-    for flag in ("-kvo", "--swa-full", "-kvu"):  # the switches that differ from the default, in their short form
+    # a switch in its short form (its negation where off); -mla and -amb where given (default None)
+    for flag in ("-c", "-b", "-ub", "-ctk", "-ctv", "-np", "-fa", "-kvo", "--swa-full", "-kvu", "-mla", "-amb"):
         o = row(flag)
         assert o.setting is not None
-        if getattr(s, o.setting) != getattr(d, o.setting):
-            out.append(o.flag if getattr(s, o.setting) else o.negs[0])
-    for flag in ("-mla", "-amb"):
-        key = row(flag).setting
-        assert key is not None
-        if getattr(s, key) is not None:
-            out += [flag, str(getattr(s, key))]
+        v = getattr(s, o.setting)
+        if v == getattr(d, o.setting):
+            continue
+        if flag == "-fa":
+            out += ["-fa", v] if engine.fa_takes_value else (["-fa"] if v == "on" else [])
+        elif o.value == "switch":
+            out.append(o.flag if v else o.negs[0])
+        else:
+            out += [flag, str(v)]
     return out

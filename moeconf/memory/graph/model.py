@@ -360,22 +360,13 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     """The graph's settings as llama.cpp derives them for its worst-case reserve: the context
     padded to 256 cells (per stream without a unified cache), the ubatch (rounded up to a multiple of
     the sequences), the output rows."""
-    pad = 256
-    n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
-    n_ctx = -(-n_ctx // pad) * pad
+    from moeconf.memory.geometry import geometry
+    from moeconf.memory.kvcache import context_cells
+    geo = geometry(inv)
+    _, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings)
     n_seq = settings.n_parallel
-    unified = settings.kv_unified or n_seq == 1
-    n_stream = 1 if unified else n_seq
-    cells = n_ctx if unified else -(-(n_ctx // n_seq) // pad) * pad
-    T = min(min(n_ctx, settings.n_batch), settings.n_ubatch)
     n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     t_graph = -(-T // n_seq) * n_seq  # graph_reserve: a multiple of the sequences (llama-context.cpp)
-    from moeconf.memory.geometry import geometry
-    geo = geometry(inv)
-    swa_cells = 0
-    if geo.swa_type != "none" and any(la.swa for la in geo.layers):  # llama-kv-cache-iswa.cpp
-        window = min(cells, geo.n_swa * (n_seq if unified else 1) + T)
-        swa_cells = cells if settings.swa_full else -(-window // pad) * pad
     # the recurrent layers read the state rows of every sequence kept (llama_memory_recurrent's size)
     n_rs = n_seq if any(la.recurrent for la in geo.layers) else 1
     return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seq=n_seq,

@@ -154,8 +154,9 @@ Recurrent = Literal["", "delta_net", "mamba2", "mamba", "kda"]
 # "all": every trunk layer (DeepSeek-V3.2); "full": those attention.indexer.types marks full (one value
 # or one per trunk layer; absent: all of them below a 1M training context, the loader's own GLM-5.2 table
 # above, which is not modelled) (GLM-5); "typed": those the required per-layer attention.indexer.types
-# marks, the others sliding-window layers without an indexer (dots3note)
-Indexer = Literal["", "all", "full", "typed"]
+# marks, the others sliding-window layers without an indexer (dots3note); "kpool": every DSA layer, its row the
+# key, the pool gate and the pooled key (glm5-next's k-pool, llama_memory_hybrid_idx)
+Indexer = Literal["", "all", "full", "typed", "kpool"]
 
 
 @dataclass(frozen=True)

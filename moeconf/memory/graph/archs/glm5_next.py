@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 ARCH = "glm5-next"
 # -nkvo with routed experts on the host: the engine's figures, tests/data/glm5next_memory_oracle.json
-TRAITS = Traits(nkvo_host_experts=True)
+TRAITS = Traits(nkvo_host_experts=True, indexer="kpool")
 GATHER_MAX_UB = 16  # build_inp_kpool: the gather path's largest ubatch
 # the sizes the loader requires (load_arch_hparams) that the graph's shapes do not carry
 _SIZES = ("attention.q_lora_rank", "attention.indexer.head_count", "attention.indexer.key_length",
