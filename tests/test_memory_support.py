@@ -16,6 +16,7 @@ from moeconf.memory import estimate, read_settings
 from moeconf.memory.ikarchs import kv_only
 from moeconf.memory.keys import NO_MEMORY_EFFECT
 from moeconf.memory.support import MODELLED, unmodelled
+from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.model.manifest import dumps_manifest, read_manifest
 
@@ -208,3 +209,30 @@ def test_a_minicpm_file_without_its_scales_is_refused(tmp_path: Path) -> None:
     assert not est.complete
     notes = " ".join(est.notes)
     assert "minicpm.residual_scale" in notes and "reconvert" in notes and "minicpm.logit_scale" not in notes, notes
+
+
+def test_a_granite_file_without_rope_is_refused(tmp_path: Path) -> None:
+    """Granite's loader reads rope.scaling.finetuned as a switch: false, and no layer runs RoPE (the
+    graph has no positions either), a graph its composition does not build (archs/granite.py): the
+    estimate is incomplete, naming the key; true, or absent, is what was checked."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "granite.gguf"
+    write_layout(LAYOUTS["granite-synthetic-moe"], path)
+    inv = load_inventory(path)
+    md = inv.metadata
+
+    def with_rope(on: int) -> Inventory:
+        return dataclasses.replace(inv, metadata=dataclasses.replace(
+            md, arch_keys=(*(md.arch_keys or ()), "rope.scaling.finetuned"),
+            hparams=tuple(sorted((*md.hparams, ("rope.scaling.finetuned", on))))))
+
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    assert estimate_line(with_rope(1), "-c 4096 -ngl 999").complete
+    est = estimate_line(with_rope(0), "-c 4096 -ngl 999")
+    assert not est.complete
+    assert "granite.rope.scaling.finetuned is false" in " ".join(est.notes), est.notes
