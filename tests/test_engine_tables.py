@@ -19,4 +19,4 @@ def test_the_memory_table_renders(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(str(results)) == 0
     out = capsys.readouterr().out
     assert "| qwen3-30b-a3b | 1 | 1 | 0.00 | 0.00 | 10.0 | 1 of 1 |" in out
-    assert "Refused (memory not modelled" in out and "`mistral3`: memory is not modelled" in out
+    assert "Refused (memory not modelled" in out and "`grovemoe`: memory is not modelled" in out

@@ -16,6 +16,7 @@ from moeconf.memory import estimate, read_settings
 from moeconf.memory.ikarchs import kv_only
 from moeconf.memory.keys import NO_MEMORY_EFFECT
 from moeconf.memory.support import MODELLED, unmodelled
+from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.model.manifest import dumps_manifest, read_manifest
 
@@ -66,7 +67,7 @@ def test_every_modelled_key_is_a_real_engine_key() -> None:
 
 
 @pytest.mark.parametrize(("arch", "key", "fragment"), [
-    ("refact", None, "not modelled for the 'refact' architecture"),
+    ("grovemoe", None, "not modelled for the 'grovemoe' architecture"),
     # a modelled hybrid whose file lacks what its model reads (memory/recurrent.py, graph/archs/glm5_next.py)
     ("glm5-next", None, "it lacks glm5-next.ssm.conv_kernel"),
     # a modelled architecture whose file lacks what its model reads (memory/indexer.py)
@@ -155,7 +156,8 @@ def test_an_unmodelled_architecture_names_what_it_lacks_and_the_next_step() -> N
     bert = unmodelled_architecture("nomic-bert-moe")
     assert "token_types" in bert and "token_embd_norm" in bert and "llama-fit-params -fitp on" in bert
     assert "qwen3moe" not in bert  # no list of what is modelled instead of what is missing
-    # (SmallThinker, the example here before, is composed now: archs/smallthinker.py)
+    # (SmallThinker, the example here before, is composed now: archs/smallthinker.py; so is refact,
+    # archs/refact.py, whose tensor kinds all remain modelled elsewhere: the message's wording is what is held)
     assert "no composition of its graph" in unmodelled_architecture("refact")
     assert "read the buffer sizes it logs" in unmodelled_architecture("refact", "ik_llama.cpp")
     archs = routed_expert_archs()
@@ -208,3 +210,30 @@ def test_a_minicpm_file_without_its_scales_is_refused(tmp_path: Path) -> None:
     assert not est.complete
     notes = " ".join(est.notes)
     assert "minicpm.residual_scale" in notes and "reconvert" in notes and "minicpm.logit_scale" not in notes, notes
+
+
+def test_a_granite_file_without_rope_is_refused(tmp_path: Path) -> None:
+    """Granite's loader reads rope.scaling.finetuned as a switch: false, and no layer runs RoPE (the
+    graph has no positions either), a graph its composition does not build (archs/granite.py): the
+    estimate is incomplete, naming the key; true, or absent, is what was checked."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "granite.gguf"
+    write_layout(LAYOUTS["granite-synthetic-moe"], path)
+    inv = load_inventory(path)
+    md = inv.metadata
+
+    def with_rope(on: int) -> Inventory:
+        return dataclasses.replace(inv, metadata=dataclasses.replace(
+            md, arch_keys=(*(md.arch_keys or ()), "rope.scaling.finetuned"),
+            hparams=tuple(sorted((*md.hparams, ("rope.scaling.finetuned", on))))))
+
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    assert estimate_line(with_rope(1), "-c 4096 -ngl 999").complete
+    est = estimate_line(with_rope(0), "-c 4096 -ngl 999")
+    assert not est.complete
+    assert "granite.rope.scaling.finetuned is false" in " ".join(est.notes), est.notes

@@ -566,6 +566,8 @@ class GraphContext:
             cur = c.glu_split(cur, tmp, kinds.get(act, "reglu"))
         elif act == "relu_sqr":  # LLM_FFN_RELU_SQR: relu, then its square
             cur = c.sqr(c.unary(cur, "relu"))
+        elif act == "swiglu":  # LLM_FFN_SWIGLU: one projection's two halves, gate and up
+            cur = c.glu(cur, "swiglu")
         else:
             cur = c.unary(cur, act)
         if down is not None:

@@ -261,6 +261,12 @@ class Ctx:
     def sum_rows(self, a: Tensor) -> Tensor:
         return self._make("SUM_ROWS", a.type, (1, a.ne[1], a.ne[2], a.ne[3]), [a])
 
+    def glu(self, a: Tensor, kind: str) -> Tensor:
+        """ggml_glu of one tensor: its first half gated by its second, half as wide."""
+        t = self._make("GLU", a.type, (a.ne[0] // 2, *a.ne[1:]), [a])
+        t.sub = kind.upper()
+        return t
+
     def glu_split(self, a: Tensor, b: Tensor, kind: str) -> Tensor:
         t = self._make("GLU", a.type, a.ne, [a, b])
         t.sub = kind.upper()

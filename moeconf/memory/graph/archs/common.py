@@ -101,6 +101,8 @@ class Decoder:
     h_nextn: bool = False
     iswa: bool = False  # attention through the sliding-window cache pair (build_attn_inp_kv_iswa)
     rope_swa_only: bool = False  # RoPE on the sliding-window layers only (EXAONE-MoE)
+    # Q times the per-position temperature input after RoPE where attention.temperature_scale is not 0 (Mistral 3)
+    temperature: bool = False
 
 
 Build = Callable[[GraphContext, Facts], None]
@@ -201,6 +203,8 @@ def decoder(spec: Decoder) -> Build:
         rms = spec.norm == "rms"
         inp = g.inp_embd()
         pos = g.inp_pos(4 if spec.mrope else 1)
+        temp = (g.ctx.input("F32", 1, 1, g.n_tokens, name="inp_attn_scale")
+                if spec.temperature and facts.nonzero("attention.temperature_scale") else None)
         full, swa = g.attn_inp_kv_iswa() if spec.iswa else (g.attn_inp_kv(), None)
         g.inp_out_ids()
         gating = facts.gating_or(spec.gating) if spec.gating_key else spec.gating
@@ -226,6 +230,8 @@ def decoder(spec: Decoder) -> Build:
                 freqs = w.copy("rope_freqs.weight", il)
                 q = c.rope(q, pos, freqs)
                 k = c.rope(k, pos, freqs)
+            if temp is not None:
+                q = c.mul(q, temp)
             if spec.qk_norm == "head_after_rope":
                 q, k = g.qk_norm(il, q, k)
             if spec.q_scale:

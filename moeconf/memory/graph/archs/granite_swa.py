@@ -1,0 +1,40 @@
+"""Granite SWA (src/models/granite-swa.cpp): Granite's layer (its embedding, residual and logit scales
+where their keys are present) through the sliding-window cache pair, with per-head attention sinks,
+RoPE on the layers attention.rope_pattern marks (every layer without it), the experts' gate and up
+fused, and a shared expert whose gate and up are one projection (SwiGLU over it)."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits
+from moeconf.memory.graph.blocks import GraphContext
+
+ARCH = "granite_swa"
+# the loader requires the window and the per-layer pattern
+TRAITS = Traits(swa=Swa())
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w = g.ctx, g.w
+    inp = g.inp_embd()
+    pos = g.inp_pos()
+    full, swa = g.attn_inp_kv_iswa()
+    g.inp_out_ids()
+    rope, res_scale = facts.ints_of("attention.rope_pattern"), "residual_scale" in facts.floats
+    for il in range(g.hp.n_layer):
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        q, k, v = g.qkv(il, cur)
+        if il >= len(rope) or rope[il]:
+            freqs = w.copy("rope_freqs.weight", il)
+            q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
+        cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),
+                     q, k, v, sinks=w.layer(il, "attn_sinks"), iswa=True)
+        cur, res = g.out_rows(il, cur, inp)
+        ffn_inp = c.add(c.scale(cur) if res_scale else cur, res)
+        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(g.moe_ffn(cur, il), cur, il, act="swiglu")
+        inp = c.add(c.scale(cur) if res_scale else cur, ffn_inp)
+    g.output(inp, scale=True)  # logit_scale: a key the loader requires
+
+
+MEMORY = Memory(CHECKED + " (granite-swash-3b-a600m)", keys=frozenset({
+    "attention.sliding_window", "attention.sliding_window_pattern", "attention.rope_pattern"}))

@@ -1,0 +1,10 @@
+"""Mistral 3 (src/models/mistral3.cpp): Llama's classic decoder layer, one row, with Ministral 3's
+attention temperature (Q scaled per position after RoPE where attention.temperature_scale is not 0)."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
+
+ARCH = "mistral3"
+build = decoder(Decoder(temperature=True))
+MEMORY = Memory(CHECKED + " (a synthetic Mistral 3 with 8 experts on Mistral-Small-3.2-24B's widths)")

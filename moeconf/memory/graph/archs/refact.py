@@ -1,0 +1,29 @@
+"""Refact (src/models/refact.cpp): ALiBi attention (no positions, no RoPE; the bias changes no
+tensor's shape) without the output projection's bias, and an FFN of the layer's own up, gate and
+down: on a layer with experts the loader creates the routed experts instead, which the graph never
+reads, so the FFN is the SiLU of its normed input alone (the experts' weights are held, not run)."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory
+from moeconf.memory.graph.blocks import GraphContext
+
+ARCH = "refact"
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w = g.ctx, g.w
+    inp = g.inp_embd()
+    attn = g.attn_inp_kv()
+    g.inp_out_ids()
+    for il in range(g.hp.n_layer):
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        q, k, v = g.qkv(il, cur)
+        cur = g.attn(attn, il, w.layer(il, "attn_output"), None, q, k, v)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
+        cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
+        inp = c.add(cur, ffn_inp)
+    g.output(inp)
+
+
+MEMORY = Memory(CHECKED + " (a synthetic Refact with 8 experts on Refact-1.6B's widths)")
