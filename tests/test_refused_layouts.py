@@ -10,7 +10,7 @@ Hy4-preview (`hy_v4`: gated MLA, a DSA indexer on its "full" blocks, hyper-conne
 (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
 tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
 `other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
-the tensors of the block it does not build (Mellum 2, Maple and `nemotron_h` are composed since:
+the tensors of the block it does not build (Mellum 2, Maple, `nemotron_h` and Hy4 are composed since:
 `explain` prints their memory)."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 # of those, the layouts whose memory is modelled since (their compositions in moeconf/memory/graph/archs):
 # `explain` places them as above and prints their memory
-MODELLED = {"mellum2-12b-a2.5b", "maple-preview", "nemotron-h-synthetic-moe"}
+MODELLED = {"mellum2-12b-a2.5b", "maple-preview", "nemotron-h-synthetic-moe", "hy4-preview"}
 SYNTHETIC = ("granite-synthetic-moe", "mistral3-synthetic-moe", "refact-synthetic-moe")
 # the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
 TIED = {"granite-synthetic-moe", "granite-swash-3b-a600m"}
@@ -173,3 +173,29 @@ def test_hy4_indexer_blocks_and_hyper_connections_are_the_loaders(files: dict[st
     assert inv.by_name["output_hc_fn.weight"].layer is None
     assert inv.layers_of_kind("dense") == [0] and inv.layers_of_kind("moe") == list(range(1, 78))
     assert inv.by_name["blk.1.ffn_up_shexp.weight"].shape == (6144, 2048)
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("attention.indexer.top_k", None, "without the DSA indexer"),
+    ("attention.indexer.types", None, "attention.indexer.types is missing: the engine refuses the file"),
+    ("attention.indexer.types", 1, "not one value per layer with the first layer full"),
+    ("attention.indexer.types", (0,) + (1,) * 77, "not one value per layer with the first layer full"),
+])
+def test_hy4_files_its_composition_does_not_build_are_refused(files: dict[str, tuple[Path, Inventory]], key: str,
+                                                               value: int | tuple[int, ...] | None, why: str) -> None:
+    """Hy4 without the indexer (the all-full-attention checkpoints: a plain MLA cache and another graph),
+    without its indexer types (the loader refuses layer 0 without an indexer), or with types other than one
+    per layer with layer 0 full: memory not modelled."""
+    import dataclasses
+
+    from tests import graph_oracle
+
+    _, inv = files["hy4-preview"]
+    assert graph_oracle.estimate_line(inv, "-c 4096 -ngl 999").complete
+    md = inv.metadata
+    hps = tuple((k, v) for k, v in md.hparams if k != key) + (((key, value),) if value is not None else ())
+    keys = tuple(k for k in (md.arch_keys or ()) if k != key) + ((key,) if value is not None else ())
+    est = graph_oracle.estimate_line(dataclasses.replace(inv, metadata=dataclasses.replace(md, hparams=hps,
+                                                                                            arch_keys=keys)),
+                                     "-c 4096 -ngl 999")
+    assert not est.complete and any(why in n for n in est.notes), est.notes

@@ -18,20 +18,24 @@ from moeconf.memory.graph.ggml import Tensor
 from moeconf.model.inventory import Inventory
 
 ARCH = "hy_v4"
-TRAITS = Traits(indexer="full", approximate_search=True)
+# an indexer K cache on the layers the per-layer attention.indexer.types marks full (memory/indexer.py)
+TRAITS = Traits(indexer="typed", approximate_search=True)
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
     """Hy4 without the DSA indexer (the all-full-attention checkpoints: a plain MLA cache, build_attn_inp_k)
-    is not composed; with it, the loader refuses a file whose indexer types it cannot read."""
-    keys = set(inv.metadata.arch_keys or ())
-    top_k = inv.metadata.hparam("attention.indexer.top_k")
+    is not composed, nor indexer types other than one per layer; without them the loader refuses the file."""
+    md = inv.metadata
+    top_k, types = md.hparam("attention.indexer.top_k"), md.hparam("attention.indexer.types")
     if not isinstance(top_k, int) or top_k == 0:
         return ["memory is not modelled for hy_v4 without the DSA indexer (attention.indexer.top_k absent or 0: "
                 "the engine's full-attention graph, which moeconf's graph does not build)"]
-    if "attention.indexer.types" not in keys:
+    if "attention.indexer.types" not in (md.arch_keys or ()):
         return ["hy_v4.attention.indexer.types is missing: the engine refuses the file (layer 0 must own an "
                 "indexer)"]
+    if not isinstance(types, tuple) or len(types) != md.block_count or not types[0]:
+        return ["memory is not modelled for a hy_v4.attention.indexer.types that is not one value per layer with "
+                "the first layer full (write one per layer, as the converter does)"]
     return []
 
 
