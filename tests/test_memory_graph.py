@@ -11,6 +11,7 @@ import dataclasses
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,11 +88,14 @@ def _difference(inv: Inventory, arch: str, dims: str, line: str) -> enginegraph.
 # GLM-5.3-Flash's unfused hyper-connection post (-ngl 2: the host layers' streams and comb weights, views all
 # named alike, copied to the GPU) and, over two GPUs, its per-layer reshapes of the slot mask, the attention
 # mask and the new pools' members ("leaf_7 (reshaped)"); the graphs agree otherwise (checked past the first
-# clash by resolving each clash; GLM-5.3-Flash's: every other field of every node, the splits and inputs equal)
+# clash by resolving each clash; GLM-5.3-Flash's: every other field of every node, the splits and inputs equal);
+# Hy4's hyper-connection post, whose per-stream views of the F32 residual ("hc_attn_out-1 (copy) (view)",
+# "l_out-1 (copy) (view)") are copied to the next device, 3 copies in each of its 5 cases, every other field of
+# every node and split equal
 DUMP_NAME_CLASH = {("qwen3vlmoe", "a", "ngl2"), ("llama4", "b", "expscpu"), ("minimax-m3", "b", "rpc"),
                    ("deepseek4", "a", "2rpc"), ("deepseek4", "b", "2rpc"), ("glm5-next", "a", "ngl2"),
-                   ("glm5-next", "b", "ngl2")}
-REAL_DUMP_NAME_CLASH = {("minimax-m3", "2rpc32k"), ("glm5-next", "2rpc32k")}
+                   ("glm5-next", "b", "ngl2"), *(("hy_v4", d, x) for d in "ab" for x in ("ngl2", "2rpc"))}
+REAL_DUMP_NAME_CLASH = {("minimax-m3", "2rpc32k"), ("glm5-next", "2rpc32k"), ("hy_v4", "2rpc32k")}
 
 
 @pytest.mark.parametrize(("arch", "dims", "line"), NODE_CASES, ids=[f"{a}-{d}-{x}" for a, d, x in NODE_CASES])
@@ -305,3 +309,20 @@ def test_server_outputs_through_the_graph(layouts: dict[str, Inventory], key: st
         if (r["model"], r["args"]) != (key, line):
             continue
         assert abs(got.get(device_name(r["device"], eps), 0) - r["compute"]) <= 0.05 * MiB, (r["device"], got)
+
+
+def test_hy4_attention_sinks_left_out_are_named(tiny: dict[tuple[str, str], Inventory],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hy4's gated MLA attends with per-head sinks (build_attn's sinks through the K-only cache): built
+    without them, the first difference is the first attention node, which lacks the sinks source."""
+    from moeconf.memory.graph.blocks import GraphContext
+
+    attn_k = GraphContext.attn_k
+
+    def without_sinks(self: GraphContext, *args: Any, sinks: ggml.Tensor | None = None, **kw: Any) -> ggml.Tensor:
+        return attn_k(self, *args, **kw)
+
+    monkeypatch.setattr(GraphContext, "attn_k", without_sinks)
+    diff = _difference(tiny[("hy_v4", "a")], "hy_v4", "a", "rpc")
+    assert diff is not None and diff.fields == ("src",) and diff.ours is not None
+    assert diff.ours["op"] == "FLASH_ATTN_EXT", str(diff)

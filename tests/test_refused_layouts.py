@@ -14,7 +14,8 @@ tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in 
 the tensors of the block it does not build. The layouts refused here first whose memory is modelled
 since keep their placement checks (`MODELLED_SINCE`): the expert branch of dense architectures'
 loaders (granite, mistral3, refact: no MoE checkpoint is published, so synthetic layouts on published
-dense widths) and Granite-SWASH (`granite_swa`: attention sinks, fused expert gate/up)."""
+dense widths) and Granite-SWASH (`granite_swa`: attention sinks, fused expert gate/up); Mellum 2, Maple,
+`nemotron_h` and Hy4 are composed since too (`MODELLED`: `explain` prints their memory)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ MODELLED_SINCE: dict[str, str] = {
     "granite-swash-3b-a600m": "granite_swa",
 }
 ARCH = {**{k: a for k, (a, _) in REFUSED.items()}, **MODELLED_SINCE}
+# of those, the layouts whose memory is modelled since (their compositions in moeconf/memory/graph/archs):
+# `explain` places them as above and prints their memory
+MODELLED = set(MODELLED_SINCE) | {"mellum2-12b-a2.5b", "maple-preview", "nemotron-h-synthetic-moe", "hy4-preview"}
 SYNTHETIC = ("granite-synthetic-moe", "mistral3-synthetic-moe", "refact-synthetic-moe")
 # the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
 TIED = {"granite-synthetic-moe", "granite-swash-3b-a600m"}
@@ -104,8 +108,8 @@ def test_explain_places_and_refuses_memory(files: dict[str, tuple[Path, Inventor
     # qwen4exp: no output_norm (the output's hyper-connection mixer carries it); its n-gram table on the host
     glob = OWN_GLOBALS.get(key, f"token_embd.weight CPU, output_norm.weight CUDA0, {output} CUDA0")
     assert f"global: {glob}" in out
-    if key in MODELLED_SINCE:
-        assert "memory is not modelled" not in out and "?" not in out, out
+    if key in MODELLED:
+        assert "memory is not modelled" not in out and "memory (MiB) at" in out, out[-2000:]
         return
     arch, missing = REFUSED[key]
     note = next(line for line in out.splitlines() if "memory is not modelled" in line)
@@ -217,3 +221,29 @@ def test_qwen4exp_ple_hash_constants_are_uint64_arrays(files: dict[str, tuple[Pa
     offsets = fields["qwen4exp.ple.head_offsets"]
     assert [int(offsets.parts[i][0]) for i in offsets.data] == [h * 20_000_000 for h in range(16)]
     assert fields["qwen4exp.ple.layers"].types == [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32]
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("attention.indexer.top_k", None, "without the DSA indexer"),
+    ("attention.indexer.types", None, "attention.indexer.types is missing: the engine refuses the file"),
+    ("attention.indexer.types", 1, "not one value per layer with the first layer full"),
+    ("attention.indexer.types", (0,) + (1,) * 77, "not one value per layer with the first layer full"),
+])
+def test_hy4_files_its_composition_does_not_build_are_refused(files: dict[str, tuple[Path, Inventory]], key: str,
+                                                               value: int | tuple[int, ...] | None, why: str) -> None:
+    """Hy4 without the indexer (the all-full-attention checkpoints: a plain MLA cache and another graph),
+    without its indexer types (the loader refuses layer 0 without an indexer), or with types other than one
+    per layer with layer 0 full: memory not modelled."""
+    import dataclasses
+
+    from tests import graph_oracle
+
+    _, inv = files["hy4-preview"]
+    assert graph_oracle.estimate_line(inv, "-c 4096 -ngl 999").complete
+    md = inv.metadata
+    hps = tuple((k, v) for k, v in md.hparams if k != key) + (((key, value),) if value is not None else ())
+    keys = tuple(k for k in (md.arch_keys or ()) if k != key) + ((key,) if value is not None else ())
+    est = graph_oracle.estimate_line(dataclasses.replace(inv, metadata=dataclasses.replace(md, hparams=hps,
+                                                                                            arch_keys=keys)),
+                                     "-c 4096 -ngl 999")
+    assert not est.complete and any(why in n for n in est.notes), est.notes

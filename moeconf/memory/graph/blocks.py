@@ -276,9 +276,9 @@ class GraphContext:
         return AttnInput(k_idxs, k_idxs, self.kq_mask(self.cp.n_kv), None, None, self.cp.n_kv)
 
     def attn_k(self, inp: AttnInput, il: int, wo: Tensor | None, q: Tensor, k: Tensor, v: Tensor,
-               v_mla: Tensor | None, mask: Tensor | None = None) -> Tensor:
+               v_mla: Tensor | None, mask: Tensor | None = None, sinks: Tensor | None = None) -> Tensor:
         """build_attn with a K-only cache: V a view of K's first columns, decompressed by `v_mla`; through
-        `mask` where given (DSA's sparse one), else the input's."""
+        `mask` where given (DSA's sparse one), else the input's; with per-head `sinks` where given (Hy4)."""
         c = self.ctx
         for t in (q, v, k):
             self.expand(t)
@@ -287,7 +287,7 @@ class GraphContext:
         kview = self._get_k(kc, il, inp.n_kv)
         vview = c.view(kview, (v.ne[0], kview.ne[1], kview.ne[2], kview.ne[3]),
                        (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
-        cur = self.attn_mha(q, kview, vview, inp.mask if mask is None else mask, None, v_mla)
+        cur = self.attn_mha(q, kview, vview, inp.mask if mask is None else mask, sinks, v_mla)
         if wo is not None:
             cur = self.mm(wo, cur)
         return cur

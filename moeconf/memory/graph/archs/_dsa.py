@@ -26,10 +26,11 @@ def _inp_dsa(g: GraphContext) -> tuple[AttnInput, AttnInput]:
     return mla, AttnInput(k_idxs, k_idxs, mask, g.rot_input(g.lid_rot), None, g.cp.n_kv)
 
 
-def indexer_top_k(g: GraphContext, il: int, cur: Tensor, qr: Tensor, pos: Tensor, rot: Tensor, idxs: Tensor,
-                  mask: Tensor, kc: Tensor, top_k: int | None) -> Tensor:
+def indexer_top_k(g: GraphContext, il: int, cur: Tensor, qr: Tensor, pos: Tensor, rot: Tensor | None,
+                  idxs: Tensor, mask: Tensor, kc: Tensor, top_k: int | None) -> Tensor:
     """The lightning indexer's top-k cells per query token: its keys stored in its one-head cache `kc` at
-    `idxs`, its queries scored against every cached key through `mask`, the `top_k` best (None: all)."""
+    `idxs`, its queries scored against every cached key through `mask`, the `top_k` best (None: all).
+    `rot`: the Hadamard rotation of Q and K (None: not rotated, Hy4's indexer)."""
     c, w = g.ctx, g.w
     q_b = need(w.layer(il, "indexer.attn_q_b"))
     width, T = kc.ne[0], cur.ne[1]
@@ -37,8 +38,8 @@ def indexer_top_k(g: GraphContext, il: int, cur: Tensor, qr: Tensor, pos: Tensor
     ik = g.mm(need(w.layer(il, "indexer.attn_k")), cur)
     ik = g.norm(ik, w.layer(il, "indexer.k_norm"), w.layer(il, "indexer.k_norm", "bias"), il, rms=False)
     ik = c.rope(c.reshape(ik, width, 1, T), pos)
-    iq = c.mul_mat(rot, iq)
-    ik = c.mul_mat(rot, ik)
+    if rot is not None:
+        iq, ik = c.mul_mat(rot, iq), c.mul_mat(rot, ik)
     g.expand(g._cpy_k(kc, ik, idxs))
     iw = g.mm(need(w.layer(il, "indexer.proj")), cur)
     keys = g.get_k_one(kc, g.cp.n_kv)

@@ -1,0 +1,39 @@
+"""Maple (src/models/maple.cpp): the classic decoder layer through the sliding-window cache pair, per-head
+Q/K norms, RoPE on the sliding-window layers only (the full layers take none), and a softmax-routed MoE
+(the chosen weights normalised, no scale, no shared expert) whose SwiGLU is the fused SWIGLU_CLAMP op
+where the layer's swiglu_clamp_exp is above 0 (build_moe_ffn names Maple among the fused clamp's
+architectures)."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits
+from moeconf.memory.graph.blocks import GraphContext
+
+ARCH = "maple"
+# the window and the per-layer pattern are required keys (load_arch_hparams)
+TRAITS = Traits(swa=Swa())
+MEMORY = Memory(CHECKED + " (maple-preview)", keys=frozenset({
+    "attention.sliding_window", "attention.sliding_window_pattern", "swiglu_clamp_exp"}))
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w = g.ctx, g.w
+    inp = g.inp_embd()
+    pos = g.inp_pos()
+    full, swa = g.attn_inp_kv_iswa()
+    g.inp_out_ids()
+    g.groups = facts.groups  # read for every architecture (llama-model.cpp)
+    for il in range(g.hp.n_layer):
+        res = inp
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        q, k, v = g.qkv(il, cur)
+        q, k = g.qk_norm(il, q, k)
+        if g.swa_layers.get(il):
+            q, k = c.rope(q, pos), c.rope(k, pos)
+        cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), None, q, k, v, iswa=True)
+        cur, res = g.out_rows(il, cur, res)
+        ffn_inp = c.add(cur, res)
+        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        cur = g.moe_ffn(cur, il, act="silu_clamp" if facts.above("swiglu_clamp_exp", il) else "silu")
+        inp = c.add(cur, ffn_inp)
+    g.output(inp)

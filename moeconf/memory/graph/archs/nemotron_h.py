@@ -1,0 +1,18 @@
+"""nemotron_h (src/models/nemotron-h.cpp): the loader and the trunk graph nemotron_h_moe uses too
+(models.h: `llama_model_nemotron_h_moe::graph` is `llama_model_nemotron_h::graph`), so the same build:
+Mamba-2, attention without RoPE, and MoE or dense squared-ReLU layers (`nemotron_h_moe.py`). The
+pinned converter writes nemotron_h_moe for every NemotronH with experts; checked on a synthetic
+layout, Nemotron-3-Nano-30B-A3B's config written as nemotron_h."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, Memory, Traits
+from moeconf.memory.graph.archs.nemotron_h_moe import build
+
+ARCH = "nemotron_h"
+TRAITS = Traits(recurrent="mamba2")
+# the Mamba-2 state's sizes (memory/recurrent.py), the latent experts' width (read from their tensors)
+MEMORY = Memory(CHECKED + " (Nemotron-3-Nano-30B-A3B's config as nemotron_h, synthetic)",
+                keys=frozenset({"ssm.conv_kernel", "ssm.group_count", "ssm.inner_size", "ssm.state_size",
+                                "ssm.time_step_rank", "moe_latent_size"}))
+__all__ = ["ARCH", "MEMORY", "TRAITS", "build"]
