@@ -18,6 +18,11 @@ from dataclasses import dataclass, field
 from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, is_contiguous, nelements, row_size
 from moeconf.memory.rshape import RecurrentShape
 
+# the GLU op of each gated activation (build_ffn, build_moe_ffn; any other: REGLU), and those build_moe_ffn
+# runs as one GLU op whether or not the experts have a gate
+GLU = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp", "relu": "reglu"}
+GLU_ONLY = ("swiglu_oai", "silu_clamp")
+
 
 def rotation_width(n: int) -> int:
     """llama_kv_cache::build_input_k_rot's Hadamard side for a row n wide: the largest power of two
@@ -559,15 +564,7 @@ class GraphContext:
                 cur = c.add(cur, gate_b)
         else:
             cur = tmp
-        if gate is not None and clamp and act == "silu":
-            cur = c.mul(c.clamp(c.unary(cur, "silu")), c.clamp(tmp))
-        elif gate is not None:
-            kinds = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp"}
-            cur = c.glu_split(cur, tmp, kinds.get(act, "reglu"))
-        elif act == "relu_sqr":  # LLM_FFN_RELU_SQR: relu, then its square
-            cur = c.sqr(c.unary(cur, "relu"))
-        else:
-            cur = c.unary(cur, act)
+        cur = self.activation(cur, tmp, gate is not None, act, clamp)
         if down is not None:
             cur = self.mm(down, cur)
         if down_b is not None:
@@ -686,21 +683,8 @@ class GraphContext:
             gate_w = w.layer(il, "ffn_gate_exps")
             g = mm_id(gate_w, cur, "ffn_gate_exps") if gate_w is not None else up
             has_gate = gate_w is not None
-        if act == "swiglu_oai":
-            h = c.glu_split(g, up, "swiglu_oai")
-        elif clamp and act == "silu" and gate_up is None and has_gate:
-            up = c.clamp(up)
-            h = c.mul(c.clamp(c.unary(g, "silu")), up)
-        elif act == "situ":
-            h = self.situ(g, up, situ_linear)
-        elif act == "silu_clamp":
-            h = c.glu_split(g, up, "swiglu_clamp")
-        elif has_gate:
-            h = c.glu_split(g, up, {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}[act])
-        elif act == "relu_sqr":
-            h = c.sqr(c.unary(g, "relu"))
-        else:
-            h = c.unary(g, act)
+        # gpt-oss's and DeepSeek-V4's activations a GLU op whatever the gate; the clamped SwiGLU unfused only
+        h = self.activation(g, up, has_gate or act in GLU_ONLY, act, clamp and gate_up is None, situ_linear)
         down_w = w.layer(il, "ffn_down_exps")
         assert down_w is not None
         experts = mm_id(down_w, h, "ffn_down_exps")
@@ -717,6 +701,22 @@ class GraphContext:
         if used == 1:
             out = c.cont(out)
         return out
+
+    def activation(self, x: Tensor, up: Tensor, gated: bool, act: str, clamp: bool = False,
+                   linear: bool = True) -> Tensor:
+        """build_ffn's and build_moe_ffn's activation of `x` (the gate's output, else the up projection's)
+        and `up`: the clamped SwiGLU (`clamp`), SiTU, a GLU op where `gated`, relu squared (LLM_FFN_RELU_SQR),
+        else the unary op itself."""
+        c = self.ctx
+        if gated and clamp and act == "silu":
+            return c.mul(c.clamp(c.unary(x, "silu")), c.clamp(up))
+        if act == "situ":
+            return self.situ(x, up, linear)
+        if gated:
+            return c.glu_split(x, up, GLU.get(act, "reglu"))
+        if act == "relu_sqr":
+            return c.sqr(c.unary(x, "relu"))
+        return c.unary(x, act)
 
     def situ(self, gate: Tensor, up: Tensor, linear: bool) -> Tensor:
         """The SiTU activation (build_moe_ffn's LLM_FFN_SITU, src/models/kimi-k3.cpp): a scaled tanh of
