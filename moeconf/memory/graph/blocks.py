@@ -275,10 +275,12 @@ class GraphContext:
         """build_attn_inp_kv (one cache of the context's cells)."""
         return self._kv_inputs(self.cp.n_kv, self.cp.rot_k, self.cp.rot_v)
 
-    def attn_inp_k(self) -> AttnInput:
-        """build_attn_inp_k: a K-only cache (MLA's latent): its indices and mask."""
+    def attn_inp_k(self, n_kv: int = 0) -> AttnInput:
+        """build_attn_inp_k: a K-only cache (MLA's latent): its indices and mask (over `n_kv` cells where
+        given: a sliding window's, else the context's)."""
+        n_kv = n_kv or self.cp.n_kv
         k_idxs = self.ctx.input("I64", self.n_tokens, name="attn_inp_k_idxs")
-        return AttnInput(k_idxs, k_idxs, self.kq_mask(self.cp.n_kv), None, None, self.cp.n_kv)
+        return AttnInput(k_idxs, k_idxs, self.kq_mask(n_kv), None, None, n_kv)
 
     def attn_k(self, inp: AttnInput, il: int, wo: Tensor | None, q: Tensor, k: Tensor, v: Tensor,
                v_mla: Tensor | None, mask: Tensor | None = None) -> Tensor:
