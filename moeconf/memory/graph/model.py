@@ -98,13 +98,7 @@ def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: lis
     for op in FUSED_PROBES:
         if not any(f[0] == op for f in g.fused):
             continue
-        if probe is None:
-            p, backends = _build(placement, replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq,
-                                                    fa_auto=False, unfused=frozenset(off)))
-            s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-            s.split(p.gf, p.pinned)
-            probe = (p, s)
-        p, s = probe
+        p, s = probe = probe or _probe(placement, replace(setup, unfused=frozenset(off)))
         if any(s.ids.get(t) != p.layer_backend.get(il) for o, t, il in p.fused if o == op):
             off.add(op)
             probe = None  # the next probe's graph has this op unfused
@@ -119,16 +113,13 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
     kv_devices = {t.buffer for kc, vc in g.kv.values() for t in (kc, vc)}
     if len(set(g.layer_backend.values())) < 2 and len(kv_devices) < 2:
         return False
-    probe = replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq, fa_auto=False)
     comp = COMPOSITIONS.get(placement.inventory.arch)
     if comp is not None and comp.memory is not None and comp.memory.refuses is not None \
-            and comp.memory.refuses(probe.n_tokens, probe.n_stream):
+            and comp.memory.refuses(setup.n_seq, setup.n_stream):
         # the probe's one-token form is not composed (MiniMax-M3's decode form): its attention reads the
         # layer's own KV cache there as at every size, so no mismatch is taken
         return False
-    p, backends = _build(placement, probe)
-    s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    s.assign(p.gf, p.pinned)  # the backends only: no split copies its inputs, so each K is the cache's view
+    p, s = _probe(placement, setup)
     layer_of = {kc: il for il, (kc, _) in p.kv.items()}
     for t in p.gf.nodes:
         if t.op != "FLASH_ATTN_EXT" or t.src[1] is None:
@@ -138,6 +129,14 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
         if il is not None and s.ids.get(t) != p.layer_backend.get(il):
             return True
     return False
+
+
+def _probe(placement: Placement, setup: Setup) -> tuple[GraphContext, Scheduler]:
+    """The probes' graph of one token per sequence (resolve_fused_ops), every tensor's backend assigned."""
+    p, backends = _build(placement, replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq, fa_auto=False))
+    s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+    s.assign(p.gf, p.pinned)
+    return p, s
 
 
 def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
