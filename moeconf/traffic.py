@@ -48,7 +48,7 @@ import moeconf.memory.recurrent as rec
 from moeconf.memory.geometry import geometry
 from moeconf.memory.graph.archs import COMPOSITIONS, traits
 from moeconf.memory.graph.ggml import INPUT, VIEW_OPS, Tensor, nbytes, nelements
-from moeconf.memory.graph.model import Setup, build, covered, setup_for
+from moeconf.memory.graph.model import Setup, build, setup_for
 from moeconf.memory.graph.sched import Scheduler
 from moeconf.memory.kvcache import kv_bytes
 from moeconf.memory.settings import MemorySettings
@@ -178,7 +178,7 @@ def unmodelled(placement: Placement, settings: MemorySettings) -> str | None:
     inv = placement.inventory
     if placement.engine.name != "llama.cpp":
         return f"traffic is modelled for llama.cpp only ({placement.engine.name}'s graph and op offload differ)"
-    if not covered(inv.arch):
+    if inv.arch not in COMPOSITIONS:
         return f"traffic needs the engine's graph of {inv.arch}, which moeconf does not compose"
     comp = COMPOSITIONS[inv.arch]
     if comp.memory is not None and comp.memory.refuses is not None:

@@ -49,25 +49,6 @@ class Setup:
     unfused: frozenset[str] = frozenset()  # the fused ops the engine's probes turned off (`fused_off`)
 
 
-def covered(arch: str) -> bool:
-    return arch in ARCHS
-
-
-def _gpu_order(placement: Placement) -> list[str]:
-    """The GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns
-    layers to devices in order), then any device only an override names."""
-    inv = placement.inventory
-    out: list[str] = []
-    for t in sorted((t for t in inv.tensors if t.layer is not None), key=lambda t: t.layer or 0):
-        d = placement.defaults.get(t.name)
-        if d is not None and d != HOST and d not in out:
-            out.append(d)
-    for d in placement.devices.values():
-        if d is not None and d != HOST and d not in out:
-            out.append(d)
-    return out
-
-
 def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
     """The graph of this placement under these settings, flash attention resolved as the engine
     resolves `-fa auto` (`fa_auto_off`)."""
@@ -214,7 +195,14 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     geo = geometry(inv)
     layers = [la for la in geo.layers]
     n_layer = len(layers)
-    gpus = _gpu_order(placement)
+    home: dict[int, str] = {}  # each layer's home device
+    for t in inv.tensors:
+        if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
+            home[t.layer] = placement.defaults[t.name] or HOST
+    # the GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns layers to
+    # devices in order), then any device only an override names
+    gpus = dict.fromkeys(d for d in [*(home[il] for il in sorted(home)), *placement.devices.values()]
+                         if d is not None and d != HOST)
     backends = [backend_for(d) for d in gpus] + [backend_for(HOST)]
     index = {b.name: i for i, b in enumerate(backends)}
     cpu = len(backends) - 1
@@ -243,10 +231,6 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     rec = recurrent_shape(inv) or shortconv_shape(inv)
     state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim) has no RecurrentShape
     layer_backend: dict[int, int] = {}
-    home: dict[int, str] = {}
-    for t in inv.tensors:
-        if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
-            home[t.layer] = placement.defaults[t.name] or HOST
     for la in layers:
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
