@@ -58,30 +58,38 @@ class Hparams:
 
 @dataclass(frozen=True)
 class Cparams:
+    """The context's settings the graph depends on (`model.Setup`: llama.cpp's worst-case reserve)."""
+
     n_tokens: int  # the ubatch reserved
     n_outputs: int
     n_kv: int  # KV cells the mask spans (per stream)
-    n_kv_swa: int = 0  # the sliding-window cache's cells (0: none)
+    n_kv_swa: int = 0  # the sliding-window cache's cells per stream (0: none)
     n_stream: int = 1
-    n_seq: int = 1  # the sequences the context serves (n_seq_max: ubatch_reserve splits the ubatch among them)
+    n_seq: int = 1  # n_seq_max: the sequences the context serves (ubatch_reserve splits the ubatch among them)
     flash_attn: bool = True
     offload_kqv: bool = True
-    cache_k: str = "F16"
+    cache_k: str = "f16"
+    cache_v: str = "f16"
+    pipeline: bool = False
+    op_offload: bool = True
+    # the build's pins kept (the norms on their layer's device under full offload, the attention output on
+    # the CPU with -nkvo), as an allocating reserve keeps them; False: as llama-fit-params and llama.cpp's
+    # --fit size the buffers (their reset, ggml_backend_sched_reserve_size, drops the pins)
+    norm_pins: bool = False
+    fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`model.fa_auto_off`)
+    # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
+    # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
+    v_flat: bool = False
+    n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept; 1 without recurrent layers)
+    # the fused ops llama-context.cpp's resolve_fused_ops turned off (their probe graph ran one on another
+    # device than its layer's, `model.fused_off`): the composition builds their unfused form
+    unfused: frozenset[str] = frozenset()
+    # what the graph's prologue derives from the placement and the caches' head widths (`model._prologue`):
     rot_k: int = 0  # Hadamard rotation sides (0: none)
     rot_v: int = 0
     rot_k_swa: int = 0  # the sliding-window cache's (its own head width's)
     rot_v_swa: int = 0
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
-    n_rs: int = 1  # the recurrent states' rows (llama_memory_recurrent's size: the sequences kept)
-    # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
-    # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
-    v_flat: bool = False
-    # the fused ops llama-context.cpp's resolve_fused_ops turned off (their probe graph ran one on another
-    # device than its layer's): the composition builds their unfused form
-    unfused: frozenset[str] = frozenset()
-    # the reserve keeps the pins the graph build sets (an allocating reserve); the sizing reserve of
-    # llama-fit-params and --fit (ggml_backend_sched_reserve_size) resets the scheduler and drops them
-    pins: bool = False
 
     @property
     def v_trans(self) -> bool:
@@ -545,7 +553,7 @@ class GraphContext:
                 kqv = c.mul_mat(v_mla, kqv)
             cur = c.permute(kqv, 0, 2, 1, 3)
             cur = c.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
-            if not self.cp.offload_kqv and self.cp.pins:
+            if not self.cp.offload_kqv and self.cp.norm_pins:
                 self.pinned[cur] = self.cpu_backend
         self.expand(cur)
         return cur

@@ -23,30 +23,7 @@ if TYPE_CHECKING:
 HOST = "CPU"
 
 
-@dataclass(frozen=True)
-class Setup:
-    """The context's settings the graph depends on."""
-
-    n_tokens: int
-    n_outputs: int
-    cells: int
-    swa_cells: int = 0  # the sliding-window cache's cells per stream (0: none)
-    n_stream: int = 1
-    n_seq: int = 1  # n_seq_max: the sequences the context serves (the reserve's ubatch holds as many)
-    flash_attn: bool = True
-    offload_kqv: bool = True
-    cache_k: str = "f16"
-    cache_v: str = "f16"
-    pipeline: bool = False
-    op_offload: bool = True
-    # the build's pins kept (the norms on their layer's device under full offload, the attention output on
-    # the CPU with -nkvo), as an allocating reserve keeps them; False: as llama-fit-params and llama.cpp's
-    # --fit size the buffers (their reset drops the pins)
-    norm_pins: bool = False
-    fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
-    v_flat: bool = False  # the V cache created for flash attention, which `-fa auto` then turned off
-    n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept; 1 without recurrent layers)
-    unfused: frozenset[str] = frozenset()  # the fused ops the engine's probes turned off (`fused_off`)
+Setup = Cparams  # the context's settings the graph depends on
 
 
 def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
@@ -217,7 +194,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         # LongRoPE (Phi-3): the long factors where a sequence's context exceeds the original training
         # context (rope.scaling.original_context_length, else context_length), the short ones otherwise
         orig = inv.metadata.hparam("rope.scaling.original_context_length") or inv.metadata.context_length or 0
-        long = setup.cells > orig if isinstance(orig, int) else False
+        long = setup.n_kv > orig if isinstance(orig, int) else False
         by_name["rope_freqs.weight"] = by_name["rope_factors_long.weight" if long else "rope_factors_short.weight"]
     if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
         emb = inv.by_name["token_embd.weight"]
@@ -239,7 +216,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
             rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_rs), kdev),
                             ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_rs), kdev))
             continue
-        cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
+        cells, ns = setup.n_kv_swa if la.swa else setup.n_kv, setup.n_stream
         v_row = geo.v_row(la, transposed=not (setup.flash_attn or setup.v_flat))
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
@@ -250,7 +227,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     lid_width = indexer_width(inv)
     for il in indexer_row_layers(inv, sorted(kv)):
         kdev = home.get(il, HOST) if setup.offload_kqv else HOST
-        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.cells, setup.n_stream), kdev)
+        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.n_kv, setup.n_stream), kdev)
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -264,22 +241,17 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         from moeconf.engines.simulate import output_layer_tensors
         out_home = next((placement.defaults.get(n) for n in output_layer_tensors(inv, placement.engine)), None)
     # -ngl above the block count (nextn blocks included, created or not): every created block and the output
-    # offloaded; the callback then pins each layer's norms to its device, but the reserve that sizes the
-    # compute buffers without allocating (llama-fit-params, --fit: ggml_backend_sched_reserve_size) resets the
-    # scheduler first and so drops those pins: `Setup.norm_pins` says which reserve is modelled
+    # offloaded; the callback then pins each layer's norms to its device, where the reserve keeps the pins
+    # (`Setup.norm_pins`)
     full = setup.norm_pins and all(placement.defaults.get(t.name) != HOST for t in inv.tensors if t.layer is not None) \
         and out_home not in (None, HOST)
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
                  head_k_l=tuple(la.head_k for la in layers), head_v_l=tuple(la.head_v for la in layers),
                  n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
-    cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_kv_swa=setup.swa_cells,
-                 n_stream=setup.n_stream, n_seq=setup.n_seq,
-                 flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk,
-                 rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
+    cp = replace(setup, rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
-                 full_offload=full, n_rs=setup.n_rs, v_flat=setup.v_flat, unfused=setup.unfused,
-                 pins=setup.norm_pins)
+                 full_offload=full)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -329,10 +301,7 @@ def compute(placement: Placement, setup: Setup) -> dict[str, int]:
     """Each device's compute buffer (bytes) for this placement and these settings."""
     g, backends = _cached_build(placement, setup) if not setup.fa_auto else build(placement, setup)
     sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    # the reserve that sizes the buffers without allocating (llama-fit-params, --fit:
-    # ggml_backend_sched_reserve_size) resets the scheduler before splitting: every pin the build set is
-    # dropped there (the norms', and with -nkvo the attention output's on the CPU, build_attn_mha)
-    try:
+    try:  # the build's pins kept or dropped as the reserve modelled does (`Setup.norm_pins`)
         sizes = sched.reserve(g.gf, g.pinned if setup.norm_pins else None)
     finally:
         sched.restore()
@@ -361,7 +330,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
         swa_cells = cells if settings.swa_full else -(-window // pad) * pad
     # the recurrent layers read the state rows of every sequence kept (llama_memory_recurrent's size)
     n_rs = n_seq if any(la.recurrent for la in geo.layers) else 1
-    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seq=n_seq,
+    return Setup(n_tokens=t_graph, n_outputs=n_out, n_kv=cells, n_kv_swa=swa_cells, n_stream=n_stream, n_seq=n_seq,
                  n_rs=n_rs,
                  flash_attn=settings.flash_attn != "off" and traits(inv.arch).flash_attn,  # Grok's
                  fa_auto=settings.flash_attn == "auto",
