@@ -561,9 +561,9 @@ class GraphContext:
     # -- feed-forward
     def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
             act: str = "silu", up_b: Tensor | None = None, gate_b: Tensor | None = None,
-            down_b: Tensor | None = None, clamp: bool = False) -> Tensor:
-        """build_ffn (no scales; LLM_FFN_PAR): up, gate (from the input), the gated activation, down. `clamp`:
-        the SwiGLU limited (swiglu_clamp_shexp above 0): up clamped, silu of the gate clamped, their product."""
+            down_b: Tensor | None = None, clamp: bool = False, linear: bool = True) -> Tensor:
+        """build_ffn (no scales; LLM_FFN_PAR): up, gate (from the input), the gated activation (`activation`;
+        `clamp`: the SwiGLU limited, swiglu_clamp_shexp above 0; `linear`: SiTU's up branch), down."""
         c = self.ctx
         tmp = self.mm(up, cur) if up is not None else cur
         if up_b is not None:
@@ -574,21 +574,22 @@ class GraphContext:
                 cur = c.add(cur, gate_b)
         else:
             cur = tmp
-        cur = self.activation(cur, tmp, gate is not None, act, clamp)
+        cur = self.activation(cur, tmp, gate is not None, act, clamp, linear)
         if down is not None:
             cur = self.mm(down, cur)
         if down_b is not None:
             cur = c.add(cur, down_b)
         return cur
 
-    def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False) -> Tensor:
+    def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False,
+                  linear: bool = True) -> Tensor:
         """build_ffn with the layer's own up, gate and down projections and their biases (`part`
         "_shexp": its shared expert's)."""
         w = self.w
         return self.ffn(cur, w.layer(il, f"ffn_up{part}"), w.layer(il, f"ffn_gate{part}"),
                         w.layer(il, f"ffn_down{part}"), il, act=act, up_b=w.layer(il, f"ffn_up{part}", "bias"),
                         gate_b=w.layer(il, f"ffn_gate{part}", "bias"), down_b=w.layer(il, f"ffn_down{part}", "bias"),
-                        clamp=clamp)
+                        clamp=clamp, linear=linear)
 
     def dense(self, il: int) -> bool:
         """The layer has no router: its FFN is dense (the leading dense layers)."""
@@ -602,11 +603,12 @@ class GraphContext:
         ffn_inp = self.ctx.add(cur, res)
         return ffn_inp, self.norm(ffn_inp, self.w.layer(il, "ffn_norm"), None, il)
 
-    def add_shexp(self, moe: Tensor, cur: Tensor, il: int, act: str = "silu", clamp: bool = False) -> Tensor:
+    def add_shexp(self, moe: Tensor, cur: Tensor, il: int, act: str = "silu", clamp: bool = False,
+                  linear: bool = True) -> Tensor:
         """The routed experts' output plus the shared expert's on the same input, where the layer has one."""
         if self.w.layer(il, "ffn_up_shexp") is None:
             return moe
-        return self.ctx.add(moe, self.layer_ffn(cur, il, act, "_shexp", clamp))
+        return self.ctx.add(moe, self.layer_ffn(cur, il, act, "_shexp", clamp, linear))
 
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
