@@ -48,7 +48,7 @@ import moeconf.memory.recurrent as rec
 from moeconf.memory.geometry import geometry
 from moeconf.memory.graph.archs import COMPOSITIONS, traits
 from moeconf.memory.graph.ggml import INPUT, VIEW_OPS, Tensor, nbytes, nelements
-from moeconf.memory.graph.model import Setup, build, covered, setup_for
+from moeconf.memory.graph.model import Setup, build, setup_for
 from moeconf.memory.graph.sched import Scheduler
 from moeconf.memory.kvcache import kv_bytes
 from moeconf.memory.settings import MemorySettings
@@ -178,7 +178,7 @@ def unmodelled(placement: Placement, settings: MemorySettings) -> str | None:
     inv = placement.inventory
     if placement.engine.name != "llama.cpp":
         return f"traffic is modelled for llama.cpp only ({placement.engine.name}'s graph and op offload differ)"
-    if not covered(inv.arch):
+    if inv.arch not in COMPOSITIONS:
         return f"traffic needs the engine's graph of {inv.arch}, which moeconf does not compose"
     comp = COMPOSITIONS[inv.arch]
     if comp.memory is not None and comp.memory.refuses is not None:
@@ -204,7 +204,7 @@ def traffic(placement: Placement, settings: MemorySettings, depth: int | None = 
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 4096)
     depth = n_ctx if depth is None else depth
     # a sequence's cells: the context, or its share of it where -np splits the cache into streams
-    cells = min(n_ctx, base.cells)
+    cells = min(n_ctx, base.n_kv)
     if not 0 <= depth <= cells:
         of = "the context" if cells == n_ctx else "a sequence's share of the context"
         raise ValueError(f"the depth is a number of tokens from 0 to {of} ({cells:,}), not {depth:,}")
@@ -230,15 +230,15 @@ def traffic(placement: Placement, settings: MemorySettings, depth: int | None = 
         depth=depth, n_ubatch=T,
         reads={d: Reads(**reads[d]) for d in devices},
         token_copies=gen.copies, ubatch_copies=prompt.copies, assumptions=tuple(assumptions),
-        work=dict(sorted(prompt.work.items(), key=lambda kv: (kv[0] != HOST, kv[0]))), ubatch_cells=prompt_setup.cells,
+        work=dict(sorted(prompt.work.items(), key=lambda kv: (kv[0] != HOST, kv[0]))), ubatch_cells=prompt_setup.n_kv,
         token_splits=gen.splits, ubatch_splits=prompt.splits)
 
 
 def _viewing(base: Setup, used: int) -> Setup:
     """The graph viewing the cells it views with `used` cells filled (llama_kv_cache::get_n_kv: in
     multiples of 256, within the cache; a sliding-window cache's within its own cells)."""
-    n_kv = min(base.cells, max(PAD, -(-used // PAD) * PAD))
-    return replace(base, cells=n_kv, swa_cells=min(base.swa_cells, n_kv))
+    n_kv = min(base.n_kv, max(PAD, -(-used // PAD) * PAD))
+    return replace(base, n_kv=n_kv, n_kv_swa=min(base.n_kv_swa, n_kv))
 
 
 @dataclass(frozen=True)

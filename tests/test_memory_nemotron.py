@@ -72,7 +72,7 @@ def test_layer_map_and_state_are_the_loaders(nano: Inventory) -> None:
     assert isinstance(lay, NemotronLayout)
     assert rec.recurrent_layers(nano) == frozenset(il for il in range(52) if lay.kind(il) == "recurrent")
     placement = explain(nano, engine("llama.cpp"), rpc_args("-ngl 999", EPS), gpus=[]).placement
-    g, _ = graph_model.build(placement, graph_model.Setup(n_tokens=512, n_outputs=512, cells=4096))
+    g, _ = graph_model.build(placement, graph_model.Setup(n_tokens=512, n_outputs=512, n_kv=4096))
     assert set(g.rs) == rec.recurrent_layers(nano)
     assert {il for il in g.kv if g.w.layer(il, "attn_q") is not None} == {
         il for il in range(52) if lay.pattern[il] == "*"}

@@ -18,6 +18,11 @@ from dataclasses import dataclass, field
 from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, is_contiguous, nelements, row_size
 from moeconf.memory.rshape import RecurrentShape
 
+# the GLU op of each gated activation (build_ffn, build_moe_ffn; any other: REGLU), and those build_moe_ffn
+# runs as one GLU op whether or not the experts have a gate
+GLU = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp", "relu": "reglu"}
+GLU_ONLY = ("swiglu_oai", "silu_clamp")
+
 
 def rotation_width(n: int) -> int:
     """llama_kv_cache::build_input_k_rot's Hadamard side for a row n wide: the largest power of two
@@ -53,30 +58,38 @@ class Hparams:
 
 @dataclass(frozen=True)
 class Cparams:
+    """The context's settings the graph depends on (`model.Setup`: llama.cpp's worst-case reserve)."""
+
     n_tokens: int  # the ubatch reserved
     n_outputs: int
     n_kv: int  # KV cells the mask spans (per stream)
-    n_kv_swa: int = 0  # the sliding-window cache's cells (0: none)
+    n_kv_swa: int = 0  # the sliding-window cache's cells per stream (0: none)
     n_stream: int = 1
-    n_seq: int = 1  # the sequences the context serves (n_seq_max: ubatch_reserve splits the ubatch among them)
+    n_seq: int = 1  # n_seq_max: the sequences the context serves (ubatch_reserve splits the ubatch among them)
     flash_attn: bool = True
     offload_kqv: bool = True
-    cache_k: str = "F16"
+    cache_k: str = "f16"
+    cache_v: str = "f16"
+    pipeline: bool = False
+    op_offload: bool = True
+    # the build's pins kept (the norms on their layer's device under full offload, the attention output on
+    # the CPU with -nkvo), as an allocating reserve keeps them; False: as llama-fit-params and llama.cpp's
+    # --fit size the buffers (their reset, ggml_backend_sched_reserve_size, drops the pins)
+    norm_pins: bool = False
+    fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`model.fa_auto_off`)
+    # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
+    # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
+    v_flat: bool = False
+    n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept; 1 without recurrent layers)
+    # the fused ops llama-context.cpp's resolve_fused_ops turned off (their probe graph ran one on another
+    # device than its layer's, `model.fused_off`): the composition builds their unfused form
+    unfused: frozenset[str] = frozenset()
+    # what the graph's prologue derives from the placement and the caches' head widths (`model._prologue`):
     rot_k: int = 0  # Hadamard rotation sides (0: none)
     rot_v: int = 0
     rot_k_swa: int = 0  # the sliding-window cache's (its own head width's)
     rot_v_swa: int = 0
     full_offload: bool = False  # -ngl above the layer count: the norms pinned to their layer's device
-    n_rs: int = 1  # the recurrent states' rows (llama_memory_recurrent's size: the sequences kept)
-    # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
-    # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
-    v_flat: bool = False
-    # the fused ops llama-context.cpp's resolve_fused_ops turned off (their probe graph ran one on another
-    # device than its layer's): the composition builds their unfused form
-    unfused: frozenset[str] = frozenset()
-    # the reserve keeps the pins the graph build sets (an allocating reserve); the sizing reserve of
-    # llama-fit-params and --fit (ggml_backend_sched_reserve_size) resets the scheduler and drops them
-    pins: bool = False
 
     @property
     def v_trans(self) -> bool:
@@ -270,10 +283,12 @@ class GraphContext:
         """build_attn_inp_kv (one cache of the context's cells)."""
         return self._kv_inputs(self.cp.n_kv, self.cp.rot_k, self.cp.rot_v)
 
-    def attn_inp_k(self) -> AttnInput:
-        """build_attn_inp_k: a K-only cache (MLA's latent): its indices and mask."""
+    def attn_inp_k(self, n_kv: int = 0) -> AttnInput:
+        """build_attn_inp_k: a K-only cache (MLA's latent): its indices and mask (over `n_kv` cells where
+        given: a sliding window's, else the context's)."""
+        n_kv = n_kv or self.cp.n_kv
         k_idxs = self.ctx.input("I64", self.n_tokens, name="attn_inp_k_idxs")
-        return AttnInput(k_idxs, k_idxs, self.kq_mask(self.cp.n_kv), None, None, self.cp.n_kv)
+        return AttnInput(k_idxs, k_idxs, self.kq_mask(n_kv), None, None, n_kv)
 
     def attn_k(self, inp: AttnInput, il: int, wo: Tensor | None, q: Tensor, k: Tensor, v: Tensor,
                v_mla: Tensor | None, mask: Tensor | None = None, sinks: Tensor | None = None) -> Tensor:
@@ -538,7 +553,7 @@ class GraphContext:
                 kqv = c.mul_mat(v_mla, kqv)
             cur = c.permute(kqv, 0, 2, 1, 3)
             cur = c.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
-            if not self.cp.offload_kqv and self.cp.pins:
+            if not self.cp.offload_kqv and self.cp.norm_pins:
                 self.pinned[cur] = self.cpu_backend
         self.expand(cur)
         return cur
@@ -546,9 +561,9 @@ class GraphContext:
     # -- feed-forward
     def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
             act: str = "silu", up_b: Tensor | None = None, gate_b: Tensor | None = None,
-            down_b: Tensor | None = None, clamp: bool = False) -> Tensor:
-        """build_ffn (no scales; LLM_FFN_PAR): up, gate (from the input), the gated activation, down. `clamp`:
-        the SwiGLU limited (swiglu_clamp_shexp above 0): up clamped, silu of the gate clamped, their product."""
+            down_b: Tensor | None = None, clamp: bool = False, linear: bool = True) -> Tensor:
+        """build_ffn (no scales; LLM_FFN_PAR): up, gate (from the input), the gated activation (`activation`;
+        `clamp`: the SwiGLU limited, swiglu_clamp_shexp above 0; `linear`: SiTU's up branch), down."""
         c = self.ctx
         tmp = self.mm(up, cur) if up is not None else cur
         if up_b is not None:
@@ -559,31 +574,22 @@ class GraphContext:
                 cur = c.add(cur, gate_b)
         else:
             cur = tmp
-        if gate is not None and clamp and act == "silu":
-            cur = c.mul(c.clamp(c.unary(cur, "silu")), c.clamp(tmp))
-        elif gate is not None:
-            kinds = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp"}
-            cur = c.glu_split(cur, tmp, kinds.get(act, "reglu"))
-        elif act == "relu_sqr":  # LLM_FFN_RELU_SQR: relu, then its square
-            cur = c.sqr(c.unary(cur, "relu"))
-        elif act == "swiglu":  # LLM_FFN_SWIGLU: one projection's two halves, gate and up
-            cur = c.glu(cur, "swiglu")
-        else:
-            cur = c.unary(cur, act)
+        cur = self.activation(cur, tmp, gate is not None, act, clamp, linear)
         if down is not None:
             cur = self.mm(down, cur)
         if down_b is not None:
             cur = c.add(cur, down_b)
         return cur
 
-    def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False) -> Tensor:
+    def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False,
+                  linear: bool = True) -> Tensor:
         """build_ffn with the layer's own up, gate and down projections and their biases (`part`
         "_shexp": its shared expert's)."""
         w = self.w
         return self.ffn(cur, w.layer(il, f"ffn_up{part}"), w.layer(il, f"ffn_gate{part}"),
                         w.layer(il, f"ffn_down{part}"), il, act=act, up_b=w.layer(il, f"ffn_up{part}", "bias"),
                         gate_b=w.layer(il, f"ffn_gate{part}", "bias"), down_b=w.layer(il, f"ffn_down{part}", "bias"),
-                        clamp=clamp)
+                        clamp=clamp, linear=linear)
 
     def dense(self, il: int) -> bool:
         """The layer has no router: its FFN is dense (the leading dense layers)."""
@@ -597,11 +603,12 @@ class GraphContext:
         ffn_inp = self.ctx.add(cur, res)
         return ffn_inp, self.norm(ffn_inp, self.w.layer(il, "ffn_norm"), None, il)
 
-    def add_shexp(self, moe: Tensor, cur: Tensor, il: int, act: str = "silu", clamp: bool = False) -> Tensor:
+    def add_shexp(self, moe: Tensor, cur: Tensor, il: int, act: str = "silu", clamp: bool = False,
+                  linear: bool = True) -> Tensor:
         """The routed experts' output plus the shared expert's on the same input, where the layer has one."""
         if self.w.layer(il, "ffn_up_shexp") is None:
             return moe
-        return self.ctx.add(moe, self.layer_ffn(cur, il, act, "_shexp", clamp))
+        return self.ctx.add(moe, self.layer_ffn(cur, il, act, "_shexp", clamp, linear))
 
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
@@ -688,21 +695,8 @@ class GraphContext:
             gate_w = w.layer(il, "ffn_gate_exps")
             g = mm_id(gate_w, cur, "ffn_gate_exps") if gate_w is not None else up
             has_gate = gate_w is not None
-        if act == "swiglu_oai":
-            h = c.glu_split(g, up, "swiglu_oai")
-        elif clamp and act == "silu" and gate_up is None and has_gate:
-            up = c.clamp(up)
-            h = c.mul(c.clamp(c.unary(g, "silu")), up)
-        elif act == "situ":
-            h = self.situ(g, up, situ_linear)
-        elif act == "silu_clamp":
-            h = c.glu_split(g, up, "swiglu_clamp")
-        elif has_gate:
-            h = c.glu_split(g, up, {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}[act])
-        elif act == "relu_sqr":
-            h = c.sqr(c.unary(g, "relu"))
-        else:
-            h = c.unary(g, act)
+        # gpt-oss's and DeepSeek-V4's activations a GLU op whatever the gate; the clamped SwiGLU unfused only
+        h = self.activation(g, up, has_gate or act in GLU_ONLY, act, clamp and gate_up is None, situ_linear)
         down_w = w.layer(il, "ffn_down_exps")
         assert down_w is not None
         experts = mm_id(down_w, h, "ffn_down_exps")
@@ -719,6 +713,24 @@ class GraphContext:
         if used == 1:
             out = c.cont(out)
         return out
+
+    def activation(self, x: Tensor, up: Tensor, gated: bool, act: str, clamp: bool = False,
+                   linear: bool = True) -> Tensor:
+        """build_ffn's and build_moe_ffn's activation of `x` (the gate's output, else the up projection's)
+        and `up`: the clamped SwiGLU (`clamp`), SiTU, a GLU op where `gated`, relu squared (LLM_FFN_RELU_SQR), one
+        projection's SwiGLU (its halves), else the unary op itself."""
+        c = self.ctx
+        if gated and clamp and act == "silu":
+            return c.mul(c.clamp(c.unary(x, "silu")), c.clamp(up))
+        if act == "situ":
+            return self.situ(x, up, linear)
+        if gated:
+            return c.glu_split(x, up, GLU.get(act, "reglu"))
+        if act == "relu_sqr":
+            return c.sqr(c.unary(x, "relu"))
+        if act == "swiglu":  # LLM_FFN_SWIGLU over one projection: its two halves, gate and up
+            return c.glu(x, "swiglu")
+        return c.unary(x, act)
 
     def situ(self, gate: Tensor, up: Tensor, linear: bool) -> Tensor:
         """The SiTU activation (build_moe_ffn's LLM_FFN_SITU, src/models/kimi-k3.cpp): a scaled tanh of

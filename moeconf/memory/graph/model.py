@@ -23,49 +23,7 @@ if TYPE_CHECKING:
 HOST = "CPU"
 
 
-@dataclass(frozen=True)
-class Setup:
-    """The context's settings the graph depends on."""
-
-    n_tokens: int
-    n_outputs: int
-    cells: int
-    swa_cells: int = 0  # the sliding-window cache's cells per stream (0: none)
-    n_stream: int = 1
-    n_seq: int = 1  # n_seq_max: the sequences the context serves (the reserve's ubatch holds as many)
-    flash_attn: bool = True
-    offload_kqv: bool = True
-    cache_k: str = "f16"
-    cache_v: str = "f16"
-    pipeline: bool = False
-    op_offload: bool = True
-    # the build's pins kept (the norms on their layer's device under full offload, the attention output on
-    # the CPU with -nkvo), as an allocating reserve keeps them; False: as llama-fit-params and llama.cpp's
-    # --fit size the buffers (their reset drops the pins)
-    norm_pins: bool = False
-    fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`fa_auto_off`)
-    v_flat: bool = False  # the V cache created for flash attention, which `-fa auto` then turned off
-    n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept; 1 without recurrent layers)
-    unfused: frozenset[str] = frozenset()  # the fused ops the engine's probes turned off (`fused_off`)
-
-
-def covered(arch: str) -> bool:
-    return arch in ARCHS
-
-
-def _gpu_order(placement: Placement) -> list[str]:
-    """The GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns
-    layers to devices in order), then any device only an override names."""
-    inv = placement.inventory
-    out: list[str] = []
-    for t in sorted((t for t in inv.tensors if t.layer is not None), key=lambda t: t.layer or 0):
-        d = placement.defaults.get(t.name)
-        if d is not None and d != HOST and d not in out:
-            out.append(d)
-    for d in placement.devices.values():
-        if d is not None and d != HOST and d not in out:
-            out.append(d)
-    return out
+Setup = Cparams  # the context's settings the graph depends on
 
 
 def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
@@ -98,13 +56,7 @@ def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: lis
     for op in FUSED_PROBES:
         if not any(f[0] == op for f in g.fused):
             continue
-        if probe is None:
-            p, backends = _build(placement, replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq,
-                                                    fa_auto=False, unfused=frozenset(off)))
-            s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-            s.split(p.gf, p.pinned)
-            probe = (p, s)
-        p, s = probe
+        p, s = probe = probe or _probe(placement, replace(setup, unfused=frozenset(off)))
         if any(s.ids.get(t) != p.layer_backend.get(il) for o, t, il in p.fused if o == op):
             off.add(op)
             probe = None  # the next probe's graph has this op unfused
@@ -119,16 +71,13 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
     kv_devices = {t.buffer for kc, vc in g.kv.values() for t in (kc, vc)}
     if len(set(g.layer_backend.values())) < 2 and len(kv_devices) < 2:
         return False
-    probe = replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq, fa_auto=False)
     comp = COMPOSITIONS.get(placement.inventory.arch)
     if comp is not None and comp.memory is not None and comp.memory.refuses is not None \
-            and comp.memory.refuses(probe.n_tokens, probe.n_stream):
+            and comp.memory.refuses(setup.n_seq, setup.n_stream):
         # the probe's one-token form is not composed (MiniMax-M3's decode form): its attention reads the
         # layer's own KV cache there as at every size, so no mismatch is taken
         return False
-    p, backends = _build(placement, probe)
-    s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    s.assign(p.gf, p.pinned)  # the backends only: no split copies its inputs, so each K is the cache's view
+    p, s = _probe(placement, setup)
     layer_of = {kc: il for il, (kc, _) in p.kv.items()}
     for t in p.gf.nodes:
         if t.op != "FLASH_ATTN_EXT" or t.src[1] is None:
@@ -138,6 +87,14 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
         if il is not None and s.ids.get(t) != p.layer_backend.get(il):
             return True
     return False
+
+
+def _probe(placement: Placement, setup: Setup) -> tuple[GraphContext, Scheduler]:
+    """The probes' graph of one token per sequence (resolve_fused_ops), every tensor's backend assigned."""
+    p, backends = _build(placement, replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq, fa_auto=False))
+    s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+    s.assign(p.gf, p.pinned)
+    return p, s
 
 
 def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
@@ -215,7 +172,14 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     geo = geometry(inv)
     layers = [la for la in geo.layers]
     n_layer = len(layers)
-    gpus = _gpu_order(placement)
+    home: dict[int, str] = {}  # each layer's home device
+    for t in inv.tensors:
+        if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
+            home[t.layer] = placement.defaults[t.name] or HOST
+    # the GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns layers to
+    # devices in order), then any device only an override names
+    gpus = dict.fromkeys(d for d in [*(home[il] for il in sorted(home)), *placement.devices.values()]
+                         if d is not None and d != HOST)
     backends = [backend_for(d) for d in gpus] + [backend_for(HOST)]
     index = {b.name: i for i, b in enumerate(backends)}
     cpu = len(backends) - 1
@@ -230,7 +194,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         # LongRoPE (Phi-3): the long factors where a sequence's context exceeds the original training
         # context (rope.scaling.original_context_length, else context_length), the short ones otherwise
         orig = inv.metadata.hparam("rope.scaling.original_context_length") or inv.metadata.context_length or 0
-        long = setup.cells > orig if isinstance(orig, int) else False
+        long = setup.n_kv > orig if isinstance(orig, int) else False
         by_name["rope_freqs.weight"] = by_name["rope_factors_long.weight" if long else "rope_factors_short.weight"]
     if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
         emb = inv.by_name["token_embd.weight"]
@@ -244,10 +208,6 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     rec = recurrent_shape(inv) or shortconv_shape(inv)
     state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim) has no RecurrentShape
     layer_backend: dict[int, int] = {}
-    home: dict[int, str] = {}
-    for t in inv.tensors:
-        if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
-            home[t.layer] = placement.defaults[t.name] or HOST
     for la in layers:
         dev = home.get(la.index, HOST)
         layer_backend[la.index] = index.get(dev, cpu)
@@ -256,7 +216,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
             rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_rs), kdev),
                             ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_rs), kdev))
             continue
-        cells, ns = setup.swa_cells if la.swa else setup.cells, setup.n_stream
+        cells, ns = setup.n_kv_swa if la.swa else setup.n_kv, setup.n_stream
         v_row = geo.v_row(la, transposed=not (setup.flash_attn or setup.v_flat))
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
@@ -267,7 +227,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     lid_width = indexer_width(inv)
     for il in indexer_row_layers(inv, sorted(kv)):
         kdev = home.get(il, HOST) if setup.offload_kqv else HOST
-        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.cells, setup.n_stream), kdev)
+        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.n_kv, setup.n_stream), kdev)
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -281,22 +241,17 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         from moeconf.engines.simulate import output_layer_tensors
         out_home = next((placement.defaults.get(n) for n in output_layer_tensors(inv, placement.engine)), None)
     # -ngl above the block count (nextn blocks included, created or not): every created block and the output
-    # offloaded; the callback then pins each layer's norms to its device, but the reserve that sizes the
-    # compute buffers without allocating (llama-fit-params, --fit: ggml_backend_sched_reserve_size) resets the
-    # scheduler first and so drops those pins: `Setup.norm_pins` says which reserve is modelled
+    # offloaded; the callback then pins each layer's norms to its device, where the reserve keeps the pins
+    # (`Setup.norm_pins`)
     full = setup.norm_pins and all(placement.defaults.get(t.name) != HOST for t in inv.tensors if t.layer is not None) \
         and out_home not in (None, HOST)
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
                  head_k_l=tuple(la.head_k for la in layers), head_v_l=tuple(la.head_v for la in layers),
                  n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
-    cp = Cparams(n_tokens=setup.n_tokens, n_outputs=setup.n_outputs, n_kv=setup.cells, n_kv_swa=setup.swa_cells,
-                 n_stream=setup.n_stream, n_seq=setup.n_seq,
-                 flash_attn=setup.flash_attn, offload_kqv=setup.offload_kqv, cache_k=ctk,
-                 rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
+    cp = replace(setup, rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
-                 full_offload=full, n_rs=setup.n_rs, v_flat=setup.v_flat, unfused=setup.unfused,
-                 pins=setup.norm_pins)
+                 full_offload=full)
     f = facts(inv)
     deep = inv.metadata.hparam("n_deepstack_layers")
     if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
@@ -346,10 +301,7 @@ def compute(placement: Placement, setup: Setup) -> dict[str, int]:
     """Each device's compute buffer (bytes) for this placement and these settings."""
     g, backends = _cached_build(placement, setup) if not setup.fa_auto else build(placement, setup)
     sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    # the reserve that sizes the buffers without allocating (llama-fit-params, --fit:
-    # ggml_backend_sched_reserve_size) resets the scheduler before splitting: every pin the build set is
-    # dropped there (the norms', and with -nkvo the attention output's on the CPU, build_attn_mha)
-    try:
+    try:  # the build's pins kept or dropped as the reserve modelled does (`Setup.norm_pins`)
         sizes = sched.reserve(g.gf, g.pinned if setup.norm_pins else None)
     finally:
         sched.restore()
@@ -369,7 +321,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     t_graph = -(-T // n_seq) * n_seq  # graph_reserve: a multiple of the sequences (llama-context.cpp)
     # the recurrent layers read the state rows of every sequence kept (llama_memory_recurrent's size)
     n_rs = n_seq if any(la.recurrent for la in geo.layers) else 1
-    return Setup(n_tokens=t_graph, n_outputs=n_out, cells=cells, swa_cells=swa_cells, n_stream=n_stream, n_seq=n_seq,
+    return Setup(n_tokens=t_graph, n_outputs=n_out, n_kv=cells, n_kv_swa=swa_cells, n_stream=n_stream, n_seq=n_seq,
                  n_rs=n_rs,
                  flash_attn=settings.flash_attn != "off" and traits(inv.arch).flash_attn,  # Grok's
                  fa_auto=settings.flash_attn == "auto",

@@ -17,7 +17,7 @@ from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
 
-def _inp_dsa(g: GraphContext) -> tuple[AttnInput, AttnInput]:
+def inp_dsa(g: GraphContext) -> tuple[AttnInput, AttnInput]:
     """build_attn_inp_k_dsa: the latent cache's indices and mask, then the indexer cache's indices, its
     f16 mask (the fused indexer's) and its rotation."""
     mla = g.attn_inp_k()
@@ -54,7 +54,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     inp = g.inp_embd()
     pos = g.inp_pos()
-    mla_in, lid_in = _inp_dsa(g)
+    mla_in, lid_in = inp_dsa(g)
     g.inp_out_ids()
     g.groups = facts.groups
     prev: Tensor | None = None

@@ -139,7 +139,8 @@ def _hc_head(g: GraphContext, x: Tensor, hc: int) -> Tensor:
 
 def _comp_cache(g: GraphContext, il: int, name: str, width: int, cells: int, type_name: str = "") -> Tensor:
     """A compressed cache (in the K cache's type) or a compressor state (`type_name`) on the layer's device."""
-    return g.ctx.cache(name, type_name or g.cp.cache_k, (width, cells, g.cp.n_stream), g.kv[il][0].buffer or "CPU")
+    kc = g.kv[il][0]
+    return g.ctx.cache(name, type_name or kc.type, (width, cells, g.cp.n_stream), kc.buffer or "CPU")
 
 
 def _get_k(g: GraphContext, kc: Tensor, n_kv: int) -> Tensor:

@@ -14,17 +14,9 @@ form is not composed."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._dsa import indexer_top_k
-from moeconf.memory.graph.archs.common import (
-    CHECKED,
-    Facts,
-    Memory,
-    Swa,
-    Traits,
-    need,
-    routed,
-)
-from moeconf.memory.graph.blocks import GraphContext, rotation_width
+from moeconf.memory.graph.archs._dsa import indexer_top_k, inp_dsa
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed
+from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "dots3note"
 # the pattern an array (attention.sliding_window_pattern)
@@ -33,19 +25,11 @@ TRAITS = Traits(swa=Swa(), indexer="typed")
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp, cp = g.ctx, g.w, g.hp, g.cp
-    T = g.n_tokens
     inp = g.inp_embd()
     pos = g.inp_pos()
-    # build_attn_inp_k_dsa_iswa: the latent's indices and mask, the indexer's (its mask F16 for the fused op)
-    # and its Hadamard rotation, then the window's indices and mask
-    mla_idxs = c.input("I64", T, name="attn_inp_k_idxs")
-    mla_mask = g.kq_mask(cp.n_kv)
-    lid_idxs = c.input("I64", T, name="attn_inp_k_idxs")
-    lid_mask = g.kq_mask(cp.n_kv, f16=True)
-    ix_width = next((t.ne[1] for il in range(hp.n_layer) if (t := w.layer(il, "indexer.attn_k")) is not None), 0)
-    k_rot = g.rot_input(rotation_width(ix_width) if ix_width else 0)
-    swa_idxs = c.input("I64", T, name="attn_inp_k_idxs")
-    swa_mask = g.kq_mask(cp.n_kv_swa)
+    # build_attn_inp_k_dsa_iswa: the DSA cache's inputs (the latent's, the indexer's), then the window's
+    mla_in, lid_in = inp_dsa(g)
+    swa_in = g.attn_inp_k(cp.n_kv_swa)
     g.inp_out_ids()
     for il in range(hp.n_layer):
         res = inp
@@ -54,15 +38,11 @@ def build(g: GraphContext, facts: Facts) -> None:
         attn_inp = cur
         qr = g.mm(need(w.layer(il, "attn_q_a")), cur)
         qr = g.norm(qr, w.layer(il, "attn_q_a_norm"), None, il)
-        kc = g.kv[il][0]
         top_k = None
-        if not swa:
-            # the indexer's keys: a K-only cache of one head beside the latent's, its cells and streams
-            lid = c.cache(f"cache_k_l{il}", kc.type, (need(w.layer(il, "indexer.attn_k")).ne[1], kc.ne[1], kc.ne[2]),
-                          kc.buffer or "CPU")
-            top_k = indexer_top_k(g, il, cur, qr, pos, need(k_rot), lid_idxs, lid_mask, lid,
+        if not swa:  # the indexer's keys: the DSA cache's second, K-only cache of one head
+            top_k = indexer_top_k(g, il, cur, qr, pos, need(lid_in.k_rot), lid_in.k_idxs, lid_in.mask, g.lid[il],
                                   facts.hparam("attention.indexer.top_k") or None)
-        k_b, v_b = need(w.layer(il, "attn_k_b")), need(w.layer(il, "attn_v_b"))
+        k_b = need(w.layer(il, "attn_k_b"))
         n_head, kv_lora, rope = k_b.ne[2], k_b.ne[1], need(w.layer(il, "attn_k_norm")).ne[0]
         q = g.mm(need(w.layer(il, "attn_q_b")), qr)
         q_nope, q_pe = g.mla_q_parts(q, n_head, q.ne[0] // n_head - rope, rope)
@@ -71,14 +51,8 @@ def build(g: GraphContext, facts: Facts) -> None:
         q_pe = c.rope(q_pe, pos)
         k_pe = c.rope(k_pe, pos)
         q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, q_pe, kv_cmpr, k_pe)
-        for t in (q_cur, kv_cmpr, k_cur):
-            g.expand(t)
-        g.expand(g._cpy_k(kc, k_cur, swa_idxs if swa else mla_idxs))
-        mask = swa_mask if swa else g.top_k_mask(mla_mask, need(top_k))
-        kview = g.get_k_one(kc, cp.n_kv_swa if swa else cp.n_kv)
-        vview = c.view(kview, (kv_lora, kview.ne[1], kview.ne[2], kview.ne[3]), (kview.nb[1], kview.nb[2], kview.nb[3]),
-                       0)
-        cur = g.attn_mha(q_cur, kview, vview, mask, None, v_b)
+        cur = g.attn_k(swa_in if swa else mla_in, il, None, q_cur, k_cur, kv_cmpr, need(w.layer(il, "attn_v_b")),
+                       None if swa else g.top_k_mask(mla_in.mask, need(top_k)))
         gate = c.unary(g.mm(need(w.layer(il, "attn_gate")), attn_inp), "sigmoid")
         cur = g.mm(need(w.layer(il, "attn_output")), g.gate_heads(cur, gate, n_head))
         ffn_inp, cur = g.ffn_input(il, cur, res)

@@ -169,8 +169,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     acc = c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), 0)
     for s in range(1, hc):
         acc = c.add(acc, c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), s * x.nb[1]))
-    cur = g.norm(c.scale(acc), w.get("output_norm.weight"), None, -1)
-    g.finish(cur, g.mm(need(w.get("output.weight")), cur))
+    g.output(c.scale(acc))
 
 
 def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Tensor, il: int) -> Tensor:

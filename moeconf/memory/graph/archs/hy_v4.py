@@ -10,7 +10,7 @@ taken from the streams, which the head's own mix collapses before the final norm
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._dsa import _inp_dsa, indexer_top_k
+from moeconf.memory.graph.archs._dsa import indexer_top_k, inp_dsa
 from moeconf.memory.graph.archs._hc import affine, hc_mixes, weighted
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
@@ -51,7 +51,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     hc = facts.hparam("hyper_connection.count")
     inp = g.inp_embd()
     pos = g.inp_pos()
-    mla_in, lid_in = _inp_dsa(g)
+    mla_in, lid_in = inp_dsa(g)
     out_ids = g.inp_out_ids()
     g.groups = facts.groups
     T = inp.ne[1]

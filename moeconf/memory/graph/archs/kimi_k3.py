@@ -56,11 +56,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         prefix = cur if banked else c.add(prefix, cur)
         cur = _res_mix(g, bank, prefix, w.layer(il, "ffn_res_score")) if block else prefix
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
-        if g.dense(il):
-            cur = g.situ(g.mm(need(w.layer(il, "ffn_gate")), cur), g.mm(need(w.layer(il, "ffn_up")), cur), linear)
-            cur = g.mm(need(w.layer(il, "ffn_down")), cur)
-        else:
-            cur = _latent_moe(g, cur, il, facts, linear)
+        cur = g.layer_ffn(cur, il, act="situ", linear=linear) if g.dense(il) else _latent_moe(g, cur, il, facts, linear)
         inp = c.add(prefix, cur)
     cur = inp
     if block:
@@ -105,7 +101,7 @@ def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Ten
 def _latent_moe(g: GraphContext, cur: Tensor, il: int, facts: Facts, linear: bool) -> Tensor:
     """build_latent_moe: the routed experts on the down-projected input (routed by the full one),
     normed and projected back up; the shared expert on the full input, added."""
-    c, w = g.ctx, g.w
+    w = g.w
     down = w.layer(il, "ffn_routed_down")
     routed_in = g.mm(down, cur) if down is not None else cur
     logits = g.mm(need(w.layer(il, "ffn_gate_inp")), cur)
@@ -118,8 +114,4 @@ def _latent_moe(g: GraphContext, cur: Tensor, il: int, facts: Facts, linear: boo
     up = w.layer(il, "ffn_routed_up")
     if up is not None:
         moe = g.mm(up, moe)
-    gate = w.layer(il, "ffn_gate_shexp")
-    if gate is not None:
-        sh = g.situ(g.mm(gate, cur), g.mm(need(w.layer(il, "ffn_up_shexp")), cur), linear)
-        moe = c.add(moe, g.mm(need(w.layer(il, "ffn_down_shexp")), sh))
-    return moe
+    return g.add_shexp(moe, cur, il, act="situ", linear=linear)
