@@ -237,3 +237,28 @@ def test_a_granite_file_without_rope_is_refused(tmp_path: Path) -> None:
     est = estimate_line(with_rope(0), "-c 4096 -ngl 999")
     assert not est.complete
     assert "granite.rope.scaling.finetuned is false" in " ".join(est.notes), est.notes
+def test_a_grovemoe_file_with_fewer_adjugate_experts_than_used_is_refused(tmp_path: Path) -> None:
+    """GroveMoE's graph sums as many views of the adjugate experts' output as the model uses experts
+    (build_moe_ffn reads hparams' n_expert_used), past its end where there are fewer adjugate experts
+    (expert_count / experts_per_group): the engine aborts (seen on a tiny file with 2 of them and 3 used).
+    GroveMoE-Inst (64 of them, 8 used) is modelled; 32 experts per group (4 of them) is refused, naming why."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.layouts_loaders import LoaderLayout
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    lay = LAYOUTS["grovemoe-inst"]
+    assert isinstance(lay, LoaderLayout)
+    path = tmp_path / "grovemoe.gguf"
+    write_layout(lay, path)
+    assert estimate_line(load_inventory(path), "-c 4096 -ngl 999").complete
+    few = tmp_path / "grovemoe-few.gguf"
+    write_layout(dataclasses.replace(lay, extra=tuple({**dict(lay.extra), "experts_per_group": 32}.items())), few)
+    inv = load_inventory(few)
+    assert inv.by_name["blk.0.ffn_down_chexps.weight"].shape[2] == 4
+    est = estimate_line(inv, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "4 adjugate experts" in notes and "the 8 experts used" in notes and "aborts" in notes, notes

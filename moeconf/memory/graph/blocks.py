@@ -613,7 +613,8 @@ class GraphContext:
     def moe_ffn(self, cur: Tensor, il: int, *, gating: str = "softmax", norm_w: bool = True, w_scale: float = 0.0,
                 act: str = "silu", probs_bias: Tensor | None = None, gate_inp_b: Tensor | None = None,
                 weight_before: bool = False, logits: Tensor | None = None, clamp: bool = False,
-                situ_linear: bool = True, selected: Tensor | None = None) -> Tensor:
+                situ_linear: bool = True, selected: Tensor | None = None, exps: str = "exps",
+                grove: bool = False) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
         weights (normalised, scaled), the experts (separate or fused gate/up, biases, per-expert scales:
         the `.scale` tensors), weighted, summed. `logits`: the router's logits computed by the caller
@@ -621,7 +622,10 @@ class GraphContext:
         `clamp`: the SwiGLU limited (swiglu_clamp_exp above 0). act "situ": `situ` on the gate and up;
         "silu_clamp": SWIGLU_CLAMP (DeepSeek-V4's swiglu_clamp_exp). gating "sqrt_softplus":
         sqrt(softplus(logits)). `selected`: the experts chosen by the caller (DeepSeek-V4's hash-routed
-        layers), no top-k. The expert groups are the context's (`GraphContext.groups`)."""
+        layers), no top-k. The expert groups are the context's (`GraphContext.groups`). `exps`: the expert
+        tensors' suffix (`ffn_up_<exps>`...). `grove`: GroveMoE's choice (build_moe_ffn's branch for its
+        architecture): on the sigmoid of the logits; for an expert set smaller than the logits' (its
+        adjugate experts, `chexps`) the chosen index divided by the experts per group."""
         c, w, hp = self.ctx, self.w, self.hp
         n_embd, T = cur.ne[0], cur.ne[1]
         used = hp.n_expert_used
@@ -643,6 +647,8 @@ class GraphContext:
         selection = c.add(probs, probs_bias) if probs_bias is not None else probs
         if weight_before:
             selection = logits
+        if grove:
+            selection = c.unary(logits, "sigmoid")
         n_expert = probs.ne[0]
         n_groups, n_group_used = self.groups
         if n_groups > 1 and T > 0:  # the top groups' experts only (DeepSeek-V3's group-limited routing)
@@ -657,6 +663,10 @@ class GraphContext:
             selection = c.reshape(c.set_rows(c.fill(sel_groups), kept, top_groups), n_expert, T)
         if selected is None:
             selected = c.argsort_top_k(selection, used)
+        down_w = w.layer(il, f"ffn_down_{exps}")
+        assert down_w is not None
+        if grove and down_w.ne[2] != n_expert:  # the adjugate expert of the chosen one's group
+            selected = c.cast(c.scale(c.cast(selected, "F32")), "I32")
         probs3 = c.reshape(probs, 1, n_expert, T)
         weights = c.get_rows(probs3, selected)
         if gating == "softmax_weight":
@@ -681,25 +691,23 @@ class GraphContext:
             b = w.layer(il, bias or base, "bias")
             return c.add_id(res, b, selected) if b is not None else res
 
-        gate_up = w.layer(il, "ffn_gate_up_exps")
+        gate_up = w.layer(il, f"ffn_gate_up_{exps}")
         if gate_up is not None:
-            gu = mm_id(gate_up, cur, "ffn_up_exps", "ffn_gate_up_exps")
+            gu = mm_id(gate_up, cur, f"ffn_up_{exps}", f"ffn_gate_up_{exps}")
             n_ff = gu.ne[0] // 2
             g = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), 0)
             up = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), n_ff * gu.nb[0])
             has_gate = True
         else:
-            up_w = w.layer(il, "ffn_up_exps")
+            up_w = w.layer(il, f"ffn_up_{exps}")
             assert up_w is not None
-            up = mm_id(up_w, cur, "ffn_up_exps")
-            gate_w = w.layer(il, "ffn_gate_exps")
-            g = mm_id(gate_w, cur, "ffn_gate_exps") if gate_w is not None else up
+            up = mm_id(up_w, cur, f"ffn_up_{exps}")
+            gate_w = w.layer(il, f"ffn_gate_{exps}")
+            g = mm_id(gate_w, cur, f"ffn_gate_{exps}") if gate_w is not None else up
             has_gate = gate_w is not None
         # gpt-oss's and DeepSeek-V4's activations a GLU op whatever the gate; the clamped SwiGLU unfused only
         h = self.activation(g, up, has_gate or act in GLU_ONLY, act, clamp and gate_up is None, situ_linear)
-        down_w = w.layer(il, "ffn_down_exps")
-        assert down_w is not None
-        experts = mm_id(down_w, h, "ffn_down_exps")
+        experts = mm_id(down_w, h, f"ffn_down_{exps}")
         if not weight_before:
             experts = c.mul(experts, weights)
         self.expand(experts)

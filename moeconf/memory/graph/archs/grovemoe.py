@@ -1,0 +1,50 @@
+"""GroveMoE (src/models/grovemoe.cpp): Qwen3-MoE's layer (per-head Q/K norms) whose router's logits
+choose twice: the routed experts, then, on their output, the adjugate experts (`ffn_*_chexps`, one per
+group of experts), scaled by expert_group_scale and added (build_moe_ffn's GroveMoE branch: the choice
+on the sigmoid of the logits, the adjugate one the chosen index divided by the experts per group)."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.blocks import GraphContext
+from moeconf.model.inventory import Inventory
+
+ARCH = "grovemoe"
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w = g.ctx, g.w
+    inp = g.inp_embd()
+    pos = g.inp_pos()
+    kv = g.attn_inp_kv()
+    g.inp_out_ids()
+    g.groups = facts.groups
+    for il in range(g.hp.n_layer):
+        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+        q, k, v = g.qkv(il, cur)
+        q, k = g.qk_norm(il, q, k)
+        cur = g.attn(kv, il, w.layer(il, "attn_output"), None, c.rope(q, pos), c.rope(k, pos), v)
+        cur, res = g.out_rows(il, cur, inp)
+        ffn_inp = c.add(cur, res)
+        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        logits = g.mm(need(w.layer(il, "ffn_gate_inp")), cur)
+        moe = g.moe_ffn(cur, il, logits=logits, grove=True)
+        adj = g.moe_ffn(moe, il, logits=logits, exps="chexps", grove=True)
+        inp = c.add(c.add(moe, c.scale(adj)), ffn_inp)
+    g.output(inp)
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """Fewer adjugate experts than experts used: the engine's build_moe_ffn sums the model's
+    expert_used_count views of the adjugate experts' output, past its end, and aborts."""
+    chexps = next((t for t in inv.tensors if t.name.endswith(".ffn_down_chexps.weight")), None)
+    used = inv.metadata.expert_used_count or 0
+    if chexps is None or len(chexps.shape) < 3 or chexps.shape[2] >= used:
+        return []
+    return [f"llama.cpp cannot run this grovemoe file: {chexps.shape[2]} adjugate experts (ffn_*_chexps) are fewer "
+            f"than the {used} experts used per token, and its graph aborts (build_moe_ffn reads "
+            f"{used} of them); it needs expert_count / experts_per_group >= expert_used_count"]
+
+
+MEMORY = Memory(CHECKED + " (GroveMoE-Inst)", keys=frozenset({
+    "expert_chunk_feed_forward_length", "expert_group_scale", "experts_per_group"}), unmodelled=_unmodelled)
