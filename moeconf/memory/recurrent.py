@@ -43,6 +43,10 @@ from moeconf.model.inventory import Inventory
 #   x d_inner, an SSM state of d_state x d_inner): a layer is recurrent iff its attention.head_count_kv is
 #   0 (src/models/granite-hybrid.cpp, jamba.cpp `load_arch_hparams`); compute by the graph.
 # "kda": Kimi-Linear's KDA layers (below).
+# "lightning": MiniMax-Text-01's lightning-attention layers (src/models/minimax-01.cpp): marked as
+#   "delta_net"'s but with a default interval of 8; no conv state (no ssm.* keys: n_embd_r 0) and a state
+#   of heads x head_dim^2, head_dim the attention key length (llama-hparams.cpp `n_embd_s`, n_embd_head_la),
+#   laid out as a `RecurrentShape` of d_inner heads x head_dim, d_state head_dim; compute by the graph.
 
 
 def _kind(arch: str) -> str:
@@ -61,6 +65,11 @@ KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.ti
 def shape(inv: Inventory) -> RecurrentShape | None:
     """The recurrent layers' dimensions, None when the architecture has none modelled here."""
     kind = _kind(inv.arch)
+    if kind == "lightning":
+        md = inv.metadata
+        heads = md.head_count if isinstance(md.head_count, int) else 0
+        hd = int_key(inv, "attention.key_length") or ((md.embedding_length or 0) // heads if heads else 0)
+        return RecurrentShape(0, heads * hd, hd, 0, heads) if heads and hd else None
     if kind not in ("delta_net", "mamba2", "mamba"):
         return None
     vals = [int_key(inv, k) for k in ("ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank")]
@@ -84,7 +93,7 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
         return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
     if is_kda(inv) or kind == "mamba" or shortconv_shape(inv) is not None:
         return kda_layers(inv)
-    if kind != "delta_net":
+    if kind not in ("delta_net", "lightning"):
         return frozenset()
     md = inv.metadata
     n_nextn = int_key(inv, "nextn_predict_layers") or 0
@@ -92,7 +101,7 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
     arr = md.hparam("attention.recurrent_layers")
     if isinstance(arr, tuple):
         return frozenset(il for il in range(min(n_layer, len(arr))) if arr[il])
-    interval = int_key(inv, "full_attention_interval") or 4
+    interval = int_key(inv, "full_attention_interval") or (8 if kind == "lightning" else 4)
     return frozenset(il for il in range(n_layer) if (il + 1) % interval != 0)
 
 
@@ -180,7 +189,7 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
-    if _kind(inv.arch) in ("delta_net", "kda") and not offload_kqv:
+    if _kind(inv.arch) in ("delta_net", "kda", "lightning") and not offload_kqv:
         # the state and the KV cache in host memory move the recurrent scans and the attention to
         # the CPU: the host's compute buffer was measured 16-18 MiB above the phase model
         # (Qwen3.5-397B and 122B, -c 32768); not replayed

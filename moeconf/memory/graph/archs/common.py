@@ -151,7 +151,7 @@ class Swa:
 #   does not read it: Granite-4.0-H, Jamba)
 # "kda": KDA layers whose activations the phase model counts (memory/phase.py: Kimi-Linear); every other
 #   loader that reads kda.head_dim is found by that key (recurrent.is_kda)
-Recurrent = Literal["", "delta_net", "mamba2", "mamba", "kda"]
+Recurrent = Literal["", "delta_net", "mamba2", "mamba", "kda", "lightning"]
 # which layers keep a DSA lightning-indexer K cache beside the MLA latent (memory/indexer.py):
 # "all": every trunk layer (DeepSeek-V3.2); "full": those attention.indexer.types marks full (one value
 # or one per trunk layer; absent: all of them below a 1M training context, the loader's own GLM-5.2 table
