@@ -1,22 +1,16 @@
-"""The routed-expert architectures whose placement is checked against llama.cpp but whose
-memory moeconf refuses: MiniMax-01 (`minimax-01`: lightning-attention blocks, attn_norm_2), as sparse
-full-size layouts of the real models, the expert branch of dense architectures' loaders (granite,
-mistral3, refact: no MoE checkpoint is published, so synthetic layouts on published dense widths) and
-Granite-SWASH (`granite_swa`), whose memory is modelled since, Mellum 2 and Maple
-(`mellum`, `maple`: classic blocks with per-head q/k norms and sliding windows), and Nemotron-3-Nano's
-config written as `nemotron_h` (synthetic: the converter writes nemotron_h_moe for every NemotronH with
-experts), Hy4-preview (`hy_v4`: gated MLA, a DSA indexer on its "full" blocks, hyper-connections) and
-Qwen3.8-Flash-Next (`qwen4exp`: low-rank hyper-connections, gated delta net, PLE n-gram embeddings)
-(moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
-tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than
-`other`; the layer map is the loader's; `explain` places every tensor and refuses memory, naming
-the tensors of the block it does not build. The layouts refused here first whose memory is modelled
-since keep their placement checks (`MODELLED_SINCE`): the expert branch of dense architectures'
-loaders (granite, mistral3, refact: no MoE checkpoint is published, so synthetic layouts on published
-dense widths) and Granite-SWASH (`granite_swa`: attention sinks, fused expert gate/up); Mellum 2, Maple,
-`nemotron_h` and Hy4 are composed since too (`MODELLED`: `explain` prints their memory). GroveMoE's adjugate
-experts (`grovemoe`, ffn_*_chexps), refused before its composition (moeconf/memory/graph/archs/grovemoe.py),
-keep their check here."""
+"""Layouts placed against llama.cpp whose memory moeconf refused when they were added, and the one it
+still refuses: Qwen3.8-Flash-Next (`qwen4exp`: low-rank hyper-connections, gated delta net, PLE n-gram
+embeddings), as sparse full-size layouts (moeconf/fixtures/layouts_loaders.py; placement compared with
+the engine's in tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group
+other than `other`; the layer map is the loader's; `explain` places every tensor and refuses memory,
+naming the tensors of the block it does not build. The others keep their placement checks here with
+their memory modelled since (`MODELLED_SINCE`: `explain` prints their memory): the expert branch of
+dense architectures' loaders (granite, mistral3, refact: no MoE checkpoint is published, so synthetic
+layouts on published dense widths; Nemotron-3-Nano's config written as `nemotron_h`, which the converter
+writes as nemotron_h_moe), Granite-SWASH (`granite_swa`: attention sinks, fused expert gate/up), Mellum 2
+and Maple (classic blocks with per-head q/k norms and sliding windows), Hy4-preview (`hy_v4`: gated MLA,
+a DSA indexer on its "full" blocks, hyper-connections), MiniMax-Text-01 (`minimax-01`: lightning
+attention) and GroveMoE's adjugate experts (`grovemoe`, ffn_*_chexps)."""
 
 from __future__ import annotations
 
@@ -33,28 +27,23 @@ from moeconf.model.load import load_inventory
 # layout -> (architecture, the tensors no modelled architecture has, as the refusal names them; empty:
 # every kind of tensor it has is modelled for another architecture, the graph's composition is missing)
 REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "minimax-text-01": ("minimax-01", ("attn_norm_2",)),
-    # published MoEs of architectures whose every tensor kind is modelled elsewhere
-    "mellum2-12b-a2.5b": ("mellum", ()),
-    "maple-preview": ("maple", ()),
-    "nemotron-h-synthetic-moe": ("nemotron_h", ()),
-    "hy4-preview": ("hy_v4", ()),
     "qwen3.8-flash-next": ("qwen4exp", (
         "hc_attn_down", "hc_attn_inject", "hc_attn_norm", "hc_attn_up", "hc_ffn_down", "hc_ffn_inject",
         "hc_ffn_norm", "hc_ffn_up", "output_hc_down", "output_hc_norm", "output_hc_up", "ple_conv1d", "ple_key",
         "ple_norm_conv", "ple_norm_key", "ple_norm_query", "ple_value")),
 }
-# refused here first, their memory modelled since (memory/graph/archs/granite.py, mistral3.py, refact.py,
-# granite_swa.py; tests/data/graph_oracle/): placed as before, memory complete
+# refused here first, their memory modelled since (memory/graph/archs/<arch>.py; tests/data/graph_oracle/):
+# placed as before, `explain` prints their memory
 MODELLED_SINCE: dict[str, str] = {
     # synthetic: the expert branch of dense architectures' loaders (no MoE checkpoint is published)
     "granite-synthetic-moe": "granite", "mistral3-synthetic-moe": "mistral3", "refact-synthetic-moe": "refact",
-    "granite-swash-3b-a600m": "granite_swa",
+    "nemotron-h-synthetic-moe": "nemotron_h",
+    # published MoEs
+    "granite-swash-3b-a600m": "granite_swa", "mellum2-12b-a2.5b": "mellum", "maple-preview": "maple",
+    "hy4-preview": "hy_v4", "minimax-text-01": "minimax-01",
 }
 ARCH = {**{k: a for k, (a, _) in REFUSED.items()}, **MODELLED_SINCE}
-# of those, the layouts whose memory is modelled since (their compositions in moeconf/memory/graph/archs):
-# `explain` places them as above and prints their memory
-MODELLED = set(MODELLED_SINCE) | {"mellum2-12b-a2.5b", "maple-preview", "nemotron-h-synthetic-moe", "hy4-preview"}
+MODELLED = set(MODELLED_SINCE)
 SYNTHETIC = ("granite-synthetic-moe", "mistral3-synthetic-moe", "refact-synthetic-moe")
 # the global line of `-ngl 999 -ot exps=CPU` where the output is tied (the engine's copy of token_embd)
 TIED = {"granite-synthetic-moe", "granite-swash-3b-a600m"}
