@@ -19,4 +19,10 @@ def test_the_memory_table_renders(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(str(results)) == 0
     out = capsys.readouterr().out
     assert "| qwen3-30b-a3b | 1 | 1 | 0.00 | 0.00 | 10.0 | 1 of 1 |" in out
-    assert "Refused (memory not modelled" in out and "`grovemoe`: memory is not modelled" in out
+    from moeconf.memory import support
+
+    refused = out[out.index("Refused (memory not modelled"):]
+    unmodelled = [a for a in support.routed_expert_archs() if a not in support.MODELLED]
+    assert unmodelled and "`llada-moe`: memory is not modelled" in refused  # a diffusion model: never modelled
+    assert all(f"`{a}`: memory is not modelled" in refused for a in unmodelled)
+    assert "`grovemoe`" not in refused and "`qwen3moe`" not in refused  # modelled: not listed

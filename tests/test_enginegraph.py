@@ -175,7 +175,7 @@ def test_every_recorded_graph_loads() -> None:
         eg = load(DATA / g["file"])
         assert (eg.arch, len(eg.nodes), len(eg.splits)) == (g["arch"], g["nodes"], g["splits"])
         assert all(r.kind != "other" for n in eg.nodes for r in n.src if r is not None)
-    assert sum(p.stat().st_size for p in DATA.iterdir()) < 8 * 2**20
+    assert sum(p.stat().st_size for p in DATA.iterdir()) < 12 * 2**20  # the repository stays small
 
 
 def test_recorded_by_the_pinned_engine() -> None:
