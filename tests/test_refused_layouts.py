@@ -272,3 +272,23 @@ def test_qwen4exp_ple_row_is_the_engines(files: dict[str, tuple[Path, Inventory]
     assert ple_bytes(inv, 1, 1) == 4 * math.prod(row["ne"]) == 4 * 9 * 4 * 2560
     assert ple_bytes(inv, 1, 3) == 3 * ple_bytes(inv, 1, 1)
     assert ple_bytes(inv, 0, 1) == ple_bytes(inv, 3, 1) == 0
+
+
+@pytest.mark.parametrize("key", ["hyper_connection.count", "attention.indexer.top_k", "ple.conv_kernel"])
+def test_qwen4exp_files_without_a_required_size_are_refused(files: dict[str, tuple[Path, Inventory]],
+                                                             key: str) -> None:
+    """A size the engine's loader requires (it refuses the file without it) and the graph reads: memory not
+    modelled, naming the key (the indexer's top-k by memory/indexer.py, the others by the composition)."""
+    import dataclasses
+
+    from tests import graph_oracle
+
+    _, inv = files["qwen3.8-flash-next"]
+    md = inv.metadata
+    hps = tuple((k, v) for k, v in md.hparams if k != key)
+    keys = tuple(k for k in (md.arch_keys or ()) if k != key)
+    est = graph_oracle.estimate_line(dataclasses.replace(inv, metadata=dataclasses.replace(md, hparams=hps,
+                                                                                            arch_keys=keys)),
+                                     "-c 4096 -ngl 999")
+    assert not est.complete and any(f"qwen4exp.{key} " in n for n in est.notes), est.notes
+

@@ -19,9 +19,22 @@ ARCH = "qwen4exp"
 TRAITS = Traits(recurrent="delta_net", indexer="all")
 
 
+# the sizes the loader requires that the graph's shapes do not carry (the PLE ones where ple.layers names a block)
+_SIZES = ("hyper_connection.count", "attention.indexer.head_count", "attention.indexer.top_k",
+          "attention.compress_ratios")
+_PLE_SIZES = ("ple.ngram_size", "ple.heads_per_ngram", "ple.conv_kernel")
+
+
 def _unmodelled(inv: Inventory) -> list[str]:
-    """A full-attention block with compress ratio 0 attends densely (build_layer_attn); no recorded dump has one."""
-    ratios = inv.metadata.hparam("attention.compress_ratios")
+    """The files the engine refuses (a size missing) or whose graph no recorded dump has: a full-attention
+    block with compress ratio 0 attends densely (build_layer_attn)."""
+    md = inv.metadata
+    missing = [k for k in _SIZES + (_PLE_SIZES if md.hparam("ple.layers") is not None else ())
+               if md.hparam(k) is None]
+    if missing:
+        names = ", ".join(f"qwen4exp.{k}" for k in missing)
+        return [f"memory is not modelled for this qwen4exp file: it lacks {names} (the engine needs them)"]
+    ratios = md.hparam("attention.compress_ratios")
     full = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".attn_q.weight")})
     dense = [il for il in full if not (ratios if isinstance(ratios, int) else
                                        ratios[il] if isinstance(ratios, tuple) and il < len(ratios) else 0)]
