@@ -91,10 +91,13 @@ def _difference(inv: Inventory, arch: str, dims: str, line: str) -> enginegraph.
 # clash by resolving each clash; GLM-5.3-Flash's: every other field of every node, the splits and inputs equal);
 # Hy4's hyper-connection post, whose per-stream views of the F32 residual ("hc_attn_out-1 (copy) (view)",
 # "l_out-1 (copy) (view)") are copied to the next device, 3 copies in each of its 5 cases, every other field of
-# every node and split equal
+# every node and split equal; Qwen4Exp's indexer over the F32 mask (flash attention off): each full block's
+# reshape of the mask ("attn_inp_kq_mask (reshaped)"), copied to the GPU, resolved to the first full block's
+# (set "b", two full blocks; every other field of every node and split equal)
 DUMP_NAME_CLASH = {("qwen3vlmoe", "a", "ngl2"), ("llama4", "b", "expscpu"), ("minimax-m3", "b", "rpc"),
                    ("deepseek4", "a", "2rpc"), ("deepseek4", "b", "2rpc"), ("glm5-next", "a", "ngl2"),
-                   ("glm5-next", "b", "ngl2"), *(("hy_v4", d, x) for d in "ab" for x in ("ngl2", "2rpc"))}
+                   ("glm5-next", "b", "ngl2"), *(("hy_v4", d, x) for d in "ab" for x in ("ngl2", "2rpc")),
+                   ("qwen4exp", "b", "nofa")}
 REAL_DUMP_NAME_CLASH = {("minimax-m3", "2rpc32k"), ("glm5-next", "2rpc32k"), ("hy_v4", "2rpc32k")}
 
 
@@ -103,7 +106,8 @@ def test_graph_equals_the_engines_node_for_node(tiny: dict[tuple[str, str], Inve
                                                line: str) -> None:
     diff = _difference(tiny[(arch, dims)], arch, dims, line)
     if (arch, dims, line) in DUMP_NAME_CLASH:
-        assert diff is not None and diff.fields == ("src",) and "(view)" in str(diff.theirs), str(diff)
+        assert diff is not None and diff.fields == ("src",), str(diff)
+        assert "(view)" in str(diff.theirs) or "(reshaped)" in str(diff.theirs), str(diff)
         return
     assert diff is None, str(diff)
 

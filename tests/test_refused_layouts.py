@@ -1,16 +1,16 @@
-"""Layouts placed against llama.cpp whose memory moeconf refused when they were added, and the one it
-still refuses: Qwen3.8-Flash-Next (`qwen4exp`: low-rank hyper-connections, gated delta net, PLE n-gram
-embeddings), as sparse full-size layouts (moeconf/fixtures/layouts_loaders.py; placement compared with
-the engine's in tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group
-other than `other`; the layer map is the loader's; `explain` places every tensor and refuses memory,
-naming the tensors of the block it does not build. The others keep their placement checks here with
-their memory modelled since (`MODELLED_SINCE`: `explain` prints their memory): the expert branch of
+"""Layouts placed against llama.cpp whose memory moeconf refused when they were added, as sparse full-size
+layouts (moeconf/fixtures/layouts_loaders.py; placement compared with the engine's in
+tests/engine/test_placement_homes.py). Every tensor is one the engine knows, in a group other than `other`;
+the layer map is the loader's; `explain` places every tensor and, where memory is still refused (`REFUSED`:
+none left), names the tensors of the block it does not build. The others keep their placement checks here
+with their memory modelled since (`MODELLED_SINCE`: `explain` prints their memory): the expert branch of
 dense architectures' loaders (granite, mistral3, refact: no MoE checkpoint is published, so synthetic
 layouts on published dense widths; Nemotron-3-Nano's config written as `nemotron_h`, which the converter
 writes as nemotron_h_moe), Granite-SWASH (`granite_swa`: attention sinks, fused expert gate/up), Mellum 2
 and Maple (classic blocks with per-head q/k norms and sliding windows), Hy4-preview (`hy_v4`: gated MLA,
 a DSA indexer on its "full" blocks, hyper-connections), MiniMax-Text-01 (`minimax-01`: lightning
-attention) and GroveMoE's adjugate experts (`grovemoe`, ffn_*_chexps)."""
+attention), GroveMoE's adjugate experts (`grovemoe`, ffn_*_chexps) and Qwen3.8-Flash-Next (`qwen4exp`:
+low-rank hyper-connections, gated delta net, the block-pooled indexer, PLE n-gram embeddings)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,7 @@ from moeconf.model.load import load_inventory
 
 # layout -> (architecture, the tensors no modelled architecture has, as the refusal names them; empty:
 # every kind of tensor it has is modelled for another architecture, the graph's composition is missing)
-REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "qwen3.8-flash-next": ("qwen4exp", (
-        "hc_attn_down", "hc_attn_inject", "hc_attn_norm", "hc_attn_up", "hc_ffn_down", "hc_ffn_inject",
-        "hc_ffn_norm", "hc_ffn_up", "output_hc_down", "output_hc_norm", "output_hc_up", "ple_conv1d", "ple_key",
-        "ple_norm_conv", "ple_norm_key", "ple_norm_query", "ple_value")),
-}
+REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {}
 # refused here first, their memory modelled since (memory/graph/archs/<arch>.py; tests/data/graph_oracle/):
 # placed as before, `explain` prints their memory
 MODELLED_SINCE: dict[str, str] = {
@@ -40,7 +35,7 @@ MODELLED_SINCE: dict[str, str] = {
     "nemotron-h-synthetic-moe": "nemotron_h",
     # published MoEs
     "granite-swash-3b-a600m": "granite_swa", "mellum2-12b-a2.5b": "mellum", "maple-preview": "maple",
-    "hy4-preview": "hy_v4", "minimax-text-01": "minimax-01",
+    "hy4-preview": "hy_v4", "minimax-text-01": "minimax-01", "qwen3.8-flash-next": "qwen4exp",
 }
 ARCH = {**{k: a for k, (a, _) in REFUSED.items()}, **MODELLED_SINCE}
 MODELLED = set(MODELLED_SINCE)
@@ -237,3 +232,63 @@ def test_hy4_files_its_composition_does_not_build_are_refused(files: dict[str, t
                                                                                             arch_keys=keys)),
                                      "-c 4096 -ngl 999")
     assert not est.complete and any(why in n for n in est.notes), est.notes
+
+
+@pytest.mark.parametrize("ratios", [tuple(4 if (il + 1) % 4 == 0 and il != 3 else 0 for il in range(48)), 0])
+def test_qwen4exp_dense_full_blocks_are_refused(files: dict[str, tuple[Path, Inventory]],
+                                                ratios: int | tuple[int, ...]) -> None:
+    """A full-attention block with compress ratio 0 attends densely, a branch of the engine's graph no
+    recorded dump has: memory not modelled (block 3's ratio 0 among the full blocks' 4s, or one 0 for all)."""
+    import dataclasses
+
+    from tests import graph_oracle
+
+    _, inv = files["qwen3.8-flash-next"]
+    assert graph_oracle.estimate_line(inv, "-c 4096 -ngl 999").complete
+    md = inv.metadata
+    key = "attention.compress_ratios"
+    hps = (*((k, v) for k, v in md.hparams if k != key), (key, ratios))
+    est = graph_oracle.estimate_line(dataclasses.replace(inv, metadata=dataclasses.replace(md, hparams=hps)),
+                                     "-c 4096 -ngl 999")
+    dense = [3] if isinstance(ratios, tuple) else list(range(3, 48, 4))
+    assert not est.complete and any(f"compress ratio 0: blocks {dense}" in n for n in est.notes), est.notes
+
+
+def test_qwen4exp_ple_row_is_the_engines(files: dict[str, tuple[Path, Inventory]]) -> None:
+    """The PLE block's conv history (memory/recurrent.py ple_bytes, in the KV figure beside the delta net's
+    state) is the engine's own recurrent row: cache_ple_r_l1 of its recorded real-config graph, per sequence;
+    the other blocks have none."""
+    import gzip
+    import json
+    import math
+
+    from moeconf.memory.recurrent import ple_bytes
+
+    _, inv = files["qwen3.8-flash-next"]
+    dump = Path(__file__).parent / "data" / "graphs" / "qwen4exp-real-expscpu32k.json.gz"
+    leafs = {x["name"]: x for x in json.loads(gzip.decompress(dump.read_bytes()))["leafs"]}
+    row = leafs["cache_ple_r_l1"]
+    assert row["type"] == "f32" and row["ne"][1] == 1
+    assert ple_bytes(inv, 1, 1) == 4 * math.prod(row["ne"]) == 4 * 9 * 4 * 2560
+    assert ple_bytes(inv, 1, 3) == 3 * ple_bytes(inv, 1, 1)
+    assert ple_bytes(inv, 0, 1) == ple_bytes(inv, 3, 1) == 0
+
+
+@pytest.mark.parametrize("key", ["hyper_connection.count", "attention.indexer.top_k", "ple.conv_kernel"])
+def test_qwen4exp_files_without_a_required_size_are_refused(files: dict[str, tuple[Path, Inventory]],
+                                                             key: str) -> None:
+    """A size the engine's loader requires (it refuses the file without it) and the graph reads: memory not
+    modelled, naming the key (the indexer's top-k by memory/indexer.py, the others by the composition)."""
+    import dataclasses
+
+    from tests import graph_oracle
+
+    _, inv = files["qwen3.8-flash-next"]
+    md = inv.metadata
+    hps = tuple((k, v) for k, v in md.hparams if k != key)
+    keys = tuple(k for k in (md.arch_keys or ()) if k != key)
+    est = graph_oracle.estimate_line(dataclasses.replace(inv, metadata=dataclasses.replace(md, hparams=hps,
+                                                                                            arch_keys=keys)),
+                                     "-c 4096 -ngl 999")
+    assert not est.complete and any(f"qwen4exp.{key} " in n for n in est.notes), est.notes
+

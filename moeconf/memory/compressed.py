@@ -22,9 +22,12 @@ CSA, HCA = 4, 128
 
 
 def ratios(inv: Inventory) -> tuple[int, ...] | None:
-    """Each layer's compress ratio, None where the file has no compressed caches."""
+    """Each layer's compress ratio, None where the file has no compressed caches (an architecture with an
+    indexer cache of its own reads the ratios for its indexer: Qwen4Exp's block pooling, no compressed cache)."""
+    from moeconf.memory.graph.archs import traits
+
     v = inv.metadata.hparam(RATIOS_KEY)
-    if v is None:
+    if v is None or traits(inv.arch).indexer:
         return None
     return v if isinstance(v, tuple) else (v,)
 

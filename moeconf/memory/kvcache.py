@@ -63,7 +63,7 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
     for la in (*geo.layers, *geo.nextn_kv):
         dev = homes.get(la.index, HOST) if settings.offload_kqv else HOST
         if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
-            kv[dev] += rec.state_bytes(inv, n_seq)
+            kv[dev] += rec.state_bytes(inv, n_seq) + rec.ple_bytes(inv, la.index, n_seq)
             continue
         n = (swa_cells if la.swa else cells) * n_stream
         if geo.mla_arch and ik:

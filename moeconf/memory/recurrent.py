@@ -183,6 +183,16 @@ def state_bytes(inv: Inventory, n_seq_max: int) -> int:
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
 
 
+def ple_bytes(inv: Inventory, il: int, n_seq_max: int) -> int:
+    """Qwen4Exp's PLE block keeps its n-gram conv history in one more F32 row per sequence: (kernel - 1) x
+    ple.ngram_size columns of the module's channels (blk.N.ple_conv1d is kernel x channels); 0 elsewhere."""
+    t = inv.by_name.get(f"blk.{il}.ple_conv1d.weight")
+    dilation = int_key(inv, "ple.ngram_size")
+    if t is None or not dilation:
+        return 0
+    return (t.shape[0] - 1) * dilation * t.shape[1] * 4 * max(1, n_seq_max)
+
+
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
     """Settings whose memory is not modelled for this hybrid (empty: all are)."""
     if is_kda(inv) and (kda_dims(inv) is None or not kda_layers(inv)):

@@ -333,7 +333,7 @@ class Ctx:
         """ggml_dsv4_hc_comb: the hyper-connections' hc x hc mixing matrix per token."""
         return self._make("DSV4_HC_COMB", "F32", (hc, hc, mixes.ne[1]), [mixes, scale, base])
 
-    def dsv4_hc_post(self, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor) -> Tensor:
+    def dsv4_hc_post(self, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor | None) -> Tensor:
         """ggml_dsv4_hc_post: x spread back over the residual's streams [n_embd, streams, tokens]."""
         return self._make("DSV4_HC_POST", "F32", (x.ne[0], residual.ne[1], x.ne[1]), [x, residual, post, comb])
 

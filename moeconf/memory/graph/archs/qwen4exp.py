@@ -1,0 +1,317 @@
+"""src/models/qwen4exp.cpp: Qwen3.5's gated delta net and gated attention with low-rank hyper-connections in
+place of every norm (each block's two mixers: the streams RMS-normed by one [n_embd, hc] gamma, a low-rank
+gate, mixed to one stream by DSV4_HC_PRE's gated form or by hand; its injection weights spread the block's
+output back, DSV4_HC_POST with no comb matrix, or by hand; the output's mixer unfused, no injection), the
+delta net's conv state and the PLE module's conv history each gathered from its own recurrent row and their
+tails copied back, the output gate a sigmoid; the full blocks attend to the cells a block-pooled indexer
+ranks highest (QSA: the indexer's raw keys cached, pooled per compress_ratio cells, normed and rotated, scored
+by the rectified heads' sum, expanded back to the cells, TOP_K); the PLE n-gram module on its one block."""
+
+from __future__ import annotations
+
+from moeconf.memory.graph.archs._deltanet import delta_net
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
+from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.ggml import Tensor
+from moeconf.model.inventory import Inventory
+
+ARCH = "qwen4exp"
+TRAITS = Traits(recurrent="delta_net", indexer="all")
+
+
+# the sizes the loader requires that the graph's shapes do not carry (the PLE ones where ple.layers names a block)
+_SIZES = ("hyper_connection.count", "attention.indexer.head_count", "attention.indexer.top_k",
+          "attention.compress_ratios")
+_PLE_SIZES = ("ple.ngram_size", "ple.heads_per_ngram", "ple.conv_kernel")
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """The files the engine refuses (a size missing) or whose graph no recorded dump has: a full-attention
+    block with compress ratio 0 attends densely (build_layer_attn)."""
+    md = inv.metadata
+    missing = [k for k in _SIZES + (_PLE_SIZES if md.hparam("ple.layers") is not None else ())
+               if md.hparam(k) is None]
+    if missing:
+        names = ", ".join(f"qwen4exp.{k}" for k in missing)
+        return [f"memory is not modelled for this qwen4exp file: it lacks {names} (the engine needs them)"]
+    ratios = md.hparam("attention.compress_ratios")
+    full = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".attn_q.weight")})
+    dense = [il for il in full if not (ratios if isinstance(ratios, int) else
+                                       ratios[il] if isinstance(ratios, tuple) and il < len(ratios) else 0)]
+    return [f"memory is not modelled for qwen4exp's dense full-attention blocks (compress ratio 0: blocks {dense}); "
+            "measure this model with llama.cpp's llama-fit-params -fitp on"] if dense else []
+
+
+# the loader's keys: the delta net's and the layer map's (memory/recurrent.py), the indexer cache's width
+# (memory/indexer.py), and what the graph reads
+MEMORY = Memory(CHECKED + " (Qwen3.8-Flash-Next)", unmodelled=_unmodelled, keys=frozenset({
+    "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.group_count",
+    "full_attention_interval", "attention.recurrent_layers", "rope.dimension_sections",
+    "attention.indexer.head_count", "attention.indexer.key_length", "attention.indexer.top_k",
+    "attention.compress_ratios", "hyper_connection.count", "hyper_connection.low_rank", "ple.layers",
+    "ple.ngram_size", "ple.heads_per_ngram", "ple.conv_kernel", "embedding_length_per_layer_input",
+    "ple.eos_token_id", "ple.image_token_id", "ple.layer_multipliers", "ple.head_offsets", "ple.head_vocab_sizes"}))
+
+
+def _gamma(g: GraphContext, name: str, hc: int, il: int) -> Tensor:
+    """A grouped norm's gamma as the loader creates it, [n_embd, hc] (TENSOR_ALLOW_RESHAPE)."""
+    t = need(g.w.get(name))
+    return g.ctx.weight(t.name, t.type, (t.ne[0] // hc, hc), t.buffer or "CPU", il)
+
+
+def _hc_mix(g: GraphContext, x: Tensor, prefix: str, il: int, hc: int, inject: bool) -> tuple[Tensor, Tensor | None]:
+    c, w = g.ctx, g.w
+    n_embd, T = x.ne[0], x.ne[2]
+    xn = c.mul(c.rms_norm(x), _gamma(g, f"{prefix}_norm.weight", hc, il))
+    xn = c.reshape(xn, n_embd * hc, T)
+    lo = c.unary(c.scale(g.mm(need(w.get(f"{prefix}_down.weight")), xn)), "silu")
+    gate = g.mm(need(w.get(f"{prefix}_up.weight")), lo)
+    if il >= 0 and "DSV4_HC_PRE" not in g.cp.unfused:
+        mixed = c.dsv4_hc_pre(c.reshape(xn, n_embd, hc, T), c.reshape(gate, n_embd, hc, T))
+        g.fused.append(("DSV4_HC_PRE", mixed, il))
+    else:
+        gated = c.reshape(c.mul(xn, c.unary(gate, "sigmoid")), n_embd, hc, T)
+        mixed = c.cont(c.view(gated, (n_embd, T), (4 * n_embd * hc,), 0))
+        for s in range(1, hc):
+            mixed = c.add(mixed, c.view(gated, (n_embd, T), (4 * n_embd * hc,), 4 * n_embd * s))
+        mixed = c.scale(mixed)
+    inj = g.mm(need(w.get(f"{prefix}_inject.weight")), xn) if inject else None
+    return mixed, inj
+
+
+def _hc_combine(g: GraphContext, res: Tensor, out: Tensor, inject: Tensor, il: int, hc: int) -> Tensor:
+    c = g.ctx
+    wt = c.scale(c.unary(c.scale(inject), "sigmoid"))
+    if "DSV4_HC_POST" not in g.cp.unfused:
+        cur = c.dsv4_hc_post(out, res, wt, None)
+        g.fused.append(("DSV4_HC_POST", cur, il))
+        return cur
+    n_embd, T = res.ne[0], res.ne[2]
+    b = c.repeat(c.reshape(out, n_embd, 1, T), n_embd, hc, T, 1)
+    return c.add(res, c.mul(b, c.reshape(wt, 1, hc, T)))
+
+
+def _conv_state_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, cols: int, channels: int) -> Tensor:
+    """build_conv_state_at: the row gathered whole, `x` appended along the tokens, the last `cols` columns
+    copied back (one rollback slot)."""
+    c = g.ctx
+    n_seqs = rs_in.n_seqs
+    rows = g.rs_states(rs_in, conv_all, conv_all.ne[0])
+    conv_in = c.concat(c.reshape(rows, cols, channels, n_seqs), c.transpose(x), 0)
+    tail = c.view(conv_in, (cols, channels, n_seqs), (conv_in.nb[1], conv_in.nb[2]), 4 * (conv_in.ne[0] - cols))
+    g.expand(c.cpy(c.cont(tail), c.view(conv_all, (cols * channels, n_seqs), (conv_all.nb[1],), 0)))
+    return conv_in
+
+
+def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
+    c, w, hp = g.ctx, g.w, g.hp
+    rec = g.rec
+    assert rec is not None
+    n_seqs = rs_in.n_seqs
+    T = cur.ne[1] // n_seqs
+    hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
+    hv = hk
+    channels = hk * nk * 2 + hv * nv
+    qkv = c.reshape(g.mm(need(w.layer(il, "attn_qkv")), cur), channels, T, n_seqs)
+    z = g.mm(need(w.layer(il, "attn_gate")), cur)
+    beta = c.unary(c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, nv, T, n_seqs), "sigmoid")
+    alpha = c.reshape(g.mm(need(w.layer(il, "ssm_alpha")), cur), nv, T, n_seqs)
+    alpha = c.unary(c.add(alpha, need(w.layer(il, "ssm_dt", "bias"))), "softplus")
+    gate = c.reshape(c.mul(alpha, need(w.get(f"blk.{il}.ssm_a"))), 1, nv, T, n_seqs)
+    conv_all, ssm_all = g.rs[il]
+    kernel = need(w.layer(il, "ssm_conv1d"))
+    conv_in = _conv_state_at(g, rs_in, conv_all, qkv, kernel.ne[0] - 1, channels)
+    state = c.reshape(g.rs_states(rs_in, ssm_all, rec.n_embd_s), hv, hv, nv, n_seqs)
+    mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
+    row = 4 * channels
+    q = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 0)
+    k = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 4 * hk * nk)
+    v = c.view(mix, (hv, nv, T, n_seqs), (4 * hv, row, row * T), 4 * 2 * hk * nk)
+    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
+    output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
+    normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
+    cur = c.mul(normed, c.unary(c.reshape(z, hv, nv, T, n_seqs), "sigmoid"))
+    cur = g.mm(need(w.layer(il, "ssm_out")), c.reshape(cur, hv * nv, T, n_seqs))
+    return c.reshape(cur, hp.n_embd, T * n_seqs)
+
+
+class _Qsa:
+    """llm_graph_input_qsa: one set per compress ratio."""
+
+    def __init__(self, g: GraphContext, r: int, blk_bias: bool) -> None:
+        c, cp = g.ctx, g.cp
+        n_kv, ns = cp.n_kv, cp.n_stream
+        n_blocks = -(-n_kv // r)
+        self.k_idxs = c.input("I64", g.n_tokens, name="attn_inp_k_idxs")
+        self.cell_blk = c.input("I32", n_kv, ns, name="")
+        self.blk_cells = c.input("I32", r * n_blocks, ns, name="")
+        self.blk_pos = c.input("I32", 4 * n_blocks * ns, name="")
+        self.bias = c.input("F32", n_blocks if blk_bias else n_kv, g.n_tokens // ns, ns, name="")
+
+
+def _qsa_top_k(g: GraphContext, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, mask: Tensor, il: int,
+               facts: Facts) -> Tensor:
+    c, w, cp = g.ctx, g.w, g.cp
+    kc = g.lid[il]
+    dim, n_h = kc.ne[0], facts.hparam("attention.indexer.head_count")
+    ratios = facts.ints_of("attention.compress_ratios")  # one value for every block, or one per block
+    r = ratios[il if len(ratios) > 1 else 0]
+    n_kv, ns, T = cp.n_kv, cp.n_stream, cur.ne[1]
+    n_blocks, n_tps = -(-n_kv // r), T // ns
+    blk_bias = mask.ne[0] == n_kv and mask.ne[1] == n_tps and mask.ne[3] == ns
+    if r not in qsa:
+        qsa[r] = _Qsa(g, r, blk_bias)
+    inp = qsa[r]
+    k_raw = c.reshape(g.mm(need(w.layer(il, "indexer.k_proj")), cur), dim, 1, T)
+    g.expand(g._cpy_k(kc, k_raw, inp.k_idxs))
+    k_all = g.get_k_one(kc, n_kv)
+    k_all = c.view(k_all, (dim, n_kv, ns), (k_all.nb[2], k_all.nb[3]), 0)
+    members = c.reshape(c.get_rows(k_all, inp.blk_cells), dim, r, n_blocks, ns)
+    pooled: Tensor | None = None
+    for i in range(r):
+        s = c.cont(c.view(members, (dim, n_blocks, ns), (members.nb[2], members.nb[3]), i * members.nb[1]))
+        pooled = s if pooled is None else c.add(pooled, s)
+    assert pooled is not None
+    pooled = c.reshape(c.scale(pooled), dim, n_blocks * ns, 1)
+    pooled = g.norm(pooled, w.layer(il, "indexer.k_norm"), None, il)
+    pooled = c.rope(c.reshape(pooled, dim, 1, n_blocks * ns), inp.blk_pos)
+    pooled = c.reshape(pooled, dim, n_blocks, ns)
+    q = c.reshape(g.mm(need(w.layer(il, "indexer.q_proj")), cur), dim, n_h, T)
+    q = c.rope(g.norm(q, w.layer(il, "indexer.q_norm"), None, il), pos)
+    score = c.mul_mat(pooled, c.reshape(q, dim, n_h * n_tps, ns))
+    score = c.unary(c.reshape(score, n_blocks, n_h, n_tps, ns), "relu")
+    summed: Tensor | None = None
+    for h in range(n_h):
+        s = c.view(score, (n_blocks, n_tps, ns), (score.nb[2], score.nb[3]), h * score.nb[1])
+        summed = c.cont(s) if summed is None else c.add(summed, s)
+    assert summed is not None
+    if blk_bias:
+        summed = c.add(summed, inp.bias)
+    expanded = c.get_rows(c.cont(c.permute(summed, 1, 0, 2, 3)), inp.cell_blk)
+    expanded = c.cont(c.permute(expanded, 1, 0, 2, 3))
+    if blk_bias:
+        m = mask if mask.type == "F32" else c.cast(mask, "F32")
+        expanded = c.add(expanded, c.reshape(m, n_kv, n_tps, ns))
+    else:
+        expanded = c.add(expanded, inp.bias)
+    width = min(n_kv, facts.hparam("attention.indexer.top_k") + r - 1)
+    top = c.cont(c.top_k(expanded, width))
+    return c.reshape(top, width, n_tps, 1, ns)
+
+
+def _attn_layer(g: GraphContext, attn_in: AttnInput, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, il: int,
+                facts: Facts) -> Tensor:
+    c, w, hp = g.ctx, g.w, g.hp
+    n_head, n_kv, hd, T = hp.n_head[il], hp.n_head_kv[il], hp.head_k, cur.ne[1]
+    top = _qsa_top_k(g, qsa, cur, pos, attn_in.mask, il, facts) if il in g.lid else None
+    q_full = g.mm(need(w.layer(il, "attn_q")), cur)
+    q = c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 0)
+    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
+    k = g.mm(need(w.layer(il, "attn_k")), cur)
+    v = g.mm(need(w.layer(il, "attn_v")), cur)
+    k = g.norm(c.reshape(k, hd, n_kv, T), w.layer(il, "attn_k_norm"), None, il)
+    gate = c.cont(c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 4 * hd), hd * n_head, T)
+    v = c.reshape(v, hd, n_kv, T)
+    q, k = c.rope(q, pos), c.rope(k, pos)
+    if top is None:
+        cur = g.attn(attn_in, il, None, None, q, k, v)
+    else:
+        q, kview, vview = g.store_kv(attn_in, il, q, k, v)
+        cur = g.attn_mha(q, kview, vview, g.top_k_mask(attn_in.mask, top), None)
+        if attn_in.v_rot is not None:
+            cur = g._hadamard(cur, attn_in.v_rot)
+    cur = c.mul(cur, c.unary(gate, "sigmoid"))
+    return g.mm(need(w.layer(il, "attn_output")), cur)
+
+
+def _ffn(g: GraphContext, cur: Tensor, il: int) -> Tensor:
+    c, w = g.ctx, g.w
+    moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
+    if w.layer(il, "ffn_up_shexp") is None:
+        return moe
+    sh = g.layer_ffn(cur, il, part="_shexp")
+    gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
+    return c.add(moe, c.mul(sh, gate))
+
+
+def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, hc: int, facts: Facts) -> Tensor:
+    """build_ple: the n-gram rows' key and value, the gate (a signed square root of the grouped-normed key
+    and stream's dot product, a sigmoid), the gated value, its causal depthwise conv (dilated by the n-gram
+    size) over its history in the layer's PLE recurrent row, SiLU, both added to the streams."""
+    c, w, hp = g.ctx, g.w, g.hp
+    n_embd, T = hp.n_embd, g.n_tokens
+    key = g.mm(need(w.layer(il, "ple_key")), emb)
+    value = g.mm(need(w.layer(il, "ple_value")), emb)
+
+    def grouped(x: Tensor, name: str) -> Tensor:
+        return c.mul(c.rms_norm(c.reshape(x, n_embd, hc, T)), _gamma(g, f"blk.{il}.{name}.weight", hc, il))
+
+    key = grouped(key, "ple_norm_key")
+    query = grouped(hidden, "ple_norm_query")
+    s = c.scale(c.sum_rows(c.mul(key, query)))
+    mag = c.sqrt(c.clamp(c.unary(s, "abs")))
+    gate = c.unary(c.mul(c.unary(s, "sgn"), mag), "sigmoid")
+    v3 = c.repeat(c.reshape(value, n_embd, 1, T), n_embd, hc, T, 1)
+    gated = c.mul(v3, gate)
+    normed = c.reshape(grouped(c.reshape(gated, n_embd * hc, T), "ple_norm_conv"), n_embd * hc, T)
+    kern, dil = facts.hparam("ple.conv_kernel"), facts.hparam("ple.ngram_size")
+    hist, n_seqs = (kern - 1) * dil, rs_in.n_seqs
+    hc_dim, n_st = n_embd * hc, T // n_seqs
+    row = g.ctx.cache(f"cache_ple_r_l{il}", "F32", (hist * hc_dim, g.cp.n_rs), g.rs[il][0].buffer or "CPU")
+    padded = _conv_state_at(g, rs_in, row, c.reshape(normed, hc_dim, n_st, n_seqs), hist, hc_dim)
+    conv = need(w.layer(il, "ple_conv1d"))
+    out: Tensor | None = None
+    for k in range(kern):
+        start = hist - (kern - 1 - k) * dil
+        shifted = c.cont(c.transpose(c.view(padded, (n_st, hc_dim, n_seqs), (padded.nb[1], padded.nb[2]), 4 * start)))
+        wk = c.reshape(c.cont(c.view(conv, (1, hc_dim), (conv.nb[1],), k * conv.nb[0])), hc_dim)
+        if wk.type != "F32":
+            wk = c.cast(wk, "F32")
+        term = c.mul(shifted, wk)
+        out = term if out is None else c.add(out, term)
+    assert out is not None
+    out = c.reshape(c.cont(c.unary(out, "silu")), n_embd, hc, T)
+    return c.add(hidden, c.add(gated, out))
+
+
+def build(g: GraphContext, facts: Facts) -> None:
+    c, w, hp = g.ctx, g.w, g.hp
+    hc = facts.hparam("hyper_connection.count")
+    for il, kc in g.lid.items():  # llama_memory_hybrid_idx's indexer cache, created with the prefix "idx_"
+        kc.name = f"cache_idx_k_l{il}"
+    inp = g.inp_embd()
+    g.expand(inp)
+    rs_in = g.rs_inp()
+    attn_in = g.attn_inp_kv()
+    pos = g.inp_pos(4)
+    out_ids = g.inp_out_ids()
+    T = g.n_tokens
+    emb: Tensor | None = None
+    ple_layers = set(facts.ints_of("ple.layers"))
+    if ple_layers:
+        table = need(w.get("per_layer_token_embd.weight"))
+        n_heads = (facts.hparam("ple.ngram_size") - 1) * facts.hparam("ple.heads_per_ngram")
+        rows = c.input("I32", n_heads * T, name="")
+        emb = c.reshape(c.get_rows(table, rows), table.ne[0] * n_heads, T)
+        g.expand(emb)
+    x = c.repeat(c.reshape(inp, hp.n_embd, 1, T), hp.n_embd, hc, T, 1)
+    qsa: dict[int, _Qsa] = {}
+    for il in range(hp.n_layer):
+        if il in ple_layers:
+            assert emb is not None
+            x = _ple(g, rs_in, emb, x, il, hc, facts)
+        cur, inject = _hc_mix(g, x, f"blk.{il}.hc_attn", il, hc, True)
+        g.expand(cur)
+        cur = _delta_net_layer(g, rs_in, cur, il) if il in g.rs else _attn_layer(g, attn_in, qsa, cur, pos, il, facts)
+        assert inject is not None
+        if il == hp.n_layer - 1:
+            cur, inject = c.get_rows(cur, out_ids), c.get_rows(inject, out_ids)
+            x = c.reshape(c.get_rows(c.reshape(x, hp.n_embd * hc, x.ne[2]), out_ids), hp.n_embd, hc, out_ids.ne[0])
+        x = _hc_combine(g, x, cur, inject, il, hc)
+        cur, inject = _hc_mix(g, x, f"blk.{il}.hc_ffn", il, hc, True)
+        assert inject is not None
+        x = _hc_combine(g, x, _ffn(g, cur, il), inject, il, hc)
+        g.cb(x, "l_last", il)  # the engine's callback pins it to the layer's device under 32 tokens
+    cur, _ = _hc_mix(g, x, "output_hc", -1, hc, False)
+    logits = g.mm(need(w.get("output.weight")), cur)
+    g.finish(cur, logits)
