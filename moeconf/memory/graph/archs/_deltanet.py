@@ -6,10 +6,16 @@ copied back (`delta_net`), KDA's short convolution of Q, K or V over its slice o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from moeconf.memory.graph.archs._mamba import conv_input
 from moeconf.memory.graph.archs.common import need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
+
+# a conv state's gather: (g, rs_in, the layer's conv rows, the ubatch's input, kernel, channels, tokens) -> the
+# convolution's input, its last columns written back
+ConvAt = Callable[[GraphContext, RsInput, Tensor, Tensor, Tensor, int, int], Tensor]
 
 
 def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
@@ -24,7 +30,7 @@ def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         if il in g.rs:
-            cur = _delta_net_layer(g, rs_in, cur, il, repeat=not qwen35)
+            cur = delta_net_layer(g, rs_in, cur, il, repeat=not qwen35)
         else:
             cur = _gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
         cur = c.add(cur, res)
@@ -98,16 +104,19 @@ def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Ten
     return g.mm(need(w.layer(il, "attn_output")), c.mul(cur, gate))
 
 
-def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repeat: bool) -> Tensor:
+def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repeat: bool, hv: int = 0,
+                    z_act: str = "silu", conv: ConvAt = conv_input) -> Tensor:
     """build_layer_attn_linear with llm_build_delta_net_base's conv state and recurrent attention (the
-    fused op, no rollback snapshots)."""
+    fused op, no rollback snapshots). Qwen4Exp builds the same layer with V heads `hv` wide (else
+    d_inner / the V heads), its output gate through `z_act` (a sigmoid there) and its own gather of the
+    conv state (`conv`: build_conv_state_at)."""
     c, w, hp = g.ctx, g.w, g.hp
     rec = g.rec
     assert rec is not None
     n_seqs = rs_in.n_seqs
     T = cur.ne[1] // n_seqs  # n_seq_tokens
     hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
-    hv = rec.d_inner // nv
+    hv = hv or rec.d_inner // nv
     wqkv = w.layer(il, "attn_qkv")
     if wqkv is not None:
         qkv = c.reshape(g.mm(wqkv, cur), hk * nk * 2 + hv * nv, T, n_seqs)
@@ -133,7 +142,7 @@ def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repe
     gate = c.reshape(gate, 1, nv, T, n_seqs)
     conv_all, ssm_all = g.rs[il]
     kernel = need(w.layer(il, "ssm_conv1d"))
-    conv_in = conv_input(g, rs_in, conv_all, qkv, kernel, rec.conv_channels, T)  # build_conv_state
+    conv_in = conv(g, rs_in, conv_all, qkv, kernel, hk * nk * 2 + hv * nv, T)  # build_conv_state
     state = g.rs_states(rs_in, ssm_all, rec.n_embd_s)
     state = c.reshape(state, hv, hv, nv, n_seqs)
     mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
@@ -149,7 +158,7 @@ def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repe
     output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
     z2 = c.reshape(z, hv, nv, T, n_seqs)
     normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
-    cur = c.mul(normed, c.unary(z2, "silu"))
+    cur = c.mul(normed, c.unary(z2, z_act))
     cur = c.reshape(cur, hv * nv, T, n_seqs)
     cur = g.mm(need(w.layer(il, "ssm_out")), cur)
     return c.reshape(cur, hp.n_embd, T * n_seqs)

@@ -9,7 +9,7 @@ by the rectified heads' sum, expanded back to the cells, TOP_K); the PLE n-gram 
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._deltanet import delta_net
+from moeconf.memory.graph.archs._deltanet import delta_net_layer
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -103,36 +103,11 @@ def _conv_state_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor,
     return conv_in
 
 
-def _delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
-    c, w, hp = g.ctx, g.w, g.hp
-    rec = g.rec
-    assert rec is not None
-    n_seqs = rs_in.n_seqs
-    T = cur.ne[1] // n_seqs
-    hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
-    hv = hk
-    channels = hk * nk * 2 + hv * nv
-    qkv = c.reshape(g.mm(need(w.layer(il, "attn_qkv")), cur), channels, T, n_seqs)
-    z = g.mm(need(w.layer(il, "attn_gate")), cur)
-    beta = c.unary(c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, nv, T, n_seqs), "sigmoid")
-    alpha = c.reshape(g.mm(need(w.layer(il, "ssm_alpha")), cur), nv, T, n_seqs)
-    alpha = c.unary(c.add(alpha, need(w.layer(il, "ssm_dt", "bias"))), "softplus")
-    gate = c.reshape(c.mul(alpha, need(w.get(f"blk.{il}.ssm_a"))), 1, nv, T, n_seqs)
-    conv_all, ssm_all = g.rs[il]
-    kernel = need(w.layer(il, "ssm_conv1d"))
-    conv_in = _conv_state_at(g, rs_in, conv_all, qkv, kernel.ne[0] - 1, channels)
-    state = c.reshape(g.rs_states(rs_in, ssm_all, rec.n_embd_s), hv, hv, nv, n_seqs)
-    mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
-    row = 4 * channels
-    q = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 0)
-    k = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 4 * hk * nk)
-    v = c.view(mix, (hv, nv, T, n_seqs), (4 * hv, row, row * T), 4 * 2 * hk * nk)
-    q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
-    output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
-    normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
-    cur = c.mul(normed, c.unary(c.reshape(z, hv, nv, T, n_seqs), "sigmoid"))
-    cur = g.mm(need(w.layer(il, "ssm_out")), c.reshape(cur, hv * nv, T, n_seqs))
-    return c.reshape(cur, hp.n_embd, T * n_seqs)
+def _conv_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, kernel: Tensor, channels: int,
+             n_seq_tokens: int) -> Tensor:
+    """The delta net's conv state gathered as build_conv_state_at gathers it (kernel - 1 columns kept)."""
+    del n_seq_tokens
+    return _conv_state_at(g, rs_in, conv_all, x, kernel.ne[0] - 1, channels)
 
 
 class _Qsa:
@@ -302,7 +277,11 @@ def build(g: GraphContext, facts: Facts) -> None:
             x = _ple(g, rs_in, emb, x, il, hc, facts)
         cur, inject = _hc_mix(g, x, f"blk.{il}.hc_attn", il, hc, True)
         g.expand(cur)
-        cur = _delta_net_layer(g, rs_in, cur, il) if il in g.rs else _attn_layer(g, attn_in, qsa, cur, pos, il, facts)
+        if il in g.rs:  # V heads as wide as K's, the output gate a sigmoid
+            assert g.rec is not None
+            cur = delta_net_layer(g, rs_in, cur, il, repeat=False, hv=g.rec.d_state, z_act="sigmoid", conv=_conv_at)
+        else:
+            cur = _attn_layer(g, attn_in, qsa, cur, pos, il, facts)
         assert inject is not None
         if il == hp.n_layer - 1:
             cur, inject = c.get_rows(cur, out_ids), c.get_rows(inject, out_ids)
