@@ -262,3 +262,52 @@ def test_a_grovemoe_file_with_fewer_adjugate_experts_than_used_is_refused(tmp_pa
     assert not est.complete
     notes = " ".join(est.notes)
     assert "4 adjugate experts" in notes and "the 8 experts used" in notes and "aborts" in notes, notes
+
+
+def test_a_mellum_window_without_windowed_layers_is_refused(tmp_path: Path) -> None:
+    """Mellum's loader sets sliding-window attention whenever attention.sliding_window is above 0, and the
+    engine then builds the cache pair's graph (mellum.cpp build_arch_graph) even where the pattern marks no
+    layer windowed; moeconf's geometry has no windowed layer there and would build the single-cache graph,
+    which no recorded dump checked for that file: refused, naming the keys. Mellum2's own pattern (one full
+    layer in four) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "mellum.gguf"
+    write_layout(LAYOUTS["mellum2-12b-a2.5b"], path)
+    inv = load_inventory(path)
+    md = inv.metadata
+    assert md.sliding_window and estimate_line(inv, "llama-server -np 1 -c 4096 -ngl 999").complete
+    for pattern in (1, (0,) * md.block_count):
+        full = dataclasses.replace(inv, metadata=dataclasses.replace(md, sliding_window_pattern=pattern))
+        est = estimate_line(full, "llama-server -np 1 -c 4096 -ngl 999")
+        assert not est.complete, pattern
+        notes = " ".join(est.notes)
+        assert "mellum.attention.sliding_window is 1024" in notes and "marks no layer windowed" in notes, notes
+    no_window = dataclasses.replace(inv, metadata=dataclasses.replace(md, sliding_window=0, sliding_window_pattern=1))
+    assert estimate_line(no_window, "llama-server -np 1 -c 4096 -ngl 999").complete
+
+
+def test_a_hy_v3_dense_block_without_its_gate_is_refused(tmp_path: Path) -> None:
+    """HY V3's loader makes a dense block's ffn_gate optional; without it build_ffn runs SiLU over the up
+    projection alone (no GLU), a graph no recorded dump checked: refused, naming the block. Hy3-preview's
+    dense block (gate, up and down) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "hy3.gguf"
+    write_layout(LAYOUTS["hy3-preview"], path)
+    inv = load_inventory(path)
+    assert "blk.0.ffn_gate.weight" in inv.by_name and "blk.0.ffn_gate_inp.weight" not in inv.by_name
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    ungated = dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if t.name != "blk.0.ffn_gate.weight"))
+    est = estimate_line(ungated, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "dense block(s) [0] have ffn_up without ffn_gate" in notes and "-fitp on" in notes, notes

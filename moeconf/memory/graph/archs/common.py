@@ -244,10 +244,8 @@ def decoder(spec: Decoder) -> Build:
                 cur = c.scale(cur)
             ffn_inp = c.add(cur, res)
             cur = g.norm(ffn_inp, w.layer(il, spec.ffn_norm), w.layer(il, spec.ffn_norm, "bias"), il, rms)
-            if g.dense(il):  # a fused gate and up without ffn_gate: SwiGLU over the one projection (Phi-3)
-                cur = g.layer_ffn(cur, il, act="silu" if w.layer(il, "ffn_gate") is not None else "swiglu")
-            else:
-                cur = moe_shared(g, spec, il, cur, gating, norm_w, w_scale)
+            # a dense layer: build_ffn's SwiGLU over ffn_gate and ffn_up (LLM_FFN_SILU, LLM_FFN_PAR)
+            cur = g.layer_ffn(cur, il) if g.dense(il) else moe_shared(g, spec, il, cur, gating, norm_w, w_scale)
             if res_scale:
                 cur = c.scale(cur)
             cur = c.add(ffn_inp, cur) if spec.residual_first else c.add(cur, ffn_inp)
