@@ -311,3 +311,49 @@ def test_a_hy_v3_dense_block_without_its_gate_is_refused(tmp_path: Path) -> None
     assert not est.complete
     notes = " ".join(est.notes)
     assert "dense block(s) [0] have ffn_up without ffn_gate" in notes and "-fitp on" in notes, notes
+
+
+def test_a_step35_block_without_its_norms_or_gate_is_refused(tmp_path: Path) -> None:
+    """Step-3.5's loader makes each block's per-head Q/K norms and head-wise gate optional; a trunk block
+    without one is a graph no recorded dump checked: refused, naming the block and the tensor. Step-3.5-Flash
+    (every block with all three) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "step35.gguf"
+    write_layout(LAYOUTS["step-3.5-flash"], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    for gone in ("blk.5.attn_q_norm.weight", "blk.5.attn_k_norm.weight", "blk.5.attn_gate.weight"):
+        assert gone in inv.by_name
+        less = dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if t.name != gone))
+        est = estimate_line(less, "-c 4096 -ngl 999")
+        assert not est.complete, gone
+        notes = " ".join(est.notes)
+        assert f"block(s) [5] have attn_q without {gone[6:]}" in notes and "-fitp on" in notes, notes
+
+
+@pytest.mark.parametrize("layout", ["granite-4.0-h-small", "nemotron-h-synthetic-moe", "nemotron-3-nano-30b-a3b"])
+def test_a_mamba2_block_without_its_conv_bias_is_refused(tmp_path: Path, layout: str) -> None:
+    """The Mamba-2 loaders (granitehybrid, nemotron_h, nemotron_h_moe) make ssm_conv1d.bias optional; a
+    block without it (no bias added after the convolution) is a graph no recorded dump checked: refused,
+    naming the block. The converters' files (the bias on every Mamba-2 block) are modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "m.gguf"
+    write_layout(LAYOUTS[layout], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    il = min(t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".ssm_conv1d.bias"))
+    less = dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if t.name != f"blk.{il}.ssm_conv1d.bias"))
+    est = estimate_line(less, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert f"block(s) [{il}] have ssm_in without ssm_conv1d.bias" in notes and "-fitp on" in notes, notes

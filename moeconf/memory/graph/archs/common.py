@@ -289,6 +289,22 @@ def probs_bias(g: GraphContext, il: int) -> Tensor | None:
     return g.w.layer(il, "exp_probs_b", "bias") or g.w.get(f"blk.{il}.exp_probs_b")
 
 
+def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str) -> list[str]:
+    """The refusal of a file whose blocks have `blk.N.{has}.weight` without one of `blk.N.{needs}` (tensor
+    names after the block prefix): a branch the loader allows (the tensor optional) that no recorded dump
+    checked, `why` saying what the engine runs there; empty where every such trunk block has them all."""
+    names, nextn = {t.name for t in inv.tensors}, set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
+    blocks: dict[str, list[int]] = {}
+    for il in sorted({t.layer for t in inv.tensors if t.layer is not None and t.layer not in nextn
+                      and t.name == f"blk.{t.layer}.{has}.weight"}):
+        for n in needs:
+            if f"blk.{il}.{n}" not in names:
+                blocks.setdefault(n, []).append(il)
+    return [f"memory is not modelled for this {inv.arch} file: block(s) {il} have {has} without {n} ({why}), a graph "
+            "no recorded dump checked; measure it with llama.cpp's llama-fit-params -fitp on"
+            for n, il in blocks.items()]
+
+
 def need(t: Tensor | None) -> Tensor:
     assert t is not None
     return t
