@@ -310,7 +310,7 @@ def test_a_hy_v3_dense_block_without_its_gate_is_refused(tmp_path: Path) -> None
     est = estimate_line(ungated, "-c 4096 -ngl 999")
     assert not est.complete
     notes = " ".join(est.notes)
-    assert "dense block(s) [0] have ffn_up without ffn_gate" in notes and "-fitp on" in notes, notes
+    assert "block(s) [0] have ffn_up without ffn_gate.weight" in notes and "-fitp on" in notes, notes
 
 
 def test_a_step35_block_without_its_norms_or_gate_is_refused(tmp_path: Path) -> None:
