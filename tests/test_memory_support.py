@@ -357,3 +357,28 @@ def test_a_mamba2_block_without_its_conv_bias_is_refused(tmp_path: Path, layout:
     assert not est.complete
     notes = " ".join(est.notes)
     assert f"block(s) [{il}] have ssm_in without ssm_conv1d.bias" in notes and "-fitp on" in notes, notes
+
+
+def test_a_kimi_linear_file_with_the_decompressing_kv_b_is_refused(tmp_path: Path) -> None:
+    """Kimi-Linear's loader takes attn_kv_b (an older conversion) in place of attn_k_b and attn_v_b and
+    then decompresses the heads through a full KV cache, a graph no recorded dump checked: refused, naming
+    the blocks and saying to reconvert. The converter's file (attn_k_b, attn_v_b) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "kimi.gguf"
+    write_layout(LAYOUTS["kimi-linear-48b-a3b"], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    mla = sorted(t.layer for t in inv.tensors if t.name.endswith(".attn_k_b.weight"))
+    assert mla
+    old = dataclasses.replace(inv, tensors=tuple(
+        dataclasses.replace(t, name=t.name.replace(".attn_k_b.", ".attn_kv_b.")) for t in inv.tensors
+        if not t.name.endswith(".attn_v_b.weight")))
+    est = estimate_line(old, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert f"block(s) {mla} have attn_kv_b without attn_k_b.weight" in notes and "reconvert" in notes, notes
