@@ -382,3 +382,49 @@ def test_a_kimi_linear_file_with_the_decompressing_kv_b_is_refused(tmp_path: Pat
     assert not est.complete
     notes = " ".join(est.notes)
     assert f"block(s) {mla} have attn_kv_b without attn_k_b.weight" in notes and "reconvert" in notes, notes
+
+
+def test_a_gemma4_block_with_a_fused_qkv_is_refused(tmp_path: Path) -> None:
+    """Gemma 4's loader takes Q, K and V fused in one attn_qkv, which its converter does not write and no
+    recorded dump checked: refused, naming the block. Gemma-4-26B-A4B (Q, K, V apart) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "gemma4.gguf"
+    write_layout(LAYOUTS["gemma-4-26b-a4b"], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    fused = dataclasses.replace(inv, tensors=tuple(
+        dataclasses.replace(t, name="blk.0.attn_qkv.weight") if t.name == "blk.0.attn_q.weight" else t
+        for t in inv.tensors if t.name not in ("blk.0.attn_k.weight", "blk.0.attn_v.weight")))
+    est = estimate_line(fused, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "block(s) [0] have attn_qkv without attn_q.weight (Q, K and V fused" in notes, notes
+
+
+@pytest.mark.parametrize("bias", ["attn_qkv.bias", "attn_q.bias"])
+def test_a_fused_qkv_with_a_bias_is_refused(tmp_path: Path, bias: str) -> None:
+    """The loaders' create_tensor_qkv takes a fused attn_qkv with its own bias, or with Q's, K's and V's
+    biases apart (legacy or custom files): no converter writes either and no recorded dump checked them (the
+    separate biases beside the fused weight are not built): refused for any composed architecture, here
+    DBRX (its attn_qkv without a bias is modelled)."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "dbrx.gguf"
+    write_layout(LAYOUTS["dbrx"], path)
+    inv = load_inventory(path)
+    assert "blk.1.attn_qkv.weight" in inv.by_name and estimate_line(inv, "-c 4096 -ngl 999").complete
+    extra = dataclasses.replace(inv.by_name["blk.1.attn_norm.weight"], name=f"blk.1.{bias}")
+    biased = dataclasses.replace(inv, tensors=(*inv.tensors, extra))
+    est = estimate_line(biased, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "block(s) [1] have a fused attn_qkv with a bias" in notes and "-fitp on" in notes, notes
