@@ -271,3 +271,169 @@ def test_a_grovemoe_file_with_fewer_adjugate_experts_than_used_is_refused(tmp_pa
     assert not est.complete
     notes = " ".join(est.notes)
     assert "4 adjugate experts" in notes and "the 8 experts used" in notes and "aborts" in notes, notes
+
+
+def test_a_mellum_window_without_windowed_layers_is_refused(tmp_path: Path) -> None:
+    """Mellum's loader sets sliding-window attention whenever attention.sliding_window is above 0, and the
+    engine then builds the cache pair's graph (mellum.cpp build_arch_graph) even where the pattern marks no
+    layer windowed; moeconf's geometry has no windowed layer there and would build the single-cache graph,
+    which no recorded dump checked for that file: refused, naming the keys. Mellum2's own pattern (one full
+    layer in four) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "mellum.gguf"
+    write_layout(LAYOUTS["mellum2-12b-a2.5b"], path)
+    inv = load_inventory(path)
+    md = inv.metadata
+    assert md.sliding_window and estimate_line(inv, "llama-server -np 1 -c 4096 -ngl 999").complete
+    for pattern in (1, (0,) * md.block_count):
+        full = dataclasses.replace(inv, metadata=dataclasses.replace(md, sliding_window_pattern=pattern))
+        est = estimate_line(full, "llama-server -np 1 -c 4096 -ngl 999")
+        assert not est.complete, pattern
+        notes = " ".join(est.notes)
+        assert "mellum.attention.sliding_window is 1024" in notes and "marks no layer windowed" in notes, notes
+    no_window = dataclasses.replace(inv, metadata=dataclasses.replace(md, sliding_window=0, sliding_window_pattern=1))
+    assert estimate_line(no_window, "llama-server -np 1 -c 4096 -ngl 999").complete
+
+
+def test_a_hy_v3_dense_block_without_its_gate_is_refused(tmp_path: Path) -> None:
+    """HY V3's loader makes a dense block's ffn_gate optional; without it build_ffn runs SiLU over the up
+    projection alone (no GLU), a graph no recorded dump checked: refused, naming the block. Hy3-preview's
+    dense block (gate, up and down) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "hy3.gguf"
+    write_layout(LAYOUTS["hy3-preview"], path)
+    inv = load_inventory(path)
+    assert "blk.0.ffn_gate.weight" in inv.by_name and "blk.0.ffn_gate_inp.weight" not in inv.by_name
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    ungated = dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if t.name != "blk.0.ffn_gate.weight"))
+    est = estimate_line(ungated, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "block(s) [0] have ffn_up without ffn_gate.weight" in notes and "-fitp on" in notes, notes
+
+
+def test_a_step35_block_without_its_norms_or_gate_is_refused(tmp_path: Path) -> None:
+    """Step-3.5's loader makes each block's per-head Q/K norms and head-wise gate optional; a trunk block
+    without one is a graph no recorded dump checked: refused, naming the block and the tensor. Step-3.5-Flash
+    (every block with all three) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "step35.gguf"
+    write_layout(LAYOUTS["step-3.5-flash"], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    for gone in ("blk.5.attn_q_norm.weight", "blk.5.attn_k_norm.weight", "blk.5.attn_gate.weight"):
+        assert gone in inv.by_name
+        less = dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if t.name != gone))
+        est = estimate_line(less, "-c 4096 -ngl 999")
+        assert not est.complete, gone
+        notes = " ".join(est.notes)
+        assert f"block(s) [5] have attn_q without {gone[6:]}" in notes and "-fitp on" in notes, notes
+
+
+@pytest.mark.parametrize("layout", ["granite-4.0-h-small", "nemotron-h-synthetic-moe", "nemotron-3-nano-30b-a3b"])
+def test_a_mamba2_block_without_its_conv_bias_is_refused(tmp_path: Path, layout: str) -> None:
+    """The Mamba-2 loaders (granitehybrid, nemotron_h, nemotron_h_moe) make ssm_conv1d.bias optional; a
+    block without it (no bias added after the convolution) is a graph no recorded dump checked: refused,
+    naming the block. The converters' files (the bias on every Mamba-2 block) are modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "m.gguf"
+    write_layout(LAYOUTS[layout], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    il = min(t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".ssm_conv1d.bias"))
+    less = dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if t.name != f"blk.{il}.ssm_conv1d.bias"))
+    est = estimate_line(less, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert f"block(s) [{il}] have ssm_in without ssm_conv1d.bias" in notes and "-fitp on" in notes, notes
+
+
+def test_a_kimi_linear_file_with_the_decompressing_kv_b_is_refused(tmp_path: Path) -> None:
+    """Kimi-Linear's loader takes attn_kv_b (an older conversion) in place of attn_k_b and attn_v_b and
+    then decompresses the heads through a full KV cache, a graph no recorded dump checked: refused, naming
+    the blocks and saying to reconvert. The converter's file (attn_k_b, attn_v_b) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "kimi.gguf"
+    write_layout(LAYOUTS["kimi-linear-48b-a3b"], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    mla = sorted(t.layer for t in inv.tensors if t.name.endswith(".attn_k_b.weight"))
+    assert mla
+    old = dataclasses.replace(inv, tensors=tuple(
+        dataclasses.replace(t, name=t.name.replace(".attn_k_b.", ".attn_kv_b.")) for t in inv.tensors
+        if not t.name.endswith(".attn_v_b.weight")))
+    est = estimate_line(old, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert f"block(s) {mla} have attn_kv_b without attn_k_b.weight" in notes and "reconvert" in notes, notes
+
+
+def test_a_gemma4_block_with_a_fused_qkv_is_refused(tmp_path: Path) -> None:
+    """Gemma 4's loader takes Q, K and V fused in one attn_qkv, which its converter does not write and no
+    recorded dump checked: refused, naming the block. Gemma-4-26B-A4B (Q, K, V apart) is modelled."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "gemma4.gguf"
+    write_layout(LAYOUTS["gemma-4-26b-a4b"], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    fused = dataclasses.replace(inv, tensors=tuple(
+        dataclasses.replace(t, name="blk.0.attn_qkv.weight") if t.name == "blk.0.attn_q.weight" else t
+        for t in inv.tensors if t.name not in ("blk.0.attn_k.weight", "blk.0.attn_v.weight")))
+    est = estimate_line(fused, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "block(s) [0] have attn_qkv without attn_q.weight (Q, K and V fused" in notes, notes
+
+
+@pytest.mark.parametrize("bias", ["attn_qkv.bias", "attn_q.bias"])
+def test_a_fused_qkv_with_a_bias_is_refused(tmp_path: Path, bias: str) -> None:
+    """The loaders' create_tensor_qkv takes a fused attn_qkv with its own bias, or with Q's, K's and V's
+    biases apart (legacy or custom files): no converter writes either and no recorded dump checked them (the
+    separate biases beside the fused weight are not built): refused for any composed architecture, here
+    DBRX (its attn_qkv without a bias is modelled)."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "dbrx.gguf"
+    write_layout(LAYOUTS["dbrx"], path)
+    inv = load_inventory(path)
+    assert "blk.1.attn_qkv.weight" in inv.by_name and estimate_line(inv, "-c 4096 -ngl 999").complete
+    extra = dataclasses.replace(inv.by_name["blk.1.attn_norm.weight"], name=f"blk.1.{bias}")
+    biased = dataclasses.replace(inv, tensors=(*inv.tensors, extra))
+    est = estimate_line(biased, "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "block(s) [1] have a fused attn_qkv with a bias" in notes and "-fitp on" in notes, notes

@@ -359,13 +359,27 @@ def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool
     return compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
 
 
+def _fused_qkv_biased(inv: Inventory) -> list[str]:
+    """A fused attn_qkv with a bias, its own or Q's, K's and V's apart (create_tensor_qkv takes either, for
+    legacy or custom files): no converter of a composed architecture writes one, and no recorded dump checked
+    either graph (the separate biases beside the fused weight are not built at all)."""
+    names = {t.name for t in inv.tensors}
+    blocks = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_qkv.weight"
+                     and any(f"blk.{t.layer}.attn_{p}.bias" in names for p in ("qkv", "q", "k", "v"))})
+    if not blocks:
+        return []
+    return [f"memory is not modelled for this {inv.arch} file: block(s) {blocks} have a fused attn_qkv with a bias "
+            "(attn_qkv.bias, or attn_q/k/v.bias beside it: a legacy or custom file), a graph no recorded dump "
+            "checked; measure it with llama.cpp's llama-fit-params -fitp on"]
+
+
 def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
     """Why the architecture's composition does not build the graph of this file and these settings (empty:
     it does)."""
     comp = COMPOSITIONS.get(inv.arch)
     if comp is None or comp.memory is None:
         return []
-    why = comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else []
+    why = _fused_qkv_biased(inv) + (comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else [])
     if why or comp.memory.refuses is None:
         return why
     s = setup_for(inv, settings)

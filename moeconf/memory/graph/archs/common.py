@@ -244,10 +244,8 @@ def decoder(spec: Decoder) -> Build:
                 cur = c.scale(cur)
             ffn_inp = c.add(cur, res)
             cur = g.norm(ffn_inp, w.layer(il, spec.ffn_norm), w.layer(il, spec.ffn_norm, "bias"), il, rms)
-            if g.dense(il):  # a fused gate and up without ffn_gate: SwiGLU over the one projection (Phi-3)
-                cur = g.layer_ffn(cur, il, act="silu" if w.layer(il, "ffn_gate") is not None else "swiglu")
-            else:
-                cur = moe_shared(g, spec, il, cur, gating, norm_w, w_scale)
+            # a dense layer: build_ffn's SwiGLU over ffn_gate and ffn_up (LLM_FFN_SILU, LLM_FFN_PAR)
+            cur = g.layer_ffn(cur, il) if g.dense(il) else moe_shared(g, spec, il, cur, gating, norm_w, w_scale)
             if res_scale:
                 cur = c.scale(cur)
             cur = c.add(ffn_inp, cur) if spec.residual_first else c.add(cur, ffn_inp)
@@ -289,6 +287,22 @@ def probs_bias(g: GraphContext, il: int) -> Tensor | None:
     """The expert selection bias: `blk.N.exp_probs_b.bias`, or `blk.N.exp_probs_b` where the loader names
     it without a suffix (src/models/hy-v3.cpp)."""
     return g.w.layer(il, "exp_probs_b", "bias") or g.w.get(f"blk.{il}.exp_probs_b")
+
+
+def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str) -> list[str]:
+    """The refusal of a file whose blocks have `blk.N.{has}.weight` without one of `blk.N.{needs}` (tensor
+    names after the block prefix): a branch the loader allows (the tensor optional) that no recorded dump
+    checked, `why` saying what the engine runs there; empty where every such trunk block has them all."""
+    names, nextn = {t.name for t in inv.tensors}, set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
+    blocks: dict[str, list[int]] = {}
+    for il in sorted({t.layer for t in inv.tensors if t.layer is not None and t.layer not in nextn
+                      and t.name == f"blk.{t.layer}.{has}.weight"}):
+        for n in needs:
+            if f"blk.{il}.{n}" not in names:
+                blocks.setdefault(n, []).append(il)
+    return [f"memory is not modelled for this {inv.arch} file: block(s) {il} have {has} without {n} ({why}), a graph "
+            "no recorded dump checked; measure it with llama.cpp's llama-fit-params -fitp on"
+            for n, il in blocks.items()]
 
 
 def need(t: Tensor | None) -> Tensor:

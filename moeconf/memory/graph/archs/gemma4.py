@@ -1,22 +1,32 @@
 """src/models/gemma4.cpp: the embeddings scaled; sliding-window and full layers through the iSWA cache
-pair, each with its own head width and KV head count; Q, K and V projected (or copied out of a fused
-projection), Q and K normed per head (V by a plain RMS norm, V the K projection where the layer has no
-attn_v), the full layers' RoPE with the rope_freqs copy the loader creates on their device (the
-sliding-window layers have none); the attention's output normed before its residual; a dense FFN
-(GELU) beside the routed experts, each normed before and after, the router reading its own scaled RMS
-norm of the residual; the FFN's output normed, added, scaled by the layer's output scale; the final
-norm, the output rows taken after it, the logits soft-capped."""
+pair, each with its own head width and KV head count; Q, K and V projected apart (a fused attn_qkv, which
+the loader takes but the converter does not write, is refused: no recorded dump checked it), Q and K normed
+per head (V by a plain RMS norm, V the K projection where the layer has no attn_v), the full layers' RoPE
+with the rope_freqs copy the loader creates on their device (the sliding-window layers have none); the
+attention's output normed before its residual; a dense FFN (GELU) beside the routed experts (alone on a
+block without a router), each normed before and after, the router reading its own scaled RMS norm of the
+residual; the FFN's output normed, added, scaled by the layer's output scale; the final norm, the output
+rows taken after it, the logits soft-capped."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, unchecked_blocks
 from moeconf.memory.graph.blocks import GraphContext
+from moeconf.model.inventory import Inventory
 
 ARCH = "gemma4"
 # the pattern an array the loader requires (get_arr)
 TRAITS = Traits(swa=Swa())
+
+
+def _fused_qkv(inv: Inventory) -> list[str]:
+    """Blocks with Q, K and V in one attn_qkv (the loader's optional fused form)."""
+    return unchecked_blocks(inv, "attn_qkv", ("attn_q.weight",), "Q, K and V fused in one projection, which the "
+                            "converter does not write for gemma4")
+
+
 # attention.shared_kv_layers and embedding_length_per_layer_input: modelled at 0 only (memory/keys.py neutral)
-MEMORY = Memory(CHECKED + " (Gemma-4-26B-A4B)", keys=frozenset({
+MEMORY = Memory(CHECKED + " (Gemma-4-26B-A4B)", unmodelled=_fused_qkv, keys=frozenset({
     "attention.sliding_window", "attention.sliding_window_pattern", "attention.key_length_swa",
     "attention.value_length_swa", "rope.dimension_count_swa", "final_logit_softcapping"}))
 

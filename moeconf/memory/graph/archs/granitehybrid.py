@@ -5,13 +5,13 @@ embeddings and the logits scaled where the model has their scales."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._mamba import mamba2_layer
+from moeconf.memory.graph.archs._mamba import mamba2_layer, unbiased_conv
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "granitehybrid"
 TRAITS = Traits(recurrent="mamba")
-MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)",
+MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)", unmodelled=unbiased_conv,
                 keys=frozenset({"ssm.conv_kernel", "ssm.group_count", "ssm.inner_size", "ssm.state_size",
                                 "ssm.time_step_rank"}))
 

@@ -4,18 +4,31 @@ beta from their projections, the L2-normed Q and K through the fused gated delta
 state copied back, the output RMS-normed and gated by a sigmoid of g2) and MLA layers without RoPE
 (absorbed against the latent K-only cache where the GGUF has key_length_mla, else decompressed
 heads through a full KV cache); dense leading layers, then a MoE with a selection bias and an
-ungated shared expert."""
+ungated shared expert. The decompressed form (attn_kv_b, an older conversion: the converter writes
+attn_k_b and attn_v_b) no recorded dump checked: `estimate` refuses it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need, routed
+from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need, routed, unchecked_blocks
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
+from moeconf.model.inventory import Inventory
 
 ARCH = "kimi-linear"
 TRAITS = Traits(recurrent="kda")
-MEMORY = REPLAYED
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """MLA blocks with the decompressing attn_kv_b instead of attn_k_b and attn_v_b."""
+    return [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"
+            for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older conversion: the engine "
+                                        "decompresses the heads through a full KV cache")]
+
+
+MEMORY = replace(REPLAYED, unmodelled=_unmodelled)
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -2,16 +2,36 @@
 softmax-routed MoE whose chosen weights are normalised (scaled where expert_weights_scale is present),
 no shared expert. With an attention.sliding_window key the loader sets standard sliding-window attention
 (every fourth layer full unless the GGUF's pattern says otherwise) and the graph attends through the
-sliding-window cache pair; without it, one KV cache (the template's other instance)."""
+sliding-window cache pair; without it, one KV cache (the template's other instance). A window whose
+pattern marks no layer windowed still makes the engine build the cache pair's graph, which no recorded
+dump checked: `estimate` refuses that file."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Facts, Memory, Swa, Traits, decoder
 from moeconf.memory.graph.blocks import GraphContext
+from moeconf.model.inventory import Inventory
 
 ARCH = "mellum"
 TRAITS = Traits(swa=Swa(pattern=4))
-MEMORY = Memory(CHECKED + " (Mellum2-12B-A2.5B)",
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """A window (attention.sliding_window above 0) whose pattern marks no layer windowed: the loader still
+    sets standard sliding-window attention, so the engine builds the sliding-window graph (build_arch_graph:
+    the cache pair's inputs) where moeconf's geometry has no windowed layer and builds the single-cache one."""
+    from moeconf.memory.geometry import geometry
+
+    window = inv.metadata.sliding_window
+    if not window or any(la.swa for la in geometry(inv).layers):
+        return []
+    return [f"memory is not modelled for this mellum file: mellum.attention.sliding_window is {window} but "
+            "mellum.attention.sliding_window_pattern marks no layer windowed, so the engine builds its "
+            "sliding-window graph (a KV cache pair) with every layer full, which moeconf's graph does not "
+            "build; measure it with llama.cpp's llama-fit-params -fitp on"]
+
+
+MEMORY = Memory(CHECKED + " (Mellum2-12B-A2.5B)", unmodelled=_unmodelled,
                 keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern"}))
 _ISWA = decoder(Decoder(qk_norm="head", iswa=True))
 _KV = decoder(Decoder(qk_norm="head"))

@@ -7,14 +7,16 @@ The final norm is the MTP head's seed (an output), the output rows taken after i
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._mamba import mamba2_layer
+from dataclasses import replace
+
+from moeconf.memory.graph.archs._mamba import mamba2_layer, unbiased_conv
 from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
 ARCH = "nemotron_h_moe"
 TRAITS = Traits(recurrent="mamba2")
-MEMORY = REPLAYED
+MEMORY = replace(REPLAYED, unmodelled=unbiased_conv)
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -7,8 +7,9 @@ blocks are not run; the output rows taken after the last layer."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed, unchecked_blocks
 from moeconf.memory.graph.blocks import GraphContext
+from moeconf.model.inventory import Inventory
 
 ARCH = "step35"
 # the pattern an array the loader requires (get_arr)
@@ -17,7 +18,16 @@ EPS = 1e-6
 # the MTP blocks (nextn_predict_layers): their weights placed and counted, no KV, not in the trunk's graph
 # (checked on the layout with its 3 MTP blocks and per-layer SwiGLU limits added: weights, KV and compute as
 # llama-fit-params on 3 lines, tests/test_memory_step35_variant.py); the limits' clamps composed unfused
-MEMORY = Memory(CHECKED + " (Step-3.5-Flash)",
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """Blocks without their per-head Q/K norms or head-wise gate (the loader makes them optional; the
+    converter writes them for Step-3.5-Flash)."""
+    return unchecked_blocks(inv, "attn_q", ("attn_q_norm.weight", "attn_k_norm.weight", "attn_gate.weight"),
+                            "the engine then skips that norm or gate")
+
+
+MEMORY = Memory(CHECKED + " (Step-3.5-Flash)", unmodelled=_unmodelled,
                 keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern",
                                 "nextn_predict_layers", "swiglu_clamp_exp", "swiglu_clamp_shexp"}))
 
