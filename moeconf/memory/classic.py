@@ -5,12 +5,11 @@ compute."""
 
 from __future__ import annotations
 
+from moeconf.engines import HOST
 from moeconf.memory.graph.archs.common import CHECKED
 from moeconf.memory.graph.model import GRAPH_COMPUTE
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
-
-HOST = "CPU"
 
 
 def output_device(placement: Placement) -> str:

@@ -20,7 +20,7 @@ import moeconf.memory.families as setting_families
 import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as rec
-from moeconf.engines import AUTO_GPU, Engine, mainline
+from moeconf.engines import AUTO_GPU, HOST, Engine, mainline
 from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import standard_moe_layers
@@ -45,7 +45,6 @@ from moeconf.model.percache import per_inventory
 from moeconf.placement import Placement
 
 MiB = 1024 * 1024
-HOST = "CPU"
 
 _CUDA_MATRIX_ROW_PADDING = 512
 _PADDED = ("CUDA", "ROCm", "MUSA")  # the backends whose buffers pad quantized rows (128-aligned)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from moeconf.engines import HOST
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, Memory, traits
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
@@ -19,9 +20,6 @@ if TYPE_CHECKING:
     from collections.abc import KeysView
 
     from moeconf.memory.geometry import LayerAttention
-
-HOST = "CPU"
-
 
 Setup = Cparams  # the context's settings the graph depends on
 

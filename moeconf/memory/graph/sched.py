@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from moeconf.engines import HOST
 from moeconf.memory.graph.alloc import Allocator
 from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, row_size, same_layout
 
@@ -51,7 +52,7 @@ class Backend:
     pads_rows: bool = False  # CUDA: a quantized tensor's rows padded to 512 elements
 
     def supports_buffer(self, device: str) -> bool:
-        return device == self.name or (self.host and device == "CPU")
+        return device == self.name or (self.host and device == HOST)
 
     def alloc_size(self, t: Tensor) -> int:
         size = nbytes(t)
@@ -61,8 +62,8 @@ class Backend:
 
 
 def backend_for(device: str) -> Backend:
-    if device == "CPU":
-        return Backend("CPU", 32, host=True)
+    if device == HOST:
+        return Backend(HOST, 32, host=True)
     if device.startswith(("CUDA", "ROCm", "MUSA")):
         return Backend(device, 128, offload_batch=32, pads_rows=True)
     return Backend(device, 32)
