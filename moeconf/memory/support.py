@@ -25,7 +25,6 @@ import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.archgraph import unmodelled_structure
-from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.memory.graph.archs import Lazy
 from moeconf.memory.graph.archs.common import CHECKED
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
@@ -110,9 +109,16 @@ _LISTED: Final[dict[str, ArchMemory]] = {
     # reading the last full layer's top-k (memory/indexer.py full_indexers, graph/archs/_dsa.py)
     "glm-dsa": ArchMemory(MLA_KEYS | _indexer.DSA_KEYS | {"attention.indexer.types"}, _MAINLINE,
                           CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
+    # --- the classic MoEs checked within tolerance (memory/classic.py)
+    "ernie4_5-moe": ArchMemory(frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}), _MAINLINE,
+                               CHECKED + " (ERNIE-4.5-21B-A3B)"),
+    "bailingmoe2": ArchMemory(frozenset({"leading_dense_block_count", "nextn_predict_layers"}) | _GROUPS, _MAINLINE,
+                              CHECKED + " (Ling-mini-2.0)"),
+    "dots1": ArchMemory(frozenset({"leading_dense_block_count"}), _MAINLINE, CHECKED + " (dots.llm1)"),
+    "qwen3vlmoe": ArchMemory(frozenset({"n_deepstack_layers", "rope.dimension_sections"}), _MAINLINE,
+                             CHECKED + " (Qwen3-VL-30B-A3B)"),
+    "hunyuan-moe": ArchMemory(frozenset(), _MAINLINE, CHECKED + " (Hunyuan-A13B)"),
 }
-# the classic MoEs checked within tolerance (memory/classic.py)
-_LISTED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
 
 
 def _modelled(arch: str) -> ArchMemory:
@@ -172,7 +178,8 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     # --- ik_llama.cpp on the newer architectures: weights and KV modelled, compute not (the
     # estimate leaves compute "?" with memory/ikarchs.py's note, and fit refuses) ---
     if _ikarchs.kv_only(arch, engine):
-        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine)) + unmodelled_structure(inv)
+        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine), MODELLED[arch].keys) \
+            + unmodelled_structure(inv)
     # ---
     spec = MODELLED.get(arch)
     if spec is None:
