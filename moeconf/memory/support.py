@@ -12,8 +12,10 @@ output would otherwise be silently left out.
 
 Adding an architecture: model what its memory classes allocate (`llama-memory-*.cpp`, its
 `src/models/<arch>.cpp` graph), check it against `llama-fit-params -fitp on` on a sparse
-full-size layout of a real model (tests/engine/test_memory_oracle.py), then list it here with
-the keys its loader reads that the model handles."""
+full-size layout of a real model (tests/engine/test_memory_oracle.py), then give its composition a
+`MEMORY` (memory/graph/archs) with the keys its loader reads that the model handles: that makes it
+modelled. The architectures listed here are those an older replay modelled (`MEMORY = REPLAYED`):
+their keys and engines."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.archgraph import unmodelled_structure
 from moeconf.memory.graph.archs import Lazy
 from moeconf.memory.graph.archs.common import CHECKED
+from moeconf.memory.graph.model import GRAPH_COMPUTE as _GRAPH_COMPUTE
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
 from moeconf.memory.keys import MLA_KEYS, NO_MEMORY_EFFECT, SOFTCAPPING, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
@@ -123,16 +126,20 @@ _LISTED: Final[dict[str, ArchMemory]] = {
 
 def _modelled(arch: str) -> ArchMemory:
     """`arch`'s entry: the architectures whose compute the engine's graph gives (memory/graph/model.py
-    GRAPH_MODELLED: asking imports the architecture's composition only), then those listed above."""
+    GRAPH_COMPUTE: asking imports the architecture's composition only), their keys and what they were
+    checked on their compositions' (GRAPH_MODELLED) or, where a composition replaced an older replay
+    (`MEMORY = REPLAYED`), the replay's listed above."""
     graph = _GRAPH_MODELLED.get(arch)
     if graph is not None:
         return ArchMemory(graph[0], _MAINLINE, graph[1])
+    if arch not in _GRAPH_COMPUTE:
+        raise KeyError(arch)
     return _LISTED[arch]
 
 
-# every modelled architecture: those listed above, then the graph's (asked one by one, as the memory
-# model does, no more of the graph's compositions are imported than are asked for)
-MODELLED: Final[Lazy[ArchMemory]] = Lazy(_modelled, lambda: list(_LISTED) + list(_GRAPH_MODELLED))
+# every modelled architecture (asked one by one, as the memory model does, no more of the graph's
+# compositions are imported than are asked for)
+MODELLED: Final[Lazy[ArchMemory]] = Lazy(_modelled, lambda: list(_GRAPH_COMPUTE))
 
 
 _ROUTED_KINDS: Final = frozenset({"FFN_GATE_EXPS", "FFN_UP_EXPS", "FFN_DOWN_EXPS", "FFN_GATE_UP_EXPS"})
