@@ -59,6 +59,13 @@ def cache_types(engine: Engine) -> tuple[str, ...]:
     return (*CACHE_TYPES, *IK_ONLY_CACHE_TYPES, Q8_KV) if engine.name == "ik_llama.cpp" else CACHE_TYPES
 
 
+def read_cache_type(text: str, engine: Engine) -> str | None:
+    """A -ctk/-ctv value as `engine` reads it (ik's q8_KV in any letter case, as `Q8_KV`);
+    None where `engine` does not accept it."""
+    t = text.lower() if text.lower() == Q8_KV else text
+    return t if t in cache_types(engine) else None
+
+
 def cache_block(cache_type: str) -> tuple[int, int]:
     """(elements, bytes) of one block of a cache type, from ggml's type table."""
     return ggml.quant_sizes()[ggml.type_ids()[cache_type.upper()]]
@@ -197,7 +204,6 @@ def read_settings(
     one, else `binary` (the binary the command line will run, when known apart from argv)."""
     values: dict[str, object] = {}
     problems: list[str] = []
-    accepted = cache_types(engine)
 
     def put(o: EngineOption, text: str, where: str) -> None:
         key = o.setting
@@ -214,10 +220,10 @@ def read_settings(
             else:
                 values[key] = n
         elif key in ("cache_type_k", "cache_type_v"):
-            t = text.lower() if text.lower() == Q8_KV else text
-            if t not in accepted:
+            t = read_cache_type(text, engine)
+            if t is None:
                 problems.append(f"{where}: {engine.label} does not accept cache type {text!r} "
-                                f"(allowed: {', '.join(accepted)})")
+                                f"(allowed: {', '.join(cache_types(engine))})")
                 return
             values[key] = t
         elif key == "flash_attn":
