@@ -1,12 +1,10 @@
 """Memory facts of the "classic" MoE architectures beyond the first five (issue 17; which are
 modelled: memory/support.py), where the logits are computed (a tied output's second copy of
-`token_embd`, engines/tied.py), the graph's input width, and whether the engine's graph gives the
-compute."""
+`token_embd`, engines/tied.py) and the graph's input width."""
 
 from __future__ import annotations
 
 from moeconf.engines import HOST
-from moeconf.memory.graph.model import GRAPH_COMPUTE
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 
@@ -25,8 +23,3 @@ def input_width(inv: Inventory, n_embd: int) -> int:
     n_embd per deepstack layer (the vision features the first layers add back)."""
     deep = inv.metadata.hparam("n_deepstack_layers")
     return n_embd * (1 + (deep if isinstance(deep, int) else 0))
-
-
-def graph_computed(placement: Placement) -> bool:
-    """Whether `estimate` takes every compute buffer from the engine's graph (memory/graph): llama.cpp's."""
-    return placement.inventory.arch in GRAPH_COMPUTE and placement.engine.name == "llama.cpp"

@@ -24,14 +24,10 @@ from moeconf.engines import AUTO_GPU, HOST, Engine, mainline
 from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import standard_moe_layers
-from moeconf.memory.classic import (
-    graph_computed,
-    input_width,
-    output_device,
-)
+from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
-from moeconf.memory.graph.model import graph_compute
+from moeconf.memory.graph.model import graph_compute, graph_computed
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import context_cells, kv_bytes

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from moeconf.engines import HOST
+from moeconf.memory.classic import input_width
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, Memory, traits
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
@@ -246,14 +247,11 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
                  head_k_l=tuple(la.head_k for la in layers), head_v_l=tuple(la.head_v for la in layers),
-                 n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
+                 n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_embd_inp=input_width(inv, geo.n_embd))
     cp = replace(setup, rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
                  full_offload=full)
     f = facts(inv)
-    deep = inv.metadata.hparam("n_deepstack_layers")
-    if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
-        hp = replace(hp, n_embd_inp=geo.n_embd * (1 + deep))
     if "embedding_scale" in f.floats:  # build_inp_embd scales the embeddings (Granite)
         hp = replace(hp, embedding_scale=1.0)
     mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
@@ -350,6 +348,11 @@ GRAPH_MODELLED: Lazy[tuple[frozenset[str], str]] = Lazy(_modelled, lambda: list(
 # compute `estimate` now takes from the graph too (`MEMORY = REPLAYED`: every recorded figure of theirs
 # exact through it, tests/test_memory_graph.py)
 GRAPH_COMPUTE: KeysView[str] = Lazy(_memory, lambda: list(COMPOSITIONS)).keys()
+
+
+def graph_computed(placement: Placement) -> bool:
+    """Whether `estimate` takes every compute buffer from the engine's graph: llama.cpp's."""
+    return placement.inventory.arch in GRAPH_COMPUTE and placement.engine.name == "llama.cpp"
 
 
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:
