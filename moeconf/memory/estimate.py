@@ -29,6 +29,7 @@ from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.graph.model import graph_compute, graph_computed
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
+from moeconf.memory.graph.sched import backend_for, row_padding
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import context_cells, kv_bytes
 from moeconf.memory.phase import ATTN_BASES, kda_shape, phase_compute, where
@@ -42,8 +43,6 @@ from moeconf.placement import Placement
 
 MiB = 1024 * 1024
 
-_CUDA_MATRIX_ROW_PADDING = 512
-_PADDED = ("CUDA", "ROCm", "MUSA")  # the backends whose buffers pad quantized rows (128-aligned)
 _AUTO_GPU_NOTE = (f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts to see each "
                   "GPU's share")
 
@@ -94,16 +93,10 @@ def is_gpu(device: str) -> bool:
 
 def alloc_size(t: Tensor, device: str) -> int:
     """A tensor's size in `device`'s model buffer: rounded up to the buffer's alignment, with
-    CUDA's padding of quantized rows whose width is not a multiple of 512 (`MATRIX_ROW_PADDING`).
-    RPC servers are taken as CPU backends (no padding)."""
-    size = t.nbytes
-    align = 32
-    if device.startswith(_PADDED):
-        align = 128
-        block, bsize = ggml.quant_sizes()[ggml.type_ids()[t.type]]
-        if block > 1 and t.shape[0] % _CUDA_MATRIX_ROW_PADDING:
-            size += (_CUDA_MATRIX_ROW_PADDING - t.shape[0] % _CUDA_MATRIX_ROW_PADDING) // block * bsize
-    return ggml.pad(size, align)
+    CUDA's padding of quantized rows whose width is not a multiple of 512 (the scheduler's backend
+    of the device, graph/sched.py `backend_for`). RPC servers are taken as CPU backends (no padding)."""
+    b = backend_for(device)
+    return ggml.pad(t.nbytes + (row_padding(t.type, t.shape[0]) if b.pads_rows else 0), b.alignment)
 
 
 def weight_bytes(placement: Placement) -> dict[str, int]:
@@ -113,7 +106,7 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
     for t, size32 in _host_sizes(placement.inventory):
         dev = devices[t.name]
         if dev is not None:  # a buffer that pads rows (CUDA's), else 32-aligned
-            out[dev] += alloc_size(t, dev) if dev.startswith(_PADDED) else size32
+            out[dev] += alloc_size(t, dev) if backend_for(dev).pads_rows else size32
     # a tied output's second copy of token_embd (memory/classic.py)
     tied = placement.tied_output()
     if tied is not None:

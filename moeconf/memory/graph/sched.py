@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from moeconf.engines import HOST
 from moeconf.memory.graph.alloc import Allocator
-from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, row_size, same_layout
+from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, row_size, same_layout, type_block
 
 # ggml-alloc.c ggml_op_can_inplace
 CAN_INPLACE = frozenset({
@@ -55,12 +56,16 @@ class Backend:
         return device == self.name or (self.host and device == HOST)
 
     def alloc_size(self, t: Tensor) -> int:
-        size = nbytes(t)
-        if self.pads_rows and t.type not in ("F32", "F16", "BF16", "I32", "I64") and t.ne[0] % 512:
-            size += row_size(t.type, 512 - t.ne[0] % 512)
-        return size
+        return nbytes(t) + (row_padding(t.type, t.ne[0]) if self.pads_rows else 0)
 
 
+def row_padding(type_name: str, ne0: int) -> int:
+    """The bytes a row-padding buffer (CUDA's) adds to a quantized tensor whose rows are not a multiple
+    of 512 elements (ggml-cuda `MATRIX_ROW_PADDING`, get_alloc_size: quantized types only)."""
+    return row_size(type_name, 512 - ne0 % 512) if type_block(type_name)[0] > 1 and ne0 % 512 else 0
+
+
+@cache
 def backend_for(device: str) -> Backend:
     if device == HOST:
         return Backend(HOST, 32, host=True)
