@@ -38,6 +38,7 @@ CAN_INPLACE = frozenset({
 })
 
 PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
+ROW_PADDING = 512  # MATRIX_ROW_PADDING (ggml-cuda/common.cuh): CUDA's quantized rows padded to a multiple of it
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,9 @@ class Backend:
 
 def row_padding(type_name: str, ne0: int) -> int:
     """The bytes a row-padding buffer (CUDA's) adds to a quantized tensor whose rows are not a multiple
-    of 512 elements (ggml-cuda `MATRIX_ROW_PADDING`, get_alloc_size: quantized types only)."""
-    return row_size(type_name, 512 - ne0 % 512) if type_block(type_name)[0] > 1 and ne0 % 512 else 0
+    of `ROW_PADDING` elements (ggml-cuda get_alloc_size: quantized types only)."""
+    pad = ROW_PADDING - ne0 % ROW_PADDING
+    return row_size(type_name, pad) if pad < ROW_PADDING and type_block(type_name)[0] > 1 else 0
 
 
 @cache
