@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
-from moeconf.engines.llamaconfig import CACHE_TYPES
+from moeconf.engines.llamaconfig import CACHE_TYPES, FALSE_WORDS, TRUE_WORDS
 from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
@@ -189,8 +189,6 @@ def server_slots(binary: str | None, engine: Engine) -> int | None:
     return None
 
 
-_TRUE = {"on", "enabled", "true", "1"}
-_FALSE = {"off", "disabled", "false", "0"}
 # the variables of the rows that decide a memory setting (engines/options.py)
 _BY_ENV = {o.env: o for o in with_settings() if o.env}
 
@@ -228,9 +226,9 @@ def read_settings(
             values[key] = t
         elif key == "flash_attn":
             low = text.lower()
-            if low in _TRUE:
+            if low in TRUE_WORDS:
                 values[key] = "on"
-            elif low in _FALSE:
+            elif low in FALSE_WORDS:
                 values[key] = "off"
             elif low in ("auto", "-1"):
                 values[key] = "auto"
@@ -247,11 +245,11 @@ def read_settings(
             if k == negated_env(row("-kvo")):
                 values["offload_kqv"] = False
         elif key == "embedding":  # --embedding's and --rerank's when truthy, --pooling's unless none
-            if (v.lower() in _TRUE) if o.value == "switch" else v != "none":
+            if (v.lower() in TRUE_WORDS) if o.value == "switch" else v != "none":
                 values[key] = True
         elif o.value == "switch":  # a switch without a negated form: set when truthy
-            if v in _TRUE or (v in _FALSE and o.negs):
-                values[key] = v in _TRUE
+            if v in TRUE_WORDS or (v in FALSE_WORDS and o.negs):
+                values[key] = v in TRUE_WORDS
         else:
             put(o, v, k)
     words = list(argv)
