@@ -271,8 +271,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     n_ctx, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings, ik=ik, fa=fa)
     # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
     # keeps after the last layer's out_ids and computes logits for; 0 where that is the whole ubatch
-    # (never fewer than the sequences: the token-generation graph has one row per sequence)
-    n_out = min(T, max(settings.n_outputs, settings.n_parallel)) if settings.n_outputs else T
+    n_out = settings.output_rows(T)
     n_out = 0 if n_out >= T else n_out
     rows_out = n_out or T
     # ---

@@ -132,6 +132,11 @@ class MemorySettings:
     # binary (which is not compared either) and the flags
     n_outputs: int = field(default=0, compare=False)
 
+    def output_rows(self, n_tokens: int) -> int:
+        """The rows the worst-case graph of a ubatch of `n_tokens` outputs: `n_outputs`, never fewer than
+        the sequences (one row each), at most the ubatch (all of it where `n_outputs` is 0)."""
+        return min(n_tokens, max(self.n_outputs, self.n_parallel)) if self.n_outputs else n_tokens
+
 
 # llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
 # (common_params_parser_init) defaults n_parallel to -1 for LLAMA_EXAMPLE_SERVER only, and

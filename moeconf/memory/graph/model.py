@@ -313,12 +313,11 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     geo = geometry(inv)
     _, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings)
     n_seq = settings.n_parallel
-    n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     t_graph = -(-T // n_seq) * n_seq  # graph_reserve: a multiple of the sequences (llama-context.cpp)
     # the recurrent layers read the state rows of every sequence kept (llama_memory_recurrent's size)
     n_rs = n_seq if any(la.recurrent for la in geo.layers) else 1
-    return Setup(n_tokens=t_graph, n_outputs=n_out, n_kv=cells, n_kv_swa=swa_cells, n_stream=n_stream, n_seq=n_seq,
-                 n_rs=n_rs,
+    return Setup(n_tokens=t_graph, n_outputs=settings.output_rows(T), n_kv=cells, n_kv_swa=swa_cells,
+                 n_stream=n_stream, n_seq=n_seq, n_rs=n_rs,
                  flash_attn=settings.flash_attn != "off" and traits(inv.arch).flash_attn,  # Grok's
                  fa_auto=settings.flash_attn == "auto",
                  offload_kqv=settings.offload_kqv,
