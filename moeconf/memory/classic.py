@@ -5,6 +5,7 @@ modelled: memory/support.py), where the logits are computed (a tied output's sec
 from __future__ import annotations
 
 from moeconf.engines import HOST
+from moeconf.memory.keys import int_key
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 
@@ -21,5 +22,4 @@ def output_device(placement: Placement) -> str:
 def input_width(inv: Inventory, n_embd: int) -> int:
     """The graph's input embedding width (llama_hparams::n_embd_inp): Qwen3-VL's deepstack adds
     n_embd per deepstack layer (the vision features the first layers add back)."""
-    deep = inv.metadata.hparam("n_deepstack_layers")
-    return n_embd * (1 + (deep if isinstance(deep, int) else 0))
+    return n_embd * (1 + (int_key(inv, "n_deepstack_layers") or 0))

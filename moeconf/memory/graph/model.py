@@ -13,6 +13,7 @@ from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, Memory,
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
+from moeconf.memory.keys import int_key
 from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -278,16 +279,12 @@ def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> i
 
 def facts(inv: Inventory) -> Facts:
     md = inv.metadata
-    gating = md.hparam("expert_gating_func")
-    norm_w = md.hparam("expert_weights_norm")
     ints = {k for k, _ in md.hparams}
     floats = frozenset(k for k in md.arch_keys or ()
                        if k not in ints and k not in md.KEY_ATTRS and k not in md.unit_floats)
-    groups = md.hparam("expert_group_count")
-    used = md.hparam("expert_group_used_count")
-    return Facts(gating=gating if isinstance(gating, int) else None,
-                 norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
-                 groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
+    groups, used = int_key(inv, "expert_group_count"), int_key(inv, "expert_group_used_count")
+    return Facts(gating=int_key(inv, "expert_gating_func"), norm_w=int_key(inv, "expert_weights_norm"), floats=floats,
+                 groups=(groups, used) if groups is not None and used is not None else (0, 0),
                  units=frozenset(md.unit_floats), values=md.float_values,
                  hparams=md.hparams,
                  zeros=frozenset(md.zero_floats))
