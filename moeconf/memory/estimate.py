@@ -27,7 +27,7 @@ from moeconf.memory.archgraph import standard_moe_layers
 from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
-from moeconf.memory.graph.model import graph_compute, graph_computed
+from moeconf.memory.graph.model import graph_compute, graph_computed, layer_devices
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.graph.sched import backend_for, row_padding
 from moeconf.memory.ikmla import computed_weights, effective_mla
@@ -120,30 +120,6 @@ def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
     return tuple((t, ggml.pad(t.nbytes, 32)) for t in inv.tensors)
 
 
-def _layer_devices(placement: Placement) -> dict[int, str]:
-    """Each block's home device (from -ngl/-ts, never from -ot): where its KV cache lives."""
-    defaults = placement.defaults
-    found: list[tuple[int, int, str]] = []  # (the tensor's index, its block, the device)
-    for layer, tensors in _block_tensors(placement.inventory):
-        for i, name in tensors:  # the block's first tensor the engine creates
-            d = defaults.get(name)
-            if d is not None:
-                found.append((i, layer, d))
-                break
-    found.sort()  # in the order of the tensors, as a walk over them finds each block
-    return {layer: d for _, layer, d in found}
-
-
-@per_inventory
-def _block_tensors(inv: Inventory) -> tuple[tuple[int, tuple[tuple[int, str], ...]], ...]:
-    """Each block with its tensors (index in the inventory, name), in inventory order."""
-    out: dict[int, list[tuple[int, str]]] = {}
-    for i, t in enumerate(inv.tensors):
-        if t.layer is not None:
-            out.setdefault(t.layer, []).append((i, t.name))
-    return tuple((layer, tuple(ts)) for layer, ts in out.items())
-
-
 def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int) -> str | None:
     """The home of a block whose tensors the engine skips (an MTP block without -mtp), which none of
     its tensors tells: the engine gives the blocks their devices in order, the output layer's last
@@ -195,7 +171,7 @@ def families_refused(placement: Placement, settings: MemorySettings, gpus: list[
     with `families=False` and finds this empty has what `families=True` gives (on ik, but for its twin's)."""
     ik = placement.engine.name == "ik_llama.cpp"
     if gpus is None and not ik:
-        gpus = sorted(d for d in {*weight_bytes(placement), *_layer_devices(placement).values()} if is_gpu(d))
+        gpus = sorted(d for d in {*weight_bytes(placement), *layer_devices(placement).values()} if is_gpu(d))
     return setting_families.unmodelled_settings(placement, settings, [] if ik or gpus is None else gpus,
                                                 not ik and output_family_checked(placement, settings))
 
@@ -212,7 +188,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     eng = placement.engine
     weights = weight_bytes(placement)
     devices = set(weights) | {HOST}
-    layer_dev = _layer_devices(placement)
+    layer_dev = layer_devices(placement)
     devices |= set(layer_dev.values())
     gpus = sorted(d for d in devices if is_gpu(d))
     notes: list[str] = []
@@ -387,7 +363,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
                               complete=False, kv_known=True)
     # the devices running attention layers: ik's second f32 KQ matrix with flash attention off (memory/
     # ikarchs.py), or the MLA attention's peak (memory/ikmla.py)
-    layer_dev = _layer_devices(placement)
+    layer_dev = layer_devices(placement)
     attn_devs = {where(placement, la.index, ATTN_BASES) or layer_dev.get(la.index, HOST)
                  for la in geo.layers if not la.recurrent}
     kq: dict[str, int] = defaultdict(int)
@@ -479,7 +455,7 @@ def _graph_counts_server_rows(placement: Placement, settings: MemorySettings, ou
     inv = placement.inventory
     if placement.engine.name == "ik_llama.cpp" or pipeline or not fa or not settings.offload_kqv:
         return set()
-    layer_gpus = {d for d in _layer_devices(placement).values() if is_gpu(d)}
+    layer_gpus = {d for d in layer_devices(placement).values() if is_gpu(d)}
     if len(layer_gpus) != 1:
         return set()
     if rec.shape(inv) is not None or kda_shape(inv) is not None:

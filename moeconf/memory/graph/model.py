@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from moeconf.engines import HOST
-from moeconf.memory.classic import input_width
+from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, Memory, traits
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
@@ -16,6 +16,7 @@ from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
 from moeconf.memory.keys import int_key
 from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
+from moeconf.model.percache import per_inventory
 from moeconf.placement import Placement
 
 if TYPE_CHECKING:
@@ -163,6 +164,30 @@ def _unfused(placement: Placement, setup: Setup, g: GraphContext,
     return _build(placement, replace(setup, unfused=off)) if off else (g, backends)
 
 
+def layer_devices(placement: Placement) -> dict[int, str]:
+    """Each block's home device (from -ngl/-ts, never from -ot): where its KV cache lives."""
+    defaults = placement.defaults
+    found: list[tuple[int, int, str]] = []  # (the tensor's index, its block, the device)
+    for layer, tensors in _block_tensors(placement.inventory):
+        for i, name in tensors:  # the block's first tensor the engine creates
+            d = defaults.get(name)
+            if d is not None:
+                found.append((i, layer, d))
+                break
+    found.sort()  # in the order of the tensors, as a walk over them finds each block
+    return {layer: d for _, layer, d in found}
+
+
+@per_inventory
+def _block_tensors(inv: Inventory) -> tuple[tuple[int, tuple[tuple[int, str], ...]], ...]:
+    """Each block with its tensors (index in the inventory, name), in inventory order."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for i, t in enumerate(inv.tensors):
+        if t.layer is not None:
+            out.setdefault(t.layer, []).append((i, t.name))
+    return tuple((layer, tuple(ts)) for layer, ts in out.items())
+
+
 def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend], Facts]:
     """The graph's context before the composition: the weights on their devices, the KV caches on
     their layers', the hyperparameters and settings."""
@@ -172,10 +197,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     geo = geometry(inv)
     layers = [la for la in geo.layers]
     n_layer = len(layers)
-    home: dict[int, str] = {}  # each layer's home device
-    for t in inv.tensors:
-        if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
-            home[t.layer] = placement.defaults[t.name] or HOST
+    home = layer_devices(placement)
     # the GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns layers to
     # devices in order), then any device only an override names
     gpus = dict.fromkeys(d for d in [*(home[il] for il in sorted(home)), *placement.devices.values()]
@@ -198,7 +220,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         by_name["rope_freqs.weight"] = by_name["rope_factors_long.weight" if long else "rope_factors_short.weight"]
     if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
         emb = inv.by_name["token_embd.weight"]
-        dev = placement.tied_output() or placement.devices.get("token_embd.weight") or HOST
+        dev = output_device(placement)
         by_name["output.weight"] = ctx.weight("token_embd.weight", emb.type.upper(), emb.shape, dev)
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
