@@ -296,12 +296,12 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # expert tensor left in host memory; FA with a quantized cache converts K and V to f16
             host_experts = [t.nbytes for t in inv.tensors
                             if t.role == "experts" and placement.devices[t.name] == HOST]
-            if host_experts and T >= 32 and settings.op_offload and not by_graph:  # (the graph has it)
+            offloads = settings.op_offload and 0 < backend_for(d).offload_batch <= T  # (CUDA's batch of 32)
+            if host_experts and offloads and not by_graph:  # (the graph has it)
                 compute[d] += max(host_experts)
                 estimated_terms[d].append("compute: op-offload copy of the largest CPU expert tensor")
-            elif by_graph and T >= 32 and settings.op_offload and any(v == HOST for v in placement.devices.values()):
-                # the graph takes them from ggml_backend_sched's op offload (CUDA's batch of 32): modelled,
-                # not measured on a CUDA device
+            elif by_graph and offloads and any(v == HOST for v in placement.devices.values()):
+                # the graph takes them from ggml_backend_sched's op offload: modelled, not measured on a CUDA device
                 estimated_terms[d].append("compute: op-offload copies of host weights (CUDA's op offload)")
             if fa and (is_quantized(ctk) or is_quantized(ctv)):
                 per_layer = max((la.n_head_kv * (la.head_k + la.head_v) for la in geo.layers), default=0)
