@@ -23,13 +23,12 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from moeconf.engines import Engine
+from moeconf.engines import Engine, ik
 from moeconf.engines.argvread import named_options
-from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.engines.options import IK_NO_FA
 from moeconf.memory.geometry import per_layer
 from moeconf.memory.ikmla import IK_PR_AMB_256
-from moeconf.memory.settings import IK_ONLY_CACHE_TYPES, Q8_KV, cache_block
+from moeconf.memory.settings import Q8_KV, cache_block, read_cache_type
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 
@@ -153,8 +152,8 @@ def read_ik_split_settings(argv: Sequence[str], env: Mapping[str, str] | None = 
     out: dict[str, object] = {}
     for key, text in values.items():
         if key in ("cache_type_k", "cache_type_v"):
-            t = text.lower() if text.lower() == Q8_KV else text
-            if t not in CACHE_TYPES and t not in IK_ONLY_CACHE_TYPES and t != Q8_KV:
+            t = read_cache_type(text, ik())
+            if t is None:
                 return f"cache type {text!r} is not one ik_llama.cpp accepts"
             out[key] = t
         elif key == "flash_attn":

@@ -215,7 +215,7 @@ class Row:
         """Bytes the host reads from RAM per generated token (weights, experts, KV and state there)."""
         if self.traffic is None:
             return None
-        from moeconf.traffic import HOST
+        from moeconf.engines import HOST
 
         r = self.traffic.reads.get(HOST)
         return r.total if r is not None else 0

@@ -32,8 +32,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from moeconf.engines import HOST
 from moeconf.machine import GPU, Machine, number
-from moeconf.traffic import HOST, PAD, Traffic
+from moeconf.traffic import PAD, Traffic
 
 if TYPE_CHECKING:
     from moeconf.memory.settings import MemorySettings

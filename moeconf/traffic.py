@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import moeconf.memory.recurrent as rec
+from moeconf.engines import HOST
 from moeconf.memory.geometry import geometry
 from moeconf.memory.graph.archs import COMPOSITIONS, traits
 from moeconf.memory.graph.ggml import INPUT, VIEW_OPS, Tensor, nbytes, nelements
@@ -54,7 +55,6 @@ from moeconf.memory.kvcache import kv_bytes
 from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement
 
-HOST = "CPU"
 PAD = 256  # llama_kv_cache::get_n_kv: the cells a graph views, in multiples of 256
 ROUTED_OPS = frozenset({"MUL_MAT_ID", "ADD_ID"})
 

@@ -148,6 +148,14 @@ def test_unpredictable_settings_say_why(flags: list[str], why: str) -> None:
     assert isinstance(got, str) and why in got
 
 
+def test_cache_types_are_read_as_ik_reads_them_for_its_estimate() -> None:
+    """The split's reader takes ik's cache types as the memory settings do (settings.read_cache_type): its
+    own q6_0 and q8_KV (any letter case) beside llama.cpp's; a type no engine has is refused."""
+    got = read_ik_split_settings(["-ctk", "Q8_kv", "-ctv", "q6_0"])
+    assert isinstance(got, IkSplitSettings) and (got.cache_type_k, got.cache_type_v) == ("q8_kv", "q6_0")
+    assert isinstance(read_ik_split_settings(["-ctv", "q8_KVX"]), str)
+
+
 def test_explain_shows_the_predicted_split(tiny: dict[str, Inventory]) -> None:
     inv = tiny["tiny-qwen3moe"]
     ex = explain(inv, IK015, ["-ngl", "999", "-ts", "1,3", "-c", "256"], gpus=GPUS)

@@ -149,6 +149,10 @@ def test_unknown_cache_type_is_a_problem(models: dict[str, Inventory]) -> None:
     est = mem(models["qwen3-30b-a3b"], ["-ctk", "q6_0"])
     assert any("does not accept cache type 'q6_0'" in p for p in est.problems)
     assert not mem(models["qwen3-30b-a3b"], ["-ctk", "q6_0"], eng="ik_llama.cpp").problems
+    # ik's q8_KV in any letter case, on ik only
+    assert not mem(models["qwen3-30b-a3b"], ["-ctv", "Q8_kv"], eng="ik_llama.cpp").problems
+    on_mainline = mem(models["qwen3-30b-a3b"], ["-ctv", "q8_KV"]).problems
+    assert any("does not accept cache type 'q8_KV'" in p for p in on_mainline)
 
 
 def test_version_1_manifest_warns_and_gives_weights_only(models: dict[str, Inventory], tmp_path: Path) -> None:
@@ -312,3 +316,14 @@ def test_host_compute_with_experts_on_the_cpu_is_replayed(models: dict[str, Inve
 def test_qwen3_gpus_are_replayed(models: dict[str, Inventory], argv: list[str], mib: dict[str, float]) -> None:
     est = mem(models["qwen3-30b-a3b"], ["--rpc", ",".join(mib), *argv], gpus=())
     assert {ep: round(est.devices[f"RPC0[{ep}]"].compute / MiB, 2) for ep in mib} == mib
+
+
+@pytest.mark.parametrize(("ub", "offloads"), [("31", False), ("32", True)])
+def test_cuda_op_offload_term_from_its_batch(models: dict[str, Inventory], ub: str, offloads: bool) -> None:
+    """CUDA offloads host weights' ops from a batch of 32 (graph/sched.py `backend_for`): the estimated
+    term appears from -ub 32 on, not below, and never with --no-op-offload."""
+    argv = ["-ngl", "999", "-ot", "exps=CPU", "-ub", ub, "-b", ub]
+    terms = mem(models["qwen3-30b-a3b"], argv).devices["CUDA0"].estimated
+    assert any("op-offload" in t for t in terms) == offloads, terms
+    no_offload = mem(models["qwen3-30b-a3b"], [*argv, "--no-op-offload"]).devices["CUDA0"].estimated
+    assert not any("op-offload" in t for t in no_offload)

@@ -44,6 +44,25 @@ def test_every_architecture_modelled_on_llama_cpp_takes_its_compute_from_the_gra
     assert {a for a, spec in MODELLED.items() if "llama.cpp" in spec.engines} <= GRAPH_COMPUTE
 
 
+def test_the_listed_architectures_are_the_replayed_compositions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which architectures are modelled is the compositions' `MEMORY` (memory/graph/archs): support's own
+    entries give only the keys and engines of those whose composition replaced an older replay. An entry for
+    an architecture with no such composition models nothing; a composition without an entry is refused."""
+    from moeconf.memory import support
+    from moeconf.memory.graph.archs import Lazy
+    from moeconf.memory.graph.model import GRAPH_COMPUTE, GRAPH_MODELLED
+
+    assert set(support._LISTED) == set(GRAPH_COMPUTE) - set(GRAPH_MODELLED)
+    assert set(MODELLED) == set(GRAPH_COMPUTE)
+    # a listed architecture with no composition behind it (a stale entry) is not modelled
+    monkeypatch.setitem(support._LISTED, "nomic-bert-moe", support._LISTED["qwen3moe"])
+    fresh = Lazy(support._modelled, lambda: list(GRAPH_COMPUTE))
+    assert "nomic-bert-moe" not in fresh and "nomic-bert-moe" not in set(fresh)
+    # a replayed composition whose entry is gone is refused, not modelled with no keys
+    monkeypatch.delitem(support._LISTED, "dots1")
+    assert "dots1" not in Lazy(support._modelled, lambda: list(GRAPH_COMPUTE))
+
+
 @pytest.mark.parametrize("path", sorted(MODELS.glob("*.manifest.json")), ids=lambda p: p.name)
 @pytest.mark.parametrize("eng", ["llama.cpp", "ik_llama.cpp"])
 def test_shipped_models_are_modelled(path: Path, eng: str) -> None:

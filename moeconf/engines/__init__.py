@@ -19,6 +19,9 @@ EngineName = Literal["llama.cpp", "ik_llama.cpp"]
 # which GPU is not knowable from the files, so it is never the target of a compiled rule.
 AUTO_GPU: Final = "GPU(auto)"
 
+# The engines' name for the host (system memory and its CPU backend) in `-ot` rules and buffer names.
+HOST: Final = "CPU"
+
 # Newest mainline build these facts were read from; a plan without a version targets it: the
 # pinned llama-cpp-python 0.3.36 vendors ggml-org/llama.cpp 0c1e57098 (its CHANGELOG.md), release
 # b11312 of 2026-10-01 (the package carries no build number: b11312 is that commit's release tag).

@@ -89,11 +89,12 @@ MEMORY: Final = frozenset({"-c", "-b", "-ub", "-ctk", "-ctv", "-fa", "-np", "-kv
                            "--swa-full"})
 # the KV cache types -ctk/-ctv accept (common/arg.cpp kv_cache_types)
 CACHE_TYPES: Final = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-_TRUE = ("on", "enabled", "true", "1")
-_FALSE = ("off", "disabled", "false", "0")
+# the words common/arg.cpp reads as true and as false (common_arg_utils::is_truthy, is_falsey)
+TRUE_WORDS: Final = ("on", "enabled", "true", "1")
+FALSE_WORDS: Final = ("off", "disabled", "false", "0")
 # values common/arg.cpp's handlers accept (anything else stops the program)
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
-    "-fa": (*_TRUE, *_FALSE, "auto", "-1"), "-fit": (*_TRUE, *_FALSE),
+    "-fa": (*TRUE_WORDS, *FALSE_WORDS, "auto", "-1"), "-fit": (*TRUE_WORDS, *FALSE_WORDS),
     "-sm": ("none", "layer", "row", "tensor"),
     "-ctk": CACHE_TYPES,
 }
@@ -478,7 +479,7 @@ def _handler_value(opt: Option, e: Entry, binary: str | None) -> str:
                             "the file stops", path=e.path, line=e.line, column=e.value_column)
 
     if opt.kind == "bool":
-        truthy = e.value in _TRUE
+        truthy = e.value in TRUE_WORDS
         if e.key in (n.lstrip("-") for n in opt.negs):
             truthy = not truthy  # preset.cpp parse_bool_arg: a negative name reverses
         return "true" if truthy else "false"

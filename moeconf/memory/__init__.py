@@ -4,7 +4,8 @@ Placement and settings, never an Explanation (`moeconf.sizing` joins the two).""
 
 from __future__ import annotations
 
-from moeconf.memory.estimate import HOST, DeviceMemory, MemoryEstimate, estimate, pipeline_parallel, weight_bytes
+from moeconf.engines import HOST
+from moeconf.memory.estimate import DeviceMemory, MemoryEstimate, estimate, pipeline_parallel, weight_bytes
 from moeconf.memory.settings import DEFAULT_RESERVE, MemorySettings, cache_types, parse_size, read_settings
 
 __all__ = [

@@ -1,16 +1,13 @@
-"""Memory facts of the "classic" MoE architectures beyond the first five (issue 17): which are
-modelled (`CLASSIC_MODELLED`), where the logits are computed (a tied output's second copy of
-`token_embd`, engines/tied.py), the graph's input width, and whether the engine's graph gives the
-compute."""
+"""Memory facts of the "classic" MoE architectures beyond the first five (issue 17; which are
+modelled: memory/support.py), where the logits are computed (a tied output's second copy of
+`token_embd`, engines/tied.py) and the graph's input width."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED
-from moeconf.memory.graph.model import GRAPH_COMPUTE
+from moeconf.engines import HOST
+from moeconf.memory.keys import int_key
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
-
-HOST = "CPU"
 
 
 def output_device(placement: Placement) -> str:
@@ -22,30 +19,7 @@ def output_device(placement: Placement) -> str:
     return placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
 
 
-_MAINLINE = frozenset({"llama.cpp"})
-
-# architectures whose memory is modelled (added to support.MODELLED): the `{arch}.*` keys read
-# beyond support.NO_MEMORY_EFFECT, the engines, and what they were checked against
-CLASSIC_MODELLED: dict[str, tuple[frozenset[str], frozenset[str], str]] = {
-    "ernie4_5-moe": (frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}), _MAINLINE,
-                     CHECKED + " (ERNIE-4.5-21B-A3B)"),
-    "bailingmoe2": (frozenset({"leading_dense_block_count", "nextn_predict_layers", "expert_group_count",
-                               "expert_group_used_count"}), _MAINLINE,
-                    CHECKED + " (Ling-mini-2.0)"),
-    "dots1": (frozenset({"leading_dense_block_count"}), _MAINLINE, CHECKED + " (dots.llm1)"),
-    "qwen3vlmoe": (frozenset({"n_deepstack_layers", "rope.dimension_sections"}), _MAINLINE,
-                   CHECKED + " (Qwen3-VL-30B-A3B)"),
-    "hunyuan-moe": (frozenset(), _MAINLINE, CHECKED + " (Hunyuan-A13B)"),
-}
-
-
 def input_width(inv: Inventory, n_embd: int) -> int:
     """The graph's input embedding width (llama_hparams::n_embd_inp): Qwen3-VL's deepstack adds
     n_embd per deepstack layer (the vision features the first layers add back)."""
-    deep = inv.metadata.hparam("n_deepstack_layers")
-    return n_embd * (1 + (deep if isinstance(deep, int) else 0))
-
-
-def graph_computed(placement: Placement) -> bool:
-    """Whether `estimate` takes every compute buffer from the engine's graph (memory/graph): llama.cpp's."""
-    return placement.inventory.arch in GRAPH_COMPUTE and placement.engine.name == "llama.cpp"
+    return n_embd * (1 + (int_key(inv, "n_deepstack_layers") or 0))

@@ -13,6 +13,7 @@ The caches take the K type; the states keep one plane per sequence (no rollback 
 
 from __future__ import annotations
 
+from moeconf.memory.keys import int_key
 from moeconf.memory.settings import cache_row_bytes
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
@@ -41,8 +42,7 @@ def layer_bytes(inv: Inventory, il: int, head_k: int, cells: int, n_seq: int, ct
     rows = ggml.pad(max(1, -(-cells // ratio)), 256) * n_seq
     size = cache_row_bytes(ctk, head_k) * rows
     if ratio == CSA:
-        idx = inv.metadata.hparam("attention.indexer.key_length")
-        width = idx if isinstance(idx, int) else 0
+        width = int_key(inv, "attention.indexer.key_length") or 0
         size += cache_row_bytes(ctk, width) * rows
         size += 2 * 4 * (2 * head_k) * (2 * CSA) * n_seq + 2 * 4 * (2 * width) * (2 * CSA) * n_seq
     else:

@@ -20,19 +20,16 @@ import moeconf.memory.families as setting_families
 import moeconf.memory.ikarchs as ikarchs
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as rec
-from moeconf.engines import AUTO_GPU, Engine, mainline
+from moeconf.engines import AUTO_GPU, HOST, Engine, mainline
 from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import standard_moe_layers
-from moeconf.memory.classic import (
-    graph_computed,
-    input_width,
-    output_device,
-)
+from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
-from moeconf.memory.graph.model import graph_compute
+from moeconf.memory.graph.model import graph_compute, graph_computed, layer_devices
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
+from moeconf.memory.graph.sched import backend_for, row_padding
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import context_cells, kv_bytes
 from moeconf.memory.phase import ATTN_BASES, kda_shape, phase_compute, where
@@ -45,10 +42,7 @@ from moeconf.model.percache import per_inventory
 from moeconf.placement import Placement
 
 MiB = 1024 * 1024
-HOST = "CPU"
 
-_CUDA_MATRIX_ROW_PADDING = 512
-_PADDED = ("CUDA", "ROCm", "MUSA")  # the backends whose buffers pad quantized rows (128-aligned)
 _AUTO_GPU_NOTE = (f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts to see each "
                   "GPU's share")
 
@@ -99,16 +93,10 @@ def is_gpu(device: str) -> bool:
 
 def alloc_size(t: Tensor, device: str) -> int:
     """A tensor's size in `device`'s model buffer: rounded up to the buffer's alignment, with
-    CUDA's padding of quantized rows whose width is not a multiple of 512 (`MATRIX_ROW_PADDING`).
-    RPC servers are taken as CPU backends (no padding)."""
-    size = t.nbytes
-    align = 32
-    if device.startswith(_PADDED):
-        align = 128
-        block, bsize = ggml.quant_sizes()[ggml.type_ids()[t.type]]
-        if block > 1 and t.shape[0] % _CUDA_MATRIX_ROW_PADDING:
-            size += (_CUDA_MATRIX_ROW_PADDING - t.shape[0] % _CUDA_MATRIX_ROW_PADDING) // block * bsize
-    return ggml.pad(size, align)
+    CUDA's padding of quantized rows whose width is not a multiple of 512 (the scheduler's backend
+    of the device, graph/sched.py `backend_for`). RPC servers are taken as CPU backends (no padding)."""
+    b = backend_for(device)
+    return ggml.pad(t.nbytes + (row_padding(t.type, t.shape[0]) if b.pads_rows else 0), b.alignment)
 
 
 def weight_bytes(placement: Placement) -> dict[str, int]:
@@ -118,7 +106,7 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
     for t, size32 in _host_sizes(placement.inventory):
         dev = devices[t.name]
         if dev is not None:  # a buffer that pads rows (CUDA's), else 32-aligned
-            out[dev] += alloc_size(t, dev) if dev.startswith(_PADDED) else size32
+            out[dev] += alloc_size(t, dev) if backend_for(dev).pads_rows else size32
     # a tied output's second copy of token_embd (memory/classic.py)
     tied = placement.tied_output()
     if tied is not None:
@@ -130,30 +118,6 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
 def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
     """Each tensor with its size in a 32-aligned buffer (CPU, RPC)."""
     return tuple((t, ggml.pad(t.nbytes, 32)) for t in inv.tensors)
-
-
-def _layer_devices(placement: Placement) -> dict[int, str]:
-    """Each block's home device (from -ngl/-ts, never from -ot): where its KV cache lives."""
-    defaults = placement.defaults
-    found: list[tuple[int, int, str]] = []  # (the tensor's index, its block, the device)
-    for layer, tensors in _block_tensors(placement.inventory):
-        for i, name in tensors:  # the block's first tensor the engine creates
-            d = defaults.get(name)
-            if d is not None:
-                found.append((i, layer, d))
-                break
-    found.sort()  # in the order of the tensors, as a walk over them finds each block
-    return {layer: d for _, layer, d in found}
-
-
-@per_inventory
-def _block_tensors(inv: Inventory) -> tuple[tuple[int, tuple[tuple[int, str], ...]], ...]:
-    """Each block with its tensors (index in the inventory, name), in inventory order."""
-    out: dict[int, list[tuple[int, str]]] = {}
-    for i, t in enumerate(inv.tensors):
-        if t.layer is not None:
-            out.setdefault(t.layer, []).append((i, t.name))
-    return tuple((layer, tuple(ts)) for layer, ts in out.items())
 
 
 def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int) -> str | None:
@@ -207,7 +171,7 @@ def families_refused(placement: Placement, settings: MemorySettings, gpus: list[
     with `families=False` and finds this empty has what `families=True` gives (on ik, but for its twin's)."""
     ik = placement.engine.name == "ik_llama.cpp"
     if gpus is None and not ik:
-        gpus = sorted(d for d in {*weight_bytes(placement), *_layer_devices(placement).values()} if is_gpu(d))
+        gpus = sorted(d for d in {*weight_bytes(placement), *layer_devices(placement).values()} if is_gpu(d))
     return setting_families.unmodelled_settings(placement, settings, [] if ik or gpus is None else gpus,
                                                 not ik and output_family_checked(placement, settings))
 
@@ -224,7 +188,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     eng = placement.engine
     weights = weight_bytes(placement)
     devices = set(weights) | {HOST}
-    layer_dev = _layer_devices(placement)
+    layer_dev = layer_devices(placement)
     devices |= set(layer_dev.values())
     gpus = sorted(d for d in devices if is_gpu(d))
     notes: list[str] = []
@@ -283,8 +247,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     n_ctx, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings, ik=ik, fa=fa)
     # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
     # keeps after the last layer's out_ids and computes logits for; 0 where that is the whole ubatch
-    # (never fewer than the sequences: the token-generation graph has one row per sequence)
-    n_out = min(T, max(settings.n_outputs, settings.n_parallel)) if settings.n_outputs else T
+    n_out = settings.output_rows(T)
     n_out = 0 if n_out >= T else n_out
     rows_out = n_out or T
     # ---
@@ -333,12 +296,12 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             # expert tensor left in host memory; FA with a quantized cache converts K and V to f16
             host_experts = [t.nbytes for t in inv.tensors
                             if t.role == "experts" and placement.devices[t.name] == HOST]
-            if host_experts and T >= 32 and settings.op_offload and not by_graph:  # (the graph has it)
+            offloads = settings.op_offload and 0 < backend_for(d).offload_batch <= T  # (CUDA's batch of 32)
+            if host_experts and offloads and not by_graph:  # (the graph has it)
                 compute[d] += max(host_experts)
                 estimated_terms[d].append("compute: op-offload copy of the largest CPU expert tensor")
-            elif by_graph and T >= 32 and settings.op_offload and any(v == HOST for v in placement.devices.values()):
-                # the graph takes them from ggml_backend_sched's op offload (CUDA's batch of 32): modelled,
-                # not measured on a CUDA device
+            elif by_graph and offloads and any(v == HOST for v in placement.devices.values()):
+                # the graph takes them from ggml_backend_sched's op offload: modelled, not measured on a CUDA device
                 estimated_terms[d].append("compute: op-offload copies of host weights (CUDA's op offload)")
             if fa and (is_quantized(ctk) or is_quantized(ctv)):
                 per_layer = max((la.n_head_kv * (la.head_k + la.head_v) for la in geo.layers), default=0)
@@ -400,7 +363,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
                               complete=False, kv_known=True)
     # the devices running attention layers: ik's second f32 KQ matrix with flash attention off (memory/
     # ikarchs.py), or the MLA attention's peak (memory/ikmla.py)
-    layer_dev = _layer_devices(placement)
+    layer_dev = layer_devices(placement)
     attn_devs = {where(placement, la.index, ATTN_BASES) or layer_dev.get(la.index, HOST)
                  for la in geo.layers if not la.recurrent}
     kq: dict[str, int] = defaultdict(int)
@@ -492,7 +455,7 @@ def _graph_counts_server_rows(placement: Placement, settings: MemorySettings, ou
     inv = placement.inventory
     if placement.engine.name == "ik_llama.cpp" or pipeline or not fa or not settings.offload_kqv:
         return set()
-    layer_gpus = {d for d in _layer_devices(placement).values() if is_gpu(d)}
+    layer_gpus = {d for d in layer_devices(placement).values() if is_gpu(d)}
     if len(layer_gpus) != 1:
         return set()
     if rec.shape(inv) is not None or kda_shape(inv) is not None:

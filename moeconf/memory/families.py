@@ -29,7 +29,8 @@ from __future__ import annotations
 import moeconf.memory.extrafiles as extrafiles
 import moeconf.memory.kvoverride as kvoverride
 import moeconf.memory.speculative as spec
-from moeconf.memory.classic import HOST, output_device
+from moeconf.engines import HOST
+from moeconf.memory.classic import output_device
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from moeconf.memory.graph.archs import traits
+from moeconf.memory.keys import int_key
 from moeconf.memory.recurrent import recurrent_layers
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
@@ -104,9 +105,8 @@ def geometry(inv: Inventory) -> Geometry:
     # head widths (attention.key_length_swa / value_length_swa: llama-model.cpp reads them for every
     # architecture, the full layers' widths where absent; dots3note's windowed latent rows)
     heads = md.hparam("attention.head_count")
-    k_swa, v_swa = md.hparam("attention.key_length_swa"), md.hparam("attention.value_length_swa")
-    head_k_swa = k_swa if isinstance(k_swa, int) and k_swa else head_k
-    head_v_swa = v_swa if isinstance(v_swa, int) and v_swa else head_v
+    head_k_swa = int_key(inv, "attention.key_length_swa") or head_k
+    head_v_swa = int_key(inv, "attention.value_length_swa") or head_v
     layers = []
     nextn_kv = []
     for il in range(md.block_count):

@@ -45,23 +45,22 @@ from typing import Final
 
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as _recurrent
-from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.memory.indexer import DSA_KEYS
-from moeconf.memory.keys import MLA_KEYS, SOFTCAPPING, int_key
+from moeconf.memory.keys import MLA_KEYS, int_key
 from moeconf.model.inventory import Inventory
 
 ENGINE: Final = "ik_llama.cpp"
 
 
-# architecture -> the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) whose effect on ik's
-# weights and KV cache is modelled; compute is not modelled for any of them on ik
-KV_ONLY: Final[dict[str, frozenset[str]]] = {
+# the architectures whose weights and KV cache on ik are modelled here (compute is not modelled for any
+# of them on ik), each reading the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) its llama.cpp memory
+# model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
+KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
+                            "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe"})
+_IK_KEYS: Final[dict[str, frozenset[str]]] = {
     "qwen35moe": _recurrent.KEYS,
     "qwen3next": _recurrent.KEYS,
     "glm-dsa": MLA_KEYS | DSA_KEYS,
-    "minimax-m2": frozenset(),
-    "grok": SOFTCAPPING,  # (flash attention forced off: the KV padding follows)
-    **{arch: spec[0] for arch, spec in CLASSIC_MODELLED.items()},
 }
 
 
@@ -164,12 +163,12 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
 _IK_DELTA_NET: Final[dict[str, tuple[int | None, bool]]] = {"qwen3next": (4, True), "qwen35moe": (None, False)}
 
 
-def unmodelled(inv: Inventory, no_memory_effect: Iterable[str]) -> list[str]:
+def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozenset[str]) -> list[str]:
     """Why this model's weights and KV on ik_llama.cpp are not modelled (empty: they are): a key
-    moeconf does not read for it on ik, or a layer map or state ik reads differently from the
-    file's keys (see the module's notes)."""
+    moeconf does not read for it on ik (those its llama.cpp model reads, `mainline`, unless ik reads
+    others), or a layer map or state ik reads differently from the file's keys (see the module's notes)."""
     arch = inv.arch
-    known = set(no_memory_effect) | KV_ONLY[arch]
+    known = set(no_memory_effect) | _IK_KEYS.get(arch, mainline)
     keys = inv.metadata.arch_keys or ()
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
            for k in keys if k not in known]

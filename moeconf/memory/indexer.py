@@ -36,14 +36,11 @@ def indexer_width(inv: Inventory) -> int:
     kind = traits(inv.arch).indexer
     if not kind:
         return 0
-    width = inv.metadata.hparam("attention.indexer.key_length")
-    if not isinstance(width, int):
-        return 0
+    width = int_key(inv, "attention.indexer.key_length") or 0
     # --- glm5-next: the row caches key | gate | pooled key (src/llama-memory-hybrid-idx.cpp, the
     # constructor: n_embd_head_k_full = key_length * 3 when attention.indexer.kpool > 0)
     if kind == "kpool":
-        kpool = inv.metadata.hparam("attention.indexer.kpool")
-        return 3 * width if isinstance(kpool, int) and kpool > 0 else width
+        return 3 * width if (int_key(inv, "attention.indexer.kpool") or 0) > 0 else width
     # ---
     return width
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from functools import cache
 
 import moeconf.memory.recurrent as rec
+from moeconf.engines import HOST
 from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.geometry import Geometry
 from moeconf.memory.graph.archs import traits
@@ -22,7 +23,6 @@ from moeconf.memory.settings import MemorySettings, cache_row_bytes
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 
-HOST = "CPU"
 PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
 
 ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_output")

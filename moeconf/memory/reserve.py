@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from moeconf.memory.graph.sched import ROW_PADDING
 from moeconf.memory.settings import DEFAULT_RESERVE, MiB
 from moeconf.model import ggml
 
@@ -49,7 +50,6 @@ MMQ_TYPES = frozenset({
     "IQ1_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL", "MXFP4", "NVFP4",
 })
 _FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
-_ROW_PADDING = 512  # MATRIX_ROW_PADDING (ggml-cuda/common.cuh)
 _Q8_1_MMQ = (144, 128)  # block_q8_1_mmq: 144 bytes per 128 values (mmq.cuh)
 _J_MAX = 512  # ggml_cuda_mmq_get_J_max caps the tile at 512 columns: that many extra q8_1 blocks
 _FIXUP_PER_SM = 128 * 128 * 4  # stream-k fixup: one I x J f32 tile per block; I, J <= 128 on NVIDIA
@@ -125,7 +125,7 @@ def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool 
         return 0  # cuBLAS's sgemm reads the weight and the f32 activations in place
     quantized = t.type not in _FLOAT_TYPES
     if quantized and mmq and t.type in MMQ_TYPES:
-        q8 = r * ggml.pad(k_in, _ROW_PADDING) * _Q8_1_MMQ[0] // _Q8_1_MMQ[1] + _J_MAX * _Q8_1_MMQ[0]
+        q8 = r * ggml.pad(k_in, ROW_PADDING) * _Q8_1_MMQ[0] // _Q8_1_MMQ[1] + _J_MAX * _Q8_1_MMQ[0]
         ids = 2 * r * 4 + (t.shape[2] + 1) * 4 if expert else 0
         return q8 + ids + n_sm * _FIXUP_PER_SM
     # cuBLAS (ggml_cuda_mul_mat_cublas_impl): a quantized weight dequantized to f16 (one expert's

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import moeconf.memory.recurrent as rec
-from moeconf.memory.settings import MiB, cache_row_bytes
+from moeconf.memory.settings import SERVER_BINARIES, MiB, cache_row_bytes
 
 if TYPE_CHECKING:
     from moeconf.engines import Engine
@@ -50,7 +50,6 @@ PROMPT_CACHE_DEFAULT_MIB: Final = 8192
 # b6685 only sliding-window models made them (PR #15293, --swa-checkpoints)
 CHECKPOINT_DEFAULTS: Final = ((6173, 3), (6685, 3), (6724, 8), (8232, 32))
 RECURRENT_CHECKPOINTS_SINCE: Final = 6685
-SERVER: Final = "llama-server"
 
 
 @dataclass(frozen=True)
@@ -148,7 +147,8 @@ def checkpoint(inv: Inventory, geo: Geometry, settings: MemorySettings, build: i
 def server_caches(inv: Inventory, geo: Geometry, settings: MemorySettings, eng: Engine) -> ServerCaches | None:
     """llama-server's host caches for this command line; None for any other binary (or none
     given: `explain` without a binary), or a build without them."""
-    if settings.binary != SERVER:
+    binary = settings.binary
+    if binary is None or binary not in SERVER_BINARIES:
         return None
     ik = eng.name == "ik_llama.cpp"
     if not ik and (eng.build or 0) < CHECKPOINT_DEFAULTS[0][0]:  # the first of the two (b6173 < b6724)
@@ -165,5 +165,5 @@ def server_caches(inv: Inventory, geo: Geometry, settings: MemorySettings, eng: 
         size, what = checkpoint(inv, geo, settings, eng.build)
         if not size:
             n_ckpt = 0
-    return ServerCaches(SERVER, prompt, given is not None, max(1, settings.n_parallel), n_ckpt,
+    return ServerCaches(binary, prompt, given is not None, max(1, settings.n_parallel), n_ckpt,
                         settings.ctx_checkpoints is not None, size, what)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
-from moeconf.engines.llamaconfig import CACHE_TYPES
+from moeconf.engines.llamaconfig import CACHE_TYPES, FALSE_WORDS, TRUE_WORDS
 from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
@@ -57,6 +57,13 @@ MAX_SIZE = 2**60  # 1 EiB: a size moeconf accepts is below it (no machine's memo
 def cache_types(engine: Engine) -> tuple[str, ...]:
     """The KV cache types `engine`'s -ctk/-ctv accept."""
     return (*CACHE_TYPES, *IK_ONLY_CACHE_TYPES, Q8_KV) if engine.name == "ik_llama.cpp" else CACHE_TYPES
+
+
+def read_cache_type(text: str, engine: Engine) -> str | None:
+    """A -ctk/-ctv value as `engine` reads it (ik's q8_KV in any letter case, as `Q8_KV`);
+    None where `engine` does not accept it."""
+    t = text.lower() if text.lower() == Q8_KV else text
+    return t if t in cache_types(engine) else None
 
 
 def cache_block(cache_type: str) -> tuple[int, int]:
@@ -125,6 +132,11 @@ class MemorySettings:
     # binary (which is not compared either) and the flags
     n_outputs: int = field(default=0, compare=False)
 
+    def output_rows(self, n_tokens: int) -> int:
+        """The rows the worst-case graph of a ubatch of `n_tokens` outputs: `n_outputs`, never fewer than
+        the sequences (one row each), at most the ubatch (all of it where `n_outputs` is 0)."""
+        return min(n_tokens, max(self.n_outputs, self.n_parallel)) if self.n_outputs else n_tokens
+
 
 # llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
 # (common_params_parser_init) defaults n_parallel to -1 for LLAMA_EXAMPLE_SERVER only, and
@@ -182,8 +194,6 @@ def server_slots(binary: str | None, engine: Engine) -> int | None:
     return None
 
 
-_TRUE = {"on", "enabled", "true", "1"}
-_FALSE = {"off", "disabled", "false", "0"}
 # the variables of the rows that decide a memory setting (engines/options.py)
 _BY_ENV = {o.env: o for o in with_settings() if o.env}
 
@@ -197,7 +207,6 @@ def read_settings(
     one, else `binary` (the binary the command line will run, when known apart from argv)."""
     values: dict[str, object] = {}
     problems: list[str] = []
-    accepted = cache_types(engine)
 
     def put(o: EngineOption, text: str, where: str) -> None:
         key = o.setting
@@ -214,17 +223,17 @@ def read_settings(
             else:
                 values[key] = n
         elif key in ("cache_type_k", "cache_type_v"):
-            t = text.lower() if text.lower() == Q8_KV else text
-            if t not in accepted:
+            t = read_cache_type(text, engine)
+            if t is None:
                 problems.append(f"{where}: {engine.label} does not accept cache type {text!r} "
-                                f"(allowed: {', '.join(accepted)})")
+                                f"(allowed: {', '.join(cache_types(engine))})")
                 return
             values[key] = t
         elif key == "flash_attn":
             low = text.lower()
-            if low in _TRUE:
+            if low in TRUE_WORDS:
                 values[key] = "on"
-            elif low in _FALSE:
+            elif low in FALSE_WORDS:
                 values[key] = "off"
             elif low in ("auto", "-1"):
                 values[key] = "auto"
@@ -241,11 +250,11 @@ def read_settings(
             if k == negated_env(row("-kvo")):
                 values["offload_kqv"] = False
         elif key == "embedding":  # --embedding's and --rerank's when truthy, --pooling's unless none
-            if (v.lower() in _TRUE) if o.value == "switch" else v != "none":
+            if (v.lower() in TRUE_WORDS) if o.value == "switch" else v != "none":
                 values[key] = True
         elif o.value == "switch":  # a switch without a negated form: set when truthy
-            if v in _TRUE or (v in _FALSE and o.negs):
-                values[key] = v in _TRUE
+            if v in TRUE_WORDS or (v in FALSE_WORDS and o.negs):
+                values[key] = v in TRUE_WORDS
         else:
             put(o, v, k)
     words = list(argv)

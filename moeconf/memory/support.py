@@ -12,8 +12,10 @@ output would otherwise be silently left out.
 
 Adding an architecture: model what its memory classes allocate (`llama-memory-*.cpp`, its
 `src/models/<arch>.cpp` graph), check it against `llama-fit-params -fitp on` on a sparse
-full-size layout of a real model (tests/engine/test_memory_oracle.py), then list it here with
-the keys its loader reads that the model handles."""
+full-size layout of a real model (tests/engine/test_memory_oracle.py), then give its composition a
+`MEMORY` (memory/graph/archs) with the keys its loader reads that the model handles: that makes it
+modelled. The architectures listed here are those an older replay modelled (`MEMORY = REPLAYED`):
+their keys and engines."""
 
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ import moeconf.memory.indexer as _indexer
 import moeconf.memory.recurrent as _recurrent
 from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.archgraph import unmodelled_structure
-from moeconf.memory.classic import CLASSIC_MODELLED
 from moeconf.memory.graph.archs import Lazy
 from moeconf.memory.graph.archs.common import CHECKED
+from moeconf.memory.graph.model import GRAPH_COMPUTE as _GRAPH_COMPUTE
 from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
 from moeconf.memory.keys import MLA_KEYS, NO_MEMORY_EFFECT, SOFTCAPPING, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
@@ -110,23 +112,34 @@ _LISTED: Final[dict[str, ArchMemory]] = {
     # reading the last full layer's top-k (memory/indexer.py full_indexers, graph/archs/_dsa.py)
     "glm-dsa": ArchMemory(MLA_KEYS | _indexer.DSA_KEYS | {"attention.indexer.types"}, _MAINLINE,
                           CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
+    # --- the classic MoEs checked within tolerance (memory/classic.py)
+    "ernie4_5-moe": ArchMemory(frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}), _MAINLINE,
+                               CHECKED + " (ERNIE-4.5-21B-A3B)"),
+    "bailingmoe2": ArchMemory(frozenset({"leading_dense_block_count", "nextn_predict_layers"}) | _GROUPS, _MAINLINE,
+                              CHECKED + " (Ling-mini-2.0)"),
+    "dots1": ArchMemory(frozenset({"leading_dense_block_count"}), _MAINLINE, CHECKED + " (dots.llm1)"),
+    "qwen3vlmoe": ArchMemory(frozenset({"n_deepstack_layers", "rope.dimension_sections"}), _MAINLINE,
+                             CHECKED + " (Qwen3-VL-30B-A3B)"),
+    "hunyuan-moe": ArchMemory(frozenset(), _MAINLINE, CHECKED + " (Hunyuan-A13B)"),
 }
-# the classic MoEs checked within tolerance (memory/classic.py)
-_LISTED.update({a: ArchMemory(*spec) for a, spec in CLASSIC_MODELLED.items()})
 
 
 def _modelled(arch: str) -> ArchMemory:
     """`arch`'s entry: the architectures whose compute the engine's graph gives (memory/graph/model.py
-    GRAPH_MODELLED: asking imports the architecture's composition only), then those listed above."""
+    GRAPH_COMPUTE: asking imports the architecture's composition only), their keys and what they were
+    checked on their compositions' (GRAPH_MODELLED) or, where a composition replaced an older replay
+    (`MEMORY = REPLAYED`), the replay's listed above."""
     graph = _GRAPH_MODELLED.get(arch)
     if graph is not None:
         return ArchMemory(graph[0], _MAINLINE, graph[1])
+    if arch not in _GRAPH_COMPUTE:
+        raise KeyError(arch)
     return _LISTED[arch]
 
 
-# every modelled architecture: those listed above, then the graph's (asked one by one, as the memory
-# model does, no more of the graph's compositions are imported than are asked for)
-MODELLED: Final[Lazy[ArchMemory]] = Lazy(_modelled, lambda: list(_LISTED) + list(_GRAPH_MODELLED))
+# every modelled architecture (asked one by one, as the memory model does, no more of the graph's
+# compositions are imported than are asked for)
+MODELLED: Final[Lazy[ArchMemory]] = Lazy(_modelled, lambda: list(_GRAPH_COMPUTE))
 
 
 _ROUTED_KINDS: Final = frozenset({"FFN_GATE_EXPS", "FFN_UP_EXPS", "FFN_DOWN_EXPS", "FFN_GATE_UP_EXPS"})
@@ -204,7 +217,8 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     # --- ik_llama.cpp on the newer architectures: weights and KV modelled, compute not (the
     # estimate leaves compute "?" with memory/ikarchs.py's note, and fit refuses) ---
     if _ikarchs.kv_only(arch, engine):
-        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine)) + unmodelled_structure(inv)
+        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine), MODELLED[arch].keys) \
+            + unmodelled_structure(inv)
     # ---
     spec = MODELLED.get(arch)
     if spec is None:

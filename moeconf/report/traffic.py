@@ -3,7 +3,8 @@ token, and bytes copied between devices per generated token and per prompt ubatc
 
 from __future__ import annotations
 
-from moeconf.traffic import HOST, Copy, Traffic
+from moeconf.engines import HOST
+from moeconf.traffic import Copy, Traffic
 
 MiB = 1024 * 1024
 

@@ -331,7 +331,7 @@ def test_refused_setting_families_would_be_off(model: str, line: str,
     unchecked = estimate(ex.placement, settings, families=False)
     off = [d for d, m in unchecked.devices.items()
            if abs(m.compute / MiB - proj.compute_exact.get(d, 0.0)) > max(16.0, 0.03 * proj.compute_exact.get(d, 0.0))]
-    from moeconf.memory.classic import graph_computed
+    from moeconf.memory.graph.model import graph_computed
 
     if graph_computed(ex.placement):
         # through the engine's graph these lines are within tolerance (qwen3moe and gpt-oss with -nkvo and

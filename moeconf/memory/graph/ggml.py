@@ -22,9 +22,6 @@ VIEW_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
 @cache
 def type_block(type_name: str) -> tuple[int, int]:
     """(elements per block, bytes per block) of a ggml type."""
-    low = {"F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "I32": (1, 4), "I64": (1, 8), "I16": (1, 2), "I8": (1, 1)}
-    if type_name in low:
-        return low[type_name]
     return _types.quant_sizes()[_types.type_ids()[type_name]]
 
 

@@ -7,21 +7,22 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from moeconf.engines import HOST
+from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, Memory, traits
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
+from moeconf.memory.keys import int_key
 from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
+from moeconf.model.percache import per_inventory
 from moeconf.placement import Placement
 
 if TYPE_CHECKING:
     from collections.abc import KeysView
 
     from moeconf.memory.geometry import LayerAttention
-
-HOST = "CPU"
-
 
 Setup = Cparams  # the context's settings the graph depends on
 
@@ -163,6 +164,30 @@ def _unfused(placement: Placement, setup: Setup, g: GraphContext,
     return _build(placement, replace(setup, unfused=off)) if off else (g, backends)
 
 
+def layer_devices(placement: Placement) -> dict[int, str]:
+    """Each block's home device (from -ngl/-ts, never from -ot): where its KV cache lives."""
+    defaults = placement.defaults
+    found: list[tuple[int, int, str]] = []  # (the tensor's index, its block, the device)
+    for layer, tensors in _block_tensors(placement.inventory):
+        for i, name in tensors:  # the block's first tensor the engine creates
+            d = defaults.get(name)
+            if d is not None:
+                found.append((i, layer, d))
+                break
+    found.sort()  # in the order of the tensors, as a walk over them finds each block
+    return {layer: d for _, layer, d in found}
+
+
+@per_inventory
+def _block_tensors(inv: Inventory) -> tuple[tuple[int, tuple[tuple[int, str], ...]], ...]:
+    """Each block with its tensors (index in the inventory, name), in inventory order."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for i, t in enumerate(inv.tensors):
+        if t.layer is not None:
+            out.setdefault(t.layer, []).append((i, t.name))
+    return tuple((layer, tuple(ts)) for layer, ts in out.items())
+
+
 def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend], Facts]:
     """The graph's context before the composition: the weights on their devices, the KV caches on
     their layers', the hyperparameters and settings."""
@@ -172,10 +197,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     geo = geometry(inv)
     layers = [la for la in geo.layers]
     n_layer = len(layers)
-    home: dict[int, str] = {}  # each layer's home device
-    for t in inv.tensors:
-        if t.layer is not None and t.layer not in home and placement.defaults.get(t.name) is not None:
-            home[t.layer] = placement.defaults[t.name] or HOST
+    home = layer_devices(placement)
     # the GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns layers to
     # devices in order), then any device only an override names
     gpus = dict.fromkeys(d for d in [*(home[il] for il in sorted(home)), *placement.devices.values()]
@@ -198,7 +220,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         by_name["rope_freqs.weight"] = by_name["rope_factors_long.weight" if long else "rope_factors_short.weight"]
     if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
         emb = inv.by_name["token_embd.weight"]
-        dev = placement.tied_output() or placement.devices.get("token_embd.weight") or HOST
+        dev = output_device(placement)
         by_name["output.weight"] = ctx.weight("token_embd.weight", emb.type.upper(), emb.shape, dev)
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
@@ -248,14 +270,11 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
                  head_k_l=tuple(la.head_k for la in layers), head_v_l=tuple(la.head_v for la in layers),
-                 n_expert=geo.n_expert, n_expert_used=geo.n_expert_used)
+                 n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_embd_inp=input_width(inv, geo.n_embd))
     cp = replace(setup, rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
                  full_offload=full)
     f = facts(inv)
-    deep = inv.metadata.hparam("n_deepstack_layers")
-    if isinstance(deep, int) and deep > 0:  # Qwen3-VL's deepstack: the input is n_embd per deepstack layer wider
-        hp = replace(hp, n_embd_inp=geo.n_embd * (1 + deep))
     if "embedding_scale" in f.floats:  # build_inp_embd scales the embeddings (Granite)
         hp = replace(hp, embedding_scale=1.0)
     mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
@@ -282,16 +301,12 @@ def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> i
 
 def facts(inv: Inventory) -> Facts:
     md = inv.metadata
-    gating = md.hparam("expert_gating_func")
-    norm_w = md.hparam("expert_weights_norm")
     ints = {k for k, _ in md.hparams}
     floats = frozenset(k for k in md.arch_keys or ()
                        if k not in ints and k not in md.KEY_ATTRS and k not in md.unit_floats)
-    groups = md.hparam("expert_group_count")
-    used = md.hparam("expert_group_used_count")
-    return Facts(gating=gating if isinstance(gating, int) else None,
-                 norm_w=norm_w if isinstance(norm_w, int) else None, floats=floats,
-                 groups=(groups, used) if isinstance(groups, int) and isinstance(used, int) else (0, 0),
+    groups, used = int_key(inv, "expert_group_count"), int_key(inv, "expert_group_used_count")
+    return Facts(gating=int_key(inv, "expert_gating_func"), norm_w=int_key(inv, "expert_weights_norm"), floats=floats,
+                 groups=(groups, used) if groups is not None and used is not None else (0, 0),
                  units=frozenset(md.unit_floats), values=md.float_values,
                  hparams=md.hparams,
                  zeros=frozenset(md.zero_floats))
@@ -317,12 +332,11 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     geo = geometry(inv)
     _, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings)
     n_seq = settings.n_parallel
-    n_out = min(T, max(settings.n_outputs, n_seq)) if settings.n_outputs else T
     t_graph = -(-T // n_seq) * n_seq  # graph_reserve: a multiple of the sequences (llama-context.cpp)
     # the recurrent layers read the state rows of every sequence kept (llama_memory_recurrent's size)
     n_rs = n_seq if any(la.recurrent for la in geo.layers) else 1
-    return Setup(n_tokens=t_graph, n_outputs=n_out, n_kv=cells, n_kv_swa=swa_cells, n_stream=n_stream, n_seq=n_seq,
-                 n_rs=n_rs,
+    return Setup(n_tokens=t_graph, n_outputs=settings.output_rows(T), n_kv=cells, n_kv_swa=swa_cells,
+                 n_stream=n_stream, n_seq=n_seq, n_rs=n_rs,
                  flash_attn=settings.flash_attn != "off" and traits(inv.arch).flash_attn,  # Grok's
                  fa_auto=settings.flash_attn == "auto",
                  offload_kqv=settings.offload_kqv,
@@ -352,6 +366,11 @@ GRAPH_MODELLED: Lazy[tuple[frozenset[str], str]] = Lazy(_modelled, lambda: list(
 # compute `estimate` now takes from the graph too (`MEMORY = REPLAYED`: every recorded figure of theirs
 # exact through it, tests/test_memory_graph.py)
 GRAPH_COMPUTE: KeysView[str] = Lazy(_memory, lambda: list(COMPOSITIONS)).keys()
+
+
+def graph_computed(placement: Placement) -> bool:
+    """Whether `estimate` takes every compute buffer from the engine's graph: llama.cpp's."""
+    return placement.inventory.arch in GRAPH_COMPUTE and placement.engine.name == "llama.cpp"
 
 
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
+from moeconf.engines import HOST
 from moeconf.memory.graph.alloc import Allocator
-from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, row_size, same_layout
+from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, row_size, same_layout, type_block
 
 # ggml-alloc.c ggml_op_can_inplace
 CAN_INPLACE = frozenset({
@@ -36,6 +38,7 @@ CAN_INPLACE = frozenset({
 })
 
 PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
+ROW_PADDING = 512  # MATRIX_ROW_PADDING (ggml-cuda/common.cuh): CUDA's quantized rows padded to a multiple of it
 
 
 @dataclass(frozen=True)
@@ -51,18 +54,23 @@ class Backend:
     pads_rows: bool = False  # CUDA: a quantized tensor's rows padded to 512 elements
 
     def supports_buffer(self, device: str) -> bool:
-        return device == self.name or (self.host and device == "CPU")
+        return device == self.name or (self.host and device == HOST)
 
     def alloc_size(self, t: Tensor) -> int:
-        size = nbytes(t)
-        if self.pads_rows and t.type not in ("F32", "F16", "BF16", "I32", "I64") and t.ne[0] % 512:
-            size += row_size(t.type, 512 - t.ne[0] % 512)
-        return size
+        return nbytes(t) + (row_padding(t.type, t.ne[0]) if self.pads_rows else 0)
 
 
+def row_padding(type_name: str, ne0: int) -> int:
+    """The bytes a row-padding buffer (CUDA's) adds to a quantized tensor whose rows are not a multiple
+    of `ROW_PADDING` elements (ggml-cuda get_alloc_size: quantized types only)."""
+    pad = ROW_PADDING - ne0 % ROW_PADDING
+    return row_size(type_name, pad) if pad < ROW_PADDING and type_block(type_name)[0] > 1 else 0
+
+
+@cache
 def backend_for(device: str) -> Backend:
-    if device == "CPU":
-        return Backend("CPU", 32, host=True)
+    if device == HOST:
+        return Backend(HOST, 32, host=True)
     if device.startswith(("CUDA", "ROCm", "MUSA")):
         return Backend(device, 128, offload_batch=32, pads_rows=True)
     return Backend(device, 32)
