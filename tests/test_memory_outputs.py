@@ -198,3 +198,25 @@ def test_an_estimate_with_fewer_outputs_than_sequences_keeps_a_row_per_sequence(
     eight = server_estimate(layouts["qwen3-30b-a3b"], line, EPS, dataclasses.replace(s, n_outputs=8))
     gpu = device_name("rpc0", EPS)
     assert four.devices[gpu].compute == eight.devices[gpu].compute
+
+
+def test_a_searchs_figure_notes_the_whole_ubatch_only_where_it_is_the_whole_ubatchs(
+        layouts: dict[str, Inventory]) -> None:
+    """A search's ranking (`estimate(..., replay=False)`, the phase model) counts llama-server's output rows
+    where the graph will (one GPU running every layer); there its figure is the server's and no note may say
+    it is the whole ubatch's. With two GPUs it is the whole ubatch's figure, and the note says so."""
+    from moeconf.memory.estimate import estimate
+
+    e = engine("llama.cpp")
+    inv = layouts["qwen3-30b-a3b"]
+    for line, noted in (("-c 32768 -ngl 999", False), ("2rpc -c 32768 -ngl 999 -ts 1,1", True)):
+        argv = rpc_args(line, EPS)
+        placement = explain(inv, e, argv, gpus=[]).placement
+        s = read_settings(argv, e, binary="llama-server")
+        est = estimate(placement, s, replay=False)
+        assert any("output rows, not the ubatch's" in n for n in est.notes) == noted, (line, est.notes)
+        # the ranking's output device counts 4 rows where it counts the server's: below the whole ubatch's figure
+        if not noted:
+            full = estimate(placement, dataclasses.replace(s, n_outputs=0), replay=False)
+            out = max(est.devices, key=lambda d: est.devices[d].compute if d != "CPU" else -1)
+            assert est.devices[out].compute < full.devices[out].compute

@@ -282,8 +282,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         compute = defaultdict(int, phase_compute(placement, geo, settings, layer_dev, devices, out_dev, T=T,
                                                  cells=cells, swa_cells=swa_cells, fa=fa, pipeline=pipeline,
                                                  output_rows=rows))
-        if n_out:
-            # a search's figure for the whole ubatch's output rows where the graph will count the server's
+        if n_out and not counted:
+            # the figure is for the whole ubatch's output rows (the server's only where the graph would count them)
             over = 4 * (T - n_out) * (geo.n_vocab + 2 * geo.n_embd)
             notes.append(f"{settings.binary or 'the server'} reserves {n_out} output rows, not the ubatch's {T}: "
                          f"{out_dev}'s compute is the figure for {T} rows (not replayed for this architecture and "
