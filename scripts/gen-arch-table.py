@@ -24,7 +24,6 @@ def rows() -> list[str]:
     from moeconf.fixtures.layouts import LAYOUTS
     from moeconf.memory import support
     from moeconf.memory.graph.archs import ARCHS as COMPOSED
-    from moeconf.memory.graph.model import GRAPH_COMPUTE
     from moeconf.model import nametable
     not_text = {**support.NOT_SERVED, **support.NO_ROUTED_EXPERTS}
     from tests import graph_oracle
@@ -47,11 +46,10 @@ def rows() -> list[str]:
                     else "equal node for node")
         spec = support.MODELLED.get(arch)
         if spec is not None:
-            how = "engine graph" if arch in GRAPH_COMPUTE else "replay"
             lines = [(k, r["args"]) for k, doc in recorded.items() if doc["arch"] == arch for r in doc["rows"]]
             # every recorded line is held within tolerance (tests/test_memory_graph_layouts.py)
             checked = (f"; {len(lines)} of {len(lines)} `-fitp` lines within tolerance" if lines else "")
-            memory = f"modelled ({', '.join(sorted(spec.engines))}; compute: {how}{checked})"
+            memory = f"modelled ({', '.join(sorted(spec.engines))}; compute: engine graph{checked})"
         elif arch in not_text:
             memory = f"not applicable: {not_text[arch]}"
         else:
@@ -61,11 +59,10 @@ def rows() -> list[str]:
         out.append(f"| `{arch}` | {'loads' if arch in ik else '-'} | {', '.join(layouts) or '-'} | "
                    f"{tiny or '-'}, {real or '-'} | {composed} | {memory} |")
     modelled = sum(1 for a in support.routed_expert_archs() if a in support.MODELLED)
-    graph = sum(1 for a in support.routed_expert_archs() if a in support.MODELLED and a in GRAPH_COMPUTE)
     placed = sum(1 for a in support.routed_expert_archs() if any(lay.arch == a for lay in LAYOUTS.values()))
     archs = support.routed_expert_archs()
     na = sum(1 for a in archs if a in not_text and a not in support.MODELLED)
-    out += ["", f"{len(archs)} architectures; memory modelled on {modelled} ({graph} through the engine's graph), "
+    out += ["", f"{len(archs)} architectures; memory modelled on {modelled} ({modelled} through the engine's graph), "
             f"refused naming what it lacks on {len(archs) - modelled - na}, not applicable on {na}; "
             f"placement checked against the engine on {placed} (sparse full-size layouts), on every architecture "
             f"whose loader creates routed experts (the other {len(archs) - placed}: "

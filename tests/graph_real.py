@@ -1,5 +1,5 @@
 """Sparse full-size layouts of real MoE models of the architectures the engine's graph models
-where no older replay did (memory/graph/model.py GRAPH_MODELLED), each from its published
+where no older replay did (those not in tests/test_memory_cpu_layers.py ARCHS), each from its published
 config.json (hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head
 dim, num_local_experts/num_experts, num_experts_per_tok, intermediate sizes, vocab_size), with the
 tensors and keys the pinned llama.cpp's loader reads (moeconf/fixtures/graphmodels.py's builders).

@@ -49,10 +49,9 @@ def test_asking_imports_one_and_listing_imports_all_in_module_order() -> None:
     got = _run(
         "import json, sys\n"
         "import moeconf.memory.graph.archs as a\n"
-        "import moeconf.memory.graph.model as m\n"
         "import moeconf.memory.support as s\n"
         "one = [a.traits('glm-dsa').indexer, 'grok' in a.ARCHS, a.traits('no-such-arch') == a.Traits(), "
-        "'glm_dsa' in a.COMPOSITIONS, 'common' in a.COMPOSITIONS, '_dsa' in a.ARCHS, 'qwen3moe' in m.GRAPH_COMPUTE]\n"
+        "'glm_dsa' in a.COMPOSITIONS, 'common' in a.COMPOSITIONS, '_dsa' in a.ARCHS, 'qwen3moe' in s.MODELLED]\n"
         f"asked = {_LOADED}\n"
         "names = list(a.COMPOSITIONS)\n"
         "mods = [a.COMPOSITIONS[n].module.rsplit('.', 1)[1] for n in names]\n"

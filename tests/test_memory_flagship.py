@@ -19,6 +19,7 @@ from moeconf.fixtures.layouts_flagship import FLAGSHIP_LAYOUTS, FlagshipLayout
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory import support
 from moeconf.memory.estimate import MemoryEstimate
+from moeconf.memory.keys import GROUPS
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.model.manifest import read_manifest
@@ -105,7 +106,7 @@ def test_the_group_keys_are_read_and_without_them_refused(models: dict[str, Inve
     for eng in ("llama.cpp", "ik_llama.cpp"):
         assert support.unmodelled(inv, eng) == []
     spec = support.MODELLED[inv.arch]
-    monkeypatch.setitem(support.MODELLED, inv.arch, dataclasses.replace(spec, keys=spec.keys - support._GROUPS))
+    monkeypatch.setitem(support.MODELLED, inv.arch, dataclasses.replace(spec, keys=spec.keys - GROUPS))
     why = support.unmodelled(inv, "llama.cpp")
     if inv.metadata.hparam("expert_group_count") == 1:
         # one group: the engine builds no group selection (memory/keys.py neutral), modelled or not

@@ -24,8 +24,8 @@ from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory import read_settings
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.memory.graph.model import GRAPH_COMPUTE
 from moeconf.memory.settings import MemorySettings, server_outputs
+from moeconf.memory.support import MODELLED
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
@@ -103,7 +103,7 @@ def row_problems(est: MemoryEstimate, rows: list[Mapping[str, object]], eps: lis
         tol = max(16 * MiB, theirs * 3 // 100)
         # the architectures whose compute the engine's graph gives count the server's rows exactly: their rows
         # recorded as upper bounds (or phase-model figures) of the replays are held to the engine's figure
-        kind = "exact" if LAYOUTS[str(r["model"])].arch in GRAPH_COMPUTE else r["kind"]
+        kind = "exact" if LAYOUTS[str(r["model"])].arch in MODELLED else r["kind"]
         if kind == "exact" and (abs(m.compute - theirs) > EXACT or noted):
             bad.append(f"{r['device']} compute: {m.compute / MiB:.4f} vs the engine's {theirs / MiB:.4f} MiB")
         elif kind == "bound" and (not noted or m.compute + tol < theirs):

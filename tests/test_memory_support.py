@@ -4,6 +4,7 @@ with a note naming it; `explain` prints the note and no KV or compute figure; `f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -36,31 +37,29 @@ def _variant(tmp_path: Path, name: str, *, arch: str | None = None, key: tuple[s
     return p
 
 
-def test_every_architecture_modelled_on_llama_cpp_takes_its_compute_from_the_graph() -> None:
-    """`estimate` takes a modelled architecture's compute from its composition (memory/graph/archs) without
-    asking whether it has one: each has."""
-    from moeconf.memory.graph.model import GRAPH_COMPUTE
+def test_the_compositions_memory_is_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which architectures are modelled, their keys and what they were checked on are the compositions'
+    `MEMORY` (memory/graph/archs), and nothing else: a composition without one is not modelled, and changing
+    one changes what support answers. ik_llama.cpp is modelled in full only where memory/ikarchs.py says so."""
+    from moeconf.memory import ikarchs, support
+    from moeconf.memory.graph.archs import COMPOSITIONS, Lazy
 
-    assert {a for a, spec in MODELLED.items() if "llama.cpp" in spec.engines} <= GRAPH_COMPUTE
-
-
-def test_the_listed_architectures_are_the_replayed_compositions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Which architectures are modelled is the compositions' `MEMORY` (memory/graph/archs): support's own
-    entries give only the keys and engines of those whose composition replaced an older replay. An entry for
-    an architecture with no such composition models nothing; a composition without an entry is refused."""
-    from moeconf.memory import support
-    from moeconf.memory.graph.archs import Lazy
-    from moeconf.memory.graph.model import GRAPH_COMPUTE, GRAPH_MODELLED
-
-    assert set(support._LISTED) == set(GRAPH_COMPUTE) - set(GRAPH_MODELLED)
-    assert set(MODELLED) == set(GRAPH_COMPUTE)
-    # a listed architecture with no composition behind it (a stale entry) is not modelled
-    monkeypatch.setitem(support._LISTED, "nomic-bert-moe", support._LISTED["qwen3moe"])
-    fresh = Lazy(support._modelled, lambda: list(GRAPH_COMPUTE))
-    assert "nomic-bert-moe" not in fresh and "nomic-bert-moe" not in set(fresh)
-    # a replayed composition whose entry is gone is refused, not modelled with no keys
-    monkeypatch.delitem(support._LISTED, "dots1")
-    assert "dots1" not in Lazy(support._modelled, lambda: list(GRAPH_COMPUTE))
+    assert set(MODELLED) == {a for a, c in COMPOSITIONS.items() if c.memory is not None}
+    for arch, spec in MODELLED.items():
+        memory = COMPOSITIONS[arch].memory
+        assert memory is not None and (spec.keys, spec.checked) == (memory.keys, memory.checked_on)
+        assert spec.engines == ({"llama.cpp", "ik_llama.cpp"} if arch in ikarchs.MODELLED_IN_FULL else {"llama.cpp"})
+    assert set(MODELLED) >= set(ikarchs.MODELLED_IN_FULL) and not ikarchs.MODELLED_IN_FULL.keys() & ikarchs.KV_ONLY
+    # dots1's composition without its MEMORY: refused, not modelled with no keys
+    dots1 = COMPOSITIONS["dots1"]
+    monkeypatch.setitem(COMPOSITIONS, "dots1", dataclasses.replace(dots1, memory=None))
+    fresh = Lazy(support._modelled, lambda: list(COMPOSITIONS))
+    assert "dots1" not in fresh and "dots1" not in set(fresh)
+    # its keys are the composition's: one taken out is read as unmodelled
+    assert dots1.memory is not None
+    monkeypatch.setitem(COMPOSITIONS, "dots1", dataclasses.replace(dots1, memory=dataclasses.replace(
+        dots1.memory, keys=frozenset())))
+    assert Lazy(support._modelled, lambda: list(COMPOSITIONS))["dots1"].keys == frozenset()
 
 
 @pytest.mark.parametrize("path", sorted(MODELS.glob("*.manifest.json")), ids=lambda p: p.name)

@@ -24,7 +24,7 @@ figures in tests/data/ik_newer_figures.json):
   A file whose keys would make mainline (and so moeconf's layer map) differ is refused on ik.
 - Compute: ik builds its own graphs (src/llama-build-context.cpp: fused MoE up/gate, its MLA and
   delta-net kernels) and has no allocation-free projection to check them against. moeconf sizes
-  ik's compute buffers (these architectures and the first five, memory/support.py) as llama.cpp's
+  ik's compute buffers (these architectures and `MODELLED_IN_FULL`) as llama.cpp's
   graph of the same model and placement (the llama.cpp memory model run on the same placement with
   ik's one KV cache, full-size window cells and the whole ubatch's outputs), plus, with flash
   attention off, the second f32 KQ matrix ik keeps, plus a margin per architecture MEASURED on ik:
@@ -50,6 +50,13 @@ from moeconf.memory.keys import MLA_KEYS, int_key
 from moeconf.model.inventory import Inventory
 
 ENGINE: Final = "ik_llama.cpp"
+
+# the architectures whose memory on ik is modelled in full as on llama.cpp (weights, KV cache and compute,
+# reading the keys their compositions read: support.MODELLED; compute with the margins below): what their
+# weights and KV were checked against
+_LOGGED = "ik 0.1.5's logged model and KV buffers (docs/memory.md, ik_llama.cpp)"
+MODELLED_IN_FULL: Final[dict[str, str]] = {
+    a: _LOGGED for a in ("qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4")}
 
 
 # the architectures whose weights and KV cache on ik are modelled here (compute is not modelled for any

@@ -46,6 +46,11 @@ NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
 # what the architectures with MLA attention read beyond them (support.MODELLED, ikarchs.KV_ONLY)
 MLA_KEYS: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
                              "attention.q_lora_rank"})
+# group-limited routing (n_group / topk_group, written for DeepSeek-V3, Kimi-K2.5, GLM-4.x): llama.cpp builds the
+# group selection only when expert_group_count > 1 (src/llama-graph.cpp build_moe_ffn), a few small ops on the
+# router's probabilities. Checked: DeepSeek-V3 with 8 groups (4 used), Kimi-K2.5 and GLM-4.5-Air with 1, weights
+# and KV exact, compute within 16 MiB (tests/test_memory_flagship.py)
+GROUPS: Final = frozenset({"expert_group_count", "expert_group_used_count"})
 # Grok's softcapping: it changes compute only, and forces flash attention off (support.MODELLED)
 SOFTCAPPING: Final = frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"})
 

@@ -14,8 +14,7 @@ Adding an architecture: model what its memory classes allocate (`llama-memory-*.
 `src/models/<arch>.cpp` graph), check it against `llama-fit-params -fitp on` on a sparse
 full-size layout of a real model (tests/engine/test_memory_oracle.py), then give its composition a
 `MEMORY` (memory/graph/archs) with the keys its loader reads that the model handles: that makes it
-modelled. The architectures listed here are those an older replay modelled (`MEMORY = REPLAYED`):
-their keys and engines."""
+modelled. `MODELLED` reads the compositions; ik_llama.cpp's support is memory/ikarchs.py's."""
 
 from __future__ import annotations
 
@@ -24,26 +23,11 @@ from typing import Final
 
 import moeconf.memory.ikarchs as _ikarchs
 import moeconf.memory.indexer as _indexer
-import moeconf.memory.recurrent as _recurrent
 from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.archgraph import unmodelled_structure
-from moeconf.memory.graph.archs import Lazy
-from moeconf.memory.graph.archs.common import CHECKED
-from moeconf.memory.graph.model import GRAPH_COMPUTE as _GRAPH_COMPUTE
-from moeconf.memory.graph.model import GRAPH_MODELLED as _GRAPH_MODELLED
-from moeconf.memory.keys import MLA_KEYS, NO_MEMORY_EFFECT, SOFTCAPPING, neutral, read_by_loader
+from moeconf.memory.graph.archs import COMPOSITIONS, Lazy
+from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
-
-_SWA: Final = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
-
-# gated delta-net hybrids (moeconf/memory/recurrent.py)
-_RECURRENT: Final = _recurrent.KEYS
-_SSM: Final = frozenset(k for k in _RECURRENT if k.startswith("ssm."))  # Mamba-2 reads the sizes only
-_MAINLINE: Final = frozenset({"llama.cpp"})
-_BOTH: Final = frozenset({"llama.cpp", "ik_llama.cpp"})
-_GLM5_NEXT = frozenset({"attention.indexer.kpool", "attention.indexer.kpool_select_tail", "hyper_connection.count",
-                        "hyper_connection.epsilon", "hyper_connection.sinkhorn_iterations", "kda.gate_lower_bound"})
-_CLAMPS: Final = frozenset({"swiglu_clamp_exp", "swiglu_clamp_shexp"})  # memory/keys.py (not scalars)
 
 
 @dataclass(frozen=True)
@@ -56,90 +40,19 @@ class ArchMemory:
     checked: str
 
 
-# group-limited routing (the converters write n_group / topk_group of DeepSeek-V3, Kimi-K2.5, GLM-4.x):
-# llama.cpp builds the group selection only when expert_group_count > 1 (src/llama-graph.cpp
-# build_moe_ffn), a few small ops on the router's probabilities; ik_llama.cpp groups only
-# bailingmoe2 (src/llama-build-context.cpp). Checked: DeepSeek-V3 with 8 groups (4 used), Kimi-K2.5
-# and GLM-4.5-Air with 1, weights and KV exact, compute within 16 MiB (tests/test_memory_flagship.py).
-_GROUPS: Final = frozenset({"expert_group_count", "expert_group_used_count"})
-
-_LISTED: Final[dict[str, ArchMemory]] = {
-    "qwen3moe": ArchMemory(frozenset(), _BOTH, CHECKED + " (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder-480B)"),
-    "glm4moe": ArchMemory(frozenset({"leading_dense_block_count", "nextn_predict_layers"}) | _GROUPS, _BOTH,
-                          CHECKED + " (GLM-4.5-Air, GLM-4.5, GLM-4.7)"),
-    "deepseek2": ArchMemory(MLA_KEYS | {"leading_dense_block_count"} | _GROUPS, _BOTH,
-                            CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)"),
-    "gpt-oss": ArchMemory(_SWA, _BOTH, CHECKED + " (gpt-oss-20b, gpt-oss-120b)"),
-    "llama4": ArchMemory(_SWA | {"interleave_moe_layer_step"}, _BOTH, CHECKED + " (Llama-4-Maverick)"),
-    # the pinned converter keeps Qwen3.5's MTP block (nextn_predict_layers 1, one more block): the loader
-    # creates its tensors TENSOR_SKIP unless MTP is asked for (src/models/qwen35moe.cpp load_block_mtp)
-    # and the trunk's memory leaves the nextn layer out: no memory effect (checked on Qwen3.5-35B-A3B
-    # with the block, tests/test_memory_flagship.py); speculative decoding is not modelled anyway. Compute by
-    # the engine's graph (memory/graph/archs/qwen35moe.py, qwen3next.py), which builds the trunk's layers only
-    "qwen35moe": ArchMemory(_RECURRENT | {"nextn_predict_layers"}, _MAINLINE,
-                            CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)"),
-    # Qwen3-Next's MTP block likewise (measured: the same figures with and without it, tests/test_memory_keys.py)
-    "qwen3next": ArchMemory(_RECURRENT - {"rope.dimension_sections"} | {"nextn_predict_layers"}, _MAINLINE,
-                            CHECKED + " (Qwen3-Next-80B-A3B)"),
-    # Nemotron-3: Mamba-2 state, attention KV, compute by the engine's graph (memory/graph/archs/nemotron_h_moe.py,
-    # the latent experts' projections read from the tensors moe_latent_size shapes; llama.cpp only);
-    # its MTP block (Nemotron-3 Super) is skipped by the loader and attended by no trunk layer
-    # (measured: the same figures with and without it, tests/test_memory_keys.py)
-    "nemotron_h_moe": ArchMemory(_SSM | {"moe_latent_size", "nextn_predict_layers"}, _MAINLINE,
-                                 CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)"),
-    # Kimi-Linear: KDA state (memory/recurrent.py), MLA latent, compute the engine's graph
-    # (memory/graph/archs/kimi_linear.py)
-    "kimi-linear": ArchMemory(_recurrent.KDA_KEYS | MLA_KEYS - {"attention.q_lora_rank"}
-                              | {"leading_dense_block_count"}, _MAINLINE, CHECKED + " (Kimi-Linear-48B-A3B)"),
-    # checked on llama.cpp only (ik_llama.cpp's graphs for them not compared)
-    "minimax-m2": ArchMemory(frozenset(), _MAINLINE, CHECKED + " (MiniMax-M2)"),
-    # Grok's attention and router softcapping run whatever their values (src/llama-graph.cpp builds
-    # Grok's tanh unconditionally); final_logit_softcapping adds a scale, a tanh and a scale on the
-    # logits (src/models/grok.cpp), each the only consumer of its input, which ggml-alloc runs in
-    # place: no buffer grows (measured with Grok-2's 50: the same figures, tests/test_memory_keys.py)
-    "grok": ArchMemory(SOFTCAPPING, _MAINLINE, CHECKED + " (Grok-1; flash attention forced off)"),
-    # --- GLM-5.3-Flash: KDA state (memory/recurrent.py), MLA latent + k-pool indexer cache
-    # (memory/indexer.py), compute by the engine's graph (memory/graph/archs/glm5_next.py): the k-pool,
-    # the mHC streams and the KDA decay gate's bound composed
-    # its experts' clamp is the fused clamped SwiGLU, one op as wide as the SwiGLU (checked with the key)
-    "glm5-next": ArchMemory(_recurrent.KDA_KEYS | MLA_KEYS | _indexer.DSA_KEYS | _GLM5_NEXT | _CLAMPS, _MAINLINE,
-                            CHECKED + " (GLM-5.3-Flash)"),
-    # ---
-    # DSA: the MLA latent and the lightning indexer's K cache (memory/indexer.py), compute by the engine's
-    # graph (memory/graph/archs/_dsa.py)
-    "deepseek32": ArchMemory(MLA_KEYS | _indexer.DSA_KEYS, _MAINLINE, CHECKED + " (DeepSeek-V3.2)"),
-    # GLM-5.2's per-layer indexer table: the indexer K cache on its full layers only, the shared layers
-    # reading the last full layer's top-k (memory/indexer.py full_indexers, graph/archs/_dsa.py)
-    "glm-dsa": ArchMemory(MLA_KEYS | _indexer.DSA_KEYS | {"attention.indexer.types"}, _MAINLINE,
-                          CHECKED + " (GLM-5; GLM-5.2's indexer table)"),
-    # --- the classic MoEs checked within tolerance (memory/classic.py)
-    "ernie4_5-moe": ArchMemory(frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}), _MAINLINE,
-                               CHECKED + " (ERNIE-4.5-21B-A3B)"),
-    "bailingmoe2": ArchMemory(frozenset({"leading_dense_block_count", "nextn_predict_layers"}) | _GROUPS, _MAINLINE,
-                              CHECKED + " (Ling-mini-2.0)"),
-    "dots1": ArchMemory(frozenset({"leading_dense_block_count"}), _MAINLINE, CHECKED + " (dots.llm1)"),
-    "qwen3vlmoe": ArchMemory(frozenset({"n_deepstack_layers", "rope.dimension_sections"}), _MAINLINE,
-                             CHECKED + " (Qwen3-VL-30B-A3B)"),
-    "hunyuan-moe": ArchMemory(frozenset(), _MAINLINE, CHECKED + " (Hunyuan-A13B)"),
-}
-
-
 def _modelled(arch: str) -> ArchMemory:
-    """`arch`'s entry: the architectures whose compute the engine's graph gives (memory/graph/model.py
-    GRAPH_COMPUTE: asking imports the architecture's composition only), their keys and what they were
-    checked on their compositions' (GRAPH_MODELLED) or, where a composition replaced an older replay
-    (`MEMORY = REPLAYED`), the replay's listed above."""
-    graph = _GRAPH_MODELLED.get(arch)
-    if graph is not None:
-        return ArchMemory(graph[0], _MAINLINE, graph[1])
-    if arch not in _GRAPH_COMPUTE:
+    """`arch`'s entry, from its composition's `MEMORY` (asking imports that composition only): modelled
+    on llama.cpp, and on ik_llama.cpp where memory/ikarchs.py models it in full (`MODELLED_IN_FULL`)."""
+    c = COMPOSITIONS[arch]
+    if c.memory is None:
         raise KeyError(arch)
-    return _LISTED[arch]
+    engines = {"llama.cpp", _ikarchs.ENGINE} if arch in _ikarchs.MODELLED_IN_FULL else {"llama.cpp"}
+    return ArchMemory(c.memory.keys, frozenset(engines), c.memory.checked_on)
 
 
-# every modelled architecture (asked one by one, as the memory model does, no more of the graph's
-# compositions are imported than are asked for)
-MODELLED: Final[Lazy[ArchMemory]] = Lazy(_modelled, lambda: list(_GRAPH_COMPUTE))
+# every modelled architecture: each composition with a `MEMORY` (asked one by one, as the memory model
+# does, no more of the compositions are imported than are asked for)
+MODELLED: Final[Lazy[ArchMemory]] = Lazy(_modelled, lambda: list(COMPOSITIONS))
 
 
 _ROUTED_KINDS: Final = frozenset({"FFN_GATE_EXPS", "FFN_UP_EXPS", "FFN_DOWN_EXPS", "FFN_GATE_UP_EXPS"})

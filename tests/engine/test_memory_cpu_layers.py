@@ -17,14 +17,13 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.memory import read_settings
-from moeconf.memory.graph.model import GRAPH_COMPUTE, GRAPH_MODELLED
 from moeconf.memory.support import MODELLED
 from moeconf.model.inventory import Inventory
 from moeconf.sizing import estimate_explained
 from tests.engine import oracle
 from tests.engine.harness import MAINLINE, rpc_servers
 from tests.engine.memory_table import _ok
-from tests.test_memory_cpu_layers import ROWS
+from tests.test_memory_cpu_layers import ARCHS, ROWS
 
 pytestmark = pytest.mark.engine
 
@@ -32,7 +31,7 @@ MiB = 1024 * 1024
 RESULTS: list[dict[str, object]] = []
 # one layout per modelled architecture (the smallest header), four lines each
 KEYS = sorted({min((k for k, lay in LAYOUTS.items() if lay.arch == arch), key=lambda k: len(LAYOUTS[k].key))
-               for arch in MODELLED if arch not in GRAPH_MODELLED})
+               for arch in ARCHS})
 LINES = ("-c 32768 -ngl 0", "-c 32768 -ngl 0 -ub 1024", "-c 32768 -ngl 1", "-c 32768 -ngl 1 -ub 1024")
 CASES = [(k, line) for k in KEYS for line in LINES]
 
@@ -78,7 +77,7 @@ def test_cpu_layers_against_llama_cpp(model: str, line: str, sparse: dict[str, t
     eng = engine("llama.cpp")
     est = estimate_explained(explain(inv, eng, args, gpus=[]), read_settings(args, eng))
     case = "host" if " -ngl 0" in f" {line}" else "gpu_output"
-    assert inv.arch in GRAPH_COMPUTE, case  # the engine's graph gives every modelled architecture's figures
+    assert inv.arch in MODELLED, case  # the engine's graph gives every modelled architecture's figures
     assert est.complete, est.notes
     bad = []
     for dev, m in est.devices.items():

@@ -1,4 +1,4 @@
-"""The architectures the engine's graph models (moeconf/memory/graph, GRAPH_MODELLED) against
+"""The architectures the engine's graph models (moeconf/memory/graph, support.MODELLED) against
 `llama-fit-params -fitp on` live: sparse full-size layouts of real configs (tests/graph_real.py),
 RPC servers on 127.0.0.1 as GPUs, weights and KV within 1 MiB, compute within max(3%, 16 MiB).
 The same lines are recorded in tests/data/graph_real_oracle.json for the default suite."""

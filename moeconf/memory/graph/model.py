@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from moeconf.engines import HOST
 from moeconf.memory.classic import input_width, output_device
-from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, Memory, traits
+from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
@@ -20,8 +20,6 @@ from moeconf.model.percache import per_inventory
 from moeconf.placement import Placement
 
 if TYPE_CHECKING:
-    from collections.abc import KeysView
-
     from moeconf.memory.geometry import LayerAttention
 
 Setup = Cparams  # the context's settings the graph depends on
@@ -344,33 +342,10 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
                  op_offload=settings.op_offload)
 
 
-def _memory(arch: str) -> Memory:
-    m = COMPOSITIONS[arch].memory
-    if m is None:
-        raise KeyError(arch)
-    return m
-
-
-def _modelled(arch: str) -> tuple[frozenset[str], str]:
-    m = _memory(arch)
-    if m.replaces_replay:
-        raise KeyError(arch)
-    return m.keys, m.checked_on
-
-
-# Architectures whose memory the graph models where no older replay does (memory/support.py registers
-# them): the `{arch}.*` keys each reads beyond support.NO_MEMORY_EFFECT, and what it was checked on. Each
-# registry below imports an architecture's composition when it is asked about (archs.Lazy)
-GRAPH_MODELLED: Lazy[tuple[frozenset[str], str]] = Lazy(_modelled, lambda: list(COMPOSITIONS))
-# every architecture whose compute the graph gives: those and the ones an older replay modelled, whose
-# compute `estimate` now takes from the graph too (`MEMORY = REPLAYED`: every recorded figure of theirs
-# exact through it, tests/test_memory_graph.py)
-GRAPH_COMPUTE: KeysView[str] = Lazy(_memory, lambda: list(COMPOSITIONS)).keys()
-
-
 def graph_computed(placement: Placement) -> bool:
     """Whether `estimate` takes every compute buffer from the engine's graph: llama.cpp's."""
-    return placement.inventory.arch in GRAPH_COMPUTE and placement.engine.name == "llama.cpp"
+    comp = COMPOSITIONS.get(placement.inventory.arch)
+    return comp is not None and comp.memory is not None and placement.engine.name == "llama.cpp"
 
 
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:

@@ -110,15 +110,13 @@ Build = Callable[[GraphContext, Facts], None]
 
 @dataclass(frozen=True)
 class Memory:
-    """A composition's standing in `estimate` (absent: nodes only, the memory still an older replay's
-    or refused). checked_on: what its figures were checked against. keys: the `{arch}.*` keys its
-    loader reads beyond support.NO_MEMORY_EFFECT, each composed. replaces_replay: the architecture had
-    an older replay (memory/support.py registers it) and its compute now comes from this graph.
-    refuses: settings under which `estimate` leaves the compute out, saying why."""
+    """A composition's standing in `estimate`: its architecture's memory is modelled (absent: nodes
+    only, the memory refused). checked_on: what its figures were checked against. keys: the `{arch}.*`
+    keys its loader reads beyond support.NO_MEMORY_EFFECT, each composed. refuses: settings under which
+    `estimate` leaves the compute out, saying why."""
 
     checked_on: str
     keys: frozenset[str] = frozenset()
-    replaces_replay: bool = False
     # the settings the composition does not build (the reserve's ubatch tokens and streams -> why, or ""):
     # a branch of the engine's graph no recorded dump checked
     refuses: Callable[[int, int], str] | None = None
@@ -189,9 +187,6 @@ class Traits:
     nkvo_host_experts: bool = False
 
 
-# the architectures an older replay modelled, their compute now the graph's
-REPLAYED = Memory("every recorded figure of its older replay, through the graph (tests/test_memory_graph.py)",
-                  replaces_replay=True)
 CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
 GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}

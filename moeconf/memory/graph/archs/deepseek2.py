@@ -5,11 +5,12 @@ dense leading layers or the MoE with its shared expert."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need, routed
 from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.keys import GROUPS, MLA_KEYS
 
 ARCH = "deepseek2"
-MEMORY = REPLAYED
+MEMORY = Memory(CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)", MLA_KEYS | {"leading_dense_block_count"} | GROUPS)
 
 
 def build(g: GraphContext, facts: Facts) -> None:

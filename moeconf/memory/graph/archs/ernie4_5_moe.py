@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import REPLAYED, Decoder, decoder
+from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
 ARCH = "ernie4_5-moe"
 build = decoder(Decoder())
-MEMORY = REPLAYED
+MEMORY = Memory(CHECKED + " (ERNIE-4.5-21B-A3B)",
+                frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}))

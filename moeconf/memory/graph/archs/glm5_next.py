@@ -23,14 +23,17 @@ cells / kpool x sequences, every pool new, the pools padded to max(64, pad64(n_p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
 from moeconf.memory.graph.archs._hc import hc_post, hc_pre
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need, probs_bias
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, probs_bias
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
+from moeconf.memory.indexer import DSA_KEYS
+from moeconf.memory.keys import MLA_KEYS
+from moeconf.memory.recurrent import KDA_KEYS
 
 if TYPE_CHECKING:
     from moeconf.model.inventory import Inventory
@@ -76,7 +79,13 @@ def _unmodelled(inv: Inventory) -> list[str]:
     return why
 
 
-MEMORY = replace(REPLAYED, refuses=_refuses, unmodelled=_unmodelled)
+# the KDA state (memory/recurrent.py), the MLA latent and the k-pool indexer cache (memory/indexer.py), the
+# k-pool, the mHC streams and the decay gate's bound; the experts' clamp is the fused clamped SwiGLU, one op
+# as wide as the SwiGLU (checked with the key)
+MEMORY = Memory(CHECKED + " (GLM-5.3-Flash)", KDA_KEYS | MLA_KEYS | DSA_KEYS | {
+    "attention.indexer.kpool", "attention.indexer.kpool_select_tail", "hyper_connection.count",
+    "hyper_connection.epsilon", "hyper_connection.sinkhorn_iterations", "kda.gate_lower_bound",
+    "swiglu_clamp_exp", "swiglu_clamp_shexp"}, refuses=_refuses, unmodelled=_unmodelled)
 
 
 @dataclass

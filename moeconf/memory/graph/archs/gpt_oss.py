@@ -4,12 +4,13 @@ softmaxed; the last layer's output is a graph output (t_h_nextn), its rows taken
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, Swa, Traits
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "gpt-oss"
 TRAITS = Traits(swa=Swa(pattern=2), expert_ffn_tensors=2)
-MEMORY = REPLAYED
+MEMORY = Memory(CHECKED + " (gpt-oss-20b, gpt-oss-120b)",
+                frozenset({"attention.sliding_window", "attention.sliding_window_pattern"}))
 
 
 def build(g: GraphContext, facts: Facts) -> None:

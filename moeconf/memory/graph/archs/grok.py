@@ -6,11 +6,16 @@ final_logit_softcapping, softcapped."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
 from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.keys import SOFTCAPPING
 
 ARCH = "grok"
-MEMORY = REPLAYED
+# the attention and router softcapping run whatever their values (src/llama-graph.cpp builds Grok's tanh
+# unconditionally); final_logit_softcapping adds a scale, a tanh and a scale on the logits, each the only
+# consumer of its input, which ggml-alloc runs in place: no buffer grows (measured with Grok-2's 50: the
+# same figures, tests/test_memory_keys.py)
+MEMORY = Memory(CHECKED + " (Grok-1; flash attention forced off)", SOFTCAPPING)
 # llama_init_from_model: "flash_attn is not compatible with Grok - forcing off"
 TRAITS = Traits(flash_attn=False)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import REPLAYED, Decoder, decoder
+from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
 ARCH = "hunyuan-moe"
 build = decoder(Decoder(qk_norm="head_after_rope"))
-MEMORY = REPLAYED
+MEMORY = Memory(CHECKED + " (Hunyuan-A13B)")

@@ -9,12 +9,12 @@ attn_k_b and attn_v_b) no recorded dump checked: `estimate` refuses it."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need, routed, unchecked_blocks
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, routed, unchecked_blocks
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
+from moeconf.memory.keys import MLA_KEYS
+from moeconf.memory.recurrent import KDA_KEYS
 from moeconf.model.inventory import Inventory
 
 ARCH = "kimi-linear"
@@ -28,7 +28,9 @@ def _unmodelled(inv: Inventory) -> list[str]:
                                         "decompresses the heads through a full KV cache")]
 
 
-MEMORY = replace(REPLAYED, unmodelled=_unmodelled)
+# the KDA state (memory/recurrent.py) and the MLA latent
+MEMORY = Memory(CHECKED + " (Kimi-Linear-48B-A3B)", KDA_KEYS | MLA_KEYS - {"attention.q_lora_rank"}
+                | {"leading_dense_block_count"}, unmodelled=_unmodelled)
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import REPLAYED, Decoder, decoder
+from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
 ARCH = "minimax-m2"
 build = decoder(Decoder(qk_norm="full", gating_key=True))
-MEMORY = REPLAYED
+MEMORY = Memory(CHECKED + " (MiniMax-M2)")

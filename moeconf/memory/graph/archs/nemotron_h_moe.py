@@ -7,16 +7,20 @@ The final norm is the MTP head's seed (an output), the output rows taken after i
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from moeconf.memory.graph.archs._mamba import mamba2_layer, unbiased_conv
-from moeconf.memory.graph.archs.common import REPLAYED, Facts, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
+from moeconf.memory.recurrent import KEYS as RECURRENT_KEYS
 
 ARCH = "nemotron_h_moe"
 TRAITS = Traits(recurrent="mamba2")
-MEMORY = replace(REPLAYED, unmodelled=unbiased_conv)
+# the Mamba-2 state reads the ssm sizes only; the latent experts' projections are read from the tensors
+# moe_latent_size shapes; the MTP block (Nemotron-3 Super) is skipped by the loader and attended by no trunk
+# layer (measured: the same figures with and without it, tests/test_memory_keys.py)
+MEMORY = Memory(CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)",
+                frozenset(k for k in RECURRENT_KEYS if k.startswith("ssm."))
+                | {"moe_latent_size", "nextn_predict_layers"}, unmodelled=unbiased_conv)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
