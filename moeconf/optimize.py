@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from moeconf.engines import HOST
 from moeconf.errors import MoeconfError
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class Row:
         assert self.result is not None
         inv = self.result.compiled.inventory
         devices = self.result.compiled.placement.devices
-        return sum(t.nbytes for t in inv.tensors if t.group == "experts" and devices[t.name] not in (None, "CPU"))
+        return sum(t.nbytes for t in inv.tensors if t.group == "experts" and devices[t.name] not in (None, HOST))
 
     def gpu_memory(self) -> dict[str, int]:
         """Each budgeted GPU's predicted total (bytes)."""
@@ -215,8 +216,6 @@ class Row:
         """Bytes the host reads from RAM per generated token (weights, experts, KV and state there)."""
         if self.traffic is None:
             return None
-        from moeconf.engines import HOST
-
         r = self.traffic.reads.get(HOST)
         return r.total if r is not None else 0
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from moeconf.engines import Engine
+from moeconf.engines import HOST, Engine
 from moeconf.engines.argvread import (
     COMMON_ARG_BINARIES,
     Arg,
@@ -557,10 +557,10 @@ def engine_items(inv_: Invocation, model: Inventory, n_devices: int = 1,
     moe: list[tuple[str, str, str, int | None, int]] = []
     for take, origin, order in invocation_ncmoe(inv_, model, n_devices, layer_devices):
         for p in take.patterns:
-            moe.append((p, "CPU", origin, None, order))
+            moe.append((p, HOST, origin, None, order))
     for _flag, n, order, src in inv_.n_cpu_ffn:  # one rule per block 0..n-1 (beyond the blocks: none match)
         for il in range(min(n, model.block_count)):
-            moe.append((cpu_ffn_pattern(il), "CPU", f"--n-cpu-ffn {n} ({src})", None, order))
+            moe.append((cpu_ffn_pattern(il), HOST, f"--n-cpu-ffn {n} ({src})", None, order))
     # ik: user rules first, then its --n-cpu-moe rules; mainline: sources in order
     merged = user + moe if eng.name == "ik_llama.cpp" else sorted(user + moe, key=lambda x: x[4])
     return [(p, d, o, k) for p, d, o, k, _ in merged]
