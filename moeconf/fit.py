@@ -25,6 +25,7 @@ from moeconf.compile import compile_plan
 from moeconf.compiled import Compiled
 from moeconf.engines import HOST, Engine, engine_device_order
 from moeconf.engines.flags import FIT_TUNING
+from moeconf.engines.llamaconfig import AUTO_WORDS, FALSE_WORDS, TRUE_WORDS
 from moeconf.errors import MoeconfError, PlanError
 from moeconf.fill import DoesNotFit, plan_settings
 from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, parse_size, read_settings
@@ -180,12 +181,14 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
                     raise MoeconfError(f"{name} {value} is out of range")
                 out.fields[key] = n
             elif key == "flash_attn":
+                # deliberately lenient (any case, either engine's words): fit writes the value back as
+                # on, off or auto, which both engines take, so a spelling one engine would refuse is mended
                 low = value.lower()
-                if low in ("on", "1", "true", "enabled"):
+                if low in TRUE_WORDS:
                     out.fields[key] = "on"
-                elif low in ("off", "0", "false", "disabled"):
+                elif low in FALSE_WORDS:
                     out.fields[key] = "off"
-                elif low in ("auto", "-1"):
+                elif low in AUTO_WORDS:
                     out.fields[key] = "auto"
                 else:
                     raise MoeconfError(f"unknown value for {name}: {value!r} ({eng.label} takes on, off or auto "

@@ -259,3 +259,28 @@ def test_explain_says_what_it_assumes_without_a_binary(capsys: pytest.CaptureFix
     assert "assumed: no binary named" in capsys.readouterr().out
     assert main(["explain", model, "--", "llama-server", *flags]) == 0
     assert "assumed: no binary named" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("engine_name", "word", "refused"), [
+    # mainline's -fa handler compares the word as written (common/arg.cpp is_truthy/is_falsey/is_autoy)
+    ("llama.cpp", "on", False), ("llama.cpp", "enabled", False), ("llama.cpp", "-1", False),
+    ("llama.cpp", "ON", True), ("llama.cpp", "Auto", True),
+    # ik_llama.cpp lowercases it first and takes on/off/auto/1/0 only (common.cpp)
+    ("ik_llama.cpp", "ON", False), ("ik_llama.cpp", "Auto", False), ("ik_llama.cpp", "enabled", True),
+])
+def test_fa_values_are_read_with_each_engines_case_rule(engine_name: str, word: str, refused: bool) -> None:
+    inv = parse_invocation([Arg(w) for w in ["llama-server", "-fa", word]], engine(engine_name))
+    assert any("unknown value for -fa" in why for _, why in inv.problems) == refused, inv.problems
+
+
+@pytest.mark.parametrize(("var", "value", "expect"), [
+    ("LLAMA_ARG_OFFLINE", "1", True), ("LLAMA_ARG_OFFLINE", "enabled", True),
+    ("LLAMA_ARG_OFFLINE", "TRUE", False), ("LLAMA_ARG_OFFLINE", "yes", False),
+    ("LLAMA_ARG_CPU_MOE", "on", True), ("LLAMA_ARG_CPU_MOE", "On", False), ("LLAMA_ARG_CPU_MOE", "off", False),
+])
+def test_env_switches_are_set_only_by_the_words_the_engine_reads_as_true(var: str, value: str, expect: bool) -> None:
+    """A switch's variable is set where common/arg.cpp's is_truthy takes the word, compared as
+    written: `LLAMA_ARG_OFFLINE=TRUE` leaves llama.cpp online."""
+    inv = parse_invocation([Arg("llama-server")], engine("llama.cpp"), env={var: Arg(value)})
+    got = inv.offline if var == "LLAMA_ARG_OFFLINE" else bool(inv.cpu_moe)
+    assert got == expect
