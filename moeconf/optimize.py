@@ -276,17 +276,18 @@ class Optimized:
 
 
 def cache_type_list(text: str, eng: Engine) -> list[str]:
-    """`--cache-types f16,q8_0` -> the types, each checked against the engine's (K and V alike)."""
-    from moeconf.memory.settings import cache_types
+    """`--cache-types f16,q8_0` -> the types, each read as the engine reads -ctk/-ctv (K and V alike:
+    ik's q8_KV in any letter case)."""
+    from moeconf.memory.settings import cache_types, read_cache_type
 
-    accepted = cache_types(eng)
     out: list[str] = []
-    for t in (w.strip() for w in text.split(",")):
-        if not t:
+    for w in (w.strip() for w in text.split(",")):
+        if not w:
             raise MoeconfError(f"--cache-types {text!r}: a comma-separated list of KV cache types (f16,q8_0)")
-        if t not in accepted:
-            raise MoeconfError(f"--cache-types: {eng.label} does not accept cache type {t!r} (it takes "
-                               f"{', '.join(sorted(accepted))})")
+        t = read_cache_type(w, eng)
+        if t is None:
+            raise MoeconfError(f"--cache-types: {eng.label} does not accept cache type {w!r} (it takes "
+                               f"{', '.join(sorted(cache_types(eng)))})")
         if t not in out:
             out.append(t)
     return out
