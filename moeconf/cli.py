@@ -418,15 +418,11 @@ def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
     return _load_model(args.model), eng
 
 
-def _line_model(words: list[str], eng: Engine, bench: Invocation | None) -> str:
+def _line_model(inv: Invocation) -> str:
     """The MODEL a command line names itself: -hf REPO[:TAG] (with --hf-file: that file), else -m,
-    each the last given, as the engine reads the line (engines/cmdline.py parse_invocation); a
-    llama-bench line's from its test as the caller read it (`bench`; llama-bench's own parser, a
-    list of models is refused after: one test each)."""
-    from moeconf.engines.argvread import Arg
-    from moeconf.engines.cmdline import parse_invocation
-
-    inv = bench if bench is not None else parse_invocation([Arg(w) for w in words], eng)
+    each the last given, as the engine reads the line as the caller read it (linter.read_line: the
+    config files and the environment under the words); a llama-bench line's from its test
+    (linter.bench_test: llama-bench's own parser, a list of models is refused after: one test each)."""
     if inv.hf_repo is not None:
         repo = inv.hf_repo.text.split(":")[0]
         return f"hf://{repo}/{inv.hf_file.text}" if inv.hf_file is not None else inv.hf_repo.text
@@ -439,25 +435,30 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     import json
 
     from moeconf.engines.argvread import is_bench
-    from moeconf.linting.linter import bench_test, lint_command
+    from moeconf.linting.linter import bench_test, lint_command, read_line
     from moeconf.report.explain import render
 
     eng = _engine(args)
     argv = list(args.engine_args)
     for v in args.ot:
         argv += ["-ot", v]
-    # a llama-bench line is read once, as llama-bench reads it: its test names the model, and is what
-    # the memory and the rules read
-    bench = bench_test(argv, eng) if is_bench(argv) else None
-    if args.model is None:
-        args.model = _line_model(list(args.engine_args), eng, bench)
-    inv = _load_model(args.model)
     env = {}
     for kv in args.env:
         k, eq, v = kv.partition("=")
         if not eq:
             raise MoeconfError(f"--env needs KEY=VALUE, not {kv!r}")
         env[k] = v
+    llama_config = _llama_config(args)
+    # the line is read once: a llama-bench line as llama-bench reads it (its test), any other as the
+    # engine does; that reading names the model where MODEL is not given, and is what the memory and the
+    # rules read
+    bench = bench_test(argv, eng) if is_bench(argv) else None
+    line_read = read_line(argv, eng, env, llama_config) if bench is None and args.model is None else None
+    if args.model is None:
+        read = bench if bench is not None else line_read
+        assert read is not None
+        args.model = _line_model(read)
+    inv = _load_model(args.model)
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus is not None else None
     for g in gpus or ():
         why = eng.device_name_error(g)
@@ -465,7 +466,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             raise MoeconfError(f"--gpus: {why}")
     bench_note, memory_argv = _bench_test(bench, argv, eng, env)
     # the simulation, and what `moeconf lint` says about the line (the same rules)
-    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus, llama_config=_llama_config(args), bench=bench)
+    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus, llama_config=llama_config, bench=bench,
+                                line=line_read)
     from dataclasses import replace
 
     from moeconf.engines import AUTO_GPU, HOST

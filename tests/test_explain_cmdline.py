@@ -284,3 +284,50 @@ def test_env_switches_are_set_only_by_the_words_the_engine_reads_as_true(var: st
     inv = parse_invocation([Arg("llama-server")], engine("llama.cpp"), env={var: Arg(value)})
     got = inv.offline if var == "LLAMA_ARG_OFFLINE" else bool(inv.cpu_moe)
     assert got == expect
+
+
+_QWEN = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+
+
+@pytest.mark.parametrize("model", [[_QWEN, "--", "llama-server"], ["--", "llama-server", "-m", _QWEN]])
+def test_explain_reads_a_server_line_once(model: list[str], monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The model (named before the line or by its -m), the simulation and the rules take one reading of
+    the line (linter.read_line)."""
+    import moeconf.engines.cmdline as cmdline
+    import moeconf.linting.linter as linter
+
+    reads: list[str] = []
+    original = cmdline.parse_invocation
+
+    def counted(args: list[Arg], *rest: object, **kw: object) -> object:
+        reads.append(args[0].text)
+        return original(args, *rest, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cmdline, "parse_invocation", counted)
+    monkeypatch.setattr(linter, "parse_invocation", counted)
+    assert main(["explain", "--json", *model, "-c", "4096", "-ot", "exps=CPU"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["CPU"]["weights"] > 0
+    assert reads == ["llama-server"]
+
+
+def test_lint_command_takes_a_read_line_for_a_line_not_llama_benchs_only() -> None:
+    from moeconf.linting.linter import lint_command, read_line
+
+    eng = engine("llama.cpp")
+    line = read_line(["llama-server", "-m", "x.gguf"], eng)
+    with pytest.raises(ValueError, match="`line` given for llama-bench's line"):
+        lint_command(None, eng, ["llama-bench", "-m", "x.gguf"], line=line)
+
+
+def test_explain_takes_the_model_the_environment_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """The line is read as the engine reads it, its environment too: LLAMA_ARG_MODEL names the model
+    where the words do not (and -m, read after it, wins)."""
+    qwen = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    air = str(EXAMPLES / "models" / "glm-4.5-air.manifest.json")
+    assert main(["explain", "--json", "--env", f"LLAMA_ARG_MODEL={qwen}", "--", "llama-server", "-c", "4096"]) == 0
+    by_env = json.loads(capsys.readouterr().out)
+    assert main(["explain", "--json", "--", "llama-server", "-m", qwen, "-c", "4096"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"] == by_env["memory"]
+    main(["explain", "--json", "--env", f"LLAMA_ARG_MODEL={air}", "--", "llama-server", "-m", qwen, "-c", "4096"])
+    assert json.loads(capsys.readouterr().out)["memory"] == by_env["memory"]
