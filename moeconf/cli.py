@@ -418,15 +418,11 @@ def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
     return _load_model(args.model), eng
 
 
-def _line_model(words: list[str], eng: Engine, bench: Invocation | None) -> str:
+def _line_model(inv: Invocation) -> str:
     """The MODEL a command line names itself: -hf REPO[:TAG] (with --hf-file: that file), else -m,
-    each the last given, as the engine reads the line (engines/cmdline.py parse_invocation); a
-    llama-bench line's from its test as the caller read it (`bench`; llama-bench's own parser, a
-    list of models is refused after: one test each)."""
-    from moeconf.engines.argvread import Arg
-    from moeconf.engines.cmdline import parse_invocation
-
-    inv = bench if bench is not None else parse_invocation([Arg(w) for w in words], eng)
+    each the last given, as the engine reads the line as the caller read it (linter.read_line: the
+    config files and the environment under the words); a llama-bench line's from its test
+    (linter.bench_test: llama-bench's own parser, a list of models is refused after: one test each)."""
     if inv.hf_repo is not None:
         repo = inv.hf_repo.text.split(":")[0]
         return f"hf://{repo}/{inv.hf_file.text}" if inv.hf_file is not None else inv.hf_repo.text
@@ -439,25 +435,30 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     import json
 
     from moeconf.engines.argvread import is_bench
-    from moeconf.linting.linter import bench_test, lint_command
+    from moeconf.linting.linter import bench_test, lint_command, read_line
     from moeconf.report.explain import render
 
     eng = _engine(args)
     argv = list(args.engine_args)
     for v in args.ot:
         argv += ["-ot", v]
-    # a llama-bench line is read once, as llama-bench reads it: its test names the model, and is what
-    # the memory and the rules read
-    bench = bench_test(argv, eng) if is_bench(argv) else None
-    if args.model is None:
-        args.model = _line_model(list(args.engine_args), eng, bench)
-    inv = _load_model(args.model)
     env = {}
     for kv in args.env:
         k, eq, v = kv.partition("=")
         if not eq:
             raise MoeconfError(f"--env needs KEY=VALUE, not {kv!r}")
         env[k] = v
+    llama_config = _llama_config(args)
+    # the line is read once: a llama-bench line as llama-bench reads it (its test), any other as the
+    # engine does; that reading names the model where MODEL is not given, and is what the memory and the
+    # rules read
+    bench = bench_test(argv, eng) if is_bench(argv) else None
+    line_read = read_line(argv, eng, env, llama_config) if bench is None and args.model is None else None
+    if args.model is None:
+        read = bench if bench is not None else line_read
+        assert read is not None
+        args.model = _line_model(read)
+    inv = _load_model(args.model)
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus is not None else None
     for g in gpus or ():
         why = eng.device_name_error(g)
@@ -465,9 +466,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             raise MoeconfError(f"--gpus: {why}")
     bench_note, memory_argv = _bench_test(bench, argv, eng, env)
     # the simulation, and what `moeconf lint` says about the line (the same rules)
-    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus, llama_config=_llama_config(args), bench=bench)
+    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus, llama_config=llama_config, bench=bench,
+                                line=line_read)
     from dataclasses import replace
 
+    from moeconf.engines import AUTO_GPU, HOST
     from moeconf.engines.llamaconfig import memory_env, report, report_lines
     from moeconf.memory import read_settings
     from moeconf.memory.amx import resolve_host_cpu
@@ -491,9 +494,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         hint = ("; explain simulates CUDA0 and the GPUs the command line names or splits over (-ts): give the "
                 "machine's with --gpus CUDA0,CUDA1,..." if gpus is None else "")
         raise MoeconfError(f"--budget {unknown[0]}: not a device of this command line (devices: "
-                           f"{', '.join(['CPU', *ex.accelerators])}){hint}")
-    from moeconf.engines import AUTO_GPU
-
+                           f"{', '.join([HOST, *ex.accelerators])}){hint}")
     # a device of the line that holds nothing known: nothing at all, or layers split by free memory
     unchecked = [d for d in budgets if d not in est.devices and AUTO_GPU in est.devices]
     traffic, traffic_text = _explain_traffic(args, ex, settings)
@@ -552,7 +553,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         if traffic_text:
             sys.stdout.write(traffic_text)
         for d, short in over.items():
-            fix = ("more routed experts on the GPUs, or a smaller quant" if d == "CPU"
+            fix = ("more routed experts on the GPUs, or a smaller quant" if d == HOST
                    else "`moeconf fit` finds the placement that fits")
             sys.stdout.write(f"error: {d} needs {short / 2**20:,.0f} MiB more than its {budgets[d] / 2**20:,.0f} "
                              f"MiB budget: {fix}\n")
@@ -665,10 +666,11 @@ def _command_machine(args: argparse.Namespace, devices: tuple[str, ...], *, aske
 
     if not asked and not machine_flags_given(args):
         return None
+    from moeconf.engines import HOST
     from moeconf.machine import machine_from
 
     plan_values, where = _plan_machine(getattr(args, "machine_plan", None))
-    return machine_from(args, tuple(d for d in devices if d != "CPU"), plan_values, plan_where=where)
+    return machine_from(args, tuple(d for d in devices if d != HOST), plan_values, plan_where=where)
 
 
 def _plan_machine(path: str | None) -> tuple[dict[str, Any] | None, Any]:
@@ -714,6 +716,7 @@ def _cmd_machine(args: argparse.Namespace) -> int:
 
 def _budgets(values: list[str], flag: str, *, allow_cpu: bool = False) -> dict[str, int]:
     """`[NAME=]SIZE` values -> {buffer type: bytes}; unnamed ones are CUDA0, CUDA1, ... in order."""
+    from moeconf.engines import HOST
     from moeconf.memory import parse_size
 
     out: dict[str, int] = {}
@@ -722,7 +725,7 @@ def _budgets(values: list[str], flag: str, *, allow_cpu: bool = False) -> dict[s
         if not eq:
             name = f"CUDA{sum(1 for d in out if d.startswith('CUDA'))}"
         if allow_cpu and name.lower() == "cpu":
-            name = "CPU"
+            name = HOST
         if name in out:
             raise MoeconfError(f"{flag} names {name} twice")
         out[name] = parse_size(size, f"{flag} {g}")
@@ -850,6 +853,7 @@ def _fit_optimized(args: argparse.Namespace, inv: Inventory, eng: Engine, budget
 def _fit_report(args: argparse.Namespace, result: FitResult, inv: Inventory, eng: Engine, budgets: list[Budget],
                 ram: int | None, headroom: int) -> str:
     """What fit found, for a reader: each GPU's expert layers, the assumptions, the memory table."""
+    from moeconf.engines import HOST
     from moeconf.fit import assumed_version
     from moeconf.model.inventory import format_ranges
     from moeconf.report.memory import render_memory
@@ -861,7 +865,7 @@ def _fit_report(args: argparse.Namespace, result: FitResult, inv: Inventory, eng
         lines.append(f"{dev}: also {', '.join(kinds)} of layer {il}")
     total_experts = sum(t.nbytes for t in inv.tensors if t.group == "experts")
     on_gpu = sum(t.nbytes for t in inv.tensors if t.group == "experts"
-                 and result.compiled.placement.devices[t.name] not in (None, "CPU"))
+                 and result.compiled.placement.devices[t.name] not in (None, HOST))
     lines.append(f"routed experts on the GPUs: {on_gpu / 2**30:.2f} of {total_experts / 2**30:.2f} GiB")
     lines.append("")
     mib = 2**20
@@ -874,7 +878,7 @@ def _fit_report(args: argparse.Namespace, result: FitResult, inv: Inventory, eng
         lines.append(f"assumed: RAM {args.ram} = {ram / mib:,.0f} MiB, less {headroom / mib:,.0f} MiB kept for the "
                      f"system (--ram-headroom): {(ram - headroom) / mib:,.0f} MiB for the model")
     # the assumptions head the table they were computed with
-    cpu_budget = {"CPU": ram - headroom} if ram is not None else {}
+    cpu_budget = {HOST: ram - headroom} if ram is not None else {}
     return "\n".join(safe(line) for line in lines) + "\n" + render_memory(
         result.memory, {b.device: b.size for b in budgets} | cpu_budget)
 

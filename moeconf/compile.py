@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 
 from moeconf.compiled import Compiled
-from moeconf.engines import Engine, engine, version_error
+from moeconf.engines import HOST, Engine, engine, version_error
 from moeconf.errors import PlanError
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
@@ -118,7 +118,7 @@ def _check_devices(plan: Plan, eng: Engine) -> None:
             raise plan.error_at_key(("engine", "gpus", i), f"engine.gpus: {why}",
                                     hint="write the buffer-type names the engine prints, e.g. "
                                     "gpus = [\"CUDA0\", \"CUDA1\"]")
-        if name == "CPU":
+        if name == HOST:
             raise plan.error_at_key(("engine", "gpus", i), "engine.gpus lists the CPU: it names accelerators only",
                                     hint="a CPU-only machine is gpus = []")
         if name in gpus[:i]:

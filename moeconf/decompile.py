@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import tomli_w
 
+from moeconf.engines import HOST
 from moeconf.errors import MoeconfError
 from moeconf.explanation import Explanation
 from moeconf.model.inventory import Inventory, Tensor, format_ranges
@@ -20,7 +21,7 @@ def _ranges(values: Sequence[int]) -> str:
 
 
 def _device_word(dev: str, gpus: Sequence[str]) -> str:
-    if dev == "CPU":
+    if dev == HOST:
         return "cpu"
     if dev in gpus:
         i = list(gpus).index(dev)
@@ -41,7 +42,7 @@ def decompile_rules(inv: Inventory, devices: dict[str, str | None], defaults: di
         d = devices[t.name]
         assert d is not None
         by_dev[d].append(t)
-    for dev in sorted(by_dev, key=lambda d: (d != "CPU", d)):
+    for dev in sorted(by_dev, key=lambda d: (d != HOST, d)):
         word = _device_word(dev, gpus)
         ts = by_dev[dev]
         by_group: dict[str, list[Tensor]] = defaultdict(list)

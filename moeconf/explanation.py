@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moeconf.engines import AUTO_GPU, Engine, engine_device_order
+from moeconf.engines import AUTO_GPU, HOST, Engine, engine_device_order
 from moeconf.engines.argvread import Arg, unknown_flag_message
 from moeconf.engines.cmdline import Invocation, engine_items, invocation_ncmoe, parse_invocation
 from moeconf.engines.flags import c_int
@@ -96,7 +96,7 @@ def available_devices(invocation: Invocation, gpus: Sequence[str]) -> list[str]:
     if invocation.device_list is not None:
         named = [d for d in invocation.device_list.text.split(",") if d]
         have = [] if named == ["none"] else [d for d in named if d in have]
-    return ["CPU", *have]
+    return [HOST, *have]
 
 
 def assumed_gpus(invocation: Invocation, *, ts: bool = True) -> list[str]:
@@ -111,7 +111,7 @@ def assumed_gpus(invocation: Invocation, *, ts: bool = True) -> list[str]:
         names.add(f"CUDA{i}")
     for item in invocation.items():
         dev = item.device
-        if (dev and dev != "CPU" and not dev.startswith("RPC")
+        if (dev and dev != HOST and not dev.startswith("RPC")
                 and invocation.engine.device_name_error(dev) is None):
             names.add(dev)
 
@@ -185,7 +185,7 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
             refusals.append(f"-ot names {dev}, but with -sm none {eng.label} runs only "
                             f"{spread[0] if spread else 'the CPU'}: it aborts at start (\"pre-allocated tensor in a "
                             f"buffer ({dev}) that cannot run the operation\"); drop -sm none or send those tensors to "
-                            f"{spread[0] if spread else 'CPU'}")
+                            f"{spread[0] if spread else HOST}")
     if layer_devices is None and eng.name == "ik_llama.cpp" and len(spread) > 1 and ts is not None \
             and (sm or "layer") == "layer" and ngl != 0:
         predicted = ik_split(invocation, inv, ngl, ts, len(spread))

@@ -209,7 +209,7 @@ class _Filler:
         # (the same keys, as every measure here has: one comparison of the two dicts)
         overrides = pl.devices != pl.defaults if devs.keys() == defaults.keys() else any(
             devs[n] != d for n, d in defaults.items())
-        accel = len(set(defaults.values()) - {None, "CPU"})
+        accel = len(set(defaults.values()) - {None, HOST})
         return pl, self.settings, pipeline_parallel(pl, accel, self.ngl, self.split_mode, self.settings, overrides)
 
     def over(self, mem: MemoryEstimate, *, sinks: bool = False) -> dict[str, int]:
@@ -329,11 +329,11 @@ class _Filler:
     def away(self, devices: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> int:
         """Bytes of the fill's tensors on a GPU other than their layer's."""
         return sum(self.inv.by_name[n].nbytes for n in self.last_device
-                   if devices.get(n) not in (None, "CPU") and devices.get(n) != defaults[n])
+                   if devices.get(n) not in (None, HOST) and devices.get(n) != defaults[n])
 
     def gpu_bytes(self, devices: Mapping[str, str | None]) -> int:
         """Bytes of the fill's tensors on accelerators."""
-        return sum(self.inv.by_name[n].nbytes for n in self.last_device if devices.get(n) not in (None, "CPU"))
+        return sum(self.inv.by_name[n].nbytes for n in self.last_device if devices.get(n) not in (None, HOST))
 
     # -- the layer split -------------------------------------------------------------------------
 

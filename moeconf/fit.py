@@ -23,8 +23,9 @@ import moeconf.engines.options as _options
 import moeconf.engines.specflags as specflags
 from moeconf.compile import compile_plan
 from moeconf.compiled import Compiled
-from moeconf.engines import Engine, engine_device_order
+from moeconf.engines import HOST, Engine, engine_device_order
 from moeconf.engines.flags import FIT_TUNING
+from moeconf.engines.llamaconfig import AUTO_WORDS, FALSE_WORDS, TRUE_WORDS
 from moeconf.errors import MoeconfError, PlanError
 from moeconf.fill import DoesNotFit, plan_settings
 from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, parse_size, read_settings
@@ -180,12 +181,14 @@ def _engine_flags(argv: Sequence[str], eng: Engine) -> _UserFlags:
                     raise MoeconfError(f"{name} {value} is out of range")
                 out.fields[key] = n
             elif key == "flash_attn":
+                # deliberately lenient (any case, either engine's words): fit writes the value back as
+                # on, off or auto, which both engines take, so a spelling one engine would refuse is mended
                 low = value.lower()
-                if low in ("on", "1", "true", "enabled"):
+                if low in TRUE_WORDS:
                     out.fields[key] = "on"
-                elif low in ("off", "0", "false", "disabled"):
+                elif low in FALSE_WORDS:
                     out.fields[key] = "off"
-                elif low in ("auto", "-1"):
+                elif low in AUTO_WORDS:
                     out.fields[key] = "auto"
                 else:
                     raise MoeconfError(f"unknown value for {name}: {value!r} ({eng.label} takes on, off or auto "
@@ -310,7 +313,7 @@ class _Solver:
                 raise MoeconfError(f"--gpu {b.device}: no such RPC device; give its server with --rpc "
                                    f"(devices from --rpc: {', '.join(rpc_names) or 'none'})")
             problem = eng.device_name_error(b.device)
-            if problem or b.device == "CPU":
+            if problem or b.device == HOST:
                 raise MoeconfError(f"--gpu {b.device}: {problem or 'the CPU is not a GPU'}")
         self.gpus = engine_device_order([b.device for b in self.budgets if not b.device.startswith("RPC")])
         # the engine's device order: RPC servers first, then local GPUs
@@ -396,7 +399,7 @@ class _Solver:
         sc = mem.server
         if self.ram is None or sc is None:
             return []
-        left = self.ram - mem.devices["CPU"].total
+        left = self.ram - mem.devices[HOST].total
         if sc.cap is not None and sc.cap <= left:
             return []
         out: list[str] = []
@@ -465,8 +468,8 @@ class _Solver:
             raise AssertionError("fit: the compiled command line does not reproduce the plan's placement")
         over = {d: mem.devices[d].total - self.budget[d] for d in self.order
                 if d in mem.devices and mem.devices[d].total > self.budget[d]}
-        if self.ram is not None and mem.devices["CPU"].total > self.ram:
-            over["CPU"] = mem.devices["CPU"].total - self.ram
+        if self.ram is not None and mem.devices[HOST].total > self.ram:
+            over[HOST] = mem.devices[HOST].total - self.ram
         if over:
             raise AssertionError(f"fit: the compiled command line is over budget on {', '.join(over)}")
         cache_flags = self._server_cache_flags(mem)

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from moeconf.engines import Engine
+from moeconf.engines import HOST, Engine
 from moeconf.errors import MoeconfError
 from moeconf.hub import names, store
 from moeconf.hub.ref import RemoteRef
@@ -93,7 +93,7 @@ def host_read_per_token(inv: Inventory, devices: dict[str, str | None]) -> int:
     share = (md.expert_used_count or 0) / md.expert_count if md.expert_count else 1.0
     total = 0.0
     for t in inv.tensors:
-        if devices.get(t.name) != "CPU" or t.base == "token_embd":
+        if devices.get(t.name) != HOST or t.base == "token_embd":
             continue
         total += t.nbytes * share if t.group == "experts" else t.nbytes
     return int(total)
@@ -157,10 +157,10 @@ def _solve(q: names.Quant, ref: RemoteRef, size: int, inv: Inventory, eng: Engin
         return QuantRow(q.tag, ref, q.files, size, None, e.message.removeprefix("does not fit: "),
                         experts_total=experts_total)
     devices = res.compiled.placement.devices
-    on_gpu = sum(t.nbytes for t in inv.tensors if t.group == "experts" and devices[t.name] not in (None, "CPU"))
+    on_gpu = sum(t.nbytes for t in inv.tensors if t.group == "experts" and devices[t.name] not in (None, HOST))
     room = [(b.device, b.size - res.memory.devices[b.device].total) for b in budgets if b.device in res.memory.devices]
     if ram is not None:
-        room.append(("CPU", ram - res.memory.devices["CPU"].total))
+        room.append((HOST, ram - res.memory.devices[HOST].total))
     return QuantRow(q.tag, ref, q.files, size, res.argv, None, on_gpu, experts_total,
                     host_read_per_token(inv, devices), tuple(room))
 

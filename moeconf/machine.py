@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from moeconf.engines import HOST
 from moeconf.errors import MoeconfError
 from moeconf.machine_args import FIELDS as FIELDS  # re-exported
 from moeconf.machine_args import add_machine_arguments as add_machine_arguments  # re-exported
@@ -266,7 +267,7 @@ def machine_from(args_or_fields: argparse.Namespace | dict[str, Any] | None, dev
                    lambda k: FIELDS[k][0] if k in FIELDS else f"--{k.replace('_', '-')}")
     where = plan_where or (lambda k: f"[machine] {k}")
     plan = _Given(dict(plan_machine or {}), where, lambda k: f"plan [machine] {k}")
-    gpus_dev = tuple(d for d in devices if d.upper() != "CPU")
+    gpus_dev = tuple(d for d in devices if d.upper() != HOST)
     no_detect = bool(flags.values.get("no_detect")) or plan.values.get("detect") is False
     if detect is None:
         detect = Detected.none() if no_detect else Detected.here(want_gpus=bool(gpus_dev))

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from moeconf.engines import HOST
 from moeconf.errors import MoeconfError
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class Row:
         assert self.result is not None
         inv = self.result.compiled.inventory
         devices = self.result.compiled.placement.devices
-        return sum(t.nbytes for t in inv.tensors if t.group == "experts" and devices[t.name] not in (None, "CPU"))
+        return sum(t.nbytes for t in inv.tensors if t.group == "experts" and devices[t.name] not in (None, HOST))
 
     def gpu_memory(self) -> dict[str, int]:
         """Each budgeted GPU's predicted total (bytes)."""
@@ -215,8 +216,6 @@ class Row:
         """Bytes the host reads from RAM per generated token (weights, experts, KV and state there)."""
         if self.traffic is None:
             return None
-        from moeconf.engines import HOST
-
         r = self.traffic.reads.get(HOST)
         return r.total if r is not None else 0
 
@@ -277,17 +276,18 @@ class Optimized:
 
 
 def cache_type_list(text: str, eng: Engine) -> list[str]:
-    """`--cache-types f16,q8_0` -> the types, each checked against the engine's (K and V alike)."""
-    from moeconf.memory.settings import cache_types
+    """`--cache-types f16,q8_0` -> the types, each read as the engine reads -ctk/-ctv (K and V alike:
+    ik's q8_KV in any letter case)."""
+    from moeconf.memory.settings import cache_types, read_cache_type
 
-    accepted = cache_types(eng)
     out: list[str] = []
-    for t in (w.strip() for w in text.split(",")):
-        if not t:
+    for w in (w.strip() for w in text.split(",")):
+        if not w:
             raise MoeconfError(f"--cache-types {text!r}: a comma-separated list of KV cache types (f16,q8_0)")
-        if t not in accepted:
-            raise MoeconfError(f"--cache-types: {eng.label} does not accept cache type {t!r} (it takes "
-                               f"{', '.join(sorted(accepted))})")
+        t = read_cache_type(w, eng)
+        if t is None:
+            raise MoeconfError(f"--cache-types: {eng.label} does not accept cache type {w!r} (it takes "
+                               f"{', '.join(sorted(cache_types(eng)))})")
         if t not in out:
             out.append(t)
     return out

@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from moeconf.engines import Engine
+from moeconf.engines import HOST, Engine
 from moeconf.engines.simulate import output_layer_tensors
 from moeconf.engines.tied import TIED_OUTPUT_ARCHS
 from moeconf.model.inventory import Inventory, Tensor
@@ -84,7 +84,7 @@ class Placement:
             # makes one (each creates an output norm there); the copy is then not counted
             out = output_layer_tensors(inv, self.engine)
             dev = self.defaults.get(out[0], placed) if out else placed
-        if dev == "CPU":
+        if dev == HOST:
             # on the CPU the output's matrix multiply picks the CPU's extra buffer types first
             # (llama-model-loader.cpp, select_weight_buft over the CPU list), so the copy is made
             # in CPU_REPACK where the host repacks its type, beside token_embd's plain CPU buffer:
@@ -95,5 +95,5 @@ class Placement:
             # (llama.cpp; ik_llama.cpp's CPU buffer types are not modelled here: no copy counted)
             t = inv.by_name[emb]
             repacked = t.type in _REPACKED_AVX2 and len(t.shape) > 1 and t.shape[1] % 8 == 0
-            return dev if repacked and placed == "CPU" and self.engine.name == "llama.cpp" else None
+            return dev if repacked and placed == HOST and self.engine.name == "llama.cpp" else None
         return None if dev is None or dev == placed else dev

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moeconf.engines import AUTO_GPU, Engine
+from moeconf.engines import AUTO_GPU, HOST, Engine
 from moeconf.engines.simulate import default_devices, layer_gpus
 from moeconf.model.inventory import Inventory, Tensor, format_ranges
 from moeconf.model.taxonomy import GROUPS, _base_names
@@ -73,7 +73,7 @@ def _resolve_device(plan: Plan, eng: Engine, rule: Rule, word: str | None, span:
     gpus = [*plan.config.engine.gpus, *rpc_devices(plan, eng)]
     low = word.lower()
     if low == "cpu":
-        return "CPU"
+        return HOST
     m = re.fullmatch(r"gpu(\d*)", low)
     if m:
         idx = int(m.group(1) or 0)
@@ -89,7 +89,7 @@ def _resolve_device(plan: Plan, eng: Engine, rule: Rule, word: str | None, span:
     if why:
         raise plan.error_at_rule(rule, span, f"unknown device: {why}",
                                  hint="devices are cpu, gpu, gpu1, ... or an exact buffer-type name")
-    known = ["CPU", *gpu_devices(plan, eng)]
+    known = [HOST, *gpu_devices(plan, eng)]
     if word not in known:
         if word.startswith("RPC"):
             hint = "add the server to [flags] rpc = [\"host:port\"]"

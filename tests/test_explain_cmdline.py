@@ -259,3 +259,75 @@ def test_explain_says_what_it_assumes_without_a_binary(capsys: pytest.CaptureFix
     assert "assumed: no binary named" in capsys.readouterr().out
     assert main(["explain", model, "--", "llama-server", *flags]) == 0
     assert "assumed: no binary named" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("engine_name", "word", "refused"), [
+    # mainline's -fa handler compares the word as written (common/arg.cpp is_truthy/is_falsey/is_autoy)
+    ("llama.cpp", "on", False), ("llama.cpp", "enabled", False), ("llama.cpp", "-1", False),
+    ("llama.cpp", "ON", True), ("llama.cpp", "Auto", True),
+    # ik_llama.cpp lowercases it first and takes on/off/auto/1/0 only (common.cpp)
+    ("ik_llama.cpp", "ON", False), ("ik_llama.cpp", "Auto", False), ("ik_llama.cpp", "enabled", True),
+])
+def test_fa_values_are_read_with_each_engines_case_rule(engine_name: str, word: str, refused: bool) -> None:
+    inv = parse_invocation([Arg(w) for w in ["llama-server", "-fa", word]], engine(engine_name))
+    assert any("unknown value for -fa" in why for _, why in inv.problems) == refused, inv.problems
+
+
+@pytest.mark.parametrize(("var", "value", "expect"), [
+    ("LLAMA_ARG_OFFLINE", "1", True), ("LLAMA_ARG_OFFLINE", "enabled", True),
+    ("LLAMA_ARG_OFFLINE", "TRUE", False), ("LLAMA_ARG_OFFLINE", "yes", False),
+    ("LLAMA_ARG_CPU_MOE", "on", True), ("LLAMA_ARG_CPU_MOE", "On", False), ("LLAMA_ARG_CPU_MOE", "off", False),
+])
+def test_env_switches_are_set_only_by_the_words_the_engine_reads_as_true(var: str, value: str, expect: bool) -> None:
+    """A switch's variable is set where common/arg.cpp's is_truthy takes the word, compared as
+    written: `LLAMA_ARG_OFFLINE=TRUE` leaves llama.cpp online."""
+    inv = parse_invocation([Arg("llama-server")], engine("llama.cpp"), env={var: Arg(value)})
+    got = inv.offline if var == "LLAMA_ARG_OFFLINE" else bool(inv.cpu_moe)
+    assert got == expect
+
+
+_QWEN = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+
+
+@pytest.mark.parametrize("model", [[_QWEN, "--", "llama-server"], ["--", "llama-server", "-m", _QWEN]])
+def test_explain_reads_a_server_line_once(model: list[str], monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The model (named before the line or by its -m), the simulation and the rules take one reading of
+    the line (linter.read_line)."""
+    import moeconf.engines.cmdline as cmdline
+    import moeconf.linting.linter as linter
+
+    reads: list[str] = []
+    original = cmdline.parse_invocation
+
+    def counted(args: list[Arg], *rest: object, **kw: object) -> object:
+        reads.append(args[0].text)
+        return original(args, *rest, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cmdline, "parse_invocation", counted)
+    monkeypatch.setattr(linter, "parse_invocation", counted)
+    assert main(["explain", "--json", *model, "-c", "4096", "-ot", "exps=CPU"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["CPU"]["weights"] > 0
+    assert reads == ["llama-server"]
+
+
+def test_lint_command_takes_a_read_line_for_a_line_not_llama_benchs_only() -> None:
+    from moeconf.linting.linter import lint_command, read_line
+
+    eng = engine("llama.cpp")
+    line = read_line(["llama-server", "-m", "x.gguf"], eng)
+    with pytest.raises(ValueError, match="`line` given for llama-bench's line"):
+        lint_command(None, eng, ["llama-bench", "-m", "x.gguf"], line=line)
+
+
+def test_explain_takes_the_model_the_environment_names(capsys: pytest.CaptureFixture[str]) -> None:
+    """The line is read as the engine reads it, its environment too: LLAMA_ARG_MODEL names the model
+    where the words do not (and -m, read after it, wins)."""
+    qwen = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    air = str(EXAMPLES / "models" / "glm-4.5-air.manifest.json")
+    assert main(["explain", "--json", "--env", f"LLAMA_ARG_MODEL={qwen}", "--", "llama-server", "-c", "4096"]) == 0
+    by_env = json.loads(capsys.readouterr().out)
+    assert main(["explain", "--json", "--", "llama-server", "-m", qwen, "-c", "4096"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"] == by_env["memory"]
+    main(["explain", "--json", "--env", f"LLAMA_ARG_MODEL={air}", "--", "llama-server", "-m", qwen, "-c", "4096"])
+    assert json.loads(capsys.readouterr().out)["memory"] == by_env["memory"]

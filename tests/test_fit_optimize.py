@@ -14,6 +14,7 @@ import pytest
 
 from moeconf.cli import main
 from moeconf.engines import engine
+from moeconf.errors import MoeconfError
 from moeconf.fit import Budget, fit
 from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
@@ -27,6 +28,7 @@ from moeconf.optimize import (
     Optimized,
     Predictor,
     Speed,
+    cache_type_list,
     choose,
     optimize,
 )
@@ -318,3 +320,12 @@ def test_predictions_that_print_alike_tie_to_the_smaller_ubatch() -> None:
     # a difference that prints is still taken
     opt = _with(["-c", "16384"], "prompt", _fake(close_gen, {**close_prompt, 2048: 1500.0}))
     assert opt.rows[opt.chosen].setting.ubatch == 2048
+
+
+def test_cache_types_are_read_as_the_engine_reads_ctk() -> None:
+    """ik_llama.cpp takes q8_KV in any letter case (memory/settings.read_cache_type); the other types,
+    and every type on llama.cpp, only as written."""
+    assert cache_type_list("q8_KV,Q8_kv,f16", engine("ik_llama.cpp")) == ["q8_kv", "f16"]
+    for text, eng in (("q8_KV", "llama.cpp"), ("Q8_0", "ik_llama.cpp"), ("Q8_0", "llama.cpp")):
+        with pytest.raises(MoeconfError, match=f"does not accept cache type '{text}'"):
+            cache_type_list(text, engine(eng))

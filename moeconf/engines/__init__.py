@@ -104,7 +104,7 @@ class Engine:
 
     def device_name_error(self, name: str) -> str | None:
         """Why `name` is not a buffer-type name this engine's `-ot` accepts, or None."""
-        if _DEVICE_RE.fullmatch(name) or name == "CPU" or name in ("OpenCL",):
+        if _DEVICE_RE.fullmatch(name) or name == HOST or name in ("OpenCL",):
             if name.startswith("RPC"):
                 m = _RPC_RE.fullmatch(name)
                 if not m:

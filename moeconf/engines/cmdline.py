@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from moeconf.engines import Engine
+from moeconf.engines import HOST, Engine
 from moeconf.engines.argvread import (
     COMMON_ARG_BINARIES,
     Arg,
@@ -28,6 +28,7 @@ from moeconf.engines.argvread import (
     read_argv,
 )
 from moeconf.engines.flags import c_floats, c_int, value_problem
+from moeconf.engines.llamaconfig import AUTO_WORDS, FALSE_WORDS, TRUE_WORDS
 from moeconf.engines.options import env_var, out_of_range, row, spellings
 from moeconf.model.inventory import Inventory
 
@@ -36,8 +37,10 @@ if TYPE_CHECKING:
     from moeconf.engines.llamaconfig import Applied, LlamaConfig
 
 
-_FA_VALUES = {"on", "off", "auto", "enabled", "disabled", "true", "false", "1", "0", "-1"}
-_IK_FA_VALUES = {"on", "off", "auto", "1", "0"}  # ik_llama.cpp common.cpp, case-insensitive
+# -fa's values: mainline's handler compares the word as written (common/arg.cpp); ik_llama.cpp's
+# (common.cpp) lowercases it first and takes a shorter list of its own
+_FA_VALUES = frozenset({*TRUE_WORDS, *FALSE_WORDS, *AUTO_WORDS})
+_IK_FA_VALUES = frozenset({"on", "off", "auto", "1", "0"})
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         elif name in sp("-fit"):
             if engine.fit_flag == "-fit":
                 assert value is not None
-                inv.fit = (value, value.text in ("on", "enabled", "true", "1"))
+                inv.fit = (value, value.text in TRUE_WORDS)
             else:
                 inv.fit = (flag, True)
         elif name in sp("--rpc"):
@@ -267,7 +270,7 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         order += 1
     if engine.env_cpu_moe and ev("-cmoe") in inv.env:
         v = inv.env[ev("-cmoe")]
-        if v.text in ("on", "enabled", "true", "1"):
+        if v.text in TRUE_WORDS:
             inv.cpu_moe.append((v, order, "env"))
             order += 1
     if engine.env_cpu_moe and ev("-ncmoe") in inv.env:
@@ -289,13 +292,13 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         inv.ctx_size = inv.env[ev("-c")]
     if engine.has_fit and engine.fit_flag == "-fit" and ev("-fit") in inv.env:
         v = inv.env[ev("-fit")]
-        inv.fit = (v, v.text in ("on", "enabled", "true", "1"))
+        inv.fit = (v, v.text in TRUE_WORDS)
     if ev("-m") in inv.env:
         inv.model = inv.env[ev("-m")]
     inv.hf_repo = inv.env.get(ev("-hf"), inv.hf_repo)
     inv.hf_file = inv.env.get(ev("-hff"), inv.hf_file)
-    if inv.env.get(ev("--offline")) is not None:
-        inv.offline = inv.env[ev("--offline")].text.lower() in ("1", "true", "on", "enabled")
+    if inv.env.get(ev("--offline")) is not None:  # a switch: set where the word is truthy, as written
+        inv.offline = inv.env[ev("--offline")].text in TRUE_WORDS
     if engine.env_split:
         inv.split_mode = inv.env.get(ev("-sm"), inv.split_mode)
         inv.tensor_split = inv.env.get(ev("-ts"), inv.tensor_split)
@@ -316,8 +319,9 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             inv.problems.append((o.flag, f"{o.name} needs a value"))
             continue
         value = o.value
-        if o.name in sp("-fa") and value is not None and value.text.lower() not in (
-                _IK_FA_VALUES if engine.name == "ik_llama.cpp" else _FA_VALUES):
+        if o.name in sp("-fa") and value is not None and (
+                value.text.lower() not in _IK_FA_VALUES if engine.name == "ik_llama.cpp"
+                else value.text not in _FA_VALUES):
             # both engines read the next word as the value, whatever it is, and stop on a bad one
             inv.problems.append((value, f"unknown value for {o.name}: {value.text!r} ({engine.label} takes on, "
                                         "off or auto after it, and stops otherwise)"))
@@ -557,10 +561,10 @@ def engine_items(inv_: Invocation, model: Inventory, n_devices: int = 1,
     moe: list[tuple[str, str, str, int | None, int]] = []
     for take, origin, order in invocation_ncmoe(inv_, model, n_devices, layer_devices):
         for p in take.patterns:
-            moe.append((p, "CPU", origin, None, order))
+            moe.append((p, HOST, origin, None, order))
     for _flag, n, order, src in inv_.n_cpu_ffn:  # one rule per block 0..n-1 (beyond the blocks: none match)
         for il in range(min(n, model.block_count)):
-            moe.append((cpu_ffn_pattern(il), "CPU", f"--n-cpu-ffn {n} ({src})", None, order))
+            moe.append((cpu_ffn_pattern(il), HOST, f"--n-cpu-ffn {n} ({src})", None, order))
     # ik: user rules first, then its --n-cpu-moe rules; mainline: sources in order
     merged = user + moe if eng.name == "ik_llama.cpp" else sorted(user + moe, key=lambda x: x[4])
     return [(p, d, o, k) for p, d, o, k, _ in merged]

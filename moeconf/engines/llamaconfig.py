@@ -92,9 +92,11 @@ CACHE_TYPES: Final = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q
 # the words common/arg.cpp reads as true and as false (common_arg_utils::is_truthy, is_falsey)
 TRUE_WORDS: Final = ("on", "enabled", "true", "1")
 FALSE_WORDS: Final = ("off", "disabled", "false", "0")
+# and as "auto" where an option takes one (common_arg_utils::is_autoy: -fa)
+AUTO_WORDS: Final = ("auto", "-1")
 # values common/arg.cpp's handlers accept (anything else stops the program)
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
-    "-fa": (*TRUE_WORDS, *FALSE_WORDS, "auto", "-1"), "-fit": (*TRUE_WORDS, *FALSE_WORDS),
+    "-fa": (*TRUE_WORDS, *FALSE_WORDS, *AUTO_WORDS), "-fit": (*TRUE_WORDS, *FALSE_WORDS),
     "-sm": ("none", "layer", "row", "tensor"),
     "-ctk": CACHE_TYPES,
 }

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cache
 from itertools import repeat
 
-from moeconf.engines import AUTO_GPU, Engine
+from moeconf.engines import AUTO_GPU, HOST, Engine
 from moeconf.engines.regex import RegexProblem
 from moeconf.model.homes import global_home, swa_blocks
 from moeconf.model.inventory import Inventory, Tensor
@@ -132,7 +132,7 @@ def default_layer_devices(
 
     def layer_device(il: int) -> str:
         if not gpus or act <= 0:
-            return "CPU"
+            return HOST
         if il == n_layer:
             if eng.ngl_counts_output:
                 on_gpu = il >= i_gpu_start
@@ -143,7 +143,7 @@ def default_layer_devices(
         else:
             on_gpu = il >= i_gpu_start and (il - i_gpu_start) < act
         if not on_gpu:
-            return "CPU"
+            return HOST
         if not eng.ngl_counts_output and len(gpus) > 1:
             return gpus[layer_devices[il]] if layer_devices is not None else AUTO_GPU
         return _gpu_for(min(il, n_layer), i_gpu_start, max(act, 1), gpus, splits)
@@ -170,9 +170,9 @@ def default_devices(
     per_layer: dict[int, str | None] = dict(
         default_layer_devices(inv, eng, n_gpu_layers, gpus, tensor_split, split_mode, layer_devices))
     per_layer[_NOT_CREATED] = None
-    per_layer[_INPUT] = "CPU"  # the input layer (token_embd) always stays on the CPU
+    per_layer[_INPUT] = HOST  # the input layer (token_embd) always stays on the CPU
     names, ats = _home_columns(inv, eng)
-    return dict(zip(names, map(per_layer.get, ats, repeat("CPU")), strict=True))
+    return dict(zip(names, map(per_layer.get, ats, repeat(HOST)), strict=True))
 
 
 _NOT_CREATED, _INPUT = -2, -1

@@ -470,14 +470,22 @@ def bench_test(argv: Sequence[str], eng: Engine) -> Invocation:
     return bench_invocations(command_words(argv), eng, limit=1)[1][0]
 
 
+def read_line(argv: Sequence[str], eng: Engine, env: dict[str, str] | None = None,
+              llama_config: LlamaConfig | None = None) -> Invocation:
+    """A line that is not llama-bench's, read once as the engine reads it (after llama.cpp's config
+    files, then `env`), its words placed by `command_words`: what `lint_command(line=)` takes."""
+    return parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()}, llama_config)
+
+
 def lint_command(inventory: Inventory | None, eng: Engine, argv: Sequence[str], *, env: dict[str, str] | None = None,
                  gpus: Sequence[str] | None = None, config: Config | None = None,
                  rules: Sequence[ModuleType] = ALL, llama_config: LlamaConfig | None = None,
-                 bench: Invocation | None = None) -> tuple[Any, list[Finding]]:
+                 bench: Invocation | None = None, line: Invocation | None = None) -> tuple[Any, list[Finding]]:
     """`explain`'s simulation of a command line and what `moeconf lint` says about it, by the same
     rules: (the Explanation, the findings, at line 1 and the column of `command_words`). The
     memory rules state nothing without `config.gpu_memory`; explain prints the memory itself.
-    `bench`: a llama-bench line's test as the caller read it already (`bench_test(argv, eng)`)."""
+    `bench`: a llama-bench line's test as the caller read it already (`bench_test(argv, eng)`);
+    `line`: any other line as the caller read it already (`read_line(argv, eng, env, llama_config)`)."""
     from moeconf.explanation import assumed_gpus, explain_invocation
 
     config = config or Config()
@@ -486,13 +494,14 @@ def lint_command(inventory: Inventory | None, eng: Engine, argv: Sequence[str], 
     if is_bench(argv):
         # llama-bench: the one test explain takes (the caller refuses a line of several:
         # BenchLine.explain_refusal), read as llama-bench reads it, by the rules that hold for it
+        if line is not None:
+            raise ValueError("lint_command: `line` given for llama-bench's line (give its test as `bench`)")
         invocation = bench if bench is not None else bench_test(argv, eng)
         rules = _bench_rules(rules)
     else:
         if bench is not None:
             raise ValueError("lint_command: `bench` given for a line that is not llama-bench's")
-        invocation = parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()},
-                                      llama_config)
+        invocation = line if line is not None else read_line(argv, eng, env, llama_config)
     simulated = explain_invocation(inventory, invocation, gpus) if inventory is not None else None
     known = list(gpus) if gpus is not None else assumed_gpus(invocation)
     ctx = Context(COMMAND_LINE, 1, 1, eng, invocation, inventory, simulated, known, kind="explain",

@@ -17,13 +17,12 @@ from moeconf.engines import HOST
 from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.geometry import Geometry
 from moeconf.memory.graph.archs import traits
+from moeconf.memory.graph.sched import PIPELINE_COPIES
 from moeconf.memory.recurrent import KdaShape
 from moeconf.memory.rshape import RecurrentShape
 from moeconf.memory.settings import MemorySettings, cache_row_bytes
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
-
-PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
 
 ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_output")
 EXPERT_BASES = ("ffn_down_exps", "ffn_up_exps", "ffn_gate_up_exps")

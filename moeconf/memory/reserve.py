@@ -141,14 +141,18 @@ def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool 
 def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int, volta: bool = False) -> int:
     """The CUDA pool after the first prompt: the largest op's temporaries over every matrix
     weight of the model (any device: the scheduler runs host weights' ops on the GPU at a batch of
-    32 or more), at the ubatch (the output weight at the rows the binary outputs, `n_outputs`),
+    32 or more), at the ubatch (the output weight at the rows the binary outputs, `output_rows`),
     rounded up to the pool's granularity. `volta`: quantized weights take cuBLAS at 64 rows or more."""
     rows = min(settings.n_ubatch, settings.n_batch)
     k = inv.metadata.expert_used_count or 1
     top = 0
     for t in inv:
         if len(t.shape) >= 2 and t.group != "norm" and not t.name.startswith("token_embd"):  # a matrix weight
-            r = min(rows, settings.n_outputs or rows) if t.group == "output" else rows
+            # the output weight at the rows the binary outputs (settings.output_rows: llama-server's
+            # n_outputs_max, at least one row per sequence, which a decode step of every slot reaches).
+            # The floor never binds on a line's settings: server_outputs gives fewer rows than slots
+            # only where -b is below -np, and then `rows` (at most -b) is already within it
+            r = settings.output_rows(rows) if t.group == "output" else rows
             top = max(top, op_pool_bytes(t, r, k, n_sm, mmq=not (volta and r >= 64)))
     return ggml.pad(top, _GRANULARITY)
 

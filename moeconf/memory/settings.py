@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
-from moeconf.engines.llamaconfig import CACHE_TYPES, FALSE_WORDS, TRUE_WORDS
+from moeconf.engines.llamaconfig import AUTO_WORDS, CACHE_TYPES, FALSE_WORDS, TRUE_WORDS
 from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
@@ -235,7 +235,7 @@ def read_settings(
                 values[key] = "on"
             elif low in FALSE_WORDS:
                 values[key] = "off"
-            elif low in ("auto", "-1"):
+            elif low in AUTO_WORDS:
                 values[key] = "auto"
             else:
                 problems.append(f"{where}: flash attention takes on|off|auto, not {text!r}")

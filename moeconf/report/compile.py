@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from moeconf.compiled import Compiled
+from moeconf.engines import HOST
 from moeconf.errors import MoeconfError
 from moeconf.textsafe import first_unsafe, safe
 from moeconf.units import gib
@@ -51,7 +52,7 @@ def summary(c: Compiled) -> str:
             lines.append(f"moeconf:   {it.render().ljust(width)}  <- {words}")
     else:
         lines.append(f"moeconf: the engine defaults already give this placement: no -ot needed ({c.engine.label})")
-    per = sorted(c.placement.bytes_by_device().items(), key=lambda kv: (kv[0] == "(not loaded)", kv[0] == "CPU", kv[0]))
+    per = sorted(c.placement.bytes_by_device().items(), key=lambda kv: (kv[0] == "(not loaded)", kv[0] == HOST, kv[0]))
     lines.append("moeconf: " + ", ".join(f"{dev} {gib(b)} GiB" for dev, b in per))
     lines += [f"moeconf: warning: {w}" for w in c.warnings]
     from moeconf.report.memory import render_memory

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from moeconf.engines import AUTO_GPU
+from moeconf.engines import AUTO_GPU, HOST
 from moeconf.explanation import Explanation, ItemReport
 from moeconf.linting.model import Finding
 from moeconf.model.taxonomy import GROUPS
@@ -20,7 +20,7 @@ _SHORT = {"experts": "exp", "shexp": "shx", "router": "rtr", "attn": "att", "den
 
 
 def _symbols(devices: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {"CPU": "C", AUTO_GPU: "?"}
+    out: dict[str, str] = {HOST: "C", AUTO_GPU: "?"}
     n = 0
     for d in devices:
         if d in out:
@@ -96,12 +96,12 @@ def render(ex: Explanation, color: bool = False, tensors: bool = False,
            findings: tuple[Finding, ...] | list[Finding] = ()) -> str:
     pl = ex.placement
     inv = pl.inventory
-    devices = sorted({d for d in pl.devices.values() if d is not None}, key=lambda d: (d != "CPU", d))
+    devices = sorted({d for d in pl.devices.values() if d is not None}, key=lambda d: (d != HOST, d))
     sym = _symbols(devices)
-    palette = {d: ("" if d == "CPU" else _COLORS[i % len(_COLORS)]) for i, d in enumerate(devices)}
+    palette = {d: ("" if d == HOST else _COLORS[i % len(_COLORS)]) for i, d in enumerate(devices)}
 
     def paint(dev: str | None, text: str) -> str:
-        if not color or dev is None or dev == "CPU" or dev not in palette:
+        if not color or dev is None or dev == HOST or dev not in palette:
             return text
         return palette[dev] + text + _RESET
 

@@ -30,7 +30,7 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from moeconf.engines import AUTO_GPU
+from moeconf.engines import AUTO_GPU, HOST
 from moeconf.engines.simulate import OverrideItem, ecmascript_matcher, python_matcher, simulate
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
@@ -608,7 +608,7 @@ class Synthesis:
 
 
 def _device_order(devices: Iterable[str]) -> list[str]:
-    return sorted(set(devices), key=lambda d: (d == "CPU", d))
+    return sorted(set(devices), key=lambda d: (d == HOST, d))
 
 
 _Layout = list[tuple[list[_Term], str]]

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from moeconf.engines import HOST
 from moeconf.engines.cmdline import RawItem
 from moeconf.linting.model import Context, Severity
 from moeconf.model.inventory import Tensor, format_ranges
@@ -128,11 +129,11 @@ def always_active_moved_to_cpu(ctx: Context, k: int) -> list[Tensor]:
     item k sends to CPU although their default is a GPU."""
     assert ctx.explanation is not None
     it = ctx.explanation.items[k]
-    if it.device != "CPU":
+    if it.device != HOST:
         return []
     pl = ctx.explanation.placement
     return [t for t in item_tensors(ctx).get(k, []) if t.group in (*ALWAYS_ACTIVE, "dense")
-            and pl.defaults[t.name] not in (None, "CPU")]
+            and pl.defaults[t.name] not in (None, HOST)]
 
 
 def implicit_catch_all(ctx: Context, k: int) -> bool:
@@ -169,8 +170,8 @@ def moved_to_cpu(ctx: Context, what: str, groups: tuple[str, ...], why: str) -> 
     pl = ctx.explanation.placement
     for k, tensors in item_tensors(ctx).items():
         it = ctx.explanation.items[k]
-        moved = [t for t in tensors if it.device == "CPU" and t.group in groups
-                 and pl.defaults[t.name] not in (None, "CPU")]
+        moved = [t for t in tensors if it.device == HOST and t.group in groups
+                 and pl.defaults[t.name] not in (None, HOST)]
         if moved and not (it.raw_index is not None and implicit_catch_all(ctx, k)):
             how = _keep_only_experts(ctx, k, moved, simulation(ctx)) if it.raw_index is not None else ""
             yield Hit(*where_item(ctx, k), f"{q(it.pattern)} sends {what} to CPU: {describe(moved)}; {why}{how}")

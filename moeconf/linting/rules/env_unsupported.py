@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from moeconf.engines.llamaconfig import FALSE_WORDS, TRUE_WORDS
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 
@@ -38,7 +39,7 @@ IK_ENV = {
 }
 PLACEMENT_ENV = ("LLAMA_ARG_OVERRIDE_TENSOR", "LLAMA_ARG_CPU_MOE", "LLAMA_ARG_N_CPU_MOE", "LLAMA_ARG_FIT",
                  "LLAMA_ARG_SPLIT_MODE", "LLAMA_ARG_TENSOR_SPLIT", "LLAMA_ARG_RPC")
-_BOOL = {"on", "enabled", "true", "1", "off", "disabled", "false", "0"}
+_BOOL = frozenset({*TRUE_WORDS, *FALSE_WORDS})  # as written: the engine compares the words exactly
 
 
 def check(ctx: Context) -> Iterator[Hit]:
@@ -53,5 +54,5 @@ def check(ctx: Context) -> Iterator[Hit]:
         if name == "LLAMA_ARG_OVERRIDE_TENSOR" and not eng.env_override_tensor:
             yield Hit(*where, f"{eng.label} does not read {name} (b7536+): it is ignored; use -ot")
         elif name in ("LLAMA_ARG_CPU_MOE", "LLAMA_ARG_FIT") and value.text not in _BOOL and value.text != "auto":
-            yield Hit(*where, f"{name}={value.text!r} is not one of on/enabled/true/1 or off/disabled/false/0: "
+            yield Hit(*where, f"{name}={value.text!r} is not one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}: "
                       "the engine ignores it", "warning")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from moeconf.engines import HOST
 from moeconf.engines.regex import check_regex
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit, q
@@ -31,7 +32,7 @@ NEEDS_MODEL = True
 def check(ctx: Context) -> Iterator[Hit]:
     assert ctx.explanation is not None
     simulated = {it.raw_index for it in ctx.explanation.items}
-    devices = {"CPU", *ctx.gpus, *ctx.invocation.rpc_devices()}
+    devices = {HOST, *ctx.gpus, *ctx.invocation.rpc_devices()}
     dropped = [n for n in ctx.explanation.notes if "drops every -ot" in n]
     for k, item in enumerate(ctx.invocation.items()):
         pat, dev = item.pattern, item.device

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from moeconf.engines import HOST
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 from moeconf.linting.rules._memory import fit_command, line_estimate, line_settings, over_devices
@@ -64,7 +65,7 @@ def check(ctx: Context) -> Iterator[Hit]:
         fits = False
         for il in sorted(experts, reverse=True):
             for n in experts[il]:
-                devices[n] = "CPU"
+                devices[n] = HOST
             moved.append(il)
             # the phase model while searching (it is within tens of MiB of the engine's graph), the
             # graph to confirm

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from moeconf.engines import HOST
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 from moeconf.model.inventory import format_ranges
@@ -60,13 +61,13 @@ def check(ctx: Context) -> Iterator[Hit]:
         return
     inv = ctx.inventory
     pl = ctx.explanation.placement
-    cpu_layers = sorted({t.layer for t in inv.tensors if t.layer is not None and pl.defaults[t.name] == "CPU"})
+    cpu_layers = sorted({t.layer for t in inv.tensors if t.layer is not None and pl.defaults[t.name] == HOST})
     if not cpu_layers or not ctx.explanation.items:
         if cpu_layers and ngl[1] >= inv.block_count - len(inv.layers_of_kind("nextn")):
             yield Hit(*ctx.at_arg(ngl[0]), _off_by_one(ctx, ngl[1], cpu_layers))
         return
     pulled = sorted({t.layer for t in inv.tensors
-                     if t.layer in cpu_layers and pl.devices[t.name] not in (None, "CPU")})
+                     if t.layer in cpu_layers and pl.devices[t.name] not in (None, HOST)})
     if pulled:
         yield Hit(*ctx.at_arg(ngl[0]),
                   f"-ngl {ngl[1]} leaves layers {format_ranges(cpu_layers)} on the CPU, but -ot sends tensors of "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from moeconf.engines import HOST
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 
@@ -44,7 +45,7 @@ def check(ctx: Context) -> Iterator[Hit]:
         elif dev.startswith("RPC") and dev not in rpc:
             known = ", ".join(rpc) or "none: there is no --rpc"
             yield Hit(*where, f"'{dev}' is not one of the RPC devices ({known}); add --rpc host:port before -ot")
-        elif ctx.gpus_known and dev not in ("CPU", *ctx.gpus, *rpc):
-            have = ", ".join(["CPU", *ctx.gpus, *rpc])
+        elif ctx.gpus_known and dev not in (HOST, *ctx.gpus, *rpc):
+            have = ", ".join([HOST, *ctx.gpus, *rpc])
             yield Hit(*where, f"'{dev}' is not a device of this machine (it has {have}): the engine will list "
                       "its buffer types and exit; fix the name or `gpus` in .moeconf.toml")
