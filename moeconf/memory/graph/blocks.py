@@ -313,12 +313,10 @@ class GraphContext:
         return self._kv_inputs(cp.n_kv, cp.rot_k, cp.rot_v), self._kv_inputs(cp.n_kv_swa, cp.rot_k_swa, cp.rot_v_swa)
 
     # -- norms, projections
-    def mm(self, w: Tensor, cur: Tensor, w_s: Tensor | None = None) -> Tensor:
-        """build_lora_mm (no adapters: memory refuses them)."""
-        res = self.ctx.mul_mat(w, cur)
-        if w_s is not None:
-            res = self.ctx.mul(res, w_s)
-        return res
+    def mm(self, w: Tensor, cur: Tensor) -> Tensor:
+        """build_lora_mm (no adapters: memory refuses them; nor NVFP4's per-tensor scales:
+        archs/common.unchecked_scales)."""
+        return self.ctx.mul_mat(w, cur)
 
     def norm(self, cur: Tensor, w: Tensor | None, b: Tensor | None, il: int, rms: bool = True) -> Tensor:
         c = self.ctx
@@ -752,11 +750,11 @@ class GraphContext:
 
     # -- output
     def output(self, cur: Tensor, rows: str = "", rms: bool = True, norm: str = "output_norm",
-               head_scale: bool = False, scale: bool = False, softcap: bool = False) -> None:
+               scale: bool = False, softcap: bool = False) -> None:
         """The head every src/models/*.cpp ends with: the output rows taken before the final norm (`rows`
         "before": the last layer's every row a graph output, t_h_nextn) or after it ("after": the final
         norm's every row an output, the MTP head's input), the final norm (`norm`, with its bias where the
-        model has one), the logits (`head_scale`: with output.scale, build_lora_mm's), plus output.bias
+        model has one), the logits, plus output.bias
         where the model has it, scaled (`scale`), soft-capped (`softcap`: a scale, a tanh and a scale)."""
         c, w = self.ctx, self.w
         if rows == "before":
@@ -770,7 +768,7 @@ class GraphContext:
             cur = c.get_rows(cur, self.t_out_ids)
         out = w.get("output.weight")
         assert out is not None
-        logits = self.mm(out, cur, w.get("output.scale") if head_scale else None)
+        logits = self.mm(out, cur)
         out_b = w.get("output.bias")
         if out_b is not None:
             logits = c.add(logits, out_b)
