@@ -558,36 +558,22 @@ class GraphContext:
 
     # -- feed-forward
     def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
-            act: str = "silu", up_b: Tensor | None = None, gate_b: Tensor | None = None,
-            down_b: Tensor | None = None, clamp: bool = False, linear: bool = True) -> Tensor:
-        """build_ffn (no scales; LLM_FFN_PAR): up, gate (from the input), the gated activation (`activation`;
-        `clamp`: the SwiGLU limited, swiglu_clamp_shexp above 0; `linear`: SiTU's up branch), down."""
-        c = self.ctx
+            act: str = "silu", clamp: bool = False, linear: bool = True) -> Tensor:
+        """build_ffn (LLM_FFN_PAR; no scales nor biases: archs/common.unchecked_scales, unchecked_ffn_biases):
+        up, gate (from the input), the gated activation (`activation`; `clamp`: the SwiGLU limited,
+        swiglu_clamp_shexp above 0; `linear`: SiTU's up branch), down."""
         tmp = self.mm(up, cur) if up is not None else cur
-        if up_b is not None:
-            tmp = c.add(tmp, up_b)
-        if gate is not None:
-            cur = self.mm(gate, cur)
-            if gate_b is not None:
-                cur = c.add(cur, gate_b)
-        else:
-            cur = tmp
+        cur = self.mm(gate, cur) if gate is not None else tmp
         cur = self.activation(cur, tmp, gate is not None, act, clamp, linear)
-        if down is not None:
-            cur = self.mm(down, cur)
-        if down_b is not None:
-            cur = c.add(cur, down_b)
-        return cur
+        return self.mm(down, cur) if down is not None else cur
 
     def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False,
                   linear: bool = True) -> Tensor:
-        """build_ffn with the layer's own up, gate and down projections and their biases (`part`
-        "_shexp": its shared expert's)."""
+        """build_ffn with the layer's own up, gate and down projections (`part` "_shexp": its shared
+        expert's)."""
         w = self.w
         return self.ffn(cur, w.layer(il, f"ffn_up{part}"), w.layer(il, f"ffn_gate{part}"),
-                        w.layer(il, f"ffn_down{part}"), il, act=act, up_b=w.layer(il, f"ffn_up{part}", "bias"),
-                        gate_b=w.layer(il, f"ffn_gate{part}", "bias"), down_b=w.layer(il, f"ffn_down{part}", "bias"),
-                        clamp=clamp, linear=linear)
+                        w.layer(il, f"ffn_down{part}"), il, act=act, clamp=clamp, linear=linear)
 
     def dense(self, il: int) -> bool:
         """The layer has no router: its FFN is dense (the leading dense layers)."""

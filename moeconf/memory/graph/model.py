@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from moeconf.engines import HOST
 from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, Lazy, Memory, traits
-from moeconf.memory.graph.archs.common import unchecked_scales
+from moeconf.memory.graph.archs.common import unchecked_ffn_biases, unchecked_scales
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
@@ -428,7 +428,7 @@ def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
     comp = COMPOSITIONS.get(inv.arch)
     if comp is None or comp.memory is None:
         return []
-    why = _fused_qkv_biased(inv) + unchecked_scales(inv)
+    why = _fused_qkv_biased(inv) + unchecked_scales(inv) + unchecked_ffn_biases(inv)
     why += comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else []
     if why or comp.memory.refuses is None:
         return why

@@ -325,6 +325,22 @@ def unchecked_scales(inv: Inventory) -> list[str]:
             "recorded dump checked; measure it with llama.cpp's llama-fit-params -fitp on"]
 
 
+def unchecked_ffn_biases(inv: Inventory) -> list[str]:
+    """The refusal of a file whose dense FFN or shared expert has biases (`blk.N.ffn_up.bias`...: the optional
+    MLP biases the llama, granite, granitemoe, granite_swa, granitehybrid, minicpm, mistral3 and refact loaders
+    create in a file without experts, nemotron_h's in its MLP blocks), a graph no recorded dump checked; empty
+    where the file has none."""
+    parts = {f"ffn_{p}{s}" for p in ("up", "gate", "down") for s in ("", "_shexp")}
+    blocks = sorted({t.layer for t in inv.tensors if t.layer is not None
+                     and t.name.removeprefix(f"blk.{t.layer}.").removesuffix(".bias") in parts
+                     and t.name.endswith(".bias")})
+    if not blocks:
+        return []
+    return [f"memory is not modelled for this {inv.arch} file: block(s) {blocks} have FFN biases (ffn_up/gate/down"
+            ".bias: an MLP with biases), a graph no recorded dump checked; measure it with llama.cpp's "
+            "llama-fit-params -fitp on"]
+
+
 def need(t: Tensor | None) -> Tensor:
     assert t is not None
     return t
