@@ -91,7 +91,7 @@ def test_the_indexer_row_is_key_gate_and_pooled(inv: Inventory, monkeypatch: pyt
     line = "-c 32768 -ngl 999"
     real = indexer.traits  # the DSA indexer's single row of key_length (Traits.indexer "all", not "kpool")
     monkeypatch.setattr(indexer, "traits", lambda arch: dataclasses.replace(real(arch), indexer="all"))
-    monkeypatch.setattr(estimate, "graph_compute", lambda *a: {})  # the graph asserts the row it reads
+    monkeypatch.setattr(estimate, "checked_compute", lambda *a: ({}, []))  # the graph asserts the row it reads
     bad = recorded_mismatches(_estimate(inv, line), _rows(line), EPS)
     assert ("rpc0", "kv") in [(b[0], b[1]) for b in bad]
 
@@ -176,6 +176,35 @@ def test_the_engines_fused_op_probe_matters(inv: Inventory, monkeypatch: pytest.
     monkeypatch.setattr(model, "fused_off", lambda *a: frozenset())
     bad = recorded_mismatches(_estimate(inv, line), _rows(line), EPS)
     assert any(b[1] == "compute" for b in bad), bad
+
+
+@pytest.mark.parametrize(("line", "refused"), [
+    ("-c 4096 -ngl 999 -ot blk.1.hc_attn_scale=CPU", "DSV4_HC_COMB"),
+    ("-c 4096 -ngl 999 -ot blk.1.hc_ffn_base=CPU", ""), ("-c 4096 -ngl 999 -ot exps=CPU", ""), ("-c 4096 -ngl 2", "")])
+def test_a_fused_op_turned_off_unchecked_is_refused(inv: Inventory, line: str, refused: str) -> None:
+    """The pinned engine (tests/engine/graphdump.cpp's log on the tiny glm5-next model "a", -c 512 -ub 64 -ngl 99)
+    turns DSV4_HC_COMB off where a layer's hc_attn_scale
+    lies on the host and the layer on a GPU (the fused comb reads it: scheduled on the host), not for its
+    hc_ffn_base nor under -ot exps=CPU; -ngl 2 turns the HC post off, whose unfused form the -ngl 2 dumps
+    checked. No dump checked the unfused comb: that placement is refused, naming the op; the others are not."""
+    est = _estimate(inv, line)
+    notes = " ".join(est.notes)
+    assert est.complete is not bool(refused), notes
+    if refused:
+        assert f"llama.cpp turns off its fused {refused} here" in notes and "-fitp on" in notes, notes
+
+
+def test_an_unchecked_unfused_op_is_refused(inv: Inventory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the probe turns off an op whose unfused form no recorded dump checked (fed here: the probe made
+    to turn off the HC pre, which no line turns off), `estimate` refuses rather than print the unfused
+    graph's figure; the HC post's unfused form (checked) is not refused."""
+    line = "-c 32768 -ngl 40"
+    monkeypatch.setattr(model, "fused_off", lambda *a: frozenset({"DSV4_HC_PRE", "DSV4_HC_POST"}))
+    est = _estimate(inv, line)
+    assert not est.complete
+    assert "llama.cpp turns off its fused DSV4_HC_PRE here" in " ".join(est.notes), est.notes
+    monkeypatch.setattr(model, "fused_off", lambda *a: frozenset({"DSV4_HC_POST"}))
+    assert _estimate(inv, line).complete
 
 
 def test_the_sizing_reserve_drops_the_host_attention_pin(inv: Inventory, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -455,3 +455,51 @@ def test_a_fused_qkv_with_a_bias_is_refused(tmp_path: Path, bias: str) -> None:
     assert not est.complete
     notes = " ".join(est.notes)
     assert "block(s) [1] have a fused attn_qkv with a bias" in notes and "-fitp on" in notes, notes
+
+
+@pytest.mark.parametrize(("layout", "scale", "listed"), [
+    ("dbrx", "blk.1.attn_qkv.scale", "attn_qkv"), ("dbrx", "output.scale", "output"),
+    ("gemma-4-26b-a4b", "blk.0.attn_q.scale", "attn_q"), ("gemma-4-26b-a4b", "blk.2.ffn_up_exps.scale", "ffn_up_exps")])
+def test_a_file_with_nvfp4_scales_is_refused(tmp_path: Path, layout: str, scale: str, listed: str) -> None:
+    """An NVFP4 conversion writes a `.scale` beside each projection (its scale_2), which the pinned loader
+    creates for every architecture and the graph multiplies in: no recorded dump checked that graph, so a
+    file with one is refused, naming it; Gemma 4's own router and per-expert scales (its dumps) are not."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "model.gguf"
+    write_layout(LAYOUTS[layout], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    extra = dataclasses.replace(inv.by_name["output_norm.weight"], name=scale,
+                                layer=int(scale.split(".")[1]) if scale.startswith("blk.") else None)
+    est = estimate_line(dataclasses.replace(inv, tensors=(*inv.tensors, extra)), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert f"it has per-tensor scales ({listed}: an NVFP4 conversion's .scale tensors)" in notes, notes
+    assert "-fitp on" in notes, notes
+
+
+@pytest.mark.parametrize("bias", ["blk.1.ffn_up.bias", "blk.1.ffn_down_shexp.bias"])
+def test_a_file_with_ffn_biases_is_refused(tmp_path: Path, bias: str) -> None:
+    """The llama, granite*, minicpm, mistral3, refact and nemotron_h loaders create optional MLP biases (an
+    MLP with bias: a dense FFN's up, gate, down): no recorded dump checked build_ffn with them, so a file with
+    one is refused, naming its block (fed here to Mixtral's layout, which is modelled without)."""
+    import dataclasses
+
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.fixtures.writer import write_layout
+    from tests.graph_oracle import estimate_line
+
+    path = tmp_path / "mixtral.gguf"
+    write_layout(LAYOUTS["mixtral-8x7b"], path)
+    inv = load_inventory(path)
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    extra = dataclasses.replace(inv.by_name["blk.1.attn_norm.weight"], name=bias)
+    est = estimate_line(dataclasses.replace(inv, tensors=(*inv.tensors, extra)), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "block(s) [1] have FFN biases (ffn_up/gate/down.bias" in notes and "-fitp on" in notes, notes

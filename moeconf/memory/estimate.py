@@ -27,7 +27,7 @@ from moeconf.memory.archgraph import standard_moe_layers
 from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
-from moeconf.memory.graph.model import graph_compute, graph_computed, layer_devices
+from moeconf.memory.graph.model import checked_compute, graph_computed, layer_devices
 from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.graph.sched import backend_for, row_padding
 from moeconf.memory.ikmla import computed_weights, effective_mla
@@ -176,6 +176,19 @@ def families_refused(placement: Placement, settings: MemorySettings, gpus: list[
                                                 not ik and output_family_checked(placement, settings))
 
 
+def _refused(placement: Placement, settings: MemorySettings, weights: dict[str, int], gpus: list[str],
+             notes: list[str]) -> MemoryEstimate:
+    """The weights as placed, KV cache and compute left out: a number moeconf did not model is never
+    printed as one (the table shows "?" and `notes` say why; fit and fill rules refuse)."""
+    inv = placement.inventory
+    problems = refused_settings(inv, placement.engine, settings)  # the engine's refusals hold unmodelled too
+    partial = {d: DeviceMemory(d, weights=weights.get(d, 0), reserve=settings.reserve if is_gpu(d) else 0)
+               for d in [HOST, *gpus]}
+    n_ctx = settings.n_ctx or (inv.metadata.context_length or 0)
+    return MemoryEstimate(partial, settings, n_ctx, 0, 0, settings.flash_attn != "off", tuple(notes),
+                          tuple(problems), complete=False)
+
+
 def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False,
              replay: bool = True, families: bool = True) -> MemoryEstimate:
     """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
@@ -217,15 +230,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         else:
             nextn_dev[la.index] = home
     if why:
-        # weights as placed, KV cache and compute left out: a number moeconf did not model is never
-        # printed as one (the table shows "?" and the notes say why; fit and fill rules refuse)
-        notes.extend(why)
-        problems = refused_settings(inv, eng, settings)  # the engine's refusals hold unmodelled too
-        partial = {d: DeviceMemory(d, weights=weights.get(d, 0), reserve=settings.reserve if is_gpu(d) else 0)
-                   for d in [HOST, *gpus]}
-        n_ctx = settings.n_ctx or (inv.metadata.context_length or 0)
-        return MemoryEstimate(partial, settings, n_ctx, 0, 0, settings.flash_attn != "off", tuple(notes),
-                              tuple(problems), complete=False)
+        return _refused(placement, settings, weights, gpus, notes + why)
 
     # host weights in llama.cpp's AMX buffer (memory/amx.py): only where the CPU's extra buffer types
     # come first, no GPU's pinned host buffer type before them (or --no-host), and -nr is not given
@@ -269,7 +274,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     out_dev = output_device(placement)  # a tied output computes the logits where its copy lies
     by_graph = replay  # every architecture modelled on llama.cpp has a composition (tests/test_memory_support.py)
     if by_graph:
-        compute: dict[str, int] = defaultdict(int, graph_compute(placement, settings, pipeline))
+        sizes, why = checked_compute(placement, settings, pipeline)
+        if why:  # a fused op turned off whose unfused form no dump checked
+            return _refused(placement, settings, weights, gpus, notes + why)
+        compute: dict[str, int] = defaultdict(int, sizes)
         if not fa and not settings.offload_kqv:
             notes.append("-nkvo with flash attention off: the figures are llama.cpp's sizing reserve's "
                          "(llama-fit-params, --fit), which runs the attention on the layer's device; a running "

@@ -313,12 +313,10 @@ class GraphContext:
         return self._kv_inputs(cp.n_kv, cp.rot_k, cp.rot_v), self._kv_inputs(cp.n_kv_swa, cp.rot_k_swa, cp.rot_v_swa)
 
     # -- norms, projections
-    def mm(self, w: Tensor, cur: Tensor, w_s: Tensor | None = None) -> Tensor:
-        """build_lora_mm (no adapters: memory refuses them)."""
-        res = self.ctx.mul_mat(w, cur)
-        if w_s is not None:
-            res = self.ctx.mul(res, w_s)
-        return res
+    def mm(self, w: Tensor, cur: Tensor) -> Tensor:
+        """build_lora_mm (no adapters: memory refuses them; nor NVFP4's per-tensor scales:
+        archs/common.unchecked_scales)."""
+        return self.ctx.mul_mat(w, cur)
 
     def norm(self, cur: Tensor, w: Tensor | None, b: Tensor | None, il: int, rms: bool = True) -> Tensor:
         c = self.ctx
@@ -560,36 +558,22 @@ class GraphContext:
 
     # -- feed-forward
     def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
-            act: str = "silu", up_b: Tensor | None = None, gate_b: Tensor | None = None,
-            down_b: Tensor | None = None, clamp: bool = False, linear: bool = True) -> Tensor:
-        """build_ffn (no scales; LLM_FFN_PAR): up, gate (from the input), the gated activation (`activation`;
-        `clamp`: the SwiGLU limited, swiglu_clamp_shexp above 0; `linear`: SiTU's up branch), down."""
-        c = self.ctx
+            act: str = "silu", clamp: bool = False, linear: bool = True) -> Tensor:
+        """build_ffn (LLM_FFN_PAR; no scales nor biases: archs/common.unchecked_scales, unchecked_ffn_biases):
+        up, gate (from the input), the gated activation (`activation`; `clamp`: the SwiGLU limited,
+        swiglu_clamp_shexp above 0; `linear`: SiTU's up branch), down."""
         tmp = self.mm(up, cur) if up is not None else cur
-        if up_b is not None:
-            tmp = c.add(tmp, up_b)
-        if gate is not None:
-            cur = self.mm(gate, cur)
-            if gate_b is not None:
-                cur = c.add(cur, gate_b)
-        else:
-            cur = tmp
+        cur = self.mm(gate, cur) if gate is not None else tmp
         cur = self.activation(cur, tmp, gate is not None, act, clamp, linear)
-        if down is not None:
-            cur = self.mm(down, cur)
-        if down_b is not None:
-            cur = c.add(cur, down_b)
-        return cur
+        return self.mm(down, cur) if down is not None else cur
 
     def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False,
                   linear: bool = True) -> Tensor:
-        """build_ffn with the layer's own up, gate and down projections and their biases (`part`
-        "_shexp": its shared expert's)."""
+        """build_ffn with the layer's own up, gate and down projections (`part` "_shexp": its shared
+        expert's)."""
         w = self.w
         return self.ffn(cur, w.layer(il, f"ffn_up{part}"), w.layer(il, f"ffn_gate{part}"),
-                        w.layer(il, f"ffn_down{part}"), il, act=act, up_b=w.layer(il, f"ffn_up{part}", "bias"),
-                        gate_b=w.layer(il, f"ffn_gate{part}", "bias"), down_b=w.layer(il, f"ffn_down{part}", "bias"),
-                        clamp=clamp, linear=linear)
+                        w.layer(il, f"ffn_down{part}"), il, act=act, clamp=clamp, linear=linear)
 
     def dense(self, il: int) -> bool:
         """The layer has no router: its FFN is dense (the leading dense layers)."""
@@ -752,11 +736,11 @@ class GraphContext:
 
     # -- output
     def output(self, cur: Tensor, rows: str = "", rms: bool = True, norm: str = "output_norm",
-               head_scale: bool = False, scale: bool = False, softcap: bool = False) -> None:
+               scale: bool = False, softcap: bool = False) -> None:
         """The head every src/models/*.cpp ends with: the output rows taken before the final norm (`rows`
         "before": the last layer's every row a graph output, t_h_nextn) or after it ("after": the final
         norm's every row an output, the MTP head's input), the final norm (`norm`, with its bias where the
-        model has one), the logits (`head_scale`: with output.scale, build_lora_mm's), plus output.bias
+        model has one), the logits, plus output.bias
         where the model has it, scaled (`scale`), soft-capped (`softcap`: a scale, a tanh and a scale)."""
         c, w = self.ctx, self.w
         if rows == "before":
@@ -770,7 +754,7 @@ class GraphContext:
             cur = c.get_rows(cur, self.t_out_ids)
         out = w.get("output.weight")
         assert out is not None
-        logits = self.mm(out, cur, w.get("output.scale") if head_scale else None)
+        logits = self.mm(out, cur)
         out_b = w.get("output.bias")
         if out_b is not None:
             logits = c.add(logits, out_b)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from moeconf.engines import HOST
 from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
+from moeconf.memory.graph.archs.common import unchecked_ffn_biases, unchecked_scales
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
@@ -43,11 +44,15 @@ def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: lis
     """llama_context::resolve_fused_ops for the fused ops a composition records (`GraphContext.fused`): each
     is probed in turn on a graph of one token per sequence (the ops turned off before built unfused), and
     turned off where the scheduler runs one of its nodes on another device than the node's layer. The
-    probe is skipped unless some layers (or the output) run on the host and others on a GPU: the scheduler
-    expands each GPU's assignment down to the weightless nodes after it (a layer's fused ops included),
-    and up onto the host's only there (GLM-5.3-Flash's dumps and recorded figures over one and two GPUs)."""
+    probe is skipped unless some layers (or the output, or a weight a fused op reads) are on the host and
+    others on a GPU: the scheduler expands each GPU's assignment down to the weightless nodes after it (a
+    layer's fused ops included), and up onto the host's only there (GLM-5.3-Flash's dumps and recorded
+    figures over one and two GPUs; the engine turns DSV4_HC_COMB off under -ngl 99 -ot blk.1.hc_attn_scale=CPU,
+    not under -ot blk.1.hc_ffn_base=CPU nor -ot exps=CPU, as this probe does)."""
     out = g.w.get("output.weight")
     homes = {backends[i].name for i in g.layer_backend.values()} | {out.buffer or HOST if out is not None else HOST}
+    # a fused op reading a weight kept elsewhere (-ot blk.N.hc_attn_scale=CPU) runs where the weight is
+    homes |= {s.buffer or HOST for _, t, _ in g.fused for s in t.src if s is not None and s.weights}
     if not g.fused or HOST not in homes or len(homes) < 2:
         return frozenset()
     off: set[str] = set()
@@ -312,13 +317,18 @@ def facts(inv: Inventory) -> Facts:
 
 def compute(placement: Placement, setup: Setup) -> dict[str, int]:
     """Each device's compute buffer (bytes) for this placement and these settings."""
+    return _compute(placement, setup)[0]
+
+
+def _compute(placement: Placement, setup: Setup) -> tuple[dict[str, int], frozenset[str]]:
+    """`compute`, and the fused ops the engine's probes turned off for it (`fused_off`)."""
     g, backends = _cached_build(placement, setup) if not setup.fa_auto else build(placement, setup)
     sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
     try:  # the build's pins kept or dropped as the reserve modelled does (`Setup.norm_pins`)
         sizes = sched.reserve(g.gf, g.pinned if setup.norm_pins else None)
     finally:
         sched.restore()
-    return {b.name: s for b, s in zip(backends, sizes, strict=True)}
+    return {b.name: s for b, s in zip(backends, sizes, strict=True)}, g.cp.unfused
 
 
 def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = False) -> Setup:
@@ -350,7 +360,27 @@ def graph_computed(placement: Placement) -> bool:
 
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:
     """Every device's compute buffer through the engine's graph (`compute`)."""
-    return compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
+    return checked_compute(placement, settings, pipeline)[0]
+
+
+# the fused ops whose unfused form (built where the engine's probe turns the op off: `fused_off`) a recorded
+# dump checked, by architecture: GLM-5.3-Flash's hyper-connection post (its -ngl 2 dumps)
+UNFUSED_CHECKED: dict[str, frozenset[str]] = {"glm5-next": frozenset({"DSV4_HC_POST"})}
+
+
+def checked_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> tuple[dict[str, int], list[str]]:
+    """`graph_compute`, and the refusal of a placement on which the engine's probes turn off a fused op whose
+    unfused form no recorded dump checked (empty where none is)."""
+    sizes, off = _compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
+    inv = placement.inventory
+    unchecked = sorted(off - UNFUSED_CHECKED.get(inv.arch, frozenset()))
+    if not unchecked:
+        return sizes, []
+    return sizes, [f"compute not modelled for this {inv.arch} placement: llama.cpp turns off its fused "
+                   f"{', '.join(unchecked)} here (its probe finds a layer's op scheduled off the layer's device: "
+                   "layers, or a weight the op reads, on the host and a GPU), and no recorded dump checked the "
+                   "unfused graph; keep every layer and its hc_/indexer weights on the GPUs (-ngl 999, -ot for the "
+                   "experts only) or measure it with llama.cpp's llama-fit-params -fitp on"]
 
 
 def _fused_qkv_biased(inv: Inventory) -> list[str]:
@@ -373,7 +403,8 @@ def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
     comp = COMPOSITIONS.get(inv.arch)
     if comp is None or comp.memory is None:
         return []
-    why = _fused_qkv_biased(inv) + (comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else [])
+    why = _fused_qkv_biased(inv) + unchecked_scales(inv) + unchecked_ffn_biases(inv)
+    why += comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else []
     if why or comp.memory.refuses is None:
         return why
     s = setup_for(inv, settings)

@@ -300,6 +300,42 @@ def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str)
             for n, il in blocks.items()]
 
 
+# the `.scale` tensors a loader creates of its own (not NVFP4's) that the recorded dumps checked: Gemma 4's
+# router input scale and per-expert output scale
+OWN_SCALES: dict[str, frozenset[str]] = {"gemma4": frozenset({"ffn_gate_inp", "ffn_down_exps"})}
+
+
+def unchecked_scales(inv: Inventory) -> list[str]:
+    """The refusal of a file with per-tensor `NAME.scale` tensors (an NVFP4 conversion's scale_2: the pinned
+    loader creates them for every architecture's projections, experts and output, and the graph multiplies
+    each projection's result by its scale) other than its architecture's own (`OWN_SCALES`): no recorded
+    dump checked that graph; empty where the file has none."""
+    own = OWN_SCALES.get(inv.arch, frozenset())
+    scaled = sorted({t.name.removeprefix(f"blk.{t.layer}.").removesuffix(".scale") for t in inv.tensors
+                     if t.name.endswith(".scale")} - own)
+    if not scaled:
+        return []
+    return [f"memory is not modelled for this {inv.arch} file: it has per-tensor scales ({', '.join(scaled)}: "
+            "an NVFP4 conversion's .scale tensors), which multiply each projection's result in a graph no "
+            "recorded dump checked; measure it with llama.cpp's llama-fit-params -fitp on"]
+
+
+def unchecked_ffn_biases(inv: Inventory) -> list[str]:
+    """The refusal of a file whose dense FFN or shared expert has biases (`blk.N.ffn_up.bias`...: the optional
+    MLP biases the llama, granite, granitemoe, granite_swa, granitehybrid, minicpm, mistral3 and refact loaders
+    create in a file without experts, nemotron_h's in its MLP blocks), a graph no recorded dump checked; empty
+    where the file has none."""
+    parts = {f"ffn_{p}{s}" for p in ("up", "gate", "down") for s in ("", "_shexp")}
+    blocks = sorted({t.layer for t in inv.tensors if t.layer is not None
+                     and t.name.removeprefix(f"blk.{t.layer}.").removesuffix(".bias") in parts
+                     and t.name.endswith(".bias")})
+    if not blocks:
+        return []
+    return [f"memory is not modelled for this {inv.arch} file: block(s) {blocks} have FFN biases (ffn_up/gate/down"
+            ".bias: an MLP with biases), a graph no recorded dump checked; measure it with llama.cpp's "
+            "llama-fit-params -fitp on"]
+
+
 def need(t: Tensor | None) -> Tensor:
     assert t is not None
     return t

@@ -45,27 +45,27 @@ def build(g: GraphContext, facts: Facts) -> None:
         freqs = None if windowed else w.copy("rope_freqs.weight", il)
         wqkv = w.layer(il, "attn_qkv")
         if wqkv is not None:  # fused: Q, K and V contiguous copies of its column ranges
-            qkv = g.mm(wqkv, cur, w.layer(il, "attn_qkv", "scale"))
+            qkv = g.mm(wqkv, cur)
             es = qkv.nb[0]
             q_dim, k_dim = hd * n_head, hd * n_kv
             q = c.cont(c.view(qkv, (q_dim, T), (qkv.nb[1],), 0))
         else:
-            q = g.mm(need(w.layer(il, "attn_q")), cur, w.layer(il, "attn_q", "scale"))
+            q = g.mm(need(w.layer(il, "attn_q")), cur)
         q = c.rope(g.norm(c.reshape(q, hd, n_head, T), w.layer(il, "attn_q_norm"), None, il), pos, freqs)
         if wqkv is not None:
             k = c.cont(c.view(qkv, (k_dim, T), (qkv.nb[1],), q_dim * es))
             v = c.cont(c.view(qkv, (k_dim, T), (qkv.nb[1],), (q_dim + k_dim) * es))
         else:
-            k = g.mm(need(w.layer(il, "attn_k")), cur, w.layer(il, "attn_k", "scale"))
+            k = g.mm(need(w.layer(il, "attn_k")), cur)
             wv = w.layer(il, "attn_v")
-            v = g.mm(wv, cur, w.layer(il, "attn_v", "scale")) if wv is not None else k
+            v = g.mm(wv, cur) if wv is not None else k
         k = c.reshape(k, hd, n_kv, T)
         v = c.reshape(v, hd, n_kv, T)
         k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
         v = c.rms_norm(v)
         k = c.rope(k, pos, freqs)
         cur = g.attn(swa if windowed else full, il, None, None, q, k, v, iswa=True)
-        cur = g.mm(need(w.layer(il, "attn_output")), cur, w.layer(il, "attn_output", "scale"))
+        cur = g.mm(need(w.layer(il, "attn_output")), cur)
         cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
         attn_out = c.add(cur, inp)
         if not g.dense(il):
@@ -82,4 +82,4 @@ def build(g: GraphContext, facts: Facts) -> None:
         scale = w.layer(il, "layer_output_scale")
         inp = c.mul(cur, scale) if scale is not None else cur
     # t_h_nextn: the final norm's every row
-    g.output(inp, rows="after", head_scale=True, softcap="final_logit_softcapping" in facts.floats)
+    g.output(inp, rows="after", softcap="final_logit_softcapping" in facts.floats)

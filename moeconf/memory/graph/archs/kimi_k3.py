@@ -39,9 +39,8 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.groups = facts.groups
     block = facts.hparam("attn_res.block_size")
     decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
-    # activation.situ_linear_beta above 0 runs the up branch's tanh (a value of 0 would leave it out: as
-    # the key's presence is all Facts tells apart from 1, such a file's up branch is composed as 1's)
-    linear = "activation.situ_linear_beta" in facts.floats | facts.units
+    # activation.situ_linear_beta above 0 runs the up branch's tanh, 0 leaves it out (tiny set "b")
+    linear = facts.nonzero("activation.situ_linear_beta")
     bank = _Bank()
     for il in range(hp.n_layer):
         prefix = inp

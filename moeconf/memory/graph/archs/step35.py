@@ -55,7 +55,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         gate_w = w.layer(il, "attn_gate")
         if gate_w is not None:  # head-wise gate: sigmoid(g_proj(x)) broadcast over each head
             att = g.gate_heads(att, c.unary(g.mm(gate_w, cur), "sigmoid"), n_head)
-        cur = g.mm(need(w.layer(il, "attn_output")), att, w.layer(il, "attn_output", "scale"))
+        cur = g.mm(need(w.layer(il, "attn_output")), att)
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         # the SwiGLU limited where the layer's limit is above build_ffn's / build_moe_ffn's epsilon: the dense
         # FFN and the shared expert by swiglu_clamp_shexp, the routed experts by swiglu_clamp_exp
@@ -66,4 +66,4 @@ def build(g: GraphContext, facts: Facts) -> None:
             moe = routed(g, facts, cur, il, "sigmoid", clamp=facts.above("swiglu_clamp_exp", il, EPS))
             cur = g.add_shexp(moe, cur, il, clamp=sh_clamp)
         inp = c.add(cur, ffn_inp)
-    g.output(inp, rows="before", head_scale=True)  # t_h_nextn: the last layer's every row
+    g.output(inp, rows="before")  # t_h_nextn: the last layer's every row
