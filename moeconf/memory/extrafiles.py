@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from moeconf.engines import Engine
 from moeconf.engines.flagtable import IK
+from moeconf.engines.llamaconfig import FALSE_WORDS
 from moeconf.engines.specflags import MAINLINE_BINARIES
 
 MMPROJ = "mmproj"
@@ -60,8 +61,7 @@ def read_extra_files(words: Sequence[str], engine: Engine, env: Mapping[str, str
             value = (env or {}).get(var, "")
             if value:
                 found[MMPROJ] = (MMPROJ, f"{var}={value}")
-        # common/arg.cpp is_falsey: exactly these words
-        if (env or {}).get("LLAMA_ARG_MMPROJ_OFFLOAD", "") in ("off", "disabled", "false", "0"):
+        if (env or {}).get("LLAMA_ARG_MMPROJ_OFFLOAD", "") in FALSE_WORDS:
             on_host = True
     for name, given in option_values(words, engine):
         value = given or ""
