@@ -15,6 +15,7 @@ from moeconf.textsafe import safe
 
 if TYPE_CHECKING:
     from moeconf.engines import Engine
+    from moeconf.engines.cmdline import Invocation
     from moeconf.explanation import Explanation
     from moeconf.fit import Budget, FitResult
     from moeconf.memory.settings import MemorySettings
@@ -401,29 +402,31 @@ def _lint_overrides(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
-def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
-    """The MODEL argument's inventory and the --engine at its checked --engine-version."""
+def _engine(args: argparse.Namespace) -> Engine:
+    """The --engine at its checked --engine-version."""
     from moeconf.engines import engine, version_error
 
     bad_version = version_error(args.engine, args.engine_version)
     if bad_version:
         raise MoeconfError(f"--engine-version: {bad_version}")
-    return _load_model(args.model), engine(args.engine, args.engine_version)
+    return engine(args.engine, args.engine_version)
 
 
-def _line_model(words: list[str], engine_name: str) -> str:
+def _model_and_engine(args: argparse.Namespace) -> tuple[Inventory, Engine]:
+    """The MODEL argument's inventory and the --engine at its checked --engine-version."""
+    eng = _engine(args)
+    return _load_model(args.model), eng
+
+
+def _line_model(words: list[str], eng: Engine, bench: Invocation | None) -> str:
     """The MODEL a command line names itself: -hf REPO[:TAG] (with --hf-file: that file), else -m,
-    each the last given, as the engine reads the line (engines/cmdline.py parse_invocation)."""
-    from moeconf.engines import engine
-    from moeconf.engines.argvread import Arg, is_bench
+    each the last given, as the engine reads the line (engines/cmdline.py parse_invocation); a
+    llama-bench line's from its test as the caller read it (`bench`; llama-bench's own parser, a
+    list of models is refused after: one test each)."""
+    from moeconf.engines.argvread import Arg
     from moeconf.engines.cmdline import parse_invocation
 
-    if is_bench(words):  # llama-bench's own parser (a list of models is refused after: one test each)
-        from moeconf.engines.cmdline import bench_invocations
-
-        inv = bench_invocations([Arg(w) for w in words], engine(engine_name), limit=1)[1][0]
-    else:
-        inv = parse_invocation([Arg(w) for w in words], engine(engine_name))
+    inv = bench if bench is not None else parse_invocation([Arg(w) for w in words], eng)
     if inv.hf_repo is not None:
         repo = inv.hf_repo.text.split(":")[0]
         return f"hf://{repo}/{inv.hf_file.text}" if inv.hf_file is not None else inv.hf_repo.text
@@ -435,15 +438,20 @@ def _line_model(words: list[str], engine_name: str) -> str:
 def _cmd_explain(args: argparse.Namespace) -> int:
     import json
 
-    from moeconf.linting.linter import lint_command
+    from moeconf.engines.argvread import is_bench
+    from moeconf.linting.linter import bench_test, lint_command
     from moeconf.report.explain import render
 
-    if args.model is None:
-        args.model = _line_model(list(args.engine_args), args.engine)
-    inv, eng = _model_and_engine(args)
+    eng = _engine(args)
     argv = list(args.engine_args)
     for v in args.ot:
         argv += ["-ot", v]
+    # a llama-bench line is read once, as llama-bench reads it: its test names the model, and is what
+    # the memory and the rules read
+    bench = bench_test(argv, eng) if is_bench(argv) else None
+    if args.model is None:
+        args.model = _line_model(list(args.engine_args), eng, bench)
+    inv = _load_model(args.model)
     env = {}
     for kv in args.env:
         k, eq, v = kv.partition("=")
@@ -455,9 +463,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         why = eng.device_name_error(g)
         if why:
             raise MoeconfError(f"--gpus: {why}")
-    bench_note, memory_argv = _bench_test(argv, eng, env)
+    bench_note, memory_argv = _bench_test(bench, argv, eng, env)
     # the simulation, and what `moeconf lint` says about the line (the same rules)
-    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus, llama_config=_llama_config(args))
+    ex, findings = lint_command(inv, eng, argv, env=env, gpus=gpus, llama_config=_llama_config(args), bench=bench)
     from dataclasses import replace
 
     from moeconf.engines.llamaconfig import memory_env, report, report_lines
@@ -558,17 +566,16 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if ex.refusals or est.problems or over else EXIT_OK
 
 
-def _bench_test(argv: list[str], eng: Engine, env: dict[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
-    """A llama-bench line (engines/benchline.py): (what explain says of its test, the test written as
-    the common parser's line, which the memory settings read); any other line: (None, the line). A
-    line of several tests, or one moeconf does not model, is refused, naming what to change."""
-    from moeconf.engines.argvread import is_bench
-
-    if not is_bench(argv):
+def _bench_test(bench: Invocation | None, argv: list[str], eng: Engine,
+                env: dict[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """A llama-bench line (`bench`: its test as read, engines/benchline.py): (what explain says of its
+    test, the test written as the common parser's line, which the memory settings read); any other
+    line: (None, the line). A line of several tests, or one moeconf does not model, is refused, naming
+    what to change."""
+    if bench is None:
         return None, argv
-    from moeconf.engines.benchline import read_bench
-
-    line = read_bench(argv, eng)
+    line = bench.bench
+    assert line is not None  # a test of a llama-bench line carries the line (cmdline.bench_invocations)
     why = line.explain_refusal()
     if why is not None:
         raise MoeconfError(why)

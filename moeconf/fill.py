@@ -183,8 +183,8 @@ class _Filler:
         defaults = default_devices(self.inv, self.eng, self.ngl, self.accelerators, ts, self.split_mode,
                                    self.ik_layer_devices(ts))
         devices = {**defaults, **self.overlay}
-        # the search ranks splits on the phase model; `complete` measures the chosen fill with the
-        # allocator replays and gives back what does not fit
+        # the search ranks splits on the phase model; `complete` measures the chosen fill through the
+        # engine's graph and gives back what does not fit
         mem = self.measure(devices, defaults, exact=approximate_search(self.inv.arch) and not self.approximate)
         return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
                           self.over(mem, sinks=False))

@@ -204,6 +204,34 @@ def test_explain_one_test_at_its_context(capsys: pytest.CaptureFixture[str]) -> 
     assert "no binary named" not in out
 
 
+@pytest.mark.parametrize("model", [[QWEN, "--", "llama-bench", "-m", "x.gguf"], ["--", "llama-bench", "-m", QWEN]])
+def test_explain_reads_the_line_once(model: list[str], monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # the model, the note on the test, the memory and the rules all take the one reading (the
+    # model named before the line or by its -m)
+    import moeconf.engines.benchline as benchline
+
+    reads: list[int] = []
+
+    def counted(words: list[str], eng: Engine) -> BenchLine:
+        reads.append(len(words))
+        return read_bench(words, eng)
+
+    monkeypatch.setattr(benchline, "read_bench", counted)
+    assert main(["explain", "--json", *model, "-ot", "exps=CPU", "-p", "512", "-n", "128"]) == 0
+    assert json.loads(capsys.readouterr().out)["llama_bench"]["test"] == "pp512"
+    assert reads == [9]
+
+
+def test_lint_command_takes_a_bench_test_for_a_bench_line_only() -> None:
+    from moeconf.linting.linter import bench_test, lint_command
+    from moeconf.model.load import load_inventory
+
+    test = bench_test(["llama-bench", "-m", "x.gguf"], engine("llama.cpp"))
+    with pytest.raises(ValueError, match="not llama-bench's"):
+        lint_command(load_inventory(QWEN), test.engine, ["llama-server", "-m", "x.gguf"], bench=test)
+
+
 def test_explain_json_names_the_test(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _explain(["--json", "--", "llama-bench", "-m", "x.gguf", "-ot", "exps=CPU", "-p", "0", "-n", "256",
                              "-d", "8192"], capsys)

@@ -572,13 +572,20 @@ def bench_invocations(words: Sequence[Arg], engine: Engine, *, limit: int | None
     differently (each -ot set, -ngl, --n-cpu-moe, -ub, ... combination, at most `limit`), each
     read from the test's common-parser line (`BenchTest.words`) and carrying the line (`bench`).
     llama-bench reads neither the environment nor llama.cpp's config files."""
-    from moeconf.engines.benchline import MAX_TESTS, read_bench
+    from moeconf.engines.benchline import read_bench
 
     line = read_bench(words, engine)
+    return line, bench_line_invocations(line, limit=limit)
+
+
+def bench_line_invocations(line: BenchLine, *, limit: int | None = None) -> list[Invocation]:
+    """bench_invocations of a line already read (engines/benchline.py read_bench): not read again."""
+    from moeconf.engines.benchline import MAX_TESTS
+
     out = []
     for test in line.tests(placement_only=True, limit=MAX_TESTS if limit is None else limit):
-        inv = parse_invocation(test.words(), engine)
+        inv = parse_invocation(test.words(), line.engine)
         inv.bench = line
         inv.bench_test = test
         out.append(inv)
-    return line, out
+    return out

@@ -462,27 +462,35 @@ def command_words(argv: Sequence[str]) -> list[Arg]:
     return out
 
 
+def bench_test(argv: Sequence[str], eng: Engine) -> Invocation:
+    """The test `explain` takes of a llama-bench line (its first placement), the line read once as
+    llama-bench reads it (`invocation.bench`), its words placed by `command_words`."""
+    from moeconf.engines.cmdline import bench_invocations
+
+    return bench_invocations(command_words(argv), eng, limit=1)[1][0]
+
+
 def lint_command(inventory: Inventory | None, eng: Engine, argv: Sequence[str], *, env: dict[str, str] | None = None,
                  gpus: Sequence[str] | None = None, config: Config | None = None,
                  rules: Sequence[ModuleType] = ALL, llama_config: LlamaConfig | None = None,
-                 ) -> tuple[Any, list[Finding]]:
+                 bench: Invocation | None = None) -> tuple[Any, list[Finding]]:
     """`explain`'s simulation of a command line and what `moeconf lint` says about it, by the same
     rules: (the Explanation, the findings, at line 1 and the column of `command_words`). The
-    memory rules state nothing without `config.gpu_memory`; explain prints the memory itself."""
+    memory rules state nothing without `config.gpu_memory`; explain prints the memory itself.
+    `bench`: a llama-bench line's test as the caller read it already (`bench_test(argv, eng)`)."""
     from moeconf.explanation import assumed_gpus, explain_invocation
 
     config = config or Config()
     from moeconf.engines.argvread import is_bench
 
     if is_bench(argv):
-        from moeconf.engines.cmdline import bench_invocations
-
         # llama-bench: the one test explain takes (the caller refuses a line of several:
         # BenchLine.explain_refusal), read as llama-bench reads it, by the rules that hold for it
-        _, tests = bench_invocations(command_words(argv), eng, limit=1)
-        invocation = tests[0]
+        invocation = bench if bench is not None else bench_test(argv, eng)
         rules = _bench_rules(rules)
     else:
+        if bench is not None:
+            raise ValueError("lint_command: `bench` given for a line that is not llama-bench's")
         invocation = parse_invocation(command_words(argv), eng, {k: Arg(v) for k, v in (env or {}).items()},
                                       llama_config)
     simulated = explain_invocation(inventory, invocation, gpus) if inventory is not None else None

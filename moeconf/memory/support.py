@@ -164,13 +164,45 @@ def routed_expert_archs() -> tuple[str, ...]:
     return tuple(sorted(a for a, kinds in nametable.ML_ARCH_TENSORS.items() if _ROUTED_KINDS & set(kinds)))
 
 
+# Architectures with routed experts in llama.cpp's tensor table whose memory moeconf does not model because
+# llama-server does not serve them as a text model (memory is llama-server's): why, for `unmodelled_architecture`
+# and docs/memory-architectures.md (scripts/gen-arch-table.py)
+NOT_SERVED: Final[dict[str, str]] = {
+    "llada-moe": "diffusion model (llama.cpp's llm_arch_is_diffusion): llama-diffusion-cli, not llama-server",
+    "rnd1": "diffusion model (llama.cpp's llm_arch_is_diffusion): llama-diffusion-cli, not llama-server",
+    "nomic-bert-moe": "embedding model (no causal decoding)",
+    "llama-embed": "embedding model (no causal decoding)",
+    "deepseek2-ocr": "OCR model: its text decoder runs behind a vision encoder",
+    "dflash": "speculative-decoding drafter, loaded beside a target model",
+}
+# ... and those whose pinned loader never creates the routed experts the table names (their files are dense; the
+# engine refuses one with experts: tests/engine/test_placement_homes.py)
+NO_ROUTED_EXPERTS: Final[dict[str, str]] = {
+    "ernie4_5": ("its loader (src/models/ernie4-5.cpp) creates routed experts only for ernie4_5-moe; the engine "
+                 "refuses an ernie4_5 file with experts (`blk.1.ffn_gate.weight` not found: ERNIE-4.5-21B-A3B's "
+                 "layout written as ernie4_5)"),
+    "lfm2": ("its loader (src/models/lfm2.cpp) sets the leading dense blocks to the block count: every block is "
+             "dense; routed experts are lfm2moe's"),
+    "paddleocr": ("OCR model (PaddleOCR-VL, whose text decoder ERNIE-4.5-0.3B is dense); its loader is ernie4_5's "
+                  "(src/models/models.h), which creates routed experts only for ernie4_5-moe: the engine refuses a "
+                  "paddleocr file with experts (`blk.1.ffn_gate.weight` not found: ERNIE-4.5-21B-A3B's layout "
+                  "written as paddleocr)"),
+}
+
+
 def unmodelled_architecture(arch: str, engine: str = "llama.cpp") -> str:
     """Why an architecture's memory is not modelled, naming what it lacks and what to do instead."""
     lacking = lacking_tensor_kinds(arch)
-    what = (f"its graph has blocks moeconf does not build yet (tensors no modelled architecture has: "
-            f"{', '.join(lacking)})" if lacking else
-            "moeconf has no composition of its graph yet (every kind of tensor it has is modelled for another "
-            "architecture)")
+    if arch in NOT_SERVED:
+        what = (f"llama-server does not serve it as a text model ({NOT_SERVED[arch]}), and moeconf models the memory "
+                "of MoE text models as llama-server runs them")
+    elif arch in NO_ROUTED_EXPERTS:
+        what = "a dense architecture: " + NO_ROUTED_EXPERTS[arch] + "; moeconf models the memory of MoE models"
+    else:
+        what = (f"its graph has blocks moeconf does not build yet (tensors no modelled architecture has: "
+                f"{', '.join(lacking)})" if lacking else
+                "moeconf has no composition of its graph yet (every kind of tensor it has is modelled for another "
+                "architecture)")
     measure = ("run llama.cpp's `llama-fit-params -fitp on` with the same flags" if engine == "llama.cpp" else
                f"load it in {engine} and read the buffer sizes it logs")
     return (f"memory is not modelled for the {arch!r} architecture: {what}. KV cache and compute are not computed, "

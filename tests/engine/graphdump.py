@@ -5,17 +5,24 @@ tests/enginegraph.py.
 
 The scheduler's split records have no accessor in ggml: the build step writes a header with their
 definitions, taken from the pinned ggml-backend.cpp at build time (not copied into this repository),
-and the tool checks the split count it reads against ggml_backend_sched_get_n_splits."""
+and the tool checks the split count it reads against ggml_backend_sched_get_n_splits.
+
+`python -m tests.engine.graphdump` records every architecture's graphs into tests/data/graphs (files no
+longer dumped removed); `--arch NAME` (repeatable) records only those architectures': their files replaced,
+the index updated for them alone, nothing else touched."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,10 +127,11 @@ def file_name(arch: str, dims: str, line: str) -> str:
     return f"{arch}-{dims}-{line}.json.gz"
 
 
-def record_all(tool: Path, out: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Every recorded graph, dumped now: {(arch, dims, line): canonical document}. The next model is
-    written (in Python: the real ones' vocabularies take a second or two) while the tool dumps the
-    current one."""
+def record_all(tool: Path, out: Path, archs: Collection[str] | None = None
+               ) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Every recorded graph (of `archs` only, when given), dumped now: {(arch, dims, line): canonical
+    document}. The next model is written (in Python: the real ones' vocabularies take a second or two)
+    while the tool dumps the current one."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     from moeconf.fixtures.graphmodels import ARCHS, DIMS, REAL, write_graph_model, write_real_model
@@ -131,6 +139,8 @@ def record_all(tool: Path, out: Path) -> dict[tuple[str, str, str], dict[str, An
 
     jobs: list[tuple[str, str, dict[str, str]]] = [(a, d, LINES) for a in ARCHS for d in DIMS]
     jobs += [(a, REAL_DIMS, REAL_LINES) for a in REAL]
+    if archs is not None:
+        jobs = [job for job in jobs if job[0] in archs]
 
     def write(arch: str, dims: str) -> Path:
         path = out / f"{arch}-{dims}.gguf"
@@ -213,6 +223,111 @@ def stale(folder: Path, fresh: dict[tuple[str, str, str], dict[str, Any]]) -> li
     return problems
 
 
-if __name__ == "__main__":
+def arch_files(folder: Path, arch: str) -> list[Path]:
+    """The recorded files of `arch` in `folder`: those its index lists for it, and any named as one of
+    its dumps would be (an architecture's name may hold "-", so a name is matched whole, never split)."""
+    from moeconf.fixtures.graphmodels import DIMS
+
+    names = {file_name(arch, dims, line) for dims in (*DIMS, REAL_DIMS) for line in (*LINES, *REAL_LINES)}
+    idx = folder / "index.json"
+    if idx.is_file():
+        names |= {g["file"] for g in json.loads(idx.read_text())["graphs"] if g["arch"] == arch}
+    return sorted(folder / name for name in names if (folder / name).is_file())
+
+
+def merged_index(old: dict[str, Any], docs: dict[tuple[str, str, str], dict[str, Any]],
+                 archs: Collection[str]) -> dict[str, Any]:
+    """The folder's index with the graphs of `archs` replaced by `docs` (their dumps now) and every other
+    architecture's entries kept. Refused (RuntimeError) where the kept dumps could not stand beside the new
+    ones: another engine, other command lines or dimension sets, another real layout for a kept one."""
+    from moeconf.fixtures.graphmodels import REAL
+
+    new = index(docs)
+    redo = "record every architecture (python -m tests.engine.graphdump, no --arch)"
+    if old.get("engine") != new["engine"]:
+        raise RuntimeError(f"the folder was recorded by {old.get('engine')}, the dumps now come from "
+                           f"{new['engine']}: {redo}")
+    for key in ("lines", "dims", "real_lines"):
+        if old.get(key) != new[key]:
+            raise RuntimeError(f"index.json's {key} are not graphdump's now ({old.get(key)} against "
+                               f"{new[key]}): the other architectures' dumps are stale too; {redo}")
+    moved = sorted(a for a in {*old.get("real", {}), *REAL} - set(archs) if old.get("real", {}).get(a) != REAL.get(a))
+    if moved:
+        raise RuntimeError(f"the real layout of {', '.join(moved)} changed since the folder was recorded: "
+                           f"add them to --arch, or {redo}")
+    kept = [g for g in old["graphs"] if g["arch"] not in archs]
+    new["graphs"] = sorted(kept + new["graphs"], key=lambda g: (g["arch"], g["dims"], g["line"]))
+    return new
+
+
+def write_archs(docs: dict[tuple[str, str, str], dict[str, Any]], archs: Collection[str],
+                folder: Path = DATA) -> list[str]:
+    """Record `docs` (the dumps of `archs`, and only theirs) into `folder`: each of those architectures'
+    files replaced, those no longer dumped removed, the index (if the folder has one) updated for them
+    alone; every other file untouched. Checked before anything is written. Returns what it did, a line each."""
+    import gzip
+
+    if stray := sorted({key[0] for key in docs} - set(archs)):
+        raise RuntimeError(f"dumps of {', '.join(stray)} given, which are not being recorded")
+    idx = folder / "index.json"
+    new_index = merged_index(json.loads(idx.read_text()), docs, archs) if idx.is_file() else None
+    names = {file_name(*key) for key in docs}
+    done: list[str] = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for arch in sorted(archs):
+        for old in arch_files(folder, arch):
+            if old.name not in names:
+                old.unlink()
+                done.append(f"removed {old.name} (no longer dumped)")
+    for key, doc in sorted(docs.items()):
+        text = json.dumps(doc, separators=(",", ":"))
+        (folder / file_name(*key)).write_bytes(gzip.compress(text.encode(), 9, mtime=0))
+    done.append(f"wrote {len(docs)} dumps of {', '.join(sorted(archs))}")
+    if new_index is not None:
+        idx.write_text(json.dumps(new_index, indent=1) + "\n")
+        done.append("index.json: updated for those architectures")
+    else:
+        done.append(f"{folder} has no index.json: none written")
+    return done
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The recorder's command line: `--arch NAME` (repeatable; each one of graphmodels.ARCHS), `--out`."""
+    from moeconf.fixtures.graphmodels import ARCHS
+
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.engine.graphdump",
+        description="Record the pinned llama.cpp's reserved graphs of moeconf.fixtures.graphmodels' models "
+                    "(every architecture: the folder rewritten, files no longer dumped removed).")
+    ap.add_argument("--arch", action="append", default=[], metavar="NAME",
+                    help="record only this architecture's dumps (repeatable): only its files are replaced "
+                         "and the index updated for it alone")
+    ap.add_argument("--out", type=Path, default=DATA, metavar="FOLDER",
+                    help="the recorded folder (default: tests/data/graphs)")
+    ns = ap.parse_args(argv)
+    if unknown := [a for a in ns.arch if a not in ARCHS]:
+        ap.error(f"unknown architecture {', '.join(map(repr, unknown))}; the known ones: {', '.join(ARCHS)}")
+    ns.arch = sorted(set(ns.arch))
+    return ns
+
+
+def main(argv: Sequence[str] | None = None, tool: Path | None = None) -> int:
+    ns = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="moeconf-graphdump-") as tmp:
-        write(record_all(compile_tool(Path(tmp) / "graphdump"), Path(tmp)))
+        built = tool or compile_tool(Path(tmp) / "graphdump")
+        if not ns.arch:
+            write(record_all(built, Path(tmp)), ns.out)
+            print(f"recorded every architecture into {ns.out}")
+            return 0
+        docs = record_all(built, Path(tmp), ns.arch)
+    try:
+        done = write_archs(docs, ns.arch, ns.out)
+    except RuntimeError as e:
+        print(f"graphdump: {e}; nothing written", file=sys.stderr)
+        return 1
+    print("\n".join(done))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -40,12 +40,19 @@ def main(path: str) -> int:
     # explain and fit give (moeconf.memory.support.unmodelled_architecture)
     from moeconf.memory import support
 
-    refused = [a for a in support.routed_expert_archs() if a not in support.MODELLED]
+    not_text = {**support.NOT_SERVED, **support.NO_ROUTED_EXPERTS}
+    unmodelled = [a for a in support.routed_expert_archs() if a not in support.MODELLED]
+    refused = [a for a in unmodelled if a not in not_text]
     print("\nRefused (memory not modelled; `explain` prints ? with this note, `fit` refuses):\n")
     for arch in refused:
         print(f"- `{arch}`: {support.unmodelled_architecture(arch)}")
     if not refused:
         print("(none)")
+    na = [a for a in unmodelled if a in not_text]
+    if na:
+        print("\nNot applicable (no MoE text model llama-server serves, or a loader that creates no routed experts; "
+              "refused the same way, naming why: docs/memory-architectures.md): "
+              + ", ".join(f"`{a}`" for a in na))
     return 0
 
 

@@ -4,14 +4,16 @@ moeconf.fixtures.graphmodels under every recorded line again and names what chan
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.engine import oracle
-from tests.engine.graphdump import DATA, compile_tool, record_all, stale
+from tests.engine.graphdump import DATA, compile_tool, file_name, main, record_all, stale
 from tests.engine.harness import MAINLINE
 from tests.enginegraph import from_dict
 
@@ -45,3 +47,23 @@ def test_every_tensor_reference_resolves(fresh: dict[tuple[str, str, str], dict[
         assert g.splits[0].start == 0 and g.splits[-1].end == len(g.nodes), key
         assert all(a.end == b.start for a, b in zip(g.splits, g.splits[1:], strict=False)), key
         assert json.dumps(doc).count("127.0.0.1") == 0, key
+
+
+def test_one_architecture_recorded_alone(tool: Path, tmp_path: Path) -> None:
+    # `--arch dbrx` on a copy of the recorded folder with dbrx's files damaged: one changed, one missing,
+    # one no longer dumped; dbrx's dumps come back as recorded, every other file is never rewritten
+    folder = tmp_path / "graphs"
+    shutil.copytree(DATA, folder)
+    (folder / file_name("dbrx", "b", "ngl2")).write_bytes(gzip.compress(b'{"nodes": []}'))
+    (folder / file_name("dbrx", "a", "rpc")).unlink()
+    (folder / file_name("dbrx", "a", "expscpu32k")).write_bytes(b"")
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if not p.name.startswith("dbrx-")}
+    assert main(["--arch", "dbrx", "--out", str(folder)], tool=tool) == 0
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in DATA.iterdir())
+    for name in (p.name for p in folder.glob("dbrx-*")):
+        assert json.loads(gzip.decompress((folder / name).read_bytes())) == \
+            json.loads(gzip.decompress((DATA / name).read_bytes())), f"{name}: stale (python -m tests.engine.graphdump)"
+    assert json.loads((folder / "index.json").read_text()) == json.loads((DATA / "index.json").read_text())
+    after = {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if not p.name.startswith("dbrx-")}
+    assert after == {**before, "index.json": after["index.json"]}
+    assert all((folder / n).read_bytes() == (DATA / n).read_bytes() for n in before if n != "index.json")

@@ -33,7 +33,7 @@ NEEDS_MODEL = True
 READS_SETTINGS = True  # skipped on a line the engine cannot read (flag-value-refused)
 
 MiB = 1024 * 1024
-_ROUGH = 128 * MiB  # more than the phase model is ever off from the replays (72 MiB at most measured)
+_ROUGH = 128 * MiB  # more than the phase model is ever off from the engine's graph (72 MiB at most measured)
 
 
 def check(ctx: Context) -> Iterator[Hit]:
@@ -66,8 +66,8 @@ def check(ctx: Context) -> Iterator[Hit]:
             for n in experts[il]:
                 devices[n] = "CPU"
             moved.append(il)
-            # the phase model while searching (it is within tens of MiB of the allocator replays),
-            # the replays to confirm
+            # the phase model while searching (it is within tens of MiB of the engine's graph), the
+            # graph to confirm
             rough = estimate(replace(placement, devices=devices), settings, replay=False).devices[dev].total
             if rough > size + _ROUGH:
                 continue
