@@ -30,6 +30,7 @@ CUTS: dict[str, dict[str, int]] = {
     "ling-mini-2.0": {"blocks": 4, "experts": 16},  # 1 dense + 2 MoE + the MTP block
     "dots.llm1": {"blocks": 4, "experts": 16},
     "qwen3-vl-30b-a3b": {"blocks": 8, "experts": 16},
+    "mixtral-8x7b": {"blocks": 4, "experts": 2},
 }
 # measured for weights and KV only (no placement lines): -mla 0 on a mainline DeepSeek conversion
 KV_ONLY_CUTS: dict[str, dict[str, int]] = {"deepseek-v3": {"blocks": 4, "experts": 8}}
