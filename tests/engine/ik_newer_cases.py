@@ -31,6 +31,9 @@ CUTS: dict[str, dict[str, int]] = {
     "dots.llm1": {"blocks": 4, "experts": 16},
     "qwen3-vl-30b-a3b": {"blocks": 8, "experts": 16},
     "mixtral-8x7b": {"blocks": 4, "experts": 2},
+    "snowflake-arctic": {"blocks": 4, "experts": 2},
+    "granite-3.1-3b-a800m": {"blocks": 4, "experts": 8},
+    "mistral3-synthetic-moe": {"blocks": 3, "experts": 2},
 }
 # measured for weights and KV only (no placement lines): -mla 0 on a mainline DeepSeek conversion
 KV_ONLY_CUTS: dict[str, dict[str, int]] = {"deepseek-v3": {"blocks": 4, "experts": 8}}
