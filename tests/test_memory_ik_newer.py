@@ -150,3 +150,31 @@ def test_an_unread_key_changes_nothing_on_ik(tmp_path: Path) -> None:
     p = tmp_path / "m.manifest.json"
     p.write_text(json.dumps(data))
     assert unmodelled(load_inventory(p), "ik_llama.cpp") == []
+
+
+# the MoE architectures in ik's tables that ik 0.1.5 fails to load (ikarchs.IK_FAILS): the layout, and what
+# the refusal names (the ik function or table, and the engine's own error)
+IK_FAILING = {"dbrx": ("dbrx", "create_std_ffn_exps"), "minicpm": ("minicpm-moe-8x2b", "LLM_TENSOR_NAMES"),
+              "granite": ("granite-synthetic-moe", "'__missing__'"),
+              "refact": ("refact-synthetic-moe", "'__missing__'")}
+
+
+@pytest.mark.parametrize("arch", sorted(IK_FAILING))
+def test_what_ik_cannot_load_is_refused_saying_why(arch: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from moeconf.cli import main
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.memory.ikarchs import IK_FAILS
+
+    assert set(IK_FAILS) == set(IK_FAILING) and not set(IK_FAILS) & KV_ONLY
+    key, fragment = IK_FAILING[arch]
+    path = tmp_path / f"{key}.gguf"
+    write_layout(LAYOUTS[key], path, vocab=256)
+    inv = load_inventory(path)
+    assert inv.arch == arch
+    why = unmodelled(inv, "ik_llama.cpp")
+    assert len(why) == 1 and fragment in why[0] and "ik 0.1.5" in why[0], why
+    assert unmodelled(inv, "llama.cpp") == []  # the next step it names
+    rc = main(["fit", str(path), "--gpu", "24GiB", "--engine", "ik_llama.cpp", "--", "-c", "8192"])
+    err = capsys.readouterr().err
+    assert rc != 0 and fragment in err and "next step: run it on llama.cpp (--engine llama.cpp)" in err, err

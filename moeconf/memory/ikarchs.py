@@ -65,6 +65,27 @@ _IK_KEYS: Final[dict[str, frozenset[str]]] = {
 }
 
 
+# MoE architectures in ik 0.1.5's tables whose published or converted MoE files it does not run (a real load of a
+# cut layout, tests/engine/test_ik_newer.py): memory stays refused on ik, saying why, and the next step is llama.cpp
+IK_FAILS: Final[dict[str, str]] = {
+    "dbrx": ("ik 0.1.5 sizes dbrx's experts as feed_forward_length / expert_used_count (src/llama-load-tensors.cpp, "
+             "create_std_ffn_exps), a quarter of the width DBRX files hold: the load fails (check_tensor_dims: "
+             "'blk.0.ffn_up_exps.weight' has wrong shape)"),
+    "minicpm": ("ik 0.1.5's minicpm tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have only per-expert "
+                "tensors (blk.N.ffn_gate.X), so create_llama_tensors cannot find merged ffn_*_exps and the load "
+                "fails (require_tensor_meta: 'blk.0.ffn_gate.0.weight' not found)"),
+    "granite": ("ik 0.1.5's granite tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have no router or expert "
+                "tensors: an MoE file of it fails to load (check_tensor_dims: '__missing__' not found)"),
+    "refact": ("ik 0.1.5's refact tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have no router or expert "
+               "tensors: an MoE file of it fails to load (check_tensor_dims: '__missing__' not found)"),
+}
+
+
+def why_not(arch: str, engine: str) -> str:
+    """Why moeconf does not size `arch` on `engine` where ik cannot run it (empty otherwise)."""
+    return f": {IK_FAILS[arch]}" if engine == ENGINE and arch in IK_FAILS else ""
+
+
 def kv_only(arch: str, engine: str) -> bool:
     """Whether this architecture's weights and KV on `engine` are modelled by this module (the
     newer architectures on ik_llama.cpp); its compute comes from llama.cpp's graph (`compute_label`)."""
@@ -150,6 +171,9 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
     if inv.arch not in ARCHS[ENGINE]:
         return (f"ik_llama.cpp 0.1.5 does not load the {inv.arch!r} architecture: run it on llama.cpp "
                 "(--engine llama.cpp)")
+    if inv.arch in IK_FAILS:
+        return "next step: run it on llama.cpp (--engine llama.cpp)" + (
+            ", where its memory is modelled" if llama_cpp_modelled else "")
     if llama_cpp_modelled:
         return ("next step: size it with llama.cpp's graph (--engine llama.cpp: the same placement's memory on "
                 "llama.cpp), or write the placement as explicit rules (`moeconf compile`) and check it with "
