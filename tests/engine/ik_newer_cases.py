@@ -65,7 +65,16 @@ PLACEMENT_LINES: list[str] = [
 
 
 def cut_layout(name: str) -> ModelLayout:
-    return dataclasses.replace(LAYOUTS[name], key=f"{name}-cut", **{**CUTS, **KV_ONLY_CUTS}[name])
+    cut = {**CUTS, **KV_ONLY_CUTS}[name]
+    layout = LAYOUTS[name]
+    # the per-block patterns (sliding window, heads) of the first blocks, and the MTP block's last
+    per_block: dict[str, tuple[object, ...]] = {}
+    for field in ("swa", "heads_per_block"):
+        pattern = getattr(layout, field, ())
+        if pattern:
+            keep = cut["blocks"] - layout.nextn
+            per_block[field] = (*pattern[:keep], *pattern[len(pattern) - layout.nextn:])
+    return dataclasses.replace(layout, key=f"{name}-cut", **cut, **per_block)
 
 
 def kv_cases() -> list[tuple[str, str]]:
