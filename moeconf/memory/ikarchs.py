@@ -57,7 +57,7 @@ ENGINE: Final = "ik_llama.cpp"
 # model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
-                            "granitemoe", "mistral3"})
+                            "granitemoe", "mistral3", "qwen2moe"})
 _IK_KEYS: Final[dict[str, frozenset[str]]] = {
     "qwen35moe": _recurrent.KEYS,
     "qwen3next": _recurrent.KEYS,
@@ -102,7 +102,7 @@ COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
     "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11), "llama": (2, 11),
-    "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11),
+    "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11),
 }
 # architectures whose ik compute was also read on a real GPU (tests/data/ik_cuda_h200.json, checked
 # by tests/test_ik_cuda_measured.py): the lines, and what the CUDA build logged against this estimate

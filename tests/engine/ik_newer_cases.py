@@ -34,6 +34,7 @@ CUTS: dict[str, dict[str, int]] = {
     "snowflake-arctic": {"blocks": 4, "experts": 2},
     "granite-3.1-3b-a800m": {"blocks": 4, "experts": 8},
     "mistral3-synthetic-moe": {"blocks": 3, "experts": 2},
+    "qwen1.5-moe-a2.7b": {"blocks": 4, "experts": 8},  # filled (FILLED)
 }
 # measured for weights and KV only (no placement lines): -mla 0 on a mainline DeepSeek conversion
 KV_ONLY_CUTS: dict[str, dict[str, int]] = {"deepseek-v3": {"blocks": 4, "experts": 8}}
@@ -75,6 +76,29 @@ def cut_layout(name: str) -> ModelLayout:
             keep = cut["blocks"] - layout.nextn
             per_block[field] = (*pattern[:keep], *pattern[len(pattern) - layout.nextn:])
     return dataclasses.replace(layout, key=f"{name}-cut", **cut, **per_block)
+
+
+# cuts whose blocks ik cannot run all-zero: ik 0.1.5's CPU flash attention aborts on the first token
+# (iqk_fa_templates.h, GGML_ASSERT(S > 0)) on an all-zero Qwen1.5-MoE, after every buffer is allocated. Their
+# blocks' tensors other than the routed experts get non-zero values (`fill_blocks`); the sizes are unchanged
+FILLED: frozenset[str] = frozenset({"qwen1.5-moe-a2.7b"})
+
+
+def fill_blocks(path: Path) -> None:
+    """Give every block tensor but the routed experts non-zero data in place: f32 ones, and every
+    byte 0x11 in the others (small finite scales and quants in every ggml block type used)."""
+    import struct
+
+    from moeconf.model.gguf_header import read_header
+
+    header = read_header(path)
+    with path.open("r+b") as f:
+        for t in header.tensors:
+            if not t.name.startswith("blk.") or "_exps." in t.name:
+                continue
+            n = nbytes_of(t.type_name, t.shape)
+            f.seek(header.data_offset + t.offset)
+            f.write(struct.pack("<f", 1.0) * (n // 4) if t.type_name == "F32" else b"\x11" * n)
 
 
 def kv_cases() -> list[tuple[str, str]]:

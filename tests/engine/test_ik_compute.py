@@ -32,7 +32,7 @@ from moeconf.model.nametable import SOURCES
 from moeconf.placement import Placement
 from moeconf.sizing import estimate_explained
 from tests.engine import ik_compute_cases as cases
-from tests.engine import oracle
+from tests.engine import ik_newer_cases, oracle
 from tests.engine.harness import IK, rpc_servers
 from tests.engine.ik_compute_cases import COMPUTE_LOG, KV_LOG, by_device, device_key
 
@@ -50,7 +50,10 @@ _UNALLOCATED = re.compile(r"failed to allocate (\S+) buffer of size (\d+)")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Path, Inventory]]]:
     if not IK.available():
         pytest.fail(f"ik_llama.cpp is not built: run scripts/build-engines.sh (looked for {IK.cli})")
-    yield oracle.write_sparse(tmp_path_factory.mktemp("ikcompute"), {m: cases.cut_layout(m) for m in cases.CUTS})
+    written = oracle.write_sparse(tmp_path_factory.mktemp("ikcompute"), {m: cases.cut_layout(m) for m in cases.CUTS})
+    for m in ik_newer_cases.FILLED:
+        ik_newer_cases.fill_blocks(written[m][0])
+    yield written
     target = os.environ.get("MOECONF_IK_COMPUTE_RESULTS")
     if ROWS and target:
         Path(target).write_text(json.dumps({"engine": SOURCES["ik_llama.cpp"], "rows": ROWS}, indent=1) + "\n")
