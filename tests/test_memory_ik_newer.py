@@ -178,3 +178,18 @@ def test_what_ik_cannot_load_is_refused_saying_why(arch: str, tmp_path: Path,
     rc = main(["fit", str(path), "--gpu", "24GiB", "--engine", "ik_llama.cpp", "--", "-c", "8192"])
     err = capsys.readouterr().err
     assert rc != 0 and fragment in err and "next step: run it on llama.cpp (--engine llama.cpp)" in err, err
+
+
+@pytest.mark.parametrize(("key", "value"), [("attention.shared_kv_layers", 0), ("attention.shared_kv_layers", 4),
+                                            ("embedding_length_per_layer_input", 256)])
+def test_a_key_only_ik_reads_is_modelled_at_zero_only(key: str, value: int, models: dict[str, Inventory]) -> None:
+    # Gemma 4 on ik: ik's loader reads these two keys (llama.cpp's does not); every published file has 0
+    import dataclasses
+
+    inv = models["gemma-4-26b-a4b"]
+    assert inv.metadata.hparam(key) == 0 and unmodelled(inv, "ik_llama.cpp") == []
+    hparams = tuple((k, value if k == key else v) for k, v in inv.metadata.hparams)
+    changed = dataclasses.replace(inv, metadata=dataclasses.replace(inv.metadata, hparams=hparams))
+    why = unmodelled(changed, "ik_llama.cpp")
+    assert why == ([] if value == 0 else [f"memory is not modelled for gemma4.{key} = {value} on ik_llama.cpp "
+                                          "(ik 0.1.5 reads it; moeconf models it at 0 only)"]), why

@@ -57,7 +57,7 @@ ENGINE: Final = "ik_llama.cpp"
 # model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
-                            "granitemoe", "mistral3", "qwen2moe"})
+                            "granitemoe", "mistral3", "qwen2moe", "gemma4"})
 _IK_KEYS: Final[dict[str, frozenset[str]]] = {
     "qwen35moe": _recurrent.KEYS,
     "qwen3next": _recurrent.KEYS,
@@ -103,6 +103,13 @@ COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
     "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11), "llama": (2, 11),
     "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11),
+}
+# architectures whose ik compute buffers, measured over RPC like the others', exceeded llama.cpp's graph by far more
+# than a margin (over 64 MiB): compute refused, saying how ik's graph differs. Weights and KV are modelled
+COMPUTE_DIFFERS: Final[dict[str, str]] = {
+    "gemma4": ("in its global-attention layers (K shared as V, no attn_v) ik's build_gemma4 builds attention through "
+               "llm_build_kv, whose buffer held the f32 KQ matrix (n_head x n_kv x n_ubatch x 4 bytes): 1,029.5 MiB "
+               "logged against llama.cpp's graph's 527 at -c 32768 -ub 512 (+502), +2,009 at -ub 2048"),
 }
 # architectures whose ik compute was also read on a real GPU (tests/data/ik_cuda_h200.json, checked
 # by tests/test_ik_cuda_measured.py): the lines, and what the CUDA build logged against this estimate
@@ -151,6 +158,9 @@ def margin_mib(arch: str, n_ubatch: int) -> int:
 
 
 def compute_not_measured(arch: str) -> str:
+    if arch in COMPUTE_DIFFERS:
+        return (f"compute on ik_llama.cpp is not modelled for {arch!r}: ik's graph differs from llama.cpp's ("
+                f"{COMPUTE_DIFFERS[arch]}; tests/engine/test_ik_compute.py); weights and KV cache are modelled")
     return (f"compute on ik_llama.cpp is not modelled for {arch!r}: its compute buffers were not measured against "
             "llama.cpp's graph (tests/engine/test_ik_compute.py); weights and KV cache are modelled")
 
@@ -183,6 +193,13 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
             "weights as placed; memory for this model is modelled on neither engine")
 
 
+# keys ik 0.1.5's loader reads for an architecture where llama.cpp's does not, modelled at zero only (the value
+# every published file of it has): Gemma 4's KV shared across layers and per-layer inputs (Gemma 3n's)
+_IK_ZERO_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    "gemma4": ("attention.shared_kv_layers", "embedding_length_per_layer_input"),
+}
+
+
 # ik 0.1.5's gated delta-net layer maps (src/llama-hparams.cpp, load_hparams): the attention interval it
 # takes whatever full_attention_interval says (None: it reads the key), and whether it reads
 # nextn_predict_layers (qwen35moe: no, its MTP blocks would be taken as trunk layers)
@@ -196,8 +213,11 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozen
     arch = inv.arch
     known = set(no_memory_effect) | _IK_KEYS.get(arch, mainline)
     keys = inv.metadata.arch_keys or ()
+    zero = _IK_ZERO_KEYS.get(arch, ())
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
-           for k in keys if k not in known]
+           for k in keys if k not in known and k not in zero]
+    why += [f"memory is not modelled for {arch}.{k} = {int_key(inv, k)} on ik_llama.cpp (ik 0.1.5 reads it; "
+            "moeconf models it at 0 only)" for k in zero if int_key(inv, k)]
     ik_map = _IK_DELTA_NET.get(arch)
     if ik_map is not None:
         fixed, reads_nextn = ik_map
