@@ -193,3 +193,18 @@ def test_a_key_only_ik_reads_is_modelled_at_zero_only(key: str, value: int, mode
     why = unmodelled(changed, "ik_llama.cpp")
     assert why == ([] if value == 0 else [f"memory is not modelled for gemma4.{key} = {value} on ik_llama.cpp "
                                           "(ik 0.1.5 reads it; moeconf models it at 0 only)"]), why
+
+
+@pytest.mark.parametrize(("key", "fragment"), [("mistral-small-4", "build_deepseek2"),
+                                               ("step-3.5-flash", "swiglu_clamp_exp"),
+                                               ("mimo-v2-flash", "nextn_predict_layers")])
+def test_what_ik_loads_unmeasured_is_refused_saying_why(key: str, fragment: str, tmp_path: Path) -> None:
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.memory.ikarchs import IK_NOT_MEASURED
+
+    path = tmp_path / f"{key}.gguf"
+    write_layout(LAYOUTS[key], path, vocab=256)
+    inv = load_inventory(path)
+    assert inv.arch in IK_NOT_MEASURED and inv.arch not in KV_ONLY
+    why = unmodelled(inv, "ik_llama.cpp")
+    assert len(why) == 1 and "not measured on ik" in why[0] and fragment in why[0], why
