@@ -150,3 +150,61 @@ def test_an_unread_key_changes_nothing_on_ik(tmp_path: Path) -> None:
     p = tmp_path / "m.manifest.json"
     p.write_text(json.dumps(data))
     assert unmodelled(load_inventory(p), "ik_llama.cpp") == []
+
+
+# the MoE architectures in ik's tables that ik 0.1.5 fails to load (ikarchs.IK_FAILS): the layout, and what
+# the refusal names (the ik function or table, and the engine's own error)
+IK_FAILING = {"dbrx": ("dbrx", "create_std_ffn_exps"), "minicpm": ("minicpm-moe-8x2b", "LLM_TENSOR_NAMES"),
+              "granite": ("granite-synthetic-moe", "'__missing__'"),
+              "refact": ("refact-synthetic-moe", "'__missing__'")}
+
+
+@pytest.mark.parametrize("arch", sorted(IK_FAILING))
+def test_what_ik_cannot_load_is_refused_saying_why(arch: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from moeconf.cli import main
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.memory.ikarchs import IK_FAILS
+
+    assert set(IK_FAILS) == set(IK_FAILING) and not set(IK_FAILS) & KV_ONLY
+    key, fragment = IK_FAILING[arch]
+    path = tmp_path / f"{key}.gguf"
+    write_layout(LAYOUTS[key], path, vocab=256)
+    inv = load_inventory(path)
+    assert inv.arch == arch
+    why = unmodelled(inv, "ik_llama.cpp")
+    assert len(why) == 1 and fragment in why[0] and "ik 0.1.5" in why[0], why
+    assert unmodelled(inv, "llama.cpp") == []  # the next step it names
+    rc = main(["fit", str(path), "--gpu", "24GiB", "--engine", "ik_llama.cpp", "--", "-c", "8192"])
+    err = capsys.readouterr().err
+    assert rc != 0 and fragment in err and "next step: run it on llama.cpp (--engine llama.cpp)" in err, err
+
+
+@pytest.mark.parametrize(("key", "value"), [("attention.shared_kv_layers", 0), ("attention.shared_kv_layers", 4),
+                                            ("embedding_length_per_layer_input", 256)])
+def test_a_key_only_ik_reads_is_modelled_at_zero_only(key: str, value: int, models: dict[str, Inventory]) -> None:
+    # Gemma 4 on ik: ik's loader reads these two keys (llama.cpp's does not); every published file has 0
+    import dataclasses
+
+    inv = models["gemma-4-26b-a4b"]
+    assert inv.metadata.hparam(key) == 0 and unmodelled(inv, "ik_llama.cpp") == []
+    hparams = tuple((k, value if k == key else v) for k, v in inv.metadata.hparams)
+    changed = dataclasses.replace(inv, metadata=dataclasses.replace(inv.metadata, hparams=hparams))
+    why = unmodelled(changed, "ik_llama.cpp")
+    assert why == ([] if value == 0 else [f"memory is not modelled for gemma4.{key} = {value} on ik_llama.cpp "
+                                          "(ik 0.1.5 reads it; moeconf models it at 0 only)"]), why
+
+
+@pytest.mark.parametrize(("key", "fragment"), [("mistral-small-4", "build_deepseek2"),
+                                               ("step-3.5-flash", "swiglu_clamp_exp"),
+                                               ("mimo-v2-flash", "nextn_predict_layers")])
+def test_what_ik_loads_unmeasured_is_refused_saying_why(key: str, fragment: str, tmp_path: Path) -> None:
+    from moeconf.fixtures.layouts import LAYOUTS
+    from moeconf.memory.ikarchs import IK_NOT_MEASURED
+
+    path = tmp_path / f"{key}.gguf"
+    write_layout(LAYOUTS[key], path, vocab=256)
+    inv = load_inventory(path)
+    assert inv.arch in IK_NOT_MEASURED and inv.arch not in KV_ONLY
+    why = unmodelled(inv, "ik_llama.cpp")
+    assert len(why) == 1 and "not measured on ik" in why[0] and fragment in why[0], why

@@ -63,12 +63,51 @@ MODELLED_IN_FULL: Final[dict[str, str]] = {
 # of them on ik), each reading the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) its llama.cpp memory
 # model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
-                            "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe"})
+                            "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
+                            "granitemoe", "mistral3", "qwen2moe", "gemma4"})
 _IK_KEYS: Final[dict[str, frozenset[str]]] = {
     "qwen35moe": _recurrent.KEYS,
     "qwen3next": _recurrent.KEYS,
     "glm-dsa": MLA_KEYS | DSA_KEYS,
 }
+
+
+# MoE architectures in ik 0.1.5's tables whose published or converted MoE files it does not run (a real load of a
+# cut layout, tests/engine/test_ik_newer.py): memory stays refused on ik, saying why, and the next step is llama.cpp
+IK_FAILS: Final[dict[str, str]] = {
+    "dbrx": ("ik 0.1.5 sizes dbrx's experts as feed_forward_length / expert_used_count (src/llama-load-tensors.cpp, "
+             "create_std_ffn_exps), a quarter of the width DBRX files hold: the load fails (check_tensor_dims: "
+             "'blk.0.ffn_up_exps.weight' has wrong shape)"),
+    "minicpm": ("ik 0.1.5's minicpm tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have only per-expert "
+                "tensors (blk.N.ffn_gate.X), so create_llama_tensors cannot find merged ffn_*_exps and the load "
+                "fails (require_tensor_meta: 'blk.0.ffn_gate.0.weight' not found)"),
+    "granite": ("ik 0.1.5's granite tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have no router or expert "
+                "tensors: an MoE file of it fails to load (check_tensor_dims: '__missing__' not found)"),
+    "refact": ("ik 0.1.5's refact tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have no router or expert "
+               "tensors: an MoE file of it fails to load (check_tensor_dims: '__missing__' not found)"),
+}
+
+
+# MoE architectures ik 0.1.5 loads whose memory on ik is not measured yet: what a measurement has to deal with
+# (a real load of moeconf's cut layout failed on these keys, which published conversions write)
+IK_NOT_MEASURED: Final[dict[str, str]] = {
+    "mistral4": ("not measured on ik: its graph there is build_deepseek2 (MLA attention, whose buffer ik_llama.cpp "
+                 "sizes differently from llama.cpp, memory/ikmla.py), and ik 0.1.5 requires "
+                 "mistral4.leading_dense_block_count"),
+    "step35": ("not measured on ik: ik 0.1.5 requires step35.swiglu_clamp_exp and swiglu_clamp_shexp "
+               "(src/llama-hparams.cpp) and builds its own graph (build_step35)"),
+    "mimo2": ("not measured on ik: ik 0.1.5 requires mimo2.rope.freq_base_swa and does not read "
+              "mimo2.nextn_predict_layers (src/llama-hparams.cpp), so an MTP block would be taken as a trunk layer"),
+}
+
+
+def why_not(arch: str, engine: str) -> str:
+    """Why moeconf does not size `arch` on `engine` where ik cannot run it or it was not measured
+    there (empty otherwise)."""
+    if engine != ENGINE:
+        return ""
+    reason = IK_FAILS.get(arch) or IK_NOT_MEASURED.get(arch)
+    return f": {reason}" if reason else ""
 
 
 def kv_only(arch: str, engine: str) -> bool:
@@ -86,7 +125,15 @@ def kv_only(arch: str, engine: str) -> bool:
 COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
-    "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11),
+    "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11), "llama": (2, 11),
+    "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11),
+}
+# architectures whose ik compute buffers, measured over RPC like the others', exceeded llama.cpp's graph by far more
+# than a margin (over 64 MiB): compute refused, saying how ik's graph differs. Weights and KV are modelled
+COMPUTE_DIFFERS: Final[dict[str, str]] = {
+    "gemma4": ("in its global-attention layers (K shared as V, no attn_v) ik's build_gemma4 builds attention through "
+               "llm_build_kv, whose buffer held the f32 KQ matrix (n_head x n_kv x n_ubatch x 4 bytes): 1,029.5 MiB "
+               "logged against llama.cpp's graph's 527 at -c 32768 -ub 512 (+502), +2,009 at -ub 2048"),
 }
 # architectures whose ik compute was also read on a real GPU (tests/data/ik_cuda_h200.json, checked
 # by tests/test_ik_cuda_measured.py): the lines, and what the CUDA build logged against this estimate
@@ -135,6 +182,9 @@ def margin_mib(arch: str, n_ubatch: int) -> int:
 
 
 def compute_not_measured(arch: str) -> str:
+    if arch in COMPUTE_DIFFERS:
+        return (f"compute on ik_llama.cpp is not modelled for {arch!r}: ik's graph differs from llama.cpp's ("
+                f"{COMPUTE_DIFFERS[arch]}; tests/engine/test_ik_compute.py); weights and KV cache are modelled")
     return (f"compute on ik_llama.cpp is not modelled for {arch!r}: its compute buffers were not measured against "
             "llama.cpp's graph (tests/engine/test_ik_compute.py); weights and KV cache are modelled")
 
@@ -155,6 +205,9 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
     if inv.arch not in ARCHS[ENGINE]:
         return (f"ik_llama.cpp 0.1.5 does not load the {inv.arch!r} architecture: run it on llama.cpp "
                 "(--engine llama.cpp)")
+    if inv.arch in IK_FAILS:
+        return "next step: run it on llama.cpp (--engine llama.cpp)" + (
+            ", where its memory is modelled" if llama_cpp_modelled else "")
     if llama_cpp_modelled:
         return ("next step: size it with llama.cpp's graph (--engine llama.cpp: the same placement's memory on "
                 "llama.cpp), or write the placement as explicit rules (`moeconf compile`) and check it with "
@@ -162,6 +215,13 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
     return ("next step: write the placement as explicit rules (`moeconf compile`: placement is exact on "
             f"{inv.arch!r}) and check it with `moeconf explain`, which shows where every tensor goes and the "
             "weights as placed; memory for this model is modelled on neither engine")
+
+
+# keys ik 0.1.5's loader reads for an architecture where llama.cpp's does not, modelled at zero only (the value
+# every published file of it has): Gemma 4's KV shared across layers and per-layer inputs (Gemma 3n's)
+_IK_ZERO_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    "gemma4": ("attention.shared_kv_layers", "embedding_length_per_layer_input"),
+}
 
 
 # ik 0.1.5's gated delta-net layer maps (src/llama-hparams.cpp, load_hparams): the attention interval it
@@ -177,8 +237,11 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozen
     arch = inv.arch
     known = set(no_memory_effect) | _IK_KEYS.get(arch, mainline)
     keys = inv.metadata.arch_keys or ()
+    zero = _IK_ZERO_KEYS.get(arch, ())
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
-           for k in keys if k not in known]
+           for k in keys if k not in known and k not in zero]
+    why += [f"memory is not modelled for {arch}.{k} = {int_key(inv, k)} on ik_llama.cpp (ik 0.1.5 reads it; "
+            "moeconf models it at 0 only)" for k in zero if int_key(inv, k)]
     ik_map = _IK_DELTA_NET.get(arch)
     if ik_map is not None:
         fixed, reads_nextn = ik_map

@@ -137,7 +137,7 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     if spec is None:
         return [unmodelled_architecture(arch, engine)]
     if engine not in spec.engines:
-        return [f"memory is not modelled for {arch!r} on {engine}"]
+        return [f"memory is not modelled for {arch!r} on {engine}{_ikarchs.why_not(arch, engine)}"]
     return unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv) or unmodelled_structure(inv)
 
 

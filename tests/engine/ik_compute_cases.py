@@ -52,6 +52,8 @@ EXTRA_LINES: dict[str, list[str]] = {"deepseek-v3": ["-c 8192", "-c 16384"], "gl
 
 
 def cut_layout(name: str) -> ModelLayout:
+    if name in ik_newer_cases.CUTS:  # its per-block patterns cut with it
+        return ik_newer_cases.cut_layout(name)
     return dataclasses.replace(LAYOUTS[name], key=f"{name}-cut", **CUTS[name])
 
 

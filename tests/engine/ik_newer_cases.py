@@ -30,7 +30,16 @@ CUTS: dict[str, dict[str, int]] = {
     "ling-mini-2.0": {"blocks": 4, "experts": 16},  # 1 dense + 2 MoE + the MTP block
     "dots.llm1": {"blocks": 4, "experts": 16},
     "qwen3-vl-30b-a3b": {"blocks": 8, "experts": 16},
+    "mixtral-8x7b": {"blocks": 4, "experts": 2},
+    "snowflake-arctic": {"blocks": 4, "experts": 2},
+    "granite-3.1-3b-a800m": {"blocks": 4, "experts": 8},
+    "mistral3-synthetic-moe": {"blocks": 3, "experts": 2},
+    "qwen1.5-moe-a2.7b": {"blocks": 4, "experts": 8},  # filled (FILLED)
+    "gemma-4-26b-a4b": {"blocks": 6, "experts": 8},  # five sliding-window blocks and one global; filled
 }
+# a layout's parts as the published files have them where ik's loader requires that form: Gemma 4's
+# experts with gate and up fused (ik 0.1.5 reads only ffn_gate_up_exps; llama.cpp reads either)
+PARTS: dict[str, tuple[str, ...]] = {"gemma-4-26b-a4b": ("gate_up",)}
 # measured for weights and KV only (no placement lines): -mla 0 on a mainline DeepSeek conversion
 KV_ONLY_CUTS: dict[str, dict[str, int]] = {"deepseek-v3": {"blocks": 4, "experts": 8}}
 
@@ -61,7 +70,42 @@ PLACEMENT_LINES: list[str] = [
 
 
 def cut_layout(name: str) -> ModelLayout:
-    return dataclasses.replace(LAYOUTS[name], key=f"{name}-cut", **{**CUTS, **KV_ONLY_CUTS}[name])
+    cut = {**CUTS, **KV_ONLY_CUTS}[name]
+    layout = LAYOUTS[name]
+    # the per-block patterns (sliding window, heads) of the first blocks, and the MTP block's last
+    per_block: dict[str, tuple[object, ...]] = {}
+    for field in ("swa", "heads_per_block"):
+        pattern = getattr(layout, field, ())
+        if pattern:
+            keep = cut["blocks"] - layout.nextn
+            per_block[field] = (*pattern[:keep], *pattern[len(pattern) - layout.nextn:])
+    if name in PARTS:
+        per_block["extra"] = (*layout.extra, ("parts", PARTS[name]))
+    return dataclasses.replace(layout, key=f"{name}-cut", **cut, **per_block)
+
+
+# cuts whose blocks ik cannot run all-zero: ik 0.1.5's CPU flash attention aborts on the first token
+# (iqk_fa_templates.h, GGML_ASSERT(S > 0)) on an all-zero Qwen1.5-MoE or Gemma 4, after every buffer is allocated. Their
+# blocks' tensors other than the routed experts get non-zero values (`fill_blocks`); the sizes are unchanged
+FILLED: frozenset[str] = frozenset({"qwen1.5-moe-a2.7b", "gemma-4-26b-a4b"})
+
+
+def fill_blocks(path: Path) -> None:
+    """Give every block tensor but the routed experts, and every f32 tensor (norms, Gemma 4's
+    rope_freqs), non-zero data in place: f32 ones, and every byte 0x11 in the others (small
+    finite scales and quants in every ggml block type used)."""
+    import struct
+
+    from moeconf.model.gguf_header import read_header
+
+    header = read_header(path)
+    with path.open("r+b") as f:
+        for t in header.tensors:
+            if "_exps." in t.name or not (t.name.startswith("blk.") or t.type_name == "F32"):
+                continue
+            n = nbytes_of(t.type_name, t.shape)
+            f.seek(header.data_offset + t.offset)
+            f.write(struct.pack("<f", 1.0) * (n // 4) if t.type_name == "F32" else b"\x11" * n)
 
 
 def kv_cases() -> list[tuple[str, str]]:

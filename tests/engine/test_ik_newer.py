@@ -51,7 +51,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple
     if not IK.available():
         pytest.fail(f"ik_llama.cpp is not built: run scripts/build-engines.sh (looked for {IK.cli})")
     names = [*cases.CUTS, *cases.KV_ONLY_CUTS]
-    yield oracle.write_sparse(tmp_path_factory.mktemp("iknewer"), {m: cases.cut_layout(m) for m in names})
+    written = oracle.write_sparse(tmp_path_factory.mktemp("iknewer"), {m: cases.cut_layout(m) for m in names})
+    for m in cases.FILLED:
+        cases.fill_blocks(written[m][0])
+    yield written
     oracle.save_results("MOECONF_IK_NEWER_RESULTS", ROWS)
 
 
