@@ -25,7 +25,7 @@ ALLOWED_FILES: dict[str, str] = {
 ALLOWED: dict[tuple[str, str], str] = {
     ("iksplit.py", "_MLA_ARCHS"): "ik_llama.cpp's get_layer_sizes tests these names itself (src/llama.cpp)",
     ("memory/ikarchs.py", "KV_ONLY"): ("ik_llama.cpp is a table over the compositions: the architectures whose "
-                                       "weights and KV were measured against ik's logs (tests/engine/test_ik_newer.py)"),
+                                       "weights and KV were measured against ik's logs (test_ik_newer.py)"),
 }
 
 

@@ -301,3 +301,36 @@ def test_many_devices_try_the_reverse_order() -> None:
     assert c.ot == r"norm=CUDA4,\.3\d\..*exps=CUDA3,\.2\d\.attn=CUDA2,\.1\d\.=CUDA1,\.\d\.=CUDA0,exps=CPU"
     sim = simulate(c.inventory, c.synthesis.items, c.placement.defaults, ecmascript_matcher)
     assert all(sim.devices[n] == d for n, d in c.placement.devices.items() if d is not None)
+
+
+def test_exact_names_need_no_end_anchor_where_no_name_extends_one() -> None:
+    """The exact-names fallback (a placement no readable term reproduces) anchors each name at the start, and
+    at the end only where a name is the start of another: a `$` cannot be written in a .env value, so a plan
+    compiled to the env target refused (found by the property test above: GLM-5's blk.0.attn_q_b beside
+    blk.0.indexer.attn_q_b on a one-block model)."""
+    from moeconf.synth.rules import exact_names
+
+    names = ["blk.0.attn_q_b.weight", "blk.0.indexer.attn_q_b.weight", "blk.0.attn_q_b.weight_scale"]
+    assert exact_names(names[:1], names[:2]) == r"^(blk\.0\.attn_q_b\.weight)"
+    # a name that starts another keeps the end anchor: without it the pattern would match both
+    assert exact_names(names[:1], names) == r"^(blk\.0\.attn_q_b\.weight)$"
+    pattern = exact_names(names[:1], names[:2])
+    assert [n for n in names[:2] if re.search(pattern, n)] == names[:1]
+
+
+def test_a_plan_falling_back_to_exact_names_compiles_to_every_target() -> None:
+    raw = [RawTensor(n, "F32", (32,), 128) for n in (
+        "token_embd.weight", "output_norm.weight", "output.weight", "blk.0.attn_norm.weight",
+        "blk.0.attn_q_a.weight", "blk.0.attn_q_b.weight", "blk.0.indexer.attn_q_b.weight",
+        "blk.0.indexer.attn_k.weight", "blk.0.indexer.k_norm.weight", "blk.0.indexer.proj.weight",
+        "blk.0.attn_kv_a_mqa.weight", "blk.0.attn_k_b.weight", "blk.0.attn_v_b.weight", "blk.0.attn_output.weight",
+        "blk.0.ffn_norm.weight", "blk.0.ffn_gate_inp.weight", "blk.0.exp_probs_b.weight",
+        "blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight",
+        "blk.0.ffn_gate_shexp.weight", "blk.0.ffn_up_shexp.weight", "blk.0.ffn_down_shexp.weight")]
+    md = ModelMetadata(arch="glm-dsa", block_count=1, expert_count=8, expert_used_count=2)
+    inv = build_inventory(md, raw, source="one-block-glm-dsa")
+    plan = plan_from_text(plan_text(["attn_q_b -> cpu"], "llama.cpp", ""), "/tmp/one-block-plan.toml")
+    c = compile_plan(plan, inventory=inv)
+    assert "$" not in c.ot, c.ot
+    for target, value in extract_ot_all_targets(c).items():
+        assert value == c.ot, target

@@ -495,7 +495,7 @@ class _Space:
         chosen = _set_cover(must, terms)
         if chosen is None:
             names = [self.names[i] for i in range(self.n) if must >> i & 1]
-            return [_Term("^(" + "|".join(escape(n) for n in names) + ")$", must)]
+            return [_Term(exact_names(names, self.names), must)]
         return chosen
 
 
@@ -784,10 +784,17 @@ def synthesize(pl: Placement) -> Synthesis:
     for i in range(sp.n):
         if sp.wrong_default >> i & 1:
             by_dev[pl.devices[sp.names[i]] or ""].append(sp.names[i])
-    fallback = tuple(OverrideItem("^(" + "|".join(escape(n) for n in ns) + ")$", d) for d, ns in by_dev.items())
+    fallback = tuple(OverrideItem(exact_names(ns, sp.names), d) for d, ns in by_dev.items())
     if not _verify(pl.inventory, pl, fallback):
         raise SynthesisError("no rule list reproduces the placement (exact names failed too)")
     return Synthesis(fallback)
+
+
+def exact_names(names: Sequence[str], every: Sequence[str]) -> str:
+    """A regex matching exactly `names` among `every` name of the model: anchored at the start, and at the end
+    only where a name is the start of another (a `$` is the one character a .env value cannot carry)."""
+    ends = any(o != n and o.startswith(n) for n in names for o in every)
+    return "^(" + "|".join(escape(n) for n in names) + ")" + ("$" if ends else "")
 
 
 def _verify(inv: Inventory, pl: Placement, items: Sequence[OverrideItem], ecmascript: bool = False) -> bool:
