@@ -24,7 +24,7 @@ def rows() -> list[str]:
     from moeconf.fixtures.layouts import LAYOUTS
     from moeconf.memory import support
     from moeconf.memory.graph.archs import ARCHS as COMPOSED
-    from moeconf.memory.ikarchs import IK_FAILS, KV_ONLY
+    from moeconf.memory.ikarchs import COMPUTE_DIFFERS, IK_FAILS, KV_ONLY
     from moeconf.model import nametable
     not_text = {**support.NOT_SERVED, **support.NO_ROUTED_EXPERTS}
     from tests import graph_oracle
@@ -58,6 +58,7 @@ def rows() -> list[str]:
             memory = ("refused: blocks not built yet (" + ", ".join(f"`{k}`" for k in lacking) + ")" if lacking
                       else "refused: no composition of its graph yet")
         on_ik = ("-" if arch not in ik else "MoE files fail to load" if arch in IK_FAILS else
+                 "loads; weights and KV modelled, compute refused (ik's graph differs)" if arch in COMPUTE_DIFFERS else
                  "loads; memory modelled" if arch in KV_ONLY or (spec and "ik_llama.cpp" in spec.engines) else "loads")
         out.append(f"| `{arch}` | {on_ik} | {', '.join(layouts) or '-'} | "
                    f"{tiny or '-'}, {real or '-'} | {composed} | {memory} |")
