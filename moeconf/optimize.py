@@ -277,7 +277,7 @@ class Optimized:
 
 def cache_type_list(text: str, eng: Engine) -> list[str]:
     """`--cache-types f16,q8_0` -> the types, each read as the engine reads -ctk/-ctv (K and V alike:
-    ik's q8_KV in any letter case)."""
+    ik's q8_KV as ik spells it)."""
     from moeconf.memory.settings import cache_types, read_cache_type
 
     out: list[str] = []

@@ -323,9 +323,10 @@ def test_predictions_that_print_alike_tie_to_the_smaller_ubatch() -> None:
 
 
 def test_cache_types_are_read_as_the_engine_reads_ctk() -> None:
-    """ik_llama.cpp takes q8_KV in any letter case (memory/settings.read_cache_type); the other types,
-    and every type on llama.cpp, only as written."""
-    assert cache_type_list("q8_KV,Q8_kv,f16", engine("ik_llama.cpp")) == ["q8_kv", "f16"]
-    for text, eng in (("q8_KV", "llama.cpp"), ("Q8_0", "ik_llama.cpp"), ("Q8_0", "llama.cpp")):
+    """Each type as the engine reads -ctk (memory/settings.read_cache_type): as written, ik's q8_KV on ik only
+    (ik's kv_cache_type_from_str compares the word exactly: `q8_kv` stops it)."""
+    assert cache_type_list("q8_KV,f16", engine("ik_llama.cpp")) == ["q8_KV", "f16"]
+    for text, eng in (("q8_KV", "llama.cpp"), ("Q8_0", "ik_llama.cpp"), ("Q8_0", "llama.cpp"),
+                      ("q8_kv", "ik_llama.cpp"), ("Q8_KV", "ik_llama.cpp")):
         with pytest.raises(MoeconfError, match=f"does not accept cache type '{text}'"):
             cache_type_list(text, engine(eng))

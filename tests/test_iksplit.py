@@ -150,10 +150,11 @@ def test_unpredictable_settings_say_why(flags: list[str], why: str) -> None:
 
 def test_cache_types_are_read_as_ik_reads_them_for_its_estimate() -> None:
     """The split's reader takes ik's cache types as the memory settings do (settings.read_cache_type): its
-    own q6_0 and q8_KV (any letter case) beside llama.cpp's; a type no engine has is refused."""
-    got = read_ik_split_settings(["-ctk", "Q8_kv", "-ctv", "q6_0"])
-    assert isinstance(got, IkSplitSettings) and (got.cache_type_k, got.cache_type_v) == ("q8_kv", "q6_0")
-    assert isinstance(read_ik_split_settings(["-ctv", "q8_KVX"]), str)
+    own q6_0 and q8_KV (spelled as ik compares it) beside llama.cpp's; a type no engine has is refused."""
+    got = read_ik_split_settings(["-ctk", "q8_KV", "-ctv", "q6_0"])
+    assert isinstance(got, IkSplitSettings) and (got.cache_type_k, got.cache_type_v) == ("q8_KV", "q6_0")
+    for bad in ("q8_KVX", "q8_kv", "Q8_KV"):
+        assert isinstance(read_ik_split_settings(["-ctv", bad]), str), bad
 
 
 def test_explain_shows_the_predicted_split(tiny: dict[str, Inventory]) -> None:

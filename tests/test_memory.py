@@ -149,8 +149,10 @@ def test_unknown_cache_type_is_a_problem(models: dict[str, Inventory]) -> None:
     est = mem(models["qwen3-30b-a3b"], ["-ctk", "q6_0"])
     assert any("does not accept cache type 'q6_0'" in p for p in est.problems)
     assert not mem(models["qwen3-30b-a3b"], ["-ctk", "q6_0"], eng="ik_llama.cpp").problems
-    # ik's q8_KV in any letter case, on ik only
-    assert not mem(models["qwen3-30b-a3b"], ["-ctv", "Q8_kv"], eng="ik_llama.cpp").problems
+    # ik's q8_KV as ik spells it, on ik only (ik's kv_cache_type_from_str refuses another case)
+    assert not mem(models["qwen3-30b-a3b"], ["-ctv", "q8_KV"], eng="ik_llama.cpp").problems
+    assert any("does not accept cache type 'Q8_kv'" in p
+               for p in mem(models["qwen3-30b-a3b"], ["-ctv", "Q8_kv"], eng="ik_llama.cpp").problems)
     on_mainline = mem(models["qwen3-30b-a3b"], ["-ctv", "q8_KV"]).problems
     assert any("does not accept cache type 'q8_KV'" in p for p in on_mainline)
 

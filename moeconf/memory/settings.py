@@ -21,8 +21,8 @@ MiB = 1024**2
 DEFAULT_RESERVE = GiB
 
 IK_ONLY_CACHE_TYPES = ("q6_0",)  # beside llama.cpp's (engines/llamaconfig.py CACHE_TYPES)
-# ik's q8_KV: 1 byte per element plus 8 bytes per row (one row per head)
-Q8_KV = "q8_kv"
+# ik's q8_KV: 1 byte per element plus 8 bytes per row (one row per head); spelled as ik reads it
+Q8_KV = "q8_KV"
 
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 1000**2, "mib": MiB,
@@ -60,10 +60,9 @@ def cache_types(engine: Engine) -> tuple[str, ...]:
 
 
 def read_cache_type(text: str, engine: Engine) -> str | None:
-    """A -ctk/-ctv value as `engine` reads it (ik's q8_KV in any letter case, as `Q8_KV`);
-    None where `engine` does not accept it."""
-    t = text.lower() if text.lower() == Q8_KV else text
-    return t if t in cache_types(engine) else None
+    """A -ctk/-ctv value as `engine` reads it: as written (both engines compare the words exactly: ik's
+    kv_cache_type_from_str refuses `q8_kv` or `Q8_KV` for its `q8_KV`); None where `engine` does not accept it."""
+    return text if text in cache_types(engine) else None
 
 
 def cache_block(cache_type: str) -> tuple[int, int]:
