@@ -334,3 +334,20 @@ def test_no_op_offload_drops_the_estimated_copy_of_a_host_expert_tensor() -> Non
     again = [*off_line, "--op-offload"]
     assert estimate(explain(inv, eng, again).placement, read_settings(again, eng)).devices["CUDA0"].compute == \
         on.devices["CUDA0"].compute
+
+
+def test_flash_attention_and_switch_words_are_read_as_each_engine_reads_them() -> None:
+    """llama.cpp compares -fa's word, and a switch variable's, as written (common_arg_utils::is_truthy: `ON` stops
+    the server, `LLAMA_ARG_EMBEDDINGS=TRUE` runs no handler); ik_llama.cpp lowercases -fa on its command line, and
+    its environment reader sets a bool from "1" or "true" and clears it on any other word (`=on` turns FA off)."""
+    main, ik = engine("llama.cpp"), engine("ik_llama.cpp")
+    assert read_settings(["-fa", "on"], main).flash_attn == "on"
+    assert any("flash attention takes on|off|auto, not 'ON'" in p for p in read_settings(["-fa", "ON"], main).problems)
+    assert any("'ON'" in p for p in read_settings([], main, {"LLAMA_ARG_FLASH_ATTN": "ON"}).problems)
+    assert read_settings(["-fa", "ON"], ik).flash_attn == "on" and not read_settings(["-fa", "ON"], ik).problems
+    assert read_settings([], ik, {"LLAMA_ARG_FLASH_ATTN": "on"}).flash_attn == "off"
+    assert read_settings([], ik, {"LLAMA_ARG_FLASH_ATTN": "true"}).flash_attn == "on"
+    # an embedding server keeps every output row (0: all); a word the engine does not read as true changes nothing
+    plain = read_settings(["llama-server"], main).n_outputs
+    assert read_settings(["llama-server"], main, {"LLAMA_ARG_EMBEDDINGS": "TRUE"}).n_outputs == plain
+    assert read_settings(["llama-server"], main, {"LLAMA_ARG_EMBEDDINGS": "true"}).n_outputs != plain

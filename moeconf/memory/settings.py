@@ -229,7 +229,8 @@ def read_settings(
                 return
             values[key] = t
         elif key == "flash_attn":
-            low = text.lower()
+            # llama.cpp compares -fa's word as written (common_arg_utils::is_truthy, ...); ik_llama.cpp lowercases it
+            low = text.lower() if engine.name == "ik_llama.cpp" else text
             if low in TRUE_WORDS:
                 values[key] = "on"
             elif low in FALSE_WORDS:
@@ -245,11 +246,16 @@ def read_settings(
         if engine.name == "ik_llama.cpp" and (o is None or not o.ik_env):
             continue  # ik_llama.cpp reads its short fixed list only
         key = o.setting if o is not None else None
+        if engine.name == "ik_llama.cpp" and key == "flash_attn":
+            # ik's get_env for a bool: "1" or "true" sets it, any other word clears it (common/common.cpp)
+            values[key] = "on" if v in ("1", "true") else "off"
+            continue
         if o is None or key is None:
             if k == negated_env(row("-kvo")):
                 values["offload_kqv"] = False
         elif key == "embedding":  # --embedding's and --rerank's when truthy, --pooling's unless none
-            if (v.lower() in TRUE_WORDS) if o.value == "switch" else v != "none":
+            # a switch's variable runs its handler only on a true word, as written (llama.cpp's env loop)
+            if (v in TRUE_WORDS) if o.value == "switch" else v != "none":
                 values[key] = True
         elif o.value == "switch":  # a switch without a negated form: set when truthy
             if v in TRUE_WORDS or (v in FALSE_WORDS and o.negs):
