@@ -331,3 +331,15 @@ def test_explain_takes_the_model_the_environment_names(capsys: pytest.CaptureFix
     assert json.loads(capsys.readouterr().out)["memory"] == by_env["memory"]
     main(["explain", "--json", "--env", f"LLAMA_ARG_MODEL={air}", "--", "llama-server", "-m", qwen, "-c", "4096"])
     assert json.loads(capsys.readouterr().out)["memory"] == by_env["memory"]
+
+
+@pytest.mark.parametrize(("argv", "env", "refused"), [
+    (["-fit", "on"], {}, False), (["-fit", "off"], {}, False), (["-fit", "ON"], {}, True), (["-fit", "auto"], {}, True),
+    ([], {"LLAMA_ARG_FIT": "off"}, False), ([], {"LLAMA_ARG_FIT": "auto"}, True), ([], {"LLAMA_ARG_FIT": "yes"}, True),
+])
+def test_a_fit_word_the_engine_does_not_take_stops_it(argv: list[str], env: dict[str, str], refused: bool) -> None:
+    """-fit's handler (common/arg.cpp) takes the true and false words as written and throws on any other, from the
+    command line or LLAMA_ARG_FIT alike (the env loop rethrows: the server does not start); `auto` is not one."""
+    inv = parse_invocation([Arg(w) for w in ["llama-server", *argv]], engine("llama.cpp"),
+                           env={k: Arg(v) for k, v in env.items()})
+    assert any("unknown value for" in why and "fit" in why.lower() for _, why in inv.problems) == refused, inv.problems

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 # (common.cpp) lowercases it first and takes a shorter list of its own
 _FA_VALUES = frozenset({*TRUE_WORDS, *FALSE_WORDS, *AUTO_WORDS})
 _IK_FA_VALUES = frozenset({"on", "off", "auto", "1", "0"})
+_FIT_VALUES = frozenset({*TRUE_WORDS, *FALSE_WORDS})  # -fit's handler: no auto, and it throws on anything else
 
 
 @dataclass(frozen=True)
@@ -293,6 +294,9 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
     if engine.has_fit and engine.fit_flag == "-fit" and ev("-fit") in inv.env:
         v = inv.env[ev("-fit")]
         inv.fit = (v, v.text in TRUE_WORDS)
+        if v.text not in _FIT_VALUES:  # the env loop rethrows the handler's error: the engine does not start
+            inv.problems.append((v, f"unknown value for {ev('-fit')}: {v.text!r} ({engine.label} takes on or off, "
+                                    "as written, and stops otherwise: 'error while handling environment variable')"))
     if ev("-m") in inv.env:
         inv.model = inv.env[ev("-m")]
     inv.hf_repo = inv.env.get(ev("-hf"), inv.hf_repo)
@@ -325,6 +329,10 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             # both engines read the next word as the value, whatever it is, and stop on a bad one
             inv.problems.append((value, f"unknown value for {o.name}: {value.text!r} ({engine.label} takes on, "
                                         "off or auto after it, and stops otherwise)"))
+        elif (o.name in sp("-fit") and engine.fit_flag == "-fit" and value is not None
+              and value.text not in _FIT_VALUES):
+            inv.problems.append((value, f"unknown value for {o.name}: {value.text!r} ({engine.label} takes on or "
+                                        "off after it, as written, and stops otherwise)"))
         take(o.name, o.flag, value, "cli")
     return inv
 

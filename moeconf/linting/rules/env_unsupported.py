@@ -3,8 +3,9 @@
 Why: `LLAMA_ARG_OVERRIDE_TENSOR` exists only in mainline b7536+; `LLAMA_ARG_CPU_MOE` and
 `LLAMA_ARG_N_CPU_MOE` only in mainline. ik_llama.cpp reads a short fixed list of `LLAMA_ARG_*`
 (model, threads, context, batch, -ngl, flash attention, host, port, cache types...) and
-ignores the rest without a word. Mainline booleans take only on/enabled/true/1 and
-off/disabled/false/0; any other value is ignored.
+ignores the rest without a word. Mainline's switch `LLAMA_ARG_CPU_MOE` acts only on
+on/enabled/true/1, as written; any other value is ignored (`LLAMA_ARG_FIT` takes on or off and
+stops the engine on any other word: a problem of the line itself).
 
 FAIL (engine=ik_llama.cpp, file=.env):
     LLAMA_ARG_MODEL=/models/m.gguf
@@ -53,6 +54,7 @@ def check(ctx: Context) -> Iterator[Hit]:
             continue
         if name == "LLAMA_ARG_OVERRIDE_TENSOR" and not eng.env_override_tensor:
             yield Hit(*where, f"{eng.label} does not read {name} (b7536+): it is ignored; use -ot")
-        elif name in ("LLAMA_ARG_CPU_MOE", "LLAMA_ARG_FIT") and value.text not in _BOOL and value.text != "auto":
+        # (LLAMA_ARG_FIT's handler throws on any other word: the engine stops, a problem of the line, engines/cmdline)
+        elif name == "LLAMA_ARG_CPU_MOE" and value.text not in _BOOL:
             yield Hit(*where, f"{name}={value.text!r} is not one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}: "
                       "the engine ignores it", "warning")
