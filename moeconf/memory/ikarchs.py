@@ -46,7 +46,7 @@ from typing import Final
 import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as _recurrent
 from moeconf.memory.indexer import DSA_KEYS
-from moeconf.memory.keys import MLA_KEYS, int_key
+from moeconf.memory.keys import MLA_KEYS, int_key, neutral
 from moeconf.model.inventory import Inventory
 
 ENGINE: Final = "ik_llama.cpp"
@@ -59,8 +59,9 @@ MODELLED_IN_FULL: Final[dict[str, str]] = {
     a: _LOGGED for a in ("qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4")}
 
 
-# the architectures whose weights and KV cache on ik are modelled here (compute is not modelled for any
-# of them on ik), each reading the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) its llama.cpp memory
+# the architectures whose weights and KV cache on ik are modelled here (compute: llama.cpp's graph plus the
+# margin measured on ik, `COMPUTE_MARGINS`, or ik's MLA model, `MLA_MODELLED`; refused where neither is), each
+# reading the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) its llama.cpp memory
 # model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
@@ -217,13 +218,6 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
             "weights as placed; memory for this model is modelled on neither engine")
 
 
-# keys ik 0.1.5's loader reads for an architecture where llama.cpp's does not, modelled at zero only (the value
-# every published file of it has): Gemma 4's KV shared across layers and per-layer inputs (Gemma 3n's)
-_IK_ZERO_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    "gemma4": ("attention.shared_kv_layers", "embedding_length_per_layer_input"),
-}
-
-
 # ik 0.1.5's gated delta-net layer maps (src/llama-hparams.cpp, load_hparams): the attention interval it
 # takes whatever full_attention_interval says (None: it reads the key), and whether it reads
 # nextn_predict_layers (qwen35moe: no, its MTP blocks would be taken as trunk layers)
@@ -237,11 +231,10 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozen
     arch = inv.arch
     known = set(no_memory_effect) | _IK_KEYS.get(arch, mainline)
     keys = inv.metadata.arch_keys or ()
-    zero = _IK_ZERO_KEYS.get(arch, ())
+    # a key whose value builds nothing (keys.neutral: Gemma 4's shared KV layers and per-layer inputs at 0) passes,
+    # as on llama.cpp (support.unread_keys)
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
-           for k in keys if k not in known and k not in zero]
-    why += [f"memory is not modelled for {arch}.{k} = {int_key(inv, k)} on ik_llama.cpp (ik 0.1.5 reads it; "
-            "moeconf models it at 0 only)" for k in zero if int_key(inv, k)]
+           for k in keys if k not in known and not neutral(k, inv)]
     ik_map = _IK_DELTA_NET.get(arch)
     if ik_map is not None:
         fixed, reads_nextn = ik_map
