@@ -43,22 +43,11 @@ def build(g: GraphContext, facts: Facts) -> None:
         T = inp.ne[1]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         freqs = None if windowed else w.copy("rope_freqs.weight", il)
-        wqkv = w.layer(il, "attn_qkv")
-        if wqkv is not None:  # fused: Q, K and V contiguous copies of its column ranges
-            qkv = g.mm(wqkv, cur)
-            es = qkv.nb[0]
-            q_dim, k_dim = hd * n_head, hd * n_kv
-            q = c.cont(c.view(qkv, (q_dim, T), (qkv.nb[1],), 0))
-        else:
-            q = g.mm(need(w.layer(il, "attn_q")), cur)
+        q = g.mm(need(w.layer(il, "attn_q")), cur)
         q = c.rope(g.norm(c.reshape(q, hd, n_head, T), w.layer(il, "attn_q_norm"), None, il), pos, freqs)
-        if wqkv is not None:
-            k = c.cont(c.view(qkv, (k_dim, T), (qkv.nb[1],), q_dim * es))
-            v = c.cont(c.view(qkv, (k_dim, T), (qkv.nb[1],), (q_dim + k_dim) * es))
-        else:
-            k = g.mm(need(w.layer(il, "attn_k")), cur)
-            wv = w.layer(il, "attn_v")
-            v = g.mm(wv, cur) if wv is not None else k
+        k = g.mm(need(w.layer(il, "attn_k")), cur)
+        wv = w.layer(il, "attn_v")
+        v = g.mm(wv, cur) if wv is not None else k
         k = c.reshape(k, hd, n_kv, T)
         v = c.reshape(v, hd, n_kv, T)
         k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
