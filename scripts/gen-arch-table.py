@@ -66,7 +66,7 @@ def rows() -> list[str]:
     placed = sum(1 for a in support.routed_expert_archs() if any(lay.arch == a for lay in LAYOUTS.values()))
     archs = support.routed_expert_archs()
     na = sum(1 for a in archs if a in not_text and a not in support.MODELLED)
-    out += ["", f"{len(archs)} architectures; memory modelled on {modelled} ({modelled} through the engine's graph), "
+    out += ["", f"{len(archs)} architectures; memory modelled on {modelled} (every one through the engine's graph), "
             f"refused naming what it lacks on {len(archs) - modelled - na}, not applicable on {na}; "
             f"placement checked against the engine on {placed} (sparse full-size layouts), on every architecture "
             f"whose loader creates routed experts (the other {len(archs) - placed}: "
