@@ -49,6 +49,8 @@ CASES: list[tuple[str, list[str]]] = [
     (QWEN, ["-c"]),  # needs a value
     (QWEN, ["-fa"]),  # mainline's -fa takes a value
     (QWEN, ["-fa", "maybe"]),
+    (QWEN, ["-fit", "auto"]),  # -fit's handler takes on/off words only
+    (QWEN, ["--env", "LLAMA_ARG_FIT=yes", "-ngl", "99"]),  # and the env loop rethrows its error
     (QWEN, ["--n-cpu-moe", "-3"]),
     (QWEN, ["--n-cpu-ffn", "x"]),  # mainline b11312: a number of blocks
     (QWEN, ["--n-cpu-ffn", "-1"]),
