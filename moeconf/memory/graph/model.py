@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from moeconf.engines import HOST
 from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
-from moeconf.memory.graph.archs.common import unchecked_ffn_biases, unchecked_scales
+from moeconf.memory.graph.archs.common import unchecked_ffn_biases, unchecked_fused_qkv_bias, unchecked_scales
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
@@ -383,18 +383,14 @@ def checked_compute(placement: Placement, settings: MemorySettings, pipeline: bo
                    "experts only) or measure it with llama.cpp's llama-fit-params -fitp on"]
 
 
-def _fused_qkv_biased(inv: Inventory) -> list[str]:
-    """A fused attn_qkv with a bias, its own or Q's, K's and V's apart (create_tensor_qkv takes either, for
-    legacy or custom files): no converter of a composed architecture writes one, and no recorded dump checked
-    either graph (the separate biases beside the fused weight are not built at all)."""
-    names = {t.name for t in inv.tensors}
-    blocks = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_qkv.weight"
-                     and any(f"blk.{t.layer}.attn_{p}.bias" in names for p in ("qkv", "q", "k", "v"))})
-    if not blocks:
-        return []
-    return [f"memory is not modelled for this {inv.arch} file: block(s) {blocks} have a fused attn_qkv with a bias "
-            "(attn_qkv.bias, or attn_q/k/v.bias beside it: a legacy or custom file), a graph no recorded dump "
-            "checked; measure it with llama.cpp's llama-fit-params -fitp on"]
+@per_inventory
+def _file_refusals(inv: Inventory) -> tuple[str, ...]:
+    """Why the composition does not build this file's graph, whatever the settings (the file's tensors alone:
+    asked once per inventory, not on each of a search's estimates)."""
+    comp = COMPOSITIONS[inv.arch]
+    assert comp.memory is not None
+    why = unchecked_fused_qkv_bias(inv) + unchecked_scales(inv) + unchecked_ffn_biases(inv)
+    return tuple(why + (comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else []))
 
 
 def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
@@ -403,8 +399,7 @@ def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
     comp = COMPOSITIONS.get(inv.arch)
     if comp is None or comp.memory is None:
         return []
-    why = _fused_qkv_biased(inv) + unchecked_scales(inv) + unchecked_ffn_biases(inv)
-    why += comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else []
+    why = list(_file_refusals(inv))
     if why or comp.memory.refuses is None:
         return why
     s = setup_for(inv, settings)

@@ -284,6 +284,12 @@ def probs_bias(g: GraphContext, il: int) -> Tensor | None:
     return g.w.layer(il, "exp_probs_b", "bias") or g.w.get(f"blk.{il}.exp_probs_b")
 
 
+def _unchecked(inv: Inventory, what: str) -> str:
+    """The refusal of a file whose graph takes a branch the loader allows and no recorded dump checked."""
+    return (f"memory is not modelled for this {inv.arch} file: {what}, a graph no recorded dump checked; measure it "
+            "with llama.cpp's llama-fit-params -fitp on")
+
+
 def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str) -> list[str]:
     """The refusal of a file whose blocks have `blk.N.{has}.weight` without one of `blk.N.{needs}` (tensor
     names after the block prefix): a branch the loader allows (the tensor optional) that no recorded dump
@@ -295,9 +301,7 @@ def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str)
         for n in needs:
             if f"blk.{il}.{n}" not in names:
                 blocks.setdefault(n, []).append(il)
-    return [f"memory is not modelled for this {inv.arch} file: block(s) {il} have {has} without {n} ({why}), a graph "
-            "no recorded dump checked; measure it with llama.cpp's llama-fit-params -fitp on"
-            for n, il in blocks.items()]
+    return [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})") for n, il in blocks.items()]
 
 
 # the `.scale` tensors a loader creates of its own (not NVFP4's) that the recorded dumps checked: Gemma 4's
@@ -331,9 +335,20 @@ def unchecked_ffn_biases(inv: Inventory) -> list[str]:
                      and t.name.endswith(".bias")})
     if not blocks:
         return []
-    return [f"memory is not modelled for this {inv.arch} file: block(s) {blocks} have FFN biases (ffn_up/gate/down"
-            ".bias: an MLP with biases), a graph no recorded dump checked; measure it with llama.cpp's "
-            "llama-fit-params -fitp on"]
+    return [_unchecked(inv, f"block(s) {blocks} have FFN biases (ffn_up/gate/down.bias: an MLP with biases)")]
+
+
+def unchecked_fused_qkv_bias(inv: Inventory) -> list[str]:
+    """The refusal of a file with a fused attn_qkv and a bias, its own or Q's, K's and V's apart (create_tensor_qkv
+    takes either, for legacy or custom files): no converter of a composed architecture writes one, and no recorded
+    dump checked either graph (the separate biases beside the fused weight are not built at all)."""
+    names = {t.name for t in inv.tensors}
+    blocks = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_qkv.weight"
+                     and any(f"blk.{t.layer}.attn_{p}.bias" in names for p in ("qkv", "q", "k", "v"))})
+    if not blocks:
+        return []
+    return [_unchecked(inv, f"block(s) {blocks} have a fused attn_qkv with a bias (attn_qkv.bias, or attn_q/k/v.bias "
+                            "beside it: a legacy or custom file)")]
 
 
 def need(t: Tensor | None) -> Tensor:
