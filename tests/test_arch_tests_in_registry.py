@@ -26,6 +26,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("iksplit.py", "_MLA_ARCHS"): "ik_llama.cpp's get_layer_sizes tests these names itself (src/llama.cpp)",
     ("memory/ikarchs.py", "KV_ONLY"): ("ik_llama.cpp is a table over the compositions: the architectures whose "
                                        "weights and KV were measured against ik's logs (test_ik_newer.py)"),
+    ("memory/support.py", "MODELLED_IN_FULL"): ("ik_llama.cpp's table over the compositions: the architectures whose "
+                                                "memory on ik equals its logged buffers in full (docs/memory.md)"),
 }
 
 

@@ -49,7 +49,7 @@ def test_the_compositions_memory_is_the_registry(monkeypatch: pytest.MonkeyPatch
         memory = COMPOSITIONS[arch].memory
         assert memory is not None and (spec.keys, spec.checked) == (memory.keys, memory.checked_on)
         assert spec.engines == ({"llama.cpp", "ik_llama.cpp"} if arch in ikarchs.MODELLED_IN_FULL else {"llama.cpp"})
-    assert set(MODELLED) >= set(ikarchs.MODELLED_IN_FULL) and not ikarchs.MODELLED_IN_FULL.keys() & ikarchs.KV_ONLY
+    assert set(MODELLED) >= set(ikarchs.MODELLED_IN_FULL) and not ikarchs.MODELLED_IN_FULL & ikarchs.KV_ONLY
     # dots1's composition without its MEMORY: refused, not modelled with no keys
     dots1 = COMPOSITIONS["dots1"]
     monkeypatch.setitem(COMPOSITIONS, "dots1", dataclasses.replace(dots1, memory=None))

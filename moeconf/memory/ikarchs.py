@@ -52,11 +52,9 @@ from moeconf.model.inventory import Inventory
 ENGINE: Final = "ik_llama.cpp"
 
 # the architectures whose memory on ik is modelled in full as on llama.cpp (weights, KV cache and compute,
-# reading the keys their compositions read: support.MODELLED; compute with the margins below): what their
-# weights and KV were checked against
-_LOGGED = "ik 0.1.5's logged model and KV buffers (docs/memory.md, ik_llama.cpp)"
-MODELLED_IN_FULL: Final[dict[str, str]] = {
-    a: _LOGGED for a in ("qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4")}
+# reading the keys their compositions read: support.MODELLED; compute with the margins below); their weights and
+# KV checked against ik 0.1.5's logged model and KV buffers (docs/memory.md, ik_llama.cpp)
+MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"})
 
 
 # the architectures whose weights and KV cache on ik are modelled here (compute: llama.cpp's graph plus the
