@@ -540,7 +540,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         sys.stdout.write(render(ex, color=color, tensors=args.tensors, findings=findings))
         for line in report_lines(report(ex.invocation)):
             sys.stdout.write(safe(line) + "\n")
-        sys.stdout.write(render_memory(est, budgets))
+        sys.stdout.write(render_memory(est, budgets, said=ex.refusals))
         if bench_note is not None:
             sys.stdout.write(f"  {bench_note['note']}\n")
         if reserve_note:

@@ -267,10 +267,30 @@ def test_explain_says_what_it_assumes_without_a_binary(capsys: pytest.CaptureFix
     ("llama.cpp", "ON", True), ("llama.cpp", "Auto", True),
     # ik_llama.cpp lowercases it first and takes on/off/auto/1/0 only (common.cpp)
     ("ik_llama.cpp", "ON", False), ("ik_llama.cpp", "Auto", False), ("ik_llama.cpp", "enabled", True),
+    ("ik_llama.cpp", "true", True), ("ik_llama.cpp", "-1", True), ("ik_llama.cpp", "disabled", True),
 ])
 def test_fa_values_are_read_with_each_engines_case_rule(engine_name: str, word: str, refused: bool) -> None:
+    """The command line's refusal and the memory settings' reading are one (engines/llamaconfig
+    flash_attn_word): they took different word lists for ik_llama.cpp before."""
+    from moeconf.memory import read_settings
+
     inv = parse_invocation([Arg(w) for w in ["llama-server", "-fa", word]], engine(engine_name))
     assert any("unknown value for -fa" in why for _, why in inv.problems) == refused, inv.problems
+    settings = read_settings(["llama-server", "-fa", word], engine(engine_name))
+    assert bool(settings.problems) == refused and [why for _, why in inv.problems] == list(settings.problems)
+
+
+def test_a_refused_fa_word_is_reported_once_and_the_memory_header_says_what_it_assumed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A -fa word the engine stops on was reported twice (the command line's refusal and the memory
+    settings', in other words) under a memory header that said "flash attention on" as if it ran."""
+    model = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
+    assert main(["explain", model, "--", "llama-server", "-ngl", "99", "-fa", "maybe", "-c", "8192"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("unknown value for -fa: 'maybe'") == 1, out
+    assert "memory (MiB), were the refused values their defaults, at -c 8192" in out
+    assert main(["explain", model, "--", "llama-server", "-ngl", "99", "-fa", "on", "-c", "8192"]) == 0
+    assert "memory (MiB) at -c 8192" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("var", "value", "expect"), [

@@ -28,7 +28,7 @@ from moeconf.engines.argvread import (
     read_argv,
 )
 from moeconf.engines.flags import c_floats, c_int, value_problem
-from moeconf.engines.llamaconfig import AUTO_WORDS, FALSE_WORDS, TRUE_WORDS
+from moeconf.engines.llamaconfig import FALSE_WORDS, TRUE_WORDS, flash_attn_refusal, flash_attn_word
 from moeconf.engines.options import env_var, out_of_range, row, spellings
 from moeconf.model.inventory import Inventory
 
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from moeconf.engines.llamaconfig import Applied, LlamaConfig
 
 
-# -fa's values: mainline's handler compares the word as written (common/arg.cpp); ik_llama.cpp's
-# (common.cpp) lowercases it first and takes a shorter list of its own
-_FA_VALUES = frozenset({*TRUE_WORDS, *FALSE_WORDS, *AUTO_WORDS})
-_IK_FA_VALUES = frozenset({"on", "off", "auto", "1", "0"})
 _FIT_VALUES = frozenset({*TRUE_WORDS, *FALSE_WORDS})  # -fit's handler: no auto, and it throws on anything else
 
 
@@ -323,12 +319,9 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
             inv.problems.append((o.flag, f"{o.name} needs a value"))
             continue
         value = o.value
-        if o.name in sp("-fa") and value is not None and (
-                value.text.lower() not in _IK_FA_VALUES if engine.name == "ik_llama.cpp"
-                else value.text not in _FA_VALUES):
+        if o.name in sp("-fa") and value is not None and flash_attn_word(value.text, engine) is None:
             # both engines read the next word as the value, whatever it is, and stop on a bad one
-            inv.problems.append((value, f"unknown value for {o.name}: {value.text!r} ({engine.label} takes on, "
-                                        "off or auto after it, and stops otherwise)"))
+            inv.problems.append((value, flash_attn_refusal(o.name, value.text, engine)))
         elif (o.name in sp("-fit") and engine.fit_flag == "-fit" and value is not None
               and value.text not in _FIT_VALUES):
             inv.problems.append((value, f"unknown value for {o.name}: {value.text!r} ({engine.label} takes on or "

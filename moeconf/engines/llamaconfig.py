@@ -94,6 +94,23 @@ TRUE_WORDS: Final = ("on", "enabled", "true", "1")
 FALSE_WORDS: Final = ("off", "disabled", "false", "0")
 # and as "auto" where an option takes one (common_arg_utils::is_autoy: -fa)
 AUTO_WORDS: Final = ("auto", "-1")
+# ik_llama.cpp 0.1.5's -fa handler (common/common.cpp) lowercases the word and takes these only; its "auto" is on
+_IK_FA_WORDS: Final = {"on": "on", "1": "on", "auto": "on", "off": "off", "0": "off"}
+
+
+def flash_attn_word(text: str, engine: Engine) -> str | None:
+    """-fa's word as the engine's handler reads it: on, off or auto (None: the engine stops on it).
+    llama.cpp compares it as written (common_arg_utils::is_truthy, is_falsey, is_autoy)."""
+    if engine.name == "ik_llama.cpp":
+        return _IK_FA_WORDS.get(text.lower())
+    return "on" if text in TRUE_WORDS else "off" if text in FALSE_WORDS else "auto" if text in AUTO_WORDS else None
+
+
+def flash_attn_refusal(flag: str, text: str, engine: Engine) -> str:
+    """What the engine does with a -fa word it does not take (`flash_attn_word` None)."""
+    return f"unknown value for {flag}: {text!r} ({engine.label} takes on, off or auto after it, and stops otherwise)"
+
+
 # values common/arg.cpp's handlers accept (anything else stops the program)
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "-fa": (*TRUE_WORDS, *FALSE_WORDS, *AUTO_WORDS), "-fit": (*TRUE_WORDS, *FALSE_WORDS),

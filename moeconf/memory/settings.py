@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
-from moeconf.engines.llamaconfig import AUTO_WORDS, CACHE_TYPES, FALSE_WORDS, TRUE_WORDS
+from moeconf.engines.llamaconfig import CACHE_TYPES, FALSE_WORDS, TRUE_WORDS, flash_attn_refusal, flash_attn_word
 from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
@@ -229,16 +229,11 @@ def read_settings(
                 return
             values[key] = t
         elif key == "flash_attn":
-            # llama.cpp compares -fa's word as written (common_arg_utils::is_truthy, ...); ik_llama.cpp lowercases it
-            low = text.lower() if engine.name == "ik_llama.cpp" else text
-            if low in TRUE_WORDS:
-                values[key] = "on"
-            elif low in FALSE_WORDS:
-                values[key] = "off"
-            elif low in AUTO_WORDS:
-                values[key] = "auto"
+            word = flash_attn_word(text, engine)
+            if word is None:  # the command line's own refusal (engines/cmdline.py), in the same words
+                problems.append(flash_attn_refusal(where, text, engine))
             else:
-                problems.append(f"{where}: flash attention takes on|off|auto, not {text!r}")
+                values[key] = word
 
     # `embedding`: an embedding or reranking server keeps n_batch outputs; -wgt: ik's layer split's (iksplit.py)
     for k, v in (env or {}).items():

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from moeconf.memory import HOST, MemoryEstimate
 
@@ -14,11 +14,15 @@ def _mib(n: int) -> str:
     return f"{n / MiB:,.0f}"
 
 
-def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None) -> str:
-    """A table in MiB, one row per device (host memory as CPU), and what is estimated."""
+def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None, said: Sequence[str] = ()) -> str:
+    """A table in MiB, one row per device (host memory as CPU), and what is estimated; `said`: the
+    refusals already printed above it (a problem of the memory settings among them is not repeated)."""
     budgets = budgets or {}
     s = est.settings
-    head = (f"memory (MiB) at -c {est.n_ctx} -ub {min(s.n_ubatch, s.n_batch)} -ctk {s.cache_type_k} "
+    # a command the engine refuses runs nothing: the figures are for the line with the refused values at their
+    # defaults, and the header says so
+    head = (("memory (MiB), were the refused values their defaults, " if s.problems else "memory (MiB) ")
+            + f"at -c {est.n_ctx} -ub {min(s.n_ubatch, s.n_batch)} -ctk {s.cache_type_k} "
             f"-ctv {s.cache_type_v}, flash attention {'on' if est.flash_attn else 'off'}"
             + ("" if s.offload_kqv else ", KV in host memory (-nkvo)")
             + (f", {est.swa_cells} cells on sliding-window layers" if est.swa_cells else ""))
@@ -60,5 +64,6 @@ def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None)
                 lines.append(f"  warning: these may outgrow the {_mib(left)} MiB the CPU budget leaves: set "
                              "--cache-ram and --ctx-checkpoints (`moeconf fit --ram` writes them)")
     for p in est.problems:
-        lines.append(f"  error: the engine would refuse to start: {p}")
+        if p not in said:
+            lines.append(f"  error: the engine would refuse to start: {p}")
     return "\n".join(lines) + "\n"
