@@ -49,7 +49,7 @@ from moeconf.engines import HOST
 from moeconf.memory.geometry import geometry
 from moeconf.memory.graph.archs import COMPOSITIONS, traits
 from moeconf.memory.graph.ggml import INPUT, VIEW_OPS, Tensor, nbytes, nelements
-from moeconf.memory.graph.model import Setup, build, setup_for
+from moeconf.memory.graph.model import Setup, build, file_refusals, setup_for, unfused_refusal
 from moeconf.memory.graph.sched import Scheduler
 from moeconf.memory.kvcache import kv_bytes
 from moeconf.memory.settings import MemorySettings
@@ -181,6 +181,8 @@ def unmodelled(placement: Placement, settings: MemorySettings) -> str | None:
     if inv.arch not in COMPOSITIONS:
         return f"traffic needs the engine's graph of {inv.arch}, which moeconf does not compose"
     comp = COMPOSITIONS[inv.arch]
+    if comp.memory is not None and (why_file := file_refusals(inv)):  # branches of the graph no dump checked
+        return "traffic: " + "; ".join(why_file)
     if comp.memory is not None and comp.memory.refuses is not None:
         s = setup_for(inv, settings)
         for n_tokens in (1, s.n_tokens):
@@ -255,6 +257,9 @@ def _evaluate(placement: Placement, setup: Setup) -> _Evaluation:
     """The graph of one evaluation, split by the scheduler: what each op reads of the weights, on the
     backend that runs it, and every split input copied in."""
     g, backends = build(placement, setup)
+    why = unfused_refusal(placement.inventory, g.cp.unfused, "traffic")
+    if why:  # a fused op the engine turns off here, whose unfused graph no dump checked
+        raise TrafficUnmodelled(why[0])
     sched = Scheduler(backends, pipeline=False, op_offload=setup.op_offload)
     sched.split(g.gf, g.pinned)
     ids = sched.ids

@@ -204,3 +204,38 @@ def test_explain_traffic_text_and_json(capsys: pytest.CaptureFixture[str]) -> No
     assert data["traffic"]["prompt"]["op_offload_tensors"] == 141
     assert main(["explain", path, "--depth", "9999", *argv]) == 2
     assert "--depth" in capsys.readouterr().err
+
+
+def test_a_file_whose_graph_branch_no_dump_checked_has_no_traffic() -> None:
+    """Traffic comes from the same graph as compute: a file the graph refuses (here an NVFP4 conversion's
+    per-tensor `.scale`, which no recorded dump checked) gets no traffic either (traffic built it before)."""
+    import dataclasses
+
+    from moeconf.traffic import unmodelled
+
+    e = engine("llama.cpp")
+    argv = ["-c", "4096", "-ngl", "99", "-ot", "exps=CPU"]
+    inv = load_inventory(manifest("qwen3-30b-a3b")[0])
+    assert unmodelled(explain(inv, e, argv).placement, read_settings(argv, e, {})) is None
+    scale = dataclasses.replace(inv.by_name["output_norm.weight"], name="blk.2.ffn_up_exps.scale", layer=2)
+    scaled = dataclasses.replace(inv, tensors=(*inv.tensors, scale))
+    with pytest.raises(TrafficUnmodelled, match=r"traffic: .*per-tensor scales \(ffn_up_exps"):
+        traffic(explain(scaled, e, argv).placement, read_settings(argv, e, {}))
+
+
+def test_a_fused_op_the_engine_turns_off_unchecked_has_no_traffic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the engine's probe turns off a fused op whose unfused graph no dump checked (fed: DeepSeek-V3.2's
+    lightning indexer turned off), compute is refused and so is traffic; with the probe left alone both are given."""
+    from moeconf.memory.estimate import estimate
+    from moeconf.memory.graph import model
+
+    e = engine("llama.cpp")
+    argv = ["-c", "4096", "-ngl", "99", "-ot", "exps=CPU"]
+    placement = explain(load_inventory(manifest("deepseek-v3.2")[0]), e, argv).placement
+    settings = read_settings(argv, e, {})
+    assert traffic(placement, settings).reads and estimate(placement, settings).complete
+    monkeypatch.setattr(model, "fused_off", lambda *a: frozenset({"LIGHTNING_INDEXER"}))
+    assert not estimate(placement, settings).complete
+    with pytest.raises(TrafficUnmodelled, match="traffic not modelled for this deepseek32 placement: llama.cpp turns "
+                                                "off its fused LIGHTNING_INDEXER"):
+        traffic(placement, settings)

@@ -372,11 +372,16 @@ def checked_compute(placement: Placement, settings: MemorySettings, pipeline: bo
     """`graph_compute`, and the refusal of a placement on which the engine's probes turn off a fused op whose
     unfused form no recorded dump checked (empty where none is)."""
     sizes, off = _compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
-    inv = placement.inventory
+    return sizes, unfused_refusal(placement.inventory, off, "compute")
+
+
+def unfused_refusal(inv: Inventory, off: frozenset[str], what: str) -> list[str]:
+    """Why `what` (compute, traffic) is not modelled where the engine's probes turned off the fused ops `off`
+    and no recorded dump checked their unfused form (empty: every one was checked)."""
     unchecked = sorted(off - UNFUSED_CHECKED.get(inv.arch, frozenset()))
     if not unchecked:
-        return sizes, []
-    return sizes, [f"compute not modelled for this {inv.arch} placement: llama.cpp turns off its fused "
+        return []
+    return [f"{what} not modelled for this {inv.arch} placement: llama.cpp turns off its fused "
                    f"{', '.join(unchecked)} here (its probe finds a layer's op scheduled off the layer's device: "
                    "layers, or a weight the op reads, on the host and a GPU), and no recorded dump checked the "
                    "unfused graph; keep every layer and its hc_/indexer weights on the GPUs (-ngl 999, -ot for the "
@@ -384,7 +389,7 @@ def checked_compute(placement: Placement, settings: MemorySettings, pipeline: bo
 
 
 @per_inventory
-def _file_refusals(inv: Inventory) -> tuple[str, ...]:
+def file_refusals(inv: Inventory) -> tuple[str, ...]:
     """Why the composition does not build this file's graph, whatever the settings (the file's tensors alone:
     asked once per inventory, not on each of a search's estimates)."""
     comp = COMPOSITIONS[inv.arch]
@@ -399,7 +404,7 @@ def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
     comp = COMPOSITIONS.get(inv.arch)
     if comp is None or comp.memory is None:
         return []
-    why = list(_file_refusals(inv))
+    why = list(file_refusals(inv))
     if why or comp.memory.refuses is None:
         return why
     s = setup_for(inv, settings)
