@@ -22,6 +22,7 @@ from moeconf.engines.regex import (
 )
 from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, layer_gpus, simulate
 from moeconf.model.inventory import Inventory, first_shard, format_ranges
+from moeconf.model.required import missing_message, missing_tensors
 from moeconf.placement import Placement
 
 if TYPE_CHECKING:
@@ -156,6 +157,8 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     accel = devices[1:]
     refusals: list[str] = [msg for _arg, msg in invocation.problems]
     refusals += [unknown_flag_message(eng, arg.text, closest) for arg, closest in invocation.unknown_flags]
+    if eng.name == "llama.cpp" and (missing := missing_tensors(inv)):  # its loader stops ("tensor ... not found")
+        refusals.append(missing_message(inv, missing))
     if invocation.model is not None and first_shard(invocation.model.text) != invocation.model.text:
         refusals.append(f"-m {invocation.model.text} is not the first shard of a split model: the engine loads "
                         f"only from the first (\"model must be loaded with the first split\"): write -m "

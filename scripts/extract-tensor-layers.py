@@ -183,6 +183,60 @@ def mainline_optional_router(root: Path, archs: dict[str, str]) -> list[str]:
     return sorted(out)
 
 
+def _loop_head(body: str, start: int) -> str | None:
+    """The header of the `for` loop whose brace block opens at body[start] (None: not a for loop)."""
+    j = start - 1
+    while body[j].isspace():
+        j -= 1
+    if body[j] != ")":
+        return None
+    o = _names._open_paren_before(body, j)
+    return body[o + 1: j] if re.search(r"\bfor\s*$", body[:o].rstrip()) else None
+
+
+def mainline_required(root: Path, archs: dict[str, str],
+                      templates: dict[str, str]) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """The tensors each architecture's loader requires whatever the file holds: ({arch: names outside
+    the blocks}, {arch: `blk.%d.` names required in every trunk block}). A create_tensor call counts
+    when its flags are the literal 0 (no TENSOR_NOT_REQUIRED, no flag variable) and nothing makes it
+    conditional: outside every brace block for a name without a block number, or directly in the body
+    of `for (int i = 0; i < n_layer; ++i)` with block argument `i` (the trunk: hparams.n_layer()) and no
+    `continue` or `break` before it there; and no `return` before it in the function (a path that skips
+    it). Anything else (a condition, a flag variable, a helper such as create_tensor_qkv) is left out:
+    the tables say what the loader surely requires, not all it may."""
+    glob: dict[str, tuple[str, ...]] = {}
+    block: dict[str, tuple[str, ...]] = {}
+    for name, body in _mainline_bodies(root, archs).items():
+        g: list[str] = []
+        b: list[str] = []
+        for m in re.finditer(r"\bcreate_tensor\s*\(", body):
+            paren = m.end() - 1
+            inner = body[paren + 1: _matching(body, paren) - 1]
+            tn = re.match(r"\s*tn\s*\(\s*LLM_TENSOR_(\w+)\s*,\s*\"(\w+)\"\s*(?:,\s*(\w+)\s*)?\)", inner)
+            args = _names._split_args(inner)
+            if not tn or len(args) < 3 or args[-1].strip() != "0" or re.search(r"\breturn\b", body[:m.start()]):
+                continue
+            kind, suffix, bid = tn.groups()
+            template = f"{templates[kind]}.{suffix}"
+            around = _names._blocks_around(body, m.start())
+            if not around:
+                if bid is None and "%d" not in template:
+                    g.append(template)
+                continue
+            if len(around) != 1 or bid is None or not template.startswith("blk.%d."):
+                continue
+            s, _e = around[0]
+            head = _loop_head(body, s) or ""
+            if (re.fullmatch(rf"\s*int\s+{bid}\s*=\s*0\s*;\s*{bid}\s*<\s*n_layer\s*;\s*\+\+{bid}\s*", head)
+                    and not re.search(r"\b(continue|break)\b", body[s: m.start()])):
+                b.append(template)
+        if g:
+            glob[name] = tuple(dict.fromkeys(g))
+        if b:
+            block[name] = tuple(dict.fromkeys(b))
+    return glob, block
+
+
 _IK_CTX = {"ctx_input": "input", "ctx_output": "output", "ctx_output_split": "output", "out_ctx": "output"}
 
 
@@ -246,6 +300,15 @@ def _dict(name: str, annot: str, d: dict[str, object]) -> str:
             lines.append(f"    {k!r}: {{")
             lines += [f"        {ik!r}: {iv!r}," for ik, iv in v.items()]
             lines.append("    },")
+        elif len(line) > 112 and isinstance(v, tuple):
+            lines.append(f"    {k!r}: (")
+            row = "       "
+            for item in v:
+                if len(row) + len(repr(item)) + 2 > 112:
+                    lines.append(row)
+                    row = "       "
+                row += f" {item!r},"
+            lines += [row, "    ),"]
         else:
             lines.append(line)
     lines.append("}")
@@ -258,6 +321,7 @@ def render(ml_root: Path, ik_root: Path, rev_ml: str, rev_ik: str) -> str:
     layers = tensor_layers(arch_cpp)
     templates = _names.mainline_tensor_names(arch_cpp)
     homes = mainline_block_homes(ml_root, ml_archs, layers, templates)
+    required = mainline_required(ml_root, ml_archs, templates)
     kvs = kv_names(_names._strip_comments(arch_cpp))
     ml_sources = [(ml_root / "src" / "llama-model.cpp").read_text()] + [
         p.read_text() for p in sorted((ml_root / "src" / "models").glob("*.cpp"))]
@@ -300,6 +364,12 @@ def render(ml_root: Path, ik_root: Path, rev_ml: str, rev_ik: str) -> str:
         "# layers: a number for every layer, or an array of one per layer, bool, int32 or uint32), 'array'\n"
         "# (get_arr: an array of any length; bool arrays read as 0/1)\n",
         _dict("ARRAY_KEYS", "dict[str, str]", dict(keys)),
+        "\n# llama.cpp: the tensors each architecture's loader surely requires (create_tensor without\n"
+        "# TENSOR_NOT_REQUIRED, under no condition: `mainline_required` in the script says which calls count); a\n"
+        "# file without one is refused (check_tensor_dims: tensor 'NAME' not found). Outside the blocks:\n",
+        _dict("ML_REQUIRED_GLOBAL", "dict[str, tuple[str, ...]]", dict(required[0])),
+        "# and in every trunk block (blk.0 to blk.{n_layer()-1}, the blocks before the MTP ones):\n",
+        _dict("ML_REQUIRED_BLOCK", "dict[str, tuple[str, ...]]", dict(required[1])),
         "\n# llama.cpp: architectures whose loader creates ffn_gate_inp with TENSOR_NOT_REQUIRED: the file's\n"
         "# tensors, not a metadata key, say which blocks are MoE\n",
         "ML_OPTIONAL_ROUTER: Final[tuple[str, ...]] = (\n"

@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from moeconf.model.inventory import Inventory, Tensor, format_ranges
+from moeconf.model.required import missing_tensors
 from moeconf.model.taxonomy import GROUPS, LAYER_KINDS
 from moeconf.textsafe import safe
 from moeconf.units import gib
@@ -32,6 +33,7 @@ def inventory_json(inv: Inventory) -> dict[str, Any]:
             for t in inv.tensors
         ],
         "unknown_tensors": list(inv.unknown_tensors),
+        "missing_tensors": list(missing_tensors(inv)),
         "warnings": list(inv.warnings),
     }
 
@@ -113,6 +115,14 @@ def render_summary(inv: Inventory, *, list_tensors: bool = False) -> str:
         lines += [f"  {n}" for n in unknown[:_UNKNOWN_SHOWN]]
         if len(unknown) > _UNKNOWN_SHOWN:
             lines.append(f"  ... and {len(unknown) - _UNKNOWN_SHOWN} more (--json lists all)")
+    missing = missing_tensors(inv)
+    if missing:
+        lines.append("")
+        lines.append(f"missing tensors ({len(missing)}: llama.cpp's {inv.arch} loader requires them and stops "
+                     "without them, \"tensor ... not found\"):")
+        lines += [f"  {n}" for n in missing[:_UNKNOWN_SHOWN]]
+        if len(missing) > _UNKNOWN_SHOWN:
+            lines.append(f"  ... and {len(missing) - _UNKNOWN_SHOWN} more (--json lists all)")
     if inv.warnings:
         lines.append("")
         lines += [f"warning: {w}" for w in inv.warnings]

@@ -53,7 +53,8 @@ def render_memory(est: MemoryEstimate, budgets: Mapping[str, int] | None = None,
         lines.append(f"  reserve: {_mib(s.reserve)} MiB per GPU for what no engine reports (CUDA context, "
                      "cuBLAS workspace): --reserve, or reserve in a plan's [budget]")
     for n in est.notes:
-        lines.append(f"  note: {n}")
+        if n not in said:  # a refusal printed above (a file the loader stops on)
+            lines.append(f"  note: {n}")
     if est.server is not None:
         lines.extend(f"  {line}" for line in est.server.lines())
         cpu_budget = budgets.get(HOST)

@@ -1,0 +1,26 @@
+"""The tensors the pinned llama.cpp's loader requires of a file: a file without one stops at load
+("tensor 'NAME' not found"). Which ones: model/layertable.py ML_REQUIRED_GLOBAL and ML_REQUIRED_BLOCK, generated
+from each architecture's load_arch_tensors (only what it surely requires; a tensor under a condition of
+the file is not checked here)."""
+
+from __future__ import annotations
+
+from moeconf.model.inventory import Inventory
+from moeconf.model.layertable import ML_REQUIRED_BLOCK, ML_REQUIRED_GLOBAL
+
+
+def missing_tensors(inv: Inventory) -> tuple[str, ...]:
+    """The names llama.cpp's loader requires that the file lacks, in the loader's order (the trunk
+    blocks: every block before the MTP ones)."""
+    have = inv.by_name
+    trunk = inv.block_count - (inv.metadata.nextn_predict_layers or 0)
+    missing = [n for n in ML_REQUIRED_GLOBAL.get(inv.arch, ()) if n not in have]
+    missing += [n for il in range(trunk) for t in ML_REQUIRED_BLOCK.get(inv.arch, ()) if (n := t % il) not in have]
+    return tuple(missing)
+
+
+def missing_message(inv: Inventory, missing: tuple[str, ...]) -> str:
+    """The refusal of a file lacking tensors the loader requires."""
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    return (f"llama.cpp refuses to load this file: its {inv.arch} loader requires "
+            f"{', '.join(missing[:3])}{more}, which the file lacks (\"tensor '{missing[0]}' not found\")")

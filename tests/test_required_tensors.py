@@ -1,0 +1,94 @@
+"""The tensors the pinned llama.cpp's loader requires (model/required.py, tables generated into
+model/layertable.py from each architecture's load_arch_tensors): a file without one is refused where
+moeconf would otherwise size a model the engine never loads (tests/engine/test_required_tensors.py
+shows the engine stopping on each architecture's)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from moeconf.cli import main
+from moeconf.engines import engine
+from moeconf.explanation import explain
+from moeconf.fixtures.layouts import LAYOUTS, TINY, metadata, tensors
+from moeconf.memory import read_settings
+from moeconf.model.inventory import Inventory
+from moeconf.model.layertable import ML_REQUIRED_BLOCK, ML_REQUIRED_GLOBAL
+from moeconf.model.load import load_inventory
+from moeconf.model.required import missing_tensors
+from moeconf.sizing import estimate_explained
+from tests.conftest import EXAMPLES
+
+QWEN = EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json"
+
+
+@pytest.mark.parametrize("key", [*LAYOUTS, *TINY])
+def test_every_layout_holds_what_its_loader_requires(key: str) -> None:
+    """Every layout the engine suite loads (so the engine takes it) has every tensor the table requires: a
+    table that asked for a tensor under a condition of the file would refuse real models."""
+    lay = {**LAYOUTS, **TINY}[key]
+    md = metadata(lay)
+    nextn = md.get(f"{lay.arch}.nextn_predict_layers", ("u32", 0))[1]
+    trunk = int(md[f"{lay.arch}.block_count"][1]) - int(nextn or 0)  # type: ignore[call-overload]
+    names = {n for n, _, _ in tensors(lay)}
+    required = [*ML_REQUIRED_GLOBAL.get(lay.arch, ()),
+                *(t % il for il in range(trunk) for t in ML_REQUIRED_BLOCK.get(lay.arch, ()))]
+    assert [n for n in required if n not in names] == []
+
+
+def test_the_tables_cover_the_common_decoders() -> None:
+    """What the generator reads as surely required on the architectures most users run (a generator that
+    read nothing would pass the test above)."""
+    assert {"token_embd.weight", "output_norm.weight"} <= set(ML_REQUIRED_GLOBAL["qwen3moe"])
+    assert {"blk.%d.attn_norm.weight", "blk.%d.ffn_gate_inp.weight", "blk.%d.ffn_down_exps.weight"} <= set(
+        ML_REQUIRED_BLOCK["qwen3moe"])
+    # output.weight is optional where a tied output may stand in (TENSOR_NOT_REQUIRED)
+    assert "output.weight" not in ML_REQUIRED_GLOBAL["qwen3moe"]
+    # an MTP architecture's blocks take a flag variable (trunk_flags, mtp_flags): not read as required
+    assert "glm4moe" not in ML_REQUIRED_BLOCK
+    assert sum(1 for a in ML_REQUIRED_BLOCK if a in {lay.arch for lay in LAYOUTS.values()}) >= 35
+
+
+def _without(inv: Inventory, *names: str) -> Inventory:
+    return dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if t.name not in names))
+
+
+def test_a_file_without_a_required_tensor_is_refused_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    """A file lacking blk.3.ffn_norm.weight: explain names the refusal (exit 1), its memory is not given as
+    complete (it was, to the byte of the full file's), inspect lists the tensor; ik_llama.cpp's loader is not
+    read here, so ik's explain does not refuse."""
+    inv = load_inventory(QWEN)
+    assert missing_tensors(inv) == ()
+    bad = _without(inv, "blk.3.ffn_norm.weight", "output_norm.weight")
+    assert missing_tensors(bad) == ("output_norm.weight", "blk.3.ffn_norm.weight")
+    e, argv = engine("llama.cpp"), ["-ngl", "99", "-c", "4096"]
+    ex = explain(bad, e, argv)
+    refusal = [r for r in ex.refusals if "refuses to load this file" in r]
+    assert refusal and "output_norm.weight, blk.3.ffn_norm.weight" in refusal[0], ex.refusals
+    assert "\"tensor 'output_norm.weight' not found\"" in refusal[0]
+    est = estimate_explained(ex, read_settings(argv, e))
+    assert not est.complete and any("refuses to load this file" in n for n in est.notes), est.notes
+    assert estimate_explained(explain(inv, e, argv), read_settings(argv, e)).complete
+    assert not [r for r in explain(bad, engine("ik_llama.cpp"), argv).refusals if "refuses to load" in r]
+
+
+def test_inspect_and_explain_report_the_missing_tensors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(QWEN.read_text())
+    data["tensors"] = [t for t in data["tensors"] if t["name"] != "blk.7.attn_output.weight"]
+    path = tmp_path / "broken.manifest.json"
+    path.write_text(json.dumps(data))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "missing tensors (1: llama.cpp's qwen3moe loader requires them" in out
+    assert "  blk.7.attn_output.weight" in out
+    assert main(["inspect", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["missing_tensors"] == ["blk.7.attn_output.weight"]
+    assert main(["explain", str(path), "--", "llama-server", "-ngl", "99", "-c", "4096"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("its qwen3moe loader requires blk.7.attn_output.weight") == 1, out  # once: not again as a note
+    assert main(["inspect", str(QWEN), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["missing_tensors"] == []
