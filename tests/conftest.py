@@ -44,6 +44,13 @@ def layout_paths(layout_dir: Path) -> dict[str, Path]:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("NO_COLOR", "1")
+    if not hasattr(config, "workerinput"):  # the run itself (not one of pytest-xdist's workers)
+        # the engine suite's results files hold this run's rows only, whatever an earlier one left
+        from tests.engine.shards import RESULT_VARS, clear
+
+        for var in RESULT_VARS:
+            if os.environ.get(var):
+                clear(os.environ[var])
     # remote models (moeconf.hub): never the user's caches, never the Hub
     import tempfile
 

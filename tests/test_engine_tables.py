@@ -30,3 +30,30 @@ def test_the_memory_table_renders(tmp_path: Path, capsys: pytest.CaptureFixture[
     not_applicable = out[out.index("Not applicable"):]
     assert all(f"`{a}`" in not_applicable for a in unmodelled if a in not_text) and "`llada-moe`" in not_applicable
     assert "`grovemoe`" not in refused and "`qwen3moe`" not in refused  # modelled: not listed
+
+
+def test_the_tables_read_every_workers_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """.ci/run runs the engine suite over pytest-xdist workers: each writes its own shard of a results
+    file and the table reads them all (a lost shard would drop rows from docs' tables in silence)."""
+    from tests.engine import shards
+    from tests.engine.memory_table import main
+
+    results = tmp_path / "memory-results.json"
+    row = {"model": "qwen3-30b-a3b", "args": "-c 4096", "device": "CUDA0",
+           "weights": [100.0, 100.0], "kv": [8.0, 8.0], "compute": [300.0, 310.0]}
+    for worker, model in (("gw0", "qwen3-30b-a3b"), ("gw1", "glm-4.5-air")):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        shards.shard_path(results).write_text(json.dumps([{**row, "model": model}]))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert shards.shard_path(results) == results and not results.exists()
+    assert [r["model"] for r in shards.load_rows(results)] == ["qwen3-30b-a3b", "glm-4.5-air"]  # type: ignore[index]
+    assert main(str(results)) == 0
+    out = capsys.readouterr().out
+    assert "| qwen3-30b-a3b | 1 | 1 |" in out and "| glm-4.5-air | 1 | 1 |" in out
+    # a new run starts from nothing: the file and every shard an earlier run left go
+    results.write_text("[]")
+    shards.clear(results)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(FileNotFoundError, match="no results"):
+        shards.load_rows(results)

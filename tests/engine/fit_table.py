@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
+from typing import Any
+
+from tests.engine.shards import load_rows
 
 
 def main(path: str) -> int:
-    with open(path) as f:
-        rows = json.load(f)
+    rows: list[Any] = load_rows(path)
     print("| model | budgets (GiB) | flags | llama-server's allocation of moeconf's command (MiB) "
           "| expert GiB on GPUs: moeconf | llama.cpp fit | always-active on CPU, llama.cpp fit (MiB) "
           "| host MiB read per token: moeconf | llama.cpp fit | `-ot` chars: moeconf | llama.cpp fit |")

@@ -60,10 +60,31 @@ def compile_against_mainline(source: Path, out: Path) -> Path:
     return out
 
 
+_PORTS_PER_WORKER = 500
+_taken = 0
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port on 127.0.0.1 free now. Under pytest-xdist each worker takes ports from a range of its own
+    (below Linux's ephemeral ports): two workers asking the kernel for any free port could both get one
+    before either server binds it, and the second's readiness check would reach the first's server."""
+    global _taken
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    first = 20000 + _PORTS_PER_WORKER * int(worker.removeprefix("gw"))
+    for _ in range(_PORTS_PER_WORKER):
+        port = first + _taken % _PORTS_PER_WORKER
+        _taken += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + _PORTS_PER_WORKER - 1} for pytest-xdist worker {worker}")
 
 
 @contextmanager

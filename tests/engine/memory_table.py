@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import defaultdict
+from typing import Any
+
+from tests.engine.shards import load_rows
 
 
 def _ok(term: str, device: str, ours: float, theirs: float) -> bool:
@@ -17,8 +19,7 @@ def _ok(term: str, device: str, ours: float, theirs: float) -> bool:
 
 
 def main(path: str) -> int:
-    with open(path) as f:
-        rows = json.load(f)
+    rows: list[Any] = load_rows(path)
     by: dict[str, list[dict[str, object]]] = defaultdict(list)
     for r in rows:
         by[r["model"]].append(r)

@@ -18,6 +18,7 @@ from moeconf.fixtures.writer import write_layout
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from tests.engine.harness import CACHE
+from tests.engine.shards import shard_path
 
 FIT_PARAMS = CACHE / "llama-cpp-python-0.3.36" / "build" / "bin" / "llama-fit-params"
 
@@ -119,4 +120,4 @@ def save_results(env_var: str, rows: Sequence[object]) -> None:
     """The suite's rows as JSON where `env_var` says (the docs/ tables are rendered from them)."""
     target = os.environ.get(env_var)
     if rows and target:
-        Path(target).write_text(json.dumps(rows, indent=1) + "\n")
+        shard_path(target).write_text(json.dumps(rows, indent=1) + "\n")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
+from typing import Any
+
+from tests.engine.shards import load_rows
 
 
 @dataclass
@@ -17,8 +19,7 @@ class Totals:
 
 
 def main(path: str) -> int:
-    with open(path) as f:
-        rows = json.load(f)
+    rows: list[Any] = load_rows(path)
     by: dict[tuple[str, str], Totals] = {}
     splits: list[dict[str, object]] = []
     crashes = [c for r in rows if "crashes_after_loading" in r for c in r["crashes_after_loading"]]

@@ -40,6 +40,7 @@ from tests.engine.harness import (
     rpc_servers,
     run_engine,
 )
+from tests.engine.shards import shard_path
 from tests.strategies import rules
 
 pytestmark = pytest.mark.engine
@@ -67,7 +68,7 @@ def build(request: pytest.FixtureRequest) -> EngineBuild:
 def results_table() -> Iterator[None]:
     yield
     if RESULTS:
-        out = Path(os.environ.get("MOECONF_ENGINE_RESULTS", Path.cwd() / "engine-results.json"))
+        out = shard_path(os.environ.get("MOECONF_ENGINE_RESULTS", Path.cwd() / "engine-results.json"))
         out.write_text(json.dumps([*RESULTS, {"crashes_after_loading": CRASHES}] if CRASHES else RESULTS, indent=1))
 
 
