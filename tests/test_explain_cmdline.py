@@ -306,6 +306,14 @@ def test_env_switches_are_set_only_by_the_words_the_engine_reads_as_true(var: st
     assert got == expect
 
 
+def test_ik_llama_cpp_reads_no_offline_variable() -> None:
+    """ik_llama.cpp 0.1.5 reads a short fixed list of LLAMA_ARG_* variables (common/common.cpp), without
+    LLAMA_ARG_OFFLINE: a remote model is looked up online for it (lint read the variable for ik too)."""
+    env = {"LLAMA_ARG_OFFLINE": Arg("1")}
+    assert parse_invocation([Arg("llama-server")], engine("llama.cpp"), env=env).offline
+    assert not parse_invocation([Arg("llama-server")], engine("ik_llama.cpp"), env=env).offline
+
+
 _QWEN = str(EXAMPLES / "models" / "qwen3-30b-a3b.manifest.json")
 
 

@@ -297,8 +297,10 @@ def parse_invocation(args: Sequence[Arg], engine: Engine, env: Mapping[str, Arg]
         inv.model = inv.env[ev("-m")]
     inv.hf_repo = inv.env.get(ev("-hf"), inv.hf_repo)
     inv.hf_file = inv.env.get(ev("-hff"), inv.hf_file)
-    if inv.env.get(ev("--offline")) is not None:  # a switch: set where the word is truthy, as written
-        inv.offline = inv.env[ev("--offline")].text in TRUE_WORDS
+    offline = row("--offline")
+    if (engine.name != "ik_llama.cpp" or offline.ik_env) and inv.env.get(offline.env) is not None:
+        # a switch: set where the word is truthy, as written (ik_llama.cpp reads its own short list: not this one)
+        inv.offline = inv.env[offline.env].text in TRUE_WORDS
     if engine.env_split:
         inv.split_mode = inv.env.get(ev("-sm"), inv.split_mode)
         inv.tensor_split = inv.env.get(ev("-ts"), inv.tensor_split)
