@@ -26,7 +26,7 @@ def rows() -> list[str]:
     from moeconf.memory.graph.archs import ARCHS as COMPOSED
     from moeconf.memory.ikarchs import COMPUTE_DIFFERS, IK_FAILS, KV_ONLY
     from moeconf.model import nametable
-    not_text = {**support.NOT_SERVED, **support.NO_ROUTED_EXPERTS}
+    not_text = support.NOT_APPLICABLE
     from tests import graph_oracle
     from tests.test_memory_graph import DUMP_NAME_CLASH
 

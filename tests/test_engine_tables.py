@@ -23,7 +23,7 @@ def test_the_memory_table_renders(tmp_path: Path, capsys: pytest.CaptureFixture[
 
     refused = out[out.index("Refused (memory not modelled"):]
     unmodelled = [a for a in support.routed_expert_archs() if a not in support.MODELLED]
-    not_text = {**support.NOT_SERVED, **support.NO_ROUTED_EXPERTS}
+    not_text = support.NOT_APPLICABLE
     # a diffusion model is never modelled: listed as not applicable, not as refused
     assert unmodelled and "`llada-moe`: memory" not in refused
     assert all(f"`{a}`: memory is not modelled" in refused for a in unmodelled if a not in not_text)

@@ -101,6 +101,8 @@ NO_ROUTED_EXPERTS: Final[dict[str, str]] = {
                   "paddleocr file with experts (`blk.1.ffn_gate.weight` not found: ERNIE-4.5-21B-A3B's layout "
                   "written as paddleocr)"),
 }
+# both: the architectures no MoE text model of which llama-server serves (the tables list them as not applicable)
+NOT_APPLICABLE: Final[dict[str, str]] = {**NOT_SERVED, **NO_ROUTED_EXPERTS}
 
 
 def unmodelled_architecture(arch: str, engine: str = "llama.cpp") -> str:

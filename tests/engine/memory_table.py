@@ -41,7 +41,7 @@ def main(path: str) -> int:
     # explain and fit give (moeconf.memory.support.unmodelled_architecture)
     from moeconf.memory import support
 
-    not_text = {**support.NOT_SERVED, **support.NO_ROUTED_EXPERTS}
+    not_text = support.NOT_APPLICABLE
     unmodelled = [a for a in support.routed_expert_archs() if a not in support.MODELLED]
     refused = [a for a in unmodelled if a not in not_text]
     print("\nRefused (memory not modelled; `explain` prints ? with this note, `fit` refuses):\n")
