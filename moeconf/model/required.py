@@ -23,4 +23,5 @@ def missing_message(inv: Inventory, missing: tuple[str, ...]) -> str:
     """The refusal of a file lacking tensors the loader requires."""
     more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
     return (f"llama.cpp refuses to load this file: its {inv.arch} loader requires "
-            f"{', '.join(missing[:3])}{more}, which the file lacks (\"tensor '{missing[0]}' not found\")")
+            f"{', '.join(missing[:3])}{more}, which the file lacks (it stops on the first it looks for: "
+            "\"tensor '...' not found\")")
