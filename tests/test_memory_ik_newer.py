@@ -113,6 +113,28 @@ def test_a_wrong_figure_or_a_wrong_model_is_caught(models: dict[str, Inventory],
     assert any(m.startswith("KV") for m in mismatches(row, wrong, inv, unused))
 
 
+def test_a_wrong_mla_figure_or_model_is_caught_on_mistral4(models: dict[str, Inventory],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # Mistral-Small-4 (build_deepseek2 on ik): the wkv_b ik computes at load at the default -mla 3, and the
+    # latent cache (kv_lora_rank + n_rot a cell); -mla 1 computes nothing and keeps K and V^T
+    inv = models["mistral-small-4"]
+    for line in ("-c 4096", "-c 8192 -mla 1 -fa off"):
+        row = next(r for r in KV_ROWS if r["model"] == "mistral-small-4" and r["line"] == line)
+        est, unused = _estimate(inv, line)
+        assert mismatches(row, est, inv, unused) == []
+        assert (row["ik"]["computed"] > 0) == (line == "-c 4096")
+        for key, delta, what in (("kv", 0.5, "KV"), ("computed", 1.5, "weights")):
+            bad = {**row, "ik": {**row["ik"], key: row["ik"][key] + delta}}
+            assert any(m.startswith(what) for m in mismatches(bad, est, inv, unused)), (line, key)
+    # a wrong model: the tensors ik computes at load left out
+    import sys
+
+    row = next(r for r in KV_ROWS if r["model"] == "mistral-small-4" and r["line"] == "-c 4096")
+    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "computed_weights", lambda *a, **k: {})
+    wrong, unused = _estimate(inv, row["line"])
+    assert any(m.startswith("weights") for m in mismatches(row, wrong, inv, unused))
+
+
 def test_on_llama_cpp_nothing_changes() -> None:
     # the KV-only mode is ik's alone: on llama.cpp these architectures stay as modelled or refused
     for arch in KV_ONLY:
@@ -196,8 +218,7 @@ def test_a_key_only_ik_reads_is_modelled_at_zero_only(key: str, value: int, mode
                                           "does not read for gemma4)"]), why
 
 
-@pytest.mark.parametrize(("key", "fragment"), [("mistral-small-4", "build_deepseek2"),
-                                               ("step-3.5-flash", "swiglu_clamp_exp"),
+@pytest.mark.parametrize(("key", "fragment"), [("step-3.5-flash", "swiglu_clamp_exp"),
                                                ("mimo-v2-flash", "nextn_predict_layers")])
 def test_what_ik_loads_unmeasured_is_refused_saying_why(key: str, fragment: str, tmp_path: Path) -> None:
     from moeconf.fixtures.layouts import LAYOUTS

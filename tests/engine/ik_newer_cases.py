@@ -36,6 +36,7 @@ CUTS: dict[str, dict[str, int]] = {
     "mistral3-synthetic-moe": {"blocks": 3, "experts": 2},
     "qwen1.5-moe-a2.7b": {"blocks": 4, "experts": 8},  # filled (FILLED)
     "gemma-4-26b-a4b": {"blocks": 6, "experts": 8},  # five sliding-window blocks and one global; filled
+    "mistral-small-4": {"blocks": 4, "experts": 8},  # MLA (mainline attn_k_b/attn_v_b), every block MoE
 }
 # a layout's parts as the published files have them where ik's loader requires that form: Gemma 4's
 # experts with gate and up fused (ik 0.1.5 reads only ffn_gate_up_exps; llama.cpp reads either)
@@ -56,6 +57,8 @@ EXTRA_KV_LINES: dict[str, list[str]] = {
     "glm-5": ["-c 8192 -mla 1 -fa off", "-c 8192 -mla 2 -fa off -ctk q8_0 -ctv f16", "-c 4096 -mla 0",
               "-c 4096 -mla 0 -ctk q8_0 -fa on"],
     "deepseek-v3": ["-c 4096 -mla 0", "-c 4096 -mla 0 -ctk q8_0 -fa on"],
+    "mistral-small-4": ["-c 8192 -mla 1 -fa off", "-c 8192 -mla 2 -fa off -ctk q8_0 -ctv f16", "-c 4096 -mla 0",
+                        "-c 4096 -mla 0 -ctk q8_0 -fa on"],
     "qwen3.5-35b-a3b": ["-c 16384 -np 4 -ctk q8_0 -ctv f16"],
     "qwen3-next-80b-a3b": ["-c 16384 -np 4 -ctk q8_0 -ctv f16"],
 }
@@ -72,13 +75,14 @@ PLACEMENT_LINES: list[str] = [
 def cut_layout(name: str) -> ModelLayout:
     cut = {**CUTS, **KV_ONLY_CUTS}[name]
     layout = LAYOUTS[name]
+    nextn = cut.get("nextn", layout.nextn)
     # the per-block patterns (sliding window, heads) of the first blocks, and the MTP block's last
     per_block: dict[str, tuple[object, ...]] = {}
     for field in ("swa", "heads_per_block"):
         pattern = getattr(layout, field, ())
         if pattern:
-            keep = cut["blocks"] - layout.nextn
-            per_block[field] = (*pattern[:keep], *pattern[len(pattern) - layout.nextn:])
+            keep = cut["blocks"] - nextn
+            per_block[field] = (*pattern[:keep], *pattern[len(pattern) - nextn:])
     if name in PARTS:
         per_block["extra"] = (*layout.extra, ("parts", PARTS[name]))
     return dataclasses.replace(layout, key=f"{name}-cut", **cut, **per_block)
