@@ -218,8 +218,7 @@ def test_a_key_only_ik_reads_is_modelled_at_zero_only(key: str, value: int, mode
                                           "does not read for gemma4)"]), why
 
 
-@pytest.mark.parametrize(("key", "fragment"), [("step-3.5-flash", "swiglu_clamp_exp"),
-                                               ("mimo-v2-flash", "nextn_predict_layers")])
+@pytest.mark.parametrize(("key", "fragment"), [("step-3.5-flash", "swiglu_clamp_exp")])
 def test_what_ik_loads_unmeasured_is_refused_saying_why(key: str, fragment: str, tmp_path: Path) -> None:
     from moeconf.fixtures.layouts import LAYOUTS
     from moeconf.memory.ikarchs import IK_NOT_MEASURED
@@ -230,3 +229,30 @@ def test_what_ik_loads_unmeasured_is_refused_saying_why(key: str, fragment: str,
     assert inv.arch in IK_NOT_MEASURED and inv.arch not in KV_ONLY
     why = unmodelled(inv, "ik_llama.cpp")
     assert len(why) == 1 and "not measured on ik" in why[0] and fragment in why[0], why
+
+
+def test_an_mtp_block_ik_would_run_as_a_trunk_layer_is_refused(tmp_path: Path) -> None:
+    # MiMo-V2-Flash with its MTP block (nextn_predict_layers 1): ik 0.1.5 does not read the key, so the block would
+    # be a trunk layer there (loaded, cached, run): refused on ik with that reason; llama.cpp models it. The cut
+    # measured on ik has no MTP block (tests/engine/ik_newer_cases.py)
+    from moeconf.fixtures.layouts import LAYOUTS
+
+    path = tmp_path / "mimo-v2-flash.gguf"
+    write_layout(LAYOUTS["mimo-v2-flash"], path, vocab=256)
+    inv = load_inventory(path)
+    assert inv.metadata.hparam("nextn_predict_layers") == 1 and kv_only(inv.arch, "ik_llama.cpp")
+    assert unmodelled(inv, "ik_llama.cpp") == [
+        "memory is not modelled for mimo2.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does not read it: its MTP "
+        "blocks would be taken as trunk layers)"]
+    assert unmodelled(inv, "llama.cpp") == []
+    assert cases.cut_layout("mimo-v2-flash").nextn == 0
+
+
+def test_a_wrong_figure_is_caught_on_mimo2(models: dict[str, Inventory]) -> None:
+    inv = models["mimo-v2-flash"]
+    for row in [r for r in KV_ROWS if r["model"] == "mimo-v2-flash"]:
+        est, unused = _estimate(inv, row["line"])
+        assert mismatches(row, est, inv, unused) == []
+        for key, delta, what in (("kv", 0.02, "KV"), ("weights", 1.5, "weights")):
+            bad = {**row, "ik": {**row["ik"], key: row["ik"][key] + delta}}
+            assert any(m.startswith(what) for m in mismatches(bad, est, inv, unused)), (row["line"], key)

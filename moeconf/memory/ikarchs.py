@@ -23,6 +23,9 @@ figures in tests/data/ik_newer_figures.json):
   `full_attention_interval` (default 4); qwen3next ignores it and takes every 4th layer as
   attention; neither reads `attention.recurrent_layers` nor, for qwen35moe, `nextn_predict_layers`.
   A file whose keys would make mainline (and so moeconf's layer map) differ is refused on ik.
+- MTP blocks: qwen35moe and mimo2 (`IK_NEXTN_UNREAD`) do not read `nextn_predict_layers` on ik, so a
+  file with MTP blocks would run them as trunk layers there: refused on ik (the mimo2 cut measured
+  has none).
 - Compute: ik builds its own graphs (src/llama-build-context.cpp: fused MoE up/gate, its MLA and
   delta-net kernels) and has no allocation-free projection to check them against. moeconf sizes
   ik's compute buffers (these architectures and `MODELLED_IN_FULL`) as llama.cpp's
@@ -64,7 +67,7 @@ MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-os
 # model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
-                            "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4"})
+                            "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2"})
 _IK_KEYS: Final[dict[str, frozenset[str]]] = {
     "qwen35moe": _recurrent.KEYS,
     "qwen3next": _recurrent.KEYS,
@@ -93,8 +96,6 @@ IK_FAILS: Final[dict[str, str]] = {
 IK_NOT_MEASURED: Final[dict[str, str]] = {
     "step35": ("not measured on ik: ik 0.1.5 requires step35.swiglu_clamp_exp and swiglu_clamp_shexp "
                "(src/llama-hparams.cpp) and builds its own graph (build_step35)"),
-    "mimo2": ("not measured on ik: ik 0.1.5 requires mimo2.rope.freq_base_swa and does not read "
-              "mimo2.nextn_predict_layers (src/llama-hparams.cpp), so an MTP block would be taken as a trunk layer"),
 }
 
 
@@ -123,7 +124,7 @@ COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
     "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11), "llama": (2, 11),
-    "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11),
+    "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11), "mimo2": (32, 11),
 }
 # architectures whose ik compute buffers, measured over RPC like the others', exceeded llama.cpp's graph by far more
 # than a margin (over 64 MiB): compute refused, saying how ik's graph differs. Weights and KV are modelled
@@ -230,7 +231,7 @@ _IK_DELTA_NET: Final[dict[str, int | None]] = {"qwen3next": 4, "qwen35moe": None
 # the KV_ONLY architectures whose ik 0.1.5 loader does not read nextn_predict_layers (src/llama-hparams.cpp,
 # load_hparams): a file's MTP blocks would be trunk layers there (their tensors loaded, a KV cache each, run in
 # the graph), which moeconf does not model: such a file is refused on ik. Architecture -> where ik reads its keys
-_IK_NEXTN_UNREAD: Final[dict[str, str]] = {
+IK_NEXTN_UNREAD: Final[dict[str, str]] = {
     "qwen35moe": "load_hparams, LLM_ARCH_QWEN35MOE",
     "mimo2": "load_hparams, LLM_ARCH_MIMO2",
 }
@@ -247,7 +248,7 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozen
     # as on llama.cpp (support.unread_keys)
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
            for k in keys if k not in known and not neutral(k, inv)]
-    if arch in _IK_NEXTN_UNREAD and (int_key(inv, "nextn_predict_layers") or 0):
+    if arch in IK_NEXTN_UNREAD and (int_key(inv, "nextn_predict_layers") or 0):
         why.append(f"memory is not modelled for {arch}.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does "
                    "not read it: its MTP blocks would be taken as trunk layers)")
     if arch in _IK_DELTA_NET:

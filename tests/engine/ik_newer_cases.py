@@ -37,6 +37,9 @@ CUTS: dict[str, dict[str, int]] = {
     "qwen1.5-moe-a2.7b": {"blocks": 4, "experts": 8},  # filled (FILLED)
     "gemma-4-26b-a4b": {"blocks": 6, "experts": 8},  # five sliding-window blocks and one global; filled
     "mistral-small-4": {"blocks": 4, "experts": 8},  # MLA (mainline attn_k_b/attn_v_b), every block MoE
+    # the dense block, four sliding and one full; no MTP block (ik 0.1.5 does not read mimo2.nextn_predict_layers:
+    # a file with one is refused on ik, ikarchs.IK_NEXTN_UNREAD)
+    "mimo-v2-flash": {"blocks": 6, "experts": 8, "nextn": 0},
 }
 # a layout's parts as the published files have them where ik's loader requires that form: Gemma 4's
 # experts with gate and up fused (ik 0.1.5 reads only ffn_gate_up_exps; llama.cpp reads either)
