@@ -23,9 +23,12 @@ figures in tests/data/ik_newer_figures.json):
   `full_attention_interval` (default 4); qwen3next ignores it and takes every 4th layer as
   attention; neither reads `attention.recurrent_layers` nor, for qwen35moe, `nextn_predict_layers`.
   A file whose keys would make mainline (and so moeconf's layer map) differ is refused on ik.
-- MTP blocks: qwen35moe and mimo2 (`IK_NEXTN_UNREAD`) do not read `nextn_predict_layers` on ik, so a
-  file with MTP blocks would run them as trunk layers there: refused on ik (the mimo2 cut measured
-  has none).
+- MTP blocks: qwen35moe, mimo2 and step35 (`IK_NEXTN_UNREAD`) do not read `nextn_predict_layers` on
+  ik, so a file with MTP blocks would run them as trunk layers there: refused on ik (the mimo2 and
+  step35 cuts measured have none).
+- Keys ik requires that llama.cpp does not (`IK_REQUIRED_KEYS`: mistral4's leading dense blocks,
+  mimo2's and step35's sliding RoPE base, step35's SwiGLU limits): a file without them fails to load
+  on ik, and is refused there.
 - Compute: ik builds its own graphs (src/llama-build-context.cpp: fused MoE up/gate, its MLA and
   delta-net kernels) and has no allocation-free projection to check them against. moeconf sizes
   ik's compute buffers (these architectures and `MODELLED_IN_FULL`) as llama.cpp's
@@ -67,7 +70,7 @@ MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-os
 # model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
-                            "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2"})
+                            "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2", "step35"})
 _IK_KEYS: Final[dict[str, frozenset[str]]] = {
     "qwen35moe": _recurrent.KEYS,
     "qwen3next": _recurrent.KEYS,
@@ -92,11 +95,8 @@ IK_FAILS: Final[dict[str, str]] = {
 
 
 # MoE architectures ik 0.1.5 loads whose memory on ik is not measured yet: what a measurement has to deal with
-# (a real load of moeconf's cut layout failed on these keys, which published conversions write)
-IK_NOT_MEASURED: Final[dict[str, str]] = {
-    "step35": ("not measured on ik: ik 0.1.5 requires step35.swiglu_clamp_exp and swiglu_clamp_shexp "
-               "(src/llama-hparams.cpp) and builds its own graph (build_step35)"),
-}
+# (none since mistral4, step35 and mimo2 were measured: IK_REQUIRED_KEYS holds the keys their loads needed)
+IK_NOT_MEASURED: Final[dict[str, str]] = {}
 
 
 def why_not(arch: str, engine: str) -> str:
@@ -125,6 +125,10 @@ COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
     "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11), "llama": (2, 11),
     "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11), "mimo2": (32, 11),
+    # step35: measured on the cut with SwiGLU limits on its first dense block and last two MoE blocks (not the
+    # model's own values, which moeconf has no source for: tests/engine/ik_newer_cases.py IK_KEYS); ik's buffers
+    # were at or below llama.cpp's graph on every figure (by 0.02 to 320 MiB)
+    "step35": (0, 11),
 }
 # architectures whose ik compute buffers, measured over RPC like the others', exceeded llama.cpp's graph by far more
 # than a margin (over 64 MiB): compute refused, saying how ik's graph differs. Weights and KV are modelled
@@ -234,6 +238,17 @@ _IK_DELTA_NET: Final[dict[str, int | None]] = {"qwen3next": 4, "qwen35moe": None
 IK_NEXTN_UNREAD: Final[dict[str, str]] = {
     "qwen35moe": "load_hparams, LLM_ARCH_QWEN35MOE",
     "mimo2": "load_hparams, LLM_ARCH_MIMO2",
+    "step35": "load_hparams, LLM_ARCH_STEP35",
+}
+# keys ik 0.1.5's loader requires of a KV_ONLY architecture where llama.cpp's does not (src/llama-hparams.cpp,
+# load_hparams: get_key without `required = false`, or a GGML_ASSERT): a file without them fails to load on ik, so
+# moeconf refuses it there. Architecture -> the keys, each a group of alternatives (ik takes either); the published
+# conversions write the first of each (docs/memory.md, ik_llama.cpp)
+IK_REQUIRED_KEYS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
+    "mistral4": (("leading_dense_block_count",),),
+    "mimo2": (("rope.freq_base_swa",),),
+    "step35": (("swiglu_clamp_exp", "swiglu_limits"), ("swiglu_clamp_shexp", "swiglu_limits_shared"),
+               ("rope.freq_base_swa", "rope.freq_base_per_layer")),
 }
 
 
@@ -248,6 +263,10 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozen
     # as on llama.cpp (support.unread_keys)
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
            for k in keys if k not in known and not neutral(k, inv)]
+    for group in IK_REQUIRED_KEYS.get(arch, ()):
+        if not any(k in keys for k in group):
+            why.append(f"memory is not modelled for this {arch} file on ik_llama.cpp: ik 0.1.5 requires "
+                       f"{arch}.{' or '.join(group)} (src/llama-hparams.cpp), which the file lacks: it fails to load")
     if arch in IK_NEXTN_UNREAD and (int_key(inv, "nextn_predict_layers") or 0):
         why.append(f"memory is not modelled for {arch}.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does "
                    "not read it: its MTP blocks would be taken as trunk layers)")
