@@ -24,7 +24,7 @@ def rows() -> list[str]:
     from moeconf.fixtures.layouts import LAYOUTS
     from moeconf.memory import support
     from moeconf.memory.graph.archs import ARCHS as COMPOSED
-    from moeconf.memory.ikarchs import COMPUTE_DIFFERS, IK_FAILS, KV_ONLY
+    from moeconf.memory.ikarchs import COMPUTE_DIFFERS, IK_FAILS, IK_NEXTN_UNREAD, KV_ONLY
     from moeconf.model import nametable
     not_text = support.NOT_APPLICABLE
     from tests import graph_oracle
@@ -60,6 +60,8 @@ def rows() -> list[str]:
         on_ik = ("-" if arch not in ik else "MoE files fail to load" if arch in IK_FAILS else
                  "loads; weights and KV modelled, compute refused (ik's graph differs)" if arch in COMPUTE_DIFFERS else
                  "loads; memory modelled" if arch in KV_ONLY or (spec and "ik_llama.cpp" in spec.engines) else "loads")
+        if arch in IK_NEXTN_UNREAD and arch in KV_ONLY:
+            on_ik += " (a file with MTP blocks refused: ik does not read nextn_predict_layers)"
         out.append(f"| `{arch}` | {on_ik} | {', '.join(layouts) or '-'} | "
                    f"{tiny or '-'}, {real or '-'} | {composed} | {memory} |")
     modelled = sum(1 for a in support.routed_expert_archs() if a in support.MODELLED)

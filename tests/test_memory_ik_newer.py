@@ -113,6 +113,28 @@ def test_a_wrong_figure_or_a_wrong_model_is_caught(models: dict[str, Inventory],
     assert any(m.startswith("KV") for m in mismatches(row, wrong, inv, unused))
 
 
+def test_a_wrong_mla_figure_or_model_is_caught_on_mistral4(models: dict[str, Inventory],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # Mistral-Small-4 (build_deepseek2 on ik): the wkv_b ik computes at load at the default -mla 3, and the
+    # latent cache (kv_lora_rank + n_rot a cell); -mla 1 computes nothing and keeps K and V^T
+    inv = models["mistral-small-4"]
+    for line in ("-c 4096", "-c 8192 -mla 1 -fa off"):
+        row = next(r for r in KV_ROWS if r["model"] == "mistral-small-4" and r["line"] == line)
+        est, unused = _estimate(inv, line)
+        assert mismatches(row, est, inv, unused) == []
+        assert (row["ik"]["computed"] > 0) == (line == "-c 4096")
+        for key, delta, what in (("kv", 0.5, "KV"), ("computed", 1.5, "weights")):
+            bad = {**row, "ik": {**row["ik"], key: row["ik"][key] + delta}}
+            assert any(m.startswith(what) for m in mismatches(bad, est, inv, unused)), (line, key)
+    # a wrong model: the tensors ik computes at load left out
+    import sys
+
+    row = next(r for r in KV_ROWS if r["model"] == "mistral-small-4" and r["line"] == "-c 4096")
+    monkeypatch.setattr(sys.modules["moeconf.memory.estimate"], "computed_weights", lambda *a, **k: {})
+    wrong, unused = _estimate(inv, row["line"])
+    assert any(m.startswith("weights") for m in mismatches(row, wrong, inv, unused))
+
+
 def test_on_llama_cpp_nothing_changes() -> None:
     # the KV-only mode is ik's alone: on llama.cpp these architectures stay as modelled or refused
     for arch in KV_ONLY:
@@ -196,16 +218,71 @@ def test_a_key_only_ik_reads_is_modelled_at_zero_only(key: str, value: int, mode
                                           "does not read for gemma4)"]), why
 
 
-@pytest.mark.parametrize(("key", "fragment"), [("mistral-small-4", "build_deepseek2"),
-                                               ("step-3.5-flash", "swiglu_clamp_exp"),
-                                               ("mimo-v2-flash", "nextn_predict_layers")])
-def test_what_ik_loads_unmeasured_is_refused_saying_why(key: str, fragment: str, tmp_path: Path) -> None:
-    from moeconf.fixtures.layouts import LAYOUTS
-    from moeconf.memory.ikarchs import IK_NOT_MEASURED
+@pytest.mark.parametrize(("key", "drop", "fragment"), [
+    ("step-3.5-flash", "", "step35.swiglu_clamp_exp or swiglu_limits"),
+    ("step-3.5-flash", "", "step35.swiglu_clamp_shexp or swiglu_limits_shared"),
+    ("step-3.5-flash", "", "step35.rope.freq_base_swa or rope.freq_base_per_layer"),
+    ("mistral-small-4", "leading_dense_block_count", "mistral4.leading_dense_block_count"),
+    ("mimo-v2-flash", "rope.freq_base_swa", "mimo2.rope.freq_base_swa"),
+])
+def test_a_file_ik_fails_to_load_is_refused_there(key: str, drop: str, fragment: str, tmp_path: Path) -> None:
+    # a key ik 0.1.5 requires that llama.cpp does not (ikarchs.IK_REQUIRED_KEYS): the published conversions write
+    # it; a file without it (the step-3.5-flash layout, which has no SwiGLU limits; the others with the key taken
+    # out) fails to load on ik, and moeconf says so there; llama.cpp models it
+    import dataclasses
 
+    from moeconf.fixtures.layouts import LAYOUTS
+
+    lay = LAYOUTS[key]
+    if key == "mimo-v2-flash":
+        lay = cases.cut_layout(key)  # no MTP block (refused on ik for that alone)
     path = tmp_path / f"{key}.gguf"
-    write_layout(LAYOUTS[key], path, vocab=256)
+    write_layout(lay, path, vocab=256)
     inv = load_inventory(path)
-    assert inv.arch in IK_NOT_MEASURED and inv.arch not in KV_ONLY
+    if drop:
+        hparams = tuple((k, v) for k, v in inv.metadata.hparams if k != drop)
+        keys = tuple(k for k in inv.metadata.arch_keys or () if k != drop)
+        inv = dataclasses.replace(inv, metadata=dataclasses.replace(inv.metadata, hparams=hparams, arch_keys=keys))
     why = unmodelled(inv, "ik_llama.cpp")
-    assert len(why) == 1 and "not measured on ik" in why[0] and fragment in why[0], why
+    assert any(fragment in w and "it fails to load" in w for w in why), why
+    assert unmodelled(inv, "llama.cpp") == []
+    # the cut measured on ik has it, and nothing is refused
+    assert unmodelled(load_inventory(_write(cases.cut_layout(key), tmp_path / "cut.gguf")), "ik_llama.cpp") == []
+
+
+def _write(layout: Any, path: Path) -> Path:
+    write_layout(layout, path, vocab=256)
+    return path
+
+
+def test_an_mtp_block_ik_would_run_as_a_trunk_layer_is_refused(tmp_path: Path) -> None:
+    # MiMo-V2-Flash with its MTP block (nextn_predict_layers 1): ik 0.1.5 does not read the key, so the block would
+    # be a trunk layer there (loaded, cached, run): refused on ik with that reason; llama.cpp models it. The cut
+    # measured on ik has no MTP block (tests/engine/ik_newer_cases.py). Step-3.5-Flash's 3 MTP blocks likewise
+    from moeconf.fixtures.layouts import LAYOUTS
+    from tests.step35_variant import write_variant
+
+    step35 = load_inventory(write_variant(tmp_path / "step35.gguf"))
+    assert any("step35.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does not read it" in w
+               for w in unmodelled(step35, "ik_llama.cpp"))
+    assert unmodelled(step35, "llama.cpp") == []
+
+    path = tmp_path / "mimo-v2-flash.gguf"
+    write_layout(LAYOUTS["mimo-v2-flash"], path, vocab=256)
+    inv = load_inventory(path)
+    assert inv.metadata.hparam("nextn_predict_layers") == 1 and kv_only(inv.arch, "ik_llama.cpp")
+    assert unmodelled(inv, "ik_llama.cpp") == [
+        "memory is not modelled for mimo2.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does not read it: its MTP "
+        "blocks would be taken as trunk layers)"]
+    assert unmodelled(inv, "llama.cpp") == []
+    assert cases.cut_layout("mimo-v2-flash").nextn == 0
+
+
+def test_a_wrong_figure_is_caught_on_mimo2(models: dict[str, Inventory]) -> None:
+    inv = models["mimo-v2-flash"]
+    for row in [r for r in KV_ROWS if r["model"] == "mimo-v2-flash"]:
+        est, unused = _estimate(inv, row["line"])
+        assert mismatches(row, est, inv, unused) == []
+        for key, delta, what in (("kv", 0.02, "KV"), ("weights", 1.5, "weights")):
+            bad = {**row, "ik": {**row["ik"], key: row["ik"][key] + delta}}
+            assert any(m.startswith(what) for m in mismatches(bad, est, inv, unused)), (row["line"], key)

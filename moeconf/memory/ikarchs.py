@@ -4,12 +4,13 @@ against the buffer sizes ik logs on real loads of cut layouts (tests/engine/test
 figures in tests/data/ik_newer_figures.json):
 
 - Weights: the tensors ik loads as placed (moeconf/model/nametable.py IK_ARCH_TENSORS), plus, for
-  glm-dsa, the `wkv_b` ik computes at load from `attn_k_b`/`attn_v_b` for `-mla` 2 and 3, in
-  every block including the MTP block whose other tensors it skips (`llm_prepare_mla`;
-  memory/ikmla.py).
+  glm-dsa and mistral4 (mainline conversions: `attn_k_b`/`attn_v_b`), the `wkv_b` ik computes at
+  load from them for `-mla` 2 and 3, in every block including a GLM MTP block whose other tensors
+  it skips (`llm_prepare_mla`; memory/ikmla.py).
 - KV (`llama_kv_cache_init`, src/llama.cpp): one cache of `n_ctx` cells whatever `-np` (ik has
   no per-sequence streams), for the trunk blocks only (`n_layer - nextn_predict_layers`).
-  glm-dsa takes the MLA path (the latent of `kv_lora_rank + n_rot` per cell): ik allocates NO
+  glm-dsa and mistral4 (Mistral-Small-4, whose ik graph is build_deepseek2) take the MLA path
+  (the latent of `kv_lora_rank + n_rot` per cell); for glm-dsa ik allocates NO
   lightning-indexer key cache (and never runs the indexer: its graph is DeepSeek's dense MLA).
   Qwen3.5-MoE and Qwen3-Next: the attention layers keep K and V, each recurrent layer one F32
   state of `n_embd_v_s()` per slot (`llama-hparams.h`: `(conv_kernel - 1) * (2 * state_size *
@@ -22,6 +23,12 @@ figures in tests/data/ik_newer_figures.json):
   `full_attention_interval` (default 4); qwen3next ignores it and takes every 4th layer as
   attention; neither reads `attention.recurrent_layers` nor, for qwen35moe, `nextn_predict_layers`.
   A file whose keys would make mainline (and so moeconf's layer map) differ is refused on ik.
+- MTP blocks: qwen35moe, mimo2 and step35 (`IK_NEXTN_UNREAD`) do not read `nextn_predict_layers` on
+  ik, so a file with MTP blocks would run them as trunk layers there: refused on ik (the mimo2 and
+  step35 cuts measured have none).
+- Keys ik requires that llama.cpp does not (`IK_REQUIRED_KEYS`: mistral4's leading dense blocks,
+  mimo2's and step35's sliding RoPE base, step35's SwiGLU limits): a file without them fails to load
+  on ik, and is refused there.
 - Compute: ik builds its own graphs (src/llama-build-context.cpp: fused MoE up/gate, its MLA and
   delta-net kernels) and has no allocation-free projection to check them against. moeconf sizes
   ik's compute buffers (these architectures and `MODELLED_IN_FULL`) as llama.cpp's
@@ -63,7 +70,7 @@ MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-os
 # model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
-                            "granitemoe", "mistral3", "qwen2moe", "gemma4"})
+                            "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2", "step35"})
 _IK_KEYS: Final[dict[str, frozenset[str]]] = {
     "qwen35moe": _recurrent.KEYS,
     "qwen3next": _recurrent.KEYS,
@@ -88,16 +95,8 @@ IK_FAILS: Final[dict[str, str]] = {
 
 
 # MoE architectures ik 0.1.5 loads whose memory on ik is not measured yet: what a measurement has to deal with
-# (a real load of moeconf's cut layout failed on these keys, which published conversions write)
-IK_NOT_MEASURED: Final[dict[str, str]] = {
-    "mistral4": ("not measured on ik: its graph there is build_deepseek2 (MLA attention, whose buffer ik_llama.cpp "
-                 "sizes differently from llama.cpp, memory/ikmla.py), and ik 0.1.5 requires "
-                 "mistral4.leading_dense_block_count"),
-    "step35": ("not measured on ik: ik 0.1.5 requires step35.swiglu_clamp_exp and swiglu_clamp_shexp "
-               "(src/llama-hparams.cpp) and builds its own graph (build_step35)"),
-    "mimo2": ("not measured on ik: ik 0.1.5 requires mimo2.rope.freq_base_swa and does not read "
-              "mimo2.nextn_predict_layers (src/llama-hparams.cpp), so an MTP block would be taken as a trunk layer"),
-}
+# (none since mistral4, step35 and mimo2 were measured: IK_REQUIRED_KEYS holds the keys their loads needed)
+IK_NOT_MEASURED: Final[dict[str, str]] = {}
 
 
 def why_not(arch: str, engine: str) -> str:
@@ -125,7 +124,11 @@ COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
     "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11), "llama": (2, 11),
-    "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11),
+    "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11), "mimo2": (32, 11),
+    # step35: measured on the cut with SwiGLU limits on its first dense block and last two MoE blocks (not the
+    # model's own values, which moeconf has no source for: tests/engine/ik_newer_cases.py IK_KEYS); ik's buffers
+    # were at or below llama.cpp's graph on every figure (by 0.02 to 320 MiB)
+    "step35": (0, 11),
 }
 # architectures whose ik compute buffers, measured over RPC like the others', exceeded llama.cpp's graph by far more
 # than a margin (over 64 MiB): compute refused, saying how ik's graph differs. Weights and KV are modelled
@@ -133,6 +136,11 @@ COMPUTE_DIFFERS: Final[dict[str, str]] = {
     "gemma4": ("in its global-attention layers (K shared as V, no attn_v) ik's build_gemma4 builds attention through "
                "llm_build_kv, whose buffer held the f32 KQ matrix (n_head x n_kv x n_ubatch x 4 bytes): 1,029.5 MiB "
                "logged against llama.cpp's graph's 527 at -c 32768 -ub 512 (+502), +2,009 at -ub 2048"),
+    "mistral4": ("its graph there is build_deepseek2, whose MLA attention held 1,248 MiB at -c 32768 against "
+                 "llama.cpp's graph's 304 (+944), growing with the context; and ik's MLA attention model "
+                 "(memory/ikmla.py, measured on DeepSeek-V3 and GLM-5) missed Mistral-Small-4's buffer by more than "
+                 "its 37 MiB margin at -ub 2048: 1,392 against 1,536 logged at -c 32768 (-144), 1,248 against 1,056 "
+                 "at -c 4096 (+192); tests/data/ik_mla_mistral4.json"),
 }
 # architectures whose ik compute was also read on a real GPU (tests/data/ik_cuda_h200.json, checked
 # by tests/test_ik_cuda_measured.py): the lines, and what the CUDA build logged against this estimate
@@ -149,6 +157,11 @@ FA_OFF_MEASURED: Final[dict[str, str]] = {
 # modelled from ik's MLA attention (memory/ikmla.py `attention_peak`, its margin measured over RPC on the
 # cut layout named here, tests/data/ik_mla_figures.json), not from llama.cpp's graph
 MLA_MODELLED: Final[dict[str, str]] = {"deepseek2": "DeepSeek-V3", "glm-dsa": "GLM-5"}
+# the other architectures ik 0.1.5 builds with build_deepseek2 (src/llama-build-context.cpp), and what was measured:
+# their compute refused (COMPUTE_DIFFERS), the next step the MLA one (`compute_next_step`: -amb caps that buffer)
+IK_MLA_GRAPH: Final[dict[str, str]] = {
+    "mistral4": "Mistral-Small-4: ik's MLA attention model missed its buffers beyond the margin (COMPUTE_DIFFERS)",
+}
 
 
 # an MLA_MODELLED architecture's compute on a device running no attention layer (the host with every layer
@@ -190,7 +203,7 @@ def compute_not_measured(arch: str) -> str:
 
 def compute_next_step(arch: str) -> str:
     """What a user can do where ik's compute is refused for a model whose weights and KV are modelled."""
-    if arch in MLA_MODELLED:
+    if arch in MLA_MODELLED or arch in IK_MLA_GRAPH:
         return ("next step: write the placement as explicit rules (`moeconf compile`) and check it with `moeconf "
                 "explain` (weights and KV cache exact), leaving room on each GPU for ik's compute buffer (ik logs it "
                 "at start: `compute buffer size`); ik's -amb caps its MLA attention's buffer")
@@ -217,9 +230,26 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
 
 
 # ik 0.1.5's gated delta-net layer maps (src/llama-hparams.cpp, load_hparams): the attention interval it
-# takes whatever full_attention_interval says (None: it reads the key), and whether it reads
-# nextn_predict_layers (qwen35moe: no, its MTP blocks would be taken as trunk layers)
-_IK_DELTA_NET: Final[dict[str, tuple[int | None, bool]]] = {"qwen3next": (4, True), "qwen35moe": (None, False)}
+# takes whatever full_attention_interval says (None: it reads the key)
+_IK_DELTA_NET: Final[dict[str, int | None]] = {"qwen3next": 4, "qwen35moe": None}
+# the KV_ONLY architectures whose ik 0.1.5 loader does not read nextn_predict_layers (src/llama-hparams.cpp,
+# load_hparams): a file's MTP blocks would be trunk layers there (their tensors loaded, a KV cache each, run in
+# the graph), which moeconf does not model: such a file is refused on ik. Architecture -> where ik reads its keys
+IK_NEXTN_UNREAD: Final[dict[str, str]] = {
+    "qwen35moe": "load_hparams, LLM_ARCH_QWEN35MOE",
+    "mimo2": "load_hparams, LLM_ARCH_MIMO2",
+    "step35": "load_hparams, LLM_ARCH_STEP35",
+}
+# keys ik 0.1.5's loader requires of a KV_ONLY architecture where llama.cpp's does not (src/llama-hparams.cpp,
+# load_hparams: get_key without `required = false`, or a GGML_ASSERT): a file without them fails to load on ik, so
+# moeconf refuses it there. Architecture -> the keys, each a group of alternatives (ik takes either); the published
+# conversions write the first of each (docs/memory.md, ik_llama.cpp)
+IK_REQUIRED_KEYS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
+    "mistral4": (("leading_dense_block_count",),),
+    "mimo2": (("rope.freq_base_swa",),),
+    "step35": (("swiglu_clamp_exp", "swiglu_limits"), ("swiglu_clamp_shexp", "swiglu_limits_shared"),
+               ("rope.freq_base_swa", "rope.freq_base_per_layer")),
+}
 
 
 def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozenset[str]) -> list[str]:
@@ -233,9 +263,15 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozen
     # as on llama.cpp (support.unread_keys)
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
            for k in keys if k not in known and not neutral(k, inv)]
-    ik_map = _IK_DELTA_NET.get(arch)
-    if ik_map is not None:
-        fixed, reads_nextn = ik_map
+    for group in IK_REQUIRED_KEYS.get(arch, ()):
+        if not any(k in keys for k in group):
+            why.append(f"memory is not modelled for this {arch} file on ik_llama.cpp: ik 0.1.5 requires "
+                       f"{arch}.{' or '.join(group)} (src/llama-hparams.cpp), which the file lacks: it fails to load")
+    if arch in IK_NEXTN_UNREAD and (int_key(inv, "nextn_predict_layers") or 0):
+        why.append(f"memory is not modelled for {arch}.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does "
+                   "not read it: its MTP blocks would be taken as trunk layers)")
+    if arch in _IK_DELTA_NET:
+        fixed = _IK_DELTA_NET[arch]
         if inv.metadata.hparam("attention.recurrent_layers") is not None:
             why.append(f"memory is not modelled for {arch}.attention.recurrent_layers on ik_llama.cpp (ik 0.1.5 "
                        "ignores the array and derives the recurrent layers from the attention interval)")
@@ -243,9 +279,6 @@ def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozen
         if fixed is not None and interval not in (None, fixed):
             why.append(f"memory is not modelled for {arch}.full_attention_interval = {interval} on ik_llama.cpp "
                        f"(ik 0.1.5 takes every {fixed}th layer as attention whatever the key)")
-        if not reads_nextn and (int_key(inv, "nextn_predict_layers") or 0):
-            why.append(f"memory is not modelled for {arch}.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does "
-                       "not read it: its MTP blocks would be taken as trunk layers)")
         rs = _recurrent.shape(inv)
         if rs is not None and rs.n_v_heads and rs.d_inner // rs.n_v_heads != rs.d_state:
             why.append(f"memory is not modelled for {arch} on ik_llama.cpp with a value head width "

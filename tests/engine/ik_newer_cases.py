@@ -36,10 +36,27 @@ CUTS: dict[str, dict[str, int]] = {
     "mistral3-synthetic-moe": {"blocks": 3, "experts": 2},
     "qwen1.5-moe-a2.7b": {"blocks": 4, "experts": 8},  # filled (FILLED)
     "gemma-4-26b-a4b": {"blocks": 6, "experts": 8},  # five sliding-window blocks and one global; filled
+    "mistral-small-4": {"blocks": 4, "experts": 8},  # MLA (mainline attn_k_b/attn_v_b), every block MoE
+    # the dense block, four sliding and one full; no MTP block (ik 0.1.5 does not read mimo2.nextn_predict_layers:
+    # a file with one is refused on ik, ikarchs.IK_NEXTN_UNREAD)
+    "mimo-v2-flash": {"blocks": 6, "experts": 8, "nextn": 0},
+    "step-3.5-flash": {"blocks": 5, "experts": 16},  # 3 dense + 2 MoE; full, 3 sliding, full; keys: IK_KEYS
 }
 # a layout's parts as the published files have them where ik's loader requires that form: Gemma 4's
 # experts with gate and up fused (ik 0.1.5 reads only ffn_gate_up_exps; llama.cpp reads either)
 PARTS: dict[str, tuple[str, ...]] = {"gemma-4-26b-a4b": ("gate_up",)}
+# keys the published files have beyond the layout, which ik 0.1.5's loader requires (ikarchs.IK_REQUIRED_KEYS):
+# Step-3.5-Flash's per-layer SwiGLU limits (llama.cpp's converter, conversion/step3.py, writes swiglu_clamp_exp and
+# swiglu_clamp_shexp from the config's swiglu_limits lists, padded to the blocks) and its sliding layers' RoPE base
+# (rope.freq_base_swa, from the config's per-layer rope_theta list: 10000 on sliding layers). The limits' values are
+# tests/step35_variant.py's (a limit on the last two blocks' routed and shared experts and on the first dense block),
+# NOT the model's own, for which moeconf has no source: weights and KV do not depend on them, compute does (which
+# layers clamp), so compute is not measured on them
+IK_KEYS: dict[str, tuple[tuple[str, str, object], ...]] = {
+    "step-3.5-flash": (("swiglu_clamp_exp", "u32[]", [0.0, 0.0, 0.0, 7.0, 7.0]),
+                       ("swiglu_clamp_shexp", "u32[]", [16.0, 0.0, 0.0, 16.0, 16.0]),
+                       ("rope.freq_base_swa", "f32", 10000.0)),
+}
 # measured for weights and KV only (no placement lines): -mla 0 on a mainline DeepSeek conversion
 KV_ONLY_CUTS: dict[str, dict[str, int]] = {"deepseek-v3": {"blocks": 4, "experts": 8}}
 
@@ -56,6 +73,8 @@ EXTRA_KV_LINES: dict[str, list[str]] = {
     "glm-5": ["-c 8192 -mla 1 -fa off", "-c 8192 -mla 2 -fa off -ctk q8_0 -ctv f16", "-c 4096 -mla 0",
               "-c 4096 -mla 0 -ctk q8_0 -fa on"],
     "deepseek-v3": ["-c 4096 -mla 0", "-c 4096 -mla 0 -ctk q8_0 -fa on"],
+    "mistral-small-4": ["-c 8192 -mla 1 -fa off", "-c 8192 -mla 2 -fa off -ctk q8_0 -ctv f16", "-c 4096 -mla 0",
+                        "-c 4096 -mla 0 -ctk q8_0 -fa on"],
     "qwen3.5-35b-a3b": ["-c 16384 -np 4 -ctk q8_0 -ctv f16"],
     "qwen3-next-80b-a3b": ["-c 16384 -np 4 -ctk q8_0 -ctv f16"],
 }
@@ -72,22 +91,26 @@ PLACEMENT_LINES: list[str] = [
 def cut_layout(name: str) -> ModelLayout:
     cut = {**CUTS, **KV_ONLY_CUTS}[name]
     layout = LAYOUTS[name]
+    nextn = cut.get("nextn", layout.nextn)
     # the per-block patterns (sliding window, heads) of the first blocks, and the MTP block's last
     per_block: dict[str, tuple[object, ...]] = {}
     for field in ("swa", "heads_per_block"):
         pattern = getattr(layout, field, ())
         if pattern:
-            keep = cut["blocks"] - layout.nextn
-            per_block[field] = (*pattern[:keep], *pattern[len(pattern) - layout.nextn:])
+            keep = cut["blocks"] - nextn
+            per_block[field] = (*pattern[:keep], *pattern[len(pattern) - nextn:])
     if name in PARTS:
         per_block["extra"] = (*layout.extra, ("parts", PARTS[name]))
+    if name in IK_KEYS:
+        per_block["extra"] = (*layout.extra, ("keys", IK_KEYS[name]))
     return dataclasses.replace(layout, key=f"{name}-cut", **cut, **per_block)
 
 
 # cuts whose blocks ik cannot run all-zero: ik 0.1.5's CPU flash attention aborts on the first token
-# (iqk_fa_templates.h, GGML_ASSERT(S > 0)) on an all-zero Qwen1.5-MoE or Gemma 4, after every buffer is allocated. Their
-# blocks' tensors other than the routed experts get non-zero values (`fill_blocks`); the sizes are unchanged
-FILLED: frozenset[str] = frozenset({"qwen1.5-moe-a2.7b", "gemma-4-26b-a4b"})
+# (iqk_fa_templates.h, GGML_ASSERT(S > 0)) on an all-zero Qwen1.5-MoE, Gemma 4 or Step-3.5 (Step-3.5 with flash
+# attention off: a non-finite row sum, ggml.c), after every buffer is allocated. Their blocks' tensors other than
+# the routed experts get non-zero values (`fill_blocks`); the sizes are unchanged
+FILLED: frozenset[str] = frozenset({"qwen1.5-moe-a2.7b", "gemma-4-26b-a4b", "step-3.5-flash"})
 
 
 def fill_blocks(path: Path) -> None:

@@ -1,5 +1,6 @@
 """ik_llama.cpp 0.1.5 on the newer architectures (Qwen3.5-MoE, Qwen3-Next, GLM-5's glm-dsa,
-MiniMax-M2, Grok-1, ERNIE-4.5, Hunyuan, Ling 2.0, dots.llm1, Qwen3-VL-MoE): where it places each
+MiniMax-M2, Grok-1, ERNIE-4.5, Hunyuan, Ling 2.0, dots.llm1, Qwen3-VL-MoE, Mistral-Small-4, MiMo-V2-Flash,
+Step-3.5-Flash and the others in ik_newer_cases.CUTS): where it places each
 tensor (with `--dry-run`: placed, weights not read), and its weights and KV cache against the
 buffer sizes it logs on real loads of cut layouts (tests/engine/ik_newer_cases.py). moeconf
 models weights and KV on ik for these (moeconf/memory/ikarchs.py); their compute is measured by
