@@ -503,3 +503,29 @@ def test_a_file_with_ffn_biases_is_refused(tmp_path: Path, bias: str) -> None:
     assert not est.complete
     notes = " ".join(est.notes)
     assert "block(s) [1] have FFN biases (ffn_up/gate/down.bias" in notes and "-fitp on" in notes, notes
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ("kv_b", "block(s) [1] have attn_kv_b without attn_k_b.weight"),
+    ("shexp", "block(s) [1, 2] have only some of ffn_gate/up/down_shexp"),
+])
+def test_a_kimi_k3_file_in_an_unchecked_form_is_refused(tmp_path: Path, change: str, said: str) -> None:
+    """Kimi-K3's loader takes MLA's decompressing attn_kv_b in place of attn_k_b and attn_v_b, and each of the
+    shared expert's three tensors on its own (the engine runs the shared expert on ffn_gate_shexp alone): no
+    recorded dump checked either graph (the composition stopped on attn_kv_b with a NotImplementedError, and
+    built a shared expert from ffn_up_shexp without its gate), so such a file is refused naming the blocks. The
+    tiny model's own forms (its dumps) are modelled."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model("kimi-k3", "a", tmp_path / "k3.gguf"))
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    if change == "kv_b":
+        tensors = tuple(dataclasses.replace(t, name=t.name.replace(".attn_k_b.", ".attn_kv_b.")) for t in inv.tensors
+                        if not t.name.endswith(".attn_v_b.weight"))
+    else:
+        tensors = tuple(t for t in inv.tensors if not t.name.endswith(".ffn_gate_shexp.weight"))
+    est = estimate_line(dataclasses.replace(inv, tensors=tensors), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert said in notes, notes
