@@ -529,3 +529,20 @@ def test_a_kimi_k3_file_in_an_unchecked_form_is_refused(tmp_path: Path, change: 
     assert not est.complete
     notes = " ".join(est.notes)
     assert said in notes, notes
+
+
+def test_a_qwen4exp_file_without_its_shared_expert_is_refused(tmp_path: Path) -> None:
+    """Qwen4Exp's loader requires the shared expert (its four tensors created flag 0): a file without one does
+    not load, so the composition has no branch for it (the one it had no dump checked); the refusal names the
+    tensors the file lacks. The tiny model with its shared experts is modelled."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model("qwen4exp", "b", tmp_path / "q4.gguf"))
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    tensors = tuple(t for t in inv.tensors if "_shexp" not in t.name)
+    est = estimate_line(dataclasses.replace(inv, tensors=tensors), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "llama.cpp refuses to load this file: its qwen4exp loader requires blk.0.ffn_gate_inp_shexp.weight" in notes, \
+        notes
