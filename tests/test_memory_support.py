@@ -544,5 +544,28 @@ def test_a_qwen4exp_file_without_its_shared_expert_is_refused(tmp_path: Path) ->
     est = estimate_line(dataclasses.replace(inv, tensors=tensors), "-c 4096 -ngl 999")
     assert not est.complete
     notes = " ".join(est.notes)
-    assert "llama.cpp refuses to load this file: its qwen4exp loader requires blk.0.ffn_gate_inp_shexp.weight" in notes, \
-        notes
+    said = "llama.cpp refuses to load this file: its qwen4exp loader requires blk.0.ffn_gate_inp_shexp.weight"
+    assert said in notes, notes
+
+
+@pytest.mark.parametrize(("arch", "drop", "said"), [
+    ("mistral4", "blk.1.ffn_norm.weight", "(block 1)"),
+    ("qwen3next", "blk.1.attn_q_norm.weight", "(block 1)"),
+    ("glm-dsa", "indexer.k_norm.weight", "(block 0, block 1"),
+])
+def test_a_norm_without_its_weight_is_refused(tmp_path: Path, arch: str, drop: str, said: str) -> None:
+    """Every recorded dump's norms have their weight: a file lacking a norm tensor the composition reads (one
+    the loader requires without the generated table knowing it, as mistral4's flags-created ffn_norm, or one it
+    takes as optional, as glm-dsa's indexer.k_norm) built build_norm's weightless branch, a graph no dump
+    checked, and printed its figures as exact; such a file is refused naming the blocks."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model(arch, "a", tmp_path / f"{arch}.gguf"))
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    tensors = tuple(t for t in inv.tensors if t.name != drop and not t.name.endswith(f".{drop}"))
+    assert len(tensors) < len(inv.tensors)
+    est = estimate_line(dataclasses.replace(inv, tensors=tensors), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert f"it lacks a norm weight the graph reads {said}" in notes and "-fitp on" in notes, notes
