@@ -38,8 +38,12 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     return _unfused(placement, setup, g, backends)
 
 
-# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order
-FUSED_PROBES = ("LIGHTNING_INDEXER", "DSV4_HC_PRE", "DSV4_HC_COMB", "DSV4_HC_POST")
+# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order: the pinned
+# llama-context.cpp sets only auto_fhc (the three DeepSeek-V4 hyper-connection ops); auto_fgdn and auto_flid
+# are false from the context's construction on, so the fused gated delta net (GDN_AR, GDN_CH) and the
+# lightning indexer are never probed nor turned off: built fused on every placement, as every dump has them
+# (tests/engine/test_graphdump.py reads the flags from the pinned source)
+FUSED_PROBES = ("DSV4_HC_PRE", "DSV4_HC_COMB", "DSV4_HC_POST")
 
 
 def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: list[Backend]) -> frozenset[str]:
