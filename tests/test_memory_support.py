@@ -569,3 +569,24 @@ def test_a_norm_without_its_weight_is_refused(tmp_path: Path, arch: str, drop: s
     assert not est.complete
     notes = " ".join(est.notes)
     assert f"it lacks a norm weight the graph reads {said}" in notes and "-fitp on" in notes, notes
+
+
+def test_a_granitehybrid_shared_expert_without_its_width_is_refused(tmp_path: Path) -> None:
+    """Granite-4.0-H's loader creates the shared expert exactly where expert_shared_feed_forward_length is above 0:
+    a file with ffn_*_shexp but no width does not load (the composition, keyed on the tensors, gave it a figure
+    with a shared expert); the tiny set "a" (no shared expert, no width) is modelled."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model("granitehybrid", "a", tmp_path / "gh.gguf"))
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    up = inv.by_name["blk.0.ffn_up_exps.weight"]
+    down = inv.by_name["blk.0.ffn_down_exps.weight"]
+    extra = (dataclasses.replace(up, name="blk.0.ffn_gate_shexp.weight", shape=up.shape[:2]),
+             dataclasses.replace(up, name="blk.0.ffn_up_shexp.weight", shape=up.shape[:2]),
+             dataclasses.replace(down, name="blk.0.ffn_down_shexp.weight", shape=down.shape[:2]))
+    est = estimate_line(dataclasses.replace(inv, tensors=(*inv.tensors, *extra)), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "block(s) [0] have some of ffn_gate/up/down_shexp where the file's expert_shared_feed_forward_length is " \
+           "not set" in notes, notes
