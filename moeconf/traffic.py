@@ -49,7 +49,7 @@ from moeconf.engines import HOST
 from moeconf.memory.geometry import geometry
 from moeconf.memory.graph.archs import COMPOSITIONS, traits
 from moeconf.memory.graph.ggml import INPUT, VIEW_OPS, Tensor, nbytes, nelements
-from moeconf.memory.graph.model import Setup, build, file_refusals, setup_for, unfused_refusal
+from moeconf.memory.graph.model import Setup, build, file_refusals, setup_for, unfused_refusal, unweighted_refusal
 from moeconf.memory.graph.sched import Scheduler
 from moeconf.memory.kvcache import kv_bytes
 from moeconf.memory.settings import MemorySettings
@@ -257,8 +257,9 @@ def _evaluate(placement: Placement, setup: Setup) -> _Evaluation:
     """The graph of one evaluation, split by the scheduler: what each op reads of the weights, on the
     backend that runs it, and every split input copied in."""
     g, backends = build(placement, setup)
-    why = unfused_refusal(placement.inventory, g.cp.unfused, "traffic")
-    if why:  # a fused op the engine turns off here, whose unfused graph no dump checked
+    why = unweighted_refusal(placement.inventory, g.unweighted, "traffic") + unfused_refusal(
+        placement.inventory, g.cp.unfused, "traffic")
+    if why:  # a norm without its weight, or a fused op the engine turns off here, whose graph no dump checked
         raise TrafficUnmodelled(why[0])
     sched = Scheduler(backends, pipeline=False, op_offload=setup.op_offload)
     sched.split(g.gf, g.pinned)

@@ -503,3 +503,90 @@ def test_a_file_with_ffn_biases_is_refused(tmp_path: Path, bias: str) -> None:
     assert not est.complete
     notes = " ".join(est.notes)
     assert "block(s) [1] have FFN biases (ffn_up/gate/down.bias" in notes and "-fitp on" in notes, notes
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ("kv_b", "block(s) [1] have attn_kv_b without attn_k_b.weight"),
+    ("shexp", "block(s) [1, 2] have only some of ffn_gate/up/down_shexp"),
+])
+def test_a_kimi_k3_file_in_an_unchecked_form_is_refused(tmp_path: Path, change: str, said: str) -> None:
+    """Kimi-K3's loader takes MLA's decompressing attn_kv_b in place of attn_k_b and attn_v_b, and each of the
+    shared expert's three tensors on its own (the engine runs the shared expert on ffn_gate_shexp alone): no
+    recorded dump checked either graph (the composition stopped on attn_kv_b with a NotImplementedError, and
+    built a shared expert from ffn_up_shexp without its gate), so such a file is refused naming the blocks. The
+    tiny model's own forms (its dumps) are modelled."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model("kimi-k3", "a", tmp_path / "k3.gguf"))
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    if change == "kv_b":
+        tensors = tuple(dataclasses.replace(t, name=t.name.replace(".attn_k_b.", ".attn_kv_b.")) for t in inv.tensors
+                        if not t.name.endswith(".attn_v_b.weight"))
+    else:
+        tensors = tuple(t for t in inv.tensors if not t.name.endswith(".ffn_gate_shexp.weight"))
+    est = estimate_line(dataclasses.replace(inv, tensors=tensors), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert said in notes, notes
+
+
+def test_a_qwen4exp_file_without_its_shared_expert_is_refused(tmp_path: Path) -> None:
+    """Qwen4Exp's loader requires the shared expert (its four tensors created flag 0): a file without one does
+    not load, so the composition has no branch for it (the one it had no dump checked); the refusal names the
+    tensors the file lacks. The tiny model with its shared experts is modelled."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model("qwen4exp", "b", tmp_path / "q4.gguf"))
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    tensors = tuple(t for t in inv.tensors if "_shexp" not in t.name)
+    est = estimate_line(dataclasses.replace(inv, tensors=tensors), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    said = "llama.cpp refuses to load this file: its qwen4exp loader requires blk.0.ffn_gate_inp_shexp.weight"
+    assert said in notes, notes
+
+
+@pytest.mark.parametrize(("arch", "drop", "said"), [
+    ("mistral4", "blk.1.ffn_norm.weight", "(block 1)"),
+    ("qwen3next", "blk.1.attn_q_norm.weight", "(block 1)"),
+    ("glm-dsa", "indexer.k_norm.weight", "(block 0, block 1"),
+])
+def test_a_norm_without_its_weight_is_refused(tmp_path: Path, arch: str, drop: str, said: str) -> None:
+    """Every recorded dump's norms have their weight: a file lacking a norm tensor the composition reads (one
+    the loader requires without the generated table knowing it, as mistral4's flags-created ffn_norm, or one it
+    takes as optional, as glm-dsa's indexer.k_norm) built build_norm's weightless branch, a graph no dump
+    checked, and printed its figures as exact; such a file is refused naming the blocks."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model(arch, "a", tmp_path / f"{arch}.gguf"))
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    tensors = tuple(t for t in inv.tensors if t.name != drop and not t.name.endswith(f".{drop}"))
+    assert len(tensors) < len(inv.tensors)
+    est = estimate_line(dataclasses.replace(inv, tensors=tensors), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert f"it lacks a norm weight the graph reads {said}" in notes and "-fitp on" in notes, notes
+
+
+def test_a_granitehybrid_shared_expert_without_its_width_is_refused(tmp_path: Path) -> None:
+    """Granite-4.0-H's loader creates the shared expert exactly where expert_shared_feed_forward_length is above 0:
+    a file with ffn_*_shexp but no width does not load (the composition, keyed on the tensors, gave it a figure
+    with a shared expert); the tiny set "a" (no shared expert, no width) is modelled."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model("granitehybrid", "a", tmp_path / "gh.gguf"))
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    up = inv.by_name["blk.0.ffn_up_exps.weight"]
+    down = inv.by_name["blk.0.ffn_down_exps.weight"]
+    extra = (dataclasses.replace(up, name="blk.0.ffn_gate_shexp.weight", shape=up.shape[:2]),
+             dataclasses.replace(up, name="blk.0.ffn_up_shexp.weight", shape=up.shape[:2]),
+             dataclasses.replace(down, name="blk.0.ffn_down_shexp.weight", shape=down.shape[:2]))
+    est = estimate_line(dataclasses.replace(inv, tensors=(*inv.tensors, *extra)), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert "block(s) [0] have some of ffn_gate/up/down_shexp where the file's expert_shared_feed_forward_length is " \
+           "not set" in notes, notes

@@ -67,3 +67,32 @@ def test_one_architecture_recorded_alone(tool: Path, tmp_path: Path) -> None:
     after = {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if not p.name.startswith("dbrx-")}
     assert after == {**before, "index.json": after["index.json"]}
     assert all((folder / n).read_bytes() == (DATA / n).read_bytes() for n in before if n != "index.json")
+
+
+def test_fused_probes_are_the_pinned_engines() -> None:
+    """moeconf's fused-op probes (memory/graph/model.FUSED_PROBES) are the ones the pinned llama_context runs after
+    flash attention's, in its order: resolve_fused_ops resolves a group only where its auto_* flag is set, and the
+    pinned constructor sets auto_fgdn (the fused gated delta net) and auto_flid (the lightning indexer) false, so
+    neither is probed or turned off; a build that turns one on would show here."""
+    import re
+
+    from moeconf.memory.graph.model import FUSED_PROBES
+    from tests.engine.graphdump import TREE
+
+    src = (TREE / "src" / "llama-context.cpp").read_text()
+    probe = r"llm_fused_op_probe (llm_fused_op_\w+_probe) = \{\s*/\*\.op\s*=\*/ LLM_FUSED_OP_(\w+),"
+    ops = dict(re.findall(probe, src))
+    flags: dict[str, str] = {}  # each flag's first assignment: the constructor's (resolve_fused_ops clears them after)
+    for flag, value in re.findall(r"^\s*cparams\.(auto_\w+)\s*=\s*(true|false);", src, re.M):
+        flags.setdefault(flag, value)
+    body = src[src.index("void llama_context::resolve_fused_ops"):]
+    body = body[:body.index("\n}\n")]
+    probed: list[str] = []
+    for flag, block in re.findall(r"if \(cparams\.(auto_\w+)\) \{(.*?)\n    \}", body, re.S):
+        if flag == "auto_fa":
+            continue
+        assert flags.get(flag) in ("true", "false"), f"{flag} is not set to a constant in the constructor"
+        if flags[flag] == "true":
+            probed += [ops[p] for p in re.findall(r"resolve\((llm_fused_op_\w+_probe),", block)]
+    assert {"GDN_AR", "GDN_CH", "LIGHTNING_INDEXER"} <= set(ops.values()), ops
+    assert tuple(probed) == FUSED_PROBES, (probed, flags)

@@ -178,6 +178,9 @@ class GraphContext:
     lid_rot: int = 0
     # the fused ops built, as the graph result records them for resolve_fused_ops: (op, node, layer)
     fused: list[tuple[str, Tensor, int]] = field(default_factory=list)
+    # the layers (-1: outside the blocks) whose build_norm ran without a weight: a norm tensor the file lacks,
+    # a graph no recorded dump reached (every dump's norms have their weight): refused (model.unweighted_refusal)
+    unweighted: set[int] = field(default_factory=set)
 
     @property
     def n_tokens(self) -> int:
@@ -319,7 +322,11 @@ class GraphContext:
         return self.ctx.mul_mat(w, cur)
 
     def norm(self, cur: Tensor, w: Tensor | None, b: Tensor | None, il: int, rms: bool = True) -> Tensor:
+        """build_norm: RMS (or layer) norm, times the weight, plus the bias where there is one. Without a weight
+        (a norm tensor the file lacks) the layer is recorded in `unweighted`: the estimate is refused there."""
         c = self.ctx
+        if w is None:
+            self.unweighted.add(il)
         cur = c.rms_norm(cur) if rms else c.norm(cur)
         if w is not None or b is not None:
             self.cb(cur, "norm", il)

@@ -4,6 +4,7 @@ composition (`archs.ARCHS`), then the scheduler and the allocator (`sched`)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -37,8 +38,12 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     return _unfused(placement, setup, g, backends)
 
 
-# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order
-FUSED_PROBES = ("LIGHTNING_INDEXER", "DSV4_HC_PRE", "DSV4_HC_COMB", "DSV4_HC_POST")
+# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order: the pinned
+# llama-context.cpp sets only auto_fhc (the three DeepSeek-V4 hyper-connection ops); auto_fgdn and auto_flid
+# are false from the context's construction on, so the fused gated delta net (GDN_AR, GDN_CH) and the
+# lightning indexer are never probed nor turned off: built fused on every placement, as every dump has them
+# (tests/engine/test_graphdump.py reads the flags from the pinned source)
+FUSED_PROBES = ("DSV4_HC_PRE", "DSV4_HC_COMB", "DSV4_HC_POST")
 
 
 def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: list[Backend]) -> frozenset[str]:
@@ -321,15 +326,16 @@ def compute(placement: Placement, setup: Setup) -> dict[str, int]:
     return _compute(placement, setup)[0]
 
 
-def _compute(placement: Placement, setup: Setup) -> tuple[dict[str, int], frozenset[str]]:
-    """`compute`, and the fused ops the engine's probes turned off for it (`fused_off`)."""
+def _compute(placement: Placement, setup: Setup) -> tuple[dict[str, int], frozenset[str], frozenset[int]]:
+    """`compute`, the fused ops the engine's probes turned off for it (`fused_off`), and the layers whose
+    norms ran without a weight (`GraphContext.unweighted`)."""
     g, backends = _cached_build(placement, setup) if not setup.fa_auto else build(placement, setup)
     sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
     try:  # the build's pins kept or dropped as the reserve modelled does (`Setup.norm_pins`)
         sizes = sched.reserve(g.gf, g.pinned if setup.norm_pins else None)
     finally:
         sched.restore()
-    return {b.name: s for b, s in zip(backends, sizes, strict=True)}, g.cp.unfused
+    return {b.name: s for b, s in zip(backends, sizes, strict=True)}, g.cp.unfused, frozenset(g.unweighted)
 
 
 def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = False) -> Setup:
@@ -372,8 +378,24 @@ UNFUSED_CHECKED: dict[str, frozenset[str]] = {"glm5-next": frozenset({"DSV4_HC_P
 def checked_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> tuple[dict[str, int], list[str]]:
     """`graph_compute`, and the refusal of a placement on which the engine's probes turn off a fused op whose
     unfused form no recorded dump checked (empty where none is)."""
-    sizes, off = _compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
-    return sizes, unfused_refusal(placement.inventory, off, "compute")
+    sizes, off, unweighted = _compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
+    return sizes, unweighted_refusal(placement.inventory, unweighted, "compute") + unfused_refusal(
+        placement.inventory, off, "compute")
+
+
+def unweighted_refusal(inv: Inventory, layers: Collection[int], what: str) -> list[str]:
+    """Why `what` (compute, traffic) is not modelled where the graph built a norm without its weight (the
+    layers `layers`, -1 outside the blocks): the file lacks a norm tensor the composition reads, which the
+    engine's loader either requires (it refuses the file) or takes as optional (build_norm without a weight,
+    a graph no recorded dump reached); empty where every norm had its weight."""
+    if not layers:
+        return []
+    where = ", ".join("the output" if il < 0 else f"block {il}" for il in sorted(layers)[:4]) + (
+        f" and {len(layers) - 4} more" if len(layers) > 4 else "")
+    return [f"{what} not modelled for this {inv.arch} file: it lacks a norm weight the graph reads ({where}): "
+            "llama.cpp's loader refuses the file where it requires the tensor, and where the tensor is optional "
+            "the norm without a weight is a graph no recorded dump checked; measure it with llama.cpp's "
+            "llama-fit-params -fitp on"]
 
 
 def unfused_refusal(inv: Inventory, off: frozenset[str], what: str) -> list[str]:

@@ -116,7 +116,7 @@ def _inp_kpool(g: GraphContext, kpool: int, top_k: int, tail: bool, width: int) 
     k_idxs = c.input("I64", T, name="attn_inp_k_idxs")
     pool_cells, pool_idxs = c.input("I32", n_pool, name=""), c.input("I32", kpool, n_pool, name="")
     # the fused indexer takes an f16 mask
-    pool_mask = c.input("F16" if "LIGHTNING_INDEXER" not in cp.unfused else "F32", n_pool, T, name="")
+    pool_mask = c.input("F16", n_pool, T, name="")  # the fused indexer's (never turned off: model.FUSED_PROBES)
     tail_idxs = c.input("I32", kpool - 1, T, name="")
     for t in (pool_cells, pool_idxs, pool_mask, tail_idxs):
         g.expand(t)
@@ -212,13 +212,10 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     g.expand(c.set_rows(pooled_all, pooled_new, kp.new_pool_rep))  # cache_safe on a fresh cache
     pooled = c.reshape(c.get_rows(pooled_all, kp.pool_cells), width, 1, n_pool)
     weights = c.scale(g.mm(need(lw(il, "indexer.proj")), cur))
-    if "LIGHTNING_INDEXER" not in g.cp.unfused:
-        score = c.lightning_indexer(iq, pooled, weights, kp.pool_mask)
-        g.fused.append(("LIGHTNING_INDEXER", score, il))
-    else:
-        kq = c.mul_mat(c.permute(pooled, 0, 2, 1, 3), c.permute(iq, 0, 2, 1, 3))
-        score = c.mul(c.unary(c.cont(c.permute(kq, 2, 1, 0, 3)), "relu"), weights)
-        score = c.add(c.cont(c.permute(c.sum_rows(score), 2, 1, 0, 3)), kp.pool_mask)
+    # the fused LIGHTNING_INDEXER on every placement: the pinned engine never probes it (auto_flid false), so its
+    # unfused form (the engine's cparams.fused_lid false) is never built
+    score = c.lightning_indexer(iq, pooled, weights, kp.pool_mask)
+    g.fused.append(("LIGHTNING_INDEXER", score, il))
     n_top = kp.n_top
     top = c.top_k(score, n_top)
     sel_score = c.get_rows(c.reshape(score, 1, n_pool, T), top)

@@ -8,10 +8,34 @@ from __future__ import annotations
 from moeconf.memory.graph.archs._mamba import mamba2_layer, unbiased_conv
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
 from moeconf.memory.graph.blocks import GraphContext
+from moeconf.model.inventory import Inventory
 
 ARCH = "granitehybrid"
 TRAITS = Traits(recurrent="mamba")
-MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)", unmodelled=unbiased_conv,
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """Mamba-2 blocks without their convolution's bias (`unbiased_conv`), and a shared expert that does not match
+    expert_shared_feed_forward_length: the loader creates ffn_*_shexp in every expert block where the key is
+    above 0 and none where it is not, so a file with the tensors but not the key (or the key without them) does
+    not load, where the composition (keyed on the tensors) would give it a figure."""
+    width = inv.metadata.hparam("expert_shared_feed_forward_length")
+    keyed = isinstance(width, int) and width > 0
+    names = {t.name for t in inv.tensors}
+    routed = sorted({t.layer for t in inv.tensors if t.layer is not None
+                     and t.name == f"blk.{t.layer}.ffn_gate_inp.weight"})
+    parts = ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+    odd = [il for il in routed if any((f"blk.{il}.{p}.weight" in names) != keyed for p in parts)]
+    why = unbiased_conv(inv)
+    if odd:
+        why.append(f"llama.cpp refuses to load this file: block(s) {odd} have "
+                   f"{'not all of' if keyed else 'some of'} ffn_gate/up/down_shexp where the file's "
+                   f"expert_shared_feed_forward_length is {width or 'not set'} (its granitehybrid loader creates "
+                   "the shared expert in every expert block exactly where that width is above 0)")
+    return why
+
+
+MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)", unmodelled=_unmodelled,
                 keys=frozenset({"ssm.conv_kernel", "ssm.group_count", "ssm.inner_size", "ssm.state_size",
                                 "ssm.time_step_rank"}))
 

@@ -12,15 +12,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, need, unchecked_blocks
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
+from moeconf.model.inventory import Inventory
 
 ARCH = "kimi-k3"
+
+_SHEXP = ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+
+
+def _unmodelled(inv: Inventory) -> list[str]:
+    """The loader's forms no recorded dump checked (the tiny sets take the others: set "a" the low-rank Q,
+    attn_gate, the latent projections with ffn_routed_norm and the shared expert; set "b" the plain attn_q,
+    no gate, no latent, no shared expert): MLA blocks with the decompressing attn_kv_b (an older conversion),
+    and a shared expert with only some of its three tensors (the engine runs it on ffn_gate_shexp alone)."""
+    why = [f"{w}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"
+           for w in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older conversion: the engine "
+                                     "decompresses the heads through a full KV cache")]
+    names = {t.name for t in inv.tensors}
+    partial = sorted({t.layer for t in inv.tensors if t.layer is not None and 0 < sum(
+        f"blk.{t.layer}.{n}.weight" in names for n in _SHEXP) < len(_SHEXP)})
+    if partial:
+        why.append(_unchecked(inv, f"block(s) {partial} have only some of ffn_gate/up/down_shexp (a shared expert "
+                                   "the loader takes tensor by tensor)"))
+    return why
+
+
 MEMORY = Memory(CHECKED + " (Kimi-K3)", frozenset({
     "attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank", "attention.q_lora_rank",
     "ssm.conv_kernel", "kda.head_dim", "kda.gate_lower_bound", "attn_res.block_size", "expert_latent_length",
-    "activation.situ_beta", "activation.situ_linear_beta", "leading_dense_block_count"}))
+    "activation.situ_beta", "activation.situ_linear_beta", "leading_dense_block_count"}), unmodelled=_unmodelled)
 
 
 @dataclass
@@ -86,9 +108,6 @@ def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Ten
     inp_gate = cur
     q = g.mla_q(il, cur)
     kv_cmpr, k_pe = g.mla_kv(il, cur)
-    if w.layer(il, "attn_k_b") is None:
-        raise NotImplementedError(f"blk.{il}.attn_kv_b (Kimi-K3's unabsorbed MLA) is not composed; "
-                                  "the pinned converter writes attn_k_b and attn_v_b")
     q_cur, k_cur, kv3 = g.mla_absorbed(il, *g.mla_q_parts(q, g.hp.n_head[il]), kv_cmpr, k_pe)
     out = g.attn_k(attn_in, il, None, q_cur, k_cur, kv3, w.layer(il, "attn_v_b"))
     gate_w = w.layer(il, "attn_gate")

@@ -202,8 +202,8 @@ def _attn_layer(g: GraphContext, attn_in: AttnInput, qsa: dict[int, _Qsa], cur: 
 def _ffn(g: GraphContext, cur: Tensor, il: int) -> Tensor:
     c, w = g.ctx, g.w
     moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
-    if w.layer(il, "ffn_up_shexp") is None:
-        return moe
+    # the loader requires the shared expert (its four tensors flag 0): a file without one is refused as missing
+    # tensors (model/layertable.py), so the engine's no-shared-expert branch is not composed
     sh = g.layer_ffn(cur, il, part="_shexp")
     gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
     return c.add(moe, c.mul(sh, gate))
