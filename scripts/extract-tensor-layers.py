@@ -194,18 +194,53 @@ def _loop_head(body: str, start: int) -> str | None:
     return body[o + 1: j] if re.search(r"\bfor\s*$", body[:o].rstrip()) else None
 
 
-def mainline_required(root: Path, archs: dict[str, str],
-                      templates: dict[str, str]) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+_MTP_ONLY_PROBE = "blk.0.attn_norm.weight"
+
+
+def _trunk_flags(body: str, loop_start: int, call: int, flag: str) -> str | None:
+    """What the flag variable `flag` of a call at body[call] is in a trunk block of the loop whose brace
+    block opens at body[loop_start]: "0" (required), "unless_mtp_only" (required unless the file holds
+    only the MTP blocks: `trunk_flags = mtp_only ? TENSOR_NOT_REQUIRED : 0`, mtp_only being the file's
+    lack of blk.0.attn_norm.weight), or None (anything else: not read)."""
+    if flag == "0":
+        return "0"
+    decl = list(re.finditer(rf"\bconst\s+int\s+{flag}\s*=\s*([^;]+);", body[loop_start:call]))
+    if len(decl) != 1 or re.search(rf"\b{flag}\s*[|&+-]?=(?!=)", body[loop_start:call][decl[0].end():]):
+        return None
+    expr = decl[0].group(1).strip()
+    mtp = {v for v in re.findall(r"\bconst\s+bool\s+(\w+)\s*=\s*i\s*>=\s*n_layer\s*;", body[loop_start:call])}
+    is_mtp = "|".join(["i\\s*>=\\s*n_layer", *mtp])
+    m = (re.fullmatch(r"\(?\s*i\s*<\s*n_layer\s*\)?\s*\?\s*(\w+)\s*:\s*[^:?]+", expr)
+         or re.fullmatch(rf"\(?\s*(?:{is_mtp})\s*\)?\s*\?\s*[^:?]+:\s*(\w+)", expr))
+    if not m:
+        return None
+    trunk = m.group(1)
+    if trunk == "0":
+        return "0"
+    top = re.search(rf"\bconst\s+int\s+{trunk}\s*=\s*(\w+)\s*\?\s*TENSOR_NOT_REQUIRED\s*:\s*0\s*;", body[:loop_start])
+    if top is None:
+        return None
+    probe = re.search(rf"\bconst\s+bool\s+{top.group(1)}\s*=\s*\(?[^;]*get_weight\s*\(\s*"
+                      rf"\"{re.escape(_MTP_ONLY_PROBE)}\"\s*\)\s*==\s*nullptr\s*\)?\s*;", body[:loop_start])
+    return "unless_mtp_only" if probe else None
+
+
+def mainline_required(root: Path, archs: dict[str, str], templates: dict[str, str]) -> tuple[
+        dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], list[str]]:
     """The tensors each architecture's loader requires whatever the file holds: ({arch: names outside
-    the blocks}, {arch: `blk.%d.` names required in every trunk block}). A create_tensor call counts
-    when its flags are the literal 0 (no TENSOR_NOT_REQUIRED, no flag variable) and nothing makes it
-    conditional: outside every brace block for a name without a block number, or directly in the body
-    of `for (int i = 0; i < n_layer; ++i)` with block argument `i` (the trunk: hparams.n_layer()) and no
-    `continue` or `break` before it there; and no `return` before it in the function (a path that skips
-    it). Anything else (a condition, a flag variable, a helper such as create_tensor_qkv) is left out:
-    the tables say what the loader surely requires, not all it may."""
+    the blocks}, {arch: `blk.%d.` names required in every trunk block}, [archs whose trunk tensors are
+    required unless the file holds only MTP blocks]). A create_tensor call counts when nothing makes it
+    conditional: its flags the literal 0, outside every brace block for a name without a block number;
+    for a block tensor, directly in the body of `for (int i = 0; i < n_layer; ++i)` with block argument
+    `i` (the trunk: hparams.n_layer()), or of the loop over n_layer_all whose flag variable is 0 in the
+    trunk (`flags = i < n_layer ? trunk_flags : mtp_flags`, `trunk_flags = mtp_only ? TENSOR_NOT_REQUIRED
+    : 0`: required unless the file lacks blk.0.attn_norm.weight and has MTP blocks, `_trunk_flags`), with no
+    `continue` or `break` before it in the loop and no `return` before it in the function (a path that
+    skips it). Anything else (a condition, another flag expression, a helper such as create_tensor_qkv)
+    is left out: the tables say what the loader surely requires, not all it may."""
     glob: dict[str, tuple[str, ...]] = {}
     block: dict[str, tuple[str, ...]] = {}
+    unless_mtp_only: set[str] = set()
     for name, body in _mainline_bodies(root, archs).items():
         g: list[str] = []
         b: list[str] = []
@@ -214,27 +249,36 @@ def mainline_required(root: Path, archs: dict[str, str],
             inner = body[paren + 1: _matching(body, paren) - 1]
             tn = re.match(r"\s*tn\s*\(\s*LLM_TENSOR_(\w+)\s*,\s*\"(\w+)\"\s*(?:,\s*(\w+)\s*)?\)", inner)
             args = _names._split_args(inner)
-            if not tn or len(args) < 3 or args[-1].strip() != "0" or re.search(r"\breturn\b", body[:m.start()]):
+            if not tn or len(args) < 3 or re.search(r"\breturn\b", body[:m.start()]):
                 continue
             kind, suffix, bid = tn.groups()
             template = f"{templates[kind]}.{suffix}"
+            flag = args[-1].strip()
             around = _names._blocks_around(body, m.start())
             if not around:
-                if bid is None and "%d" not in template:
+                if flag == "0" and bid is None and "%d" not in template:
                     g.append(template)
                 continue
             if len(around) != 1 or bid is None or not template.startswith("blk.%d."):
                 continue
             s, _e = around[0]
             head = _loop_head(body, s) or ""
-            if (re.fullmatch(rf"\s*int\s+{bid}\s*=\s*0\s*;\s*{bid}\s*<\s*n_layer\s*;\s*\+\+{bid}\s*", head)
-                    and not re.search(r"\b(continue|break)\b", body[s: m.start()])):
-                b.append(template)
+            loop = re.fullmatch(rf"\s*int\s+{bid}\s*=\s*0\s*;\s*{bid}\s*<\s*(n_layer|n_layer_all)\s*;\s*\+\+{bid}\s*",
+                                head)
+            if not loop or re.search(r"\b(continue|break)\b", body[s: m.start()]):
+                continue
+            trunk = "0" if loop.group(1) == "n_layer" and flag == "0" else (
+                _trunk_flags(body, s, m.start(), flag) if bid == "i" and re.fullmatch(r"\w+", flag) else None)
+            if trunk is None or (loop.group(1) == "n_layer" and flag != "0"):
+                continue
+            b.append(template)
+            if trunk == "unless_mtp_only":
+                unless_mtp_only.add(name)
         if g:
             glob[name] = tuple(dict.fromkeys(g))
         if b:
             block[name] = tuple(dict.fromkeys(b))
-    return glob, block
+    return glob, block, sorted(unless_mtp_only)
 
 
 _IK_CTX = {"ctx_input": "input", "ctx_output": "output", "ctx_output_split": "output", "out_ctx": "output"}
@@ -370,6 +414,11 @@ def render(ml_root: Path, ik_root: Path, rev_ml: str, rev_ik: str) -> str:
         _dict("ML_REQUIRED_GLOBAL", "dict[str, tuple[str, ...]]", dict(required[0])),
         "# and in every trunk block (blk.0 to blk.{n_layer()-1}, the blocks before the MTP ones):\n",
         _dict("ML_REQUIRED_BLOCK", "dict[str, tuple[str, ...]]", dict(required[1])),
+        "# whose loaders require the trunk blocks' tensors unless the file holds only its MTP blocks (it has MTP\n"
+        f"# blocks and lacks {_MTP_ONLY_PROBE}: `mtp_only`, the trunk's flags TENSOR_NOT_REQUIRED)\n",
+        "ML_REQUIRED_UNLESS_MTP_ONLY: Final[tuple[str, ...]] = (\n"
+        + "".join(f"    {a!r},\n" for a in required[2]) + ")\n",
+        f"ML_MTP_ONLY_PROBE: Final = {_MTP_ONLY_PROBE!r}\n",
         "\n# llama.cpp: architectures whose loader creates ffn_gate_inp with TENSOR_NOT_REQUIRED: the file's\n"
         "# tensors, not a metadata key, say which blocks are MoE\n",
         "ML_OPTIONAL_ROUTER: Final[tuple[str, ...]] = (\n"

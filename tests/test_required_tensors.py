@@ -17,7 +17,7 @@ from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS, TINY, metadata, tensors
 from moeconf.memory import read_settings
 from moeconf.model.inventory import Inventory
-from moeconf.model.layertable import ML_REQUIRED_BLOCK, ML_REQUIRED_GLOBAL
+from moeconf.model.layertable import ML_REQUIRED_BLOCK, ML_REQUIRED_GLOBAL, ML_REQUIRED_UNLESS_MTP_ONLY
 from moeconf.model.load import load_inventory
 from moeconf.model.required import missing_tensors
 from moeconf.sizing import estimate_explained
@@ -48,9 +48,19 @@ def test_the_tables_cover_the_common_decoders() -> None:
         ML_REQUIRED_BLOCK["qwen3moe"])
     # output.weight is optional where a tied output may stand in (TENSOR_NOT_REQUIRED)
     assert "output.weight" not in ML_REQUIRED_GLOBAL["qwen3moe"]
-    # an MTP architecture's blocks take a flag variable (trunk_flags, mtp_flags): not read as required
-    assert "glm4moe" not in ML_REQUIRED_BLOCK
+    # an MTP architecture's trunk blocks take `trunk_flags` (TENSOR_NOT_REQUIRED only for a file of MTP blocks alone)
+    assert "blk.%d.attn_norm.weight" in ML_REQUIRED_BLOCK["glm4moe"] and "glm4moe" in ML_REQUIRED_UNLESS_MTP_ONLY
     assert sum(1 for a in ML_REQUIRED_BLOCK if a in {lay.arch for lay in LAYOUTS.values()}) >= 35
+
+
+def test_a_file_of_mtp_blocks_alone_needs_no_trunk_tensors() -> None:
+    """GLM-4.5-Air's loader takes a file with MTP blocks and no blk.0.attn_norm.weight as its MTP blocks alone
+    (`mtp_only`: the trunk's tensors TENSOR_NOT_REQUIRED); a file with the trunk needs every trunk tensor."""
+    inv = load_inventory(EXAMPLES / "models" / "glm-4.5-air.manifest.json")
+    assert inv.metadata.nextn_predict_layers and missing_tensors(inv) == ()
+    assert missing_tensors(_without(inv, "blk.5.attn_norm.weight")) == ("blk.5.attn_norm.weight",)
+    trunk = {f"blk.{il}.{k}" for il in range(inv.block_count - 1) for k in ("attn_norm.weight", "attn_output.weight")}
+    assert missing_tensors(_without(inv, *trunk)) == ()
 
 
 def _without(inv: Inventory, *names: str) -> Inventory:

@@ -783,10 +783,37 @@ ML_REQUIRED_BLOCK: Final[dict[str, tuple[str, ...]]] = {
         'blk.%d.ffn_down_exps.weight', 'blk.%d.ffn_up_exps.weight',
     ),
     'deepseek': ('blk.%d.attn_norm.weight', 'blk.%d.attn_output.weight', 'blk.%d.ffn_norm.weight'),
+    'deepseek2': (
+        'blk.%d.attn_norm.weight', 'blk.%d.attn_kv_a_norm.weight', 'blk.%d.attn_kv_a_mqa.weight',
+        'blk.%d.attn_output.weight', 'blk.%d.ffn_norm.weight',
+    ),
     'deepseek2-ocr': ('blk.%d.attn_output.weight', 'blk.%d.ffn_norm.weight', 'blk.%d.attn_norm.weight'),
+    'deepseek32': (
+        'blk.%d.attn_norm.weight', 'blk.%d.attn_q_a_norm.weight', 'blk.%d.attn_kv_a_norm.weight',
+        'blk.%d.attn_q_a.weight', 'blk.%d.attn_q_b.weight', 'blk.%d.attn_kv_a_mqa.weight',
+        'blk.%d.attn_k_b.weight', 'blk.%d.attn_v_b.weight', 'blk.%d.attn_output.weight',
+        'blk.%d.ffn_norm.weight', 'blk.%d.indexer.k_norm.weight', 'blk.%d.indexer.k_norm.bias',
+        'blk.%d.indexer.proj.weight', 'blk.%d.indexer.attn_k.weight', 'blk.%d.indexer.attn_q_b.weight',
+    ),
+    'deepseek4': (
+        'blk.%d.attn_norm.weight', 'blk.%d.attn_sinks.weight', 'blk.%d.attn_q_a.weight',
+        'blk.%d.attn_q_a_norm.weight', 'blk.%d.attn_q_b.weight', 'blk.%d.attn_kv.weight',
+        'blk.%d.attn_kv_a_norm.weight', 'blk.%d.attn_output_b.weight', 'blk.%d.hc_attn_fn.weight',
+        'blk.%d.hc_attn_base.weight', 'blk.%d.hc_attn_scale.weight', 'blk.%d.hc_ffn_fn.weight',
+        'blk.%d.hc_ffn_base.weight', 'blk.%d.hc_ffn_scale.weight', 'blk.%d.ffn_gate_inp.weight',
+        'blk.%d.ffn_norm.weight', 'blk.%d.ffn_gate_exps.weight', 'blk.%d.ffn_down_exps.weight',
+        'blk.%d.ffn_up_exps.weight', 'blk.%d.ffn_gate_shexp.weight', 'blk.%d.ffn_down_shexp.weight',
+        'blk.%d.ffn_up_shexp.weight',
+    ),
     'dots1': (
         'blk.%d.attn_norm.weight', 'blk.%d.attn_output.weight', 'blk.%d.attn_k_norm.weight',
         'blk.%d.attn_q_norm.weight', 'blk.%d.ffn_norm.weight',
+    ),
+    'dots3note': (
+        'blk.%d.attn_norm.weight', 'blk.%d.attn_q_a_norm.weight', 'blk.%d.attn_kv_a_norm.weight',
+        'blk.%d.attn_k_norm.weight', 'blk.%d.attn_q_a.weight', 'blk.%d.attn_q_b.weight',
+        'blk.%d.attn_kv_a_mqa.weight', 'blk.%d.attn_k_b.weight', 'blk.%d.attn_v_b.weight',
+        'blk.%d.attn_output.weight', 'blk.%d.attn_gate.weight', 'blk.%d.ffn_norm.weight',
     ),
     'dream': (
         'blk.%d.attn_norm.weight', 'blk.%d.attn_output.weight', 'blk.%d.ffn_norm.weight',
@@ -851,6 +878,14 @@ ML_REQUIRED_BLOCK: Final[dict[str, tuple[str, ...]]] = {
         'blk.%d.post_attention_norm.weight', 'blk.%d.ffn_norm.weight', 'blk.%d.ffn_gate.weight',
         'blk.%d.ffn_up.weight', 'blk.%d.ffn_down.weight', 'blk.%d.post_ffw_norm.weight',
     ),
+    'glm-dsa': (
+        'blk.%d.attn_norm.weight', 'blk.%d.attn_q_a_norm.weight', 'blk.%d.attn_kv_a_norm.weight',
+        'blk.%d.attn_q_a.weight', 'blk.%d.attn_q_b.weight', 'blk.%d.attn_kv_a_mqa.weight',
+        'blk.%d.attn_k_b.weight', 'blk.%d.attn_v_b.weight', 'blk.%d.attn_output.weight',
+        'blk.%d.ffn_norm.weight',
+    ),
+    'glm4moe': ('blk.%d.attn_norm.weight', 'blk.%d.attn_output.weight', 'blk.%d.post_attention_norm.weight'),
+    'glm5-next': ('blk.%d.attn_norm.weight', 'blk.%d.ffn_norm.weight'),
     'gpt-oss': (
         'blk.%d.attn_norm.weight', 'blk.%d.post_attention_norm.weight', 'blk.%d.attn_output.weight',
         'blk.%d.attn_sinks.weight', 'blk.%d.ffn_gate_inp.weight', 'blk.%d.ffn_gate_exps.weight',
@@ -989,6 +1024,7 @@ ML_REQUIRED_BLOCK: Final[dict[str, tuple[str, ...]]] = {
         'blk.%d.attn_q_norm.weight', 'blk.%d.ffn_norm.weight', 'blk.%d.ffn_gate_inp.weight',
         'blk.%d.ffn_gate_exps.weight', 'blk.%d.ffn_down_exps.weight', 'blk.%d.ffn_up_exps.weight',
     ),
+    'mimo2': ('blk.%d.attn_output.weight', 'blk.%d.attn_norm.weight', 'blk.%d.ffn_norm.weight'),
     'minicpm': ('blk.%d.attn_norm.weight', 'blk.%d.attn_output.weight', 'blk.%d.ffn_norm.weight'),
     'minicpm3': (
         'blk.%d.attn_norm.weight', 'blk.%d.attn_q_a_norm.weight', 'blk.%d.attn_kv_a_norm.weight',
@@ -1011,6 +1047,10 @@ ML_REQUIRED_BLOCK: Final[dict[str, tuple[str, ...]]] = {
         'blk.%d.attn_k_norm.weight', 'blk.%d.ffn_norm.weight',
     ),
     'mistral3': ('blk.%d.attn_norm.weight', 'blk.%d.attn_output.weight', 'blk.%d.ffn_norm.weight'),
+    'mistral4': (
+        'blk.%d.attn_norm.weight', 'blk.%d.attn_kv_a_norm.weight', 'blk.%d.attn_kv_a_mqa.weight',
+        'blk.%d.attn_output.weight', 'blk.%d.ffn_norm.weight',
+    ),
     'modern-bert': (
         'blk.%d.attn_qkv.weight', 'blk.%d.attn_output.weight', 'blk.%d.ffn_up.weight', 'blk.%d.ffn_down.weight',
         'blk.%d.ffn_norm.weight',
@@ -1232,6 +1272,18 @@ ML_REQUIRED_BLOCK: Final[dict[str, tuple[str, ...]]] = {
         'blk.%d.ffn_gate.weight', 'blk.%d.ffn_down.weight', 'blk.%d.ffn_up.weight',
     ),
 }
+# whose loaders require the trunk blocks' tensors unless the file holds only its MTP blocks (it has MTP
+# blocks and lacks blk.0.attn_norm.weight: `mtp_only`, the trunk's flags TENSOR_NOT_REQUIRED)
+ML_REQUIRED_UNLESS_MTP_ONLY: Final[tuple[str, ...]] = (
+    'deepseek2',
+    'deepseek32',
+    'deepseek4',
+    'glm-dsa',
+    'glm4moe',
+    'mimo2',
+    'mistral4',
+)
+ML_MTP_ONLY_PROBE: Final = 'blk.0.attn_norm.weight'
 
 # llama.cpp: architectures whose loader creates ffn_gate_inp with TENSOR_NOT_REQUIRED: the file's
 # tensors, not a metadata key, say which blocks are MoE

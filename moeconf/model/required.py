@@ -6,15 +6,23 @@ the file is not checked here)."""
 from __future__ import annotations
 
 from moeconf.model.inventory import Inventory
-from moeconf.model.layertable import ML_REQUIRED_BLOCK, ML_REQUIRED_GLOBAL
+from moeconf.model.layertable import (
+    ML_MTP_ONLY_PROBE,
+    ML_REQUIRED_BLOCK,
+    ML_REQUIRED_GLOBAL,
+    ML_REQUIRED_UNLESS_MTP_ONLY,
+)
 
 
 def missing_tensors(inv: Inventory) -> tuple[str, ...]:
-    """The names llama.cpp's loader requires that the file lacks, in the loader's order (the trunk
-    blocks: every block before the MTP ones)."""
+    """The names llama.cpp's loader requires that the file lacks (the trunk blocks: every block before
+    the MTP ones; none of theirs where the loader takes the file for its MTP blocks alone)."""
     have = inv.by_name
-    trunk = inv.block_count - (inv.metadata.nextn_predict_layers or 0)
+    nextn = inv.metadata.nextn_predict_layers or 0
+    trunk = inv.block_count - nextn
     missing = [n for n in ML_REQUIRED_GLOBAL.get(inv.arch, ()) if n not in have]
+    if nextn and inv.arch in ML_REQUIRED_UNLESS_MTP_ONLY and ML_MTP_ONLY_PROBE not in have:
+        return tuple(missing)  # `mtp_only`: the trunk's tensors are optional to the loader
     missing += [n for il in range(trunk) for t in ML_REQUIRED_BLOCK.get(inv.arch, ()) if (n := t % il) not in have]
     return tuple(missing)
 
