@@ -19,6 +19,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,9 +104,10 @@ def endpoints() -> Iterator[list[str]]:
 _CASES = cases.cases(every=os.environ.get("MOECONF_IK_MLA_ALL") == "1")
 
 
-@pytest.mark.parametrize(("model", "line"), _CASES, ids=[f"{m}:{x}" for m, x in _CASES])
-def test_ik_mla_compute_within_the_margin(model: str, line: str, models: dict[str, tuple[Path, Inventory]],
-                                          endpoints: list[str], tmp_path: Path) -> None:
+def _measured(model: str, line: str, models: dict[str, tuple[Path, Inventory]], endpoints: list[str],
+              tmp_path: Path) -> tuple[Inventory, dict[str, object], dict[str, Any], list[int] | None]:
+    """ik's run of `line` on the cut `model`: its inventory, the measured row, the compute buffers ik logged
+    (MiB by device) and, over several devices, each layer's device index as ik logged it (the output last)."""
     path, inv = models[model]
     row = measure(path, line, endpoints, tmp_path)
     compute = row["compute"]
@@ -114,6 +116,13 @@ def test_ik_mla_compute_within_the_margin(model: str, line: str, models: dict[st
     n = cases.n_devices(line)
     layer_devices = ([logged.get(il, n - 1) for il in range(inv.block_count + 1)]
                      if n > 1 and isinstance(logged, dict) else None)
+    return inv, row, compute, layer_devices
+
+
+@pytest.mark.parametrize(("model", "line"), _CASES, ids=[f"{m}:{x}" for m, x in _CASES])
+def test_ik_mla_compute_within_the_margin(model: str, line: str, models: dict[str, tuple[Path, Inventory]],
+                                          endpoints: list[str], tmp_path: Path) -> None:
+    inv, row, compute, layer_devices = _measured(model, line, models, endpoints, tmp_path)
     ROWS.append({"model": model, **{k: v for k, v in row.items() if k != "log_tail"}, "layer_devices": layer_devices})
     pred = predicted(inv, line, endpoints, layer_devices)
     for key, mib in compute.items():
@@ -132,14 +141,7 @@ def test_ik_mla_model_misses_where_compute_is_refused(model: str, line: str,
     # Mistral-Small-4 (ikarchs.COMPUTE_DIFFERS): KV where moeconf puts it, and the compute ik's MLA attention model
     # would give it, recorded (tests/data/ik_mla_mistral4.json); on the line where it under-sizes ik's buffer most,
     # by far more than 64 MiB
-    path, inv = models[model]
-    row = measure(path, line, endpoints, tmp_path)
-    compute = row["compute"]
-    assert isinstance(compute, dict) and compute, row["log_tail"]
-    logged = row["layer_devices"]
-    n = cases.n_devices(line)
-    layer_devices = ([logged.get(il, n - 1) for il in range(inv.block_count + 1)]
-                     if n > 1 and isinstance(logged, dict) else None)
+    inv, row, compute, layer_devices = _measured(model, line, models, endpoints, tmp_path)
     DIFFERS_ROWS.append({"model": model, **{k: v for k, v in row.items() if k != "log_tail"},
                          "layer_devices": layer_devices})
     eng = engine(IK.name, IK.version)
