@@ -177,7 +177,8 @@ def explain(model: Inventory | str, argv: list[str], *, engine: str | Engine = "
             env: dict[str, str] | None = None, gpus: list[str] | None = None) -> Explanation:
     """Simulate an engine command line on a model: `.placement.devices` says where every tensor
     goes, `.items` what each override matched, `.unmatched` the items that matched nothing,
-    `.refusals` why the engine would not start, `.findings` what `moeconf lint` says about the
+    `.refusals` why the engine would not start this command line, `.load_refusals` why it would not
+    load the file (a tensor its loader requires missing), `.findings` what `moeconf lint` says about the
     line (as `explain --json`). Without `gpus`, CUDA0, every well-formed GPU name the command line
     uses and the devices its -ts splits over are simulated (as `moeconf lint` does without `gpus`
     configured)."""

@@ -540,7 +540,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         sys.stdout.write(render(ex, color=color, tensors=args.tensors, findings=findings))
         for line in report_lines(report(ex.invocation)):
             sys.stdout.write(safe(line) + "\n")
-        sys.stdout.write(render_memory(est, budgets, said=ex.refusals))
+        sys.stdout.write(render_memory(est, budgets, said=ex.all_refusals))
         if bench_note is not None:
             sys.stdout.write(f"  {bench_note['note']}\n")
         if reserve_note:
@@ -564,7 +564,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         if "manifest version 1" in w:
             print(f"moeconf: warning: {inv.source}: {w}", file=sys.stderr)
     # an engine that would refuse (or stall on) the command line, or run out of memory, is a finding
-    return EXIT_FINDINGS if ex.refusals or est.problems or over else EXIT_OK
+    return EXIT_FINDINGS if ex.all_refusals or est.problems or over else EXIT_OK
 
 
 def _bench_test(bench: Invocation | None, argv: list[str], eng: Engine,

@@ -46,12 +46,18 @@ class Explanation:
     invocation: Invocation
     placement: Placement
     items: tuple[ItemReport, ...]
-    refusals: tuple[str, ...]  # why the engine would not start (bad items, unknown devices)
+    refusals: tuple[str, ...]  # why the engine would not start this command line (bad items, unknown devices)
     notes: tuple[str, ...]
     matched_by: dict[str, int | None]  # tensor -> index into `items` of its first match
     accelerators: tuple[str, ...] = ()  # the devices besides CPU: RPC servers, then GPUs
     # what `moeconf lint` says about the command line (moeconf.explain fills it, as `explain --json`)
     findings: tuple[Finding, ...] = ()
+    load_refusals: tuple[str, ...] = ()  # why the engine would not load the file, whatever the command line
+
+    @property
+    def all_refusals(self) -> tuple[str, ...]:
+        """Why the engine would not run this: the command line's refusals, then the file's."""
+        return (*self.refusals, *self.load_refusals)
 
     @property
     def unmatched(self) -> list[ItemReport]:
@@ -71,7 +77,7 @@ class Explanation:
             ],
             "unmatched": [f"{it.pattern}={it.device}" for it in self.unmatched],
             "bytes_by_device": self.placement.bytes_by_device(),
-            "refusals": list(self.refusals),
+            "refusals": list(self.all_refusals),
             "notes": list(self.notes),
             **({"findings": [f.json() for f in self.findings]} if self.findings else {}),
         }
@@ -157,8 +163,6 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     accel = devices[1:]
     refusals: list[str] = [msg for _arg, msg in invocation.problems]
     refusals += [unknown_flag_message(eng, arg.text, closest) for arg, closest in invocation.unknown_flags]
-    if eng.name == "llama.cpp" and (missing := missing_tensors(inv)):  # its loader stops ("tensor ... not found")
-        refusals.append(missing_message(inv, missing))
     if invocation.model is not None and first_shard(invocation.model.text) != invocation.model.text:
         refusals.append(f"-m {invocation.model.text} is not the first shard of a split model: the engine loads "
                         f"only from the first (\"model must be loaded with the first split\"): write -m "
@@ -249,8 +253,10 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
         ItemReport(p, d, o, raw_k, sim.hits[n], sim.touches[n]) for n, (p, d, o, raw_k) in enumerate(usable)
     )
     placement = Placement(inv, eng, sim.devices, defaults, reasons)
+    # the file, not the command line: llama.cpp's loader stops on it ("tensor ... not found")
+    missing = missing_tensors(inv) if eng.name == "llama.cpp" else ()
     return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes), dict(sim.matched_by),
-                       tuple(accel))
+                       tuple(accel), load_refusals=(missing_message(inv, missing),) if missing else ())
 
 
 def ncmoe_notes(invocation: Invocation, inv: Inventory, accel: Sequence[str],

@@ -51,6 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
         for var in RESULT_VARS:
             if os.environ.get(var):
                 clear(os.environ[var])
+        clear(Path.cwd() / "engine-results.json")  # test_engines' default target
     # remote models (moeconf.hub): never the user's caches, never the Hub
     import tempfile
 

@@ -51,9 +51,12 @@ def test_the_tables_read_every_workers_shard(tmp_path: Path, monkeypatch: pytest
     assert main(str(results)) == 0
     out = capsys.readouterr().out
     assert "| qwen3-30b-a3b | 1 | 1 |" in out and "| glm-4.5-air | 1 | 1 |" in out
-    # a new run starts from nothing: the file and every shard an earlier run left go
-    results.write_text("[]")
+    # a new run starts from no shard an earlier run left (the file itself stays: a plain run overwrites it)
     shards.clear(results)
     assert list(tmp_path.iterdir()) == []
+    results.write_text("[]")
+    shards.clear(results)
+    assert list(tmp_path.iterdir()) == [results]
+    results.unlink()
     with pytest.raises(FileNotFoundError, match="no results"):
         shards.load_rows(results)

@@ -351,3 +351,14 @@ def test_flash_attention_and_switch_words_are_read_as_each_engine_reads_them() -
     plain = read_settings(["llama-server"], main).n_outputs
     assert read_settings(["llama-server"], main, {"LLAMA_ARG_EMBEDDINGS": "TRUE"}).n_outputs == plain
     assert read_settings(["llama-server"], main, {"LLAMA_ARG_EMBEDDINGS": "true"}).n_outputs != plain
+
+
+def test_a_refused_np_0_is_sized_at_the_default_slots() -> None:
+    """llama-server refuses -np 0; the figures printed beside that refusal are for the refused value at its default
+    (auto slots in one unified cache), as the memory header says, not for one slot of its own."""
+    main = engine("llama.cpp")
+    refused = read_settings(["llama-server", "-np", "0"], main)
+    default = read_settings(["llama-server"], main)
+    assert any("refuses -np 0" in p for p in refused.problems)
+    assert (refused.n_parallel, refused.kv_unified, refused.auto_slots) == (
+        default.n_parallel, default.kv_unified, default.auto_slots) and default.auto_slots

@@ -243,19 +243,19 @@ def test_a_fused_op_the_engine_turns_off_unchecked_has_no_traffic(monkeypatch: p
 
 
 def test_a_norm_without_its_weight_has_no_traffic(tmp_path: Path) -> None:
-    """A file lacking a norm weight the graph reads (fed: the tiny Mistral-4 without blk.1.ffn_norm, which its
-    loader creates through a flags variable the required-tensor table does not read) built build_norm's weightless
-    branch, which no dump checked: compute is refused (test_memory_support) and so is traffic."""
+    """A file lacking a norm weight the graph reads (fed: the tiny Qwen3-Next without blk.1.attn_q_norm, which
+    the required-tensor table does not read as required) built build_norm's weightless branch, which no dump
+    checked: compute is refused (test_memory_support) and so is traffic."""
     import dataclasses
 
     from moeconf.fixtures.graphmodels import write_graph_model
 
     e = engine("llama.cpp")
     argv = ["-c", "4096", "-ngl", "99"]
-    inv = load_inventory(write_graph_model("mistral4", "a", tmp_path / "m4.gguf"))
+    inv = load_inventory(write_graph_model("qwen3next", "a", tmp_path / "q3n.gguf"))
     settings = read_settings(argv, e, {})
     assert traffic(explain(inv, e, argv).placement, settings).reads
-    lacking = dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if t.name != "blk.1.ffn_norm.weight"))
-    with pytest.raises(TrafficUnmodelled, match=r"traffic not modelled for this mistral4 file: it lacks a norm weight "
+    lacking = dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if t.name != "blk.1.attn_q_norm.weight"))
+    with pytest.raises(TrafficUnmodelled, match=r"traffic not modelled for this qwen3next file: it lacks a norm weight "
                                                 r"the graph reads \(block 1\)"):
         traffic(explain(lacking, e, argv).placement, settings)

@@ -107,8 +107,10 @@ def flash_attn_word(text: str, engine: Engine) -> str | None:
 
 
 def flash_attn_refusal(flag: str, text: str, engine: Engine) -> str:
-    """What the engine does with a -fa word it does not take (`flash_attn_word` None)."""
-    return f"unknown value for {flag}: {text!r} ({engine.label} takes on, off or auto after it, and stops otherwise)"
+    """What the engine does with a -fa word it does not take (`flash_attn_word` None); `flag` as written, or
+    the variable that gave it."""
+    where = "there" if flag.startswith("LLAMA_ARG_") else "after it"
+    return f"unknown value for {flag}: {text!r} ({engine.label} takes on, off or auto {where}, and stops otherwise)"
 
 
 # values common/arg.cpp's handlers accept (anything else stops the program)

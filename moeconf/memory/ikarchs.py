@@ -245,7 +245,7 @@ IK_NEXTN_UNREAD: Final[dict[str, str]] = {
 # moeconf refuses it there. Architecture -> the keys, each a group of alternatives (ik takes either); the published
 # conversions write the first of each (docs/memory.md, ik_llama.cpp)
 IK_REQUIRED_KEYS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
-    "mistral4": (("leading_dense_block_count",),),
+    "mistral4": (("leading_dense_block_count",), ("expert_weights_scale",)),
     "mimo2": (("rope.freq_base_swa",),),
     "step35": (("swiglu_clamp_exp", "swiglu_limits"), ("swiglu_clamp_shexp", "swiglu_limits_shared"),
                ("rope.freq_base_swa", "rope.freq_base_per_layer")),

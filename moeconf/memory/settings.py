@@ -292,9 +292,11 @@ def read_settings(
     run = binary_name(words[0]) if words and not words[0].startswith("-") else binary_name(binary)
     slots = server_slots(run, engine)
     given_np = values.get("n_parallel")
-    auto = slots is not None and (not isinstance(given_np, int) or given_np < 0)
     if run in SERVER_BINARIES and given_np == 0:
         problems.append(f"{run} refuses -np 0 (give the number of slots, or -1 for auto)")
+        values.pop("n_parallel")  # the figures are for the refused value at its default (auto slots)
+        given_np = None
+    auto = slots is not None and (not isinstance(given_np, int) or given_np < 0)
     if auto:
         values["n_parallel"] = slots
         values["kv_unified"] = True

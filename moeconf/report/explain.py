@@ -107,7 +107,7 @@ def render(ex: Explanation, color: bool = False, tensors: bool = False,
 
     lines = [f"{inv.metadata.name or inv.arch} ({inv.arch}) on {ex.invocation.engine.label}: "
              f"{len(ex.items)} override item(s)"]
-    for r in ex.refusals:
+    for r in ex.all_refusals:
         lines.append(f"error: the engine would refuse to start: {r}")
     for n in ex.notes:
         lines.append(f"note: {n}")

@@ -116,8 +116,9 @@ def write_sparse(folder: Path, layouts: Mapping[str, ModelLayout]) -> dict[str, 
     return out
 
 
-def save_results(env_var: str, rows: Sequence[object]) -> None:
-    """The suite's rows as JSON where `env_var` says (the docs/ tables are rendered from them)."""
+def save_results(env_var: str, rows: Sequence[object], *, sharded: bool = True) -> None:
+    """The suite's rows as JSON where `env_var` says (the docs/ tables are rendered from them), a shard of
+    it in a pytest-xdist worker (tests/engine/shards.py) unless one module alone writes the file."""
     target = os.environ.get(env_var)
     if rows and target:
-        shard_path(target).write_text(json.dumps(rows, indent=1) + "\n")
+        (shard_path(target) if sharded else Path(target)).write_text(json.dumps(rows, indent=1) + "\n")

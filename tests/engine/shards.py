@@ -9,8 +9,7 @@ import json
 import os
 from pathlib import Path
 
-RESULT_VARS = ("MOECONF_ENGINE_RESULTS", "MOECONF_MEMORY_RESULTS", "MOECONF_FIT_RESULTS",
-               "MOECONF_IK_NEWER_RESULTS")
+RESULT_VARS = ("MOECONF_ENGINE_RESULTS", "MOECONF_MEMORY_RESULTS", "MOECONF_FIT_RESULTS")
 
 
 def shard_path(target: str | Path) -> Path:
@@ -25,9 +24,9 @@ def _shards(path: Path) -> list[Path]:
 
 
 def clear(target: str | Path) -> None:
-    """A run's results start empty: the file and the shards an earlier run left."""
-    path = Path(target)
-    for p in [path, *_shards(path)]:
+    """A run's results start from nothing an earlier run left: its shards (the file itself, which a plain
+    run overwrites, is left: it may be one the user keeps)."""
+    for p in _shards(Path(target)):
         p.unlink(missing_ok=True)
 
 

@@ -407,7 +407,7 @@ def unfused_refusal(inv: Inventory, off: frozenset[str], what: str) -> list[str]
     return [f"{what} not modelled for this {inv.arch} placement: llama.cpp turns off its fused "
                    f"{', '.join(unchecked)} here (its probe finds a layer's op scheduled off the layer's device: "
                    "layers, or a weight the op reads, on the host and a GPU), and no recorded dump checked the "
-                   "unfused graph; keep every layer and its hc_/indexer weights on the GPUs (-ngl 999, -ot for the "
+                   "unfused graph; keep every layer and its hc_ weights on the GPUs (-ngl 999, -ot for the "
                    "experts only) or measure it with llama.cpp's llama-fit-params -fitp on"]
 
 

@@ -30,8 +30,8 @@ def _unmodelled(inv: Inventory) -> list[str]:
     if odd:
         why.append(f"llama.cpp refuses to load this file: block(s) {odd} have "
                    f"{'not all of' if keyed else 'some of'} ffn_gate/up/down_shexp where the file's "
-                   f"expert_shared_feed_forward_length is {width or 'not set'} (its granitehybrid loader creates "
-                   "the shared expert in every expert block exactly where that width is above 0)")
+                   f"expert_shared_feed_forward_length is {'not set' if width is None else width} (its granitehybrid "
+                   "loader creates the shared expert in every expert block exactly where that width is above 0)")
     return why
 
 
