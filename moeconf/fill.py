@@ -47,18 +47,16 @@ _MARGIN_MIN = 16 * MiB
 _TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away from home, room left)
 
 
-def approximate_search(arch: str) -> bool:
-    """Whether the search ranks splits on an approximate compute and measures the ones it finishes exactly,
-    where the composition module says so (`Traits.approximate_search`: DSA's phase model, no indexer in it,
-    GLM-5's first GPU 148 MiB under the graph at 8k, finished through the engine's graph,
-    memory/graph/archs/_dsa.py, ~0.5 s for GLM-5 over two GPUs)."""
-    return traits(arch).approximate_search
+def local_search(arch: str) -> bool:
+    """Whether the split search explores the splits around the proportional one instead of trying every
+    split, where the composition module says so (`Traits.local_search`: DSA, whose graph's indexer makes
+    each measure slow, ~34 ms for GLM-5)."""
+    return traits(arch).local_search
 
 
-# in an approximate search each finish is a whole exact measure. Over eight DSA fits (GLM-5, DeepSeek-V3.2;
-# 16+12 to 48+24 GiB, measured on the former DSA replay) finishing 6 chose what finishing 12 did in seven; the
-# eighth kept the same bytes on the GPUs with 5 MiB less room on the fullest
-_TIES_FINISHED_APPROXIMATE = 6
+# a local search walks one layer at a time from the best split it has measured, in each direction, and
+# gives up on a direction after this many splits in a row that rank no better
+_PATIENCE = 4
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
 
@@ -135,11 +133,6 @@ class FillSolution:
     measured: FillMeasure | None = None
 
 
-class _SplitOver(Exception):
-    """A candidate split the search ranked on approximate compute that does not fit when measured
-    exactly, with nothing on the GPUs yet."""
-
-
 @dataclass
 class _Candidate:
     """One layer split, measured with every fill tensor on its rule's last device."""
@@ -173,9 +166,6 @@ class _Filler:
         self.last_device = {n: req.devices[-1] for req in requests for n in req.tensors}
         # a rule's last device takes the rest: its budget is checked once the others are filled
         self.sinks = {req.devices[-1] for req in requests} - {d for req in requests for d in req.devices[:-1]}
-        # the search ranks splits on an approximate compute (`approximate_search`), and falls back
-        # to the exact one where that finds nothing that fits
-        self.approximate = approximate_search(inv.arch)
 
     # -- measuring -------------------------------------------------------------------------------
 
@@ -183,9 +173,7 @@ class _Filler:
         defaults = default_devices(self.inv, self.eng, self.ngl, self.accelerators, ts, self.split_mode,
                                    self.ik_layer_devices(ts))
         devices = {**defaults, **self.overlay}
-        # the search ranks splits on the phase model; `complete` measures the chosen fill through the
-        # engine's graph and gives back what does not fit
-        mem = self.measure(devices, defaults, exact=approximate_search(self.inv.arch) and not self.approximate)
+        mem = self.measure(devices, defaults)
         return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
                           self.over(mem, sinks=False))
 
@@ -196,11 +184,10 @@ class _Filler:
             return None
         return plan_ik_split(self.plan, self.inv, self.eng, len(self.accelerators), ts)
 
-    def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None], *,
-                exact: bool = True, families: bool = False) -> MemoryEstimate:
+    def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> MemoryEstimate:
         # setting families moeconf does not model are checked on the chosen fill (`_refuse_unmodelled`)
         pl, settings, pipe = self._measured(devs, defaults)
-        return estimate(pl, settings, pipeline=pipe, replay=exact, families=families)
+        return estimate(pl, settings, pipeline=pipe, families=False)
 
     def _measured(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> tuple[
             Placement, MemorySettings, bool]:
@@ -275,10 +262,6 @@ class _Filler:
         fitted: tuple[dict[str, str | None], MemoryEstimate, dict[str, list[list[str]]]] | None = None
         last: dict[str, str] | None = None
         for _round in range(4):
-            if approximate_search(self.inv.arch) and _round and any(free[d] < 0 for d in self.accelerators):
-                # the search measured the compute approximately (`approximate_search`), possibly
-                # low: measured exactly, this split is over with nothing of the fill on its GPUs
-                raise _SplitOver(shortfall_message(mem, bad, self.sizes))
             assign, placed, left = self.greedy(free)
             if assign == last:
                 break
@@ -438,18 +421,75 @@ class _Filler:
             return c.score, -c.away, c.slack, -sum(abs(a - b) for a, b in zip(c.counts, start, strict=True))
 
         best = evaluate(start)
+        local = local_search(self.inv.arch)
         for _sweep in range(4):
             improved = False
             for j in range(k - 1):  # the boundary between GPU j and GPU j+1
                 counts = list(best.counts or start)
                 pair = counts[j] + counts[j + 1]
-                for a in range(1, pair):
-                    c = evaluate((*counts[:j], a, pair - a, *counts[j + 2:]))
+
+                def at(a: int, j: int = j, counts: list[int] = counts, pair: int = pair) -> _Candidate:
+                    return evaluate((*counts[:j], a, pair - a, *counts[j + 2:]))
+
+                tried = (self.walk(at, best, j, pair, rank) if local else (at(a) for a in range(1, pair)))
+                for c in tried:
                     if rank(c) > rank(best):
                         best, improved = c, True
             if not improved or k == 2:
                 break
         return sorted(seen.values(), key=rank, reverse=True)
+
+    def walk(self, at: Callable[[int], _Candidate], best: _Candidate, j: int, pair: int,
+             rank: Callable[[_Candidate], tuple[int, int, int, int]]) -> list[_Candidate]:
+        """The splits a local search measures on the boundary between GPU j and GPU j+1 (`at(a)`: the
+        split with `a` layers on GPU j, measured once), from the best one so far. Where that does not
+        fit because one GPU of the two is over, first the nearest split where that GPU is not (its
+        weights and KV cache shrink with each layer it gives up: doubling steps, then halving the
+        gap). Then, in each direction, one layer at a time while the rank improves, up to `_PATIENCE`
+        splits in a row that rank no better, and never past one over on the GPU that gains layers."""
+        lo, hi = self.accelerators[j], self.accelerators[j + 1]
+        assert best.counts is not None
+        a0 = best.counts[j]
+        tried = [best]
+        gives = -1 if lo in best.over and hi not in best.over else 1 if hi in best.over and lo not in best.over else 0
+        if gives:
+            over_dev = lo if gives < 0 else hi
+            near, step, far = a0, 1, None  # near: a split still over on over_dev; far: one that is not
+            while far is None:
+                a = min(max(a0 + gives * step, 1), pair - 1)
+                if a == near:
+                    break
+                c = at(a)
+                tried.append(c)
+                if over_dev in c.over:
+                    near, step = a, step * 2
+                else:
+                    far = a
+            while far is not None and abs(far - near) > 1:
+                mid = (near + far) // 2
+                c = at(mid)
+                tried.append(c)
+                if over_dev in c.over:
+                    near = mid
+                else:
+                    far = mid
+            if far is not None:
+                tried.append(at(far))
+        top = max(tried, key=rank)
+        for d in (-1, 1):
+            gains = lo if d > 0 else hi
+            a, misses = (top.counts or best.counts)[j], 0
+            while misses < _PATIENCE and 1 <= a + d < pair:
+                a += d
+                c = at(a)
+                tried.append(c)
+                if rank(c) > rank(top):
+                    top, misses = c, 0
+                else:
+                    misses += 1
+                if gains in c.over:
+                    break
+        return tried
 
     def check_ranges(self, counts: Sequence[int], ts: Sequence[float]) -> bool:
         """Whether the -ts value, read with the engine's own -ngl/-ts semantics, gives each GPU
@@ -501,55 +541,35 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                         + "; ".join(not_modelled), path=plan.path)
     f = _Filler(plan, inv, eng, overlay, requests, sizes, settings)
     if f.chooses_split():
-        def choose() -> tuple[_Candidate, dict[str, str | None], MemoryEstimate]:
-            ranked = f.search()
-            feasible = [c for c in ranked if c.score >= 0]
-            if not feasible:
-                if f.approximate:  # the exact search decides (below)
-                    raise _SplitOver("no split fits on the approximate replay")
-                least = min(ranked, key=lambda c: sum(c.over.values()))
-                if not least.mem.complete:
-                    raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
-                                    + "; ".join(least.mem.notes), path=plan.path)
-                assert least.ts is not None
-                raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
-                                f"{','.join(map(str, least.ts))}); " + shortfall_message(least.mem, least.over, sizes),
-                                path=plan.path)
-            # measured again, a fill may give part of a layer back (compute grows where experts run):
-            # finish every split whose first fill could still beat the best finished one on bytes,
-            # and the first few of those that could only tie with it (for the room they leave)
-            best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None], MemoryEstimate] | None = None
-            last_over = ""
-            ties = 0
-            for c in feasible:
-                if best is not None and c.score < best[0][0]:
+        ranked = f.search()
+        feasible = [c for c in ranked if c.score >= 0]
+        if not feasible:
+            least = min(ranked, key=lambda c: sum(c.over.values()))
+            if not least.mem.complete:
+                raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
+                                + "; ".join(least.mem.notes), path=plan.path)
+            assert least.ts is not None
+            raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
+                             f"{','.join(map(str, least.ts))}); " + shortfall_message(least.mem, least.over, sizes),
+                             path=plan.path)
+        # measured again, a fill may give part of a layer back (compute grows where experts run):
+        # finish every split whose first fill could still beat the best finished one on bytes,
+        # and the first few of those that could only tie with it (for the room they leave)
+        best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None], MemoryEstimate] | None = None
+        ties = 0
+        for c in feasible:
+            if best is not None and c.score < best[0][0]:
+                break
+            if best is not None and c.score == best[0][0]:
+                ties += 1
+                if ties > _TIES_FINISHED:
                     break
-                if best is not None and c.score == best[0][0]:
-                    ties += 1
-                    if ties > (_TIES_FINISHED_APPROXIMATE if approximate_search(inv.arch) else _TIES_FINISHED):
-                        break
-                try:
-                    devices, mem = f.complete(c)
-                except _SplitOver as over:
-                    last_over = str(over)
-                    continue
-                key = (f.gpu_bytes(devices), -f.away(devices, c.defaults), f.slack(mem))
-                if best is None or key > best[0]:
-                    best = (key, c, devices, mem)
-            if best is None:  # every split the search finished was over once measured exactly
-                raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits: {last_over}",
-                                 path=plan.path)
-            return best[1], best[2], best[3]
-
-        try:
-            cand, devices, mem = choose()
-        except (DoesNotFit, _SplitOver):
-            if not f.approximate:
-                raise
-            # the search on the approximate replay found no split that fits when measured
-            # exactly; the exact search decides (slower, as every split is replayed whole)
-            f.approximate = False
-            cand, devices, mem = choose()
+            devices, mem = f.complete(c)
+            key = (f.gpu_bytes(devices), -f.away(devices, c.defaults), f.slack(mem))
+            if best is None or key > best[0]:
+                best = (key, c, devices, mem)
+        assert best is not None
+        _, cand, devices, mem = best
     else:
         cand = f.candidate(plan.config.flags.tensor_split)
         ts_given = plan.config.flags.tensor_split

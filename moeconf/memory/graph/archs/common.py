@@ -172,8 +172,8 @@ class Traits:
     flash_attn: False where the engine turns flash attention off whatever -fa says (llama-context.cpp:
     Grok). expert_ffn_tensors: activation tensors per routed expert in the phase model (gate, up and
     their gated product; 2 where the gated activation is one fused op, gpt-oss's swiglu_oai, measured).
-    approximate_search: a fill ranks its splits on the phase model and measures only the ones it
-    finishes through the graph (DSA: the graph's indexer makes each measure slow). nkvo_host_experts:
+    local_search: a fill's split search measures the splits around the proportional one (fill.walk)
+    instead of every split (DSA: the graph's indexer makes each measure slow). nkvo_host_experts:
     the graph's figures with -nkvo and routed experts of GPU layers on the CPU were checked against the
     engine's (elsewhere that split is refused: memory/families.py)."""
 
@@ -183,7 +183,7 @@ class Traits:
     indexer: Indexer = ""
     flash_attn: bool = True
     expert_ffn_tensors: int = 3
-    approximate_search: bool = False
+    local_search: bool = False
     nkvo_host_experts: bool = False
 
 
