@@ -12,8 +12,10 @@ last layer that bring it back go to the rule's last device.
 With several GPUs on llama.cpp and no `tensor_split`, moeconf chooses `-ts` itself: each GPU gets
 a contiguous range of layers (`-ts` holds the layer counts, which llama.cpp maps back to exactly
 those ranges), every range's always-active tensors, KV cache and compute must fit its GPU's
-budget, and among the splits that fit, the one that lets the fill put the most bytes on the GPUs
-wins (two GPUs: every split is tried; more: one boundary at a time until nothing improves).
+budget, and among the splits the search measures (each through the engine's graph), the one that
+lets the fill put the most bytes on the GPUs wins. The search starts at the split proportional to the
+budgets and walks each boundary between two GPUs one layer at a time while the rank improves, with
+some patience (`_Filler.walk`; more than two GPUs: one boundary at a time until nothing improves).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from moeconf.engines.simulate import default_devices, default_layer_devices, lay
 from moeconf.errors import PlanError
 from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, estimate, parse_size, read_settings
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
-from moeconf.memory.graph.archs import traits
 from moeconf.memory.ikarchs import next_step
 from moeconf.memory.settings import DEFAULT_RESERVE
 from moeconf.memory.support import unmodelled
@@ -44,18 +45,16 @@ if TYPE_CHECKING:
 
 MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
-_TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away from home, room left)
+# splits finished only for the tie-breaks (experts away from home, room left); each finish is one to four
+# measures through the graph. Over ten two-GPU fits (GLM-5 and DeepSeek-V3.2 at 24+16, 16+12 and 48+24
+# GiB, GLM-5.3-Flash 12+8, Qwen3-30B-A3B 8+6, GLM-4.5-Air 14+10, HY4 24+16; -c 8192) finishing 4 chose
+# what finishing 12 did in every one
+_TIES_FINISHED = 4
 
 
-def local_search(arch: str) -> bool:
-    """Whether the split search explores the splits around the proportional one instead of trying every
-    split, where the composition module says so (`Traits.local_search`: DSA, whose graph's indexer makes
-    each measure slow, ~34 ms for GLM-5)."""
-    return traits(arch).local_search
-
-
-# a local search walks one layer at a time from the best split it has measured, in each direction, and
-# gives up on a direction after this many splits in a row that rank no better
+# the split search walks one layer at a time from the best split it has measured, in each direction, and
+# gives up on a direction after this many splits in a row that put no more bytes on the GPUs
+# (`_Filler.walk`; 3 lost 2 GiB on DeepSeek-V3.2 at 24+16 GiB)
 _PATIENCE = 4
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
@@ -380,7 +379,7 @@ class _Filler:
         return tuple(c + 1 for c in counts)
 
     def search(self) -> list[_Candidate]:
-        """Every split tried, best first: the ones that fit by the bytes the fill puts on the GPUs,
+        """Every split measured (`walk`), best first: the ones that fit by the bytes the fill puts on the GPUs,
         then by the fewest of those on a GPU other than their layer's (each such layer sends its
         activations from one GPU to the other and back), then by the most room left on the
         fullest GPU, then by closeness to the proportional split."""
@@ -421,7 +420,6 @@ class _Filler:
             return c.score, -c.away, c.slack, -sum(abs(a - b) for a, b in zip(c.counts, start, strict=True))
 
         best = evaluate(start)
-        local = local_search(self.inv.arch)
         for _sweep in range(4):
             improved = False
             for j in range(k - 1):  # the boundary between GPU j and GPU j+1
@@ -431,8 +429,7 @@ class _Filler:
                 def at(a: int, j: int = j, counts: list[int] = counts, pair: int = pair) -> _Candidate:
                     return evaluate((*counts[:j], a, pair - a, *counts[j + 2:]))
 
-                tried = (self.walk(at, best, j, pair, rank) if local else (at(a) for a in range(1, pair)))
-                for c in tried:
+                for c in self.walk(at, best, j, pair, rank):
                     if rank(c) > rank(best):
                         best, improved = c, True
             if not improved or k == 2:
@@ -445,8 +442,10 @@ class _Filler:
         split with `a` layers on GPU j, measured once), from the best one so far. Where that does not
         fit because one GPU of the two is over, first the nearest split where that GPU is not (its
         weights and KV cache shrink with each layer it gives up: doubling steps, then halving the
-        gap). Then, in each direction, one layer at a time while the rank improves, up to `_PATIENCE`
-        splits in a row that rank no better, and never past one over on the GPU that gains layers."""
+        gap). Then, in each direction, one layer at a time from the best so far, up to `_PATIENCE`
+        splits in a row that put no more bytes on the GPUs (the tie-breaks of `rank` choose among the
+        splits measured, but do not prolong the walk: each step is a whole measure through the graph),
+        and never past one over on the GPU that gains layers."""
         lo, hi = self.accelerators[j], self.accelerators[j + 1]
         assert best.counts is not None
         a0 = best.counts[j]
@@ -483,10 +482,9 @@ class _Filler:
                 a += d
                 c = at(a)
                 tried.append(c)
+                misses = 0 if c.score > top.score else misses + 1
                 if rank(c) > rank(top):
-                    top, misses = c, 0
-                else:
-                    misses += 1
+                    top = c
                 if gains in c.over:
                     break
         return tried
