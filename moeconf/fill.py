@@ -145,6 +145,7 @@ class _Candidate:
     score: int = -1  # bytes the greedy fill puts on accelerators (-1: the split does not fit)
     slack: int = 0  # the least room the greedy fill leaves on a GPU
     away: int = 0  # of its bytes, those on a GPU other than their layer's (its activations cross over)
+    filled: dict[str, str] | None = None  # the greedy fill's devices (fill tensor -> device)
 
 
 class _Filler:
@@ -412,6 +413,7 @@ class _Filler:
                     cand.score = self.gpu_bytes(assign)
                     cand.slack = min(left[d] for d in self.accelerators)
                     cand.away = self.away(assign, cand.defaults)
+                    cand.filled = assign
                 seen[counts] = cand
             return seen[counts]
 
@@ -447,37 +449,56 @@ class _Filler:
         splits measured, but do not prolong the walk: each step is a whole measure through the graph),
         and never past one over on the GPU that gains layers."""
         lo, hi = self.accelerators[j], self.accelerators[j + 1]
-        assert best.counts is not None
-        a0 = best.counts[j]
         tried = [best]
-        gives = -1 if lo in best.over and hi not in best.over else 1 if hi in best.over and lo not in best.over else 0
-        if gives:
+
+        def settle(c: _Candidate, fits: _Candidate | None = None) -> _Candidate:
+            """`c`, or where one GPU of the two is over there, the nearest split where it is not (from
+            `fits`, one where it is not on that side, if given)."""
+            assert c.counts is not None
+            a0 = c.counts[j]
+            gives = -1 if lo in c.over and hi not in c.over else 1 if hi in c.over and lo not in c.over else 0
+            if not gives:
+                return c
             over_dev = lo if gives < 0 else hi
             near, step, far = a0, 1, None  # near: a split still over on over_dev; far: one that is not
+            if fits is not None and fits.counts is not None and over_dev not in fits.over and (
+                    fits.counts[j] - a0) * gives > 0:
+                far = fits.counts[j]
             while far is None:
                 a = min(max(a0 + gives * step, 1), pair - 1)
                 if a == near:
-                    break
-                c = at(a)
-                tried.append(c)
-                if over_dev in c.over:
+                    return c
+                tried.append(at(a))
+                if over_dev in tried[-1].over:
                     near, step = a, step * 2
                 else:
                     far = a
-            while far is not None and abs(far - near) > 1:
+            while abs(far - near) > 1:
                 mid = (near + far) // 2
-                c = at(mid)
-                tried.append(c)
-                if over_dev in c.over:
+                tried.append(at(mid))
+                if over_dev in tried[-1].over:
                     near = mid
                 else:
                     far = mid
-            if far is not None:
-                tried.append(at(far))
+            return at(far)
+
+        top = max([best, settle(best)], key=rank)
+        # the split whose boundary is where the greedy fill of the best one changes GPU (its experts then on
+        # their own layers' GPUs: the fewest activations crossing over, the shortest -ot), a few times
+        for _ in range(3):
+            a = self.own_boundary(top, j)
+            if a is None or not 1 <= a < pair or top.counts is None or a == top.counts[j]:
+                break
+            c = settle(at(a), top)
+            tried.append(c)
+            if rank(c) <= rank(top):
+                break
+            top = c
         top = max(tried, key=rank)
         for d in (-1, 1):
             gains = lo if d > 0 else hi
-            a, misses = (top.counts or best.counts)[j], 0
+            assert top.counts is not None
+            a, misses = top.counts[j], 0
             while misses < _PATIENCE and 1 <= a + d < pair:
                 a += d
                 c = at(a)
@@ -488,6 +509,21 @@ class _Filler:
                 if gains in c.over:
                     break
         return tried
+
+    def own_boundary(self, c: _Candidate, j: int) -> int | None:
+        """The layers GPU j would hold for the expert layers of `c`'s greedy fill on GPU j and GPU j+1 to be
+        their own: GPU j+1's range starting at its first such layer (none there: after GPU j's last);
+        None where the fill put none on either, or not in layer order."""
+        if c.filled is None or c.counts is None:
+            return None
+        on = [sorted({self.inv.by_name[n].layer or 0 for n, d in c.filled.items() if d == self.accelerators[i]})
+              for i in (j, j + 1)]
+        i0, _ = self.split_range()
+        start = i0 + sum(c.counts[:j])  # GPU j's first layer
+        if on[1]:
+            first = on[1][0]
+            return first - start if not on[0] or on[0][0] <= first else None
+        return on[0][-1] + 1 - start if on[0] else None
 
     def check_ranges(self, counts: Sequence[int], ts: Sequence[float]) -> bool:
         """Whether the -ts value, read with the engine's own -ngl/-ts semantics, gives each GPU
