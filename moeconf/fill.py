@@ -47,9 +47,9 @@ MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
 # splits finished only for the tie-breaks (experts away from home, room left); each finish is one to four
 # measures through the graph. Over ten two-GPU fits (GLM-5 and DeepSeek-V3.2 at 24+16, 16+12 and 48+24
-# GiB, GLM-5.3-Flash 12+8, Qwen3-30B-A3B 8+6, GLM-4.5-Air 14+10, HY4 24+16; -c 8192) finishing 4 chose
-# what finishing 12 did in every one
-_TIES_FINISHED = 4
+# GiB, GLM-5.3-Flash 12+8, Qwen3-30B-A3B 8+6, GLM-4.5-Air 14+10, HY4 24+16; -c 8192) finishing 1, 2 or
+# 4 chose the same split and fill in every one
+_TIES_FINISHED = 2
 
 
 # the split search walks one layer at a time from the best split it has measured, in each direction, and

@@ -136,8 +136,10 @@ def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: 
 def _cached_build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
     """`build`, reusing the last graph built for the same inventory and shape of placement
     (`_reuse_key`): the composition's nodes do not depend on where the weights and caches are, so only
-    those tensors' devices are set again (from the prologue run for this placement). Not under `-fa auto`
-    (`compute` builds that afresh: `build`)."""
+    those tensors' devices are set again (from the prologue run for this placement). The fused ops the
+    engine probes per placement (`fused_off`) are probed on it for this placement: where one is turned
+    off, the graph is built afresh with it unfused. Not under `-fa auto` (`compute` builds that afresh:
+    `build`)."""
     inv = placement.inventory
     g, backends, f = _prologue(placement, setup)
     key = _reuse_key(placement, setup, g, len(backends))
@@ -149,14 +151,14 @@ def _cached_build(placement: Placement, setup: Setup) -> tuple[GraphContext, lis
                 for o, n in zip(old, new, strict=True):
                     o.buffer = n.buffer
                 b.g.layer_backend = g.layer_backend
-                return b.g, backends
+                return _unfused(placement, setup, b.g, backends) if b.g.fused else (b.g, backends)
     n_bound = len(g.ctx.bound)
     ARCHS[inv.arch](g, f)
-    if g.fused:  # fused ops the engine probes per placement (`fused_off`): built afresh each time
-        return _unfused(placement, setup, g, backends)
     if len(g.ctx.bound) == n_bound:  # the composition made no weight or cache of its own on a device
         _BUILT.insert(0, _Built(inv, key, g, n_bound))
         del _BUILT[_BUILT_KEPT:]
+    if g.fused:  # fused ops the engine probes per placement (`fused_off`)
+        return _unfused(placement, setup, g, backends)
     return g, backends
 
 
