@@ -49,7 +49,7 @@ def check(ctx: Context) -> Iterator[Hit]:
         size = ctx.gpu_memory[dev]
         m = est.devices[dev]
         short = m.total - size
-        found = _fewest_moved(ctx, settings, dev, size)
+        found = _fewest_moved(ctx, settings, dev, size, short)
         if found is not None:
             moved, after = found
             advice = (f"moving the routed experts of {len(moved)} more layer(s) to the CPU (blocks "
@@ -65,14 +65,17 @@ def check(ctx: Context) -> Iterator[Hit]:
                   f"its {size / MiB:,.0f} MiB; {advice}; `{command}` writes the command")
 
 
-def _fewest_moved(ctx: Context, settings: Any, dev: str, size: int) -> tuple[list[int], Any] | None:
+def _fewest_moved(ctx: Context, settings: Any, dev: str, size: int, short: int) -> tuple[list[int], Any] | None:
     """The routed-expert layers on `dev`, highest block first, the fewest of which, moved to the CPU
     and measured again through the engine's graph (the compute buffer changes too), bring the device
-    within `size`, with its memory then; None where even all of them do not. Found by halving the
-    range of counts (each layer moved frees its weights): every figure said is one the graph measured."""
+    within `size`, with its memory then; None where even all of them do not. `short`: how far over the
+    device is as it is. The first count measured is the fewest layers whose weights alone cover that;
+    from there one layer at a time down while it still fits, else doubling steps up and halving back:
+    every figure said is one the graph measured, at a count one fewer than which was measured over."""
     from dataclasses import replace
 
     from moeconf.memory import estimate
+    from moeconf.memory.estimate import alloc_size
 
     assert ctx.explanation is not None and ctx.inventory is not None
     placement = ctx.explanation.placement
@@ -81,6 +84,8 @@ def _fewest_moved(ctx: Context, settings: Any, dev: str, size: int) -> tuple[lis
         if t.group == "experts" and t.layer is not None and placement.devices.get(t.name) == dev:
             experts.setdefault(t.layer, []).append(t.name)
     order = sorted(experts, reverse=True)
+    if not order:
+        return None
     measured: dict[int, Any] = {}
 
     def moving(n: int) -> Any:
@@ -91,16 +96,30 @@ def _fewest_moved(ctx: Context, settings: Any, dev: str, size: int) -> tuple[lis
             measured[n] = estimate(replace(placement, devices=devices), settings).devices[dev]
         return measured[n]
 
-    if not order or moving(len(order)).total > size:
-        return None
-    over_at, fits_at = 0, len(order)  # as it is: over; every layer moved: fits
-    while fits_at - over_at > 1:
-        mid = (over_at + fits_at) // 2
-        if moving(mid).total <= size:
-            fits_at = mid
+    def fits(n: int) -> bool:
+        return n > 0 and moving(n).total <= size
+
+    freed, n = 0, 0
+    while n < len(order) and freed < short:
+        freed += sum(alloc_size(ctx.inventory.by_name[name], dev) for name in experts[order[n]])
+        n += 1
+    if fits(n):
+        while fits(n - 1):
+            n -= 1
+        return order[:n], moving(n)
+    over_at, step = n, 1  # over_at: a count measured over
+    while not fits(n):
+        if n == len(order):
+            return None
+        over_at, n = n, min(n + step, len(order))
+        step *= 2
+    while n - over_at > 1:  # n fits
+        mid = (over_at + n) // 2
+        if fits(mid):
+            n = mid
         else:
             over_at = mid
-    return order[:fits_at], moving(fits_at)
+    return order[:n], moving(n)
 
 
 def _unchecked(ctx: Context, est: Any, settings: Any) -> Iterator[Hit]:
