@@ -109,13 +109,14 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
 
 @dataclass
 class _Built:
-    """A graph built for one inventory and shape of placement (`_reuse_key`), with the number of
-    tensors the prologue made in a device's buffer (`Ctx.bound`)."""
+    """A graph built for one inventory and shape of placement (`_reuse_key`), with the tensors the
+    prologue made in a device's buffer (`Ctx.bound`) as the prologue named and shaped them (a
+    composition may rename one: glm5-next's indexer cache)."""
 
     inv: Inventory
     key: tuple[object, ...]
     g: GraphContext
-    n_bound: int
+    bound: tuple[tuple[str, tuple[int, ...]], ...]
 
 
 _BUILT: list[_Built] = []  # the last graphs built (a search measures many placements of one model)
@@ -152,17 +153,17 @@ def _reused(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Back
     key = _reuse_key(placement, setup, g, len(backends))
     for b in _BUILT:
         if b.inv is inv and b.key == key:
-            old = b.g.ctx.bound[:b.n_bound]
+            old = b.g.ctx.bound[:len(b.bound)]
             new = g.ctx.bound
-            if len(old) == len(new) and all(o.name == n.name and o.ne == n.ne for o, n in zip(old, new, strict=True)):
+            if len(b.bound) == len(new) and all(o == (n.name, n.ne) for o, n in zip(b.bound, new, strict=True)):
                 for o, n in zip(old, new, strict=True):
                     o.buffer = n.buffer
                 b.g.layer_backend = g.layer_backend
                 return b.g, backends
-    n_bound = len(g.ctx.bound)
+    bound = tuple((t.name, t.ne) for t in g.ctx.bound)
     ARCHS[inv.arch](g, f)
-    if len(g.ctx.bound) == n_bound:  # the composition made no weight or cache of its own on a device
-        _BUILT.insert(0, _Built(inv, key, g, n_bound))
+    if len(g.ctx.bound) == len(bound):  # the composition made no weight or cache of its own on a device
+        _BUILT.insert(0, _Built(inv, key, g, bound))
         del _BUILT[_BUILT_KEPT:]
     return g, backends
 
