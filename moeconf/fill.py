@@ -514,7 +514,7 @@ class _Filler:
         """The layers GPU j would hold for the expert layers of `c`'s greedy fill on GPU j and GPU j+1 to be
         their own: GPU j+1's range starting at its first such layer (none there: after GPU j's last);
         None where the fill put none on either, or not in layer order."""
-        if c.filled is None or c.counts is None:
+        if c.filled is None or c.counts is None or not c.away:  # (none away: they are already)
             return None
         on = [sorted({self.inv.by_name[n].layer or 0 for n, d in c.filled.items() if d == self.accelerators[i]})
               for i in (j, j + 1)]
