@@ -289,6 +289,8 @@ class _Filler:
                 break
             for d, extra in more.items():
                 free[d] += extra
+        if fitted is not None and not bad:
+            devices, mem = self._grown(cand, free, devices, mem, placed)
         while bad:
             for d, excess in bad.items():
                 if not placed[d]:
@@ -303,6 +305,38 @@ class _Filler:
             mem = self.measure(devices, cand.defaults)
             bad = self.over(mem)
         self.check_sinks(mem)
+        return devices, mem
+
+    def _grown(self, cand: _Candidate, free: dict[str, int], devices: dict[str, str | None], mem: MemoryEstimate,
+               placed: dict[str, list[list[str]]]) -> tuple[dict[str, str | None], MemoryEstimate]:
+        """A fill that fits, each GPU's split layer tried with a larger part of it (the parts `pack` can choose
+        that need at most the room left plus one tensor of the layer more, largest first), each try measured:
+        a GPU's compute can shrink as experts run there (fewer host weights copied for a batch), which the room
+        measured before the fill does not show; a try is kept where the graph says every budget holds."""
+        room = self.free(mem)
+        for d in self.accelerators:
+            if not placed[d]:
+                continue
+            part = placed[d][-1]
+            il = self.inv.by_name[part[0]].layer
+            unit = [*part, *(n for n, last in self.last_device.items()
+                             if devices.get(n) == last and last != d and self.inv.by_name[n].layer == il)]
+            parts = _parts(self.inv, unit, self.merge_up_gate)
+            now = sum(alloc_size(self.inv.by_name[n], d) for n in part)
+            # (at most one more tensor's worth: the compute a GPU sheds is the host copies of such tensors)
+            most = now + room[d] + max(alloc_size(self.inv.by_name[n], d) for n in unit)
+            sizes = sorted({total for r in range(1, len(parts) + 1) for combo in combinations(parts, r)
+                            if now < (total := sum(alloc_size(self.inv.by_name[n], d) for _, p in combo for n in p))
+                            <= most}, reverse=True)
+            for size in sizes:
+                bigger = pack(self.inv, unit, d, size, self.merge_up_gate)
+                grown: dict[str, str | None] = {**devices, **{n: self.last_device[n] for n in part},
+                                                **{n: d for n in bigger}}
+                after = self.measure(grown, cand.defaults)
+                if not self.over(after):
+                    devices, mem = grown, after
+                    room = self.free(mem)
+                    break
         return devices, mem
 
     def slack(self, mem: MemoryEstimate) -> int:
