@@ -159,6 +159,8 @@ class _Filler:
         self.ngl = n_gpu_layers(plan)
         self.ik = not eng.ngl_counts_output  # ik_llama.cpp: -ts weighs ik's own layer sizes
         self._ik_sizes: LayerSizes | str | None = None
+        self._measures: dict[tuple[frozenset[tuple[str, str | None]], frozenset[tuple[str, str | None]]],
+                             MemoryEstimate] = {}
         budget = plan.config.budget
         self.policy: str = budget.policy
         self.split: bool = budget.split
@@ -185,9 +187,13 @@ class _Filler:
         return plan_ik_split(self.plan, self.inv, self.eng, len(self.accelerators), ts)
 
     def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> MemoryEstimate:
-        # setting families moeconf does not model are checked on the chosen fill (`_refuse_unmodelled`)
-        pl, settings, pipe = self._measured(devs, defaults)
-        return estimate(pl, settings, pipeline=pipe, families=False)
+        # setting families moeconf does not model are checked on the chosen fill (`_refuse_unmodelled`); a
+        # placement measured before (a finish's larger part that another split's finish tried) is not measured again
+        key = (frozenset(devs.items()), frozenset(defaults.items()))
+        if key not in self._measures:
+            pl, settings, pipe = self._measured(devs, defaults)
+            self._measures[key] = estimate(pl, settings, pipeline=pipe, families=False)
+        return self._measures[key]
 
     def _measured(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> tuple[
             Placement, MemorySettings, bool]:
