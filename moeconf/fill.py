@@ -12,8 +12,10 @@ last layer that bring it back go to the rule's last device.
 With several GPUs on llama.cpp and no `tensor_split`, moeconf chooses `-ts` itself: each GPU gets
 a contiguous range of layers (`-ts` holds the layer counts, which llama.cpp maps back to exactly
 those ranges), every range's always-active tensors, KV cache and compute must fit its GPU's
-budget, and among the splits that fit, the one that lets the fill put the most bytes on the GPUs
-wins (two GPUs: every split is tried; more: one boundary at a time until nothing improves).
+budget, and among the splits the search measures (each through the engine's graph), the one that
+lets the fill put the most bytes on the GPUs wins. The search starts at the split proportional to the
+budgets and walks each boundary between two GPUs one layer at a time while the rank improves, with
+some patience (`_Filler.walk`; more than two GPUs: one boundary at a time until nothing improves).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from moeconf.engines.simulate import default_devices, default_layer_devices, lay
 from moeconf.errors import PlanError
 from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, estimate, parse_size, read_settings
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
-from moeconf.memory.graph.archs import traits
 from moeconf.memory.ikarchs import next_step
 from moeconf.memory.settings import DEFAULT_RESERVE
 from moeconf.memory.support import unmodelled
@@ -44,21 +45,17 @@ if TYPE_CHECKING:
 
 MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
-_TIES_FINISHED = 12  # splits finished only for the tie-breaks (experts away from home, room left)
+# splits finished only for the tie-breaks (experts away from home, room left); each finish is one to four
+# measures through the graph. Over ten two-GPU fits (GLM-5 and DeepSeek-V3.2 at 24+16, 16+12 and 48+24
+# GiB, GLM-5.3-Flash 12+8, Qwen3-30B-A3B 8+6, GLM-4.5-Air 14+10, HY4 24+16; -c 8192) finishing 1, 2 or
+# 4 chose the same split and fill in every one
+_TIES_FINISHED = 2
 
 
-def approximate_search(arch: str) -> bool:
-    """Whether the search ranks splits on an approximate compute and measures the ones it finishes exactly,
-    where the composition module says so (`Traits.approximate_search`: DSA's phase model, no indexer in it,
-    GLM-5's first GPU 148 MiB under the graph at 8k, finished through the engine's graph,
-    memory/graph/archs/_dsa.py, ~0.5 s for GLM-5 over two GPUs)."""
-    return traits(arch).approximate_search
-
-
-# in an approximate search each finish is a whole exact measure. Over eight DSA fits (GLM-5, DeepSeek-V3.2;
-# 16+12 to 48+24 GiB, measured on the former DSA replay) finishing 6 chose what finishing 12 did in seven; the
-# eighth kept the same bytes on the GPUs with 5 MiB less room on the fullest
-_TIES_FINISHED_APPROXIMATE = 6
+# the split search walks one layer at a time from the best split it has measured, in each direction, and
+# gives up on a direction after this many splits in a row that put no more bytes on the GPUs
+# (`_Filler.walk`; 3 lost 2 GiB on DeepSeek-V3.2 at 24+16 GiB)
+_PATIENCE = 4
 SPLIT_KINDS = ("ffn_down_exps", "ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps")
 
 
@@ -135,11 +132,6 @@ class FillSolution:
     measured: FillMeasure | None = None
 
 
-class _SplitOver(Exception):
-    """A candidate split the search ranked on approximate compute that does not fit when measured
-    exactly, with nothing on the GPUs yet."""
-
-
 @dataclass
 class _Candidate:
     """One layer split, measured with every fill tensor on its rule's last device."""
@@ -153,6 +145,7 @@ class _Candidate:
     score: int = -1  # bytes the greedy fill puts on accelerators (-1: the split does not fit)
     slack: int = 0  # the least room the greedy fill leaves on a GPU
     away: int = 0  # of its bytes, those on a GPU other than their layer's (its activations cross over)
+    filled: dict[str, str] | None = None  # the greedy fill's devices (fill tensor -> device)
 
 
 class _Filler:
@@ -166,6 +159,8 @@ class _Filler:
         self.ngl = n_gpu_layers(plan)
         self.ik = not eng.ngl_counts_output  # ik_llama.cpp: -ts weighs ik's own layer sizes
         self._ik_sizes: LayerSizes | str | None = None
+        self._measures: dict[tuple[frozenset[tuple[str, str | None]], frozenset[tuple[str, str | None]]],
+                             MemoryEstimate] = {}
         budget = plan.config.budget
         self.policy: str = budget.policy
         self.split: bool = budget.split
@@ -173,9 +168,6 @@ class _Filler:
         self.last_device = {n: req.devices[-1] for req in requests for n in req.tensors}
         # a rule's last device takes the rest: its budget is checked once the others are filled
         self.sinks = {req.devices[-1] for req in requests} - {d for req in requests for d in req.devices[:-1]}
-        # the search ranks splits on an approximate compute (`approximate_search`), and falls back
-        # to the exact one where that finds nothing that fits
-        self.approximate = approximate_search(inv.arch)
 
     # -- measuring -------------------------------------------------------------------------------
 
@@ -183,9 +175,7 @@ class _Filler:
         defaults = default_devices(self.inv, self.eng, self.ngl, self.accelerators, ts, self.split_mode,
                                    self.ik_layer_devices(ts))
         devices = {**defaults, **self.overlay}
-        # the search ranks splits on the phase model; `complete` measures the chosen fill through the
-        # engine's graph and gives back what does not fit
-        mem = self.measure(devices, defaults, exact=approximate_search(self.inv.arch) and not self.approximate)
+        mem = self.measure(devices, defaults)
         return _Candidate(counts, tuple(int(x) for x in ts) if ts is not None else None, defaults, devices, mem,
                           self.over(mem, sinks=False))
 
@@ -196,11 +186,14 @@ class _Filler:
             return None
         return plan_ik_split(self.plan, self.inv, self.eng, len(self.accelerators), ts)
 
-    def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None], *,
-                exact: bool = True, families: bool = False) -> MemoryEstimate:
-        # setting families moeconf does not model are checked on the chosen fill (`_refuse_unmodelled`)
-        pl, settings, pipe = self._measured(devs, defaults)
-        return estimate(pl, settings, pipeline=pipe, replay=exact, families=families)
+    def measure(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> MemoryEstimate:
+        # setting families moeconf does not model are checked on the chosen fill (`_refuse_unmodelled`); a
+        # placement measured before (a finish's larger part that another split's finish tried) is not measured again
+        key = (frozenset(devs.items()), frozenset(defaults.items()))
+        if key not in self._measures:
+            pl, settings, pipe = self._measured(devs, defaults)
+            self._measures[key] = estimate(pl, settings, pipeline=pipe, families=False)
+        return self._measures[key]
 
     def _measured(self, devs: Mapping[str, str | None], defaults: Mapping[str, str | None]) -> tuple[
             Placement, MemorySettings, bool]:
@@ -275,10 +268,6 @@ class _Filler:
         fitted: tuple[dict[str, str | None], MemoryEstimate, dict[str, list[list[str]]]] | None = None
         last: dict[str, str] | None = None
         for _round in range(4):
-            if approximate_search(self.inv.arch) and _round and any(free[d] < 0 for d in self.accelerators):
-                # the search measured the compute approximately (`approximate_search`), possibly
-                # low: measured exactly, this split is over with nothing of the fill on its GPUs
-                raise _SplitOver(shortfall_message(mem, bad, self.sizes))
             assign, placed, left = self.greedy(free)
             if assign == last:
                 break
@@ -306,6 +295,8 @@ class _Filler:
                 break
             for d, extra in more.items():
                 free[d] += extra
+        if fitted is not None and not bad:
+            devices, mem = self._grown(cand, free, devices, mem, placed)
         while bad:
             for d, excess in bad.items():
                 if not placed[d]:
@@ -320,6 +311,38 @@ class _Filler:
             mem = self.measure(devices, cand.defaults)
             bad = self.over(mem)
         self.check_sinks(mem)
+        return devices, mem
+
+    def _grown(self, cand: _Candidate, free: dict[str, int], devices: dict[str, str | None], mem: MemoryEstimate,
+               placed: dict[str, list[list[str]]]) -> tuple[dict[str, str | None], MemoryEstimate]:
+        """A fill that fits, each GPU's split layer tried with a larger part of it (the parts `pack` can choose
+        that need at most the room left plus one tensor of the layer more, largest first), each try measured:
+        a GPU's compute can shrink as experts run there (fewer host weights copied for a batch), which the room
+        measured before the fill does not show; a try is kept where the graph says every budget holds."""
+        room = self.free(mem)
+        for d in self.accelerators:
+            if not placed[d]:
+                continue
+            part = placed[d][-1]
+            il = self.inv.by_name[part[0]].layer
+            unit = [*part, *(n for n, last in self.last_device.items()
+                             if devices.get(n) == last and last != d and self.inv.by_name[n].layer == il)]
+            parts = _parts(self.inv, unit, self.merge_up_gate)
+            now = sum(alloc_size(self.inv.by_name[n], d) for n in part)
+            # (at most one more tensor's worth: the compute a GPU sheds is the host copies of such tensors)
+            most = now + room[d] + max(alloc_size(self.inv.by_name[n], d) for n in unit)
+            sizes = sorted({total for r in range(1, len(parts) + 1) for combo in combinations(parts, r)
+                            if now < (total := sum(alloc_size(self.inv.by_name[n], d) for _, p in combo for n in p))
+                            <= most}, reverse=True)
+            for size in sizes:
+                bigger = pack(self.inv, unit, d, size, self.merge_up_gate)
+                grown: dict[str, str | None] = {**devices, **{n: self.last_device[n] for n in part},
+                                                **{n: d for n in bigger}}
+                after = self.measure(grown, cand.defaults)
+                if not self.over(after):
+                    devices, mem = grown, after
+                    room = self.free(mem)
+                    break
         return devices, mem
 
     def slack(self, mem: MemoryEstimate) -> int:
@@ -397,7 +420,7 @@ class _Filler:
         return tuple(c + 1 for c in counts)
 
     def search(self) -> list[_Candidate]:
-        """Every split tried, best first: the ones that fit by the bytes the fill puts on the GPUs,
+        """Every split measured (`walk`), best first: the ones that fit by the bytes the fill puts on the GPUs,
         then by the fewest of those on a GPU other than their layer's (each such layer sends its
         activations from one GPU to the other and back), then by the most room left on the
         fullest GPU, then by closeness to the proportional split."""
@@ -430,6 +453,7 @@ class _Filler:
                     cand.score = self.gpu_bytes(assign)
                     cand.slack = min(left[d] for d in self.accelerators)
                     cand.away = self.away(assign, cand.defaults)
+                    cand.filled = assign
                 seen[counts] = cand
             return seen[counts]
 
@@ -443,13 +467,103 @@ class _Filler:
             for j in range(k - 1):  # the boundary between GPU j and GPU j+1
                 counts = list(best.counts or start)
                 pair = counts[j] + counts[j + 1]
-                for a in range(1, pair):
-                    c = evaluate((*counts[:j], a, pair - a, *counts[j + 2:]))
+
+                def at(a: int, j: int = j, counts: list[int] = counts, pair: int = pair) -> _Candidate:
+                    return evaluate((*counts[:j], a, pair - a, *counts[j + 2:]))
+
+                for c in self.walk(at, best, j, pair, rank):
                     if rank(c) > rank(best):
                         best, improved = c, True
             if not improved or k == 2:
                 break
         return sorted(seen.values(), key=rank, reverse=True)
+
+    def walk(self, at: Callable[[int], _Candidate], best: _Candidate, j: int, pair: int,
+             rank: Callable[[_Candidate], tuple[int, int, int, int]]) -> list[_Candidate]:
+        """The splits a local search measures on the boundary between GPU j and GPU j+1 (`at(a)`: the
+        split with `a` layers on GPU j, measured once), from the best one so far. Where that does not
+        fit because one GPU of the two is over, first the nearest split where that GPU is not (its
+        weights and KV cache shrink with each layer it gives up: doubling steps, then halving the
+        gap). Then, in each direction, one layer at a time from the best so far, up to `_PATIENCE`
+        splits in a row that put no more bytes on the GPUs (the tie-breaks of `rank` choose among the
+        splits measured, but do not prolong the walk: each step is a whole measure through the graph),
+        and never past one over on the GPU that gains layers."""
+        lo, hi = self.accelerators[j], self.accelerators[j + 1]
+        tried = [best]
+
+        def settle(c: _Candidate, fits: _Candidate | None = None) -> _Candidate:
+            """`c`, or where one GPU of the two is over there, the nearest split where it is not (from
+            `fits`, one where it is not on that side, if given)."""
+            assert c.counts is not None
+            a0 = c.counts[j]
+            gives = -1 if lo in c.over and hi not in c.over else 1 if hi in c.over and lo not in c.over else 0
+            if not gives:
+                return c
+            over_dev = lo if gives < 0 else hi
+            near, step, far = a0, 1, None  # near: a split still over on over_dev; far: one that is not
+            if fits is not None and fits.counts is not None and over_dev not in fits.over and (
+                    fits.counts[j] - a0) * gives > 0:
+                far = fits.counts[j]
+            while far is None:
+                a = min(max(a0 + gives * step, 1), pair - 1)
+                if a == near:
+                    return c
+                tried.append(at(a))
+                if over_dev in tried[-1].over:
+                    near, step = a, step * 2
+                else:
+                    far = a
+            while abs(far - near) > 1:
+                mid = (near + far) // 2
+                tried.append(at(mid))
+                if over_dev in tried[-1].over:
+                    near = mid
+                else:
+                    far = mid
+            return at(far)
+
+        top = max([best, settle(best)], key=rank)
+        # the split whose boundary is where the greedy fill of the best one changes GPU (its experts then on
+        # their own layers' GPUs: the fewest activations crossing over, the shortest -ot), a few times
+        for _ in range(3):
+            a = self.own_boundary(top, j)
+            if a is None or not 1 <= a < pair or top.counts is None or a == top.counts[j]:
+                break
+            c = settle(at(a), top)
+            tried.append(c)
+            if rank(c) <= rank(top):
+                break
+            top = c
+        top = max(tried, key=rank)
+        for d in (-1, 1):
+            gains = lo if d > 0 else hi
+            assert top.counts is not None
+            a, misses = top.counts[j], 0
+            while misses < _PATIENCE and 1 <= a + d < pair:
+                a += d
+                c = at(a)
+                tried.append(c)
+                misses = 0 if c.score > top.score else misses + 1
+                if rank(c) > rank(top):
+                    top = c
+                if gains in c.over:
+                    break
+        return tried
+
+    def own_boundary(self, c: _Candidate, j: int) -> int | None:
+        """The layers GPU j would hold for the expert layers of `c`'s greedy fill on GPU j and GPU j+1 to be
+        their own: GPU j+1's range starting at its first such layer (none there: after GPU j's last);
+        None where the fill put none on either, or not in layer order."""
+        if c.filled is None or c.counts is None or not c.away:  # (none away: they are already)
+            return None
+        on = [sorted({self.inv.by_name[n].layer or 0 for n, d in c.filled.items() if d == self.accelerators[i]})
+              for i in (j, j + 1)]
+        i0, _ = self.split_range()
+        start = i0 + sum(c.counts[:j])  # GPU j's first layer
+        if on[1]:
+            first = on[1][0]
+            return first - start if not on[0] or on[0][0] <= first else None
+        return on[0][-1] + 1 - start if on[0] else None
 
     def check_ranges(self, counts: Sequence[int], ts: Sequence[float]) -> bool:
         """Whether the -ts value, read with the engine's own -ngl/-ts semantics, gives each GPU
@@ -501,55 +615,35 @@ def fill(plan: Plan, inv: Inventory, eng: Engine, overlay: Mapping[str, str | No
                         + "; ".join(not_modelled), path=plan.path)
     f = _Filler(plan, inv, eng, overlay, requests, sizes, settings)
     if f.chooses_split():
-        def choose() -> tuple[_Candidate, dict[str, str | None], MemoryEstimate]:
-            ranked = f.search()
-            feasible = [c for c in ranked if c.score >= 0]
-            if not feasible:
-                if f.approximate:  # the exact search decides (below)
-                    raise _SplitOver("no split fits on the approximate replay")
-                least = min(ranked, key=lambda c: sum(c.over.values()))
-                if not least.mem.complete:
-                    raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
-                                    + "; ".join(least.mem.notes), path=plan.path)
-                assert least.ts is not None
-                raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
-                                f"{','.join(map(str, least.ts))}); " + shortfall_message(least.mem, least.over, sizes),
-                                path=plan.path)
-            # measured again, a fill may give part of a layer back (compute grows where experts run):
-            # finish every split whose first fill could still beat the best finished one on bytes,
-            # and the first few of those that could only tie with it (for the room they leave)
-            best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None], MemoryEstimate] | None = None
-            last_over = ""
-            ties = 0
-            for c in feasible:
-                if best is not None and c.score < best[0][0]:
+        ranked = f.search()
+        feasible = [c for c in ranked if c.score >= 0]
+        if not feasible:
+            least = min(ranked, key=lambda c: sum(c.over.values()))
+            if not least.mem.complete:
+                raise PlanError("filling the GPUs needs the model's memory, which moeconf cannot compute here: "
+                                + "; ".join(least.mem.notes), path=plan.path)
+            assert least.ts is not None
+            raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits (the closest is -ts "
+                             f"{','.join(map(str, least.ts))}); " + shortfall_message(least.mem, least.over, sizes),
+                             path=plan.path)
+        # measured again, a fill may give part of a layer back (compute grows where experts run):
+        # finish every split whose first fill could still beat the best finished one on bytes,
+        # and the first few of those that could only tie with it (for the room they leave)
+        best: tuple[tuple[int, int, int], _Candidate, dict[str, str | None], MemoryEstimate] | None = None
+        ties = 0
+        for c in feasible:
+            if best is not None and c.score < best[0][0]:
+                break
+            if best is not None and c.score == best[0][0]:
+                ties += 1
+                if ties > _TIES_FINISHED:
                     break
-                if best is not None and c.score == best[0][0]:
-                    ties += 1
-                    if ties > (_TIES_FINISHED_APPROXIMATE if approximate_search(inv.arch) else _TIES_FINISHED):
-                        break
-                try:
-                    devices, mem = f.complete(c)
-                except _SplitOver as over:
-                    last_over = str(over)
-                    continue
-                key = (f.gpu_bytes(devices), -f.away(devices, c.defaults), f.slack(mem))
-                if best is None or key > best[0]:
-                    best = (key, c, devices, mem)
-            if best is None:  # every split the search finished was over once measured exactly
-                raise DoesNotFit(f"no split of the layers over {', '.join(f.accelerators)} fits: {last_over}",
-                                 path=plan.path)
-            return best[1], best[2], best[3]
-
-        try:
-            cand, devices, mem = choose()
-        except (DoesNotFit, _SplitOver):
-            if not f.approximate:
-                raise
-            # the search on the approximate replay found no split that fits when measured
-            # exactly; the exact search decides (slower, as every split is replayed whole)
-            f.approximate = False
-            cand, devices, mem = choose()
+            devices, mem = f.complete(c)
+            key = (f.gpu_bytes(devices), -f.away(devices, c.defaults), f.slack(mem))
+            if best is None or key > best[0]:
+                best = (key, c, devices, mem)
+        assert best is not None
+        _, cand, devices, mem = best
     else:
         cand = f.candidate(plan.config.flags.tensor_split)
         ts_given = plan.config.flags.tensor_split

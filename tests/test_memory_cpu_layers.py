@@ -9,19 +9,17 @@ refusal is held to be still needed (its figures without the refusal are off)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import shlex
 from pathlib import Path
 
 import pytest
 
-import moeconf.memory.phase as phase
 from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.memory import read_settings
-from moeconf.memory.estimate import MemoryEstimate, estimate
+from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.support import MODELLED
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
@@ -122,20 +120,6 @@ def test_a_wrong_gpu_figure_is_caught(inventories: dict[str, Inventory]) -> None
         assert _errors(bad, row["engine"]) != []
 
 
-@pytest.mark.parametrize(("line", "case"), [
-    ("-ngl 0", "host"),
-    ("-ngl 1", "gpu_output"),
-    ("-ngl 2", None),  # a block on the GPU
-    ("-ngl 1 -ot output=CPU", "host"),  # the output layer sent back to the CPU
-    ("-ngl 0 -ot output=RPC0[127.0.0.1:50052]", "gpu_output"),  # -ot sends the output to the GPU
-    ("-ngl 999 -ot blk=CPU", None),  # -ngl offloads every block (-ot moves them: another family)
-])
-def test_the_case_is_read_from_the_placement(inventories: dict[str, Inventory], line: str,
-                                             case: str | None) -> None:
-    ex = explain(inventories["qwen3-30b-a3b"], engine("llama.cpp"), ["--rpc", EP, *shlex.split(line)], gpus=[])
-    assert phase.cpu_layers_case(ex.placement) == case
-
-
 def test_fill_goes_on_with_every_block_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A plan whose -ngl puts every block on the CPU: the fill rule is checked through the engine's graph
     and compile goes on (Qwen3.5's -ngl 0 was refused while its compute was the older replay's)."""
@@ -151,29 +135,3 @@ def test_fill_goes_on_with_every_block_on_the_cpu(tmp_path: Path, capsys: pytest
         rc = main(["compile", str(plan)])
         err = capsys.readouterr().err
         assert rc == 0 and "every block" not in err, err
-
-
-def test_the_output_gpu_holds_the_last_experts_copy(inventories: dict[str, Inventory],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """-ngl 1: the output GPU holds a copy of the last CPU layer's experts' outputs beside the logits
-    where that layer ends with its routed experts (gpt-oss 22.5 MiB, MiniMax-M2 48, Qwen3-VL-30B-A3B 32
-    at -ub 512), none where a shared expert or a norm after the experts keeps the sum on the CPU
-    (Ling, Grok). Without it the recorded figures refuse the estimate."""
-    import sys
-
-    line = "-c 32768 -ngl 1"
-    rows = {r["model"]: r for r in ROWS if r["args"] == line}
-    for model, mib in (("gpt-oss-20b", 22.5), ("minimax-m2", 48.0), ("qwen3-vl-30b-a3b", 32.0),
-                       ("ling-mini-2.0", 0.0), ("grok-1", 0.0)):
-        inv = inventories[model]
-        ex = explain(inv, engine("llama.cpp"), ["--rpc", EP, *shlex.split(line)], gpus=[])
-        n_used = inv.metadata.hparam("expert_used_count") or 0
-        assert phase.output_gpu_experts_copy(ex.placement, n_used, inv.metadata.embedding_length or 0,
-                                               512) == mib * MiB, model
-        if model != "grok-1":  # refused at -ngl 1 (its output GPU 24 MiB over at -ub 1024)
-            assert _errors(_estimate(inv, line), rows[model]["engine"]) == [], model
-    # the phase model (ik_llama.cpp's, a search's) counts it; on llama.cpp these take every figure from the graph
-    monkeypatch.setattr(phase, "output_gpu_experts_copy", lambda *a: 0)
-    monkeypatch.setattr(sys.modules["moeconf.sizing"], "estimate", functools.partial(estimate, replay=False))
-    for model in ("gpt-oss-20b", "minimax-m2", "qwen3-vl-30b-a3b"):
-        assert any("RPC0 compute" in e for e in _errors(_estimate(inventories[model], line), rows[model]["engine"]))

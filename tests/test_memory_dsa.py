@@ -18,7 +18,6 @@ from moeconf.memory import read_settings
 from moeconf.memory.estimate import MemoryEstimate
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.indexer import indexer_unmodelled
-from moeconf.memory.phase import ffn_floats
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
@@ -130,13 +129,6 @@ def test_grok_runs_with_flash_attention_off_and_refuses_a_quantized_v_cache(mode
     assert not est.problems
 
 
-def test_down_projection_fills_the_gate_up_hole_only_when_it_fits() -> None:
-    # MiniMax-M2: 8 x 3072 fits in the 2 x 8 x 1536 gate and up leave; Qwen3-30B: 8 x 2048 does not
-    assert ffn_floats(3, 8, 1536, 3072) == 3 * 8 * 1536
-    assert ffn_floats(3, 8, 768, 2048) == 3 * 8 * 768 + 8 * 2048
-    assert ffn_floats(2, 4, 2880, 2880) == 2 * 4 * 2880 + 4 * 2880  # gpt-oss keeps its own count
-
-
 @pytest.mark.parametrize(("line", "host_mib"), [
     ("-c 32768 -ngl 999", 92.01), ("-c 32768 -ngl 999 -ub 1024", 184.02), ("2rpc -c 32768 -ngl 999 -ts 1,1", 332.04),
 ])
@@ -225,8 +217,8 @@ def test_two_gpu_fit_is_within_both_budgets(models: dict[str, Inventory], tmp_pa
 
 
 def test_two_gpu_glm5_fit_is_within_both_budgets(models: dict[str, Inventory], tmp_path: Path) -> None:
-    """GLM-5 on 24 + 16 GiB at 8k: the search ranks splits on the phase model and measures the ones it
-    finishes through the graph; the command it prints is within both budgets."""
+    """GLM-5 on 24 + 16 GiB at 8k: the search measures every split it tries through the graph; the
+    command it prints is within both budgets."""
     inv = models["glm-5"]
     res = _fit_two(inv, tmp_path)
     est = estimate_line(inv, list(res.argv[3:]))

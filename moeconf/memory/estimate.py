@@ -2,10 +2,9 @@
 allocates them), KV cache (on each layer's home device, memory/kvcache.py), compute buffers, and a
 reserve per GPU for what no engine reports.
 
-Compute on llama.cpp is the engine's own graph, scheduled and allocated as ggml does (memory/graph);
-a search ranking its candidates asks for the phase model instead (`replay=False`, memory/phase.py)
-and measures the placement it chooses through the graph. On ik_llama.cpp it is llama.cpp's graph of
-the same placement plus what ik was measured to add (`_ik_estimate`). The figures were checked
+Compute on llama.cpp is the engine's own graph, scheduled and allocated as ggml does (memory/graph).
+On ik_llama.cpp it is llama.cpp's graph of the same placement plus what ik was measured to add
+(`_ik_estimate`). The figures were checked
 against llama.cpp's own projection (`llama-fit-params -fitp on`, see docs/memory.md's accuracy
 table); CUDA-only terms cannot be checked there and are labelled estimated."""
 
@@ -14,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 
 import moeconf.memory.compressed as compressed
 import moeconf.memory.families as setting_families
@@ -24,7 +24,7 @@ from moeconf.engines import AUTO_GPU, HOST, Engine, mainline
 from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import standard_moe_layers
-from moeconf.memory.classic import input_width, output_device
+from moeconf.memory.classic import input_width
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.graph.model import checked_compute, graph_computed, layer_devices
@@ -32,7 +32,6 @@ from moeconf.memory.graph.model import unmodelled_settings as graph_unmodelled
 from moeconf.memory.graph.sched import backend_for, row_padding
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import context_cells, kv_bytes
-from moeconf.memory.phase import ATTN_BASES, kda_shape, phase_compute, where
 from moeconf.memory.servercache import ServerCaches, server_caches
 from moeconf.memory.settings import MemorySettings, cache_block, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
@@ -190,11 +189,9 @@ def _refused(placement: Placement, settings: MemorySettings, weights: dict[str, 
 
 
 def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False,
-             replay: bool = True, families: bool = True) -> MemoryEstimate:
+             families: bool = True) -> MemoryEstimate:
     """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
-    keeps 4 copies of every graph input and of every split's inputs, never freed. `replay=False`
-    skips the engine's graph (compute from the phase model only, within a few tens of MiB):
-    for searches that measure the chosen placement again with them. `families=False` skips the
+    keeps 4 copies of every graph input and of every split's inputs, never freed. `families=False` skips the
     refusal of setting families moeconf does not model (memory/families.py): for a search that
     checks them on the placement it chooses."""
     inv = placement.inventory
@@ -250,12 +247,6 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     fa = settings.flash_attn != "off" and traits(inv.arch).flash_attn  # grok
     problems = refused_settings(inv, eng, settings, geo)
     n_ctx, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings, ik=ik, fa=fa)
-    # --- llama-server's output reservation (settings.server_outputs): the rows the worst-case graph
-    # keeps after the last layer's out_ids and computes logits for; 0 where that is the whole ubatch
-    n_out = settings.output_rows(T)
-    n_out = 0 if n_out >= T else n_out
-    rows_out = n_out or T
-    # ---
     if swa_cells and not (ik or settings.swa_full):  # sequences as the binary defaults them (settings.server_slots)
         notes.extend(slot_notes(settings, eng))
 
@@ -267,48 +258,27 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
 
     if ik:  # --- compute: llama.cpp's graph of the same placement plus ik's measured margin (memory/ikarchs.py)
         return _ik_estimate(placement, settings, weights, kv, ik_computed, devices, n_ctx, cells, swa_cells, fa,
-                            notes, problems, geo, replay=replay, families=families)
+                            notes, problems, geo, families=families)
 
     # --- compute: the engine's graph, scheduled and allocated (memory/graph), every compute buffer with
-    # CUDA's op-offload copies; a search ranking candidates (replay=False): the phase model (memory/phase.py)
-    out_dev = output_device(placement)  # a tied output computes the logits where its copy lies
-    by_graph = replay  # every architecture modelled on llama.cpp has a composition (tests/test_memory_support.py)
-    if by_graph:
-        sizes, why = checked_compute(placement, settings, pipeline)
-        if why:  # a fused op turned off whose unfused form no dump checked
-            return _refused(placement, settings, weights, gpus, notes + why)
-        compute: dict[str, int] = defaultdict(int, sizes)
-        if not fa and not settings.offload_kqv:
-            notes.append("-nkvo with flash attention off: the figures are llama.cpp's sizing reserve's "
-                         "(llama-fit-params, --fit), which runs the attention on the layer's device; a running "
-                         "llama.cpp keeps the attention between the KV store and its output on the CPU "
-                         "(build_attn_mha pins it), so its host compute can be larger and the GPUs' smaller")
-    else:
-        counted = n_out and not replay and out_dev in _graph_counts_server_rows(placement, settings, out_dev, fa,
-                                                                                 pipeline)
-        rows = rows_out if counted else T
-        compute = defaultdict(int, phase_compute(placement, geo, settings, layer_dev, devices, out_dev, T=T,
-                                                 cells=cells, swa_cells=swa_cells, fa=fa, pipeline=pipeline,
-                                                 output_rows=rows))
-        if n_out and not counted:
-            # the figure is for the whole ubatch's output rows (the server's only where the graph would count them)
-            over = 4 * (T - n_out) * (geo.n_vocab + 2 * geo.n_embd)
-            notes.append(f"{settings.binary or 'the server'} reserves {n_out} output rows, not the ubatch's {T}: "
-                         f"{out_dev}'s compute is the figure for {T} rows (not replayed for this architecture and "
-                         f"placement), at least what the server needs within the compute model's tolerance; the "
-                         f"rows it does not reserve would save up to {over / MiB:.0f} MiB there")
+    # CUDA's op-offload copies (every architecture modelled on llama.cpp has a composition:
+    # tests/test_memory_support.py)
+    sizes, why = checked_compute(placement, settings, pipeline)
+    if why:  # a fused op turned off whose unfused form no dump checked
+        return _refused(placement, settings, weights, gpus, notes + why)
+    compute: dict[str, int] = defaultdict(int, sizes)
+    if not fa and not settings.offload_kqv:
+        notes.append("-nkvo with flash attention off: the figures are llama.cpp's sizing reserve's "
+                     "(llama-fit-params, --fit), which runs the attention on the layer's device; a running "
+                     "llama.cpp keeps the attention between the KV store and its output on the CPU "
+                     "(build_attn_mha pins it), so its host compute can be larger and the GPUs' smaller")
     estimated_terms: dict[str, list[str]] = defaultdict(list)
     for d in gpus:
         if d.startswith("CUDA") and d != AUTO_GPU:
-            # CUDA only (not measurable without a GPU): op offload copies the largest routed
-            # expert tensor left in host memory; FA with a quantized cache converts K and V to f16
-            host_experts = [t.nbytes for t in inv.tensors
-                            if t.role == "experts" and placement.devices[t.name] == HOST]
+            # CUDA only (not measurable without a GPU): op offload copies host weights (the graph has
+            # them); FA with a quantized cache converts K and V to f16
             offloads = settings.op_offload and 0 < backend_for(d).offload_batch <= T  # (CUDA's batch of 32)
-            if host_experts and offloads and not by_graph:  # (the graph has it)
-                compute[d] += max(host_experts)
-                estimated_terms[d].append("compute: op-offload copy of the largest CPU expert tensor")
-            elif by_graph and offloads and any(v == HOST for v in placement.devices.values()):
+            if offloads and any(v == HOST for v in placement.devices.values()):
                 # the graph takes them from ggml_backend_sched's op offload: modelled, not measured on a CUDA device
                 estimated_terms[d].append("compute: op-offload copies of host weights (CUDA's op offload)")
             if fa and (is_quantized(ctk) or is_quantized(ctv)):
@@ -332,8 +302,7 @@ _IK_MLA_TERM = "weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or
 
 def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[str, int], kv: Mapping[str, int],
                  ik_computed: Mapping[str, int], devices: set[str], n_ctx: int, cells: int, swa_cells: int, fa: bool,
-                 notes: list[str], problems: list[str], geo: Geometry, *, replay: bool,
-                 families: bool) -> MemoryEstimate:
+                 notes: list[str], problems: list[str], geo: Geometry, *, families: bool) -> MemoryEstimate:
     """ik_llama.cpp: its weights and KV cache (computed by `estimate`), and compute from llama.cpp's
     graph of the same placement plus the margin measured on ik (memory/ikarchs.py), labelled
     estimated; for the MLA architectures (ikarchs.MLA_MODELLED) each device running attention
@@ -357,7 +326,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
         twin_settings = ik_twin_settings(settings)
         if mla_model:
             twin_settings = replace(twin_settings, flash_attn="on")
-        twin = estimate(replace(placement, engine=mainline()), twin_settings, replay=replay, families=families)
+        twin = estimate(replace(placement, engine=mainline()), twin_settings, families=families)
         if not twin.complete:
             why = [f"llama.cpp's graph, which sizes ik_llama.cpp's compute: {n}" for n in twin.notes]
     ordered = [HOST, *sorted(devices - {HOST})]
@@ -372,8 +341,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     # the devices running attention layers: ik's second f32 KQ matrix with flash attention off (memory/
     # ikarchs.py), or the MLA attention's peak (memory/ikmla.py)
     layer_dev = layer_devices(placement)
-    attn_devs = {where(placement, la.index, ATTN_BASES) or layer_dev.get(la.index, HOST)
-                 for la in geo.layers if not la.recurrent}
+    attn_devs = {_attention_device(placement, la.index, layer_dev) for la in geo.layers if not la.recurrent}
     kq: dict[str, int] = defaultdict(int)
     margin = {d: ikarchs.margin_mib(inv.arch, n_tokens) * MiB for d in ordered} if not mla_model else {}
     if mla_model:
@@ -385,7 +353,7 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     elif not fa:
         for la in geo.layers:
             if not la.recurrent:
-                d = where(placement, la.index, ATTN_BASES) or layer_dev.get(la.index, HOST)
+                d = _attention_device(placement, la.index, layer_dev)
                 kq[d] = max(kq[d], 4 * la.n_head * (swa_cells if la.swa else cells) * n_tokens)
     mem: dict[str, DeviceMemory] = {}
     for d in ordered:
@@ -403,6 +371,25 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
         notes.append(_AUTO_GPU_NOTE)
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                           server=server_caches(inv, geo, settings, placement.engine))
+
+
+_ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_output")
+
+
+def _attention_device(placement: Placement, il: int, layer_dev: Mapping[int, str]) -> str:
+    """The device running block il's attention: the one holding its first attention weight, else the
+    layer's."""
+    devices = placement.devices
+    for name in _attention_names(il):
+        d = devices.get(name)
+        if d is not None:
+            return d
+    return layer_dev.get(il, HOST)
+
+
+@cache
+def _attention_names(il: int) -> tuple[str, ...]:
+    return tuple(f"blk.{il}.{b}.weight" for b in _ATTN_BASES)
 
 
 def _ik_graph_refused(settings: MemorySettings, geo: Geometry, placement: Placement, n_tokens: int,
@@ -453,24 +440,6 @@ def amx_possible(settings: MemorySettings, gpus: list[str]) -> bool:
     plain CPU buffer). So AMX packs host weights only with no such GPU (CPU alone, RPC servers,
     Metal) or with --no-host."""
     return settings.repack and (settings.no_host or not any(g.startswith(_HOST_BUFFER_GPUS) for g in gpus))
-
-
-def _graph_counts_server_rows(placement: Placement, settings: MemorySettings, out_dev: str, fa: bool,
-                              pipeline: bool) -> set[str]:
-    """The devices whose compute `estimate` counts for llama-server's output rows through the engine's
-    graph, for a search that ranks on the phase model: one GPU running every layer (over several, a
-    fill may later put a layer's experts on another GPU than the layer's)."""
-    inv = placement.inventory
-    if placement.engine.name == "ik_llama.cpp" or pipeline or not fa or not settings.offload_kqv:
-        return set()
-    layer_gpus = {d for d in layer_devices(placement).values() if is_gpu(d)}
-    if len(layer_gpus) != 1:
-        return set()
-    if rec.shape(inv) is not None or kda_shape(inv) is not None:
-        return {out_dev}  # the engine's graph counts the server's rows (memory/graph)
-    # the search counts them where the output device is the GPU running the layers, as it did while the
-    # classic replays gave that device's compute
-    return {out_dev} & layer_gpus
 
 
 def _amx_extra(placement: Placement) -> int:

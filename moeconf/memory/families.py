@@ -10,10 +10,8 @@ sparse full-size layouts, RPC devices); docs/memory-architectures.md lists the f
   `-c 32768 -ot exps=CPU -nkvo`: host 104 modelled vs 80; gpt-oss-20b `-c 8192`: GPU 404 vs 432;
   GLM-4.5-Air over two GPUs at 16k: 120 vs 176; Llama 4 `-ts 1,1`: 132 vs 160).
 - Routed experts of GPU layers AND the output on the CPU (`-ot exps=CPU,output=CPU`) over two or
-  more GPUs, where the phase model would give a GPU's buffer (Qwen3-30B-A3B `-ts 1,1` before the
-  replays covered it: a GPU 56 vs 76 at `-ub 512`, 224 vs 304 at `-ub 2048`, 448 vs 608 at `-ub
-  4096`). Where the engine's graph gives every buffer on layers of the kind it was checked on
-  (estimate.output_family_checked), it is modelled: exact on those three lines
+  more GPUs, except where the engine's graph gives every buffer on layers of the kind it was checked
+  on (estimate.output_family_checked): exact on Qwen3-30B-A3B `-ts 1,1` at `-ub 512`, 2048 and 4096
   (GPUs 80.01/100.03, 320.04/400.1, 640.08/800.2 MiB; the host 304.75, 1219, 2438).
 - The output on the CPU while a GPU runs layers that follow CPU layers (a partial `-ngl`), at
   ubatches above 512: the GPU's buffer is exact through the graph (Qwen3-30B-A3B `-ngl 30 -b 4096 -ub

@@ -31,7 +31,6 @@ class LayerAttention:
 @dataclass(frozen=True)
 class Geometry:
     n_embd: int
-    n_vocab: int
     n_head: int
     layers: tuple[LayerAttention, ...]  # layers that have a KV cache (nextn blocks excluded)
     swa_type: SwaType
@@ -43,12 +42,9 @@ class Geometry:
     head_v_mla: int
     n_rot: int
     has_kv_b: bool  # attn_kv_b present (ik: otherwise -mla falls back to 1)
-    # FFN sizes (from tensor shapes): routed expert width and count, shared width, dense width
-    n_ff_exp: int
+    # routed experts (the count from tensor shapes)
     n_expert: int
     n_expert_used: int
-    n_ff_shexp: int
-    n_ff_dense: int
     nextn_kv: tuple[LayerAttention, ...] = ()  # nextn blocks that hold a KV cache too (`Traits.nextn_kv`)
 
     def v_row(self, la: LayerAttention, transposed: bool) -> int:
@@ -81,11 +77,6 @@ def geometry(inv: Inventory) -> Geometry:
         raise GeometryUnknown(f"the metadata has no {md.arch}.embedding_length or attention.head_count")
     n_embd = md.embedding_length
     n_head = md.head_count
-    by = inv.by_name
-    n_vocab = md.vocab_size or 0
-    if not n_vocab:
-        emb = by.get("token_embd.weight") or by.get("output.weight")
-        n_vocab = emb.shape[1] if emb is not None and len(emb.shape) > 1 else 0
     head_k = md.key_length or n_embd // n_head
     head_v = md.value_length or n_embd // n_head
     mla = bool(md.key_length_mla and md.value_length_mla)
@@ -130,11 +121,9 @@ def geometry(inv: Inventory) -> Geometry:
         return max((t.shape[dim] for t in inv.tensors if t.base == base and len(t.shape) > dim), default=0)
 
     return Geometry(
-        n_embd=n_embd, n_vocab=n_vocab, n_head=n_head, layers=tuple(layers), swa_type=swa_type, n_swa=n_swa,
+        n_embd=n_embd, n_head=n_head, layers=tuple(layers), swa_type=swa_type, n_swa=n_swa,
         mla=mla, mla_arch=mla_arch, kv_lora_rank=md.kv_lora_rank or 0,
         head_k_mla=md.key_length_mla or head_k, head_v_mla=md.value_length_mla or head_v,
         n_rot=md.rope_dimension_count or head_k, has_kv_b="attn_kv_b" in bases,
-        n_ff_exp=width("ffn_up_exps", 1), n_expert=width("ffn_up_exps", 2),
-        n_expert_used=md.expert_used_count or 0, n_ff_shexp=width("ffn_up_shexp", 1),
-        n_ff_dense=width("ffn_up", 1), nextn_kv=tuple(nextn_kv),
+        n_expert=width("ffn_up_exps", 2), n_expert_used=md.expert_used_count or 0, nextn_kv=tuple(nextn_kv),
     )

@@ -201,8 +201,8 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
     if _kind(inv.arch) in ("delta_net", "kda", "lightning") and not offload_kqv:
         # the state and the KV cache in host memory move the recurrent scans and the attention to
-        # the CPU: the host's compute buffer was measured 16-18 MiB above the phase model
-        # (Qwen3.5-397B and 122B, -c 32768); not replayed
+        # the CPU, a split of the graph not checked against the engine's figures (the host's compute
+        # buffer measured 16-18 MiB above moeconf's former estimate on Qwen3.5-397B and 122B, -c 32768)
         return [f"memory is not modelled for -nkvo (--no-kv-offload) on {inv.arch}: the host's compute buffer "
                 "(recurrent scans and attention run on the CPU) is not computed"]
     return []

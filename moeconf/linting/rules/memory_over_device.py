@@ -34,49 +34,24 @@ NEEDS_MODEL = True
 READS_SETTINGS = True  # skipped on a line the engine cannot read (flag-value-refused)
 
 MiB = 1024 * 1024
-_ROUGH = 128 * MiB  # more than the phase model is ever off from the engine's graph (72 MiB at most measured)
 
 
 def check(ctx: Context) -> Iterator[Hit]:
     if not ctx.gpu_memory or ctx.explanation is None or ctx.inventory is None:
         return
-    from dataclasses import replace
-
-    from moeconf.memory import estimate
     from moeconf.memory.settings import settings_argv
 
     settings = line_settings(ctx)
     est = line_estimate(ctx)
     yield from _unchecked(ctx, est, settings)
     over = over_devices(ctx)
-    placement = ctx.explanation.placement
     for dev in over:
         size = ctx.gpu_memory[dev]
         m = est.devices[dev]
         short = m.total - size
-        # routed-expert layers on this device, highest block first, moved to the CPU one at a time
-        # and measured again (the compute buffer changes too), until the device fits
-        experts: dict[int, list[str]] = {}
-        for t in ctx.inventory.tensors:
-            if t.group == "experts" and t.layer is not None and placement.devices.get(t.name) == dev:
-                experts.setdefault(t.layer, []).append(t.name)
-        devices = dict(placement.devices)
-        moved: list[int] = []
-        fits = False
-        for il in sorted(experts, reverse=True):
-            for n in experts[il]:
-                devices[n] = HOST
-            moved.append(il)
-            # the phase model while searching (it is within tens of MiB of the engine's graph), the
-            # graph to confirm
-            rough = estimate(replace(placement, devices=devices), settings, replay=False).devices[dev].total
-            if rough > size + _ROUGH:
-                continue
-            after = estimate(replace(placement, devices=devices), settings).devices[dev]
-            if after.total <= size:
-                fits = True
-                break
-        if fits:
+        found = _fewest_moved(ctx, settings, dev, size, short)
+        if found is not None:
+            moved, after = found
             advice = (f"moving the routed experts of {len(moved)} more layer(s) to the CPU (blocks "
                       f"{min(moved)}-{max(moved)}) brings it to {after.total / MiB:,.0f} MiB")
         else:
@@ -88,6 +63,63 @@ def check(ctx: Context) -> Iterator[Hit]:
                   f"{dev}: predicted {m.total / MiB:,.0f} MiB (weights {m.weights / MiB:,.0f}, KV {m.kv / MiB:,.0f}, "
                   f"compute {m.compute / MiB:,.0f}, reserve {m.reserve / MiB:,.0f}) is {short / MiB:,.0f} MiB over "
                   f"its {size / MiB:,.0f} MiB; {advice}; `{command}` writes the command")
+
+
+def _fewest_moved(ctx: Context, settings: Any, dev: str, size: int, short: int) -> tuple[list[int], Any] | None:
+    """The routed-expert layers on `dev`, highest block first, the fewest of which, moved to the CPU
+    and measured again through the engine's graph (the compute buffer changes too), bring the device
+    within `size`, with its memory then; None where even all of them do not. `short`: how far over the
+    device is as it is. The first count measured is the fewest layers whose weights alone cover that;
+    from there one layer at a time down while it still fits, else doubling steps up and halving back:
+    every figure said is one the graph measured, at a count one fewer than which was measured over."""
+    from dataclasses import replace
+
+    from moeconf.memory import estimate
+    from moeconf.memory.estimate import alloc_size
+
+    assert ctx.explanation is not None and ctx.inventory is not None
+    placement = ctx.explanation.placement
+    experts: dict[int, list[str]] = {}
+    for t in ctx.inventory.tensors:
+        if t.group == "experts" and t.layer is not None and placement.devices.get(t.name) == dev:
+            experts.setdefault(t.layer, []).append(t.name)
+    order = sorted(experts, reverse=True)
+    if not order:
+        return None
+    measured: dict[int, Any] = {}
+
+    def moving(n: int) -> Any:
+        """The device's memory with the routed experts of the first n layers of `order` on the CPU."""
+        if n not in measured:
+            devices = dict(placement.devices)
+            devices.update((name, HOST) for il in order[:n] for name in experts[il])
+            measured[n] = estimate(replace(placement, devices=devices), settings).devices[dev]
+        return measured[n]
+
+    def fits(n: int) -> bool:
+        return n > 0 and moving(n).total <= size
+
+    freed, n = 0, 0
+    while n < len(order) and freed < short:
+        freed += sum(alloc_size(ctx.inventory.by_name[name], dev) for name in experts[order[n]])
+        n += 1
+    if fits(n):
+        while fits(n - 1):
+            n -= 1
+        return order[:n], moving(n)
+    over_at, step = n, 1  # over_at: a count measured over
+    while not fits(n):
+        if n == len(order):
+            return None
+        over_at, n = n, min(n + step, len(order))
+        step *= 2
+    while n - over_at > 1:  # n fits
+        mid = (over_at + n) // 2
+        if fits(mid):
+            n = mid
+        else:
+            over_at = mid
+    return order[:n], moving(n)
 
 
 def _unchecked(ctx: Context, est: Any, settings: Any) -> Iterator[Hit]:

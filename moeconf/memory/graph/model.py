@@ -101,7 +101,7 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
 
 def _probe(placement: Placement, setup: Setup) -> tuple[GraphContext, Scheduler]:
     """The probes' graph of one token per sequence (resolve_fused_ops), every tensor's backend assigned."""
-    p, backends = _build(placement, replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq, fa_auto=False))
+    p, backends = _reused(placement, replace(setup, n_tokens=setup.n_seq, n_outputs=setup.n_seq, fa_auto=False))
     s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
     s.assign(p.gf, p.pinned)
     return p, s
@@ -115,17 +115,18 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
 
 @dataclass
 class _Built:
-    """A graph built for one inventory and shape of placement (`_reuse_key`), with the number of
-    tensors the prologue made in a device's buffer (`Ctx.bound`)."""
+    """A graph built for one inventory and shape of placement (`_reuse_key`), with the tensors the
+    prologue made in a device's buffer (`Ctx.bound`) as the prologue named and shaped them (a
+    composition may rename one: glm5-next's indexer cache)."""
 
     inv: Inventory
     key: tuple[object, ...]
     g: GraphContext
-    n_bound: int
+    bound: tuple[tuple[str, tuple[int, ...]], ...]
 
 
 _BUILT: list[_Built] = []  # the last graphs built (a search measures many placements of one model)
-_BUILT_KEPT = 2
+_BUILT_KEPT = 3  # a search's graph, its probes' of one token per sequence (`_probe`), one more
 
 
 def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: int) -> tuple[object, ...]:
@@ -140,28 +141,35 @@ def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: 
 
 
 def _cached_build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
-    """`build`, reusing the last graph built for the same inventory and shape of placement
+    """`build`, reusing the last graph built for the same inventory and shape of placement (`_reused`).
+    The fused ops the engine probes per placement (`fused_off`) are probed for this placement: where one
+    is turned off, the graph is built afresh with it unfused. Not under `-fa auto` (`compute` builds that
+    afresh: `build`)."""
+    g, backends = _reused(placement, setup)
+    return _unfused(placement, setup, g, backends) if g.fused else (g, backends)
+
+
+def _reused(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
+    """`_build`, reusing the last graph built for the same inventory and shape of placement
     (`_reuse_key`): the composition's nodes do not depend on where the weights and caches are, so only
-    those tensors' devices are set again (from the prologue run for this placement). Not under `-fa auto`
-    (`compute` builds that afresh: `build`)."""
+    those tensors' devices are set again (from the prologue run for this placement). Scheduling it
+    leaves it as it was (`Scheduler.assign`, `restore`)."""
     inv = placement.inventory
     g, backends, f = _prologue(placement, setup)
     key = _reuse_key(placement, setup, g, len(backends))
     for b in _BUILT:
         if b.inv is inv and b.key == key:
-            old = b.g.ctx.bound[:b.n_bound]
+            old = b.g.ctx.bound[:len(b.bound)]
             new = g.ctx.bound
-            if len(old) == len(new) and all(o.name == n.name and o.ne == n.ne for o, n in zip(old, new, strict=True)):
+            if len(b.bound) == len(new) and all(o == (n.name, n.ne) for o, n in zip(b.bound, new, strict=True)):
                 for o, n in zip(old, new, strict=True):
                     o.buffer = n.buffer
                 b.g.layer_backend = g.layer_backend
                 return b.g, backends
-    n_bound = len(g.ctx.bound)
+    bound = tuple((t.name, t.ne) for t in g.ctx.bound)
     ARCHS[inv.arch](g, f)
-    if g.fused:  # fused ops the engine probes per placement (`fused_off`): built afresh each time
-        return _unfused(placement, setup, g, backends)
-    if len(g.ctx.bound) == n_bound:  # the composition made no weight or cache of its own on a device
-        _BUILT.insert(0, _Built(inv, key, g, n_bound))
+    if len(g.ctx.bound) == len(bound):  # the composition made no weight or cache of its own on a device
+        _BUILT.insert(0, _Built(inv, key, g, bound))
         del _BUILT[_BUILT_KEPT:]
     return g, backends
 

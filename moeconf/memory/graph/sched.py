@@ -37,7 +37,7 @@ CAN_INPLACE = frozenset({
     "SOFT_MAX_BACK",
 })
 
-# GGML_SCHED_MAX_COPIES: the graph copies pipeline parallelism keeps (the phase model reads it from here)
+# GGML_SCHED_MAX_COPIES: the graph copies pipeline parallelism keeps
 PIPELINE_COPIES = 4
 ROW_PADDING = 512  # MATRIX_ROW_PADDING (ggml-cuda/common.cuh): CUDA's quantized rows padded to a multiple of it
 

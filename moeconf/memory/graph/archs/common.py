@@ -147,8 +147,8 @@ class Swa:
 # "mamba2": Mamba-2 layers, those whose head_count_kv and feed_forward_length are both 0 (Nemotron-H)
 # "mamba": Mamba layers, those whose head_count_kv is 0, ssm.group_count optional (0 where the loader
 #   does not read it: Granite-4.0-H, Jamba)
-# "kda": KDA layers whose activations the phase model counts (memory/phase.py: Kimi-Linear); every other
-#   loader that reads kda.head_dim is found by that key (recurrent.is_kda)
+# "kda": Kimi-Linear's KDA layers (memory/recurrent.py); every other loader that reads kda.head_dim is
+#   found by that key (recurrent.is_kda)
 Recurrent = Literal["", "delta_net", "mamba2", "mamba", "kda", "lightning"]
 # which layers keep a DSA lightning-indexer K cache beside the MLA latent (memory/indexer.py):
 # "all": every trunk layer (DeepSeek-V3.2); "full": those attention.indexer.types marks full (one value
@@ -170,20 +170,14 @@ class Traits:
     beside the trunk's though the trunk's graph never reads it (a hybrid memory given the default layer
     filters: src/llama-model.cpp create_memory). recurrent, indexer: see `Recurrent`, `Indexer`.
     flash_attn: False where the engine turns flash attention off whatever -fa says (llama-context.cpp:
-    Grok). expert_ffn_tensors: activation tensors per routed expert in the phase model (gate, up and
-    their gated product; 2 where the gated activation is one fused op, gpt-oss's swiglu_oai, measured).
-    approximate_search: a fill ranks its splits on the phase model and measures only the ones it
-    finishes through the graph (DSA: the graph's indexer makes each measure slow). nkvo_host_experts:
-    the graph's figures with -nkvo and routed experts of GPU layers on the CPU were checked against the
-    engine's (elsewhere that split is refused: memory/families.py)."""
+    Grok). nkvo_host_experts: the graph's figures with -nkvo and routed experts of GPU layers on the CPU
+    were checked against the engine's (elsewhere that split is refused: memory/families.py)."""
 
     swa: Swa | None = None
     nextn_kv: bool = False
     recurrent: Recurrent = ""
     indexer: Indexer = ""
     flash_attn: bool = True
-    expert_ffn_tensors: int = 3
-    approximate_search: bool = False
     nkvo_host_experts: bool = False
 
 

@@ -11,6 +11,6 @@ from moeconf.memory.keys import MLA_KEYS
 
 MEMORY = Memory(CHECKED + " (DeepSeek-V3.2)", MLA_KEYS | DSA_KEYS)
 ARCH = "deepseek32"
-TRAITS = Traits(indexer="all", approximate_search=True)
+TRAITS = Traits(indexer="all")
 
 __all__ = ["ARCH", "MEMORY", "build"]

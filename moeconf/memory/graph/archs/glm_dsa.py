@@ -12,6 +12,6 @@ from moeconf.memory.keys import MLA_KEYS
 # GLM-5.2's per-layer indexer table: the indexer K cache on its full layers only (memory/indexer.py)
 MEMORY = Memory(CHECKED + " (GLM-5; GLM-5.2's indexer table)", MLA_KEYS | DSA_KEYS | {"attention.indexer.types"})
 ARCH = "glm-dsa"
-TRAITS = Traits(indexer="full", approximate_search=True)
+TRAITS = Traits(indexer="full")
 
 __all__ = ["ARCH", "MEMORY", "build"]

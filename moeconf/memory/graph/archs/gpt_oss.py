@@ -8,7 +8,7 @@ from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Trait
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "gpt-oss"
-TRAITS = Traits(swa=Swa(pattern=2), expert_ffn_tensors=2)
+TRAITS = Traits(swa=Swa(pattern=2))
 MEMORY = Memory(CHECKED + " (gpt-oss-20b, gpt-oss-120b)",
                 frozenset({"attention.sliding_window", "attention.sliding_window_pattern"}))
 

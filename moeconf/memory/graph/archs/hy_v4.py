@@ -19,7 +19,7 @@ from moeconf.model.inventory import Inventory
 
 ARCH = "hy_v4"
 # an indexer K cache on the layers the per-layer attention.indexer.types marks full (memory/indexer.py)
-TRAITS = Traits(indexer="typed", approximate_search=True)
+TRAITS = Traits(indexer="typed")
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
