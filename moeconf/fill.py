@@ -46,10 +46,11 @@ if TYPE_CHECKING:
 MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
 # splits finished only for the tie-breaks (experts away from home, room left); each finish is one to four
-# measures through the graph. Over ten two-GPU fits (GLM-5 and DeepSeek-V3.2 at 24+16, 16+12 and 48+24
-# GiB, GLM-5.3-Flash 12+8, Qwen3-30B-A3B 8+6, GLM-4.5-Air 14+10, HY4 24+16; -c 8192) finishing 1, 2 or
-# 4 chose the same split and fill in every one
-_TIES_FINISHED = 2
+# measures through the graph. Over fourteen two-GPU fits (GLM-5 and DeepSeek-V3.2 at 24+16, 16+12 and 48+24
+# GiB, GLM-5.3-Flash 12+8, Qwen3-30B-A3B 8+6, Qwen3.5-35B-A3B 8+6, Kimi-Linear 10+8, GLM-4.5-Air 14+10,
+# 24+16 and 24+12, HY4 24+16; -c 8192) finishing 1 or 2 chose the same split and fill in every one; 0 chose
+# another split on GLM-4.5-Air 24+16 (the same bytes on the GPUs, more of them away from their layer's GPU)
+_TIES_FINISHED = 1
 
 
 # the split search walks one layer at a time from the best split it has measured, in each direction, and
@@ -504,8 +505,24 @@ class _Filler:
             if fits is not None and fits.counts is not None and over_dev not in fits.over and (
                     fits.counts[j] - a0) * gives > 0:
                 far = fits.counts[j]
+            # first, the split the layers' own bytes point to (each layer over_dev gives up takes its weights and
+            # KV cache with it; compute moves little), then the split one nearer: where the guess holds, two
+            # measures where halving from `far` takes about log2 of the gap
+            guess = a0 + gives * self.layers_covering(c, j, over_dev, gives)
+            if 1 <= guess < pair and (far is None or (far - guess) * gives > 0):
+                tried.append(at(guess))
+                if over_dev in tried[-1].over:
+                    near = guess
+                else:
+                    far = guess
+                    if guess - gives != near:
+                        tried.append(at(guess - gives))
+                        if over_dev in tried[-1].over:
+                            near = guess - gives
+                        else:
+                            far = guess - gives
             while far is None:
-                a = min(max(a0 + gives * step, 1), pair - 1)
+                a = min(max(near + gives * step, 1), pair - 1)
                 if a == near:
                     return c
                 tried.append(at(a))
@@ -549,6 +566,29 @@ class _Filler:
                 if gains in c.over:
                     break
         return tried
+
+    def layers_covering(self, c: _Candidate, j: int, dev: str, gives: int) -> int:
+        """How many layers GPU `dev` (GPU j or GPU j+1 of `c`'s split) must give up across the boundary
+        between them for the bytes that go with them (the layer's tensors on `dev`, its share of the KV
+        cache) to cover what `c` measured it over by; at least one."""
+        assert c.counts is not None
+        i0, _ = self.split_range()
+        first = i0 + sum(c.counts[:j])  # GPU j's first layer
+        boundary = first + c.counts[j]  # GPU j+1's first layer
+        held = c.counts[j] if gives < 0 else c.counts[j + 1]
+        per_kv = c.mem.devices[dev].kv // held if dev in c.mem.devices and held else 0
+        by_layer: dict[int, int] = defaultdict(int)
+        for n, d in c.devices.items():
+            if d == dev and (il := self.inv.by_name[n].layer) is not None:
+                by_layer[il] += alloc_size(self.inv.by_name[n], dev)
+        order = range(boundary - 1, first - 1, -1) if gives < 0 else range(boundary, boundary + held)
+        excess, k = c.over[dev], 0
+        for il in order:
+            k += 1
+            excess -= by_layer[il] + per_kv
+            if excess <= 0:
+                break
+        return max(k, 1)
 
     def own_boundary(self, c: _Candidate, j: int) -> int | None:
         """The layers GPU j would hold for the expert layers of `c`'s greedy fill on GPU j and GPU j+1 to be
