@@ -52,6 +52,7 @@ class Tensor:
     name: str = ""
     layer: int = -1  # the layer a weight belongs to (-1: none)
     sub: str = ""  # the unary or GLU op of a UNARY or GLU node (SILU, SIGMOID, SWIGLU, ...)
+    span: int = -1  # `nbytes`, remembered (`spanned`; -1: not yet): a tensor's shape and strides never change
 
     def describe(self) -> str:
         srcs = ", ".join(s.name or s.op for s in self.src if s is not None)
@@ -93,6 +94,14 @@ def nbytes(t: Tensor) -> int:
     if block == 1:
         return size + (ne0 - 1) * nb0 + rest
     return ne0 * nb0 // block + rest
+
+
+def spanned(t: Tensor) -> int:
+    """`nbytes`, computed once per tensor (the allocator asks it of every node of every placement)."""
+    n = t.span
+    if n < 0:
+        n = t.span = nbytes(t)
+    return n
 
 
 def nelements(t: Tensor) -> int:
@@ -350,6 +359,8 @@ class CGraph:
         self.nodes: list[Tensor] = []
         self.leafs: list[Tensor] = []
         self._seen: set[Tensor] = set()  # tensors hash by identity (eq=False)
+        # the scheduler's view of the graph that no placement changes (`sched._static`), with the node count
+        self.sched_static: tuple[int, list[Tensor], list[Tensor]] | None = None
 
     def expand(self, t: Tensor) -> None:
         seen = self._seen

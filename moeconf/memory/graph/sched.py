@@ -28,7 +28,17 @@ from functools import cache
 
 from moeconf.engines import HOST
 from moeconf.memory.graph.alloc import Allocator
-from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, nbytes, row_size, same_layout, type_block
+from moeconf.memory.graph.ggml import (
+    INPUT,
+    OUTPUT,
+    VIEW_OPS,
+    CGraph,
+    Tensor,
+    row_size,
+    same_layout,
+    spanned,
+    type_block,
+)
 
 # ggml-alloc.c ggml_op_can_inplace
 CAN_INPLACE = frozenset({
@@ -58,7 +68,7 @@ class Backend:
         return device == self.name or (self.host and device == HOST)
 
     def alloc_size(self, t: Tensor) -> int:
-        return nbytes(t) + (row_padding(t.type, t.ne[0]) if self.pads_rows else 0)
+        return spanned(t) + (row_padding(t.type, t.ne[0]) if self.pads_rows else 0)
 
 
 def row_padding(type_name: str, ne0: int) -> int:
@@ -86,6 +96,19 @@ def _batch(t: Tensor) -> int:
     if t.op in ("MUL_MAT_ID", "ROPE", "ROPE_BACK"):
         return t.ne[2]
     return t.ne[1] * t.ne[2] * t.ne[3]
+
+
+def _static(g: CGraph) -> tuple[list[Tensor], list[Tensor]]:
+    """What of a graph's scheduling does not change with the placement (a graph is reused across placements:
+    only its weights' and caches' buffers are set again): the nodes pass 1 can place (`_from_cur` gives the
+    others none: no buffer, no view, no input flag, no weight read, or ROPE and FLASH_ATTN_EXT) and the
+    nodes that are not views (the ops pass 2 expands over)."""
+    key = len(g.nodes)
+    if g.sched_static is None or g.sched_static[0] != key:
+        placed = [n for n in g.nodes if n.buffer is not None or n.view_src is not None or n.flags & INPUT or (
+            n.op not in ("ROPE", "FLASH_ATTN_EXT") and any(s is not None and s.weights for s in n.src))]
+        g.sched_static = (key, placed, [n for n in g.nodes if n.op not in VIEW_OPS])
+    return g.sched_static[1], g.sched_static[2]
 
 
 class Scheduler:
@@ -163,10 +186,10 @@ class Scheduler:
         for leaf in g.leafs:
             if get(leaf, -1) == -1:
                 ids[leaf] = from_cur(leaf)
-        for node in g.nodes:
+        placed, ops = _static(g)
+        for node in placed:
             if get(node, -1) == -1:
                 ids[node] = from_cur(node)
-        ops = [n for n in g.nodes if n.op not in VIEW_OPS]
 
         def expand(seq: Sequence[Tensor], skip_cpu: bool) -> None:
             cur = -1
@@ -298,7 +321,7 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
     addr: dict[Tensor, tuple[int, int]] = {}  # (buffer, offset)
     sizes: dict[Tensor, int] = {}  # the bytes a tensor takes in the buffer it is in (`addr`)
     # a backend's size of a tensor: ggml_nbytes unless it pads quantized rows (the same as Backend.alloc_size)
-    size_of = [b.alloc_size if b.pads_rows else nbytes for b in backends]
+    size_of = [b.alloc_size if b.pads_rows else spanned for b in backends]
     own_get, children_get, views_get = own.get, children.get, views.get
 
     def alloc_node(t: Tensor, b: int) -> None:
