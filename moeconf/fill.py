@@ -330,8 +330,12 @@ class _Filler:
                              if devices.get(n) == last and last != d and self.inv.by_name[n].layer == il)]
             parts = _parts(self.inv, unit, self.merge_up_gate)
             now = sum(alloc_size(self.inv.by_name[n], d) for n in part)
-            # (at most one more tensor's worth: the compute a GPU sheds is the host copies of such tensors)
-            most = now + room[d] + max(alloc_size(self.inv.by_name[n], d) for n in unit)
+            # at most one more tensor's worth (the compute a GPU sheds is the host copies of such tensors), and
+            # never more than its whole compute buffer and the margin kept on it could make room for (the rest
+            # of the total stays): a larger part cannot fit, whatever the graph says of the compute
+            dm = mem.devices[d]
+            shed = dm.compute + model_margin(dm) - _MARGIN_MIN
+            most = now + room[d] + min(max(alloc_size(self.inv.by_name[n], d) for n in unit), shed)
             sizes = sorted({total for r in range(1, len(parts) + 1) for combo in combinations(parts, r)
                             if now < (total := sum(alloc_size(self.inv.by_name[n], d) for _, p in combo for n in p))
                             <= most}, reverse=True)
