@@ -326,3 +326,41 @@ def test_the_margin_grows_with_the_ubatch_above_the_measured_one(models: dict[st
     args = cases.user_args("-c 32768 -b 4096 -ub 4096", EPS)
     est = estimate_explained(explain(inv, IK, args, gpus=[]), read_settings(args, IK))
     assert f"margin {2 * m} MiB" in " ".join(est.devices["CPU"].estimated)
+
+
+def _docs_table() -> dict[str, list[str]]:
+    """docs/memory.md's ik compute table: architecture -> its row's cells."""
+    lines = (Path(__file__).resolve().parent.parent / "docs" / "memory.md").read_text().splitlines()
+    start = lines.index("| architecture (cut layout) | command lines (engine refused) | compute figures | ik above "
+                        "llama.cpp's graph: largest, MiB (line) | ik below it: largest, MiB | margin (MiB) |")
+    rows: dict[str, list[str]] = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].split(" (")[0]] = cells
+    return rows
+
+
+def test_docs_table_has_a_row_per_measured_architecture() -> None:
+    """docs/memory.md's table: a row for every architecture measured (lacking mistral4, mimo2 and step35, and
+    the six before them, it had 15 of 24), the lines and figures counted from the recorded figures, and the
+    margin memory/ikarchs.py adds (or what stands for it); the label it quotes for GLM-4.5-Air is today's."""
+    table = _docs_table()
+    arch_of = {m: cases.cut_layout(m).arch for m in cases.CUTS}
+    assert set(table) == set(arch_of.values())
+    for model, arch in arch_of.items():
+        rows = [r for r in ROWS if r["model"] == model]
+        measured = [r for r in rows if not r.get("refused")]
+        cells = table[arch]
+        assert cells[0] == f"{arch} ({model})", cells
+        assert cells[1] == f"{len(rows)} ({len(rows) - len(measured)})", cells
+        assert cells[2] == str(sum(len(r["ik"]["compute"]) for r in measured)), cells
+        margin = (str(COMPUTE_MARGINS[arch][0]) if arch in COMPUTE_MARGINS else "MLA model (below)"
+                  if arch in MLA_MODELLED else "compute refused (graph differs, above)")
+        assert cells[5] == margin, cells
+        assert arch not in COMPUTE_MARGINS or COMPUTE_MARGINS[arch][1] == int(cells[2]), cells
+    root = Path(__file__).resolve().parent.parent / "docs"
+    glm = compute_label("glm4moe", 512)
+    assert f"  * CUDA0: {glm}" in (root / "memory.md").read_text().splitlines()
+    assert f"`{glm}` (GLM-4.5-Air)" in " ".join((root / "fit.md").read_text().split())

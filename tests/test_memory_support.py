@@ -533,6 +533,29 @@ def test_a_kimi_k3_file_in_an_unchecked_form_is_refused(tmp_path: Path, change: 
     assert said in notes, notes
 
 
+@pytest.mark.parametrize("beside", [("attn_k_b", "attn_v_b"), ("attn_k_b",), ("attn_v_b",)])
+def test_a_kimi_k3_block_with_kv_b_beside_k_b_or_v_b_is_refused(tmp_path: Path, beside: tuple[str, ...]) -> None:
+    """An MLA block with attn_kv_b beside attn_k_b or attn_v_b: src/models/kimi-k3.cpp creates attn_kv_b and,
+    having it, neither attn_k_b nor attn_v_b, so the file holds tensors the loader never takes and llama.cpp
+    stops (done_getting_tensors: "wrong number of tensors"); the composition sized the absorbed graph from
+    attn_k_b and attn_v_b as if it ran. Refused naming the block and the tensors, once (not again as an
+    attn_kv_b without attn_k_b where attn_v_b alone is beside it)."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model("kimi-k3", "a", tmp_path / "k3.gguf"))
+    mla = sorted(t.layer for t in inv.tensors if t.name.endswith(".attn_k_b.weight"))
+    assert mla == [1] and estimate_line(inv, "-c 4096 -ngl 999").complete
+    kv_b = dataclasses.replace(inv.by_name["blk.1.attn_k_b.weight"], name="blk.1.attn_kv_b.weight")
+    dropped = {f"blk.1.{n}.weight" for n in ("attn_k_b", "attn_v_b") if n not in beside}
+    tensors = (*(t for t in inv.tensors if t.name not in dropped), kv_b)
+    est = estimate_line(dataclasses.replace(inv, tensors=tensors), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert f"block(s) [1] have attn_kv_b beside {' and '.join(beside)}" in notes, notes
+    assert "wrong number of tensors" in notes and "without attn_k_b" not in notes, notes
+
+
 def test_a_qwen4exp_file_without_its_shared_expert_is_refused(tmp_path: Path) -> None:
     """Qwen4Exp's loader requires the shared expert (its four tensors created flag 0): a file without one does
     not load, so the composition has no branch for it (the one it had no dump checked); the refusal names the

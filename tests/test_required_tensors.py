@@ -88,6 +88,18 @@ def test_a_file_without_a_required_tensor_is_refused_everywhere(capsys: pytest.C
     assert not explain(bad, engine("ik_llama.cpp"), argv).load_refusals
 
 
+def test_missing_tensors_is_computed_once_per_inventory() -> None:
+    """explain, the memory model's file_refusals and lint each ask it of the same inventory (2 to 3 times a
+    command, 8 for lint of examples/deploy's 4 models): the answer is the one computed first, and another
+    inventory (the same file less a tensor) gets its own."""
+    inv = load_inventory(QWEN)
+    bad = _without(inv, "blk.3.ffn_norm.weight")
+    first = missing_tensors(bad)
+    assert first == ("blk.3.ffn_norm.weight",) and missing_tensors(bad) is first
+    assert missing_tensors(_without(inv, "blk.4.ffn_norm.weight")) == ("blk.4.ffn_norm.weight",)
+    assert missing_tensors(inv) == ()
+
+
 def test_inspect_and_explain_report_the_missing_tensors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads(QWEN.read_text())
     data["tensors"] = [t for t in data["tensors"] if t["name"] != "blk.7.attn_output.weight"]

@@ -12,8 +12,10 @@ from moeconf.model.layertable import (
     ML_REQUIRED_GLOBAL,
     ML_REQUIRED_UNLESS_MTP_ONLY,
 )
+from moeconf.model.percache import per_inventory
 
 
+@per_inventory  # asked again of one inventory within a command: explain, the memory model's file_refusals, lint
 def missing_tensors(inv: Inventory) -> tuple[str, ...]:
     """The names llama.cpp's loader requires that the file lacks (the trunk blocks: every block before
     the MTP ones; none of theirs where the loader takes the file for its MTP blocks alone)."""

@@ -49,3 +49,25 @@ def test_the_loader_stops_without_a_tensor_the_table_requires(arch: str, table: 
     p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode != 0 and f"tensor '{drop}' not found" in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("beside", [("attn_k_b", "attn_v_b"), ("attn_k_b",)])
+def test_kimi_k3_stops_on_attn_kv_b_beside_attn_k_b(beside: tuple[str, ...], tmp_path: Path) -> None:
+    """Kimi-K3's loader, finding blk.N.attn_kv_b, creates neither attn_k_b nor attn_v_b: a file holding both
+    forms has tensors it never creates, and the load stops ("done_getting_tensors: wrong number of tensors");
+    moeconf's memory model refuses it (memory/graph/archs/kimi_k3.py), naming the tensors."""
+    if not oracle.available():
+        pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
+    from tests.graph_oracle import estimate_line
+
+    whole = load_inventory(write_graph_model("kimi-k3", "a", tmp_path / "whole.gguf"))
+    k_b, v_b = whole.by_name["blk.1.attn_k_b.weight"], whole.by_name["blk.1.attn_v_b.weight"]
+    nope, rank, n_head = k_b.shape  # attn_kv_b: {kv_lora_rank, n_head * (qk_nope + v)}
+    kv_b = ("blk.1.attn_kv_b.weight", k_b.type, (rank, n_head * (nope + v_b.shape[1])))
+    drop = [f"blk.1.{n}.weight" for n in ("attn_k_b", "attn_v_b") if n not in beside]
+    path = write_graph_model("kimi-k3", "a", tmp_path / "both.gguf", drop=drop, add=[kv_b])
+    p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0 and "done_getting_tensors: wrong number of tensors" in p.stderr, p.stderr[-2000:]
+    est = estimate_line(load_inventory(path), "-c 4096 -ngl 999")
+    assert not est.complete and f"have attn_kv_b beside {' and '.join(beside)}" in " ".join(est.notes), est.notes
