@@ -488,8 +488,8 @@ class _Filler:
         """The splits a local search measures on the boundary between GPU j and GPU j+1 (`at(a)`: the
         split with `a` layers on GPU j, measured once), from the best one so far. Where that does not
         fit because one GPU of the two is over, first the nearest split where that GPU is not (its
-        weights and KV cache shrink with each layer it gives up: doubling steps, then halving the
-        gap). Then, in each direction, one layer at a time from the best so far, up to `_PATIENCE`
+        weights and KV cache shrink with each layer it gives up: the split those bytes point to, then
+        doubling steps, then halving the gap). Then, in each direction, one layer at a time from the best so far, up to `_PATIENCE`
         splits in a row that put no more bytes on the GPUs (the tie-breaks of `rank` choose among the
         splits measured, but do not prolong the walk: each step is a whole measure through the graph),
         and never past one over on the GPU that gains layers."""
