@@ -330,12 +330,7 @@ class _Filler:
                              if devices.get(n) == last and last != d and self.inv.by_name[n].layer == il)]
             parts = _parts(self.inv, unit, self.merge_up_gate)
             now = sum(alloc_size(self.inv.by_name[n], d) for n in part)
-            # at most one more tensor's worth (the compute a GPU sheds is the host copies of such tensors), and
-            # never more than its whole compute buffer and the margin kept on it could make room for (the rest
-            # of the total stays): a larger part cannot fit, whatever the graph says of the compute
-            dm = mem.devices[d]
-            shed = dm.compute + model_margin(dm) - _MARGIN_MIN
-            most = now + room[d] + min(max(alloc_size(self.inv.by_name[n], d) for n in unit), shed)
+            most = now + self.growth(d, unit, room[d], mem)
             sizes = sorted({total for r in range(1, len(parts) + 1) for combo in combinations(parts, r)
                             if now < (total := sum(alloc_size(self.inv.by_name[n], d) for _, p in combo for n in p))
                             <= most}, reverse=True)
@@ -349,6 +344,16 @@ class _Filler:
                     room = self.free(mem)
                     break
         return devices, mem
+
+    def growth(self, d: str, unit: Sequence[str], room: int, mem: MemoryEstimate) -> int:
+        """The most bytes a larger part of GPU `d`'s split layer (`unit`: its tensors) may add and still
+        fit: the room left, plus at most one tensor's worth (the compute a GPU sheds is the host copies of
+        such tensors), and never more than its whole compute buffer and the margin kept on it beyond the
+        least (the rest of its total does not shrink as weights come): a larger part cannot fit, whatever
+        the graph says of the compute, and is not measured."""
+        dm = mem.devices[d]
+        shed = dm.compute + model_margin(dm) - _MARGIN_MIN
+        return room + min(max(alloc_size(self.inv.by_name[n], d) for n in unit), shed)
 
     def slack(self, mem: MemoryEstimate) -> int:
         """The least room left on an accelerator."""
@@ -489,10 +494,10 @@ class _Filler:
         split with `a` layers on GPU j, measured once), from the best one so far. Where that does not
         fit because one GPU of the two is over, first the nearest split where that GPU is not (its
         weights and KV cache shrink with each layer it gives up: the split those bytes point to, then
-        doubling steps, then halving the gap). Then, in each direction, one layer at a time from the best so far, up to `_PATIENCE`
-        splits in a row that put no more bytes on the GPUs (the tie-breaks of `rank` choose among the
-        splits measured, but do not prolong the walk: each step is a whole measure through the graph),
-        and never past one over on the GPU that gains layers."""
+        doubling steps, then halving the gap). Then, in each direction, one layer at a time from the best
+        so far, up to `_PATIENCE` splits in a row that put no more bytes on the GPUs (the tie-breaks of
+        `rank` choose among the splits measured, but do not prolong the walk: each step is a whole measure
+        through the graph), and never past one over on the GPU that gains layers."""
         lo, hi = self.accelerators[j], self.accelerators[j + 1]
         tried = [best]
 

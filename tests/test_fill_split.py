@@ -277,3 +277,84 @@ def test_a_packing_that_exceeds_the_room_is_refused(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(moeconf.fill, "pack", lambda inv, names, dev, room, mug=False: list(names))
     with pytest.raises(AssertionError, match=r"the packing of CUDA0's split layer takes .* where .* are free"):
         _compile(_plan("glm-4.5-air", (14, 10), "ctx_size = 8192"), tmp_path)
+
+
+def _measures(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter of the placements a fill measures through the graph (the cache of repeats left out)."""
+    count = [0]
+    real = moeconf.fill._Filler.measure
+
+    def counted(self: Any, devs: Any, defaults: Any) -> Any:
+        if (frozenset(devs.items()), frozenset(defaults.items())) not in self._measures:
+            count[0] += 1
+        return real(self, devs, defaults)
+
+    monkeypatch.setattr(moeconf.fill._Filler, "measure", counted)
+    return count
+
+
+@pytest.mark.parametrize("guess", ["one layer", "six layers too many", "every layer"])
+def test_the_settle_guess_only_saves_measures(guess: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GLM-5 at 24 + 16 GiB: the greedy fill's boundary (5 layers on GPU 0) leaves GPU 1 1.8 GiB over; the
+    # bytes of the layers it gives up point to 14, which fits, 13 does not. A guess is always measured: a
+    # wrong one (here one layer, six too many, all of them) costs measures, never the split
+    plan = _plan("glm-5", (24, 16), "ctx_size = 8192")
+    counted = _measures(monkeypatch)
+    ours = _compile(plan, tmp_path)
+    ours_measures = counted[0]
+    real = moeconf.fill._Filler.layers_covering
+
+    def wrong(self: Any, c: Any, j: int, dev: str, gives: int) -> int:
+        k = real(self, c, j, dev, gives)
+        return {"one layer": 1, "six layers too many": k + 6, "every layer": 10_000}[guess]
+
+    monkeypatch.setattr(moeconf.fill._Filler, "layers_covering", wrong)
+    counted[0] = 0
+    theirs = _compile(plan, tmp_path)
+    assert theirs.argv == ours.argv
+    assert counted[0] > ours_measures
+
+
+def test_a_larger_part_is_measured_only_where_it_could_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `_Filler.growth` skips the larger parts of a split layer that need more than the GPU's whole compute
+    # buffer and margin could free. With every part up to one more tensor measured instead (its former
+    # bound): the same fill on CUDA at -ub 2048 (whose compute sheds host experts' copies as they move) and
+    # on GLM-5 over two RPC devices (no op offload: nothing to shed), there with fewer measures. A bound
+    # that ignores the compute shed (the room alone) loses what the larger part gained on GLM-4.5-Air, so
+    # the comparison is not empty
+    from moeconf.fit import Budget, fit
+
+    rpc = ["RPC0[127.0.0.1:50001]", "RPC0[127.0.0.1:50002]"]
+    cases = [("glm-4.5-air", [Budget("CUDA0", 24 * GiB)], ["-c", "32768", "-ub", "2048", "-b", "2048"]),
+             ("glm-5", [Budget(rpc[0], 24 * GiB), Budget(rpc[1], 16 * GiB)],
+              ["-c", "8192", "--rpc", "127.0.0.1:50001,127.0.0.1:50002"])]
+
+    def run(model: str, budgets: list[Budget], argv: list[str]) -> tuple[tuple[str, ...], int]:
+        inv = load_inventory(MODELS / f"{model}.manifest.json")
+        r = fit(inv, engine("llama.cpp"), budgets, argv, model_path=str(inv.source), plan_dir=str(tmp_path),
+                reserve=GiB)
+        return r.argv, _gpu_expert_bytes(r.compiled)
+
+    counted = _measures(monkeypatch)
+    ours, ours_measures = [], []
+    for case in cases:
+        counted[0] = 0
+        ours.append(run(*case))
+        ours_measures.append(counted[0])
+
+    def former(self: Any, d: str, unit: Any, room: int, mem: Any) -> int:
+        return room + max(alloc_size(self.inv.by_name[n], d) for n in unit)
+
+    monkeypatch.setattr(moeconf.fill._Filler, "growth", former)
+    theirs_measures = []
+    for case, result in zip(cases, ours, strict=True):
+        counted[0] = 0
+        assert run(*case) == result
+        theirs_measures.append(counted[0])
+    assert theirs_measures[0] >= ours_measures[0] and theirs_measures[1] > ours_measures[1]
+
+    def room_only(self: Any, d: str, unit: Any, room: int, mem: Any) -> int:
+        return room
+
+    monkeypatch.setattr(moeconf.fill._Filler, "growth", room_only)
+    assert run(*cases[0])[1] < ours[0][1]
