@@ -204,12 +204,22 @@ def _trunk_flags(body: str, loop_start: int, call: int, flag: str) -> str | None
     lack of blk.0.attn_norm.weight), or None (anything else: not read)."""
     if flag == "0":
         return "0"
-    decl = list(re.finditer(rf"\bconst\s+int\s+{flag}\s*=\s*([^;]+);", body[loop_start:call]))
-    if len(decl) != 1 or re.search(rf"\b{flag}\s*[|&+-]?=(?!=)", body[loop_start:call][decl[0].end():]):
+    seg = body[loop_start:call]
+    mtp = {v for v in re.findall(r"\bconst\s+bool\s+(\w+)\s*=\s*i\s*>=\s*n_layer\s*;", seg)}
+    is_mtp = "|".join(["i\\s*>=\\s*n_layer", *mtp])
+    # `int flags = 0; if (i >= n_layer) { flags |= TENSOR_SKIP; }` (the MTP blocks skipped): 0 in a trunk block
+    # where every change of the variable before the call sits in such a guard
+    zero = list(re.finditer(rf"(?<!const )\bint\s+{flag}\s*=\s*0\s*;", seg))
+    if len(zero) == 1 and not re.search(rf"\bconst\s+int\s+{flag}\b", seg):
+        rest = seg[zero[0].end():]
+        guards = [g.span() for g in re.finditer(
+            rf"\bif\s*\(\s*(?:{is_mtp})\s*\)\s*\{{\s*{flag}\s*\|=\s*\w+\s*;\s*\}}", rest)]
+        changes = [c.start() for c in re.finditer(rf"\b{flag}\s*(?:[|&+\-*/^]?=(?!=)|\+\+|--)", rest)]
+        return "0" if all(any(a <= c < b for a, b in guards) for c in changes) else None
+    decl = list(re.finditer(rf"\bconst\s+int\s+{flag}\s*=\s*([^;]+);", seg))
+    if len(decl) != 1 or re.search(rf"\b{flag}\s*[|&+-]?=(?!=)", seg[decl[0].end():]):
         return None
     expr = decl[0].group(1).strip()
-    mtp = {v for v in re.findall(r"\bconst\s+bool\s+(\w+)\s*=\s*i\s*>=\s*n_layer\s*;", body[loop_start:call])}
-    is_mtp = "|".join(["i\\s*>=\\s*n_layer", *mtp])
     m = (re.fullmatch(r"\(?\s*i\s*<\s*n_layer\s*\)?\s*\?\s*(\w+)\s*:\s*[^:?]+", expr)
          or re.fullmatch(rf"\(?\s*(?:{is_mtp})\s*\)?\s*\?\s*[^:?]+:\s*(\w+)", expr))
     if not m:

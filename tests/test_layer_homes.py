@@ -214,3 +214,20 @@ def test_generator_reads_layers_and_refuses_a_guard_it_cannot_name() -> None:
     odd = body.replace("!hparams.is_swa(i)", "i % 3 == 1")
     with pytest.raises(SystemExit, match="cannot name"):
         ex._guard(odd, odd.index("create_tensor"))
+
+
+def test_generator_reads_a_flag_set_only_in_the_mtp_blocks_as_required_in_the_trunk() -> None:
+    # bailingmoe2, exaone-moe, exaone4, glm4: `int flags = 0; if (i >= n_layer) { flags |= TENSOR_SKIP; }`
+    # before the block's create_tensor calls: 0 in a trunk block (the engine stops without the tensor: the
+    # engine suite's test_required_tensors); a change of the variable outside that guard is not read
+    ex = _extractor()
+    head = "{ const bool is_nextn = i >= n_layer; int flags = 0; if (GUARD) { flags |= TENSOR_SKIP; } "
+    call = "x = create_tensor(tn(LLM_TENSOR_ATTN_NORM, \"weight\", i), {4}, flags); }"
+    for guard in ("i >= n_layer", "is_nextn"):
+        body = head.replace("GUARD", guard) + call
+        assert ex._trunk_flags(body, 0, body.index("x = create_tensor"), "flags") == "0"
+    for other in ("i % 2 == 1", "i >= n_layer) { flags |= TENSOR_SKIP; } if (i == 3"):
+        body = head.replace("GUARD", other) + call
+        assert ex._trunk_flags(body, 0, body.index("x = create_tensor"), "flags") is None
+    body = head.replace("GUARD", "is_nextn") + "flags = TENSOR_NOT_REQUIRED; " + call
+    assert ex._trunk_flags(body, 0, body.index("x = create_tensor"), "flags") is None

@@ -732,6 +732,10 @@ ML_REQUIRED_BLOCK: Final[dict[str, tuple[str, ...]]] = {
         'blk.%d.ffn_up_exps.weight', 'blk.%d.ffn_gate_shexp.weight', 'blk.%d.ffn_down_shexp.weight',
         'blk.%d.ffn_up_shexp.weight',
     ),
+    'bailingmoe2': (
+        'blk.%d.attn_norm.weight', 'blk.%d.attn_qkv.weight', 'blk.%d.attn_output.weight',
+        'blk.%d.attn_q_norm.weight', 'blk.%d.attn_k_norm.weight', 'blk.%d.ffn_norm.weight',
+    ),
     'bert': (
         'blk.%d.attn_output.weight', 'blk.%d.attn_output_norm.weight', 'blk.%d.attn_output_norm.bias',
         'blk.%d.ffn_up.weight', 'blk.%d.ffn_down.weight', 'blk.%d.layer_output_norm.weight',
@@ -834,6 +838,15 @@ ML_REQUIRED_BLOCK: Final[dict[str, tuple[str, ...]]] = {
         'blk.%d.attn_norm.weight', 'blk.%d.attn_output.weight', 'blk.%d.ffn_norm.weight',
         'blk.%d.ffn_gate.weight', 'blk.%d.ffn_down.weight', 'blk.%d.ffn_up.weight',
     ),
+    'exaone-moe': (
+        'blk.%d.attn_output.weight', 'blk.%d.attn_norm.weight', 'blk.%d.attn_q_norm.weight',
+        'blk.%d.attn_k_norm.weight', 'blk.%d.ffn_norm.weight',
+    ),
+    'exaone4': (
+        'blk.%d.attn_output.weight', 'blk.%d.post_attention_norm.weight', 'blk.%d.attn_q_norm.weight',
+        'blk.%d.attn_k_norm.weight', 'blk.%d.ffn_gate.weight', 'blk.%d.ffn_down.weight', 'blk.%d.ffn_up.weight',
+        'blk.%d.post_ffw_norm.weight',
+    ),
     'falcon': (
         'blk.%d.attn_norm.weight', 'blk.%d.attn_norm.bias', 'blk.%d.attn_qkv.weight',
         'blk.%d.attn_output.weight', 'blk.%d.ffn_down.weight', 'blk.%d.ffn_up.weight',
@@ -883,6 +896,11 @@ ML_REQUIRED_BLOCK: Final[dict[str, tuple[str, ...]]] = {
         'blk.%d.attn_q_a.weight', 'blk.%d.attn_q_b.weight', 'blk.%d.attn_kv_a_mqa.weight',
         'blk.%d.attn_k_b.weight', 'blk.%d.attn_v_b.weight', 'blk.%d.attn_output.weight',
         'blk.%d.ffn_norm.weight',
+    ),
+    'glm4': (
+        'blk.%d.attn_norm.weight', 'blk.%d.attn_output.weight', 'blk.%d.post_attention_norm.weight',
+        'blk.%d.ffn_norm.weight', 'blk.%d.ffn_down.weight', 'blk.%d.ffn_up.weight',
+        'blk.%d.post_ffw_norm.weight',
     ),
     'glm4moe': ('blk.%d.attn_norm.weight', 'blk.%d.attn_output.weight', 'blk.%d.post_attention_norm.weight'),
     'glm5-next': ('blk.%d.attn_norm.weight', 'blk.%d.ffn_norm.weight'),
