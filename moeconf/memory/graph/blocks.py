@@ -249,6 +249,16 @@ class GraphContext:
         self.t_out_ids = self.ctx.input("I32", self.cp.n_outputs, name="out_ids")
         return self.t_out_ids
 
+    def inputs(self, iswa: bool = False, scale: bool = False) -> tuple[Tensor, Tensor, AttnInput, AttnInput | None]:
+        """The inputs of a graph with attention through one KV cache (the sliding-window pair where `iswa`), in
+        the order most src/models/*.cpp make them: the embeddings (`inp_embd`), the positions, the cache's
+        inputs, the output ids. Returns the embeddings, the positions, the full cache's inputs and the
+        window's (None without `iswa`)."""
+        inp, pos = self.inp_embd(scale), self.inp_pos()
+        full, swa = self.attn_inp_kv_iswa() if iswa else (self.attn_inp_kv(), None)
+        self.inp_out_ids()
+        return inp, pos, full, swa
+
     def out_rows(self, il: int, cur: Tensor, res: Tensor) -> tuple[Tensor, Tensor]:
         """The last layer keeps only the output rows (inp_out_ids) of its output and of its residual."""
         if il != self.hp.n_layer - 1:
@@ -586,13 +596,14 @@ class GraphContext:
         """The layer has no router: its FFN is dense (the leading dense layers)."""
         return self.w.layer(il, "ffn_gate_inp") is None
 
-    def ffn_input(self, il: int, cur: Tensor, res: Tensor, rows: bool = True) -> tuple[Tensor, Tensor]:
+    def ffn_input(self, il: int, cur: Tensor, res: Tensor, rows: bool = True,
+                  norm: str = "ffn_norm") -> tuple[Tensor, Tensor]:
         """The attention's residual added (the last layer's output rows taken first unless `rows` is False)
-        and the FFN norm: the FFN's residual (ffn_inp) and its normed input."""
+        and the FFN norm (`norm`, its tensor): the FFN's residual (ffn_inp) and its normed input."""
         if rows:
             cur, res = self.out_rows(il, cur, res)
         ffn_inp = self.ctx.add(cur, res)
-        return ffn_inp, self.norm(ffn_inp, self.w.layer(il, "ffn_norm"), None, il)
+        return ffn_inp, self.norm(ffn_inp, self.w.layer(il, norm), None, il)
 
     def add_shexp(self, moe: Tensor, cur: Tensor, il: int, act: str = "silu", clamp: bool = False,
                   linear: bool = True) -> Tensor:
