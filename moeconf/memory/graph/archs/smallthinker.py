@@ -8,7 +8,7 @@ routed experts only (gated ReLU, the chosen weights normalised; softmax or sigmo
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "smallthinker"
@@ -19,7 +19,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     inp, pos, attn_inp, _ = g.inputs()
     out_ids = need(g.t_out_ids)
-    gating = GATING.get(facts.gating or 0, "softmax")
+    gating = facts.gating_or("softmax")
     for il in range(hp.n_layer):
         res = inp
         logits = g.mm(need(w.layer(il, "ffn_gate_inp")), inp)
