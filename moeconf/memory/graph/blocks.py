@@ -574,23 +574,17 @@ class GraphContext:
         return cur
 
     # -- feed-forward
-    def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
-            act: str = "silu", clamp: bool = False, linear: bool = True) -> Tensor:
-        """build_ffn (LLM_FFN_PAR; no scales nor biases: archs/common.unchecked_scales, unchecked_ffn_biases):
-        up, gate (from the input), the gated activation (`activation`; `clamp`: the SwiGLU limited,
-        swiglu_clamp_shexp above 0; `linear`: SiTU's up branch), down."""
+    def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False,
+                  linear: bool = True) -> Tensor:
+        """build_ffn (LLM_FFN_PAR; no scales nor biases: archs/common.unchecked_scales, unchecked_ffn_biases) with
+        the layer's own up, gate and down projections (`part` "_shexp": its shared expert's): up, gate (from the
+        input), the gated activation (`activation`; `clamp`: the SwiGLU limited, swiglu_clamp_shexp above 0;
+        `linear`: SiTU's up branch), down."""
+        up, gate, down = (self.w.layer(il, f"ffn_{p}{part}") for p in ("up", "gate", "down"))
         tmp = self.mm(up, cur) if up is not None else cur
         cur = self.mm(gate, cur) if gate is not None else tmp
         cur = self.activation(cur, tmp, gate is not None, act, clamp, linear)
         return self.mm(down, cur) if down is not None else cur
-
-    def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False,
-                  linear: bool = True) -> Tensor:
-        """build_ffn with the layer's own up, gate and down projections (`part` "_shexp": its shared
-        expert's)."""
-        w = self.w
-        return self.ffn(cur, w.layer(il, f"ffn_up{part}"), w.layer(il, f"ffn_gate{part}"),
-                        w.layer(il, f"ffn_down{part}"), il, act=act, clamp=clamp, linear=linear)
 
     def dense(self, il: int) -> bool:
         """The layer has no router: its FFN is dense (the leading dense layers)."""
