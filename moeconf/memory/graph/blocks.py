@@ -326,6 +326,11 @@ class GraphContext:
         return self._kv_inputs(cp.n_kv, cp.rot_k, cp.rot_v), self._kv_inputs(cp.n_kv_swa, cp.rot_k_swa, cp.rot_v_swa)
 
     # -- norms, projections
+    def _need(self, il: int, base: str) -> Tensor:
+        t = self.w.layer(il, base)
+        assert t is not None, f"blk.{il}.{base}"
+        return t
+
     def mm(self, w: Tensor, cur: Tensor) -> Tensor:
         """build_lora_mm (no adapters: memory refuses them; nor NVFP4's per-tensor scales:
         archs/common.unchecked_scales)."""
@@ -376,9 +381,7 @@ class GraphContext:
         out = []
         parts = (("attn_q", n_head, head_k), ("attn_k", n_head_kv, head_k), ("attn_v", n_head_kv, head_v))
         for base, heads, width in parts:
-            wt = w.layer(il, base)
-            assert wt is not None, f"blk.{il}.{base}"
-            t = self.mm(wt, cur)
+            t = self.mm(self._need(il, base), cur)
             bias = w.layer(il, base, "bias")
             if bias is not None:
                 t = c.add(t, bias)
@@ -391,11 +394,6 @@ class GraphContext:
         return q, k, v
 
     # -- MLA (src/models/deepseek2.cpp and the compositions after it)
-    def _need(self, il: int, base: str) -> Tensor:
-        t = self.w.layer(il, base)
-        assert t is not None, f"blk.{il}.{base}"
-        return t
-
     def mla_q(self, il: int, cur: Tensor) -> Tensor:
         """MLA's query: the low-rank one (attn_q_a, its norm, attn_q_b) or a plain attn_q (the lite models)."""
         q_a = self.w.layer(il, "attn_q_a")
@@ -626,9 +624,7 @@ class GraphContext:
         n_embd, T = cur.ne[0], cur.ne[1]
         used = hp.n_expert_used
         if logits is None:
-            gate_inp = w.layer(il, "ffn_gate_inp")
-            assert gate_inp is not None
-            logits = self.mm(gate_inp, cur)
+            logits = self.mm(self._need(il, "ffn_gate_inp"), cur)
             logits.name = f"ffn_moe_logits-{il}"
         if gate_inp_b is not None:
             logits = c.add(logits, gate_inp_b)
@@ -659,8 +655,7 @@ class GraphContext:
             selection = c.reshape(c.set_rows(c.fill(sel_groups), kept, top_groups), n_expert, T)
         if selected is None:
             selected = c.argsort_top_k(selection, used)
-        down_w = w.layer(il, f"ffn_down_{exps}")
-        assert down_w is not None
+        down_w = self._need(il, f"ffn_down_{exps}")
         if grove and down_w.ne[2] != n_expert:  # the adjugate expert of the chosen one's group
             selected = c.cast(c.scale(c.cast(selected, "F32")), "I32")
         probs3 = c.reshape(probs, 1, n_expert, T)
@@ -695,9 +690,7 @@ class GraphContext:
             up = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), n_ff * gu.nb[0])
             has_gate = True
         else:
-            up_w = w.layer(il, f"ffn_up_{exps}")
-            assert up_w is not None
-            up = mm_id(up_w, cur, f"ffn_up_{exps}")
+            up = mm_id(self._need(il, f"ffn_up_{exps}"), cur, f"ffn_up_{exps}")
             gate_w = w.layer(il, f"ffn_gate_{exps}")
             g = mm_id(gate_w, cur, f"ffn_gate_{exps}") if gate_w is not None else up
             has_gate = gate_w is not None
