@@ -245,7 +245,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     from moeconf.memory.recurrent import kda_dims, shortconv_shape
     from moeconf.memory.recurrent import shape as recurrent_shape
     rec = recurrent_shape(inv) or shortconv_shape(inv)
-    state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim) has no RecurrentShape
+    state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim): its caches' rows only, not GraphContext.rec
     layer_backend: dict[int, int] = {}
     for la in layers:
         dev = home.get(la.index, HOST)
