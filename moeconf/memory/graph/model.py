@@ -223,12 +223,9 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     index = {b.name: i for i, b in enumerate(backends)}
     cpu = len(backends) - 1
     ctx = Ctx()
-    by_name: dict[str, Tensor] = {}
-    for t in inv.tensors:
-        dev = placement.devices.get(t.name)
-        if dev is None or (t.layer is not None and t.layer >= n_layer):
-            continue
-        by_name[t.name] = ctx.weight(t.name, t.type.upper(), t.shape, dev, -1 if t.layer is None else t.layer)
+    by_name = {t.name: ctx.weight(t.name, t.type.upper(), t.shape, dev, -1 if t.layer is None else t.layer)
+               for t in inv.tensors if (dev := placement.devices.get(t.name)) is not None
+               and (t.layer is None or t.layer < n_layer)}
     if "rope_freqs.weight" not in by_name and "rope_factors_long.weight" in by_name:
         # LongRoPE (Phi-3): the long factors where a sequence's context exceeds the original training
         # context (rope.scaling.original_context_length, else context_length), the short ones otherwise
