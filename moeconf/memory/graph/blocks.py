@@ -5,10 +5,11 @@ mask and rotations), norms, the Q/K/V projections, attention through the KV cach
 flash attention, the dense FFN, the MoE FFN (router, selection bias, top-k, weights normalisation
 and scale, separate or fused gate/up experts, expert biases, the experts' sum) and the callback
 that pins a layer's norms to its device; and the steps the architectures' graphs repeat, as
-llm_graph_context gives them to every src/models/*.cpp: the last layer's output rows (`out_rows`),
-the attention's residual and the FFN norm (`ffn_input`), the layer's own dense FFN (`layer_ffn`) and
-shared expert (`add_shexp`), the head (`output`: the final norm, the logits, their scale and
-soft-cap), MLA's projections, DSA's top-k mask. An architecture composes them (`archs`)."""
+llm_graph_context gives them to every src/models/*.cpp: the classic graph's inputs in their order
+(`inputs`), the last layer's output rows (`out_rows`), the attention's residual and the FFN norm
+(`ffn_input`), the layer's own dense FFN (`layer_ffn`) and shared expert (`add_shexp`), the head
+(`output`: the final norm, the logits, their scale and soft-cap), MLA's projections, DSA's top-k
+mask. An architecture composes them (`archs`)."""
 
 from __future__ import annotations
 
