@@ -105,7 +105,7 @@ def test_kv_and_state_are_the_engines(inv: Inventory) -> None:
 def test_a_state_that_ignores_the_sequences_is_caught(inv: Inventory, monkeypatch: pytest.MonkeyPatch) -> None:
     line = "-c 32768 -ngl 999 -np 4"
     assert not mismatches(_estimate(inv, line), _rows(line))
-    monkeypatch.setattr(rec.KdaShape, "state_bytes", lambda self, n: (self.n_embd_r + self.n_embd_s) * 4)
+    monkeypatch.setattr(rec.RecurrentShape, "state_bytes", lambda self, n: (self.n_embd_r + self.n_embd_s) * 4)
     assert ("RPC0", "kv") in [b[:2] for b in mismatches(_estimate(inv, line), _rows(line))]
 
 

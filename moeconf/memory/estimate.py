@@ -11,7 +11,7 @@ table); CUDA-only terms cannot be checked there and are labelled estimated."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -181,11 +181,18 @@ def _refused(placement: Placement, settings: MemorySettings, weights: dict[str, 
     printed as one (the table shows "?" and `notes` say why; fit and fill rules refuse)."""
     inv = placement.inventory
     problems = refused_settings(inv, placement.engine, settings)  # the engine's refusals hold unmodelled too
-    partial = {d: DeviceMemory(d, weights=weights.get(d, 0), reserve=settings.reserve if is_gpu(d) else 0)
-               for d in [HOST, *gpus]}
     n_ctx = settings.n_ctx or (inv.metadata.context_length or 0)
-    return MemoryEstimate(partial, settings, n_ctx, 0, 0, settings.flash_attn != "off", tuple(notes),
-                          tuple(problems), complete=False)
+    return MemoryEstimate(_rows(gpus, settings, weights, {}, {}, {}), settings, n_ctx, 0, 0,
+                          settings.flash_attn != "off", tuple(notes), tuple(problems), complete=False)
+
+
+def _rows(devices: Iterable[str], settings: MemorySettings, weights: Mapping[str, int], kv: Mapping[str, int],
+          compute: Mapping[str, int], estimated: Mapping[str, Sequence[str]]) -> dict[str, DeviceMemory]:
+    """The table's rows, the host's first, then the other devices sorted: each one's weights, KV cache and
+    compute as given (0 where absent), a GPU's reserve, the terms that are estimated."""
+    return {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute.get(d, 0),
+                            reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(estimated.get(d, ())))
+            for d in [HOST, *sorted(set(devices) - {HOST})]}
 
 
 def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False,
@@ -285,12 +292,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 per_layer = max((la.n_head_kv * (la.head_k + la.head_v) for la in geo.layers), default=0)
                 compute[d] += cells * per_layer * 2
                 estimated_terms[d].append("compute: f16 copy of K and V for flash attention")
-    mem: dict[str, DeviceMemory] = {}
-    for d in [HOST, *sorted(devices - {HOST})]:
-        mem[d] = DeviceMemory(
-            d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute.get(d, 0),
-            reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(estimated_terms.get(d, ())),
-        )
+    mem = _rows(devices, settings, weights, kv, compute, estimated_terms)
     if AUTO_GPU in mem:
         notes.append(_AUTO_GPU_NOTE)
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
@@ -333,11 +335,8 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
     if twin is None or label is None or why:
         notes.extend(why)
         notes.append(ikarchs.compute_next_step(inv.arch) or ikarchs.next_step(inv, True))
-        kv_mem = {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0),
-                                  reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(terms.get(d, ())))
-                  for d in ordered}
-        return MemoryEstimate(kv_mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
-                              complete=False, kv_known=True)
+        return MemoryEstimate(_rows(devices, settings, weights, kv, {}, terms), settings, n_ctx, cells, swa_cells, fa,
+                              tuple(notes), tuple(problems), complete=False, kv_known=True)
     # the devices running attention layers: ik's second f32 KQ matrix with flash attention off (memory/
     # ikarchs.py), or the MLA attention's peak (memory/ikmla.py)
     layer_dev = layer_devices(placement)
@@ -355,18 +354,17 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
             if not la.recurrent:
                 d = _attention_device(placement, la.index, layer_dev)
                 kq[d] = max(kq[d], 4 * la.n_head * (swa_cells if la.swa else cells) * n_tokens)
-    mem: dict[str, DeviceMemory] = {}
+    compute: dict[str, int] = {}
     for d in ordered:
         t = twin.devices.get(d)
         base = t.compute if t is not None else 0
-        compute = base + kq[d] + margin.get(d, 0) if base or kq[d] else 0
-        own = list(terms.get(d, ()))
-        if compute:
+        compute[d] = base + kq[d] + margin.get(d, 0) if base or kq[d] else 0
+        if compute[d]:
+            own = terms.setdefault(d, [])
             own.append(label if not mla_model or d in attn_devs else ikarchs.MLA_HOST_LABEL)
             # llama.cpp's CUDA-only terms (see `estimate`): estimated there too
             own.extend(x for x in (t.estimated if t is not None else ()) if x.startswith("compute:"))
-        mem[d] = DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute,
-                              reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(own))
+    mem = _rows(devices, settings, weights, kv, compute, terms)
     if AUTO_GPU in mem:
         notes.append(_AUTO_GPU_NOTE)
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),

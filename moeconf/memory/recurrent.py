@@ -26,8 +26,6 @@ Facts (llama.cpp 0.3.36, vendored in llama-cpp-python):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from moeconf.memory.keys import int_key
 from moeconf.memory.rshape import RecurrentShape
 from moeconf.model.inventory import Inventory
@@ -126,34 +124,14 @@ def shortconv_shape(inv: Inventory) -> RecurrentShape | None:
 KDA_KEYS = frozenset({"ssm.conv_kernel", "kda.head_dim"})
 
 
-@dataclass(frozen=True)
-class KdaShape:
-    d_conv: int  # ssm.conv_kernel
-    n_head: int  # attention.head_count
-    head_dim: int  # kda.head_dim
-
-    @property
-    def d_inner(self) -> int:
-        return self.n_head * self.head_dim
-
-    @property
-    def n_embd_r(self) -> int:
-        return 3 * max(self.d_conv - 1, 0) * self.d_inner
-
-    @property
-    def n_embd_s(self) -> int:
-        return self.head_dim * self.head_dim * self.n_head
-
-    def state_bytes(self, n_seq_max: int) -> int:
-        """One KDA layer's three conv states + its delta state, F32, for `n_seq_max` sequences."""
-        return (self.n_embd_r + self.n_embd_s) * 4 * max(1, n_seq_max)
-
-
-def kda_dims(inv: Inventory) -> KdaShape | None:
+def kda_dims(inv: Inventory) -> RecurrentShape | None:
+    """The KDA layers' state laid out as a `RecurrentShape` of d_inner heads x head_dim, d_state head_dim
+    and one group per head: the conv rows d_inner + 2 x heads x head_dim, the Q, K and V conv states side by
+    side; the delta state head_dim x d_inner. None where the file lacks a size."""
     d_conv, head_dim, n_head = int_key(inv, "ssm.conv_kernel"), int_key(inv, "kda.head_dim"), inv.metadata.head_count
     if not d_conv or not head_dim or not n_head:
         return None
-    return KdaShape(d_conv, n_head, head_dim)
+    return RecurrentShape(d_conv, n_head * head_dim, head_dim, n_head, n_head)
 
 
 def is_kda(inv: Inventory) -> bool:
@@ -178,7 +156,7 @@ def kda_layers(inv: Inventory) -> frozenset[int]:
 
 def state_bytes(inv: Inventory, n_seq_max: int) -> int:
     """One recurrent layer's state (every recurrent layer of a model has the same), 0 if unknown."""
-    s: RecurrentShape | KdaShape | None = kda_dims(inv) if is_kda(inv) else shape(inv) or shortconv_shape(inv)
+    s = kda_dims(inv) if is_kda(inv) else shape(inv) or shortconv_shape(inv)
     return s.state_bytes(n_seq_max) if s is not None else 0
 # --- end of Kimi-Linear ---------------------------------------------------------------------------
 

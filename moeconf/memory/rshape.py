@@ -22,10 +22,6 @@ class RecurrentShape:
     def n_embd_s(self) -> int:
         return self.d_state * self.d_inner
 
-    @property
-    def conv_channels(self) -> int:
-        return self.d_inner + 2 * self.n_group * self.d_state
-
     def state_bytes(self, n_seq_max: int) -> int:
         """One recurrent layer's conv + delta-net state, F32, for `n_seq_max` sequences."""
         return (self.n_embd_r + self.n_embd_s) * 4 * max(1, n_seq_max)

@@ -5,7 +5,8 @@ the `LLAMA_ARG_*` environment the way each engine reads them."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
@@ -195,6 +196,10 @@ def server_slots(binary: str | None, engine: Engine) -> int | None:
 
 # the variables of the rows that decide a memory setting (engines/options.py)
 _BY_ENV = {o.env: o for o in with_settings() if o.env}
+# the settings `read_settings` takes as read (their defaults where not given or not of their type); n_parallel
+# is derived from its value
+_READ = ("n_ctx", "n_batch", "n_ubatch", "cache_type_k", "cache_type_v", "flash_attn", "offload_kqv", "kv_unified",
+         "swa_full", "mla", "amb", "no_host", "repack", "op_offload", "cache_ram", "ctx_checkpoints")
 
 
 def read_settings(
@@ -277,17 +282,13 @@ def read_settings(
                 break
             put(o, value, name)  # -fa: the next word, whatever it is (put() refuses a bad one)
 
-    def num(key: str, default: int) -> int:
-        v = values.get(key, default)
-        return v if isinstance(v, int) else default
+    d = MemorySettings()
 
-    def text(key: str, default: str) -> str:
-        v = values.get(key, default)
-        return v if isinstance(v, str) else default
-
-    def flag(key: str, default: bool) -> bool:
-        v = values.get(key, default)
-        return v if isinstance(v, bool) else default
+    def got(key: str) -> Any:
+        """The value read for the setting `key` where it has the setting's type (an int where its default is
+        None), else the default."""
+        v, default = values.get(key), getattr(d, key)
+        return v if isinstance(v, int if default is None else type(default)) else default
 
     run = binary_name(words[0]) if words and not words[0].startswith("-") else binary_name(binary)
     slots = server_slots(run, engine)
@@ -308,28 +309,13 @@ def read_settings(
     per_slot = values.get("kv_per_slot")
     if (isinstance(per_slot, int) and per_slot > 0 and "n_ctx" not in values and run in SERVER_BINARIES
             and engine.name == "llama.cpp"):
-        values["n_ctx"] = max(num("n_parallel", 1), 1) * per_slot
+        values["n_ctx"] = max(got("n_parallel"), 1) * per_slot
     # ---
-    n_parallel = max(num("n_parallel", 1), 1)
-    outputs = server_outputs(run, engine, num("n_batch", 2048), n_parallel, values.get("embedding") is True)
-    return MemorySettings(
-        n_ctx=num("n_ctx", 0), n_batch=num("n_batch", 2048), n_ubatch=num("n_ubatch", 512),
-        cache_type_k=text("cache_type_k", "f16"), cache_type_v=text("cache_type_v", "f16"),
-        flash_attn=text("flash_attn", "auto"), offload_kqv=flag("offload_kqv", True),
-        n_parallel=n_parallel, kv_unified=flag("kv_unified", False),
-        swa_full=flag("swa_full", False), mla=_opt_int(values.get("mla")),
-        amb=_opt_int(values.get("amb")),
-        no_host=flag("no_host", False), repack=flag("repack", True), op_offload=flag("op_offload", True),
-        cache_ram=_opt_int(values.get("cache_ram")), ctx_checkpoints=_opt_int(values.get("ctx_checkpoints")),
-        reserve=reserve, problems=tuple(problems), binary=run, auto_slots=auto,
-        speculation=read_speculation(words, engine, env, run),
-        extra_files=read_extra_files(words, engine, env, run),
-        kv_overrides=overrides, n_outputs=outputs,
-    )
-
-
-def _opt_int(v: object) -> int | None:
-    return v if isinstance(v, int) else None
+    n_parallel = max(got("n_parallel"), 1)
+    outputs = server_outputs(run, engine, got("n_batch"), n_parallel, values.get("embedding") is True)
+    return replace(d, **{k: got(k) for k in _READ}, n_parallel=n_parallel, reserve=reserve, problems=tuple(problems),
+                   binary=run, auto_slots=auto, speculation=read_speculation(words, engine, env, run),
+                   extra_files=read_extra_files(words, engine, env, run), kv_overrides=overrides, n_outputs=outputs)
 
 
 def slot_notes(s: MemorySettings, engine: Engine) -> list[str]:

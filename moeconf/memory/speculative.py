@@ -111,12 +111,8 @@ def _mainline_types(value: str, where: str) -> list[tuple[str, str]]:
     """llama.cpp's `--spec-type a,b` (common_speculative_types_from_names): each name but `none`
     turns a speculative type on; a name it does not know is refused by the engine, and counted
     here as on (never as off)."""
-    out: list[tuple[str, str]] = []
-    for t in (s.strip() for s in value.split(",")):
-        if t == "none":
-            continue
-        out.append((NGRAM if t.startswith("ngram-") else DRAFT_TYPE, where))
-    return out
+    names = (s.strip() for s in value.split(","))
+    return [(NGRAM if t.startswith("ngram-") else DRAFT_TYPE, where) for t in names if t != "none"]
 
 
 def unmodelled_speculation(speculation: Speculation, inv: Inventory) -> list[str]:

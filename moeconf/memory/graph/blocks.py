@@ -5,10 +5,11 @@ mask and rotations), norms, the Q/K/V projections, attention through the KV cach
 flash attention, the dense FFN, the MoE FFN (router, selection bias, top-k, weights normalisation
 and scale, separate or fused gate/up experts, expert biases, the experts' sum) and the callback
 that pins a layer's norms to its device; and the steps the architectures' graphs repeat, as
-llm_graph_context gives them to every src/models/*.cpp: the last layer's output rows (`out_rows`),
-the attention's residual and the FFN norm (`ffn_input`), the layer's own dense FFN (`layer_ffn`) and
-shared expert (`add_shexp`), the head (`output`: the final norm, the logits, their scale and
-soft-cap), MLA's projections, DSA's top-k mask. An architecture composes them (`archs`)."""
+llm_graph_context gives them to every src/models/*.cpp: the classic graph's inputs in their order
+(`inputs`), the last layer's output rows (`out_rows`), the attention's residual and the FFN norm
+(`ffn_input`), the layer's own dense FFN (`layer_ffn`) and shared expert (`add_shexp`), the head
+(`output`: the final norm, the logits, their scale and soft-cap), MLA's projections, DSA's top-k
+mask. An architecture composes them (`archs`)."""
 
 from __future__ import annotations
 
@@ -249,6 +250,16 @@ class GraphContext:
         self.t_out_ids = self.ctx.input("I32", self.cp.n_outputs, name="out_ids")
         return self.t_out_ids
 
+    def inputs(self, iswa: bool = False, scale: bool = False) -> tuple[Tensor, Tensor, AttnInput, AttnInput | None]:
+        """The inputs of a graph with attention through one KV cache (the sliding-window pair where `iswa`), in
+        the order most src/models/*.cpp make them: the embeddings (`inp_embd`), the positions, the cache's
+        inputs, the output ids. Returns the embeddings, the positions, the full cache's inputs and the
+        window's (None without `iswa`)."""
+        inp, pos = self.inp_embd(scale), self.inp_pos()
+        full, swa = self.attn_inp_kv_iswa() if iswa else (self.attn_inp_kv(), None)
+        self.inp_out_ids()
+        return inp, pos, full, swa
+
     def out_rows(self, il: int, cur: Tensor, res: Tensor) -> tuple[Tensor, Tensor]:
         """The last layer keeps only the output rows (inp_out_ids) of its output and of its residual."""
         if il != self.hp.n_layer - 1:
@@ -316,6 +327,11 @@ class GraphContext:
         return self._kv_inputs(cp.n_kv, cp.rot_k, cp.rot_v), self._kv_inputs(cp.n_kv_swa, cp.rot_k_swa, cp.rot_v_swa)
 
     # -- norms, projections
+    def _need(self, il: int, base: str) -> Tensor:
+        t = self.w.layer(il, base)
+        assert t is not None, f"blk.{il}.{base}"
+        return t
+
     def mm(self, w: Tensor, cur: Tensor) -> Tensor:
         """build_lora_mm (no adapters: memory refuses them; nor NVFP4's per-tensor scales:
         archs/common.unchecked_scales)."""
@@ -366,9 +382,7 @@ class GraphContext:
         out = []
         parts = (("attn_q", n_head, head_k), ("attn_k", n_head_kv, head_k), ("attn_v", n_head_kv, head_v))
         for base, heads, width in parts:
-            wt = w.layer(il, base)
-            assert wt is not None, f"blk.{il}.{base}"
-            t = self.mm(wt, cur)
+            t = self.mm(self._need(il, base), cur)
             bias = w.layer(il, base, "bias")
             if bias is not None:
                 t = c.add(t, bias)
@@ -381,11 +395,6 @@ class GraphContext:
         return q, k, v
 
     # -- MLA (src/models/deepseek2.cpp and the compositions after it)
-    def _need(self, il: int, base: str) -> Tensor:
-        t = self.w.layer(il, base)
-        assert t is not None, f"blk.{il}.{base}"
-        return t
-
     def mla_q(self, il: int, cur: Tensor) -> Tensor:
         """MLA's query: the low-rank one (attn_q_a, its norm, attn_q_b) or a plain attn_q (the lite models)."""
         q_a = self.w.layer(il, "attn_q_a")
@@ -564,35 +573,30 @@ class GraphContext:
         return cur
 
     # -- feed-forward
-    def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, il: int,
-            act: str = "silu", clamp: bool = False, linear: bool = True) -> Tensor:
-        """build_ffn (LLM_FFN_PAR; no scales nor biases: archs/common.unchecked_scales, unchecked_ffn_biases):
-        up, gate (from the input), the gated activation (`activation`; `clamp`: the SwiGLU limited,
-        swiglu_clamp_shexp above 0; `linear`: SiTU's up branch), down."""
+    def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False,
+                  linear: bool = True) -> Tensor:
+        """build_ffn (LLM_FFN_PAR; no scales nor biases: archs/common.unchecked_scales, unchecked_ffn_biases) with
+        the layer's own up, gate and down projections (`part` "_shexp": its shared expert's): up, gate (from the
+        input), the gated activation (`activation`; `clamp`: the SwiGLU limited, swiglu_clamp_shexp above 0;
+        `linear`: SiTU's up branch), down."""
+        up, gate, down = (self.w.layer(il, f"ffn_{p}{part}") for p in ("up", "gate", "down"))
         tmp = self.mm(up, cur) if up is not None else cur
         cur = self.mm(gate, cur) if gate is not None else tmp
         cur = self.activation(cur, tmp, gate is not None, act, clamp, linear)
         return self.mm(down, cur) if down is not None else cur
 
-    def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False,
-                  linear: bool = True) -> Tensor:
-        """build_ffn with the layer's own up, gate and down projections (`part` "_shexp": its shared
-        expert's)."""
-        w = self.w
-        return self.ffn(cur, w.layer(il, f"ffn_up{part}"), w.layer(il, f"ffn_gate{part}"),
-                        w.layer(il, f"ffn_down{part}"), il, act=act, clamp=clamp, linear=linear)
-
     def dense(self, il: int) -> bool:
         """The layer has no router: its FFN is dense (the leading dense layers)."""
         return self.w.layer(il, "ffn_gate_inp") is None
 
-    def ffn_input(self, il: int, cur: Tensor, res: Tensor, rows: bool = True) -> tuple[Tensor, Tensor]:
+    def ffn_input(self, il: int, cur: Tensor, res: Tensor, rows: bool = True,
+                  norm: str = "ffn_norm") -> tuple[Tensor, Tensor]:
         """The attention's residual added (the last layer's output rows taken first unless `rows` is False)
-        and the FFN norm: the FFN's residual (ffn_inp) and its normed input."""
+        and the FFN norm (`norm`, its tensor): the FFN's residual (ffn_inp) and its normed input."""
         if rows:
             cur, res = self.out_rows(il, cur, res)
         ffn_inp = self.ctx.add(cur, res)
-        return ffn_inp, self.norm(ffn_inp, self.w.layer(il, "ffn_norm"), None, il)
+        return ffn_inp, self.norm(ffn_inp, self.w.layer(il, norm), None, il)
 
     def add_shexp(self, moe: Tensor, cur: Tensor, il: int, act: str = "silu", clamp: bool = False,
                   linear: bool = True) -> Tensor:
@@ -621,9 +625,7 @@ class GraphContext:
         n_embd, T = cur.ne[0], cur.ne[1]
         used = hp.n_expert_used
         if logits is None:
-            gate_inp = w.layer(il, "ffn_gate_inp")
-            assert gate_inp is not None
-            logits = self.mm(gate_inp, cur)
+            logits = self.mm(self._need(il, "ffn_gate_inp"), cur)
             logits.name = f"ffn_moe_logits-{il}"
         if gate_inp_b is not None:
             logits = c.add(logits, gate_inp_b)
@@ -654,8 +656,7 @@ class GraphContext:
             selection = c.reshape(c.set_rows(c.fill(sel_groups), kept, top_groups), n_expert, T)
         if selected is None:
             selected = c.argsort_top_k(selection, used)
-        down_w = w.layer(il, f"ffn_down_{exps}")
-        assert down_w is not None
+        down_w = self._need(il, f"ffn_down_{exps}")
         if grove and down_w.ne[2] != n_expert:  # the adjugate expert of the chosen one's group
             selected = c.cast(c.scale(c.cast(selected, "F32")), "I32")
         probs3 = c.reshape(probs, 1, n_expert, T)
@@ -690,9 +691,7 @@ class GraphContext:
             up = c.view(gu, (n_ff, gu.ne[1], gu.ne[2]), (gu.nb[1], gu.nb[2]), n_ff * gu.nb[0])
             has_gate = True
         else:
-            up_w = w.layer(il, f"ffn_up_{exps}")
-            assert up_w is not None
-            up = mm_id(up_w, cur, f"ffn_up_{exps}")
+            up = mm_id(self._need(il, f"ffn_up_{exps}"), cur, f"ffn_up_{exps}")
             gate_w = w.layer(il, f"ffn_gate_{exps}")
             g = mm_id(gate_w, cur, f"ffn_gate_{exps}") if gate_w is not None else up
             has_gate = gate_w is not None

@@ -212,7 +212,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
 
     inv = placement.inventory
     geo = geometry(inv)
-    layers = [la for la in geo.layers]
+    layers = list(geo.layers)
     n_layer = len(layers)
     home = layer_devices(placement)
     # the GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns layers to
@@ -223,12 +223,9 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     index = {b.name: i for i, b in enumerate(backends)}
     cpu = len(backends) - 1
     ctx = Ctx()
-    by_name: dict[str, Tensor] = {}
-    for t in inv.tensors:
-        dev = placement.devices.get(t.name)
-        if dev is None or (t.layer is not None and t.layer >= n_layer):
-            continue
-        by_name[t.name] = ctx.weight(t.name, t.type.upper(), t.shape, dev, -1 if t.layer is None else t.layer)
+    by_name = {t.name: ctx.weight(t.name, t.type.upper(), t.shape, dev, -1 if t.layer is None else t.layer)
+               for t in inv.tensors if (dev := placement.devices.get(t.name)) is not None
+               and (t.layer is None or t.layer < n_layer)}
     if "rope_freqs.weight" not in by_name and "rope_factors_long.weight" in by_name:
         # LongRoPE (Phi-3): the long factors where a sequence's context exceeds the original training
         # context (rope.scaling.original_context_length, else context_length), the short ones otherwise
@@ -245,7 +242,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     from moeconf.memory.recurrent import kda_dims, shortconv_shape
     from moeconf.memory.recurrent import shape as recurrent_shape
     rec = recurrent_shape(inv) or shortconv_shape(inv)
-    state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim) has no RecurrentShape
+    state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim): its caches' rows only, not GraphContext.rec
     layer_backend: dict[int, int] = {}
     for la in layers:
         dev = home.get(la.index, HOST)
@@ -284,16 +281,15 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     # (`Setup.norm_pins`)
     full = setup.norm_pins and all(placement.defaults.get(t.name) != HOST for t in inv.tensors if t.layer is not None) \
         and out_home not in (None, HOST)
+    f = facts(inv)
     hp = Hparams(n_embd=geo.n_embd, n_layer=n_layer, n_head=tuple(la.n_head for la in layers),
                  n_head_kv=tuple(la.n_head_kv for la in layers), head_k=layers[0].head_k, head_v=layers[0].head_v,
                  head_k_l=tuple(la.head_k for la in layers), head_v_l=tuple(la.head_v for la in layers),
-                 n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_embd_inp=input_width(inv, geo.n_embd))
+                 n_expert=geo.n_expert, n_expert_used=geo.n_expert_used, n_embd_inp=input_width(inv, geo.n_embd),
+                 embedding_scale=1.0 if "embedding_scale" in f.floats else 0.0)  # build_inp_embd scales (Granite)
     cp = replace(setup, rot_k=_rot(layers, False, setup.cache_k, True), rot_v=_rot(layers, False, setup.cache_v, False),
                  rot_k_swa=_rot(layers, True, setup.cache_k, True), rot_v_swa=_rot(layers, True, setup.cache_v, False),
                  full_offload=full)
-    f = facts(inv)
-    if "embedding_scale" in f.floats:  # build_inp_embd scales the embeddings (Granite)
-        hp = replace(hp, embedding_scale=1.0)
     mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
               absorbed=geo.mla)
     g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),

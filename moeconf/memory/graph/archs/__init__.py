@@ -81,11 +81,7 @@ class Lazy(MutableMapping[str, V]):
 
     def _all(self) -> list[str]:
         if self._order is None:
-            order = []
-            for key in dict.fromkeys(self._every()):
-                if key in self:
-                    order.append(key)
-            self._order = order
+            self._order = [key for key in dict.fromkeys(self._every()) if key in self]
         known = set(self._order)
         return [k for k in self._order if k in self._d] + [k for k in self._d if k not in known]
 

@@ -33,9 +33,7 @@ def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
             cur = delta_net_layer(g, rs_in, cur, il, repeat=not qwen35)
         else:
             cur = _gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
-        cur = c.add(cur, res)
-        ffn_res = cur
-        cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
+        ffn_res, cur = g.ffn_input(il, cur, res, rows=False, norm="post_attention_norm")
         moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
         if w.layer(il, "ffn_up_shexp") is not None:
             sh = g.layer_ffn(cur, il, part="_shexp")

@@ -48,6 +48,15 @@ def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
     return weighted(g, x, pre, hc), post, comb
 
 
+def head_weights(g: GraphContext, x: Tensor, hc: int) -> Tensor:
+    """build_hc_head's weights, one per stream and token: a sigmoid of the affine part (output_hc_scale,
+    output_hc_base) of the streams' mixes by output_hc_fn, scaled."""
+    c, w = g.ctx, g.w
+    mixes = hc_mixes(g, x, need(w.get("output_hc_fn.weight")), hc)
+    scale, base = need(w.get("output_hc_scale.weight")), need(w.get("output_hc_base.weight"))
+    return c.scale(c.unary(affine(g, mixes, scale, base), "sigmoid"))
+
+
 def hc_mixes(g: GraphContext, x: Tensor, fn: Tensor, hc: int) -> Tensor:
     """The streams [n_embd, hc, tokens] RMS-normed as one row per token, projected by `fn`."""
     return g.mm(fn, g.ctx.rms_norm(g.ctx.reshape(x, x.ne[0] * hc, x.ne[2])))

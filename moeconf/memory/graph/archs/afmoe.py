@@ -19,10 +19,7 @@ NO_ROPE_STEP = 4  # hparams.n_no_rope_layer_step's default (llama-hparams.h)
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd(scale=True)  # scaled by sqrt(n_embd) whatever the GGUF says
-    pos = g.inp_pos()
-    full, swa = g.attn_inp_kv_iswa()
-    g.inp_out_ids()
+    inp, pos, full, swa = g.inputs(iswa=True, scale=True)  # embeddings scaled by sqrt(n_embd) whatever the GGUF says
     for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)

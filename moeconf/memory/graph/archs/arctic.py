@@ -12,10 +12,7 @@ MEMORY = Memory(CHECKED + " (Snowflake-Arctic)")
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    pos = g.inp_pos()
-    attn_in = g.attn_inp_kv()
-    g.inp_out_ids()
+    inp, pos, attn_in, _ = g.inputs()
     for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)

@@ -21,10 +21,7 @@ MEMORY = Memory(CHECKED + " (a Cohere2-MoE 30B-A3B layout)", keys=frozenset({
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     rms = "attention.layer_norm_rms_epsilon" in facts.floats
-    inp = g.inp_embd()
-    pos = g.inp_pos()
-    full, swa = g.attn_inp_kv_iswa()
-    g.inp_out_ids()
+    inp, pos, full, swa = g.inputs(iswa=True)
     for il in range(g.hp.n_layer):
         windowed = g.swa_layers.get(il, False)
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il, rms)
@@ -33,7 +30,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         if windowed or g.dense(il):  # the dense leading layers take RoPE too
             freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
-        attn_out = g.attn(swa if windowed else full, il, w.layer(il, "attn_output"),
+        attn_out = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"),
                           w.layer(il, "attn_output", "bias"), q, k, v, iswa=True)
         if g.dense(il):
             cur = g.layer_ffn(ffn_in, il)

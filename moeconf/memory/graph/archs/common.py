@@ -198,7 +198,6 @@ def decoder(spec: Decoder) -> Build:
         g.inp_out_ids()
         gating = facts.gating_or(spec.gating) if spec.gating_key else spec.gating
         norm_w = bool(facts.norm_w) if spec.norm_w_key and facts.norm_w is not None else spec.norm_w
-        w_scale = "expert_weights_scale" in facts.floats
         res_scale = spec.granite and "residual_scale" in facts.floats
         clamp = bool(spec.clamp_key) and spec.clamp_key in facts.floats
         g.groups = facts.groups  # read for every architecture (llama-model.cpp)
@@ -234,7 +233,7 @@ def decoder(spec: Decoder) -> Build:
             ffn_inp = c.add(cur, res)
             cur = g.norm(ffn_inp, w.layer(il, spec.ffn_norm), w.layer(il, spec.ffn_norm, "bias"), il, rms)
             # a dense layer: build_ffn's SwiGLU over ffn_gate and ffn_up (LLM_FFN_SILU, LLM_FFN_PAR)
-            cur = g.layer_ffn(cur, il) if g.dense(il) else moe_shared(g, spec, il, cur, gating, norm_w, w_scale)
+            cur = g.layer_ffn(cur, il) if g.dense(il) else moe_shared(g, spec, il, cur, gating, norm_w, facts.w_scale)
             if res_scale:
                 cur = c.scale(cur)
             cur = c.add(ffn_inp, cur) if spec.residual_first else c.add(cur, ffn_inp)
@@ -250,11 +249,10 @@ def decoder(spec: Decoder) -> Build:
 
 
 def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str, norm_w: bool,
-               w_scale: bool) -> Tensor:
+               w_scale: float) -> Tensor:
     """build_moe_ffn, then a shared expert (gated where the model has its gate) added to it."""
     c, w = g.ctx, g.w
-    moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=2.0 if w_scale else 0.0,
-                    probs_bias=probs_bias(g, il))
+    moe = g.moe_ffn(cur, il, gating=gating, norm_w=norm_w, w_scale=w_scale, probs_bias=probs_bias(g, il))
     gate_inp = w.layer(il, "ffn_gate_inp_shexp")
     if gate_inp is None or spec.shexp_gate != "silu_div" or w.layer(il, "ffn_up_shexp") is None:
         return g.add_shexp(moe, cur, il)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeconf.memory.graph.archs._hc import affine, hc_mixes, hc_pre, weighted
+from moeconf.memory.graph.archs._hc import hc_pre, head_weights, weighted
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext, rotation_width
 from moeconf.memory.graph.ggml import Tensor
@@ -125,16 +125,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = c.dsv4_hc_post(g.add_shexp(moe, cur, il, act=act), residual, post, comb)
     flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
     x = c.reshape(flat, hp.n_embd, hc, cp.n_outputs)
-    g.output(_hc_head(g, x, hc))
-
-
-def _hc_head(g: GraphContext, x: Tensor, hc: int) -> Tensor:
-    """build_hc_head: the streams weighted by the head's sigmoid mix and summed (by hand)."""
-    c, w = g.ctx, g.w
-    mixes = hc_mixes(g, x, need(w.get("output_hc_fn.weight")), hc)
-    pre = c.scale(c.unary(affine(g, mixes, need(w.get("output_hc_scale.weight")), need(w.get("output_hc_base.weight"))),
-                          "sigmoid"))
-    return weighted(g, x, pre, hc)
+    g.output(weighted(g, x, head_weights(g, x, hc), hc))  # build_hc_head: weighted and summed by hand
 
 
 def _comp_cache(g: GraphContext, il: int, name: str, width: int, cells: int, type_name: str = "") -> Tensor:

@@ -23,10 +23,7 @@ TRAITS = Traits(flash_attn=False)
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     g.kq_softcap = True
-    inp = g.inp_embd(scale="embedding_scale" not in facts.units)
-    pos = g.inp_pos()
-    attn_in = g.attn_inp_kv()
-    g.inp_out_ids()
+    inp, pos, attn_in, _ = g.inputs(scale="embedding_scale" not in facts.units)
     for il in range(g.hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
@@ -35,8 +32,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
         cur, res = g.out_rows(il, cur, res)
         cur = g.norm(cur, w.layer(il, "attn_output_norm"), None, il)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True, act="gelu")  # no expert_weights_scale read
         if w.layer(il, "ffn_up") is not None:
             moe = c.scale(c.add(g.layer_ffn(cur, il, act="gelu"), moe))

@@ -14,19 +14,14 @@ ARCH = "grovemoe"
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    pos = g.inp_pos()
-    kv = g.attn_inp_kv()
-    g.inp_out_ids()
+    inp, pos, kv, _ = g.inputs()
     g.groups = facts.groups
     for il in range(g.hp.n_layer):
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         q, k = g.qk_norm(il, q, k)
         cur = g.attn(kv, il, w.layer(il, "attn_output"), None, c.rope(q, pos), c.rope(k, pos), v)
-        cur, res = g.out_rows(il, cur, inp)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         logits = g.mm(need(w.layer(il, "ffn_gate_inp")), cur)
         moe = g.moe_ffn(cur, il, logits=logits, grove=True)
         adj = g.moe_ffn(moe, il, logits=logits, exps="chexps", grove=True)

@@ -11,7 +11,7 @@ taken from the streams, which the head's own mix collapses before the final norm
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._dsa import indexer_top_k, inp_dsa
-from moeconf.memory.graph.archs._hc import affine, hc_mixes, weighted
+from moeconf.memory.graph.archs._hc import affine, hc_mixes, head_weights, weighted
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
@@ -73,10 +73,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             cur = g.add_shexp(routed(g, facts, cur, il, "sigmoid", act=act), cur, il)
         x = _post(g, cur, residual, post, hc)
     x = c.reshape(c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids), hp.n_embd, hc, g.cp.n_outputs)
-    mixes = hc_mixes(g, x, need(w.get("output_hc_fn.weight")), hc)
-    pre = c.scale(c.unary(affine(g, mixes, need(w.get("output_hc_scale.weight")),
-                                 need(w.get("output_hc_base.weight"))), "sigmoid"))
-    g.output(_reduce(g, x, pre, hc))
+    g.output(_reduce(g, x, head_weights(g, x, hc), hc))
 
 
 def _attention(g: GraphContext, facts: Facts, cur: Tensor, pos: Tensor, mla_in: AttnInput, lid_in: AttnInput,

@@ -17,11 +17,8 @@ TRAITS = Traits(swa=Swa(pattern=4, dense_first=True))
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd()
-    pos = g.inp_pos()
     has_swa = any(g.swa_layers.values())
-    full, swa = g.attn_inp_kv_iswa() if has_swa else (g.attn_inp_kv(), None)
-    g.inp_out_ids()
+    inp, pos, full, swa = g.inputs(iswa=has_swa)
     for il in range(hp.n_layer):
         res = inp
         n_head = hp.n_head[il]

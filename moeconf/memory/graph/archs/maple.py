@@ -18,10 +18,7 @@ MEMORY = Memory(CHECKED + " (maple-preview)", keys=frozenset({
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    pos = g.inp_pos()
-    full, swa = g.attn_inp_kv_iswa()
-    g.inp_out_ids()
+    inp, pos, full, swa = g.inputs(iswa=True)
     g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):
         res = inp
@@ -31,9 +28,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         if g.swa_layers.get(il):
             q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), None, q, k, v, iswa=True)
-        cur, res = g.out_rows(il, cur, res)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        ffn_inp, cur = g.ffn_input(il, cur, res)
         cur = g.moe_ffn(cur, il, act="silu_clamp" if facts.above("swiglu_clamp_exp", il) else "silu")
         inp = c.add(cur, ffn_inp)
     g.output(inp)

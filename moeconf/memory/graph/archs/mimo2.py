@@ -16,10 +16,7 @@ TRAITS = Traits(swa=Swa())
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    pos = g.inp_pos()
-    full, swa = g.attn_inp_kv_iswa()
-    g.inp_out_ids()
+    inp, pos, full, swa = g.inputs(iswa=True)
     v_scale = "attention.value_scale" in facts.floats
     for il in range(g.hp.n_layer):
         res = inp

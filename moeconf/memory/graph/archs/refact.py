@@ -21,7 +21,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         q, k, v = g.qkv(il, cur)
         cur = g.attn(attn, il, w.layer(il, "attn_output"), None, q, k, v)
         ffn_inp, cur = g.ffn_input(il, cur, inp)
-        cur = g.ffn(cur, w.layer(il, "ffn_up"), w.layer(il, "ffn_gate"), w.layer(il, "ffn_down"), il)
+        cur = g.layer_ffn(cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp)
 

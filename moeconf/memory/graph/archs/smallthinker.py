@@ -8,7 +8,7 @@ routed experts only (gated ReLU, the chosen weights normalised; softmax or sigmo
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, GATING, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "smallthinker"
@@ -17,11 +17,9 @@ MEMORY = Memory(CHECKED + " (SmallThinker-4BA0.6B-Instruct)", keys=frozenset())
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd()
-    pos = g.inp_pos()
-    attn_inp = g.attn_inp_kv()
-    out_ids = g.inp_out_ids()
-    gating = GATING.get(facts.gating or 0, "softmax")
+    inp, pos, attn_inp, _ = g.inputs()
+    out_ids = need(g.t_out_ids)
+    gating = facts.gating_or("softmax")
     for il in range(hp.n_layer):
         res = inp
         logits = g.mm(need(w.layer(il, "ffn_gate_inp")), inp)
@@ -34,8 +32,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             cur = c.get_rows(cur, out_ids)
             res = c.get_rows(res, out_ids)
             logits = c.get_rows(logits, out_ids)
-        ffn_inp = c.add(cur, res)
-        cur = g.norm(ffn_inp, w.layer(il, "ffn_norm"), None, il)
+        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         cur = g.moe_ffn(cur, il, gating=gating, norm_w=True, act="relu", logits=logits)
         inp = c.add(cur, ffn_inp)
     cur = g.norm(inp, w.get("output_norm.weight"), None, -1)

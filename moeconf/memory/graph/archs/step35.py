@@ -34,10 +34,7 @@ MEMORY = Memory(CHECKED + " (Step-3.5-Flash)", unmodelled=_unmodelled,
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    inp = g.inp_embd()
-    pos = g.inp_pos()
-    full, swa = g.attn_inp_kv_iswa()
-    g.inp_out_ids()
+    inp, pos, full, swa = g.inputs(iswa=True)
     for il in range(hp.n_layer):
         res = inp
         windowed = bool(g.swa_layers.get(il))
@@ -51,7 +48,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         freqs = None if windowed else w.copy("rope_freqs.weight", il)
         q = c.rope(q, pos, freqs)
         k = c.rope(k, pos, freqs)
-        att = g.attn(swa if windowed else full, il, None, None, q, k, v, iswa=True)
+        att = g.attn(g.attn_inp(il, full, swa), il, None, None, q, k, v, iswa=True)
         gate_w = w.layer(il, "attn_gate")
         if gate_w is not None:  # head-wise gate: sigmoid(g_proj(x)) broadcast over each head
             att = g.gate_heads(att, c.unary(g.mm(gate_w, cur), "sigmoid"), n_head)
