@@ -22,11 +22,9 @@ ggml-alloc.c `ggml_gallocr_alloc_graph_impl`):
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from itertools import chain
 
 from moeconf.engines import HOST
 from moeconf.memory.graph.alloc import Allocator
@@ -317,11 +315,8 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
              trace: Callable[[str], None] | None = None) -> list[int]:
     """ggml_gallocr_alloc_graph_impl over the scheduler's graph copy: each buffer's size."""
     allocs = [Allocator(b.alignment) for b in backends]
-    # each tensor's consumers (a source read twice counted twice; a graph is acyclic: no node reads itself)
-    # and views (the graph copy's dependency views, op NONE, left out)
-    children: Counter[Tensor | None] = Counter(chain.from_iterable(n.src for n, _ in nodes))
-    del children[None]
-    views: Counter[Tensor] = Counter(vs for n, _ in nodes if (vs := n.view_src) is not None and n.op != "NONE")
+    children: dict[Tensor, int] = {}
+    views: dict[Tensor, int] = {}
     own: dict[Tensor, bool] = {}  # hash_node.allocated
     addr: dict[Tensor, tuple[int, int]] = {}  # (buffer, offset)
     sizes: dict[Tensor, int] = {}  # the bytes a tensor takes in the buffer it is in (`addr`)
@@ -382,11 +377,17 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
     for leaf, b in leafs:
         if leaf.buffer is None and leaf.view_src is None and not own_get(leaf):
             alloc_node(leaf, b)
-    # the graph inputs not allocated with the leafs, in the order the nodes read them: every source is a node
-    # or a leaf of the graph copy, and a node comes before what reads it, so such an input is a node
     for n, b in nodes:
+        if n.view_src is not None and n.op != "NONE":
+            views[n.view_src] = views_get(n.view_src, 0) + 1
         if n.flags & INPUT and n.buffer is None and n.view_src is None and not own_get(n):
             alloc_node(n, b)
+        for s in n.src:
+            if s is None or s is n:
+                continue
+            children[s] = children_get(s, 0) + 1
+            if s.flags & INPUT and s.buffer is None and s.view_src is None and not own_get(s):
+                alloc_node(s, b)
     for n, b in nodes:
         srcs = n.src
         for p in srcs:
