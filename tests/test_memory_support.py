@@ -556,6 +556,24 @@ def test_a_kimi_k3_block_with_kv_b_beside_k_b_or_v_b_is_refused(tmp_path: Path, 
     assert "wrong number of tensors" in notes and "without attn_k_b" not in notes, notes
 
 
+@pytest.mark.parametrize("arch", ["kimi-linear", "mistral4"])
+def test_an_mla_block_with_both_forms_is_refused(tmp_path: Path, arch: str) -> None:
+    """Kimi-Linear's loader and deepseek2's (Mistral-Small-4's) create a block's attn_kv_b or its attn_k_b
+    and attn_v_b, never both, as Kimi-K3's: a file with both in a block does not load (the engine suite's
+    test_the_loader_stops_on_attn_kv_b_beside_attn_k_b), and its memory was given as if it did."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+    from tests.graph_oracle import estimate_line
+
+    inv = load_inventory(write_graph_model(arch, "a", tmp_path / "m.gguf"))
+    assert estimate_line(inv, "-c 4096 -ngl 999").complete
+    il = min(t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".attn_k_b.weight"))
+    kv_b = dataclasses.replace(inv.by_name[f"blk.{il}.attn_k_b.weight"], name=f"blk.{il}.attn_kv_b.weight")
+    est = estimate_line(dataclasses.replace(inv, tensors=(*inv.tensors, kv_b)), "-c 4096 -ngl 999")
+    assert not est.complete
+    notes = " ".join(est.notes)
+    assert f"block(s) [{il}] have attn_kv_b beside attn_k_b and attn_v_b" in notes, notes
+
+
 def test_a_qwen4exp_file_without_its_shared_expert_is_refused(tmp_path: Path) -> None:
     """Qwen4Exp's loader requires the shared expert (its four tensors created flag 0): a file without one does
     not load, so the composition has no branch for it (the one it had no dump checked); the refusal names the

@@ -51,21 +51,25 @@ def test_the_loader_stops_without_a_tensor_the_table_requires(arch: str, table: 
     assert p.returncode != 0 and f"tensor '{drop}' not found" in p.stderr, p.stderr[-2000:]
 
 
-@pytest.mark.parametrize("beside", [("attn_k_b", "attn_v_b"), ("attn_k_b",)])
-def test_kimi_k3_stops_on_attn_kv_b_beside_attn_k_b(beside: tuple[str, ...], tmp_path: Path) -> None:
-    """Kimi-K3's loader, finding blk.N.attn_kv_b, creates neither attn_k_b nor attn_v_b: a file holding both
-    forms has tensors it never creates, and the load stops ("done_getting_tensors: wrong number of tensors");
-    moeconf's memory model refuses it (memory/graph/archs/kimi_k3.py), naming the tensors."""
+@pytest.mark.parametrize(("arch", "beside"), [("kimi-k3", ("attn_k_b", "attn_v_b")), ("kimi-k3", ("attn_k_b",)),
+                                            ("kimi-linear", ("attn_k_b", "attn_v_b")),
+                                            ("mistral4", ("attn_k_b", "attn_v_b"))])
+def test_the_loader_stops_on_attn_kv_b_beside_attn_k_b(arch: str, beside: tuple[str, ...], tmp_path: Path) -> None:
+    """The MLA loaders (kimi-k3, kimi-linear; mistral4 through deepseek2's) create a block's attn_kv_b or its
+    attn_k_b and attn_v_b, never both: a file holding both forms has tensors they never create, and the load
+    stops ("done_getting_tensors: wrong number of tensors"); moeconf's memory model refuses it
+    (memory/graph/archs/common.py `mla_forms_refusal`), naming the tensors."""
     if not oracle.available():
         pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
     from tests.graph_oracle import estimate_line
 
-    whole = load_inventory(write_graph_model("kimi-k3", "a", tmp_path / "whole.gguf"))
-    k_b, v_b = whole.by_name["blk.1.attn_k_b.weight"], whole.by_name["blk.1.attn_v_b.weight"]
+    whole = load_inventory(write_graph_model(arch, "a", tmp_path / "whole.gguf"))
+    il = min(t.layer for t in whole.tensors if t.layer is not None and t.name.endswith(".attn_k_b.weight"))
+    k_b, v_b = whole.by_name[f"blk.{il}.attn_k_b.weight"], whole.by_name[f"blk.{il}.attn_v_b.weight"]
     nope, rank, n_head = k_b.shape  # attn_kv_b: {kv_lora_rank, n_head * (qk_nope + v)}
-    kv_b = ("blk.1.attn_kv_b.weight", k_b.type, (rank, n_head * (nope + v_b.shape[1])))
-    drop = [f"blk.1.{n}.weight" for n in ("attn_k_b", "attn_v_b") if n not in beside]
-    path = write_graph_model("kimi-k3", "a", tmp_path / "both.gguf", drop=drop, add=[kv_b])
+    kv_b = (f"blk.{il}.attn_kv_b.weight", k_b.type, (rank, n_head * (nope + v_b.shape[1])))
+    drop = [f"blk.{il}.{n}.weight" for n in ("attn_k_b", "attn_v_b") if n not in beside]
+    path = write_graph_model(arch, "a", tmp_path / "both.gguf", drop=drop, add=[kv_b])
     p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode != 0 and "done_getting_tensors: wrong number of tensors" in p.stderr, p.stderr[-2000:]

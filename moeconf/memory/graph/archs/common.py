@@ -296,6 +296,24 @@ def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str)
     return [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})") for n, il in blocks.items()]
 
 
+def mla_forms_refusal(inv: Inventory) -> tuple[list[str], set[int]]:
+    """The refusal of a file holding both of MLA's forms in a block, attn_kv_b beside attn_k_b or attn_v_b (the
+    deepseek2, mistral4, kimi-linear and kimi-k3 loaders create one form of a block, never both: the file then
+    holds tensors the loader never takes, and it stops), and those blocks; empty where no block has both."""
+    names = {t.name for t in inv.tensors}
+    beside: dict[tuple[str, ...], list[int]] = {}
+    for il in sorted({t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".attn_kv_b.weight")}):
+        both = tuple(n for n in ("attn_k_b", "attn_v_b") if f"blk.{il}.{n}.weight" in names)
+        if both:
+            beside.setdefault(both, []).append(il)
+    why = [f"llama.cpp refuses to load this {inv.arch} file: block(s) {il} have attn_kv_b beside {' and '.join(both)}; "
+           "its loader creates a block's attn_kv_b or its attn_k_b and attn_v_b, never both, so the file holds "
+           "tensors it never loads and it stops (done_getting_tensors: \"wrong number of tensors\"); keep one form: "
+           "attn_k_b and attn_v_b as a current convert_hf_to_gguf.py writes them, or attn_kv_b alone"
+           for both, il in beside.items()]
+    return why, {il for blocks in beside.values() for il in blocks}
+
+
 # the `.scale` tensors a loader creates of its own (not NVFP4's) that the recorded dumps checked: Gemma 4's
 # router input scale and per-expert output scale
 OWN_SCALES: dict[str, frozenset[str]] = {"gemma4": frozenset({"ffn_gate_inp", "ffn_down_exps"})}

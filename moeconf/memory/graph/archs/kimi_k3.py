@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, mla_forms_refusal, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.model.inventory import Inventory
@@ -32,17 +32,7 @@ def _unmodelled(inv: Inventory) -> list[str]:
     names = {t.name for t in inv.tensors}
     nextn = set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
     kv_b = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_kv_b.weight"})
-    beside: dict[tuple[str, ...], list[int]] = {}
-    for il in kv_b:
-        both = tuple(n for n in ("attn_k_b", "attn_v_b") if f"blk.{il}.{n}.weight" in names)
-        if both:
-            beside.setdefault(both, []).append(il)
-    why = [f"llama.cpp refuses to load this {inv.arch} file: block(s) {il} have attn_kv_b beside {' and '.join(both)}; "
-           "its loader takes attn_kv_b there and then creates neither attn_k_b nor attn_v_b, so the file holds "
-           "tensors it never loads and it stops (done_getting_tensors: \"wrong number of tensors\"); keep one form: "
-           "attn_k_b and attn_v_b as a current convert_hf_to_gguf.py writes them, or attn_kv_b alone"
-           for both, il in beside.items()]
-    held = {il for blocks in beside.values() for il in blocks}
+    why, held = mla_forms_refusal(inv)
     older = [il for il in kv_b if il not in held and il not in nextn]
     if older:
         why.append(_unchecked(inv, f"block(s) {older} have attn_kv_b without attn_k_b.weight (an older conversion: "

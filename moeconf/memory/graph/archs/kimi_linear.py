@@ -10,7 +10,16 @@ attn_k_b and attn_v_b) no recorded dump checked: `estimate` refuses it."""
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, routed, unchecked_blocks
+from moeconf.memory.graph.archs.common import (
+    CHECKED,
+    Facts,
+    Memory,
+    Traits,
+    mla_forms_refusal,
+    need,
+    routed,
+    unchecked_blocks,
+)
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.memory.keys import MLA_KEYS
@@ -22,10 +31,13 @@ TRAITS = Traits(recurrent="kda")
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """MLA blocks with the decompressing attn_kv_b instead of attn_k_b and attn_v_b."""
-    return [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"
-            for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older conversion: the engine "
-                                        "decompresses the heads through a full KV cache")]
+    """MLA blocks with the decompressing attn_kv_b instead of attn_k_b and attn_v_b; a file with both forms in
+    a block (which the loader does not take: `mla_forms_refusal`)."""
+    both, _ = mla_forms_refusal(inv)
+    return both or [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and "
+                    "attn_v_b" for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older "
+                                                          "conversion: the engine decompresses the heads through "
+                                                          "a full KV cache")]
 
 
 # the KDA state (memory/recurrent.py) and the MLA latent

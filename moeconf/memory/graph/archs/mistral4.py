@@ -11,6 +11,7 @@ ARCH = "mistral4"
 MEMORY = Memory(CHECKED + " (Mistral-Small-4)",
                 frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
                            "attention.q_lora_rank", "leading_dense_block_count",
-                           "expert_group_count", "expert_group_used_count"}))
+                           "expert_group_count", "expert_group_used_count"}),
+                unmodelled=deepseek2.MEMORY.unmodelled)
 
 build = deepseek2.build
