@@ -116,3 +116,38 @@ def test_inspect_and_explain_report_the_missing_tensors(tmp_path: Path, capsys: 
     assert out.count("its qwen3moe loader requires blk.7.attn_output.weight") == 1, out  # once: not again as a note
     assert main(["inspect", str(QWEN), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["missing_tensors"] == []
+
+
+@pytest.mark.parametrize("key", [*LAYOUTS, *TINY])
+def test_every_layout_holds_only_what_its_loader_creates(key: str) -> None:
+    """Every layout the engine suite loads has no tensor its llama.cpp loader never creates: a kind table that
+    missed a kind the loader creates (a helper, a base class) would refuse real models."""
+    from moeconf.model.required import uncreated
+
+    lay = {**LAYOUTS, **TINY}[key]
+    assert uncreated(lay.arch, [n for n, _, _ in tensors(lay)]) == ()
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ("blk.3.attn_kv_b.weight", "its qwen3moe loader never creates blk.3.attn_kv_b.weight"),
+    ("blk.3.lm_adapter.weight", "its qwen3moe loader never creates blk.3.lm_adapter.weight"),
+])
+def test_a_file_with_a_tensor_its_loader_never_creates_is_refused(
+        extra: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every tensor of a file must be created (llama-model-loader.cpp done_getting_tensors: "wrong number of
+    tensors"): a kind Qwen3's loader never creates (attn_kv_b, DeepSeek's) or a name no engine knows stops the
+    load (tests/engine/test_required_tensors.py sees the pinned engine stop on both). explain refuses it once,
+    and its memory is not given."""
+    data = json.loads(QWEN.read_text())
+    like = next(t for t in data["tensors"] if t["name"] == "blk.3.attn_norm.weight")
+    data["tensors"].append({**like, "name": extra})
+    path = tmp_path / "extra.manifest.json"
+    path.write_text(json.dumps(data))
+    assert main(["explain", str(path), "--", "llama-server", "-ngl", "99", "-c", "4096"]) == 1
+    out = capsys.readouterr().out
+    assert out.count(said) == 1 and "wrong number of tensors" in out, out
+    inv = load_inventory(path)
+    ex = explain(inv, engine("llama.cpp"), ["llama-server", "-ngl", "99", "-c", "4096"])
+    assert not estimate_explained(ex, read_settings(["-c", "4096"], engine("llama.cpp"))).complete
+    assert main(["explain", str(QWEN), "--", "llama-server", "-ngl", "99", "-c", "4096"]) == 0
+    capsys.readouterr()

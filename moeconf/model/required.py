@@ -1,9 +1,13 @@
 """The tensors the pinned llama.cpp's loader requires of a file: a file without one stops at load
 ("tensor 'NAME' not found"). Which ones: model/layertable.py ML_REQUIRED_GLOBAL and ML_REQUIRED_BLOCK, generated
 from each architecture's load_arch_tensors (only what it surely requires; a tensor under a condition of
-the file is not checked here)."""
+the file is not checked here). And the tensors it never creates: every tensor of the file must be created
+(done_getting_tensors: "wrong number of tensors"), and a name no pinned engine knows, or one whose kind the
+architecture's loader never creates (model/nametable.py ML_ARCH_TENSORS), never is."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from moeconf.model.inventory import Inventory
 from moeconf.model.layertable import (
@@ -13,6 +17,7 @@ from moeconf.model.layertable import (
     ML_REQUIRED_UNLESS_MTP_ONLY,
 )
 from moeconf.model.percache import per_inventory
+from moeconf.model.taxonomy import arch_tensor_kinds, classify_name
 
 
 @per_inventory  # asked again of one inventory within a command: explain, the memory model's file_refusals, lint
@@ -35,3 +40,36 @@ def missing_message(inv: Inventory, missing: tuple[str, ...]) -> str:
     return (f"llama.cpp refuses to load this file: its {inv.arch} loader requires "
             f"{', '.join(missing[:3])}{more}, which the file lacks (it stops on the first it looks for: "
             "\"tensor '...' not found\")")
+
+
+@per_inventory
+def uncreated_tensors(inv: Inventory) -> tuple[str, ...]:
+    """The file's tensors llama.cpp's loader for its architecture never creates: names no pinned engine knows,
+    and known names none of whose kinds the loader creates (empty where llama.cpp does not know the
+    architecture: that is refused on its own)."""
+    return uncreated(inv.arch, [t.name for t in inv.tensors])
+
+
+def uncreated(arch: str, names: Iterable[str]) -> tuple[str, ...]:
+    """Of `names`, those llama.cpp's `arch` loader never creates (`uncreated_tensors`)."""
+    made = arch_tensor_kinds("llama.cpp", arch)
+    if made is None:
+        return ()
+    return tuple(n for n in names if not made.intersection(classify_name(n).kinds))
+
+
+def load_refusals(inv: Inventory) -> tuple[str, ...]:
+    """Why llama.cpp's loader stops on this file, whatever the command line: tensors it requires that the
+    file lacks, tensors of the file it never creates (empty: it loads)."""
+    why = []
+    missing = missing_tensors(inv)
+    if missing:
+        why.append(missing_message(inv, missing))
+    extra = uncreated_tensors(inv)
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        why.append(f"llama.cpp refuses to load this file: its {inv.arch} loader never creates "
+                   f"{', '.join(extra[:3])}{more}, which the file holds, and every tensor of a file must be created "
+                   "(done_getting_tensors: \"wrong number of tensors\"); remove them, or check that the file's "
+                   "general.architecture is the model's")
+    return tuple(why)

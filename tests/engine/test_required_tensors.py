@@ -75,3 +75,24 @@ def test_the_loader_stops_on_attn_kv_b_beside_attn_k_b(arch: str, beside: tuple[
     assert p.returncode != 0 and "done_getting_tensors: wrong number of tensors" in p.stderr, p.stderr[-2000:]
     est = estimate_line(load_inventory(path), "-c 4096 -ngl 999")
     assert not est.complete and f"have attn_kv_b beside {' and '.join(beside)}" in " ".join(est.notes), est.notes
+
+
+@pytest.mark.parametrize(("arch", "extra"), [
+    ("mistral4", "blk.1.attn_qkv.weight"), ("gemma4", "blk.1.attn_kv_b.weight"), ("minimax-m3", "blk.1.ssm_in.weight"),
+    ("kimi-linear", "blk.1.lm_adapter.weight")])
+def test_the_loader_stops_on_a_tensor_it_never_creates(arch: str, extra: str, tmp_path: Path) -> None:
+    """Every tensor of a file must be created ("done_getting_tensors: wrong number of tensors"): a kind the
+    architecture's loader never creates (model/nametable.py ML_ARCH_TENSORS) or a name no engine knows stops
+    the load, and moeconf refuses the file (model/required.py `uncreated_tensors`)."""
+    if not oracle.available():
+        pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
+    from moeconf.model.required import load_refusals, uncreated_tensors
+
+    whole = load_inventory(write_graph_model(arch, "a", tmp_path / "whole.gguf"))
+    assert uncreated_tensors(whole) == () and load_refusals(whole) == ()
+    norm = whole.by_name["blk.1.attn_norm.weight"]
+    path = write_graph_model(arch, "a", tmp_path / "extra.gguf", add=[(extra, norm.type, norm.shape)])
+    assert uncreated_tensors(load_inventory(path)) == (extra,)
+    p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0 and "done_getting_tensors: wrong number of tensors" in p.stderr, p.stderr[-2000:]

@@ -19,7 +19,7 @@ from moeconf.memory.keys import int_key
 from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
-from moeconf.model.required import missing_message, missing_tensors
+from moeconf.model.required import load_refusals
 from moeconf.placement import Placement
 
 if TYPE_CHECKING:
@@ -421,9 +421,8 @@ def file_refusals(inv: Inventory) -> tuple[str, ...]:
     asked once per inventory, not on each of a search's estimates)."""
     comp = COMPOSITIONS[inv.arch]
     assert comp.memory is not None
-    missing = missing_tensors(inv)  # llama.cpp stops loading the file: there is no graph to size
-    why = ([missing_message(inv, missing)] if missing else []) + unchecked_fused_qkv_bias(inv) + unchecked_scales(
-        inv) + unchecked_ffn_biases(inv)
+    # llama.cpp stops loading the file: there is no graph to size
+    why = [*load_refusals(inv), *unchecked_fused_qkv_bias(inv), *unchecked_scales(inv), *unchecked_ffn_biases(inv)]
     return tuple(why + (comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else []))
 
 
