@@ -143,7 +143,9 @@ def _global_home(inv: Inventory, t: Tensor, ml: bool) -> str | int | None:
 
     stem = t.name.rsplit(".", 1)[0] if t.name.endswith((".weight", ".bias")) else t.name
     kinds = set(nametable.GLOBAL_TENSORS.get(stem, ()))
-    made = set((nametable.ML_ARCH_TENSORS if ml else nametable.IK_ARCH_TENSORS).get(inv.arch, ()))
+    # (an architecture ik does not know, which ik refuses to load: mainline's kinds, as moeconf reads it)
+    made = set((nametable.ML_ARCH_TENSORS if ml else nametable.IK_ARCH_TENSORS).get(inv.arch, ())
+               or nametable.ML_ARCH_TENSORS.get(inv.arch, ()))
     kinds = (kinds & made) or kinds
     if not ml and inv.arch in layertable.IK_GLOBAL_HOMES:
         homes = {layertable.IK_GLOBAL_HOMES[inv.arch].get(k) for k in kinds}
