@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -573,6 +574,31 @@ def test_an_mla_block_with_both_forms_is_refused(tmp_path: Path, arch: str) -> N
     assert not est.complete
     notes = " ".join(est.notes)
     assert f"block(s) [{il}] have attn_kv_b beside attn_k_b and attn_v_b" in notes, notes
+
+
+def test_llama_cpps_load_refusals_are_not_ik_llama_cpps(tmp_path: Path) -> None:
+    """ik_llama.cpp's compute is sized on llama.cpp's graph of the same placement, but ik's loader reads the file
+    by its own rules: its deepseek2 loader takes attn_kv_b beside attn_k_b and attn_v_b (llama-load-tensors.cpp),
+    which llama.cpp's refuses, and a tensor llama.cpp never creates is not llama.cpp's to load there. On
+    llama.cpp both files are refused; on ik the estimate stays what it was (the review's reproduction)."""
+    eng_ml, eng_ik = engine("llama.cpp"), engine("ik_llama.cpp")
+    inv = load_inventory(MODELS / "deepseek-v3.manifest.json")
+    argv = ["-ngl", "999", "-ot", "exps=CPU", "-c", "8192"]
+
+    def est(i: Any, eng: Any) -> Any:
+        return estimate(explain(i, eng, argv, gpus=("CUDA0",)).placement, read_settings(argv, eng))
+
+    assert est(inv, eng_ik).complete
+    like = inv.by_name["blk.0.attn_k_b.weight"]
+    for extra in ("blk.0.attn_kv_b.weight", "blk.0.lm_adapter.weight"):
+        other = dataclasses.replace(inv, tensors=(*inv.tensors, dataclasses.replace(like, name=extra)))
+        assert not est(other, eng_ml).complete
+        ik = est(other, eng_ik)
+        assert ik.complete, ik.notes
+        # (the extra tensor's weights aside, the same compute and KV cache)
+        before = est(inv, eng_ik).devices
+        assert {d: (m.kv, m.compute) for d, m in ik.devices.items()} == {
+            d: (m.kv, m.compute) for d, m in before.items()}
 
 
 def test_a_qwen4exp_file_without_its_shared_expert_is_refused(tmp_path: Path) -> None:

@@ -196,11 +196,12 @@ def _rows(devices: Iterable[str], settings: MemorySettings, weights: Mapping[str
 
 
 def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool = False,
-             families: bool = True) -> MemoryEstimate:
+             families: bool = True, loader: str | None = None) -> MemoryEstimate:
     """`pipeline`: llama.cpp's pipeline parallelism is on (see `pipeline_parallel`): the scheduler
     keeps 4 copies of every graph input and of every split's inputs, never freed. `families=False` skips the
     refusal of setting families moeconf does not model (memory/families.py): for a search that
-    checks them on the placement it chooses."""
+    checks them on the placement it chooses. `loader`: the engine whose loader reads the file, where it is not
+    the placement's (ik_llama.cpp's compute sized on llama.cpp's graph: llama.cpp's load refusals not asked)."""
     inv = placement.inventory
     eng = placement.engine
     weights = weight_bytes(placement)
@@ -221,7 +222,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     except GeometryUnknown as err:
         why.insert(0, f"KV cache and compute not computed: {err}")
     if not why and not ik:  # a branch of the engine's graph the composition does not build (memory/graph/archs)
-        why.extend(graph_unmodelled(inv, settings))
+        why.extend(graph_unmodelled(inv, settings, (loader or eng.name) == "llama.cpp"))
     if not why and families:  # setting families whose compute is not modelled (`families_refused`)
         why.extend(families_refused(placement, settings, gpus))
     # the nextn blocks whose KV cache the engine keeps though it skips their tensors (Traits.nextn_kv)
@@ -328,7 +329,8 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
         twin_settings = ik_twin_settings(settings)
         if mla_model:
             twin_settings = replace(twin_settings, flash_attn="on")
-        twin = estimate(replace(placement, engine=mainline()), twin_settings, families=families)
+        twin = estimate(replace(placement, engine=mainline()), twin_settings, families=families,
+                        loader=placement.engine.name)
         if not twin.complete:
             why = [f"llama.cpp's graph, which sizes ik_llama.cpp's compute: {n}" for n in twin.notes]
     ordered = [HOST, *sorted(devices - {HOST})]

@@ -67,9 +67,13 @@ def load_refusals(inv: Inventory) -> tuple[str, ...]:
         why.append(missing_message(inv, missing))
     extra = uncreated_tensors(inv)
     if extra:
-        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
-        why.append(f"llama.cpp refuses to load this file: its {inv.arch} loader never creates "
-                   f"{', '.join(extra[:3])}{more}, which the file holds, and every tensor of a file must be created "
-                   "(done_getting_tensors: \"wrong number of tensors\"); remove them, or check that the file's "
-                   "general.architecture is the model's")
+        why.append(uncreated_message(inv, extra))
     return tuple(why)
+
+
+def uncreated_message(inv: Inventory, extra: tuple[str, ...]) -> str:
+    """The refusal of a file holding tensors the loader never creates."""
+    more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+    return (f"llama.cpp refuses to load this file: its {inv.arch} loader never creates {', '.join(extra[:3])}{more}, "
+            "which the file holds, and every tensor of a file must be created (done_getting_tensors: \"wrong number "
+            "of tensors\"); remove them, or check that the file's general.architecture is the model's")

@@ -19,7 +19,7 @@ from moeconf.memory.keys import int_key
 from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
-from moeconf.model.required import load_refusals
+from moeconf.model.required import missing_message, missing_tensors, uncreated_message, uncreated_tensors
 from moeconf.placement import Placement
 
 if TYPE_CHECKING:
@@ -416,23 +416,31 @@ def unfused_refusal(inv: Inventory, off: frozenset[str], what: str) -> list[str]
 
 
 @per_inventory
-def file_refusals(inv: Inventory) -> tuple[str, ...]:
+def file_refusals(inv: Inventory, llama_loader: bool = True) -> tuple[str, ...]:
     """Why the composition does not build this file's graph, whatever the settings (the file's tensors alone:
-    asked once per inventory, not on each of a search's estimates)."""
+    asked once per inventory, not on each of a search's estimates). `llama_loader`: llama.cpp loads the file
+    (False: the graph sizes ik_llama.cpp's compute, whose loader reads the file by its own rules)."""
     comp = COMPOSITIONS[inv.arch]
     assert comp.memory is not None
-    # llama.cpp stops loading the file: there is no graph to size
-    why = [*load_refusals(inv), *unchecked_fused_qkv_bias(inv), *unchecked_scales(inv), *unchecked_ffn_biases(inv)]
+    # without a tensor llama.cpp's loader requires there is no graph to size, whichever engine; a tensor it never
+    # creates, or another file its loader refuses, stops llama.cpp alone
+    missing = missing_tensors(inv)
+    why = [missing_message(inv, missing)] if missing else []
+    if llama_loader and (extra := uncreated_tensors(inv)):
+        why.append(uncreated_message(inv, extra))
+    if llama_loader and comp.memory.loader_refuses is not None:
+        why += comp.memory.loader_refuses(inv)
+    why += [*unchecked_fused_qkv_bias(inv), *unchecked_scales(inv), *unchecked_ffn_biases(inv)]
     return tuple(why + (comp.memory.unmodelled(inv) if comp.memory.unmodelled is not None else []))
 
 
-def unmodelled_settings(inv: Inventory, settings: MemorySettings) -> list[str]:
+def unmodelled_settings(inv: Inventory, settings: MemorySettings, llama_loader: bool = True) -> list[str]:
     """Why the architecture's composition does not build the graph of this file and these settings (empty:
-    it does)."""
+    it does; `llama_loader`: as `file_refusals`)."""
     comp = COMPOSITIONS.get(inv.arch)
     if comp is None or comp.memory is None:
         return []
-    why = list(file_refusals(inv))
+    why = list(file_refusals(inv, llama_loader))
     if why or comp.memory.refuses is None:
         return why
     s = setup_for(inv, settings)

@@ -122,6 +122,9 @@ class Memory:
     refuses: Callable[[int, int], str] | None = None
     # the files the composition does not build or the engine refuses (the inventory -> why; empty: it builds)
     unmodelled: Callable[[Inventory], list[str]] | None = None
+    # the files llama.cpp's loader for the architecture refuses beyond the tensors it requires or never creates
+    # (model/required.py): not asked where the graph stands in for ik_llama.cpp's, whose loader differs
+    loader_refuses: Callable[[Inventory], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -294,6 +297,11 @@ def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str)
             if f"blk.{il}.{n}" not in names:
                 blocks.setdefault(n, []).append(il)
     return [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})") for n, il in blocks.items()]
+
+
+def mla_forms(inv: Inventory) -> list[str]:
+    """`mla_forms_refusal`'s refusal alone (a composition's `Memory.loader_refuses`)."""
+    return mla_forms_refusal(inv)[0]
 
 
 def mla_forms_refusal(inv: Inventory) -> tuple[list[str], set[int]]:

@@ -5,13 +5,13 @@ dense leading layers or the MoE with its shared expert."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, mla_forms_refusal, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, mla_forms, need, routed
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.keys import GROUPS, MLA_KEYS
 
 ARCH = "deepseek2"
 MEMORY = Memory(CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)", MLA_KEYS | {"leading_dense_block_count"} | GROUPS,
-                unmodelled=lambda inv: mla_forms_refusal(inv)[0])
+                loader_refuses=mla_forms)
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, mla_forms_refusal, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, mla_forms, mla_forms_refusal, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.model.inventory import Inventory
@@ -32,7 +32,8 @@ def _unmodelled(inv: Inventory) -> list[str]:
     names = {t.name for t in inv.tensors}
     nextn = set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
     kv_b = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_kv_b.weight"})
-    why, held = mla_forms_refusal(inv)
+    why: list[str] = []
+    _, held = mla_forms_refusal(inv)  # refused by the loader (`mla_forms`), not again here
     older = [il for il in kv_b if il not in held and il not in nextn]
     if older:
         why.append(_unchecked(inv, f"block(s) {older} have attn_kv_b without attn_k_b.weight (an older conversion: "
@@ -49,7 +50,8 @@ def _unmodelled(inv: Inventory) -> list[str]:
 MEMORY = Memory(CHECKED + " (Kimi-K3)", frozenset({
     "attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank", "attention.q_lora_rank",
     "ssm.conv_kernel", "kda.head_dim", "kda.gate_lower_bound", "attn_res.block_size", "expert_latent_length",
-    "activation.situ_beta", "activation.situ_linear_beta", "leading_dense_block_count"}), unmodelled=_unmodelled)
+    "activation.situ_beta", "activation.situ_linear_beta", "leading_dense_block_count"}), unmodelled=_unmodelled,
+    loader_refuses=mla_forms)
 
 
 @dataclass

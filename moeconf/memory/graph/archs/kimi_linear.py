@@ -15,7 +15,7 @@ from moeconf.memory.graph.archs.common import (
     Facts,
     Memory,
     Traits,
-    mla_forms_refusal,
+    mla_forms,
     need,
     routed,
     unchecked_blocks,
@@ -31,18 +31,16 @@ TRAITS = Traits(recurrent="kda")
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """MLA blocks with the decompressing attn_kv_b instead of attn_k_b and attn_v_b; a file with both forms in
-    a block (which the loader does not take: `mla_forms_refusal`)."""
-    both, _ = mla_forms_refusal(inv)
-    return both or [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and "
-                    "attn_v_b" for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older "
-                                                          "conversion: the engine decompresses the heads through "
-                                                          "a full KV cache")]
+    """MLA blocks with the decompressing attn_kv_b instead of attn_k_b and attn_v_b (a block with both forms is
+    the loader's refusal: `mla_forms`)."""
+    return [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"
+            for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older conversion: the engine "
+                                        "decompresses the heads through a full KV cache")]
 
 
 # the KDA state (memory/recurrent.py) and the MLA latent
 MEMORY = Memory(CHECKED + " (Kimi-Linear-48B-A3B)", KDA_KEYS | MLA_KEYS - {"attention.q_lora_rank"}
-                | {"leading_dense_block_count"}, unmodelled=_unmodelled)
+                | {"leading_dense_block_count"}, unmodelled=_unmodelled, loader_refuses=mla_forms)
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -12,6 +12,6 @@ MEMORY = Memory(CHECKED + " (Mistral-Small-4)",
                 frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
                            "attention.q_lora_rank", "leading_dense_block_count",
                            "expert_group_count", "expert_group_used_count"}),
-                unmodelled=deepseek2.MEMORY.unmodelled)
+                loader_refuses=deepseek2.MEMORY.loader_refuses)
 
 build = deepseek2.build
