@@ -297,7 +297,7 @@ class _Filler:
             for d, extra in more.items():
                 free[d] += extra
         if fitted is not None and not bad:
-            devices, mem = self._grown(cand, free, devices, mem, placed)
+            devices, mem = self._grown(cand, devices, mem, placed)
         while bad:
             for d, excess in bad.items():
                 if not placed[d]:
@@ -314,7 +314,7 @@ class _Filler:
         self.check_sinks(mem)
         return devices, mem
 
-    def _grown(self, cand: _Candidate, free: dict[str, int], devices: dict[str, str | None], mem: MemoryEstimate,
+    def _grown(self, cand: _Candidate, devices: dict[str, str | None], mem: MemoryEstimate,
                placed: dict[str, list[list[str]]]) -> tuple[dict[str, str | None], MemoryEstimate]:
         """A fill that fits, each GPU's split layer tried with a larger part of it (the parts `pack` can choose
         that need at most the room left plus one tensor of the layer more, largest first), each try measured:
@@ -517,8 +517,8 @@ class _Filler:
             # first, the split the layers' own bytes point to (each layer over_dev gives up takes its weights and
             # KV cache with it; compute moves little), then the split one nearer: where the guess holds, two
             # measures where halving from `far` takes about log2 of the gap
-            guess = a0 + gives * self.layers_covering(c, j, over_dev, gives)
-            if 1 <= guess < pair and (far is None or (far - guess) * gives > 0):
+            guess = min(max(a0 + gives * self.layers_covering(c, j, over_dev, gives), 1), pair - 1)
+            if guess != a0 and (far is None or (far - guess) * gives > 0):
                 tried.append(at(guess))
                 if over_dev in tried[-1].over:
                     near = guess
