@@ -574,6 +574,10 @@ def test_an_mla_block_with_both_forms_is_refused(tmp_path: Path, arch: str) -> N
     assert not est.complete
     notes = " ".join(est.notes)
     assert f"block(s) [{il}] have attn_kv_b beside attn_k_b and attn_v_b" in notes, notes
+    # beside attn_v_b alone: the loader's refusal, not again as an older conversion's attn_kv_b without attn_k_b
+    v_only = tuple(t for t in (*inv.tensors, kv_b) if t.name != f"blk.{il}.attn_k_b.weight")
+    notes = " ".join(estimate_line(dataclasses.replace(inv, tensors=v_only), "-c 4096 -ngl 999").notes)
+    assert f"block(s) [{il}] have attn_kv_b beside attn_v_b" in notes and "without attn_k_b" not in notes, notes
 
 
 def test_llama_cpps_load_refusals_are_not_ik_llama_cpps(tmp_path: Path) -> None:

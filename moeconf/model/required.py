@@ -58,14 +58,15 @@ def uncreated(arch: str, names: Iterable[str]) -> tuple[str, ...]:
     return tuple(n for n in names if not made.intersection(classify_name(n).kinds))
 
 
-def load_refusals(inv: Inventory) -> tuple[str, ...]:
+def load_refusals(inv: Inventory, *, uncreated: bool = True) -> tuple[str, ...]:
     """Why llama.cpp's loader stops on this file, whatever the command line: tensors it requires that the
-    file lacks, tensors of the file it never creates (empty: it loads)."""
+    file lacks, tensors of the file it never creates (empty: it loads). `uncreated=False`: the first alone
+    (where llama.cpp's graph stands in for ik_llama.cpp's, whose loader takes what it creates by its own rules)."""
     why = []
     missing = missing_tensors(inv)
     if missing:
         why.append(missing_message(inv, missing))
-    extra = uncreated_tensors(inv)
+    extra = uncreated_tensors(inv) if uncreated else ()
     if extra:
         why.append(uncreated_message(inv, extra))
     return tuple(why)

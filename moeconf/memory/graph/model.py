@@ -19,7 +19,7 @@ from moeconf.memory.keys import int_key
 from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
-from moeconf.model.required import missing_message, missing_tensors, uncreated_message, uncreated_tensors
+from moeconf.model.required import load_refusals
 from moeconf.placement import Placement
 
 if TYPE_CHECKING:
@@ -424,10 +424,7 @@ def file_refusals(inv: Inventory, llama_loader: bool = True) -> tuple[str, ...]:
     assert comp.memory is not None
     # without a tensor llama.cpp's loader requires there is no graph to size, whichever engine; a tensor it never
     # creates, or another file its loader refuses, stops llama.cpp alone
-    missing = missing_tensors(inv)
-    why = [missing_message(inv, missing)] if missing else []
-    if llama_loader and (extra := uncreated_tensors(inv)):
-        why.append(uncreated_message(inv, extra))
+    why = list(load_refusals(inv, uncreated=llama_loader))
     if llama_loader and comp.memory.loader_refuses is not None:
         why += comp.memory.loader_refuses(inv)
     why += [*unchecked_fused_qkv_bias(inv), *unchecked_scales(inv), *unchecked_ffn_biases(inv)]

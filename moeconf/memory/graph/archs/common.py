@@ -7,7 +7,7 @@ loader decides it by the architecture's name)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -285,18 +285,29 @@ def _unchecked(inv: Inventory, what: str) -> str:
             "with llama.cpp's llama-fit-params -fitp on")
 
 
-def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str) -> list[str]:
+def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str,
+                     skip: Collection[int] = ()) -> list[str]:
     """The refusal of a file whose blocks have `blk.N.{has}.weight` without one of `blk.N.{needs}` (tensor
     names after the block prefix): a branch the loader allows (the tensor optional) that no recorded dump
-    checked, `why` saying what the engine runs there; empty where every such trunk block has them all."""
+    checked, `why` saying what the engine runs there; empty where every such trunk block has them all. The
+    blocks in `skip` are refused otherwise (`mla_forms`)."""
     names, nextn = {t.name for t in inv.tensors}, set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
     blocks: dict[str, list[int]] = {}
     for il in sorted({t.layer for t in inv.tensors if t.layer is not None and t.layer not in nextn
-                      and t.name == f"blk.{t.layer}.{has}.weight"}):
+                      and t.layer not in skip and t.name == f"blk.{t.layer}.{has}.weight"}):
         for n in needs:
             if f"blk.{il}.{n}" not in names:
                 blocks.setdefault(n, []).append(il)
     return [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})") for n, il in blocks.items()]
+
+
+def older_mla(inv: Inventory) -> list[str]:
+    """The refusal of MLA blocks with the decompressing attn_kv_b in place of attn_k_b and attn_v_b (an older
+    conversion, a branch no recorded dump checked); a block with both forms is the loader's (`mla_forms`)."""
+    _, both = mla_forms_refusal(inv)
+    return [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"
+            for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older conversion: the engine "
+                                        "decompresses the heads through a full KV cache", skip=both)]
 
 
 def mla_forms(inv: Inventory) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, mla_forms, mla_forms_refusal, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, mla_forms, need, older_mla
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.model.inventory import Inventory
@@ -26,19 +26,10 @@ def _unmodelled(inv: Inventory) -> list[str]:
     """The loader's forms no recorded dump checked (the tiny sets take the others: set "a" the low-rank Q,
     attn_gate, the latent projections with ffn_routed_norm and the shared expert; set "b" the plain attn_q,
     no gate, no latent, no shared expert): MLA blocks with the decompressing attn_kv_b (an older conversion),
-    and a shared expert with only some of its three tensors (the engine runs it on ffn_gate_shexp alone).
-    And a file the loader does not take: a block with attn_kv_b beside attn_k_b or attn_v_b (the loader,
-    having attn_kv_b, creates neither of the others; a tensor of the file left uncreated stops the load)."""
+    and a shared expert with only some of its three tensors (the engine runs it on ffn_gate_shexp alone). A block
+    with attn_kv_b beside attn_k_b or attn_v_b is the loader's refusal (`mla_forms`), not said again here."""
     names = {t.name for t in inv.tensors}
-    nextn = set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
-    kv_b = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_kv_b.weight"})
-    why: list[str] = []
-    _, held = mla_forms_refusal(inv)  # refused by the loader (`mla_forms`), not again here
-    older = [il for il in kv_b if il not in held and il not in nextn]
-    if older:
-        why.append(_unchecked(inv, f"block(s) {older} have attn_kv_b without attn_k_b.weight (an older conversion: "
-                                   "the engine decompresses the heads through a full KV cache)")
-                   + "; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b")
+    why = older_mla(inv)
     partial = sorted({t.layer for t in inv.tensors if t.layer is not None and 0 < sum(
         f"blk.{t.layer}.{n}.weight" in names for n in _SHEXP) < len(_SHEXP)})
     if partial:

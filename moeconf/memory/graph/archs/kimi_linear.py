@@ -17,30 +17,21 @@ from moeconf.memory.graph.archs.common import (
     Traits,
     mla_forms,
     need,
+    older_mla,
     routed,
-    unchecked_blocks,
 )
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.memory.keys import MLA_KEYS
 from moeconf.memory.recurrent import KDA_KEYS
-from moeconf.model.inventory import Inventory
 
 ARCH = "kimi-linear"
 TRAITS = Traits(recurrent="kda")
 
 
-def _unmodelled(inv: Inventory) -> list[str]:
-    """MLA blocks with the decompressing attn_kv_b instead of attn_k_b and attn_v_b (a block with both forms is
-    the loader's refusal: `mla_forms`)."""
-    return [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"
-            for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older conversion: the engine "
-                                        "decompresses the heads through a full KV cache")]
-
-
 # the KDA state (memory/recurrent.py) and the MLA latent
 MEMORY = Memory(CHECKED + " (Kimi-Linear-48B-A3B)", KDA_KEYS | MLA_KEYS - {"attention.q_lora_rank"}
-                | {"leading_dense_block_count"}, unmodelled=_unmodelled, loader_refuses=mla_forms)
+                | {"leading_dense_block_count"}, unmodelled=older_mla, loader_refuses=mla_forms)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
