@@ -2,6 +2,8 @@
 
     python benchmarks/graphspeed.py save before.json   # every manifest x 4 command lines: the results
     python benchmarks/graphspeed.py check before.json  # the same, compared: any difference is printed
+    python benchmarks/graphspeed.py save --wide F      # also every graph model (tiny a, b and real) of
+    python benchmarks/graphspeed.py check --wide F     # each architecture, on llama.cpp and ik_llama.cpp
     python benchmarks/graphspeed.py time [MODEL...]    # CPU ms per `estimate` (least of 7), the first two lines
     python benchmarks/graphspeed.py profile MODEL      # cProfile of `estimate` on the first line
 
@@ -31,25 +33,27 @@ LINES = [
 TIMED = ["qwen3-30b-a3b", "glm-5", "deepseek-v3.2", "qwen3.5-397b-a17b", "kimi-linear-48b-a3b"]
 
 
-def _prepare(model: str, line: str) -> tuple[Any, Any]:
+def _prepare(model: str | Path, line: str, engine: str = "llama.cpp") -> tuple[Any, Any]:
     import moeconf
-    from moeconf.engines import mainline
+    from moeconf.engines import ik, mainline
     from moeconf.memory.settings import read_settings
     from moeconf.model.load import load_inventory
 
-    inv = load_inventory(REPO / "examples" / "models" / f"{model}.manifest.json")
+    path = model if isinstance(model, Path) else REPO / "examples" / "models" / f"{model}.manifest.json"
+    inv = load_inventory(path)
     argv = ["llama-server", *line.split()]
-    e = moeconf.explain(inv, argv)
-    return e.placement, read_settings(argv[1:], mainline(), binary="llama-server")
+    e = moeconf.explain(inv, argv, engine=engine)
+    return e.placement, read_settings(argv[1:], ik() if engine == "ik_llama.cpp" else mainline(),
+                                      binary="llama-server")
 
 
-def _result(model: str, line: str) -> dict[str, Any]:
+def _result(model: str | Path, line: str, engine: str = "llama.cpp") -> dict[str, Any]:
     from moeconf.memory.estimate import estimate
     from moeconf.memory.graph.model import ARCHS, graph_compute
 
     out: dict[str, Any] = {}
     try:
-        placement, settings = _prepare(model, line)
+        placement, settings = _prepare(model, line, engine)
     except Exception as err:  # a line a model refuses is a result too
         return {"error": repr(err)}
     try:
@@ -71,6 +75,25 @@ def _result(model: str, line: str) -> dict[str, Any]:
 def results() -> dict[str, Any]:
     models = sorted(p.name.removesuffix(".manifest.json") for p in (REPO / "examples" / "models").glob("*.json"))
     return {f"{m} | {line}": _result(m, line) for m in models for line in LINES}
+
+
+def wide_results() -> dict[str, Any]:
+    """Every graph model of every architecture (tiny sets a and b, the real-config one) on both engines."""
+    import tempfile
+
+    from moeconf.fixtures.graphmodels import ARCHS, DIMS, REAL, write_graph_model, write_real_model
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch in ARCHS:
+            files = {d: write_graph_model(arch, d, Path(tmp) / f"{arch}-{d}.gguf") for d in DIMS}
+            if arch in REAL:
+                files["real"] = write_real_model(arch, Path(tmp) / f"{arch}-real.gguf")
+            for name, path in files.items():
+                for engine in ("llama.cpp", "ik_llama.cpp"):
+                    for line in LINES:
+                        out[f"{arch}-{name} | {engine} | {line}"] = _result(path, line, engine)
+    return out
 
 
 def time_estimate(models: list[str], runs: int = 7) -> None:
@@ -101,11 +124,15 @@ def time_estimate(models: list[str], runs: int = 7) -> None:
 
 def main() -> None:
     cmd = sys.argv[1]
+    wide = "--wide" in sys.argv
+    if wide:
+        sys.argv.remove("--wide")
     if cmd == "save":
-        Path(sys.argv[2]).write_text(json.dumps(results(), indent=1, sort_keys=True))
+        got = {**results(), **(wide_results() if wide else {})}
+        Path(sys.argv[2]).write_text(json.dumps(got, indent=1, sort_keys=True))
     elif cmd == "check":
         before = json.loads(Path(sys.argv[2]).read_text())
-        now = json.loads(json.dumps(results(), sort_keys=True))
+        now = json.loads(json.dumps({**results(), **(wide_results() if wide else {})}, sort_keys=True))
         bad = [k for k in before if before[k] != now.get(k)]
         for k in bad:
             print(f"DIFFERS {k}\n  before {before[k]}\n  now    {now.get(k)}")
