@@ -22,7 +22,7 @@ from moeconf.engines.regex import (
 )
 from moeconf.engines.simulate import OverrideItem, default_devices, ecmascript_matcher, layer_gpus, simulate
 from moeconf.model.inventory import Inventory, first_shard, format_ranges
-from moeconf.model.required import load_refusals
+from moeconf.model.required import ik_load_refusals, load_refusals
 from moeconf.placement import Placement
 
 if TYPE_CHECKING:
@@ -253,10 +253,11 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
         ItemReport(p, d, o, raw_k, sim.hits[n], sim.touches[n]) for n, (p, d, o, raw_k) in enumerate(usable)
     )
     placement = Placement(inv, eng, sim.devices, defaults, reasons)
-    # the file, not the command line: llama.cpp's loader stops on it ("tensor ... not found", "wrong number of
+    # the file, not the command line: the engine's loader stops on it ("tensor ... not found", "wrong number of
     # tensors")
+    loads = load_refusals(inv) if eng.name == "llama.cpp" else ik_load_refusals(inv)
     return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes), dict(sim.matched_by),
-                       tuple(accel), load_refusals=load_refusals(inv) if eng.name == "llama.cpp" else ())
+                       tuple(accel), load_refusals=loads)
 
 
 def ncmoe_notes(invocation: Invocation, inv: Inventory, accel: Sequence[str],

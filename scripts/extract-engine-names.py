@@ -309,7 +309,7 @@ def ik_tensor_names(model_cpp: str, archs: dict[str, str]) -> dict[str, dict[str
 def ik_arch_loaders(load_cpp: str, archs: dict[str, str]) -> dict[str, tuple[set[str], set[str], bool]]:
     src = _strip_comments(load_cpp)
     helpers: dict[str, set[tuple[str, str]]] = {}
-    for m in re.finditer(r"\bcreate_tensors_helper::((?:create_std_\w+|merge_\w+))\s*\(", src):
+    for m in re.finditer(r"\bcreate_tensors_helper::((?:create_std_\w+|merge_\w+|create_\w*embd_output))\s*\(", src):
         body = function_body(src[m.start():], re.escape(m.group()))
         if body:
             helpers[m.group(1)] = {(k, s or "") for k, s, _ in _TN.findall(body)}

@@ -151,3 +151,36 @@ def test_a_file_with_a_tensor_its_loader_never_creates_is_refused(
     assert not estimate_explained(ex, read_settings(["-c", "4096"], engine("llama.cpp"))).complete
     assert main(["explain", str(QWEN), "--", "llama-server", "-ngl", "99", "-c", "4096"]) == 0
     capsys.readouterr()
+
+
+# the layouts ik_llama.cpp 0.1.5's loader cannot load for a tensor it never creates: Gemma 4's experts with gate
+# and up apart (ik's gemma4 loader creates ffn_gate_up_exps alone), MiMo-V2-Flash's MTP block (ik's mimo2 loader
+# creates the trunk's blocks only); tests/engine/test_required_tensors.py sees ik stop on both
+IK_UNCREATED = {"gemma-4-26b-a4b": "blk.0.ffn_gate_exps.weight", "mimo-v2-flash": "blk.48.nextn.eh_proj.weight"}
+
+
+@pytest.mark.parametrize("key", [*LAYOUTS, *TINY])
+def test_every_layout_holds_only_what_its_ik_loader_creates(key: str) -> None:
+    """ik_llama.cpp's loader makes the same check (every tensor created) on what its own loader creates
+    (IK_ARCH_TENSORS, read from src/llama-load-tensors.cpp and its helpers, create_embd_output among them: a
+    table that missed one would refuse every file on ik)."""
+    from moeconf.model.required import uncreated
+
+    lay = {**LAYOUTS, **TINY}[key]
+    got = uncreated(lay.arch, [n for n, _, _ in tensors(lay)], "ik_llama.cpp")
+    assert (got[0] if got else None) == IK_UNCREATED.get(key), got
+
+
+def test_ik_refuses_gemma4_experts_apart_and_says_llama_cpp_loads_them(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from moeconf.fixtures.writer import write_layout
+
+    path = write_layout(LAYOUTS["gemma-4-26b-a4b"], tmp_path / "g4.gguf")[0]
+    line = ["--", "llama-server", "-ngl", "99", "-c", "8192", "-ot", "exps=CPU"]
+    assert main(["explain", str(path), *line]) == 0
+    capsys.readouterr()
+    assert main(["explain", str(path), "--engine", "ik_llama.cpp", *line]) == 1
+    out = capsys.readouterr().out
+    assert out.count("ik_llama.cpp refuses to load this file: its gemma4 loader never creates "
+                     "blk.0.ffn_gate_exps.weight") == 1, out
+    assert "llama.cpp's gemma4 loader creates them: run the file with llama.cpp" in out, out

@@ -1187,10 +1187,12 @@ ML_MTP_LOADED: Final[dict[str, tuple[str, ...]]] = {
 IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     'arctic': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXPS', 'FFN_GATE',
-        'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_NORM', 'FFN_NORM_EXPS', 'FFN_UP', 'FFN_UP_EXPS',
+        'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_NORM', 'FFN_NORM_EXPS', 'FFN_UP', 'FFN_UP_EXPS', 'OUTPUT',
+        'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'baichuan': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',
+        'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'bailingmoe2': (
         'ATTN_K_NORM', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'ATTN_Q_NORM', 'FFN_DOWN', 'FFN_DOWN_EXPS',
@@ -1227,19 +1229,25 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
         'ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'FFN_DOWN', 'FFN_NORM', 'FFN_UP', 'OUTPUT', 'OUTPUT_NORM',
         'TOKEN_EMBD',
     ),
-    'codeshell': ('ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'FFN_DOWN', 'FFN_NORM', 'FFN_UP',),
-    'cohere2': ('ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_UP',),
+    'codeshell': (
+        'ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'FFN_DOWN', 'FFN_NORM', 'FFN_UP', 'OUTPUT', 'OUTPUT_NORM',
+        'TOKEN_EMBD',
+    ),
+    'cohere2': (
+        'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_UP', 'OUTPUT',
+        'OUTPUT_NORM', 'TOKEN_EMBD',
+    ),
     'command-r': (
         'ATTN_K', 'ATTN_K_NORM', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_Q_NORM', 'ATTN_V', 'FFN_DOWN',
         'FFN_GATE', 'FFN_UP', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'dbrx': (
         'ATTN_NORM', 'ATTN_OUT', 'ATTN_OUT_NORM', 'ATTN_QKV', 'FFN_DOWN_EXPS', 'FFN_GATE_EXPS', 'FFN_GATE_INP',
-        'FFN_GATE_UP_EXPS', 'FFN_UP_EXPS',
+        'FFN_GATE_UP_EXPS', 'FFN_UP_EXPS', 'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'deci': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',
-        'ROPE_FACTORS_LONG', 'ROPE_FACTORS_SHORT', 'ROPE_FREQS',
+        'OUTPUT', 'OUTPUT_NORM', 'ROPE_FACTORS_LONG', 'ROPE_FACTORS_SHORT', 'ROPE_FREQS', 'TOKEN_EMBD',
     ),
     'deepseek2': (
         'ATTN_KV_A_MQA', 'ATTN_KV_A_NORM', 'ATTN_KV_B', 'ATTN_K_B', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q',
@@ -1256,12 +1264,12 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     'ernie4_5': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXPS', 'FFN_DOWN_SHEXP',
         'FFN_EXP_PROBS_B', 'FFN_GATE', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_GATE_SHEXP', 'FFN_NORM', 'FFN_UP',
-        'FFN_UP_EXPS', 'FFN_UP_SHEXP',
+        'FFN_UP_EXPS', 'FFN_UP_SHEXP', 'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'ernie4_5-moe': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXPS', 'FFN_DOWN_SHEXP',
         'FFN_EXP_PROBS_B', 'FFN_GATE', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_GATE_SHEXP', 'FFN_NORM', 'FFN_UP',
-        'FFN_UP_EXPS', 'FFN_UP_SHEXP',
+        'FFN_UP_EXPS', 'FFN_UP_SHEXP', 'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'falcon': (
         'ATTN_NORM', 'ATTN_NORM_2', 'ATTN_OUT', 'ATTN_QKV', 'FFN_DOWN', 'FFN_UP', 'OUTPUT', 'OUTPUT_NORM',
@@ -1303,7 +1311,7 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
         'FFN_DOWN', 'FFN_DOWN_EXPS', 'FFN_DOWN_SHEXP', 'FFN_EXP_PROBS_B', 'FFN_GATE', 'FFN_GATE_EXPS',
         'FFN_GATE_INP', 'FFN_GATE_SHEXP', 'FFN_GATE_UP_EXPS', 'FFN_UP', 'FFN_UP_EXPS', 'FFN_UP_SHEXP',
         'NEXTN_EH_PROJ', 'NEXTN_EMBED_TOKENS', 'NEXTN_ENORM', 'NEXTN_HNORM', 'NEXTN_SHARED_HEAD_HEAD',
-        'NEXTN_SHARED_HEAD_NORM',
+        'NEXTN_SHARED_HEAD_NORM', 'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'gpt-oss': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_POST_NORM', 'ATTN_Q', 'ATTN_SINKS', 'ATTN_V', 'FFN_DOWN_EXPS',
@@ -1321,25 +1329,27 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     'granite': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXP', 'FFN_DOWN_EXPS',
         'FFN_GATE', 'FFN_GATE_EXP', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_NORM', 'FFN_UP', 'FFN_UP_EXP',
-        'FFN_UP_EXPS', 'ROPE_FREQS',
+        'FFN_UP_EXPS', 'OUTPUT', 'OUTPUT_NORM', 'ROPE_FREQS', 'TOKEN_EMBD',
     ),
     'granitemoe': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXP', 'FFN_DOWN_EXPS',
         'FFN_GATE', 'FFN_GATE_EXP', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_NORM', 'FFN_UP', 'FFN_UP_EXP',
-        'FFN_UP_EXPS', 'ROPE_FREQS',
+        'FFN_UP_EXPS', 'OUTPUT', 'OUTPUT_NORM', 'ROPE_FREQS', 'TOKEN_EMBD',
     ),
     'grok': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_OUT_NORM', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXP',
         'FFN_DOWN_EXPS', 'FFN_GATE', 'FFN_GATE_EXP', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_NORM',
-        'FFN_POST_NORM', 'FFN_UP', 'FFN_UP_EXP', 'FFN_UP_EXPS', 'LAYER_OUT_NORM',
+        'FFN_POST_NORM', 'FFN_UP', 'FFN_UP_EXP', 'FFN_UP_EXPS', 'LAYER_OUT_NORM', 'OUTPUT', 'OUTPUT_NORM',
+        'TOKEN_EMBD',
     ),
     'hunyuan-moe': (
         'ATTN_K', 'ATTN_K_NORM', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_Q_NORM', 'ATTN_V', 'FFN_DOWN_EXPS',
         'FFN_DOWN_SHEXP', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_GATE_SHEXP', 'FFN_GATE_UP_EXPS', 'FFN_NORM',
-        'FFN_UP_EXPS', 'FFN_UP_SHEXP',
+        'FFN_UP_EXPS', 'FFN_UP_SHEXP', 'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'internlm2': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',
+        'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'jais': (
         'ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP', 'OUTPUT',
@@ -1352,12 +1362,12 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     'llama': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXP', 'FFN_DOWN_EXPS',
         'FFN_GATE', 'FFN_GATE_EXP', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_NORM', 'FFN_UP', 'FFN_UP_EXP',
-        'FFN_UP_EXPS', 'ROPE_FREQS',
+        'FFN_UP_EXPS', 'OUTPUT', 'OUTPUT_NORM', 'ROPE_FREQS', 'TOKEN_EMBD',
     ),
     'llama4': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXPS', 'FFN_DOWN_SHEXP',
         'FFN_GATE', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_GATE_SHEXP', 'FFN_GATE_UP_EXPS', 'FFN_NORM',
-        'FFN_UP', 'FFN_UP_EXPS', 'FFN_UP_SHEXP', 'ROPE_FREQS',
+        'FFN_UP', 'FFN_UP_EXPS', 'FFN_UP_SHEXP', 'OUTPUT', 'OUTPUT_NORM', 'ROPE_FREQS', 'TOKEN_EMBD',
     ),
     'mamba': (
         'ATTN_NORM', 'OUTPUT', 'OUTPUT_NORM', 'SSM_A', 'SSM_CONV1D', 'SSM_D', 'SSM_DT', 'SSM_IN', 'SSM_OUT',
@@ -1366,21 +1376,22 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     'mimo2': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_SINKS', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXPS',
         'FFN_EXP_PROBS_B', 'FFN_GATE', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_GATE_UP_EXPS', 'FFN_NORM',
-        'FFN_UP', 'FFN_UP_EXPS',
+        'FFN_UP', 'FFN_UP_EXPS', 'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'minicpm': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXP', 'FFN_DOWN_EXPS',
         'FFN_GATE', 'FFN_GATE_EXP', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_NORM', 'FFN_UP', 'FFN_UP_EXP',
-        'FFN_UP_EXPS', 'ROPE_FREQS',
+        'FFN_UP_EXPS', 'OUTPUT', 'OUTPUT_NORM', 'ROPE_FREQS', 'TOKEN_EMBD',
     ),
     'minimax-m2': (
         'ATTN_K', 'ATTN_K_NORM', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_Q_NORM', 'ATTN_V', 'FFN_DOWN_EXPS',
         'FFN_EXP_PROBS_B', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_GATE_UP_EXPS', 'FFN_NORM', 'FFN_UP_EXPS',
+        'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'mistral3': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXP', 'FFN_DOWN_EXPS',
         'FFN_GATE', 'FFN_GATE_EXP', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_NORM', 'FFN_UP', 'FFN_UP_EXP',
-        'FFN_UP_EXPS', 'ROPE_FREQS',
+        'FFN_UP_EXPS', 'OUTPUT', 'OUTPUT_NORM', 'ROPE_FREQS', 'TOKEN_EMBD',
     ),
     'mistral4': (
         'ATTN_KV_A_MQA', 'ATTN_KV_A_NORM', 'ATTN_KV_B', 'ATTN_K_B', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q',
@@ -1396,13 +1407,17 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
         'ATTN_K', 'ATTN_OUT', 'ATTN_OUT_NORM', 'ATTN_Q', 'ATTN_QKV', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE',
         'FFN_UP', 'LAYER_OUT_NORM', 'POS_EMBD', 'TOKEN_EMBD', 'TOKEN_EMBD_NORM', 'TOKEN_TYPES',
     ),
-    'olmo': ('ATTN_K', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_UP',),
+    'olmo': (
+        'ATTN_K', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_UP', 'OUTPUT', 'OUTPUT_NORM',
+        'TOKEN_EMBD',
+    ),
     'openelm': (
         'ATTN_K_NORM', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'ATTN_Q_NORM', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM',
         'FFN_UP', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'orion': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',
+        'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'phi2': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_QKV', 'ATTN_V', 'FFN_DOWN', 'FFN_UP', 'OUTPUT',
@@ -1414,8 +1429,12 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     ),
     'plamo': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',
+        'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
-    'qwen': ('ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',),
+    'qwen': (
+        'ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP', 'OUTPUT',
+        'OUTPUT_NORM', 'TOKEN_EMBD',
+    ),
     'qwen2': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',
         'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
@@ -1423,7 +1442,7 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     'qwen2moe': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN_EXPS', 'FFN_DOWN_SHEXP',
         'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_GATE_INP_SHEXP', 'FFN_GATE_SHEXP', 'FFN_GATE_UP_EXPS',
-        'FFN_NORM', 'FFN_UP_EXPS', 'FFN_UP_SHEXP',
+        'FFN_NORM', 'FFN_UP_EXPS', 'FFN_UP_SHEXP', 'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'qwen2vl': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',
@@ -1469,7 +1488,7 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     'refact': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_DOWN_EXP', 'FFN_DOWN_EXPS',
         'FFN_GATE', 'FFN_GATE_EXP', 'FFN_GATE_EXPS', 'FFN_GATE_INP', 'FFN_NORM', 'FFN_UP', 'FFN_UP_EXP',
-        'FFN_UP_EXPS', 'ROPE_FREQS',
+        'FFN_UP_EXPS', 'OUTPUT', 'OUTPUT_NORM', 'ROPE_FREQS', 'TOKEN_EMBD',
     ),
     'seed_oss': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_POST_NORM', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE',
@@ -1477,10 +1496,11 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     ),
     'smollm3': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',
+        'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'stablelm': (
         'ATTN_K', 'ATTN_K_NORM', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_Q_NORM', 'ATTN_V', 'FFN_DOWN',
-        'FFN_GATE', 'FFN_NORM', 'FFN_UP',
+        'FFN_GATE', 'FFN_NORM', 'FFN_UP', 'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
     'starcoder': (
         'ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'FFN_DOWN', 'FFN_NORM', 'FFN_UP', 'OUTPUT', 'OUTPUT_NORM',
@@ -1512,6 +1532,7 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
     ),
     'xverse': (
         'ATTN_K', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM', 'FFN_UP',
+        'OUTPUT', 'OUTPUT_NORM', 'TOKEN_EMBD',
     ),
 }
 

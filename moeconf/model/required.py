@@ -3,7 +3,9 @@
 from each architecture's load_arch_tensors (only what it surely requires; a tensor under a condition of
 the file is not checked here). And the tensors it never creates: every tensor of the file must be created
 (done_getting_tensors: "wrong number of tensors"), and a name no pinned engine knows, or one whose kind the
-architecture's loader never creates (model/nametable.py ML_ARCH_TENSORS), never is."""
+architecture's loader never creates (model/nametable.py ML_ARCH_TENSORS), never is. ik_llama.cpp's loader
+makes the same check (llama-model-loader.cpp done_getting_tensors), on what its own loader creates
+(IK_ARCH_TENSORS, from src/llama-load-tensors.cpp); which tensors it requires is not tabled."""
 
 from __future__ import annotations
 
@@ -43,16 +45,16 @@ def missing_message(inv: Inventory, missing: tuple[str, ...]) -> str:
 
 
 @per_inventory
-def uncreated_tensors(inv: Inventory) -> tuple[str, ...]:
-    """The file's tensors llama.cpp's loader for its architecture never creates: names no pinned engine knows,
-    and known names none of whose kinds the loader creates (empty where llama.cpp does not know the
+def uncreated_tensors(inv: Inventory, engine: str = "llama.cpp") -> tuple[str, ...]:
+    """The file's tensors `engine`'s loader for its architecture never creates: names no pinned engine knows,
+    and known names none of whose kinds the loader creates (empty where the engine does not know the
     architecture: that is refused on its own)."""
-    return uncreated(inv.arch, [t.name for t in inv.tensors])
+    return uncreated(inv.arch, [t.name for t in inv.tensors], engine)
 
 
-def uncreated(arch: str, names: Iterable[str]) -> tuple[str, ...]:
-    """Of `names`, those llama.cpp's `arch` loader never creates (`uncreated_tensors`)."""
-    made = arch_tensor_kinds("llama.cpp", arch)
+def uncreated(arch: str, names: Iterable[str], engine: str = "llama.cpp") -> tuple[str, ...]:
+    """Of `names`, those `engine`'s `arch` loader never creates (`uncreated_tensors`)."""
+    made = arch_tensor_kinds(engine, arch)
     if made is None:
         return ()
     return tuple(n for n in names if not made.intersection(classify_name(n).kinds))
@@ -61,7 +63,8 @@ def uncreated(arch: str, names: Iterable[str]) -> tuple[str, ...]:
 def load_refusals(inv: Inventory, *, uncreated: bool = True) -> tuple[str, ...]:
     """Why llama.cpp's loader stops on this file, whatever the command line: tensors it requires that the
     file lacks, tensors of the file it never creates (empty: it loads). `uncreated=False`: the first alone
-    (where llama.cpp's graph stands in for ik_llama.cpp's, whose loader takes what it creates by its own rules)."""
+    (where llama.cpp's graph stands in for ik_llama.cpp's, whose loader takes what it creates by its own rules:
+    `ik_load_refusals`)."""
     why = []
     missing = missing_tensors(inv)
     if missing:
@@ -72,9 +75,24 @@ def load_refusals(inv: Inventory, *, uncreated: bool = True) -> tuple[str, ...]:
     return tuple(why)
 
 
-def uncreated_message(inv: Inventory, extra: tuple[str, ...]) -> str:
+def ik_load_refusals(inv: Inventory) -> tuple[str, ...]:
+    """Why ik_llama.cpp's loader stops on this file, whatever the command line: tensors of the file it never
+    creates (its required tensors are not tabled: a file lacking one is refused where moeconf's memory model
+    needs it)."""
+    extra = uncreated_tensors(inv, "ik_llama.cpp")
+    if not extra:
+        return ()
+    if arch_tensor_kinds("llama.cpp", inv.arch) is not None and not uncreated(inv.arch, extra):
+        advice = (f"llama.cpp's {inv.arch} loader creates them: run the file with llama.cpp, or take a conversion "
+                  "ik_llama.cpp's loader reads")
+        return (uncreated_message(inv, extra, "ik_llama.cpp", advice),)
+    return (uncreated_message(inv, extra, "ik_llama.cpp"),)
+
+
+def uncreated_message(inv: Inventory, extra: tuple[str, ...], engine: str = "llama.cpp",
+                      advice: str = "remove them, or check that the file's general.architecture is the model's") -> str:
     """The refusal of a file holding tensors the loader never creates."""
     more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
-    return (f"llama.cpp refuses to load this file: its {inv.arch} loader never creates {', '.join(extra[:3])}{more}, "
+    return (f"{engine} refuses to load this file: its {inv.arch} loader never creates {', '.join(extra[:3])}{more}, "
             "which the file holds, and every tensor of a file must be created (done_getting_tensors: \"wrong number "
-            "of tensors\"); remove them, or check that the file's general.architecture is the model's")
+            f"of tensors\"); {advice}")
