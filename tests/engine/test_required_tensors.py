@@ -96,3 +96,32 @@ def test_the_loader_stops_on_a_tensor_it_never_creates(arch: str, extra: str, tm
     p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode != 0 and "done_getting_tensors: wrong number of tensors" in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("layout", "change", "first", "stop"), [
+    # the experts' gate and up apart: ik stops first on the fused tensor its gemma4 loader requires
+    ("gemma-4-26b-a4b", {}, "blk.0.ffn_gate_exps.weight", "tensor 'blk.0.ffn_gate_up_exps.weight' not found"),
+    ("mimo-v2-flash", {"nextn": 1}, "blk.5.nextn.eh_proj.weight", "wrong number of tensors"),  # its MTP block
+])
+def test_ik_stops_on_a_tensor_its_loader_never_creates(layout: str, change: dict[str, int], first: str, stop: str,
+                                                       tmp_path: Path) -> None:
+    """ik_llama.cpp's loader checks every tensor was created too (llama-model-loader.cpp
+    done_getting_tensors) on what its own loader creates (IK_ARCH_TENSORS): Gemma 4 with the experts' gate
+    and up apart (ik's gemma4 creates ffn_gate_up_exps alone, and stops first for want of it) and
+    MiMo-V2-Flash with its MTP block stop it;
+    moeconf refuses both on ik (model/required.py `ik_load_refusals`) and not on llama.cpp, whose loader
+    creates them. The forms ik loads (fused, no MTP block) load in test_ik_newer.py."""
+    import dataclasses
+
+    from moeconf.model.required import ik_load_refusals, load_refusals
+    from tests.engine import ik_newer_cases as cases
+    from tests.engine.harness import IK, run_engine
+
+    if not IK.available():
+        pytest.fail(f"ik_llama.cpp is not built: run scripts/build-engines.sh (looked for {IK.cli})")
+    cut = dataclasses.replace(cases.cut_layout(layout), extra=cases.LAYOUTS[layout].extra, **change)
+    path, inv = oracle.write_sparse(tmp_path, {layout: cut})[layout]
+    assert load_refusals(inv) == ()
+    assert f"its {inv.arch} loader never creates {first}" in " ".join(ik_load_refusals(inv))
+    run = run_engine(IK, path, ["-ngl", "0", "--dry-run"])
+    assert run.returncode != 0 and stop in run.log, run.log[-2000:]
