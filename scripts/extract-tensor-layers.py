@@ -236,7 +236,8 @@ def _trunk_flags(body: str, loop_start: int, call: int, flag: str) -> str | None
 
 
 def mainline_required(root: Path, archs: dict[str, str], templates: dict[str, str]) -> tuple[
-        dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], list[str]]:
+        dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], list[str],
+        dict[str, tuple[tuple[str, ...], tuple[str, ...]]]]:
     """The tensors each architecture's loader requires whatever the file holds: ({arch: names outside
     the blocks}, {arch: `blk.%d.` names required in every trunk block}, [archs whose trunk tensors are
     required unless the file holds only MTP blocks]). A create_tensor call counts when nothing makes it
@@ -246,14 +247,20 @@ def mainline_required(root: Path, archs: dict[str, str], templates: dict[str, st
     trunk (`flags = i < n_layer ? trunk_flags : mtp_flags`, `trunk_flags = mtp_only ? TENSOR_NOT_REQUIRED
     : 0`: required unless the file lacks blk.0.attn_norm.weight and has MTP blocks, `_trunk_flags`), with no
     `continue` or `break` before it in the loop and no `return` before it in the function (a path that
-    skips it). Anything else (a condition, another flag expression, a helper such as create_tensor_qkv)
-    is left out: the tables say what the loader surely requires, not all it may."""
+    skips it). One condition is read, MLA's form: a block tensor as above but inside `if (is_mla) {...}` or its
+    `else {...}` directly in the loop, `is_mla` being `const bool is_mla = hparams.is_mla();` (the file's
+    key_length_mla and value_length_mla both non-zero), goes to the fourth table, {arch: (required with MLA,
+    required without)}. Anything else (another condition, another flag expression, a helper such as
+    create_tensor_qkv) is left out: the tables say what the loader surely requires, not all it may."""
     glob: dict[str, tuple[str, ...]] = {}
     block: dict[str, tuple[str, ...]] = {}
+    by_mla: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
     unless_mtp_only: set[str] = set()
     for name, body in _mainline_bodies(root, archs).items():
         g: list[str] = []
         b: list[str] = []
+        forms: dict[str, list[str]] = {"if": [], "else": []}
+        reads_mla = re.search(r"\bconst\s+bool\s+is_mla\s*=\s*hparams\.is_mla\s*\(\s*\)\s*;", body) is not None
         for m in re.finditer(r"\bcreate_tensor\s*\(", body):
             paren = m.end() - 1
             inner = body[paren + 1: _matching(body, paren) - 1]
@@ -269,6 +276,12 @@ def mainline_required(root: Path, archs: dict[str, str], templates: dict[str, st
                 if flag == "0" and bid is None and "%d" not in template:
                     g.append(template)
                 continue
+            form = ""
+            if len(around) == 2 and reads_mla:
+                form, cond = _names._head(body, around[0][0])
+                if cond != "is_mla" or form not in forms:
+                    continue
+                around = around[1:]
             if len(around) != 1 or bid is None or not template.startswith("blk.%d."):
                 continue
             s, _e = around[0]
@@ -281,6 +294,9 @@ def mainline_required(root: Path, archs: dict[str, str], templates: dict[str, st
                 _trunk_flags(body, s, m.start(), flag) if bid == "i" and re.fullmatch(r"\w+", flag) else None)
             if trunk is None or (loop.group(1) == "n_layer" and flag != "0"):
                 continue
+            if form:
+                forms[form].append(template)
+                continue
             b.append(template)
             if trunk == "unless_mtp_only":
                 unless_mtp_only.add(name)
@@ -288,7 +304,9 @@ def mainline_required(root: Path, archs: dict[str, str], templates: dict[str, st
             glob[name] = tuple(dict.fromkeys(g))
         if b:
             block[name] = tuple(dict.fromkeys(b))
-    return glob, block, sorted(unless_mtp_only)
+        if forms["if"] or forms["else"]:
+            by_mla[name] = (tuple(dict.fromkeys(forms["if"])), tuple(dict.fromkeys(forms["else"])))
+    return glob, block, sorted(unless_mtp_only), by_mla
 
 
 _IK_CTX = {"ctx_input": "input", "ctx_output": "output", "ctx_output_split": "output", "out_ctx": "output"}
@@ -429,6 +447,9 @@ def render(ml_root: Path, ik_root: Path, rev_ml: str, rev_ik: str) -> str:
         "ML_REQUIRED_UNLESS_MTP_ONLY: Final[tuple[str, ...]] = (\n"
         + "".join(f"    {a!r},\n" for a in required[2]) + ")\n",
         f"ML_MTP_ONLY_PROBE: Final = {_MTP_ONLY_PROBE!r}\n",
+        "# and in every trunk block as above by MLA's form (the loader's `is_mla`: the file's\n"
+        "# attention.key_length_mla and value_length_mla both non-zero): (required with MLA, required without)\n",
+        _dict("ML_REQUIRED_BLOCK_BY_MLA", "dict[str, tuple[tuple[str, ...], tuple[str, ...]]]", dict(required[3])),
         "\n# llama.cpp: architectures whose loader creates ffn_gate_inp with TENSOR_NOT_REQUIRED: the file's\n"
         "# tensors, not a metadata key, say which blocks are MoE\n",
         "ML_OPTIONAL_ROUTER: Final[tuple[str, ...]] = (\n"

@@ -184,3 +184,39 @@ def test_ik_refuses_gemma4_experts_apart_and_says_llama_cpp_loads_them(tmp_path:
     assert out.count("ik_llama.cpp refuses to load this file: its gemma4 loader never creates "
                      "blk.0.ffn_gate_exps.weight") == 1, out
     assert "llama.cpp's gemma4 loader creates them: run the file with llama.cpp" in out, out
+
+
+def _mla_older_form(arch: str, tmp_path: Path) -> Path:
+    """`arch`'s tiny graph model with every block's attn_k_b and attn_v_b replaced by the decompressing
+    attn_kv_b (the form of conversions before MLA's absorption), its MLA keys kept."""
+    from moeconf.fixtures.graphmodels import write_graph_model
+
+    whole = load_inventory(write_graph_model(arch, "a", tmp_path / "whole.gguf"))
+    add, drop = [], []
+    for il in sorted({t.layer for t in whole.tensors if t.name.endswith(".attn_k_b.weight")}):
+        k_b, v_b = whole.by_name[f"blk.{il}.attn_k_b.weight"], whole.by_name[f"blk.{il}.attn_v_b.weight"]
+        nope, rank, n_head = k_b.shape
+        add.append((f"blk.{il}.attn_kv_b.weight", k_b.type, (rank, n_head * (nope + v_b.shape[1]))))
+        drop += [f"blk.{il}.attn_k_b.weight", f"blk.{il}.attn_v_b.weight"]
+    return write_graph_model(arch, "a", tmp_path / "kv_b.gguf", drop=drop, add=add)
+
+
+def test_mla_keys_require_attn_k_b_and_attn_v_b(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """deepseek2's loader (mistral4's too) takes the form of a block's MLA from the keys (`is_mla`:
+    attention.key_length_mla and value_length_mla non-zero): attn_k_b and attn_v_b then, attn_kv_b without
+    (ML_REQUIRED_BLOCK_BY_MLA, generated). A Mistral-Small-4 file with the keys and attn_kv_b in their place
+    stops the engine ("tensor 'blk.0.attn_k_b.weight' not found", tests/engine/test_required_tensors.py);
+    it was an internal error here (the graph asked for attn_k_b)."""
+    from moeconf.model.layertable import ML_REQUIRED_BLOCK_BY_MLA
+
+    assert ML_REQUIRED_BLOCK_BY_MLA["deepseek2"] == (("blk.%d.attn_k_b.weight", "blk.%d.attn_v_b.weight"),
+                                                     ("blk.%d.attn_kv_b.weight",))
+    inv = load_inventory(_mla_older_form("mistral4", tmp_path))
+    assert missing_tensors(inv)[:2] == ("blk.0.attn_k_b.weight", "blk.0.attn_v_b.weight")
+    assert main(["explain", str(inv.shards[0]), "--", "llama-server", "-ngl", "99", "-c", "4096"]) == 1
+    out = capsys.readouterr().out
+    assert "its mistral4 loader requires blk.0.attn_k_b.weight" in out and "Traceback" not in out, out
+    # without the MLA keys the same tensors are the older form the loader takes
+    plain = dataclasses.replace(inv, metadata=dataclasses.replace(inv.metadata, key_length_mla=None,
+                                                                   value_length_mla=None))
+    assert missing_tensors(plain) == ()

@@ -1302,6 +1302,12 @@ ML_REQUIRED_UNLESS_MTP_ONLY: Final[tuple[str, ...]] = (
     'mistral4',
 )
 ML_MTP_ONLY_PROBE: Final = 'blk.0.attn_norm.weight'
+# and in every trunk block as above by MLA's form (the loader's `is_mla`: the file's
+# attention.key_length_mla and value_length_mla both non-zero): (required with MLA, required without)
+ML_REQUIRED_BLOCK_BY_MLA: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    'deepseek2': (('blk.%d.attn_k_b.weight', 'blk.%d.attn_v_b.weight'), ('blk.%d.attn_kv_b.weight',)),
+    'mistral4': (('blk.%d.attn_k_b.weight', 'blk.%d.attn_v_b.weight'), ('blk.%d.attn_kv_b.weight',)),
+}
 
 # llama.cpp: architectures whose loader creates ffn_gate_inp with TENSOR_NOT_REQUIRED: the file's
 # tensors, not a metadata key, say which blocks are MoE

@@ -1,8 +1,9 @@
 """The tensors the pinned llama.cpp's loader requires of a file: a file without one stops at load
 ("tensor 'NAME' not found"). Which ones: model/layertable.py ML_REQUIRED_GLOBAL and ML_REQUIRED_BLOCK, generated
 from each architecture's load_arch_tensors (only what it surely requires; a tensor under a condition of
-the file is not checked here). And the tensors it never creates: every tensor of the file must be created
-(done_getting_tensors: "wrong number of tensors"), and a name no pinned engine knows, or one whose kind the
+the file is not checked here, but for MLA's form: ML_REQUIRED_BLOCK_BY_MLA). And the tensors it never creates:
+every tensor of the file must be created (done_getting_tensors: "wrong number of tensors"), and a name no
+pinned engine knows, or one whose kind the
 architecture's loader never creates (model/nametable.py ML_ARCH_TENSORS), never is. ik_llama.cpp's loader
 makes the same check (llama-model-loader.cpp done_getting_tensors), on what its own loader creates
 (IK_ARCH_TENSORS, from src/llama-load-tensors.cpp); which tensors it requires is not tabled."""
@@ -15,6 +16,7 @@ from moeconf.model.inventory import Inventory
 from moeconf.model.layertable import (
     ML_MTP_ONLY_PROBE,
     ML_REQUIRED_BLOCK,
+    ML_REQUIRED_BLOCK_BY_MLA,
     ML_REQUIRED_GLOBAL,
     ML_REQUIRED_UNLESS_MTP_ONLY,
 )
@@ -32,7 +34,11 @@ def missing_tensors(inv: Inventory) -> tuple[str, ...]:
     missing = [n for n in ML_REQUIRED_GLOBAL.get(inv.arch, ()) if n not in have]
     if nextn and inv.arch in ML_REQUIRED_UNLESS_MTP_ONLY and ML_MTP_ONLY_PROBE not in have:
         return tuple(missing)  # `mtp_only`: the trunk's tensors are optional to the loader
-    missing += [n for il in range(trunk) for t in ML_REQUIRED_BLOCK.get(inv.arch, ()) if (n := t % il) not in have]
+    block = ML_REQUIRED_BLOCK.get(inv.arch, ())
+    if inv.arch in ML_REQUIRED_BLOCK_BY_MLA:  # the loader's `is_mla`: both MLA head widths non-zero
+        mla = bool(inv.metadata.key_length_mla) and bool(inv.metadata.value_length_mla)
+        block = (*block, *ML_REQUIRED_BLOCK_BY_MLA[inv.arch][0 if mla else 1])
+    missing += [n for il in range(trunk) for t in block if (n := t % il) not in have]
     return tuple(missing)
 
 

@@ -125,3 +125,18 @@ def test_ik_stops_on_a_tensor_its_loader_never_creates(layout: str, change: dict
     assert f"its {inv.arch} loader never creates {first}" in " ".join(ik_load_refusals(inv))
     run = run_engine(IK, path, ["-ngl", "0", "--dry-run"])
     assert run.returncode != 0 and stop in run.log, run.log[-2000:]
+
+
+def test_the_loader_takes_mlas_form_from_the_keys(tmp_path: Path) -> None:
+    """deepseek2's loader (Mistral-Small-4's) requires attn_k_b and attn_v_b where the file's MLA keys are set
+    (`is_mla`), attn_kv_b where they are not (model/layertable.py ML_REQUIRED_BLOCK_BY_MLA): a file with the keys
+    and attn_kv_b in their place stops on attn_k_b, and moeconf says so (model/required.py `missing_tensors`)."""
+    if not oracle.available():
+        pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
+    from tests.test_required_tensors import _mla_older_form
+
+    path = _mla_older_form("mistral4", tmp_path)
+    assert missing_tensors(load_inventory(path))[0] == "blk.0.attn_k_b.weight"
+    p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0 and "tensor 'blk.0.attn_k_b.weight' not found" in p.stderr, p.stderr[-2000:]
