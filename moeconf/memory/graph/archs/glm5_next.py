@@ -24,10 +24,11 @@ cells / kpool x sequences, every pool new, the pools padded to max(64, pad64(n_p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs._hc import hc_post, hc_pre
+from moeconf.memory.graph.archs._hc import hc_post, hc_pre, stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, probs_bias
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
@@ -175,10 +176,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = hc_post(g, cur, residual, post, comb, hc, il)
     flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
     x = c.reshape(flat, hp.n_embd, hc, g.cp.n_outputs)
-    acc = c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), 0)
-    for s in range(1, hc):
-        acc = c.add(acc, c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), s * x.nb[1]))
-    g.output(c.scale(acc))
+    g.output(c.scale(reduce(c.add, (stream(g, x, s) for s in range(hc)))))
 
 
 def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Tensor, il: int) -> Tensor:

@@ -9,7 +9,10 @@ by the rectified heads' sum, expanded back to the cells, TOP_K); the PLE n-gram 
 
 from __future__ import annotations
 
+from functools import reduce
+
 from moeconf.memory.graph.archs._deltanet import delta_net_layer
+from moeconf.memory.graph.archs._hc import stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -71,10 +74,7 @@ def _hc_mix(g: GraphContext, x: Tensor, prefix: str, il: int, hc: int, inject: b
         g.fused.append(("DSV4_HC_PRE", mixed, il))
     else:
         gated = c.reshape(c.mul(xn, c.unary(gate, "sigmoid")), n_embd, hc, T)
-        mixed = c.cont(c.view(gated, (n_embd, T), (4 * n_embd * hc,), 0))
-        for s in range(1, hc):
-            mixed = c.add(mixed, c.view(gated, (n_embd, T), (4 * n_embd * hc,), 4 * n_embd * s))
-        mixed = c.scale(mixed)
+        mixed = c.scale(reduce(c.add, (stream(g, gated, s) for s in range(1, hc)), c.cont(stream(g, gated, 0))))
     inj = g.mm(need(w.get(f"{prefix}_inject.weight")), xn) if inject else None
     return mixed, inj
 
@@ -142,11 +142,8 @@ def _qsa_top_k(g: GraphContext, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, 
     k_all = g.get_k_one(kc, n_kv)
     k_all = c.view(k_all, (dim, n_kv, ns), (k_all.nb[2], k_all.nb[3]), 0)
     members = c.reshape(c.get_rows(k_all, inp.blk_cells), dim, r, n_blocks, ns)
-    pooled: Tensor | None = None
-    for i in range(r):
-        s = c.cont(c.view(members, (dim, n_blocks, ns), (members.nb[2], members.nb[3]), i * members.nb[1]))
-        pooled = s if pooled is None else c.add(pooled, s)
-    assert pooled is not None
+    pooled = reduce(c.add, (c.cont(c.view(members, (dim, n_blocks, ns), (members.nb[2], members.nb[3]),
+                                          i * members.nb[1])) for i in range(r)))
     pooled = c.reshape(c.scale(pooled), dim, n_blocks * ns, 1)
     pooled = g.norm(pooled, w.layer(il, "indexer.k_norm"), None, il)
     pooled = c.rope(c.reshape(pooled, dim, 1, n_blocks * ns), inp.blk_pos)
@@ -155,11 +152,11 @@ def _qsa_top_k(g: GraphContext, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, 
     q = c.rope(g.norm(q, w.layer(il, "indexer.q_norm"), None, il), pos)
     score = c.mul_mat(pooled, c.reshape(q, dim, n_h * n_tps, ns))
     score = c.unary(c.reshape(score, n_blocks, n_h, n_tps, ns), "relu")
-    summed: Tensor | None = None
-    for h in range(n_h):
-        s = c.view(score, (n_blocks, n_tps, ns), (score.nb[2], score.nb[3]), h * score.nb[1])
-        summed = c.cont(s) if summed is None else c.add(summed, s)
-    assert summed is not None
+
+    def head(h: int) -> Tensor:
+        return c.view(score, (n_blocks, n_tps, ns), (score.nb[2], score.nb[3]), h * score.nb[1])
+
+    summed = reduce(c.add, (head(h) for h in range(1, n_h)), c.cont(head(0)))
     if blk_bias:
         summed = c.add(summed, inp.bias)
     expanded = c.get_rows(c.cont(c.permute(summed, 1, 0, 2, 3)), inp.cell_blk)
