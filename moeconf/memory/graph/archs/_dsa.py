@@ -42,11 +42,18 @@ def indexer_top_k(g: GraphContext, il: int, cur: Tensor, qr: Tensor, pos: Tensor
         iq, ik = c.mul_mat(rot, iq), c.mul_mat(rot, ik)
     g.expand(g._cpy_k(kc, ik, idxs))
     iw = g.mm(need(w.layer(il, "indexer.proj")), cur)
-    keys = g.get_k_one(kc, g.cp.n_kv)
-    ns = keys.ne[3]
-    iq = c.view(iq, (iq.ne[0], iq.ne[1], iq.ne[2] // ns, ns), (iq.nb[1], iq.nb[2], iq.nb[3] // ns), 0)
-    iw = c.view(iw, (iw.ne[0], iw.ne[1] // ns, iw.ne[2], ns), (iw.nb[1], iw.nb[2] // ns, iw.nb[3] // ns), 0)
-    score = c.lightning_indexer(iq, keys, c.scale(iw), mask)
+    return lightning_top_k(g, iq, g.get_k_one(kc, g.cp.n_kv), iw, mask, top_k, True)
+
+
+def lightning_top_k(g: GraphContext, q: Tensor, keys: Tensor, w: Tensor, mask: Tensor, top_k: int | None,
+                    scale_views: bool) -> Tensor:
+    """The fused LIGHTNING_INDEXER's scores of the queries `q` [width, heads, tokens] against each stream's
+    `keys`, weighted per head by `w` [heads, tokens] (scaled; `scale_views`: its per-stream view scaled, else
+    `w` is so already), and the `top_k` best cells per token (None: all)."""
+    c, ns = g.ctx, keys.ne[3]
+    q = c.view(q, (q.ne[0], q.ne[1], q.ne[2] // ns, ns), (q.nb[1], q.nb[2], q.nb[3] // ns), 0)
+    w = c.view(w, (w.ne[0], w.ne[1] // ns, w.ne[2], ns), (w.nb[1], w.nb[2] // ns, w.nb[3] // ns), 0)
+    score = c.lightning_indexer(q, keys, c.scale(w) if scale_views else w, mask)
     return c.cont(c.top_k(score, score.ne[0] if top_k is None else min(score.ne[0], top_k)))
 
 

@@ -9,6 +9,7 @@ by the rectified heads' sum, expanded back to the cells, TOP_K); the PLE n-gram 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import reduce
 
 from moeconf.memory.graph.archs._deltanet import delta_net_layer
@@ -185,13 +186,8 @@ def _attn_layer(g: GraphContext, attn_in: AttnInput, qsa: dict[int, _Qsa], cur: 
     gate = c.cont(c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 4 * hd), hd * n_head, T)
     v = c.reshape(v, hd, n_kv, T)
     q, k = c.rope(q, pos), c.rope(k, pos)
-    if top is None:
-        cur = g.attn(attn_in, il, None, None, q, k, v)
-    else:
-        q, kview, vview = g.store_kv(attn_in, il, q, k, v)
-        cur = g.attn_mha(q, kview, vview, g.top_k_mask(attn_in.mask, top), None)
-        if attn_in.v_rot is not None:
-            cur = g._hadamard(cur, attn_in.v_rot)
+    mask = attn_in.mask if top is None else g.top_k_mask(attn_in.mask, top)  # the indexer's cells
+    cur = g.attn(replace(attn_in, mask=mask), il, None, None, q, k, v)
     cur = c.mul(cur, c.unary(gate, "sigmoid"))
     return g.mm(need(w.layer(il, "attn_output")), cur)
 
