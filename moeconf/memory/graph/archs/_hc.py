@@ -1,7 +1,7 @@
 """The hyper-connections DeepSeek-V4 (src/models/deepseek4.cpp) and GLM-5.3-Flash (glm5-next.cpp) each
 build alike: the residual kept as hc streams, mixed into a sublayer's input (`hc_pre`), the sublayer's
 output spread back over them (`hc_post`), fused (the DSV4_HC_* ops) or by hand where the engine's probe
-turned the fused op off (llama-context.cpp resolve_fused_ops)."""
+turned the fused op off (llama-context.cpp resolve_fused_ops). Hy4 and Qwen4Exp take its views and parts."""
 
 from __future__ import annotations
 
