@@ -42,12 +42,38 @@ def indexer_top_k(g: GraphContext, il: int, cur: Tensor, qr: Tensor, pos: Tensor
         iq, ik = c.mul_mat(rot, iq), c.mul_mat(rot, ik)
     g.expand(g._cpy_k(kc, ik, idxs))
     iw = g.mm(need(w.layer(il, "indexer.proj")), cur)
-    keys = g.get_k_one(kc, g.cp.n_kv)
-    ns = keys.ne[3]
-    iq = c.view(iq, (iq.ne[0], iq.ne[1], iq.ne[2] // ns, ns), (iq.nb[1], iq.nb[2], iq.nb[3] // ns), 0)
-    iw = c.view(iw, (iw.ne[0], iw.ne[1] // ns, iw.ne[2], ns), (iw.nb[1], iw.nb[2] // ns, iw.nb[3] // ns), 0)
-    score = c.lightning_indexer(iq, keys, c.scale(iw), mask)
+    return lightning_top_k(g, iq, g.get_k_one(kc, g.cp.n_kv), iw, mask, top_k, True)
+
+
+def lightning_top_k(g: GraphContext, q: Tensor, keys: Tensor, w: Tensor, mask: Tensor, top_k: int | None,
+                    scale_views: bool) -> Tensor:
+    """The fused LIGHTNING_INDEXER's scores of the queries `q` [width, heads, tokens] against each stream's
+    `keys`, weighted per head by `w` [heads, tokens] (scaled; `scale_views`: its per-stream view scaled, else
+    `w` is so already), and the `top_k` best cells per token (None: all)."""
+    c, ns = g.ctx, keys.ne[3]
+    q = c.view(q, (q.ne[0], q.ne[1], q.ne[2] // ns, ns), (q.nb[1], q.nb[2], q.nb[3] // ns), 0)
+    w = c.view(w, (w.ne[0], w.ne[1] // ns, w.ne[2], ns), (w.nb[1], w.nb[2] // ns, w.nb[3] // ns), 0)
+    score = c.lightning_indexer(q, keys, c.scale(w) if scale_views else w, mask)
     return c.cont(c.top_k(score, score.ne[0] if top_k is None else min(score.ne[0], top_k)))
+
+
+def attention(g: GraphContext, facts: Facts, il: int, cur: Tensor, pos: Tensor, mla_in: AttnInput, lid_in: AttnInput,
+              prev: Tensor | None, rot: Tensor | None, wo: Tensor | None,
+              sinks: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The DSA attention (deepseek32's, Hy4's build_attention_dsa): the Q-LoRA, the layer's own indexer top-k
+    where it runs its indexer (`rot` its rotation), else `prev`; the absorbed MLA through the top-k mask,
+    with `sinks` where given, projected by `wo` where given; and the top-k the next shared layer reuses."""
+    c, w = g.ctx, g.w
+    qr = g.norm(c.mul_mat(need(w.layer(il, "attn_q_a")), cur), w.layer(il, "attn_q_a_norm"), None, il)
+    top_k = indexer_top_k(g, il, cur, qr, pos, rot, lid_in.k_idxs, lid_in.mask, g.lid[il],
+                          facts.hparam("attention.indexer.top_k")) if il in g.lid else prev
+    assert top_k is not None, "a shared indexer layer follows a full one (the engine asserts it; Hy4's loader " \
+        "requires layer 0 full)"
+    q_nope, q_pe = g.mla_q_parts(c.mul_mat(need(w.layer(il, "attn_q_b")), qr), g.hp.n_head[il])
+    kv_cmpr, k_pe = g.mla_kv(il, cur)
+    q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, c.rope(q_pe, pos), kv_cmpr, c.rope(k_pe, pos))
+    return g.attn_k(mla_in, il, wo, q_cur, k_cur, kv_cmpr, w.layer(il, "attn_v_b"), g.top_k_mask(mla_in.mask, top_k),
+                    sinks=sinks), top_k
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -61,19 +87,8 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        qr = c.mul_mat(need(w.layer(il, "attn_q_a")), cur)
-        qr = g.norm(qr, w.layer(il, "attn_q_a_norm"), None, il)
-        top_k = indexer_top_k(g, il, cur, qr, pos, need(lid_in.k_rot), lid_in.k_idxs, lid_in.mask, g.lid[il],
-                              facts.hparam("attention.indexer.top_k")) if il in g.lid else prev
-        assert top_k is not None, "a shared indexer layer follows a full one (the engine asserts it)"
-        prev = top_k
-        q_nope, q_pe = g.mla_q_parts(c.mul_mat(need(w.layer(il, "attn_q_b")), qr), hp.n_head[il])
-        kv_cmpr, k_pe = g.mla_kv(il, cur)
-        q_pe = c.rope(q_pe, pos)
-        k_pe = c.rope(k_pe, pos)
-        q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, q_pe, kv_cmpr, k_pe)
-        cur = g.attn_k(mla_in, il, w.layer(il, "attn_output"), q_cur, k_cur, kv_cmpr, w.layer(il, "attn_v_b"),
-                       g.top_k_mask(mla_in.mask, top_k))
+        cur, prev = attention(g, facts, il, cur, pos, mla_in, lid_in, prev, need(lid_in.k_rot),
+                              w.layer(il, "attn_output"))
         ffn_inp, cur = g.ffn_input(il, cur, res)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)

@@ -1,9 +1,12 @@
 """The hyper-connections DeepSeek-V4 (src/models/deepseek4.cpp) and GLM-5.3-Flash (glm5-next.cpp) each
 build alike: the residual kept as hc streams, mixed into a sublayer's input (`hc_pre`), the sublayer's
 output spread back over them (`hc_post`), fused (the DSV4_HC_* ops) or by hand where the engine's probe
-turned the fused op off (llama-context.cpp resolve_fused_ops)."""
+turned the fused op off (llama-context.cpp resolve_fused_ops). Hy4 and Qwen4Exp take its views and parts."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import reduce
 
 from moeconf.memory.graph.archs.common import need
 from moeconf.memory.graph.blocks import GraphContext
@@ -14,32 +17,38 @@ def affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
     return g.ctx.add(g.ctx.mul(x, scale), base)
 
 
+def affine_part(g: GraphContext, mixes: Tensor, scale: Tensor, base: Tensor, k: int, start: int, n: int) -> Tensor:
+    """The mixes' k-th affine part: their `n` values from `start`, times scale[k], plus base[start:start + n]."""
+    c = g.ctx
+    return affine(g, c.view(mixes, (n, mixes.ne[1]), (mixes.nb[1],), 4 * start), c.view(scale, (1,), (), 4 * k),
+                  c.view(base, (n,), (), 4 * start))
+
+
+def sublayer_mixes(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A sublayer's (`part`'s) mixes of the streams `x` (RMS-normed, projected by hc_{part}_fn), its hc_{part}_scale
+    and hc_{part}_base."""
+    fn, scale, base = (need(g.w.layer(il, f"hc_{part}_{k}")) for k in ("fn", "scale", "base"))
+    return hc_mixes(g, x, fn, hc), scale, base
+
+
 def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
            record: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """build_hc_pre: the streams' mixes (RMS-normed, projected), the pre and post weights (sigmoids of
     their affine parts), the comb matrix (DSV4_HC_COMB, or by hand: a softmax, then Sinkhorn's column
     and row normalisations) and the streams mixed by the pre weights (DSV4_HC_PRE, or by hand: `weighted`).
     `record`: the fused nodes recorded for the engine's probe (`GraphContext.fused`)."""
-    c, w = g.ctx, g.w
-    fn, scale, base = (need(w.layer(il, f"hc_{part}_{k}")) for k in ("fn", "scale", "base"))
-    T = x.ne[2]
-    mixes = hc_mixes(g, x, fn, hc)
-
-    def part_of(i0: int, n: int) -> Tensor:
-        return c.view(mixes, (n, T), (mixes.nb[1],), 4 * i0)
-
-    pre = c.scale(c.unary(affine(g, part_of(0, hc), c.view(scale, (1,), (), 0), c.view(base, (hc,), (), 0)),
-                          "sigmoid"))
-    post = c.scale(c.unary(affine(g, part_of(hc, hc), c.view(scale, (1,), (), 4), c.view(base, (hc,), (), 4 * hc)),
-                           "sigmoid"))
+    c = g.ctx
+    mixes, scale, base = sublayer_mixes(g, x, il, part, hc)
+    pre = c.scale(c.unary(affine_part(g, mixes, scale, base, 0, 0, hc), "sigmoid"))
+    post = c.scale(c.unary(affine_part(g, mixes, scale, base, 1, hc, hc), "sigmoid"))
     unfused = g.cp.unfused
     if "DSV4_HC_COMB" not in unfused:
         comb = c.dsv4_hc_comb(mixes, scale, base, hc)
         if record:
             g.fused.append(("DSV4_HC_COMB", comb, il))
     else:
-        comb = affine(g, part_of(2 * hc, hc * hc), c.view(scale, (1,), (), 8), c.view(base, (hc * hc,), (), 8 * hc))
-        comb = sinkhorn(g, c.reshape(comb, hc, hc, T), iters)
+        comb = affine_part(g, mixes, scale, base, 2, 2 * hc, hc * hc)
+        comb = sinkhorn(g, c.reshape(comb, hc, hc, x.ne[2]), iters)
     if "DSV4_HC_PRE" not in unfused:
         out = c.dsv4_hc_pre(x, pre)
         if record:
@@ -62,16 +71,24 @@ def hc_mixes(g: GraphContext, x: Tensor, fn: Tensor, hc: int) -> Tensor:
     return g.mm(fn, g.ctx.rms_norm(g.ctx.reshape(x, x.ne[0] * hc, x.ne[2])))
 
 
+def stream(g: GraphContext, x: Tensor, i: int) -> Tensor:
+    """Stream `i` of the streams [n_embd, hc, tokens], a view [n_embd, tokens]."""
+    return g.ctx.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), i * x.nb[1])
+
+
+def weight(g: GraphContext, w: Tensor, i: int) -> Tensor:
+    """Stream `i`'s weights of the per-stream weights [hc, tokens], a view [1, tokens]."""
+    return g.ctx.view(w, (1, w.ne[1]), (w.nb[1],), i * w.nb[0])
+
+
+def concat(g: GraphContext, streams: Iterable[Tensor]) -> Tensor:
+    """The streams [n_embd, 1, tokens] concatenated into [n_embd, hc, tokens]."""
+    return reduce(lambda a, b: g.ctx.concat(a, b, 1), streams)
+
+
 def weighted(g: GraphContext, x: Tensor, pre: Tensor, hc: int) -> Tensor:
     """The streams weighted by `pre` (one weight per stream and token) and summed, by hand."""
-    c, T = g.ctx, x.ne[2]
-    res: Tensor | None = None
-    for ih in range(hc):
-        xh = c.view(x, (x.ne[0], T), (x.nb[2],), ih * x.nb[1])
-        cur = c.mul(xh, c.view(pre, (1, T), (pre.nb[1],), ih * pre.nb[0]))
-        res = cur if res is None else c.add(res, cur)
-    assert res is not None
-    return res
+    return reduce(g.ctx.add, (g.ctx.mul(stream(g, x, i), weight(g, pre, i)) for i in range(hc)))
 
 
 def sinkhorn(g: GraphContext, comb: Tensor, iters: int) -> Tensor:
@@ -102,14 +119,12 @@ def hc_post(g: GraphContext, x: Tensor, residual: Tensor, post: Tensor, comb: Te
         g.fused.append(("DSV4_HC_POST", out, il))
         return out
     n_embd, T = x.ne[0], x.ne[1]
-    res: Tensor | None = None
-    for dst in range(hc):
-        cur = c.mul(x, c.view(post, (1, T), (post.nb[1],), dst * post.nb[0]))
+
+    def dst_stream(dst: int) -> Tensor:
+        cur = c.mul(x, weight(g, post, dst))
         for src in range(hc):
-            r = c.view(residual, (n_embd, T), (residual.nb[2],), src * residual.nb[1])
-            k = c.view(comb, (1, T), (comb.nb[2],), dst * comb.nb[0] + src * comb.nb[1])
-            cur = c.add(cur, c.mul(r, k))
-        cur = c.reshape(cur, n_embd, 1, T)
-        res = cur if res is None else c.concat(res, cur, 1)
-    assert res is not None
-    return res
+            cur = c.add(cur, c.mul(stream(g, residual, src),
+                                   c.view(comb, (1, T), (comb.nb[2],), dst * comb.nb[0] + src * comb.nb[1])))
+        return c.reshape(cur, n_embd, 1, T)
+
+    return concat(g, (dst_stream(dst) for dst in range(hc)))

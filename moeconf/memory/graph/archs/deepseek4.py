@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeconf.memory.graph.archs._dsa import lightning_top_k
 from moeconf.memory.graph.archs._hc import hc_pre, head_weights, weighted
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need
 from moeconf.memory.graph.blocks import GraphContext, rotation_width
@@ -96,10 +97,9 @@ def build(g: GraphContext, facts: Facts) -> None:
     hca = _comp_inputs(g, "hca", HCA, False, HCA, n_comp128, cp.flash_attn, rot)
     lid = _comp_inputs(g, "lid", CSA, True, 2 * CSA, n_comp4, True, rotation_width(idx_head))
     g.expand(raw_mask)
-    cur4 = c.reshape(inp, hp.n_embd, 1, T)
-    x = c.repeat(cur4, hp.n_embd, hc, T, 1)
+    x = c.repeat(c.reshape(inp, hp.n_embd, 1, T), hp.n_embd, hc, T, 1)
     gating = "sqrt_softplus" if facts.gating == 4 else {1: "softmax", 2: "sigmoid"}.get(facts.gating or 0, "softmax")
-    clamp = "swiglu_clamp_exp" in facts.floats
+    act = "silu_clamp" if "swiglu_clamp_exp" in facts.floats else "silu"
     for il in range(hp.n_layer):
         residual = x
         cur, post, comb = hc_pre(g, x, il, "attn", hc, 0, record=False)
@@ -114,12 +114,9 @@ def build(g: GraphContext, facts: Facts) -> None:
         g.expand(post)
         g.expand(comb)
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
-        selected = None
-        bias = w.layer(il, "exp_probs_b", "bias")
-        if il < n_hash:
-            selected = c.get_rows(need(w.layer(il, "ffn_gate_tid2eid")), need(g.t_inp_tokens))
-            bias = None
-        act = "silu_clamp" if clamp else "silu"
+        hashed = il < n_hash  # the experts chosen by token id (ffn_gate_tid2eid), no selection bias
+        selected = c.get_rows(need(w.layer(il, "ffn_gate_tid2eid")), need(g.t_inp_tokens)) if hashed else None
+        bias = None if hashed else w.layer(il, "exp_probs_b", "bias")
         moe = g.moe_ffn(cur, il, gating=gating, norm_w=bool(facts.norm_w), w_scale=facts.w_scale, act=act,
                         probs_bias=bias, selected=selected)
         x = c.dsv4_hc_post(g.add_shexp(moe, cur, il, act=act), residual, post, comb)
@@ -192,18 +189,15 @@ def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, w
 def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, groups: int, head: int, idx_head: int,
                top_k: int, k_idxs: Tensor, raw_mask: Tensor, raw_rot: Tensor | None, csa: _Comp, hca: _Comp,
                lid: _Comp) -> Tensor:
-    c, w, hp = g.ctx, g.w, g.hp
-    T, n_head = cur.ne[1], hp.n_head[il]
-    lw = w.layer
-    caches: dict[str, Tensor] = {}
-    if ratio == HCA:
-        caches["hca"] = _comp_cache(g, il, f"cache_k_l{il}", head, hca.n_kv)
-        _compressed(g, il, cur, hca, HCA, head, "attn_compressor", caches["hca"], "hca")
-    elif ratio == CSA:
-        caches["csa"] = _comp_cache(g, il, f"cache_k_l{il}", head, csa.n_kv)
-        caches["lid"] = _comp_cache(g, il, f"cache_k_l{il}", idx_head, lid.n_kv)
-        _compressed(g, il, cur, csa, CSA, head, "attn_compressor", caches["csa"], "csa")
-        _compressed(g, il, cur, lid, CSA, idx_head, "indexer_compressor", caches["lid"], "lid")
+    c, lw = g.ctx, g.w.layer
+    T, n_head = cur.ne[1], g.hp.n_head[il]
+    comp = {CSA: csa, HCA: hca}.get(ratio)  # none at ratio 0 (the raw rows only)
+    if comp is not None:
+        cache = _comp_cache(g, il, f"cache_k_l{il}", head, comp.n_kv)
+        lid_cache = _comp_cache(g, il, f"cache_k_l{il}", idx_head, lid.n_kv) if comp is csa else None
+        _compressed(g, il, cur, comp, ratio, head, "attn_compressor", cache, "csa" if comp is csa else "hca")
+        if lid_cache is not None:
+            _compressed(g, il, cur, lid, CSA, idx_head, "indexer_compressor", lid_cache, "lid")
     qr = g.norm(g.mm(need(lw(il, "attn_q_a")), cur), lw(il, "attn_q_a_norm"), None, il)
     q = c.rms_norm(c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), head, n_head, T))
     q = c.rope(q, pos)
@@ -217,15 +211,12 @@ def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, g
     g.expand(g._cpy_k(raw_cache, kv, k_idxs))
     raw_k = g._get_k(raw_cache, il, raw_mask.ne[0])
     sinks = lw(il, "attn_sinks")
-    if ratio == CSA:
-        top = _lid_top_k(g, il, qr, cur, pos, lid, caches["lid"], idx_head, top_k)
-        k_all = c.concat(raw_k, _get_k(g, caches["csa"], csa.n_kv), 2)
-        mask = c.concat(raw_mask, g.top_k_mask(csa.mask, top, "F16" if g.cp.flash_attn else "F32"), 0)
-    elif ratio == HCA:
-        k_all = c.concat(raw_k, _get_k(g, caches["hca"], hca.n_kv), 2)
-        mask = c.concat(raw_mask, hca.mask, 0)
-    else:
-        k_all, mask = raw_k, raw_mask
+    k_all, mask = raw_k, raw_mask
+    if comp is not None:  # CSA's compressed rows through the indexer's top-k, HCA's all visible
+        top = _lid_top_k(g, il, qr, cur, pos, lid, lid_cache, idx_head, top_k) if lid_cache is not None else None
+        k_all = c.concat(raw_k, _get_k(g, cache, comp.n_kv), 2)
+        sparse = comp.mask if top is None else g.top_k_mask(comp.mask, top, "F16" if g.cp.flash_attn else "F32")
+        mask = c.concat(raw_mask, sparse, 0)
     out = g.attn_mha(q, k_all, k_all, mask, sinks)
     if raw_rot is not None:
         out = g._hadamard(out, raw_rot)
@@ -251,10 +242,4 @@ def _lid_top_k(g: GraphContext, il: int, qr: Tensor, cur: Tensor, pos: Tensor, l
     assert lid.k_rot is not None
     q = g._hadamard(q, lid.k_rot)
     weights = c.scale(g.mm(need(lw(il, "indexer.proj")), cur))
-    k = _get_k(g, cache, lid.mask.ne[0])
-    ns = k.ne[3]
-    q = c.view(q, (q.ne[0], q.ne[1], q.ne[2] // ns, ns), (q.nb[1], q.nb[2], q.nb[3] // ns), 0)
-    weights = c.view(weights, (weights.ne[0], weights.ne[1] // ns, weights.ne[2], ns),
-                     (weights.nb[1], weights.nb[2] // ns, weights.nb[3] // ns), 0)
-    score = c.lightning_indexer(q, k, weights, lid.mask)
-    return c.cont(c.top_k(score, min(score.ne[0], top_k)))
+    return lightning_top_k(g, q, _get_k(g, cache, lid.mask.ne[0]), weights, lid.mask, top_k, False)

@@ -24,10 +24,11 @@ cells / kpool x sequences, every pool new, the pools padded to max(64, pad64(n_p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs._hc import hc_post, hc_pre
+from moeconf.memory.graph.archs._hc import hc_post, hc_pre, stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, probs_bias
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
@@ -107,43 +108,39 @@ class _Kpool:
     width: int  # attention.indexer.key_length
 
 
-def _inp_kpool(g: GraphContext, kpool: int, top_k: int, tail: bool, width: int) -> _Kpool:
-    c, cp = g.ctx, g.cp
-    T = g.n_tokens
+def _inp_kpool(g: GraphContext, facts: Facts) -> _Kpool:
+    c, cp, T = g.ctx, g.cp, g.n_tokens
+    kpool, top_k = facts.hparam("attention.indexer.kpool"), facts.hparam("attention.indexer.top_k")
     n_pool_real = cp.n_kv // kpool * cp.n_seq  # the cache's cells per stream
     n_pool = max(64, -(-(n_pool_real + 1) // 64) * 64)
     n_new = max(n_pool_real, 1)
     k_idxs = c.input("I64", T, name="attn_inp_k_idxs")
     pool_cells, pool_idxs = c.input("I32", n_pool, name=""), c.input("I32", kpool, n_pool, name="")
-    # the fused indexer takes an f16 mask
     pool_mask = c.input("F16", n_pool, T, name="")  # the fused indexer's (never turned off: model.FUSED_PROBES)
     tail_idxs = c.input("I32", kpool - 1, T, name="")
     for t in (pool_cells, pool_idxs, pool_mask, tail_idxs):
         g.expand(t)
     n_top = min(n_pool, top_k // kpool)
-    n_sel = kpool * n_top + (kpool - 1 if tail else 0)
+    n_sel = kpool * n_top + (kpool - 1 if facts.hparam("attention.indexer.kpool_select_tail") else 0)
     gather_mask = c.input("F32", n_sel, 1, 1, T, name="")
     g.expand(gather_mask)
     new_idxs = c.input("I32", kpool, n_new, name="")
     new_rep = c.input("I64", n_new, name="")
     return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask, new_idxs, new_rep, n_top,
-                  n_sel, T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, width)
+                  n_sel, T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, facts.hparam("attention.indexer.key_length"))
 
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     hc = facts.hparam("hyper_connection.count")
     iters = facts.hparam("hyper_connection.sinkhorn_iterations")
-    kpool = facts.hparam("attention.indexer.kpool")
-    tail = bool(facts.hparam("attention.indexer.kpool_select_tail"))
-    top_k = facts.hparam("attention.indexer.top_k")
     decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
     for il, kc in g.lid.items():  # llama_memory_hybrid_idx's indexer cache, created with the prefix "idx_"
         kc.name = f"cache_idx_k_l{il}"
     inp = g.inp_embd()
     rs_in = g.rs_inp()
     attn_in = g.attn_inp_k()
-    kp = _inp_kpool(g, kpool, top_k, tail, facts.hparam("attention.indexer.key_length"))
+    kp = _inp_kpool(g, facts)
     out_ids = g.inp_out_ids()
     T = g.n_tokens
     x = c.repeat(c.reshape(inp, hp.n_embd, 1, T), hp.n_embd, hc, T, 1)
@@ -175,16 +172,12 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = hc_post(g, cur, residual, post, comb, hc, il)
     flat = c.get_rows(c.reshape(x, hp.n_embd * hc, T), out_ids)
     x = c.reshape(flat, hp.n_embd, hc, g.cp.n_outputs)
-    acc = c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), 0)
-    for s in range(1, hc):
-        acc = c.add(acc, c.view(x, (x.ne[0], x.ne[2]), (x.nb[2],), s * x.nb[1]))
-    g.output(c.scale(acc))
+    g.output(c.scale(reduce(c.add, (stream(g, x, s) for s in range(hc)))))
 
 
 def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Tensor, il: int) -> Tensor:
     """build_kpool_select: the selected cells' indices (gather) or the sparse mask (scatter)."""
-    c, w = g.ctx, g.w
-    lw = w.layer
+    c, lw = g.ctx, g.w.layer
     kc = g.lid[il]
     width = kp.width
     assert kc.ne[0] == 3 * width, "the indexer cache row is key | gate | pooled (llama_memory_hybrid_idx)"
@@ -248,8 +241,7 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
 def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il: int,
                prev: Tensor | None) -> tuple[Tensor, Tensor]:
     """build_dsa_layer: the nope-only absorbed MLA over the indexer's selection."""
-    c, w = g.ctx, g.w
-    lw = w.layer
+    c, lw = g.ctx, g.w.layer
     T, n_head = cur.ne[1], g.hp.n_head[il]
     rank = g.mla.kv_lora_rank
     qr = g.norm(g.mm(need(lw(il, "attn_q_a")), cur), lw(il, "attn_q_a_norm"), None, il)

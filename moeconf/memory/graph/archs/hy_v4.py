@@ -10,10 +10,10 @@ taken from the streams, which the head's own mix collapses before the final norm
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._dsa import indexer_top_k, inp_dsa
-from moeconf.memory.graph.archs._hc import affine, hc_mixes, head_weights, weighted
+from moeconf.memory.graph.archs._dsa import attention, inp_dsa
+from moeconf.memory.graph.archs._hc import affine_part, concat, head_weights, stream, sublayer_mixes, weight, weighted
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, routed
-from moeconf.memory.graph.blocks import AttnInput, GraphContext
+from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.model.inventory import Inventory
 
@@ -61,8 +61,9 @@ def build(g: GraphContext, facts: Facts) -> None:
         residual = x
         cur, post = _pre(g, x, il, "attn", hc)
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
-        cur, prev = _attention(g, facts, cur, pos, mla_in, lid_in, prev, il)
-        x = _post(g, cur, residual, post, hc)
+        attn, prev = attention(g, facts, il, cur, pos, mla_in, lid_in, prev, None, None, w.layer(il, "attn_sinks"))
+        attn = c.mul(attn, c.unary(c.mul_mat(need(w.layer(il, "attn_gate")), cur), "sigmoid"))  # gated
+        x = _post(g, g.mm(need(w.layer(il, "attn_output")), attn), residual, post, hc)
         residual = x
         cur, post = _pre(g, x, il, "ffn", hc)
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
@@ -76,38 +77,14 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.output(_reduce(g, x, head_weights(g, x, hc), hc))
 
 
-def _attention(g: GraphContext, facts: Facts, cur: Tensor, pos: Tensor, mla_in: AttnInput, lid_in: AttnInput,
-               prev: Tensor | None, il: int) -> tuple[Tensor, Tensor]:
-    """build_attention_dsa: the Q-LoRA, the layer's own indexer top-k where it is full (else `prev`), the
-    absorbed MLA through the top-k mask with sinks, gated; and the top-k the next shared layer reuses."""
-    c, w = g.ctx, g.w
-    qr = g.norm(c.mul_mat(need(w.layer(il, "attn_q_a")), cur), w.layer(il, "attn_q_a_norm"), None, il)
-    top_k = indexer_top_k(g, il, cur, qr, pos, None, lid_in.k_idxs, lid_in.mask, g.lid[il],
-                          facts.hparam("attention.indexer.top_k")) if il in g.lid else prev
-    assert top_k is not None, "a shared indexer layer follows a full one (the loader requires layer 0 full)"
-    q_nope, q_pe = g.mla_q_parts(c.mul_mat(need(w.layer(il, "attn_q_b")), qr), g.hp.n_head[il])
-    kv_cmpr, k_pe = g.mla_kv(il, cur)
-    q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, c.rope(q_pe, pos), kv_cmpr, c.rope(k_pe, pos))
-    attn = g.attn_k(mla_in, il, None, q_cur, k_cur, kv_cmpr, w.layer(il, "attn_v_b"),
-                    g.top_k_mask(mla_in.mask, top_k), sinks=w.layer(il, "attn_sinks"))
-    attn = c.mul(attn, c.unary(c.mul_mat(need(w.layer(il, "attn_gate")), cur), "sigmoid"))
-    return g.mm(need(w.layer(il, "attn_output")), attn), top_k
-
-
 def _pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> tuple[Tensor, Tensor]:
     """build_hc_pre: the mixes (the streams RMS-normed, projected to 2 x hc), the pre weights (a sigmoid
     of their affine part, eps added) reducing the streams, and the post weights (magnitude times a
     sigmoid, eps added)."""
-    c, w = g.ctx, g.w
-    fn, scale, base = (need(w.layer(il, f"hc_{part}_{k}")) for k in ("fn", "scale", "base"))
-    mixes = hc_mixes(g, x, fn, hc)
-
-    def mix(i: int) -> Tensor:
-        return affine(g, c.view(mixes, (hc, x.ne[2]), (mixes.nb[1],), 4 * hc * i), c.view(scale, (1,), (), 4 * i),
-                      c.view(base, (hc,), (), 4 * hc * i))
-
-    pre = c.scale(c.unary(mix(0), "sigmoid"))
-    post = c.scale(c.scale(c.unary(mix(1), "sigmoid")))
+    c = g.ctx
+    mixes, scale, base = sublayer_mixes(g, x, il, part, hc)
+    pre = c.scale(c.unary(affine_part(g, mixes, scale, base, 0, 0, hc), "sigmoid"))
+    post = c.scale(c.scale(c.unary(affine_part(g, mixes, scale, base, 1, hc, hc), "sigmoid")))
     return _reduce(g, x, pre, hc), post
 
 
@@ -122,10 +99,5 @@ def _post(g: GraphContext, out: Tensor, residual: Tensor, post: Tensor, hc: int)
     c = g.ctx
     n_embd, T = out.ne[0], out.ne[1]
     xf, pf, rf = c.cast(out, "F32"), c.cast(post, "F32"), c.cast(residual, "F32")
-    res: Tensor | None = None
-    for i in range(hc):
-        r = c.view(rf, (n_embd, T), (rf.nb[2],), i * rf.nb[1])
-        cur = c.reshape(c.add(r, c.mul(xf, c.view(pf, (1, T), (pf.nb[1],), i * pf.nb[0]))), n_embd, 1, T)
-        res = cur if res is None else c.concat(res, cur, 1)
-    assert res is not None
-    return c.cast(res, residual.type)
+    streams = (c.reshape(c.add(stream(g, rf, i), c.mul(xf, weight(g, pf, i))), n_embd, 1, T) for i in range(hc))
+    return c.cast(concat(g, streams), residual.type)

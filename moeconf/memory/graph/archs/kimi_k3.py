@@ -9,8 +9,6 @@ the fused GATED_DELTA_NET op with its state copied back, the gated norm."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from moeconf.memory.graph.archs._deltanet import kda_layer
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, mla_forms, need, older_mla
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
@@ -45,13 +43,6 @@ MEMORY = Memory(CHECKED + " (Kimi-K3)", frozenset({
     loader_refuses=mla_forms)
 
 
-@dataclass
-class _Bank:
-    """The residual bank (`resi_stack`): [n_embd, checkpoints, tokens], appended to, never refolded."""
-
-    stack: Tensor | None = None
-
-
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     inp = g.inp_embd()
@@ -63,35 +54,31 @@ def build(g: GraphContext, facts: Facts) -> None:
     decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
     # activation.situ_linear_beta above 0 runs the up branch's tanh, 0 leaves it out (tiny set "b")
     linear = facts.nonzero("activation.situ_linear_beta")
-    bank = _Bank()
+    bank: Tensor | None = None  # the residual bank (`resi_stack`): [n_embd, checkpoints, tokens], never refolded
     for il in range(hp.n_layer):
         prefix = inp
-        cur = _res_mix(g, bank, prefix, w.layer(il, "attn_res_score")) if block else prefix
+        cur = _res_mix(g, bank, prefix, w.layer(il, "attn_res_score"))  # the stream itself before a bank
         banked = bool(block) and il % block == 0
         if banked:
             ckpt = c.reshape(prefix, hp.n_embd, 1, prefix.ne[1])
-            bank.stack = ckpt if bank.stack is None else c.concat(bank.stack, ckpt, 1)
+            bank = ckpt if bank is None else c.concat(bank, ckpt, 1)
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         cur = kda_layer(g, rs_in, cur, il, decay, gate_rows=True) if il in g.rs else _mla_layer(g, attn_in, cur, il)
         prefix = cur if banked else c.add(prefix, cur)
-        cur = _res_mix(g, bank, prefix, w.layer(il, "ffn_res_score")) if block else prefix
+        cur = _res_mix(g, bank, prefix, w.layer(il, "ffn_res_score"))
         cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
         cur = g.layer_ffn(cur, il, act="situ", linear=linear) if g.dense(il) else _latent_moe(g, cur, il, facts, linear)
         inp = c.add(prefix, cur)
-    cur = inp
-    if block:
-        cur = _res_mix(g, bank, cur, w.get("output_res_score.weight"))
-    g.output(c.get_rows(cur, out_ids))
+    g.output(c.get_rows(_res_mix(g, bank, inp, w.get("output_res_score.weight")), out_ids))
 
 
-def _res_mix(g: GraphContext, bank: _Bank, cur: Tensor, score: Tensor | None) -> Tensor:
+def _res_mix(g: GraphContext, src: Tensor | None, cur: Tensor, score: Tensor | None) -> Tensor:
     """res_mix: the bank's checkpoints and the running stream scored (RMS-normed, weighted, summed),
     softmaxed together, the bank summed by DSV4_HC_PRE, the stream weighted and added."""
-    if bank.stack is None:
+    if src is None:
         return cur
     c = g.ctx
-    src = bank.stack
     n_ckpt, T = src.ne[1], cur.ne[1]
     sc_src = c.sum_rows(c.mul(c.rms_norm(src), need(score)))
     sc_src = c.reshape(sc_src, n_ckpt, T)
@@ -105,14 +92,13 @@ def _res_mix(g: GraphContext, bank: _Bank, cur: Tensor, score: Tensor | None) ->
 def _mla_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
     """build_mla_layer: the absorbed MLA (no RoPE) through the latent K-only cache, the output gate."""
     c, w = g.ctx, g.w
-    inp_gate = cur
     q = g.mla_q(il, cur)
     kv_cmpr, k_pe = g.mla_kv(il, cur)
     q_cur, k_cur, kv3 = g.mla_absorbed(il, *g.mla_q_parts(q, g.hp.n_head[il]), kv_cmpr, k_pe)
     out = g.attn_k(attn_in, il, None, q_cur, k_cur, kv3, w.layer(il, "attn_v_b"))
     gate_w = w.layer(il, "attn_gate")
     if gate_w is not None:
-        out = c.mul(out, c.unary(g.mm(gate_w, inp_gate), "sigmoid"))
+        out = c.mul(out, c.unary(g.mm(gate_w, cur), "sigmoid"))
     return g.mm(need(w.layer(il, "attn_output")), out)
 
 

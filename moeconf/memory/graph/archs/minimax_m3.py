@@ -15,6 +15,7 @@ positions in the cache padded to 256 and to whole blocks: at the reserve, an emp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
@@ -121,9 +122,7 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
         bmx = c.reshape(c.cont(c.transpose(c.get_rows(bm2, cb_s))), n_kv, n_tps, hd)
         mask4 = c.cast(c.reshape(c.inplace("ADD", bmx, mf_s), n_kv, n_tps, 1, hd), "F16")
         outs.append(_fa(g, q_s, c.permute(k_s, 0, 3, 1, 2), c.permute(v_s, 0, 3, 1, 2), mask4, n_head // hkv))
-    out = outs[0]
-    for o in outs[1:]:
-        out = c.concat(out, o, 1)
+    out = reduce(lambda a, b: c.concat(a, b, 1), outs)
     if attn_in.v_rot is not None:
         out = g._hadamard(out, attn_in.v_rot)
     return g.mm(need(w.layer(il, "attn_output")), out)

@@ -9,7 +9,11 @@ by the rectified heads' sum, expanded back to the cells, TOP_K); the PLE n-gram 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import reduce
+
 from moeconf.memory.graph.archs._deltanet import delta_net_layer
+from moeconf.memory.graph.archs._hc import stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -71,10 +75,7 @@ def _hc_mix(g: GraphContext, x: Tensor, prefix: str, il: int, hc: int, inject: b
         g.fused.append(("DSV4_HC_PRE", mixed, il))
     else:
         gated = c.reshape(c.mul(xn, c.unary(gate, "sigmoid")), n_embd, hc, T)
-        mixed = c.cont(c.view(gated, (n_embd, T), (4 * n_embd * hc,), 0))
-        for s in range(1, hc):
-            mixed = c.add(mixed, c.view(gated, (n_embd, T), (4 * n_embd * hc,), 4 * n_embd * s))
-        mixed = c.scale(mixed)
+        mixed = c.scale(reduce(c.add, (stream(g, gated, s) for s in range(1, hc)), c.cont(stream(g, gated, 0))))
     inj = g.mm(need(w.get(f"{prefix}_inject.weight")), xn) if inject else None
     return mixed, inj
 
@@ -142,11 +143,8 @@ def _qsa_top_k(g: GraphContext, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, 
     k_all = g.get_k_one(kc, n_kv)
     k_all = c.view(k_all, (dim, n_kv, ns), (k_all.nb[2], k_all.nb[3]), 0)
     members = c.reshape(c.get_rows(k_all, inp.blk_cells), dim, r, n_blocks, ns)
-    pooled: Tensor | None = None
-    for i in range(r):
-        s = c.cont(c.view(members, (dim, n_blocks, ns), (members.nb[2], members.nb[3]), i * members.nb[1]))
-        pooled = s if pooled is None else c.add(pooled, s)
-    assert pooled is not None
+    pooled = reduce(c.add, (c.cont(c.view(members, (dim, n_blocks, ns), (members.nb[2], members.nb[3]),
+                                          i * members.nb[1])) for i in range(r)))
     pooled = c.reshape(c.scale(pooled), dim, n_blocks * ns, 1)
     pooled = g.norm(pooled, w.layer(il, "indexer.k_norm"), None, il)
     pooled = c.rope(c.reshape(pooled, dim, 1, n_blocks * ns), inp.blk_pos)
@@ -155,11 +153,11 @@ def _qsa_top_k(g: GraphContext, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, 
     q = c.rope(g.norm(q, w.layer(il, "indexer.q_norm"), None, il), pos)
     score = c.mul_mat(pooled, c.reshape(q, dim, n_h * n_tps, ns))
     score = c.unary(c.reshape(score, n_blocks, n_h, n_tps, ns), "relu")
-    summed: Tensor | None = None
-    for h in range(n_h):
-        s = c.view(score, (n_blocks, n_tps, ns), (score.nb[2], score.nb[3]), h * score.nb[1])
-        summed = c.cont(s) if summed is None else c.add(summed, s)
-    assert summed is not None
+
+    def head(h: int) -> Tensor:
+        return c.view(score, (n_blocks, n_tps, ns), (score.nb[2], score.nb[3]), h * score.nb[1])
+
+    summed = reduce(c.add, (head(h) for h in range(1, n_h)), c.cont(head(0)))
     if blk_bias:
         summed = c.add(summed, inp.bias)
     expanded = c.get_rows(c.cont(c.permute(summed, 1, 0, 2, 3)), inp.cell_blk)
@@ -188,13 +186,8 @@ def _attn_layer(g: GraphContext, attn_in: AttnInput, qsa: dict[int, _Qsa], cur: 
     gate = c.cont(c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 4 * hd), hd * n_head, T)
     v = c.reshape(v, hd, n_kv, T)
     q, k = c.rope(q, pos), c.rope(k, pos)
-    if top is None:
-        cur = g.attn(attn_in, il, None, None, q, k, v)
-    else:
-        q, kview, vview = g.store_kv(attn_in, il, q, k, v)
-        cur = g.attn_mha(q, kview, vview, g.top_k_mask(attn_in.mask, top), None)
-        if attn_in.v_rot is not None:
-            cur = g._hadamard(cur, attn_in.v_rot)
+    mask = attn_in.mask if top is None else g.top_k_mask(attn_in.mask, top)  # the indexer's cells
+    cur = g.attn(replace(attn_in, mask=mask), il, None, None, q, k, v)
     cur = c.mul(cur, c.unary(gate, "sigmoid"))
     return g.mm(need(w.layer(il, "attn_output")), cur)
 
