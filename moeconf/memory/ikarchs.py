@@ -24,9 +24,9 @@ MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-os
 
 
 # the architectures whose weights and KV cache on ik are modelled here (compute: llama.cpp's graph plus the
-# margin measured on ik, `COMPUTE_MARGINS`, or ik's MLA model, `MLA_MODELLED`; refused where neither is), each
-# reading the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) its llama.cpp memory
-# model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
+# margin measured on ik, `COMPUTE_MARGINS`, or ik's MLA model, `MLA_MODELLED`; refused where neither is), each reading
+# the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) its llama.cpp memory model reads (support.MODELLED), except
+# where ik's loader reads others (`_IK_KEYS`)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
                             "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2", "step35"})

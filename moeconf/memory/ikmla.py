@@ -30,8 +30,7 @@ def effective_mla(inv: Inventory, geo: Geometry, settings: MemorySettings) -> in
 
 
 def _bytes(type_name: str, shape: tuple[int, ...]) -> int:
-    n = ggml.nbytes(ggml.type_ids()[type_name], shape)
-    return n or 0
+    return ggml.nbytes(ggml.type_ids()[type_name], shape) or 0
 
 
 def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str, int]:

@@ -47,9 +47,7 @@ class ServerCaches:
     @property
     def cap(self) -> int | None:
         """The most host memory both may take (None: the prompt cache has no byte limit)."""
-        if self.prompt_cache is None:
-            return None
-        return self.prompt_cache + self.checkpoints_total
+        return None if self.prompt_cache is None else self.prompt_cache + self.checkpoints_total
 
     def json(self) -> dict[str, object]:
         return {"binary": self.binary, "prompt_cache_bytes": self.prompt_cache,
@@ -79,11 +77,7 @@ class ServerCaches:
 
 def default_checkpoints(build: int | None) -> int:
     """llama-server's default --ctx-checkpoints at a mainline build (0 before there were any)."""
-    n = 0
-    for since, count in CHECKPOINT_DEFAULTS:
-        if (build or 0) >= since:
-            n = count
-    return n
+    return next((count for since, count in reversed(CHECKPOINT_DEFAULTS) if (build or 0) >= since), 0)
 
 
 def checkpoint(inv: Inventory, geo: Geometry, settings: MemorySettings, build: int | None) -> tuple[int, str]:

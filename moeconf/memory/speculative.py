@@ -92,23 +92,22 @@ def _mainline_types(value: str, where: str) -> list[tuple[str, str]]:
     return [(NGRAM if t.startswith("ngram-") else DRAFT_TYPE, where) for t in names if t != "none"]
 
 
+# kind -> what is not counted, around the flag or variable ({0}; for a binary, {1}: what it keeps)
+_NOT_COUNTED: dict[str, str] = {
+    DRAFT: "the draft model's weights, KV cache and compute ({0}) are not counted",
+    DRAFT_TYPE: ("{0} runs a second context on the model's MTP head or a draft sidecar: its weights, KV cache and "
+                 "compute, and the recurrent layers' rollback snapshots, are not counted"),
+    NGRAM: "{0}: the logits of the drafted tokens, the n-gram tables and the speculative checkpoints are not counted",
+    IK_MTP: "{0} runs the model's NextN (MTP) layers in a second context: its KV cache and compute are not counted",
+    BINARY: "{0} keeps {1}, which are not counted",
+}
+
+
 def unmodelled_speculation(speculation: Speculation, inv: Inventory) -> list[str]:
-    """Why memory is not modelled for this speculation (empty: none is on, or it changes nothing)."""
-    why: list[str] = []
-    head = "memory is not modelled with speculative decoding: "
+    """Why memory is not modelled for this speculation (empty: none is on, or it changes nothing:
+    ik's -mtp on a model without NextN layers)."""
     nextn = inv.metadata.hparam("nextn_predict_layers")
-    for kind, where in dict.fromkeys(speculation):
-        if kind == DRAFT:
-            why.append(f"{head}the draft model's weights, KV cache and compute ({where}) are not counted")
-        elif kind == DRAFT_TYPE:
-            why.append(f"{head}{where} runs a second context on the model's MTP head or a draft sidecar: its "
-                       "weights, KV cache and compute, and the recurrent layers' rollback snapshots, are not counted")
-        elif kind == NGRAM:
-            why.append(f"{head}{where}: the logits of the drafted tokens, the n-gram tables and the speculative "
-                       "checkpoints are not counted")
-        elif kind == IK_MTP and (max(nextn, default=0) if isinstance(nextn, tuple) else nextn or 0) > 0:
-            why.append(f"{head}{where} runs the model's NextN (MTP) layers in a second context: its KV cache and "
-                       "compute are not counted")
-        elif kind == BINARY:
-            why.append(f"{head}{where} keeps {SPECULATING_BINARIES[where]}, which are not counted")
-    return why
+    has_nextn = (max(nextn, default=0) if isinstance(nextn, tuple) else nextn or 0) > 0
+    return [f"memory is not modelled with speculative decoding: "
+            f"{_NOT_COUNTED[kind].format(where, SPECULATING_BINARIES.get(where))}"
+            for kind, where in dict.fromkeys(speculation) if kind in _NOT_COUNTED and (kind != IK_MTP or has_nextn)]
