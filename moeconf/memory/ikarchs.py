@@ -129,10 +129,9 @@ def compute_label(arch: str, n_ubatch: int = 512) -> str | None:
     not measured for this architecture)."""
     if arch not in COMPUTE_MARGINS:
         return None
-    lines = COMPUTE_MARGINS[arch][1]
     gpu = f"checked on a GPU: {GPU_CHECKED[arch]}" if arch in GPU_CHECKED else "not measured on a GPU"
     return (f"compute: estimated (ik_llama.cpp's graph differs; margin {margin_mib(arch, n_ubatch)} MiB, measured over "
-            f"{lines} lines on RPC; {gpu})")
+            f"{COMPUTE_MARGINS[arch][1]} lines on RPC; {gpu})")
 
 
 def margin_mib(arch: str, n_ubatch: int) -> int:

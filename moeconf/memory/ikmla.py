@@ -38,30 +38,28 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
     of the tensor it comes from: from `attn_kv_b` alone (ik-style conversions) `wk_b` and `wv_b` for any
     `-mla` > 0; from `attn_k_b` + `attn_v_b` (mainline) `wkv_b` for any `-mla` but 1 (0 included:
     `llm_prepare_mla` returns early only for 1)."""
-    inv = placement.inventory
-    out: dict[str, int] = defaultdict(int)
     if not geo.mla_arch:
         return {}
+    out: dict[str, int] = defaultdict(int)
     n_head, r = geo.n_head, geo.kv_lora_rank
     nope = geo.head_k_mla - geo.n_rot
     v = geo.head_v_mla
-    by = inv.by_name
-    for il in range(inv.block_count):
+    by = placement.inventory.by_name
+    for il in range(placement.inventory.block_count):
         kv_b = by.get(f"blk.{il}.attn_kv_b.weight")
         k_b = by.get(f"blk.{il}.attn_k_b.weight")
         v_b = by.get(f"blk.{il}.attn_v_b.weight")
         if kv_b is not None and k_b is None and mla > 0:
-            dev = placement.devices.get(kv_b.name)
-            if dev is None:
-                continue
             k_type = kv_b.type if kv_b.type in _QUANT_FREE else "Q8_0"
-            out[dev] += _bytes(k_type, (nope, r, n_head)) + _bytes(kv_b.type, (r, v, n_head))
+            src, size = kv_b, _bytes(k_type, (nope, r, n_head)) + _bytes(kv_b.type, (r, v, n_head))
         elif kv_b is None and k_b is not None and v_b is not None and mla != 1:
-            dev = placement.devices.get(k_b.name)
-            if dev is None:
-                continue
             t = k_b.type if k_b.type == v_b.type and k_b.type in ("F16", "BF16") else "Q8_0"
-            out[dev] += _bytes(t, (r, n_head * (nope + v)))
+            src, size = k_b, _bytes(t, (r, n_head * (nope + v)))
+        else:
+            continue
+        dev = placement.devices.get(src.name)
+        if dev is not None:
+            out[dev] += size
     return dict(out)
 
 

@@ -126,13 +126,8 @@ def server_caches(inv: Inventory, geo: Geometry, settings: MemorySettings, eng: 
     given = settings.cache_ram
     mib = given if given is not None else (PROMPT_CACHE_DEFAULT_MIB if has_cache else 0)
     prompt = None if mib < 0 else mib * MiB
-    if ik:
-        # checkpoints only with ik's own switch (not modelled: off by default)
-        n_ckpt, size, what = 0, 0, ""
-    else:
-        n_ckpt = settings.ctx_checkpoints if settings.ctx_checkpoints is not None else default_checkpoints(eng.build)
-        size, what = checkpoint(inv, geo, settings, eng.build)
-        if not size:
-            n_ckpt = 0
-    return ServerCaches(binary, prompt, given is not None, max(1, settings.n_parallel), n_ckpt,
+    # ik makes checkpoints only with its own switch (not modelled: off by default)
+    size, what = (0, "") if ik else checkpoint(inv, geo, settings, eng.build)
+    n_ckpt = settings.ctx_checkpoints if settings.ctx_checkpoints is not None else default_checkpoints(eng.build)
+    return ServerCaches(binary, prompt, given is not None, max(1, settings.n_parallel), n_ckpt if size else 0,
                         settings.ctx_checkpoints is not None, size, what)
