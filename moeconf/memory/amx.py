@@ -1,21 +1,8 @@
-"""Host weights on a CPU with AMX (issue 17). llama.cpp's CPU backend, built with AMX
-(`__AMX_INT8__` and `__AVX512VNNI__`, as native builds and the Sapphire Rapids variant of the
-multi-CPU builds are), offers the `AMX` buffer type FIRST among its extra buffer types
-(ggml/src/ggml-cpu/ggml-cpu.cpp, ggml_backend_cpu_get_extra_buffer_types), and the model loader
-puts each weight kept in host memory in the first buffer type whose backend supports the op using
-it (src/llama-model.cpp, select_weight_buft). The AMX buffer (ggml-cpu/amx/amx.cpp,
-extra_buffer_type::supports_op) takes:
-
-- weights of a MUL_MAT (not MUL_MAT_ID: routed experts go to CPU_REPACK, same bytes; not GET_ROWS:
-  token_embd stays in CPU), contiguous, with `ne[1] % 32 == 0`;
-- of type Q4_0, Q4_1, Q8_0 (`ne[0] % 32 == 0`), Q4_K, Q5_K, Q6_K, IQ4_XS (`ne[0] % 256 == 0`) or
-  F16 (`ne[0] % 16 == 0`).
-
-Its allocation (ggml-cpu/amx/mmq.cpp, ggml_backend_amx_get_alloc_size) packs the quantized types
-into a VNNI layout of `ne[1]` rows of `K/block` blocks each: Q8_0 adds an int32 compensation per
-block (38 bytes instead of 34), Q4_K and Q5_K 4 bytes per block, IQ4_XS 2; Q4_0, Q4_1, Q6_K keep
-their bytes; F16 is not packed. Rounded to the buffer's 32-byte alignment. ik_llama.cpp has no AMX
-buffer type."""
+"""Host weights on a CPU with AMX (issue 17): which weights llama.cpp's CPU backend, built with AMX,
+puts in its `AMX` buffer (tried first for weights kept in host memory), and their packed size
+(ggml-cpu/amx/amx.cpp `supports_op`, ggml-cpu/amx/mmq.cpp `ggml_backend_amx_get_alloc_size`).
+The engine facts and the measurements: docs/memory-architectures.md, "Host weights on a CPU with
+AMX". ik_llama.cpp has no AMX buffer type."""
 
 from __future__ import annotations
 

@@ -1,23 +1,8 @@
-"""Files a launch loads beside the model, a setting family moeconf does not model: where the
-command line (or the environment) loads one, the estimate is incomplete with a note naming the
-flag, `explain` prints "?", and `fit` refuses (fit.py refuses the same flags up front). What each
-costs, from the pinned sources:
-
-- a multimodal projector (llama.cpp `-mm/--mmproj FILE`, `-mmu/--mmproj-url URL`,
-  `LLAMA_ARG_MMPROJ`, `LLAMA_ARG_MMPROJ_URL`, read by the binaries of `mmproj_examples`:
-  llama-mtmd-cli, llama-server, llama-cli, llama-tts; ik_llama.cpp `--mmproj`, `--mmproj-url`;
-  common/arg.cpp, ik common/common.cpp gpt_params_find_arg): the vision or audio encoder's weights
-  and its compute buffer, on the GPU unless `--no-mmproj-offload` or `-mmdev none` keep them in
-  host memory (tools/mtmd/clip.cpp). A remote `-hf` model's projector is noted where the Hub
-  listing shows one (hub/remote.py);
-- LoRA adapters (`--lora FNAME`, `--lora-scaled FNAME:SCALE`, both engines): each adapter's
-  tensors in the buffer type of the model tensor they modify (src/llama-adapter.cpp), of a size
-  only the adapter file tells;
-- control vectors (`--control-vector`, `--control-vector-scaled`, both engines): one n_embd row
-  per layer, on that layer's device (llama-adapter.cpp llama_adapter_cvec).
-
-`--lora-init-without-apply`, `--mmproj-offload`, `--no-mmproj` and the other options of these
-files load nothing alone and are not refused."""
+"""Files a launch loads beside the model (multimodal projector, LoRA adapters, control vectors), a
+setting family moeconf does not model: where the command line (or the environment) loads one, the
+estimate is incomplete with a note naming the flag, `explain` prints "?", and `fit` refuses (fit.py
+refuses the same flags up front). The flags, what each costs and the sources: docs/memory-
+architectures.md, "Files loaded beside the model"; options that load nothing alone are not refused."""
 
 from __future__ import annotations
 
@@ -80,19 +65,17 @@ def read_extra_files(words: Sequence[str], engine: Engine, env: Mapping[str, str
     return tuple(out)
 
 
+# kind -> what is not counted, around the flag ({})
+_PROJECTOR = "the multimodal projector's weights and compute buffer ({}, "
+_NOT_COUNTED: dict[str, str] = {
+    MMPROJ: _PROJECTOR + "on the GPU unless --no-mmproj-offload) are",
+    MMPROJ + "-host": _PROJECTOR + "in host memory: --no-mmproj-offload) are",
+    LORA: "the LoRA adapter's tensors ({}, beside each tensor they modify) are",
+    CVEC: "the control vector ({}, a row per layer on its device) is",
+}
+
+
 def unmodelled_extra_files(extra: ExtraFiles) -> list[str]:
     """Why memory is not modelled for the files this launch loads beside the model (empty: none)."""
-    why: list[str] = []
-    head = "memory is not modelled with files loaded beside the model: "
-    for kind, where in dict.fromkeys(extra):
-        if kind == MMPROJ:
-            why.append(f"{head}the multimodal projector's weights and compute buffer ({where}, on the GPU unless "
-                       "--no-mmproj-offload) are not counted")
-        elif kind == MMPROJ + "-host":
-            why.append(f"{head}the multimodal projector's weights and compute buffer ({where}, in host memory: "
-                       "--no-mmproj-offload) are not counted")
-        elif kind == LORA:
-            why.append(f"{head}the LoRA adapter's tensors ({where}, beside each tensor they modify) are not counted")
-        elif kind == CVEC:
-            why.append(f"{head}the control vector ({where}, a row per layer on its device) is not counted")
-    return why
+    return [f"memory is not modelled with files loaded beside the model: {_NOT_COUNTED[kind].format(where)} not counted"
+            for kind, where in dict.fromkeys(extra) if kind in _NOT_COUNTED]

@@ -1,49 +1,8 @@
-"""ik_llama.cpp on the newer MoE architectures (issue 17): weights and KV cache modelled, compute
-not. Facts from ik_llama.cpp 0.1.5 (vendored in ik-llama-cpp-python 0.1.5, `src/`), checked
-against the buffer sizes ik logs on real loads of cut layouts (tests/engine/test_ik_newer.py,
-figures in tests/data/ik_newer_figures.json):
-
-- Weights: the tensors ik loads as placed (moeconf/model/nametable.py IK_ARCH_TENSORS), plus, for
-  glm-dsa and mistral4 (mainline conversions: `attn_k_b`/`attn_v_b`), the `wkv_b` ik computes at
-  load from them for `-mla` 2 and 3, in every block including a GLM MTP block whose other tensors
-  it skips (`llm_prepare_mla`; memory/ikmla.py).
-- KV (`llama_kv_cache_init`, src/llama.cpp): one cache of `n_ctx` cells whatever `-np` (ik has
-  no per-sequence streams), for the trunk blocks only (`n_layer - nextn_predict_layers`).
-  glm-dsa and mistral4 (Mistral-Small-4, whose ik graph is build_deepseek2) take the MLA path
-  (the latent of `kv_lora_rank + n_rot` per cell); for glm-dsa ik allocates NO
-  lightning-indexer key cache (and never runs the indexer: its graph is DeepSeek's dense MLA).
-  Qwen3.5-MoE and Qwen3-Next: the attention layers keep K and V, each recurrent layer one F32
-  state of `n_embd_v_s()` per slot (`llama-hparams.h`: `(conv_kernel - 1) * (2 * state_size *
-  group_count + inner_size) + head_v_dim^2 * time_step_rank`, `head_v_dim = inner_size /
-  time_step_rank`), `min(max(1, -np), n_ctx)` slots (`llama_qwen3next_state_slots`), in the same
-  KV buffer as the layer's K and V. That equals mainline's conv + delta-net state when
-  `head_v_dim == state_size` (every published Qwen3-Next and Qwen3.5 model); a file where they
-  differ is refused here.
-- Which layers are recurrent (`src/llama-hparams.cpp`, `load_hparams`): qwen35moe reads
-  `full_attention_interval` (default 4); qwen3next ignores it and takes every 4th layer as
-  attention; neither reads `attention.recurrent_layers` nor, for qwen35moe, `nextn_predict_layers`.
-  A file whose keys would make mainline (and so moeconf's layer map) differ is refused on ik.
-- MTP blocks: qwen35moe, mimo2 and step35 (`IK_NEXTN_UNREAD`) do not read `nextn_predict_layers` on
-  ik, so a file with MTP blocks would run them as trunk layers there: refused on ik (the mimo2 and
-  step35 cuts measured have none).
-- Keys ik requires that llama.cpp does not (`IK_REQUIRED_KEYS`: mistral4's leading dense blocks,
-  mimo2's and step35's sliding RoPE base, step35's SwiGLU limits): a file without them fails to load
-  on ik, and is refused there.
-- Compute: ik builds its own graphs (src/llama-build-context.cpp: fused MoE up/gate, its MLA and
-  delta-net kernels) and has no allocation-free projection to check them against. moeconf sizes
-  ik's compute buffers (these architectures and `MODELLED_IN_FULL`) as llama.cpp's
-  graph of the same model and placement (the llama.cpp memory model run on the same placement with
-  ik's one KV cache, full-size window cells and the whole ubatch's outputs), plus, with flash
-  attention off, the second f32 KQ matrix ik keeps, plus a margin per architecture MEASURED on ik:
-  its logged compute buffers on real loads of cut layouts, each device an RPC server or the host
-  (tests/engine/test_ik_compute.py; figures with the ik commit in tests/data/ik_compute_figures.json)
-  against that estimate; the margin is the worst difference seen (`COMPUTE_MARGINS`). The figure is
-  labelled estimated (`compute_label`): no GPU measured it. deepseek2 and glm-dsa, whose MLA
-  attention in ik holds several GiB more than llama.cpp's graph, growing with the context
-  (`MLA_MODELLED`): each device running attention takes the larger of llama.cpp's graph and ik's
-  MLA attention peak, modelled from ik's graph (memory/ikmla.py), plus its measured margin.
-  Where llama.cpp's graph is not modelled for the model or settings, compute is refused with the
-  next step (`next_step`, `compute_next_step`)."""
+"""ik_llama.cpp 0.1.5 per architecture (issue 17): whose weights, KV cache and compute moeconf
+models there, and why and what next where it does not. Compute is llama.cpp's graph of the same
+placement plus a margin measured on ik (`COMPUTE_MARGINS`), or ik's MLA attention (memory/ikmla.py).
+The engine facts and the measurements behind each table: docs/memory.md ("ik_llama.cpp") and
+docs/memory-architectures.md ("What ik 0.1.5 allocates")."""
 
 from __future__ import annotations
 
@@ -65,9 +24,9 @@ MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-os
 
 
 # the architectures whose weights and KV cache on ik are modelled here (compute: llama.cpp's graph plus the
-# margin measured on ik, `COMPUTE_MARGINS`, or ik's MLA model, `MLA_MODELLED`; refused where neither is), each
-# reading the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) its llama.cpp memory
-# model reads (support.MODELLED), except where ik's loader reads others (`_IK_KEYS`)
+# margin measured on ik, `COMPUTE_MARGINS`, or ik's MLA model, `MLA_MODELLED`; refused where neither is), each reading
+# the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) its llama.cpp memory model reads (support.MODELLED), except
+# where ik's loader reads others (`_IK_KEYS`)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
                             "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2", "step35"})
@@ -94,17 +53,9 @@ IK_FAILS: Final[dict[str, str]] = {
 }
 
 
-# MoE architectures ik 0.1.5 loads whose memory on ik is not measured yet: what a measurement has to deal with
-# (none since mistral4, step35 and mimo2 were measured: IK_REQUIRED_KEYS holds the keys their loads needed)
-IK_NOT_MEASURED: Final[dict[str, str]] = {}
-
-
 def why_not(arch: str, engine: str) -> str:
-    """Why moeconf does not size `arch` on `engine` where ik cannot run it or it was not measured
-    there (empty otherwise)."""
-    if engine != ENGINE:
-        return ""
-    reason = IK_FAILS.get(arch) or IK_NOT_MEASURED.get(arch)
+    """Why moeconf does not size `arch` on `engine` where ik cannot run it (empty otherwise)."""
+    reason = IK_FAILS.get(arch) if engine == ENGINE else None
     return f": {reason}" if reason else ""
 
 
@@ -114,21 +65,17 @@ def kv_only(arch: str, engine: str) -> bool:
     return engine == ENGINE and arch in KV_ONLY
 
 
-# --- ik's compute against llama.cpp's graph: what the engine suite measured (tests/data/
-# ik_compute_figures.json, tests/engine/test_ik_compute.py), held by tests/test_memory_ik_compute.py ---
-# architecture -> (margin MiB: the largest amount by which a compute buffer ik logged exceeded
-# moeconf's figure for it without the margin, rounded up; device figures measured), at -ub up to
-# ikmla.MARGIN_UBATCH (the margin grows in proportion above it: the differences measured grow with
-# the ubatch). An architecture not listed: compute refused (`compute_not_measured`)
+# --- ik's compute against llama.cpp's graph, measured by tests/engine/test_ik_compute.py (tests/data/
+# ik_compute_figures.json, held by tests/test_memory_ik_compute.py): architecture -> (margin MiB: the largest amount
+# by which a compute buffer ik logged exceeded moeconf's figure without the margin, rounded up; device figures
+# measured), at -ub up to ikmla.MARGIN_UBATCH, in proportion above (the differences measured grow with the ubatch).
+# An architecture not listed: compute refused (`compute_not_measured`)
 COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
     "bailingmoe2": (4, 11), "dots1": (0, 11), "qwen3vlmoe": (16, 11), "llama": (2, 11),
     "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11), "mimo2": (32, 11),
-    # step35: measured on the cut with SwiGLU limits on its first dense block and last two MoE blocks (not the
-    # model's own values, which moeconf has no source for: tests/engine/ik_newer_cases.py IK_KEYS); ik's buffers
-    # were at or below llama.cpp's graph on every figure (by 0.02 to 320 MiB)
-    "step35": (0, 11),
+    "step35": (0, 11),  # measured with SwiGLU limits on three blocks, not the model's own (docs/memory.md)
 }
 # architectures whose ik compute buffers, measured over RPC like the others', exceeded llama.cpp's graph by far more
 # than a margin (over 64 MiB): compute refused, saying how ik's graph differs. Weights and KV are modelled
@@ -148,8 +95,7 @@ GPU_CHECKED: Final[dict[str, str]] = {
     "qwen3moe": "1 line on an H200 (-ot exps=CPU -c 32768: CUDA0 305 MiB logged, this estimate 317)",
 }
 # ik's graph keeps a second f32 copy of the KQ matrix where flash attention is off: ik's compute buffer was
-# llama.cpp's graph plus one n_head x n_kv x n_ubatch f32 tensor. Architecture -> what it was measured on
-# (there only)
+# llama.cpp's graph plus one n_head x n_kv x n_ubatch f32 tensor. Architecture -> what it was measured on (there only)
 FA_OFF_MEASURED: Final[dict[str, str]] = {
     "grok": "Grok-1, whose flash attention ik forces off: -c 8192 to 32768, -ub 512 and 2048",
 }
@@ -183,10 +129,9 @@ def compute_label(arch: str, n_ubatch: int = 512) -> str | None:
     not measured for this architecture)."""
     if arch not in COMPUTE_MARGINS:
         return None
-    lines = COMPUTE_MARGINS[arch][1]
     gpu = f"checked on a GPU: {GPU_CHECKED[arch]}" if arch in GPU_CHECKED else "not measured on a GPU"
     return (f"compute: estimated (ik_llama.cpp's graph differs; margin {margin_mib(arch, n_ubatch)} MiB, measured over "
-            f"{lines} lines on RPC; {gpu})")
+            f"{COMPUTE_MARGINS[arch][1]} lines on RPC; {gpu})")
 
 
 def margin_mib(arch: str, n_ubatch: int) -> int:
@@ -194,11 +139,10 @@ def margin_mib(arch: str, n_ubatch: int) -> int:
 
 
 def compute_not_measured(arch: str) -> str:
-    if arch in COMPUTE_DIFFERS:
-        return (f"compute on ik_llama.cpp is not modelled for {arch!r}: ik's graph differs from llama.cpp's ("
-                f"{COMPUTE_DIFFERS[arch]}; tests/engine/test_ik_compute.py); weights and KV cache are modelled")
-    return (f"compute on ik_llama.cpp is not modelled for {arch!r}: its compute buffers were not measured against "
-            "llama.cpp's graph (tests/engine/test_ik_compute.py); weights and KV cache are modelled")
+    why = (f"ik's graph differs from llama.cpp's ({COMPUTE_DIFFERS[arch]}; " if arch in COMPUTE_DIFFERS
+           else "its compute buffers were not measured against llama.cpp's graph (")
+    return (f"compute on ik_llama.cpp is not modelled for {arch!r}: {why}tests/engine/test_ik_compute.py); weights "
+            "and KV cache are modelled")
 
 
 def compute_next_step(arch: str) -> str:

@@ -1,26 +1,8 @@
-"""ik_llama.cpp's MLA mode as it really runs, and the tensors it computes at load for it
-(issue 17). Facts from ik_llama.cpp 0.1.5 (`src/llama.cpp`):
-
-- `llm_prepare_mla` (called from `llm_load_tensors` with the `-mla` value) converts between the two
-  GGUF forms of DeepSeek's attention up-projection. A file with `attn_kv_b` but no `attn_k_b`
-  (ik-style conversions) gets `wk_b` (Q8_0 when `attn_kv_b` is quantized, else its type,
-  `nope x kv_lora_rank x n_head`) and `wv_b` (`attn_kv_b`'s type, `kv_lora_rank x v x n_head`) for
-  any `-mla` > 0. A file with `attn_k_b` + `attn_v_b` but no `attn_kv_b` (mainline conversions)
-  gets `wkv_b` (`kv_lora_rank x n_head (nope + v)`, f16/bf16 when both are, else Q8_0) for any
-  `-mla` but 1 (0 included: `llm_prepare_mla` returns early only for 1). Each is a buffer of its
-  own, allocated on the buffer type of the tensor it is computed from.
-- `-mla 0` on a mainline conversion (`head_count_kv` 1, `key_length` 576): ik's `load_hparams`
-  (src/llama-hparams.cpp, deepseek2 and glm-dsa) restores `n_head` KV heads of `key_length_mla`
-  and `value_length_mla`, and `llama_kv_cache_init` keeps a full K and V cache of those heads
-  (GLM-5 cut to 4 attention layers at 4096 f16: 1,024 MiB against the latent's 18).
-- `llama_kv_cache_init` falls back to `-mla 1` only when a layer still has no `wkv_b` after that:
-  so a mainline GGUF at `-mla 3 -fa off` keeps ONE latent cache of `kv_lora_rank + n_rot` per cell
-  in the V type (DeepSeek-V3 at 32k f16: 2,196 MiB, as a real-GPU log shows), not the `-mla 1`
-  K + V^T pair (4,148 MiB) moeconf modelled before.
-- Compute (`attention_peak`, src/llama-build-context.cpp `build_deepseek2`, run for deepseek2,
-  glm-dsa and mistral4): the peak of ik's MLA attention in the form `-mla`, flash attention and
-  the ubatch select, chunked by `-amb`; measured over RPC on cut layouts (docs/memory.md, "ik's
-  MLA attention")."""
+"""ik_llama.cpp's `-mla` as it really runs (issue 17): the mode ik falls back to, the tensors it
+computes at load for it (`llm_prepare_mla`, src/llama.cpp, called from `llm_load_tensors`), and the
+peak of its MLA attention (`attention_peak`, src/llama-build-context.cpp `build_deepseek2`). Engine
+facts and measurements: docs/memory-architectures.md ("What ik 0.1.5 allocates", "ik_llama.cpp `-mla`
+on mainline DeepSeek GGUFs") and docs/memory.md ("ik's MLA attention")."""
 
 from __future__ import annotations
 
@@ -48,46 +30,43 @@ def effective_mla(inv: Inventory, geo: Geometry, settings: MemorySettings) -> in
 
 
 def _bytes(type_name: str, shape: tuple[int, ...]) -> int:
-    n = ggml.nbytes(ggml.type_ids()[type_name], shape)
-    return n or 0
+    return ggml.nbytes(ggml.type_ids()[type_name], shape) or 0
 
 
 def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str, int]:
-    """Bytes per device of the tensors ik computes at load (see the module's note)."""
-    inv = placement.inventory
-    out: dict[str, int] = defaultdict(int)
+    """Bytes per device of the tensors ik computes at load, each a buffer of its own on the buffer type
+    of the tensor it comes from: from `attn_kv_b` alone (ik-style conversions) `wk_b` and `wv_b` for any
+    `-mla` > 0; from `attn_k_b` + `attn_v_b` (mainline) `wkv_b` for any `-mla` but 1 (0 included:
+    `llm_prepare_mla` returns early only for 1)."""
     if not geo.mla_arch:
         return {}
+    out: dict[str, int] = defaultdict(int)
     n_head, r = geo.n_head, geo.kv_lora_rank
     nope = geo.head_k_mla - geo.n_rot
     v = geo.head_v_mla
-    by = inv.by_name
-    for il in range(inv.block_count):
+    by = placement.inventory.by_name
+    for il in range(placement.inventory.block_count):
         kv_b = by.get(f"blk.{il}.attn_kv_b.weight")
         k_b = by.get(f"blk.{il}.attn_k_b.weight")
         v_b = by.get(f"blk.{il}.attn_v_b.weight")
         if kv_b is not None and k_b is None and mla > 0:
-            dev = placement.devices.get(kv_b.name)
-            if dev is None:
-                continue
             k_type = kv_b.type if kv_b.type in _QUANT_FREE else "Q8_0"
-            out[dev] += _bytes(k_type, (nope, r, n_head)) + _bytes(kv_b.type, (r, v, n_head))
+            src, size = kv_b, _bytes(k_type, (nope, r, n_head)) + _bytes(kv_b.type, (r, v, n_head))
         elif kv_b is None and k_b is not None and v_b is not None and mla != 1:
-            dev = placement.devices.get(k_b.name)
-            if dev is None:
-                continue
             t = k_b.type if k_b.type == v_b.type and k_b.type in ("F16", "BF16") else "Q8_0"
-            out[dev] += _bytes(t, (r, n_head * (nope + v)))
+            src, size = k_b, _bytes(t, (r, n_head * (nope + v)))
+        else:
+            continue
+        dev = placement.devices.get(src.name)
+        if dev is not None:
+            out[dev] += size
     return dict(out)
 
 
-# --- compute: ik's MLA attention (deepseek2, glm-dsa), src/llama-build-context.cpp build_deepseek2 ---
-# held to ik's logged compute buffers on cut layouts over RPC by tests/test_memory_ik_mla.py (figures:
-# tests/data/ik_mla_figures.json, re-measured by tests/engine/test_ik_mla_compute.py)
-# the largest amount by which a compute buffer ik logged exceeded `attention_peak` (or llama.cpp's graph where
-# that is larger) over the measured device buffers, MiB, rounded up (GLM-5 at -c 32768 -ub 2048: 36.52, ik's
-# allocator leaving 18 KiB a token more below the attention than the tensors live there), at -ub up to
-# MARGIN_UBATCH (above it the margin grows in proportion: the difference is a per-token term)
+# --- compute: ik's MLA attention (deepseek2, glm-dsa), held to ik's logged compute buffers on cut layouts over RPC
+# by tests/test_memory_ik_mla.py (tests/data/ik_mla_figures.json; docs/memory.md, "ik's MLA attention") ---
+# the largest amount by which a compute buffer ik logged exceeded `attention_peak` (or llama.cpp's graph where that
+# is larger), MiB, rounded up, at -ub up to MARGIN_UBATCH (in proportion above: the difference is a per-token term)
 MARGIN_MIB: Final = 37
 MARGIN_UBATCH: Final = 2048
 # ik PR #2312 (2026-08-13): -amb defaults to 256 (was 0)
@@ -132,22 +111,8 @@ def attention_form(mla: int, fa: bool, n_tokens: int) -> str | None:
 def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, amb: int) -> int | None:
     """Bytes of ik's compute buffer at its MLA attention's peak on a device running attention
     layers (None: a form not modelled). n_kv: the cache's cells (the reserved graph attends them
-    all), n_tokens: the ubatch. Terms (build_deepseek2; H heads, r = kv_lora_rank, p = n_rot,
-    n = nope width, v = value width, E = n_embd, T = n_tokens):
-
-    - the KQ mask: n_kv x pad(T, 16), f16 with flash attention, f32 without;
-    - "pp" (-mla 2/3, flash attention, T >= 128): per chunk of heads (`heads_per_chunk_pp`) the
-      f32 product wkv_b x latent (Hc (n + v) x n_kv) and its f16 casts to K-nope and V, live
-      together: n_kv Hc (n + v) 6 bytes; per token the layer input, Q, its roped part and the
-      concatenated Q: 4 (E + 2 H (n + p) + H p) bytes; in chunks, the roped K repeated to a chunk's
-      heads (kept through every chunk: n_kv Hc p 2) and the output concatenated so far (4 H v T);
-    - "kq" (flash attention off): the f32 KQ, per step of heads (`heads_per_step_kq`; its softmax
-      takes its place: ggml-alloc runs SOFT_MAX in place): 4 n_kv T Hs bytes (in steps, plus the
-      latent output concatenated so far, 4 H r T), plus with -mla 2/3 the f16 transposed latent
-      (n_kv r 2); per token the layer input, Q, its roped part, the absorbed Q-nope and the
-      concatenated Q: 4 (E + H (n + p) + H p + H r + H (r + p));
-    - "latent-fa" (-mla 1/3, flash attention, T < 128 for 3): no n_kv term but the mask; per token
-      as "kq"."""
+    all), n_tokens: the ubatch. The terms of each form (H heads, r = kv_lora_rank, p = n_rot, n =
+    nope width, v = value width, E = n_embd, T = n_tokens): docs/memory.md, "ik's MLA attention"."""
     form = attention_form(mla, fa, n_tokens)
     if form is None:
         return None
@@ -155,14 +120,19 @@ def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, 
     n, v = geo.head_k_mla - p, geo.head_v_mla
     T = n_tokens
     mask = n_kv * ggml.pad(T, 16) * (2 if fa else 4)
+    # per token the layer input, Q, its roped part, the absorbed Q-nope and the concatenated Q
     absorbed_tokens = 4 * (E + H * (n + p) + H * p + H * r + H * (r + p)) * T
     if form == "pp":
         hc = heads_per_chunk_pp(H, H * (n + v) * n_kv * 4 // MiB, amb)
         # in chunks, the roped K part repeated to a chunk's heads is built once and kept through every
         # chunk, beside the attention output concatenated so far (at most all heads)
         chunked = n_kv * hc * p * 2 + 4 * H * v * T if hc < H else 0
+        # the f32 product wkv_b x latent of a chunk's heads and its f16 casts to K-nope and V, live together;
+        # per token the layer input, Q, its roped part and the concatenated Q
         return mask + n_kv * hc * (n + v) * 6 + 4 * (E + 2 * H * (n + p) + H * p) * T + chunked
     if form == "kq":
+        # the f32 KQ of a step of heads (ggml-alloc runs its SOFT_MAX in place), with -mla 2/3
+        # the f16 transposed latent
         hs = heads_per_step_kq(H, n_kv * T * H * 4 // MiB, amb)
         stepped = 4 * H * r * T if hs < H else 0  # in steps, the latent output concatenated so far
         return mask + 4 * n_kv * T * hs + (n_kv * r * 2 if mla > 1 else 0) + absorbed_tokens + stepped

@@ -1,14 +1,9 @@
 """`--override-kv KEY=TYPE:VALUE`: the engine reads the model's metadata with the given values in
-place of the file's (llama.cpp common/arg.cpp, a comma-separated list per flag, repeatable;
-ik_llama.cpp common/common.cpp, one per flag; both parse items with string_parse_kv_override:
-`int:`, `float:`, `bool:true|false`, `str:` up to 127 characters, a key under 128). moeconf reads
-the file's values, so an override of a key that sizes anything (`{arch}.expert_used_count`, the
-block, head or context counts, the sliding window, ...) makes its figures wrong: memory is then
-incomplete with a note naming the override, `explain` prints "?" and `fit` refuses. Keys with no
-effect on any buffer stay modelled: the tokenizer's and `general.*` ones (but the architecture),
-the `{arch}.*` scalars of the graph (rope, norm epsilons, attention scales, clamps), and the
-`{arch}.*` keys the architecture's loader does not read (moeconf/engines/archkeys.py). A
-malformed item is an error the engine stops on."""
+place of the file's, so an override of a key that sizes anything makes moeconf's figures wrong:
+memory is then incomplete with a note naming the override, `explain` prints "?" and `fit` refuses.
+Keys with no effect on any buffer stay modelled, and a malformed item is an error the engine stops
+on (llama.cpp common/arg.cpp, ik_llama.cpp common/common.cpp, string_parse_kv_override):
+docs/memory-architectures.md, "`--override-kv`"."""
 
 from __future__ import annotations
 

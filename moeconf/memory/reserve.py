@@ -1,34 +1,11 @@
-"""The reserve from its parts: what a CUDA GPU holds beyond ggml's buffers (issue 26, item 6).
-
-A GPU running llama.cpp holds, besides the weights, KV cache and compute buffers the engine
-reports, memory no engine reports: the CUDA context, cuBLAS's handle and workspace, the CUDA
-backend's memory pool (temporaries of each op, grown on the first prompt and kept), and what loads
-on first use (kernel modules under CUDA's lazy loading, CUDA graphs). `reserve_parts` names each
-with its size and its source; `reserve_for` gives the figure a device keeps free:
-
-- a card whose every part was measured on it (the NVIDIA H200: `../shared/memory-facts.md`
-  section 5, tests/data/h200_memory.json) gets the sum of its parts;
-- any other card, or none named, gets the default margin: the larger of `DEFAULT_RESERVE`
-  (1,024 MiB, the margin both engines' own fits keep) and the parts with the largest CUDA context
-  reported (`_LARGEST_CONTEXT`) and the H200's measured cuBLAS handle and other figures;
-- `--reserve` (an explicit size) overrides everything: the caller passes it as `given`.
-
-The pool is computed from the command, as the pinned CUDA backend (llama.cpp b11312,
-ggml/src/ggml-cuda) sizes it: the VMM pool (`ggml_cuda_pool_vmm`, used wherever the device reports
-VMM) is a stack that each op allocates its temporaries on and frees before the next op, grown in
-steps of the allocation granularity and never shrunk, so it ends at the largest op's temporaries.
-For a quantized weight on a card with int8 tensor cores (Turing and newer: `ggml_cuda_should_use_mmq`
-is true for every MMQ type) those are the activations converted to q8_1 (`mmq.cu`:
-rows x PAD(ne0, 512) x 144/128 bytes, rows = the ubatch, times the experts used for an expert
-tensor), the expert id maps, and the stream-k fixup (`mmq.cuh`: at most one 128x128 f32 tile per
-SM). cuBLAS takes an F16/BF16 weight, a quantized type without MMQ, and on Volta (V100) every
-quantized weight at a batch of 64 or more: the weight dequantized to f16 (one expert's slice), its
-input and output in f16 (`ggml_cuda_mul_mat_cublas_impl`), and for an expert tensor the rows sorted
-by expert first (`ggml_cuda_mul_mat_id`). An F32 weight needs none (cuBLAS's sgemm reads it in
-place). A card not in the table is taken to be Turing or newer. Without VMM the legacy pool keeps
-every buffer it made (each 5% larger than asked) and reuses them by best fit, so it can end above
-the largest op: not modelled.
-"""
+"""The reserve from its parts: what a CUDA GPU holds beyond ggml's buffers (issue 26, item 6): the
+CUDA context, cuBLAS's handle and workspace, the CUDA backend's memory pool (the largest op's
+temporaries, computed from the command as the pinned backend sizes it) and what loads on first use.
+`reserve_parts` names each with its size and its source; `reserve_for` gives the figure a device
+keeps free: the sum of the parts on a card whose every part was measured on it (the NVIDIA H200),
+else the default margin (the larger of `DEFAULT_RESERVE` and the parts with the largest CUDA
+context reported), or `--reserve` (`given`). The sources and the checks: docs/memory.md, "The
+reserve from its parts"."""
 
 from __future__ import annotations
 
@@ -57,7 +34,6 @@ _GRANULARITY = 2 * MiB  # the VMM pool grows in the device's recommended granula
 _MAX_SM = 192  # SMs assumed for a card not in the table: the full GB202 die (RTX PRO 6000 Blackwell enables 188)
 
 _H200 = "../shared/memory-facts.md section 5 (NVIDIA H200, driver 580.159, CUDA 13.0)"
-_CONTEXT_H200 = 526 * MiB
 _CUBLAS_HANDLE = 68 * MiB
 # What the H200 lines held beyond ggml's buffers, the context, cuBLAS and the computed pool: kernel
 # modules loaded on first use, CUDA graphs, the driver's own allocations. The largest residual of
@@ -92,15 +68,12 @@ class Card:
     measured: bool
 
 
+_REPORTED = "reported: cudaMemGetInfo's primary context (github.com/ggml-org/llama.cpp/pull/23604)"
 CARDS: tuple[Card, ...] = (
-    Card("NVIDIA H200", r"\bh200\b", _CONTEXT_H200,
+    Card("NVIDIA H200", r"\bh200\b", 526 * MiB,
          f"measured: cudaMemGetInfo right after context creation, {_H200}", 132, True, True),
-    Card("NVIDIA RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 555 * MiB,
-         "reported: cudaMemGetInfo's primary context (github.com/ggml-org/llama.cpp/pull/23604)",
-         188, True, False),
-    Card("NVIDIA GeForce RTX 4060 Ti", r"\b4060 ti\b", 107 * MiB,
-         "reported: cudaMemGetInfo's primary context (github.com/ggml-org/llama.cpp/pull/23604)",
-         34, False, False),
+    Card("NVIDIA RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 555 * MiB, _REPORTED, 188, True, False),
+    Card("NVIDIA GeForce RTX 4060 Ti", r"\b4060 ti\b", 107 * MiB, _REPORTED, 34, False, False),
 )
 # the largest CUDA context reported for any card (#23604: RTX PRO 6000 Blackwell; #20595 gives
 # 120-550 MB "depending on GPU")

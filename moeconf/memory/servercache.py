@@ -1,34 +1,9 @@
 """What llama-server keeps in host memory beyond the engine's buffers: its prompt cache and its
 context checkpoints. Neither is allocated at start, so neither is in the memory table; both grow
-with use up to caps the command line sets, and users see them as the server's RSS climbing by
-gigabytes after hours of traffic (llama.cpp issues #21690, #22573; ollama #18264).
-
-Facts (llama.cpp 0.3.36, vendored in llama-cpp-python; history from the upstream repository):
-
-- **Prompt cache** (`tools/server/server-task.cpp`, `server_prompt_cache`; PR #16391, b6724):
-  when a slot takes a new prompt, the old prompt's whole sequence state (its KV cells, recurrent
-  state, checkpoints) is copied to host memory, oldest entries evicted to stay within
-  `--cache-ram N` MiB (`-cram`, `LLAMA_ARG_CACHE_RAM`; default 8192, 0 disables it, -1 means no
-  byte limit: only the context's token count bounds it). ik_llama.cpp's server has the same cache
-  and default (its `common.h`, `cache_ram_mib = 8192`; no token bound with -1).
-- **Context checkpoints** (`tools/server/server-context.cpp`, `create_checkpoint`): for a model
-  whose memory cannot drop the tail of a sequence (recurrent and hybrid models) or that keeps a
-  sliding-window cache (unless `--swa-full`), each slot keeps up to `--ctx-checkpoints N`
-  (`-ctxcp`, `--swa-checkpoints`, `LLAMA_ARG_CTX_CHECKPOINTS`) copies of the part of its state
-  that cannot be rolled back (`LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`): the recurrent state of one
-  sequence (`llama-memory-hybrid.cpp` writes only the recurrent part), or the sliding-window
-  cache's cells of that sequence that are not masked (`llama-kv-cache.cpp` `state_write`: at
-  most `n_swa` cells; `llama-kv-cache-iswa.cpp` writes only the SWA cache). Defaults by build:
-  3 sliding-window checkpoints from b6173 (PR #15293), 3 context checkpoints (recurrent models
-  too) from b6685 (PR #16382), 8 from b6724, 32 from b8232 (PR #20087). They are held by the
-  slot, outside the prompt cache's limit (which counts them again when the slot's prompt is
-  saved). ik_llama.cpp makes checkpoints only when asked (`do_checkpoint = false` by default).
-
-moeconf gives both as caps in host memory (`explain` prints them under the table; `fit --ram`
-keeps them within the RAM left, writing `--cache-ram` / `--ctx-checkpoints` into the command
-when the defaults would not fit). A checkpoint's size is the state `state_write` serializes: the
-rows, the cells' metadata and the headers (`llama_context::state_seq_get_size`: checked to the byte on
-cut layouts of Qwen3.5-35B-A3B, gpt-oss-20b and Llama-4-Maverick by tests/engine/test_server_caches.py)."""
+with use up to caps the command line sets. moeconf gives both as caps in host memory (`explain`
+prints them under the table; `fit --ram` keeps them within the RAM left, writing `--cache-ram` /
+`--ctx-checkpoints` into the command when the defaults would not fit). The engine facts (llama.cpp
+0.3.36 and its history, ik_llama.cpp) and the checks: docs/memory.md, "llama-server's host caches"."""
 
 from __future__ import annotations
 
@@ -72,9 +47,7 @@ class ServerCaches:
     @property
     def cap(self) -> int | None:
         """The most host memory both may take (None: the prompt cache has no byte limit)."""
-        if self.prompt_cache is None:
-            return None
-        return self.prompt_cache + self.checkpoints_total
+        return None if self.prompt_cache is None else self.prompt_cache + self.checkpoints_total
 
     def json(self) -> dict[str, object]:
         return {"binary": self.binary, "prompt_cache_bytes": self.prompt_cache,
@@ -104,11 +77,7 @@ class ServerCaches:
 
 def default_checkpoints(build: int | None) -> int:
     """llama-server's default --ctx-checkpoints at a mainline build (0 before there were any)."""
-    n = 0
-    for since, count in CHECKPOINT_DEFAULTS:
-        if (build or 0) >= since:
-            n = count
-    return n
+    return next((count for since, count in reversed(CHECKPOINT_DEFAULTS) if (build or 0) >= since), 0)
 
 
 def checkpoint(inv: Inventory, geo: Geometry, settings: MemorySettings, build: int | None) -> tuple[int, str]:
@@ -157,13 +126,8 @@ def server_caches(inv: Inventory, geo: Geometry, settings: MemorySettings, eng: 
     given = settings.cache_ram
     mib = given if given is not None else (PROMPT_CACHE_DEFAULT_MIB if has_cache else 0)
     prompt = None if mib < 0 else mib * MiB
-    if ik:
-        # checkpoints only with ik's own switch (not modelled: off by default)
-        n_ckpt, size, what = 0, 0, ""
-    else:
-        n_ckpt = settings.ctx_checkpoints if settings.ctx_checkpoints is not None else default_checkpoints(eng.build)
-        size, what = checkpoint(inv, geo, settings, eng.build)
-        if not size:
-            n_ckpt = 0
-    return ServerCaches(binary, prompt, given is not None, max(1, settings.n_parallel), n_ckpt,
+    # ik makes checkpoints only with its own switch (not modelled: off by default)
+    size, what = (0, "") if ik else checkpoint(inv, geo, settings, eng.build)
+    n_ckpt = settings.ctx_checkpoints if settings.ctx_checkpoints is not None else default_checkpoints(eng.build)
+    return ServerCaches(binary, prompt, given is not None, max(1, settings.n_parallel), n_ckpt if size else 0,
                         settings.ctx_checkpoints is not None, size, what)
