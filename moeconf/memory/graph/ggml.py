@@ -6,7 +6,7 @@ the scheduler and the allocator (`sched`) read `nbytes`, the layout and the flag
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -126,6 +126,24 @@ def _ne4(ne: Sequence[int]) -> Shape:
     return (v[0], v[1], v[2], v[3])
 
 
+def _same_shape(op: str) -> Callable[[Ctx, Tensor], Tensor]:
+    """An op whose result is a new tensor of its source's type and shape."""
+
+    def make(self: Ctx, a: Tensor) -> Tensor:
+        return self._make(op, a.type, a.ne, [a])
+
+    return make
+
+
+def _same_shape2(op: str) -> Callable[[Ctx, Tensor, Tensor], Tensor]:
+    """An op of two sources whose result is a new tensor of the first's type and shape."""
+
+    def make(self: Ctx, a: Tensor, b: Tensor) -> Tensor:
+        return self._make(op, a.type, a.ne, [a, b])
+
+    return make
+
+
 class Ctx:
     """A ggml context building tensors with ggml's shape rules (ops by their ggml names)."""
 
@@ -188,44 +206,22 @@ class Ctx:
         return self.permute(a, 1, 0, 2, 3, op="TRANSPOSE")
 
     # -- ops
+    add, mul, div, sub = _same_shape2("ADD"), _same_shape2("MUL"), _same_shape2("DIV"), _same_shape2("SUB")
+    rope_back = _same_shape2("ROPE_BACK")
+    scale, fill, clamp = _same_shape("SCALE"), _same_shape("FILL"), _same_shape("CLAMP")
+    sqr, sqrt, rms_norm, norm = _same_shape("SQR"), _same_shape("SQRT"), _same_shape("RMS_NORM"), _same_shape("NORM")
+
     def _dup(self, op: str, a: Tensor, *src: Tensor | None) -> Tensor:
         return self._make(op, a.type, a.ne, [a, *src])
-
-    def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._dup("ADD", a, b)
-
-    def mul(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._dup("MUL", a, b)
-
-    def div(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._dup("DIV", a, b)
-
-    def sub(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._dup("SUB", a, b)
 
     def arange(self, n: int) -> Tensor:
         """ggml_arange: n F32 values, no sources."""
         return self._make("ARANGE", "F32", (n,), [])
 
-    def scale(self, a: Tensor) -> Tensor:
-        return self._dup("SCALE", a)
-
-    def fill(self, a: Tensor) -> Tensor:
-        return self._dup("FILL", a)
-
-    def clamp(self, a: Tensor) -> Tensor:
-        return self._dup("CLAMP", a)
-
     def unary(self, a: Tensor, kind: str) -> Tensor:
         t = self._dup("UNARY", a)
         t.sub = kind.upper()
         return t
-
-    def rms_norm(self, a: Tensor) -> Tensor:
-        return self._dup("RMS_NORM", a)
-
-    def norm(self, a: Tensor) -> Tensor:
-        return self._dup("NORM", a)
 
     def rope(self, a: Tensor, pos: Tensor, freqs: Tensor | None = None) -> Tensor:
         return self._dup("ROPE", a, pos, freqs)
@@ -313,9 +309,6 @@ class Ctx:
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
         return self._make("SSM_CONV", "F32", (c.ne[1], sx.ne[0] - c.ne[0] + 1, sx.ne[2]), [sx, c])
 
-    def sqr(self, a: Tensor) -> Tensor:
-        return self._dup("SQR", a)
-
     def ssm_scan(self, s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, ids: Tensor,
                  snapshots: int = 1) -> Tensor:
         """ggml_ssm_scan: one flat F32 result, the per-token outputs then the new states."""
@@ -342,14 +335,6 @@ class Ctx:
     def dsv4_hc_post(self, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor | None) -> Tensor:
         """ggml_dsv4_hc_post: x spread back over the residual's streams [n_embd, streams, tokens]."""
         return self._make("DSV4_HC_POST", "F32", (x.ne[0], residual.ne[1], x.ne[1]), [x, residual, post, comb])
-
-
-    def rope_back(self, a: Tensor, pos: Tensor) -> Tensor:
-        return self._dup("ROPE_BACK", a, pos)
-
-    def sqrt(self, a: Tensor) -> Tensor:
-        return self._dup("SQRT", a)
-
 
 
 class CGraph:
