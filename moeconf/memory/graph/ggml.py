@@ -151,14 +151,14 @@ class Ctx:
         self.bound: list[Tensor] = []  # the tensors made in a device's buffer (weights, caches), in order
 
     def _make(self, op: str, type_name: str, ne: Sequence[int], src: Sequence[Tensor | None],
-              view_src: Tensor | None = None, view_offs: int = 0, nb: Shape | None = None) -> Tensor:
+              view_src: Tensor | None = None, view_offs: int = 0, nb: Shape | None = None, sub: str = "") -> Tensor:
         ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
         if view_src is not None and view_src.view_src is not None:
             view_offs += view_src.view_offs
             view_src = view_src.view_src
         return Tensor(op, type_name, ne4, nb if nb is not None else _contiguous4(type_name, ne4),
                       src if type(src) is list else list(src),  # each caller's list is its own
-                      view_src, view_offs)
+                      view_src, view_offs, sub=sub)
 
     # -- leafs
     def new(self, type_name: str, *ne: int, name: str = "", flags: int = 0) -> Tensor:
@@ -219,9 +219,7 @@ class Ctx:
         return self._make("ARANGE", "F32", (n,), [])
 
     def unary(self, a: Tensor, kind: str) -> Tensor:
-        t = self._dup("UNARY", a)
-        t.sub = kind.upper()
-        return t
+        return self._make("UNARY", a.type, a.ne, [a], sub=kind.upper())
 
     def rope(self, a: Tensor, pos: Tensor, freqs: Tensor | None = None) -> Tensor:
         return self._dup("ROPE", a, pos, freqs)
@@ -242,8 +240,7 @@ class Ctx:
         return self._make("GET_ROWS", "I32" if a.type == "I32" else "F32", (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), [a, b])
 
     def set_rows(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
-        t = self._make("SET_ROWS", a.type, a.ne, [b, c, a], a, 0, a.nb)  # ggml's legacy source order
-        return t
+        return self._make("SET_ROWS", a.type, a.ne, [b, c, a], a, 0, a.nb)  # ggml's legacy source order
 
     def argsort(self, a: Tensor) -> Tensor:
         return self._make("ARGSORT", "I32", a.ne, [a])
@@ -265,14 +262,10 @@ class Ctx:
 
     def glu(self, a: Tensor, kind: str) -> Tensor:
         """ggml_glu of one tensor: its first half gated by its second, half as wide."""
-        t = self._make("GLU", a.type, (a.ne[0] // 2, *a.ne[1:]), [a])
-        t.sub = kind.upper()
-        return t
+        return self._make("GLU", a.type, (a.ne[0] // 2, *a.ne[1:]), [a], sub=kind.upper())
 
     def glu_split(self, a: Tensor, b: Tensor, kind: str) -> Tensor:
-        t = self._make("GLU", a.type, a.ne, [a, b])
-        t.sub = kind.upper()
-        return t
+        return self._make("GLU", a.type, a.ne, [a, b], sub=kind.upper())
 
     def cont(self, a: Tensor, *ne: int) -> Tensor:
         return self._make("CONT", a.type, ne or a.ne, [a])

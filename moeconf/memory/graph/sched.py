@@ -223,9 +223,8 @@ class Scheduler:
         ids = self.ids
         cpu = len(self.backends) - 1
         # pass 5: splits and their input copies
-        copies: dict[tuple[int, int], Tensor] = {}
+        copies: dict[tuple[int, int], list[Tensor]] = {}  # (source, backend) -> its copies, the current first
         self.copy_of = {}
-        others: dict[tuple[int, int], list[Tensor]] = {}
         splits: list[tuple[int, list[Tensor], list[Tensor]]] = []
         cur = next((ids[n] for n in g.nodes if n.op not in VIEW_OPS), cpu)  # the first op's backend
         inputs: list[Tensor] = []
@@ -248,12 +247,11 @@ class Scheduler:
                     made = [Tensor("NONE", s.type, s.ne, s.nb, [], flags=INPUT | OUTPUT if self.n_copies > 1 else 0,
                                    name=f"{self.backends[cur].name}#{s.name}#{c}") for c in range(self.n_copies)]
                     ids.update(dict.fromkeys(made, cur))
-                    copies[key] = made[0]
+                    copies[key] = made
                     self.copy_of[made[0]] = (s, cur)
-                    others[key] = made[1:]
                     inputs.append(s)
                 self._replaced.append((n, j, s))
-                n.src[j] = copies[key]
+                n.src[j] = copies[key][0]
             members.append(n)
         splits.append((cur, inputs, members))
         self.splits = splits
@@ -263,7 +261,7 @@ class Scheduler:
             for s in ins:
                 dep = Tensor("NONE", s.type, s.ne, s.nb, [s], view_src=s)  # ggml_view_tensor, op NONE
                 gnodes.append((dep, ids[s]))
-                gnodes.append((copies[(id(s), b)], b))
+                gnodes.append((copies[(id(s), b)][0], b))
             gnodes.extend(zip(members, map(ids.__getitem__, members), strict=True))
         gleafs: list[tuple[Tensor, int]] = []
         if self.n_copies > 1:
@@ -276,8 +274,7 @@ class Scheduler:
                     gleafs.append((Tensor("NONE", leaf.type, leaf.ne, leaf.nb, [], flags=INPUT | OUTPUT), ids[leaf]))
             for b, ins, _ in splits:
                 for s in ins:
-                    gleafs.append((copies[(id(s), b)], b))
-                    gleafs.extend((cp, b) for cp in others[(id(s), b)])
+                    gleafs.extend((cp, b) for cp in copies[(id(s), b)])
         gleafs.extend((leaf, ids[leaf]) for leaf in g.leafs)
         self.copy_nodes = gnodes
         self.copy_leafs = gleafs
