@@ -1,5 +1,5 @@
 """The DSA lightning indexer's K cache beside the MLA latent cache (DeepSeek-V3.2 `deepseek32`, GLM-5
-`glm-dsa`; issue 17): its rules and measured figures are docs/memory-architectures.md's "DSA". Sources
+`glm-dsa`; issue 17): its rules and measured figures are in docs/memory-architectures.md ("DSA"). Sources
 (llama.cpp 0.3.36): `src/llama-kv-cache-dsa.cpp` (llama_kv_cache_dsa: a second llama_kv_cache over the MLA
 cache's cells and streams, one K head per layer in the K cache type, no V: the latent's V is a view of K,
 and so is the indexer's); its layers in `src/llama-model.cpp` create_memory (`hparams.is_indexer_full`;

@@ -234,9 +234,14 @@ class Scheduler:
                 members.append(n)
                 continue
             nb = ids[n]
-            # a new split where the backend changes, or where an op reads another backend's weight after inputs
-            if nb != cur or (inputs and any(s is not None and s.buffer is not None and s.weights and ids[s] != cur
-                                            and not self._buffer_supported(s, cur) for s in n.src)):
+            need = nb != cur  # a new split where the backend changes, or where an op reads another backend's weight
+            if not need and inputs:  # after the split took inputs
+                for s in n.src:
+                    if (s is not None and s.buffer is not None and s.weights and ids[s] != cur
+                            and not self._buffer_supported(s, cur)):
+                        need = True
+                        break
+            if need:
                 splits.append((cur, inputs, members))
                 cur, inputs, members = nb, [], []
             for j, s in enumerate(n.src):
