@@ -101,29 +101,26 @@ def geometry(inv: Inventory) -> Geometry:
     layers = []
     nextn_kv = []
     for il in range(md.block_count):
+        n_kv = per_layer(md.head_count_kv, il, n_head)
         if il in nextn:
             if arch.nextn_kv:
-                nextn_kv.append(LayerAttention(il, n_head, per_layer(md.head_count_kv, il, n_head),
-                                               head_k, head_v, False))
+                nextn_kv.append(LayerAttention(il, n_head, n_kv, head_k, head_v, False))
             continue
         if isinstance(pattern, tuple):
             swa = bool(pattern[il]) if il < len(pattern) else False
         else:
             first = arch.swa is not None and arch.swa.dense_first
             swa = swa_type != "none" and (pattern == 0 or (il % pattern != 0 if first else il % pattern < pattern - 1))
-        layers.append(LayerAttention(il, per_layer(heads if isinstance(heads, tuple) else None, il, n_head),
-                                     per_layer(md.head_count_kv, il, n_head), head_k_swa if swa else head_k,
-                                     head_v_swa if swa else head_v, swa, recurrent=il in recurrent))
+        layers.append(LayerAttention(il, per_layer(heads if isinstance(heads, tuple) else None, il, n_head), n_kv,
+                                     head_k_swa if swa else head_k, head_v_swa if swa else head_v, swa,
+                                     recurrent=il in recurrent))
     bases = {t.base for t in inv.tensors}
     mla_arch = "attn_kv_a_mqa" in bases
-
-    def width(base: str, dim: int) -> int:
-        return max((t.shape[dim] for t in inv.tensors if t.base == base and len(t.shape) > dim), default=0)
-
+    n_expert = max((t.shape[2] for t in inv.tensors if t.base == "ffn_up_exps" and len(t.shape) > 2), default=0)
     return Geometry(
         n_embd=n_embd, n_head=n_head, layers=tuple(layers), swa_type=swa_type, n_swa=n_swa,
         mla=mla, mla_arch=mla_arch, kv_lora_rank=md.kv_lora_rank or 0,
         head_k_mla=md.key_length_mla or head_k, head_v_mla=md.value_length_mla or head_v,
         n_rot=md.rope_dimension_count or head_k, has_kv_b="attn_kv_b" in bases,
-        n_expert=width("ffn_up_exps", 2), n_expert_used=md.expert_used_count or 0, nextn_kv=tuple(nextn_kv),
+        n_expert=n_expert, n_expert_used=md.expert_used_count or 0, nextn_kv=tuple(nextn_kv),
     )

@@ -1,16 +1,11 @@
-"""The DSA lightning indexer's K cache (DeepSeek-V3.2 `deepseek32`, GLM-5 `glm-dsa`), beside the
-MLA latent cache, as the pinned llama.cpp allocates it (issue 17).
-
-llama.cpp 0.3.36 `src/llama-kv-cache-dsa.cpp` (llama_kv_cache_dsa): a second llama_kv_cache over
-the same cells and streams as the MLA one, with one KV head of `{arch}.attention.indexer.key_length`
-per layer, in the K cache type (-ctk); the model is MLA, so no V cache (the latent's V is a view of
-K, and so is the indexer's). Its layers (`src/llama-model.cpp`, create_memory): every layer below
-the nextn blocks for deepseek32; for glm-dsa those whose indexer is "full"
-(`hparams.is_indexer_full`): all of them when the training context is under 1,048,576 (GLM-5,
-GLM-5.1), else a built-in GLM-5.2 table, either overridden by `{arch}.attention.indexer.types`
-(src/models/glm-dsa.cpp, load_arch_hparams; `full_indexers`). Which rule an architecture follows is
-its composition module's `Traits.indexer` (memory/graph/archs). Measured with `llama-fit-params -fitp
-on` on a sparse DeepSeek-V3.2: KV 2,684 MiB at -c 32768 f16 (2,196 latent + 488 indexer), 1,425 with q8_0."""
+"""The DSA lightning indexer's K cache beside the MLA latent cache (DeepSeek-V3.2 `deepseek32`, GLM-5
+`glm-dsa`; issue 17): its rules and measured figures are in docs/memory-architectures.md ("DSA"). Sources
+(llama.cpp 0.3.36): `src/llama-kv-cache-dsa.cpp` (llama_kv_cache_dsa: a second llama_kv_cache over the MLA
+cache's cells and streams, one K head per layer in the K cache type, no V: the latent's V is a view of K,
+and so is the indexer's); its layers in `src/llama-model.cpp` create_memory (`hparams.is_indexer_full`;
+`attention.indexer.types` and GLM-5.2's built-in table in src/models/glm-dsa.cpp load_arch_hparams:
+`full_indexers`). Which rule an architecture follows is its composition module's `Traits.indexer`
+(memory/graph/archs/common.py `Indexer`)."""
 
 from __future__ import annotations
 
@@ -23,11 +18,6 @@ from moeconf.model.inventory import Inventory
 # the keys a DSA model reads (after `{arch}.`): the indexer's, its dense leading blocks and MTP block
 DSA_KEYS: Final = frozenset({"attention.indexer.head_count", "attention.indexer.key_length",
                              "attention.indexer.top_k", "leading_dense_block_count", "nextn_predict_layers"})
-# (glm5-next, Traits.indexer "kpool": a k-pool indexer cached beside the MLA latent of its DSA layers,
-# llama_memory_hybrid_idx; measured 264 MiB on 11 layers at -c 32768 f16, 140.25 with q8_0)
-# (dots3note, Traits.indexer "typed": an indexer K cache on each trunk layer attention.indexer.types marks
-# full, its DSA layers; the others are sliding-window layers without an indexer: llama_kv_cache_dsa_iswa's
-# filter_lid)
 _GLM_52_CONTEXT: Final = 1048576  # glm-dsa: at or above it, the GLM-5.2 per-layer table applies
 
 
@@ -37,12 +27,9 @@ def indexer_width(inv: Inventory) -> int:
     if not kind:
         return 0
     width = int_key(inv, "attention.indexer.key_length") or 0
-    # --- glm5-next: the row caches key | gate | pooled key (src/llama-memory-hybrid-idx.cpp, the
-    # constructor: n_embd_head_k_full = key_length * 3 when attention.indexer.kpool > 0)
-    if kind == "kpool":
-        return 3 * width if (int_key(inv, "attention.indexer.kpool") or 0) > 0 else width
-    # ---
-    return width
+    # glm5-next: the row caches key | gate | pooled key (src/llama-memory-hybrid-idx.cpp, the constructor:
+    # n_embd_head_k_full = key_length * 3 when attention.indexer.kpool > 0)
+    return 3 * width if kind == "kpool" and (int_key(inv, "attention.indexer.kpool") or 0) > 0 else width
 
 
 def indexer_unmodelled(inv: Inventory) -> list[str]:
@@ -52,12 +39,11 @@ def indexer_unmodelled(inv: Inventory) -> list[str]:
         return []
     why = []
     keys = set(inv.metadata.arch_keys or ())
-    # --- glm5-next: every DSA layer keeps an indexer row unless attention.indexer.types marks some
-    # shared (src/models/glm5-next.cpp load_arch_hparams; create_memory's filter_idx)
+    # glm5-next: every DSA layer keeps an indexer row unless attention.indexer.types marks some shared
+    # (src/models/glm5-next.cpp load_arch_hparams; create_memory's filter_idx)
     if kind == "kpool" and "attention.indexer.types" in keys:
         why.append("glm5-next's per-layer indexer table (attention.indexer.types) is not modelled: which layers keep "
                    "an indexer K cache and run the indexer is unknown")
-    # ---
     if not indexer_width(inv):
         why.append(f"{inv.arch}.attention.indexer.key_length is missing: the engine refuses the file")
     return why + indexer_table_unmodelled(inv)

@@ -46,7 +46,6 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
     """Bytes of KV cache per device: `homes` is each layer's device (a nextn block's KV where the
     loader keeps it), `cells` the cache's cells per stream (`swa_cells` a window's), `n_stream`
     the streams (sequences without a unified cache)."""
-    fa = flash_attn
     n_seq = settings.n_parallel
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     kv: dict[str, int] = defaultdict(int)
@@ -59,32 +58,30 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
     msa_layers = set() if geo.mla_arch or not isinstance(msa_width, int) else {
         t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
     dsv4 = compressed.ratios(inv) is not None  # DeepSeek-V4's compressed caches
+    mla = effective_mla(inv, geo, settings) if geo.mla_arch and ik else 0  # ik computes wkv_b for -mla 2/3
     for la in (*geo.layers, *geo.nextn_kv):
         dev = homes.get(la.index, HOST) if settings.offload_kqv else HOST
         if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
             kv[dev] += rec.state_bytes(inv, n_seq) + rec.ple_bytes(inv, la.index, n_seq)
             continue
         n = (swa_cells if la.swa else cells) * n_stream
-        if geo.mla_arch and ik:
-            mla = effective_mla(inv, geo, settings)  # ik computes wkv_b for -mla 2/3
-            if mla:
-                width = geo.kv_lora_rank + geo.n_rot
-                ktype = ctk if (fa or mla == 1) else ctv
-                size = cache_row_bytes(ktype, width) * n
-                if mla == 1 and not fa:
-                    size += cache_row_bytes(ctv, geo.kv_lora_rank * n)
-                kv[dev] += size
-                continue
-            if geo.mla:  # -mla 0 on a mainline conversion: ik restores full heads (memory/ikmla.py)
-                for ct, width in ((ctk, geo.head_k_mla), (ctv, geo.head_v_mla)):
-                    kv[dev] += cache_row_bytes(ct, width, geo.n_head) * n
-                continue
+        if mla:
+            ktype = ctk if (flash_attn or mla == 1) else ctv
+            size = cache_row_bytes(ktype, geo.kv_lora_rank + geo.n_rot) * n
+            if mla == 1 and not flash_attn:
+                size += cache_row_bytes(ctv, geo.kv_lora_rank * n)
+            kv[dev] += size
+            continue
+        if geo.mla_arch and ik and geo.mla:  # -mla 0 on a mainline conversion: ik restores full heads (ikmla.py)
+            for ct, width in ((ctk, geo.head_k_mla), (ctv, geo.head_v_mla)):
+                kv[dev] += cache_row_bytes(ct, width, geo.n_head) * n
+            continue
         size = cache_row_bytes(ctk, la.head_k, la.n_head_kv) * n
         if dsv4:  # DeepSeek-V4: raw rows K-only, compressed caches, states
             kv[dev] += size + compressed.layer_bytes(inv, la.index, la.head_k, cells, n_seq, ctk)
             continue
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
-            transposed = not (fa or ik)  # V stored transposed: the widest layer's row (geometry.v_row)
+            transposed = not (flash_attn or ik)  # V stored transposed: the widest layer's row (geometry.v_row)
             size += (cache_row_bytes(ctv, geo.v_row(la, True)) if transposed
                      else cache_row_bytes(ctv, la.head_v, la.n_head_kv)) * n
         if la.index in idx_layers:

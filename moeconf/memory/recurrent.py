@@ -1,27 +1,18 @@
-"""Recurrent (linear-attention) layers of hybrid MoEs, as the pinned llama.cpp allocates them:
-which layers are recurrent, the per-sequence state they keep, and their activations.
+"""Recurrent (linear-attention) layers of hybrid MoEs, as the pinned llama.cpp (0.3.36, vendored in
+llama-cpp-python) allocates them: which layers are recurrent, the per-sequence state they keep. The rules
+and figures are docs/memory-architectures.md's ("Hybrid recurrent MoEs" and the sections after it).
 
-Facts (llama.cpp 0.3.36, vendored in llama-cpp-python):
-- Layer map: `{arch}.attention.recurrent_layers` (a per-layer array) if present, else every layer
-  whose `(il + 1) % full_attention_interval != 0` (default interval 4) among the trunk layers
-  (src/models/qwen35moe.cpp and qwen3next.cpp, `load_arch_hparams`). The attention KV cache is
-  created only for the other trunk layers (src/llama-model.cpp `create_memory`: the hybrid
-  memory's `filter_attn` / `filter_recr`).
-- State: `llama_memory_recurrent` (src/llama-memory-recurrent.cpp, constructor) gives each
-  recurrent layer two F32 tensors of `mem_size * (1 + n_rs_seq)` rows, `mem_size = max(1,
-  n_seq_max)`: the conv state, `n_embd_r = (ssm.conv_kernel - 1) * (ssm.inner_size + 2 *
-  ssm.group_count * ssm.state_size)` wide, and the delta-net state, `n_embd_s = ssm.state_size *
-  ssm.inner_size` wide (src/llama-hparams.cpp `n_embd_r`, `n_embd_s`). The types are fixed
-  (GGML_TYPE_F32 in `create_memory`): `-ctk/-ctv` do not apply to them. They live on the layer's
-  device (`dev_layer`) when the KV cache is offloaded, else in host memory (`-nkvo`). The state
-  does not depend on `-c`, and grows with `-np` whether or not the KV cache is unified.
-  `n_rs_seq` is 0 unless speculative decoding asks for rollback snapshots (common/common.cpp):
-  not modelled (the tools' defaults leave it 0).
-- Compute: the fused gated delta-net op is always used (src/llama-context.cpp sets
-  `fused_gdn_ar`/`fused_gdn_ch` and never resolves them), so a recurrent layer's activations are
-  the input projections (qkv, gate z, beta, alpha), the conv input (state rows + tokens) and its
-  output, the L2-normed q and k, and the op's result (per-token output + the new state)
-  (src/models/qwen35moe.cpp `build_layer_attn_linear`, src/models/delta-net-base.cpp).
+Sources: the layer map in `load_arch_hparams` (src/models/qwen35moe.cpp, qwen3next.cpp); the KV cache only
+for the other trunk layers (src/llama-model.cpp `create_memory`: the hybrid memory's `filter_attn` /
+`filter_recr`); the state in `llama_memory_recurrent` (src/llama-memory-recurrent.cpp, constructor): per
+layer two tensors of `mem_size * (1 + n_rs_seq)` rows, `mem_size = max(1, n_seq_max)`, `n_embd_r` and
+`n_embd_s` wide (src/llama-hparams.cpp; `RecurrentShape`), GGML_TYPE_F32 in `create_memory`, on the layer's
+device (`dev_layer`) when the KV cache is offloaded. `n_rs_seq` is 0 unless speculative decoding asks for
+rollback snapshots (common/common.cpp): not modelled (the tools' defaults leave it 0). Compute: the fused
+gated delta-net op is always used (src/llama-context.cpp sets `fused_gdn_ar`/`fused_gdn_ch` and never
+resolves them), so a recurrent layer's activations are the input projections (qkv, gate z, beta, alpha),
+the conv input (state rows + tokens) and its output, the L2-normed q and k, and the op's result (per-token
+output + the new state) (src/models/qwen35moe.cpp `build_layer_attn_linear`, src/models/delta-net-base.cpp).
 """
 
 from __future__ import annotations
@@ -84,11 +75,7 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
     """The trunk layers the engine marks recurrent (see the module's notes)."""
     kind = _kind(inv.arch)
     if kind == "mamba2":
-        kv, ff = inv.metadata.head_count_kv, inv.metadata.hparam("feed_forward_length")
-        n = inv.metadata.block_count
-        kv_of = kv if isinstance(kv, tuple) else (kv,) * n
-        ff_of = ff if isinstance(ff, tuple) else (ff,) * n
-        return frozenset(il for il in range(min(n, len(kv_of), len(ff_of))) if kv_of[il] == 0 and ff_of[il] == 0)
+        return _zero_layers(inv, inv.metadata.head_count_kv, inv.metadata.hparam("feed_forward_length"))
     if is_kda(inv) or kind == "mamba" or shortconv_shape(inv) is not None:
         return kda_layers(inv)
     if kind not in ("delta_net", "lightning"):
@@ -115,12 +102,8 @@ def shortconv_shape(inv: Inventory) -> RecurrentShape | None:
     return RecurrentShape(l_cache, n_embd, 0, 0, 0)
 
 
-# --- Kimi-Linear's KDA layers (kimi-linear) -----------------------------------------------------
-# Facts (llama.cpp 0.3.36): src/models/kimi-linear.cpp `load_arch_hparams` marks layer il recurrent
-# iff its `attention.head_count_kv` is 0, reads `ssm.conv_kernel` and `kda.head_dim`; the KDA
-# layers have `attention.head_count` heads of `kda.head_dim`. src/llama-hparams.cpp: `n_embd_r` =
-# 3 x (d_conv - 1) x heads x head_dim (the Q, K and V conv states side by side), `n_embd_s` = heads
-# x head_dim^2; `llama_memory_recurrent` keeps both F32, `max(1, n_seq_max)` rows, as above.
+# Kimi-Linear's KDA layers: src/models/kimi-linear.cpp `load_arch_hparams` reads these keys; the layer map
+# and the state's sizes are docs/memory-architectures.md's "Kimi-Linear"
 KDA_KEYS = frozenset({"ssm.conv_kernel", "kda.head_dim"})
 
 
@@ -147,18 +130,20 @@ def is_kda(inv: Inventory) -> bool:
 def kda_layers(inv: Inventory) -> frozenset[int]:
     """KDA layers, short-conv layers (LFM2) and Granite-4.0-H's and Jamba's Mamba layers: those whose
     per-layer `attention.head_count_kv` is 0."""
-    kv = inv.metadata.head_count_kv
-    n_layer = inv.metadata.block_count
-    if isinstance(kv, tuple):
-        return frozenset(il for il in range(min(n_layer, len(kv))) if kv[il] == 0)
-    return frozenset(range(n_layer)) if kv == 0 else frozenset()
+    return _zero_layers(inv, inv.metadata.head_count_kv)
+
+
+def _zero_layers(inv: Inventory, *values: int | tuple[int, ...] | None) -> frozenset[int]:
+    """The layers where every value is 0, each one per layer or one for all (get_key_or_arr)."""
+    n = inv.metadata.block_count
+    cols = [v if isinstance(v, tuple) else (v,) * n for v in values]
+    return frozenset(il for il in range(min(n, *map(len, cols))) if all(c[il] == 0 for c in cols))
 
 
 def state_bytes(inv: Inventory, n_seq_max: int) -> int:
     """One recurrent layer's state (every recurrent layer of a model has the same), 0 if unknown."""
     s = kda_dims(inv) if is_kda(inv) else shape(inv) or shortconv_shape(inv)
     return s.state_bytes(n_seq_max) if s is not None else 0
-# --- end of Kimi-Linear ---------------------------------------------------------------------------
 
 
 def ple_bytes(inv: Inventory, il: int, n_seq_max: int) -> int:

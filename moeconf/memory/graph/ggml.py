@@ -6,7 +6,7 @@ the scheduler and the allocator (`sched`) read `nbytes`, the layout and the flag
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -126,6 +126,24 @@ def _ne4(ne: Sequence[int]) -> Shape:
     return (v[0], v[1], v[2], v[3])
 
 
+def _same_shape(op: str) -> Callable[[Ctx, Tensor], Tensor]:
+    """An op whose result is a new tensor of its source's type and shape."""
+
+    def make(self: Ctx, a: Tensor) -> Tensor:
+        return self._make(op, a.type, a.ne, [a])
+
+    return make
+
+
+def _same_shape2(op: str) -> Callable[[Ctx, Tensor, Tensor], Tensor]:
+    """An op of two sources whose result is a new tensor of the first's type and shape."""
+
+    def make(self: Ctx, a: Tensor, b: Tensor) -> Tensor:
+        return self._make(op, a.type, a.ne, [a, b])
+
+    return make
+
+
 class Ctx:
     """A ggml context building tensors with ggml's shape rules (ops by their ggml names)."""
 
@@ -133,14 +151,14 @@ class Ctx:
         self.bound: list[Tensor] = []  # the tensors made in a device's buffer (weights, caches), in order
 
     def _make(self, op: str, type_name: str, ne: Sequence[int], src: Sequence[Tensor | None],
-              view_src: Tensor | None = None, view_offs: int = 0, nb: Shape | None = None) -> Tensor:
+              view_src: Tensor | None = None, view_offs: int = 0, nb: Shape | None = None, sub: str = "") -> Tensor:
         ne4: Shape = ne if type(ne) is tuple and len(ne) == 4 else _ne4(ne)
         if view_src is not None and view_src.view_src is not None:
             view_offs += view_src.view_offs
             view_src = view_src.view_src
         return Tensor(op, type_name, ne4, nb if nb is not None else _contiguous4(type_name, ne4),
                       src if type(src) is list else list(src),  # each caller's list is its own
-                      view_src, view_offs)
+                      view_src, view_offs, sub=sub)
 
     # -- leafs
     def new(self, type_name: str, *ne: int, name: str = "", flags: int = 0) -> Tensor:
@@ -188,44 +206,20 @@ class Ctx:
         return self.permute(a, 1, 0, 2, 3, op="TRANSPOSE")
 
     # -- ops
+    add, mul, div, sub = _same_shape2("ADD"), _same_shape2("MUL"), _same_shape2("DIV"), _same_shape2("SUB")
+    rope_back = _same_shape2("ROPE_BACK")
+    scale, fill, clamp = _same_shape("SCALE"), _same_shape("FILL"), _same_shape("CLAMP")
+    sqr, sqrt, rms_norm, norm = _same_shape("SQR"), _same_shape("SQRT"), _same_shape("RMS_NORM"), _same_shape("NORM")
+
     def _dup(self, op: str, a: Tensor, *src: Tensor | None) -> Tensor:
         return self._make(op, a.type, a.ne, [a, *src])
-
-    def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._dup("ADD", a, b)
-
-    def mul(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._dup("MUL", a, b)
-
-    def div(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._dup("DIV", a, b)
-
-    def sub(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._dup("SUB", a, b)
 
     def arange(self, n: int) -> Tensor:
         """ggml_arange: n F32 values, no sources."""
         return self._make("ARANGE", "F32", (n,), [])
 
-    def scale(self, a: Tensor) -> Tensor:
-        return self._dup("SCALE", a)
-
-    def fill(self, a: Tensor) -> Tensor:
-        return self._dup("FILL", a)
-
-    def clamp(self, a: Tensor) -> Tensor:
-        return self._dup("CLAMP", a)
-
     def unary(self, a: Tensor, kind: str) -> Tensor:
-        t = self._dup("UNARY", a)
-        t.sub = kind.upper()
-        return t
-
-    def rms_norm(self, a: Tensor) -> Tensor:
-        return self._dup("RMS_NORM", a)
-
-    def norm(self, a: Tensor) -> Tensor:
-        return self._dup("NORM", a)
+        return self._make("UNARY", a.type, a.ne, [a], sub=kind.upper())
 
     def rope(self, a: Tensor, pos: Tensor, freqs: Tensor | None = None) -> Tensor:
         return self._dup("ROPE", a, pos, freqs)
@@ -246,8 +240,7 @@ class Ctx:
         return self._make("GET_ROWS", "I32" if a.type == "I32" else "F32", (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), [a, b])
 
     def set_rows(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
-        t = self._make("SET_ROWS", a.type, a.ne, [b, c, a], a, 0, a.nb)  # ggml's legacy source order
-        return t
+        return self._make("SET_ROWS", a.type, a.ne, [b, c, a], a, 0, a.nb)  # ggml's legacy source order
 
     def argsort(self, a: Tensor) -> Tensor:
         return self._make("ARGSORT", "I32", a.ne, [a])
@@ -269,14 +262,10 @@ class Ctx:
 
     def glu(self, a: Tensor, kind: str) -> Tensor:
         """ggml_glu of one tensor: its first half gated by its second, half as wide."""
-        t = self._make("GLU", a.type, (a.ne[0] // 2, *a.ne[1:]), [a])
-        t.sub = kind.upper()
-        return t
+        return self._make("GLU", a.type, (a.ne[0] // 2, *a.ne[1:]), [a], sub=kind.upper())
 
     def glu_split(self, a: Tensor, b: Tensor, kind: str) -> Tensor:
-        t = self._make("GLU", a.type, a.ne, [a, b])
-        t.sub = kind.upper()
-        return t
+        return self._make("GLU", a.type, a.ne, [a, b], sub=kind.upper())
 
     def cont(self, a: Tensor, *ne: int) -> Tensor:
         return self._make("CONT", a.type, ne or a.ne, [a])
@@ -313,9 +302,6 @@ class Ctx:
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
         return self._make("SSM_CONV", "F32", (c.ne[1], sx.ne[0] - c.ne[0] + 1, sx.ne[2]), [sx, c])
 
-    def sqr(self, a: Tensor) -> Tensor:
-        return self._dup("SQR", a)
-
     def ssm_scan(self, s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, ids: Tensor,
                  snapshots: int = 1) -> Tensor:
         """ggml_ssm_scan: one flat F32 result, the per-token outputs then the new states."""
@@ -342,14 +328,6 @@ class Ctx:
     def dsv4_hc_post(self, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor | None) -> Tensor:
         """ggml_dsv4_hc_post: x spread back over the residual's streams [n_embd, streams, tokens]."""
         return self._make("DSV4_HC_POST", "F32", (x.ne[0], residual.ne[1], x.ne[1]), [x, residual, post, comb])
-
-
-    def rope_back(self, a: Tensor, pos: Tensor) -> Tensor:
-        return self._dup("ROPE_BACK", a, pos)
-
-    def sqrt(self, a: Tensor) -> Tensor:
-        return self._dup("SQRT", a)
-
 
 
 class CGraph:

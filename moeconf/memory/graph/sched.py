@@ -223,50 +223,40 @@ class Scheduler:
         ids = self.ids
         cpu = len(self.backends) - 1
         # pass 5: splits and their input copies
-        copies: dict[tuple[int, int], Tensor] = {}
+        copies: dict[tuple[int, int], list[Tensor]] = {}  # (source, backend) -> its copies, the current first
         self.copy_of = {}
-        others: dict[tuple[int, int], list[Tensor]] = {}
         splits: list[tuple[int, list[Tensor], list[Tensor]]] = []
-        nodes = g.nodes
-        i = 0
-        while i < len(nodes) and nodes[i].op in VIEW_OPS:
-            i += 1
-        cur = ids[nodes[i]] if i < len(nodes) else cpu
+        cur = next((ids[n] for n in g.nodes if n.op not in VIEW_OPS), cpu)  # the first op's backend
         inputs: list[Tensor] = []
-        members: list[Tensor] = list(nodes[:i])
-        for n in nodes[i:]:
+        members: list[Tensor] = []
+        for n in g.nodes:
             if n.op in VIEW_OPS:
                 members.append(n)
                 continue
             nb = ids[n]
-            need = False
-            if nb == cur and inputs:
+            need = nb != cur  # a new split where the backend changes, or where an op reads another backend's weight
+            if not need and inputs:  # after the split took inputs
                 for s in n.src:
                     if (s is not None and s.buffer is not None and s.weights and ids[s] != cur
                             and not self._buffer_supported(s, cur)):
                         need = True
                         break
-            if nb != cur or need:
+            if need:
                 splits.append((cur, inputs, members))
                 cur, inputs, members = nb, [], []
             for j, s in enumerate(n.src):
-                if s is None:
+                if s is None or ids[s] == cur or self._buffer_supported(s, cur):
                     continue
-                if ids[s] != cur and not self._buffer_supported(s, cur):
-                    key = (id(s), cur)
-                    if key not in copies:
-                        made = [Tensor("NONE", s.type, s.ne, s.nb, [], name=f"{self.backends[cur].name}#{s.name}#{c}")
-                                for c in range(self.n_copies)]
-                        for cp in made:
-                            if self.n_copies > 1:
-                                cp.flags = INPUT | OUTPUT
-                            ids[cp] = cur
-                        copies[key] = made[0]
-                        self.copy_of[made[0]] = (s, cur)
-                        others[key] = made[1:]
-                        inputs.append(s)
-                    self._replaced.append((n, j, s))
-                    n.src[j] = copies[key]
+                key = (id(s), cur)
+                if key not in copies:
+                    made = [Tensor("NONE", s.type, s.ne, s.nb, [], flags=INPUT | OUTPUT if self.n_copies > 1 else 0,
+                                   name=f"{self.backends[cur].name}#{s.name}#{c}") for c in range(self.n_copies)]
+                    ids.update(dict.fromkeys(made, cur))
+                    copies[key] = made
+                    self.copy_of[made[0]] = (s, cur)
+                    inputs.append(s)
+                self._replaced.append((n, j, s))
+                n.src[j] = copies[key][0]
             members.append(n)
         splits.append((cur, inputs, members))
         self.splits = splits
@@ -276,7 +266,7 @@ class Scheduler:
             for s in ins:
                 dep = Tensor("NONE", s.type, s.ne, s.nb, [s], view_src=s)  # ggml_view_tensor, op NONE
                 gnodes.append((dep, ids[s]))
-                gnodes.append((copies[(id(s), b)], b))
+                gnodes.append((copies[(id(s), b)][0], b))
             gnodes.extend(zip(members, map(ids.__getitem__, members), strict=True))
         gleafs: list[tuple[Tensor, int]] = []
         if self.n_copies > 1:
@@ -289,8 +279,7 @@ class Scheduler:
                     gleafs.append((Tensor("NONE", leaf.type, leaf.ne, leaf.nb, [], flags=INPUT | OUTPUT), ids[leaf]))
             for b, ins, _ in splits:
                 for s in ins:
-                    gleafs.append((copies[(id(s), b)], b))
-                    gleafs.extend((cp, b) for cp in others[(id(s), b)])
+                    gleafs.extend((cp, b) for cp in copies[(id(s), b)])
         gleafs.extend((leaf, ids[leaf]) for leaf in g.leafs)
         self.copy_nodes = gnodes
         self.copy_leafs = gleafs
@@ -335,20 +324,16 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                     continue
                 if not same_layout(t, p):
                     continue
-                if children_get(p, 0) == 1 and views_get(p, 0) == 0:
-                    if p.view_src is not None:
-                        vs = p.view_src
-                        if views_get(vs, 0) == 1 and children_get(vs, 0) == 0 and vs.buffer is None:
-                            addr[t] = addr[vs]
-                            own[p] = False
-                            own[vs] = False
-                            _free_extra(t, vs, b)
-                            return
-                    else:
-                        addr[t] = addr[p]
-                        own[p] = False
-                        _free_extra(t, p, b)
-                        return
+                if children_get(p, 0) != 1 or views_get(p, 0):
+                    continue
+                vs = p.view_src  # a view: t takes its source's memory if it is the source's only view and reader
+                if vs is not None and (views_get(vs, 0) != 1 or children_get(vs, 0) or vs.buffer is not None):
+                    continue
+                parent = p if vs is None else vs
+                addr[t] = addr[parent]
+                own[p] = own[parent] = False
+                _free_extra(t, parent, b)
+                return
         size = sizes[t] = size_of[b](t)
         off = allocs[b].alloc(size)
         addr[t] = (b, off)
