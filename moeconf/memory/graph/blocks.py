@@ -523,9 +523,7 @@ class GraphContext:
         v_trans = v.nb[1] > v.nb[2]
         ns = k.ne[3]
         q = c.view(q, (q.ne[0], q.ne[1], q.ne[2] // ns, ns), (q.nb[1], q.nb[2], q.nb[2] * (q.ne[2] // ns)), 0)
-        q = c.permute(q, 0, 2, 1, 3)
-        k = c.permute(k, 0, 2, 1, 3)
-        v = c.permute(v, 0, 2, 1, 3)
+        q, k, v = (c.permute(t, 0, 2, 1, 3) for t in (q, k, v))
         if self.cp.flash_attn:
             if v_trans:
                 v = c.transpose(v)
@@ -691,8 +689,7 @@ class GraphContext:
             out = c.cont(out)
         return out
 
-    def activation(self, x: Tensor, up: Tensor, gated: bool, act: str, clamp: bool = False,
-                   linear: bool = True) -> Tensor:
+    def activation(self, x: Tensor, up: Tensor, gated: bool, act: str, clamp: bool, linear: bool) -> Tensor:
         """build_ffn's and build_moe_ffn's activation of `x` (the gate's output, else the up projection's)
         and `up`: the clamped SwiGLU (`clamp`), SiTU, a GLU op where `gated`, relu squared (LLM_FFN_RELU_SQR), one
         projection's SwiGLU (its halves), else the unary op itself."""

@@ -86,14 +86,9 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
         return False
     p, s = _probe(placement, setup)
     layer_of = {kc: il for il, (kc, _) in p.kv.items()}
-    for t in p.gf.nodes:
-        if t.op != "FLASH_ATTN_EXT" or t.src[1] is None:
-            continue
-        k = t.src[1]
-        il = layer_of.get(k.view_src or k)
-        if il is not None and s.ids.get(t) != p.layer_backend.get(il):
-            return True
-    return False
+    fa = [(t, layer_of.get(k.view_src or k)) for t in p.gf.nodes
+          if t.op == "FLASH_ATTN_EXT" and (k := t.src[1]) is not None]
+    return any(il is not None and s.ids.get(t) != p.layer_backend.get(il) for t, il in fa)
 
 
 def _probe(placement: Placement, setup: Setup) -> tuple[GraphContext, Scheduler]:
@@ -113,7 +108,7 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
 @dataclass
 class _Built:
     """A graph built for one inventory and shape of placement (`_reuse_key`), with the prologue's tensors in a
-    device's buffer (`Ctx.bound`) as it named and shaped them (a composition may rename one: glm5-next's)."""
+    device's buffer (`Ctx.bound`) as it named and shaped them (glm5-next's composition renames its indexer cache)."""
 
     inv: Inventory
     key: tuple[object, ...]
