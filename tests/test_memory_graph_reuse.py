@@ -1,4 +1,4 @@
-"""A graph reused across placements (memory/graph/model.py `_cached_build`: only the weights' and
+"""A graph reused across placements (memory/graph/model.py `_reused`: only the weights' and
 caches' devices set again) gives every compute buffer a fresh build gives, and leaves the graph as
 it found it (the scheduler's edits undone)."""
 

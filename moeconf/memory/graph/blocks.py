@@ -1,15 +1,7 @@
 """llama.cpp's graph blocks (`llm_graph_context`, src/llama-graph.cpp, and the KV cache's views,
-src/llama-kv-cache.cpp) emitting the tensors the engine's blocks emit, in the order they expand
-them into the graph: the inputs (token embeddings, positions, output ids, the KV cache's indices,
-mask and rotations), norms, the Q/K/V projections, attention through the KV cache with and without
-flash attention, the dense FFN, the MoE FFN (router, selection bias, top-k, weights normalisation
-and scale, separate or fused gate/up experts, expert biases, the experts' sum) and the callback
-that pins a layer's norms to its device; and the steps the architectures' graphs repeat, as
-llm_graph_context gives them to every src/models/*.cpp: the classic graph's inputs in their order
-(`inputs`), the last layer's output rows (`out_rows`), the attention's residual and the FFN norm
-(`ffn_input`), the layer's own dense FFN (`layer_ffn`) and shared expert (`add_shexp`), the head
-(`output`: the final norm, the logits, their scale and soft-cap), MLA's projections, DSA's top-k
-mask. An architecture composes them (`archs`)."""
+src/llama-kv-cache.cpp) emitting the tensors the engine's blocks emit, in the order they expand them
+into the graph, and the steps every src/models/*.cpp repeats (docs/memory.md lists them). An
+architecture composes them (`archs`)."""
 
 from __future__ import annotations
 
@@ -203,8 +195,7 @@ class GraphContext:
         tok_embd = self.w.get("token_embd.weight")
         assert tok_embd is not None
         n_inp = self.hp.n_embd_inp or self.hp.n_embd
-        tokens = c.input("I32", self.n_tokens, name="inp_tokens")
-        self.t_inp_tokens = tokens
+        tokens = self.t_inp_tokens = c.input("I32", self.n_tokens, name="inp_tokens")
         embd = c.input("F32", n_inp, self.n_tokens, name="inp_embd")
         cur = c.get_rows(tok_embd, tokens)
         if n_inp != self.hp.n_embd:
@@ -252,9 +243,8 @@ class GraphContext:
 
     def inputs(self, iswa: bool = False, scale: bool = False) -> tuple[Tensor, Tensor, AttnInput, AttnInput | None]:
         """The inputs of a graph with attention through one KV cache (the sliding-window pair where `iswa`), in
-        the order most src/models/*.cpp make them: the embeddings (`inp_embd`), the positions, the cache's
-        inputs, the output ids. Returns the embeddings, the positions, the full cache's inputs and the
-        window's (None without `iswa`)."""
+        the order most src/models/*.cpp make them: the embeddings, the positions, the full cache's inputs and
+        the window's (None without `iswa`), then the output ids (not returned)."""
         inp, pos = self.inp_embd(scale), self.inp_pos()
         full, swa = self.attn_inp_kv_iswa() if iswa else (self.attn_inp_kv(), None)
         self.inp_out_ids()
@@ -317,14 +307,11 @@ class GraphContext:
         vview = c.view(kview, (v.ne[0], kview.ne[1], kview.ne[2], kview.ne[3]),
                        (kview.nb[1], kview.nb[2], kview.nb[3]), 0)
         cur = self.attn_mha(q, kview, vview, inp.mask if mask is None else mask, sinks, v_mla)
-        if wo is not None:
-            cur = self.mm(wo, cur)
-        return cur
+        return self.mm(wo, cur) if wo is not None else cur
 
     def attn_inp_kv_iswa(self) -> tuple[AttnInput, AttnInput]:
         """build_attn_inp_kv_iswa: the full cache's inputs and the sliding window's."""
-        cp = self.cp
-        return self._kv_inputs(cp.n_kv, cp.rot_k, cp.rot_v), self._kv_inputs(cp.n_kv_swa, cp.rot_k_swa, cp.rot_v_swa)
+        return self.attn_inp_kv(), self._kv_inputs(self.cp.n_kv_swa, self.cp.rot_k_swa, self.cp.rot_v_swa)
 
     # -- norms, projections
     def _need(self, il: int, base: str) -> Tensor:
@@ -336,6 +323,11 @@ class GraphContext:
         """build_lora_mm (no adapters: memory refuses them; nor NVFP4's per-tensor scales:
         archs/common.unchecked_scales)."""
         return self.ctx.mul_mat(w, cur)
+
+    def linear(self, w: Tensor, b: Tensor | None, cur: Tensor) -> Tensor:
+        """`mm`, plus the bias where there is one."""
+        cur = self.mm(w, cur)
+        return self.ctx.add(cur, b) if b is not None else cur
 
     def norm(self, cur: Tensor, w: Tensor | None, b: Tensor | None, il: int, rms: bool = True) -> Tensor:
         """build_norm: RMS (or layer) norm, times the weight, plus the bias where there is one. Without a weight
@@ -368,10 +360,7 @@ class GraphContext:
         T = cur.ne[1]
         wqkv = w.layer(il, "attn_qkv")
         if wqkv is not None:
-            qkv = self.mm(wqkv, cur)
-            b = w.layer(il, "attn_qkv", "bias")
-            if b is not None:
-                qkv = c.add(qkv, b)
+            qkv = self.linear(wqkv, w.layer(il, "attn_qkv", "bias"), cur)
             if clamp:
                 qkv = c.clamp(qkv)
             rs = row_size(qkv.type, 1)
@@ -379,20 +368,13 @@ class GraphContext:
             k = c.view(qkv, (head_k, n_head_kv, T), (rs * head_k, qkv.nb[1]), rs * head_k * n_head)
             v = c.view(qkv, (head_v, n_head_kv, T), (rs * head_v, qkv.nb[1]), rs * head_k * (n_head + n_head_kv))
             return q, k, v
-        out = []
-        parts = (("attn_q", n_head, head_k), ("attn_k", n_head_kv, head_k), ("attn_v", n_head_kv, head_v))
-        for base, heads, width in parts:
-            t = self.mm(self._need(il, base), cur)
-            bias = w.layer(il, base, "bias")
-            if bias is not None:
-                t = c.add(t, bias)
-            if clamp and reshape:
-                t = c.clamp(t)
-            out.append((t, heads, width))
+        q, k, v = (self.linear(self._need(il, base), w.layer(il, base, "bias"), cur)
+                   for base in ("attn_q", "attn_k", "attn_v"))
         if not reshape:
-            return out[0][0], out[1][0], out[2][0]
-        q, k, v = (c.reshape(t, width, heads, T) for t, heads, width in out)
-        return q, k, v
+            return q, k, v
+        if clamp:
+            q, k, v = c.clamp(q), c.clamp(k), c.clamp(v)
+        return c.reshape(q, head_k, n_head, T), c.reshape(k, head_k, n_head_kv, T), c.reshape(v, head_v, n_head_kv, T)
 
     # -- MLA (src/models/deepseek2.cpp and the compositions after it)
     def mla_q(self, il: int, cur: Tensor) -> Tensor:
@@ -541,9 +523,7 @@ class GraphContext:
         v_trans = v.nb[1] > v.nb[2]
         ns = k.ne[3]
         q = c.view(q, (q.ne[0], q.ne[1], q.ne[2] // ns, ns), (q.nb[1], q.nb[2], q.nb[2] * (q.ne[2] // ns)), 0)
-        q = c.permute(q, 0, 2, 1, 3)
-        k = c.permute(k, 0, 2, 1, 3)
-        v = c.permute(v, 0, 2, 1, 3)
+        q, k, v = (c.permute(t, 0, 2, 1, 3) for t in (q, k, v))
         if self.cp.flash_attn:
             if v_trans:
                 v = c.transpose(v)
@@ -610,16 +590,14 @@ class GraphContext:
                 weight_before: bool = False, logits: Tensor | None = None, clamp: bool = False,
                 situ_linear: bool = True, selected: Tensor | None = None, exps: str = "exps",
                 grove: bool = False) -> Tensor:
-        """build_moe_ffn: the router (logits, softmax/sigmoid, a selection bias), top-k, the chosen
-        weights (normalised, scaled), the experts (separate or fused gate/up, biases, per-expert scales:
-        the `.scale` tensors), weighted, summed. `logits`: the router's logits computed by the caller
-        (probs_in: Gemma 4; Kimi-K3 routes the full-width input while its experts take a narrower one).
-        `clamp`: the SwiGLU limited (swiglu_clamp_exp above 0). act "situ": `situ` on the gate and up;
-        "silu_clamp": SWIGLU_CLAMP (DeepSeek-V4's swiglu_clamp_exp). gating "sqrt_softplus":
-        sqrt(softplus(logits)). `selected`: the experts chosen by the caller (DeepSeek-V4's hash-routed
-        layers), no top-k. The expert groups are the context's (`GraphContext.groups`). `exps`: the expert
-        tensors' suffix (`ffn_up_<exps>`...). `grove`: GroveMoE's choice (build_moe_ffn's branch for its
-        architecture): on the sigmoid of the logits; for an expert set smaller than the logits' (its
+        """build_moe_ffn: the router (logits, softmax/sigmoid/sqrt(softplus), a selection bias), top-k (within
+        the context's expert `groups`), the chosen weights (normalised, scaled), the experts (separate or fused
+        gate/up, biases, per-expert `.scale` tensors), weighted, summed. `logits`: computed by the caller
+        (probs_in: Gemma 4; Kimi-K3 routes the full-width input while its experts take a narrower one);
+        `selected`: the experts the caller chose, no top-k (DeepSeek-V4's hash-routed layers); `clamp`: the
+        SwiGLU limited (swiglu_clamp_exp above 0); act "situ" on the gate and up, "silu_clamp": SWIGLU_CLAMP
+        (DeepSeek-V4's swiglu_clamp_exp); `exps`: the expert tensors' suffix (`ffn_up_<exps>`...). `grove`:
+        GroveMoE's branch: the choice on the logits' sigmoid; for an expert set smaller than the logits' (its
         adjugate experts, `chexps`) the chosen index divided by the experts per group."""
         c, w, hp = self.ctx, self.w, self.hp
         n_embd, T = cur.ne[0], cur.ne[1]
@@ -665,8 +643,7 @@ class GraphContext:
             weights = c.reshape(c.soft_max(c.reshape(weights, used, T)), 1, used, T)
         if norm_w:
             w2 = c.reshape(weights, used, T)
-            wsum = c.clamp(c.sum_rows(w2))
-            weights = c.reshape(c.div(w2, wsum), 1, used, T)
+            weights = c.reshape(c.div(w2, c.clamp(c.sum_rows(w2))), 1, used, T)
         if w_scale not in (0.0, 1.0):
             weights = c.scale(weights)
         self.expand(weights)
@@ -712,16 +689,19 @@ class GraphContext:
             out = c.cont(out)
         return out
 
-    def activation(self, x: Tensor, up: Tensor, gated: bool, act: str, clamp: bool = False,
-                   linear: bool = True) -> Tensor:
+    def activation(self, x: Tensor, up: Tensor, gated: bool, act: str, clamp: bool, linear: bool) -> Tensor:
         """build_ffn's and build_moe_ffn's activation of `x` (the gate's output, else the up projection's)
         and `up`: the clamped SwiGLU (`clamp`), SiTU, a GLU op where `gated`, relu squared (LLM_FFN_RELU_SQR), one
         projection's SwiGLU (its halves), else the unary op itself."""
         c = self.ctx
         if gated and clamp and act == "silu":
             return c.mul(c.clamp(c.unary(x, "silu")), c.clamp(up))
-        if act == "situ":
-            return self.situ(x, up, linear)
+        if act == "situ":  # build_moe_ffn's LLM_FFN_SITU (src/models/kimi-k3.cpp): a scaled tanh of the gate times
+            # its sigmoid, times the up projection, itself through a scaled tanh where `linear`
+            # (activation.situ_linear_beta above 0)
+            if linear:
+                up = c.scale(c.unary(c.scale(up), "tanh"))
+            return c.mul(c.mul(c.scale(c.unary(c.scale(x), "tanh")), c.unary(x, "sigmoid")), up)
         if gated:
             return c.glu_split(x, up, GLU.get(act, "reglu"))
         if act == "relu_sqr":
@@ -730,24 +710,13 @@ class GraphContext:
             return c.glu(x, "swiglu")
         return c.unary(x, act)
 
-    def situ(self, gate: Tensor, up: Tensor, linear: bool) -> Tensor:
-        """The SiTU activation (build_moe_ffn's LLM_FFN_SITU, src/models/kimi-k3.cpp): a scaled tanh of
-        the gate times its sigmoid, times the up projection (itself through a scaled tanh where
-        `linear`: activation.situ_linear_beta above 0)."""
-        c = self.ctx
-        act = c.mul(c.scale(c.unary(c.scale(gate), "tanh")), c.unary(gate, "sigmoid"))
-        if linear:
-            up = c.scale(c.unary(c.scale(up), "tanh"))
-        return c.mul(act, up)
-
     # -- output
     def output(self, cur: Tensor, rows: str = "", rms: bool = True, norm: str = "output_norm",
                scale: bool = False, softcap: bool = False) -> None:
         """The head every src/models/*.cpp ends with: the output rows taken before the final norm (`rows`
         "before": the last layer's every row a graph output, t_h_nextn) or after it ("after": the final
         norm's every row an output, the MTP head's input), the final norm (`norm`, with its bias where the
-        model has one), the logits, plus output.bias
-        where the model has it, scaled (`scale`), soft-capped (`softcap`: a scale, a tanh and a scale)."""
+        model has one), the logits (plus output.bias), scaled (`scale`), soft-capped (a scale, a tanh, a scale)."""
         c, w = self.ctx, self.w
         if rows == "before":
             assert self.t_out_ids is not None
@@ -760,10 +729,7 @@ class GraphContext:
             cur = c.get_rows(cur, self.t_out_ids)
         out = w.get("output.weight")
         assert out is not None
-        logits = self.mm(out, cur)
-        out_b = w.get("output.bias")
-        if out_b is not None:
-            logits = c.add(logits, out_b)
+        logits = self.linear(out, w.get("output.bias"), cur)
         if scale:
             logits = c.scale(logits)
         if softcap:

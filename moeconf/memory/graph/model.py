@@ -51,10 +51,7 @@ def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: lis
     is probed in turn on a graph of one token per sequence (the ops turned off before built unfused), and
     turned off where the scheduler runs one of its nodes on another device than the node's layer. The
     probe is skipped unless some layers (or the output, or a weight a fused op reads) are on the host and
-    others on a GPU: the scheduler expands each GPU's assignment down to the weightless nodes after it (a
-    layer's fused ops included), and up onto the host's only there (GLM-5.3-Flash's dumps and recorded
-    figures over one and two GPUs; the engine turns DSV4_HC_COMB off under -ngl 99 -ot blk.1.hc_attn_scale=CPU,
-    not under -ot blk.1.hc_ffn_base=CPU nor -ot exps=CPU, as this probe does)."""
+    others on a GPU: only there can a layer's fused op run off its layer's device (docs/memory.md)."""
     out = g.w.get("output.weight")
     homes = {backends[i].name for i in g.layer_backend.values()} | {out.buffer or HOST if out is not None else HOST}
     # a fused op reading a weight kept elsewhere (-ot blk.N.hc_attn_scale=CPU) runs where the weight is
@@ -89,14 +86,9 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
         return False
     p, s = _probe(placement, setup)
     layer_of = {kc: il for il, (kc, _) in p.kv.items()}
-    for t in p.gf.nodes:
-        if t.op != "FLASH_ATTN_EXT" or t.src[1] is None:
-            continue
-        k = t.src[1]
-        il = layer_of.get(k.view_src or k)
-        if il is not None and s.ids.get(t) != p.layer_backend.get(il):
-            return True
-    return False
+    fa = [(t, layer_of.get(k.view_src or k)) for t in p.gf.nodes
+          if t.op == "FLASH_ATTN_EXT" and (k := t.src[1]) is not None]
+    return any(il is not None and s.ids.get(t) != p.layer_backend.get(il) for t, il in fa)
 
 
 def _probe(placement: Placement, setup: Setup) -> tuple[GraphContext, Scheduler]:
@@ -115,9 +107,8 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
 
 @dataclass
 class _Built:
-    """A graph built for one inventory and shape of placement (`_reuse_key`), with the tensors the
-    prologue made in a device's buffer (`Ctx.bound`) as the prologue named and shaped them (a
-    composition may rename one: glm5-next's indexer cache)."""
+    """A graph built for one inventory and shape of placement (`_reuse_key`), with the prologue's tensors in a
+    device's buffer (`Ctx.bound`) as it named and shaped them (glm5-next's composition renames its indexer cache)."""
 
     inv: Inventory
     key: tuple[object, ...]
@@ -131,22 +122,13 @@ _BUILT_KEPT = 3  # a search's graph, its probes' of one token per sequence (`_pr
 
 def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: int) -> tuple[object, ...]:
     """What of the placement the composition's nodes depend on beyond the devices of the weights and caches
-    it reads: the tensors left out, the number of backends (the CPU's
-    index, which the callback pins to), and each layer's home where the callback pins a layer's norms to it
-    (`GraphContext.cb`) or a duplicated weight has one tensor per device (rope_freqs)."""
+    it reads: the tensors left out, the number of backends (the CPU's index, which the callback pins to), and
+    each layer's home where the callback pins a layer's norms to it (`GraphContext.cb`) or a duplicated weight
+    has one tensor per device (rope_freqs)."""
     homes = tuple(g.layer_backend[il] for il in sorted(g.layer_backend))
     pins = setup.n_tokens < 32 or g.cp.full_offload or "rope_freqs.weight" in g.w.by_name
     absent = frozenset(n for n, d in placement.devices.items() if d is None)
     return (setup, g.cp.full_offload, n_backends, absent, homes if pins else None)
-
-
-def _cached_build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
-    """`build`, reusing the last graph built for the same inventory and shape of placement (`_reused`).
-    The fused ops the engine probes per placement (`fused_off`) are probed for this placement: where one
-    is turned off, the graph is built afresh with it unfused. Not under `-fa auto` (`compute` builds that
-    afresh: `build`)."""
-    g, backends = _reused(placement, setup)
-    return _unfused(placement, setup, g, backends) if g.fused else (g, backends)
 
 
 def _reused(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
@@ -157,16 +139,13 @@ def _reused(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Back
     inv = placement.inventory
     g, backends, f = _prologue(placement, setup)
     key = _reuse_key(placement, setup, g, len(backends))
-    for b in _BUILT:
-        if b.inv is inv and b.key == key:
-            old = b.g.ctx.bound[:len(b.bound)]
-            new = g.ctx.bound
-            if len(b.bound) == len(new) and all(o == (n.name, n.ne) for o, n in zip(b.bound, new, strict=True)):
-                for o, n in zip(old, new, strict=True):
-                    o.buffer = n.buffer
-                b.g.layer_backend = g.layer_backend
-                return b.g, backends
     bound = tuple((t.name, t.ne) for t in g.ctx.bound)
+    for b in _BUILT:
+        if b.inv is inv and b.key == key and b.bound == bound:
+            for o, n in zip(b.g.ctx.bound[:len(bound)], g.ctx.bound, strict=True):
+                o.buffer = n.buffer
+            b.g.layer_backend = g.layer_backend
+            return b.g, backends
     ARCHS[inv.arch](g, f)
     if len(g.ctx.bound) == len(bound):  # the composition made no weight or cache of its own on a device
         _BUILT.insert(0, _Built(inv, key, g, bound))
@@ -243,17 +222,15 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     from moeconf.memory.recurrent import shape as recurrent_shape
     rec = recurrent_shape(inv) or shortconv_shape(inv)
     state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim): its caches' rows only, not GraphContext.rec
-    layer_backend: dict[int, int] = {}
+    layer_backend = {la.index: index.get(home.get(la.index, HOST), cpu) for la in layers}
     for la in layers:
-        dev = home.get(la.index, HOST)
-        layer_backend[la.index] = index.get(dev, cpu)
-        kdev = dev if setup.offload_kqv else HOST
+        kdev = home.get(la.index, HOST) if setup.offload_kqv else HOST
         if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence
             rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_rs), kdev),
                             ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_rs), kdev))
             continue
         cells, ns = setup.n_kv_swa if la.swa else setup.n_kv, setup.n_stream
-        v_row = geo.v_row(la, transposed=not (setup.flash_attn or setup.v_flat))
+        v_row = geo.v_row(la, transposed=setup.v_trans)
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
     # the DSA lightning indexer's K cache (llama-kv-cache-dsa.cpp): one head of the indexer's width per
@@ -320,8 +297,7 @@ def facts(inv: Inventory) -> Facts:
     groups, used = int_key(inv, "expert_group_count"), int_key(inv, "expert_group_used_count")
     return Facts(gating=int_key(inv, "expert_gating_func"), norm_w=int_key(inv, "expert_weights_norm"), floats=floats,
                  groups=(groups, used) if groups is not None and used is not None else (0, 0),
-                 units=frozenset(md.unit_floats), values=md.float_values,
-                 hparams=md.hparams,
+                 units=frozenset(md.unit_floats), values=md.float_values, hparams=md.hparams,
                  zeros=frozenset(md.zero_floats))
 
 
@@ -333,7 +309,8 @@ def compute(placement: Placement, setup: Setup) -> dict[str, int]:
 def _compute(placement: Placement, setup: Setup) -> tuple[dict[str, int], frozenset[str], frozenset[int]]:
     """`compute`, the fused ops the engine's probes turned off for it (`fused_off`), and the layers whose
     norms ran without a weight (`GraphContext.unweighted`)."""
-    g, backends = _cached_build(placement, setup) if not setup.fa_auto else build(placement, setup)
+    # a search's graph reused (`_reused`), its fused ops probed for this placement; -fa auto's built afresh
+    g, backends = build(placement, setup) if setup.fa_auto else _unfused(placement, setup, *_reused(placement, setup))
     sched = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
     try:  # the build's pins kept or dropped as the reserve modelled does (`Setup.norm_pins`)
         sizes = sched.reserve(g.gf, g.pinned if setup.norm_pins else None)
@@ -357,8 +334,7 @@ def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = Fals
     return Setup(n_tokens=t_graph, n_outputs=settings.output_rows(T), n_kv=cells, n_kv_swa=swa_cells,
                  n_stream=n_stream, n_seq=n_seq, n_rs=n_rs,
                  flash_attn=settings.flash_attn != "off" and traits(inv.arch).flash_attn,  # Grok's
-                 fa_auto=settings.flash_attn == "auto",
-                 offload_kqv=settings.offload_kqv,
+                 fa_auto=settings.flash_attn == "auto", offload_kqv=settings.offload_kqv,
                  cache_k=settings.cache_type_k, cache_v=settings.cache_type_v, pipeline=pipeline,
                  op_offload=settings.op_offload)
 
