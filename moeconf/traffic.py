@@ -48,8 +48,17 @@ import moeconf.memory.recurrent as rec
 from moeconf.engines import HOST
 from moeconf.memory.geometry import geometry
 from moeconf.memory.graph.archs import COMPOSITIONS, traits
+from moeconf.memory.graph.blocks import MissingTensor
 from moeconf.memory.graph.ggml import INPUT, VIEW_OPS, Tensor, nbytes, nelements
-from moeconf.memory.graph.model import Setup, build, file_refusals, setup_for, unfused_refusal, unweighted_refusal
+from moeconf.memory.graph.model import (
+    Setup,
+    build,
+    file_refusals,
+    missing_refusal,
+    setup_for,
+    unfused_refusal,
+    unweighted_refusal,
+)
 from moeconf.memory.graph.sched import Scheduler
 from moeconf.memory.kvcache import kv_bytes
 from moeconf.memory.settings import MemorySettings
@@ -256,7 +265,10 @@ class _Evaluation:
 def _evaluate(placement: Placement, setup: Setup) -> _Evaluation:
     """The graph of one evaluation, split by the scheduler: what each op reads of the weights, on the
     backend that runs it, and every split input copied in."""
-    g, backends = build(placement, setup)
+    try:
+        g, backends = build(placement, setup)
+    except MissingTensor as e:
+        raise TrafficUnmodelled(missing_refusal(placement.inventory, e, "traffic")[0]) from None
     why = unweighted_refusal(placement.inventory, g.unweighted, "traffic") + unfused_refusal(
         placement.inventory, g.cp.unfused, "traffic")
     if why:  # a norm without its weight, or a fused op the engine turns off here, whose graph no dump checked

@@ -112,17 +112,32 @@ class AttnInput:
     n_kv: int  # the cells its cache's views span
 
 
+class MissingTensor(Exception):
+    """The graph reads a weight the file lacks (`GraphContext._need`, archs.common.need): the engine's graph
+    reads it where the composition does, so the pinned llama.cpp does not load or run such a file (its loader
+    stops, "tensor ... not found", or building the graph fails). The estimate refuses it (model.checked_compute)."""
+
+    def __init__(self, name: str | None) -> None:
+        super().__init__(name or "a weight")
+        self.name = name
+
+
 @dataclass
 class Weights:
-    """The model's weights as graph leafs (absent ones are None), by GGUF name."""
+    """The model's weights as graph leafs (absent ones are None), by GGUF name; `missed`: the last name asked
+    for and absent (what a `MissingTensor` without a name lacked)."""
 
     by_name: dict[str, Tensor]
+    missed: str | None = None
 
     def get(self, name: str) -> Tensor | None:
-        return self.by_name.get(name)
+        t = self.by_name.get(name)
+        if t is None:
+            self.missed = name
+        return t
 
     def layer(self, il: int, base: str, suffix: str = "weight") -> Tensor | None:
-        return self.by_name.get(f"blk.{il}.{base}.{suffix}")
+        return self.get(f"blk.{il}.{base}.{suffix}")
 
     def copy(self, name: str, il: int) -> Tensor | None:
         """A tensor the loader creates once per layer under one name (TENSOR_DUPLICATED: rope_freqs, the
@@ -316,7 +331,8 @@ class GraphContext:
     # -- norms, projections
     def _need(self, il: int, base: str) -> Tensor:
         t = self.w.layer(il, base)
-        assert t is not None, f"blk.{il}.{base}"
+        if t is None:
+            raise MissingTensor(f"blk.{il}.{base}.weight")
         return t
 
     def mm(self, w: Tensor, cur: Tensor) -> Tensor:

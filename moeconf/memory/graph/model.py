@@ -12,7 +12,7 @@ from moeconf.engines import HOST
 from moeconf.memory.classic import input_width, output_device
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
 from moeconf.memory.graph.archs.common import unchecked_ffn_biases, unchecked_fused_qkv_bias, unchecked_scales
-from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, Mla, Weights, rotation_width
+from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, MissingTensor, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
 from moeconf.memory.keys import int_key
@@ -101,8 +101,23 @@ def _probe(placement: Placement, setup: Setup) -> tuple[GraphContext, Scheduler]
 
 def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
     g, backends, f = _prologue(placement, setup)
-    ARCHS[placement.inventory.arch](g, f)
+    _compose(g, f, placement.inventory.arch)
     return g, backends
+
+
+def _compose(g: GraphContext, f: Facts, arch: str) -> None:
+    """The architecture's composition on `g`; a weight it reads and the file lacks named (`MissingTensor`)."""
+    try:
+        ARCHS[arch](g, f)
+    except MissingTensor as e:
+        raise MissingTensor(e.name or g.w.missed) from None
+
+
+def missing_refusal(inv: Inventory, e: MissingTensor, what: str) -> list[str]:
+    """Why `what` (compute, traffic) is not modelled for a file lacking a weight the graph reads."""
+    return [f"{what} not modelled for this {inv.arch} file: it lacks {e.name or 'a weight'}, which llama.cpp's "
+            f"{inv.arch} graph reads: the pinned llama.cpp does not load it (its loader stops: \"tensor ... not "
+            "found\", or building the graph fails); check the file's conversion"]
 
 
 @dataclass
@@ -146,7 +161,7 @@ def _reused(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Back
                 o.buffer = n.buffer
             b.g.layer_backend = g.layer_backend
             return b.g, backends
-    ARCHS[inv.arch](g, f)
+    _compose(g, f, inv.arch)
     if len(g.ctx.bound) == len(bound):  # the composition made no weight or cache of its own on a device
         _BUILT.insert(0, _Built(inv, key, g, bound))
         del _BUILT[_BUILT_KEPT:]
@@ -358,7 +373,10 @@ UNFUSED_CHECKED: dict[str, frozenset[str]] = {"glm5-next": frozenset({"DSV4_HC_P
 def checked_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> tuple[dict[str, int], list[str]]:
     """`graph_compute`, and the refusal of a placement on which the engine's probes turn off a fused op whose
     unfused form no recorded dump checked (empty where none is)."""
-    sizes, off, unweighted = _compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
+    try:
+        sizes, off, unweighted = _compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
+    except MissingTensor as e:
+        return {}, missing_refusal(placement.inventory, e, "compute")
     return sizes, unweighted_refusal(placement.inventory, unweighted, "compute") + unfused_refusal(
         placement.inventory, off, "compute")
 
