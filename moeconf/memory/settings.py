@@ -138,25 +138,16 @@ class MemorySettings:
         return min(n_tokens, max(self.n_outputs, self.n_parallel)) if self.n_outputs else n_tokens
 
 
-# llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
-# (common_params_parser_init) defaults n_parallel to -1 for LLAMA_EXAMPLE_SERVER only, and
-# tools/server/server.cpp (llama_server) turns -1 into 4 slots with one unified KV cache, whatever
-# -kvu/-no-kvu said. Every other mainline binary (llama-cli, llama-completion, llama-fit-params, ...)
-# keeps common.h's n_parallel = 1; ik_llama.cpp's server too (common.h, n_parallel = 1). Since
-# llama.cpp PR #16736 (2025-11); b7079 is the oldest build seen running it (llama.cpp issue #17300):
-# older builds are taken as one slot.
+# llama-server's slots when -np is not given (or is -1, "auto"), from llama.cpp b7079 on; every other binary,
+# and ik_llama.cpp's server, keeps one (docs/memory-architectures.md, "Sequences: each binary's default")
 SERVER_AUTO_SLOTS = 4
 SERVER_AUTO_SLOTS_SINCE = 7079
 SERVER_BINARIES = frozenset({"llama-server"})
 
 
-# llama-server's output reservation: since llama.cpp b9474 (de6f727a, PR #23861, "limit max outputs of
-# llama_context") the context reserves its worst-case prompt graph for min(ubatch, n_outputs_max)
-# output rows (src/llama-context.cpp sched_reserve, `n_outputs_pp`), and n_outputs_max is 0 (= n_batch)
-# for every binary but llama-server, which sets it to min(n_batch, n_parallel * (1 + draft length)),
-# at least 1, or to n_batch with --embedding or a pooling type other than none
-# (tools/server/server-context.cpp server_output_limits, common/speculative.cpp
-# common_speculative_get_output_limits). ik_llama.cpp has no such limit (its graphs output the ubatch).
+# llama-server's output reservation since llama.cpp b9474: min(n_batch, n_parallel * (1 + draft length)) rows, at
+# least 1, n_batch with --embedding or pooling; ik_llama.cpp has none (docs/memory.md, "llama-server's output
+# reservation")
 SERVER_OUTPUTS_SINCE = 9474
 
 
