@@ -22,8 +22,7 @@ import moeconf.memory.recurrent as rec
 from moeconf.engines import AUTO_GPU, HOST, Engine, mainline
 from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.memory.amx import amx_bytes
-from moeconf.memory.archgraph import standard_moe_layers
-from moeconf.memory.classic import input_width
+from moeconf.memory.archgraph import input_width, standard_moe_layers
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.graph.model import checked_compute, graph_computed, layer_devices
@@ -85,10 +84,6 @@ class MemoryEstimate:
         return {d: m.json() for d, m in self.devices.items()}
 
 
-def is_gpu(device: str) -> bool:
-    return device != HOST
-
-
 def alloc_size(t: Tensor, device: str) -> int:
     """A tensor's size in `device`'s model buffer: rounded up to the buffer's alignment, with
     CUDA's padding of quantized rows whose width is not a multiple of 512 (the scheduler's backend
@@ -105,7 +100,7 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
         dev = devices[t.name]
         if dev is not None:  # a buffer that pads rows (CUDA's), else 32-aligned
             out[dev] += alloc_size(t, dev) if backend_for(dev).pads_rows else size32
-    # a tied output's second copy of token_embd (memory/classic.py)
+    # a tied output's second copy of token_embd (engines/tied.py)
     tied = placement.tied_output()
     if tied is not None:
         out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
@@ -169,7 +164,7 @@ def families_refused(placement: Placement, settings: MemorySettings, gpus: list[
     with `families=False` and finds this empty has what `families=True` gives (on ik, but for its twin's)."""
     ik = placement.engine.name == "ik_llama.cpp"
     if gpus is None and not ik:
-        gpus = sorted(d for d in {*weight_bytes(placement), *layer_devices(placement).values()} if is_gpu(d))
+        gpus = sorted(d for d in {*weight_bytes(placement), *layer_devices(placement).values()} if d != HOST)
     return setting_families.unmodelled_settings(placement, settings, [] if ik or gpus is None else gpus,
                                                 not ik and output_family_checked(placement, settings))
 
@@ -190,7 +185,7 @@ def _rows(devices: Iterable[str], settings: MemorySettings, weights: Mapping[str
     """The table's rows, the host's first, then the other devices sorted: each one's weights, KV cache and
     compute as given (0 where absent), a GPU's reserve, the terms that are estimated."""
     return {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute.get(d, 0),
-                            reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(estimated.get(d, ())))
+                            reserve=settings.reserve if d != HOST else 0, estimated=tuple(estimated.get(d, ())))
             for d in [HOST, *sorted(set(devices) - {HOST})]}
 
 
@@ -206,7 +201,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     weights = weight_bytes(placement)
     layer_dev = layer_devices(placement)
     devices = {HOST, *weights, *layer_dev.values()}
-    gpus = sorted(d for d in devices if is_gpu(d))
+    gpus = sorted(d for d in devices if d != HOST)
     why = (unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
            + compressed.unmodelled_settings(inv, settings.n_parallel))
     # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_compute`), which checks
@@ -235,14 +230,13 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         return _refused(placement, settings, weights, gpus, why)
 
     notes: list[str] = []
-    # host weights in llama.cpp's AMX buffer (memory/amx.py): only where the CPU's extra buffer types
-    # come first, no GPU's pinned host buffer type before them (or --no-host), and -nr is not given
-    amx_extra = _amx_extra(placement) if amx_possible(settings, gpus) else 0
-    if amx_extra and settings.host_cpu == "amx" and not ik:
+    # host weights in llama.cpp's AMX buffer (memory/amx.py), where it comes first (`amx_possible`)
+    amx_extra = _amx_extra(placement) if not ik and amx_possible(settings, gpus) else 0
+    if amx_extra and settings.host_cpu == "amx":
         weights[HOST] = weights.get(HOST, 0) + amx_extra
         notes.append(f"host CPU with AMX: llama.cpp packs the CPU layers' matrices in its AMX buffer "
                      f"(+{amx_extra / MiB:.0f} MiB of host weights)")
-    elif amx_extra >= MiB and not ik:
+    elif amx_extra >= MiB:
         notes.append(f"on a host CPU with AMX, llama.cpp packs the CPU layers' matrices in its AMX buffer: "
                      f"up to {amx_extra / MiB:.0f} MiB more host weights (--host-cpu amx counts them)")
     # --- tensors ik_llama.cpp computes at load for MLA (memory/ikmla.py)
@@ -373,12 +367,8 @@ _ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "a
 def _attention_device(placement: Placement, il: int, layer_dev: Mapping[int, str]) -> str:
     """The device running block il's attention: the one holding its first attention weight, else the
     layer's."""
-    devices = placement.devices
-    for name in _attention_names(il):
-        d = devices.get(name)
-        if d is not None:
-            return d
-    return layer_dev.get(il, HOST)
+    found = (placement.devices.get(name) for name in _attention_names(il))
+    return next((d for d in found if d is not None), layer_dev.get(il, HOST))
 
 
 @cache
@@ -388,11 +378,8 @@ def _attention_names(il: int) -> tuple[str, ...]:
 
 def _ik_graph_refused(settings: MemorySettings, geo: Geometry, placement: Placement, n_tokens: int,
                       fa: bool) -> list[str]:
-    """Where neither llama.cpp's graph nor ik's MLA attention model (memory/ikmla.py) stands for
-    ik's compute: an ik-only KV cache type (llama.cpp's graph has none); on an MLA architecture, an
-    attention form of ik's that was not measured (-mla 0), the KV cache kept on the host (-nkvo),
-    or, where ik's MLA attention is not modelled, an MLA mode other than the -mla 3 the margin was
-    measured with."""
+    """Where neither llama.cpp's graph nor ik's MLA attention model (memory/ikmla.py) stands for ik's
+    compute: each message names the setting and why."""
     out = []
     for flag, t in (("-ctk", settings.cache_type_k), ("-ctv", settings.cache_type_v)):
         if t not in CACHE_TYPES:

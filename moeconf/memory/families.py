@@ -11,7 +11,7 @@ import moeconf.memory.extrafiles as extrafiles
 import moeconf.memory.kvoverride as kvoverride
 import moeconf.memory.speculative as spec
 from moeconf.engines import HOST
-from moeconf.memory.classic import output_device
+from moeconf.memory.archgraph import output_device
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement
@@ -25,13 +25,11 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
     """Why the compute buffers of these settings on this placement are not modelled (empty: they are).
     `by_graph`: the engine's graph gives every compute buffer where the routed experts and the output on
     the CPU over several GPUs were checked (estimate.output_family_checked; see the module's notes)."""
-    # --- speculative decoding (h20spec): not modelled on any device
+    # on any device: speculative decoding (h20spec), files loaded beside the model (a projector, LoRA adapters,
+    # control vectors), --override-kv of a key that sizes anything
     why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
-    # --- files loaded beside the model (a projector, LoRA adapters, control vectors): on any device
     why.extend(extrafiles.unmodelled_extra_files(settings.extra_files))
-    # --- --override-kv of a key that sizes anything
     why.extend(kvoverride.unmodelled_overrides(settings.kv_overrides, placement.inventory.arch, placement.engine.name))
-    # ---
     if not gpus:
         return why
     attn_dev: dict[int, str | None] = {}  # each layer's attention device: that of its first attention tensor

@@ -10,6 +10,7 @@ from typing import Any
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
+from moeconf.engines.flags import c_int
 from moeconf.engines.llamaconfig import CACHE_TYPES, FALSE_WORDS, TRUE_WORDS, flash_attn_refusal, flash_attn_word
 from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
@@ -105,14 +106,12 @@ class MemorySettings:
     amb: int | None = None  # ik_llama.cpp -amb, MiB (None: the engine's default)
     reserve: int = DEFAULT_RESERVE  # per GPU, for what no engine reports (CUDA context, cuBLAS)
     problems: tuple[str, ...] = ()
-    # the host CPU: "amx" (llama.cpp packs CPU layers' matrices in its AMX buffer, memory/amx.py) or "plain"
-    host_cpu: str = "plain"
+    host_cpu: str = "plain"  # or "amx": llama.cpp packs the CPU layers' matrices in its AMX buffer (memory/amx.py)
     # llama.cpp's host buffer choices (src/llama-model.cpp make_cpu_buft_list): --no-host skips the
     # GPU's pinned host buffer type, -nr/--no-repack the CPU's extra buffer types (AMX, CPU_REPACK)
     no_host: bool = False
     repack: bool = True
-    # --no-op-offload: the scheduler does not offload host ops to the GPU (no copy of host weights)
-    op_offload: bool = True
+    op_offload: bool = True  # False: --no-op-offload, the scheduler copies no host weights to the GPU for an op
     # llama-server's host caches (memory/servercache.py): --cache-ram MiB (-1: no limit) and
     # --ctx-checkpoints per slot; None: the binary's default
     cache_ram: int | None = None
@@ -121,11 +120,10 @@ class MemorySettings:
     # n_parallel/kv_unified are that binary's default (`server_slots`) rather than given
     binary: str | None = field(default=None, compare=False)
     auto_slots: bool = field(default=False, compare=False)
-    # speculative decoding on this launch (memory/speculative.py): (kind, the flag or variable)
+    # (kind, the flag or variable) of speculative decoding (memory/speculative.py) and of the files loaded beside
+    # the model (memory/extrafiles.py); (the key, the flag and item) of --override-kv (memory/kvoverride.py)
     speculation: tuple[tuple[str, str], ...] = ()
-    # files loaded beside the model (memory/extrafiles.py): (kind, the flag or variable)
     extra_files: tuple[tuple[str, str], ...] = ()
-    # --override-kv items (memory/kvoverride.py): (the key, the flag and item)
     kv_overrides: tuple[tuple[str, str], ...] = ()
     # the output rows the context reserves its worst-case graph for (llama.cpp's n_outputs_max,
     # `server_outputs`); 0: as many as the batch (every binary but llama-server). Derived from the
@@ -207,8 +205,6 @@ def read_settings(
         key = o.setting
         assert key is not None
         if o.value == "int":
-            from moeconf.engines.flags import c_int
-
             n = c_int(text)  # as the engine's std::stoi reads it (`4096k` is 4096)
             if n is None:
                 problems.append(f"{where} needs a number, not {text!r}")
@@ -294,15 +290,14 @@ def read_settings(
         values["kv_unified"] = True
     overrides, refused = read_kv_overrides(words, engine)
     problems.extend(refused)
-    # --- llama-server --kv-unified-per-slot N (pinned llama.cpp b11312, tools/server/server.cpp
+    n_parallel = max(got("n_parallel"), 1)
+    # llama-server --kv-unified-per-slot N (pinned llama.cpp b11312, tools/server/server.cpp
     # llama_server: after -np auto is resolved): without -c (`-c 0` pins the training context) the
     # KV pool is n_parallel * N cells
     per_slot = values.get("kv_per_slot")
     if (isinstance(per_slot, int) and per_slot > 0 and "n_ctx" not in values and run in SERVER_BINARIES
             and engine.name == "llama.cpp"):
-        values["n_ctx"] = max(got("n_parallel"), 1) * per_slot
-    # ---
-    n_parallel = max(got("n_parallel"), 1)
+        values["n_ctx"] = n_parallel * per_slot
     outputs = server_outputs(run, engine, got("n_batch"), n_parallel, values.get("embedding") is True)
     return replace(d, **{k: got(k) for k in _READ}, n_parallel=n_parallel, reserve=reserve, problems=tuple(problems),
                    binary=run, auto_slots=auto, speculation=read_speculation(words, engine, env, run),
