@@ -13,6 +13,7 @@ from moeconf.engines.argvread import read_argv
 from moeconf.engines.flags import c_int
 from moeconf.engines.llamaconfig import CACHE_TYPES, FALSE_WORDS, TRUE_WORDS, flash_attn_refusal, flash_attn_word
 from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
+from moeconf.errors import MoeconfError
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
 from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
@@ -34,8 +35,6 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 100
 def parse_size(text: str, where: str = "size") -> int:
     """'24 GiB', '16GiB', '512MiB', '24G', '24GB' (10**9) -> bytes. A unit is required: a bare
     number is an error naming the GiB reading (`24` is not 24 bytes by accident)."""
-    from moeconf.errors import MoeconfError
-
     t = text.strip().replace(" ", "").replace("_", "")
     num = t.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     unit = t[len(num):].lower()
@@ -152,10 +151,8 @@ SERVER_OUTPUTS_SINCE = 9474
 def server_outputs(binary: str | None, engine: Engine, n_batch: int, n_parallel: int, embedding: bool) -> int:
     """The output rows `binary` reserves (0: as many as the batch). Speculation (draft tokens per
     slot) is refused by the estimate (memory/speculative.py), so none is counted here."""
-    if (binary in SERVER_BINARIES and engine.name == "llama.cpp" and (engine.build or 0) >= SERVER_OUTPUTS_SINCE
-            and not embedding):
-        return max(1, min(n_batch, n_parallel))
-    return 0
+    limited = binary in SERVER_BINARIES and engine.name == "llama.cpp" and (engine.build or 0) >= SERVER_OUTPUTS_SINCE
+    return max(1, min(n_batch, n_parallel)) if limited and not embedding else 0
 
 
 def cache_row_bytes(cache_type: str, n: int, heads: int = 1) -> int:
@@ -177,10 +174,8 @@ def binary_name(word: str | None) -> str | None:
 def server_slots(binary: str | None, engine: Engine) -> int | None:
     """The slots `binary` runs with when -np is auto (not given, or -1), in one unified KV cache;
     None where the binary has no auto slots (one sequence unless -np says otherwise)."""
-    if (binary in SERVER_BINARIES and engine.name == "llama.cpp"
-            and (engine.build or 0) >= SERVER_AUTO_SLOTS_SINCE):
-        return SERVER_AUTO_SLOTS
-    return None
+    auto = binary in SERVER_BINARIES and engine.name == "llama.cpp" and (engine.build or 0) >= SERVER_AUTO_SLOTS_SINCE
+    return SERVER_AUTO_SLOTS if auto else None
 
 
 # the variables of the rows that decide a memory setting (engines/options.py)
