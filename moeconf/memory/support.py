@@ -121,12 +121,11 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     """Why this model's memory on `engine` is not modelled (empty: it is): its architecture, or
     each `{arch}.*` key of the file the model does not read and that may change memory."""
     arch = inv.arch
-    # --- ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured
-    # margins (where none was measured, the estimate leaves compute "?" with ikarchs' note, and fit refuses) ---
+    # ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured
+    # margins (where none was measured, the estimate leaves compute "?" with ikarchs' note, and fit refuses)
     if _ikarchs.kv_only(arch, engine):
         return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine), MODELLED[arch].keys) \
             + unmodelled_structure(inv)
-    # ---
     spec = MODELLED.get(arch)
     if spec is None:
         return [unmodelled_architecture(arch, engine)]
