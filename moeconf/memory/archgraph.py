@@ -1,14 +1,18 @@
-"""What the refusals need to know about an architecture's layers, read from the tensors they hold
+"""What the refusals and the graph need to know about a model's layers, read from the tensors they hold
 instead of from its name where they can (issue 17): whether they are the standard attention + MoE
-layer, on which a setting family was checked (`standard_moe_layers`, memory/families.py), and the
-layer structures the model was not checked on (`unmodelled_structure`)."""
+layer, on which a setting family was checked (`standard_moe_layers`, memory/families.py), the
+layer structures the model was not checked on (`unmodelled_structure`), where the logits are computed
+(`output_device`: a tied output's second copy of `token_embd`, engines/tied.py) and the graph's input width."""
 
 from __future__ import annotations
 
 from typing import Final
 
+from moeconf.engines import HOST
 from moeconf.memory.geometry import Geometry
+from moeconf.memory.keys import int_key
 from moeconf.model.inventory import Inventory
+from moeconf.placement import Placement
 
 _ROUTED: Final = frozenset({"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
 # a layer's tensors in llama.cpp's standard attention + MoE FFN graph (src/models/qwen3moe.cpp,
@@ -49,3 +53,18 @@ def unmodelled_structure(inv: Inventory) -> list[str]:
         return ["memory is not modelled for grok layers with a dense FFN beside the routed experts (Grok-2 style; "
                 "checked on Grok-1 only)"]
     return []
+
+
+def output_device(placement: Placement) -> str:
+    """The device that computes the logits: the one holding the output matrix (for a tied output,
+    the engine's second copy of `token_embd`, or `token_embd` itself where no copy is made)."""
+    tied = placement.tied_output()
+    if tied is not None:
+        return tied
+    return placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
+
+
+def input_width(inv: Inventory, n_embd: int) -> int:
+    """The graph's input embedding width (llama_hparams::n_embd_inp): Qwen3-VL's deepstack adds
+    n_embd per deepstack layer (the vision features the first layers add back)."""
+    return n_embd * (1 + (int_key(inv, "n_deepstack_layers") or 0))

@@ -4,9 +4,8 @@ reserve per GPU for what no engine reports.
 
 Compute on llama.cpp is the engine's own graph, scheduled and allocated as ggml does (memory/graph).
 On ik_llama.cpp it is llama.cpp's graph of the same placement plus what ik was measured to add
-(`_ik_estimate`). The figures were checked
-against llama.cpp's own projection (`llama-fit-params -fitp on`, see docs/memory.md's accuracy
-table); CUDA-only terms cannot be checked there and are labelled estimated."""
+(`_ik_compute`). The figures were checked against llama.cpp's own projection (`llama-fit-params -fitp
+on`, see docs/memory.md's accuracy table); CUDA-only terms cannot be checked there and are labelled estimated."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ import moeconf.memory.recurrent as rec
 from moeconf.engines import AUTO_GPU, HOST, Engine, mainline
 from moeconf.engines.llamaconfig import CACHE_TYPES
 from moeconf.memory.amx import amx_bytes
-from moeconf.memory.archgraph import standard_moe_layers
-from moeconf.memory.classic import input_width
+from moeconf.memory.archgraph import input_width, standard_moe_layers
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.graph.model import checked_compute, graph_computed, layer_devices
@@ -86,10 +84,6 @@ class MemoryEstimate:
         return {d: m.json() for d, m in self.devices.items()}
 
 
-def is_gpu(device: str) -> bool:
-    return device != HOST
-
-
 def alloc_size(t: Tensor, device: str) -> int:
     """A tensor's size in `device`'s model buffer: rounded up to the buffer's alignment, with
     CUDA's padding of quantized rows whose width is not a multiple of 512 (the scheduler's backend
@@ -106,7 +100,7 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
         dev = devices[t.name]
         if dev is not None:  # a buffer that pads rows (CUDA's), else 32-aligned
             out[dev] += alloc_size(t, dev) if backend_for(dev).pads_rows else size32
-    # a tied output's second copy of token_embd (memory/classic.py)
+    # a tied output's second copy of token_embd (engines/tied.py)
     tied = placement.tied_output()
     if tied is not None:
         out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
@@ -170,7 +164,7 @@ def families_refused(placement: Placement, settings: MemorySettings, gpus: list[
     with `families=False` and finds this empty has what `families=True` gives (on ik, but for its twin's)."""
     ik = placement.engine.name == "ik_llama.cpp"
     if gpus is None and not ik:
-        gpus = sorted(d for d in {*weight_bytes(placement), *layer_devices(placement).values()} if is_gpu(d))
+        gpus = sorted(d for d in {*weight_bytes(placement), *layer_devices(placement).values()} if d != HOST)
     return setting_families.unmodelled_settings(placement, settings, [] if ik or gpus is None else gpus,
                                                 not ik and output_family_checked(placement, settings))
 
@@ -191,7 +185,7 @@ def _rows(devices: Iterable[str], settings: MemorySettings, weights: Mapping[str
     """The table's rows, the host's first, then the other devices sorted: each one's weights, KV cache and
     compute as given (0 where absent), a GPU's reserve, the terms that are estimated."""
     return {d: DeviceMemory(d, weights=weights.get(d, 0), kv=kv.get(d, 0), compute=compute.get(d, 0),
-                            reserve=settings.reserve if is_gpu(d) else 0, estimated=tuple(estimated.get(d, ())))
+                            reserve=settings.reserve if d != HOST else 0, estimated=tuple(estimated.get(d, ())))
             for d in [HOST, *sorted(set(devices) - {HOST})]}
 
 
@@ -205,14 +199,12 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     inv = placement.inventory
     eng = placement.engine
     weights = weight_bytes(placement)
-    devices = set(weights) | {HOST}
     layer_dev = layer_devices(placement)
-    devices |= set(layer_dev.values())
-    gpus = sorted(d for d in devices if is_gpu(d))
-    notes: list[str] = []
+    devices = {HOST, *weights, *layer_dev.values()}
+    gpus = sorted(d for d in devices if d != HOST)
     why = (unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
            + compressed.unmodelled_settings(inv, settings.n_parallel))
-    # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_estimate`), which checks
+    # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_compute`), which checks
     # llama.cpp's settings and families itself
     ik = eng.name == "ik_llama.cpp"
     if why and ik:
@@ -235,16 +227,16 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         else:
             nextn_dev[la.index] = home
     if why:
-        return _refused(placement, settings, weights, gpus, notes + why)
+        return _refused(placement, settings, weights, gpus, why)
 
-    # host weights in llama.cpp's AMX buffer (memory/amx.py): only where the CPU's extra buffer types
-    # come first, no GPU's pinned host buffer type before them (or --no-host), and -nr is not given
-    amx_extra = _amx_extra(placement) if amx_possible(settings, gpus) else 0
-    if amx_extra and settings.host_cpu == "amx" and not ik:
+    notes: list[str] = []
+    # host weights in llama.cpp's AMX buffer (memory/amx.py), where it comes first (`amx_possible`)
+    amx_extra = _amx_extra(placement) if not ik and amx_possible(settings, gpus) else 0
+    if amx_extra and settings.host_cpu == "amx":
         weights[HOST] = weights.get(HOST, 0) + amx_extra
         notes.append(f"host CPU with AMX: llama.cpp packs the CPU layers' matrices in its AMX buffer "
                      f"(+{amx_extra / MiB:.0f} MiB of host weights)")
-    elif amx_extra >= MiB and not ik:
+    elif amx_extra >= MiB:
         notes.append(f"on a host CPU with AMX, llama.cpp packs the CPU layers' matrices in its AMX buffer: "
                      f"up to {amx_extra / MiB:.0f} MiB more host weights (--host-cpu amx counts them)")
     # --- tensors ik_llama.cpp computes at load for MLA (memory/ikmla.py)
@@ -259,41 +251,44 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         notes.extend(slot_notes(settings, eng))
 
     # --- KV cache (memory/kvcache.py) -------------------------------------------------------------
-    ctk, ctv = settings.cache_type_k, settings.cache_type_v
     homes = {**nextn_dev, **layer_dev}
     kv = kv_bytes(inv, geo, settings, homes, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
                   flash_attn=fa, ik=ik)
 
     if ik:  # --- compute: llama.cpp's graph of the same placement plus ik's measured margin (memory/ikarchs.py)
-        return _ik_estimate(placement, settings, weights, kv, ik_computed, devices, n_ctx, cells, swa_cells, fa,
-                            notes, problems, geo, families=families)
-
-    # --- compute: the engine's graph, scheduled and allocated (memory/graph), every compute buffer with
-    # CUDA's op-offload copies (every architecture modelled on llama.cpp has a composition:
-    # tests/test_memory_support.py)
-    sizes, why = checked_compute(placement, settings, pipeline)
-    if why:  # a fused op turned off whose unfused form no dump checked
-        return _refused(placement, settings, weights, gpus, notes + why)
-    compute: dict[str, int] = defaultdict(int, sizes)
-    if not fa and not settings.offload_kqv:
-        notes.append("-nkvo with flash attention off: the figures are llama.cpp's sizing reserve's "
-                     "(llama-fit-params, --fit), which runs the attention on the layer's device; a running "
-                     "llama.cpp keeps the attention between the KV store and its output on the CPU "
-                     "(build_attn_mha pins it), so its host compute can be larger and the GPUs' smaller")
-    estimated_terms: dict[str, list[str]] = defaultdict(list)
-    for d in gpus:
-        if d.startswith("CUDA") and d != AUTO_GPU:
+        compute, terms = _ik_compute(placement, settings, ik_computed, devices, n_ctx, cells, swa_cells, fa, notes,
+                                     geo, families)
+        if compute is None:  # weights and KV cache only, `notes` say why
+            return MemoryEstimate(_rows(devices, settings, weights, kv, {}, terms), settings, n_ctx, cells, swa_cells,
+                                  fa, tuple(notes), tuple(problems), complete=False, kv_known=True)
+    else:
+        # --- compute: the engine's graph, scheduled and allocated (memory/graph), every compute buffer with
+        # CUDA's op-offload copies (every architecture modelled on llama.cpp has a composition:
+        # tests/test_memory_support.py)
+        sizes, why = checked_compute(placement, settings, pipeline)
+        if why:  # a fused op turned off whose unfused form no dump checked
+            return _refused(placement, settings, weights, gpus, notes + why)
+        compute = defaultdict(int, sizes)
+        if not fa and not settings.offload_kqv:
+            notes.append("-nkvo with flash attention off: the figures are llama.cpp's sizing reserve's "
+                         "(llama-fit-params, --fit), which runs the attention on the layer's device; a running "
+                         "llama.cpp keeps the attention between the KV store and its output on the CPU "
+                         "(build_attn_mha pins it), so its host compute can be larger and the GPUs' smaller")
+        terms = defaultdict(list)
+        for d in gpus:
+            if not d.startswith("CUDA") or d == AUTO_GPU:
+                continue
             # CUDA only (not measurable without a GPU): op offload copies host weights (the graph has
             # them); FA with a quantized cache converts K and V to f16
             offloads = settings.op_offload and 0 < backend_for(d).offload_batch <= T  # (CUDA's batch of 32)
             if offloads and any(v == HOST for v in placement.devices.values()):
                 # the graph takes them from ggml_backend_sched's op offload: modelled, not measured on a CUDA device
-                estimated_terms[d].append("compute: op-offload copies of host weights (CUDA's op offload)")
-            if fa and (is_quantized(ctk) or is_quantized(ctv)):
+                terms[d].append("compute: op-offload copies of host weights (CUDA's op offload)")
+            if fa and (is_quantized(settings.cache_type_k) or is_quantized(settings.cache_type_v)):
                 per_layer = max((la.n_head_kv * (la.head_k + la.head_v) for la in geo.layers), default=0)
                 compute[d] += cells * per_layer * 2
-                estimated_terms[d].append("compute: f16 copy of K and V for flash attention")
-    mem = _rows(devices, settings, weights, kv, compute, estimated_terms)
+                terms[d].append("compute: f16 copy of K and V for flash attention")
+    mem = _rows(devices, settings, weights, kv, compute, terms)
     if AUTO_GPU in mem:
         notes.append(_AUTO_GPU_NOTE)
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
@@ -303,15 +298,14 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
 _IK_MLA_TERM = "weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)"
 
 
-def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[str, int], kv: Mapping[str, int],
-                 ik_computed: Mapping[str, int], devices: set[str], n_ctx: int, cells: int, swa_cells: int, fa: bool,
-                 notes: list[str], problems: list[str], geo: Geometry, *, families: bool) -> MemoryEstimate:
-    """ik_llama.cpp: its weights and KV cache (computed by `estimate`), and compute from llama.cpp's
-    graph of the same placement plus the margin measured on ik (memory/ikarchs.py), labelled
-    estimated; for the MLA architectures (ikarchs.MLA_MODELLED) each device running attention
-    takes the larger of that graph and ik's MLA attention peak (memory/ikmla.py), plus its
-    measured margin. Where neither is modelled for the model or settings, weights and KV only,
-    compute refused with the next step."""
+def _ik_compute(placement: Placement, settings: MemorySettings, ik_computed: Mapping[str, int], devices: set[str],
+                n_ctx: int, cells: int, swa_cells: int, fa: bool, notes: list[str], geo: Geometry,
+                families: bool) -> tuple[dict[str, int] | None, dict[str, list[str]]]:
+    """ik_llama.cpp's compute per device and the estimated terms (its weights and KV cache are `estimate`'s):
+    llama.cpp's graph of the same placement plus the margin measured on ik (memory/ikarchs.py); for the MLA
+    architectures (ikarchs.MLA_MODELLED) each device running attention takes the larger of that graph and ik's
+    MLA attention peak (memory/ikmla.py), plus its measured margin. None where neither is modelled for the
+    model or settings: `notes` then say why, with the next step."""
     inv = placement.inventory
     terms: dict[str, list[str]] = {d: [_IK_MLA_TERM] for d in ik_computed}
     n_tokens = min(settings.n_batch, settings.n_ubatch, n_ctx)
@@ -333,44 +327,38 @@ def _ik_estimate(placement: Placement, settings: MemorySettings, weights: dict[s
                         loader=placement.engine.name)
         if not twin.complete:
             why = [f"llama.cpp's graph, which sizes ik_llama.cpp's compute: {n}" for n in twin.notes]
-    ordered = [HOST, *sorted(devices - {HOST})]
     if twin is None or label is None or why:
         notes.extend(why)
         notes.append(ikarchs.compute_next_step(inv.arch) or ikarchs.next_step(inv, True))
-        return MemoryEstimate(_rows(devices, settings, weights, kv, {}, terms), settings, n_ctx, cells, swa_cells, fa,
-                              tuple(notes), tuple(problems), complete=False, kv_known=True)
+        return None, terms
     # the devices running attention layers: ik's second f32 KQ matrix with flash attention off (memory/
     # ikarchs.py), or the MLA attention's peak (memory/ikmla.py)
     layer_dev = layer_devices(placement)
-    attn_devs = {_attention_device(placement, la.index, layer_dev) for la in geo.layers if not la.recurrent}
+    attn_dev = {la.index: _attention_device(placement, la.index, layer_dev) for la in geo.layers if not la.recurrent}
     kq: dict[str, int] = defaultdict(int)
-    margin = {d: ikarchs.margin_mib(inv.arch, n_tokens) * MiB for d in ordered} if not mla_model else {}
+    margin = {d: ikarchs.margin_mib(inv.arch, n_tokens) * MiB for d in devices} if not mla_model else {}
     if mla_model:
         peak = ikmla.attention_peak(geo, cells, n_tokens, effective_mla(inv, geo, settings), fa,
                                     ikmla.default_amb(settings, placement.engine)) or 0
-        for d in attn_devs:
+        for d in set(attn_dev.values()):
             kq[d] = max(0, peak - twin.devices[d].compute) if d in twin.devices else peak
             margin[d] = ikmla.margin_mib(n_tokens) * MiB
     elif not fa:
         for la in geo.layers:
             if not la.recurrent:
-                d = _attention_device(placement, la.index, layer_dev)
+                d = attn_dev[la.index]
                 kq[d] = max(kq[d], 4 * la.n_head * (swa_cells if la.swa else cells) * n_tokens)
     compute: dict[str, int] = {}
-    for d in ordered:
+    for d in devices:
         t = twin.devices.get(d)
         base = t.compute if t is not None else 0
         compute[d] = base + kq[d] + margin.get(d, 0) if base or kq[d] else 0
         if compute[d]:
             own = terms.setdefault(d, [])
-            own.append(label if not mla_model or d in attn_devs else ikarchs.MLA_HOST_LABEL)
+            own.append(label if not mla_model or d in attn_dev.values() else ikarchs.MLA_HOST_LABEL)
             # llama.cpp's CUDA-only terms (see `estimate`): estimated there too
             own.extend(x for x in (t.estimated if t is not None else ()) if x.startswith("compute:"))
-    mem = _rows(devices, settings, weights, kv, compute, terms)
-    if AUTO_GPU in mem:
-        notes.append(_AUTO_GPU_NOTE)
-    return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
-                          server=server_caches(inv, geo, settings, placement.engine))
+    return compute, terms
 
 
 _ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_output")
@@ -379,12 +367,8 @@ _ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "a
 def _attention_device(placement: Placement, il: int, layer_dev: Mapping[int, str]) -> str:
     """The device running block il's attention: the one holding its first attention weight, else the
     layer's."""
-    devices = placement.devices
-    for name in _attention_names(il):
-        d = devices.get(name)
-        if d is not None:
-            return d
-    return layer_dev.get(il, HOST)
+    found = (placement.devices.get(name) for name in _attention_names(il))
+    return next((d for d in found if d is not None), layer_dev.get(il, HOST))
 
 
 @cache
@@ -394,11 +378,8 @@ def _attention_names(il: int) -> tuple[str, ...]:
 
 def _ik_graph_refused(settings: MemorySettings, geo: Geometry, placement: Placement, n_tokens: int,
                       fa: bool) -> list[str]:
-    """Where neither llama.cpp's graph nor ik's MLA attention model (memory/ikmla.py) stands for
-    ik's compute: an ik-only KV cache type (llama.cpp's graph has none); on an MLA architecture, an
-    attention form of ik's that was not measured (-mla 0), the KV cache kept on the host (-nkvo),
-    or, where ik's MLA attention is not modelled, an MLA mode other than the -mla 3 the margin was
-    measured with."""
+    """Where neither llama.cpp's graph nor ik's MLA attention model (memory/ikmla.py) stands for ik's
+    compute: each message names the setting and why."""
     out = []
     for flag, t in (("-ctk", settings.cache_type_k), ("-ctv", settings.cache_type_v)):
         if t not in CACHE_TYPES:
@@ -433,12 +414,9 @@ _HOST_BUFFER_GPUS = ("CUDA", "ROCm", "MUSA", "SYCL", "Vulkan", "CANN")
 
 
 def amx_possible(settings: MemorySettings, gpus: list[str]) -> bool:
-    """Whether llama.cpp can put host weights in the AMX buffer: src/llama-model.cpp
-    make_cpu_buft_list lists the first device's pinned host buffer type (unless --no-host), then the
-    CPU's extra buffer types (unless -nr), then the CPU's; a weight takes the first that supports its
-    op, and a GPU's host buffer supports them all (with mmap, llama-model-loader then maps it as a
-    plain CPU buffer). So AMX packs host weights only with no such GPU (CPU alone, RPC servers,
-    Metal) or with --no-host."""
+    """Whether llama.cpp can put host weights in the AMX buffer: only with no GPU whose pinned host buffer
+    type comes first (CPU alone, RPC servers, Metal) or with --no-host, and -nr not given (src/llama-model.cpp
+    make_cpu_buft_list; docs/memory-architectures.md, "Host weights on a CPU with AMX")."""
     return settings.repack and (settings.no_host or not any(g.startswith(_HOST_BUFFER_GPUS) for g in gpus))
 
 

@@ -1,26 +1,9 @@
-"""Setting families whose compute buffers moeconf does not model (issue 17): on these
-the estimate is incomplete with a note naming the family, so `explain` prints "?" and `fit` and the
-fill rules refuse, rather than print a number the engine's projection contradicts. Each family was
-found on held-out command lines and measured with `llama-fit-params -fitp on` (llama.cpp 0.3.36,
-sparse full-size layouts, RPC devices); docs/memory-architectures.md lists the figures.
-
-- `-nkvo` (the KV cache in host memory) while routed experts of layers whose attention runs on a
-  GPU run on the CPU: the attention of every layer then runs where the cache is, and the splits
-  between host and GPUs were checked only where `Traits.nkvo_host_experts` says (Qwen3-30B-A3B
-  `-c 32768 -ot exps=CPU -nkvo`: host 104 modelled vs 80; gpt-oss-20b `-c 8192`: GPU 404 vs 432;
-  GLM-4.5-Air over two GPUs at 16k: 120 vs 176; Llama 4 `-ts 1,1`: 132 vs 160).
-- Routed experts of GPU layers AND the output on the CPU (`-ot exps=CPU,output=CPU`) over two or
-  more GPUs, except where the engine's graph gives every buffer on layers of the kind it was checked
-  on (estimate.output_family_checked): exact on Qwen3-30B-A3B `-ts 1,1` at `-ub 512`, 2048 and 4096
-  (GPUs 80.01/100.03, 320.04/400.1, 640.08/800.2 MiB; the host 304.75, 1219, 2438).
-- The output on the CPU while a GPU runs layers that follow CPU layers (a partial `-ngl`), at
-  ubatches above 512: the GPU's buffer is exact through the graph (Qwen3-30B-A3B `-ngl 30 -b 4096 -ub
-  4096 -ot output=CPU`: 992.22 MiB), but the host's, which computes the logits, is not (960 modelled
-  vs 2,438 at `-ub 4096`, 480 vs 1,219 at `-ub 2048`).
-- Speculative decoding (a draft model, an MTP head, n-gram drafting; memory/speculative.py), on
-  every device and engine, GPUs or not.
-- Files loaded beside the model: a multimodal projector, LoRA adapters, control vectors
-  (memory/extrafiles.py), on every device and engine."""
+"""Setting families whose compute buffers moeconf does not model (issue 17): on these the estimate is
+incomplete with a note naming the family, so `explain` prints "?" and `fit` and the fill rules refuse,
+rather than print a number the engine's projection contradicts. Each family was found on held-out
+command lines and measured with `llama-fit-params -fitp on`: docs/memory-architectures.md, "Families
+refused", has the figures. Speculative decoding (memory/speculative.py) and files loaded beside the model
+(a projector, LoRA adapters, control vectors: memory/extrafiles.py) are refused on every device and engine."""
 
 from __future__ import annotations
 
@@ -28,7 +11,7 @@ import moeconf.memory.extrafiles as extrafiles
 import moeconf.memory.kvoverride as kvoverride
 import moeconf.memory.speculative as spec
 from moeconf.engines import HOST
-from moeconf.memory.classic import output_device
+from moeconf.memory.archgraph import output_device
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement
@@ -42,13 +25,11 @@ def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: li
     """Why the compute buffers of these settings on this placement are not modelled (empty: they are).
     `by_graph`: the engine's graph gives every compute buffer where the routed experts and the output on
     the CPU over several GPUs were checked (estimate.output_family_checked; see the module's notes)."""
-    # --- speculative decoding (h20spec): not modelled on any device
+    # on any device: speculative decoding (h20spec), files loaded beside the model (a projector, LoRA adapters,
+    # control vectors), --override-kv of a key that sizes anything
     why: list[str] = spec.unmodelled_speculation(settings.speculation, placement.inventory)
-    # --- files loaded beside the model (a projector, LoRA adapters, control vectors): on any device
     why.extend(extrafiles.unmodelled_extra_files(settings.extra_files))
-    # --- --override-kv of a key that sizes anything
     why.extend(kvoverride.unmodelled_overrides(settings.kv_overrides, placement.inventory.arch, placement.engine.name))
-    # ---
     if not gpus:
         return why
     attn_dev: dict[int, str | None] = {}  # each layer's attention device: that of its first attention tensor

@@ -1,9 +1,6 @@
-"""GGUF metadata keys by their effect on memory (a leaf: settings and support both read it).
-
-Which keys an architecture's loader reads is the engine's (moeconf/engines/archkeys.py, generated
-from the pinned sources): a key it does not read changes nothing. Of the keys it reads, those
-below are modelled for every architecture; support.MODELLED names what each architecture's memory
-model handles beyond them, and any other key the loader reads makes memory incomplete."""
+"""GGUF metadata keys by their effect on memory (a leaf: settings and support both read it): those
+below are modelled for every architecture among the keys its loader reads (the generated
+moeconf/engines/archkeys.py); docs/memory-architectures.md, "Keys each architecture's loader reads"."""
 
 from __future__ import annotations
 

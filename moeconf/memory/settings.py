@@ -10,8 +10,10 @@ from typing import Any
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
+from moeconf.engines.flags import c_int
 from moeconf.engines.llamaconfig import CACHE_TYPES, FALSE_WORDS, TRUE_WORDS, flash_attn_refusal, flash_attn_word
 from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
+from moeconf.errors import MoeconfError
 from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
 from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
@@ -33,8 +35,6 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 100
 def parse_size(text: str, where: str = "size") -> int:
     """'24 GiB', '16GiB', '512MiB', '24G', '24GB' (10**9) -> bytes. A unit is required: a bare
     number is an error naming the GiB reading (`24` is not 24 bytes by accident)."""
-    from moeconf.errors import MoeconfError
-
     t = text.strip().replace(" ", "").replace("_", "")
     num = t.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     unit = t[len(num):].lower()
@@ -105,14 +105,12 @@ class MemorySettings:
     amb: int | None = None  # ik_llama.cpp -amb, MiB (None: the engine's default)
     reserve: int = DEFAULT_RESERVE  # per GPU, for what no engine reports (CUDA context, cuBLAS)
     problems: tuple[str, ...] = ()
-    # the host CPU: "amx" (llama.cpp packs CPU layers' matrices in its AMX buffer, memory/amx.py) or "plain"
-    host_cpu: str = "plain"
+    host_cpu: str = "plain"  # or "amx": llama.cpp packs the CPU layers' matrices in its AMX buffer (memory/amx.py)
     # llama.cpp's host buffer choices (src/llama-model.cpp make_cpu_buft_list): --no-host skips the
     # GPU's pinned host buffer type, -nr/--no-repack the CPU's extra buffer types (AMX, CPU_REPACK)
     no_host: bool = False
     repack: bool = True
-    # --no-op-offload: the scheduler does not offload host ops to the GPU (no copy of host weights)
-    op_offload: bool = True
+    op_offload: bool = True  # False: --no-op-offload, the scheduler copies no host weights to the GPU for an op
     # llama-server's host caches (memory/servercache.py): --cache-ram MiB (-1: no limit) and
     # --ctx-checkpoints per slot; None: the binary's default
     cache_ram: int | None = None
@@ -121,11 +119,10 @@ class MemorySettings:
     # n_parallel/kv_unified are that binary's default (`server_slots`) rather than given
     binary: str | None = field(default=None, compare=False)
     auto_slots: bool = field(default=False, compare=False)
-    # speculative decoding on this launch (memory/speculative.py): (kind, the flag or variable)
+    # (kind, the flag or variable) of speculative decoding (memory/speculative.py) and of the files loaded beside
+    # the model (memory/extrafiles.py); (the key, the flag and item) of --override-kv (memory/kvoverride.py)
     speculation: tuple[tuple[str, str], ...] = ()
-    # files loaded beside the model (memory/extrafiles.py): (kind, the flag or variable)
     extra_files: tuple[tuple[str, str], ...] = ()
-    # --override-kv items (memory/kvoverride.py): (the key, the flag and item)
     kv_overrides: tuple[tuple[str, str], ...] = ()
     # the output rows the context reserves its worst-case graph for (llama.cpp's n_outputs_max,
     # `server_outputs`); 0: as many as the batch (every binary but llama-server). Derived from the
@@ -138,35 +135,24 @@ class MemorySettings:
         return min(n_tokens, max(self.n_outputs, self.n_parallel)) if self.n_outputs else n_tokens
 
 
-# llama-server's slots when -np is not given (or is -1, "auto"): common/arg.cpp
-# (common_params_parser_init) defaults n_parallel to -1 for LLAMA_EXAMPLE_SERVER only, and
-# tools/server/server.cpp (llama_server) turns -1 into 4 slots with one unified KV cache, whatever
-# -kvu/-no-kvu said. Every other mainline binary (llama-cli, llama-completion, llama-fit-params, ...)
-# keeps common.h's n_parallel = 1; ik_llama.cpp's server too (common.h, n_parallel = 1). Since
-# llama.cpp PR #16736 (2025-11); b7079 is the oldest build seen running it (llama.cpp issue #17300):
-# older builds are taken as one slot.
+# llama-server's slots when -np is not given (or is -1, "auto"), from llama.cpp b7079 on; every other binary,
+# and ik_llama.cpp's server, keeps one (docs/memory-architectures.md, "Sequences: each binary's default")
 SERVER_AUTO_SLOTS = 4
 SERVER_AUTO_SLOTS_SINCE = 7079
 SERVER_BINARIES = frozenset({"llama-server"})
 
 
-# llama-server's output reservation: since llama.cpp b9474 (de6f727a, PR #23861, "limit max outputs of
-# llama_context") the context reserves its worst-case prompt graph for min(ubatch, n_outputs_max)
-# output rows (src/llama-context.cpp sched_reserve, `n_outputs_pp`), and n_outputs_max is 0 (= n_batch)
-# for every binary but llama-server, which sets it to min(n_batch, n_parallel * (1 + draft length)),
-# at least 1, or to n_batch with --embedding or a pooling type other than none
-# (tools/server/server-context.cpp server_output_limits, common/speculative.cpp
-# common_speculative_get_output_limits). ik_llama.cpp has no such limit (its graphs output the ubatch).
+# llama-server's output reservation since llama.cpp b9474: min(n_batch, n_parallel * (1 + draft length)) rows, at
+# least 1, n_batch with --embedding or pooling; ik_llama.cpp has none (docs/memory.md, "llama-server's output
+# reservation")
 SERVER_OUTPUTS_SINCE = 9474
 
 
 def server_outputs(binary: str | None, engine: Engine, n_batch: int, n_parallel: int, embedding: bool) -> int:
     """The output rows `binary` reserves (0: as many as the batch). Speculation (draft tokens per
     slot) is refused by the estimate (memory/speculative.py), so none is counted here."""
-    if (binary in SERVER_BINARIES and engine.name == "llama.cpp" and (engine.build or 0) >= SERVER_OUTPUTS_SINCE
-            and not embedding):
-        return max(1, min(n_batch, n_parallel))
-    return 0
+    limited = binary in SERVER_BINARIES and engine.name == "llama.cpp" and (engine.build or 0) >= SERVER_OUTPUTS_SINCE
+    return max(1, min(n_batch, n_parallel)) if limited and not embedding else 0
 
 
 def cache_row_bytes(cache_type: str, n: int, heads: int = 1) -> int:
@@ -188,10 +174,8 @@ def binary_name(word: str | None) -> str | None:
 def server_slots(binary: str | None, engine: Engine) -> int | None:
     """The slots `binary` runs with when -np is auto (not given, or -1), in one unified KV cache;
     None where the binary has no auto slots (one sequence unless -np says otherwise)."""
-    if (binary in SERVER_BINARIES and engine.name == "llama.cpp"
-            and (engine.build or 0) >= SERVER_AUTO_SLOTS_SINCE):
-        return SERVER_AUTO_SLOTS
-    return None
+    auto = binary in SERVER_BINARIES and engine.name == "llama.cpp" and (engine.build or 0) >= SERVER_AUTO_SLOTS_SINCE
+    return SERVER_AUTO_SLOTS if auto else None
 
 
 # the variables of the rows that decide a memory setting (engines/options.py)
@@ -216,8 +200,6 @@ def read_settings(
         key = o.setting
         assert key is not None
         if o.value == "int":
-            from moeconf.engines.flags import c_int
-
             n = c_int(text)  # as the engine's std::stoi reads it (`4096k` is 4096)
             if n is None:
                 problems.append(f"{where} needs a number, not {text!r}")
@@ -303,15 +285,14 @@ def read_settings(
         values["kv_unified"] = True
     overrides, refused = read_kv_overrides(words, engine)
     problems.extend(refused)
-    # --- llama-server --kv-unified-per-slot N (pinned llama.cpp b11312, tools/server/server.cpp
+    n_parallel = max(got("n_parallel"), 1)
+    # llama-server --kv-unified-per-slot N (pinned llama.cpp b11312, tools/server/server.cpp
     # llama_server: after -np auto is resolved): without -c (`-c 0` pins the training context) the
     # KV pool is n_parallel * N cells
     per_slot = values.get("kv_per_slot")
     if (isinstance(per_slot, int) and per_slot > 0 and "n_ctx" not in values and run in SERVER_BINARIES
             and engine.name == "llama.cpp"):
-        values["n_ctx"] = max(got("n_parallel"), 1) * per_slot
-    # ---
-    n_parallel = max(got("n_parallel"), 1)
+        values["n_ctx"] = n_parallel * per_slot
     outputs = server_outputs(run, engine, got("n_batch"), n_parallel, values.get("embedding") is True)
     return replace(d, **{k: got(k) for k in _READ}, n_parallel=n_parallel, reserve=reserve, problems=tuple(problems),
                    binary=run, auto_slots=auto, speculation=read_speculation(words, engine, env, run),

@@ -1,20 +1,12 @@
 """What the memory model covers, as data: per architecture, the GGUF keys whose memory effect it
 models, the engines it was checked against, and the cases it refuses.
 
-Memory is only ever printed as a number when the model's architecture is in `MODELLED` and every
-`{arch}.*` key of the file that the engine's loader reads for that architecture (the generated
-moeconf/engines/archkeys.py) is one it models (`keys`) or one it models for every architecture
-(keys.NO_MEMORY_EFFECT). A key the loader does not read changes nothing and is passed over.
-Anything else makes the estimate incomplete with a note naming the architecture or the key
-(`unmodelled`): `explain` prints the note, `fit` and fill rules refuse. A clear "not modelled for
-X" beats a confident wrong number: a new architecture's recurrent state, indexer cache or tied
-output would otherwise be silently left out.
-
-Adding an architecture: model what its memory classes allocate (`llama-memory-*.cpp`, its
-`src/models/<arch>.cpp` graph), check it against `llama-fit-params -fitp on` on a sparse
-full-size layout of a real model (tests/engine/test_memory_oracle.py), then give its composition a
-`MEMORY` (memory/graph/archs) with the keys its loader reads that the model handles: that makes it
-modelled. `MODELLED` reads the compositions; ik_llama.cpp's support is memory/ikarchs.py's."""
+Memory is printed as a number only when the architecture is in `MODELLED` and every `{arch}.*` key of
+the file its loader reads (the generated moeconf/engines/archkeys.py) is one it models; anything else
+makes the estimate incomplete with a note naming the architecture or the key (`unmodelled`): a clear
+"not modelled for X" beats a confident wrong number. docs/memory-architectures.md, "Keys each
+architecture's loader reads", tells the rules, docs/memory.md how an architecture is added (its
+composition's `MEMORY`, which `MODELLED` reads); ik_llama.cpp's support is memory/ikarchs.py's."""
 
 from __future__ import annotations
 
@@ -129,12 +121,11 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     """Why this model's memory on `engine` is not modelled (empty: it is): its architecture, or
     each `{arch}.*` key of the file the model does not read and that may change memory."""
     arch = inv.arch
-    # --- ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured
-    # margins (where none was measured, the estimate leaves compute "?" with ikarchs' note, and fit refuses) ---
+    # ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured
+    # margins (where none was measured, the estimate leaves compute "?" with ikarchs' note, and fit refuses)
     if _ikarchs.kv_only(arch, engine):
         return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine), MODELLED[arch].keys) \
             + unmodelled_structure(inv)
-    # ---
     spec = MODELLED.get(arch)
     if spec is None:
         return [unmodelled_architecture(arch, engine)]

@@ -188,7 +188,7 @@ CASES += [
 ]
 # ---
 
-# Hunyuan-A13B (its layer allocates as the common MoE layer's, moeconf/memory/classic.py) and the
+# Hunyuan-A13B (its layer allocates as the common MoE layer's, moeconf/memory/graph/archs/common.py) and the
 # Hadamard rotations of a quantized cache (replay.MoeShape, Llama4Shape: 72, 289, 83 and 37 MiB off
 # on these lines without them); tests/test_memory_classic.py and test_memory_replay.py hold the figures
 LAYOUT_KEYS.update({"hunyuan-moe": LAYOUTS["hunyuan-a13b"]})

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from moeconf.engines import HOST
-from moeconf.memory.classic import input_width, output_device
+from moeconf.memory.archgraph import input_width, output_device
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
 from moeconf.memory.graph.archs.common import unchecked_ffn_biases, unchecked_fused_qkv_bias, unchecked_scales
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, MissingTensor, Mla, Weights, rotation_width
