@@ -184,6 +184,11 @@ def test_ik_refuses_gemma4_experts_apart_and_says_llama_cpp_loads_them(tmp_path:
     assert out.count("ik_llama.cpp refuses to load this file: its gemma4 loader never creates "
                      "blk.0.ffn_gate_exps.weight") == 1, out
     assert "llama.cpp's gemma4 loader creates them: run the file with llama.cpp" in out, out
+    # and ik's memory is not given (its weights and KV were, as if ik loaded the file)
+    inv = load_inventory(path)
+    ex = explain(inv, engine("ik_llama.cpp"), line[1:])
+    est = estimate_explained(ex, read_settings(line[2:], engine("ik_llama.cpp")))
+    assert not est.complete and any("its gemma4 loader never creates" in n for n in est.notes), est.notes
 
 
 def _mla_older_form(arch: str, tmp_path: Path) -> Path:

@@ -20,6 +20,7 @@ from moeconf.memory.archgraph import unmodelled_structure
 from moeconf.memory.graph.archs import COMPOSITIONS, Lazy
 from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
+from moeconf.model.required import ik_load_refusals
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,8 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     """Why this model's memory on `engine` is not modelled (empty: it is): its architecture, or
     each `{arch}.*` key of the file the model does not read and that may change memory."""
     arch = inv.arch
+    if engine == _ikarchs.ENGINE and (stops := ik_load_refusals(inv)):  # ik's loader stops on the file
+        return list(stops)
     # ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured
     # margins (where none was measured, the estimate leaves compute "?" with ikarchs' note, and fit refuses)
     if _ikarchs.kv_only(arch, engine):
