@@ -184,6 +184,8 @@ class Traits:
     nkvo_host_experts: bool = False
 
 
+# the keys every sliding-window loader reads (memory/geometry.py)
+SWA_KEYS = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
 CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
 GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
@@ -219,8 +221,7 @@ def decoder(spec: Decoder) -> Build:
                     q, k = g.qk_norm(il, q, k)
             if not spec.rope_swa_only or g.swa_layers.get(il):
                 freqs = w.copy("rope_freqs.weight", il)
-                q = c.rope(q, pos, freqs)
-                k = c.rope(k, pos, freqs)
+                q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
             if temp is not None:
                 q = c.mul(q, temp)
             if spec.qk_norm == "head_after_rope":
@@ -301,36 +302,36 @@ def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str,
     return [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})") for n, il in blocks.items()]
 
 
+def blocks_without(has: str, needs: tuple[str, ...], why: str) -> Callable[[Inventory], list[str]]:
+    """`unchecked_blocks` of these blocks, tensors and why (a composition's `Memory.unmodelled`)."""
+    return lambda inv: unchecked_blocks(inv, has, needs, why)
+
+
 def older_mla(inv: Inventory) -> list[str]:
     """The refusal of MLA blocks with the decompressing attn_kv_b in place of attn_k_b and attn_v_b (an older
     conversion, a branch no recorded dump checked); a block with both forms is the loader's (`mla_forms`)."""
-    _, both = mla_forms_refusal(inv)
+    v_b = {t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_v_b.weight"}
     return [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"
             for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older conversion: the engine "
-                                        "decompresses the heads through a full KV cache", skip=both)]
+                                        "decompresses the heads through a full KV cache", skip=v_b)]
 
 
 def mla_forms(inv: Inventory) -> list[str]:
-    """`mla_forms_refusal`'s refusal alone (a composition's `Memory.loader_refuses`)."""
-    return mla_forms_refusal(inv)[0]
-
-
-def mla_forms_refusal(inv: Inventory) -> tuple[list[str], set[int]]:
     """The refusal of a file holding both of MLA's forms in a block, attn_kv_b beside attn_k_b or attn_v_b (the
     deepseek2, mistral4, kimi-linear and kimi-k3 loaders create one form of a block, never both: the file then
-    holds tensors the loader never takes, and it stops), and those blocks; empty where no block has both."""
+    holds tensors the loader never takes, and it stops; a composition's `Memory.loader_refuses`); empty where
+    no block has both."""
     names = {t.name for t in inv.tensors}
     beside: dict[tuple[str, ...], list[int]] = {}
     for il in sorted({t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".attn_kv_b.weight")}):
         both = tuple(n for n in ("attn_k_b", "attn_v_b") if f"blk.{il}.{n}.weight" in names)
         if both:
             beside.setdefault(both, []).append(il)
-    why = [f"llama.cpp refuses to load this {inv.arch} file: block(s) {il} have attn_kv_b beside {' and '.join(both)}; "
-           "its loader creates a block's attn_kv_b or its attn_k_b and attn_v_b, never both, so the file holds "
-           "tensors it never loads and it stops (done_getting_tensors: \"wrong number of tensors\"); keep one form: "
-           "attn_k_b and attn_v_b as a current convert_hf_to_gguf.py writes them, or attn_kv_b alone"
-           for both, il in beside.items()]
-    return why, {il for blocks in beside.values() for il in blocks}
+    return [f"llama.cpp refuses to load this {inv.arch} file: block(s) {il} have attn_kv_b beside "
+            f"{' and '.join(both)}; its loader creates a block's attn_kv_b or its attn_k_b and attn_v_b, never both, "
+            "so the file holds tensors it never loads and it stops (done_getting_tensors: \"wrong number of "
+            "tensors\"); keep one form: attn_k_b and attn_v_b as a current convert_hf_to_gguf.py writes them, or "
+            "attn_kv_b alone" for both, il in beside.items()]
 
 
 # the `.scale` tensors a loader creates of its own (not NVFP4's) that the recorded dumps checked: Gemma 4's
