@@ -127,11 +127,9 @@ def _load(arch: str) -> Composition:
 COMPOSITIONS: Lazy[Composition] = Lazy(_load, lambda: [_composition(name).arch for name in _modules()])
 ARCHS: Lazy[Build] = Lazy(lambda a: COMPOSITIONS[a].build, lambda: list(COMPOSITIONS))
 
-_DEFAULT = Traits()
-
 
 def traits(arch: str) -> Traits:
     """What the memory model reads about `arch` beyond its GGUF (`common.Traits`): its module's
     `TRAITS`, the defaults where it declares none or has no module."""
     c = COMPOSITIONS.get(arch)
-    return c.traits if c is not None else _DEFAULT
+    return c.traits if c is not None else Traits()
