@@ -93,6 +93,6 @@ def test_the_lazy_mapping_keeps_what_is_set_and_deleted(monkeypatch: pytest.Monk
 def test_a_module_not_named_after_its_arch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     import moeconf.memory.graph.archs.grok as grok
 
-    monkeypatch.setattr(grok, "ARCH", "grok-2")
+    monkeypatch.setattr(grok, "ARCH", "grok-2", raising=False)
     with pytest.raises(AssertionError, match="named after its ARCH"):
         archs._load("grok")

@@ -187,7 +187,7 @@ def test_qwen35s_graph_built_as_qwen3nexts_is_named(tiny: dict[tuple[str, str], 
     from moeconf.memory.graph import archs
     from moeconf.memory.graph.archs._deltanet import delta_net_hybrid
 
-    monkeypatch.setitem(archs.ARCHS, "qwen35moe", lambda g, f: delta_net_hybrid(g, qwen35=False))
+    monkeypatch.setitem(archs.ARCHS, "qwen35moe", delta_net_hybrid(qwen35=False))
     diff = _difference(tiny[("qwen35moe", "a")], "qwen35moe", "a", "rpc")
     assert diff is not None and diff.index == 32, str(diff)
 

@@ -58,7 +58,7 @@ def test_the_loader_stops_on_attn_kv_b_beside_attn_k_b(arch: str, beside: tuple[
     """The MLA loaders (kimi-k3, kimi-linear; mistral4 through deepseek2's) create a block's attn_kv_b or its
     attn_k_b and attn_v_b, never both: a file holding both forms has tensors they never create, and the load
     stops ("done_getting_tensors: wrong number of tensors"); moeconf's memory model refuses it
-    (memory/graph/archs/common.py `mla_forms_refusal`), naming the tensors."""
+    (memory/graph/archs/common.py `mla_forms`), naming the tensors."""
     if not oracle.available():
         pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
     from tests.graph_oracle import estimate_line

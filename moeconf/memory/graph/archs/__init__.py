@@ -1,20 +1,13 @@
-"""Each architecture's graph as a composition of the blocks (`blocks.GraphContext`), one module
-per architecture in this folder, mirroring its src/models/<arch>.cpp in the pinned llama.cpp.
-
-A module names its architecture (`ARCH`, as the GGUF's general.architecture spells it) and gives its
-`build(g, facts)`: one `common.Decoder` row where the layers are the classic decoder's (a norm,
-attention through the KV cache, a dense or MoE FFN, the residuals), a function where they differ.
-`MEMORY` (a `common.Memory`), where present, says that `estimate` takes the architecture's compute
-from this graph and what that was checked on. `TRAITS` (a `common.Traits`), where present, gives what
-the rest of the memory model reads about the architecture that its GGUF does not say (sliding-window
-defaults, recurrent layers, the indexer cache, flash attention forced off); `traits(arch)` answers
-for any architecture. The registry below finds the modules itself: adding an
-architecture is adding its module (plus its test data: the engine's recorded graphs and figures), and
-this registry is the only place an architecture's name is read. A module is named after its
-architecture, `-` spelled `_` (`glm-dsa` in glm_dsa.py), and is imported when its architecture is
-first asked for (`COMPOSITIONS[arch]`, `traits(arch)`, `arch in ARCHS`): one command reads one
-model, and importing all 46 would cost it about 0.03 s; listing the registry (iterating it, its
-length) imports them all, in module order. Modules whose names start with an
+"""Each architecture's graph as a composition of the blocks (`blocks.GraphContext`): one module per
+architecture in this folder, mirroring its src/models/<arch>.cpp in the pinned llama.cpp, with
+`build(g, facts)` and, where present, `MEMORY` and `TRAITS` (`common.py`; docs/memory.md, "The engine's
+graph", says what each means). The registry below finds the modules itself: adding an architecture is
+adding its module, and this registry is the only place an architecture's name is read. A module is named
+after its architecture (as the GGUF's general.architecture spells it), `-` spelled `_`: one whose name
+has a `-` says it (`ARCH = "glm-dsa"` in glm_dsa.py), the others' is their module's name. It is imported
+when its architecture is first asked for (`COMPOSITIONS[arch]`, `traits(arch)`, `arch in ARCHS`): one
+command reads one model, and importing all 46 would cost it about 0.03 s; listing the registry
+(iterating it, its length) imports them all, in module order. Modules whose names start with an
 underscore hold what several compositions share.
 
 What a layer holds (biases, Q/K norms, a shared expert and its gate, a selection bias, fused
@@ -29,6 +22,7 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
+from functools import cache
 from typing import TypeVar
 
 from moeconf.memory.graph.archs.common import Build, Facts, Memory, Swa, Traits
@@ -95,59 +89,47 @@ class Lazy(MutableMapping[str, V]):
         return f"Lazy({dict(self.items())!r})"
 
 
-def _modules() -> list[str]:
+@cache
+def _modules() -> tuple[str, ...]:
     """The composition modules' names, in order (the folder's listing: no module imported)."""
     names = (f[:-3] for d in __path__ for f in os.listdir(d) if f.endswith(".py"))
-    return sorted(n for n in names if n.isidentifier() and not n.startswith("_") and n != "common")
+    return tuple(sorted(n for n in names if n.isidentifier() and not n.startswith("_") and n != "common"))
 
 
-_MODULE_NAMES: set[str] = set()
+def _composition(name: str) -> Composition:
+    """The composition module `name`'s, imported and checked."""
+    mod = importlib.import_module(f"{__name__}.{name}")
+    got, build, memory = getattr(mod, "ARCH", name), getattr(mod, "build", None), getattr(mod, "MEMORY", None)
+    traits = getattr(mod, "TRAITS", Traits())
+    if not isinstance(got, str) or not callable(build) or not (memory is None or isinstance(memory, Memory)) \
+            or not isinstance(traits, Traits):
+        raise AssertionError(f"{mod.__name__}: a composition module defines build(g, facts) and optionally ARCH "
+                             "(a str), MEMORY (a common.Memory) and TRAITS (a common.Traits)")
+    if got.replace("-", "_") != name:
+        raise AssertionError(f"{mod.__name__}: a composition module is named after its ARCH, '-' spelled '_' "
+                             f"({got!r} in {got.replace('-', '_')}.py)")
+    return Composition(got, build, memory, mod.__name__, traits)
 
 
 def _load(arch: str) -> Composition:
     """`arch`'s composition, its module imported (KeyError: no module composes it)."""
     name = arch.replace("-", "_")
-    if not _MODULE_NAMES:
-        _MODULE_NAMES.update(_modules())
-    if name not in _MODULE_NAMES:
+    if name not in _modules():
         raise KeyError(arch)
-    mod = importlib.import_module(f"{__name__}.{name}")
-    got, build, memory = getattr(mod, "ARCH", None), getattr(mod, "build", None), getattr(mod, "MEMORY", None)
-    traits = getattr(mod, "TRAITS", Traits())
-    if not isinstance(got, str) or not callable(build) or not (memory is None or isinstance(memory, Memory)) \
-            or not isinstance(traits, Traits):
-        raise AssertionError(f"{mod.__name__}: a composition module defines ARCH (a str), build(g, facts) "
-                             "and optionally MEMORY (a common.Memory) and TRAITS (a common.Traits)")
-    if got.replace("-", "_") != name:
-        raise AssertionError(f"{mod.__name__}: a composition module is named after its ARCH, '-' spelled '_' "
-                             f"({got!r} in {got.replace('-', '_')}.py)")
-    if got != arch:  # a spelling of another architecture's name that maps to this module
+    composition = _composition(name)
+    if composition.arch != arch:  # a spelling of another architecture's name that maps to this module
         raise KeyError(arch)
-    return Composition(arch, build, memory, mod.__name__, traits)
+    return composition
 
 
-def _every() -> list[str]:
-    """Every composed architecture, in module order (imports every module)."""
-    out: dict[str, str] = {}
-    for name in _modules():
-        arch = getattr(importlib.import_module(f"{__name__}.{name}"), "ARCH", None)
-        if not isinstance(arch, str):
-            raise AssertionError(f"{__name__}.{name}: a composition module defines ARCH (a str)")
-        if arch in out:
-            raise AssertionError(f"{arch}: composed twice ({out[arch]}, {name})")
-        out[arch] = name
-    return list(out)
-
-
-# architecture -> its composition (src/models/<arch>.cpp)
-COMPOSITIONS: Lazy[Composition] = Lazy(_load, _every)
+# architecture -> its composition (src/models/<arch>.cpp); listing it imports every module, in module order (each
+# named after its architecture: none is composed twice)
+COMPOSITIONS: Lazy[Composition] = Lazy(_load, lambda: [_composition(name).arch for name in _modules()])
 ARCHS: Lazy[Build] = Lazy(lambda a: COMPOSITIONS[a].build, lambda: list(COMPOSITIONS))
-
-_DEFAULT = Traits()
 
 
 def traits(arch: str) -> Traits:
     """What the memory model reads about `arch` beyond its GGUF (`common.Traits`): its module's
     `TRAITS`, the defaults where it declares none or has no module."""
     c = COMPOSITIONS.get(arch)
-    return c.traits if c is not None else _DEFAULT
+    return c.traits if c is not None else Traits()

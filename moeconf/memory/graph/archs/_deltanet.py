@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from moeconf.memory.graph.archs._mamba import conv_input
-from moeconf.memory.graph.archs.common import need
+from moeconf.memory.graph.archs.common import Build, Facts, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
@@ -18,29 +18,32 @@ from moeconf.memory.graph.ggml import Tensor
 ConvAt = Callable[[GraphContext, RsInput, Tensor, Tensor, Tensor, int, int], Tensor]
 
 
-def delta_net_hybrid(g: GraphContext, qwen35: bool) -> None:
-    c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    attn_in = g.attn_inp_kv()
-    rs_in = g.rs_inp()
-    pos = g.inp_pos(4 if qwen35 else 1)
-    g.inp_out_ids()
-    for il in range(g.hp.n_layer):
-        res = inp
-        cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        g.expand(cur)
-        if il in g.rs:
-            cur = delta_net_layer(g, rs_in, cur, il, repeat=not qwen35)
-        else:
-            cur = _gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
-        ffn_res, cur = g.ffn_input(il, cur, res, rows=False, norm="post_attention_norm")
-        moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
-        if w.layer(il, "ffn_up_shexp") is not None:
-            sh = g.layer_ffn(cur, il, part="_shexp")
-            gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
-            moe = c.add(moe, c.mul(sh, gate))
-        inp = c.add(moe, ffn_res)
-    g.output(inp, rows="after")  # t_h_nextn
+def delta_net_hybrid(qwen35: bool) -> Build:
+    def build(g: GraphContext, facts: Facts) -> None:
+        c, w = g.ctx, g.w
+        inp = g.inp_embd()
+        attn_in = g.attn_inp_kv()
+        rs_in = g.rs_inp()
+        pos = g.inp_pos(4 if qwen35 else 1)
+        g.inp_out_ids()
+        for il in range(g.hp.n_layer):
+            res = inp
+            cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
+            g.expand(cur)
+            if il in g.rs:
+                cur = delta_net_layer(g, rs_in, cur, il, repeat=not qwen35)
+            else:
+                cur = _gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
+            ffn_res, cur = g.ffn_input(il, cur, res, rows=False, norm="post_attention_norm")
+            moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
+            if w.layer(il, "ffn_up_shexp") is not None:
+                sh = g.layer_ffn(cur, il, part="_shexp")
+                gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
+                moe = c.add(moe, c.mul(sh, gate))
+            inp = c.add(moe, ffn_res)
+        g.output(inp, rows="after")  # t_h_nextn
+
+    return build
 
 
 def short_conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, part: int, x: Tensor, proj: Tensor | None,
@@ -86,13 +89,12 @@ def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Ten
     c, w, hp = g.ctx, g.w, g.hp
     n_head, n_kv, hd, T = hp.n_head[il], hp.n_head_kv[il], hp.head_k, cur.ne[1]
     q_full, k, v = g.qkv(il, cur, n_head, n_kv, 2 * hd, hd, reshape=False)
+    ne: tuple[int, ...] = (hd, n_head, T)
+    nb: tuple[int, ...] = (4 * 2 * hd, 4 * 2 * hd * n_head)
     if reshape:
         q_full = c.reshape(q_full, 2 * hd, n_head, T, 1)
-        q = c.view(q_full, (hd, n_head, T, 1), (q_full.nb[1], q_full.nb[2], q_full.nb[3]), 0)
-        gate = c.view(q_full, (hd, n_head, T, 1), (q_full.nb[1], q_full.nb[2], q_full.nb[3]), hd * 4)
-    else:
-        q = c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 0)
-        gate = c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), hd * 4)
+        ne, nb = (*ne, 1), q_full.nb[1:]
+    q, gate = (c.view(q_full, ne, nb, offset) for offset in (0, hd * 4))
     k = c.reshape(k, hd, n_kv, T)
     v = c.reshape(v, hd, n_kv, T)
     q, k = g.qk_norm(il, q, k)

@@ -7,21 +7,13 @@ states), copy the new states back, gate the output with the input projection's z
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from moeconf.memory.graph.archs.common import need, unchecked_blocks
+from moeconf.memory.graph.archs.common import blocks_without, need
 from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
-if TYPE_CHECKING:
-    from moeconf.model.inventory import Inventory
-
-
-def unbiased_conv(inv: Inventory) -> list[str]:
-    """Mamba-2 blocks without their convolution's bias (the Mamba-2 loaders make ssm_conv1d.bias optional;
-    the converters write it for Granite-4.0-H and Nemotron-H)."""
-    return unchecked_blocks(inv, "ssm_in", ("ssm_conv1d.bias",), "the engine then adds no bias after the "
-                            "convolution")
+# the refusal of Mamba-2 blocks without their convolution's bias (the Mamba-2 loaders make ssm_conv1d.bias optional;
+# the converters write it for Granite-4.0-H and Nemotron-H)
+unbiased_conv = blocks_without("ssm_in", ("ssm_conv1d.bias",), "the engine then adds no bias after the convolution")
 
 
 def conv_input(g: GraphContext, rs_in: RsInput, conv_all: Tensor, xbc: Tensor, kernel: Tensor, channels: int,

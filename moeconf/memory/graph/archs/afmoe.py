@@ -6,14 +6,12 @@ the FFN; dense leading layers, then a sigmoid-routed MoE with a selection bias a
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits, need, routed
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "afmoe"
 # no window key: no sliding window
 TRAITS = Traits(swa=Swa(pattern=4))
-MEMORY = Memory(CHECKED + " (Trinity-Mini)", keys=frozenset({
-    "attention.sliding_window", "attention.sliding_window_pattern", "leading_dense_block_count"}))
+MEMORY = Memory(CHECKED + " (Trinity-Mini)", SWA_KEYS | {"leading_dense_block_count"})
 NO_ROPE_STEP = 4  # hparams.n_no_rope_layer_step's default (llama-hparams.h)
 
 

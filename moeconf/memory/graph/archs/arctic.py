@@ -6,7 +6,6 @@ from __future__ import annotations
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "arctic"
 MEMORY = Memory(CHECKED + " (Snowflake-Arctic)")
 
 
@@ -25,4 +24,3 @@ def build(g: GraphContext, facts: Facts) -> None:
         cur = g.moe_ffn(cur, il, gating="softmax", norm_w=True)  # its loader reads no expert_weights_scale
         inp = c.add(cur, ffn_out)
     g.output(inp)
-    del facts

@@ -4,6 +4,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "bailingmoe"
 build = decoder(Decoder(norm_w=False, norm_w_key=True))
 MEMORY = Memory(CHECKED + " (Ling-lite)", frozenset({'leading_dense_block_count'}))

@@ -1,16 +1,13 @@
 """Ling 3.0 (src/models/bailingmoe3.cpp): KDA layers and absorbed-MLA layers through the hybrid
 memory (the recurrent states' copy indices, then the latent K-only cache's inputs).
 
-A KDA layer projects Q, K and V separately, each through its own slice of the layer's conv state
-(concatenated with the projection, the last columns copied back as the new conv state, SSM_CONV,
-SiLU); a per-channel gate (sigmoid of the projection times the per-head A, scaled) and a per-head
-beta; Q and K L2-normed; the fused gated delta-net op on the state rows, its new state copied back;
-the output normed per head, gated by the sigmoid of a second projection, projected out. An MLA
-layer: the low-rank (or plain) Q and the compressed KV, RoPE on their rope parts, the absorbed
-queries against the latent cache, V decompressed by wv_b, then the output scaled per head by the
-sigmoid of a gate projection before the output projection. Dense leading layers, then a MoE with a
-selection bias and a shared expert. The final norm is a graph output (the MTP head's input), the
-output rows taken after it; the MTP block itself is a separate graph the trunk never builds."""
+A KDA layer is `_deltanet.kda_layer`'s, Q, K and V projected apart, its per-channel gate the sigmoid of
+the projection times the per-head A, scaled. An MLA layer: the low-rank (or plain) Q and the compressed
+KV, RoPE on their rope parts, the absorbed queries against the latent cache, V decompressed by wv_b,
+then the output scaled per head by the sigmoid of a gate projection before the output projection. Dense
+leading layers, then a MoE with a selection bias and a shared expert. The final norm is a graph output
+(the MTP head's input), the output rows taken after it; the MTP block itself is a separate graph the
+trunk never builds."""
 
 from __future__ import annotations
 
@@ -19,7 +16,6 @@ from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, ne
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
-ARCH = "bailingmoe3"
 # its hybrid memory keeps a KV cache for the nextn blocks too
 TRAITS = Traits(nextn_kv=True)
 # not composed: rope.dimension_sections (multi-section RoPE: four positions per token), so a file with it

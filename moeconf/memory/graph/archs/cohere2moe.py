@@ -9,13 +9,11 @@ exactly 1, also scaled by the engine, is not told apart from 0 here: an in-place
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, routed
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits, routed
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "cohere2moe"
 TRAITS = Traits(swa=Swa(pattern=4, dense_first=True))
-MEMORY = Memory(CHECKED + " (a Cohere2-MoE 30B-A3B layout)", keys=frozenset({
-    "attention.sliding_window", "attention.sliding_window_pattern", "leading_dense_block_count"}))
+MEMORY = Memory(CHECKED + " (a Cohere2-MoE 30B-A3B layout)", SWA_KEYS | {"leading_dense_block_count"})
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -129,14 +129,8 @@ class Memory:
 
 @dataclass(frozen=True)
 class Swa:
-    """Sliding-window attention as the architecture's `load_arch_hparams` sets it up (src/models/<arch>.cpp).
-
-    kind: "standard" (LLAMA_SWA_TYPE_STANDARD) or "chunked" (Llama 4's chunked attention: the chunk is
-    `window` whatever the key says, a key of 0 turns it off). window: the window where the GGUF has no
-    `attention.sliding_window` key (None: without the key no layer is windowed). pattern: the period
-    where the GGUF has no `attention.sliding_window_pattern` (layer il windowed when il % n < n - 1; 0:
-    every layer, or the loader requires the key, an array). dense_first: the full layer comes first in
-    each period (load_swa_pattern's dense_first: layer il windowed when il % n != 0)."""
+    """Sliding-window attention as the architecture's `load_arch_hparams` sets it up (src/models/<arch>.cpp):
+    docs/memory.md's `Traits` table says what each field means."""
 
     kind: Literal["standard", "chunked"] = "standard"
     window: int | None = None
@@ -144,21 +138,9 @@ class Swa:
     dense_first: bool = False
 
 
-# how the engine marks an architecture's recurrent layers and sizes their state (memory/recurrent.py):
-# "delta_net": gated delta-net layers, every layer but each full_attention_interval-th (or the
-#   attention.recurrent_layers array), the ssm.* keys all required (Qwen3-Next, Qwen3.5-MoE)
-# "mamba2": Mamba-2 layers, those whose head_count_kv and feed_forward_length are both 0 (Nemotron-H)
-# "mamba": Mamba layers, those whose head_count_kv is 0, ssm.group_count optional (0 where the loader
-#   does not read it: Granite-4.0-H, Jamba)
-# "kda": Kimi-Linear's KDA layers (memory/recurrent.py); every other loader that reads kda.head_dim is
-#   found by that key (recurrent.is_kda)
+# how the engine marks an architecture's recurrent layers and sizes their state (memory/recurrent.py), and which
+# layers keep a DSA lightning-indexer K cache (memory/indexer.py): docs/memory.md's `Traits` table says each value
 Recurrent = Literal["", "delta_net", "mamba2", "mamba", "kda", "lightning"]
-# which layers keep a DSA lightning-indexer K cache beside the MLA latent (memory/indexer.py):
-# "all": every trunk layer (DeepSeek-V3.2); "full": those attention.indexer.types marks full (one value
-# or one per trunk layer; absent: all of them below a 1M training context, the loader's own GLM-5.2 table
-# above, which is not modelled) (GLM-5); "typed": those the required per-layer attention.indexer.types
-# marks, the others sliding-window layers without an indexer (dots3note); "kpool": every DSA layer, its row the
-# key, the pool gate and the pooled key (glm5-next's k-pool, llama_memory_hybrid_idx)
 Indexer = Literal["", "all", "full", "typed", "kpool"]
 
 
@@ -167,14 +149,8 @@ class Traits:
     """What moeconf's memory model outside the graph reads about an architecture that the GGUF does not
     carry: the engine decides it by the architecture's name. A composition module declares
     `TRAITS = Traits(...)` with only what differs from these defaults; `archs.traits(arch)` reads it
-    (the defaults for an architecture without a module).
-
-    swa: its sliding-window attention (None: none). nextn_kv: the nextn (MTP) blocks keep a KV cache
-    beside the trunk's though the trunk's graph never reads it (a hybrid memory given the default layer
-    filters: src/llama-model.cpp create_memory). recurrent, indexer: see `Recurrent`, `Indexer`.
-    flash_attn: False where the engine turns flash attention off whatever -fa says (llama-context.cpp:
-    Grok). nkvo_host_experts: the graph's figures with -nkvo and routed experts of GPU layers on the CPU
-    were checked against the engine's (elsewhere that split is refused: memory/families.py)."""
+    (the defaults for an architecture without a module). docs/memory.md's `Traits` table says what each
+    field means."""
 
     swa: Swa | None = None
     nextn_kv: bool = False
@@ -184,6 +160,8 @@ class Traits:
     nkvo_host_experts: bool = False
 
 
+# the keys every sliding-window loader reads (memory/geometry.py)
+SWA_KEYS = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
 CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
 GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
@@ -219,8 +197,7 @@ def decoder(spec: Decoder) -> Build:
                     q, k = g.qk_norm(il, q, k)
             if not spec.rope_swa_only or g.swa_layers.get(il):
                 freqs = w.copy("rope_freqs.weight", il)
-                q = c.rope(q, pos, freqs)
-                k = c.rope(k, pos, freqs)
+                q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
             if temp is not None:
                 q = c.mul(q, temp)
             if spec.qk_norm == "head_after_rope":
@@ -301,36 +278,36 @@ def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str,
     return [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})") for n, il in blocks.items()]
 
 
+def blocks_without(has: str, needs: tuple[str, ...], why: str) -> Callable[[Inventory], list[str]]:
+    """`unchecked_blocks` of these blocks, tensors and why (a composition's `Memory.unmodelled`)."""
+    return lambda inv: unchecked_blocks(inv, has, needs, why)
+
+
 def older_mla(inv: Inventory) -> list[str]:
     """The refusal of MLA blocks with the decompressing attn_kv_b in place of attn_k_b and attn_v_b (an older
     conversion, a branch no recorded dump checked); a block with both forms is the loader's (`mla_forms`)."""
-    _, both = mla_forms_refusal(inv)
+    v_b = {t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_v_b.weight"}
     return [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"
             for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older conversion: the engine "
-                                        "decompresses the heads through a full KV cache", skip=both)]
+                                        "decompresses the heads through a full KV cache", skip=v_b)]
 
 
 def mla_forms(inv: Inventory) -> list[str]:
-    """`mla_forms_refusal`'s refusal alone (a composition's `Memory.loader_refuses`)."""
-    return mla_forms_refusal(inv)[0]
-
-
-def mla_forms_refusal(inv: Inventory) -> tuple[list[str], set[int]]:
     """The refusal of a file holding both of MLA's forms in a block, attn_kv_b beside attn_k_b or attn_v_b (the
     deepseek2, mistral4, kimi-linear and kimi-k3 loaders create one form of a block, never both: the file then
-    holds tensors the loader never takes, and it stops), and those blocks; empty where no block has both."""
+    holds tensors the loader never takes, and it stops; a composition's `Memory.loader_refuses`); empty where
+    no block has both."""
     names = {t.name for t in inv.tensors}
     beside: dict[tuple[str, ...], list[int]] = {}
     for il in sorted({t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".attn_kv_b.weight")}):
         both = tuple(n for n in ("attn_k_b", "attn_v_b") if f"blk.{il}.{n}.weight" in names)
         if both:
             beside.setdefault(both, []).append(il)
-    why = [f"llama.cpp refuses to load this {inv.arch} file: block(s) {il} have attn_kv_b beside {' and '.join(both)}; "
-           "its loader creates a block's attn_kv_b or its attn_k_b and attn_v_b, never both, so the file holds "
-           "tensors it never loads and it stops (done_getting_tensors: \"wrong number of tensors\"); keep one form: "
-           "attn_k_b and attn_v_b as a current convert_hf_to_gguf.py writes them, or attn_kv_b alone"
-           for both, il in beside.items()]
-    return why, {il for blocks in beside.values() for il in blocks}
+    return [f"llama.cpp refuses to load this {inv.arch} file: block(s) {il} have attn_kv_b beside "
+            f"{' and '.join(both)}; its loader creates a block's attn_kv_b or its attn_k_b and attn_v_b, never both, "
+            "so the file holds tensors it never loads and it stops (done_getting_tensors: \"wrong number of "
+            "tensors\"); keep one form: attn_k_b and attn_v_b as a current convert_hf_to_gguf.py writes them, or "
+            "attn_kv_b alone" for both, il in beside.items()]
 
 
 # the `.scale` tensors a loader creates of its own (not NVFP4's) that the recorded dumps checked: Gemma 4's
@@ -346,11 +323,9 @@ def unchecked_scales(inv: Inventory) -> list[str]:
     own = OWN_SCALES.get(inv.arch, frozenset())
     scaled = sorted({t.name.removeprefix(f"blk.{t.layer}.").removesuffix(".scale") for t in inv.tensors
                      if t.name.endswith(".scale")} - own)
-    if not scaled:
-        return []
     return [f"memory is not modelled for this {inv.arch} file: it has per-tensor scales ({', '.join(scaled)}: "
             "an NVFP4 conversion's .scale tensors), which multiply each projection's result in a graph no "
-            "recorded dump checked; measure it with llama.cpp's llama-fit-params -fitp on"]
+            "recorded dump checked; measure it with llama.cpp's llama-fit-params -fitp on"] if scaled else []
 
 
 def unchecked_ffn_biases(inv: Inventory) -> list[str]:
@@ -362,9 +337,8 @@ def unchecked_ffn_biases(inv: Inventory) -> list[str]:
     blocks = sorted({t.layer for t in inv.tensors if t.layer is not None
                      and t.name.removeprefix(f"blk.{t.layer}.").removesuffix(".bias") in parts
                      and t.name.endswith(".bias")})
-    if not blocks:
-        return []
-    return [_unchecked(inv, f"block(s) {blocks} have FFN biases (ffn_up/gate/down.bias: an MLP with biases)")]
+    why = f"block(s) {blocks} have FFN biases (ffn_up/gate/down.bias: an MLP with biases)"
+    return [_unchecked(inv, why)] if blocks else []
 
 
 def unchecked_fused_qkv_bias(inv: Inventory) -> list[str]:
@@ -374,10 +348,8 @@ def unchecked_fused_qkv_bias(inv: Inventory) -> list[str]:
     names = {t.name for t in inv.tensors}
     blocks = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_qkv.weight"
                      and any(f"blk.{t.layer}.attn_{p}.bias" in names for p in ("qkv", "q", "k", "v"))})
-    if not blocks:
-        return []
     return [_unchecked(inv, f"block(s) {blocks} have a fused attn_qkv with a bias (attn_qkv.bias, or attn_q/k/v.bias "
-                            "beside it: a legacy or custom file)")]
+                            "beside it: a legacy or custom file)")] if blocks else []
 
 
 def need(t: Tensor | None) -> Tensor:

@@ -4,6 +4,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "dbrx"
 build = decoder(Decoder(norm="layer", clamp_key="attention.clamp_kqv", ffn_norm="attn_output_norm"))
 MEMORY = Memory(CHECKED + " (DBRX)")

@@ -4,6 +4,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "deepseek"
 build = decoder(Decoder(norm_w=False))
 MEMORY = Memory(CHECKED + " (DeepSeek-MoE-16B)", frozenset({'leading_dense_block_count'}))

@@ -9,7 +9,6 @@ from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, mla_forms,
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.keys import GROUPS, MLA_KEYS
 
-ARCH = "deepseek2"
 MEMORY = Memory(CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)", MLA_KEYS | {"leading_dense_block_count"} | GROUPS,
                 loader_refuses=mla_forms)
 

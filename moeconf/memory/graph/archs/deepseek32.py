@@ -4,13 +4,10 @@ its shared expert."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._dsa import build
+from moeconf.memory.graph.archs._dsa import build as build
 from moeconf.memory.graph.archs.common import CHECKED, Memory, Traits
 from moeconf.memory.indexer import DSA_KEYS
 from moeconf.memory.keys import MLA_KEYS
 
 MEMORY = Memory(CHECKED + " (DeepSeek-V3.2)", MLA_KEYS | DSA_KEYS)
-ARCH = "deepseek32"
 TRAITS = Traits(indexer="all")
-
-__all__ = ["ARCH", "MEMORY", "build"]

@@ -4,6 +4,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "dots1"
 build = decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True))
 MEMORY = Memory(CHECKED + " (dots.llm1)", frozenset({"leading_dense_block_count"}))

@@ -18,7 +18,6 @@ from moeconf.memory.graph.archs._dsa import indexer_top_k, inp_dsa
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "dots3note"
 # the pattern an array (attention.sliding_window_pattern)
 TRAITS = Traits(swa=Swa(), indexer="typed")
 
@@ -48,8 +47,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         q_nope, q_pe = g.mla_q_parts(q, n_head, q.ne[0] // n_head - rope, rope)
         kv_cmpr, k_pe = g.mla_kv(il, cur, kv_lora, rope)
         k_pe = g.norm(k_pe, w.layer(il, "attn_k_norm"), None, il)
-        q_pe = c.rope(q_pe, pos)
-        k_pe = c.rope(k_pe, pos)
+        q_pe, k_pe = c.rope(q_pe, pos), c.rope(k_pe, pos)
         q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, q_pe, kv_cmpr, k_pe)
         cur = g.attn_k(swa_in if swa else mla_in, il, None, q_cur, k_cur, kv_cmpr, need(w.layer(il, "attn_v_b")),
                        None if swa else g.top_k_mask(mla_in.mask, need(top_k)))

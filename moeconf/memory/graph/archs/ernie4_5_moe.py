@@ -6,5 +6,4 @@ from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
 ARCH = "ernie4_5-moe"
 build = decoder(Decoder())
-MEMORY = Memory(CHECKED + " (ERNIE-4.5-21B-A3B)",
-                frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}))
+MEMORY = Memory(CHECKED + " (ERNIE-4.5-21B-A3B)", frozenset({"leading_dense_block_count", "interleave_moe_layer_step"}))

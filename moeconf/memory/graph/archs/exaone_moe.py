@@ -5,14 +5,11 @@ expert, dense leading layers. The MTP block is created TENSOR_SKIP and never bui
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, Swa, Traits, decoder
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Decoder, Memory, Swa, Traits, decoder
 
 ARCH = "exaone-moe"
 TRAITS = Traits(swa=Swa(window=128, pattern=4))
-build = decoder(Decoder(qk_norm="head", gating_key=True, norm_w=False, norm_w_key=True, iswa=True,
-                        rope_swa_only=True))
+build = decoder(Decoder(qk_norm="head", gating_key=True, norm_w=False, norm_w_key=True, iswa=True, rope_swa_only=True))
 # the window and its pattern (memory/geometry.py), the dense leading layers (their tensors), the MTP block
 # (created TENSOR_SKIP: no weights, no cache, not in the graph)
-MEMORY = Memory(CHECKED + " (K-EXAONE-236B-A23B)",
-                frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "leading_dense_block_count",
-                           "nextn_predict_layers"}))
+MEMORY = Memory(CHECKED + " (K-EXAONE-236B-A23B)", SWA_KEYS | {"leading_dense_block_count", "nextn_predict_layers"})

@@ -10,25 +10,17 @@ rows taken after it, the logits soft-capped."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, unchecked_blocks
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits, blocks_without, need
 from moeconf.memory.graph.blocks import GraphContext
-from moeconf.model.inventory import Inventory
 
-ARCH = "gemma4"
 # the pattern an array the loader requires (get_arr)
 TRAITS = Traits(swa=Swa())
-
-
-def _fused_qkv(inv: Inventory) -> list[str]:
-    """Blocks with Q, K and V in one attn_qkv (the loader's optional fused form)."""
-    return unchecked_blocks(inv, "attn_qkv", ("attn_q.weight",), "Q, K and V fused in one projection, which the "
-                            "converter does not write for gemma4")
-
-
-# attention.shared_kv_layers and embedding_length_per_layer_input: modelled at 0 only (memory/keys.py neutral)
-MEMORY = Memory(CHECKED + " (Gemma-4-26B-A4B)", unmodelled=_fused_qkv, keys=frozenset({
-    "attention.sliding_window", "attention.sliding_window_pattern", "attention.key_length_swa",
-    "attention.value_length_swa", "rope.dimension_count_swa", "final_logit_softcapping"}))
+# attention.shared_kv_layers and embedding_length_per_layer_input: modelled at 0 only (memory/keys.py neutral);
+# refused: blocks with Q, K and V in one attn_qkv (the loader's optional fused form)
+MEMORY = Memory(CHECKED + " (Gemma-4-26B-A4B)", SWA_KEYS | {
+    "attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count_swa", "final_logit_softcapping"},
+    unmodelled=blocks_without("attn_qkv", ("attn_q.weight",), "Q, K and V fused in one projection, which the "
+                              "converter does not write for gemma4"))
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -4,7 +4,7 @@ of the last layer that ran its own indexer."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._dsa import build
+from moeconf.memory.graph.archs._dsa import build as build
 from moeconf.memory.graph.archs.common import CHECKED, Memory, Traits
 from moeconf.memory.indexer import DSA_KEYS
 from moeconf.memory.keys import MLA_KEYS
@@ -13,5 +13,3 @@ from moeconf.memory.keys import MLA_KEYS
 MEMORY = Memory(CHECKED + " (GLM-5; GLM-5.2's indexer table)", MLA_KEYS | DSA_KEYS | {"attention.indexer.types"})
 ARCH = "glm-dsa"
 TRAITS = Traits(indexer="full")
-
-__all__ = ["ARCH", "MEMORY", "build"]

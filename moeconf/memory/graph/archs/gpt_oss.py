@@ -4,13 +4,12 @@ softmaxed; the last layer's output is a graph output (t_h_nextn), its rows taken
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
 ARCH = "gpt-oss"
 TRAITS = Traits(swa=Swa(pattern=2))
-MEMORY = Memory(CHECKED + " (gpt-oss-20b, gpt-oss-120b)",
-                frozenset({"attention.sliding_window", "attention.sliding_window_pattern"}))
+MEMORY = Memory(CHECKED + " (gpt-oss-20b, gpt-oss-120b)", SWA_KEYS)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -20,8 +19,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
-        q = c.rope(q, pos)
-        k = c.rope(k, pos)
+        q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),
                      q, k, v, sinks=w.layer(il, "attn_sinks"), iswa=True)
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False, norm="post_attention_norm")
@@ -29,4 +27,3 @@ def build(g: GraphContext, facts: Facts) -> None:
                         gate_inp_b=w.layer(il, "ffn_gate_inp", "bias"))
         inp = c.add(cur, ffn_inp)
     g.output(inp, rows="before")  # t_h_nextn
-    del facts

@@ -8,7 +8,6 @@ from __future__ import annotations
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 from moeconf.model.inventory import Inventory
 
-ARCH = "granite"
 build = decoder(Decoder(granite=True))
 
 

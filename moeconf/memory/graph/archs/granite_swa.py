@@ -5,10 +5,9 @@ fused, and a shared expert whose gate and up are one projection (SwiGLU over it)
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "granite_swa"
 # the loader requires the window and the per-layer pattern
 TRAITS = Traits(swa=Swa())
 
@@ -33,5 +32,4 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.output(inp, scale=True)  # logit_scale: a key the loader requires
 
 
-MEMORY = Memory(CHECKED + " (granite-swash-3b-a600m)", keys=frozenset({
-    "attention.sliding_window", "attention.sliding_window_pattern", "attention.rope_pattern"}))
+MEMORY = Memory(CHECKED + " (granite-swash-3b-a600m)", SWA_KEYS | {"attention.rope_pattern"})

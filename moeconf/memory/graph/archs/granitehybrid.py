@@ -10,7 +10,6 @@ from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.model.inventory import Inventory
 
-ARCH = "granitehybrid"
 TRAITS = Traits(recurrent="mamba")
 
 

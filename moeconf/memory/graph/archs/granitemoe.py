@@ -4,6 +4,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "granitemoe"
 build = decoder(Decoder(granite=True))
 MEMORY = Memory(CHECKED + " (Granite-3.1-3B-A800M)")

@@ -10,7 +10,6 @@ from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.keys import SOFTCAPPING
 
-ARCH = "grok"
 # the attention and router softcapping run whatever their values (src/llama-graph.cpp builds Grok's tanh
 # unconditionally); final_logit_softcapping adds a scale, a tanh and a scale on the logits, each the only
 # consumer of its input, which ggml-alloc runs in place: no buffer grows (measured with Grok-2's 50: the

@@ -9,8 +9,6 @@ from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.model.inventory import Inventory
 
-ARCH = "grovemoe"
-
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w

@@ -6,20 +6,10 @@ MTP block the loader creates runs only in the draft graph."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder, unchecked_blocks
-from moeconf.model.inventory import Inventory
+from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, blocks_without, decoder
 
-ARCH = "hy_v3"
-build = decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True,
-                        h_nextn=True))
-
-
-def _unmodelled(inv: Inventory) -> list[str]:
-    """A dense block without ffn_gate (the loader makes it optional; the converter writes every dense block's
-    gate)."""
-    return unchecked_blocks(inv, "ffn_up", ("ffn_gate.weight",), "build_ffn then runs SiLU over the up "
-                            "projection alone")
-
-
-# the MTP block (nextn_predict_layers): created TENSOR_SKIP unless MTP is asked for, left out of the trunk's graph
-MEMORY = Memory(CHECKED + " (Hy3-preview)", frozenset({"nextn_predict_layers"}), unmodelled=_unmodelled)
+build = decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True, h_nextn=True))
+# the MTP block (nextn_predict_layers): created TENSOR_SKIP unless MTP is asked for, left out of the trunk's graph;
+# refused: a dense block without ffn_gate (the loader makes it optional; the converter writes every dense block's gate)
+MEMORY = Memory(CHECKED + " (Hy3-preview)", frozenset({"nextn_predict_layers"}), unmodelled=blocks_without(
+    "ffn_up", ("ffn_gate.weight",), "build_ffn then runs SiLU over the up projection alone"))

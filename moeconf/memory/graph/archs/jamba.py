@@ -8,7 +8,6 @@ from moeconf.memory.graph.archs._mamba import mamba_layer
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "jamba"
 # Mamba-1: its loader reads no ssm.group_count
 TRAITS = Traits(recurrent="mamba")
 MEMORY = Memory(CHECKED + " (Jamba-Mini-1.5)",

@@ -1,25 +1,14 @@
-"""src/models/kimi-linear.cpp: KDA layers (Kimi delta attention: Q, K and V each projected and run
-through its own causal conv with its slice of the conv state, the per-channel decay gate g1 and the
-beta from their projections, the L2-normed Q and K through the fused gated delta-net op, its new
-state copied back, the output RMS-normed and gated by a sigmoid of g2) and MLA layers without RoPE
-(absorbed against the latent K-only cache where the GGUF has key_length_mla, else decompressed
-heads through a full KV cache); dense leading layers, then a MoE with a selection bias and an
-ungated shared expert. The decompressed form (attn_kv_b, an older conversion: the converter writes
-attn_k_b and attn_v_b) no recorded dump checked: `estimate` refuses it."""
+"""src/models/kimi-linear.cpp: KDA layers (Kimi delta attention, `_deltanet.kda_layer`: the decay gate
+g1 and the output gate g2) and MLA layers without RoPE (absorbed against the latent K-only cache where
+the GGUF has key_length_mla, else decompressed heads through a full KV cache); dense leading layers,
+then a MoE with a selection bias and an ungated shared expert. The decompressed form (attn_kv_b, an
+older conversion: the converter writes attn_k_b and attn_v_b) no recorded dump checked: `estimate`
+refuses it."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import (
-    CHECKED,
-    Facts,
-    Memory,
-    Traits,
-    mla_forms,
-    need,
-    older_mla,
-    routed,
-)
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, mla_forms, need, older_mla, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.memory.keys import MLA_KEYS
@@ -27,8 +16,6 @@ from moeconf.memory.recurrent import KDA_KEYS
 
 ARCH = "kimi-linear"
 TRAITS = Traits(recurrent="kda")
-
-
 # the KDA state (memory/recurrent.py) and the MLA latent
 MEMORY = Memory(CHECKED + " (Kimi-Linear-48B-A3B)", KDA_KEYS | MLA_KEYS - {"attention.q_lora_rank"}
                 | {"leading_dense_block_count"}, unmodelled=older_mla, loader_refuses=mla_forms)

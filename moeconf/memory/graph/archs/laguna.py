@@ -7,10 +7,9 @@ says otherwise, a selection bias) beside an always-on shared expert."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits, need, routed
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "laguna"
 # no window key (Laguna-M.1): every layer full
 TRAITS = Traits(swa=Swa(pattern=4, dense_first=True))
 
@@ -38,6 +37,5 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.output(inp)
 
 
-MEMORY = Memory(CHECKED + " (Laguna-XS.2)", keys=frozenset({
-    "leading_dense_block_count", "expert_gating_func", "expert_weights_scale", "expert_weights_norm",
-    "attention.sliding_window", "attention.sliding_window_pattern"}))
+MEMORY = Memory(CHECKED + " (Laguna-XS.2)", keys=SWA_KEYS | {
+    "leading_dense_block_count", "expert_gating_func", "expert_weights_scale", "expert_weights_norm"})

@@ -7,10 +7,9 @@ norms; dense leading layers, then a MoE with a selection bias and the router's g
 from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
-from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
-ARCH = "lfm2moe"
 # the conv state (memory/recurrent.py shortconv_shape) on the layers without KV heads; the dense
 # leading layers read from the tensors
 MEMORY = Memory(CHECKED + " (LFM2-8B-A1B)", keys=frozenset({"shortconv.l_cache", "leading_dense_block_count"}))
@@ -26,7 +25,13 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(g.hp.n_layer):
         prev = cur
         cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
-        cur = _shortconv(g, rs_in, cur, il) if il in g.rs else _attention(g, attn_in, pos, cur, il)
+        if il in g.rs:
+            cur = _shortconv(g, rs_in, cur, il)
+        else:
+            q, k, v = g.qkv(il, cur)
+            q, k = g.qk_norm(il, q, k)
+            q, k = c.rope(q, pos), c.rope(k, pos)
+            cur = g.attn(attn_in, il, w.layer(il, "attn_output"), None, q, k, v)
         cur, prev = g.out_rows(il, cur, prev)
         cur = c.add(prev, cur)
         ffn_in = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
@@ -37,14 +42,6 @@ def build(g: GraphContext, facts: Facts) -> None:
                             probs_bias=w.layer(il, "exp_probs_b", "bias"))
         cur = c.add(cur, out)
     g.output(cur, norm="token_embd_norm")  # OUTPUT_NORM_LFM2
-
-
-def _attention(g: GraphContext, attn_in: AttnInput, pos: Tensor, cur: Tensor, il: int) -> Tensor:
-    c, w = g.ctx, g.w
-    q, k, v = g.qkv(il, cur)
-    q, k = g.qk_norm(il, q, k)
-    q, k = c.rope(q, pos), c.rope(k, pos)
-    return g.attn(attn_in, il, w.layer(il, "attn_output"), None, q, k, v)
 
 
 def _shortconv(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:

@@ -4,6 +4,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "llama"
 build = decoder(Decoder())
 MEMORY = Memory(CHECKED + " (Mixtral-8x7B)")

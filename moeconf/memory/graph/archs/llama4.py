@@ -5,13 +5,10 @@ sigmoid of its logit, applied to the experts' input, and a shared expert; dense 
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "llama4"
-MEMORY = Memory(CHECKED + " (Llama-4-Maverick)",
-                frozenset({"attention.sliding_window", "attention.sliding_window_pattern",
-                           "interleave_moe_layer_step"}))
+MEMORY = Memory(CHECKED + " (Llama-4-Maverick)", SWA_KEYS | {"interleave_moe_layer_step"})
 # chunked (8192) unless its GGUF sets sliding_window 0
 TRAITS = Traits(swa=Swa(kind="chunked", window=8192, pattern=4))
 

@@ -6,14 +6,12 @@ architectures)."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "maple"
 # the window and the per-layer pattern are required keys (load_arch_hparams)
 TRAITS = Traits(swa=Swa())
-MEMORY = Memory(CHECKED + " (maple-preview)", keys=frozenset({
-    "attention.sliding_window", "attention.sliding_window_pattern", "swiglu_clamp_exp"}))
+MEMORY = Memory(CHECKED + " (maple-preview)", SWA_KEYS | {"swiglu_clamp_exp"})
 
 
 def build(g: GraphContext, facts: Facts) -> None:

@@ -8,11 +8,10 @@ dump checked: `estimate` refuses that file."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Decoder, Facts, Memory, Swa, Traits, decoder
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Decoder, Facts, Memory, Swa, Traits, decoder
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.model.inventory import Inventory
 
-ARCH = "mellum"
 TRAITS = Traits(swa=Swa(pattern=4))
 
 
@@ -31,8 +30,7 @@ def _unmodelled(inv: Inventory) -> list[str]:
             "build; measure it with llama.cpp's llama-fit-params -fitp on"]
 
 
-MEMORY = Memory(CHECKED + " (Mellum2-12B-A2.5B)", unmodelled=_unmodelled,
-                keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern"}))
+MEMORY = Memory(CHECKED + " (Mellum2-12B-A2.5B)", SWA_KEYS, unmodelled=_unmodelled)
 _ISWA = decoder(Decoder(qk_norm="head", iswa=True))
 _KV = decoder(Decoder(qk_norm="head"))
 

@@ -6,10 +6,9 @@ no expert_weights_scale). The MTP block is its own graph (the draft context's), 
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "mimo2"
 # the pattern an array the loader requires (get_arr)
 TRAITS = Traits(swa=Swa())
 
@@ -22,8 +21,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
-        q = c.rope(q, pos)
-        k = c.rope(k, pos)
+        q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), None, q, k, v,
                      sinks=w.layer(il, "attn_sinks"), iswa=True)
         if v_scale:
@@ -35,5 +33,4 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.output(inp)
 
 
-MEMORY = Memory(CHECKED + " (MiMo-V2-Flash)", keys=frozenset({
-    "attention.sliding_window", "attention.sliding_window_pattern", "attention.value_scale", "nextn_predict_layers"}))
+MEMORY = Memory(CHECKED + " (MiMo-V2-Flash)", SWA_KEYS | {"attention.value_scale", "nextn_predict_layers"})

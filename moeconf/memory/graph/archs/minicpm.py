@@ -9,7 +9,6 @@ from __future__ import annotations
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 from moeconf.model.inventory import Inventory
 
-ARCH = "minicpm"
 build = decoder(Decoder(granite=True))
 _SCALES = ("embedding_scale", "residual_scale", "logit_scale")
 

@@ -5,6 +5,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "mistral3"
 build = decoder(Decoder(temperature=True))
 MEMORY = Memory(CHECKED + " (a synthetic Mistral 3 with 8 experts on Mistral-Small-3.2-24B's widths)")

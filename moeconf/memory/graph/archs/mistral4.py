@@ -4,14 +4,11 @@ then the MoE with its shared expert."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from moeconf.memory.graph.archs import deepseek2
-from moeconf.memory.graph.archs.common import CHECKED, Memory
+from moeconf.memory.graph.archs.common import CHECKED
 
-ARCH = "mistral4"
-MEMORY = Memory(CHECKED + " (Mistral-Small-4)",
-                frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
-                           "attention.q_lora_rank", "leading_dense_block_count",
-                           "expert_group_count", "expert_group_used_count"}),
-                loader_refuses=deepseek2.MEMORY.loader_refuses)
-
+# deepseek2's loader: the keys it reads and the files it refuses
+MEMORY = replace(deepseek2.MEMORY, checked_on=CHECKED + " (Mistral-Small-4)")
 build = deepseek2.build

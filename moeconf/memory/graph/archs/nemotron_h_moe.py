@@ -13,7 +13,6 @@ from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.memory.recurrent import KEYS as RECURRENT_KEYS
 
-ARCH = "nemotron_h_moe"
 TRAITS = Traits(recurrent="mamba2")
 # the Mamba-2 state reads the ssm sizes only; the latent experts' projections are read from the tensors
 # moe_latent_size shapes; the MTP block (Nemotron-3 Super) is skipped by the loader and attended by no trunk

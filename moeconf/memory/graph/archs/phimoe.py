@@ -4,6 +4,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "phimoe"
 build = decoder(Decoder(q_scale=True, residual_first=True))
 MEMORY = Memory(CHECKED + " (Phi-3.5-MoE)")

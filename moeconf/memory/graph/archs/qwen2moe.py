@@ -4,6 +4,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "qwen2moe"
 build = decoder(Decoder(norm_w=False, shexp_gate="silu_div"))
 MEMORY = Memory(CHECKED + " (Qwen1.5-MoE-A2.7B)")

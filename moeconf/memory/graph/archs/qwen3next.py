@@ -7,17 +7,11 @@ from __future__ import annotations
 
 import moeconf.memory.recurrent as recurrent
 from moeconf.memory.graph.archs._deltanet import delta_net_hybrid
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
-from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.archs.common import CHECKED, Memory, Traits
 
-ARCH = "qwen3next"
 TRAITS = Traits(recurrent="delta_net")
+build = delta_net_hybrid(qwen35=False)
 # its MTP block is skipped as Qwen3.5's (measured: the same figures with and without it,
 # tests/test_memory_keys.py)
 MEMORY = Memory(CHECKED + " (Qwen3-Next-80B-A3B)",
                 recurrent.KEYS - {"rope.dimension_sections"} | {"nextn_predict_layers"})
-
-
-def build(g: GraphContext, facts: Facts) -> None:
-    delta_net_hybrid(g, qwen35=False)
-    del facts

@@ -4,6 +4,5 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
 
-ARCH = "qwen3vlmoe"
 build = decoder(Decoder(qk_norm="head", mrope=True, deepstack=True))
 MEMORY = Memory(CHECKED + " (Qwen3-VL-30B-A3B)", frozenset({"n_deepstack_layers", "rope.dimension_sections"}))

@@ -8,8 +8,6 @@ from __future__ import annotations
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "refact"
-
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w

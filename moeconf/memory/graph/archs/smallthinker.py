@@ -11,7 +11,6 @@ from __future__ import annotations
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
 from moeconf.memory.graph.blocks import GraphContext
 
-ARCH = "smallthinker"
 MEMORY = Memory(CHECKED + " (SmallThinker-4BA0.6B-Instruct)", keys=frozenset())
 
 

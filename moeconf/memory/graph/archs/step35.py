@@ -7,29 +7,21 @@ blocks are not run; the output rows taken after the last layer."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed, unchecked_blocks
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, blocks_without, need, routed
 from moeconf.memory.graph.blocks import GraphContext
-from moeconf.model.inventory import Inventory
 
-ARCH = "step35"
 # the pattern an array the loader requires (get_arr)
 TRAITS = Traits(swa=Swa())
 EPS = 1e-6
 # the MTP blocks (nextn_predict_layers): their weights placed and counted, no KV, not in the trunk's graph
 # (checked on the layout with its 3 MTP blocks and per-layer SwiGLU limits added: weights, KV and compute as
 # llama-fit-params on 3 lines, tests/test_memory_step35_variant.py); the limits' clamps composed unfused
-
-
-def _unmodelled(inv: Inventory) -> list[str]:
-    """Blocks without their per-head Q/K norms or head-wise gate (the loader makes them optional; the
-    converter writes them for Step-3.5-Flash)."""
-    return unchecked_blocks(inv, "attn_q", ("attn_q_norm.weight", "attn_k_norm.weight", "attn_gate.weight"),
-                            "the engine then skips that norm or gate")
-
-
-MEMORY = Memory(CHECKED + " (Step-3.5-Flash)", unmodelled=_unmodelled,
-                keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern",
-                                "nextn_predict_layers", "swiglu_clamp_exp", "swiglu_clamp_shexp"}))
+# refused: blocks without their per-head Q/K norms or head-wise gate (the loader makes them optional; the
+# converter writes them for Step-3.5-Flash)
+MEMORY = Memory(CHECKED + " (Step-3.5-Flash)", frozenset({
+    "attention.sliding_window", "attention.sliding_window_pattern", "nextn_predict_layers", "swiglu_clamp_exp",
+    "swiglu_clamp_shexp"}), unmodelled=blocks_without("attn_q", (
+        "attn_q_norm.weight", "attn_k_norm.weight", "attn_gate.weight"), "the engine then skips that norm or gate"))
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -46,8 +38,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         if w.layer(il, "attn_k_norm") is not None:
             k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
         freqs = None if windowed else w.copy("rope_freqs.weight", il)
-        q = c.rope(q, pos, freqs)
-        k = c.rope(k, pos, freqs)
+        q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
         att = g.attn(g.attn_inp(il, full, swa), il, None, None, q, k, v, iswa=True)
         gate_w = w.layer(il, "attn_gate")
         if gate_w is not None:  # head-wise gate: sigmoid(g_proj(x)) broadcast over each head
