@@ -140,3 +140,41 @@ def test_the_loader_takes_mlas_form_from_the_keys(tmp_path: Path) -> None:
     p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode != 0 and "tensor 'blk.0.attn_k_b.weight' not found" in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_engine_stops_without_a_weight_the_graph_reads(arch: str, tmp_path: Path) -> None:
+    """Where moeconf's graph finds a weight missing (tests/test_graph_reads.py: the estimate refuses, "the pinned
+    llama.cpp does not load it"), the engine indeed does not: for each architecture one such file (a different
+    kind per architecture, the same each run; all 373 of them were seen to fail once, 360 on "tensor ... not
+    found" and 13 crashing as they build the graph) stops llama-fit-params."""
+    if not oracle.available():
+        pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
+    from tests.test_graph_reads import graph_refusals, kinds
+
+    refused = sorted(graph_refusals(arch, tmp_path))
+    if not refused:
+        pytest.skip(f"no weight of {arch}'s tiny model is refused by the graph alone (the tables catch each)")
+    kind = refused[zlib.crc32(arch.encode()) % len(refused)]
+    path = write_graph_model(arch, "a", tmp_path / "drop.gguf", drop=kinds(arch, tmp_path)[kind])
+    p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0, (kind, p.stdout[-500:], p.stderr[-1500:])
+
+
+@pytest.mark.parametrize("arch", ["kimi-linear", "kimi-k3"])
+def test_the_engine_crashes_on_kimis_older_mla_form(arch: str, tmp_path: Path) -> None:
+    """kimi-linear's and kimi-k3's loaders take a block's attn_kv_b in place of attn_k_b and attn_v_b (an older
+    conversion), and the pinned llama.cpp then crashes building the graph: moeconf refuses the file saying so and
+    advises reconverting, not measuring it with llama-fit-params (archs/common.py `older_mla`)."""
+    if not oracle.available():
+        pytest.fail(f"llama.cpp is not built: run scripts/build-engines.sh (looked for {oracle.FIT_PARAMS})")
+    from tests.graph_oracle import estimate_line
+    from tests.test_required_tensors import _mla_older_form
+
+    path = _mla_older_form(arch, tmp_path)
+    est = estimate_line(load_inventory(path), "-c 4096 -ngl 999")
+    assert not est.complete and "crashes building the graph" in " ".join(est.notes), est.notes
+    p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode < 0, (p.returncode, p.stderr[-1500:])  # killed by a signal (SIGSEGV)

@@ -208,7 +208,8 @@ class GraphContext:
         architecture (`scale`) says."""
         c = self.ctx
         tok_embd = self.w.get("token_embd.weight")
-        assert tok_embd is not None
+        if tok_embd is None:
+            raise MissingTensor("token_embd.weight")
         n_inp = self.hp.n_embd_inp or self.hp.n_embd
         tokens = self.t_inp_tokens = c.input("I32", self.n_tokens, name="inp_tokens")
         embd = c.input("F32", n_inp, self.n_tokens, name="inp_embd")
@@ -744,7 +745,8 @@ class GraphContext:
             cur.flags |= OUTPUT
             cur = c.get_rows(cur, self.t_out_ids)
         out = w.get("output.weight")
-        assert out is not None
+        if out is None:
+            raise MissingTensor("output.weight")
         logits = self.linear(out, w.get("output.bias"), cur)
         if scale:
             logits = c.scale(logits)

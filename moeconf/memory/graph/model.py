@@ -116,8 +116,8 @@ def _compose(g: GraphContext, f: Facts, arch: str) -> None:
 def missing_refusal(inv: Inventory, e: MissingTensor, what: str) -> list[str]:
     """Why `what` (compute, traffic) is not modelled for a file lacking a weight the graph reads."""
     return [f"{what} not modelled for this {inv.arch} file: it lacks {e.name or 'a weight'}, which llama.cpp's "
-            f"{inv.arch} graph reads: the pinned llama.cpp does not load it (its loader stops: \"tensor ... not "
-            "found\", or building the graph fails); check the file's conversion"]
+            f"{inv.arch} graph reads in the form the file has: the pinned llama.cpp does not load it (its loader "
+            "stops: \"tensor ... not found\", or building the graph fails); check the file's conversion"]
 
 
 @dataclass

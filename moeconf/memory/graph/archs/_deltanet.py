@@ -9,9 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from moeconf.memory.graph.archs._mamba import conv_input
-from moeconf.memory.graph.archs.common import Build, Facts, need
+from moeconf.memory.graph.archs.common import Build, Facts, blocks_without, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
+
+# Qwen3-Next's older conversions: one ssm_in projection (split into Q, K, V and Z by views) in place of attn_qkv
+# and attn_gate, which its loader still takes (src/models/qwen3next.cpp, TENSOR_NOT_REQUIRED) and no recorded dump
+# has (a composition's `Memory.unmodelled`)
+older_qkvz = blocks_without("ssm_in", ("attn_qkv.weight",), "Qwen3-Next's older fused QKVZ projection, split "
+                            "into Q, K, V and Z by views; the pinned converter writes attn_qkv and attn_gate")
 
 # a conv state's gather: (g, rs_in, the layer's conv rows, the ubatch's input, kernel, channels, tokens) -> the
 # convolution's input, its last columns written back
@@ -117,14 +123,9 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     T = cur.ne[1] // n_seqs  # n_seq_tokens
     hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
     hv = hv or rec.d_inner // nv
-    wqkv = w.layer(il, "attn_qkv")
-    if wqkv is not None:
-        qkv = c.reshape(g.mm(wqkv, cur), hk * nk * 2 + hv * nv, T, n_seqs)
-        z = g.mm(need(w.layer(il, "attn_gate")), cur)
-    else:
-        # the older conversions' single ssm_in projection (split into Q, K, V, Z by views) has no recorded dump
-        raise NotImplementedError(f"blk.{il}.ssm_in (Qwen3-Next's older fused QKVZ projection) is not composed; "
-                                  "the pinned converter writes attn_qkv and attn_gate")
+    # the older conversions' single ssm_in in its place is refused before (`older_qkvz`)
+    qkv = c.reshape(g.mm(need(w.layer(il, "attn_qkv")), cur), hk * nk * 2 + hv * nv, T, n_seqs)
+    z = g.mm(need(w.layer(il, "attn_gate")), cur)
     w_beta = w.layer(il, "ssm_beta")
     if w_beta is not None:  # Qwen3.5: separate beta and alpha projections
         beta = c.unary(c.reshape(g.mm(w_beta, cur), 1, nv, T, n_seqs), "sigmoid")

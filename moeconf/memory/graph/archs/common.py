@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.blocks import GraphContext, MissingTensor
 from moeconf.memory.graph.ggml import Tensor
 
 if TYPE_CHECKING:
@@ -285,11 +285,18 @@ def blocks_without(has: str, needs: tuple[str, ...], why: str) -> Callable[[Inve
 
 def older_mla(inv: Inventory) -> list[str]:
     """The refusal of MLA blocks with the decompressing attn_kv_b in place of attn_k_b and attn_v_b (an older
-    conversion, a branch no recorded dump checked); a block with both forms is the loader's (`mla_forms`)."""
+    conversion), which kimi-linear's and kimi-k3's loaders take and the pinned llama.cpp then crashes on as it
+    builds the graph (llama-fit-params -fitp on: a segmentation fault, tests/engine/test_required_tensors.py);
+    a block with both forms is the loader's (`mla_forms`)."""
     v_b = {t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_v_b.weight"}
-    return [f"{why}; or reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"
-            for why in unchecked_blocks(inv, "attn_kv_b", ("attn_k_b.weight",), "an older conversion: the engine "
-                                        "decompresses the heads through a full KV cache", skip=v_b)]
+    names, skip = {t.name for t in inv.tensors}, v_b | set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
+    blocks = sorted({t.layer for t in inv.tensors if t.layer is not None and t.layer not in skip
+                     and t.name == f"blk.{t.layer}.attn_kv_b.weight" and f"blk.{t.layer}.attn_k_b.weight" not in names})
+    if not blocks:
+        return []
+    return [f"memory is not modelled for this {inv.arch} file: block(s) {blocks} have attn_kv_b without attn_k_b "
+            f"(an older conversion), which the pinned llama.cpp's {inv.arch} graph does not run (it crashes building "
+            "the graph); reconvert it with a current convert_hf_to_gguf.py, which writes attn_k_b and attn_v_b"]
 
 
 def mla_forms(inv: Inventory) -> list[str]:
@@ -353,5 +360,7 @@ def unchecked_fused_qkv_bias(inv: Inventory) -> list[str]:
 
 
 def need(t: Tensor | None) -> Tensor:
-    assert t is not None
+    """A weight the graph reads: a file without it is refused (`MissingTensor`, named by the last lookup)."""
+    if t is None:
+        raise MissingTensor(None)
     return t

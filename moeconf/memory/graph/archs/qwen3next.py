@@ -6,7 +6,7 @@ Q; a MoE with a sigmoid-gated shared expert; the output rows taken after the fin
 from __future__ import annotations
 
 import moeconf.memory.recurrent as recurrent
-from moeconf.memory.graph.archs._deltanet import delta_net_hybrid
+from moeconf.memory.graph.archs._deltanet import delta_net_hybrid, older_qkvz
 from moeconf.memory.graph.archs.common import CHECKED, Memory, Traits
 
 TRAITS = Traits(recurrent="delta_net")
@@ -14,4 +14,4 @@ build = delta_net_hybrid(qwen35=False)
 # its MTP block is skipped as Qwen3.5's (measured: the same figures with and without it,
 # tests/test_memory_keys.py)
 MEMORY = Memory(CHECKED + " (Qwen3-Next-80B-A3B)",
-                recurrent.KEYS - {"rope.dimension_sections"} | {"nextn_predict_layers"})
+                recurrent.KEYS - {"rope.dimension_sections"} | {"nextn_predict_layers"}, unmodelled=older_qkvz)
