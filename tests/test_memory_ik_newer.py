@@ -9,6 +9,7 @@ glm-dsa), KV within 0.01 MiB (ik logs two decimals)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -207,7 +208,6 @@ def test_what_ik_cannot_load_is_refused_saying_why(arch: str, tmp_path: Path,
 def test_a_key_only_ik_reads_is_modelled_at_zero_only(key: str, value: int, models: dict[str, Inventory]) -> None:
     # Gemma 4 on ik: both loaders read these two keys, and moeconf models them at 0 only (keys.neutral), on ik as on
     # llama.cpp; every published file of the MoE has 0
-    import dataclasses
 
     inv = models["gemma-4-26b-a4b"]
     assert inv.metadata.hparam(key) == 0 and unmodelled(inv, "ik_llama.cpp") == []
@@ -229,7 +229,6 @@ def test_a_file_ik_fails_to_load_is_refused_there(key: str, drop: str, fragment:
     # a key ik 0.1.5 requires that llama.cpp does not (ikarchs.IK_REQUIRED_KEYS): the published conversions write
     # it; a file without it (the step-3.5-flash layout, which has no SwiGLU limits; the others with the key taken
     # out) fails to load on ik, and moeconf says so there; llama.cpp models it
-    import dataclasses
 
     from moeconf.fixtures.layouts import LAYOUTS
 
@@ -255,27 +254,32 @@ def _write(layout: Any, path: Path) -> Path:
     return path
 
 
-def test_an_mtp_block_ik_would_run_as_a_trunk_layer_is_refused(tmp_path: Path) -> None:
-    # MiMo-V2-Flash with its MTP block (nextn_predict_layers 1): ik 0.1.5 does not read the key, so the block would
-    # be a trunk layer there (loaded, cached, run): refused on ik with that reason; llama.cpp models it. The cut
-    # measured on ik has no MTP block (tests/engine/ik_newer_cases.py). Step-3.5-Flash's 3 MTP blocks likewise
+def test_an_mtp_block_ik_does_not_load_is_refused(tmp_path: Path) -> None:
+    # MiMo-V2-Flash with its MTP block (nextn_predict_layers 1) and Step-3.5-Flash with its 3: ik 0.1.5's loaders
+    # create no nextn.* tensor, so the file does not load on ik ("wrong number of tensors", seen on MiMo-V2-Flash by
+    # tests/engine/test_required_tensors.py): refused on ik with that reason; llama.cpp models it. The cut
+    # measured on ik has no MTP block (tests/engine/ik_newer_cases.py)
     from moeconf.fixtures.layouts import LAYOUTS
     from tests.step35_variant import write_variant
 
     step35 = load_inventory(write_variant(tmp_path / "step35.gguf"))
-    assert any("step35.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does not read it" in w
-               for w in unmodelled(step35, "ik_llama.cpp"))
+    assert unmodelled(step35, "ik_llama.cpp")[0].startswith(
+        "ik_llama.cpp refuses to load this file: its step35 loader never creates blk.45.nextn.eh_proj.weight")
     assert unmodelled(step35, "llama.cpp") == []
 
     path = tmp_path / "mimo-v2-flash.gguf"
     write_layout(LAYOUTS["mimo-v2-flash"], path, vocab=256)
     inv = load_inventory(path)
     assert inv.metadata.hparam("nextn_predict_layers") == 1 and kv_only(inv.arch, "ik_llama.cpp")
-    assert unmodelled(inv, "ik_llama.cpp") == [
-        "memory is not modelled for mimo2.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does not read it: its MTP "
-        "blocks would be taken as trunk layers)"]
+    assert unmodelled(inv, "ik_llama.cpp")[0].startswith(
+        "ik_llama.cpp refuses to load this file: its mimo2 loader never creates blk.48.nextn.eh_proj.weight")
     assert unmodelled(inv, "llama.cpp") == []
     assert cases.cut_layout("mimo-v2-flash").nextn == 0
+    # the key without nextn.* tensors: ik would load the block as a trunk layer, which is not modelled
+    bare = dataclasses.replace(inv, tensors=tuple(t for t in inv.tensors if ".nextn." not in t.name))
+    assert unmodelled(bare, "ik_llama.cpp") == [
+        "memory is not modelled for mimo2.nextn_predict_layers on ik_llama.cpp (ik 0.1.5 does not read it: its MTP "
+        "blocks would be taken as trunk layers)"]
 
 
 def test_a_wrong_figure_is_caught_on_mimo2(models: dict[str, Inventory]) -> None:

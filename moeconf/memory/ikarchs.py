@@ -178,7 +178,9 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
 _IK_DELTA_NET: Final[dict[str, int | None]] = {"qwen3next": 4, "qwen35moe": None}
 # the KV_ONLY architectures whose ik 0.1.5 loader does not read nextn_predict_layers (src/llama-hparams.cpp,
 # load_hparams): a file's MTP blocks would be trunk layers there (their tensors loaded, a KV cache each, run in
-# the graph), which moeconf does not model: such a file is refused on ik. Architecture -> where ik reads its keys
+# the graph), which moeconf does not model: such a file is refused on ik. A block holding nextn.* tensors stops
+# ik's loader before (none of the three creates them: model/required.py ik_load_refusals, seen on MiMo-V2-Flash by
+# tests/engine/test_required_tensors.py). Architecture -> where ik reads its keys
 IK_NEXTN_UNREAD: Final[dict[str, str]] = {
     "qwen35moe": "load_hparams, LLM_ARCH_QWEN35MOE",
     "mimo2": "load_hparams, LLM_ARCH_MIMO2",

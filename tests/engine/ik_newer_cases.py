@@ -38,7 +38,7 @@ CUTS: dict[str, dict[str, int]] = {
     "gemma-4-26b-a4b": {"blocks": 6, "experts": 8},  # five sliding-window blocks and one global; filled
     "mistral-small-4": {"blocks": 4, "experts": 8},  # MLA (mainline attn_k_b/attn_v_b), every block MoE
     # the dense block, four sliding and one full; no MTP block (ik 0.1.5 does not read mimo2.nextn_predict_layers:
-    # a file with one is refused on ik, ikarchs.IK_NEXTN_UNREAD)
+    # nor creates its nextn.* tensors: a file with one does not load on ik, refused: model/required.py ik_load_refusals)
     "mimo-v2-flash": {"blocks": 6, "experts": 8, "nextn": 0},
     "step-3.5-flash": {"blocks": 5, "experts": 16},  # 3 dense + 2 MoE; full, 3 sliding, full; keys: IK_KEYS
 }
