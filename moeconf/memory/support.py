@@ -122,19 +122,20 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     """Why this model's memory on `engine` is not modelled (empty: it is): its architecture, or
     each `{arch}.*` key of the file the model does not read and that may change memory."""
     arch = inv.arch
-    if engine == _ikarchs.ENGINE and (stops := ik_load_refusals(inv)):  # ik's loader stops on the file
-        return list(stops)
+    # ik's loader stops on a file holding a tensor it never creates (where ik models the architecture at all)
+    stops = list(ik_load_refusals(inv)) if engine == _ikarchs.ENGINE else []
     # ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured
     # margins (where none was measured, the estimate leaves compute "?" with ikarchs' note, and fit refuses)
     if _ikarchs.kv_only(arch, engine):
-        return _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine), MODELLED[arch].keys) \
+        return stops or _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine), MODELLED[arch].keys) \
             + unmodelled_structure(inv)
     spec = MODELLED.get(arch)
     if spec is None:
         return [unmodelled_architecture(arch, engine)]
     if engine not in spec.engines:
         return [f"memory is not modelled for {arch!r} on {engine}{_ikarchs.why_not(arch, engine)}"]
-    return unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv) or unmodelled_structure(inv)
+    return (stops or unread_keys(inv, engine, spec.keys) or _indexer.indexer_table_unmodelled(inv)
+            or unmodelled_structure(inv))
 
 
 def _not_read(inv: Inventory, engine: str) -> frozenset[str]:

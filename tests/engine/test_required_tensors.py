@@ -178,3 +178,19 @@ def test_the_engine_crashes_on_kimis_older_mla_form(arch: str, tmp_path: Path) -
     p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode < 0, (p.returncode, p.stderr[-1500:])  # killed by a signal (SIGSEGV)
+
+
+def test_ik_stops_on_granitemoes_shared_expert(tmp_path: Path) -> None:
+    """ik_llama.cpp's granitemoe loader creates no shared expert (IK_ARCH_TENSORS): the tiny set b, which has one
+    (Granite-4.0's form on llama.cpp), stops ik ("wrong number of tensors"), and moeconf refuses it on ik, where it
+    once gave complete figures; set a, without, loads there and is not refused."""
+    from moeconf.model.required import ik_load_refusals
+    from tests.engine.harness import IK, run_engine
+
+    if not IK.available():
+        pytest.fail(f"ik_llama.cpp is not built: run scripts/build-engines.sh (looked for {IK.cli})")
+    for dims, refused in (("a", False), ("b", True)):
+        path = write_graph_model("granitemoe", dims, tmp_path / f"{dims}.gguf")
+        assert bool(ik_load_refusals(load_inventory(path))) is refused
+        run = run_engine(IK, path, ["-ngl", "0", "--dry-run"])
+        assert (run.returncode != 0 and "wrong number of tensors" in run.log) is refused, run.log[-2000:]
