@@ -313,6 +313,12 @@ def ik_arch_loaders(load_cpp: str, archs: dict[str, str]) -> dict[str, tuple[set
         body = function_body(src[m.start():], re.escape(m.group()))
         if body:
             helpers[m.group(1)] = {(k, s or "") for k, s, _ in _TN.findall(body)}
+    # create_embd_output(tn, n_embd, n_vocab, has_norm = true, ...): called with has_norm false (olmo) it creates
+    # no output_norm
+    if "create_embd_output" in helpers:
+        helpers["create_embd_output_without_norm"] = {k for k in helpers["create_embd_output"] if k[0] != "OUTPUT_NORM"}
+        src = re.sub(r"\bcreate_embd_output(\s*\(\s*tn\s*,[^,()]+,[^,()]+,\s*false\b)",
+                     r"create_embd_output_without_norm\1", src)
     dispatch = function_body(src, r"\bcreate_tensors_helper::create_tensors\s*\(\s*\)") or ""
     fn_of = case_targets(dispatch, r"\b(create_\w+_tensors)\s*\(")
     out: dict[str, tuple[set[str], set[str], bool]] = {}

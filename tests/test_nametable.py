@@ -295,3 +295,32 @@ def test_kinds_mainline_never_loads_are_not_placed() -> None:
     ex = explain(inv, engine("llama.cpp"), ["llama-server", "-m", "/m.gguf", "-ngl", "99"], gpus=["CUDA0"])
     assert ex.placement.devices["masked_embd_centroids.weight"] is None
     assert ex.placement.devices["token_embd.weight"] == "CPU"
+
+
+def test_ik_loaders_follow_their_helpers_and_has_norm() -> None:
+    """ik_llama.cpp's loaders create the embeddings and the head through create_embd_output (its has_norm argument
+    false: no output_norm, as olmo's); a table without them would make every ik file "never created"."""
+    src = """
+    void create_tensors_helper::create_embd_output(const LLM_TN & tn, int n_embd, int n_vocab, bool has_norm) {
+        model.tok_embd = create_tensor(ctx_input, tn(LLM_TENSOR_TOKEN_EMBD, "weight"), {n_embd, n_vocab});
+        if (has_norm) { model.output_norm = create_tensor(ctx_output, tn(LLM_TENSOR_OUTPUT_NORM, "weight"), {n_embd}); }
+        model.output = create_tensor(ctx_output, tn(LLM_TENSOR_OUTPUT, "weight"), {n_embd, n_vocab}, 0);
+    }
+    bool create_tensors_helper::create_a_tensors(const LLM_TN & tn) {
+        create_embd_output(tn, n_embd, n_vocab);
+        return true;
+    }
+    bool create_tensors_helper::create_b_tensors(const LLM_TN & tn) {
+        create_embd_output(tn, n_embd, n_vocab, false);
+        return true;
+    }
+    bool create_tensors_helper::create_tensors() {
+        switch (model.arch) {
+            case LLM_ARCH_A: create_a_tensors(tn); break;
+            case LLM_ARCH_B: create_b_tensors(tn); break;
+        }
+    }
+    """
+    got = _script().ik_arch_loaders(src, {"A": "a", "B": "b"})
+    assert got["a"][0] == {"TOKEN_EMBD", "OUTPUT_NORM", "OUTPUT"}
+    assert got["b"][0] == {"TOKEN_EMBD", "OUTPUT"}

@@ -266,7 +266,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         # CUDA's op-offload copies (every architecture modelled on llama.cpp has a composition:
         # tests/test_memory_support.py)
         sizes, why = checked_compute(placement, settings, pipeline)
-        if why:  # a fused op turned off whose unfused form no dump checked
+        if why:  # a weight the file lacks, a norm without its weight, a fused op turned off unchecked unfused
             return _refused(placement, settings, weights, gpus, notes + why)
         compute = defaultdict(int, sizes)
         if not fa and not settings.offload_kqv:

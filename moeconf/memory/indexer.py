@@ -1,8 +1,8 @@
-"""The DSA lightning indexer's K cache beside the MLA latent cache (DeepSeek-V3.2 `deepseek32`, GLM-5
-`glm-dsa`; issue 17): its rules and measured figures are in docs/memory-architectures.md ("DSA"). Sources
-(llama.cpp 0.3.36): `src/llama-kv-cache-dsa.cpp` (llama_kv_cache_dsa: a second llama_kv_cache over the MLA
-cache's cells and streams, one K head per layer in the K cache type, no V: the latent's V is a view of K,
-and so is the indexer's); its layers in `src/llama-model.cpp` create_memory (`hparams.is_indexer_full`;
+"""The DSA lightning indexer's K cache beside the MLA latent cache (DeepSeek-V3.2 `deepseek32`, GLM-5 `glm-dsa`; issue
+17): its rules and measured figures are in docs/memory-architectures.md ("DeepSeek-V3.2, GLM-5, MiniMax-M2, Grok").
+Sources (llama.cpp 0.3.36): `src/llama-kv-cache-dsa.cpp` (llama_kv_cache_dsa: a second llama_kv_cache over the MLA
+cache's cells and streams, one K head per layer in the K cache type, no V: the latent's V is a view of K, and so is
+the indexer's); its layers in `src/llama-model.cpp` create_memory (`hparams.is_indexer_full`;
 `attention.indexer.types` and GLM-5.2's built-in table in src/models/glm-dsa.cpp load_arch_hparams:
 `full_indexers`). Which rule an architecture follows is its composition module's `Traits.indexer`
 (memory/graph/archs/common.py `Indexer`)."""

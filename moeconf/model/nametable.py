@@ -1408,8 +1408,7 @@ IK_ARCH_TENSORS: Final[dict[str, tuple[str, ...]]] = {
         'FFN_UP', 'LAYER_OUT_NORM', 'POS_EMBD', 'TOKEN_EMBD', 'TOKEN_EMBD_NORM', 'TOKEN_TYPES',
     ),
     'olmo': (
-        'ATTN_K', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_UP', 'OUTPUT', 'OUTPUT_NORM',
-        'TOKEN_EMBD',
+        'ATTN_K', 'ATTN_OUT', 'ATTN_Q', 'ATTN_V', 'FFN_DOWN', 'FFN_GATE', 'FFN_UP', 'OUTPUT', 'TOKEN_EMBD',
     ),
     'openelm': (
         'ATTN_K_NORM', 'ATTN_NORM', 'ATTN_OUT', 'ATTN_QKV', 'ATTN_Q_NORM', 'FFN_DOWN', 'FFN_GATE', 'FFN_NORM',

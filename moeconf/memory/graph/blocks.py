@@ -115,7 +115,8 @@ class AttnInput:
 class MissingTensor(Exception):
     """The graph reads a weight the file lacks (`GraphContext._need`, archs.common.need): the engine's graph
     reads it where the composition does, so the pinned llama.cpp does not load or run such a file (its loader
-    stops, "tensor ... not found", or building the graph fails). The estimate refuses it (model.checked_compute)."""
+    stops, "tensor ... not found", or building the graph fails). The estimate and the traffic refuse it
+    (model.checked_compute, traffic._evaluate)."""
 
     def __init__(self, name: str | None) -> None:
         super().__init__(name or "a weight")
@@ -142,7 +143,7 @@ class Weights:
     def copy(self, name: str, il: int) -> Tensor | None:
         """A tensor the loader creates once per layer under one name (TENSOR_DUPLICATED: rope_freqs, the
         LongRoPE factors): layer il's copy, on that layer's device."""
-        return self.by_name.get(f"{name}#{il}") or self.by_name.get(name)
+        return self.by_name.get(f"{name}#{il}") or self.get(name)
 
 
 @dataclass

@@ -361,7 +361,8 @@ def graph_computed(placement: Placement) -> bool:
 
 
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:
-    """Every device's compute buffer through the engine's graph (`compute`)."""
+    """Every device's compute buffer through the engine's graph (`compute`); empty where the graph is not built
+    for the file (a weight it reads missing: `checked_compute` says why)."""
     return checked_compute(placement, settings, pipeline)[0]
 
 

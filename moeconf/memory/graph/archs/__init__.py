@@ -4,7 +4,8 @@ architecture in this folder, mirroring its src/models/<arch>.cpp in the pinned l
 graph", says what each means). The registry below finds the modules itself: adding an architecture is
 adding its module, and this registry is the only place an architecture's name is read. A module is named
 after its architecture (as the GGUF's general.architecture spells it), `-` spelled `_`: one whose name
-has a `-` says it (`ARCH = "glm-dsa"` in glm_dsa.py), the others' is their module's name. It is imported
+has a `-` says it (`ARCH = "glm-dsa"` in glm_dsa.py; the others may, as their module's name), the others'
+is their module's name. It is imported
 when its architecture is first asked for (`COMPOSITIONS[arch]`, `traits(arch)`, `arch in ARCHS`): one
 command reads one model, and importing all 46 would cost it about 0.03 s; listing the registry
 (iterating it, its length) imports them all, in module order. Modules whose names start with an

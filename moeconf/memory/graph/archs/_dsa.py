@@ -87,7 +87,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(hp.n_layer):
         res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
-        cur, prev = attention(g, facts, il, cur, pos, mla_in, lid_in, prev, need(lid_in.k_rot),
+        cur, prev = attention(g, facts, il, cur, pos, mla_in, lid_in, prev, lid_in.k_rot,
                               w.layer(il, "attn_output"))
         ffn_inp, cur = g.ffn_input(il, cur, res)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)

@@ -7,7 +7,7 @@ loader decides it by the architecture's name)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -262,16 +262,14 @@ def _unchecked(inv: Inventory, what: str) -> str:
             "with llama.cpp's llama-fit-params -fitp on")
 
 
-def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str,
-                     skip: Collection[int] = ()) -> list[str]:
+def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str) -> list[str]:
     """The refusal of a file whose blocks have `blk.N.{has}.weight` without one of `blk.N.{needs}` (tensor
     names after the block prefix): a branch the loader allows (the tensor optional) that no recorded dump
-    checked, `why` saying what the engine runs there; empty where every such trunk block has them all. The
-    blocks in `skip` are refused otherwise (`mla_forms`)."""
+    checked, `why` saying what the engine runs there; empty where every such trunk block has them all."""
     names, nextn = {t.name for t in inv.tensors}, set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
     blocks: dict[str, list[int]] = {}
     for il in sorted({t.layer for t in inv.tensors if t.layer is not None and t.layer not in nextn
-                      and t.layer not in skip and t.name == f"blk.{t.layer}.{has}.weight"}):
+                      and t.name == f"blk.{t.layer}.{has}.weight"}):
         for n in needs:
             if f"blk.{il}.{n}" not in names:
                 blocks.setdefault(n, []).append(il)
@@ -360,7 +358,14 @@ def unchecked_fused_qkv_bias(inv: Inventory) -> list[str]:
 
 
 def need(t: Tensor | None) -> Tensor:
-    """A weight the graph reads: a file without it is refused (`MissingTensor`, named by the last lookup)."""
+    """A weight the graph reads (`w.get`, `w.layer`, `w.copy` just before): a file without it is refused
+    (`MissingTensor`, named by that lookup). Not for what the composition builds itself (`built`)."""
     if t is None:
         raise MissingTensor(None)
+    return t
+
+
+def built(t: Tensor | None) -> Tensor:
+    """An input or result the composition built itself (not a weight): None is moeconf's own bug."""
+    assert t is not None
     return t

@@ -15,7 +15,7 @@ form is not composed."""
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._dsa import indexer_top_k, inp_dsa
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, built, need, routed
 from moeconf.memory.graph.blocks import GraphContext
 
 # the pattern an array (attention.sliding_window_pattern)
@@ -39,7 +39,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         qr = g.norm(qr, w.layer(il, "attn_q_a_norm"), None, il)
         top_k = None
         if not swa:  # the indexer's keys: the DSA cache's second, K-only cache of one head
-            top_k = indexer_top_k(g, il, cur, qr, pos, need(lid_in.k_rot), lid_in.k_idxs, lid_in.mask, g.lid[il],
+            top_k = indexer_top_k(g, il, cur, qr, pos, built(lid_in.k_rot), lid_in.k_idxs, lid_in.mask, g.lid[il],
                                   facts.hparam("attention.indexer.top_k") or None)
         k_b = need(w.layer(il, "attn_k_b"))
         n_head, kv_lora, rope = k_b.ne[2], k_b.ne[1], need(w.layer(il, "attn_k_norm")).ne[0]
@@ -50,7 +50,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         q_pe, k_pe = c.rope(q_pe, pos), c.rope(k_pe, pos)
         q_cur, k_cur, kv_cmpr = g.mla_absorbed(il, q_nope, q_pe, kv_cmpr, k_pe)
         cur = g.attn_k(swa_in if swa else mla_in, il, None, q_cur, k_cur, kv_cmpr, need(w.layer(il, "attn_v_b")),
-                       None if swa else g.top_k_mask(mla_in.mask, need(top_k)))
+                       None if swa else g.top_k_mask(mla_in.mask, built(top_k)))
         gate = c.unary(g.mm(need(w.layer(il, "attn_gate")), attn_inp), "sigmoid")
         cur = g.mm(need(w.layer(il, "attn_output")), g.gate_heads(cur, gate, n_head))
         ffn_inp, cur = g.ffn_input(il, cur, res)

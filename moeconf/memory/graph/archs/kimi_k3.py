@@ -21,10 +21,11 @@ _SHEXP = ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """The loader's forms no recorded dump checked (the tiny sets take the others: set "a" the low-rank Q,
+    """The loader's forms moeconf does not build (the tiny sets take the others: set "a" the low-rank Q,
     attn_gate, the latent projections with ffn_routed_norm and the shared expert; set "b" the plain attn_q,
-    no gate, no latent, no shared expert): MLA blocks with the decompressing attn_kv_b (an older conversion),
-    and a shared expert with only some of its three tensors (the engine runs it on ffn_gate_shexp alone). A block
+    no gate, no latent, no shared expert): MLA blocks with the decompressing attn_kv_b (an older conversion,
+    which the pinned engine crashes on: `common.older_mla`), and a shared expert with only some of its three
+    tensors (the engine runs it on ffn_gate_shexp alone; no recorded dump checked it). A block
     with attn_kv_b beside attn_k_b or attn_v_b is the loader's refusal (`mla_forms`), not said again here."""
     names = {t.name for t in inv.tensors}
     why = older_mla(inv)

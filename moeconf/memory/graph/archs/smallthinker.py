@@ -8,7 +8,7 @@ routed experts only (gated ReLU, the chosen weights normalised; softmax or sigmo
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, built, need
 from moeconf.memory.graph.blocks import GraphContext
 
 MEMORY = Memory(CHECKED + " (SmallThinker-4BA0.6B-Instruct)", keys=frozenset())
@@ -17,7 +17,7 @@ MEMORY = Memory(CHECKED + " (SmallThinker-4BA0.6B-Instruct)", keys=frozenset())
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     inp, pos, attn_inp, _ = g.inputs()
-    out_ids = need(g.t_out_ids)
+    out_ids = built(g.t_out_ids)
     gating = facts.gating_or("softmax")
     for il in range(hp.n_layer):
         res = inp
