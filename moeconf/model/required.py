@@ -3,8 +3,8 @@
 from each architecture's load_arch_tensors (only what it surely requires; a tensor under a condition of
 the file is not checked here, but for MLA's form: ML_REQUIRED_BLOCK_BY_MLA). And the tensors it never creates:
 every tensor of the file must be created (done_getting_tensors: "wrong number of tensors"), and a name no
-pinned engine knows, or one whose kind the
-architecture's loader never creates (model/nametable.py ML_ARCH_TENSORS), never is. ik_llama.cpp's loader
+pinned engine knows, or one whose kind the architecture's loader never creates (model/nametable.py
+ML_ARCH_TENSORS), never is. ik_llama.cpp's loader
 makes the same check (llama-model-loader.cpp done_getting_tensors), on what its own loader creates
 (IK_ARCH_TENSORS, from src/llama-load-tensors.cpp); which tensors it requires is not tabled."""
 

@@ -7,7 +7,7 @@ loader decides it by the architecture's name)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -262,18 +262,26 @@ def _unchecked(inv: Inventory, what: str) -> str:
             "with llama.cpp's llama-fit-params -fitp on")
 
 
-def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str) -> list[str]:
-    """The refusal of a file whose blocks have `blk.N.{has}.weight` without one of `blk.N.{needs}` (tensor
-    names after the block prefix): a branch the loader allows (the tensor optional) that no recorded dump
-    checked, `why` saying what the engine runs there; empty where every such trunk block has them all."""
-    names, nextn = {t.name for t in inv.tensors}, set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
+def _blocks_lacking(inv: Inventory, has: str, needs: tuple[str, ...],
+                    skip: Collection[int] = ()) -> dict[str, list[int]]:
+    """Each of `blk.N.{needs}` (tensor names after the block prefix) -> the trunk blocks, but those in `skip`,
+    that have `blk.N.{has}.weight` without it (the MTP blocks are not run)."""
+    names, nextn = {t.name for t in inv.tensors}, set(inv.layers_of_kind("nextn"))
     blocks: dict[str, list[int]] = {}
     for il in sorted({t.layer for t in inv.tensors if t.layer is not None and t.layer not in nextn
-                      and t.name == f"blk.{t.layer}.{has}.weight"}):
+                      and t.layer not in skip and t.name == f"blk.{t.layer}.{has}.weight"}):
         for n in needs:
             if f"blk.{il}.{n}" not in names:
                 blocks.setdefault(n, []).append(il)
-    return [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})") for n, il in blocks.items()]
+    return blocks
+
+
+def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str) -> list[str]:
+    """The refusal of a file whose blocks have `blk.N.{has}.weight` without one of `blk.N.{needs}`
+    (`_blocks_lacking`): a branch the loader allows (the tensor optional) that no recorded dump checked, `why`
+    saying what the engine runs there; empty where every such trunk block has them all."""
+    return [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})")
+            for n, il in _blocks_lacking(inv, has, needs).items()]
 
 
 def blocks_without(has: str, needs: tuple[str, ...], why: str) -> Callable[[Inventory], list[str]]:
@@ -287,9 +295,7 @@ def older_mla(inv: Inventory) -> list[str]:
     builds the graph (llama-fit-params -fitp on: a segmentation fault, tests/engine/test_required_tensors.py);
     a block with both forms is the loader's (`mla_forms`)."""
     v_b = {t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_v_b.weight"}
-    names, skip = {t.name for t in inv.tensors}, v_b | set(inv.layers_of_kind("nextn"))  # the MTP blocks not run
-    blocks = sorted({t.layer for t in inv.tensors if t.layer is not None and t.layer not in skip
-                     and t.name == f"blk.{t.layer}.attn_kv_b.weight" and f"blk.{t.layer}.attn_k_b.weight" not in names})
+    blocks = _blocks_lacking(inv, "attn_kv_b", ("attn_k_b.weight",), skip=v_b).get("attn_k_b.weight")
     if not blocks:
         return []
     return [f"memory is not modelled for this {inv.arch} file: block(s) {blocks} have attn_kv_b without attn_k_b "
