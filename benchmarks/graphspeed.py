@@ -36,7 +36,7 @@ TIMED = ["qwen3-30b-a3b", "glm-5", "deepseek-v3.2", "qwen3.5-397b-a17b", "kimi-l
 def _prepare(model: str | Path, line: str, engine: str = "llama.cpp") -> tuple[Any, Any]:
     import moeconf
     from moeconf.engines import ik, mainline
-    from moeconf.memory.settings import read_settings
+    from moeconf.engines.settings import read_settings
     from moeconf.model.load import load_inventory
 
     path = model if isinstance(model, Path) else REPO / "examples" / "models" / f"{model}.manifest.json"

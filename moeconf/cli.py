@@ -16,9 +16,9 @@ from moeconf.textsafe import safe
 if TYPE_CHECKING:
     from moeconf.engines import Engine
     from moeconf.engines.cmdline import Invocation
+    from moeconf.engines.settings import MemorySettings
     from moeconf.explanation import Explanation
     from moeconf.fit import Budget, FitResult
-    from moeconf.memory.settings import MemorySettings
     from moeconf.model.inventory import Inventory
     from moeconf.optimize import Optimized
 

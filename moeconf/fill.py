@@ -27,12 +27,12 @@ from itertools import combinations, pairwise
 from typing import TYPE_CHECKING
 
 from moeconf.engines import AUTO_GPU, Engine
+from moeconf.engines.settings import DEFAULT_RESERVE
 from moeconf.engines.simulate import default_devices, default_layer_devices, layer_gpus, offloaded_range
 from moeconf.errors import PlanError
 from moeconf.memory import HOST, DeviceMemory, MemoryEstimate, MemorySettings, estimate, parse_size, read_settings
 from moeconf.memory.estimate import alloc_size, pipeline_parallel
 from moeconf.memory.ikarchs import next_step
-from moeconf.memory.settings import DEFAULT_RESERVE
 from moeconf.memory.support import unmodelled
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement

@@ -30,8 +30,8 @@ from moeconf.errors import MoeconfError, PlanError
 from moeconf.fill import DoesNotFit, plan_settings
 from moeconf.memory import DEFAULT_RESERVE, MemoryEstimate, parse_size, read_settings
 from moeconf.memory.estimate import refused_settings
+from moeconf.memory.families import unmodelled_speculation
 from moeconf.memory.servercache import PROMPT_CACHE_DEFAULT_MIB
-from moeconf.memory.speculative import unmodelled_speculation
 from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import plan_from_text
 from moeconf.sizing import estimate_explained
@@ -54,7 +54,7 @@ _INT_FIELDS = {f for f in _FIELDS.values() if _options.for_field(f).value == "in
 # flags that load more onto the devices than the memory model knows of: refused, not guessed
 _NOT_MODELLED = {
     # a draft model: the flags that load one in either engine (engines/specflags.py, from the parsers);
-    # the other ways speculation turns on are refused from the settings (memory/speculative.py)
+    # the other ways speculation turns on are refused from the settings (engines/speculative.py, memory/families.py)
     **dict.fromkeys(sorted(specflags.MAINLINE_DRAFT | specflags.IK_DRAFT), "a draft model"),
     **dict.fromkeys(("-mm", "--mmproj", "-mmu", "--mmproj-url", "--mmproj-auto"), "a multimodal projector"),
     **dict.fromkeys(("--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled"),
@@ -331,7 +331,7 @@ class _Solver:
             raise MoeconfError(f"{eng.label} would refuse this command: {'; '.join(m for _a, m in given)}")
         self._complete()
         settings = read_settings(self._settings_argv(), eng, reserve=reserve)
-        # speculative decoding (memory/speculative.py): memory not modelled, so no fit is promised
+        # speculative decoding (engines/speculative.py, memory/families.py): memory not modelled, so no fit is promised
         speculative = unmodelled_speculation(settings.speculation, inv)
         if speculative:
             raise MoeconfError(f"{speculative[0]}, so fit cannot promise a fit with it; size it without, then "

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from moeconf.engines import Engine, ik
 from moeconf.engines.argvread import named_options
 from moeconf.engines.options import IK_NO_FA
+from moeconf.engines.settings import Q8_KV, read_cache_type
+from moeconf.memory.cachetypes import cache_block
 from moeconf.memory.geometry import per_layer
 from moeconf.memory.ikmla import IK_PR_AMB_256
-from moeconf.memory.settings import Q8_KV, cache_block, read_cache_type
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 

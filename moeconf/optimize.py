@@ -41,9 +41,9 @@ from moeconf.errors import MoeconfError
 
 if TYPE_CHECKING:
     from moeconf.engines import Engine
+    from moeconf.engines.settings import MemorySettings
     from moeconf.fit import Budget, FitResult
     from moeconf.machine import Machine
-    from moeconf.memory.settings import MemorySettings
     from moeconf.model.inventory import Inventory
     from moeconf.placement import Placement
     from moeconf.traffic import Traffic
@@ -278,7 +278,7 @@ class Optimized:
 def cache_type_list(text: str, eng: Engine) -> list[str]:
     """`--cache-types f16,q8_0` -> the types, each read as the engine reads -ctk/-ctv (K and V alike:
     ik's q8_KV as ik spells it)."""
-    from moeconf.memory.settings import cache_types, read_cache_type
+    from moeconf.engines.settings import cache_types, read_cache_type
 
     out: list[str] = []
     for w in (w.strip() for w in text.split(",")):
@@ -325,8 +325,8 @@ def optimize(inv: Inventory, eng: Engine, budgets: Sequence[Budget], user_argv: 
     predict its speed with `predictor` (default: none), and choose by `goal` (`choose`). A setting
     that does not fit, or that the engine would refuse, is a row that says why; an error in the
     command itself (a flag the engine does not know) is raised as fit raises it."""
+    from moeconf.engines.settings import read_settings
     from moeconf.fit import FitError, default_context, fit
-    from moeconf.memory.settings import read_settings
     from moeconf.traffic import TrafficUnmodelled, traffic
 
     if goal not in GOALS:

@@ -4,9 +4,9 @@ reads a Placement and settings and never an Explanation."""
 
 from __future__ import annotations
 
+from moeconf.engines.settings import MemorySettings
 from moeconf.explanation import Explanation
 from moeconf.memory.estimate import MemoryEstimate, estimate, pipeline_parallel
-from moeconf.memory.settings import MemorySettings
 
 
 def estimate_explained(ex: Explanation, settings: MemorySettings) -> MemoryEstimate:

@@ -37,7 +37,7 @@ from moeconf.machine import GPU, Machine, number
 from moeconf.traffic import PAD, Traffic
 
 if TYPE_CHECKING:
-    from moeconf.memory.settings import MemorySettings
+    from moeconf.engines.settings import MemorySettings
     from moeconf.placement import Placement
 
 # --- the constants, fitted on the non-aside rows of tests/data/speed_runs.json by

@@ -46,6 +46,7 @@ from typing import Any
 
 import moeconf.memory.recurrent as rec
 from moeconf.engines import HOST
+from moeconf.engines.settings import MemorySettings
 from moeconf.memory.geometry import geometry
 from moeconf.memory.graph.archs import COMPOSITIONS, traits
 from moeconf.memory.graph.blocks import MissingTensor
@@ -61,7 +62,6 @@ from moeconf.memory.graph.model import (
 )
 from moeconf.memory.graph.sched import Scheduler
 from moeconf.memory.kvcache import kv_bytes
-from moeconf.memory.settings import MemorySettings
 from moeconf.placement import Placement
 
 PAD = 256  # llama_kv_cache::get_n_kv: the cells a graph views, in multiples of 256

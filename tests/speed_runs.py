@@ -144,7 +144,7 @@ def build(row: dict[str, Any], folder: Path) -> Case:
     """The row's command explained on its model, its traffic at the row's depth and the predictor's features."""
     import moeconf
     from moeconf.engines import engine
-    from moeconf.memory.settings import read_settings
+    from moeconf.engines.settings import read_settings
     from moeconf.model.load import load_inventory
     from moeconf.traffic import TrafficUnmodelled, traffic
 

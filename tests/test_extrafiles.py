@@ -1,5 +1,5 @@
 """Files a launch loads beside the model (a multimodal projector, LoRA adapters, control vectors)
-are a refused setting family (memory/extrafiles.py): every flag and variable that loads one in the
+are a refused setting family (engines/extrafiles.py): every flag and variable that loads one in the
 pinned engines makes the memory estimate incomplete with a note naming it, `explain` prints "?",
 `fit` refuses; the options of those files that load nothing alone leave the estimate complete and
 equal to the one without them."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-import moeconf.memory.extrafiles as xf
+import moeconf.memory.families as families
 from moeconf.cli import main
 from moeconf.engines import engine as engine_from_name
 from moeconf.engines.argvread import known_flags
@@ -92,7 +92,7 @@ def test_variables_as_the_engine_reads_them() -> None:
 
 def test_without_the_family_check_the_estimate_would_print_a_complete_table(monkeypatch: pytest.MonkeyPatch) -> None:
     # the wrong answer: the check removed, explain prints numbers that leave the projector out
-    monkeypatch.setattr(xf, "unmodelled_extra_files", lambda _extra: [])
+    monkeypatch.setattr(families, "unmodelled_extra_files", lambda _extra: [])
     assert _estimate("llama.cpp", ["--mmproj", "m.gguf"]).complete
 
 

@@ -73,7 +73,7 @@ def test_fill_policy_takes_contiguous_layers(qwen: Inventory, tmp_path: Path, po
 
 
 def test_split_layer_uses_the_remainder(qwen: Inventory, tmp_path: Path) -> None:
-    # 12 GiB less 128 MiB: at 12 GiB, llama-server's 4 output rows (memory/settings.py server_outputs)
+    # 12 GiB less 128 MiB: at 12 GiB, llama-server's 4 output rows (engines/settings.py server_outputs)
     # leave room for a 19th whole layer and 37 MiB, less than any expert tensor of the 20th
     budget = 12 * GiB - 128 * MiB
     whole = _fit(qwen, [Budget("CUDA0", budget)], ["-c", "32768"], tmp_path, split=False)

@@ -14,9 +14,9 @@ import pytest
 
 from moeconf.cli import main
 from moeconf.engines import engine
+from moeconf.engines.settings import MemorySettings
 from moeconf.errors import MoeconfError
 from moeconf.fit import Budget, fit
-from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from moeconf.optimize import (
@@ -323,7 +323,7 @@ def test_predictions_that_print_alike_tie_to_the_smaller_ubatch() -> None:
 
 
 def test_cache_types_are_read_as_the_engine_reads_ctk() -> None:
-    """Each type as the engine reads -ctk (memory/settings.read_cache_type): as written, ik's q8_KV on ik only
+    """Each type as the engine reads -ctk (engines/settings.read_cache_type): as written, ik's q8_KV on ik only
     (ik's kv_cache_type_from_str compares the word exactly: `q8_kv` stops it)."""
     assert cache_type_list("q8_KV,f16", engine("ik_llama.cpp")) == ["q8_KV", "f16"]
     for text, eng in (("q8_KV", "llama.cpp"), ("Q8_0", "ik_llama.cpp"), ("Q8_0", "llama.cpp"),

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 import moeconf.engines.cmdline
+import moeconf.engines.settings
 import moeconf.explanation
 import moeconf.memory.estimate
-import moeconf.memory.settings
 from moeconf.cli import main
 
 MODELS = Path(__file__).resolve().parent.parent / "examples" / "models"
@@ -77,7 +77,7 @@ def _refusal_sites() -> set[tuple[str, int]]:
     modules `moeconf explain` decides refusals with (refused_settings only, of the estimate)."""
     sites: set[tuple[str, int]] = set()
     mods: list[tuple[ModuleType, str | None]] = [
-        (moeconf.explanation, None), (moeconf.engines.cmdline, None), (moeconf.memory.settings, None),
+        (moeconf.explanation, None), (moeconf.engines.cmdline, None), (moeconf.engines.settings, None),
         (moeconf.memory.estimate, "refused_settings")]
     for mod, only in mods:
         path = inspect.getsourcefile(mod)

@@ -60,7 +60,7 @@ def test_ik_cuda_compute_never_under_the_card(line: dict[str, object], tmp_path:
 
 
 def test_default_reserve_covers_what_the_card_held_beyond_ggml() -> None:
-    from moeconf.memory.settings import DEFAULT_RESERVE
+    from moeconf.engines.settings import DEFAULT_RESERVE
 
     assert all(line["outside_ggml_buffers_mib"] * MiB <= DEFAULT_RESERVE for line in LINES)
 

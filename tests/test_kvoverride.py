@@ -1,4 +1,4 @@
-"""`--override-kv` (memory/kvoverride.py): an override of a key that sizes anything makes memory
+"""`--override-kv` (engines/kvoverride.py): an override of a key that sizes anything makes memory
 incomplete with a note naming it; the tokenizer's, `general.*` and the graph's scalar keys stay
 modelled; items are split as each engine splits them; a malformed item is an error."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-import moeconf.memory.kvoverride as kvo
+import moeconf.memory.families as families
 from moeconf.cli import main
 from moeconf.engines import engine as engine_from_name
 from moeconf.explanation import explain
@@ -74,7 +74,7 @@ def test_a_malformed_item_is_an_error_the_engine_stops_on(item: str) -> None:
 
 
 def test_without_the_check_the_table_would_be_complete(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kvo, "unmodelled_overrides", lambda _o, _a, _e=None: [])
+    monkeypatch.setattr(families, "unmodelled_overrides", lambda _o, _a, _e=None: [])
     assert _estimate("qwen3moe.expert_used_count=int:16").complete
 
 

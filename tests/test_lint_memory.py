@@ -188,7 +188,7 @@ def test_gpu_memory_names_the_gpus_a_line_splits_over(tmp_path: Path) -> None:
 
 
 def test_fit_advice_only_for_a_line_that_reserves_the_servers_output_rows(tmp_path: Path) -> None:
-    # `moeconf fit` writes a llama-server line, which reserves 4 output rows (memory/settings.py
+    # `moeconf fit` writes a llama-server line, which reserves 4 output rows (engines/settings.py
     # server_outputs); llama-cli reserves the whole ubatch's, so fit's placement is no advice for it
     server = "llama-server -m m.gguf -ngl 999 -c 32768 -ot exps=CPU"
     found = [f for f in _lint(tmp_path, server, "qwen3-30b-a3b", {"CUDA0": "16GiB"}) if f.code == "MOE020"]

@@ -94,9 +94,9 @@ def test_hunyuan_rotations_are_held(models: dict[str, Inventory], monkeypatch: p
     row = next(r for r in ROWS if r["model"] == "hunyuan-a13b" and r["args"] == line)
     est, names = _estimate(models["hunyuan-a13b"], line)
     assert _errors(est, names, row["engine"]) == []  # type: ignore[arg-type]
-    import moeconf.memory.settings as settings
+    import moeconf.memory.cachetypes as cachetypes
 
-    monkeypatch.setattr(settings, "rotation", lambda *a: 0)  # the graph's (memory/graph/model.py) reads it there
+    monkeypatch.setattr(cachetypes, "rotation", lambda *a: 0)  # the graph's (memory/graph/model.py) reads it there
     wrong, names = _estimate(models["hunyuan-a13b"], line)
     assert any("RPC0 compute" in e for e in _errors(wrong, names, row["engine"]))  # type: ignore[arg-type]
 

@@ -1,4 +1,4 @@
-"""llama-server's output reservation (memory/settings.py server_outputs): since llama.cpp b9474 the
+"""llama-server's output reservation (engines/settings.py server_outputs): since llama.cpp b9474 the
 context reserves its worst-case graph for min(ubatch, n_outputs_max) output rows, and llama-server
 sets n_outputs_max to its slots (min(n_batch, n_parallel * (1 + draft))), so the logits and the last
 layer's rows after `out_ids` are that much smaller on the output device. The figures are the
@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from moeconf.engines import engine
+from moeconf.engines.settings import MemorySettings, server_outputs
 from moeconf.explanation import explain
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory import read_settings
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.memory.settings import MemorySettings, server_outputs
 from moeconf.memory.support import MODELLED
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory

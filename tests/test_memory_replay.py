@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from moeconf.memory.cachetypes import rotation
 from moeconf.memory.graph import model as graph_model
-from moeconf.memory.settings import rotation
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from tests.test_memory_classic import _errors, _estimate

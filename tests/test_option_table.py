@@ -14,8 +14,8 @@ from moeconf.engines.configtable import OPTIONS as CONFIG
 from moeconf.engines.flags import PLAN_KEYS
 from moeconf.engines.flagtable import IK, IK_VALUES, MAINLINE, MAINLINE_VALUES
 from moeconf.engines.options import IK_NO_FA, options, row, setting_row
+from moeconf.engines.settings import MemorySettings
 from moeconf.iksplit import IkSplitSettings
-from moeconf.memory.settings import MemorySettings
 from moeconf.plan.model import Flags, ModelSection, Targets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_spellings_and_variables_are_the_engines(o: object) -> None:
 
 def test_table_bounds_are_moeconfs() -> None:
     from moeconf.engines import engine
-    from moeconf.memory.settings import read_settings
+    from moeconf.engines.settings import read_settings
 
     eng = engine("llama.cpp")
     assert row("-ub").minimum == 1 and row("-c").minimum == 0 and row("-np").minimum is None

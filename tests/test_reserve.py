@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from moeconf.engines import engine
+from moeconf.engines.settings import DEFAULT_RESERVE, MemorySettings, read_settings
 from moeconf.memory.reserve import CARDS, Part, card_row, op_pool_bytes, pool_bytes, reserve_for, reserve_parts
-from moeconf.memory.settings import DEFAULT_RESERVE, MemorySettings, read_settings
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 
@@ -34,7 +34,7 @@ def _inv(layout: str) -> Inventory:
 
 
 def _settings(line: dict[str, Any]) -> MemorySettings:
-    # llama-server: 4 slots, one output row each (memory/settings.py server_outputs)
+    # llama-server: 4 slots, one output row each (engines/settings.py server_outputs)
     return MemorySettings(n_ubatch=line["n_ubatch"], n_batch=max(2048, line["n_ubatch"]), n_outputs=4)
 
 

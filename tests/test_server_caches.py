@@ -13,11 +13,11 @@ import pytest
 
 from moeconf.cli import main
 from moeconf.engines import engine
+from moeconf.engines.settings import MemorySettings, read_settings
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory.geometry import geometry
 from moeconf.memory.servercache import checkpoint, default_checkpoints, server_caches
-from moeconf.memory.settings import MemorySettings, read_settings
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
 from tests.conftest import REPO

@@ -1,4 +1,4 @@
-"""Speculative decoding is a refused setting family (issue 17, memory/speculative.py): every flag and
+"""Speculative decoding is a refused setting family (issue 17, engines/speculative.py): every flag and
 variable that turns it on in the pinned engines makes the memory estimate incomplete with a note
 naming it (`explain` prints "?"), `fit` refuses, and lint's memory rules claim no fit; every
 speculative parameter that changes nothing alone (and `--spec-type none`) leaves the estimate
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import moeconf.engines.specflags as sf
-import moeconf.memory.speculative as spec
+import moeconf.engines.speculative as spec
+import moeconf.memory.families as families
 from moeconf.cli import main
 from moeconf.engines import engine as engine_from_name
 from moeconf.engines.argvread import known_flags
@@ -197,7 +198,7 @@ def test_a_reader_that_misses_the_draft_model_is_caught(monkeypatch: pytest.Monk
     "nothing unmodelled"), the estimate comes out complete and `_refused` fails on it."""
     flags = ["-md", "/m/draft.gguf"]
     _refused(_estimate(QWEN, "llama.cpp", flags), "-md /m/draft.gguf")
-    monkeypatch.setattr(spec, "unmodelled_speculation", lambda speculation, inv: [])
+    monkeypatch.setattr(families, "unmodelled_speculation", lambda speculation, inv: [])
     with pytest.raises(AssertionError):
         _refused(_estimate(QWEN, "llama.cpp", flags), "-md /m/draft.gguf")
 

@@ -379,7 +379,7 @@ def either_engine_values(words: Sequence[str], k: int) -> int | None:
 def option_values(words: Sequence[str], engine: Engine) -> Iterator[tuple[str, str | None]]:
     """Each option of a plain argv (binary first or not) as `engine`'s parser reads it
     (read_argv): its name and its first value (None for a switch, or a value missing at the end).
-    For readers of one setting family (memory/speculative.py, extrafiles.py, kvoverride.py)."""
+    For readers of one setting family (engines/speculative.py, extrafiles.py, kvoverride.py)."""
     for o in read_argv(words, engine).options:
         yield o.name, o.value.text if o.value is not None else None
 

@@ -82,7 +82,7 @@ EXAMPLE_OF: Final[dict[str, str]] = {
 # handlers that append (common/arg.cpp): -ot and --cpu-moe/--n-cpu-moe push onto
 # params.tensor_buft_overrides, --rpc adds devices; every other modelled option sets one value
 APPENDS: Final = frozenset({"-ot", "-cmoe", "-ncmoe", "--rpc"})
-# options moeconf reads for placement (engines/cmdline.py) and memory (memory/settings.py)
+# options moeconf reads for placement (engines/cmdline.py) and memory (engines/settings.py)
 PLACEMENT: Final = frozenset({"-ot", "-cmoe", "-ncmoe", "-ngl", "-fit", "-ts", "-sm", "-mg", "--rpc", "-dev",
                               "-m", "-hf", "-hff", "--offline"})
 MEMORY: Final = frozenset({"-c", "-b", "-ub", "-ctk", "-ctv", "-fa", "-np", "-kvu", "-cram", "-ctxcp", "-kvo",
@@ -532,7 +532,7 @@ def _handler_value(opt: Option, e: Entry, binary: str | None) -> str:
 
 
 def config_env(applied: Applied) -> dict[str, str]:
-    """The settings as the `LLAMA_ARG_*` variables that say the same (what memory/settings.py's
+    """The settings as the `LLAMA_ARG_*` variables that say the same (what engines/settings.py's
     read_settings takes): a later setting replaces an earlier one."""
     out: dict[str, str] = {}
     for s in applied.settings:

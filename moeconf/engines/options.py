@@ -2,7 +2,7 @@
 `LLAMA_ARG_*` variable (read from llama.cpp's parser table, engines/configtable.py; for an
 ik_llama.cpp-only option, checked against ik's flag table, engines/flagtable.py), the plan field
 that sets it (`[flags]` or `[targets]`, moeconf/plan/model.py), the memory setting it decides
-(memory/settings.py MemorySettings, moeconf/iksplit.py IkSplitSettings), how the engine reads its
+(engines/settings.py MemorySettings, moeconf/iksplit.py IkSplitSettings), how the engine reads its
 value (flagtable MAINLINE_VALUES / IK_VALUES: `int`; `text` for a word; `switch` for an option
 without a value) and moeconf's own lower bound for a number.
 

@@ -174,7 +174,7 @@ def _from_table(data: dict[str, Any], path: str, text: str = "", prefix: tuple[s
         if v not in SEVERITIES:
             raise where.error(f"[severity] {k}: severity must be one of {', '.join(SEVERITIES)}, not {v!r}",
                               "severity", k)
-    from moeconf.memory.settings import parse_size
+    from moeconf.engines.settings import parse_size
 
     gpu_memory: dict[str, int] = {}
     table = data.get("gpu_memory") or {}

@@ -5,8 +5,8 @@ Placement and settings, never an Explanation (`moeconf.sizing` joins the two).""
 from __future__ import annotations
 
 from moeconf.engines import HOST
+from moeconf.engines.settings import DEFAULT_RESERVE, MemorySettings, cache_types, parse_size, read_settings
 from moeconf.memory.estimate import DeviceMemory, MemoryEstimate, estimate, pipeline_parallel, weight_bytes
-from moeconf.memory.settings import DEFAULT_RESERVE, MemorySettings, cache_types, parse_size, read_settings
 
 __all__ = [
     "DEFAULT_RESERVE", "HOST", "DeviceMemory", "MemoryEstimate", "MemorySettings", "cache_types", "estimate",

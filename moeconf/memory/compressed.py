@@ -13,8 +13,8 @@ The caches take the K type; the states keep one plane per sequence (no rollback 
 
 from __future__ import annotations
 
+from moeconf.memory.cachetypes import cache_row_bytes
 from moeconf.memory.keys import int_key
-from moeconf.memory.settings import cache_row_bytes
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 

@@ -21,8 +21,10 @@ import moeconf.memory.ikmla as ikmla
 import moeconf.memory.recurrent as rec
 from moeconf.engines import AUTO_GPU, HOST, Engine, mainline
 from moeconf.engines.llamaconfig import CACHE_TYPES
+from moeconf.engines.settings import MemorySettings, slot_notes
 from moeconf.memory.amx import amx_bytes
 from moeconf.memory.archgraph import input_width, standard_moe_layers
+from moeconf.memory.cachetypes import cache_block, is_quantized
 from moeconf.memory.geometry import Geometry, GeometryUnknown, geometry
 from moeconf.memory.graph.archs import traits
 from moeconf.memory.graph.model import checked_compute, graph_computed, layer_devices
@@ -31,7 +33,6 @@ from moeconf.memory.graph.sched import backend_for, row_padding
 from moeconf.memory.ikmla import computed_weights, effective_mla
 from moeconf.memory.kvcache import context_cells, kv_bytes
 from moeconf.memory.servercache import ServerCaches, server_caches
-from moeconf.memory.settings import MemorySettings, cache_block, is_quantized, slot_notes
 from moeconf.memory.support import unmodelled
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor

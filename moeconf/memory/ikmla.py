@@ -10,11 +10,12 @@ from collections import defaultdict
 from typing import Final
 
 from moeconf.engines import Engine
+from moeconf.engines.settings import MemorySettings
 from moeconf.memory.geometry import Geometry
-from moeconf.memory.settings import MemorySettings, MiB
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
+from moeconf.units import MIB as MiB
 
 _QUANT_FREE = ("F32", "F16", "BF16")
 

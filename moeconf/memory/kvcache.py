@@ -13,10 +13,11 @@ from collections.abc import Mapping
 import moeconf.memory.compressed as compressed
 import moeconf.memory.recurrent as rec
 from moeconf.engines import HOST
+from moeconf.engines.settings import MemorySettings
+from moeconf.memory.cachetypes import cache_row_bytes
 from moeconf.memory.geometry import Geometry
 from moeconf.memory.ikmla import effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
-from moeconf.memory.settings import MemorySettings, cache_row_bytes
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 

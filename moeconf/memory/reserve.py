@@ -13,12 +13,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from moeconf.engines.settings import DEFAULT_RESERVE
 from moeconf.memory.graph.sched import ROW_PADDING
-from moeconf.memory.settings import DEFAULT_RESERVE, MiB
 from moeconf.model import ggml
+from moeconf.units import MIB as MiB
 
 if TYPE_CHECKING:
-    from moeconf.memory.settings import MemorySettings
+    from moeconf.engines.settings import MemorySettings
     from moeconf.model.inventory import Inventory, Tensor
 
 # the quantized types the pinned CUDA backend multiplies with MMQ (mmq.cu, ggml_cuda_should_use_mmq)

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import moeconf.memory.recurrent as rec
-from moeconf.memory.settings import SERVER_BINARIES, MiB, cache_row_bytes
+from moeconf.engines.settings import SERVER_BINARIES
+from moeconf.memory.cachetypes import cache_row_bytes
+from moeconf.units import MIB as MiB
 
 if TYPE_CHECKING:
     from moeconf.engines import Engine
+    from moeconf.engines.settings import MemorySettings
     from moeconf.memory.geometry import Geometry
-    from moeconf.memory.settings import MemorySettings
     from moeconf.model.inventory import Inventory
 
 PROMPT_CACHE_SINCE: Final = 6724  # llama.cpp PR #16391: --cache-ram, default 8192 MiB

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from moeconf.engines.settings import MemorySettings
 from moeconf.fixtures.layouts import LAYOUTS
 from moeconf.fixtures.writer import write_layout
 from moeconf.memory.geometry import geometry
 from moeconf.memory.servercache import checkpoint
-from moeconf.memory.settings import MemorySettings
 from moeconf.model.load import load_inventory
 from tests.conftest import REPO
 from tests.engine.harness import MAINLINE

@@ -94,10 +94,10 @@ def fit_instead(ctx: Context) -> str:
     inv = ctx.invocation
     if inv.split_mode is not None and inv.split_mode.text != "layer":
         return ""
+    from moeconf.engines.settings import settings_argv
     from moeconf.errors import MoeconfError
     from moeconf.fit import Budget, FitError, fit
     from moeconf.memory import read_settings
-    from moeconf.memory.settings import settings_argv
 
     settings = line_settings(ctx)
     reserve = settings.reserve
@@ -107,7 +107,7 @@ def fit_instead(ctx: Context) -> str:
     from moeconf.emitting.argv import DEFAULT_BINARY
 
     # fit writes a llama-server line, which reserves fewer output rows than other binaries
-    # (memory/settings.py server_outputs): its placement holds only for a line that reserves as many
+    # (engines/settings.py server_outputs): its placement holds only for a line that reserves as many
     if read_settings(flags, ctx.engine, reserve=reserve, binary=DEFAULT_BINARY).n_outputs != settings.n_outputs:
         return ""
     budgets = [Budget(d, ctx.gpu_memory[d]) for d in ex.accelerators]

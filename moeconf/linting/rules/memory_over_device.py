@@ -39,7 +39,7 @@ MiB = 1024 * 1024
 def check(ctx: Context) -> Iterator[Hit]:
     if not ctx.gpu_memory or ctx.explanation is None or ctx.inventory is None:
         return
-    from moeconf.memory.settings import settings_argv
+    from moeconf.engines.settings import settings_argv
 
     settings = line_settings(ctx)
     est = line_estimate(ctx)
@@ -128,7 +128,7 @@ def _unchecked(ctx: Context, est: Any, settings: Any) -> Iterator[Hit]:
     their free memory (no -ts), where only what -ot pins to a GPU is known: its weights, KV cache
     and reserve, a lower bound, reported as an error when that alone is over."""
     from moeconf.engines import AUTO_GPU
-    from moeconf.memory.settings import settings_argv
+    from moeconf.engines.settings import settings_argv
 
     if est is None:
         return

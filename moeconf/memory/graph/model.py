@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from moeconf.engines import HOST
+from moeconf.engines.settings import MemorySettings
 from moeconf.memory.archgraph import input_width, output_device
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
 from moeconf.memory.graph.archs.common import unchecked_ffn_biases, unchecked_fused_qkv_bias, unchecked_scales
@@ -16,7 +17,6 @@ from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, MissingT
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
 from moeconf.memory.keys import int_key
-from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
 from moeconf.model.required import load_refusals
@@ -294,7 +294,7 @@ def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> i
     """The Hadamard rotation side of the full-attention cache or the sliding-window one (llama-kv-cache.cpp):
     none where its layers' head widths differ or the full layers' width is no multiple of 64, else by
     the cache's common width."""
-    from moeconf.memory.settings import rotation  # looked up per call (a test replaces it)
+    from moeconf.memory.cachetypes import rotation  # looked up per call (a test replaces it)
 
     own = [la for la in layers if not la.recurrent and la.swa == swa]
     widths = {la.head_k if k else la.head_v for la in own}

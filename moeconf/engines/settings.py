@@ -10,26 +10,24 @@ from typing import Any
 
 from moeconf.engines import Engine
 from moeconf.engines.argvread import read_argv
+from moeconf.engines.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
 from moeconf.engines.flags import c_int
+from moeconf.engines.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
 from moeconf.engines.llamaconfig import CACHE_TYPES, FALSE_WORDS, TRUE_WORDS, flash_attn_refusal, flash_attn_word
 from moeconf.engines.options import EngineOption, negated_env, out_of_range, row, row_of, with_settings
+from moeconf.engines.speculative import read_speculation  # speculative decoding (a refused family)
 from moeconf.errors import MoeconfError
-from moeconf.memory.extrafiles import read_extra_files  # projectors, LoRA, control vectors (refused)
-from moeconf.memory.kvoverride import read_kv_overrides  # --override-kv (refused where it sizes anything)
-from moeconf.memory.speculative import read_speculation  # speculative decoding (a refused family)
-from moeconf.model import ggml
+from moeconf.units import GIB, MIB
 
-GiB = 1024**3
-MiB = 1024**2
-DEFAULT_RESERVE = GiB
+DEFAULT_RESERVE = GIB
 
 IK_ONLY_CACHE_TYPES = ("q6_0",)  # beside llama.cpp's (engines/llamaconfig.py CACHE_TYPES)
 # ik's q8_KV: 1 byte per element plus 8 bytes per row (one row per head); spelled as ik reads it
 Q8_KV = "q8_KV"
 
 
-_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 1000**2, "mib": MiB,
-          "g": GiB, "gb": 1000**3, "gib": GiB, "t": 1024**4, "tb": 1000**4, "tib": 1024**4}
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MIB, "mb": 1000**2, "mib": MIB,
+          "g": GIB, "gb": 1000**3, "gib": GIB, "t": 1024**4, "tb": 1000**4, "tib": 1024**4}
 
 
 def parse_size(text: str, where: str = "size") -> int:
@@ -66,26 +64,6 @@ def read_cache_type(text: str, engine: Engine) -> str | None:
     return text if text in cache_types(engine) else None
 
 
-def cache_block(cache_type: str) -> tuple[int, int]:
-    """(elements, bytes) of one block of a cache type, from ggml's type table."""
-    return ggml.quant_sizes()[ggml.type_ids()[cache_type.upper()]]
-
-
-def is_quantized(cache_type: str) -> bool:
-    return cache_type not in ("f32", "f16", "bf16")
-
-
-def rotation(cache_type: str, head: int, k: bool) -> int:
-    """The side of the Hadamard rotation llama.cpp applies for a cache of this type and head width
-    (src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`: a quantized type and a head width that is a
-    multiple of 64; V's is 64, K's the largest power of two from 64 up dividing the width), 0: none."""
-    from moeconf.memory.graph.blocks import rotation_width  # the graph's (K's side is the same rule)
-
-    if not is_quantized(cache_type) or head % 64:
-        return 0
-    return rotation_width(head) if k else 64
-
-
 @dataclass(frozen=True)
 class MemorySettings:
     """What decides the KV cache and compute buffers. `n_ctx` 0 means the model's training
@@ -119,8 +97,8 @@ class MemorySettings:
     # n_parallel/kv_unified are that binary's default (`server_slots`) rather than given
     binary: str | None = field(default=None, compare=False)
     auto_slots: bool = field(default=False, compare=False)
-    # (kind, the flag or variable) of speculative decoding (memory/speculative.py) and of the files loaded beside
-    # the model (memory/extrafiles.py); (the key, the flag and item) of --override-kv (memory/kvoverride.py)
+    # (kind, the flag or variable) of speculative decoding (engines/speculative.py) and of the files loaded beside
+    # the model (engines/extrafiles.py); (the key, the flag and item) of --override-kv (engines/kvoverride.py)
     speculation: tuple[tuple[str, str], ...] = ()
     extra_files: tuple[tuple[str, str], ...] = ()
     kv_overrides: tuple[tuple[str, str], ...] = ()
@@ -150,18 +128,9 @@ SERVER_OUTPUTS_SINCE = 9474
 
 def server_outputs(binary: str | None, engine: Engine, n_batch: int, n_parallel: int, embedding: bool) -> int:
     """The output rows `binary` reserves (0: as many as the batch). Speculation (draft tokens per
-    slot) is refused by the estimate (memory/speculative.py), so none is counted here."""
+    slot) is refused by the estimate (engines/speculative.py), so none is counted here."""
     limited = binary in SERVER_BINARIES and engine.name == "llama.cpp" and (engine.build or 0) >= SERVER_OUTPUTS_SINCE
     return max(1, min(n_batch, n_parallel)) if limited and not embedding else 0
-
-
-def cache_row_bytes(cache_type: str, n: int, heads: int = 1) -> int:
-    """Bytes of a cache row of `heads` heads of `n` elements in `cache_type` (ik's q8_KV: 8 bytes of
-    scale per head)."""
-    if cache_type == Q8_KV:
-        return (n + 8) * heads
-    block, size = cache_block(cache_type)
-    return (n * heads + block - 1) // block * size
 
 
 def binary_name(word: str | None) -> str | None:

@@ -1,6 +1,5 @@
-"""Files a launch loads beside the model (multimodal projector, LoRA adapters, control vectors), a
-setting family moeconf does not model: where the command line (or the environment) loads one, the
-estimate is incomplete with a note naming the flag, `explain` prints "?", and `fit` refuses (fit.py
+"""Files a launch loads beside the model (multimodal projector, LoRA adapters, control vectors), as
+each engine reads its command line and environment. Memory refuses them (memory/families.py; fit.py
 refuses the same flags up front). The flags, what each costs and the sources: docs/memory-
 architectures.md, "Files loaded beside the model"; options that load nothing alone are not refused."""
 
@@ -63,19 +62,3 @@ def read_extra_files(words: Sequence[str], engine: Engine, env: Mapping[str, str
     if on_host and MMPROJ in found:
         out = [(MMPROJ + "-host", where) if kind == MMPROJ else (kind, where) for kind, where in out]
     return tuple(out)
-
-
-# kind -> what is not counted, around the flag ({})
-_PROJECTOR = "the multimodal projector's weights and compute buffer ({}, "
-_NOT_COUNTED: dict[str, str] = {
-    MMPROJ: _PROJECTOR + "on the GPU unless --no-mmproj-offload) are",
-    MMPROJ + "-host": _PROJECTOR + "in host memory: --no-mmproj-offload) are",
-    LORA: "the LoRA adapter's tensors ({}, beside each tensor they modify) are",
-    CVEC: "the control vector ({}, a row per layer on its device) is",
-}
-
-
-def unmodelled_extra_files(extra: ExtraFiles) -> list[str]:
-    """Why memory is not modelled for the files this launch loads beside the model (empty: none)."""
-    return [f"memory is not modelled with files loaded beside the model: {_NOT_COUNTED[kind].format(where)} not counted"
-            for kind, where in dict.fromkeys(extra) if kind in _NOT_COUNTED]
