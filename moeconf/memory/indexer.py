@@ -1,11 +1,6 @@
-"""The DSA lightning indexer's K cache beside the MLA latent cache (DeepSeek-V3.2 `deepseek32`, GLM-5 `glm-dsa`; issue
-17): its rules and measured figures are in docs/memory-architectures.md ("DeepSeek-V3.2, GLM-5, MiniMax-M2, Grok").
-Sources (llama.cpp 0.3.36): `src/llama-kv-cache-dsa.cpp` (llama_kv_cache_dsa: a second llama_kv_cache over the MLA
-cache's cells and streams, one K head per layer in the K cache type, no V: the latent's V is a view of K, and so is
-the indexer's); its layers in `src/llama-model.cpp` create_memory (`hparams.is_indexer_full`;
-`attention.indexer.types` and GLM-5.2's built-in table in src/models/glm-dsa.cpp load_arch_hparams:
-`full_indexers`). Which rule an architecture follows is its composition module's `Traits.indexer`
-(memory/graph/archs/common.py `Indexer`)."""
+"""The DSA lightning indexer's K cache beside the MLA latent cache (DeepSeek-V3.2 `deepseek32`, GLM-5 `glm-dsa`;
+issue 17), by the rule of the architecture's `Traits.indexer`. The rules and figures: docs/memory-architectures.md
+("DeepSeek-V3.2, GLM-5, MiniMax-M2, Grok"), the engine's sources its "Indexer and compressed caches in the engine"."""
 
 from __future__ import annotations
 
@@ -69,11 +64,8 @@ def indexer_table_unmodelled(inv: Inventory) -> list[str]:
 
 
 def full_indexers(inv: Inventory) -> tuple[bool, ...] | None:
-    """glm-dsa with `attention.indexer.types`: per trunk layer, whether it runs its own ("full")
-    indexer and keeps an indexer K cache; the others ("shared") reuse the top-k of the last full
-    layer before them (src/models/glm-dsa.cpp, graph::graph; create_memory's filter_lid). None
-    without the key, or when the engine would refuse it (the length is not the trunk's layer count:
-    get_key_or_arr; the first layer shared: the graph asserts)."""
+    """Per trunk layer, whether it runs its own ("full") indexer and keeps an indexer K cache (glm-dsa with
+    `attention.indexer.types`, or a "typed" indexer); None without the key, or where the engine refuses it."""
     v = inv.metadata.hparam("attention.indexer.types")
     n = inv.block_count - (int_key(inv, "nextn_predict_layers") or 0)
     kind = traits(inv.arch).indexer

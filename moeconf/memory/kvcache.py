@@ -1,9 +1,6 @@
-"""The KV cache per device as the engines allocate it (llama-kv-cache.cpp, and ik_llama.cpp's
-llama_kv_cache_init): per layer, K and V rows of the cache's types for its cells (a window's cells on
-a sliding-window layer), on the device of the layer (-nkvo: the host); mainline MLA keeps the latent
-as K and V as its view, ik's -mla 1/2/3 its own latent forms; recurrent layers keep their state per
-sequence; the DSA indexer and MiniMax-M3's indexer keys a cache beside it; DeepSeek-V4 its raw and
-compressed caches (memory/compressed.py)."""
+"""The KV cache per device as the engines allocate it (llama-kv-cache.cpp, and ik_llama.cpp's llama_kv_cache_init):
+K and V rows per layer on its device, MLA latents, recurrent states, indexer and compressed caches (docs/memory.md,
+"Memory per device"; docs/memory-architectures.md, "Indexer and compressed caches in the engine")."""
 
 from __future__ import annotations
 
@@ -49,11 +46,9 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
     n_seq = settings.n_parallel
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     kv: dict[str, int] = defaultdict(int)
-    # the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
+    # the DSA lightning indexer's K cache beside the MLA latent; MiniMax-M3's indexer key cache beside K/V
     idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
     idx_width = indexer_width(inv)
-    # an indexer key cache beside a K/V cache (not MLA): a second cache of one head on the layers with an
-    # indexer, K `attention.indexer.key_length` wide, V as the model's (src/llama-kv-cache-msa.cpp, MiniMax-M3)
     msa_width = inv.metadata.hparam("attention.indexer.key_length")
     msa_layers = set() if geo.mla_arch or not isinstance(msa_width, int) else {
         t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
@@ -90,11 +85,10 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
             size += (cache_row_bytes(ctk, msa_width) + cache_row_bytes(ctv, la.head_v)) * n
         kv[dev] += size
     if dsv4 and geo.layers:
-        # the DSV4 cache keeps every block's rows, the MTP blocks' too (create_memory passes it no filter),
-        # on the device of the blocks at the end (dev_layer; the loader skips the MTP weights)
+        # the MTP blocks' rows too, on the last block's device
         la0 = geo.layers[0]
+        dev = homes.get(geo.layers[-1].index, HOST) if settings.offload_kqv else HOST
         for il in inv.layers_of_kind("nextn"):
-            dev = homes.get(geo.layers[-1].index, HOST) if settings.offload_kqv else HOST
             kv[dev] += (cache_row_bytes(ctk, la0.head_k, la0.n_head_kv) * (swa_cells or cells) * n_stream
                         + compressed.layer_bytes(inv, il, la0.head_k, cells, n_seq, ctk))
     return dict(kv)
