@@ -8,7 +8,6 @@ from moeconf.memory.settings import cache_row_bytes
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 
-RATIOS_KEY = "attention.compress_ratios"
 CSA, HCA = 4, 128
 
 
@@ -16,7 +15,7 @@ def ratios(inv: Inventory) -> tuple[int, ...] | None:
     """Each layer's compress ratio, None where the file has no compressed caches (or the ratios are its indexer's)."""
     from moeconf.memory.graph.archs import traits
 
-    v = inv.metadata.hparam(RATIOS_KEY)
+    v = inv.metadata.hparam("attention.compress_ratios")
     if v is None or traits(inv.arch).indexer:
         return None
     return v if isinstance(v, tuple) else (v,)
@@ -30,13 +29,11 @@ def layer_bytes(inv: Inventory, il: int, head_k: int, cells: int, n_seq: int, ct
         return 0
     rows = ggml.pad(max(1, -(-cells // ratio)), 256) * n_seq
     size = cache_row_bytes(ctk, head_k) * rows
-    if ratio == CSA:
-        width = int_key(inv, "attention.indexer.key_length") or 0
-        size += cache_row_bytes(ctk, width) * rows
-        size += 2 * 4 * (2 * head_k) * (2 * CSA) * n_seq + 2 * 4 * (2 * width) * (2 * CSA) * n_seq
-    else:
-        size += 2 * 4 * head_k * HCA * n_seq
-    return size
+    if ratio == HCA:
+        return size + 2 * 4 * head_k * HCA * n_seq
+    width = int_key(inv, "attention.indexer.key_length") or 0
+    size += cache_row_bytes(ctk, width) * rows
+    return size + 2 * 4 * (2 * head_k) * (2 * CSA) * n_seq + 2 * 4 * (2 * width) * (2 * CSA) * n_seq
 
 
 def unmodelled_settings(inv: Inventory, n_seq: int) -> list[str]:

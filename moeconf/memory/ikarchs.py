@@ -1,8 +1,7 @@
-"""ik_llama.cpp 0.1.5 per architecture (issue 17): whose weights, KV cache and compute moeconf
-models there, and why and what next where it does not. Compute is llama.cpp's graph of the same
-placement plus a margin measured on ik (`COMPUTE_MARGINS`), or ik's MLA attention (memory/ikmla.py).
-The engine facts and the measurements behind each table: docs/memory.md ("ik_llama.cpp") and
-docs/memory-architectures.md ("What ik 0.1.5 allocates")."""
+"""ik_llama.cpp 0.1.5 per architecture (issue 17): whose weights, KV cache and compute moeconf models there (compute:
+llama.cpp's graph plus a margin measured on ik, or ik's MLA attention, memory/ikmla.py), and why and what next where it
+does not. The facts and measurements: docs/memory.md, "ik_llama.cpp"; docs/memory-architectures.md, "ik_llama.cpp on
+the newer architectures"."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from moeconf.model.inventory import Inventory
 
 ENGINE: Final = "ik_llama.cpp"
 
-# the architectures whose memory on ik is modelled in full as on llama.cpp (support.MODELLED's keys; compute with
-# the margins below)
+# the architectures whose memory on ik is modelled in full as on llama.cpp (compute with the margins below)
 MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"})
 
 
@@ -27,11 +25,8 @@ MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-os
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
                             "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2", "step35"})
-_IK_KEYS: Final[dict[str, frozenset[str]]] = {
-    "qwen35moe": _recurrent.KEYS,
-    "qwen3next": _recurrent.KEYS,
-    "glm-dsa": MLA_KEYS | DSA_KEYS,
-}
+_IK_KEYS: Final[dict[str, frozenset[str]]] = {"qwen35moe": _recurrent.KEYS, "qwen3next": _recurrent.KEYS,
+                                              "glm-dsa": MLA_KEYS | DSA_KEYS}
 
 
 # MoE architectures in ik 0.1.5's tables whose MoE files it does not load (tests/engine/test_ik_newer.py): why
@@ -51,13 +46,11 @@ IK_FAILS: Final[dict[str, str]] = {
 
 def why_not(arch: str, engine: str) -> str:
     """Why moeconf does not size `arch` on `engine` where ik cannot run it (empty otherwise)."""
-    reason = IK_FAILS.get(arch) if engine == ENGINE else None
-    return f": {reason}" if reason else ""
+    return f": {IK_FAILS[arch]}" if engine == ENGINE and arch in IK_FAILS else ""
 
 
 def kv_only(arch: str, engine: str) -> bool:
-    """Whether this architecture's weights and KV on `engine` are modelled by this module (the
-    newer architectures on ik_llama.cpp); its compute comes from llama.cpp's graph (`compute_label`)."""
+    """Whether this architecture's weights and KV on `engine` are modelled by this module (the newer ones on ik)."""
     return engine == ENGINE and arch in KV_ONLY
 
 
@@ -103,16 +96,14 @@ MLA_HOST_LABEL: Final = ("compute: estimated (llama.cpp's graph of the same plac
 
 
 def mla_compute_label(n_tokens: int) -> str:
-    """What an ik_llama.cpp compute figure of an MLA_MODELLED architecture is on a device running
-    attention layers."""
+    """What an ik_llama.cpp compute figure of an MLA_MODELLED architecture is on a device running attention."""
     return (f"compute: estimated (ik_llama.cpp's MLA attention modelled from its graph, build_deepseek2; margin "
             f"{ikmla.margin_mib(n_tokens)} MiB, the largest error over {ikmla.MEASURED_BUFFERS} compute buffers "
             f"measured over RPC on cut {' and '.join(MLA_MODELLED.values())} layouts; not measured on a GPU)")
 
 
 def compute_label(arch: str, n_ubatch: int = 512) -> str | None:
-    """What an ik_llama.cpp compute figure is: llama.cpp's graph plus the measured margin (None:
-    not measured for this architecture)."""
+    """What an ik_llama.cpp compute figure is: llama.cpp's graph plus the measured margin (None: not measured)."""
     if arch not in COMPUTE_MARGINS:
         return None
     gpu = f"checked on a GPU: {GPU_CHECKED[arch]}" if arch in GPU_CHECKED else "not measured on a GPU"
@@ -179,14 +170,12 @@ IK_REQUIRED_KEYS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
 
 
 def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozenset[str]) -> list[str]:
-    """Why this model's weights and KV on ik_llama.cpp are not modelled (empty: they are): a key
-    moeconf does not read for it on ik (those its llama.cpp model reads, `mainline`, unless ik reads
-    others), or a layer map or state ik reads differently from the file's keys (see the module's notes)."""
+    """Why this model's weights and KV on ik_llama.cpp are not modelled (empty: they are): a key moeconf does not
+    read for it on ik (`mainline`: its llama.cpp model's), or a layer map or state ik reads differently."""
     arch = inv.arch
     known = set(no_memory_effect) | _IK_KEYS.get(arch, mainline)
     keys = inv.metadata.arch_keys or ()
-    # a key whose value builds nothing (keys.neutral: Gemma 4's shared KV layers and per-layer inputs at 0) passes,
-    # as on llama.cpp (support.unread_keys)
+    # a key whose value builds nothing (keys.neutral) passes, as on llama.cpp (support.unread_keys)
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
            for k in keys if k not in known and not neutral(k, inv)]
     for group in IK_REQUIRED_KEYS.get(arch, ()):

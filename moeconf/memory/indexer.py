@@ -22,8 +22,7 @@ def indexer_width(inv: Inventory) -> int:
     if not kind:
         return 0
     width = int_key(inv, "attention.indexer.key_length") or 0
-    # glm5-next: the row caches key | gate | pooled key (src/llama-memory-hybrid-idx.cpp, the constructor:
-    # n_embd_head_k_full = key_length * 3 when attention.indexer.kpool > 0)
+    # glm5-next: the row caches key | gate | pooled key when attention.indexer.kpool > 0
     return 3 * width if kind == "kpool" and (int_key(inv, "attention.indexer.kpool") or 0) > 0 else width
 
 
@@ -33,10 +32,8 @@ def indexer_unmodelled(inv: Inventory) -> list[str]:
     if not kind:
         return []
     why = []
-    keys = set(inv.metadata.arch_keys or ())
     # glm5-next: every DSA layer keeps an indexer row unless attention.indexer.types marks some shared
-    # (src/models/glm5-next.cpp load_arch_hparams; create_memory's filter_idx)
-    if kind == "kpool" and "attention.indexer.types" in keys:
+    if kind == "kpool" and "attention.indexer.types" in (inv.metadata.arch_keys or ()):
         why.append("glm5-next's per-layer indexer table (attention.indexer.types) is not modelled: which layers keep "
                    "an indexer K cache and run the indexer is unknown")
     if not indexer_width(inv):

@@ -21,8 +21,7 @@ SCALARS_ONLY: Final[frozenset[str]] = frozenset({
     "attention.scale", "attention.output_scale", "attention.value_scale", "attention.temperature_length",
     "attention.temperature_scale", "attention.clamp_kqv", "logit_scale", "embedding_scale", "residual_scale",
 })
-# `{arch}.*` keys the memory model handles for every architecture: the scalars above, and the
-# sizes it reads (from the key, or from the tensors' shapes, which the loader checks against it)
+# `{arch}.*` keys the memory model handles for every architecture: the scalars above, and the sizes it reads
 NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
     # sizes the model reads from the tensors' shapes instead
     "feed_forward_length", "expert_feed_forward_length", "expert_shared_feed_forward_length",
@@ -53,10 +52,9 @@ def int_key(inv: Inventory, key: str) -> int | None:
 
 
 def neutral(key: str, inv: Inventory) -> bool:
-    """Whether the file's value of `{arch}.key` is one with which the engine builds and allocates
-    nothing it would not build without the key (pinned llama.cpp): no expert groups
-    (src/llama-graph.cpp build_moe_ffn selects groups only when expert_group_count > 1; the group
-    quota is read only then), no MTP block, no shared KV layers or per-layer embeddings."""
+    """Whether the file's value of `{arch}.key` is one with which the engine (pinned llama.cpp) builds nothing it
+    would not build without the key: no expert groups (`GROUPS`), no MTP block, no shared KV layers or per-layer
+    embeddings."""
     if key in GROUPS:
         return (int_key(inv, "expert_group_count") or 0) <= 1
     # Gemma 4: no layer reusing an earlier layer's KV, no per-layer token embeddings (src/models/gemma4.cpp)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import moeconf.memory.compressed as compressed
 import moeconf.memory.recurrent as rec
 from moeconf.engines import HOST
-from moeconf.memory.geometry import Geometry
+from moeconf.memory.geometry import Geometry, LayerAttention
 from moeconf.memory.ikmla import effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.settings import MemorySettings, cache_row_bytes
@@ -20,11 +20,9 @@ from moeconf.model.inventory import Inventory
 
 def context_cells(inv: Inventory, geo: Geometry, settings: MemorySettings, *, ik: bool = False,
                   fa: bool = True) -> tuple[int, int, int, int, int]:
-    """The context the engine allocates (src/llama-context.cpp, llama-kv-cache-iswa.cpp; ik's
-    llama_kv_cache_init): n_ctx (0: the training context) padded to 256 cells (ik without flash attention:
-    32); the cells per stream (a sequence's share without a unified cache; ik keeps one of n_ctx cells
-    whatever -np); a sliding-window layer's (the window of each sequence in the stream plus the ubatch,
-    padded; the whole context with --swa-full and on ik; 0: none); the streams; the worst-case ubatch."""
+    """The context the engine allocates (src/llama-context.cpp, llama-kv-cache-iswa.cpp; ik's llama_kv_cache_init;
+    docs/memory.md, "Memory per device"): n_ctx, the cells per stream, a sliding-window layer's (0: none), the
+    streams, the worst-case ubatch."""
     pad = 256 if (not ik or fa) else 32
     n_ctx = ggml.pad(settings.n_ctx or (inv.metadata.context_length or 4096), pad)
     n_seq = settings.n_parallel
@@ -40,9 +38,8 @@ def context_cells(inv: Inventory, geo: Geometry, settings: MemorySettings, *, ik
 
 def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Mapping[int, str], *, cells: int,
              swa_cells: int, n_stream: int, flash_attn: bool, ik: bool) -> dict[str, int]:
-    """Bytes of KV cache per device: `homes` is each layer's device (a nextn block's KV where the
-    loader keeps it), `cells` the cache's cells per stream (`swa_cells` a window's), `n_stream`
-    the streams (sequences without a unified cache)."""
+    """Bytes of KV cache per device: `homes` is each layer's device (a nextn block's KV where the loader keeps
+    it), `cells` the cache's cells per stream (`swa_cells` a window's), `n_stream` the streams."""
     n_seq = settings.n_parallel
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     kv: dict[str, int] = defaultdict(int)
@@ -54,27 +51,21 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
         t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
     dsv4 = compressed.ratios(inv) is not None  # DeepSeek-V4's compressed caches
     mla = effective_mla(inv, geo, settings) if geo.mla_arch and ik else 0  # ik computes wkv_b for -mla 2/3
-    for la in (*geo.layers, *geo.nextn_kv):
-        dev = homes.get(la.index, HOST) if settings.offload_kqv else HOST
-        if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
-            kv[dev] += rec.state_bytes(inv, n_seq) + rec.ple_bytes(inv, la.index, n_seq)
-            continue
+
+    def layer_bytes(la: LayerAttention) -> int:
         n = (swa_cells if la.swa else cells) * n_stream
+        if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
+            return rec.state_bytes(inv, n_seq) + rec.ple_bytes(inv, la.index, n_seq)
         if mla:
             ktype = ctk if (flash_attn or mla == 1) else ctv
-            size = cache_row_bytes(ktype, geo.kv_lora_rank + geo.n_rot) * n
-            if mla == 1 and not flash_attn:
-                size += cache_row_bytes(ctv, geo.kv_lora_rank * n)
-            kv[dev] += size
-            continue
+            v_latent = cache_row_bytes(ctv, geo.kv_lora_rank * n) if mla == 1 and not flash_attn else 0
+            return cache_row_bytes(ktype, geo.kv_lora_rank + geo.n_rot) * n + v_latent
         if geo.mla_arch and ik and geo.mla:  # -mla 0 on a mainline conversion: ik restores full heads (ikmla.py)
-            for ct, width in ((ctk, geo.head_k_mla), (ctv, geo.head_v_mla)):
-                kv[dev] += cache_row_bytes(ct, width, geo.n_head) * n
-            continue
+            return (cache_row_bytes(ctk, geo.head_k_mla, geo.n_head)
+                    + cache_row_bytes(ctv, geo.head_v_mla, geo.n_head)) * n
         size = cache_row_bytes(ctk, la.head_k, la.n_head_kv) * n
         if dsv4:  # DeepSeek-V4: raw rows K-only, compressed caches, states
-            kv[dev] += size + compressed.layer_bytes(inv, la.index, la.head_k, cells, n_seq, ctk)
-            continue
+            return size + compressed.layer_bytes(inv, la.index, la.head_k, cells, n_seq, ctk)
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
             transposed = not (flash_attn or ik)  # V stored transposed: the widest layer's row (geometry.v_row)
             size += (cache_row_bytes(ctv, geo.v_row(la, True)) if transposed
@@ -83,7 +74,10 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
             size += cache_row_bytes(ctk, idx_width) * n
         elif la.index in msa_layers and isinstance(msa_width, int):
             size += (cache_row_bytes(ctk, msa_width) + cache_row_bytes(ctv, la.head_v)) * n
-        kv[dev] += size
+        return size
+
+    for la in (*geo.layers, *geo.nextn_kv):
+        kv[homes.get(la.index, HOST) if settings.offload_kqv else HOST] += layer_bytes(la)
     if dsv4 and geo.layers:
         # the MTP blocks' rows too, on the last block's device
         la0 = geo.layers[0]

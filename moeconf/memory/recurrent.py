@@ -64,9 +64,7 @@ def shortconv_shape(inv: Inventory) -> RecurrentShape | None:
     """LFM2's short-convolution state (docs/memory-architectures.md, "Recurrent layers in the engine"); None
     where the file has no `shortconv.l_cache`."""
     l_cache, n_embd = int_key(inv, "shortconv.l_cache"), inv.metadata.embedding_length
-    if not l_cache or not n_embd:
-        return None
-    return RecurrentShape(l_cache, n_embd, 0, 0, 0)
+    return RecurrentShape(l_cache, n_embd, 0, 0, 0) if l_cache and n_embd else None
 
 
 # the keys Kimi-Linear's KDA layers read (docs/memory-architectures.md, "Kimi-Linear")
@@ -77,14 +75,12 @@ def kda_dims(inv: Inventory) -> RecurrentShape | None:
     """The KDA layers' state as a `RecurrentShape` (docs/memory-architectures.md, "Recurrent layers in the
     engine"); None where the file lacks a size."""
     d_conv, head_dim, n_head = int_key(inv, "ssm.conv_kernel"), int_key(inv, "kda.head_dim"), inv.metadata.head_count
-    if not d_conv or not head_dim or not n_head:
-        return None
-    return RecurrentShape(d_conv, n_head * head_dim, head_dim, n_head, n_head)
+    return (RecurrentShape(d_conv, n_head * head_dim, head_dim, n_head, n_head) if d_conv and head_dim and n_head
+            else None)
 
 
 def is_kda(inv: Inventory) -> bool:
-    """Whether the file's recurrent layers are KDA layers: its llama.cpp loader reads `kda.head_dim`, or
-    the file has it."""
+    """Whether the file's recurrent layers are KDA layers (its llama.cpp loader reads `kda.head_dim`, or it has it)."""
     from moeconf.engines.archkeys import MAINLINE
 
     return "kda.head_dim" in MAINLINE.get(inv.arch, frozenset()) or int_key(inv, "kda.head_dim") is not None
@@ -108,9 +104,7 @@ def ple_bytes(inv: Inventory, il: int, n_seq_max: int) -> int:
     ple.ngram_size columns of the module's channels (blk.N.ple_conv1d is kernel x channels); 0 elsewhere."""
     t = inv.by_name.get(f"blk.{il}.ple_conv1d.weight")
     dilation = int_key(inv, "ple.ngram_size")
-    if t is None or not dilation:
-        return 0
-    return (t.shape[0] - 1) * dilation * t.shape[1] * 4 * max(1, n_seq_max)
+    return (t.shape[0] - 1) * dilation * t.shape[1] * 4 * max(1, n_seq_max) if t is not None and dilation else 0
 
 
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
@@ -120,9 +114,7 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
     if _kind(inv.arch) in ("delta_net", "kda", "lightning") and not offload_kqv:
-        # the state and the KV cache in host memory move the recurrent scans and the attention to
-        # the CPU, a split of the graph not checked against the engine's figures (the host's compute
-        # buffer measured 16-18 MiB above moeconf's former estimate on Qwen3.5-397B and 122B, -c 32768)
+        # the scans and the attention on the CPU: not checked (docs/memory-architectures.md, "Hybrid recurrent MoEs")
         return [f"memory is not modelled for -nkvo (--no-kv-offload) on {inv.arch}: the host's compute buffer "
                 "(recurrent scans and attention run on the CPU) is not computed"]
     return []

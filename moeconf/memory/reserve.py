@@ -68,22 +68,18 @@ CARDS: tuple[Card, ...] = (
     Card("NVIDIA RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 555 * MiB, _REPORTED, 188, True, False),
     Card("NVIDIA GeForce RTX 4060 Ti", r"\b4060 ti\b", 107 * MiB, _REPORTED, 34, False, False),
 )
-# the largest CUDA context reported for any card (#23604: RTX PRO 6000 Blackwell; #20595 gives
-# 120-550 MB "depending on GPU")
+# the largest CUDA context reported for any card (docs/memory.md, "The reserve from its parts")
 _LARGEST_CONTEXT = max(CARDS, key=lambda c: c.context)
 
 
 def card_row(card: str | None) -> Card | None:
     """The table's row for a card name or family string, or None."""
-    if not card:
-        return None
-    return next((c for c in CARDS if re.search(c.match, card, re.IGNORECASE)), None)
+    return next((c for c in CARDS if re.search(c.match, card, re.IGNORECASE)), None) if card else None
 
 
 def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool = True) -> int:
-    """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`.
-    `mmq`: the card multiplies quantized weights with MMQ at this batch (int8 tensor cores, Turing
-    and newer; Volta only below 64 rows)."""
+    """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`. `mmq`: the card
+    multiplies quantized weights with MMQ at this batch (int8 tensor cores, Turing and newer; Volta below 64 rows)."""
     k_in, n_out = t.shape[0], t.shape[1]
     expert = len(t.shape) == 3
     r = rows * experts_used if expert else rows
@@ -103,10 +99,8 @@ def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool 
 
 
 def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int, volta: bool = False) -> int:
-    """The CUDA pool after the first prompt: the largest op's temporaries over every matrix
-    weight of the model (any device: the scheduler runs host weights' ops on the GPU at a batch of
-    32 or more), at the ubatch (the output weight at the rows the binary outputs, `output_rows`),
-    rounded up to the pool's granularity. `volta`: quantized weights take cuBLAS at 64 rows or more."""
+    """The CUDA pool after the first prompt: the largest op's temporaries over every matrix weight of the model
+    at the ubatch, rounded up to the pool's granularity. `volta`: quantized weights take cuBLAS at 64 rows or more."""
     rows = min(settings.n_ubatch, settings.n_batch)
     k = inv.metadata.expert_used_count or 1
     top = 0
