@@ -36,8 +36,7 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
         return {}
     out: dict[str, int] = defaultdict(int)
     n_head, r = geo.n_head, geo.kv_lora_rank
-    nope = geo.head_k_mla - geo.n_rot
-    v = geo.head_v_mla
+    nope, v = geo.head_k_mla - geo.n_rot, geo.head_v_mla
     by = placement.inventory.by_name
     for il in range(placement.inventory.block_count):
         kv_b, k_b, v_b = (by.get(f"blk.{il}.attn_{name}.weight") for name in ("kv_b", "k_b", "v_b"))

@@ -48,13 +48,12 @@ def indexer_table_unmodelled(inv: Inventory) -> list[str]:
     kind = traits(inv.arch).indexer
     if kind in ("all", "full") and not isinstance(inv.metadata.hparam("attention.indexer.top_k"), int):
         why.append(f"{inv.arch}.attention.indexer.top_k is missing: the engine refuses the file")
-    keys = set(inv.metadata.arch_keys or ())
-    if kind == "full" and "attention.indexer.types" not in keys \
-            and (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT:
+    typed = "attention.indexer.types" in (inv.metadata.arch_keys or ())
+    if kind == "full" and not typed and (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT:
         why.append("memory is not modelled for glm-dsa's built-in per-layer indexer table (GLM-5.2's, which the "
                    "engine takes at a training context of 1M or more when the file has no attention.indexer.types): "
                    "write the table into the file (the converter does, from config.json indexer_types)")
-    elif kind == "full" and "attention.indexer.types" in keys and full_indexers(inv) is None:
+    elif kind == "full" and typed and full_indexers(inv) is None:
         why.append("memory is not modelled for a glm-dsa.attention.indexer.types that is neither one value nor one "
                    "per trunk layer with the first layer full: the engine refuses the file")
     return why

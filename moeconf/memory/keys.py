@@ -40,8 +40,7 @@ SOFTCAPPING: Final = frozenset({"attn_logit_softcapping", "router_logit_softcapp
 
 
 def read_by_loader(arch: str, engine: str) -> frozenset[str] | None:
-    """The `{arch}.*` keys the pinned engine's loader reads for `arch` (None: no table for that
-    architecture, so every key counts as read)."""
+    """The `{arch}.*` keys the pinned engine's loader reads for `arch` (None: no table, so every key counts as read)."""
     return (archkeys.MAINLINE if engine == "llama.cpp" else archkeys.IK).get(arch)
 
 

@@ -100,8 +100,7 @@ def checkpoint(inv: Inventory, geo: Geometry, settings: MemorySettings, build: i
 
 
 def server_caches(inv: Inventory, geo: Geometry, settings: MemorySettings, eng: Engine) -> ServerCaches | None:
-    """llama-server's host caches for this command line; None for any other binary (or none
-    given: `explain` without a binary), or a build without them."""
+    """llama-server's host caches for this command line; None for another binary (or none), or a build without them."""
     binary = settings.binary
     if binary is None or binary not in SERVER_BINARIES:
         return None
