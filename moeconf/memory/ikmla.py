@@ -85,8 +85,7 @@ def heads_per_step_kq(n_head: int, kq_mib: int, amb: int) -> int:
 
 
 def attention_form(mla: int, fa: bool, n_tokens: int) -> str | None:
-    """Which of build_deepseek2's attention forms ik reserves its graph with (None: -mla 0, the
-    standard attention over decompressed heads, not modelled here)."""
+    """Which of build_deepseek2's attention forms ik reserves its graph with (None: -mla 0, not modelled here)."""
     if mla == 0:
         return None
     if fa and mla > 1 and n_tokens >= PP_MIN_TOKENS:

@@ -113,8 +113,7 @@ def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int, volta: bool 
 
 
 def _volta(card: str | None) -> bool:
-    """A Volta card: fp16 tensor cores without int8 ones, so quantized weights at a batch of 64 or
-    more go through cuBLAS (mmq.cu ggml_cuda_should_use_mmq)."""
+    """A Volta card: no int8 tensor cores, so quantized weights at a batch of 64 or more take cuBLAS (mmq.cu)."""
     return card is not None and any(v in card.lower() for v in ("v100", "titan v", "volta"))
 
 

@@ -20,8 +20,7 @@ from moeconf.model.required import ik_load_refusals
 
 @dataclass(frozen=True)
 class ArchMemory:
-    """An architecture whose memory is modelled: the keys (beyond `NO_MEMORY_EFFECT`) it reads,
-    the engines it is modelled for, and what it was checked against."""
+    """A modelled architecture: the keys it reads beyond `NO_MEMORY_EFFECT`, its engines, what it was checked on."""
 
     keys: frozenset[str]
     engines: frozenset[str]
