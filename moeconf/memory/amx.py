@@ -1,8 +1,5 @@
-"""Host weights on a CPU with AMX (issue 17): which weights llama.cpp's CPU backend, built with AMX,
-puts in its `AMX` buffer (tried first for weights kept in host memory), and their packed size
-(ggml-cpu/amx/amx.cpp `supports_op`, ggml-cpu/amx/mmq.cpp `ggml_backend_amx_get_alloc_size`).
-The engine facts and the measurements: docs/memory-architectures.md, "Host weights on a CPU with
-AMX". ik_llama.cpp has no AMX buffer type."""
+"""Host weights on a CPU with AMX (issue 17): which weights llama.cpp's CPU backend, built with AMX, puts in its
+`AMX` buffer, and their packed size (docs/memory-architectures.md, "Host weights on a CPU with AMX")."""
 
 from __future__ import annotations
 
@@ -17,15 +14,13 @@ AMX_TYPES: dict[str, tuple[int, int]] = {
     "IQ4_XS": (256, 2), "F16": (16, 0),
 }
 HOST_CPUS = ("amx", "plain")
-_NOT_MUL_MAT = ("token_embd",)  # GET_ROWS
 
 
 def amx_bytes(t: Tensor) -> int | None:
     """The tensor's size in the AMX buffer, or None when the loader does not put it there."""
     spec = AMX_TYPES.get(t.type)
-    if spec is None or not t.name.endswith(".weight") or len(t.shape) < 2:
-        return None
-    if t.base in _NOT_MUL_MAT or t.base.endswith("_exps") or t.role == "experts":
+    if (spec is None or not t.name.endswith(".weight") or len(t.shape) < 2
+            or t.base == "token_embd" or t.base.endswith("_exps") or t.role == "experts"):  # token_embd: GET_ROWS
         return None
     align, extra = spec
     ne0, ne1 = t.shape[0], t.shape[1]

@@ -1,10 +1,8 @@
-"""Setting families whose compute buffers moeconf does not model (issue 17): on these the estimate is
-incomplete with a note naming the family, so `explain` prints "?" and `fit` and the fill rules refuse,
-rather than print a number the engine's projection contradicts. Each family was found on held-out
-command lines and measured with `llama-fit-params -fitp on`: docs/memory-architectures.md, "Families
-refused", has the figures. Speculative decoding, files loaded beside the model (a projector, LoRA adapters,
-control vectors) and an `--override-kv` of a key that sizes anything (read from the command line by
-engines/speculative.py, extrafiles.py and kvoverride.py) are refused on every device and engine."""
+"""Setting families whose compute buffers moeconf does not model (issue 17): the estimate is incomplete with a note
+naming the family (docs/memory-architectures.md, "Families refused": found on held-out command lines, measured with
+`llama-fit-params -fitp on`). Speculative decoding, files loaded beside the model and an `--override-kv` of a key that
+sizes anything (read from the command line by engines/speculative.py, extrafiles.py, kvoverride.py) are refused
+everywhere."""
 
 from __future__ import annotations
 
@@ -31,11 +29,9 @@ _GRAPH_SCALARS = frozenset(k for k in SCALARS_ONLY
 
 def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str],
                         by_graph: bool = False) -> list[str]:
-    """Why the compute buffers of these settings on this placement are not modelled (empty: they are).
-    `by_graph`: the engine's graph gives every compute buffer where the routed experts and the output on
-    the CPU over several GPUs were checked (estimate.output_family_checked; see the module's notes)."""
-    # on any device: speculative decoding (h20spec), files loaded beside the model (a projector, LoRA adapters,
-    # control vectors), --override-kv of a key that sizes anything
+    """Why these settings' compute buffers on this placement are not modelled (empty: they are). `by_graph`: the
+    graph gives every buffer where CPU experts and output over several GPUs were checked (output_family_checked)."""
+    # on any device: speculative decoding, files loaded beside the model, --override-kv of a key that sizes anything
     why: list[str] = unmodelled_speculation(settings.speculation, placement.inventory)
     why.extend(unmodelled_extra_files(settings.extra_files))
     why.extend(unmodelled_overrides(settings.kv_overrides, placement.inventory.arch, placement.engine.name))

@@ -1,8 +1,6 @@
-"""Attention and activation geometry of a model, as the engines derive it from the metadata:
-per layer K and V row widths, sliding-window (or chunked) layers, MLA, and the FFN sizes the
-compute buffers scale with. What the engine decides by the architecture's name (its sliding-window
-defaults, whether its nextn blocks keep a KV cache) is its composition module's `TRAITS`
-(memory/graph/archs, `traits`)."""
+"""Attention and activation geometry of a model, as the engines derive it from the metadata: per layer K and V
+row widths, sliding-window (or chunked) layers, MLA and the experts; what the engine decides by the architecture's
+name is its composition module's `TRAITS` (memory/graph/archs, `traits`)."""
 
 from __future__ import annotations
 
@@ -60,11 +58,9 @@ class GeometryUnknown(Exception):
 
 
 def per_layer(v: int | tuple[int, ...] | None, il: int, default: int) -> int:
-    if v is None:
-        return default
     if isinstance(v, tuple):
         return v[il] if il < len(v) else default
-    return v
+    return default if v is None else v
 
 
 @per_inventory  # a fit estimates hundreds of placements of one model; Geometry is immutable
@@ -79,7 +75,6 @@ def geometry(inv: Inventory) -> Geometry:
     n_head = md.head_count
     head_k = md.key_length or n_embd // n_head
     head_v = md.value_length or n_embd // n_head
-    mla = bool(md.key_length_mla and md.value_length_mla)
     swa_type: SwaType = "none"
     n_swa = 0
     pattern: int | tuple[int, ...] = 0
@@ -92,9 +87,8 @@ def geometry(inv: Inventory) -> Geometry:
             pattern = md.sliding_window_pattern if md.sliding_window_pattern is not None else arch.swa.pattern
     nextn = set(inv.layers_of_kind("nextn"))
     recurrent = recurrent_layers(inv)
-    # per-layer head counts (an attention.head_count array, Step-3.5) and the sliding-window layers' own
-    # head widths (attention.key_length_swa / value_length_swa: llama-model.cpp reads them for every
-    # architecture, the full layers' widths where absent; dots3note's windowed latent rows)
+    # per-layer head counts (Step-3.5) and the sliding-window layers' own head widths (llama-model.cpp reads
+    # them for every architecture, the full layers' widths where absent; dots3note's windowed latent rows)
     heads = md.hparam("attention.head_count")
     head_k_swa = int_key(inv, "attention.key_length_swa") or head_k
     head_v_swa = int_key(inv, "attention.value_length_swa") or head_v
@@ -115,12 +109,11 @@ def geometry(inv: Inventory) -> Geometry:
                                      head_k_swa if swa else head_k, head_v_swa if swa else head_v, swa,
                                      recurrent=il in recurrent))
     bases = {t.base for t in inv.tensors}
-    mla_arch = "attn_kv_a_mqa" in bases
     n_expert = max((t.shape[2] for t in inv.tensors if t.base == "ffn_up_exps" and len(t.shape) > 2), default=0)
     return Geometry(
         n_embd=n_embd, n_head=n_head, layers=tuple(layers), swa_type=swa_type, n_swa=n_swa,
-        mla=mla, mla_arch=mla_arch, kv_lora_rank=md.kv_lora_rank or 0,
-        head_k_mla=md.key_length_mla or head_k, head_v_mla=md.value_length_mla or head_v,
-        n_rot=md.rope_dimension_count or head_k, has_kv_b="attn_kv_b" in bases,
-        n_expert=n_expert, n_expert_used=md.expert_used_count or 0, nextn_kv=tuple(nextn_kv),
-    )
+        mla=bool(md.key_length_mla and md.value_length_mla), mla_arch="attn_kv_a_mqa" in bases,
+        kv_lora_rank=md.kv_lora_rank or 0, head_k_mla=md.key_length_mla or head_k,
+        head_v_mla=md.value_length_mla or head_v, n_rot=md.rope_dimension_count or head_k,
+        has_kv_b="attn_kv_b" in bases, n_expert=n_expert, n_expert_used=md.expert_used_count or 0,
+        nextn_kv=tuple(nextn_kv))

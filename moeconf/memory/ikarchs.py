@@ -1,8 +1,7 @@
-"""ik_llama.cpp 0.1.5 per architecture (issue 17): whose weights, KV cache and compute moeconf
-models there, and why and what next where it does not. Compute is llama.cpp's graph of the same
-placement plus a margin measured on ik (`COMPUTE_MARGINS`), or ik's MLA attention (memory/ikmla.py).
-The engine facts and the measurements behind each table: docs/memory.md ("ik_llama.cpp") and
-docs/memory-architectures.md ("What ik 0.1.5 allocates")."""
+"""ik_llama.cpp 0.1.5 per architecture (issue 17): whose weights, KV cache and compute moeconf models there (compute:
+llama.cpp's graph plus a margin measured on ik, or ik's MLA attention, memory/ikmla.py), and why and what next where it
+does not. The facts and measurements: docs/memory.md, "ik_llama.cpp"; docs/memory-architectures.md, "ik_llama.cpp on
+the newer architectures"."""
 
 from __future__ import annotations
 
@@ -17,28 +16,20 @@ from moeconf.model.inventory import Inventory
 
 ENGINE: Final = "ik_llama.cpp"
 
-# the architectures whose memory on ik is modelled in full as on llama.cpp (weights, KV cache and compute,
-# reading the keys their compositions read: support.MODELLED; compute with the margins below); their weights and
-# KV checked against ik 0.1.5's logged model and KV buffers (docs/memory.md, ik_llama.cpp)
+# the architectures whose memory on ik is modelled in full as on llama.cpp (compute with the margins below)
 MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"})
 
 
-# the architectures whose weights and KV cache on ik are modelled here (compute: llama.cpp's graph plus the
-# margin measured on ik, `COMPUTE_MARGINS`, or ik's MLA model, `MLA_MODELLED`; refused where neither is), each reading
-# the `{arch}.*` keys (beyond support.NO_MEMORY_EFFECT) its llama.cpp memory model reads (support.MODELLED), except
-# where ik's loader reads others (`_IK_KEYS`)
+# the architectures whose weights and KV cache on ik are modelled here, each reading the keys its llama.cpp memory
+# model reads (support.MODELLED) or where ik's loader reads others `_IK_KEYS` (compute: see the tables below)
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
                             "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2", "step35"})
-_IK_KEYS: Final[dict[str, frozenset[str]]] = {
-    "qwen35moe": _recurrent.KEYS,
-    "qwen3next": _recurrent.KEYS,
-    "glm-dsa": MLA_KEYS | DSA_KEYS,
-}
+_IK_KEYS: Final[dict[str, frozenset[str]]] = {"qwen35moe": _recurrent.KEYS, "qwen3next": _recurrent.KEYS,
+                                              "glm-dsa": MLA_KEYS | DSA_KEYS}
 
 
-# MoE architectures in ik 0.1.5's tables whose published or converted MoE files it does not run (a real load of a
-# cut layout, tests/engine/test_ik_newer.py): memory stays refused on ik, saying why, and the next step is llama.cpp
+# MoE architectures in ik 0.1.5's tables whose MoE files it does not load (tests/engine/test_ik_newer.py): why
 IK_FAILS: Final[dict[str, str]] = {
     "dbrx": ("ik 0.1.5 sizes dbrx's experts as feed_forward_length / expert_used_count (src/llama-load-tensors.cpp, "
              "create_std_ffn_exps), a quarter of the width DBRX files hold: the load fails (check_tensor_dims: "
@@ -55,21 +46,16 @@ IK_FAILS: Final[dict[str, str]] = {
 
 def why_not(arch: str, engine: str) -> str:
     """Why moeconf does not size `arch` on `engine` where ik cannot run it (empty otherwise)."""
-    reason = IK_FAILS.get(arch) if engine == ENGINE else None
-    return f": {reason}" if reason else ""
+    return f": {IK_FAILS[arch]}" if engine == ENGINE and arch in IK_FAILS else ""
 
 
 def kv_only(arch: str, engine: str) -> bool:
-    """Whether this architecture's weights and KV on `engine` are modelled by this module (the
-    newer architectures on ik_llama.cpp); its compute comes from llama.cpp's graph (`compute_label`)."""
+    """Whether this architecture's weights and KV on `engine` are modelled by this module (the newer ones on ik)."""
     return engine == ENGINE and arch in KV_ONLY
 
 
-# --- ik's compute against llama.cpp's graph, measured by tests/engine/test_ik_compute.py (tests/data/
-# ik_compute_figures.json, held by tests/test_memory_ik_compute.py): architecture -> (margin MiB: the largest amount
-# by which a compute buffer ik logged exceeded moeconf's figure without the margin, rounded up; device figures
-# measured), at -ub up to ikmla.MARGIN_UBATCH, in proportion above (the differences measured grow with the ubatch).
-# An architecture not listed: compute refused (`compute_not_measured`)
+# --- ik's compute against llama.cpp's graph (docs/memory.md, "ik_llama.cpp"): architecture -> (margin MiB at -ub up
+# to ikmla.MARGIN_UBATCH, device figures measured); an architecture not listed: compute refused
 COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
@@ -77,8 +63,7 @@ COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "arctic": (46, 11), "granitemoe": (0, 11), "mistral3": (40, 11), "qwen2moe": (0, 11), "mimo2": (32, 11),
     "step35": (0, 11),  # measured with SwiGLU limits on three blocks, not the model's own (docs/memory.md)
 }
-# architectures whose ik compute buffers, measured over RPC like the others', exceeded llama.cpp's graph by far more
-# than a margin (over 64 MiB): compute refused, saying how ik's graph differs. Weights and KV are modelled
+# architectures whose ik compute exceeded llama.cpp's graph by more than a margin may (64 MiB): compute refused, why
 COMPUTE_DIFFERS: Final[dict[str, str]] = {
     "gemma4": ("in its global-attention layers (K shared as V, no attn_v) ik's build_gemma4 builds attention through "
                "llm_build_kv, whose buffer held the f32 KQ matrix (n_head x n_kv x n_ubatch x 4 bytes): 1,029.5 MiB "
@@ -89,44 +74,34 @@ COMPUTE_DIFFERS: Final[dict[str, str]] = {
                  "its 37 MiB margin at -ub 2048: 1,392 against 1,536 logged at -c 32768 (-144), 1,248 against 1,056 "
                  "at -c 4096 (+192); tests/data/ik_mla_mistral4.json"),
 }
-# architectures whose ik compute was also read on a real GPU (tests/data/ik_cuda_h200.json, checked
-# by tests/test_ik_cuda_measured.py): the lines, and what the CUDA build logged against this estimate
+# architectures whose ik compute was also read on a GPU (tests/data/ik_cuda_h200.json): the lines and figures
 GPU_CHECKED: Final[dict[str, str]] = {
     "qwen3moe": "1 line on an H200 (-ot exps=CPU -c 32768: CUDA0 305 MiB logged, this estimate 317)",
 }
-# ik's graph keeps a second f32 copy of the KQ matrix where flash attention is off: ik's compute buffer was
-# llama.cpp's graph plus one n_head x n_kv x n_ubatch f32 tensor. Architecture -> what it was measured on (there only)
-FA_OFF_MEASURED: Final[dict[str, str]] = {
-    "grok": "Grok-1, whose flash attention ik forces off: -c 8192 to 32768, -ub 512 and 2048",
-}
-# architectures whose ik graph is build_deepseek2 (src/llama-build-context.cpp), measured: their compute is
-# modelled from ik's MLA attention (memory/ikmla.py `attention_peak`, its margin measured over RPC on the
-# cut layout named here, tests/data/ik_mla_figures.json), not from llama.cpp's graph
+# where ik's second f32 KQ matrix with flash attention off was measured (docs/memory.md, "ik_llama.cpp"): on what
+FA_OFF_MEASURED: Final[dict[str, str]] = {"grok": "Grok-1, whose flash attention ik forces off: -c 8192 to 32768, "
+                                                  "-ub 512 and 2048"}
+# architectures whose compute on ik is its MLA attention's (memory/ikmla.py), and the cut layout it was measured on
 MLA_MODELLED: Final[dict[str, str]] = {"deepseek2": "DeepSeek-V3", "glm-dsa": "GLM-5"}
-# the other architectures ik 0.1.5 builds with build_deepseek2 (src/llama-build-context.cpp), and what was measured:
-# their compute refused (COMPUTE_DIFFERS), the next step the MLA one (`compute_next_step`: -amb caps that buffer)
-IK_MLA_GRAPH: Final[dict[str, str]] = {
-    "mistral4": "Mistral-Small-4: ik's MLA attention model missed its buffers beyond the margin (COMPUTE_DIFFERS)",
-}
+# the other architectures ik 0.1.5 builds with build_deepseek2, and what was measured (compute refused)
+IK_MLA_GRAPH: Final[dict[str, str]] = {"mistral4": "Mistral-Small-4: ik's MLA attention model missed its buffers "
+                                                   "beyond the margin (COMPUTE_DIFFERS)"}
 
 
-# an MLA_MODELLED architecture's compute on a device running no attention layer (the host with every layer
-# on the GPUs): llama.cpp's graph, at or above ik's logged buffer on every measured line
+# an MLA_MODELLED architecture's compute on a device running no attention layer: llama.cpp's graph
 MLA_HOST_LABEL: Final = ("compute: estimated (llama.cpp's graph of the same placement: ik_llama.cpp's buffer was at "
                          "or below it on every line measured over RPC; not measured on a GPU)")
 
 
 def mla_compute_label(n_tokens: int) -> str:
-    """What an ik_llama.cpp compute figure of an MLA_MODELLED architecture is on a device running
-    attention layers."""
+    """What an ik_llama.cpp compute figure of an MLA_MODELLED architecture is on a device running attention."""
     return (f"compute: estimated (ik_llama.cpp's MLA attention modelled from its graph, build_deepseek2; margin "
             f"{ikmla.margin_mib(n_tokens)} MiB, the largest error over {ikmla.MEASURED_BUFFERS} compute buffers "
             f"measured over RPC on cut {' and '.join(MLA_MODELLED.values())} layouts; not measured on a GPU)")
 
 
 def compute_label(arch: str, n_ubatch: int = 512) -> str | None:
-    """What an ik_llama.cpp compute figure is: llama.cpp's graph plus the measured margin (None:
-    not measured for this architecture)."""
+    """What an ik_llama.cpp compute figure is: llama.cpp's graph plus the measured margin (None: not measured)."""
     if arch not in COMPUTE_MARGINS:
         return None
     gpu = f"checked on a GPU: {GPU_CHECKED[arch]}" if arch in GPU_CHECKED else "not measured on a GPU"
@@ -173,23 +148,17 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
             "weights as placed; memory for this model is modelled on neither engine")
 
 
-# ik 0.1.5's gated delta-net layer maps (src/llama-hparams.cpp, load_hparams): the attention interval it
-# takes whatever full_attention_interval says (None: it reads the key)
+# ik 0.1.5's gated delta-net layer maps: the attention interval it takes whatever the key says (None: it reads it)
 _IK_DELTA_NET: Final[dict[str, int | None]] = {"qwen3next": 4, "qwen35moe": None}
-# the KV_ONLY architectures whose ik 0.1.5 loader does not read nextn_predict_layers (src/llama-hparams.cpp,
-# load_hparams): a file's MTP blocks would be trunk layers there (their tensors loaded, a KV cache each, run in
-# the graph), which moeconf does not model: such a file is refused on ik. A block holding nextn.* tensors stops
-# ik's loader before (none of the three creates them: model/required.py ik_load_refusals, seen on MiMo-V2-Flash by
-# tests/engine/test_required_tensors.py). Architecture -> where ik reads its keys
+# the KV_ONLY architectures whose ik 0.1.5 loader does not read nextn_predict_layers (docs/memory.md, "ik_llama.cpp"):
+# such a file is refused on ik. Architecture -> where ik reads its keys
 IK_NEXTN_UNREAD: Final[dict[str, str]] = {
     "qwen35moe": "load_hparams, LLM_ARCH_QWEN35MOE",
     "mimo2": "load_hparams, LLM_ARCH_MIMO2",
     "step35": "load_hparams, LLM_ARCH_STEP35",
 }
-# keys ik 0.1.5's loader requires of a KV_ONLY architecture where llama.cpp's does not (src/llama-hparams.cpp,
-# load_hparams: get_key without `required = false`, or a GGML_ASSERT): a file without them fails to load on ik, so
-# moeconf refuses it there. Architecture -> the keys, each a group of alternatives (ik takes either); the published
-# conversions write the first of each (docs/memory.md, ik_llama.cpp)
+# keys ik 0.1.5's loader requires of a KV_ONLY architecture where llama.cpp's does not (docs/memory.md,
+# "ik_llama.cpp"): architecture -> the keys, each a group of alternatives (ik takes either)
 IK_REQUIRED_KEYS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
     "mistral4": (("leading_dense_block_count",), ("expert_weights_scale",)),
     "mimo2": (("rope.freq_base_swa",),),
@@ -199,14 +168,12 @@ IK_REQUIRED_KEYS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
 
 
 def unmodelled(inv: Inventory, no_memory_effect: Iterable[str], mainline: frozenset[str]) -> list[str]:
-    """Why this model's weights and KV on ik_llama.cpp are not modelled (empty: they are): a key
-    moeconf does not read for it on ik (those its llama.cpp model reads, `mainline`, unless ik reads
-    others), or a layer map or state ik reads differently from the file's keys (see the module's notes)."""
+    """Why this model's weights and KV on ik_llama.cpp are not modelled (empty: they are): a key moeconf does not
+    read for it on ik (`mainline`: its llama.cpp model's), or a layer map or state ik reads differently."""
     arch = inv.arch
     known = set(no_memory_effect) | _IK_KEYS.get(arch, mainline)
     keys = inv.metadata.arch_keys or ()
-    # a key whose value builds nothing (keys.neutral: Gemma 4's shared KV layers and per-layer inputs at 0) passes,
-    # as on llama.cpp (support.unread_keys)
+    # a key whose value builds nothing (keys.neutral) passes, as on llama.cpp (support.unread_keys)
     why = [f"memory is not modelled for {arch}.{k} on ik_llama.cpp (a key moeconf does not read for {arch})"
            for k in keys if k not in known and not neutral(k, inv)]
     for group in IK_REQUIRED_KEYS.get(arch, ()):

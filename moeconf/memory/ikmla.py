@@ -1,8 +1,7 @@
-"""ik_llama.cpp's `-mla` as it really runs (issue 17): the mode ik falls back to, the tensors it
-computes at load for it (`llm_prepare_mla`, src/llama.cpp, called from `llm_load_tensors`), and the
-peak of its MLA attention (`attention_peak`, src/llama-build-context.cpp `build_deepseek2`). Engine
-facts and measurements: docs/memory-architectures.md ("What ik 0.1.5 allocates", "ik_llama.cpp `-mla`
-on mainline DeepSeek GGUFs") and docs/memory.md ("ik's MLA attention")."""
+"""ik_llama.cpp's `-mla` as it really runs (issue 17): the mode ik falls back to, the tensors it computes at load
+for it (`llm_prepare_mla`) and the peak of its MLA attention (`build_deepseek2`). Engine facts and measurements:
+docs/memory-architectures.md ("ik_llama.cpp on the newer architectures", "ik_llama.cpp `-mla` on mainline DeepSeek
+GGUFs") and docs/memory.md ("ik's MLA attention")."""
 
 from __future__ import annotations
 
@@ -17,16 +16,13 @@ from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
 from moeconf.units import MIB as MiB
 
-_QUANT_FREE = ("F32", "F16", "BF16")
-
 
 def effective_mla(inv: Inventory, geo: Geometry, settings: MemorySettings) -> int:
     """The `-mla` ik runs with on this file (0: standard attention)."""
     mla = settings.mla if settings.mla is not None else 3
     if not mla or geo.has_kv_b:
         return mla
-    bases = {t.base for t in inv.tensors}
-    computes_kv_b = mla > 1 and "attn_k_b" in bases and "attn_v_b" in bases
+    computes_kv_b = mla > 1 and {"attn_k_b", "attn_v_b"} <= {t.base for t in inv.tensors}
     return mla if computes_kv_b else 1
 
 
@@ -35,23 +31,18 @@ def _bytes(type_name: str, shape: tuple[int, ...]) -> int:
 
 
 def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str, int]:
-    """Bytes per device of the tensors ik computes at load, each a buffer of its own on the buffer type
-    of the tensor it comes from: from `attn_kv_b` alone (ik-style conversions) `wk_b` and `wv_b` for any
-    `-mla` > 0; from `attn_k_b` + `attn_v_b` (mainline) `wkv_b` for any `-mla` but 1 (0 included:
-    `llm_prepare_mla` returns early only for 1)."""
+    """Bytes per device of the tensors ik computes at load, each on the buffer type of its source (docs/memory-
+    architectures.md, "ik_llama.cpp `-mla` on mainline DeepSeek GGUFs"; `llm_prepare_mla` returns early only for 1)."""
     if not geo.mla_arch:
         return {}
     out: dict[str, int] = defaultdict(int)
     n_head, r = geo.n_head, geo.kv_lora_rank
-    nope = geo.head_k_mla - geo.n_rot
-    v = geo.head_v_mla
+    nope, v = geo.head_k_mla - geo.n_rot, geo.head_v_mla
     by = placement.inventory.by_name
     for il in range(placement.inventory.block_count):
-        kv_b = by.get(f"blk.{il}.attn_kv_b.weight")
-        k_b = by.get(f"blk.{il}.attn_k_b.weight")
-        v_b = by.get(f"blk.{il}.attn_v_b.weight")
+        kv_b, k_b, v_b = (by.get(f"blk.{il}.attn_{name}.weight") for name in ("kv_b", "k_b", "v_b"))
         if kv_b is not None and k_b is None and mla > 0:
-            k_type = kv_b.type if kv_b.type in _QUANT_FREE else "Q8_0"
+            k_type = kv_b.type if kv_b.type in ("F32", "F16", "BF16") else "Q8_0"
             src, size = kv_b, _bytes(k_type, (nope, r, n_head)) + _bytes(kv_b.type, (r, v, n_head))
         elif kv_b is None and k_b is not None and v_b is not None and mla != 1:
             t = k_b.type if k_b.type == v_b.type and k_b.type in ("F16", "BF16") else "Q8_0"
@@ -64,10 +55,8 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
     return dict(out)
 
 
-# --- compute: ik's MLA attention (deepseek2, glm-dsa), held to ik's logged compute buffers on cut layouts over RPC
-# by tests/test_memory_ik_mla.py (tests/data/ik_mla_figures.json; docs/memory.md, "ik's MLA attention") ---
-# the largest amount by which a compute buffer ik logged exceeded `attention_peak` (or llama.cpp's graph where that
-# is larger), MiB, rounded up, at -ub up to MARGIN_UBATCH (in proportion above: the difference is a per-token term)
+# --- compute: ik's MLA attention (deepseek2, glm-dsa; docs/memory.md, "ik's MLA attention") ---
+# the largest amount by which a compute buffer ik logged exceeded moeconf's figure, MiB, at -ub up to MARGIN_UBATCH
 MARGIN_MIB: Final = 37
 MARGIN_UBATCH: Final = 2048
 # ik PR #2312 (2026-08-13): -amb defaults to 256 (was 0)
@@ -77,9 +66,8 @@ PP_MIN_TOKENS: Final = 128  # `pp_opt`: ik's prompt-processing form of the atten
 
 
 def heads_per_chunk_pp(n_head: int, kv_f32_mib: int, amb: int) -> int:
-    """-mla 2/3 with flash attention: the heads whose decompressed K and V ik builds at once. With
-    -amb (MiB) below the f32 K|V of all heads, the first divisor `niter` of n_head (from 2) that
-    brings it within -amb splits the heads into `niter` chunks; none found: one head at a time."""
+    """-mla 2/3 with flash attention: the heads whose decompressed K and V ik builds at once (-amb in MiB;
+    no divisor of n_head brings a chunk within it: one head at a time)."""
     if amb <= 0 or kv_f32_mib <= amb:
         return n_head
     for niter in range(2, n_head):
@@ -98,8 +86,7 @@ def heads_per_step_kq(n_head: int, kq_mib: int, amb: int) -> int:
 
 
 def attention_form(mla: int, fa: bool, n_tokens: int) -> str | None:
-    """Which of build_deepseek2's attention forms ik reserves its graph with (None: -mla 0, the
-    standard attention over decompressed heads, not modelled here)."""
+    """Which of build_deepseek2's attention forms ik reserves its graph with (None: -mla 0, not modelled here)."""
     if mla == 0:
         return None
     if fa and mla > 1 and n_tokens >= PP_MIN_TOKENS:
@@ -110,10 +97,9 @@ def attention_form(mla: int, fa: bool, n_tokens: int) -> str | None:
 
 
 def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, amb: int) -> int | None:
-    """Bytes of ik's compute buffer at its MLA attention's peak on a device running attention
-    layers (None: a form not modelled). n_kv: the cache's cells (the reserved graph attends them
-    all), n_tokens: the ubatch. The terms of each form (H heads, r = kv_lora_rank, p = n_rot, n =
-    nope width, v = value width, E = n_embd, T = n_tokens): docs/memory.md, "ik's MLA attention"."""
+    """Bytes of ik's compute buffer at its MLA attention's peak on a device running attention layers (None: a
+    form not modelled), over n_kv cells (the reserved graph attends them all) at a ubatch of n_tokens. The terms of
+    each form: docs/memory.md, "ik's MLA attention"."""
     form = attention_form(mla, fa, n_tokens)
     if form is None:
         return None
@@ -125,15 +111,11 @@ def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, 
     absorbed_tokens = 4 * (E + H * (n + p) + H * p + H * r + H * (r + p)) * T
     if form == "pp":
         hc = heads_per_chunk_pp(H, H * (n + v) * n_kv * 4 // MiB, amb)
-        # in chunks, the roped K part repeated to a chunk's heads is built once and kept through every
-        # chunk, beside the attention output concatenated so far (at most all heads)
+        # in chunks, the roped K repeated to a chunk's heads, beside the output concatenated so far
         chunked = n_kv * hc * p * 2 + 4 * H * v * T if hc < H else 0
-        # the f32 product wkv_b x latent of a chunk's heads and its f16 casts to K-nope and V, live together;
-        # per token the layer input, Q, its roped part and the concatenated Q
         return mask + n_kv * hc * (n + v) * 6 + 4 * (E + 2 * H * (n + p) + H * p) * T + chunked
     if form == "kq":
-        # the f32 KQ of a step of heads (ggml-alloc runs its SOFT_MAX in place), with -mla 2/3
-        # the f16 transposed latent
+        # the f32 KQ of a step of heads (its SOFT_MAX in place), with -mla 2/3 the f16 transposed latent
         hs = heads_per_step_kq(H, n_kv * T * H * 4 // MiB, amb)
         stepped = 4 * H * r * T if hs < H else 0  # in steps, the latent output concatenated so far
         return mask + 4 * n_kv * T * hs + (n_kv * r * 2 if mla > 1 else 0) + absorbed_tokens + stepped
@@ -146,8 +128,7 @@ def margin_mib(n_tokens: int, mib: int = MARGIN_MIB) -> int:
 
 
 def default_amb(settings: MemorySettings, engine: Engine) -> int:
-    """The -amb ik runs with: as given, else its version's default (0 in 0.1.5; 256 since ik PR
-    #2312, `IK_PR_AMB_256`)."""
+    """The -amb ik runs with: as given, else its version's default (0 in 0.1.5; 256 since ik PR #2312)."""
     if settings.amb is not None:
         return settings.amb
     return 256 if (engine.date or "") >= IK_PR_AMB_256 else 0

@@ -1,11 +1,6 @@
-"""The DSA lightning indexer's K cache beside the MLA latent cache (DeepSeek-V3.2 `deepseek32`, GLM-5 `glm-dsa`; issue
-17): its rules and measured figures are in docs/memory-architectures.md ("DeepSeek-V3.2, GLM-5, MiniMax-M2, Grok").
-Sources (llama.cpp 0.3.36): `src/llama-kv-cache-dsa.cpp` (llama_kv_cache_dsa: a second llama_kv_cache over the MLA
-cache's cells and streams, one K head per layer in the K cache type, no V: the latent's V is a view of K, and so is
-the indexer's); its layers in `src/llama-model.cpp` create_memory (`hparams.is_indexer_full`;
-`attention.indexer.types` and GLM-5.2's built-in table in src/models/glm-dsa.cpp load_arch_hparams:
-`full_indexers`). Which rule an architecture follows is its composition module's `Traits.indexer`
-(memory/graph/archs/common.py `Indexer`)."""
+"""The DSA lightning indexer's K cache beside the MLA latent cache (DeepSeek-V3.2 `deepseek32`, GLM-5 `glm-dsa`;
+issue 17), by the rule of the architecture's `Traits.indexer`. The rules and figures: docs/memory-architectures.md
+("DeepSeek-V3.2, GLM-5, MiniMax-M2, Grok"), the engine's sources its "Indexer and compressed caches in the engine"."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ def indexer_width(inv: Inventory) -> int:
     if not kind:
         return 0
     width = int_key(inv, "attention.indexer.key_length") or 0
-    # glm5-next: the row caches key | gate | pooled key (src/llama-memory-hybrid-idx.cpp, the constructor:
-    # n_embd_head_k_full = key_length * 3 when attention.indexer.kpool > 0)
+    # glm5-next: the row caches key | gate | pooled key when attention.indexer.kpool > 0
     return 3 * width if kind == "kpool" and (int_key(inv, "attention.indexer.kpool") or 0) > 0 else width
 
 
@@ -38,10 +32,8 @@ def indexer_unmodelled(inv: Inventory) -> list[str]:
     if not kind:
         return []
     why = []
-    keys = set(inv.metadata.arch_keys or ())
     # glm5-next: every DSA layer keeps an indexer row unless attention.indexer.types marks some shared
-    # (src/models/glm5-next.cpp load_arch_hparams; create_memory's filter_idx)
-    if kind == "kpool" and "attention.indexer.types" in keys:
+    if kind == "kpool" and "attention.indexer.types" in (inv.metadata.arch_keys or ()):
         why.append("glm5-next's per-layer indexer table (attention.indexer.types) is not modelled: which layers keep "
                    "an indexer K cache and run the indexer is unknown")
     if not indexer_width(inv):
@@ -56,24 +48,20 @@ def indexer_table_unmodelled(inv: Inventory) -> list[str]:
     kind = traits(inv.arch).indexer
     if kind in ("all", "full") and not isinstance(inv.metadata.hparam("attention.indexer.top_k"), int):
         why.append(f"{inv.arch}.attention.indexer.top_k is missing: the engine refuses the file")
-    keys = set(inv.metadata.arch_keys or ())
-    if kind == "full" and "attention.indexer.types" not in keys \
-            and (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT:
+    typed = "attention.indexer.types" in (inv.metadata.arch_keys or ())
+    if kind == "full" and not typed and (inv.metadata.context_length or 0) >= _GLM_52_CONTEXT:
         why.append("memory is not modelled for glm-dsa's built-in per-layer indexer table (GLM-5.2's, which the "
                    "engine takes at a training context of 1M or more when the file has no attention.indexer.types): "
                    "write the table into the file (the converter does, from config.json indexer_types)")
-    elif kind == "full" and "attention.indexer.types" in keys and full_indexers(inv) is None:
+    elif kind == "full" and typed and full_indexers(inv) is None:
         why.append("memory is not modelled for a glm-dsa.attention.indexer.types that is neither one value nor one "
                    "per trunk layer with the first layer full: the engine refuses the file")
     return why
 
 
 def full_indexers(inv: Inventory) -> tuple[bool, ...] | None:
-    """glm-dsa with `attention.indexer.types`: per trunk layer, whether it runs its own ("full")
-    indexer and keeps an indexer K cache; the others ("shared") reuse the top-k of the last full
-    layer before them (src/models/glm-dsa.cpp, graph::graph; create_memory's filter_lid). None
-    without the key, or when the engine would refuse it (the length is not the trunk's layer count:
-    get_key_or_arr; the first layer shared: the graph asserts)."""
+    """Per trunk layer, whether it runs its own ("full") indexer and keeps an indexer K cache (glm-dsa with
+    `attention.indexer.types`, or a "typed" indexer); None without the key, or where the engine refuses it."""
     v = inv.metadata.hparam("attention.indexer.types")
     n = inv.block_count - (int_key(inv, "nextn_predict_layers") or 0)
     kind = traits(inv.arch).indexer

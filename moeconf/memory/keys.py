@@ -9,11 +9,8 @@ from typing import Final
 from moeconf.engines import archkeys
 from moeconf.model.inventory import Inventory
 
-# `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine: rope
-# frequencies and scaling, norm epsilons, routing weights and functions, logit and activation
-# scales (pinned llama.cpp src/llama-arch.cpp LLM_KV_* names; their uses in src/llama-model.cpp
-# are all scalar hyperparameters of the graph). Softcapping is NOT here: Grok's forces flash
-# attention off (llama-context.cpp), which changes compute.
+# `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine (docs/memory-architectures.md,
+# "Keys each architecture's loader reads", as for the other sets here; softcapping and SwiGLU limits are not)
 SCALARS_ONLY: Final[frozenset[str]] = frozenset({
     "rope.freq_base", "rope.freq_base_swa", "rope.scale_linear", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.alpha", "rope.scaling.attn_factor", "rope.scaling.original_context_length",
@@ -24,14 +21,7 @@ SCALARS_ONLY: Final[frozenset[str]] = frozenset({
     "attention.scale", "attention.output_scale", "attention.value_scale", "attention.temperature_length",
     "attention.temperature_scale", "attention.clamp_kqv", "logit_scale", "embedding_scale", "residual_scale",
 })
-# Not scalars: swiglu_clamp_exp / swiglu_clamp_shexp. A limit above 0 makes build_moe_ffn and build_ffn
-# (src/llama-graph.cpp) clamp the up projection and the activated gate and multiply them, unless the
-# architecture is one the engine gives the fused clamped SwiGLU: the graph then differs (on Ling-3.0-Flash
-# the unfused form is 37 MiB under the plain SwiGLU's compute at -c 32768 -ngl 999, by the graph's
-# allocation). An architecture lists them where its memory was checked with them (support.MODELLED)
-
-# `{arch}.*` keys the memory model handles for every architecture: the scalars above, and the
-# sizes it reads (from the key, or from the tensors' shapes, which the loader checks against it)
+# `{arch}.*` keys the memory model handles for every architecture: the scalars above, and the sizes it reads
 NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
     # sizes the model reads from the tensors' shapes instead
     "feed_forward_length", "expert_feed_forward_length", "expert_shared_feed_forward_length",
@@ -43,18 +33,14 @@ NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
 # what the architectures with MLA attention read beyond them (support.MODELLED, ikarchs.KV_ONLY)
 MLA_KEYS: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
                              "attention.q_lora_rank"})
-# group-limited routing (n_group / topk_group, written for DeepSeek-V3, Kimi-K2.5, GLM-4.x): llama.cpp builds the
-# group selection only when expert_group_count > 1 (src/llama-graph.cpp build_moe_ffn), a few small ops on the
-# router's probabilities. Checked: DeepSeek-V3 with 8 groups (4 used), Kimi-K2.5 and GLM-4.5-Air with 1, weights
-# and KV exact, compute within 16 MiB (tests/test_memory_flagship.py)
+# group-limited routing: llama.cpp builds the group selection only when expert_group_count > 1
 GROUPS: Final = frozenset({"expert_group_count", "expert_group_used_count"})
 # Grok's softcapping: it changes compute only, and forces flash attention off (support.MODELLED)
 SOFTCAPPING: Final = frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"})
 
 
 def read_by_loader(arch: str, engine: str) -> frozenset[str] | None:
-    """The `{arch}.*` keys the pinned engine's loader reads for `arch` (None: no table for that
-    architecture, so every key counts as read)."""
+    """The `{arch}.*` keys the pinned engine's loader reads for `arch` (None: no table, so every key counts as read)."""
     return (archkeys.MAINLINE if engine == "llama.cpp" else archkeys.IK).get(arch)
 
 
@@ -65,17 +51,11 @@ def int_key(inv: Inventory, key: str) -> int | None:
 
 
 def neutral(key: str, inv: Inventory) -> bool:
-    """Whether the file's value of `{arch}.key` is one with which the engine builds and allocates
-    nothing it would not build without the key (pinned llama.cpp): no expert groups
-    (src/llama-graph.cpp build_moe_ffn selects groups only when expert_group_count > 1; the group
-    quota is read only then), no MTP block, no shared KV layers or per-layer embeddings."""
-    if key == "expert_group_count":
-        return (int_key(inv, key) or 0) <= 1
-    if key == "expert_group_used_count":
+    """Whether the file's value of `{arch}.key` is one with which the engine (pinned llama.cpp) builds nothing it
+    would not build without the key: no expert groups (`GROUPS`), no MTP block, no shared KV layers or per-layer
+    embeddings."""
+    if key in GROUPS:
         return (int_key(inv, "expert_group_count") or 0) <= 1
-    if key == "nextn_predict_layers":
-        return int_key(inv, key) == 0
     # Gemma 4: no layer reusing an earlier layer's KV, no per-layer token embeddings (src/models/gemma4.cpp)
-    if key in ("attention.shared_kv_layers", "embedding_length_per_layer_input"):
-        return int_key(inv, key) == 0
-    return False
+    return (key in ("nextn_predict_layers", "attention.shared_kv_layers", "embedding_length_per_layer_input")
+            and int_key(inv, key) == 0)

@@ -1,9 +1,6 @@
-"""The KV cache per device as the engines allocate it (llama-kv-cache.cpp, and ik_llama.cpp's
-llama_kv_cache_init): per layer, K and V rows of the cache's types for its cells (a window's cells on
-a sliding-window layer), on the device of the layer (-nkvo: the host); mainline MLA keeps the latent
-as K and V as its view, ik's -mla 1/2/3 its own latent forms; recurrent layers keep their state per
-sequence; the DSA indexer and MiniMax-M3's indexer keys a cache beside it; DeepSeek-V4 its raw and
-compressed caches (memory/compressed.py)."""
+"""The KV cache per device as the engines allocate it (llama-kv-cache.cpp, and ik_llama.cpp's llama_kv_cache_init):
+K and V rows per layer on its device, MLA latents, recurrent states, indexer and compressed caches (docs/memory.md,
+"Memory per device"; docs/memory-architectures.md, "Indexer and compressed caches in the engine")."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ import moeconf.memory.recurrent as rec
 from moeconf.engines import HOST
 from moeconf.engines.settings import MemorySettings
 from moeconf.memory.cachetypes import cache_row_bytes
-from moeconf.memory.geometry import Geometry
+from moeconf.memory.geometry import Geometry, LayerAttention
 from moeconf.memory.ikmla import effective_mla
 from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.model import ggml
@@ -24,11 +21,9 @@ from moeconf.model.inventory import Inventory
 
 def context_cells(inv: Inventory, geo: Geometry, settings: MemorySettings, *, ik: bool = False,
                   fa: bool = True) -> tuple[int, int, int, int, int]:
-    """The context the engine allocates (src/llama-context.cpp, llama-kv-cache-iswa.cpp; ik's
-    llama_kv_cache_init): n_ctx (0: the training context) padded to 256 cells (ik without flash attention:
-    32); the cells per stream (a sequence's share without a unified cache; ik keeps one of n_ctx cells
-    whatever -np); a sliding-window layer's (the window of each sequence in the stream plus the ubatch,
-    padded; the whole context with --swa-full and on ik; 0: none); the streams; the worst-case ubatch."""
+    """The context the engine allocates (src/llama-context.cpp, llama-kv-cache-iswa.cpp; ik's llama_kv_cache_init;
+    docs/memory.md, "Memory per device"): n_ctx, the cells per stream, a sliding-window layer's (0: none), the
+    streams, the worst-case ubatch."""
     pad = 256 if (not ik or fa) else 32
     n_ctx = ggml.pad(settings.n_ctx or (inv.metadata.context_length or 4096), pad)
     n_seq = settings.n_parallel
@@ -44,43 +39,34 @@ def context_cells(inv: Inventory, geo: Geometry, settings: MemorySettings, *, ik
 
 def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Mapping[int, str], *, cells: int,
              swa_cells: int, n_stream: int, flash_attn: bool, ik: bool) -> dict[str, int]:
-    """Bytes of KV cache per device: `homes` is each layer's device (a nextn block's KV where the
-    loader keeps it), `cells` the cache's cells per stream (`swa_cells` a window's), `n_stream`
-    the streams (sequences without a unified cache)."""
+    """Bytes of KV cache per device: `homes` is each layer's device (a nextn block's KV where the loader keeps
+    it), `cells` the cache's cells per stream (`swa_cells` a window's), `n_stream` the streams."""
     n_seq = settings.n_parallel
     ctk, ctv = settings.cache_type_k, settings.cache_type_v
     kv: dict[str, int] = defaultdict(int)
-    # the DSA lightning indexer's K cache beside the MLA latent (memory/indexer.py)
+    # the DSA lightning indexer's K cache beside the MLA latent; MiniMax-M3's indexer key cache beside K/V
     idx_layers = set() if ik else set(indexer_row_layers(inv, [la.index for la in geo.layers]))
     idx_width = indexer_width(inv)
-    # an indexer key cache beside a K/V cache (not MLA): a second cache of one head on the layers with an
-    # indexer, K `attention.indexer.key_length` wide, V as the model's (src/llama-kv-cache-msa.cpp, MiniMax-M3)
     msa_width = inv.metadata.hparam("attention.indexer.key_length")
     msa_layers = set() if geo.mla_arch or not isinstance(msa_width, int) else {
         t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".indexer.k_proj.weight")}
     dsv4 = compressed.ratios(inv) is not None  # DeepSeek-V4's compressed caches
     mla = effective_mla(inv, geo, settings) if geo.mla_arch and ik else 0  # ik computes wkv_b for -mla 2/3
-    for la in (*geo.layers, *geo.nextn_kv):
-        dev = homes.get(la.index, HOST) if settings.offload_kqv else HOST
-        if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
-            kv[dev] += rec.state_bytes(inv, n_seq) + rec.ple_bytes(inv, la.index, n_seq)
-            continue
+
+    def layer_bytes(la: LayerAttention) -> int:
         n = (swa_cells if la.swa else cells) * n_stream
+        if la.recurrent:  # F32 conv + delta-net state per sequence, no KV
+            return rec.state_bytes(inv, n_seq) + rec.ple_bytes(inv, la.index, n_seq)
         if mla:
             ktype = ctk if (flash_attn or mla == 1) else ctv
-            size = cache_row_bytes(ktype, geo.kv_lora_rank + geo.n_rot) * n
-            if mla == 1 and not flash_attn:
-                size += cache_row_bytes(ctv, geo.kv_lora_rank * n)
-            kv[dev] += size
-            continue
+            v_latent = cache_row_bytes(ctv, geo.kv_lora_rank * n) if mla == 1 and not flash_attn else 0
+            return cache_row_bytes(ktype, geo.kv_lora_rank + geo.n_rot) * n + v_latent
         if geo.mla_arch and ik and geo.mla:  # -mla 0 on a mainline conversion: ik restores full heads (ikmla.py)
-            for ct, width in ((ctk, geo.head_k_mla), (ctv, geo.head_v_mla)):
-                kv[dev] += cache_row_bytes(ct, width, geo.n_head) * n
-            continue
+            return (cache_row_bytes(ctk, geo.head_k_mla, geo.n_head)
+                    + cache_row_bytes(ctv, geo.head_v_mla, geo.n_head)) * n
         size = cache_row_bytes(ctk, la.head_k, la.n_head_kv) * n
         if dsv4:  # DeepSeek-V4: raw rows K-only, compressed caches, states
-            kv[dev] += size + compressed.layer_bytes(inv, la.index, la.head_k, cells, n_seq, ctk)
-            continue
+            return size + compressed.layer_bytes(inv, la.index, la.head_k, cells, n_seq, ctk)
         if not geo.mla:  # mainline MLA: V is a view of the latent K cache
             transposed = not (flash_attn or ik)  # V stored transposed: the widest layer's row (geometry.v_row)
             size += (cache_row_bytes(ctv, geo.v_row(la, True)) if transposed
@@ -89,13 +75,15 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
             size += cache_row_bytes(ctk, idx_width) * n
         elif la.index in msa_layers and isinstance(msa_width, int):
             size += (cache_row_bytes(ctk, msa_width) + cache_row_bytes(ctv, la.head_v)) * n
-        kv[dev] += size
+        return size
+
+    for la in (*geo.layers, *geo.nextn_kv):
+        kv[homes.get(la.index, HOST) if settings.offload_kqv else HOST] += layer_bytes(la)
     if dsv4 and geo.layers:
-        # the DSV4 cache keeps every block's rows, the MTP blocks' too (create_memory passes it no filter),
-        # on the device of the blocks at the end (dev_layer; the loader skips the MTP weights)
+        # the MTP blocks' rows too, on the last block's device
         la0 = geo.layers[0]
+        dev = homes.get(geo.layers[-1].index, HOST) if settings.offload_kqv else HOST
         for il in inv.layers_of_kind("nextn"):
-            dev = homes.get(geo.layers[-1].index, HOST) if settings.offload_kqv else HOST
             kv[dev] += (cache_row_bytes(ctk, la0.head_k, la0.n_head_kv) * (swa_cells or cells) * n_stream
                         + compressed.layer_bytes(inv, il, la0.head_k, cells, n_seq, ctk))
     return dict(kv)

@@ -1,41 +1,12 @@
-"""Recurrent (linear-attention) layers of hybrid MoEs, as the pinned llama.cpp (0.3.36, vendored in
-llama-cpp-python) allocates them: which layers are recurrent, the per-sequence state they keep. The rules
-and figures are docs/memory-architectures.md's ("Hybrid recurrent MoEs" and the sections after it).
-
-Sources: the layer map in `load_arch_hparams` (src/models/qwen35moe.cpp, qwen3next.cpp); the KV cache only
-for the other trunk layers (src/llama-model.cpp `create_memory`: the hybrid memory's `filter_attn` /
-`filter_recr`); the state in `llama_memory_recurrent` (src/llama-memory-recurrent.cpp, constructor): per
-layer two tensors of `mem_size * (1 + n_rs_seq)` rows, `mem_size = max(1, n_seq_max)`, `n_embd_r` and
-`n_embd_s` wide (src/llama-hparams.cpp; `RecurrentShape`), GGML_TYPE_F32 in `create_memory`, on the layer's
-device (`dev_layer`) when the KV cache is offloaded. `n_rs_seq` is 0 unless speculative decoding asks for
-rollback snapshots (common/common.cpp): not modelled (the tools' defaults leave it 0). Compute: the fused
-gated delta-net op is always used (src/llama-context.cpp sets `fused_gdn_ar`/`fused_gdn_ch` and never
-resolves them), so a recurrent layer's activations are the input projections (qkv, gate z, beta, alpha),
-the conv input (state rows + tokens) and its output, the L2-normed q and k, and the op's result (per-token
-output + the new state) (src/models/qwen35moe.cpp `build_layer_attn_linear`, src/models/delta-net-base.cpp).
-"""
+"""Recurrent (linear-attention) layers of hybrid MoEs, as the pinned llama.cpp (0.3.36) allocates them: which
+layers are recurrent, the per-sequence state they keep. The rules, figures and engine sources (and the kinds of
+`Traits.recurrent` in memory/graph/archs): docs/memory-architectures.md, "Recurrent layers in the engine"."""
 
 from __future__ import annotations
 
 from moeconf.memory.keys import int_key
 from moeconf.memory.rshape import RecurrentShape
 from moeconf.model.inventory import Inventory
-
-# Which of these an architecture has is its composition module's `Traits.recurrent` (memory/graph/archs):
-# "delta_net": gated delta-net layers laid out as above (Qwen3-Next, Qwen3.5-MoE).
-# "mamba2": Mamba-2 layers (src/models/mamba-base.cpp `build_mamba2_layer`); the same conv state width and
-#   an SSM state of ssm.state_size x ssm.inner_size (src/llama-hparams.cpp `n_embd_r`, `n_embd_s`); a layer
-#   is recurrent iff its per-layer attention.head_count_kv and feed_forward_length are both 0
-#   (src/models/nemotron-h.cpp `load_arch_hparams`; Nemotron-3); compute by the graph.
-# "mamba": Granite-4.0-H (Mamba-2, as Nemotron-3's) and Jamba (Mamba-1: src/models/mamba-base.cpp
-#   `build_mamba_layer`; its loader reads no ssm.group_count, so n_group is 0: a conv state of (d_conv - 1)
-#   x d_inner, an SSM state of d_state x d_inner): a layer is recurrent iff its attention.head_count_kv is
-#   0 (src/models/granite-hybrid.cpp, jamba.cpp `load_arch_hparams`); compute by the graph.
-# "kda": Kimi-Linear's KDA layers (below).
-# "lightning": MiniMax-Text-01's lightning-attention layers (src/models/minimax-01.cpp): marked as
-#   "delta_net"'s but with a default interval of 8; no conv state (no ssm.* keys: n_embd_r 0) and a state
-#   of heads x head_dim^2, head_dim the attention key length (llama-hparams.cpp `n_embd_s`, n_embd_head_la),
-#   laid out as a `RecurrentShape` of d_inner heads x head_dim, d_state head_dim; compute by the graph.
 
 
 def _kind(arch: str) -> str:
@@ -74,15 +45,14 @@ def shape(inv: Inventory) -> RecurrentShape | None:
 def recurrent_layers(inv: Inventory) -> frozenset[int]:
     """The trunk layers the engine marks recurrent (see the module's notes)."""
     kind = _kind(inv.arch)
+    md = inv.metadata
     if kind == "mamba2":
-        return _zero_layers(inv, inv.metadata.head_count_kv, inv.metadata.hparam("feed_forward_length"))
+        return _zero_layers(inv, md.head_count_kv, md.hparam("feed_forward_length"))
     if is_kda(inv) or kind == "mamba" or shortconv_shape(inv) is not None:
-        return kda_layers(inv)
+        return _zero_layers(inv, md.head_count_kv)  # KDA, short-conv and Mamba layers: no KV heads
     if kind not in ("delta_net", "lightning"):
         return frozenset()
-    md = inv.metadata
-    n_nextn = int_key(inv, "nextn_predict_layers") or 0
-    n_layer = md.block_count - n_nextn
+    n_layer = md.block_count - (int_key(inv, "nextn_predict_layers") or 0)
     arr = md.hparam("attention.recurrent_layers")
     if isinstance(arr, tuple):
         return frozenset(il for il in range(min(n_layer, len(arr))) if arr[il])
@@ -91,46 +61,29 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
 
 
 def shortconv_shape(inv: Inventory) -> RecurrentShape | None:
-    """LFM2's short-convolution layers (src/models/lfm2.cpp, lfm2moe.cpp): the loader reads
-    `shortconv.l_cache` and marks a layer recurrent iff its `attention.head_count_kv` is 0; its state
-    is a conv state only, `n_embd * (l_cache - 1)` F32 per sequence (llama-hparams.cpp `n_embd_r`; no
-    SSM keys, so `n_embd_s` is 0). Laid out as a `RecurrentShape` with `d_inner = n_embd` and no groups.
-    None where the file has no such key."""
+    """LFM2's short-convolution state (docs/memory-architectures.md, "Recurrent layers in the engine"); None
+    where the file has no `shortconv.l_cache`."""
     l_cache, n_embd = int_key(inv, "shortconv.l_cache"), inv.metadata.embedding_length
-    if not l_cache or not n_embd:
-        return None
-    return RecurrentShape(l_cache, n_embd, 0, 0, 0)
+    return RecurrentShape(l_cache, n_embd, 0, 0, 0) if l_cache and n_embd else None
 
 
-# Kimi-Linear's KDA layers: src/models/kimi-linear.cpp `load_arch_hparams` reads these keys; the layer map
-# and the state's sizes are docs/memory-architectures.md's "Kimi-Linear"
+# the keys Kimi-Linear's KDA layers read (docs/memory-architectures.md, "Kimi-Linear")
 KDA_KEYS = frozenset({"ssm.conv_kernel", "kda.head_dim"})
 
 
 def kda_dims(inv: Inventory) -> RecurrentShape | None:
-    """The KDA layers' state laid out as a `RecurrentShape` of d_inner heads x head_dim, d_state head_dim
-    and one group per head: the conv rows d_inner + 2 x heads x head_dim, the Q, K and V conv states side by
-    side; the delta state head_dim x d_inner. None where the file lacks a size."""
+    """The KDA layers' state as a `RecurrentShape` (docs/memory-architectures.md, "Recurrent layers in the
+    engine"); None where the file lacks a size."""
     d_conv, head_dim, n_head = int_key(inv, "ssm.conv_kernel"), int_key(inv, "kda.head_dim"), inv.metadata.head_count
-    if not d_conv or not head_dim or not n_head:
-        return None
-    return RecurrentShape(d_conv, n_head * head_dim, head_dim, n_head, n_head)
+    return (RecurrentShape(d_conv, n_head * head_dim, head_dim, n_head, n_head) if d_conv and head_dim and n_head
+            else None)
 
 
 def is_kda(inv: Inventory) -> bool:
-    """Whether the file's recurrent layers are KDA layers: its llama.cpp loader reads `kda.head_dim`
-    (moeconf/engines/archkeys.py; kimi-linear, kimi-k3, glm5-next, bailingmoe3), or the file has it.
-    Each such loader marks a layer recurrent iff its attention.head_count_kv is 0 and sizes its
-    states by that head width (src/llama-hparams.cpp `n_embd_r`, `n_embd_s`)."""
+    """Whether the file's recurrent layers are KDA layers (its llama.cpp loader reads `kda.head_dim`, or it has it)."""
     from moeconf.engines.archkeys import MAINLINE
 
     return "kda.head_dim" in MAINLINE.get(inv.arch, frozenset()) or int_key(inv, "kda.head_dim") is not None
-
-
-def kda_layers(inv: Inventory) -> frozenset[int]:
-    """KDA layers, short-conv layers (LFM2) and Granite-4.0-H's and Jamba's Mamba layers: those whose
-    per-layer `attention.head_count_kv` is 0."""
-    return _zero_layers(inv, inv.metadata.head_count_kv)
 
 
 def _zero_layers(inv: Inventory, *values: int | tuple[int, ...] | None) -> frozenset[int]:
@@ -151,21 +104,17 @@ def ple_bytes(inv: Inventory, il: int, n_seq_max: int) -> int:
     ple.ngram_size columns of the module's channels (blk.N.ple_conv1d is kernel x channels); 0 elsewhere."""
     t = inv.by_name.get(f"blk.{il}.ple_conv1d.weight")
     dilation = int_key(inv, "ple.ngram_size")
-    if t is None or not dilation:
-        return 0
-    return (t.shape[0] - 1) * dilation * t.shape[1] * 4 * max(1, n_seq_max)
+    return (t.shape[0] - 1) * dilation * t.shape[1] * 4 * max(1, n_seq_max) if t is not None and dilation else 0
 
 
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
     """Settings whose memory is not modelled for this hybrid (empty: all are)."""
-    if is_kda(inv) and (kda_dims(inv) is None or not kda_layers(inv)):
+    if is_kda(inv) and (kda_dims(inv) is None or not _zero_layers(inv, inv.metadata.head_count_kv)):
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
     if _kind(inv.arch) in ("delta_net", "kda", "lightning") and not offload_kqv:
-        # the state and the KV cache in host memory move the recurrent scans and the attention to
-        # the CPU, a split of the graph not checked against the engine's figures (the host's compute
-        # buffer measured 16-18 MiB above moeconf's former estimate on Qwen3.5-397B and 122B, -c 32768)
+        # the scans and the attention on the CPU: not checked (docs/memory-architectures.md, "Hybrid recurrent MoEs")
         return [f"memory is not modelled for -nkvo (--no-kv-offload) on {inv.arch}: the host's compute buffer "
                 "(recurrent scans and attention run on the CPU) is not computed"]
     return []

@@ -1,11 +1,7 @@
-"""The reserve from its parts: what a CUDA GPU holds beyond ggml's buffers (issue 26, item 6): the
-CUDA context, cuBLAS's handle and workspace, the CUDA backend's memory pool (the largest op's
-temporaries, computed from the command as the pinned backend sizes it) and what loads on first use.
-`reserve_parts` names each with its size and its source; `reserve_for` gives the figure a device
-keeps free: the sum of the parts on a card whose every part was measured on it (the NVIDIA H200),
-else the default margin (the larger of `DEFAULT_RESERVE` and the parts with the largest CUDA
-context reported), or `--reserve` (`given`). The sources and the checks: docs/memory.md, "The
-reserve from its parts"."""
+"""The reserve from its parts: what a CUDA GPU holds beyond ggml's buffers (issue 26, item 6). `reserve_parts` names
+each part with its size and source; `reserve_for` gives the figure a device keeps free (their sum on a card whose
+every part was measured on it, else the default margin, or `--reserve`): docs/memory.md, "The reserve from its
+parts"."""
 
 from __future__ import annotations
 
@@ -36,10 +32,7 @@ _MAX_SM = 192  # SMs assumed for a card not in the table: the full GB202 die (RT
 
 _H200 = "../shared/memory-facts.md section 5 (NVIDIA H200, driver 580.159, CUDA 13.0)"
 _CUBLAS_HANDLE = 68 * MiB
-# What the H200 lines held beyond ggml's buffers, the context, cuBLAS and the computed pool: kernel
-# modules loaded on first use, CUDA graphs, the driver's own allocations. The largest residual of
-# the six lines whose compute moeconf replays exactly (tests/data/h200_memory.json, Qwen3-30B-A3B
-# -ot exps=CPU and Qwen3.5-35B-A3B: 724 - 526 - 68 - 32 - 18 MiB), so calibrated on those lines.
+# what the H200 lines held beyond ggml's buffers, the context, cuBLAS and the computed pool ("other")
 _OTHER_H200 = 80 * MiB
 
 
@@ -76,22 +69,18 @@ CARDS: tuple[Card, ...] = (
     Card("NVIDIA RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 555 * MiB, _REPORTED, 188, True, False),
     Card("NVIDIA GeForce RTX 4060 Ti", r"\b4060 ti\b", 107 * MiB, _REPORTED, 34, False, False),
 )
-# the largest CUDA context reported for any card (#23604: RTX PRO 6000 Blackwell; #20595 gives
-# 120-550 MB "depending on GPU")
+# the largest CUDA context reported for any card (docs/memory.md, "The reserve from its parts")
 _LARGEST_CONTEXT = max(CARDS, key=lambda c: c.context)
 
 
 def card_row(card: str | None) -> Card | None:
     """The table's row for a card name or family string, or None."""
-    if not card:
-        return None
-    return next((c for c in CARDS if re.search(c.match, card, re.IGNORECASE)), None)
+    return next((c for c in CARDS if re.search(c.match, card, re.IGNORECASE)), None) if card else None
 
 
 def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool = True) -> int:
-    """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`.
-    `mmq`: the card multiplies quantized weights with MMQ at this batch (int8 tensor cores, Turing
-    and newer; Volta only below 64 rows)."""
+    """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`. `mmq`: the card
+    multiplies quantized weights with MMQ at this batch (int8 tensor cores, Turing and newer; Volta below 64 rows)."""
     k_in, n_out = t.shape[0], t.shape[1]
     expert = len(t.shape) == 3
     r = rows * experts_used if expert else rows
@@ -102,38 +91,30 @@ def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool 
         q8 = r * ggml.pad(k_in, ROW_PADDING) * _Q8_1_MMQ[0] // _Q8_1_MMQ[1] + _J_MAX * _Q8_1_MMQ[0]
         ids = 2 * r * 4 + (t.shape[2] + 1) * 4 if expert else 0
         return q8 + ids + n_sm * _FIXUP_PER_SM
-    # cuBLAS (ggml_cuda_mul_mat_cublas_impl): a quantized weight dequantized to f16 (one expert's
-    # slice), the f32 input converted to f16, the f16 output; rows per expert at most the ubatch
+    # cuBLAS (ggml_cuda_mul_mat_cublas_impl): the weight dequantized to f16, the input and output in f16
     inner = (k_in * n_out * 2 if quantized else 0) + rows * k_in * 2 + rows * n_out * 2
     if not expert:
         return inner
-    # ggml_cuda_mul_mat_id's generic path first sorts the rows by expert: the id maps, the input
-    # (f32 for a quantized weight, else the weight's type) and the f32 output
+    # ggml_cuda_mul_mat_id's generic path first sorts the rows by expert
     return 2 * r * 4 + r * k_in * (4 if quantized else 2) + r * n_out * 4 + inner
 
 
 def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int, volta: bool = False) -> int:
-    """The CUDA pool after the first prompt: the largest op's temporaries over every matrix
-    weight of the model (any device: the scheduler runs host weights' ops on the GPU at a batch of
-    32 or more), at the ubatch (the output weight at the rows the binary outputs, `output_rows`),
-    rounded up to the pool's granularity. `volta`: quantized weights take cuBLAS at 64 rows or more."""
+    """The CUDA pool after the first prompt: the largest op's temporaries over every matrix weight of the model
+    at the ubatch, rounded up to the pool's granularity. `volta`: quantized weights take cuBLAS at 64 rows or more."""
     rows = min(settings.n_ubatch, settings.n_batch)
     k = inv.metadata.expert_used_count or 1
     top = 0
     for t in inv:
         if len(t.shape) >= 2 and t.group != "norm" and not t.name.startswith("token_embd"):  # a matrix weight
-            # the output weight at the rows the binary outputs (settings.output_rows: llama-server's
-            # n_outputs_max, at least one row per sequence, which a decode step of every slot reaches).
-            # The floor never binds on a line's settings: server_outputs gives fewer rows than slots
-            # only where -b is below -np, and then `rows` (at most -b) is already within it
+            # the output weight at the rows the binary outputs (docs/memory.md, "The reserve from its parts")
             r = settings.output_rows(rows) if t.group == "output" else rows
             top = max(top, op_pool_bytes(t, r, k, n_sm, mmq=not (volta and r >= 64)))
     return ggml.pad(top, _GRANULARITY)
 
 
 def _volta(card: str | None) -> bool:
-    """A Volta card: fp16 tensor cores without int8 ones, so quantized weights at a batch of 64 or
-    more go through cuBLAS (mmq.cu ggml_cuda_should_use_mmq)."""
+    """A Volta card: no int8 tensor cores, so quantized weights at a batch of 64 or more take cuBLAS (mmq.cu)."""
     return card is not None and any(v in card.lower() for v in ("v100", "titan v", "volta"))
 
 

@@ -1,9 +1,6 @@
-"""What llama-server keeps in host memory beyond the engine's buffers: its prompt cache and its
-context checkpoints. Neither is allocated at start, so neither is in the memory table; both grow
-with use up to caps the command line sets. moeconf gives both as caps in host memory (`explain`
-prints them under the table; `fit --ram` keeps them within the RAM left, writing `--cache-ram` /
-`--ctx-checkpoints` into the command when the defaults would not fit). The engine facts (llama.cpp
-0.3.36 and its history, ik_llama.cpp) and the checks: docs/memory.md, "llama-server's host caches"."""
+"""What llama-server keeps in host memory beyond the engine's buffers: its prompt cache and its context
+checkpoints, given as caps (they grow with use) that `explain` prints under the table and `fit --ram` keeps
+within the RAM left. The engine facts and the checks: docs/memory.md, "llama-server's host caches"."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ if TYPE_CHECKING:
 
 PROMPT_CACHE_SINCE: Final = 6724  # llama.cpp PR #16391: --cache-ram, default 8192 MiB
 PROMPT_CACHE_DEFAULT_MIB: Final = 8192
-# llama.cpp builds from which the default checkpoint count changed, and the new count; before
-# b6685 only sliding-window models made them (PR #15293, --swa-checkpoints)
+# llama.cpp builds from which the default checkpoint count changed, and the new count (before b6685: SWA models only)
 CHECKPOINT_DEFAULTS: Final = ((6173, 3), (6685, 3), (6724, 8), (8232, 32))
 RECURRENT_CHECKPOINTS_SINCE: Final = 6685
 
@@ -83,18 +79,14 @@ def default_checkpoints(build: int | None) -> int:
 
 
 def checkpoint(inv: Inventory, geo: Geometry, settings: MemorySettings, build: int | None) -> tuple[int, str]:
-    """One slot's checkpoint in bytes as `llama_state_seq_get_size_ext(..., PARTIAL_ONLY)` sizes
-    it, and what it holds; (0, "") where the model makes none. The recurrent state of one sequence
-    for a hybrid (`rec.shape`), else the sliding-window layers' K and V rows of the cells not
-    masked (`n_swa`, or fewer where a slot's context is shorter)."""
+    """One slot's checkpoint in bytes as `llama_state_seq_get_size_ext(..., PARTIAL_ONLY)` sizes it, and what
+    it holds; (0, "") where the model makes none (docs/memory.md, "llama-server's host caches")."""
     rs = rec.shape(inv)
     rec_layers = [la for la in geo.layers if la.recurrent]
     if rs is not None and rec_layers:
         if (build or 0) < RECURRENT_CHECKPOINTS_SINCE:
             return 0, ""
-        # the state's magic and seq id (8), then llama_memory_recurrent::state_write: cell count (4),
-        # the cell's pos and n_seq_id (8, no ids for one sequence), s_trans and n_layer (8), and per
-        # layer the conv (type 4 + row size 8 + row) and the SSM state (type 4 + row size 8 + row)
+        # headers, then per layer the conv and SSM states, each a type, a row size and the row
         rows = len(rec_layers) * (rs.n_embd_r + rs.n_embd_s) * 4
         return 8 + 4 + 8 + 8 + len(rec_layers) * 24 + rows, f"the recurrent state of {len(rec_layers)} layers"
     swa_layers = [la for la in geo.layers if la.swa]
@@ -102,22 +94,15 @@ def checkpoint(inv: Inventory, geo: Geometry, settings: MemorySettings, build: i
         return 0, ""
     n_seq = max(1, settings.n_parallel)
     n_ctx = settings.n_ctx or inv.metadata.context_length or 0
-    # a slot of a unified cache may use the whole context, else its share
-    per_seq_ctx = max(1, n_ctx if settings.kv_unified or n_seq == 1 else n_ctx // n_seq)
-    cells = min(geo.n_swa, per_seq_ctx)
-    ctk, ctv = settings.cache_type_k, settings.cache_type_v
-    k = sum(cache_row_bytes(ctk, la.head_k * la.n_head_kv) for la in swa_layers)
-    v = sum(cache_row_bytes(ctv, la.head_v * la.n_head_kv) for la in swa_layers)
-    # the state's magic and seq id, n_stream, cell count, per cell pos + n_seq_id + seq id, v_trans,
-    # n_layer, per layer K and V type + row size (V transposed with flash attention off: type +
-    # element size + width, the same 12 bytes)
-    head = 8 + 4 + 4 + 4 + 4 + len(swa_layers) * 24
+    cells = min(geo.n_swa, max(1, n_ctx if settings.kv_unified or n_seq == 1 else n_ctx // n_seq))
+    k = sum(cache_row_bytes(settings.cache_type_k, la.head_k * la.n_head_kv) for la in swa_layers)
+    v = sum(cache_row_bytes(settings.cache_type_v, la.head_v * la.n_head_kv) for la in swa_layers)
+    head = 8 + 4 + 4 + 4 + 4 + len(swa_layers) * 24  # headers, per layer K's and V's type + row size
     return head + cells * (12 + k + v), f"{cells} cells of {len(swa_layers)} sliding-window layers"
 
 
 def server_caches(inv: Inventory, geo: Geometry, settings: MemorySettings, eng: Engine) -> ServerCaches | None:
-    """llama-server's host caches for this command line; None for any other binary (or none
-    given: `explain` without a binary), or a build without them."""
+    """llama-server's host caches for this command line; None for another binary (or none), or a build without them."""
     binary = settings.binary
     if binary is None or binary not in SERVER_BINARIES:
         return None

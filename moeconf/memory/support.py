@@ -1,12 +1,7 @@
-"""What the memory model covers, as data: per architecture, the GGUF keys whose memory effect it
-models, the engines it was checked against, and the cases it refuses.
-
-Memory is printed as a number only when the architecture is in `MODELLED` and every `{arch}.*` key of
-the file its loader reads (the generated moeconf/engines/archkeys.py) is one it models; anything else
-makes the estimate incomplete with a note naming the architecture or the key (`unmodelled`): a clear
-"not modelled for X" beats a confident wrong number. docs/memory-architectures.md, "Keys each
-architecture's loader reads", tells the rules, docs/memory.md how an architecture is added (its
-composition's `MEMORY`, which `MODELLED` reads); ik_llama.cpp's support is memory/ikarchs.py's."""
+"""What the memory model covers, as data: per architecture, the GGUF keys whose memory effect it models, the
+engines it was checked against, and the cases it refuses with a note naming the architecture or the key
+(`unmodelled`): a clear "not modelled for X" beats a confident wrong number. The rules: docs/memory-architectures.md,
+"Keys each architecture's loader reads"; ik_llama.cpp's support is memory/ikarchs.py's."""
 
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ from moeconf.model.required import ik_load_refusals
 
 @dataclass(frozen=True)
 class ArchMemory:
-    """An architecture whose memory is modelled: the keys (beyond `NO_MEMORY_EFFECT`) it reads,
-    the engines it is modelled for, and what it was checked against."""
+    """A modelled architecture: the keys it reads beyond `NO_MEMORY_EFFECT`, its engines, what it was checked on."""
 
     keys: frozenset[str]
     engines: frozenset[str]
@@ -43,8 +37,7 @@ def _modelled(arch: str) -> ArchMemory:
     return ArchMemory(c.memory.keys, frozenset(engines), c.memory.checked_on)
 
 
-# every modelled architecture: each composition with a `MEMORY` (asked one by one, as the memory model
-# does, no more of the compositions are imported than are asked for)
+# every modelled architecture: each composition with a `MEMORY` (only those asked for are imported)
 MODELLED: Final[Lazy[ArchMemory]] = Lazy(_modelled, lambda: list(COMPOSITIONS))
 
 
@@ -52,9 +45,8 @@ _ROUTED_KINDS: Final = frozenset({"FFN_GATE_EXPS", "FFN_UP_EXPS", "FFN_DOWN_EXPS
 
 
 def lacking_tensor_kinds(arch: str) -> tuple[str, ...]:
-    """The GGUF names of the tensor kinds llama.cpp's loader creates for `arch` that no modelled
-    architecture has (moeconf.model.nametable): the blocks whose nodes moeconf does not build yet. Empty
-    where every kind is modelled elsewhere and only the composition of the graph is missing."""
+    """The GGUF names of the tensor kinds llama.cpp's loader creates for `arch` that no modelled architecture has
+    (moeconf.model.nametable); empty where only the composition of the graph is missing."""
     from moeconf.model import nametable
 
     covered = {k for a in MODELLED for k in nametable.ML_ARCH_TENSORS.get(a, ())}
@@ -70,9 +62,8 @@ def routed_expert_archs() -> tuple[str, ...]:
     return tuple(sorted(a for a, kinds in nametable.ML_ARCH_TENSORS.items() if _ROUTED_KINDS & set(kinds)))
 
 
-# Architectures with routed experts in llama.cpp's tensor table whose memory moeconf does not model because
-# llama-server does not serve them as a text model (memory is llama-server's): why, for `unmodelled_architecture`
-# and docs/memory-architectures.md (scripts/gen-arch-table.py)
+# Architectures with routed experts in llama.cpp's tensor table that llama-server does not serve as a text model
+# (memory is llama-server's): why, for `unmodelled_architecture` and docs (scripts/gen-arch-table.py)
 NOT_SERVED: Final[dict[str, str]] = {
     "llada-moe": "diffusion model (llama.cpp's llm_arch_is_diffusion): llama-diffusion-cli, not llama-server",
     "rnd1": "diffusion model (llama.cpp's llm_arch_is_diffusion): llama-diffusion-cli, not llama-server",
@@ -81,8 +72,7 @@ NOT_SERVED: Final[dict[str, str]] = {
     "deepseek2-ocr": "OCR model: its text decoder runs behind a vision encoder",
     "dflash": "speculative-decoding drafter, loaded beside a target model",
 }
-# ... and those whose pinned loader never creates the routed experts the table names (their files are dense; the
-# engine refuses one with experts: tests/engine/test_placement_homes.py)
+# ... and those whose loader never creates the routed experts the table names (tests/engine/test_placement_homes.py)
 NO_ROUTED_EXPERTS: Final[dict[str, str]] = {
     "ernie4_5": ("its loader (src/models/ernie4-5.cpp) creates routed experts only for ernie4_5-moe; the engine "
                  "refuses an ernie4_5 file with experts (`blk.1.ffn_gate.weight` not found: ERNIE-4.5-21B-A3B's "
@@ -124,8 +114,7 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     arch = inv.arch
     # ik's loader stops on a file holding a tensor it never creates (where ik models the architecture at all)
     stops = list(ik_load_refusals(inv)) if engine == _ikarchs.ENGINE else []
-    # ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured
-    # margins (where none was measured, the estimate leaves compute "?" with ikarchs' note, and fit refuses)
+    # ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured margins
     if _ikarchs.kv_only(arch, engine):
         return stops or _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine), MODELLED[arch].keys) \
             + unmodelled_structure(inv)
@@ -141,8 +130,7 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
 def _not_read(inv: Inventory, engine: str) -> frozenset[str]:
     """The file's `{arch}.*` keys that `engine`'s loader does not read for its architecture."""
     read = read_by_loader(inv.arch, engine)
-    keys = frozenset(inv.metadata.arch_keys or ())
-    return frozenset() if read is None else keys - read
+    return frozenset() if read is None else frozenset(inv.metadata.arch_keys or ()) - read
 
 
 def unread_keys(inv: Inventory, engine: str, handled: frozenset[str]) -> list[str]:
