@@ -1,8 +1,4 @@
-"""Trinity (src/models/afmoe.cpp): the embeddings scaled; sliding-window and full layers through the
-iSWA cache pair, RoPE on every layer but each fourth (the loader's default no-RoPE step, never read
-from the GGUF); Q and K normed per head; the attention's output gated by the sigmoid of a projection
-of the layer's input before the output projection; norms before and after both the attention and
-the FFN; dense leading layers, then a sigmoid-routed MoE with a selection bias and a shared expert."""
+"""Trinity (src/models/afmoe.cpp): gated attention, iSWA, MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

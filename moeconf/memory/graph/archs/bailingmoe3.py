@@ -1,13 +1,4 @@
-"""Ling 3.0 (src/models/bailingmoe3.cpp): KDA layers and absorbed-MLA layers through the hybrid
-memory (the recurrent states' copy indices, then the latent K-only cache's inputs).
-
-A KDA layer is `_deltanet.kda_layer`'s, Q, K and V projected apart, its per-channel gate the sigmoid of
-the projection times the per-head A, scaled. An MLA layer: the low-rank (or plain) Q and the compressed
-KV, RoPE on their rope parts, the absorbed queries against the latent cache, V decompressed by wv_b,
-then the output scaled per head by the sigmoid of a gate projection before the output projection. Dense
-leading layers, then a MoE with a selection bias and a shared expert. The final norm is a graph output
-(the MTP head's input), the output rows taken after it; the MTP block itself is a separate graph the
-trunk never builds."""
+"""Ling 3.0 (src/models/bailingmoe3.cpp): KDA and MLA layers (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Cohere2-MoE (src/models/cohere2moe.cpp): Cohere's parallel block: one norm (a layer norm unless
-the GGUF gives an RMS epsilon) feeds both the attention and the FFN, and the layer's output is the
-FFN's plus the layer's input plus the attention's. Sliding-window and full layers through the iSWA
-cache pair (the full layer first in each pattern), RoPE on the windowed layers and the dense leading
-ones only; a dense FFN on the leading layers, then a sigmoid-routed MoE (no selection bias) whose
-shared expert is added and the sum halved. The final norm is a graph output (the MTP head's input),
-the output rows taken after it, the logits scaled by logit_scale where it is not 0 (a logit_scale of
-exactly 1, also scaled by the engine, is not told apart from 0 here: an in-place scale either way)."""
+"""Cohere2-MoE (src/models/cohere2moe.cpp): the parallel block (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

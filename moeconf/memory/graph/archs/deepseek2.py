@@ -1,7 +1,4 @@
-"""src/models/deepseek2.cpp: the low-rank Q (or a plain Q on the lite models) and the compressed
-KV; with MLA (key_length_mla in the GGUF) the absorbed queries against the latent K-only cache
-(V a view of it, decompressed by wv_b), else the decompressed heads through a full KV cache; then
-dense leading layers or the MoE with its shared expert."""
+"""src/models/deepseek2.cpp: MLA or decompressed heads, MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

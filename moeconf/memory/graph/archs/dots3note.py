@@ -1,16 +1,4 @@
-"""dots3note (src/models/dots3note.cpp): absorbed MLA on every layer, the sliding-window layers with
-their own latent width (attention.kv_lora_rank_swa, key_length_swa) through the window's K-only cache,
-the others through the DSA cache (llama_kv_cache_dsa_iswa: the MLA latent beside the lightning
-indexer's keys, src/llama-kv-cache-dsa.cpp) with the indexer choosing the cells each token attends to;
-a head-wise sigmoid gate on the attention's output before its projection; the shared rope key
-RMS-normed before RoPE; dense leading layers, then the MoE with its selection bias and a shared
-expert. The MTP block is created TENSOR_SKIP and never built.
-
-The indexer runs as the fused GGML_OP_LIGHTNING_INDEXER, so its mask is F16 whatever flash attention
-is (cparams.fused_lid: llama-context.cpp's probe turns it off only where the op lands on another device
-than its layer's, one that cannot run it; the CPU and RPC devices the dumps were taken on run it, and
-CUDA runs it for keys of 128 in 32 or 64 heads, dots3-note's, in the usual cache types). The unfused
-form is not composed."""
+"""dots3note (src/models/dots3note.cpp): MLA, DSA and windows (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

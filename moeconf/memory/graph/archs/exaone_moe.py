@@ -1,7 +1,4 @@
-"""EXAONE-MoE (src/models/exaone-moe.cpp): the classic decoder layer through the sliding-window
-cache pair, per-head Q/K norms, RoPE on the sliding-window layers only, the router's function and
-weights' normalisation and scale as the GGUF's keys say, with its selection bias, an ungated shared
-expert, dense leading layers. The MTP block is created TENSOR_SKIP and never built."""
+"""EXAONE-MoE (src/models/exaone-moe.cpp): the classic layer (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""src/models/gemma4.cpp: the embeddings scaled; sliding-window and full layers through the iSWA cache
-pair, each with its own head width and KV head count; Q, K and V projected apart (a fused attn_qkv, which
-the loader takes but the converter does not write, is refused: no recorded dump checked it), Q and K normed
-per head (V by a plain RMS norm, V the K projection where the layer has no attn_v), the full layers' RoPE
-with the rope_freqs copy the loader creates on their device (the sliding-window layers have none); the
-attention's output normed before its residual; a dense FFN (GELU) beside the routed experts (alone on a
-block without a router), each normed before and after, the router reading its own scaled RMS norm of the
-residual; the FFN's output normed, added, scaled by the layer's output scale; the final norm, the output
-rows taken after it, the logits soft-capped."""
+"""Gemma 4 (src/models/gemma4.cpp): iSWA, dense FFN beside MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""src/models/openai-moe.cpp: sliding-window and full layers through the iSWA cache pair, the
-attention sinks, the router's bias, biased experts with the clamped SwiGLU, the chosen logits
-softmaxed; the last layer's output is a graph output (t_h_nextn), its rows taken after the loop."""
+"""gpt-oss (src/models/openai-moe.cpp): iSWA, sinks, MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""src/models/granite-hybrid.cpp (Granite-4.0-H): every layer a Mamba-2 layer (`_mamba.mamba2_layer`)
-or an attention layer with RoPE, then Granite's FFN block: the residual scaled and added, the FFN norm,
-a dense SwiGLU FFN or a softmax-routed MoE with a gated shared expert, scaled again and added; the
-embeddings and the logits scaled where the model has their scales."""
+"""Granite-4.0-H (src/models/granite-hybrid.cpp): Mamba-2 (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

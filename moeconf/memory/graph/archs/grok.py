@@ -1,8 +1,4 @@
-"""src/models/grok.cpp: embeddings scaled (the loader's default scale unless the GGUF sets 0 or 1: a
-scale of exactly 1 is not told apart here), the KQ logits softcapped without flash attention, the
-attention's output normed before its residual, a GELU MoE (plus a dense GELU FFN where the layer has
-one, the two summed and scaled), normed after; the logits scaled and, where the GGUF sets
-final_logit_softcapping, softcapped."""
+"""Grok (src/models/grok.cpp): softcapped, GELU MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""GroveMoE (src/models/grovemoe.cpp): Qwen3-MoE's layer (per-head Q/K norms) whose router's logits
-choose twice: the routed experts, then, on their output, the adjugate experts (`ffn_*_chexps`, one per
-group of experts), scaled by expert_group_scale and added (build_moe_ffn's GroveMoE branch: the choice
-on the sigmoid of the logits, the adjugate one the chosen index divided by the experts per group)."""
+"""GroveMoE (src/models/grovemoe.cpp): adjugate experts (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

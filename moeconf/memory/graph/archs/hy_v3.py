@@ -1,8 +1,4 @@
-"""HY V3 (src/models/hy-v3.cpp): the classic decoder layer with per-head Q/K norms before RoPE, a
-sigmoid router (unless expert_gating_func says otherwise) with its selection bias, the weights
-normalised and scaled as the GGUF's keys say, an ungated shared expert, dense leading layers; the
-final norm is the MTP head's input (a graph output) and the output rows are taken after it. The
-MTP block the loader creates runs only in the draft graph."""
+"""HY V3 (src/models/hy-v3.cpp): the classic decoder layer (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

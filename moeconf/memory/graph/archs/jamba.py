@@ -1,6 +1,4 @@
-"""src/models/jamba.cpp: every layer a Mamba-1 layer (`_mamba.mamba_layer`, its dt, B and C RMS-normed)
-or an attention layer without RoPE; the residual added (the layer's input first), the FFN norm, a
-dense SwiGLU FFN or a softmax-routed MoE whose chosen weights are not normalised, the residual added."""
+"""Jamba (src/models/jamba.cpp): Mamba-1 and attention (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""src/models/kimi-linear.cpp: KDA layers (Kimi delta attention, `_deltanet.kda_layer`: the decay gate
-g1 and the output gate g2) and MLA layers without RoPE (absorbed against the latent K-only cache where
-the file has attn_k_b and attn_v_b, else decompressed heads through a full KV cache); dense leading layers,
-then a MoE with a selection bias and an ungated shared expert. The decompressed form (attn_kv_b, an
-older conversion: the converter writes attn_k_b and attn_v_b) the pinned engine crashes on as it builds
-the graph (its loader requires the MLA keys, and with them the graph has no full KV cache input):
-`estimate` refuses it (`common.older_mla`)."""
+"""src/models/kimi-linear.cpp: KDA and MLA layers (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Laguna (src/models/laguna.cpp): per-layer head counts; with a sliding window (XS.2) full and
-windowed layers through the iSWA pair, else one cache (M.1); per-head Q/K norms before RoPE;
-attention without its output projection, then a softplus gate projected from the layer's input,
-per head (one value broadcast over the head) or per element as the gate's width says, then the
-output projection; dense leading layers, then routed experts (sigmoid unless `expert_gating_func`
-says otherwise, a selection bias) beside an always-on shared expert."""
+"""Laguna (src/models/laguna.cpp): softplus-gated attention (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

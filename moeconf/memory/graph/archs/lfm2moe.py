@@ -1,8 +1,4 @@
-"""src/models/lfm2moe.cpp (its graph is lfm2.cpp's): short-convolution layers (the input projection
-split in three, B*X transposed after the conv state read through build_rs, the last columns written
-back, the depthwise conv, gated by C, the output projection) and attention layers with per-head Q/K
-norms; dense leading layers, then a MoE with a selection bias and the router's gating function from
-`expert_gating_func`; the final norm is `token_embd_norm` and the output usually the tied embedding."""
+"""LFM2-MoE (src/models/lfm2moe.cpp): short convolutions (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

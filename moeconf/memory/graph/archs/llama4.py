@@ -1,7 +1,4 @@
-"""src/models/llama4.cpp: chunked layers with RoPE (and an L2 norm of Q and K unless the model
-has 128 experts), full layers without RoPE, their queries scaled by the temperature input; the
-iSWA cache pair unless the GGUF turns the chunking off; MoE layers routing one expert by the
-sigmoid of its logit, applied to the experts' input, and a shared expert; dense layers between."""
+"""Llama 4 (src/models/llama4.cpp): chunked attention, MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

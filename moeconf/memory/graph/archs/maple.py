@@ -1,8 +1,4 @@
-"""Maple (src/models/maple.cpp): the classic decoder layer through the sliding-window cache pair, per-head
-Q/K norms, RoPE on the sliding-window layers only (the full layers take none), and a softmax-routed MoE
-(the chosen weights normalised, no scale, no shared expert) whose SwiGLU is the fused SWIGLU_CLAMP op
-where the layer's swiglu_clamp_exp is above 0 (build_moe_ffn names Maple among the fused clamp's
-architectures)."""
+"""Maple (src/models/maple.cpp): iSWA, clamped experts (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

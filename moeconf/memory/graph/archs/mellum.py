@@ -1,10 +1,4 @@
-"""Mellum (src/models/mellum.cpp): the classic decoder layer with per-head Q/K norms before RoPE and a
-softmax-routed MoE whose chosen weights are normalised (scaled where expert_weights_scale is present),
-no shared expert. With an attention.sliding_window key the loader sets standard sliding-window attention
-(every fourth layer full unless the GGUF's pattern says otherwise) and the graph attends through the
-sliding-window cache pair; without it, one KV cache (the template's other instance). A window whose
-pattern marks no layer windowed still makes the engine build the cache pair's graph, which no recorded
-dump checked: `estimate` refuses that file."""
+"""Mellum (src/models/mellum.cpp): the classic layer (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""MiMo-V2 (src/models/mimo2.cpp): full and sliding-window layers through the iSWA cache pair, each
-with its own KV head count, V narrower than K, attention sinks where the layer has them, the
-attention output scaled by `attention.value_scale` where that is not 1; a dense first layer, then
-sigmoid-routed experts with a selection bias and normalised weights (never scaled: the loader reads
-no expert_weights_scale). The MTP block is its own graph (the draft context's), not the trunk's."""
+"""MiMo-V2 (src/models/mimo2.cpp): iSWA with sinks (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

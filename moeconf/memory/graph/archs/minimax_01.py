@@ -1,9 +1,4 @@
-"""MiniMax-Text-01 (src/models/minimax-01.cpp): lightning-attention layers (the fused QKV through SiLU,
-the state read through build_rs as heads of head_dim x head_dim beside an empty conv state, the decays
-from the graph's own slope and decay inputs, the block's intra-chunk and inter-chunk products, the new
-state copied back, the result RMS-normed by attn_norm_2 and gated by a sigmoid of attn_gate) and, every
-`full_attention_interval`-th layer, softmax attention through the KV cache; the residual is the attention
-norm's (and the FFN norm's) output scaled by `residual_scale`; a softmax-routed MoE."""
+"""MiniMax-Text-01 (src/models/minimax-01.cpp): lightning (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

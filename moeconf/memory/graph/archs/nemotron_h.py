@@ -1,8 +1,4 @@
-"""nemotron_h (src/models/nemotron-h.cpp): the loader and the trunk graph nemotron_h_moe uses too
-(models.h: `llama_model_nemotron_h_moe::graph` is `llama_model_nemotron_h::graph`), so the same build:
-Mamba-2, attention without RoPE, and MoE or dense squared-ReLU layers (`nemotron_h_moe.py`). The
-pinned converter writes nemotron_h_moe for every NemotronH with experts; checked on a synthetic
-layout, Nemotron-3-Nano-30B-A3B's config written as nemotron_h."""
+"""nemotron_h (src/models/nemotron-h.cpp): nemotron_h_moe's (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""src/models/nemotron-h.cpp (the graph nemotron-h-moe.cpp builds for its trunk): every block one
-RMS norm and one mixer, added to the block's input: a Mamba-2 layer (`_mamba.mamba2_layer`), an
-attention layer without RoPE, or a feed-forward layer: a MoE routed by sigmoid from the block's input
-(a selection bias, the experts squared-ReLU without a gate, optionally reading and writing a latent
-projection of the input) beside an ungated squared-ReLU shared expert, or a dense squared-ReLU FFN.
-The final norm is the MTP head's seed (an output), the output rows taken after it."""
+"""src/models/nemotron-h.cpp: Mamba-2, attention and FFN (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

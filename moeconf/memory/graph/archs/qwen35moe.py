@@ -1,7 +1,4 @@
-"""src/models/qwen35moe.cpp: Qwen3-Next's layers with separate beta and alpha projections, Q and K
-not repeated to the value heads (the fused delta-net op broadcasts them: llama.cpp repeats them only
-where a fused GDN form is off; the dumps' devices have both), the gated Q a view without a reshape,
-multi-section RoPE (four positions per token)."""
+"""Qwen3.5-MoE (src/models/qwen35moe.cpp): delta-net (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""src/models/qwen3next.cpp: gated delta-net layers (the conv state and the recurrent state through
-build_rs, the short convolution, the L2-normed Q and K repeated to the value heads, the fused
-GATED_DELTA_NET op, its new state copied back, the gated norm) and full attention layers with a gated
-Q; a MoE with a sigmoid-gated shared expert; the output rows taken after the final norm."""
+"""Qwen3-Next (src/models/qwen3next.cpp): delta-net (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""SmallThinker (src/models/smallthinker.cpp), its form without a sliding window (SmallThinker-4BA0.6B):
-the router's logits projected from the layer's input before the attention norm (the last layer keeps
-the output rows of them too), then a plain pre-norm attention layer with RoPE on every layer, and
-routed experts only (gated ReLU, the chosen weights normalised; softmax or sigmoid as
-`expert_gating_func` says). A file with `attention.sliding_window` builds the engine's other form
-(the iSWA cache pair, no RoPE on every fourth layer): its memory is refused, the key not being in
-`MEMORY.keys`."""
+"""SmallThinker (src/models/smallthinker.cpp), without a window (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

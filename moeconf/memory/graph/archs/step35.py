@@ -1,9 +1,4 @@
-"""src/models/step35.cpp: sliding-window and full layers through the iSWA cache pair, each layer with
-its own head count; Q and K normed per head, RoPE (the full layers with the rope factors' copy on their
-device); the attention's output gated per head by the sigmoid of its own projection of the normed
-input, then projected; a dense FFN on the leading layers, routed experts plus a shared expert on the
-others, each SwiGLU limited (clamped, unfused) on the layers whose swiglu_clamp_* limit is set; the MTP
-blocks are not run; the output rows taken after the last layer."""
+"""Step-3.5 (src/models/step35.cpp): iSWA, gated heads (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
