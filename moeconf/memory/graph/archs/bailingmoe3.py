@@ -9,9 +9,6 @@ from moeconf.memory.graph.ggml import Tensor
 
 # its hybrid memory keeps a KV cache for the nextn blocks too
 TRAITS = Traits(nextn_kv=True)
-# not composed: rope.dimension_sections (multi-section RoPE: four positions per token), so a file with it
-# is refused; kda.safe_gate is asserted true by the loader, kda.gate_lower_bound is the gate's scale; the MTP
-# block (nextn_predict_layers) is created TENSOR_SKIP unless MTP is asked for, and the trunk never attends it
 MEMORY = Memory(CHECKED + " (Ling-3.0-Flash)", keys=frozenset({
     "attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank", "attention.q_lora_rank",
     "kda.head_dim", "kda.gate_lower_bound", "kda.safe_gate", "ssm.conv_kernel", "leading_dense_block_count",
@@ -26,10 +23,9 @@ def build(g: GraphContext, facts: Facts) -> None:
     pos = g.inp_pos()
     g.inp_out_ids()
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         cur = kda_layer(g, rs_in, cur, il, "sigmoid") if il in g.rs else _mla_layer(g, attn_in, cur, pos, il)
-        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
+        ffn_inp, cur = g.ffn_input(il, cur, inp, rows=False)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp, rows="after")  # t_h_nextn

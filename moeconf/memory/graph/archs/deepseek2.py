@@ -20,7 +20,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.groups = facts.groups
     nope = d.head_k - d.rope
     for il in range(hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         T, n_head = cur.ne[1], hp.n_head[il]
         q = c.reshape(g.mla_q(il, cur), d.head_k, n_head, T)
@@ -39,7 +38,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             q_cur = c.rope(q, pos)
             k_cur = c.concat(k_nope, c.repeat(k_pe, d.rope, n_head, T, 1), 0)
             cur = g.attn(attn_in, il, w.layer(il, "attn_output"), None, q_cur, k_cur, v_cur)
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._dsa import indexer_top_k, inp_dsa
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, built, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits, built, need, routed
 from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.indexer import DSA_KEYS
+from moeconf.memory.keys import MLA_KEYS
 
 # the pattern an array (attention.sliding_window_pattern)
 TRAITS = Traits(swa=Swa(), indexer="typed")
@@ -19,7 +21,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     swa_in = g.attn_inp_k(cp.n_kv_swa)
     g.inp_out_ids()
     for il in range(hp.n_layer):
-        res = inp
         swa = bool(g.swa_layers.get(il))
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         attn_inp = cur
@@ -41,18 +42,12 @@ def build(g: GraphContext, facts: Facts) -> None:
                        None if swa else g.top_k_mask(mla_in.mask, built(top_k)))
         gate = c.unary(g.mm(need(w.layer(il, "attn_gate")), attn_inp), "sigmoid")
         cur = g.mm(need(w.layer(il, "attn_output")), g.gate_heads(cur, gate, n_head))
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp)
 
 
-# the windowed layers' latent widths and window (memory/geometry.py: key_length_swa, the pattern array),
-# the MLA latent (K only), the indexer's cache on the layers attention.indexer.types marks full
-# (memory/indexer.py), the dense leading layers, the MTP block (created TENSOR_SKIP: no weights, no cache)
-MEMORY = Memory(CHECKED + " (dots3-note-prev)", frozenset({
-    "attention.indexer.head_count", "attention.indexer.key_length", "attention.indexer.top_k",
-    "attention.indexer.types", "attention.key_length_mla", "attention.key_length_mla_swa", "attention.kv_lora_rank",
-    "attention.kv_lora_rank_swa", "attention.q_lora_rank", "attention.sliding_window",
-    "attention.sliding_window_pattern", "attention.value_length_mla", "attention.value_length_mla_swa",
-    "attention.key_length_swa", "attention.value_length_swa", "leading_dense_block_count", "nextn_predict_layers"}))
+MEMORY = Memory(CHECKED + " (dots3-note-prev)", MLA_KEYS | DSA_KEYS | SWA_KEYS | {
+    "attention.indexer.types", "attention.key_length_mla_swa", "attention.kv_lora_rank_swa",
+    "attention.value_length_mla_swa", "attention.key_length_swa", "attention.value_length_swa"})

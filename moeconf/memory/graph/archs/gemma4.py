@@ -7,8 +7,6 @@ from moeconf.memory.graph.blocks import GraphContext
 
 # the pattern an array the loader requires (get_arr)
 TRAITS = Traits(swa=Swa())
-# attention.shared_kv_layers and embedding_length_per_layer_input: modelled at 0 only (memory/keys.py neutral);
-# refused: blocks with Q, K and V in one attn_qkv (the loader's optional fused form)
 MEMORY = Memory(CHECKED + " (Gemma-4-26B-A4B)", SWA_KEYS | {
     "attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count_swa", "final_logit_softcapping"},
     unmodelled=blocks_without("attn_qkv", ("attn_q.weight",), "Q, K and V fused in one projection, which the "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba2_layer, unbiased_conv
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.model.inventory import Inventory
 
@@ -12,9 +12,7 @@ TRAITS = Traits(recurrent="mamba")
 
 def _unmodelled(inv: Inventory) -> list[str]:
     """Mamba-2 blocks without their convolution's bias (`unbiased_conv`), and a shared expert that does not match
-    expert_shared_feed_forward_length: the loader creates ffn_*_shexp in every expert block where the key is
-    above 0 and none where it is not, so a file with the tensors but not the key (or the key without them) does
-    not load, where the composition (keyed on the tensors) would give it a figure."""
+    expert_shared_feed_forward_length, which the loader refuses (docs/memory-architectures.md, "Compositions")."""
     width = inv.metadata.hparam("expert_shared_feed_forward_length")
     keyed = isinstance(width, int) and width > 0
     names = {t.name for t in inv.tensors}
@@ -31,9 +29,7 @@ def _unmodelled(inv: Inventory) -> list[str]:
     return why
 
 
-MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)", unmodelled=_unmodelled,
-                keys=frozenset({"ssm.conv_kernel", "ssm.group_count", "ssm.inner_size", "ssm.state_size",
-                                "ssm.time_step_rank"}))
+MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)", SSM_KEYS, unmodelled=_unmodelled)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -46,7 +42,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     res_scale = facts.nonzero("residual_scale")  # Granite scales whenever the value is not 0
     g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         if il in g.rs:
             cur = mamba2_layer(g, rs_in, cur, il)
@@ -55,7 +50,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
             cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
-        cur, res = g.out_rows(il, cur, res)
+        cur, res = g.out_rows(il, cur, inp)
         if res_scale:
             cur = c.scale(cur)
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)

@@ -5,7 +5,5 @@ from __future__ import annotations
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, blocks_without, decoder
 
 build = decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True, h_nextn=True))
-# the MTP block (nextn_predict_layers): created TENSOR_SKIP unless MTP is asked for, left out of the trunk's graph;
-# refused: a dense block without ffn_gate (the loader makes it optional; the converter writes every dense block's gate)
 MEMORY = Memory(CHECKED + " (Hy3-preview)", frozenset({"nextn_predict_layers"}), unmodelled=blocks_without(
     "ffn_up", ("ffn_gate.weight",), "build_ffn then runs SiLU over the up projection alone"))

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits
 from moeconf.memory.graph.blocks import GraphContext
 
 # Mamba-1: its loader reads no ssm.group_count
 TRAITS = Traits(recurrent="mamba")
-MEMORY = Memory(CHECKED + " (Jamba-Mini-1.5)",
-                keys=frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank"}))
+MEMORY = Memory(CHECKED + " (Jamba-Mini-1.5)", SSM_KEYS - {"ssm.group_count"})
 
 
 def build(g: GraphContext, facts: Facts) -> None:

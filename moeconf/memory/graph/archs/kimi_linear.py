@@ -23,7 +23,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     attn_in = g.attn_inp_k() if g.mla.absorbed else g.attn_inp_kv()
     g.inp_out_ids()
     for il in range(hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         if il in g.rs:
@@ -31,7 +30,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             cur = kda_layer(g, rs_in, cur, il, gate_rows=True, flat=True)
         else:
             cur = _mla(g, attn_in, cur, il)
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il, norm_w=True), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp)

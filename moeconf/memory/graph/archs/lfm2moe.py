@@ -6,8 +6,6 @@ from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
 from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
-# the conv state (memory/recurrent.py shortconv_shape) on the layers without KV heads; the dense
-# leading layers read from the tensors
 MEMORY = Memory(CHECKED + " (LFM2-8B-A1B)", keys=frozenset({"shortconv.l_cache", "leading_dense_block_count"}))
 
 

@@ -20,11 +20,9 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.inp_out_ids()
     kq_norm = hp.n_expert != 128
     for il in range(hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
-        use_rope = not chunked or (il + 1) % 4 != 0
-        if use_rope:
+        if not chunked or (il + 1) % 4 != 0:  # RoPE but on every fourth layer where chunked
             freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
             if kq_norm:
@@ -33,7 +31,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             q = c.mul(q, attn_scale)
         cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),
                      q, k, v, iswa=chunked)
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         if g.dense(il):
             cur = g.layer_ffn(cur, il)
         else:

@@ -10,9 +10,7 @@ TRAITS = Traits(swa=Swa(pattern=4))
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """A window (attention.sliding_window above 0) whose pattern marks no layer windowed: the loader still
-    sets standard sliding-window attention, so the engine builds the sliding-window graph (build_arch_graph:
-    the cache pair's inputs) where moeconf's geometry has no windowed layer and builds the single-cache one."""
+    """A window whose pattern marks no layer windowed (docs/memory-architectures.md, "Compositions")."""
     from moeconf.memory.geometry import geometry
 
     window = inv.metadata.sliding_window

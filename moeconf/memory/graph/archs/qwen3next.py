@@ -8,7 +8,5 @@ from moeconf.memory.graph.archs.common import CHECKED, Memory, Traits
 
 TRAITS = Traits(recurrent="delta_net")
 build = delta_net_hybrid(qwen35=False)
-# its MTP block is skipped as Qwen3.5's (measured: the same figures with and without it,
-# tests/test_memory_keys.py)
 MEMORY = Memory(CHECKED + " (Qwen3-Next-80B-A3B)",
                 recurrent.KEYS - {"rope.dimension_sections"} | {"nextn_predict_layers"}, unmodelled=older_qkvz)

@@ -22,9 +22,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(attn_inp, il, w.layer(il, "attn_output"), None, q, k, v)
         if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-            logits = c.get_rows(logits, out_ids)
+            cur, res, logits = (c.get_rows(t, out_ids) for t in (cur, res, logits))
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         cur = g.moe_ffn(cur, il, gating=gating, norm_w=True, act="relu", logits=logits)
         inp = c.add(cur, ffn_inp)

@@ -8,11 +8,6 @@ from moeconf.memory.graph.blocks import GraphContext
 # the pattern an array the loader requires (get_arr)
 TRAITS = Traits(swa=Swa())
 EPS = 1e-6
-# the MTP blocks (nextn_predict_layers): their weights placed and counted, no KV, not in the trunk's graph
-# (checked on the layout with its 3 MTP blocks and per-layer SwiGLU limits added: weights, KV and compute as
-# llama-fit-params on 3 lines, tests/test_memory_step35_variant.py); the limits' clamps composed unfused
-# refused: blocks without their per-head Q/K norms or head-wise gate (the loader makes them optional; the
-# converter writes them for Step-3.5-Flash)
 MEMORY = Memory(CHECKED + " (Step-3.5-Flash)", frozenset({
     "attention.sliding_window", "attention.sliding_window_pattern", "nextn_predict_layers", "swiglu_clamp_exp",
     "swiglu_clamp_shexp"}), unmodelled=blocks_without("attn_q", (
@@ -23,7 +18,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     inp, pos, full, swa = g.inputs(iswa=True)
     for il in range(hp.n_layer):
-        res = inp
         windowed = bool(g.swa_layers.get(il))
         n_head = hp.n_head[il]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
@@ -39,7 +33,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         if gate_w is not None:  # head-wise gate: sigmoid(g_proj(x)) broadcast over each head
             att = g.gate_heads(att, c.unary(g.mm(gate_w, cur), "sigmoid"), n_head)
         cur = g.mm(need(w.layer(il, "attn_output")), att)
-        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
+        ffn_inp, cur = g.ffn_input(il, cur, inp, rows=False)
         # the SwiGLU limited where the layer's limit is above build_ffn's / build_moe_ffn's epsilon: the dense
         # FFN and the shared expert by swiglu_clamp_shexp, the routed experts by swiglu_clamp_exp
         sh_clamp = facts.above("swiglu_clamp_shexp", il, EPS)
