@@ -1,11 +1,10 @@
-"""Each architecture's graph as a composition of the blocks (`blocks.GraphContext`): one module per
-architecture in this folder, mirroring its src/models/<arch>.cpp in the pinned llama.cpp, with `build(g, facts)`
-and, where present, `ARCH`, `MEMORY` and `TRAITS` (`common.py`; docs/memory.md, "The engine's graph", says what
-each means and how a module is named). The registry below finds the modules itself and is the only place an
-architecture's name is read. A module is imported when its architecture is first asked for
-(`COMPOSITIONS[arch]`, `traits(arch)`, `arch in ARCHS`): one command reads one model, and importing every module
-would cost it about 0.04 s; listing the registry (iterating it, its length) imports them all, in module order.
-Modules whose names start with an underscore hold what several compositions share."""
+"""Each architecture's graph as a composition of the blocks (`blocks.GraphContext`): one module per architecture in this
+folder, mirroring its src/models/<arch>.cpp in the pinned llama.cpp, with `build(g, facts)` and, where present, `ARCH`,
+`MEMORY` and `TRAITS` (`common.py`; docs/memory.md, "The engine's graph", says what each means and how a module is
+named). The registry below finds the modules itself and is the only place an architecture's name is read. A module is
+imported when its architecture is first asked for (`COMPOSITIONS[arch]`, `traits(arch)`, `arch in ARCHS`): one command
+reads one model, and importing every module would cost it about 0.04 s; listing the registry (iterating it, its length)
+imports them all, in module order. Modules whose names start with an underscore hold what several compositions share."""
 
 from __future__ import annotations
 
@@ -33,11 +32,10 @@ class Composition:
 
 
 class Lazy(MutableMapping[str, V]):
-    """A dict by architecture filled on demand: `one(arch)` gives an architecture's value (KeyError where it
-    has none), `every()` every architecture that may have one, in order. A lookup or `in` computes that one
-    key; iterating or `len` computes them all and lists them in `every()`'s order (then any key set that it
-    does not name), and computes nothing after. Keys set or deleted (a test's monkeypatch) stay as set, as
-    in a dict."""
+    """A dict by architecture filled on demand: `one(arch)` gives an architecture's value (KeyError where it has
+    none), `every()` every architecture that may have one, in order. A lookup or `in` computes that one key;
+    iterating or `len` computes them all and lists them in `every()`'s order (then any key set that it does not
+    name), and computes nothing after. Keys set or deleted (a test's monkeypatch) stay as set, as in a dict."""
 
     def __init__(self, one: Callable[[str], V], every: Callable[[], Iterable[str]]) -> None:
         self._one, self._every = one, every
@@ -102,10 +100,8 @@ def _composition(name: str) -> Composition:
 def _load(arch: str) -> Composition:
     """`arch`'s composition, its module imported (KeyError: no module composes it)."""
     name = arch.replace("-", "_")
-    if name not in _modules():
-        raise KeyError(arch)
-    composition = _composition(name)
-    if composition.arch != arch:  # a spelling of another architecture's name that maps to this module
+    composition = _composition(name) if name in _modules() else None
+    if composition is None or composition.arch != arch:  # or the module's is another spelling (glm-dsa's)
         raise KeyError(arch)
     return composition
 

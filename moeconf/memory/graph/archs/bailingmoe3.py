@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, hybrid_inputs, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
@@ -17,9 +17,7 @@ MEMORY = Memory(CHECKED + " (Ling-3.0-Flash)", keys=frozenset({
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    rs_in = g.rs_inp()
-    attn_in = g.attn_inp_k()
+    inp, rs_in, attn_in = hybrid_inputs(g, k_only=True)
     pos = g.inp_pos()
     g.inp_out_ids()
     for il in range(g.hp.n_layer):

@@ -14,11 +14,10 @@ def build(g: GraphContext, facts: Facts) -> None:
     rms = "attention.layer_norm_rms_epsilon" in facts.floats
     inp, pos, full, swa = g.inputs(iswa=True)
     for il in range(g.hp.n_layer):
-        windowed = g.swa_layers.get(il, False)
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il, rms)
         ffn_in = cur
         q, k, v = g.qkv(il, cur)
-        if windowed or g.dense(il):  # the dense leading layers take RoPE too
+        if g.swa_layers.get(il) or g.dense(il):  # the dense leading layers take RoPE too
             freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
         attn_out = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"),

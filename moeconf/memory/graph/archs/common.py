@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from moeconf.memory.graph.blocks import GraphContext, MissingTensor
+from moeconf.memory.graph.blocks import AttnInput, GraphContext, MissingTensor, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
 if TYPE_CHECKING:
@@ -88,7 +88,8 @@ class Decoder:
     # the output rows taken after the final norm, which is a graph output (t_h_nextn, the MTP head's input;
     # cparams.embeddings_nextn_masked is off), not in the last layer (HY V3)
     h_nextn: bool = False
-    iswa: bool = False  # attention through the sliding-window cache pair (build_attn_inp_kv_iswa)
+    # attention through the sliding-window cache pair (build_attn_inp_kv_iswa); None: where the context has a window
+    iswa: bool | None = False
     rope_swa_only: bool = False  # RoPE on the sliding-window layers only (EXAONE-MoE)
     # Q times the per-position temperature input after RoPE where attention.temperature_scale is not 0 (Ministral 3)
     temperature: bool = False
@@ -116,8 +117,7 @@ class Memory:
 
 @dataclass(frozen=True)
 class Swa:
-    """Sliding-window attention as the architecture's `load_arch_hparams` sets it up (src/models/<arch>.cpp):
-    docs/memory.md's `Traits` table says what each field means."""
+    """Sliding-window attention as `load_arch_hparams` sets it up (src/models/<arch>.cpp; docs/memory.md, `Traits`)."""
 
     kind: Literal["standard", "chunked"] = "standard"
     window: int | None = None
@@ -162,7 +162,8 @@ def decoder(spec: Decoder) -> Build:
         pos = g.inp_pos(4 if spec.mrope else 1)
         temp = (g.ctx.input("F32", 1, 1, g.n_tokens, name="inp_attn_scale")
                 if spec.temperature and facts.nonzero("attention.temperature_scale") else None)
-        full, swa = g.attn_inp_kv_iswa() if spec.iswa else (g.attn_inp_kv(), None)
+        iswa = bool(g.cp.n_kv_swa) if spec.iswa is None else spec.iswa
+        full, swa = g.attn_inp_kv_iswa() if iswa else (g.attn_inp_kv(), None)
         g.inp_out_ids()
         gating = facts.gating_or(spec.gating) if spec.gating_key else spec.gating
         norm_w = bool(facts.norm_w) if spec.norm_w_key and facts.norm_w is not None else spec.norm_w
@@ -192,7 +193,7 @@ def decoder(spec: Decoder) -> Build:
             if spec.q_scale:
                 q = c.scale(q)
             cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),
-                         q, k, v, iswa=spec.iswa)
+                         q, k, v, iswa=iswa)
             if not spec.h_nextn:
                 cur, res = g.out_rows(il, cur, res)
             if res_scale:
@@ -229,10 +230,9 @@ def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str
 
 def routed(g: GraphContext, facts: Facts, cur: Tensor, il: int, gating: str = "softmax", *,
            norm_w: bool | None = None, act: str = "silu", clamp: bool = False) -> Tensor:
-    """build_moe_ffn as the GGUF's keys set it: the router's function from expert_gating_func (else the
-    architecture's `gating`), the chosen weights normalised by expert_weights_norm (unless the
-    architecture fixes `norm_w`) and scaled by expert_weights_scale, the selection bias where the layer
-    has one."""
+    """build_moe_ffn as the GGUF's keys set it: the router's function from expert_gating_func (else the architecture's
+    `gating`), the chosen weights normalised by expert_weights_norm (unless the architecture fixes `norm_w`) and
+    scaled by expert_weights_scale, the selection bias where the layer has one."""
     return g.moe_ffn(cur, il, gating=facts.gating_or(gating), norm_w=bool(facts.norm_w) if norm_w is None else norm_w,
                      w_scale=facts.w_scale, act=act, probs_bias=probs_bias(g, il), clamp=clamp)
 
@@ -241,6 +241,12 @@ def probs_bias(g: GraphContext, il: int) -> Tensor | None:
     """The expert selection bias: `blk.N.exp_probs_b.bias`, or `blk.N.exp_probs_b` where the loader names
     it without a suffix (src/models/hy-v3.cpp)."""
     return g.w.layer(il, "exp_probs_b", "bias") or g.w.get(f"blk.{il}.exp_probs_b")
+
+
+def hybrid_inputs(g: GraphContext, k_only: bool = False) -> tuple[Tensor, RsInput, AttnInput]:
+    """The embeddings, then build_inp_mem_hybrid's inputs (build_inp_mem_hybrid_k's where `k_only`): the recurrent
+    states' indices, then the KV cache's (the latent K-only cache's)."""
+    return g.inp_embd(), g.rs_inp(), g.attn_inp_k() if k_only else g.attn_inp_kv()
 
 
 def _unchecked(inv: Inventory, what: str) -> str:

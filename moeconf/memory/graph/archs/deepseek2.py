@@ -11,8 +11,7 @@ MEMORY = Memory(CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)", MLA_KEYS | {"lea
 
 
 def build(g: GraphContext, facts: Facts) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
-    d = g.mla
+    c, w, hp, d = g.ctx, g.w, g.hp, g.mla
     inp = g.inp_embd()
     pos = g.inp_pos()
     attn_in = g.attn_inp_k() if d.absorbed else g.attn_inp_kv()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba2_layer, unbiased_conv
-from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits, hybrid_inputs
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.model.inventory import Inventory
 
@@ -16,10 +16,8 @@ def _unmodelled(inv: Inventory) -> list[str]:
     width = inv.metadata.hparam("expert_shared_feed_forward_length")
     keyed = isinstance(width, int) and width > 0
     names = {t.name for t in inv.tensors}
-    routed = sorted({t.layer for t in inv.tensors if t.layer is not None
-                     and t.name == f"blk.{t.layer}.ffn_gate_inp.weight"})
-    parts = ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
-    odd = [il for il in routed if any((f"blk.{il}.{p}.weight" in names) != keyed for p in parts)]
+    odd = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.ffn_gate_inp.weight"
+                  and any((f"blk.{t.layer}.ffn_{p}_shexp.weight" in names) != keyed for p in ("gate", "up", "down"))})
     why = unbiased_conv(inv)
     if odd:
         why.append(f"llama.cpp refuses to load this file: block(s) {odd} have "
@@ -34,9 +32,7 @@ MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)", SSM_KEYS, unmodelled=_unmode
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    rs_in = g.rs_inp()
-    attn_in = g.attn_inp_kv()
+    inp, rs_in, attn_in = hybrid_inputs(g)
     g.inp_out_ids()
     pos = g.inp_pos()
     res_scale = facts.nonzero("residual_scale")  # Granite scales whenever the value is not 0

@@ -25,8 +25,7 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """Fewer adjugate experts than experts used: the engine's build_moe_ffn sums the model's
-    expert_used_count views of the adjugate experts' output, past its end, and aborts."""
+    """Fewer adjugate experts than experts used: the engine aborts (docs/memory-architectures.md, "Compositions")."""
     chexps = next((t for t in inv.tensors if t.name.endswith(".ffn_down_chexps.weight")), None)
     used = inv.metadata.expert_used_count or 0
     if chexps is None or len(chexps.shape) < 3 or chexps.shape[2] >= used:

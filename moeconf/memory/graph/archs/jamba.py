@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba_layer
-from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits, hybrid_inputs
 from moeconf.memory.graph.blocks import GraphContext
 
 # Mamba-1: its loader reads no ssm.group_count
@@ -13,9 +13,7 @@ MEMORY = Memory(CHECKED + " (Jamba-Mini-1.5)", SSM_KEYS - {"ssm.group_count"})
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    rs_in = g.rs_inp()
-    attn_in = g.attn_inp_kv()
+    inp, rs_in, attn_in = hybrid_inputs(g)
     g.inp_out_ids()
     g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):

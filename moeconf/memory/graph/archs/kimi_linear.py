@@ -38,8 +38,7 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 def _mla(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
     """The MLA layer, no RoPE on either side."""
-    c, w, hp = g.ctx, g.w, g.hp
-    d = g.mla
+    c, w, hp, d = g.ctx, g.w, g.hp, g.mla
     T, n_head = cur.ne[1], hp.n_head[il]
     nope = d.head_k - d.rope
     q = c.mul_mat(need(w.layer(il, "attn_q")), cur)

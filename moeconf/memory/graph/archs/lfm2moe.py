@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, hybrid_inputs, need
 from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
@@ -11,9 +11,7 @@ MEMORY = Memory(CHECKED + " (LFM2-8B-A1B)", keys=frozenset({"shortconv.l_cache",
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    cur = g.inp_embd()
-    rs_in = g.rs_inp()  # build_inp_mem_hybrid: the states' indices, then the KV cache's inputs
-    attn_in = g.attn_inp_kv()
+    cur, rs_in, attn_in = hybrid_inputs(g)
     pos = g.inp_pos()
     g.inp_out_ids()
     for il in range(g.hp.n_layer):
@@ -40,8 +38,7 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 def _shortconv(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     """build_shortconv_block (causal; no rollback snapshots: one conv state written)."""
-    c, w, hp = g.ctx, g.w, g.hp
-    rec = g.rec
+    c, w, hp, rec = g.ctx, g.w, g.hp, g.rec
     assert rec is not None
     n_seqs = rs_in.n_seqs
     T = cur.ne[1] // n_seqs

@@ -18,14 +18,13 @@ def build(g: GraphContext, facts: Facts) -> None:
     chunked = any(g.swa_layers.values())
     full, swa = g.attn_inp_kv_iswa() if chunked else (g.attn_inp_kv(), None)
     g.inp_out_ids()
-    kq_norm = hp.n_expert != 128
     for il in range(hp.n_layer):
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         if not chunked or (il + 1) % 4 != 0:  # RoPE but on every fourth layer where chunked
             freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
-            if kq_norm:
+            if hp.n_expert != 128:  # Q and K L2-normed unless the model has 128 experts
                 q, k = c.rms_norm(q), c.rms_norm(k)
         else:
             q = c.mul(q, attn_scale)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Decoder, Facts, Memory, Swa, Traits, decoder
-from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Decoder, Memory, Swa, Traits, decoder
 from moeconf.model.inventory import Inventory
 
 TRAITS = Traits(swa=Swa(pattern=4))
@@ -23,9 +22,4 @@ def _unmodelled(inv: Inventory) -> list[str]:
 
 
 MEMORY = Memory(CHECKED + " (Mellum2-12B-A2.5B)", SWA_KEYS, unmodelled=_unmodelled)
-_ISWA = decoder(Decoder(qk_norm="head", iswa=True))
-_KV = decoder(Decoder(qk_norm="head"))
-
-
-def build(g: GraphContext, facts: Facts) -> None:
-    (_ISWA if g.cp.n_kv_swa else _KV)(g, facts)
+build = decoder(Decoder(qk_norm="head", iswa=None))  # the iSWA cache pair where the context has a window

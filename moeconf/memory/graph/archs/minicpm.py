@@ -10,8 +10,7 @@ _SCALES = ("embedding_scale", "residual_scale", "logit_scale")
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """The files whose graph this composition does not build: a scale key missing (the loader's
-    default scale runs in the engine's graph, not in this one)."""
+    """A scale key missing: the loader's default scale runs in the engine's graph, not in this one."""
     keys = set(inv.metadata.arch_keys or ())
     missing = [f"minicpm.{k}" for k in _SCALES if k not in keys]
     if not missing:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, hybrid_inputs, need
 from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
@@ -13,9 +13,7 @@ MEMORY = Memory(CHECKED + " (MiniMax-Text-01)", keys=frozenset({"residual_scale"
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    cur = g.inp_embd()
-    rs_in = g.rs_inp()  # build_inp_mem_hybrid: the states' indices, then the KV cache's inputs
-    attn_in = g.attn_inp_kv()
+    cur, rs_in, attn_in = hybrid_inputs(g)
     pos = g.inp_pos()
     g.inp_out_ids()
     n_head, T = hp.n_head[0], g.n_tokens // rs_in.n_seqs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba2_layer, unbiased_conv
-from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits, hybrid_inputs, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
@@ -14,9 +14,7 @@ MEMORY = Memory(CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    rs_in = g.rs_inp()
-    attn_in = g.attn_inp_kv()
+    inp, rs_in, attn_in = hybrid_inputs(g)
     g.inp_out_ids()
     g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):

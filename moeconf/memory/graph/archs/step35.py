@@ -18,20 +18,18 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     inp, pos, full, swa = g.inputs(iswa=True)
     for il in range(hp.n_layer):
-        windowed = bool(g.swa_layers.get(il))
-        n_head = hp.n_head[il]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         if w.layer(il, "attn_q_norm") is not None:
             q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
         if w.layer(il, "attn_k_norm") is not None:
             k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
-        freqs = None if windowed else w.copy("rope_freqs.weight", il)
+        freqs = None if g.swa_layers.get(il) else w.copy("rope_freqs.weight", il)
         q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
         att = g.attn(g.attn_inp(il, full, swa), il, None, None, q, k, v, iswa=True)
         gate_w = w.layer(il, "attn_gate")
         if gate_w is not None:  # head-wise gate: sigmoid(g_proj(x)) broadcast over each head
-            att = g.gate_heads(att, c.unary(g.mm(gate_w, cur), "sigmoid"), n_head)
+            att = g.gate_heads(att, c.unary(g.mm(gate_w, cur), "sigmoid"), hp.n_head[il])
         cur = g.mm(need(w.layer(il, "attn_output")), att)
         ffn_inp, cur = g.ffn_input(il, cur, inp, rows=False)
         # the SwiGLU limited where the layer's limit is above build_ffn's / build_moe_ffn's epsilon: the dense
