@@ -1,21 +1,10 @@
-"""Each architecture's graph as a composition of the blocks (`blocks.GraphContext`): one module per
-architecture in this folder, mirroring its src/models/<arch>.cpp in the pinned llama.cpp, with
-`build(g, facts)` and, where present, `MEMORY` and `TRAITS` (`common.py`; docs/memory.md, "The engine's
-graph", says what each means). The registry below finds the modules itself: adding an architecture is
-adding its module, and this registry is the only place an architecture's name is read. A module is named
-after its architecture (as the GGUF's general.architecture spells it), `-` spelled `_`: one whose name
-has a `-` says it (`ARCH = "glm-dsa"` in glm_dsa.py; the others may, as their module's name), the others'
-is their module's name. It is imported
-when its architecture is first asked for (`COMPOSITIONS[arch]`, `traits(arch)`, `arch in ARCHS`): one
-command reads one model, and importing all 46 would cost it about 0.03 s; listing the registry
-(iterating it, its length) imports them all, in module order. Modules whose names start with an
-underscore hold what several compositions share.
-
-What a layer holds (biases, Q/K norms, a shared expert and its gate, a selection bias, fused
-experts, rope factors) is read from the model's tensors, as the engine's loader creates them;
-what the graph does with them (the gating function, whether the chosen weights are normalised,
-which scales and clamps run) is the composition's, or the GGUF key the architecture's loader reads
-(`Facts`: a float key's presence stands for a value that is not 0 or 1)."""
+"""Each architecture's graph as a composition of the blocks (`blocks.GraphContext`): one module per architecture in this
+folder, mirroring its src/models/<arch>.cpp in the pinned llama.cpp, with `build(g, facts)` and, where present, `ARCH`,
+`MEMORY` and `TRAITS` (`common.py`; docs/memory.md, "The engine's graph", says what each means and how a module is
+named). The registry below finds the modules itself and is the only place an architecture's name is read. A module is
+imported when its architecture is first asked for (`COMPOSITIONS[arch]`, `traits(arch)`, `arch in ARCHS`): one command
+reads one model, and importing every module would cost it about 0.04 s; listing the registry (iterating it, its length)
+imports them all, in module order. Modules whose names start with an underscore hold what several compositions share."""
 
 from __future__ import annotations
 
@@ -43,27 +32,23 @@ class Composition:
 
 
 class Lazy(MutableMapping[str, V]):
-    """A dict by architecture filled on demand: `one(arch)` gives an architecture's value (KeyError where it
-    has none), `every()` every architecture that may have one, in order. A lookup or `in` computes that one
-    key; iterating or `len` computes them all and lists them in `every()`'s order (then any key set that it
-    does not name). Keys set or deleted (a test's monkeypatch) stay as set."""
+    """A dict by architecture filled on demand: `one(arch)` gives an architecture's value (KeyError where it has
+    none), `every()` every architecture that may have one, in order. A lookup or `in` computes that one key;
+    iterating or `len` computes them all and lists them in `every()`'s order (then any key set that it does not
+    name), and computes nothing after. Keys set or deleted (a test's monkeypatch) stay as set, as in a dict."""
 
     def __init__(self, one: Callable[[str], V], every: Callable[[], Iterable[str]]) -> None:
         self._one, self._every = one, every
         self._d: dict[str, V] = {}
         self._gone: set[str] = set()
-        self._order: list[str] | None = None
+        self._listed = False
 
     def __getitem__(self, key: str) -> V:
-        try:
-            return self._d[key]
-        except KeyError:
-            pass
-        if self._order is not None or key in self._gone or not isinstance(key, str):
-            raise KeyError(key)
-        value = self._one(key)
-        self._d[key] = value
-        return value
+        if key not in self._d:
+            if self._listed or key in self._gone or not isinstance(key, str):
+                raise KeyError(key)
+            self._d[key] = self._one(key)
+        return self._d[key]
 
     def __setitem__(self, key: str, value: V) -> None:
         self._d[key] = value
@@ -74,14 +59,14 @@ class Lazy(MutableMapping[str, V]):
         del self._d[key]
         self._gone.add(key)
 
-    def _all(self) -> list[str]:
-        if self._order is None:
-            self._order = [key for key in dict.fromkeys(self._every()) if key in self]
-        known = set(self._order)
-        return [k for k in self._order if k in self._d] + [k for k in self._d if k not in known]
+    def _all(self) -> dict[str, V]:
+        if not self._listed:
+            self._d = {key: self[key] for key in self._every() if key in self} | self._d
+            self._listed = True
+        return self._d
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
+        return iter(list(self._all()))
 
     def __len__(self) -> int:
         return len(self._all())
@@ -115,10 +100,8 @@ def _composition(name: str) -> Composition:
 def _load(arch: str) -> Composition:
     """`arch`'s composition, its module imported (KeyError: no module composes it)."""
     name = arch.replace("-", "_")
-    if name not in _modules():
-        raise KeyError(arch)
-    composition = _composition(name)
-    if composition.arch != arch:  # a spelling of another architecture's name that maps to this module
+    composition = _composition(name) if name in _modules() else None
+    if composition is None or composition.arch != arch:  # or the module's is another spelling (glm-dsa's)
         raise KeyError(arch)
     return composition
 

@@ -1,8 +1,4 @@
-"""Trinity (src/models/afmoe.cpp): the embeddings scaled; sliding-window and full layers through the
-iSWA cache pair, RoPE on every layer but each fourth (the loader's default no-RoPE step, never read
-from the GGUF); Q and K normed per head; the attention's output gated by the sigmoid of a projection
-of the layer's input before the output projection; norms before and after both the attention and
-the FFN; dense leading layers, then a sigmoid-routed MoE with a selection bias and a shared expert."""
+"""Trinity (src/models/afmoe.cpp): gated attention, iSWA, MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -19,7 +15,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     inp, pos, full, swa = g.inputs(iswa=True, scale=True)  # embeddings scaled by sqrt(n_embd) whatever the GGUF says
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         gate = g.mm(need(w.layer(il, "attn_gate")), cur)
@@ -30,7 +25,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         cur = c.mul(cur, c.unary(gate, "sigmoid"))
         cur = g.mm(need(w.layer(il, "attn_output")), cur)
         cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il, "sigmoid"), cur, il)
         cur = g.norm(cur, w.layer(il, "post_ffw_norm"), None, il)
         inp = c.add(cur, ffn_inp)

@@ -1,5 +1,4 @@
-"""src/models/arctic.cpp: the classic attention, then a dense FFN with its residual, and beside it
-the MoE on the layer's input (the attention's input, normed by ffn_norm_exps) added to that."""
+"""Arctic (src/models/arctic.cpp): a dense FFN, the MoE beside it (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -13,11 +12,10 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     inp, pos, attn_in, _ = g.inputs()
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         q, k = c.rope(q, pos), c.rope(k, pos)
-        cur, res = g.out_rows(il, g.attn(attn_in, il, w.layer(il, "attn_output"), None, q, k, v), res)
+        cur, res = g.out_rows(il, g.attn(attn_in, il, w.layer(il, "attn_output"), None, q, k, v), inp)
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         ffn_out = c.add(g.layer_ffn(cur, il), ffn_inp)
         cur = g.norm(res, w.layer(il, "ffn_norm_exps"), None, il)

@@ -1,26 +1,14 @@
-"""Ling 3.0 (src/models/bailingmoe3.cpp): KDA layers and absorbed-MLA layers through the hybrid
-memory (the recurrent states' copy indices, then the latent K-only cache's inputs).
-
-A KDA layer is `_deltanet.kda_layer`'s, Q, K and V projected apart, its per-channel gate the sigmoid of
-the projection times the per-head A, scaled. An MLA layer: the low-rank (or plain) Q and the compressed
-KV, RoPE on their rope parts, the absorbed queries against the latent cache, V decompressed by wv_b,
-then the output scaled per head by the sigmoid of a gate projection before the output projection. Dense
-leading layers, then a MoE with a selection bias and a shared expert. The final norm is a graph output
-(the MTP head's input), the output rows taken after it; the MTP block itself is a separate graph the
-trunk never builds."""
+"""Ling 3.0 (src/models/bailingmoe3.cpp): KDA and MLA layers (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, hybrid_inputs, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
 # its hybrid memory keeps a KV cache for the nextn blocks too
 TRAITS = Traits(nextn_kv=True)
-# not composed: rope.dimension_sections (multi-section RoPE: four positions per token), so a file with it
-# is refused; kda.safe_gate is asserted true by the loader, kda.gate_lower_bound is the gate's scale; the MTP
-# block (nextn_predict_layers) is created TENSOR_SKIP unless MTP is asked for, and the trunk never attends it
 MEMORY = Memory(CHECKED + " (Ling-3.0-Flash)", keys=frozenset({
     "attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank", "attention.q_lora_rank",
     "kda.head_dim", "kda.gate_lower_bound", "kda.safe_gate", "ssm.conv_kernel", "leading_dense_block_count",
@@ -29,16 +17,13 @@ MEMORY = Memory(CHECKED + " (Ling-3.0-Flash)", keys=frozenset({
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    rs_in = g.rs_inp()
-    attn_in = g.attn_inp_k()
+    inp, rs_in, attn_in = hybrid_inputs(g, k_only=True)
     pos = g.inp_pos()
     g.inp_out_ids()
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         cur = kda_layer(g, rs_in, cur, il, "sigmoid") if il in g.rs else _mla_layer(g, attn_in, cur, pos, il)
-        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
+        ffn_inp, cur = g.ffn_input(il, cur, inp, rows=False)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp, rows="after")  # t_h_nextn

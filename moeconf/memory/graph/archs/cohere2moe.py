@@ -1,11 +1,4 @@
-"""Cohere2-MoE (src/models/cohere2moe.cpp): Cohere's parallel block: one norm (a layer norm unless
-the GGUF gives an RMS epsilon) feeds both the attention and the FFN, and the layer's output is the
-FFN's plus the layer's input plus the attention's. Sliding-window and full layers through the iSWA
-cache pair (the full layer first in each pattern), RoPE on the windowed layers and the dense leading
-ones only; a dense FFN on the leading layers, then a sigmoid-routed MoE (no selection bias) whose
-shared expert is added and the sum halved. The final norm is a graph output (the MTP head's input),
-the output rows taken after it, the logits scaled by logit_scale where it is not 0 (a logit_scale of
-exactly 1, also scaled by the engine, is not told apart from 0 here: an in-place scale either way)."""
+"""Cohere2-MoE (src/models/cohere2moe.cpp): the parallel block (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -21,11 +14,10 @@ def build(g: GraphContext, facts: Facts) -> None:
     rms = "attention.layer_norm_rms_epsilon" in facts.floats
     inp, pos, full, swa = g.inputs(iswa=True)
     for il in range(g.hp.n_layer):
-        windowed = g.swa_layers.get(il, False)
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il, rms)
         ffn_in = cur
         q, k, v = g.qkv(il, cur)
-        if windowed or g.dense(il):  # the dense leading layers take RoPE too
+        if g.swa_layers.get(il) or g.dense(il):  # the dense leading layers take RoPE too
             freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
         attn_out = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"),

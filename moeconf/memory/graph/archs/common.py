@@ -1,9 +1,7 @@
-"""What the architectures' compositions share: the facts a composition reads from the GGUF beyond
-the tensors, the classic decoder layer as a row (`Decoder`), build_moe_ffn as the GGUF's keys set it
-(`routed`) and with a gated shared expert (`moe_shared`), `Memory`: what a composition module
-declares about the memory `estimate` takes from it, and `Traits`: what the rest of moeconf's memory
-model reads about an architecture that neither the GGUF's keys nor its tensors say (the engine's
-loader decides it by the architecture's name)."""
+"""What the architectures' compositions share: the facts a composition reads from the GGUF beyond the tensors
+(`Facts`), the classic decoder layer as a row (`Decoder`), build_moe_ffn as the GGUF's keys set it (`routed`),
+what a module declares about the memory `estimate` takes from it (`Memory`) and what the rest of moeconf's
+memory model reads about its architecture (`Traits`), and the refusals of files no recorded dump checked."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from moeconf.memory.graph.blocks import GraphContext, MissingTensor
+from moeconf.memory.graph.blocks import AttnInput, GraphContext, MissingTensor, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
 if TYPE_CHECKING:
@@ -48,10 +46,8 @@ class Facts:
 
     def ints_of(self, key: str) -> tuple[int, ...]:
         """An integer array `{arch}.KEY` of the file (a single value as one; empty where absent)."""
-        for k, v in self.hparams:
-            if k == key:
-                return v if isinstance(v, tuple) else (v,)
-        return ()
+        v = dict(self.hparams).get(key, ())
+        return v if isinstance(v, tuple) else (v,)
 
     def gating_or(self, default: str) -> str:
         """The router's function: expert_gating_func where the GGUF has it, else the architecture's."""
@@ -70,38 +66,32 @@ class Facts:
 
 @dataclass(frozen=True)
 class Decoder:
-    """The classic decoder layer (src/models/llama.cpp, qwen3moe.cpp, qwen2moe.cpp, olmoe.cpp,
-    granite.cpp, phi3.cpp, dbrx.cpp, minimax-m2.cpp).
+    """The classic decoder layer (src/models/llama.cpp, qwen3moe.cpp, qwen2moe.cpp, olmoe.cpp, granite.cpp,
+    phi3.cpp, dbrx.cpp, minimax-m2.cpp): a row says what an architecture's layer does differently."""
 
-    norm: "rms" or "layer" (LLM_NORM). qk_norm: "head" (per head before RoPE, Qwen3), "full" (over
-    the projection before the reshape, OLMoE, MiniMax-M2), "" none. q_scale: Q scaled after RoPE
-    (Phi-3). clamp_key: the key whose presence clamps Q, K, V (DBRX's attention.clamp_kqv).
-    ffn_norm: the FFN norm's tensor. gating / gating_key: the router's function and whether
-    `expert_gating_func` overrides it; norm_w / norm_w_key likewise for the weights' normalisation.
-    shexp_gate: how the shared expert's gate applies ("silu_div": x * silu(g)/g, Qwen2-MoE).
-    granite: embedding, residual and logit scales where their keys are present. residual_first:
-    the FFN's residual is the ADD's first source (Phi-3)."""
-
-    norm: str = "rms"
+    norm: str = "rms"  # "rms" or "layer" (LLM_NORM)
+    # "head": per head before RoPE (Qwen3); "head_after_rope": per head after it (Hunyuan); "full": over the
+    # projection before the reshape (OLMoE, MiniMax-M2); "": none
     qk_norm: str = ""
-    q_scale: bool = False
-    clamp_key: str = ""
-    ffn_norm: str = "ffn_norm"
-    gating: str = "softmax"
-    gating_key: bool = False
-    norm_w: bool = True
-    norm_w_key: bool = False
-    shexp_gate: str = ""
-    granite: bool = False
-    residual_first: bool = False
+    q_scale: bool = False  # Q scaled after RoPE (Phi-3)
+    clamp_key: str = ""  # the key whose presence clamps Q, K, V (DBRX's attention.clamp_kqv)
+    ffn_norm: str = "ffn_norm"  # the FFN norm's tensor
+    gating: str = "softmax"  # the router's function
+    gating_key: bool = False  # whether `expert_gating_func` overrides `gating`
+    norm_w: bool = True  # the chosen weights normalised
+    norm_w_key: bool = False  # whether `expert_weights_norm` overrides `norm_w`
+    shexp_gate: str = ""  # how the shared expert's gate applies ("silu_div": x * silu(g)/g, Qwen2-MoE)
+    granite: bool = False  # embedding, residual and logit scales where their keys are present
+    residual_first: bool = False  # the FFN's residual is the ADD's first source (Phi-3)
     mrope: bool = False  # multi-section RoPE: four positions per token (Qwen3-VL)
     deepstack: bool = False  # the first layers add back slices of the wider input embedding (Qwen3-VL)
     # the output rows taken after the final norm, which is a graph output (t_h_nextn, the MTP head's input;
     # cparams.embeddings_nextn_masked is off), not in the last layer (HY V3)
     h_nextn: bool = False
-    iswa: bool = False  # attention through the sliding-window cache pair (build_attn_inp_kv_iswa)
+    # attention through the sliding-window cache pair (build_attn_inp_kv_iswa); None: where the context has a window
+    iswa: bool | None = False
     rope_swa_only: bool = False  # RoPE on the sliding-window layers only (EXAONE-MoE)
-    # Q times the per-position temperature input after RoPE where attention.temperature_scale is not 0 (Mistral 3)
+    # Q times the per-position temperature input after RoPE where attention.temperature_scale is not 0 (Ministral 3)
     temperature: bool = False
 
 
@@ -110,15 +100,13 @@ Build = Callable[[GraphContext, Facts], None]
 
 @dataclass(frozen=True)
 class Memory:
-    """A composition's standing in `estimate`: its architecture's memory is modelled (absent: nodes
-    only, the memory refused). checked_on: what its figures were checked against. keys: the `{arch}.*`
-    keys its loader reads beyond support.NO_MEMORY_EFFECT, each composed. refuses: settings under which
-    `estimate` leaves the compute out, saying why."""
+    """A composition's standing in `estimate`: its architecture's memory is modelled (absent: nodes only, the
+    memory refused)."""
 
-    checked_on: str
-    keys: frozenset[str] = frozenset()
-    # the settings the composition does not build (the reserve's ubatch tokens and streams -> why, or ""):
-    # a branch of the engine's graph no recorded dump checked
+    checked_on: str  # what its figures were checked against
+    keys: frozenset[str] = frozenset()  # the `{arch}.*` keys its loader reads beyond support.NO_MEMORY_EFFECT, composed
+    # settings under which `estimate` leaves the compute out, saying why (the reserve's ubatch tokens and
+    # streams -> why, or ""): a branch of the engine's graph no recorded dump checked
     refuses: Callable[[int, int], str] | None = None
     # the files the composition does not build or the engine refuses (the inventory -> why; empty: it builds)
     unmodelled: Callable[[Inventory], list[str]] | None = None
@@ -129,8 +117,7 @@ class Memory:
 
 @dataclass(frozen=True)
 class Swa:
-    """Sliding-window attention as the architecture's `load_arch_hparams` sets it up (src/models/<arch>.cpp):
-    docs/memory.md's `Traits` table says what each field means."""
+    """Sliding-window attention as `load_arch_hparams` sets it up (src/models/<arch>.cpp; docs/memory.md, `Traits`)."""
 
     kind: Literal["standard", "chunked"] = "standard"
     window: int | None = None
@@ -146,11 +133,9 @@ Indexer = Literal["", "all", "full", "typed", "kpool"]
 
 @dataclass(frozen=True)
 class Traits:
-    """What moeconf's memory model outside the graph reads about an architecture that the GGUF does not
-    carry: the engine decides it by the architecture's name. A composition module declares
-    `TRAITS = Traits(...)` with only what differs from these defaults; `archs.traits(arch)` reads it
-    (the defaults for an architecture without a module). docs/memory.md's `Traits` table says what each
-    field means."""
+    """What moeconf's memory model outside the graph reads about an architecture that the GGUF does not carry (the
+    engine decides it by the architecture's name): a module's `TRAITS` states what differs from these defaults
+    (`archs.traits`; docs/memory.md's `Traits` table says what each field means)."""
 
     swa: Swa | None = None
     nextn_kv: bool = False
@@ -162,6 +147,8 @@ class Traits:
 
 # the keys every sliding-window loader reads (memory/geometry.py)
 SWA_KEYS = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
+# the Mamba state's sizes (memory/recurrent.py: ssm.group_count where the loader reads it)
+SSM_KEYS = frozenset({"ssm.conv_kernel", "ssm.group_count", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank"})
 CHECKED = "llama-fit-params -fitp on (llama.cpp 0.3.36) on sparse full-size layouts"
 
 GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
@@ -175,7 +162,8 @@ def decoder(spec: Decoder) -> Build:
         pos = g.inp_pos(4 if spec.mrope else 1)
         temp = (g.ctx.input("F32", 1, 1, g.n_tokens, name="inp_attn_scale")
                 if spec.temperature and facts.nonzero("attention.temperature_scale") else None)
-        full, swa = g.attn_inp_kv_iswa() if spec.iswa else (g.attn_inp_kv(), None)
+        iswa = bool(g.cp.n_kv_swa) if spec.iswa is None else spec.iswa
+        full, swa = g.attn_inp_kv_iswa() if iswa else (g.attn_inp_kv(), None)
         g.inp_out_ids()
         gating = facts.gating_or(spec.gating) if spec.gating_key else spec.gating
         norm_w = bool(facts.norm_w) if spec.norm_w_key and facts.norm_w is not None else spec.norm_w
@@ -205,7 +193,7 @@ def decoder(spec: Decoder) -> Build:
             if spec.q_scale:
                 q = c.scale(q)
             cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),
-                         q, k, v, iswa=spec.iswa)
+                         q, k, v, iswa=iswa)
             if not spec.h_nextn:
                 cur, res = g.out_rows(il, cur, res)
             if res_scale:
@@ -242,10 +230,9 @@ def moe_shared(g: GraphContext, spec: Decoder, il: int, cur: Tensor, gating: str
 
 def routed(g: GraphContext, facts: Facts, cur: Tensor, il: int, gating: str = "softmax", *,
            norm_w: bool | None = None, act: str = "silu", clamp: bool = False) -> Tensor:
-    """build_moe_ffn as the GGUF's keys set it: the router's function from expert_gating_func (else the
-    architecture's `gating`), the chosen weights normalised by expert_weights_norm (unless the
-    architecture fixes `norm_w`) and scaled by expert_weights_scale, the selection bias where the layer
-    has one."""
+    """build_moe_ffn as the GGUF's keys set it: the router's function from expert_gating_func (else the architecture's
+    `gating`), the chosen weights normalised by expert_weights_norm (unless the architecture fixes `norm_w`) and
+    scaled by expert_weights_scale, the selection bias where the layer has one."""
     return g.moe_ffn(cur, il, gating=facts.gating_or(gating), norm_w=bool(facts.norm_w) if norm_w is None else norm_w,
                      w_scale=facts.w_scale, act=act, probs_bias=probs_bias(g, il), clamp=clamp)
 
@@ -254,6 +241,12 @@ def probs_bias(g: GraphContext, il: int) -> Tensor | None:
     """The expert selection bias: `blk.N.exp_probs_b.bias`, or `blk.N.exp_probs_b` where the loader names
     it without a suffix (src/models/hy-v3.cpp)."""
     return g.w.layer(il, "exp_probs_b", "bias") or g.w.get(f"blk.{il}.exp_probs_b")
+
+
+def hybrid_inputs(g: GraphContext, k_only: bool = False) -> tuple[Tensor, RsInput, AttnInput]:
+    """The embeddings, then build_inp_mem_hybrid's inputs (build_inp_mem_hybrid_k's where `k_only`): the recurrent
+    states' indices, then the KV cache's (the latent K-only cache's)."""
+    return g.inp_embd(), g.rs_inp(), g.attn_inp_k() if k_only else g.attn_inp_kv()
 
 
 def _unchecked(inv: Inventory, what: str) -> str:
@@ -276,24 +269,17 @@ def _blocks_lacking(inv: Inventory, has: str, needs: tuple[str, ...],
     return blocks
 
 
-def unchecked_blocks(inv: Inventory, has: str, needs: tuple[str, ...], why: str) -> list[str]:
-    """The refusal of a file whose blocks have `blk.N.{has}.weight` without one of `blk.N.{needs}`
-    (`_blocks_lacking`): a branch the loader allows (the tensor optional) that no recorded dump checked, `why`
-    saying what the engine runs there; empty where every such trunk block has them all."""
-    return [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})")
-            for n, il in _blocks_lacking(inv, has, needs).items()]
-
-
 def blocks_without(has: str, needs: tuple[str, ...], why: str) -> Callable[[Inventory], list[str]]:
-    """`unchecked_blocks` of these blocks, tensors and why (a composition's `Memory.unmodelled`)."""
-    return lambda inv: unchecked_blocks(inv, has, needs, why)
+    """A composition's `Memory.unmodelled`: the refusal of a file whose blocks have `blk.N.{has}.weight` without
+    one of `blk.N.{needs}` (`_blocks_lacking`), a branch the loader allows (the tensor optional) that no recorded
+    dump checked, `why` saying what the engine runs there; empty where every such trunk block has them all."""
+    return lambda inv: [_unchecked(inv, f"block(s) {il} have {has} without {n} ({why})")
+                        for n, il in _blocks_lacking(inv, has, needs).items()]
 
 
 def older_mla(inv: Inventory) -> list[str]:
-    """The refusal of MLA blocks with the decompressing attn_kv_b in place of attn_k_b and attn_v_b (an older
-    conversion), which kimi-linear's and kimi-k3's loaders take and the pinned llama.cpp then crashes on as it
-    builds the graph (llama-fit-params -fitp on: a segmentation fault, tests/engine/test_required_tensors.py);
-    a block with both forms is the loader's (`mla_forms`)."""
+    """The refusal of MLA blocks with attn_kv_b in place of attn_k_b and attn_v_b, an older conversion the
+    pinned llama.cpp crashes on (docs/memory.md, "The engine's graph": files no recorded dump checked)."""
     v_b = {t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_v_b.weight"}
     blocks = _blocks_lacking(inv, "attn_kv_b", ("attn_k_b.weight",), skip=v_b).get("attn_k_b.weight")
     if not blocks:
@@ -304,10 +290,8 @@ def older_mla(inv: Inventory) -> list[str]:
 
 
 def mla_forms(inv: Inventory) -> list[str]:
-    """The refusal of a file holding both of MLA's forms in a block, attn_kv_b beside attn_k_b or attn_v_b (the
-    deepseek2, mistral4, kimi-linear and kimi-k3 loaders create one form of a block, never both: the file then
-    holds tensors the loader never takes, and it stops; a composition's `Memory.loader_refuses`); empty where
-    no block has both."""
+    """The refusal of blocks with attn_kv_b beside attn_k_b or attn_v_b, which the loader refuses; empty where
+    none has both (docs/memory.md, "The engine's graph": files no recorded dump checked)."""
     names = {t.name for t in inv.tensors}
     beside: dict[tuple[str, ...], list[int]] = {}
     for il in sorted({t.layer for t in inv.tensors if t.layer is not None and t.name.endswith(".attn_kv_b.weight")}):
@@ -327,10 +311,8 @@ OWN_SCALES: dict[str, frozenset[str]] = {"gemma4": frozenset({"ffn_gate_inp", "f
 
 
 def unchecked_scales(inv: Inventory) -> list[str]:
-    """The refusal of a file with per-tensor `NAME.scale` tensors (an NVFP4 conversion's scale_2: the pinned
-    loader creates them for every architecture's projections, experts and output, and the graph multiplies
-    each projection's result by its scale) other than its architecture's own (`OWN_SCALES`): no recorded
-    dump checked that graph; empty where the file has none."""
+    """The refusal of per-tensor `NAME.scale` tensors but the architecture's own (`OWN_SCALES`); empty where the
+    file has none (docs/memory.md, "The engine's graph": files no recorded dump checked)."""
     own = OWN_SCALES.get(inv.arch, frozenset())
     scaled = sorted({t.name.removeprefix(f"blk.{t.layer}.").removesuffix(".scale") for t in inv.tensors
                      if t.name.endswith(".scale")} - own)
@@ -340,10 +322,8 @@ def unchecked_scales(inv: Inventory) -> list[str]:
 
 
 def unchecked_ffn_biases(inv: Inventory) -> list[str]:
-    """The refusal of a file whose dense FFN or shared expert has biases (`blk.N.ffn_up.bias`...: the optional
-    MLP biases the llama, granite, granitemoe, granite_swa, granitehybrid, minicpm, mistral3 and refact loaders
-    create in a file without experts, nemotron_h's in its MLP blocks), a graph no recorded dump checked; empty
-    where the file has none."""
+    """The refusal of a dense FFN's or shared expert's biases (`blk.N.ffn_up.bias`...); empty where the file has
+    none (docs/memory.md, "The engine's graph": files no recorded dump checked)."""
     parts = {f"ffn_{p}{s}" for p in ("up", "gate", "down") for s in ("", "_shexp")}
     blocks = sorted({t.layer for t in inv.tensors if t.layer is not None
                      and t.name.removeprefix(f"blk.{t.layer}.").removesuffix(".bias") in parts
@@ -353,9 +333,8 @@ def unchecked_ffn_biases(inv: Inventory) -> list[str]:
 
 
 def unchecked_fused_qkv_bias(inv: Inventory) -> list[str]:
-    """The refusal of a file with a fused attn_qkv and a bias, its own or Q's, K's and V's apart (create_tensor_qkv
-    takes either, for legacy or custom files): no converter of a composed architecture writes one, and no recorded
-    dump checked either graph (the separate biases beside the fused weight are not built at all)."""
+    """The refusal of a fused attn_qkv with a bias, its own or Q's, K's and V's apart (docs/memory.md, "The
+    engine's graph": files no recorded dump checked)."""
     names = {t.name for t in inv.tensors}
     blocks = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.attn_qkv.weight"
                      and any(f"blk.{t.layer}.attn_{p}.bias" in names for p in ("qkv", "q", "k", "v"))})

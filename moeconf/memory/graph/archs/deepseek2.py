@@ -1,7 +1,4 @@
-"""src/models/deepseek2.cpp: the low-rank Q (or a plain Q on the lite models) and the compressed
-KV; with MLA (key_length_mla in the GGUF) the absorbed queries against the latent K-only cache
-(V a view of it, decompressed by wv_b), else the decompressed heads through a full KV cache; then
-dense leading layers or the MoE with its shared expert."""
+"""src/models/deepseek2.cpp: MLA or decompressed heads, MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -14,8 +11,7 @@ MEMORY = Memory(CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)", MLA_KEYS | {"lea
 
 
 def build(g: GraphContext, facts: Facts) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
-    d = g.mla
+    c, w, hp, d = g.ctx, g.w, g.hp, g.mla
     inp = g.inp_embd()
     pos = g.inp_pos()
     attn_in = g.attn_inp_k() if d.absorbed else g.attn_inp_kv()
@@ -23,7 +19,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.groups = facts.groups
     nope = d.head_k - d.rope
     for il in range(hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         T, n_head = cur.ne[1], hp.n_head[il]
         q = c.reshape(g.mla_q(il, cur), d.head_k, n_head, T)
@@ -42,7 +37,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             q_cur = c.rope(q, pos)
             k_cur = c.concat(k_nope, c.repeat(k_pe, d.rope, n_head, T, 1), 0)
             cur = g.attn(attn_in, il, w.layer(il, "attn_output"), None, q_cur, k_cur, v_cur)
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp)

@@ -1,6 +1,4 @@
-"""src/models/deepseek32.cpp: DeepSeek-V3.2, deepseek2's absorbed MLA with the lightning indexer in every
-layer choosing the cells each token attends to (archs/_dsa.py); dense leading layers, then the MoE with
-its shared expert."""
+"""DeepSeek-V3.2 (src/models/deepseek32.cpp): MLA with DSA (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,22 +1,12 @@
-"""dots3note (src/models/dots3note.cpp): absorbed MLA on every layer, the sliding-window layers with
-their own latent width (attention.kv_lora_rank_swa, key_length_swa) through the window's K-only cache,
-the others through the DSA cache (llama_kv_cache_dsa_iswa: the MLA latent beside the lightning
-indexer's keys, src/llama-kv-cache-dsa.cpp) with the indexer choosing the cells each token attends to;
-a head-wise sigmoid gate on the attention's output before its projection; the shared rope key
-RMS-normed before RoPE; dense leading layers, then the MoE with its selection bias and a shared
-expert. The MTP block is created TENSOR_SKIP and never built.
-
-The indexer runs as the fused GGML_OP_LIGHTNING_INDEXER, so its mask is F16 whatever flash attention
-is (cparams.fused_lid: llama-context.cpp's probe turns it off only where the op lands on another device
-than its layer's, one that cannot run it; the CPU and RPC devices the dumps were taken on run it, and
-CUDA runs it for keys of 128 in 32 or 64 heads, dots3-note's, in the usual cache types). The unfused
-form is not composed."""
+"""dots3note (src/models/dots3note.cpp): MLA, DSA and windows (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._dsa import indexer_top_k, inp_dsa
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Swa, Traits, built, need, routed
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Facts, Memory, Swa, Traits, built, need, routed
 from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.indexer import DSA_KEYS
+from moeconf.memory.keys import MLA_KEYS
 
 # the pattern an array (attention.sliding_window_pattern)
 TRAITS = Traits(swa=Swa(), indexer="typed")
@@ -31,7 +21,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     swa_in = g.attn_inp_k(cp.n_kv_swa)
     g.inp_out_ids()
     for il in range(hp.n_layer):
-        res = inp
         swa = bool(g.swa_layers.get(il))
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         attn_inp = cur
@@ -53,18 +42,12 @@ def build(g: GraphContext, facts: Facts) -> None:
                        None if swa else g.top_k_mask(mla_in.mask, built(top_k)))
         gate = c.unary(g.mm(need(w.layer(il, "attn_gate")), attn_inp), "sigmoid")
         cur = g.mm(need(w.layer(il, "attn_output")), g.gate_heads(cur, gate, n_head))
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp)
 
 
-# the windowed layers' latent widths and window (memory/geometry.py: key_length_swa, the pattern array),
-# the MLA latent (K only), the indexer's cache on the layers attention.indexer.types marks full
-# (memory/indexer.py), the dense leading layers, the MTP block (created TENSOR_SKIP: no weights, no cache)
-MEMORY = Memory(CHECKED + " (dots3-note-prev)", frozenset({
-    "attention.indexer.head_count", "attention.indexer.key_length", "attention.indexer.top_k",
-    "attention.indexer.types", "attention.key_length_mla", "attention.key_length_mla_swa", "attention.kv_lora_rank",
-    "attention.kv_lora_rank_swa", "attention.q_lora_rank", "attention.sliding_window",
-    "attention.sliding_window_pattern", "attention.value_length_mla", "attention.value_length_mla_swa",
-    "attention.key_length_swa", "attention.value_length_swa", "leading_dense_block_count", "nextn_predict_layers"}))
+MEMORY = Memory(CHECKED + " (dots3-note-prev)", MLA_KEYS | DSA_KEYS | SWA_KEYS | {
+    "attention.indexer.types", "attention.key_length_mla_swa", "attention.kv_lora_rank_swa",
+    "attention.value_length_mla_swa", "attention.key_length_swa", "attention.value_length_swa"})

@@ -1,7 +1,4 @@
-"""EXAONE-MoE (src/models/exaone-moe.cpp): the classic decoder layer through the sliding-window
-cache pair, per-head Q/K norms, RoPE on the sliding-window layers only, the router's function and
-weights' normalisation and scale as the GGUF's keys say, with its selection bias, an ungated shared
-expert, dense leading layers. The MTP block is created TENSOR_SKIP and never built."""
+"""EXAONE-MoE (src/models/exaone-moe.cpp): the classic layer (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -10,6 +7,4 @@ from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Decoder, Memory
 ARCH = "exaone-moe"
 TRAITS = Traits(swa=Swa(window=128, pattern=4))
 build = decoder(Decoder(qk_norm="head", gating_key=True, norm_w=False, norm_w_key=True, iswa=True, rope_swa_only=True))
-# the window and its pattern (memory/geometry.py), the dense leading layers (their tensors), the MTP block
-# (created TENSOR_SKIP: no weights, no cache, not in the graph)
 MEMORY = Memory(CHECKED + " (K-EXAONE-236B-A23B)", SWA_KEYS | {"leading_dense_block_count", "nextn_predict_layers"})

@@ -1,12 +1,4 @@
-"""src/models/gemma4.cpp: the embeddings scaled; sliding-window and full layers through the iSWA cache
-pair, each with its own head width and KV head count; Q, K and V projected apart (a fused attn_qkv, which
-the loader takes but the converter does not write, is refused: no recorded dump checked it), Q and K normed
-per head (V by a plain RMS norm, V the K projection where the layer has no attn_v), the full layers' RoPE
-with the rope_freqs copy the loader creates on their device (the sliding-window layers have none); the
-attention's output normed before its residual; a dense FFN (GELU) beside the routed experts (alone on a
-block without a router), each normed before and after, the router reading its own scaled RMS norm of the
-residual; the FFN's output normed, added, scaled by the layer's output scale; the final norm, the output
-rows taken after it, the logits soft-capped."""
+"""Gemma 4 (src/models/gemma4.cpp): iSWA, dense FFN beside MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -15,8 +7,6 @@ from moeconf.memory.graph.blocks import GraphContext
 
 # the pattern an array the loader requires (get_arr)
 TRAITS = Traits(swa=Swa())
-# attention.shared_kv_layers and embedding_length_per_layer_input: modelled at 0 only (memory/keys.py neutral);
-# refused: blocks with Q, K and V in one attn_qkv (the loader's optional fused form)
 MEMORY = Memory(CHECKED + " (Gemma-4-26B-A4B)", SWA_KEYS | {
     "attention.key_length_swa", "attention.value_length_swa", "rope.dimension_count_swa", "final_logit_softcapping"},
     unmodelled=blocks_without("attn_qkv", ("attn_q.weight",), "Q, K and V fused in one projection, which the "
@@ -31,8 +21,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.inp_out_ids()
     for il in range(hp.n_layer):
         windowed = bool(g.swa_layers.get(il))
-        hd, n_head, n_kv = hp.hk(il), hp.n_head[il], hp.n_head_kv[il]
-        T = inp.ne[1]
+        hd, n_head, n_kv, T = hp.hk(il), hp.n_head[il], hp.n_head_kv[il], inp.ne[1]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         freqs = None if windowed else w.copy("rope_freqs.weight", il)
         q = g.mm(need(w.layer(il, "attn_q")), cur)
@@ -40,8 +29,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         k = g.mm(need(w.layer(il, "attn_k")), cur)
         wv = w.layer(il, "attn_v")
         v = g.mm(wv, cur) if wv is not None else k
-        k = c.reshape(k, hd, n_kv, T)
-        v = c.reshape(v, hd, n_kv, T)
+        k, v = c.reshape(k, hd, n_kv, T), c.reshape(v, hd, n_kv, T)
         k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
         v = c.rms_norm(v)
         k = c.rope(k, pos, freqs)
@@ -49,16 +37,14 @@ def build(g: GraphContext, facts: Facts) -> None:
         cur = g.mm(need(w.layer(il, "attn_output")), cur)
         cur = g.norm(cur, w.layer(il, "post_attention_norm"), None, il)
         attn_out = c.add(cur, inp)
-        if not g.dense(il):
-            mlp = g.norm(g.layer_ffn(g.norm(attn_out, w.layer(il, "ffn_norm"), None, il), il, act="gelu"),
-                         w.layer(il, "post_ffw_norm_1"), None, il)
+        cur = g.layer_ffn(g.norm(attn_out, w.layer(il, "ffn_norm"), None, il), il, act="gelu")
+        if not g.dense(il):  # a router: the experts beside the dense FFN
+            mlp = g.norm(cur, w.layer(il, "post_ffw_norm_1"), None, il)
             moe_in = g.norm(attn_out, w.layer(il, "pre_ffw_norm_2"), None, il)
             tmp = c.mul(c.scale(c.rms_norm(attn_out)), need(w.layer(il, "ffn_gate_inp", "scale")))
             logits = g.mm(need(w.layer(il, "ffn_gate_inp")), tmp)
             moe = g.moe_ffn(moe_in, il, gating="softmax", norm_w=True, act="gelu", logits=logits)
             cur = c.add(mlp, g.norm(moe, w.layer(il, "post_ffw_norm_2"), None, il))
-        else:
-            cur = g.layer_ffn(g.norm(attn_out, w.layer(il, "ffn_norm"), None, il), il, act="gelu")
         cur = c.add(g.norm(cur, w.layer(il, "post_ffw_norm"), None, -1), attn_out)
         scale = w.layer(il, "layer_output_scale")
         inp = c.mul(cur, scale) if scale is not None else cur

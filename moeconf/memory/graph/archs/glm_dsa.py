@@ -1,6 +1,4 @@
-"""src/models/glm-dsa.cpp: GLM-5, DeepSeek-V3.2's graph (archs/_dsa.py) whose "shared" indexer layers
-(attention.indexer.types; llama-model.cpp's is_indexer_full) keep no indexer cache and reuse the top-k
-of the last layer that ran its own indexer."""
+"""GLM-5 (src/models/glm-dsa.cpp): DSA with shared indexers (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""src/models/openai-moe.cpp: sliding-window and full layers through the iSWA cache pair, the
-attention sinks, the router's bias, biased experts with the clamped SwiGLU, the chosen logits
-softmaxed; the last layer's output is a graph output (t_h_nextn), its rows taken after the loop."""
+"""gpt-oss (src/models/openai-moe.cpp): iSWA, sinks, MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -16,13 +14,12 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     inp, pos, full, swa = g.inputs(iswa=True)
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),
                      q, k, v, sinks=w.layer(il, "attn_sinks"), iswa=True)
-        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False, norm="post_attention_norm")
+        ffn_inp, cur = g.ffn_input(il, cur, inp, rows=False, norm="post_attention_norm")
         cur = g.moe_ffn(cur, il, gating="softmax_weight", norm_w=False, act="swiglu_oai",
                         gate_inp_b=w.layer(il, "ffn_gate_inp", "bias"))
         inp = c.add(cur, ffn_inp)

@@ -1,7 +1,4 @@
-"""Granite (src/models/granite.cpp): the graph Granite-MoE runs (llama_model_granite::graph), the classic
-decoder layer with the embedding, residual and logit scales, one row. Its loader takes
-rope.scaling.finetuned as a switch: where the file sets it false no layer runs RoPE (and the graph has
-no positions), which this composition does not build, and `estimate` says so."""
+"""Granite (src/models/granite.cpp): the scaled classic layer (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Granite SWA (src/models/granite-swa.cpp): Granite's layer (its embedding, residual and logit scales
-where their keys are present) through the sliding-window cache pair, with per-head attention sinks,
-RoPE on the layers attention.rope_pattern marks (every layer without it), the experts' gate and up
-fused, and a shared expert whose gate and up are one projection (SwiGLU over it)."""
+"""Granite SWA (src/models/granite-swa.cpp): Granite's iSWA (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""src/models/granite-hybrid.cpp (Granite-4.0-H): every layer a Mamba-2 layer (`_mamba.mamba2_layer`)
-or an attention layer with RoPE, then Granite's FFN block: the residual scaled and added, the FFN norm,
-a dense SwiGLU FFN or a softmax-routed MoE with a gated shared expert, scaled again and added; the
-embeddings and the logits scaled where the model has their scales."""
+"""Granite-4.0-H (src/models/granite-hybrid.cpp): Mamba-2 (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba2_layer, unbiased_conv
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits, hybrid_inputs
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.model.inventory import Inventory
 
@@ -15,16 +12,12 @@ TRAITS = Traits(recurrent="mamba")
 
 def _unmodelled(inv: Inventory) -> list[str]:
     """Mamba-2 blocks without their convolution's bias (`unbiased_conv`), and a shared expert that does not match
-    expert_shared_feed_forward_length: the loader creates ffn_*_shexp in every expert block where the key is
-    above 0 and none where it is not, so a file with the tensors but not the key (or the key without them) does
-    not load, where the composition (keyed on the tensors) would give it a figure."""
+    expert_shared_feed_forward_length, which the loader refuses (docs/memory-architectures.md, "Compositions")."""
     width = inv.metadata.hparam("expert_shared_feed_forward_length")
     keyed = isinstance(width, int) and width > 0
     names = {t.name for t in inv.tensors}
-    routed = sorted({t.layer for t in inv.tensors if t.layer is not None
-                     and t.name == f"blk.{t.layer}.ffn_gate_inp.weight"})
-    parts = ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
-    odd = [il for il in routed if any((f"blk.{il}.{p}.weight" in names) != keyed for p in parts)]
+    odd = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.ffn_gate_inp.weight"
+                  and any((f"blk.{t.layer}.ffn_{p}_shexp.weight" in names) != keyed for p in ("gate", "up", "down"))})
     why = unbiased_conv(inv)
     if odd:
         why.append(f"llama.cpp refuses to load this file: block(s) {odd} have "
@@ -34,22 +27,17 @@ def _unmodelled(inv: Inventory) -> list[str]:
     return why
 
 
-MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)", unmodelled=_unmodelled,
-                keys=frozenset({"ssm.conv_kernel", "ssm.group_count", "ssm.inner_size", "ssm.state_size",
-                                "ssm.time_step_rank"}))
+MEMORY = Memory(CHECKED + " (Granite-4.0-H-Small)", SSM_KEYS, unmodelled=_unmodelled)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    rs_in = g.rs_inp()
-    attn_in = g.attn_inp_kv()
+    inp, rs_in, attn_in = hybrid_inputs(g)
     g.inp_out_ids()
     pos = g.inp_pos()
     res_scale = facts.nonzero("residual_scale")  # Granite scales whenever the value is not 0
     g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         if il in g.rs:
             cur = mamba2_layer(g, rs_in, cur, il)
@@ -58,7 +46,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
             cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
-        cur, res = g.out_rows(il, cur, res)
+        cur, res = g.out_rows(il, cur, inp)
         if res_scale:
             cur = c.scale(cur)
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)

@@ -1,8 +1,4 @@
-"""src/models/grok.cpp: embeddings scaled (the loader's default scale unless the GGUF sets 0 or 1: a
-scale of exactly 1 is not told apart here), the KQ logits softcapped without flash attention, the
-attention's output normed before its residual, a GELU MoE (plus a dense GELU FFN where the layer has
-one, the two summed and scaled), normed after; the logits scaled and, where the GGUF sets
-final_logit_softcapping, softcapped."""
+"""Grok (src/models/grok.cpp): softcapped, GELU MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -10,10 +6,6 @@ from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.keys import SOFTCAPPING
 
-# the attention and router softcapping run whatever their values (src/llama-graph.cpp builds Grok's tanh
-# unconditionally); final_logit_softcapping adds a scale, a tanh and a scale on the logits, each the only
-# consumer of its input, which ggml-alloc runs in place: no buffer grows (measured with Grok-2's 50: the
-# same figures, tests/test_memory_keys.py)
 MEMORY = Memory(CHECKED + " (Grok-1; flash attention forced off)", SOFTCAPPING)
 # llama_init_from_model: "flash_attn is not compatible with Grok - forcing off"
 TRAITS = Traits(flash_attn=False)
@@ -24,12 +16,11 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.kq_softcap = True
     inp, pos, attn_in, _ = g.inputs(scale="embedding_scale" not in facts.units)
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
-        cur, res = g.out_rows(il, cur, res)
+        cur, res = g.out_rows(il, cur, inp)
         cur = g.norm(cur, w.layer(il, "attn_output_norm"), None, il)
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True, act="gelu")  # no expert_weights_scale read

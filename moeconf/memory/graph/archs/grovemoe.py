@@ -1,7 +1,4 @@
-"""GroveMoE (src/models/grovemoe.cpp): Qwen3-MoE's layer (per-head Q/K norms) whose router's logits
-choose twice: the routed experts, then, on their output, the adjugate experts (`ffn_*_chexps`, one per
-group of experts), scaled by expert_group_scale and added (build_moe_ffn's GroveMoE branch: the choice
-on the sigmoid of the logits, the adjugate one the chosen index divided by the experts per group)."""
+"""GroveMoE (src/models/grovemoe.cpp): adjugate experts (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """Fewer adjugate experts than experts used: the engine's build_moe_ffn sums the model's
-    expert_used_count views of the adjugate experts' output, past its end, and aborts."""
+    """Fewer adjugate experts than experts used: the engine aborts (docs/memory-architectures.md, "Compositions")."""
     chexps = next((t for t in inv.tensors if t.name.endswith(".ffn_down_chexps.weight")), None)
     used = inv.metadata.expert_used_count or 0
     if chexps is None or len(chexps.shape) < 3 or chexps.shape[2] >= used:

@@ -1,15 +1,9 @@
-"""HY V3 (src/models/hy-v3.cpp): the classic decoder layer with per-head Q/K norms before RoPE, a
-sigmoid router (unless expert_gating_func says otherwise) with its selection bias, the weights
-normalised and scaled as the GGUF's keys say, an ungated shared expert, dense leading layers; the
-final norm is the MTP head's input (a graph output) and the output rows are taken after it. The
-MTP block the loader creates runs only in the draft graph."""
+"""HY V3 (src/models/hy-v3.cpp): the classic decoder layer (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, blocks_without, decoder
 
 build = decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True, h_nextn=True))
-# the MTP block (nextn_predict_layers): created TENSOR_SKIP unless MTP is asked for, left out of the trunk's graph;
-# refused: a dense block without ffn_gate (the loader makes it optional; the converter writes every dense block's gate)
 MEMORY = Memory(CHECKED + " (Hy3-preview)", frozenset({"nextn_predict_layers"}), unmodelled=blocks_without(
     "ffn_up", ("ffn_gate.weight",), "build_ffn then runs SiLU over the up projection alone"))

@@ -1,24 +1,19 @@
-"""src/models/jamba.cpp: every layer a Mamba-1 layer (`_mamba.mamba_layer`, its dt, B and C RMS-normed)
-or an attention layer without RoPE; the residual added (the layer's input first), the FFN norm, a
-dense SwiGLU FFN or a softmax-routed MoE whose chosen weights are not normalised, the residual added."""
+"""Jamba (src/models/jamba.cpp): Mamba-1 and attention (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba_layer
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits, hybrid_inputs
 from moeconf.memory.graph.blocks import GraphContext
 
 # Mamba-1: its loader reads no ssm.group_count
 TRAITS = Traits(recurrent="mamba")
-MEMORY = Memory(CHECKED + " (Jamba-Mini-1.5)",
-                keys=frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank"}))
+MEMORY = Memory(CHECKED + " (Jamba-Mini-1.5)", SSM_KEYS - {"ssm.group_count"})
 
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    rs_in = g.rs_inp()
-    attn_in = g.attn_inp_kv()
+    inp, rs_in, attn_in = hybrid_inputs(g)
     g.inp_out_ids()
     g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):

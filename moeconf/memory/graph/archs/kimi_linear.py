@@ -1,10 +1,4 @@
-"""src/models/kimi-linear.cpp: KDA layers (Kimi delta attention, `_deltanet.kda_layer`: the decay gate
-g1 and the output gate g2) and MLA layers without RoPE (absorbed against the latent K-only cache where
-the file has attn_k_b and attn_v_b, else decompressed heads through a full KV cache); dense leading layers,
-then a MoE with a selection bias and an ungated shared expert. The decompressed form (attn_kv_b, an
-older conversion: the converter writes attn_k_b and attn_v_b) the pinned engine crashes on as it builds
-the graph (its loader requires the MLA keys, and with them the graph has no full KV cache input):
-`estimate` refuses it (`common.older_mla`)."""
+"""src/models/kimi-linear.cpp: KDA and MLA layers (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -29,7 +23,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     attn_in = g.attn_inp_k() if g.mla.absorbed else g.attn_inp_kv()
     g.inp_out_ids()
     for il in range(hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         if il in g.rs:
@@ -37,7 +30,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             cur = kda_layer(g, rs_in, cur, il, gate_rows=True, flat=True)
         else:
             cur = _mla(g, attn_in, cur, il)
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il, norm_w=True), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp)
@@ -45,8 +38,7 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 def _mla(g: GraphContext, attn_in: AttnInput, cur: Tensor, il: int) -> Tensor:
     """The MLA layer, no RoPE on either side."""
-    c, w, hp = g.ctx, g.w, g.hp
-    d = g.mla
+    c, w, hp, d = g.ctx, g.w, g.hp, g.mla
     T, n_head = cur.ne[1], hp.n_head[il]
     nope = d.head_k - d.rope
     q = c.mul_mat(need(w.layer(il, "attn_q")), cur)

@@ -1,9 +1,4 @@
-"""Laguna (src/models/laguna.cpp): per-layer head counts; with a sliding window (XS.2) full and
-windowed layers through the iSWA pair, else one cache (M.1); per-head Q/K norms before RoPE;
-attention without its output projection, then a softplus gate projected from the layer's input,
-per head (one value broadcast over the head) or per element as the gate's width says, then the
-output projection; dense leading layers, then routed experts (sigmoid unless `expert_gating_func`
-says otherwise, a selection bias) beside an always-on shared expert."""
+"""Laguna (src/models/laguna.cpp): softplus-gated attention (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -19,7 +14,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     has_swa = any(g.swa_layers.values())
     inp, pos, full, swa = g.inputs(iswa=has_swa)
     for il in range(hp.n_layer):
-        res = inp
         n_head = hp.n_head[il]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
@@ -31,7 +25,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         gate = c.unary(gate, "softplus")
         # one gate value per head, or one per element
         cur = g.gate_heads(cur, gate, n_head) if gate_w.ne[1] == n_head else c.mul(cur, gate)
-        ffn_inp, cur = g.ffn_input(il, g.mm(need(w.layer(il, "attn_output")), cur), res)
+        ffn_inp, cur = g.ffn_input(il, g.mm(need(w.layer(il, "attn_output")), cur), inp)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.add_shexp(routed(g, facts, cur, il, "sigmoid"), cur, il)
         inp = c.add(cur, ffn_inp)
     g.output(inp)

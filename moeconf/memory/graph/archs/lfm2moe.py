@@ -1,25 +1,17 @@
-"""src/models/lfm2moe.cpp (its graph is lfm2.cpp's): short-convolution layers (the input projection
-split in three, B*X transposed after the conv state read through build_rs, the last columns written
-back, the depthwise conv, gated by C, the output projection) and attention layers with per-head Q/K
-norms; dense leading layers, then a MoE with a selection bias and the router's gating function from
-`expert_gating_func`; the final norm is `token_embd_norm` and the output usually the tied embedding."""
+"""LFM2-MoE (src/models/lfm2moe.cpp): short convolutions (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, hybrid_inputs, need
 from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
-# the conv state (memory/recurrent.py shortconv_shape) on the layers without KV heads; the dense
-# leading layers read from the tensors
 MEMORY = Memory(CHECKED + " (LFM2-8B-A1B)", keys=frozenset({"shortconv.l_cache", "leading_dense_block_count"}))
 
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    cur = g.inp_embd()
-    rs_in = g.rs_inp()  # build_inp_mem_hybrid: the states' indices, then the KV cache's inputs
-    attn_in = g.attn_inp_kv()
+    cur, rs_in, attn_in = hybrid_inputs(g)
     pos = g.inp_pos()
     g.inp_out_ids()
     for il in range(g.hp.n_layer):
@@ -46,8 +38,7 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 def _shortconv(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
     """build_shortconv_block (causal; no rollback snapshots: one conv state written)."""
-    c, w, hp = g.ctx, g.w, g.hp
-    rec = g.rec
+    c, w, hp, rec = g.ctx, g.w, g.hp, g.rec
     assert rec is not None
     n_seqs = rs_in.n_seqs
     T = cur.ne[1] // n_seqs

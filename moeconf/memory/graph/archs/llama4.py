@@ -1,7 +1,4 @@
-"""src/models/llama4.cpp: chunked layers with RoPE (and an L2 norm of Q and K unless the model
-has 128 experts), full layers without RoPE, their queries scaled by the temperature input; the
-iSWA cache pair unless the GGUF turns the chunking off; MoE layers routing one expert by the
-sigmoid of its logit, applied to the experts' input, and a shared expert; dense layers between."""
+"""Llama 4 (src/models/llama4.cpp): chunked attention, MoE (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -21,22 +18,19 @@ def build(g: GraphContext, facts: Facts) -> None:
     chunked = any(g.swa_layers.values())
     full, swa = g.attn_inp_kv_iswa() if chunked else (g.attn_inp_kv(), None)
     g.inp_out_ids()
-    kq_norm = hp.n_expert != 128
     for il in range(hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
-        use_rope = not chunked or (il + 1) % 4 != 0
-        if use_rope:
+        if not chunked or (il + 1) % 4 != 0:  # RoPE but on every fourth layer where chunked
             freqs = w.copy("rope_freqs.weight", il)
             q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
-            if kq_norm:
+            if hp.n_expert != 128:  # Q and K L2-normed unless the model has 128 experts
                 q, k = c.rms_norm(q), c.rms_norm(k)
         else:
             q = c.mul(q, attn_scale)
         cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"),
                      q, k, v, iswa=chunked)
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         if g.dense(il):
             cur = g.layer_ffn(cur, il)
         else:

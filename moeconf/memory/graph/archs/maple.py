@@ -1,8 +1,4 @@
-"""Maple (src/models/maple.cpp): the classic decoder layer through the sliding-window cache pair, per-head
-Q/K norms, RoPE on the sliding-window layers only (the full layers take none), and a softmax-routed MoE
-(the chosen weights normalised, no scale, no shared expert) whose SwiGLU is the fused SWIGLU_CLAMP op
-where the layer's swiglu_clamp_exp is above 0 (build_moe_ffn names Maple among the fused clamp's
-architectures)."""
+"""Maple (src/models/maple.cpp): iSWA, clamped experts (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -19,14 +15,13 @@ def build(g: GraphContext, facts: Facts) -> None:
     inp, pos, full, swa = g.inputs(iswa=True)
     g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         q, k = g.qk_norm(il, q, k)
         if g.swa_layers.get(il):
             q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(g.attn_inp(il, full, swa), il, w.layer(il, "attn_output"), None, q, k, v, iswa=True)
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         cur = g.moe_ffn(cur, il, act="silu_clamp" if facts.above("swiglu_clamp_exp", il) else "silu")
         inp = c.add(cur, ffn_inp)
     g.output(inp)

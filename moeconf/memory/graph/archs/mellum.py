@@ -1,24 +1,15 @@
-"""Mellum (src/models/mellum.cpp): the classic decoder layer with per-head Q/K norms before RoPE and a
-softmax-routed MoE whose chosen weights are normalised (scaled where expert_weights_scale is present),
-no shared expert. With an attention.sliding_window key the loader sets standard sliding-window attention
-(every fourth layer full unless the GGUF's pattern says otherwise) and the graph attends through the
-sliding-window cache pair; without it, one KV cache (the template's other instance). A window whose
-pattern marks no layer windowed still makes the engine build the cache pair's graph, which no recorded
-dump checked: `estimate` refuses that file."""
+"""Mellum (src/models/mellum.cpp): the classic layer (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Decoder, Facts, Memory, Swa, Traits, decoder
-from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.graph.archs.common import CHECKED, SWA_KEYS, Decoder, Memory, Swa, Traits, decoder
 from moeconf.model.inventory import Inventory
 
 TRAITS = Traits(swa=Swa(pattern=4))
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """A window (attention.sliding_window above 0) whose pattern marks no layer windowed: the loader still
-    sets standard sliding-window attention, so the engine builds the sliding-window graph (build_arch_graph:
-    the cache pair's inputs) where moeconf's geometry has no windowed layer and builds the single-cache one."""
+    """A window whose pattern marks no layer windowed (docs/memory-architectures.md, "Compositions")."""
     from moeconf.memory.geometry import geometry
 
     window = inv.metadata.sliding_window
@@ -31,9 +22,4 @@ def _unmodelled(inv: Inventory) -> list[str]:
 
 
 MEMORY = Memory(CHECKED + " (Mellum2-12B-A2.5B)", SWA_KEYS, unmodelled=_unmodelled)
-_ISWA = decoder(Decoder(qk_norm="head", iswa=True))
-_KV = decoder(Decoder(qk_norm="head"))
-
-
-def build(g: GraphContext, facts: Facts) -> None:
-    (_ISWA if g.cp.n_kv_swa else _KV)(g, facts)
+build = decoder(Decoder(qk_norm="head", iswa=None))  # the iSWA cache pair where the context has a window

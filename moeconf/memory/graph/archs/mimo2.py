@@ -1,8 +1,4 @@
-"""MiMo-V2 (src/models/mimo2.cpp): full and sliding-window layers through the iSWA cache pair, each
-with its own KV head count, V narrower than K, attention sinks where the layer has them, the
-attention output scaled by `attention.value_scale` where that is not 1; a dense first layer, then
-sigmoid-routed experts with a selection bias and normalised weights (never scaled: the loader reads
-no expert_weights_scale). The MTP block is its own graph (the draft context's), not the trunk's."""
+"""MiMo-V2 (src/models/mimo2.cpp): iSWA with sinks (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -18,7 +14,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     inp, pos, full, swa = g.inputs(iswa=True)
     v_scale = "attention.value_scale" in facts.floats
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         q, k = c.rope(q, pos), c.rope(k, pos)
@@ -26,7 +21,7 @@ def build(g: GraphContext, facts: Facts) -> None:
                      sinks=w.layer(il, "attn_sinks"), iswa=True)
         if v_scale:
             cur = c.scale(cur)
-        ffn_inp, cur = g.ffn_input(il, cur, res)
+        ffn_inp, cur = g.ffn_input(il, cur, inp)
         cur = g.layer_ffn(cur, il) if g.dense(il) else g.moe_ffn(cur, il, gating="sigmoid", norm_w=True,
                                                                   probs_bias=w.layer(il, "exp_probs_b", "bias"))
         inp = c.add(cur, ffn_inp)

@@ -1,8 +1,4 @@
-"""MiniCPM (src/models/minicpm.cpp): Granite's graph (llama_model_granite::graph, src/models/granite.cpp),
-the classic decoder layer with the embedding, residual and logit scales, one row. Its loader sets all
-three scales to defaults that are not 0 and lets the keys override them; the converter writes the three
-keys, so the scales run where they are present. A file without one of them (an old conversion) still
-runs that scale in the engine: the composition does not build it, and `estimate` says so."""
+"""MiniCPM (src/models/minicpm.cpp): Granite's graph (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -14,8 +10,7 @@ _SCALES = ("embedding_scale", "residual_scale", "logit_scale")
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """The files whose graph this composition does not build: a scale key missing (the loader's
-    default scale runs in the engine's graph, not in this one)."""
+    """A scale key missing: the loader's default scale runs in the engine's graph, not in this one."""
     keys = set(inv.metadata.arch_keys or ())
     missing = [f"minicpm.{k}" for k in _SCALES if k not in keys]
     if not missing:

@@ -1,13 +1,8 @@
-"""MiniMax-Text-01 (src/models/minimax-01.cpp): lightning-attention layers (the fused QKV through SiLU,
-the state read through build_rs as heads of head_dim x head_dim beside an empty conv state, the decays
-from the graph's own slope and decay inputs, the block's intra-chunk and inter-chunk products, the new
-state copied back, the result RMS-normed by attn_norm_2 and gated by a sigmoid of attn_gate) and, every
-`full_attention_interval`-th layer, softmax attention through the KV cache; the residual is the attention
-norm's (and the FFN norm's) output scaled by `residual_scale`; a softmax-routed MoE."""
+"""MiniMax-Text-01 (src/models/minimax-01.cpp): lightning (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, hybrid_inputs, need
 from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 
@@ -18,9 +13,7 @@ MEMORY = Memory(CHECKED + " (MiniMax-Text-01)", keys=frozenset({"residual_scale"
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
-    cur = g.inp_embd()
-    rs_in = g.rs_inp()  # build_inp_mem_hybrid: the states' indices, then the KV cache's inputs
-    attn_in = g.attn_inp_kv()
+    cur, rs_in, attn_in = hybrid_inputs(g)
     pos = g.inp_pos()
     g.inp_out_ids()
     n_head, T = hp.n_head[0], g.n_tokens // rs_in.n_seqs

@@ -1,5 +1,4 @@
-"""Mistral 3 (src/models/mistral3.cpp): Llama's classic decoder layer, one row, with Ministral 3's
-attention temperature (Q scaled per position after RoPE where attention.temperature_scale is not 0)."""
+"""Mistral 3 (src/models/mistral3.cpp): Llama's classic decoder layer, one row, with the attention temperature."""
 
 from __future__ import annotations
 

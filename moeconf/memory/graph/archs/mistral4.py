@@ -1,6 +1,4 @@
-"""src/models/mistral4.cpp: Mistral-Small-4 is deepseek2's graph itself (llama_model_mistral4 takes
-llama_model_deepseek2's loader and graph, src/models/models.h): MLA attention, dense leading layers,
-then the MoE with its shared expert."""
+"""Mistral-Small-4 (src/models/mistral4.cpp): deepseek2's (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

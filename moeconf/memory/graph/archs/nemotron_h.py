@@ -1,17 +1,12 @@
-"""nemotron_h (src/models/nemotron-h.cpp): the loader and the trunk graph nemotron_h_moe uses too
-(models.h: `llama_model_nemotron_h_moe::graph` is `llama_model_nemotron_h::graph`), so the same build:
-Mamba-2, attention without RoPE, and MoE or dense squared-ReLU layers (`nemotron_h_moe.py`). The
-pinned converter writes nemotron_h_moe for every NemotronH with experts; checked on a synthetic
-layout, Nemotron-3-Nano-30B-A3B's config written as nemotron_h."""
+"""nemotron_h (src/models/nemotron-h.cpp): nemotron_h_moe's (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import unbiased_conv
-from moeconf.memory.graph.archs.common import CHECKED, Memory, Traits
+from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Memory, Traits
 from moeconf.memory.graph.archs.nemotron_h_moe import build as build
 
 TRAITS = Traits(recurrent="mamba2")
 # the Mamba-2 state's sizes (memory/recurrent.py), the latent experts' width (read from their tensors)
 MEMORY = Memory(CHECKED + " (Nemotron-3-Nano-30B-A3B's config as nemotron_h, synthetic)", unmodelled=unbiased_conv,
-                keys=frozenset({"ssm.conv_kernel", "ssm.group_count", "ssm.inner_size", "ssm.state_size",
-                                "ssm.time_step_rank", "moe_latent_size"}))
+                keys=SSM_KEYS | {"moe_latent_size"})

@@ -1,36 +1,23 @@
-"""src/models/nemotron-h.cpp (the graph nemotron-h-moe.cpp builds for its trunk): every block one
-RMS norm and one mixer, added to the block's input: a Mamba-2 layer (`_mamba.mamba2_layer`), an
-attention layer without RoPE, or a feed-forward layer: a MoE routed by sigmoid from the block's input
-(a selection bias, the experts squared-ReLU without a gate, optionally reading and writing a latent
-projection of the input) beside an ungated squared-ReLU shared expert, or a dense squared-ReLU FFN.
-The final norm is the MTP head's seed (an output), the output rows taken after it."""
+"""src/models/nemotron-h.cpp: Mamba-2, attention and FFN (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
 from moeconf.memory.graph.archs._mamba import mamba2_layer, unbiased_conv
-from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
+from moeconf.memory.graph.archs.common import CHECKED, SSM_KEYS, Facts, Memory, Traits, hybrid_inputs, need
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
-from moeconf.memory.recurrent import KEYS as RECURRENT_KEYS
 
 TRAITS = Traits(recurrent="mamba2")
-# the Mamba-2 state reads the ssm sizes only; the latent experts' projections are read from the tensors
-# moe_latent_size shapes; the MTP block (Nemotron-3 Super) is skipped by the loader and attended by no trunk
-# layer (measured: the same figures with and without it, tests/test_memory_keys.py)
 MEMORY = Memory(CHECKED + " (Nemotron-3-Nano-30B-A3B, Nemotron-3-Super-120B-A12B)",
-                frozenset(k for k in RECURRENT_KEYS if k.startswith("ssm."))
-                | {"moe_latent_size", "nextn_predict_layers"}, unmodelled=unbiased_conv)
+                SSM_KEYS | {"moe_latent_size", "nextn_predict_layers"}, unmodelled=unbiased_conv)
 
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
-    inp = g.inp_embd()
-    rs_in = g.rs_inp()
-    attn_in = g.attn_inp_kv()
+    inp, rs_in, attn_in = hybrid_inputs(g)
     g.inp_out_ids()
     g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):
-        res = inp
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         if il in g.rs:
             cur = mamba2_layer(g, rs_in, cur, il)
@@ -39,7 +26,7 @@ def build(g: GraphContext, facts: Facts) -> None:
             cur = g.attn(attn_in, il, w.layer(il, "attn_output"), w.layer(il, "attn_output", "bias"), q, k, v)
         else:
             cur = g.layer_ffn(cur, il, act="relu_sqr") if g.dense(il) else _moe(g, facts, cur, il)
-        inp = c.add(cur, res)
+        inp = c.add(cur, inp)
     g.output(inp, rows="after")  # t_h_nextn
 
 

@@ -1,7 +1,4 @@
-"""src/models/qwen35moe.cpp: Qwen3-Next's layers with separate beta and alpha projections, Q and K
-not repeated to the value heads (the fused delta-net op broadcasts them: llama.cpp repeats them only
-where a fused GDN form is off; the dumps' devices have both), the gated Q a view without a reshape,
-multi-section RoPE (four positions per token)."""
+"""Qwen3.5-MoE (src/models/qwen35moe.cpp): delta-net (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -11,9 +8,5 @@ from moeconf.memory.graph.archs.common import CHECKED, Memory, Traits
 
 TRAITS = Traits(recurrent="delta_net")
 build = delta_net_hybrid(qwen35=True)
-# the pinned converter keeps Qwen3.5's MTP block (nextn_predict_layers 1, one more block): the loader creates
-# its tensors TENSOR_SKIP unless MTP is asked for (src/models/qwen35moe.cpp load_block_mtp) and the trunk's
-# memory and this graph leave the nextn layer out: no memory effect (checked on Qwen3.5-35B-A3B with the
-# block, tests/test_memory_flagship.py); speculative decoding is not modelled anyway
 MEMORY = Memory(CHECKED + " (Qwen3.5-397B-A17B, Qwen3.5-122B-A10B, Qwen3.5-35B-A3B)",
                 recurrent.KEYS | {"nextn_predict_layers"})

@@ -1,7 +1,4 @@
-"""Refact (src/models/refact.cpp): ALiBi attention (no positions, no RoPE; the bias changes no
-tensor's shape) without the output projection's bias, and an FFN of the layer's own up, gate and
-down: on a layer with experts the loader creates the routed experts instead, which the graph never
-reads, so the FFN is the SiLU of its normed input alone (the experts' weights are held, not run)."""
+"""Refact (src/models/refact.cpp): ALiBi, the layer's FFN (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 

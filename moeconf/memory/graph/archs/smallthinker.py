@@ -1,10 +1,4 @@
-"""SmallThinker (src/models/smallthinker.cpp), its form without a sliding window (SmallThinker-4BA0.6B):
-the router's logits projected from the layer's input before the attention norm (the last layer keeps
-the output rows of them too), then a plain pre-norm attention layer with RoPE on every layer, and
-routed experts only (gated ReLU, the chosen weights normalised; softmax or sigmoid as
-`expert_gating_func` says). A file with `attention.sliding_window` builds the engine's other form
-(the iSWA cache pair, no RoPE on every fourth layer): its memory is refused, the key not being in
-`MEMORY.keys`."""
+"""SmallThinker (src/models/smallthinker.cpp), without a window (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -28,9 +22,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         q, k = c.rope(q, pos), c.rope(k, pos)
         cur = g.attn(attn_inp, il, w.layer(il, "attn_output"), None, q, k, v)
         if il == hp.n_layer - 1:
-            cur = c.get_rows(cur, out_ids)
-            res = c.get_rows(res, out_ids)
-            logits = c.get_rows(logits, out_ids)
+            cur, res, logits = (c.get_rows(t, out_ids) for t in (cur, res, logits))
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
         cur = g.moe_ffn(cur, il, gating=gating, norm_w=True, act="relu", logits=logits)
         inp = c.add(cur, ffn_inp)

@@ -1,9 +1,4 @@
-"""src/models/step35.cpp: sliding-window and full layers through the iSWA cache pair, each layer with
-its own head count; Q and K normed per head, RoPE (the full layers with the rope factors' copy on their
-device); the attention's output gated per head by the sigmoid of its own projection of the normed
-input, then projected; a dense FFN on the leading layers, routed experts plus a shared expert on the
-others, each SwiGLU limited (clamped, unfused) on the layers whose swiglu_clamp_* limit is set; the MTP
-blocks are not run; the output rows taken after the last layer."""
+"""Step-3.5 (src/models/step35.cpp): iSWA, gated heads (docs/memory-architectures.md, "Compositions")."""
 
 from __future__ import annotations
 
@@ -13,11 +8,6 @@ from moeconf.memory.graph.blocks import GraphContext
 # the pattern an array the loader requires (get_arr)
 TRAITS = Traits(swa=Swa())
 EPS = 1e-6
-# the MTP blocks (nextn_predict_layers): their weights placed and counted, no KV, not in the trunk's graph
-# (checked on the layout with its 3 MTP blocks and per-layer SwiGLU limits added: weights, KV and compute as
-# llama-fit-params on 3 lines, tests/test_memory_step35_variant.py); the limits' clamps composed unfused
-# refused: blocks without their per-head Q/K norms or head-wise gate (the loader makes them optional; the
-# converter writes them for Step-3.5-Flash)
 MEMORY = Memory(CHECKED + " (Step-3.5-Flash)", frozenset({
     "attention.sliding_window", "attention.sliding_window_pattern", "nextn_predict_layers", "swiglu_clamp_exp",
     "swiglu_clamp_shexp"}), unmodelled=blocks_without("attn_q", (
@@ -28,23 +18,20 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     inp, pos, full, swa = g.inputs(iswa=True)
     for il in range(hp.n_layer):
-        res = inp
-        windowed = bool(g.swa_layers.get(il))
-        n_head = hp.n_head[il]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
         if w.layer(il, "attn_q_norm") is not None:
             q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
         if w.layer(il, "attn_k_norm") is not None:
             k = g.norm(k, w.layer(il, "attn_k_norm"), None, il)
-        freqs = None if windowed else w.copy("rope_freqs.weight", il)
+        freqs = None if g.swa_layers.get(il) else w.copy("rope_freqs.weight", il)
         q, k = c.rope(q, pos, freqs), c.rope(k, pos, freqs)
         att = g.attn(g.attn_inp(il, full, swa), il, None, None, q, k, v, iswa=True)
         gate_w = w.layer(il, "attn_gate")
         if gate_w is not None:  # head-wise gate: sigmoid(g_proj(x)) broadcast over each head
-            att = g.gate_heads(att, c.unary(g.mm(gate_w, cur), "sigmoid"), n_head)
+            att = g.gate_heads(att, c.unary(g.mm(gate_w, cur), "sigmoid"), hp.n_head[il])
         cur = g.mm(need(w.layer(il, "attn_output")), att)
-        ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
+        ffn_inp, cur = g.ffn_input(il, cur, inp, rows=False)
         # the SwiGLU limited where the layer's limit is above build_ffn's / build_moe_ffn's epsilon: the dense
         # FFN and the shared expert by swiglu_clamp_shexp, the routed experts by swiglu_clamp_exp
         sh_clamp = facts.above("swiglu_clamp_shexp", il, EPS)
