@@ -6,8 +6,6 @@ copied back (`delta_net`), KDA's short convolution of Q, K or V over its slice o
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from moeconf.memory.graph.archs._mamba import conv_input
 from moeconf.memory.graph.archs.common import Build, Facts, blocks_without, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
@@ -18,10 +16,6 @@ from moeconf.memory.graph.ggml import Tensor
 # has (a composition's `Memory.unmodelled`)
 older_qkvz = blocks_without("ssm_in", ("attn_qkv.weight",), "Qwen3-Next's older fused QKVZ projection, split "
                             "into Q, K, V and Z by views; the pinned converter writes attn_qkv and attn_gate")
-
-# a conv state's gather: (g, rs_in, the layer's conv rows, the ubatch's input, kernel, channels, tokens) -> the
-# convolution's input, its last columns written back
-ConvAt = Callable[[GraphContext, RsInput, Tensor, Tensor, Tensor, int, int], Tensor]
 
 
 def delta_net_hybrid(qwen35: bool) -> Build:
@@ -41,15 +35,34 @@ def delta_net_hybrid(qwen35: bool) -> Build:
             else:
                 cur = _gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
             ffn_res, cur = g.ffn_input(il, cur, res, rows=False, norm="post_attention_norm")
-            moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
-            if w.layer(il, "ffn_up_shexp") is not None:
-                sh = g.layer_ffn(cur, il, part="_shexp")
-                gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
-                moe = c.add(moe, c.mul(sh, gate))
-            inp = c.add(moe, ffn_res)
+            inp = c.add(gated_shexp_moe(g, cur, il), ffn_res)
         g.output(inp, rows="after")  # t_h_nextn
 
     return build
+
+
+def gated_shexp_moe(g: GraphContext, cur: Tensor, il: int) -> Tensor:
+    """The softmax-routed experts (weights normalised) plus, where the layer has one, the shared expert times
+    a sigmoid gate of the input (ffn_gate_inp_shexp)."""
+    c = g.ctx
+    moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
+    if g.w.layer(il, "ffn_up_shexp") is None:
+        return moe
+    sh = g.layer_ffn(cur, il, part="_shexp")
+    gate = c.unary(g.mm(need(g.w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
+    return c.add(moe, c.mul(sh, gate))
+
+
+def conv_state_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, cols: int, channels: int) -> Tensor:
+    """Qwen4Exp's build_conv_state_at: the row gathered whole, `x` appended along the tokens, the last `cols`
+    columns copied back (one rollback slot)."""
+    c = g.ctx
+    n_seqs = rs_in.n_seqs
+    rows = g.rs_states(rs_in, conv_all, conv_all.ne[0])
+    conv_in = c.concat(c.reshape(rows, cols, channels, n_seqs), c.transpose(x), 0)
+    tail = c.view(conv_in, (cols, channels, n_seqs), (conv_in.nb[1], conv_in.nb[2]), 4 * (conv_in.ne[0] - cols))
+    g.expand(c.cpy(c.cont(tail), c.view(conv_all, (cols * channels, n_seqs), (conv_all.nb[1],), 0)))
+    return conv_in
 
 
 def short_conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, part: int, x: Tensor, proj: Tensor | None,
@@ -110,19 +123,19 @@ def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Ten
     return g.mm(need(w.layer(il, "attn_output")), c.mul(cur, gate))
 
 
-def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repeat: bool, hv: int = 0,
-                    z_act: str = "silu", conv: ConvAt = conv_input) -> Tensor:
+def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repeat: bool,
+                    qwen4exp: bool = False) -> Tensor:
     """build_layer_attn_linear with llm_build_delta_net_base's conv state and recurrent attention (the
-    fused op, no rollback snapshots). Qwen4Exp builds the same layer with V heads `hv` wide (else
-    d_inner / the V heads), its output gate through `z_act` (a sigmoid there) and its own gather of the
-    conv state (`conv`: build_conv_state_at)."""
+    fused op, no rollback snapshots). Qwen4Exp (`qwen4exp`) builds the same layer with V heads as wide as
+    K's (else d_inner / the V heads), its output gate a sigmoid (else SiLU) and its own gather of the
+    conv state (`conv_state_at`)."""
     c, w, hp = g.ctx, g.w, g.hp
     rec = g.rec
     assert rec is not None
     n_seqs = rs_in.n_seqs
     T = cur.ne[1] // n_seqs  # n_seq_tokens
     hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
-    hv = hv or rec.d_inner // nv
+    hv = hk if qwen4exp else rec.d_inner // nv
     # the older conversions' single ssm_in in its place is refused before (`older_qkvz`)
     qkv = c.reshape(g.mm(need(w.layer(il, "attn_qkv")), cur), hk * nk * 2 + hv * nv, T, n_seqs)
     z = g.mm(need(w.layer(il, "attn_gate")), cur)
@@ -143,7 +156,10 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     gate = c.reshape(gate, 1, nv, T, n_seqs)
     conv_all, ssm_all = g.rs[il]
     kernel = need(w.layer(il, "ssm_conv1d"))
-    conv_in = conv(g, rs_in, conv_all, qkv, kernel, hk * nk * 2 + hv * nv, T)  # build_conv_state
+    if qwen4exp:
+        conv_in = conv_state_at(g, rs_in, conv_all, qkv, kernel.ne[0] - 1, hk * nk * 2 + hv * nv)
+    else:
+        conv_in = conv_input(g, rs_in, conv_all, qkv, kernel, hk * nk * 2 + hv * nv, T)  # build_conv_state
     state = g.rs_states(rs_in, ssm_all, rec.n_embd_s)
     state = c.reshape(state, hv, hv, nv, n_seqs)
     mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
@@ -159,7 +175,7 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
     z2 = c.reshape(z, hv, nv, T, n_seqs)
     normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
-    cur = c.mul(normed, c.unary(z2, z_act))
+    cur = c.mul(normed, c.unary(z2, "sigmoid" if qwen4exp else "silu"))
     cur = c.reshape(cur, hv * nv, T, n_seqs)
     cur = g.mm(need(w.layer(il, "ssm_out")), cur)
     return c.reshape(cur, hp.n_embd, T * n_seqs)

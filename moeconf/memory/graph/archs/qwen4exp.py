@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import reduce
 
-from moeconf.memory.graph.archs._deltanet import delta_net_layer
+from moeconf.memory.graph.archs._deltanet import conv_state_at, delta_net_layer, gated_shexp_moe
 from moeconf.memory.graph.archs._hc import stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
 from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
@@ -90,25 +90,6 @@ def _hc_combine(g: GraphContext, res: Tensor, out: Tensor, inject: Tensor, il: i
     n_embd, T = res.ne[0], res.ne[2]
     b = c.repeat(c.reshape(out, n_embd, 1, T), n_embd, hc, T, 1)
     return c.add(res, c.mul(b, c.reshape(wt, 1, hc, T)))
-
-
-def _conv_state_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, cols: int, channels: int) -> Tensor:
-    """build_conv_state_at: the row gathered whole, `x` appended along the tokens, the last `cols` columns
-    copied back (one rollback slot)."""
-    c = g.ctx
-    n_seqs = rs_in.n_seqs
-    rows = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    conv_in = c.concat(c.reshape(rows, cols, channels, n_seqs), c.transpose(x), 0)
-    tail = c.view(conv_in, (cols, channels, n_seqs), (conv_in.nb[1], conv_in.nb[2]), 4 * (conv_in.ne[0] - cols))
-    g.expand(c.cpy(c.cont(tail), c.view(conv_all, (cols * channels, n_seqs), (conv_all.nb[1],), 0)))
-    return conv_in
-
-
-def _conv_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, kernel: Tensor, channels: int,
-             n_seq_tokens: int) -> Tensor:
-    """The delta net's conv state gathered as build_conv_state_at gathers it (kernel - 1 columns kept)."""
-    del n_seq_tokens
-    return _conv_state_at(g, rs_in, conv_all, x, kernel.ne[0] - 1, channels)
 
 
 class _Qsa:
@@ -192,16 +173,6 @@ def _attn_layer(g: GraphContext, attn_in: AttnInput, qsa: dict[int, _Qsa], cur: 
     return g.mm(need(w.layer(il, "attn_output")), cur)
 
 
-def _ffn(g: GraphContext, cur: Tensor, il: int) -> Tensor:
-    c, w = g.ctx, g.w
-    moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
-    # the loader requires the shared expert (its four tensors flag 0): a file without one is refused as missing
-    # tensors (model/layertable.py), so the engine's no-shared-expert branch is not composed
-    sh = g.layer_ffn(cur, il, part="_shexp")
-    gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
-    return c.add(moe, c.mul(sh, gate))
-
-
 def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, hc: int, facts: Facts) -> Tensor:
     """build_ple: the n-gram rows' key and value, the gate (a signed square root of the grouped-normed key
     and stream's dot product, a sigmoid), the gated value, its causal depthwise conv (dilated by the n-gram
@@ -226,7 +197,7 @@ def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, 
     hist, n_seqs = (kern - 1) * dil, rs_in.n_seqs
     hc_dim, n_st = n_embd * hc, T // n_seqs
     row = g.ctx.cache(f"cache_ple_r_l{il}", "F32", (hist * hc_dim, g.cp.n_rs), g.rs[il][0].buffer or "CPU")
-    padded = _conv_state_at(g, rs_in, row, c.reshape(normed, hc_dim, n_st, n_seqs), hist, hc_dim)
+    padded = conv_state_at(g, rs_in, row, c.reshape(normed, hc_dim, n_st, n_seqs), hist, hc_dim)
     conv = need(w.layer(il, "ple_conv1d"))
     out: Tensor | None = None
     for k in range(kern):
@@ -270,9 +241,8 @@ def build(g: GraphContext, facts: Facts) -> None:
             x = _ple(g, rs_in, emb, x, il, hc, facts)
         cur, inject = _hc_mix(g, x, f"blk.{il}.hc_attn", il, hc, True)
         g.expand(cur)
-        if il in g.rs:  # V heads as wide as K's, the output gate a sigmoid
-            assert g.rec is not None
-            cur = delta_net_layer(g, rs_in, cur, il, repeat=False, hv=g.rec.d_state, z_act="sigmoid", conv=_conv_at)
+        if il in g.rs:
+            cur = delta_net_layer(g, rs_in, cur, il, repeat=False, qwen4exp=True)
         else:
             cur = _attn_layer(g, attn_in, qsa, cur, pos, il, facts)
         assert inject is not None
@@ -282,7 +252,9 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = _hc_combine(g, x, cur, inject, il, hc)
         cur, inject = _hc_mix(g, x, f"blk.{il}.hc_ffn", il, hc, True)
         assert inject is not None
-        x = _hc_combine(g, x, _ffn(g, cur, il), inject, il, hc)
+        # the loader requires the shared expert (its four tensors flag 0): a file without one is refused as missing
+        # tensors (model/layertable.py), so the engine's no-shared-expert branch is not composed
+        x = _hc_combine(g, x, gated_shexp_moe(g, cur, il), inject, il, hc)
         g.cb(x, "l_last", il)  # the engine's callback pins it to the layer's device under 32 tokens
     cur, _ = _hc_mix(g, x, "output_hc", -1, hc, False)
     logits = g.mm(need(w.get("output.weight")), cur)
