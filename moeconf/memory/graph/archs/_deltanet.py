@@ -1,8 +1,5 @@
-"""The gated delta-net hybrids' layers (Qwen3-Next, Qwen3.5-MoE): llm_build_delta_net_base and the
-gated full-attention layer, shared by their two compositions; and what every gated delta-net layer
-shares, Kimi's KDA layers too (Kimi-Linear, Ling 3.0, Kimi-K3): the fused op with its new state
-copied back (`delta_net`), KDA's short convolution of Q, K or V over its slice of the conv state
-(`short_conv`)."""
+"""The gated delta-net layers (Qwen3-Next, Qwen3.5-MoE, Qwen4Exp) and what KDA's layers share (Kimi-Linear,
+Ling 3.0, Kimi-K3, GLM-5.3-Flash) (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -183,13 +180,9 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
 
 def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, decay: str = "softplus", gate_rows: bool = False,
               flat: bool = False) -> Tensor:
-    """build_kda_layer as Kimi-Linear, Ling 3.0 (bailingmoe3), Kimi-K3 and GLM-5.3-Flash each build it: the
-    short convolutions of Q, K and V (projected apart, or copies of one attn_qkv projection's columns), the
-    decay gate through ssm_f_a (then ssm_f_b where the layer has it) and A (`decay`: "softplus"; "bounded", a
-    sigmoid between two scales, kda.gate_lower_bound; "sigmoid", a scaled sigmoid, Ling 3.0), beta, the
-    L2-normed Q and K, the fused delta-net op and its state copied back (`flat`: through one run of the rows,
-    Kimi-Linear), the output gate (ssm_g, else ssm_g_a then ssm_g_b where present; on the input, or with
-    `gate_rows` on its per-sequence rows reshaped back) over the normed output, the output projection."""
+    """build_kda_layer (docs/memory.md, "What the larger compositions build"): `decay` "softplus", "bounded"
+    or "sigmoid" (Ling 3.0); `flat`: the state copied back through one run of the rows (Kimi-Linear); `gate_rows`:
+    the output gate on the per-sequence rows."""
     c, w = g.ctx, g.w
     conv_all, ssm_all = g.rs[il]
     head_dim, n_head = need(w.layer(il, "ssm_norm")).ne[0], need(w.layer(il, "ssm_beta")).ne[1]

@@ -1,7 +1,5 @@
-"""The hyper-connections DeepSeek-V4 (src/models/deepseek4.cpp) and GLM-5.3-Flash (glm5-next.cpp) each
-build alike: the residual kept as hc streams, mixed into a sublayer's input (`hc_pre`), the sublayer's
-output spread back over them (`hc_post`), fused (the DSV4_HC_* ops) or by hand where the engine's probe
-turned the fused op off (llama-context.cpp resolve_fused_ops). Hy4 and Qwen4Exp take its views and parts."""
+"""The hyper-connections DeepSeek-V4 and GLM-5.3-Flash build alike (`hc_pre`, `hc_post`, fused or by hand);
+Hy4 and Qwen4Exp take its views and parts (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -33,10 +31,8 @@ def sublayer_mixes(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> t
 
 def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
            record: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    """build_hc_pre: the streams' mixes (RMS-normed, projected), the pre and post weights (sigmoids of
-    their affine parts), the comb matrix (DSV4_HC_COMB, or by hand: a softmax, then Sinkhorn's column
-    and row normalisations) and the streams mixed by the pre weights (DSV4_HC_PRE, or by hand: `weighted`).
-    `record`: the fused nodes recorded for the engine's probe (`GraphContext.fused`)."""
+    """build_hc_pre (docs/memory.md, "What the larger compositions build"): the mixed streams, the post weights and
+    the comb matrix; `record`: the fused nodes recorded for the engine's probe (`GraphContext.fused`)."""
     c = g.ctx
     mixes, scale, base = sublayer_mixes(g, x, il, part, hc)
     pre = c.scale(c.unary(affine_part(g, mixes, scale, base, 0, 0, hc), "sigmoid"))
@@ -110,9 +106,7 @@ def sinkhorn(g: GraphContext, comb: Tensor, iters: int) -> Tensor:
 
 
 def hc_post(g: GraphContext, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor, hc: int, il: int) -> Tensor:
-    """build_hc_post: fused (DSV4_HC_POST), or where the engine's probe turned that off (a layer's post
-    scheduled off its device: llama-context.cpp resolve_fused_ops) by hand: per destination stream the
-    output weighted by its post weight plus each source stream weighted by the comb, concatenated."""
+    """build_hc_post, fused or by hand (docs/memory.md, "What the larger compositions build")."""
     c = g.ctx
     if "DSV4_HC_POST" not in g.cp.unfused:
         out = c.dsv4_hc_post(x, residual, post, comb)

@@ -1,9 +1,5 @@
-"""Mamba's layers (llm_build_mamba_base, src/models/mamba-base.cpp), shared by the hybrids that
-compose them: the Mamba-2 layer (Nemotron-H, Granite-4.0-H) and the Mamba-1 layer (Jamba). Both
-keep a conv state and an SSM state per sequence (llama_memory_recurrent, read through build_rs),
-run the short convolution over the state's columns and the ubatch, then the selective scan
-(SSM_SCAN, which gathers the states it reads itself and returns the outputs followed by the new
-states), copy the new states back, gate the output with the input projection's z half."""
+"""Mamba's layers (llm_build_mamba_base, src/models/mamba-base.cpp): Mamba-2 (Nemotron-H, Granite-4.0-H) and
+Mamba-1 (Jamba) (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -35,9 +31,7 @@ def conv_input(g: GraphContext, rs_in: RsInput, conv_all: Tensor, xbc: Tensor, k
 
 
 def mamba2_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
-    """build_mamba2_layer: one input projection split into z, xBC and dt; the conv over xBC; the
-    scan with per-head scalar decay over n_group groups of B and C; D's skip; z's SwiGLU; the grouped
-    RMS norm where the layer has it; the output projection (no rollback snapshots: n_rs_seq 0)."""
+    """build_mamba2_layer (docs/memory.md, "What the larger compositions build")."""
     c, w, rec = g.ctx, g.w, g.rec
     assert rec is not None
     conv_all, ssm_all = g.rs[il]
@@ -86,9 +80,7 @@ def mamba2_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tenso
 
 
 def mamba_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
-    """build_mamba_layer: the input projection split into x and z; the conv over x; x's projection
-    to dt, B and C (RMS-normed where the layer has their norms, Jamba); dt's projection; the scan with
-    a decay per channel and state (one group); D's skip; z's SwiGLU; the output projection."""
+    """build_mamba_layer (docs/memory.md, "What the larger compositions build")."""
     c, w, rec = g.ctx, g.w, g.rec
     assert rec is not None
     conv_all, ssm_all = g.rs[il]

@@ -1,16 +1,5 @@
-"""src/models/deepseek4.cpp: DeepSeek-V4, its residual kept as hc_mult hyper-connection streams
-(DSV4_HC_PRE mixes them into each sublayer's input, DSV4_HC_COMB/DSV4_HC_POST spread the output
-back; the head mixes them by hand for the output), attention over a K-only sliding-window cache of
-raw rows plus, per layer's compress ratio, compressed rows: ratio 4 (CSA) compresses overlapping
-blocks of 8 rows from its compressor state into its own cache and picks the top-k of them by a
-lightning indexer (itself compressed the same way, Hadamard-rotated); ratio 128 (HCA) compresses
-blocks of 128 rows, all of them visible; ratio 0 attends the raw rows only. Q and the single KV
-head are RMS-normed and RoPE'd, the output de-RoPE'd and projected by grouped low-rank wo_a/wo_b;
-a MoE (sqrt-softplus router, hash-routed first layers) with a shared expert, SWIGLU_CLAMP.
-
-The DSV4 cache (src/llama-kv-cache-dsv4.cpp) and its reserve plan (dsv4_build_reserve_comp_plan)
-size the inputs: n_blocks = tokens / ratio + sequences, the compressor state keeps 2 x ratio rows
-(overlapped) or ratio rows, its updated rows min(tokens, state rows)."""
+"""src/models/deepseek4.cpp: DeepSeek-V4, hyper-connection streams, attention over raw and compressed rows
+(CSA, HCA), a MoE with hash-routed first layers (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -140,10 +129,7 @@ def _get_k(g: GraphContext, kc: Tensor, n_kv: int) -> Tensor:
 
 def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, width: int, prefix: str,
                 cache: Tensor, name: str) -> None:
-    """The compressor (its states made here, `name`'s): the state rows restored, the ubatch's rows appended,
-    the blocks compressed (softmax-weighted sums; CSA's overlapping blocks read each block's previous rows
-    too), normed, RoPE'd (rotated where the cache rotates), written to the compressed cache; the state's
-    rows persisted."""
+    """The compressor, its states made here (`name`'s) (docs/memory.md, "What the larger compositions build")."""
     c, lw = g.ctx, g.w.layer
     overlap = ratio == CSA
     state_kv, state_score = (_comp_cache(g, il, f"dsv4_{name}_state_{k}_l{il}", 2 * width if overlap else width,

@@ -1,25 +1,5 @@
-"""src/models/glm5-next.cpp: GLM-5.3-Flash, KDA (recurrent) layers beside nope-only MLA layers whose
-mask a k-pool lightning indexer builds, the residual kept as hc_mult hyper-connection streams (as
-DeepSeek-V4's: DSV4_HC_PRE mixes them into each sublayer's input, DSV4_HC_COMB/DSV4_HC_POST spread the
-output back; the head averages them), a dense FFN on the leading layers, else a sigmoid-routed MoE
-with a selection bias and a shared expert, each SwiGLU clamped (SWIGLU_CLAMP) where its limit is set.
-
-The KDA layer is Kimi-K3's (three short convolutions over Q, K, V with their conv states, the decay
-gate, the fused GATED_DELTA_NET op, the gated norm) with a low-rank output gate (g_a, g_b).
-
-The MLA layer: Q from the normed Q-LoRA, absorbed by attn_k_b; the latent normed into the K-only
-cache. Its indexer (build_kpool_select) caches per token its key (a layer norm with bias) and a
-pool gate beside a zeroed pooled slot (llama_memory_hybrid_idx's indexer cache: one row of 3 x
-key_length per cell), pools the entries completed by the ubatch (a softmax over each pool's gates plus
-the pool bias weighting its keys) into the pooled slots, scores the pooled keys of every pool by the
-fused LIGHTNING_INDEXER, keeps the top_k / kpool best pools (ordered by score), expands them to their
-cells plus the incomplete tail, and scatters zeros for those cells into a -inf mask (each dead slot
-into its own dump row past the cache) that then takes the causal mask. Attention runs over the whole
-latent cache through that mask; a ubatch of at most 16 tokens over more cells than it selects
-gathers the selected latents instead (`_gathered`).
-
-The reserve's sizes (src/llama-memory-hybrid-idx.cpp, the full-cache context): n_pool_real =
-cells / kpool x sequences, every pool new, the pools padded to max(64, pad64(n_pool_real + 1))."""
+"""src/models/glm5-next.cpp: GLM-5.3-Flash, KDA layers beside nope-only MLA layers through a k-pool lightning
+indexer, the residual kept as hyper-connection streams (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 

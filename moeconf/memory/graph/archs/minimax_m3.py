@@ -1,16 +1,5 @@
-"""MiniMax-M3 (src/models/minimax-m3.cpp): MiniMax-M2's attention (per-head Q/K norms, partial
-RoPE) with leading dense layers, routed experts and a shared expert, all with the clamped SwiGLU,
-sigmoid routing with a selection bias; and MiniMax Sparse Attention (MSA) on the MoE layers.
-
-MSA (with flash attention, one sequence or one stream per sequence; otherwise every layer attends
-densely): the engine's cache is a pair (src/llama-kv-cache-msa.cpp), the model's K/V and, on the
-sparse layers, an indexer key cache one head of `attention.indexer.key_length` wide. A sparse layer
-projects, norms and rotates the indexer's queries (one head per KV head) and its key, stores the key,
-scores the queries against the keys gathered in position order, max-pools the scores over blocks of
-`attention.indexer.block_size` positions, forces the local blocks, keeps the top
-`attention.indexer.top_k` blocks, and turns them into a per-head mask over the cache's cells, added
-to the causal mask; then one flash attention over every head group. The position axis is the
-positions in the cache padded to 256 and to whole blocks: at the reserve, an empty cache, 256."""
+"""MiniMax-M3 (src/models/minimax-m3.cpp): MiniMax-M2's attention and MoE with MiniMax Sparse Attention
+(MSA) on the MoE layers (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 

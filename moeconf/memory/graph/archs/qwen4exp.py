@@ -1,11 +1,5 @@
-"""src/models/qwen4exp.cpp: Qwen3.5's gated delta net and gated attention with low-rank hyper-connections in
-place of every norm (each block's two mixers: the streams RMS-normed by one [n_embd, hc] gamma, a low-rank
-gate, mixed to one stream by DSV4_HC_PRE's gated form or by hand; its injection weights spread the block's
-output back, DSV4_HC_POST with no comb matrix, or by hand; the output's mixer unfused, no injection), the
-delta net's conv state and the PLE module's conv history each gathered from its own recurrent row and their
-tails copied back, the output gate a sigmoid; the full blocks attend to the cells a block-pooled indexer
-ranks highest (QSA: the indexer's raw keys cached, pooled per compress_ratio cells, normed and rotated, scored
-by the rectified heads' sum, expanded back to the cells, TOP_K); the PLE n-gram module on its one block."""
+"""src/models/qwen4exp.cpp: Qwen3.5's gated delta net and gated attention with low-rank hyper-connections,
+the QSA indexer and the PLE n-gram module (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -174,9 +168,7 @@ def _attn_layer(g: GraphContext, attn_in: AttnInput, qsa: dict[int, _Qsa], cur: 
 
 
 def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, hc: int, facts: Facts) -> Tensor:
-    """build_ple: the n-gram rows' key and value, the gate (a signed square root of the grouped-normed key
-    and stream's dot product, a sigmoid), the gated value, its causal depthwise conv (dilated by the n-gram
-    size) over its history in the layer's PLE recurrent row, SiLU, both added to the streams."""
+    """build_ple (docs/memory.md, "What the larger compositions build")."""
     c, w, hp = g.ctx, g.w, g.hp
     n_embd, T = hp.n_embd, g.n_tokens
     key = g.mm(need(w.layer(il, "ple_key")), emb)
