@@ -30,7 +30,7 @@ def delta_net_hybrid(qwen35: bool) -> Build:
             if il in g.rs:
                 cur = delta_net_layer(g, rs_in, cur, il, repeat=not qwen35)
             else:
-                cur = _gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
+                cur = gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
             ffn_res, cur = g.ffn_input(il, cur, res, rows=False, norm="post_attention_norm")
             inp = c.add(gated_shexp_moe(g, cur, il), ffn_res)
         g.output(inp, rows="after")  # t_h_nextn
@@ -100,8 +100,9 @@ def delta_net(g: GraphContext, q: Tensor, k: Tensor, v: Tensor, gate: Tensor, be
     return output
 
 
-def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int,
-                      reshape: bool) -> Tensor:
+def gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int, reshape: bool) -> Tensor:
+    """build_layer_attn: Q and its output gate from one projection, per-head Q/K norms, RoPE, the attention,
+    the sigmoid gate, attn_output (`reshape`: Qwen3-Next's Q reshaped per head before the views)."""
     c, w, hp = g.ctx, g.w, g.hp
     n_head, n_kv, hd, T = hp.n_head[il], hp.n_head_kv[il], hp.head_k, cur.ne[1]
     q_full, k, v = g.qkv(il, cur, n_head, n_kv, 2 * hd, hd, reshape=False)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import reduce
 
-from moeconf.memory.graph.archs._deltanet import conv_state_at, delta_net_layer, gated_shexp_moe
+from moeconf.memory.graph.archs._deltanet import conv_state_at, delta_net_layer, gated_attn_layer, gated_shexp_moe
 from moeconf.memory.graph.archs._hc import stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
-from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.model.inventory import Inventory
 
@@ -147,26 +147,6 @@ def _qsa_top_k(g: GraphContext, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, 
     return c.reshape(top, width, n_tps, 1, ns)
 
 
-def _attn_layer(g: GraphContext, attn_in: AttnInput, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, il: int,
-                facts: Facts) -> Tensor:
-    c, w, hp = g.ctx, g.w, g.hp
-    n_head, n_kv, hd, T = hp.n_head[il], hp.n_head_kv[il], hp.head_k, cur.ne[1]
-    top = _qsa_top_k(g, qsa, cur, pos, attn_in.mask, il, facts) if il in g.lid else None
-    q_full = g.mm(need(w.layer(il, "attn_q")), cur)
-    q = c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 0)
-    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-    k = g.mm(need(w.layer(il, "attn_k")), cur)
-    v = g.mm(need(w.layer(il, "attn_v")), cur)
-    k = g.norm(c.reshape(k, hd, n_kv, T), w.layer(il, "attn_k_norm"), None, il)
-    gate = c.cont(c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 4 * hd), hd * n_head, T)
-    v = c.reshape(v, hd, n_kv, T)
-    q, k = c.rope(q, pos), c.rope(k, pos)
-    mask = attn_in.mask if top is None else g.top_k_mask(attn_in.mask, top)  # the indexer's cells
-    cur = g.attn(replace(attn_in, mask=mask), il, None, None, q, k, v)
-    cur = c.mul(cur, c.unary(gate, "sigmoid"))
-    return g.mm(need(w.layer(il, "attn_output")), cur)
-
-
 def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, hc: int, facts: Facts) -> Tensor:
     """build_ple (docs/memory.md, "What the larger compositions build")."""
     c, w, hp = g.ctx, g.w, g.hp
@@ -235,8 +215,12 @@ def build(g: GraphContext, facts: Facts) -> None:
         g.expand(cur)
         if il in g.rs:
             cur = delta_net_layer(g, rs_in, cur, il, repeat=False, qwen4exp=True)
+        elif il in g.lid:  # the attention through the QSA indexer's cells
+            top = _qsa_top_k(g, qsa, cur, pos, attn_in.mask, il, facts)
+            mask = g.top_k_mask(attn_in.mask, top)
+            cur = gated_attn_layer(g, replace(attn_in, mask=mask), cur, pos, il, reshape=False)
         else:
-            cur = _attn_layer(g, attn_in, qsa, cur, pos, il, facts)
+            cur = gated_attn_layer(g, attn_in, cur, pos, il, reshape=False)
         assert inject is not None
         if il == hp.n_layer - 1:
             cur, inject = c.get_rows(cur, out_ids), c.get_rows(inject, out_ids)
@@ -244,8 +228,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = _hc_combine(g, x, cur, inject, il, hc)
         cur, inject = _hc_mix(g, x, f"blk.{il}.hc_ffn", il, hc, True)
         assert inject is not None
-        # the loader requires the shared expert (its four tensors flag 0): a file without one is refused as missing
-        # tensors (model/layertable.py), so the engine's no-shared-expert branch is not composed
+        # the loader requires the shared expert (its four tensors flag 0; model/layertable.py refuses a file without)
         x = _hc_combine(g, x, gated_shexp_moe(g, cur, il), inject, il, hc)
         g.cb(x, "l_last", il)  # the engine's callback pins it to the layer's device under 32 tokens
     cur, _ = _hc_mix(g, x, "output_hc", -1, hc, False)
