@@ -11,15 +11,11 @@ from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
 
-def affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
-    return g.ctx.add(g.ctx.mul(x, scale), base)
-
-
 def affine_part(g: GraphContext, mixes: Tensor, scale: Tensor, base: Tensor, k: int, start: int, n: int) -> Tensor:
     """The mixes' k-th affine part: their `n` values from `start`, times scale[k], plus base[start:start + n]."""
     c = g.ctx
-    return affine(g, c.view(mixes, (n, mixes.ne[1]), (mixes.nb[1],), 4 * start), c.view(scale, (1,), (), 4 * k),
-                  c.view(base, (n,), (), 4 * start))
+    return c.add(c.mul(c.view(mixes, (n, mixes.ne[1]), (mixes.nb[1],), 4 * start), c.view(scale, (1,), (), 4 * k)),
+                 c.view(base, (n,), (), 4 * start))
 
 
 def sublayer_mixes(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -31,8 +27,9 @@ def sublayer_mixes(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> t
 
 def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
            record: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    """build_hc_pre (docs/memory.md, "What the larger compositions build"): the mixed streams, the post weights and
-    the comb matrix; `record`: the fused nodes recorded for the engine's probe (`GraphContext.fused`)."""
+    """build_hc_pre (docs/memory.md, "What the larger compositions build"): the mixed streams normed by the
+    sublayer's {part}_norm, the post weights and the comb matrix; `record`: the fused nodes recorded for the
+    engine's probe (`GraphContext.fused`)."""
     c = g.ctx
     mixes, scale, base = sublayer_mixes(g, x, il, part, hc)
     pre = c.scale(c.unary(affine_part(g, mixes, scale, base, 0, 0, hc), "sigmoid"))
@@ -49,8 +46,9 @@ def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
         out = c.dsv4_hc_pre(x, pre)
         if record:
             g.fused.append(("DSV4_HC_PRE", out, il))
-        return out, post, comb
-    return weighted(g, x, pre, hc), post, comb
+    else:
+        out = weighted(g, x, pre, hc)
+    return g.norm(out, g.w.layer(il, f"{part}_norm"), None, il), post, comb
 
 
 def head_weights(g: GraphContext, x: Tensor, hc: int) -> Tensor:
@@ -59,7 +57,7 @@ def head_weights(g: GraphContext, x: Tensor, hc: int) -> Tensor:
     c, w = g.ctx, g.w
     mixes = hc_mixes(g, x, need(w.get("output_hc_fn.weight")), hc)
     scale, base = need(w.get("output_hc_scale.weight")), need(w.get("output_hc_base.weight"))
-    return c.scale(c.unary(affine(g, mixes, scale, base), "sigmoid"))
+    return c.scale(c.unary(c.add(c.mul(mixes, scale), base), "sigmoid"))
 
 
 def hc_mixes(g: GraphContext, x: Tensor, fn: Tensor, hc: int) -> Tensor:

@@ -92,7 +92,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(hp.n_layer):
         residual = x
         cur, post, comb = hc_pre(g, x, il, "attn", hc, 0, record=False)
-        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         ratio = ratios[il] if il < len(ratios) else 0
         cur = _attention(g, cur, pos, il, ratio, groups, head, idx_head, top_k, k_idxs, raw_mask, raw_rot,
                          csa, hca, lid)
@@ -102,7 +101,6 @@ def build(g: GraphContext, facts: Facts) -> None:
         g.expand(residual)
         g.expand(post)
         g.expand(comb)
-        cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
         hashed = il < n_hash  # the experts chosen by token id (ffn_gate_tid2eid), no selection bias
         selected = c.get_rows(need(w.layer(il, "ffn_gate_tid2eid")), need(g.t_inp_tokens)) if hashed else None
         bias = None if hashed else w.layer(il, "exp_probs_b", "bias")

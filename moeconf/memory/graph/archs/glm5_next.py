@@ -111,7 +111,7 @@ def _inp_kpool(g: GraphContext, facts: Facts) -> _Kpool:
 
 
 def build(g: GraphContext, facts: Facts) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
+    c, hp = g.ctx, g.hp
     hc = facts.hparam("hyper_connection.count")
     iters = facts.hparam("hyper_connection.sinkhorn_iterations")
     decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
@@ -128,7 +128,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(hp.n_layer):
         residual = x
         cur, post, comb = hc_pre(g, x, il, "attn", hc, iters)
-        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         if il in g.rs:
             cur = kda_layer(g, rs_in, cur, il, decay)
@@ -137,7 +136,6 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = hc_post(g, cur, residual, post, comb, hc, il)
         residual = x
         cur, post, comb = hc_pre(g, x, il, "ffn", hc, iters)
-        cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
         shexp_clamp = facts.above("swiglu_clamp_shexp", il) if "swiglu_clamp_shexp" in facts.floats | facts.units \
             else facts.above("swiglu_clamp_exp", il)
         sh_act = "silu_clamp" if shexp_clamp else "silu"

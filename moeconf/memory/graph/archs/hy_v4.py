@@ -53,13 +53,11 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(hp.n_layer):
         residual = x
         cur, post = _pre(g, x, il, "attn", hc)
-        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         attn, prev = attention(g, facts, il, cur, pos, mla_in, lid_in, prev, None, None, w.layer(il, "attn_sinks"))
         attn = c.mul(attn, c.unary(c.mul_mat(need(w.layer(il, "attn_gate")), cur), "sigmoid"))  # gated
         x = _post(g, g.mm(need(w.layer(il, "attn_output")), attn), residual, post, hc)
         residual = x
         cur, post = _pre(g, x, il, "ffn", hc)
-        cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
         if g.dense(il):
             cur = g.layer_ffn(cur, il)
         else:
@@ -71,13 +69,13 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 
 def _pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> tuple[Tensor, Tensor]:
-    """build_hc_pre: the streams reduced by the pre weights, and the post weights
+    """build_hc_pre: the streams reduced by the pre weights and normed by {part}_norm, and the post weights
     (docs/memory.md, "What the larger compositions build")."""
     c = g.ctx
     mixes, scale, base = sublayer_mixes(g, x, il, part, hc)
     pre = c.scale(c.unary(affine_part(g, mixes, scale, base, 0, 0, hc), "sigmoid"))
     post = c.scale(c.scale(c.unary(affine_part(g, mixes, scale, base, 1, hc, hc), "sigmoid")))
-    return _reduce(g, x, pre, hc), post
+    return g.norm(_reduce(g, x, pre, hc), g.w.layer(il, f"{part}_norm"), None, il), post
 
 
 def _reduce(g: GraphContext, x: Tensor, pre: Tensor, hc: int) -> Tensor:
