@@ -228,11 +228,8 @@ def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il:
     kv = c.reshape(kv, rank, 1, T)
     absorbed = c.permute(g.mm(need(lw(il, "attn_k_b")), c.permute(q, 0, 2, 1, 3)), 0, 2, 1, 3)
     mask = attn_in.mask
-    if il in g.lid:
-        sel = _kpool_select(g, kp, cur, qr, mask, il)
-    else:
-        assert prev is not None, "a shared indexer layer follows a full one (the engine asserts it)"
-        sel = prev
+    sel = _kpool_select(g, kp, cur, qr, mask, il) if il in g.lid else prev
+    assert sel is not None, "a shared indexer layer follows a full one (the engine asserts it)"
     if not kp.gather:  # the latent both K and V, through the selection's mask
         return g.attn_k(attn_in, il, need(lw(il, "attn_output")), absorbed, kv, kv, lw(il, "attn_v_b"),
                         c.reshape(sel, *mask.ne)), sel
