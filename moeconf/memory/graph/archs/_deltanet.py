@@ -1,12 +1,7 @@
-"""The gated delta-net hybrids' layers (Qwen3-Next, Qwen3.5-MoE): llm_build_delta_net_base and the
-gated full-attention layer, shared by their two compositions; and what every gated delta-net layer
-shares, Kimi's KDA layers too (Kimi-Linear, Ling 3.0, Kimi-K3): the fused op with its new state
-copied back (`delta_net`), KDA's short convolution of Q, K or V over its slice of the conv state
-(`short_conv`)."""
+"""The gated delta-net layers (Qwen3-Next, Qwen3.5-MoE, Qwen4Exp) and what KDA's layers share (Kimi-Linear,
+Ling 3.0, Kimi-K3, GLM-5.3-Flash) (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from moeconf.memory.graph.archs._mamba import conv_input
 from moeconf.memory.graph.archs.common import Build, Facts, blocks_without, need
@@ -18,10 +13,6 @@ from moeconf.memory.graph.ggml import Tensor
 # has (a composition's `Memory.unmodelled`)
 older_qkvz = blocks_without("ssm_in", ("attn_qkv.weight",), "Qwen3-Next's older fused QKVZ projection, split "
                             "into Q, K, V and Z by views; the pinned converter writes attn_qkv and attn_gate")
-
-# a conv state's gather: (g, rs_in, the layer's conv rows, the ubatch's input, kernel, channels, tokens) -> the
-# convolution's input, its last columns written back
-ConvAt = Callable[[GraphContext, RsInput, Tensor, Tensor, Tensor, int, int], Tensor]
 
 
 def delta_net_hybrid(qwen35: bool) -> Build:
@@ -39,17 +30,41 @@ def delta_net_hybrid(qwen35: bool) -> Build:
             if il in g.rs:
                 cur = delta_net_layer(g, rs_in, cur, il, repeat=not qwen35)
             else:
-                cur = _gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
+                cur = gated_attn_layer(g, attn_in, cur, pos, il, reshape=not qwen35)
             ffn_res, cur = g.ffn_input(il, cur, res, rows=False, norm="post_attention_norm")
-            moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
-            if w.layer(il, "ffn_up_shexp") is not None:
-                sh = g.layer_ffn(cur, il, part="_shexp")
-                gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
-                moe = c.add(moe, c.mul(sh, gate))
-            inp = c.add(moe, ffn_res)
+            inp = c.add(gated_shexp_moe(g, cur, il), ffn_res)
         g.output(inp, rows="after")  # t_h_nextn
 
     return build
+
+
+def gated_shexp_moe(g: GraphContext, cur: Tensor, il: int) -> Tensor:
+    """The softmax-routed experts (weights normalised) plus, where the layer has one, the shared expert times
+    a sigmoid gate of the input (ffn_gate_inp_shexp)."""
+    c = g.ctx
+    moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
+    if g.w.layer(il, "ffn_up_shexp") is None:
+        return moe
+    sh = g.layer_ffn(cur, il, part="_shexp")
+    gate = c.unary(g.mm(need(g.w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
+    return c.add(moe, c.mul(sh, gate))
+
+
+def mm_where(g: GraphContext, w: Tensor | None, x: Tensor) -> Tensor:
+    """`x` projected by `w` where the layer has that weight, else `x` itself."""
+    return x if w is None else g.mm(w, x)
+
+
+def conv_state_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, cols: int, channels: int) -> Tensor:
+    """Qwen4Exp's build_conv_state_at: the row gathered whole, `x` appended along the tokens, the last `cols`
+    columns copied back (one rollback slot)."""
+    c = g.ctx
+    n_seqs = rs_in.n_seqs
+    rows = g.rs_states(rs_in, conv_all, conv_all.ne[0])
+    conv_in = c.concat(c.reshape(rows, cols, channels, n_seqs), c.transpose(x), 0)
+    tail = c.view(conv_in, (cols, channels, n_seqs), (conv_in.nb[1], conv_in.nb[2]), 4 * (conv_in.ne[0] - cols))
+    g.expand(c.cpy(c.cont(tail), c.view(conv_all, (cols * channels, n_seqs), (conv_all.nb[1],), 0)))
+    return conv_in
 
 
 def short_conv(g: GraphContext, conv_all: Tensor, conv_state: Tensor, part: int, x: Tensor, proj: Tensor | None,
@@ -90,8 +105,9 @@ def delta_net(g: GraphContext, q: Tensor, k: Tensor, v: Tensor, gate: Tensor, be
     return output
 
 
-def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int,
-                      reshape: bool) -> Tensor:
+def gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tensor, il: int, reshape: bool) -> Tensor:
+    """build_layer_attn: Q and its output gate from one projection, per-head Q/K norms, RoPE, the attention,
+    the sigmoid gate, attn_output (`reshape`: Qwen3-Next's Q reshaped per head before the views)."""
     c, w, hp = g.ctx, g.w, g.hp
     n_head, n_kv, hd, T = hp.n_head[il], hp.n_head_kv[il], hp.head_k, cur.ne[1]
     q_full, k, v = g.qkv(il, cur, n_head, n_kv, 2 * hd, hd, reshape=False)
@@ -110,21 +126,22 @@ def _gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Ten
     return g.mm(need(w.layer(il, "attn_output")), c.mul(cur, gate))
 
 
-def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repeat: bool, hv: int = 0,
-                    z_act: str = "silu", conv: ConvAt = conv_input) -> Tensor:
+def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repeat: bool,
+                    qwen4exp: bool = False) -> Tensor:
     """build_layer_attn_linear with llm_build_delta_net_base's conv state and recurrent attention (the
-    fused op, no rollback snapshots). Qwen4Exp builds the same layer with V heads `hv` wide (else
-    d_inner / the V heads), its output gate through `z_act` (a sigmoid there) and its own gather of the
-    conv state (`conv`: build_conv_state_at)."""
+    fused op, no rollback snapshots). Qwen4Exp (`qwen4exp`) builds the same layer with V heads as wide as
+    K's (else d_inner / the V heads), its output gate a sigmoid (else SiLU) and its own gather of the
+    conv state (`conv_state_at`)."""
     c, w, hp = g.ctx, g.w, g.hp
     rec = g.rec
     assert rec is not None
     n_seqs = rs_in.n_seqs
     T = cur.ne[1] // n_seqs  # n_seq_tokens
     hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
-    hv = hv or rec.d_inner // nv
+    hv = hk if qwen4exp else rec.d_inner // nv
+    channels = hk * nk * 2 + hv * nv
     # the older conversions' single ssm_in in its place is refused before (`older_qkvz`)
-    qkv = c.reshape(g.mm(need(w.layer(il, "attn_qkv")), cur), hk * nk * 2 + hv * nv, T, n_seqs)
+    qkv = c.reshape(g.mm(need(w.layer(il, "attn_qkv")), cur), channels, T, n_seqs)
     z = g.mm(need(w.layer(il, "attn_gate")), cur)
     w_beta = w.layer(il, "ssm_beta")
     if w_beta is not None:  # Qwen3.5: separate beta and alpha projections
@@ -143,11 +160,12 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     gate = c.reshape(gate, 1, nv, T, n_seqs)
     conv_all, ssm_all = g.rs[il]
     kernel = need(w.layer(il, "ssm_conv1d"))
-    conv_in = conv(g, rs_in, conv_all, qkv, kernel, hk * nk * 2 + hv * nv, T)  # build_conv_state
+    conv_in = conv_state_at(g, rs_in, conv_all, qkv, kernel.ne[0] - 1, channels) if qwen4exp else \
+        conv_input(g, rs_in, conv_all, qkv, kernel, channels, T)  # build_conv_state
     state = g.rs_states(rs_in, ssm_all, rec.n_embd_s)
     state = c.reshape(state, hv, hv, nv, n_seqs)
     mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
-    row = 4 * (hk * nk * 2 + hv * nv)
+    row = 4 * channels
     q = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 0)
     k = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 4 * hk * nk)
     v = c.view(mix, (hv, nv, T, n_seqs), (4 * hv, row, row * T), 4 * 2 * hk * nk)
@@ -159,7 +177,7 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
     z2 = c.reshape(z, hv, nv, T, n_seqs)
     normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
-    cur = c.mul(normed, c.unary(z2, z_act))
+    cur = c.mul(normed, c.unary(z2, "sigmoid" if qwen4exp else "silu"))
     cur = c.reshape(cur, hv * nv, T, n_seqs)
     cur = g.mm(need(w.layer(il, "ssm_out")), cur)
     return c.reshape(cur, hp.n_embd, T * n_seqs)
@@ -167,13 +185,9 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
 
 def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, decay: str = "softplus", gate_rows: bool = False,
               flat: bool = False) -> Tensor:
-    """build_kda_layer as Kimi-Linear, Ling 3.0 (bailingmoe3), Kimi-K3 and GLM-5.3-Flash each build it: the
-    short convolutions of Q, K and V (projected apart, or copies of one attn_qkv projection's columns), the
-    decay gate through ssm_f_a (then ssm_f_b where the layer has it) and A (`decay`: "softplus"; "bounded", a
-    sigmoid between two scales, kda.gate_lower_bound; "sigmoid", a scaled sigmoid, Ling 3.0), beta, the
-    L2-normed Q and K, the fused delta-net op and its state copied back (`flat`: through one run of the rows,
-    Kimi-Linear), the output gate (ssm_g, else ssm_g_a then ssm_g_b where present; on the input, or with
-    `gate_rows` on its per-sequence rows reshaped back) over the normed output, the output projection."""
+    """build_kda_layer (docs/memory.md, "What the larger compositions build"): `decay` "softplus", "bounded"
+    or "sigmoid" (Ling 3.0); `flat`: the state copied back through one run of the rows (Kimi-Linear); `gate_rows`:
+    the output gate on the per-sequence rows."""
     c, w = g.ctx, g.w
     conv_all, ssm_all = g.rs[il]
     head_dim, n_head = need(w.layer(il, "ssm_norm")).ne[0], need(w.layer(il, "ssm_beta")).ne[1]
@@ -189,10 +203,7 @@ def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, decay: str 
     q, k, v = (short_conv(g, conv_all, conv_state, i, x, proj, need(w.layer(il, f"ssm_conv1d_{p}")), head_dim,
                           n_head, n_seqs)
                for i, ((x, proj), p) in enumerate(zip(qkv_in, "qkv", strict=True)))
-    g1 = g.mm(need(w.layer(il, "ssm_f_a")), cur)
-    f_b = w.layer(il, "ssm_f_b")
-    if f_b is not None:
-        g1 = g.mm(f_b, g1)
+    g1 = mm_where(g, w.layer(il, "ssm_f_b"), g.mm(need(w.layer(il, "ssm_f_a")), cur))
     g1 = c.add(g1, need(w.layer(il, "ssm_dt", "bias")))
     a3 = c.reshape(need(w.get(f"blk.{il}.ssm_a")), 1, n_head, 1)
     if decay == "softplus":
@@ -208,10 +219,7 @@ def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, decay: str 
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
     output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all, flat))
     x = c.reshape(c.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs), cur.ne[0], T) if gate_rows else cur
-    gate = g.mm(w.layer(il, "ssm_g") or need(w.layer(il, "ssm_g_a")), x)
-    g_b = w.layer(il, "ssm_g_b")
-    if g_b is not None:
-        gate = g.mm(g_b, gate)
+    gate = mm_where(g, w.layer(il, "ssm_g_b"), g.mm(w.layer(il, "ssm_g") or need(w.layer(il, "ssm_g_a")), x))
     gate = c.reshape(gate, head_dim, n_head, T)
     normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)
     gated = c.mul(normed, c.unary(gate, "sigmoid"))

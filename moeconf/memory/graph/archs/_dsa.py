@@ -1,14 +1,5 @@
-"""DeepSeek Sparse Attention (src/models/deepseek32.cpp, glm-dsa.cpp): deepseek2's absorbed MLA whose
-mask keeps, per query token, only the cached positions the lightning indexer ranks highest.
-
-The indexer: its keys (a projection of the layer's input, a layer norm with bias, RoPE, the Hadamard
-rotation) go into their own K cache (llama_kv_cache_dsa's second cache, one head); its queries (from
-the normed Q-LoRA), rotated likewise, score every cached key through the fused LIGHTNING_INDEXER
-against the indexer's own f16 mask, weighted per head; TOP_K of the scores. build_attn (its DSA form,
-src/llama-graph.cpp) fills a copy of the MLA mask with -inf, sets the chosen cells to zero (SET_ROWS
-of a filled zero tensor), adds the MLA mask and attends through the latent cache as deepseek2 does.
-GLM-5's "shared" layers (no indexer cache: `GraphContext.lid` lacks them) reuse the top-k of the last
-layer that ran its indexer."""
+"""DeepSeek Sparse Attention (src/models/deepseek32.cpp, glm-dsa.cpp): deepseek2's absorbed MLA through the
+lightning indexer's top-k mask (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The hyper-connections DeepSeek-V4 (src/models/deepseek4.cpp) and GLM-5.3-Flash (glm5-next.cpp) each
-build alike: the residual kept as hc streams, mixed into a sublayer's input (`hc_pre`), the sublayer's
-output spread back over them (`hc_post`), fused (the DSV4_HC_* ops) or by hand where the engine's probe
-turned the fused op off (llama-context.cpp resolve_fused_ops). Hy4 and Qwen4Exp take its views and parts."""
+"""The hyper-connections DeepSeek-V4 and GLM-5.3-Flash build alike (`hc_pre`, `hc_post`, fused or by hand);
+Hy4 and Qwen4Exp take its views and parts (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -13,15 +11,11 @@ from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
 
-def affine(g: GraphContext, x: Tensor, scale: Tensor, base: Tensor) -> Tensor:
-    return g.ctx.add(g.ctx.mul(x, scale), base)
-
-
 def affine_part(g: GraphContext, mixes: Tensor, scale: Tensor, base: Tensor, k: int, start: int, n: int) -> Tensor:
     """The mixes' k-th affine part: their `n` values from `start`, times scale[k], plus base[start:start + n]."""
     c = g.ctx
-    return affine(g, c.view(mixes, (n, mixes.ne[1]), (mixes.nb[1],), 4 * start), c.view(scale, (1,), (), 4 * k),
-                  c.view(base, (n,), (), 4 * start))
+    return c.add(c.mul(c.view(mixes, (n, mixes.ne[1]), (mixes.nb[1],), 4 * start), c.view(scale, (1,), (), 4 * k)),
+                 c.view(base, (n,), (), 4 * start))
 
 
 def sublayer_mixes(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -33,10 +27,9 @@ def sublayer_mixes(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> t
 
 def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
            record: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    """build_hc_pre: the streams' mixes (RMS-normed, projected), the pre and post weights (sigmoids of
-    their affine parts), the comb matrix (DSV4_HC_COMB, or by hand: a softmax, then Sinkhorn's column
-    and row normalisations) and the streams mixed by the pre weights (DSV4_HC_PRE, or by hand: `weighted`).
-    `record`: the fused nodes recorded for the engine's probe (`GraphContext.fused`)."""
+    """build_hc_pre (docs/memory.md, "What the larger compositions build"): the mixed streams normed by the
+    sublayer's {part}_norm, the post weights and the comb matrix; `record`: the fused nodes recorded for the
+    engine's probe (`GraphContext.fused`)."""
     c = g.ctx
     mixes, scale, base = sublayer_mixes(g, x, il, part, hc)
     pre = c.scale(c.unary(affine_part(g, mixes, scale, base, 0, 0, hc), "sigmoid"))
@@ -53,8 +46,9 @@ def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
         out = c.dsv4_hc_pre(x, pre)
         if record:
             g.fused.append(("DSV4_HC_PRE", out, il))
-        return out, post, comb
-    return weighted(g, x, pre, hc), post, comb
+    else:
+        out = weighted(g, x, pre, hc)
+    return g.norm(out, g.w.layer(il, f"{part}_norm"), None, il), post, comb
 
 
 def head_weights(g: GraphContext, x: Tensor, hc: int) -> Tensor:
@@ -63,7 +57,7 @@ def head_weights(g: GraphContext, x: Tensor, hc: int) -> Tensor:
     c, w = g.ctx, g.w
     mixes = hc_mixes(g, x, need(w.get("output_hc_fn.weight")), hc)
     scale, base = need(w.get("output_hc_scale.weight")), need(w.get("output_hc_base.weight"))
-    return c.scale(c.unary(affine(g, mixes, scale, base), "sigmoid"))
+    return c.scale(c.unary(c.add(c.mul(mixes, scale), base), "sigmoid"))
 
 
 def hc_mixes(g: GraphContext, x: Tensor, fn: Tensor, hc: int) -> Tensor:
@@ -110,9 +104,7 @@ def sinkhorn(g: GraphContext, comb: Tensor, iters: int) -> Tensor:
 
 
 def hc_post(g: GraphContext, x: Tensor, residual: Tensor, post: Tensor, comb: Tensor, hc: int, il: int) -> Tensor:
-    """build_hc_post: fused (DSV4_HC_POST), or where the engine's probe turned that off (a layer's post
-    scheduled off its device: llama-context.cpp resolve_fused_ops) by hand: per destination stream the
-    output weighted by its post weight plus each source stream weighted by the comb, concatenated."""
+    """build_hc_post, fused or by hand (docs/memory.md, "What the larger compositions build")."""
     c = g.ctx
     if "DSV4_HC_POST" not in g.cp.unfused:
         out = c.dsv4_hc_post(x, residual, post, comb)

@@ -1,9 +1,5 @@
-"""Mamba's layers (llm_build_mamba_base, src/models/mamba-base.cpp), shared by the hybrids that
-compose them: the Mamba-2 layer (Nemotron-H, Granite-4.0-H) and the Mamba-1 layer (Jamba). Both
-keep a conv state and an SSM state per sequence (llama_memory_recurrent, read through build_rs),
-run the short convolution over the state's columns and the ubatch, then the selective scan
-(SSM_SCAN, which gathers the states it reads itself and returns the outputs followed by the new
-states), copy the new states back, gate the output with the input projection's z half."""
+"""Mamba's layers (llm_build_mamba_base, src/models/mamba-base.cpp): Mamba-2 (Nemotron-H, Granite-4.0-H) and
+Mamba-1 (Jamba) (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -34,10 +30,17 @@ def conv_input(g: GraphContext, rs_in: RsInput, conv_all: Tensor, xbc: Tensor, k
     return conv_x
 
 
+def _conv(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, kernel: Tensor, channels: int,
+          n_seq_tokens: int, il: int, flat: bool = False) -> Tensor:
+    """SSM_CONV over the conv state's columns and `x` (`conv_input`), plus the layer's conv bias, SiLU."""
+    c = g.ctx
+    out = c.ssm_conv(conv_input(g, rs_in, conv_all, x, kernel, channels, n_seq_tokens, flat), kernel)
+    b = g.w.layer(il, "ssm_conv1d", "bias")
+    return c.unary(out if b is None else c.add(out, b), "silu")
+
+
 def mamba2_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
-    """build_mamba2_layer: one input projection split into z, xBC and dt; the conv over xBC; the
-    scan with per-head scalar decay over n_group groups of B and C; D's skip; z's SwiGLU; the grouped
-    RMS norm where the layer has it; the output projection (no rollback snapshots: n_rs_seq 0)."""
+    """build_mamba2_layer (docs/memory.md, "What the larger compositions build")."""
     c, w, rec = g.ctx, g.w, g.rec
     assert rec is not None
     conv_all, ssm_all = g.rs[il]
@@ -53,12 +56,7 @@ def mamba2_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tenso
     xbc = c.view(zxbcdt, (channels, T, n_seqs), (nb1, nb2), d_inner * 4)
     dt = c.view(zxbcdt, (n_head, T, n_seqs), (nb1, nb2), (2 * d_inner + 2 * n_group * d_state) * 4)
     kernel = need(w.layer(il, "ssm_conv1d"))
-    conv_x = conv_input(g, rs_in, conv_all, xbc, kernel, channels, T)
-    xbc = c.ssm_conv(conv_x, kernel)
-    b = w.layer(il, "ssm_conv1d", "bias")
-    if b is not None:
-        xbc = c.add(xbc, b)
-    xbc = c.unary(xbc, "silu")
+    xbc = _conv(g, rs_in, conv_all, xbc, kernel, channels, T, il)
     x = c.view(xbc, (head_dim, n_head, T, n_seqs), (head_dim * 4, xbc.nb[1], xbc.nb[2]), 0)
     B = c.view(xbc, (d_state, n_group, T, n_seqs), (d_state * 4, xbc.nb[1], xbc.nb[2]), d_inner * 4)
     C = c.view(xbc, (d_state, n_group, T, n_seqs), (d_state * 4, xbc.nb[1], xbc.nb[2]),
@@ -86,9 +84,7 @@ def mamba2_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tenso
 
 
 def mamba_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor:
-    """build_mamba_layer: the input projection split into x and z; the conv over x; x's projection
-    to dt, B and C (RMS-normed where the layer has their norms, Jamba); dt's projection; the scan with
-    a decay per channel and state (one group); D's skip; z's SwiGLU; the output projection."""
+    """build_mamba_layer (docs/memory.md, "What the larger compositions build")."""
     c, w, rec = g.ctx, g.w, g.rec
     assert rec is not None
     conv_all, ssm_all = g.rs[il]
@@ -100,12 +96,7 @@ def mamba_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor
     xz = g.mm(need(w.layer(il, "ssm_in")), cur)
     x = c.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), 0)
     z = c.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), d_inner * 4)
-    conv_x = conv_input(g, rs_in, conv_all, x, kernel, d_inner, T, flat=True)
-    x = c.ssm_conv(conv_x, kernel)
-    b = w.layer(il, "ssm_conv1d", "bias")
-    if b is not None:
-        x = c.add(x, b)
-    x = c.unary(x, "silu")
+    x = _conv(g, rs_in, conv_all, x, kernel, d_inner, T, il, flat=True)
     x_db = g.mm(need(w.layer(il, "ssm_x")), x)
     nb1, nb2 = x_db.nb[1], x_db.nb[2]
     dt = c.view(x_db, (dt_rank, T, n_seqs), (nb1, nb2), 0)

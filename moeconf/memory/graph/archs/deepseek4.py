@@ -1,16 +1,5 @@
-"""src/models/deepseek4.cpp: DeepSeek-V4, its residual kept as hc_mult hyper-connection streams
-(DSV4_HC_PRE mixes them into each sublayer's input, DSV4_HC_COMB/DSV4_HC_POST spread the output
-back; the head mixes them by hand for the output), attention over a K-only sliding-window cache of
-raw rows plus, per layer's compress ratio, compressed rows: ratio 4 (CSA) compresses overlapping
-blocks of 8 rows from its compressor state into its own cache and picks the top-k of them by a
-lightning indexer (itself compressed the same way, Hadamard-rotated); ratio 128 (HCA) compresses
-blocks of 128 rows, all of them visible; ratio 0 attends the raw rows only. Q and the single KV
-head are RMS-normed and RoPE'd, the output de-RoPE'd and projected by grouped low-rank wo_a/wo_b;
-a MoE (sqrt-softplus router, hash-routed first layers) with a shared expert, SWIGLU_CLAMP.
-
-The DSV4 cache (src/llama-kv-cache-dsv4.cpp) and its reserve plan (dsv4_build_reserve_comp_plan)
-size the inputs: n_blocks = tokens / ratio + sequences, the compressor state keeps 2 x ratio rows
-(overlapped) or ratio rows, its updated rows min(tokens, state rows)."""
+"""src/models/deepseek4.cpp: DeepSeek-V4, hyper-connection streams, attention over raw and compressed rows
+(CSA, HCA), a MoE with hash-routed first layers (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -74,12 +63,9 @@ def _comp_inputs(g: GraphContext, name: str, ratio: int, overlap: bool, state_ro
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp, cp = g.ctx, g.w, g.hp, g.cp
-    ratios = facts.ints_of("attention.compress_ratios")
     hc = facts.hparam("hyper_connection.count")
     n_hash = facts.hparam("hash_layer_count")
     idx_head = facts.hparam("attention.indexer.key_length")
-    top_k = facts.hparam("attention.indexer.top_k")
-    groups = facts.hparam("attention.output_group_count", 1)
     head = hp.head_k
     inp = g.inp_embd()
     pos = g.inp_pos()
@@ -103,17 +89,13 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(hp.n_layer):
         residual = x
         cur, post, comb = hc_pre(g, x, il, "attn", hc, 0, record=False)
-        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
-        ratio = ratios[il] if il < len(ratios) else 0
-        cur = _attention(g, cur, pos, il, ratio, groups, head, idx_head, top_k, k_idxs, raw_mask, raw_rot,
-                         csa, hca, lid)
+        cur = _attention(g, facts, cur, pos, il, k_idxs, raw_mask, raw_rot, csa, hca, lid)
         x = c.dsv4_hc_post(cur, residual, post, comb)
         residual = x
         cur, post, comb = hc_pre(g, x, il, "ffn", hc, 0, record=False)
         g.expand(residual)
         g.expand(post)
         g.expand(comb)
-        cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
         hashed = il < n_hash  # the experts chosen by token id (ffn_gate_tid2eid), no selection bias
         selected = c.get_rows(need(w.layer(il, "ffn_gate_tid2eid")), need(g.t_inp_tokens)) if hashed else None
         bias = None if hashed else w.layer(il, "exp_probs_b", "bias")
@@ -140,10 +122,7 @@ def _get_k(g: GraphContext, kc: Tensor, n_kv: int) -> Tensor:
 
 def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, width: int, prefix: str,
                 cache: Tensor, name: str) -> None:
-    """The compressor (its states made here, `name`'s): the state rows restored, the ubatch's rows appended,
-    the blocks compressed (softmax-weighted sums; CSA's overlapping blocks read each block's previous rows
-    too), normed, RoPE'd (rotated where the cache rotates), written to the compressed cache; the state's
-    rows persisted."""
+    """The compressor, its states made here (`name`'s) (docs/memory.md, "What the larger compositions build")."""
     c, lw = g.ctx, g.w.layer
     overlap = ratio == CSA
     state_kv, state_score = (_comp_cache(g, il, f"dsv4_{name}_state_{k}_l{il}", 2 * width if overlap else width,
@@ -186,11 +165,12 @@ def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, w
         g.expand(c.set_rows(dst, persisted, inp.persist_dst))
 
 
-def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, groups: int, head: int, idx_head: int,
-               top_k: int, k_idxs: Tensor, raw_mask: Tensor, raw_rot: Tensor | None, csa: _Comp, hca: _Comp,
-               lid: _Comp) -> Tensor:
-    c, lw = g.ctx, g.w.layer
-    T, n_head = cur.ne[1], g.hp.n_head[il]
+def _attention(g: GraphContext, facts: Facts, cur: Tensor, pos: Tensor, il: int, k_idxs: Tensor, raw_mask: Tensor,
+               raw_rot: Tensor | None, csa: _Comp, hca: _Comp, lid: _Comp) -> Tensor:
+    c, lw, hp = g.ctx, g.w.layer, g.hp
+    T, n_head, head, idx_head = cur.ne[1], hp.n_head[il], hp.head_k, facts.hparam("attention.indexer.key_length")
+    ratios = facts.ints_of("attention.compress_ratios")
+    ratio = ratios[il] if il < len(ratios) else 0
     comp = {CSA: csa, HCA: hca}.get(ratio)  # none at ratio 0 (the raw rows only)
     if comp is not None:
         cache = _comp_cache(g, il, f"cache_k_l{il}", head, comp.n_kv)
@@ -213,7 +193,7 @@ def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, g
     sinks = lw(il, "attn_sinks")
     k_all, mask = raw_k, raw_mask
     if comp is not None:  # CSA's compressed rows through the indexer's top-k, HCA's all visible
-        top = _lid_top_k(g, il, qr, cur, pos, lid, lid_cache, idx_head, top_k) if lid_cache is not None else None
+        top = _lid_top_k(g, facts, il, qr, cur, pos, lid, lid_cache) if lid_cache is not None else None
         k_all = c.concat(raw_k, _get_k(g, cache, comp.n_kv), 2)
         sparse = comp.mask if top is None else g.top_k_mask(comp.mask, top, "F16" if g.cp.flash_attn else "F32")
         mask = c.concat(raw_mask, sparse, 0)
@@ -221,7 +201,7 @@ def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, g
     if raw_rot is not None:
         out = g._hadamard(out, raw_rot)
     out = c.rope_back(c.reshape(out, head, n_head, T), pos)
-    wo_a = need(lw(il, "attn_output_a"))
+    wo_a, groups = need(lw(il, "attn_output_a")), facts.hparam("attention.output_group_count", 1)
     # the loader creates wo_a 3-D, one slice per group (TENSOR_ALLOW_RESHAPE)
     wo_a = c.weight(wo_a.name, wo_a.type, (wo_a.ne[0], wo_a.ne[1] // groups, groups), wo_a.buffer or "CPU", il)
     out = c.permute(c.reshape(out, head * n_head // groups, groups, T), 0, 2, 1, 3)
@@ -230,16 +210,17 @@ def _attention(g: GraphContext, cur: Tensor, pos: Tensor, il: int, ratio: int, g
     return g.mm(need(lw(il, "attn_output_b")), oa)
 
 
-def _lid_top_k(g: GraphContext, il: int, qr: Tensor, cur: Tensor, pos: Tensor, lid: _Comp, cache: Tensor,
-               idx_head: int, top_k: int) -> Tensor:
+def _lid_top_k(g: GraphContext, facts: Facts, il: int, qr: Tensor, cur: Tensor, pos: Tensor, lid: _Comp,
+               cache: Tensor) -> Tensor:
     """build_lid_top_k: the indexer's queries (RoPE'd, rotated) scored against its compressed keys by
     the fused LIGHTNING_INDEXER, weighted per head; the top-k compressed rows per token."""
     c, lw = g.ctx, g.w.layer
-    T = cur.ne[1]
+    T, idx_head = cur.ne[1], cache.ne[0]
     q = g.mm(need(lw(il, "indexer.attn_q_b")), qr)
     n_idx = q.ne[0] // idx_head
     q = c.rope(c.reshape(q, idx_head, n_idx, T), pos)
     assert lid.k_rot is not None
     q = g._hadamard(q, lid.k_rot)
     weights = c.scale(g.mm(need(lw(il, "indexer.proj")), cur))
-    return lightning_top_k(g, q, _get_k(g, cache, lid.mask.ne[0]), weights, lid.mask, top_k, False)
+    return lightning_top_k(g, q, _get_k(g, cache, lid.mask.ne[0]), weights, lid.mask,
+                           facts.hparam("attention.indexer.top_k"), False)

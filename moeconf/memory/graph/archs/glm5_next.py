@@ -1,25 +1,5 @@
-"""src/models/glm5-next.cpp: GLM-5.3-Flash, KDA (recurrent) layers beside nope-only MLA layers whose
-mask a k-pool lightning indexer builds, the residual kept as hc_mult hyper-connection streams (as
-DeepSeek-V4's: DSV4_HC_PRE mixes them into each sublayer's input, DSV4_HC_COMB/DSV4_HC_POST spread the
-output back; the head averages them), a dense FFN on the leading layers, else a sigmoid-routed MoE
-with a selection bias and a shared expert, each SwiGLU clamped (SWIGLU_CLAMP) where its limit is set.
-
-The KDA layer is Kimi-K3's (three short convolutions over Q, K, V with their conv states, the decay
-gate, the fused GATED_DELTA_NET op, the gated norm) with a low-rank output gate (g_a, g_b).
-
-The MLA layer: Q from the normed Q-LoRA, absorbed by attn_k_b; the latent normed into the K-only
-cache. Its indexer (build_kpool_select) caches per token its key (a layer norm with bias) and a
-pool gate beside a zeroed pooled slot (llama_memory_hybrid_idx's indexer cache: one row of 3 x
-key_length per cell), pools the entries completed by the ubatch (a softmax over each pool's gates plus
-the pool bias weighting its keys) into the pooled slots, scores the pooled keys of every pool by the
-fused LIGHTNING_INDEXER, keeps the top_k / kpool best pools (ordered by score), expands them to their
-cells plus the incomplete tail, and scatters zeros for those cells into a -inf mask (each dead slot
-into its own dump row past the cache) that then takes the causal mask. Attention runs over the whole
-latent cache through that mask; a ubatch of at most 16 tokens over more cells than it selects
-gathers the selected latents instead (`_gathered`).
-
-The reserve's sizes (src/llama-memory-hybrid-idx.cpp, the full-cache context): n_pool_real =
-cells / kpool x sequences, every pool new, the pools padded to max(64, pad64(n_pool_real + 1))."""
+"""src/models/glm5-next.cpp: GLM-5.3-Flash, KDA layers beside nope-only MLA layers through a k-pool lightning
+indexer, the residual kept as hyper-connection streams (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -131,7 +111,7 @@ def _inp_kpool(g: GraphContext, facts: Facts) -> _Kpool:
 
 
 def build(g: GraphContext, facts: Facts) -> None:
-    c, w, hp = g.ctx, g.w, g.hp
+    c, hp = g.ctx, g.hp
     hc = facts.hparam("hyper_connection.count")
     iters = facts.hparam("hyper_connection.sinkhorn_iterations")
     decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
@@ -148,7 +128,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(hp.n_layer):
         residual = x
         cur, post, comb = hc_pre(g, x, il, "attn", hc, iters)
-        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         g.expand(cur)
         if il in g.rs:
             cur = kda_layer(g, rs_in, cur, il, decay)
@@ -157,7 +136,6 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = hc_post(g, cur, residual, post, comb, hc, il)
         residual = x
         cur, post, comb = hc_pre(g, x, il, "ffn", hc, iters)
-        cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
         shexp_clamp = facts.above("swiglu_clamp_shexp", il) if "swiglu_clamp_shexp" in facts.floats | facts.units \
             else facts.above("swiglu_clamp_exp", il)
         sh_act = "silu_clamp" if shexp_clamp else "silu"
@@ -250,11 +228,8 @@ def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il:
     kv = c.reshape(kv, rank, 1, T)
     absorbed = c.permute(g.mm(need(lw(il, "attn_k_b")), c.permute(q, 0, 2, 1, 3)), 0, 2, 1, 3)
     mask = attn_in.mask
-    if il in g.lid:
-        sel = _kpool_select(g, kp, cur, qr, mask, il)
-    else:
-        assert prev is not None, "a shared indexer layer follows a full one (the engine asserts it)"
-        sel = prev
+    sel = _kpool_select(g, kp, cur, qr, mask, il) if il in g.lid else prev
+    assert sel is not None, "a shared indexer layer follows a full one (the engine asserts it)"
     if not kp.gather:  # the latent both K and V, through the selection's mask
         return g.attn_k(attn_in, il, need(lw(il, "attn_output")), absorbed, kv, kv, lw(il, "attn_v_b"),
                         c.reshape(sel, *mask.ne)), sel

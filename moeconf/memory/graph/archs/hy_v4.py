@@ -1,12 +1,5 @@
-"""Hy4 (src/models/hy-v4.cpp): the residual kept as hc streams (independent hyper-connections: each
-sublayer's input the streams weighted by the sigmoid "pre" mix and summed, its output spread back by the
-"post" mix, a magnitude times a sigmoid, onto each stream's residual; no comb matrix; the weighting in F32
-between casts), gated MLA (absorbed, one latent KV head, per-head sinks, the decompressed output times a
-sigmoid gate of the layer's input, then attn_output), the DSA lightning indexer (archs/_dsa.py, without
-the Hadamard rotation) on the layers attention.indexer.types marks full, the others reusing the last full
-layer's top-k; one dense leading FFN, then a sigmoid-routed MoE with its selection bias (its SwiGLU the
-fused SWIGLU_CLAMP where swiglu_clamp_exp is above 0) and an unclamped shared expert. The output rows are
-taken from the streams, which the head's own mix collapses before the final norm."""
+"""Hy4 (src/models/hy-v4.cpp): independent hyper-connections, gated MLA with sinks, the DSA lightning indexer
+(archs/_dsa.py, unrotated) (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
@@ -60,13 +53,11 @@ def build(g: GraphContext, facts: Facts) -> None:
     for il in range(hp.n_layer):
         residual = x
         cur, post = _pre(g, x, il, "attn", hc)
-        cur = g.norm(cur, w.layer(il, "attn_norm"), None, il)
         attn, prev = attention(g, facts, il, cur, pos, mla_in, lid_in, prev, None, None, w.layer(il, "attn_sinks"))
         attn = c.mul(attn, c.unary(c.mul_mat(need(w.layer(il, "attn_gate")), cur), "sigmoid"))  # gated
         x = _post(g, g.mm(need(w.layer(il, "attn_output")), attn), residual, post, hc)
         residual = x
         cur, post = _pre(g, x, il, "ffn", hc)
-        cur = g.norm(cur, w.layer(il, "ffn_norm"), None, il)
         if g.dense(il):
             cur = g.layer_ffn(cur, il)
         else:
@@ -78,14 +69,13 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 
 def _pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> tuple[Tensor, Tensor]:
-    """build_hc_pre: the mixes (the streams RMS-normed, projected to 2 x hc), the pre weights (a sigmoid
-    of their affine part, eps added) reducing the streams, and the post weights (magnitude times a
-    sigmoid, eps added)."""
+    """build_hc_pre: the streams reduced by the pre weights and normed by {part}_norm, and the post weights
+    (docs/memory.md, "What the larger compositions build")."""
     c = g.ctx
     mixes, scale, base = sublayer_mixes(g, x, il, part, hc)
     pre = c.scale(c.unary(affine_part(g, mixes, scale, base, 0, 0, hc), "sigmoid"))
     post = c.scale(c.scale(c.unary(affine_part(g, mixes, scale, base, 1, hc, hc), "sigmoid")))
-    return _reduce(g, x, pre, hc), post
+    return g.norm(_reduce(g, x, pre, hc), g.w.layer(il, f"{part}_norm"), None, il), post
 
 
 def _reduce(g: GraphContext, x: Tensor, pre: Tensor, hc: int) -> Tensor:

@@ -1,15 +1,9 @@
-"""src/models/kimi-k3.cpp: Kimi-K3, KDA (recurrent) layers beside MLA layers as in Kimi-Linear, plus
-cross-layer residual attention (the layer inputs banked every attn_res.block_size layers, each
-sublayer's input a softmax-weighted mix of the bank and the running stream, DSV4_HC_PRE summing the
-bank), a latent MoE (the routed experts on a down-projected input, the router on the full one),
-the SiTU activation everywhere, a sigmoid output gate on the MLA layers (which take no RoPE) and a
-single full-rank KDA output gate. The KDA layer: three short convolutions over Q, K, V with their
-conv states, the decay gate (softplus, or a bounded sigmoid where kda.gate_lower_bound is set),
-the fused GATED_DELTA_NET op with its state copied back, the gated norm."""
+"""src/models/kimi-k3.cpp: Kimi-K3, KDA layers beside MLA layers, cross-layer residual attention, a latent MoE
+(docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._deltanet import kda_layer
+from moeconf.memory.graph.archs._deltanet import kda_layer, mm_where
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, mla_forms, need, older_mla
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
@@ -21,12 +15,8 @@ _SHEXP = ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """The loader's forms moeconf does not build (the tiny sets take the others: set "a" the low-rank Q,
-    attn_gate, the latent projections with ffn_routed_norm and the shared expert; set "b" the plain attn_q,
-    no gate, no latent, no shared expert): MLA blocks with the decompressing attn_kv_b (an older conversion,
-    which the pinned engine crashes on: `common.older_mla`), and a shared expert with only some of its three
-    tensors (the engine runs it on ffn_gate_shexp alone; no recorded dump checked it). A block
-    with attn_kv_b beside attn_k_b or attn_v_b is the loader's refusal (`mla_forms`), not said again here."""
+    """The loader's forms moeconf does not build: the decompressing attn_kv_b (`common.older_mla`) and a shared
+    expert with only some of its three tensors (docs/memory.md, "What the larger compositions build")."""
     names = {t.name for t in inv.tensors}
     why = older_mla(inv)
     partial = sorted({t.layer for t in inv.tensors if t.layer is not None and 0 < sum(
@@ -107,8 +97,7 @@ def _latent_moe(g: GraphContext, cur: Tensor, il: int, facts: Facts, linear: boo
     """build_latent_moe: the routed experts on the down-projected input (routed by the full one),
     normed and projected back up; the shared expert on the full input, added."""
     w = g.w
-    down = w.layer(il, "ffn_routed_down")
-    routed_in = g.mm(down, cur) if down is not None else cur
+    routed_in = mm_where(g, w.layer(il, "ffn_routed_down"), cur)
     logits = g.mm(need(w.layer(il, "ffn_gate_inp")), cur)
     moe = g.moe_ffn(routed_in, il, gating=facts.gating_or("softmax"), norm_w=bool(facts.norm_w),
                     w_scale=facts.w_scale, act="situ", probs_bias=w.layer(il, "exp_probs_b", "bias"), logits=logits,
@@ -116,7 +105,4 @@ def _latent_moe(g: GraphContext, cur: Tensor, il: int, facts: Facts, linear: boo
     norm = w.layer(il, "ffn_routed_norm")
     if norm is not None:
         moe = g.norm(moe, norm, None, il)
-    up = w.layer(il, "ffn_routed_up")
-    if up is not None:
-        moe = g.mm(up, moe)
-    return g.add_shexp(moe, cur, il, act="situ", linear=linear)
+    return g.add_shexp(mm_where(g, w.layer(il, "ffn_routed_up"), moe), cur, il, act="situ", linear=linear)

@@ -1,22 +1,11 @@
-"""MiniMax-M3 (src/models/minimax-m3.cpp): MiniMax-M2's attention (per-head Q/K norms, partial
-RoPE) with leading dense layers, routed experts and a shared expert, all with the clamped SwiGLU,
-sigmoid routing with a selection bias; and MiniMax Sparse Attention (MSA) on the MoE layers.
-
-MSA (with flash attention, one sequence or one stream per sequence; otherwise every layer attends
-densely): the engine's cache is a pair (src/llama-kv-cache-msa.cpp), the model's K/V and, on the
-sparse layers, an indexer key cache one head of `attention.indexer.key_length` wide. A sparse layer
-projects, norms and rotates the indexer's queries (one head per KV head) and its key, stores the key,
-scores the queries against the keys gathered in position order, max-pools the scores over blocks of
-`attention.indexer.block_size` positions, forces the local blocks, keeps the top
-`attention.indexer.top_k` blocks, and turns them into a per-head mask over the cache's cells, added
-to the causal mask; then one flash attention over every head group. The position axis is the
-positions in the cache padded to 256 and to whole blocks: at the reserve, an empty cache, 256."""
+"""MiniMax-M3 (src/models/minimax-m3.cpp): MiniMax-M2's attention and MoE with MiniMax Sparse Attention
+(MSA) on the MoE layers (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
 
+from moeconf.memory.graph.archs._hc import concat
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need, routed
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor, is_contiguous
@@ -92,16 +81,14 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
     nblk = m.n_ps // m.blk
     top = min(m.top_k, nblk)
     outs = []
+    pm, mf, b = m.pos_mask, m.mask_f32, m.bias
     for st in range(ns):
         iq_s = c.view(iq, (d_idx, hd, n_tps), (iq.nb[1], iq.nb[2]), st * n_tps * iq.nb[2])
         ik_s = c.view(ik_kv, (d_idx, n_kv), (ik_kv.nb[2],), st * ik_kv.nb[3])
         psl_s = c.view(m.pos_slot, (m.n_ps,), (), st * m.pos_slot.nb[1])
-        pm = m.pos_mask
         pm_s = c.view(pm, (m.n_ps, 1, n_tps), (pm.nb[1], pm.nb[1]), st * n_tps * pm.nb[1])
         cb_s = c.view(m.cell_blk, (n_kv,), (), st * m.cell_blk.nb[1])
-        mf = m.mask_f32
         mf_s = c.view(mf, (n_kv, n_tps, 1), (mf.nb[1], mf.nb[3]), st * mf.nb[3])
-        b = m.bias
         bias_s = c.view(b, (nblk, 1, n_tps), (b.nb[1], b.nb[1]), st * n_tps * b.nb[1])
         q_s = c.view(q, (d, n_head, n_tps), (q.nb[1], q.nb[2]), st * n_tps * q.nb[2])
         k_s = c.view(kv_k, (d, hkv, n_kv, 1), (kv_k.nb[1], kv_k.nb[2], kv_k.nb[3]), st * kv_k.nb[3])
@@ -122,7 +109,7 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
         bmx = c.reshape(c.cont(c.transpose(c.get_rows(bm2, cb_s))), n_kv, n_tps, hd)
         mask4 = c.cast(c.reshape(c.inplace("ADD", bmx, mf_s), n_kv, n_tps, 1, hd), "F16")
         outs.append(_fa(g, q_s, c.permute(k_s, 0, 3, 1, 2), c.permute(v_s, 0, 3, 1, 2), mask4, n_head // hkv))
-    out = reduce(lambda a, b: c.concat(a, b, 1), outs)
+    out = concat(g, outs)
     if attn_in.v_rot is not None:
         out = g._hadamard(out, attn_in.v_rot)
     return g.mm(need(w.layer(il, "attn_output")), out)

@@ -1,21 +1,15 @@
-"""src/models/qwen4exp.cpp: Qwen3.5's gated delta net and gated attention with low-rank hyper-connections in
-place of every norm (each block's two mixers: the streams RMS-normed by one [n_embd, hc] gamma, a low-rank
-gate, mixed to one stream by DSV4_HC_PRE's gated form or by hand; its injection weights spread the block's
-output back, DSV4_HC_POST with no comb matrix, or by hand; the output's mixer unfused, no injection), the
-delta net's conv state and the PLE module's conv history each gathered from its own recurrent row and their
-tails copied back, the output gate a sigmoid; the full blocks attend to the cells a block-pooled indexer
-ranks highest (QSA: the indexer's raw keys cached, pooled per compress_ratio cells, normed and rotated, scored
-by the rectified heads' sum, expanded back to the cells, TOP_K); the PLE n-gram module on its one block."""
+"""src/models/qwen4exp.cpp: Qwen3.5's gated delta net and gated attention with low-rank hyper-connections,
+the QSA indexer and the PLE n-gram module (docs/memory.md, "What the larger compositions build")."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from functools import reduce
 
-from moeconf.memory.graph.archs._deltanet import delta_net_layer
+from moeconf.memory.graph.archs._deltanet import conv_state_at, delta_net_layer, gated_attn_layer, gated_shexp_moe
 from moeconf.memory.graph.archs._hc import stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
-from moeconf.memory.graph.blocks import AttnInput, GraphContext, RsInput
+from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
 from moeconf.model.inventory import Inventory
 
@@ -92,25 +86,6 @@ def _hc_combine(g: GraphContext, res: Tensor, out: Tensor, inject: Tensor, il: i
     return c.add(res, c.mul(b, c.reshape(wt, 1, hc, T)))
 
 
-def _conv_state_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, cols: int, channels: int) -> Tensor:
-    """build_conv_state_at: the row gathered whole, `x` appended along the tokens, the last `cols` columns
-    copied back (one rollback slot)."""
-    c = g.ctx
-    n_seqs = rs_in.n_seqs
-    rows = g.rs_states(rs_in, conv_all, conv_all.ne[0])
-    conv_in = c.concat(c.reshape(rows, cols, channels, n_seqs), c.transpose(x), 0)
-    tail = c.view(conv_in, (cols, channels, n_seqs), (conv_in.nb[1], conv_in.nb[2]), 4 * (conv_in.ne[0] - cols))
-    g.expand(c.cpy(c.cont(tail), c.view(conv_all, (cols * channels, n_seqs), (conv_all.nb[1],), 0)))
-    return conv_in
-
-
-def _conv_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, kernel: Tensor, channels: int,
-             n_seq_tokens: int) -> Tensor:
-    """The delta net's conv state gathered as build_conv_state_at gathers it (kernel - 1 columns kept)."""
-    del n_seq_tokens
-    return _conv_state_at(g, rs_in, conv_all, x, kernel.ne[0] - 1, channels)
-
-
 class _Qsa:
     """llm_graph_input_qsa: one set per compress ratio."""
 
@@ -172,40 +147,8 @@ def _qsa_top_k(g: GraphContext, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, 
     return c.reshape(top, width, n_tps, 1, ns)
 
 
-def _attn_layer(g: GraphContext, attn_in: AttnInput, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, il: int,
-                facts: Facts) -> Tensor:
-    c, w, hp = g.ctx, g.w, g.hp
-    n_head, n_kv, hd, T = hp.n_head[il], hp.n_head_kv[il], hp.head_k, cur.ne[1]
-    top = _qsa_top_k(g, qsa, cur, pos, attn_in.mask, il, facts) if il in g.lid else None
-    q_full = g.mm(need(w.layer(il, "attn_q")), cur)
-    q = c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 0)
-    q = g.norm(q, w.layer(il, "attn_q_norm"), None, il)
-    k = g.mm(need(w.layer(il, "attn_k")), cur)
-    v = g.mm(need(w.layer(il, "attn_v")), cur)
-    k = g.norm(c.reshape(k, hd, n_kv, T), w.layer(il, "attn_k_norm"), None, il)
-    gate = c.cont(c.view(q_full, (hd, n_head, T), (4 * 2 * hd, 4 * 2 * hd * n_head), 4 * hd), hd * n_head, T)
-    v = c.reshape(v, hd, n_kv, T)
-    q, k = c.rope(q, pos), c.rope(k, pos)
-    mask = attn_in.mask if top is None else g.top_k_mask(attn_in.mask, top)  # the indexer's cells
-    cur = g.attn(replace(attn_in, mask=mask), il, None, None, q, k, v)
-    cur = c.mul(cur, c.unary(gate, "sigmoid"))
-    return g.mm(need(w.layer(il, "attn_output")), cur)
-
-
-def _ffn(g: GraphContext, cur: Tensor, il: int) -> Tensor:
-    c, w = g.ctx, g.w
-    moe = g.moe_ffn(cur, il, gating="softmax", norm_w=True)
-    # the loader requires the shared expert (its four tensors flag 0): a file without one is refused as missing
-    # tensors (model/layertable.py), so the engine's no-shared-expert branch is not composed
-    sh = g.layer_ffn(cur, il, part="_shexp")
-    gate = c.unary(g.mm(need(w.layer(il, "ffn_gate_inp_shexp")), cur), "sigmoid")
-    return c.add(moe, c.mul(sh, gate))
-
-
 def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, hc: int, facts: Facts) -> Tensor:
-    """build_ple: the n-gram rows' key and value, the gate (a signed square root of the grouped-normed key
-    and stream's dot product, a sigmoid), the gated value, its causal depthwise conv (dilated by the n-gram
-    size) over its history in the layer's PLE recurrent row, SiLU, both added to the streams."""
+    """build_ple (docs/memory.md, "What the larger compositions build")."""
     c, w, hp = g.ctx, g.w, g.hp
     n_embd, T = hp.n_embd, g.n_tokens
     key = g.mm(need(w.layer(il, "ple_key")), emb)
@@ -226,7 +169,7 @@ def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, 
     hist, n_seqs = (kern - 1) * dil, rs_in.n_seqs
     hc_dim, n_st = n_embd * hc, T // n_seqs
     row = g.ctx.cache(f"cache_ple_r_l{il}", "F32", (hist * hc_dim, g.cp.n_rs), g.rs[il][0].buffer or "CPU")
-    padded = _conv_state_at(g, rs_in, row, c.reshape(normed, hc_dim, n_st, n_seqs), hist, hc_dim)
+    padded = conv_state_at(g, rs_in, row, c.reshape(normed, hc_dim, n_st, n_seqs), hist, hc_dim)
     conv = need(w.layer(il, "ple_conv1d"))
     out: Tensor | None = None
     for k in range(kern):
@@ -270,11 +213,14 @@ def build(g: GraphContext, facts: Facts) -> None:
             x = _ple(g, rs_in, emb, x, il, hc, facts)
         cur, inject = _hc_mix(g, x, f"blk.{il}.hc_attn", il, hc, True)
         g.expand(cur)
-        if il in g.rs:  # V heads as wide as K's, the output gate a sigmoid
-            assert g.rec is not None
-            cur = delta_net_layer(g, rs_in, cur, il, repeat=False, hv=g.rec.d_state, z_act="sigmoid", conv=_conv_at)
+        if il in g.rs:
+            cur = delta_net_layer(g, rs_in, cur, il, repeat=False, qwen4exp=True)
+        elif il in g.lid:  # the attention through the QSA indexer's cells
+            top = _qsa_top_k(g, qsa, cur, pos, attn_in.mask, il, facts)
+            mask = g.top_k_mask(attn_in.mask, top)
+            cur = gated_attn_layer(g, replace(attn_in, mask=mask), cur, pos, il, reshape=False)
         else:
-            cur = _attn_layer(g, attn_in, qsa, cur, pos, il, facts)
+            cur = gated_attn_layer(g, attn_in, cur, pos, il, reshape=False)
         assert inject is not None
         if il == hp.n_layer - 1:
             cur, inject = c.get_rows(cur, out_ids), c.get_rows(inject, out_ids)
@@ -282,7 +228,8 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = _hc_combine(g, x, cur, inject, il, hc)
         cur, inject = _hc_mix(g, x, f"blk.{il}.hc_ffn", il, hc, True)
         assert inject is not None
-        x = _hc_combine(g, x, _ffn(g, cur, il), inject, il, hc)
+        # the loader requires the shared expert (its four tensors flag 0; model/layertable.py refuses a file without)
+        x = _hc_combine(g, x, gated_shexp_moe(g, cur, il), inject, il, hc)
         g.cb(x, "l_last", il)  # the engine's callback pins it to the layer's device under 32 tokens
     cur, _ = _hc_mix(g, x, "output_hc", -1, hc, False)
     logits = g.mm(need(w.get("output.weight")), cur)
