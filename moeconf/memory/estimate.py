@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
 
 import moeconf.memory.compressed as compressed
 import moeconf.memory.families as setting_families
@@ -231,7 +230,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
 
     notes: list[str] = []
     # host weights in llama.cpp's AMX buffer (memory/amx.py), where it comes first (`amx_possible`)
-    amx_extra = _amx_extra(placement) if not ik and amx_possible(settings, gpus) else 0
+    amx = not ik and amx_possible(settings, gpus)
+    amx_extra = sum(x for name, x in _amx_tensors(inv) if placement.devices.get(name) == HOST) if amx else 0
     if amx_extra and settings.host_cpu == "amx":
         weights[HOST] = weights.get(HOST, 0) + amx_extra
         notes.append(f"host CPU with AMX: llama.cpp packs the CPU layers' matrices in its AMX buffer "
@@ -367,13 +367,8 @@ _ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "a
 def _attention_device(placement: Placement, il: int, layer_dev: Mapping[int, str]) -> str:
     """The device running block il's attention: the one holding its first attention weight, else the
     layer's."""
-    found = (placement.devices.get(name) for name in _attention_names(il))
+    found = (placement.devices.get(f"blk.{il}.{b}.weight") for b in _ATTN_BASES)
     return next((d for d in found if d is not None), layer_dev.get(il, HOST))
-
-
-@cache
-def _attention_names(il: int) -> tuple[str, ...]:
-    return tuple(f"blk.{il}.{b}.weight" for b in _ATTN_BASES)
 
 
 def _ik_graph_refused(settings: MemorySettings, geo: Geometry, placement: Placement, n_tokens: int,
@@ -418,12 +413,6 @@ def amx_possible(settings: MemorySettings, gpus: list[str]) -> bool:
     type comes first (CPU alone, RPC servers, Metal) or with --no-host, and -nr not given (src/llama-model.cpp
     make_cpu_buft_list; docs/memory-architectures.md, "Host weights on a CPU with AMX")."""
     return settings.repack and (settings.no_host or not any(g.startswith(_HOST_BUFFER_GPUS) for g in gpus))
-
-
-def _amx_extra(placement: Placement) -> int:
-    """Bytes the AMX buffer adds over the plain CPU buffer for the weights kept in host memory."""
-    devices = placement.devices
-    return sum(extra for name, extra in _amx_tensors(placement.inventory) if devices.get(name) == HOST)
 
 
 @per_inventory

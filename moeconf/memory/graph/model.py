@@ -38,20 +38,14 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     return _unfused(placement, setup, g, backends)
 
 
-# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order: the pinned
-# llama-context.cpp sets only auto_fhc (the three DeepSeek-V4 hyper-connection ops); auto_fgdn and auto_flid
-# are false from the context's construction on, so the fused gated delta net (GDN_AR, GDN_CH) and the
-# lightning indexer are never probed nor turned off: built fused on every placement, as every dump has them
-# (tests/engine/test_graphdump.py reads the flags from the pinned source)
+# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order (docs/memory.md,
+# "The engine's probes")
 FUSED_PROBES = ("DSV4_HC_PRE", "DSV4_HC_COMB", "DSV4_HC_POST")
 
 
 def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: list[Backend]) -> frozenset[str]:
-    """llama_context::resolve_fused_ops for the fused ops a composition records (`GraphContext.fused`): each
-    is probed in turn on a graph of one token per sequence (the ops turned off before built unfused), and
-    turned off where the scheduler runs one of its nodes on another device than the node's layer. The
-    probe is skipped unless some layers (or the output, or a weight a fused op reads) are on the host and
-    others on a GPU: only there can a layer's fused op run off its layer's device (docs/memory.md)."""
+    """The fused ops of `g` (`GraphContext.fused`) llama_context::resolve_fused_ops turns off for this placement
+    (docs/memory.md, "The engine's probes")."""
     out = g.w.get("output.weight")
     homes = {backends[i].name for i in g.layer_backend.values()} | {out.buffer or HOST if out is not None else HOST}
     # a fused op reading a weight kept elsewhere (-ot blk.N.hc_attn_scale=CPU) runs where the weight is
@@ -71,10 +65,8 @@ def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: lis
 
 
 def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
-    """llama_context::resolve_fused_ops under `-fa auto`: a graph of one token per sequence is split, and
-    flash attention is turned off for the context where the scheduler runs a layer's FLASH_ATTN_EXT on
-    another device than the layer's (llama-context.cpp: `device_mismatch`). Only a placement whose layers
-    or KV caches span several devices can mismatch; on one device the probe is skipped."""
+    """Whether llama_context::resolve_fused_ops turns flash attention off under `-fa auto` (docs/memory.md,
+    "The engine's probes")."""
     kv_devices = {t.buffer for kc, vc in g.kv.values() for t in (kc, vc)}
     if len(set(g.layer_backend.values())) < 2 and len(kv_devices) < 2:
         return False
@@ -178,25 +170,11 @@ def _unfused(placement: Placement, setup: Setup, g: GraphContext,
 def layer_devices(placement: Placement) -> dict[int, str]:
     """Each block's home device (from -ngl/-ts, never from -ot): where its KV cache lives."""
     defaults = placement.defaults
-    found: list[tuple[int, int, str]] = []  # (the tensor's index, its block, the device)
-    for layer, tensors in _block_tensors(placement.inventory):
-        for i, name in tensors:  # the block's first tensor the engine creates
-            d = defaults.get(name)
-            if d is not None:
-                found.append((i, layer, d))
-                break
-    found.sort()  # in the order of the tensors, as a walk over them finds each block
-    return {layer: d for _, layer, d in found}
-
-
-@per_inventory
-def _block_tensors(inv: Inventory) -> tuple[tuple[int, tuple[tuple[int, str], ...]], ...]:
-    """Each block with its tensors (index in the inventory, name), in inventory order."""
-    out: dict[int, list[tuple[int, str]]] = {}
-    for i, t in enumerate(inv.tensors):
-        if t.layer is not None:
-            out.setdefault(t.layer, []).append((i, t.name))
-    return tuple((layer, tuple(ts)) for layer, ts in out.items())
+    out: dict[int, str] = {}
+    for t in placement.inventory.tensors:  # each block's first tensor the engine creates, in the tensors' order
+        if t.layer is not None and t.layer not in out and (d := defaults.get(t.name)) is not None:
+            out[t.layer] = d
+    return out
 
 
 def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend], Facts]:

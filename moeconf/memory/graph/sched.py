@@ -1,24 +1,6 @@
-"""ggml_backend_sched and ggml-alloc over a graph (`ggml.CGraph`), as the pinned ggml runs them
-when llama.cpp reserves its worst-case graph (ggml-backend.cpp `ggml_backend_sched_split_graph`,
-ggml-alloc.c `ggml_gallocr_alloc_graph_impl`):
-
-1. backends in priority order: the GPUs (and RPC devices) as the model lists them, the CPU last;
-2. pass 1: a tensor in a buffer runs where the buffer is; a graph input goes to the CPU; an op
-   reading a weight runs where the weight is (not ROPE, not FLASH_ATTN_EXT), unless the weight is
-   in host memory and a GPU wants to offload the op (`offload_op`: CUDA at a batch >= 32);
-3. pass 2: GPU assignments expanded down then up over unassigned ops (the CPU skipped), then any
-   backend's down then up (every op then has one: pass 3 has nothing left to assign); pass 4:
-   sources and views from their consumers and view sources;
-4. pass 5: splits where the backend changes (or an op reads a weight of another, incompatible
-   backend after the split took inputs), each source on an incompatible backend copied in at the
-   split's start (one copy per source and backend; with pipeline parallelism 4, input and output);
-5. the graph copy: per split its input copies (each after a dependency on its source), then its
-   nodes; the graph inputs' copies and the split inputs' copies as leafs under pipeline parallelism;
-6. ggml-alloc per backend buffer: leafs, then graph inputs in the order nodes read them, then each
-   node in order (in place on a single-consumer source of the same layout where the op allows it,
-   a view source included), sources freed after their last consumer and last view.
-
-`reserve` returns each backend's buffer size: the compute buffer llama.cpp reports."""
+"""ggml_backend_sched and ggml-alloc over a graph (`ggml.CGraph`), as the pinned ggml runs them when llama.cpp
+reserves its worst-case graph: `reserve` returns each backend's buffer size, the compute buffer llama.cpp reports
+(docs/memory.md, "The scheduler and the allocator")."""
 
 from __future__ import annotations
 
@@ -115,6 +97,7 @@ class Scheduler:
     def __init__(self, backends: Sequence[Backend], *, pipeline: bool = False, op_offload: bool = True) -> None:
         self.backends = list(backends)
         assert self.backends[-1].host, "the CPU backend comes last"
+        self.cpu = len(self.backends) - 1
         self.n_copies = PIPELINE_COPIES if pipeline else 1
         self.op_offload = op_offload
         self.ids: dict[Tensor, int] = {}
@@ -139,26 +122,19 @@ class Scheduler:
         return b
 
     def _from_cur(self, t: Tensor) -> int:
-        vs = t.view_src
-        if (t.buffer if vs is None else vs.buffer) is not None:
-            b = self._buf_backend(t)
-            if b != -1:
-                return b
-        if vs is not None and (vs.buffer if vs.view_src is None else vs.view_src.buffer) is not None:
-            b = self._buf_backend(vs)
-            if b != -1:
+        for x in (t, t.view_src):  # the tensor's buffer, else its view source's
+            if x is not None and (b := self._buf_backend(x)) != -1:
                 return b
         if t.flags & INPUT:
-            return len(self.backends) - 1
+            return self.cpu
         if t.op in ("ROPE", "FLASH_ATTN_EXT"):
             return -1
-        cpu = len(self.backends) - 1
         for s in t.src:
             if s is None or s.buffer is None or not s.weights:
                 continue
             sb = self._buf_backend(s)
-            if self.op_offload and sb == cpu:
-                for i in range(cpu):
+            if self.op_offload and sb == self.cpu:
+                for i in range(self.cpu):
                     ob = self.backends[i].offload_batch
                     if ob and _batch(t) >= ob:
                         return i
@@ -182,21 +158,17 @@ class Scheduler:
             ids.update(pinned)
         get = ids.get
         from_cur = self._from_cur
-        cpu = len(self.backends) - 1
-        for leaf in g.leafs:
-            if get(leaf, -1) == -1:
-                ids[leaf] = from_cur(leaf)
         placed, ops = _static(g)
-        for node in placed:
-            if get(node, -1) == -1:
-                ids[node] = from_cur(node)
+        for t in (*g.leafs, *placed):  # pass 1
+            if get(t, -1) == -1:
+                ids[t] = from_cur(t)
 
         def expand(seq: Sequence[Tensor], skip_cpu: bool) -> None:
             cur = -1
             for n in seq:
                 b = get(n, -1)
                 if b != -1:
-                    cur = -1 if (skip_cpu and b == cpu) else b
+                    cur = -1 if (skip_cpu and b == self.cpu) else b
                 elif cur != -1:
                     ids[n] = cur  # every backend here supports every op (CPU, RPC, CUDA for these graphs)
 
@@ -221,12 +193,11 @@ class Scheduler:
         copy) and the graph copy (`copy_nodes`, `copy_leafs`)."""
         self.assign(g, pinned)
         ids = self.ids
-        cpu = len(self.backends) - 1
         # pass 5: splits and their input copies
         copies: dict[tuple[int, int], list[Tensor]] = {}  # (source, backend) -> its copies, the current first
         self.copy_of = {}
         splits: list[tuple[int, list[Tensor], list[Tensor]]] = []
-        cur = next((ids[n] for n in g.nodes if n.op not in VIEW_OPS), cpu)  # the first op's backend
+        cur = next((ids[n] for n in g.nodes if n.op not in VIEW_OPS), self.cpu)  # the first op's backend
         inputs: list[Tensor] = []
         members: list[Tensor] = []
         for n in g.nodes:
@@ -234,14 +205,10 @@ class Scheduler:
                 members.append(n)
                 continue
             nb = ids[n]
-            need = nb != cur  # a new split where the backend changes, or where an op reads another backend's weight
-            if not need and inputs:  # after the split took inputs
-                for s in n.src:
-                    if (s is not None and s.buffer is not None and s.weights and ids[s] != cur
-                            and not self._buffer_supported(s, cur)):
-                        need = True
-                        break
-            if need:
+            # a new split where the backend changes, or where an op reads another backend's weight after the split
+            # took inputs
+            if nb != cur or (inputs and any(s is not None and s.buffer is not None and s.weights and ids[s] != cur
+                                            and not self._buffer_supported(s, cur) for s in n.src)):
                 splits.append((cur, inputs, members))
                 cur, inputs, members = nb, [], []
             for j, s in enumerate(n.src):
@@ -270,8 +237,7 @@ class Scheduler:
             gnodes.extend(zip(members, map(ids.__getitem__, members), strict=True))
         gleafs: list[tuple[Tensor, int]] = []
         if self.n_copies > 1:
-            graph_inputs = [leaf for leaf in g.leafs if leaf.flags & INPUT]
-            for leaf in graph_inputs:
+            for leaf in [leaf for leaf in g.leafs if leaf.flags & INPUT]:  # the graph inputs
                 self._flagged.append((leaf, leaf.flags))
                 leaf.flags |= OUTPUT  # the current copy is the leaf itself, the others its duplicates
                 gleafs.append((leaf, ids[leaf]))
