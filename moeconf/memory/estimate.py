@@ -113,10 +113,8 @@ def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
 
 
 def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int) -> str | None:
-    """The home of a block whose tensors the engine skips (an MTP block without -mtp), which none of
-    its tensors tells: the engine gives the blocks their devices in order, the output layer's last
-    (src/llama-model.cpp load_tensors), so a block between two homes that agree has theirs; None
-    where they differ."""
+    """The home of a block whose tensors the engine skips (an MTP block without -mtp): its neighbours' where they
+    agree, else None (docs/memory.md, "What the estimate follows of the engines")."""
     before = layer_dev.get(il - 1, HOST)
     n_block = placement.inventory.metadata.block_count
     after = layer_dev.get(il + 1) if il + 1 < n_block else placement.defaults.get("output_norm.weight")
@@ -143,9 +141,8 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
     elif is_quantized(settings.cache_type_v) and not traits(inv.arch).flash_attn:
         problems.append(f"{eng.label} forces flash attention off for {inv.arch} and then refuses a quantized V cache "
                         f"({settings.cache_type_v}): give -ctv f16 (a quantized -ctk alone is accepted)")
-    # llama.cpp (llama-context.cpp, llama_init_from_model) refuses a quantized K or
-    # V cache type whose block does not divide a layer's head width (n_embd_head_k / _v), with
-    # flash attention not off: e.g. Kimi-Linear's value_length 72 and q8_0
+    # a quantized cache type whose block does not divide a layer's head width (docs/memory.md, "What the estimate
+    # follows of the engines")
     if not ik and settings.flash_attn != "off":
         for which, ctype, width in (("K", settings.cache_type_k, "head_k"), ("V", settings.cache_type_v, "head_v")):
             block = cache_block(ctype)[0] if ctype in CACHE_TYPES else 1
@@ -396,9 +393,8 @@ def _ik_graph_refused(settings: MemorySettings, geo: Geometry, placement: Placem
 
 
 def ik_twin_settings(settings: MemorySettings) -> MemorySettings:
-    """The settings llama.cpp's graph is sized with for ik_llama.cpp: ik keeps one KV cache for
-    every sequence and full-size sliding-window layers, reserves its graph for the whole ubatch's
-    outputs, and has none of llama.cpp's host buffer choices (AMX)."""
+    """The settings llama.cpp's graph is sized with for ik_llama.cpp (docs/memory.md, "What the estimate follows
+    of the engines")."""
     return replace(settings, kv_unified=True, swa_full=True, n_outputs=0, mla=None, problems=(), host_cpu="plain",
                    repack=False)
 
@@ -439,9 +435,7 @@ def output_family_checked(placement: Placement, settings: MemorySettings) -> boo
 
 def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,
                       settings: MemorySettings, has_overrides: bool) -> bool:
-    """llama.cpp (`llama-context.cpp`) runs a pipeline when the model has several devices, every
-    layer is offloaded (-ngl above block_count), split mode is layer, the KV cache is offloaded
-    and no tensor override (-ot, --cpu-moe, --n-cpu-moe) is given."""
+    """Whether llama.cpp runs a pipeline (docs/memory.md, "What the estimate follows of the engines")."""
     nb = placement.inventory.block_count
     return (placement.engine.name == "llama.cpp" and n_devices > 1 and (n_gpu_layers < 0 or n_gpu_layers > nb)
             and (split_mode or "layer") == "layer" and settings.offload_kqv and not has_overrides)

@@ -6,24 +6,26 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from moeconf.engines import HOST
+from moeconf.engines.simulate import output_layer_tensors
 from moeconf.memory.archgraph import input_width, output_device
+from moeconf.memory.geometry import LayerAttention, geometry
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
 from moeconf.memory.graph.archs.common import unchecked_ffn_biases, unchecked_fused_qkv_bias, unchecked_scales
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, MissingTensor, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
+from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.keys import int_key
+from moeconf.memory.kvcache import context_cells
+from moeconf.memory.recurrent import kda_dims, shortconv_shape
+from moeconf.memory.recurrent import shape as recurrent_shape
 from moeconf.memory.settings import MemorySettings
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
 from moeconf.model.required import load_refusals
 from moeconf.placement import Placement
-
-if TYPE_CHECKING:
-    from moeconf.memory.geometry import LayerAttention
 
 Setup = Cparams  # the context's settings the graph depends on
 
@@ -179,16 +181,13 @@ def layer_devices(placement: Placement) -> dict[int, str]:
 
 def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend], Facts]:
     """The graph's context before the composition: the weights on their devices, the KV caches on
-    their layers', the hyperparameters and settings."""
-    from moeconf.memory.geometry import geometry
-
+    their layers', the hyperparameters and settings (docs/memory.md, "The graph's prologue")."""
     inv = placement.inventory
     geo = geometry(inv)
     layers = list(geo.layers)
     n_layer = len(layers)
     home = layer_devices(placement)
-    # the GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns layers to
-    # devices in order), then any device only an override names
+    # the GPUs in the engine's device order: the layers' homes in layer order, then any device only an override names
     gpus = dict.fromkeys(d for d in [*(home[il] for il in sorted(home)), *placement.devices.values()]
                          if d is not None and d != HOST)
     backends = [backend_for(d) for d in gpus] + [backend_for(HOST)]
@@ -199,8 +198,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
                for t in inv.tensors if (dev := placement.devices.get(t.name)) is not None
                and (t.layer is None or t.layer < n_layer)}
     if "rope_freqs.weight" not in by_name and "rope_factors_long.weight" in by_name:
-        # LongRoPE (Phi-3): the long factors where a sequence's context exceeds the original training
-        # context (rope.scaling.original_context_length, else context_length), the short ones otherwise
+        # LongRoPE (Phi-3): the long factors where a sequence's context exceeds the original training context
         orig = inv.metadata.hparam("rope.scaling.original_context_length") or inv.metadata.context_length or 0
         long = setup.n_kv > orig if isinstance(orig, int) else False
         by_name["rope_freqs.weight"] = by_name["rope_factors_long.weight" if long else "rope_factors_short.weight"]
@@ -211,13 +209,12 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     rs: dict[int, tuple[Tensor, Tensor]] = {}
-    from moeconf.memory.recurrent import kda_dims, shortconv_shape
-    from moeconf.memory.recurrent import shape as recurrent_shape
     rec = recurrent_shape(inv) or shortconv_shape(inv)
     state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim): its caches' rows only, not GraphContext.rec
     layer_backend = {la.index: index.get(home.get(la.index, HOST), cpu) for la in layers}
+    kv_home = {la.index: home.get(la.index, HOST) if setup.offload_kqv else HOST for la in layers}
     for la in layers:
-        kdev = home.get(la.index, HOST) if setup.offload_kqv else HOST
+        kdev = kv_home[la.index]
         if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence
             rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_rs), kdev),
                             ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_rs), kdev))
@@ -226,14 +223,10 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         v_row = geo.v_row(la, transposed=setup.v_trans)
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
-    # the DSA lightning indexer's K cache (llama-kv-cache-dsa.cpp): one head of the indexer's width per
-    # indexer-cached layer, in the K cache's type, beside the MLA latent; its Q and K always rotated
-    from moeconf.memory.indexer import indexer_row_layers, indexer_width
-    lid: dict[int, Tensor] = {}
+    lid: dict[int, Tensor] = {}  # the DSA lightning indexer's K cache
     lid_width = indexer_width(inv)
     for il in indexer_row_layers(inv, sorted(kv)):
-        kdev = home.get(il, HOST) if setup.offload_kqv else HOST
-        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.n_kv, setup.n_stream), kdev)
+        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.n_kv, setup.n_stream), kv_home[il])
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -244,11 +237,8 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
             by_name[f"rope_freqs.weight#{la.index}"] = per_dev[dev]
     out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
     if out_home is None:  # an output layer without those names (LFM2's final norm is token_embd_norm)
-        from moeconf.engines.simulate import output_layer_tensors
         out_home = next((placement.defaults.get(n) for n in output_layer_tensors(inv, placement.engine)), None)
-    # -ngl above the block count (nextn blocks included, created or not): every created block and the output
-    # offloaded; the callback then pins each layer's norms to its device, where the reserve keeps the pins
-    # (`Setup.norm_pins`)
+    # -ngl above the block count: the callback then pins each layer's norms to its device (`Setup.norm_pins`)
     full = setup.norm_pins and all(placement.defaults.get(t.name) != HOST for t in inv.tensors if t.layer is not None) \
         and out_home not in (None, HOST)
     f = facts(inv)
@@ -269,9 +259,8 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
 
 
 def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> int:
-    """The Hadamard rotation side of the full-attention cache or the sliding-window one (llama-kv-cache.cpp):
-    none where its layers' head widths differ or the full layers' width is no multiple of 64, else by
-    the cache's common width."""
+    """The Hadamard rotation side of the full-attention cache or the sliding-window one (docs/memory.md, "The
+    graph's prologue")."""
     from moeconf.memory.settings import rotation  # looked up per call (a test replaces it)
 
     own = [la for la in layers if not la.recurrent and la.swa == swa]
@@ -313,11 +302,8 @@ def _compute(placement: Placement, setup: Setup) -> tuple[dict[str, int], frozen
 
 
 def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = False) -> Setup:
-    """The graph's settings as llama.cpp derives them for its worst-case reserve: the context
-    padded to 256 cells (per stream without a unified cache), the ubatch (rounded up to a multiple of
-    the sequences), the output rows."""
-    from moeconf.memory.geometry import geometry
-    from moeconf.memory.kvcache import context_cells
+    """The graph's settings as llama.cpp derives them for its worst-case reserve (docs/memory.md, "The graph's
+    prologue")."""
     geo = geometry(inv)
     _, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings)
     n_seq = settings.n_parallel

@@ -4,7 +4,7 @@ reserves its worst-case graph: `reserve` returns each backend's buffer size, the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -162,8 +162,7 @@ class Scheduler:
         for t in (*g.leafs, *placed):  # pass 1
             if get(t, -1) == -1:
                 ids[t] = from_cur(t)
-
-        def expand(seq: Sequence[Tensor], skip_cpu: bool) -> None:
+        for seq, skip_cpu in ((ops, True), (ops[::-1], True), (ops, False), (ops[::-1], False)):  # pass 2
             cur = -1
             for n in seq:
                 b = get(n, -1)
@@ -171,11 +170,6 @@ class Scheduler:
                     cur = -1 if (skip_cpu and b == self.cpu) else b
                 elif cur != -1:
                     ids[n] = cur  # every backend here supports every op (CPU, RPC, CUDA for these graphs)
-
-        expand(ops, True)
-        expand(ops[::-1], True)
-        expand(ops, False)
-        expand(ops[::-1], False)
         # pass 3 (an unassigned op to the backend supporting most of its sources) never runs here: once one op
         # has a backend the four expansions give every op one, and every graph reads a weight (the logits')
         assert not ops or get(ops[0], -1) != -1, "an op without a backend after pass 2"
@@ -260,14 +254,13 @@ class Scheduler:
         self._replaced.clear()
         self._flagged.clear()
 
-    def reserve(self, g: CGraph, pinned: dict[Tensor, int] | None = None,
-                trace: Callable[[str], None] | None = None) -> list[int]:
+    def reserve(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> list[int]:
         self.split(g, pinned)
-        return allocate(self.copy_nodes, self.copy_leafs, self.backends, trace)
+        return allocate(self.copy_nodes, self.copy_leafs, self.backends)
 
 
-def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, int]], backends: Sequence[Backend],
-             trace: Callable[[str], None] | None = None) -> list[int]:
+def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, int]],
+             backends: Sequence[Backend]) -> list[int]:
     """ggml_gallocr_alloc_graph_impl over the scheduler's graph copy: each buffer's size."""
     allocs = [Allocator(b.alignment) for b in backends]
     children: dict[Tensor, int] = {}
@@ -298,23 +291,17 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                 parent = p if vs is None else vs
                 addr[t] = addr[parent]
                 own[p] = own[parent] = False
-                _free_extra(t, parent, b)
+                pb, off = addr[parent]  # the part of the parent's memory beyond t's size freed
+                a = allocs[pb]
+                size = sizes[t] = size_of[pb](t)  # as it is freed later, from the parent's buffer
+                ps = a._aligned(sizes[parent])
+                ns = a._aligned(size if b == pb else size_of[b](t))
+                if ps > ns:
+                    a.free(off + ns, ps - ns)
                 return
         size = sizes[t] = size_of[b](t)
         off = allocs[b].alloc(size)
         addr[t] = (b, off)
-        if trace:
-            trace(f"alloc {backends[b].name} {off} {size} {t.describe()}")
-
-    def _free_extra(t: Tensor, p: Tensor, b: int) -> None:
-        """t takes p's memory in place: the part of p beyond t's size freed."""
-        pb, off = addr[p]
-        a = allocs[pb]
-        size = sizes[t] = size_of[pb](t)  # as it is freed later, from p's buffer
-        ps = a._aligned(sizes[p])
-        ns = a._aligned(size if b == pb else size_of[b](t))
-        if ps > ns:
-            a.free(off + ns, ps - ns)
 
     def free_node(t: Tensor) -> None:
         if t.flags & OUTPUT:
@@ -322,8 +309,6 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
         b, off = addr[t]
         allocs[b].free(off, sizes[t])
         own[t] = False
-        if trace:
-            trace(f"free {backends[b].name} {off} {t.describe()}")
 
     for leaf, b in leafs:
         if leaf.buffer is None and leaf.view_src is None and not own_get(leaf):
