@@ -36,8 +36,8 @@ def standard_moe_layers(inv: Inventory, geo: Geometry) -> bool:
 
 
 def unmodelled_structure(inv: Inventory) -> list[str]:
-    """Layer structures of a modelled architecture the model was not checked on (docs/memory.md, "What the
-    estimate follows of the engines")."""
+    """Layer structures of a modelled architecture the model was not checked on
+    (docs/memory.md, "What the estimate follows of the engines")."""
     used = inv.metadata.hparam("expert_used_count")
     if isinstance(used, tuple) and len(set(used)) > 1:
         return [f"memory is not modelled for {inv.arch} with experts that differ per layer (a per-layer "

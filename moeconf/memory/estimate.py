@@ -39,9 +39,6 @@ from moeconf.placement import Placement
 
 MiB = 1024 * 1024
 
-_AUTO_GPU_NOTE = (f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts to see each "
-                  "GPU's share")
-
 
 @dataclass(frozen=True)
 class DeviceMemory:
@@ -95,21 +92,15 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
     """Exactly what each buffer type's model buffer holds."""
     out: dict[str, int] = defaultdict(int)
     devices = placement.devices
-    for t, size32 in _host_sizes(placement.inventory):
+    for t in placement.inventory.tensors:
         dev = devices[t.name]
-        if dev is not None:  # a buffer that pads rows (CUDA's), else 32-aligned
-            out[dev] += alloc_size(t, dev) if backend_for(dev).pads_rows else size32
+        if dev is not None:
+            out[dev] += alloc_size(t, dev)
     # a tied output's second copy of token_embd (engines/tied.py)
     tied = placement.tied_output()
     if tied is not None:
         out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
     return dict(out)
-
-
-@per_inventory
-def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
-    """Each tensor with its size in a 32-aligned buffer (CPU, RPC)."""
-    return tuple((t, ggml.pad(t.nbytes, 32)) for t in inv.tensors)
 
 
 def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int) -> str | None:
@@ -141,8 +132,8 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
     elif is_quantized(settings.cache_type_v) and not traits(inv.arch).flash_attn:
         problems.append(f"{eng.label} forces flash attention off for {inv.arch} and then refuses a quantized V cache "
                         f"({settings.cache_type_v}): give -ctv f16 (a quantized -ctk alone is accepted)")
-    # a quantized cache type whose block does not divide a layer's head width (docs/memory.md, "What the estimate
-    # follows of the engines")
+    # a quantized cache type whose block does not divide a layer's head width
+    # (docs/memory.md, "What the estimate follows of the engines")
     if not ik and settings.flash_attn != "off":
         for which, ctype, width in (("K", settings.cache_type_k, "head_k"), ("V", settings.cache_type_v, "head_v")):
             block = cache_block(ctype)[0] if ctype in CACHE_TYPES else 1
@@ -248,8 +239,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         notes.extend(slot_notes(settings, eng))
 
     # --- KV cache (memory/kvcache.py) -------------------------------------------------------------
-    homes = {**nextn_dev, **layer_dev}
-    kv = kv_bytes(inv, geo, settings, homes, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
+    kv = kv_bytes(inv, geo, settings, {**nextn_dev, **layer_dev}, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
                   flash_attn=fa, ik=ik)
 
     if ik:  # --- compute: llama.cpp's graph of the same placement plus ik's measured margin (memory/ikarchs.py)
@@ -259,9 +249,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             return MemoryEstimate(_rows(devices, settings, weights, kv, {}, terms), settings, n_ctx, cells, swa_cells,
                                   fa, tuple(notes), tuple(problems), complete=False, kv_known=True)
     else:
-        # --- compute: the engine's graph, scheduled and allocated (memory/graph), every compute buffer with
-        # CUDA's op-offload copies (every architecture modelled on llama.cpp has a composition:
-        # tests/test_memory_support.py)
+        # --- compute: the engine's graph, scheduled and allocated (memory/graph: every architecture modelled on
+        # llama.cpp has a composition, tests/test_memory_support.py), CUDA's op-offload copies included
         sizes, why = checked_compute(placement, settings, pipeline)
         if why:  # a weight the file lacks, a norm without its weight, a fused op turned off unchecked unfused
             return _refused(placement, settings, weights, gpus, notes + why)
@@ -287,12 +276,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 terms[d].append("compute: f16 copy of K and V for flash attention")
     mem = _rows(devices, settings, weights, kv, compute, terms)
     if AUTO_GPU in mem:
-        notes.append(_AUTO_GPU_NOTE)
+        notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts to see each "
+                     "GPU's share")
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                           server=server_caches(inv, geo, settings, eng))
-
-
-_IK_MLA_TERM = "weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)"
 
 
 def _ik_compute(placement: Placement, settings: MemorySettings, ik_computed: Mapping[str, int], devices: set[str],
@@ -304,7 +291,7 @@ def _ik_compute(placement: Placement, settings: MemorySettings, ik_computed: Map
     MLA attention peak (memory/ikmla.py), plus its measured margin. None where neither is modelled for the
     model or settings: `notes` then say why, with the next step."""
     inv = placement.inventory
-    terms: dict[str, list[str]] = {d: [_IK_MLA_TERM] for d in ik_computed}
+    terms = {d: ["weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)"] for d in ik_computed}
     n_tokens = min(settings.n_batch, settings.n_ubatch, n_ctx)
     mla_model = inv.arch in ikarchs.MLA_MODELLED
     label = ikarchs.mla_compute_label(n_tokens) if mla_model else ikarchs.compute_label(inv.arch, n_tokens)
@@ -393,8 +380,8 @@ def _ik_graph_refused(settings: MemorySettings, geo: Geometry, placement: Placem
 
 
 def ik_twin_settings(settings: MemorySettings) -> MemorySettings:
-    """The settings llama.cpp's graph is sized with for ik_llama.cpp (docs/memory.md, "What the estimate follows
-    of the engines")."""
+    """The settings llama.cpp's graph is sized with for ik_llama.cpp
+    (docs/memory.md, "What the estimate follows of the engines")."""
     return replace(settings, kv_unified=True, swa_full=True, n_outputs=0, mla=None, problems=(), host_cpu="plain",
                    repack=False)
 

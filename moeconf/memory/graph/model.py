@@ -259,8 +259,8 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
 
 
 def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> int:
-    """The Hadamard rotation side of the full-attention cache or the sliding-window one (docs/memory.md, "The
-    graph's prologue")."""
+    """The Hadamard rotation side of the full-attention cache or the sliding-window one
+    (docs/memory.md, "The graph's prologue")."""
     from moeconf.memory.settings import rotation  # looked up per call (a test replaces it)
 
     own = [la for la in layers if not la.recurrent and la.swa == swa]
@@ -302,8 +302,8 @@ def _compute(placement: Placement, setup: Setup) -> tuple[dict[str, int], frozen
 
 
 def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = False) -> Setup:
-    """The graph's settings as llama.cpp derives them for its worst-case reserve (docs/memory.md, "The graph's
-    prologue")."""
+    """The graph's settings as llama.cpp derives them for its worst-case reserve
+    (docs/memory.md, "The graph's prologue")."""
     geo = geometry(inv)
     _, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings)
     n_seq = settings.n_parallel
@@ -347,10 +347,8 @@ def checked_compute(placement: Placement, settings: MemorySettings, pipeline: bo
 
 
 def unweighted_refusal(inv: Inventory, layers: Collection[int], what: str) -> list[str]:
-    """Why `what` (compute, traffic) is not modelled where the graph built a norm without its weight (the
-    layers `layers`, -1 outside the blocks): the file lacks a norm tensor the composition reads, which the
-    engine's loader either requires (it refuses the file) or takes as optional (build_norm without a weight,
-    a graph no recorded dump reached); empty where every norm had its weight."""
+    """Why `what` (compute, traffic) is not modelled where the graph built a norm without its weight (the layers
+    `layers`, -1 outside the blocks; docs/memory.md, "A norm the file lacks"); empty where every norm had its weight."""
     if not layers:
         return []
     where = ", ".join("the output" if il < 0 else f"block {il}" for il in sorted(layers)[:4]) + (
