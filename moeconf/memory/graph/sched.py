@@ -276,14 +276,10 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
         # the callers have checked that t is in no buffer, is no view and is not allocated yet
         own[t] = True
         if t.op in CAN_INPLACE:
-            for p in t.src:
-                if p is None or not own_get(p):
-                    continue
-                if p.flags & OUTPUT or (p.view_src is not None and p.view_src.flags & OUTPUT):
-                    continue
-                if not same_layout(t, p):
-                    continue
-                if children_get(p, 0) != 1 or views_get(p, 0):
+            for p in t.src:  # an allocated source of the same layout, no output, read by t alone and not viewed
+                if (p is None or not own_get(p) or p.flags & OUTPUT
+                        or (p.view_src is not None and p.view_src.flags & OUTPUT)
+                        or not same_layout(t, p) or children_get(p, 0) != 1 or views_get(p, 0)):
                     continue
                 vs = p.view_src  # a view: t takes its source's memory if it is the source's only view and reader
                 if vs is not None and (views_get(vs, 0) != 1 or children_get(vs, 0) or vs.buffer is not None):
