@@ -36,11 +36,8 @@ def standard_moe_layers(inv: Inventory, geo: Geometry) -> bool:
 
 
 def unmodelled_structure(inv: Inventory) -> list[str]:
-    """Layer structures of a modelled architecture the model was not checked on: Grok-2
-    style layers holding a dense FFN beside the routed experts (src/models/grok.cpp adds both,
-    scaled), checked only on Grok-1's experts-only layers. A number of experts used that differs per
-    layer (Nemotron-3 Puzzle's per-layer expert_used_count): the graph's build_moe_ffn takes one for
-    every layer."""
+    """Layer structures of a modelled architecture the model was not checked on
+    (docs/memory.md, "What the estimate follows of the engines")."""
     used = inv.metadata.hparam("expert_used_count")
     if isinstance(used, tuple) and len(set(used)) > 1:
         return [f"memory is not modelled for {inv.arch} with experts that differ per layer (a per-layer "
@@ -58,10 +55,8 @@ def unmodelled_structure(inv: Inventory) -> list[str]:
 def output_device(placement: Placement) -> str:
     """The device that computes the logits: the one holding the output matrix (for a tied output,
     the engine's second copy of `token_embd`, or `token_embd` itself where no copy is made)."""
-    tied = placement.tied_output()
-    if tied is not None:
-        return tied
-    return placement.devices.get("output.weight") or placement.devices.get("token_embd.weight") or HOST
+    devices = placement.devices
+    return placement.tied_output() or devices.get("output.weight") or devices.get("token_embd.weight") or HOST
 
 
 def input_width(inv: Inventory, n_embd: int) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
 
 import moeconf.memory.compressed as compressed
 import moeconf.memory.families as setting_families
@@ -40,9 +39,6 @@ from moeconf.model.percache import per_inventory
 from moeconf.placement import Placement
 
 MiB = 1024 * 1024
-
-_AUTO_GPU_NOTE = (f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts to see each "
-                  "GPU's share")
 
 
 @dataclass(frozen=True)
@@ -97,10 +93,10 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
     """Exactly what each buffer type's model buffer holds."""
     out: dict[str, int] = defaultdict(int)
     devices = placement.devices
-    for t, size32 in _host_sizes(placement.inventory):
+    for t in placement.inventory.tensors:
         dev = devices[t.name]
-        if dev is not None:  # a buffer that pads rows (CUDA's), else 32-aligned
-            out[dev] += alloc_size(t, dev) if backend_for(dev).pads_rows else size32
+        if dev is not None:
+            out[dev] += alloc_size(t, dev)
     # a tied output's second copy of token_embd (engines/tied.py)
     tied = placement.tied_output()
     if tied is not None:
@@ -108,17 +104,9 @@ def weight_bytes(placement: Placement) -> dict[str, int]:
     return dict(out)
 
 
-@per_inventory
-def _host_sizes(inv: Inventory) -> tuple[tuple[Tensor, int], ...]:
-    """Each tensor with its size in a 32-aligned buffer (CPU, RPC)."""
-    return tuple((t, ggml.pad(t.nbytes, 32)) for t in inv.tensors)
-
-
 def _skipped_block_home(placement: Placement, layer_dev: dict[int, str], il: int) -> str | None:
-    """The home of a block whose tensors the engine skips (an MTP block without -mtp), which none of
-    its tensors tells: the engine gives the blocks their devices in order, the output layer's last
-    (src/llama-model.cpp load_tensors), so a block between two homes that agree has theirs; None
-    where they differ."""
+    """The home of a block whose tensors the engine skips (an MTP block without -mtp): its neighbours' where they
+    agree, else None (docs/memory.md, "What the estimate follows of the engines")."""
     before = layer_dev.get(il - 1, HOST)
     n_block = placement.inventory.metadata.block_count
     after = layer_dev.get(il + 1) if il + 1 < n_block else placement.defaults.get("output_norm.weight")
@@ -145,9 +133,8 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
     elif is_quantized(settings.cache_type_v) and not traits(inv.arch).flash_attn:
         problems.append(f"{eng.label} forces flash attention off for {inv.arch} and then refuses a quantized V cache "
                         f"({settings.cache_type_v}): give -ctv f16 (a quantized -ctk alone is accepted)")
-    # llama.cpp (llama-context.cpp, llama_init_from_model) refuses a quantized K or
-    # V cache type whose block does not divide a layer's head width (n_embd_head_k / _v), with
-    # flash attention not off: e.g. Kimi-Linear's value_length 72 and q8_0
+    # a quantized cache type whose block does not divide a layer's head width
+    # (docs/memory.md, "What the estimate follows of the engines")
     if not ik and settings.flash_attn != "off":
         for which, ctype, width in (("K", settings.cache_type_k, "head_k"), ("V", settings.cache_type_v, "head_v")):
             block = cache_block(ctype)[0] if ctype in CACHE_TYPES else 1
@@ -232,7 +219,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
 
     notes: list[str] = []
     # host weights in llama.cpp's AMX buffer (memory/amx.py), where it comes first (`amx_possible`)
-    amx_extra = _amx_extra(placement) if not ik and amx_possible(settings, gpus) else 0
+    amx = not ik and amx_possible(settings, gpus)
+    amx_extra = sum(x for name, x in _amx_tensors(inv) if placement.devices.get(name) == HOST) if amx else 0
     if amx_extra and settings.host_cpu == "amx":
         weights[HOST] = weights.get(HOST, 0) + amx_extra
         notes.append(f"host CPU with AMX: llama.cpp packs the CPU layers' matrices in its AMX buffer "
@@ -252,8 +240,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         notes.extend(slot_notes(settings, eng))
 
     # --- KV cache (memory/kvcache.py) -------------------------------------------------------------
-    homes = {**nextn_dev, **layer_dev}
-    kv = kv_bytes(inv, geo, settings, homes, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
+    kv = kv_bytes(inv, geo, settings, {**nextn_dev, **layer_dev}, cells=cells, swa_cells=swa_cells, n_stream=n_stream,
                   flash_attn=fa, ik=ik)
 
     if ik:  # --- compute: llama.cpp's graph of the same placement plus ik's measured margin (memory/ikarchs.py)
@@ -263,9 +250,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
             return MemoryEstimate(_rows(devices, settings, weights, kv, {}, terms), settings, n_ctx, cells, swa_cells,
                                   fa, tuple(notes), tuple(problems), complete=False, kv_known=True)
     else:
-        # --- compute: the engine's graph, scheduled and allocated (memory/graph), every compute buffer with
-        # CUDA's op-offload copies (every architecture modelled on llama.cpp has a composition:
-        # tests/test_memory_support.py)
+        # --- compute: the engine's graph, scheduled and allocated (memory/graph: every architecture modelled on
+        # llama.cpp has a composition, tests/test_memory_support.py), CUDA's op-offload copies included
         sizes, why = checked_compute(placement, settings, pipeline)
         if why:  # a weight the file lacks, a norm without its weight, a fused op turned off unchecked unfused
             return _refused(placement, settings, weights, gpus, notes + why)
@@ -291,12 +277,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
                 terms[d].append("compute: f16 copy of K and V for flash attention")
     mem = _rows(devices, settings, weights, kv, compute, terms)
     if AUTO_GPU in mem:
-        notes.append(_AUTO_GPU_NOTE)
+        notes.append(f"{AUTO_GPU}: the engine splits these layers over the GPUs by free memory; give -ts to see each "
+                     "GPU's share")
     return MemoryEstimate(mem, settings, n_ctx, cells, swa_cells, fa, tuple(notes), tuple(problems),
                           server=server_caches(inv, geo, settings, eng))
-
-
-_IK_MLA_TERM = "weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)"
 
 
 def _ik_compute(placement: Placement, settings: MemorySettings, ik_computed: Mapping[str, int], devices: set[str],
@@ -308,7 +292,7 @@ def _ik_compute(placement: Placement, settings: MemorySettings, ik_computed: Map
     MLA attention peak (memory/ikmla.py), plus its measured margin. None where neither is modelled for the
     model or settings: `notes` then say why, with the next step."""
     inv = placement.inventory
-    terms: dict[str, list[str]] = {d: [_IK_MLA_TERM] for d in ik_computed}
+    terms = {d: ["weights: the MLA tensors ik_llama.cpp computes at load (wkv_b or wk_b/wv_b)"] for d in ik_computed}
     n_tokens = min(settings.n_batch, settings.n_ubatch, n_ctx)
     mla_model = inv.arch in ikarchs.MLA_MODELLED
     label = ikarchs.mla_compute_label(n_tokens) if mla_model else ikarchs.compute_label(inv.arch, n_tokens)
@@ -368,13 +352,8 @@ _ATTN_BASES = ("attn_q", "attn_qkv", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "a
 def _attention_device(placement: Placement, il: int, layer_dev: Mapping[int, str]) -> str:
     """The device running block il's attention: the one holding its first attention weight, else the
     layer's."""
-    found = (placement.devices.get(name) for name in _attention_names(il))
+    found = (placement.devices.get(f"blk.{il}.{b}.weight") for b in _ATTN_BASES)
     return next((d for d in found if d is not None), layer_dev.get(il, HOST))
-
-
-@cache
-def _attention_names(il: int) -> tuple[str, ...]:
-    return tuple(f"blk.{il}.{b}.weight" for b in _ATTN_BASES)
 
 
 def _ik_graph_refused(settings: MemorySettings, geo: Geometry, placement: Placement, n_tokens: int,
@@ -402,9 +381,8 @@ def _ik_graph_refused(settings: MemorySettings, geo: Geometry, placement: Placem
 
 
 def ik_twin_settings(settings: MemorySettings) -> MemorySettings:
-    """The settings llama.cpp's graph is sized with for ik_llama.cpp: ik keeps one KV cache for
-    every sequence and full-size sliding-window layers, reserves its graph for the whole ubatch's
-    outputs, and has none of llama.cpp's host buffer choices (AMX)."""
+    """The settings llama.cpp's graph is sized with for ik_llama.cpp
+    (docs/memory.md, "What the estimate follows of the engines")."""
     return replace(settings, kv_unified=True, swa_full=True, n_outputs=0, mla=None, problems=(), host_cpu="plain",
                    repack=False)
 
@@ -419,12 +397,6 @@ def amx_possible(settings: MemorySettings, gpus: list[str]) -> bool:
     type comes first (CPU alone, RPC servers, Metal) or with --no-host, and -nr not given (src/llama-model.cpp
     make_cpu_buft_list; docs/memory-architectures.md, "Host weights on a CPU with AMX")."""
     return settings.repack and (settings.no_host or not any(g.startswith(_HOST_BUFFER_GPUS) for g in gpus))
-
-
-def _amx_extra(placement: Placement) -> int:
-    """Bytes the AMX buffer adds over the plain CPU buffer for the weights kept in host memory."""
-    devices = placement.devices
-    return sum(extra for name, extra in _amx_tensors(placement.inventory) if devices.get(name) == HOST)
 
 
 @per_inventory
@@ -451,9 +423,7 @@ def output_family_checked(placement: Placement, settings: MemorySettings) -> boo
 
 def pipeline_parallel(placement: Placement, n_devices: int, n_gpu_layers: int, split_mode: str | None,
                       settings: MemorySettings, has_overrides: bool) -> bool:
-    """llama.cpp (`llama-context.cpp`) runs a pipeline when the model has several devices, every
-    layer is offloaded (-ngl above block_count), split mode is layer, the KV cache is offloaded
-    and no tensor override (-ot, --cpu-moe, --n-cpu-moe) is given."""
+    """Whether llama.cpp runs a pipeline (docs/memory.md, "What the estimate follows of the engines")."""
     nb = placement.inventory.block_count
     return (placement.engine.name == "llama.cpp" and n_devices > 1 and (n_gpu_layers < 0 or n_gpu_layers > nb)
             and (split_mode or "layer") == "layer" and settings.offload_kqv and not has_overrides)

@@ -6,24 +6,26 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from moeconf.engines import HOST
 from moeconf.engines.settings import MemorySettings
+from moeconf.engines.simulate import output_layer_tensors
 from moeconf.memory.archgraph import input_width, output_device
+from moeconf.memory.geometry import LayerAttention, geometry
 from moeconf.memory.graph.archs import ARCHS, COMPOSITIONS, Facts, traits
 from moeconf.memory.graph.archs.common import unchecked_ffn_biases, unchecked_fused_qkv_bias, unchecked_scales
 from moeconf.memory.graph.blocks import Cparams, GraphContext, Hparams, MissingTensor, Mla, Weights, rotation_width
 from moeconf.memory.graph.ggml import CGraph, Ctx, Tensor
 from moeconf.memory.graph.sched import Backend, Scheduler, backend_for
+from moeconf.memory.indexer import indexer_row_layers, indexer_width
 from moeconf.memory.keys import int_key
+from moeconf.memory.kvcache import context_cells
+from moeconf.memory.recurrent import kda_dims, shortconv_shape
+from moeconf.memory.recurrent import shape as recurrent_shape
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
 from moeconf.model.required import load_refusals
 from moeconf.placement import Placement
-
-if TYPE_CHECKING:
-    from moeconf.memory.geometry import LayerAttention
 
 Setup = Cparams  # the context's settings the graph depends on
 
@@ -38,20 +40,14 @@ def build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backen
     return _unfused(placement, setup, g, backends)
 
 
-# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order: the pinned
-# llama-context.cpp sets only auto_fhc (the three DeepSeek-V4 hyper-connection ops); auto_fgdn and auto_flid
-# are false from the context's construction on, so the fused gated delta net (GDN_AR, GDN_CH) and the
-# lightning indexer are never probed nor turned off: built fused on every placement, as every dump has them
-# (tests/engine/test_graphdump.py reads the flags from the pinned source)
+# the fused ops llama_context::resolve_fused_ops probes after flash attention, in its order (docs/memory.md,
+# "The engine's probes")
 FUSED_PROBES = ("DSV4_HC_PRE", "DSV4_HC_COMB", "DSV4_HC_POST")
 
 
 def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: list[Backend]) -> frozenset[str]:
-    """llama_context::resolve_fused_ops for the fused ops a composition records (`GraphContext.fused`): each
-    is probed in turn on a graph of one token per sequence (the ops turned off before built unfused), and
-    turned off where the scheduler runs one of its nodes on another device than the node's layer. The
-    probe is skipped unless some layers (or the output, or a weight a fused op reads) are on the host and
-    others on a GPU: only there can a layer's fused op run off its layer's device (docs/memory.md)."""
+    """The fused ops of `g` (`GraphContext.fused`) llama_context::resolve_fused_ops turns off for this placement
+    (docs/memory.md, "The engine's probes")."""
     out = g.w.get("output.weight")
     homes = {backends[i].name for i in g.layer_backend.values()} | {out.buffer or HOST if out is not None else HOST}
     # a fused op reading a weight kept elsewhere (-ot blk.N.hc_attn_scale=CPU) runs where the weight is
@@ -71,10 +67,8 @@ def fused_off(placement: Placement, setup: Setup, g: GraphContext, backends: lis
 
 
 def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
-    """llama_context::resolve_fused_ops under `-fa auto`: a graph of one token per sequence is split, and
-    flash attention is turned off for the context where the scheduler runs a layer's FLASH_ATTN_EXT on
-    another device than the layer's (llama-context.cpp: `device_mismatch`). Only a placement whose layers
-    or KV caches span several devices can mismatch; on one device the probe is skipped."""
+    """Whether llama_context::resolve_fused_ops turns flash attention off under `-fa auto` (docs/memory.md,
+    "The engine's probes")."""
     kv_devices = {t.buffer for kc, vc in g.kv.values() for t in (kc, vc)}
     if len(set(g.layer_backend.values())) < 2 and len(kv_devices) < 2:
         return False
@@ -178,39 +172,22 @@ def _unfused(placement: Placement, setup: Setup, g: GraphContext,
 def layer_devices(placement: Placement) -> dict[int, str]:
     """Each block's home device (from -ngl/-ts, never from -ot): where its KV cache lives."""
     defaults = placement.defaults
-    found: list[tuple[int, int, str]] = []  # (the tensor's index, its block, the device)
-    for layer, tensors in _block_tensors(placement.inventory):
-        for i, name in tensors:  # the block's first tensor the engine creates
-            d = defaults.get(name)
-            if d is not None:
-                found.append((i, layer, d))
-                break
-    found.sort()  # in the order of the tensors, as a walk over them finds each block
-    return {layer: d for _, layer, d in found}
-
-
-@per_inventory
-def _block_tensors(inv: Inventory) -> tuple[tuple[int, tuple[tuple[int, str], ...]], ...]:
-    """Each block with its tensors (index in the inventory, name), in inventory order."""
-    out: dict[int, list[tuple[int, str]]] = {}
-    for i, t in enumerate(inv.tensors):
-        if t.layer is not None:
-            out.setdefault(t.layer, []).append((i, t.name))
-    return tuple((layer, tuple(ts)) for layer, ts in out.items())
+    out: dict[int, str] = {}
+    for t in placement.inventory.tensors:  # each block's first tensor the engine creates, in the tensors' order
+        if t.layer is not None and t.layer not in out and (d := defaults.get(t.name)) is not None:
+            out[t.layer] = d
+    return out
 
 
 def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend], Facts]:
     """The graph's context before the composition: the weights on their devices, the KV caches on
-    their layers', the hyperparameters and settings."""
-    from moeconf.memory.geometry import geometry
-
+    their layers', the hyperparameters and settings (docs/memory.md, "The graph's prologue")."""
     inv = placement.inventory
     geo = geometry(inv)
     layers = list(geo.layers)
     n_layer = len(layers)
     home = layer_devices(placement)
-    # the GPUs in the engine's device order: the layers' homes in layer order (llama.cpp assigns layers to
-    # devices in order), then any device only an override names
+    # the GPUs in the engine's device order: the layers' homes in layer order, then any device only an override names
     gpus = dict.fromkeys(d for d in [*(home[il] for il in sorted(home)), *placement.devices.values()]
                          if d is not None and d != HOST)
     backends = [backend_for(d) for d in gpus] + [backend_for(HOST)]
@@ -221,8 +198,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
                for t in inv.tensors if (dev := placement.devices.get(t.name)) is not None
                and (t.layer is None or t.layer < n_layer)}
     if "rope_freqs.weight" not in by_name and "rope_factors_long.weight" in by_name:
-        # LongRoPE (Phi-3): the long factors where a sequence's context exceeds the original training
-        # context (rope.scaling.original_context_length, else context_length), the short ones otherwise
+        # LongRoPE (Phi-3): the long factors where a sequence's context exceeds the original training context
         orig = inv.metadata.hparam("rope.scaling.original_context_length") or inv.metadata.context_length or 0
         long = setup.n_kv > orig if isinstance(orig, int) else False
         by_name["rope_freqs.weight"] = by_name["rope_factors_long.weight" if long else "rope_factors_short.weight"]
@@ -233,13 +209,12 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     rs: dict[int, tuple[Tensor, Tensor]] = {}
-    from moeconf.memory.recurrent import kda_dims, shortconv_shape
-    from moeconf.memory.recurrent import shape as recurrent_shape
     rec = recurrent_shape(inv) or shortconv_shape(inv)
     state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim): its caches' rows only, not GraphContext.rec
     layer_backend = {la.index: index.get(home.get(la.index, HOST), cpu) for la in layers}
+    kv_home = {la.index: home.get(la.index, HOST) if setup.offload_kqv else HOST for la in layers}
     for la in layers:
-        kdev = home.get(la.index, HOST) if setup.offload_kqv else HOST
+        kdev = kv_home[la.index]
         if la.recurrent and state is not None:  # llama_memory_recurrent: one F32 row per sequence
             rs[la.index] = (ctx.cache(f"cache_r_l{la.index}", "F32", (state.n_embd_r, setup.n_rs), kdev),
                             ctx.cache(f"cache_s_l{la.index}", "F32", (state.n_embd_s, setup.n_rs), kdev))
@@ -248,14 +223,10 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         v_row = geo.v_row(la, transposed=setup.v_trans)
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
-    # the DSA lightning indexer's K cache (llama-kv-cache-dsa.cpp): one head of the indexer's width per
-    # indexer-cached layer, in the K cache's type, beside the MLA latent; its Q and K always rotated
-    from moeconf.memory.indexer import indexer_row_layers, indexer_width
-    lid: dict[int, Tensor] = {}
+    lid: dict[int, Tensor] = {}  # the DSA lightning indexer's K cache
     lid_width = indexer_width(inv)
     for il in indexer_row_layers(inv, sorted(kv)):
-        kdev = home.get(il, HOST) if setup.offload_kqv else HOST
-        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.n_kv, setup.n_stream), kdev)
+        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.n_kv, setup.n_stream), kv_home[il])
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -266,11 +237,8 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
             by_name[f"rope_freqs.weight#{la.index}"] = per_dev[dev]
     out_home = placement.defaults.get("output_norm.weight") or placement.defaults.get("output.weight")
     if out_home is None:  # an output layer without those names (LFM2's final norm is token_embd_norm)
-        from moeconf.engines.simulate import output_layer_tensors
         out_home = next((placement.defaults.get(n) for n in output_layer_tensors(inv, placement.engine)), None)
-    # -ngl above the block count (nextn blocks included, created or not): every created block and the output
-    # offloaded; the callback then pins each layer's norms to its device, where the reserve keeps the pins
-    # (`Setup.norm_pins`)
+    # -ngl above the block count: the callback then pins each layer's norms to its device (`Setup.norm_pins`)
     full = setup.norm_pins and all(placement.defaults.get(t.name) != HOST for t in inv.tensors if t.layer is not None) \
         and out_home not in (None, HOST)
     f = facts(inv)
@@ -291,9 +259,8 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
 
 
 def _rot(layers: list[LayerAttention], swa: bool, cache_type: str, k: bool) -> int:
-    """The Hadamard rotation side of the full-attention cache or the sliding-window one (llama-kv-cache.cpp):
-    none where its layers' head widths differ or the full layers' width is no multiple of 64, else by
-    the cache's common width."""
+    """The Hadamard rotation side of the full-attention cache or the sliding-window one
+    (docs/memory.md, "The graph's prologue")."""
     from moeconf.memory.cachetypes import rotation  # looked up per call (a test replaces it)
 
     own = [la for la in layers if not la.recurrent and la.swa == swa]
@@ -335,11 +302,8 @@ def _compute(placement: Placement, setup: Setup) -> tuple[dict[str, int], frozen
 
 
 def setup_for(inv: Inventory, settings: MemorySettings, *, pipeline: bool = False) -> Setup:
-    """The graph's settings as llama.cpp derives them for its worst-case reserve: the context
-    padded to 256 cells (per stream without a unified cache), the ubatch (rounded up to a multiple of
-    the sequences), the output rows."""
-    from moeconf.memory.geometry import geometry
-    from moeconf.memory.kvcache import context_cells
+    """The graph's settings as llama.cpp derives them for its worst-case reserve
+    (docs/memory.md, "The graph's prologue")."""
     geo = geometry(inv)
     _, cells, swa_cells, n_stream, T = context_cells(inv, geo, settings)
     n_seq = settings.n_parallel
@@ -383,10 +347,8 @@ def checked_compute(placement: Placement, settings: MemorySettings, pipeline: bo
 
 
 def unweighted_refusal(inv: Inventory, layers: Collection[int], what: str) -> list[str]:
-    """Why `what` (compute, traffic) is not modelled where the graph built a norm without its weight (the
-    layers `layers`, -1 outside the blocks): the file lacks a norm tensor the composition reads, which the
-    engine's loader either requires (it refuses the file) or takes as optional (build_norm without a weight,
-    a graph no recorded dump reached); empty where every norm had its weight."""
+    """Why `what` (compute, traffic) is not modelled where the graph built a norm without its weight (the layers
+    `layers`, -1 outside the blocks; docs/memory.md, "A norm the file lacks"); empty where every norm had its weight."""
     if not layers:
         return []
     where = ", ".join("the output" if il < 0 else f"block {il}" for il in sorted(layers)[:4]) + (

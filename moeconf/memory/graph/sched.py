@@ -1,28 +1,10 @@
-"""ggml_backend_sched and ggml-alloc over a graph (`ggml.CGraph`), as the pinned ggml runs them
-when llama.cpp reserves its worst-case graph (ggml-backend.cpp `ggml_backend_sched_split_graph`,
-ggml-alloc.c `ggml_gallocr_alloc_graph_impl`):
-
-1. backends in priority order: the GPUs (and RPC devices) as the model lists them, the CPU last;
-2. pass 1: a tensor in a buffer runs where the buffer is; a graph input goes to the CPU; an op
-   reading a weight runs where the weight is (not ROPE, not FLASH_ATTN_EXT), unless the weight is
-   in host memory and a GPU wants to offload the op (`offload_op`: CUDA at a batch >= 32);
-3. pass 2: GPU assignments expanded down then up over unassigned ops (the CPU skipped), then any
-   backend's down then up (every op then has one: pass 3 has nothing left to assign); pass 4:
-   sources and views from their consumers and view sources;
-4. pass 5: splits where the backend changes (or an op reads a weight of another, incompatible
-   backend after the split took inputs), each source on an incompatible backend copied in at the
-   split's start (one copy per source and backend; with pipeline parallelism 4, input and output);
-5. the graph copy: per split its input copies (each after a dependency on its source), then its
-   nodes; the graph inputs' copies and the split inputs' copies as leafs under pipeline parallelism;
-6. ggml-alloc per backend buffer: leafs, then graph inputs in the order nodes read them, then each
-   node in order (in place on a single-consumer source of the same layout where the op allows it,
-   a view source included), sources freed after their last consumer and last view.
-
-`reserve` returns each backend's buffer size: the compute buffer llama.cpp reports."""
+"""ggml_backend_sched and ggml-alloc over a graph (`ggml.CGraph`), as the pinned ggml runs them when llama.cpp
+reserves its worst-case graph: `reserve` returns each backend's buffer size, the compute buffer llama.cpp reports
+(docs/memory.md, "The scheduler and the allocator")."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -115,6 +97,7 @@ class Scheduler:
     def __init__(self, backends: Sequence[Backend], *, pipeline: bool = False, op_offload: bool = True) -> None:
         self.backends = list(backends)
         assert self.backends[-1].host, "the CPU backend comes last"
+        self.cpu = len(self.backends) - 1
         self.n_copies = PIPELINE_COPIES if pipeline else 1
         self.op_offload = op_offload
         self.ids: dict[Tensor, int] = {}
@@ -139,26 +122,19 @@ class Scheduler:
         return b
 
     def _from_cur(self, t: Tensor) -> int:
-        vs = t.view_src
-        if (t.buffer if vs is None else vs.buffer) is not None:
-            b = self._buf_backend(t)
-            if b != -1:
-                return b
-        if vs is not None and (vs.buffer if vs.view_src is None else vs.view_src.buffer) is not None:
-            b = self._buf_backend(vs)
-            if b != -1:
+        for x in (t, t.view_src):  # the tensor's buffer, else its view source's
+            if x is not None and (b := self._buf_backend(x)) != -1:
                 return b
         if t.flags & INPUT:
-            return len(self.backends) - 1
+            return self.cpu
         if t.op in ("ROPE", "FLASH_ATTN_EXT"):
             return -1
-        cpu = len(self.backends) - 1
         for s in t.src:
             if s is None or s.buffer is None or not s.weights:
                 continue
             sb = self._buf_backend(s)
-            if self.op_offload and sb == cpu:
-                for i in range(cpu):
+            if self.op_offload and sb == self.cpu:
+                for i in range(self.cpu):
                     ob = self.backends[i].offload_batch
                     if ob and _batch(t) >= ob:
                         return i
@@ -182,28 +158,18 @@ class Scheduler:
             ids.update(pinned)
         get = ids.get
         from_cur = self._from_cur
-        cpu = len(self.backends) - 1
-        for leaf in g.leafs:
-            if get(leaf, -1) == -1:
-                ids[leaf] = from_cur(leaf)
         placed, ops = _static(g)
-        for node in placed:
-            if get(node, -1) == -1:
-                ids[node] = from_cur(node)
-
-        def expand(seq: Sequence[Tensor], skip_cpu: bool) -> None:
+        for t in (*g.leafs, *placed):  # pass 1
+            if get(t, -1) == -1:
+                ids[t] = from_cur(t)
+        for seq, skip_cpu in ((ops, True), (ops[::-1], True), (ops, False), (ops[::-1], False)):  # pass 2
             cur = -1
             for n in seq:
                 b = get(n, -1)
                 if b != -1:
-                    cur = -1 if (skip_cpu and b == cpu) else b
+                    cur = -1 if (skip_cpu and b == self.cpu) else b
                 elif cur != -1:
                     ids[n] = cur  # every backend here supports every op (CPU, RPC, CUDA for these graphs)
-
-        expand(ops, True)
-        expand(ops[::-1], True)
-        expand(ops, False)
-        expand(ops[::-1], False)
         # pass 3 (an unassigned op to the backend supporting most of its sources) never runs here: once one op
         # has a backend the four expansions give every op one, and every graph reads a weight (the logits')
         assert not ops or get(ops[0], -1) != -1, "an op without a backend after pass 2"
@@ -221,12 +187,11 @@ class Scheduler:
         copy) and the graph copy (`copy_nodes`, `copy_leafs`)."""
         self.assign(g, pinned)
         ids = self.ids
-        cpu = len(self.backends) - 1
         # pass 5: splits and their input copies
         copies: dict[tuple[int, int], list[Tensor]] = {}  # (source, backend) -> its copies, the current first
         self.copy_of = {}
         splits: list[tuple[int, list[Tensor], list[Tensor]]] = []
-        cur = next((ids[n] for n in g.nodes if n.op not in VIEW_OPS), cpu)  # the first op's backend
+        cur = next((ids[n] for n in g.nodes if n.op not in VIEW_OPS), self.cpu)  # the first op's backend
         inputs: list[Tensor] = []
         members: list[Tensor] = []
         for n in g.nodes:
@@ -234,14 +199,10 @@ class Scheduler:
                 members.append(n)
                 continue
             nb = ids[n]
-            need = nb != cur  # a new split where the backend changes, or where an op reads another backend's weight
-            if not need and inputs:  # after the split took inputs
-                for s in n.src:
-                    if (s is not None and s.buffer is not None and s.weights and ids[s] != cur
-                            and not self._buffer_supported(s, cur)):
-                        need = True
-                        break
-            if need:
+            # a new split where the backend changes, or where an op reads another backend's weight after the split
+            # took inputs
+            if nb != cur or (inputs and any(s is not None and s.buffer is not None and s.weights and ids[s] != cur
+                                            and not self._buffer_supported(s, cur) for s in n.src)):
                 splits.append((cur, inputs, members))
                 cur, inputs, members = nb, [], []
             for j, s in enumerate(n.src):
@@ -270,8 +231,7 @@ class Scheduler:
             gnodes.extend(zip(members, map(ids.__getitem__, members), strict=True))
         gleafs: list[tuple[Tensor, int]] = []
         if self.n_copies > 1:
-            graph_inputs = [leaf for leaf in g.leafs if leaf.flags & INPUT]
-            for leaf in graph_inputs:
+            for leaf in [leaf for leaf in g.leafs if leaf.flags & INPUT]:  # the graph inputs
                 self._flagged.append((leaf, leaf.flags))
                 leaf.flags |= OUTPUT  # the current copy is the leaf itself, the others its duplicates
                 gleafs.append((leaf, ids[leaf]))
@@ -294,14 +254,13 @@ class Scheduler:
         self._replaced.clear()
         self._flagged.clear()
 
-    def reserve(self, g: CGraph, pinned: dict[Tensor, int] | None = None,
-                trace: Callable[[str], None] | None = None) -> list[int]:
+    def reserve(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> list[int]:
         self.split(g, pinned)
-        return allocate(self.copy_nodes, self.copy_leafs, self.backends, trace)
+        return allocate(self.copy_nodes, self.copy_leafs, self.backends)
 
 
-def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, int]], backends: Sequence[Backend],
-             trace: Callable[[str], None] | None = None) -> list[int]:
+def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, int]],
+             backends: Sequence[Backend]) -> list[int]:
     """ggml_gallocr_alloc_graph_impl over the scheduler's graph copy: each buffer's size."""
     allocs = [Allocator(b.alignment) for b in backends]
     children: dict[Tensor, int] = {}
@@ -317,14 +276,10 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
         # the callers have checked that t is in no buffer, is no view and is not allocated yet
         own[t] = True
         if t.op in CAN_INPLACE:
-            for p in t.src:
-                if p is None or not own_get(p):
-                    continue
-                if p.flags & OUTPUT or (p.view_src is not None and p.view_src.flags & OUTPUT):
-                    continue
-                if not same_layout(t, p):
-                    continue
-                if children_get(p, 0) != 1 or views_get(p, 0):
+            for p in t.src:  # an allocated source of the same layout, no output, read by t alone and not viewed
+                if (p is None or not own_get(p) or p.flags & OUTPUT
+                        or (p.view_src is not None and p.view_src.flags & OUTPUT)
+                        or not same_layout(t, p) or children_get(p, 0) != 1 or views_get(p, 0)):
                     continue
                 vs = p.view_src  # a view: t takes its source's memory if it is the source's only view and reader
                 if vs is not None and (views_get(vs, 0) != 1 or children_get(vs, 0) or vs.buffer is not None):
@@ -332,23 +287,17 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                 parent = p if vs is None else vs
                 addr[t] = addr[parent]
                 own[p] = own[parent] = False
-                _free_extra(t, parent, b)
+                pb, off = addr[parent]  # the part of the parent's memory beyond t's size freed
+                a = allocs[pb]
+                size = sizes[t] = size_of[pb](t)  # as it is freed later, from the parent's buffer
+                ps = a._aligned(sizes[parent])
+                ns = a._aligned(size if b == pb else size_of[b](t))
+                if ps > ns:
+                    a.free(off + ns, ps - ns)
                 return
         size = sizes[t] = size_of[b](t)
         off = allocs[b].alloc(size)
         addr[t] = (b, off)
-        if trace:
-            trace(f"alloc {backends[b].name} {off} {size} {t.describe()}")
-
-    def _free_extra(t: Tensor, p: Tensor, b: int) -> None:
-        """t takes p's memory in place: the part of p beyond t's size freed."""
-        pb, off = addr[p]
-        a = allocs[pb]
-        size = sizes[t] = size_of[pb](t)  # as it is freed later, from p's buffer
-        ps = a._aligned(sizes[p])
-        ns = a._aligned(size if b == pb else size_of[b](t))
-        if ps > ns:
-            a.free(off + ns, ps - ns)
 
     def free_node(t: Tensor) -> None:
         if t.flags & OUTPUT:
@@ -356,8 +305,6 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
         b, off = addr[t]
         allocs[b].free(off, sizes[t])
         own[t] = False
-        if trace:
-            trace(f"free {backends[b].name} {off} {t.describe()}")
 
     for leaf, b in leafs:
         if leaf.buffer is None and leaf.view_src is None and not own_get(leaf):
