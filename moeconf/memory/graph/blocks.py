@@ -242,9 +242,8 @@ class GraphContext:
         return self.t_out_ids
 
     def inputs(self, iswa: bool = False, scale: bool = False) -> tuple[Tensor, Tensor, AttnInput, AttnInput | None]:
-        """The inputs of a graph with attention through one KV cache (the sliding-window pair where `iswa`), in
-        the order most src/models/*.cpp make them: the embeddings, the positions, the full cache's inputs and
-        the window's (None without `iswa`), then the output ids (not returned)."""
+        """The embeddings, the positions, the KV cache's inputs (the full cache's and, where `iswa`, the window's),
+        then the output ids (not returned), in the order most src/models/*.cpp make them."""
         inp, pos = self.inp_embd(scale), self.inp_pos()
         full, swa = self.attn_inp_kv_iswa() if iswa else (self.attn_inp_kv(), None)
         self.inp_out_ids()
@@ -321,8 +320,7 @@ class GraphContext:
         return t
 
     def mm(self, w: Tensor, cur: Tensor) -> Tensor:
-        """build_lora_mm (no adapters: memory refuses them; nor NVFP4's per-tensor scales:
-        archs/common.unchecked_scales)."""
+        """build_lora_mm (no adapters: memory refuses them; nor NVFP4's scales: archs/common.unchecked_scales)."""
         return self.ctx.mul_mat(w, cur)
 
     def linear(self, w: Tensor, b: Tensor | None, cur: Tensor) -> Tensor:
@@ -351,9 +349,9 @@ class GraphContext:
 
     def qkv(self, il: int, cur: Tensor, n_head: int = 0, n_head_kv: int = 0, head_k: int = 0, head_v: int = 0,
             clamp: bool = False, reshape: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-        """build_qkv: a fused QKV projection (views of it) or separate Q, K, V (each + bias, each
-        clamped where the model clamps them), reshaped per head unless `reshape` is False. The head
-        counts and widths are the layer's (the model's widths) unless given."""
+        """build_qkv: a fused QKV projection (views of it) or separate Q, K, V (each + bias, clamped where the
+        model clamps them), reshaped per head unless `reshape` is False (the layer's heads, the model's widths,
+        unless given)."""
         c, w, hp = self.ctx, self.w, self.hp
         n_head, n_head_kv = n_head or hp.n_head[il], n_head_kv or hp.n_head_kv[il]
         head_k, head_v = head_k or hp.head_k, head_v or hp.head_v
@@ -441,9 +439,8 @@ class GraphContext:
 
     def store_kv(self, inp: AttnInput, il: int, q: Tensor, k: Tensor, v: Tensor,
                  iswa: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """build_attn's first half: Q, K and V rotated where the cache rotates, expanded (K before V in the
-        sliding-window pair's form), K and V stored into the layer's cache; Q and the cache views the
-        attention reads."""
+        """build_attn's first half: Q, K, V rotated where the cache rotates, expanded (K before V in the iSWA form),
+        K and V stored into the layer's cache; Q and the cache views the attention reads."""
         if inp.k_rot is not None:
             q = self._hadamard(q, inp.k_rot)
             k = self._hadamard(k, inp.k_rot)
@@ -629,8 +626,7 @@ class GraphContext:
         down_w = self._need(il, f"ffn_down_{exps}")
         if grove and down_w.ne[2] != n_expert:  # the adjugate expert of the chosen one's group
             selected = c.cast(c.scale(c.cast(selected, "F32")), "I32")
-        probs3 = c.reshape(probs, 1, n_expert, T)
-        weights = c.get_rows(probs3, selected)
+        weights = c.get_rows(c.reshape(probs, 1, n_expert, T), selected)
         if gating == "softmax_weight":
             weights = c.reshape(c.soft_max(c.reshape(weights, used, T)), 1, used, T)
         if norm_w:

@@ -104,12 +104,8 @@ def same_layout(a: Tensor, b: Tensor) -> bool:  # ggml_are_same_layout
 
 
 def _ne4(ne: Sequence[int]) -> Shape:
-    n = len(ne)
-    if n == 2:
-        return (ne[0], ne[1], 1, 1)
-    if n == 3:
-        return (ne[0], ne[1], ne[2], 1)
-    v = list(ne) + [1] * (4 - n)
+    """A shape's first four dimensions, the missing ones 1."""
+    v = (*ne, 1, 1, 1, 1)
     return (v[0], v[1], v[2], v[3])
 
 
