@@ -1,10 +1,5 @@
-"""ggml-alloc's dynamic allocator (ggml/src/ggml-alloc.c, `ggml_dyn_tallocr`) with one chunk: the
-compute buffer's size is the highest offset it ever used while the scheduler's graph copy is
-allocated node by node (`sched.allocate`).
-
-- it takes the smallest free block that fits among all but the last (ties: the later one), else the
-  last block, which reaches the buffer's end (a buffer that grows on demand);
-- a freed range merges with the free blocks it touches."""
+"""ggml-alloc's dynamic allocator (ggml/src/ggml-alloc.c, `ggml_dyn_tallocr`) with one chunk, its best-fit and
+merging rules as docs/memory.md, "The graph blocks" describes them."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ class Allocator:
         return (size + a - 1) // a * a
 
     def alloc(self, size: int) -> int:
-        a = self.alignment
-        size = (size + a - 1) // a * a
+        size = self._aligned(size)
         blocks = self.blocks
         best = len(blocks) - 1
         best_size = _LAST_BLOCK
@@ -46,8 +40,7 @@ class Allocator:
         return off
 
     def free(self, off: int, size: int) -> None:
-        a = self.alignment
-        size = (size + a - 1) // a * a
+        size = self._aligned(size)
         blocks = self.blocks
         end = off + size
         for i, block in enumerate(blocks):

@@ -65,18 +65,11 @@ class Cparams:
     cache_v: str = "f16"
     pipeline: bool = False
     op_offload: bool = True
-    # the build's pins kept (the norms on their layer's device under full offload, the attention output on
-    # the CPU with -nkvo), as an allocating reserve keeps them; False: as llama-fit-params and llama.cpp's
-    # --fit size the buffers (their reset, ggml_backend_sched_reserve_size, drops the pins)
-    norm_pins: bool = False
+    norm_pins: bool = False  # the norms' and -nkvo's pins kept (docs/memory.md, "The graph blocks")
     fa_auto: bool = False  # -fa auto: the engine resolves it per placement (`model.fa_auto_off`)
-    # the V cache laid out for flash attention (not transposed) although the graph runs without it: the cache
-    # is created before `-fa auto` is resolved (llama-context.cpp resolve_fused_ops) and keeps its layout
-    v_flat: bool = False
+    v_flat: bool = False  # the V cache laid out for flash attention, run without (docs/memory.md, "The graph blocks")
     n_rs: int = 1  # the recurrent states' rows (-np: the sequences kept; 1 without recurrent layers)
-    # the fused ops llama-context.cpp's resolve_fused_ops turned off (their probe graph ran one on another
-    # device than its layer's, `model.fused_off`): the composition builds their unfused form
-    unfused: frozenset[str] = frozenset()
+    unfused: frozenset[str] = frozenset()  # fused ops turned off, built unfused (docs/memory.md, "The graph blocks")
     # what the graph's prologue derives from the placement and the caches' head widths (`model._prologue`):
     rot_k: int = 0  # Hadamard rotation sides (0: none)
     rot_v: int = 0
@@ -113,10 +106,8 @@ class AttnInput:
 
 
 class MissingTensor(Exception):
-    """The graph reads a weight the file lacks (`GraphContext._need`, archs.common.need): the engine's graph
-    reads it where the composition does, so the pinned llama.cpp does not load or run such a file (its loader
-    stops, "tensor ... not found", or building the graph fails). The estimate and the traffic refuse it
-    (model.checked_compute, traffic._evaluate)."""
+    """The graph reads a weight the file lacks: the estimate and the traffic refuse it (docs/memory.md, "The graph
+    blocks")."""
 
     def __init__(self, name: str | None) -> None:
         super().__init__(name or "a weight")
@@ -141,8 +132,7 @@ class Weights:
         return self.get(f"blk.{il}.{base}.{suffix}")
 
     def copy(self, name: str, il: int) -> Tensor | None:
-        """A tensor the loader creates once per layer under one name (TENSOR_DUPLICATED: rope_freqs, the
-        LongRoPE factors): layer il's copy, on that layer's device."""
+        """Layer il's copy of a tensor the loader duplicates per layer (docs/memory.md, "The graph blocks")."""
         return self.by_name.get(f"{name}#{il}") or self.get(name)
 
 
@@ -176,20 +166,14 @@ class GraphContext:
     t_out_ids: Tensor | None = None  # the output rows' ids (build_inp_out_ids)
     swa_layers: dict[int, bool] = field(default_factory=dict)  # layer -> in the sliding-window cache
     mla: Mla = field(default_factory=Mla)
-    # build_attn_mha's softcapping of the KQ logits without flash attention: a scale, a tanh and a scale
-    # before the softmax (Grok's, built for that architecture whatever its values, and attn_soft_cap's)
-    kq_softcap: bool = False
+    kq_softcap: bool = False  # build_attn_mha's KQ soft-cap, no flash attention (docs/memory.md, "The graph blocks")
     rs: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)  # layer -> (conv state, recurrent state)
     rec: RecurrentShape | None = None  # the gated delta-net's sizes (ssm.* keys)
-    # the DSA lightning indexer's K cache (llama_kv_cache_dsa's second cache): layer -> its K cache, and
-    # the Hadamard rotation's side the indexer's Q and K go through (0: none)
-    lid: dict[int, Tensor] = field(default_factory=dict)
-    lid_rot: int = 0
+    lid: dict[int, Tensor] = field(default_factory=dict)  # layer -> the DSA indexer's K cache
+    lid_rot: int = 0  # the Hadamard rotation's side the indexer's Q and K go through (0: none)
     # the fused ops built, as the graph result records them for resolve_fused_ops: (op, node, layer)
     fused: list[tuple[str, Tensor, int]] = field(default_factory=list)
-    # the layers (-1: outside the blocks) whose build_norm ran without a weight: a norm tensor the file lacks,
-    # a graph no recorded dump reached (every dump's norms have their weight): refused (model.unweighted_refusal)
-    unweighted: set[int] = field(default_factory=set)
+    unweighted: set[int] = field(default_factory=set)  # layers of weightless norms (docs/memory.md, "The graph blocks")
 
     @property
     def n_tokens(self) -> int:
@@ -229,9 +213,8 @@ class GraphContext:
         return cur
 
     def rs_inp(self) -> RsInput:
-        """build_rs_inp: the state copy indices and their views for the ubatch's sequences and the rest
-        (the reserve reads every state row, `Cparams.n_rs`: the sequences kept, as many as the reserve's
-        ubatch holds)."""
+        """build_rs_inp: the state copy indices, viewed as the ubatch's sequences and the rest (every state row
+        read, docs/memory.md, "The graph blocks")."""
         c = self.ctx
         n_rs = n_seqs = self.cp.n_rs
         s_copy = c.input("I32", n_rs, name="rs_s_copy")
@@ -259,9 +242,8 @@ class GraphContext:
         return self.t_out_ids
 
     def inputs(self, iswa: bool = False, scale: bool = False) -> tuple[Tensor, Tensor, AttnInput, AttnInput | None]:
-        """The inputs of a graph with attention through one KV cache (the sliding-window pair where `iswa`), in
-        the order most src/models/*.cpp make them: the embeddings, the positions, the full cache's inputs and
-        the window's (None without `iswa`), then the output ids (not returned)."""
+        """The embeddings, the positions, the KV cache's inputs (the full cache's and, where `iswa`, the window's),
+        then the output ids (not returned), in the order most src/models/*.cpp make them."""
         inp, pos = self.inp_embd(scale), self.inp_pos()
         full, swa = self.attn_inp_kv_iswa() if iswa else (self.attn_inp_kv(), None)
         self.inp_out_ids()
@@ -338,8 +320,7 @@ class GraphContext:
         return t
 
     def mm(self, w: Tensor, cur: Tensor) -> Tensor:
-        """build_lora_mm (no adapters: memory refuses them; nor NVFP4's per-tensor scales:
-        archs/common.unchecked_scales)."""
+        """build_lora_mm (no adapters: memory refuses them; nor NVFP4's scales: archs/common.unchecked_scales)."""
         return self.ctx.mul_mat(w, cur)
 
     def linear(self, w: Tensor, b: Tensor | None, cur: Tensor) -> Tensor:
@@ -348,8 +329,7 @@ class GraphContext:
         return self.ctx.add(cur, b) if b is not None else cur
 
     def norm(self, cur: Tensor, w: Tensor | None, b: Tensor | None, il: int, rms: bool = True) -> Tensor:
-        """build_norm: RMS (or layer) norm, times the weight, plus the bias where there is one. Without a weight
-        (a norm tensor the file lacks) the layer is recorded in `unweighted`: the estimate is refused there."""
+        """build_norm: RMS (or layer) norm, times the weight (else recorded `unweighted`), plus any bias."""
         c = self.ctx
         if w is None:
             self.unweighted.add(il)
@@ -369,9 +349,9 @@ class GraphContext:
 
     def qkv(self, il: int, cur: Tensor, n_head: int = 0, n_head_kv: int = 0, head_k: int = 0, head_v: int = 0,
             clamp: bool = False, reshape: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-        """build_qkv: a fused QKV projection (views of it) or separate Q, K, V (each + bias, each
-        clamped where the model clamps them), reshaped per head unless `reshape` is False. The head
-        counts and widths are the layer's (the model's widths) unless given."""
+        """build_qkv: a fused QKV projection (views of it) or separate Q, K, V (each + bias, clamped where the
+        model clamps them), reshaped per head unless `reshape` is False (the layer's heads, the model's widths,
+        unless given)."""
         c, w, hp = self.ctx, self.w, self.hp
         n_head, n_head_kv = n_head or hp.n_head[il], n_head_kv or hp.n_head_kv[il]
         head_k, head_v = head_k or hp.head_k, head_v or hp.head_v
@@ -459,9 +439,8 @@ class GraphContext:
 
     def store_kv(self, inp: AttnInput, il: int, q: Tensor, k: Tensor, v: Tensor,
                  iswa: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """build_attn's first half: Q, K and V rotated where the cache rotates, expanded (K before V in the
-        sliding-window pair's form), K and V stored into the layer's cache; Q and the cache views the
-        attention reads."""
+        """build_attn's first half: Q, K, V rotated where the cache rotates, expanded (K before V in the iSWA form),
+        K and V stored into the layer's cache; Q and the cache views the attention reads."""
         if inp.k_rot is not None:
             q = self._hadamard(q, inp.k_rot)
             k = self._hadamard(k, inp.k_rot)
@@ -516,9 +495,8 @@ class GraphContext:
                              (row_size(t, size * hv), row_size(t, size), row_size(t, size * gqa)), 0)
 
     def top_k_mask(self, mask: Tensor, top_k: Tensor, zeros: str = "F32") -> Tensor:
-        """build_attn's sparse form (DSA): a copy of `mask` filled with -inf, the cells each token chose
-        (`top_k`) set back to 0 by SET_ROWS of a zero-filled row per choice (`zeros` its type), then the
-        mask itself added."""
+        """build_attn's sparse form (DSA): `mask`, open only where each token chose (`top_k`; `zeros`: the
+        type of the rows that open them, docs/memory.md, "The graph blocks")."""
         c = self.ctx
         every = c.fill(mask)
         every = c.view(every, (1, every.ne[0], every.ne[1], every.ne[3]), (every.nb[0], every.nb[1], every.nb[2]), 0)
@@ -573,10 +551,8 @@ class GraphContext:
     # -- feed-forward
     def layer_ffn(self, cur: Tensor, il: int, act: str = "silu", part: str = "", clamp: bool = False,
                   linear: bool = True) -> Tensor:
-        """build_ffn (LLM_FFN_PAR; no scales nor biases: archs/common.unchecked_scales, unchecked_ffn_biases) with
-        the layer's own up, gate and down projections (`part` "_shexp": its shared expert's): up, gate (from the
-        input), the gated activation (`activation`; `clamp`: the SwiGLU limited, swiglu_clamp_shexp above 0;
-        `linear`: SiTU's up branch), down."""
+        """build_ffn (LLM_FFN_PAR) with the layer's own up, gate and down projections (`part` "_shexp": its shared
+        expert's); `clamp` and `linear` as `activation`'s (docs/memory.md, "The graph blocks")."""
         up, gate, down = (self.w.layer(il, f"ffn_{p}{part}") for p in ("up", "gate", "down"))
         tmp = self.mm(up, cur) if up is not None else cur
         cur = self.mm(gate, cur) if gate is not None else tmp
@@ -610,13 +586,8 @@ class GraphContext:
                 grove: bool = False) -> Tensor:
         """build_moe_ffn: the router (logits, softmax/sigmoid/sqrt(softplus), a selection bias), top-k (within
         the context's expert `groups`), the chosen weights (normalised, scaled), the experts (separate or fused
-        gate/up, biases, per-expert `.scale` tensors), weighted, summed. `logits`: computed by the caller
-        (probs_in: Gemma 4; Kimi-K3 routes the full-width input while its experts take a narrower one);
-        `selected`: the experts the caller chose, no top-k (DeepSeek-V4's hash-routed layers); `clamp`: the
-        SwiGLU limited (swiglu_clamp_exp above 0); act "situ" on the gate and up, "silu_clamp": SWIGLU_CLAMP
-        (DeepSeek-V4's swiglu_clamp_exp); `exps`: the expert tensors' suffix (`ffn_up_<exps>`...). `grove`:
-        GroveMoE's branch: the choice on the logits' sigmoid; for an expert set smaller than the logits' (its
-        adjugate experts, `chexps`) the chosen index divided by the experts per group."""
+        gate/up, biases, per-expert `.scale` tensors), weighted, summed; `logits` (the caller's), `selected` (no
+        top-k), `clamp`, `act`, `exps` (the experts' suffix) and `grove`: docs/memory.md, "The graph blocks"."""
         c, w, hp = self.ctx, self.w, self.hp
         n_embd, T = cur.ne[0], cur.ne[1]
         used = hp.n_expert_used
@@ -655,8 +626,7 @@ class GraphContext:
         down_w = self._need(il, f"ffn_down_{exps}")
         if grove and down_w.ne[2] != n_expert:  # the adjugate expert of the chosen one's group
             selected = c.cast(c.scale(c.cast(selected, "F32")), "I32")
-        probs3 = c.reshape(probs, 1, n_expert, T)
-        weights = c.get_rows(probs3, selected)
+        weights = c.get_rows(c.reshape(probs, 1, n_expert, T), selected)
         if gating == "softmax_weight":
             weights = c.reshape(c.soft_max(c.reshape(weights, used, T)), 1, used, T)
         if norm_w:
@@ -708,15 +678,12 @@ class GraphContext:
         return out
 
     def activation(self, x: Tensor, up: Tensor, gated: bool, act: str, clamp: bool, linear: bool) -> Tensor:
-        """build_ffn's and build_moe_ffn's activation of `x` (the gate's output, else the up projection's)
-        and `up`: the clamped SwiGLU (`clamp`), SiTU, a GLU op where `gated`, relu squared (LLM_FFN_RELU_SQR), one
-        projection's SwiGLU (its halves), else the unary op itself."""
+        """build_ffn's and build_moe_ffn's activation of `x` (the gate's output, else the up projection's) and `up`:
+        docs/memory.md, "The graph blocks"."""
         c = self.ctx
         if gated and clamp and act == "silu":
             return c.mul(c.clamp(c.unary(x, "silu")), c.clamp(up))
-        if act == "situ":  # build_moe_ffn's LLM_FFN_SITU (src/models/kimi-k3.cpp): a scaled tanh of the gate times
-            # its sigmoid, times the up projection, itself through a scaled tanh where `linear`
-            # (activation.situ_linear_beta above 0)
+        if act == "situ":  # build_moe_ffn's LLM_FFN_SITU (`linear`: its up branch's tanh)
             if linear:
                 up = c.scale(c.unary(c.scale(up), "tanh"))
             return c.mul(c.mul(c.scale(c.unary(c.scale(x), "tanh")), c.unary(x, "sigmoid")), up)
@@ -731,10 +698,8 @@ class GraphContext:
     # -- output
     def output(self, cur: Tensor, rows: str = "", rms: bool = True, norm: str = "output_norm",
                scale: bool = False, softcap: bool = False) -> None:
-        """The head every src/models/*.cpp ends with: the output rows taken before the final norm (`rows`
-        "before": the last layer's every row a graph output, t_h_nextn) or after it ("after": the final
-        norm's every row an output, the MTP head's input), the final norm (`norm`, with its bias where the
-        model has one), the logits (plus output.bias), scaled (`scale`), soft-capped (a scale, a tanh, a scale)."""
+        """The head every src/models/*.cpp ends with: the final norm (`norm`, and its bias), the logits (plus
+        output.bias), scaled, soft-capped; the output rows taken `rows` it (docs/memory.md, "The graph blocks")."""
         c, w = self.ctx, self.w
         if rows == "before":
             assert self.t_out_ids is not None

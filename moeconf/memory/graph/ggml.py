@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from moeconf.model import ggml as _types
 
@@ -59,28 +59,15 @@ class Tensor:
         return f"{self.op} {self.type} {list(self.ne)} {self.name!r} <- [{srcs}]"
 
 
-# (type, ne) -> contiguous strides: a graph repeats a few shapes per layer (bounded, `_remember`)
-_CONTIGUOUS: dict[tuple[str, Shape], Shape] = {}
-
-
-def contiguous_nb(type_name: str, ne: Sequence[int]) -> Shape:
+@lru_cache(maxsize=65536)
+def contiguous_nb(type_name: str, ne: Shape) -> Shape:
+    """The strides of a contiguous tensor, remembered: a graph repeats a few shapes per layer."""
     block, size = type_block(type_name)
     nb0 = size
     nb1 = nb0 * (ne[0] // block)
     nb2 = nb1 * ne[1]
     nb3 = nb2 * ne[2]
     return (nb0, nb1, nb2, nb3)
-
-
-def _contiguous4(type_name: str, ne4: Shape) -> Shape:
-    """contiguous_nb of a 4-d shape, remembered."""
-    key = (type_name, ne4)
-    nb = _CONTIGUOUS.get(key)
-    if nb is None:
-        if len(_CONTIGUOUS) > 65536:
-            _CONTIGUOUS.clear()
-        nb = _CONTIGUOUS[key] = contiguous_nb(type_name, ne4)
-    return nb
 
 
 def nbytes(t: Tensor) -> int:
@@ -117,20 +104,16 @@ def same_layout(a: Tensor, b: Tensor) -> bool:  # ggml_are_same_layout
 
 
 def _ne4(ne: Sequence[int]) -> Shape:
-    n = len(ne)
-    if n == 2:
-        return (ne[0], ne[1], 1, 1)
-    if n == 3:
-        return (ne[0], ne[1], ne[2], 1)
-    v = list(ne) + [1] * (4 - n)
+    """A shape's first four dimensions, the missing ones 1."""
+    v = (*ne, 1, 1, 1, 1)
     return (v[0], v[1], v[2], v[3])
 
 
-def _same_shape(op: str) -> Callable[[Ctx, Tensor], Tensor]:
-    """An op whose result is a new tensor of its source's type and shape."""
+def _same_shape(op: str, type_name: str = "") -> Callable[[Ctx, Tensor], Tensor]:
+    """An op whose result is a new tensor of its source's shape and type (or `type_name`)."""
 
     def make(self: Ctx, a: Tensor) -> Tensor:
-        return self._make(op, a.type, a.ne, [a])
+        return self._make(op, type_name or a.type, a.ne, [a])
 
     return make
 
@@ -156,7 +139,7 @@ class Ctx:
         if view_src is not None and view_src.view_src is not None:
             view_offs += view_src.view_offs
             view_src = view_src.view_src
-        return Tensor(op, type_name, ne4, nb if nb is not None else _contiguous4(type_name, ne4),
+        return Tensor(op, type_name, ne4, nb if nb is not None else contiguous_nb(type_name, ne4),
                       src if type(src) is list else list(src),  # each caller's list is its own
                       view_src, view_offs, sub=sub)
 
@@ -173,7 +156,7 @@ class Ctx:
                weights: bool = True) -> Tensor:
         """A tensor made in a device's buffer: a weight, or a cache (`weights` False: `cache`)."""
         ne4 = _ne4(ne)
-        t = Tensor("NONE", type_name, ne4, _contiguous4(type_name, ne4), [], buffer=device, weights=weights,
+        t = Tensor("NONE", type_name, ne4, contiguous_nb(type_name, ne4), [], buffer=device, weights=weights,
                    name=name, layer=layer)
         self.bound.append(t)
         return t
@@ -210,6 +193,7 @@ class Ctx:
     rope_back = _same_shape2("ROPE_BACK")
     scale, fill, clamp = _same_shape("SCALE"), _same_shape("FILL"), _same_shape("CLAMP")
     sqr, sqrt, rms_norm, norm = _same_shape("SQR"), _same_shape("SQRT"), _same_shape("RMS_NORM"), _same_shape("NORM")
+    argsort = _same_shape("ARGSORT", "I32")
 
     def _dup(self, op: str, a: Tensor, *src: Tensor | None) -> Tensor:
         return self._make(op, a.type, a.ne, [a, *src])
@@ -241,9 +225,6 @@ class Ctx:
 
     def set_rows(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
         return self._make("SET_ROWS", a.type, a.ne, [b, c, a], a, 0, a.nb)  # ggml's legacy source order
-
-    def argsort(self, a: Tensor) -> Tensor:
-        return self._make("ARGSORT", "I32", a.ne, [a])
 
     def argsort_top_k(self, a: Tensor, k: int) -> Tensor:
         s = self.argsort(a)
@@ -302,17 +283,14 @@ class Ctx:
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
         return self._make("SSM_CONV", "F32", (c.ne[1], sx.ne[0] - c.ne[0] + 1, sx.ne[2]), [sx, c])
 
-    def ssm_scan(self, s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, ids: Tensor,
-                 snapshots: int = 1) -> Tensor:
-        """ggml_ssm_scan: one flat F32 result, the per-token outputs then the new states."""
-        n = x.ne[0] * x.ne[1] * x.ne[2] * x.ne[3] + snapshots * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
+    def ssm_scan(self, s: Tensor, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, ids: Tensor) -> Tensor:
+        """ggml_ssm_scan: one flat F32 result, the per-token outputs then the new states (no rollback snapshots)."""
+        n = x.ne[0] * x.ne[1] * x.ne[2] * x.ne[3] + s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
         return self._make("SSM_SCAN", "F32", (n,), [s, x, dt, a, b, c, ids])
 
-    def gated_delta_net(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
-                        snapshots: int = 1) -> Tensor:
+    def gated_delta_net(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor) -> Tensor:
         s_v, h, n_t, n_s = v.ne
-        return self._make("GATED_DELTA_NET", "F32", (s_v * h, n_t * n_s + snapshots * s_v * n_s),
-                          [q, k, v, g, beta, state])
+        return self._make("GATED_DELTA_NET", "F32", (s_v * h, n_t * n_s + s_v * n_s), [q, k, v, g, beta, state])
 
     def flash_attn_ext(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         return self._make("FLASH_ATTN_EXT", "F32", (v.ne[0], q.ne[2], q.ne[1], q.ne[3]), [q, k, v, mask])
