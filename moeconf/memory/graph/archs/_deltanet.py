@@ -50,6 +50,11 @@ def gated_shexp_moe(g: GraphContext, cur: Tensor, il: int) -> Tensor:
     return c.add(moe, c.mul(sh, gate))
 
 
+def mm_where(g: GraphContext, w: Tensor | None, x: Tensor) -> Tensor:
+    """`x` projected by `w` where the layer has that weight, else `x` itself."""
+    return x if w is None else g.mm(w, x)
+
+
 def conv_state_at(g: GraphContext, rs_in: RsInput, conv_all: Tensor, x: Tensor, cols: int, channels: int) -> Tensor:
     """Qwen4Exp's build_conv_state_at: the row gathered whole, `x` appended along the tokens, the last `cols`
     columns copied back (one rollback slot)."""
@@ -134,8 +139,9 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     T = cur.ne[1] // n_seqs  # n_seq_tokens
     hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
     hv = hk if qwen4exp else rec.d_inner // nv
+    channels = hk * nk * 2 + hv * nv
     # the older conversions' single ssm_in in its place is refused before (`older_qkvz`)
-    qkv = c.reshape(g.mm(need(w.layer(il, "attn_qkv")), cur), hk * nk * 2 + hv * nv, T, n_seqs)
+    qkv = c.reshape(g.mm(need(w.layer(il, "attn_qkv")), cur), channels, T, n_seqs)
     z = g.mm(need(w.layer(il, "attn_gate")), cur)
     w_beta = w.layer(il, "ssm_beta")
     if w_beta is not None:  # Qwen3.5: separate beta and alpha projections
@@ -154,14 +160,12 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     gate = c.reshape(gate, 1, nv, T, n_seqs)
     conv_all, ssm_all = g.rs[il]
     kernel = need(w.layer(il, "ssm_conv1d"))
-    if qwen4exp:
-        conv_in = conv_state_at(g, rs_in, conv_all, qkv, kernel.ne[0] - 1, hk * nk * 2 + hv * nv)
-    else:
-        conv_in = conv_input(g, rs_in, conv_all, qkv, kernel, hk * nk * 2 + hv * nv, T)  # build_conv_state
+    conv_in = conv_state_at(g, rs_in, conv_all, qkv, kernel.ne[0] - 1, channels) if qwen4exp else \
+        conv_input(g, rs_in, conv_all, qkv, kernel, channels, T)  # build_conv_state
     state = g.rs_states(rs_in, ssm_all, rec.n_embd_s)
     state = c.reshape(state, hv, hv, nv, n_seqs)
     mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
-    row = 4 * (hk * nk * 2 + hv * nv)
+    row = 4 * channels
     q = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 0)
     k = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 4 * hk * nk)
     v = c.view(mix, (hv, nv, T, n_seqs), (4 * hv, row, row * T), 4 * 2 * hk * nk)
@@ -199,10 +203,7 @@ def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, decay: str 
     q, k, v = (short_conv(g, conv_all, conv_state, i, x, proj, need(w.layer(il, f"ssm_conv1d_{p}")), head_dim,
                           n_head, n_seqs)
                for i, ((x, proj), p) in enumerate(zip(qkv_in, "qkv", strict=True)))
-    g1 = g.mm(need(w.layer(il, "ssm_f_a")), cur)
-    f_b = w.layer(il, "ssm_f_b")
-    if f_b is not None:
-        g1 = g.mm(f_b, g1)
+    g1 = mm_where(g, w.layer(il, "ssm_f_b"), g.mm(need(w.layer(il, "ssm_f_a")), cur))
     g1 = c.add(g1, need(w.layer(il, "ssm_dt", "bias")))
     a3 = c.reshape(need(w.get(f"blk.{il}.ssm_a")), 1, n_head, 1)
     if decay == "softplus":
@@ -218,10 +219,7 @@ def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, decay: str 
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
     output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all, flat))
     x = c.reshape(c.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs), cur.ne[0], T) if gate_rows else cur
-    gate = g.mm(w.layer(il, "ssm_g") or need(w.layer(il, "ssm_g_a")), x)
-    g_b = w.layer(il, "ssm_g_b")
-    if g_b is not None:
-        gate = g.mm(g_b, gate)
+    gate = mm_where(g, w.layer(il, "ssm_g_b"), g.mm(w.layer(il, "ssm_g") or need(w.layer(il, "ssm_g_a")), x))
     gate = c.reshape(gate, head_dim, n_head, T)
     normed = g.norm(c.reshape(output, head_dim, n_head, T), w.layer(il, "ssm_norm"), None, il)
     gated = c.mul(normed, c.unary(gate, "sigmoid"))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from moeconf.memory.graph.archs._deltanet import kda_layer
+from moeconf.memory.graph.archs._deltanet import kda_layer, mm_where
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, _unchecked, mla_forms, need, older_mla
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor
@@ -97,8 +97,7 @@ def _latent_moe(g: GraphContext, cur: Tensor, il: int, facts: Facts, linear: boo
     """build_latent_moe: the routed experts on the down-projected input (routed by the full one),
     normed and projected back up; the shared expert on the full input, added."""
     w = g.w
-    down = w.layer(il, "ffn_routed_down")
-    routed_in = g.mm(down, cur) if down is not None else cur
+    routed_in = mm_where(g, w.layer(il, "ffn_routed_down"), cur)
     logits = g.mm(need(w.layer(il, "ffn_gate_inp")), cur)
     moe = g.moe_ffn(routed_in, il, gating=facts.gating_or("softmax"), norm_w=bool(facts.norm_w),
                     w_scale=facts.w_scale, act="situ", probs_bias=w.layer(il, "exp_probs_b", "bias"), logits=logits,
@@ -106,7 +105,4 @@ def _latent_moe(g: GraphContext, cur: Tensor, il: int, facts: Facts, linear: boo
     norm = w.layer(il, "ffn_routed_norm")
     if norm is not None:
         moe = g.norm(moe, norm, None, il)
-    up = w.layer(il, "ffn_routed_up")
-    if up is not None:
-        moe = g.mm(up, moe)
-    return g.add_shexp(moe, cur, il, act="situ", linear=linear)
+    return g.add_shexp(mm_where(g, w.layer(il, "ffn_routed_up"), moe), cur, il, act="situ", linear=linear)
