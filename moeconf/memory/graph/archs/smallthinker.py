@@ -12,7 +12,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w, hp = g.ctx, g.w, g.hp
     inp, pos, attn_inp, _ = g.inputs()
     out_ids = built(g.t_out_ids)
-    gating = facts.gating_or("softmax")
     for il in range(hp.n_layer):
         res = inp
         logits = g.mm(need(w.layer(il, "ffn_gate_inp")), inp)
@@ -24,7 +23,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         if il == hp.n_layer - 1:
             cur, res, logits = (c.get_rows(t, out_ids) for t in (cur, res, logits))
         ffn_inp, cur = g.ffn_input(il, cur, res, rows=False)
-        cur = g.moe_ffn(cur, il, gating=gating, norm_w=True, act="relu", logits=logits)
+        cur = g.moe_ffn(cur, il, gating=facts.gating_or("softmax"), norm_w=True, act="relu", logits=logits)
         inp = c.add(cur, ffn_inp)
     cur = g.norm(inp, w.get("output_norm.weight"), None, -1)
     g.finish(cur, g.mm(need(w.get("output.weight")), cur))
