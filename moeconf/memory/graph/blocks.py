@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from moeconf.memory.graph.ggml import OUTPUT, CGraph, Ctx, Tensor, is_contiguous, nelements, row_size
 from moeconf.memory.rshape import RecurrentShape
 
-# the GLU op of each gated activation (build_ffn, build_moe_ffn; any other: REGLU), and those build_moe_ffn
-# runs as one GLU op whether or not the experts have a gate
+# the GLU op of each gated activation (build_ffn, build_moe_ffn; any other: REGLU)
 GLU = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp", "relu": "reglu"}
-GLU_ONLY = ("swiglu_oai", "silu_clamp")
+GLU_ONLY = ("swiglu_oai", "silu_clamp")  # build_moe_ffn runs these as one GLU op whether the experts have a gate
 
 
 def rotation_width(n: int) -> int:
@@ -116,8 +115,8 @@ class MissingTensor(Exception):
 
 @dataclass
 class Weights:
-    """The model's weights as graph leafs (absent ones are None), by GGUF name; `missed`: the last name asked
-    for and absent (what a `MissingTensor` without a name lacked)."""
+    """The weights as graph leafs by GGUF name (absent: None); `missed`: the last absent one asked for (a nameless
+    MissingTensor's)."""
 
     by_name: dict[str, Tensor]
     missed: str | None = None
@@ -262,8 +261,7 @@ class GraphContext:
         return swa if swa is not None and self.swa_layers.get(il) else full
 
     def kq_mask(self, n_kv: int, f16: bool = False) -> Tensor:
-        """A cache's KQ mask input: n_kv cells by the tokens of each stream (F16 for flash attention or
-        where the caller's op wants it, `f16`)."""
+        """A cache's KQ mask input: n_kv cells by each stream's tokens (F16 for flash attention or where `f16`)."""
         cp = self.cp
         return self.ctx.input("F16" if cp.flash_attn or f16 else "F32", n_kv, self.n_tokens // cp.n_stream, 1,
                               cp.n_stream, name="attn_inp_kq_mask")
@@ -394,8 +392,7 @@ class GraphContext:
         return kv, c.view(kv_pe, (rope, 1, T), (row, row), row_size(kv_pe.type, rank))
 
     def mla_q_parts(self, q: Tensor, n_head: int, nope: int = 0, rope: int = 0) -> tuple[Tensor, Tensor]:
-        """Q's per-head nope and rope parts: views of the projection, each head nope + rope wide (the
-        model's MLA widths unless given)."""
+        """Q's per-head nope and rope parts, views of its nope + rope wide heads (the model's widths unless given)."""
         c = self.ctx
         rope = rope or self.mla.rope
         nope = nope or self.mla.head_k - rope
