@@ -54,10 +54,6 @@ class Tensor:
     sub: str = ""  # the unary or GLU op of a UNARY or GLU node (SILU, SIGMOID, SWIGLU, ...)
     span: int = -1  # `nbytes`, remembered (`spanned`; -1: not yet): a tensor's shape and strides never change
 
-    def describe(self) -> str:
-        srcs = ", ".join(s.name or s.op for s in self.src if s is not None)
-        return f"{self.op} {self.type} {list(self.ne)} {self.name!r} <- [{srcs}]"
-
 
 @lru_cache(maxsize=65536)
 def contiguous_nb(type_name: str, ne: Shape) -> Shape:
