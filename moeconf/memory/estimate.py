@@ -9,7 +9,7 @@ on`, see docs/memory.md's accuracy table); CUDA-only terms cannot be checked the
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -92,14 +92,10 @@ def alloc_size(t: Tensor, device: str) -> int:
 def weight_bytes(placement: Placement) -> dict[str, int]:
     """Exactly what each buffer type's model buffer holds."""
     out: dict[str, int] = defaultdict(int)
-    devices = placement.devices
     for t in placement.inventory.tensors:
-        dev = devices[t.name]
-        if dev is not None:
+        if (dev := placement.devices[t.name]) is not None:
             out[dev] += alloc_size(t, dev)
-    # a tied output's second copy of token_embd (engines/tied.py)
-    tied = placement.tied_output()
-    if tied is not None:
+    if (tied := placement.tied_output()) is not None:  # a tied output's second copy of token_embd (engines/tied.py)
         out[tied] += alloc_size(placement.inventory.by_name["token_embd.weight"], tied)
     return dict(out)
 
@@ -133,8 +129,7 @@ def refused_settings(inv: Inventory, eng: Engine, settings: MemorySettings,
     elif is_quantized(settings.cache_type_v) and not traits(inv.arch).flash_attn:
         problems.append(f"{eng.label} forces flash attention off for {inv.arch} and then refuses a quantized V cache "
                         f"({settings.cache_type_v}): give -ctv f16 (a quantized -ctk alone is accepted)")
-    # a quantized cache type whose block does not divide a layer's head width
-    # (docs/memory.md, "What the estimate follows of the engines")
+    # a cache block not dividing a head width (docs/memory.md, "What the estimate follows of the engines")
     if not ik and settings.flash_attn != "off":
         for which, ctype, width in (("K", settings.cache_type_k, "head_k"), ("V", settings.cache_type_v, "head_v")):
             block = cache_block(ctype)[0] if ctype in CACHE_TYPES else 1
@@ -186,7 +181,7 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     the placement's (ik_llama.cpp's compute sized on llama.cpp's graph: llama.cpp's load refusals not asked)."""
     inv = placement.inventory
     eng = placement.engine
-    weights = weight_bytes(placement)
+    weights = Counter(weight_bytes(placement))
     layer_dev = layer_devices(placement)
     devices = {HOST, *weights, *layer_dev.values()}
     gpus = sorted(d for d in devices if d != HOST)
@@ -222,16 +217,15 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     amx = not ik and amx_possible(settings, gpus)
     amx_extra = sum(x for name, x in _amx_tensors(inv) if placement.devices.get(name) == HOST) if amx else 0
     if amx_extra and settings.host_cpu == "amx":
-        weights[HOST] = weights.get(HOST, 0) + amx_extra
+        weights[HOST] += amx_extra
         notes.append(f"host CPU with AMX: llama.cpp packs the CPU layers' matrices in its AMX buffer "
                      f"(+{amx_extra / MiB:.0f} MiB of host weights)")
     elif amx_extra >= MiB:
         notes.append(f"on a host CPU with AMX, llama.cpp packs the CPU layers' matrices in its AMX buffer: "
                      f"up to {amx_extra / MiB:.0f} MiB more host weights (--host-cpu amx counts them)")
-    # --- tensors ik_llama.cpp computes at load for MLA (memory/ikmla.py)
+    # --- tensors ik_llama.cpp computes at load for MLA (memory/ikmla.py), added to the weights (a Counter)
     ik_computed = computed_weights(placement, geo, effective_mla(inv, geo, settings)) if ik else {}
-    for d, b in ik_computed.items():
-        weights[d] = weights.get(d, 0) + b
+    weights.update(ik_computed)
     # flash attention: auto resolves to on for CPU, RPC and CUDA devices
     fa = settings.flash_attn != "off" and traits(inv.arch).flash_attn  # grok
     problems = refused_settings(inv, eng, settings, geo)
@@ -265,11 +259,10 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
         for d in gpus:
             if not d.startswith("CUDA") or d == AUTO_GPU:
                 continue
-            # CUDA only (not measurable without a GPU): op offload copies host weights (the graph has
-            # them); FA with a quantized cache converts K and V to f16
+            # CUDA only, modelled but not measured on a CUDA device: op offload's copies of host weights (the graph
+            # has them: ggml_backend_sched's op offload); FA with a quantized cache converts K and V to f16
             offloads = settings.op_offload and 0 < backend_for(d).offload_batch <= T  # (CUDA's batch of 32)
             if offloads and any(v == HOST for v in placement.devices.values()):
-                # the graph takes them from ggml_backend_sched's op offload: modelled, not measured on a CUDA device
                 terms[d].append("compute: op-offload copies of host weights (CUDA's op offload)")
             if fa and (is_quantized(settings.cache_type_k) or is_quantized(settings.cache_type_v)):
                 per_layer = max((la.n_head_kv * (la.head_k + la.head_v) for la in geo.layers), default=0)
@@ -387,15 +380,12 @@ def ik_twin_settings(settings: MemorySettings) -> MemorySettings:
                    repack=False)
 
 
-# backends whose devices offer a pinned host buffer type (ggml-cuda, ggml-sycl, ggml-vulkan, ggml-cann:
-# get_host_buffer_type), which llama.cpp's CPU buffer list puts before the CPU's extra buffer types
-_HOST_BUFFER_GPUS = ("CUDA", "ROCm", "MUSA", "SYCL", "Vulkan", "CANN")
+_HOST_BUFFER_GPUS = ("CUDA", "ROCm", "MUSA", "SYCL", "Vulkan", "CANN")  # the GPUs with a pinned host buffer type
 
 
 def amx_possible(settings: MemorySettings, gpus: list[str]) -> bool:
-    """Whether llama.cpp can put host weights in the AMX buffer: only with no GPU whose pinned host buffer
-    type comes first (CPU alone, RPC servers, Metal) or with --no-host, and -nr not given (src/llama-model.cpp
-    make_cpu_buft_list; docs/memory-architectures.md, "Host weights on a CPU with AMX")."""
+    """Whether llama.cpp can put host weights in the AMX buffer: no GPU whose pinned host buffer type comes first,
+    or --no-host; and -nr not given (docs/memory.md, "What the estimate follows of the engines")."""
     return settings.repack and (settings.no_host or not any(g.startswith(_HOST_BUFFER_GPUS) for g in gpus))
 
 

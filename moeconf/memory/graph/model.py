@@ -74,9 +74,7 @@ def fa_auto_off(placement: Placement, setup: Setup, g: GraphContext) -> bool:
         return False
     comp = COMPOSITIONS.get(placement.inventory.arch)
     if comp is not None and comp.memory is not None and comp.memory.refuses is not None \
-            and comp.memory.refuses(setup.n_seq, setup.n_stream):
-        # the probe's one-token form is not composed (MiniMax-M3's decode form): its attention reads the
-        # layer's own KV cache there as at every size, so no mismatch is taken
+            and comp.memory.refuses(setup.n_seq, setup.n_stream):  # the one-token form not composed (MiniMax-M3)
         return False
     p, s = _probe(placement, setup)
     layer_of = {kc: il for il, (kc, _) in p.kv.items()}
@@ -116,13 +114,11 @@ def missing_refusal(inv: Inventory, e: MissingTensor, what: str) -> list[str]:
 
 @dataclass
 class _Built:
-    """A graph built for one inventory and shape of placement (`_reuse_key`), with the prologue's tensors in a
-    device's buffer (`Ctx.bound`) as it named and shaped them (glm5-next's composition renames its indexer cache)."""
+    """A graph built for one inventory and shape of placement (`_reuse_key`)."""
 
     inv: Inventory
     key: tuple[object, ...]
     g: GraphContext
-    bound: tuple[tuple[str, tuple[int, ...]], ...]
 
 
 _BUILT: list[_Built] = []  # the last graphs built (a search measures many placements of one model)
@@ -131,13 +127,15 @@ _BUILT_KEPT = 3  # a search's graph, its probes' of one token per sequence (`_pr
 
 def _reuse_key(placement: Placement, setup: Setup, g: GraphContext, n_backends: int) -> tuple[object, ...]:
     """What of the placement the composition's nodes depend on beyond the devices of the weights and caches
-    it reads: the tensors left out, the number of backends (the CPU's index, which the callback pins to), and
+    it reads: the tensors left out, the number of backends (the CPU's index, which the callback pins to),
     each layer's home where the callback pins a layer's norms to it (`GraphContext.cb`) or a duplicated weight
-    has one tensor per device (rope_freqs)."""
+    has one tensor per device (rope_freqs), and the prologue's tensors in a device's buffer (`Ctx.bound`) as it
+    named and shaped them (glm5-next's composition renames its indexer cache)."""
     homes = tuple(g.layer_backend[il] for il in sorted(g.layer_backend))
     pins = setup.n_tokens < 32 or g.cp.full_offload or "rope_freqs.weight" in g.w.by_name
     absent = frozenset(n for n, d in placement.devices.items() if d is None)
-    return (setup, g.cp.full_offload, n_backends, absent, homes if pins else None)
+    bound = tuple((t.name, t.ne) for t in g.ctx.bound)
+    return (setup, g.cp.full_offload, n_backends, absent, homes if pins else None, bound)
 
 
 def _reused(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backend]]:
@@ -148,16 +146,16 @@ def _reused(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Back
     inv = placement.inventory
     g, backends, f = _prologue(placement, setup)
     key = _reuse_key(placement, setup, g, len(backends))
-    bound = tuple((t.name, t.ne) for t in g.ctx.bound)
+    n_bound = len(g.ctx.bound)
     for b in _BUILT:
-        if b.inv is inv and b.key == key and b.bound == bound:
-            for o, n in zip(b.g.ctx.bound[:len(bound)], g.ctx.bound, strict=True):
+        if b.inv is inv and b.key == key:
+            for o, n in zip(b.g.ctx.bound[:n_bound], g.ctx.bound, strict=True):
                 o.buffer = n.buffer
             b.g.layer_backend = g.layer_backend
             return b.g, backends
     _compose(g, f, inv.arch)
-    if len(g.ctx.bound) == len(bound):  # the composition made no weight or cache of its own on a device
-        _BUILT.insert(0, _Built(inv, key, g, bound))
+    if len(g.ctx.bound) == n_bound:  # the composition made no weight or cache of its own on a device
+        _BUILT.insert(0, _Built(inv, key, g))
         del _BUILT[_BUILT_KEPT:]
     return g, backends
 
@@ -192,7 +190,6 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
                          if d is not None and d != HOST)
     backends = [backend_for(d) for d in gpus] + [backend_for(HOST)]
     index = {b.name: i for i, b in enumerate(backends)}
-    cpu = len(backends) - 1
     ctx = Ctx()
     by_name = {t.name: ctx.weight(t.name, t.type.upper(), t.shape, dev, -1 if t.layer is None else t.layer)
                for t in inv.tensors if (dev := placement.devices.get(t.name)) is not None
@@ -204,14 +201,13 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         by_name["rope_freqs.weight"] = by_name["rope_factors_long.weight" if long else "rope_factors_short.weight"]
     if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
         emb = inv.by_name["token_embd.weight"]
-        dev = output_device(placement)
-        by_name["output.weight"] = ctx.weight("token_embd.weight", emb.type.upper(), emb.shape, dev)
+        by_name["output.weight"] = ctx.weight(emb.name, emb.type.upper(), emb.shape, output_device(placement))
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     rs: dict[int, tuple[Tensor, Tensor]] = {}
     rec = recurrent_shape(inv) or shortconv_shape(inv)
     state = rec or kda_dims(inv)  # the KDA layers' state (kda.head_dim): its caches' rows only, not GraphContext.rec
-    layer_backend = {la.index: index.get(home.get(la.index, HOST), cpu) for la in layers}
+    layer_backend = {la.index: index[home.get(la.index, HOST)] for la in layers}
     kv_home = {la.index: home.get(la.index, HOST) if setup.offload_kqv else HOST for la in layers}
     for la in layers:
         kdev = kv_home[la.index]
@@ -223,10 +219,9 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         v_row = geo.v_row(la, transposed=setup.v_trans)
         kv[la.index] = (ctx.cache(f"cache_k_l{la.index}", ctk, (la.n_head_kv * la.head_k, cells, ns), kdev),
                         ctx.cache(f"cache_v_l{la.index}", ctv, (v_row, cells, ns), kdev))
-    lid: dict[int, Tensor] = {}  # the DSA lightning indexer's K cache
-    lid_width = indexer_width(inv)
-    for il in indexer_row_layers(inv, sorted(kv)):
-        lid[il] = ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.n_kv, setup.n_stream), kv_home[il])
+    lid_width = indexer_width(inv)  # the DSA lightning indexer's K cache
+    lid = {il: ctx.cache(f"cache_k_l{il}", ctk, (lid_width, setup.n_kv, setup.n_stream), kv_home[il])
+           for il in indexer_row_layers(inv, sorted(kv))}
     freqs = by_name.get("rope_freqs.weight")
     if freqs is not None:  # created in every layer under one name (TENSOR_DUPLICATED): each on its layer's device
         per_dev: dict[str, Tensor] = {}
@@ -252,7 +247,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
                  full_offload=full)
     mla = Mla(head_k=geo.head_k_mla, head_v=geo.head_v_mla, rope=geo.n_rot, kv_lora_rank=geo.kv_lora_rank,
               absorbed=geo.mla)
-    g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, cpu, ctx=ctx, gf=CGraph(),
+    g = GraphContext(hp, cp, Weights(by_name), kv, layer_backend, len(backends) - 1, ctx=ctx, gf=CGraph(),
                      swa_layers={la.index: la.swa for la in layers}, mla=mla, rs=rs, rec=rec,
                      lid=lid, lid_rot=rotation_width(lid_width) if lid else 0)
     return g, backends, f
@@ -325,8 +320,7 @@ def graph_computed(placement: Placement) -> bool:
 
 
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:
-    """Every device's compute buffer through the engine's graph (`compute`); empty where the graph is not built
-    for the file (a weight it reads missing: `checked_compute` says why)."""
+    """Every device's compute buffer through the engine's graph; empty where it is not built (`checked_compute`)."""
     return checked_compute(placement, settings, pipeline)[0]
 
 

@@ -10,17 +10,7 @@ from functools import cache
 
 from moeconf.engines import HOST
 from moeconf.memory.graph.alloc import Allocator
-from moeconf.memory.graph.ggml import (
-    INPUT,
-    OUTPUT,
-    VIEW_OPS,
-    CGraph,
-    Tensor,
-    row_size,
-    same_layout,
-    spanned,
-    type_block,
-)
+from moeconf.memory.graph.ggml import INPUT, OUTPUT, VIEW_OPS, CGraph, Tensor, same_layout, spanned, type_block
 
 # ggml-alloc.c ggml_op_can_inplace
 CAN_INPLACE = frozenset({
@@ -31,6 +21,7 @@ CAN_INPLACE = frozenset({
 
 # GGML_SCHED_MAX_COPIES: the graph copies pipeline parallelism keeps
 PIPELINE_COPIES = 4
+Placed = list[tuple[Tensor, int]]  # the graph copy's tensors, each with its backend
 ROW_PADDING = 512  # MATRIX_ROW_PADDING (ggml-cuda/common.cuh): CUDA's quantized rows padded to a multiple of it
 
 
@@ -57,7 +48,8 @@ def row_padding(type_name: str, ne0: int) -> int:
     """The bytes a row-padding buffer (CUDA's) adds to a quantized tensor whose rows are not a multiple
     of `ROW_PADDING` elements (ggml-cuda get_alloc_size: quantized types only)."""
     pad = ROW_PADDING - ne0 % ROW_PADDING
-    return row_size(type_name, pad) if pad < ROW_PADDING and type_block(type_name)[0] > 1 else 0
+    block, size = type_block(type_name)
+    return pad * size // block if pad < ROW_PADDING and block > 1 else 0
 
 
 @cache
@@ -102,8 +94,6 @@ class Scheduler:
         self.op_offload = op_offload
         self.ids: dict[Tensor, int] = {}
         self.splits: list[tuple[int, list[Tensor], list[Tensor]]] = []  # (backend, inputs, nodes)
-        self.copy_nodes: list[tuple[Tensor, int]] = []
-        self.copy_leafs: list[tuple[Tensor, int]] = []
         self.copy_of: dict[Tensor, tuple[Tensor, int]] = {}  # a split input's copy -> (the tensor, backend)
         self._buf_index: dict[str, int] = {}  # a buffer's device -> the first backend supporting it
         # split's edits of the graph, undone by `restore`: (node, source index, source), (leaf, its flags)
@@ -133,11 +123,8 @@ class Scheduler:
             if s is None or s.buffer is None or not s.weights:
                 continue
             sb = self._buf_backend(s)
-            if self.op_offload and sb == self.cpu:
-                for i in range(self.cpu):
-                    ob = self.backends[i].offload_batch
-                    if ob and _batch(t) >= ob:
-                        return i
+            if self.op_offload and sb == self.cpu:  # the first GPU offloading the op's batch, else the CPU
+                return next((i for i, be in enumerate(self.backends) if 0 < be.offload_batch <= _batch(t)), sb)
             return sb
         return -1
 
@@ -170,8 +157,7 @@ class Scheduler:
                     cur = -1 if (skip_cpu and b == self.cpu) else b
                 elif cur != -1:
                     ids[n] = cur  # every backend here supports every op (CPU, RPC, CUDA for these graphs)
-        # pass 3 (an unassigned op to the backend supporting most of its sources) never runs here: once one op
-        # has a backend the four expansions give every op one, and every graph reads a weight (the logits')
+        # pass 3 has nothing left to assign (docs/memory.md, "The scheduler and the allocator")
         assert not ops or get(ops[0], -1) != -1, "an op without a backend after pass 2"
         for n in g.nodes:  # pass 4
             if n.view_src is not None and get(n, -1) == -1:
@@ -182,15 +168,15 @@ class Scheduler:
             if get(n, -1) == -1:
                 ids[n] = 0
 
-    def split(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> None:
+    def split(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> tuple[Placed, Placed]:
         """`assign`, then pass 5 (the splits, each source on an incompatible backend replaced by its
-        copy) and the graph copy (`copy_nodes`, `copy_leafs`)."""
+        copy); returns the graph copy's nodes and leafs, each with its backend."""
         self.assign(g, pinned)
         ids = self.ids
         # pass 5: splits and their input copies
         copies: dict[tuple[int, int], list[Tensor]] = {}  # (source, backend) -> its copies, the current first
         self.copy_of = {}
-        splits: list[tuple[int, list[Tensor], list[Tensor]]] = []
+        self.splits = splits = []
         cur = next((ids[n] for n in g.nodes if n.op not in VIEW_OPS), self.cpu)  # the first op's backend
         inputs: list[Tensor] = []
         members: list[Tensor] = []
@@ -199,8 +185,7 @@ class Scheduler:
                 members.append(n)
                 continue
             nb = ids[n]
-            # a new split where the backend changes, or where an op reads another backend's weight after the split
-            # took inputs
+            # a new split where the backend changes, or an op reads another backend's weight after the split took inputs
             if nb != cur or (inputs and any(s is not None and s.buffer is not None and s.weights and ids[s] != cur
                                             and not self._buffer_supported(s, cur) for s in n.src)):
                 splits.append((cur, inputs, members))
@@ -220,29 +205,27 @@ class Scheduler:
                 n.src[j] = copies[key][0]
             members.append(n)
         splits.append((cur, inputs, members))
-        self.splits = splits
         # the graph copy (pass 6 and the copy of the graph with its splits)
-        gnodes: list[tuple[Tensor, int]] = []
+        gnodes: Placed = []
         for b, ins, members in splits:
             for s in ins:
                 dep = Tensor("NONE", s.type, s.ne, s.nb, [s], view_src=s)  # ggml_view_tensor, op NONE
                 gnodes.append((dep, ids[s]))
                 gnodes.append((copies[(id(s), b)][0], b))
             gnodes.extend(zip(members, map(ids.__getitem__, members), strict=True))
-        gleafs: list[tuple[Tensor, int]] = []
+        gleafs: Placed = []
         if self.n_copies > 1:
             for leaf in [leaf for leaf in g.leafs if leaf.flags & INPUT]:  # the graph inputs
                 self._flagged.append((leaf, leaf.flags))
                 leaf.flags |= OUTPUT  # the current copy is the leaf itself, the others its duplicates
                 gleafs.append((leaf, ids[leaf]))
-                for _ in range(self.n_copies - 1):
-                    gleafs.append((Tensor("NONE", leaf.type, leaf.ne, leaf.nb, [], flags=INPUT | OUTPUT), ids[leaf]))
+                gleafs.extend((Tensor("NONE", leaf.type, leaf.ne, leaf.nb, [], flags=INPUT | OUTPUT), ids[leaf])
+                              for _ in range(self.n_copies - 1))
             for b, ins, _ in splits:
                 for s in ins:
                     gleafs.extend((cp, b) for cp in copies[(id(s), b)])
         gleafs.extend((leaf, ids[leaf]) for leaf in g.leafs)
-        self.copy_nodes = gnodes
-        self.copy_leafs = gleafs
+        return gnodes, gleafs
 
     def restore(self) -> None:
         """Undo `split`'s edits of the graph (sources replaced by their split copies, graph inputs
@@ -255,8 +238,7 @@ class Scheduler:
         self._flagged.clear()
 
     def reserve(self, g: CGraph, pinned: dict[Tensor, int] | None = None) -> list[int]:
-        self.split(g, pinned)
-        return allocate(self.copy_nodes, self.copy_leafs, self.backends)
+        return allocate(*self.split(g, pinned), self.backends)
 
 
 def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, int]],
@@ -285,9 +267,8 @@ def allocate(nodes: Sequence[tuple[Tensor, int]], leafs: Sequence[tuple[Tensor, 
                 if vs is not None and (views_get(vs, 0) != 1 or children_get(vs, 0) or vs.buffer is not None):
                     continue
                 parent = p if vs is None else vs
-                addr[t] = addr[parent]
                 own[p] = own[parent] = False
-                pb, off = addr[parent]  # the part of the parent's memory beyond t's size freed
+                pb, off = addr[t] = addr[parent]  # the part of the parent's memory beyond t's size freed
                 a = allocs[pb]
                 size = sizes[t] = size_of[pb](t)  # as it is freed later, from the parent's buffer
                 ps = a._aligned(sizes[parent])
