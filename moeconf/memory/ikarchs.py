@@ -37,10 +37,9 @@ IK_FAILS: Final[dict[str, str]] = {
     "minicpm": ("ik 0.1.5's minicpm tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have only per-expert "
                 "tensors (blk.N.ffn_gate.X), so create_llama_tensors cannot find merged ffn_*_exps and the load "
                 "fails (require_tensor_meta: 'blk.0.ffn_gate.0.weight' not found)"),
-    "granite": ("ik 0.1.5's granite tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have no router or expert "
-                "tensors: an MoE file of it fails to load (check_tensor_dims: '__missing__' not found)"),
-    "refact": ("ik 0.1.5's refact tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have no router or expert "
-               "tensors: an MoE file of it fails to load (check_tensor_dims: '__missing__' not found)"),
+    **{arch: (f"ik 0.1.5's {arch} tensor names (src/llama-model.cpp, LLM_TENSOR_NAMES) have no router or expert "
+              "tensors: an MoE file of it fails to load (check_tensor_dims: '__missing__' not found)")
+       for arch in ("granite", "refact")},
 }
 
 

@@ -51,11 +51,8 @@ def int_key(inv: Inventory, key: str) -> int | None:
 
 
 def neutral(key: str, inv: Inventory) -> bool:
-    """Whether the file's value of `{arch}.key` is one with which the engine (pinned llama.cpp) builds nothing it
-    would not build without the key: no expert groups (`GROUPS`), no MTP block, no shared KV layers or per-layer
-    embeddings."""
+    """Whether the file's `{arch}.key` makes the engine build nothing more (see the module's docs section)."""
     if key in GROUPS:
         return (int_key(inv, "expert_group_count") or 0) <= 1
-    # Gemma 4: no layer reusing an earlier layer's KV, no per-layer token embeddings (src/models/gemma4.cpp)
     return (key in ("nextn_predict_layers", "attention.shared_kv_layers", "embedding_length_per_layer_input")
             and int_key(inv, key) == 0)
