@@ -4,6 +4,7 @@ caches per compress ratio: docs/memory-architectures.md, "Indexer and compressed
 from __future__ import annotations
 
 from moeconf.memory.cachetypes import cache_row_bytes
+from moeconf.memory.graph.archs import traits
 from moeconf.memory.keys import int_key
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
@@ -13,8 +14,6 @@ CSA, HCA = 4, 128
 
 def ratios(inv: Inventory) -> tuple[int, ...] | None:
     """Each layer's compress ratio, None where the file has no compressed caches (or the ratios are its indexer's)."""
-    from moeconf.memory.graph.archs import traits
-
     v = inv.metadata.hparam("attention.compress_ratios")
     if v is None or traits(inv.arch).indexer:
         return None

@@ -46,8 +46,7 @@ class Geometry:
     nextn_kv: tuple[LayerAttention, ...] = ()  # nextn blocks that hold a KV cache too (`Traits.nextn_kv`)
 
     def v_row(self, la: LayerAttention, transposed: bool) -> int:
-        """A layer's V cache row: its heads' width, or, V stored transposed (no flash attention), the
-        widest attention layer's, which llama_kv_cache gives every layer (llama-kv-cache.cpp)."""
+        """A layer's V cache row, the widest layer's if `transposed` (docs/memory.md, "Memory per device")."""
         if not transposed or not la.n_head_kv:
             return la.n_head_kv * la.head_v
         return max((x.n_head_kv * x.head_v for x in self.layers if not x.recurrent), default=0)
@@ -71,8 +70,7 @@ def geometry(inv: Inventory) -> Geometry:
                               "`moeconf inspect MODEL.gguf --manifest`")
     if md.embedding_length is None or md.head_count is None:
         raise GeometryUnknown(f"the metadata has no {md.arch}.embedding_length or attention.head_count")
-    n_embd = md.embedding_length
-    n_head = md.head_count
+    n_embd, n_head = md.embedding_length, md.head_count
     head_k = md.key_length or n_embd // n_head
     head_v = md.value_length or n_embd // n_head
     swa_type: SwaType = "none"
@@ -87,8 +85,7 @@ def geometry(inv: Inventory) -> Geometry:
             pattern = md.sliding_window_pattern if md.sliding_window_pattern is not None else arch.swa.pattern
     nextn = set(inv.layers_of_kind("nextn"))
     recurrent = recurrent_layers(inv)
-    # per-layer head counts (Step-3.5) and the sliding-window layers' own head widths (llama-model.cpp reads
-    # them for every architecture, the full layers' widths where absent; dots3note's windowed latent rows)
+    # per-layer head counts and the sliding-window layers' own head widths (docs/memory.md, "Memory per device")
     heads = md.hparam("attention.head_count")
     head_k_swa = int_key(inv, "attention.key_length_swa") or head_k
     head_v_swa = int_key(inv, "attention.value_length_swa") or head_v

@@ -14,7 +14,7 @@ from moeconf.memory.geometry import Geometry
 from moeconf.model import ggml
 from moeconf.model.inventory import Inventory
 from moeconf.placement import Placement
-from moeconf.units import MIB as MiB
+from moeconf.units import MIB
 
 
 def effective_mla(inv: Inventory, geo: Geometry, settings: MemorySettings) -> int:
@@ -31,8 +31,7 @@ def _bytes(type_name: str, shape: tuple[int, ...]) -> int:
 
 
 def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str, int]:
-    """Bytes per device of the tensors ik computes at load, each on the buffer type of its source (docs/memory-
-    architectures.md, "ik_llama.cpp `-mla` on mainline DeepSeek GGUFs"; `llm_prepare_mla` returns early only for 1)."""
+    """Bytes per device of the tensors ik computes at load (docs: "ik_llama.cpp `-mla` on mainline DeepSeek GGUFs")."""
     if not geo.mla_arch:
         return {}
     out: dict[str, int] = defaultdict(int)
@@ -59,15 +58,13 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
 # the largest amount by which a compute buffer ik logged exceeded moeconf's figure, MiB, at -ub up to MARGIN_UBATCH
 MARGIN_MIB: Final = 37
 MARGIN_UBATCH: Final = 2048
-# ik PR #2312 (2026-08-13): -amb defaults to 256 (was 0)
-IK_PR_AMB_256: Final = "2026-08-13"
+IK_PR_AMB_256: Final = "2026-08-13"  # ik PR #2312: -amb defaults to 256 (was 0)
 MEASURED_BUFFERS: Final = 41  # device compute buffers ik sized by its MLA attention (39 command lines)
 PP_MIN_TOKENS: Final = 128  # `pp_opt`: ik's prompt-processing form of the attention from this many tokens
 
 
 def heads_per_chunk_pp(n_head: int, kv_f32_mib: int, amb: int) -> int:
-    """-mla 2/3 with flash attention: the heads whose decompressed K and V ik builds at once (-amb in MiB;
-    no divisor of n_head brings a chunk within it: one head at a time)."""
+    """-mla 2/3, flash attention: the heads ik decompresses at once (docs/memory.md, "ik's MLA attention")."""
     if amb <= 0 or kv_f32_mib <= amb:
         return n_head
     for niter in range(2, n_head):
@@ -77,8 +74,7 @@ def heads_per_chunk_pp(n_head: int, kv_f32_mib: int, amb: int) -> int:
 
 
 def heads_per_step_kq(n_head: int, kq_mib: int, amb: int) -> int:
-    """The KQ form (flash attention off): with -amb (MiB) below the f32 KQ of all heads, ik takes
-    ceil(KQ / amb) steps (at most one per head) of ceil(n_head / steps) heads."""
+    """The KQ form (flash attention off): the heads of one of ik's -amb steps (docs/memory.md, "ik's MLA attention")."""
     if amb <= 0 or amb >= kq_mib:
         return n_head
     steps = min(-(-kq_mib // amb), n_head)
@@ -97,26 +93,24 @@ def attention_form(mla: int, fa: bool, n_tokens: int) -> str | None:
 
 
 def attention_peak(geo: Geometry, n_kv: int, n_tokens: int, mla: int, fa: bool, amb: int) -> int | None:
-    """Bytes of ik's compute buffer at its MLA attention's peak on a device running attention layers (None: a
-    form not modelled), over n_kv cells (the reserved graph attends them all) at a ubatch of n_tokens. The terms of
-    each form: docs/memory.md, "ik's MLA attention"."""
+    """Bytes of ik's compute buffer at its MLA attention's peak on a device running attention layers (None: a form
+    not modelled), over n_kv cells at a ubatch of n_tokens (docs/memory.md, "ik's MLA attention")."""
     form = attention_form(mla, fa, n_tokens)
     if form is None:
         return None
-    H, r, p, E = geo.n_head, geo.kv_lora_rank, geo.n_rot, geo.n_embd
+    H, r, p, E, T = geo.n_head, geo.kv_lora_rank, geo.n_rot, geo.n_embd, n_tokens
     n, v = geo.head_k_mla - p, geo.head_v_mla
-    T = n_tokens
     mask = n_kv * ggml.pad(T, 16) * (2 if fa else 4)
     # per token the layer input, Q, its roped part, the absorbed Q-nope and the concatenated Q
     absorbed_tokens = 4 * (E + H * (n + p) + H * p + H * r + H * (r + p)) * T
     if form == "pp":
-        hc = heads_per_chunk_pp(H, H * (n + v) * n_kv * 4 // MiB, amb)
+        hc = heads_per_chunk_pp(H, H * (n + v) * n_kv * 4 // MIB, amb)
         # in chunks, the roped K repeated to a chunk's heads, beside the output concatenated so far
         chunked = n_kv * hc * p * 2 + 4 * H * v * T if hc < H else 0
         return mask + n_kv * hc * (n + v) * 6 + 4 * (E + 2 * H * (n + p) + H * p) * T + chunked
     if form == "kq":
         # the f32 KQ of a step of heads (its SOFT_MAX in place), with -mla 2/3 the f16 transposed latent
-        hs = heads_per_step_kq(H, n_kv * T * H * 4 // MiB, amb)
+        hs = heads_per_step_kq(H, n_kv * T * H * 4 // MIB, amb)
         stepped = 4 * H * r * T if hs < H else 0  # in steps, the latent output concatenated so far
         return mask + 4 * n_kv * T * hs + (n_kv * r * 2 if mla > 1 else 0) + absorbed_tokens + stepped
     return mask + absorbed_tokens

@@ -9,8 +9,7 @@ from typing import Final
 from moeconf.engines import archkeys
 from moeconf.model.inventory import Inventory
 
-# `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine (docs/memory-architectures.md,
-# "Keys each architecture's loader reads", as for the other sets here; softcapping and SwiGLU limits are not)
+# `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine (see the module's docs section)
 SCALARS_ONLY: Final[frozenset[str]] = frozenset({
     "rope.freq_base", "rope.freq_base_swa", "rope.scale_linear", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.alpha", "rope.scaling.attn_factor", "rope.scaling.original_context_length",
@@ -51,11 +50,8 @@ def int_key(inv: Inventory, key: str) -> int | None:
 
 
 def neutral(key: str, inv: Inventory) -> bool:
-    """Whether the file's value of `{arch}.key` is one with which the engine (pinned llama.cpp) builds nothing it
-    would not build without the key: no expert groups (`GROUPS`), no MTP block, no shared KV layers or per-layer
-    embeddings."""
+    """Whether the file's `{arch}.key` makes the engine build nothing more (see the module's docs section)."""
     if key in GROUPS:
         return (int_key(inv, "expert_group_count") or 0) <= 1
-    # Gemma 4: no layer reusing an earlier layer's KV, no per-layer token embeddings (src/models/gemma4.cpp)
     return (key in ("nextn_predict_layers", "attention.shared_kv_layers", "embedding_length_per_layer_input")
             and int_key(inv, key) == 0)

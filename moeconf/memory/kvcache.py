@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 
 import moeconf.memory.compressed as compressed
 import moeconf.memory.recurrent as rec
@@ -21,9 +22,8 @@ from moeconf.model.inventory import Inventory
 
 def context_cells(inv: Inventory, geo: Geometry, settings: MemorySettings, *, ik: bool = False,
                   fa: bool = True) -> tuple[int, int, int, int, int]:
-    """The context the engine allocates (src/llama-context.cpp, llama-kv-cache-iswa.cpp; ik's llama_kv_cache_init;
-    docs/memory.md, "Memory per device"): n_ctx, the cells per stream, a sliding-window layer's (0: none), the
-    streams, the worst-case ubatch."""
+    """The context the engine allocates (docs/memory.md, "Memory per device"): n_ctx, the cells per stream, a
+    sliding-window layer's (0: none), the streams, the worst-case ubatch."""
     pad = 256 if (not ik or fa) else 32
     n_ctx = ggml.pad(settings.n_ctx or (inv.metadata.context_length or 4096), pad)
     n_seq = settings.n_parallel
@@ -79,11 +79,8 @@ def kv_bytes(inv: Inventory, geo: Geometry, settings: MemorySettings, homes: Map
 
     for la in (*geo.layers, *geo.nextn_kv):
         kv[homes.get(la.index, HOST) if settings.offload_kqv else HOST] += layer_bytes(la)
-    if dsv4 and geo.layers:
-        # the MTP blocks' rows too, on the last block's device
-        la0 = geo.layers[0]
+    if dsv4 and geo.layers:  # the MTP blocks' rows too, as the first layer's, on the last block's device
         dev = homes.get(geo.layers[-1].index, HOST) if settings.offload_kqv else HOST
         for il in inv.layers_of_kind("nextn"):
-            kv[dev] += (cache_row_bytes(ctk, la0.head_k, la0.n_head_kv) * (swa_cells or cells) * n_stream
-                        + compressed.layer_bytes(inv, il, la0.head_k, cells, n_seq, ctk))
+            kv[dev] += layer_bytes(replace(geo.layers[0], index=il, swa=swa_cells > 0, recurrent=False))
     return dict(kv)

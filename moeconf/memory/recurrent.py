@@ -4,17 +4,11 @@ layers are recurrent, the per-sequence state they keep. The rules, figures and e
 
 from __future__ import annotations
 
+from moeconf.engines.archkeys import MAINLINE
+from moeconf.memory.graph.archs import traits
 from moeconf.memory.keys import int_key
 from moeconf.memory.rshape import RecurrentShape
 from moeconf.model.inventory import Inventory
-
-
-def _kind(arch: str) -> str:
-    """The architecture's recurrent layers as its composition module declares them (`Traits.recurrent`)."""
-    from moeconf.memory.graph.archs import traits  # imported here: the registry's blocks import this module
-
-    return traits(arch).recurrent
-
 
 # the `{arch}.*` keys this module reads (moeconf.memory.support lists them as modelled)
 KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
@@ -24,11 +18,10 @@ KEYS = frozenset({"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.ti
 
 def shape(inv: Inventory) -> RecurrentShape | None:
     """The recurrent layers' dimensions, None when the architecture has none modelled here."""
-    kind = _kind(inv.arch)
+    kind = traits(inv.arch).recurrent
     if kind == "lightning":
-        md = inv.metadata
-        heads = md.head_count if isinstance(md.head_count, int) else 0
-        hd = int_key(inv, "attention.key_length") or ((md.embedding_length or 0) // heads if heads else 0)
+        heads = inv.metadata.head_count or 0
+        hd = int_key(inv, "attention.key_length") or ((inv.metadata.embedding_length or 0) // heads if heads else 0)
         return RecurrentShape(0, heads * hd, hd, 0, heads) if heads and hd else None
     if kind not in ("delta_net", "mamba2", "mamba"):
         return None
@@ -44,7 +37,7 @@ def shape(inv: Inventory) -> RecurrentShape | None:
 
 def recurrent_layers(inv: Inventory) -> frozenset[int]:
     """The trunk layers the engine marks recurrent (see the module's notes)."""
-    kind = _kind(inv.arch)
+    kind = traits(inv.arch).recurrent
     md = inv.metadata
     if kind == "mamba2":
         return _zero_layers(inv, md.head_count_kv, md.hparam("feed_forward_length"))
@@ -61,8 +54,7 @@ def recurrent_layers(inv: Inventory) -> frozenset[int]:
 
 
 def shortconv_shape(inv: Inventory) -> RecurrentShape | None:
-    """LFM2's short-convolution state (docs/memory-architectures.md, "Recurrent layers in the engine"); None
-    where the file has no `shortconv.l_cache`."""
+    """LFM2's short-convolution state, None without `shortconv.l_cache` (see the module's notes)."""
     l_cache, n_embd = int_key(inv, "shortconv.l_cache"), inv.metadata.embedding_length
     return RecurrentShape(l_cache, n_embd, 0, 0, 0) if l_cache and n_embd else None
 
@@ -72,8 +64,7 @@ KDA_KEYS = frozenset({"ssm.conv_kernel", "kda.head_dim"})
 
 
 def kda_dims(inv: Inventory) -> RecurrentShape | None:
-    """The KDA layers' state as a `RecurrentShape` (docs/memory-architectures.md, "Recurrent layers in the
-    engine"); None where the file lacks a size."""
+    """The KDA layers' state, None where the file lacks a size (see the module's notes)."""
     d_conv, head_dim, n_head = int_key(inv, "ssm.conv_kernel"), int_key(inv, "kda.head_dim"), inv.metadata.head_count
     return (RecurrentShape(d_conv, n_head * head_dim, head_dim, n_head, n_head) if d_conv and head_dim and n_head
             else None)
@@ -81,8 +72,6 @@ def kda_dims(inv: Inventory) -> RecurrentShape | None:
 
 def is_kda(inv: Inventory) -> bool:
     """Whether the file's recurrent layers are KDA layers (its llama.cpp loader reads `kda.head_dim`, or it has it)."""
-    from moeconf.engines.archkeys import MAINLINE
-
     return "kda.head_dim" in MAINLINE.get(inv.arch, frozenset()) or int_key(inv, "kda.head_dim") is not None
 
 
@@ -100,8 +89,7 @@ def state_bytes(inv: Inventory, n_seq_max: int) -> int:
 
 
 def ple_bytes(inv: Inventory, il: int, n_seq_max: int) -> int:
-    """Qwen4Exp's PLE block keeps its n-gram conv history in one more F32 row per sequence: (kernel - 1) x
-    ple.ngram_size columns of the module's channels (blk.N.ple_conv1d is kernel x channels); 0 elsewhere."""
+    """Qwen4Exp's PLE conv history, bytes; 0 elsewhere (see the module's notes)."""
     t = inv.by_name.get(f"blk.{il}.ple_conv1d.weight")
     dilation = int_key(inv, "ple.ngram_size")
     return (t.shape[0] - 1) * dilation * t.shape[1] * 4 * max(1, n_seq_max) if t is not None and dilation else 0
@@ -113,7 +101,7 @@ def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
         # without them the KDA state and activations would silently be 0
         return [f"memory is not modelled for this {inv.arch} file: it lacks {inv.arch}.ssm.conv_kernel, "
                 f"{inv.arch}.kda.head_dim or a per-layer attention.head_count_kv marking the KDA layers"]
-    if _kind(inv.arch) in ("delta_net", "kda", "lightning") and not offload_kqv:
+    if traits(inv.arch).recurrent in ("delta_net", "kda", "lightning") and not offload_kqv:
         # the scans and the attention on the CPU: not checked (docs/memory-architectures.md, "Hybrid recurrent MoEs")
         return [f"memory is not modelled for -nkvo (--no-kv-offload) on {inv.arch}: the host's compute buffer "
                 "(recurrent scans and attention run on the CPU) is not computed"]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from moeconf.engines.settings import DEFAULT_RESERVE
 from moeconf.memory.graph.sched import ROW_PADDING
 from moeconf.model import ggml
-from moeconf.units import MIB as MiB
+from moeconf.units import MIB
 
 if TYPE_CHECKING:
     from moeconf.engines.settings import MemorySettings
@@ -27,13 +27,13 @@ _FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
 _Q8_1_MMQ = (144, 128)  # block_q8_1_mmq: 144 bytes per 128 values (mmq.cuh)
 _J_MAX = 512  # ggml_cuda_mmq_get_J_max caps the tile at 512 columns: that many extra q8_1 blocks
 _FIXUP_PER_SM = 128 * 128 * 4  # stream-k fixup: one I x J f32 tile per block; I, J <= 128 on NVIDIA
-_GRANULARITY = 2 * MiB  # the VMM pool grows in the device's recommended granularity (2 MiB on NVIDIA GPUs)
+_GRANULARITY = 2 * MIB  # the VMM pool grows in the device's recommended granularity (2 MiB on NVIDIA GPUs)
 _MAX_SM = 192  # SMs assumed for a card not in the table: the full GB202 die (RTX PRO 6000 Blackwell enables 188)
 
 _H200 = "../shared/memory-facts.md section 5 (NVIDIA H200, driver 580.159, CUDA 13.0)"
-_CUBLAS_HANDLE = 68 * MiB
+_CUBLAS_HANDLE = 68 * MIB
 # what the H200 lines held beyond ggml's buffers, the context, cuBLAS and the computed pool ("other")
-_OTHER_H200 = 80 * MiB
+_OTHER_H200 = 80 * MIB
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,7 @@ class Part:
 
 @dataclass(frozen=True)
 class Card:
-    """What is known of one card's CUDA overhead: its context (measured or reported), SMs, and
-    whether every part was measured on it (then its parts replace the default margin)."""
+    """What is known of one card's CUDA overhead: its context (measured or reported), SMs, the parts measured."""
 
     name: str
     match: str  # a regular expression searched in the card's name as nvidia-smi prints it, case-insensitive
@@ -59,15 +58,15 @@ class Card:
     context_source: str
     n_sm: int
     hopper_or_newer: bool  # cuBLAS workspace 32 MiB (compute capability >= 9.0), else 4 MiB
-    measured: bool
+    measured: bool  # every part was measured on it: then its parts replace the default margin (reserve_for)
 
 
 _REPORTED = "reported: cudaMemGetInfo's primary context (github.com/ggml-org/llama.cpp/pull/23604)"
 CARDS: tuple[Card, ...] = (
-    Card("NVIDIA H200", r"\bh200\b", 526 * MiB,
+    Card("NVIDIA H200", r"\bh200\b", 526 * MIB,
          f"measured: cudaMemGetInfo right after context creation, {_H200}", 132, True, True),
-    Card("NVIDIA RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 555 * MiB, _REPORTED, 188, True, False),
-    Card("NVIDIA GeForce RTX 4060 Ti", r"\b4060 ti\b", 107 * MiB, _REPORTED, 34, False, False),
+    Card("NVIDIA RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 555 * MIB, _REPORTED, 188, True, False),
+    Card("NVIDIA GeForce RTX 4060 Ti", r"\b4060 ti\b", 107 * MIB, _REPORTED, 34, False, False),
 )
 # the largest CUDA context reported for any card (docs/memory.md, "The reserve from its parts")
 _LARGEST_CONTEXT = max(CARDS, key=lambda c: c.context)
@@ -79,8 +78,7 @@ def card_row(card: str | None) -> Card | None:
 
 
 def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool = True) -> int:
-    """The pool's temporaries while the CUDA backend multiplies `rows` activations by weight `t`. `mmq`: the card
-    multiplies quantized weights with MMQ at this batch (int8 tensor cores, Turing and newer; Volta below 64 rows)."""
+    """The pool's temporaries while CUDA multiplies `rows` activations by `t` (by MMQ if `mmq`; see pool_bytes)."""
     k_in, n_out = t.shape[0], t.shape[1]
     expert = len(t.shape) == 3
     r = rows * experts_used if expert else rows
@@ -100,8 +98,7 @@ def op_pool_bytes(t: Tensor, rows: int, experts_used: int, n_sm: int, mmq: bool 
 
 
 def pool_bytes(inv: Inventory, settings: MemorySettings, n_sm: int, volta: bool = False) -> int:
-    """The CUDA pool after the first prompt: the largest op's temporaries over every matrix weight of the model
-    at the ubatch, rounded up to the pool's granularity. `volta`: quantized weights take cuBLAS at 64 rows or more."""
+    """The CUDA pool after the first prompt, `volta` a V100's (docs/memory.md, "The reserve from its parts")."""
     rows = min(settings.n_ubatch, settings.n_batch)
     k = inv.metadata.expert_used_count or 1
     top = 0
@@ -132,7 +129,7 @@ def reserve_parts(card: str | None, settings: MemorySettings, inv: Inventory) ->
         Part("cuBLAS handle", _CUBLAS_HANDLE,
              f"{other_src}: cublasCreate under CUDA's default lazy module loading, {_H200} "
              "(458 MiB with CUDA_MODULE_LOADING=EAGER: not covered)"),
-        Part("cuBLAS workspace", (32 if hopper else 4) * MiB,
+        Part("cuBLAS workspace", (32 if hopper else 4) * MIB,
              "ggml-cuda/common.cuh cublas_handle(): 32 MiB at compute capability 9.0 and newer, else 4 MiB"),
         Part("CUDA pool", pool_bytes(inv, settings, n_sm, volta=_volta(card)),
              f"computed: the largest op's temporaries at -ub {settings.n_ubatch} ({n_sm} SMs), "
@@ -160,7 +157,6 @@ def reserve_for(card: str | None, settings: MemorySettings, inv: Inventory, give
         return Reserve(given, (Part("given", given, "--reserve"),), "given")
     parts = reserve_parts(card, settings, inv)
     total = sum(p.size for p in parts)
-    row = card_row(card)
-    if row is not None and row.measured:
+    if (row := card_row(card)) is not None and row.measured:
         return Reserve(total, parts, "parts")
     return Reserve(max(DEFAULT_RESERVE, total), parts, "default")

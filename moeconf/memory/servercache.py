@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 import moeconf.memory.recurrent as rec
 from moeconf.engines.settings import SERVER_BINARIES
 from moeconf.memory.cachetypes import cache_row_bytes
-from moeconf.units import MIB as MiB
+from moeconf.units import MIB
 
 if TYPE_CHECKING:
     from moeconf.engines import Engine
@@ -62,14 +62,14 @@ class ServerCaches:
             pc = "off (--cache-ram 0)"
         else:
             flag = "--cache-ram" if self.prompt_cache_given else f"the default --cache-ram {PROMPT_CACHE_DEFAULT_MIB}"
-            pc = f"up to {self.prompt_cache / MiB:,.0f} MiB ({flag})"
+            pc = f"up to {self.prompt_cache / MIB:,.0f} MiB ({flag})"
         out = [f"{self.binary} host caches, beyond the table (they grow with use): prompt cache {pc}"]
         if self.checkpoints and self.checkpoint_bytes:
+            flag = ("--ctx-checkpoints" if self.checkpoints_given
+                    else f"the default --ctx-checkpoints {self.checkpoints}")
             out.append(f"{self.binary} context checkpoints: up to {self.slots} slot(s) x {self.checkpoints} x "
-                       f"{self.checkpoint_bytes / MiB:,.1f} MiB ({self.checkpoint_of}) = "
-                       f"{self.checkpoints_total / MiB:,.0f} MiB ("
-                       + ("--ctx-checkpoints" if self.checkpoints_given else
-                          f"the default --ctx-checkpoints {self.checkpoints}") + ")")
+                       f"{self.checkpoint_bytes / MIB:,.1f} MiB ({self.checkpoint_of}) = "
+                       f"{self.checkpoints_total / MIB:,.0f} MiB ({flag})")
         return out
 
 
@@ -112,7 +112,7 @@ def server_caches(inv: Inventory, geo: Geometry, settings: MemorySettings, eng: 
     has_cache = ik or (eng.build or 0) >= PROMPT_CACHE_SINCE
     given = settings.cache_ram
     mib = given if given is not None else (PROMPT_CACHE_DEFAULT_MIB if has_cache else 0)
-    prompt = None if mib < 0 else mib * MiB
+    prompt = None if mib < 0 else mib * MIB
     # ik makes checkpoints only with its own switch (not modelled: off by default)
     size, what = (0, "") if ik else checkpoint(inv, geo, settings, eng.build)
     n_ckpt = settings.ctx_checkpoints if settings.ctx_checkpoints is not None else default_checkpoints(eng.build)
