@@ -20,8 +20,7 @@ def conv_input(g: GraphContext, rs_in: RsInput, conv_all: Tensor, xbc: Tensor, k
     assert rec is not None
     n_seqs = rs_in.n_seqs
     d_conv = kernel.ne[0]
-    conv = g.rs_states(rs_in, conv_all, rec.n_embd_r)
-    conv = c.reshape(conv, d_conv - 1, channels, n_seqs)
+    conv = c.reshape(g.rs_states(rs_in, conv_all, rec.n_embd_r), d_conv - 1, channels, n_seqs)
     conv_x = c.concat(conv, c.transpose(xbc), 0)
     last = c.view(conv_x, (d_conv - 1, channels, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
     rows = (d_conv - 1) * channels

@@ -8,7 +8,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs._hc import hc_post, hc_pre, stream
+from moeconf.memory.graph.archs._hc import fused, hc_post, hc_pre, stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, probs_bias
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
@@ -104,10 +104,9 @@ def _inp_kpool(g: GraphContext, facts: Facts) -> _Kpool:
     n_sel = kpool * n_top + (kpool - 1 if facts.hparam("attention.indexer.kpool_select_tail") else 0)
     gather_mask = c.input("F32", n_sel, 1, 1, T, name="")
     g.expand(gather_mask)
-    new_idxs = c.input("I32", kpool, n_new, name="")
-    new_rep = c.input("I64", n_new, name="")
-    return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask, new_idxs, new_rep, n_top,
-                  n_sel, T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, facts.hparam("attention.indexer.key_length"))
+    return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask,
+                  c.input("I32", kpool, n_new, name=""), c.input("I64", n_new, name=""), n_top, n_sel,
+                  T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, facts.hparam("attention.indexer.key_length"))
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -115,6 +114,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     hc = facts.hparam("hyper_connection.count")
     iters = facts.hparam("hyper_connection.sinkhorn_iterations")
     decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
+    sh_clamp = "swiglu_clamp_shexp" if "swiglu_clamp_shexp" in facts.floats | facts.units else "swiglu_clamp_exp"
     for il, kc in g.lid.items():  # llama_memory_hybrid_idx's indexer cache, created with the prefix "idx_"
         kc.name = f"cache_idx_k_l{il}"
     inp = g.inp_embd()
@@ -136,9 +136,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = hc_post(g, cur, residual, post, comb, hc, il)
         residual = x
         cur, post, comb = hc_pre(g, x, il, "ffn", hc, iters)
-        shexp_clamp = facts.above("swiglu_clamp_shexp", il) if "swiglu_clamp_shexp" in facts.floats | facts.units \
-            else facts.above("swiglu_clamp_exp", il)
-        sh_act = "silu_clamp" if shexp_clamp else "silu"
+        sh_act = "silu_clamp" if facts.above(sh_clamp, il) else "silu"
         if g.dense(il):
             cur = g.layer_ffn(cur, il, act=sh_act)
         else:
@@ -183,10 +181,8 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     g.expand(c.set_rows(pooled_all, pooled_new, kp.new_pool_rep))  # cache_safe on a fresh cache
     pooled = c.reshape(c.get_rows(pooled_all, kp.pool_cells), width, 1, n_pool)
     weights = c.scale(g.mm(need(lw(il, "indexer.proj")), cur))
-    # the fused LIGHTNING_INDEXER on every placement: the pinned engine never probes it (auto_flid false), so its
-    # unfused form (the engine's cparams.fused_lid false) is never built
-    score = c.lightning_indexer(iq, pooled, weights, kp.pool_mask)
-    g.fused.append(("LIGHTNING_INDEXER", score, il))
+    # fused on every placement (docs/memory.md, "What the larger compositions build")
+    score = fused(g, "LIGHTNING_INDEXER", c.lightning_indexer(iq, pooled, weights, kp.pool_mask), il)
     n_top = kp.n_top
     top = c.top_k(score, n_top)
     sel_score = c.get_rows(c.reshape(score, 1, n_pool, T), top)
@@ -221,11 +217,10 @@ def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il:
     """build_dsa_layer: the nope-only absorbed MLA over the indexer's selection."""
     c, lw = g.ctx, g.w.layer
     T, n_head = cur.ne[1], g.hp.n_head[il]
-    rank = g.mla.kv_lora_rank
     qr = g.norm(g.mm(need(lw(il, "attn_q_a")), cur), lw(il, "attn_q_a_norm"), None, il)
     q = c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), g.mla.head_k, n_head, T)
     kv = g.norm(g.mm(need(lw(il, "attn_kv_a_mqa")), cur), lw(il, "attn_kv_a_norm"), None, il)
-    kv = c.reshape(kv, rank, 1, T)
+    kv = c.reshape(kv, g.mla.kv_lora_rank, 1, T)
     absorbed = c.permute(g.mm(need(lw(il, "attn_k_b")), c.permute(q, 0, 2, 1, 3)), 0, 2, 1, 3)
     mask = attn_in.mask
     sel = _kpool_select(g, kp, cur, qr, mask, il) if il in g.lid else prev
@@ -246,8 +241,7 @@ def _gathered(g: GraphContext, kc: Tensor, sel_idx: Tensor, absorbed: Tensor, ma
     mask, the softmax, the latents' transposed copy, KQV, decompressed by attn_v_b."""
     c = g.ctx
     g.expand(mask)
-    n_sel, T = sel_idx.ne[0], sel_idx.ne[1]
-    rank = kc.ne[0]
+    n_sel, T, rank = sel_idx.ne[0], sel_idx.ne[1], kc.ne[0]
     rows = c.view(kc, (rank, kc.ne[1] * kc.ne[2]), (kc.nb[1],), 0)
     k_g = c.get_rows(rows, c.reshape(sel_idx, n_sel * T))
     k_g = c.reshape(k_g, rank, n_sel, 1, T)

@@ -76,8 +76,7 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
     ik_kv = g.get_k_one(ic, attn_in.n_kv)
     q, kv_k, kv_v = g.store_kv(attn_in, il, q, k, v, iswa=True)  # K before V, as the engine's MSA form
     d, hkv, n_kv = kv_k.ne[0], kv_k.ne[1], kv_k.ne[2]
-    n_head = hp.n_head[il]
-    n_tps = T // ns
+    n_head, n_tps = hp.n_head[il], T // ns
     nblk = m.n_ps // m.blk
     top = min(m.top_k, nblk)
     outs = []
