@@ -117,8 +117,7 @@ def gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tens
         q_full = c.reshape(q_full, 2 * hd, n_head, T, 1)
         ne, nb = (*ne, 1), q_full.nb[1:]
     q, gate = (c.view(q_full, ne, nb, offset) for offset in (0, hd * 4))
-    k = c.reshape(k, hd, n_kv, T)
-    v = c.reshape(v, hd, n_kv, T)
+    k, v = (c.reshape(t, hd, n_kv, T) for t in (k, v))
     q, k = g.qk_norm(il, q, k)
     q, k = c.rope(q, pos), c.rope(k, pos)
     cur = g.attn(attn_in, il, None, None, q, k, v)
@@ -148,8 +147,7 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
         beta = c.unary(c.reshape(g.mm(w_beta, cur), 1, nv, T, n_seqs), "sigmoid")
         alpha = c.reshape(g.mm(need(w.layer(il, "ssm_alpha")), cur), nv, T, n_seqs)
     else:
-        ba = g.mm(need(w.layer(il, "ssm_ba")), cur)
-        ba = c.reshape(ba, 2 * nv // nk, nk, T, n_seqs)
+        ba = c.reshape(g.mm(need(w.layer(il, "ssm_ba")), cur), 2 * nv // nk, nk, T, n_seqs)
         per = nv // nk
         b, a = (c.view(ba, (per, nk, T, n_seqs), ba.nb[1:], offset) for offset in (0, per * 4))
         beta = c.reshape(c.unary(c.cont(b), "sigmoid"), 1, nv, T, n_seqs)
@@ -168,9 +166,9 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     v = c.view(mix, (hv, nv, T, n_seqs), (4 * hv, row, row * T), 4 * 2 * hk * nk)
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
     if nk != nv and repeat:
-        rep = nv // nk
-        q = c.reshape(c.repeat(c.reshape(q, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
-        k = c.reshape(c.repeat(c.reshape(k, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
+        rep, n = nv // nk, T * n_seqs
+        q, k = (c.reshape(c.repeat(c.reshape(t, hk, 1, nk, n), hk, rep, nk, n), hk, nk * rep, T, n_seqs)
+                for t in (q, k))
     output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
     z2 = c.reshape(z, hv, nv, T, n_seqs)
     normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)

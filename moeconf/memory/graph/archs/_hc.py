@@ -35,8 +35,7 @@ def sublayer_mixes(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> t
 def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
            record: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """build_hc_pre (docs/memory.md, "What the larger compositions build"): the mixed streams normed by the
-    sublayer's {part}_norm, the post weights and the comb matrix; `record`: the fused nodes recorded for the
-    engine's probe (`GraphContext.fused`)."""
+    sublayer's {part}_norm, the post weights and the comb matrix (`record`: as `fused`)."""
     c = g.ctx
     mixes, scale, base = sublayer_mixes(g, x, il, part, hc)
     pre = c.scale(c.unary(affine_part(g, mixes, scale, base, 0, 0, hc), "sigmoid"))

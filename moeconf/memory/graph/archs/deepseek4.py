@@ -144,13 +144,11 @@ def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, w
             return c.cont(c.permute(c.reshape(c.get_rows(src, inp.read_idxs), width, ratio, n_blocks), 1, 0, 2, 3))
         zero = c.reshape(c.scale(c.view(src, (src.ne[0],), (), 0)), src.ne[0], 1)
         r = c.get_rows(c.concat(src, zero, 1), inp.read_idxs)
-        prev = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), 0)), width, ratio, n_blocks)
-        now = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), n_read * r.nb[1] + 4 * width)),
-                        width, ratio, n_blocks)
+        prev, now = (c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), offset)), width, ratio, n_blocks)
+                     for offset in (0, n_read * r.nb[1] + 4 * width))
         return c.cont(c.permute(c.concat(prev, now, 1), 1, 0, 2, 3))
 
-    values, scores = blocks(src_kv), blocks(src_score)
-    comp = c.sum_rows(c.mul(values, c.soft_max(scores)))
+    comp = c.sum_rows(c.mul(blocks(src_kv), c.soft_max(blocks(src_score))))
     comp = c.cont(c.permute(comp, 1, 0, 2, 3))
     comp = g.norm(comp, lw(il, f"{prefix}_norm"), None, il)
     comp = c.rope(comp, inp.write_pos)
@@ -177,8 +175,7 @@ def _attention(g: GraphContext, facts: Facts, cur: Tensor, pos: Tensor, il: int,
         if lid_cache is not None:
             _compressed(g, il, cur, lid, CSA, idx_head, "indexer_compressor", lid_cache, "lid")
     qr = g.norm(g.mm(need(lw(il, "attn_q_a")), cur), lw(il, "attn_q_a_norm"), None, il)
-    q = c.rms_norm(c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), head, n_head, T))
-    q = c.rope(q, pos)
+    q = c.rope(c.rms_norm(c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), head, n_head, T)), pos)
     kv = g.norm(g.mm(need(lw(il, "attn_kv")), cur), lw(il, "attn_kv_a_norm"), None, il)
     kv = c.rope(c.reshape(kv, head, 1, T), pos)
     if raw_rot is not None:

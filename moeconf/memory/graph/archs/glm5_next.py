@@ -154,11 +154,10 @@ def build(g: GraphContext, facts: Facts) -> None:
 def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Tensor, il: int) -> Tensor:
     """build_kpool_select: the selected cells' indices (gather) or the sparse mask (scatter)."""
     c, lw = g.ctx, g.w.layer
-    kc = g.lid[il]
-    width = kp.width
+    kc, width = g.lid[il], kp.width
     assert kc.ne[0] == 3 * width, "the indexer cache row is key | gate | pooled (llama_memory_hybrid_idx)"
     n_ih = need(lw(il, "indexer.proj")).ne[1]
-    T, kpool = cur.ne[1], kp.kpool
+    T, kpool, n_top = cur.ne[1], kp.kpool, kp.n_top
     n_pool, n_new = kp.pool_cells.ne[0], kp.new_pool_idxs.ne[1]
     iq = c.reshape(g.mm(need(lw(il, "indexer.attn_q_b")), qr), width, n_ih, T)
     ik = g.mm(need(lw(il, "indexer.attn_k")), cur)
@@ -172,8 +171,8 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     pooled_all = c.view(kc, (width, cells), (kc.nb[1],), row_size(kc.type, 2 * width))
     rows = c.get_rows(key_gate, c.reshape(kp.new_pool_idxs, kpool * n_new))
     rows = c.reshape(rows, 2 * width, kpool, n_new)
-    pk = c.view(rows, (width, kpool, n_new), (rows.nb[1], rows.nb[2]), 0)
-    pg = c.view(rows, (width, kpool, n_new), (rows.nb[1], rows.nb[2]), row_size(rows.type, width))
+    pk, pg = (c.view(rows, (width, kpool, n_new), (rows.nb[1], rows.nb[2]), offset)
+              for offset in (0, row_size(rows.type, width)))
     logits = c.cont(c.permute(c.add(pg, need(lw(il, "indexer_compressor_ape"))), 1, 0, 2, 3))
     probs = c.reshape(c.soft_max(c.reshape(logits, kpool, width * n_new)), kpool, width, n_new)
     pk = c.cont(c.permute(pk, 1, 0, 2, 3))
@@ -183,7 +182,6 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     weights = c.scale(g.mm(need(lw(il, "indexer.proj")), cur))
     # fused on every placement (docs/memory.md, "What the larger compositions build")
     score = fused(g, "LIGHTNING_INDEXER", c.lightning_indexer(iq, pooled, weights, kp.pool_mask), il)
-    n_top = kp.n_top
     top = c.top_k(score, n_top)
     sel_score = c.get_rows(c.reshape(score, 1, n_pool, T), top)
     order = c.argsort(c.reshape(sel_score, n_top, T))
@@ -199,14 +197,12 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     n_kv = mask.ne[0]
     seed = c.cast(c.view(sel_idx, (1,), (), 0), "F32")
     mask_seed = seed if mask.type == "F32" else c.cast(seed, mask.type)
-    mask_all = c.repeat(c.fill(mask_seed), 1, n_kv + n_sel, T, 1)
-    mask_all = c.reshape(mask_all, 1, n_kv + n_sel, T)
+    mask_all = c.reshape(c.repeat(c.fill(mask_seed), 1, n_kv + n_sel, T, 1), 1, n_kv + n_sel, T)
     zeros = c.reshape(c.repeat(c.fill(seed), 1, n_sel, T, 1), 1, n_sel, T)
     live = c.unary(c.reshape(kp.gather_mask, n_sel, T), "exp")
     dump = c.arange(n_sel)
     idx_f = c.cast(sel_idx, "F32")
-    idx_f = c.add(c.mul(c.sub(idx_f, dump), live), dump)
-    sel_idx = c.cast(idx_f, "I32")
+    sel_idx = c.cast(c.add(c.mul(c.sub(idx_f, dump), live), dump), "I32")  # a dead slot to its dump row
     sel = c.set_rows(mask_all, zeros, c.reshape(sel_idx, n_sel, T, 1))
     sel = c.view(sel, (n_kv, T), (sel.nb[2],), 0)
     return c.add(sel, c.reshape(mask, n_kv, T))
@@ -228,26 +224,25 @@ def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il:
     if not kp.gather:  # the latent both K and V, through the selection's mask
         return g.attn_k(attn_in, il, need(lw(il, "attn_output")), absorbed, kv, kv, lw(il, "attn_v_b"),
                         c.reshape(sel, *mask.ne)), sel
+    return g.mm(need(lw(il, "attn_output")), _gathered(g, attn_in, kv, sel, absorbed, kp, il)), sel
+
+
+def _gathered(g: GraphContext, attn_in: AttnInput, kv: Tensor, sel_idx: Tensor, absorbed: Tensor, kp: _Kpool,
+              il: int) -> Tensor:
+    """The gather path: the latent `kv` stored, the selected latents gathered per token (gather_mla_rows), KQ
+    with the slot mask, the softmax, the latents' transposed copy, KQV, decompressed by attn_v_b."""
+    c = g.ctx
     g.expand(absorbed)
     g.expand(kv)
     kc, _ = g.kv[il]
     g.expand(g._cpy_k(kc, kv, attn_in.k_idxs))
-    return g.mm(need(lw(il, "attn_output")), _gathered(g, kc, sel, absorbed, mask, kp, il, n_head)), sel
-
-
-def _gathered(g: GraphContext, kc: Tensor, sel_idx: Tensor, absorbed: Tensor, mask: Tensor, kp: _Kpool, il: int,
-              n_head: int) -> Tensor:
-    """The gather path: the selected latents gathered per token (gather_mla_rows), KQ with the slot
-    mask, the softmax, the latents' transposed copy, KQV, decompressed by attn_v_b."""
-    c = g.ctx
-    g.expand(mask)
+    g.expand(attn_in.mask)
     n_sel, T, rank = sel_idx.ne[0], sel_idx.ne[1], kc.ne[0]
     rows = c.view(kc, (rank, kc.ne[1] * kc.ne[2]), (kc.nb[1],), 0)
-    k_g = c.get_rows(rows, c.reshape(sel_idx, n_sel * T))
-    k_g = c.reshape(k_g, rank, n_sel, 1, T)
+    k_g = c.reshape(c.get_rows(rows, c.reshape(sel_idx, n_sel * T)), rank, n_sel, 1, T)
     q_g = c.permute(absorbed, 0, 2, 3, 1)
     kq = c.soft_max(c.mul_mat(k_g, q_g), kp.gather_mask)
     v_t = c.cont(c.transpose(k_g))
     kqv = g.mm(need(g.w.layer(il, "attn_v_b")), c.mul_mat(v_t, kq))
     out = c.cont(c.permute(kqv, 0, 2, 1, 3))
-    return c.reshape(out, kqv.ne[0] * n_head, T)
+    return c.reshape(out, kqv.ne[0] * absorbed.ne[1], T)  # its heads

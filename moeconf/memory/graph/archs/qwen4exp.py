@@ -70,8 +70,7 @@ def _hc_mix(g: GraphContext, x: Tensor, prefix: str, il: int, hc: int, inject: b
     else:
         gated = c.reshape(c.mul(xn, c.unary(gate, "sigmoid")), n_embd, hc, T)
         mixed = c.scale(reduce(c.add, (stream(g, gated, s) for s in range(1, hc)), c.cont(stream(g, gated, 0))))
-    inj = g.mm(need(w.get(f"{prefix}_inject.weight")), xn) if inject else None
-    return mixed, inj
+    return mixed, (g.mm(need(w.get(f"{prefix}_inject.weight")), xn) if inject else None)
 
 
 def _hc_combine(g: GraphContext, res: Tensor, out: Tensor, inject: Tensor, il: int, hc: int) -> Tensor:
@@ -154,9 +153,7 @@ def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, 
     def grouped(x: Tensor, name: str) -> Tensor:
         return c.mul(c.rms_norm(c.reshape(x, n_embd, hc, T)), _gamma(g, f"blk.{il}.{name}.weight", hc, il))
 
-    key = grouped(key, "ple_norm_key")
-    query = grouped(hidden, "ple_norm_query")
-    s = c.scale(c.sum_rows(c.mul(key, query)))
+    s = c.scale(c.sum_rows(c.mul(grouped(key, "ple_norm_key"), grouped(hidden, "ple_norm_query"))))
     mag = c.sqrt(c.clamp(c.unary(s, "abs")))
     gate = c.unary(c.mul(c.unary(s, "sgn"), mag), "sigmoid")
     gated = c.mul(c.repeat(c.reshape(value, n_embd, 1, T), n_embd, hc, T, 1), gate)
@@ -198,8 +195,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     if ple_layers:
         table = need(w.get("per_layer_token_embd.weight"))
         n_heads = (facts.hparam("ple.ngram_size") - 1) * facts.hparam("ple.heads_per_ngram")
-        rows = c.input("I32", n_heads * T, name="")
-        emb = c.reshape(c.get_rows(table, rows), table.ne[0] * n_heads, T)
+        emb = c.reshape(c.get_rows(table, c.input("I32", n_heads * T, name="")), table.ne[0] * n_heads, T)
         g.expand(emb)
     x = c.repeat(c.reshape(inp, hp.n_embd, 1, T), hp.n_embd, hc, T, 1)
     qsa: dict[int, _Qsa] = {}
