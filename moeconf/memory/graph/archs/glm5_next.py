@@ -169,8 +169,7 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     cells = kc.ne[1] * kc.ne[2]
     key_gate = c.view(kc, (2 * width, cells), (kc.nb[1],), 0)
     pooled_all = c.view(kc, (width, cells), (kc.nb[1],), row_size(kc.type, 2 * width))
-    rows = c.get_rows(key_gate, c.reshape(kp.new_pool_idxs, kpool * n_new))
-    rows = c.reshape(rows, 2 * width, kpool, n_new)
+    rows = c.reshape(c.get_rows(key_gate, c.reshape(kp.new_pool_idxs, kpool * n_new)), 2 * width, kpool, n_new)
     pk, pg = (c.view(rows, (width, kpool, n_new), (rows.nb[1], rows.nb[2]), offset)
               for offset in (0, row_size(rows.type, width)))
     logits = c.cont(c.permute(c.add(pg, need(lw(il, "indexer_compressor_ape"))), 1, 0, 2, 3))
@@ -187,8 +186,7 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     order = c.argsort(c.reshape(sel_score, n_top, T))
     top = c.get_rows(c.reshape(c.cast(top, "F32"), 1, n_top, T), order)
     top = c.cast(c.cont(c.reshape(top, n_top, T)), "I32")
-    sel_idx = c.get_rows(kp.pool_idxs, c.reshape(top, n_top * T))
-    sel_idx = c.reshape(sel_idx, kpool * n_top, T)
+    sel_idx = c.reshape(c.get_rows(kp.pool_idxs, c.reshape(top, n_top * T)), kpool * n_top, T)
     if kp.tail_idxs.ne[0] and kp.n_sel > kpool * n_top:
         sel_idx = c.concat(sel_idx, kp.tail_idxs, 0)
     n_sel = sel_idx.ne[0]

@@ -85,8 +85,7 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
         mf_s = c.view(mf, (n_kv, n_tps, 1), (mf.nb[1], mf.nb[3]), st * mf.nb[3])
         bias_s = c.view(b, (nblk, 1, n_tps), (b.nb[1], b.nb[1]), st * n_tps * b.nb[1])
         q_s = c.view(q, (d, n_head, n_tps), (q.nb[1], q.nb[2]), st * n_tps * q.nb[2])
-        k_s = c.view(kv_k, (d, hkv, n_kv, 1), (kv_k.nb[1], kv_k.nb[2], kv_k.nb[3]), st * kv_k.nb[3])
-        v_s = c.view(kv_v, (d, hkv, n_kv, 1), (kv_v.nb[1], kv_v.nb[2], kv_v.nb[3]), st * kv_v.nb[3])
+        k_s, v_s = (c.view(t, (d, hkv, n_kv, 1), t.nb[1:], st * t.nb[3]) for t in (kv_k, kv_v))
         # the block scores, the local blocks forced, the top blocks
         ikp = c.get_rows(ik_s, psl_s)
         sc = c.reshape(c.mul_mat(ikp, c.reshape(iq_s, d_idx, hd * n_tps)), m.n_ps, hd, n_tps)
