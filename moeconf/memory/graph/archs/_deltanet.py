@@ -117,8 +117,7 @@ def gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tens
         q_full = c.reshape(q_full, 2 * hd, n_head, T, 1)
         ne, nb = (*ne, 1), q_full.nb[1:]
     q, gate = (c.view(q_full, ne, nb, offset) for offset in (0, hd * 4))
-    k = c.reshape(k, hd, n_kv, T)
-    v = c.reshape(v, hd, n_kv, T)
+    k, v = (c.reshape(t, hd, n_kv, T) for t in (k, v))
     q, k = g.qk_norm(il, q, k)
     q, k = c.rope(q, pos), c.rope(k, pos)
     cur = g.attn(attn_in, il, None, None, q, k, v)
@@ -148,11 +147,9 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
         beta = c.unary(c.reshape(g.mm(w_beta, cur), 1, nv, T, n_seqs), "sigmoid")
         alpha = c.reshape(g.mm(need(w.layer(il, "ssm_alpha")), cur), nv, T, n_seqs)
     else:
-        ba = g.mm(need(w.layer(il, "ssm_ba")), cur)
-        ba = c.reshape(ba, 2 * nv // nk, nk, T, n_seqs)
+        ba = c.reshape(g.mm(need(w.layer(il, "ssm_ba")), cur), 2 * nv // nk, nk, T, n_seqs)
         per = nv // nk
-        b = c.view(ba, (per, nk, T, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), 0)
-        a = c.view(ba, (per, nk, T, n_seqs), (ba.nb[1], ba.nb[2], ba.nb[3]), per * 4)
+        b, a = (c.view(ba, (per, nk, T, n_seqs), ba.nb[1:], offset) for offset in (0, per * 4))
         beta = c.reshape(c.unary(c.cont(b), "sigmoid"), 1, nv, T, n_seqs)
         alpha = c.cont(a, nv, T, n_seqs)
     alpha = c.unary(c.add(alpha, need(w.layer(il, "ssm_dt", "bias"))), "softplus")
@@ -162,18 +159,16 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     kernel = need(w.layer(il, "ssm_conv1d"))
     conv_in = conv_state_at(g, rs_in, conv_all, qkv, kernel.ne[0] - 1, channels) if qwen4exp else \
         conv_input(g, rs_in, conv_all, qkv, kernel, channels, T)  # build_conv_state
-    state = g.rs_states(rs_in, ssm_all, rec.n_embd_s)
-    state = c.reshape(state, hv, hv, nv, n_seqs)
+    state = c.reshape(g.rs_states(rs_in, ssm_all, rec.n_embd_s), hv, hv, nv, n_seqs)
     mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
     row = 4 * channels
-    q = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 0)
-    k = c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), 4 * hk * nk)
+    q, k = (c.view(mix, (hk, nk, T, n_seqs), (4 * hk, row, row * T), offset) for offset in (0, 4 * hk * nk))
     v = c.view(mix, (hv, nv, T, n_seqs), (4 * hv, row, row * T), 4 * 2 * hk * nk)
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
     if nk != nv and repeat:
-        rep = nv // nk
-        q = c.reshape(c.repeat(c.reshape(q, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
-        k = c.reshape(c.repeat(c.reshape(k, hk, 1, nk, T * n_seqs), hk, rep, nk, T * n_seqs), hk, nk * rep, T, n_seqs)
+        rep, n = nv // nk, T * n_seqs
+        q, k = (c.reshape(c.repeat(c.reshape(t, hk, 1, nk, n), hk, rep, nk, n), hk, nk * rep, T, n_seqs)
+                for t in (q, k))
     output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
     z2 = c.reshape(z, hv, nv, T, n_seqs)
     normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
@@ -212,10 +207,8 @@ def kda_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, decay: str 
         g1 = c.mul(c.reshape(g1, head_dim, n_head, T), a3)
         g1 = c.scale(c.unary(c.scale(g1) if decay == "bounded" else g1, "sigmoid"))
     g1 = c.reshape(g1, head_dim, n_head, n_seq_tokens, n_seqs)
-    beta = c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, n_head, n_seq_tokens, n_seqs)
-    beta = c.unary(beta, "sigmoid")
-    state = g.rs_states(rs_in, ssm_all, ssm_all.ne[0])
-    state = c.reshape(state, head_dim, head_dim, n_head, n_seqs)
+    beta = c.unary(c.reshape(g.mm(need(w.layer(il, "ssm_beta")), cur), 1, n_head, n_seq_tokens, n_seqs), "sigmoid")
+    state = c.reshape(g.rs_states(rs_in, ssm_all, ssm_all.ne[0]), head_dim, head_dim, n_head, n_seqs)
     q, k = c.scale(c.rms_norm(q)), c.scale(c.rms_norm(k))  # build_gdn_l2_norm
     output = c.cont(delta_net(g, q, k, v, g1, beta, state, ssm_all, flat))
     x = c.reshape(c.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs), cur.ne[0], T) if gate_rows else cur

@@ -11,6 +11,13 @@ from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import Tensor
 
 
+def fused(g: GraphContext, name: str, t: Tensor, il: int, record: bool = True) -> Tensor:
+    """`t`, the fused op `name`, recorded (where `record`) for the engine's probe (`GraphContext.fused`)."""
+    if record:
+        g.fused.append((name, t, il))
+    return t
+
+
 def affine_part(g: GraphContext, mixes: Tensor, scale: Tensor, base: Tensor, k: int, start: int, n: int) -> Tensor:
     """The mixes' k-th affine part: their `n` values from `start`, times scale[k], plus base[start:start + n]."""
     c = g.ctx
@@ -28,24 +35,19 @@ def sublayer_mixes(g: GraphContext, x: Tensor, il: int, part: str, hc: int) -> t
 def hc_pre(g: GraphContext, x: Tensor, il: int, part: str, hc: int, iters: int,
            record: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """build_hc_pre (docs/memory.md, "What the larger compositions build"): the mixed streams normed by the
-    sublayer's {part}_norm, the post weights and the comb matrix; `record`: the fused nodes recorded for the
-    engine's probe (`GraphContext.fused`)."""
+    sublayer's {part}_norm, the post weights and the comb matrix (`record`: as `fused`)."""
     c = g.ctx
     mixes, scale, base = sublayer_mixes(g, x, il, part, hc)
     pre = c.scale(c.unary(affine_part(g, mixes, scale, base, 0, 0, hc), "sigmoid"))
     post = c.scale(c.unary(affine_part(g, mixes, scale, base, 1, hc, hc), "sigmoid"))
     unfused = g.cp.unfused
     if "DSV4_HC_COMB" not in unfused:
-        comb = c.dsv4_hc_comb(mixes, scale, base, hc)
-        if record:
-            g.fused.append(("DSV4_HC_COMB", comb, il))
+        comb = fused(g, "DSV4_HC_COMB", c.dsv4_hc_comb(mixes, scale, base, hc), il, record)
     else:
         comb = affine_part(g, mixes, scale, base, 2, 2 * hc, hc * hc)
         comb = sinkhorn(g, c.reshape(comb, hc, hc, x.ne[2]), iters)
     if "DSV4_HC_PRE" not in unfused:
-        out = c.dsv4_hc_pre(x, pre)
-        if record:
-            g.fused.append(("DSV4_HC_PRE", out, il))
+        out = fused(g, "DSV4_HC_PRE", c.dsv4_hc_pre(x, pre), il, record)
     else:
         out = weighted(g, x, pre, hc)
     return g.norm(out, g.w.layer(il, f"{part}_norm"), None, il), post, comb
@@ -107,9 +109,7 @@ def hc_post(g: GraphContext, x: Tensor, residual: Tensor, post: Tensor, comb: Te
     """build_hc_post, fused or by hand (docs/memory.md, "What the larger compositions build")."""
     c = g.ctx
     if "DSV4_HC_POST" not in g.cp.unfused:
-        out = c.dsv4_hc_post(x, residual, post, comb)
-        g.fused.append(("DSV4_HC_POST", out, il))
-        return out
+        return fused(g, "DSV4_HC_POST", c.dsv4_hc_post(x, residual, post, comb), il)
     n_embd, T = x.ne[0], x.ne[1]
 
     def dst_stream(dst: int) -> Tensor:

@@ -20,8 +20,7 @@ def conv_input(g: GraphContext, rs_in: RsInput, conv_all: Tensor, xbc: Tensor, k
     assert rec is not None
     n_seqs = rs_in.n_seqs
     d_conv = kernel.ne[0]
-    conv = g.rs_states(rs_in, conv_all, rec.n_embd_r)
-    conv = c.reshape(conv, d_conv - 1, channels, n_seqs)
+    conv = c.reshape(g.rs_states(rs_in, conv_all, rec.n_embd_r), d_conv - 1, channels, n_seqs)
     conv_x = c.concat(conv, c.transpose(xbc), 0)
     last = c.view(conv_x, (d_conv - 1, channels, n_seqs), (conv_x.nb[1], conv_x.nb[2]), n_seq_tokens * conv_x.nb[0])
     rows = (d_conv - 1) * channels
@@ -58,9 +57,8 @@ def mamba2_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tenso
     kernel = need(w.layer(il, "ssm_conv1d"))
     xbc = _conv(g, rs_in, conv_all, xbc, kernel, channels, T, il)
     x = c.view(xbc, (head_dim, n_head, T, n_seqs), (head_dim * 4, xbc.nb[1], xbc.nb[2]), 0)
-    B = c.view(xbc, (d_state, n_group, T, n_seqs), (d_state * 4, xbc.nb[1], xbc.nb[2]), d_inner * 4)
-    C = c.view(xbc, (d_state, n_group, T, n_seqs), (d_state * 4, xbc.nb[1], xbc.nb[2]),
-               (d_inner + n_group * d_state) * 4)
+    B, C = (c.view(xbc, (d_state, n_group, T, n_seqs), (d_state * 4, xbc.nb[1], xbc.nb[2]), 4 * first)
+            for first in (d_inner, d_inner + n_group * d_state))
     dt = c.add(c.cont(dt), need(w.layer(il, "ssm_dt", "bias")))
     A = need(w.get(f"blk.{il}.ssm_a"))
     slots = ssm_all.ne[1]
@@ -77,8 +75,7 @@ def mamba2_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tenso
     y = c.glu_split(c.cont(z), y, "swiglu")
     norm = w.layer(il, "ssm_norm")
     if norm is not None:
-        y = c.reshape(y, d_inner // n_group, n_group, T, n_seqs)
-        y = g.norm(y, norm, None, il)
+        y = g.norm(c.reshape(y, d_inner // n_group, n_group, T, n_seqs), norm, None, il)
     y = c.reshape(y, d_inner, T * n_seqs)
     return g.mm(need(w.layer(il, "ssm_out")), y)
 
@@ -94,19 +91,16 @@ def mamba_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int) -> Tensor
     kernel = need(w.layer(il, "ssm_conv1d"))
     cur = c.reshape(cur, cur.ne[0], T, n_seqs)
     xz = g.mm(need(w.layer(il, "ssm_in")), cur)
-    x = c.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), 0)
-    z = c.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), d_inner * 4)
+    x, z = (c.view(xz, (d_inner, xz.ne[1], xz.ne[2]), (xz.nb[1], xz.nb[2]), offset) for offset in (0, d_inner * 4))
     x = _conv(g, rs_in, conv_all, x, kernel, d_inner, T, il, flat=True)
     x_db = g.mm(need(w.layer(il, "ssm_x")), x)
     nb1, nb2 = x_db.nb[1], x_db.nb[2]
     dt = c.view(x_db, (dt_rank, T, n_seqs), (nb1, nb2), 0)
-    B = c.view(x_db, (d_state, 1, T, n_seqs), (d_state * 4, nb1, nb2), 4 * dt_rank)
-    C = c.view(x_db, (d_state, 1, T, n_seqs), (d_state * 4, nb1, nb2), 4 * (dt_rank + d_state))
+    B, C = (c.view(x_db, (d_state, 1, T, n_seqs), (d_state * 4, nb1, nb2), 4 * first)
+            for first in (dt_rank, dt_rank + d_state))
     dt_norm, b_norm, c_norm = w.layer(il, "ssm_dt_norm"), w.layer(il, "ssm_b_norm"), w.layer(il, "ssm_c_norm")
     if dt_norm is not None and b_norm is not None and c_norm is not None:
-        dt = g.norm(dt, dt_norm, None, il)
-        B = g.norm(B, b_norm, None, il)
-        C = g.norm(C, c_norm, None, il)
+        dt, B, C = (g.norm(t, t_norm, None, il) for t, t_norm in ((dt, dt_norm), (B, b_norm), (C, c_norm)))
     else:
         dt = c.cont(dt)
     dt = c.add(g.mm(need(w.layer(il, "ssm_dt")), dt), need(w.layer(il, "ssm_dt", "bias")))

@@ -37,7 +37,6 @@ class _Comp:
     write_pos: Tensor
     mask: Tensor
     k_rot: Tensor | None
-    n_kv: int
 
 
 def _pad(n: int, to: int = 256) -> int:
@@ -58,7 +57,7 @@ def _comp_inputs(g: GraphContext, name: str, ratio: int, overlap: bool, state_ro
                  c.input("I64", n_blocks, name=p + "state_write_idxs"),
                  c.input("I32", n_blocks, name=p + "state_write_pos"),
                  c.input("F16" if mask_f16 else "F32", n_kv, T // ns, 1, ns, name=p + "kq_mask"),
-                 g.rot_input(rot), n_kv)
+                 g.rot_input(rot))
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -93,9 +92,8 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = c.dsv4_hc_post(cur, residual, post, comb)
         residual = x
         cur, post, comb = hc_pre(g, x, il, "ffn", hc, 0, record=False)
-        g.expand(residual)
-        g.expand(post)
-        g.expand(comb)
+        for t in (residual, post, comb):
+            g.expand(t)
         hashed = il < n_hash  # the experts chosen by token id (ffn_gate_tid2eid), no selection bias
         selected = c.get_rows(need(w.layer(il, "ffn_gate_tid2eid")), need(g.t_inp_tokens)) if hashed else None
         bias = None if hashed else w.layer(il, "exp_probs_b", "bias")
@@ -146,13 +144,11 @@ def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, w
             return c.cont(c.permute(c.reshape(c.get_rows(src, inp.read_idxs), width, ratio, n_blocks), 1, 0, 2, 3))
         zero = c.reshape(c.scale(c.view(src, (src.ne[0],), (), 0)), src.ne[0], 1)
         r = c.get_rows(c.concat(src, zero, 1), inp.read_idxs)
-        prev = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), 0)), width, ratio, n_blocks)
-        now = c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), n_read * r.nb[1] + 4 * width)),
-                        width, ratio, n_blocks)
+        prev, now = (c.reshape(c.cont(c.view(r, (width, n_read), (r.nb[1],), offset)), width, ratio, n_blocks)
+                     for offset in (0, n_read * r.nb[1] + 4 * width))
         return c.cont(c.permute(c.concat(prev, now, 1), 1, 0, 2, 3))
 
-    values, scores = blocks(src_kv), blocks(src_score)
-    comp = c.sum_rows(c.mul(values, c.soft_max(scores)))
+    comp = c.sum_rows(c.mul(blocks(src_kv), c.soft_max(blocks(src_score))))
     comp = c.cont(c.permute(comp, 1, 0, 2, 3))
     comp = g.norm(comp, lw(il, f"{prefix}_norm"), None, il)
     comp = c.rope(comp, inp.write_pos)
@@ -173,14 +169,13 @@ def _attention(g: GraphContext, facts: Facts, cur: Tensor, pos: Tensor, il: int,
     ratio = ratios[il] if il < len(ratios) else 0
     comp = {CSA: csa, HCA: hca}.get(ratio)  # none at ratio 0 (the raw rows only)
     if comp is not None:
-        cache = _comp_cache(g, il, f"cache_k_l{il}", head, comp.n_kv)
-        lid_cache = _comp_cache(g, il, f"cache_k_l{il}", idx_head, lid.n_kv) if comp is csa else None
+        cache = _comp_cache(g, il, f"cache_k_l{il}", head, comp.mask.ne[0])
+        lid_cache = _comp_cache(g, il, f"cache_k_l{il}", idx_head, lid.mask.ne[0]) if comp is csa else None
         _compressed(g, il, cur, comp, ratio, head, "attn_compressor", cache, "csa" if comp is csa else "hca")
         if lid_cache is not None:
             _compressed(g, il, cur, lid, CSA, idx_head, "indexer_compressor", lid_cache, "lid")
     qr = g.norm(g.mm(need(lw(il, "attn_q_a")), cur), lw(il, "attn_q_a_norm"), None, il)
-    q = c.rms_norm(c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), head, n_head, T))
-    q = c.rope(q, pos)
+    q = c.rope(c.rms_norm(c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), head, n_head, T)), pos)
     kv = g.norm(g.mm(need(lw(il, "attn_kv")), cur), lw(il, "attn_kv_a_norm"), None, il)
     kv = c.rope(c.reshape(kv, head, 1, T), pos)
     if raw_rot is not None:
@@ -190,14 +185,13 @@ def _attention(g: GraphContext, facts: Facts, cur: Tensor, pos: Tensor, il: int,
     raw_cache = g.kv[il][0]
     g.expand(g._cpy_k(raw_cache, kv, k_idxs))
     raw_k = g._get_k(raw_cache, il, raw_mask.ne[0])
-    sinks = lw(il, "attn_sinks")
     k_all, mask = raw_k, raw_mask
     if comp is not None:  # CSA's compressed rows through the indexer's top-k, HCA's all visible
         top = _lid_top_k(g, facts, il, qr, cur, pos, lid, lid_cache) if lid_cache is not None else None
-        k_all = c.concat(raw_k, _get_k(g, cache, comp.n_kv), 2)
+        k_all = c.concat(raw_k, _get_k(g, cache, comp.mask.ne[0]), 2)
         sparse = comp.mask if top is None else g.top_k_mask(comp.mask, top, "F16" if g.cp.flash_attn else "F32")
         mask = c.concat(raw_mask, sparse, 0)
-    out = g.attn_mha(q, k_all, k_all, mask, sinks)
+    out = g.attn_mha(q, k_all, k_all, mask, lw(il, "attn_sinks"))
     if raw_rot is not None:
         out = g._hadamard(out, raw_rot)
     out = c.rope_back(c.reshape(out, head, n_head, T), pos)
@@ -217,8 +211,7 @@ def _lid_top_k(g: GraphContext, facts: Facts, il: int, qr: Tensor, cur: Tensor, 
     c, lw = g.ctx, g.w.layer
     T, idx_head = cur.ne[1], cache.ne[0]
     q = g.mm(need(lw(il, "indexer.attn_q_b")), qr)
-    n_idx = q.ne[0] // idx_head
-    q = c.rope(c.reshape(q, idx_head, n_idx, T), pos)
+    q = c.rope(c.reshape(q, idx_head, q.ne[0] // idx_head, T), pos)
     assert lid.k_rot is not None
     q = g._hadamard(q, lid.k_rot)
     weights = c.scale(g.mm(need(lw(il, "indexer.proj")), cur))

@@ -8,7 +8,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from moeconf.memory.graph.archs._deltanet import kda_layer
-from moeconf.memory.graph.archs._hc import hc_post, hc_pre, stream
+from moeconf.memory.graph.archs._hc import fused, hc_post, hc_pre, stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need, probs_bias
 from moeconf.memory.graph.blocks import AttnInput, GraphContext
 from moeconf.memory.graph.ggml import Tensor, row_size
@@ -104,10 +104,9 @@ def _inp_kpool(g: GraphContext, facts: Facts) -> _Kpool:
     n_sel = kpool * n_top + (kpool - 1 if facts.hparam("attention.indexer.kpool_select_tail") else 0)
     gather_mask = c.input("F32", n_sel, 1, 1, T, name="")
     g.expand(gather_mask)
-    new_idxs = c.input("I32", kpool, n_new, name="")
-    new_rep = c.input("I64", n_new, name="")
-    return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask, new_idxs, new_rep, n_top,
-                  n_sel, T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, facts.hparam("attention.indexer.key_length"))
+    return _Kpool(k_idxs, pool_cells, pool_idxs, pool_mask, tail_idxs, gather_mask,
+                  c.input("I32", kpool, n_new, name=""), c.input("I64", n_new, name=""), n_top, n_sel,
+                  T <= GATHER_MAX_UB and cp.n_kv > n_sel, kpool, facts.hparam("attention.indexer.key_length"))
 
 
 def build(g: GraphContext, facts: Facts) -> None:
@@ -115,6 +114,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     hc = facts.hparam("hyper_connection.count")
     iters = facts.hparam("hyper_connection.sinkhorn_iterations")
     decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
+    sh_clamp = "swiglu_clamp_shexp" if "swiglu_clamp_shexp" in facts.floats | facts.units else "swiglu_clamp_exp"
     for il, kc in g.lid.items():  # llama_memory_hybrid_idx's indexer cache, created with the prefix "idx_"
         kc.name = f"cache_idx_k_l{il}"
     inp = g.inp_embd()
@@ -136,9 +136,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         x = hc_post(g, cur, residual, post, comb, hc, il)
         residual = x
         cur, post, comb = hc_pre(g, x, il, "ffn", hc, iters)
-        shexp_clamp = facts.above("swiglu_clamp_shexp", il) if "swiglu_clamp_shexp" in facts.floats | facts.units \
-            else facts.above("swiglu_clamp_exp", il)
-        sh_act = "silu_clamp" if shexp_clamp else "silu"
+        sh_act = "silu_clamp" if facts.above(sh_clamp, il) else "silu"
         if g.dense(il):
             cur = g.layer_ffn(cur, il, act=sh_act)
         else:
@@ -156,11 +154,10 @@ def build(g: GraphContext, facts: Facts) -> None:
 def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Tensor, il: int) -> Tensor:
     """build_kpool_select: the selected cells' indices (gather) or the sparse mask (scatter)."""
     c, lw = g.ctx, g.w.layer
-    kc = g.lid[il]
-    width = kp.width
+    kc, width = g.lid[il], kp.width
     assert kc.ne[0] == 3 * width, "the indexer cache row is key | gate | pooled (llama_memory_hybrid_idx)"
     n_ih = need(lw(il, "indexer.proj")).ne[1]
-    T, kpool = cur.ne[1], kp.kpool
+    T, kpool, n_top = cur.ne[1], kp.kpool, kp.n_top
     n_pool, n_new = kp.pool_cells.ne[0], kp.new_pool_idxs.ne[1]
     iq = c.reshape(g.mm(need(lw(il, "indexer.attn_q_b")), qr), width, n_ih, T)
     ik = g.mm(need(lw(il, "indexer.attn_k")), cur)
@@ -172,10 +169,9 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     cells = kc.ne[1] * kc.ne[2]
     key_gate = c.view(kc, (2 * width, cells), (kc.nb[1],), 0)
     pooled_all = c.view(kc, (width, cells), (kc.nb[1],), row_size(kc.type, 2 * width))
-    rows = c.get_rows(key_gate, c.reshape(kp.new_pool_idxs, kpool * n_new))
-    rows = c.reshape(rows, 2 * width, kpool, n_new)
-    pk = c.view(rows, (width, kpool, n_new), (rows.nb[1], rows.nb[2]), 0)
-    pg = c.view(rows, (width, kpool, n_new), (rows.nb[1], rows.nb[2]), row_size(rows.type, width))
+    rows = c.reshape(c.get_rows(key_gate, c.reshape(kp.new_pool_idxs, kpool * n_new)), 2 * width, kpool, n_new)
+    pk, pg = (c.view(rows, (width, kpool, n_new), (rows.nb[1], rows.nb[2]), offset)
+              for offset in (0, row_size(rows.type, width)))
     logits = c.cont(c.permute(c.add(pg, need(lw(il, "indexer_compressor_ape"))), 1, 0, 2, 3))
     probs = c.reshape(c.soft_max(c.reshape(logits, kpool, width * n_new)), kpool, width, n_new)
     pk = c.cont(c.permute(pk, 1, 0, 2, 3))
@@ -183,18 +179,14 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     g.expand(c.set_rows(pooled_all, pooled_new, kp.new_pool_rep))  # cache_safe on a fresh cache
     pooled = c.reshape(c.get_rows(pooled_all, kp.pool_cells), width, 1, n_pool)
     weights = c.scale(g.mm(need(lw(il, "indexer.proj")), cur))
-    # the fused LIGHTNING_INDEXER on every placement: the pinned engine never probes it (auto_flid false), so its
-    # unfused form (the engine's cparams.fused_lid false) is never built
-    score = c.lightning_indexer(iq, pooled, weights, kp.pool_mask)
-    g.fused.append(("LIGHTNING_INDEXER", score, il))
-    n_top = kp.n_top
+    # fused on every placement (docs/memory.md, "What the larger compositions build")
+    score = fused(g, "LIGHTNING_INDEXER", c.lightning_indexer(iq, pooled, weights, kp.pool_mask), il)
     top = c.top_k(score, n_top)
     sel_score = c.get_rows(c.reshape(score, 1, n_pool, T), top)
     order = c.argsort(c.reshape(sel_score, n_top, T))
     top = c.get_rows(c.reshape(c.cast(top, "F32"), 1, n_top, T), order)
     top = c.cast(c.cont(c.reshape(top, n_top, T)), "I32")
-    sel_idx = c.get_rows(kp.pool_idxs, c.reshape(top, n_top * T))
-    sel_idx = c.reshape(sel_idx, kpool * n_top, T)
+    sel_idx = c.reshape(c.get_rows(kp.pool_idxs, c.reshape(top, n_top * T)), kpool * n_top, T)
     if kp.tail_idxs.ne[0] and kp.n_sel > kpool * n_top:
         sel_idx = c.concat(sel_idx, kp.tail_idxs, 0)
     n_sel = sel_idx.ne[0]
@@ -203,14 +195,12 @@ def _kpool_select(g: GraphContext, kp: _Kpool, cur: Tensor, qr: Tensor, mask: Te
     n_kv = mask.ne[0]
     seed = c.cast(c.view(sel_idx, (1,), (), 0), "F32")
     mask_seed = seed if mask.type == "F32" else c.cast(seed, mask.type)
-    mask_all = c.repeat(c.fill(mask_seed), 1, n_kv + n_sel, T, 1)
-    mask_all = c.reshape(mask_all, 1, n_kv + n_sel, T)
+    mask_all = c.reshape(c.repeat(c.fill(mask_seed), 1, n_kv + n_sel, T, 1), 1, n_kv + n_sel, T)
     zeros = c.reshape(c.repeat(c.fill(seed), 1, n_sel, T, 1), 1, n_sel, T)
     live = c.unary(c.reshape(kp.gather_mask, n_sel, T), "exp")
     dump = c.arange(n_sel)
     idx_f = c.cast(sel_idx, "F32")
-    idx_f = c.add(c.mul(c.sub(idx_f, dump), live), dump)
-    sel_idx = c.cast(idx_f, "I32")
+    sel_idx = c.cast(c.add(c.mul(c.sub(idx_f, dump), live), dump), "I32")  # a dead slot to its dump row
     sel = c.set_rows(mask_all, zeros, c.reshape(sel_idx, n_sel, T, 1))
     sel = c.view(sel, (n_kv, T), (sel.nb[2],), 0)
     return c.add(sel, c.reshape(mask, n_kv, T))
@@ -221,11 +211,10 @@ def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il:
     """build_dsa_layer: the nope-only absorbed MLA over the indexer's selection."""
     c, lw = g.ctx, g.w.layer
     T, n_head = cur.ne[1], g.hp.n_head[il]
-    rank = g.mla.kv_lora_rank
     qr = g.norm(g.mm(need(lw(il, "attn_q_a")), cur), lw(il, "attn_q_a_norm"), None, il)
     q = c.reshape(g.mm(need(lw(il, "attn_q_b")), qr), g.mla.head_k, n_head, T)
     kv = g.norm(g.mm(need(lw(il, "attn_kv_a_mqa")), cur), lw(il, "attn_kv_a_norm"), None, il)
-    kv = c.reshape(kv, rank, 1, T)
+    kv = c.reshape(kv, g.mla.kv_lora_rank, 1, T)
     absorbed = c.permute(g.mm(need(lw(il, "attn_k_b")), c.permute(q, 0, 2, 1, 3)), 0, 2, 1, 3)
     mask = attn_in.mask
     sel = _kpool_select(g, kp, cur, qr, mask, il) if il in g.lid else prev
@@ -233,27 +222,25 @@ def _dsa_layer(g: GraphContext, attn_in: AttnInput, kp: _Kpool, cur: Tensor, il:
     if not kp.gather:  # the latent both K and V, through the selection's mask
         return g.attn_k(attn_in, il, need(lw(il, "attn_output")), absorbed, kv, kv, lw(il, "attn_v_b"),
                         c.reshape(sel, *mask.ne)), sel
+    return g.mm(need(lw(il, "attn_output")), _gathered(g, attn_in, kv, sel, absorbed, kp, il)), sel
+
+
+def _gathered(g: GraphContext, attn_in: AttnInput, kv: Tensor, sel_idx: Tensor, absorbed: Tensor, kp: _Kpool,
+              il: int) -> Tensor:
+    """The gather path: the latent `kv` stored, the selected latents gathered per token (gather_mla_rows), KQ
+    with the slot mask, the softmax, the latents' transposed copy, KQV, decompressed by attn_v_b."""
+    c = g.ctx
     g.expand(absorbed)
     g.expand(kv)
     kc, _ = g.kv[il]
     g.expand(g._cpy_k(kc, kv, attn_in.k_idxs))
-    return g.mm(need(lw(il, "attn_output")), _gathered(g, kc, sel, absorbed, mask, kp, il, n_head)), sel
-
-
-def _gathered(g: GraphContext, kc: Tensor, sel_idx: Tensor, absorbed: Tensor, mask: Tensor, kp: _Kpool, il: int,
-              n_head: int) -> Tensor:
-    """The gather path: the selected latents gathered per token (gather_mla_rows), KQ with the slot
-    mask, the softmax, the latents' transposed copy, KQV, decompressed by attn_v_b."""
-    c = g.ctx
-    g.expand(mask)
-    n_sel, T = sel_idx.ne[0], sel_idx.ne[1]
-    rank = kc.ne[0]
+    g.expand(attn_in.mask)
+    n_sel, T, rank = sel_idx.ne[0], sel_idx.ne[1], kc.ne[0]
     rows = c.view(kc, (rank, kc.ne[1] * kc.ne[2]), (kc.nb[1],), 0)
-    k_g = c.get_rows(rows, c.reshape(sel_idx, n_sel * T))
-    k_g = c.reshape(k_g, rank, n_sel, 1, T)
+    k_g = c.reshape(c.get_rows(rows, c.reshape(sel_idx, n_sel * T)), rank, n_sel, 1, T)
     q_g = c.permute(absorbed, 0, 2, 3, 1)
     kq = c.soft_max(c.mul_mat(k_g, q_g), kp.gather_mask)
     v_t = c.cont(c.transpose(k_g))
     kqv = g.mm(need(g.w.layer(il, "attn_v_b")), c.mul_mat(v_t, kq))
     out = c.cont(c.permute(kqv, 0, 2, 1, 3))
-    return c.reshape(out, kqv.ne[0] * n_head, T)
+    return c.reshape(out, kqv.ne[0] * absorbed.ne[1], T)  # its heads

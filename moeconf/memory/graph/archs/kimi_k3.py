@@ -71,8 +71,7 @@ def _res_mix(g: GraphContext, src: Tensor | None, cur: Tensor, score: Tensor | N
         return cur
     c = g.ctx
     n_ckpt, T = src.ne[1], cur.ne[1]
-    sc_src = c.sum_rows(c.mul(c.rms_norm(src), need(score)))
-    sc_src = c.reshape(sc_src, n_ckpt, T)
+    sc_src = c.reshape(c.sum_rows(c.mul(c.rms_norm(src), need(score))), n_ckpt, T)
     sc_cur = c.sum_rows(c.mul(c.rms_norm(cur), need(score)))
     probs = c.soft_max(c.concat(sc_src, sc_cur, 0))
     p_src = c.cont(c.view(probs, (n_ckpt, T), (probs.nb[1],), 0))

@@ -32,23 +32,18 @@ def _msa_input(g: GraphContext, attn_in: AttnInput, facts: Facts) -> _Msa:
     c = g.ctx
     blk = facts.hparam("attention.indexer.block_size", 1)
     n_ps = -(-256 // blk) * blk  # get_n_pos of an empty cache (256), padded to whole blocks
-    mask = attn_in.mask
+    mask, T = attn_in.mask, g.n_tokens
     n_kv, n_tps, ns = mask.ne[0], mask.ne[1], mask.ne[3]
-    assert n_tps > 1, _refuses(g.n_tokens, ns)
-    k_idxs = c.input("I64", g.n_tokens, name="attn_inp_k_idxs")
-    bias = c.input("F32", n_ps // blk, g.n_tokens, name="")
-    pos_mask = c.input("F32", n_ps, g.n_tokens, name="")
-    pos_slot = c.input("I32", n_ps, ns, name="")
-    cell_blk = c.input("I32", n_kv, ns, name="")
-    return _Msa(k_idxs, bias, pos_mask, pos_slot, cell_blk, c.cast(mask, "F32"), blk, n_ps,
-                facts.hparam("attention.indexer.top_k"))
+    assert n_tps > 1, _refuses(T, ns)
+    return _Msa(c.input("I64", T, name="attn_inp_k_idxs"), c.input("F32", n_ps // blk, T, name=""),
+                c.input("F32", n_ps, T, name=""), c.input("I32", n_ps, ns, name=""), c.input("I32", n_kv, ns, name=""),
+                c.cast(mask, "F32"), blk, n_ps, facts.hparam("attention.indexer.top_k"))
 
 
 def _fa(g: GraphContext, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gp: int) -> Tensor:
     """build_attn_msa_fa: every head group (and stream) on flash attention's sequence axis."""
     c = g.ctx
-    d, hq, t = q.ne[0], q.ne[1], q.ne[2]
-    ch = k.ne[3]
+    d, hq, t, ch = q.ne[0], q.ne[1], q.ne[2], k.ne[3]
     r = hq * t // (gp * ch)
     q = c.permute(c.reshape(q, d, gp, ch, r), 0, 2, 3, 1)
     o = c.permute(c.flash_attn_ext(q, k, v, mask), 0, 1, 3, 2)
@@ -76,8 +71,7 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
     ik_kv = g.get_k_one(ic, attn_in.n_kv)
     q, kv_k, kv_v = g.store_kv(attn_in, il, q, k, v, iswa=True)  # K before V, as the engine's MSA form
     d, hkv, n_kv = kv_k.ne[0], kv_k.ne[1], kv_k.ne[2]
-    n_head = hp.n_head[il]
-    n_tps = T // ns
+    n_head, n_tps = hp.n_head[il], T // ns
     nblk = m.n_ps // m.blk
     top = min(m.top_k, nblk)
     outs = []
@@ -91,8 +85,7 @@ def _sparse(g: GraphContext, m: _Msa, attn_in: AttnInput, il: int, cur: Tensor, 
         mf_s = c.view(mf, (n_kv, n_tps, 1), (mf.nb[1], mf.nb[3]), st * mf.nb[3])
         bias_s = c.view(b, (nblk, 1, n_tps), (b.nb[1], b.nb[1]), st * n_tps * b.nb[1])
         q_s = c.view(q, (d, n_head, n_tps), (q.nb[1], q.nb[2]), st * n_tps * q.nb[2])
-        k_s = c.view(kv_k, (d, hkv, n_kv, 1), (kv_k.nb[1], kv_k.nb[2], kv_k.nb[3]), st * kv_k.nb[3])
-        v_s = c.view(kv_v, (d, hkv, n_kv, 1), (kv_v.nb[1], kv_v.nb[2], kv_v.nb[3]), st * kv_v.nb[3])
+        k_s, v_s = (c.view(t, (d, hkv, n_kv, 1), t.nb[1:], st * t.nb[3]) for t in (kv_k, kv_v))
         # the block scores, the local blocks forced, the top blocks
         ikp = c.get_rows(ik_s, psl_s)
         sc = c.reshape(c.mul_mat(ikp, c.reshape(iq_s, d_idx, hd * n_tps)), m.n_ps, hd, n_tps)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from functools import reduce
 
 from moeconf.memory.graph.archs._deltanet import conv_state_at, delta_net_layer, gated_attn_layer, gated_shexp_moe
-from moeconf.memory.graph.archs._hc import stream
+from moeconf.memory.graph.archs._hc import fused, stream
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, Traits, need
 from moeconf.memory.graph.blocks import GraphContext, RsInput
 from moeconf.memory.graph.ggml import Tensor
@@ -66,21 +66,18 @@ def _hc_mix(g: GraphContext, x: Tensor, prefix: str, il: int, hc: int, inject: b
     gate = g.mm(need(w.get(f"{prefix}_up.weight")), lo)
     if il >= 0 and "DSV4_HC_PRE" not in g.cp.unfused:
         mixed = c.dsv4_hc_pre(c.reshape(xn, n_embd, hc, T), c.reshape(gate, n_embd, hc, T))
-        g.fused.append(("DSV4_HC_PRE", mixed, il))
+        mixed = fused(g, "DSV4_HC_PRE", mixed, il)
     else:
         gated = c.reshape(c.mul(xn, c.unary(gate, "sigmoid")), n_embd, hc, T)
         mixed = c.scale(reduce(c.add, (stream(g, gated, s) for s in range(1, hc)), c.cont(stream(g, gated, 0))))
-    inj = g.mm(need(w.get(f"{prefix}_inject.weight")), xn) if inject else None
-    return mixed, inj
+    return mixed, (g.mm(need(w.get(f"{prefix}_inject.weight")), xn) if inject else None)
 
 
 def _hc_combine(g: GraphContext, res: Tensor, out: Tensor, inject: Tensor, il: int, hc: int) -> Tensor:
     c = g.ctx
     wt = c.scale(c.unary(c.scale(inject), "sigmoid"))
     if "DSV4_HC_POST" not in g.cp.unfused:
-        cur = c.dsv4_hc_post(out, res, wt, None)
-        g.fused.append(("DSV4_HC_POST", cur, il))
-        return cur
+        return fused(g, "DSV4_HC_POST", c.dsv4_hc_post(out, res, wt, None), il)
     n_embd, T = res.ne[0], res.ne[2]
     b = c.repeat(c.reshape(out, n_embd, 1, T), n_embd, hc, T, 1)
     return c.add(res, c.mul(b, c.reshape(wt, 1, hc, T)))
@@ -143,8 +140,7 @@ def _qsa_top_k(g: GraphContext, qsa: dict[int, _Qsa], cur: Tensor, pos: Tensor, 
     else:
         expanded = c.add(expanded, inp.bias)
     width = min(n_kv, facts.hparam("attention.indexer.top_k") + r - 1)
-    top = c.cont(c.top_k(expanded, width))
-    return c.reshape(top, width, n_tps, 1, ns)
+    return c.reshape(c.cont(c.top_k(expanded, width)), width, n_tps, 1, ns)
 
 
 def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, hc: int, facts: Facts) -> Tensor:
@@ -157,13 +153,10 @@ def _ple(g: GraphContext, rs_in: RsInput, emb: Tensor, hidden: Tensor, il: int, 
     def grouped(x: Tensor, name: str) -> Tensor:
         return c.mul(c.rms_norm(c.reshape(x, n_embd, hc, T)), _gamma(g, f"blk.{il}.{name}.weight", hc, il))
 
-    key = grouped(key, "ple_norm_key")
-    query = grouped(hidden, "ple_norm_query")
-    s = c.scale(c.sum_rows(c.mul(key, query)))
+    s = c.scale(c.sum_rows(c.mul(grouped(key, "ple_norm_key"), grouped(hidden, "ple_norm_query"))))
     mag = c.sqrt(c.clamp(c.unary(s, "abs")))
     gate = c.unary(c.mul(c.unary(s, "sgn"), mag), "sigmoid")
-    v3 = c.repeat(c.reshape(value, n_embd, 1, T), n_embd, hc, T, 1)
-    gated = c.mul(v3, gate)
+    gated = c.mul(c.repeat(c.reshape(value, n_embd, 1, T), n_embd, hc, T, 1), gate)
     normed = c.reshape(grouped(c.reshape(gated, n_embd * hc, T), "ple_norm_conv"), n_embd * hc, T)
     kern, dil = facts.hparam("ple.conv_kernel"), facts.hparam("ple.ngram_size")
     hist, n_seqs = (kern - 1) * dil, rs_in.n_seqs
@@ -202,8 +195,7 @@ def build(g: GraphContext, facts: Facts) -> None:
     if ple_layers:
         table = need(w.get("per_layer_token_embd.weight"))
         n_heads = (facts.hparam("ple.ngram_size") - 1) * facts.hparam("ple.heads_per_ngram")
-        rows = c.input("I32", n_heads * T, name="")
-        emb = c.reshape(c.get_rows(table, rows), table.ne[0] * n_heads, T)
+        emb = c.reshape(c.get_rows(table, c.input("I32", n_heads * T, name="")), table.ne[0] * n_heads, T)
         g.expand(emb)
     x = c.repeat(c.reshape(inp, hp.n_embd, 1, T), hp.n_embd, hc, T, 1)
     qsa: dict[int, _Qsa] = {}
