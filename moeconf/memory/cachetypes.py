@@ -17,9 +17,8 @@ def is_quantized(cache_type: str) -> bool:
 
 
 def rotation(cache_type: str, head: int, k: bool) -> int:
-    """The side of the Hadamard rotation llama.cpp applies for a cache of this type and head width
-    (src/llama-kv-cache.cpp `attn_rot_k`/`attn_rot_v`: a quantized type and a head width that is a
-    multiple of 64; V's is 64, K's the largest power of two from 64 up dividing the width), 0: none."""
+    """The side of the Hadamard rotation llama.cpp applies for a cache of this type and head width, 0: none
+    (docs/memory.md, "The graph's prologue")."""
     from moeconf.memory.graph.blocks import rotation_width  # the graph's (K's side is the same rule)
 
     if not is_quantized(cache_type) or head % 64:

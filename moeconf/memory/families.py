@@ -21,10 +21,10 @@ from moeconf.placement import Placement
 
 _EXPERTS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
 _ATTN = ("attn_q", "attn_qkv", "attn_q_a", "attn_kv_a_mqa", "attn_output")
-# scalars whose value adds or removes ops (the routing's gating, normalisation and scale, the
-# embedding, logit and residual scales) change the graph: --override-kv of one is refused like a size
-_GRAPH_SCALARS = frozenset(k for k in SCALARS_ONLY
-                           if k.startswith("expert_") or k in ("logit_scale", "embedding_scale", "residual_scale"))
+# the scalars whose value adds or removes no op: not the routing's gating, normalisation and scale, nor the
+# embedding, logit and residual scales, which change the graph (--override-kv of one is refused like a size)
+_OPLESS_SCALARS = frozenset(k for k in SCALARS_ONLY if not k.startswith("expert_")
+                            and k not in ("logit_scale", "embedding_scale", "residual_scale"))
 
 
 def unmodelled_settings(placement: Placement, settings: MemorySettings, gpus: list[str],
@@ -113,9 +113,7 @@ def unmodelled_overrides(overrides: Sequence[kvo.Override], arch: str, engine: s
         if key.startswith("tokenizer.") or (key.startswith("general.") and key != "general.architecture"):
             continue
         sub = key[len(arch) + 1:] if key.startswith(arch + ".") else None
-        if sub is not None and sub in SCALARS_ONLY and sub not in _GRAPH_SCALARS:
-            continue
-        if sub is not None and read is not None and sub not in read:
+        if sub is not None and (sub in _OPLESS_SCALARS or (read is not None and sub not in read)):
             continue
         why.append(f"memory is not modelled with {where}: moeconf reads the file's {key}, which the engine "
                    "replaces, and that value may size the KV cache, the compute buffers or the layers")

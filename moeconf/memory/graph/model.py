@@ -201,8 +201,7 @@ def _prologue(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Ba
         by_name["rope_freqs.weight"] = by_name["rope_factors_long.weight" if long else "rope_factors_short.weight"]
     if "output.weight" not in by_name:  # a tied output: the engine's copy of token_embd
         emb = inv.by_name["token_embd.weight"]
-        dev = output_device(placement)
-        by_name["output.weight"] = ctx.weight("token_embd.weight", emb.type.upper(), emb.shape, dev)
+        by_name["output.weight"] = ctx.weight(emb.name, emb.type.upper(), emb.shape, output_device(placement))
     ctk, ctv = setup.cache_k.upper(), setup.cache_v.upper()
     kv: dict[int, tuple[Tensor, Tensor]] = {}
     rs: dict[int, tuple[Tensor, Tensor]] = {}
@@ -321,8 +320,7 @@ def graph_computed(placement: Placement) -> bool:
 
 
 def graph_compute(placement: Placement, settings: MemorySettings, pipeline: bool) -> dict[str, int]:
-    """Every device's compute buffer through the engine's graph (`compute`); empty where the graph is not built
-    for the file (a weight it reads missing: `checked_compute` says why)."""
+    """Every device's compute buffer through the engine's graph; empty where it is not built (`checked_compute`)."""
     return checked_compute(placement, settings, pipeline)[0]
 
 

@@ -123,11 +123,8 @@ class Scheduler:
             if s is None or s.buffer is None or not s.weights:
                 continue
             sb = self._buf_backend(s)
-            if self.op_offload and sb == self.cpu:
-                for i in range(self.cpu):
-                    ob = self.backends[i].offload_batch
-                    if ob and _batch(t) >= ob:
-                        return i
+            if self.op_offload and sb == self.cpu:  # the first GPU offloading the op's batch, else the CPU
+                return next((i for i, be in enumerate(self.backends) if 0 < be.offload_batch <= _batch(t)), sb)
             return sb
         return -1
 
@@ -179,7 +176,7 @@ class Scheduler:
         # pass 5: splits and their input copies
         copies: dict[tuple[int, int], list[Tensor]] = {}  # (source, backend) -> its copies, the current first
         self.copy_of = {}
-        splits: list[tuple[int, list[Tensor], list[Tensor]]] = []
+        self.splits = splits = []
         cur = next((ids[n] for n in g.nodes if n.op not in VIEW_OPS), self.cpu)  # the first op's backend
         inputs: list[Tensor] = []
         members: list[Tensor] = []
@@ -188,8 +185,7 @@ class Scheduler:
                 members.append(n)
                 continue
             nb = ids[n]
-            # a new split where the backend changes, or where an op reads another backend's weight after the split
-            # took inputs
+            # a new split where the backend changes, or an op reads another backend's weight after the split took inputs
             if nb != cur or (inputs and any(s is not None and s.buffer is not None and s.weights and ids[s] != cur
                                             and not self._buffer_supported(s, cur) for s in n.src)):
                 splits.append((cur, inputs, members))
@@ -209,7 +205,6 @@ class Scheduler:
                 n.src[j] = copies[key][0]
             members.append(n)
         splits.append((cur, inputs, members))
-        self.splits = splits
         # the graph copy (pass 6 and the copy of the graph with its splits)
         gnodes: Placed = []
         for b, ins, members in splits:
