@@ -176,7 +176,7 @@ def read_ik_split_settings(argv: Sequence[str], env: Mapping[str, str] | None = 
 def _row_size(cache_type: str, n: int) -> int:
     """ggml_row_size for a cache type: bytes of n elements, rounded down as ggml_row_size does
     (ik's split weighs its own estimate, which takes widths no block divides: the tiny gpt-oss
-    layout's q4_0 V splits otherwise; settings.cache_row_bytes rounds up, as a real cache does)."""
+    layout's q4_0 V splits otherwise; cachetypes.cache_row_bytes rounds up, as a real cache does)."""
     if cache_type == Q8_KV:
         return n + 8  # one byte per element plus ik's per-row scale
     block, size = cache_block(cache_type)

@@ -1,6 +1,7 @@
 """`--override-kv KEY=TYPE:VALUE` as each engine reads it: the items of a launch, and the malformed
 ones the engine stops on (llama.cpp common/arg.cpp, ik_llama.cpp common/common.cpp,
-string_parse_kv_override). Which overrides memory refuses: memory/families.py."""
+string_parse_kv_override). Which overrides memory refuses: memory/families.py (docs/memory-architectures.md,
+"`--override-kv`")."""
 
 from __future__ import annotations
 

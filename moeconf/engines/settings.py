@@ -22,7 +22,7 @@ from moeconf.units import GIB, MIB
 DEFAULT_RESERVE = GIB
 
 IK_ONLY_CACHE_TYPES = ("q6_0",)  # beside llama.cpp's (engines/llamaconfig.py CACHE_TYPES)
-# ik's q8_KV: 1 byte per element plus 8 bytes per row (one row per head); spelled as ik reads it
+# ik's q8_KV cache type, spelled as ik reads it (its rows' bytes: memory/cachetypes.py cache_row_bytes)
 Q8_KV = "q8_KV"
 
 

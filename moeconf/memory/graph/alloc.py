@@ -1,5 +1,5 @@
 """ggml-alloc's dynamic allocator (ggml/src/ggml-alloc.c, `ggml_dyn_tallocr`) with one chunk, its best-fit and
-merging rules as docs/memory.md, "The graph blocks" describes them."""
+merging rules as docs/memory.md, "The scheduler and the allocator" describes them."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from moeconf.memory.rshape import RecurrentShape
 
 # the GLU op of each gated activation (build_ffn, build_moe_ffn; any other: REGLU)
 GLU = {"silu": "swiglu", "gelu": "geglu", "swiglu_oai": "swiglu_oai", "silu_clamp": "swiglu_clamp", "relu": "reglu"}
-GLU_ONLY = ("swiglu_oai", "silu_clamp")  # build_moe_ffn runs these as one GLU op whether the experts have a gate
+GLU_ONLY = ("swiglu_oai", "silu_clamp")  # build_moe_ffn runs these as one GLU op whether or not the experts have a gate
 
 
 def rotation_width(n: int) -> int:
@@ -696,7 +696,8 @@ class GraphContext:
     def output(self, cur: Tensor, rows: str = "", rms: bool = True, norm: str = "output_norm",
                scale: bool = False, softcap: bool = False) -> None:
         """The head every src/models/*.cpp ends with: the final norm (`norm`, and its bias), the logits (plus
-        output.bias), scaled, soft-capped; the output rows taken `rows` it (docs/memory.md, "The graph blocks")."""
+        output.bias), scaled, soft-capped; the output rows taken before or after the final norm (`rows`; docs/memory.md,
+        "The graph blocks")."""
         c, w = self.ctx, self.w
         if rows == "before":
             assert self.t_out_ids is not None

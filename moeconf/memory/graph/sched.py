@@ -112,7 +112,7 @@ class Scheduler:
         return b
 
     def _from_cur(self, t: Tensor) -> int:
-        for x in (t, t.view_src):  # the tensor's buffer, else its view source's
+        for x in (t, t.view_src):  # ggml's two tries: the tensor, then its view source (each by `_buf_backend`)
             if x is not None and (b := self._buf_backend(x)) != -1:
                 return b
         if t.flags & INPUT:

@@ -35,7 +35,8 @@ class Lazy(MutableMapping[str, V]):
     """A dict by architecture filled on demand: `one(arch)` gives an architecture's value (KeyError where it has
     none), `every()` every architecture that may have one, in order. A lookup or `in` computes that one key;
     iterating or `len` computes them all and lists them in `every()`'s order (then any key set that it does not
-    name), and computes nothing after. Keys set or deleted (a test's monkeypatch) stay as set, as in a dict."""
+    name), and computes nothing after. Keys set or deleted (a test's monkeypatch) stay as set, as in a dict (a key
+    deleted and set again comes last)."""
 
     def __init__(self, one: Callable[[str], V], every: Callable[[], Iterable[str]]) -> None:
         self._one, self._every = one, every

@@ -78,7 +78,8 @@ def weight(g: GraphContext, w: Tensor, i: int) -> Tensor:
 
 
 def concat(g: GraphContext, streams: Iterable[Tensor]) -> Tensor:
-    """The streams [n_embd, 1, tokens] concatenated into [n_embd, hc, tokens]."""
+    """Tensors [n, 1, tokens] concatenated along their second axis into [n, k, tokens] (the hyper-connection
+    streams; MiniMax-M3's per-stream attention outputs)."""
     return reduce(lambda a, b: g.ctx.concat(a, b, 1), streams)
 
 

@@ -164,7 +164,8 @@ def _compressed(g: GraphContext, il: int, cur: Tensor, inp: _Comp, ratio: int, w
 def _attention(g: GraphContext, facts: Facts, cur: Tensor, pos: Tensor, il: int, k_idxs: Tensor, raw_mask: Tensor,
                raw_rot: Tensor | None, csa: _Comp, hca: _Comp, lid: _Comp) -> Tensor:
     c, lw, hp = g.ctx, g.w.layer, g.hp
-    T, n_head, head, idx_head = cur.ne[1], hp.n_head[il], hp.head_k, facts.hparam("attention.indexer.key_length")
+    T, n_head, head = cur.ne[1], hp.n_head[il], hp.head_k
+    idx_head = facts.hparam("attention.indexer.key_length")
     ratios = facts.ints_of("attention.compress_ratios")
     ratio = ratios[il] if il < len(ratios) else 0
     comp = {CSA: csa, HCA: hca}.get(ratio)  # none at ratio 0 (the raw rows only)
@@ -195,7 +196,8 @@ def _attention(g: GraphContext, facts: Facts, cur: Tensor, pos: Tensor, il: int,
     if raw_rot is not None:
         out = g._hadamard(out, raw_rot)
     out = c.rope_back(c.reshape(out, head, n_head, T), pos)
-    wo_a, groups = need(lw(il, "attn_output_a")), facts.hparam("attention.output_group_count", 1)
+    wo_a = need(lw(il, "attn_output_a"))
+    groups = facts.hparam("attention.output_group_count", 1)
     # the loader creates wo_a 3-D, one slice per group (TENSOR_ALLOW_RESHAPE)
     wo_a = c.weight(wo_a.name, wo_a.type, (wo_a.ne[0], wo_a.ne[1] // groups, groups), wo_a.buffer or "CPU", il)
     out = c.permute(c.reshape(out, head * n_head // groups, groups, T), 0, 2, 1, 3)

@@ -21,7 +21,8 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.inp_out_ids()
     for il in range(hp.n_layer):
         windowed = bool(g.swa_layers.get(il))
-        hd, n_head, n_kv, T = hp.hk(il), hp.n_head[il], hp.n_head_kv[il], inp.ne[1]
+        hd, n_head, n_kv = hp.hk(il), hp.n_head[il], hp.n_head_kv[il]
+        T = inp.ne[1]
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         freqs = None if windowed else w.copy("rope_freqs.weight", il)
         q = g.mm(need(w.layer(il, "attn_q")), cur)

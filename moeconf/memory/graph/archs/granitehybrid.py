@@ -16,8 +16,10 @@ def _unmodelled(inv: Inventory) -> list[str]:
     width = inv.metadata.hparam("expert_shared_feed_forward_length")
     keyed = isinstance(width, int) and width > 0
     names = {t.name for t in inv.tensors}
-    odd = sorted({t.layer for t in inv.tensors if t.layer is not None and t.name == f"blk.{t.layer}.ffn_gate_inp.weight"
-                  and any((f"blk.{t.layer}.ffn_{p}_shexp.weight" in names) != keyed for p in ("gate", "up", "down"))})
+    routed = sorted({t.layer for t in inv.tensors if t.layer is not None
+                     and t.name == f"blk.{t.layer}.ffn_gate_inp.weight"})
+    parts = ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+    odd = [il for il in routed if any((f"blk.{il}.{p}.weight" in names) != keyed for p in parts)]
     why = unbiased_conv(inv)
     if odd:
         why.append(f"llama.cpp refuses to load this file: block(s) {odd} have "

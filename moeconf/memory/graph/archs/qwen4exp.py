@@ -207,6 +207,8 @@ def build(g: GraphContext, facts: Facts) -> None:
         g.expand(cur)
         if il in g.rs:
             cur = delta_net_layer(g, rs_in, cur, il, repeat=False, qwen4exp=True)
+        # (the loader creates these layers' attn_q, attn_k and attn_v apart and no attention biases: gated_attn_layer's
+        # fused and biased forms do not arise)
         elif il in g.lid:  # the attention through the QSA indexer's cells
             top = _qsa_top_k(g, qsa, cur, pos, attn_in.mask, il, facts)
             mask = g.top_k_mask(attn_in.mask, top)
