@@ -20,8 +20,7 @@ ENGINE: Final = "ik_llama.cpp"
 MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "llama4"})
 
 
-# the architectures whose weights and KV cache on ik are modelled here, each reading the keys its llama.cpp memory
-# model reads (support.MODELLED) or where ik's loader reads others `_IK_KEYS` (compute: see the tables below)
+# the architectures whose weights and KV cache on ik are modelled here, reading their llama.cpp keys or `_IK_KEYS`
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
                             "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2", "step35"})
@@ -53,8 +52,7 @@ def kv_only(arch: str, engine: str) -> bool:
     return engine == ENGINE and arch in KV_ONLY
 
 
-# --- ik's compute against llama.cpp's graph (docs/memory.md, "ik_llama.cpp"): architecture -> (margin MiB at -ub up
-# to ikmla.MARGIN_UBATCH, device figures measured); an architecture not listed: compute refused
+# --- ik's compute as llama.cpp's graph plus a margin: architecture -> (MiB at -ub up to MARGIN_UBATCH, lines measured)
 COMPUTE_MARGINS: Final[dict[str, tuple[int, int]]] = {
     "qwen3moe": (16, 11), "glm4moe": (8, 11), "gpt-oss": (0, 11), "llama4": (0, 11), "qwen35moe": (5, 11),
     "qwen3next": (0, 11), "minimax-m2": (24, 11), "grok": (0, 8), "ernie4_5-moe": (0, 11), "hunyuan-moe": (1, 11),
@@ -149,15 +147,13 @@ def next_step(inv: Inventory, llama_cpp_modelled: bool) -> str:
 
 # ik 0.1.5's gated delta-net layer maps: the attention interval it takes whatever the key says (None: it reads it)
 _IK_DELTA_NET: Final[dict[str, int | None]] = {"qwen3next": 4, "qwen35moe": None}
-# the KV_ONLY architectures whose ik 0.1.5 loader does not read nextn_predict_layers (docs/memory.md, "ik_llama.cpp"):
-# such a file is refused on ik. Architecture -> where ik reads its keys
+# KV_ONLY architectures whose ik loader does not read nextn_predict_layers (refused): arch -> where ik reads keys
 IK_NEXTN_UNREAD: Final[dict[str, str]] = {
     "qwen35moe": "load_hparams, LLM_ARCH_QWEN35MOE",
     "mimo2": "load_hparams, LLM_ARCH_MIMO2",
     "step35": "load_hparams, LLM_ARCH_STEP35",
 }
-# keys ik 0.1.5's loader requires of a KV_ONLY architecture where llama.cpp's does not (docs/memory.md,
-# "ik_llama.cpp"): architecture -> the keys, each a group of alternatives (ik takes either)
+# keys ik 0.1.5's loader requires where llama.cpp's does not: architecture -> groups of alternatives (either one)
 IK_REQUIRED_KEYS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
     "mistral4": (("leading_dense_block_count",), ("expert_weights_scale",)),
     "mimo2": (("rope.freq_base_swa",),),

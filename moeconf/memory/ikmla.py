@@ -58,8 +58,7 @@ def computed_weights(placement: Placement, geo: Geometry, mla: int) -> dict[str,
 # the largest amount by which a compute buffer ik logged exceeded moeconf's figure, MiB, at -ub up to MARGIN_UBATCH
 MARGIN_MIB: Final = 37
 MARGIN_UBATCH: Final = 2048
-# ik PR #2312 (2026-08-13): -amb defaults to 256 (was 0)
-IK_PR_AMB_256: Final = "2026-08-13"
+IK_PR_AMB_256: Final = "2026-08-13"  # ik PR #2312: -amb defaults to 256 (was 0)
 MEASURED_BUFFERS: Final = 41  # device compute buffers ik sized by its MLA attention (39 command lines)
 PP_MIN_TOKENS: Final = 128  # `pp_opt`: ik's prompt-processing form of the attention from this many tokens
 

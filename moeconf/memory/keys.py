@@ -9,8 +9,7 @@ from typing import Final
 from moeconf.engines import archkeys
 from moeconf.model.inventory import Inventory
 
-# `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine (docs/memory-architectures.md,
-# "Keys each architecture's loader reads", as for the other sets here; softcapping and SwiGLU limits are not)
+# `{arch}.*` keys (after `{arch}.`) that change no device's memory in either engine (see the module's docs section)
 SCALARS_ONLY: Final[frozenset[str]] = frozenset({
     "rope.freq_base", "rope.freq_base_swa", "rope.scale_linear", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.alpha", "rope.scaling.attn_factor", "rope.scaling.original_context_length",

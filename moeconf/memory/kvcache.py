@@ -22,9 +22,8 @@ from moeconf.model.inventory import Inventory
 
 def context_cells(inv: Inventory, geo: Geometry, settings: MemorySettings, *, ik: bool = False,
                   fa: bool = True) -> tuple[int, int, int, int, int]:
-    """The context the engine allocates (src/llama-context.cpp, llama-kv-cache-iswa.cpp; ik's llama_kv_cache_init;
-    docs/memory.md, "Memory per device"): n_ctx, the cells per stream, a sliding-window layer's (0: none), the
-    streams, the worst-case ubatch."""
+    """The context the engine allocates (docs/memory.md, "Memory per device"): n_ctx, the cells per stream, a
+    sliding-window layer's (0: none), the streams, the worst-case ubatch."""
     pad = 256 if (not ik or fa) else 32
     n_ctx = ggml.pad(settings.n_ctx or (inv.metadata.context_length or 4096), pad)
     n_seq = settings.n_parallel

@@ -20,9 +20,8 @@ def shape(inv: Inventory) -> RecurrentShape | None:
     """The recurrent layers' dimensions, None when the architecture has none modelled here."""
     kind = traits(inv.arch).recurrent
     if kind == "lightning":
-        md = inv.metadata
-        heads = md.head_count if isinstance(md.head_count, int) else 0
-        hd = int_key(inv, "attention.key_length") or ((md.embedding_length or 0) // heads if heads else 0)
+        heads = inv.metadata.head_count or 0
+        hd = int_key(inv, "attention.key_length") or ((inv.metadata.embedding_length or 0) // heads if heads else 0)
         return RecurrentShape(0, heads * hd, hd, 0, heads) if heads and hd else None
     if kind not in ("delta_net", "mamba2", "mamba"):
         return None

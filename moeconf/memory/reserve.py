@@ -50,8 +50,7 @@ class Part:
 
 @dataclass(frozen=True)
 class Card:
-    """What is known of one card's CUDA overhead: its context (measured or reported), SMs, and
-    whether every part was measured on it (then its parts replace the default margin)."""
+    """What is known of one card's CUDA overhead: its context (measured or reported), SMs, the parts measured."""
 
     name: str
     match: str  # a regular expression searched in the card's name as nvidia-smi prints it, case-insensitive
@@ -59,7 +58,7 @@ class Card:
     context_source: str
     n_sm: int
     hopper_or_newer: bool  # cuBLAS workspace 32 MiB (compute capability >= 9.0), else 4 MiB
-    measured: bool
+    measured: bool  # every part was measured on it: then its parts replace the default margin (reserve_for)
 
 
 _REPORTED = "reported: cudaMemGetInfo's primary context (github.com/ggml-org/llama.cpp/pull/23604)"
