@@ -14,13 +14,15 @@ AMX_TYPES: dict[str, tuple[int, int]] = {
     "IQ4_XS": (256, 2), "F16": (16, 0),
 }
 HOST_CPUS = ("amx", "plain")
+_NOT_MUL_MAT = ("token_embd",)  # GET_ROWS
 
 
 def amx_bytes(t: Tensor) -> int | None:
     """The tensor's size in the AMX buffer, or None when the loader does not put it there."""
     spec = AMX_TYPES.get(t.type)
-    if (spec is None or not t.name.endswith(".weight") or len(t.shape) < 2
-            or t.base == "token_embd" or t.base.endswith("_exps") or t.role == "experts"):  # token_embd: GET_ROWS
+    if spec is None or not t.name.endswith(".weight") or len(t.shape) < 2:
+        return None
+    if t.base in _NOT_MUL_MAT or t.base.endswith("_exps") or t.role == "experts":
         return None
     align, extra = spec
     ne0, ne1 = t.shape[0], t.shape[1]

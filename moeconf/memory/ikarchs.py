@@ -24,8 +24,11 @@ MODELLED_IN_FULL: Final = frozenset({"qwen3moe", "glm4moe", "deepseek2", "gpt-os
 KV_ONLY: Final = frozenset({"qwen35moe", "qwen3next", "glm-dsa", "minimax-m2", "grok", "ernie4_5-moe",
                             "bailingmoe2", "dots1", "qwen3vlmoe", "hunyuan-moe", "llama", "arctic",
                             "granitemoe", "mistral3", "qwen2moe", "gemma4", "mistral4", "mimo2", "step35"})
-_IK_KEYS: Final[dict[str, frozenset[str]]] = {"qwen35moe": _recurrent.KEYS, "qwen3next": _recurrent.KEYS,
-                                              "glm-dsa": MLA_KEYS | DSA_KEYS}
+_IK_KEYS: Final[dict[str, frozenset[str]]] = {
+    "qwen35moe": _recurrent.KEYS,
+    "qwen3next": _recurrent.KEYS,
+    "glm-dsa": MLA_KEYS | DSA_KEYS,
+}
 
 
 # MoE architectures in ik 0.1.5's tables whose MoE files it does not load (tests/engine/test_ik_newer.py): why
@@ -76,13 +79,15 @@ GPU_CHECKED: Final[dict[str, str]] = {
     "qwen3moe": "1 line on an H200 (-ot exps=CPU -c 32768: CUDA0 305 MiB logged, this estimate 317)",
 }
 # where ik's second f32 KQ matrix with flash attention off was measured (docs/memory.md, "ik_llama.cpp"): on what
-FA_OFF_MEASURED: Final[dict[str, str]] = {"grok": "Grok-1, whose flash attention ik forces off: -c 8192 to 32768, "
-                                                  "-ub 512 and 2048"}
+FA_OFF_MEASURED: Final[dict[str, str]] = {
+    "grok": "Grok-1, whose flash attention ik forces off: -c 8192 to 32768, -ub 512 and 2048",
+}
 # architectures whose compute on ik is its MLA attention's (memory/ikmla.py), and the cut layout it was measured on
 MLA_MODELLED: Final[dict[str, str]] = {"deepseek2": "DeepSeek-V3", "glm-dsa": "GLM-5"}
 # the other architectures ik 0.1.5 builds with build_deepseek2, and what was measured (compute refused)
-IK_MLA_GRAPH: Final[dict[str, str]] = {"mistral4": "Mistral-Small-4: ik's MLA attention model missed its buffers "
-                                                   "beyond the margin (COMPUTE_DIFFERS)"}
+IK_MLA_GRAPH: Final[dict[str, str]] = {
+    "mistral4": "Mistral-Small-4: ik's MLA attention model missed its buffers beyond the margin (COMPUTE_DIFFERS)",
+}
 
 
 # an MLA_MODELLED architecture's compute on a device running no attention layer: llama.cpp's graph

@@ -92,7 +92,9 @@ def ple_bytes(inv: Inventory, il: int, n_seq_max: int) -> int:
     """Qwen4Exp's PLE conv history, bytes; 0 elsewhere (see the module's notes)."""
     t = inv.by_name.get(f"blk.{il}.ple_conv1d.weight")
     dilation = int_key(inv, "ple.ngram_size")
-    return (t.shape[0] - 1) * dilation * t.shape[1] * 4 * max(1, n_seq_max) if t is not None and dilation else 0
+    if t is None or not dilation:
+        return 0
+    return (t.shape[0] - 1) * dilation * t.shape[1] * 4 * max(1, n_seq_max)
 
 
 def unmodelled_settings(inv: Inventory, offload_kqv: bool) -> list[str]:
