@@ -125,19 +125,19 @@ def gated_attn_layer(g: GraphContext, attn_in: AttnInput, cur: Tensor, pos: Tens
     return g.mm(need(w.layer(il, "attn_output")), c.mul(cur, gate))
 
 
-def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repeat: bool,
-                    qwen4exp: bool = False) -> Tensor:
+def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repeat: bool, square_v: bool = False,
+                    z_act: str = "silu", conv_at: bool = False) -> Tensor:
     """build_layer_attn_linear with llm_build_delta_net_base's conv state and recurrent attention (the
-    fused op, no rollback snapshots). Qwen4Exp (`qwen4exp`) builds the same layer with V heads as wide as
-    K's (else d_inner / the V heads), its output gate a sigmoid (else SiLU) and its own gather of the
-    conv state (`conv_state_at`)."""
+    fused op, no rollback snapshots). Qwen4Exp builds the same layer with V heads as wide as K's
+    (`square_v`; else d_inner / the V heads), its output gate through a sigmoid (`z_act`) and its own
+    gather of the conv state (`conv_at`: `conv_state_at`)."""
     c, w, hp = g.ctx, g.w, g.hp
     rec = g.rec
     assert rec is not None
     n_seqs = rs_in.n_seqs
     T = cur.ne[1] // n_seqs  # n_seq_tokens
     hk, nk, nv = rec.d_state, rec.n_group, rec.n_v_heads
-    hv = hk if qwen4exp else rec.d_inner // nv
+    hv = hk if square_v else rec.d_inner // nv
     channels = hk * nk * 2 + hv * nv
     # the older conversions' single ssm_in in its place is refused before (`older_qkvz`)
     qkv = c.reshape(g.mm(need(w.layer(il, "attn_qkv")), cur), channels, T, n_seqs)
@@ -157,8 +157,10 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     gate = c.reshape(gate, 1, nv, T, n_seqs)
     conv_all, ssm_all = g.rs[il]
     kernel = need(w.layer(il, "ssm_conv1d"))
-    conv_in = conv_state_at(g, rs_in, conv_all, qkv, kernel.ne[0] - 1, channels) if qwen4exp else \
-        conv_input(g, rs_in, conv_all, qkv, kernel, channels, T)  # build_conv_state
+    if conv_at:
+        conv_in = conv_state_at(g, rs_in, conv_all, qkv, kernel.ne[0] - 1, channels)
+    else:
+        conv_in = conv_input(g, rs_in, conv_all, qkv, kernel, channels, T)  # build_conv_state
     state = c.reshape(g.rs_states(rs_in, ssm_all, rec.n_embd_s), hv, hv, nv, n_seqs)
     mix = c.unary(c.ssm_conv(conv_in, kernel), "silu")
     row = 4 * channels
@@ -172,7 +174,7 @@ def delta_net_layer(g: GraphContext, rs_in: RsInput, cur: Tensor, il: int, repea
     output = delta_net(g, q, k, v, gate, beta, state, ssm_all)
     z2 = c.reshape(z, hv, nv, T, n_seqs)
     normed = g.norm(output, w.layer(il, "ssm_norm"), None, il)
-    cur = c.mul(normed, c.unary(z2, "sigmoid" if qwen4exp else "silu"))
+    cur = c.mul(normed, c.unary(z2, z_act))
     cur = c.reshape(cur, hv * nv, T, n_seqs)
     cur = g.mm(need(w.layer(il, "ssm_out")), cur)
     return c.reshape(cur, hp.n_embd, T * n_seqs)

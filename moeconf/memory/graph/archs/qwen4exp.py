@@ -206,7 +206,7 @@ def build(g: GraphContext, facts: Facts) -> None:
         cur, inject = _hc_mix(g, x, f"blk.{il}.hc_attn", il, hc, True)
         g.expand(cur)
         if il in g.rs:
-            cur = delta_net_layer(g, rs_in, cur, il, repeat=False, qwen4exp=True)
+            cur = delta_net_layer(g, rs_in, cur, il, repeat=False, square_v=True, z_act="sigmoid", conv_at=True)
         # (the loader creates these layers' attn_q, attn_k and attn_v apart and no attention biases: gated_attn_layer's
         # fused and biased forms do not arise)
         elif il in g.lid:  # the attention through the QSA indexer's cells
