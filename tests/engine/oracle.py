@@ -60,15 +60,22 @@ def available() -> bool:
 def project(model: Path, args: Sequence[str], endpoints: Sequence[str] = (), *, tries: int = 3) -> Projection:
     argv = [str(FIT_PARAMS), "-m", str(model), "-fitp", "on", "-v", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
-    if p.returncode != 0:
-        raise RuntimeError(f"llama-fit-params failed ({p.returncode}): {' '.join(argv)}\n{p.stderr[-3000:]}")
-    names = {m.group("name").strip() for m in _BREAKDOWN.finditer(p.stderr)}
-    if tries > 1 and names and "Host" not in names:
-        # under the parallel engine suite a run's breakdown has at times its RPC rows and no host row (the same line
-        # run alone gives it; session 33's CI missed it twice in a row on GLM-5 `-c 65536 -ngl 50 -ub 1024`): run it
-        # again, up to `tries` runs in all (a last miss reaches the caller's check of the figures)
-        return project(model, args, endpoints, tries=tries - 1)
+    for _ in range(tries):
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            raise RuntimeError(f"llama-fit-params failed ({p.returncode}): {' '.join(argv)}\n{p.stderr[-3000:]}")
+        printed = {m.group(1) for m in map(_ROW.match, p.stdout.splitlines()) if m}
+        if not printed:
+            raise RuntimeError(f"no projection printed: {p.stdout[-2000:]}")
+        # the breakdown comes through the engine's log, the rows on stdout through printf. Under the parallel engine
+        # suite the log has at times lost lines of the breakdown (session 33's CI: GLM-5's host row, twice in a row;
+        # session 34's: every row of a Qwen3 line, its stdout rows whole), so a run whose breakdown lacks a device
+        # that stdout names runs again, and after `tries` runs is an error, never a row of zeros
+        if printed <= {m.group("name").strip() for m in _BREAKDOWN.finditer(p.stderr)}:
+            break
+    else:
+        raise RuntimeError(f"llama-fit-params' breakdown lacks a device of {sorted(printed)} in {tries} runs: "
+                           f"{' '.join(argv)}\n{p.stderr[-3000:]}")
     names = {f"RPC{i}": f"RPC0[{ep}]" for i, ep in enumerate(endpoints)}
     model_mib: dict[str, int] = {}
     ctx_mib: dict[str, int] = {}
@@ -93,9 +100,6 @@ def project(model: Path, args: Sequence[str], endpoints: Sequence[str] = (), *, 
         key = m.group(1)
         key = "CPU" if not key.startswith("RPC") else key
         exact[key] = exact.get(key, 0.0) + float(m.group(2))
-    rows = [_ROW.match(line) for line in p.stdout.splitlines()]
-    if not any(rows):
-        raise RuntimeError(f"no projection printed: {p.stdout[-2000:]}")
     return Projection(model_mib, ctx_mib, comp_mib, exact, p.stderr, free)
 
 
