@@ -67,10 +67,12 @@ def project(model: Path, args: Sequence[str], endpoints: Sequence[str] = (), *, 
         printed = {m.group(1) for m in map(_ROW.match, p.stdout.splitlines()) if m}
         if not printed:
             raise RuntimeError(f"no projection printed: {p.stdout[-2000:]}")
-        # the breakdown comes through the engine's log, the rows on stdout through printf. Under the parallel engine
-        # suite the log has at times lost lines of the breakdown (session 33's CI: GLM-5's host row, twice in a row;
-        # session 34's: every row of a Qwen3 line, its stdout rows whole), so a run whose breakdown lacks a device
-        # that stdout names runs again, and after `tries` runs is an error, never a row of zeros
+        # the breakdown comes through the engine's log, the rows on stdout through printf. The log is written by a
+        # thread of a logger the engine leaks on purpose at exit (common/log.cpp, common_log_main), so the lines after
+        # its last flush can be lost when the machine is busy (session 33's CI: GLM-5's host row, twice in a row;
+        # session 34's: every row of a Qwen3 line). The log keeps its order, so a breakdown that has every device
+        # stdout names has the reserve lines before it too; one that lacks a device runs again, and after `tries`
+        # runs is an error, never a row of zeros
         if printed <= {m.group("name").strip() for m in _BREAKDOWN.finditer(p.stderr)}:
             break
     else:
