@@ -57,7 +57,8 @@ def available() -> bool:
     return FIT_PARAMS.is_file()
 
 
-def project(model: Path, args: Sequence[str], endpoints: Sequence[str] = (), *, tries: int = 3) -> Projection:
+def fit_print(model: Path, args: Sequence[str], *, tries: int = 3) -> subprocess.CompletedProcess[str]:
+    """`llama-fit-params -fitp on -v`: a run whose log holds all it printed (the breakdown is its last line)."""
     argv = [str(FIT_PARAMS), "-m", str(model), "-fitp", "on", "-v", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     for _ in range(tries):
@@ -78,6 +79,11 @@ def project(model: Path, args: Sequence[str], endpoints: Sequence[str] = (), *, 
     else:
         raise RuntimeError(f"llama-fit-params' breakdown lacks a device of {sorted(printed)} in {tries} runs: "
                            f"{' '.join(argv)}\n{p.stderr[-3000:]}")
+    return p
+
+
+def project(model: Path, args: Sequence[str], endpoints: Sequence[str] = (), *, tries: int = 3) -> Projection:
+    p = fit_print(model, args, tries=tries)
     names = {f"RPC{i}": f"RPC0[{ep}]" for i, ep in enumerate(endpoints)}
     model_mib: dict[str, int] = {}
     ctx_mib: dict[str, int] = {}

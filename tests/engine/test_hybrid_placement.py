@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,9 +53,7 @@ def endpoints() -> Iterator[list[str]]:
 
 
 def _engine_placement(model: Path, args: list[str], eps: list[str]) -> dict[str, str | None]:
-    argv = [str(oracle.FIT_PARAMS), "-m", str(model), "-fitp", "on", "-v", "-c", "4096", *args]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert p.returncode == 0, p.stderr[-2000:]
+    p = oracle.fit_print(model, ["-c", "4096", *args])
     layers = {int(m.group(1)): m.group(2) for m in _LAYER.finditer(p.stderr)}
     overrides = {m.group(1): m.group(2) for m in _OVERRIDE.finditer(p.stderr)}
 

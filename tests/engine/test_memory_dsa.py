@@ -12,7 +12,6 @@ projection (`llama-fit-params -fitp on -v`, which allocates nothing) on sparse f
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,9 +117,7 @@ def test_memory_against_llama_cpp(fig: dict[str, object], sparse: dict[str, tupl
 
 
 def _engine_placement(path: Path, inv: Inventory, args: list[str], eps: list[str]) -> dict[str, str | None]:
-    argv = [str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on", "-v", "-c", "4096", *args]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert p.returncode == 0, p.stderr[-3000:]
+    p = oracle.fit_print(path, ["-c", "4096", *args])
     # host buffers (CPU_REPACK, AMX: memory-facts.md section 4) are the CPU to moeconf
     got: dict[str, str | None] = {n: ("CPU" if d.startswith("CPU") or d == "AMX" else d)
                                   for n, d in parse_mainline(p.stderr, inv, eps).items()}
