@@ -39,11 +39,11 @@ from moeconf.placement import Placement
 from moeconf.plan import Plan
 from moeconf.plan.rules import Rule
 from moeconf.planengine import gpu_devices, n_gpu_layers, plan_ik_settings, plan_ik_split
+from moeconf.units import MIB as MiB
 
 if TYPE_CHECKING:
     from moeconf.iksplit import LayerSizes
 
-MiB = 1024 * 1024
 _MARGIN_MIN = 16 * MiB
 # splits finished only for the tie-breaks (experts away from home, room left); each finish is one to four
 # measures through the graph. Over fourteen two-GPU fits (GLM-5 and DeepSeek-V3.2 at 24+16, 16+12 and 48+24

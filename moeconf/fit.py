@@ -35,8 +35,8 @@ from moeconf.memory.servercache import PROMPT_CACHE_DEFAULT_MIB
 from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import plan_from_text
 from moeconf.sizing import estimate_explained
+from moeconf.units import MIB as MiB
 
-MiB = 1024 * 1024
 Policy = Literal["first", "last"]
 
 # engine flags fit decides itself (placement and the devices), in every spelling

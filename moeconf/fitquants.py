@@ -18,12 +18,13 @@ from moeconf.hub import names, store
 from moeconf.hub.ref import RemoteRef
 from moeconf.hub.remote import Listing, Progress, list_repo, load_resolved, resolve
 from moeconf.model.inventory import Inventory
+from moeconf.units import GIB as GiB
 
 if TYPE_CHECKING:
     from moeconf.fit import Budget
     from moeconf.machine import Machine
 
-GiB = 2**30
+
 Policy = Literal["first", "last"]  # as moeconf.fit's (imported only when a quant is solved, not from the cache)
 
 

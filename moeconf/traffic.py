@@ -55,10 +55,9 @@ from moeconf.memory.graph.model import (
     Setup,
     build,
     file_refusals,
+    graph_refusals,
     missing_refusal,
     setup_for,
-    unfused_refusal,
-    unweighted_refusal,
 )
 from moeconf.memory.graph.sched import Scheduler
 from moeconf.memory.kvcache import kv_bytes
@@ -269,9 +268,8 @@ def _evaluate(placement: Placement, setup: Setup) -> _Evaluation:
         g, backends = build(placement, setup)
     except MissingTensor as e:
         raise TrafficUnmodelled(missing_refusal(placement.inventory, e, "traffic")[0]) from None
-    why = unweighted_refusal(placement.inventory, g.unweighted, "traffic") + unfused_refusal(
-        placement.inventory, g.cp.unfused, "traffic")
-    if why:  # a norm without its weight, or a fused op the engine turns off here, whose graph no dump checked
+    why = graph_refusals(placement.inventory, g.unweighted, g.cp.unfused, "traffic")
+    if why:
         raise TrafficUnmodelled(why[0])
     sched = Scheduler(backends, pipeline=False, op_offload=setup.op_offload)
     sched.split(g.gf, g.pinned)

@@ -37,8 +37,7 @@ from moeconf.model import ggml
 from moeconf.model.inventory import Inventory, Tensor
 from moeconf.model.percache import per_inventory
 from moeconf.placement import Placement
-
-MiB = 1024 * 1024
+from moeconf.units import MIB as MiB
 
 
 @dataclass(frozen=True)

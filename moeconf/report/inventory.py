@@ -10,7 +10,7 @@ from moeconf.model.inventory import Inventory, Tensor, format_ranges
 from moeconf.model.required import missing_tensors
 from moeconf.model.taxonomy import GROUPS, LAYER_KINDS
 from moeconf.textsafe import safe
-from moeconf.units import gib
+from moeconf.units import MIB, gib
 
 
 def inventory_json(inv: Inventory) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def render_summary(inv: Inventory, *, list_tensors: bool = False) -> str:
         rows = [["tensor", "type", "shape", "MiB", "group"]]
         for t in inv.tensors:
             rows.append([t.name, t.type, "[" + ", ".join(map(str, t.shape)) + "]",
-                         f"{t.nbytes / (1 << 20):.2f}", t.group])
+                         f"{t.nbytes / MIB:.2f}", t.group])
         lines += _table(rows, {3})
     unknown = inv.unknown_tensors
     if unknown:

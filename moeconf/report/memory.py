@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from moeconf.memory import HOST, MemoryEstimate
-
-MiB = 1024 * 1024
+from moeconf.units import MIB as MiB
 
 
 def _mib(n: int) -> str:

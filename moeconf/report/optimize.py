@@ -7,9 +7,8 @@ from __future__ import annotations
 from moeconf.optimize import NotPredicted, Optimized, Row, Speed
 from moeconf.speed import rounded
 from moeconf.textsafe import safe
-
-MiB = 1024 * 1024
-GiB = 1024 * MiB
+from moeconf.units import GIB as GiB
+from moeconf.units import MIB as MiB
 
 
 def _speed(s: Speed | NotPredicted | None, which: str) -> str:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from moeconf.engines import HOST
 from moeconf.traffic import Copy, Traffic
-
-MiB = 1024 * 1024
+from moeconf.units import MIB as MiB
 
 
 def _mib(n: int) -> str:

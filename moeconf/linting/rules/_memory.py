@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from moeconf.linting.model import Context
 from moeconf.model.inventory import format_ranges
+from moeconf.units import GIB as GiB
+from moeconf.units import MIB as MiB
 
 if TYPE_CHECKING:
     from moeconf.memory import MemorySettings
 
 
-MiB = 1024 * 1024
-GiB = 1024 * MiB
 
 
 def _size(n: int) -> str:

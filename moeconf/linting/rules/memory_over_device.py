@@ -26,6 +26,7 @@ from moeconf.engines import HOST
 from moeconf.linting.model import Context
 from moeconf.linting.rules._base import Hit
 from moeconf.linting.rules._memory import fit_command, line_estimate, line_settings, over_devices
+from moeconf.units import MIB as MiB
 
 CODE = "MOE040"
 NAME = "memory-over-device"
@@ -33,7 +34,6 @@ SEVERITY = "error"
 NEEDS_MODEL = True
 READS_SETTINGS = True  # skipped on a line the engine cannot read (flag-value-refused)
 
-MiB = 1024 * 1024
 
 
 def check(ctx: Context) -> Iterator[Hit]:

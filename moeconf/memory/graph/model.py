@@ -336,8 +336,13 @@ def checked_compute(placement: Placement, settings: MemorySettings, pipeline: bo
         sizes, off, unweighted = _compute(placement, setup_for(placement.inventory, settings, pipeline=pipeline))
     except MissingTensor as e:
         return {}, missing_refusal(placement.inventory, e, "compute")
-    return sizes, unweighted_refusal(placement.inventory, unweighted, "compute") + unfused_refusal(
-        placement.inventory, off, "compute")
+    return sizes, graph_refusals(placement.inventory, unweighted, off, "compute")
+
+
+def graph_refusals(inv: Inventory, unweighted: Collection[int], unfused: frozenset[str], what: str) -> list[str]:
+    """Why `what` (compute, traffic) is not modelled on a built graph: a norm without its weight in the layers
+    `unweighted`, or the fused ops `unfused` the engine turns off here, whose graph no dump checked."""
+    return unweighted_refusal(inv, unweighted, what) + unfused_refusal(inv, unfused, what)
 
 
 def unweighted_refusal(inv: Inventory, layers: Collection[int], what: str) -> list[str]:
