@@ -99,19 +99,16 @@ def test_the_comparison_catches_a_wrong_answer(models: dict[str, Inventory]) -> 
 @pytest.mark.parametrize("model", ["kimi-k2.5", "glm-4.7", "deepseek-v3-groups"])
 def test_the_group_keys_are_read_and_without_them_refused(models: dict[str, Inventory], model: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The converters write n_group / topk_group as `expert_group_count` / `_used_count`; a table that
-    did not model them would refuse every such file (real DeepSeek-V3, Kimi and GLM-4.x GGUFs)."""
+    """The converters write n_group / topk_group as `expert_group_count` / `_used_count`; a model that
+    did not handle them would refuse every such file (real DeepSeek-V3, Kimi and GLM-4.x GGUFs). They are
+    handled for every architecture (keys.NO_MEMORY_EFFECT; the graph routes the groups of any composition,
+    tests/engine/test_expert_groups.py)."""
     inv = models[model]
     assert {"expert_group_count", "expert_group_used_count"} <= set(inv.metadata.arch_keys or ())
     for eng in ("llama.cpp", "ik_llama.cpp"):
         assert support.unmodelled(inv, eng) == []
-    spec = support.MODELLED[inv.arch]
-    monkeypatch.setitem(support.MODELLED, inv.arch, dataclasses.replace(spec, keys=spec.keys - GROUPS))
+    monkeypatch.setattr(support, "NO_MEMORY_EFFECT", support.NO_MEMORY_EFFECT - GROUPS)
     why = support.unmodelled(inv, "llama.cpp")
-    if inv.metadata.hparam("expert_group_count") == 1:
-        # one group: the engine builds no group selection (memory/keys.py neutral), modelled or not
-        assert why == []
-        return
     assert [w.split(":")[0] for w in why] == [
         f"memory is not modelled for {inv.arch}.{k}" for k in ("expert_group_count", "expert_group_used_count")]
     assert all(f"the llama.cpp loader of {inv.arch!r} reads it" in w for w in why)

@@ -6,7 +6,7 @@ loader reads (moeconf/engines/archkeys.py), so each line was refused before it w
 
 - Qwen3-Next's and Nemotron-3 Super's MTP block (`nextn_predict_layers`): the loader skips its
   tensors and no trunk layer attends it: the same figures as without it;
-- Nemotron-3's `expert_group_count` 1: no group selection (memory/keys.py `neutral`);
+- Nemotron-3's `expert_group_count` 1: no group selection (`build_moe_ffn` selects groups above 1);
 - Grok's `final_logit_softcapping`: three ops on the logits, each in place;
 - GLM-5.2's `attention.indexer.types`: the indexer K cache on the full layers only, the shared
   layers reusing the last full layer's top-k (memory/indexer.py, memory/graph/archs/_dsa.py)."""
@@ -23,7 +23,7 @@ from moeconf.engines import archkeys
 from moeconf.fixtures.layouts_keyed import VARIANTS, write_variant
 from moeconf.memory import support
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.memory.keys import neutral
+from moeconf.memory.keys import group_stops
 from moeconf.model.inventory import Inventory
 from tests.recorded_memory import assert_recorded, errors, estimate_rpc, line_ids, sparse_models
 
@@ -77,19 +77,44 @@ def test_each_key_is_read_by_the_loader_and_refused_unmodelled(models: dict[str,
     assert "llama-fit-params -fitp on" in why[0]
 
 
-def test_expert_groups_are_neutral_only_at_one_group(models: dict[str, Inventory]) -> None:
-    """Nemotron-3's converter writes n_group (1): no group selection. With 8 groups (4 used) the
-    engine builds group selection ops the Nemotron replay does not have: refused, naming the key."""
+def test_expert_groups_are_modelled_where_the_loader_takes_them(models: dict[str, Inventory]) -> None:
+    """Nemotron-3's converter writes n_group (1): no group selection. With 8 groups (4 used) the engine builds
+    group selection ops, and so does moeconf's graph (for every composition: tests/engine/test_expert_groups.py):
+    modelled, with more compute. Groups the engine's loader stops on are refused, naming the check."""
     inv = models["nemotron-3-nano-30b-a3b-groups"]
-    assert neutral("expert_group_count", inv) and support.unmodelled(inv, "llama.cpp") == []
+    assert inv.metadata.hparam("expert_group_count") == 1 and support.unmodelled(inv, "llama.cpp") == []
     md = inv.metadata
-    hp = dict(md.hparams) | {"expert_group_count": 8, "expert_group_used_count": 4}
-    grouped = dataclasses.replace(inv, metadata=dataclasses.replace(
-        md, hparams=tuple(sorted(hp.items())), arch_keys=(*(md.arch_keys or ()), "expert_group_used_count")))
-    assert not neutral("expert_group_count", grouped) and not neutral("expert_group_used_count", grouped)
-    assert [w.split(":")[0] for w in support.unmodelled(grouped, "llama.cpp")] == [
-        "memory is not modelled for nemotron_h_moe.expert_group_count",
-        "memory is not modelled for nemotron_h_moe.expert_group_used_count"]
+
+    def grouped(groups: int, used: int) -> Inventory:
+        hp = dict(md.hparams) | {"expert_group_count": groups, "expert_group_used_count": used}
+        return dataclasses.replace(inv, metadata=dataclasses.replace(
+            md, hparams=tuple(sorted(hp.items())), arch_keys=(*(md.arch_keys or ()), "expert_group_used_count")))
+
+    eight = grouped(8, 4)
+    assert support.unmodelled(eight, "llama.cpp") == []
+    from moeconf.engines import engine
+    from moeconf.explanation import explain
+    from moeconf.memory import read_settings
+    from moeconf.memory.graph import model
+
+    def nodes(i: Inventory) -> int:
+        args, eng = ["-c", "4096", "-ngl", "0", "-fit", "off"], engine("llama.cpp")
+        g, _ = model.build(explain(i, eng, args, gpus=[]).placement,
+                           model.setup_for(i, read_settings(args, eng), pipeline=False))
+        return len(g.gf.nodes)
+
+    # the group selection per MoE layer: reshapes, an argsort, get_rows, sum_rows, a second argsort, fill, set_rows
+    assert nodes(eight) > nodes(inv)
+    for groups, used in ((3, 1), (8, 8), (8, 0), (128, 1)):
+        why = support.unmodelled(grouped(groups, used), "llama.cpp")
+        assert len(why) == 1 and why[0].startswith("llama.cpp's loader stops on this nemotron_h_moe file"), why
+    # without routed experts the loader asks for no groups at all (a dense file passes without them)
+    dense = grouped(0, 0)
+    dense = dataclasses.replace(dense, metadata=dataclasses.replace(dense.metadata, expert_count=0))
+    assert group_stops(dense) == []
+    dense = dataclasses.replace(dense, metadata=dataclasses.replace(
+        dense.metadata, hparams=tuple(sorted((dict(dense.metadata.hparams) | {"expert_group_count": 1}).items()))))
+    assert "with no routed experts" in group_stops(dense)[0]
 
 
 def test_glm_indexer_tables_the_engine_refuses_are_refused(models: dict[str, Inventory]) -> None:

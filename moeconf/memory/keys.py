@@ -20,8 +20,12 @@ SCALARS_ONLY: Final[frozenset[str]] = frozenset({
     "attention.scale", "attention.output_scale", "attention.value_scale", "attention.temperature_length",
     "attention.temperature_scale", "attention.clamp_kqv", "logit_scale", "embedding_scale", "residual_scale",
 })
-# `{arch}.*` keys the memory model handles for every architecture: the scalars above, and the sizes it reads
-NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
+# group-limited routing: llama.cpp reads the groups for every architecture and builds the group selection in
+# build_moe_ffn only when expert_group_count > 1 (the graph's `_compose` sets them on every composition)
+GROUPS: Final = frozenset({"expert_group_count", "expert_group_used_count"})
+# `{arch}.*` keys the memory model handles for every architecture: the scalars above, the expert groups, and the
+# sizes it reads
+NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | GROUPS | frozenset({
     # sizes the model reads from the tensors' shapes instead
     "feed_forward_length", "expert_feed_forward_length", "expert_shared_feed_forward_length",
     # what every modelled architecture reads
@@ -32,8 +36,6 @@ NO_MEMORY_EFFECT: Final[frozenset[str]] = SCALARS_ONLY | frozenset({
 # what the architectures with MLA attention read beyond them (support.MODELLED, ikarchs.KV_ONLY)
 MLA_KEYS: Final = frozenset({"attention.key_length_mla", "attention.value_length_mla", "attention.kv_lora_rank",
                              "attention.q_lora_rank"})
-# group-limited routing: llama.cpp builds the group selection only when expert_group_count > 1
-GROUPS: Final = frozenset({"expert_group_count", "expert_group_used_count"})
 # Grok's softcapping: it changes compute only, and forces flash attention off (support.MODELLED)
 SOFTCAPPING: Final = frozenset({"attn_logit_softcapping", "router_logit_softcapping", "final_logit_softcapping"})
 
@@ -51,7 +53,28 @@ def int_key(inv: Inventory, key: str) -> int | None:
 
 def neutral(key: str, inv: Inventory) -> bool:
     """Whether the file's `{arch}.key` makes the engine build nothing more (see the module's docs section)."""
-    if key in GROUPS:
-        return (int_key(inv, "expert_group_count") or 0) <= 1
     return (key in ("nextn_predict_layers", "attention.shared_kv_layers", "embedding_length_per_layer_input")
             and int_key(inv, key) == 0)
+
+
+def group_stops(inv: Inventory) -> list[str]:
+    """The pinned llama.cpp loader's checks of the expert groups that the file fails (llama-model.cpp, load_hparams:
+    GGML_ASSERTs, for every architecture); empty where it passes them."""
+    groups = int_key(inv, "expert_group_count") or 0
+    used = int_key(inv, "expert_group_used_count") or 0
+    experts = inv.metadata.expert_count or 0
+    if experts == 0:
+        if not groups:
+            return []
+        bad = "no routed experts"
+    elif groups >= experts:
+        bad = f"as many groups as experts ({experts}) or more"
+    elif groups > 1 and experts % groups:
+        bad = f"{experts} experts that {groups} groups do not divide"
+    elif groups > 1 and not 0 < used < groups:
+        bad = f"{used} of the {groups} groups used (it needs at least 1 and fewer than all)"
+    else:
+        return []
+    return [f"llama.cpp's loader stops on this {inv.arch} file (an assertion in load_hparams): it sets {groups} "
+            f"expert groups ({inv.arch}.expert_group_count) with {bad}; check the conversion's n_group and "
+            "topk_group"]

@@ -99,6 +99,7 @@ def _build(placement: Placement, setup: Setup) -> tuple[GraphContext, list[Backe
 
 def _compose(g: GraphContext, f: Facts, arch: str) -> None:
     """The architecture's composition on `g`; a weight it reads and the file lacks named (`MissingTensor`)."""
+    g.groups = f.groups  # llama-model.cpp reads the expert groups for every architecture, build_moe_ffn uses them
     try:
         ARCHS[arch](g, f)
     except MissingTensor as e:

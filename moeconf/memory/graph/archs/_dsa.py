@@ -73,7 +73,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     pos = g.inp_pos()
     mla_in, lid_in = inp_dsa(g)
     g.inp_out_ids()
-    g.groups = facts.groups
     prev: Tensor | None = None
     for il in range(hp.n_layer):
         res = inp

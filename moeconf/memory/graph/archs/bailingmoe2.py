@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Decoder, Memory, decoder
-from moeconf.memory.keys import GROUPS
 
 build = decoder(Decoder(qk_norm="head", gating="sigmoid", gating_key=True, norm_w=False, norm_w_key=True))
-MEMORY = Memory(CHECKED + " (Ling-mini-2.0)", frozenset({"leading_dense_block_count", "nextn_predict_layers"}) | GROUPS)
+MEMORY = Memory(CHECKED + " (Ling-mini-2.0)", frozenset({"leading_dense_block_count", "nextn_predict_layers"}))

@@ -169,7 +169,6 @@ def decoder(spec: Decoder) -> Build:
         norm_w = bool(facts.norm_w) if spec.norm_w_key and facts.norm_w is not None else spec.norm_w
         res_scale = spec.granite and "residual_scale" in facts.floats
         clamp = bool(spec.clamp_key) and spec.clamp_key in facts.floats
-        g.groups = facts.groups  # read for every architecture (llama-model.cpp)
         for il in range(hp.n_layer):
             res = inp
             cur = g.norm(inp, w.layer(il, "attn_norm"), w.layer(il, "attn_norm", "bias"), il, rms)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, mla_forms, need, routed
 from moeconf.memory.graph.blocks import GraphContext
-from moeconf.memory.keys import GROUPS, MLA_KEYS
+from moeconf.memory.keys import MLA_KEYS
 
-MEMORY = Memory(CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)", MLA_KEYS | {"leading_dense_block_count"} | GROUPS,
+MEMORY = Memory(CHECKED + " (DeepSeek-V3, Kimi-K2, Kimi-K2.5)", MLA_KEYS | {"leading_dense_block_count"},
                 loader_refuses=mla_forms)
 
 
@@ -16,7 +16,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     pos = g.inp_pos()
     attn_in = g.attn_inp_k() if d.absorbed else g.attn_inp_kv()
     g.inp_out_ids()
-    g.groups = facts.groups
     nope = d.head_k - d.rope
     for il in range(hp.n_layer):
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)

@@ -38,7 +38,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     g.inp_out_ids()
     pos = g.inp_pos()
     res_scale = facts.nonzero("residual_scale")  # Granite scales whenever the value is not 0
-    g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         if il in g.rs:

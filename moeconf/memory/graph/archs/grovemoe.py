@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from moeconf.memory.graph.archs.common import CHECKED, Facts, Memory, need
 from moeconf.memory.graph.blocks import GraphContext
+from moeconf.memory.keys import int_key
 from moeconf.model.inventory import Inventory
 
 
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     inp, pos, kv, _ = g.inputs()
-    g.groups = facts.groups
     for il in range(g.hp.n_layer):
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
@@ -25,7 +25,13 @@ def build(g: GraphContext, facts: Facts) -> None:
 
 
 def _unmodelled(inv: Inventory) -> list[str]:
-    """Fewer adjugate experts than experts used: the engine aborts (docs/memory-architectures.md, "Compositions")."""
+    """Expert groups, or fewer adjugate experts than experts used: the engine aborts (docs/memory-architectures.md,
+    "Compositions")."""
+    if (int_key(inv, "expert_group_count") or 0) > 1:
+        return [f"llama.cpp cannot run this grovemoe file: it sets {int_key(inv, 'expert_group_count')} expert groups "
+                "(grovemoe.expert_group_count), and build_moe_ffn's group selection over the adjugate experts "
+                "reshapes the routed experts' probabilities to the adjugate experts' count and aborts; a conversion "
+                "without expert groups (no n_group in the config) loads"]
     chexps = next((t for t in inv.tensors if t.name.endswith(".ffn_down_chexps.weight")), None)
     used = inv.metadata.expert_used_count or 0
     if chexps is None or len(chexps.shape) < 3 or chexps.shape[2] >= used:

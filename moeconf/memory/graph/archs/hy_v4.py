@@ -46,7 +46,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     pos = g.inp_pos()
     mla_in, lid_in = inp_dsa(g)
     out_ids = g.inp_out_ids()
-    g.groups = facts.groups
     T = inp.ne[1]
     x = c.repeat(c.reshape(inp, hp.n_embd, 1, T), hp.n_embd, hc, T, 1)
     prev: Tensor | None = None

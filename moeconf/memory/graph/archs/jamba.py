@@ -15,7 +15,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     inp, rs_in, attn_in = hybrid_inputs(g)
     g.inp_out_ids()
-    g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         if il in g.rs:

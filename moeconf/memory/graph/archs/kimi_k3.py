@@ -40,7 +40,6 @@ def build(g: GraphContext, facts: Facts) -> None:
     attn_in = g.attn_inp_k()
     rs_in = g.rs_inp()
     out_ids = g.inp_out_ids()
-    g.groups = facts.groups
     block = facts.hparam("attn_res.block_size")
     decay = "bounded" if "kda.gate_lower_bound" in facts.floats | facts.units else "softplus"
     # activation.situ_linear_beta above 0 runs the up branch's tanh, 0 leaves it out (tiny set "b")

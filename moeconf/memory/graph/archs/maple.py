@@ -13,7 +13,6 @@ MEMORY = Memory(CHECKED + " (maple-preview)", SWA_KEYS | {"swiglu_clamp_exp"})
 def build(g: GraphContext, facts: Facts) -> None:
     c, w = g.ctx, g.w
     inp, pos, full, swa = g.inputs(iswa=True)
-    g.groups = facts.groups  # read for every architecture (llama-model.cpp)
     for il in range(g.hp.n_layer):
         cur = g.norm(inp, w.layer(il, "attn_norm"), None, il)
         q, k, v = g.qkv(il, cur)
