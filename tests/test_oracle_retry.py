@@ -17,7 +17,7 @@ HOST_ROW = ("common_memory_breakdown_print: |   - Host                   |      
             "   0 +    1219                |")
 
 
-def _fake(tmp_path: Path, logs: list[str]) -> Path:
+def _fake(tmp_path: Path, logs: list[str], rc: int = 0) -> Path:
     """A stand-in for llama-fit-params that prints the same stdout each run and the next of `logs` on stderr."""
     for i, log in enumerate(logs):
         (tmp_path / f"log{i}").write_text(log + "\n")
@@ -29,6 +29,7 @@ def _fake(tmp_path: Path, logs: list[str]) -> Path:
         "echo $((n + 1)) > count\n"
         f"cat log$n >&2 2>/dev/null || cat log{len(logs) - 1} >&2\n"
         f"printf '{STDOUT.replace(chr(10), chr(92) + 'n')}'\n"
+        f"exit {rc}\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script
@@ -47,4 +48,20 @@ def test_rows_lost_every_time_are_an_error(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(oracle, "FIT_PARAMS", _fake(tmp_path, [RPC_ROW]))
     with pytest.raises(RuntimeError, match=r"breakdown lacks a device of \['Host', 'RPC0'\] in 3 runs"):
         oracle.project(tmp_path / "m.gguf", [], ["127.0.0.1:38769"])
+    assert (tmp_path / "count").read_text().strip() == "3"
+
+
+def test_a_failure_whose_reason_was_lost_runs_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reason = "0.00.100.000 E llama_init_from_model: failed to create llama_context"
+    monkeypatch.setattr(oracle, "FIT_PARAMS", _fake(tmp_path, ["", reason], rc=1))
+    with pytest.raises(RuntimeError, match="failed to create llama_context"):
+        oracle.project(tmp_path / "m.gguf", [], ["127.0.0.1:38769"])
+    assert (tmp_path / "count").read_text().strip() == "2"
+
+
+def test_a_load_failure_whose_message_was_lost_runs_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    message = "check_tensor_dims: tensor 'blk.0.attn_q.weight' not found"
+    monkeypatch.setattr(oracle, "FIT_PARAMS", _fake(tmp_path, ["", "", f"0.1 E llama_model_load: {message}"], rc=1))
+    p = oracle.load_failure(tmp_path / "m.gguf", message)
+    assert p.returncode == 1 and message in p.stderr
     assert (tmp_path / "count").read_text().strip() == "3"

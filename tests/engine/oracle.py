@@ -61,9 +61,13 @@ def fit_print(model: Path, args: Sequence[str], *, tries: int = 3) -> subprocess
     """`llama-fit-params -fitp on -v`: a run whose log holds all it printed (the breakdown is its last line)."""
     argv = [str(FIT_PARAMS), "-m", str(model), "-fitp", "on", "-v", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    for _ in range(tries):
+    for run in range(tries):
         p = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
         if p.returncode != 0:
+            # a failed run logs its reason at the error level (` E `), or ggml's abort prints it (unlogged); a log
+            # that lost it runs again (below)
+            if run + 1 < tries and not any(" E " in line or "GGML_ASSERT" in line for line in p.stderr.splitlines()):
+                continue
             raise RuntimeError(f"llama-fit-params failed ({p.returncode}): {' '.join(argv)}\n{p.stderr[-3000:]}")
         printed = {m.group(1) for m in map(_ROW.match, p.stdout.splitlines()) if m}
         if not printed:
@@ -79,6 +83,19 @@ def fit_print(model: Path, args: Sequence[str], *, tries: int = 3) -> subprocess
     else:
         raise RuntimeError(f"llama-fit-params' breakdown lacks a device of {sorted(printed)} in {tries} runs: "
                            f"{' '.join(argv)}\n{p.stderr[-3000:]}")
+    return p
+
+
+def load_failure(model: Path, expect: str, args: Sequence[str] = (), *, tries: int = 3
+                 ) -> subprocess.CompletedProcess[str]:
+    """`llama-fit-params -fitp on` on a file its loader refuses: the run whose log holds `expect`, the engine's
+    message. The failure is the engine's and the same each run; the log's last lines are not (`fit_print`), so a
+    failed run whose log lacks the message runs again, up to `tries` runs (the last reaches the caller's check)."""
+    argv = [str(FIT_PARAMS), "-m", str(model), "-fitp", "on", *args]
+    for _ in range(tries):
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        if p.returncode == 0 or expect in p.stderr:
+            break
     return p
 
 

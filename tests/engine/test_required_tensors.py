@@ -46,8 +46,7 @@ def test_the_loader_stops_without_a_tensor_the_table_requires(arch: str, table: 
             drop = drop.replace("blk.0.", "blk.1.")  # without it the loader takes the file for its MTP blocks alone
     path = write_graph_model(arch, "a", tmp_path / "less.gguf", drop=(drop,))
     assert missing_tensors(load_inventory(path)) == (drop,)
-    p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
-                       timeout=120, stdin=subprocess.DEVNULL)
+    p = oracle.load_failure(path, f"tensor '{drop}' not found")
     assert p.returncode != 0 and f"tensor '{drop}' not found" in p.stderr, p.stderr[-2000:]
 
 
@@ -70,8 +69,7 @@ def test_the_loader_stops_on_attn_kv_b_beside_attn_k_b(arch: str, beside: tuple[
     kv_b = (f"blk.{il}.attn_kv_b.weight", k_b.type, (rank, n_head * (nope + v_b.shape[1])))
     drop = [f"blk.{il}.{n}.weight" for n in ("attn_k_b", "attn_v_b") if n not in beside]
     path = write_graph_model(arch, "a", tmp_path / "both.gguf", drop=drop, add=[kv_b])
-    p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
-                       timeout=120, stdin=subprocess.DEVNULL)
+    p = oracle.load_failure(path, "done_getting_tensors: wrong number of tensors")
     assert p.returncode != 0 and "done_getting_tensors: wrong number of tensors" in p.stderr, p.stderr[-2000:]
     est = estimate_line(load_inventory(path), "-c 4096 -ngl 999")
     assert not est.complete and f"have attn_kv_b beside {' and '.join(beside)}" in " ".join(est.notes), est.notes
@@ -93,8 +91,7 @@ def test_the_loader_stops_on_a_tensor_it_never_creates(arch: str, extra: str, tm
     norm = whole.by_name["blk.1.attn_norm.weight"]
     path = write_graph_model(arch, "a", tmp_path / "extra.gguf", add=[(extra, norm.type, norm.shape)])
     assert uncreated_tensors(load_inventory(path)) == (extra,)
-    p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
-                       timeout=120, stdin=subprocess.DEVNULL)
+    p = oracle.load_failure(path, "done_getting_tensors: wrong number of tensors")
     assert p.returncode != 0 and "done_getting_tensors: wrong number of tensors" in p.stderr, p.stderr[-2000:]
 
 
@@ -137,8 +134,7 @@ def test_the_loader_takes_mlas_form_from_the_keys(tmp_path: Path) -> None:
 
     path = _mla_older_form("mistral4", tmp_path)
     assert missing_tensors(load_inventory(path))[0] == "blk.0.attn_k_b.weight"
-    p = subprocess.run([str(oracle.FIT_PARAMS), "-m", str(path), "-fitp", "on"], capture_output=True, text=True,
-                       timeout=120, stdin=subprocess.DEVNULL)
+    p = oracle.load_failure(path, "tensor 'blk.0.attn_k_b.weight' not found")
     assert p.returncode != 0 and "tensor 'blk.0.attn_k_b.weight' not found" in p.stderr, p.stderr[-2000:]
 
 
