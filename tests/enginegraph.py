@@ -11,13 +11,16 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from moeconf.memory.graph.blocks import GraphContext
 from moeconf.memory.graph.ggml import INPUT, OUTPUT, Tensor
+from moeconf.memory.graph.model import Setup
 from moeconf.memory.graph.sched import Scheduler
+from moeconf.model.inventory import Inventory
+from moeconf.placement import Placement
 
 FORMAT = "moeconf-graphdump/1"
 # what compare() looks at per node, in the order a difference names them
@@ -325,6 +328,35 @@ def type_name(t: str) -> str:
 
 def _op(t: Tensor) -> str:
     return t.sub if t.op in ("UNARY", "GLU") and t.sub else t.op
+
+
+def placed(inv: Inventory, args: Sequence[str]) -> tuple[Placement, Setup]:
+    """moeconf's placement of llama.cpp's command line `args` on `inv`, and the graph's setup under it."""
+    from moeconf.engines import engine
+    from moeconf.explanation import explain
+    from moeconf.memory import read_settings
+    from moeconf.memory.estimate import pipeline_parallel
+    from moeconf.memory.graph.model import setup_for
+
+    eng = engine("llama.cpp")
+    ex = explain(inv, eng, list(args), gpus=[])
+    st = read_settings(list(args), eng)
+    iv = ex.invocation
+    pipe = pipeline_parallel(ex.placement, len(ex.accelerators), iv.n_gpu_layers(),
+                             iv.split_mode.text if iv.split_mode else None, st, bool(ex.items))
+    return ex.placement, setup_for(inv, st, pipeline=pipe)
+
+
+def scheduled(placement: Placement, setup: Setup, arch: str) -> EngineGraph:
+    """moeconf's graph of `placement`, split by the scheduler, as a dump reads: the last reserve's, which keeps
+    the norms pinned to their layer's GPU (llama-fit-params' sizing reserve drops them)."""
+    from moeconf.memory.graph.model import build
+
+    setup = replace(setup, norm_pins=True)
+    g, backends = build(placement, setup)
+    s = Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
+    s.split(g.gf, g.pinned)
+    return engine_graph(g, s, arch)
 
 
 def engine_graph(g: GraphContext, sched: Scheduler, arch: str) -> EngineGraph:

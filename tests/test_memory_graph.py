@@ -26,9 +26,9 @@ from moeconf.memory.graph import ggml, model, sched
 from moeconf.memory.graph.archs import ARCHS
 from moeconf.model.inventory import Inventory
 from moeconf.model.load import load_inventory
+from moeconf.placement import Placement
 from moeconf.sizing import estimate_explained
 from tests import enginegraph
-from tests.enginegraph import engine_graph
 from tests.graph_real import EXTRA, write_extra_real, write_real
 
 DATA = Path(__file__).parent / "data"
@@ -46,15 +46,8 @@ def _args(line: str) -> list[str]:
     return ["--rpc", ",".join(EPS[:n]), "-fit", "off", *[w for w in words if w != "2rpc"]]
 
 
-def _placed(inv: Inventory, line: str) -> tuple[object, model.Setup]:
-    args = _args(line)
-    eng = engine("llama.cpp")
-    ex = explain(inv, eng, args, gpus=[])
-    st = read_settings(args, eng)
-    iv = ex.invocation
-    pipe = pipeline_parallel(ex.placement, len(ex.accelerators), iv.n_gpu_layers(),
-                             iv.split_mode.text if iv.split_mode else None, st, bool(ex.items))
-    return ex.placement, model.setup_for(inv, st, pipeline=pipe)
+def _placed(inv: Inventory, line: str) -> tuple[Placement, model.Setup]:
+    return enginegraph.placed(inv, _args(line))
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +63,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Inve
 def _difference(inv: Inventory, arch: str, dims: str, line: str) -> enginegraph.Difference | None:
     """The first node where moeconf's graph differs from the dump's: the dumped graph is the last reserve,
     which keeps the norms pinned to their layer's GPU (llama-fit-params' sizing reserve drops them)."""
-    placement, setup = _placed(inv, INDEX["lines"][line])
-    setup = dataclasses.replace(setup, norm_pins=True)
-    g, backends = model.build(placement, setup)  # type: ignore[arg-type]
-    s = sched.Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    s.split(g.gf, g.pinned)
     theirs = enginegraph.load(GRAPHS / f"{arch}-{dims}-{line}.json.gz", endpoints=EPS)
-    return enginegraph.compare(engine_graph(g, s, arch), theirs, ignore=("name",))
+    return enginegraph.compare(enginegraph.scheduled(*_placed(inv, INDEX["lines"][line]), arch), theirs,
+                               ignore=("name",))
 
 
 # the dump names a split input's copy by its source's name: Qwen3-VL's deepstack views of the input
@@ -133,13 +122,9 @@ def test_real_config_graph_equals_the_engines(real_layouts: dict[str, Inventory]
     """The same on each architecture's real layout (its full size: every layer, the real head and expert
     counts), at 32k with the experts on the CPU and over two devices."""
     inv = real_layouts[arch]
-    placement, setup = _placed(inv, INDEX["real_lines"][line])
-    setup = dataclasses.replace(setup, norm_pins=True)
-    g, backends = model.build(placement, setup)  # type: ignore[arg-type]
-    s = sched.Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    s.split(g.gf, g.pinned)
     theirs = enginegraph.load(GRAPHS / f"{arch}-real-{line}.json.gz", endpoints=EPS)
-    diff = enginegraph.compare(engine_graph(g, s, arch), theirs, ignore=("name",))
+    diff = enginegraph.compare(enginegraph.scheduled(*_placed(inv, INDEX["real_lines"][line]), arch), theirs,
+                               ignore=("name",))
     if (arch, line) in REAL_DUMP_NAME_CLASH:
         assert diff is not None and diff.fields == ("src",), str(diff)
         assert "(view)" in str(diff.theirs) or "(reshaped)" in str(diff.theirs), str(diff)
@@ -272,7 +257,7 @@ RECORDED_CASES = [pytest.param(*r, id=f"{r[0]}:{r[1]}:{r[2]}") for r in RECORDED
 def test_recorded_figures_through_the_graph(layouts: dict[str, Inventory], src: str, key: str, line: str,
                                            figures: dict[str, list[float]]) -> None:
     placement, setup = _placed(layouts[key], line)
-    got = model.compute(placement, setup)  # type: ignore[arg-type]
+    got = model.compute(placement, setup)
     for name, (_, _, comp) in figures.items():
         assert abs(got.get(_device(name.lower()), 0) / MiB - comp) <= 0.05, (name, got)
 
@@ -282,7 +267,7 @@ def test_inplace_reuse_left_out_is_caught(layouts: dict[str, Inventory], monkeyp
     replay of Qwen3-30B-A3B at -c 32768 -ngl 999 -ctk q4_0 -ctv q4_0 is no longer 300.75 MiB."""
     monkeypatch.setattr(sched, "CAN_INPLACE", frozenset())
     placement, setup = _placed(layouts["qwen3-30b-a3b"], "-c 32768 -ngl 999 -ctk q4_0 -ctv q4_0")
-    got = model.compute(placement, setup)  # type: ignore[arg-type]
+    got = model.compute(placement, setup)
     assert abs(got[_device("rpc0")] / MiB - 300.75) > 1
 
 

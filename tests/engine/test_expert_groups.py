@@ -9,7 +9,6 @@ whose graph the engine aborts with groups, is refused."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +19,12 @@ from moeconf.engines import engine
 from moeconf.explanation import explain
 from moeconf.fixtures.graphmodels import ARCHS, write_graph_model
 from moeconf.memory import read_settings
-from moeconf.memory.estimate import pipeline_parallel
-from moeconf.memory.graph import model, sched
 from moeconf.model.load import load_inventory
 from moeconf.sizing import estimate_explained
 from tests import enginegraph
 from tests.engine import oracle
 from tests.engine.graphdump import DATA, LINES, dump, file_name, shared_tool
 from tests.engine.harness import MAINLINE, rpc_servers
-from tests.enginegraph import engine_graph
 from tests.recorded_memory import rpc_args
 
 pytestmark = pytest.mark.engine
@@ -67,17 +63,7 @@ def test_expert_groups_route_as_the_engines(arch: str, endpoints: list[str], tmp
     theirs = enginegraph.from_dict(dump(shared_tool(), path, args))
     ungrouped = enginegraph.from_dict(dump(shared_tool(), _grouped(arch, tmp_path / "none.gguf", 0, 0), args))
     assert len(theirs.nodes) > len(ungrouped.nodes), "the engine's graph did not route by groups"
-    eng = engine("llama.cpp")
-    ex = explain(inv, eng, args, gpus=[])
-    st = read_settings(args, eng)
-    iv = ex.invocation
-    pipe = pipeline_parallel(ex.placement, len(ex.accelerators), iv.n_gpu_layers(),
-                             iv.split_mode.text if iv.split_mode else None, st, bool(ex.items))
-    setup = dataclasses.replace(model.setup_for(inv, st, pipeline=pipe), norm_pins=True)
-    g, backends = model.build(ex.placement, setup)
-    s = sched.Scheduler(backends, pipeline=setup.pipeline, op_offload=setup.op_offload)
-    s.split(g.gf, g.pinned)
-    diff = enginegraph.compare(engine_graph(g, s, arch), theirs, ignore=("name",))
+    diff = enginegraph.compare(enginegraph.scheduled(*enginegraph.placed(inv, args), arch), theirs, ignore=("name",))
     assert diff is None, str(diff)
 
 
