@@ -23,8 +23,8 @@ from moeconf.engines import archkeys
 from moeconf.fixtures.layouts_keyed import VARIANTS, write_variant
 from moeconf.memory import support
 from moeconf.memory.estimate import MemoryEstimate
-from moeconf.memory.keys import group_stops
 from moeconf.model.inventory import Inventory
+from moeconf.model.required import group_stops, load_refusals
 from tests.recorded_memory import assert_recorded, errors, estimate_rpc, line_ids, sparse_models
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,7 +80,8 @@ def test_each_key_is_read_by_the_loader_and_refused_unmodelled(models: dict[str,
 def test_expert_groups_are_modelled_where_the_loader_takes_them(models: dict[str, Inventory]) -> None:
     """Nemotron-3's converter writes n_group (1): no group selection. With 8 groups (4 used) the engine builds
     group selection ops, and so does moeconf's graph (for every composition: tests/engine/test_expert_groups.py):
-    modelled, with more compute. Groups the engine's loader stops on are refused, naming the check."""
+    modelled, with more compute. Groups the engine's loader stops on are refused (model/required.py, the file's
+    load refusals: explain reports them and the memory model refuses the file), naming the check."""
     inv = models["nemotron-3-nano-30b-a3b-groups"]
     assert inv.metadata.hparam("expert_group_count") == 1 and support.unmodelled(inv, "llama.cpp") == []
     md = inv.metadata
@@ -106,7 +107,7 @@ def test_expert_groups_are_modelled_where_the_loader_takes_them(models: dict[str
     # the group selection per MoE layer: reshapes, an argsort, get_rows, sum_rows, a second argsort, fill, set_rows
     assert nodes(eight) > nodes(inv)
     for groups, used in ((3, 1), (8, 8), (8, 0), (128, 1)):
-        why = support.unmodelled(grouped(groups, used), "llama.cpp")
+        why = load_refusals(grouped(groups, used))
         assert len(why) == 1 and why[0].startswith("llama.cpp's loader stops on this nemotron_h_moe file"), why
     # without routed experts the loader asks for no groups at all (a dense file passes without them)
     dense = grouped(0, 0)

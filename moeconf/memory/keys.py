@@ -56,25 +56,3 @@ def neutral(key: str, inv: Inventory) -> bool:
     return (key in ("nextn_predict_layers", "attention.shared_kv_layers", "embedding_length_per_layer_input")
             and int_key(inv, key) == 0)
 
-
-def group_stops(inv: Inventory) -> list[str]:
-    """The pinned llama.cpp loader's checks of the expert groups that the file fails (llama-model.cpp, load_hparams:
-    GGML_ASSERTs, for every architecture); empty where it passes them."""
-    groups = int_key(inv, "expert_group_count") or 0
-    used = int_key(inv, "expert_group_used_count") or 0
-    experts = inv.metadata.expert_count or 0
-    if experts == 0:
-        if not groups:
-            return []
-        bad = "no routed experts"
-    elif groups >= experts:
-        bad = f"as many groups as experts ({experts}) or more"
-    elif groups > 1 and experts % groups:
-        bad = f"{experts} experts that {groups} groups do not divide"
-    elif groups > 1 and not 0 < used < groups:
-        bad = f"{used} of the {groups} groups used (it needs at least 1 and fewer than all)"
-    else:
-        return []
-    return [f"llama.cpp's loader stops on this {inv.arch} file (an assertion in load_hparams): it sets {groups} "
-            f"expert groups ({inv.arch}.expert_group_count) with {bad}; check the conversion's n_group and "
-            "topk_group"]

@@ -13,7 +13,7 @@ import moeconf.memory.indexer as _indexer
 from moeconf.engines.archkeys import FIELDS
 from moeconf.memory.archgraph import unmodelled_structure
 from moeconf.memory.graph.archs import COMPOSITIONS, Lazy
-from moeconf.memory.keys import NO_MEMORY_EFFECT, group_stops, neutral, read_by_loader
+from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
 from moeconf.model.inventory import Inventory
 from moeconf.model.required import ik_load_refusals
 
@@ -112,9 +112,8 @@ def unmodelled(inv: Inventory, engine: str) -> list[str]:
     """Why this model's memory on `engine` is not modelled (empty: it is): its architecture, or
     each `{arch}.*` key of the file the model does not read and that may change memory."""
     arch = inv.arch
-    # ik's loader stops on a file holding a tensor it never creates (where ik models the architecture at all);
-    # llama.cpp's on expert groups its checks refuse
-    stops = list(ik_load_refusals(inv)) if engine == _ikarchs.ENGINE else group_stops(inv)
+    # ik's loader stops on a file holding a tensor it never creates (where ik models the architecture at all)
+    stops = list(ik_load_refusals(inv)) if engine == _ikarchs.ENGINE else []
     # ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured margins
     if _ikarchs.kv_only(arch, engine):
         return stops or _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine), MODELLED[arch].keys) \

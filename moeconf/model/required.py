@@ -68,9 +68,9 @@ def uncreated(arch: str, names: Iterable[str], engine: str = "llama.cpp") -> tup
 
 def load_refusals(inv: Inventory, *, uncreated: bool = True) -> tuple[str, ...]:
     """Why llama.cpp's loader stops on this file, whatever the command line: tensors it requires that the
-    file lacks, tensors of the file it never creates (empty: it loads). `uncreated=False`: the first alone
-    (where llama.cpp's graph stands in for ik_llama.cpp's, whose loader takes what it creates by its own rules:
-    `ik_load_refusals`)."""
+    file lacks, tensors of the file it never creates, expert groups it refuses (empty: it loads).
+    `uncreated=False`: the first alone (where llama.cpp's graph stands in for ik_llama.cpp's, whose loader takes
+    what it creates by its own rules: `ik_load_refusals`)."""
     why = []
     missing = missing_tensors(inv)
     if missing:
@@ -78,7 +78,7 @@ def load_refusals(inv: Inventory, *, uncreated: bool = True) -> tuple[str, ...]:
     extra = uncreated_tensors(inv) if uncreated else ()
     if extra:
         why.append(uncreated_message(inv, extra))
-    return tuple(why)
+    return (*why, *(group_stops(inv) if uncreated else ()))
 
 
 def ik_load_refusals(inv: Inventory) -> tuple[str, ...]:
@@ -102,3 +102,26 @@ def uncreated_message(inv: Inventory, extra: tuple[str, ...], engine: str = "lla
     return (f"{engine} refuses to load this file: its {inv.arch} loader never creates {', '.join(extra[:3])}{more}, "
             "which the file holds, and every tensor of a file must be created (done_getting_tensors: \"wrong number "
             f"of tensors\"); {advice}")
+
+
+def group_stops(inv: Inventory) -> list[str]:
+    """The pinned llama.cpp loader's checks of the expert groups that the file fails (llama-model.cpp, load_hparams:
+    GGML_ASSERTs, for every architecture); empty where it passes them."""
+    groups, used = (v if isinstance(v := inv.metadata.hparam(k), int) else 0
+                    for k in ("expert_group_count", "expert_group_used_count"))
+    experts = inv.metadata.expert_count or 0
+    if experts == 0:
+        if not groups:
+            return []
+        bad = "no routed experts"
+    elif groups >= experts:
+        bad = f"as many groups as experts ({experts}) or more"
+    elif groups > 1 and experts % groups:
+        bad = f"{experts} experts that {groups} groups do not divide"
+    elif groups > 1 and not 0 < used < groups:
+        bad = f"{used} of the {groups} groups used (it needs at least 1 and fewer than all)"
+    else:
+        return []
+    return [f"llama.cpp's loader stops on this {inv.arch} file (an assertion in load_hparams): it sets {groups} "
+            f"expert groups ({inv.arch}.expert_group_count) with {bad}; check the conversion's n_group and "
+            "topk_group"]

@@ -58,6 +58,8 @@ class Allocator:
                     blocks[i - 1][1] += block[1]
                     del blocks[i]
                 return
+        # the engine's linear insert, not a bisect: a zero-size tensor freed inside a free block leaves a zero-size
+        # block that the next allocation from that block passes, so the list is not always in offset order
         pos = 0
         while pos < len(blocks) and blocks[pos][0] < off:
             pos += 1
