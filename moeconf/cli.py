@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from moeconf.errors import MoeconfError
 from moeconf.textsafe import safe
+from moeconf.units import GIB, MIB
 
 if TYPE_CHECKING:
     from moeconf.engines import Engine
@@ -555,7 +556,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         for d, short in over.items():
             fix = ("more routed experts on the GPUs, or a smaller quant" if d == HOST
                    else "`moeconf fit` finds the placement that fits")
-            sys.stdout.write(f"error: {d} needs {short / 2**20:,.0f} MiB more than its {budgets[d] / 2**20:,.0f} "
+            sys.stdout.write(f"error: {d} needs {short / MIB:,.0f} MiB more than its {budgets[d] / MIB:,.0f} "
                              f"MiB budget: {fix}\n")
         for d in unchecked:
             sys.stdout.write(f"note: {d}'s budget cannot be checked: the engine splits layers over the GPUs by "
@@ -640,12 +641,12 @@ def _reserve(args: argparse.Namespace, inv: Inventory, settings: MemorySettings)
 
     names: list[str | None] = sorted({g.name for g in args.machine.gpus if g.name}) if args.machine else []
     card, r = max(((c, reserve_for(c, settings, inv)) for c in names or [None]), key=lambda cr: cr[1].size)
-    parts = ", ".join(f"{p.name} {p.size / 2**20:,.0f}" for p in r.parts)
+    parts = ", ".join(f"{p.name} {p.size / MIB:,.0f}" for p in r.parts)
     if r.basis == "parts":
-        return r.size, (f"reserve: {r.size / 2**20:,.0f} MiB per GPU, the parts measured on the {card} ({parts} "
+        return r.size, (f"reserve: {r.size / MIB:,.0f} MiB per GPU, the parts measured on the {card} ({parts} "
                         "MiB; docs/memory.md); --reserve overrides")
     if r.size > DEFAULT_RESERVE:
-        return r.size, (f"reserve: {r.size / 2**20:,.0f} MiB per GPU, more than the default 1,024: its parts with "
+        return r.size, (f"reserve: {r.size / MIB:,.0f} MiB per GPU, more than the default 1,024: its parts with "
                         f"the largest reported CUDA context come to that at -ub {settings.n_ubatch} ({parts} MiB; "
                         "docs/memory.md); --reserve overrides")
     return DEFAULT_RESERVE, None
@@ -866,9 +867,9 @@ def _fit_report(args: argparse.Namespace, result: FitResult, inv: Inventory, eng
     total_experts = sum(t.nbytes for t in inv.tensors if t.group == "experts")
     on_gpu = sum(t.nbytes for t in inv.tensors if t.group == "experts"
                  and result.compiled.placement.devices[t.name] not in (None, HOST))
-    lines.append(f"routed experts on the GPUs: {on_gpu / 2**30:.2f} of {total_experts / 2**30:.2f} GiB")
+    lines.append(f"routed experts on the GPUs: {on_gpu / GIB:.2f} of {total_experts / GIB:.2f} GiB")
     lines.append("")
-    mib = 2**20
+    mib = MIB
     given_text = ", ".join(f"{b.device} {b.given} = {b.size / mib:,.0f} MiB" for b in budgets)
     version = assumed_version(eng) + ("" if eng.version else " (the newest moeconf knows; --engine-version to change)")
     lines += [f"assumed: {eng.name} {version}", f"assumed: GPU budgets {given_text}"]

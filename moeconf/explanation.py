@@ -12,6 +12,7 @@ from moeconf.engines import AUTO_GPU, HOST, Engine, engine_device_order
 from moeconf.engines.argvread import Arg, unknown_flag_message
 from moeconf.engines.cmdline import Invocation, engine_items, invocation_ncmoe, parse_invocation
 from moeconf.engines.flags import c_int
+from moeconf.engines.kvoverride import read_kv_overrides
 from moeconf.engines.regex import (
     RegexProblem,
     TimeBudget,
@@ -255,7 +256,8 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     placement = Placement(inv, eng, sim.devices, defaults, reasons)
     # the file, not the command line: the engine's loader stops on it ("tensor ... not found", "wrong number of
     # tensors")
-    loads = load_refusals(inv) if eng.name == "llama.cpp" else ik_load_refusals(inv)
+    overridden = {key for key, _ in read_kv_overrides([a.text for a in invocation.args], eng)[0]}
+    loads = load_refusals(inv, overridden=overridden) if eng.name == "llama.cpp" else ik_load_refusals(inv)
     return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes), dict(sim.matched_by),
                        tuple(accel), load_refusals=loads)
 

@@ -35,6 +35,7 @@ from moeconf.memory.servercache import PROMPT_CACHE_DEFAULT_MIB
 from moeconf.model.inventory import Inventory, first_shard
 from moeconf.plan import plan_from_text
 from moeconf.sizing import estimate_explained
+from moeconf.units import GIB as GiB
 from moeconf.units import MIB as MiB
 
 Policy = Literal["first", "last"]
@@ -251,13 +252,13 @@ def _plan_text(model_path: str, serve_path: str | None, eng: Engine, gpus: list[
 
 
 def _size_text(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", MiB)):
+    for unit, size in (("GiB", GiB), ("MiB", MiB)):
         if n % size == 0:
             return f"{n // size} {unit}"
     return f"{n} B"
 
 
-DEFAULT_RAM_HEADROOM = 4 * 2**30
+DEFAULT_RAM_HEADROOM = 4 * GiB
 
 
 def assumed_version(eng: Engine) -> str:

@@ -19,6 +19,7 @@ from moeconf.hub.ref import RemoteRef
 from moeconf.hub.remote import Listing, Progress, list_repo, load_resolved, resolve
 from moeconf.model.inventory import Inventory
 from moeconf.units import GIB as GiB
+from moeconf.units import MIB as MiB
 
 if TYPE_CHECKING:
     from moeconf.fit import Budget
@@ -225,7 +226,7 @@ def fit_quants(repo: str, eng: Engine, budgets: Sequence[tuple[str, int]], user_
             done[0] += 1
             if progress:
                 progress(f"{done[0]}/{len(refs)} quants read ({STATS.requests} requests, "
-                         f"{STATS.bytes / 2**20:.1f} MiB)")
+                         f"{STATS.bytes / MiB:.1f} MiB)")
         return inv
 
     # each quant is solved here as soon as its headers arrive, while the others are still read

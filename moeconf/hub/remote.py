@@ -23,6 +23,7 @@ from moeconf.hub.ref import RemoteRef
 from moeconf.model.gguf_header import GGUFHeader, read_header
 from moeconf.model.inventory import Inventory, inventory_from_headers
 from moeconf.model.manifest import dumps_manifest, loads_manifest_json, parse_manifest
+from moeconf.units import MIB
 
 MAX_PARALLEL = 16
 
@@ -270,7 +271,7 @@ def _fetch_all(jobs: list[tuple[str, str]], progress: Progress | None) -> list[G
         with lock:
             done[0] += 1
             if progress:
-                progress(f"{done[0]}/{len(jobs)} headers, {STATS.bytes / 2**20:.1f} MiB")
+                progress(f"{done[0]}/{len(jobs)} headers, {STATS.bytes / MIB:.1f} MiB")
         return h
 
     if len(jobs) == 1:

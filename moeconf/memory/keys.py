@@ -55,4 +55,3 @@ def neutral(key: str, inv: Inventory) -> bool:
     """Whether the file's `{arch}.key` makes the engine build nothing more (see the module's docs section)."""
     return (key in ("nextn_predict_layers", "attention.shared_kv_layers", "embedding_length_per_layer_input")
             and int_key(inv, key) == 0)
-

@@ -10,7 +10,7 @@ makes the same check (llama-model-loader.cpp done_getting_tensors), on what its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from moeconf.model.inventory import Inventory
 from moeconf.model.layertable import (
@@ -66,11 +66,12 @@ def uncreated(arch: str, names: Iterable[str], engine: str = "llama.cpp") -> tup
     return tuple(n for n in names if not made.intersection(classify_name(n).kinds))
 
 
-def load_refusals(inv: Inventory, *, uncreated: bool = True) -> tuple[str, ...]:
+def load_refusals(inv: Inventory, *, uncreated: bool = True, overridden: Collection[str] = ()) -> tuple[str, ...]:
     """Why llama.cpp's loader stops on this file, whatever the command line: tensors it requires that the
     file lacks, tensors of the file it never creates, expert groups it refuses (empty: it loads).
     `uncreated=False`: the first alone (where llama.cpp's graph stands in for ik_llama.cpp's, whose loader takes
-    what it creates by its own rules: `ik_load_refusals`)."""
+    what it creates by its own rules: `ik_load_refusals`). `overridden`: the keys the command line's --override-kv
+    sets, which the loader reads instead of the file's."""
     why = []
     missing = missing_tensors(inv)
     if missing:
@@ -78,7 +79,7 @@ def load_refusals(inv: Inventory, *, uncreated: bool = True) -> tuple[str, ...]:
     extra = uncreated_tensors(inv) if uncreated else ()
     if extra:
         why.append(uncreated_message(inv, extra))
-    return (*why, *(group_stops(inv) if uncreated else ()))
+    return (*why, *(group_stops(inv, overridden) if uncreated else ()))
 
 
 def ik_load_refusals(inv: Inventory) -> tuple[str, ...]:
@@ -104,9 +105,12 @@ def uncreated_message(inv: Inventory, extra: tuple[str, ...], engine: str = "lla
             f"of tensors\"); {advice}")
 
 
-def group_stops(inv: Inventory) -> list[str]:
+def group_stops(inv: Inventory, overridden: Collection[str] = ()) -> list[str]:
     """The pinned llama.cpp loader's checks of the expert groups that the file fails (llama-model.cpp, load_hparams:
-    GGML_ASSERTs, for every architecture); empty where it passes them."""
+    GGML_ASSERTs, for every architecture); empty where it passes them, or where --override-kv sets a group key
+    (`overridden`: the loader reads the override instead)."""
+    if {f"{inv.arch}.expert_group_count", f"{inv.arch}.expert_group_used_count"} & set(overridden):
+        return []
     groups, used = (v if isinstance(v := inv.metadata.hparam(k), int) else 0
                     for k in ("expert_group_count", "expert_group_used_count"))
     experts = inv.metadata.expert_count or 0

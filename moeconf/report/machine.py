@@ -6,6 +6,7 @@ from __future__ import annotations
 from moeconf.machine import Machine, machine_assumptions, missing_lines
 from moeconf.machine_cards import CARDS
 from moeconf.textsafe import safe
+from moeconf.units import GIB
 
 
 def render_machine(machine: Machine) -> str:
@@ -17,7 +18,7 @@ def render_machine(machine: Machine) -> str:
         lines.append(f"{g.device}: {g.name or 'unknown card'}{card}")
     h = machine.host
     if h.cpu_model or h.ram_total or h.ram:
-        parts = [p for p in (h.cpu_model, f"{h.ram_total.value / 2**30:,.0f} GiB RAM" if h.ram_total else None,
+        parts = [p for p in (h.cpu_model, f"{h.ram_total.value / GIB:,.0f} GiB RAM" if h.ram_total else None,
                              h.ram) if p]
         lines.append("host: " + ", ".join(parts))
     lines += [f"assumed: {a}" for a in machine_assumptions(machine)]

@@ -92,8 +92,9 @@ def load_failure(model: Path, expect: str, args: Sequence[str] = (), *, tries: i
     message. The failure is the engine's and the same each run; the log's last lines are not (`fit_print`), so a
     failed run whose log lacks the message runs again, up to `tries` runs (the last reaches the caller's check)."""
     argv = [str(FIT_PARAMS), "-m", str(model), "-fitp", "on", *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     for _ in range(tries):
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
         if p.returncode == 0 or expect in p.stderr:
             break
     return p

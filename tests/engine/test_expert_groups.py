@@ -39,6 +39,7 @@ def _routed(arch: str) -> bool:
 
 
 CASES = [a for a in ARCHS if _routed(a)]
+assert len(CASES) >= 57, CASES  # every tiny model with routed experts (58 models; refact's is dense)
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +94,17 @@ def test_groups_the_loader_stops_on_are_refused(groups: int, used: int, check: s
         dump(shared_tool(), path, args)
     est = estimate_explained(explain(inv, engine("llama.cpp"), args, gpus=[]), read_settings(args, engine("llama.cpp")))
     assert not est.complete and est.notes[0].startswith("llama.cpp's loader stops on this qwen3moe file"), est.notes
+
+
+def test_an_override_of_the_groups_loads(endpoints: list[str], tmp_path: Path) -> None:
+    """The loader reads --override-kv instead of the file's key: 3 groups of 8 experts stop it, the override of the
+    count to 0 loads, and explain refuses the first line only (memory under --override-kv is refused either way)."""
+    path = _grouped("qwen3moe", tmp_path / "qwen3moe.gguf", 3, 1)
+    args = rpc_args(LINES[LINE], endpoints)
+    fixed = [*args, "--override-kv", "qwen3moe.expert_group_count=int:0"]
+    with pytest.raises(RuntimeError, match=re.escape("GGML_ASSERT(hparams.n_expert % hparams.n_expert_groups == 0)")):
+        dump(shared_tool(), path, args)
+    assert dump(shared_tool(), path, fixed)["nodes"]
+    inv = load_inventory(path)
+    assert explain(inv, engine("llama.cpp"), args, gpus=[]).load_refusals
+    assert not explain(inv, engine("llama.cpp"), fixed, gpus=[]).load_refusals

@@ -24,7 +24,7 @@ from moeconf.memory.recurrent import kda_dims, shortconv_shape
 from moeconf.memory.recurrent import shape as recurrent_shape
 from moeconf.model.inventory import Inventory
 from moeconf.model.percache import per_inventory
-from moeconf.model.required import load_refusals
+from moeconf.model.required import group_stops, load_refusals
 from moeconf.placement import Placement
 
 Setup = Cparams  # the context's settings the graph depends on
@@ -395,6 +395,8 @@ def unmodelled_settings(inv: Inventory, settings: MemorySettings, llama_loader: 
     if comp is None or comp.memory is None:
         return []
     why = list(file_refusals(inv, llama_loader))
+    if any(k.startswith(f"{inv.arch}.expert_group") for k, _ in settings.kv_overrides):  # read instead of the file's
+        why = [w for w in why if w not in group_stops(inv)]  # (memory under --override-kv: families.py)
     if why or comp.memory.refuses is None:
         return why
     s = setup_for(inv, settings)
