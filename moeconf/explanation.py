@@ -12,6 +12,7 @@ from moeconf.engines import AUTO_GPU, HOST, Engine, engine_device_order
 from moeconf.engines.argvread import Arg, unknown_flag_message
 from moeconf.engines.cmdline import Invocation, engine_items, invocation_ncmoe, parse_invocation
 from moeconf.engines.flags import c_int
+from moeconf.engines.ikkeys import ik_key_stops
 from moeconf.engines.kvoverride import read_kv_overrides
 from moeconf.engines.regex import (
     RegexProblem,
@@ -257,7 +258,8 @@ def explain_invocation(inv: Inventory, invocation: Invocation, gpus: Sequence[st
     # the file, not the command line: the engine's loader stops on it ("tensor ... not found", "wrong number of
     # tensors")
     overridden = {key for key, _ in read_kv_overrides([a.text for a in invocation.args], eng)[0]}
-    loads = load_refusals(inv, overridden=overridden) if eng.name == "llama.cpp" else ik_load_refusals(inv)
+    loads = (load_refusals(inv, overridden=overridden) if eng.name == "llama.cpp"
+             else (*ik_load_refusals(inv), *ik_key_stops(inv, overridden)))
     return Explanation(invocation, placement, reports, tuple(refusals), tuple(notes), dict(sim.matched_by),
                        tuple(accel), load_refusals=loads)
 

@@ -152,7 +152,8 @@ def mainline(root: Path) -> tuple[dict[str, str], dict[str, tuple[set[str], dict
     return keys, out
 
 
-def ik(root: Path) -> dict[str, tuple[set[str], dict[str, set[str]]]]:
+def ik(root: Path) -> tuple[dict[str, tuple[set[str], dict[str, set[str]]]], dict[str, set[str]]]:
+    """({arch name: (keys read, {key: fields})}, {arch name: the keys its own case requires whatever the file})."""
     src = root / "src"
     names = arch_names(_strip_comments((src / "llama-arch.cpp").read_text()))
     keys: dict[str, str] = {}
@@ -194,11 +195,61 @@ def ik(root: Path) -> dict[str, tuple[set[str], dict[str, set[str]]]]:
     for e in pending:
         per[e] = block[pos:]
     out: dict[str, tuple[set[str], dict[str, set[str]]]] = {}
+    required: dict[str, set[str]] = {}
     for enum, name in names.items():
         text = common_text + only.get(enum, "") + per.get(enum, "")
         read = {k for k in _KV.findall(text) if k in keys}
         fields = {keys[k]: f for k, f in _fields(text).items() if k in keys}
         out[name] = ({keys[k] for k in read}, fields)
+        if (req := {keys[k] for k in surely_required(per.get(enum, "")) if k in keys}):
+            required[name] = req
+    return out, required
+
+
+# the calls whose last argument says whether the key is required (default: it is), by their arguments before it
+_REQUIRED_ARGS = {"get_key": 2, "get_arr": 2, "get_key_or_arr": 3}
+
+
+def _args(text: str, open_paren: int) -> list[str]:
+    """The top-level arguments of the call whose `(` is at `open_paren`."""
+    end = _matching(text, open_paren)
+    out, depth, start = [], 0, open_paren + 1
+    for i in range(open_paren + 1, end - 1):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(text[start:i].strip())
+            start = i + 1
+    out.append(text[start:end - 1].strip())
+    return out
+
+
+def surely_required(case: str) -> set[str]:
+    """The LLM_KV_* names a `case LLM_ARCH_X:` body of llm_load_hparams reads as required whatever the file: a
+    `get_key`/`get_arr`/`get_key_or_arr` call without `false` for `required`, a statement of the case's own block
+    (not inside a nested block, and not under an `if`, `else`, loop or `?:`)."""
+    body = case[case.index("{") + 1: _matching(case, case.index("{"), "{", "}") - 1] if "{" in case else case
+    flat, i = [], 0
+    while i < len(body):  # nested blocks become `;`: what follows one is a statement of its own
+        if body[i] == "{":
+            i = _matching(body, i, "{", "}")
+            flat.append(";")
+            continue
+        flat.append(body[i])
+        i += 1
+    out: set[str] = set()
+    for stmt in "".join(flat).split(";"):
+        stmt = stmt.strip()
+        m = re.fullmatch(r"ml\.(get_key|get_arr|get_key_or_arr)\s*(\(.*\))", stmt, re.S)
+        if m is None:
+            continue
+        args = _args(stmt, m.start(2))
+        kid = re.fullmatch(r"LLM_KV_(\w+)", args[0])
+        if kid and (len(args) == _REQUIRED_ARGS[m.group(1)] or args[-1] == "true"):
+            out.add(kid.group(1))
     return out
 
 
@@ -253,7 +304,18 @@ def render(ml_root: Path, ik_root: Path | None) -> str:
         lines.append(f"    {k!r}: {tuple(sorted(fields[k]))!r},")
     lines.append("}")
     if ik_root is not None:
-        lines += ["", *_table("IK", "ik_llama.cpp: architecture -> the keys its loader reads", ik(ik_root))]
+        ik_read, ik_required = ik(ik_root)
+        lines += ["", *_table("IK", "ik_llama.cpp: architecture -> the keys its loader reads", ik_read)]
+        lines += ["",
+                  "# ik_llama.cpp: architecture -> the keys its own case of llm_load_hparams requires whatever the",
+                  "# file (get_key, get_arr, get_key_or_arr without `false`, outside any condition): a file without",
+                  "# one fails to load (\"key not found in model\")",
+                  "IK_REQUIRED: Final[dict[str, frozenset[str]]] = {"]
+        for arch in sorted(ik_required):
+            lines.append(f"    {arch!r}: frozenset({{")
+            lines.extend(_wrap(sorted(ik_required[arch]), "        "))
+            lines.append("    }),")
+        lines.append("}")
     return "\n".join(lines) + "\n"
 
 

@@ -1079,3 +1079,243 @@ IK: Final[dict[str, frozenset[str]]] = {
         'attention.layer_norm_rms_epsilon',
     }),
 }
+
+# ik_llama.cpp: architecture -> the keys its own case of llm_load_hparams requires whatever the
+# file (get_key, get_arr, get_key_or_arr without `false`, outside any condition): a file without
+# one fails to load ("key not found in model")
+IK_REQUIRED: Final[dict[str, frozenset[str]]] = {
+    'arctic': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'baichuan': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'bailingmoe2': frozenset({
+        'attention.layer_norm_rms_epsilon', 'expert_feed_forward_length', 'expert_gating_func',
+        'expert_group_count', 'expert_group_used_count', 'expert_shared_count', 'expert_shared_feed_forward_length',
+        'expert_weights_scale', 'leading_dense_block_count',
+    }),
+    'bert': frozenset({
+        'attention.causal', 'attention.layer_norm_epsilon',
+    }),
+    'bitnet': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'bitnet-25': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'bitnet-b1.58': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'bloom': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'chatglm': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'codeshell': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'cohere2': frozenset({
+        'attention.layer_norm_epsilon', 'attention.sliding_window', 'logit_scale',
+    }),
+    'command-r': frozenset({
+        'attention.layer_norm_epsilon', 'logit_scale',
+    }),
+    'dbrx': frozenset({
+        'attention.clamp_kqv', 'attention.layer_norm_epsilon',
+    }),
+    'deci': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'deepseek2': frozenset({
+        'attention.kv_lora_rank', 'attention.layer_norm_rms_epsilon', 'expert_feed_forward_length',
+        'expert_shared_count', 'expert_weights_scale', 'leading_dense_block_count',
+    }),
+    'dots1': frozenset({
+        'attention.layer_norm_rms_epsilon', 'expert_feed_forward_length', 'expert_shared_count',
+        'expert_weights_scale', 'leading_dense_block_count',
+    }),
+    'ernie4_5': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'ernie4_5-moe': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'falcon': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'gemma': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'gemma2': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'gemma3': frozenset({
+        'attention.layer_norm_rms_epsilon', 'attention.sliding_window',
+    }),
+    'gemma4': frozenset({
+        'attention.key_length_swa', 'attention.layer_norm_rms_epsilon', 'attention.sliding_window',
+        'attention.sliding_window_pattern', 'attention.value_length_swa', 'embedding_length_per_layer_input',
+    }),
+    'glm-dsa': frozenset({
+        'attention.indexer.head_count', 'attention.indexer.key_length', 'attention.indexer.top_k',
+        'attention.kv_lora_rank', 'attention.layer_norm_rms_epsilon', 'attention.q_lora_rank', 'expert_count',
+        'expert_feed_forward_length', 'expert_shared_count', 'expert_used_count', 'expert_weights_scale',
+    }),
+    'glm4': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'glm4moe': frozenset({
+        'attention.layer_norm_rms_epsilon', 'expert_count', 'expert_feed_forward_length', 'expert_shared_count',
+        'expert_used_count', 'expert_weights_scale',
+    }),
+    'gpt-oss': frozenset({
+        'attention.layer_norm_rms_epsilon', 'attention.sliding_window', 'expert_feed_forward_length',
+    }),
+    'gpt2': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'gptneox': frozenset({
+        'attention.layer_norm_epsilon', 'use_parallel_residual',
+    }),
+    'granite': frozenset({
+        'attention.layer_norm_rms_epsilon', 'attention.scale', 'embedding_scale', 'logit_scale', 'residual_scale',
+    }),
+    'granitemoe': frozenset({
+        'attention.layer_norm_rms_epsilon', 'attention.scale', 'embedding_scale', 'logit_scale', 'residual_scale',
+    }),
+    'grok': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'hunyuan-moe': frozenset({
+        'attention.layer_norm_rms_epsilon', 'expert_feed_forward_length', 'expert_shared_feed_forward_length',
+    }),
+    'internlm2': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'jais': frozenset({
+        'attention.layer_norm_epsilon', 'attention.max_alibi_bias',
+    }),
+    'jina-bert-v2': frozenset({
+        'attention.causal', 'attention.layer_norm_epsilon', 'pooling_type',
+    }),
+    'llama': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'llama4': frozenset({
+        'attention.layer_norm_rms_epsilon', 'expert_feed_forward_length', 'interleave_moe_layer_step',
+    }),
+    'mamba': frozenset({
+        'attention.layer_norm_rms_epsilon', 'ssm.conv_kernel', 'ssm.inner_size', 'ssm.state_size',
+        'ssm.time_step_rank',
+    }),
+    'mimo2': frozenset({
+        'attention.layer_norm_rms_epsilon', 'attention.sliding_window', 'attention.sliding_window_pattern',
+        'expert_feed_forward_length', 'rope.freq_base_swa',
+    }),
+    'minicpm': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'minimax-m2': frozenset({
+        'attention.layer_norm_rms_epsilon', 'expert_feed_forward_length',
+    }),
+    'mistral3': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'mistral4': frozenset({
+        'attention.kv_lora_rank', 'attention.layer_norm_rms_epsilon', 'expert_feed_forward_length',
+        'expert_shared_count', 'expert_weights_scale', 'leading_dense_block_count',
+    }),
+    'mpt': frozenset({
+        'attention.layer_norm_epsilon', 'attention.max_alibi_bias',
+    }),
+    'nomic-bert': frozenset({
+        'attention.causal', 'attention.layer_norm_epsilon', 'pooling_type',
+    }),
+    'olmo': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'openelm': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'orion': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'phi2': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'phi3': frozenset({
+        'attention.layer_norm_rms_epsilon', 'attention.sliding_window',
+    }),
+    'plamo': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'qwen': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'qwen2': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'qwen2moe': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'qwen2vl': frozenset({
+        'rope.dimension_sections',
+    }),
+    'qwen3': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'qwen35': frozenset({
+        'attention.layer_norm_rms_epsilon', 'rope.dimension_sections', 'ssm.conv_kernel', 'ssm.group_count',
+        'ssm.inner_size', 'ssm.state_size', 'ssm.time_step_rank',
+    }),
+    'qwen35moe': frozenset({
+        'attention.layer_norm_rms_epsilon', 'rope.dimension_sections', 'ssm.conv_kernel', 'ssm.group_count',
+        'ssm.inner_size', 'ssm.state_size', 'ssm.time_step_rank',
+    }),
+    'qwen3moe': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'qwen3next': frozenset({
+        'attention.layer_norm_rms_epsilon', 'ssm.conv_kernel', 'ssm.group_count', 'ssm.inner_size',
+        'ssm.state_size', 'ssm.time_step_rank',
+    }),
+    'qwen3vl': frozenset({
+        'attention.layer_norm_rms_epsilon', 'rope.dimension_sections',
+    }),
+    'qwen3vlmoe': frozenset({
+        'attention.layer_norm_rms_epsilon', 'rope.dimension_sections',
+    }),
+    'refact': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'seed_oss': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'smollm3': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+    'stablelm': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'starcoder': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'starcoder2': frozenset({
+        'attention.layer_norm_epsilon',
+    }),
+    'step35': frozenset({
+        'attention.layer_norm_rms_epsilon', 'attention.sliding_window', 'attention.sliding_window_pattern',
+        'expert_feed_forward_length',
+    }),
+    't5': frozenset({
+        'attention.layer_norm_rms_epsilon', 'attention.relative_buckets_count',
+    }),
+    't5encoder': frozenset({
+        'attention.layer_norm_rms_epsilon', 'attention.relative_buckets_count',
+    }),
+    'xverse': frozenset({
+        'attention.layer_norm_rms_epsilon',
+    }),
+}

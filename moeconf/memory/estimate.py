@@ -184,7 +184,8 @@ def estimate(placement: Placement, settings: MemorySettings, *, pipeline: bool =
     layer_dev = layer_devices(placement)
     devices = {HOST, *weights, *layer_dev.values()}
     gpus = sorted(d for d in devices if d != HOST)
-    why = (unmodelled(inv, eng.name) + rec.unmodelled_settings(inv, settings.offload_kqv)
+    why = (unmodelled(inv, eng.name, [k for k, _ in settings.kv_overrides])
+           + rec.unmodelled_settings(inv, settings.offload_kqv)
            + compressed.unmodelled_settings(inv, settings.n_parallel))
     # ik_llama.cpp: compute from llama.cpp's graph of the same placement (`_ik_compute`), which checks
     # llama.cpp's settings and families itself

@@ -160,8 +160,6 @@ IK_NEXTN_UNREAD: Final[dict[str, str]] = {
 }
 # keys ik 0.1.5's loader requires where llama.cpp's does not: architecture -> groups of alternatives (either one)
 IK_REQUIRED_KEYS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
-    "mistral4": (("leading_dense_block_count",), ("expert_weights_scale",)),
-    "mimo2": (("rope.freq_base_swa",),),
     "step35": (("swiglu_clamp_exp", "swiglu_limits"), ("swiglu_clamp_shexp", "swiglu_limits_shared"),
                ("rope.freq_base_swa", "rope.freq_base_per_layer")),
 }

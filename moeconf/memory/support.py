@@ -5,12 +5,14 @@ engines it was checked against, and the cases it refuses with a note naming the 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
 
 import moeconf.memory.ikarchs as _ikarchs
 import moeconf.memory.indexer as _indexer
 from moeconf.engines.archkeys import FIELDS
+from moeconf.engines.ikkeys import ik_key_stops
 from moeconf.memory.archgraph import unmodelled_structure
 from moeconf.memory.graph.archs import COMPOSITIONS, Lazy
 from moeconf.memory.keys import NO_MEMORY_EFFECT, neutral, read_by_loader
@@ -108,12 +110,13 @@ def unmodelled_architecture(arch: str, engine: str = "llama.cpp") -> str:
             f"To size memory, {measure}")
 
 
-def unmodelled(inv: Inventory, engine: str) -> list[str]:
+def unmodelled(inv: Inventory, engine: str, overridden: Collection[str] = ()) -> list[str]:
     """Why this model's memory on `engine` is not modelled (empty: it is): its architecture, or
-    each `{arch}.*` key of the file the model does not read and that may change memory."""
+    each `{arch}.*` key of the file the model does not read and that may change memory (`overridden`: the keys
+    --override-kv gives the loader, not missing there)."""
     arch = inv.arch
-    # ik's loader stops on a file holding a tensor it never creates (where ik models the architecture at all)
-    stops = list(ik_load_refusals(inv)) if engine == _ikarchs.ENGINE else []
+    # ik's loader stops on a file holding a tensor it never creates, or lacking a key it requires
+    stops = [*ik_load_refusals(inv), *ik_key_stops(inv, overridden)] if engine == _ikarchs.ENGINE else []
     # ik_llama.cpp on the newer architectures: weights and KV modelled here, compute by ikarchs' measured margins
     if _ikarchs.kv_only(arch, engine):
         return stops or _ikarchs.unmodelled(inv, NO_MEMORY_EFFECT | _not_read(inv, engine), MODELLED[arch].keys) \
