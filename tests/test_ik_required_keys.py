@@ -5,10 +5,12 @@ architecture's tiny model (tests/engine/test_ik_required_keys.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from moeconf.engines import engine
 from moeconf.engines.archkeys import IK_REQUIRED
+from moeconf.engines.ikkeys import ik_key_stops
 from moeconf.explanation import explain
 from moeconf.fixtures.graphmodels import write_graph_model
 from moeconf.memory import read_settings
@@ -43,3 +45,11 @@ def test_a_file_without_a_key_ik_requires_is_refused_there(tmp_path: Path) -> No
     assert not ex.load_refusals
     notes = estimate_explained(ex, read_settings(fixed, ik)).notes
     assert not any("requires glm4moe" in n for n in notes) and any("--override-kv glm4moe" in n for n in notes)
+
+
+def test_keys_a_source_did_not_record_are_not_missing(tmp_path: Path) -> None:
+    # a manifest before version 3 records no `{arch}.*` key names (arch_keys None): nothing is known missing
+    inv = load_inventory(write_graph_model("glm4moe", "a", tmp_path / "m.gguf"))
+    assert ik_key_stops(inv) == ()
+    assert ik_key_stops(dataclasses.replace(inv, metadata=dataclasses.replace(inv.metadata, arch_keys=()))) != ()
+    assert ik_key_stops(dataclasses.replace(inv, metadata=dataclasses.replace(inv.metadata, arch_keys=None))) == ()

@@ -12,8 +12,11 @@ from moeconf.model.inventory import Inventory
 
 def ik_key_stops(inv: Inventory, overridden: Collection[str] = ()) -> tuple[str, ...]:
     """Why ik_llama.cpp's loader stops on this file for lack of a key its architecture's case requires (empty: the
-    file has every one, or --override-kv gives it: `overridden`, the full key names)."""
-    given = set(inv.metadata.arch_keys or ()) | {k.removeprefix(f"{inv.arch}.") for k in overridden}
+    file has every one, or --override-kv gives it: `overridden`, the full key names; or the source did not record
+    the file's keys, as a manifest before version 3)."""
+    if inv.metadata.arch_keys is None:
+        return ()
+    given = set(inv.metadata.arch_keys) | {k.removeprefix(f"{inv.arch}.") for k in overridden}
     missing = sorted(IK_REQUIRED.get(inv.arch, frozenset()) - given)
     if not missing:
         return ()
